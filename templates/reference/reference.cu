@@ -1,0 +1,192 @@
+// Trusted reference kernels: a plain attention in fp32 math that every candidate is compared
+// with, plus random fill and comparison. Written for obviousness, not speed; tested against a
+// CPU float64 reference (tests/gpu/test_reference.cpp).
+//
+// attn_reference computes, per query row i of (batch, head):
+//   s_j = scale * <q_i, k_j> for visible keys j (j < seqlen_k; causal: j <= i + seqlen_k - seqlen_q)
+//   p_j = exp(s_j - max s) / sum exp(s - max s),  o_i = sum_j p_j v_j,  lse_i = log sum exp(s)
+// in two passes (max and sum first, then the exact normalised sum). With lowp=1 it rounds s, p
+// and o to the input dtype as a same-dtype framework reference would (FA2's criterion compares
+// a candidate's error with that reference's error).
+#include "../common/attn_params.h"
+
+namespace att_ref {
+
+typedef unsigned short elem_t;
+
+__device__ __forceinline__ float to_float(elem_t x, int bf16) {
+  if (bf16) return __uint_as_float(static_cast<unsigned>(x) << 16);
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+  return f;
+}
+
+__device__ __forceinline__ elem_t from_float(float x, int bf16) {
+  elem_t r;
+  if (bf16) asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(x));
+  else asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(x));
+  return r;
+}
+
+__device__ __forceinline__ float round_to(float x, int bf16) { return to_float(from_float(x, bf16), bf16); }
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+constexpr int kRowsPerBlock = 8;  // one warp per query row
+constexpr int kKeysPerChunk = 32;
+constexpr int kMaxDim = 256;
+constexpr int kPad = 2;  // odd word stride per smem row: lanes reading different rows hit different banks
+
+// grid (ceil(seqlen_q / 8), heads_q, batch), block 256. out: (batch, heads_q, seqlen_q, d)
+// contiguous fp32; lse_out: (batch, heads_q, seqlen_q) fp32.
+extern "C" __global__ void __launch_bounds__(256)
+attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp, float* out, float* lse_out) {
+  __shared__ float sq[kRowsPerBlock][kMaxDim];
+  __shared__ elem_t sk[kKeysPerChunk][kMaxDim + kPad];
+  __shared__ elem_t sv[kKeysPerChunk][kMaxDim + kPad];
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int head = blockIdx.y, batch = blockIdx.z, kv_head = head / p.q_per_kv;
+  const int row = blockIdx.x * kRowsPerBlock + warp;
+  const bool active = row < p.seqlen_q;
+  const int diag = p.seqlen_k - p.seqlen_q;
+  auto visible = [&](int r) { return causal ? min(p.seqlen_k, max(0, r + diag + 1)) : p.seqlen_k; };
+  const int limit = active ? visible(row) : 0;
+  // Keys any row of this block sees: the block's last valid row sees the most.
+  const int block_limit = visible(min(p.seqlen_q - 1, int(blockIdx.x) * kRowsPerBlock + kRowsPerBlock - 1));
+
+  const elem_t* q = static_cast<const elem_t*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1];
+  const elem_t* k = static_cast<const elem_t*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[1];
+  const elem_t* v = static_cast<const elem_t*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[1];
+  if (active)
+    for (int c = lane; c < head_dim; c += 32) sq[warp][c] = to_float(q[row * p.q_stride[2] + c], bf16);
+
+  auto load_chunk = [&](int c0, bool with_v) {
+    __syncthreads();  // previous chunk fully consumed
+    for (int i = threadIdx.x; i < kKeysPerChunk * head_dim; i += blockDim.x) {
+      const int r = i / head_dim, c = i % head_dim, key = c0 + r;
+      sk[r][c] = key < p.seqlen_k ? k[key * p.k_stride[2] + c] : elem_t(0);
+      if (with_v) sv[r][c] = key < p.seqlen_k ? v[key * p.v_stride[2] + c] : elem_t(0);
+    }
+    __syncthreads();
+  };
+  auto score = [&](int r) {  // scaled score of this warp's row against smem key row r
+    float acc = 0.f;
+    for (int c = 0; c < head_dim; ++c) acc = fmaf(sq[warp][c], to_float(sk[r][c], bf16), acc);
+    acc *= p.scale;
+    return lowp ? round_to(acc, bf16) : acc;
+  };
+
+  // Pass 1: per-lane running max and sum over keys lane, lane+32, ...; then merged over the warp.
+  float m = neg_inf(), l = 0.f;
+  for (int c0 = 0; c0 < block_limit; c0 += kKeysPerChunk) {
+    load_chunk(c0, false);
+    const int key = c0 + lane;
+    if (key < limit) {
+      const float s = score(lane);
+      const float mn = fmaxf(m, s);
+      l = l * expf(m - mn) + expf(s - mn);
+      m = mn;
+    }
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+    const float l2 = __shfl_xor_sync(0xffffffffu, l, off);
+    const float mn = fmaxf(m, m2);
+    if (mn != neg_inf()) {
+      l = (m == neg_inf() ? 0.f : l * expf(m - mn)) + (m2 == neg_inf() ? 0.f : l2 * expf(m2 - mn));
+      m = mn;
+    }
+  }
+
+  // Pass 2: o = sum_j p_j v_j with exactly normalised p; lane owns dims lane, lane+32, ...
+  float o[kMaxDim / 32];
+  for (int t = 0; t < kMaxDim / 32; ++t) o[t] = 0.f;
+  for (int c0 = 0; c0 < block_limit; c0 += kKeysPerChunk) {
+    load_chunk(c0, true);
+    const int key = c0 + lane;
+    float pj = 0.f;
+    if (key < limit) {
+      pj = expf(score(lane) - m) / l;
+      if (lowp) pj = round_to(pj, bf16);
+    }
+    for (int kk = 0; kk < kKeysPerChunk; ++kk) {
+      const float pk = __shfl_sync(0xffffffffu, pj, kk);
+#pragma unroll
+      for (int t = 0; t < kMaxDim / 32; ++t) {
+        const int c = lane + 32 * t;
+        if (c < head_dim) o[t] = fmaf(pk, to_float(sv[kk][c], bf16), o[t]);
+      }
+    }
+  }
+  if (!active) return;
+  const long long row_index = (static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q + row;
+#pragma unroll
+  for (int t = 0; t < kMaxDim / 32; ++t) {
+    const int c = lane + 32 * t;
+    if (c < head_dim) out[row_index * head_dim + c] = lowp ? round_to(o[t], bf16) : o[t];
+  }
+  if (lane == 0) lse_out[row_index] = l > 0.f ? m + logf(l) : neg_inf();
+}
+
+// Counter-based normal random numbers (splitmix64 + Box-Muller), so every launch with a new seed
+// gives fresh inputs without host transfers.
+__device__ __forceinline__ unsigned long long splitmix64(unsigned long long x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+extern "C" __global__ void fill_normal(elem_t* x, long long n, unsigned long long seed, int bf16) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const unsigned long long r = splitmix64(seed ^ splitmix64(static_cast<unsigned long long>(i)));
+    const float u1 = (static_cast<float>(r >> 40) + 1.f) * (1.f / 16777217.f);  // (0, 1]
+    const float u2 = static_cast<float>((r >> 16) & 0xffffff) * (1.f / 16777216.f);
+    const float z = sqrtf(-2.f * logf(u1)) * cosf(6.283185307179586f * u2);
+    x[i] = from_float(z, bf16);
+  }
+}
+
+// Compares a candidate's strided output with the fp32 and same-dtype references.
+// stats[0] = max|out - ref32|, stats[1] = max|lowp - ref32|, stats[2] = max|lse - lse_ref|
+// (finite rows), as float bits (non-negative floats order like their bit patterns);
+// counts[0] = non-finite output elements, counts[1] = LSE mismatches in finiteness.
+extern "C" __global__ void compare_outputs(const AttnParams p, int head_dim, int bf16,
+                                           const float* ref32, const float* reflow,
+                                           const float* lse_ref, unsigned* stats, unsigned* counts) {
+  const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
+  const elem_t* o = static_cast<const elem_t*>(p.o);
+  float e_out = 0.f, e_low = 0.f, e_lse = 0.f;
+  unsigned nonfinite = 0, lse_bad = 0;
+  for (long long r = blockIdx.x * static_cast<long long>(blockDim.y) + threadIdx.y; r < rows;
+       r += static_cast<long long>(gridDim.x) * blockDim.y) {
+    const int row = static_cast<int>(r % p.seqlen_q);
+    const long long bh = r / p.seqlen_q;
+    const int head = static_cast<int>(bh % p.heads_q), batch = static_cast<int>(bh / p.heads_q);
+    const elem_t* orow = o + batch * p.o_stride[0] + head * p.o_stride[1] + row * p.o_stride[2];
+    for (int c = threadIdx.x; c < head_dim; c += blockDim.x) {
+      const float x = to_float(orow[c], bf16), ref = ref32[r * head_dim + c];
+      if (!isfinite(x)) ++nonfinite;
+      else e_out = fmaxf(e_out, fabsf(x - ref));
+      e_low = fmaxf(e_low, fabsf(reflow[r * head_dim + c] - ref));
+    }
+    if (p.lse && threadIdx.x == 0) {
+      const float a = p.lse[r], b = lse_ref[r];
+      if (isfinite(b)) {
+        if (!isfinite(a)) ++lse_bad;
+        else e_lse = fmaxf(e_lse, fabsf(a - b));
+      } else if (!(isinf(a) && a < 0)) {
+        ++lse_bad;
+      }
+    }
+  }
+  atomicMax(&stats[0], __float_as_uint(e_out));
+  atomicMax(&stats[1], __float_as_uint(e_low));
+  atomicMax(&stats[2], __float_as_uint(e_lse));
+  if (nonfinite) atomicAdd(&counts[0], nonfinite);
+  if (lse_bad) atomicAdd(&counts[1], lse_bad);
+}
+
+}  // namespace att_ref
