@@ -33,6 +33,181 @@ __device__ __forceinline__ void load_tile(elem_t* smem, const elem_t* gmem, long
   }
 }
 
+// Per-warp state and the four steps of one sub-tile of kSubN keys: scores, mask, softmax, P.V.
+// Thread (lane) holds rows (m, h) = warp_row0 + m*16 + g + 8h of the block, g = lane/4, h in {0,1}.
+struct WarpState {
+  float acc_o[T::kMTiles][T::kDTiles][4];   // (M_TILE, D_TILE, frag) output accumulator
+  float row_max[T::kMTiles][2];             // reference max of raw scores (stale when lazy)
+  float row_sum[T::kMTiles][2];             // this thread's part of sum exp2(scaled s - max)
+  u32 q_frag[T::kQInRegs ? T::kMTiles : 1][T::kQInRegs ? T::kDSteps : 1][4];  // (M_TILE, D_STEP, frag)
+};
+
+// A-operand (16x16) ldmatrix address: rows lane%16, column half lane/16.
+__device__ __forceinline__ u32 q_frag_addr(u32 sq, int warp_row0, int m, int ds, int lane) {
+  return sq + swizzled(warp_row0 + m * 16 + (lane & 15), ds * 2 + (lane >> 4)) * 2;
+}
+
+// S = Q.K^T for keys [key0, key0 + kSubN) of the K tile at k_base.  acc_s: (M_TILE, N_TILE, frag)
+// B fragments stream through a ring of kFragPrefetch + 1 slots, loaded kFragPrefetch MMA steps
+// ahead of use; step f covers head-dim step f / kKeyPairs and key-tile pair f % kKeyPairs.
+__device__ __forceinline__ void compute_scores(float (&acc_s)[T::kMTiles][T::kSubTiles][4], const WarpState& st,
+                                               u32 sq, u32 k_base, int key0, int warp_row0, int lane) {
+  constexpr int kKeyPairs = T::kSubTiles / 2;
+  constexpr int kSteps = T::kDSteps * kKeyPairs;
+  constexpr int kRing = T::kFragPrefetch + 1;
+#pragma unroll
+  for (int m = 0; m < T::kMTiles; ++m)
+#pragma unroll
+    for (int n = 0; n < T::kSubTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_s[m][n][e] = 0.f;
+  u32 kb[kRing][4];                                // (RING, frag) of K
+  u32 qa[T::kQInRegs ? 1 : 2][T::kMTiles][4];      // (D_STEP % 2, M_TILE, frag) of Q from smem
+  auto load = [&](int f) {
+    const int ds = f / kKeyPairs, np = f % kKeyPairs;
+    if constexpr (!T::kQInRegs) {
+      if (np == 0) {
+#pragma unroll
+        for (int m = 0; m < T::kMTiles; ++m)
+          ldmatrix_x4(q_frag_addr(sq, warp_row0, m, ds, lane), qa[ds & 1][m][0], qa[ds & 1][m][1],
+                      qa[ds & 1][m][2], qa[ds & 1][m][3]);
+      }
+    }
+    // Matrices (keys +0/+8) x (dims +0/+8): B operands of key tiles 2np and 2np+1.
+    const int row = key0 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+    const int chunk = ds * 2 + ((lane >> 3) & 1);
+    u32(&b)[4] = kb[f % kRing];
+    ldmatrix_x4(k_base + swizzled(row, chunk) * 2, b[0], b[1], b[2], b[3]);
+  };
+#pragma unroll
+  for (int f = 0; f < T::kFragPrefetch && f < kSteps; ++f) load(f);
+#pragma unroll
+  for (int ds = 0; ds < T::kDSteps; ++ds)
+#pragma unroll
+    for (int np = 0; np < kKeyPairs; ++np) {
+      const int f = ds * kKeyPairs + np;
+      if (f + T::kFragPrefetch < kSteps) load(f + T::kFragPrefetch);
+      const u32(&b)[4] = kb[f % kRing];
+#pragma unroll
+      for (int m = 0; m < T::kMTiles; ++m) {
+        if constexpr (T::kQInRegs) {
+          mma_16816<T::kBf16>(acc_s[m][2 * np], st.q_frag[m][ds], b[0], b[1]);
+          mma_16816<T::kBf16>(acc_s[m][2 * np + 1], st.q_frag[m][ds], b[2], b[3]);
+        } else {
+          mma_16816<T::kBf16>(acc_s[m][2 * np], qa[ds & 1][m], b[0], b[1]);
+          mma_16816<T::kBf16>(acc_s[m][2 * np + 1], qa[ds & 1][m], b[2], b[3]);
+        }
+      }
+    }
+}
+
+// Keys at or past seqlen_k, and (causal) right of the diagonal, get -inf. row0: first block row
+// of this warp in the sequence; n0: first key of the sub-tile.
+__device__ __forceinline__ void mask_scores(float (&acc_s)[T::kMTiles][T::kSubTiles][4], int row0, int n0,
+                                            int seqlen_k, int diag, int lane) {
+  const int g = lane >> 2, tig = lane & 3;
+#pragma unroll
+  for (int m = 0; m < T::kMTiles; ++m)
+#pragma unroll
+    for (int n = 0; n < T::kSubTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = row0 + m * 16 + g + ((e >> 1) << 3);
+        const int col = n0 + n * 8 + tig * 2 + (e & 1);
+        const int limit = T::kCausal ? min(seqlen_k, row + diag + 1) : seqlen_k;
+        if (col >= limit) acc_s[m][n][e] = neg_inf();
+      }
+}
+
+// Online softmax step: folds the sub-tile's scores into the running max and sum, rescales O, and
+// returns P packed to 16 bits (the accumulator fragments of key tiles 2ns, 2ns+1 are exactly the
+// A operand of k16 step ns), so the fp32 scores die before P.V.
+__device__ __forceinline__ void softmax_step(WarpState& st, const float (&acc_s)[T::kMTiles][T::kSubTiles][4],
+                                             u32 (&p_frag)[T::kMTiles][T::kSubSteps][4], float scale_log2) {
+  float tile_max[T::kMTiles][2];
+  bool grow = false;
+#pragma unroll
+  for (int m = 0; m < T::kMTiles; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = st.row_max[m][h];
+#pragma unroll
+      for (int n = 0; n < T::kSubTiles; ++n) mx = fmaxf(mx, fmaxf(acc_s[m][n][2 * h], acc_s[m][n][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      tile_max[m][h] = mx;
+      // Lazy: keep the stale max while no row's max grew by more than 2^kLazyLog2 in exp2 units;
+      // P then stays <= 2^kLazyLog2 and the result is exact (numerator and denominator share it).
+      grow |= T::kLazyRescale ? (mx - st.row_max[m][h]) * scale_log2 > T::kLazyLog2 : true;
+    }
+  if (!T::kLazyRescale || __any_sync(0xffffffffu, grow)) {
+#pragma unroll
+    for (int m = 0; m < T::kMTiles; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float mx = tile_max[m][h];
+        // A row that has seen no key keeps max -inf; exp2(-inf - 0) gives alpha 0, not NaN.
+        const float alpha = ex2(st.row_max[m][h] * scale_log2 - (mx == neg_inf() ? 0.f : mx * scale_log2));
+        st.row_max[m][h] = mx;
+        st.row_sum[m][h] *= alpha;
+#pragma unroll
+        for (int d = 0; d < T::kDTiles; ++d) {
+          st.acc_o[m][d][2 * h] *= alpha;
+          st.acc_o[m][d][2 * h + 1] *= alpha;
+        }
+      }
+  }
+#pragma unroll
+  for (int m = 0; m < T::kMTiles; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float max_scaled = st.row_max[m][h] == neg_inf() ? 0.f : st.row_max[m][h] * scale_log2;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < T::kSubTiles; ++n) {
+        const float p0 = ex2(fmaf(acc_s[m][n][2 * h], scale_log2, -max_scaled));
+        const float p1 = ex2(fmaf(acc_s[m][n][2 * h + 1], scale_log2, -max_scaled));
+        p_frag[m][n >> 1][(n & 1) * 2 + h] = pack2<T::kBf16>(p0, p1);
+        sum += p0 + p1;
+      }
+      st.row_sum[m][h] += sum;
+    }
+}
+
+// O += P.V for keys [key0, key0 + kSubN) of the V tile at v_base; V's B operands come from a
+// transposing ldmatrix through a ring like compute_scores'. Step f: key step f / kDimPairs, dim
+// pair f % kDimPairs.
+__device__ __forceinline__ void accumulate_pv(WarpState& st, const u32 (&p_frag)[T::kMTiles][T::kSubSteps][4],
+                                              u32 v_base, int key0, int lane) {
+  constexpr int kDimPairs = T::kDTiles / 2;
+  constexpr int kSteps = T::kSubSteps * kDimPairs;
+  constexpr int kRing = T::kFragPrefetch + 1;
+  u32 vb[kRing][4];  // (RING, frag) of V
+  auto load = [&](int f) {
+    const int ns = f / kDimPairs, dp = f % kDimPairs;
+    // Matrices (keys +0/+8) x (dims +0/+8), transposed: B operands of dim tiles 2dp, 2dp+1.
+    const int row = key0 + ns * 16 + (lane & 15);
+    const int chunk = dp * 2 + (lane >> 4);
+    u32(&b)[4] = vb[f % kRing];
+    ldmatrix_x4_trans(v_base + swizzled(row, chunk) * 2, b[0], b[1], b[2], b[3]);
+  };
+#pragma unroll
+  for (int f = 0; f < T::kFragPrefetch && f < kSteps; ++f) load(f);
+#pragma unroll
+  for (int ns = 0; ns < T::kSubSteps; ++ns)
+#pragma unroll
+    for (int dp = 0; dp < kDimPairs; ++dp) {
+      const int f = ns * kDimPairs + dp;
+      if (f + T::kFragPrefetch < kSteps) load(f + T::kFragPrefetch);
+      const u32(&b)[4] = vb[f % kRing];
+#pragma unroll
+      for (int m = 0; m < T::kMTiles; ++m) {
+        mma_16816<T::kBf16>(st.acc_o[m][2 * dp], p_frag[m][ns], b[0], b[1]);
+        mma_16816<T::kBf16>(st.acc_o[m][2 * dp + 1], p_frag[m][ns], b[2], b[3]);
+      }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 flash_fwd_mma(const AttnParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -57,182 +232,97 @@ flash_fwd_mma(const AttnParams p) {
   float* lse = p.lse ? p.lse + (static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q : nullptr;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, tig = lane & 3;  // MMA fragment coordinates: row group, thread in group
+  const int g = lane >> 2, tig = lane & 3;
   const int warp_row0 = warp * T::kWarpRows;
+  const u32 sq = smem_addr(sQ);
 
-  // Per thread: rows (m, h) = warp_row0 + m*16 + g + 8h of the block, h in {0, 1}.
-  float acc_o[T::kMTiles][T::kDTiles][4];  // (M_TILE, D_TILE, frag)
-  float row_max[T::kMTiles][2];            // running max of raw scores
-  float row_sum[T::kMTiles][2];            // running sum of this thread's exp terms
+  WarpState st;
 #pragma unroll
   for (int m = 0; m < T::kMTiles; ++m) {
 #pragma unroll
     for (int d = 0; d < T::kDTiles; ++d)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[m][d][e] = 0.f;
-    row_max[m][0] = row_max[m][1] = neg_inf();
-    row_sum[m][0] = row_sum[m][1] = 0.f;
+      for (int e = 0; e < 4; ++e) st.acc_o[m][d][e] = 0.f;
+    st.row_max[m][0] = st.row_max[m][1] = neg_inf();
+    st.row_sum[m][0] = st.row_sum[m][1] = 0.f;
   }
 
-  // Tile t of the stream: K_{t/2} for even t, V_{t/2} for odd t. Every call commits one group,
-  // empty past the end, so cp.async.wait_group counts stay uniform.
-  auto issue_tile = [&](int t) {
-    const int j = t >> 1;
-    if (j < n_blocks) {
-      const int slot = j % T::kStages;
-      if ((t & 1) == 0)
-        load_tile<T::kBlockN>(sK + slot * T::kKVElems, k, p.k_stride[2], j * T::kBlockN, p.seqlen_k);
-      else
-        load_tile<T::kBlockN>(sV + slot * T::kKVElems, v, p.v_stride[2], j * T::kBlockN, p.seqlen_k);
+  auto load_k = [&](int j) {
+    load_tile<T::kBlockN>(sK + (j % T::kStages) * T::kKVElems, k, p.k_stride[2], j * T::kBlockN, p.seqlen_k);
+  };
+  auto load_v = [&](int j) {
+    load_tile<T::kBlockN>(sV + (j % T::kStages) * T::kKVElems, v, p.v_stride[2], j * T::kBlockN, p.seqlen_k);
+  };
+  // Interleaved schedule: the stream is K_0, V_0, K_1, ... one cp.async group per tile, committed
+  // even past the end (empty) so wait_group counts stay uniform. Blockwise: K_j and V_j form one
+  // group. Either way the group of the first tile also carries Q.
+  auto issue = [&](int t) {
+    if constexpr (T::kBlockwise) {
+      if (t < n_blocks) { load_k(t); load_v(t); }
+    } else {
+      if ((t >> 1) < n_blocks) { if ((t & 1) == 0) load_k(t >> 1); else load_v(t >> 1); }
     }
     cp_async_commit();
   };
-
-  if (n_blocks > 0) {
-    load_tile<T::kBlockM>(sQ, q, p.q_stride[2], m0, p.seqlen_q);  // joins K_0's group
-#pragma unroll
-    for (int t = 0; t < T::kLookahead; ++t) issue_tile(t);
-  }
-
-  u32 q_frag[T::kQInRegs ? T::kMTiles : 1][T::kQInRegs ? T::kDSteps : 1][4];  // (M_TILE, D_STEP, frag)
-  // A-operand (16x16) ldmatrix address of this lane: rows lane%16, column half lane/16.
-  auto q_frag_addr = [&](int m, int ds) {
-    const int row = warp_row0 + m * 16 + (lane & 15);
-    return smem_addr(sQ) + swizzled(row, ds * 2 + (lane >> 4)) * 2;
-  };
-
-  for (int j = 0; j < n_blocks; ++j) {
-    const int slot = j % T::kStages;
-    const int n0 = j * T::kBlockN;
-    cp_async_wait<T::kLookahead - 1>();  // K_j (and Q) landed for this thread's copies
-    __syncthreads();                     // ... and everyone's; V_{j-1} slot is free
-    issue_tile(2 * j + T::kLookahead);
-
-    if (T::kQInRegs && j == 0) {
+  auto load_q_frags = [&]() {
+    if constexpr (T::kQInRegs) {
 #pragma unroll
       for (int m = 0; m < T::kMTiles; ++m)
 #pragma unroll
         for (int ds = 0; ds < T::kDSteps; ++ds)
-          ldmatrix_x4(q_frag_addr(m, ds), q_frag[m][ds][0], q_frag[m][ds][1], q_frag[m][ds][2], q_frag[m][ds][3]);
+          ldmatrix_x4(q_frag_addr(sq, warp_row0, m, ds, lane), st.q_frag[m][ds][0], st.q_frag[m][ds][1],
+                      st.q_frag[m][ds][2], st.q_frag[m][ds][3]);
     }
+  };
+  // Does key range [n0, n0 + n) need masking for any row of this warp?
+  auto needs_mask = [&](int n0, int n) {
+    return n0 + n > p.seqlen_k || (T::kCausal && n0 + n - 1 > m0 + warp_row0 + diag);
+  };
 
-    // S = Q.K_j^T  (M_TILE, N_TILE, frag)
-    float acc_s[T::kMTiles][T::kNTiles][4];
+  if (n_blocks > 0) {
+    load_tile<T::kBlockM>(sQ, q, p.q_stride[2], m0, p.seqlen_q);  // joins the first group
 #pragma unroll
-    for (int m = 0; m < T::kMTiles; ++m)
-#pragma unroll
-      for (int n = 0; n < T::kNTiles; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_s[m][n][e] = 0.f;
+    for (int t = 0; t < T::kLookahead; ++t) issue(t);
+  }
 
-    const u32 k_base = smem_addr(sK + slot * T::kKVElems);
-#pragma unroll
-    for (int ds = 0; ds < T::kDSteps; ++ds) {
-      u32 a[T::kMTiles][4];
-#pragma unroll
-      for (int m = 0; m < T::kMTiles; ++m) {
-        if (T::kQInRegs) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) a[m][e] = q_frag[T::kQInRegs ? m : 0][T::kQInRegs ? ds : 0][e];
-        } else {
-          ldmatrix_x4(q_frag_addr(m, ds), a[m][0], a[m][1], a[m][2], a[m][3]);
-        }
+  for (int j = 0; j < n_blocks; ++j) {
+    const u32 k_base = smem_addr(sK + (j % T::kStages) * T::kKVElems);
+    const u32 v_base = smem_addr(sV + (j % T::kStages) * T::kKVElems);
+    const int n0 = j * T::kBlockN;
+    if constexpr (T::kBlockwise) {
+      // One group per block: block j (and Q) landed; after the barrier every warp is done with
+      // block j-1, whose slot the issue below refills with block j + kLookahead.
+      cp_async_wait<T::kLookahead - 1>();
+      __syncthreads();
+      issue(j + T::kLookahead);
+      if (j == 0) load_q_frags();
+      // Rolled on purpose: unrolled, ptxas hoists the next step's loads and spills (seen at
+      // 128x64, 4 warps, sub_n 32: 56 bytes).
+#pragma unroll 1
+      for (int sub = 0; sub < T::kBlockN / T::kSubN; ++sub) {
+        const int key0 = sub * T::kSubN;
+        float acc_s[T::kMTiles][T::kSubTiles][4];
+        compute_scores(acc_s, st, sq, k_base, key0, warp_row0, lane);
+        if (needs_mask(n0 + key0, T::kSubN)) mask_scores(acc_s, m0 + warp_row0, n0 + key0, p.seqlen_k, diag, lane);
+        u32 p_frag[T::kMTiles][T::kSubSteps][4];
+        softmax_step(st, acc_s, p_frag, p.scale_log2);
+        accumulate_pv(st, p_frag, v_base, key0, lane);
       }
-#pragma unroll
-      for (int np = 0; np < T::kNTiles / 2; ++np) {
-        // B operands of key tiles 2np and 2np+1: matrices (keys +0/+8) x (dims +0/+8).
-        const int row = np * 16 + (lane & 7) + ((lane >> 4) << 3);
-        const int chunk = ds * 2 + ((lane >> 3) & 1);
-        u32 b0, b1, b2, b3;
-        ldmatrix_x4(k_base + swizzled(row, chunk) * 2, b0, b1, b2, b3);
-#pragma unroll
-        for (int m = 0; m < T::kMTiles; ++m) {
-          mma_16816<T::kBf16>(acc_s[m][2 * np], a[m], b0, b1);
-          mma_16816<T::kBf16>(acc_s[m][2 * np + 1], a[m], b2, b3);
-        }
-      }
-    }
-
-    // Mask keys past seqlen_k, and (causal) keys right of the diagonal. Only tiles that reach
-    // either boundary pay for it.
-    const bool need_mask = n0 + T::kBlockN > p.seqlen_k ||
-                           (T::kCausal && n0 + T::kBlockN - 1 > m0 + warp_row0 + diag);
-    if (need_mask) {
-#pragma unroll
-      for (int m = 0; m < T::kMTiles; ++m)
-#pragma unroll
-        for (int n = 0; n < T::kNTiles; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = m0 + warp_row0 + m * 16 + g + ((e >> 1) << 3);
-            const int col = n0 + n * 8 + tig * 2 + (e & 1);
-            const int limit = T::kCausal ? min(p.seqlen_k, row + diag + 1) : p.seqlen_k;
-            if (col >= limit) acc_s[m][n][e] = neg_inf();
-          }
-    }
-
-    // Online softmax. Row max over this thread's values, then over the 4 threads of the row.
-#pragma unroll
-    for (int m = 0; m < T::kMTiles; ++m) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = row_max[m][h];
-#pragma unroll
-        for (int n = 0; n < T::kNTiles; ++n) mx = fmaxf(mx, fmaxf(acc_s[m][n][2 * h], acc_s[m][n][2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // A row that has seen no key yet keeps max -inf; subtract 0 then so exp2 gives 0, not NaN.
-        const float max_scaled = mx == neg_inf() ? 0.f : mx * p.scale_log2;
-        const float alpha = ex2(row_max[m][h] * p.scale_log2 - max_scaled);
-        row_max[m][h] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int n = 0; n < T::kNTiles; ++n) {
-          const float p0 = ex2(fmaf(acc_s[m][n][2 * h], p.scale_log2, -max_scaled));
-          const float p1 = ex2(fmaf(acc_s[m][n][2 * h + 1], p.scale_log2, -max_scaled));
-          acc_s[m][n][2 * h] = p0;
-          acc_s[m][n][2 * h + 1] = p1;
-          sum += p0 + p1;
-        }
-        row_sum[m][h] = row_sum[m][h] * alpha + sum;
-#pragma unroll
-        for (int d = 0; d < T::kDTiles; ++d) {
-          acc_o[m][d][2 * h] *= alpha;
-          acc_o[m][d][2 * h + 1] *= alpha;
-        }
-      }
-    }
-
-    cp_async_wait<T::kLookahead - 1>();  // V_j landed
-    __syncthreads();                     // ... for everyone; K_j slot is free
-    issue_tile(2 * j + 1 + T::kLookahead);
-
-    // O += P.V_j. P's accumulator fragments of key tiles 2ns and 2ns+1 form the A operand of k16
-    // step ns; V's B operands come from a transposing ldmatrix.
-    const u32 v_base = smem_addr(sV + slot * T::kKVElems);
-#pragma unroll
-    for (int ns = 0; ns < T::kNSteps; ++ns) {
-      u32 a[T::kMTiles][4];
-#pragma unroll
-      for (int m = 0; m < T::kMTiles; ++m) {
-        a[m][0] = pack2<T::kBf16>(acc_s[m][2 * ns][0], acc_s[m][2 * ns][1]);
-        a[m][1] = pack2<T::kBf16>(acc_s[m][2 * ns][2], acc_s[m][2 * ns][3]);
-        a[m][2] = pack2<T::kBf16>(acc_s[m][2 * ns + 1][0], acc_s[m][2 * ns + 1][1]);
-        a[m][3] = pack2<T::kBf16>(acc_s[m][2 * ns + 1][2], acc_s[m][2 * ns + 1][3]);
-      }
-#pragma unroll
-      for (int dp = 0; dp < T::kDTiles / 2; ++dp) {
-        // Matrices (keys +0/+8) x (dims +0/+8), transposed: B operands of dim tiles 2dp, 2dp+1.
-        const int row = ns * 16 + (lane & 15);
-        const int chunk = dp * 2 + (lane >> 4);
-        u32 b0, b1, b2, b3;
-        ldmatrix_x4_trans(v_base + swizzled(row, chunk) * 2, b0, b1, b2, b3);
-#pragma unroll
-        for (int m = 0; m < T::kMTiles; ++m) {
-          mma_16816<T::kBf16>(acc_o[m][2 * dp], a[m], b0, b1);
-          mma_16816<T::kBf16>(acc_o[m][2 * dp + 1], a[m], b2, b3);
-        }
-      }
+    } else {
+      // FlashAttention-2's order: V_j lands during Q.K_j^T, K_{j+kStages} during P.V_j.
+      cp_async_wait<T::kLookahead - 1>();  // K_j (and Q) landed for this thread's copies
+      __syncthreads();                     // ... and everyone's; V_{j-1}'s slot is free
+      issue(2 * j + T::kLookahead);
+      if (j == 0) load_q_frags();
+      float acc_s[T::kMTiles][T::kSubTiles][4];
+      compute_scores(acc_s, st, sq, k_base, 0, warp_row0, lane);
+      if (needs_mask(n0, T::kBlockN)) mask_scores(acc_s, m0 + warp_row0, n0, p.seqlen_k, diag, lane);
+      u32 p_frag[T::kMTiles][T::kSubSteps][4];
+      softmax_step(st, acc_s, p_frag, p.scale_log2);
+      cp_async_wait<T::kLookahead - 1>();  // V_j landed
+      __syncthreads();                     // ... for everyone; K_j's slot is free
+      issue(2 * j + 1 + T::kLookahead);
+      accumulate_pv(st, p_frag, v_base, 0, lane);
     }
   }
   cp_async_wait<0>();
@@ -242,7 +332,7 @@ flash_fwd_mma(const AttnParams p) {
   for (int m = 0; m < T::kMTiles; ++m) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float sum = row_sum[m][h];
+      float sum = st.row_sum[m][h];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const float inv = sum > 0.f ? 1.f / sum : 0.f;  // a row that saw no key outputs zeros
@@ -252,12 +342,11 @@ flash_fwd_mma(const AttnParams p) {
 #pragma unroll
         for (int d = 0; d < T::kDTiles; ++d) {
           *reinterpret_cast<u32*>(orow + d * 8 + tig * 2) =
-              pack2<T::kBf16>(acc_o[m][d][2 * h] * inv, acc_o[m][d][2 * h + 1] * inv);
+              pack2<T::kBf16>(st.acc_o[m][d][2 * h] * inv, st.acc_o[m][d][2 * h + 1] * inv);
         }
         if (lse && tig == 0) {
-          // log(sum(exp(scale*s))) = (scale_log2*max + log2(sum)) * ln(2)
-          lse[row] = sum > 0.f ? (row_max[m][h] * p.scale_log2 + lg2(sum)) * 0.6931471805599453f
-                               : neg_inf();
+          // log(sum exp(scale*s)) = (scale_log2 * max + log2(sum)) * ln(2)
+          lse[row] = sum > 0.f ? (st.row_max[m][h] * p.scale_log2 + lg2(sum)) * 0.6931471805599453f : neg_inf();
         }
       }
     }

@@ -19,19 +19,29 @@ struct Traits {
   static constexpr int kStages = KV_STAGES;    // K and V tiles each in a ring of kStages buffers
   static constexpr bool kQInRegs = Q_IN_REGS;  // Q fragments loaded once vs. re-read per tile
   static constexpr int kMinBlocks = MIN_BLOCKS;  // __launch_bounds__ min blocks per SM
+  static constexpr int kFragPrefetch = FRAG_PREFETCH;  // MMA steps an ldmatrix runs ahead of use
+  static constexpr bool kLazyRescale = LAZY_RESCALE;   // rescale O only when a row max grows a lot
+  static constexpr float kLazyLog2 = 8.f;               // ... by more than 2^8: P <= 256 fits fp16/bf16
+  // interleaved: K and V tiles are separate cp.async groups, FlashAttention-2's order.
+  // blockwise: K_j and V_j are one group, one barrier per block, and the block is processed in
+  // softmax steps of kSubN keys (fewer barriers per key without more score registers).
+  static constexpr bool kBlockwise = KV_SCHEDULE == KV_SCHEDULE_BLOCKWISE;
+  static constexpr int kSubN = SUB_N;
 
   // Derived.
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kWarpRows = kBlockM / kWarps;
   static constexpr int kMTiles = kWarpRows / 16;   // 16-row MMA tiles per warp
   static constexpr int kNTiles = kBlockN / 8;      // 8-key MMA tiles per K/V tile
+  static constexpr int kSubTiles = kSubN / 8;      // 8-key MMA tiles per softmax step
+  static constexpr int kSubSteps = kSubN / 16;     // k16 steps of P.V per softmax step
   static constexpr int kDTiles = kHeadDim / 8;     // 8-wide output tiles
   static constexpr int kDSteps = kHeadDim / 16;    // k16 steps of Q.K^T
-  static constexpr int kNSteps = kBlockN / 16;     // k16 steps of P.V
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per smem row
   // Tiles in flight ahead of the one being consumed, counting K and V tiles alike. With one
   // stage this is FlashAttention-2's schedule: V_j loads during Q.K_j^T, K_{j+1} during P.V_j.
-  static constexpr int kLookahead = 2 * kStages - 1;
+  // Blockwise: blocks in flight ahead of the one consumed.
+  static constexpr int kLookahead = kBlockwise ? kStages - 1 : 2 * kStages - 1;
   static constexpr int kQElems = kBlockM * kHeadDim;
   static constexpr int kKVElems = kBlockN * kHeadDim;  // one K or V stage
   static constexpr int kSmemBytes = (kQElems + 2 * kStages * kKVElems) * 2;
@@ -40,9 +50,14 @@ struct Traits {
                 "each warp must own a whole number of 16-row MMA tiles");
   static_assert(kMTiles >= 1 && kMTiles <= 4, "1 to 4 MMA row tiles per warp");
   static_assert(kBlockN % 16 == 0, "block_n must be a multiple of 16 (the P.V k-step)");
+  static_assert(kSubN % 16 == 0 && kBlockN % kSubN == 0, "sub_n must divide block_n in k16 steps");
+  static_assert(kBlockwise || kSubN == kBlockN,
+                "interleaved refills K_j's slot right after Q.K_j^T: it needs sub_n == block_n");
+  static_assert(!kBlockwise || kStages >= 2, "blockwise needs 2+ stages to overlap loads with compute");
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256,
                 "the XOR swizzle spans 8 16-byte chunks: head_dim must be 64, 128, 192 or 256");
   static_assert(kStages >= 1 && kStages <= 4, "1 to 4 K/V stages");
+  static_assert(kFragPrefetch >= 0 && kFragPrefetch <= 2, "fragment prefetch distance 0 to 2");
   static_assert(kSmemBytes == SMEM_BYTES,
                 "search space's smem_bytes formula disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with warps * 32");

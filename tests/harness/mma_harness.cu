@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
     std::sort(ts.begin(), ts.end());
     double pairs = 0; for (int i = 0; i < s; ++i) pairs += causal ? std::clamp(i + sk - s + 1, 0, sk) : sk;
     double tf = 4.0 * b * h * d * pairs / (ts[10] * 1e-3) / 1e12;
-    std::printf("BM=%d BN=%d W=%d ST=%d QR=%d MB=%d regs=%d occ=%d | b=%d h=%d hkv=%d s=%d sk=%d L=%d d=%d %s%s | err=%.3g low=%.3g lse=%.2g nf=%u lsebad=%u %s | %.1f us %.1f TF\n",
-                BLOCK_M, BLOCK_N, WARPS, KV_STAGES, Q_IN_REGS, MIN_BLOCKS, fa.numRegs, occ, b, h, hkv, s, sk, layout, d,
+    std::printf("BM=%d BN=%d W=%d ST=%d QR=%d MB=%d FP=%d LR=%d SC=%d SUB=%d regs=%d occ=%d | b=%d h=%d hkv=%d s=%d sk=%d L=%d d=%d %s%s | err=%.3g low=%.3g lse=%.2g nf=%u lsebad=%u %s | %.1f us %.1f TF\n",
+                BLOCK_M, BLOCK_N, WARPS, KV_STAGES, Q_IN_REGS, MIN_BLOCKS, FRAG_PREFETCH, LAZY_RESCALE, KV_SCHEDULE, SUB_N, fa.numRegs, occ, b, h, hkv, s, sk, layout, d,
                 bf16 ? "bf16" : "fp16", causal ? " causal" : "", e_out, e_low, e_lse, hs[4], hs[5], ok ? "PASS" : "FAIL", ts[10] * 1e3, tf);
     cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse); cudaFree(r32); cudaFree(rlow); cudaFree(lse32); cudaFree(lselow); cudaFree(stats);
   }
