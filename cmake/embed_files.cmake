@@ -1,4 +1,6 @@
-# Writes OUT: a C++ file mapping each of FILES (paths relative to ROOT) to its contents.
+# Writes OUT: a C++ file mapping each file listed in LIST (one path a line; keys relative to
+# ROOT) to its contents.
+file(STRINGS ${LIST} FILES)
 set(body "")
 foreach(f ${FILES})
   file(RELATIVE_PATH rel ${ROOT} ${f})
