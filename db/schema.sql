@@ -1,0 +1,103 @@
+-- attntune database, schema version 2 (the highest db/migrations/NNN_*.sql). A new database is
+-- created from this file; an older one is brought here by the migrations, and a test checks that
+-- both roads end at the same tables, columns and indexes. The store sets PRAGMA application_id
+-- ("ATTN") and PRAGMA user_version in the same transaction.
+-- Times are ISO-8601 UTC with milliseconds ("2025-01-31T12:00:00.000Z").
+
+-- A GPU. The uuid may be unknown (NULL); uniqueness then counts it as ''.
+CREATE TABLE devices (
+  id             INTEGER PRIMARY KEY,
+  name           TEXT NOT NULL,                   -- "NVIDIA H100 80GB HBM3"
+  arch           TEXT NOT NULL,                   -- "sm_90"
+  sm_count       INTEGER NOT NULL CHECK (sm_count >= 0),
+  uuid           TEXT,                            -- "GPU-5d0e..."
+  driver_version TEXT NOT NULL DEFAULT ''
+);
+CREATE UNIQUE INDEX devices_identity ON devices (name, arch, IFNULL(uuid, ''));
+
+-- A tuning run for one problem, space and template family; resumed by name.
+CREATE TABLE campaigns (
+  id             INTEGER PRIMARY KEY,
+  name           TEXT NOT NULL UNIQUE,
+  problem        TEXT NOT NULL CHECK (json_valid(problem)),  -- Problem::json()
+  -- The problem again, as columns to query by (`best --problem`).
+  b              INTEGER NOT NULL,
+  h              INTEGER NOT NULL,
+  hkv            INTEGER NOT NULL,
+  s              INTEGER NOT NULL,
+  sk             INTEGER NOT NULL,
+  d              INTEGER NOT NULL,
+  dtype          TEXT NOT NULL CHECK (dtype IN ('fp16', 'bf16')),
+  causal         INTEGER NOT NULL CHECK (causal IN (0, 1)),
+  space_path     TEXT NOT NULL,
+  space_hash     TEXT NOT NULL,                   -- content hash of the space file
+  family         TEXT NOT NULL,                   -- kernel template ("template" in JSON)
+  strategy       TEXT NOT NULL,
+  seed           INTEGER NOT NULL,
+  status         TEXT NOT NULL DEFAULT 'running'
+                 CHECK (status IN ('running', 'completed', 'stopped', 'failed')),
+  stop_reason    TEXT NOT NULL DEFAULT '',        -- since version 2
+  budget_evals   INTEGER NOT NULL DEFAULT 0,      -- 0: no limit
+  budget_seconds REAL NOT NULL DEFAULT 0,         -- 0: no limit
+  device_id      INTEGER NOT NULL REFERENCES devices (id),
+  started_at     TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  ended_at       TEXT
+);
+CREATE INDEX campaigns_problem ON campaigns (b, h, hkv, s, sk, d, dtype, causal);
+
+-- A config of a template, as rendered: the same config from an edited template is another candidate.
+CREATE TABLE candidates (
+  id          INTEGER PRIMARY KEY,
+  family      TEXT NOT NULL,
+  config      TEXT NOT NULL CHECK (json_valid(config)),  -- canonical: keys sorted
+  config_key  TEXT NOT NULL,                             -- canonical "block_m=128,block_n=64"
+  source_hash TEXT NOT NULL,                             -- content hash of the rendered source
+  UNIQUE (family, config_key, source_hash)
+);
+
+-- The compile cache: one NVRTC result per source, arch, compiler version and options.
+CREATE TABLE builds (
+  id            INTEGER PRIMARY KEY,
+  source_hash   TEXT NOT NULL,
+  arch          TEXT NOT NULL,
+  nvrtc_version TEXT NOT NULL,
+  options       TEXT NOT NULL,
+  status        TEXT NOT NULL CHECK (status IN ('ok', 'compile_error', 'compile_timeout')),
+  cubin         BLOB,                             -- NULL unless ok
+  log           TEXT NOT NULL DEFAULT '',
+  registers     INTEGER NOT NULL DEFAULT 0,
+  smem_static   INTEGER NOT NULL DEFAULT 0,
+  spill_stores  INTEGER NOT NULL DEFAULT 0,
+  spill_loads   INTEGER NOT NULL DEFAULT 0,
+  local_bytes   INTEGER NOT NULL DEFAULT 0,
+  compile_ms    REAL NOT NULL DEFAULT 0,
+  created_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  UNIQUE (source_hash, arch, nvrtc_version, options)
+);
+
+-- Every outcome of every candidate, failures included: failures are data.
+CREATE TABLE evaluations (
+  id           INTEGER PRIMARY KEY,
+  campaign_id  INTEGER NOT NULL REFERENCES campaigns (id) ON DELETE CASCADE,
+  seq          INTEGER NOT NULL CHECK (seq >= 1),  -- 1, 2, ... in evaluation order within the campaign
+  candidate_id INTEGER NOT NULL REFERENCES candidates (id),
+  device_id    INTEGER NOT NULL REFERENCES devices (id),
+  status       TEXT NOT NULL CHECK (status IN ('ok', 'compile_error', 'compile_timeout', 'resources',
+                                               'launch_error', 'crashed', 'timeout', 'wrong_result',
+                                               'nan_or_unwritten')),
+  error        TEXT NOT NULL DEFAULT '',
+  median_us    REAL,
+  min_us       REAL,                              -- since version 2
+  max_us       REAL,                              -- since version 2
+  stdev_us     REAL,                              -- since version 2
+  count        INTEGER NOT NULL DEFAULT 0,        -- timed launches
+  tflops       REAL,
+  max_abs_err  REAL,
+  err_bound    REAL,
+  evaluated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  CHECK (status <> 'ok' OR (median_us IS NOT NULL AND tflops IS NOT NULL AND max_abs_err IS NOT NULL)),
+  UNIQUE (campaign_id, seq)
+);
+-- `best` and `campaigns` walk a campaign's ok evaluations fastest first (ties: candidate, then
+-- rowid); with candidate_id in the index the walk never reads the table, only the rows it returns.
+CREATE INDEX evaluations_best ON evaluations (campaign_id, status, median_us, candidate_id);

@@ -1,0 +1,145 @@
+// The Store owns the SQLite database: devices, campaigns, candidates, the compile cache and every
+// evaluation (db/schema.sql). Nothing else in the tuner sees SQLite.
+//
+// Opening never harms a file that is not ours: a file that is not SQLite, a SQLite database of
+// another application, a corrupt or truncated file, or a database written by a newer attntune is
+// refused (InputError, exit 2) after reading its 100-byte header, before SQLite touches it.
+// Databases run in WAL mode, so readers (best, campaigns) and the one writer (tune) never block each
+// other; writers wait up to the busy timeout for each other.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config.hpp"
+#include "space/problem.hpp"
+
+namespace attntune {
+
+namespace sqlite {
+class Connection;
+}
+
+struct DeviceInfo {
+  std::string name, arch, uuid;  // uuid "" when unknown
+  int sm_count = 0;
+  std::string driver_version;
+};
+
+struct CampaignSpec {
+  std::string name;
+  Problem problem;
+  std::string space_path, space_hash, family, strategy;
+  std::int64_t seed = 0;
+  std::int64_t budget_evals = 0;  // 0: no limit
+  double budget_seconds = 0;      // 0: no limit
+};
+
+struct CampaignRow {
+  std::int64_t id = 0;
+  CampaignSpec spec;
+  std::string status, stop_reason, started_at, ended_at, gpu, arch;  // ended_at "" while running
+  std::int64_t evaluations = 0, ok = 0;
+  std::optional<double> best_us, best_tflops;  // the fastest ok evaluation, if any
+};
+
+struct BuildKey {
+  std::string source_hash, arch, nvrtc_version, options;
+};
+
+struct BuildRecord {
+  std::string status;  // ok | compile_error | compile_timeout
+  std::string cubin;   // bytes; empty unless ok
+  std::string log;
+  int registers = 0, smem_static = 0, spill_stores = 0, spill_loads = 0, local_bytes = 0;
+  double compile_ms = 0;
+};
+
+struct EvalRecord {
+  // ok | compile_error | compile_timeout | resources | launch_error | crashed | timeout |
+  // wrong_result | nan_or_unwritten. An ok record must carry median_us, tflops and max_abs_err.
+  std::string status, error;
+  std::optional<double> median_us, min_us, max_us, stdev_us, tflops, max_abs_err, err_bound;
+  std::int64_t count = 0;
+};
+
+struct BestRow {
+  std::string campaign;
+  Problem problem;
+  std::string family;
+  Config config;
+  double median_us = 0, tflops = 0, max_abs_err = 0;
+  std::string gpu, arch, evaluated_at;
+};
+
+struct BestQuery {
+  std::optional<Problem> problem;
+  std::optional<std::string> campaign;
+  int top = 1;
+};
+
+class Store {
+ public:
+  enum class Mode {
+    kCreate,    // create if missing, migrate if older (tune)
+    kExisting,  // must exist; migrate if older (writers other than tune)
+    kReadOnly,  // must exist; queries only, never writes the file (best, campaigns, export, report)
+  };
+  static constexpr std::uint32_t kApplicationId = 0x4154544E;  // "ATTN" at header offset 68
+  static constexpr std::chrono::milliseconds kDefaultBusyTimeout{5000};
+
+  // Throws InputError for a missing database (kExisting, kReadOnly), a file that is not an attntune
+  // database, a corrupt one, or one newer than this binary; the file is then left byte-for-byte
+  // unchanged. A kReadOnly open of an older schema migrates a private in-memory copy.
+  static Store open(const std::string& path, Mode mode);
+  Store(Store&&) noexcept;
+  Store& operator=(Store&&) noexcept;
+  ~Store();
+
+  const std::string& path() const noexcept { return path_; }
+  int schema_version() const noexcept { return schema_version_; }
+  static int current_schema_version();
+  // How long a writer waits for another writer before failing with "locked by another writer".
+  void set_busy_timeout(std::chrono::milliseconds timeout);
+
+  std::int64_t upsert_device(const DeviceInfo& device);
+
+  // Creates the campaign, or returns the existing one with that name, marked running again with the
+  // spec's budgets and device; throws InputError if it exists with a different problem, space_hash
+  // or family (a resume must match).
+  std::int64_t open_campaign(const CampaignSpec& spec, std::int64_t device_id);
+  // status: completed | stopped | failed (or running). Sets ended_at.
+  void finish_campaign(std::int64_t campaign_id, const std::string& status, const std::string& stop_reason);
+  std::optional<std::int64_t> find_campaign(const std::string& name);
+
+  std::int64_t upsert_candidate(const std::string& family, const Config& config, const std::string& source_hash);
+
+  std::optional<BuildRecord> find_build(const BuildKey& key);
+  void put_build(const BuildKey& key, const BuildRecord& build);  // insert or replace
+
+  // One transaction; numbers the evaluation within its campaign. Returns its id.
+  std::int64_t record_evaluation(std::int64_t campaign_id, std::int64_t candidate_id, std::int64_t device_id,
+                                 const EvalRecord& eval);
+  // Everything evaluated in a campaign (any status), in evaluation order, so a resumed campaign
+  // evaluates nothing twice.
+  std::vector<std::pair<Config, EvalRecord>> campaign_evaluations(std::int64_t campaign_id);
+
+  // Ok evaluations only, fastest first; one row per distinct (campaign, template, config), keeping its
+  // best median; at most query.top rows (>= 1).
+  std::vector<BestRow> best(const BestQuery& query);
+  std::vector<CampaignRow> campaigns();
+
+ private:
+  Store(std::string path, std::unique_ptr<sqlite::Connection> db, int schema_version);
+  sqlite::Connection& db();
+
+  std::string path_;
+  std::unique_ptr<sqlite::Connection> db_;
+  int schema_version_ = 0;
+};
+
+}  // namespace attntune

@@ -1,0 +1,129 @@
+// attntune best: the fastest valid configs recorded, per problem or campaign (CONTRACT.md gives the
+// JSON). Reads the database read-only, so it runs beside a tune that is writing to it.
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli/command.hpp"
+#include "cli/format.hpp"
+#include "core/error.hpp"
+#include "db/store.hpp"
+
+namespace attntune::cli {
+
+namespace {
+
+constexpr const char* kSummary = "best valid configs, fastest first";
+
+nlohmann::ordered_json to_json(const BestRow& r) {
+  return {{"campaign", r.campaign},
+          {"problem", problem_json(r.problem)},
+          {"template", r.family},
+          {"config", config_json(r.config)},
+          {"median_us", r.median_us},
+          {"tflops", r.tflops},
+          {"max_abs_err", r.max_abs_err},
+          {"gpu", r.gpu},
+          {"arch", r.arch},
+          {"evaluated_at", r.evaluated_at}};
+}
+
+Table csv_table(const std::vector<BestRow>& rows) {
+  Table t({"rank", "campaign", "problem", "template", "config", "median_us", "tflops", "max_abs_err", "gpu", "arch",
+           "evaluated_at"});
+  int rank = 0;
+  for (const auto& r : rows)
+    t.add_row({std::to_string(++rank), r.campaign, r.problem.str(), r.family, config_str(r.config),
+               format_exact(r.median_us), format_exact(r.tflops), format_exact(r.max_abs_err), r.gpu, r.arch,
+               r.evaluated_at});
+  return t;
+}
+
+// Values every row shares (the problem, usually the GPU) go in a title line rather than a column.
+void print_table(std::ostream& out, const std::vector<BestRow>& rows) {
+  bool one_problem = true, one_gpu = true;
+  for (const auto& r : rows) {
+    one_problem = one_problem && r.problem == rows.front().problem;
+    one_gpu = one_gpu && r.gpu == rows.front().gpu && r.arch == rows.front().arch;
+  }
+  std::vector<std::string> title;
+  if (one_problem) title.push_back("problem " + rows.front().problem.str());
+  if (one_gpu) title.push_back(fmt::format("{} ({})", rows.front().gpu, rows.front().arch));
+  if (!title.empty()) out << fmt::format("{}\n\n", fmt::join(title, "  on  "));
+
+  std::vector<std::string> headers = {"rank", "campaign"};
+  if (!one_problem) headers.push_back("problem");
+  for (const char* h : {"template", "median µs", "TFLOP/s", "max |err|"}) headers.push_back(h);
+  if (!one_gpu) headers.push_back("gpu");
+  for (const char* h : {"evaluated (UTC)", "config"}) headers.push_back(h);
+  Table t(headers);
+  int rank = 0;
+  for (const auto& r : rows) {
+    std::vector<std::string> cells = {std::to_string(++rank), r.campaign};
+    if (!one_problem) cells.push_back(r.problem.str());
+    for (auto& c : {r.family, format_us(r.median_us), format_tflops(r.tflops), format_error(r.max_abs_err)})
+      cells.push_back(c);
+    if (!one_gpu) cells.push_back(fmt::format("{} ({})", r.gpu, r.arch));
+    cells.push_back(format_time(r.evaluated_at));
+    cells.push_back(config_str(r.config));
+    t.add_row(std::move(cells));
+  }
+  t.print(out);
+}
+
+int run_best(const std::vector<std::string>& args) {
+  std::string db_path, problem_spec, campaign, format;
+  int top = 1;
+  po::options_description opts("options");
+  // clang-format off
+  opts.add_options()
+      ("db", po::value(&db_path)->default_value(default_db_path()), "database ($ATTNTUNE_DB, else ./attntune.db)")
+      ("problem", po::value(&problem_spec), "only this problem, e.g. b=4,h=16,s=4096,d=128,dtype=bf16,causal=1")
+      ("campaign", po::value(&campaign), "only this campaign")
+      ("top", po::value(&top)->default_value(1), "how many configs to list")
+      ("format", po::value(&format)->default_value("table"), "table, json or csv");
+  // clang-format on
+  po::variables_map vm;
+  if (parse_args("best", kSummary, opts, args, vm)) return 0;
+  const Format fmt_kind = parse_format(format);
+  if (top < 1) throw InputError(fmt::format("best: --top must be at least 1 (got {})", top));
+
+  BestQuery query;
+  query.top = top;
+  if (vm.count("problem")) query.problem = Problem::parse(problem_spec);
+  if (vm.count("campaign")) query.campaign = campaign;
+
+  Store store = Store::open(db_path, Store::Mode::kReadOnly);
+  if (query.campaign && !store.find_campaign(*query.campaign))
+    throw InputError(
+        fmt::format("no campaign '{}' in database '{}' (attntune campaigns lists them)", campaign, db_path));
+  const std::vector<BestRow> rows = store.best(query);
+
+  if (fmt_kind == Format::kJson) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& r : rows) out.push_back(to_json(r));
+    print_json(std::cout, out);
+  } else if (fmt_kind == Format::kCsv) {
+    csv_table(rows).print_csv(std::cout);
+  } else if (!rows.empty()) {
+    print_table(std::cout, rows);
+  }
+  std::cout.flush();
+
+  if (rows.empty()) {
+    std::string what = "no valid results";
+    if (query.problem) what += " for problem " + query.problem->str();
+    if (query.campaign) what += fmt::format(" in campaign '{}'", *query.campaign);
+    throw WorkError(fmt::format("{} in database '{}'", what, db_path));
+  }
+  return 0;
+}
+
+const bool registered = register_command({"best", kSummary, false, run_best});
+
+}  // namespace
+
+}  // namespace attntune::cli
