@@ -409,8 +409,10 @@ std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_
           spec.name, space_path, space_hash, spec.space_path, spec.space_hash, hint));
     Statement resume(db(),
                      "UPDATE campaigns SET status = 'running', stop_reason = '', ended_at = NULL, "
-                     "budget_evals = ?2, budget_seconds = ?3, device_id = ?4 WHERE id = ?1");
-    resume.bind(id, spec.budget_evals, spec.budget_seconds, device_id).run();
+                     "budget_evals = ?2, budget_seconds = ?3, device_id = ?4, strategy = ?5, seed = ?6, "
+                     "space_path = ?7 WHERE id = ?1");
+    resume.bind(id, spec.budget_evals, spec.budget_seconds, device_id, spec.strategy, spec.seed, spec.space_path)
+        .run();
   } else {
     const Problem& p = spec.problem;
     Statement insert(db(),

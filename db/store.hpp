@@ -109,8 +109,8 @@ class Store {
   std::int64_t upsert_device(const DeviceInfo& device);
 
   // Creates the campaign, or returns the existing one with that name, marked running again with the
-  // spec's budgets and device; throws InputError if it exists with a different problem, space_hash
-  // or family (a resume must match).
+  // spec's budgets, strategy, seed, space path and device (those of the latest run); throws
+  // InputError if it exists with a different problem, space_hash or family (a resume must match).
   std::int64_t open_campaign(const CampaignSpec& spec, std::int64_t device_id);
   // status: completed | stopped | failed (or running). Sets ended_at.
   void finish_campaign(std::int64_t campaign_id, const std::string& status, const std::string& stop_reason);

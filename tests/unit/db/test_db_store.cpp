@@ -98,6 +98,7 @@ TEST_F(StoreTest, ResumeReturnsTheSameCampaignOnlyWhenItMatches) {
   EXPECT_EQ(rows[0].stop_reason, "");
   EXPECT_EQ(rows[0].ended_at, "");
   EXPECT_EQ(rows[0].spec.budget_evals, 900);
+  EXPECT_EQ(rows[0].spec.strategy, "random");
 
   auto refusal = [&](const CampaignSpec& s) -> std::string {
     try {
