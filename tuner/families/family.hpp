@@ -1,0 +1,60 @@
+// Template families: how a (space, config, problem) becomes one self-contained CUDA source and a
+// launch geometry. Values reach the source only as validated integers (ints, bools as 0/1, enum
+// values as their index): the space has already checked every value against its domain.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "space/problem.hpp"
+#include "space/search_space.hpp"
+
+namespace attntune {
+
+struct FamilyInfo {
+  std::string name;         // "flash_fwd_mma": folder under templates/, the YAML's family:
+  std::string main_file;    // embedded path of the kernel file
+  std::string kernel_name;  // extern "C" entry point
+};
+
+// The family of a space; InputError naming the known ones for an unknown family.
+const FamilyInfo& family_info(const std::string& name);
+std::vector<std::string> known_families();
+
+struct RenderedKernel {
+  std::string source;       // flattened: no #include left
+  std::string kernel_name;
+  std::string source_hash;  // content_hash(source): the candidate's identity and cache key
+};
+
+// Problem fields that the kernel bakes in (head dim, dtype, causal) and the config as #defines,
+// then the family's files with their #includes inlined. Sequence lengths, batch and heads stay
+// run-time arguments, so one build serves every shape with the same d/dtype/causal.
+RenderedKernel render_kernel(const SearchSpace& space, const Config& config, const Problem& problem,
+                             const std::string& arch);
+
+// #defines alone (for the export and tests): name value pairs, in order.
+std::vector<std::pair<std::string, std::int64_t>> kernel_defines(const SearchSpace& space, const Config& config,
+                                                                 const Problem& problem, const std::string& arch);
+
+// An embedded file with its quoted #includes replaced by the embedded files they name (each once).
+std::string flatten_includes(const std::string& embedded_path);
+
+struct LaunchGeometry {
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block = 0;
+  unsigned smem_bytes = 0;  // dynamic shared memory
+};
+// grid = (ceil(s / block_m), h, b); block and smem from the space's derived `threads` and
+// `smem_bytes` (InputError if the space lacks them).
+LaunchGeometry launch_geometry(const SearchSpace& space, const Config& config, const Problem& problem,
+                               const std::string& arch);
+
+// NVRTC options every build of a family uses (besides --gpu-architecture); part of the cache key.
+std::vector<std::string> family_nvrtc_options(const FamilyInfo& family);
+
+// "block_n" -> "BLOCK_N"
+std::string macro_name(const std::string& param);
+
+}  // namespace attntune
