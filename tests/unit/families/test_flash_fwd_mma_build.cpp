@@ -1,0 +1,134 @@
+// flash_fwd_mma on CI (no GPU): rendering, and NVRTC builds of the d=64 and d=128 spaces for
+// sm_89 and sm_90. Every valid config would take CI past its budget on 2 cores (about 2,300
+// builds of 2-4 s), so a fixed, deterministic spread is built: ATTNTUNE_BUILD_SAMPLE configs per
+// (d, arch), default 10; 0 builds all. The GPU property test covers every config on sm_90.
+#include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cuda/nvrtc.hpp"
+#include "eval/compile.hpp"
+
+using namespace attntune;
+
+namespace {
+
+SearchSpace load_space() { return SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/flash_fwd_mma.yaml"); }
+
+std::vector<Config> spread(std::vector<Config> all, std::size_t n) {
+  if (n == 0 || n >= all.size()) return all;
+  std::vector<Config> out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back(all[i * all.size() / n]);
+  return out;
+}
+
+}  // namespace
+
+TEST(FlashFwdMmaRender, SourceIsFlatAndCarriesEveryTunable) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=2,h=8,s=1000,d=128,dtype=bf16,causal=1");
+  const Config c = space.enumerate(p, "sm_90").front();
+  const RenderedKernel k = render_kernel(space, c, p, "sm_90");
+  EXPECT_EQ(k.source.find("#include \""), std::string::npos) << "includes must be inlined";
+  EXPECT_NE(k.source.find("#define ATT_HEAD_DIM 128\n"), std::string::npos);
+  EXPECT_NE(k.source.find("#define ATT_DTYPE_BF16 1\n"), std::string::npos);
+  EXPECT_NE(k.source.find("#define ATT_CAUSAL 1\n"), std::string::npos);
+  for (const auto& param : space.params())
+    EXPECT_NE(k.source.find("#define " + macro_name(param.name) + " "), std::string::npos) << param.name;
+  EXPECT_NE(k.source.find("#define KV_SCHEDULE_BLOCKWISE 1\n"), std::string::npos);
+  EXPECT_NE(k.source.find("#define SMEM_BYTES "), std::string::npos);
+  EXPECT_NE(k.source.find("struct AttnParams"), std::string::npos);
+  EXPECT_EQ(k.kernel_name, "flash_fwd_mma");
+  // Sequence lengths, batch and heads are run-time arguments: the same build serves them all.
+  const Problem other = Problem::parse("b=7,h=3,hkv=1,s=77,sk=5000,d=128,dtype=bf16,causal=1");
+  EXPECT_EQ(render_kernel(space, c, other, "sm_90").source_hash, k.source_hash);
+  Problem fp16 = p;
+  fp16.dtype = DType::kFp16;
+  EXPECT_NE(render_kernel(space, c, fp16, "sm_90").source_hash, k.source_hash);
+}
+
+TEST(FlashFwdMmaRender, GeometryFollowsTheSpace) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=3,h=5,s=1000,d=64,dtype=fp16,causal=0");
+  for (const Config& c : spread(space.enumerate(p, "sm_90"), 20)) {
+    const LaunchGeometry g = launch_geometry(space, c, p, "sm_90");
+    const auto bm = std::get<std::int64_t>(c.at("block_m")), warps = std::get<std::int64_t>(c.at("warps"));
+    EXPECT_EQ(g.grid[0], static_cast<unsigned>((1000 + bm - 1) / bm));
+    EXPECT_EQ(g.grid[1], 5u);
+    EXPECT_EQ(g.grid[2], 3u);
+    EXPECT_EQ(g.block, static_cast<unsigned>(warps * 32));
+    EXPECT_LE(g.smem_bytes, 232448u);
+  }
+}
+
+TEST(FlashFwdMmaRender, InvalidConfigIsRejectedBeforeRendering) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=1,h=1,s=128,d=128,dtype=bf16,causal=0");
+  Config c = space.enumerate(p, "sm_90").front();
+  c["block_m"] = std::int64_t{96};
+  EXPECT_THROW(render_kernel(space, c, p, "sm_90"), InputError);
+  EXPECT_THROW(family_info("flash_fwd_nope"), InputError);
+}
+
+class FlashFwdMmaBuild : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
+
+TEST_P(FlashFwdMmaBuild, SampledValidConfigsCompile) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const auto [d, arch] = GetParam();
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse(fmt::format("b=1,h=1,s=128,d={},dtype=bf16,causal=0", d));
+  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
+  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 10;
+  std::vector<BuildJob> jobs;
+  std::size_t i = 0;
+  for (const Config& c : spread(space.enumerate(p, arch), n)) {
+    Problem v = p;  // alternate dtype and causal over the sample
+    v.dtype = i % 2 ? DType::kFp16 : DType::kBf16;
+    v.causal = (i++ / 2) % 2;
+    jobs.push_back({c, render_kernel(space, c, v, arch), arch});
+  }
+  ASSERT_FALSE(jobs.empty());
+  int built = 0;
+  build_all(std::move(jobs), family_nvrtc_options(family_info("flash_fwd_mma")),
+            static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), nullptr, [&](const BuildOutcome& o) {
+              ++built;
+              EXPECT_EQ(o.build.status, "ok") << config_str(o.job.config) << "\n" << o.build.log;
+              EXPECT_FALSE(o.build.cubin.empty());
+              EXPECT_GT(o.build.registers, 0) << "ptxas resource report missing";
+            });
+  EXPECT_EQ(static_cast<std::size_t>(built), std::min(n == 0 ? SIZE_MAX : n, space.count(p, arch)));
+}
+
+INSTANTIATE_TEST_SUITE_P(DimsAndArchs, FlashFwdMmaBuild,
+                         ::testing::Combine(::testing::Values(64, 128), ::testing::Values("sm_89", "sm_90")),
+                         [](const auto& info) {
+                           return fmt::format("d{}_{}", std::get<0>(info.param), std::get<1>(info.param));
+                         });
+
+// The PTX carries the instructions the template is built on, for both schedules.
+TEST(FlashFwdMmaBuild, PtxUsesMmaSyncLdmatrixCpAsync) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  for (const char* arch : {"sm_89", "sm_90"}) {
+    const Problem p = Problem::parse("b=1,h=1,s=128,d=128,dtype=bf16,causal=1");
+    for (const char* schedule : {"interleaved", "blockwise"}) {
+      Config c;
+      space.for_each_valid(p, arch, [&](const Config& x) {
+        if (c.empty() && std::get<std::string>(x.at("kv_schedule")) == schedule) c = x;
+      });
+      ASSERT_FALSE(c.empty()) << schedule;
+      cuda::CompileOptions opts{arch, family_nvrtc_options(family_info("flash_fwd_mma")), true, 0};
+      const auto out = cuda::nvrtc_compile(render_kernel(space, c, p, arch).source, "k.cu", opts);
+      ASSERT_TRUE(out.ok) << out.log;
+      EXPECT_NE(out.ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos);
+      EXPECT_NE(out.ptx.find("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), std::string::npos);
+      EXPECT_NE(out.ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"), std::string::npos);
+      EXPECT_NE(out.ptx.find("cp.async.cg.shared.global"), std::string::npos);
+      EXPECT_NE(out.ptx.find("ex2.approx"), std::string::npos);
+    }
+  }
+}

@@ -1,0 +1,39 @@
+// Compiling candidates: NVRTC builds on worker threads, ahead of whoever consumes them, with
+// the store's builds table as a cache keyed by (source hash, arch, NVRTC version, options).
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "db/store.hpp"
+#include "families/family.hpp"
+
+namespace attntune {
+
+struct BuildJob {
+  Config config;
+  RenderedKernel kernel;
+  std::string arch;
+};
+
+struct BuildOutcome {
+  BuildJob job;
+  BuildRecord build;      // status ok | compile_error
+  bool cache_hit = false;
+};
+
+// The cache key of a rendered kernel for an arch (options: the NVRTC flags, joined).
+BuildKey build_key(const RenderedKernel& kernel, const std::string& arch, const std::vector<std::string>& options);
+
+// One synchronous NVRTC build (no cache). Throws EnvError when NVRTC is missing.
+BuildRecord build_kernel(const RenderedKernel& kernel, const std::string& arch,
+                         const std::vector<std::string>& options);
+
+// Builds every job on `jobs` threads. `done` runs on the calling thread, once per job in
+// completion order; cache lookups and inserts happen there too, so `store` (may be null) is used
+// from one thread only.
+void build_all(std::vector<BuildJob> jobs, const std::vector<std::string>& options, int threads, Store* store,
+               const std::function<void(const BuildOutcome&)>& done);
+
+}  // namespace attntune
