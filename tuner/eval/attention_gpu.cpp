@@ -1,0 +1,221 @@
+#include "eval/attention_gpu.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cuda/nvrtc.hpp"
+
+namespace attntune {
+
+namespace {
+
+std::size_t rows_of(const Problem& p, bool kv) { return static_cast<std::size_t>(p.b) * (kv ? p.hkv : p.h) * (kv ? p.sk : p.s); }
+
+void set_strides(long long* st, Layout layout, std::int64_t heads, std::int64_t len, std::int64_t d) {
+  if (layout == Layout::kBHSD) {
+    st[0] = heads * len * d; st[1] = len * d; st[2] = d;
+  } else {
+    st[0] = len * heads * d; st[1] = d; st[2] = heads * d;
+  }
+}
+
+float as_float(unsigned bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+}  // namespace
+
+const char* layout_name(Layout l) { return l == Layout::kBHSD ? "BHSD" : "BSHD"; }
+
+AttnBuffers::AttnBuffers(const Problem& p, Layout l)
+    : problem(p),
+      layout(l),
+      q(rows_of(p, false) * p.d * 2),
+      k(rows_of(p, true) * p.d * 2),
+      v(rows_of(p, true) * p.d * 2),
+      o(rows_of(p, false) * p.d * 2),
+      lse(rows_of(p, false) * sizeof(float)) {}
+
+AttnParams AttnBuffers::params() const {
+  AttnParams a{};
+  a.q = reinterpret_cast<const void*>(q.ptr());
+  a.k = reinterpret_cast<const void*>(k.ptr());
+  a.v = reinterpret_cast<const void*>(v.ptr());
+  a.o = reinterpret_cast<void*>(o.ptr());
+  a.lse = reinterpret_cast<float*>(lse.ptr());
+  set_strides(a.q_stride, layout, problem.h, problem.s, problem.d);
+  set_strides(a.k_stride, layout, problem.hkv, problem.sk, problem.d);
+  set_strides(a.v_stride, layout, problem.hkv, problem.sk, problem.d);
+  set_strides(a.o_stride, layout, problem.h, problem.s, problem.d);
+  a.batch = static_cast<int>(problem.b);
+  a.heads_q = static_cast<int>(problem.h);
+  a.heads_kv = static_cast<int>(problem.hkv);
+  a.seqlen_q = static_cast<int>(problem.s);
+  a.seqlen_k = static_cast<int>(problem.sk);
+  a.q_per_kv = static_cast<int>(problem.h / problem.hkv);
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(problem.d)));
+  a.scale_log2 = static_cast<float>(a.scale * 1.4426950408889634);
+  return a;
+}
+
+double criterion_atol(DType t) {
+  // FA3's test tolerance: twice the rounding error of the dtype near 0.3 (outputs are O(1)).
+  return t == DType::kBf16 ? 1.0 / 512 : 1.0 / 4096;
+}
+
+std::string Verdict::detail() const {
+  return fmt::format("{}: max|out-ref|={:.3g} bound={:.3g} (2 x same-dtype error {:.3g} + atol), lse error {:.3g}, "
+                     "{} non-finite outputs, {} LSE mismatches",
+                     status, max_abs_err, err_bound, lowp_err, lse_err, nonfinite, lse_mismatch);
+}
+
+Reference::Reference(const std::string& arch) {
+  cuda::CompileOptions opts;
+  opts.arch = arch;
+  opts.extra = {"-std=c++17"};
+  auto out = cuda::nvrtc_compile(flatten_includes("templates/reference/reference.cu"), "reference.cu", opts);
+  if (!out.ok) throw std::logic_error("the reference kernels do not compile:\n" + out.log);
+  module_ = cuda::Module(out.cubin);
+  fill_ = module_.function("fill_normal");
+  ref_ = module_.function("attn_reference");
+  compare_ = module_.function("compare_outputs");
+}
+
+void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
+  int bf16 = b.problem.dtype == DType::kBf16;
+  cuda::DeviceBuffer* bufs[3] = {&b.q, &b.k, &b.v};
+  for (int i = 0; i < 3; ++i) {
+    CUdeviceptr ptr = bufs[i]->ptr();
+    long long n = static_cast<long long>(bufs[i]->bytes() / 2);
+    unsigned long long s = seed * 3 + i + 1;
+    void* args[] = {&ptr, &n, &s, &bf16};
+    cuda::launch(fill_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
+  }
+  poison_output(b);
+}
+
+void Reference::poison_output(AttnBuffers& b) const {
+  b.o.fill_u16(0xFFFF);   // NaN in fp16 and bf16
+  b.lse.fill_u32(0x7FC00000u);  // NaN
+}
+
+std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::vector<float>* lse) const {
+  const Problem& p = b.problem;
+  AttnParams a = b.params();
+  const std::size_t rows = rows_of(p, false);
+  cuda::DeviceBuffer out(rows * p.d * 4), lse_buf(rows * 4);
+  int d = static_cast<int>(p.d), bf16 = p.dtype == DType::kBf16, causal = p.causal, lowp = lowp_flag;
+  CUdeviceptr o = out.ptr(), l = lse_buf.ptr();
+  void* args[] = {&a, &d, &bf16, &causal, &lowp, &o, &l};
+  cuda::launch(ref_, {static_cast<unsigned>((p.s + 7) / 8), static_cast<unsigned>(p.h), static_cast<unsigned>(p.b)},
+               {256, 1, 1}, 0, nullptr, args);
+  std::vector<float> host(rows * p.d);
+  out.download(host.data(), host.size() * 4);
+  if (lse) {
+    lse->resize(rows);
+    lse_buf.download(lse->data(), rows * 4);
+  }
+  return host;
+}
+
+Verdict Reference::check(const AttnBuffers& b) const {
+  const Problem& p = b.problem;
+  AttnParams a = b.params();
+  const std::size_t rows = rows_of(p, false);
+  cuda::DeviceBuffer out32(rows * p.d * 4), outlow(rows * p.d * 4), lse32(rows * 4), lselow(rows * 4), stats(32);
+  int d = static_cast<int>(p.d), bf16 = p.dtype == DType::kBf16, causal = p.causal;
+  CUdeviceptr o32 = out32.ptr(), olow = outlow.ptr(), l32 = lse32.ptr(), llow = lselow.ptr(), st = stats.ptr();
+  CUdeviceptr counts = st + 16;
+  for (int lowp = 0; lowp < 2; ++lowp) {
+    CUdeviceptr o = lowp ? olow : o32, l = lowp ? llow : l32;
+    void* args[] = {&a, &d, &bf16, &causal, &lowp, &o, &l};
+    cuda::launch(ref_, {static_cast<unsigned>((p.s + 7) / 8), static_cast<unsigned>(p.h), static_cast<unsigned>(p.b)},
+                 {256, 1, 1}, 0, nullptr, args);
+  }
+  stats.fill_u32(0);
+  void* cargs[] = {&a, &d, &bf16, &o32, &olow, &l32, &st, &counts};
+  cuda::launch(compare_, {256, 1, 1}, {32, 8, 1}, 0, nullptr, cargs);
+  unsigned host[8];
+  stats.download(host, sizeof host);
+  Verdict v;
+  v.max_abs_err = as_float(host[0]);
+  v.lowp_err = as_float(host[1]);
+  v.lse_err = as_float(host[2]);
+  v.nonfinite = host[4];
+  v.lse_mismatch = host[5];
+  v.err_bound = 2 * v.lowp_err + criterion_atol(p.dtype);
+  if (v.nonfinite) v.status = "nan_or_unwritten";
+  else if (v.max_abs_err > v.err_bound || v.lse_mismatch || v.lse_err > kLseTolerance) v.status = "wrong_result";
+  else v.status = "ok";
+  return v;
+}
+
+LoadedKernel::LoadedKernel(const std::string& cubin, const std::string& name, const LaunchGeometry& geometry)
+    : module_(cubin), fn_(module_.function(name)), geometry_(geometry) {
+  if (geometry_.smem_bytes > 48 * 1024) fn_.set_max_dynamic_smem(static_cast<int>(geometry_.smem_bytes));
+}
+
+void LoadedKernel::launch(const AttnParams& p, unsigned grid_x, CUstream stream) const {
+  AttnParams copy = p;
+  void* args[] = {&copy};
+  cuda::launch(fn_, {grid_x, static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch)},
+               {geometry_.block, 1, 1}, geometry_.smem_bytes, stream, args);
+}
+
+void LoadedKernel::launch(const AttnBuffers& b) const { launch(b.params(), geometry_.grid[0]); }
+
+TimingStats time_kernel(const LoadedKernel& k, const Reference& ref, const Problem& p, int l2_bytes,
+                        std::uint64_t seed, int max_reps, double max_seconds) {
+  const std::size_t set_bytes = (rows_of(p, false) * 2 + rows_of(p, true) * 2) * p.d * 2;
+  const int copies = static_cast<int>(std::clamp<std::size_t>(2 * static_cast<std::size_t>(l2_bytes) / set_bytes + 1, 1, 16));
+  std::vector<std::unique_ptr<AttnBuffers>> sets;
+  for (int i = 0; i < copies; ++i) {
+    sets.push_back(std::make_unique<AttnBuffers>(p, Layout::kBHSD));
+    ref.fill(*sets.back(), seed + i);
+  }
+  const unsigned grid_x = k.geometry().grid[0];
+  for (int i = 0; i < 3; ++i) k.launch(sets[i % copies]->params(), grid_x);
+  cuda::Event start, stop;
+  std::vector<double> times;
+  const auto t0 = std::chrono::steady_clock::now();
+  double last_median = -1;
+  while (static_cast<int>(times.size()) < max_reps) {
+    for (int r = 0; r < 10; ++r) {
+      const AttnBuffers& s = *sets[times.size() % copies];
+      start.record();
+      k.launch(s.params(), grid_x);
+      stop.record();
+      stop.synchronize();
+      times.push_back(cuda::elapsed_ms(start, stop) * 1000.0);
+    }
+    std::vector<double> sorted = times;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if ((times.size() >= 30 && last_median > 0 && std::abs(median - last_median) <= 0.01 * median) || elapsed > max_seconds)
+      break;
+    last_median = median;
+  }
+  std::sort(times.begin(), times.end());
+  TimingStats st;
+  st.count = static_cast<int>(times.size());
+  st.median_us = times[times.size() / 2];
+  st.min_us = times.front();
+  st.max_us = times.back();
+  double mean = 0;
+  for (double t : times) mean += t;
+  mean /= times.size();
+  double var = 0;
+  for (double t : times) var += (t - mean) * (t - mean);
+  st.stdev_us = std::sqrt(var / times.size());
+  return st;
+}
+
+}  // namespace attntune

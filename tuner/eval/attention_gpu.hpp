@@ -1,0 +1,84 @@
+// Running attention candidates on the GPU: inputs, the trusted reference, validation by
+// FlashAttention-2's criterion and event timing. Used by the GPU tests and the evaluator; knows
+// nothing of the store or the search.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda/driver.hpp"
+#include "families/family.hpp"
+#include "space/problem.hpp"
+#include "templates/common/attn_params.h"
+
+namespace attntune {
+
+enum class Layout { kBHSD, kBSHD };  // [batch, heads, seq, dim] or [batch, seq, heads, dim]
+const char* layout_name(Layout l);
+
+// Device tensors of one problem in one layout, last dim contiguous.
+struct AttnBuffers {
+  AttnBuffers(const Problem& p, Layout layout);
+  AttnParams params() const;  // pointers, strides, sizes and scale 1/sqrt(d)
+  Problem problem;
+  Layout layout;
+  cuda::DeviceBuffer q, k, v, o, lse;
+};
+
+// FA2's criterion: max|out - ref32| <= 2 * max|lowp - ref32| + atol, every element written and
+// finite, LSE within lse_tol of the reference's (and -inf exactly where no key is visible).
+struct Verdict {
+  std::string status;  // ok | wrong_result | nan_or_unwritten
+  double max_abs_err = 0, err_bound = 0, lowp_err = 0, lse_err = 0;
+  unsigned nonfinite = 0, lse_mismatch = 0;
+  std::string detail() const;  // one line for logs
+};
+double criterion_atol(DType t);
+constexpr double kLseTolerance = 1e-3;
+
+// The reference kernels (templates/reference/reference.cu), NVRTC-compiled for the device.
+class Reference {
+ public:
+  explicit Reference(const std::string& arch);
+  // Fresh normal random inputs (mean 0, std 1) from `seed`; poisons o and lse with NaN.
+  void fill(AttnBuffers& b, std::uint64_t seed) const;
+  void poison_output(AttnBuffers& b) const;
+  // Runs the fp32 and same-dtype references on b's inputs, then compares b's output with them.
+  Verdict check(const AttnBuffers& b) const;
+  // The reference output itself, (batch, heads, seq, dim) contiguous, and its LSE (for tests).
+  std::vector<float> output(const AttnBuffers& b, bool lowp, std::vector<float>* lse = nullptr) const;
+
+ private:
+  cuda::Module module_;
+  cuda::Function fill_, ref_, compare_;
+};
+
+// A candidate kernel loaded and ready to launch.
+class LoadedKernel {
+ public:
+  LoadedKernel(const std::string& cubin, const std::string& name, const LaunchGeometry& geometry);
+  // Launch geometry for another problem size with the same config.
+  void launch(const AttnParams& p, unsigned grid_x, CUstream stream = nullptr) const;
+  void launch(const AttnBuffers& b) const;
+  const cuda::Function& function() const { return fn_; }
+  const LaunchGeometry& geometry() const { return geometry_; }
+
+ private:
+  cuda::Module module_;
+  cuda::Function fn_;
+  LaunchGeometry geometry_;
+};
+
+struct TimingStats {
+  double median_us = 0, min_us = 0, max_us = 0, stdev_us = 0;
+  int count = 0;
+};
+// Warm-up, then event-timed launches until the median of the last batches is stable within 1%
+// (at most max_reps launches or ~max_seconds). Launches rotate over enough input copies that
+// together exceed twice the L2, so a problem smaller than the L2 is not timed hot.
+// Timing inputs are random (from `seed`), never constants: constant inputs make every softmax
+// row flat and would flatter lazy rescaling.
+TimingStats time_kernel(const LoadedKernel& k, const Reference& ref, const Problem& p, int l2_bytes,
+                        std::uint64_t seed, int max_reps = 200, double max_seconds = 2.0);
+
+}  // namespace attntune
