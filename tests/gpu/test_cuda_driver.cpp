@@ -1,5 +1,6 @@
 // The driver layer on a real GPU: kernels compiled by NVRTC for this device, loaded, launched,
 // timed, and a faulting kernel's sticky error. Without a GPU each test skips with the reason.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -203,7 +204,7 @@ TEST(CudaDriverGpu, ModuleGlobalsAndFunctionAttributes) {
   // The driver agrees with what the ptxas log said.
   const Function fill = module.function("fill");
   const PtxasFunction* info = out.ptxas.entry("fill");
-  ASSERT_NE(info, nullptr);
+  ASSERT_NE(info, nullptr) << "flags: " << fmt::format("{}", fmt::join(compile_flags(CompileOptions{p.arch, {}, false, 0}), " ")) << "\nptxas log:\n" << out.log;
   EXPECT_EQ(fill.num_regs(), info->registers);
   EXPECT_EQ(fill.local_bytes(), info->stack_frame);
   EXPECT_EQ(fill.static_smem_bytes(), 0);

@@ -68,8 +68,12 @@ LoadResult load_driver(const std::string& soname) {
   }
   out.table.version = version;
 
-  // Once cuInit has run the driver may have started threads: never unload it after that.
-  lib.leak();
+  // Once cuInit has run the driver may have started threads: never unload it after that. The
+  // handle stays ours until the entry points are resolved below; then it is leaked.
+  struct LeakOnExit {
+    SharedLibrary& lib;
+    ~LeakOnExit() { lib.leak(); }
+  } leak_on_exit{lib};
   if (CUresult r = init(0); r != CUDA_SUCCESS) {
     const std::string name = bootstrap_name(get_name, r);
     if (r == CUDA_ERROR_NO_DEVICE)
@@ -82,23 +86,22 @@ LoadResult load_driver(const std::string& soname) {
     return out;
   }
 
-  // Each entry point at the ABI of the header we were compiled against (CUDA_VERSION); the
-  // legacy default stream, since nothing here is built for per-thread default streams.
-  auto resolve = [&](const char* base, void** slot) {
-    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    CUresult r = get_proc(base, slot, CUDA_VERSION, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status);
-    if (r != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS || !*slot) {
-      if (out.error.empty())
-        out.error = fmt::format(
-            "NVIDIA driver at {} lacks {} for CUDA {} ({})", out.table.path, base,
-            cuda_version_str(CUDA_VERSION),
-            r != CUDA_SUCCESS ? "cuGetProcAddress: " + bootstrap_name(get_name, r)
-            : status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT ? "version not sufficient"
-                                                                   : "symbol not found");
-      *slot = nullptr;
-    }
+  // Each entry point by the exact symbol the header maps its name to (cuMemAlloc ->
+  // cuMemAlloc_v2), so the ABI always matches the declaration we call through. Asking
+  // cuGetProcAddress for CUDA 13.0 instead returns the newest ABI of that version, which can
+  // differ from the header's default: cuCtxSynchronize came back as cuCtxSynchronize_v2(CUcontext)
+  // and failed with CONTEXT_IS_DESTROYED (seen on an H200, driver 580, 2026-11-22). The
+  // exported symbols are the legacy-default-stream variants, which is what we use.
+  (void)get_proc;
+  auto resolve = [&](const char* base, const char* symbol, void** slot) {
+    *slot = lib.symbol(symbol);
+    if (!*slot && out.error.empty())
+      out.error = fmt::format("NVIDIA driver at {} lacks {} ({}) for CUDA {}", out.table.path, base, symbol,
+                              cuda_version_str(CUDA_VERSION));
   };
-#define ATTNTUNE_CU_RESOLVE(fn) resolve(#fn, reinterpret_cast<void**>(&out.table.fn));
+#define ATTNTUNE_CU_SYMBOL_(x) #x
+#define ATTNTUNE_CU_SYMBOL(x) ATTNTUNE_CU_SYMBOL_(x)
+#define ATTNTUNE_CU_RESOLVE(fn) resolve(#fn, ATTNTUNE_CU_SYMBOL(fn), reinterpret_cast<void**>(&out.table.fn));
   ATTNTUNE_CU_FUNCTIONS(ATTNTUNE_CU_RESOLVE)
 #undef ATTNTUNE_CU_RESOLVE
   if (!out.error.empty()) return out;
