@@ -1,4 +1,4 @@
-// Property test: every valid config of the flash_fwd_mma space (d=64 and d=128) matches the
+// Property test: every valid config of the flash_fwd_mma space (d=64, 128 and 256) matches the
 // reference on fresh random inputs, with a NaN-poisoned output, at shapes covering odd lengths,
 // causal, GQA/MQA, sk != s and the [B,S,H,D] layout. dtype and causal alternate over the configs
 // so every combination is covered without building each config four times.
@@ -88,4 +88,9 @@ TEST(FlashFwdMmaProperty, AllConfigsD64) {
 TEST(FlashFwdMmaProperty, AllConfigsD128) {
   ATTNTUNE_REQUIRE_GPU();
   check_space(128);
+}
+
+TEST(FlashFwdMmaProperty, AllConfigsD256) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(256);
 }
