@@ -1,6 +1,7 @@
 // Loading the driver, its error checker and device properties. The RAII handles are in handles.cpp.
 #include "cuda/driver.hpp"
 
+#include "core/text.hpp"
 #include <atomic>
 #include <fstream>
 #include <regex>
@@ -132,18 +133,6 @@ const LoadResult& process_driver() {
   return *result;
 }
 
-std::string one_line(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '\n') {
-      if (!out.empty() && out.back() != ' ') out += "; ";
-    } else if (c != '\r') {
-      out += c;
-    }
-  }
-  while (!out.empty() && (out.back() == ' ' || out.back() == ';')) out.pop_back();
-  return out;
-}
 
 std::string describe(CUresult r) {
   const Driver* d = g_loaded.load(std::memory_order_acquire);

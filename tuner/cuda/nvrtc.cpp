@@ -1,5 +1,6 @@
 #include "cuda/nvrtc.hpp"
 
+#include "core/text.hpp"
 #include <glob.h>
 
 #include <algorithm>
@@ -78,18 +79,6 @@ std::string error_name(nvrtcResult r) {
   return fmt::format("nvrtcResult {}", static_cast<int>(r));
 }
 
-std::string one_line(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '\n') {
-      if (!out.empty() && out.back() != ' ') out += "; ";
-    } else if (c != '\r') {
-      out += c;
-    }
-  }
-  while (!out.empty() && (out.back() == ' ' || out.back() == ';')) out.pop_back();
-  return out;
-}
 
 std::string tidy_call(std::string_view call) {
   constexpr std::string_view prefix = "nvrtc().";

@@ -7,21 +7,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/run_attntune.hpp"
+
 namespace {
 
-struct RunResult {
-  int code;
-  std::string out;
-};
-
-RunResult run(const std::string& args) {
-  const std::string cmd = std::string(ATTNTUNE_BIN) + " " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::size_t n = fread(buf.data(), 1, buf.size(), f)) out.append(buf.data(), n);
-  const int status = pclose(f);
-  return {WEXITSTATUS(status), out};
+attntune::testing::Outcome run(const std::string& args) {
+  auto r = attntune::testing::run_attntune(args);
+  r.out += r.err;  // these tests look for messages on either stream
+  return r;
 }
 
 const std::string kSpace = std::string("compile --space ") + ATTNTUNE_SOURCE_DIR + "/search_spaces/flash_fwd_mma.yaml";
@@ -33,8 +26,8 @@ TEST(CmdCompile, JsonReportsResourcesAndCachesBuilds) {
   std::filesystem::remove(db);
   const std::string args = kSpace + " --problem b=1,h=2,s=300,d=64,dtype=fp16,causal=1 --arch sm_89 --sample 2 "
                            "--jobs 2 --format json --db " + db.string();
-  RunResult first = run(args);
-  ASSERT_EQ(first.code, 0) << first.out;
+  auto first = run(args);
+  ASSERT_EQ(first.rc, 0) << first.out;
   const auto j = nlohmann::json::parse(first.out.substr(first.out.find('[')));
   ASSERT_EQ(j.size(), 2u);
   for (const auto& row : j) {
@@ -44,20 +37,20 @@ TEST(CmdCompile, JsonReportsResourcesAndCachesBuilds) {
     EXPECT_GT(row["smem_dynamic"].get<int>(), 0);
     EXPECT_FALSE(row["cached"].get<bool>());
   }
-  RunResult second = run(args);  // same sources, arch, NVRTC and options: served from the cache
-  ASSERT_EQ(second.code, 0) << second.out;
+  auto second = run(args);  // same sources, arch, NVRTC and options: served from the cache
+  ASSERT_EQ(second.rc, 0) << second.out;
   for (const auto& row : nlohmann::json::parse(second.out.substr(second.out.find('['))))
     EXPECT_TRUE(row["cached"].get<bool>());
   std::filesystem::remove(db);
 }
 
 TEST(CmdCompile, UnsupportedProblemIsRejectedBeforeCompiling) {
-  RunResult r = run(kSpace + " --problem b=1,h=2,s=300,d=96,dtype=fp16,causal=1 --arch sm_90");
-  EXPECT_EQ(r.code, 2) << r.out;
+  auto r = run(kSpace + " --problem b=1,h=2,s=300,d=96,dtype=fp16,causal=1 --arch sm_90");
+  EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("attntune: error: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("d=96"), std::string::npos) << r.out;
-  RunResult arch = run(kSpace + " --problem b=1,h=2,s=300,d=64,dtype=fp16,causal=1 --arch sm_75");
-  EXPECT_EQ(arch.code, 2) << arch.out;
-  RunResult usage = run(kSpace + " --arch sm_90");
-  EXPECT_EQ(usage.code, 2) << usage.out;
+  auto arch = run(kSpace + " --problem b=1,h=2,s=300,d=64,dtype=fp16,causal=1 --arch sm_75");
+  EXPECT_EQ(arch.rc, 2) << arch.out;
+  auto usage = run(kSpace + " --arch sm_90");
+  EXPECT_EQ(usage.rc, 2) << usage.out;
 }

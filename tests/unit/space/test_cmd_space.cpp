@@ -11,37 +11,16 @@
 #include <nlohmann/json.hpp>
 
 #include "space/search_space.hpp"
+#include "tests/common/run_attntune.hpp"
 
 using namespace attntune;
+using attntune::testing::Outcome;
+using attntune::testing::run_attntune;
 
 namespace {
 
 const std::string kFlash = std::string(ATTNTUNE_SOURCE_DIR) + "/tests/data/spaces/flash_fwd_mma.yaml";
 const std::string kProblem = "b=4,h=16,s=4096,d=128,dtype=bf16,causal=1";
-
-struct Outcome {
-  int rc = -1;
-  std::string out, err;
-};
-
-// Runs `attntune ARGS`, capturing stdout and stderr separately.
-Outcome run_attntune(const std::string& args) {
-  const std::string err_file = (std::filesystem::temp_directory_path() /
-                                ("attntune_space_test_" + std::to_string(::getpid()) + ".err")).string();
-  Outcome r;
-  FILE* p = ::popen((std::string(ATTNTUNE_BIN) + " " + args + " 2>" + err_file).c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_file);
-  std::stringstream ss;
-  ss << e.rdbuf();
-  r.err = ss.str();
-  std::filesystem::remove(err_file);
-  return r;
-}
 
 std::vector<std::string> lines(const std::string& s) {
   std::vector<std::string> out;

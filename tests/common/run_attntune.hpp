@@ -1,0 +1,42 @@
+// Runs the built `attntune` binary (ATTNTUNE_BIN) for end-to-end command tests.
+#pragma once
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace attntune::testing {
+
+struct Outcome {
+  int rc = -1;      // exit code; -1 if it did not exit normally
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// `attntune ARGS` through the shell (ARGS may carry redirections or env assignments before it).
+inline Outcome run_attntune(const std::string& args) {
+  static std::atomic<int> counter{0};
+  const std::string err_file = (std::filesystem::temp_directory_path() /
+                                ("attntune_test_" + std::to_string(::getpid()) + "_" +
+                                 std::to_string(counter++) + ".err")).string();
+  Outcome r;
+  FILE* p = ::popen((std::string(ATTNTUNE_BIN) + " " + args + " 2>" + err_file).c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_file);
+  std::stringstream ss;
+  ss << e.rdbuf();
+  r.err = ss.str();
+  std::filesystem::remove(err_file);
+  return r;
+}
+
+}  // namespace attntune::testing
