@@ -125,25 +125,60 @@ std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::
   return host;
 }
 
-Verdict Reference::check(const AttnBuffers& b) const {
+Verdict Reference::check(const AttnBuffers& b) const { return ReferenceCache(*this, b, false).check(b); }
+
+ReferenceCache::ReferenceCache(const Reference& ref, const AttnBuffers& b, bool keep_host_copy)
+    : ref_(&ref), problem_(b.problem) {
   const Problem& p = b.problem;
   AttnParams a = b.params();
   const std::size_t rows = rows_of(p, false);
-  cuda::DeviceBuffer out32(rows * p.d * 4), outlow(rows * p.d * 4), lse32(rows * 4), lselow(rows * 4), stats(32);
+  out32_ = cuda::DeviceBuffer(rows * p.d * 4);
+  outlow_ = cuda::DeviceBuffer(rows * p.d * 4);
+  lse32_ = cuda::DeviceBuffer(rows * 4);
+  stats_ = cuda::DeviceBuffer(32);
+  cuda::DeviceBuffer lselow(rows * 4);
   int d = static_cast<int>(p.d), bf16 = p.dtype == DType::kBf16, causal = p.causal;
-  CUdeviceptr o32 = out32.ptr(), olow = outlow.ptr(), l32 = lse32.ptr(), llow = lselow.ptr(), st = stats.ptr();
-  CUdeviceptr counts = st + 16;
+  cuda::Event start, stop;
   for (int lowp = 0; lowp < 2; ++lowp) {
-    CUdeviceptr o = lowp ? olow : o32, l = lowp ? llow : l32;
+    CUdeviceptr o = lowp ? outlow_.ptr() : out32_.ptr(), l = lowp ? lselow.ptr() : lse32_.ptr();
     void* args[] = {&a, &d, &bf16, &causal, &lowp, &o, &l};
-    cuda::launch(ref_, {static_cast<unsigned>((p.s + 7) / 8), static_cast<unsigned>(p.h), static_cast<unsigned>(p.b)},
+    if (!lowp) start.record();
+    cuda::launch(ref.ref_, {static_cast<unsigned>((p.s + 7) / 8), static_cast<unsigned>(p.h), static_cast<unsigned>(p.b)},
                  {256, 1, 1}, 0, nullptr, args);
+    if (!lowp) stop.record();
   }
-  stats.fill_u32(0);
+  stop.synchronize();
+  reference_us_ = cuda::elapsed_ms(start, stop) * 1000.0;
+  if (keep_host_copy) {
+    host_out32_.resize(rows * p.d);
+    host_outlow_.resize(rows * p.d);
+    host_lse32_.resize(rows);
+    out32_.download(host_out32_.data(), host_out32_.size() * 4);
+    outlow_.download(host_outlow_.data(), host_outlow_.size() * 4);
+    lse32_.download(host_lse32_.data(), host_lse32_.size() * 4);
+  }
+}
+
+void ReferenceCache::restore() {
+  if (host_out32_.empty()) throw std::logic_error("ReferenceCache::restore without a host copy");
+  out32_.upload(host_out32_.data(), host_out32_.size() * 4);
+  outlow_.upload(host_outlow_.data(), host_outlow_.size() * 4);
+  lse32_.upload(host_lse32_.data(), host_lse32_.size() * 4);
+}
+
+Verdict ReferenceCache::check(const AttnBuffers& b) const {
+  const Problem& p = b.problem;
+  if (!(p == problem_))
+    throw std::logic_error(fmt::format("ReferenceCache for {} asked to check {}", problem_.str(), p.str()));
+  AttnParams a = b.params();
+  int d = static_cast<int>(p.d), bf16 = p.dtype == DType::kBf16;
+  CUdeviceptr o32 = out32_.ptr(), olow = outlow_.ptr(), l32 = lse32_.ptr(), st = stats_.ptr();
+  CUdeviceptr counts = st + 16;
+  stats_.fill_u32(0);
   void* cargs[] = {&a, &d, &bf16, &o32, &olow, &l32, &st, &counts};
-  cuda::launch(compare_, {256, 1, 1}, {32, 8, 1}, 0, nullptr, cargs);
+  cuda::launch(ref_->compare_, {256, 1, 1}, {32, 8, 1}, 0, nullptr, cargs);
   unsigned host[8];
-  stats.download(host, sizeof host);
+  stats_.download(host, sizeof host);
   Verdict v;
   v.max_abs_err = as_float(host[0]);
   v.lowp_err = as_float(host[1]);
@@ -171,24 +206,31 @@ void LoadedKernel::launch(const AttnParams& p, unsigned grid_x, CUstream stream)
 
 void LoadedKernel::launch(const AttnBuffers& b) const { launch(b.params(), geometry_.grid[0]); }
 
-TimingStats time_kernel(const LoadedKernel& k, const Reference& ref, const Problem& p, int l2_bytes,
-                        std::uint64_t seed, int max_reps, double max_seconds) {
+TimingInputs::TimingInputs(const Reference& ref, const Problem& p, int l2_bytes, std::uint64_t seed) : problem_(p) {
   const std::size_t set_bytes = (rows_of(p, false) * 2 + rows_of(p, true) * 2) * p.d * 2;
   const int copies = static_cast<int>(std::clamp<std::size_t>(2 * static_cast<std::size_t>(l2_bytes) / set_bytes + 1, 1, 16));
-  std::vector<std::unique_ptr<AttnBuffers>> sets;
   for (int i = 0; i < copies; ++i) {
-    sets.push_back(std::make_unique<AttnBuffers>(p, Layout::kBHSD));
-    ref.fill(*sets.back(), seed + i);
+    sets_.push_back(std::make_unique<AttnBuffers>(p, Layout::kBHSD));
+    ref.fill(*sets_.back(), seed + i);
   }
+}
+
+TimingStats time_kernel(const LoadedKernel& k, const Reference& ref, const Problem& p, int l2_bytes,
+                        std::uint64_t seed, int max_reps, double max_seconds) {
+  return time_kernel(k, TimingInputs(ref, p, l2_bytes, seed), max_reps, max_seconds);
+}
+
+TimingStats time_kernel(const LoadedKernel& k, const TimingInputs& sets, int max_reps, double max_seconds) {
+  const std::size_t copies = sets.size();
   const unsigned grid_x = k.geometry().grid[0];
-  for (int i = 0; i < 3; ++i) k.launch(sets[i % copies]->params(), grid_x);
+  for (int i = 0; i < 3; ++i) k.launch(sets[i % copies].params(), grid_x);
   cuda::Event start, stop;
   std::vector<double> times;
   const auto t0 = std::chrono::steady_clock::now();
   double last_median = -1;
   while (static_cast<int>(times.size()) < max_reps) {
     for (int r = 0; r < 10; ++r) {
-      const AttnBuffers& s = *sets[times.size() % copies];
+      const AttnBuffers& s = sets[times.size() % copies];
       start.record();
       k.launch(s.params(), grid_x);
       stop.record();

@@ -3,6 +3,7 @@
 // nothing of the store or the search.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,34 @@ class Reference {
   std::vector<float> output(const AttnBuffers& b, bool lowp, std::vector<float>* lse = nullptr) const;
 
  private:
+  friend class ReferenceCache;
   cuda::Module module_;
   cuda::Function fill_, ref_, compare_;
+};
+
+// The fp32 and same-dtype reference outputs of one set of inputs, computed once and then compared
+// with any number of candidate outputs on those inputs (the evaluator's worker keeps one per
+// problem). The naive reference is the slow part of a check; this runs it once per problem.
+class ReferenceCache {
+ public:
+  // Runs both references on `inputs` (the fp32 one timed with events). With keep_host_copy, the
+  // results are also kept in host memory for restore().
+  ReferenceCache(const Reference& ref, const AttnBuffers& inputs, bool keep_host_copy = true);
+  // Compares b's output with the cached results; b must hold the same problem and inputs.
+  Verdict check(const AttnBuffers& b) const;
+  // One launch of the fp32 reference kernel, in microseconds (a yardstick for deadlines).
+  double reference_us() const { return reference_us_; }
+  // Re-uploads the results from the host copy: after a candidate that may have written outside its
+  // output (a failed check), so later candidates are not compared with what it scribbled.
+  void restore();
+
+ private:
+  const Reference* ref_;
+  Problem problem_;
+  cuda::DeviceBuffer out32_, outlow_, lse32_;
+  mutable cuda::DeviceBuffer stats_;
+  std::vector<float> host_out32_, host_outlow_, host_lse32_;
+  double reference_us_ = 0;
 };
 
 // A candidate kernel loaded and ready to launch.
@@ -69,6 +96,20 @@ class LoadedKernel {
   LaunchGeometry geometry_;
 };
 
+// Inputs for time_kernel: copies of random inputs (from `seed`) that together exceed twice the L2
+// (at most 16), so launches rotating over them are not timed hot. Built once per problem.
+class TimingInputs {
+ public:
+  TimingInputs(const Reference& ref, const Problem& p, int l2_bytes, std::uint64_t seed);
+  const Problem& problem() const { return problem_; }
+  std::size_t size() const { return sets_.size(); }
+  const AttnBuffers& operator[](std::size_t i) const { return *sets_[i]; }
+
+ private:
+  Problem problem_;
+  std::vector<std::unique_ptr<AttnBuffers>> sets_;
+};
+
 struct TimingStats {
   double median_us = 0, min_us = 0, max_us = 0, stdev_us = 0;
   int count = 0;
@@ -80,5 +121,7 @@ struct TimingStats {
 // row flat and would flatter lazy rescaling.
 TimingStats time_kernel(const LoadedKernel& k, const Reference& ref, const Problem& p, int l2_bytes,
                         std::uint64_t seed, int max_reps = 200, double max_seconds = 2.0);
+// The same on inputs prepared beforehand (k's geometry must be for inputs.problem()).
+TimingStats time_kernel(const LoadedKernel& k, const TimingInputs& inputs, int max_reps = 200, double max_seconds = 2.0);
 
 }  // namespace attntune

@@ -16,12 +16,12 @@ BuildKey build_key(const RenderedKernel& kernel, const std::string& arch, const 
   return BuildKey{kernel.source_hash, arch, cuda::nvrtc_version(), fmt::format("{}", fmt::join(options, " "))};
 }
 
-BuildRecord build_kernel(const RenderedKernel& kernel, const std::string& arch,
+BuildRecord build_source(const std::string& source, const std::string& program_name, const std::string& arch,
                          const std::vector<std::string>& options) {
   cuda::CompileOptions opts;
   opts.arch = arch;
   opts.extra = options;
-  const cuda::CompileOutput out = cuda::nvrtc_compile(kernel.source, kernel.kernel_name + ".cu", opts);
+  const cuda::CompileOutput out = cuda::nvrtc_compile(source, program_name, opts);
   BuildRecord r;
   r.status = out.ok ? "ok" : "compile_error";
   r.cubin = out.cubin;
@@ -33,6 +33,11 @@ BuildRecord build_kernel(const RenderedKernel& kernel, const std::string& arch,
   r.local_bytes = out.local_bytes;
   r.compile_ms = out.compile_ms;
   return r;
+}
+
+BuildRecord build_kernel(const RenderedKernel& kernel, const std::string& arch,
+                         const std::vector<std::string>& options) {
+  return build_source(kernel.source, kernel.kernel_name + ".cu", arch, options);
 }
 
 void build_all(std::vector<BuildJob> jobs, const std::vector<std::string>& options, int threads, Store* store,

@@ -1,6 +1,7 @@
 // Compiling candidates: NVRTC builds on worker threads, ahead of whoever consumes them, with
 // the store's builds table as a cache keyed by (source hash, arch, NVRTC version, options).
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,14 +20,20 @@ struct BuildJob {
 
 struct BuildOutcome {
   BuildJob job;
-  BuildRecord build;      // status ok | compile_error
+  BuildRecord build;      // status ok | compile_error | compile_timeout (BuildPool)
   bool cache_hit = false;
+  std::uint64_t ticket = 0;  // BuildPool::submit's answer
 };
 
 // The cache key of a rendered kernel for an arch (options: the NVRTC flags, joined).
 BuildKey build_key(const RenderedKernel& kernel, const std::string& arch, const std::vector<std::string>& options);
 
-// One synchronous NVRTC build (no cache). Throws EnvError when NVRTC is missing.
+// One synchronous NVRTC build of a source (no cache): status ok with the cubin, or compile_error
+// with NVRTC's log. Throws EnvError when NVRTC is missing. (What `attntune build-worker` runs.)
+BuildRecord build_source(const std::string& source, const std::string& program_name, const std::string& arch,
+                         const std::vector<std::string>& options);
+
+// build_source of a rendered kernel, named after its entry point.
 BuildRecord build_kernel(const RenderedKernel& kernel, const std::string& arch,
                          const std::vector<std::string>& options);
 
