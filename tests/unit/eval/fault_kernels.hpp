@@ -1,0 +1,50 @@
+// The planted faulty kernels of tests/data/faults/ (README there), rendered as the evaluator
+// gets candidates: one self-contained source with the flash_fwd_mma entry point. Shared by the CPU
+// test that they build as intended and the GPU test that classifies them.
+#pragma once
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/hash.hpp"
+#include "families/family.hpp"
+
+namespace attntune::testing {
+
+struct FaultKernel {
+  std::string file;      // under tests/data/faults/
+  std::string expected;  // the status the evaluator must give it
+};
+
+inline const std::vector<FaultKernel>& fault_kernels() {
+  static const std::vector<FaultKernel> k = {
+      {"oob_write.cu", "crashed"},       {"trap.cu", "crashed"},
+      {"endless_loop.cu", "timeout"},    {"wrong_values.cu", "wrong_result"},
+      {"nan_output.cu", "nan_or_unwritten"}, {"unwritten.cu", "nan_or_unwritten"},
+      {"too_much_smem.cu", "resources"}, {"compile_error.cu", "compile_error"},
+  };
+  return k;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// `#define HEAD_DIM d`, then the file with `#include "attn_params.h"` replaced by the struct.
+inline RenderedKernel render_fault(const std::string& source_dir, const std::string& file, long long head_dim) {
+  std::string src = read_text(source_dir + "/tests/data/faults/" + file);
+  const std::string include = "#include \"attn_params.h\"";
+  const auto at = src.find(include);
+  if (at == std::string::npos) throw std::runtime_error(file + " does not include attn_params.h");
+  src.replace(at, include.size(), read_text(source_dir + "/templates/common/attn_params.h"));
+  src = "#define HEAD_DIM " + std::to_string(head_dim) + "\n" + src;
+  return {src, "flash_fwd_mma", content_hash(src)};
+}
+
+}  // namespace attntune::testing
