@@ -32,7 +32,9 @@ TEST(FaultKernels, BuildAsIntended) {
     } else {
       EXPECT_EQ(out->build.status, "ok") << file << "\n" << out->build.log;
     }
-    if (file == "too_much_smem.cu") EXPECT_EQ(out->build.smem_static, 32768);
+    if (file == "too_much_smem.cu") {
+      EXPECT_EQ(out->build.smem_static, 32768);
+    }
   }
   EXPECT_EQ(n, static_cast<int>(attntune::testing::fault_kernels().size()));
 }
