@@ -1,15 +1,17 @@
 #include "cuda/nvrtc.hpp"
 
-#include "core/text.hpp"
 #include <glob.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <random>
 #include <regex>
 
 #include <fmt/format.h>
 
+#include "core/text.hpp"
 #include "cuda/shared_library.hpp"
 
 namespace attntune::cuda {
@@ -245,9 +247,10 @@ std::vector<std::string> compile_flags(const CompileOptions& opts) {
   return flags;
 }
 
-CompileOutput nvrtc_compile(const std::string& source, const std::string& program_name,
-                            const CompileOptions& opts) {
-  const std::vector<std::string> flags = compile_flags(opts);
+namespace {
+
+CompileOutput compile_once(const std::string& source, const std::string& program_name, const CompileOptions& opts,
+                           const std::vector<std::string>& flags) {
   const auto t0 = std::chrono::steady_clock::now();
   Program program(source, program_name);
   const nvrtcResult r = program.compile(flags);
@@ -272,6 +275,34 @@ CompileOutput nvrtc_compile(const std::string& source, const std::string& progra
   out.spill_loads = out.ptxas.max_spill_loads();
   out.local_bytes = out.ptxas.max_local_bytes();
   out.cmem = out.ptxas.cmem + out.ptxas.max_entry_cmem();
+  return out;
+}
+
+}  // namespace
+
+CompileOutput nvrtc_compile(const std::string& source, const std::string& program_name,
+                            const CompileOptions& opts) {
+  const std::vector<std::string> flags = compile_flags(opts);
+  CompileOutput out = compile_once(source, program_name, opts, flags);
+  if (out.ok && out.ptxas.functions.empty()) {
+    // NVRTC 13.0.88 on the GPU machines caches builds across processes and runs, and answers a
+    // repeated source with an empty log (seen on an H200, 2026-11-22): no ptxas report, so no
+    // registers or spills. Rebuild once with something no earlier build can have had: pid and a
+    // counter were not enough (fresh machines repeat pids), nor was a comment (preprocessing
+    // drops it). A -D option and a kept 8-byte __constant__ make the build new; the kernels'
+    // code is unchanged.
+    static std::atomic<unsigned long long> counter{0};
+    static const unsigned long long salt = std::random_device{}() ^
+        static_cast<unsigned long long>(std::chrono::system_clock::now().time_since_epoch().count());
+    const std::string nonce = fmt::format("{:x}{:x}", salt, counter++);
+    const std::string fresh = source + fmt::format(
+        "\n__constant__ __attribute__((used)) unsigned long long attntune_report_nonce_{0} = 0ull;\n", nonce);
+    std::vector<std::string> fresh_flags = flags;
+    fresh_flags.push_back("-DATTNTUNE_REPORT_NONCE=" + nonce);
+    const double first_ms = out.compile_ms;
+    out = compile_once(fresh, program_name, opts, fresh_flags);
+    out.compile_ms += first_ms;
+  }
   return out;
 }
 
