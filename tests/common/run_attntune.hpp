@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,13 @@
 #include <string>
 
 namespace attntune::testing {
+
+// The binary under test: $ATTNTUNE_BIN when set (a build carried to another machine), else the
+// one these tests were built with.
+inline std::string attntune_bin() {
+  const char* env = std::getenv("ATTNTUNE_BIN");
+  return env && *env ? env : ATTNTUNE_BIN;
+}
 
 struct Outcome {
   int rc = -1;      // exit code; -1 if it did not exit normally
@@ -25,7 +33,7 @@ inline Outcome run_attntune(const std::string& args) {
                                 ("attntune_test_" + std::to_string(::getpid()) + "_" +
                                  std::to_string(counter++) + ".err")).string();
   Outcome r;
-  FILE* p = ::popen((std::string(ATTNTUNE_BIN) + " " + args + " 2>" + err_file).c_str(), "r");
+  FILE* p = ::popen((attntune_bin() + " " + args + " 2>" + err_file).c_str(), "r");
   if (!p) return r;
   char buf[4096];
   for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);

@@ -42,7 +42,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 TEST(EvaluatorGpu, PlantedFaultsAreClassifiedAndTheNextGoodCandidateStillPasses) {
   ATTNTUNE_REQUIRE_GPU();
-  const std::string bin = ATTNTUNE_BIN;
+  const std::string bin = attntune::testing::attntune_bin();
   EvaluatorOptions eo;
   eo.worker_argv = {bin, "worker", "--device", "0"};
   eo.deadline_floor_s = 3;  // the endless loop is killed after 0.5 + 3 s
