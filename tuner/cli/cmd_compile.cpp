@@ -14,7 +14,7 @@
 #include "cli/format.hpp"
 #include "core/error.hpp"
 #include "db/store.hpp"
-#include "eval/compile.hpp"
+#include "eval/build_pool.hpp"
 
 namespace attntune::cli {
 namespace {
@@ -37,6 +37,7 @@ int run_compile(const std::vector<std::string>& args) {
   po::options_description opts("options");
   std::string space_path, problem_spec, arch, db_path, format = "table";
   long long limit = 0, sample_n = 0, seed = 1;
+  double compile_timeout_s = 120;
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   opts.add_options()
       ("space", po::value(&space_path)->required(), "search space YAML")
@@ -46,6 +47,7 @@ int run_compile(const std::vector<std::string>& args) {
       ("sample", po::value(&sample_n), "compile a fixed pseudo-random sample of N valid configs (see --seed)")
       ("seed", po::value(&seed), "seed of --sample (default 1)")
       ("jobs,j", po::value(&jobs), "parallel NVRTC jobs (default: all cores)")
+      ("compile-timeout", po::value(&compile_timeout_s), "seconds before a hung NVRTC build is killed (default 120)")
       ("db", po::value(&db_path), "cache builds in this database (created if missing)")
       ("format", po::value(&format), "table | json | csv");
   po::variables_map vm;
@@ -54,6 +56,7 @@ int run_compile(const std::vector<std::string>& args) {
   const Format fmt_out = parse_format(format);
   if (jobs < 1) throw InputError("compile: --jobs must be at least 1");
   if (limit < 0 || sample_n < 0) throw InputError("compile: --limit and --sample must not be negative");
+  if (compile_timeout_s <= 0) throw InputError("compile: --compile-timeout must be positive");
 
   const SearchSpace space = SearchSpace::load(space_path);
   const Problem problem = Problem::parse(problem_spec);
@@ -65,24 +68,30 @@ int run_compile(const std::vector<std::string>& args) {
   if (limit > 0 && static_cast<std::size_t>(limit) < configs.size()) configs.resize(static_cast<std::size_t>(limit));
 
   const FamilyInfo& family = family_info(space.family());
-  std::vector<BuildJob> build_jobs;
-  for (const auto& c : configs) build_jobs.push_back({c, render_kernel(space, c, problem, arch), arch});
-
   std::optional<Store> store;
   if (!db_path.empty()) store.emplace(Store::open(db_path, Store::Mode::kCreate));
+
+  // Builds run in build-worker processes (a hung NVRTC is killed after --compile-timeout), all
+  // at once up to --jobs, answered from the cache when the store has them.
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options(family);
+  pool_opts.jobs = jobs;
+  pool_opts.compile_timeout = std::chrono::milliseconds(static_cast<long long>(compile_timeout_s * 1000));
+  pool_opts.store = store ? &*store : nullptr;
+  BuildPool pool(pool_opts);
+  for (const auto& c : configs) pool.submit({c, render_kernel(space, c, problem, arch), arch});
 
   std::vector<BuildOutcome> outcomes;
   const auto t0 = std::chrono::steady_clock::now();
   const bool tty = isatty(fileno(stderr));
   std::size_t done = 0, failed = 0, hits = 0;
-  build_all(std::move(build_jobs), family_nvrtc_options(family), jobs, store ? &*store : nullptr,
-            [&](const BuildOutcome& o) {
-              ++done;
-              failed += o.build.status != "ok";
-              hits += o.cache_hit;
-              if (tty) std::cerr << fmt::format("\rcompiled {}/{} ({} failed, {} cached)", done, configs.size(), failed, hits) << std::flush;
-              outcomes.push_back(o);
-            });
+  while (auto o = pool.next()) {
+    ++done;
+    failed += o->build.status != "ok";
+    hits += o->cache_hit;
+    if (tty) std::cerr << fmt::format("\rcompiled {}/{} ({} failed, {} cached)", done, configs.size(), failed, hits) << std::flush;
+    outcomes.push_back(std::move(*o));
+  }
   if (tty) std::cerr << "\n";
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Report in enumeration order, whatever order the builds finished in.
