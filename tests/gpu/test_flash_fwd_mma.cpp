@@ -4,13 +4,14 @@
 // so every combination is covered without building each config four times.
 // ATTNTUNE_PROPERTY_SAMPLE=N checks a fixed spread of N configs per head dim instead of all.
 #include <cstdlib>
-#include <thread>
+#include <map>
 
 #include <fmt/format.h>
 
 #include "eval/attention_gpu.hpp"
-#include "eval/compile.hpp"
+#include "eval/build_pool.hpp"
 #include "gpu_env.hpp"
+#include "tests/common/run_attntune.hpp"
 
 using namespace attntune;
 
@@ -41,40 +42,40 @@ void check_space(int d) {
     for (std::size_t i = 0; i < configs.size() && picked.size() < n; i += step) picked.push_back(configs[i]);
     configs = picked;
   }
-  std::vector<BuildJob> jobs;
-  std::vector<Problem> variants;
+  // Builds through the pool the tuner uses (build-worker processes), all cores, ahead of the GPU.
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options(family_info(space.family()));
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::map<std::uint64_t, Problem> variant_of;  // ticket -> the dtype/causal variant built
   for (std::size_t i = 0; i < configs.size(); ++i) {
     Problem p = base;
     p.dtype = i % 2 ? DType::kFp16 : DType::kBf16;
     p.causal = (i / 2) % 2;
-    variants.push_back(p);
-    jobs.push_back({configs[i], render_kernel(space, configs[i], p, arch), arch});
+    variant_of[pool.submit({configs[i], render_kernel(space, configs[i], p, arch), arch})] = p;
   }
   Reference ref(arch);
   int checked = 0, failures = 0;
   std::uint64_t seed = 1000;
-  build_all(std::move(jobs), family_nvrtc_options(family_info(space.family())),
-            static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), nullptr,
-            [&](const BuildOutcome& o) {
-              ASSERT_EQ(o.build.status, "ok") << config_str(o.job.config) << "\n" << o.build.log;
-              std::size_t idx = 0;
-              while (config_str(configs[idx]) != config_str(o.job.config)) ++idx;
-              const Problem& v = variants[idx];
-              for (const Shape& sh : kShapes) {
-                Problem p = Problem::parse(fmt::format("{},d={},dtype={},causal={}", sh.dims, d, dtype_name(v.dtype), v.causal ? 1 : 0));
-                LoadedKernel kernel(o.build.cubin, o.job.kernel.kernel_name, launch_geometry(space, o.job.config, p, arch));
-                AttnBuffers buf(p, sh.layout);
-                ref.fill(buf, ++seed);
-                kernel.launch(buf);
-                const Verdict verdict = ref.check(buf);
-                ++checked;
-                if (verdict.status != "ok") {
-                  ++failures;
-                  ADD_FAILURE() << config_str(o.job.config) << " on " << p.str() << " " << layout_name(sh.layout) << ": "
-                                << verdict.detail();
-                }
-              }
-            });
+  while (auto o = pool.next()) {
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    if (o->build.status != "ok") continue;
+    const Problem& v = variant_of.at(o->ticket);
+    for (const Shape& sh : kShapes) {
+      Problem p = Problem::parse(fmt::format("{},d={},dtype={},causal={}", sh.dims, d, dtype_name(v.dtype), v.causal ? 1 : 0));
+      LoadedKernel kernel(o->build.cubin, o->job.kernel.kernel_name, launch_geometry(space, o->job.config, p, arch));
+      AttnBuffers buf(p, sh.layout);
+      ref.fill(buf, ++seed);
+      kernel.launch(buf);
+      const Verdict verdict = ref.check(buf);
+      ++checked;
+      if (verdict.status != "ok") {
+        ++failures;
+        ADD_FAILURE() << config_str(o->job.config) << " on " << p.str() << " " << layout_name(sh.layout) << ": "
+                      << verdict.detail();
+      }
+    }
+  }
   std::printf("flash_fwd_mma d=%d: %zu configs, %d checks, %d failures\n", d, configs.size(), checked, failures);
 }
 

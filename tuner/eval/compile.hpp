@@ -1,9 +1,7 @@
-// Compiling candidates: NVRTC builds on worker threads, ahead of whoever consumes them, with
-// the store's builds table as a cache keyed by (source hash, arch, NVRTC version, options).
+// One NVRTC build of a candidate (run inside build-worker processes by eval/build_pool) and the
+// key it is cached under in the store's builds table: (source hash, arch, NVRTC version, options).
 #pragma once
 #include <cstdint>
-#include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,10 +35,5 @@ BuildRecord build_source(const std::string& source, const std::string& program_n
 BuildRecord build_kernel(const RenderedKernel& kernel, const std::string& arch,
                          const std::vector<std::string>& options);
 
-// Builds every job on `jobs` threads. `done` runs on the calling thread, once per job in
-// completion order; cache lookups and inserts happen there too, so `store` (may be null) is used
-// from one thread only.
-void build_all(std::vector<BuildJob> jobs, const std::vector<std::string>& options, int threads, Store* store,
-               const std::function<void(const BuildOutcome&)>& done);
 
 }  // namespace attntune

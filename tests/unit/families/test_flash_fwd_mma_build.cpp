@@ -3,13 +3,13 @@
 // builds of 2-4 s), so a fixed, deterministic spread is built: ATTNTUNE_BUILD_SAMPLE configs per
 // (d, arch), default 10; 0 builds all. The GPU property test covers every config on sm_90.
 #include <cstdlib>
-#include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "cuda/nvrtc.hpp"
-#include "eval/compile.hpp"
+#include "eval/build_pool.hpp"
+#include "tests/common/run_attntune.hpp"
 
 using namespace attntune;
 
@@ -82,24 +82,26 @@ TEST_P(FlashFwdMmaBuild, SampledValidConfigsCompile) {
   const Problem p = Problem::parse(fmt::format("b=1,h=1,s=128,d={},dtype=bf16,causal=0", d));
   const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
   const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 10;
-  std::vector<BuildJob> jobs;
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options(family_info("flash_fwd_mma"));
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
   std::size_t i = 0;
   for (const Config& c : spread(space.enumerate(p, arch), n)) {
     Problem v = p;  // alternate dtype and causal over the sample
     v.dtype = i % 2 ? DType::kFp16 : DType::kBf16;
     v.causal = (i++ / 2) % 2;
-    jobs.push_back({c, render_kernel(space, c, v, arch), arch});
+    pool.submit({c, render_kernel(space, c, v, arch), arch});
   }
-  ASSERT_FALSE(jobs.empty());
-  int built = 0;
-  build_all(std::move(jobs), family_nvrtc_options(family_info("flash_fwd_mma")),
-            static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), nullptr, [&](const BuildOutcome& o) {
-              ++built;
-              EXPECT_EQ(o.build.status, "ok") << config_str(o.job.config) << "\n" << o.build.log;
-              EXPECT_FALSE(o.build.cubin.empty());
-              EXPECT_GT(o.build.registers, 0) << "ptxas resource report missing";
-            });
-  EXPECT_EQ(static_cast<std::size_t>(built), std::min(n == 0 ? SIZE_MAX : n, space.count(p, arch)));
+  ASSERT_GT(i, 0u);
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_FALSE(o->build.cubin.empty());
+    EXPECT_GT(o->build.registers, 0) << "ptxas resource report missing";
+  }
+  EXPECT_EQ(built, std::min<std::uint64_t>(n == 0 ? UINT64_MAX : n, space.count(p, arch)));
 }
 
 INSTANTIATE_TEST_SUITE_P(DimsAndArchs, FlashFwdMmaBuild,
