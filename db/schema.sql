@@ -1,4 +1,4 @@
--- attntune database, schema version 2 (the highest db/migrations/NNN_*.sql). A new database is
+-- attntune database, schema version 3 (the highest db/migrations/NNN_*.sql). A new database is
 -- created from this file; an older one is brought here by the migrations, and a test checks that
 -- both roads end at the same tables, columns and indexes. The store sets PRAGMA application_id
 -- ("ATTN") and PRAGMA user_version in the same transaction.
@@ -41,7 +41,8 @@ CREATE TABLE campaigns (
   budget_seconds REAL NOT NULL DEFAULT 0,         -- 0: no limit
   device_id      INTEGER NOT NULL REFERENCES devices (id),
   started_at     TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
-  ended_at       TEXT
+  ended_at       TEXT,
+  space_text     TEXT NOT NULL DEFAULT ''         -- since version 3: the space YAML, for replay/export
 );
 CREATE INDEX campaigns_problem ON campaigns (b, h, hkv, s, sk, d, dtype, causal);
 
@@ -95,9 +96,27 @@ CREATE TABLE evaluations (
   max_abs_err  REAL,
   err_bound    REAL,
   evaluated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  -- since version 3: 'search', or 'final' for the re-timing of the top candidates at the end
+  phase        TEXT NOT NULL DEFAULT 'search' CHECK (phase IN ('search', 'final')),
   CHECK (status <> 'ok' OR (median_us IS NOT NULL AND tflops IS NOT NULL AND max_abs_err IS NOT NULL)),
   UNIQUE (campaign_id, seq)
 );
 -- `best` and `campaigns` walk a campaign's ok evaluations fastest first (ties: candidate, then
 -- rowid); with candidate_id in the index the walk never reads the table, only the rows it returns.
 CREATE INDEX evaluations_best ON evaluations (campaign_id, status, median_us, candidate_id);
+
+-- A campaign's result: its top candidates re-timed interleaved at the end, fastest first.
+CREATE TABLE rankings (
+  campaign_id  INTEGER NOT NULL REFERENCES campaigns (id) ON DELETE CASCADE,
+  rank         INTEGER NOT NULL CHECK (rank >= 1),
+  candidate_id INTEGER NOT NULL REFERENCES candidates (id),
+  device_id    INTEGER NOT NULL REFERENCES devices (id),
+  median_us    REAL NOT NULL,                   -- median over the rounds of each round's median
+  tflops       REAL NOT NULL,
+  max_abs_err  REAL NOT NULL,                   -- the largest error over the rounds
+  spread_pct   REAL NOT NULL DEFAULT 0,         -- (slowest - fastest round) / median, in percent
+  rounds       INTEGER NOT NULL CHECK (rounds >= 1),
+  ranked_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  PRIMARY KEY (campaign_id, rank),
+  UNIQUE (campaign_id, candidate_id)
+);

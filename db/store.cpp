@@ -410,19 +410,21 @@ std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_
     Statement resume(db(),
                      "UPDATE campaigns SET status = 'running', stop_reason = '', ended_at = NULL, "
                      "budget_evals = ?2, budget_seconds = ?3, device_id = ?4, strategy = ?5, seed = ?6, "
-                     "space_path = ?7 WHERE id = ?1");
-    resume.bind(id, spec.budget_evals, spec.budget_seconds, device_id, spec.strategy, spec.seed, spec.space_path)
+                     "space_path = ?7, space_text = CASE WHEN ?8 = '' THEN space_text ELSE ?8 END WHERE id = ?1");
+    resume
+        .bind(id, spec.budget_evals, spec.budget_seconds, device_id, spec.strategy, spec.seed, spec.space_path,
+              spec.space_text)
         .run();
   } else {
     const Problem& p = spec.problem;
     Statement insert(db(),
                      "INSERT INTO campaigns (name, problem, b, h, hkv, s, sk, d, dtype, causal, space_path, "
-                     "space_hash, family, strategy, seed, budget_evals, budget_seconds, device_id) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)");
+                     "space_hash, family, strategy, seed, budget_evals, budget_seconds, device_id, space_text) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)");
     insert
         .bind(spec.name, p.json().dump(), p.b, p.h, p.hkv, p.s, p.sk, p.d, dtype_name(p.dtype), p.causal,
               spec.space_path, spec.space_hash, spec.family, spec.strategy, spec.seed, spec.budget_evals,
-              spec.budget_seconds, device_id)
+              spec.budget_seconds, device_id, spec.space_text)
         .run();
     id = db().last_insert_rowid();
   }
@@ -499,32 +501,32 @@ void Store::put_build(const BuildKey& key, const BuildRecord& b) {
 }
 
 std::int64_t Store::record_evaluation(std::int64_t campaign_id, std::int64_t candidate_id, std::int64_t device_id,
-                                      const EvalRecord& e) {
+                                      const EvalRecord& e, Phase phase) {
   Transaction tx(db());
   // seq: the next number in the campaign, read under the write lock (the unique (campaign_id, seq)
   // index makes the MAX a single lookup).
   Statement insert(db(),
                    "INSERT INTO evaluations (campaign_id, seq, candidate_id, device_id, status, error, median_us, "
-                   "min_us, max_us, stdev_us, count, tflops, max_abs_err, err_bound) VALUES (?1, "
+                   "min_us, max_us, stdev_us, count, tflops, max_abs_err, err_bound, phase) VALUES (?1, "
                    "(SELECT IFNULL(MAX(seq), 0) + 1 FROM evaluations WHERE campaign_id = ?1), "
-                   "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
+                   "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
   insert
       .bind(campaign_id, candidate_id, device_id, e.status, e.error, e.median_us, e.min_us, e.max_us, e.stdev_us,
-            e.count, e.tflops, e.max_abs_err, e.err_bound)
+            e.count, e.tflops, e.max_abs_err, e.err_bound, phase == Phase::kFinal ? "final" : "search")
       .run();
   const std::int64_t id = db().last_insert_rowid();
   tx.commit();
   return id;
 }
 
-std::vector<std::pair<Config, EvalRecord>> Store::campaign_evaluations(std::int64_t campaign_id) {
+std::vector<EvaluationRow> Store::campaign_evaluations(std::int64_t campaign_id) {
   Statement st(db(),
                "SELECT c.config, e.status, e.error, e.median_us, e.min_us, e.max_us, e.stdev_us, e.tflops, "
-               "e.max_abs_err, e.err_bound, e.count "
+               "e.max_abs_err, e.err_bound, e.count, e.seq, e.evaluated_at "
                "FROM evaluations e JOIN candidates c ON c.id = e.candidate_id "
-               "WHERE e.campaign_id = ?1 ORDER BY e.seq");
+               "WHERE e.campaign_id = ?1 AND e.phase = 'search' ORDER BY e.seq");
   st.bind(campaign_id);
-  std::vector<std::pair<Config, EvalRecord>> out;
+  std::vector<EvaluationRow> out;
   while (st.step()) {
     EvalRecord r;
     r.status = st.text(1);
@@ -537,7 +539,59 @@ std::vector<std::pair<Config, EvalRecord>> Store::campaign_evaluations(std::int6
     r.max_abs_err = st.opt_real(8);
     r.err_bound = st.opt_real(9);
     r.count = st.int64(10);
-    out.emplace_back(config_from_text(st.text(0)), std::move(r));
+    out.push_back({st.int64(11), config_from_text(st.text(0)), std::move(r), st.text(12)});
+  }
+  return out;
+}
+
+void Store::put_ranking(std::int64_t campaign_id, std::int64_t device_id, const std::vector<RankingEntry>& entries) {
+  Transaction tx(db());
+  Statement clear(db(), "DELETE FROM rankings WHERE campaign_id = ?1");
+  clear.bind(campaign_id).run();
+  Statement insert(db(),
+                   "INSERT INTO rankings (campaign_id, rank, candidate_id, device_id, median_us, tflops, max_abs_err, "
+                   "spread_pct, rounds) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+  int rank = 1;
+  for (const RankingEntry& e : entries) {
+    insert.reset();
+    insert
+        .bind(campaign_id, rank++, e.candidate_id, device_id, e.median_us, e.tflops, e.max_abs_err, e.spread_pct,
+              e.rounds)
+        .run();
+  }
+  tx.commit();
+}
+
+std::vector<RankedRow> Store::ranking(std::int64_t campaign_id) {
+  Statement st(db(),
+               "SELECT r.rank, c.config, r.candidate_id, r.median_us, r.tflops, r.max_abs_err, r.spread_pct, r.rounds "
+               "FROM rankings r JOIN candidates c ON c.id = r.candidate_id WHERE r.campaign_id = ?1 ORDER BY r.rank");
+  st.bind(campaign_id);
+  std::vector<RankedRow> out;
+  while (st.step()) {
+    RankedRow row;
+    row.rank = static_cast<int>(st.int64(0));
+    row.config = config_from_text(st.text(1));
+    row.entry.candidate_id = st.int64(2);
+    row.entry.median_us = st.real(3);
+    row.entry.tflops = st.real(4);
+    row.entry.max_abs_err = st.real(5);
+    row.entry.spread_pct = st.real(6);
+    row.entry.rounds = static_cast<int>(st.int64(7));
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+std::vector<Problem> Store::problems_with_results(const std::string& family) {
+  Statement st(db(),
+               "SELECT c.b, c.h, c.hkv, c.s, c.sk, c.d, c.dtype, c.causal FROM campaigns c WHERE c.family = ?1 AND "
+               "EXISTS (SELECT 1 FROM evaluations e WHERE e.campaign_id = c.id AND e.status = 'ok') ORDER BY c.id");
+  st.bind(family);
+  std::vector<Problem> out;
+  while (st.step()) {
+    Problem p = problem_from_columns(st, 0);
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
   }
   return out;
 }
@@ -569,24 +623,52 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
   // candidate, then the earlier evaluation): the first time a (template, config) shows
   // up is its best median, so a campaign needs only as many entries as it takes to see `top`
   // distinct configs, however many evaluations it holds. Only the rows kept are read in full.
+  // A campaign with a ranking (its final re-timing) puts the ranking first.
+  Statement ranked(db(),
+                   "SELECT r.candidate_id, r.median_us, r.tflops, r.max_abs_err, r.ranked_at, c.family, c.config, "
+                   "c.config_key, d.name, d.arch FROM rankings r JOIN candidates c ON c.id = r.candidate_id "
+                   "JOIN devices d ON d.id = r.device_id WHERE r.campaign_id = ?1 ORDER BY r.rank");
   Statement walk(db(),
                  "SELECT e.id, e.median_us, e.candidate_id FROM evaluations e "
                  "WHERE e.campaign_id = ?1 AND e.status = 'ok' ORDER BY e.median_us, e.candidate_id, e.id");
   Statement config_of(db(), "SELECT family, config_key FROM candidates WHERE id = ?1");
   std::map<std::int64_t, std::pair<std::string, std::string>> candidate_keys;  // id -> (family, config_key)
   struct Found {
-    double median_us;
-    std::int64_t evaluation_id;
+    double key;                  // the order: the median, never ahead of what the campaign ranked above it
+    std::int64_t campaign_id, local;  // ties: campaign, then its own order
+    std::int64_t evaluation_id;  // 0 for a ranked row (filled in `row`)
+    std::optional<BestRow> row;  // a ranked row, complete
     std::string campaign;
     Problem problem;
   };
   std::vector<Found> found;
   while (camps.step()) {
+    const std::int64_t campaign_id = camps.int64(0);
     const std::string name = camps.text(1);
     const Problem problem = problem_from_columns(camps, 2);
-    walk.reset();
-    walk.bind(camps.int64(0));
     std::set<std::pair<std::string, std::string>> seen;
+    double floor = 0;  // the last ranked median: unranked configs never go ahead of it
+    std::int64_t local = 0;
+    ranked.reset();
+    ranked.bind(campaign_id);
+    while (static_cast<int>(seen.size()) < q.top && ranked.step()) {
+      BestRow row;
+      row.campaign = name;
+      row.problem = problem;
+      row.median_us = ranked.real(1);
+      row.tflops = ranked.real(2);
+      row.max_abs_err = ranked.real(3);
+      row.evaluated_at = ranked.text(4);
+      row.family = ranked.text(5);
+      row.config = config_from_text(ranked.text(6));
+      row.gpu = ranked.text(8);
+      row.arch = ranked.text(9);
+      if (!seen.insert({row.family, ranked.text(7)}).second) continue;
+      floor = std::max(floor, row.median_us);
+      found.push_back({floor, campaign_id, local++, 0, std::move(row), name, problem});
+    }
+    walk.reset();
+    walk.bind(campaign_id);
     while (static_cast<int>(seen.size()) < q.top && walk.step()) {
       const std::int64_t candidate = walk.int64(2);
       auto key = candidate_keys.find(candidate);
@@ -596,13 +678,15 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
         if (!config_of.step()) throw std::logic_error("evaluation of a missing candidate");
         key = candidate_keys.emplace(candidate, std::pair(config_of.text(0), config_of.text(1))).first;
       }
-      if (seen.insert(key->second).second) found.push_back({walk.real(1), walk.int64(0), name, problem});
+      if (seen.insert(key->second).second)
+        found.push_back({std::max(floor, walk.real(1)), campaign_id, local++, walk.int64(0), std::nullopt, name, problem});
     }
   }
+  ranked.reset();
   walk.reset();
   config_of.reset();
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
-    return std::tie(a.median_us, a.evaluation_id) < std::tie(b.median_us, b.evaluation_id);
+    return std::tie(a.key, a.campaign_id, a.local) < std::tie(b.key, b.campaign_id, b.local);
   });
   if (found.size() > static_cast<std::size_t>(q.top)) found.resize(static_cast<std::size_t>(q.top));
 
@@ -611,7 +695,11 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
                    "FROM evaluations e JOIN candidates c ON c.id = e.candidate_id JOIN devices d ON d.id = e.device_id "
                    "WHERE e.id = ?1");
   std::vector<BestRow> out;
-  for (const Found& f : found) {
+  for (Found& f : found) {
+    if (f.row) {
+      out.push_back(std::move(*f.row));
+      continue;
+    }
     detail.reset();
     detail.bind(f.evaluation_id);
     if (!detail.step()) throw std::logic_error("evaluation vanished inside a read transaction");
@@ -633,44 +721,61 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
   return out;
 }
 
+namespace {
+
+// The campaign columns every CampaignRow query reads, in read_campaign_row's order.
+constexpr const char* kCampaignColumns =
+    "SELECT c.id, c.name, c.b, c.h, c.hkv, c.s, c.sk, c.d, c.dtype, c.causal, c.space_path, c.space_hash, "
+    "c.family, c.strategy, c.seed, c.budget_evals, c.budget_seconds, c.status, c.stop_reason, "
+    "c.started_at, IFNULL(c.ended_at, ''), d.name, d.arch, "
+    "(SELECT count(*) FROM evaluations e WHERE e.campaign_id = c.id AND e.phase = 'search'), "
+    "(SELECT count(*) FROM evaluations e WHERE e.campaign_id = c.id AND e.phase = 'search' AND e.status = 'ok'), "
+    "IFNULL(rk.median_us, best.median_us), IFNULL(rk.tflops, best.tflops), c.space_text "
+    "FROM campaigns c JOIN devices d ON d.id = c.device_id "
+    "LEFT JOIN rankings rk ON rk.campaign_id = c.id AND rk.rank = 1 "
+    "LEFT JOIN evaluations best ON best.id = (SELECT e.id FROM evaluations e "
+    "  WHERE e.campaign_id = c.id AND e.status = 'ok' ORDER BY e.median_us, e.candidate_id, e.id LIMIT 1) ";
+
+CampaignRow read_campaign_row(Statement& st) {
+  CampaignRow r;
+  r.id = st.int64(0);
+  r.spec.name = st.text(1);
+  r.spec.problem = problem_from_columns(st, 2);
+  r.spec.space_path = st.text(10);
+  r.spec.space_hash = st.text(11);
+  r.spec.family = st.text(12);
+  r.spec.strategy = st.text(13);
+  r.spec.seed = st.int64(14);
+  r.spec.budget_evals = st.int64(15);
+  r.spec.budget_seconds = st.real(16);
+  r.status = st.text(17);
+  r.stop_reason = st.text(18);
+  r.started_at = st.text(19);
+  r.ended_at = st.text(20);
+  r.gpu = st.text(21);
+  r.arch = st.text(22);
+  r.evaluations = st.int64(23);
+  r.ok = st.int64(24);
+  r.best_us = st.opt_real(25);
+  r.best_tflops = st.opt_real(26);
+  r.spec.space_text = st.text(27);
+  return r;
+}
+
+}  // namespace
+
 std::vector<CampaignRow> Store::campaigns() {
-  Statement st(db(),
-               "SELECT c.id, c.name, c.b, c.h, c.hkv, c.s, c.sk, c.d, c.dtype, c.causal, c.space_path, c.space_hash, "
-               "c.family, c.strategy, c.seed, c.budget_evals, c.budget_seconds, c.status, c.stop_reason, "
-               "c.started_at, IFNULL(c.ended_at, ''), d.name, d.arch, "
-               "(SELECT count(*) FROM evaluations e WHERE e.campaign_id = c.id), "
-               "(SELECT count(*) FROM evaluations e WHERE e.campaign_id = c.id AND e.status = 'ok'), "
-               "best.median_us, best.tflops "
-               "FROM campaigns c JOIN devices d ON d.id = c.device_id "
-               "LEFT JOIN evaluations best ON best.id = (SELECT e.id FROM evaluations e "
-               "  WHERE e.campaign_id = c.id AND e.status = 'ok' ORDER BY e.median_us, e.candidate_id, e.id LIMIT 1) "
-               "ORDER BY c.id");
+  Statement st(db(), std::string(kCampaignColumns) + "ORDER BY c.id");
   std::vector<CampaignRow> out;
-  while (st.step()) {
-    CampaignRow r;
-    r.id = st.int64(0);
-    r.spec.name = st.text(1);
-    r.spec.problem = problem_from_columns(st, 2);
-    r.spec.space_path = st.text(10);
-    r.spec.space_hash = st.text(11);
-    r.spec.family = st.text(12);
-    r.spec.strategy = st.text(13);
-    r.spec.seed = st.int64(14);
-    r.spec.budget_evals = st.int64(15);
-    r.spec.budget_seconds = st.real(16);
-    r.status = st.text(17);
-    r.stop_reason = st.text(18);
-    r.started_at = st.text(19);
-    r.ended_at = st.text(20);
-    r.gpu = st.text(21);
-    r.arch = st.text(22);
-    r.evaluations = st.int64(23);
-    r.ok = st.int64(24);
-    r.best_us = st.opt_real(25);
-    r.best_tflops = st.opt_real(26);
-    out.push_back(std::move(r));
-  }
+  while (st.step()) out.push_back(read_campaign_row(st));
   return out;
+}
+
+std::optional<CampaignRow> Store::campaign_row(const std::string& name) {
+  Statement st(db(), std::string(kCampaignColumns) + "WHERE c.name = ?1");
+  st.bind(name);
+  if (!st.step()) return std::nullopt;
+  return read_campaign_row(st);
 }
 
 }  // namespace attntune

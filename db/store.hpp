@@ -34,6 +34,7 @@ struct CampaignSpec {
   std::string name;
   Problem problem;
   std::string space_path, space_hash, family, strategy;
+  std::string space_text;  // the space's YAML, stored so the campaign can be replayed/exported elsewhere
   std::int64_t seed = 0;
   std::int64_t budget_evals = 0;  // 0: no limit
   double budget_seconds = 0;      // 0: no limit
@@ -65,6 +66,29 @@ struct EvalRecord {
   std::string status, error;
   std::optional<double> median_us, min_us, max_us, stdev_us, tflops, max_abs_err, err_bound;
   std::int64_t count = 0;
+};
+
+// Which part of a campaign made an evaluation: the search, or the re-timing of its top candidates
+// at the end (which is not a second evaluation of the config).
+enum class Phase { kSearch, kFinal };
+
+struct EvaluationRow {
+  std::int64_t seq = 0;  // 1, 2, ... within the campaign
+  Config config;
+  EvalRecord record;
+  std::string evaluated_at;  // ISO-8601 UTC with milliseconds
+};
+
+// One place of a campaign's result (its top candidates re-timed interleaved at the end).
+struct RankingEntry {
+  std::int64_t candidate_id = 0;
+  double median_us = 0, tflops = 0, max_abs_err = 0, spread_pct = 0;
+  int rounds = 0;
+};
+struct RankedRow {
+  int rank = 0;
+  Config config;
+  RankingEntry entry;
 };
 
 struct BestRow {
@@ -123,15 +147,24 @@ class Store {
 
   // One transaction; numbers the evaluation within its campaign. Returns its id.
   std::int64_t record_evaluation(std::int64_t campaign_id, std::int64_t candidate_id, std::int64_t device_id,
-                                 const EvalRecord& eval);
-  // Everything evaluated in a campaign (any status), in evaluation order, so a resumed campaign
-  // evaluates nothing twice.
-  std::vector<std::pair<Config, EvalRecord>> campaign_evaluations(std::int64_t campaign_id);
+                                 const EvalRecord& eval, Phase phase = Phase::kSearch);
+  // Everything the search evaluated in a campaign (any status), in evaluation order, so a resumed
+  // campaign evaluates nothing twice. The final re-timing is not included.
+  std::vector<EvaluationRow> campaign_evaluations(std::int64_t campaign_id);
 
-  // Ok evaluations only, fastest first; one row per distinct (campaign, template, config), keeping its
-  // best median; at most query.top rows (>= 1).
+  // Replaces the campaign's result with `entries`, best first (rank 1, 2, ...), in one transaction.
+  void put_ranking(std::int64_t campaign_id, std::int64_t device_id, const std::vector<RankingEntry>& entries);
+  std::vector<RankedRow> ranking(std::int64_t campaign_id);  // empty until a campaign has ranked
+
+  // Ok configs only, fastest first; one row per distinct (campaign, template, config); at most
+  // query.top rows (>= 1). A campaign that has ranked its top candidates (tune's re-timing at the
+  // end) answers with that ranking first, in its order and with its medians; its other configs
+  // follow, never ahead of its last ranked one. Others answer with each config's best median.
   std::vector<BestRow> best(const BestQuery& query);
-  std::vector<CampaignRow> campaigns();
+  std::vector<CampaignRow> campaigns();  // evaluations/ok count the search; best is the ranking's first
+  std::optional<CampaignRow> campaign_row(const std::string& name);
+  // The distinct problems with at least one ok evaluation of `family`, in campaign order.
+  std::vector<Problem> problems_with_results(const std::string& family);
 
  private:
   Store(std::string path, std::unique_ptr<sqlite::Connection> db, int schema_version);

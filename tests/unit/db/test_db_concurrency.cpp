@@ -202,5 +202,5 @@ TEST_F(ConcurrencyTest, SecondWriterWaitsThenFailsClearly) {
   second.record_evaluation(1, 1, 1, ok_eval(70));  // the lock is free again
   const auto evals = second.campaign_evaluations(1);
   ASSERT_EQ(evals.size(), 3u);
-  EXPECT_EQ(evals[2].second.median_us, 70);
+  EXPECT_EQ(evals[2].record.median_us, 70);
 }

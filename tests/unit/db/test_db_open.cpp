@@ -357,12 +357,12 @@ TEST(StoreMigration, FromVersion1KeepsEveryRow) {
 
     auto evals = store.campaign_evaluations(rows[0].id);
     ASSERT_EQ(evals.size(), 2u);
-    EXPECT_EQ(evals[0].first, config(128, 64));
-    EXPECT_EQ(evals[0].second.median_us, 250.5);
-    EXPECT_EQ(evals[0].second.min_us, std::nullopt) << "not measured under version 1";
-    EXPECT_EQ(evals[0].second.tflops, 280.25);
-    EXPECT_EQ(evals[1].second.status, "resources");
-    EXPECT_EQ(evals[1].second.error, "needs 240 KiB shared memory, the device has 227 KiB");
+    EXPECT_EQ(evals[0].config, config(128, 64));
+    EXPECT_EQ(evals[0].record.median_us, 250.5);
+    EXPECT_EQ(evals[0].record.min_us, std::nullopt) << "not measured under version 1";
+    EXPECT_EQ(evals[0].record.tflops, 280.25);
+    EXPECT_EQ(evals[1].record.status, "resources");
+    EXPECT_EQ(evals[1].record.error, "needs 240 KiB shared memory, the device has 227 KiB");
 
     BestQuery q;
     q.problem = problem();
@@ -384,7 +384,7 @@ TEST(StoreMigration, FromVersion1KeepsEveryRow) {
     store.record_evaluation(rows[0].id, store.upsert_candidate("flash_fwd_mma", config(64, 64), "h1"), 1, ok_eval(240));
     evals = store.campaign_evaluations(rows[0].id);
     ASSERT_EQ(evals.size(), 3u);
-    EXPECT_EQ(evals[2].second.min_us, ok_eval(240).min_us);
+    EXPECT_EQ(evals[2].record.min_us, ok_eval(240).min_us);
   }
   EXPECT_EQ(header_u32(path, 60), std::uint32_t(Store::current_schema_version()));
   EXPECT_EQ(header_u32(path, 68), Store::kApplicationId);

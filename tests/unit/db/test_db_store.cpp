@@ -192,8 +192,8 @@ TEST_F(StoreTest, EvaluationsRoundTripInOrder) {
 
   auto evals = store.campaign_evaluations(c);
   ASSERT_EQ(evals.size(), 3u);
-  EXPECT_EQ(evals[0].first, config(128, 64));
-  const EvalRecord& r = evals[0].second;
+  EXPECT_EQ(evals[0].config, config(128, 64));
+  const EvalRecord& r = evals[0].record;
   EXPECT_EQ(r.status, "ok");
   EXPECT_EQ(r.error, "");
   EXPECT_EQ(r.median_us, 812.25);
@@ -204,12 +204,12 @@ TEST_F(StoreTest, EvaluationsRoundTripInOrder) {
   EXPECT_EQ(r.max_abs_err, 0.0039);
   EXPECT_EQ(r.err_bound, 1e-2);
   EXPECT_EQ(r.count, 50);
-  EXPECT_EQ(evals[1].first, config(64, 64));
-  EXPECT_EQ(evals[1].second.status, "wrong_result");
-  EXPECT_EQ(evals[1].second.error, bad.error);
-  EXPECT_EQ(evals[1].second.median_us, std::nullopt);
-  EXPECT_EQ(evals[2].second.min_us, std::nullopt);
-  EXPECT_EQ(evals[2].second.median_us, 990);
+  EXPECT_EQ(evals[1].config, config(64, 64));
+  EXPECT_EQ(evals[1].record.status, "wrong_result");
+  EXPECT_EQ(evals[1].record.error, bad.error);
+  EXPECT_EQ(evals[1].record.median_us, std::nullopt);
+  EXPECT_EQ(evals[2].record.min_us, std::nullopt);
+  EXPECT_EQ(evals[2].record.median_us, 990);
 
   auto rows = store.campaigns();
   EXPECT_EQ(rows[0].evaluations, 3);
