@@ -1,0 +1,337 @@
+// ---- templates/export/launcher.cuh: the host side of an exported attntune file.
+//
+// `attntune export` appends this after the kernels and replaces each marker (a name between two
+// pairs of at-signs) with integers, fixed identifiers (attntune_kN namespaces, the family's renamed
+// entry point) and one C string literal of ASCII JSON with every quote, backslash and question mark
+// escaped. Nothing else from the database reaches this code.
+//
+// The C entry points check everything the kernels assume before any CUDA call, and answer
+// ATTNTUNE_UNSUPPORTED with a reason (attntune_last_error) rather than computing garbage:
+//   - head_dim and is_causal: one of the kernels of this file was built for them;
+//   - sizes: batch, heads, lengths >= 0, heads_q a multiple of heads_kv, grid limits;
+//   - alignment: the kernels copy rows into shared memory 16 bytes at a time (cp.async), so q, k,
+//     v and out start on 16-byte boundaries and every stride is a multiple of 8 elements;
+//   - strides >= 0, and out's strides never make two outputs share an element;
+//   - softmax_scale finite and > 0 (the online softmax tracks the row maximum of the raw scores);
+//   - the device: the kernel has code for it and fits its shared memory and registers.
+// The element type cannot be checked through void pointers: it is the "dtype" of
+// attntune_kernel_info().
+
+#define ATTNTUNE_UNSUPPORTED 1000
+#if defined(_WIN32)
+#define ATTNTUNE_API __declspec(dllexport)
+#else
+#define ATTNTUNE_API __attribute__((visibility("default")))
+#endif
+
+namespace attntune_export {
+
+// The arguments of one call, after validation.
+struct Args {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  float* lse;
+  int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+  long long q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // in elements: {batch, head, row}
+  float scale;
+};
+
+struct Kernel;
+typedef cudaError_t (*LaunchFn)(const Kernel& kernel, const Args& args, cudaStream_t stream);
+
+// One tuned kernel of this file: what it was built and tuned for, and how to launch it.
+struct Kernel {
+  const char* label;  // "d=128 bf16 causal=0, tuned for b=4,h=16,hkv=16,s=4096,sk=4096"
+  int head_dim, causal;
+  int tuned_b, tuned_h, tuned_hkv, tuned_s, tuned_sk;
+  int block_m, threads, smem_bytes;  // grid = (ceil(seqlen_q / block_m), heads_q, batch)
+  const void* func;                  // the __global__ entry point
+  LaunchFn launch;
+};
+
+// Fills the kernel's own AttnParams (each kernel has its namespace's copy of the one ABI in
+// templates/common/attn_params.h) exactly as the tuner's evaluator does, and launches.
+template <class Params>
+cudaError_t launch_as(const Kernel& kernel, const Args& a, cudaStream_t stream) {
+  Params p;
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.o = a.out;
+  p.lse = a.lse;
+  for (int i = 0; i < 3; ++i) {
+    p.q_stride[i] = a.q_stride[i];
+    p.k_stride[i] = a.k_stride[i];
+    p.v_stride[i] = a.v_stride[i];
+    p.o_stride[i] = a.o_stride[i];
+  }
+  p.batch = a.batch;
+  p.heads_q = a.heads_q;
+  p.heads_kv = a.heads_kv;
+  p.seqlen_q = a.seqlen_q;
+  p.seqlen_k = a.seqlen_k;
+  p.q_per_kv = a.heads_q / a.heads_kv;
+  p.scale = a.scale;
+  p.scale_log2 = static_cast<float>(static_cast<double>(a.scale) * 1.4426950408889634);  // log2(e)
+  const dim3 grid(static_cast<unsigned>((a.seqlen_q + kernel.block_m - 1) / kernel.block_m),
+                  static_cast<unsigned>(a.heads_q), static_cast<unsigned>(a.batch));
+  void* params[] = {&p};
+  return cudaLaunchKernel(kernel.func, grid, dim3(static_cast<unsigned>(kernel.threads)), params,
+                          static_cast<size_t>(kernel.smem_bytes), stream);
+}
+
+// clang-format off
+static const Kernel kKernels[] = {
+@@KERNEL_TABLE@@
+};
+// clang-format on
+static const int kKernelCount = static_cast<int>(sizeof(kKernels) / sizeof(kKernels[0]));
+
+static const char kInfo[] =
+@@INFO_JSON@@;
+
+// The arch list nvcc compiled this file for ("800,900"), for the message when a device has none.
+#define ATTNTUNE_STR2(...) #__VA_ARGS__
+#define ATTNTUNE_STR(...) ATTNTUNE_STR2(__VA_ARGS__)
+#ifdef __CUDA_ARCH_LIST__
+static const char kBuiltFor[] = ATTNTUNE_STR(__CUDA_ARCH_LIST__);
+#else
+static const char kBuiltFor[] = "unknown";
+#endif
+
+static thread_local char g_error[1024] = "";
+
+#if defined(__GNUC__)
+static int unsupported(const char* format, ...) __attribute__((format(printf, 1, 2)));
+#endif
+static int unsupported(const char* format, ...) {
+  va_list ap;
+  va_start(ap, format);
+  std::vsnprintf(g_error, sizeof g_error, format, ap);
+  va_end(ap);
+  return ATTNTUNE_UNSUPPORTED;
+}
+
+static int cuda_failed(cudaError_t e, const char* call) {
+  std::snprintf(g_error, sizeof g_error, "%s: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
+  return static_cast<int>(e);
+}
+
+static bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// Checks a tensor's 3 strides; returns a reason or nullptr.
+static const char* check_strides(const long long* s) {
+  for (int i = 0; i < 3; ++i) {
+    if (s[i] < 0) return "a stride is negative";
+    if (s[i] % 8 != 0) return "a stride is not a multiple of 8 elements (16-byte rows)";
+  }
+  return nullptr;
+}
+
+// out must not have two (batch, head, row) positions sharing an element: sorted by stride, each
+// dimension of extent > 1 must step past everything the smaller ones span (a row spans head_dim).
+static bool out_overlaps(const long long* s, int batch, int heads, int rows, int head_dim) {
+  long long stride[3] = {s[0], s[1], s[2]}, extent[3] = {batch, heads, rows};
+  for (int i = 0; i < 3; ++i)
+    for (int j = i + 1; j < 3; ++j)
+      if (stride[j] < stride[i]) {
+        long long t = stride[i]; stride[i] = stride[j]; stride[j] = t;
+        t = extent[i]; extent[i] = extent[j]; extent[j] = t;
+      }
+  long long span = head_dim;
+  for (int i = 0; i < 3; ++i) {
+    if (extent[i] <= 1) continue;
+    if (stride[i] < span) return true;
+    span = stride[i] * (extent[i] - 1) + span;
+  }
+  return false;
+}
+
+static double log_ratio(double a, double b) {
+  const double r = std::log((a > 0 ? a : 1) / (b > 0 ? b : 1));
+  return r < 0 ? -r : r;
+}
+
+// The kernel for these arguments: among those built for head_dim and is_causal, the one tuned for
+// the nearest sequence lengths (by ratio); ties go to the same GQA group size, then the nearest
+// batch * heads, then the order of kernel_info's "kernels". -1 if none was built for them.
+static int select_kernel(int head_dim, int is_causal, int batch, int heads_q, int heads_kv, int seqlen_q,
+                         int seqlen_k) {
+  int best = -1;
+  double best_key[3] = {0, 0, 0};
+  for (int i = 0; i < kKernelCount; ++i) {
+    const Kernel& k = kKernels[i];
+    if (k.head_dim != head_dim || k.causal != (is_causal ? 1 : 0)) continue;
+    const int group = heads_kv > 0 ? heads_q / heads_kv : 1, tuned_group = k.tuned_h / k.tuned_hkv;
+    const double key[3] = {log_ratio(seqlen_q, k.tuned_s) + log_ratio(seqlen_k, k.tuned_sk),
+                           group == tuned_group ? 0.0 : 1.0,
+                           log_ratio(static_cast<double>(batch) * heads_q, static_cast<double>(k.tuned_b) * k.tuned_h)};
+    bool better = best < 0;
+    for (int j = 0; j < 3 && !better; ++j) {
+      if (key[j] < best_key[j] - 1e-12) better = true;
+      else if (key[j] > best_key[j] + 1e-12) break;
+    }
+    if (better) {
+      best = i;
+      for (int j = 0; j < 3; ++j) best_key[j] = key[j];
+    }
+  }
+  return best;
+}
+
+static int no_kernel(int head_dim, int is_causal) {
+  char built[600] = "";
+  size_t used = 0;
+  for (int i = 0; i < kKernelCount && used + 1 < sizeof built; ++i) {
+    const int n = std::snprintf(built + used, sizeof built - used, "%s%s", i ? "; " : "", kKernels[i].label);
+    if (n < 0) break;
+    used += static_cast<size_t>(n);
+  }
+  return unsupported("no kernel in this file for head_dim=%d is_causal=%d; it holds: %s", head_dim, is_causal,
+                     built);
+}
+
+// Per device and kernel: 1 once the device was checked and the shared-memory limit raised.
+static const int kMaxDevices = 64;
+static std::atomic<int> g_ready[kMaxDevices][sizeof(kKernels) / sizeof(kKernels[0])];
+
+// Checks that kernel `index` runs on `device` and raises its dynamic shared-memory limit there.
+static int prepare(int device, int index) {
+  const Kernel& k = kKernels[index];
+  if (device >= 0 && device < kMaxDevices && g_ready[device][index].load(std::memory_order_acquire)) return 0;
+  int major = 0, minor = 0, optin = 0;
+  cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (e != cudaSuccess) return cuda_failed(e, "cudaDeviceGetAttribute");
+  cudaFuncAttributes attr;
+  e = cudaFuncGetAttributes(&attr, k.func);
+  if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction ||
+      e == cudaErrorUnsupportedPtxVersion || e == cudaErrorInvalidPtx) {
+    cudaGetLastError();  // ours, not the caller's: do not leave it behind
+    return unsupported(
+        "kernel %s has no code for device %d (sm_%d%d): this library was compiled for compute "
+        "capabilities %s; rebuild the .cu with -arch=sm_%d%d (%s)",
+        k.label, device, major, minor, kBuiltFor, major, minor, cudaGetErrorName(e));
+  }
+  if (e != cudaSuccess) return cuda_failed(e, "cudaFuncGetAttributes");
+  if (static_cast<long long>(k.smem_bytes) + static_cast<long long>(attr.sharedSizeBytes) > optin)
+    return unsupported(
+        "kernel %s needs %d bytes of shared memory per block; device %d (sm_%d%d) allows %d: export a "
+        "kernel tuned for this GPU",
+        k.label, k.smem_bytes + static_cast<int>(attr.sharedSizeBytes), device, major, minor, optin);
+  if (attr.maxThreadsPerBlock < k.threads)
+    return unsupported("kernel %s needs %d threads per block; device %d (sm_%d%d) runs it with at most %d", k.label,
+                       k.threads, device, major, minor, attr.maxThreadsPerBlock);
+  if (k.smem_bytes > 48 * 1024) {
+    e = cudaFuncSetAttribute(k.func, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem_bytes);
+    if (e != cudaSuccess) return cuda_failed(e, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  }
+  if (device >= 0 && device < kMaxDevices) g_ready[device][index].store(1, std::memory_order_release);
+  return 0;
+}
+
+static int forward(const Args& a, int is_causal, cudaStream_t stream) {
+  // Sizes first: a zero-sized tensor may come with a NULL pointer.
+  if (a.batch < 0 || a.heads_q < 0 || a.heads_kv < 0 || a.seqlen_q < 0 || a.seqlen_k < 0)
+    return unsupported("negative size: batch=%d heads_q=%d heads_kv=%d seqlen_q=%d seqlen_k=%d", a.batch,
+                       a.heads_q, a.heads_kv, a.seqlen_q, a.seqlen_k);
+  if (is_causal != 0 && is_causal != 1) return unsupported("is_causal must be 0 or 1 (got %d)", is_causal);
+  const int index = select_kernel(a.head_dim, is_causal, a.batch, a.heads_q, a.heads_kv, a.seqlen_q, a.seqlen_k);
+  if (index < 0) return no_kernel(a.head_dim, is_causal);
+  if (a.heads_q > 0 && (a.heads_kv <= 0 || a.heads_q % a.heads_kv != 0))
+    return unsupported("heads_q (%d) must be a positive multiple of heads_kv (%d)", a.heads_q, a.heads_kv);
+  if (a.batch > 65535 || a.heads_q > 65535)
+    return unsupported("batch (%d) and heads_q (%d) must be at most 65535 (grid limits)", a.batch, a.heads_q);
+  if (a.seqlen_q > (1 << 30) || a.seqlen_k > (1 << 30))
+    return unsupported("sequence lengths must be at most 2^30 (got seqlen_q=%d seqlen_k=%d)", a.seqlen_q,
+                       a.seqlen_k);
+  if (!(a.scale > 0.f && a.scale <= 3.402823466e+38f))
+    return unsupported("softmax_scale must be finite and > 0 (got %g); the usual value is 1/sqrt(head_dim)",
+                       static_cast<double>(a.scale));
+  if (a.batch == 0 || a.heads_q == 0 || a.seqlen_q == 0) return 0;  // nothing to compute
+
+  const bool has_keys = a.seqlen_k > 0;
+  if (!a.q || !a.out || (has_keys && (!a.k || !a.v)))
+    return unsupported("q, k, v and out must not be NULL (k and v may be NULL only when seqlen_k is 0)");
+  if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || !aligned16(a.out))
+    return unsupported("q, k, v and out must be 16-byte aligned (q=%p k=%p v=%p out=%p)", a.q, a.k, a.v, a.out);
+  if (a.lse && reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0)
+    return unsupported("lse must be 4-byte aligned (got %p)", static_cast<void*>(a.lse));
+  const struct {
+    const char* name;
+    const long long* stride;
+  } tensors[] = {{"q_strides", a.q_stride}, {"k_strides", a.k_stride}, {"v_strides", a.v_stride},
+                 {"o_strides", a.o_stride}};
+  for (const auto& t : tensors)
+    if (const char* why = check_strides(t.stride))
+      return unsupported("%s {%lld, %lld, %lld}: %s", t.name, t.stride[0], t.stride[1], t.stride[2], why);
+  if (out_overlaps(a.o_stride, a.batch, a.heads_q, a.seqlen_q, a.head_dim))
+    return unsupported("o_strides {%lld, %lld, %lld} make outputs overlap for batch=%d heads_q=%d seqlen_q=%d "
+                       "head_dim=%d",
+                       a.o_stride[0], a.o_stride[1], a.o_stride[2], a.batch, a.heads_q, a.seqlen_q, a.head_dim);
+
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return cuda_failed(e, "cudaGetDevice");
+  if (const int r = prepare(device, index)) return r;
+  e = kKernels[index].launch(kKernels[index], a, stream);
+  if (e != cudaSuccess) return cuda_failed(e, "cudaLaunchKernel");
+  return 0;
+}
+
+}  // namespace attntune_export
+
+extern "C" {
+
+// Returns 0 on success, ATTNTUNE_UNSUPPORTED (1000) when the arguments do not match what this file
+// was compiled for (dtype, head_dim, causal, alignment), or a cudaError_t value.
+ATTNTUNE_API int attntune_attention_forward(
+    const void* q, const void* k, const void* v, void* out, float* lse, int batch, int heads_q, int heads_kv,
+    int seqlen_q, int seqlen_k, int head_dim, const long long* q_strides, const long long* k_strides,
+    const long long* v_strides, const long long* o_strides, float softmax_scale, int is_causal,
+    cudaStream_t stream) {
+  using namespace attntune_export;
+  if (!q_strides || !k_strides || !v_strides || !o_strides)
+    return unsupported("q_strides, k_strides, v_strides and o_strides must not be NULL (3 strides each)");
+  Args a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.out = out;
+  a.lse = lse;
+  a.batch = batch;
+  a.heads_q = heads_q;
+  a.heads_kv = heads_kv;
+  a.seqlen_q = seqlen_q;
+  a.seqlen_k = seqlen_k;
+  a.head_dim = head_dim;
+  for (int i = 0; i < 3; ++i) {
+    a.q_stride[i] = q_strides[i];
+    a.k_stride[i] = k_strides[i];
+    a.v_stride[i] = v_strides[i];
+    a.o_stride[i] = o_strides[i];
+  }
+  a.scale = softmax_scale;
+  return forward(a, is_causal, stream);
+}
+
+// JSON: how this file was made (template, config, problem, GPU, arch, measured time, campaign, date).
+ATTNTUNE_API const char* attntune_kernel_info(void) { return attntune_export::kInfo; }
+
+// The reason for the last nonzero return of attntune_attention_forward on this thread.
+ATTNTUNE_API const char* attntune_last_error(void) { return attntune_export::g_error; }
+
+// Added to the contract's three: the index in attntune_kernel_info()'s "kernels" of the kernel a
+// call with these sizes would run, or -1 if none of this file's kernels was built for them.
+ATTNTUNE_API int attntune_select_kernel(int head_dim, int is_causal, int batch,
+                                                                  int heads_q, int heads_kv, int seqlen_q,
+                                                                  int seqlen_k) {
+  if (is_causal != 0 && is_causal != 1) return -1;
+  const int i = attntune_export::select_kernel(head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k);
+  return i;
+}
+
+}  // extern "C"

@@ -1,0 +1,117 @@
+// attntune export: the winner as one self-contained .cu (CONTRACT.md "The exported kernel";
+// docs/EXPORT.md shows how to use it). Reads the database read-only.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli/command.hpp"
+#include "cli/format.hpp"
+#include "core/error.hpp"
+#include "db/store.hpp"
+#include "export/export.hpp"
+#include "export/select.hpp"
+
+namespace attntune::cli {
+
+namespace {
+
+constexpr const char* kSummary = "write the best kernel (or every problem's best) as a standalone .cu";
+
+// Writes beside the target and renames, so a failed export never leaves half a file behind.
+void write_file(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  if (fs::is_directory(target)) throw InputError(fmt::format("-o {}: is a directory", path));
+  const fs::path tmp = target.parent_path() / fmt::format(".{}.tmp{}", target.filename().string(), ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(fmt::format("-o {}: cannot write: {}", path, std::strerror(errno)));
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.close();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw InputError(fmt::format("-o {}: cannot write: {}", path, std::strerror(errno)));
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw InputError(fmt::format("-o {}: cannot write: {}", path, ec.message()));
+  }
+}
+
+int run_export(const std::vector<std::string>& args) {
+  std::string db_path, campaign, problem_spec, output, dtype, arch, space_file;
+  int rank = 1;
+  bool all_best = false;
+  po::options_description opts("options");
+  // clang-format off
+  opts.add_options()
+      ("db", po::value(&db_path)->default_value(default_db_path()), "database ($ATTNTUNE_DB, else ./attntune.db)")
+      ("campaign", po::value(&campaign), "export this campaign's best config")
+      ("problem", po::value(&problem_spec), "export this problem's best config across campaigns")
+      ("all-best", po::bool_switch(&all_best), "export every problem's best, with a dispatcher, in one file")
+      ("rank", po::value(&rank)->default_value(1), "the N-th best instead of the best (--campaign, --problem)")
+      ("dtype", po::value(&dtype), "--all-best: only this dtype (fp16 or bf16); needed when the database has both")
+      ("arch", po::value(&arch), "only results measured on this arch, e.g. sm_90")
+      ("space", po::value(&space_file), "the search-space YAML, for campaigns stored without it (older databases)")
+      ("output,o", po::value(&output), "the .cu file to write (- for stdout)");
+  // clang-format on
+  po::variables_map vm;
+  if (parse_args("export", kSummary, opts, args, vm)) return 0;
+
+  ExportQuery q;
+  if (vm.count("campaign")) q.campaign = campaign;
+  if (vm.count("problem")) q.problem = Problem::parse(problem_spec);
+  q.all_best = all_best;
+  q.rank = rank;
+  if (vm.count("dtype")) {
+    if (dtype != "fp16" && dtype != "bf16")
+      throw InputError(fmt::format("export: --dtype must be fp16 or bf16 (got '{}')", dtype));
+    q.dtype = dtype == "fp16" ? DType::kFp16 : DType::kBf16;
+  }
+  if (vm.count("arch")) q.arch = arch;
+  if (vm.count("space")) q.space_file = space_file;
+  const int modes = (q.campaign ? 1 : 0) + (q.problem ? 1 : 0) + (q.all_best ? 1 : 0);
+  if (modes != 1) throw InputError("export: give exactly one of --campaign, --problem or --all-best");
+  if (!vm.count("output") || output.empty()) throw InputError("export: -o FILE.cu is required (- for stdout)");
+
+  Store store = Store::open(db_path, Store::Mode::kReadOnly);
+  const std::vector<ExportItem> items = select_for_export(store, q);
+  const ExportMode mode = q.all_best ? ExportMode::kAllBest : ExportMode::kSingle;
+  const std::string source = export_source(items, mode);
+
+  std::ostream& report = output == "-" ? std::cerr : std::cout;
+  if (output == "-") {
+    std::cout << source;
+    std::cout.flush();
+  } else {
+    write_file(output, source);
+  }
+  report << fmt::format("exported {} kernel{} for {} to {}\n", items.size(), items.size() == 1 ? "" : "s",
+                        items.front().row.arch, output == "-" ? "stdout" : output);
+  for (const ExportItem& it : items)
+    report << fmt::format("  {}  {} µs  {} TFLOP/s  {} {}  (campaign {}, {})\n", it.row.problem.str(),
+                          format_us(it.row.median_us), format_tflops(it.row.tflops), it.row.family,
+                          config_str(it.row.config), it.row.campaign, it.row.gpu);
+  return 0;
+}
+
+const bool registered = register_command({"export", kSummary, false, run_export});
+
+}  // namespace
+
+}  // namespace attntune::cli

@@ -1,0 +1,328 @@
+#include "export/export.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/embedded.hpp"
+#include "core/error.hpp"
+#include "families/family.hpp"
+
+namespace attntune {
+
+namespace {
+
+constexpr const char* kFormat = "attntune-export/1";
+constexpr const char* kPrologue = "templates/export/prologue.cuh";
+constexpr const char* kLauncher = "templates/export/launcher.cuh";
+
+bool is_identifier(std::string_view s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+// "sm_90" -> 90, "sm_90a" -> 90; InputError for anything else (the arch reaches the build line).
+int arch_number(const std::string& arch) {
+  std::size_t i = 3;
+  int n = 0;
+  if (arch.rfind("sm_", 0) != 0) i = arch.size() + 1;
+  for (; i < arch.size() && std::isdigit(static_cast<unsigned char>(arch[i])) && n < 10000; ++i) n = n * 10 + (arch[i] - '0');
+  const bool suffix_ok = i == arch.size() || (i + 1 == arch.size() && arch[i] == 'a');
+  if (n < 10 || !suffix_ok) throw InputError(fmt::format("export: {} is not an arch of the form sm_90", json_quoted(arch)));
+  return n;
+}
+
+// Replaces every @@NAME@@ of an embedded template with its value; every value must be used.
+std::string fill(std::string_view tmpl, const std::map<std::string, std::string>& values) {
+  std::string out;
+  std::set<std::string> used;
+  std::size_t pos = 0;
+  for (;;) {
+    const std::size_t a = tmpl.find("@@", pos);
+    if (a == std::string_view::npos) break;
+    const std::size_t b = tmpl.find("@@", a + 2);
+    if (b == std::string_view::npos) throw std::logic_error("export template: unterminated @@ marker");
+    const std::string name(tmpl.substr(a + 2, b - a - 2));
+    const auto it = values.find(name);
+    if (it == values.end()) throw std::logic_error("export template: no value for @@" + name + "@@");
+    out.append(tmpl.substr(pos, a - pos));
+    out += it->second;
+    used.insert(name);
+    pos = b + 2;
+  }
+  out.append(tmpl.substr(pos));
+  if (used.size() != values.size()) throw std::logic_error("export template: a value has no @@ marker");
+  return out;
+}
+
+// Names of the macros a source #defines, in order, each once (to #undef them after it).
+std::vector<std::string> defined_macros(const std::string& source) {
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  std::istringstream in(source);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::size_t i = line.find_first_not_of(" \t");
+    if (i == std::string::npos || line[i] != '#') continue;
+    i = line.find_first_not_of(" \t", i + 1);
+    if (i == std::string::npos || line.compare(i, 6, "define") != 0) continue;
+    i = line.find_first_not_of(" \t", i + 6);
+    if (i == std::string::npos) continue;
+    std::size_t j = i;
+    while (j < line.size() && (std::isalnum(static_cast<unsigned char>(line[j])) || line[j] == '_')) ++j;
+    const std::string name = line.substr(i, j - i);
+    if (is_identifier(name) && seen.insert(name).second) names.push_back(name);
+  }
+  return names;
+}
+
+// An item rendered: the source the tuner measured and how to launch it.
+struct Prepared {
+  const ExportItem* item = nullptr;
+  RenderedKernel kernel;
+  LaunchGeometry geometry;
+  std::int64_t block_m = 0;
+  int source_index = 0;  // which distinct source (namespace attntune_kN)
+};
+
+struct Plan {
+  std::vector<Prepared> items;
+  std::vector<std::size_t> sources;  // items holding each distinct source, first use order
+  std::string dtype, arch;
+  int min_arch = 0;  // lowest arch every space supports, e.g. 80
+};
+
+Plan plan(const std::vector<ExportItem>& items) {
+  if (items.empty()) throw std::logic_error("export: no kernels");
+  Plan p;
+  std::map<std::string, int> by_hash;
+  for (const ExportItem& it : items) {
+    if (!it.space) throw std::logic_error("export: an item without its space");
+    const BestRow& r = it.row;
+    if (it.space->family() != r.family)
+      throw InputError(fmt::format("export: the search space is for {}, the result for {}", json_quoted(it.space->family()),
+                                   json_quoted(r.family)));
+    arch_number(r.arch);
+    Prepared prep;
+    prep.item = &it;
+    prep.kernel = render_kernel(*it.space, r.config, r.problem, r.arch);
+    prep.geometry = launch_geometry(*it.space, r.config, r.problem, r.arch);
+    prep.block_m = std::get<std::int64_t>(r.config.at("block_m"));
+    if (!is_identifier(prep.kernel.kernel_name)) throw std::logic_error("export: kernel name is not an identifier");
+    const auto [pos, fresh] = by_hash.emplace(prep.kernel.source_hash, static_cast<int>(by_hash.size()));
+    prep.source_index = pos->second;
+    p.items.push_back(std::move(prep));
+    if (fresh) p.sources.push_back(p.items.size() - 1);
+    for (const std::string& a : it.space->archs()) {
+      const int n = arch_number(a);
+      if (p.min_arch == 0 || n < p.min_arch) p.min_arch = n;
+    }
+  }
+  p.dtype = dtype_name(items.front().row.problem.dtype);
+  p.arch = items.front().row.arch;
+  for (const ExportItem& it : items) {
+    if (dtype_name(it.row.problem.dtype) != p.dtype)
+      throw InputError(
+          "export: the kernels are of different dtypes (fp16 and bf16), but attntune_attention_forward has no "
+          "dtype argument: export one file per dtype (--dtype)");
+    if (it.row.arch != p.arch)
+      throw InputError(fmt::format("export: the results were measured on different archs ({} and {}): export one file "
+                                   "per arch (--arch)",
+                                   json_quoted(p.arch), json_quoted(it.row.arch)));
+  }
+  return p;
+}
+
+nlohmann::ordered_json problem_json(const Problem& p) {
+  const nlohmann::json j = p.json();
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const char* key : {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal"}) out[key] = j.at(key);
+  return out;
+}
+
+nlohmann::ordered_json item_json(const Prepared& p) {
+  const BestRow& r = p.item->row;
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : r.config) std::visit([&](const auto& x) { config[k] = x; }, v);
+  return {{"template", r.family},
+          {"config", config},
+          {"problem", problem_json(r.problem)},
+          {"gpu", r.gpu},
+          {"arch", r.arch},
+          {"median_us", r.median_us},
+          {"tflops", r.tflops},
+          {"max_abs_err", r.max_abs_err},
+          {"campaign", r.campaign},
+          {"evaluated_at", r.evaluated_at},
+          {"source_hash", p.kernel.source_hash},
+          {"launch",
+           {{"block_m", p.block_m}, {"threads", p.geometry.block}, {"smem_bytes", p.geometry.smem_bytes}}}};
+}
+
+nlohmann::ordered_json info(const Plan& plan, ExportMode mode) {
+  nlohmann::ordered_json j = {{"format", kFormat},
+                              {"mode", mode == ExportMode::kSingle ? "single" : "all-best"},
+                              {"dtype", plan.dtype},
+                              {"arch", plan.arch},
+                              {"attntune_version", ATTNTUNE_VERSION}};
+  if (mode == ExportMode::kSingle) {
+    const nlohmann::ordered_json only = item_json(plan.items.front());
+    for (const auto& [k, v] : only.items()) j[k] = v;
+  }
+  nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
+  for (const Prepared& p : plan.items) kernels.push_back(item_json(p));
+  j["kernels"] = std::move(kernels);
+  return j;
+}
+
+std::string dump_ascii(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', true, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string number(double v) { return fmt::format("{:.6g}", v); }
+
+std::string provenance_lines(const Prepared& p) {
+  const BestRow& r = p.item->row;
+  std::string out;
+  auto line = [&](const char* key, const std::string& value) { out += fmt::format("//   {:<13} {}\n", key, value); };
+  line("template", json_quoted(r.family));
+  line("config", json_quoted(config_str(r.config)));
+  line("problem", json_quoted(r.problem.str()));
+  line("gpu", json_quoted(r.gpu));
+  line("arch", json_quoted(r.arch));
+  line("median_us", number(r.median_us));
+  line("tflops", number(r.tflops));
+  line("max_abs_err", number(r.max_abs_err));
+  line("campaign", json_quoted(r.campaign));
+  line("evaluated_at", json_quoted(r.evaluated_at));
+  line("source_hash", json_quoted(p.kernel.source_hash));
+  line("launch", fmt::format("grid (ceil(seqlen_q / {}), heads_q, batch), {} threads, {} bytes of dynamic shared memory",
+                             p.block_m, p.geometry.block, p.geometry.smem_bytes));
+  return out;
+}
+
+std::string header(const Plan& plan, ExportMode mode) {
+  const int arch = arch_number(plan.arch);
+  std::string h;
+  h += fmt::format("// attntune export: {} tuned attention kernel{} and a host launcher, in one self-contained file.\n",
+                   plan.items.size(), plan.items.size() == 1 ? "" : "s");
+  h += fmt::format("// Made by attntune {} (`attntune export{}`); re-export rather than edit.\n", ATTNTUNE_VERSION,
+                   mode == ExportMode::kAllBest ? " --all-best" : "");
+  h += "//\n// Build (the CUDA toolkit is all it needs; -arch is your GPU's):\n";
+  h += fmt::format("//   nvcc -std=c++17 -arch=sm_{} -Xcompiler -fPIC -shared FILE.cu -o libattn.so\n//\n", arch);
+  h += fmt::format(
+      "// Element type: {} for q, k, v and out (not checked: the launcher sees void pointers). Tensors are\n"
+      "// [batch, heads, seqlen, head_dim] with strides in elements {{batch, head, row}} and the last dim\n"
+      "// contiguous, so [B,H,S,D] and [B,S,H,D] both work without copies; q, k, v and out 16-byte aligned,\n"
+      "// strides multiples of 8 elements; lse NULL or [batch, heads_q, seqlen_q] fp32 (natural log).\n//\n",
+      plan.dtype);
+  h += "// C entry points (extern \"C\", at the end of this file):\n"
+       "//   int attntune_attention_forward(q, k, v, out, lse, batch, heads_q, heads_kv, seqlen_q, seqlen_k,\n"
+       "//       head_dim, q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal, stream)\n"
+       "//     -> 0, ATTNTUNE_UNSUPPORTED (1000) with the reason in attntune_last_error(), or a cudaError_t\n"
+       "//   const char* attntune_kernel_info(void)   this provenance as JSON\n"
+       "//   const char* attntune_last_error(void)    reason for the last nonzero return (per thread)\n"
+       "//   int attntune_select_kernel(head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k)\n"
+       "//     -> index in kernel_info's \"kernels\" of the kernel those sizes run, or -1\n//\n";
+  if (mode == ExportMode::kAllBest)
+    h += "// Dispatch: the kernels built for head_dim and is_causal; of those, the one tuned for the nearest\n"
+         "// sequence lengths (by ratio), then the same GQA group size, then the nearest batch * heads.\n//\n";
+  for (std::size_t i = 0; i < plan.items.size(); ++i) {
+    h += fmt::format("// Kernel {} (source attntune_k{}), as the tuner measured it:\n", i, plan.items[i].source_index);
+    h += provenance_lines(plan.items[i]);
+  }
+  return h;
+}
+
+// One kernel source, verbatim, in its own namespace with its entry point renamed; the macros it
+// defines (config, include guards) are #undef'd after it so the next kernel starts clean.
+std::string wrapped_source(const Prepared& p) {
+  const std::string ns = fmt::format("attntune_k{}", p.source_index);
+  const std::string& name = p.kernel.kernel_name;
+  std::string s;
+  s += fmt::format(
+      "\n// ==== {ns}: the kernel source the tuner measured (source_hash {hash}), verbatim. The\n"
+      "// namespace and the #define of its entry point let several kernels share this file: each has\n"
+      "// its own types and a unique extern \"C\" name ({ns}_{name}).\n",
+      fmt::arg("ns", ns), fmt::arg("hash", p.kernel.source_hash), fmt::arg("name", name));
+  s += fmt::format("namespace {} {{\n#define {} {}_{}\n", ns, name, ns, name);
+  s += p.kernel.source;
+  if (!s.empty() && s.back() != '\n') s += '\n';
+  // The entry point may sit in a namespace of the family's (att::): declare it here too, where the
+  // launcher looks (a C-linkage name is one function whichever namespace declares it), with the
+  // one kernel signature of every template (templates/common/attn_params.h).
+  s += fmt::format("#undef {name}\nextern \"C\" __global__ void {ns}_{name}(const AttnParams p);\n}}  // namespace {ns}\n",
+                   fmt::arg("name", name), fmt::arg("ns", ns));
+  for (const std::string& m : defined_macros(p.kernel.source))
+    if (m != name) s += fmt::format("#undef {}\n", m);
+  return s;
+}
+
+std::string kernel_table(const Plan& plan) {
+  std::string rows;
+  for (const Prepared& p : plan.items) {
+    const Problem& pr = p.item->row.problem;
+    const std::string ns = fmt::format("attntune_k{}", p.source_index);
+    // The label holds only integers and fixed names: it is C code, not a string from the database.
+    const std::string label = fmt::format("d={} {} causal={}, tuned for b={},h={},hkv={},s={},sk={}", pr.d,
+                                          dtype_name(pr.dtype), pr.causal ? 1 : 0, pr.b, pr.h, pr.hkv, pr.s, pr.sk);
+    rows += fmt::format(
+        "    {{\"{label}\", {d}, {causal}, {b}, {h}, {hkv}, {s}, {sk}, {block_m}, {threads}, {smem},\n"
+        "     reinterpret_cast<const void*>(&{ns}::{ns}_{name}), &launch_as<{ns}::AttnParams>}},\n",
+        fmt::arg("label", label), fmt::arg("d", pr.d), fmt::arg("causal", pr.causal ? 1 : 0), fmt::arg("b", pr.b),
+        fmt::arg("h", pr.h), fmt::arg("hkv", pr.hkv), fmt::arg("s", pr.s), fmt::arg("sk", pr.sk),
+        fmt::arg("block_m", p.block_m), fmt::arg("threads", p.geometry.block), fmt::arg("smem", p.geometry.smem_bytes),
+        fmt::arg("ns", ns), fmt::arg("name", p.kernel.kernel_name));
+  }
+  if (!rows.empty()) rows.pop_back();  // the template puts the newline
+  return rows;
+}
+
+}  // namespace
+
+std::string json_quoted(std::string_view s) {
+  return nlohmann::json(std::string(s)).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+}
+
+std::string c_string_literal(std::string_view ascii, std::string_view indent) {
+  constexpr std::size_t kChunk = 96;
+  std::string out;
+  for (std::size_t i = 0; i < ascii.size() || i == 0; i += kChunk) {
+    if (i > 0) out += '\n';
+    out += indent;
+    out += '"';
+    for (char c : ascii.substr(i, kChunk)) {
+      if (c < 0x20 || c > 0x7e) throw std::logic_error("c_string_literal: not printable ASCII");
+      if (c == '\\' || c == '"' || c == '?') out += '\\';
+      out += c;
+    }
+    out += '"';
+    if (ascii.empty()) break;
+  }
+  return out;
+}
+
+nlohmann::ordered_json export_info(const std::vector<ExportItem>& items, ExportMode mode) {
+  return info(plan(items), mode);
+}
+
+std::string export_source(const std::vector<ExportItem>& items, ExportMode mode) {
+  const Plan p = plan(items);
+  std::string out = header(p, mode);
+  out += "\n";
+  out += fill(embedded_file(kPrologue), {{"MIN_ARCH", std::to_string(p.min_arch * 10)},
+                                         {"MIN_ARCH_DOTTED", fmt::format("{}.{}", p.min_arch / 10, p.min_arch % 10)},
+                                         {"MIN_ARCH_SHORT", std::to_string(p.min_arch)}});
+  for (std::size_t i : p.sources) out += wrapped_source(p.items[i]);
+  out += "\n";
+  out += fill(embedded_file(kLauncher),
+              {{"KERNEL_TABLE", kernel_table(p)}, {"INFO_JSON", c_string_literal(dump_ascii(info(p, mode)))}});
+  return out;
+}
+
+}  // namespace attntune

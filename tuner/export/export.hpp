@@ -1,0 +1,55 @@
+// The exported kernel file (CONTRACT.md "The exported kernel"): one self-contained .cu holding the
+// kernel sources the tuner measured, verbatim, and a host launcher with the C entry points
+// attntune_attention_forward, attntune_kernel_info and attntune_last_error.
+//
+// Layout of the file: a provenance comment; templates/export/prologue.cuh (CUDA runtime and C++
+// standard headers only); each distinct kernel source as render_kernel wrote it, wrapped in its own
+// namespace attntune_kN with its entry point renamed by a #define (so several kernels can share a
+// translation unit; macros they define are #undef'd after each); templates/export/launcher.cuh
+// with the dispatch table and the provenance JSON filled in.
+//
+// Only validated values reach code: integers, the family's identifiers and namespace names we make.
+// Strings from the database (campaign, GPU, config, timestamps) appear only JSON-escaped and ASCII,
+// inside // comments and inside one C string literal whose \ " ? are escaped.
+#pragma once
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "db/store.hpp"
+#include "space/search_space.hpp"
+
+namespace attntune {
+
+// One kernel to export: what was measured, and the search space it was tuned in (to render it).
+struct ExportItem {
+  BestRow row;
+  std::shared_ptr<const SearchSpace> space;
+};
+
+enum class ExportMode {
+  kSingle,   // one kernel: the launcher accepts only its head_dim and causal
+  kAllBest,  // the best kernel of each problem; dispatch by head_dim, causal, nearest lengths
+};
+
+// The .cu text. InputError for items of different dtypes (the C entry point has no dtype argument)
+// or a config its space rejects; std::logic_error for no items.
+std::string export_source(const std::vector<ExportItem>& items, ExportMode mode);
+
+// What attntune_kernel_info() returns: {"format", "mode", "dtype", "attntune_version", [single: the
+// kernel's fields], "kernels": [{"template", "config", "problem", "gpu", "arch", "median_us",
+// "tflops", "max_abs_err", "campaign", "evaluated_at", "source_hash", "launch"}]}.
+nlohmann::ordered_json export_info(const std::vector<ExportItem>& items, ExportMode mode);
+
+// A JSON string literal of s, ASCII only (invalid UTF-8 becomes U+FFFD): safe as the value on a //
+// comment line (no newline, never ends in a backslash).
+std::string json_quoted(std::string_view s);
+// Printable ASCII text as one or more adjacent C string literals ("..." "..."), each on its own
+// line after `indent`, with \ " and ? escaped (no escape sequence, trigraph or newline leaks).
+// std::logic_error for any other byte.
+std::string c_string_literal(std::string_view ascii, std::string_view indent = "    ");
+
+}  // namespace attntune

@@ -1,0 +1,141 @@
+#include "export/select.hpp"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace attntune {
+
+namespace {
+
+// Enough rows to find `rank` of them on `arch` when some were measured elsewhere.
+constexpr int kArchFilterRows = 100000;
+
+std::vector<BestRow> best_rows(Store& store, const std::optional<Problem>& problem,
+                               const std::optional<std::string>& campaign, int top, const ExportQuery& q) {
+  BestQuery bq;
+  bq.problem = problem;
+  bq.campaign = campaign;
+  bq.top = q.arch ? kArchFilterRows : top;
+  std::vector<BestRow> rows = store.best(bq);
+  if (q.arch) rows.erase(std::remove_if(rows.begin(), rows.end(), [&](const BestRow& r) { return r.arch != *q.arch; }),
+                         rows.end());
+  if (static_cast<int>(rows.size()) > top) rows.resize(static_cast<std::size_t>(top));
+  return rows;
+}
+
+class SpaceCache {
+ public:
+  SpaceCache(Store& store, const ExportQuery& q) : store_(store), query_(q) {}
+
+  std::shared_ptr<const SearchSpace> of(const std::string& campaign) {
+    if (auto it = spaces_.find(campaign); it != spaces_.end()) return it->second;
+    const std::optional<CampaignRow> row = store_.campaign_row(campaign);
+    if (!row) throw std::logic_error("a best row names a campaign the database does not hold");
+    const CampaignSpec& spec = row->spec;
+    std::shared_ptr<const SearchSpace> space;
+    if (!spec.space_text.empty()) {
+      space = std::make_shared<const SearchSpace>(
+          SearchSpace::parse(spec.space_text, fmt::format("search space stored with campaign '{}'", campaign)));
+    } else if (query_.space_file) {
+      auto loaded = std::make_shared<const SearchSpace>(SearchSpace::load(*query_.space_file));
+      if (loaded->hash() != spec.space_hash)
+        throw InputError(fmt::format(
+            "--space {}: not the space campaign '{}' was tuned with (its content hash is {}, the campaign's {})",
+            *query_.space_file, campaign, loaded->hash(), spec.space_hash));
+      space = std::move(loaded);
+    } else {
+      throw InputError(fmt::format(
+          "campaign '{}' was recorded without its search space's text (a database from before schema 3): pass "
+          "--space FILE, the space it was tuned with ({}, content hash {})",
+          campaign, spec.space_path, spec.space_hash));
+    }
+    spaces_.emplace(campaign, space);
+    return space;
+  }
+
+ private:
+  Store& store_;
+  const ExportQuery& query_;
+  std::map<std::string, std::shared_ptr<const SearchSpace>> spaces_;
+};
+
+std::string where(const ExportQuery& q, const Store& store) {
+  std::string w;
+  if (q.campaign) w += fmt::format(" in campaign '{}'", *q.campaign);
+  if (q.problem) w += " for problem " + q.problem->str();
+  if (q.dtype) w += fmt::format(" of dtype {}", dtype_name(*q.dtype));
+  if (q.arch) w += fmt::format(" measured on {}", *q.arch);
+  return w + fmt::format(" in database '{}'", store.path());
+}
+
+std::vector<BestRow> all_best_rows(Store& store, const ExportQuery& q) {
+  std::vector<Problem> problems;
+  for (const CampaignRow& c : store.campaigns()) {
+    if (q.dtype && c.spec.problem.dtype != *q.dtype) continue;
+    if (std::find(problems.begin(), problems.end(), c.spec.problem) == problems.end())
+      problems.push_back(c.spec.problem);
+  }
+  std::vector<BestRow> rows;
+  for (const Problem& p : problems)
+    for (BestRow& r : best_rows(store, p, std::nullopt, 1, q)) rows.push_back(std::move(r));
+  if (rows.empty()) return rows;
+
+  std::set<std::string> dtypes, archs;
+  for (const BestRow& r : rows) {
+    dtypes.insert(dtype_name(r.problem.dtype));
+    archs.insert(r.arch);
+  }
+  if (dtypes.size() > 1)
+    throw InputError(fmt::format(
+        "export --all-best: database '{}' holds fp16 and bf16 results, and attntune_attention_forward has no "
+        "dtype argument: pass --dtype fp16 or --dtype bf16 (one file per dtype)",
+        store.path()));
+  if (archs.size() > 1)
+    throw InputError(fmt::format(
+        "export --all-best: the best results in database '{}' were measured on several archs ({}): pass --arch "
+        "with one of them (one file per arch)",
+        store.path(), fmt::join(archs, ", ")));
+  return rows;
+}
+
+}  // namespace
+
+std::vector<ExportItem> select_for_export(Store& store, const ExportQuery& q) {
+  const int modes = (q.campaign ? 1 : 0) + (q.problem ? 1 : 0) + (q.all_best ? 1 : 0);
+  if (modes != 1) throw InputError("export: give exactly one of --campaign, --problem or --all-best");
+  if (q.rank < 1) throw InputError(fmt::format("export: --rank must be at least 1 (got {})", q.rank));
+  if (q.all_best && q.rank != 1) throw InputError("export: --rank applies to --campaign and --problem, not --all-best");
+  if (q.dtype && !q.all_best)
+    throw InputError("export: --dtype applies to --all-best (a campaign or problem has its own dtype)");
+  if (q.campaign && !store.find_campaign(*q.campaign))
+    throw InputError(fmt::format("no campaign '{}' in database '{}' (attntune campaigns lists them)", *q.campaign,
+                                 store.path()));
+
+  std::vector<BestRow> rows;
+  if (q.all_best) {
+    rows = all_best_rows(store, q);
+  } else {
+    rows = best_rows(store, q.problem, q.campaign, q.rank, q);
+    if (!rows.empty() && static_cast<int>(rows.size()) < q.rank)
+      throw WorkError(fmt::format("only {} valid config{}{}: --rank {} is beyond them", rows.size(),
+                                  rows.size() == 1 ? "" : "s", where(q, store), q.rank));
+    if (!rows.empty()) rows = {rows.back()};
+  }
+  if (rows.empty()) throw WorkError("no valid results" + where(q, store) + ": nothing to export");
+
+  SpaceCache spaces(store, q);
+  std::vector<ExportItem> items;
+  for (BestRow& r : rows) {
+    auto space = spaces.of(r.campaign);
+    items.push_back({std::move(r), std::move(space)});
+  }
+  return items;
+}
+
+}  // namespace attntune

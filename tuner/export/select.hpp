@@ -1,0 +1,31 @@
+// Which recorded results an export holds, and the search spaces to render them with. The space of
+// a campaign comes from the database (the YAML text it stored), so exporting needs no file of the
+// tuning machine; a campaign from an older database, which stored only the space's hash, needs
+// --space FILE, checked against that hash.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "db/store.hpp"
+#include "export/export.hpp"
+
+namespace attntune {
+
+struct ExportQuery {
+  // Exactly one of: a campaign's best, a problem's best across campaigns, or every problem's best.
+  std::optional<std::string> campaign;
+  std::optional<Problem> problem;
+  bool all_best = false;
+  int rank = 1;                            // 1-based, campaign or problem only
+  std::optional<DType> dtype;              // all_best: only this dtype's problems
+  std::optional<std::string> arch;         // only results measured on this arch ("sm_90")
+  std::optional<std::string> space_file;   // for campaigns stored without their space's YAML
+};
+
+// InputError (exit 2): an unknown campaign, --rank < 1, an --all-best over two dtypes or archs
+// without --dtype/--arch, a missing or mismatching --space. WorkError (exit 1): no ok result, or
+// fewer than --rank. Items come best first; for all_best one per problem, in campaign order.
+std::vector<ExportItem> select_for_export(Store& store, const ExportQuery& query);
+
+}  // namespace attntune
