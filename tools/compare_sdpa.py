@@ -1,0 +1,356 @@
+#!/usr/bin/env python3
+"""Check and time `attntune export` files against PyTorch's SDPA backends (on the GPU machine).
+
+For each --cu FILE.cu: build it with CONTRACT.md's nvcc command line into a temporary shared
+library, load it with ctypes, read attntune_kernel_info(), then for every kernel in it:
+
+  correctness  against a float64 reference (PyTorch math, on float64), FlashAttention-2's
+               criterion: max|out - ref64| <= 2 * max|ref_lowp - ref64| + atol, where ref_lowp is
+               the same math in the kernel's dtype and atol is 1/512 (bf16) or 1/4096 (fp16); on
+               the tuned shape (with LSE), odd lengths (s=1000; s=257 with sk=1000 when not causal,
+               sk=1000 bottom-right aligned when causal), [B,S,H,D] strided views (no copies) and
+               GQA (hkv = h/4). The output is poisoned with NaN before each call.
+  timing       ours vs SDPA's flash, cuDNN and efficient backends (and the default dispatch), each
+               captured as --calls calls in a CUDA graph, the graph replayed --reps times, median
+               (the method of shared/peers/sdpa_peers.py, so the numbers compare).
+               TFLOP/s = 4*B*H*S*Sk*D / t, half of it when causal.
+
+Prints a table and writes CSV (--out). Exit status 1 if a build or a correctness check failed.
+
+  python3 tools/compare_sdpa.py --cu attn.cu [--cu all.cu] [--arch sm_90] [--out compare.csv]
+"""
+import argparse
+import csv
+import ctypes
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+ATTNTUNE_UNSUPPORTED = 1000
+ATOL = {"bf16": 1.0 / 512, "fp16": 1.0 / 4096}
+TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+LSE_ATOL = 1e-3  # the kernel's log2/exp2 are approximate (ex2.approx, lg2.approx)
+
+
+# ---------------------------------------------------------------- building and loading
+
+def find_nvcc(explicit):
+    for cand in (explicit, os.environ.get("CUDACXX"),
+                 os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"),
+                 shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if cand and os.path.exists(cand):
+            return cand
+    sys.exit("compare_sdpa: nvcc not found (--nvcc, $CUDACXX, $CUDA_HOME, PATH)")
+
+
+def build(nvcc, cu, arch, out_dir, index):
+    lib = os.path.join(out_dir, f"libattn{index}.so")
+    cmd = [nvcc, "-std=c++17", f"-arch={arch}", "-Xcompiler", "-fPIC", "-shared", cu, "-o", lib]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"build failed: {' '.join(cmd)}\n{r.stdout}{r.stderr}", file=sys.stderr)
+        return None
+    print(f"built {cu} for {arch} in {time.time() - t0:.0f} s")
+    return lib
+
+
+class Library:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)  # RTLD_LOCAL: several exports can be loaded side by side
+        f = self.lib.attntune_attention_forward
+        f.argtypes = ([ctypes.c_void_p] * 4 + [ctypes.c_void_p] + [ctypes.c_int] * 6 +
+                      [ctypes.POINTER(ctypes.c_longlong)] * 4 + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
+        f.restype = ctypes.c_int
+        self.lib.attntune_kernel_info.restype = ctypes.c_char_p
+        self.lib.attntune_last_error.restype = ctypes.c_char_p
+        self.info = json.loads(self.lib.attntune_kernel_info().decode())
+        self.select = getattr(self.lib, "attntune_select_kernel", None)
+
+    def last_error(self):
+        return self.lib.attntune_last_error().decode(errors="replace")
+
+    def forward_fn(self, q, k, v, out, lse, causal, scale):
+        """A closure calling the kernel on q, k, v, out: [B, H, S, D] tensors of any strides
+        (last dim contiguous), on the current stream at call time."""
+        B, H, S, D = q.shape
+        Hkv, Sk = k.shape[1], k.shape[2]
+        strides = [(ctypes.c_longlong * 3)(*t.stride()[:3]) for t in (q, k, v, out)]
+        ptrs = [t.data_ptr() for t in (q, k, v, out)]
+        lse_ptr = lse.data_ptr() if lse is not None else None
+        f = self.lib.attntune_attention_forward
+
+        def call():
+            return f(*ptrs, lse_ptr, B, H, Hkv, S, Sk, D, *strides, ctypes.c_float(scale), int(causal),
+                     ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        return call
+
+
+# ---------------------------------------------------------------- reference
+
+def reference(q, k, v, causal, scale, dtype):
+    """Attention in `dtype` (float64, or the inputs' dtype with a float32 softmax as
+    FlashAttention's attention_ref does); bottom-right causal; rows that see no key give 0 and LSE
+    -inf. Returns out [B, H, S, D] and lse [B, H, S] (float64). Chunks query rows to bound memory."""
+    B, H, S, D = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
+    qd, kd, vd = (t.to(dtype) for t in (q, k, v))
+    if Hkv != H:
+        kd = kd.repeat_interleave(H // Hkv, dim=1)
+        vd = vd.repeat_interleave(H // Hkv, dim=1)
+    out = torch.empty(B, H, S, D, dtype=dtype, device=q.device)
+    lse = torch.empty(B, H, S, dtype=torch.float64, device=q.device)
+    rows = max(1, min(S, int(1.5e9 // (8 * B * H * max(Sk, 1)))))
+    cols = torch.arange(Sk, device=q.device)
+    for r0 in range(0, S, rows):
+        r1 = min(S, r0 + rows)
+        s = torch.matmul(qd[:, :, r0:r1], kd.transpose(-1, -2)).to(torch.float64 if dtype == torch.float64
+                                                                   else torch.float32) * scale
+        if causal:
+            i = torch.arange(r0, r1, device=q.device)[:, None]
+            s = s.masked_fill(cols[None, :] > i + (Sk - S), float("-inf"))
+        m = s.amax(dim=-1, keepdim=True)
+        m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+        p = torch.exp(s - m)
+        l = p.sum(dim=-1, keepdim=True)
+        p = torch.where(l > 0, p / l.clamp_min(1e-300), torch.zeros_like(p))
+        out[:, :, r0:r1] = torch.matmul(p.to(dtype), vd)
+        lse[:, :, r0:r1] = (torch.log(l) + m).squeeze(-1).to(torch.float64)
+    return out, lse
+
+
+def make_inputs(B, H, Hkv, S, Sk, D, dtype, layout, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def tensor(heads, length):
+        if layout == "BSHD":  # a [B, S, H, D] buffer seen as [B, H, S, D]: strided, no copy
+            return torch.randn(B, length, heads, D, device="cuda", dtype=dtype, generator=g).transpose(1, 2)
+        return torch.randn(B, heads, length, D, device="cuda", dtype=dtype, generator=g)
+    q, k, v = tensor(H, S), tensor(Hkv, Sk), tensor(Hkv, Sk)
+    out = tensor(H, S)
+    return q, k, v, out
+
+
+def check(lib, name, dtype_name, B, H, Hkv, S, Sk, D, causal, layout, with_lse, seed):
+    dtype = TORCH_DTYPE[dtype_name]
+    scale = 1.0 / math.sqrt(D)
+    q, k, v, out = make_inputs(B, H, Hkv, S, Sk, D, dtype, layout, seed)
+    out.fill_(float("nan"))
+    lse = torch.full((B, H, S), float("nan"), device="cuda", dtype=torch.float32) if with_lse else None
+    kernel = lib.select(D, int(causal), B, H, Hkv, S, Sk) if lib.select else 0
+    rc = lib.forward_fn(q, k, v, out, lse, causal, scale)()
+    torch.cuda.synchronize()
+    row = dict(kind="check", shape=name, dtype=dtype_name, variant=f"{layout} b={B} h={H} hkv={Hkv} s={S} sk={Sk}"
+               + (" +lse" if with_lse else ""), kernel=kernel)
+    if rc != 0:
+        row.update(ok=False, max_err=float("nan"), bound=float("nan"), note=f"returned {rc}: {lib.last_error()}")
+        return row
+    ref64, lse64 = reference(q, k, v, causal, scale, torch.float64)
+    ref_lowp, _ = reference(q, k, v, causal, scale, dtype)
+    err = (out.double() - ref64).abs().max().item()  # NaN (unwritten or poisoned) propagates
+    lowp = (ref_lowp.double() - ref64).abs().max().item()
+    bound = 2 * lowp + ATOL[dtype_name]
+    ok = math.isfinite(err) and err <= bound
+    note = ""
+    if with_lse:
+        finite = torch.isfinite(lse64)
+        same_inf = bool(torch.equal(torch.isneginf(lse.double()), ~finite))
+        lse_err = (lse.double()[finite] - lse64[finite]).abs().max().item() if finite.any() else 0.0
+        if not same_inf or not (lse_err <= LSE_ATOL):
+            ok = False
+        note = f"lse err {lse_err:.2e}" + ("" if same_inf else ", -inf rows differ")
+    if not math.isfinite(err):
+        note = (note + "; " if note else "") + "NaN in output (unwritten or wrong)"
+    row.update(ok=ok, max_err=err, bound=bound, note=note)
+    return row
+
+
+# ---------------------------------------------------------------- timing (as sdpa_peers.py)
+
+def time_fn(fn, iters=None):
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter(); fn(); torch.cuda.synchronize(); one = time.perf_counter() - t0
+    n = iters or max(10, min(200, int(0.3 / max(one, 1e-6))))
+    ts = []
+    for _ in range(n):
+        a = torch.cuda.Event(enable_timing=True); b = torch.cuda.Event(enable_timing=True)
+        a.record(); fn(); b.record(); b.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def time_graph(fn, calls, reps):
+    """Milliseconds per call: `calls` calls captured in one CUDA graph, median of `reps` replays."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    return time_fn(g.replay, reps) / calls
+
+
+def flops(B, H, S, Sk, D, causal):
+    f = 4.0 * B * H * S * Sk * D
+    return f / 2 if causal else f
+
+
+def time_problem(lib, name, dtype_name, p, calls, reps):
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+    dtype = TORCH_DTYPE[dtype_name]
+    scale = 1.0 / math.sqrt(D)
+    q, k, v, out = make_inputs(B, H, Hkv, S, Sk, D, dtype, "BHSD", 0)
+    fl = flops(B, H, S, Sk, D, causal)
+    results = {}
+
+    ours = lib.forward_fn(q, k, v, out, None, causal, scale)
+    rc = ours()
+    torch.cuda.synchronize()
+    if rc != 0:
+        print(f"  ours: returned {rc}: {lib.last_error()}")
+        results["ours"] = None
+    else:
+        results["ours"] = time_graph(ours, calls, reps)
+
+    kwargs = {}
+    mask = None
+    if causal and S != Sk:  # SDPA's is_causal is top-left aligned; ours (and FA2's) bottom-right
+        from torch.nn.attention.bias import causal_lower_right
+        mask = causal_lower_right(S, Sk)
+    if Hkv != H:
+        kwargs["enable_gqa"] = True
+
+    def sdpa():
+        if mask is not None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **kwargs)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, **kwargs)
+
+    backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    for bname, be in backends.items():
+        try:
+            with sdpa_kernel([be]):
+                sdpa()
+                results[bname] = time_graph(sdpa, calls, reps)
+        except Exception as e:  # a backend that refuses the shape
+            results[bname] = None
+            print(f"  {bname}: n/a ({str(e).splitlines()[0][:100] if str(e) else type(e).__name__})")
+    try:
+        sdpa()
+        results["default"] = time_graph(sdpa, calls, reps)
+    except Exception:
+        results["default"] = None
+
+    rows = []
+    ours_ms = results.get("ours")
+    for bname, ms in results.items():
+        rows.append(dict(kind="time", shape=name, dtype=dtype_name, variant=bname,
+                         us=ms * 1000 if ms else None, tflops=fl / ms / 1e9 if ms else None,
+                         ours_speedup=(ms / ours_ms) if (ms and ours_ms) else None,
+                         tuned_us=p.get("_tuned_us")))
+    return rows
+
+
+# ---------------------------------------------------------------- main
+
+def shape_name(p):
+    name = f"b{p['b']}-h{p['h']}" + (f"-hkv{p['hkv']}" if p["hkv"] != p["h"] else "") + f"-s{p['s']}"
+    name += (f"-sk{p['sk']}" if p["sk"] != p["s"] else "") + f"-d{p['d']}"
+    return name + ("-causal" if p["causal"] else "")
+
+
+def fmt(v, spec):
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cu", action="append", required=True, help="an exported .cu (repeatable)")
+    ap.add_argument("--arch", help="nvcc -arch (default: this GPU's, e.g. sm_90)")
+    ap.add_argument("--out", default="compare_sdpa.csv", help="CSV to write")
+    ap.add_argument("--reps", type=int, default=30, help="graph replays to take the median of")
+    ap.add_argument("--calls", type=int, default=20, help="calls captured per graph")
+    ap.add_argument("--nvcc", help="nvcc to use")
+    ap.add_argument("--no-timing", action="store_true", help="correctness only")
+    args = ap.parse_args()
+
+    prop = torch.cuda.get_device_properties(0)
+    arch = args.arch or f"sm_{prop.major}{prop.minor}"
+    print(f"torch {torch.__version__} cuda {torch.version.cuda} cudnn {torch.backends.cudnn.version()}; "
+          f"{prop.name} (sm_{prop.major}{prop.minor}, {prop.multi_processor_count} SMs); building for {arch}")
+    nvcc = find_nvcc(args.nvcc)
+    rows, failed = [], False
+    with tempfile.TemporaryDirectory(prefix="compare_sdpa_") as tmp:
+        for i, cu in enumerate(args.cu):
+            path = build(nvcc, cu, arch, tmp, i)
+            if path is None:
+                failed = True
+                continue
+            lib = Library(path)
+            dtype_name = lib.info["dtype"]
+            print(f"{cu}: {lib.info['mode']}, {len(lib.info['kernels'])} kernel(s), {dtype_name}, tuned on "
+                  f"{lib.info['kernels'][0]['gpu']} ({lib.info['arch']})")
+            for kinfo in lib.info["kernels"]:
+                p = dict(kinfo["problem"])
+                p["_tuned_us"] = kinfo["median_us"]
+                B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+                name = shape_name(p)
+                print(f"{name} {dtype_name}: {kinfo['template']} {json.dumps(kinfo['config'], separators=(',', ':'))}"
+                      f" (campaign {kinfo['campaign']}: {kinfo['median_us']:.1f} us)")
+                variants = [(B, H, Hkv, S, Sk, "BHSD", True),
+                            (1, 4, 4, 1000, 1000, "BHSD", True),
+                            (2, 3, 3, 257, 1000, "BHSD", False),
+                            (B, H, Hkv, min(S, 2048), min(Sk, 2048), "BSHD", True),
+                            (2, 8, 2, 1000, 1000, "BSHD", True),
+                            (2, 8, 2, 333, 777 if not causal else 1000, "BHSD", False)]
+                if H % 4 == 0:
+                    variants.append((B, H, H // 4, min(S, 2048), min(Sk, 2048), "BHSD", False))
+                if causal:
+                    variants.append((2, 4, 4, 1000, 300, "BHSD", True))  # rows that see no key: zeros, -inf
+                for seed, (b, h, hkv, s, sk, layout, with_lse) in enumerate(variants):
+                    r = check(lib, name, dtype_name, b, h, hkv, s, sk, D, causal, layout, with_lse, seed + 1)
+                    failed |= not r["ok"]
+                    rows.append(r)
+                    print(f"  check {'ok  ' if r['ok'] else 'FAIL'} {r['variant']:<44} kernel {r['kernel']}  "
+                          f"max err {fmt(r['max_err'], '.2e')} <= {fmt(r['bound'], '.2e')}  {r.get('note', '')}")
+                if not args.no_timing:
+                    rows += time_problem(lib, name, dtype_name, p, args.calls, args.reps)
+
+    timed = [r for r in rows if r["kind"] == "time"]
+    if timed:
+        print(f"\n{'shape':<28} {'dtype':<5} {'backend':<10} {'us':>10} {'TFLOP/s':>8} {'ours x':>7} {'tuned us':>9}")
+        for r in timed:
+            print(f"{r['shape']:<28} {r['dtype']:<5} {r['variant']:<10} {fmt(r['us'], '10.1f')} "
+                  f"{fmt(r['tflops'], '8.1f')} {fmt(r['ours_speedup'], '7.2f')} {fmt(r['tuned_us'], '9.1f')}")
+    print("\nours x = backend time / our time (> 1: ours is faster); checks: "
+          f"{sum(1 for r in rows if r['kind'] == 'check' and r['ok'])} ok, "
+          f"{sum(1 for r in rows if r['kind'] == 'check' and not r['ok'])} failed")
+    fields = ["kind", "shape", "dtype", "variant", "kernel", "us", "tflops", "ours_speedup", "tuned_us", "max_err",
+              "bound", "ok", "note"]
+    with open(args.out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in fields})
+    print(f"wrote {args.out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
