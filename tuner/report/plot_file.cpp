@@ -1,0 +1,216 @@
+#include "report/plot_file.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+
+extern char** environ;
+
+namespace attntune::report {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kConvertTimeoutSeconds = 120;
+constexpr std::size_t kMaxLog = 4096;
+constexpr std::string_view kPngSignature = "\x89PNG\r\n\x1a\n";
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+bool executable_file(const fs::path& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+}
+
+std::vector<std::string> converter_argv(const Converter& c, const std::string& in, const std::string& out) {
+  if (c.name == "rsvg-convert") return {c.path, "-f", "png", "-o", out, in};
+  if (c.name == "inkscape") return {c.path, in, "--export-type=png", "--export-filename=" + out};
+  return {c.path, "svg:" + in, "png:" + out};  // ImageMagick: magick or convert
+}
+
+struct RunResult {
+  bool ok = false;
+  std::string why;  // when not ok: the exit status and what it printed on stderr
+};
+
+// Runs argv (no shell) with stdin and stdout on /dev/null; stderr is kept for the error message.
+RunResult run(const std::vector<std::string>& argv) {
+  int err[2];
+  if (::pipe2(err, O_CLOEXEC) != 0) return {false, fmt::format("pipe2 failed: {}", std::strerror(errno))};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(err[1]);
+  if (rc != 0) {
+    ::close(err[0]);
+    return {false, fmt::format("cannot start: {}", std::strerror(rc))};
+  }
+
+  std::string log;
+  bool timed_out = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kConvertTimeoutSeconds);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    pollfd p{err[0], POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) continue;
+    char buf[1024];
+    const ssize_t got = ::read(err[0], buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    if (log.size() < kMaxLog) log.append(buf, static_cast<std::size_t>(got));
+  }
+  ::close(err[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) return {false, fmt::format("ran past {}s and was killed", kConvertTimeoutSeconds)};
+  std::string detail = one_line(log.substr(0, std::min(log.size(), std::size_t{300})));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {true, detail};
+  const std::string how =
+      WIFEXITED(status) ? fmt::format("exit {}", WEXITSTATUS(status)) : fmt::format("signal {}", WTERMSIG(status));
+  return {false, detail.empty() ? how : how + ": " + detail};
+}
+
+bool is_png(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::string head(kPngSignature.size(), '\0');
+  return f.read(head.data(), static_cast<std::streamsize>(head.size())) && head == kPngSignature;
+}
+
+// Removes the temporary files it holds unless released.
+struct TempFiles {
+  std::vector<fs::path> paths;
+  ~TempFiles() {
+    for (const auto& p : paths) {
+      std::error_code ec;
+      fs::remove(p, ec);
+    }
+  }
+};
+
+fs::path temp_beside(const fs::path& target, const std::string& ext) {
+  return target.parent_path() / fmt::format(".{}.tmp{}{}", target.filename().string(), ::getpid(), ext);
+}
+
+void write_bytes(const fs::path& p, const std::string& data, const std::string& shown) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  if (out) out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  if (out) out.close();
+  if (!out) throw InputError(fmt::format("--plot {}: cannot write: {}", shown, std::strerror(errno)));
+}
+
+void rename_into_place(const fs::path& from, const fs::path& to, const std::string& shown) {
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  if (ec) throw InputError(fmt::format("--plot {}: cannot write: {}", shown, ec.message()));
+}
+
+}  // namespace
+
+PlotFormat plot_format(const std::string& path) {
+  const std::string ext = lower(fs::path(path).extension().string());
+  if (ext == ".svg") return PlotFormat::kSvg;
+  if (ext == ".png") return PlotFormat::kPng;
+  throw InputError(fmt::format("--plot {}: unknown image type '{}' (use a .svg or .png name)", path, ext));
+}
+
+std::vector<Converter> find_converters() {
+  std::vector<Converter> found;
+  const char* env = std::getenv("PATH");
+  const std::string path = env ? env : "";
+  for (const char* name : {"rsvg-convert", "magick", "convert", "inkscape"}) {
+    std::size_t start = 0;
+    while (start <= path.size()) {
+      const std::size_t end = std::min(path.find(':', start), path.size());
+      const std::string dir = path.substr(start, end - start);
+      start = end + 1;
+      if (dir.empty()) continue;  // an empty entry means the working directory: not for running tools
+      const fs::path candidate = fs::path(dir) / name;
+      if (executable_file(candidate)) {
+        found.push_back({name, candidate.string()});
+        break;
+      }
+    }
+  }
+  return found;
+}
+
+std::string no_converter_message(const std::string& path) {
+  return fmt::format(
+      "--plot {} needs rsvg-convert (apt install librsvg2-bin) or ImageMagick; use a .svg name to write SVG directly",
+      path);
+}
+
+void write_plot(const std::string& path, const std::string& svg) {
+  const fs::path target(path);
+  if (fs::is_directory(target)) throw InputError(fmt::format("--plot {}: is a directory", path));
+  TempFiles temps;
+  if (plot_format(path) == PlotFormat::kSvg) {
+    temps.paths.push_back(temp_beside(target, ".svg"));
+    write_bytes(temps.paths.back(), svg, path);
+    rename_into_place(temps.paths.back(), target, path);
+    return;
+  }
+
+  const std::vector<Converter> converters = find_converters();
+  if (converters.empty()) throw EnvError(no_converter_message(path));
+  const fs::path svg_file = temp_beside(target, ".svg"), png_file = temp_beside(target, ".png");
+  temps.paths = {svg_file, png_file};
+  write_bytes(svg_file, svg, path);
+  std::vector<std::string> failures;
+  for (const Converter& c : converters) {
+    std::error_code ec;
+    fs::remove(png_file, ec);
+    const RunResult r = run(converter_argv(c, svg_file.string(), png_file.string()));
+    if (r.ok && is_png(png_file)) {
+      rename_into_place(png_file, target, path);
+      return;
+    }
+    failures.push_back(fmt::format("{} failed ({})", c.path, r.ok ? "it wrote no PNG" : r.why));
+  }
+  std::string all;
+  for (const auto& f : failures) all += (all.empty() ? "" : "; ") + f;
+  throw EnvError(fmt::format("--plot {}: could not convert the SVG to PNG: {}; install rsvg-convert (apt install "
+                             "librsvg2-bin) or use a .svg name to write SVG directly",
+                             path, all));
+}
+
+}  // namespace attntune::report
