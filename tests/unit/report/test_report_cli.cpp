@@ -59,7 +59,6 @@ std::string xml_problem(const std::string& doc) {
     }
     if (gt >= doc.size()) return "unterminated tag at " + std::to_string(lt);
     const std::string tag = doc.substr(lt + 1, gt - lt - 1);
-    if (auto e = check_text(lt, lt); !e.empty()) return e;
     if (tag.empty()) return "empty tag";
     if (tag[0] == '/') {
       const std::string name = tag.substr(1);
