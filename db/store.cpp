@@ -626,7 +626,7 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
   // A campaign with a ranking (its final re-timing) puts the ranking first.
   Statement ranked(db(),
                    "SELECT r.candidate_id, r.median_us, r.tflops, r.max_abs_err, r.ranked_at, c.family, c.config, "
-                   "c.config_key, d.name, d.arch FROM rankings r JOIN candidates c ON c.id = r.candidate_id "
+                   "c.config_key, d.name, d.arch, c.source_hash FROM rankings r JOIN candidates c ON c.id = r.candidate_id "
                    "JOIN devices d ON d.id = r.device_id WHERE r.campaign_id = ?1 ORDER BY r.rank");
   Statement walk(db(),
                  "SELECT e.id, e.median_us, e.candidate_id FROM evaluations e "
@@ -663,6 +663,7 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
       row.config = config_from_text(ranked.text(6));
       row.gpu = ranked.text(8);
       row.arch = ranked.text(9);
+      row.source_hash = ranked.text(10);
       if (!seen.insert({row.family, ranked.text(7)}).second) continue;
       floor = std::max(floor, row.median_us);
       found.push_back({floor, campaign_id, local++, 0, std::move(row), name, problem});
@@ -691,8 +692,8 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
   if (found.size() > static_cast<std::size_t>(q.top)) found.resize(static_cast<std::size_t>(q.top));
 
   Statement detail(db(),
-                   "SELECT e.median_us, e.tflops, e.max_abs_err, e.evaluated_at, c.family, c.config, d.name, d.arch "
-                   "FROM evaluations e JOIN candidates c ON c.id = e.candidate_id JOIN devices d ON d.id = e.device_id "
+                   "SELECT e.median_us, e.tflops, e.max_abs_err, e.evaluated_at, c.family, c.config, d.name, d.arch, "
+                   "c.source_hash FROM evaluations e JOIN candidates c ON c.id = e.candidate_id JOIN devices d ON d.id = e.device_id "
                    "WHERE e.id = ?1");
   std::vector<BestRow> out;
   for (Found& f : found) {
@@ -714,6 +715,7 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
     row.config = config_from_text(detail.text(5));
     row.gpu = detail.text(6);
     row.arch = detail.text(7);
+    row.source_hash = detail.text(8);
     out.push_back(std::move(row));
   }
   detail.reset();

@@ -98,6 +98,7 @@ struct BestRow {
   Config config;
   double median_us = 0, tflops = 0, max_abs_err = 0;
   std::string gpu, arch, evaluated_at;
+  std::string source_hash;  // of the kernel as measured: a template edited since renders another
 };
 
 struct BestQuery {

@@ -160,7 +160,20 @@ EvalOutcome Evaluator::evaluate(const EvalRequest& r) {
   proto::Frame f;
   proto::ReadResult rr;
   try {
-    rr = proto::read_frame_until(worker_->child.stdout_fd(), worker_->decoder, deadline, f);
+    // In slices, so a cancel request (a second Ctrl-C) is seen while a candidate runs.
+    for (;;) {
+      const auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
+      rr = proto::read_frame_until(worker_->child.stdout_fd(), worker_->decoder, slice, f);
+      if (rr != proto::ReadResult::kTimeout || Clock::now() >= deadline) break;
+      if (options_.cancel && options_.cancel->load()) {
+        drop_worker(true);
+        out.wall_s = seconds_since(t0);
+        out.abandoned = true;
+        out.worker_replaced = true;
+        out.record = failure("crashed", "abandoned: evaluation cancelled by the user");
+        return out;
+      }
+    }
   } catch (const proto::ProtocolError& e) {
     const auto st = drop_worker(true);
     out.record = failure("crashed", fmt::format("the GPU worker sent a malformed reply ({}); it was killed ({})", e.what(), st.str()));

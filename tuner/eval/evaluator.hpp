@@ -17,6 +17,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -41,6 +42,9 @@ struct EvaluatorOptions {
   std::chrono::milliseconds prepare_timeout{std::chrono::minutes(5)};
   double deadline_floor_s = 10;
   double deadline_factor = 50;
+  // When set and true, evaluate() abandons the running candidate: kills the worker and returns
+  // with `abandoned` (the record then means nothing and must not be stored).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct EvalOutcome {
@@ -49,6 +53,7 @@ struct EvalOutcome {
   double wall_s = 0;                   // request to answer, as the parent saw it
   double deadline_s = 0;               // what the watchdog allowed this candidate
   bool worker_replaced = false;        // this candidate ended its worker (timeout, crash)
+  bool abandoned = false;              // cancelled while it ran (EvaluatorOptions::cancel)
 };
 
 class Evaluator {

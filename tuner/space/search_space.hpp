@@ -61,6 +61,7 @@ class SearchSpace {
   const std::string& description() const { return description_; }
   const std::string& path() const { return path_; }
   const std::string& hash() const { return hash_; }  // content_hash() of the file bytes
+  const std::string& text() const { return text_; }  // the YAML as read (campaigns store it)
   const std::vector<std::string>& archs() const { return archs_; }
   std::string default_arch() const;  // the highest listed: sm_90a > sm_90 > sm_89
   const std::vector<Param>& params() const { return params_; }
@@ -134,7 +135,7 @@ class SearchSpace {
   template <class Visit>
   void walk(const Problem& p, const std::string& arch, Visit& visit, PruneStats* stats) const;
 
-  std::string family_, description_, path_, hash_;
+  std::string family_, description_, path_, hash_, text_;
   std::vector<std::string> archs_;
   std::vector<std::string> limit_names_;
   std::vector<std::vector<std::int64_t>> limit_values_;  // per arch (archs_ order), per limit

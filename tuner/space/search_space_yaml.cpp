@@ -584,6 +584,7 @@ SearchSpace SearchSpace::parse(const std::string& yaml_text, const std::string& 
   }
   sp.path_ = display_name;
   sp.hash_ = content_hash(yaml_text);
+  sp.text_ = yaml_text;
   return sp;
 }
 

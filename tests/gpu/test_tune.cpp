@@ -1,0 +1,44 @@
+// `attntune tune` on the GPU end to end: a small evo campaign records every evaluation, ranks its
+// top candidates, answers `best` with that ranking, and a re-run resumes without re-evaluating.
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "db/store.hpp"
+#include "gpu_env.hpp"
+#include "tests/common/run_attntune.hpp"
+
+using namespace attntune;
+namespace fs = std::filesystem;
+
+TEST(TuneGpu, SmallCampaignRanksAndResumes) {
+  ATTNTUNE_REQUIRE_GPU();
+  const fs::path dir = fs::temp_directory_path() / ("attntune-tune-gpu-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string db = (dir / "t.db").string();
+  const std::string base = "tune --space " + source_dir() + "/search_spaces/flash_fwd_mma.yaml" +
+                           " --problem b=2,h=4,hkv=2,s=333,d=64,dtype=bf16,causal=1 --db " + db +
+                           " --campaign gpu --seed 3 --final-top 3 --final-rounds 2 --format json";
+  auto r = testing::run_attntune(base + " --budget-evals 12");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["status"], "completed");
+  EXPECT_EQ(j["evaluations"], 12);
+  EXPECT_GE(j["ok"].get<int>(), 3) << r.err;
+  ASSERT_EQ(j["ranking"].size(), 3u);
+  EXPECT_LE(j["ranking"][0]["median_us"].get<double>(), j["ranking"][1]["median_us"].get<double>());
+
+  auto best = testing::run_attntune("best --db " + db + " --campaign gpu --format json");
+  ASSERT_EQ(best.rc, 0) << best.err;
+  EXPECT_EQ(nlohmann::json::parse(best.out)[0]["config"], j["ranking"][0]["config"]);
+
+  // Resume with a larger budget: 4 more, none repeated.
+  r = testing::run_attntune(base + " --budget-evals 16");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  Store s = Store::open(db, Store::Mode::kReadOnly);
+  const auto evals = s.campaign_evaluations(*s.find_campaign("gpu"));
+  ASSERT_EQ(evals.size(), 16u);
+  std::set<std::string> configs;
+  for (const auto& e : evals) EXPECT_TRUE(configs.insert(config_str(e.config)).second) << config_str(e.config);
+  fs::remove_all(dir);
+}

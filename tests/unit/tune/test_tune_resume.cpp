@@ -1,0 +1,151 @@
+// tune against a simulated evaluator (a recorded campaign answering after a delay): killed with
+// SIGKILL at random moments and resumed, nothing committed is lost and nothing is evaluated twice;
+// Ctrl-C stops cleanly; the end re-times the top candidates and ranks them.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "tune_test_util.hpp"
+
+namespace attntune::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+class TuneResume : public ::testing::Test {
+ protected:
+  void SetUp() override { make_recording(rec); }
+  std::vector<std::string> args(int budget, const std::string& strategy = "evo") const {
+    return {"tune", "--space", space_file(), "--problem", kProblem, "--db", work, "--campaign", "k",
+            "--simulate-db", rec, "--simulate-campaign", "rec", "--simulate-delay-ms", "10", "--budget-evals",
+            std::to_string(budget), "--strategy", strategy, "--patience", "0", "--log-interval", "1"};
+  }
+  std::string log() const { return read_bytes(log_path); }
+  // The committed search evaluations: seq -> (config, status).
+  std::map<std::int64_t, std::pair<std::string, std::string>> committed() const {
+    std::map<std::int64_t, std::pair<std::string, std::string>> out;
+    if (!fs::exists(work)) return out;
+    Store s = Store::open(work, Store::Mode::kReadOnly);
+    auto id = s.find_campaign("k");
+    if (!id) return out;
+    for (const EvaluationRow& e : s.campaign_evaluations(*id))
+      out[e.seq] = {config_str(e.config), e.record.status};
+    return out;
+  }
+  TempDir dir;
+  std::string rec = dir.file("rec.db"), work = dir.file("work.db"), log_path = dir.file("tune.log");
+};
+
+TEST_F(TuneResume, RandomKillsLoseNothingCommittedAndEvaluateNothingTwice) {
+  const int budget = 150;
+  std::mt19937 rng(20261122);
+  std::map<std::int64_t, std::pair<std::string, std::string>> seen_before;
+  int kills = 0;
+  for (; kills < 12; ++kills) {
+    TuneProcess p(args(budget), log_path);
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(30, 400)(rng)));
+    p.signal(SIGKILL);
+    ASSERT_EQ(p.wait(), 128 + SIGKILL) << log();
+    const auto now = committed();
+    for (const auto& [seq, row] : seen_before) {
+      auto it = now.find(seq);
+      ASSERT_NE(it, now.end()) << "evaluation #" << seq << " was committed, then lost after kill " << kills;
+      EXPECT_EQ(it->second, row) << "evaluation #" << seq << " changed";
+    }
+    seen_before = now;
+    if (static_cast<int>(now.size()) >= budget) break;
+  }
+  EXPECT_GE(kills, 3) << "the kills came too late to test anything";
+
+  TuneProcess last(args(budget), log_path);
+  ASSERT_EQ(last.wait(), 0) << log();
+  const auto rows = committed();
+  EXPECT_EQ(static_cast<int>(rows.size()), budget) << "the budget counts every evaluation of the campaign";
+  std::set<std::string> configs;
+  for (const auto& [seq, row] : rows) EXPECT_TRUE(configs.insert(row.first).second) << "evaluated twice: " << row.first;
+  for (const auto& [seq, row] : seen_before) EXPECT_EQ(rows.at(seq), row);
+  // Numbered without gaps: a killed transaction leaves no hole and no half row.
+  std::int64_t expect = 1;
+  for (const auto& [seq, row] : rows) EXPECT_EQ(seq, expect++);
+
+  Store s = Store::open(work, Store::Mode::kReadOnly);
+  const auto c = s.campaign_row("k");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->status, "completed");
+  EXPECT_EQ(c->stop_reason, "budget: 150 evaluations");
+  EXPECT_EQ(c->spec.space_text, SearchSpace::load(space_file()).text());
+  EXPECT_FALSE(s.ranking(c->id).empty());
+  EXPECT_NE(log().find("resuming campaign 'k'"), std::string::npos) << log();
+}
+
+TEST_F(TuneResume, CtrlCFinishesTheCandidateAndResumes) {
+  TuneProcess p(args(400), log_path);
+  std::this_thread::sleep_for(300ms);
+  p.signal(SIGINT);
+  EXPECT_EQ(p.wait(), 130) << log();
+  EXPECT_NE(log().find("stopping after the candidate in flight"), std::string::npos) << log();
+  EXPECT_NE(log().find("resume with the same command"), std::string::npos) << log();
+  const auto before = committed();
+  ASSERT_FALSE(before.empty());
+  {
+    Store s = Store::open(work, Store::Mode::kReadOnly);
+    const auto c = s.campaign_row("k");
+    EXPECT_EQ(c->status, "stopped");
+    EXPECT_EQ(c->stop_reason, "interrupted");
+    EXPECT_TRUE(s.ranking(c->id).empty()) << "an interrupted campaign is not ranked";
+  }
+  TuneProcess again(args(static_cast<int>(before.size()) + 20), log_path);
+  EXPECT_EQ(again.wait(), 0) << log();
+  const auto after = committed();
+  EXPECT_EQ(after.size(), before.size() + 20);
+  for (const auto& [seq, row] : before) EXPECT_EQ(after.at(seq), row);
+}
+
+TEST_F(TuneResume, ExhaustiveCoversTheSpaceAndRanksTheTop) {
+  TuneProcess p({"tune", "--space", space_file(), "--problem", kProblem, "--db", work, "--campaign", "k",
+                 "--simulate-db", rec, "--simulate-campaign", "rec", "--strategy", "exhaustive", "--format", "json"},
+                log_path);
+  ASSERT_EQ(p.wait(), 0) << log();
+  const SearchSpace space = SearchSpace::load(space_file());
+  const auto rows = committed();
+  EXPECT_EQ(rows.size(), space.count(Problem::parse(kProblem), "sm_90"));
+  const nlohmann::json j = nlohmann::json::parse(log().substr(log().find("{\n")));
+  EXPECT_EQ(j["status"], "completed");
+  EXPECT_EQ(j["stop_reason"].get<std::string>().rfind("space exhausted", 0), 0u) << j.dump();
+  ASSERT_EQ(j["ranking"].size(), 5u);
+  // The recorded optimum is the ranking's first (the simulated re-timing answers the same times).
+  Store r = Store::open(rec, Store::Mode::kReadOnly);
+  BestQuery q;
+  q.campaign = "rec";
+  EXPECT_EQ(j["ranking"][0]["median_us"].get<double>(), r.best(q).at(0).median_us);
+  // best answers with the ranking.
+  Store s = Store::open(work, Store::Mode::kReadOnly);
+  q.campaign = "k";
+  q.top = 7;
+  const auto best = s.best(q);
+  ASSERT_EQ(best.size(), 7u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(config_json(best[i].config), j["ranking"][i]["config"]);
+  // Re-running a finished campaign evaluates nothing more.
+  TuneProcess again({"tune", "--space", space_file(), "--problem", kProblem, "--db", work, "--campaign", "k",
+                     "--simulate-db", rec, "--simulate-campaign", "rec", "--strategy", "exhaustive"},
+                    log_path);
+  EXPECT_EQ(again.wait(), 0) << log();
+  EXPECT_EQ(committed().size(), rows.size());
+}
+
+TEST_F(TuneResume, BadArgumentsAreOneClearLineAndCreateNothing) {
+  for (const std::string bad : {"--budget-time 5x", "--strategy annealing", "--budget-evals -3", "--final-rounds 0",
+                                "--simulate-db x.db"}) {
+    auto r = testing::run_attntune("tune --space " + space_file() + " --problem " + kProblem + " --db " + work + " " +
+                                   bad);
+    EXPECT_EQ(r.rc, 2) << bad << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("attntune: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(work)) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace attntune::test

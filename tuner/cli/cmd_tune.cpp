@@ -1,0 +1,283 @@
+// attntune tune: run, or resume, a campaign (search/campaign.hpp does the loop). Re-running the same
+// command resumes it: what it evaluated is never evaluated again. Ctrl-C (or SIGTERM) finishes the
+// candidate on the GPU, records it and exits; a second Ctrl-C abandons that candidate too; a SIGKILL
+// loses at most the candidates in flight. Progress goes to stderr, the result to stdout.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "cli/command.hpp"
+#include "cli/format.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "cuda/driver.hpp"
+#include "db/store.hpp"
+#include "eval/gpu_runner.hpp"
+#include "search/campaign.hpp"
+#include "search/recorded.hpp"
+#include "search/simulated_runner.hpp"
+#include "search/strategy.hpp"
+
+namespace attntune::cli {
+namespace {
+
+constexpr const char* kSummary = "run (or resume) a tuning campaign on the GPU";
+
+std::atomic<bool> g_stop{false}, g_abandon{false};
+std::atomic<int> g_signals{0};
+
+extern "C" void on_interrupt(int sig) {
+  const int n = ++g_signals;
+  if (n == 1) {
+    g_stop = true;
+    const char msg[] = "\nattntune: stopping after the candidate in flight (Ctrl-C again abandons it)\n";
+    [[maybe_unused]] auto w = ::write(2, msg, sizeof msg - 1);
+  } else {
+    g_abandon = true;
+    g_stop = true;
+    ::signal(sig, SIG_DFL);  // a third one ends the process at once
+  }
+}
+
+struct SignalGuard {
+  struct sigaction old_int {}, old_term {};
+  SignalGuard() {
+    g_stop = false;
+    g_abandon = false;
+    g_signals = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int);
+    ::sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~SignalGuard() {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+  }
+};
+
+// How far apart two problems of the same head dim are, for warm starts: lengths count most, then
+// the amount of parallel work, dtype and causality.
+double problem_distance(const Problem& a, const Problem& b) {
+  auto lg = [](double x, double y) { return std::abs(std::log2(x / y)); };
+  return lg(a.s, b.s) + lg(a.sk, b.sk) + 0.5 * lg(double(a.b) * a.h, double(b.b) * b.h) + 0.5 * lg(a.hkv, b.hkv) +
+         (a.dtype != b.dtype ? 1.0 : 0.0) + (a.causal != b.causal ? 2.0 : 0.0);
+}
+
+// The best configs of the nearest problem of this family already tuned (this problem included).
+std::pair<std::optional<Problem>, std::vector<Config>> warm_start(Store& store, const std::string& family,
+                                                                  const Problem& problem, int count) {
+  std::optional<Problem> nearest;
+  double best = std::numeric_limits<double>::infinity();
+  for (const Problem& p : store.problems_with_results(family)) {
+    if (p.d != problem.d) continue;
+    const double d = problem_distance(p, problem);
+    if (d < best) best = d, nearest = p;
+  }
+  std::vector<Config> configs;
+  if (nearest) {
+    BestQuery q;
+    q.problem = nearest;
+    q.top = count;
+    for (const BestRow& r : store.best(q))
+      if (r.family == family) configs.push_back(r.config);
+  }
+  return {nearest, configs};
+}
+
+nlohmann::ordered_json result_json(const std::string& campaign, const search::TuneResult& r, const Problem& problem,
+                                   const std::string& family, const DeviceInfo& device) {
+  nlohmann::ordered_json ranking = nlohmann::ordered_json::array();
+  for (const RankedRow& row : r.ranking)
+    ranking.push_back({{"rank", row.rank},
+                       {"config", config_json(row.config)},
+                       {"median_us", row.entry.median_us},
+                       {"tflops", row.entry.tflops},
+                       {"max_abs_err", row.entry.max_abs_err},
+                       {"spread_pct", row.entry.spread_pct},
+                       {"rounds", row.entry.rounds}});
+  return {{"campaign", campaign},     {"problem", problem_json(problem)}, {"template", family},
+          {"gpu", device.name},       {"arch", device.arch},              {"status", r.status},
+          {"stop_reason", r.stop_reason}, {"evaluations", r.evaluations}, {"this_run", r.this_run},
+          {"ok", r.ok},               {"ranking", ranking}};
+}
+
+int run_tune(const std::vector<std::string>& args) {
+  po::options_description opts("options");
+  std::string space_path, problem_spec, db_path, campaign, strategy = "evo", budget_time, format = "table";
+  std::int64_t budget_evals = 0, patience = -1;
+  std::uint64_t seed = 1;
+  int jobs = 0, device = 0, final_top = 5, final_rounds = 3, warm = 8, log_interval = 30;
+  double compile_timeout_s = 120, deadline_floor_s = 10, max_seconds = 1.0, min_gain = 0.5;
+  std::string simulate_db, simulate_campaign;
+  int simulate_delay_ms = 0;
+  opts.add_options()
+      ("space", po::value(&space_path)->required(), "search space YAML")
+      ("problem", po::value(&problem_spec)->required(), "problem spec, e.g. b=4,h=16,s=4096,d=128,dtype=bf16,causal=0")
+      ("db", po::value(&db_path)->default_value(default_db_path()), "database ($ATTNTUNE_DB, else ./attntune.db); created if missing")
+      ("campaign", po::value(&campaign), "campaign name (default: template:problem:arch); an existing one is resumed")
+      ("strategy", po::value(&strategy), "evo | random | exhaustive (default evo)")
+      ("budget-evals", po::value(&budget_evals), "stop at this many evaluations in the campaign, earlier runs included")
+      ("budget-time", po::value(&budget_time), "stop this run after this long: 90s, 45m, 8h")
+      ("seed", po::value(&seed), "seed of the strategy and of the validation inputs (default 1)")
+      ("jobs", po::value(&jobs), "concurrent NVRTC compiles (default: one per core)")
+      ("device", po::value(&device), "CUDA device ordinal (default 0)")
+      ("patience", po::value(&patience), "converged after this many evaluations without a gain over --min-gain "
+                                         "(default: max(50, an eighth of the space); exhaustive: 0, never)")
+      ("min-gain", po::value(&min_gain), "the gain in percent that counts as progress (default 0.5)")
+      ("final-top", po::value(&final_top), "re-time this many of the best at the end (default 5; 0: skip)")
+      ("final-rounds", po::value(&final_rounds), "interleaved rounds of that re-timing (default 3)")
+      ("warm-start", po::value(&warm), "seed evo with this many best configs of the nearest tuned problem (default 8; 0: none)")
+      ("max-seconds", po::value(&max_seconds), "cap on each candidate's timing, in seconds (default 1)")
+      ("compile-timeout", po::value(&compile_timeout_s), "seconds before a hanging NVRTC compile is killed (default 120)")
+      ("deadline-floor", po::value(&deadline_floor_s), "least seconds a candidate may run before it is killed (default 10)")
+      ("log-interval", po::value(&log_interval), "seconds between progress lines when stderr is not a terminal (default 30)")
+      ("format", po::value(&format), "table | json: how the result is printed")
+      ("simulate-db", po::value(&simulate_db), "evaluate from this database's recorded campaign instead of a GPU (testing)")
+      ("simulate-campaign", po::value(&simulate_campaign), "the recorded campaign --simulate-db answers from")
+      ("simulate-delay-ms", po::value(&simulate_delay_ms), "simulated time per candidate (default 0)");
+  po::variables_map vm;
+  if (parse_args("tune", kSummary, opts, args, vm)) return 0;
+  const Format out_format = parse_format(format, false);
+  if (budget_evals < 0) throw InputError("tune: --budget-evals must not be negative");
+  const double budget_seconds = budget_time.empty() ? 0 : parse_duration(budget_time, "tune: --budget-time");
+  if (jobs < 0 || device < 0 || final_top < 0 || final_rounds < 1 || warm < 0 || log_interval < 1 ||
+      simulate_delay_ms < 0)
+    throw InputError("tune: --jobs, --device, --final-top, --warm-start and --simulate-delay-ms must not be negative; "
+                     "--final-rounds and --log-interval must be at least 1");
+  if (compile_timeout_s <= 0 || deadline_floor_s <= 0 || max_seconds <= 0 || min_gain < 0)
+    throw InputError("tune: --compile-timeout, --deadline-floor and --max-seconds must be positive, --min-gain >= 0");
+  if (simulate_db.empty() != simulate_campaign.empty())
+    throw InputError("tune: --simulate-db and --simulate-campaign go together");
+  {
+    const auto names = search::strategy_names();
+    if (std::find(names.begin(), names.end(), strategy) == names.end())
+      throw InputError(fmt::format("tune: unknown strategy '{}' (known: {})", strategy, fmt::join(names, ", ")));
+  }
+
+  const SearchSpace space = SearchSpace::load(space_path);
+  const Problem problem = Problem::parse(problem_spec);
+  family_info(space.family());  // an unknown template fails here, before anything starts
+
+  SignalGuard signals;
+  // The runner: a recorded campaign, or the GPU (whose worker tells the arch; no GPU: exit 3).
+  std::optional<search::RecordedCampaign> recording;
+  std::optional<Store> recording_store;
+  std::unique_ptr<search::Runner> runner;
+  // No driver: say so before a database is created for nothing.
+  if (std::string why; simulate_db.empty() && !cuda::driver_available(&why)) throw EnvError(why);
+  Store store = Store::open(db_path, Store::Mode::kCreate);
+  std::string arch;
+  if (!simulate_db.empty()) {
+    recording_store.emplace(Store::open(simulate_db, Store::Mode::kReadOnly));
+    recording.emplace(search::RecordedCampaign::load(*recording_store, simulate_campaign));
+    if (recording->problem != problem || recording->space.hash() != space.hash())
+      throw InputError(fmt::format("tune: the simulated campaign '{}' recorded problem {} with space hash {}; this run "
+                                   "asks for {} with {}",
+                                   simulate_campaign, recording->problem.str(), recording->space.hash().substr(0, 12),
+                                   problem.str(), space.hash().substr(0, 12)));
+    arch = recording->arch;
+    space.check_problem(problem, arch);
+    runner = std::make_unique<search::SimulatedRunner>(*recording, std::chrono::milliseconds(simulate_delay_ms),
+                                                       static_cast<std::size_t>(jobs > 0 ? jobs + 2 : 8), &g_abandon);
+  } else {
+    GpuRunnerOptions ropts;
+    ropts.device = device;
+    ropts.jobs = jobs;
+    ropts.compile_timeout = std::chrono::milliseconds(static_cast<long long>(compile_timeout_s * 1000));
+    ropts.deadline_floor_s = deadline_floor_s;
+    ropts.timing.max_seconds = max_seconds;
+    ropts.validation_seed = seed;
+    ropts.cancel = &g_abandon;
+    auto gpu = std::make_unique<GpuRunner>(space, problem, &store, ropts);
+    arch = gpu->arch();
+    space.check_problem(problem, arch);
+    runner = std::move(gpu);
+  }
+  const DeviceInfo gpu = runner->device();
+
+  if (campaign.empty()) campaign = fmt::format("{}:{}:{}", space.family(), problem.str(), arch);
+  const std::uint64_t space_size = space.count(problem, arch);
+  if (space_size == 0)
+    throw WorkError(fmt::format("tune: {} has no valid config for {} on {}", space.path(), problem.str(), arch));
+
+  CampaignSpec spec;
+  spec.name = campaign;
+  spec.problem = problem;
+  spec.space_path = space.path();
+  spec.space_hash = space.hash();
+  spec.space_text = space.text();
+  spec.family = space.family();
+  spec.strategy = strategy;
+  spec.seed = static_cast<std::int64_t>(seed);
+  spec.budget_evals = budget_evals;
+  spec.budget_seconds = budget_seconds;
+
+  search::TuneOptions topts;
+  topts.strategy = strategy;
+  topts.seed = seed;
+  topts.budget_evals = budget_evals;
+  topts.budget_seconds = budget_seconds;
+  // Exhaustive means all of it: it converges only when asked to.
+  topts.patience = patience >= 0              ? patience
+                   : strategy == "exhaustive" ? 0
+                                              : std::max<std::int64_t>(50, static_cast<std::int64_t>(space_size / 8));
+  topts.min_gain_pct = min_gain;
+  topts.final_top = final_top;
+  topts.final_rounds = final_rounds;
+
+  const bool live = ::isatty(2);
+  search::Progress progress(std::cerr, live, std::chrono::seconds(log_interval));
+  if (warm > 0) {
+    auto [nearest, configs] = warm_start(store, space.family(), problem, warm);
+    if (nearest && !configs.empty()) {
+      topts.warm_start = std::move(configs);
+      progress.event(fmt::format("warm start: {} configs from {}", topts.warm_start.size(), nearest->str()));
+    }
+  }
+  progress.event(fmt::format("campaign '{}': {} on {} ({}), {} valid configs, strategy {}, seed {}{}{}", campaign,
+                             problem.str(), gpu.name, arch, space_size, strategy, seed,
+                             budget_evals ? fmt::format(", budget {} evaluations", budget_evals) : "",
+                             budget_seconds ? fmt::format(", time budget {}", search::format_duration(budget_seconds))
+                                            : ""));
+
+  const search::TuneResult result =
+      search::run_campaign(store, *runner, space, spec, topts, progress, {&g_stop, &g_abandon});
+  runner.reset();  // workers end before the summary
+
+  if (out_format == Format::kJson) {
+    print_json(std::cout, result_json(campaign, result, problem, space.family(), gpu));
+  } else {
+    std::cout << fmt::format("campaign '{}' {}: {}\n", campaign, result.status, result.stop_reason);
+    std::cout << fmt::format("{} evaluations ({} this run), {} ok\n", result.evaluations, result.this_run, result.ok);
+    if (!result.ranking.empty()) {
+      std::cout << "\n";
+      Table t({"rank", "median µs", "TFLOP/s", "spread", "max |err|", "config"});
+      for (const RankedRow& r : result.ranking)
+        t.add_row({std::to_string(r.rank), format_us(r.entry.median_us), format_tflops(r.entry.tflops),
+                   fmt::format("{:.1f}%", r.entry.spread_pct), format_error(r.entry.max_abs_err), config_str(r.config)});
+      t.print(std::cout);
+    }
+    if (result.status == "stopped")
+      std::cout << fmt::format("\nresume with the same command (campaign '{}')\n", campaign);
+  }
+  if (result.status == "stopped") return 130;
+  if (result.ok == 0)
+    throw WorkError(fmt::format("tune: no valid config found for {} in {} evaluations", problem.str(), result.evaluations));
+  return 0;
+}
+
+const bool registered = register_command({"tune", kSummary, false, run_tune});
+
+}  // namespace
+}  // namespace attntune::cli

@@ -1,0 +1,47 @@
+// The runner of real campaigns: each submitted config is rendered and queued in the build pool
+// (NVRTC in build-worker processes, cached in the store), and each finished build is validated and
+// timed by the evaluator (GPU worker process) as next() hands it back, while the other builds
+// carry on. Build failures come back as compile_error / compile_timeout records.
+#pragma once
+#include <atomic>
+#include <map>
+#include <memory>
+
+#include "eval/build_pool.hpp"
+#include "eval/evaluator.hpp"
+#include "search/runner.hpp"
+#include "space/search_space.hpp"
+
+namespace attntune {
+
+struct GpuRunnerOptions {
+  int device = 0;
+  int jobs = 0;  // concurrent NVRTC builds; 0: one per core
+  std::chrono::milliseconds compile_timeout{std::chrono::minutes(2)};
+  double deadline_floor_s = 10;
+  TimingLimits timing;
+  std::uint64_t validation_seed = 1;
+  const std::atomic<bool>* cancel = nullptr;  // abandons the candidate on the GPU (second Ctrl-C)
+};
+
+class GpuRunner : public search::Runner {
+ public:
+  // Starts the GPU worker (EnvError without a GPU) to learn the device; builds target its arch.
+  GpuRunner(const SearchSpace& space, const Problem& problem, Store* store, GpuRunnerOptions options);
+  const DeviceInfo& device() override { return device_; }
+  std::size_t capacity() const override;
+  std::size_t outstanding() const override { return pool_->outstanding(); }
+  void submit(const Config& config) override;
+  std::optional<search::RunResult> next() override;
+  const std::string& arch() const { return device_.arch; }
+
+ private:
+  const SearchSpace& space_;
+  Problem problem_;
+  GpuRunnerOptions options_;
+  std::unique_ptr<Evaluator> evaluator_;
+  DeviceInfo device_;
+  std::unique_ptr<BuildPool> pool_;
+};
+
+}  // namespace attntune

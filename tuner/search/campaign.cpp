@@ -1,0 +1,240 @@
+#include "search/campaign.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/text.hpp"
+#include "search/strategy.hpp"
+
+namespace attntune::search {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool raised(const std::atomic<bool>* flag) { return flag && flag->load(); }
+
+// What the campaign knows so far: counts, the best, and when it last improved enough to matter.
+struct Tally {
+  ProgressState progress;
+  std::int64_t last_gain_at = 0;  // evaluation number of the last improvement over min_gain_pct
+  double min_gain_pct = 0.5;
+
+  // Counts one more search evaluation; returns true when it is a new best.
+  bool add(const EvalRecord& r) {
+    const std::int64_t seq = ++progress.evaluations;
+    ++progress.by_status[r.status];
+    if (r.status != "ok" || !r.median_us) return false;
+    const double t = *r.median_us;
+    if (progress.best_us && t >= *progress.best_us) return false;
+    if (!progress.best_us || t < *progress.best_us * (1 - min_gain_pct / 100)) last_gain_at = seq;
+    progress.best_us = t;
+    progress.best_tflops = r.tflops;
+    progress.best_at = seq;
+    return true;
+  }
+  std::int64_t ok() const {
+    auto it = progress.by_status.find("ok");
+    return it == progress.by_status.end() ? 0 : it->second;
+  }
+};
+
+struct Retimed {
+  Config config;
+  std::string source_hash;
+  std::vector<double> medians;
+  double max_err = 0;
+  bool failed = false;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+TuneResult run_campaign(Store& store, Runner& runner, const SearchSpace& space, const CampaignSpec& spec,
+                        const TuneOptions& options, Progress& progress, StopFlags flags) {
+  const DeviceInfo& device = runner.device();
+  const std::int64_t device_id = store.upsert_device(device);
+  const std::int64_t campaign_id = store.open_campaign(spec, device_id);
+  try {
+    TuneResult result;
+    Tally tally;
+    tally.min_gain_pct = options.min_gain_pct;
+    tally.progress.budget_evals = options.budget_evals;
+    tally.progress.budget_seconds = options.budget_seconds;
+
+    StrategyContext context;
+    context.space = &space;
+    context.problem = spec.problem;
+    context.arch = device.arch;
+    context.seed = options.seed;
+    context.warm_start = options.warm_start;
+    std::unique_ptr<Strategy> strategy = make_strategy(options.strategy, context);
+
+    // Resume: what the campaign evaluated before, in order, is the strategy's first knowledge.
+    std::set<std::string> seen;  // config_str of everything evaluated or submitted: never twice
+    for (const EvaluationRow& e : store.campaign_evaluations(campaign_id)) {
+      strategy->observe(Trial{e.config, e.record.status, e.record.median_us});
+      seen.insert(config_str(e.config));
+      tally.add(e.record);
+    }
+    const std::int64_t resumed_from = tally.progress.evaluations;
+    if (resumed_from > 0)
+      progress.event(fmt::format("resuming campaign '{}': {} evaluations recorded, {} ok{}", spec.name, resumed_from,
+                                 tally.ok(),
+                                 tally.progress.best_us ? fmt::format(", best {:.1f} µs", *tally.progress.best_us) : ""));
+
+    const auto t0 = Clock::now();
+    auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+    bool interrupted = false;
+    std::string stop_reason;
+    for (;;) {
+      tally.progress.elapsed_s = elapsed();
+      if (stop_reason.empty()) {
+        const std::int64_t done = tally.progress.evaluations;
+        if (raised(flags.stop)) {
+          interrupted = true;
+          stop_reason = "interrupted";
+        } else if (options.budget_evals > 0 && done >= options.budget_evals) {
+          stop_reason = fmt::format("budget: {} evaluations", options.budget_evals);
+        } else if (options.budget_seconds > 0 && tally.progress.elapsed_s >= options.budget_seconds) {
+          stop_reason = fmt::format("time budget: {} of this run", format_duration(options.budget_seconds));
+        } else if (options.patience > 0 && tally.ok() > 0 && done - tally.last_gain_at >= options.patience) {
+          stop_reason = fmt::format("converged: no gain over {:g}% in the last {} evaluations (best since #{})",
+                                    options.min_gain_pct, done - tally.last_gain_at, tally.last_gain_at);
+        }
+      }
+      if (stop_reason.empty()) {
+        std::size_t room = runner.capacity() > runner.outstanding() ? runner.capacity() - runner.outstanding() : 0;
+        if (options.budget_evals > 0) {
+          const std::int64_t left =
+              options.budget_evals - tally.progress.evaluations - static_cast<std::int64_t>(runner.outstanding());
+          room = std::min<std::size_t>(room, static_cast<std::size_t>(std::max<std::int64_t>(0, left)));
+        }
+        if (room > 0) {
+          for (Config& c : strategy->propose(room))
+            if (seen.insert(config_str(c)).second) runner.submit(c);
+        }
+        if (runner.outstanding() == 0) {
+          stop_reason = strategy->exhausted()
+                            ? fmt::format("space exhausted: all {} valid configs evaluated", seen.size())
+                            : "the strategy has nothing more to propose";
+        }
+      }
+      if (interrupted || runner.outstanding() == 0) break;
+
+      std::optional<RunResult> r = runner.next();
+      if (!r) continue;
+      if (r->abandoned) {
+        interrupted = true;
+        stop_reason = "interrupted (the candidate in flight was abandoned)";
+        break;
+      }
+      const std::int64_t candidate = store.upsert_candidate(space.family(), r->config, r->source_hash);
+      store.record_evaluation(campaign_id, candidate, device_id, r->record);
+      strategy->observe(Trial{r->config, r->record.status, r->record.median_us});
+      ++tally.progress.this_run;
+      tally.progress.elapsed_s = elapsed();
+      if (tally.add(r->record))
+        progress.event(fmt::format("#{} new best {:.1f} µs ({:.1f} TFLOP/s): {}", tally.progress.evaluations,
+                                   *tally.progress.best_us, tally.progress.best_tflops.value_or(0),
+                                   config_str(r->config)));
+      progress.update(tally.progress);
+    }
+
+    // The result: the top candidates re-timed interleaved, unless nothing changed since the last ranking.
+    std::vector<RankedRow> ranking = store.ranking(campaign_id);
+    if (!interrupted && tally.ok() > 0 && (tally.progress.this_run > 0 || ranking.empty()) && options.final_top > 0) {
+      std::vector<Retimed> top;
+      {
+        std::vector<EvaluationRow> rows = store.campaign_evaluations(campaign_id);
+        std::stable_sort(rows.begin(), rows.end(), [](const EvaluationRow& a, const EvaluationRow& b) {
+          const bool ao = a.record.status == "ok", bo = b.record.status == "ok";
+          if (ao != bo) return ao;
+          return ao && *a.record.median_us < *b.record.median_us;
+        });
+        std::set<std::string> taken;
+        for (const EvaluationRow& e : rows) {
+          if (e.record.status != "ok" || static_cast<int>(top.size()) >= options.final_top) break;
+          if (taken.insert(config_str(e.config)).second) top.push_back({e.config, "", {}, 0, false});
+        }
+      }
+      progress.done();
+      progress.event(fmt::format("re-timing the top {} interleaved, {} rounds", top.size(), options.final_rounds));
+      for (int round = 0; round < options.final_rounds && !interrupted; ++round) {
+        for (Retimed& t : top) {
+          if (raised(flags.stop)) {
+            interrupted = true;
+            break;
+          }
+          if (t.failed) continue;
+          runner.submit(t.config);
+          std::optional<RunResult> r = runner.next();
+          if (!r || r->abandoned) {
+            interrupted = true;
+            break;
+          }
+          t.source_hash = r->source_hash;
+          const std::int64_t candidate = store.upsert_candidate(space.family(), r->config, r->source_hash);
+          store.record_evaluation(campaign_id, candidate, device_id, r->record, Phase::kFinal);
+          if (r->record.status != "ok") {
+            t.failed = true;  // flaky: it failed where it once passed, so it cannot be the result
+            progress.event(fmt::format("re-timing: {} failed this time ({}: {}); dropped from the ranking",
+                                       config_str(t.config), r->record.status, one_line(r->record.error)));
+            continue;
+          }
+          t.medians.push_back(*r->record.median_us);
+          t.max_err = std::max(t.max_err, r->record.max_abs_err.value_or(0));
+        }
+      }
+      if (interrupted) {
+        stop_reason += stop_reason.empty() ? "interrupted during the final re-timing"
+                                           : "; interrupted during the final re-timing";
+      } else {
+        std::vector<RankingEntry> entries;
+        for (const Retimed& t : top) {
+          if (t.failed || t.medians.empty()) continue;
+          RankingEntry e;
+          e.candidate_id = store.upsert_candidate(space.family(), t.config, t.source_hash);
+          e.median_us = median(t.medians);
+          e.tflops = spec.problem.flops() / (e.median_us * 1e-6) / 1e12;
+          e.max_abs_err = t.max_err;
+          const auto [lo, hi] = std::minmax_element(t.medians.begin(), t.medians.end());
+          e.spread_pct = (*hi - *lo) / e.median_us * 100;
+          e.rounds = static_cast<int>(t.medians.size());
+          entries.push_back(e);
+        }
+        std::stable_sort(entries.begin(), entries.end(),
+                         [](const RankingEntry& a, const RankingEntry& b) { return a.median_us < b.median_us; });
+        store.put_ranking(campaign_id, device_id, entries);
+      }
+      ranking = store.ranking(campaign_id);
+    }
+    progress.done();
+
+    result.status = interrupted ? "stopped" : "completed";
+    result.stop_reason = stop_reason;
+    result.evaluations = tally.progress.evaluations;
+    result.this_run = tally.progress.this_run;
+    result.ok = tally.ok();
+    result.ranking = std::move(ranking);
+    store.finish_campaign(campaign_id, result.status, result.stop_reason);
+    return result;
+  } catch (const std::exception& e) {
+    try {
+      store.finish_campaign(campaign_id, "failed", one_line(e.what()));
+    } catch (...) {
+      // The original error matters more than a failure to record it.
+    }
+    throw;
+  }
+}
+
+}  // namespace attntune::search

@@ -1,0 +1,56 @@
+// A campaign run: the loop of `attntune tune`. It asks the strategy for configs, keeps the runner's
+// pipeline full, stores every result in its own transaction as it arrives (a SIGKILL loses at most
+// the candidates in flight), feeds results back to the strategy, shows progress, and stops on a
+// budget, on convergence, when the space is exhausted, or on Ctrl-C. At the end the top candidates
+// are re-timed interleaved (round-robin, so drift in clocks or temperature hits them alike) and that
+// ranking becomes the campaign's result.
+//
+// Resuming is re-running: everything the campaign already evaluated is fed to the strategy first
+// and never submitted again.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "db/store.hpp"
+#include "search/progress.hpp"
+#include "search/runner.hpp"
+#include "space/search_space.hpp"
+
+namespace attntune::search {
+
+struct TuneOptions {
+  std::string strategy = "evo";
+  std::uint64_t seed = 1;
+  std::int64_t budget_evals = 0;  // total for the campaign, earlier runs included; 0: none
+  double budget_seconds = 0;      // for this run; 0: none
+  // Converged: no improvement over min_gain_pct in the last `patience` evaluations (0: never).
+  std::int64_t patience = 0;
+  double min_gain_pct = 0.5;
+  int final_top = 5, final_rounds = 3;  // the interleaved re-timing at the end
+  std::vector<Config> warm_start;       // for the strategy (the nearest tuned problem's best)
+};
+
+// The signals a run watches: `stop` (first Ctrl-C / SIGTERM): submit nothing more, finish the
+// candidate on the GPU, skip the re-timing; `abandon` (second Ctrl-C): the runner drops the
+// candidate on the GPU too (the runner watches it itself).
+struct StopFlags {
+  const std::atomic<bool>* stop = nullptr;
+  const std::atomic<bool>* abandon = nullptr;
+};
+
+struct TuneResult {
+  std::string status;       // completed | stopped
+  std::string stop_reason;  // "budget: 200 evaluations", "converged: ...", "interrupted", ...
+  std::int64_t evaluations = 0, this_run = 0, ok = 0;
+  std::vector<RankedRow> ranking;  // the campaign's result, best first (empty if not re-timed)
+};
+
+// Runs (or resumes) the campaign `spec` (already checked against the space and problem by the
+// caller) and marks it completed or stopped. On an exception the campaign is marked failed with
+// the reason and the exception propagates.
+TuneResult run_campaign(Store& store, Runner& runner, const SearchSpace& space, const CampaignSpec& spec,
+                        const TuneOptions& options, Progress& progress, StopFlags flags);
+
+}  // namespace attntune::search

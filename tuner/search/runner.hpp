@@ -1,0 +1,35 @@
+// The runner seam: what a campaign evaluates candidates with. The GPU runner (eval/gpu_runner.hpp)
+// renders, compiles in the build pool and validates/times in the GPU worker; the simulated runner
+// (search/simulated_runner.hpp) answers from a recorded campaign, for tests and for trying a
+// strategy on a real landscape without a GPU. The campaign loop (search/campaign.hpp) drives either.
+#pragma once
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "core/config.hpp"
+#include "db/store.hpp"
+
+namespace attntune::search {
+
+struct RunResult {
+  Config config;
+  std::string source_hash;  // the rendered kernel's identity (the store's candidate)
+  EvalRecord record;
+  bool abandoned = false;   // cancelled while it ran: no result, must not be stored
+};
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual const DeviceInfo& device() = 0;
+  // How many candidates are worth keeping submitted ahead of the GPU (the compile pipeline's depth).
+  virtual std::size_t capacity() const = 0;
+  virtual std::size_t outstanding() const = 0;  // submitted, not yet returned by next()
+  virtual void submit(const Config& config) = 0;
+  // The next finished candidate, in completion order, waiting for one; nullopt when none is
+  // outstanding. Throws only for what stops all evaluation (no GPU, no NVRTC).
+  virtual std::optional<RunResult> next() = 0;
+};
+
+}  // namespace attntune::search

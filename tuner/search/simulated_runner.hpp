@@ -1,0 +1,35 @@
+// A runner that answers from a recorded campaign (RecordedCampaign) after an optional delay per
+// candidate, as if a GPU had evaluated it. `tune --simulate-db/--simulate-campaign` uses it: the
+// kill-and-resume tests run whole campaigns with no GPU, and a strategy can be tried on a real
+// landscape. A config the recording lacks is an InputError (the recording must cover the space).
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <deque>
+
+#include "search/recorded.hpp"
+#include "search/runner.hpp"
+
+namespace attntune::search {
+
+class SimulatedRunner : public Runner {
+ public:
+  // `cancel`, when set and true, abandons the candidate being "evaluated".
+  SimulatedRunner(const RecordedCampaign& recording, std::chrono::milliseconds delay, std::size_t capacity,
+                  const std::atomic<bool>* cancel);
+  const DeviceInfo& device() override { return device_; }
+  std::size_t capacity() const override { return capacity_; }
+  std::size_t outstanding() const override { return queue_.size(); }
+  void submit(const Config& config) override;
+  std::optional<RunResult> next() override;
+
+ private:
+  const RecordedCampaign& recording_;
+  std::chrono::milliseconds delay_;
+  std::size_t capacity_;
+  const std::atomic<bool>* cancel_;
+  DeviceInfo device_;
+  std::deque<Config> queue_;
+};
+
+}  // namespace attntune::search
