@@ -111,6 +111,14 @@ Plan plan(const std::vector<ExportItem>& items) {
     Prepared prep;
     prep.item = &it;
     prep.kernel = render_kernel(*it.space, r.config, r.problem, r.arch);
+    // The file must hold the kernel that was measured: a template edited since renders another
+    // source, whose speed and correctness nobody has seen.
+    if (!r.source_hash.empty() && r.source_hash != prep.kernel.source_hash)
+      throw WorkError(fmt::format(
+          "export: the kernel template has changed since campaign {} measured {} (source {} then, {} now); tune "
+          "that problem again in a new campaign (`attntune tune --campaign NEW_NAME ...`) and export from it",
+          json_quoted(r.campaign), config_str(r.config), r.source_hash.substr(0, 12),
+          prep.kernel.source_hash.substr(0, 12)));
     prep.geometry = launch_geometry(*it.space, r.config, r.problem, r.arch);
     prep.block_m = std::get<std::int64_t>(r.config.at("block_m"));
     if (!is_identifier(prep.kernel.kernel_name)) throw std::logic_error("export: kernel name is not an identifier");
