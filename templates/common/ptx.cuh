@@ -35,6 +35,29 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u3
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
 }
 
+// The same with a compile-time byte offset folded into the instruction ([addr+kOff]): a base
+// register plus immediates, so the compiler has no per-fragment address to precompute and keep live.
+template <int kOff>
+__device__ __forceinline__ void ldmatrix_x4_at(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4+%5];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr), "n"(kOff));
+}
+template <int kOff>
+__device__ __forceinline__ void ldmatrix_x4_trans_at(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4+%5];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr), "n"(kOff));
+}
+// cp_async_16 to [dst + kOff]; the unpredicated form is for tiles known to be in bounds.
+template <int kOff>
+__device__ __forceinline__ void cp_async_16_at(u32 dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0+%3], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0), "n"(kOff));
+}
+template <int kOff>
+__device__ __forceinline__ void cp_async_16_at(u32 dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0+%2], [%1], 16;\n" ::"r"(dst), "l"(src), "n"(kOff));
+}
+
 // D = A(16x16, row) * B(16x8, col) + D, fp32 accumulation.
 template <bool kBf16>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {

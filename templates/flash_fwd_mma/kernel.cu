@@ -13,92 +13,189 @@ namespace att {
 
 using T = Traits;
 
-// Issues the cp.async copies of rows [row0, row0 + kRows) of a (rows, kHeadDim) tensor slice into
-// a swizzled smem tile. Rows at or past row_end are zero-filled (they are masked or not stored).
-template <int kRows>
-__device__ __forceinline__ void load_tile(elem_t* smem, const elem_t* gmem, long long row_stride,
-                                          int row0, int row_end) {
-  constexpr int kChunks = kRows * T::kChunksPerRow;
-  constexpr int kIters = (kChunks + T::kThreads - 1) / T::kThreads;
-  const u32 base = smem_addr(smem);
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int i = threadIdx.x + it * T::kThreads;
-    if (kChunks % T::kThreads == 0 || i < kChunks) {
-      const int row = i / T::kChunksPerRow, chunk = i % T::kChunksPerRow;
-      const bool valid = row0 + row < row_end;
-      const elem_t* src = valid ? gmem + (row0 + row) * row_stride + chunk * 8 : gmem;
-      cp_async_16(base + swizzled(row, chunk) * 2, src, valid);
+// Compile-time loop: f.run<0>(), ..., f.run<N-1>(), so each step can name immediates. (Functors,
+// not generic lambdas: NVRTC takes a generic lambda's operator() for a host function.)
+template <int I, int N, class F>
+__device__ __forceinline__ void unroll(F& f) {
+  if constexpr (I < N) {
+    f.template run<I>();
+    unroll<I + 1, N>(f);
+  }
+}
+
+// Pass `it` of load_tile: row r + it * kRowsPerIter, zero-filled past row_end when kChecked.
+template <int kRows, bool kChecked>
+struct CopyRows {
+  static constexpr int kRowsPerIter = T::kThreads / T::kChunksPerRow;
+  u32 dst0, dst1;
+  const elem_t* src;
+  long long step;
+  const elem_t* gmem;
+  int row, row_end;
+  template <int it>
+  __device__ __forceinline__ void run() {
+    constexpr bool kOdd = kRowsPerIter % 8 != 0 && (it & 1);
+    constexpr int kOff = (kRowsPerIter % 8 == 0 ? it * kRowsPerIter : (it >> 1) * 2 * kRowsPerIter) * T::kHeadDim * 2;
+    const u32 dst = kOdd ? dst1 : dst0;
+    if constexpr (kChecked) {
+      const bool valid = row + it * kRowsPerIter < row_end;
+      cp_async_16_at<kOff>(dst, valid ? src : gmem, valid);
+    } else {
+      cp_async_16_at<kOff>(dst, src);
     }
+    src += step;
+  }
+};
+
+// Issues the cp.async copies of rows [row0, row0 + kRows) of a (rows, kHeadDim) tensor slice into
+// the swizzled smem tile at byte address `tile`. Rows at or past row_end are zero-filled (they are
+// masked or not stored); only a tile that crosses row_end pays for the row checks.
+// Thread t copies chunk t % kChunksPerRow of rows t / kChunksPerRow + it * kRowsPerIter: one
+// global pointer advanced by a uniform step, and smem offsets that are immediates (row % 8 is the
+// same in every iteration when kRowsPerIter % 8 == 0; it alternates between two values at 4).
+template <int kRows>
+__device__ __forceinline__ void load_tile(u32 tile, const elem_t* gmem, long long row_stride, int row0,
+                                          int row_end) {
+  constexpr int kRowsPerIter = T::kThreads / T::kChunksPerRow;
+  constexpr int kIters = kRows / kRowsPerIter;
+  static_assert(T::kThreads % T::kChunksPerRow == 0 && kRows % kRowsPerIter == 0 && kRowsPerIter % 4 == 0,
+                "each cp.async pass must cover whole rows, and rows % 8 in at most two patterns");
+  const int r = threadIdx.x / T::kChunksPerRow, chunk = threadIdx.x % T::kChunksPerRow;
+  // dst[p]: this thread's chunk in row r + p * kRowsPerIter (p = 1 only when kRowsPerIter == 4).
+  const u32 dst0 = tile + swizzled(r, chunk) * 2;
+  const u32 dst1 = kRowsPerIter % 8 == 0 ? dst0 : tile + swizzled(r + kRowsPerIter, chunk) * 2;
+  const elem_t* src = gmem + (row0 + r) * row_stride + chunk * 8;
+  const long long step = kRowsPerIter * row_stride;
+  if (row0 + kRows <= row_end) {
+    CopyRows<kRows, false> copy{dst0, dst1, src, step, gmem, row0 + r, row_end};
+    unroll<0, kIters>(copy);
+  } else {
+    CopyRows<kRows, true> copy{dst0, dst1, src, step, gmem, row0 + r, row_end};
+    unroll<0, kIters>(copy);
   }
 }
 
 // Per-warp state and the four steps of one sub-tile of kSubN keys: scores, mask, softmax, P.V.
 // Thread (lane) holds rows (m, h) = warp_row0 + m*16 + g + 8h of the block, g = lane/4, h in {0,1}.
+//
+// ldmatrix addresses: a 16-row x 16-dim fragment at tile row R (a multiple of 16) and head-dim
+// step s starts, for this lane, at R * kRowBytes + (s / 4) * 128 + (off ^ (s % 4) * 32): the
+// swizzle XORs only the low 3 bits of the chunk with row % 8 = lane % 8, and the chunk is
+// 2 * s + half, so within a 128-byte span step s is step 0's offset XOR s * 32. Tiles start at
+// multiples of 128 bytes, so the XOR applies to the full address; everything else is an
+// immediate. Per lane and tile that is one live register and one LOP3 per step 1..3. Q and V
+// fragments share a lane layout (rows lane % 16, chunk half lane / 16); K has its own (rows
+// lane % 8 + 8 * (lane / 16), chunk half lane / 8 % 2).
+constexpr int kRowBytes = T::kHeadDim * 2;
+constexpr int kSpanSteps = 4;  // head-dim steps (16 dims = 32 bytes) per 128-byte swizzle span
+static_assert(kRowBytes % 128 == 0, "tile rows must be whole 128-byte swizzle spans");
+template <int kRow, int kStep>
+constexpr int kFragImm = kRow * kRowBytes + (kStep / kSpanSteps) * 128;
+template <int kStep>
+__device__ __forceinline__ u32 span_addr(u32 addr0) {
+  return (kStep % kSpanSteps) == 0 ? addr0 : addr0 ^ ((kStep % kSpanSteps) * 32);
+}
+
 struct WarpState {
   float acc_o[T::kMTiles][T::kDTiles][4];   // (M_TILE, D_TILE, frag) output accumulator
   float row_max[T::kMTiles][2];             // reference max of raw scores (stale when lazy)
   float row_sum[T::kMTiles][2];             // this thread's part of sum exp2(scaled s - max)
   u32 q_frag[T::kQInRegs ? T::kMTiles : 1][T::kQInRegs ? T::kDSteps : 1][4];  // (M_TILE, D_STEP, frag)
+  u32 q_addr;  // smem byte address of this lane's step-0 row in this warp's Q rows
+  u32 k_off;   // byte offset of this lane's step-0 row in a K tile
+  u32 v_off;   // byte offset of this lane's step-0 row in a V tile
 };
 
-// A-operand (16x16) ldmatrix address: rows lane%16, column half lane/16.
-__device__ __forceinline__ u32 q_frag_addr(u32 sq, int warp_row0, int m, int ds, int lane) {
-  return sq + swizzled(warp_row0 + m * 16 + (lane & 15), ds * 2 + (lane >> 4)) * 2;
+__device__ __forceinline__ void init_frag_addrs(WarpState& st, u32 sq, int warp_row0, int lane) {
+  st.v_off = swizzled(lane & 15, lane >> 4) * 2;
+  st.k_off = swizzled((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1) * 2;
+  st.q_addr = sq + warp_row0 * kRowBytes + st.v_off;
 }
 
-// S = Q.K^T for keys [key0, key0 + kSubN) of the K tile at k_base.  acc_s: (M_TILE, N_TILE, frag)
+// A fragments of Q for head-dim step kDs, row tile kM (16x16 each, via ldmatrix.x4).
+template <int kM, int kDs>
+__device__ __forceinline__ void load_q_frag(const WarpState& st, u32 (&a)[4]) {
+  ldmatrix_x4_at<kFragImm<kM * 16, kDs>>(span_addr<kDs>(st.q_addr), a[0], a[1], a[2], a[3]);
+}
+// ... of every row tile: a[m] for m in [kM, kMTiles).
+template <int kDs, int kM = 0>
+__device__ __forceinline__ void load_q_frags(const WarpState& st, u32 (&a)[T::kMTiles][4]) {
+  if constexpr (kM < T::kMTiles) {
+    load_q_frag<kM, kDs>(st, a[kM]);
+    load_q_frags<kDs, kM + 1>(st, a);
+  }
+}
+// q_in_regs: all of this warp's Q fragments, once.
+struct LoadQRegs {
+  WarpState& st;
+  template <int ds>
+  __device__ __forceinline__ void run() {
+    u32 a[T::kMTiles][4];
+    load_q_frags<ds>(st, a);
+#pragma unroll
+    for (int m = 0; m < T::kMTiles; ++m)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st.q_frag[m][ds][e] = a[m][e];
+  }
+};
+
+// S = Q.K^T for the kSubN keys of the K tile at byte address k_tile.  acc_s: (M_TILE, N_TILE, frag)
 // B fragments stream through a ring of kFragPrefetch + 1 slots, loaded kFragPrefetch MMA steps
 // ahead of use; step f covers head-dim step f / kKeyPairs and key-tile pair f % kKeyPairs.
+struct ScoreSteps {
+  static constexpr int kKeyPairs = T::kSubTiles / 2;
+  static constexpr int kSteps = T::kDSteps * kKeyPairs;
+  static constexpr int kRing = T::kFragPrefetch + 1;
+  static constexpr int kPrologue = T::kFragPrefetch < kSteps ? T::kFragPrefetch : kSteps;
+  float (&acc_s)[T::kMTiles][T::kSubTiles][4];
+  const WarpState& st;
+  u32 k_addr;                                      // this lane's step-0 row in the K tile
+  u32 kb[kRing][4];                                // (RING, frag) of K
+  u32 qa[T::kQInRegs ? 1 : 2][T::kMTiles][4];      // (D_STEP % 2, M_TILE, frag) of Q from smem
+
+  template <int f>
+  __device__ __forceinline__ void load() {
+    constexpr int ds = f / kKeyPairs, np = f % kKeyPairs;
+    if constexpr (!T::kQInRegs && np == 0) load_q_frags<ds>(st, qa[ds & 1]);
+    // Matrices (keys +0/+8) x (dims +0/+8): B operands of key tiles 2np and 2np+1.
+    u32(&b)[4] = kb[f % kRing];
+    ldmatrix_x4_at<kFragImm<np * 16, ds>>(span_addr<ds>(k_addr), b[0], b[1], b[2], b[3]);
+  }
+  struct Prologue {
+    ScoreSteps& s;
+    template <int f>
+    __device__ __forceinline__ void run() { s.template load<f>(); }
+  };
+  template <int f>
+  __device__ __forceinline__ void run() {
+    constexpr int ds = f / kKeyPairs, np = f % kKeyPairs;
+    if constexpr (f + T::kFragPrefetch < kSteps) load<f + T::kFragPrefetch>();
+    const u32(&b)[4] = kb[f % kRing];
+#pragma unroll
+    for (int m = 0; m < T::kMTiles; ++m) {
+      if constexpr (T::kQInRegs) {
+        mma_16816<T::kBf16>(acc_s[m][2 * np], st.q_frag[m][ds], b[0], b[1]);
+        mma_16816<T::kBf16>(acc_s[m][2 * np + 1], st.q_frag[m][ds], b[2], b[3]);
+      } else {
+        mma_16816<T::kBf16>(acc_s[m][2 * np], qa[ds & 1][m], b[0], b[1]);
+        mma_16816<T::kBf16>(acc_s[m][2 * np + 1], qa[ds & 1][m], b[2], b[3]);
+      }
+    }
+  }
+};
+
 __device__ __forceinline__ void compute_scores(float (&acc_s)[T::kMTiles][T::kSubTiles][4], const WarpState& st,
-                                               u32 sq, u32 k_base, int key0, int warp_row0, int lane) {
-  constexpr int kKeyPairs = T::kSubTiles / 2;
-  constexpr int kSteps = T::kDSteps * kKeyPairs;
-  constexpr int kRing = T::kFragPrefetch + 1;
+                                               u32 k_tile) {
 #pragma unroll
   for (int m = 0; m < T::kMTiles; ++m)
 #pragma unroll
     for (int n = 0; n < T::kSubTiles; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_s[m][n][e] = 0.f;
-  u32 kb[kRing][4];                                // (RING, frag) of K
-  u32 qa[T::kQInRegs ? 1 : 2][T::kMTiles][4];      // (D_STEP % 2, M_TILE, frag) of Q from smem
-  auto load = [&](int f) {
-    const int ds = f / kKeyPairs, np = f % kKeyPairs;
-    if constexpr (!T::kQInRegs) {
-      if (np == 0) {
-#pragma unroll
-        for (int m = 0; m < T::kMTiles; ++m)
-          ldmatrix_x4(q_frag_addr(sq, warp_row0, m, ds, lane), qa[ds & 1][m][0], qa[ds & 1][m][1],
-                      qa[ds & 1][m][2], qa[ds & 1][m][3]);
-      }
-    }
-    // Matrices (keys +0/+8) x (dims +0/+8): B operands of key tiles 2np and 2np+1.
-    const int row = key0 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-    const int chunk = ds * 2 + ((lane >> 3) & 1);
-    u32(&b)[4] = kb[f % kRing];
-    ldmatrix_x4(k_base + swizzled(row, chunk) * 2, b[0], b[1], b[2], b[3]);
-  };
-#pragma unroll
-  for (int f = 0; f < T::kFragPrefetch && f < kSteps; ++f) load(f);
-#pragma unroll
-  for (int ds = 0; ds < T::kDSteps; ++ds)
-#pragma unroll
-    for (int np = 0; np < kKeyPairs; ++np) {
-      const int f = ds * kKeyPairs + np;
-      if (f + T::kFragPrefetch < kSteps) load(f + T::kFragPrefetch);
-      const u32(&b)[4] = kb[f % kRing];
-#pragma unroll
-      for (int m = 0; m < T::kMTiles; ++m) {
-        if constexpr (T::kQInRegs) {
-          mma_16816<T::kBf16>(acc_s[m][2 * np], st.q_frag[m][ds], b[0], b[1]);
-          mma_16816<T::kBf16>(acc_s[m][2 * np + 1], st.q_frag[m][ds], b[2], b[3]);
-        } else {
-          mma_16816<T::kBf16>(acc_s[m][2 * np], qa[ds & 1][m], b[0], b[1]);
-          mma_16816<T::kBf16>(acc_s[m][2 * np + 1], qa[ds & 1][m], b[2], b[3]);
-        }
-      }
-    }
+  ScoreSteps steps{acc_s, st, k_tile + st.k_off};
+  ScoreSteps::Prologue prologue{steps};
+  unroll<0, ScoreSteps::kPrologue>(prologue);
+  unroll<0, ScoreSteps::kSteps>(steps);
 }
 
 // Keys at or past seqlen_k, and (causal) right of the diagonal, get -inf. row0: first block row
@@ -162,58 +259,71 @@ __device__ __forceinline__ void softmax_step(WarpState& st, const float (&acc_s)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float max_scaled = st.row_max[m][h] == neg_inf() ? 0.f : st.row_max[m][h] * scale_log2;
-      float sum = 0.f;
+      float sum;  // starts at the first pair: 0.f + x is not folded (it turns -0 into +0)
 #pragma unroll
       for (int n = 0; n < T::kSubTiles; ++n) {
         const float p0 = ex2(fmaf(acc_s[m][n][2 * h], scale_log2, -max_scaled));
         const float p1 = ex2(fmaf(acc_s[m][n][2 * h + 1], scale_log2, -max_scaled));
         p_frag[m][n >> 1][(n & 1) * 2 + h] = pack2<T::kBf16>(p0, p1);
-        sum += p0 + p1;
+        sum = n == 0 ? p0 + p1 : sum + (p0 + p1);
       }
       st.row_sum[m][h] += sum;
     }
 }
 
-// O += P.V for keys [key0, key0 + kSubN) of the V tile at v_base; V's B operands come from a
+// O += P.V for the kSubN keys of the V tile at byte address v_tile; V's B operands come from a
 // transposing ldmatrix through a ring like compute_scores'. Step f: key step f / kDimPairs, dim
 // pair f % kDimPairs.
-__device__ __forceinline__ void accumulate_pv(WarpState& st, const u32 (&p_frag)[T::kMTiles][T::kSubSteps][4],
-                                              u32 v_base, int key0, int lane) {
-  constexpr int kDimPairs = T::kDTiles / 2;
-  constexpr int kSteps = T::kSubSteps * kDimPairs;
-  constexpr int kRing = T::kFragPrefetch + 1;
+struct PvSteps {
+  static constexpr int kDimPairs = T::kDTiles / 2;
+  static constexpr int kSteps = T::kSubSteps * kDimPairs;
+  static constexpr int kRing = T::kFragPrefetch + 1;
+  static constexpr int kPrologue = T::kFragPrefetch < kSteps ? T::kFragPrefetch : kSteps;
+  WarpState& st;
+  const u32 (&p_frag)[T::kMTiles][T::kSubSteps][4];
+  u32 v_addr;        // this lane's step-0 row in the V tile
   u32 vb[kRing][4];  // (RING, frag) of V
-  auto load = [&](int f) {
-    const int ns = f / kDimPairs, dp = f % kDimPairs;
+
+  template <int f>
+  __device__ __forceinline__ void load() {
+    constexpr int ns = f / kDimPairs, dp = f % kDimPairs;
     // Matrices (keys +0/+8) x (dims +0/+8), transposed: B operands of dim tiles 2dp, 2dp+1.
-    const int row = key0 + ns * 16 + (lane & 15);
-    const int chunk = dp * 2 + (lane >> 4);
     u32(&b)[4] = vb[f % kRing];
-    ldmatrix_x4_trans(v_base + swizzled(row, chunk) * 2, b[0], b[1], b[2], b[3]);
+    ldmatrix_x4_trans_at<kFragImm<ns * 16, dp>>(span_addr<dp>(v_addr), b[0], b[1], b[2], b[3]);
+  }
+  struct Prologue {
+    PvSteps& s;
+    template <int f>
+    __device__ __forceinline__ void run() { s.template load<f>(); }
   };
+  template <int f>
+  __device__ __forceinline__ void run() {
+    constexpr int ns = f / kDimPairs, dp = f % kDimPairs;
+    if constexpr (f + T::kFragPrefetch < kSteps) load<f + T::kFragPrefetch>();
+    const u32(&b)[4] = vb[f % kRing];
 #pragma unroll
-  for (int f = 0; f < T::kFragPrefetch && f < kSteps; ++f) load(f);
-#pragma unroll
-  for (int ns = 0; ns < T::kSubSteps; ++ns)
-#pragma unroll
-    for (int dp = 0; dp < kDimPairs; ++dp) {
-      const int f = ns * kDimPairs + dp;
-      if (f + T::kFragPrefetch < kSteps) load(f + T::kFragPrefetch);
-      const u32(&b)[4] = vb[f % kRing];
-#pragma unroll
-      for (int m = 0; m < T::kMTiles; ++m) {
-        mma_16816<T::kBf16>(st.acc_o[m][2 * dp], p_frag[m][ns], b[0], b[1]);
-        mma_16816<T::kBf16>(st.acc_o[m][2 * dp + 1], p_frag[m][ns], b[2], b[3]);
-      }
+    for (int m = 0; m < T::kMTiles; ++m) {
+      mma_16816<T::kBf16>(st.acc_o[m][2 * dp], p_frag[m][ns], b[0], b[1]);
+      mma_16816<T::kBf16>(st.acc_o[m][2 * dp + 1], p_frag[m][ns], b[2], b[3]);
     }
+  }
+};
+
+__device__ __forceinline__ void accumulate_pv(WarpState& st, const u32 (&p_frag)[T::kMTiles][T::kSubSteps][4],
+                                              u32 v_tile) {
+  PvSteps steps{st, p_frag, v_tile + st.v_off};
+  PvSteps::Prologue prologue{steps};
+  unroll<0, PvSteps::kPrologue>(prologue);
+  unroll<0, PvSteps::kSteps>(steps);
 }
 
 extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 flash_fwd_mma(const AttnParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  elem_t* sQ = reinterpret_cast<elem_t*>(smem_raw);  // (kBlockM, kHeadDim)
-  elem_t* sK = sQ + T::kQElems;                       // (kStages, kBlockN, kHeadDim)
-  elem_t* sV = sK + T::kStages * T::kKVElems;         // (kStages, kBlockN, kHeadDim)
+  // Byte addresses in shared memory.
+  const u32 sq = smem_addr(smem_raw);                 // (kBlockM, kHeadDim)
+  const u32 sk = sq + T::kQElems * 2;                 // (kStages, kBlockN, kHeadDim)
+  const u32 sv = sk + T::kStages * T::kKVElems * 2;   // (kStages, kBlockN, kHeadDim)
 
   // Causal blocks with more rows see more keys: launch them first so the tail is short.
   const int m_block = T::kCausal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
@@ -234,9 +344,9 @@ flash_fwd_mma(const AttnParams p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tig = lane & 3;
   const int warp_row0 = warp * T::kWarpRows;
-  const u32 sq = smem_addr(sQ);
 
   WarpState st;
+  init_frag_addrs(st, sq, warp_row0, lane);
 #pragma unroll
   for (int m = 0; m < T::kMTiles; ++m) {
 #pragma unroll
@@ -248,10 +358,10 @@ flash_fwd_mma(const AttnParams p) {
   }
 
   auto load_k = [&](int j) {
-    load_tile<T::kBlockN>(sK + (j % T::kStages) * T::kKVElems, k, p.k_stride[2], j * T::kBlockN, p.seqlen_k);
+    load_tile<T::kBlockN>(sk + (j % T::kStages) * T::kKVElems * 2, k, p.k_stride[2], j * T::kBlockN, p.seqlen_k);
   };
   auto load_v = [&](int j) {
-    load_tile<T::kBlockN>(sV + (j % T::kStages) * T::kKVElems, v, p.v_stride[2], j * T::kBlockN, p.seqlen_k);
+    load_tile<T::kBlockN>(sv + (j % T::kStages) * T::kKVElems * 2, v, p.v_stride[2], j * T::kBlockN, p.seqlen_k);
   };
   // Interleaved schedule: the stream is K_0, V_0, K_1, ... one cp.async group per tile, committed
   // even past the end (empty) so wait_group counts stay uniform. Blockwise: K_j and V_j form one
@@ -264,14 +374,10 @@ flash_fwd_mma(const AttnParams p) {
     }
     cp_async_commit();
   };
-  auto load_q_frags = [&]() {
+  auto load_q_regs = [&]() {
     if constexpr (T::kQInRegs) {
-#pragma unroll
-      for (int m = 0; m < T::kMTiles; ++m)
-#pragma unroll
-        for (int ds = 0; ds < T::kDSteps; ++ds)
-          ldmatrix_x4(q_frag_addr(sq, warp_row0, m, ds, lane), st.q_frag[m][ds][0], st.q_frag[m][ds][1],
-                      st.q_frag[m][ds][2], st.q_frag[m][ds][3]);
+      LoadQRegs load{st};
+      unroll<0, T::kDSteps>(load);
     }
   };
   // Does key range [n0, n0 + n) need masking for any row of this warp?
@@ -280,14 +386,14 @@ flash_fwd_mma(const AttnParams p) {
   };
 
   if (n_blocks > 0) {
-    load_tile<T::kBlockM>(sQ, q, p.q_stride[2], m0, p.seqlen_q);  // joins the first group
+    load_tile<T::kBlockM>(sq, q, p.q_stride[2], m0, p.seqlen_q);  // joins the first group
 #pragma unroll
     for (int t = 0; t < T::kLookahead; ++t) issue(t);
   }
 
   for (int j = 0; j < n_blocks; ++j) {
-    const u32 k_base = smem_addr(sK + (j % T::kStages) * T::kKVElems);
-    const u32 v_base = smem_addr(sV + (j % T::kStages) * T::kKVElems);
+    const u32 k_base = sk + (j % T::kStages) * T::kKVElems * 2;
+    const u32 v_base = sv + (j % T::kStages) * T::kKVElems * 2;
     const int n0 = j * T::kBlockN;
     if constexpr (T::kBlockwise) {
       // One group per block: block j (and Q) landed; after the barrier every warp is done with
@@ -295,34 +401,34 @@ flash_fwd_mma(const AttnParams p) {
       cp_async_wait<T::kLookahead - 1>();
       __syncthreads();
       issue(j + T::kLookahead);
-      if (j == 0) load_q_frags();
+      if (j == 0) load_q_regs();
       // Rolled on purpose: unrolled, ptxas hoists the next step's loads and spills (seen at
       // 128x64, 4 warps, sub_n 32: 56 bytes).
 #pragma unroll 1
       for (int sub = 0; sub < T::kBlockN / T::kSubN; ++sub) {
         const int key0 = sub * T::kSubN;
         float acc_s[T::kMTiles][T::kSubTiles][4];
-        compute_scores(acc_s, st, sq, k_base, key0, warp_row0, lane);
+        compute_scores(acc_s, st, k_base + key0 * kRowBytes);
         if (needs_mask(n0 + key0, T::kSubN)) mask_scores(acc_s, m0 + warp_row0, n0 + key0, p.seqlen_k, diag, lane);
         u32 p_frag[T::kMTiles][T::kSubSteps][4];
         softmax_step(st, acc_s, p_frag, p.scale_log2);
-        accumulate_pv(st, p_frag, v_base, key0, lane);
+        accumulate_pv(st, p_frag, v_base + key0 * kRowBytes);
       }
     } else {
       // FlashAttention-2's order: V_j lands during Q.K_j^T, K_{j+kStages} during P.V_j.
       cp_async_wait<T::kLookahead - 1>();  // K_j (and Q) landed for this thread's copies
       __syncthreads();                     // ... and everyone's; V_{j-1}'s slot is free
       issue(2 * j + T::kLookahead);
-      if (j == 0) load_q_frags();
+      if (j == 0) load_q_regs();
       float acc_s[T::kMTiles][T::kSubTiles][4];
-      compute_scores(acc_s, st, sq, k_base, 0, warp_row0, lane);
+      compute_scores(acc_s, st, k_base);
       if (needs_mask(n0, T::kBlockN)) mask_scores(acc_s, m0 + warp_row0, n0, p.seqlen_k, diag, lane);
       u32 p_frag[T::kMTiles][T::kSubSteps][4];
       softmax_step(st, acc_s, p_frag, p.scale_log2);
       cp_async_wait<T::kLookahead - 1>();  // V_j landed
       __syncthreads();                     // ... for everyone; K_j's slot is free
       issue(2 * j + 1 + T::kLookahead);
-      accumulate_pv(st, p_frag, v_base, 0, lane);
+      accumulate_pv(st, p_frag, v_base);
     }
   }
   cp_async_wait<0>();
