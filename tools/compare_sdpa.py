@@ -297,8 +297,12 @@ def main():
     nvcc = find_nvcc(args.nvcc)
     rows, failed = [], False
     with tempfile.TemporaryDirectory(prefix="compare_sdpa_") as tmp:
+        # nvcc is one process per file: build them all at once, then check and time one by one.
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=max(1, min(len(args.cu), os.cpu_count() or 1))) as pool:
+            paths = list(pool.map(lambda ic: build(nvcc, ic[1], arch, tmp, ic[0]), enumerate(args.cu)))
         for i, cu in enumerate(args.cu):
-            path = build(nvcc, cu, arch, tmp, i)
+            path = paths[i]
             if path is None:
                 failed = True
                 continue

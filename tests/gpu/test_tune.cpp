@@ -19,7 +19,7 @@ TEST(TuneGpu, SmallCampaignRanksAndResumes) {
   const std::string base = "tune --space " + source_dir() + "/search_spaces/flash_fwd_mma.yaml" +
                            " --problem b=2,h=4,hkv=2,s=333,d=64,dtype=bf16,causal=1 --db " + db +
                            " --campaign gpu --seed 3 --final-top 3 --final-rounds 2 --format json";
-  auto r = testing::run_attntune(base + " --budget-evals 12");
+  auto r = attntune::testing::run_attntune(base + " --budget-evals 12");
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["status"], "completed");
@@ -28,12 +28,12 @@ TEST(TuneGpu, SmallCampaignRanksAndResumes) {
   ASSERT_EQ(j["ranking"].size(), 3u);
   EXPECT_LE(j["ranking"][0]["median_us"].get<double>(), j["ranking"][1]["median_us"].get<double>());
 
-  auto best = testing::run_attntune("best --db " + db + " --campaign gpu --format json");
+  auto best = attntune::testing::run_attntune("best --db " + db + " --campaign gpu --format json");
   ASSERT_EQ(best.rc, 0) << best.err;
   EXPECT_EQ(nlohmann::json::parse(best.out)[0]["config"], j["ranking"][0]["config"]);
 
   // Resume with a larger budget: 4 more, none repeated.
-  r = testing::run_attntune(base + " --budget-evals 16");
+  r = attntune::testing::run_attntune(base + " --budget-evals 16");
   ASSERT_EQ(r.rc, 0) << r.err;
   Store s = Store::open(db, Store::Mode::kReadOnly);
   const auto evals = s.campaign_evaluations(*s.find_campaign("gpu"));
