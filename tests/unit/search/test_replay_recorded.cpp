@@ -1,8 +1,9 @@
-// The bar of issue 5 on a real landscape: tests/data/campaigns/h200-exhaustive-d128.db holds an
-// exhaustive flash_fwd_mma campaign (b=4,h=16,s=4096,d=128, bf16, non-causal, every valid config)
-// timed on an H200. Replayed over 30 seeds with 8 proposals in flight, evo must reach within 2% of
-// the optimum in at least 3x fewer evaluations (median) than random search. The figures at 1%, 2%
-// and 5% go to the test log.
+// The bar of issue 5 on real landscapes: exhaustive flash_fwd_mma campaigns (b=4,h=16,s=4096,d=128,
+// bf16, non-causal, every valid config) timed on an H200 and on an H100. Replayed over seeds 1..30
+// with 8 proposals in flight, evo must reach within 2% of the optimum in at least 3x fewer
+// evaluations (median) than random search. The log also gets the figures at 1% and 5%, and at 2%
+// over 100 other seeds (31..130): random's median over 30 seeds swings by about 2x from one block of
+// seeds to the next, so that is the steadier estimate of the speedup.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -19,12 +20,27 @@ using namespace attntune::search;
 
 namespace {
 
-const std::string kRecorded = "tests/data/campaigns/h200-exhaustive-d128.db";
+struct Figures {
+  ReplaySummary summary;
+  ReplayStats evo, random;
+};
 
-TEST(ReplayRecorded, EvoReachesTwoPercentThreeTimesFasterThanRandom) {
-  const std::string path = test::source_path(kRecorded);
+Figures replay_both(const Landscape& landscape, double target_pct, int seeds, std::uint64_t first_seed) {
+  ReplayOptions o;
+  o.seeds = seeds;
+  o.seed = first_seed;
+  o.target_pct = target_pct;
+  o.strategy = "evo";
+  Figures f{summarize(landscape, o), replay(landscape, o), {}};
+  o.strategy = "random";
+  f.random = replay(landscape, o);
+  return f;
+}
+
+void check_recorded(const std::string& relative) {
+  const std::string path = test::source_path(relative);
   ASSERT_TRUE(std::filesystem::exists(path))
-      << path << " is missing: the recorded exhaustive H200 campaign this test replays (issue 5) must be "
+      << path << " is missing: the recorded exhaustive campaign this test replays (issue 5) must be "
       << "committed there (attntune tune --strategy exhaustive on the GPU machine, then copy the database)";
   Store store = Store::open(path, Store::Mode::kReadOnly);
   std::optional<CampaignRow> sweep;  // the campaign with the most evaluations
@@ -34,28 +50,31 @@ TEST(ReplayRecorded, EvoReachesTwoPercentThreeTimesFasterThanRandom) {
   const RecordedCampaign campaign = RecordedCampaign::load(store, sweep->spec.name);
   const Landscape landscape = landscape_of(campaign);
 
-  for (double target : {2.0, 1.0, 5.0}) {
-    ReplayOptions o;
-    o.seeds = 30;
-    o.target_pct = target;
-    o.strategy = "evo";
-    const ReplaySummary sum = summarize(landscape, o);
-    const ReplayStats evo = replay(landscape, o);
-    o.strategy = "random";
-    const ReplayStats rnd = replay(landscape, o);
+  auto line = [&](const Figures& f, double target, const char* seeds) {
     std::cout << fmt::format(
-        "[ recorded ] '{}' {} configs, optimum {:.1f} us, within {}%: evo median {} p90 {} ({:.1f}% of the "
-        "space, reached {:.0f}%), random median {} p90 {}: {:.2f}x fewer\n",
-        campaign.name, sum.space_size, sum.optimum_us, target, evo.median_evals, evo.p90_evals,
-        100 * evo.space_fraction, 100 * evo.reached_fraction, rnd.median_evals, rnd.p90_evals,
-        rnd.median_evals / evo.median_evals);
-    if (target == 2.0) {
-      EXPECT_EQ(sum.recorded, sum.space_size) << "the campaign is not exhaustive";
-      EXPECT_EQ(evo.reached_fraction, 1);
-      EXPECT_LE(evo.median_evals * 3, rnd.median_evals)
-          << "evo median " << evo.median_evals << ", random median " << rnd.median_evals;
-    }
-  }
+        "[ recorded ] {} ({} configs, optimum {:.1f} us), within {}%, seeds {}: evo median {} p90 {} ({:.1f}% of "
+        "the space, reached {:.0f}%), random median {} p90 {}: {:.2f}x fewer\n",
+        campaign.name, f.summary.space_size, f.summary.optimum_us, target, seeds, f.evo.median_evals,
+        f.evo.p90_evals, 100 * f.evo.space_fraction, 100 * f.evo.reached_fraction, f.random.median_evals,
+        f.random.p90_evals, f.random.median_evals / f.evo.median_evals);
+  };
+  for (double target : {1.0, 5.0}) line(replay_both(landscape, target, 30, 1), target, "1..30");
+  line(replay_both(landscape, 2, 100, 31), 2, "31..130");
+
+  const Figures f = replay_both(landscape, 2, 30, 1);
+  line(f, 2, "1..30");
+  EXPECT_EQ(f.summary.recorded, f.summary.space_size) << "the campaign is not exhaustive";
+  EXPECT_EQ(f.evo.reached_fraction, 1);
+  EXPECT_LE(f.evo.median_evals * 3, f.random.median_evals)
+      << "evo median " << f.evo.median_evals << ", random median " << f.random.median_evals;
+}
+
+TEST(ReplayRecorded, H200EvoReachesTwoPercentThreeTimesFasterThanRandom) {
+  check_recorded("tests/data/campaigns/h200-exhaustive-d128.db");
+}
+
+TEST(ReplayRecorded, H100EvoReachesTwoPercentThreeTimesFasterThanRandom) {
+  check_recorded("tests/data/campaigns/h100-exhaustive-d128.db");
 }
 
 }  // namespace
