@@ -29,7 +29,7 @@ constexpr const char* kRules =
     "fastest recorded ok median). A seed that does not reach it within --budget counts as not reached\n"
     "(reached_fraction) and as budget + 1 in the median and p90 (nearest rank). Random search runs on\n"
     "the same seeds and pipeline as the baseline. The campaign must hold every valid config of its\n"
-    "space; with --partial, configs it did not record are skipped (neither counted nor observed).\n";
+    "space; with --partial, configs it did not record are skipped (neither counted nor observed).";
 
 nlohmann::ordered_json stats_json(const search::ReplayStats& s) {
   return {{"strategy", s.strategy},
