@@ -114,9 +114,9 @@ struct TimingStats {
   double median_us = 0, min_us = 0, max_us = 0, stdev_us = 0;
   int count = 0;
 };
-// Warm-up, then event-timed launches until the median of the last batches is stable within 1%
-// (at most max_reps launches or ~max_seconds). Launches rotate over enough input copies that
-// together exceed twice the L2, so a problem smaller than the L2 is not timed hot.
+// Warm-up, then samples until their median is stable within 1% (at most max_reps samples or
+// ~max_seconds). A sample is a batch of back-to-back launches (>= ~200 µs) between two events,
+// divided by the batch: the method of the PyTorch peers (graph replay), so the times compare.
 // Timing inputs are random (from `seed`), never constants: constant inputs make every softmax
 // row flat and would flatter lazy rescaling.
 TimingStats time_kernel(const LoadedKernel& k, const Reference& ref, const Problem& p, int l2_bytes,
