@@ -418,7 +418,7 @@ TEST(ExportSource, CStringLiteralEscapesQuotesBackslashesAndQuestionMarks) {
 // The database recorded on the GPU machine (tests/data/campaigns/): its best exports with its
 // provenance and no path of that machine.
 TEST(ExportRealDb, ExportsTheRecordedSuite) {
-  const std::string db = source_dir() + "/tests/data/campaigns/h200-suite.db";
+  const std::string db = source_dir() + "/tests/data/campaigns/h100-suite.db";
   ASSERT_TRUE(std::filesystem::exists(db)) << db << " is missing";
   TempDir dir;
   Store store = Store::open(db, Store::Mode::kReadOnly);
@@ -435,9 +435,11 @@ TEST(ExportRealDb, ExportsTheRecordedSuite) {
   EXPECT_EQ(info["template"], "flash_fwd_mma");
   EXPECT_EQ(std::string(info["gpu"]).rfind("NVIDIA ", 0), 0u) << info["gpu"];  // a real device name
   EXPECT_EQ(info["problem"]["d"], first->spec.problem.d);
-  for (const std::string& path : {std::string("/work"), std::string("/home"), std::string("/tmp"),
-                                  std::string("/root"), first->spec.space_path})
-    EXPECT_EQ(cu.find(path), std::string::npos) << path;
+  // The campaign's space path, when absolute, is the tuning machine's (a relative one is the
+  // repository's, which the template's comments name too).
+  std::vector<std::string> paths = {"/work", "/home", "/tmp", "/root"};
+  if (first->spec.space_path.rfind("/", 0) == 0) paths.push_back(first->spec.space_path);
+  for (const std::string& path : paths) EXPECT_EQ(cu.find(path), std::string::npos) << path;
 
   r = run_attntune("export --db " + shq(db) + " --all-best --dtype bf16 -o " + shq(dir.file("all.cu")));
   ASSERT_EQ(r.rc, 0) << r.err;

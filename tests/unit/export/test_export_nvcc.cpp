@@ -82,7 +82,7 @@ void expect_c_symbols(const std::string& lib) {
 TEST(ExportNvcc, CompilesAsSharedLibraryWithCSymbolsAndChecksArguments) {
   const std::string nvcc = find_nvcc();
   ASSERT_FALSE(nvcc.empty()) << "nvcc not found ($CUDACXX, $CUDA_HOME, PATH, /usr/local/cuda/bin): CI has the toolkit";
-  const std::string db = source_dir() + "/tests/data/campaigns/h200-suite.db";
+  const std::string db = source_dir() + "/tests/data/campaigns/h100-suite.db";
   ASSERT_TRUE(std::filesystem::exists(db)) << db << " is missing";
   TempDir dir;
 
