@@ -47,8 +47,13 @@ TEST_F(TuneResume, RandomKillsLoseNothingCommittedAndEvaluateNothingTwice) {
     TuneProcess p(args(budget), log_path);
     std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(30, 400)(rng)));
     p.signal(SIGKILL);
-    ASSERT_EQ(p.wait(), 128 + SIGKILL) << log();
+    const int rc = p.wait();
     const auto now = committed();
+    // Near the end of the budget the run can finish before the kill lands: then it must be complete.
+    if (rc == 0)
+      ASSERT_EQ(static_cast<int>(now.size()), budget) << log();
+    else
+      ASSERT_EQ(rc, 128 + SIGKILL) << log();
     for (const auto& [seq, row] : seen_before) {
       auto it = now.find(seq);
       ASSERT_NE(it, now.end()) << "evaluation #" << seq << " was committed, then lost after kill " << kills;
