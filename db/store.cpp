@@ -596,6 +596,28 @@ std::vector<Problem> Store::problems_with_results(const std::string& family) {
   return out;
 }
 
+namespace {
+
+// A best row from a query whose first columns are: median_us, tflops, max_abs_err, the time it
+// was measured, family, config, device name, arch, source_hash (ranked and evaluated rows alike).
+BestRow read_best_row(const Statement& st, const std::string& campaign, const Problem& problem) {
+  BestRow row;
+  row.campaign = campaign;
+  row.problem = problem;
+  row.median_us = st.real(0);
+  row.tflops = st.real(1);
+  row.max_abs_err = st.real(2);
+  row.evaluated_at = st.text(3);
+  row.family = st.text(4);
+  row.config = config_from_text(st.text(5));
+  row.gpu = st.text(6);
+  row.arch = st.text(7);
+  row.source_hash = st.text(8);
+  return row;
+}
+
+}  // namespace
+
 std::vector<BestRow> Store::best(const BestQuery& q) {
   if (q.top < 1) throw InputError(fmt::format("best: top must be at least 1 (got {})", q.top));
   // One snapshot for all campaigns, so a concurrent writer's commit cannot split the answer.
@@ -625,8 +647,8 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
   // distinct configs, however many evaluations it holds. Only the rows kept are read in full.
   // A campaign with a ranking (its final re-timing) puts the ranking first.
   Statement ranked(db(),
-                   "SELECT r.candidate_id, r.median_us, r.tflops, r.max_abs_err, r.ranked_at, c.family, c.config, "
-                   "c.config_key, d.name, d.arch, c.source_hash FROM rankings r JOIN candidates c ON c.id = r.candidate_id "
+                   "SELECT r.median_us, r.tflops, r.max_abs_err, r.ranked_at, c.family, c.config, d.name, d.arch, "
+                   "c.source_hash, c.config_key FROM rankings r JOIN candidates c ON c.id = r.candidate_id "
                    "JOIN devices d ON d.id = r.device_id WHERE r.campaign_id = ?1 ORDER BY r.rank");
   Statement walk(db(),
                  "SELECT e.id, e.median_us, e.candidate_id FROM evaluations e "
@@ -652,19 +674,8 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
     ranked.reset();
     ranked.bind(campaign_id);
     while (static_cast<int>(seen.size()) < q.top && ranked.step()) {
-      BestRow row;
-      row.campaign = name;
-      row.problem = problem;
-      row.median_us = ranked.real(1);
-      row.tflops = ranked.real(2);
-      row.max_abs_err = ranked.real(3);
-      row.evaluated_at = ranked.text(4);
-      row.family = ranked.text(5);
-      row.config = config_from_text(ranked.text(6));
-      row.gpu = ranked.text(8);
-      row.arch = ranked.text(9);
-      row.source_hash = ranked.text(10);
-      if (!seen.insert({row.family, ranked.text(7)}).second) continue;
+      BestRow row = read_best_row(ranked, name, problem);
+      if (!seen.insert({row.family, ranked.text(9)}).second) continue;
       floor = std::max(floor, row.median_us);
       found.push_back({floor, campaign_id, local++, 0, std::move(row), name, problem});
     }
@@ -704,19 +715,7 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
     detail.reset();
     detail.bind(f.evaluation_id);
     if (!detail.step()) throw std::logic_error("evaluation vanished inside a read transaction");
-    BestRow row;
-    row.campaign = f.campaign;
-    row.problem = f.problem;
-    row.median_us = detail.real(0);
-    row.tflops = detail.real(1);
-    row.max_abs_err = detail.real(2);
-    row.evaluated_at = detail.text(3);
-    row.family = detail.text(4);
-    row.config = config_from_text(detail.text(5));
-    row.gpu = detail.text(6);
-    row.arch = detail.text(7);
-    row.source_hash = detail.text(8);
-    out.push_back(std::move(row));
+    out.push_back(read_best_row(detail, f.campaign, f.problem));
   }
   detail.reset();
   read.commit();

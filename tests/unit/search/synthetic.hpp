@@ -134,6 +134,19 @@ inline Synthetic make_synthetic(const SyntheticOptions& o, const SearchSpace& sp
 
 namespace attntune::test {
 
+// The default synthetic landscape, built once per test binary.
+inline const Synthetic& landscape() {
+  static const Synthetic s = make_synthetic({});
+  return s;
+}
+
+// Configs as their canonical strings, for comparing proposal lists.
+inline std::vector<std::string> strs(const std::vector<Config>& v) {
+  std::vector<std::string> out;
+  for (const Config& c : v) out.push_back(config_str(c));
+  return out;
+}
+
 inline search::StrategyContext context_of(const Synthetic& s, std::uint64_t seed, std::vector<Config> warm = {}) {
   return {s.space, s.problem, s.arch, seed, std::move(warm)};
 }

@@ -14,17 +14,6 @@ using namespace attntune::test;
 
 namespace {
 
-const Synthetic& landscape() {
-  static const Synthetic s = make_synthetic({});
-  return s;
-}
-
-std::vector<std::string> strs(const std::vector<Config>& v) {
-  std::vector<std::string> out;
-  for (const Config& c : v) out.push_back(config_str(c));
-  return out;
-}
-
 TEST(EvoStrategy, ReproducibleForASeedAndObservationsDifferentAcrossSeeds) {
   const Synthetic& s = landscape();
   auto a = make_strategy("evo", context_of(s, 5)), b = make_strategy("evo", context_of(s, 5)),

@@ -14,11 +14,6 @@ using namespace attntune::test;
 
 namespace {
 
-const Synthetic& landscape() {
-  static const Synthetic s = make_synthetic({});
-  return s;
-}
-
 ReplayOptions options(const std::string& strategy, int seeds = 30, double target_pct = 2) {
   ReplayOptions o;
   o.strategy = strategy;

@@ -14,17 +14,6 @@ using namespace attntune::test;
 
 namespace {
 
-const Synthetic& landscape() {
-  static const Synthetic s = make_synthetic({});
-  return s;
-}
-
-std::vector<std::string> strs(const std::vector<Config>& v) {
-  std::vector<std::string> out;
-  for (const Config& c : v) out.push_back(config_str(c));
-  return out;
-}
-
 TEST(StrategyFactory, NamesAndUnknownName) {
   EXPECT_EQ(strategy_names(), (std::vector<std::string>{"evo", "random", "exhaustive"}));
   for (const std::string& name : strategy_names()) EXPECT_NE(make_strategy(name, context_of(landscape(), 1)), nullptr);
