@@ -1,0 +1,107 @@
+// Hopper (sm_90 / sm_90a) PTX wrappers: mbarriers, the tensor-memory accelerator (TMA), wgmma
+// bookkeeping, named barriers and register reallocation. Header-free like ptx.cuh, so NVRTC
+// compiles it with no include path. An addition: nothing in flash_fwd_mma includes it.
+#ifndef ATTNTUNE_PTX_SM90_CUH
+#define ATTNTUNE_PTX_SM90_CUH
+
+#include "ptx.cuh"
+
+namespace att {
+
+typedef unsigned long long u64;
+
+// A CUtensorMap as the kernel sees it: 128 opaque bytes, 64-byte aligned, passed by value as a
+// __grid_constant__ kernel parameter (the host fills it with cuTensorMapEncodeTiled).
+struct alignas(64) TmaDesc {
+  u64 opaque[16];
+};
+
+// ---- mbarriers (shared::cta, 64-bit) ----
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+// Makes the initialised barriers visible to the other threads and to the async proxy (TMA).
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives and announces `bytes` of transactions (TMA copies) that complete the phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Waits until the phase with parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  u32 done;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
+        : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
+
+// ---- TMA ----
+__device__ __forceinline__ void tma_prefetch_desc(const TmaDesc* desc) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(desc)) : "memory");
+}
+// One box of a 4-d tensor map into shared memory; completes `bytes` on mbarrier `bar`.
+// Coordinates are in elements, innermost first; out-of-bounds elements are filled with zeros.
+__device__ __forceinline__ void tma_load_4d(u32 dst, const TmaDesc* desc, u32 bar, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+      ::"r"(dst), "l"(reinterpret_cast<u64>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+// ---- wgmma bookkeeping (sm_90a) ----
+// Orders register writes by ordinary instructions before the wgmma that reads them.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most N committed groups of this warpgroup are still in flight.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving reads or writes of accumulator registers across a wgmma wait
+// or issue: the registers are "modified" here, in program order with the volatile asm around.
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void reg_fence(u32 (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
+// Shared-memory matrix descriptor for wgmma with the 128-byte swizzle (the layout TMA writes
+// with CU_TENSOR_MAP_SWIZZLE_128B): start address, leading and stride byte offsets (>> 4),
+// swizzle mode 1 (128B) in bits 62-63. Tiles must start 1024-byte aligned.
+__device__ __forceinline__ u64 smem_desc_sw128(u32 addr, u32 lead_bytes, u32 stride_bytes) {
+  return static_cast<u64>((addr & 0x3FFFF) >> 4) | (static_cast<u64>(lead_bytes >> 4) << 16) |
+         (static_cast<u64>(stride_bytes >> 4) << 32) | (1ull << 62);
+}
+
+// ---- named barriers and register reallocation ----
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+}  // namespace att
+
+#endif

@@ -1,0 +1,346 @@
+// flash_fwd_wgmma: FlashAttention-3-class forward attention for Hopper (sm_90a).
+//
+// One CTA owns kBlockM query rows of one (batch, head); 64 rows per consumer warpgroup (wgmma is
+// m64). K and V tiles arrive by TMA (cp.async.bulk.tensor, 128-byte swizzle) into two rings of
+// kStages shared-memory tiles, each stage guarded by a "full" mbarrier (TMA bytes landed) and an
+// "empty" one (every consumer warp done reading). Per K/V tile j a consumer warpgroup runs
+//   S = Q K_j^T           wgmma, A (Q) and B (K) from shared memory
+//   P = online softmax(S)  in registers, fp32; O rescaled by the row max change
+//   O += P V_j            wgmma, A (P, packed to 16 bit) from registers, B (V) N-major in smem
+// Kv tiles go from the last to the first, so the masked ones (causal diagonal, sequence end)
+// come first. Options (traits.cuh): a producer warpgroup with setmaxnreg, ping-pong of two
+// consumer warpgroups, and intra-warpgroup overlap of softmax(j) with P_{j-1} V_{j-1}.
+#include "../common/attn_params.h"
+#include "../common/ptx_sm90.cuh"
+#include "traits.cuh"
+#include "wgmma.cuh"
+
+namespace att {
+
+// Tensor maps over Q, K, V as 4-d tensors (head_dim, seqlen, heads, batch), box (64, rows): Q's
+// box is kBlockM rows, K's and V's kBlockN. The host builds them per problem.
+struct TmaMaps {
+  TmaDesc q, k, v;
+};
+
+typedef Traits T;
+
+// Shared-memory addresses (shared window), 1024-byte aligned tiles.
+struct Smem {
+  u32 q, k, v, bars;
+  __device__ u32 q_full() const { return bars; }
+  __device__ u32 k_full(int st) const { return bars + 8 * (1 + st); }
+  __device__ u32 v_full(int st) const { return bars + 8 * (1 + T::kStages + st); }
+  __device__ u32 k_empty(int st) const { return bars + 8 * (1 + 2 * T::kStages + st); }
+  __device__ u32 v_empty(int st) const { return bars + 8 * (1 + 3 * T::kStages + st); }
+};
+
+// Which K/V tile, ring stage and phase iteration `it` uses.
+struct Slot {
+  int stage;
+  u32 phase;
+  __device__ explicit Slot(int it) : stage(it % T::kStages), phase((it / T::kStages) & 1) {}
+};
+
+// ---- producer side: one thread issues every copy ----
+__device__ __forceinline__ void load_q(const Smem& sm, const TmaMaps& maps, int m_block, int head, int batch) {
+  mbar_arrive_expect_tx(sm.q_full(), T::kQBytes);
+#pragma unroll
+  for (int cb = 0; cb < T::kColBlocks; ++cb)
+    tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * 64, m_block * T::kBlockM, head, batch);
+}
+
+__device__ __forceinline__ void load_kv_tile(u32 dst, u32 full, const TmaDesc* desc, int tile, int kv_head, int batch) {
+  mbar_arrive_expect_tx(full, T::kKVBytes);
+#pragma unroll
+  for (int cb = 0; cb < T::kColBlocks; ++cb)
+    tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * 64, tile * T::kBlockN, kv_head, batch);
+}
+
+// Iteration `it` loads tile n-1-it into its stage once the consumers released that stage.
+__device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, int it, int n, int kv_head, int batch) {
+  const Slot sl(it);
+  const int tile = n - 1 - it;
+  mbar_wait(sm.k_empty(sl.stage), sl.phase ^ 1);
+  load_kv_tile(sm.k + sl.stage * T::kKVBytes, sm.k_full(sl.stage), &maps.k, tile, kv_head, batch);
+  mbar_wait(sm.v_empty(sl.stage), sl.phase ^ 1);
+  load_kv_tile(sm.v + sl.stage * T::kKVBytes, sm.v_full(sl.stage), &maps.v, tile, kv_head, batch);
+}
+
+// ---- consumer side ----
+// Accumulator layout of wgmma m64nN (fp32), per thread: for each 8-column chunk c,
+// acc[4c+0..1] = row g, columns 8c+2t..+1; acc[4c+2..3] = row g+8, same columns, where
+// g = lane/4, t = lane%4 and the rows are those of the thread's warp (16 of the 64).
+
+// S = Q K^T for one K stage (scale_d = 0 on the first k-step: no zeroing needed).
+__device__ __forceinline__ void gemm_qk(float (&s)[T::kBlockN / 2], u64 q_desc, u64 k_desc) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < T::kKSteps; ++kk) {
+    // k-step kk: column block kk/4, 32 bytes per 16 elements inside the 128-byte row.
+    const u64 q_off = ((kk / 4) * T::kQColBlockBytes + (kk % 4) * 32) >> 4;
+    const u64 k_off = ((kk / 4) * T::kKVColBlockBytes + (kk % 4) * 32) >> 4;
+    Wgmma<T::kBlockN>::ss(s, q_desc + q_off, k_desc + k_off, kk > 0);
+  }
+  wgmma_commit();
+}
+
+// O += P V for one V stage; P's k-step kk covers keys 16kk..16kk+15, V rows of 128 bytes.
+__device__ __forceinline__ void gemm_pv(float (&o)[T::kHeadDim / 2], const u32 (&pa)[T::kPSteps][4], u64 v_desc) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < T::kPSteps; ++kk) Wgmma<T::kHeadDim>::rs(o, pa[kk], v_desc + ((kk * 16 * 128) >> 4), 1);
+  wgmma_commit();
+}
+
+// Scores of keys a row may not see become -inf: keys past seqlen_k, and for causal keys past
+// the row's diagonal (bottom-right aligned: row r sees keys < r + diag + 1).
+__device__ __forceinline__ void mask_tile(float (&s)[T::kBlockN / 2], int tile, int row0, int t, int sk, int diag) {
+  const int lim0 = T::kCausal ? min(sk, row0 + diag + 1) : sk;
+  const int lim1 = T::kCausal ? min(sk, row0 + 8 + diag + 1) : sk;
+#pragma unroll
+  for (int c = 0; c < T::kBlockN / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = tile * T::kBlockN + 8 * c + 2 * t + e;
+      if (col >= lim0) s[4 * c + e] = neg_inf();
+      if (col >= lim1) s[4 * c + 2 + e] = neg_inf();
+    }
+}
+
+// Online softmax of one S tile, in place (S becomes P, fp32), in the log2 domain: m is the
+// running max of scale_log2 * s, l the thread's partial row sum (reduced over the quad at the
+// end), factor what O must be multiplied by.
+__device__ __forceinline__ void softmax_tile(float (&s)[T::kBlockN / 2], float (&m)[2], float (&l)[2],
+                                             float (&factor)[2], float scale_log2) {
+  float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+  for (int c = 0; c < T::kBlockN / 8; ++c) {
+    mx[0] = fmaxf(mx[0], fmaxf(s[4 * c], s[4 * c + 1]));
+    mx[1] = fmaxf(mx[1], fmaxf(s[4 * c + 2], s[4 * c + 3]));
+  }
+  float neg_base[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    const float m_new = fmaxf(m[r], mx[r] * scale_log2);
+    const float base = m_new == neg_inf() ? 0.f : m_new;  // a row that saw no key yet
+    factor[r] = ex2(m[r] - base);
+    m[r] = m_new;
+    neg_base[r] = -base;
+  }
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int c = 0; c < T::kBlockN / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      s[4 * c + e] = ex2(fmaf(s[4 * c + e], scale_log2, neg_base[0]));
+      s[4 * c + 2 + e] = ex2(fmaf(s[4 * c + 2 + e], scale_log2, neg_base[1]));
+      sum[0] += s[4 * c + e];
+      sum[1] += s[4 * c + 2 + e];
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[r] = l[r] * factor[r] + sum[r];
+}
+
+__device__ __forceinline__ void rescale_o(float (&o)[T::kHeadDim / 2], const float (&factor)[2]) {
+#pragma unroll
+  for (int c = 0; c < T::kHeadDim / 8; ++c) {
+    o[4 * c] *= factor[0];
+    o[4 * c + 1] *= factor[0];
+    o[4 * c + 2] *= factor[1];
+    o[4 * c + 3] *= factor[1];
+  }
+}
+
+// P (fp32 accumulator layout) -> the m16n8k16 A fragments of wgmma's register operand.
+__device__ __forceinline__ void pack_p(u32 (&pa)[T::kPSteps][4], const float (&s)[T::kBlockN / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < T::kPSteps; ++kk) {
+    pa[kk][0] = pack2<T::kBf16>(s[8 * kk], s[8 * kk + 1]);      // row g,   keys 16kk+2t
+    pa[kk][1] = pack2<T::kBf16>(s[8 * kk + 2], s[8 * kk + 3]);  // row g+8, keys 16kk+2t
+    pa[kk][2] = pack2<T::kBf16>(s[8 * kk + 4], s[8 * kk + 5]);  // row g,   keys 16kk+8+2t
+    pa[kk][3] = pack2<T::kBf16>(s[8 * kk + 6], s[8 * kk + 7]);  // row g+8, keys 16kk+8+2t
+  }
+}
+
+// One consumer warpgroup (cw) over the n K/V tiles of its CTA, then the epilogue.
+__device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, const TmaMaps& maps, int cw, int m_block,
+                                        int head, int batch, int n) {
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int row0 = m_block * T::kBlockM + cw * 64 + warp * 16 + g;  // and row0 + 8
+  const int sk = p.seqlen_k, diag = p.seqlen_k - p.seqlen_q;
+  // Tiles at or past this key need masking for some row of the CTA.
+  const int kv_min = T::kCausal ? min(sk, m_block * T::kBlockM + diag + 1) : sk;
+
+  float o[T::kHeadDim / 2];  // (64 rows, head_dim) accumulator, this thread's part
+#pragma unroll
+  for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] = 0.f;
+  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f}, factor[2];
+  float s[T::kBlockN / 2];     // (64 rows, block_n) scores, then P in fp32
+  u32 pa[T::kPSteps][4];       // P as 16-bit A fragments
+
+  // Ping-pong: warpgroup cw issues its GEMMs between sync(bar 1+cw) and arrive(bar of the other);
+  // warpgroup 1 lets 0 go first and skips its very last arrive, so every arrive is consumed.
+  auto pp_sync = [&]() {
+    if (T::kPingPong) named_bar_sync(1 + cw, 256);
+  };
+  auto pp_arrive = [&](bool last) {
+    if (T::kPingPong && !(cw == 1 && last)) named_bar_arrive(1 + (cw ^ 1), 256);
+  };
+  auto release = [&](u32 empty_bar) {
+    if (lane == 0) mbar_arrive(empty_bar);
+  };
+
+  if (n > 0) {
+    if (T::kPingPong && cw == 1) named_bar_arrive(1, 256);
+    mbar_wait(sm.q_full(), 0);
+    const u64 q_desc = smem_desc_sw128(sm.q + cw * 64 * 128, 16, 1024);
+    auto k_desc = [&](int st) { return smem_desc_sw128(sm.k + st * T::kKVBytes, 16, 1024); };
+    auto v_desc = [&](int st) { return smem_desc_sw128(sm.v + st * T::kKVBytes, T::kKVColBlockBytes, 1024); };
+    auto needs_mask = [&](int tile) { return (tile + 1) * T::kBlockN > kv_min; };
+
+    if constexpr (!T::kOverlap) {
+      for (int it = 0; it < n; ++it) {
+        const Slot sl(it);
+        const int tile = n - 1 - it;
+        mbar_wait(sm.k_full(sl.stage), sl.phase);
+        pp_sync();
+        gemm_qk(s, q_desc, k_desc(sl.stage));
+        wgmma_wait<0>();
+        reg_fence(s);
+        pp_arrive(it == n - 1);
+        release(sm.k_empty(sl.stage));
+        if (needs_mask(tile)) mask_tile(s, tile, row0, t, sk, diag);
+        softmax_tile(s, m, l, factor, p.scale_log2);
+        rescale_o(o, factor);
+        pack_p(pa, s);
+        mbar_wait(sm.v_full(sl.stage), sl.phase);
+        gemm_pv(o, pa, v_desc(sl.stage));
+        wgmma_wait<0>();
+        reg_fence(o);
+        release(sm.v_empty(sl.stage));
+        if (!T::kWarpSpecialize && threadIdx.x == 0 && it + T::kStages < n)
+          produce(sm, maps, it + T::kStages, n, head / p.q_per_kv, batch);
+      }
+    } else {
+      // Prologue: S and P of the first tile.
+      mbar_wait(sm.k_full(0), 0);
+      pp_sync();
+      gemm_qk(s, q_desc, k_desc(0));
+      pp_arrive(false);
+      wgmma_wait<0>();
+      reg_fence(s);
+      release(sm.k_empty(0));
+      if (needs_mask(n - 1)) mask_tile(s, n - 1, row0, t, sk, diag);
+      softmax_tile(s, m, l, factor, p.scale_log2);
+      pack_p(pa, s);
+      for (int it = 1; it < n; ++it) {
+        const Slot sl(it), prev(it - 1);
+        const int tile = n - 1 - it;
+        mbar_wait(sm.k_full(sl.stage), sl.phase);
+        pp_sync();
+        gemm_qk(s, q_desc, k_desc(sl.stage));          // S_j
+        mbar_wait(sm.v_full(prev.stage), prev.phase);
+        gemm_pv(o, pa, v_desc(prev.stage));            // O += P_{j-1} V_{j-1}, in flight ...
+        pp_arrive(false);
+        wgmma_wait<1>();
+        reg_fence(s);
+        release(sm.k_empty(sl.stage));
+        if (needs_mask(tile)) mask_tile(s, tile, row0, t, sk, diag);
+        softmax_tile(s, m, l, factor, p.scale_log2);  // ... while this runs
+        wgmma_wait<0>();
+        reg_fence(o);
+        release(sm.v_empty(prev.stage));
+        rescale_o(o, factor);
+        pack_p(pa, s);
+      }
+      const Slot last(n - 1);
+      mbar_wait(sm.v_full(last.stage), last.phase);
+      pp_sync();
+      gemm_pv(o, pa, v_desc(last.stage));
+      pp_arrive(true);
+      wgmma_wait<0>();
+      reg_fence(o);
+      release(sm.v_empty(last.stage));
+    }
+  }
+
+  // Epilogue: O / l to the output dtype, straight from registers; LSE in natural log.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  const float inv[2] = {l[0] > 0.f ? 1.f / l[0] : 0.f, l[1] > 0.f ? 1.f / l[1] : 0.f};
+  elem_t* out = static_cast<elem_t*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[1];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 8 * r;
+    if (row >= p.seqlen_q) continue;
+    elem_t* orow = out + row * p.o_stride[2] + 2 * t;
+#pragma unroll
+    for (int c = 0; c < T::kHeadDim / 8; ++c)
+      *reinterpret_cast<u32*>(orow + 8 * c) = pack2<T::kBf16>(o[4 * c + 2 * r] * inv[r], o[4 * c + 2 * r + 1] * inv[r]);
+    if (p.lse && t == 0) {
+      const float ln2 = 0.6931471805599453f;
+      p.lse[(static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q + row] =
+          l[r] > 0.f ? (m[r] + lg2(l[r])) * ln2 : neg_inf();
+    }
+  }
+}
+
+// grid (ceil(seqlen_q / block_m), heads_q, batch), block T::kThreads, dynamic smem T::kSmemBytes.
+extern "C" __global__ void __launch_bounds__(T::kThreads, 1)
+flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  Smem sm;
+  sm.q = (smem_addr(smem_raw) + 1023) & ~1023u;
+  sm.k = sm.q + T::kOffK;
+  sm.v = sm.q + T::kOffV;
+  sm.bars = sm.q + T::kOffBars;
+
+  // Causal: the longest rows first, so the last wave is made of short blocks.
+  const int m_block = T::kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int head = blockIdx.y, batch = blockIdx.z, kv_head = head / p.q_per_kv;
+  const int diag = p.seqlen_k - p.seqlen_q;
+  const int kv_end = T::kCausal ? min(p.seqlen_k, (m_block + 1) * T::kBlockM + diag) : p.seqlen_k;
+  const int n = kv_end > 0 ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;  // K/V tiles to visit
+
+  if (threadIdx.x == 0) {
+    mbar_init(sm.q_full(), 1);
+    for (int st = 0; st < T::kStages; ++st) {
+      mbar_init(sm.k_full(st), 1);
+      mbar_init(sm.v_full(st), 1);
+      mbar_init(sm.k_empty(st), T::kConsumerWgs * 4);  // one arrive per consumer warp
+      mbar_init(sm.v_empty(st), T::kConsumerWgs * 4);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if constexpr (T::kWarpSpecialize) {
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+      setmaxnreg_dec<T::kProducerRegs>();
+      if (threadIdx.x == 0 && n > 0) {
+        tma_prefetch_desc(&maps.k);
+        tma_prefetch_desc(&maps.v);
+        load_q(sm, maps, m_block, head, batch);
+        for (int it = 0; it < n; ++it) produce(sm, maps, it, n, kv_head, batch);
+      }
+    } else {
+      setmaxnreg_inc<T::kConsumerRegs>();
+      consume(p, sm, maps, wg - 1, m_block, head, batch, n);
+    }
+  } else {
+    if (threadIdx.x == 0 && n > 0) {
+      load_q(sm, maps, m_block, head, batch);
+      for (int it = 0; it < min(n, T::kStages); ++it) produce(sm, maps, it, n, kv_head, batch);
+    }
+    consume(p, sm, maps, threadIdx.x / 128, m_block, head, batch, n);
+  }
+}
+
+}  // namespace att

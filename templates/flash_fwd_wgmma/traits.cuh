@@ -1,0 +1,70 @@
+// Every tunable of flash_fwd_wgmma and everything derived from it. The renderer (or the nvcc
+// harness) defines the macros; one spelling per tunable: block_n in YAML is BLOCK_N here and
+// kBlockN below. The kernel reads only Traits::k*.
+#ifndef ATTNTUNE_FLASH_FWD_WGMMA_TRAITS_CUH
+#define ATTNTUNE_FLASH_FWD_WGMMA_TRAITS_CUH
+
+namespace att {
+
+struct Traits {
+  // Problem fields baked into the kernel.
+  static constexpr int kHeadDim = ATT_HEAD_DIM;
+  static constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
+  static constexpr bool kCausal = ATT_CAUSAL != 0;
+
+  // Tunables (search_spaces/flash_fwd_wgmma.yaml).
+  static constexpr int kBlockM = BLOCK_M;    // query rows per CTA: 64 per consumer warpgroup
+  static constexpr int kBlockN = BLOCK_N;    // keys per K/V tile (the N of Q.K^T, the K of P.V)
+  static constexpr int kStages = STAGES;     // K and V each in a ring of kStages smem tiles
+  // A producer warpgroup (one thread issues every TMA copy) beside the consumers, with
+  // setmaxnreg moving registers to the consumers; off: consumer thread 0 issues the copies.
+  static constexpr bool kWarpSpecialize = WARP_SPECIALIZE;
+  // Two consumer warpgroups take turns issuing their GEMMs (named barriers), so one's softmax
+  // runs while the other's GEMMs keep the tensor cores busy.
+  static constexpr bool kPingPong = PING_PONG;
+  // Inside a warpgroup: Q.K_j^T and P_{j-1}.V_{j-1} issued together, softmax of block j runs
+  // while P.V of block j-1 is on the tensor cores.
+  static constexpr bool kOverlap = INTRA_WG_OVERLAP;
+  static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
+  static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
+
+  // Derived.
+  static constexpr int kConsumerWgs = kBlockM / 64;  // wgmma is m64: one warpgroup per 64 rows
+  static constexpr int kConsumerThreads = kConsumerWgs * 128;
+  static constexpr int kThreads = kConsumerThreads + (kWarpSpecialize ? 128 : 0);
+  static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte swizzled column blocks per row
+  static constexpr int kKSteps = kHeadDim / 16;     // k16 steps of Q.K^T
+  static constexpr int kPSteps = kBlockN / 16;      // k16 steps of P.V
+  // Shared memory: every tile is [column block][row][64 elements], 128-byte rows swizzled by
+  // TMA in 1024-byte atoms; tiles start 1024-aligned. Barriers after the tiles.
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K or V stage
+  static constexpr int kQColBlockBytes = kBlockM * 128;
+  static constexpr int kKVColBlockBytes = kBlockN * 128;
+  static constexpr int kOffK = kQBytes;
+  static constexpr int kOffV = kOffK + kStages * kKVBytes;
+  static constexpr int kOffBars = kOffV + kStages * kKVBytes;
+  static constexpr int kBarBytes = 256;
+  static constexpr int kAlignSlack = 1024;  // dynamic smem is only 16-byte aligned
+  static constexpr int kSmemBytes = kOffBars + kBarBytes + kAlignSlack;
+
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim 64, 128 or 256");
+  static_assert(kBlockM % 64 == 0 && kConsumerWgs >= 1 && kConsumerWgs <= 3, "block_m 64, 128 or 192");
+  static_assert(kBlockN % 16 == 0 && kBlockN >= 64 && kBlockN <= 256,
+                "block_n: a multiple of 16 (the P.V k-step) in [64, 256] (the wgmma N range)");
+  static_assert(kStages >= 1 && kStages <= 4, "1 to 4 K/V stages");
+  static_assert(8 * (1 + 4 * kStages) <= kBarBytes, "mbarriers overflow their area");
+  static_assert(!kPingPong || kConsumerWgs == 2, "ping-pong alternates exactly two consumer warpgroups");
+  static_assert(kWarpSpecialize || (!kPingPong && !kOverlap),
+                "without a producer warpgroup only the plain schedule is written");
+  static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0 && kProducerRegs >= 24 && kConsumerRegs <= 256,
+                "setmaxnreg takes multiples of 8 in [24, 256]");
+  static_assert(!kWarpSpecialize || 128 * (kProducerRegs + kConsumerWgs * kConsumerRegs) <= 65536,
+                "the register split exceeds the register file");
+  static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes disagrees with the kernel's layout");
+  static_assert(kThreads == THREADS, "search space's threads disagrees with the kernel's");
+};
+
+}  // namespace att
+
+#endif

@@ -1,0 +1,130 @@
+// Development harness for templates/flash_fwd_wgmma, independent of the tuner: nvcc-compiled for
+// sm_90a with the tunables as -D flags. Per shape it builds the TMA tensor maps, checks the kernel
+// against the reference kernels (fresh random inputs, NaN-poisoned output and LSE, FA2's
+// criterion) and times it as the PyTorch peers are timed (CUDA graph of 20 launches, median of
+// 30 replays). Usage: wgmma_harness "b,h,hkv,s,sk,layout[,time][;...]"
+//   layout 0 = [B,H,S,D], 1 = [B,S,H,D]; time 0 skips the timing (correctness-only shapes).
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "../../templates/flash_fwd_wgmma/kernel.cu"
+#include "../../templates/reference/reference.cu"
+
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { std::printf("CUDA %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); std::exit(1); } } while (0)
+
+typedef CUresult (*EncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                                const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+static AttnParams make(void* q, void* k, void* v, void* o, float* lse, int b, int h, int hkv, int s, int sk, int d, int layout) {
+  AttnParams p{};
+  p.q = q; p.k = k; p.v = v; p.o = o; p.lse = lse;
+  auto st = [&](long long* x, int heads, int len) {
+    if (layout == 0) { x[0] = (long long)heads * len * d; x[1] = (long long)len * d; x[2] = d; }
+    else { x[0] = (long long)len * heads * d; x[1] = d; x[2] = (long long)heads * d; }
+  };
+  st(p.q_stride, h, s); st(p.k_stride, hkv, sk); st(p.v_stride, hkv, sk); st(p.o_stride, h, s);
+  p.batch = b; p.heads_q = h; p.heads_kv = hkv; p.seqlen_q = s; p.seqlen_k = sk; p.q_per_kv = h / hkv;
+  p.scale = 1.f / std::sqrt((float)d); p.scale_log2 = p.scale * 1.4426950408889634f;
+  return p;
+}
+
+// (head_dim, seqlen, heads, batch) with the params' strides; box (64, rows, 1, 1), 128B swizzle.
+static att::TmaDesc tensor_map(EncodeTiled encode, const void* base, const long long* stride, int d, int len, int heads,
+                               int batch, int rows, bool bf16) {
+  CUtensorMap m;
+  cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)len, (cuuint64_t)heads, (cuuint64_t)batch};
+  cuuint64_t strides[3] = {(cuuint64_t)stride[2] * 2, (cuuint64_t)stride[1] * 2, (cuuint64_t)stride[0] * 2};
+  cuuint32_t box[4] = {64, (cuuint32_t)rows, 1, 1}, elem[4] = {1, 1, 1, 1};
+  CUresult r = encode(&m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(base),
+                      dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) { std::printf("cuTensorMapEncodeTiled failed: %d\n", (int)r); std::exit(1); }
+  att::TmaDesc t;
+  static_assert(sizeof(t) == sizeof(m), "TmaDesc must be a CUtensorMap");
+  std::memcpy(&t, &m, sizeof(m));
+  return t;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) { std::printf("usage: %s \"b,h,hkv,s,sk,layout[,time][;...]\"\n", argv[0]); return 2; }
+  const int d = ATT_HEAD_DIM, bf16 = ATT_DTYPE_BF16, causal = ATT_CAUSAL;
+  typedef att::Traits T;
+  constexpr int kSmem = T::kSmemBytes;
+  EncodeTiled encode = nullptr;
+  cudaDriverEntryPointQueryResult qr;
+  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000, cudaEnableDefault, &qr));
+  if (!encode) { std::printf("no cuTensorMapEncodeTiled\n"); return 1; }
+  CK(cudaFuncSetAttribute(att::flash_fwd_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  cudaFuncAttributes fa; CK(cudaFuncGetAttributes(&fa, att::flash_fwd_wgmma));
+  int fails = 0;
+  char* spec = argv[1];
+  for (char* tok = std::strtok(spec, ";"); tok; tok = std::strtok(nullptr, ";")) {
+    int b, h, hkv, s, sk, layout, timed = 1;
+    if (std::sscanf(tok, "%d,%d,%d,%d,%d,%d,%d", &b, &h, &hkv, &s, &sk, &layout, &timed) < 6) { std::printf("bad spec %s\n", tok); return 2; }
+    size_t nq = (size_t)b * h * s * d, nk = (size_t)b * hkv * sk * d;
+    unsigned short *q, *k, *v, *o; float *lse, *r32, *rlow, *lse32, *lselow; unsigned *stats;
+    CK(cudaMalloc(&q, nq * 2)); CK(cudaMalloc(&k, nk * 2)); CK(cudaMalloc(&v, nk * 2)); CK(cudaMalloc(&o, nq * 2));
+    CK(cudaMalloc(&lse, (size_t)b * h * s * 4)); CK(cudaMalloc(&r32, nq * 4)); CK(cudaMalloc(&rlow, nq * 4));
+    CK(cudaMalloc(&lse32, (size_t)b * h * s * 4)); CK(cudaMalloc(&lselow, (size_t)b * h * s * 4)); CK(cudaMalloc(&stats, 32));
+    static unsigned long long seed = 1;
+    att_ref::fill_normal<<<1024, 256>>>(q, nq, seed++ * 11, bf16);
+    att_ref::fill_normal<<<1024, 256>>>(k, nk, seed++ * 22, bf16);
+    att_ref::fill_normal<<<1024, 256>>>(v, nk, seed++ * 33, bf16);
+    CK(cudaMemset(o, 0xff, nq * 2)); CK(cudaMemset(lse, 0xff, (size_t)b * h * s * 4)); CK(cudaMemset(stats, 0, 32));
+    AttnParams p = make(q, k, v, o, lse, b, h, hkv, s, sk, d, layout);
+    att::TmaMaps maps;
+    maps.q = tensor_map(encode, q, p.q_stride, d, s, h, b, T::kBlockM, bf16);
+    maps.k = tensor_map(encode, k, p.k_stride, d, sk, hkv, b, T::kBlockN, bf16);
+    maps.v = tensor_map(encode, v, p.v_stride, d, sk, hkv, b, T::kBlockN, bf16);
+    dim3 rg((s + 7) / 8, h, b);
+    att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 0, r32, lse32);
+    att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 1, rlow, lselow);
+    dim3 grid((s + T::kBlockM - 1) / T::kBlockM, h, b);
+    att::flash_fwd_wgmma<<<grid, T::kThreads, kSmem>>>(p, maps);
+    CK(cudaGetLastError());
+    att_ref::compare_outputs<<<256, dim3(32, 8)>>>(p, d, bf16, r32, rlow, lse32, stats, stats + 4);
+    CK(cudaDeviceSynchronize());
+    unsigned hs[8]; CK(cudaMemcpy(hs, stats, 32, cudaMemcpyDeviceToHost));
+    float e_out, e_low, e_lse; std::memcpy(&e_out, &hs[0], 4); std::memcpy(&e_low, &hs[1], 4); std::memcpy(&e_lse, &hs[2], 4);
+    const float atol = bf16 ? 1.0f / 512 : 1.0f / 4096;
+    bool ok = hs[4] == 0 && hs[5] == 0 && e_out <= 2 * e_low + atol && e_lse < 1e-3f;
+    fails += !ok;
+    float us = 0, tf = 0;
+    if (timed) {
+      cudaStream_t stream; CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      for (int i = 0; i < 3; ++i) att::flash_fwd_wgmma<<<grid, T::kThreads, kSmem, stream>>>(p, maps);
+      cudaGraph_t graph; cudaGraphExec_t exec;
+      CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      for (int i = 0; i < 20; ++i) att::flash_fwd_wgmma<<<grid, T::kThreads, kSmem, stream>>>(p, maps);
+      CK(cudaStreamEndCapture(stream, &graph));
+      CK(cudaGraphInstantiate(&exec, graph, 0));
+      for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, stream));
+      cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+      std::vector<float> ts;
+      for (int i = 0; i < 30; ++i) {
+        CK(cudaEventRecord(e0, stream)); CK(cudaGraphLaunch(exec, stream)); CK(cudaEventRecord(e1, stream));
+        CK(cudaEventSynchronize(e1)); float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); ts.push_back(ms / 20);
+      }
+      std::sort(ts.begin(), ts.end());
+      CK(cudaGraphExecDestroy(exec)); CK(cudaGraphDestroy(graph)); CK(cudaStreamDestroy(stream));
+      CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
+      double pairs = 0; for (int i = 0; i < s; ++i) pairs += causal ? std::clamp(i + sk - s + 1, 0, sk) : sk;
+      us = ts[15] * 1e3f;
+      tf = (float)(4.0 * b * h * d * pairs / (ts[15] * 1e-3) / 1e12);
+    }
+    std::printf("WGMMA BM=%d BN=%d ST=%d WS=%d PP=%d OV=%d regs=%d/%d/%d | b=%d h=%d hkv=%d s=%d sk=%d L=%d d=%d %s%s | err=%.3g low=%.3g lse=%.2g nf=%u lsebad=%u %s | %.1f us %.1f TF\n",
+                BLOCK_M, BLOCK_N, STAGES, WARP_SPECIALIZE, PING_PONG, INTRA_WG_OVERLAP, fa.numRegs, PRODUCER_REGS, CONSUMER_REGS,
+                b, h, hkv, s, sk, layout, d, bf16 ? "bf16" : "fp16", causal ? " causal" : "", e_out, e_low, e_lse, hs[4], hs[5],
+                ok ? "PASS" : "FAIL", us, tf);
+    std::fflush(stdout);
+    cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse); cudaFree(r32); cudaFree(rlow); cudaFree(lse32); cudaFree(lselow); cudaFree(stats);
+  }
+  return fails ? 1 : 0;
+}
