@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -45,6 +46,8 @@ namespace attntune::cuda {
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)                   \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)                      \
   X(cuEventElapsedTime)                                                                          \
+  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)           \
+  X(cuGraphExecDestroy) X(cuGraphDestroy)                                                        \
   X(cuTensorMapEncodeTiled)
 
 struct Driver {
@@ -284,6 +287,25 @@ class Event {
 
  private:
   CUevent e_ = nullptr;
+};
+
+// A CUDA graph captured from the work `record` enqueues on `stream`, instantiated: replaying it
+// runs that work again with one launch and no CPU in between (how PyTorch's peers are timed).
+// `stream` must be a created Stream, not the legacy default one, which cannot be captured. When
+// `record` throws, the capture is ended and discarded before the exception goes on.
+class Graph {
+ public:
+  Graph(CUstream stream, const std::function<void()>& record);
+  ~Graph();
+  Graph(Graph&& o) noexcept : exec_(o.exec_) { o.exec_ = nullptr; }
+  Graph& operator=(Graph&&) = delete;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  void launch(CUstream stream) const;
+
+ private:
+  CUgraphExec exec_ = nullptr;
 };
 
 // Milliseconds between two recorded events (both complete: synchronize on `end` first or this

@@ -304,6 +304,29 @@ void Event::record(CUstream stream) { CU_CHECK(driver().cuEventRecord(e_, stream
 
 void Event::synchronize() const { CU_CHECK(driver().cuEventSynchronize(e_)); }
 
+Graph::Graph(CUstream stream, const std::function<void()>& record) {
+  const Driver& d = driver();
+  CU_CHECK(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  CUgraph graph = nullptr;
+  try {
+    record();
+  } catch (...) {
+    if (d.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS && graph) d.cuGraphDestroy(graph);
+    throw;
+  }
+  CU_CHECK(d.cuStreamEndCapture(stream, &graph));
+  const CUresult r = d.cuGraphInstantiate(&exec_, graph, 0);
+  d.cuGraphDestroy(graph);
+  check(r, "cuGraphInstantiate(&exec, graph, 0)");
+}
+
+Graph::~Graph() {
+  if (exec_)
+    if (const Driver* d = detail::loaded_driver()) d->cuGraphExecDestroy(exec_);
+}
+
+void Graph::launch(CUstream stream) const { CU_CHECK(driver().cuGraphLaunch(exec_, stream)); }
+
 float elapsed_ms(const Event& start, const Event& end) {
   float ms = 0.0f;
   CU_CHECK(driver().cuEventElapsedTime(&ms, start.get(), end.get()));

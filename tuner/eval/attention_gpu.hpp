@@ -96,31 +96,30 @@ class LoadedKernel {
   LaunchGeometry geometry_;
 };
 
-// Inputs for time_kernel: copies of random inputs (from `seed`) that together exceed twice the L2
-// (at most 16), so launches rotating over them are not timed hot. Built once per problem.
+// Inputs for time_kernel: one set of random inputs (from `seed`), built once per problem and
+// reused by every candidate of it. One set, reused launch after launch, as the peers are timed:
+// warm in L2 when they fit, as a model's freshly written q/k/v are.
 class TimingInputs {
  public:
-  TimingInputs(const Reference& ref, const Problem& p, int l2_bytes, std::uint64_t seed);
-  const Problem& problem() const { return problem_; }
-  std::size_t size() const { return sets_.size(); }
-  const AttnBuffers& operator[](std::size_t i) const { return *sets_[i]; }
+  TimingInputs(const Reference& ref, const Problem& p, std::uint64_t seed);
+  const Problem& problem() const { return buffers_.problem; }
+  const AttnBuffers& buffers() const { return buffers_; }
 
  private:
-  Problem problem_;
-  std::vector<std::unique_ptr<AttnBuffers>> sets_;
+  AttnBuffers buffers_;
 };
 
 struct TimingStats {
   double median_us = 0, min_us = 0, max_us = 0, stdev_us = 0;
   int count = 0;
 };
-// Warm-up, then samples until their median is stable within 1% (at most max_reps samples or
-// ~max_seconds). A sample is a batch of back-to-back launches (>= ~200 µs) between two events,
-// divided by the batch: the method of the PyTorch peers (graph replay), so the times compare.
-// Timing inputs are random (from `seed`), never constants: constant inputs make every softmax
-// row flat and would flatter lazy rescaling.
-TimingStats time_kernel(const LoadedKernel& k, const Reference& ref, const Problem& p, int l2_bytes,
-                        std::uint64_t seed, int max_reps = 200, double max_seconds = 2.0);
+// Timed as PyTorch's peers are (tools/compare_sdpa.py, shared/peers/sdpa_peers.py): back-to-back
+// launches captured in a CUDA graph (20, or fewer but >= ~1 ms of work), ~50 ms of warm-up
+// replays, then samples, each one replay between two events divided by its launches, until their
+// median is stable within 1% (at least 10 samples; at most max_reps samples or ~max_seconds). Timing inputs are random (from `seed`), never constants:
+// constant inputs make every softmax row flat and would flatter lazy rescaling.
+TimingStats time_kernel(const LoadedKernel& k, const Reference& ref, const Problem& p, std::uint64_t seed,
+                        int max_reps = 200, double max_seconds = 2.0);
 // The same on inputs prepared beforehand (k's geometry must be for inputs.problem()).
 TimingStats time_kernel(const LoadedKernel& k, const TimingInputs& inputs, int max_reps = 200, double max_seconds = 2.0);
 

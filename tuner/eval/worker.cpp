@@ -81,7 +81,7 @@ class GpuWorker {
     st->inputs = std::make_unique<AttnBuffers>(req.problem, Layout::kBHSD);
     reference_.fill(*st->inputs, req.validation_seed);
     st->refs = std::make_unique<ReferenceCache>(reference_, *st->inputs);
-    st->timing = std::make_unique<TimingInputs>(reference_, req.problem, props_.l2_bytes, req.timing_seed);
+    st->timing = std::make_unique<TimingInputs>(reference_, req.problem, req.timing_seed);
     ctx_.synchronize();
     state_ = std::move(st);
     return state_->refs->reference_us();

@@ -28,7 +28,7 @@ struct TuneOptions {
   // Converged: no improvement over min_gain_pct in the last `patience` evaluations (0: never).
   std::int64_t patience = 0;
   double min_gain_pct = 0.5;
-  int final_top = 5, final_rounds = 3;  // the interleaved re-timing at the end
+  int final_top = 5, final_rounds = 5;  // the interleaved re-timing at the end
   std::vector<Config> warm_start;       // for the strategy (the nearest tuned problem's best)
 };
 
