@@ -33,9 +33,10 @@ struct Smem {
   __device__ u32 v_full(int st) const { return bars + 8 * (1 + T::kStages + st); }
   __device__ u32 k_empty(int st) const { return bars + 8 * (1 + 2 * T::kStages + st); }
   __device__ u32 v_empty(int st) const { return bars + 8 * (1 + 3 * T::kStages + st); }
+  __device__ u32 q_empty() const { return bars + 8 * (1 + 4 * T::kStages); }
 };
 
-// Which K/V tile, ring stage and phase iteration `it` uses.
+// Ring stage and phase of K/V iteration `it`, counted over all the CTA's work tiles.
 struct Slot {
   int stage;
   u32 phase;
@@ -57,9 +58,11 @@ __device__ __forceinline__ void load_kv_tile(u32 dst, u32 full, const TmaDesc* d
     tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * 64, tile * T::kBlockN, kv_head, batch);
 }
 
-// Iteration `it` loads tile n-1-it into its stage once the consumers released that stage.
-__device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, int it, int n, int kv_head, int batch) {
-  const Slot sl(it);
+// Iteration `it` of a work tile (global iteration it_base + it) loads K/V tile n-1-it into its
+// stage once the consumers released that stage.
+__device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, int it_base, int it, int n, int kv_head,
+                                        int batch) {
+  const Slot sl(it_base + it);
   const int tile = n - 1 - it;
   mbar_wait(sm.k_empty(sl.stage), sl.phase ^ 1);
   load_kv_tile(sm.k + sl.stage * T::kKVBytes, sm.k_full(sl.stage), &maps.k, tile, kv_head, batch);
@@ -108,6 +111,21 @@ __device__ __forceinline__ void mask_tile(float (&s)[T::kBlockN / 2], int tile, 
     }
 }
 
+// 2^x for x <= 0 on the FMA pipe, for the scores that skip MUFU's ex2 (with the tensor cores
+// the co-bottleneck: one ex2 per score, 16 per clock per SM). x is rounded to an integer j by
+// adding 1.5 * 2^23, 2^(x - j) comes from a degree-3 minimax polynomial on [-0.5, 0.5] (relative
+// error 7.5e-5, under half an ulp of bf16 and fp16), and j is added to its exponent bits (the
+// low bits of x + 1.5 * 2^23, shifted). Clamped at -126: a masked score (-inf) gives <= 2^-126,
+// nothing next to a row's maximum (1); a row that saw no key at all is zeroed in the epilogue.
+__device__ __forceinline__ float exp2_fma(float x) {
+  const float kRound = 12582912.f;  // 1.5 * 2^23
+  x = fmaxf(x, -126.f);
+  const float t = x + kRound;
+  const float f = x - (t - kRound);
+  const float p = fmaf(fmaf(fmaf(0.0551716691f, f, 0.242611122f), f, 0.693260985f), f, 0.999928074f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+
 // Online softmax of one S tile, in place (S becomes P, fp32), in the log2 domain: m is the
 // running max of scale_log2 * s, l the thread's partial row sum (reduced over the quad at the
 // end), factor what O must be multiplied by.
@@ -135,8 +153,11 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kBlockN / 2], float (
   for (int c = 0; c < T::kBlockN / 8; ++c)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      s[4 * c + e] = ex2(fmaf(s[4 * c + e], scale_log2, neg_base[0]));
-      s[4 * c + 2 + e] = ex2(fmaf(s[4 * c + 2 + e], scale_log2, neg_base[1]));
+      const float x0 = fmaf(s[4 * c + e], scale_log2, neg_base[0]);
+      const float x1 = fmaf(s[4 * c + 2 + e], scale_log2, neg_base[1]);
+      const bool fma_pipe = c % 4 < T::kExp2Emu;  // exp2_emu of every 4 column chunks
+      s[4 * c + e] = fma_pipe ? exp2_fma(x0) : ex2(x0);
+      s[4 * c + 2 + e] = fma_pipe ? exp2_fma(x1) : ex2(x1);
       sum[0] += s[4 * c + e];
       sum[1] += s[4 * c + 2 + e];
     }
@@ -165,9 +186,31 @@ __device__ __forceinline__ void pack_p(u32 (&pa)[T::kPSteps][4], const float (&s
   }
 }
 
-// One consumer warpgroup (cw) over the n K/V tiles of its CTA, then the epilogue.
-__device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, const TmaMaps& maps, int cw, int m_block,
-                                        int head, int batch, int n) {
+// A work tile: query block m_block of (batch, head), visiting n K/V tiles.
+struct WorkTile {
+  int m_block, head, batch, n;
+};
+
+// Work tile t of the grid's (m block, head, batch) tiles, m blocks fastest so that CTAs running
+// together share K/V in L2. Causal: the longest m blocks of each head first.
+__device__ __forceinline__ WorkTile work_tile(const AttnParams& p, int t, int m_blocks) {
+  WorkTile w;
+  const int bh = t / m_blocks;
+  w.m_block = T::kCausal ? m_blocks - 1 - t % m_blocks : t % m_blocks;
+  w.head = bh % p.heads_q;
+  w.batch = bh / p.heads_q;
+  const int diag = p.seqlen_k - p.seqlen_q;
+  const int kv_end = T::kCausal ? min(p.seqlen_k, (w.m_block + 1) * T::kBlockM + diag) : p.seqlen_k;
+  w.n = kv_end > 0 ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
+  return w;
+}
+
+// One consumer warpgroup (cw) over the n K/V tiles of one work tile, then its epilogue.
+// it_base counts the K/V iterations of the CTA's earlier work tiles (ring stages and phases);
+// q_phase the Q loads of tiles with n > 0.
+__device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, const TmaMaps& maps, int cw,
+                                        const WorkTile& w, int it_base, u32 q_phase) {
+  const int m_block = w.m_block, head = w.head, batch = w.batch, n = w.n;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int row0 = m_block * T::kBlockM + cw * 64 + warp * 16 + g;  // and row0 + 8
   const int sk = p.seqlen_k, diag = p.seqlen_k - p.seqlen_q;
@@ -181,21 +224,20 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   float s[T::kBlockN / 2];     // (64 rows, block_n) scores, then P in fp32
   u32 pa[T::kPSteps][4];       // P as 16-bit A fragments
 
-  // Ping-pong: warpgroup cw issues its GEMMs between sync(bar 1+cw) and arrive(bar of the other);
-  // warpgroup 1 lets 0 go first and skips its very last arrive, so every arrive is consumed.
+  // Ping-pong: warpgroup cw issues its GEMMs between sync(bar 1+cw) and arrive(bar of the
+  // other). The kernel lets warpgroup 0 go first and consumes the last arrive of warpgroup 1.
   auto pp_sync = [&]() {
     if (T::kPingPong) named_bar_sync(1 + cw, 256);
   };
-  auto pp_arrive = [&](bool last) {
-    if (T::kPingPong && !(cw == 1 && last)) named_bar_arrive(1 + (cw ^ 1), 256);
+  auto pp_arrive = [&]() {
+    if (T::kPingPong) named_bar_arrive(1 + (cw ^ 1), 256);
   };
   auto release = [&](u32 empty_bar) {
     if (lane == 0) mbar_arrive(empty_bar);
   };
 
   if (n > 0) {
-    if (T::kPingPong && cw == 1) named_bar_arrive(1, 256);
-    mbar_wait(sm.q_full(), 0);
+    mbar_wait(sm.q_full(), q_phase);
     const u64 q_desc = smem_desc_sw128(sm.q + cw * 64 * 128, 16, 1024);
     auto k_desc = [&](int st) { return smem_desc_sw128(sm.k + st * T::kKVBytes, 16, 1024); };
     auto v_desc = [&](int st) { return smem_desc_sw128(sm.v + st * T::kKVBytes, T::kKVColBlockBytes, 1024); };
@@ -203,14 +245,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
 
     if constexpr (!T::kOverlap) {
       for (int it = 0; it < n; ++it) {
-        const Slot sl(it);
+        const Slot sl(it_base + it);
         const int tile = n - 1 - it;
         mbar_wait(sm.k_full(sl.stage), sl.phase);
         pp_sync();
         gemm_qk(s, q_desc, k_desc(sl.stage));
         wgmma_wait<0>();
         reg_fence(s);
-        pp_arrive(it == n - 1);
+        pp_arrive();
         release(sm.k_empty(sl.stage));
         if (needs_mask(tile)) mask_tile(s, tile, row0, t, sk, diag);
         softmax_tile(s, m, l, factor, p.scale_log2);
@@ -222,29 +264,30 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         reg_fence(o);
         release(sm.v_empty(sl.stage));
         if (!T::kWarpSpecialize && threadIdx.x == 0 && it + T::kStages < n)
-          produce(sm, maps, it + T::kStages, n, head / p.q_per_kv, batch);
+          produce(sm, maps, it_base, it + T::kStages, n, head / p.q_per_kv, batch);
       }
     } else {
       // Prologue: S and P of the first tile.
-      mbar_wait(sm.k_full(0), 0);
+      const Slot first(it_base);
+      mbar_wait(sm.k_full(first.stage), first.phase);
       pp_sync();
-      gemm_qk(s, q_desc, k_desc(0));
-      pp_arrive(false);
+      gemm_qk(s, q_desc, k_desc(first.stage));
+      pp_arrive();
       wgmma_wait<0>();
       reg_fence(s);
-      release(sm.k_empty(0));
+      release(sm.k_empty(first.stage));
       if (needs_mask(n - 1)) mask_tile(s, n - 1, row0, t, sk, diag);
       softmax_tile(s, m, l, factor, p.scale_log2);
       pack_p(pa, s);
       for (int it = 1; it < n; ++it) {
-        const Slot sl(it), prev(it - 1);
+        const Slot sl(it_base + it), prev(it_base + it - 1);
         const int tile = n - 1 - it;
         mbar_wait(sm.k_full(sl.stage), sl.phase);
         pp_sync();
         gemm_qk(s, q_desc, k_desc(sl.stage));          // S_j
         mbar_wait(sm.v_full(prev.stage), prev.phase);
         gemm_pv(o, pa, v_desc(prev.stage));            // O += P_{j-1} V_{j-1}, in flight ...
-        pp_arrive(false);
+        pp_arrive();
         wgmma_wait<1>();
         reg_fence(s);
         release(sm.k_empty(sl.stage));
@@ -256,15 +299,16 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         rescale_o(o, factor);
         pack_p(pa, s);
       }
-      const Slot last(n - 1);
+      const Slot last(it_base + n - 1);
       mbar_wait(sm.v_full(last.stage), last.phase);
       pp_sync();
       gemm_pv(o, pa, v_desc(last.stage));
-      pp_arrive(true);
+      pp_arrive();
       wgmma_wait<0>();
       reg_fence(o);
       release(sm.v_empty(last.stage));
     }
+    release(sm.q_empty());  // the next work tile's Q may land while this one's epilogue runs
   }
 
   // Epilogue: O / l to the output dtype, straight from registers; LSE in natural log.
@@ -273,7 +317,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
-  const float inv[2] = {l[0] > 0.f ? 1.f / l[0] : 0.f, l[1] > 0.f ? 1.f / l[1] : 0.f};
+  // A row whose max is still -inf saw no key: output 0, LSE -inf (its l may hold 2^-126 terms).
+  const bool seen[2] = {m[0] != neg_inf(), m[1] != neg_inf()};
+  const float inv[2] = {seen[0] ? 1.f / l[0] : 0.f, seen[1] ? 1.f / l[1] : 0.f};
   elem_t* out = static_cast<elem_t*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[1];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -286,12 +332,15 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     if (p.lse && t == 0) {
       const float ln2 = 0.6931471805599453f;
       p.lse[(static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q + row] =
-          l[r] > 0.f ? (m[r] + lg2(l[r])) * ln2 : neg_inf();
+          seen[r] ? (m[r] + lg2(l[r])) * ln2 : neg_inf();
     }
   }
 }
 
-// grid (ceil(seqlen_q / block_m), heads_q, batch), block T::kThreads, dynamic smem T::kSmemBytes.
+// Grid: one CTA per work tile, (ceil(seqlen_q / block_m), heads_q, batch); or persistent, any
+// number of CTAs (the SM count): CTA c then takes work tiles c, c + CTAs, ... in turn, and the
+// producer loads the next tile's Q and K/V while the consumers finish the current one.
+// Block T::kThreads, dynamic smem T::kSmemBytes.
 extern "C" __global__ void __launch_bounds__(T::kThreads, 1)
 flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -301,45 +350,78 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   sm.v = sm.q + T::kOffV;
   sm.bars = sm.q + T::kOffBars;
 
-  // Causal: the longest rows first, so the last wave is made of short blocks.
-  const int m_block = T::kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int head = blockIdx.y, batch = blockIdx.z, kv_head = head / p.q_per_kv;
-  const int diag = p.seqlen_k - p.seqlen_q;
-  const int kv_end = T::kCausal ? min(p.seqlen_k, (m_block + 1) * T::kBlockM + diag) : p.seqlen_k;
-  const int n = kv_end > 0 ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;  // K/V tiles to visit
+  const int m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+  const int tiles = m_blocks * p.heads_q * p.batch;
+  const int ctas = gridDim.x * gridDim.y * gridDim.z;
+  const int first_tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
 
   if (threadIdx.x == 0) {
     mbar_init(sm.q_full(), 1);
+    mbar_init(sm.q_empty(), T::kConsumerWgs * 4);  // one arrive per consumer warp
     for (int st = 0; st < T::kStages; ++st) {
       mbar_init(sm.k_full(st), 1);
       mbar_init(sm.v_full(st), 1);
-      mbar_init(sm.k_empty(st), T::kConsumerWgs * 4);  // one arrive per consumer warp
+      mbar_init(sm.k_empty(st), T::kConsumerWgs * 4);
       mbar_init(sm.v_empty(st), T::kConsumerWgs * 4);
     }
     mbar_init_fence();
   }
   __syncthreads();
 
+  // Producer side for one work tile: K/V iteration 0 (into a stage the previous tile freed),
+  // then Q once the consumers are done with the previous tile's, then the other iterations
+  // (all of them with a producer warpgroup; without, the first `stages` and the consumer loop
+  // issues the rest).
+  auto produce_tile = [&](const WorkTile& w, int it_base, u32 q_phase, int count) {
+    const int kv_head = w.head / p.q_per_kv;
+    produce(sm, maps, it_base, 0, w.n, kv_head, w.batch);
+    mbar_wait(sm.q_empty(), q_phase ^ 1);
+    load_q(sm, maps, w.m_block, w.head, w.batch);
+    for (int it = 1; it < count; ++it) produce(sm, maps, it_base, it, w.n, kv_head, w.batch);
+  };
+
   if constexpr (T::kWarpSpecialize) {
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
       setmaxnreg_dec<T::kProducerRegs>();
-      if (threadIdx.x == 0 && n > 0) {
+      if (threadIdx.x == 0) {
+        tma_prefetch_desc(&maps.q);
         tma_prefetch_desc(&maps.k);
         tma_prefetch_desc(&maps.v);
-        load_q(sm, maps, m_block, head, batch);
-        for (int it = 0; it < n; ++it) produce(sm, maps, it, n, kv_head, batch);
+        int it_base = 0;
+        u32 q_phase = 0;
+        for (int t = first_tile; t < tiles; t += ctas) {
+          const WorkTile w = work_tile(p, t, m_blocks);
+          if (w.n == 0) continue;
+          produce_tile(w, it_base, q_phase, w.n);
+          it_base += w.n;
+          q_phase ^= 1;
+        }
       }
     } else {
       setmaxnreg_inc<T::kConsumerRegs>();
-      consume(p, sm, maps, wg - 1, m_block, head, batch, n);
+      const int cw = wg - 1;
+      if (T::kPingPong && cw == 1) named_bar_arrive(1, 256);  // warpgroup 0 goes first
+      int it_base = 0;
+      u32 q_phase = 0;
+      for (int t = first_tile; t < tiles; t += ctas) {
+        const WorkTile w = work_tile(p, t, m_blocks);
+        consume(p, sm, maps, cw, w, it_base, q_phase);
+        it_base += w.n;
+        q_phase ^= w.n > 0;
+      }
+      if (T::kPingPong && cw == 0) named_bar_sync(1, 256);  // warpgroup 1's last arrive
     }
   } else {
-    if (threadIdx.x == 0 && n > 0) {
-      load_q(sm, maps, m_block, head, batch);
-      for (int it = 0; it < min(n, T::kStages); ++it) produce(sm, maps, it, n, kv_head, batch);
+    int it_base = 0;
+    u32 q_phase = 0;
+    for (int t = first_tile; t < tiles; t += ctas) {
+      const WorkTile w = work_tile(p, t, m_blocks);
+      if (threadIdx.x == 0 && w.n > 0) produce_tile(w, it_base, q_phase, min(w.n, T::kStages));
+      consume(p, sm, maps, threadIdx.x / 128, w, it_base, q_phase);
+      it_base += w.n;
+      q_phase ^= w.n > 0;
     }
-    consume(p, sm, maps, threadIdx.x / 128, m_block, head, batch, n);
   }
 }
 

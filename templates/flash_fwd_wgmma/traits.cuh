@@ -25,6 +25,9 @@ struct Traits {
   // Inside a warpgroup: Q.K_j^T and P_{j-1}.V_{j-1} issued together, softmax of block j runs
   // while P.V of block j-1 is on the tensor cores.
   static constexpr bool kOverlap = INTRA_WG_OVERLAP;
+  // Of every 4 eight-column chunks of S, how many take exp2 on the FMA pipe (a polynomial)
+  // instead of MUFU's ex2, which is as busy as the tensor cores at d=64.
+  static constexpr int kExp2Emu = EXP2_EMU;
   static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
   static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
 
@@ -53,7 +56,8 @@ struct Traits {
   static_assert(kBlockN % 16 == 0 && kBlockN >= 64 && kBlockN <= 256,
                 "block_n: a multiple of 16 (the P.V k-step) in [64, 256] (the wgmma N range)");
   static_assert(kStages >= 1 && kStages <= 4, "1 to 4 K/V stages");
-  static_assert(8 * (1 + 4 * kStages) <= kBarBytes, "mbarriers overflow their area");
+  static_assert(kExp2Emu >= 0 && kExp2Emu <= 4, "exp2_emu counts chunks of every 4");
+  static_assert(8 * (2 + 4 * kStages) <= kBarBytes, "mbarriers overflow their area");
   static_assert(!kPingPong || kConsumerWgs == 2, "ping-pong alternates exactly two consumer warpgroups");
   static_assert(kWarpSpecialize || (!kPingPong && !kOverlap),
                 "without a producer warpgroup only the plain schedule is written");

@@ -2,8 +2,9 @@
 // sm_90a with the tunables as -D flags. Per shape it builds the TMA tensor maps, checks the kernel
 // against the reference kernels (fresh random inputs, NaN-poisoned output and LSE, FA2's
 // criterion) and times it as the PyTorch peers are timed (CUDA graph of 20 launches, median of
-// 30 replays). Usage: wgmma_harness "b,h,hkv,s,sk,layout[,time][;...]"
+// 30 replays). Usage: wgmma_harness "b,h,hkv,s,sk,layout[,time][;...]" [persistent]
 //   layout 0 = [B,H,S,D], 1 = [B,S,H,D]; time 0 skips the timing (correctness-only shapes).
+//   persistent 0: one CTA per work tile (default); 1: one CTA per SM; 2: each shape both ways.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "../../templates/flash_fwd_wgmma/kernel.cu"
@@ -63,9 +65,14 @@ int main(int argc, char** argv) {
   if (!encode) { std::printf("no cuTensorMapEncodeTiled\n"); return 1; }
   CK(cudaFuncSetAttribute(att::flash_fwd_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   cudaFuncAttributes fa; CK(cudaFuncGetAttributes(&fa, att::flash_fwd_wgmma));
+  const int persistent_mode = argc > 2 ? std::atoi(argv[2]) : 0;
+  int sms = 0; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   int fails = 0;
-  char* spec = argv[1];
-  for (char* tok = std::strtok(spec, ";"); tok; tok = std::strtok(nullptr, ";")) {
+  std::vector<std::string> shapes;
+  for (char* tok = std::strtok(argv[1], ";"); tok; tok = std::strtok(nullptr, ";")) shapes.push_back(tok);
+  for (int persistent = persistent_mode == 1; persistent <= (persistent_mode >= 1); ++persistent)
+  for (const std::string& shape : shapes) {
+    const char* tok = shape.c_str();
     int b, h, hkv, s, sk, layout, timed = 1;
     if (std::sscanf(tok, "%d,%d,%d,%d,%d,%d,%d", &b, &h, &hkv, &s, &sk, &layout, &timed) < 6) { std::printf("bad spec %s\n", tok); return 2; }
     size_t nq = (size_t)b * h * s * d, nk = (size_t)b * hkv * sk * d;
@@ -87,6 +94,7 @@ int main(int argc, char** argv) {
     att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 0, r32, lse32);
     att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 1, rlow, lselow);
     dim3 grid((s + T::kBlockM - 1) / T::kBlockM, h, b);
+    if (persistent) grid = dim3(std::min<unsigned>(grid.x * h * b, sms), 1, 1);
     att::flash_fwd_wgmma<<<grid, T::kThreads, kSmem>>>(p, maps);
     CK(cudaGetLastError());
     att_ref::compare_outputs<<<256, dim3(32, 8)>>>(p, d, bf16, r32, rlow, lse32, stats, stats + 4);
@@ -119,8 +127,8 @@ int main(int argc, char** argv) {
       us = ts[15] * 1e3f;
       tf = (float)(4.0 * b * h * d * pairs / (ts[15] * 1e-3) / 1e12);
     }
-    std::printf("WGMMA BM=%d BN=%d ST=%d WS=%d PP=%d OV=%d regs=%d/%d/%d | b=%d h=%d hkv=%d s=%d sk=%d L=%d d=%d %s%s | err=%.3g low=%.3g lse=%.2g nf=%u lsebad=%u %s | %.1f us %.1f TF\n",
-                BLOCK_M, BLOCK_N, STAGES, WARP_SPECIALIZE, PING_PONG, INTRA_WG_OVERLAP, fa.numRegs, PRODUCER_REGS, CONSUMER_REGS,
+    std::printf("WGMMA P=%d BM=%d BN=%d ST=%d WS=%d PP=%d OV=%d EMU=%d regs=%d/%d/%d | b=%d h=%d hkv=%d s=%d sk=%d L=%d d=%d %s%s | err=%.3g low=%.3g lse=%.2g nf=%u lsebad=%u %s | %.1f us %.1f TF\n",
+                persistent, BLOCK_M, BLOCK_N, STAGES, WARP_SPECIALIZE, PING_PONG, INTRA_WG_OVERLAP, EXP2_EMU, fa.numRegs, PRODUCER_REGS, CONSUMER_REGS,
                 b, h, hkv, s, sk, layout, d, bf16 ? "bf16" : "fp16", causal ? " causal" : "", e_out, e_low, e_lse, hs[4], hs[5],
                 ok ? "PASS" : "FAIL", us, tf);
     std::fflush(stdout);
