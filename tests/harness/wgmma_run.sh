@@ -18,7 +18,11 @@ done
 for x in $bin/$timed; do
   [ -f $x ] && [ -x $x ] || continue
   n=$(basename $x)
-  case $n in *64*) shapes="8,16,16,2048,2048,0" ;; *) shapes="4,16,16,4096,4096,0;1,16,16,16384,16384,0" ;; esac
+  case $n in
+    *64c*) shapes="2,8,8,128,128,0;8,16,16,2048,2048,0" ;;  # the suite's d=64 shapes (shared/peers)
+    *64*) shapes="2,8,8,512,512,0;8,16,16,2048,2048,0" ;;
+    *) shapes="4,16,16,4096,4096,0;1,16,16,16384,16384,0" ;;
+  esac
   timeout 120 $x "$shapes" ${PERSIST:-2} 2>&1 | sed "s/^/$n /" >> $log || echo "TIMED FAIL: $n" | tee -a $log
 done
 specs="${PEER_SPECS:-4,16,4096,128,0,bf16 1,16,16384,128,0,bf16 4,16,4096,128,1,bf16 1,16,16384,128,1,bf16}"
