@@ -15,7 +15,10 @@ library, load it with ctypes, read attntune_kernel_info(), then for every kernel
                (the method of shared/peers/sdpa_peers.py, so the numbers compare).
                TFLOP/s = 4*B*H*S*Sk*D / t, half of it when causal.
 
-Prints a table and writes CSV (--out). Exit status 1 if a build or a correctness check failed.
+Prints a table and writes CSV (--out), with each export's time against the time its campaign
+recorded ("vs tuned": the tuner times by graph replay too, so on the tuning GPU they agree within
+a few %). Exit status 1 if a build or a correctness check failed, or with --max-drift PCT if an
+export's time strays from the tuner's by more than PCT %.
 
   python3 tools/compare_sdpa.py --cu attn.cu [--cu all.cu] [--arch sm_90] [--out compare.csv]
 """
@@ -288,6 +291,9 @@ def main():
     ap.add_argument("--calls", type=int, default=20, help="calls captured per graph")
     ap.add_argument("--nvcc", help="nvcc to use")
     ap.add_argument("--no-timing", action="store_true", help="correctness only")
+    ap.add_argument("--max-drift", type=float, default=0,
+                    help="fail when our time differs from the tuner's recorded time by more than this many %% "
+                         "(0: report only; meaningful on the GPU the campaign ran on)")
     args = ap.parse_args()
 
     prop = torch.cuda.get_device_properties(0)
@@ -338,14 +344,27 @@ def main():
 
     timed = [r for r in rows if r["kind"] == "time"]
     if timed:
-        print(f"\n{'shape':<28} {'dtype':<5} {'backend':<10} {'us':>10} {'TFLOP/s':>8} {'ours x':>7} {'tuned us':>9}")
+        print(f"\n{'shape':<28} {'dtype':<5} {'backend':<10} {'us':>10} {'TFLOP/s':>8} {'ours x':>7} {'tuned us':>9}"
+              f" {'vs tuned':>8}")
         for r in timed:
+            drift = None
+            if r["variant"] == "ours" and r.get("us") and r.get("tuned_us"):
+                drift = r["drift_pct"] = (r["us"] / r["tuned_us"] - 1) * 100
             print(f"{r['shape']:<28} {r['dtype']:<5} {r['variant']:<10} {fmt(r['us'], '10.1f')} "
-                  f"{fmt(r['tflops'], '8.1f')} {fmt(r['ours_speedup'], '7.2f')} {fmt(r['tuned_us'], '9.1f')}")
+                  f"{fmt(r['tflops'], '8.1f')} {fmt(r['ours_speedup'], '7.2f')} {fmt(r['tuned_us'], '9.1f')}"
+                  f" {fmt(drift, '+7.1f') + '%' if drift is not None else ''}")
+        drifts = [abs(r["drift_pct"]) for r in timed if r.get("drift_pct") is not None]
+        if drifts:
+            limit = args.max_drift or 3.0
+            print(f"export vs tuner: max |drift| {max(drifts):.1f}%, {sum(d <= limit for d in drifts)} of "
+                  f"{len(drifts)} within {limit:g}%")
+            if args.max_drift and max(drifts) > args.max_drift:
+                failed = True
     print("\nours x = backend time / our time (> 1: ours is faster); checks: "
           f"{sum(1 for r in rows if r['kind'] == 'check' and r['ok'])} ok, "
           f"{sum(1 for r in rows if r['kind'] == 'check' and not r['ok'])} failed")
-    fields = ["kind", "shape", "dtype", "variant", "kernel", "us", "tflops", "ours_speedup", "tuned_us", "max_err",
+    fields = ["kind", "shape", "dtype", "variant", "kernel", "us", "tflops", "ours_speedup", "tuned_us", "drift_pct",
+              "max_err",
               "bound", "ok", "note"]
     with open(args.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
