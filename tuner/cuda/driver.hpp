@@ -35,6 +35,7 @@ namespace attntune::cuda {
   X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName) X(cuDeviceGetAttribute)                  \
   X(cuDeviceGetUuid) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain)                             \
   X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxSynchronize)        \
+  X(cuCtxGetDevice)                                                                              \
   X(cuCtxGetLimit) X(cuCtxSetLimit) X(cuMemGetInfo)                                              \
   X(cuModuleLoadDataEx) X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal)            \
   X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)     \

@@ -192,16 +192,63 @@ Verdict ReferenceCache::check(const AttnBuffers& b) const {
   return v;
 }
 
+namespace {
+
+// What flash_fwd_wgmma takes after AttnParams (templates/flash_fwd_wgmma/kernel.cu, TmaMaps).
+struct TmaMaps {
+  CUtensorMap q, k, v;
+};
+
+// One operand as a 4-d tensor (head_dim, seqlen, heads, batch) with the params' strides (in
+// elements; bytes here), box (64, rows), 128-byte swizzle, zeros past the ends (odd lengths).
+CUtensorMap encode_tensor_map(const void* base, const long long* stride, int len, int heads, int batch, unsigned rows,
+                              const TmaSpec& t) {
+  CUtensorMap m;
+  const cuuint64_t dims[4] = {t.head_dim, static_cast<cuuint64_t>(len), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(stride[2]) * 2, static_cast<cuuint64_t>(stride[1]) * 2,
+                                 static_cast<cuuint64_t>(stride[0]) * 2};
+  const cuuint32_t box[4] = {64, rows, 1, 1}, elem[4] = {1, 1, 1, 1};
+  CU_CHECK(cuda::driver().cuTensorMapEncodeTiled(
+      &m, t.bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(base), dims,
+      strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  return m;
+}
+
+}  // namespace
+
 LoadedKernel::LoadedKernel(const std::string& cubin, const std::string& name, const LaunchGeometry& geometry)
     : module_(cubin), fn_(module_.function(name)), geometry_(geometry) {
   if (geometry_.smem_bytes > 48 * 1024) fn_.set_max_dynamic_smem(static_cast<int>(geometry_.smem_bytes));
+  if (geometry_.persistent) {
+    CUdevice dev;
+    int sms = 0;
+    CU_CHECK(cuda::driver().cuCtxGetDevice(&dev));
+    CU_CHECK(cuda::driver().cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    sm_count_ = static_cast<unsigned>(sms);
+  }
 }
 
 void LoadedKernel::launch(const AttnParams& p, unsigned grid_x, CUstream stream) const {
   AttnParams copy = p;
-  void* args[] = {&copy};
-  cuda::launch(fn_, {grid_x, static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch)},
-               {geometry_.block, 1, 1}, geometry_.smem_bytes, stream, args);
+  cuda::Dim3 grid{grid_x, static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch)};
+  if (geometry_.persistent) {  // the kernel walks the (grid_x, h, b) work tiles itself
+    const unsigned long long tiles = 1ull * grid.x * grid.y * grid.z;
+    grid = {static_cast<unsigned>(std::min<unsigned long long>(tiles, sm_count_)), 1, 1};
+  }
+  const TmaSpec& t = geometry_.tma;
+  if (t.q_rows == 0) {
+    void* args[] = {&copy};
+    cuda::launch(fn_, grid, {geometry_.block, 1, 1}, geometry_.smem_bytes, stream, args);
+    return;
+  }
+  TmaMaps maps;
+  maps.q = encode_tensor_map(p.q, p.q_stride, p.seqlen_q, p.heads_q, p.batch, t.q_rows, t);
+  maps.k = encode_tensor_map(p.k, p.k_stride, p.seqlen_k, p.heads_kv, p.batch, t.kv_rows, t);
+  maps.v = encode_tensor_map(p.v, p.v_stride, p.seqlen_k, p.heads_kv, p.batch, t.kv_rows, t);
+  void* args[] = {&copy, &maps};
+  cuda::launch(fn_, grid, {geometry_.block, 1, 1}, geometry_.smem_bytes, stream, args);
 }
 
 void LoadedKernel::launch(const AttnBuffers& b) const { launch(b.params(), geometry_.grid[0]); }

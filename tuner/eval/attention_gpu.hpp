@@ -94,6 +94,7 @@ class LoadedKernel {
   cuda::Module module_;
   cuda::Function fn_;
   LaunchGeometry geometry_;
+  unsigned sm_count_ = 0;  // the current device's, for a persistent grid
 };
 
 // Inputs for time_kernel: one set of random inputs (from `seed`), built once per problem and

@@ -18,6 +18,7 @@ namespace {
 const std::vector<FamilyInfo>& families() {
   static const std::vector<FamilyInfo> f = {
       {"flash_fwd_mma", "templates/flash_fwd_mma/kernel.cu", "flash_fwd_mma"},
+      {"flash_fwd_wgmma", "templates/flash_fwd_wgmma/kernel.cu", "flash_fwd_wgmma"},
   };
   return f;
 }
@@ -155,6 +156,13 @@ LaunchGeometry launch_geometry(const SearchSpace& space, const Config& config, c
   g.grid[2] = static_cast<unsigned>(problem.b);
   g.block = static_cast<unsigned>(derived_value(derived, "threads", space));
   g.smem_bytes = static_cast<unsigned>(derived_value(derived, "smem_bytes", space));
+  if (space.family() == "flash_fwd_wgmma") {
+    g.tma.q_rows = static_cast<unsigned>(block_m);
+    g.tma.kv_rows = static_cast<unsigned>(std::get<std::int64_t>(config.at("block_n")));
+    g.tma.head_dim = static_cast<unsigned>(problem.d);
+    g.tma.bf16 = problem.dtype == DType::kBf16;
+    g.persistent = std::get<bool>(config.at("persistent"));
+  }
   return g;
 }
 

@@ -41,13 +41,26 @@ std::vector<std::pair<std::string, std::int64_t>> kernel_defines(const SearchSpa
 // An embedded file with its quoted #includes replaced by the embedded files they name (each once).
 std::string flatten_includes(const std::string& embedded_path);
 
+// Kernels that load through the tensor-memory accelerator (flash_fwd_wgmma) take, after
+// AttnParams, tensor maps of Q, K and V that the launcher encodes for each problem
+// (tuner/eval/attention_gpu.cpp): 4-d (head_dim, seqlen, heads, batch), box (64, rows), 128B swizzle.
+struct TmaSpec {
+  unsigned q_rows = 0, kv_rows = 0;  // box rows of Q's map and of K's and V's; 0: no tensor maps
+  unsigned head_dim = 0;
+  bool bf16 = false;
+};
+
 struct LaunchGeometry {
   unsigned grid[3] = {1, 1, 1};
   unsigned block = 0;
   unsigned smem_bytes = 0;  // dynamic shared memory
+  TmaSpec tma;
+  // The kernel loops over its grid's work tiles: launched as min(tiles, SM count) CTAs in x
+  // (grid[0] * h * b tiles), one per SM, instead of (grid[0], h, b).
+  bool persistent = false;
 };
 // grid = (ceil(s / block_m), h, b); block and smem from the space's derived `threads` and
-// `smem_bytes` (InputError if the space lacks them).
+// `smem_bytes` (InputError if the space lacks them); tma and persistent for the TMA family.
 LaunchGeometry launch_geometry(const SearchSpace& space, const Config& config, const Problem& problem,
                                const std::string& arch);
 

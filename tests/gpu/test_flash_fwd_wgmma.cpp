@@ -1,0 +1,108 @@
+// Property test: valid configs of the flash_fwd_wgmma space (sm_90a) match the reference on fresh
+// random inputs, with a NaN-poisoned output, at shapes covering odd lengths, causal (rows that see
+// no key), GQA/MQA, sk != s, the [B,S,H,D] layout and, for the persistent grid, several work tiles
+// per CTA; launched through LoadedKernel, i.e. with the tensor maps the evaluator encodes. dtype
+// and causal alternate over the configs. By default a fixed spread: ATTNTUNE_PROPERTY_SAMPLE per
+// head dim (default 24), plus every ablation step (plain, producer, ping-pong, overlap, both;
+// persistent or not); 0 checks the whole space (1,548 + 936 configs, ~2 min on an H100 with 16
+// cores for the NVRTC builds; all passed 2026-11-22). Skips on GPUs without sm_90a (wgmma).
+#include <cstdlib>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "eval/attention_gpu.hpp"
+#include "eval/build_pool.hpp"
+#include "gpu_env.hpp"
+#include "tests/common/run_attntune.hpp"
+
+using namespace attntune;
+
+namespace {
+
+struct Shape {
+  const char* dims;  // b,h,hkv,s,sk
+  Layout layout;
+};
+const Shape kShapes[] = {
+    {"b=2,h=6,hkv=2,s=777,sk=1001", Layout::kBSHD},    // GQA, sk > s, odd lengths
+    {"b=1,h=4,hkv=4,s=333,sk=129", Layout::kBHSD},     // sk < s: causal rows that see no key
+    {"b=1,h=3,hkv=1,s=100,sk=300", Layout::kBSHD},     // MQA, s shorter than a block
+    {"b=3,h=40,hkv=8,s=1000,sk=1000", Layout::kBHSD},  // 320-960 work tiles: several per SM
+};
+
+bool flag(const Config& c, const char* name) { return std::get<bool>(c.at(name)); }
+
+void check_space(int d) {
+  cuda::Context ctx(0);
+  const auto props = cuda::device_props(0);
+  if (props.arch != "sm_90") GTEST_SKIP() << "flash_fwd_wgmma needs sm_90a (Hopper); this GPU is " << props.arch;
+  const std::string arch = "sm_90a";
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_fwd_wgmma.yaml");
+  const Problem base = Problem::parse(fmt::format("b=1,h=1,s=128,d={},dtype=bf16,causal=0", d));
+  std::vector<Config> all = space.enumerate(base, arch), configs;
+  ASSERT_FALSE(all.empty());
+  const char* env = std::getenv("ATTNTUNE_PROPERTY_SAMPLE");
+  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 24;
+  if (n == 0 || n >= all.size()) {
+    configs = all;
+  } else {
+    for (std::size_t i = 0; i < n; ++i) configs.push_back(all[i * all.size() / n]);
+    // Each ablation step once, block_n 128, in both grid modes.
+    for (const Config& c : all) {
+      if (std::get<std::int64_t>(c.at("block_n")) != 128 || std::get<std::int64_t>(c.at("stages")) != 2 ||
+          std::get<std::int64_t>(c.at("producer_regs")) != 24 || std::get<std::int64_t>(c.at("exp2_emu")) != 0)
+        continue;
+      const bool ws = flag(c, "warp_specialize");
+      const auto bm = std::get<std::int64_t>(c.at("block_m"));
+      if ((bm == 64 && !ws) || (bm == 128 && ws)) configs.push_back(c);  // (a); (b')-(e)
+    }
+  }
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options(family_info(space.family()));
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::map<std::uint64_t, Problem> variant_of;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    Problem p = base;
+    p.dtype = i % 2 ? DType::kFp16 : DType::kBf16;
+    p.causal = (i / 2) % 2 && !flag(configs[i], "persistent");  // the space keeps persistent non-causal
+    variant_of[pool.submit({configs[i], render_kernel(space, configs[i], p, arch), arch})] = p;
+  }
+  Reference ref(props.arch);
+  int checked = 0, failures = 0;
+  std::uint64_t seed = 2000;
+  while (auto o = pool.next()) {
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    if (o->build.status != "ok") continue;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
+    const Problem& v = variant_of.at(o->ticket);
+    for (const Shape& sh : kShapes) {
+      Problem p = Problem::parse(fmt::format("{},d={},dtype={},causal={}", sh.dims, d, dtype_name(v.dtype), v.causal ? 1 : 0));
+      LoadedKernel kernel(o->build.cubin, o->job.kernel.kernel_name, launch_geometry(space, o->job.config, p, arch));
+      AttnBuffers buf(p, sh.layout);
+      ref.fill(buf, ++seed);
+      kernel.launch(buf);
+      const Verdict verdict = ref.check(buf);
+      ++checked;
+      if (verdict.status != "ok") {
+        ++failures;
+        ADD_FAILURE() << config_str(o->job.config) << " on " << p.str() << " " << layout_name(sh.layout) << ": "
+                      << verdict.detail();
+      }
+    }
+  }
+  std::printf("flash_fwd_wgmma d=%d: %zu configs, %d checks, %d failures\n", d, configs.size(), checked, failures);
+}
+
+}  // namespace
+
+TEST(FlashFwdWgmmaProperty, SampledConfigsD64) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(64);
+}
+
+TEST(FlashFwdWgmmaProperty, SampledConfigsD128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(128);
+}

@@ -1,0 +1,146 @@
+// flash_fwd_wgmma on CI (no GPU): the space, rendering, and NVRTC builds for sm_90a. A build takes
+// 3-6 s on one core and CI has 2 cores and little time left, so a fixed, deterministic spread of
+// the valid configs is built: ATTNTUNE_BUILD_SAMPLE per head dim, default 4, which with the named
+// configs below covers every option on and off; 0 builds all. Dtype and causal alternate.
+#include <cstdlib>
+#include <set>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cuda/nvrtc.hpp"
+#include "eval/build_pool.hpp"
+#include "tests/common/run_attntune.hpp"
+
+using namespace attntune;
+
+namespace {
+
+constexpr const char* kArch = "sm_90a";
+
+SearchSpace load_space() { return SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/flash_fwd_wgmma.yaml"); }
+
+std::vector<Config> spread(std::vector<Config> all, std::size_t n) {
+  if (n == 0 || n >= all.size()) return all;
+  std::vector<Config> out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back(all[i * all.size() / n]);
+  return out;
+}
+
+bool flag(const Config& c, const char* name) { return std::get<bool>(c.at(name)); }
+std::int64_t num(const Config& c, const char* name) { return std::get<std::int64_t>(c.at(name)); }
+
+// The first valid config with these options (the ablation steps of docs/WGMMA.md).
+Config find(const SearchSpace& space, const Problem& p, std::int64_t block_m, bool ws, bool pp, bool ov) {
+  Config found;
+  space.for_each_valid(p, kArch, [&](const Config& c) {
+    if (found.empty() && num(c, "block_m") == block_m && num(c, "block_n") == 128 && flag(c, "warp_specialize") == ws &&
+        flag(c, "ping_pong") == pp && flag(c, "intra_wg_overlap") == ov)
+      found = c;
+  });
+  return found;
+}
+
+}  // namespace
+
+TEST(FlashFwdWgmmaSpace, OptionsAndLimitsAreConsistent) {
+  const SearchSpace space = load_space();
+  for (int d : {64, 128}) {
+    const Problem p = Problem::parse(fmt::format("b=1,h=1,s=4096,d={},dtype=bf16,causal=0", d));
+    std::set<std::int64_t> block_ms;
+    std::size_t n = 0;
+    space.for_each_valid(p, kArch, [&](const Config& c) {
+      ++n;
+      block_ms.insert(num(c, "block_m"));
+      if (flag(c, "ping_pong")) {
+        EXPECT_EQ(num(c, "block_m"), 128) << config_str(c);
+      }
+      if (!flag(c, "warp_specialize")) {
+        EXPECT_FALSE(flag(c, "ping_pong") || flag(c, "intra_wg_overlap")) << config_str(c);
+      }
+      const LaunchGeometry g = launch_geometry(space, c, p, kArch);
+      EXPECT_LE(g.smem_bytes, 232448u) << config_str(c);
+      EXPECT_EQ(g.block, static_cast<unsigned>(num(c, "block_m") * 2 + (flag(c, "warp_specialize") ? 128 : 0)));
+      EXPECT_EQ(g.grid[0], static_cast<unsigned>((4096 + num(c, "block_m") - 1) / num(c, "block_m")));
+    });
+    EXPECT_GT(n, 20u) << "d=" << d;
+    EXPECT_EQ(block_ms, (std::set<std::int64_t>{64, 128, 192})) << "d=" << d;
+  }
+  EXPECT_THROW(space.enumerate(Problem::parse("b=1,h=1,s=128,d=128,dtype=bf16,causal=0"), "sm_90"), InputError);
+}
+
+TEST(FlashFwdWgmmaRender, SourceIsFlatAndCarriesEveryTunable) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=2,h=8,s=1000,d=128,dtype=bf16,causal=1");
+  const Config c = find(space, p, 128, true, true, true);
+  ASSERT_FALSE(c.empty());
+  const RenderedKernel k = render_kernel(space, c, p, kArch);
+  EXPECT_EQ(k.source.find("#include \""), std::string::npos) << "includes must be inlined";
+  for (const auto& param : space.params())
+    EXPECT_NE(k.source.find("#define " + macro_name(param.name) + " "), std::string::npos) << param.name;
+  for (const char* derived : {"THREADS", "SMEM_BYTES", "CONSUMER_REGS"})
+    EXPECT_NE(k.source.find(std::string("#define ") + derived + " "), std::string::npos) << derived;
+  EXPECT_EQ(k.kernel_name, "flash_fwd_wgmma");
+  const Problem other = Problem::parse("b=7,h=4,hkv=1,s=77,sk=5000,d=128,dtype=bf16,causal=1");
+  EXPECT_EQ(render_kernel(space, c, other, kArch).source_hash, k.source_hash);
+}
+
+class FlashFwdWgmmaBuild : public ::testing::TestWithParam<int> {};
+
+TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const int d = GetParam();
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse(fmt::format("b=1,h=1,s=128,d={},dtype=bf16,causal=0", d));
+  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
+  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 4;
+  std::vector<Config> configs = spread(space.enumerate(p, kArch), n);
+  if (d == 128 && n != 0) {  // each ablation step once: plain, producer, ping-pong, overlap, both
+    for (auto [bm, ws, pp, ov] : {std::tuple{64, false, false, false}, {128, true, false, false},
+                                  {128, true, true, false}, {128, true, false, true}, {128, true, true, true}}) {
+      configs.push_back(find(space, p, bm, ws, pp, ov));
+      ASSERT_FALSE(configs.back().empty()) << bm << ws << pp << ov;
+    }
+  }
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options(family_info("flash_fwd_wgmma"));
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::size_t i = 0;
+  for (const Config& c : configs) {
+    Problem v = p;
+    v.dtype = i % 2 ? DType::kFp16 : DType::kBf16;
+    v.causal = (i++ / 2) % 2 && !flag(c, "persistent");  // the space keeps persistent non-causal
+    pool.submit({c, render_kernel(space, c, v, kArch), kArch});
+  }
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_GT(o->build.registers, 0) << "ptxas resource report missing";
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
+  }
+  EXPECT_EQ(built, configs.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, FlashFwdWgmmaBuild, ::testing::Values(64, 128),
+                         [](const auto& info) { return fmt::format("d{}", info.param); });
+
+// The PTX carries the Hopper machinery the template is built on.
+TEST(FlashFwdWgmmaBuild, PtxUsesTmaWgmmaSetmaxnreg) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=1,h=1,s=128,d=128,dtype=bf16,causal=1");
+  const Config c = find(space, p, 128, true, true, true);
+  cuda::CompileOptions opts{kArch, family_nvrtc_options(family_info("flash_fwd_wgmma")), true, 0};
+  const auto out = cuda::nvrtc_compile(render_kernel(space, c, p, kArch).source, "k.cu", opts);
+  ASSERT_TRUE(out.ok) << out.log;
+  for (const char* instr : {"cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes",
+                            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "wgmma.wait_group.sync.aligned",
+                            "setmaxnreg.inc.sync.aligned.u32 240", "setmaxnreg.dec.sync.aligned.u32 24",
+                            "mbarrier.try_wait.parity", "bar.arrive", "ex2.approx"})
+    EXPECT_NE(out.ptx.find(instr), std::string::npos) << instr;
+  EXPECT_EQ(out.log.find("C7512"), std::string::npos) << "wgmma serialized: " << out.log;
+}
