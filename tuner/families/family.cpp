@@ -166,6 +166,14 @@ LaunchGeometry launch_geometry(const SearchSpace& space, const Config& config, c
   return g;
 }
 
+std::string space_arch_for_device(const SearchSpace& space, const std::string& device_arch) {
+  const auto& archs = space.archs();
+  if (std::find(archs.begin(), archs.end(), device_arch) != archs.end()) return device_arch;
+  const std::string specific = device_arch + "a";
+  if (std::find(archs.begin(), archs.end(), specific) != archs.end()) return specific;
+  return device_arch;
+}
+
 std::vector<std::string> family_nvrtc_options(const FamilyInfo&) { return {"-std=c++17"}; }
 
 }  // namespace attntune

@@ -64,6 +64,11 @@ struct LaunchGeometry {
 LaunchGeometry launch_geometry(const SearchSpace& space, const Config& config, const Problem& problem,
                                const std::string& arch);
 
+// The arch to build a space's kernels for on a device whose compute capability is `device_arch`
+// ("sm_90"): the device's own when the space lists it, else its arch-specific variant ("sm_90a":
+// wgmma, setmaxnreg) when the space lists that, else the device's own (which the space refuses).
+std::string space_arch_for_device(const SearchSpace& space, const std::string& device_arch);
+
 // NVRTC options every build of a family uses (besides --gpu-architecture); part of the cache key.
 std::vector<std::string> family_nvrtc_options(const FamilyInfo& family);
 

@@ -69,6 +69,16 @@ TEST(FlashFwdWgmmaSpace, OptionsAndLimitsAreConsistent) {
   EXPECT_THROW(space.enumerate(Problem::parse("b=1,h=1,s=128,d=128,dtype=bf16,causal=0"), "sm_90"), InputError);
 }
 
+// An H100 reports sm_90; wgmma and setmaxnreg need the arch-specific sm_90a build.
+TEST(FlashFwdWgmmaSpace, DeviceArchMapsToTheSpacesArch) {
+  const SearchSpace wgmma = load_space();
+  EXPECT_EQ(space_arch_for_device(wgmma, "sm_90"), "sm_90a");
+  EXPECT_EQ(space_arch_for_device(wgmma, "sm_89"), "sm_89");  // which the space then refuses
+  const SearchSpace mma = SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/flash_fwd_mma.yaml");
+  EXPECT_EQ(space_arch_for_device(mma, "sm_90"), "sm_90");
+  EXPECT_EQ(space_arch_for_device(mma, "sm_89"), "sm_89");
+}
+
 TEST(FlashFwdWgmmaRender, SourceIsFlatAndCarriesEveryTunable) {
   const SearchSpace space = load_space();
   const Problem p = Problem::parse("b=2,h=8,s=1000,d=128,dtype=bf16,causal=1");
