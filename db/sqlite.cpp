@@ -1,6 +1,12 @@
 #include "db/sqlite.hpp"
 
 #include <sqlite3.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -8,9 +14,48 @@ namespace attntune {
 
 namespace {
 
-std::string describe(const std::string& call, int rc, const std::string& message, const std::string& db_path) {
+// Whether the database's filesystem is (nearly) full, or one of its files is within a page of the
+// process's file-size limit. SQLite reports an EFBIG write as a plain I/O error and its system errno
+// is whatever errno was by then, so an I/O error is judged by looking, once it has happened.
+bool space_exhausted(const std::string& db_path) {
+  if (db_path.empty()) return false;
+  constexpr unsigned long long kLargestWrite = 65536 + 64;  // a page of the largest size and its frame header
+  struct statvfs vfs {};
+  const std::string dir = [&] {
+    const auto slash = db_path.rfind('/');
+    return slash == std::string::npos ? std::string(".") : db_path.substr(0, slash + 1);
+  }();
+  if (::statvfs(dir.c_str(), &vfs) == 0 && static_cast<unsigned long long>(vfs.f_bavail) * vfs.f_frsize < kLargestWrite)
+    return true;
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return false;
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    struct stat st {};
+    if (::stat((db_path + suffix).c_str(), &st) == 0 &&
+        static_cast<unsigned long long>(st.st_size) + kLargestWrite > limit.rlim_cur)
+      return true;
+  }
+  return false;
+}
+
+// A write that failed for want of space: SQLITE_FULL (ENOSPC), or an I/O error with ENOSPC, EFBIG
+// or EDQUOT, or with the disk or the file-size limit found full.
+bool out_of_space(int rc, int system_errno, const std::string& db_path) {
+  const int primary = rc & 0xff;
+  if (primary == SQLITE_FULL) return true;
+  if (primary != SQLITE_IOERR) return false;
+  return system_errno == ENOSPC || system_errno == EFBIG || system_errno == EDQUOT || space_exhausted(db_path);
+}
+
+std::string describe(const std::string& call, int rc, const std::string& message, const std::string& db_path,
+                     int system_errno) {
   const std::string where = db_path.empty() ? "SQLite" : fmt::format("database '{}'", db_path);
-  const std::string detail = fmt::format("{}: {}, {}", call, message, sqlite_code_name(rc));
+  std::string detail = fmt::format("{}: {}, {}", call, message, sqlite_code_name(rc));
+  if (system_errno != 0) detail += fmt::format(", {}", std::strerror(system_errno));
+  if (out_of_space(rc, system_errno, db_path))
+    return fmt::format("{} cannot be written: no space left (the disk or quota is full, or the file-size limit is "
+                       "reached) ({})",
+                       where, detail);
   switch (rc & 0xff) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
@@ -23,15 +68,22 @@ std::string describe(const std::string& call, int rc, const std::string& message
   }
 }
 
-ExitCode exit_code_for(int rc) {
+// Corruption is bad input, like any database that is not ours (exit 2); a database locked by another
+// writer, or a full disk, is the environment (exit 3): the input is fine, the machine cannot take it
+// now; anything else is a failure of the work (exit 1).
+ExitCode exit_code_for(int rc, int system_errno, const std::string& db_path) {
   const int primary = rc & 0xff;
-  return (primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB) ? ExitCode::kBadInput : ExitCode::kFailed;
+  if (primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB) return ExitCode::kBadInput;
+  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED || out_of_space(rc, system_errno, db_path))
+    return ExitCode::kEnvironment;
+  return ExitCode::kFailed;
 }
 
 }  // namespace
 
-SqliteError::SqliteError(std::string call, int result_code, const std::string& message, const std::string& db_path)
-    : Error(exit_code_for(result_code), describe(call, result_code, message, db_path)),
+SqliteError::SqliteError(std::string call, int result_code, const std::string& message, const std::string& db_path,
+                         int system_errno)
+    : Error(exit_code_for(result_code, system_errno, db_path), describe(call, result_code, message, db_path, system_errno)),
       call_(std::move(call)),
       result_code_(result_code) {}
 
@@ -123,7 +175,9 @@ void check(int rc, sqlite3* db, const char* call) {
   // The connection's message belongs to its last failed call; without a handle only the code is known.
   const int extended = db ? sqlite3_extended_errcode(db) : rc;
   const std::string message = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-  throw SqliteError(call, (extended & 0xff) == (rc & 0xff) ? extended : rc, message, db_path_of(db));
+  // The OS error behind an I/O failure (ENOSPC, EFBIG, ...), which SQLite's message does not say.
+  const int system_errno = db && (rc & 0xff) == SQLITE_IOERR ? sqlite3_system_errno(db) : 0;
+  throw SqliteError(call, (extended & 0xff) == (rc & 0xff) ? extended : rc, message, db_path_of(db), system_errno);
 }
 
 void Connection::Close::operator()(sqlite3* db) const noexcept {
@@ -138,7 +192,8 @@ Connection Connection::open(const std::string& filename, int flags) {
   Connection conn(raw);  // owns the handle even when the open failed
   if (rc != SQLITE_OK) {
     const std::string message = raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc);
-    throw SqliteError("sqlite3_open_v2", rc, message, filename);
+    throw SqliteError("sqlite3_open_v2", rc, message, filename,
+                      raw && (rc & 0xff) == SQLITE_IOERR ? sqlite3_system_errno(raw) : 0);
   }
   return conn;
 }

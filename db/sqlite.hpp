@@ -16,12 +16,15 @@ struct sqlite3_stmt;
 
 namespace attntune {
 
-// A failed SQLite call: the call, SQLite's (extended) result code and its name, SQLite's message and
-// the database file. Corruption (SQLITE_CORRUPT, SQLITE_NOTADB) is bad input (exit 2), like any
-// database that is not ours; everything else is a failure of the work (exit 1).
+// A failed SQLite call: the call, SQLite's (extended) result code and its name, SQLite's message, the
+// system error behind an I/O failure, and the database file. Corruption (SQLITE_CORRUPT,
+// SQLITE_NOTADB) is bad input (exit 2), like any database that is not ours; a database locked by
+// another writer (SQLITE_BUSY) or a full disk (SQLITE_FULL, or an I/O error with ENOSPC, EFBIG or
+// EDQUOT) is the environment (exit 3); everything else is a failure of the work (exit 1).
 class SqliteError : public Error {
  public:
-  SqliteError(std::string call, int result_code, const std::string& message, const std::string& db_path);
+  SqliteError(std::string call, int result_code, const std::string& message, const std::string& db_path,
+              int system_errno = 0);
   const std::string& call() const noexcept { return call_; }
   int result_code() const noexcept { return result_code_; }  // extended code, e.g. SQLITE_BUSY_SNAPSHOT
   int primary_code() const noexcept { return result_code_ & 0xff; }

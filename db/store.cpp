@@ -7,12 +7,15 @@
 #include <array>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -332,6 +335,17 @@ Problem problem_from_columns(const Statement& st, int col) {
 
 Config config_from_text(const std::string& text) { return config_from_json(nlohmann::json::parse(text)); }
 
+// Test hook of the reliability suite (tests/reliability/): with ATTNTUNE_TEST_COMMIT_DELAY_MS=N set,
+// record_evaluation holds its transaction open N ms after writing the row, and says so on stderr,
+// so that a SIGKILL can be landed inside a commit. Unset (the product's normal state): nothing.
+int test_commit_delay_ms() {
+  static const int ms = [] {
+    const char* v = std::getenv("ATTNTUNE_TEST_COMMIT_DELAY_MS");
+    return v && *v ? std::max(0, std::atoi(v)) : 0;
+  }();
+  return ms;
+}
+
 std::optional<std::string> null_if_empty(const std::string& s) {
   if (s.empty()) return std::nullopt;
   return s;
@@ -347,6 +361,17 @@ Store Store::open(const std::string& path, Mode mode) {
   const Inspection in = inspect(path);
   if (in.state == FileState::kMissing && mode != Mode::kCreate) refuse(path, "does not exist");
   if (in.state == FileState::kEmpty && mode != Mode::kCreate) refuse(path, "is empty, not an attntune database");
+  if (in.state != FileState::kMissing && mode != Mode::kReadOnly) {
+    // Write-protected by its mode: not written, even by root (whom access() would let through).
+    std::error_code ec;
+    const fs::perms perms = fs::status(path, ec).permissions();
+    const bool no_write_bit = !ec && (perms & (fs::perms::owner_write | fs::perms::group_write |
+                                               fs::perms::others_write)) == fs::perms::none;
+    if (no_write_bit || ::access(path.c_str(), W_OK) != 0)
+      refuse(path, fmt::format("is read-only (mode {:04o}); commands that record results need it writable, those that "
+                               "only read it (best, campaigns, report, export) do not",
+                               static_cast<unsigned>(perms) & 07777));
+  }
   auto [db, version] = mode == Mode::kReadOnly ? open_read_only(path, in) : open_writable(path, mode, in);
   return Store(path, std::move(db), version);
 }
@@ -371,8 +396,10 @@ std::int64_t Store::upsert_device(const DeviceInfo& device) {
   std::int64_t id = 0;
   if (find.step()) {
     id = find.int64(0);
-    // A driver upgrade does not make it another GPU.
-    Statement update(db(), "UPDATE devices SET sm_count = ?2, driver_version = ?3 WHERE id = ?1");
+    // A driver upgrade does not make it another GPU. (Nothing is written when nothing changed.)
+    Statement update(db(),
+                     "UPDATE devices SET sm_count = ?2, driver_version = ?3 "
+                     "WHERE id = ?1 AND (sm_count IS NOT ?2 OR driver_version IS NOT ?3)");
     update.bind(id, device.sm_count, device.driver_version).run();
   } else {
     Statement insert(db(),
@@ -384,29 +411,38 @@ std::int64_t Store::upsert_device(const DeviceInfo& device) {
   return id;
 }
 
-std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_id) {
-  Transaction tx(db());
+std::optional<std::int64_t> Store::check_resume(const CampaignSpec& spec) {
   Statement find(db(),
                  "SELECT id, b, h, hkv, s, sk, d, dtype, causal, space_hash, space_path, family "
                  "FROM campaigns WHERE name = ?1");
   find.bind(spec.name);
+  if (!find.step()) return std::nullopt;
+  const Problem problem = problem_from_columns(find, 1);
+  const std::string space_hash = find.text(9), space_path = find.text(10), family = find.text(11);
+  const std::string hint = "start a new campaign with another --campaign name";
+  if (problem != spec.problem)
+    throw InputError(fmt::format("campaign '{}' tunes problem {}; it cannot be resumed for problem {} ({})", spec.name,
+                                 problem.str(), spec.problem.str(), hint));
+  if (family != spec.family)
+    throw InputError(fmt::format("campaign '{}' tunes template '{}'; it cannot be resumed with template '{}' ({})",
+                                 spec.name, family, spec.family, hint));
+  if (space_hash != spec.space_hash)
+    throw InputError(fmt::format(
+        "campaign '{}' was started with another search space ('{}', hash {}; now '{}', hash {}); it cannot be "
+        "resumed ({})",
+        spec.name, space_path, space_hash, spec.space_path, spec.space_hash, hint));
+  return find.int64(0);
+}
+
+void Store::check_writable() {
+  Transaction probe(db());  // takes the write lock (waiting up to the busy timeout), then rolls back
+}
+
+std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_id) {
+  Transaction tx(db());
   std::int64_t id = 0;
-  if (find.step()) {
-    id = find.int64(0);
-    const Problem problem = problem_from_columns(find, 1);
-    const std::string space_hash = find.text(9), space_path = find.text(10), family = find.text(11);
-    const std::string hint = "start a new campaign with another --campaign name";
-    if (problem != spec.problem)
-      throw InputError(fmt::format("campaign '{}' tunes problem {}; it cannot be resumed for problem {} ({})",
-                                   spec.name, problem.str(), spec.problem.str(), hint));
-    if (family != spec.family)
-      throw InputError(fmt::format("campaign '{}' tunes template '{}'; it cannot be resumed with template '{}' ({})",
-                                   spec.name, family, spec.family, hint));
-    if (space_hash != spec.space_hash)
-      throw InputError(fmt::format(
-          "campaign '{}' was started with another search space ('{}', hash {}; now '{}', hash {}); it cannot be "
-          "resumed ({})",
-          spec.name, space_path, space_hash, spec.space_path, spec.space_hash, hint));
+  if (const std::optional<std::int64_t> existing = check_resume(spec)) {
+    id = *existing;
     Statement resume(db(),
                      "UPDATE campaigns SET status = 'running', stop_reason = '', ended_at = NULL, "
                      "budget_evals = ?2, budget_seconds = ?3, device_id = ?4, strategy = ?5, seed = ?6, "
@@ -515,6 +551,14 @@ std::int64_t Store::record_evaluation(std::int64_t campaign_id, std::int64_t can
             e.count, e.tflops, e.max_abs_err, e.err_bound, phase == Phase::kFinal ? "final" : "search")
       .run();
   const std::int64_t id = db().last_insert_rowid();
+  if (const int ms = test_commit_delay_ms(); ms > 0) {
+    Statement seq(db(), "SELECT seq FROM evaluations WHERE id = ?1");
+    seq.bind(id);
+    seq.step();
+    std::fprintf(stderr, "attntune: test hook: evaluation %lld of campaign %lld written, commit in %d ms\n",
+                 static_cast<long long>(seq.int64(0)), static_cast<long long>(campaign_id), ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
   tx.commit();
   return id;
 }

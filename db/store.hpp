@@ -137,6 +137,12 @@ class Store {
   // spec's budgets, strategy, seed, space path and device (those of the latest run); throws
   // InputError if it exists with a different problem, space_hash or family (a resume must match).
   std::int64_t open_campaign(const CampaignSpec& spec, std::int64_t device_id);
+  // What open_campaign checks, without writing: the id of the campaign of that name, nullopt if there
+  // is none; InputError if it could not be resumed with `spec`.
+  std::optional<std::int64_t> check_resume(const CampaignSpec& spec);
+  // Takes the write lock and lets it go, writing nothing: SqliteError (exit 3) when another writer
+  // holds it past the busy timeout. So a writer can refuse before its first line of progress.
+  void check_writable();
   // status: completed | stopped | failed (or running). Sets ended_at.
   void finish_campaign(std::int64_t campaign_id, const std::string& status, const std::string& stop_reason);
   std::optional<std::int64_t> find_campaign(const std::string& name);
@@ -146,7 +152,8 @@ class Store {
   std::optional<BuildRecord> find_build(const BuildKey& key);
   void put_build(const BuildKey& key, const BuildRecord& build);  // insert or replace
 
-  // One transaction; numbers the evaluation within its campaign. Returns its id.
+  // One transaction; numbers the evaluation within its campaign. Returns its id. (Tests can hold the
+  // transaction open with ATTNTUNE_TEST_COMMIT_DELAY_MS to kill a process inside it: store.cpp.)
   std::int64_t record_evaluation(std::int64_t campaign_id, std::int64_t candidate_id, std::int64_t device_id,
                                  const EvalRecord& eval, Phase phase = Phase::kSearch);
   // Everything the search evaluated in a campaign (any status), in evaluation order, so a resumed

@@ -2,6 +2,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 
 #include <gtest/gtest.h>
@@ -62,11 +63,17 @@ TEST(Sqlite, ConstraintErrorsCarryTheExtendedCode) {
   EXPECT_EQ(count(db), 1);
 }
 
-TEST(Sqlite, CorruptionIsBadInputOtherErrorsAreFailures) {
+TEST(Sqlite, CorruptionIsBadInputLockedOrFullIsTheEnvironmentOtherErrorsAreFailures) {
   EXPECT_EQ(SqliteError("sqlite3_step", SQLITE_CORRUPT, "malformed", "x.db").code(), ExitCode::kBadInput);
   EXPECT_EQ(SqliteError("sqlite3_step", SQLITE_NOTADB, "not a db", "x.db").code(), ExitCode::kBadInput);
+  EXPECT_EQ(SqliteError("sqlite3_step", SQLITE_CONSTRAINT, "constraint failed", "x.db").code(), ExitCode::kFailed);
+  const SqliteError full("sqlite3_step", SQLITE_FULL, "database or disk is full", "x.db");
+  EXPECT_EQ(full.code(), ExitCode::kEnvironment);
+  EXPECT_NE(std::string(full.what()).find("no space left"), std::string::npos) << full.what();
+  EXPECT_EQ(SqliteError("sqlite3_step", SQLITE_IOERR_WRITE, "disk I/O error", "x.db", EFBIG).code(),
+            ExitCode::kEnvironment);
   const SqliteError busy("sqlite3_step", SQLITE_BUSY, "database is locked", "x.db");
-  EXPECT_EQ(busy.code(), ExitCode::kFailed);
+  EXPECT_EQ(busy.code(), ExitCode::kEnvironment);
   EXPECT_NE(std::string(busy.what()).find("database 'x.db' is locked by another writer"), std::string::npos)
       << busy.what();
   EXPECT_STREQ(sqlite_code_name(SQLITE_IOERR_READ), "SQLITE_IOERR");
