@@ -95,6 +95,16 @@ std::pair<std::optional<Problem>, std::vector<Config>> warm_start(Store& store, 
   return {nearest, configs};
 }
 
+// A campaign name is free text, stored and printed as given, but one line of it: no control
+// characters (a newline would split every message and table that names it).
+void check_campaign_name(const std::string& name) {
+  for (const char c : name)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      throw InputError(fmt::format("tune: --campaign {} holds a control character (a campaign name is one line of "
+                                   "printable text)",
+                                   nlohmann::json(name).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace)));
+}
+
 nlohmann::ordered_json result_json(const std::string& campaign, const search::TuneResult& r, const Problem& problem,
                                    const std::string& family, const DeviceInfo& device) {
   nlohmann::ordered_json ranking = nlohmann::ordered_json::array();
@@ -168,26 +178,40 @@ int run_tune(const std::vector<std::string>& args) {
   const SearchSpace space = SearchSpace::load(space_path);
   const Problem problem = Problem::parse(problem_spec);
   family_info(space.family());  // an unknown template fails here, before anything starts
+  // What the family supports (d, dtype, problem constraints) does not depend on the arch: checked
+  // now, before a database or a GPU worker is touched. The arch itself is checked once known.
+  space.check_problem(problem, space.default_arch());
+  check_campaign_name(campaign);
 
   SignalGuard signals;
   // The runner: a recorded campaign, or the GPU (whose worker tells the arch; no GPU: exit 3).
+  // Every input is checked before anything is written: a bad one leaves the database as it was.
   std::optional<search::RecordedCampaign> recording;
   std::optional<Store> recording_store;
   std::unique_ptr<search::Runner> runner;
-  // No driver: say so before a database is created for nothing.
-  if (std::string why; simulate_db.empty() && !cuda::driver_available(&why)) throw EnvError(why);
-  Store store = Store::open(db_path, Store::Mode::kCreate);
   std::string arch;
+  std::uint64_t space_size = 0;
+  auto check_space = [&] {
+    space.check_problem(problem, arch);
+    space_size = space.count(problem, arch);
+    if (space_size == 0)
+      throw WorkError(fmt::format("tune: {} has no valid config for {} on {}", space.path(), problem.str(), arch));
+  };
   if (!simulate_db.empty()) {
     recording_store.emplace(Store::open(simulate_db, Store::Mode::kReadOnly));
     recording.emplace(search::RecordedCampaign::load(*recording_store, simulate_campaign));
+    arch = recording->arch;
+    check_space();
     if (recording->problem != problem || recording->space.hash() != space.hash())
       throw InputError(fmt::format("tune: the simulated campaign '{}' recorded problem {} with space hash {}; this run "
                                    "asks for {} with {}",
                                    simulate_campaign, recording->problem.str(), recording->space.hash().substr(0, 12),
                                    problem.str(), space.hash().substr(0, 12)));
-    arch = recording->arch;
-    space.check_problem(problem, arch);
+  } else if (std::string why; !cuda::driver_available(&why)) {
+    throw EnvError(why);  // no driver: say so before a database is created for nothing
+  }
+  Store store = Store::open(db_path, Store::Mode::kCreate);
+  if (recording) {
     runner = std::make_unique<search::SimulatedRunner>(*recording, std::chrono::milliseconds(simulate_delay_ms),
                                                        static_cast<std::size_t>(jobs > 0 ? jobs + 2 : 8), &g_abandon);
   } else {
@@ -201,16 +225,12 @@ int run_tune(const std::vector<std::string>& args) {
     ropts.cancel = &g_abandon;
     auto gpu = std::make_unique<GpuRunner>(space, problem, &store, ropts);
     arch = gpu->arch();
-    space.check_problem(problem, arch);
+    check_space();
     runner = std::move(gpu);
   }
   const DeviceInfo gpu = runner->device();
 
   if (campaign.empty()) campaign = fmt::format("{}:{}:{}", space.family(), problem.str(), arch);
-  const std::uint64_t space_size = space.count(problem, arch);
-  if (space_size == 0)
-    throw WorkError(fmt::format("tune: {} has no valid config for {} on {}", space.path(), problem.str(), arch));
-
   CampaignSpec spec;
   spec.name = campaign;
   spec.problem = problem;
@@ -222,6 +242,10 @@ int run_tune(const std::vector<std::string>& args) {
   spec.seed = static_cast<std::int64_t>(seed);
   spec.budget_evals = budget_evals;
   spec.budget_seconds = budget_seconds;
+  // A campaign of that name must be resumable with these inputs, and the database writable now
+  // (another writer's lock, a full disk), before the first line of progress.
+  store.check_resume(spec);
+  store.check_writable();
 
   search::TuneOptions topts;
   topts.strategy = strategy;

@@ -11,6 +11,7 @@
 
 #include "cli/command.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace attntune::cli {
 
@@ -29,7 +30,8 @@ void print_help() {
     if (!c.hidden) std::printf("  %-10s %s\n", c.name.c_str(), c.summary.c_str());
   std::printf(
       "\nexit codes: 0 success, 1 the work ran and failed, 2 bad input, 3 environment (no GPU,\n"
-      "driver or NVRTC). The database is ./attntune.db unless --db or $ATTNTUNE_DB says otherwise.\n");
+      "driver or NVRTC; a full disk; a database locked by another writer). The database is\n"
+      "./attntune.db unless --db or $ATTNTUNE_DB says otherwise.\n");
 }
 }  // namespace
 
@@ -91,10 +93,11 @@ int main(int argc, char** argv) {
     }
     throw InputError(fmt::format("unknown command '{}' (see attntune --help)", args[0]));
   } catch (const Error& e) {
-    std::fprintf(stderr, "attntune: error: %s\n", e.what());
+    // One line, whatever the message quotes (a file or campaign name may hold a newline).
+    std::fprintf(stderr, "attntune: error: %s\n", printable_line(e.what()).c_str());
     return static_cast<int>(e.code());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "attntune: error: internal: %s\n", e.what());
+    std::fprintf(stderr, "attntune: error: internal: %s\n", printable_line(e.what()).c_str());
     return 1;
   }
 }

@@ -23,6 +23,19 @@ std::string one_line(std::string_view text) {
   return out;
 }
 
+std::string printable_line(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += c;
+  }
+  return out;
+}
+
 double parse_duration(std::string_view text, std::string_view what) {
   auto bad = [&] {
     return InputError(fmt::format("{}: '{}' is not a duration (examples: 90s, 45m, 8h, 1h30m)", what, text));

@@ -8,6 +8,10 @@ namespace attntune {
 // become "; ", carriage returns are dropped, trailing separators trimmed.
 std::string one_line(std::string_view text);
 
+// The text with every control character escaped (\n, \t, \r, \xNN), so that an error message
+// that quotes an input (a file name, a campaign name) stays one line on the terminal.
+std::string printable_line(std::string_view text);
+
 // "90s", "45m", "8h", "1h30m", "2.5h": seconds. InputError for anything else (a bare number, an
 // unknown unit, zero or negative). `what` names the option in the message.
 double parse_duration(std::string_view text, std::string_view what);
