@@ -4,6 +4,7 @@
 #include <cctype>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -21,6 +22,21 @@ const std::vector<FamilyInfo>& families() {
       {"flash_fwd_wgmma", "templates/flash_fwd_wgmma/kernel.cu", "flash_fwd_wgmma"},
   };
   return f;
+}
+
+struct TestFamily {
+  FamilyInfo info;
+  FamilyHooks hooks;
+};
+// Registered by tests (register_test_family); empty in the product.
+std::vector<TestFamily>& test_families() {
+  static std::vector<TestFamily> f;
+  return f;
+}
+const TestFamily* find_test_family(const std::string& name) {
+  for (const auto& f : test_families())
+    if (f.info.name == name) return &f;
+  return nullptr;
 }
 
 std::string dir_of(const std::string& path) {
@@ -76,13 +92,22 @@ std::int64_t derived_value(const std::vector<std::pair<std::string, std::int64_t
 const FamilyInfo& family_info(const std::string& name) {
   for (const auto& f : families())
     if (f.name == name) return f;
+  if (const TestFamily* t = find_test_family(name)) return t->info;
   throw InputError(fmt::format("unknown template family '{}' (known: {})", name, fmt::join(known_families(), ", ")));
 }
 
 std::vector<std::string> known_families() {
   std::vector<std::string> names;
   for (const auto& f : families()) names.push_back(f.name);
+  for (const auto& f : test_families()) names.push_back(f.info.name);
   return names;
+}
+
+void register_test_family(const FamilyInfo& info, FamilyHooks hooks) {
+  if (!hooks.render || !hooks.geometry) throw std::logic_error("register_test_family: a hook is missing");
+  for (const auto& name : known_families())
+    if (name == info.name) throw std::logic_error("register_test_family: family '" + info.name + "' exists");
+  test_families().push_back({info, std::move(hooks)});
 }
 
 std::string macro_name(const std::string& param) {
@@ -133,6 +158,7 @@ std::vector<std::pair<std::string, std::int64_t>> kernel_defines(const SearchSpa
 
 RenderedKernel render_kernel(const SearchSpace& space, const Config& config, const Problem& problem,
                              const std::string& arch) {
+  if (const TestFamily* t = find_test_family(space.family())) return t->hooks.render(space, config, problem, arch);
   const FamilyInfo& fam = family_info(space.family());
   std::string src = fmt::format("// attntune candidate: {} {} (d={}, dtype={}, causal={})\n", fam.name,
                                 config_str(config), problem.d, dtype_name(problem.dtype), problem.causal ? 1 : 0);
@@ -148,6 +174,7 @@ RenderedKernel render_kernel(const SearchSpace& space, const Config& config, con
 
 LaunchGeometry launch_geometry(const SearchSpace& space, const Config& config, const Problem& problem,
                                const std::string& arch) {
+  if (const TestFamily* t = find_test_family(space.family())) return t->hooks.geometry(space, config, problem, arch);
   const auto derived = space.derive(config, problem, arch);
   const auto block_m = std::get<std::int64_t>(config.at("block_m"));
   LaunchGeometry g;

@@ -3,6 +3,7 @@
 // values as their index): the space has already checked every value against its domain.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,18 @@ std::string space_arch_for_device(const SearchSpace& space, const std::string& d
 
 // NVRTC options every build of a family uses (besides --gpu-architecture); part of the cache key.
 std::vector<std::string> family_nvrtc_options(const FamilyInfo& family);
+
+// A family that a test registers at run time, with its own rendering and launch geometry: the
+// reliability suite's planted-fault family (tests/reliability/) maps each of its configs to a real
+// flash_fwd_mma candidate or a faulty kernel of tests/data/faults/, so that faults go through the
+// campaign machinery like any candidate. The product never registers one: known_families() and the
+// families a YAML file can name are the built-in ones plus whatever the running process registered.
+struct FamilyHooks {
+  std::function<RenderedKernel(const SearchSpace&, const Config&, const Problem&, const std::string& arch)> render;
+  std::function<LaunchGeometry(const SearchSpace&, const Config&, const Problem&, const std::string& arch)> geometry;
+};
+// logic_error if the name is taken or a hook is missing. Not thread-safe: register before any use.
+void register_test_family(const FamilyInfo& info, FamilyHooks hooks);
 
 // "block_n" -> "BLOCK_N"
 std::string macro_name(const std::string& param);

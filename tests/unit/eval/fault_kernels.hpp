@@ -28,6 +28,18 @@ inline const std::vector<FaultKernel>& fault_kernels() {
   return k;
 }
 
+// Two more kinds, for the reliability suite's planted campaign (tests/reliability/), where the build
+// pool and the worker see them as any candidate: a compile that never ends (its source includes
+// NEVER_WRITTEN_FIFO, which the caller replaces with the path of a FIFO nobody writes) and an entry
+// point that is not in the module.
+inline const std::vector<FaultKernel>& campaign_fault_kernels() {
+  static const std::vector<FaultKernel> k = {
+      {"compile_hang.cu", "compile_timeout"},
+      {"missing_entry.cu", "launch_error"},
+  };
+  return k;
+}
+
 inline std::string read_text(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw std::runtime_error("cannot read " + path);
