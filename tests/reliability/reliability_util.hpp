@@ -1,0 +1,241 @@
+// Helpers of the reliability suite (tests/reliability/, docs/RELIABILITY.md): the attntune binary as
+// a child process (environment, a file-size limit, stdout and stderr kept, wall time measured), a
+// real recorded campaign to simulate `tune` from, whole-directory snapshots and digests, SQLite's
+// integrity check, percentiles.
+#pragma once
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <sqlite3.h>
+
+#include "core/hash.hpp"
+#include "db/sqlite.hpp"
+#include "db/store.hpp"
+#include "search/recorded.hpp"
+#include "tests/common/run_attntune.hpp"
+#include "tests/unit/db/db_test_util.hpp"
+
+namespace attntune::reliability {
+
+namespace fs = std::filesystem;
+using test::read_bytes;
+using test::snapshot;
+using test::TempDir;
+using test::write_bytes;
+using Clock = std::chrono::steady_clock;
+
+inline std::string source_dir() {
+  const char* env = std::getenv("ATTNTUNE_SOURCE_DIR");
+  return env && *env ? env : ATTNTUNE_SOURCE_DIR;
+}
+
+// ---- The binary as a child ------------------------------------------------------------------------
+
+struct ProcOptions {
+  std::vector<std::pair<std::string, std::string>> env;  // set in the child only
+  std::optional<rlim_t> file_size_limit;                 // RLIMIT_FSIZE, with SIGXFSZ ignored
+  std::string out_file, err_file;                        // "" : /dev/null; appended to
+};
+
+// `attntune ARGS...` (no shell) in its own process; the destructor kills and reaps it if it runs.
+class Proc {
+ public:
+  Proc(const std::vector<std::string>& args, const ProcOptions& o) {
+    // Everything the child needs is built before fork: readers run in threads, and after a fork
+    // only async-signal-safe calls are allowed (no allocation).
+    std::vector<std::string> argv{testing::attntune_bin()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) {
+      const std::string var = *e;
+      bool replaced = false;
+      for (const auto& [k, v] : o.env) replaced = replaced || var.rfind(k + "=", 0) == 0;
+      if (!replaced) env.push_back(var);
+    }
+    for (const auto& [k, v] : o.env) env.push_back(k + "=" + v);
+    std::vector<char*> argp, envp;
+    for (auto& a : argv) argp.push_back(a.data());
+    argp.push_back(nullptr);
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    const std::string out = o.out_file.empty() ? "/dev/null" : o.out_file;
+    const std::string err = o.err_file.empty() ? "/dev/null" : o.err_file;
+    started_ = Clock::now();
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      const int fo = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      const int fe = ::open(err.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fo < 0 || fe < 0 || ::dup2(fo, 1) < 0 || ::dup2(fe, 2) < 0) ::_exit(126);
+      if (o.file_size_limit) {
+        ::signal(SIGXFSZ, SIG_IGN);  // an ignored signal stays ignored across exec: writes fail with EFBIG
+        const rlimit lim{*o.file_size_limit, *o.file_size_limit};
+        ::setrlimit(RLIMIT_FSIZE, &lim);
+      }
+      ::execve(argp[0], argp.data(), envp.data());
+      ::_exit(127);
+    }
+  }
+  ~Proc() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      wait();
+    }
+  }
+  Proc(const Proc&) = delete;
+  Proc& operator=(const Proc&) = delete;
+
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+  // Exit code, or 128 + the signal that ended it.
+  int wait() {
+    if (pid_ <= 0) return rc_;
+    int st = 0;
+    while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+    }
+    ms_ = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
+    pid_ = -1;
+    rc_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return rc_;
+  }
+  // True once it has ended (reaps it then).
+  bool done() {
+    if (pid_ <= 0) return true;
+    int st = 0;
+    const pid_t r = ::waitpid(pid_, &st, WNOHANG);
+    if (r != pid_) return false;
+    ms_ = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
+    pid_ = -1;
+    rc_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return true;
+  }
+  double ms() const { return ms_; }  // start to exit, once waited for
+
+ private:
+  pid_t pid_ = -1;
+  int rc_ = -1;
+  double ms_ = 0;
+  Clock::time_point started_;
+};
+
+struct Ran {
+  int rc = -1;
+  std::string out, err;
+  double ms = 0;  // fork to exit
+};
+
+// Runs the binary to completion in `scratch` (stdout and stderr through files there).
+inline Ran run(const std::vector<std::string>& args, const fs::path& scratch, ProcOptions o = {}) {
+  static std::atomic<int> counter{0};
+  const std::string tag = fmt::format("run{}-{}", ::getpid(), counter++);
+  o.out_file = (scratch / (tag + ".out")).string();
+  o.err_file = (scratch / (tag + ".err")).string();
+  Ran r;
+  {
+    Proc p(args, o);
+    r.rc = p.wait();
+    r.ms = p.ms();
+  }
+  r.out = read_bytes(o.out_file);
+  r.err = read_bytes(o.err_file);
+  fs::remove(o.out_file);
+  fs::remove(o.err_file);
+  return r;
+}
+
+inline std::size_t count_lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+inline std::size_t count_of(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+// The store's commit hook (ATTNTUNE_TEST_COMMIT_DELAY_MS) says "test hook: evaluation N of campaign
+// C written, commit in X ms" while it holds evaluation N's transaction open: N of the last such line
+// in a log, 0 if none.
+inline std::int64_t held_seq(const std::string& log) {
+  const std::string mark = "test hook: evaluation ";
+  const std::size_t at = log.rfind(mark);
+  return at == std::string::npos ? 0 : std::stoll(log.substr(at + mark.size()));
+}
+
+// ---- A real recorded campaign to simulate from ----------------------------------------------------
+
+// tests/data/campaigns/h100-exhaustive-d128.db: all 564 valid flash_fwd_mma configs of
+// b=4,h=16,s=4096,d=128 bf16 timed on an H100. `tune --simulate-db` answers from it; the space it
+// was recorded with is written to `space` so the hashes match.
+struct Recording {
+  std::string db, campaign = "h100-exhaustive-d128", space, problem;
+  std::size_t size = 0;  // valid configs
+
+  explicit Recording(const TempDir& dir) {
+    db = source_dir() + "/tests/data/campaigns/h100-exhaustive-d128.db";
+    Store s = Store::open(db, Store::Mode::kReadOnly);
+    const search::RecordedCampaign rec = search::RecordedCampaign::load(s, campaign);
+    space = dir.file("flash_fwd_mma.yaml");
+    write_bytes(space, rec.space.text());
+    problem = rec.problem.str();
+    size = rec.space_size;
+  }
+  // `tune` against it: exhaustive unless said otherwise, no convergence stop.
+  std::vector<std::string> tune(const std::string& work_db, const std::string& campaign_name, int delay_ms,
+                                const std::vector<std::string>& more = {}) const {
+    std::vector<std::string> a = {"tune", "--space", space, "--problem", problem, "--db", work_db, "--campaign",
+                                  campaign_name, "--simulate-db", db, "--simulate-campaign", campaign,
+                                  "--simulate-delay-ms", std::to_string(delay_ms), "--strategy", "exhaustive",
+                                  "--log-interval", "1"};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  }
+};
+
+// ---- The database ------------------------------------------------------------------------------------
+
+// What SQLite's full integrity check says ("ok" when sound). Opens read-write so that a WAL left by
+// a killed writer is recovered as any next user would.
+inline std::string integrity_check(const std::string& path) {
+  sqlite::Connection db = sqlite::Connection::open(path, SQLITE_OPEN_READWRITE);
+  db.set_busy_timeout(std::chrono::seconds(5));
+  sqlite::Statement st(db, "PRAGMA integrity_check");
+  std::string out;
+  while (st.step()) out += (out.empty() ? "" : "; ") + st.text(0);
+  return out;
+}
+
+// A digest of every file in a directory, for messages: "attntune.db 3f2a..., attntune.db-wal ...".
+inline std::string digest(const std::map<std::string, std::string>& files) {
+  std::string out;
+  for (const auto& [name, bytes] : files)
+    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", name, content_hash(bytes).substr(0, 12));
+  return out.empty() ? "(empty)" : out;
+}
+
+// ---- Figures ------------------------------------------------------------------------------------------
+
+inline double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double rank = p / 100 * static_cast<double>(v.size() - 1);
+  const std::size_t lo = static_cast<std::size_t>(rank);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
+}
+
+}  // namespace attntune::reliability
