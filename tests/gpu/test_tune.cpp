@@ -42,3 +42,25 @@ TEST(TuneGpu, SmallCampaignRanksAndResumes) {
   for (const auto& e : evals) EXPECT_TRUE(configs.insert(config_str(e.config)).second) << config_str(e.config);
   fs::remove_all(dir);
 }
+
+// The Hopper family through the whole path: tune renders for sm_90a (the space lists only that),
+// the worker receives the launch geometry with its TMA boxes and persistent flag over the pipe,
+// and candidates validate and time. (Before the protocol carried them, every candidate failed to
+// launch with INVALID_VALUE while the in-process property tests passed.)
+TEST(TuneGpu, WgmmaCampaignRunsThroughTheWorker) {
+  ATTNTUNE_REQUIRE_GPU();
+  const fs::path dir = fs::temp_directory_path() / ("attntune-tune-wgmma-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string db = (dir / "t.db").string();
+  auto r = attntune::testing::run_attntune(
+      "tune --space " + source_dir() + "/search_spaces/flash_fwd_wgmma.yaml" +
+      " --problem b=2,h=4,hkv=2,s=1000,d=128,dtype=bf16,causal=1 --db " + db +
+      " --campaign wg --seed 5 --budget-evals 8 --final-top 2 --final-rounds 2 --format json");
+  if (r.rc == 2 && r.err.find("sm_90a") != std::string::npos) GTEST_SKIP() << "no sm_90a GPU: " << r.err;
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["evaluations"], 8);
+  EXPECT_GE(j["ok"].get<int>(), 6) << r.err;
+  ASSERT_FALSE(j["ranking"].empty());
+  fs::remove_all(dir);
+}

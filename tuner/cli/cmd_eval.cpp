@@ -58,7 +58,8 @@ int run_eval(const std::vector<std::string>& args) {
   eopts.device = device;
   eopts.deadline_floor_s = deadline_floor_s;
   Evaluator evaluator(eopts);
-  const DeviceInfo gpu = evaluator.device();
+  DeviceInfo gpu = evaluator.device();
+  gpu.arch = space_arch_for_device(space, gpu.arch);  // sm_90 -> sm_90a for a Hopper-only space: built and filed so
   const std::string arch = gpu.arch;
   space.check_problem(problem, arch);
   if (auto why = space.check(config, problem, arch))

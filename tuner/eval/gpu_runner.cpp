@@ -14,6 +14,7 @@ GpuRunner::GpuRunner(const SearchSpace& space, const Problem& problem, Store* st
   eopts.cancel = options.cancel;
   evaluator_ = std::make_unique<Evaluator>(eopts);
   device_ = evaluator_->device();
+  device_.arch = space_arch_for_device(space, device_.arch);
   BuildPoolOptions bopts;
   bopts.nvrtc_options = family_nvrtc_options(family_info(space.family()));
   bopts.jobs = options.jobs;

@@ -26,7 +26,9 @@ struct GpuRunnerOptions {
 
 class GpuRunner : public search::Runner {
  public:
-  // Starts the GPU worker (EnvError without a GPU) to learn the device; builds target its arch.
+  // Starts the GPU worker (EnvError without a GPU) to learn the device. Builds target its arch as
+  // the space names it (space_arch_for_device: sm_90 -> sm_90a for a Hopper-only space), and
+  // device() reports that arch, so the store files results under the arch they were built for.
   GpuRunner(const SearchSpace& space, const Problem& problem, Store* store, GpuRunnerOptions options);
   const DeviceInfo& device() override { return device_; }
   std::size_t capacity() const override;

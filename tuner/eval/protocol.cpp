@@ -464,6 +464,10 @@ Frame to_frame(const EvalRequest& r) {
               {"grid", {r.geometry.grid[0], r.geometry.grid[1], r.geometry.grid[2]}},
               {"block", r.geometry.block},
               {"smem_bytes", r.geometry.smem_bytes},
+              // The TMA family's launch needs these too (tensor maps, persistent grid): a geometry
+              // that lost them in transit launched with the wrong parameters (INVALID_VALUE).
+              {"tma", {r.geometry.tma.q_rows, r.geometry.tma.kv_rows, r.geometry.tma.head_dim, r.geometry.tma.bf16 ? 1u : 0u}},
+              {"persistent", r.geometry.persistent},
               {"problem", r.problem.json()},
               {"validation_seed", r.validation_seed},
               {"timing_seed", r.timing_seed},
@@ -482,6 +486,10 @@ EvalRequest eval_request(const Frame& f) {
   for (int i = 0; i < 3; ++i) r.geometry.grid[i] = grid[i];
   r.geometry.block = field<unsigned>(f, "block");
   r.geometry.smem_bytes = field<unsigned>(f, "smem_bytes");
+  const auto tma = field<std::vector<unsigned>>(f, "tma");
+  if (tma.size() != 4) throw ProtocolError("message 'eval': tma must have 4 fields");
+  r.geometry.tma = {tma[0], tma[1], tma[2], tma[3] != 0};
+  r.geometry.persistent = field<bool>(f, "persistent");
   r.problem = problem_field(f);
   r.validation_seed = field<std::uint64_t>(f, "validation_seed");
   r.timing_seed = field<std::uint64_t>(f, "timing_seed");

@@ -225,6 +225,8 @@ TEST(Protocol, MessagesRoundTrip) {
   r.geometry.grid[2] = 4;
   r.geometry.block = 256;
   r.geometry.smem_bytes = 98304;
+  r.geometry.tma = {128, 176, 128, true};
+  r.geometry.persistent = true;
   r.problem = Problem::parse("b=4,h=16,hkv=2,s=4096,sk=1000,d=128,dtype=bf16,causal=1");
   r.validation_seed = 0xFFFFFFFFFFFFFFF0ull;
   r.timing_seed = 77;
@@ -239,6 +241,11 @@ TEST(Protocol, MessagesRoundTrip) {
   EXPECT_EQ(back.geometry.grid[2], 4u);
   EXPECT_EQ(back.geometry.block, 256u);
   EXPECT_EQ(back.geometry.smem_bytes, 98304u);
+  EXPECT_EQ(back.geometry.tma.q_rows, 128u);
+  EXPECT_EQ(back.geometry.tma.kv_rows, 176u);
+  EXPECT_EQ(back.geometry.tma.head_dim, 128u);
+  EXPECT_TRUE(back.geometry.tma.bf16);
+  EXPECT_TRUE(back.geometry.persistent);
   EXPECT_EQ(back.problem, r.problem);
   EXPECT_EQ(back.validation_seed, r.validation_seed);
   EXPECT_EQ(back.timing_seed, 77u);
