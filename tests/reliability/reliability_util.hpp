@@ -219,6 +219,29 @@ inline std::string integrity_check(const std::string& path) {
   return out;
 }
 
+// One evaluation row as committed: what must never change or vanish once committed.
+struct CommittedRow {
+  std::string phase, config, status;
+  std::optional<double> median_us;
+  bool operator==(const CommittedRow&) const = default;
+};
+
+// seq -> row of campaign `campaign` (every campaign when ""), both phases, read the way any user of
+// the file would; empty when the file does not exist yet.
+inline std::map<std::int64_t, CommittedRow> committed_rows(const std::string& db, const std::string& campaign = "") {
+  std::map<std::int64_t, CommittedRow> out;
+  if (!fs::exists(db)) return out;
+  sqlite::Connection c = sqlite::Connection::open(db, SQLITE_OPEN_READWRITE);
+  c.set_busy_timeout(std::chrono::seconds(5));
+  sqlite::Statement st(c,
+                       "SELECT e.seq, e.phase, k.config_key, e.status, e.median_us FROM evaluations e "
+                       "JOIN candidates k ON k.id = e.candidate_id JOIN campaigns c ON c.id = e.campaign_id "
+                       "WHERE ?1 = '' OR c.name = ?1 ORDER BY e.seq");
+  st.bind(campaign);
+  while (st.step()) out[st.int64(0)] = {st.text(1), st.text(2), st.text(3), st.opt_real(4)};
+  return out;
+}
+
 // A digest of every file in a directory, for messages: "attntune.db 3f2a..., attntune.db-wal ...".
 inline std::string digest(const std::map<std::string, std::string>& files) {
   std::string out;

@@ -27,30 +27,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// One evaluation row as committed: what must never change or vanish once committed.
-struct Row {
-  std::string phase, config, status;
-  std::optional<double> median_us;
-  bool operator==(const Row&) const = default;
-};
-
-// seq -> row, for campaign `name` (both phases), read the way any user of the file would.
-std::map<std::int64_t, Row> rows_of(const std::string& db, const std::string& name) {
-  std::map<std::int64_t, Row> out;
-  if (!fs::exists(db)) return out;
-  sqlite::Connection c = sqlite::Connection::open(db, SQLITE_OPEN_READWRITE);
-  c.set_busy_timeout(5s);
-  sqlite::Statement st(c,
-                       "SELECT e.seq, e.phase, k.config_key, e.status, e.median_us FROM evaluations e "
-                       "JOIN candidates k ON k.id = e.candidate_id JOIN campaigns c ON c.id = e.campaign_id "
-                       "WHERE c.name = ?1 ORDER BY e.seq");
-  st.bind(name);
-  while (st.step()) out[st.int64(0)] = {st.text(1), st.text(2), st.text(3), st.opt_real(4)};
-  return out;
-}
-
-std::map<std::string, Row> search_by_config(const std::map<std::int64_t, Row>& rows) {
-  std::map<std::string, Row> out;
+std::map<std::string, CommittedRow> search_by_config(const std::map<std::int64_t, CommittedRow>& rows) {
+  std::map<std::string, CommittedRow> out;
   for (const auto& [seq, r] : rows)
     if (r.phase == "search") out.emplace(r.config, r);
   return out;
@@ -72,7 +50,7 @@ TEST(ReliabilityKills, TwentySigkillsThenResumesLoseNothingAndRankAsAnUninterrup
     std::int64_t held = 0;  // the seq whose commit the kill cut
   };
   std::vector<Kill> kills;
-  std::map<std::int64_t, Row> committed;
+  std::map<std::int64_t, CommittedRow> committed;
   const auto t0 = Clock::now();
 
   for (int k = 0; k < kKills; ++k) {
@@ -101,7 +79,7 @@ TEST(ReliabilityKills, TwentySigkillsThenResumesLoseNothingAndRankAsAnUninterrup
                                  << read_bytes(log);
 
     ASSERT_EQ(integrity_check(work), "ok") << "after kill " << k;
-    const auto now = rows_of(work, "k");
+    const auto now = committed_rows(work, "k");
     for (const auto& [seq, row] : committed) {
       auto it = now.find(seq);
       ASSERT_NE(it, now.end()) << "evaluation #" << seq << " was committed, then lost at kill " << k;
@@ -122,7 +100,7 @@ TEST(ReliabilityKills, TwentySigkillsThenResumesLoseNothingAndRankAsAnUninterrup
   EXPECT_NE(last.err.find("resuming campaign 'k'"), std::string::npos) << last.err;
   const double killed_s = std::chrono::duration<double>(Clock::now() - t0).count();
   ASSERT_EQ(integrity_check(work), "ok");
-  const auto final_rows = rows_of(work, "k");
+  const auto final_rows = committed_rows(work, "k");
   for (const auto& [seq, row] : committed) ASSERT_EQ(final_rows.at(seq), row) << "evaluation #" << seq;
 
   // Nothing evaluated twice, nothing missing: each valid config once in the search.
@@ -137,7 +115,7 @@ TEST(ReliabilityKills, TwentySigkillsThenResumesLoseNothingAndRankAsAnUninterrup
   // The same campaign without interruption.
   const Ran whole = run(rec.tune(ref, "k", 0), dir.path());
   ASSERT_EQ(whole.rc, 0) << whole.err;
-  const auto ref_rows = rows_of(ref, "k");
+  const auto ref_rows = committed_rows(ref, "k");
   EXPECT_TRUE(search_by_config(final_rows) == search_by_config(ref_rows))
       << "the killed campaign's results differ from the uninterrupted one's";
 

@@ -244,24 +244,6 @@ TEST(ReliabilityPlantedFaultsGpu, OneCampaignClassifiesFiftyFiveFaultsAndKeepsEv
 
 // ---- GPU kills --------------------------------------------------------------------------------------
 
-struct GpuRow {
-  std::string phase, config, status;
-  std::optional<double> median_us;
-  bool operator==(const GpuRow&) const = default;
-};
-
-std::map<std::int64_t, GpuRow> gpu_rows(const std::string& db) {
-  std::map<std::int64_t, GpuRow> out;
-  if (!fs::exists(db)) return out;
-  sqlite::Connection c = sqlite::Connection::open(db, SQLITE_OPEN_READWRITE);
-  c.set_busy_timeout(5s);
-  sqlite::Statement st(c,
-                       "SELECT e.seq, e.phase, k.config_key, e.status, e.median_us FROM evaluations e "
-                       "JOIN candidates k ON k.id = e.candidate_id ORDER BY e.seq");
-  while (st.step()) out[st.int64(0)] = {st.text(1), st.text(2), st.text(3), st.opt_real(4)};
-  return out;
-}
-
 TEST(ReliabilityKillsGpu, TwentySigkillsDuringCompileEvaluationAndCommitThenResume) {
   ATTNTUNE_REQUIRE_GPU();
   TempDir dir;
@@ -282,7 +264,7 @@ TEST(ReliabilityKillsGpu, TwentySigkillsDuringCompileEvaluationAndCommitThenResu
   std::shuffle(moments.begin(), moments.end(), rng);
 
   constexpr int kHoldMs = 200;
-  std::map<std::int64_t, GpuRow> committed;
+  std::map<std::int64_t, CommittedRow> committed;
   std::vector<std::string> lines;
   int landed_before = 0, landed_inside = 0, landed_after = 0;
   const auto t0 = Clock::now();
@@ -312,7 +294,7 @@ TEST(ReliabilityKillsGpu, TwentySigkillsDuringCompileEvaluationAndCommitThenResu
     const int rc = p.wait();
     ASSERT_EQ(rc, 128 + SIGKILL) << "run " << k << " ended before the kill:\n" << read_bytes(log);
     ASSERT_EQ(integrity_check(work), "ok");
-    const auto now = gpu_rows(work);
+    const auto now = committed_rows(work);
     for (const auto& [seq, row] : committed) {
       ASSERT_TRUE(now.count(seq)) << "evaluation #" << seq << " lost at kill " << k;
       ASSERT_EQ(now.at(seq), row) << "evaluation #" << seq << " changed at kill " << k;
@@ -344,7 +326,7 @@ TEST(ReliabilityKillsGpu, TwentySigkillsDuringCompileEvaluationAndCommitThenResu
   const double whole_s = std::chrono::duration<double>(Clock::now() - t1).count();
 
   ASSERT_EQ(integrity_check(work), "ok");
-  const auto final_rows = gpu_rows(work), ref_rows = gpu_rows(ref);
+  const auto final_rows = committed_rows(work), ref_rows = committed_rows(ref);
   for (const auto& [seq, row] : committed) ASSERT_EQ(final_rows.at(seq), row);
   std::map<std::string, std::string> killed_status, ref_status;
   for (const auto& [seq, r] : final_rows)

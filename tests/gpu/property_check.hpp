@@ -1,0 +1,74 @@
+// The property check both kernel families' GPU tests run: configs built through the pool the tuner
+// uses (build-worker processes, all cores, ahead of the GPU), each in its own dtype/causal variant,
+// then every build launched on each shape (fresh random inputs, NaN-poisoned output) and compared
+// with the reference by FlashAttention-2's criterion. The caller holds the CUDA context.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "eval/attention_gpu.hpp"
+#include "eval/build_pool.hpp"
+#include "tests/common/run_attntune.hpp"
+
+namespace attntune::testing {
+
+struct PropertyShape {
+  const char* dims;  // b,h,hkv,s,sk
+  Layout layout;
+};
+
+struct PropertyRun {
+  const char* label;      // printed with the counts: "flash_fwd_mma"
+  int d = 0;
+  std::string arch;       // the build target (sm_90a for the Hopper family)
+  std::uint64_t seed = 0; // inputs use seed + 1, seed + 2, ...
+  bool require_no_spills = false;
+};
+
+// variants[i] is the problem (its dtype and causal) configs[i] is built for.
+inline void check_configs(const SearchSpace& space, const std::vector<Config>& configs,
+                          const std::vector<Problem>& variants, std::span<const PropertyShape> shapes,
+                          const PropertyRun& run) {
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options(family_info(space.family()));
+  pool_opts.worker_argv = {attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::map<std::uint64_t, Problem> variant_of;  // ticket -> the dtype/causal variant built
+  for (std::size_t i = 0; i < configs.size(); ++i)
+    variant_of[pool.submit({configs[i], render_kernel(space, configs[i], variants[i], run.arch), run.arch})] = variants[i];
+  Reference ref(cuda::device_props(0).arch);
+  int checked = 0, failures = 0;
+  std::uint64_t seed = run.seed;
+  while (auto o = pool.next()) {
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    if (o->build.status != "ok") continue;
+    if (run.require_no_spills)
+      EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
+    const Problem& v = variant_of.at(o->ticket);
+    for (const PropertyShape& sh : shapes) {
+      Problem p = Problem::parse(
+          fmt::format("{},d={},dtype={},causal={}", sh.dims, run.d, dtype_name(v.dtype), v.causal ? 1 : 0));
+      LoadedKernel kernel(o->build.cubin, o->job.kernel.kernel_name, launch_geometry(space, o->job.config, p, run.arch));
+      AttnBuffers buf(p, sh.layout);
+      ref.fill(buf, ++seed);
+      kernel.launch(buf);
+      const Verdict verdict = ref.check(buf);
+      ++checked;
+      if (verdict.status != "ok") {
+        ++failures;
+        ADD_FAILURE() << config_str(o->job.config) << " on " << p.str() << " " << layout_name(sh.layout) << ": "
+                      << verdict.detail();
+      }
+    }
+  }
+  std::printf("%s d=%d: %zu configs, %d checks, %d failures\n", run.label, run.d, configs.size(), checked, failures);
+}
+
+}  // namespace attntune::testing
