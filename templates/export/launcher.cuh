@@ -2,20 +2,31 @@
 //
 // `attntune export` appends this after the kernels and replaces each marker (a name between two
 // pairs of at-signs) with integers, fixed identifiers (attntune_kN namespaces, the family's renamed
-// entry point) and one C string literal of ASCII JSON with every quote, backslash and question mark
-// escaped. Nothing else from the database reaches this code.
+// entry point), the launch parts of the kernels' families (templates/export/launch_*.cuh, verbatim)
+// and one C string literal of ASCII JSON with every quote, backslash and question mark escaped.
+// Nothing else from the database reaches this code.
+//
+// One launcher for every family: argument checks, kernel selection, device checks, errors and
+// provenance are here; what differs between families (the kernel's arguments after AttnParams,
+// checks only that launch needs) is a family's launch part, which each kernel of the table names.
 //
 // The C entry points check everything the kernels assume before any CUDA call, and answer
 // ATTNTUNE_UNSUPPORTED with a reason (attntune_last_error) rather than computing garbage:
 //   - head_dim and is_causal: one of the kernels of this file was built for them;
 //   - sizes: batch, heads, lengths >= 0, heads_q a multiple of heads_kv, grid limits;
-//   - alignment: the kernels copy rows into shared memory 16 bytes at a time (cp.async), so q, k,
-//     v and out start on 16-byte boundaries and every stride is a multiple of 8 elements;
+//   - alignment: the kernels copy rows into shared memory 16 bytes at a time (cp.async, or TMA
+//     whose tensor maps take 16-byte-aligned bases and strides), so q, k, v and out start on
+//     16-byte boundaries and every stride is a multiple of 8 elements;
 //   - strides >= 0, and out's strides never make two outputs share an element;
 //   - softmax_scale finite and > 0 (the online softmax tracks the row maximum of the raw scores);
+//   - what the kernel's launch part adds (TMA: strides under 2^40 bytes, work tiles in an int);
 //   - the device: the kernel has code for it and fits its shared memory and registers.
 // The element type cannot be checked through void pointers: it is the "dtype" of
 // attntune_kernel_info().
+
+// Host code only: the device passes of nvcc need the kernels alone (and with -arch=sm_90a, the
+// compute_90 PTX pass sees no arch-specific kernel: see the kernel's #if).
+#if !defined(__CUDA_ARCH__)
 
 #define ATTNTUNE_UNSUPPORTED 1000
 #if defined(_WIN32)
@@ -38,23 +49,54 @@ struct Args {
   float scale;
 };
 
+// The device a call runs on, as far as launches need it.
+struct Device {
+  int index;
+  int sm_count;  // for persistent grids
+};
+
 struct Kernel;
-typedef cudaError_t (*LaunchFn)(const Kernel& kernel, const Args& args, cudaStream_t stream);
+// A family's checks beyond the shared ones (0, or unsupported(...)); NULL when it has none.
+typedef int (*CheckFn)(const Kernel& kernel, const Args& args);
+// Fills the kernel's arguments and launches: 0, unsupported(...) or cuda_failed(...).
+typedef int (*LaunchFn)(const Kernel& kernel, const Args& args, const Device& device, cudaStream_t stream);
 
 // One tuned kernel of this file: what it was built and tuned for, and how to launch it.
 struct Kernel {
   const char* label;  // "d=128 bf16 causal=0, tuned for b=4,h=16,hkv=16,s=4096,sk=4096"
-  int head_dim, causal;
+  const char* arch;   // what it was built and measured for: "sm_90", "sm_90a" (arch-specific)
+  int head_dim, causal, bf16;
   int tuned_b, tuned_h, tuned_hkv, tuned_s, tuned_sk;
   int block_m, threads, smem_bytes;  // grid = (ceil(seqlen_q / block_m), heads_q, batch)
+  int persistent;                    // 1: grid = min(work tiles above, SMs) CTAs that walk the tiles
+  int tma_q_rows, tma_kv_rows;       // TMA box rows of Q's and of K's and V's tensor maps; 0: none
   const void* func;                  // the __global__ entry point
+  CheckFn check;
   LaunchFn launch;
 };
 
-// Fills the kernel's own AttnParams (each kernel has its namespace's copy of the one ABI in
-// templates/common/attn_params.h) exactly as the tuner's evaluator does, and launches.
+static thread_local char g_error[1024] = "";
+
+#if defined(__GNUC__)
+static int unsupported(const char* format, ...) __attribute__((format(printf, 1, 2)));
+#endif
+static int unsupported(const char* format, ...) {
+  va_list ap;
+  va_start(ap, format);
+  std::vsnprintf(g_error, sizeof g_error, format, ap);
+  va_end(ap);
+  return ATTNTUNE_UNSUPPORTED;
+}
+
+static int cuda_failed(cudaError_t e, const char* call) {
+  std::snprintf(g_error, sizeof g_error, "%s: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
+  return static_cast<int>(e);
+}
+
+// The kernel's own AttnParams (each kernel has its namespace's copy of the one ABI in
+// templates/common/attn_params.h), filled exactly as the tuner's evaluator fills it.
 template <class Params>
-cudaError_t launch_as(const Kernel& kernel, const Args& a, cudaStream_t stream) {
+Params make_params(const Args& a) {
   Params p;
   p.q = a.q;
   p.k = a.k;
@@ -75,12 +117,33 @@ cudaError_t launch_as(const Kernel& kernel, const Args& a, cudaStream_t stream) 
   p.q_per_kv = a.heads_q / a.heads_kv;
   p.scale = a.scale;
   p.scale_log2 = static_cast<float>(static_cast<double>(a.scale) * 1.4426950408889634);  // log2(e)
-  const dim3 grid(static_cast<unsigned>((a.seqlen_q + kernel.block_m - 1) / kernel.block_m),
-                  static_cast<unsigned>(a.heads_q), static_cast<unsigned>(a.batch));
-  void* params[] = {&p};
-  return cudaLaunchKernel(kernel.func, grid, dim3(static_cast<unsigned>(kernel.threads)), params,
-                          static_cast<size_t>(kernel.smem_bytes), stream);
+  return p;
 }
+
+// Work tiles of a call: (ceil(seqlen_q / block_m), heads_q, batch).
+static long long work_tiles(const Kernel& k, const Args& a) {
+  return static_cast<long long>((a.seqlen_q + k.block_m - 1) / k.block_m) * a.heads_q * a.batch;
+}
+
+// Launches with the kernel's grid (one CTA per work tile, or persistent: one per SM, at most one
+// per tile) and the kernel arguments `params` (pointers to each, in order).
+static int launch_kernel(const Kernel& k, const Args& a, const Device& device, void** params, cudaStream_t stream) {
+  dim3 grid(static_cast<unsigned>((a.seqlen_q + k.block_m - 1) / k.block_m), static_cast<unsigned>(a.heads_q),
+            static_cast<unsigned>(a.batch));
+  if (k.persistent) {
+    const long long tiles = work_tiles(k, a);
+    grid = dim3(static_cast<unsigned>(tiles < device.sm_count ? tiles : device.sm_count), 1, 1);
+  }
+  const cudaError_t e = cudaLaunchKernel(k.func, grid, dim3(static_cast<unsigned>(k.threads)), params,
+                                         static_cast<size_t>(k.smem_bytes), stream);
+  return e == cudaSuccess ? 0 : cuda_failed(e, "cudaLaunchKernel");
+}
+
+}  // namespace attntune_export
+
+// The launch parts of this file's kernel families.
+@@FAMILY_LAUNCHERS@@
+namespace attntune_export {
 
 // clang-format off
 static const Kernel kKernels[] = {
@@ -100,24 +163,6 @@ static const char kBuiltFor[] = ATTNTUNE_STR(__CUDA_ARCH_LIST__);
 #else
 static const char kBuiltFor[] = "unknown";
 #endif
-
-static thread_local char g_error[1024] = "";
-
-#if defined(__GNUC__)
-static int unsupported(const char* format, ...) __attribute__((format(printf, 1, 2)));
-#endif
-static int unsupported(const char* format, ...) {
-  va_list ap;
-  va_start(ap, format);
-  std::vsnprintf(g_error, sizeof g_error, format, ap);
-  va_end(ap);
-  return ATTNTUNE_UNSUPPORTED;
-}
-
-static int cuda_failed(cudaError_t e, const char* call) {
-  std::snprintf(g_error, sizeof g_error, "%s: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
-  return static_cast<int>(e);
-}
 
 static bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
@@ -193,9 +238,39 @@ static int no_kernel(int head_dim, int is_causal) {
                      built);
 }
 
-// Per device and kernel: 1 once the device was checked and the shared-memory limit raised.
+// Per device and kernel: 1 once the device was checked and the shared-memory limit raised. Per
+// device: its SM count, once read (0 before).
 static const int kMaxDevices = 64;
 static std::atomic<int> g_ready[kMaxDevices][sizeof(kKernels) / sizeof(kKernels[0])];
+static std::atomic<int> g_sm_count[kMaxDevices];
+
+// "sm_90a": code for that arch runs on compute capability 9.0 only (wgmma, setmaxnreg).
+static bool arch_specific(const char* arch) {
+  size_t n = 0;
+  while (arch[n]) ++n;
+  return n > 0 && arch[n - 1] == 'a';
+}
+
+// 90 for "sm_90a" (the table's archs are "sm_", digits and at most an "a").
+static int arch_number(const char* arch) {
+  int n = 0;
+  for (const char* c = arch + 3; *c >= '0' && *c <= '9'; ++c) n = n * 10 + (*c - '0');
+  return n;
+}
+
+// The device's SM count (cached per device).
+static int device_info(int device, Device* out) {
+  out->index = device;
+  int sms = device >= 0 && device < kMaxDevices ? g_sm_count[device].load(std::memory_order_acquire) : 0;
+  if (sms == 0) {
+    const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess) return cuda_failed(e, "cudaDeviceGetAttribute(MultiProcessorCount)");
+    if (sms < 1) sms = 1;
+    if (device >= 0 && device < kMaxDevices) g_sm_count[device].store(sms, std::memory_order_release);
+  }
+  out->sm_count = sms;
+  return 0;
+}
 
 // Checks that kernel `index` runs on `device` and raises its dynamic shared-memory limit there.
 static int prepare(int device, int index) {
@@ -206,11 +281,20 @@ static int prepare(int device, int index) {
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (e != cudaSuccess) return cuda_failed(e, "cudaDeviceGetAttribute");
+  if (arch_specific(k.arch) && major * 10 + minor != arch_number(k.arch))
+    return unsupported("kernel %s is %s code, which runs only on GPUs of compute capability %d.%d; device %d is "
+                       "sm_%d%d: export a kernel tuned for it",
+                       k.label, k.arch, arch_number(k.arch) / 10, arch_number(k.arch) % 10, device, major, minor);
   cudaFuncAttributes attr;
   e = cudaFuncGetAttributes(&attr, k.func);
   if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction ||
       e == cudaErrorUnsupportedPtxVersion || e == cudaErrorInvalidPtx) {
     cudaGetLastError();  // ours, not the caller's: do not leave it behind
+    if (arch_specific(k.arch))
+      return unsupported(
+          "kernel %s has no code for device %d (sm_%d%d): it uses %s-only instructions, so it runs only on "
+          "that arch's GPUs, compiled with -arch=%s (this library: compute capabilities %s; %s)",
+          k.label, device, major, minor, k.arch, k.arch, kBuiltFor, cudaGetErrorName(e));
     return unsupported(
         "kernel %s has no code for device %d (sm_%d%d): this library was compiled for compute "
         "capabilities %s; rebuild the .cu with -arch=sm_%d%d (%s)",
@@ -272,14 +356,17 @@ static int forward(const Args& a, int is_causal, cudaStream_t stream) {
     return unsupported("o_strides {%lld, %lld, %lld} make outputs overlap for batch=%d heads_q=%d seqlen_q=%d "
                        "head_dim=%d",
                        a.o_stride[0], a.o_stride[1], a.o_stride[2], a.batch, a.heads_q, a.seqlen_q, a.head_dim);
+  const Kernel& kernel = kKernels[index];
+  if (kernel.check)
+    if (const int r = kernel.check(kernel, a)) return r;
 
   int device = 0;
-  cudaError_t e = cudaGetDevice(&device);
+  const cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return cuda_failed(e, "cudaGetDevice");
   if (const int r = prepare(device, index)) return r;
-  e = kKernels[index].launch(kKernels[index], a, stream);
-  if (e != cudaSuccess) return cuda_failed(e, "cudaLaunchKernel");
-  return 0;
+  Device dev;
+  if (const int r = device_info(device, &dev)) return r;
+  return kernel.launch(kernel, a, dev, stream);
 }
 
 }  // namespace attntune_export
@@ -335,3 +422,5 @@ ATTNTUNE_API int attntune_select_kernel(int head_dim, int is_causal, int batch,
 }
 
 }  // extern "C"
+
+#endif  // !defined(__CUDA_ARCH__)

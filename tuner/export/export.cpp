@@ -21,6 +21,35 @@ constexpr const char* kFormat = "attntune-export/1";
 constexpr const char* kPrologue = "templates/export/prologue.cuh";
 constexpr const char* kLauncher = "templates/export/launcher.cuh";
 
+// How the launcher calls a family's entry point: its parameters after the rename (the launcher
+// declares it with them), the launch part (templates/export/launch_*.cuh) and the function of it
+// the kernel table names, with the template arguments it takes from the kernel's namespace.
+struct LaunchKind {
+  const char* params;       // the entry point's parameter list, in the kernel's namespace
+  const char* part;         // embedded file
+  const char* launch;       // "launch_plain<{ns}::AttnParams>" (fmt, {ns}: the kernel's namespace)
+  const char* check;        // the part's extra checks, or "0"
+};
+
+// One AttnParams (flash_fwd_mma, and any family whose launch geometry has no tensor maps).
+constexpr LaunchKind kPlainLaunch = {"const AttnParams p", "templates/export/launch_plain.cuh",
+                                     "&launch_plain<{ns}::AttnParams>", "0"};
+// AttnParams and the tensor maps of Q, K and V (flash_fwd_wgmma: templates/flash_fwd_wgmma/kernel.cu).
+constexpr LaunchKind kTmaLaunch = {"const AttnParams p, const __grid_constant__ att::TmaMaps maps",
+                                   "templates/export/launch_tma.cuh",
+                                   "&launch_tma<{ns}::AttnParams, {ns}::att::TmaMaps>", "&check_tma"};
+
+// The launch of a family's kernel, by its launch geometry: tensor maps mean the TMA family's
+// signature (the one family that has them; another would need its own kind here).
+const LaunchKind& launch_kind(const std::string& family, const LaunchGeometry& g) {
+  if (g.tma.q_rows == 0) return kPlainLaunch;
+  if (family != "flash_fwd_wgmma")
+    throw InputError(fmt::format("export: family {} launches with TMA tensor maps, which export knows only for "
+                                 "flash_fwd_wgmma",
+                                 json_quoted(family)));
+  return kTmaLaunch;
+}
+
 bool is_identifier(std::string_view s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
   return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
@@ -86,6 +115,10 @@ struct Prepared {
   const ExportItem* item = nullptr;
   RenderedKernel kernel;
   LaunchGeometry geometry;
+  const LaunchKind* launch = nullptr;
+  // The space lists only arch-specific targets ("sm_90a"): the preprocessor condition under which
+  // a device pass can hold the kernel ("defined(__CUDA_ARCH_FEAT_SM90_ALL)"); "" otherwise.
+  std::string device_condition;
   std::int64_t block_m = 0;
   int source_index = 0;  // which distinct source (namespace attntune_kN)
 };
@@ -95,7 +128,13 @@ struct Plan {
   std::vector<std::size_t> sources;  // items holding each distinct source, first use order
   std::string dtype, arch;
   int min_arch = 0;  // lowest arch every space supports, e.g. 80
+  // Spaces that list only arch-specific targets ("sm_90a": wgmma, setmaxnreg): each such list,
+  // one of whose archs the file must be compiled for.
+  std::vector<std::vector<std::string>> specific_archs;
+  std::vector<const LaunchKind*> launch_kinds;  // used by some kernel, first use order
 };
+
+bool is_arch_specific(const std::string& arch) { return !arch.empty() && arch.back() == 'a'; }
 
 Plan plan(const std::vector<ExportItem>& items) {
   if (items.empty()) throw std::logic_error("export: no kernels");
@@ -120,16 +159,33 @@ Plan plan(const std::vector<ExportItem>& items) {
           json_quoted(r.campaign), config_str(r.config), r.source_hash.substr(0, 12),
           prep.kernel.source_hash.substr(0, 12)));
     prep.geometry = launch_geometry(*it.space, r.config, r.problem, r.arch);
+    prep.launch = &launch_kind(r.family, prep.geometry);
+    if (std::find(p.launch_kinds.begin(), p.launch_kinds.end(), prep.launch) == p.launch_kinds.end())
+      p.launch_kinds.push_back(prep.launch);
     prep.block_m = std::get<std::int64_t>(r.config.at("block_m"));
     if (!is_identifier(prep.kernel.kernel_name)) throw std::logic_error("export: kernel name is not an identifier");
     const auto [pos, fresh] = by_hash.emplace(prep.kernel.source_hash, static_cast<int>(by_hash.size()));
     prep.source_index = pos->second;
     p.items.push_back(std::move(prep));
     if (fresh) p.sources.push_back(p.items.size() - 1);
+    // The file needs what every space needs: the highest of the spaces' lowest archs.
+    int space_min = 0;
+    bool all_specific = !it.space->archs().empty();
     for (const std::string& a : it.space->archs()) {
       const int n = arch_number(a);
-      if (p.min_arch == 0 || n < p.min_arch) p.min_arch = n;
+      if (space_min == 0 || n < space_min) space_min = n;
+      all_specific = all_specific && is_arch_specific(a);
     }
+    p.min_arch = std::max(p.min_arch, space_min);
+    if (all_specific) {
+      std::vector<std::string> defined;
+      for (const std::string& a : it.space->archs())
+        defined.push_back(fmt::format("defined(__CUDA_ARCH_FEAT_SM{}_ALL)", arch_number(a)));
+      p.items.back().device_condition = fmt::format("{}", fmt::join(defined, " || "));
+    }
+    if (all_specific && std::find(p.specific_archs.begin(), p.specific_archs.end(), it.space->archs()) ==
+                            p.specific_archs.end())
+      p.specific_archs.push_back(it.space->archs());
   }
   p.dtype = dtype_name(items.front().row.problem.dtype);
   p.arch = items.front().row.arch;
@@ -153,6 +209,28 @@ nlohmann::ordered_json problem_json(const Problem& p) {
   return out;
 }
 
+nlohmann::ordered_json launch_json(const Prepared& p) {
+  nlohmann::ordered_json j = {
+      {"block_m", p.block_m}, {"threads", p.geometry.block}, {"smem_bytes", p.geometry.smem_bytes}};
+  const TmaSpec& t = p.geometry.tma;
+  if (t.q_rows != 0 || p.geometry.persistent) j["persistent"] = p.geometry.persistent;
+  if (t.q_rows != 0) j["tma_box_rows"] = {{"q", t.q_rows}, {"kv", t.kv_rows}};
+  return j;
+}
+
+// What the header says of a kernel's launch.
+std::string launch_text(const Prepared& p) {
+  const std::string tiles = fmt::format("(ceil(seqlen_q / {}), heads_q, batch)", p.block_m);
+  std::string s = p.geometry.persistent
+                      ? fmt::format("persistent grid: min(work tiles {}, SMs) CTAs", tiles)
+                      : fmt::format("grid {}", tiles);
+  s += fmt::format(", {} threads, {} bytes of dynamic shared memory", p.geometry.block, p.geometry.smem_bytes);
+  const TmaSpec& t = p.geometry.tma;
+  if (t.q_rows != 0)
+    s += fmt::format(", TMA tensor maps with boxes of 64 x {} (q) and 64 x {} (k, v)", t.q_rows, t.kv_rows);
+  return s;
+}
+
 nlohmann::ordered_json item_json(const Prepared& p) {
   const BestRow& r = p.item->row;
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
@@ -168,8 +246,7 @@ nlohmann::ordered_json item_json(const Prepared& p) {
           {"campaign", r.campaign},
           {"evaluated_at", r.evaluated_at},
           {"source_hash", p.kernel.source_hash},
-          {"launch",
-           {{"block_m", p.block_m}, {"threads", p.geometry.block}, {"smem_bytes", p.geometry.smem_bytes}}}};
+          {"launch", launch_json(p)}};
 }
 
 nlohmann::ordered_json info(const Plan& plan, ExportMode mode) {
@@ -209,20 +286,41 @@ std::string provenance_lines(const Prepared& p) {
   line("campaign", json_quoted(r.campaign));
   line("evaluated_at", json_quoted(r.evaluated_at));
   line("source_hash", json_quoted(p.kernel.source_hash));
-  line("launch", fmt::format("grid (ceil(seqlen_q / {}), heads_q, batch), {} threads, {} bytes of dynamic shared memory",
-                             p.block_m, p.geometry.block, p.geometry.smem_bytes));
+  line("launch", launch_text(p));
   return out;
 }
 
+// The -arch of the build line: the arch the results were measured on, its arch-specific variant
+// ("sm_90a") where a space lists only such targets.
+std::string build_arch(const Plan& plan) {
+  if (plan.specific_archs.empty() || is_arch_specific(plan.arch)) return plan.arch;
+  const std::vector<std::string>& archs = plan.specific_archs.front();
+  const std::string same = plan.arch + "a";
+  return std::find(archs.begin(), archs.end(), same) != archs.end() ? same : archs.front();
+}
+
 std::string header(const Plan& plan, ExportMode mode) {
-  const int arch = arch_number(plan.arch);
+  const std::string arch = build_arch(plan);
   std::string h;
   h += fmt::format("// attntune export: {} tuned attention kernel{} and a host launcher, in one self-contained file.\n",
                    plan.items.size(), plan.items.size() == 1 ? "" : "s");
   h += fmt::format("// Made by attntune {} (`attntune export{}`); re-export rather than edit.\n", ATTNTUNE_VERSION,
                    mode == ExportMode::kAllBest ? " --all-best" : "");
-  h += "//\n// Build (the CUDA toolkit is all it needs; -arch is your GPU's):\n";
-  h += fmt::format("//   nvcc -std=c++17 -arch=sm_{} -Xcompiler -fPIC -shared FILE.cu -o libattn.so\n//\n", arch);
+  if (plan.specific_archs.empty()) {
+    h += "//\n// Build (the CUDA toolkit is all it needs; -arch is your GPU's):\n";
+    h += fmt::format("//   nvcc -std=c++17 -arch={} -Xcompiler -fPIC -shared FILE.cu -o libattn.so\n//\n", arch);
+  } else {
+    h += "//\n// Build (the CUDA toolkit is all it needs):\n";
+    h += fmt::format("//   nvcc -std=c++17 -arch={} -Xcompiler -fPIC -shared FILE.cu -o libattn.so\n", arch);
+    h += fmt::format(
+        "// -arch={0} exactly: the kernels use instructions that only arch-specific {0} code has (wgmma,\n"
+        "// setmaxnreg), so they run on GPUs of that compute capability only; built for another target the\n"
+        "// library holds no kernel and attntune_attention_forward returns ATTNTUNE_UNSUPPORTED saying so.\n//\n",
+        arch);
+  }
+  if (std::find(plan.launch_kinds.begin(), plan.launch_kinds.end(), &kTmaLaunch) != plan.launch_kinds.end())
+    h += "// Q, K and V are loaded through TMA tensor maps, encoded for each call with cuTensorMapEncodeTiled,\n"
+         "// which the CUDA runtime hands over (cudaGetDriverEntryPoint): no -lcuda; CUDA 12.0 or newer.\n//\n";
   h += fmt::format(
       "// Element type: {} for q, k, v and out (not checked: the launcher sees void pointers). Tensors are\n"
       "// [batch, heads, seqlen, head_dim] with strides in elements {{batch, head, row}} and the last dim\n"
@@ -247,6 +345,13 @@ std::string header(const Plan& plan, ExportMode mode) {
   return h;
 }
 
+// The arch a kernel's code is for: what it was measured on, with the "a" of arch-specific code
+// where its space lists only such targets.
+std::string kernel_arch(const Prepared& p) {
+  const std::string& a = p.item->row.arch;
+  return p.device_condition.empty() || is_arch_specific(a) ? a : a + "a";
+}
+
 // One kernel source, verbatim, in its own namespace with its entry point renamed; the macros it
 // defines (config, include guards) are #undef'd after it so the next kernel starts clean.
 std::string wrapped_source(const Prepared& p) {
@@ -258,14 +363,25 @@ std::string wrapped_source(const Prepared& p) {
       "// namespace and the #define of its entry point let several kernels share this file: each has\n"
       "// its own types and a unique extern \"C\" name ({ns}_{name}).\n",
       fmt::arg("ns", ns), fmt::arg("hash", p.kernel.source_hash), fmt::arg("name", name));
-  s += fmt::format("namespace {} {{\n#define {} {}_{}\n", ns, name, ns, name);
+  s += fmt::format("namespace {} {{\n", ns);
+  if (!p.device_condition.empty())
+    s += fmt::format(
+        "// Arch-specific code only: `nvcc -arch={arch}` also compiles PTX for the arch without the suffix,\n"
+        "// for forward compatibility, and no such PTX can hold this kernel's instructions. Those device\n"
+        "// passes leave it out; the launcher refuses a GPU whose code lacks it.\n"
+        "#if !defined(__CUDA_ARCH__) || {cond}\n",
+        fmt::arg("arch", kernel_arch(p)), fmt::arg("cond", p.device_condition));
+  s += fmt::format("#define {} {}_{}\n", name, ns, name);
   s += p.kernel.source;
   if (!s.empty() && s.back() != '\n') s += '\n';
   // The entry point may sit in a namespace of the family's (att::): declare it here too, where the
   // launcher looks (a C-linkage name is one function whichever namespace declares it), with the
-  // one kernel signature of every template (templates/common/attn_params.h).
-  s += fmt::format("#undef {name}\nextern \"C\" __global__ void {ns}_{name}(const AttnParams p);\n}}  // namespace {ns}\n",
-                   fmt::arg("name", name), fmt::arg("ns", ns));
+  // family's kernel signature (AttnParams of templates/common/attn_params.h, then what the family's
+  // launch kind adds).
+  s += fmt::format("#undef {name}\nextern \"C\" __global__ void {ns}_{name}({params});\n",
+                   fmt::arg("name", name), fmt::arg("ns", ns), fmt::arg("params", p.launch->params));
+  if (!p.device_condition.empty()) s += "#endif\n";
+  s += fmt::format("}}  // namespace {}\n", ns);
   for (const std::string& m : defined_macros(p.kernel.source))
     if (m != name) s += fmt::format("#undef {}\n", m);
   return s;
@@ -279,13 +395,19 @@ std::string kernel_table(const Plan& plan) {
     // The label holds only integers and fixed names: it is C code, not a string from the database.
     const std::string label = fmt::format("d={} {} causal={}, tuned for b={},h={},hkv={},s={},sk={}", pr.d,
                                           dtype_name(pr.dtype), pr.causal ? 1 : 0, pr.b, pr.h, pr.hkv, pr.s, pr.sk);
+    // The arch passed arch_number: "sm_", digits and at most an "a".
     rows += fmt::format(
-        "    {{\"{label}\", {d}, {causal}, {b}, {h}, {hkv}, {s}, {sk}, {block_m}, {threads}, {smem},\n"
-        "     reinterpret_cast<const void*>(&{ns}::{ns}_{name}), &launch_as<{ns}::AttnParams>}},\n",
-        fmt::arg("label", label), fmt::arg("d", pr.d), fmt::arg("causal", pr.causal ? 1 : 0), fmt::arg("b", pr.b),
-        fmt::arg("h", pr.h), fmt::arg("hkv", pr.hkv), fmt::arg("s", pr.s), fmt::arg("sk", pr.sk),
+        "    {{\"{label}\", \"{arch}\", {d}, {causal}, {bf16}, {b}, {h}, {hkv}, {s}, {sk}, {block_m}, {threads}, "
+        "{smem}, {persistent}, {q_rows}, {kv_rows},\n"
+        "     reinterpret_cast<const void*>(&{ns}::{ns}_{name}), {check}, {launch}}},\n",
+        fmt::arg("label", label), fmt::arg("arch", kernel_arch(p)), fmt::arg("d", pr.d),
+        fmt::arg("causal", pr.causal ? 1 : 0), fmt::arg("bf16", pr.dtype == DType::kBf16 ? 1 : 0),
+        fmt::arg("b", pr.b), fmt::arg("h", pr.h), fmt::arg("hkv", pr.hkv), fmt::arg("s", pr.s), fmt::arg("sk", pr.sk),
         fmt::arg("block_m", p.block_m), fmt::arg("threads", p.geometry.block), fmt::arg("smem", p.geometry.smem_bytes),
-        fmt::arg("ns", ns), fmt::arg("name", p.kernel.kernel_name));
+        fmt::arg("persistent", p.geometry.persistent ? 1 : 0), fmt::arg("q_rows", p.geometry.tma.q_rows),
+        fmt::arg("kv_rows", p.geometry.tma.kv_rows), fmt::arg("ns", ns), fmt::arg("name", p.kernel.kernel_name),
+        fmt::arg("check", p.launch->check),
+        fmt::arg("launch", fmt::format(fmt::runtime(p.launch->launch), fmt::arg("ns", ns))));
   }
   if (!rows.empty()) rows.pop_back();  // the template puts the newline
   return rows;
@@ -328,8 +450,11 @@ std::string export_source(const std::vector<ExportItem>& items, ExportMode mode)
                                          {"MIN_ARCH_SHORT", std::to_string(p.min_arch)}});
   for (std::size_t i : p.sources) out += wrapped_source(p.items[i]);
   out += "\n";
-  out += fill(embedded_file(kLauncher),
-              {{"KERNEL_TABLE", kernel_table(p)}, {"INFO_JSON", c_string_literal(dump_ascii(info(p, mode)))}});
+  std::string parts;
+  for (const LaunchKind* k : p.launch_kinds) parts += embedded_file(k->part);
+  out += fill(embedded_file(kLauncher), {{"KERNEL_TABLE", kernel_table(p)},
+                                         {"FAMILY_LAUNCHERS", parts},
+                                         {"INFO_JSON", c_string_literal(dump_ascii(info(p, mode)))}});
   return out;
 }
 
