@@ -18,9 +18,14 @@
 #include "db/store.hpp"
 #include "tests/common/run_attntune.hpp"
 #include "tests/unit/db/db_test_util.hpp"
+#include "tests/unit/export/nvcc_util.hpp"
 
 using namespace attntune;
+using attntune::test::find_nvcc;
 using attntune::test::read_bytes;
+using attntune::test::sh;
+using attntune::test::Shell;
+using attntune::test::shq;
 using attntune::test::TempDir;
 using attntune::testing::run_attntune;
 
@@ -29,45 +34,6 @@ namespace {
 std::string source_dir() {
   const char* env = std::getenv("ATTNTUNE_SOURCE_DIR");
   return env && *env ? env : ATTNTUNE_SOURCE_DIR;
-}
-
-std::string shq(const std::string& s) { return "'" + s + "'"; }
-
-// $CUDACXX, $CUDA_HOME/bin/nvcc, nvcc on PATH, /usr/local/cuda/bin/nvcc; "" if none.
-std::string find_nvcc() {
-  namespace fs = std::filesystem;
-  for (const char* var : {"CUDACXX", "CUDA_HOME", "CUDA_PATH"}) {
-    const char* v = std::getenv(var);
-    if (!v || !*v) continue;
-    const fs::path p = std::string(var) == "CUDACXX" ? fs::path(v) : fs::path(v) / "bin" / "nvcc";
-    if (fs::exists(p)) return p.string();
-  }
-  if (const char* path = std::getenv("PATH")) {
-    std::string dirs = path;
-    for (std::size_t pos = 0; pos <= dirs.size();) {
-      const std::size_t end = std::min(dirs.find(':', pos), dirs.size());
-      const fs::path p = fs::path(dirs.substr(pos, end - pos)) / "nvcc";
-      if (end > pos && fs::exists(p)) return p.string();
-      pos = end + 1;
-    }
-  }
-  return fs::exists("/usr/local/cuda/bin/nvcc") ? "/usr/local/cuda/bin/nvcc" : "";
-}
-
-struct Shell {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
-
-Shell sh(const std::string& command) {
-  Shell r;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
 }
 
 // The C symbols a library defines and exports, from `nm -D --defined-only`.

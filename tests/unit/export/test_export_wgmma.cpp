@@ -1,0 +1,305 @@
+// `attntune export` of flash_fwd_wgmma results (sm_90a, TMA): the file's launch (tensor maps,
+// persistent grid, the arch-specific build line), byte-determinism, the cases export refuses, and
+// (ExportWgmmaNvcc) the file compiled by nvcc with CONTRACT.md's command line for sm_90a, its
+// launcher's argument checks run on the host with no GPU. The GPU side:
+// tests/gpu/test_export_wgmma.cpp.
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "export/export.hpp"
+#include "export/select.hpp"
+#include "families/family.hpp"
+#include "tests/common/run_attntune.hpp"
+#include "tests/unit/db/db_test_util.hpp"
+#include "tests/unit/export/export_db.hpp"
+#include "tests/unit/export/nvcc_util.hpp"
+
+using namespace attntune;
+using attntune::test::ExportDb;
+using attntune::test::read_bytes;
+using attntune::test::sh;
+using attntune::test::Shell;
+using attntune::test::shq;
+using attntune::test::TempDir;
+using attntune::testing::run_attntune;
+
+namespace {
+
+std::string source_dir() {
+  const char* env = std::getenv("ATTNTUNE_SOURCE_DIR");
+  return env && *env ? env : ATTNTUNE_SOURCE_DIR;
+}
+
+const std::string kWg = "flash_fwd_wgmma";
+const std::string kD128 = "b=4,h=16,s=4096,d=128,dtype=bf16,causal=0";
+const std::string kD64Causal = "b=8,h=16,s=2048,d=64,dtype=bf16,causal=1";
+
+// The kernel-launch JSON of attntune_kernel_info(), read back from the file's C string literal.
+nlohmann::json info_from_source(const std::string& cu) {
+  const std::size_t start = cu.find("static const char kInfo[] =");
+  EXPECT_NE(start, std::string::npos);
+  const std::size_t end = cu.find(";\n", start);
+  std::string json;
+  bool in = false;
+  for (std::size_t i = cu.find('=', start) + 1; i < end; ++i) {
+    const char c = cu[i];
+    if (!in) {
+      if (c == '"') in = true;
+    } else if (c == '\\') {
+      json += cu[++i];
+    } else if (c == '"') {
+      in = false;
+    } else {
+      json += c;
+    }
+  }
+  return nlohmann::json::parse(json);
+}
+
+std::size_t count(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+std::int64_t param(const Config& c, const char* name) { return std::get<std::int64_t>(c.at(name)); }
+
+// A database with the two wgmma campaigns these tests export: d=128 non-causal (its best config
+// persistent, its second not) and d=64 causal (persistent is not valid there).
+struct Fixture {
+  TempDir dir;
+  std::string db = dir.file("wg.db");
+  ExportDb d{db, source_dir()};
+  Config persistent, per_tile, causal;
+  Fixture() {
+    persistent = d.config(kWg, kD128, {{"block_m", 128}, {"block_n", 128}, {"stages", 2}, {"warp_specialize", 1},
+                                       {"ping_pong", 1}, {"intra_wg_overlap", 1}, {"persistent", 1}});
+    per_tile = d.config(kWg, kD128, {{"block_m", 64}, {"warp_specialize", 0}, {"persistent", 0}});
+    causal = d.config(kWg, kD64Causal, {{"block_m", 192}, {"block_n", 128}, {"warp_specialize", 1},
+                                        {"intra_wg_overlap", 1}, {"persistent", 0}});
+    d.campaign(kWg, "wg-d128", kD128, {persistent, per_tile}, {900.5, 950.25});
+    d.campaign(kWg, "wg-d64-causal", kD64Causal, {causal}, {210.75});
+  }
+  std::vector<ExportItem> items(const std::string& campaign, int rank = 1) {
+    ExportQuery q;
+    q.campaign = campaign;
+    q.rank = rank;
+    return select_for_export(d.store(), q);
+  }
+};
+
+TEST(ExportWgmma, LaunchesThroughTensorMapsWithTheTunedGridAndBuildsForSm90a) {
+  Fixture f;
+  const auto items = f.items("wg-d128");
+  const std::string cu = export_source(items, ExportMode::kSingle);
+  const Problem p = Problem::parse(kD128);
+  const RenderedKernel k = render_kernel(*f.d.space(kWg), f.persistent, p, "sm_90a");
+  const LaunchGeometry g = launch_geometry(*f.d.space(kWg), f.persistent, p, "sm_90a");
+  ASSERT_TRUE(g.persistent);
+
+  // The build line and the header name sm_90a and the tensor maps; the launch is the persistent one.
+  EXPECT_NE(cu.find("//   nvcc -std=c++17 -arch=sm_90a -Xcompiler -fPIC -shared FILE.cu -o libattn.so\n"),
+            std::string::npos);
+  EXPECT_EQ(cu.find("-arch=sm_90 "), std::string::npos);
+  EXPECT_NE(cu.find("cuTensorMapEncodeTiled"), std::string::npos);
+  EXPECT_NE(cu.find(fmt::format("//   launch        persistent grid: min(work tiles (ceil(seqlen_q / 128), heads_q, "
+                                "batch), SMs) CTAs, {} threads, {} bytes of dynamic shared memory, TMA tensor maps "
+                                "with boxes of 64 x 128 (q) and 64 x 128 (k, v)\n",
+                                g.block, g.smem_bytes)),
+            std::string::npos);
+
+  // The kernel verbatim, in the device passes that can hold sm_90a code (and the host pass), with
+  // the TMA signature declared where the launcher looks.
+  EXPECT_NE(cu.find("#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
+                    "#define flash_fwd_wgmma attntune_k0_flash_fwd_wgmma\n" +
+                    k.source +
+                    "#undef flash_fwd_wgmma\n"
+                    "extern \"C\" __global__ void attntune_k0_flash_fwd_wgmma(const AttnParams p, const "
+                    "__grid_constant__ att::TmaMaps maps);\n#endif\n}  // namespace attntune_k0\n"),
+            std::string::npos);
+  // The table row: sm_90a, bf16, the geometry, the TMA boxes, the TMA check and launch.
+  EXPECT_NE(cu.find(fmt::format("\"sm_90a\", 128, 0, 1, 4, 16, 16, 4096, 4096, 128, {}, {}, 1, 128, 128,\n"
+                                "     reinterpret_cast<const void*>(&attntune_k0::attntune_k0_flash_fwd_wgmma), "
+                                "&check_tma, &launch_tma<attntune_k0::AttnParams, attntune_k0::att::TmaMaps>}},",
+                                g.block, g.smem_bytes)),
+            std::string::npos);
+  EXPECT_EQ(count(cu, "// ---- templates/export/launch_tma.cuh"), 1u);
+  EXPECT_EQ(count(cu, "// ---- templates/export/launch_plain.cuh"), 0u);
+  // Host code stays out of the device passes (there the kernel alone matters).
+  EXPECT_NE(cu.find("#if !defined(__CUDA_ARCH__)\n\n#define ATTNTUNE_UNSUPPORTED 1000"), std::string::npos);
+
+  // Includes: the CUDA toolkit's (cuda.h for CUtensorMap's types) and the C++ standard library's.
+  std::smatch m;
+  std::string rest = cu;
+  while (std::regex_search(rest, m, std::regex("#include[^\n]*"))) {
+    EXPECT_TRUE(std::regex_match(
+        m.str(), std::regex("#include <(cuda_runtime\\.h|cuda\\.h|atomic|climits|cmath|cstdarg|cstdint|cstdio|cstring)>")))
+        << m.str();
+    rest = m.suffix();
+  }
+
+  const nlohmann::json info = info_from_source(cu);
+  EXPECT_EQ(info["template"], kWg);
+  EXPECT_EQ(info["arch"], "sm_90a");
+  EXPECT_EQ(info["median_us"], 900.5);
+  EXPECT_EQ(info["launch"]["persistent"], true);
+  EXPECT_EQ(info["launch"]["threads"], g.block);
+  EXPECT_EQ(info["launch"]["smem_bytes"], g.smem_bytes);
+  EXPECT_EQ(info["launch"]["tma_box_rows"]["q"], 128);
+  EXPECT_EQ(info["launch"]["tma_box_rows"]["kv"], 128);
+  EXPECT_EQ(info["config"]["persistent"], true);
+
+  // --rank 2: the per-tile grid and its own boxes.
+  const std::string second = export_source(f.items("wg-d128", 2), ExportMode::kSingle);
+  const nlohmann::json info2 = info_from_source(second);
+  EXPECT_EQ(info2["launch"]["persistent"], false);
+  EXPECT_EQ(info2["launch"]["tma_box_rows"]["q"], param(f.per_tile, "block_m"));
+  EXPECT_EQ(info2["launch"]["tma_box_rows"]["kv"], param(f.per_tile, "block_n"));
+  EXPECT_NE(second.find(fmt::format("//   launch        grid (ceil(seqlen_q / {}), heads_q, batch)",
+                                    param(f.per_tile, "block_m"))),
+            std::string::npos);
+}
+
+// The same result exports to the same bytes: through the CLI twice, and through export_source.
+TEST(ExportWgmma, ExportIsByteDeterministic) {
+  Fixture f;
+  const std::string a = f.dir.file("a.cu"), b = f.dir.file("b.cu"), all_a = f.dir.file("all_a.cu"),
+                    all_b = f.dir.file("all_b.cu");
+  for (const std::string& out : {a, b}) {
+    const auto r = run_attntune("export --db " + shq(f.db) + " --campaign wg-d128 -o " + shq(out));
+    ASSERT_EQ(r.rc, 0) << r.err;
+  }
+  for (const std::string& out : {all_a, all_b}) {
+    const auto r = run_attntune("export --db " + shq(f.db) + " --all-best -o " + shq(out));
+    ASSERT_EQ(r.rc, 0) << r.err;
+  }
+  EXPECT_FALSE(read_bytes(a).empty());
+  EXPECT_EQ(read_bytes(a), read_bytes(b));
+  EXPECT_EQ(read_bytes(all_a), read_bytes(all_b));
+  EXPECT_EQ(read_bytes(a), export_source(f.items("wg-d128"), ExportMode::kSingle));
+}
+
+// --all-best over the two wgmma problems: one file, both kernels with their own launch, one copy of
+// the TMA launch part.
+TEST(ExportWgmma, AllBestHoldsEachProblemsKernelWithItsOwnLaunch) {
+  Fixture f;
+  ExportQuery q;
+  q.all_best = true;
+  const std::string cu = export_source(select_for_export(f.d.store(), q), ExportMode::kAllBest);
+  EXPECT_EQ(count(cu, "// ---- templates/export/launch_tma.cuh"), 1u);
+  EXPECT_EQ(count(cu, "#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"), 2u);
+  EXPECT_NE(cu.find("&launch_tma<attntune_k0::AttnParams, attntune_k0::att::TmaMaps>"), std::string::npos);
+  EXPECT_NE(cu.find("&launch_tma<attntune_k1::AttnParams, attntune_k1::att::TmaMaps>"), std::string::npos);
+  const nlohmann::json info = info_from_source(cu);
+  ASSERT_EQ(info["kernels"].size(), 2u);
+  EXPECT_EQ(info["kernels"][0]["launch"]["persistent"], true);
+  EXPECT_EQ(info["kernels"][1]["launch"]["persistent"], false);
+  EXPECT_EQ(info["kernels"][1]["problem"]["causal"], 1);
+  EXPECT_EQ(info["kernels"][1]["launch"]["tma_box_rows"]["q"], 192);
+}
+
+// Bad cases: results of two archs (an sm_90 flash_fwd_mma and an sm_90a wgmma campaign) need
+// --arch; a wgmma result whose template changed since it was measured is not exported.
+TEST(ExportWgmma, RefusesMixedArchsWithoutArchAndChangedTemplates) {
+  Fixture f;
+  const std::string mma_problem = "b=2,h=8,s=512,d=128,dtype=bf16,causal=0";
+  f.d.campaign("flash_fwd_mma", "mma-d128", mma_problem, {f.d.config("flash_fwd_mma", mma_problem, {})}, {40.0});
+  const std::string out = f.dir.file("o.cu");
+  auto r = run_attntune("export --db " + shq(f.db) + " --all-best -o " + shq(out));
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("--arch"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sm_90a"), std::string::npos) << r.err;
+  r = run_attntune("export --db " + shq(f.db) + " --all-best --arch sm_90a -o " + shq(out));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  nlohmann::json info = info_from_source(read_bytes(out));
+  ASSERT_EQ(info["kernels"].size(), 2u);
+  for (const auto& k : info["kernels"]) EXPECT_EQ(k["template"], kWg);
+  r = run_attntune("export --db " + shq(f.db) + " --all-best --arch sm_90 -o " + shq(out));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string mma = read_bytes(out);
+  info = info_from_source(mma);
+  ASSERT_EQ(info["kernels"].size(), 1u);
+  EXPECT_EQ(info["kernels"][0]["template"], "flash_fwd_mma");
+  EXPECT_EQ(mma.find("launch_tma"), std::string::npos);  // an mma file carries no TMA launch part
+  EXPECT_EQ(mma.find("__CUDA_ARCH_FEAT_SM90_ALL"), std::string::npos);
+
+  // A config no other campaign recorded (a candidate keeps the source it was first recorded with).
+  const Config other = f.d.config(kWg, kD128, {{"block_m", 192}});
+  f.d.campaign(kWg, "wg-stale", kD128, {other}, {990.0}, std::string(64, 'e'));
+  r = run_attntune("export --db " + shq(f.db) + " --campaign wg-stale -o " + shq(out));
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("kernel template has changed"), std::string::npos) << r.err;
+}
+
+// The symbols a library defines and exports, from `nm -D --defined-only`.
+void expect_c_symbols(const std::string& lib) {
+  const Shell nm = sh("nm -D --defined-only " + shq(lib));
+  ASSERT_EQ(nm.status, 0) << nm.output;
+  for (const char* sym : {"attntune_attention_forward", "attntune_kernel_info", "attntune_last_error",
+                          "attntune_select_kernel"})
+    EXPECT_TRUE(std::regex_search(nm.output, std::regex(std::string(" T ") + sym + "\n"))) << sym << "\n" << nm.output;
+}
+
+// A program linked with an exported library (host code only: cheap next to the kernels).
+Shell link_checks(const std::string& nvcc, const std::string& source, const std::string& lib_dir,
+                  const std::string& lib_name, const std::string& exe) {
+  return sh(shq(nvcc) + " -std=c++17 " + shq(source) + " -L" + shq(lib_dir) + " -l" + lib_name + " -Xlinker -rpath," +
+            shq(lib_dir) + " -o " + shq(exe));
+}
+
+// CONTRACT.md's command line with -arch=sm_90a (nvcc 13 adds compute_90 PTX there, which cannot hold
+// wgmma: the file must still compile), for one kernel and for an all-best of two; then the shared and
+// the TMA argument checks, run with no GPU.
+TEST(ExportWgmmaNvcc, CompilesForSm90aWithCSymbolsAndChecksArguments) {
+  const std::string nvcc = attntune::test::find_nvcc();
+  ASSERT_FALSE(nvcc.empty()) << "nvcc not found ($CUDACXX, $CUDA_HOME, PATH, /usr/local/cuda/bin): CI has the toolkit";
+  Fixture f;
+  const std::string one = f.dir.file("one.cu"), all = f.dir.file("all.cu");
+  auto r = run_attntune("export --db " + shq(f.db) + " --campaign wg-d128 -o " + shq(one));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run_attntune("export --db " + shq(f.db) + " --all-best -o " + shq(all));
+  ASSERT_EQ(r.rc, 0) << r.err;
+
+  const std::string libdir = f.dir.path().string();
+  std::vector<std::future<Shell>> jobs;
+  jobs.push_back(std::async(std::launch::async, sh,
+                            attntune::test::nvcc_shared_command(nvcc, "sm_90a", one, f.dir.file("libone.so"))));
+  jobs.push_back(std::async(std::launch::async, sh,
+                            attntune::test::nvcc_shared_command(nvcc, "sm_90a", all, f.dir.file("liball.so"))));
+  const Shell c1 = jobs[0].get(), c2 = jobs[1].get();
+  ASSERT_EQ(c1.status, 0) << c1.output;
+  ASSERT_EQ(c2.status, 0) << c2.output;
+  expect_c_symbols(f.dir.file("libone.so"));
+  expect_c_symbols(f.dir.file("liball.so"));
+
+  struct Run {
+    const char* lib;
+    const char* source;
+    const char* args;
+  };
+  const Run runs[] = {
+      {"one", "/tests/data/export/launcher_checks.cpp", "128 0"},
+      {"one", "/tests/unit/export/tma_launcher_checks.cu", "128 0"},
+      {"all", "/tests/data/export/launcher_checks.cpp", "128 0"},  // kernel 0 of the all-best
+      {"all", "/tests/unit/export/tma_launcher_checks.cu", "64 1"},
+  };
+  int i = 0;
+  for (const Run& run : runs) {
+    const std::string exe = f.dir.file("checks" + std::to_string(i++));
+    const Shell built = link_checks(nvcc, source_dir() + run.source, libdir, run.lib, exe);
+    ASSERT_EQ(built.status, 0) << built.output;
+    const Shell out = sh(shq(exe) + " " + run.args);
+    EXPECT_EQ(out.status, 0) << run.source << " with lib" << run.lib << ":\n" << out.output;
+    EXPECT_NE(out.output.find("checks: 0 failed"), std::string::npos) << out.output;
+  }
+}
+
+}  // namespace
