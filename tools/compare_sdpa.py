@@ -15,12 +15,17 @@ library, load it with ctypes, read attntune_kernel_info(), then for every kernel
                (the method of shared/peers/sdpa_peers.py, so the numbers compare).
                TFLOP/s = 4*B*H*S*Sk*D / t, half of it when causal.
 
+Files whose kernels need arch-specific code (flash_fwd_wgmma: their header's build line says
+-arch=sm_90a) are built for that arch whatever --arch says; the others for --arch (default: this
+GPU's).
+
 Prints a table and writes CSV (--out), with each export's time against the time its campaign
 recorded ("vs tuned": the tuner times by graph replay too, so on the tuning GPU they agree within
 a few %). Exit status 1 if a build or a correctness check failed, or with --max-drift PCT if an
 export's time strays from the tuner's by more than PCT %.
 
   python3 tools/compare_sdpa.py --cu attn.cu [--cu all.cu] [--arch sm_90] [--out compare.csv]
+  (a flash_fwd_wgmma export is built with -arch=sm_90a, from its header)
 """
 import argparse
 import csv
@@ -52,6 +57,27 @@ def find_nvcc(explicit):
         if cand and os.path.exists(cand):
             return cand
     sys.exit("compare_sdpa: nvcc not found (--nvcc, $CUDACXX, $CUDA_HOME, PATH)")
+
+
+def required_arch(cu):
+    """The arch-specific target an export's header asks for ("sm_90a"), or None: the build line in
+    its leading comment, `//   nvcc -std=c++17 -arch=sm_90a ...`."""
+    with open(cu, errors="replace") as f:
+        for line in f:
+            if not line.startswith("//"):
+                break
+            if "nvcc -std=c++17 -arch=" in line:
+                arch = line.split("-arch=", 1)[1].split()[0]
+                return arch if arch.endswith("a") else None
+    return None
+
+
+def build_arch(cu, arch):
+    """The -arch to build `cu` with: its arch-specific target if it has one, else `arch`."""
+    need = required_arch(cu)
+    if need and need != arch:
+        print(f"{cu}: its kernels need arch-specific code: building for {need} (not {arch})")
+    return need or arch
 
 
 def build(nvcc, cu, arch, out_dir, index):
@@ -306,7 +332,8 @@ def main():
         # nvcc is one process per file: build them all at once, then check and time one by one.
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(max_workers=max(1, min(len(args.cu), os.cpu_count() or 1))) as pool:
-            paths = list(pool.map(lambda ic: build(nvcc, ic[1], arch, tmp, ic[0]), enumerate(args.cu)))
+            paths = list(pool.map(lambda ic: build(nvcc, ic[1], build_arch(ic[1], arch), tmp, ic[0]),
+                                  enumerate(args.cu)))
         for i, cu in enumerate(args.cu):
             path = paths[i]
             if path is None:
