@@ -6,7 +6,13 @@
 // standard headers only); each distinct kernel source as render_kernel wrote it, wrapped in its own
 // namespace attntune_kN with its entry point renamed by a #define (so several kernels can share a
 // translation unit; macros they define are #undef'd after each); templates/export/launcher.cuh
-// with the dispatch table and the provenance JSON filled in.
+// with the dispatch table and the provenance JSON filled in, and in it the launch part of each
+// kind of kernel signature the file holds (templates/export/launch_plain.cuh: kernel(AttnParams);
+// launch_tma.cuh: kernel(AttnParams, TmaMaps), flash_fwd_wgmma's TMA tensor maps).
+//
+// Kernels of a space that lists only arch-specific targets (flash_fwd_wgmma: sm_90a) sit inside
+// `#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)`: nvcc -arch=sm_90a also
+// compiles compute_90 PTX, which cannot hold their instructions. The launcher is host code only.
 //
 // Only validated values reach code: integers, the family's identifiers and namespace names we make.
 // Strings from the database (campaign, GPU, config, timestamps) appear only JSON-escaped and ASCII,
