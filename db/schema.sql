@@ -1,4 +1,4 @@
--- attntune database, schema version 3 (the highest db/migrations/NNN_*.sql). A new database is
+-- attntune database, schema version 4 (the highest db/migrations/NNN_*.sql). A new database is
 -- created from this file; an older one is brought here by the migrations, and a test checks that
 -- both roads end at the same tables, columns and indexes. The store sets PRAGMA application_id
 -- ("ATTN") and PRAGMA user_version in the same transaction.
@@ -15,7 +15,10 @@ CREATE TABLE devices (
 );
 CREATE UNIQUE INDEX devices_identity ON devices (name, arch, IFNULL(uuid, ''));
 
--- A tuning run for one problem, space and template family; resumed by name.
+-- A tuning run for one problem over one or more search spaces (one per template family); resumed
+-- by name. A campaign of several families (since version 4) has family = the families joined with
+-- '+' (sorted), space_hash = the hash of the set, space_path = the paths joined with ' + ' and
+-- space_text = ''; campaign_spaces holds each space.
 CREATE TABLE campaigns (
   id             INTEGER PRIMARY KEY,
   name           TEXT NOT NULL UNIQUE,
@@ -45,6 +48,17 @@ CREATE TABLE campaigns (
   space_text     TEXT NOT NULL DEFAULT ''         -- since version 3: the space YAML, for replay/export
 );
 CREATE INDEX campaigns_problem ON campaigns (b, h, hkv, s, sk, d, dtype, causal);
+
+-- Since version 4: the search spaces of each campaign, one row per template family (one row for a
+-- campaign of one family, repeating its campaigns columns).
+CREATE TABLE campaign_spaces (
+  campaign_id INTEGER NOT NULL REFERENCES campaigns (id) ON DELETE CASCADE,
+  family      TEXT NOT NULL,                    -- kernel template of the space
+  space_path  TEXT NOT NULL,
+  space_hash  TEXT NOT NULL,                    -- content hash of the space file
+  space_text  TEXT NOT NULL DEFAULT '',         -- the YAML ('' for campaigns from before version 3)
+  PRIMARY KEY (campaign_id, family)
+);
 
 -- A config of a template, as rendered: the same config from an edited template is another candidate.
 CREATE TABLE candidates (

@@ -22,6 +22,7 @@
 
 #include "core/embedded.hpp"
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "db/sqlite.hpp"
 
 namespace attntune {
@@ -355,6 +356,81 @@ std::optional<std::string> null_if_empty(const std::string& s) {
 
 // ---------------------------------------------------------------------------------------------
 
+const CampaignSpace* CampaignSpec::space_of(const std::string& family_name) const {
+  for (const CampaignSpace& s : spaces)
+    if (s.family == family_name) return &s;
+  return nullptr;
+}
+
+void set_spaces(CampaignSpec& spec, std::vector<CampaignSpace> spaces) {
+  if (spaces.empty()) throw std::logic_error("set_spaces: a campaign has at least one space");
+  std::stable_sort(spaces.begin(), spaces.end(),
+                   [](const CampaignSpace& a, const CampaignSpace& b) { return a.family < b.family; });
+  for (std::size_t i = 1; i < spaces.size(); ++i)
+    if (spaces[i].family == spaces[i - 1].family)
+      throw InputError(fmt::format("{} and {} are both spaces of template '{}'; a campaign searches one space per "
+                                   "template",
+                                   spaces[i - 1].path, spaces[i].path, spaces[i].family));
+  if (spaces.size() == 1) {
+    spec.family = spaces[0].family;
+    spec.space_path = spaces[0].path;
+    spec.space_hash = spaces[0].hash;
+    spec.space_text = spaces[0].text;
+  } else {
+    std::vector<std::string> families, paths;
+    std::string identity;
+    for (const CampaignSpace& s : spaces) {
+      families.push_back(s.family);
+      paths.push_back(s.path);
+      identity += s.family + ":" + s.hash + "\n";
+    }
+    spec.family = fmt::format("{}", fmt::join(families, "+"));
+    spec.space_path = fmt::format("{}", fmt::join(paths, " + "));
+    spec.space_hash = content_hash(identity);
+    spec.space_text.clear();
+  }
+  spec.spaces = std::move(spaces);
+}
+
+namespace {
+
+// The spaces a spec writes: its list, or the one space its campaign-level fields describe.
+std::vector<CampaignSpace> spaces_to_write(const CampaignSpec& spec) {
+  if (!spec.spaces.empty()) return spec.spaces;
+  return {CampaignSpace{spec.family, spec.space_path, spec.space_hash, spec.space_text}};
+}
+
+// "template 'a'" or "templates a and b"
+std::string templates_phrase(const std::string& family) {
+  if (family.find('+') == std::string::npos) return fmt::format("template '{}'", family);
+  std::string out = family;
+  const std::size_t last = out.rfind('+');
+  for (char& c : out)
+    if (c == '+') c = ',';
+  std::string with_spaces;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (i == last) {
+      with_spaces += " and ";
+      continue;
+    }
+    with_spaces += out[i];
+    if (out[i] == ',') with_spaces += ' ';
+  }
+  return "templates " + with_spaces;
+}
+
+std::vector<CampaignSpace> read_campaign_spaces(Connection& db, std::int64_t campaign_id) {
+  Statement st(db,
+               "SELECT family, space_path, space_hash, space_text FROM campaign_spaces WHERE campaign_id = ?1 "
+               "ORDER BY family");
+  st.bind(campaign_id);
+  std::vector<CampaignSpace> out;
+  while (st.step()) out.push_back({st.text(0), st.text(1), st.text(2), st.text(3)});
+  return out;
+}
+
+}  // namespace
+
 int Store::current_schema_version() { return migrations().rbegin()->first; }
 
 Store Store::open(const std::string& path, Mode mode) {
@@ -424,14 +500,25 @@ std::optional<std::int64_t> Store::check_resume(const CampaignSpec& spec) {
     throw InputError(fmt::format("campaign '{}' tunes problem {}; it cannot be resumed for problem {} ({})", spec.name,
                                  problem.str(), spec.problem.str(), hint));
   if (family != spec.family)
-    throw InputError(fmt::format("campaign '{}' tunes template '{}'; it cannot be resumed with template '{}' ({})",
-                                 spec.name, family, spec.family, hint));
-  if (space_hash != spec.space_hash)
+    throw InputError(fmt::format("campaign '{}' tunes {}; it cannot be resumed with {} ({})", spec.name,
+                                 templates_phrase(family), templates_phrase(spec.family), hint));
+  const std::int64_t id = find.int64(0);
+  if (space_hash != spec.space_hash) {
+    // The same families: name the space that changed.
+    for (const CampaignSpace& now : spaces_to_write(spec))
+      for (const CampaignSpace& then : read_campaign_spaces(db(), id))
+        if (then.family == now.family && then.hash != now.hash)
+          throw InputError(fmt::format(
+              "campaign '{}' was started with another search space{} ('{}', hash {}; now '{}', hash {}); it cannot "
+              "be resumed ({})",
+              spec.name, family.find('+') == std::string::npos ? "" : " for template '" + now.family + "'", then.path,
+              then.hash, now.path, now.hash, hint));
     throw InputError(fmt::format(
         "campaign '{}' was started with another search space ('{}', hash {}; now '{}', hash {}); it cannot be "
         "resumed ({})",
         spec.name, space_path, space_hash, spec.space_path, spec.space_hash, hint));
-  return find.int64(0);
+  }
+  return id;
 }
 
 void Store::check_writable() {
@@ -463,6 +550,16 @@ std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_
               spec.budget_seconds, device_id, spec.space_text)
         .run();
     id = db().last_insert_rowid();
+  }
+  // Each space of the campaign: the latest run's path, and its text unless it brings none.
+  Statement space(db(),
+                  "INSERT INTO campaign_spaces (campaign_id, family, space_path, space_hash, space_text) "
+                  "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (campaign_id, family) DO UPDATE SET "
+                  "space_path = excluded.space_path, space_hash = excluded.space_hash, space_text = "
+                  "CASE WHEN excluded.space_text = '' THEN space_text ELSE excluded.space_text END");
+  for (const CampaignSpace& sp : spaces_to_write(spec)) {
+    space.reset();
+    space.bind(id, sp.family, sp.path, sp.hash, sp.text).run();
   }
   tx.commit();
   return id;
@@ -566,7 +663,7 @@ std::int64_t Store::record_evaluation(std::int64_t campaign_id, std::int64_t can
 std::vector<EvaluationRow> Store::campaign_evaluations(std::int64_t campaign_id) {
   Statement st(db(),
                "SELECT c.config, e.status, e.error, e.median_us, e.min_us, e.max_us, e.stdev_us, e.tflops, "
-               "e.max_abs_err, e.err_bound, e.count, e.seq, e.evaluated_at "
+               "e.max_abs_err, e.err_bound, e.count, e.seq, e.evaluated_at, c.family "
                "FROM evaluations e JOIN candidates c ON c.id = e.candidate_id "
                "WHERE e.campaign_id = ?1 AND e.phase = 'search' ORDER BY e.seq");
   st.bind(campaign_id);
@@ -583,7 +680,7 @@ std::vector<EvaluationRow> Store::campaign_evaluations(std::int64_t campaign_id)
     r.max_abs_err = st.opt_real(8);
     r.err_bound = st.opt_real(9);
     r.count = st.int64(10);
-    out.push_back({st.int64(11), config_from_text(st.text(0)), std::move(r), st.text(12)});
+    out.push_back({st.int64(11), config_from_text(st.text(0)), std::move(r), st.text(12), st.text(13)});
   }
   return out;
 }
@@ -599,8 +696,8 @@ void Store::put_ranking(std::int64_t campaign_id, std::int64_t device_id, const 
   for (const RankingEntry& e : entries) {
     insert.reset();
     insert
-        .bind(campaign_id, rank++, e.candidate_id, device_id, e.median_us, e.tflops, e.max_abs_err, e.spread_pct,
-              e.rounds)
+        .bind(campaign_id, rank++, e.candidate_id, e.device_id ? e.device_id : device_id, e.median_us, e.tflops,
+              e.max_abs_err, e.spread_pct, e.rounds)
         .run();
   }
   tx.commit();
@@ -608,8 +705,8 @@ void Store::put_ranking(std::int64_t campaign_id, std::int64_t device_id, const 
 
 std::vector<RankedRow> Store::ranking(std::int64_t campaign_id) {
   Statement st(db(),
-               "SELECT r.rank, c.config, r.candidate_id, r.median_us, r.tflops, r.max_abs_err, r.spread_pct, r.rounds "
-               "FROM rankings r JOIN candidates c ON c.id = r.candidate_id WHERE r.campaign_id = ?1 ORDER BY r.rank");
+               "SELECT r.rank, c.config, r.candidate_id, r.median_us, r.tflops, r.max_abs_err, r.spread_pct, r.rounds, "
+               "c.family, r.device_id FROM rankings r JOIN candidates c ON c.id = r.candidate_id WHERE r.campaign_id = ?1 ORDER BY r.rank");
   st.bind(campaign_id);
   std::vector<RankedRow> out;
   while (st.step()) {
@@ -622,6 +719,8 @@ std::vector<RankedRow> Store::ranking(std::int64_t campaign_id) {
     row.entry.max_abs_err = st.real(5);
     row.entry.spread_pct = st.real(6);
     row.entry.rounds = static_cast<int>(st.int64(7));
+    row.family = st.text(8);
+    row.entry.device_id = st.int64(9);
     out.push_back(std::move(row));
   }
   return out;
@@ -629,8 +728,9 @@ std::vector<RankedRow> Store::ranking(std::int64_t campaign_id) {
 
 std::vector<Problem> Store::problems_with_results(const std::string& family) {
   Statement st(db(),
-               "SELECT c.b, c.h, c.hkv, c.s, c.sk, c.d, c.dtype, c.causal FROM campaigns c WHERE c.family = ?1 AND "
-               "EXISTS (SELECT 1 FROM evaluations e WHERE e.campaign_id = c.id AND e.status = 'ok') ORDER BY c.id");
+               "SELECT c.b, c.h, c.hkv, c.s, c.sk, c.d, c.dtype, c.causal FROM campaigns c WHERE EXISTS (SELECT 1 "
+               "FROM evaluations e JOIN candidates k ON k.id = e.candidate_id WHERE e.campaign_id = c.id AND "
+               "e.status = 'ok' AND k.family = ?1) ORDER BY c.id");
   st.bind(family);
   std::vector<Problem> out;
   while (st.step()) {
@@ -813,6 +913,7 @@ std::vector<CampaignRow> Store::campaigns() {
   Statement st(db(), std::string(kCampaignColumns) + "ORDER BY c.id");
   std::vector<CampaignRow> out;
   while (st.step()) out.push_back(read_campaign_row(st));
+  for (CampaignRow& r : out) r.spec.spaces = read_campaign_spaces(db(), r.id);
   return out;
 }
 
@@ -820,7 +921,10 @@ std::optional<CampaignRow> Store::campaign_row(const std::string& name) {
   Statement st(db(), std::string(kCampaignColumns) + "WHERE c.name = ?1");
   st.bind(name);
   if (!st.step()) return std::nullopt;
-  return read_campaign_row(st);
+  CampaignRow row = read_campaign_row(st);
+  st.reset();
+  row.spec.spaces = read_campaign_spaces(db(), row.id);
+  return row;
 }
 
 }  // namespace attntune

@@ -30,15 +30,35 @@ struct DeviceInfo {
   std::string driver_version;
 };
 
+// One search space of a campaign (a campaign searches one per template family).
+struct CampaignSpace {
+  std::string family, path, hash;
+  std::string text;  // the YAML; "" for campaigns from before schema 3
+};
+
 struct CampaignSpec {
   std::string name;
   Problem problem;
+  // For a campaign of one family: its space. For a campaign of several (set_spaces): family is the
+  // families joined with '+' ("flash_fwd_mma+flash_fwd_wgmma"), space_hash the hash of the set,
+  // space_path the paths joined with " + ", space_text "" (each space's text is in `spaces`).
   std::string space_path, space_hash, family, strategy;
   std::string space_text;  // the space's YAML, stored so the campaign can be replayed/exported elsewhere
   std::int64_t seed = 0;
   std::int64_t budget_evals = 0;  // 0: no limit
   double budget_seconds = 0;      // 0: no limit
+  // Every space of the campaign, sorted by family. Read back from the store always; when writing,
+  // empty means the one space the fields above describe.
+  std::vector<CampaignSpace> spaces;
+
+  bool mixed() const { return spaces.size() > 1; }
+  // The space of `family`, nullptr if the campaign has none.
+  const CampaignSpace* space_of(const std::string& family) const;
 };
+
+// Sets spec.spaces (sorted by family) and the campaign-level fields they imply (above). Throws
+// InputError when two spaces share a family (the store keeps one space per family of a campaign).
+void set_spaces(CampaignSpec& spec, std::vector<CampaignSpace> spaces);
 
 struct CampaignRow {
   std::int64_t id = 0;
@@ -77,6 +97,7 @@ struct EvaluationRow {
   Config config;
   EvalRecord record;
   std::string evaluated_at;  // ISO-8601 UTC with milliseconds
+  std::string family;        // the template of the candidate (campaigns of several families mix them)
 };
 
 // One place of a campaign's result (its top candidates re-timed interleaved at the end).
@@ -84,11 +105,13 @@ struct RankingEntry {
   std::int64_t candidate_id = 0;
   double median_us = 0, tflops = 0, max_abs_err = 0, spread_pct = 0;
   int rounds = 0;
+  std::int64_t device_id = 0;  // what it was measured on (the arch it was built for); 0: put_ranking's
 };
 struct RankedRow {
   int rank = 0;
   Config config;
   RankingEntry entry;
+  std::string family;  // the template of the candidate
 };
 
 struct BestRow {
@@ -171,7 +194,8 @@ class Store {
   std::vector<BestRow> best(const BestQuery& query);
   std::vector<CampaignRow> campaigns();  // evaluations/ok count the search; best is the ranking's first
   std::optional<CampaignRow> campaign_row(const std::string& name);
-  // The distinct problems with at least one ok evaluation of `family`, in campaign order.
+  // The distinct problems with at least one ok evaluation of `family` (in any campaign, mixed ones
+  // included), in campaign order.
   std::vector<Problem> problems_with_results(const std::string& family);
 
  private:
