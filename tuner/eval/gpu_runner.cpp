@@ -1,26 +1,60 @@
 #include "eval/gpu_runner.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
+#include <fmt/format.h>
+
+#include "core/error.hpp"
 #include "families/family.hpp"
+#include "search/multi_family.hpp"
 
 namespace attntune {
 
 GpuRunner::GpuRunner(const SearchSpace& space, const Problem& problem, Store* store, GpuRunnerOptions options)
-    : space_(space), problem_(problem), options_(options) {
+    : GpuRunner(std::vector<const SearchSpace*>{&space}, problem, store, options) {}
+
+GpuRunner::GpuRunner(const std::vector<const SearchSpace*>& spaces, const Problem& problem, Store* store,
+                     GpuRunnerOptions options)
+    : tagged_(spaces.size() > 1), problem_(problem), options_(options) {
+  if (spaces.empty()) throw std::logic_error("GpuRunner: no search space");
+  const std::vector<std::string> nvrtc_options = family_nvrtc_options(family_info(spaces[0]->family()));
+  for (const SearchSpace* s : spaces) {
+    // One build pool serves every family: their NVRTC options (part of the cache key) must agree.
+    if (family_nvrtc_options(family_info(s->family())) != nvrtc_options)
+      throw std::logic_error(fmt::format("GpuRunner: templates {} and {} need different NVRTC options",
+                                         spaces[0]->family(), s->family()));
+    if (!families_.emplace(s->family(), Family{s, ""}).second)
+      throw InputError(fmt::format("two search spaces of template '{}' in one campaign", s->family()));
+  }
   EvaluatorOptions eopts;
   eopts.device = options.device;
   eopts.deadline_floor_s = options.deadline_floor_s;
   eopts.cancel = options.cancel;
   evaluator_ = std::make_unique<Evaluator>(eopts);
   device_ = evaluator_->device();
-  device_.arch = space_arch_for_device(space, device_.arch);
+  for (auto& [name, f] : families_) f.arch = space_arch_for_device(*f.space, device_.arch);
+  if (!tagged_) device_.arch = families_.begin()->second.arch;
   BuildPoolOptions bopts;
-  bopts.nvrtc_options = family_nvrtc_options(family_info(space.family()));
+  bopts.nvrtc_options = nvrtc_options;
   bopts.jobs = options.jobs;
   bopts.compile_timeout = options.compile_timeout;
   bopts.store = store;
   pool_ = std::make_unique<BuildPool>(bopts);
+}
+
+std::string GpuRunner::arch_for(const std::string& family) {
+  auto it = families_.find(family);
+  return it == families_.end() ? device_.arch : it->second.arch;
+}
+
+std::pair<const GpuRunner::Family*, Config> GpuRunner::family_of(const Config& config) const {
+  if (!tagged_) return {&families_.begin()->second, config};
+  auto [family, rest] = search::untag_family(config);
+  auto it = families_.find(family);
+  if (it == families_.end())
+    throw std::logic_error(fmt::format("GpuRunner: {} names no template of this campaign", config_str(config)));
+  return {&it->second, std::move(rest)};
 }
 
 // Enough builds queued that the GPU never waits for NVRTC, yet few enough that a strategy's
@@ -28,7 +62,9 @@ GpuRunner::GpuRunner(const SearchSpace& space, const Problem& problem, Store* st
 std::size_t GpuRunner::capacity() const { return static_cast<std::size_t>(std::max(2, pool_->jobs() + 2)); }
 
 void GpuRunner::submit(const Config& config) {
-  pool_->submit(BuildJob{config, render_kernel(space_, config, problem_, device_.arch), device_.arch});
+  const auto [family, plain] = family_of(config);
+  // The job keeps the config as submitted (tagged when several families), to hand it back.
+  pool_->submit(BuildJob{config, render_kernel(*family->space, plain, problem_, family->arch), family->arch});
 }
 
 std::optional<search::RunResult> GpuRunner::next() {
@@ -44,7 +80,8 @@ std::optional<search::RunResult> GpuRunner::next() {
   EvalRequest req;
   req.kernel_name = built->job.kernel.kernel_name;
   req.cubin = std::move(built->build.cubin);
-  req.geometry = launch_geometry(space_, out.config, problem_, device_.arch);
+  const auto [family, plain] = family_of(out.config);
+  req.geometry = launch_geometry(*family->space, plain, problem_, family->arch);
   req.problem = problem_;
   req.validation_seed = options_.validation_seed;
   req.timing_seed = options_.validation_seed + 0x9e3779b97f4a7c15ull;  // far from any validation seed

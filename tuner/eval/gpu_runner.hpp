@@ -30,7 +30,13 @@ class GpuRunner : public search::Runner {
   // the space names it (space_arch_for_device: sm_90 -> sm_90a for a Hopper-only space), and
   // device() reports that arch, so the store files results under the arch they were built for.
   GpuRunner(const SearchSpace& space, const Problem& problem, Store* store, GpuRunnerOptions options);
+  // Several families in one campaign: one GPU worker and one build pool for all, each family built
+  // for its own arch; configs come tagged with their family (search/multi_family.hpp), and device()
+  // reports the device's own arch. InputError for two spaces of one family.
+  GpuRunner(const std::vector<const SearchSpace*>& spaces, const Problem& problem, Store* store,
+            GpuRunnerOptions options);
   const DeviceInfo& device() override { return device_; }
+  std::string arch_for(const std::string& family) override;
   std::size_t capacity() const override;
   std::size_t outstanding() const override { return pool_->outstanding(); }
   void submit(const Config& config) override;
@@ -38,7 +44,15 @@ class GpuRunner : public search::Runner {
   const std::string& arch() const { return device_.arch; }
 
  private:
-  const SearchSpace& space_;
+  struct Family {
+    const SearchSpace* space;
+    std::string arch;
+  };
+  // The space and arch of a submitted config, and the config as its family's renderer takes it.
+  std::pair<const Family*, Config> family_of(const Config& config) const;
+
+  std::map<std::string, Family> families_;
+  bool tagged_ = false;  // several families: configs carry their family
   Problem problem_;
   GpuRunnerOptions options_;
   std::unique_ptr<Evaluator> evaluator_;

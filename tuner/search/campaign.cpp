@@ -4,10 +4,12 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "core/text.hpp"
+#include "search/multi_family.hpp"
 #include "search/strategy.hpp"
 
 namespace attntune::search {
@@ -60,8 +62,28 @@ double median(std::vector<double> v) {
 
 TuneResult run_campaign(Store& store, Runner& runner, const SearchSpace& space, const CampaignSpec& spec,
                         const TuneOptions& options, Progress& progress, StopFlags flags) {
+  return run_campaign(store, runner, std::vector<const SearchSpace*>{&space}, spec, options, progress, flags);
+}
+
+TuneResult run_campaign(Store& store, Runner& runner, const std::vector<const SearchSpace*>& spaces,
+                        const CampaignSpec& spec, const TuneOptions& options, Progress& progress, StopFlags flags) {
+  if (spaces.empty()) throw std::logic_error("run_campaign: no search space");
+  const bool mixed = spaces.size() > 1;
   const DeviceInfo& device = runner.device();
   const std::int64_t device_id = store.upsert_device(device);
+  // Each family's results are filed under the arch its kernels were built for (a mixed campaign on
+  // an H100: sm_90 for flash_fwd_mma, sm_90a for flash_fwd_wgmma).
+  std::map<std::string, std::int64_t> device_of;
+  for (const SearchSpace* s : spaces) {
+    DeviceInfo d = device;
+    d.arch = runner.arch_for(s->family());
+    device_of[s->family()] = d.arch == device.arch ? device_id : store.upsert_device(d);
+  }
+  // A config as the strategy and the runner see it (tagged with its family when several), and back.
+  auto as_seen = [&](const std::string& family, const Config& c) { return mixed ? tag_family(family, c) : c; };
+  auto as_stored = [&](const Config& c) {
+    return mixed ? untag_family(c) : std::pair<std::string, Config>{spaces[0]->family(), c};
+  };
   const std::int64_t campaign_id = store.open_campaign(spec, device_id);
   try {
     TuneResult result;
@@ -70,19 +92,31 @@ TuneResult run_campaign(Store& store, Runner& runner, const SearchSpace& space, 
     tally.progress.budget_evals = options.budget_evals;
     tally.progress.budget_seconds = options.budget_seconds;
 
-    StrategyContext context;
-    context.space = &space;
-    context.problem = spec.problem;
-    context.arch = device.arch;
-    context.seed = options.seed;
-    context.warm_start = options.warm_start;
-    std::unique_ptr<Strategy> strategy = make_strategy(options.strategy, context);
+    std::unique_ptr<Strategy> strategy;
+    const MultiFamily* families = nullptr;  // the allocation between families, when several
+    if (mixed) {
+      std::vector<FamilySpace> fs;
+      for (const SearchSpace* s : spaces) fs.push_back({s->family(), s, runner.arch_for(s->family())});
+      auto multi = std::make_unique<MultiFamily>(options.strategy, std::move(fs), spec.problem, options.seed,
+                                                 options.warm_start);
+      families = multi.get();
+      strategy = std::move(multi);
+    } else {
+      StrategyContext context;
+      context.space = spaces[0];
+      context.problem = spec.problem;
+      context.arch = device.arch;
+      context.seed = options.seed;
+      context.warm_start = options.warm_start;
+      strategy = make_strategy(options.strategy, context);
+    }
 
     // Resume: what the campaign evaluated before, in order, is the strategy's first knowledge.
     std::set<std::string> seen;  // config_str of everything evaluated or submitted: never twice
     for (const EvaluationRow& e : store.campaign_evaluations(campaign_id)) {
-      strategy->observe(Trial{e.config, e.record.status, e.record.median_us});
-      seen.insert(config_str(e.config));
+      const Config c = as_seen(e.family, e.config);
+      strategy->observe(Trial{c, e.record.status, e.record.median_us});
+      seen.insert(config_str(c));
       tally.add(e.record);
     }
     const std::int64_t resumed_from = tally.progress.evaluations;
@@ -137,16 +171,28 @@ TuneResult run_campaign(Store& store, Runner& runner, const SearchSpace& space, 
         stop_reason = "interrupted (the candidate in flight was abandoned)";
         break;
       }
-      const std::int64_t candidate = store.upsert_candidate(space.family(), r->config, r->source_hash);
-      store.record_evaluation(campaign_id, candidate, device_id, r->record);
+      {
+        const auto [family, plain] = as_stored(r->config);
+        const std::int64_t candidate = store.upsert_candidate(family, plain, r->source_hash);
+        store.record_evaluation(campaign_id, candidate, device_of.at(family), r->record);
+      }
       strategy->observe(Trial{r->config, r->record.status, r->record.median_us});
       ++tally.progress.this_run;
       tally.progress.elapsed_s = elapsed();
       if (tally.add(r->record))
         progress.event(fmt::format("#{} new best {:.1f} µs ({:.1f} TFLOP/s): {}", tally.progress.evaluations,
                                    *tally.progress.best_us, tally.progress.best_tflops.value_or(0),
-                                   config_str(r->config)));
+                                   tagged_str(r->config)));
       progress.update(tally.progress);
+    }
+    if (families && tally.progress.this_run > 0) {
+      std::vector<std::string> parts;
+      for (const MultiFamily::FamilyStats& f : families->stats())
+        parts.push_back(fmt::format("{} {} ({} ok{}{})", f.family, f.observed, f.ok,
+                                    f.best_us ? fmt::format(", best {:.1f} µs", *f.best_us) : "",
+                                    f.exhausted ? ", exhausted" : ""));
+      progress.done();
+      progress.event(fmt::format("evaluations by template: {}", fmt::join(parts, ", ")));
     }
 
     // The result: the top candidates re-timed interleaved, unless nothing changed since the last ranking.
@@ -160,11 +206,20 @@ TuneResult run_campaign(Store& store, Runner& runner, const SearchSpace& space, 
           if (ao != bo) return ao;
           return ao && *a.record.median_us < *b.record.median_us;
         });
-        std::set<std::string> taken;
+        std::set<std::string> taken, families_in;
         for (const EvaluationRow& e : rows) {
           if (e.record.status != "ok" || static_cast<int>(top.size()) >= options.final_top) break;
-          if (taken.insert(config_str(e.config)).second) top.push_back({e.config, "", {}, 0, false});
+          const Config c = as_seen(e.family, e.config);
+          if (taken.insert(config_str(c)).second) top.push_back({c, "", {}, 0, false});
+          families_in.insert(e.family);
         }
+        // Several families: each one's best is re-timed too (beyond the top if need be), so the
+        // ranking says how the best of each compares, measured alike.
+        if (mixed)
+          for (const EvaluationRow& e : rows) {
+            if (e.record.status != "ok") break;
+            if (families_in.insert(e.family).second) top.push_back({as_seen(e.family, e.config), "", {}, 0, false});
+          }
       }
       progress.done();
       progress.event(fmt::format("re-timing the top {} interleaved, {} rounds", top.size(), options.final_rounds));
@@ -182,12 +237,13 @@ TuneResult run_campaign(Store& store, Runner& runner, const SearchSpace& space, 
             break;
           }
           t.source_hash = r->source_hash;
-          const std::int64_t candidate = store.upsert_candidate(space.family(), r->config, r->source_hash);
-          store.record_evaluation(campaign_id, candidate, device_id, r->record, Phase::kFinal);
+          const auto [family, plain] = as_stored(r->config);
+          const std::int64_t candidate = store.upsert_candidate(family, plain, r->source_hash);
+          store.record_evaluation(campaign_id, candidate, device_of.at(family), r->record, Phase::kFinal);
           if (r->record.status != "ok") {
             t.failed = true;  // flaky: it failed where it once passed, so it cannot be the result
             progress.event(fmt::format("re-timing: {} failed this time ({}: {}); dropped from the ranking",
-                                       config_str(t.config), r->record.status, one_line(r->record.error)));
+                                       tagged_str(t.config), r->record.status, one_line(r->record.error)));
             continue;
           }
           t.medians.push_back(*r->record.median_us);
@@ -202,7 +258,9 @@ TuneResult run_campaign(Store& store, Runner& runner, const SearchSpace& space, 
         for (const Retimed& t : top) {
           if (t.failed || t.medians.empty()) continue;
           RankingEntry e;
-          e.candidate_id = store.upsert_candidate(space.family(), t.config, t.source_hash);
+          const auto [family, plain] = as_stored(t.config);
+          e.candidate_id = store.upsert_candidate(family, plain, t.source_hash);
+          e.device_id = device_of.at(family);
           e.median_us = median(t.medians);
           e.tflops = spec.problem.flops() / (e.median_us * 1e-6) / 1e12;
           e.max_abs_err = t.max_err;

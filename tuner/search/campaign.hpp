@@ -52,5 +52,12 @@ struct TuneResult {
 // the reason and the exception propagates.
 TuneResult run_campaign(Store& store, Runner& runner, const SearchSpace& space, const CampaignSpec& spec,
                         const TuneOptions& options, Progress& progress, StopFlags flags);
+// A campaign over several template families (tune --space A --space B): `spaces` sorted by family
+// as in spec.spaces, searched by a MultiFamily strategy (search/multi_family.hpp) through a runner
+// that takes tagged configs; candidates of every family are stored under their own family and the
+// arch the runner builds them for, and re-timed and ranked together at the end. With one space it
+// is the campaign above.
+TuneResult run_campaign(Store& store, Runner& runner, const std::vector<const SearchSpace*>& spaces,
+                        const CampaignSpec& spec, const TuneOptions& options, Progress& progress, StopFlags flags);
 
 }  // namespace attntune::search

@@ -9,6 +9,10 @@ namespace attntune::search {
 RecordedCampaign RecordedCampaign::load(Store& store, const std::string& campaign) {
   const std::optional<CampaignRow> row = store.campaign_row(campaign);
   if (!row) throw InputError(fmt::format("no campaign named '{}' in {}", campaign, store.path()));
+  if (row->spec.mixed())
+    throw InputError(fmt::format("campaign '{}' in {} searched several templates ({}); a recorded campaign to replay "
+                                 "or simulate from must have one (record each template's space in its own campaign)",
+                                 campaign, store.path(), row->spec.family));
   if (row->spec.space_text.empty())
     throw InputError(fmt::format("campaign '{}' in {} was recorded without its search space (an older attntune); "
                                  "it cannot be replayed",

@@ -22,7 +22,8 @@ struct RecordedCampaign {
   std::optional<double> best_us;              // the fastest ok median
   std::uint64_t space_size = 0;               // valid configs of the space for the problem and arch
 
-  // InputError for an unknown campaign or one recorded without its space text (schema < 3).
+  // InputError for an unknown campaign, one recorded without its space text (schema < 3), or one
+  // of several templates (tune --space A --space B).
   static RecordedCampaign load(Store& store, const std::string& campaign);
   const EvalRecord* find(const Config& c) const;  // nullptr when it was not evaluated
 };

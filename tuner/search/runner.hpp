@@ -23,6 +23,14 @@ class Runner {
  public:
   virtual ~Runner() = default;
   virtual const DeviceInfo& device() = 0;
+  // The arch the kernels of `family` are built for (and the store files them under): device().arch
+  // unless the runner serves several families (tune --space A --space B), whose archs may differ
+  // (sm_90 for flash_fwd_mma, sm_90a for flash_fwd_wgmma on an H100). Such a runner takes configs
+  // tagged with their family (search/multi_family.hpp) and hands them back tagged.
+  virtual std::string arch_for(const std::string& family) {
+    (void)family;
+    return device().arch;
+  }
   // How many candidates are worth keeping submitted ahead of the GPU (the compile pipeline's depth).
   virtual std::size_t capacity() const = 0;
   virtual std::size_t outstanding() const = 0;  // submitted, not yet returned by next()

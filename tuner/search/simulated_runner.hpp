@@ -6,6 +6,9 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "search/recorded.hpp"
 #include "search/runner.hpp"
@@ -17,14 +20,21 @@ class SimulatedRunner : public Runner {
   // `cancel`, when set and true, abandons the candidate being "evaluated".
   SimulatedRunner(const RecordedCampaign& recording, std::chrono::milliseconds delay, std::size_t capacity,
                   const std::atomic<bool>* cancel);
+  // Several families (tune --space A --space B): one recording per family (InputError for two of
+  // one family), configs tagged with their family (search/multi_family.hpp); each family's results
+  // are filed under its recording's arch, and device() is the first recording's (by family name).
+  SimulatedRunner(const std::vector<const RecordedCampaign*>& recordings, std::chrono::milliseconds delay,
+                  std::size_t capacity, const std::atomic<bool>* cancel);
   const DeviceInfo& device() override { return device_; }
+  std::string arch_for(const std::string& family) override;
   std::size_t capacity() const override { return capacity_; }
   std::size_t outstanding() const override { return queue_.size(); }
   void submit(const Config& config) override;
   std::optional<RunResult> next() override;
 
  private:
-  const RecordedCampaign& recording_;
+  std::map<std::string, const RecordedCampaign*> recordings_;  // by family
+  bool tagged_ = false;
   std::chrono::milliseconds delay_;
   std::size_t capacity_;
   const std::atomic<bool>* cancel_;
