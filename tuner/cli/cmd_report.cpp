@@ -17,6 +17,7 @@
 #include "report/analysis.hpp"
 #include "report/figure.hpp"
 #include "report/plot_file.hpp"
+#include "search/multi_family.hpp"
 
 namespace attntune::cli {
 
@@ -27,12 +28,28 @@ using report::ConvergencePoint;
 
 constexpr const char* kSummary = "how a campaign converged and what each parameter does (text, JSON, CSV, plot)";
 
+// One template of a campaign that searched several: its own rows (configs as its space has them)
+// and what they say.
+struct FamilyReport {
+  std::string family;
+  std::vector<EvaluationRow> rows;
+  Analysis analysis;
+};
+
 struct Report {
   CampaignRow campaign;
+  // A campaign of several templates: configs carry theirs under `template` (so convergence says
+  // when the best moved to another template), and the campaign-wide parameter effects keep only
+  // `template`; each template's own effects and curve are in `families`.
   std::vector<EvaluationRow> rows;
   std::vector<RankedRow> ranking;
   Analysis analysis;
+  std::vector<FamilyReport> families;  // empty for a campaign of one template
 };
+
+std::string ranked_config(const RankedRow& r, bool mixed) {
+  return mixed ? search::tagged_str(search::tag_family(r.family, r.config)) : config_str(r.config);
+}
 
 nlohmann::ordered_json optional_json(const std::optional<double>& v) {
   return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
@@ -64,6 +81,9 @@ std::string config_change(const Config& from, const Config& to) {
 
 // ---- JSON ----
 
+nlohmann::ordered_json convergence_json(const Analysis& a);
+nlohmann::ordered_json parameters_json(const Analysis& a);
+
 nlohmann::ordered_json to_json(const Report& r) {
   const CampaignRow& c = r.campaign;
   const Analysis& a = r.analysis;
@@ -73,23 +93,93 @@ nlohmann::ordered_json to_json(const Report& r) {
   nlohmann::ordered_json best(nullptr);
   if (!r.ranking.empty()) {
     const RankedRow& top = r.ranking.front();
-    best = {{"config", config_json(top.config)},
+    best = {{"template", top.family},
+            {"config", config_json(top.config)},
             {"median_us", top.entry.median_us},
             {"tflops", top.entry.tflops},
             {"source", "ranking"}};
   } else if (a.best) {
-    best = {{"config", config_json(a.best->config)},
+    const auto [family, config] = search::untag_family(a.best->config);
+    best = {{"template", family.empty() ? c.spec.family : family},
+            {"config", config_json(config)},
             {"median_us", a.best->median_us},
             {"tflops", optional_json(a.best->tflops)},
             {"source", "search"},
             {"eval", a.best->eval}};
   }
 
+  nlohmann::ordered_json ranking = nlohmann::ordered_json::array();
+  for (const auto& e : r.ranking)
+    ranking.push_back({{"rank", e.rank},
+                       {"template", e.family},
+                       {"config", config_json(e.config)},
+                       {"median_us", e.entry.median_us},
+                       {"tflops", e.entry.tflops},
+                       {"max_abs_err", e.entry.max_abs_err},
+                       {"spread_pct", e.entry.spread_pct},
+                       {"rounds", e.entry.rounds}});
+
+  nlohmann::ordered_json gaps = nlohmann::ordered_json::array();
+  for (const auto& g : a.time.gaps)
+    gaps.push_back({{"after_eval", g.after_eval}, {"start_seconds", g.start_seconds}, {"seconds", g.seconds}});
+
+  nlohmann::ordered_json families = nlohmann::ordered_json::array();
+  for (const FamilyReport& f : r.families) {
+    nlohmann::ordered_json fs = nlohmann::ordered_json::object();
+    for (const auto& [status, n] : f.analysis.by_status) fs[status] = n;
+    nlohmann::ordered_json fbest(nullptr);
+    if (f.analysis.best)
+      fbest = {{"config", config_json(f.analysis.best->config)},
+               {"median_us", f.analysis.best->median_us},
+               {"tflops", optional_json(f.analysis.best->tflops)},
+               {"eval", f.analysis.best->eval}};
+    families.push_back({{"template", f.family},
+                        {"evaluations", f.analysis.evaluations},
+                        {"ok", f.analysis.ok},
+                        {"by_status", fs},
+                        {"best", fbest},
+                        {"convergence", convergence_json(f.analysis)},
+                        {"parameters", parameters_json(f.analysis)}});
+  }
+  nlohmann::ordered_json templates = nlohmann::ordered_json::array();
+  for (const CampaignSpace& sp : c.spec.spaces) templates.push_back(sp.family);
+
+  nlohmann::ordered_json out = {{"campaign", c.spec.name},
+                                {"problem", problem_json(c.spec.problem)},
+                                {"template", c.spec.family},
+                                {"templates", templates},
+                                {"gpu", c.gpu},
+                                {"arch", c.arch},
+                                {"strategy", c.spec.strategy},
+                                {"seed", c.spec.seed},
+                                {"status", c.status},
+                                {"stop_reason", c.stop_reason},
+                                {"started_at", c.started_at},
+                                {"ended_at", c.ended_at.empty() ? nlohmann::ordered_json(nullptr)
+                                                                : nlohmann::ordered_json(c.ended_at)},
+                                {"evaluations", a.evaluations},
+                                {"ok", a.ok},
+                                {"by_status", by_status},
+                                {"evaluating_seconds", a.time.active_seconds},
+                                {"span_seconds", a.time.span_seconds},
+                                {"gaps", gaps},
+                                {"best", best},
+                                {"convergence", convergence_json(a)},
+                                {"parameters", parameters_json(a)},
+                                {"ranking", ranking}};
+  if (!r.families.empty()) out["families"] = families;
+  return out;
+}
+
+nlohmann::ordered_json convergence_json(const Analysis& a) {
   nlohmann::ordered_json convergence = nlohmann::ordered_json::array();
   for (const auto& p : a.convergence)
     convergence.push_back(
         {{"eval", p.eval}, {"seconds", p.seconds}, {"best_us", p.best_us}, {"tflops", optional_json(p.tflops)}});
+  return convergence;
+}
 
+nlohmann::ordered_json parameters_json(const Analysis& a) {
   nlohmann::ordered_json parameters = nlohmann::ordered_json::array();
   for (const auto& p : a.parameters) {
     nlohmann::ordered_json values = nlohmann::ordered_json::array();
@@ -106,49 +196,16 @@ nlohmann::ordered_json to_json(const Report& r) {
     }
     parameters.push_back({{"name", p.name}, {"values", values}, {"reading", report::reading(p)}});
   }
-
-  nlohmann::ordered_json ranking = nlohmann::ordered_json::array();
-  for (const auto& e : r.ranking)
-    ranking.push_back({{"rank", e.rank},
-                       {"config", config_json(e.config)},
-                       {"median_us", e.entry.median_us},
-                       {"tflops", e.entry.tflops},
-                       {"max_abs_err", e.entry.max_abs_err},
-                       {"spread_pct", e.entry.spread_pct},
-                       {"rounds", e.entry.rounds}});
-
-  nlohmann::ordered_json gaps = nlohmann::ordered_json::array();
-  for (const auto& g : a.time.gaps)
-    gaps.push_back({{"after_eval", g.after_eval}, {"start_seconds", g.start_seconds}, {"seconds", g.seconds}});
-
-  return {{"campaign", c.spec.name},
-          {"problem", problem_json(c.spec.problem)},
-          {"template", c.spec.family},
-          {"gpu", c.gpu},
-          {"arch", c.arch},
-          {"strategy", c.spec.strategy},
-          {"seed", c.spec.seed},
-          {"status", c.status},
-          {"stop_reason", c.stop_reason},
-          {"started_at", c.started_at},
-          {"ended_at", c.ended_at.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.ended_at)},
-          {"evaluations", a.evaluations},
-          {"ok", a.ok},
-          {"by_status", by_status},
-          {"evaluating_seconds", a.time.active_seconds},
-          {"span_seconds", a.time.span_seconds},
-          {"gaps", gaps},
-          {"best", best},
-          {"convergence", convergence},
-          {"parameters", parameters},
-          {"ranking", ranking}};
+  return parameters;
 }
 
 // ---- CSV: one row per evaluation, with the best so far and each parameter in its own column ----
 
 void print_csv(std::ostream& out, const Report& r) {
-  std::vector<std::string> params;
-  for (const auto& p : r.analysis.parameters) params.push_back(p.name);
+  std::vector<std::string> params;  // every parameter of the evaluated configs (and `template`)
+  for (const EvaluationRow& row : r.rows)
+    for (const auto& [name, value] : row.config)
+      if (std::find(params.begin(), params.end(), name) == params.end()) params.push_back(name);
   std::sort(params.begin(), params.end());
   std::vector<std::string> headers = {"eval", "seconds", "status", "median_us", "tflops", "best_us"};
   headers.insert(headers.end(), params.begin(), params.end());
@@ -180,8 +237,14 @@ void print_header(std::ostream& out, const Report& r) {
   const Analysis& a = r.analysis;
   out << fmt::format("Campaign '{}'\n", c.spec.name);
   out << fmt::format("  problem    {}\n", c.spec.problem.str());
-  out << fmt::format("  template   {}{}\n", c.spec.family,
-                     c.spec.space_path.empty() ? "" : fmt::format(" (space {})", c.spec.space_path));
+  if (c.spec.mixed()) {
+    std::vector<std::string> parts;
+    for (const CampaignSpace& sp : c.spec.spaces) parts.push_back(fmt::format("{} (space {})", sp.family, sp.path));
+    out << fmt::format("  templates  {}\n", fmt::join(parts, ", "));
+  } else {
+    out << fmt::format("  template   {}{}\n", c.spec.family,
+                       c.spec.space_path.empty() ? "" : fmt::format(" (space {})", c.spec.space_path));
+  }
   out << fmt::format("  GPU        {} ({})\n", c.gpu, c.arch);
   std::string budget;
   if (c.spec.budget_evals > 0) budget += fmt::format(", budget {} evaluations", c.spec.budget_evals);
@@ -205,11 +268,11 @@ void print_header(std::ostream& out, const Report& r) {
     const RankedRow& top = r.ranking.front();
     out << fmt::format("  best       {} µs, {} TFLOP/s (final ranking: re-timed over {} rounds)\n",
                        format_us(top.entry.median_us), format_tflops(top.entry.tflops), top.entry.rounds);
-    out << fmt::format("             {}\n", config_str(top.config));
+    out << fmt::format("             {}\n", ranked_config(top, c.spec.mixed()));
   } else if (a.best) {
     out << fmt::format("  best       {} µs{} (no final ranking yet)\n", format_us(a.best->median_us),
                        a.best->tflops ? fmt::format(", {} TFLOP/s", format_tflops(*a.best->tflops)) : "");
-    out << fmt::format("             {}\n", config_str(a.best->config));
+    out << fmt::format("             {}\n", search::tagged_str(a.best->config));
   } else {
     out << "  best       none: no evaluation has run ok\n";
   }
@@ -231,7 +294,7 @@ void print_convergence(std::ostream& out, const Analysis& a) {
     if (!p.improved) {
       change = "(last evaluation)";
     } else if (!previous) {
-      change = "first ok: " + config_str(p.config);
+      change = "first ok: " + search::tagged_str(p.config);
     } else {
       speedup = ratio_text(previous->best_us / p.best_us);
       change = config_change(previous->config, p.config);
@@ -249,18 +312,24 @@ void print_convergence(std::ostream& out, const Analysis& a) {
   }
 }
 
-void print_ranking(std::ostream& out, const std::vector<RankedRow>& ranking) {
+void print_ranking(std::ostream& out, const std::vector<RankedRow>& ranking, bool mixed) {
   out << fmt::format("\nFinal ranking (top {} re-timed, interleaved)\n", ranking.size());
-  Table t({"rank", "median µs", "TFLOP/s", "spread %", "rounds", "max |err|", "config"});
-  for (const auto& r : ranking)
-    t.add_row({std::to_string(r.rank), format_us(r.entry.median_us), format_tflops(r.entry.tflops),
-               fmt::format("{:.2f}", r.entry.spread_pct), std::to_string(r.entry.rounds),
-               format_error(r.entry.max_abs_err), config_str(r.config)});
+  std::vector<std::string> headers = {"rank", "median µs", "TFLOP/s", "spread %", "rounds", "max |err|", "config"};
+  if (mixed) headers.insert(headers.end() - 1, "template");
+  Table t(headers);
+  for (const auto& r : ranking) {
+    std::vector<std::string> cells = {std::to_string(r.rank), format_us(r.entry.median_us),
+                                      format_tflops(r.entry.tflops), fmt::format("{:.2f}", r.entry.spread_pct),
+                                      std::to_string(r.entry.rounds), format_error(r.entry.max_abs_err),
+                                      config_str(r.config)};
+    if (mixed) cells.insert(cells.end() - 1, r.family);
+    t.add_row(std::move(cells));
+  }
   t.print(out);
 }
 
-void print_parameters(std::ostream& out, const Analysis& a) {
-  out << "\nParameter effects (most influential first; ratio = a value's best time / the campaign's best)\n";
+void print_parameters(std::ostream& out, const Analysis& a, const std::string& whose = "the campaign's") {
+  out << fmt::format("\nParameter effects (most influential first; ratio = a value's best time / {} best)\n", whose);
   // Parameters the campaign never varied say nothing about speed: one line for all of them.
   std::vector<const report::ParamEffect*> varied;
   std::string fixed;
@@ -293,8 +362,20 @@ void print_text(std::ostream& out, const Report& r, const std::string& plot) {
   print_header(out, r);
   if (r.analysis.evaluations > 0) {
     if (!r.analysis.convergence.empty()) print_convergence(out, r.analysis);
-    if (!r.ranking.empty()) print_ranking(out, r.ranking);
+    if (!r.ranking.empty()) print_ranking(out, r.ranking, !r.families.empty());
     print_parameters(out, r.analysis);
+  }
+  for (const FamilyReport& f : r.families) {
+    const Analysis& fa = f.analysis;
+    out << fmt::format("\nTemplate {}: {} evaluation{}, {} ok", f.family, fa.evaluations,
+                       fa.evaluations == 1 ? "" : "s", fa.ok);
+    if (fa.best && r.analysis.best)
+      out << fmt::format("; best {} µs at eval {} ({} the campaign's best)", format_us(fa.best->median_us),
+                         fa.best->eval, ratio_text(fa.best->median_us / r.analysis.best->median_us));
+    out << '\n';
+    if (fa.best) out << fmt::format("  {}\n", config_str(fa.best->config));
+    if (!fa.convergence.empty()) print_convergence(out, fa);
+    if (fa.evaluations > 0) print_parameters(out, fa, "the template's");
   }
   if (!plot.empty()) out << fmt::format("\nplot: {}\n", plot);
 }
@@ -329,7 +410,24 @@ int run_report(const std::vector<std::string>& args) {
   r.campaign = std::move(*row);
   r.rows = store.campaign_evaluations(r.campaign.id);
   r.ranking = store.ranking(r.campaign.id);
+  if (r.campaign.spec.mixed()) {
+    for (const CampaignSpace& sp : r.campaign.spec.spaces) {
+      FamilyReport f;
+      f.family = sp.family;
+      for (const EvaluationRow& e : r.rows)
+        if (e.family == sp.family) f.rows.push_back(e);
+      f.analysis = report::analyze(f.rows);
+      r.families.push_back(std::move(f));
+    }
+    for (EvaluationRow& e : r.rows) e.config = search::tag_family(e.family, std::move(e.config));
+  }
   r.analysis = report::analyze(r.rows);
+  if (!r.families.empty()) {
+    // Across templates only `template` means the same thing everywhere.
+    auto& ps = r.analysis.parameters;
+    ps.erase(std::remove_if(ps.begin(), ps.end(), [](const report::ParamEffect& p) { return p.name != search::kTemplateKey; }),
+             ps.end());
+  }
 
   if (!plot.empty()) {
     const CampaignRow& c = r.campaign;

@@ -23,6 +23,7 @@
 #include "db/store.hpp"
 #include "eval/gpu_runner.hpp"
 #include "search/campaign.hpp"
+#include "search/multi_family.hpp"
 #include "search/recorded.hpp"
 #include "search/simulated_runner.hpp"
 #include "search/strategy.hpp"
@@ -106,10 +107,14 @@ void check_campaign_name(const std::string& name) {
 }
 
 nlohmann::ordered_json result_json(const std::string& campaign, const search::TuneResult& r, const Problem& problem,
-                                   const std::string& family, const DeviceInfo& device) {
+                                   const CampaignSpec& spec, const DeviceInfo& device) {
+  const std::string& family = spec.family;
+  nlohmann::ordered_json templates = nlohmann::ordered_json::array();
+  for (const CampaignSpace& s : spec.spaces) templates.push_back(s.family);
   nlohmann::ordered_json ranking = nlohmann::ordered_json::array();
   for (const RankedRow& row : r.ranking)
     ranking.push_back({{"rank", row.rank},
+                       {"template", row.family},
                        {"config", config_json(row.config)},
                        {"median_us", row.entry.median_us},
                        {"tflops", row.entry.tflops},
@@ -119,20 +124,22 @@ nlohmann::ordered_json result_json(const std::string& campaign, const search::Tu
   return {{"campaign", campaign},     {"problem", problem_json(problem)}, {"template", family},
           {"gpu", device.name},       {"arch", device.arch},              {"status", r.status},
           {"stop_reason", r.stop_reason}, {"evaluations", r.evaluations}, {"this_run", r.this_run},
-          {"ok", r.ok},               {"ranking", ranking}};
+          {"ok", r.ok},               {"templates", templates},           {"ranking", ranking}};
 }
 
 int run_tune(const std::vector<std::string>& args) {
   po::options_description opts("options");
-  std::string space_path, problem_spec, db_path, campaign, strategy = "evo", budget_time, format = "table";
+  std::vector<std::string> space_paths, simulate_campaigns;
+  std::string problem_spec, db_path, campaign, strategy = "evo", budget_time, format = "table";
   std::int64_t budget_evals = 0, patience = -1;
   std::uint64_t seed = 1;
   int jobs = 0, device = 0, final_top = 5, final_rounds = 5, warm = 8, log_interval = 30;
   double compile_timeout_s = 120, deadline_floor_s = 10, max_seconds = 1.0, min_gain = 0.5;
-  std::string simulate_db, simulate_campaign;
+  std::string simulate_db;
   int simulate_delay_ms = 0;
   opts.add_options()
-      ("space", po::value(&space_path)->required(), "search space YAML")
+      ("space", po::value(&space_paths)->required(), "search space YAML; repeat it to search several templates in "
+                                                     "one campaign (one space per template), ranked together")
       ("problem", po::value(&problem_spec)->required(), "problem spec, e.g. b=4,h=16,s=4096,d=128,dtype=bf16,causal=0")
       ("db", po::value(&db_path)->default_value(default_db_path()), "database ($ATTNTUNE_DB, else ./attntune.db); created if missing")
       ("campaign", po::value(&campaign), "campaign name (default: template:problem:arch); an existing one is resumed")
@@ -154,7 +161,8 @@ int run_tune(const std::vector<std::string>& args) {
       ("log-interval", po::value(&log_interval), "seconds between progress lines when stderr is not a terminal (default 30)")
       ("format", po::value(&format), "table | json: how the result is printed")
       ("simulate-db", po::value(&simulate_db), "evaluate from this database's recorded campaign instead of a GPU (testing)")
-      ("simulate-campaign", po::value(&simulate_campaign), "the recorded campaign --simulate-db answers from")
+      ("simulate-campaign", po::value(&simulate_campaigns), "the recorded campaign --simulate-db answers from (one "
+                                                            "per template with several --space)")
       ("simulate-delay-ms", po::value(&simulate_delay_ms), "simulated time per candidate (default 0)");
   po::variables_map vm;
   if (parse_args("tune", kSummary, opts, args, vm)) return 0;
@@ -167,7 +175,7 @@ int run_tune(const std::vector<std::string>& args) {
                      "--final-rounds and --log-interval must be at least 1");
   if (compile_timeout_s <= 0 || deadline_floor_s <= 0 || max_seconds <= 0 || min_gain < 0)
     throw InputError("tune: --compile-timeout, --deadline-floor and --max-seconds must be positive, --min-gain >= 0");
-  if (simulate_db.empty() != simulate_campaign.empty())
+  if (simulate_db.empty() != simulate_campaigns.empty())
     throw InputError("tune: --simulate-db and --simulate-campaign go together");
   {
     const auto names = search::strategy_names();
@@ -175,46 +183,95 @@ int run_tune(const std::vector<std::string>& args) {
       throw InputError(fmt::format("tune: unknown strategy '{}' (known: {})", strategy, fmt::join(names, ", ")));
   }
 
-  const SearchSpace space = SearchSpace::load(space_path);
+  // The spaces, one per template, in template order (so the order of --space does not matter).
+  std::vector<SearchSpace> loaded;
+  loaded.reserve(space_paths.size());
+  for (const std::string& path : space_paths) {
+    SearchSpace s = SearchSpace::load(path);
+    for (const SearchSpace& other : loaded) {
+      if (other.hash() == s.hash())
+        throw InputError(fmt::format("tune: --space {} is the same search space as --space {} (give each once)",
+                                     path, other.path()));
+      if (other.family() == s.family())
+        throw InputError(fmt::format("tune: --space {} and --space {} are both spaces of template '{}' (a campaign "
+                                     "searches one space per template)",
+                                     other.path(), path, s.family()));
+    }
+    loaded.push_back(std::move(s));
+  }
+  std::vector<const SearchSpace*> spaces;
+  for (const SearchSpace& s : loaded) spaces.push_back(&s);
+  std::sort(spaces.begin(), spaces.end(),
+            [](const SearchSpace* a, const SearchSpace* b) { return a->family() < b->family(); });
+  const bool mixed = spaces.size() > 1;
   const Problem problem = Problem::parse(problem_spec);
-  family_info(space.family());  // an unknown template fails here, before anything starts
-  // What the family supports (d, dtype, problem constraints) does not depend on the arch: checked
-  // now, before a database or a GPU worker is touched. The arch itself is checked once known.
-  space.check_problem(problem, space.default_arch());
+  for (const SearchSpace* s : spaces) {
+    family_info(s->family());  // an unknown template fails here, before anything starts
+    // What the family supports (d, dtype, problem constraints) does not depend on the arch: checked
+    // now, before a database or a GPU worker is touched. The arch itself is checked once known.
+    s->check_problem(problem, s->default_arch());
+    if (mixed)
+      for (const auto& p : s->params())
+        if (p.name == search::kTemplateKey)
+          throw InputError(fmt::format("tune: {} declares a parameter named '{}', which cannot be searched with "
+                                       "other templates (the name says which template a config belongs to)",
+                                       s->path(), search::kTemplateKey));
+  }
+  if (!simulate_campaigns.empty() && simulate_campaigns.size() != spaces.size())
+    throw InputError(fmt::format("tune: {} --space and {} --simulate-campaign: give one recorded campaign per space",
+                                 spaces.size(), simulate_campaigns.size()));
   check_campaign_name(campaign);
 
   SignalGuard signals;
-  // The runner: a recorded campaign, or the GPU (whose worker tells the arch; no GPU: exit 3).
+  // The runner: recorded campaigns, or the GPU (whose worker tells the arch; no GPU: exit 3).
   // Every input is checked before anything is written: a bad one leaves the database as it was.
-  std::optional<search::RecordedCampaign> recording;
+  std::vector<search::RecordedCampaign> recordings;
   std::optional<Store> recording_store;
   std::unique_ptr<search::Runner> runner;
   std::string arch;
   std::uint64_t space_size = 0;
-  auto check_space = [&] {
-    space.check_problem(problem, arch);
-    space_size = space.count(problem, arch);
-    if (space_size == 0)
-      throw WorkError(fmt::format("tune: {} has no valid config for {} on {}", space.path(), problem.str(), arch));
+  std::vector<std::string> sizes;  // per template, for the first line of progress
+  auto check_spaces = [&] {
+    for (const SearchSpace* s : spaces) {
+      const std::string a = runner ? runner->arch_for(s->family()) : arch;
+      s->check_problem(problem, a);
+      const std::uint64_t n = s->count(problem, a);
+      if (n == 0)
+        throw WorkError(fmt::format("tune: {} has no valid config for {} on {}", s->path(), problem.str(), a));
+      space_size += n;
+      sizes.push_back(fmt::format("{} {}", s->family(), n));
+    }
   };
   if (!simulate_db.empty()) {
     recording_store.emplace(Store::open(simulate_db, Store::Mode::kReadOnly));
-    recording.emplace(search::RecordedCampaign::load(*recording_store, simulate_campaign));
-    arch = recording->arch;
-    check_space();
-    if (recording->problem != problem || recording->space.hash() != space.hash())
-      throw InputError(fmt::format("tune: the simulated campaign '{}' recorded problem {} with space hash {}; this run "
-                                   "asks for {} with {}",
-                                   simulate_campaign, recording->problem.str(), recording->space.hash().substr(0, 12),
-                                   problem.str(), space.hash().substr(0, 12)));
+    recordings.reserve(simulate_campaigns.size());
+    for (const std::string& name : simulate_campaigns)
+      recordings.push_back(search::RecordedCampaign::load(*recording_store, name));
+    // Each space answers from the recording of its template.
+    std::vector<const search::RecordedCampaign*> by_space;
+    for (const SearchSpace* s : spaces) {
+      const search::RecordedCampaign* match = nullptr;
+      for (const search::RecordedCampaign& r : recordings)
+        if (r.space.family() == s->family()) match = &r;
+      if (!match)
+        throw InputError(fmt::format("tune: no --simulate-campaign records template '{}' (of --space {})",
+                                     s->family(), s->path()));
+      if (match->problem != problem || match->space.hash() != s->hash())
+        throw InputError(fmt::format("tune: the simulated campaign '{}' recorded problem {} with space hash {}; this "
+                                     "run asks for {} with {}",
+                                     match->name, match->problem.str(), match->space.hash().substr(0, 12),
+                                     problem.str(), s->hash().substr(0, 12)));
+      by_space.push_back(match);
+    }
+    runner = std::make_unique<search::SimulatedRunner>(by_space, std::chrono::milliseconds(simulate_delay_ms),
+                                                       static_cast<std::size_t>(jobs > 0 ? jobs + 2 : 8), &g_abandon);
+    arch = runner->device().arch;
+    check_spaces();
   } else if (std::string why; !cuda::driver_available(&why)) {
     throw EnvError(why);  // no driver: say so before a database is created for nothing
   }
   Store store = Store::open(db_path, Store::Mode::kCreate);
-  if (recording) {
-    runner = std::make_unique<search::SimulatedRunner>(*recording, std::chrono::milliseconds(simulate_delay_ms),
-                                                       static_cast<std::size_t>(jobs > 0 ? jobs + 2 : 8), &g_abandon);
-  } else {
+  if (!runner) {
     GpuRunnerOptions ropts;
     ropts.device = device;
     ropts.jobs = jobs;
@@ -223,21 +280,21 @@ int run_tune(const std::vector<std::string>& args) {
     ropts.timing.max_seconds = max_seconds;
     ropts.validation_seed = seed;
     ropts.cancel = &g_abandon;
-    auto gpu = std::make_unique<GpuRunner>(space, problem, &store, ropts);
-    arch = gpu->arch();
-    check_space();
-    runner = std::move(gpu);
+    runner = std::make_unique<GpuRunner>(spaces, problem, &store, ropts);
+    arch = runner->device().arch;
+    check_spaces();
   }
   const DeviceInfo gpu = runner->device();
 
-  if (campaign.empty()) campaign = fmt::format("{}:{}:{}", space.family(), problem.str(), arch);
   CampaignSpec spec;
+  {
+    std::vector<CampaignSpace> list;
+    for (const SearchSpace* s : spaces) list.push_back({s->family(), s->path(), s->hash(), s->text()});
+    set_spaces(spec, std::move(list));
+  }
+  if (campaign.empty()) campaign = fmt::format("{}:{}:{}", spec.family, problem.str(), arch);
   spec.name = campaign;
   spec.problem = problem;
-  spec.space_path = space.path();
-  spec.space_hash = space.hash();
-  spec.space_text = space.text();
-  spec.family = space.family();
   spec.strategy = strategy;
   spec.seed = static_cast<std::int64_t>(seed);
   spec.budget_evals = budget_evals;
@@ -263,33 +320,42 @@ int run_tune(const std::vector<std::string>& args) {
   const bool live = ::isatty(2);
   search::Progress progress(std::cerr, live, std::chrono::seconds(log_interval));
   if (warm > 0) {
-    auto [nearest, configs] = warm_start(store, space.family(), problem, warm);
-    if (nearest && !configs.empty()) {
-      topts.warm_start = std::move(configs);
-      progress.event(fmt::format("warm start: {} configs from {}", topts.warm_start.size(), nearest->str()));
+    for (const SearchSpace* s : spaces) {
+      auto [nearest, configs] = warm_start(store, s->family(), problem, warm);
+      if (!nearest || configs.empty()) continue;
+      for (Config& c : configs) topts.warm_start.push_back(mixed ? search::tag_family(s->family(), std::move(c)) : c);
+      progress.event(fmt::format("warm start: {} configs from {}{}", configs.size(), nearest->str(),
+                                 mixed ? fmt::format(" ({})", s->family()) : ""));
     }
   }
-  progress.event(fmt::format("campaign '{}': {} on {} ({}), {} valid configs, strategy {}, seed {}{}{}", campaign,
-                             problem.str(), gpu.name, arch, space_size, strategy, seed,
+  progress.event(fmt::format("campaign '{}': {} on {} ({}), {} valid configs{}, strategy {}, seed {}{}{}", campaign,
+                             problem.str(), gpu.name, arch, space_size,
+                             mixed ? fmt::format(" ({})", fmt::join(sizes, " + ")) : "", strategy, seed,
                              budget_evals ? fmt::format(", budget {} evaluations", budget_evals) : "",
                              budget_seconds ? fmt::format(", time budget {}", search::format_duration(budget_seconds))
                                             : ""));
 
   const search::TuneResult result =
-      search::run_campaign(store, *runner, space, spec, topts, progress, {&g_stop, &g_abandon});
+      search::run_campaign(store, *runner, spaces, spec, topts, progress, {&g_stop, &g_abandon});
   runner.reset();  // workers end before the summary
 
   if (out_format == Format::kJson) {
-    print_json(std::cout, result_json(campaign, result, problem, space.family(), gpu));
+    print_json(std::cout, result_json(campaign, result, problem, spec, gpu));
   } else {
     std::cout << fmt::format("campaign '{}' {}: {}\n", campaign, result.status, result.stop_reason);
     std::cout << fmt::format("{} evaluations ({} this run), {} ok\n", result.evaluations, result.this_run, result.ok);
     if (!result.ranking.empty()) {
       std::cout << "\n";
-      Table t({"rank", "median µs", "TFLOP/s", "spread", "max |err|", "config"});
-      for (const RankedRow& r : result.ranking)
-        t.add_row({std::to_string(r.rank), format_us(r.entry.median_us), format_tflops(r.entry.tflops),
-                   fmt::format("{:.1f}%", r.entry.spread_pct), format_error(r.entry.max_abs_err), config_str(r.config)});
+      std::vector<std::string> headers = {"rank", "median µs", "TFLOP/s", "spread", "max |err|", "config"};
+      if (mixed) headers.insert(headers.end() - 1, "template");
+      Table t(headers);
+      for (const RankedRow& r : result.ranking) {
+        std::vector<std::string> cells = {std::to_string(r.rank), format_us(r.entry.median_us),
+                                          format_tflops(r.entry.tflops), fmt::format("{:.1f}%", r.entry.spread_pct),
+                                          format_error(r.entry.max_abs_err), config_str(r.config)};
+        if (mixed) cells.insert(cells.end() - 1, r.family);
+        t.add_row(cells);
+      }
       t.print(std::cout);
     }
     if (result.status == "stopped")
