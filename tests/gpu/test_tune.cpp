@@ -1,6 +1,8 @@
 // `attntune tune` on the GPU end to end: a small evo campaign records every evaluation, ranks its
 // top candidates, answers `best` with that ranking, and a re-run resumes without re-evaluating.
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -62,5 +64,53 @@ TEST(TuneGpu, WgmmaCampaignRunsThroughTheWorker) {
   EXPECT_EQ(j["evaluations"], 8);
   EXPECT_GE(j["ok"].get<int>(), 6) << r.err;
   ASSERT_FALSE(j["ranking"].empty());
+  fs::remove_all(dir);
+}
+
+// Both templates in one campaign on an H100 (sm_90): flash_fwd_mma built for sm_90 and
+// flash_fwd_wgmma for sm_90a through one worker and one build pool; each template's share of the
+// evaluations, results filed under the arch each was built for, a ranking that holds the best of
+// each, and a resume that evaluates nothing twice.
+TEST(TuneGpu, TwoTemplatesInOneCampaignRankTogether) {
+  ATTNTUNE_REQUIRE_GPU();
+  const fs::path dir = fs::temp_directory_path() / ("attntune-tune-multi-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string db = (dir / "t.db").string();
+  const std::string base = "tune --space " + source_dir() + "/search_spaces/flash_fwd_mma.yaml --space " +
+                           source_dir() + "/search_spaces/flash_fwd_wgmma.yaml" +
+                           " --problem b=2,h=4,hkv=2,s=1000,d=128,dtype=bf16,causal=1 --db " + db +
+                           " --campaign both --seed 5 --final-top 2 --final-rounds 2 --format json";
+  auto r = attntune::testing::run_attntune(base + " --budget-evals 20");
+  if (r.rc == 2 && r.err.find("sm_90a") != std::string::npos) GTEST_SKIP() << "no sm_90a GPU: " << r.err;
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["template"], "flash_fwd_mma+flash_fwd_wgmma");
+  EXPECT_EQ(j["evaluations"], 20);
+  EXPECT_GE(j["ok"].get<int>(), 12) << r.err;
+  std::set<std::string> ranked;
+  for (const auto& row : j["ranking"]) ranked.insert(row["template"].get<std::string>());
+  EXPECT_EQ(ranked, (std::set<std::string>{"flash_fwd_mma", "flash_fwd_wgmma"})) << r.out;
+
+  Store s = Store::open(db, Store::Mode::kReadOnly);
+  std::map<std::string, int> per_template;
+  for (const auto& e : s.campaign_evaluations(*s.find_campaign("both"))) ++per_template[e.family];
+  EXPECT_GE(per_template["flash_fwd_mma"], 8);
+  EXPECT_GE(per_template["flash_fwd_wgmma"], 8);
+  BestQuery q;
+  q.campaign = "both";
+  q.top = 50;
+  for (const BestRow& b : s.best(q)) EXPECT_EQ(b.arch, b.family == "flash_fwd_wgmma" ? "sm_90a" : "sm_90");
+
+  auto best = attntune::testing::run_attntune("best --db " + db + " --campaign both --format json");
+  ASSERT_EQ(best.rc, 0) << best.err;
+  EXPECT_EQ(nlohmann::json::parse(best.out)[0]["template"], j["ranking"][0]["template"]);
+  EXPECT_EQ(nlohmann::json::parse(best.out)[0]["config"], j["ranking"][0]["config"]);
+
+  r = attntune::testing::run_attntune(base + " --budget-evals 24");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto evals = s.campaign_evaluations(*s.find_campaign("both"));
+  ASSERT_EQ(evals.size(), 24u);
+  std::set<std::string> configs;
+  for (const auto& e : evals) EXPECT_TRUE(configs.insert(e.family + " " + config_str(e.config)).second);
   fs::remove_all(dir);
 }
