@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 
-// The kernels use mma.sync m16n8k16, ldmatrix and cp.async.
+// The kernels use mma.sync m16n8k16, ldmatrix and cp.async (flash_fwd_wgmma: TMA and wgmma).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < @@MIN_ARCH@@
-#error "attntune: this file needs compute capability @@MIN_ARCH_DOTTED@@ or newer: compile with -arch=sm_@@MIN_ARCH_SHORT@@ or higher"
+#error "attntune: this file needs compute capability @@MIN_ARCH_DOTTED@@ or newer: compile with -arch=@@MIN_ARCH_FLAG@@"
 #endif

@@ -314,8 +314,9 @@ std::string header(const Plan& plan, ExportMode mode) {
     h += fmt::format("//   nvcc -std=c++17 -arch={} -Xcompiler -fPIC -shared FILE.cu -o libattn.so\n", arch);
     h += fmt::format(
         "// -arch={0} exactly: the kernels use instructions that only arch-specific {0} code has (wgmma,\n"
-        "// setmaxnreg), so they run on GPUs of that compute capability only; built for another target the\n"
-        "// library holds no kernel and attntune_attention_forward returns ATTNTUNE_UNSUPPORTED saying so.\n//\n",
+        "// setmaxnreg), so they run on GPUs of that compute capability only. Built for other targets alone,\n"
+        "// the link fails (undefined reference to the kernel); built for several, GPUs without {0} code\n"
+        "// are refused at run time (ATTNTUNE_UNSUPPORTED, and attntune_last_error() says why).\n//\n",
         arch);
   }
   if (std::find(plan.launch_kinds.begin(), plan.launch_kinds.end(), &kTmaLaunch) != plan.launch_kinds.end())
@@ -447,7 +448,9 @@ std::string export_source(const std::vector<ExportItem>& items, ExportMode mode)
   out += "\n";
   out += fill(embedded_file(kPrologue), {{"MIN_ARCH", std::to_string(p.min_arch * 10)},
                                          {"MIN_ARCH_DOTTED", fmt::format("{}.{}", p.min_arch / 10, p.min_arch % 10)},
-                                         {"MIN_ARCH_SHORT", std::to_string(p.min_arch)}});
+                                         {"MIN_ARCH_FLAG", p.specific_archs.empty()
+                                                               ? fmt::format("sm_{} or higher", p.min_arch)
+                                                               : build_arch(p)}});
   for (std::size_t i : p.sources) out += wrapped_source(p.items[i]);
   out += "\n";
   std::string parts;

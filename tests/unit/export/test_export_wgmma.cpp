@@ -202,7 +202,7 @@ TEST(ExportWgmma, AllBestHoldsEachProblemsKernelWithItsOwnLaunch) {
   ASSERT_EQ(info["kernels"].size(), 2u);
   EXPECT_EQ(info["kernels"][0]["launch"]["persistent"], true);
   EXPECT_EQ(info["kernels"][1]["launch"]["persistent"], false);
-  EXPECT_EQ(info["kernels"][1]["problem"]["causal"], 1);
+  EXPECT_EQ(info["kernels"][1]["problem"]["causal"], true);
   EXPECT_EQ(info["kernels"][1]["launch"]["tma_box_rows"]["q"], 192);
 }
 
@@ -256,8 +256,9 @@ Shell link_checks(const std::string& nvcc, const std::string& source, const std:
 }
 
 // CONTRACT.md's command line with -arch=sm_90a (nvcc 13 adds compute_90 PTX there, which cannot hold
-// wgmma: the file must still compile), for one kernel and for an all-best of two; then the shared and
-// the TMA argument checks, run with no GPU.
+// wgmma: the file must still compile, with the kernels in the sm_90a code), for one kernel and for
+// an all-best of two; -arch=sm_90 fails at the link; then the shared and the TMA argument checks,
+// run with no GPU.
 TEST(ExportWgmmaNvcc, CompilesForSm90aWithCSymbolsAndChecksArguments) {
   const std::string nvcc = attntune::test::find_nvcc();
   ASSERT_FALSE(nvcc.empty()) << "nvcc not found ($CUDACXX, $CUDA_HOME, PATH, /usr/local/cuda/bin): CI has the toolkit";
@@ -274,11 +275,23 @@ TEST(ExportWgmmaNvcc, CompilesForSm90aWithCSymbolsAndChecksArguments) {
                             attntune::test::nvcc_shared_command(nvcc, "sm_90a", one, f.dir.file("libone.so"))));
   jobs.push_back(std::async(std::launch::async, sh,
                             attntune::test::nvcc_shared_command(nvcc, "sm_90a", all, f.dir.file("liball.so"))));
-  const Shell c1 = jobs[0].get(), c2 = jobs[1].get();
+  // Plain sm_90 has no wgmma: no device pass holds the kernel, and the link says so (cheap: no
+  // kernel is compiled).
+  jobs.push_back(std::async(std::launch::async, sh,
+                            attntune::test::nvcc_shared_command(nvcc, "sm_90", one, f.dir.file("lib90.so"))));
+  const Shell c1 = jobs[0].get(), c2 = jobs[1].get(), c3 = jobs[2].get();
   ASSERT_EQ(c1.status, 0) << c1.output;
   ASSERT_EQ(c2.status, 0) << c2.output;
   expect_c_symbols(f.dir.file("libone.so"));
   expect_c_symbols(f.dir.file("liball.so"));
+  EXPECT_NE(c3.status, 0) << c3.output;
+  EXPECT_NE(c3.output.find("attntune_k0_flash_fwd_wgmma"), std::string::npos) << c3.output;
+  // The sm_90a code holds each kernel (its cubin's sections are named after it; nvcc does not
+  // compress the fatbinary unless asked): the #if around the kernels lets the sm_90a pass in.
+  EXPECT_NE(read_bytes(f.dir.file("libone.so")).find(".text.attntune_k0_flash_fwd_wgmma"), std::string::npos);
+  const std::string all_lib = read_bytes(f.dir.file("liball.so"));
+  EXPECT_NE(all_lib.find(".text.attntune_k0_flash_fwd_wgmma"), std::string::npos);
+  EXPECT_NE(all_lib.find(".text.attntune_k1_flash_fwd_wgmma"), std::string::npos);
 
   struct Run {
     const char* lib;
