@@ -147,9 +147,13 @@ Plan plan(const std::vector<ExportItem>& items) {
       throw InputError(fmt::format("export: the search space is for {}, the result for {}", json_quoted(it.space->family()),
                                    json_quoted(r.family)));
     arch_number(r.arch);
+    // What the tuner built the kernel for: the device's arch, or its arch-specific variant where the
+    // space lists only that (a campaign of several templates files results under one arch, sm_90,
+    // while it builds flash_fwd_wgmma for sm_90a).
+    const std::string build = space_arch_for_device(*it.space, r.arch);
     Prepared prep;
     prep.item = &it;
-    prep.kernel = render_kernel(*it.space, r.config, r.problem, r.arch);
+    prep.kernel = render_kernel(*it.space, r.config, r.problem, build);
     // The file must hold the kernel that was measured: a template edited since renders another
     // source, whose speed and correctness nobody has seen.
     if (!r.source_hash.empty() && r.source_hash != prep.kernel.source_hash)
@@ -158,7 +162,7 @@ Plan plan(const std::vector<ExportItem>& items) {
           "that problem again in a new campaign (`attntune tune --campaign NEW_NAME ...`) and export from it",
           json_quoted(r.campaign), config_str(r.config), r.source_hash.substr(0, 12),
           prep.kernel.source_hash.substr(0, 12)));
-    prep.geometry = launch_geometry(*it.space, r.config, r.problem, r.arch);
+    prep.geometry = launch_geometry(*it.space, r.config, r.problem, build);
     prep.launch = &launch_kind(r.family, prep.geometry);
     if (std::find(p.launch_kinds.begin(), p.launch_kinds.end(), prep.launch) == p.launch_kinds.end())
       p.launch_kinds.push_back(prep.launch);

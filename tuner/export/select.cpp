@@ -33,29 +33,35 @@ class SpaceCache {
  public:
   SpaceCache(Store& store, const ExportQuery& q) : store_(store), query_(q) {}
 
-  std::shared_ptr<const SearchSpace> of(const std::string& campaign) {
-    if (auto it = spaces_.find(campaign); it != spaces_.end()) return it->second;
+  // The space a campaign tuned `family` in (a campaign of several templates has one per family).
+  std::shared_ptr<const SearchSpace> of(const std::string& campaign, const std::string& family) {
+    const std::string key = campaign + '\n' + family;
+    if (auto it = spaces_.find(key); it != spaces_.end()) return it->second;
     const std::optional<CampaignRow> row = store_.campaign_row(campaign);
     if (!row) throw std::logic_error("a best row names a campaign the database does not hold");
     const CampaignSpec& spec = row->spec;
+    const CampaignSpace* own = spec.space_of(family);
+    const std::string& text = own ? own->text : spec.space_text;
+    const std::string& hash = own ? own->hash : spec.space_hash;
+    const std::string& path = own ? own->path : spec.space_path;
     std::shared_ptr<const SearchSpace> space;
-    if (!spec.space_text.empty()) {
-      space = std::make_shared<const SearchSpace>(
-          SearchSpace::parse(spec.space_text, fmt::format("search space stored with campaign '{}'", campaign)));
+    if (!text.empty()) {
+      space = std::make_shared<const SearchSpace>(SearchSpace::parse(
+          text, fmt::format("search space of template '{}' stored with campaign '{}'", family, campaign)));
     } else if (query_.space_file) {
       auto loaded = std::make_shared<const SearchSpace>(SearchSpace::load(*query_.space_file));
-      if (loaded->hash() != spec.space_hash)
+      if (loaded->hash() != hash)
         throw InputError(fmt::format(
             "--space {}: not the space campaign '{}' was tuned with (its content hash is {}, the campaign's {})",
-            *query_.space_file, campaign, loaded->hash(), spec.space_hash));
+            *query_.space_file, campaign, loaded->hash(), hash));
       space = std::move(loaded);
     } else {
       throw InputError(fmt::format(
           "campaign '{}' was recorded without its search space's text (a database from before schema 3): pass "
           "--space FILE, the space it was tuned with ({}, content hash {})",
-          campaign, spec.space_path, spec.space_hash));
+          campaign, path, hash));
     }
-    spaces_.emplace(campaign, space);
+    spaces_.emplace(key, space);
     return space;
   }
 
@@ -132,7 +138,7 @@ std::vector<ExportItem> select_for_export(Store& store, const ExportQuery& q) {
   SpaceCache spaces(store, q);
   std::vector<ExportItem> items;
   for (BestRow& r : rows) {
-    auto space = spaces.of(r.campaign);
+    auto space = spaces.of(r.campaign, r.family);
     items.push_back({std::move(r), std::move(space)});
   }
   return items;

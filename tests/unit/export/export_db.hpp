@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -66,6 +67,31 @@ class ExportDb {
           source_hash ? *source_hash : render_kernel(*e.space, configs[i], p, arch_of(family)).source_hash;
       const auto cand = store_.upsert_candidate(family, configs[i], hash);
       store_.record_evaluation(id, cand, e.device, ok_eval(medians.at(i), p.flops() / medians.at(i) * 1e-6));
+    }
+  }
+
+  // A campaign of both templates (tune --space A --space B), on an H100 as tune records it: results
+  // filed under the first family's arch (sm_90), each kernel built for its own (wgmma: sm_90a).
+  void mixed_campaign(const std::string& name, const std::string& problem,
+                      const std::vector<std::pair<std::string, Config>>& results, const std::vector<double>& medians) {
+    const Problem p = Problem::parse(problem);
+    CampaignSpec spec;
+    spec.name = name;
+    spec.problem = p;
+    spec.strategy = "evo";
+    std::vector<CampaignSpace> spaces;
+    for (const char* family : {"flash_fwd_mma", "flash_fwd_wgmma"}) {
+      const Entry& e = entry(family);
+      spaces.push_back({family, "search_spaces/" + std::string(family) + ".yaml", e.space->hash(), e.text});
+    }
+    set_spaces(spec, std::move(spaces));
+    const std::int64_t id = store_.open_campaign(spec, entry("flash_fwd_mma").device);
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const auto& [family, config] = results[i];
+      const Entry& e = entry(family);
+      const auto cand = store_.upsert_candidate(family, config, render_kernel(*e.space, config, p, arch_of(family)).source_hash);
+      store_.record_evaluation(id, cand, entry("flash_fwd_mma").device,
+                               ok_eval(medians.at(i), p.flops() / medians.at(i) * 1e-6));
     }
   }
 

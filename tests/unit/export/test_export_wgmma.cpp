@@ -239,6 +239,30 @@ TEST(ExportWgmma, RefusesMixedArchsWithoutArchAndChangedTemplates) {
   EXPECT_NE(r.err.find("kernel template has changed"), std::string::npos) << r.err;
 }
 
+// A campaign of both templates files its results under sm_90 (the device's arch) while it built
+// flash_fwd_wgmma for sm_90a: its wgmma best exports from that template's own stored space,
+// rendered for sm_90a (the source the tuner measured), with the sm_90a build line.
+TEST(ExportWgmma, MixedTemplateCampaignExportsItsWgmmaBestForSm90a) {
+  Fixture f;
+  const Config mma = f.d.config("flash_fwd_mma", kD128, {});
+  f.d.mixed_campaign("both", kD128, {{"flash_fwd_mma", mma}, {kWg, f.persistent}}, {1500.0, 905.0});
+  const auto items = f.items("both");
+  ASSERT_EQ(items.size(), 1u);
+  EXPECT_EQ(items[0].row.family, kWg);
+  EXPECT_EQ(items[0].row.arch, "sm_90");
+  EXPECT_EQ(items[0].space->family(), kWg);
+  const std::string cu = export_source(items, ExportMode::kSingle);
+  EXPECT_NE(cu.find(render_kernel(*f.d.space(kWg), f.persistent, Problem::parse(kD128), "sm_90a").source),
+            std::string::npos);
+  EXPECT_NE(cu.find("//   nvcc -std=c++17 -arch=sm_90a -Xcompiler"), std::string::npos);
+  EXPECT_NE(cu.find("\"sm_90a\", 128, 0, 1,"), std::string::npos);  // the table's arch
+  // --rank 2 is the campaign's flash_fwd_mma result, from its own space.
+  const auto second = f.items("both", 2);
+  EXPECT_EQ(second[0].row.family, "flash_fwd_mma");
+  EXPECT_NE(export_source(second, ExportMode::kSingle).find("&launch_plain<attntune_k0::AttnParams>"),
+            std::string::npos);
+}
+
 // The symbols a library defines and exports, from `nm -D --defined-only`.
 void expect_c_symbols(const std::string& lib) {
   const Shell nm = sh("nm -D --defined-only " + shq(lib));
