@@ -16,6 +16,7 @@
 #include "search/recorded.hpp"
 #include "search/replay.hpp"
 #include "search/strategy.hpp"
+#include "search/warm_start.hpp"
 
 namespace attntune::cli {
 
@@ -58,7 +59,7 @@ int run_replay(const std::vector<std::string>& args) {
       ("target-pct", po::value(&target_pct)->default_value(2), "target: within this many % of the optimum")
       ("budget", po::value(&budget)->default_value(0), "evaluations per seed (0: the size of the space)")
       ("pipeline", po::value(&pipeline)->default_value(8), "proposals in flight")
-      ("warm-from", po::value(&warm_from), "seed the strategy with the best configs of this other campaign")
+      ("warm-from", po::value(&warm_from), "seed the strategy with the best configs of this other campaign, as many as tune takes")
       ("partial", po::bool_switch(), "replay a campaign that lacks some valid configs: skip them")
       ("format", po::value(&format)->default_value("table"), "table or json");
   // clang-format on
@@ -93,8 +94,7 @@ int run_replay(const std::vector<std::string>& args) {
       throw InputError(fmt::format("no campaign '{}' in database '{}' (attntune campaigns lists them)", warm_from, db_path));
     BestQuery q;
     q.campaign = warm_from;
-    q.top = 16;
-    for (const BestRow& r : store.best(q)) o.warm_start.push_back(r.config);
+    o.warm_start = search::warm_start_configs(store, q, recorded.space.family());
   }
 
   const search::Landscape landscape = search::landscape_of(recorded);

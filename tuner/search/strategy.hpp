@@ -39,6 +39,7 @@ struct StrategyContext {
   std::uint64_t seed = 1;
   // Good configs of the nearest problem already tuned (best first; may be empty or hold configs
   // invalid here): a strategy that can use a head start (evo) seeds its first population with them.
+  // tune and replay both fill it with search::warm_start_configs (warm_start.hpp).
   std::vector<Config> warm_start;
 };
 

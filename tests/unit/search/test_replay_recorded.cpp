@@ -27,6 +27,7 @@
 #include "db/store.hpp"
 #include "search/recorded.hpp"
 #include "search/replay.hpp"
+#include "search/warm_start.hpp"
 #include "synthetic.hpp"
 
 using namespace attntune;
@@ -78,13 +79,10 @@ class Recorded {
       : path_(test::source_path(relative)), store_(open(path_)), campaign_(RecordedCampaign::load(store_, name)) {}
   const RecordedCampaign& campaign() const { return campaign_; }
   Landscape landscape() const { return landscape_of(campaign_); }
-  std::vector<Config> best(std::size_t top) {  // what tune's warm start would take from it
+  std::vector<Config> best() {  // what tune's warm start takes from it
     BestQuery q;
     q.campaign = campaign_.name;
-    q.top = top;
-    std::vector<Config> out;
-    for (const BestRow& r : store_.best(q)) out.push_back(r.config);
-    return out;
+    return warm_start_configs(store_, q, campaign_.space.family());
   }
 
  private:
@@ -155,7 +153,7 @@ TEST(ReplayRecorded, H100D64AndCausalEvoNeedsFewerEvaluationsThanRandom) {
 TEST(ReplayRecorded, H100WarmStartFromTheOtherD128Campaign) {
   Recorded d128(kD128, "h100-exhaustive-d128"), causal(kMore, "exhaustive-d128-causal");
   for (auto [to, from, note] : {std::tuple{&d128, &causal, " warm from causal"}, {&causal, &d128, " warm from non-causal"}}) {
-    const Figures warm = replay_both(to->landscape(), 2, from->best(8));
+    const Figures warm = replay_both(to->landscape(), 2, from->best());
     std::cout << line(to->campaign(), warm, 2, note);
     check_reached_all(warm);
     EXPECT_LT(warm.evo.median_evals, cold(to->campaign()).evo.median_evals) << note;

@@ -1,0 +1,26 @@
+#include "search/warm_start.hpp"
+
+#include <set>
+
+namespace attntune::search {
+
+std::vector<Config> warm_start_configs(Store& store, BestQuery where, const std::string& family, std::size_t count) {
+  std::vector<Config> out;
+  if (count == 0) return out;
+  // best() counts distinct configs per campaign over every template: ask for more until `count` of
+  // this template are in, or the results run out.
+  for (std::size_t top = count;; top *= 2) {
+    where.top = static_cast<int>(top);
+    const std::vector<BestRow> rows = store.best(where);
+    out.clear();
+    std::set<std::string> taken;
+    for (const BestRow& r : rows)
+      if (r.family == family && taken.insert(config_str(r.config)).second) {
+        out.push_back(r.config);
+        if (out.size() == count) return out;
+      }
+    if (rows.size() < top || top >= (1u << 16)) return out;
+  }
+}
+
+}  // namespace attntune::search
