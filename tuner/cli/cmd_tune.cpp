@@ -24,6 +24,7 @@
 #include "eval/gpu_runner.hpp"
 #include "search/campaign.hpp"
 #include "search/multi_family.hpp"
+#include "search/warm_start.hpp"
 #include "search/recorded.hpp"
 #include "search/simulated_runner.hpp"
 #include "search/strategy.hpp"
@@ -89,9 +90,7 @@ std::pair<std::optional<Problem>, std::vector<Config>> warm_start(Store& store, 
   if (nearest) {
     BestQuery q;
     q.problem = nearest;
-    q.top = count;
-    for (const BestRow& r : store.best(q))
-      if (r.family == family) configs.push_back(r.config);
+    configs = search::warm_start_configs(store, q, family, static_cast<std::size_t>(count));
   }
   return {nearest, configs};
 }
@@ -133,7 +132,7 @@ int run_tune(const std::vector<std::string>& args) {
   std::string problem_spec, db_path, campaign, strategy = "evo", budget_time, format = "table";
   std::int64_t budget_evals = 0, patience = -1;
   std::uint64_t seed = 1;
-  int jobs = 0, device = 0, final_top = 5, final_rounds = 5, warm = 8, log_interval = 30;
+  int jobs = 0, device = 0, final_top = 5, final_rounds = 5, warm = static_cast<int>(search::kWarmStartConfigs), log_interval = 30;
   double compile_timeout_s = 120, deadline_floor_s = 10, max_seconds = 1.0, min_gain = 0.5;
   std::string simulate_db;
   int simulate_delay_ms = 0;
