@@ -1,6 +1,7 @@
 #include "eval/gpu_runner.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -41,6 +42,7 @@ GpuRunner::GpuRunner(const std::vector<const SearchSpace*>& spaces, const Proble
   bopts.compile_timeout = options.compile_timeout;
   bopts.store = store;
   pool_ = std::make_unique<BuildPool>(bopts);
+  depth_ = PipelineDepth(pool_->jobs());
 }
 
 std::string GpuRunner::arch_for(const std::string& family) {
@@ -58,8 +60,8 @@ std::pair<const GpuRunner::Family*, Config> GpuRunner::family_of(const Config& c
 }
 
 // Enough builds queued that the GPU never waits for NVRTC, yet few enough that a strategy's
-// proposals are not made long before the results they could learn from.
-std::size_t GpuRunner::capacity() const { return static_cast<std::size_t>(std::max(2, pool_->jobs() + 2)); }
+// proposals are not made long before the results they could learn from (pipeline_depth.hpp).
+std::size_t GpuRunner::capacity() const { return depth_.value(); }
 
 void GpuRunner::submit(const Config& config) {
   const auto [family, plain] = family_of(config);
@@ -70,6 +72,7 @@ void GpuRunner::submit(const Config& config) {
 std::optional<search::RunResult> GpuRunner::next() {
   std::optional<BuildOutcome> built = pool_->next();
   if (!built) return std::nullopt;
+  if (!built->cache_hit) depth_.build_done(built->build.compile_ms);
   search::RunResult out;
   out.config = built->job.config;
   out.source_hash = built->job.kernel.source_hash;
@@ -86,7 +89,9 @@ std::optional<search::RunResult> GpuRunner::next() {
   req.validation_seed = options_.validation_seed;
   req.timing_seed = options_.validation_seed + 0x9e3779b97f4a7c15ull;  // far from any validation seed
   req.timing = options_.timing;
+  const auto started = std::chrono::steady_clock::now();
   EvalOutcome r = evaluator_->evaluate(req);
+  depth_.evaluation_done(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
   out.record = std::move(r.record);
   out.abandoned = r.abandoned;
   return out;

@@ -9,6 +9,7 @@
 
 #include "eval/build_pool.hpp"
 #include "eval/evaluator.hpp"
+#include "eval/pipeline_depth.hpp"
 #include "search/runner.hpp"
 #include "space/search_space.hpp"
 
@@ -58,6 +59,7 @@ class GpuRunner : public search::Runner {
   std::unique_ptr<Evaluator> evaluator_;
   DeviceInfo device_;
   std::unique_ptr<BuildPool> pool_;
+  PipelineDepth depth_{0};  // capacity(): from the measured build and evaluation times
 };
 
 }  // namespace attntune
