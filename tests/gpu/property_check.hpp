@@ -49,8 +49,9 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
   while (auto o = pool.next()) {
     EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
     if (o->build.status != "ok") continue;
-    if (run.require_no_spills)
+    if (run.require_no_spills) {
       EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
+    }
     const Problem& v = variant_of.at(o->ticket);
     for (const PropertyShape& sh : shapes) {
       Problem p = Problem::parse(
