@@ -129,6 +129,7 @@ TuneResult run_campaign(Store& store, Runner& runner, const std::vector<const Se
     auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
     bool interrupted = false;
     std::string stop_reason;
+    std::size_t last_capacity = 0;  // the runner's pipeline depth last reported
     for (;;) {
       tally.progress.elapsed_s = elapsed();
       if (stop_reason.empty()) {
@@ -146,7 +147,16 @@ TuneResult run_campaign(Store& store, Runner& runner, const std::vector<const Se
         }
       }
       if (stop_reason.empty()) {
-        std::size_t room = runner.capacity() > runner.outstanding() ? runner.capacity() - runner.outstanding() : 0;
+        // A GPU runner sizes its pipeline from measured build and GPU times; say so when that moves
+        // by a quarter or more (not on every step of its running mean).
+        const std::size_t capacity = runner.capacity();
+        if (last_capacity == 0) {
+          last_capacity = capacity;
+        } else if (4 * (capacity > last_capacity ? capacity - last_capacity : last_capacity - capacity) >= last_capacity) {
+          progress.event(fmt::format("proposals in flight: {} (was {})", capacity, last_capacity));
+          last_capacity = capacity;
+        }
+        std::size_t room = capacity > runner.outstanding() ? capacity - runner.outstanding() : 0;
         if (options.budget_evals > 0) {
           const std::int64_t left =
               options.budget_evals - tally.progress.evaluations - static_cast<std::int64_t>(runner.outstanding());
