@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 
+#include "search/warm_start.hpp"
 #include "tune_test_util.hpp"
 
 namespace attntune::test {
@@ -138,6 +139,41 @@ TEST_F(TuneResume, ExhaustiveCoversTheSpaceAndRanksTheTop) {
                     log_path);
   EXPECT_EQ(again.wait(), 0) << log();
   EXPECT_EQ(committed().size(), rows.size());
+}
+
+// A new campaign starts from the best configs of the nearest problem tuned before (here the same
+// problem, another campaign): its first evaluations are exactly search::warm_start_configs' answer.
+TEST_F(TuneResume, ANewCampaignStartsFromTheBestOfTheNearestTunedProblem) {
+  auto run = [&](const std::string& campaign, const std::string& strategy, int budget, const std::string& warm) {
+    TuneProcess p({"tune", "--space", space_file(), "--problem", kProblem, "--db", work, "--campaign", campaign,
+                   "--simulate-db", rec, "--simulate-campaign", "rec", "--simulate-delay-ms", "2", "--budget-evals",
+                   std::to_string(budget), "--strategy", strategy, "--warm-start", warm, "--log-interval", "1"},
+                  log_path);
+    return p.wait();
+  };
+  ASSERT_EQ(run("first", "random", 40, "8"), 0) << log();
+  EXPECT_EQ(log().find("warm start:"), std::string::npos) << "nothing was tuned before the first campaign";
+  std::set<std::string> expected;
+  {
+    Store s = Store::open(work, Store::Mode::kReadOnly);
+    BestQuery q;
+    q.problem = Problem::parse(kProblem);
+    for (const Config& c : search::warm_start_configs(s, q, "flash_fwd_mma")) expected.insert(config_str(c));
+  }
+  ASSERT_EQ(expected.size(), search::kWarmStartConfigs);
+  ASSERT_EQ(run("second", "evo", 12, "8"), 0) << log();
+  EXPECT_NE(log().find("warm start: 8 configs from b=4,h=16"), std::string::npos) << log();
+  std::set<std::string> first8;
+  {
+    Store s = Store::open(work, Store::Mode::kReadOnly);
+    for (const EvaluationRow& e : s.campaign_evaluations(*s.find_campaign("second")))
+      if (e.seq <= 8) first8.insert(config_str(e.config));
+  }
+  EXPECT_EQ(first8, expected);
+  // --warm-start 0: none.
+  fs::remove(log_path);
+  ASSERT_EQ(run("third", "evo", 4, "0"), 0) << log();
+  EXPECT_EQ(log().find("warm start:"), std::string::npos) << log();
 }
 
 TEST_F(TuneResume, BadArgumentsAreOneClearLineAndCreateNothing) {
