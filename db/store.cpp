@@ -298,10 +298,27 @@ std::pair<std::unique_ptr<Connection>, int> open_read_only(const std::string& pa
       name = "file:" + uri_escape(fs::absolute(path).string()) + "?immutable=1";
     }
   }
-  auto db = std::make_unique<Connection>(Connection::open(name, flags));
-  db->set_busy_timeout(Store::kDefaultBusyTimeout);
-  if (query_only) db->exec("PRAGMA query_only = 1");
-  const int version = verify_opened(*db, path);
+  std::unique_ptr<Connection> db;
+  int version = 0;
+  try {
+    db = std::make_unique<Connection>(Connection::open(name, flags));
+    db->set_busy_timeout(Store::kDefaultBusyTimeout);
+    if (query_only) db->exec("PRAGMA query_only = 1");
+    version = verify_opened(*db, path);
+  } catch (const SqliteError& e) {
+    // A full disk (or quota, or file-size limit): SQLite cannot make or grow the -shm index. While
+    // the -wal log is empty or absent every committed row is in the main file, so reading that
+    // file as immutable gives exactly the database (a failed open may leave an empty -wal behind).
+    const int code = e.primary_code();
+    std::error_code ec;
+    const fs::path wal = path + "-wal";
+    const bool wal_empty = !fs::exists(wal, ec) || fs::file_size(wal, ec) == 0;
+    if (!in.wal_mode || !wal_empty || (code != SQLITE_FULL && code != SQLITE_IOERR && code != SQLITE_CANTOPEN)) throw;
+    db.reset();
+    db = std::make_unique<Connection>(Connection::open(
+        "file:" + uri_escape(fs::absolute(path).string()) + "?immutable=1", SQLITE_OPEN_READONLY | SQLITE_OPEN_URI));
+    version = verify_opened(*db, path);
+  }
   if (version == 0) refuse(path, "is empty, not an attntune database");
   if (version == Store::current_schema_version()) return {std::move(db), version};
 

@@ -335,7 +335,7 @@ TEST(ReliabilityBadInputs, EachIsOneLineTheDocumentedExitCodeAndChangesNothing) 
   EXPECT_GE(cases.size(), 30u);
 
   // Controls: the base command with good input does write (so "unchanged" above means something),
-  // and readers still answer from a read-only or locked database.
+  // and readers still answer from a read-only or locked database, or on a full disk.
   const fs::path control = dir.path() / "control";
   fs::create_directory(control);
   Env env{control, (control / "attntune.db").string(), &rec};
@@ -351,6 +351,19 @@ TEST(ReliabilityBadInputs, EachIsOneLineTheDocumentedExitCodeAndChangesNothing) 
     EXPECT_EQ(locked.rc, 0) << locked.err;
     EXPECT_LT(locked.ms, 1000) << "a reader waited for the writer";
     EXPECT_EQ(holder.release(), 0);
+  }
+  {  // A full disk: a reader cannot make SQLite's -shm index, and reads the file as immutable.
+    const auto before = tree(control);
+    ProcOptions o;
+    o.file_size_limit = rlim_t{4096};
+    // Twice: the first leaves an empty -wal and an unused -shm behind, which the second must read past.
+    for (int i = 0; i < 2; ++i) {
+      const Ran full = run({"best", "--db", env.db, "--campaign", "k", "--format", "json"}, dir.path(), o);
+      EXPECT_EQ(full.rc, 0) << "read " << i + 1 << ": " << full.err;
+      EXPECT_EQ(full.out, ro.out) << "the same answer as from the read-only file";
+    }
+    EXPECT_TRUE(only_empty_side_files_added(before, tree(control)));
+    EXPECT_TRUE(read_bytes(env.db) == pristine_bytes);
   }
   const Ran good = run(tune(env), dir.path());
   EXPECT_EQ(good.rc, 0) << good.err;
