@@ -313,9 +313,9 @@ TEST(ExportSource, ProvenanceHeaderHasEveryFieldAndNoPath) {
   const std::string cu = export_source(items, ExportMode::kSingle);
   std::string header;
   for (const auto& l : header_lines(cu)) header += l + "\n";
-  for (const std::string& field : {"template ", "config ", "problem ", "gpu ", "arch ", "median_us ", "tflops ",
-                                   "campaign ", "evaluated_at ", "source_hash "})
-    EXPECT_NE(header.find("//   " + field), std::string::npos) << field << "\n" << header;
+  for (const char* field : {"template ", "config ", "problem ", "gpu ", "arch ", "median_us ", "tflops ",
+                            "campaign ", "evaluated_at ", "source_hash "})
+    EXPECT_NE(header.find(std::string("//   ") + field), std::string::npos) << field << "\n" << header;
   EXPECT_NE(header.find("\"flash_fwd_mma\""), std::string::npos);
   EXPECT_NE(header.find(json_quoted(config_str(configs[0]))), std::string::npos);
   EXPECT_NE(header.find(json_quoted(Problem::parse(kBf16).str())), std::string::npos);
@@ -402,7 +402,9 @@ TEST(ExportSource, HostileNamesStayInsideCommentAndJson) {
   // No line outside the kernel sources ends in a backslash (a continuation into code).
   std::istringstream in(cu);
   for (std::string line; std::getline(in, line);)
-    if (!line.empty() && line.back() == '\\') EXPECT_EQ(line.rfind("#define", 0), std::string::npos) << line;
+    if (!line.empty() && line.back() == '\\') {
+      EXPECT_EQ(line.rfind("#define", 0), std::string::npos) << line;
+    }
 }
 
 TEST(ExportSource, CStringLiteralEscapesQuotesBackslashesAndQuestionMarks) {
