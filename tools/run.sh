@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Sets up, builds, and runs attntune's main job for one problem (default: the suite's b4-s4k-d128
 # bf16 shape):
-#   with a GPU:    tune a campaign (evo, BUDGET evaluations, resumable: run it again to go on),
+#   with a GPU:    tune a campaign (evo, BUDGET evaluations, resumable: run it again to go on;
+#                  on a Hopper GPU over both templates, flash_fwd_mma and flash_fwd_wgmma),
 #                  print the best configs and export the winner as attntune_best.cu;
 #   without one:   the search space, NVRTC builds of a sample of it (resources, spills), and the
 #                  search replayed on a real recorded campaign (evo against random search).
-#   tools/run.sh [PROBLEM]        env: BUDGET (default 200), ATTNTUNE_DB (default ./attntune.db)
+#   tools/run.sh [PROBLEM]        env: BUDGET (default 200), ATTNTUNE_DB (default ./attntune.db), DEVICE (0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 problem=${1:-b=4,h=16,s=4096,d=128,dtype=bf16,causal=0}
@@ -16,10 +17,15 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)" --target attntune
 A=build/attntune
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
-  $A tune --space $space --problem "$problem" --db "$db" --budget-evals "${BUDGET:-200}"
+  spaces=(--space $space)
+  # A Hopper GPU (compute capability 9.0) also runs the wgmma template: one campaign searches both.
+  if [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i "${DEVICE:-0}" 2>/dev/null | tr -d ' ')" = "9.0" ]; then
+    spaces+=(--space search_spaces/flash_fwd_wgmma.yaml)
+  fi
+  $A tune "${spaces[@]}" --problem "$problem" --db "$db" --budget-evals "${BUDGET:-200}" --device "${DEVICE:-0}"
   $A best --db "$db" --problem "$problem" --top 5
   $A export --db "$db" --problem "$problem" -o attntune_best.cu
-  echo "wrote attntune_best.cu (docs/EXPORT.md: build it, call it, compare it with tools/compare_sdpa.py)"
+  echo "wrote attntune_best.cu (its header says how to build it; docs/EXPORT.md: call it, compare it with tools/compare_sdpa.py)"
 else
   echo "no GPU here: showing the space, compiling a sample, and replaying a recorded campaign" >&2
   $A space --space $space --problem "$problem" --arch sm_90
