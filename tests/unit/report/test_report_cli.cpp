@@ -324,7 +324,9 @@ TEST_F(ReportCli, PngWithTheToolsOfThisMachine) {
   const std::string png = out.file("main.png");
   const CommandResult r = report("--campaign main --plot '" + png + "'");
   const bool any = on_path("rsvg-convert") || on_path("magick") || on_path("convert") || on_path("inkscape");
-  if (on_path("rsvg-convert")) EXPECT_EQ(r.status, 0) << r.err;
+  if (on_path("rsvg-convert")) {
+    EXPECT_EQ(r.status, 0) << r.err;
+  }
   if (r.status == 0) {
     EXPECT_TRUE(any);
     EXPECT_EQ(read_bytes(png).rfind("\x89PNG\r\n\x1a\n", 0), 0u);
