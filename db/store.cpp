@@ -417,23 +417,19 @@ std::vector<CampaignSpace> spaces_to_write(const CampaignSpec& spec) {
   return {CampaignSpace{spec.family, spec.space_path, spec.space_hash, spec.space_text}};
 }
 
-// "template 'a'" or "templates a and b"
+// "template 'a'", or for a campaign of several: "templates a and b", "templates a, b and c"
 std::string templates_phrase(const std::string& family) {
-  if (family.find('+') == std::string::npos) return fmt::format("template '{}'", family);
-  std::string out = family;
-  const std::size_t last = out.rfind('+');
-  for (char& c : out)
-    if (c == '+') c = ',';
-  std::string with_spaces;
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (i == last) {
-      with_spaces += " and ";
-      continue;
-    }
-    with_spaces += out[i];
-    if (out[i] == ',') with_spaces += ' ';
+  std::vector<std::string> names;
+  for (std::size_t at = 0;;) {
+    const std::size_t plus = family.find('+', at);
+    names.push_back(family.substr(at, plus - at));
+    if (plus == std::string::npos) break;
+    at = plus + 1;
   }
-  return "templates " + with_spaces;
+  if (names.size() == 1) return fmt::format("template '{}'", family);
+  const std::string last = names.back();
+  names.pop_back();
+  return fmt::format("templates {} and {}", fmt::join(names, ", "), last);
 }
 
 std::vector<CampaignSpace> read_campaign_spaces(Connection& db, std::int64_t campaign_id) {

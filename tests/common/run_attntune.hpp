@@ -20,6 +20,13 @@ inline std::string attntune_bin() {
   return env && *env ? env : ATTNTUNE_BIN;
 }
 
+// The repository root: $ATTNTUNE_SOURCE_DIR when set (a build carried to another machine), else
+// where the tests were built from.
+inline std::string source_dir() {
+  const char* env = std::getenv("ATTNTUNE_SOURCE_DIR");
+  return env && *env ? env : ATTNTUNE_SOURCE_DIR;
+}
+
 struct Outcome {
   int rc = -1;      // exit code; -1 if it did not exit normally
   std::string out;  // stdout

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda/driver.hpp"
+#include "tests/common/run_attntune.hpp"
 
 #define ATTNTUNE_REQUIRE_GPU()                                   \
   do {                                                           \
@@ -14,9 +15,4 @@
       GTEST_SKIP() << "no GPU: " << why_;                        \
   } while (0)
 
-// The repository root: $ATTNTUNE_SOURCE_DIR when set (a build carried to another machine),
-// else where the tests were built from.
-inline std::string source_dir() {
-  const char* env = std::getenv("ATTNTUNE_SOURCE_DIR");
-  return env && *env ? env : ATTNTUNE_SOURCE_DIR;
-}
+using attntune::testing::source_dir;

@@ -39,10 +39,7 @@ using test::TempDir;
 using test::write_bytes;
 using Clock = std::chrono::steady_clock;
 
-inline std::string source_dir() {
-  const char* env = std::getenv("ATTNTUNE_SOURCE_DIR");
-  return env && *env ? env : ATTNTUNE_SOURCE_DIR;
-}
+using attntune::testing::source_dir;
 
 // ---- The binary as a child ------------------------------------------------------------------------
 

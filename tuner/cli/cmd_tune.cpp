@@ -209,12 +209,7 @@ int run_tune(const std::vector<std::string>& args) {
     // What the family supports (d, dtype, problem constraints) does not depend on the arch: checked
     // now, before a database or a GPU worker is touched. The arch itself is checked once known.
     s->check_problem(problem, s->default_arch());
-    if (mixed)
-      for (const auto& p : s->params())
-        if (p.name == search::kTemplateKey)
-          throw InputError(fmt::format("tune: {} declares a parameter named '{}', which cannot be searched with "
-                                       "other templates (the name says which template a config belongs to)",
-                                       s->path(), search::kTemplateKey));
+    if (mixed) search::check_mixable(*s);
   }
   if (!simulate_campaigns.empty() && simulate_campaigns.size() != spaces.size())
     throw InputError(fmt::format("tune: {} --space and {} --simulate-campaign: give one recorded campaign per space",

@@ -116,6 +116,9 @@ struct Prepared {
   RenderedKernel kernel;
   LaunchGeometry geometry;
   const LaunchKind* launch = nullptr;
+  // What the tuner built the kernel for (space_arch_for_device): the result's arch, or its
+  // arch-specific variant ("sm_90a") where the space lists that.
+  std::string kernel_arch;
   // The space lists only arch-specific targets ("sm_90a"): the preprocessor condition under which
   // a device pass can hold the kernel ("defined(__CUDA_ARCH_FEAT_SM90_ALL)"); "" otherwise.
   std::string device_condition;
@@ -153,6 +156,7 @@ Plan plan(const std::vector<ExportItem>& items) {
     const std::string build = space_arch_for_device(*it.space, r.arch);
     Prepared prep;
     prep.item = &it;
+    prep.kernel_arch = build;
     prep.kernel = render_kernel(*it.space, r.config, r.problem, build);
     // The file must hold the kernel that was measured: a template edited since renders another
     // source, whose speed and correctness nobody has seen.
@@ -175,18 +179,15 @@ Plan plan(const std::vector<ExportItem>& items) {
     // The file needs what every space needs: the highest of the spaces' lowest archs.
     int space_min = 0;
     bool all_specific = !it.space->archs().empty();
+    std::vector<std::string> defined;  // the device passes that hold arch-specific code of the space
     for (const std::string& a : it.space->archs()) {
       const int n = arch_number(a);
       if (space_min == 0 || n < space_min) space_min = n;
       all_specific = all_specific && is_arch_specific(a);
+      defined.push_back(fmt::format("defined(__CUDA_ARCH_FEAT_SM{}_ALL)", n));
     }
     p.min_arch = std::max(p.min_arch, space_min);
-    if (all_specific) {
-      std::vector<std::string> defined;
-      for (const std::string& a : it.space->archs())
-        defined.push_back(fmt::format("defined(__CUDA_ARCH_FEAT_SM{}_ALL)", arch_number(a)));
-      p.items.back().device_condition = fmt::format("{}", fmt::join(defined, " || "));
-    }
+    if (all_specific) p.items.back().device_condition = fmt::format("{}", fmt::join(defined, " || "));
     if (all_specific && std::find(p.specific_archs.begin(), p.specific_archs.end(), it.space->archs()) ==
                             p.specific_archs.end())
       p.specific_archs.push_back(it.space->archs());
@@ -350,13 +351,6 @@ std::string header(const Plan& plan, ExportMode mode) {
   return h;
 }
 
-// The arch a kernel's code is for: what it was measured on, with the "a" of arch-specific code
-// where its space lists only such targets.
-std::string kernel_arch(const Prepared& p) {
-  const std::string& a = p.item->row.arch;
-  return p.device_condition.empty() || is_arch_specific(a) ? a : a + "a";
-}
-
 // One kernel source, verbatim, in its own namespace with its entry point renamed; the macros it
 // defines (config, include guards) are #undef'd after it so the next kernel starts clean.
 std::string wrapped_source(const Prepared& p) {
@@ -375,7 +369,7 @@ std::string wrapped_source(const Prepared& p) {
         "// for forward compatibility, and no such PTX can hold this kernel's instructions. Those device\n"
         "// passes leave it out; the launcher refuses a GPU whose code lacks it.\n"
         "#if !defined(__CUDA_ARCH__) || {cond}\n",
-        fmt::arg("arch", kernel_arch(p)), fmt::arg("cond", p.device_condition));
+        fmt::arg("arch", p.kernel_arch), fmt::arg("cond", p.device_condition));
   s += fmt::format("#define {} {}_{}\n", name, ns, name);
   s += p.kernel.source;
   if (!s.empty() && s.back() != '\n') s += '\n';
@@ -405,7 +399,7 @@ std::string kernel_table(const Plan& plan) {
         "    {{\"{label}\", \"{arch}\", {d}, {causal}, {bf16}, {b}, {h}, {hkv}, {s}, {sk}, {block_m}, {threads}, "
         "{smem}, {persistent}, {q_rows}, {kv_rows},\n"
         "     reinterpret_cast<const void*>(&{ns}::{ns}_{name}), {check}, {launch}}},\n",
-        fmt::arg("label", label), fmt::arg("arch", kernel_arch(p)), fmt::arg("d", pr.d),
+        fmt::arg("label", label), fmt::arg("arch", p.kernel_arch), fmt::arg("d", pr.d),
         fmt::arg("causal", pr.causal ? 1 : 0), fmt::arg("bf16", pr.dtype == DType::kBf16 ? 1 : 0),
         fmt::arg("b", pr.b), fmt::arg("h", pr.h), fmt::arg("hkv", pr.hkv), fmt::arg("s", pr.s), fmt::arg("sk", pr.sk),
         fmt::arg("block_m", p.block_m), fmt::arg("threads", p.geometry.block), fmt::arg("smem", p.geometry.smem_bytes),

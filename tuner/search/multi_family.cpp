@@ -24,6 +24,14 @@ std::pair<std::string, Config> untag_family(const Config& config) {
   return {std::get<std::string>(it->second), std::move(rest)};
 }
 
+void check_mixable(const SearchSpace& space) {
+  for (const auto& p : space.params())
+    if (p.name == kTemplateKey)
+      throw InputError(fmt::format("{} declares a parameter named '{}', which cannot be searched with other templates "
+                                   "(the name says which template a config belongs to)",
+                                   space.path(), kTemplateKey));
+}
+
 std::string tagged_str(const Config& config) {
   auto [family, rest] = untag_family(config);
   return family.empty() ? config_str(config) : fmt::format("{}: {}", family, config_str(rest));
@@ -48,11 +56,7 @@ MultiFamily::MultiFamily(const std::string& strategy, std::vector<FamilySpace> f
     for (std::size_t j = 0; j < i; ++j)
       if (families[j].family == f.family)
         throw InputError(fmt::format("two search spaces of template '{}' in one campaign", f.family));
-    for (const auto& p : f.space->params())
-      if (p.name == kTemplateKey)
-        throw InputError(fmt::format("{}: a parameter named '{}' cannot be searched with other templates (the name "
-                                     "says which template a config belongs to)",
-                                     f.space->path(), kTemplateKey));
+    check_mixable(*f.space);
   }
   for (FamilySpace& f : families) {
     StrategyContext context;

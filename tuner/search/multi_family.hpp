@@ -36,6 +36,8 @@ inline constexpr const char* kTemplateKey = "template";
 Config tag_family(const std::string& family, Config config);
 // (family, config without kTemplateKey); family "" when the config carries none.
 std::pair<std::string, Config> untag_family(const Config& config);
+// InputError when `space` declares a parameter named kTemplateKey: it could not be told from the tag.
+void check_mixable(const SearchSpace& space);
 // For people: "flash_fwd_wgmma: block_m=128,..." for a tagged config, config_str otherwise.
 std::string tagged_str(const Config& config);
 

@@ -1,5 +1,5 @@
-// What the export tests that compile exported files share (CPU tests here, tests/gpu/test_export_wgmma.cpp):
-// finding nvcc, running a shell command for its status and output, quoting.
+// What the export tests share (CPU tests here, tests/gpu/test_export_wgmma.cpp): finding nvcc,
+// running a shell command for its status and output, quoting, reading an exported file's info JSON.
 #pragma once
 #include <sys/wait.h>
 
@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace attntune::test {
 
@@ -54,6 +57,30 @@ inline Shell sh(const std::string& command) {
 inline std::string nvcc_shared_command(const std::string& nvcc, const std::string& arch, const std::string& cu,
                                        const std::string& lib) {
   return shq(nvcc) + " -std=c++17 -arch=" + arch + " -Xcompiler -fPIC -shared " + shq(cu) + " -o " + shq(lib);
+}
+
+// The JSON of attntune_kernel_info(), read back from the C string literal of an exported file.
+inline nlohmann::json info_from_source(const std::string& cu) {
+  const std::size_t start = cu.find("static const char kInfo[] =");
+  EXPECT_NE(start, std::string::npos);
+  const std::size_t end = cu.find(";\n", start);
+  std::string json;
+  bool in = false;
+  for (std::size_t i = cu.find('=', start) + 1; i < end; ++i) {
+    const char c = cu[i];
+    if (!in) {
+      if (c == '"') in = true;
+      continue;
+    }
+    if (c == '\\') {
+      json += cu[++i];  // only \\ \" \? are emitted
+    } else if (c == '"') {
+      in = false;
+    } else {
+      json += c;
+    }
+  }
+  return nlohmann::json::parse(json);
 }
 
 }  // namespace attntune::test

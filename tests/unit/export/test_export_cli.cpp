@@ -17,6 +17,7 @@
 #include "space/search_space.hpp"
 #include "tests/common/run_attntune.hpp"
 #include "tests/unit/db/db_test_util.hpp"
+#include "tests/unit/export/nvcc_util.hpp"
 
 using namespace attntune;
 using attntune::test::read_bytes;
@@ -25,12 +26,9 @@ using attntune::testing::run_attntune;
 
 namespace {
 
-std::string source_dir() {
-  const char* env = std::getenv("ATTNTUNE_SOURCE_DIR");
-  return env && *env ? env : ATTNTUNE_SOURCE_DIR;
-}
-
-std::string shq(const std::string& s) { return "'" + s + "'"; }
+using attntune::test::info_from_source;
+using attntune::test::shq;
+using attntune::testing::source_dir;
 
 const std::string kSpacePath = "/home/tuner/work/attntune/search_spaces/flash_fwd_mma.yaml";  // must not leak
 
@@ -96,30 +94,6 @@ class Db {
 const std::string kBf16 = "b=2,h=8,s=512,d=128,dtype=bf16,causal=0";
 const std::string kBf16Causal = "b=2,h=8,s=1024,d=64,dtype=bf16,causal=1";
 const std::string kFp16 = "b=2,h=8,s=512,d=64,dtype=fp16,causal=0";
-
-// The JSON of attntune_kernel_info(), read back from the C string literal of an exported file.
-nlohmann::json info_from_source(const std::string& cu) {
-  const std::size_t start = cu.find("static const char kInfo[] =");
-  EXPECT_NE(start, std::string::npos);
-  const std::size_t end = cu.find(";\n", start);
-  std::string json;
-  bool in = false;
-  for (std::size_t i = cu.find('=', start) + 1; i < end; ++i) {
-    const char c = cu[i];
-    if (!in) {
-      if (c == '"') in = true;
-      continue;
-    }
-    if (c == '\\') {
-      json += cu[++i];  // only \\ \" \? are emitted
-    } else if (c == '"') {
-      in = false;
-    } else {
-      json += c;
-    }
-  }
-  return nlohmann::json::parse(json);
-}
 
 // The leading comment block of a file.
 std::vector<std::string> header_lines(const std::string& cu) {
@@ -334,6 +308,7 @@ TEST(ExportSource, ProvenanceHeaderHasEveryFieldAndNoPath) {
   std::string rest = cu;
   while (std::regex_search(rest, m, std::regex("#include[^\n]*"))) {
     EXPECT_TRUE(std::regex_match(m.str(), std::regex("#include <(cuda_runtime\\.h|atomic|cmath|cstdarg|cstdint|cstdio)>")))
+#include "tests/unit/export/nvcc_util.hpp"
         << m.str();
     rest = m.suffix();
   }

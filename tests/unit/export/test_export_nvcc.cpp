@@ -31,10 +31,7 @@ using attntune::testing::run_attntune;
 
 namespace {
 
-std::string source_dir() {
-  const char* env = std::getenv("ATTNTUNE_SOURCE_DIR");
-  return env && *env ? env : ATTNTUNE_SOURCE_DIR;
-}
+using attntune::testing::source_dir;
 
 // The C symbols a library defines and exports, from `nm -D --defined-only`.
 void expect_c_symbols(const std::string& lib) {

@@ -30,39 +30,14 @@ using attntune::test::Shell;
 using attntune::test::shq;
 using attntune::test::TempDir;
 using attntune::testing::run_attntune;
+using attntune::test::info_from_source;
+using attntune::testing::source_dir;
 
 namespace {
-
-std::string source_dir() {
-  const char* env = std::getenv("ATTNTUNE_SOURCE_DIR");
-  return env && *env ? env : ATTNTUNE_SOURCE_DIR;
-}
 
 const std::string kWg = "flash_fwd_wgmma";
 const std::string kD128 = "b=4,h=16,s=4096,d=128,dtype=bf16,causal=0";
 const std::string kD64Causal = "b=8,h=16,s=2048,d=64,dtype=bf16,causal=1";
-
-// The kernel-launch JSON of attntune_kernel_info(), read back from the file's C string literal.
-nlohmann::json info_from_source(const std::string& cu) {
-  const std::size_t start = cu.find("static const char kInfo[] =");
-  EXPECT_NE(start, std::string::npos);
-  const std::size_t end = cu.find(";\n", start);
-  std::string json;
-  bool in = false;
-  for (std::size_t i = cu.find('=', start) + 1; i < end; ++i) {
-    const char c = cu[i];
-    if (!in) {
-      if (c == '"') in = true;
-    } else if (c == '\\') {
-      json += cu[++i];
-    } else if (c == '"') {
-      in = false;
-    } else {
-      json += c;
-    }
-  }
-  return nlohmann::json::parse(json);
-}
 
 std::size_t count(const std::string& text, const std::string& part) {
   std::size_t n = 0;

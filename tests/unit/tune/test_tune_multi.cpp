@@ -60,16 +60,7 @@ void record(const std::string& db, const std::string& space_path, const std::str
       r.status = "compile_error";
       r.error = "ptxas fatal: synthetic";
     } else {
-      const double t = base * (1 + 0.4 * double(h % 89) / 89);
-      r.status = "ok";
-      r.median_us = t;
-      r.min_us = t * 0.99;
-      r.max_us = t * 1.02;
-      r.stdev_us = t * 0.005;
-      r.tflops = problem.flops() / (t * 1e-6) / 1e12;
-      r.max_abs_err = 1e-3;
-      r.err_bound = 4e-3;
-      r.count = 100;
+      r = recorded_ok(base * (1 + 0.4 * double(h % 89) / 89), problem);
     }
     store.record_evaluation(c, store.upsert_candidate(space.family(), cfg, content_hash(space.family() + key)), dev,
                             r);

@@ -26,6 +26,21 @@ namespace attntune::test {
 inline std::string space_file() { return std::string(ATTNTUNE_SOURCE_DIR) + "/search_spaces/flash_fwd_mma.yaml"; }
 inline const char* kProblem = "b=4,h=16,s=4096,d=128,dtype=bf16,causal=0";
 
+// A recorded ok result of `t` µs for `problem`, as the synthetic recordings file it.
+inline EvalRecord recorded_ok(double t, const Problem& problem) {
+  EvalRecord r;
+  r.status = "ok";
+  r.median_us = t;
+  r.min_us = t * 0.99;
+  r.max_us = t * 1.02;
+  r.stdev_us = t * 0.005;
+  r.tflops = problem.flops() / (t * 1e-6) / 1e12;
+  r.max_abs_err = 1e-3;
+  r.err_bound = 4e-3;
+  r.count = 100;
+  return r;
+}
+
 // Records every valid config of the space for kProblem on sm_90 as campaign "rec": a smooth
 // landscape with interactions, and failures where the config is extreme (as real ones are).
 inline void make_recording(const std::string& path) {
@@ -57,15 +72,7 @@ inline void make_recording(const std::string& path) {
       t *= 1 + 0.15 * std::abs(std::log2(double(std::get<std::int64_t>(cfg.at("block_n"))) / 64));
       t *= 1 + 0.10 * std::abs(std::log2(double(std::get<std::int64_t>(cfg.at("block_m"))) / 128));
       t *= 1 + 0.05 * double(h % 97) / 97;
-      r.status = "ok";
-      r.median_us = t;
-      r.min_us = t * 0.99;
-      r.max_us = t * 1.02;
-      r.stdev_us = t * 0.005;
-      r.tflops = problem.flops() / (t * 1e-6) / 1e12;
-      r.max_abs_err = 1e-3;
-      r.err_bound = 4e-3;
-      r.count = 100;
+      r = recorded_ok(t, problem);
     }
     store.record_evaluation(c, store.upsert_candidate(space.family(), cfg, content_hash(key)), dev, r);
   }
