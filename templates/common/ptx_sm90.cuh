@@ -41,6 +41,14 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
   } while (!done);
 }
 
+// The same value in every lane, and the compiler told so: a broadcast from lane 0 lets it keep
+// what derives from v (loop bounds, ring stages, smem descriptors) in uniform registers and
+// branches, as it does for blockIdx-derived values. A value derived from threadIdx or read from
+// shared memory is per-thread to ptxas: every wgmma descriptor derived from it was moved to
+// uniform registers before each wgmma, and the loops became divergent (-3% to -4.5%,
+// docs/WGMMA.md run 8).
+__device__ __forceinline__ int warp_uniform(int v) { return __shfl_sync(0xffffffffu, v, 0); }
+
 // ---- TMA ----
 __device__ __forceinline__ void tma_prefetch_desc(const TmaDesc* desc) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(desc)) : "memory");

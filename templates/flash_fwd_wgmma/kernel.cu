@@ -192,11 +192,24 @@ struct WorkTile {
 };
 
 // Work tile t of the grid's (m block, head, batch) tiles, m blocks fastest so that CTAs running
-// together share K/V in L2. Causal: the longest m blocks of each head first.
+// together share K/V in L2. Causal: (batch, head) pairs in groups of kHeadGroup, and inside a
+// group the longest m blocks of all its heads first, so that the short tiles of one group fill
+// the SMs the long ones of the next leave free (per head alone, each head's long tiles start
+// behind the previous head's short ones and the grid ends unevenly); a small group keeps the
+// K/V that CTAs running together read within a few heads.
 __device__ __forceinline__ WorkTile work_tile(const AttnParams& p, int t, int m_blocks) {
   WorkTile w;
-  const int bh = t / m_blocks;
-  w.m_block = T::kCausal ? m_blocks - 1 - t % m_blocks : t % m_blocks;
+  int bh;
+  if constexpr (T::kCausal) {
+    const int g0 = t / (T::kHeadGroup * m_blocks) * T::kHeadGroup;  // the group's first (batch, head)
+    const int group = min(T::kHeadGroup, p.heads_q * p.batch - g0);
+    const int r = t - g0 * m_blocks;  // tile inside the group
+    w.m_block = m_blocks - 1 - r / group;
+    bh = g0 + r % group;
+  } else {
+    bh = t / m_blocks;
+    w.m_block = t % m_blocks;
+  }
   w.head = bh % p.heads_q;
   w.batch = bh / p.heads_q;
   const int diag = p.seqlen_k - p.seqlen_q;
@@ -224,13 +237,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   float s[T::kBlockN / 2];     // (64 rows, block_n) scores, then P in fp32
   u32 pa[T::kPSteps][4];       // P as 16-bit A fragments
 
-  // Ping-pong: warpgroup cw issues its GEMMs between sync(bar 1+cw) and arrive(bar of the
-  // other). The kernel lets warpgroup 0 go first and consumes the last arrive of warpgroup 1.
+  // Ping-pong (a ring of the consumer warpgroups): warpgroup cw issues its GEMMs between
+  // sync(bar 1+cw) and arrive(bar of the next warpgroup). The kernel lets warpgroup 0 go first
+  // and consumes the last warpgroup's final arrive.
   auto pp_sync = [&]() {
     if (T::kPingPong) named_bar_sync(1 + cw, 256);
   };
   auto pp_arrive = [&]() {
-    if (T::kPingPong) named_bar_arrive(1 + (cw ^ 1), 256);
+    if (T::kPingPong) named_bar_arrive(1 + (cw + 1) % T::kConsumerWgs, 256);
   };
   auto release = [&](u32 empty_bar) {
     if (lane == 0) mbar_arrive(empty_bar);
@@ -242,9 +256,30 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     auto k_desc = [&](int st) { return smem_desc_sw128(sm.k + st * T::kKVBytes, 16, 1024); };
     auto v_desc = [&](int st) { return smem_desc_sw128(sm.v + st * T::kKVBytes, T::kKVColBlockBytes, 1024); };
     auto needs_mask = [&](int tile) { return (tile + 1) * T::kBlockN > kv_min; };
+    // The first `skip` iterations visit K/V tiles none of this warpgroup's 64 rows sees: past its
+    // causal diagonal when block_m > block_n, or all of them for rows past seqlen_q (the last
+    // query block). They only keep the ring in step: wait for the tile, take the ping-pong turn,
+    // release the stages (after the full barrier, so the arrive counts toward this use of the
+    // stage). Broadcast so that the loop bounds stay warp-uniform for ptxas. Without a producer
+    // warpgroup, consumer thread 0 issues the loads inside its loop and may skip nothing.
+    const int wg_row0 = m_block * T::kBlockM + cw * 64;
+    const int wg_kv_end = wg_row0 >= p.seqlen_q ? 0 : T::kCausal ? min(sk, wg_row0 + 64 + diag) : sk;
+    const int skip = T::kWarpSpecialize
+                         ? warp_uniform(n - (wg_kv_end > 0 ? (wg_kv_end + T::kBlockN - 1) / T::kBlockN : 0))
+                         : 0;
+    auto idle_turn = [&](int it) {
+      const Slot sl(it_base + it);
+      mbar_wait(sm.k_full(sl.stage), sl.phase);
+      pp_sync();
+      pp_arrive();
+      release(sm.k_empty(sl.stage));
+      mbar_wait(sm.v_full(sl.stage), sl.phase);
+      release(sm.v_empty(sl.stage));
+    };
+    for (int it = 0; it < skip; ++it) idle_turn(it);
 
     if constexpr (!T::kOverlap) {
-      for (int it = 0; it < n; ++it) {
+      for (int it = skip; it < n; ++it) {
         const Slot sl(it_base + it);
         const int tile = n - 1 - it;
         mbar_wait(sm.k_full(sl.stage), sl.phase);
@@ -266,9 +301,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         if (!T::kWarpSpecialize && threadIdx.x == 0 && it + T::kStages < n)
           produce(sm, maps, it_base, it + T::kStages, n, head / p.q_per_kv, batch);
       }
+    } else if (skip == n) {
+      pp_sync();  // the turn of the last P.V
+      pp_arrive();
     } else {
       // Prologue: S and P of the first tile.
-      const Slot first(it_base);
+      const Slot first(it_base + skip);
       mbar_wait(sm.k_full(first.stage), first.phase);
       pp_sync();
       gemm_qk(s, q_desc, k_desc(first.stage));
@@ -276,10 +314,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       wgmma_wait<0>();
       reg_fence(s);
       release(sm.k_empty(first.stage));
-      if (needs_mask(n - 1)) mask_tile(s, n - 1, row0, t, sk, diag);
+      if (needs_mask(n - 1 - skip)) mask_tile(s, n - 1 - skip, row0, t, sk, diag);
       softmax_tile(s, m, l, factor, p.scale_log2);
       pack_p(pa, s);
-      for (int it = 1; it < n; ++it) {
+      for (int it = skip + 1; it < n; ++it) {
         const Slot sl(it_base + it), prev(it_base + it - 1);
         const int tile = n - 1 - it;
         mbar_wait(sm.k_full(sl.stage), sl.phase);
@@ -401,7 +439,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     } else {
       setmaxnreg_inc<T::kConsumerRegs>();
       const int cw = wg - 1;
-      if (T::kPingPong && cw == 1) named_bar_arrive(1, 256);  // warpgroup 0 goes first
+      if (T::kPingPong && cw == T::kConsumerWgs - 1) named_bar_arrive(1, 256);  // warpgroup 0 goes first
       int it_base = 0;
       u32 q_phase = 0;
       for (int t = first_tile; t < tiles; t += ctas) {
@@ -410,7 +448,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
         it_base += w.n;
         q_phase ^= w.n > 0;
       }
-      if (T::kPingPong && cw == 0) named_bar_sync(1, 256);  // warpgroup 1's last arrive
+      if (T::kPingPong && cw == 0) named_bar_sync(1, 256);  // the last warpgroup's final arrive
     }
   } else {
     int it_base = 0;

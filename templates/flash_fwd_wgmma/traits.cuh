@@ -19,8 +19,8 @@ struct Traits {
   // A producer warpgroup (one thread issues every TMA copy) beside the consumers, with
   // setmaxnreg moving registers to the consumers; off: consumer thread 0 issues the copies.
   static constexpr bool kWarpSpecialize = WARP_SPECIALIZE;
-  // Two consumer warpgroups take turns issuing their GEMMs (named barriers), so one's softmax
-  // runs while the other's GEMMs keep the tensor cores busy.
+  // The consumer warpgroups take turns issuing their GEMMs (a ring of named barriers), so one's
+  // softmax runs while the others' GEMMs keep the tensor cores busy.
   static constexpr bool kPingPong = PING_PONG;
   // Inside a warpgroup: Q.K_j^T and P_{j-1}.V_{j-1} issued together, softmax of block j runs
   // while P.V of block j-1 is on the tensor cores.
@@ -28,6 +28,8 @@ struct Traits {
   // Of every 4 eight-column chunks of S, how many take exp2 on the FMA pipe (a polynomial)
   // instead of MUFU's ex2, which is as busy as the tensor cores at d=64.
   static constexpr int kExp2Emu = EXP2_EMU;
+  // Causal: (batch, head) pairs whose tiles are ordered together, longest first (work_tile).
+  static constexpr int kHeadGroup = HEAD_GROUP;
   static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
   static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
 
@@ -57,8 +59,9 @@ struct Traits {
                 "block_n: a multiple of 16 (the P.V k-step) in [64, 256] (the wgmma N range)");
   static_assert(kStages >= 1 && kStages <= 4, "1 to 4 K/V stages");
   static_assert(kExp2Emu >= 0 && kExp2Emu <= 4, "exp2_emu counts chunks of every 4");
+  static_assert(kHeadGroup >= 1, "head_group: at least one (batch, head) per group");
   static_assert(8 * (2 + 4 * kStages) <= kBarBytes, "mbarriers overflow their area");
-  static_assert(!kPingPong || kConsumerWgs == 2, "ping-pong alternates exactly two consumer warpgroups");
+  static_assert(!kPingPong || kConsumerWgs >= 2, "ping-pong needs two or more consumer warpgroups");
   static_assert(kWarpSpecialize || (!kPingPong && !kOverlap),
                 "without a producer warpgroup only the plain schedule is written");
   static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0 && kProducerRegs >= 24 && kConsumerRegs <= 256,

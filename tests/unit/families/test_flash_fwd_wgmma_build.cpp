@@ -53,8 +53,9 @@ TEST(FlashFwdWgmmaSpace, OptionsAndLimitsAreConsistent) {
       ++n;
       block_ms.insert(num(c, "block_m"));
       if (flag(c, "ping_pong")) {
-        EXPECT_EQ(num(c, "block_m"), 128) << config_str(c);
+        EXPECT_GE(num(c, "block_m"), 128) << config_str(c);  // a ring of two or three warpgroups
       }
+      EXPECT_EQ(num(c, "head_group"), 1) << "non-causal tiles need no order: " << config_str(c);
       if (!flag(c, "warp_specialize")) {
         EXPECT_FALSE(flag(c, "ping_pong") || flag(c, "intra_wg_overlap")) << config_str(c);
       }
@@ -67,6 +68,20 @@ TEST(FlashFwdWgmmaSpace, OptionsAndLimitsAreConsistent) {
     EXPECT_EQ(block_ms, (std::set<std::int64_t>{64, 128, 192})) << "d=" << d;
   }
   EXPECT_THROW(space.enumerate(Problem::parse("b=1,h=1,s=128,d=128,dtype=bf16,causal=0"), "sm_90"), InputError);
+}
+
+// Causal adds the tile order (head_group); ping-pong rings two or three consumer warpgroups.
+TEST(FlashFwdWgmmaSpace, CausalOrdersTilesInHeadGroups) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=8,h=16,s=2048,d=64,dtype=bf16,causal=1");
+  std::set<std::int64_t> groups, ring_block_ms;
+  space.for_each_valid(p, kArch, [&](const Config& c) {
+    groups.insert(num(c, "head_group"));
+    if (flag(c, "ping_pong")) ring_block_ms.insert(num(c, "block_m"));
+    EXPECT_FALSE(flag(c, "persistent")) << config_str(c);
+  });
+  EXPECT_EQ(groups, (std::set<std::int64_t>{1, 4, 16}));
+  EXPECT_EQ(ring_block_ms, (std::set<std::int64_t>{128, 192}));
 }
 
 // An H100 reports sm_90; wgmma and setmaxnreg need the arch-specific sm_90a build.
@@ -113,15 +128,31 @@ TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
       ASSERT_FALSE(configs.back().empty()) << bm << ws << pp << ov;
     }
   }
+  std::vector<Problem> problems(configs.size(), p);
+  if (n != 0) {  // causal, three consumer warpgroups in a ping-pong ring, tiles in head groups
+    Problem causal = p;
+    causal.causal = true;
+    Config ring;
+    space.for_each_valid(causal, kArch, [&](const Config& c) {
+      if (ring.empty() && num(c, "block_m") == 192 && flag(c, "ping_pong") && flag(c, "intra_wg_overlap") &&
+          num(c, "head_group") == 16)
+        ring = c;
+    });
+    ASSERT_FALSE(ring.empty());
+    configs.push_back(ring);
+    problems.push_back(causal);
+  }
   BuildPoolOptions pool_opts;
   pool_opts.nvrtc_options = family_nvrtc_options(family_info("flash_fwd_wgmma"));
   pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
   BuildPool pool(pool_opts);
   std::size_t i = 0;
   for (const Config& c : configs) {
-    Problem v = p;
+    Problem v = problems[i];
     v.dtype = i % 2 ? DType::kFp16 : DType::kBf16;
-    v.causal = (i++ / 2) % 2 && !flag(c, "persistent");  // the space keeps persistent non-causal
+    // The space keeps persistent non-causal; a causal-only config (head_group > 1) stays causal.
+    v.causal = v.causal || ((i / 2) % 2 && !flag(c, "persistent"));
+    ++i;
     pool.submit({c, render_kernel(space, c, v, kArch), kArch});
   }
   std::size_t built = 0;
