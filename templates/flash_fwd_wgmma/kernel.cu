@@ -261,10 +261,11 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     // query block). They only keep the ring in step: wait for the tile, take the ping-pong turn,
     // release the stages (after the full barrier, so the arrive counts toward this use of the
     // stage). Broadcast so that the loop bounds stay warp-uniform for ptxas. Without a producer
-    // warpgroup, consumer thread 0 issues the loads inside its loop and may skip nothing.
+    // warpgroup, consumer thread 0 issues the loads inside its loop and may skip nothing; a single
+    // consumer warpgroup needs every tile of its CTA.
     const int wg_row0 = m_block * T::kBlockM + cw * 64;
     const int wg_kv_end = wg_row0 >= p.seqlen_q ? 0 : T::kCausal ? min(sk, wg_row0 + 64 + diag) : sk;
-    const int skip = T::kWarpSpecialize
+    const int skip = T::kWarpSpecialize && T::kConsumerWgs > 1
                          ? warp_uniform(n - (wg_kv_end > 0 ? (wg_kv_end + T::kBlockN - 1) / T::kBlockN : 0))
                          : 0;
     auto idle_turn = [&](int it) {

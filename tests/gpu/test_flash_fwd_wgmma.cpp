@@ -2,10 +2,10 @@
 // random inputs, with a NaN-poisoned output, at shapes covering odd lengths, causal (rows that see
 // no key), GQA/MQA, sk != s, the [B,S,H,D] layout and, for the persistent grid, several work tiles
 // per CTA; launched through LoadedKernel, i.e. with the tensor maps the evaluator encodes. dtype
-// and causal alternate over the configs. By default a fixed spread: ATTNTUNE_PROPERTY_SAMPLE per
-// head dim (default 24), plus every ablation step (plain, producer, ping-pong, overlap, both;
-// persistent or not); 0 checks the whole space (1,548 + 936 configs, ~2 min on an H100 with 16
-// cores for the NVRTC builds; all passed 2026-11-22). Skips on GPUs without sm_90a (wgmma).
+// alternates over the configs. By default a fixed spread: ATTNTUNE_PROPERTY_SAMPLE per head dim
+// and causality (default 24), plus every ablation step (plain, producer, ping-pong, overlap, both;
+// persistent or not) and the ping-pong ring of three warpgroups; 0 checks the whole space.
+// Skips on GPUs without sm_90a (wgmma).
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -34,30 +34,41 @@ void check_space(int d) {
   const std::string arch = "sm_90a";
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_fwd_wgmma.yaml");
   const Problem base = Problem::parse(fmt::format("b=1,h=1,s=128,d={},dtype=bf16,causal=0", d));
-  std::vector<Config> all = space.enumerate(base, arch), configs;
-  ASSERT_FALSE(all.empty());
+  Problem causal_base = base;
+  causal_base.causal = true;
   const char* env = std::getenv("ATTNTUNE_PROPERTY_SAMPLE");
   const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 24;
-  if (n == 0 || n >= all.size()) {
-    configs = all;
-  } else {
-    for (std::size_t i = 0; i < n; ++i) configs.push_back(all[i * all.size() / n]);
-    // Each ablation step once, block_n 128, in both grid modes.
-    for (const Config& c : all) {
-      if (std::get<std::int64_t>(c.at("block_n")) != 128 || std::get<std::int64_t>(c.at("stages")) != 2 ||
-          std::get<std::int64_t>(c.at("producer_regs")) != 24 || std::get<std::int64_t>(c.at("exp2_emu")) != 0)
-        continue;
-      const bool ws = flag(c, "warp_specialize");
-      const auto bm = std::get<std::int64_t>(c.at("block_m"));
-      if ((bm == 64 && !ws) || (bm == 128 && ws)) configs.push_back(c);  // (a); (b')-(e)
-    }
-  }
+  std::vector<Config> configs;
   std::vector<Problem> variants;
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    Problem p = base;
-    p.dtype = i % 2 ? DType::kFp16 : DType::kBf16;
-    p.causal = (i / 2) % 2 && !flag(configs[i], "persistent");  // the space keeps persistent non-causal
-    variants.push_back(p);
+  // Non-causal and causal each from their own enumeration (causal adds head_group and drops the
+  // persistent grid); dtype alternates.
+  for (const Problem& kind : {base, causal_base}) {
+    const std::vector<Config> all = space.enumerate(kind, arch);
+    ASSERT_FALSE(all.empty());
+    std::vector<Config> picked;
+    if (n == 0 || n >= all.size()) {
+      picked = all;
+    } else {
+      for (std::size_t i = 0; i < n; ++i) picked.push_back(all[i * all.size() / n]);
+      // Each ablation step once, block_n 128 (both grid modes where the space has them), and
+      // the ping-pong ring of three consumer warpgroups.
+      for (const Config& c : all) {
+        if (std::get<std::int64_t>(c.at("block_n")) != 128 || std::get<std::int64_t>(c.at("stages")) != 2 ||
+            std::get<std::int64_t>(c.at("producer_regs")) != 24 || std::get<std::int64_t>(c.at("exp2_emu")) != 0 ||
+            std::get<std::int64_t>(c.at("head_group")) != (kind.causal ? 4 : 1))
+          continue;
+        const bool ws = flag(c, "warp_specialize");
+        const auto bm = std::get<std::int64_t>(c.at("block_m"));
+        if ((bm == 64 && !ws) || (bm == 128 && ws) || (bm == 192 && flag(c, "ping_pong")))
+          picked.push_back(c);  // (a); (b')-(e)
+      }
+    }
+    for (const Config& c : picked) {
+      Problem p = kind;
+      p.dtype = configs.size() % 2 ? DType::kFp16 : DType::kBf16;
+      configs.push_back(c);
+      variants.push_back(p);
+    }
   }
   attntune::testing::check_configs(space, configs, variants, kShapes,
                                    {"flash_fwd_wgmma", d, arch, 2000, /*require_no_spills=*/true});
