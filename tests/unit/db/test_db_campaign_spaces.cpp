@@ -3,14 +3,13 @@
 // migrated with the one space of each campaign, still resumable and readable.
 #include <sqlite3.h>
 
-#include <functional>
-
 #include <gtest/gtest.h>
 
 #include "core/embedded.hpp"
 #include "core/error.hpp"
 #include "db/sqlite.hpp"
 #include "db_test_util.hpp"
+#include "tests/common/input_error.hpp"
 
 namespace attntune::test {
 namespace {
@@ -28,14 +27,7 @@ CampaignSpec mixed(const std::string& name, const std::string& wgmma_hash = "bbb
   return s;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using attntune::testing::input_error_of;
 
 TEST(CampaignSpaces, SetSpacesSortsByTemplateAndNamesTheSet) {
   const CampaignSpec s = mixed("m");
@@ -57,7 +49,7 @@ TEST(CampaignSpaces, SetSpacesSortsByTemplateAndNamesTheSet) {
   EXPECT_FALSE(one.mixed());
 
   CampaignSpec dup = spec("d");
-  EXPECT_NE(error_of([&] { set_spaces(dup, {space("flash_fwd_mma", "a"), space("flash_fwd_mma", "b")}); })
+  EXPECT_NE(input_error_of([&] { set_spaces(dup, {space("flash_fwd_mma", "a"), space("flash_fwd_mma", "b")}); })
                 .find("are both spaces of template 'flash_fwd_mma'"),
             std::string::npos);
 }
@@ -77,10 +69,10 @@ TEST(CampaignSpaces, StoredReadBackAndResumedOnlyWithTheSameSet) {
 
   CampaignSpec only_mma = spec("m");
   set_spaces(only_mma, {space("flash_fwd_mma", "aaaa")});
-  EXPECT_EQ(error_of([&] { store.check_resume(only_mma); }),
+  EXPECT_EQ(input_error_of([&] { store.check_resume(only_mma); }),
             "campaign 'm' tunes templates flash_fwd_mma and flash_fwd_wgmma; it cannot be resumed with template "
             "'flash_fwd_mma' (start a new campaign with another --campaign name)");
-  EXPECT_NE(error_of([&] { store.check_resume(mixed("m", "cccc")); })
+  EXPECT_NE(input_error_of([&] { store.check_resume(mixed("m", "cccc")); })
                 .find("campaign 'm' was started with another search space for template 'flash_fwd_wgmma' "
                       "('search_spaces/flash_fwd_wgmma.yaml', hash bbbb; now 'search_spaces/flash_fwd_wgmma.yaml', "
                       "hash cccc)"),
@@ -171,7 +163,7 @@ TEST(CampaignSpaces, Version3DatabasesGetTheirOneSpaceAndStillResume) {
   CampaignSpec again = spec("v3");
   EXPECT_EQ(store.open_campaign(again, 1), row->id) << "resumes as before";
   EXPECT_EQ(store.campaign_row("v3")->spec.spaces.size(), 1u);
-  EXPECT_NE(error_of([&] { store.check_resume(mixed("v3")); }).find("cannot be resumed with templates"),
+  EXPECT_NE(input_error_of([&] { store.check_resume(mixed("v3")); }).find("cannot be resumed with templates"),
             std::string::npos);
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "space/search_space.hpp"
+#include "tests/common/input_error.hpp"
 
 using namespace attntune;
 
@@ -61,14 +62,7 @@ std::vector<Config> brute_force(const Problem& p, const std::string& arch) {
 
 Problem problem(const std::string& spec) { return Problem::parse(spec); }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using attntune::testing::input_error_of;
 
 }  // namespace
 
@@ -183,7 +177,7 @@ TEST(SearchSpace, DeriveComputesEveryQuantityInOrder) {
   invalid["warps"] = std::int64_t{16};
   EXPECT_EQ(sp.derive(invalid, problem("b=1,h=8,s=1024,d=64,dtype=fp16,causal=0"), "sm_80")[1].second, 8);
   invalid.erase("warps");
-  EXPECT_NE(error_of([&] { sp.derive(invalid, problem("b=1,h=8,s=1024,d=64,dtype=fp16,causal=0"), "sm_80"); })
+  EXPECT_NE(input_error_of([&] { sp.derive(invalid, problem("b=1,h=8,s=1024,d=64,dtype=fp16,causal=0"), "sm_80"); })
                 .find("missing parameter warps"),
             std::string::npos);
 }
@@ -199,7 +193,7 @@ TEST(SearchSpace, ParseConfigIsStrict) {
   EXPECT_EQ(sp.parse_config(config_str(c)), c);
   EXPECT_EQ(sp.parse_config(" block_m = 128, " + good.substr(12)), c);  // spaces around items are fine
 
-  auto err = [&](const std::string& text) { return error_of([&] { sp.parse_config(text); }); };
+  auto err = [&](const std::string& text) { return input_error_of([&] { sp.parse_config(text); }); };
   auto replace = [&](const std::string& from, const std::string& to) {
     std::string s = good;
     s.replace(s.find(from), from.size(), to);
@@ -229,7 +223,7 @@ TEST(SearchSpace, ProblemSupportAndArchs) {
   EXPECT_EQ(sp.default_arch(), "sm_90");
   EXPECT_EQ(sp.archs(), (std::vector<std::string>{"sm_80", "sm_86", "sm_89", "sm_90"}));
   auto err = [&](const std::string& spec, const std::string& arch) {
-    return error_of([&] { sp.check_problem(problem(spec), arch); });
+    return input_error_of([&] { sp.check_problem(problem(spec), arch); });
   };
   EXPECT_EQ(err("b=1,h=8,s=1024,d=128,dtype=fp16,causal=0", "sm_90"), "(no error)");
   EXPECT_EQ(err("b=1,h=8,s=1024,d=96,dtype=fp16,causal=0", "sm_90"),
@@ -249,9 +243,9 @@ TEST(SearchSpace, ProblemSupportAndArchs) {
   const SearchSpace dt = SearchSpace::parse(
       "family: toy\narchs: [sm_90]\ndevice_limits: {sm_90: {}}\n"
       "problem: {dtype: [bf16], causal: [false]}\nparams: {x: [1]}\n", "toy.yaml");
-  EXPECT_EQ(error_of([&] { dt.check_problem(problem("b=1,h=1,s=1,d=64,dtype=fp16,causal=0"), "sm_90"); }),
+  EXPECT_EQ(input_error_of([&] { dt.check_problem(problem("b=1,h=1,s=1,d=64,dtype=fp16,causal=0"), "sm_90"); }),
             "toy does not support dtype=fp16 (supported: bf16)");
-  EXPECT_EQ(error_of([&] { dt.check_problem(problem("b=1,h=1,s=1,d=64,dtype=bf16,causal=1"), "sm_90"); }),
+  EXPECT_EQ(input_error_of([&] { dt.check_problem(problem("b=1,h=1,s=1,d=64,dtype=bf16,causal=1"), "sm_90"); }),
             "toy does not support causal=1 (supported: 0)");
 }
 
@@ -284,7 +278,7 @@ TEST(SearchSpace, RuntimeErrorsDuringEnumerationNameFileAndExpression) {
       "constraints:\n  - x > 0 || y > 1\n  - q >= 1\n",
       "toy.yaml");
   // x = 0, y = 1 is rejected by the first constraint before q is computed; x = 0, y = 2 is not.
-  EXPECT_EQ(error_of([&] { sp.count(problem("b=1,h=1,s=1,d=64,dtype=fp16,causal=0"), "sm_90"); }),
+  EXPECT_EQ(input_error_of([&] { sp.count(problem("b=1,h=1,s=1,d=64,dtype=fp16,causal=0"), "sm_90"); }),
             "toy.yaml:8:6: derived.q 'y / x': division by zero");
 }
 
@@ -305,7 +299,7 @@ TEST(SearchSpace, ConstraintsRunAsSoonAsTheirParamsAreBound) {
   sp.for_each_valid(p, "sm_90", [](const Config&) {}, &stats);
   EXPECT_EQ(stats.rejected_by, (std::vector<std::uint64_t>{1, 3}));
   // derive() computes everything it is asked for, so there the division fails.
-  EXPECT_EQ(error_of([&] { sp.derive({{"x", std::int64_t{0}}, {"y", std::int64_t{1}}}, p, "sm_90"); }),
+  EXPECT_EQ(input_error_of([&] { sp.derive({{"x", std::int64_t{0}}, {"y", std::int64_t{1}}}, p, "sm_90"); }),
             "toy.yaml:8:6: derived.q 'y / x': division by zero");
 }
 
