@@ -75,7 +75,16 @@ __device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, int
 // acc[4c+0..1] = row g, columns 8c+2t..+1; acc[4c+2..3] = row g+8, same columns, where
 // g = lane/4, t = lane%4 and the rows are those of the thread's warp (16 of the 64).
 
+// Every S-tile step below takes the tile's width W in keys: kBlockN, or kNarrowW for a first tile
+// that holds few visible keys (consume). A narrow tile uses the first W/2 registers of S, the
+// first W/16 k-steps of P, and the first W rows of the K and V stages.
+template <int W>
+__device__ __forceinline__ float (&first_cols(float (&s)[T::kBlockN / 2]))[W / 2] {
+  return *reinterpret_cast<float(*)[W / 2]>(&s[0]);
+}
+
 // S = Q K^T for one K stage (scale_d = 0 on the first k-step: no zeroing needed).
+template <int W = T::kBlockN>
 __device__ __forceinline__ void gemm_qk(float (&s)[T::kBlockN / 2], u64 q_desc, u64 k_desc) {
   wgmma_fence();
 #pragma unroll
@@ -83,26 +92,28 @@ __device__ __forceinline__ void gemm_qk(float (&s)[T::kBlockN / 2], u64 q_desc, 
     // k-step kk: column block kk/4, 32 bytes per 16 elements inside the 128-byte row.
     const u64 q_off = ((kk / 4) * T::kQColBlockBytes + (kk % 4) * 32) >> 4;
     const u64 k_off = ((kk / 4) * T::kKVColBlockBytes + (kk % 4) * 32) >> 4;
-    Wgmma<T::kBlockN>::ss(s, q_desc + q_off, k_desc + k_off, kk > 0);
+    Wgmma<W>::ss(first_cols<W>(s), q_desc + q_off, k_desc + k_off, kk > 0);
   }
   wgmma_commit();
 }
 
 // O += P V for one V stage; P's k-step kk covers keys 16kk..16kk+15, V rows of 128 bytes.
+template <int W = T::kBlockN>
 __device__ __forceinline__ void gemm_pv(float (&o)[T::kHeadDim / 2], const u32 (&pa)[T::kPSteps][4], u64 v_desc) {
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < T::kPSteps; ++kk) Wgmma<T::kHeadDim>::rs(o, pa[kk], v_desc + ((kk * 16 * 128) >> 4), 1);
+  for (int kk = 0; kk < W / 16; ++kk) Wgmma<T::kHeadDim>::rs(o, pa[kk], v_desc + ((kk * 16 * 128) >> 4), 1);
   wgmma_commit();
 }
 
 // Scores of keys a row may not see become -inf: keys past seqlen_k, and for causal keys past
 // the row's diagonal (bottom-right aligned: row r sees keys < r + diag + 1).
+template <int W = T::kBlockN>
 __device__ __forceinline__ void mask_tile(float (&s)[T::kBlockN / 2], int tile, int row0, int t, int sk, int diag) {
   const int lim0 = T::kCausal ? min(sk, row0 + diag + 1) : sk;
   const int lim1 = T::kCausal ? min(sk, row0 + 8 + diag + 1) : sk;
 #pragma unroll
-  for (int c = 0; c < T::kBlockN / 8; ++c)
+  for (int c = 0; c < W / 8; ++c)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int col = tile * T::kBlockN + 8 * c + 2 * t + e;
@@ -129,11 +140,12 @@ __device__ __forceinline__ float exp2_fma(float x) {
 // Online softmax of one S tile, in place (S becomes P, fp32), in the log2 domain: m is the
 // running max of scale_log2 * s, l the thread's partial row sum (reduced over the quad at the
 // end), factor what O must be multiplied by.
+template <int W = T::kBlockN>
 __device__ __forceinline__ void softmax_tile(float (&s)[T::kBlockN / 2], float (&m)[2], float (&l)[2],
                                              float (&factor)[2], float scale_log2) {
   float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
-  for (int c = 0; c < T::kBlockN / 8; ++c) {
+  for (int c = 0; c < W / 8; ++c) {
     mx[0] = fmaxf(mx[0], fmaxf(s[4 * c], s[4 * c + 1]));
     mx[1] = fmaxf(mx[1], fmaxf(s[4 * c + 2], s[4 * c + 3]));
   }
@@ -150,7 +162,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kBlockN / 2], float (
   }
   float sum[2] = {0.f, 0.f};
 #pragma unroll
-  for (int c = 0; c < T::kBlockN / 8; ++c)
+  for (int c = 0; c < W / 8; ++c)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const float x0 = fmaf(s[4 * c + e], scale_log2, neg_base[0]);
@@ -176,9 +188,10 @@ __device__ __forceinline__ void rescale_o(float (&o)[T::kHeadDim / 2], const flo
 }
 
 // P (fp32 accumulator layout) -> the m16n8k16 A fragments of wgmma's register operand.
+template <int W = T::kBlockN>
 __device__ __forceinline__ void pack_p(u32 (&pa)[T::kPSteps][4], const float (&s)[T::kBlockN / 2]) {
 #pragma unroll
-  for (int kk = 0; kk < T::kPSteps; ++kk) {
+  for (int kk = 0; kk < W / 16; ++kk) {
     pa[kk][0] = pack2<T::kBf16>(s[8 * kk], s[8 * kk + 1]);      // row g,   keys 16kk+2t
     pa[kk][1] = pack2<T::kBf16>(s[8 * kk + 2], s[8 * kk + 3]);  // row g+8, keys 16kk+2t
     pa[kk][2] = pack2<T::kBf16>(s[8 * kk + 4], s[8 * kk + 5]);  // row g,   keys 16kk+8+2t
@@ -278,54 +291,77 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       release(sm.v_empty(sl.stage));
     };
     for (int it = 0; it < skip; ++it) idle_turn(it);
+    // The first tile this warpgroup computes, n-1-skip, is narrow when the keys its rows see end
+    // within kNarrowN of its start: the ragged end of the keys (s=4096 in tiles of 192 leaves 64),
+    // or the causal diagonal of a warpgroup whose rows start a tile's span.
+    const bool narrow =
+        T::kNarrowN > 0 && warp_uniform(min(sk, wg_kv_end) - (n - 1 - skip) * T::kBlockN <= T::kNarrowN);
+    // Mask, softmax and pack of S for tile `tile`, narrow or full width (called with constants).
+    auto s_tile = [&](int tile, bool nar) {
+      if (nar) {
+        if (needs_mask(tile)) mask_tile<T::kNarrowW>(s, tile, row0, t, sk, diag);
+        softmax_tile<T::kNarrowW>(s, m, l, factor, p.scale_log2);
+        pack_p<T::kNarrowW>(pa, s);
+      } else {
+        if (needs_mask(tile)) mask_tile(s, tile, row0, t, sk, diag);
+        softmax_tile(s, m, l, factor, p.scale_log2);
+        pack_p(pa, s);
+      }
+    };
 
     if constexpr (!T::kOverlap) {
-      for (int it = skip; it < n; ++it) {
+      auto step = [&](int it, bool nar) {
         const Slot sl(it_base + it);
         const int tile = n - 1 - it;
         mbar_wait(sm.k_full(sl.stage), sl.phase);
         pp_sync();
-        gemm_qk(s, q_desc, k_desc(sl.stage));
+        if (nar) gemm_qk<T::kNarrowW>(s, q_desc, k_desc(sl.stage));
+        else gemm_qk(s, q_desc, k_desc(sl.stage));
         wgmma_wait<0>();
         reg_fence(s);
         pp_arrive();
         release(sm.k_empty(sl.stage));
-        if (needs_mask(tile)) mask_tile(s, tile, row0, t, sk, diag);
-        softmax_tile(s, m, l, factor, p.scale_log2);
+        s_tile(tile, nar);
         rescale_o(o, factor);
-        pack_p(pa, s);
         mbar_wait(sm.v_full(sl.stage), sl.phase);
-        gemm_pv(o, pa, v_desc(sl.stage));
+        if (nar) gemm_pv<T::kNarrowW>(o, pa, v_desc(sl.stage));
+        else gemm_pv(o, pa, v_desc(sl.stage));
         wgmma_wait<0>();
         reg_fence(o);
         release(sm.v_empty(sl.stage));
         if (!T::kWarpSpecialize && threadIdx.x == 0 && it + T::kStages < n)
           produce(sm, maps, it_base, it + T::kStages, n, head / p.q_per_kv, batch);
-      }
+      };
+      int it = skip;
+      if (narrow) step(it++, true);
+      for (; it < n; ++it) step(it, false);
     } else if (skip == n) {
       pp_sync();  // the turn of the last P.V
       pp_arrive();
     } else {
       // Prologue: S and P of the first tile.
-      const Slot first(it_base + skip);
-      mbar_wait(sm.k_full(first.stage), first.phase);
-      pp_sync();
-      gemm_qk(s, q_desc, k_desc(first.stage));
-      pp_arrive();
-      wgmma_wait<0>();
-      reg_fence(s);
-      release(sm.k_empty(first.stage));
-      if (needs_mask(n - 1 - skip)) mask_tile(s, n - 1 - skip, row0, t, sk, diag);
-      softmax_tile(s, m, l, factor, p.scale_log2);
-      pack_p(pa, s);
-      for (int it = skip + 1; it < n; ++it) {
+      auto prologue = [&](bool nar) {
+        const Slot first(it_base + skip);
+        mbar_wait(sm.k_full(first.stage), first.phase);
+        pp_sync();
+        if (nar) gemm_qk<T::kNarrowW>(s, q_desc, k_desc(first.stage));
+        else gemm_qk(s, q_desc, k_desc(first.stage));
+        pp_arrive();
+        wgmma_wait<0>();
+        reg_fence(s);
+        release(sm.k_empty(first.stage));
+        s_tile(n - 1 - skip, nar);
+      };
+      // Iteration it: S_j of tile n-1-it beside P.V of the previous tile (narrow if pv_nar).
+      auto step = [&](int it, bool pv_nar) {
         const Slot sl(it_base + it), prev(it_base + it - 1);
         const int tile = n - 1 - it;
         mbar_wait(sm.k_full(sl.stage), sl.phase);
         pp_sync();
         gemm_qk(s, q_desc, k_desc(sl.stage));          // S_j
         mbar_wait(sm.v_full(prev.stage), prev.phase);
-        gemm_pv(o, pa, v_desc(prev.stage));            // O += P_{j-1} V_{j-1}, in flight ...
+        if (pv_nar) gemm_pv<T::kNarrowW>(o, pa, v_desc(prev.stage));  // O += P_{j-1} V_{j-1}, in flight ...
+        else gemm_pv(o, pa, v_desc(prev.stage));
         pp_arrive();
         wgmma_wait<1>();
         reg_fence(s);
@@ -337,15 +373,25 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         release(sm.v_empty(prev.stage));
         rescale_o(o, factor);
         pack_p(pa, s);
-      }
-      const Slot last(it_base + n - 1);
-      mbar_wait(sm.v_full(last.stage), last.phase);
-      pp_sync();
-      gemm_pv(o, pa, v_desc(last.stage));
-      pp_arrive();
-      wgmma_wait<0>();
-      reg_fence(o);
-      release(sm.v_empty(last.stage));
+      };
+      auto last_pv = [&](bool nar) {
+        const Slot last(it_base + n - 1);
+        mbar_wait(sm.v_full(last.stage), last.phase);
+        pp_sync();
+        if (nar) gemm_pv<T::kNarrowW>(o, pa, v_desc(last.stage));
+        else gemm_pv(o, pa, v_desc(last.stage));
+        pp_arrive();
+        wgmma_wait<0>();
+        reg_fence(o);
+        release(sm.v_empty(last.stage));
+      };
+      if (narrow) prologue(true);
+      else prologue(false);
+      int it = skip + 1;
+      if (narrow && it < n) step(it++, true);
+      for (; it < n; ++it) step(it, false);
+      if (narrow && skip == n - 1) last_pv(true);
+      else last_pv(false);
     }
     release(sm.q_empty());  // the next work tile's Q may land while this one's epilogue runs
   }

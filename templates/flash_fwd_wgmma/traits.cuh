@@ -30,6 +30,9 @@ struct Traits {
   static constexpr int kExp2Emu = EXP2_EMU;
   // Causal: (batch, head) pairs whose tiles are ordered together, longest first (work_tile).
   static constexpr int kHeadGroup = HEAD_GROUP;
+  // A warpgroup whose first K/V tile (the sequence's ragged end, or its causal diagonal) holds
+  // at most this many keys it can see computes that tile kNarrowN wide; 0: always kBlockN.
+  static constexpr int kNarrowN = NARROW_N;
   static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
   static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
 
@@ -40,6 +43,7 @@ struct Traits {
   static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte swizzled column blocks per row
   static constexpr int kKSteps = kHeadDim / 16;     // k16 steps of Q.K^T
   static constexpr int kPSteps = kBlockN / 16;      // k16 steps of P.V
+  static constexpr int kNarrowW = kNarrowN > 0 ? kNarrowN : kBlockN;  // the narrow tile's width
   // Shared memory: every tile is [column block][row][64 elements], 128-byte rows swizzled by
   // TMA in 1024-byte atoms; tiles start 1024-aligned. Barriers after the tiles.
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
@@ -59,6 +63,8 @@ struct Traits {
                 "block_n: a multiple of 16 (the P.V k-step) in [64, 256] (the wgmma N range)");
   static_assert(kStages >= 1 && kStages <= 4, "1 to 4 K/V stages");
   static_assert(kExp2Emu >= 0 && kExp2Emu <= 4, "exp2_emu counts chunks of every 4");
+  static_assert(kNarrowN == 0 || (kNarrowN % 16 == 0 && kNarrowN >= 64 && kNarrowN < kBlockN),
+                "narrow_n: 0, or a multiple of 16 in [64, block_n)");
   static_assert(kHeadGroup >= 1, "head_group: at least one (batch, head) per group");
   static_assert(8 * (2 + 4 * kStages) <= kBarBytes, "mbarriers overflow their area");
   static_assert(!kPingPong || kConsumerWgs >= 2, "ping-pong needs two or more consumer warpgroups");

@@ -127,8 +127,8 @@ int main(int argc, char** argv) {
       us = ts[15] * 1e3f;
       tf = (float)(4.0 * b * h * d * pairs / (ts[15] * 1e-3) / 1e12);
     }
-    std::printf("WGMMA P=%d BM=%d BN=%d ST=%d WS=%d PP=%d OV=%d EMU=%d HG=%d regs=%d/%d/%d | b=%d h=%d hkv=%d s=%d sk=%d L=%d d=%d %s%s | err=%.3g low=%.3g lse=%.2g nf=%u lsebad=%u %s | %.1f us %.1f TF\n",
-                persistent, BLOCK_M, BLOCK_N, STAGES, WARP_SPECIALIZE, PING_PONG, INTRA_WG_OVERLAP, EXP2_EMU, HEAD_GROUP, fa.numRegs, PRODUCER_REGS, CONSUMER_REGS,
+    std::printf("WGMMA P=%d BM=%d BN=%d ST=%d WS=%d PP=%d OV=%d EMU=%d HG=%d NN=%d regs=%d/%d/%d | b=%d h=%d hkv=%d s=%d sk=%d L=%d d=%d %s%s | err=%.3g low=%.3g lse=%.2g nf=%u lsebad=%u %s | %.1f us %.1f TF\n",
+                persistent, BLOCK_M, BLOCK_N, STAGES, WARP_SPECIALIZE, PING_PONG, INTRA_WG_OVERLAP, EXP2_EMU, HEAD_GROUP, NARROW_N, fa.numRegs, PRODUCER_REGS, CONSUMER_REGS,
                 b, h, hkv, s, sk, layout, d, bf16 ? "bf16" : "fp16", causal ? " causal" : "", e_out, e_low, e_lse, hs[4], hs[5],
                 ok ? "PASS" : "FAIL", us, tf);
     std::fflush(stdout);

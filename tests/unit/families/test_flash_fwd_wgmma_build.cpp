@@ -84,6 +84,29 @@ TEST(FlashFwdWgmmaSpace, CausalOrdersTilesInHeadGroups) {
   EXPECT_EQ(ring_block_ms, (std::set<std::int64_t>{128, 192}));
 }
 
+// A narrow first tile is one of two widths below block_n; block_n 64 has only the full one.
+TEST(FlashFwdWgmmaSpace, NarrowFirstTileIsNarrowerThanTheTile) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=4,h=16,s=4096,d=128,dtype=bf16,causal=0");
+  std::set<std::int64_t> narrow;
+  space.for_each_valid(p, kArch, [&](const Config& c) {
+    narrow.insert(num(c, "narrow_n"));
+    if (num(c, "narrow_n") > 0) {
+      EXPECT_LT(num(c, "narrow_n"), num(c, "block_n")) << config_str(c);
+    }
+  });
+  EXPECT_EQ(narrow, (std::set<std::int64_t>{0, 64}));
+  Config c;
+  space.for_each_valid(p, kArch, [&](const Config& x) {
+    if (c.empty() && num(x, "block_n") == 64) c = x;
+  });
+  ASSERT_FALSE(c.empty());
+  c["narrow_n"] = std::int64_t{64};
+  const std::optional<std::string> why = space.check(c, p, kArch);
+  ASSERT_TRUE(why.has_value()) << "narrow_n = block_n must be refused";
+  EXPECT_NE(why->find("narrower than block_n"), std::string::npos) << *why;
+}
+
 // An H100 reports sm_90; wgmma and setmaxnreg need the arch-specific sm_90a build.
 TEST(FlashFwdWgmmaSpace, DeviceArchMapsToTheSpacesArch) {
   const SearchSpace wgmma = load_space();
@@ -129,13 +152,14 @@ TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
     }
   }
   std::vector<Problem> problems(configs.size(), p);
-  if (n != 0) {  // causal, three consumer warpgroups in a ping-pong ring, tiles in head groups
+  if (n != 0) {  // causal, three consumer warpgroups in a ping-pong ring, tiles in head groups,
+                 // narrow first tiles
     Problem causal = p;
     causal.causal = true;
     Config ring;
     space.for_each_valid(causal, kArch, [&](const Config& c) {
       if (ring.empty() && num(c, "block_m") == 192 && flag(c, "ping_pong") && flag(c, "intra_wg_overlap") &&
-          num(c, "head_group") == 16)
+          num(c, "head_group") == 16 && num(c, "narrow_n") == 64)
         ring = c;
     });
     ASSERT_FALSE(ring.empty());
