@@ -154,11 +154,24 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kBlockN / 2], float (
   for (int r = 0; r < 2; ++r) {
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    const float m_new = fmaxf(m[r], mx[r] * scale_log2);
-    const float base = m_new == neg_inf() ? 0.f : m_new;  // a row that saw no key yet
-    factor[r] = ex2(m[r] - base);
-    m[r] = m_new;
-    neg_base[r] = -base;
+    if constexpr (T::kLazyRescale > 0) {
+      // The row's base moves only when its max grows by more than kLazyRescale (log2 units):
+      // P stays below 2^kLazyRescale, and O's rescale is skipped while no row needs one.
+      const float m_new = fmaxf(m[r], mx[r] * scale_log2);
+      if (m_new > m[r] + float(T::kLazyRescale)) {  // always for a row's first key (m = -inf)
+        factor[r] = ex2(m[r] - m_new);
+        m[r] = m_new;
+      } else {
+        factor[r] = 1.f;
+      }
+      neg_base[r] = m[r] == neg_inf() ? 0.f : -m[r];  // a row that saw no key yet
+    } else {
+      const float m_new = fmaxf(m[r], mx[r] * scale_log2);
+      const float base = m_new == neg_inf() ? 0.f : m_new;  // a row that saw no key yet
+      factor[r] = ex2(m[r] - base);
+      m[r] = m_new;
+      neg_base[r] = -base;
+    }
   }
   float sum[2] = {0.f, 0.f};
 #pragma unroll
@@ -178,6 +191,8 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kBlockN / 2], float (
 }
 
 __device__ __forceinline__ void rescale_o(float (&o)[T::kHeadDim / 2], const float (&factor)[2]) {
+  // Lazy: the whole warp skips it while every factor is 1 (a uniform branch).
+  if (T::kLazyRescale > 0 && !__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) return;
 #pragma unroll
   for (int c = 0; c < T::kHeadDim / 8; ++c) {
     o[4 * c] *= factor[0];

@@ -33,6 +33,10 @@ struct Traits {
   // A warpgroup whose first K/V tile (the sequence's ragged end, or its causal diagonal) holds
   // at most this many keys it can see computes that tile kNarrowN wide; 0: always kBlockN.
   static constexpr int kNarrowN = NARROW_N;
+  // 0: every step moves each row's softmax base to its new max and rescales O. T > 0: a row's
+  // base moves only when its max grows by more than T (log2 units, so P < 2^T), and a warp skips
+  // O's rescale while none of its rows moved.
+  static constexpr int kLazyRescale = LAZY_RESCALE;
   static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
   static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
 
@@ -65,6 +69,7 @@ struct Traits {
   static_assert(kExp2Emu >= 0 && kExp2Emu <= 4, "exp2_emu counts chunks of every 4");
   static_assert(kNarrowN == 0 || (kNarrowN % 16 == 0 && kNarrowN >= 64 && kNarrowN < kBlockN),
                 "narrow_n: 0, or a multiple of 16 in [64, block_n)");
+  static_assert(kLazyRescale >= 0 && kLazyRescale <= 8, "lazy_rescale: 0 (off) to 8 (P below 256)");
   static_assert(kHeadGroup >= 1, "head_group: at least one (batch, head) per group");
   static_assert(8 * (2 + 4 * kStages) <= kBarBytes, "mbarriers overflow their area");
   static_assert(!kPingPong || kConsumerWgs >= 2, "ping-pong needs two or more consumer warpgroups");

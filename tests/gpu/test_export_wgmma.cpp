@@ -73,10 +73,11 @@ const Export kExports[] = {
       {"intra_wg_overlap", 1}, {"persistent", 1}, {"narrow_n", 64}}},
     // Causal (per-tile grid: persistent is not valid there), three consumer warpgroups in a
     // ping-pong ring, tiles in head groups of 4, warpgroups trimmed past their diagonal, narrow
-    // first tiles (the diagonal of every other warpgroup, the odd lengths' ragged ends).
+    // first tiles (the diagonal of every other warpgroup, the odd lengths' ragged ends), lazy
+    // rescale.
     {"wg-d64-fp16-causal", "b=8,h=16,s=2048,d=64,dtype=fp16,causal=1",
      {{"block_m", 192}, {"block_n", 128}, {"warp_specialize", 1}, {"ping_pong", 1}, {"intra_wg_overlap", 1},
-      {"persistent", 0}, {"head_group", 4}, {"narrow_n", 64}}},
+      {"persistent", 0}, {"head_group", 4}, {"narrow_n", 64}, {"lazy_rescale", 8}}},
     // No producer warpgroup (consumer thread 0 issues the copies), per-tile grid.
     {"wg-d128-fp16-plain", "b=2,h=8,s=1024,d=128,dtype=fp16,causal=0",
      {{"block_m", 64}, {"warp_specialize", 0}, {"persistent", 0}}},

@@ -107,6 +107,18 @@ TEST(FlashFwdWgmmaSpace, NarrowFirstTileIsNarrowerThanTheTile) {
   EXPECT_NE(why->find("narrower than block_n"), std::string::npos) << *why;
 }
 
+// The lazy rescale is d=64's (it lost at d=128): off, or P below 2^8.
+TEST(FlashFwdWgmmaSpace, LazyRescaleIsForD64) {
+  const SearchSpace space = load_space();
+  for (int d : {64, 128}) {
+    std::set<std::int64_t> lazy;
+    const Problem p = Problem::parse(fmt::format("b=8,h=16,s=2048,d={},dtype=bf16,causal=1", d));
+    space.for_each_valid(p, kArch, [&](const Config& c) { lazy.insert(num(c, "lazy_rescale")); });
+    const std::set<std::int64_t> want = d == 64 ? std::set<std::int64_t>{0, 8} : std::set<std::int64_t>{0};
+    EXPECT_EQ(lazy, want) << "d=" << d;
+  }
+}
+
 // An H100 reports sm_90; wgmma and setmaxnreg need the arch-specific sm_90a build.
 TEST(FlashFwdWgmmaSpace, DeviceArchMapsToTheSpacesArch) {
   const SearchSpace wgmma = load_space();
@@ -153,13 +165,13 @@ TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
   }
   std::vector<Problem> problems(configs.size(), p);
   if (n != 0) {  // causal, three consumer warpgroups in a ping-pong ring, tiles in head groups,
-                 // narrow first tiles
+                 // narrow first tiles, lazy rescale (d=64)
     Problem causal = p;
     causal.causal = true;
     Config ring;
     space.for_each_valid(causal, kArch, [&](const Config& c) {
       if (ring.empty() && num(c, "block_m") == 192 && flag(c, "ping_pong") && flag(c, "intra_wg_overlap") &&
-          num(c, "head_group") == 16 && num(c, "narrow_n") == 64)
+          num(c, "head_group") == 16 && num(c, "narrow_n") == 64 && num(c, "lazy_rescale") == (d == 64 ? 8 : 0))
         ring = c;
     });
     ASSERT_FALSE(ring.empty());
