@@ -138,8 +138,9 @@ __device__ __forceinline__ float exp2_fma(float x) {
 }
 
 // Online softmax of one S tile, in place (S becomes P, fp32), in the log2 domain: m is the
-// running max of scale_log2 * s, l the thread's partial row sum (reduced over the quad at the
-// end), factor what O must be multiplied by.
+// row's base, the running max of scale_log2 * s (with kLazyRescale, at most that much below it),
+// l the thread's partial row sum relative to it (reduced over the quad at the end), factor what
+// O must be multiplied by.
 template <int W = T::kBlockN>
 __device__ __forceinline__ void softmax_tile(float (&s)[T::kBlockN / 2], float (&m)[2], float (&l)[2],
                                              float (&factor)[2], float scale_log2) {
