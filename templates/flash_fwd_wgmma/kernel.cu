@@ -106,6 +106,18 @@ __device__ __forceinline__ void gemm_pv(float (&o)[T::kHeadDim / 2], const u32 (
   wgmma_commit();
 }
 
+// The same, narrow (kNarrowW keys) or full: the callers pass constants, so each call site
+// compiles to one of the two.
+__device__ __forceinline__ void gemm_qk_w(bool narrow, float (&s)[T::kBlockN / 2], u64 q_desc, u64 k_desc) {
+  if (narrow) gemm_qk<T::kNarrowW>(s, q_desc, k_desc);
+  else gemm_qk(s, q_desc, k_desc);
+}
+__device__ __forceinline__ void gemm_pv_w(bool narrow, float (&o)[T::kHeadDim / 2], const u32 (&pa)[T::kPSteps][4],
+                                          u64 v_desc) {
+  if (narrow) gemm_pv<T::kNarrowW>(o, pa, v_desc);
+  else gemm_pv(o, pa, v_desc);
+}
+
 // Scores of keys a row may not see become -inf: keys past seqlen_k, and for causal keys past
 // the row's diagonal (bottom-right aligned: row r sees keys < r + diag + 1).
 template <int W = T::kBlockN>
@@ -155,10 +167,10 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kBlockN / 2], float (
   for (int r = 0; r < 2; ++r) {
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    const float m_new = fmaxf(m[r], mx[r] * scale_log2);
     if constexpr (T::kLazyRescale > 0) {
       // The row's base moves only when its max grows by more than kLazyRescale (log2 units):
       // P stays below 2^kLazyRescale, and O's rescale is skipped while no row needs one.
-      const float m_new = fmaxf(m[r], mx[r] * scale_log2);
       if (m_new > m[r] + float(T::kLazyRescale)) {  // always for a row's first key (m = -inf)
         factor[r] = ex2(m[r] - m_new);
         m[r] = m_new;
@@ -167,7 +179,6 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kBlockN / 2], float (
       }
       neg_base[r] = m[r] == neg_inf() ? 0.f : -m[r];  // a row that saw no key yet
     } else {
-      const float m_new = fmaxf(m[r], mx[r] * scale_log2);
       const float base = m_new == neg_inf() ? 0.f : m_new;  // a row that saw no key yet
       factor[r] = ex2(m[r] - base);
       m[r] = m_new;
@@ -331,8 +342,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         const int tile = n - 1 - it;
         mbar_wait(sm.k_full(sl.stage), sl.phase);
         pp_sync();
-        if (nar) gemm_qk<T::kNarrowW>(s, q_desc, k_desc(sl.stage));
-        else gemm_qk(s, q_desc, k_desc(sl.stage));
+        gemm_qk_w(nar, s, q_desc, k_desc(sl.stage));
         wgmma_wait<0>();
         reg_fence(s);
         pp_arrive();
@@ -340,8 +350,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         s_tile(tile, nar);
         rescale_o(o, factor);
         mbar_wait(sm.v_full(sl.stage), sl.phase);
-        if (nar) gemm_pv<T::kNarrowW>(o, pa, v_desc(sl.stage));
-        else gemm_pv(o, pa, v_desc(sl.stage));
+        gemm_pv_w(nar, o, pa, v_desc(sl.stage));
         wgmma_wait<0>();
         reg_fence(o);
         release(sm.v_empty(sl.stage));
@@ -360,8 +369,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         const Slot first(it_base + skip);
         mbar_wait(sm.k_full(first.stage), first.phase);
         pp_sync();
-        if (nar) gemm_qk<T::kNarrowW>(s, q_desc, k_desc(first.stage));
-        else gemm_qk(s, q_desc, k_desc(first.stage));
+        gemm_qk_w(nar, s, q_desc, k_desc(first.stage));
         pp_arrive();
         wgmma_wait<0>();
         reg_fence(s);
@@ -376,8 +384,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pp_sync();
         gemm_qk(s, q_desc, k_desc(sl.stage));          // S_j
         mbar_wait(sm.v_full(prev.stage), prev.phase);
-        if (pv_nar) gemm_pv<T::kNarrowW>(o, pa, v_desc(prev.stage));  // O += P_{j-1} V_{j-1}, in flight ...
-        else gemm_pv(o, pa, v_desc(prev.stage));
+        gemm_pv_w(pv_nar, o, pa, v_desc(prev.stage));  // O += P_{j-1} V_{j-1}, in flight ...
         pp_arrive();
         wgmma_wait<1>();
         reg_fence(s);
@@ -394,8 +401,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         const Slot last(it_base + n - 1);
         mbar_wait(sm.v_full(last.stage), last.phase);
         pp_sync();
-        if (nar) gemm_pv<T::kNarrowW>(o, pa, v_desc(last.stage));
-        else gemm_pv(o, pa, v_desc(last.stage));
+        gemm_pv_w(nar, o, pa, v_desc(last.stage));
         pp_arrive();
         wgmma_wait<0>();
         reg_fence(o);

@@ -128,17 +128,17 @@ int main(int argc, char** argv) {
       }
       if (burn) {
         const auto now = [] { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); };
-        const double t0 = now();
-        std::printf("MARK %s start %.3f\n", std::getenv("WGMMA_MARK") ? std::getenv("WGMMA_MARK") : "ours", t0);
+        const char* mark = std::getenv("WGMMA_MARK") ? std::getenv("WGMMA_MARK") : "ours";
+        const double seconds = std::atof(burn), t0 = now();
+        std::printf("MARK %s start %.3f\n", mark, t0);
         int graphs = 0;
-        while (now() - t0 < std::atof(burn)) {
+        while (now() - t0 < seconds) {
           for (int i = 0; i < 10; ++i) CK(cudaGraphLaunch(exec, stream));
           CK(cudaStreamSynchronize(stream));
           graphs += 10;
         }
         const double t1 = now();
-        std::printf("MARK %s end %.3f calls=%d us_per_call=%.1f\n", std::getenv("WGMMA_MARK") ? std::getenv("WGMMA_MARK") : "ours",
-                    t1, graphs * 20, (t1 - t0) / (graphs * 20) * 1e6);
+        std::printf("MARK %s end %.3f calls=%d us_per_call=%.1f\n", mark, t1, graphs * 20, (t1 - t0) / (graphs * 20) * 1e6);
       }
       std::sort(ts.begin(), ts.end());
       CK(cudaGraphExecDestroy(exec)); CK(cudaGraphDestroy(graph)); CK(cudaStreamDestroy(stream));
