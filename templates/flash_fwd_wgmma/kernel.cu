@@ -258,6 +258,25 @@ __device__ __forceinline__ WorkTile work_tile(const AttnParams& p, int t, int m_
   return w;
 }
 
+// Quad (4 lanes) transpose: lane t's v[j] becomes lane j's former v[t]. Two butterfly stages,
+// each exchanging two registers: 2x2 blocks over lanes t ^ 1, then the off-diagonal blocks over
+// t ^ 2.
+__device__ __forceinline__ void quad_transpose(u32 (&v)[4], int t) {
+  const bool odd = t & 1, high = t & 2;
+#pragma unroll
+  for (int pr = 0; pr < 2; ++pr) {  // element 2pr + !odd goes to the partner
+    const u32 got = __shfl_xor_sync(0xffffffffu, odd ? v[2 * pr] : v[2 * pr + 1], 1);
+    if (odd) v[2 * pr] = got;
+    else v[2 * pr + 1] = got;
+  }
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {  // block !high goes to the partner
+    const u32 got = __shfl_xor_sync(0xffffffffu, high ? v[e] : v[2 + e], 2);
+    if (high) v[e] = got;
+    else v[2 + e] = got;
+  }
+}
+
 // One consumer warpgroup (cw) over the n K/V tiles of one work tile, then its epilogue.
 // it_base counts the K/V iterations of the CTA's earlier work tiles (ring stages and phases);
 // q_phase the Q loads of tiles with n > 0.
@@ -289,6 +308,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   auto release = [&](u32 empty_bar) {
     if (lane == 0) mbar_arrive(empty_bar);
   };
+  // Q's buffer is free once this warpgroup's last Q.K^T has completed: the next work tile's Q
+  // (a persistent CTA's) then loads during the last P.V and the epilogue, not after them: its
+  // ~2 us from memory stalled each tile's start (docs/WGMMA.md run 30).
+  auto q_done = [&](bool last_qk) {
+    if (last_qk) release(sm.q_empty());
+  };
 
   if (n > 0) {
     mbar_wait(sm.q_full(), q_phase);
@@ -318,6 +343,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       release(sm.v_empty(sl.stage));
     };
     for (int it = 0; it < skip; ++it) idle_turn(it);
+    q_done(skip == n);
     // The first tile this warpgroup computes, n-1-skip, is narrow when the keys its rows see end
     // within kNarrowN of its start: the ragged end of the keys (s=4096 in tiles of 192 leaves 64),
     // or the causal diagonal of a warpgroup whose rows start a tile's span.
@@ -345,6 +371,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         gemm_qk_w(nar, s, q_desc, k_desc(sl.stage));
         wgmma_wait<0>();
         reg_fence(s);
+        q_done(it == n - 1);
         pp_arrive();
         release(sm.k_empty(sl.stage));
         s_tile(tile, nar);
@@ -373,6 +400,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pp_arrive();
         wgmma_wait<0>();
         reg_fence(s);
+        q_done(skip == n - 1);
         release(sm.k_empty(first.stage));
         s_tile(n - 1 - skip, nar);
       };
@@ -388,6 +416,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pp_arrive();
         wgmma_wait<1>();
         reg_fence(s);
+        q_done(it == n - 1);
         release(sm.k_empty(sl.stage));
         if (needs_mask(tile)) mask_tile(s, tile, row0, t, sk, diag);
         softmax_tile(s, m, l, factor, p.scale_log2);  // ... while this runs
@@ -415,7 +444,6 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       if (narrow && skip == n - 1) last_pv(true);
       else last_pv(false);
     }
-    release(sm.q_empty());  // the next work tile's Q may land while this one's epilogue runs
   }
 
   // Epilogue: O / l to the output dtype, straight from registers; LSE in natural log.
@@ -431,11 +459,24 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + 8 * r;
-    if (row >= p.seqlen_q) continue;
-    elem_t* orow = out + row * p.o_stride[2] + 2 * t;
+    // Thread t of a quad holds columns 8c + 2t, +1 of every 8-column chunk c. A 4x4 transpose
+    // over the quad hands thread t all 8 columns of chunk 4q + t, stored as one 16-byte vector:
+    // a quarter of the store instructions, full 32-byte sectors (the 4-byte stores took ~2 us of
+    // a 56 us work tile at s=4096; docs/WGMMA.md run 30). Out rows and strides are 16-byte aligned.
+    uint4 vec[T::kHeadDim / 32];
 #pragma unroll
-    for (int c = 0; c < T::kHeadDim / 8; ++c)
-      *reinterpret_cast<u32*>(orow + 8 * c) = pack2<T::kBf16>(o[4 * c + 2 * r] * inv[r], o[4 * c + 2 * r + 1] * inv[r]);
+    for (int q = 0; q < T::kHeadDim / 32; ++q) {
+      u32 v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        v[j] = pack2<T::kBf16>(o[4 * (4 * q + j) + 2 * r] * inv[r], o[4 * (4 * q + j) + 2 * r + 1] * inv[r]);
+      quad_transpose(v, t);
+      vec[q] = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+    if (row >= p.seqlen_q) continue;
+    elem_t* orow = out + row * p.o_stride[2] + 8 * t;
+#pragma unroll
+    for (int q = 0; q < T::kHeadDim / 32; ++q) *reinterpret_cast<uint4*>(orow + 32 * q) = vec[q];
     if (p.lse && t == 0) {
       const float ln2 = 0.6931471805599453f;
       p.lse[(static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q + row] =
