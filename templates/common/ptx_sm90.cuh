@@ -49,6 +49,23 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 // docs/WGMMA.md run 8).
 __device__ __forceinline__ int warp_uniform(int v) { return __shfl_sync(0xffffffffu, v, 0); }
 
+// Stores that a predicate turns off: no branch, so no divergent path for the warp to reconverge.
+__device__ __forceinline__ void st_global_v4_if(void* ptr, uint4 v, bool on) {
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p st.global.v4.b32 [%0], {%1, %2, %3, %4};\n}\n"
+               ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"((int)on) : "memory");
+}
+__device__ __forceinline__ void st_global_f32_if(float* ptr, float v, bool on) {
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p st.global.f32 [%0], %1;\n}\n"
+               ::"l"(ptr), "f"(v), "r"((int)on) : "memory");
+}
+
+// 1/x to about 1 ulp, without the IEEE division's slow-path branch.
+__device__ __forceinline__ float rcp_approx(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // ---- TMA ----
 __device__ __forceinline__ void tma_prefetch_desc(const TmaDesc* desc) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(desc)) : "memory");

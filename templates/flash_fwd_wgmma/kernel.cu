@@ -277,11 +277,70 @@ __device__ __forceinline__ void quad_transpose(u32 (&v)[4], int t) {
   }
 }
 
-// One consumer warpgroup (cw) over the n K/V tiles of one work tile, then its epilogue.
+// A finished work tile's rows of one consumer warpgroup, ready to store: O / l in the output
+// dtype (this thread's 8-column chunks), LSE in natural log, and where they go.
+struct OutRows {
+  uint4 vec[2][T::kHeadDim / 32];
+  float lse[2];
+  int row0, head, batch;  // this thread's first row, and row0 + 8
+};
+
+// The epilogue's arithmetic: O / l packed to the output dtype for 16-byte stores. Thread t of a
+// quad holds columns 8c + 2t, +1 of every 8-column chunk c; a 4x4 transpose over the quad hands
+// it all 8 columns of chunk 4q + t. A quarter of the store instructions of 4-byte stores, and
+// full 32-byte sectors (those took ~2 us of a 56 us work tile at s=4096, docs/WGMMA.md run 30).
+__device__ __forceinline__ void epilogue_pack(const float (&o)[T::kHeadDim / 2], const float (&m)[2], float (&l)[2],
+                                              int row0, int head, int batch, OutRows& out) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    // A row whose max is still -inf saw no key: output 0, LSE -inf (its l may hold 2^-126 terms).
+    const bool seen = m[h] != neg_inf();
+    const float inv = seen ? rcp_approx(l[h]) : 0.f;  // no IEEE-division branch
+    out.lse[h] = seen ? (m[h] + lg2(l[h])) * 0.6931471805599453f : neg_inf();
+#pragma unroll
+    for (int q = 0; q < T::kHeadDim / 32; ++q) {
+      u32 v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        v[j] = pack2<T::kBf16>(o[4 * (4 * q + j) + 2 * h] * inv, o[4 * (4 * q + j) + 2 * h + 1] * inv);
+      quad_transpose(v, t);
+      out.vec[h][q] = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+  }
+  out.row0 = row0;
+  out.head = head;
+  out.batch = batch;
+}
+
+// The epilogue's stores (all of them when `any`), predicated rather than branched over. With the
+// packing at a tile's end and these at the next tile's start (before its Q wait), s=4k and s=16k
+// ran 1-1.5% faster than the whole epilogue branched at the tile's end (run 34). Out rows and
+// strides are 16-byte aligned (the launchers check).
+__device__ __forceinline__ void epilogue_store(const AttnParams& p, const OutRows& out, bool any) {
+  const int t = threadIdx.x % 4;
+  elem_t* base = static_cast<elem_t*>(p.o) + out.batch * p.o_stride[0] + out.head * p.o_stride[1];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = out.row0 + 8 * h;
+    const bool in = any && row < p.seqlen_q;
+    elem_t* orow = base + row * p.o_stride[2] + 8 * t;
+#pragma unroll
+    for (int q = 0; q < T::kHeadDim / 32; ++q) st_global_v4_if(orow + 32 * q, out.vec[h][q], in);
+    st_global_f32_if(p.lse + (static_cast<long long>(out.batch) * p.heads_q + out.head) * p.seqlen_q + row, out.lse[h],
+                     in && p.lse && t == 0);
+  }
+}
+
+// One consumer warpgroup (cw) over the n K/V tiles of one work tile; its rows end packed in
+// `out`, which holds the CTA's previous work tile's rows on entry (stored first when `had`; the
+// kernel stores the last tile's after its loop).
 // it_base counts the K/V iterations of the CTA's earlier work tiles (ring stages and phases);
 // q_phase the Q loads of tiles with n > 0.
 __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, const TmaMaps& maps, int cw,
-                                        const WorkTile& w, int it_base, u32 q_phase) {
+                                        const WorkTile& w, int it_base, u32 q_phase, OutRows& out, bool had) {
   const int m_block = w.m_block, head = w.head, batch = w.batch, n = w.n;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int row0 = m_block * T::kBlockM + cw * 64 + warp * 16 + g;  // and row0 + 8
@@ -293,6 +352,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
 #pragma unroll
   for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] = 0.f;
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f}, factor[2];
+  epilogue_store(p, out, had);
   float s[T::kBlockN / 2];     // (64 rows, block_n) scores, then P in fp32
   u32 pa[T::kPSteps][4];       // P as 16-bit A fragments
 
@@ -446,43 +506,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     }
   }
 
-  // Epilogue: O / l to the output dtype, straight from registers; LSE in natural log.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  // A row whose max is still -inf saw no key: output 0, LSE -inf (its l may hold 2^-126 terms).
-  const bool seen[2] = {m[0] != neg_inf(), m[1] != neg_inf()};
-  const float inv[2] = {seen[0] ? 1.f / l[0] : 0.f, seen[1] ? 1.f / l[1] : 0.f};
-  elem_t* out = static_cast<elem_t*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[1];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row0 + 8 * r;
-    // Thread t of a quad holds columns 8c + 2t, +1 of every 8-column chunk c. A 4x4 transpose
-    // over the quad hands thread t all 8 columns of chunk 4q + t, stored as one 16-byte vector:
-    // a quarter of the store instructions, full 32-byte sectors (the 4-byte stores took ~2 us of
-    // a 56 us work tile at s=4096; docs/WGMMA.md run 30). Out rows and strides are 16-byte aligned.
-    uint4 vec[T::kHeadDim / 32];
-#pragma unroll
-    for (int q = 0; q < T::kHeadDim / 32; ++q) {
-      u32 v[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        v[j] = pack2<T::kBf16>(o[4 * (4 * q + j) + 2 * r] * inv[r], o[4 * (4 * q + j) + 2 * r + 1] * inv[r]);
-      quad_transpose(v, t);
-      vec[q] = make_uint4(v[0], v[1], v[2], v[3]);
-    }
-    if (row >= p.seqlen_q) continue;
-    elem_t* orow = out + row * p.o_stride[2] + 8 * t;
-#pragma unroll
-    for (int q = 0; q < T::kHeadDim / 32; ++q) *reinterpret_cast<uint4*>(orow + 32 * q) = vec[q];
-    if (p.lse && t == 0) {
-      const float ln2 = 0.6931471805599453f;
-      p.lse[(static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q + row] =
-          seen[r] ? (m[r] + lg2(l[r])) * ln2 : neg_inf();
-    }
-  }
+  epilogue_pack(o, m, l, row0, head, batch, out);
 }
 
 // Grid: one CTA per work tile, (ceil(seqlen_q / block_m), heads_q, batch); or persistent, any
@@ -552,24 +576,32 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
       if (T::kPingPong && cw == T::kConsumerWgs - 1) named_bar_arrive(1, 256);  // warpgroup 0 goes first
       int it_base = 0;
       u32 q_phase = 0;
+      OutRows out{};
+      bool had = false;
       for (int t = first_tile; t < tiles; t += ctas) {
         const WorkTile w = work_tile(p, t, m_blocks);
-        consume(p, sm, maps, cw, w, it_base, q_phase);
+        consume(p, sm, maps, cw, w, it_base, q_phase, out, had);
+        had = true;
         it_base += w.n;
         q_phase ^= w.n > 0;
       }
+      epilogue_store(p, out, had);
       if (T::kPingPong && cw == 0) named_bar_sync(1, 256);  // the last warpgroup's final arrive
     }
   } else {
     int it_base = 0;
     u32 q_phase = 0;
+    OutRows out{};
+    bool had = false;
     for (int t = first_tile; t < tiles; t += ctas) {
       const WorkTile w = work_tile(p, t, m_blocks);
       if (threadIdx.x == 0 && w.n > 0) produce_tile(w, it_base, q_phase, min(w.n, T::kStages));
-      consume(p, sm, maps, threadIdx.x / 128, w, it_base, q_phase);
+      consume(p, sm, maps, threadIdx.x / 128, w, it_base, q_phase, out, had);
+      had = true;
       it_base += w.n;
       q_phase ^= w.n > 0;
     }
+    epilogue_store(p, out, had);
   }
 }
 
