@@ -317,7 +317,7 @@ __device__ __forceinline__ void epilogue_pack(const float (&o)[T::kHeadDim / 2],
 
 // The epilogue's stores (all of them when `any`), predicated rather than branched over. With the
 // packing at a tile's end and these at the next tile's start (before its Q wait), s=4k and s=16k
-// ran 1-1.5% faster than the whole epilogue branched at the tile's end (run 34). Out rows and
+// ran 1-1.5% faster than the whole epilogue branched at the tile's end (docs/WGMMA.md run 32). Out rows and
 // strides are 16-byte aligned (the launchers check).
 __device__ __forceinline__ void epilogue_store(const AttnParams& p, const OutRows& out, bool any) {
   const int t = threadIdx.x % 4;
