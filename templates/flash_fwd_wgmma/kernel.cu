@@ -21,6 +21,12 @@ namespace att {
 // box is kBlockM rows, K's and V's kBlockN. The host builds them per problem.
 struct TmaMaps {
   TmaDesc q, k, v;
+  // Experiment (stream-K tail): the last split_tail work tiles of a persistent non-causal grid are
+  // shared out by K/V iterations, an equal share per CTA; split_ws holds each piece's partial O,
+  // m and l, split_count each (tile, consumer warp)'s arrivals (zero before, reset by the last).
+  float* split_ws;
+  int* split_count;
+  int split_tail;
 };
 
 typedef Traits T;
@@ -229,6 +235,8 @@ __device__ __forceinline__ void pack_p(u32 (&pa)[T::kPSteps][4], const float (&s
 // A work tile: query block m_block of (batch, head), visiting n K/V tiles.
 struct WorkTile {
   int m_block, head, batch, n;
+  int lo, hi;           // the K/V iterations this CTA computes: [0, n) but for a split tail piece
+  int u, slot;          // tail tile index (-1: not split) and this piece's workspace slot
 };
 
 // Work tile t of the grid's (m block, head, batch) tiles, m blocks fastest so that CTAs running
@@ -256,6 +264,38 @@ __device__ __forceinline__ WorkTile work_tile(const AttnParams& p, int t, int m_
   const int kv_end = T::kCausal ? min(p.seqlen_k, (w.m_block + 1) * T::kBlockM + diag) : p.seqlen_k;
   w.n = kv_end > 0 ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
   return w;
+}
+
+// Work item j of CTA c (of C): its plain work tiles c, c + C, ... below the split tail, then its
+// share of the tail's K/V iterations (at most two pieces, as a share is shorter than a tile).
+__device__ __forceinline__ long long tail_begin(long long total, int c, int C) { return total * c / C; }
+__device__ __forceinline__ bool work_item(const AttnParams& p, const TmaMaps& maps, int c, int C, int tiles,
+                                          int m_blocks, int j, WorkTile& w) {
+  const int split = T::kCausal || !T::kWarpSpecialize ? 0 : maps.split_tail;
+  const int plain_end = tiles - split;
+  const int plain = c < plain_end ? (plain_end - c + C - 1) / C : 0;
+  if (j < plain) {
+    w = work_tile(p, c + j * C, m_blocks);
+    w.lo = 0;
+    w.hi = w.n;
+    w.u = -1;
+    return true;
+  }
+  if (split == 0) return false;
+  const int n = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;
+  const long long total = 1ll * split * n;
+  const long long b = tail_begin(total, c, C), e = tail_begin(total, c + 1, C);
+  const int k = j - plain;
+  long long g = b;
+  if (k == 1) g = (b / n + 1) * n;
+  if (k > 1 || g >= e) return false;
+  const int u = static_cast<int>(g / n);
+  w = work_tile(p, plain_end + u, m_blocks);
+  w.lo = static_cast<int>(g - 1ll * u * n);
+  w.hi = static_cast<int>(min(e, 1ll * (u + 1) * n) - 1ll * u * n);
+  w.u = u;
+  w.slot = 2 * c + k;
+  return true;
 }
 
 // Quad (4 lanes) transpose: lane t's v[j] becomes lane j's former v[t]. Two butterfly stages,
@@ -334,6 +374,66 @@ __device__ __forceinline__ void epilogue_store(const AttnParams& p, const OutRow
   }
 }
 
+// A split tail piece: this warp's partial O, m and l to its workspace slot; the warp that
+// arrives last for its (tile, warp) combines every piece, in piece order (deterministic), into
+// o, m, l. The others get m = NaN: nothing to store.
+__device__ __forceinline__ void split_combine(const TmaMaps& maps, const WorkTile& w, int cw, float (&o)[T::kHeadDim / 2],
+                                              float (&m)[2], float (&l)[2]) {
+  constexpr int kVals = T::kHeadDim / 2 + 4, kWarps = T::kConsumerWgs * 4;
+  const int lane = threadIdx.x % 32, warp = cw * 4 + (threadIdx.x / 32) % 4;
+  auto at = [&](int slot) { return maps.split_ws + (static_cast<long long>(slot) * kWarps + warp) * kVals * 32 + lane; };
+  float* mine = at(w.slot);
+#pragma unroll
+  for (int i = 0; i < T::kHeadDim / 2; ++i) mine[i * 32] = o[i];
+  mine[(T::kHeadDim / 2 + 0) * 32] = m[0];
+  mine[(T::kHeadDim / 2 + 1) * 32] = m[1];
+  mine[(T::kHeadDim / 2 + 2) * 32] = l[0];
+  mine[(T::kHeadDim / 2 + 3) * 32] = l[1];
+  __threadfence();
+  __syncwarp();
+  const int n = w.n;
+  const long long total = 1ll * maps.split_tail * n;
+  const int C = gridDim.x * gridDim.y * gridDim.z;
+  // The CTAs whose shares meet this tile: c_first holds iteration u*n, c_last (u+1)*n - 1.
+  int c_first = static_cast<int>(1ll * w.u * n * C / total);
+  while (c_first > 0 && tail_begin(total, c_first, C) > 1ll * w.u * n) --c_first;
+  while (tail_begin(total, c_first + 1, C) <= 1ll * w.u * n) ++c_first;
+  int c_last = c_first;
+  while (c_last + 1 < C && tail_begin(total, c_last + 1, C) < 1ll * (w.u + 1) * n) ++c_last;
+  const int pieces = c_last - c_first + 1;
+  int* cnt = maps.split_count + w.u * kWarps + warp;
+  int old = 0;
+  if (lane == 0) old = atomicAdd(cnt, 1);
+  old = __shfl_sync(0xffffffffu, old, 0);
+  if (old != pieces - 1) {
+    m[0] = m[1] = __int_as_float(0x7fc00000);
+    return;
+  }
+  if (lane == 0) *cnt = 0;  // for the next launch
+  __threadfence();
+  auto slot_of = [&](int c) { return 2 * c + (tail_begin(total, c, C) / n == w.u ? 0 : 1); };
+  float mx[2] = {neg_inf(), neg_inf()};
+  for (int c = c_first; c <= c_last; ++c) {
+    const float* q = at(slot_of(c));
+    mx[0] = fmaxf(mx[0], __ldcg(q + (T::kHeadDim / 2 + 0) * 32));
+    mx[1] = fmaxf(mx[1], __ldcg(q + (T::kHeadDim / 2 + 1) * 32));
+  }
+#pragma unroll
+  for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] = 0.f;
+  l[0] = l[1] = 0.f;
+  for (int c = c_first; c <= c_last; ++c) {
+    const float* q = at(slot_of(c));
+    const float f0 = ex2(__ldcg(q + (T::kHeadDim / 2 + 0) * 32) - mx[0]);
+    const float f1 = ex2(__ldcg(q + (T::kHeadDim / 2 + 1) * 32) - mx[1]);
+    l[0] += __ldcg(q + (T::kHeadDim / 2 + 2) * 32) * f0;
+    l[1] += __ldcg(q + (T::kHeadDim / 2 + 3) * 32) * f1;
+#pragma unroll
+    for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] += __ldcg(q + i * 32) * ((i & 2) ? f1 : f0);
+  }
+  m[0] = mx[0];
+  m[1] = mx[1];
+}
+
 // One consumer warpgroup (cw) over the n K/V tiles of one work tile; its rows end packed in
 // `out`, which holds the CTA's previous work tile's rows on entry (stored first when `had`; the
 // kernel stores the last tile's after its loop).
@@ -341,7 +441,8 @@ __device__ __forceinline__ void epilogue_store(const AttnParams& p, const OutRow
 // q_phase the Q loads of tiles with n > 0.
 __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, const TmaMaps& maps, int cw,
                                         const WorkTile& w, int it_base, u32 q_phase, OutRows& out, bool had) {
-  const int m_block = w.m_block, head = w.head, batch = w.batch, n = w.n;
+  const int m_block = w.m_block, head = w.head, batch = w.batch, n = w.n, lo = w.lo, end = w.hi;
+  it_base -= lo;  // ring slot of iteration it: it_base + it
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int row0 = m_block * T::kBlockM + cw * 64 + warp * 16 + g;  // and row0 + 8
   const int sk = p.seqlen_k, diag = p.seqlen_k - p.seqlen_q;
@@ -390,9 +491,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     // consumer warpgroup needs every tile of its CTA.
     const int wg_row0 = m_block * T::kBlockM + cw * 64;
     const int wg_kv_end = wg_row0 >= p.seqlen_q ? 0 : T::kCausal ? min(sk, wg_row0 + 64 + diag) : sk;
-    const int skip = T::kWarpSpecialize && T::kConsumerWgs > 1
+    const int skip_all = T::kWarpSpecialize && T::kConsumerWgs > 1
                          ? warp_uniform(n - (wg_kv_end > 0 ? (wg_kv_end + T::kBlockN - 1) / T::kBlockN : 0))
                          : 0;
+    const int skip = max(lo, min(skip_all, end));  // iterations [lo, skip) idle, [skip, end) computed
     auto idle_turn = [&](int it) {
       const Slot sl(it_base + it);
       mbar_wait(sm.k_full(sl.stage), sl.phase);
@@ -402,8 +504,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       mbar_wait(sm.v_full(sl.stage), sl.phase);
       release(sm.v_empty(sl.stage));
     };
-    for (int it = 0; it < skip; ++it) idle_turn(it);
-    q_done(skip == n);
+    for (int it = lo; it < skip; ++it) idle_turn(it);
+    q_done(skip == end);
     // The first tile this warpgroup computes, n-1-skip, is narrow when the keys its rows see end
     // within kNarrowN of its start: the ragged end of the keys (s=4096 in tiles of 192 leaves 64),
     // or the causal diagonal of a warpgroup whose rows start a tile's span.
@@ -431,7 +533,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         gemm_qk_w(nar, s, q_desc, k_desc(sl.stage));
         wgmma_wait<0>();
         reg_fence(s);
-        q_done(it == n - 1);
+        q_done(it == end - 1);
         pp_arrive();
         release(sm.k_empty(sl.stage));
         s_tile(tile, nar);
@@ -446,8 +548,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       };
       int it = skip;
       if (narrow) step(it++, true);
-      for (; it < n; ++it) step(it, false);
-    } else if (skip == n) {
+      for (; it < end; ++it) step(it, false);
+    } else if (skip == end) {
       pp_sync();  // the turn of the last P.V
       pp_arrive();
     } else {
@@ -460,7 +562,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pp_arrive();
         wgmma_wait<0>();
         reg_fence(s);
-        q_done(skip == n - 1);
+        q_done(skip == end - 1);
         release(sm.k_empty(first.stage));
         s_tile(n - 1 - skip, nar);
       };
@@ -476,7 +578,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pp_arrive();
         wgmma_wait<1>();
         reg_fence(s);
-        q_done(it == n - 1);
+        q_done(it == end - 1);
         release(sm.k_empty(sl.stage));
         if (needs_mask(tile)) mask_tile(s, tile, row0, t, sk, diag);
         softmax_tile(s, m, l, factor, p.scale_log2);  // ... while this runs
@@ -487,7 +589,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pack_p(pa, s);
       };
       auto last_pv = [&](bool nar) {
-        const Slot last(it_base + n - 1);
+        const Slot last(it_base + end - 1);
         mbar_wait(sm.v_full(last.stage), last.phase);
         pp_sync();
         gemm_pv_w(nar, o, pa, v_desc(last.stage));
@@ -499,14 +601,16 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       if (narrow) prologue(true);
       else prologue(false);
       int it = skip + 1;
-      if (narrow && it < n) step(it++, true);
-      for (; it < n; ++it) step(it, false);
-      if (narrow && skip == n - 1) last_pv(true);
+      if (narrow && it < end) step(it++, true);
+      for (; it < end; ++it) step(it, false);
+      if (narrow && skip == end - 1) last_pv(true);
       else last_pv(false);
     }
   }
 
+  if (w.u >= 0) split_combine(maps, w, cw, o, m, l);
   epilogue_pack(o, m, l, row0, head, batch, out);
+  if (w.u >= 0 && m[0] != m[0]) out.row0 = 1 << 30;  // not the last piece: nothing to store (NaN mark)
 }
 
 // Grid: one CTA per work tile, (ceil(seqlen_q / block_m), heads_q, batch); or persistent, any
@@ -544,12 +648,14 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   // then Q once the consumers are done with the previous tile's, then the other iterations
   // (all of them with a producer warpgroup; without, the first `stages` and the consumer loop
   // issues the rest).
+  // A split tail piece loads only its iterations [w.lo, w.hi) (count = w.hi - w.lo with a producer).
   auto produce_tile = [&](const WorkTile& w, int it_base, u32 q_phase, int count) {
     const int kv_head = w.head / p.q_per_kv;
-    produce(sm, maps, it_base, 0, w.n, kv_head, w.batch);
+    it_base -= w.lo;
+    produce(sm, maps, it_base, w.lo, w.n, kv_head, w.batch);
     mbar_wait(sm.q_empty(), q_phase ^ 1);
     load_q(sm, maps, w.m_block, w.head, w.batch);
-    for (int it = 1; it < count; ++it) produce(sm, maps, it_base, it, w.n, kv_head, w.batch);
+    for (int it = w.lo + 1; it < w.lo + count; ++it) produce(sm, maps, it_base, it, w.n, kv_head, w.batch);
   };
 
   if constexpr (T::kWarpSpecialize) {
@@ -562,11 +668,11 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
         tma_prefetch_desc(&maps.v);
         int it_base = 0;
         u32 q_phase = 0;
-        for (int t = first_tile; t < tiles; t += ctas) {
-          const WorkTile w = work_tile(p, t, m_blocks);
+        WorkTile w;
+        for (int j = 0; work_item(p, maps, first_tile, ctas, tiles, m_blocks, j, w); ++j) {
           if (w.n == 0) continue;
-          produce_tile(w, it_base, q_phase, w.n);
-          it_base += w.n;
+          produce_tile(w, it_base, q_phase, w.hi - w.lo);
+          it_base += w.hi - w.lo;
           q_phase ^= 1;
         }
       }
@@ -578,11 +684,11 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
       u32 q_phase = 0;
       OutRows out{};
       bool had = false;
-      for (int t = first_tile; t < tiles; t += ctas) {
-        const WorkTile w = work_tile(p, t, m_blocks);
+      WorkTile w;
+      for (int j = 0; work_item(p, maps, first_tile, ctas, tiles, m_blocks, j, w); ++j) {
         consume(p, sm, maps, cw, w, it_base, q_phase, out, had);
         had = true;
-        it_base += w.n;
+        it_base += w.hi - w.lo;
         q_phase ^= w.n > 0;
       }
       epilogue_store(p, out, had);
@@ -594,7 +700,10 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     OutRows out{};
     bool had = false;
     for (int t = first_tile; t < tiles; t += ctas) {
-      const WorkTile w = work_tile(p, t, m_blocks);
+      WorkTile w = work_tile(p, t, m_blocks);
+      w.lo = 0;
+      w.hi = w.n;
+      w.u = -1;
       if (threadIdx.x == 0 && w.n > 0) produce_tile(w, it_base, q_phase, min(w.n, T::kStages));
       consume(p, sm, maps, threadIdx.x / 128, w, it_base, q_phase, out, had);
       had = true;
