@@ -132,7 +132,7 @@ int run_tune(const std::vector<std::string>& args) {
   std::string problem_spec, db_path, campaign, strategy = "evo", budget_time, format = "table";
   std::int64_t budget_evals = 0, patience = -1;
   std::uint64_t seed = 1;
-  int jobs = 0, device = 0, final_top = 5, final_rounds = 5, warm = static_cast<int>(search::kWarmStartConfigs), log_interval = 30;
+  int jobs = 0, device = 0, final_top = 8, final_rounds = 9, warm = static_cast<int>(search::kWarmStartConfigs), log_interval = 30;
   double compile_timeout_s = 120, deadline_floor_s = 10, max_seconds = 1.0, min_gain = 0.5;
   std::string simulate_db;
   int simulate_delay_ms = 0;
@@ -151,8 +151,8 @@ int run_tune(const std::vector<std::string>& args) {
       ("patience", po::value(&patience), "converged after this many evaluations without a gain over --min-gain "
                                          "(default: max(50, an eighth of the space); exhaustive: 0, never)")
       ("min-gain", po::value(&min_gain), "the gain in percent that counts as progress (default 0.5)")
-      ("final-top", po::value(&final_top), "re-time this many of the best at the end (default 5; 0: skip)")
-      ("final-rounds", po::value(&final_rounds), "interleaved rounds of that re-timing (default 5)")
+      ("final-top", po::value(&final_top), "re-time this many of the best at the end (default 8; 0: skip)")
+      ("final-rounds", po::value(&final_rounds), "interleaved rounds of that re-timing (default 9)")
       ("warm-start", po::value(&warm), "seed evo with this many best configs of the nearest tuned problem (default 8; 0: none)")
       ("max-seconds", po::value(&max_seconds), "cap on each candidate's timing, in seconds (default 1)")
       ("compile-timeout", po::value(&compile_timeout_s), "seconds before a hanging NVRTC compile is killed (default 120)")
