@@ -21,9 +21,11 @@ namespace att {
 // box is kBlockM rows, K's and V's kBlockN. The host builds them per problem.
 struct TmaMaps {
   TmaDesc q, k, v;
-  // Experiment (stream-K tail): the last split_tail work tiles of a persistent non-causal grid are
+  // Stream-K tail (Traits::kSplitTail): the last split_tail work tiles of a persistent grid are
   // shared out by K/V iterations, an equal share per CTA; split_ws holds each piece's partial O,
-  // m and l, split_count each (tile, consumer warp)'s arrivals (zero before, reset by the last).
+  // m and l ([2 * CTAs][consumer warps][head_dim / 2 + 4][32] floats), split_count each (tail
+  // tile, consumer warp)'s arrivals (zero before the first launch; the last arrival resets it).
+  // split_tail 0: no split (every launcher that passes no workspace).
   float* split_ws;
   int* split_count;
   int split_tail;
@@ -271,7 +273,7 @@ __device__ __forceinline__ WorkTile work_tile(const AttnParams& p, int t, int m_
 __device__ __forceinline__ long long tail_begin(long long total, int c, int C) { return total * c / C; }
 __device__ __forceinline__ bool work_item(const AttnParams& p, const TmaMaps& maps, int c, int C, int tiles,
                                           int m_blocks, int j, WorkTile& w) {
-  const int split = T::kCausal || !T::kWarpSpecialize ? 0 : maps.split_tail;
+  const int split = T::kSplitTail ? maps.split_tail : 0;
   const int plain_end = tiles - split;
   const int plain = c < plain_end ? (plain_end - c + C - 1) / C : 0;
   if (j < plain) {

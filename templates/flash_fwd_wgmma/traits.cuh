@@ -37,6 +37,10 @@ struct Traits {
   // base moves only when its max grows by more than T (log2 units, so P < 2^T), and a warp skips
   // O's rescale while none of its rows moved.
   static constexpr int kLazyRescale = LAZY_RESCALE;
+  // Persistent non-causal grids with a producer: the last partial round of work tiles is shared
+  // out by K/V iterations, an equal share per CTA (stream-K), when the launcher passes a
+  // workspace (TmaMaps::split_tail > 0); pieces are combined by the last warp to arrive.
+  static constexpr bool kSplitTail = SPLIT_TAIL && !kCausal && kWarpSpecialize;
   static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
   static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
 
