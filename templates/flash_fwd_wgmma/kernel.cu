@@ -269,8 +269,10 @@ __device__ __forceinline__ WorkTile work_tile(const AttnParams& p, int t, int m_
 }
 
 // Work item j of CTA c (of C): its plain work tiles c, c + C, ... below the split tail, then its
-// share of the tail's K/V iterations (at most two pieces, as a share is shorter than a tile).
-__device__ __forceinline__ long long tail_begin(long long total, int c, int C) { return total * c / C; }
+// share of the tail's K/V iterations (Traits::kSplitTail; at most two pieces, as a share is
+// shorter than a tile). 32-bit arithmetic, recomputed per item (registers are scarce in the
+// producer and the consumers): the launcher splits only when split_tail * n * C < 2^31.
+__device__ __forceinline__ int tail_begin(int total, int c, int C) { return total * c / C; }
 __device__ __forceinline__ bool work_item(const AttnParams& p, const TmaMaps& maps, int c, int C, int tiles,
                                           int m_blocks, int j, WorkTile& w) {
   const int split = T::kSplitTail ? maps.split_tail : 0;
@@ -283,18 +285,15 @@ __device__ __forceinline__ bool work_item(const AttnParams& p, const TmaMaps& ma
     w.u = -1;
     return true;
   }
-  if (split == 0) return false;
-  const int n = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;
-  const long long total = 1ll * split * n;
-  const long long b = tail_begin(total, c, C), e = tail_begin(total, c + 1, C);
-  const int k = j - plain;
-  long long g = b;
-  if (k == 1) g = (b / n + 1) * n;
-  if (k > 1 || g >= e) return false;
-  const int u = static_cast<int>(g / n);
+  if (split == 0 || j - plain > 1) return false;
+  const int k = j - plain, n = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN, total = split * n;
+  const int b = tail_begin(total, c, C), e = tail_begin(total, c + 1, C);
+  const int g = k == 0 ? b : (b / n + 1) * n;
+  if (g >= e) return false;
+  const int u = g / n;
   w = work_tile(p, plain_end + u, m_blocks);
-  w.lo = static_cast<int>(g - 1ll * u * n);
-  w.hi = static_cast<int>(min(e, 1ll * (u + 1) * n) - 1ll * u * n);
+  w.lo = g - u * n;
+  w.hi = min(e - u * n, n);
   w.u = u;
   w.slot = 2 * c + k;
   return true;
@@ -393,15 +392,15 @@ __device__ __forceinline__ void split_combine(const TmaMaps& maps, const WorkTil
   mine[(T::kHeadDim / 2 + 3) * 32] = l[1];
   __threadfence();
   __syncwarp();
-  const int n = w.n;
-  const long long total = 1ll * maps.split_tail * n;
+  const int n = w.n, total = maps.split_tail * n;
   const int C = gridDim.x * gridDim.y * gridDim.z;
   // The CTAs whose shares meet this tile: c_first holds iteration u*n, c_last (u+1)*n - 1.
-  int c_first = static_cast<int>(1ll * w.u * n * C / total);
-  while (c_first > 0 && tail_begin(total, c_first, C) > 1ll * w.u * n) --c_first;
-  while (tail_begin(total, c_first + 1, C) <= 1ll * w.u * n) ++c_first;
+  int c_first = w.u * n / (total / C > 0 ? total / C : 1);
+  c_first = min(c_first, C - 1);
+  while (c_first > 0 && tail_begin(total, c_first, C) > w.u * n) --c_first;
+  while (tail_begin(total, c_first + 1, C) <= w.u * n) ++c_first;
   int c_last = c_first;
-  while (c_last + 1 < C && tail_begin(total, c_last + 1, C) < 1ll * (w.u + 1) * n) ++c_last;
+  while (c_last + 1 < C && tail_begin(total, c_last + 1, C) < (w.u + 1) * n) ++c_last;
   const int pieces = c_last - c_first + 1;
   int* cnt = maps.split_count + w.u * kWarps + warp;
   int old = 0;
