@@ -109,11 +109,13 @@ static int encode_tma(EncodeTiledFn encode, CUtensorMap* map, const char* name, 
 
 // split_tail: how many tail tiles of a persistent grid to share out by K/V iterations (0: none):
 // when the tail gives every CTA two iterations or more and the kernel's 32-bit share arithmetic
-// holds (tail * iterations * ctas < 2^31). The same rule as the tuner's (tuner/families).
+// holds (tail * iterations * ctas and tiles + 2 * ctas below 2^31). The same rule as the tuner's (tuner/families).
 static int split_tail_tiles(long long tiles, int ctas, long long iterations) {
   if (ctas <= 0 || tiles <= ctas) return 0;
   const long long tail = tiles % ctas;
-  if (tail == 0 || tail * iterations < 2ll * ctas || tail * iterations * ctas >= (1ll << 31)) return 0;
+  if (tail == 0 || tail * iterations < 2ll * ctas || tail * iterations * ctas >= (1ll << 31) ||
+      tiles + 2ll * ctas >= (1ll << 31))
+    return 0;
   return static_cast<int>(tail);
 }
 

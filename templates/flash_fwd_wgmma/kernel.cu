@@ -42,6 +42,9 @@ struct Smem {
   __device__ u32 k_empty(int st) const { return bars + 8 * (1 + 2 * T::kStages + st); }
   __device__ u32 v_empty(int st) const { return bars + 8 * (1 + 3 * T::kStages + st); }
   __device__ u32 q_empty() const { return bars + 8 * (1 + 4 * T::kStages); }
+  // Split tail (Traits::kSplitTail): this CTA's two pieces, (u, lo, hi) each, and the plain tiles'
+  // end, after the barriers.
+  __device__ u32 pieces() const { return bars + 128; }
 };
 
 // Ring stage and phase of K/V iteration `it`, counted over all the CTA's work tiles.
@@ -268,35 +271,57 @@ __device__ __forceinline__ WorkTile work_tile(const AttnParams& p, int t, int m_
   return w;
 }
 
-// Work item j of CTA c (of C): its plain work tiles c, c + C, ... below the split tail, then its
-// share of the tail's K/V iterations (Traits::kSplitTail; at most two pieces, as a share is
-// shorter than a tile). 32-bit arithmetic, recomputed per item (registers are scarce in the
-// producer and the consumers): the launcher splits only when split_tail * n * C < 2^31.
-__device__ __forceinline__ int tail_begin(int total, int c, int C) { return total * c / C; }
-__device__ __forceinline__ bool work_item(const AttnParams& p, const TmaMaps& maps, int c, int C, int tiles,
-                                          int m_blocks, int j, WorkTile& w) {
-  const int split = T::kSplitTail ? maps.split_tail : 0;
-  const int plain_end = tiles - split;
-  const int plain = c < plain_end ? (plain_end - c + C - 1) / C : 0;
-  if (j < plain) {
-    w = work_tile(p, c + j * C, m_blocks);
+// The work items of CTA c (of C), in turn: `next` starts at c and `next_item` advances it. First
+// the plain work tiles c, c + C, ... below the split tail (next is the tile); then, with
+// Traits::kSplitTail, the CTA's share of the tail's K/V iterations: at most two pieces, as a share
+// is shorter than a tile (next is plain_end + C + the piece). Without a split this is the plain
+// `t < tiles; t += C` loop. The pieces are computed once, before the warpgroups part
+// (split_pieces): the producer runs on 24 registers, and the divisions spilled there.
+__device__ __forceinline__ bool next_item(const AttnParams& p, const TmaMaps& maps, const Smem& sm, int c, int C,
+                                          int tiles, int m_blocks, int& next, WorkTile& w) {
+  // With a split, the end of the plain tiles comes from shared memory each time: kept in a
+  // register through the producer's loop, it made the producer spill.
+  const int plain_end = T::kSplitTail ? ld_shared_s32(sm.pieces() + 24) : tiles;
+  if (next < plain_end) {
+    w = work_tile(p, next, m_blocks);
     w.lo = 0;
     w.hi = w.n;
     w.u = -1;
+    next += C;
     return true;
   }
-  if (split == 0 || j - plain > 1) return false;
-  const int k = j - plain, n = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN, total = split * n;
-  const int b = tail_begin(total, c, C), e = tail_begin(total, c + 1, C);
-  const int g = k == 0 ? b : (b / n + 1) * n;
-  if (g >= e) return false;
-  const int u = g / n;
+  if (!T::kSplitTail || plain_end == tiles) return false;
+  if (next < plain_end + C) next = plain_end + C;  // the first tail piece
+  const int k = next++ - (plain_end + C);
+  if (k > 1) return false;
+  const int u = ld_shared_s32(sm.pieces() + 12 * k);
+  if (u < 0) return false;
   w = work_tile(p, plain_end + u, m_blocks);
-  w.lo = g - u * n;
-  w.hi = min(e - u * n, n);
+  w.lo = ld_shared_s32(sm.pieces() + 12 * k + 4);
+  w.hi = ld_shared_s32(sm.pieces() + 12 * k + 8);
   w.u = u;
   w.slot = 2 * c + k;
   return true;
+}
+
+// CTA c's share of the split tail's split_tail * n K/V iterations, [total * c / C, total * (c + 1) / C),
+// as pieces k = 0, 1 in sm.pieces(): tail tile u (-1: none) and its iterations [lo, hi); then the
+// plain tiles' end, tiles - split_tail. 32-bit
+// arithmetic: the launcher splits only when split_tail * n * C and tiles + 2 * C stay below 2^31.
+__device__ __forceinline__ int tail_begin(int total, int c, int C) { return total * c / C; }
+__device__ __forceinline__ void split_pieces(const AttnParams& p, const TmaMaps& maps, const Smem& sm, int c, int C,
+                                             int tiles) {
+  const int split = T::kSplitTail ? maps.split_tail : 0;
+  const int n = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN, total = split * n;  // n > 0 when split > 0
+  const int b = split > 0 ? tail_begin(total, c, C) : 0, e = split > 0 ? tail_begin(total, c + 1, C) : 0;
+  for (int k = 0; k < 2; ++k) {
+    const int g = k == 0 ? b : split > 0 ? (b / n + 1) * n : 0;
+    const int u = g < e ? g / n : -1;
+    st_shared_s32(sm.pieces() + 12 * k, u);
+    st_shared_s32(sm.pieces() + 12 * k + 4, g - u * n);
+    st_shared_s32(sm.pieces() + 12 * k + 8, min(e - u * n, n));
+  }
+  st_shared_s32(sm.pieces() + 24, tiles - split);  // the plain tiles' end
 }
 
 // Quad (4 lanes) transpose: lane t's v[j] becomes lane j's former v[t]. Two butterfly stages,
@@ -495,7 +520,11 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     const int skip_all = T::kWarpSpecialize && T::kConsumerWgs > 1
                          ? warp_uniform(n - (wg_kv_end > 0 ? (wg_kv_end + T::kBlockN - 1) / T::kBlockN : 0))
                          : 0;
-    const int skip = max(lo, min(skip_all, end));  // iterations [lo, skip) idle, [skip, end) computed
+    // Iterations [lo, skip) idle, [skip, end) computed. A split piece (non-causal) has skip_all 0
+    // or n. No min/max clamp here: ptxas 13.0 fused max(lo, min(skip_all, end)) into a VIMNMX.RELU
+    // whose predicate output then stood in for `skip == end` below, wrongly: every build with
+    // split_tail 0 hung (docs/WGMMA.md run 34).
+    const int skip = w.u < 0 ? skip_all : skip_all > 0 ? end : lo;
     auto idle_turn = [&](int it) {
       const Slot sl(it_base + it);
       mbar_wait(sm.k_full(sl.stage), sl.phase);
@@ -510,8 +539,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     // The first tile this warpgroup computes, n-1-skip, is narrow when the keys its rows see end
     // within kNarrowN of its start: the ragged end of the keys (s=4096 in tiles of 192 leaves 64),
     // or the causal diagonal of a warpgroup whose rows start a tile's span.
-    const bool narrow =
-        T::kNarrowN > 0 && warp_uniform(min(sk, wg_kv_end) - (n - 1 - skip) * T::kBlockN <= T::kNarrowN);
+    // None when it computes no tile (skip == end): a split piece's idle warpgroup ends before the
+    // key tiles do, and the test below alone would make it compute past its piece (and hang).
+    const bool narrow = T::kNarrowN > 0 && skip < end &&
+                        warp_uniform(min(sk, wg_kv_end) - (n - 1 - skip) * T::kBlockN <= T::kNarrowN);
     // Mask, softmax and pack of S for tile `tile`, narrow or full width (called with constants).
     auto s_tile = [&](int tile, bool nar) {
       if (nar) {
@@ -635,6 +666,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   if (threadIdx.x == 0) {
     mbar_init(sm.q_full(), 1);
     mbar_init(sm.q_empty(), T::kConsumerWgs * 4);  // one arrive per consumer warp
+    if constexpr (T::kSplitTail) split_pieces(p, maps, sm, first_tile, ctas, tiles);
     for (int st = 0; st < T::kStages; ++st) {
       mbar_init(sm.k_full(st), 1);
       mbar_init(sm.v_full(st), 1);
@@ -670,7 +702,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
         int it_base = 0;
         u32 q_phase = 0;
         WorkTile w;
-        for (int j = 0; work_item(p, maps, first_tile, ctas, tiles, m_blocks, j, w); ++j) {
+        for (int next = first_tile; next_item(p, maps, sm, first_tile, ctas, tiles, m_blocks, next, w);) {
           if (w.n == 0) continue;
           produce_tile(w, it_base, q_phase, w.hi - w.lo);
           it_base += w.hi - w.lo;
@@ -686,7 +718,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
       OutRows out{};
       bool had = false;
       WorkTile w;
-      for (int j = 0; work_item(p, maps, first_tile, ctas, tiles, m_blocks, j, w); ++j) {
+      for (int next = first_tile; next_item(p, maps, sm, first_tile, ctas, tiles, m_blocks, next, w);) {
         consume(p, sm, maps, cw, w, it_base, q_phase, out, had);
         had = true;
         it_base += w.hi - w.lo;

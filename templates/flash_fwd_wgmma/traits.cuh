@@ -64,6 +64,8 @@ struct Traits {
   static constexpr int kBarBytes = 256;
   static constexpr int kAlignSlack = 1024;  // dynamic smem is only 16-byte aligned
   static constexpr int kSmemBytes = kOffBars + kBarBytes + kAlignSlack;
+  // The barriers (2 + 4 per stage, 8 bytes each) end before the split tail's words at 128 (28 bytes).
+  static_assert(8 * (2 + 4 * kStages) <= 128 && 128 + 28 <= kBarBytes, "barrier area");
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim 64, 128 or 256");
   static_assert(kBlockM % 64 == 0 && kConsumerWgs >= 1 && kConsumerWgs <= 3, "block_m 64, 128 or 192");

@@ -199,7 +199,9 @@ LaunchGeometry launch_geometry(const SearchSpace& space, const Config& config, c
 unsigned split_tail_tiles(unsigned long long tiles, unsigned ctas, unsigned long long iterations) {
   if (ctas == 0 || tiles <= ctas) return 0;
   const unsigned long long tail = tiles % ctas;
-  if (tail == 0 || tail * iterations < 2ull * ctas || tail * iterations * ctas >= (1ull << 31)) return 0;
+  if (tail == 0 || tail * iterations < 2ull * ctas || tail * iterations * ctas >= (1ull << 31) ||
+      tiles + 2ull * ctas >= (1ull << 31))
+    return 0;
   return static_cast<unsigned>(tail);
 }
 

@@ -69,7 +69,7 @@ struct LaunchGeometry {
 // The stream-K tail of a persistent grid of `tiles` work tiles over `ctas` CTAs, each of
 // `iterations` K/V iterations: how many tail tiles to split (0: none). Split only when the tail
 // gives every CTA at least two iterations and the kernel's 32-bit share arithmetic cannot
-// overflow (tail * iterations * ctas < 2^31).
+// overflow (tail * iterations * ctas and tiles + 2 * ctas below 2^31).
 unsigned split_tail_tiles(unsigned long long tiles, unsigned ctas, unsigned long long iterations);
 // The workspace a split launch needs: per CTA two pieces, per consumer warp 32 lanes of
 // head_dim / 2 + 4 floats (partial O, m, l); and one counter per tail tile and consumer warp.
