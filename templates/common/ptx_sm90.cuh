@@ -59,6 +59,16 @@ __device__ __forceinline__ void st_global_f32_if(float* ptr, float v, bool on) {
                ::"l"(ptr), "f"(v), "r"((int)on) : "memory");
 }
 
+// A 32-bit word of shared memory at a shared-window address.
+__device__ __forceinline__ void st_shared_s32(u32 addr, int v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ int ld_shared_s32(u32 addr) {
+  int v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 // 1/x to about 1 ulp, without the IEEE division's slow-path branch.
 __device__ __forceinline__ float rcp_approx(float x) {
   float y;

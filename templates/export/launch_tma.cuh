@@ -11,6 +11,7 @@
 
 #include <climits>
 #include <cstring>
+#include <mutex>
 
 #if !defined(CUDART_VERSION) || CUDART_VERSION < 12000
 #error "attntune: this file's kernels load through TMA tensor maps: it needs CUDA 12.0 or newer"
@@ -106,6 +107,62 @@ static int encode_tma(EncodeTiledFn encode, CUtensorMap* map, const char* name, 
   return 0;
 }
 
+// split_tail: how many tail tiles of a persistent grid to share out by K/V iterations (0: none):
+// when the tail gives every CTA two iterations or more and the kernel's 32-bit share arithmetic
+// holds (tail * iterations * ctas and tiles + 2 * ctas below 2^31). The same rule as the tuner's (tuner/families).
+static int split_tail_tiles(long long tiles, int ctas, long long iterations) {
+  if (ctas <= 0 || tiles <= ctas) return 0;
+  const long long tail = tiles % ctas;
+  if (tail == 0 || tail * iterations < 2ll * ctas || tail * iterations * ctas >= (1ll << 31) ||
+      tiles + 2ll * ctas >= (1ll << 31))
+    return 0;
+  return static_cast<int>(tail);
+}
+
+// The split's workspace, one per device for the process, grown on demand; the counters start at
+// zero and every launch leaves them at zero. Allocation is refused inside a stream capture (it
+// would fail there), and the caller then launches unsplit; call once outside the capture (a
+// warm-up) to capture the split launch. Not for concurrent launches on several streams.
+struct SplitWorkspace {
+  float* floats = nullptr;
+  int* counters = nullptr;
+};
+static int split_workspace(const Device& device, cudaStream_t stream, size_t floats_bytes, size_t counter_bytes,
+                           SplitWorkspace* out) {
+  struct Slot {
+    float* floats;
+    int* counters;
+    size_t floats_bytes, counter_bytes;
+  };
+  static Slot slots[64];
+  static std::mutex mutex;
+  if (device.index < 0 || device.index >= 64) return 0;
+  std::lock_guard<std::mutex> lock(mutex);
+  Slot& s = slots[device.index];
+  if (s.floats_bytes < floats_bytes || s.counter_bytes < counter_bytes) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return 0;
+    if (s.floats_bytes < floats_bytes) {
+      if (s.floats) cudaFree(s.floats);
+      s.floats = nullptr;
+      s.floats_bytes = 0;
+      if (const cudaError_t e = cudaMalloc(&s.floats, floats_bytes)) return cuda_failed(e, "cudaMalloc (split_tail workspace)");
+      s.floats_bytes = floats_bytes;
+    }
+    if (s.counter_bytes < counter_bytes) {
+      if (s.counters) cudaFree(s.counters);
+      s.counters = nullptr;
+      s.counter_bytes = 0;
+      if (const cudaError_t e = cudaMalloc(&s.counters, counter_bytes)) return cuda_failed(e, "cudaMalloc (split_tail counters)");
+      if (const cudaError_t e = cudaMemset(s.counters, 0, counter_bytes)) return cuda_failed(e, "cudaMemset (split_tail counters)");
+      s.counter_bytes = counter_bytes;
+    }
+  }
+  out->floats = s.floats;
+  out->counters = s.counters;
+  return 0;
+}
+
 // Maps is the kernel's own TmaMaps: 128-byte, 64-byte-aligned descriptors q, k and v.
 template <class Params, class Maps>
 int launch_tma(const Kernel& kernel, const Args& a, const Device& device, cudaStream_t stream) {
@@ -137,6 +194,23 @@ int launch_tma(const Kernel& kernel, const Args& a, const Device& device, cudaSt
   std::memcpy(&maps.q, &q, sizeof q);
   std::memcpy(&maps.k, &k, sizeof k);
   std::memcpy(&maps.v, &v, sizeof v);
+  if (kernel.split_tail && kernel.persistent && !kernel.causal) {
+    const long long tiles = work_tiles(kernel, a);
+    const int ctas = static_cast<int>(tiles < device.sm_count ? tiles : device.sm_count);
+    const int warps = (kernel.threads - 128) / 32;  // the consumer warps (a producer warpgroup first)
+    const int tail = split_tail_tiles(tiles, ctas, (a.seqlen_k + kernel.tma_kv_rows - 1) / kernel.tma_kv_rows);
+    SplitWorkspace ws;
+    if (tail > 0) {
+      if (const int r = split_workspace(device, stream, 2ull * ctas * warps * (a.head_dim / 2 + 4) * 32 * sizeof(float),
+                                        1ull * tail * warps * sizeof(int), &ws))
+        return r;
+    }
+    if (ws.floats) {  // else (first use inside a stream capture) the launch runs unsplit: as correct
+      maps.split_ws = ws.floats;
+      maps.split_count = ws.counters;
+      maps.split_tail = tail;
+    }
+  }
   Params p = make_params<Params>(a);
   void* params[] = {&p, &maps};
   return launch_kernel(kernel, a, device, params, stream);

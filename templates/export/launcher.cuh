@@ -70,6 +70,8 @@ struct Kernel {
   int block_m, threads, smem_bytes;  // grid = (ceil(seqlen_q / block_m), heads_q, batch)
   int persistent;                    // 1: grid = min(work tiles above, SMs) CTAs that walk the tiles
   int tma_q_rows, tma_kv_rows;       // TMA box rows of Q's and of K's and V's tensor maps; 0: none
+  int split_tail;                    // 1: a persistent grid's last partial round shared out by K/V
+                                     // iterations, with a workspace this file keeps per device
   const void* func;                  // the __global__ entry point
   CheckFn check;
   LaunchFn launch;

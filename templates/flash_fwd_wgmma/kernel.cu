@@ -21,6 +21,14 @@ namespace att {
 // box is kBlockM rows, K's and V's kBlockN. The host builds them per problem.
 struct TmaMaps {
   TmaDesc q, k, v;
+  // Stream-K tail (Traits::kSplitTail): the last split_tail work tiles of a persistent grid are
+  // shared out by K/V iterations, an equal share per CTA; split_ws holds each piece's partial O,
+  // m and l ([2 * CTAs][consumer warps][head_dim / 2 + 4][32] floats), split_count each (tail
+  // tile, consumer warp)'s arrivals (zero before the first launch; the last arrival resets it).
+  // split_tail 0: no split (every launcher that passes no workspace).
+  float* split_ws;
+  int* split_count;
+  int split_tail;
 };
 
 typedef Traits T;
@@ -34,6 +42,9 @@ struct Smem {
   __device__ u32 k_empty(int st) const { return bars + 8 * (1 + 2 * T::kStages + st); }
   __device__ u32 v_empty(int st) const { return bars + 8 * (1 + 3 * T::kStages + st); }
   __device__ u32 q_empty() const { return bars + 8 * (1 + 4 * T::kStages); }
+  // Split tail (Traits::kSplitTail): this CTA's two pieces, (u, lo, hi) each, and the plain tiles'
+  // end, after the barriers.
+  __device__ u32 pieces() const { return bars + 128; }
 };
 
 // Ring stage and phase of K/V iteration `it`, counted over all the CTA's work tiles.
@@ -229,6 +240,8 @@ __device__ __forceinline__ void pack_p(u32 (&pa)[T::kPSteps][4], const float (&s
 // A work tile: query block m_block of (batch, head), visiting n K/V tiles.
 struct WorkTile {
   int m_block, head, batch, n;
+  int lo, hi;           // the K/V iterations this CTA computes: [0, n) but for a split tail piece
+  int u, slot;          // tail tile index (-1: not split) and this piece's workspace slot
 };
 
 // Work tile t of the grid's (m block, head, batch) tiles, m blocks fastest so that CTAs running
@@ -256,6 +269,59 @@ __device__ __forceinline__ WorkTile work_tile(const AttnParams& p, int t, int m_
   const int kv_end = T::kCausal ? min(p.seqlen_k, (w.m_block + 1) * T::kBlockM + diag) : p.seqlen_k;
   w.n = kv_end > 0 ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
   return w;
+}
+
+// The work items of CTA c (of C), in turn: `next` starts at c and `next_item` advances it. First
+// the plain work tiles c, c + C, ... below the split tail (next is the tile); then, with
+// Traits::kSplitTail, the CTA's share of the tail's K/V iterations: at most two pieces, as a share
+// is shorter than a tile (next is plain_end + C + the piece). Without a split this is the plain
+// `t < tiles; t += C` loop. The pieces are computed once, before the warpgroups part
+// (split_pieces): the producer runs on 24 registers, and the divisions spilled there.
+__device__ __forceinline__ bool next_item(const AttnParams& p, const TmaMaps& maps, const Smem& sm, int c, int C,
+                                          int tiles, int m_blocks, int& next, WorkTile& w) {
+  // With a split, the end of the plain tiles comes from shared memory each time: kept in a
+  // register through the producer's loop, it made the producer spill.
+  const int plain_end = T::kSplitTail ? ld_shared_s32(sm.pieces() + 24) : tiles;
+  if (next < plain_end) {
+    w = work_tile(p, next, m_blocks);
+    w.lo = 0;
+    w.hi = w.n;
+    w.u = -1;
+    next += C;
+    return true;
+  }
+  if (!T::kSplitTail || plain_end == tiles) return false;
+  if (next < plain_end + C) next = plain_end + C;  // the first tail piece
+  const int k = next++ - (plain_end + C);
+  if (k > 1) return false;
+  const int u = ld_shared_s32(sm.pieces() + 12 * k);
+  if (u < 0) return false;
+  w = work_tile(p, plain_end + u, m_blocks);
+  w.lo = ld_shared_s32(sm.pieces() + 12 * k + 4);
+  w.hi = ld_shared_s32(sm.pieces() + 12 * k + 8);
+  w.u = u;
+  w.slot = 2 * c + k;
+  return true;
+}
+
+// CTA c's share of the split tail's split_tail * n K/V iterations, [total * c / C, total * (c + 1) / C),
+// as pieces k = 0, 1 in sm.pieces(): tail tile u (-1: none) and its iterations [lo, hi); then the
+// plain tiles' end, tiles - split_tail. 32-bit
+// arithmetic: the launcher splits only when split_tail * n * C and tiles + 2 * C stay below 2^31.
+__device__ __forceinline__ int tail_begin(int total, int c, int C) { return total * c / C; }
+__device__ __forceinline__ void split_pieces(const AttnParams& p, const TmaMaps& maps, const Smem& sm, int c, int C,
+                                             int tiles) {
+  const int split = T::kSplitTail ? maps.split_tail : 0;
+  const int n = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN, total = split * n;  // n > 0 when split > 0
+  const int b = split > 0 ? tail_begin(total, c, C) : 0, e = split > 0 ? tail_begin(total, c + 1, C) : 0;
+  for (int k = 0; k < 2; ++k) {
+    const int g = k == 0 ? b : split > 0 ? (b / n + 1) * n : 0;
+    const int u = g < e ? g / n : -1;
+    st_shared_s32(sm.pieces() + 12 * k, u);
+    st_shared_s32(sm.pieces() + 12 * k + 4, g - u * n);
+    st_shared_s32(sm.pieces() + 12 * k + 8, min(e - u * n, n));
+  }
+  st_shared_s32(sm.pieces() + 24, tiles - split);  // the plain tiles' end
 }
 
 // Quad (4 lanes) transpose: lane t's v[j] becomes lane j's former v[t]. Two butterfly stages,
@@ -334,6 +400,66 @@ __device__ __forceinline__ void epilogue_store(const AttnParams& p, const OutRow
   }
 }
 
+// A split tail piece: this warp's partial O, m and l to its workspace slot; the warp that
+// arrives last for its (tile, warp) combines every piece, in piece order (deterministic), into
+// o, m, l. The others get m = NaN: nothing to store.
+__device__ __forceinline__ void split_combine(const TmaMaps& maps, const WorkTile& w, int cw, float (&o)[T::kHeadDim / 2],
+                                              float (&m)[2], float (&l)[2]) {
+  constexpr int kVals = T::kHeadDim / 2 + 4, kWarps = T::kConsumerWgs * 4;
+  const int lane = threadIdx.x % 32, warp = cw * 4 + (threadIdx.x / 32) % 4;
+  auto at = [&](int slot) { return maps.split_ws + (static_cast<long long>(slot) * kWarps + warp) * kVals * 32 + lane; };
+  float* mine = at(w.slot);
+#pragma unroll
+  for (int i = 0; i < T::kHeadDim / 2; ++i) mine[i * 32] = o[i];
+  mine[(T::kHeadDim / 2 + 0) * 32] = m[0];
+  mine[(T::kHeadDim / 2 + 1) * 32] = m[1];
+  mine[(T::kHeadDim / 2 + 2) * 32] = l[0];
+  mine[(T::kHeadDim / 2 + 3) * 32] = l[1];
+  __threadfence();
+  __syncwarp();
+  const int n = w.n, total = maps.split_tail * n;
+  const int C = gridDim.x * gridDim.y * gridDim.z;
+  // The CTAs whose shares meet this tile: c_first holds iteration u*n, c_last (u+1)*n - 1.
+  int c_first = w.u * n / (total / C > 0 ? total / C : 1);
+  c_first = min(c_first, C - 1);
+  while (c_first > 0 && tail_begin(total, c_first, C) > w.u * n) --c_first;
+  while (tail_begin(total, c_first + 1, C) <= w.u * n) ++c_first;
+  int c_last = c_first;
+  while (c_last + 1 < C && tail_begin(total, c_last + 1, C) < (w.u + 1) * n) ++c_last;
+  const int pieces = c_last - c_first + 1;
+  int* cnt = maps.split_count + w.u * kWarps + warp;
+  int old = 0;
+  if (lane == 0) old = atomicAdd(cnt, 1);
+  old = __shfl_sync(0xffffffffu, old, 0);
+  if (old != pieces - 1) {
+    m[0] = m[1] = __int_as_float(0x7fc00000);
+    return;
+  }
+  if (lane == 0) *cnt = 0;  // for the next launch
+  __threadfence();
+  auto slot_of = [&](int c) { return 2 * c + (tail_begin(total, c, C) / n == w.u ? 0 : 1); };
+  float mx[2] = {neg_inf(), neg_inf()};
+  for (int c = c_first; c <= c_last; ++c) {
+    const float* q = at(slot_of(c));
+    mx[0] = fmaxf(mx[0], __ldcg(q + (T::kHeadDim / 2 + 0) * 32));
+    mx[1] = fmaxf(mx[1], __ldcg(q + (T::kHeadDim / 2 + 1) * 32));
+  }
+#pragma unroll
+  for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] = 0.f;
+  l[0] = l[1] = 0.f;
+  for (int c = c_first; c <= c_last; ++c) {
+    const float* q = at(slot_of(c));
+    const float f0 = ex2(__ldcg(q + (T::kHeadDim / 2 + 0) * 32) - mx[0]);
+    const float f1 = ex2(__ldcg(q + (T::kHeadDim / 2 + 1) * 32) - mx[1]);
+    l[0] += __ldcg(q + (T::kHeadDim / 2 + 2) * 32) * f0;
+    l[1] += __ldcg(q + (T::kHeadDim / 2 + 3) * 32) * f1;
+#pragma unroll
+    for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] += __ldcg(q + i * 32) * ((i & 2) ? f1 : f0);
+  }
+  m[0] = mx[0];
+  m[1] = mx[1];
+}
+
 // One consumer warpgroup (cw) over the n K/V tiles of one work tile; its rows end packed in
 // `out`, which holds the CTA's previous work tile's rows on entry (stored first when `had`; the
 // kernel stores the last tile's after its loop).
@@ -341,7 +467,8 @@ __device__ __forceinline__ void epilogue_store(const AttnParams& p, const OutRow
 // q_phase the Q loads of tiles with n > 0.
 __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, const TmaMaps& maps, int cw,
                                         const WorkTile& w, int it_base, u32 q_phase, OutRows& out, bool had) {
-  const int m_block = w.m_block, head = w.head, batch = w.batch, n = w.n;
+  const int m_block = w.m_block, head = w.head, batch = w.batch, n = w.n, lo = w.lo, end = w.hi;
+  it_base -= lo;  // ring slot of iteration it: it_base + it
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int row0 = m_block * T::kBlockM + cw * 64 + warp * 16 + g;  // and row0 + 8
   const int sk = p.seqlen_k, diag = p.seqlen_k - p.seqlen_q;
@@ -390,9 +517,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     // consumer warpgroup needs every tile of its CTA.
     const int wg_row0 = m_block * T::kBlockM + cw * 64;
     const int wg_kv_end = wg_row0 >= p.seqlen_q ? 0 : T::kCausal ? min(sk, wg_row0 + 64 + diag) : sk;
-    const int skip = T::kWarpSpecialize && T::kConsumerWgs > 1
+    const int skip_all = T::kWarpSpecialize && T::kConsumerWgs > 1
                          ? warp_uniform(n - (wg_kv_end > 0 ? (wg_kv_end + T::kBlockN - 1) / T::kBlockN : 0))
                          : 0;
+    // Iterations [lo, skip) idle, [skip, end) computed. A split piece (non-causal) has skip_all 0
+    // or n. No min/max clamp here: ptxas 13.0 fused max(lo, min(skip_all, end)) into a VIMNMX.RELU
+    // whose predicate output then stood in for `skip == end` below, wrongly: every build with
+    // split_tail 0 hung (docs/WGMMA.md run 34).
+    const int skip = w.u < 0 ? skip_all : skip_all > 0 ? end : lo;
     auto idle_turn = [&](int it) {
       const Slot sl(it_base + it);
       mbar_wait(sm.k_full(sl.stage), sl.phase);
@@ -402,13 +534,15 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       mbar_wait(sm.v_full(sl.stage), sl.phase);
       release(sm.v_empty(sl.stage));
     };
-    for (int it = 0; it < skip; ++it) idle_turn(it);
-    q_done(skip == n);
+    for (int it = lo; it < skip; ++it) idle_turn(it);
+    q_done(skip == end);
     // The first tile this warpgroup computes, n-1-skip, is narrow when the keys its rows see end
     // within kNarrowN of its start: the ragged end of the keys (s=4096 in tiles of 192 leaves 64),
     // or the causal diagonal of a warpgroup whose rows start a tile's span.
-    const bool narrow =
-        T::kNarrowN > 0 && warp_uniform(min(sk, wg_kv_end) - (n - 1 - skip) * T::kBlockN <= T::kNarrowN);
+    // None when it computes no tile (skip == end): a split piece's idle warpgroup ends before the
+    // key tiles do, and the test below alone would make it compute past its piece (and hang).
+    const bool narrow = T::kNarrowN > 0 && skip < end &&
+                        warp_uniform(min(sk, wg_kv_end) - (n - 1 - skip) * T::kBlockN <= T::kNarrowN);
     // Mask, softmax and pack of S for tile `tile`, narrow or full width (called with constants).
     auto s_tile = [&](int tile, bool nar) {
       if (nar) {
@@ -431,7 +565,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         gemm_qk_w(nar, s, q_desc, k_desc(sl.stage));
         wgmma_wait<0>();
         reg_fence(s);
-        q_done(it == n - 1);
+        q_done(it == end - 1);
         pp_arrive();
         release(sm.k_empty(sl.stage));
         s_tile(tile, nar);
@@ -446,8 +580,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       };
       int it = skip;
       if (narrow) step(it++, true);
-      for (; it < n; ++it) step(it, false);
-    } else if (skip == n) {
+      for (; it < end; ++it) step(it, false);
+    } else if (skip == end) {
       pp_sync();  // the turn of the last P.V
       pp_arrive();
     } else {
@@ -460,7 +594,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pp_arrive();
         wgmma_wait<0>();
         reg_fence(s);
-        q_done(skip == n - 1);
+        q_done(skip == end - 1);
         release(sm.k_empty(first.stage));
         s_tile(n - 1 - skip, nar);
       };
@@ -476,7 +610,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pp_arrive();
         wgmma_wait<1>();
         reg_fence(s);
-        q_done(it == n - 1);
+        q_done(it == end - 1);
         release(sm.k_empty(sl.stage));
         if (needs_mask(tile)) mask_tile(s, tile, row0, t, sk, diag);
         softmax_tile(s, m, l, factor, p.scale_log2);  // ... while this runs
@@ -487,7 +621,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pack_p(pa, s);
       };
       auto last_pv = [&](bool nar) {
-        const Slot last(it_base + n - 1);
+        const Slot last(it_base + end - 1);
         mbar_wait(sm.v_full(last.stage), last.phase);
         pp_sync();
         gemm_pv_w(nar, o, pa, v_desc(last.stage));
@@ -499,14 +633,16 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       if (narrow) prologue(true);
       else prologue(false);
       int it = skip + 1;
-      if (narrow && it < n) step(it++, true);
-      for (; it < n; ++it) step(it, false);
-      if (narrow && skip == n - 1) last_pv(true);
+      if (narrow && it < end) step(it++, true);
+      for (; it < end; ++it) step(it, false);
+      if (narrow && skip == end - 1) last_pv(true);
       else last_pv(false);
     }
   }
 
+  if (w.u >= 0) split_combine(maps, w, cw, o, m, l);
   epilogue_pack(o, m, l, row0, head, batch, out);
+  if (w.u >= 0 && m[0] != m[0]) out.row0 = 1 << 30;  // not the last piece: nothing to store (NaN mark)
 }
 
 // Grid: one CTA per work tile, (ceil(seqlen_q / block_m), heads_q, batch); or persistent, any
@@ -530,6 +666,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   if (threadIdx.x == 0) {
     mbar_init(sm.q_full(), 1);
     mbar_init(sm.q_empty(), T::kConsumerWgs * 4);  // one arrive per consumer warp
+    if constexpr (T::kSplitTail) split_pieces(p, maps, sm, first_tile, ctas, tiles);
     for (int st = 0; st < T::kStages; ++st) {
       mbar_init(sm.k_full(st), 1);
       mbar_init(sm.v_full(st), 1);
@@ -544,12 +681,14 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   // then Q once the consumers are done with the previous tile's, then the other iterations
   // (all of them with a producer warpgroup; without, the first `stages` and the consumer loop
   // issues the rest).
+  // A split tail piece loads only its iterations [w.lo, w.hi) (count = w.hi - w.lo with a producer).
   auto produce_tile = [&](const WorkTile& w, int it_base, u32 q_phase, int count) {
     const int kv_head = w.head / p.q_per_kv;
-    produce(sm, maps, it_base, 0, w.n, kv_head, w.batch);
+    it_base -= w.lo;
+    produce(sm, maps, it_base, w.lo, w.n, kv_head, w.batch);
     mbar_wait(sm.q_empty(), q_phase ^ 1);
     load_q(sm, maps, w.m_block, w.head, w.batch);
-    for (int it = 1; it < count; ++it) produce(sm, maps, it_base, it, w.n, kv_head, w.batch);
+    for (int it = w.lo + 1; it < w.lo + count; ++it) produce(sm, maps, it_base, it, w.n, kv_head, w.batch);
   };
 
   if constexpr (T::kWarpSpecialize) {
@@ -562,11 +701,11 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
         tma_prefetch_desc(&maps.v);
         int it_base = 0;
         u32 q_phase = 0;
-        for (int t = first_tile; t < tiles; t += ctas) {
-          const WorkTile w = work_tile(p, t, m_blocks);
+        WorkTile w;
+        for (int next = first_tile; next_item(p, maps, sm, first_tile, ctas, tiles, m_blocks, next, w);) {
           if (w.n == 0) continue;
-          produce_tile(w, it_base, q_phase, w.n);
-          it_base += w.n;
+          produce_tile(w, it_base, q_phase, w.hi - w.lo);
+          it_base += w.hi - w.lo;
           q_phase ^= 1;
         }
       }
@@ -578,11 +717,11 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
       u32 q_phase = 0;
       OutRows out{};
       bool had = false;
-      for (int t = first_tile; t < tiles; t += ctas) {
-        const WorkTile w = work_tile(p, t, m_blocks);
+      WorkTile w;
+      for (int next = first_tile; next_item(p, maps, sm, first_tile, ctas, tiles, m_blocks, next, w);) {
         consume(p, sm, maps, cw, w, it_base, q_phase, out, had);
         had = true;
-        it_base += w.n;
+        it_base += w.hi - w.lo;
         q_phase ^= w.n > 0;
       }
       epilogue_store(p, out, had);
@@ -594,7 +733,10 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     OutRows out{};
     bool had = false;
     for (int t = first_tile; t < tiles; t += ctas) {
-      const WorkTile w = work_tile(p, t, m_blocks);
+      WorkTile w = work_tile(p, t, m_blocks);
+      w.lo = 0;
+      w.hi = w.n;
+      w.u = -1;
       if (threadIdx.x == 0 && w.n > 0) produce_tile(w, it_base, q_phase, min(w.n, T::kStages));
       consume(p, sm, maps, threadIdx.x / 128, w, it_base, q_phase, out, had);
       had = true;

@@ -37,6 +37,10 @@ struct Traits {
   // base moves only when its max grows by more than T (log2 units, so P < 2^T), and a warp skips
   // O's rescale while none of its rows moved.
   static constexpr int kLazyRescale = LAZY_RESCALE;
+  // Persistent non-causal grids with a producer: the last partial round of work tiles is shared
+  // out by K/V iterations, an equal share per CTA (stream-K), when the launcher passes a
+  // workspace (TmaMaps::split_tail > 0); pieces are combined by the last warp to arrive.
+  static constexpr bool kSplitTail = SPLIT_TAIL && !kCausal && kWarpSpecialize;
   static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
   static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
 
@@ -60,6 +64,8 @@ struct Traits {
   static constexpr int kBarBytes = 256;
   static constexpr int kAlignSlack = 1024;  // dynamic smem is only 16-byte aligned
   static constexpr int kSmemBytes = kOffBars + kBarBytes + kAlignSlack;
+  // The barriers (2 + 4 per stage, 8 bytes each) end before the split tail's words at 128 (28 bytes).
+  static_assert(8 * (2 + 4 * kStages) <= 128 && 128 + 28 <= kBarBytes, "barrier area");
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim 64, 128 or 256");
   static_assert(kBlockM % 64 == 0 && kConsumerWgs >= 1 && kConsumerWgs <= 3, "block_m 64, 128 or 192");

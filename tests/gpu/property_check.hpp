@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <span>
 #include <string>
@@ -45,6 +46,8 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
     variant_of[pool.submit({configs[i], render_kernel(space, configs[i], variants[i], run.arch), run.arch})] = variants[i];
   Reference ref(cuda::device_props(0).arch);
   int checked = 0, failures = 0;
+  // ATTNTUNE_TEST_PROGRESS=1: a line before each launch, to name a kernel that hangs.
+  const bool progress = std::getenv("ATTNTUNE_TEST_PROGRESS") != nullptr;
   std::uint64_t seed = run.seed;
   while (auto o = pool.next()) {
     EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
@@ -59,6 +62,7 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
       LoadedKernel kernel(o->build.cubin, o->job.kernel.kernel_name, launch_geometry(space, o->job.config, p, run.arch));
       AttnBuffers buf(p, sh.layout);
       ref.fill(buf, ++seed);
+      if (progress) std::fprintf(stderr, "[progress] %s on %s\n", config_str(o->job.config).c_str(), p.str().c_str());
       kernel.launch(buf);
       const Verdict verdict = ref.check(buf);
       ++checked;

@@ -67,10 +67,11 @@ struct Export {
 };
 
 const Export kExports[] = {
-    // Persistent grid, producer warpgroup, ping-pong and overlap.
+    // Persistent grid, producer warpgroup, ping-pong and overlap, the last partial round split by
+    // K/V iterations (the 256- and 960-tile shapes below leave 124 and 36 tiles for it).
     {"wg-d128-bf16-persistent", "b=4,h=16,s=4096,d=128,dtype=bf16,causal=0",
      {{"block_m", 128}, {"block_n", 128}, {"stages", 2}, {"warp_specialize", 1}, {"ping_pong", 1},
-      {"intra_wg_overlap", 1}, {"persistent", 1}, {"narrow_n", 64}}},
+      {"intra_wg_overlap", 1}, {"persistent", 1}, {"narrow_n", 64}, {"split_tail", 1}}},
     // Causal (per-tile grid: persistent is not valid there), three consumer warpgroups in a
     // ping-pong ring, tiles in head groups of 4, warpgroups trimmed past their diagonal, narrow
     // first tiles (the diagonal of every other warpgroup, the odd lengths' ragged ends), lazy
@@ -83,7 +84,7 @@ const Export kExports[] = {
      {{"block_m", 64}, {"warp_specialize", 0}, {"persistent", 0}}},
     // Persistent with three consumer warpgroups, d=64.
     {"wg-d64-bf16-persistent", "b=8,h=16,s=2048,d=64,dtype=bf16,causal=0",
-     {{"block_m", 192}, {"warp_specialize", 1}, {"persistent", 1}}},
+     {{"block_m", 192}, {"warp_specialize", 1}, {"persistent", 1}, {"split_tail", 0}}},
 };
 
 struct Shape {

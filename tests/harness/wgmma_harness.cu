@@ -91,6 +91,21 @@ int main(int argc, char** argv) {
     maps.q = tensor_map(encode, q, p.q_stride, d, s, h, b, T::kBlockM, bf16);
     maps.k = tensor_map(encode, k, p.k_stride, d, sk, hkv, b, T::kBlockN, bf16);
     maps.v = tensor_map(encode, v, p.v_stride, d, sk, hkv, b, T::kBlockN, bf16);
+    // Experiment: WGMMA_SPLIT=1 shares the persistent grid's last partial round of tiles out by
+    // K/V iterations (stream-K); the workspace and counters are per call of this shape.
+    maps.split_ws = nullptr; maps.split_count = nullptr; maps.split_tail = 0;
+    if (persistent && !causal && std::getenv("WGMMA_SPLIT") && std::atoi(std::getenv("WGMMA_SPLIT")) > 0) {
+      const int tiles_all = ((s + T::kBlockM - 1) / T::kBlockM) * h * b, ctas = std::min(tiles_all, sms);
+      const int tail = tiles_all % ctas, n_it = (sk + T::kBlockN - 1) / T::kBlockN;
+      if (tail > 0 && 1ll * tail * n_it >= 2ll * ctas) {
+        const size_t warps = T::kConsumerWgs * 4, vals = T::kHeadDim / 2 + 4;
+        CK(cudaMalloc(&maps.split_ws, 2ull * ctas * warps * vals * 32 * sizeof(float)));
+        CK(cudaMalloc(&maps.split_count, tail * warps * sizeof(int)));
+        CK(cudaMemset(maps.split_count, 0, tail * warps * sizeof(int)));
+        maps.split_tail = tail;
+        if (std::getenv("WGMMA_SPLIT_LOG")) std::printf("split: %d tail tiles of %d iterations over %d CTAs\n", tail, n_it, ctas);
+      }
+    }
     // WGMMA_BURN=seconds: no reference (the check fails by design); after the timing, the kernel
     // runs back to back that long between MARK lines, for power and clock sampling.
     const char* burn = std::getenv("WGMMA_BURN");
@@ -151,6 +166,18 @@ int main(int argc, char** argv) {
                 persistent, BLOCK_M, BLOCK_N, STAGES, WARP_SPECIALIZE, PING_PONG, INTRA_WG_OVERLAP, EXP2_EMU, HEAD_GROUP, NARROW_N, LAZY_RESCALE, fa.numRegs, PRODUCER_REGS, CONSUMER_REGS,
                 b, h, hkv, s, sk, layout, d, bf16 ? "bf16" : "fp16", causal ? " causal" : "", e_out, e_low, e_lse, hs[4], hs[5],
                 ok ? "PASS" : "FAIL", us, tf);
+    if (maps.split_tail > 0 && !burn) {  // the output of the last launch, after the counters' reuse
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemset(stats, 0, 32));
+      att_ref::compare_outputs<<<256, dim3(32, 8)>>>(p, d, bf16, r32, rlow, lse32, stats, stats + 4);
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(hs, stats, 32, cudaMemcpyDeviceToHost));
+      std::memcpy(&e_out, &hs[0], 4); std::memcpy(&e_low, &hs[1], 4); std::memcpy(&e_lse, &hs[2], 4);
+      const bool ok2 = hs[4] == 0 && hs[5] == 0 && e_out <= 2 * e_low + atol && e_lse < 1e-3f;
+      fails += !ok2;
+      std::printf("SPLITCHECK tail=%d err=%.3g low=%.3g lse=%.2g %s\n", maps.split_tail, e_out, e_low, e_lse, ok2 ? "PASS" : "FAIL");
+      cudaFree(maps.split_ws); cudaFree(maps.split_count);
+    }
     std::fflush(stdout);
     cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse); cudaFree(r32); cudaFree(rlow); cudaFree(lse32); cudaFree(lselow); cudaFree(stats);
   }

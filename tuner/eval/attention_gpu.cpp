@@ -197,6 +197,9 @@ namespace {
 // What flash_fwd_wgmma takes after AttnParams (templates/flash_fwd_wgmma/kernel.cu, TmaMaps).
 struct TmaMaps {
   CUtensorMap q, k, v;
+  float* split_ws;  // split_tail's workspace, counters and tail tile count (0: no split)
+  int* split_count;
+  int split_tail;
 };
 
 // One operand as a 4-d tensor (head_dim, seqlen, heads, batch) with the params' strides (in
@@ -243,7 +246,29 @@ void LoadedKernel::launch(const AttnParams& p, unsigned grid_x, CUstream stream)
     cuda::launch(fn_, grid, {geometry_.block, 1, 1}, geometry_.smem_bytes, stream, args);
     return;
   }
-  TmaMaps maps;
+  TmaMaps maps{};
+  if (geometry_.split_tail) {
+    const unsigned long long tiles = 1ull * grid_x * p.heads_q * p.batch;
+    const unsigned tail = split_tail_tiles(tiles, grid.x, (p.seqlen_k + t.kv_rows - 1) / t.kv_rows);
+    if (tail > 0) {
+      CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+      CU_CHECK(cuda::driver().cuStreamIsCapturing(stream, &capturing));
+      const std::size_t ws = split_workspace_floats(grid.x, geometry_.consumer_warps, t.head_dim) * sizeof(float);
+      const std::size_t cnt = split_counters(tail, geometry_.consumer_warps) * sizeof(int);
+      if (capturing == CU_STREAM_CAPTURE_STATUS_NONE) {
+        if (split_ws_.bytes() < ws) split_ws_ = cuda::DeviceBuffer(ws);
+        if (split_count_.bytes() < cnt) {
+          split_count_ = cuda::DeviceBuffer(cnt);
+          split_count_.fill_u32(0);
+        }
+      }
+      if (split_ws_.bytes() >= ws && split_count_.bytes() >= cnt) {  // else unsplit, as correct
+        maps.split_ws = reinterpret_cast<float*>(split_ws_.ptr());
+        maps.split_count = reinterpret_cast<int*>(split_count_.ptr());
+        maps.split_tail = static_cast<int>(tail);
+      }
+    }
+  }
   maps.q = encode_tensor_map(p.q, p.q_stride, p.seqlen_q, p.heads_q, p.batch, t.q_rows, t);
   maps.k = encode_tensor_map(p.k, p.k_stride, p.seqlen_k, p.heads_kv, p.batch, t.kv_rows, t);
   maps.v = encode_tensor_map(p.v, p.v_stride, p.seqlen_k, p.heads_kv, p.batch, t.kv_rows, t);

@@ -95,6 +95,9 @@ class LoadedKernel {
   cuda::Function fn_;
   LaunchGeometry geometry_;
   unsigned sm_count_ = 0;  // the current device's, for a persistent grid
+  // split_tail's workspace and zeroed counters, grown on demand outside stream capture (the
+  // evaluator launches once before it captures a graph).
+  mutable cuda::DeviceBuffer split_ws_, split_count_;
 };
 
 // Inputs for time_kernel: one set of random inputs (from `seed`), built once per problem and

@@ -233,6 +233,9 @@ std::string launch_text(const Prepared& p) {
   const TmaSpec& t = p.geometry.tma;
   if (t.q_rows != 0)
     s += fmt::format(", TMA tensor maps with boxes of 64 x {} (q) and 64 x {} (k, v)", t.q_rows, t.kv_rows);
+  if (p.geometry.split_tail)
+    s += "; the last partial round of work tiles shared out by K/V iterations (a workspace this file keeps per "
+         "device, allocated on the first such call outside a stream capture)";
   return s;
 }
 
@@ -397,14 +400,14 @@ std::string kernel_table(const Plan& plan) {
     // The arch passed arch_number: "sm_", digits and at most an "a".
     rows += fmt::format(
         "    {{\"{label}\", \"{arch}\", {d}, {causal}, {bf16}, {b}, {h}, {hkv}, {s}, {sk}, {block_m}, {threads}, "
-        "{smem}, {persistent}, {q_rows}, {kv_rows},\n"
+        "{smem}, {persistent}, {q_rows}, {kv_rows}, {split},\n"
         "     reinterpret_cast<const void*>(&{ns}::{ns}_{name}), {check}, {launch}}},\n",
         fmt::arg("label", label), fmt::arg("arch", p.kernel_arch), fmt::arg("d", pr.d),
         fmt::arg("causal", pr.causal ? 1 : 0), fmt::arg("bf16", pr.dtype == DType::kBf16 ? 1 : 0),
         fmt::arg("b", pr.b), fmt::arg("h", pr.h), fmt::arg("hkv", pr.hkv), fmt::arg("s", pr.s), fmt::arg("sk", pr.sk),
         fmt::arg("block_m", p.block_m), fmt::arg("threads", p.geometry.block), fmt::arg("smem", p.geometry.smem_bytes),
         fmt::arg("persistent", p.geometry.persistent ? 1 : 0), fmt::arg("q_rows", p.geometry.tma.q_rows),
-        fmt::arg("kv_rows", p.geometry.tma.kv_rows), fmt::arg("ns", ns), fmt::arg("name", p.kernel.kernel_name),
+        fmt::arg("kv_rows", p.geometry.tma.kv_rows), fmt::arg("split", p.geometry.split_tail ? 1 : 0), fmt::arg("ns", ns), fmt::arg("name", p.kernel.kernel_name),
         fmt::arg("check", p.launch->check),
         fmt::arg("launch", fmt::format(fmt::runtime(p.launch->launch), fmt::arg("ns", ns))));
   }

@@ -189,9 +189,27 @@ LaunchGeometry launch_geometry(const SearchSpace& space, const Config& config, c
     g.tma.head_dim = static_cast<unsigned>(problem.d);
     g.tma.bf16 = problem.dtype == DType::kBf16;
     g.persistent = std::get<bool>(config.at("persistent"));
+    const auto split = config.find("split_tail");
+    g.split_tail = g.persistent && !problem.causal && split != config.end() && std::get<bool>(split->second);
+    g.consumer_warps = static_cast<unsigned>(block_m / 64 * 4);
   }
   return g;
 }
+
+unsigned split_tail_tiles(unsigned long long tiles, unsigned ctas, unsigned long long iterations) {
+  if (ctas == 0 || tiles <= ctas) return 0;
+  const unsigned long long tail = tiles % ctas;
+  if (tail == 0 || tail * iterations < 2ull * ctas || tail * iterations * ctas >= (1ull << 31) ||
+      tiles + 2ull * ctas >= (1ull << 31))
+    return 0;
+  return static_cast<unsigned>(tail);
+}
+
+std::size_t split_workspace_floats(unsigned ctas, unsigned consumer_warps, unsigned head_dim) {
+  return 2ull * ctas * consumer_warps * (head_dim / 2 + 4) * 32;
+}
+
+std::size_t split_counters(unsigned tail, unsigned consumer_warps) { return 1ull * tail * consumer_warps; }
 
 std::string space_arch_for_device(const SearchSpace& space, const std::string& device_arch) {
   const auto& archs = space.archs();

@@ -59,7 +59,22 @@ struct LaunchGeometry {
   // The kernel loops over its grid's work tiles: launched as min(tiles, SM count) CTAs in x
   // (grid[0] * h * b tiles), one per SM, instead of (grid[0], h, b).
   bool persistent = false;
+  // With persistent: the last partial round of work tiles is shared out by K/V iterations
+  // (flash_fwd_wgmma's split_tail); the launcher passes a workspace of
+  // split_workspace_floats(CTAs) floats and split_counters(tail tiles) zeroed ints.
+  bool split_tail = false;
+  unsigned consumer_warps = 0;  // for the workspace's size
 };
+
+// The stream-K tail of a persistent grid of `tiles` work tiles over `ctas` CTAs, each of
+// `iterations` K/V iterations: how many tail tiles to split (0: none). Split only when the tail
+// gives every CTA at least two iterations and the kernel's 32-bit share arithmetic cannot
+// overflow (tail * iterations * ctas and tiles + 2 * ctas below 2^31).
+unsigned split_tail_tiles(unsigned long long tiles, unsigned ctas, unsigned long long iterations);
+// The workspace a split launch needs: per CTA two pieces, per consumer warp 32 lanes of
+// head_dim / 2 + 4 floats (partial O, m, l); and one counter per tail tile and consumer warp.
+std::size_t split_workspace_floats(unsigned ctas, unsigned consumer_warps, unsigned head_dim);
+std::size_t split_counters(unsigned tail, unsigned consumer_warps);
 // grid = (ceil(s / block_m), h, b); block and smem from the space's derived `threads` and
 // `smem_bytes` (InputError if the space lacks them); tma and persistent for the TMA family.
 LaunchGeometry launch_geometry(const SearchSpace& space, const Config& config, const Problem& problem,

@@ -119,6 +119,58 @@ TEST(FlashFwdWgmmaSpace, LazyRescaleIsForD64) {
   }
 }
 
+// split_tail shares out a persistent grid's last round with a producer's pieces: refused
+// elsewhere, with the space's reason; offered both ways where it applies.
+TEST(FlashFwdWgmmaSpace, SplitTailNeedsAPersistentGridWithAProducer) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=4,h=16,s=4096,d=128,dtype=bf16,causal=0");
+  std::set<bool> split;
+  Config plain;
+  space.for_each_valid(p, kArch, [&](const Config& c) {
+    if (flag(c, "split_tail")) {
+      EXPECT_TRUE(flag(c, "persistent") && flag(c, "warp_specialize")) << config_str(c);
+    }
+    split.insert(flag(c, "split_tail"));
+    if (plain.empty() && !flag(c, "persistent")) plain = c;
+  });
+  EXPECT_EQ(split, (std::set<bool>{false, true}));
+  ASSERT_FALSE(plain.empty());
+  plain["split_tail"] = true;
+  const std::optional<std::string> why = space.check(plain, p, kArch);
+  ASSERT_TRUE(why.has_value()) << "split_tail without a persistent grid must be refused";
+  EXPECT_NE(why->find("persistent grid's last round"), std::string::npos) << *why;
+
+  // d=64 and block_m 64: not offered (slower at d=64; the producer spills).
+  const Problem d64 = Problem::parse("b=8,h=16,s=2048,d=64,dtype=bf16,causal=0");
+  Config persistent;
+  space.for_each_valid(d64, kArch, [&](const Config& c) {
+    EXPECT_FALSE(flag(c, "split_tail")) << config_str(c);
+    if (persistent.empty() && flag(c, "persistent") && flag(c, "warp_specialize")) persistent = c;
+  });
+  space.for_each_valid(p, kArch, [&](const Config& c) {
+    if (flag(c, "split_tail")) EXPECT_GE(num(c, "block_m"), 128) << config_str(c);
+  });
+  ASSERT_FALSE(persistent.empty());
+  persistent["split_tail"] = true;
+  const std::optional<std::string> why64 = space.check(persistent, d64, kArch);
+  ASSERT_TRUE(why64.has_value());
+  EXPECT_NE(why64->find("d=64 measured slower"), std::string::npos) << *why64;
+}
+
+// The tail rule the evaluator and the exported launcher share: two K/V iterations per CTA at
+// least, nothing to split when the rounds are whole, and 32-bit share arithmetic in the kernel.
+TEST(FlashFwdWgmmaSpace, SplitTailTilesRule) {
+  EXPECT_EQ(split_tail_tiles(2048, 132, 24), 68u);   // s=4k: 16 rounds, the last with 68 tiles
+  EXPECT_EQ(split_tail_tiles(4224, 132, 24), 0u);    // whole rounds
+  EXPECT_EQ(split_tail_tiles(100, 132, 24), 0u);     // fewer tiles than CTAs: one round
+  EXPECT_EQ(split_tail_tiles(133, 132, 1), 0u);      // 1 tail tile x 1 iteration < 2 per CTA
+  EXPECT_EQ(split_tail_tiles(2048, 132, 1u << 20), 0u);  // tail * n * ctas >= 2^31
+  EXPECT_EQ(split_tail_tiles((1ull << 31) - 195, 132, 60), 0u);  // 5 tail tiles, but tiles + 2 * ctas >= 2^31
+  EXPECT_EQ(split_tail_tiles((1ull << 30) + 5, 132, 60), 105u);  // far from it: split
+  EXPECT_EQ(split_workspace_floats(132, 8, 128), 2ull * 132 * 8 * 68 * 32);
+  EXPECT_EQ(split_counters(68, 8), 544u);
+}
+
 // An H100 reports sm_90; wgmma and setmaxnreg need the arch-specific sm_90a build.
 TEST(FlashFwdWgmmaSpace, DeviceArchMapsToTheSpacesArch) {
   const SearchSpace wgmma = load_space();
@@ -177,6 +229,15 @@ TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
     ASSERT_FALSE(ring.empty());
     configs.push_back(ring);
     problems.push_back(causal);
+    if (d == 128) {
+      Config split;  // the stream-K tail: its pieces, the combine, the producer's share arithmetic
+      space.for_each_valid(p, kArch, [&](const Config& c) {
+        if (split.empty() && flag(c, "split_tail") && flag(c, "ping_pong") && num(c, "block_m") == 128) split = c;
+      });
+      ASSERT_FALSE(split.empty());
+      configs.push_back(split);
+      problems.push_back(p);
+    }
   }
   BuildPoolOptions pool_opts;
   pool_opts.nvrtc_options = family_nvrtc_options(family_info("flash_fwd_wgmma"));
