@@ -148,7 +148,9 @@ TEST(FlashFwdWgmmaSpace, SplitTailNeedsAPersistentGridWithAProducer) {
     if (persistent.empty() && flag(c, "persistent") && flag(c, "warp_specialize")) persistent = c;
   });
   space.for_each_valid(p, kArch, [&](const Config& c) {
-    if (flag(c, "split_tail")) EXPECT_GE(num(c, "block_m"), 128) << config_str(c);
+    if (flag(c, "split_tail")) {
+      EXPECT_GE(num(c, "block_m"), 128) << config_str(c);
+    }
   });
   ASSERT_FALSE(persistent.empty());
   persistent["split_tail"] = true;
