@@ -312,10 +312,14 @@ __device__ __forceinline__ int tail_begin(int total, int c, int C) { return tota
 __device__ __forceinline__ void split_pieces(const AttnParams& p, const TmaMaps& maps, const Smem& sm, int c, int C,
                                              int tiles) {
   const int split = T::kSplitTail ? maps.split_tail : 0;
-  const int n = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN, total = split * n;  // n > 0 when split > 0
-  const int b = split > 0 ? tail_begin(total, c, C) : 0, e = split > 0 ? tail_begin(total, c + 1, C) : 0;
+  int n = 1, b = 0, e = 0;  // no split: an empty share
+  if (split > 0) {
+    n = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;  // > 0: the launcher splits only with keys
+    b = tail_begin(split * n, c, C);
+    e = tail_begin(split * n, c + 1, C);
+  }
   for (int k = 0; k < 2; ++k) {
-    const int g = k == 0 ? b : split > 0 ? (b / n + 1) * n : 0;
+    const int g = k == 0 ? b : (b / n + 1) * n;
     const int u = g < e ? g / n : -1;
     st_shared_s32(sm.pieces() + 12 * k, u);
     st_shared_s32(sm.pieces() + 12 * k + 4, g - u * n);
@@ -419,13 +423,10 @@ __device__ __forceinline__ void split_combine(const TmaMaps& maps, const WorkTil
   __syncwarp();
   const int n = w.n, total = maps.split_tail * n;
   const int C = gridDim.x * gridDim.y * gridDim.z;
-  // The CTAs whose shares meet this tile: c_first holds iteration u*n, c_last (u+1)*n - 1.
-  int c_first = w.u * n / (total / C > 0 ? total / C : 1);
-  c_first = min(c_first, C - 1);
-  while (c_first > 0 && tail_begin(total, c_first, C) > w.u * n) --c_first;
-  while (tail_begin(total, c_first + 1, C) <= w.u * n) ++c_first;
-  int c_last = c_first;
-  while (c_last + 1 < C && tail_begin(total, c_last + 1, C) < (w.u + 1) * n) ++c_last;
+  // The CTAs whose shares meet this tile: c_first holds iteration u*n, c_last (u+1)*n - 1 (the
+  // owner of iteration x is the largest c with total * c / C <= x).
+  auto owner = [&](int x) { return ((x + 1) * C - 1) / total; };
+  const int c_first = owner(w.u * n), c_last = owner((w.u + 1) * n - 1);
   const int pieces = c_last - c_first + 1;
   int* cnt = maps.split_count + w.u * kWarps + warp;
   int old = 0;
@@ -732,11 +733,8 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     u32 q_phase = 0;
     OutRows out{};
     bool had = false;
-    for (int t = first_tile; t < tiles; t += ctas) {
-      WorkTile w = work_tile(p, t, m_blocks);
-      w.lo = 0;
-      w.hi = w.n;
-      w.u = -1;
+    WorkTile w;
+    for (int next = first_tile; next_item(p, maps, sm, first_tile, ctas, tiles, m_blocks, next, w);) {
       if (threadIdx.x == 0 && w.n > 0) produce_tile(w, it_base, q_phase, min(w.n, T::kStages));
       consume(p, sm, maps, threadIdx.x / 128, w, it_base, q_phase, out, had);
       had = true;
