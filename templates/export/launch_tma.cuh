@@ -119,47 +119,64 @@ static int split_tail_tiles(long long tiles, int ctas, long long iterations) {
   return static_cast<int>(tail);
 }
 
-// The split's workspace, one per device for the process, grown on demand; the counters start at
-// zero and every launch leaves them at zero. Allocation is refused inside a stream capture (it
-// would fail there), and the caller then launches unsplit; call once outside the capture (a
-// warm-up) to capture the split launch. Not for concurrent launches on several streams.
-struct SplitWorkspace {
+// The workspace of persistent grids: split_tail's partial results and counters, and the dynamic
+// tile counters of causal ones. One per (device, stream) for the process, grown on demand, never
+// freed (nor what it outgrows): kernels on one stream run in order, so each finds the counters at
+// zero (every launch leaves them so), and launches on other streams have their own. Allocation
+// is refused inside a stream capture (it would fail there), and when the table is full; the
+// caller then launches unsplit or round-robin, which is as correct. Call once outside the capture
+// (a warm-up) to capture the faster launch; a captured graph keeps its stream's workspace, so
+// replay it on one stream at a time, apart from direct launches on the stream it was captured from.
+struct Workspace {
   float* floats = nullptr;
   int* counters = nullptr;
 };
-static int split_workspace(const Device& device, cudaStream_t stream, size_t floats_bytes, size_t counter_bytes,
-                           SplitWorkspace* out) {
+static int workspace(const Device& device, cudaStream_t stream, size_t floats_bytes, size_t counter_bytes,
+                     Workspace* out) {
   struct Slot {
+    int device;
+    cudaStream_t stream;
     float* floats;
     int* counters;
     size_t floats_bytes, counter_bytes;
   };
-  static Slot slots[64];
+  static Slot slots[256];
+  static int used = 0;
   static std::mutex mutex;
-  if (device.index < 0 || device.index >= 64) return 0;
   std::lock_guard<std::mutex> lock(mutex);
-  Slot& s = slots[device.index];
-  if (s.floats_bytes < floats_bytes || s.counter_bytes < counter_bytes) {
+  Slot* s = nullptr;
+  for (int i = 0; i < used && !s; ++i)
+    if (slots[i].device == device.index && slots[i].stream == stream) s = &slots[i];
+  const bool grow = !s || s->floats_bytes < floats_bytes || s->counter_bytes < counter_bytes;
+  if (grow) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return 0;
-    if (s.floats_bytes < floats_bytes) {
-      if (s.floats) cudaFree(s.floats);
-      s.floats = nullptr;
-      s.floats_bytes = 0;
-      if (const cudaError_t e = cudaMalloc(&s.floats, floats_bytes)) return cuda_failed(e, "cudaMalloc (split_tail workspace)");
-      s.floats_bytes = floats_bytes;
+    if (!s) {
+      if (used == static_cast<int>(sizeof slots / sizeof slots[0])) return 0;
+      s = &slots[used++];
+      *s = Slot{device.index, stream, nullptr, nullptr, 0, 0};
     }
-    if (s.counter_bytes < counter_bytes) {
-      if (s.counters) cudaFree(s.counters);
-      s.counters = nullptr;
-      s.counter_bytes = 0;
-      if (const cudaError_t e = cudaMalloc(&s.counters, counter_bytes)) return cuda_failed(e, "cudaMalloc (split_tail counters)");
-      if (const cudaError_t e = cudaMemset(s.counters, 0, counter_bytes)) return cuda_failed(e, "cudaMemset (split_tail counters)");
-      s.counter_bytes = counter_bytes;
+    // Outgrown buffers are kept, not freed: a launch still running, or a graph captured earlier,
+    // may use them (the counters stay at zero).
+    if (s->floats_bytes < floats_bytes) {
+      float* f = nullptr;
+      if (const cudaError_t e = cudaMalloc(&f, floats_bytes)) return cuda_failed(e, "cudaMalloc (workspace)");
+      s->floats = f;
+      s->floats_bytes = floats_bytes;
+    }
+    if (s->counter_bytes < counter_bytes) {
+      int* c = nullptr;
+      if (const cudaError_t e = cudaMalloc(&c, counter_bytes)) return cuda_failed(e, "cudaMalloc (workspace counters)");
+      if (const cudaError_t e = cudaMemsetAsync(c, 0, counter_bytes, stream)) {  // before this launch, in order
+        cudaFree(c);
+        return cuda_failed(e, "cudaMemset (workspace counters)");
+      }
+      s->counters = c;
+      s->counter_bytes = counter_bytes;
     }
   }
-  out->floats = s.floats;
-  out->counters = s.counters;
+  out->floats = s->floats;
+  out->counters = s->counters;
   return 0;
 }
 
@@ -194,21 +211,27 @@ int launch_tma(const Kernel& kernel, const Args& a, const Device& device, cudaSt
   std::memcpy(&maps.q, &q, sizeof q);
   std::memcpy(&maps.k, &k, sizeof k);
   std::memcpy(&maps.v, &v, sizeof v);
-  if (kernel.split_tail && kernel.persistent && !kernel.causal) {
+  if (kernel.persistent && (kernel.split_tail || kernel.causal)) {
     const long long tiles = work_tiles(kernel, a);
     const int ctas = static_cast<int>(tiles < device.sm_count ? tiles : device.sm_count);
     const int warps = (kernel.threads - 128) / 32;  // the consumer warps (a producer warpgroup first)
-    const int tail = split_tail_tiles(tiles, ctas, (a.seqlen_k + kernel.tma_kv_rows - 1) / kernel.tma_kv_rows);
-    SplitWorkspace ws;
-    if (tail > 0) {
-      if (const int r = split_workspace(device, stream, 2ull * ctas * warps * (a.head_dim / 2 + 4) * 32 * sizeof(float),
-                                        1ull * tail * warps * sizeof(int), &ws))
-        return r;
-    }
-    if (ws.floats) {  // else (first use inside a stream capture) the launch runs unsplit: as correct
-      maps.split_ws = ws.floats;
-      maps.split_count = ws.counters;
-      maps.split_tail = tail;
+    if (kernel.causal) {  // the dynamic tile counters
+      Workspace ws;
+      if (const int r = workspace(device, stream, 0, 2 * sizeof(int), &ws)) return r;
+      maps.tile_count = ws.counters;  // null: round-robin
+    } else {
+      const int tail = split_tail_tiles(tiles, ctas, (a.seqlen_k + kernel.tma_kv_rows - 1) / kernel.tma_kv_rows);
+      Workspace ws;
+      if (tail > 0) {
+        if (const int r = workspace(device, stream, 2ull * ctas * warps * (a.head_dim / 2 + 4) * 32 * sizeof(float),
+                                    1ull * tail * warps * sizeof(int), &ws))
+          return r;
+      }
+      if (ws.floats) {  // else the launch runs unsplit: as correct
+        maps.split_ws = ws.floats;
+        maps.split_count = ws.counters;
+        maps.split_tail = tail;
+      }
     }
   }
   Params p = make_params<Params>(a);

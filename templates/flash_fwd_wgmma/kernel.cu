@@ -29,6 +29,11 @@ struct TmaMaps {
   float* split_ws;
   int* split_count;
   int split_tail;
+  // Causal persistent grids with a producer (Traits::kDynamicTiles): two ints, zero before the
+  // first launch, which the last CTA to finish resets: [0] the work tiles handed out beyond each
+  // CTA's first, [1] the CTAs done. Null: the static round-robin (correct, but causal tiles differ
+  // in length and the SMs end unevenly).
+  int* tile_count;
 };
 
 typedef Traits T;
@@ -45,6 +50,9 @@ struct Smem {
   // Split tail (Traits::kSplitTail): this CTA's two pieces, (u, lo, hi) each, and the plain tiles'
   // end, after the barriers.
   __device__ u32 pieces() const { return bars + 128; }
+  // Dynamic tiles (Traits::kDynamicTiles): the producer's next work tile, written before that
+  // tile's Q arrives on q_full (a plain arrive when it loads no Q).
+  __device__ u32 sched() const { return bars + 160; }
 };
 
 // Ring stage and phase of K/V iteration `it`, counted over all the CTA's work tiles.
@@ -271,6 +279,15 @@ __device__ __forceinline__ WorkTile work_tile(const AttnParams& p, int t, int m_
   return w;
 }
 
+// Work tile t whole: K/V iterations [0, n), not a split piece.
+__device__ __forceinline__ WorkTile plain_tile(const AttnParams& p, int t, int m_blocks) {
+  WorkTile w = work_tile(p, t, m_blocks);
+  w.lo = 0;
+  w.hi = w.n;
+  w.u = -1;
+  return w;
+}
+
 // The work items of CTA c (of C), in turn: `next` starts at c and `next_item` advances it. First
 // the plain work tiles c, c + C, ... below the split tail (next is the tile); then, with
 // Traits::kSplitTail, the CTA's share of the tail's K/V iterations: at most two pieces, as a share
@@ -283,10 +300,7 @@ __device__ __forceinline__ bool next_item(const AttnParams& p, const TmaMaps& ma
   // register through the producer's loop, it made the producer spill.
   const int plain_end = T::kSplitTail ? ld_shared_s32(sm.pieces() + 24) : tiles;
   if (next < plain_end) {
-    w = work_tile(p, next, m_blocks);
-    w.lo = 0;
-    w.hi = w.n;
-    w.u = -1;
+    w = plain_tile(p, next, m_blocks);
     next += C;
     return true;
   }
@@ -683,14 +697,23 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   // (all of them with a producer warpgroup; without, the first `stages` and the consumer loop
   // issues the rest).
   // A split tail piece loads only its iterations [w.lo, w.hi) (count = w.hi - w.lo with a producer).
-  auto produce_tile = [&](const WorkTile& w, int it_base, u32 q_phase, int count) {
+  // Dynamic tiles: tile index `sched` goes to the consumers before the Q load; with count 0 (a
+  // tile without keys, or the end mark) q_full gets a plain arrive instead.
+  auto produce_tile = [&](const WorkTile& w, int it_base, u32 q_phase, int count, int sched) {
     const int kv_head = w.head / p.q_per_kv;
     it_base -= w.lo;
-    produce(sm, maps, it_base, w.lo, w.n, kv_head, w.batch);
+    if (count > 0) produce(sm, maps, it_base, w.lo, w.n, kv_head, w.batch);
     mbar_wait(sm.q_empty(), q_phase ^ 1);
-    load_q(sm, maps, w.m_block, w.head, w.batch);
+    if (sched >= 0) st_shared_s32(sm.sched(), sched);
+    if (count > 0) load_q(sm, maps, w.m_block, w.head, w.batch);
+    else mbar_arrive(sm.q_full());
     for (int it = w.lo + 1; it < w.lo + count; ++it) produce(sm, maps, it_base, it, w.n, kv_head, w.batch);
   };
+  // Dynamic tiles (causal, persistent, with a producer): after its first tile (the CTA's index)
+  // the producer takes the next one from the counter once it has issued the current tile's last
+  // load, so that the CTAs that finish first take the next longest tiles (without a counter:
+  // round-robin). Every tile, those without keys and the end mark (an index >= tiles) included,
+  // passes through q_full; the consumers read its index there.
 
   if constexpr (T::kWarpSpecialize) {
     const int wg = threadIdx.x / 128;
@@ -702,12 +725,33 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
         tma_prefetch_desc(&maps.v);
         int it_base = 0;
         u32 q_phase = 0;
-        WorkTile w;
-        for (int next = first_tile; next_item(p, maps, sm, first_tile, ctas, tiles, m_blocks, next, w);) {
-          if (w.n == 0) continue;
-          produce_tile(w, it_base, q_phase, w.hi - w.lo);
-          it_base += w.hi - w.lo;
-          q_phase ^= 1;
+        WorkTile w{};
+        if constexpr (T::kDynamicTiles) {
+          int* const counter = maps.tile_count;
+          for (int t = first_tile; t < tiles;) {
+            w = plain_tile(p, t, m_blocks);
+            produce_tile(w, it_base, q_phase, w.n, t);
+            q_phase ^= 1;
+            it_base += w.n;
+            // t back from shared memory: kept in a register through the loads, the producer spilled.
+            t = counter ? ctas + atomicAdd(counter, 1) : ld_shared_s32(sm.sched()) + ctas;
+          }
+          produce_tile(w, it_base, q_phase, 0, tiles);  // the end mark
+          // The last CTA to be done with the counter resets both for the next launch.
+          if (counter) {
+            __threadfence();
+            if (atomicAdd(counter + 1, 1) == ctas - 1) {
+              atomicExch(counter, 0);
+              atomicExch(counter + 1, 0);
+            }
+          }
+        } else {
+          for (int next = first_tile; next_item(p, maps, sm, first_tile, ctas, tiles, m_blocks, next, w);) {
+            if (w.n == 0) continue;
+            produce_tile(w, it_base, q_phase, w.hi - w.lo, -1);
+            it_base += w.hi - w.lo;
+            q_phase ^= 1;
+          }
         }
       }
     } else {
@@ -719,11 +763,20 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
       OutRows out{};
       bool had = false;
       WorkTile w;
-      for (int next = first_tile; next_item(p, maps, sm, first_tile, ctas, tiles, m_blocks, next, w);) {
+      for (int next = first_tile;;) {
+        if constexpr (T::kDynamicTiles) {
+          mbar_wait(sm.q_full(), q_phase);
+          const int t = warp_uniform(ld_shared_s32(sm.sched()));
+          if (t >= tiles) break;
+          w = plain_tile(p, t, m_blocks);
+        } else if (!next_item(p, maps, sm, first_tile, ctas, tiles, m_blocks, next, w)) {
+          break;
+        }
         consume(p, sm, maps, cw, w, it_base, q_phase, out, had);
+        if (T::kDynamicTiles && w.n == 0 && threadIdx.x % 32 == 0) mbar_arrive(sm.q_empty());  // its index read
         had = true;
         it_base += w.hi - w.lo;
-        q_phase ^= w.n > 0;
+        q_phase ^= T::kDynamicTiles || w.n > 0;
       }
       epilogue_store(p, out, had);
       if (T::kPingPong && cw == 0) named_bar_sync(1, 256);  // the last warpgroup's final arrive
@@ -735,7 +788,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     bool had = false;
     WorkTile w;
     for (int next = first_tile; next_item(p, maps, sm, first_tile, ctas, tiles, m_blocks, next, w);) {
-      if (threadIdx.x == 0 && w.n > 0) produce_tile(w, it_base, q_phase, min(w.n, T::kStages));
+      if (threadIdx.x == 0 && w.n > 0) produce_tile(w, it_base, q_phase, min(w.n, T::kStages), -1);
       consume(p, sm, maps, threadIdx.x / 128, w, it_base, q_phase, out, had);
       had = true;
       it_base += w.n;

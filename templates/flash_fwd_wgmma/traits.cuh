@@ -41,6 +41,11 @@ struct Traits {
   // out by K/V iterations, an equal share per CTA (stream-K), when the launcher passes a
   // workspace (TmaMaps::split_tail > 0); pieces are combined by the last warp to arrive.
   static constexpr bool kSplitTail = SPLIT_TAIL && !kCausal && kWarpSpecialize;
+  // Causal persistent grids (PERSISTENT: the launch geometry) with a producer: the producer
+  // takes each next work tile from a global counter (TmaMaps::tile_count) when its CTA is nearly
+  // done, in the longest-first order of work_tile, and hands it to the consumers through shared
+  // memory (the launcher passes no counter: round-robin).
+  static constexpr bool kDynamicTiles = kCausal && kWarpSpecialize && PERSISTENT;
   static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
   static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
 
@@ -65,7 +70,8 @@ struct Traits {
   static constexpr int kAlignSlack = 1024;  // dynamic smem is only 16-byte aligned
   static constexpr int kSmemBytes = kOffBars + kBarBytes + kAlignSlack;
   // The barriers (2 + 4 per stage, 8 bytes each) end before the split tail's words at 128 (28 bytes).
-  static_assert(8 * (2 + 4 * kStages) <= 128 && 128 + 28 <= kBarBytes, "barrier area");
+  // The dynamic tiles' word at 160.
+  static_assert(8 * (2 + 4 * kStages) <= 128 && 128 + 28 <= 160 && 160 + 4 <= kBarBytes, "barrier area");
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim 64, 128 or 256");
   static_assert(kBlockM % 64 == 0 && kConsumerWgs >= 1 && kConsumerWgs <= 3, "block_m 64, 128 or 192");

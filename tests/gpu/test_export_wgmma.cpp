@@ -72,7 +72,12 @@ const Export kExports[] = {
     {"wg-d128-bf16-persistent", "b=4,h=16,s=4096,d=128,dtype=bf16,causal=0",
      {{"block_m", 128}, {"block_n", 128}, {"stages", 2}, {"warp_specialize", 1}, {"ping_pong", 1},
       {"intra_wg_overlap", 1}, {"persistent", 1}, {"narrow_n", 64}, {"split_tail", 1}}},
-    // Causal (per-tile grid: persistent is not valid there), three consumer warpgroups in a
+    // Causal persistent: work tiles from the counter (the 256+-tile shape below gives each CTA
+    // several, the sk < s one tiles without keys), longest first in head groups of 4.
+    {"wg-d128-bf16-causal-persistent", "b=4,h=16,s=4096,d=128,dtype=bf16,causal=1",
+     {{"block_m", 128}, {"block_n", 128}, {"stages", 2}, {"warp_specialize", 1}, {"ping_pong", 1},
+      {"intra_wg_overlap", 1}, {"persistent", 1}, {"head_group", 4}, {"narrow_n", 64}}},
+    // Causal, per-tile grid, three consumer warpgroups in a
     // ping-pong ring, tiles in head groups of 4, warpgroups trimmed past their diagonal, narrow
     // first tiles (the diagonal of every other warpgroup, the odd lengths' ragged ends), lazy
     // rescale.

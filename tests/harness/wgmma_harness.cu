@@ -93,7 +93,12 @@ int main(int argc, char** argv) {
     maps.v = tensor_map(encode, v, p.v_stride, d, sk, hkv, b, T::kBlockN, bf16);
     // Experiment: WGMMA_SPLIT=1 shares the persistent grid's last partial round of tiles out by
     // K/V iterations (stream-K); the workspace and counters are per call of this shape.
-    maps.split_ws = nullptr; maps.split_count = nullptr; maps.split_tail = 0;
+    maps.split_ws = nullptr; maps.split_count = nullptr; maps.split_tail = 0; maps.tile_count = nullptr;
+    // Causal persistent with a producer: the dynamic tile counter (WGMMA_STATIC=1: round-robin).
+    if (persistent && T::kDynamicTiles && !(std::getenv("WGMMA_STATIC") && std::atoi(std::getenv("WGMMA_STATIC")) > 0)) {
+      CK(cudaMalloc(&maps.tile_count, 2 * sizeof(int)));
+      CK(cudaMemset(maps.tile_count, 0, 2 * sizeof(int)));
+    }
     if (persistent && !causal && std::getenv("WGMMA_SPLIT") && std::atoi(std::getenv("WGMMA_SPLIT")) > 0) {
       const int tiles_all = ((s + T::kBlockM - 1) / T::kBlockM) * h * b, ctas = std::min(tiles_all, sms);
       const int tail = tiles_all % ctas, n_it = (sk + T::kBlockN - 1) / T::kBlockN;
@@ -166,18 +171,22 @@ int main(int argc, char** argv) {
                 persistent, BLOCK_M, BLOCK_N, STAGES, WARP_SPECIALIZE, PING_PONG, INTRA_WG_OVERLAP, EXP2_EMU, HEAD_GROUP, NARROW_N, LAZY_RESCALE, fa.numRegs, PRODUCER_REGS, CONSUMER_REGS,
                 b, h, hkv, s, sk, layout, d, bf16 ? "bf16" : "fp16", causal ? " causal" : "", e_out, e_low, e_lse, hs[4], hs[5],
                 ok ? "PASS" : "FAIL", us, tf);
-    if (maps.split_tail > 0 && !burn) {  // the output of the last launch, after the counters' reuse
+    if ((maps.split_tail > 0 || maps.tile_count) && !burn) {  // the last launch's output, after the counters' reuse
       CK(cudaDeviceSynchronize());
       CK(cudaMemset(stats, 0, 32));
       att_ref::compare_outputs<<<256, dim3(32, 8)>>>(p, d, bf16, r32, rlow, lse32, stats, stats + 4);
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(hs, stats, 32, cudaMemcpyDeviceToHost));
       std::memcpy(&e_out, &hs[0], 4); std::memcpy(&e_low, &hs[1], 4); std::memcpy(&e_lse, &hs[2], 4);
-      const bool ok2 = hs[4] == 0 && hs[5] == 0 && e_out <= 2 * e_low + atol && e_lse < 1e-3f;
+      bool ok2 = hs[4] == 0 && hs[5] == 0 && e_out <= 2 * e_low + atol && e_lse < 1e-3f;
+      int tc[2] = {0, 0};  // the dynamic tile counters: every launch leaves them at zero
+      if (maps.tile_count) CK(cudaMemcpy(tc, maps.tile_count, sizeof tc, cudaMemcpyDeviceToHost));
+      ok2 = ok2 && tc[0] == 0 && tc[1] == 0;
       fails += !ok2;
-      std::printf("SPLITCHECK tail=%d err=%.3g low=%.3g lse=%.2g %s\n", maps.split_tail, e_out, e_low, e_lse, ok2 ? "PASS" : "FAIL");
-      cudaFree(maps.split_ws); cudaFree(maps.split_count);
+      std::printf("%s tail=%d counters=%d,%d err=%.3g low=%.3g lse=%.2g %s\n", maps.tile_count ? "DYNCHECK" : "SPLITCHECK",
+                  maps.split_tail, tc[0], tc[1], e_out, e_low, e_lse, ok2 ? "PASS" : "FAIL");
     }
+    cudaFree(maps.split_ws); cudaFree(maps.split_count); cudaFree(maps.tile_count);
     std::fflush(stdout);
     cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse); cudaFree(r32); cudaFree(rlow); cudaFree(lse32); cudaFree(lselow); cudaFree(stats);
   }

@@ -200,6 +200,7 @@ struct TmaMaps {
   float* split_ws;  // split_tail's workspace, counters and tail tile count (0: no split)
   int* split_count;
   int split_tail;
+  int* tile_count;  // dynamic_tiles' counters (null: round-robin)
 };
 
 // One operand as a 4-d tensor (head_dim, seqlen, heads, batch) with the params' strides (in
@@ -247,19 +248,31 @@ void LoadedKernel::launch(const AttnParams& p, unsigned grid_x, CUstream stream)
     return;
   }
   TmaMaps maps{};
+  // Workspace is allocated outside a stream capture only (it would fail there); a launch without
+  // it runs unsplit, or round-robin, and is as correct.
+  auto capturing = [&] {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CU_CHECK(cuda::driver().cuStreamIsCapturing(stream, &status));
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+  };
+  if (geometry_.dynamic_tiles) {
+    if (tile_count_.bytes() < 2 * sizeof(int) && !capturing()) {
+      tile_count_ = cuda::DeviceBuffer(2 * sizeof(int));
+      tile_count_.fill_u32_async(0, stream);  // ordered before this launch
+    }
+    if (tile_count_.bytes() >= 2 * sizeof(int)) maps.tile_count = reinterpret_cast<int*>(tile_count_.ptr());
+  }
   if (geometry_.split_tail) {
     const unsigned long long tiles = 1ull * grid_x * p.heads_q * p.batch;
     const unsigned tail = split_tail_tiles(tiles, grid.x, (p.seqlen_k + t.kv_rows - 1) / t.kv_rows);
     if (tail > 0) {
-      CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-      CU_CHECK(cuda::driver().cuStreamIsCapturing(stream, &capturing));
       const std::size_t ws = split_workspace_floats(grid.x, geometry_.consumer_warps, t.head_dim) * sizeof(float);
       const std::size_t cnt = split_counters(tail, geometry_.consumer_warps) * sizeof(int);
-      if (capturing == CU_STREAM_CAPTURE_STATUS_NONE) {
+      if ((split_ws_.bytes() < ws || split_count_.bytes() < cnt) && !capturing()) {
         if (split_ws_.bytes() < ws) split_ws_ = cuda::DeviceBuffer(ws);
         if (split_count_.bytes() < cnt) {
           split_count_ = cuda::DeviceBuffer(cnt);
-          split_count_.fill_u32(0);
+          split_count_.fill_u32_async(0, stream);
         }
       }
       if (split_ws_.bytes() >= ws && split_count_.bytes() >= cnt) {  // else unsplit, as correct

@@ -98,6 +98,7 @@ class LoadedKernel {
   // split_tail's workspace and zeroed counters, grown on demand outside stream capture (the
   // evaluator launches once before it captures a graph).
   mutable cuda::DeviceBuffer split_ws_, split_count_;
+  mutable cuda::DeviceBuffer tile_count_;  // dynamic_tiles' two counters, the same way
 };
 
 // Inputs for time_kernel: one set of random inputs (from `seed`), built once per problem and

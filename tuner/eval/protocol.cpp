@@ -468,6 +468,10 @@ Frame to_frame(const EvalRequest& r) {
               // that lost them in transit launched with the wrong parameters (INVALID_VALUE).
               {"tma", {r.geometry.tma.q_rows, r.geometry.tma.kv_rows, r.geometry.tma.head_dim, r.geometry.tma.bf16 ? 1u : 0u}},
               {"persistent", r.geometry.persistent},
+              // ... and these: without them the worker ran every split_tail candidate unsplit.
+              {"split_tail", r.geometry.split_tail},
+              {"dynamic_tiles", r.geometry.dynamic_tiles},
+              {"consumer_warps", r.geometry.consumer_warps},
               {"problem", r.problem.json()},
               {"validation_seed", r.validation_seed},
               {"timing_seed", r.timing_seed},
@@ -490,6 +494,9 @@ EvalRequest eval_request(const Frame& f) {
   if (tma.size() != 4) throw ProtocolError("message 'eval': tma must have 4 fields");
   r.geometry.tma = {tma[0], tma[1], tma[2], tma[3] != 0};
   r.geometry.persistent = field<bool>(f, "persistent");
+  r.geometry.split_tail = field<bool>(f, "split_tail");
+  r.geometry.dynamic_tiles = field<bool>(f, "dynamic_tiles");
+  r.geometry.consumer_warps = field<unsigned>(f, "consumer_warps");
   r.problem = problem_field(f);
   r.validation_seed = field<std::uint64_t>(f, "validation_seed");
   r.timing_seed = field<std::uint64_t>(f, "timing_seed");

@@ -191,6 +191,7 @@ LaunchGeometry launch_geometry(const SearchSpace& space, const Config& config, c
     g.persistent = std::get<bool>(config.at("persistent"));
     const auto split = config.find("split_tail");
     g.split_tail = g.persistent && !problem.causal && split != config.end() && std::get<bool>(split->second);
+    g.dynamic_tiles = g.persistent && problem.causal && std::get<bool>(config.at("warp_specialize"));
     g.consumer_warps = static_cast<unsigned>(block_m / 64 * 4);
   }
   return g;

@@ -63,8 +63,14 @@ struct LaunchGeometry {
   // (flash_fwd_wgmma's split_tail); the launcher passes a workspace of
   // split_workspace_floats(CTAs) floats and split_counters(tail tiles) zeroed ints.
   bool split_tail = false;
+  // With persistent, causal (flash_fwd_wgmma with a producer warpgroup): the CTAs take their work
+  // tiles from a counter; the launcher passes two zeroed ints (the kernel leaves them at zero).
+  bool dynamic_tiles = false;
   unsigned consumer_warps = 0;  // for the workspace's size
 };
+// Every field above travels to the worker (tuner/eval/protocol.cpp): a field added here must be
+// added there, and to Protocol.MessagesRoundTrip.
+static_assert(sizeof(TmaSpec) == 16 && sizeof(LaunchGeometry) == 44, "LaunchGeometry changed: update the protocol");
 
 // The stream-K tail of a persistent grid of `tiles` work tiles over `ctas` CTAs, each of
 // `iterations` K/V iterations: how many tail tiles to split (0: none). Split only when the tail

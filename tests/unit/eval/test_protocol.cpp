@@ -227,6 +227,9 @@ TEST(Protocol, MessagesRoundTrip) {
   r.geometry.smem_bytes = 98304;
   r.geometry.tma = {128, 176, 128, true};
   r.geometry.persistent = true;
+  r.geometry.split_tail = true;
+  r.geometry.dynamic_tiles = true;
+  r.geometry.consumer_warps = 8;
   r.problem = Problem::parse("b=4,h=16,hkv=2,s=4096,sk=1000,d=128,dtype=bf16,causal=1");
   r.validation_seed = 0xFFFFFFFFFFFFFFF0ull;
   r.timing_seed = 77;
@@ -246,6 +249,9 @@ TEST(Protocol, MessagesRoundTrip) {
   EXPECT_EQ(back.geometry.tma.head_dim, 128u);
   EXPECT_TRUE(back.geometry.tma.bf16);
   EXPECT_TRUE(back.geometry.persistent);
+  EXPECT_TRUE(back.geometry.split_tail);  // lost in transit once: the worker ran split candidates unsplit
+  EXPECT_TRUE(back.geometry.dynamic_tiles);
+  EXPECT_EQ(back.geometry.consumer_warps, 8u);
   EXPECT_EQ(back.problem, r.problem);
   EXPECT_EQ(back.validation_seed, r.validation_seed);
   EXPECT_EQ(back.timing_seed, 77u);

@@ -48,7 +48,7 @@ std::size_t count(const std::string& text, const std::string& part) {
 std::int64_t param(const Config& c, const char* name) { return std::get<std::int64_t>(c.at(name)); }
 
 // A database with the two wgmma campaigns these tests export: d=128 non-causal (its best config
-// persistent, its second not) and d=64 causal (persistent is not valid there).
+// persistent, its second not) and d=64 causal (per-tile).
 struct Fixture {
   TempDir dir;
   std::string db = dir.file("wg.db");

@@ -70,16 +70,39 @@ TEST(FlashFwdWgmmaSpace, OptionsAndLimitsAreConsistent) {
   EXPECT_THROW(space.enumerate(Problem::parse("b=1,h=1,s=128,d=128,dtype=bf16,causal=0"), "sm_90"), InputError);
 }
 
-// Causal adds the tile order (head_group); ping-pong rings two or three consumer warpgroups.
+// Causal adds the tile order (head_group); ping-pong rings two or three consumer warpgroups; a
+// persistent causal grid takes its tiles from a counter, which needs the producer warpgroup.
 TEST(FlashFwdWgmmaSpace, CausalOrdersTilesInHeadGroups) {
   const SearchSpace space = load_space();
   const Problem p = Problem::parse("b=8,h=16,s=2048,d=64,dtype=bf16,causal=1");
   std::set<std::int64_t> groups, ring_block_ms;
+  std::size_t persistent = 0;
   space.for_each_valid(p, kArch, [&](const Config& c) {
     groups.insert(num(c, "head_group"));
     if (flag(c, "ping_pong")) ring_block_ms.insert(num(c, "block_m"));
-    EXPECT_FALSE(flag(c, "persistent")) << config_str(c);
+    if (flag(c, "persistent")) {  // the tile counter lives in the producer
+      EXPECT_TRUE(flag(c, "warp_specialize")) << config_str(c);
+      ++persistent;
+    }
   });
+  EXPECT_GT(persistent, 0u);
+  // Without a producer a persistent causal grid is refused; with one, its launch takes the counter.
+  Config plain, dynamic;
+  space.for_each_valid(p, kArch, [&](const Config& c) {
+    if (plain.empty() && !flag(c, "warp_specialize")) plain = c;
+    if (dynamic.empty() && flag(c, "persistent")) dynamic = c;
+  });
+  ASSERT_FALSE(plain.empty());
+  plain["persistent"] = true;
+  const std::optional<std::string> why = space.check(plain, p, kArch);
+  ASSERT_TRUE(why.has_value()) << "a persistent causal grid without a producer must be refused";
+  EXPECT_NE(why->find("takes its tiles from a counter"), std::string::npos) << *why;
+  ASSERT_FALSE(dynamic.empty());
+  EXPECT_TRUE(launch_geometry(space, dynamic, p, kArch).dynamic_tiles);
+  Problem non_causal = p;
+  non_causal.causal = false;
+  dynamic["head_group"] = std::int64_t{1};
+  EXPECT_FALSE(launch_geometry(space, dynamic, non_causal, kArch).dynamic_tiles) << "non-causal tiles are dealt in turn";
   EXPECT_EQ(groups, (std::set<std::int64_t>{1, 4, 16}));
   EXPECT_EQ(ring_block_ms, (std::set<std::int64_t>{128, 192}));
 }
@@ -218,14 +241,15 @@ TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
     }
   }
   std::vector<Problem> problems(configs.size(), p);
-  if (n != 0) {  // causal, three consumer warpgroups in a ping-pong ring, tiles in head groups,
-                 // narrow first tiles, lazy rescale (d=64)
+  if (n != 0) {  // causal, three consumer warpgroups in a ping-pong ring, tiles in head groups
+                 // taken from the counter (persistent), narrow first tiles, lazy rescale (d=64)
     Problem causal = p;
     causal.causal = true;
     Config ring;
     space.for_each_valid(causal, kArch, [&](const Config& c) {
       if (ring.empty() && num(c, "block_m") == 192 && flag(c, "ping_pong") && flag(c, "intra_wg_overlap") &&
-          num(c, "head_group") == 16 && num(c, "narrow_n") == 64 && num(c, "lazy_rescale") == (d == 64 ? 8 : 0))
+          num(c, "head_group") == 16 && num(c, "narrow_n") == 64 && num(c, "lazy_rescale") == (d == 64 ? 8 : 0) &&
+          flag(c, "persistent"))
         ring = c;
     });
     ASSERT_FALSE(ring.empty());
@@ -249,8 +273,9 @@ TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
   for (const Config& c : configs) {
     Problem v = problems[i];
     v.dtype = i % 2 ? DType::kFp16 : DType::kBf16;
-    // The space keeps persistent non-causal; a causal-only config (head_group > 1) stays causal.
-    v.causal = v.causal || ((i / 2) % 2 && !flag(c, "persistent"));
+    // Persistent causal grids need the producer (the tile counter); a causal-only config
+    // (head_group > 1) stays causal.
+    v.causal = v.causal || ((i / 2) % 2 && (!flag(c, "persistent") || flag(c, "warp_specialize")));
     ++i;
     pool.submit({c, render_kernel(space, c, v, kArch), kArch});
   }
