@@ -698,14 +698,15 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   // issues the rest).
   // A split tail piece loads only its iterations [w.lo, w.hi) (count = w.hi - w.lo with a producer).
   // Dynamic tiles: tile index `sched` goes to the consumers before the Q load; with count 0 (a
-  // tile without keys, or the end mark) q_full gets a plain arrive instead.
+  // tile without keys, or the end mark) q_full gets a plain arrive instead. Else sched is unused.
   auto produce_tile = [&](const WorkTile& w, int it_base, u32 q_phase, int count, int sched) {
     const int kv_head = w.head / p.q_per_kv;
     it_base -= w.lo;
-    if (count > 0) produce(sm, maps, it_base, w.lo, w.n, kv_head, w.batch);
+    const bool loads = !T::kDynamicTiles || count > 0;  // the static schedules pass no empty tile
+    if (loads) produce(sm, maps, it_base, w.lo, w.n, kv_head, w.batch);
     mbar_wait(sm.q_empty(), q_phase ^ 1);
-    if (sched >= 0) st_shared_s32(sm.sched(), sched);
-    if (count > 0) load_q(sm, maps, w.m_block, w.head, w.batch);
+    if (T::kDynamicTiles) st_shared_s32(sm.sched(), sched);
+    if (loads) load_q(sm, maps, w.m_block, w.head, w.batch);
     else mbar_arrive(sm.q_full());
     for (int it = w.lo + 1; it < w.lo + count; ++it) produce(sm, maps, it_base, it, w.n, kv_head, w.batch);
   };

@@ -263,6 +263,17 @@ TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
       ASSERT_FALSE(split.empty());
       configs.push_back(split);
       problems.push_back(p);
+      // The producer's tightest corner: split pieces with block_n 64 and no overlap spilled 24
+      // bytes at producer_regs 24 when its tile loop grew a branch (H100 property test, run 46).
+      Config tight;
+      space.for_each_valid(p, kArch, [&](const Config& c) {
+        if (tight.empty() && flag(c, "split_tail") && num(c, "block_n") == 64 && !flag(c, "intra_wg_overlap") &&
+            num(c, "producer_regs") == 24)
+          tight = c;
+      });
+      ASSERT_FALSE(tight.empty());
+      configs.push_back(tight);
+      problems.push_back(p);
     }
   }
   BuildPoolOptions pool_opts;
