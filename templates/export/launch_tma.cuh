@@ -122,11 +122,13 @@ static int split_tail_tiles(long long tiles, int ctas, long long iterations) {
 // The workspace of persistent grids: split_tail's partial results and counters, and the dynamic
 // tile counters of causal ones. One per (device, stream) for the process, grown on demand, never
 // freed (nor what it outgrows): kernels on one stream run in order, so each finds the counters at
-// zero (every launch leaves them so), and launches on other streams have their own. Allocation
-// is refused inside a stream capture (it would fail there), and when the table is full; the
-// caller then launches unsplit or round-robin, which is as correct. Call once outside the capture
-// (a warm-up) to capture the faster launch; a captured graph keeps its stream's workspace, so
-// replay it on one stream at a time, apart from direct launches on the stream it was captured from.
+// zero (every launch leaves them so), and launches on other streams have their own. Inside a
+// stream capture (a CUDA graph) it is allocated all the same, with cudaMalloc in relaxed capture
+// mode (as PyTorch's allocator does), and the counters zeroed on a stream of its own: graphs are
+// often captured on a stream no call has used before (PyTorch's, for one). A captured graph
+// keeps its stream's workspace, so replay it on one stream at a time, apart from direct launches
+// on the stream it was captured from. When the table is full the caller launches unsplit or
+// round-robin, which is as correct.
 struct Workspace {
   float* floats = nullptr;
   int* counters = nullptr;
@@ -147,30 +149,41 @@ static int workspace(const Device& device, cudaStream_t stream, size_t floats_by
   Slot* s = nullptr;
   for (int i = 0; i < used && !s; ++i)
     if (slots[i].device == device.index && slots[i].stream == stream) s = &slots[i];
-  const bool grow = !s || s->floats_bytes < floats_bytes || s->counter_bytes < counter_bytes;
-  if (grow) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return 0;
-    if (!s) {
-      if (used == static_cast<int>(sizeof slots / sizeof slots[0])) return 0;
-      s = &slots[used++];
-      *s = Slot{device.index, stream, nullptr, nullptr, 0, 0};
+  if (!s) {
+    if (used == static_cast<int>(sizeof slots / sizeof slots[0])) return 0;
+    s = &slots[used++];
+    *s = Slot{device.index, stream, nullptr, nullptr, 0, 0};
+  }
+  // Outgrown buffers are kept, not freed: a launch still running, or a graph captured earlier,
+  // may use them (the counters stay at zero).
+  if (s->floats_bytes < floats_bytes || s->counter_bytes < counter_bytes) {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (const cudaError_t e = cudaThreadExchangeStreamCaptureMode(&mode))
+      return cuda_failed(e, "cudaThreadExchangeStreamCaptureMode");
+    cudaError_t e = cudaSuccess;
+    const char* call = "";
+    float* f = nullptr;
+    int* c = nullptr;
+    cudaStream_t zero = nullptr;  // its own stream: the caller's may be capturing
+    if (s->floats_bytes < floats_bytes && (e = cudaMalloc(&f, floats_bytes)) != cudaSuccess) call = "cudaMalloc (workspace)";
+    if (!e && s->counter_bytes < counter_bytes) {
+      if ((e = cudaMalloc(&c, counter_bytes)) != cudaSuccess) call = "cudaMalloc (workspace counters)";
+      else if ((e = cudaStreamCreateWithFlags(&zero, cudaStreamNonBlocking)) != cudaSuccess) call = "cudaStreamCreate";
+      else if ((e = cudaMemsetAsync(c, 0, counter_bytes, zero)) != cudaSuccess) call = "cudaMemsetAsync (workspace counters)";
+      else if ((e = cudaStreamSynchronize(zero)) != cudaSuccess) call = "cudaStreamSynchronize (workspace counters)";
+      if (zero) cudaStreamDestroy(zero);
     }
-    // Outgrown buffers are kept, not freed: a launch still running, or a graph captured earlier,
-    // may use them (the counters stay at zero).
-    if (s->floats_bytes < floats_bytes) {
-      float* f = nullptr;
-      if (const cudaError_t e = cudaMalloc(&f, floats_bytes)) return cuda_failed(e, "cudaMalloc (workspace)");
+    if (e) {
+      if (f) cudaFree(f);
+      if (c) cudaFree(c);
+    }
+    cudaThreadExchangeStreamCaptureMode(&mode);  // back to the caller's mode
+    if (e) return cuda_failed(e, call);
+    if (f) {
       s->floats = f;
       s->floats_bytes = floats_bytes;
     }
-    if (s->counter_bytes < counter_bytes) {
-      int* c = nullptr;
-      if (const cudaError_t e = cudaMalloc(&c, counter_bytes)) return cuda_failed(e, "cudaMalloc (workspace counters)");
-      if (const cudaError_t e = cudaMemsetAsync(c, 0, counter_bytes, stream)) {  // before this launch, in order
-        cudaFree(c);
-        return cuda_failed(e, "cudaMemset (workspace counters)");
-      }
+    if (c) {
       s->counters = c;
       s->counter_bytes = counter_bytes;
     }
@@ -227,7 +240,7 @@ int launch_tma(const Kernel& kernel, const Args& a, const Device& device, cudaSt
                                     1ull * tail * warps * sizeof(int), &ws))
           return r;
       }
-      if (ws.floats) {  // else the launch runs unsplit: as correct
+      if (ws.floats) {  // else (the table full) the launch runs unsplit: as correct
         maps.split_ws = ws.floats;
         maps.split_count = ws.counters;
         maps.split_tail = tail;

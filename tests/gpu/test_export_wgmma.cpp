@@ -54,9 +54,9 @@ struct Library {
     return forward && info && last_error ? "" : "missing C symbols";
   }
   // The call on AttnParams' pointers and strides (lse as given: NULL or another buffer).
-  int call(const AttnParams& a, float* lse, int d, int causal) const {
+  int call(const AttnParams& a, float* lse, int d, int causal, CUstream stream = nullptr) const {
     return forward(a.q, a.k, a.v, a.o, lse, a.batch, a.heads_q, a.heads_kv, a.seqlen_q, a.seqlen_k, d, a.q_stride,
-                   a.k_stride, a.v_stride, a.o_stride, a.scale, causal, nullptr);
+                   a.k_stride, a.v_stride, a.o_stride, a.scale, causal, stream);
   }
 };
 
@@ -171,6 +171,50 @@ void check_library(const Library& lib, const Reference& ref, const cuda::Context
     for (float x : download32(buf.lse)) {
       ASSERT_TRUE(std::isinf(x) && x < 0) << kernel << ", seqlen_k 0: an LSE is " << x;
     }
+  }
+
+  // Streams and graphs: persistent grids keep counters (split_tail's, the causal tile counter)
+  // per stream. Two streams at once, each on its own inputs, several work tiles per CTA; then a
+  // graph captured on a stream no call has used (as PyTorch captures), replayed, and a direct call
+  // on that stream after it (its counters were made during the capture).
+  {
+    const Problem p = Problem::parse(fmt::format("b=2,h=16,hkv=8,s=1000,sk=1500,d={},dtype={},causal={}", d,
+                                                 dtype_name(tuned.dtype), causal));
+    std::vector<AttnBuffers> bufs;
+    bufs.reserve(3);
+    for (int i = 0; i < 3; ++i) {
+      bufs.emplace_back(p, Layout::kBHSD);
+      ref.fill(bufs.back(), ++seed);
+    }
+    ctx.synchronize();  // fill and poison run on the default stream; the calls below on others
+    cuda::Stream s0, s1, s2;
+    for (int rep = 0; rep < 3; ++rep) {  // overlapping launches, counters reused
+      ASSERT_EQ(lib.call(bufs[0].params(), bufs[0].params().lse, d, causal, s0.get()), 0) << lib.last_error();
+      ASSERT_EQ(lib.call(bufs[1].params(), bufs[1].params().lse, d, causal, s1.get()), 0) << lib.last_error();
+    }
+    ctx.synchronize();
+    for (int i = 0; i < 2; ++i) {
+      const Verdict v = ref.check(bufs[i]);
+      EXPECT_EQ(v.status, "ok") << kernel << ", stream " << i << " of two at once: " << v.detail();
+    }
+    const AttnParams a = bufs[2].params();
+    int rc = -1;
+    cuda::Graph graph(s2.get(), [&] { rc = lib.call(a, a.lse, d, causal, s2.get()); });
+    ASSERT_EQ(rc, 0) << kernel << " in a stream capture: " << lib.last_error();
+    for (int rep = 0; rep < 2; ++rep) {
+      ref.poison_output(bufs[2]);
+      ctx.synchronize();
+      graph.launch(s2.get());
+      s2.synchronize();
+      const Verdict v = ref.check(bufs[2]);
+      EXPECT_EQ(v.status, "ok") << kernel << ", graph replay " << rep << ": " << v.detail();
+    }
+    ref.poison_output(bufs[2]);
+    ctx.synchronize();
+    ASSERT_EQ(lib.call(a, a.lse, d, causal, s2.get()), 0) << lib.last_error();
+    s2.synchronize();
+    const Verdict v = ref.check(bufs[2]);
+    EXPECT_EQ(v.status, "ok") << kernel << ", a call on the capture's stream after it: " << v.detail();
   }
 
   // What TMA cannot take, or the kernel was not built for: ATTNTUNE_UNSUPPORTED and a reason, no
