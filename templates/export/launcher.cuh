@@ -71,7 +71,7 @@ struct Kernel {
   int persistent;                    // 1: grid = min(work tiles above, SMs) CTAs that walk the tiles
   int tma_q_rows, tma_kv_rows;       // TMA box rows of Q's and of K's and V's tensor maps; 0: none
   int split_tail;                    // 1: a persistent grid's last partial round shared out by K/V
-                                     // iterations, with a workspace this file keeps per device
+                                     // iterations, with a workspace this file keeps per device and stream
   const void* func;                  // the __global__ entry point
   CheckFn check;
   LaunchFn launch;
