@@ -224,27 +224,25 @@ int launch_tma(const Kernel& kernel, const Args& a, const Device& device, cudaSt
   std::memcpy(&maps.q, &q, sizeof q);
   std::memcpy(&maps.k, &k, sizeof k);
   std::memcpy(&maps.v, &v, sizeof v);
-  if (kernel.persistent && (kernel.split_tail || kernel.causal)) {
+  if (kernel.persistent && kernel.causal) {  // the dynamic tile counters
+    Workspace ws;
+    if (const int r = workspace(device, stream, 0, 2 * sizeof(int), &ws)) return r;
+    maps.tile_count = ws.counters;  // null (the table full): round-robin
+  } else if (kernel.persistent && kernel.split_tail) {
     const long long tiles = work_tiles(kernel, a);
     const int ctas = static_cast<int>(tiles < device.sm_count ? tiles : device.sm_count);
     const int warps = (kernel.threads - 128) / 32;  // the consumer warps (a producer warpgroup first)
-    if (kernel.causal) {  // the dynamic tile counters
-      Workspace ws;
-      if (const int r = workspace(device, stream, 0, 2 * sizeof(int), &ws)) return r;
-      maps.tile_count = ws.counters;  // null: round-robin
-    } else {
-      const int tail = split_tail_tiles(tiles, ctas, (a.seqlen_k + kernel.tma_kv_rows - 1) / kernel.tma_kv_rows);
-      Workspace ws;
-      if (tail > 0) {
-        if (const int r = workspace(device, stream, 2ull * ctas * warps * (a.head_dim / 2 + 4) * 32 * sizeof(float),
-                                    1ull * tail * warps * sizeof(int), &ws))
-          return r;
-      }
-      if (ws.floats) {  // else (the table full) the launch runs unsplit: as correct
-        maps.split_ws = ws.floats;
-        maps.split_count = ws.counters;
-        maps.split_tail = tail;
-      }
+    const int tail = split_tail_tiles(tiles, ctas, (a.seqlen_k + kernel.tma_kv_rows - 1) / kernel.tma_kv_rows);
+    Workspace ws;
+    if (tail > 0) {
+      if (const int r = workspace(device, stream, 2ull * ctas * warps * (a.head_dim / 2 + 4) * 32 * sizeof(float),
+                                  1ull * tail * warps * sizeof(int), &ws))
+        return r;
+    }
+    if (ws.floats) {  // else (the table full) the launch runs unsplit: as correct
+      maps.split_ws = ws.floats;
+      maps.split_count = ws.counters;
+      maps.split_tail = tail;
     }
   }
   Params p = make_params<Params>(a);

@@ -91,14 +91,14 @@ int main(int argc, char** argv) {
     maps.q = tensor_map(encode, q, p.q_stride, d, s, h, b, T::kBlockM, bf16);
     maps.k = tensor_map(encode, k, p.k_stride, d, sk, hkv, b, T::kBlockN, bf16);
     maps.v = tensor_map(encode, v, p.v_stride, d, sk, hkv, b, T::kBlockN, bf16);
-    // Experiment: WGMMA_SPLIT=1 shares the persistent grid's last partial round of tiles out by
-    // K/V iterations (stream-K); the workspace and counters are per call of this shape.
     maps.split_ws = nullptr; maps.split_count = nullptr; maps.split_tail = 0; maps.tile_count = nullptr;
     // Causal persistent with a producer: the dynamic tile counter (WGMMA_STATIC=1: round-robin).
     if (persistent && T::kDynamicTiles && !(std::getenv("WGMMA_STATIC") && std::atoi(std::getenv("WGMMA_STATIC")) > 0)) {
       CK(cudaMalloc(&maps.tile_count, 2 * sizeof(int)));
       CK(cudaMemset(maps.tile_count, 0, 2 * sizeof(int)));
     }
+    // Experiment: WGMMA_SPLIT=1 shares the persistent grid's last partial round of tiles out by
+    // K/V iterations (stream-K); the workspace and counters are per call of this shape.
     if (persistent && !causal && std::getenv("WGMMA_SPLIT") && std::atoi(std::getenv("WGMMA_SPLIT")) > 0) {
       const int tiles_all = ((s + T::kBlockM - 1) / T::kBlockM) * h * b, ctas = std::min(tiles_all, sms);
       const int tail = tiles_all % ctas, n_it = (sk + T::kBlockN - 1) / T::kBlockN;

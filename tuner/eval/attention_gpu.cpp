@@ -248,34 +248,29 @@ void LoadedKernel::launch(const AttnParams& p, unsigned grid_x, CUstream stream)
     return;
   }
   TmaMaps maps{};
-  // Workspace is allocated outside a stream capture only (it would fail there); a launch without
-  // it runs unsplit, or round-robin, and is as correct.
-  auto capturing = [&] {
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    CU_CHECK(cuda::driver().cuStreamIsCapturing(stream, &status));
-    return status != CU_STREAM_CAPTURE_STATUS_NONE;
-  };
-  if (geometry_.dynamic_tiles) {
-    if (tile_count_.bytes() < 2 * sizeof(int) && !capturing()) {
-      tile_count_ = cuda::DeviceBuffer(2 * sizeof(int));
-      tile_count_.fill_u32_async(0, stream);  // ordered before this launch
+  // Workspace is grown outside a stream capture only (it would fail there; the evaluator launches
+  // once before it captures); a launch without it runs unsplit, or round-robin, as correct.
+  // Counters are zeroed in stream order, before this launch.
+  auto ensure = [&](cuda::DeviceBuffer& b, std::size_t bytes, bool counters) {
+    if (b.bytes() < bytes) {
+      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+      CU_CHECK(cuda::driver().cuStreamIsCapturing(stream, &status));
+      if (status == CU_STREAM_CAPTURE_STATUS_NONE) {
+        b = cuda::DeviceBuffer(bytes);
+        if (counters) b.fill_u32_async(0, stream);
+      }
     }
-    if (tile_count_.bytes() >= 2 * sizeof(int)) maps.tile_count = reinterpret_cast<int*>(tile_count_.ptr());
-  }
+    return b.bytes() >= bytes;
+  };
+  if (geometry_.dynamic_tiles && ensure(tile_count_, 2 * sizeof(int), true))
+    maps.tile_count = reinterpret_cast<int*>(tile_count_.ptr());
   if (geometry_.split_tail) {
     const unsigned long long tiles = 1ull * grid_x * p.heads_q * p.batch;
     const unsigned tail = split_tail_tiles(tiles, grid.x, (p.seqlen_k + t.kv_rows - 1) / t.kv_rows);
     if (tail > 0) {
-      const std::size_t ws = split_workspace_floats(grid.x, geometry_.consumer_warps, t.head_dim) * sizeof(float);
-      const std::size_t cnt = split_counters(tail, geometry_.consumer_warps) * sizeof(int);
-      if ((split_ws_.bytes() < ws || split_count_.bytes() < cnt) && !capturing()) {
-        if (split_ws_.bytes() < ws) split_ws_ = cuda::DeviceBuffer(ws);
-        if (split_count_.bytes() < cnt) {
-          split_count_ = cuda::DeviceBuffer(cnt);
-          split_count_.fill_u32_async(0, stream);
-        }
-      }
-      if (split_ws_.bytes() >= ws && split_count_.bytes() >= cnt) {  // else unsplit, as correct
+      const bool ws = ensure(split_ws_, split_workspace_floats(grid.x, geometry_.consumer_warps, t.head_dim) * sizeof(float), false);
+      const bool cnt = ensure(split_count_, split_counters(tail, geometry_.consumer_warps) * sizeof(int), true);
+      if (ws && cnt) {
         maps.split_ws = reinterpret_cast<float*>(split_ws_.ptr());
         maps.split_count = reinterpret_cast<int*>(split_count_.ptr());
         maps.split_tail = static_cast<int>(tail);

@@ -235,10 +235,10 @@ std::string launch_text(const Prepared& p) {
     s += fmt::format(", TMA tensor maps with boxes of 64 x {} (q) and 64 x {} (k, v)", t.q_rows, t.kv_rows);
   if (p.geometry.split_tail)
     s += "; the last partial round of work tiles shared out by K/V iterations (a workspace this file keeps per "
-         "device and stream, allocated on the first such call outside a stream capture)";
+         "device and stream, allocated on a stream's first such call)";
   if (p.geometry.dynamic_tiles)
     s += "; work tiles taken from a counter, longest first (two ints this file keeps per device and stream, "
-         "allocated on the first such call outside a stream capture)";
+         "allocated on a stream's first such call)";
   return s;
 }
 

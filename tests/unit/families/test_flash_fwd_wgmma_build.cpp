@@ -30,15 +30,22 @@ std::vector<Config> spread(std::vector<Config> all, std::size_t n) {
 bool flag(const Config& c, const char* name) { return std::get<bool>(c.at(name)); }
 std::int64_t num(const Config& c, const char* name) { return std::get<std::int64_t>(c.at(name)); }
 
-// The first valid config with these options (the ablation steps of docs/WGMMA.md).
-Config find(const SearchSpace& space, const Problem& p, std::int64_t block_m, bool ws, bool pp, bool ov) {
+// The first valid config (in the space's order) that `pred` accepts; empty if none.
+template <class Pred>
+Config first_valid(const SearchSpace& space, const Problem& p, Pred pred) {
   Config found;
   space.for_each_valid(p, kArch, [&](const Config& c) {
-    if (found.empty() && num(c, "block_m") == block_m && num(c, "block_n") == 128 && flag(c, "warp_specialize") == ws &&
-        flag(c, "ping_pong") == pp && flag(c, "intra_wg_overlap") == ov)
-      found = c;
+    if (found.empty() && pred(c)) found = c;
   });
   return found;
+}
+
+// The first valid config with these options (the ablation steps of docs/WGMMA.md).
+Config find(const SearchSpace& space, const Problem& p, std::int64_t block_m, bool ws, bool pp, bool ov) {
+  return first_valid(space, p, [&](const Config& c) {
+    return num(c, "block_m") == block_m && num(c, "block_n") == 128 && flag(c, "warp_specialize") == ws &&
+           flag(c, "ping_pong") == pp && flag(c, "intra_wg_overlap") == ov;
+  });
 }
 
 }  // namespace
@@ -87,11 +94,8 @@ TEST(FlashFwdWgmmaSpace, CausalOrdersTilesInHeadGroups) {
   });
   EXPECT_GT(persistent, 0u);
   // Without a producer a persistent causal grid is refused; with one, its launch takes the counter.
-  Config plain, dynamic;
-  space.for_each_valid(p, kArch, [&](const Config& c) {
-    if (plain.empty() && !flag(c, "warp_specialize")) plain = c;
-    if (dynamic.empty() && flag(c, "persistent")) dynamic = c;
-  });
+  Config plain = first_valid(space, p, [](const Config& c) { return !flag(c, "warp_specialize"); });
+  Config dynamic = first_valid(space, p, [](const Config& c) { return flag(c, "persistent"); });
   ASSERT_FALSE(plain.empty());
   plain["persistent"] = true;
   const std::optional<std::string> why = space.check(plain, p, kArch);
@@ -245,31 +249,27 @@ TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
                  // taken from the counter (persistent), narrow first tiles, lazy rescale (d=64)
     Problem causal = p;
     causal.causal = true;
-    Config ring;
-    space.for_each_valid(causal, kArch, [&](const Config& c) {
-      if (ring.empty() && num(c, "block_m") == 192 && flag(c, "ping_pong") && flag(c, "intra_wg_overlap") &&
-          num(c, "head_group") == 16 && num(c, "narrow_n") == 64 && num(c, "lazy_rescale") == (d == 64 ? 8 : 0) &&
-          flag(c, "persistent"))
-        ring = c;
+    const Config ring = first_valid(space, causal, [&](const Config& c) {
+      return num(c, "block_m") == 192 && flag(c, "ping_pong") && flag(c, "intra_wg_overlap") &&
+             num(c, "head_group") == 16 && num(c, "narrow_n") == 64 && num(c, "lazy_rescale") == (d == 64 ? 8 : 0) &&
+             flag(c, "persistent");
     });
     ASSERT_FALSE(ring.empty());
     configs.push_back(ring);
     problems.push_back(causal);
     if (d == 128) {
-      Config split;  // the stream-K tail: its pieces, the combine, the producer's share arithmetic
-      space.for_each_valid(p, kArch, [&](const Config& c) {
-        if (split.empty() && flag(c, "split_tail") && flag(c, "ping_pong") && num(c, "block_m") == 128) split = c;
+      // The stream-K tail: its pieces, the combine, the producer's share arithmetic.
+      const Config split = first_valid(space, p, [](const Config& c) {
+        return flag(c, "split_tail") && flag(c, "ping_pong") && num(c, "block_m") == 128;
       });
       ASSERT_FALSE(split.empty());
       configs.push_back(split);
       problems.push_back(p);
       // The producer's tightest corner: split pieces with block_n 64 and no overlap spilled 24
       // bytes at producer_regs 24 when its tile loop grew a branch (H100 property test, run 46).
-      Config tight;
-      space.for_each_valid(p, kArch, [&](const Config& c) {
-        if (tight.empty() && flag(c, "split_tail") && num(c, "block_n") == 64 && !flag(c, "intra_wg_overlap") &&
-            num(c, "producer_regs") == 24)
-          tight = c;
+      const Config tight = first_valid(space, p, [](const Config& c) {
+        return flag(c, "split_tail") && num(c, "block_n") == 64 && !flag(c, "intra_wg_overlap") &&
+               num(c, "producer_regs") == 24;
       });
       ASSERT_FALSE(tight.empty());
       configs.push_back(tight);
