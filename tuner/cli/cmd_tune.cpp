@@ -135,7 +135,8 @@ int run_tune(const std::vector<std::string>& args) {
   const search::TuneOptions defaults;  // the final re-timing's defaults live there, with their reason
   int jobs = 0, device = 0, final_top = defaults.final_top, final_rounds = defaults.final_rounds,
       warm = static_cast<int>(search::kWarmStartConfigs), log_interval = 30;
-  double compile_timeout_s = 120, deadline_floor_s = 10, max_seconds = 1.0, min_gain = 0.5;
+  double compile_timeout_s = 120, deadline_floor_s = 10, max_seconds = 1.0, min_gain = 0.5, min_seconds = 0,
+         final_min_seconds = GpuRunnerOptions{}.final_timing.min_seconds;
   std::string simulate_db;
   int simulate_delay_ms = 0;
   opts.add_options()
@@ -159,6 +160,11 @@ int run_tune(const std::vector<std::string>& args) {
        fmt::format("interleaved rounds of that re-timing (default {})", defaults.final_rounds).c_str())
       ("warm-start", po::value(&warm), "seed evo with this many best configs of the nearest tuned problem (default 8; 0: none)")
       ("max-seconds", po::value(&max_seconds), "cap on each candidate's timing, in seconds (default 1)")
+      ("min-seconds", po::value(&min_seconds), "least time each search candidate's timing samples, in seconds "
+                                               "(default 0: until its median holds within 1%)")
+      ("final-min-seconds", po::value(&final_min_seconds),
+       fmt::format("least time each re-timing of the final ranking samples, in seconds (default {:g}): the clock "
+                   "swings under the GPU's power cap", final_min_seconds).c_str())
       ("compile-timeout", po::value(&compile_timeout_s), "seconds before a hanging NVRTC compile is killed (default 120)")
       ("deadline-floor", po::value(&deadline_floor_s), "least seconds a candidate may run before it is killed (default 10)")
       ("log-interval", po::value(&log_interval), "seconds between progress lines when stderr is not a terminal (default 30)")
@@ -178,6 +184,9 @@ int run_tune(const std::vector<std::string>& args) {
                      "--final-rounds and --log-interval must be at least 1");
   if (compile_timeout_s <= 0 || deadline_floor_s <= 0 || max_seconds <= 0 || min_gain < 0)
     throw InputError("tune: --compile-timeout, --deadline-floor and --max-seconds must be positive, --min-gain >= 0");
+  if (min_seconds < 0 || final_min_seconds < 0 || min_seconds > max_seconds || final_min_seconds > max_seconds)
+    throw InputError(fmt::format("tune: --min-seconds ({:g}) and --final-min-seconds ({:g}) must lie between 0 and "
+                                 "--max-seconds ({:g})", min_seconds, final_min_seconds, max_seconds));
   if (simulate_db.empty() != simulate_campaigns.empty())
     throw InputError("tune: --simulate-db and --simulate-campaign go together");
   {
@@ -276,6 +285,9 @@ int run_tune(const std::vector<std::string>& args) {
     ropts.compile_timeout = std::chrono::milliseconds(static_cast<long long>(compile_timeout_s * 1000));
     ropts.deadline_floor_s = deadline_floor_s;
     ropts.timing.max_seconds = max_seconds;
+    ropts.timing.min_seconds = min_seconds;
+    ropts.final_timing.max_seconds = max_seconds;
+    ropts.final_timing.min_seconds = final_min_seconds;
     ropts.validation_seed = seed;
     ropts.cancel = &g_abandon;
     runner = std::make_unique<GpuRunner>(spaces, problem, &store, ropts);

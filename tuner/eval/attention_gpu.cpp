@@ -291,11 +291,12 @@ TimingInputs::TimingInputs(const Reference& ref, const Problem& p, std::uint64_t
 }
 
 TimingStats time_kernel(const LoadedKernel& k, const Reference& ref, const Problem& p, std::uint64_t seed, int max_reps,
-                        double max_seconds) {
-  return time_kernel(k, TimingInputs(ref, p, seed), max_reps, max_seconds);
+                        double max_seconds, double min_seconds) {
+  return time_kernel(k, TimingInputs(ref, p, seed), max_reps, max_seconds, min_seconds);
 }
 
-TimingStats time_kernel(const LoadedKernel& k, const TimingInputs& inputs, int max_reps, double max_seconds) {
+TimingStats time_kernel(const LoadedKernel& k, const TimingInputs& inputs, int max_reps, double max_seconds,
+                        double min_seconds) {
   // Timed as PyTorch's peers and tools/compare_sdpa.py time a kernel, so the tuner's numbers, the
   // exported kernel's and SDPA's compare: launches captured in one CUDA graph; a sample is one
   // replay between two events, divided by the launches in it; replays first for ~50 ms, so the
@@ -329,7 +330,7 @@ TimingStats time_kernel(const LoadedKernel& k, const TimingInputs& inputs, int m
   std::vector<double> times;
   const auto t0 = std::chrono::steady_clock::now();
   double last_median = -1;
-  while (static_cast<int>(times.size()) < std::max(max_reps, 1)) {
+  for (;;) {
     for (int r = 0; r < 5; ++r) {
       start.record(stream.get());
       graph.launch(stream.get());
@@ -341,8 +342,10 @@ TimingStats time_kernel(const LoadedKernel& k, const TimingInputs& inputs, int m
     std::sort(sorted.begin(), sorted.end());
     const double median = sorted[sorted.size() / 2];
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if ((times.size() >= 10 && last_median > 0 && std::abs(median - last_median) <= 0.01 * median) || elapsed > max_seconds)
-      break;
+    const bool stable = times.size() >= 10 && last_median > 0 && std::abs(median - last_median) <= 0.01 * median;
+    // max_seconds bounds it all; below min_seconds it goes on whatever the samples say.
+    if (elapsed > max_seconds) break;
+    if (elapsed >= min_seconds && (stable || static_cast<int>(times.size()) >= max_reps)) break;
     last_median = median;
   }
   std::sort(times.begin(), times.end());

@@ -121,11 +121,13 @@ struct TimingStats {
 // Timed as PyTorch's peers are (tools/compare_sdpa.py, shared/peers/sdpa_peers.py): back-to-back
 // launches captured in a CUDA graph (20, or fewer but >= ~1 ms of work), ~50 ms of warm-up
 // replays, then samples, each one replay between two events divided by its launches, until their
-// median is stable within 1% (at least 10 samples; at most max_reps samples or ~max_seconds). Timing inputs are random (from `seed`), never constants:
-// constant inputs make every softmax row flat and would flatter lazy rescaling.
+// median is stable within 1% (at least 10 samples) or max_reps samples, for at least min_seconds
+// and at most ~max_seconds. Timing inputs are random (from `seed`), never constants: constant
+// inputs make every softmax row flat and would flatter lazy rescaling.
 TimingStats time_kernel(const LoadedKernel& k, const Reference& ref, const Problem& p, std::uint64_t seed,
-                        int max_reps = 200, double max_seconds = 2.0);
+                        int max_reps = 200, double max_seconds = 2.0, double min_seconds = 0);
 // The same on inputs prepared beforehand (k's geometry must be for inputs.problem()).
-TimingStats time_kernel(const LoadedKernel& k, const TimingInputs& inputs, int max_reps = 200, double max_seconds = 2.0);
+TimingStats time_kernel(const LoadedKernel& k, const TimingInputs& inputs, int max_reps = 200, double max_seconds = 2.0,
+                        double min_seconds = 0);
 
 }  // namespace attntune

@@ -476,7 +476,8 @@ Frame to_frame(const EvalRequest& r) {
               {"validation_seed", r.validation_seed},
               {"timing_seed", r.timing_seed},
               {"max_reps", r.timing.max_reps},
-              {"max_seconds", r.timing.max_seconds}};
+              {"max_seconds", r.timing.max_seconds},
+              {"min_seconds", r.timing.min_seconds}};
   f.payload = r.cubin;
   return f;
 }
@@ -502,6 +503,7 @@ EvalRequest eval_request(const Frame& f) {
   r.timing_seed = field<std::uint64_t>(f, "timing_seed");
   r.timing.max_reps = field<int>(f, "max_reps");
   r.timing.max_seconds = field<double>(f, "max_seconds");
+  r.timing.min_seconds = field<double>(f, "min_seconds");
   r.cubin = f.payload;
   return r;
 }

@@ -138,9 +138,15 @@ Frame fatal_frame(const std::string& message, int exit_code);
 Frame hello_frame(const DeviceInfo& device);
 DeviceInfo hello_device(const Frame& f);
 
+// How long a candidate is timed: samples until the median holds within 1% (at least 10 samples),
+// or max_reps samples; never less than min_seconds, never more than ~max_seconds. Under the H100's power cap the SM
+// clock swings over tens of milliseconds, so a ~20 ms timing reads 5-10% apart from one round to
+// the next while its own samples agree within 1% (docs/PERFORMANCE.md run 53); min_seconds spans
+// those swings.
 struct TimingLimits {
   int max_reps = 200;
   double max_seconds = 2.0;
+  double min_seconds = 0;
 };
 
 // One candidate to validate and time. The worker launches grid = (geometry.grid[0], h, b) with

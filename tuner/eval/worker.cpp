@@ -191,7 +191,7 @@ class GpuWorker {
 
     TimingStats t;
     try {
-      t = time_kernel(*kernel, *st.timing, req.timing.max_reps, req.timing.max_seconds);
+      t = time_kernel(*kernel, *st.timing, req.timing.max_reps, req.timing.max_seconds, req.timing.min_seconds);
     } catch (const cuda::CudaError& e) {
       auto r = with_resources(classify(e, Stage::kTiming));
       r.record.max_abs_err = v.max_abs_err;

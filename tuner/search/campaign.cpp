@@ -233,6 +233,7 @@ TuneResult run_campaign(Store& store, Runner& runner, const std::vector<const Se
       }
       progress.done();
       progress.event(fmt::format("re-timing the top {} interleaved, {} rounds", top.size(), options.final_rounds));
+      runner.begin_final_timing();
       for (int round = 0; round < options.final_rounds && !interrupted; ++round) {
         for (Retimed& t : top) {
           if (raised(flags.stop)) {

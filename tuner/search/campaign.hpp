@@ -28,10 +28,11 @@ struct TuneOptions {
   // Converged: no improvement over min_gain_pct in the last `patience` evaluations (0: never).
   std::int64_t patience = 0;
   double min_gain_pct = 0.5;
-  // The interleaved re-timing at the end. Its rounds spread 3-17% on the H100 suite while the
-  // best configs lie within 1-3%: 5 x 5 picked an s=16k config 2.4% slower than 8 x 9 did
-  // (docs/PERFORMANCE.md run 37; run 20 likewise with 8 x 15).
-  int final_top = 8, final_rounds = 9;
+  // The interleaved re-timing at the end. The best configs lie within 1-3%. With ~20 ms timings
+  // its rounds spread 3-17% on the H100 suite (5 x 5 picked an s=16k config 2.4% slower than 8 x 9
+  // did: docs/PERFORMANCE.md run 37); since each re-timing samples >= 0.3 s
+  // (GpuRunnerOptions::final_timing) they spread 0.6-3.3%, and 8 x 6 ranks as steadily (run 53).
+  int final_top = 8, final_rounds = 6;
   std::vector<Config> warm_start;       // for the strategy (the nearest tuned problem's best)
 };
 

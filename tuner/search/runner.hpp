@@ -38,6 +38,9 @@ class Runner {
   // The next finished candidate, in completion order, waiting for one; nullopt when none is
   // outstanding. Throws only for what stops all evaluation (no GPU, no NVRTC).
   virtual std::optional<RunResult> next() = 0;
+  // The campaign's final ranking starts: from here on `submit` re-times its top candidates, which
+  // a runner may time longer than search candidates (GpuRunner: GpuRunnerOptions::final_timing).
+  virtual void begin_final_timing() {}
 };
 
 }  // namespace attntune::search

@@ -235,6 +235,7 @@ TEST(Protocol, MessagesRoundTrip) {
   r.timing_seed = 77;
   r.timing.max_reps = 50;
   r.timing.max_seconds = 0.5;
+  r.timing.min_seconds = 0.25;
   FrameDecoder d;
   d.feed(encode(to_frame(r)));
   const EvalRequest back = eval_request(*d.next());
@@ -257,6 +258,7 @@ TEST(Protocol, MessagesRoundTrip) {
   EXPECT_EQ(back.timing_seed, 77u);
   EXPECT_EQ(back.timing.max_reps, 50);
   EXPECT_DOUBLE_EQ(back.timing.max_seconds, 0.5);
+  EXPECT_DOUBLE_EQ(back.timing.min_seconds, 0.25);
 
   EvalReply rep;
   rep.record.status = "wrong_result";

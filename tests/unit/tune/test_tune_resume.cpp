@@ -178,7 +178,7 @@ TEST_F(TuneResume, ANewCampaignStartsFromTheBestOfTheNearestTunedProblem) {
 
 TEST_F(TuneResume, BadArgumentsAreOneClearLineAndCreateNothing) {
   for (const std::string bad : {"--budget-time 5x", "--strategy annealing", "--budget-evals -3", "--final-rounds 0",
-                                "--simulate-db x.db"}) {
+                                "--simulate-db x.db", "--min-seconds 2", "--final-min-seconds -1"}) {
     auto r = testing::run_attntune("tune --space " + space_file() + " --problem " + kProblem + " --db " + work + " " +
                                    bad);
     EXPECT_EQ(r.rc, 2) << bad << ": " << r.err;
