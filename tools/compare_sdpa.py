@@ -12,7 +12,12 @@ library, load it with ctypes, read attntune_kernel_info(), then for every kernel
                GQA (hkv = h/4). The output is poisoned with NaN before each call.
   timing       ours vs SDPA's flash, cuDNN and efficient backends (and the default dispatch), each
                captured as --calls calls in a CUDA graph, the graph replayed --reps times, median
-               (the method of shared/peers/sdpa_peers.py, so the numbers compare).
+               (the method of shared/peers/sdpa_peers.py, so the numbers compare). Ours and cuDNN
+               (the closest peer) are timed in --rounds interleaved rounds, each round in the
+               other order, and each reports the median of its rounds: under the GPU's power cap
+               one timing moves by 1-4% from one moment to the next, so a single timing of each,
+               ours first, is partly a comparison of moments. The table gives the range of the
+               per-round ratios. Flash, efficient and the default dispatch are timed once.
                TFLOP/s = 4*B*H*S*Sk*D / t, half of it when causal.
 
 Files whose kernels need arch-specific code (flash_fwd_wgmma: their header's build line says
@@ -219,8 +224,8 @@ def time_fn(fn, iters=None):
     return ts[len(ts) // 2]
 
 
-def time_graph(fn, calls, reps):
-    """Milliseconds per call: `calls` calls captured in one CUDA graph, median of `reps` replays."""
+def capture(fn, calls):
+    """`calls` calls of fn captured in one CUDA graph (after 3 eager calls on the capture stream)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -231,7 +236,18 @@ def time_graph(fn, calls, reps):
     with torch.cuda.graph(g):
         for _ in range(calls):
             fn()
-    return time_fn(g.replay, reps) / calls
+    return g
+
+
+def time_graph(fn, calls, reps):
+    """Milliseconds per call: `calls` calls captured in one CUDA graph, median of `reps` replays."""
+    return time_fn(capture(fn, calls).replay, reps) / calls
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def flops(B, H, S, Sk, D, causal):
@@ -239,14 +255,17 @@ def flops(B, H, S, Sk, D, causal):
     return f / 2 if causal else f
 
 
-def time_problem(lib, name, dtype_name, p, calls, reps):
+ROUND_BACKENDS = ("ours", "cudnn")  # timed in interleaved rounds; the others once
+
+
+def time_problem(lib, name, dtype_name, p, calls, reps, rounds):
     from torch.nn.attention import sdpa_kernel, SDPBackend
     B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
     dtype = TORCH_DTYPE[dtype_name]
     scale = 1.0 / math.sqrt(D)
     q, k, v, out = make_inputs(B, H, Hkv, S, Sk, D, dtype, "BHSD", 0)
     fl = flops(B, H, S, Sk, D, causal)
-    results = {}
+    results, graphs = {}, {}
 
     ours = lib.forward_fn(q, k, v, out, None, causal, scale)
     rc = ours()
@@ -255,7 +274,7 @@ def time_problem(lib, name, dtype_name, p, calls, reps):
         print(f"  ours: returned {rc}: {lib.last_error()}")
         results["ours"] = None
     else:
-        results["ours"] = time_graph(ours, calls, reps)
+        graphs["ours"] = capture(ours, calls)
 
     kwargs = {}
     mask = None
@@ -276,22 +295,38 @@ def time_problem(lib, name, dtype_name, p, calls, reps):
         try:
             with sdpa_kernel([be]):
                 sdpa()
-                results[bname] = time_graph(sdpa, calls, reps)
+                graphs[bname] = capture(sdpa, calls)
         except Exception as e:  # a backend that refuses the shape
             results[bname] = None
             print(f"  {bname}: n/a ({str(e).splitlines()[0][:100] if str(e) else type(e).__name__})")
+    # Interleaved rounds: round r starts at the r-th backend of the list, so each takes each place.
+    order = [b for b in ROUND_BACKENDS if b in graphs]
+    per_round = {b: [] for b in order}
+    for r in range(rounds):
+        for b in order[r % len(order):] + order[:r % len(order)]:
+            per_round[b].append(time_fn(graphs[b].replay, reps) / calls)
+    for b in order:
+        results[b] = median(per_round[b])
+    for b in graphs:
+        if b not in per_round:
+            results[b] = time_fn(graphs[b].replay, reps) / calls
     try:
         sdpa()
         results["default"] = time_graph(sdpa, calls, reps)
     except Exception:
         results["default"] = None
+    del graphs
 
     rows = []
     ours_ms = results.get("ours")
     for bname, ms in results.items():
+        ratios = ([a / o for a, o in zip(per_round[bname], per_round["ours"])]
+                  if bname in per_round and bname != "ours" and "ours" in per_round else [])
         rows.append(dict(kind="time", shape=name, dtype=dtype_name, variant=bname,
                          us=ms * 1000 if ms else None, tflops=fl / ms / 1e9 if ms else None,
                          ours_speedup=(ms / ours_ms) if (ms and ours_ms) else None,
+                         rounds=len(per_round.get(bname, [])) or 1,
+                         round_min=min(ratios) if ratios else None, round_max=max(ratios) if ratios else None,
                          tuned_us=p.get("_tuned_us")))
     return rows
 
@@ -315,12 +350,17 @@ def main():
     ap.add_argument("--out", default="compare_sdpa.csv", help="CSV to write")
     ap.add_argument("--reps", type=int, default=30, help="graph replays to take the median of")
     ap.add_argument("--calls", type=int, default=20, help="calls captured per graph")
+    ap.add_argument("--rounds", type=int, default=4,
+                    help="interleaved rounds timing ours and cuDNN, each round in the other order (median; default 4:"
+                         " each goes first as often)")
     ap.add_argument("--nvcc", help="nvcc to use")
     ap.add_argument("--no-timing", action="store_true", help="correctness only")
     ap.add_argument("--max-drift", type=float, default=0,
                     help="fail when our time differs from the tuner's recorded time by more than this many %% "
                          "(0: report only; meaningful on the GPU the campaign ran on)")
     args = ap.parse_args()
+    if args.rounds < 1 or args.reps < 1 or args.calls < 1:
+        ap.error("--rounds, --reps and --calls must be at least 1")
 
     prop = torch.cuda.get_device_properties(0)
     arch = args.arch or f"sm_{prop.major}{prop.minor}"
@@ -367,19 +407,20 @@ def main():
                     print(f"  check {'ok  ' if r['ok'] else 'FAIL'} {r['variant']:<44} kernel {r['kernel']}  "
                           f"max err {fmt(r['max_err'], '.2e')} <= {fmt(r['bound'], '.2e')}  {r.get('note', '')}")
                 if not args.no_timing:
-                    rows += time_problem(lib, name, dtype_name, p, args.calls, args.reps)
+                    rows += time_problem(lib, name, dtype_name, p, args.calls, args.reps, args.rounds)
 
     timed = [r for r in rows if r["kind"] == "time"]
     if timed:
         print(f"\n{'shape':<28} {'dtype':<5} {'backend':<10} {'us':>10} {'TFLOP/s':>8} {'ours x':>7} {'tuned us':>9}"
-              f" {'vs tuned':>8}")
+              f" {'vs tuned':>8}  {'ours x per round':>16}")
         for r in timed:
             drift = None
             if r["variant"] == "ours" and r.get("us") and r.get("tuned_us"):
                 drift = r["drift_pct"] = (r["us"] / r["tuned_us"] - 1) * 100
             print(f"{r['shape']:<28} {r['dtype']:<5} {r['variant']:<10} {fmt(r['us'], '10.1f')} "
                   f"{fmt(r['tflops'], '8.1f')} {fmt(r['ours_speedup'], '7.2f')} {fmt(r['tuned_us'], '9.1f')}"
-                  f" {fmt(drift, '+7.1f') + '%' if drift is not None else ''}")
+                  f" {fmt(drift, '+7.1f') + '%' if drift is not None else '':>8}"
+                  f"  {fmt(r.get('round_min'), '.3f') + '-' + fmt(r.get('round_max'), '.3f') if r.get('round_min') else ''}")
         drifts = [abs(r["drift_pct"]) for r in timed if r.get("drift_pct") is not None]
         if drifts:
             limit = args.max_drift or 3.0
@@ -387,10 +428,12 @@ def main():
                   f"{len(drifts)} within {limit:g}%")
             if args.max_drift and max(drifts) > args.max_drift:
                 failed = True
-    print("\nours x = backend time / our time (> 1: ours is faster); checks: "
+    print("\nours x = backend time / our time (> 1: ours is faster), medians of the interleaved rounds; "
+          "per round: the range of that ratio over the rounds; checks: "
           f"{sum(1 for r in rows if r['kind'] == 'check' and r['ok'])} ok, "
           f"{sum(1 for r in rows if r['kind'] == 'check' and not r['ok'])} failed")
-    fields = ["kind", "shape", "dtype", "variant", "kernel", "us", "tflops", "ours_speedup", "tuned_us", "drift_pct",
+    fields = ["kind", "shape", "dtype", "variant", "kernel", "us", "tflops", "ours_speedup", "rounds", "round_min",
+              "round_max", "tuned_us", "drift_pct",
               "max_err",
               "bound", "ok", "note"]
     with open(args.out, "w", newline="") as f:
