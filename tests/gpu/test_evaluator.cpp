@@ -192,5 +192,12 @@ TEST(EvaluatorGpu, EvalCommandRecordsTheResult) {
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0]["config"], config_json(config));
   EXPECT_EQ(rows[0]["arch"], arch);
+
+  // The recorded result exports as it is, without --space: eval stores the space with it.
+  const std::string cu = db.string() + ".cu";
+  auto exported = run(fmt::format("export --db {} --problem {} -o {}", db.string(), kProblem, cu));
+  ASSERT_EQ(exported.rc, 0) << exported.err;
+  EXPECT_TRUE(std::filesystem::file_size(cu) > 0);
+  std::filesystem::remove(cu);
   std::filesystem::remove(db);
 }

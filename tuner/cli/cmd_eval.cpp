@@ -27,7 +27,7 @@ int run_eval(const std::vector<std::string>& args) {
   po::options_description opts("options");
   std::string space_path, problem_spec, config_text, db_path, format = "table";
   int device = 0;
-  double compile_timeout_s = 120, deadline_floor_s = 10, max_seconds = 2.0;
+  double compile_timeout_s = 120, deadline_floor_s = 10, max_seconds = 2.0, min_seconds = 0;
   std::uint64_t seed = 1;
   opts.add_options()
       ("space", po::value(&space_path)->required(), "search space YAML")
@@ -38,6 +38,8 @@ int run_eval(const std::vector<std::string>& args) {
       ("format", po::value(&format), "table | json")
       ("seed", po::value(&seed), "seed of the validation inputs (timing uses others; default 1)")
       ("max-seconds", po::value(&max_seconds), "cap on timing repetitions, in seconds (default 2)")
+      ("min-seconds", po::value(&min_seconds), "least time the timing samples, in seconds (default 0: until the "
+                                               "median holds within 1%)")
       ("compile-timeout", po::value(&compile_timeout_s), "seconds before a hanging NVRTC compile is killed (default 120)")
       ("deadline-floor", po::value(&deadline_floor_s), "least seconds a candidate may run before it is killed (default 10)");
   po::variables_map vm;
@@ -47,6 +49,9 @@ int run_eval(const std::vector<std::string>& args) {
   if (device < 0) throw InputError("eval: --device must not be negative");
   if (compile_timeout_s <= 0 || deadline_floor_s <= 0 || max_seconds <= 0)
     throw InputError("eval: --compile-timeout, --deadline-floor and --max-seconds must be positive");
+  if (min_seconds < 0 || min_seconds > max_seconds)
+    throw InputError(fmt::format("eval: --min-seconds ({:g}) must lie between 0 and --max-seconds ({:g})", min_seconds,
+                                 max_seconds));
 
   const SearchSpace space = SearchSpace::load(space_path);
   const Problem problem = Problem::parse(problem_spec);
@@ -92,6 +97,7 @@ int run_eval(const std::vector<std::string>& args) {
     req.validation_seed = seed;
     req.timing_seed = seed + 0x9e3779b97f4a7c15ull;  // far from any validation seed
     req.timing.max_seconds = max_seconds;
+    req.timing.min_seconds = min_seconds;
     result = evaluator.evaluate(req);
   }
   const EvalRecord& r = result.record;
@@ -101,9 +107,9 @@ int run_eval(const std::vector<std::string>& args) {
     CampaignSpec spec;
     spec.name = fmt::format("eval:{}:{}:{}", space.family(), problem.str(), space.hash().substr(0, 8));
     spec.problem = problem;
-    spec.space_path = space.path();
-    spec.space_hash = space.hash();
-    spec.family = space.family();
+    // With the space's text, as tune stores it: export reads the space from the campaign (without
+    // it, exporting an eval's result needed --space).
+    set_spaces(spec, {{space.family(), space.path(), space.hash(), space.text()}});
     spec.strategy = "eval";
     spec.seed = static_cast<std::int64_t>(seed);
     const std::int64_t campaign = store->open_campaign(spec, device_id);
