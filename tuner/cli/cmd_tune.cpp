@@ -184,9 +184,12 @@ int run_tune(const std::vector<std::string>& args) {
                      "--final-rounds and --log-interval must be at least 1");
   if (compile_timeout_s <= 0 || deadline_floor_s <= 0 || max_seconds <= 0 || min_gain < 0)
     throw InputError("tune: --compile-timeout, --deadline-floor and --max-seconds must be positive, --min-gain >= 0");
-  if (min_seconds < 0 || final_min_seconds < 0 || min_seconds > max_seconds || final_min_seconds > max_seconds)
+  // Each must lie within [0, --max-seconds] when given; the final default yields to a smaller --max-seconds.
+  if (min_seconds < 0 || final_min_seconds < 0 || min_seconds > max_seconds ||
+      (vm.count("final-min-seconds") && final_min_seconds > max_seconds))
     throw InputError(fmt::format("tune: --min-seconds ({:g}) and --final-min-seconds ({:g}) must lie between 0 and "
                                  "--max-seconds ({:g})", min_seconds, final_min_seconds, max_seconds));
+  final_min_seconds = std::min(final_min_seconds, max_seconds);
   if (simulate_db.empty() != simulate_campaigns.empty())
     throw InputError("tune: --simulate-db and --simulate-campaign go together");
   {

@@ -176,6 +176,19 @@ TEST_F(TuneResume, ANewCampaignStartsFromTheBestOfTheNearestTunedProblem) {
   EXPECT_EQ(log().find("warm start:"), std::string::npos) << log();
 }
 
+// A --max-seconds under the final re-timing's default minimum (0.3 s) caps that minimum; only a
+// --final-min-seconds given above --max-seconds is refused.
+TEST_F(TuneResume, ASmallMaxSecondsCapsTheFinalMinimum) {
+  std::vector<std::string> a = args(6);
+  a.insert(a.end(), {"--max-seconds", "0.2", "--final-top", "2", "--final-rounds", "1"});
+  TuneProcess ok(a, log_path);
+  ASSERT_EQ(ok.wait(), 0) << log();
+  a.insert(a.end(), {"--final-min-seconds", "0.5"});
+  TuneProcess refused(a, log_path);
+  EXPECT_EQ(refused.wait(), 2) << log();
+  EXPECT_NE(log().find("--final-min-seconds (0.5)"), std::string::npos) << log();
+}
+
 TEST_F(TuneResume, BadArgumentsAreOneClearLineAndCreateNothing) {
   for (const std::string bad : {"--budget-time 5x", "--strategy annealing", "--budget-evals -3", "--final-rounds 0",
                                 "--simulate-db x.db", "--min-seconds 2", "--final-min-seconds -1"}) {
