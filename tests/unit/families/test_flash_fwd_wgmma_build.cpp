@@ -184,6 +184,20 @@ TEST(FlashFwdWgmmaSpace, SplitTailNeedsAPersistentGridWithAProducer) {
   const std::optional<std::string> why64 = space.check(persistent, d64, kArch);
   ASSERT_TRUE(why64.has_value());
   EXPECT_NE(why64->find("d=64 measured slower"), std::string::npos) << *why64;
+
+  // Causal: not offered. Its persistent grids take tiles from a counter and the kernel ignores the
+  // flag, so split_tail 0 and 1 were one kernel twice (each evaluated, in every causal campaign).
+  const Problem causal = Problem::parse("b=4,h=16,s=4096,d=128,dtype=bf16,causal=1");
+  Config counter;
+  space.for_each_valid(causal, kArch, [&](const Config& c) {
+    EXPECT_FALSE(flag(c, "split_tail")) << config_str(c);
+    if (counter.empty() && flag(c, "persistent")) counter = c;
+  });
+  ASSERT_FALSE(counter.empty());
+  counter["split_tail"] = true;
+  const std::optional<std::string> why_causal = space.check(counter, causal, kArch);
+  ASSERT_TRUE(why_causal.has_value());
+  EXPECT_NE(why_causal->find("same kernel twice"), std::string::npos) << *why_causal;
 }
 
 // The tail rule the evaluator and the exported launcher share: two K/V iterations per CTA at
