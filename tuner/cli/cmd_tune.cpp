@@ -161,7 +161,8 @@ int run_tune(const std::vector<std::string>& args) {
       ("warm-start", po::value(&warm), "seed evo with this many best configs of the nearest tuned problem (default 8; 0: none)")
       ("max-seconds", po::value(&max_seconds), "cap on each candidate's timing, in seconds (default 1)")
       ("min-seconds", po::value(&min_seconds), "least time each search candidate's timing samples, in seconds "
-                                               "(default 0: until its median holds within 1%)")
+                                               "(default 0: until its median holds within 1%; 0.1 makes search "
+                                               "times read as sustained ones)")
       ("final-min-seconds", po::value(&final_min_seconds),
        fmt::format("least time each re-timing of the final ranking samples, in seconds (default {:g}): the clock "
                    "swings under the GPU's power cap", final_min_seconds).c_str())
