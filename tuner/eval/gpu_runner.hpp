@@ -64,8 +64,8 @@ class GpuRunner : public search::Runner {
   std::unique_ptr<Evaluator> evaluator_;
   DeviceInfo device_;
   std::unique_ptr<BuildPool> pool_;
-  PipelineDepth depth_{0};
-  bool final_ = false;  // timing the final ranking  // capacity(): from the measured build and evaluation times
+  PipelineDepth depth_{0};  // capacity(): from the measured build and evaluation times
+  bool final_ = false;      // timing the final ranking (begin_final_timing)
 };
 
 }  // namespace attntune
