@@ -260,6 +260,22 @@ TuneResult run_campaign(Store& store, Runner& runner, const std::vector<const Se
           t.medians.push_back(*r->record.median_us);
           t.max_err = std::max(t.max_err, r->record.max_abs_err.value_or(0));
         }
+        // A line a round: with >= 0.3 s a re-timing, the ranking of a long problem takes minutes.
+        if (interrupted) break;
+        const Retimed* lead = nullptr;
+        double lead_us = 0;
+        for (const Retimed& t : top) {
+          if (t.failed || t.medians.empty()) continue;
+          const double m = median(t.medians);
+          if (!lead || m < lead_us) {
+            lead = &t;
+            lead_us = m;
+          }
+        }
+        progress.event(fmt::format("re-timing round {}/{} done{}", round + 1, options.final_rounds,
+                                   lead ? fmt::format("; leading: {:.1f} µs (median so far), {}", lead_us,
+                                                      tagged_str(lead->config))
+                                        : ""));
       }
       if (interrupted) {
         stop_reason += stop_reason.empty() ? "interrupted during the final re-timing"

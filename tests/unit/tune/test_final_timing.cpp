@@ -3,7 +3,7 @@
 // a re-timing of the ranking, every one before it a search candidate.
 #include <gtest/gtest.h>
 
-#include <iostream>
+#include <sstream>
 
 #include "search/campaign.hpp"
 #include "search/recorded.hpp"
@@ -63,7 +63,8 @@ TEST(FinalTiming, TheRunnerHearsWhenTheFinalRankingStarts) {
   to.budget_evals = 20;
   to.final_top = 3;
   to.final_rounds = 2;
-  search::Progress progress(std::cerr, false, 60s);
+  std::ostringstream log;
+  search::Progress progress(log, false, 60s);
   SpyRunner runner(rec);
   const search::TuneResult r = search::run_campaign(store, runner, space, spec, to, progress, {});
   ASSERT_EQ(r.status, "completed") << r.stop_reason;
@@ -71,6 +72,9 @@ TEST(FinalTiming, TheRunnerHearsWhenTheFinalRankingStarts) {
   EXPECT_EQ(runner.search_submits, 20);
   EXPECT_EQ(runner.final_submits, 3 * 2);
   EXPECT_EQ(r.ranking.size(), 3u);
+  // A line a round, naming the leader so far.
+  EXPECT_NE(log.str().find("re-timing round 1/2 done; leading: "), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("re-timing round 2/2 done; leading: "), std::string::npos) << log.str();
 }
 
 }  // namespace
