@@ -250,6 +250,28 @@ def median(xs):
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
+def gpu_state():
+    """'T C, SM F MHz, P W' of this process's GPU from nvidia-smi, or None where it cannot say.
+    Under the power cap a hot GPU runs kernels 2-4% slower, ours more than cuDNN (PERFORMANCE.md
+    runs 55-59), so each timing prints the state it started and ended in."""
+    def query(sel):
+        out = subprocess.run(["nvidia-smi", *sel, "--query-gpu=temperature.gpu,clocks.sm,power.draw",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+    try:
+        uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", "") or "")
+        line = query(["-i", uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"]) if uuid else None
+        if line is None and torch.cuda.device_count() == 1:  # one GPU: no doubt which line is ours
+            line = query([])
+        if line is None:
+            return None
+        t, c, w = [x.strip() for x in line.split(",")[:3]]
+        return f"{t} C, SM {c} MHz, {float(w):.0f} W"
+    except Exception:  # no nvidia-smi, an unexpected format: the timing goes on without it
+        return None
+
+
 def flops(B, H, S, Sk, D, causal):
     f = 4.0 * B * H * S * Sk * D
     return f / 2 if causal else f
@@ -407,7 +429,11 @@ def main():
                     print(f"  check {'ok  ' if r['ok'] else 'FAIL'} {r['variant']:<44} kernel {r['kernel']}  "
                           f"max err {fmt(r['max_err'], '.2e')} <= {fmt(r['bound'], '.2e')}  {r.get('note', '')}")
                 if not args.no_timing:
+                    before = gpu_state()
                     rows += time_problem(lib, name, dtype_name, p, args.calls, args.reps, args.rounds)
+                    after = gpu_state()
+                    if before or after:
+                        print(f"  gpu before timing: {before or 'n/a'}; after: {after or 'n/a'}")
 
     timed = [r for r in rows if r["kind"] == "time"]
     if timed:
