@@ -39,6 +39,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -244,12 +245,6 @@ def time_graph(fn, calls, reps):
     return time_fn(capture(fn, calls).replay, reps) / calls
 
 
-def median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
-
-
 def gpu_state():
     """'T C, SM F MHz, P W' of this process's GPU from nvidia-smi, or None where it cannot say.
     Under the power cap a hot GPU runs kernels 2-4% slower, ours more than cuDNN (PERFORMANCE.md
@@ -328,7 +323,7 @@ def time_problem(lib, name, dtype_name, p, calls, reps, rounds):
         for b in order[r % len(order):] + order[:r % len(order)]:
             per_round[b].append(time_fn(graphs[b].replay, reps) / calls)
     for b in order:
-        results[b] = median(per_round[b])
+        results[b] = statistics.median(per_round[b])
     for b in graphs:
         if b not in per_round:
             results[b] = time_fn(graphs[b].replay, reps) / calls
