@@ -11,13 +11,16 @@ library, load it with ctypes, read attntune_kernel_info(), then for every kernel
                sk=1000 bottom-right aligned when causal), [B,S,H,D] strided views (no copies) and
                GQA (hkv = h/4). The output is poisoned with NaN before each call.
   timing       ours vs SDPA's flash, cuDNN and efficient backends (and the default dispatch), each
-               captured as --calls calls in a CUDA graph, the graph replayed --reps times, median
-               (the method of shared/peers/sdpa_peers.py, so the numbers compare). Ours and cuDNN
-               (the closest peer) are timed in --rounds interleaved rounds, each round in the
-               other order, and each reports the median of its rounds: under the GPU's power cap
-               one timing moves by 1-4% from one moment to the next, so a single timing of each,
-               ours first, is partly a comparison of moments. The table gives the range of the
-               per-round ratios. Flash, efficient and the default dispatch are timed once.
+               captured as --calls calls in a CUDA graph, the graph replayed --reps times (more
+               where that takes under --min-seconds, 1 s), median: the method of
+               shared/peers/sdpa_peers.py, which stops at --reps. Under the GPU's power cap the
+               clock swings over tenths of a second, so a 0.2 s timing (30 x 20 calls of a 0.3 ms
+               kernel) falls in one phase of it: in one call the per-round ratios of d=64 fp16
+               spread 1.022-1.094 at 0.2 s, 1.080-1.095 at 1 s (PERFORMANCE.md run 61). Ours and cuDNN (the closest
+               peer) are timed in --rounds interleaved rounds, each round in the other order,
+               after one untimed round that warms the GPU up, and each reports the median of its
+               rounds; the table gives the range of the per-round ratios, the CSV each round's
+               time. Flash, efficient and the default dispatch are timed once.
                TFLOP/s = 4*B*H*S*Sk*D / t, half of it when causal.
 
 Files whose kernels need arch-specific code (flash_fwd_wgmma: their header's build line says
@@ -29,7 +32,7 @@ recorded ("vs tuned": the tuner times by graph replay too, so on the tuning GPU 
 a few %). Exit status 1 if a build or a correctness check failed, or with --max-drift PCT if an
 export's time strays from the tuner's by more than PCT %.
 
-  python3 tools/compare_sdpa.py --cu attn.cu [--cu all.cu] [--arch sm_90] [--out compare.csv]
+  python3 tools/compare_sdpa.py --cu attn.cu [all.cu ...] [--arch sm_90] [--out compare.csv]
   (a flash_fwd_wgmma export is built with -arch=sm_90a, from its header)
 """
 import argparse
@@ -210,12 +213,15 @@ def check(lib, name, dtype_name, B, H, Hkv, S, Sk, D, causal, layout, with_lse, 
 
 # ---------------------------------------------------------------- timing (as sdpa_peers.py)
 
-def time_fn(fn, iters=None):
+def time_fn(fn, iters=None, min_seconds=0.0):
+    """Median milliseconds of fn over `iters` runs (default: ~0.3 s worth, 10-200), or over as many
+    as take `min_seconds` when that is more."""
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter(); fn(); torch.cuda.synchronize(); one = time.perf_counter() - t0
     n = iters or max(10, min(200, int(0.3 / max(one, 1e-6))))
+    n = max(n, math.ceil(min_seconds / max(one, 1e-6)))
     ts = []
     for _ in range(n):
         a = torch.cuda.Event(enable_timing=True); b = torch.cuda.Event(enable_timing=True)
@@ -240,9 +246,10 @@ def capture(fn, calls):
     return g
 
 
-def time_graph(fn, calls, reps):
-    """Milliseconds per call: `calls` calls captured in one CUDA graph, median of `reps` replays."""
-    return time_fn(capture(fn, calls).replay, reps) / calls
+def time_graph(fn, calls, reps, min_seconds=0.0):
+    """Milliseconds per call: `calls` calls captured in one CUDA graph, median of `reps` replays
+    (more where they take under `min_seconds`)."""
+    return time_fn(capture(fn, calls).replay, reps, min_seconds) / calls
 
 
 def gpu_state():
@@ -275,7 +282,7 @@ def flops(B, H, S, Sk, D, causal):
 ROUND_BACKENDS = ("ours", "cudnn")  # timed in interleaved rounds; the others once
 
 
-def time_problem(lib, name, dtype_name, p, calls, reps, rounds):
+def time_problem(lib, name, dtype_name, p, calls, reps, rounds, min_seconds):
     from torch.nn.attention import sdpa_kernel, SDPBackend
     B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
     dtype = TORCH_DTYPE[dtype_name]
@@ -319,17 +326,21 @@ def time_problem(lib, name, dtype_name, p, calls, reps, rounds):
     # Interleaved rounds: round r starts at the r-th backend of the list, so each takes each place.
     order = [b for b in ROUND_BACKENDS if b in graphs]
     per_round = {b: [] for b in order}
+    # One round untimed first: the correctness checks before it leave the GPU cooler and its clock
+    # higher, and the first counted timing read 2-4% fast for whichever went first (runs 61-62).
+    for b in order:
+        time_fn(graphs[b].replay, reps, min_seconds)
     for r in range(rounds):
         for b in order[r % len(order):] + order[:r % len(order)]:
-            per_round[b].append(time_fn(graphs[b].replay, reps) / calls)
+            per_round[b].append(time_fn(graphs[b].replay, reps, min_seconds) / calls)
     for b in order:
         results[b] = statistics.median(per_round[b])
     for b in graphs:
         if b not in per_round:
-            results[b] = time_fn(graphs[b].replay, reps) / calls
+            results[b] = time_fn(graphs[b].replay, reps, min_seconds) / calls
     try:
         sdpa()
-        results["default"] = time_graph(sdpa, calls, reps)
+        results["default"] = time_graph(sdpa, calls, reps, min_seconds)
     except Exception:
         results["default"] = None
     del graphs
@@ -344,6 +355,7 @@ def time_problem(lib, name, dtype_name, p, calls, reps, rounds):
                          ours_speedup=(ms / ours_ms) if (ms and ours_ms) else None,
                          rounds=len(per_round.get(bname, [])) or 1,
                          round_min=min(ratios) if ratios else None, round_max=max(ratios) if ratios else None,
+                         round_us=";".join(f"{t * 1000:.1f}" for t in per_round.get(bname, [])),
                          tuned_us=p.get("_tuned_us")))
     return rows
 
@@ -362,10 +374,14 @@ def fmt(v, spec):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cu", action="append", required=True, help="an exported .cu (repeatable)")
+    ap.add_argument("--cu", action="extend", nargs="+", required=True,
+                    help="exported .cu files (--cu a.cu b.cu, or --cu repeated)")
     ap.add_argument("--arch", help="nvcc -arch (default: this GPU's, e.g. sm_90)")
     ap.add_argument("--out", default="compare_sdpa.csv", help="CSV to write")
-    ap.add_argument("--reps", type=int, default=30, help="graph replays to take the median of")
+    ap.add_argument("--reps", type=int, default=30, help="graph replays to take the median of (at least)")
+    ap.add_argument("--min-seconds", type=float, default=1.0,
+                    help="each timing replays its graph for at least this long (default 1.0): a short timing"
+                         " lands in one phase of the power cap's clock swings, a longer one averages over them")
     ap.add_argument("--calls", type=int, default=20, help="calls captured per graph")
     ap.add_argument("--rounds", type=int, default=4,
                     help="interleaved rounds timing ours and cuDNN, each round in the other order (median; default 4:"
@@ -378,11 +394,14 @@ def main():
     args = ap.parse_args()
     if args.rounds < 1 or args.reps < 1 or args.calls < 1:
         ap.error("--rounds, --reps and --calls must be at least 1")
+    if not (args.min_seconds >= 0 and math.isfinite(args.min_seconds)):
+        ap.error("--min-seconds must be a finite number >= 0")
 
     prop = torch.cuda.get_device_properties(0)
     arch = args.arch or f"sm_{prop.major}{prop.minor}"
     print(f"torch {torch.__version__} cuda {torch.version.cuda} cudnn {torch.backends.cudnn.version()}; "
-          f"{prop.name} (sm_{prop.major}{prop.minor}, {prop.multi_processor_count} SMs); building for {arch}")
+          f"{prop.name} (sm_{prop.major}{prop.minor}, {prop.multi_processor_count} SMs, uuid "
+          f"{getattr(prop, 'uuid', 'n/a')}); building for {arch}")
     nvcc = find_nvcc(args.nvcc)
     rows, failed = [], False
     with tempfile.TemporaryDirectory(prefix="compare_sdpa_") as tmp:
@@ -425,7 +444,8 @@ def main():
                           f"max err {fmt(r['max_err'], '.2e')} <= {fmt(r['bound'], '.2e')}  {r.get('note', '')}")
                 if not args.no_timing:
                     before = gpu_state()
-                    rows += time_problem(lib, name, dtype_name, p, args.calls, args.reps, args.rounds)
+                    rows += time_problem(lib, name, dtype_name, p, args.calls, args.reps, args.rounds,
+                                         args.min_seconds)
                     after = gpu_state()
                     if before or after:
                         print(f"  gpu before timing: {before or 'n/a'}; after: {after or 'n/a'}")
@@ -454,7 +474,7 @@ def main():
           f"{sum(1 for r in rows if r['kind'] == 'check' and r['ok'])} ok, "
           f"{sum(1 for r in rows if r['kind'] == 'check' and not r['ok'])} failed")
     fields = ["kind", "shape", "dtype", "variant", "kernel", "us", "tflops", "ours_speedup", "rounds", "round_min",
-              "round_max", "tuned_us", "drift_pct",
+              "round_max", "round_us", "tuned_us", "drift_pct",
               "max_err",
               "bound", "ok", "note"]
     with open(args.out, "w", newline="") as f:
