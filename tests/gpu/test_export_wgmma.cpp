@@ -5,7 +5,7 @@
 // output and LSE) on odd lengths, sk != s both ways, GQA/MQA, [B,S,H,D] strides, causal rows that
 // see no key and several work tiles per persistent CTA; plus LSE NULL, seqlen_k 0, and calls TMA
 // cannot take (unaligned strides and bases: ATTNTUNE_UNSUPPORTED). Persistent and per-tile grids,
-// with and without a producer warpgroup, fp16 and bf16, d=64 and d=128. Skips without a GPU, and on
+// with and without a producer warpgroup, fp16 and bf16, d=64, 128 and 256. Skips without a GPU, and on
 // GPUs without sm_90a.
 #include <dlfcn.h>
 
@@ -90,6 +90,11 @@ const Export kExports[] = {
     // Persistent with three consumer warpgroups, d=64.
     {"wg-d64-bf16-persistent", "b=8,h=16,s=2048,d=64,dtype=bf16,causal=0",
      {{"block_m", 192}, {"warp_specialize", 1}, {"persistent", 1}, {"split_tail", 0}}},
+    // d=256: four 64-column blocks per row in every TMA copy, O across 128 registers a thread;
+    // causal, persistent (the counter), ping-pong and overlap.
+    {"wg-d256-fp16-causal-persistent", "b=4,h=8,s=4096,d=256,dtype=fp16,causal=1",
+     {{"block_m", 128}, {"block_n", 64}, {"warp_specialize", 1}, {"ping_pong", 1}, {"intra_wg_overlap", 1},
+      {"persistent", 1}}},
 };
 
 struct Shape {

@@ -50,10 +50,11 @@ void check_space(int d) {
       picked = all;
     } else {
       for (std::size_t i = 0; i < n; ++i) picked.push_back(all[i * all.size() / n]);
-      // Each ablation step once, block_n 128 (both grid modes where the space has them), and
-      // the ping-pong ring of three consumer warpgroups.
+      // Each ablation step once, block_n 128 (64 at d=256; both grid modes where the space has
+      // them), and the ping-pong ring of three consumer warpgroups (not at d=256).
+      const std::int64_t block_n = d == 256 ? 64 : 128;
       for (const Config& c : all) {
-        if (std::get<std::int64_t>(c.at("block_n")) != 128 || std::get<std::int64_t>(c.at("stages")) != 2 ||
+        if (std::get<std::int64_t>(c.at("block_n")) != block_n || std::get<std::int64_t>(c.at("stages")) != 2 ||
             std::get<std::int64_t>(c.at("producer_regs")) != 24 || std::get<std::int64_t>(c.at("exp2_emu")) != 0 ||
             std::get<std::int64_t>(c.at("head_group")) != (kind.causal ? 4 : 1))
           continue;
@@ -84,4 +85,9 @@ TEST(FlashFwdWgmmaProperty, SampledConfigsD64) {
 TEST(FlashFwdWgmmaProperty, SampledConfigsD128) {
   ATTNTUNE_REQUIRE_GPU();
   check_space(128);
+}
+
+TEST(FlashFwdWgmmaProperty, SampledConfigsD256) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(256);
 }
