@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace attntune::testing {
 
@@ -25,6 +26,14 @@ inline std::string attntune_bin() {
 inline std::string source_dir() {
   const char* env = std::getenv("ATTNTUNE_SOURCE_DIR");
   return env && *env ? env : ATTNTUNE_SOURCE_DIR;
+}
+
+// A command's output split at newlines (a final newline ends the last line; no empty line after it).
+inline std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
 }
 
 struct Outcome {

@@ -4,9 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include "db_test_util.hpp"
+#include "tests/common/run_attntune.hpp"
 
 using namespace attntune;
 using namespace attntune::test;
+using attntune::testing::lines;
 
 namespace {
 
@@ -44,18 +46,6 @@ std::vector<std::vector<std::string>> parse_csv(const std::string& text) {
 
 std::size_t display_width(const std::string& s) {
   return static_cast<std::size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
-}
-
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    const std::size_t end = text.find('\n', pos);
-    out.push_back(text.substr(pos, end - pos));
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
-  return out;
 }
 
 struct CliTest : ::testing::Test {

@@ -14,6 +14,7 @@
 #include "tests/common/run_attntune.hpp"
 
 using namespace attntune;
+using attntune::testing::lines;
 using attntune::testing::Outcome;
 using attntune::testing::run_attntune;
 
@@ -21,13 +22,6 @@ namespace {
 
 const std::string kFlash = std::string(ATTNTUNE_SOURCE_DIR) + "/tests/data/spaces/flash_fwd_mma.yaml";
 const std::string kProblem = "b=4,h=16,s=4096,d=128,dtype=bf16,causal=1";
-
-std::vector<std::string> lines(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
 
 }  // namespace
 

@@ -13,24 +13,10 @@ using attntune::test::read_bytes;
 using attntune::test::run_shell;
 using attntune::test::TempDir;
 using attntune::test::write_bytes;
+using attntune::testing::lines;
 using attntune::testing::source_dir;
 
 namespace {
-
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::string line;
-  for (char c : text) {
-    if (c == '\n') {
-      out.push_back(line);
-      line.clear();
-    } else {
-      line += c;
-    }
-  }
-  if (!line.empty()) out.push_back(line);
-  return out;
-}
 
 class TuneSuiteScript : public ::testing::Test {
  protected:
