@@ -16,11 +16,11 @@ library, load it with ctypes, read attntune_kernel_info(), then for every kernel
                shared/peers/sdpa_peers.py, which stops at --reps. Under the GPU's power cap the
                clock swings over tenths of a second, so a 0.2 s timing (30 x 20 calls of a 0.3 ms
                kernel) falls in one phase of it: in one call the per-round ratios of d=64 fp16
-               spread 1.022-1.094 at 0.2 s, 1.080-1.095 at 1 s (PERFORMANCE.md run 61). Ours and cuDNN (the closest
-               peer) are timed in --rounds interleaved rounds, each round in the other order,
-               after one untimed round that warms the GPU up, and each reports the median of its
-               rounds; the table gives the range of the per-round ratios, the CSV each round's
-               time. Flash, efficient and the default dispatch are timed once.
+               spread 1.022-1.094 at 0.2 s, 1.080-1.095 at 1 s (PERFORMANCE.md run 61). Ours and
+               cuDNN (the closest peer) are timed in --rounds interleaved rounds, each round in
+               the other order, after one untimed round that warms the GPU up, and each reports
+               the median of its rounds; the table gives the range of the per-round ratios, the
+               CSV each round's time. Flash, efficient and the default dispatch are timed once.
                TFLOP/s = 4*B*H*S*Sk*D / t, half of it when causal.
 
 Files whose kernels need arch-specific code (flash_fwd_wgmma: their header's build line says
