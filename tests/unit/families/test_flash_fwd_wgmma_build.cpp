@@ -188,6 +188,14 @@ TEST(FlashFwdWgmmaSpace, SplitTailNeedsAPersistentGridWithAProducer) {
   ASSERT_TRUE(why64.has_value());
   EXPECT_NE(why64->find("d=64 measured slower"), std::string::npos) << *why64;
 
+  // d=256: offered with producer_regs 40 only (at 24 the producer of 128x80 spills).
+  const Problem d256 = Problem::parse("b=4,h=8,s=4096,d=256,dtype=bf16,causal=0");
+  std::set<std::int64_t> split_producer_regs;
+  space.for_each_valid(d256, kArch, [&](const Config& c) {
+    if (flag(c, "split_tail")) split_producer_regs.insert(num(c, "producer_regs"));
+  });
+  EXPECT_EQ(split_producer_regs, (std::set<std::int64_t>{40}));
+
   // Causal: not offered. Its persistent grids take tiles from a counter and the kernel ignores the
   // flag, so split_tail 0 and 1 were one kernel twice (each evaluated, in every causal campaign).
   const Problem causal = Problem::parse("b=4,h=16,s=4096,d=128,dtype=bf16,causal=1");
@@ -275,14 +283,17 @@ TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
     ASSERT_FALSE(ring.empty());
     configs.push_back(ring);
     problems.push_back(causal);
-    if (d == 128) {
-      // The stream-K tail: its pieces, the combine, the producer's share arithmetic.
+    if (d >= 128) {
+      // The stream-K tail: its pieces, the combine, the producer's share arithmetic (at d=256
+      // with producer_regs 40: at 24 its 128x80 builds spill).
       const Config split = first_valid(space, p, [](const Config& c) {
         return flag(c, "split_tail") && flag(c, "ping_pong") && num(c, "block_m") == 128;
       });
       ASSERT_FALSE(split.empty());
       configs.push_back(split);
       problems.push_back(p);
+    }
+    if (d == 128) {
       // The producer's tightest corner: split pieces with block_n 64 and no overlap spilled 24
       // bytes at producer_regs 24 when its tile loop grew a branch (H100 property test, run 46).
       const Config tight = first_valid(space, p, [](const Config& c) {
