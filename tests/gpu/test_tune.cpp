@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
+#include "db/sqlite.hpp"
 #include "db/store.hpp"
 #include "gpu_env.hpp"
 #include "tests/common/run_attntune.hpp"
@@ -35,19 +36,14 @@ TEST(TuneGpu, SmallCampaignRanksAndResumes) {
   // one sample a graph replay of ~20 launches of this ~5 us kernel, that is hundreds of samples,
   // where a search timing stops at 10-15 once its median holds.
   {
-    sqlite3* h = nullptr;
-    ASSERT_EQ(sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+    const sqlite::Connection conn = sqlite::Connection::open(db, SQLITE_OPEN_READONLY);
     auto scalar = [&](const char* sql) {
-      sqlite3_stmt* st = nullptr;
-      EXPECT_EQ(sqlite3_prepare_v2(h, sql, -1, &st, nullptr), SQLITE_OK) << sql;
-      const std::int64_t v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
-      sqlite3_finalize(st);
-      return v;
+      sqlite::Statement st(conn, sql);
+      return st.step() ? st.int64(0) : -1;
     };
     EXPECT_EQ(scalar("SELECT count(*) FROM evaluations WHERE phase = 'final' AND status = 'ok'"), 6);
     EXPECT_GE(scalar("SELECT min(count) FROM evaluations WHERE phase = 'final' AND status = 'ok'"), 100);
     EXPECT_LT(scalar("SELECT min(count) FROM evaluations WHERE phase = 'search' AND status = 'ok'"), 100);
-    sqlite3_close(h);
   }
 
   auto best = attntune::testing::run_attntune("best --db " + db + " --campaign gpu --format json");

@@ -139,10 +139,10 @@ Frame hello_frame(const DeviceInfo& device);
 DeviceInfo hello_device(const Frame& f);
 
 // How long a candidate is timed: samples until the median holds within 1% (at least 10 samples),
-// or max_reps samples; never less than min_seconds, never more than ~max_seconds. Under the H100's power cap the SM
-// clock swings over tens of milliseconds, so a ~20 ms timing reads 5-10% apart from one round to
-// the next while its own samples agree within 1% (docs/PERFORMANCE.md run 53); min_seconds spans
-// those swings.
+// or max_reps samples; never less than min_seconds, never more than ~max_seconds. Under the
+// H100's power cap the SM clock swings over tens of milliseconds, so a ~20 ms timing reads 5-10%
+// apart from one round to the next while its own samples agree within 1% (docs/PERFORMANCE.md
+// run 53); min_seconds spans those swings.
 struct TimingLimits {
   int max_reps = 200;
   double max_seconds = 2.0;
