@@ -32,7 +32,7 @@ TEST(TuneGpu, SmallCampaignRanksAndResumes) {
   ASSERT_EQ(j["ranking"].size(), 3u);
   EXPECT_LE(j["ranking"][0]["median_us"].get<double>(), j["ranking"][1]["median_us"].get<double>());
 
-  // The final ranking's re-timings sample for >= 0.3 s each (GpuRunnerOptions::final_timing): with
+  // The final ranking's re-timings sample for >= 1 s each (GpuRunnerOptions::final_timing): with
   // one sample a graph replay of ~20 launches of this ~5 us kernel, that is hundreds of samples,
   // where a search timing stops at 10-15 once its median holds.
   {

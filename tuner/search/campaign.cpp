@@ -260,7 +260,7 @@ TuneResult run_campaign(Store& store, Runner& runner, const std::vector<const Se
           t.medians.push_back(*r->record.median_us);
           t.max_err = std::max(t.max_err, r->record.max_abs_err.value_or(0));
         }
-        // A line a round: with >= 0.3 s a re-timing, the ranking of a long problem takes minutes.
+        // A line a round: with >= 1 s a re-timing, the ranking takes most of a minute.
         if (interrupted) break;
         const Retimed* lead = nullptr;
         double lead_us = 0;

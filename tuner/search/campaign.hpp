@@ -30,9 +30,9 @@ struct TuneOptions {
   double min_gain_pct = 0.5;
   // The interleaved re-timing at the end. The best configs lie within 1-3%. With ~20 ms timings
   // its rounds spread 3-17% on the H100 suite (5 x 5 picked an s=16k config 2.4% slower than 8 x 9
-  // did: docs/PERFORMANCE.md run 37); since each re-timing samples >= 0.3 s
-  // (GpuRunnerOptions::final_timing) a finalist's rounds spread 0.6-7% (runs 53, 57), and 8 x 6
-  // ranks as steadily.
+  // did: docs/PERFORMANCE.md run 37); with each re-timing sampling >= 1 s
+  // (GpuRunnerOptions::final_timing) a finalist's rounds spread 0.2-4.3% (run 72; 0.6-7% at
+  // 0.3 s, runs 53, 57), and 8 x 6 ranks as steadily.
   int final_top = 8, final_rounds = 6;
   std::vector<Config> warm_start;       // for the strategy (the nearest tuned problem's best)
 };

@@ -176,7 +176,7 @@ TEST_F(TuneResume, ANewCampaignStartsFromTheBestOfTheNearestTunedProblem) {
   EXPECT_EQ(log().find("warm start:"), std::string::npos) << log();
 }
 
-// A --max-seconds under the final re-timing's default minimum (0.3 s) caps that minimum; only a
+// A --max-seconds under the final re-timing's default minimum (1 s) caps that minimum; only a
 // --final-min-seconds given above --max-seconds is refused.
 TEST_F(TuneResume, ASmallMaxSecondsCapsTheFinalMinimum) {
   std::vector<std::string> a = args(6);
