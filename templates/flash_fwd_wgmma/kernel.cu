@@ -17,6 +17,29 @@
 
 namespace att {
 
+#if ATT_TRACE
+// Development trace (tests/harness/wgmma_harness.cu, -DATT_TRACE=1; never in the tuner's builds):
+// per CTA, consumer warpgroup and work tile (the CTA's first kTraceTiles), clock64 at consume()'s
+// entry, after the Q wait, after the first S and softmax, before the last P.V, after it and at
+// the end; then the iterations it computed and %globaltimer at entry (for the SM clock).
+constexpr int kTraceCtas = 160, kTraceWgs = 3, kTraceTiles = 24, kTraceEvents = 8;
+__device__ long long att_trace[kTraceCtas][kTraceWgs][kTraceTiles][kTraceEvents];
+__device__ __forceinline__ long long global_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#define ATT_MARK(k, ev, value)                                                            \
+  do {                                                                                    \
+    if (threadIdx.x % 128 == 0 && blockIdx.x < kTraceCtas && (k) < kTraceTiles && cw < kTraceWgs) \
+      att_trace[blockIdx.x][cw][k][ev] = (value);                                         \
+  } while (0)
+#else
+#define ATT_MARK(k, ev, value) \
+  do {                         \
+  } while (0)
+#endif
+
 // Tensor maps over Q, K, V as 4-d tensors (head_dim, seqlen, heads, batch), box (64, rows): Q's
 // box is kBlockM rows, K's and V's kBlockN. The host builds them per problem.
 struct TmaMaps {
@@ -481,7 +504,8 @@ __device__ __forceinline__ void split_combine(const TmaMaps& maps, const WorkTil
 // it_base counts the K/V iterations of the CTA's earlier work tiles (ring stages and phases);
 // q_phase the Q loads of tiles with n > 0.
 __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, const TmaMaps& maps, int cw,
-                                        const WorkTile& w, int it_base, u32 q_phase, OutRows& out, bool had) {
+                                        const WorkTile& w, int it_base, u32 q_phase, OutRows& out, bool had,
+                                        int trace_k = 0) {
   const int m_block = w.m_block, head = w.head, batch = w.batch, n = w.n, lo = w.lo, end = w.hi;
   it_base -= lo;  // ring slot of iteration it: it_base + it
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -494,6 +518,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
 #pragma unroll
   for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] = 0.f;
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f}, factor[2];
+  ATT_MARK(trace_k, 0, clock64());
+  ATT_MARK(trace_k, 7, global_ns());
   epilogue_store(p, out, had);
   float s[T::kBlockN / 2];     // (64 rows, block_n) scores, then P in fp32
   u32 pa[T::kPSteps][4];       // P as 16-bit A fragments
@@ -519,6 +545,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
 
   if (n > 0) {
     mbar_wait(sm.q_full(), q_phase);
+    ATT_MARK(trace_k, 1, clock64());
     const u64 q_desc = smem_desc_sw128(sm.q + cw * 64 * 128, 16, 1024);
     auto k_desc = [&](int st) { return smem_desc_sw128(sm.k + st * T::kKVBytes, 16, 1024); };
     auto v_desc = [&](int st) { return smem_desc_sw128(sm.v + st * T::kKVBytes, T::kKVColBlockBytes, 1024); };
@@ -647,17 +674,22 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       };
       if (narrow) prologue(true);
       else prologue(false);
+      ATT_MARK(trace_k, 2, clock64());
       int it = skip + 1;
       if (narrow && it < end) step(it++, true);
       for (; it < end; ++it) step(it, false);
+      ATT_MARK(trace_k, 3, clock64());
       if (narrow && skip == end - 1) last_pv(true);
       else last_pv(false);
+      ATT_MARK(trace_k, 4, clock64());
+      ATT_MARK(trace_k, 6, end - skip);
     }
   }
 
   if (w.u >= 0) split_combine(maps, w, cw, o, m, l);
   epilogue_pack(o, m, l, row0, head, batch, out);
   if (w.u >= 0 && m[0] != m[0]) out.row0 = 1 << 30;  // not the last piece: nothing to store (NaN mark)
+  ATT_MARK(trace_k, 5, clock64());
 }
 
 // Grid: one CTA per work tile, (ceil(seqlen_q / block_m), heads_q, batch); or persistent, any
@@ -759,7 +791,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
       setmaxnreg_inc<T::kConsumerRegs>();
       const int cw = wg - 1;
       if (T::kPingPong && cw == T::kConsumerWgs - 1) named_bar_arrive(1, 256);  // warpgroup 0 goes first
-      int it_base = 0;
+      int it_base = 0, trace_k = 0;
       u32 q_phase = 0;
       OutRows out{};
       bool had = false;
@@ -773,7 +805,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
         } else if (!next_item(p, maps, sm, first_tile, ctas, tiles, m_blocks, next, w)) {
           break;
         }
-        consume(p, sm, maps, cw, w, it_base, q_phase, out, had);
+        consume(p, sm, maps, cw, w, it_base, q_phase, out, had, trace_k++);
         if (T::kDynamicTiles && w.n == 0 && threadIdx.x % 32 == 0) mbar_arrive(sm.q_empty());  // its index read
         had = true;
         it_base += w.hi - w.lo;

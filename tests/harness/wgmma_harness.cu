@@ -5,6 +5,8 @@
 // 30 replays). Usage: wgmma_harness "b,h,hkv,s,sk,layout[,time][;...]" [persistent]
 //   layout 0 = [B,H,S,D], 1 = [B,S,H,D]; time 0 skips the timing (correctness-only shapes).
 //   persistent 0: one CTA per work tile (default); 1: one CTA per SM; 2: each shape both ways.
+// Built with -DATT_TRACE=1 (wgmma_build.sh: ATT_TRACE=1 in the -D field) a timed persistent shape
+// also prints a TRACE line: where a work tile's cycles go (docs/WGMMA.md run 39).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -186,6 +188,48 @@ int main(int argc, char** argv) {
       std::printf("%s tail=%d counters=%d,%d err=%.3g low=%.3g lse=%.2g %s\n", maps.tile_count ? "DYNCHECK" : "SPLITCHECK",
                   maps.split_tail, tc[0], tc[1], e_out, e_low, e_lse, ok2 ? "PASS" : "FAIL");
     }
+#if ATT_TRACE
+    // -DATT_TRACE=1: one more launch, then where each warpgroup's work tiles spend their cycles
+    // (kernel.cu: att_trace), means over the tiles that compute n_max iterations and are not a
+    // CTA's first or last traced tile.
+    if (timed && persistent) {
+      static long long tr[att::kTraceCtas][att::kTraceWgs][att::kTraceTiles][att::kTraceEvents];
+      std::memset(tr, 0, sizeof tr);
+      CK(cudaMemcpyToSymbol(att::att_trace, tr, sizeof tr));
+      att::flash_fwd_wgmma<<<grid, T::kThreads, kSmem>>>(p, maps);
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpyFromSymbol(tr, att::att_trace, sizeof tr));
+      long long n_max = 0;
+      for (auto& c : tr) for (auto& w : c) for (auto& t : w) n_max = std::max(n_max, t[6]);
+      double sum[8] = {0}, cnt = 0, ns = 0, cyc = 0;
+      const unsigned ctas = std::min<unsigned>(grid.x, att::kTraceCtas);
+      for (unsigned c = 0; c < ctas; ++c)
+        for (int w = 0; w < T::kConsumerWgs && w < att::kTraceWgs; ++w)
+          for (int k = 1; k + 1 < att::kTraceTiles; ++k) {
+            const long long* e = tr[c][w][k];
+            const long long* nx = tr[c][w][k + 1];
+            if (e[6] != n_max || nx[0] == 0 || e[5] == 0) continue;
+            sum[0] += nx[0] - e[0];  // the tile's cycle, entry to the next entry
+            sum[1] += e[1] - e[0];   // the previous tile's stores and the Q wait
+            sum[2] += e[2] - e[1];   // the first S and its softmax
+            sum[3] += e[3] - e[2];   // the n-1 overlapped steps
+            sum[4] += e[4] - e[3];   // the last P.V
+            sum[5] += e[5] - e[4];   // the epilogue's packing
+            sum[6] += nx[0] - e[5];  // to the next tile's entry
+            cnt += 1;
+            ns += nx[7] - e[7];
+            cyc += nx[0] - e[0];
+          }
+      if (cnt > 0) {
+        const double mhz = cyc / ns * 1e3, steps = n_max - 1;
+        std::printf("TRACE n=%lld tiles=%.0f MHz=%.0f cycle=%.0f | entry-Q %.0f | first S+softmax %.0f | steps %.0f (%.1f each) | "
+                    "last PV %.0f | pack %.0f | to next %.0f | outside the steps %.0f = %.2f steps = %.1f%%\n",
+                    n_max, cnt, mhz, sum[0] / cnt, sum[1] / cnt, sum[2] / cnt, sum[3] / cnt, sum[3] / cnt / steps, sum[4] / cnt,
+                    sum[5] / cnt, sum[6] / cnt, (sum[0] - sum[3]) / cnt, (sum[0] - sum[3]) / sum[3] * steps,
+                    100 * (sum[0] - sum[3]) / sum[0]);
+      }
+    }
+#endif
     cudaFree(maps.split_ws); cudaFree(maps.split_count); cudaFree(maps.tile_count);
     std::fflush(stdout);
     cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse); cudaFree(r32); cudaFree(rlow); cudaFree(lse32); cudaFree(lselow); cudaFree(stats);
