@@ -23,10 +23,11 @@ struct GpuRunnerOptions {
   TimingLimits timing;
   // The final ranking's re-timings: each one samples for >= 1 s, spanning the swings of the
   // clock under the power cap that make ~20 ms timings of one config differ by 5-10% between
-  // rounds (docs/PERFORMANCE.md run 53). 1 s, as tools/compare_sdpa.py times: at 0.3 s the
-  // finalists' rounds still spread up to 4-7% and the ranking's gaps between finalists differed
-  // by up to 2.2% from the export's; at 1 s up to 0.7-4.3% and 1.5% (runs 69-72). The cost is
-  // ~35 s a campaign (8 finalists x 6 rounds).
+  // rounds (docs/PERFORMANCE.md run 53). 1 s, as tools/compare_sdpa.py times: at 0.3 s a
+  // campaign's finalists still spread up to 4-7% over their rounds, and the gaps between them
+  // differed by up to 2.2% from the gaps between their exports; at 1 s the spread is at most
+  // 0.7-4.3% per campaign and the gaps agree within 1.5% (runs 69-72). The cost is ~35 s a
+  // campaign (8 finalists x 6 rounds).
   TimingLimits final_timing{200, 2.0, 1.0};
   std::uint64_t validation_seed = 1;
   const std::atomic<bool>* cancel = nullptr;  // abandons the candidate on the GPU (second Ctrl-C)
