@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpyFromSymbol(tr, att::att_trace, sizeof tr));
       long long n_max = 0;
       for (auto& c : tr) for (auto& w : c) for (auto& t : w) n_max = std::max(n_max, t[6]);
-      double sum[8] = {0}, cnt = 0, ns = 0, cyc = 0;
+      double sum[7] = {0}, cnt = 0, ns = 0;
       const unsigned ctas = std::min<unsigned>(grid.x, att::kTraceCtas);
       for (unsigned c = 0; c < ctas; ++c)
         for (int w = 0; w < T::kConsumerWgs && w < att::kTraceWgs; ++w)
@@ -218,10 +218,9 @@ int main(int argc, char** argv) {
             sum[6] += nx[0] - e[5];  // to the next tile's entry
             cnt += 1;
             ns += nx[7] - e[7];
-            cyc += nx[0] - e[0];
           }
       if (cnt > 0) {
-        const double mhz = cyc / ns * 1e3, steps = n_max - 1;
+        const double mhz = sum[0] / ns * 1e3, steps = n_max - 1;
         std::printf("TRACE n=%lld tiles=%.0f MHz=%.0f cycle=%.0f | entry-Q %.0f | first S+softmax %.0f | steps %.0f (%.1f each) | "
                     "last PV %.0f | pack %.0f | to next %.0f | outside the steps %.0f = %.2f steps = %.1f%%\n",
                     n_max, cnt, mhz, sum[0] / cnt, sum[1] / cnt, sum[2] / cnt, sum[3] / cnt, sum[3] / cnt / steps, sum[4] / cnt,
