@@ -1,5 +1,5 @@
 // Hopper (sm_90 / sm_90a) PTX wrappers: mbarriers, the tensor-memory accelerator (TMA), wgmma
-// bookkeeping, named barriers and register reallocation. Header-free like ptx.cuh, so NVRTC
+// bookkeeping, named barriers, register reallocation and clusters. Header-free like ptx.cuh, so NVRTC
 // compiles it with no include path. An addition: nothing in flash_fwd_mma includes it.
 #ifndef ATTNTUNE_PTX_SM90_CUH
 #define ATTNTUNE_PTX_SM90_CUH
@@ -86,6 +86,39 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TmaDesc* desc, u32 ba
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
       ::"r"(dst), "l"(reinterpret_cast<u64>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+// ---- clusters (sm_90): TMA multicast, remote mbarrier arrives ----
+// This CTA's rank in its cluster.
+__device__ __forceinline__ u32 cluster_ctarank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every CTA of the cluster waits for all the others: so that no CTA's remote
+// arrive or multicast copy comes before its peer initialised the barriers (which
+// fence.mbarrier_init.release.cluster publishes), and no CTA exits while its peer may still target
+// its shared memory. Relaxed: with .release it cost a MEMBAR.ALL.GPU, and the order of other
+// memory operations is the kernel's business (__syncthreads).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+// Arrives on the mbarrier at shared-memory offset `bar` of cluster CTA `cta` (mapa). The default
+// .release.cta semantics, as CUTLASS's ClusterBarrier: .release.cluster made every arrive a
+// cluster-wide fence and halved the kernel's speed (docs/WGMMA.md run 10).
+__device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cta) {
+  asm volatile("{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n"
+               ::"r"(bar), "r"(cta) : "memory");
+}
+// tma_load_4d into the same shared-memory offset of every CTA in `cta_mask`, completing `bytes`
+// on the mbarrier at offset `bar` of each.
+__device__ __forceinline__ void tma_load_4d_multicast(u32 dst, const TmaDesc* desc, u32 bar, unsigned short cta_mask,
+                                                      int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n"
+      ::"r"(dst), "l"(reinterpret_cast<u64>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(cta_mask)
       : "memory");
 }
 

@@ -230,7 +230,7 @@ int launch_tma(const Kernel& kernel, const Args& a, const Device& device, cudaSt
     maps.tile_count = ws.counters;  // null (the table full): round-robin
   } else if (kernel.persistent && kernel.split_tail) {
     const long long tiles = work_tiles(kernel, a);
-    const int ctas = static_cast<int>(tiles < device.sm_count ? tiles : device.sm_count);
+    const int ctas = persistent_ctas(kernel, a, device);
     const int warps = (kernel.threads - 128) / 32;  // the consumer warps (a producer warpgroup first)
     const int tail = split_tail_tiles(tiles, ctas, (a.seqlen_k + kernel.tma_kv_rows - 1) / kernel.tma_kv_rows);
     Workspace ws;

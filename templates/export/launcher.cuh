@@ -52,7 +52,8 @@ struct Args {
 // The device a call runs on, as far as launches need it.
 struct Device {
   int index;
-  int sm_count;  // for persistent grids
+  int sm_count;      // for persistent grids
+  int max_clusters;  // the call's kernel's clusters that fit on it at once (0: unknown, or no clusters)
 };
 
 struct Kernel;
@@ -69,9 +70,13 @@ struct Kernel {
   int tuned_b, tuned_h, tuned_hkv, tuned_s, tuned_sk;
   int block_m, threads, smem_bytes;  // grid = (ceil(seqlen_q / block_m), heads_q, batch)
   int persistent;                    // 1: grid = min(work tiles above, SMs) CTAs that walk the tiles
+                                     // (with clusters: whole ones, as many as fit at once)
   int tma_q_rows, tma_kv_rows;       // TMA box rows of Q's and of K's and V's tensor maps; 0: none
   int split_tail;                    // 1: a persistent grid's last partial round shared out by K/V
                                      // iterations, with a workspace this file keeps per device and stream
+  int cluster;                       // CTAs per cluster along x, compiled into the kernel (2: each K/V
+                                     // TMA load shared by two CTAs); the query blocks are padded to whole
+                                     // clusters and a persistent grid is whole clusters
   const void* func;                  // the __global__ entry point
   CheckFn check;
   LaunchFn launch;
@@ -122,20 +127,32 @@ Params make_params(const Args& a) {
   return p;
 }
 
-// Work tiles of a call: (ceil(seqlen_q / block_m), heads_q, batch).
-static long long work_tiles(const Kernel& k, const Args& a) {
-  return static_cast<long long>((a.seqlen_q + k.block_m - 1) / k.block_m) * a.heads_q * a.batch;
+// Query blocks of a call: ceil(seqlen_q / block_m), rounded up to whole clusters (the kernel
+// leaves the padding blocks idle, so that a cluster's two tiles share one head's K and V).
+static long long query_blocks(const Kernel& k, const Args& a) {
+  const long long blocks = (a.seqlen_q + k.block_m - 1) / k.block_m;
+  return (blocks + k.cluster - 1) / k.cluster * k.cluster;
 }
 
-// Launches with the kernel's grid (one CTA per work tile, or persistent: one per SM, at most one
-// per tile) and the kernel arguments `params` (pointers to each, in order).
+// Work tiles of a call: (query blocks, heads_q, batch).
+static long long work_tiles(const Kernel& k, const Args& a) { return query_blocks(k, a) * a.heads_q * a.batch; }
+
+// CTAs of a persistent grid: one per work tile, at most one per SM in whole clusters, and no more
+// clusters than fit on the device at once. The same rule as the tuner's (tuner/families).
+static int persistent_ctas(const Kernel& k, const Args& a, const Device& device) {
+  long long cap = device.sm_count / k.cluster * k.cluster;
+  if (device.max_clusters > 0 && device.max_clusters * static_cast<long long>(k.cluster) < cap)
+    cap = device.max_clusters * static_cast<long long>(k.cluster);
+  if (cap < k.cluster) cap = k.cluster;  // a device of fewer SMs than a cluster still gets one
+  const long long tiles = work_tiles(k, a);
+  return static_cast<int>(tiles < cap ? tiles : cap);
+}
+
+// Launches with the kernel's grid (one CTA per work tile, or persistent_ctas) and the kernel
+// arguments `params` (pointers to each, in order).
 static int launch_kernel(const Kernel& k, const Args& a, const Device& device, void** params, cudaStream_t stream) {
-  dim3 grid(static_cast<unsigned>((a.seqlen_q + k.block_m - 1) / k.block_m), static_cast<unsigned>(a.heads_q),
-            static_cast<unsigned>(a.batch));
-  if (k.persistent) {
-    const long long tiles = work_tiles(k, a);
-    grid = dim3(static_cast<unsigned>(tiles < device.sm_count ? tiles : device.sm_count), 1, 1);
-  }
+  dim3 grid(static_cast<unsigned>(query_blocks(k, a)), static_cast<unsigned>(a.heads_q), static_cast<unsigned>(a.batch));
+  if (k.persistent) grid = dim3(static_cast<unsigned>(persistent_ctas(k, a, device)), 1, 1);
   const cudaError_t e = cudaLaunchKernel(k.func, grid, dim3(static_cast<unsigned>(k.threads)), params,
                                          static_cast<size_t>(k.smem_bytes), stream);
   return e == cudaSuccess ? 0 : cuda_failed(e, "cudaLaunchKernel");
@@ -240,10 +257,11 @@ static int no_kernel(int head_dim, int is_causal) {
                      built);
 }
 
-// Per device and kernel: 1 once the device was checked and the shared-memory limit raised. Per
-// device: its SM count, once read (0 before).
+// Per device and kernel: 1 once the device was checked and the shared-memory limit raised; 1 + the
+// kernel's max_clusters, once asked (0 before). Per device: its SM count, once read (0 before).
 static const int kMaxDevices = 64;
 static std::atomic<int> g_ready[kMaxDevices][sizeof(kKernels) / sizeof(kKernels[0])];
+static std::atomic<int> g_max_clusters[kMaxDevices][sizeof(kKernels) / sizeof(kKernels[0])];
 static std::atomic<int> g_sm_count[kMaxDevices];
 
 // "sm_90a": code for that arch runs on compute capability 9.0 only (wgmma, setmaxnreg).
@@ -260,8 +278,34 @@ static int arch_number(const char* arch) {
   return n;
 }
 
-// The device's SM count (cached per device).
-static int device_info(int device, Device* out) {
+// How many clusters of persistent kernel `index` fit on `device` at once, for its grid of whole
+// clusters over the SMs (cudaOccupancyMaxActiveClusters: not cheap, so asked once per device and
+// kernel; no cluster attribute, the dims are compiled into the kernel). 0 when the runtime cannot
+// say (the SMs alone bound the grid then), and for kernels without clusters.
+static int max_active_clusters(int device, int index, int sm_count) {
+  const Kernel& k = kKernels[index];
+  if (!k.persistent || k.cluster <= 1) return 0;
+  const bool cached = device >= 0 && device < kMaxDevices;
+  int n = cached ? g_max_clusters[device][index].load(std::memory_order_acquire) : 0;
+  if (n > 0) return n - 1;
+#if CUDART_VERSION >= 11080  // kernels with clusters load through TMA, which needs CUDA 12 anyway
+  cudaLaunchConfig_t config = cudaLaunchConfig_t();
+  config.gridDim = dim3(static_cast<unsigned>(sm_count / k.cluster * k.cluster), 1, 1);
+  config.blockDim = dim3(static_cast<unsigned>(k.threads), 1, 1);
+  config.dynamicSmemBytes = static_cast<size_t>(k.smem_bytes);
+  if (cudaOccupancyMaxActiveClusters(&n, k.func, &config) != cudaSuccess || n < 0) {
+    cudaGetLastError();  // ours, not the caller's: do not leave it behind
+    n = 0;
+  }
+#else
+  n = 0;
+#endif
+  if (cached) g_max_clusters[device][index].store(n + 1, std::memory_order_release);
+  return n;
+}
+
+// The device's SM count (cached per device) and how many clusters of kernel `index` fit on it.
+static int device_info(int device, int index, Device* out) {
   out->index = device;
   int sms = device >= 0 && device < kMaxDevices ? g_sm_count[device].load(std::memory_order_acquire) : 0;
   if (sms == 0) {
@@ -271,6 +315,7 @@ static int device_info(int device, Device* out) {
     if (device >= 0 && device < kMaxDevices) g_sm_count[device].store(sms, std::memory_order_release);
   }
   out->sm_count = sms;
+  out->max_clusters = max_active_clusters(device, index, sms);
   return 0;
 }
 
@@ -367,7 +412,7 @@ static int forward(const Args& a, int is_causal, cudaStream_t stream) {
   if (e != cudaSuccess) return cuda_failed(e, "cudaGetDevice");
   if (const int r = prepare(device, index)) return r;
   Device dev;
-  if (const int r = device_info(device, &dev)) return r;
+  if (const int r = device_info(device, index, &dev)) return r;
   return kernel.launch(kernel, a, dev, stream);
 }
 

@@ -9,7 +9,8 @@
 //   O += P V_j            wgmma, A (P, packed to 16 bit) from registers, B (V) N-major in smem
 // Kv tiles go from the last to the first, so the masked ones (causal diagonal, sequence end)
 // come first. Options (traits.cuh): a producer warpgroup with setmaxnreg, ping-pong of two
-// consumer warpgroups, and intra-warpgroup overlap of softmax(j) with P_{j-1} V_{j-1}.
+// consumer warpgroups, intra-warpgroup overlap of softmax(j) with P_{j-1} V_{j-1}, and K/V tiles
+// multicast to a 2-CTA cluster.
 #include "../common/attn_params.h"
 #include "../common/ptx_sm90.cuh"
 #include "traits.cuh"
@@ -70,8 +71,8 @@ struct Smem {
   __device__ u32 k_empty(int st) const { return bars + 8 * (1 + 2 * T::kStages + st); }
   __device__ u32 v_empty(int st) const { return bars + 8 * (1 + 3 * T::kStages + st); }
   __device__ u32 q_empty() const { return bars + 8 * (1 + 4 * T::kStages); }
-  // Split tail (Traits::kSplitTail): this CTA's two pieces, (u, lo, hi) each, and the plain tiles'
-  // end, after the barriers.
+  // Split tail or multicast (split_pieces): this CTA's two pieces, (u, lo, hi) each, the plain
+  // tiles' end and the query blocks, after the barriers.
   __device__ u32 pieces() const { return bars + 128; }
   // Dynamic tiles (Traits::kDynamicTiles): the producer's next work tile, written before that
   // tile's Q arrives on q_full (a plain arrive when it loads no Q).
@@ -86,18 +87,32 @@ struct Slot {
 };
 
 // ---- producer side: one thread issues every copy ----
-__device__ __forceinline__ void load_q(const Smem& sm, const TmaMaps& maps, int m_block, int head, int batch) {
+// Q rows from row0. kMulticast's padding block (past seqlen_q, rows nobody stores) loads from
+// the last row on instead: a box that starts past the tensor's end is not one TMA promises to
+// fill, and branching around the load spilled the producer's 24 registers at d=64.
+__device__ __forceinline__ void load_q(const Smem& sm, const TmaMaps& maps, const AttnParams& p, int m_block, int head,
+                                       int batch) {
+  const int row0 = T::kMulticast ? min(m_block * T::kBlockM, p.seqlen_q - 1) : m_block * T::kBlockM;
   mbar_arrive_expect_tx(sm.q_full(), T::kQBytes);
 #pragma unroll
   for (int cb = 0; cb < T::kColBlocks; ++cb)
-    tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * 64, m_block * T::kBlockM, head, batch);
+    tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * 64, row0, head, batch);
 }
 
+// With kMulticast the cluster's rank-0 CTA loads every tile into both CTAs, and each CTA's full
+// barrier expects the whole tile. (Each CTA loading half of the tile's column blocks put rank-
+// dependent offsets in the producer's loop, which spilled its 24 registers.)
 __device__ __forceinline__ void load_kv_tile(u32 dst, u32 full, const TmaDesc* desc, int tile, int kv_head, int batch) {
   mbar_arrive_expect_tx(full, T::kKVBytes);
+  if (T::kMulticast && cluster_ctarank() != 0) return;
 #pragma unroll
-  for (int cb = 0; cb < T::kColBlocks; ++cb)
-    tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * 64, tile * T::kBlockN, kv_head, batch);
+  for (int cb = 0; cb < T::kColBlocks; ++cb) {
+    if (T::kMulticast)
+      tma_load_4d_multicast(dst + cb * T::kKVColBlockBytes, desc, full, (1 << T::kCluster) - 1, cb * 64,
+                            tile * T::kBlockN, kv_head, batch);
+    else
+      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * 64, tile * T::kBlockN, kv_head, batch);
+  }
 }
 
 // Iteration `it` of a work tile (global iteration it_base + it) loads K/V tile n-1-it into its
@@ -319,15 +334,17 @@ __device__ __forceinline__ WorkTile plain_tile(const AttnParams& p, int t, int m
 // (split_pieces): the producer runs on 24 registers, and the divisions spilled there.
 __device__ __forceinline__ bool next_item(const AttnParams& p, const TmaMaps& maps, const Smem& sm, int c, int C,
                                           int tiles, int m_blocks, int& next, WorkTile& w) {
-  // With a split, the end of the plain tiles comes from shared memory each time: kept in a
-  // register through the producer's loop, it made the producer spill.
-  const int plain_end = T::kSplitTail ? ld_shared_s32(sm.pieces() + 24) : tiles;
+  // With a split or multicast, the end of the plain tiles and the query blocks come from shared
+  // memory each time: kept in registers through the producer's loop, they made the producer spill.
+  constexpr bool kFromSmem = T::kSplitTail || T::kMulticast;
+  const int plain_end = kFromSmem ? ld_shared_s32(sm.pieces() + 24) : tiles;
+  if (kFromSmem) m_blocks = ld_shared_s32(sm.pieces() + 28);
   if (next < plain_end) {
     w = plain_tile(p, next, m_blocks);
     next += C;
     return true;
   }
-  if (!T::kSplitTail || plain_end == tiles) return false;
+  if (!T::kSplitTail) return false;  // (without a split the pieces below are empty)
   if (next < plain_end + C) next = plain_end + C;  // the first tail piece
   const int k = next++ - (plain_end + C);
   if (k > 1) return false;
@@ -341,28 +358,36 @@ __device__ __forceinline__ bool next_item(const AttnParams& p, const TmaMaps& ma
   return true;
 }
 
-// CTA c's share of the split tail's split_tail * n K/V iterations, [total * c / C, total * (c + 1) / C),
-// as pieces k = 0, 1 in sm.pieces(): tail tile u (-1: none) and its iterations [lo, hi); then the
-// plain tiles' end, tiles - split_tail. 32-bit
-// arithmetic: the launcher splits only when split_tail * n * C and tiles + 2 * C stay below 2^31.
-__device__ __forceinline__ int tail_begin(int total, int c, int C) { return total * c / C; }
+// The split is over clusters (kCluster CTAs, kMulticast): the tail's clusters of tiles (tail
+// tiles kCluster * v .. + kCluster - 1) are shared out among the grid's clusters, and the CTAs of
+// one cluster take the same iterations of their own tile of it, so that they load the same K/V.
+// Without kMulticast a cluster is a CTA. Cluster g of G, and tail cluster v, with the split's
+// total = split_tail / kCluster * n iterations: g's share is [total * g / G, total * (g + 1) / G).
+// 32-bit arithmetic: the launcher splits only when split_tail * n * C and tiles + 2 * C stay
+// below 2^31.
+__device__ __forceinline__ int tail_begin(int total, int g, int G) { return total * g / G; }
+// CTA c's share as pieces k = 0, 1 in sm.pieces(): tail tile u (-1: none) and its iterations
+// [lo, hi); then the plain tiles' end, tiles - split_tail, and the query blocks (next_item).
 __device__ __forceinline__ void split_pieces(const AttnParams& p, const TmaMaps& maps, const Smem& sm, int c, int C,
-                                             int tiles) {
+                                             int tiles, int m_blocks) {
   const int split = T::kSplitTail ? maps.split_tail : 0;
+  const int g = c / T::kCluster, G = C / T::kCluster, rank = c % T::kCluster;
   int n = 1, b = 0, e = 0;  // no split: an empty share
   if (split > 0) {
     n = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;  // > 0: the launcher splits only with keys
-    b = tail_begin(split * n, c, C);
-    e = tail_begin(split * n, c + 1, C);
+    const int total = split / T::kCluster * n;
+    b = tail_begin(total, g, G);
+    e = tail_begin(total, g + 1, G);
   }
   for (int k = 0; k < 2; ++k) {
-    const int g = k == 0 ? b : (b / n + 1) * n;
-    const int u = g < e ? g / n : -1;
-    st_shared_s32(sm.pieces() + 12 * k, u);
-    st_shared_s32(sm.pieces() + 12 * k + 4, g - u * n);
-    st_shared_s32(sm.pieces() + 12 * k + 8, min(e - u * n, n));
+    const int x = k == 0 ? b : (b / n + 1) * n;
+    const int v = x < e ? x / n : -1;
+    st_shared_s32(sm.pieces() + 12 * k, v < 0 ? -1 : v * T::kCluster + rank);
+    st_shared_s32(sm.pieces() + 12 * k + 4, x - v * n);
+    st_shared_s32(sm.pieces() + 12 * k + 8, min(e - v * n, n));
   }
   st_shared_s32(sm.pieces() + 24, tiles - split);  // the plain tiles' end
+  st_shared_s32(sm.pieces() + 28, m_blocks);
 }
 
 // Quad (4 lanes) transpose: lane t's v[j] becomes lane j's former v[t]. Two butterfly stages,
@@ -458,13 +483,15 @@ __device__ __forceinline__ void split_combine(const TmaMaps& maps, const WorkTil
   mine[(T::kHeadDim / 2 + 3) * 32] = l[1];
   __threadfence();
   __syncwarp();
-  const int n = w.n, total = maps.split_tail * n;
-  const int C = gridDim.x * gridDim.y * gridDim.z;
-  // The CTAs whose shares meet this tile: c_first holds iteration u*n, c_last (u+1)*n - 1 (the
-  // owner of iteration x is the largest c with total * c / C <= x).
-  auto owner = [&](int x) { return ((x + 1) * C - 1) / total; };
-  const int c_first = owner(w.u * n), c_last = owner((w.u + 1) * n - 1);
-  const int pieces = c_last - c_first + 1;
+  // In clusters (split_pieces): tail cluster v, rank `rank` in it, of G clusters.
+  const int n = w.n, total = maps.split_tail / T::kCluster * n;
+  const int G = gridDim.x * gridDim.y * gridDim.z / T::kCluster;
+  const int v = w.u / T::kCluster, rank = w.u % T::kCluster;
+  // The clusters whose shares meet this tile: g_first holds iteration v*n, g_last (v+1)*n - 1
+  // (the owner of iteration x is the largest g with total * g / G <= x).
+  auto owner = [&](int x) { return ((x + 1) * G - 1) / total; };
+  const int g_first = owner(v * n), g_last = owner((v + 1) * n - 1);
+  const int pieces = g_last - g_first + 1;
   int* cnt = maps.split_count + w.u * kWarps + warp;
   int old = 0;
   if (lane == 0) old = atomicAdd(cnt, 1);
@@ -475,18 +502,20 @@ __device__ __forceinline__ void split_combine(const TmaMaps& maps, const WorkTil
   }
   if (lane == 0) *cnt = 0;  // for the next launch
   __threadfence();
-  auto slot_of = [&](int c) { return 2 * c + (tail_begin(total, c, C) / n == w.u ? 0 : 1); };
+  // Cluster g's piece of this tile is its CTA of this rank's first piece when g's share starts
+  // in tail cluster v, else its second.
+  auto slot_of = [&](int g) { return 2 * (g * T::kCluster + rank) + (tail_begin(total, g, G) / n == v ? 0 : 1); };
   float mx[2] = {neg_inf(), neg_inf()};
-  for (int c = c_first; c <= c_last; ++c) {
-    const float* q = at(slot_of(c));
+  for (int g = g_first; g <= g_last; ++g) {
+    const float* q = at(slot_of(g));
     mx[0] = fmaxf(mx[0], __ldcg(q + (T::kHeadDim / 2 + 0) * 32));
     mx[1] = fmaxf(mx[1], __ldcg(q + (T::kHeadDim / 2 + 1) * 32));
   }
 #pragma unroll
   for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] = 0.f;
   l[0] = l[1] = 0.f;
-  for (int c = c_first; c <= c_last; ++c) {
-    const float* q = at(slot_of(c));
+  for (int g = g_first; g <= g_last; ++g) {
+    const float* q = at(slot_of(g));
     const float f0 = ex2(__ldcg(q + (T::kHeadDim / 2 + 0) * 32) - mx[0]);
     const float f1 = ex2(__ldcg(q + (T::kHeadDim / 2 + 1) * 32) - mx[1]);
     l[0] += __ldcg(q + (T::kHeadDim / 2 + 2) * 32) * f0;
@@ -536,6 +565,15 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   auto release = [&](u32 empty_bar) {
     if (lane == 0) mbar_arrive(empty_bar);
   };
+  // A K/V stage: with kMulticast the peer CTA's producer writes into it too, so it is released
+  // in both CTAs (their empty barriers count both CTAs' consumer warps).
+  const u32 peer = T::kMulticast ? cluster_ctarank() ^ 1 : 0;
+  auto release_kv = [&](u32 empty_bar) {
+    if (lane == 0) {
+      mbar_arrive(empty_bar);
+      if (T::kMulticast) mbar_arrive_cluster(empty_bar, peer);
+    }
+  };
   // Q's buffer is free once this warpgroup's last Q.K^T has completed: the next work tile's Q
   // (a persistent CTA's) then loads during the last P.V and the epilogue, not after them: its
   // ~2 us from memory stalled each tile's start (docs/WGMMA.md run 30).
@@ -572,9 +610,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       mbar_wait(sm.k_full(sl.stage), sl.phase);
       pp_sync();
       pp_arrive();
-      release(sm.k_empty(sl.stage));
+      release_kv(sm.k_empty(sl.stage));
       mbar_wait(sm.v_full(sl.stage), sl.phase);
-      release(sm.v_empty(sl.stage));
+      release_kv(sm.v_empty(sl.stage));
     };
     for (int it = lo; it < skip; ++it) idle_turn(it);
     q_done(skip == end);
@@ -609,14 +647,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         reg_fence(s);
         q_done(it == end - 1);
         pp_arrive();
-        release(sm.k_empty(sl.stage));
+        release_kv(sm.k_empty(sl.stage));
         s_tile(tile, nar);
         rescale_o(o, factor);
         mbar_wait(sm.v_full(sl.stage), sl.phase);
         gemm_pv_w(nar, o, pa, v_desc(sl.stage));
         wgmma_wait<0>();
         reg_fence(o);
-        release(sm.v_empty(sl.stage));
+        release_kv(sm.v_empty(sl.stage));
         if (!T::kWarpSpecialize && threadIdx.x == 0 && it + T::kStages < n)
           produce(sm, maps, it_base, it + T::kStages, n, head / p.q_per_kv, batch);
       };
@@ -637,7 +675,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         wgmma_wait<0>();
         reg_fence(s);
         q_done(skip == end - 1);
-        release(sm.k_empty(first.stage));
+        release_kv(sm.k_empty(first.stage));
         s_tile(n - 1 - skip, nar);
       };
       // Iteration it: S_j of tile n-1-it beside P.V of the previous tile (narrow if pv_nar).
@@ -653,12 +691,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         wgmma_wait<1>();
         reg_fence(s);
         q_done(it == end - 1);
-        release(sm.k_empty(sl.stage));
+        release_kv(sm.k_empty(sl.stage));
         if (needs_mask(tile)) mask_tile(s, tile, row0, t, sk, diag);
         softmax_tile(s, m, l, factor, p.scale_log2);  // ... while this runs
         wgmma_wait<0>();
         reg_fence(o);
-        release(sm.v_empty(prev.stage));
+        release_kv(sm.v_empty(prev.stage));
         rescale_o(o, factor);
         pack_p(pa, s);
       };
@@ -670,7 +708,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pp_arrive();
         wgmma_wait<0>();
         reg_fence(o);
-        release(sm.v_empty(last.stage));
+        release_kv(sm.v_empty(last.stage));
       };
       if (narrow) prologue(true);
       else prologue(false);
@@ -695,8 +733,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
 // Grid: one CTA per work tile, (ceil(seqlen_q / block_m), heads_q, batch); or persistent, any
 // number of CTAs (the SM count): CTA c then takes work tiles c, c + CTAs, ... in turn, and the
 // producer loads the next tile's Q and K/V while the consumers finish the current one.
-// Block T::kThreads, dynamic smem T::kSmemBytes.
-extern "C" __global__ void __launch_bounds__(T::kThreads, 1)
+// Block T::kThreads, dynamic smem T::kSmemBytes. With kMulticast the grid runs in clusters of
+// two (the launcher makes it even) and the query blocks are padded to pairs.
+#if KV_MULTICAST
+#define ATT_CLUSTER_DIMS __cluster_dims__(2, 1, 1)
+#else
+#define ATT_CLUSTER_DIMS
+#endif
+extern "C" __global__ void __launch_bounds__(T::kThreads, 1) ATT_CLUSTER_DIMS
 flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   Smem sm;
@@ -705,7 +749,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   sm.v = sm.q + T::kOffV;
   sm.bars = sm.q + T::kOffBars;
 
-  const int m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+  const int m_blocks = (p.seqlen_q + T::kBlockM * T::kCluster - 1) / (T::kBlockM * T::kCluster) * T::kCluster;
   const int tiles = m_blocks * p.heads_q * p.batch;
   const int ctas = gridDim.x * gridDim.y * gridDim.z;
   const int first_tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
@@ -713,16 +757,17 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   if (threadIdx.x == 0) {
     mbar_init(sm.q_full(), 1);
     mbar_init(sm.q_empty(), T::kConsumerWgs * 4);  // one arrive per consumer warp
-    if constexpr (T::kSplitTail) split_pieces(p, maps, sm, first_tile, ctas, tiles);
+    if constexpr (T::kSplitTail || T::kMulticast) split_pieces(p, maps, sm, first_tile, ctas, tiles, m_blocks);
     for (int st = 0; st < T::kStages; ++st) {
       mbar_init(sm.k_full(st), 1);
       mbar_init(sm.v_full(st), 1);
-      mbar_init(sm.k_empty(st), T::kConsumerWgs * 4);
-      mbar_init(sm.v_empty(st), T::kConsumerWgs * 4);
+      mbar_init(sm.k_empty(st), T::kConsumerWgs * 4 * T::kCluster);  // and the peer's warps (kMulticast)
+      mbar_init(sm.v_empty(st), T::kConsumerWgs * 4 * T::kCluster);
     }
     mbar_init_fence();
   }
   __syncthreads();
+  if constexpr (T::kMulticast) cluster_sync();  // the peer's barriers are ready for its copies and arrives
 
   // Producer side for one work tile: K/V iteration 0 (into a stage the previous tile freed),
   // then Q once the consumers are done with the previous tile's, then the other iterations
@@ -738,7 +783,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     if (loads) produce(sm, maps, it_base, w.lo, w.n, kv_head, w.batch);
     mbar_wait(sm.q_empty(), q_phase ^ 1);
     if (T::kDynamicTiles) st_shared_s32(sm.sched(), sched);
-    if (loads) load_q(sm, maps, w.m_block, w.head, w.batch);
+    if (loads) load_q(sm, maps, p, w.m_block, w.head, w.batch);
     else mbar_arrive(sm.q_full());
     for (int it = w.lo + 1; it < w.lo + count; ++it) produce(sm, maps, it_base, it, w.n, kv_head, w.batch);
   };
@@ -829,6 +874,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     }
     epilogue_store(p, out, had);
   }
+  if constexpr (T::kMulticast) cluster_sync();  // the peer may still arrive on this CTA's barriers
 }
 
 }  // namespace att

@@ -46,10 +46,16 @@ struct Traits {
   // done, in the longest-first order of work_tile, and hands it to the consumers through shared
   // memory (the launcher passes no counter: round-robin).
   static constexpr bool kDynamicTiles = kCausal && kWarpSpecialize && PERSISTENT;
+  // Non-causal persistent grids with a producer: CTAs 2k and 2k+1 run as a cluster
+  // (__cluster_dims__) on adjacent query blocks of one head, and the first loads every K/V tile
+  // into both (TMA multicast): half the L2 reads per FLOP. The query blocks are padded to pairs
+  // (an idle last block when their count is odd).
+  static constexpr bool kMulticast = KV_MULTICAST;
   static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
   static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
 
   // Derived.
+  static constexpr int kCluster = kMulticast ? 2 : 1;  // CTAs per cluster (x)
   static constexpr int kConsumerWgs = kBlockM / 64;  // wgmma is m64: one warpgroup per 64 rows
   static constexpr int kConsumerThreads = kConsumerWgs * 128;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialize ? 128 : 0);
@@ -69,9 +75,9 @@ struct Traits {
   static constexpr int kBarBytes = 256;
   static constexpr int kAlignSlack = 1024;  // dynamic smem is only 16-byte aligned
   static constexpr int kSmemBytes = kOffBars + kBarBytes + kAlignSlack;
-  // The barriers (2 + 4 per stage, 8 bytes each) end before the split tail's words at 128 (28 bytes).
+  // The barriers (2 + 4 per stage, 8 bytes each) end before the split tail's words at 128 (32 bytes).
   // The dynamic tiles' word at 160.
-  static_assert(8 * (2 + 4 * kStages) <= 128 && 128 + 28 <= 160 && 160 + 4 <= kBarBytes, "barrier area");
+  static_assert(8 * (2 + 4 * kStages) <= 128 && 128 + 32 <= 160 && 160 + 4 <= kBarBytes, "barrier area");
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim 64, 128 or 256");
   static_assert(kBlockM % 64 == 0 && kConsumerWgs >= 1 && kConsumerWgs <= 3, "block_m 64, 128 or 192");
@@ -91,6 +97,8 @@ struct Traits {
                 "setmaxnreg takes multiples of 8 in [24, 256]");
   static_assert(!kWarpSpecialize || 128 * (kProducerRegs + kConsumerWgs * kConsumerRegs) <= 65536,
                 "the register split exceeds the register file");
+  static_assert(!kMulticast || (!kCausal && kWarpSpecialize && PERSISTENT),
+                "kv_multicast: non-causal persistent grids with a producer");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with the kernel's");
 };

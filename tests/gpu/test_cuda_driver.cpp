@@ -61,6 +61,15 @@ extern "C" __global__ void spin(long long cycles, unsigned* sink) {
 extern "C" __global__ void out_of_bounds(unsigned* p) { p[(1ull << 38) + threadIdx.x] = 1u; }
 )";
 
+// A kernel in clusters of two CTAs (sm_90+), as flash_fwd_wgmma's kv_multicast is: each CTA
+// writes its rank in the cluster.
+constexpr const char* kClusterKernel = R"(
+extern "C" __global__ void __cluster_dims__(2, 1, 1) cluster_rank(unsigned* out) {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  if (threadIdx.x == 0) out[blockIdx.x] = rank;
+}
+)";
 
 CompileOutput compile_for_device(const char* source, const std::string& arch) {
   CompileOptions o;
@@ -223,6 +232,49 @@ TEST(CudaDriverGpu, DynamicSharedMemoryNeedsOptIn) {
   int bad = 0;
   for (int i = 0; i < n; ++i) bad += host[static_cast<std::size_t>(i)] != static_cast<float>(n - 1 - i);
   EXPECT_EQ(bad, 0);
+}
+
+// A kernel with compiled-in cluster dims: its co-resident clusters (what a persistent grid of
+// them is capped at, LoadedKernel), a plain launch of whole clusters, and an odd grid refused.
+TEST(CudaDriverGpu, ClusterDimsKernelLaunchesPlainlyInWholeClusters) {
+  REQUIRE_GPU();
+  const DeviceProps p = device_props(0);
+  if (p.cc_major < 9) GTEST_SKIP() << p.arch << " has no thread block clusters";
+  Context ctx(0);
+  Module module(compile_for_device(kClusterKernel, p.arch).cubin);
+  const Function f = module.function("cluster_rank");
+  const unsigned grid = static_cast<unsigned>(p.sm_count / 2 * 2);
+  const int light = f.max_active_clusters({grid, 1, 1}, 128, 0);
+  EXPECT_GE(light, p.sm_count / 2) << "small CTAs: at least a cluster per two SMs";
+  const int bytes = p.max_smem_per_block_optin;
+  f.set_max_dynamic_smem(bytes);
+  const int heavy = f.max_active_clusters({grid, 1, 1}, 128, static_cast<std::size_t>(bytes));
+  EXPECT_GT(heavy, 0);
+  EXPECT_LE(heavy, p.sm_count / 2) << "one CTA per SM";
+  std::printf("%s: %d clusters of 2 fit with 128 threads, %d with %d bytes of smem a CTA\n", p.name.c_str(), light,
+              heavy, bytes);
+
+  DeviceBuffer out(grid * sizeof(unsigned));
+  out.fill_u32(0xFFFFFFFFu);
+  CUdeviceptr ptr = out.ptr();
+  void* args[] = {&ptr};
+  launch(f, Dim3{grid}, Dim3{128}, 0, nullptr, args);
+  ctx.synchronize();
+  std::vector<unsigned> ranks(grid);
+  out.download(ranks.data(), out.bytes());
+  for (unsigned i = 0; i < grid; ++i) EXPECT_EQ(ranks[i], i % 2) << "CTA " << i;
+  try {
+    launch(f, Dim3{3}, Dim3{128}, 0, nullptr, args);
+    ctx.synchronize();
+    FAIL() << "a grid of 3 CTAs in clusters of 2 launched";
+  } catch (const CudaError& e) {
+    EXPECT_FALSE(e.sticky()) << e.what();
+  }
+
+  // Without cluster dims the answer is 0 clusters, not an error (H100, driver 580): a persistent
+  // grid then counts the SMs alone (persistent_ctas).
+  Module plain(compile_for_device(kKernels, p.arch).cubin);
+  EXPECT_EQ(plain.function("fill").max_active_clusters({grid, 1, 1}, 128, 0), 0);
 }
 
 TEST(CudaDriverGpu, EventsTimeAKernelOnAStream) {

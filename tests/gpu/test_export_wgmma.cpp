@@ -4,8 +4,8 @@
 // the tuner's reference (tuner/eval: fp32 and same-dtype references, FA2's criterion, NaN-poisoned
 // output and LSE) on odd lengths, sk != s both ways, GQA/MQA, [B,S,H,D] strides, causal rows that
 // see no key and several work tiles per persistent CTA; plus LSE NULL, seqlen_k 0, and calls TMA
-// cannot take (unaligned strides and bases: ATTNTUNE_UNSUPPORTED). Persistent and per-tile grids,
-// with and without a producer warpgroup, fp16 and bf16, d=64, 128 and 256. Skips without a GPU, and on
+// cannot take (unaligned strides and bases: ATTNTUNE_UNSUPPORTED). Persistent (also in 2-CTA
+// clusters) and per-tile grids, with and without a producer warpgroup, fp16 and bf16, d=64, 128 and 256. Skips without a GPU, and on
 // GPUs without sm_90a.
 #include <dlfcn.h>
 
@@ -71,7 +71,13 @@ const Export kExports[] = {
     // K/V iterations (the 256- and 960-tile shapes below leave 124 and 36 tiles for it).
     {"wg-d128-bf16-persistent", "b=4,h=16,s=4096,d=128,dtype=bf16,causal=0",
      {{"block_m", 128}, {"block_n", 128}, {"stages", 2}, {"warp_specialize", 1}, {"ping_pong", 1},
-      {"intra_wg_overlap", 1}, {"persistent", 1}, {"narrow_n", 64}, {"split_tail", 1}}},
+      {"intra_wg_overlap", 1}, {"persistent", 1}, {"narrow_n", 64}, {"split_tail", 1}, {"kv_multicast", 0}}},
+    // The same in 2-CTA clusters sharing each K/V load (kv_multicast): the grid whole clusters, as
+    // many as fit at once; the query blocks padded to pairs (the shapes' odd block counts leave
+    // idle ghost tiles); the split tail over clusters.
+    {"wg-d128-bf16-multicast", "b=4,h=16,s=4096,d=128,dtype=bf16,causal=0",
+     {{"block_m", 128}, {"block_n", 128}, {"stages", 2}, {"warp_specialize", 1}, {"ping_pong", 1},
+      {"intra_wg_overlap", 1}, {"persistent", 1}, {"narrow_n", 64}, {"split_tail", 1}, {"kv_multicast", 1}}},
     // Causal persistent: work tiles from the counter (the 256+-tile shape below gives each CTA
     // several, the sk < s one tiles without keys), longest first in head groups of 4.
     {"wg-d128-bf16-causal-persistent", "b=4,h=16,s=4096,d=128,dtype=bf16,causal=1",
@@ -89,7 +95,7 @@ const Export kExports[] = {
      {{"block_m", 64}, {"warp_specialize", 0}, {"persistent", 0}}},
     // Persistent with three consumer warpgroups, d=64.
     {"wg-d64-bf16-persistent", "b=8,h=16,s=2048,d=64,dtype=bf16,causal=0",
-     {{"block_m", 192}, {"warp_specialize", 1}, {"persistent", 1}, {"split_tail", 0}}},
+     {{"block_m", 192}, {"warp_specialize", 1}, {"persistent", 1}, {"split_tail", 0}, {"kv_multicast", 0}}},
     // d=256: four 64-column blocks per row in every TMA copy, O across 128 registers a thread;
     // causal, persistent (the counter), ping-pong and overlap.
     {"wg-d256-fp16-causal-persistent", "b=4,h=8,s=4096,d=256,dtype=fp16,causal=1",

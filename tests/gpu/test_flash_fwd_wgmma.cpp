@@ -4,7 +4,8 @@
 // per CTA; launched through LoadedKernel, i.e. with the tensor maps the evaluator encodes. dtype
 // alternates over the configs. By default a fixed spread: ATTNTUNE_PROPERTY_SAMPLE per head dim
 // and causality (default 24), plus every ablation step (plain, producer, ping-pong, overlap, both;
-// persistent or not) and the ping-pong ring of three warpgroups; 0 checks the whole space.
+// persistent or not), the ping-pong ring of three warpgroups and four kv_multicast configs (the
+// shapes' odd query-block counts give pairs with an idle block); 0 checks the whole space.
 // Skips on GPUs without sm_90a (wgmma).
 #include <cstdlib>
 
@@ -53,6 +54,7 @@ void check_space(int d) {
       // Each ablation step once, block_n 128 (64 at d=256; both grid modes where the space has
       // them), and the ping-pong ring of three consumer warpgroups (not at d=256).
       const std::int64_t block_n = d == 256 ? 64 : 128;
+      int mc_picked = 0;
       for (const Config& c : all) {
         if (std::get<std::int64_t>(c.at("block_n")) != block_n || std::get<std::int64_t>(c.at("stages")) != 2 ||
             std::get<std::int64_t>(c.at("producer_regs")) != 24 || std::get<std::int64_t>(c.at("exp2_emu")) != 0 ||
@@ -60,6 +62,11 @@ void check_space(int d) {
           continue;
         const bool ws = flag(c, "warp_specialize");
         const auto bm = std::get<std::int64_t>(c.at("block_m"));
+        if (flag(c, "kv_multicast")) {
+          // K/V multicast (2-CTA clusters): a few, with and without the split tail where offered.
+          if (bm == 128 && flag(c, "ping_pong") && flag(c, "intra_wg_overlap") && mc_picked++ < 4) picked.push_back(c);
+          continue;
+        }
         if ((bm == 64 && !ws) || (bm == 128 && ws) || (bm == 192 && flag(c, "ping_pong")))
           picked.push_back(c);  // (a); (b')-(e)
       }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds wgmma_harness binaries (sm_90a) for a list of configs and keeps ptxas's report of each:
 #   NAME:D:BF16:CAUSAL:BM:BN:STAGES:WS:PP:OV:PRODUCER_REGS:CONSUMER_REGS[:EXP2_EMU[:MACRO=V,...]]
-# (the last field: extra -D definitions, e.g. HEAD_GROUP=4,NARROW_N=64,LAZY_RESCALE=8,SPLIT_TAIL=1,PERSISTENT=1; they default to 1, 0, 0, 0 and 0;
+# (the last field: extra -D definitions, e.g. HEAD_GROUP=4,NARROW_N=64,LAZY_RESCALE=8,SPLIT_TAIL=1,PERSISTENT=1,KV_MULTICAST=1; they default to 1, 0, 0, 0, 0 and 0;
 # PERSISTENT=1 builds causal configs with a producer for the dynamic tile counter: run them persistent)
 # OUT_DIR (default build-wgmma-harness) receives NAME and NAME.ptxas.
 set -e
@@ -15,6 +15,7 @@ build_one() {
   grep -q "LAZY_RESCALE=" <<<"$xdef" || extra="$extra -DLAZY_RESCALE=0"
   grep -q "SPLIT_TAIL=" <<<"$xdef" || extra="$extra -DSPLIT_TAIL=0"
   grep -q "PERSISTENT=" <<<"$xdef" || extra="$extra -DPERSISTENT=0"
+  grep -q "KV_MULTICAST=" <<<"$xdef" || extra="$extra -DKV_MULTICAST=0"
   local threads=$(( bm * 2 + (ws ? 128 : 0) ))
   local smem=$(( (bm + 2 * st * bn) * d * 2 + 256 + 1024 ))
   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v \

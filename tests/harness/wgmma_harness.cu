@@ -70,10 +70,12 @@ int main(int argc, char** argv) {
   cudaFuncAttributes fa; CK(cudaFuncGetAttributes(&fa, att::flash_fwd_wgmma));
   const int persistent_mode = argc > 2 ? std::atoi(argv[2]) : 0;
   int sms = 0; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  sms -= sms % T::kCluster;  // kv_multicast: a persistent grid of whole clusters
   int fails = 0;
   std::vector<std::string> shapes;
   for (char* tok = std::strtok(argv[1], ";"); tok; tok = std::strtok(nullptr, ";")) shapes.push_back(tok);
-  for (int persistent = persistent_mode == 1; persistent <= (persistent_mode >= 1); ++persistent)
+  // kv_multicast builds run persistent only (their clusters pair a persistent grid's CTAs).
+  for (int persistent = persistent_mode == 1 || T::kMulticast; persistent <= (persistent_mode >= 1 || T::kMulticast); ++persistent)
   for (const std::string& shape : shapes) {
     const char* tok = shape.c_str();
     int b, h, hkv, s, sk, layout, timed = 1;
@@ -89,6 +91,8 @@ int main(int argc, char** argv) {
     att_ref::fill_normal<<<1024, 256>>>(v, nk, seed++ * 33, bf16);
     CK(cudaMemset(o, 0xff, nq * 2)); CK(cudaMemset(lse, 0xff, (size_t)b * h * s * 4)); CK(cudaMemset(stats, 0, 32));
     AttnParams p = make(q, k, v, o, lse, b, h, hkv, s, sk, d, layout);
+    // The kernel's work tiles: query blocks padded to whole clusters (kv_multicast).
+    const int m_blocks = (s + T::kBlockM * T::kCluster - 1) / (T::kBlockM * T::kCluster) * T::kCluster;
     att::TmaMaps maps;
     maps.q = tensor_map(encode, q, p.q_stride, d, s, h, b, T::kBlockM, bf16);
     maps.k = tensor_map(encode, k, p.k_stride, d, sk, hkv, b, T::kBlockN, bf16);
@@ -102,7 +106,7 @@ int main(int argc, char** argv) {
     // Experiment: WGMMA_SPLIT=1 shares the persistent grid's last partial round of tiles out by
     // K/V iterations (stream-K); the workspace and counters are per call of this shape.
     if (persistent && !causal && std::getenv("WGMMA_SPLIT") && std::atoi(std::getenv("WGMMA_SPLIT")) > 0) {
-      const int tiles_all = ((s + T::kBlockM - 1) / T::kBlockM) * h * b, ctas = std::min(tiles_all, sms);
+      const int tiles_all = m_blocks * h * b, ctas = std::min(tiles_all, sms);
       const int tail = tiles_all % ctas, n_it = (sk + T::kBlockN - 1) / T::kBlockN;
       if (tail > 0 && 1ll * tail * n_it >= 2ll * ctas) {
         const size_t warps = T::kConsumerWgs * 4, vals = T::kHeadDim / 2 + 4;
@@ -122,7 +126,7 @@ int main(int argc, char** argv) {
       att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 1, rlow, lselow);
     }
     dim3 grid((s + T::kBlockM - 1) / T::kBlockM, h, b);
-    if (persistent) grid = dim3(std::min<unsigned>(grid.x * h * b, sms), 1, 1);
+    if (persistent) grid = dim3(std::min<unsigned>(m_blocks * h * b, sms), 1, 1);
     att::flash_fwd_wgmma<<<grid, T::kThreads, kSmem>>>(p, maps);
     CK(cudaGetLastError());
     att_ref::compare_outputs<<<256, dim3(32, 8)>>>(p, d, bf16, r32, rlow, lse32, stats, stats + 4);

@@ -39,7 +39,7 @@ namespace attntune::cuda {
   X(cuCtxGetLimit) X(cuCtxSetLimit) X(cuMemGetInfo)                                              \
   X(cuModuleLoadDataEx) X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal)            \
   X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)     \
-  X(cuLaunchKernel)                                                                              \
+  X(cuOccupancyMaxActiveClusters) X(cuLaunchKernel)                                              \
   X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)                     \
   X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)                                 \
   X(cuMemsetD8) X(cuMemsetD16) X(cuMemsetD32) X(cuStreamIsCapturing)                             \
@@ -164,6 +164,10 @@ class Context {
   CUcontext ctx_ = nullptr;
 };
 
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
 // A kernel of a loaded Module. A plain handle: valid while its Module lives.
 class Function {
  public:
@@ -185,6 +189,10 @@ class Function {
     set_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
   }
   int max_active_blocks_per_sm(int block_threads, std::size_t dynamic_smem) const;
+  // How many clusters of a kernel with compiled-in __cluster_dims__ fit on the device at once, for
+  // a launch of `grid` (cuOccupancyMaxActiveClusters; no cluster attribute: the dims are the
+  // kernel's). 0 for a kernel without cluster dims (not an error: H100, driver 580).
+  int max_active_clusters(Dim3 grid, int block_threads, std::size_t dynamic_smem) const;
 
  private:
   CUfunction f_ = nullptr;
@@ -312,10 +320,6 @@ class Graph {
 // Milliseconds between two recorded events (both complete: synchronize on `end` first or this
 // throws CUDA_ERROR_NOT_READY). Resolution is about half a microsecond.
 float elapsed_ms(const Event& start, const Event& end);
-
-struct Dim3 {
-  unsigned x = 1, y = 1, z = 1;
-};
 
 // cuLaunchKernel. args[i] points at the i-th kernel argument. Launch errors (bad configuration,
 // too much shared memory) throw here; faults inside the kernel surface at the next synchronize.

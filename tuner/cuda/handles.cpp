@@ -100,6 +100,19 @@ int Function::max_active_blocks_per_sm(int block_threads, std::size_t dynamic_sm
   return blocks;
 }
 
+int Function::max_active_clusters(Dim3 grid, int block_threads, std::size_t dynamic_smem) const {
+  CUlaunchConfig config{};
+  config.gridDimX = grid.x;
+  config.gridDimY = grid.y;
+  config.gridDimZ = grid.z;
+  config.blockDimX = static_cast<unsigned>(block_threads);
+  config.blockDimY = config.blockDimZ = 1;
+  config.sharedMemBytes = static_cast<unsigned>(dynamic_smem);
+  int clusters = 0;
+  CU_CHECK(driver().cuOccupancyMaxActiveClusters(&clusters, f_, &config));
+  return clusters;
+}
+
 // ---- Module -------------------------------------------------------------------------------------
 
 Module::Module(const std::string& image) {

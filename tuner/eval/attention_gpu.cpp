@@ -220,6 +220,20 @@ CUtensorMap encode_tensor_map(const void* base, const long long* stride, int len
   return m;
 }
 
+// How many clusters of a persistent kernel fit on the device at once, for its grid of whole
+// clusters; 0 (persistent_ctas then counts the SMs alone) when the driver cannot say, or says 0 (a
+// kernel built without the cluster dims its geometry names: its launch would show why).
+unsigned max_active_clusters(const cuda::Function& fn, const LaunchGeometry& g, unsigned sm_count) {
+  try {
+    const int n = fn.max_active_clusters({sm_count / g.cluster * g.cluster, 1, 1}, static_cast<int>(g.block),
+                                         g.smem_bytes);
+    return n > 0 ? static_cast<unsigned>(n) : 0;
+  } catch (const cuda::CudaError& e) {
+    if (e.sticky()) throw;
+    return 0;
+  }
+}
+
 }  // namespace
 
 LoadedKernel::LoadedKernel(const std::string& cubin, const std::string& name, const LaunchGeometry& geometry)
@@ -231,16 +245,16 @@ LoadedKernel::LoadedKernel(const std::string& cubin, const std::string& name, co
     CU_CHECK(cuda::driver().cuCtxGetDevice(&dev));
     CU_CHECK(cuda::driver().cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
     sm_count_ = static_cast<unsigned>(sms);
+    if (geometry_.cluster > 1) max_clusters_ = max_active_clusters(fn_, geometry_, sm_count_);
   }
 }
 
 void LoadedKernel::launch(const AttnParams& p, unsigned grid_x, CUstream stream) const {
   AttnParams copy = p;
   cuda::Dim3 grid{grid_x, static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch)};
-  if (geometry_.persistent) {  // the kernel walks the (grid_x, h, b) work tiles itself
-    const unsigned long long tiles = 1ull * grid.x * grid.y * grid.z;
-    grid = {static_cast<unsigned>(std::min<unsigned long long>(tiles, sm_count_)), 1, 1};
-  }
+  // A persistent kernel walks the work tiles itself: (grid_x padded to whole clusters, h, b).
+  const unsigned long long tiles = persistent_work_tiles(grid_x, grid.y, grid.z, geometry_.cluster);
+  if (geometry_.persistent) grid = {persistent_ctas(tiles, sm_count_, max_clusters_, geometry_.cluster), 1, 1};
   const TmaSpec& t = geometry_.tma;
   if (t.q_rows == 0) {
     void* args[] = {&copy};
@@ -265,7 +279,6 @@ void LoadedKernel::launch(const AttnParams& p, unsigned grid_x, CUstream stream)
   if (geometry_.dynamic_tiles && ensure(tile_count_, 2 * sizeof(int), true))
     maps.tile_count = reinterpret_cast<int*>(tile_count_.ptr());
   if (geometry_.split_tail) {
-    const unsigned long long tiles = 1ull * grid_x * p.heads_q * p.batch;
     const unsigned tail = split_tail_tiles(tiles, grid.x, (p.seqlen_k + t.kv_rows - 1) / t.kv_rows);
     if (tail > 0) {
       const bool ws = ensure(split_ws_, split_workspace_floats(grid.x, geometry_.consumer_warps, t.head_dim) * sizeof(float), false);

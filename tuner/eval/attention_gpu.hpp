@@ -84,7 +84,8 @@ class ReferenceCache {
 class LoadedKernel {
  public:
   LoadedKernel(const std::string& cubin, const std::string& name, const LaunchGeometry& geometry);
-  // Launch geometry for another problem size with the same config.
+  // Launch geometry for another problem size with the same config: grid_x = ceil(seqlen_q /
+  // block_m), as the geometry's grid[0] (a persistent grid pads it to whole clusters here).
   void launch(const AttnParams& p, unsigned grid_x, CUstream stream = nullptr) const;
   void launch(const AttnBuffers& b) const;
   const cuda::Function& function() const { return fn_; }
@@ -95,6 +96,7 @@ class LoadedKernel {
   cuda::Function fn_;
   LaunchGeometry geometry_;
   unsigned sm_count_ = 0;  // the current device's, for a persistent grid
+  unsigned max_clusters_ = 0;  // with clusters: how many fit on it at once (0: unknown)
   // split_tail's workspace and zeroed counters, grown on demand outside stream capture (the
   // evaluator launches once before it captures a graph).
   mutable cuda::DeviceBuffer split_ws_, split_count_;

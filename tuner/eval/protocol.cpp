@@ -472,6 +472,7 @@ Frame to_frame(const EvalRequest& r) {
               {"split_tail", r.geometry.split_tail},
               {"dynamic_tiles", r.geometry.dynamic_tiles},
               {"consumer_warps", r.geometry.consumer_warps},
+              {"cluster", r.geometry.cluster},
               {"problem", r.problem.json()},
               {"validation_seed", r.validation_seed},
               {"timing_seed", r.timing_seed},
@@ -498,6 +499,8 @@ EvalRequest eval_request(const Frame& f) {
   r.geometry.split_tail = field<bool>(f, "split_tail");
   r.geometry.dynamic_tiles = field<bool>(f, "dynamic_tiles");
   r.geometry.consumer_warps = field<unsigned>(f, "consumer_warps");
+  r.geometry.cluster = field<unsigned>(f, "cluster");
+  if (r.geometry.cluster == 0) throw ProtocolError("message 'eval': cluster must be 1 or more");
   r.problem = problem_field(f);
   r.validation_seed = field<std::uint64_t>(f, "validation_seed");
   r.timing_seed = field<std::uint64_t>(f, "timing_seed");

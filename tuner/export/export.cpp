@@ -220,15 +220,22 @@ nlohmann::ordered_json launch_json(const Prepared& p) {
   const TmaSpec& t = p.geometry.tma;
   if (t.q_rows != 0 || p.geometry.persistent) j["persistent"] = p.geometry.persistent;
   if (t.q_rows != 0) j["tma_box_rows"] = {{"q", t.q_rows}, {"kv", t.kv_rows}};
+  if (p.geometry.cluster > 1) j["cluster"] = p.geometry.cluster;
   return j;
 }
 
 // What the header says of a kernel's launch.
 std::string launch_text(const Prepared& p) {
-  const std::string tiles = fmt::format("(ceil(seqlen_q / {}), heads_q, batch)", p.block_m);
+  const unsigned c = p.geometry.cluster;
+  const std::string tiles =
+      c > 1 ? fmt::format("(ceil(seqlen_q / {}) rounded up to a multiple of {}, heads_q, batch)", p.block_m, c)
+            : fmt::format("(ceil(seqlen_q / {}), heads_q, batch)", p.block_m);
   std::string s = p.geometry.persistent
                       ? fmt::format("persistent grid: min(work tiles {}, SMs) CTAs", tiles)
                       : fmt::format("grid {}", tiles);
+  if (c > 1)
+    s += fmt::format(" in {}-CTA clusters sharing each K/V load (TMA multicast), as many as fit on the device at once",
+                     c);
   s += fmt::format(", {} threads, {} bytes of dynamic shared memory", p.geometry.block, p.geometry.smem_bytes);
   const TmaSpec& t = p.geometry.tma;
   if (t.q_rows != 0)
@@ -403,14 +410,15 @@ std::string kernel_table(const Plan& plan) {
     // The arch passed arch_number: "sm_", digits and at most an "a".
     rows += fmt::format(
         "    {{\"{label}\", \"{arch}\", {d}, {causal}, {bf16}, {b}, {h}, {hkv}, {s}, {sk}, {block_m}, {threads}, "
-        "{smem}, {persistent}, {q_rows}, {kv_rows}, {split},\n"
+        "{smem}, {persistent}, {q_rows}, {kv_rows}, {split}, {cluster},\n"
         "     reinterpret_cast<const void*>(&{ns}::{ns}_{name}), {check}, {launch}}},\n",
         fmt::arg("label", label), fmt::arg("arch", p.kernel_arch), fmt::arg("d", pr.d),
         fmt::arg("causal", pr.causal ? 1 : 0), fmt::arg("bf16", pr.dtype == DType::kBf16 ? 1 : 0),
         fmt::arg("b", pr.b), fmt::arg("h", pr.h), fmt::arg("hkv", pr.hkv), fmt::arg("s", pr.s), fmt::arg("sk", pr.sk),
         fmt::arg("block_m", p.block_m), fmt::arg("threads", p.geometry.block), fmt::arg("smem", p.geometry.smem_bytes),
         fmt::arg("persistent", p.geometry.persistent ? 1 : 0), fmt::arg("q_rows", p.geometry.tma.q_rows),
-        fmt::arg("kv_rows", p.geometry.tma.kv_rows), fmt::arg("split", p.geometry.split_tail ? 1 : 0), fmt::arg("ns", ns), fmt::arg("name", p.kernel.kernel_name),
+        fmt::arg("kv_rows", p.geometry.tma.kv_rows), fmt::arg("split", p.geometry.split_tail ? 1 : 0),
+        fmt::arg("cluster", p.geometry.cluster), fmt::arg("ns", ns), fmt::arg("name", p.kernel.kernel_name),
         fmt::arg("check", p.launch->check),
         fmt::arg("launch", fmt::format(fmt::runtime(p.launch->launch), fmt::arg("ns", ns))));
   }

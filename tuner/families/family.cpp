@@ -87,6 +87,12 @@ std::int64_t derived_value(const std::vector<std::pair<std::string, std::int64_t
   throw InputError(fmt::format("{}: family {} needs a derived quantity '{}'", space.path(), space.family(), name));
 }
 
+// A boolean parameter that configs recorded before it existed lack: absent reads as false.
+bool flag_or_false(const Config& config, const std::string& name) {
+  const auto it = config.find(name);
+  return it != config.end() && std::get<bool>(it->second);
+}
+
 }  // namespace
 
 const FamilyInfo& family_info(const std::string& name) {
@@ -189,12 +195,24 @@ LaunchGeometry launch_geometry(const SearchSpace& space, const Config& config, c
     g.tma.head_dim = static_cast<unsigned>(problem.d);
     g.tma.bf16 = problem.dtype == DType::kBf16;
     g.persistent = std::get<bool>(config.at("persistent"));
-    const auto split = config.find("split_tail");
-    g.split_tail = g.persistent && !problem.causal && split != config.end() && std::get<bool>(split->second);
+    g.split_tail = g.persistent && !problem.causal && flag_or_false(config, "split_tail");
     g.dynamic_tiles = g.persistent && problem.causal && std::get<bool>(config.at("warp_specialize"));
     g.consumer_warps = static_cast<unsigned>(block_m / 64 * 4);
+    g.cluster = g.persistent && !problem.causal && flag_or_false(config, "kv_multicast") ? 2 : 1;
   }
   return g;
+}
+
+unsigned long long persistent_work_tiles(unsigned long long m_blocks, unsigned long long heads,
+                                         unsigned long long batch, unsigned cluster) {
+  return (m_blocks + cluster - 1) / cluster * cluster * heads * batch;
+}
+
+unsigned persistent_ctas(unsigned long long tiles, unsigned sm_count, unsigned max_clusters, unsigned cluster) {
+  unsigned cap = sm_count / cluster * cluster;
+  if (max_clusters > 0) cap = std::min(cap, max_clusters * cluster);
+  cap = std::max(cap, cluster);  // a device of fewer SMs than a cluster still gets one
+  return static_cast<unsigned>(std::min<unsigned long long>(tiles, cap));
 }
 
 unsigned split_tail_tiles(unsigned long long tiles, unsigned ctas, unsigned long long iterations) {

@@ -67,10 +67,26 @@ struct LaunchGeometry {
   // tiles from a counter; the launcher passes two zeroed ints (the kernel leaves them at zero).
   bool dynamic_tiles = false;
   unsigned consumer_warps = 0;  // for the workspace's size
+  // With persistent: CTAs per cluster along x, the kernel's compiled-in __cluster_dims__ (2 with
+  // flash_fwd_wgmma's kv_multicast: CTAs 2k and 2k+1 share each K/V TMA load); 1 otherwise. The
+  // work tiles are then persistent_work_tiles(grid[0], h, b, cluster), the grid persistent_ctas(...).
+  unsigned cluster = 1;
 };
 // Every field above travels to the worker (tuner/eval/protocol.cpp): a field added here must be
-// added there, and to Protocol.MessagesRoundTrip.
-static_assert(sizeof(TmaSpec) == 16 && sizeof(LaunchGeometry) == 44, "LaunchGeometry changed: update the protocol");
+// added there and to Protocol.MessagesRoundTrip, and the size here updated.
+static_assert(sizeof(TmaSpec) == 16 && sizeof(LaunchGeometry) == 48, "LaunchGeometry changed: update the protocol");
+
+// The work tiles a persistent kernel walks: its `m_blocks` query blocks (ceil(seqlen_q / block_m),
+// the geometry's grid[0]) rounded up to a multiple of `cluster`, times heads and batch. Padded so
+// that the tiles a cluster takes together (2k and 2k+1) are always of one (head, batch), whose K
+// and V they share; the kernel leaves the padding ("ghost") tiles idle. cluster 1: no padding.
+unsigned long long persistent_work_tiles(unsigned long long m_blocks, unsigned long long heads,
+                                         unsigned long long batch, unsigned cluster);
+// The CTAs of a persistent grid over `tiles` work tiles (a multiple of `cluster`): one per tile, at
+// most one per SM in whole clusters (sm_count rounded down to a multiple of cluster), and at most
+// max_clusters clusters (how many fit on the device at once, cuOccupancyMaxActiveClusters; 0:
+// unknown, the SMs alone bound it). A multiple of `cluster`, never 0 for tiles > 0.
+unsigned persistent_ctas(unsigned long long tiles, unsigned sm_count, unsigned max_clusters, unsigned cluster);
 
 // The stream-K tail of a persistent grid of `tiles` work tiles over `ctas` CTAs, each of
 // `iterations` K/V iterations: how many tail tiles to split (0: none). Split only when the tail
@@ -82,7 +98,8 @@ unsigned split_tail_tiles(unsigned long long tiles, unsigned ctas, unsigned long
 std::size_t split_workspace_floats(unsigned ctas, unsigned consumer_warps, unsigned head_dim);
 std::size_t split_counters(unsigned tail, unsigned consumer_warps);
 // grid = (ceil(s / block_m), h, b); block and smem from the space's derived `threads` and
-// `smem_bytes` (InputError if the space lacks them); tma and persistent for the TMA family.
+// `smem_bytes` (InputError if the space lacks them); tma, persistent and cluster for the TMA family
+// (a config without kv_multicast, recorded before it existed, has none: cluster 1).
 LaunchGeometry launch_geometry(const SearchSpace& space, const Config& config, const Problem& problem,
                                const std::string& arch);
 

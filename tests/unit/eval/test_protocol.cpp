@@ -230,6 +230,7 @@ TEST(Protocol, MessagesRoundTrip) {
   r.geometry.split_tail = true;
   r.geometry.dynamic_tiles = true;
   r.geometry.consumer_warps = 8;
+  r.geometry.cluster = 2;
   r.problem = Problem::parse("b=4,h=16,hkv=2,s=4096,sk=1000,d=128,dtype=bf16,causal=1");
   r.validation_seed = 0xFFFFFFFFFFFFFFF0ull;
   r.timing_seed = 77;
@@ -253,12 +254,18 @@ TEST(Protocol, MessagesRoundTrip) {
   EXPECT_TRUE(back.geometry.split_tail);  // lost in transit once: the worker ran split candidates unsplit
   EXPECT_TRUE(back.geometry.dynamic_tiles);
   EXPECT_EQ(back.geometry.consumer_warps, 8u);
+  EXPECT_EQ(back.geometry.cluster, 2u);  // else the worker would size a kv_multicast grid as unclustered
   EXPECT_EQ(back.problem, r.problem);
   EXPECT_EQ(back.validation_seed, r.validation_seed);
   EXPECT_EQ(back.timing_seed, 77u);
   EXPECT_EQ(back.timing.max_reps, 50);
   EXPECT_DOUBLE_EQ(back.timing.max_seconds, 0.5);
   EXPECT_DOUBLE_EQ(back.timing.min_seconds, 0.25);
+  Frame no_cluster = to_frame(r);
+  no_cluster.header.erase("cluster");
+  EXPECT_TRUE(contains(error_of([&] { eval_request(no_cluster); }), "lacks field 'cluster'"));
+  no_cluster.header["cluster"] = 0;
+  EXPECT_TRUE(contains(error_of([&] { eval_request(no_cluster); }), "cluster must be 1 or more"));
 
   EvalReply rep;
   rep.record.status = "wrong_result";

@@ -48,19 +48,25 @@ std::size_t count(const std::string& text, const std::string& part) {
 std::int64_t param(const Config& c, const char* name) { return std::get<std::int64_t>(c.at(name)); }
 
 // A database with the two wgmma campaigns these tests export: d=128 non-causal (its best config
-// persistent, its second not) and d=64 causal (per-tile).
+// persistent, its second not, its third persistent in 2-CTA clusters: kv_multicast) and d=64
+// causal (per-tile).
 struct Fixture {
   TempDir dir;
   std::string db = dir.file("wg.db");
   ExportDb d{db, source_dir()};
-  Config persistent, per_tile, causal;
+  Config persistent, per_tile, multicast, causal;
   Fixture() {
-    persistent = d.config(kWg, kD128, {{"block_m", 128}, {"block_n", 128}, {"stages", 2}, {"warp_specialize", 1},
-                                       {"ping_pong", 1}, {"intra_wg_overlap", 1}, {"persistent", 1}});
+    const std::map<std::string, std::int64_t> pp = {{"block_m", 128},         {"block_n", 128}, {"stages", 2},
+                                                    {"warp_specialize", 1},   {"ping_pong", 1}, {"intra_wg_overlap", 1},
+                                                    {"persistent", 1},        {"kv_multicast", 0}};
+    persistent = d.config(kWg, kD128, pp);
+    auto clustered = pp;
+    clustered["kv_multicast"] = 1;
+    multicast = d.config(kWg, kD128, clustered);
     per_tile = d.config(kWg, kD128, {{"block_m", 64}, {"warp_specialize", 0}, {"persistent", 0}});
     causal = d.config(kWg, kD64Causal, {{"block_m", 192}, {"block_n", 128}, {"warp_specialize", 1},
                                         {"intra_wg_overlap", 1}, {"persistent", 0}});
-    d.campaign(kWg, "wg-d128", kD128, {persistent, per_tile}, {900.5, 950.25});
+    d.campaign(kWg, "wg-d128", kD128, {persistent, per_tile, multicast}, {900.5, 950.25, 960.0});
     d.campaign(kWg, "wg-d64-causal", kD64Causal, {causal}, {210.75});
   }
   std::vector<ExportItem> items(const std::string& campaign, int rank = 1) {
@@ -100,8 +106,9 @@ TEST(ExportWgmma, LaunchesThroughTensorMapsWithTheTunedGridAndBuildsForSm90a) {
                     "extern \"C\" __global__ void attntune_k0_flash_fwd_wgmma(const AttnParams p, const "
                     "__grid_constant__ att::TmaMaps maps);\n#endif\n}  // namespace attntune_k0\n"),
             std::string::npos);
-  // The table row: sm_90a, bf16, the geometry, the TMA boxes, the TMA check and launch.
-  EXPECT_NE(cu.find(fmt::format("\"sm_90a\", 128, 0, 1, 4, 16, 16, 4096, 4096, 128, {}, {}, 1, 128, 128, {},\n"
+  // The table row: sm_90a, bf16, the geometry, the TMA boxes, split_tail, no clusters, the TMA
+  // check and launch.
+  EXPECT_NE(cu.find(fmt::format("\"sm_90a\", 128, 0, 1, 4, 16, 16, 4096, 4096, 128, {}, {}, 1, 128, 128, {}, 1,\n"
                                 "     reinterpret_cast<const void*>(&attntune_k0::attntune_k0_flash_fwd_wgmma), "
                                 "&check_tma, &launch_tma<attntune_k0::AttnParams, attntune_k0::att::TmaMaps>}},",
                                 g.block, g.smem_bytes, g.split_tail ? 1 : 0)),
@@ -131,6 +138,8 @@ TEST(ExportWgmma, LaunchesThroughTensorMapsWithTheTunedGridAndBuildsForSm90a) {
   EXPECT_EQ(info["launch"]["tma_box_rows"]["q"], 128);
   EXPECT_EQ(info["launch"]["tma_box_rows"]["kv"], 128);
   EXPECT_EQ(info["config"]["persistent"], true);
+  EXPECT_FALSE(info["launch"].contains("cluster"));  // only where there are clusters: CONTRACT.md's fields unchanged
+  EXPECT_EQ(cu.find("clusters sharing"), std::string::npos);
 
   // --rank 2: the per-tile grid and its own boxes.
   const std::string second = export_source(f.items("wg-d128", 2), ExportMode::kSingle);
@@ -141,6 +150,28 @@ TEST(ExportWgmma, LaunchesThroughTensorMapsWithTheTunedGridAndBuildsForSm90a) {
   EXPECT_NE(second.find(fmt::format("//   launch        grid (ceil(seqlen_q / {}), heads_q, batch)",
                                     param(f.per_tile, "block_m"))),
             std::string::npos);
+}
+
+// kv_multicast: the table's cluster column, the info's launch "cluster", the header's launch line;
+// the launcher's grid arithmetic itself is checked compiled (ExportWgmmaNvcc).
+TEST(ExportWgmma, KvMulticastLaunchesTwoCtaClusters) {
+  Fixture f;
+  const std::string cu = export_source(f.items("wg-d128", 3), ExportMode::kSingle);
+  const Problem p = Problem::parse(kD128);
+  const LaunchGeometry g = launch_geometry(*f.d.space(kWg), f.multicast, p, "sm_90a");
+  ASSERT_EQ(g.cluster, 2u);
+  EXPECT_NE(cu.find("#define KV_MULTICAST 1\n"), std::string::npos);
+  EXPECT_NE(cu.find(fmt::format("\"sm_90a\", 128, 0, 1, 4, 16, 16, 4096, 4096, 128, {}, {}, 1, 128, 128, {}, 2,\n",
+                                g.block, g.smem_bytes, g.split_tail ? 1 : 0)),
+            std::string::npos);
+  EXPECT_NE(cu.find("//   launch        persistent grid: min(work tiles (ceil(seqlen_q / 128) rounded up to a "
+                    "multiple of 2, heads_q, batch), SMs) CTAs in 2-CTA clusters sharing each K/V load (TMA "
+                    "multicast), as many as fit on the device at once, "),
+            std::string::npos);
+  const nlohmann::json info = info_from_source(cu);
+  EXPECT_EQ(info["config"]["kv_multicast"], true);
+  EXPECT_EQ(info["launch"]["persistent"], true);
+  EXPECT_EQ(info["launch"]["cluster"], 2);
 }
 
 // The same result exports to the same bytes: through the CLI twice, and through export_source.
@@ -257,13 +288,15 @@ Shell link_checks(const std::string& nvcc, const std::string& source, const std:
 // CONTRACT.md's command line with -arch=sm_90a (nvcc 13 adds compute_90 PTX there, which cannot hold
 // wgmma: the file must still compile, with the kernels in the sm_90a code), for one kernel and for
 // an all-best of two; -arch=sm_90 fails at the link; then the shared and the TMA argument checks,
-// run with no GPU.
+// run with no GPU; and a kv_multicast export compiled into the checks of its clustered grid.
 TEST(ExportWgmmaNvcc, CompilesForSm90aWithCSymbolsAndChecksArguments) {
   const std::string nvcc = attntune::test::find_nvcc();
   ASSERT_FALSE(nvcc.empty()) << "nvcc not found ($CUDACXX, $CUDA_HOME, PATH, /usr/local/cuda/bin): CI has the toolkit";
   Fixture f;
-  const std::string one = f.dir.file("one.cu"), all = f.dir.file("all.cu");
+  const std::string one = f.dir.file("one.cu"), all = f.dir.file("all.cu"), multicast = f.dir.file("multicast.cu");
   auto r = run_attntune("export --db " + shq(f.db) + " --campaign wg-d128 -o " + shq(one));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run_attntune("export --db " + shq(f.db) + " --campaign wg-d128 --rank 3 -o " + shq(multicast));
   ASSERT_EQ(r.rc, 0) << r.err;
   r = run_attntune("export --db " + shq(f.db) + " --all-best -o " + shq(all));
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -278,7 +311,17 @@ TEST(ExportWgmmaNvcc, CompilesForSm90aWithCSymbolsAndChecksArguments) {
   // kernel is compiled).
   jobs.push_back(std::async(std::launch::async, sh,
                             attntune::test::nvcc_shared_command(nvcc, "sm_90", one, f.dir.file("lib90.so"))));
-  const Shell c1 = jobs[0].get(), c2 = jobs[1].get(), c3 = jobs[2].get();
+  // The kv_multicast export, its launcher's static functions called by the checks it is included in.
+  const std::string cluster_checks = f.dir.file("cluster_checks");
+  jobs.push_back(std::async(std::launch::async, sh,
+                            shq(nvcc) + " -std=c++17 -arch=sm_90a -include " + shq(multicast) + " " +
+                                shq(source_dir() + "/tests/unit/export/cluster_grid_checks.cu") + " -o " +
+                                shq(cluster_checks)));
+  const Shell c1 = jobs[0].get(), c2 = jobs[1].get(), c3 = jobs[2].get(), c4 = jobs[3].get();
+  ASSERT_EQ(c4.status, 0) << c4.output;
+  const Shell clusters = sh(shq(cluster_checks));
+  EXPECT_EQ(clusters.status, 0) << clusters.output;
+  EXPECT_NE(clusters.output.find("checks: 0 failed"), std::string::npos) << clusters.output;
   ASSERT_EQ(c1.status, 0) << c1.output;
   ASSERT_EQ(c2.status, 0) << c2.output;
   expect_c_symbols(f.dir.file("libone.so"));

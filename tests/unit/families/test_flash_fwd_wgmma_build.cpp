@@ -211,6 +211,36 @@ TEST(FlashFwdWgmmaSpace, SplitTailNeedsAPersistentGridWithAProducer) {
   EXPECT_NE(why_causal->find("same kernel twice"), std::string::npos) << *why_causal;
 }
 
+// kv_multicast pairs a non-causal persistent grid's CTAs, one of whose producers loads every K/V
+// tile into both: offered there, refused elsewhere with the space's reason.
+TEST(FlashFwdWgmmaSpace, KvMulticastNeedsAPairablePersistentGrid) {
+  const SearchSpace space = load_space();
+  for (int d : {64, 128, 256}) {
+    for (bool causal : {false, true}) {
+      const Problem p = Problem::parse(fmt::format("b=4,h=16,s=4096,d={},dtype=bf16,causal={}", d, causal ? 1 : 0));
+      std::set<bool> offered;
+      Config refused;
+      space.for_each_valid(p, kArch, [&](const Config& c) {
+        offered.insert(flag(c, "kv_multicast"));
+        if (flag(c, "kv_multicast")) {
+          EXPECT_TRUE(flag(c, "persistent") && flag(c, "warp_specialize")) << config_str(c);
+        }
+        const LaunchGeometry g = launch_geometry(space, c, p, kArch);
+        EXPECT_EQ(g.cluster, flag(c, "kv_multicast") ? 2u : 1u) << config_str(c);
+        if (refused.empty() && !flag(c, "persistent") && flag(c, "warp_specialize")) refused = c;
+      });
+      const bool want = !causal;
+      const std::set<bool> expected = want ? std::set<bool>{false, true} : std::set<bool>{false};
+      EXPECT_EQ(offered, expected) << "d=" << d << " causal=" << causal;
+      ASSERT_FALSE(refused.empty());
+      refused["kv_multicast"] = true;
+      const std::optional<std::string> why = space.check(refused, p, kArch);
+      ASSERT_TRUE(why.has_value()) << "kv_multicast without a persistent grid must be refused";
+      EXPECT_NE(why->find("kv_multicast pairs the CTAs"), std::string::npos) << *why;
+    }
+  }
+}
+
 // The tail rule the evaluator and the exported launcher share: two K/V iterations per CTA at
 // least, nothing to split when the rounds are whole, and 32-bit share arithmetic in the kernel.
 TEST(FlashFwdWgmmaSpace, SplitTailTilesRule) {
@@ -293,6 +323,19 @@ TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
       configs.push_back(split);
       problems.push_back(p);
     }
+    {
+      // K/V multicast over CTA pairs, with the split tail (pieces in pairs) where it applies; at
+      // d=128 the tuner's s=4k pick's shape (128 x 192, producer_regs 24).
+      const Config mc = first_valid(space, p, [&](const Config& c) {
+        return flag(c, "kv_multicast") && flag(c, "split_tail") == (d >= 128) && flag(c, "ping_pong") &&
+               flag(c, "intra_wg_overlap") && num(c, "block_m") == 128 &&
+               num(c, "block_n") == (d == 256 ? 80 : 192) && num(c, "narrow_n") == 64 &&
+               num(c, "producer_regs") == (d == 256 ? 40 : 24);
+      });
+      ASSERT_FALSE(mc.empty());
+      configs.push_back(mc);
+      problems.push_back(p);
+    }
     if (d == 128) {
       // The producer's tightest corner: split pieces with block_n 64 and no overlap spilled 24
       // bytes at producer_regs 24 when its tile loop grew a branch (H100 property test, run 46).
@@ -316,7 +359,7 @@ TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
     // Persistent causal grids need the producer (the tile counter), split_tail a non-causal
     // problem; a causal-only config (head_group > 1) stays causal.
     v.causal = v.causal || ((i / 2) % 2 && (!flag(c, "persistent") || flag(c, "warp_specialize")) &&
-                            !flag(c, "split_tail"));
+                            !flag(c, "split_tail") && !flag(c, "kv_multicast"));
     ++i;
     pool.submit({c, render_kernel(space, c, v, kArch), kArch});
   }
@@ -349,4 +392,25 @@ TEST(FlashFwdWgmmaBuild, PtxUsesTmaWgmmaSetmaxnreg) {
                             "mbarrier.try_wait.parity", "bar.arrive", "ex2.approx"})
     EXPECT_NE(out.ptx.find(instr), std::string::npos) << instr;
   EXPECT_EQ(out.log.find("C7512"), std::string::npos) << "wgmma serialized: " << out.log;
+}
+
+// kv_multicast: a kernel of 2-CTA clusters whose K/V copies go to both CTAs and whose consumers
+// release each stage in both.
+TEST(FlashFwdWgmmaBuild, KvMulticastPtxUsesClusters) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=1,h=1,s=128,d=128,dtype=bf16,causal=0");
+  cuda::CompileOptions opts{kArch, family_nvrtc_options(family_info("flash_fwd_wgmma")), true, 0};
+  for (bool mc : {false, true}) {
+    const Config c = first_valid(space, p, [&](const Config& x) {
+      return flag(x, "persistent") && flag(x, "ping_pong") && flag(x, "kv_multicast") == mc;
+    });
+    ASSERT_FALSE(c.empty());
+    const auto out = cuda::nvrtc_compile(render_kernel(space, c, p, kArch).source, "k.cu", opts);
+    ASSERT_TRUE(out.ok) << out.log;
+    for (const char* instr : {".multicast::cluster", "mapa.shared::cluster", "mbarrier.arrive.shared::cluster",
+                              "barrier.cluster.arrive", ".reqnctapercluster 2, 1, 1"})
+      EXPECT_EQ(out.ptx.find(instr) != std::string::npos, mc) << instr << " kv_multicast=" << mc;
+  }
 }
