@@ -73,9 +73,9 @@ static int check_tma(const Kernel& k, const Args& a) {
   }
   const long long tiles = work_tiles(k, a);
   if (tiles > INT_MAX)
-    return unsupported("%lld work tiles (ceil(seqlen_q / %d) * heads_q * batch) is more than the kernel numbers "
-                       "(2^31 - 1): split the batch",
-                       tiles, k.block_m);
+    return unsupported("%lld work tiles (ceil(seqlen_q / %d), in whole clusters of %d, * heads_q * batch) is more "
+                       "than the kernel numbers (2^31 - 1): split the batch",
+                       tiles, k.block_m, k.cluster);
   return 0;
 }
 
