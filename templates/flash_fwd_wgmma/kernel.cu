@@ -334,11 +334,9 @@ __device__ __forceinline__ WorkTile plain_tile(const AttnParams& p, int t, int m
 // (split_pieces): the producer runs on 24 registers, and the divisions spilled there.
 __device__ __forceinline__ bool next_item(const AttnParams& p, const TmaMaps& maps, const Smem& sm, int c, int C,
                                           int tiles, int m_blocks, int& next, WorkTile& w) {
-  // With a split or multicast, the end of the plain tiles and the query blocks come from shared
-  // memory each time: kept in registers through the producer's loop, they made the producer spill.
-  constexpr bool kFromSmem = T::kSplitTail || T::kMulticast;
-  const int plain_end = kFromSmem ? ld_shared_s32(sm.pieces() + 24) : tiles;
-  if (kFromSmem) m_blocks = ld_shared_s32(sm.pieces() + 28);
+  // Traits::kScheduleInSmem: the end of the plain tiles and the query blocks from shared memory.
+  const int plain_end = T::kScheduleInSmem ? ld_shared_s32(sm.pieces() + 24) : tiles;
+  if (T::kScheduleInSmem) m_blocks = ld_shared_s32(sm.pieces() + 28);
   if (next < plain_end) {
     w = plain_tile(p, next, m_blocks);
     next += C;
@@ -749,7 +747,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   sm.v = sm.q + T::kOffV;
   sm.bars = sm.q + T::kOffBars;
 
-  const int m_blocks = (p.seqlen_q + T::kBlockM * T::kCluster - 1) / (T::kBlockM * T::kCluster) * T::kCluster;
+  const int m_blocks = T::query_blocks(p.seqlen_q);
   const int tiles = m_blocks * p.heads_q * p.batch;
   const int ctas = gridDim.x * gridDim.y * gridDim.z;
   const int first_tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
@@ -757,7 +755,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   if (threadIdx.x == 0) {
     mbar_init(sm.q_full(), 1);
     mbar_init(sm.q_empty(), T::kConsumerWgs * 4);  // one arrive per consumer warp
-    if constexpr (T::kSplitTail || T::kMulticast) split_pieces(p, maps, sm, first_tile, ctas, tiles, m_blocks);
+    if constexpr (T::kScheduleInSmem) split_pieces(p, maps, sm, first_tile, ctas, tiles, m_blocks);
     for (int st = 0; st < T::kStages; ++st) {
       mbar_init(sm.k_full(st), 1);
       mbar_init(sm.v_full(st), 1);

@@ -56,6 +56,10 @@ struct Traits {
 
   // Derived.
   static constexpr int kCluster = kMulticast ? 2 : 1;  // CTAs per cluster (x)
+  // With a split or multicast the plain tiles' end and the query-block count live in shared memory
+  // (split_pieces writes them, next_item reads them): kept in registers through the producer's
+  // loop, they spilled its 24 registers.
+  static constexpr bool kScheduleInSmem = kSplitTail || kMulticast;
   static constexpr int kConsumerWgs = kBlockM / 64;  // wgmma is m64: one warpgroup per 64 rows
   static constexpr int kConsumerThreads = kConsumerWgs * 128;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialize ? 128 : 0);
@@ -75,6 +79,11 @@ struct Traits {
   static constexpr int kBarBytes = 256;
   static constexpr int kAlignSlack = 1024;  // dynamic smem is only 16-byte aligned
   static constexpr int kSmemBytes = kOffBars + kBarBytes + kAlignSlack;
+  // The query blocks the kernel numbers its work tiles with: ceil(seqlen_q / kBlockM), padded to
+  // whole clusters (the padding blocks idle). Host launchers repeat this (persistent_work_tiles).
+  static constexpr __host__ __device__ int query_blocks(int seqlen_q) {
+    return (seqlen_q + kBlockM * kCluster - 1) / (kBlockM * kCluster) * kCluster;
+  }
   // The barriers (2 + 4 per stage, 8 bytes each) end before the split tail's words at 128 (32 bytes).
   // The dynamic tiles' word at 160.
   static_assert(8 * (2 + 4 * kStages) <= 128 && 128 + 32 <= 160 && 160 + 4 <= kBarBytes, "barrier area");

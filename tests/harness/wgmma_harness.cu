@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
     CK(cudaMemset(o, 0xff, nq * 2)); CK(cudaMemset(lse, 0xff, (size_t)b * h * s * 4)); CK(cudaMemset(stats, 0, 32));
     AttnParams p = make(q, k, v, o, lse, b, h, hkv, s, sk, d, layout);
     // The kernel's work tiles: query blocks padded to whole clusters (kv_multicast).
-    const int m_blocks = (s + T::kBlockM * T::kCluster - 1) / (T::kBlockM * T::kCluster) * T::kCluster;
+    const int m_blocks = T::query_blocks(s);
     att::TmaMaps maps;
     maps.q = tensor_map(encode, q, p.q_stride, d, s, h, b, T::kBlockM, bf16);
     maps.k = tensor_map(encode, k, p.k_stride, d, sk, hkv, b, T::kBlockN, bf16);
