@@ -1,4 +1,4 @@
--- attntune database, schema version 4 (the highest db/migrations/NNN_*.sql). A new database is
+-- attntune database, schema version 5 (the highest db/migrations/NNN_*.sql). A new database is
 -- created from this file; an older one is brought here by the migrations, and a test checks that
 -- both roads end at the same tables, columns and indexes. The store sets PRAGMA application_id
 -- ("ATTN") and PRAGMA user_version in the same transaction.
@@ -32,6 +32,7 @@ CREATE TABLE campaigns (
   d              INTEGER NOT NULL,
   dtype          TEXT NOT NULL CHECK (dtype IN ('fp16', 'bf16')),
   causal         INTEGER NOT NULL CHECK (causal IN (0, 1)),
+  page           INTEGER NOT NULL DEFAULT 0 CHECK (page >= 0),  -- since version 5: 0 dense, N paged KV cache
   space_path     TEXT NOT NULL,
   space_hash     TEXT NOT NULL,                   -- content hash of the space file
   family         TEXT NOT NULL,                   -- kernel template ("template" in JSON)
@@ -47,7 +48,7 @@ CREATE TABLE campaigns (
   ended_at       TEXT,
   space_text     TEXT NOT NULL DEFAULT ''         -- since version 3: the space YAML, for replay/export
 );
-CREATE INDEX campaigns_problem ON campaigns (b, h, hkv, s, sk, d, dtype, causal);
+CREATE INDEX campaigns_problem ON campaigns (b, h, hkv, s, sk, d, dtype, causal, page);
 
 -- Since version 4: the search spaces of each campaign, one row per template family (one row for a
 -- campaign of one family, repeating its campaigns columns).

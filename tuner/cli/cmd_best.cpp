@@ -1,4 +1,4 @@
-// attntune best: the fastest valid configs recorded, per problem or campaign (CONTRACT.md gives the
+// attntune best: the fastest valid configs recorded, per problem or campaign (docs/CONTRACT.md gives the
 // JSON). Reads the database read-only, so it runs beside a tune that is writing to it.
 #include <iostream>
 #include <optional>

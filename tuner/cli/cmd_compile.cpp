@@ -67,14 +67,13 @@ int run_compile(const std::vector<std::string>& args) {
   if (sample_n > 0) configs = sample(std::move(configs), static_cast<std::size_t>(sample_n), static_cast<std::uint64_t>(seed));
   if (limit > 0 && static_cast<std::size_t>(limit) < configs.size()) configs.resize(static_cast<std::size_t>(limit));
 
-  const FamilyInfo& family = family_info(space.family());
   std::optional<Store> store;
   if (!db_path.empty()) store.emplace(Store::open(db_path, Store::Mode::kCreate));
 
   // Builds run in build-worker processes (a hung NVRTC is killed after --compile-timeout), all
   // at once up to --jobs, answered from the cache when the store has them.
   BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options(family);
+  pool_opts.nvrtc_options = family_nvrtc_options(space.family());
   pool_opts.jobs = jobs;
   pool_opts.compile_timeout = std::chrono::milliseconds(static_cast<long long>(compile_timeout_s * 1000));
   pool_opts.store = store ? &*store : nullptr;
@@ -101,10 +100,10 @@ int run_compile(const std::vector<std::string>& args) {
   if (fmt_out == Format::kJson) {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& o : outcomes) {
-      const auto g = launch_geometry(space, o.job.config, problem, arch);
+      const auto smem_dynamic = define_value(o.job.kernel.launch.defines, "SMEM_BYTES");
       nlohmann::json j = {{"config", config_json(o.job.config)}, {"status", o.build.status}, {"arch", arch},
                           {"registers", o.build.registers}, {"smem_static", o.build.smem_static},
-                          {"smem_dynamic", g.smem_bytes}, {"spill_stores", o.build.spill_stores},
+                          {"smem_dynamic", smem_dynamic}, {"spill_stores", o.build.spill_stores},
                           {"spill_loads", o.build.spill_loads}, {"local_bytes", o.build.local_bytes},
                           {"compile_ms", o.build.compile_ms}, {"cached", o.cache_hit},
                           {"source_hash", o.job.kernel.source_hash}};
@@ -115,9 +114,9 @@ int run_compile(const std::vector<std::string>& args) {
   } else {
     Table t({"config", "status", "regs", "smem", "spill_st", "spill_ld", "stack", "ms"});
     for (const auto& o : outcomes) {
-      const auto g = launch_geometry(space, o.job.config, problem, arch);
+      const auto smem_dynamic = define_value(o.job.kernel.launch.defines, "SMEM_BYTES");
       t.add_row({config_str(o.job.config), o.build.status, std::to_string(o.build.registers),
-                 std::to_string(o.build.smem_static + g.smem_bytes), std::to_string(o.build.spill_stores),
+                 std::to_string(o.build.smem_static + smem_dynamic), std::to_string(o.build.spill_stores),
                  std::to_string(o.build.spill_loads), std::to_string(o.build.local_bytes),
                  o.cache_hit ? "cached" : fmt::format("{:.0f}", o.build.compile_ms)});
     }

@@ -56,7 +56,6 @@ int run_eval(const std::vector<std::string>& args) {
   const SearchSpace space = SearchSpace::load(space_path);
   const Problem problem = Problem::parse(problem_spec);
   const Config config = space.parse_config(config_text);
-  const FamilyInfo& family = family_info(space.family());
 
   // The worker says which GPU (and so which arch) this is; no GPU ends here with exit code 3.
   EvaluatorOptions eopts;
@@ -71,13 +70,13 @@ int run_eval(const std::vector<std::string>& args) {
     throw InputError(fmt::format("eval: {} is not a valid config of {} for {} on {}: {}", config_str(config), space.path(),
                                  problem.str(), arch, *why));
   const RenderedKernel kernel = render_kernel(space, config, problem, arch);
-  const LaunchGeometry geometry = launch_geometry(space, config, problem, arch);
+  const std::int64_t smem_dynamic = define_value(kernel.launch.defines, "SMEM_BYTES");
 
   std::optional<Store> store;
   if (!db_path.empty()) store.emplace(Store::open(db_path, Store::Mode::kCreate));
 
   BuildPoolOptions bopts;
-  bopts.nvrtc_options = family_nvrtc_options(family);
+  bopts.nvrtc_options = family_nvrtc_options(space.family());
   bopts.jobs = 1;
   bopts.compile_timeout = std::chrono::milliseconds(static_cast<long long>(compile_timeout_s * 1000));
   bopts.store = store ? &*store : nullptr;
@@ -90,9 +89,8 @@ int run_eval(const std::vector<std::string>& args) {
     result.record = build_failure_record(built.build);
   } else {
     EvalRequest req;
-    req.kernel_name = kernel.kernel_name;
     req.cubin = built.build.cubin;
-    req.geometry = geometry;
+    req.launch = kernel.launch;
     req.problem = problem;
     req.validation_seed = seed;
     req.timing_seed = seed + 0x9e3779b97f4a7c15ull;  // far from any validation seed
@@ -141,7 +139,7 @@ int run_eval(const std::vector<std::string>& args) {
     j["spill_loads"] = b.spill_loads;
     j["local_bytes"] = b.local_bytes;
     j["smem_static"] = b.smem_static;
-    j["smem_dynamic"] = geometry.smem_bytes;
+    j["smem_dynamic"] = smem_dynamic;
     j["compile_ms"] = b.compile_ms;
     j["cached"] = built.cache_hit;
     j["source_hash"] = kernel.source_hash;
@@ -161,7 +159,7 @@ int run_eval(const std::vector<std::string>& args) {
       t.add_row({"max error", fmt::format("{} (bound {})", format_error(*r.max_abs_err), opt_str(r.err_bound, format_error))});
     t.add_row({"registers", fmt::format("{} (spill stores {}, loads {}; stack {} B)", b.registers, b.spill_stores,
                                         b.spill_loads, b.local_bytes)});
-    t.add_row({"smem", fmt::format("{} B static + {} B dynamic", b.smem_static, geometry.smem_bytes)});
+    t.add_row({"smem", fmt::format("{} B static + {} B dynamic", b.smem_static, smem_dynamic)});
     t.add_row({"compile", built.cache_hit ? "cached" : fmt::format("{:.0f} ms", b.compile_ms)});
     t.print(std::cout);
     if (r.status != "ok") std::cout << "\n" << r.status << ": " << r.error << "\n";

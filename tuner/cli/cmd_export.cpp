@@ -1,4 +1,4 @@
-// attntune export: the winner as one self-contained .cu (CONTRACT.md "The exported kernel";
+// attntune export: the winner as one self-contained .cu (docs/CONTRACT.md "The exported kernel";
 // docs/EXPORT.md shows how to use it). Reads the database read-only.
 #include <unistd.h>
 

@@ -31,7 +31,7 @@ bool parse_args(const std::string& name, const std::string& summary,
                 const po::options_description& opts, const std::vector<std::string>& args,
                 po::variables_map& vm);
 
-// --db default: $ATTNTUNE_DB if set, else ./attntune.db (CONTRACT.md).
+// --db default: $ATTNTUNE_DB if set, else ./attntune.db (docs/CONTRACT.md).
 std::string default_db_path();
 
 enum class Format { kTable, kJson, kCsv };

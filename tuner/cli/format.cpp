@@ -138,6 +138,7 @@ nlohmann::ordered_json problem_json(const Problem& p) {
   const nlohmann::json j = p.json();
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const char* key : {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal"}) out[key] = j.at(key);
+  if (j.contains("page")) out["page"] = j.at("page");  // a paged problem only, as Problem::json()
   return out;
 }
 

@@ -1,5 +1,5 @@
 // Error types. Every failure below main() is an exception carrying the exit code the contract
-// assigns it; main() has the one catch that prints "attntune: error: ..." (CONTRACT.md).
+// assigns it; main() has the one catch that prints "attntune: error: ..." (docs/CONTRACT.md).
 #pragma once
 #include <stdexcept>
 #include <string>

@@ -1,13 +1,14 @@
 // The compile pool: NVRTC builds run ahead of the GPU, each in its own `attntune build-worker`
 // process, up to `jobs` at a time. A compile that runs past `compile_timeout` (NVRTC has been seen
 // to hang) is killed with its process and comes back as compile_timeout while the others carry on;
-// a build worker that dies gives compile_error with the reason. Builds come from the store's cache
-// when the rendered source, arch, NVRTC version and options match.
+// a build worker that dies gives compile_error with the reason. Builds come from the build cache
+// (core/record_stores.hpp; the CLI passes the store) when the rendered source, arch, NVRTC version
+// and options match.
 //
 // Pipelined: submit() queues builds and returns at once; next() hands back each finished build in
 // completion order, so the consumer can start on the GPU as soon as the first is done while the
 // rest compile. submit() and next() belong to one thread (the consumer), which is also the only one
-// that touches the store. A background thread drives the build workers.
+// that touches the cache. A background thread drives the build workers.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -20,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/record_stores.hpp"
 #include "eval/compile.hpp"
 
 namespace attntune {
@@ -31,7 +33,7 @@ struct BuildPoolOptions {
   // The build worker to run: it reads a `build` frame on stdin and answers `built` (protocol.hpp).
   // Empty: this executable's `build-worker` subcommand.
   std::vector<std::string> worker_argv;
-  Store* store = nullptr;  // the build cache; may be null
+  BuildCache* store = nullptr;  // the build cache (the CLI's Store); may be null
 };
 
 class BuildPool {

@@ -1,11 +1,11 @@
 // One NVRTC build of a candidate (run inside build-worker processes by eval/build_pool) and the
-// key it is cached under in the store's builds table: (source hash, arch, NVRTC version, options).
+// key it is cached under in the build cache (core/record_stores.hpp; the store's builds table): (source hash, arch, NVRTC version, options).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "db/store.hpp"
+#include "core/records.hpp"
 #include "families/family.hpp"
 
 namespace attntune {

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "db/store.hpp"
+#include "core/records.hpp"
 #include "eval/protocol.hpp"
 
 namespace attntune {

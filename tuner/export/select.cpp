@@ -16,13 +16,13 @@ namespace {
 // Enough rows to find `rank` of them on `arch` when some were measured elsewhere.
 constexpr int kArchFilterRows = 100000;
 
-std::vector<BestRow> best_rows(Store& store, const std::optional<Problem>& problem,
+std::vector<BestRow> best_rows(ResultReader& results, const std::optional<Problem>& problem,
                                const std::optional<std::string>& campaign, int top, const ExportQuery& q) {
   BestQuery bq;
   bq.problem = problem;
   bq.campaign = campaign;
   bq.top = q.arch ? kArchFilterRows : top;
-  std::vector<BestRow> rows = store.best(bq);
+  std::vector<BestRow> rows = results.best(bq);
   if (q.arch) rows.erase(std::remove_if(rows.begin(), rows.end(), [&](const BestRow& r) { return r.arch != *q.arch; }),
                          rows.end());
   if (static_cast<int>(rows.size()) > top) rows.resize(static_cast<std::size_t>(top));
@@ -31,13 +31,13 @@ std::vector<BestRow> best_rows(Store& store, const std::optional<Problem>& probl
 
 class SpaceCache {
  public:
-  SpaceCache(Store& store, const ExportQuery& q) : store_(store), query_(q) {}
+  SpaceCache(ResultReader& results, const ExportQuery& q) : results_(results), query_(q) {}
 
   // The space a campaign tuned `family` in (a campaign of several templates has one per family).
   std::shared_ptr<const SearchSpace> of(const std::string& campaign, const std::string& family) {
     const std::string key = campaign + '\n' + family;
     if (auto it = spaces_.find(key); it != spaces_.end()) return it->second;
-    const std::optional<CampaignRow> row = store_.campaign_row(campaign);
+    const std::optional<CampaignRow> row = results_.campaign_row(campaign);
     if (!row) throw std::logic_error("a best row names a campaign the database does not hold");
     const CampaignSpec& spec = row->spec;
     const CampaignSpace* own = spec.space_of(family);
@@ -66,30 +66,30 @@ class SpaceCache {
   }
 
  private:
-  Store& store_;
+  ResultReader& results_;
   const ExportQuery& query_;
   std::map<std::string, std::shared_ptr<const SearchSpace>> spaces_;
 };
 
-std::string where(const ExportQuery& q, const Store& store) {
+std::string where(const ExportQuery& q, const ResultReader& results) {
   std::string w;
   if (q.campaign) w += fmt::format(" in campaign '{}'", *q.campaign);
   if (q.problem) w += " for problem " + q.problem->str();
   if (q.dtype) w += fmt::format(" of dtype {}", dtype_name(*q.dtype));
   if (q.arch) w += fmt::format(" measured on {}", *q.arch);
-  return w + fmt::format(" in database '{}'", store.path());
+  return w + fmt::format(" in database '{}'", results.path());
 }
 
-std::vector<BestRow> all_best_rows(Store& store, const ExportQuery& q) {
+std::vector<BestRow> all_best_rows(ResultReader& results, const ExportQuery& q) {
   std::vector<Problem> problems;
-  for (const CampaignRow& c : store.campaigns()) {
+  for (const CampaignRow& c : results.campaigns()) {
     if (q.dtype && c.spec.problem.dtype != *q.dtype) continue;
     if (std::find(problems.begin(), problems.end(), c.spec.problem) == problems.end())
       problems.push_back(c.spec.problem);
   }
   std::vector<BestRow> rows;
   for (const Problem& p : problems)
-    for (BestRow& r : best_rows(store, p, std::nullopt, 1, q)) rows.push_back(std::move(r));
+    for (BestRow& r : best_rows(results, p, std::nullopt, 1, q)) rows.push_back(std::move(r));
   if (rows.empty()) return rows;
 
   std::set<std::string> dtypes, archs;
@@ -101,41 +101,41 @@ std::vector<BestRow> all_best_rows(Store& store, const ExportQuery& q) {
     throw InputError(fmt::format(
         "export --all-best: database '{}' holds fp16 and bf16 results, and attntune_attention_forward has no "
         "dtype argument: pass --dtype fp16 or --dtype bf16 (one file per dtype)",
-        store.path()));
+        results.path()));
   if (archs.size() > 1)
     throw InputError(fmt::format(
         "export --all-best: the best results in database '{}' were measured on several archs ({}): pass --arch "
         "with one of them (one file per arch)",
-        store.path(), fmt::join(archs, ", ")));
+        results.path(), fmt::join(archs, ", ")));
   return rows;
 }
 
 }  // namespace
 
-std::vector<ExportItem> select_for_export(Store& store, const ExportQuery& q) {
+std::vector<ExportItem> select_for_export(ResultReader& results, const ExportQuery& q) {
   const int modes = (q.campaign ? 1 : 0) + (q.problem ? 1 : 0) + (q.all_best ? 1 : 0);
   if (modes != 1) throw InputError("export: give exactly one of --campaign, --problem or --all-best");
   if (q.rank < 1) throw InputError(fmt::format("export: --rank must be at least 1 (got {})", q.rank));
   if (q.all_best && q.rank != 1) throw InputError("export: --rank applies to --campaign and --problem, not --all-best");
   if (q.dtype && !q.all_best)
     throw InputError("export: --dtype applies to --all-best (a campaign or problem has its own dtype)");
-  if (q.campaign && !store.find_campaign(*q.campaign))
+  if (q.campaign && !results.find_campaign(*q.campaign))
     throw InputError(fmt::format("no campaign '{}' in database '{}' (attntune campaigns lists them)", *q.campaign,
-                                 store.path()));
+                                 results.path()));
 
   std::vector<BestRow> rows;
   if (q.all_best) {
-    rows = all_best_rows(store, q);
+    rows = all_best_rows(results, q);
   } else {
-    rows = best_rows(store, q.problem, q.campaign, q.rank, q);
+    rows = best_rows(results, q.problem, q.campaign, q.rank, q);
     if (!rows.empty() && static_cast<int>(rows.size()) < q.rank)
       throw WorkError(fmt::format("only {} valid config{}{}: --rank {} is beyond them", rows.size(),
-                                  rows.size() == 1 ? "" : "s", where(q, store), q.rank));
+                                  rows.size() == 1 ? "" : "s", where(q, results), q.rank));
     if (!rows.empty()) rows = {rows.back()};
   }
-  if (rows.empty()) throw WorkError("no valid results" + where(q, store) + ": nothing to export");
+  if (rows.empty()) throw WorkError("no valid results" + where(q, results) + ": nothing to export");
 
-  SpaceCache spaces(store, q);
+  SpaceCache spaces(results, q);
   std::vector<ExportItem> items;
   for (BestRow& r : rows) {
     auto space = spaces.of(r.campaign, r.family);

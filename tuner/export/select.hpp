@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "db/store.hpp"
+#include "core/record_stores.hpp"
 #include "export/export.hpp"
 
 namespace attntune {
@@ -26,6 +26,6 @@ struct ExportQuery {
 // InputError (exit 2): an unknown campaign, --rank < 1, an --all-best over two dtypes or archs
 // without --dtype/--arch, a missing or mismatching --space. WorkError (exit 1): no ok result, or
 // fewer than --rank. Items come best first; for all_best one per problem, in campaign order.
-std::vector<ExportItem> select_for_export(Store& store, const ExportQuery& query);
+std::vector<ExportItem> select_for_export(ResultReader& results, const ExportQuery& query);
 
 }  // namespace attntune

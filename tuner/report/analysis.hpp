@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "db/store.hpp"
+#include "core/records.hpp"
 
 namespace attntune::report {
 

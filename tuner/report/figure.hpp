@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "db/store.hpp"
+#include "core/records.hpp"
 #include "report/analysis.hpp"
 
 namespace attntune::report {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
 
@@ -44,6 +45,7 @@ struct Tally {
   }
 };
 
+// A finalist of the re-timing at the end.
 struct Retimed {
   Config config;
   std::string source_hash;
@@ -58,263 +60,373 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-}  // namespace
-
-TuneResult run_campaign(Store& store, Runner& runner, const SearchSpace& space, const CampaignSpec& spec,
-                        const TuneOptions& options, Progress& progress, StopFlags flags) {
-  return run_campaign(store, runner, std::vector<const SearchSpace*>{&space}, spec, options, progress, flags);
-}
-
-TuneResult run_campaign(Store& store, Runner& runner, const std::vector<const SearchSpace*>& spaces,
-                        const CampaignSpec& spec, const TuneOptions& options, Progress& progress, StopFlags flags) {
-  if (spaces.empty()) throw std::logic_error("run_campaign: no search space");
-  const bool mixed = spaces.size() > 1;
-  const DeviceInfo& device = runner.device();
-  const std::int64_t device_id = store.upsert_device(device);
-  // Each family's results are filed under the arch its kernels were built for (a mixed campaign on
-  // an H100: sm_90 for flash_fwd_mma, sm_90a for flash_fwd_wgmma).
-  std::map<std::string, std::int64_t> device_of;
-  for (const SearchSpace* s : spaces) {
-    DeviceInfo d = device;
-    d.arch = runner.arch_for(s->family());
-    device_of[s->family()] = d.arch == device.arch ? device_id : store.upsert_device(d);
+// The campaign in the log: its id, the device each family's results are filed under, and the
+// mapping between a config as the strategy and the runner see it (tagged with its family when
+// several) and as it is stored.
+class CampaignEntry {
+ public:
+  // Records the device(s) and opens (or resumes) the campaign.
+  CampaignEntry(CampaignLog& log, Runner& runner, const std::vector<const SearchSpace*>& spaces,
+                const CampaignSpec& spec)
+      : log_(log), mixed_(spaces.size() > 1), first_family_(spaces[0]->family()) {
+    const DeviceInfo& device = runner.device();
+    device_id_ = log_.upsert_device(device);
+    // Each family's results are filed under the arch its kernels were built for (a mixed campaign on
+    // an H100: sm_90 for flash_fwd_mma, sm_90a for flash_fwd_wgmma).
+    for (const SearchSpace* s : spaces) {
+      DeviceInfo d = device;
+      d.arch = runner.arch_for(s->family());
+      device_of_[s->family()] = d.arch == device.arch ? device_id_ : log_.upsert_device(d);
+    }
+    id_ = log_.open_campaign(spec, device_id_);
   }
-  // A config as the strategy and the runner see it (tagged with its family when several), and back.
-  auto as_seen = [&](const std::string& family, const Config& c) { return mixed ? tag_family(family, c) : c; };
-  auto as_stored = [&](const Config& c) {
-    return mixed ? untag_family(c) : std::pair<std::string, Config>{spaces[0]->family(), c};
-  };
-  const std::int64_t campaign_id = store.open_campaign(spec, device_id);
-  try {
-    TuneResult result;
-    Tally tally;
-    tally.min_gain_pct = options.min_gain_pct;
-    tally.progress.budget_evals = options.budget_evals;
-    tally.progress.budget_seconds = options.budget_seconds;
 
-    std::unique_ptr<Strategy> strategy;
-    const MultiFamily* families = nullptr;  // the allocation between families, when several
-    if (mixed) {
+  CampaignLog& log() { return log_; }
+  std::int64_t id() const { return id_; }
+  std::int64_t device_id() const { return device_id_; }
+  std::int64_t device_of(const std::string& family) const { return device_of_.at(family); }
+
+  Config as_seen(const std::string& family, const Config& c) const { return mixed_ ? tag_family(family, c) : c; }
+  std::pair<std::string, Config> as_stored(const Config& c) const {
+    return mixed_ ? untag_family(c) : std::pair<std::string, Config>{first_family_, c};
+  }
+
+  // The candidate of a config as seen, built from `source_hash`.
+  std::int64_t candidate(const Config& seen, const std::string& source_hash) {
+    const auto [family, plain] = as_stored(seen);
+    return log_.upsert_candidate(family, plain, source_hash);
+  }
+  // One result, in its own transaction.
+  void record(const RunResult& r, Phase phase) {
+    const auto [family, plain] = as_stored(r.config);
+    const std::int64_t candidate = log_.upsert_candidate(family, plain, r.source_hash);
+    log_.record_evaluation(id_, candidate, device_of_.at(family), r.record, phase);
+  }
+
+ private:
+  CampaignLog& log_;
+  bool mixed_;
+  std::string first_family_;
+  std::int64_t device_id_ = 0, id_ = 0;
+  std::map<std::string, std::int64_t> device_of_;
+};
+
+// One run of a campaign, from the strategy's first knowledge to its result.
+class CampaignRun {
+ public:
+  CampaignRun(CampaignEntry& entry, Runner& runner, const std::vector<const SearchSpace*>& spaces,
+              const CampaignSpec& spec, const TuneOptions& options, Progress& progress, StopFlags flags)
+      : entry_(entry), runner_(runner), spaces_(spaces), spec_(spec), options_(options), progress_(progress),
+        flags_(flags), mixed_(spaces.size() > 1) {
+    tally_.min_gain_pct = options.min_gain_pct;
+    tally_.progress.budget_evals = options.budget_evals;
+    tally_.progress.budget_seconds = options.budget_seconds;
+  }
+
+  TuneResult run() {
+    make_campaign_strategy();
+    resume();
+    search();
+    report_families();
+    std::vector<RankedRow> ranking = final_ranking();
+    progress_.done();
+
+    TuneResult result;
+    result.status = interrupted_ ? "stopped" : "completed";
+    result.stop_reason = stop_reason_;
+    result.evaluations = tally_.progress.evaluations;
+    result.this_run = tally_.progress.this_run;
+    result.ok = tally_.ok();
+    result.ranking = std::move(ranking);
+    return result;
+  }
+
+ private:
+  // One strategy, or with several families a MultiFamily with one inner strategy each.
+  void make_campaign_strategy() {
+    if (mixed_) {
       std::vector<FamilySpace> fs;
-      for (const SearchSpace* s : spaces) fs.push_back({s->family(), s, runner.arch_for(s->family())});
-      auto multi = std::make_unique<MultiFamily>(options.strategy, std::move(fs), spec.problem, options.seed,
-                                                 options.warm_start);
-      families = multi.get();
-      strategy = std::move(multi);
+      for (const SearchSpace* s : spaces_) fs.push_back({s->family(), s, runner_.arch_for(s->family())});
+      auto multi = std::make_unique<MultiFamily>(options_.strategy, std::move(fs), spec_.problem, options_.seed,
+                                                 options_.warm_start);
+      families_ = multi.get();
+      strategy_ = std::move(multi);
     } else {
       StrategyContext context;
-      context.space = spaces[0];
-      context.problem = spec.problem;
-      context.arch = device.arch;
-      context.seed = options.seed;
-      context.warm_start = options.warm_start;
-      strategy = make_strategy(options.strategy, context);
+      context.space = spaces_[0];
+      context.problem = spec_.problem;
+      context.arch = runner_.device().arch;
+      context.seed = options_.seed;
+      context.warm_start = options_.warm_start;
+      strategy_ = make_strategy(options_.strategy, context);
     }
+  }
 
-    // Resume: what the campaign evaluated before, in order, is the strategy's first knowledge.
-    std::set<std::string> seen;  // config_str of everything evaluated or submitted: never twice
-    for (const EvaluationRow& e : store.campaign_evaluations(campaign_id)) {
-      const Config c = as_seen(e.family, e.config);
-      strategy->observe(Trial{c, e.record.status, e.record.median_us});
-      seen.insert(config_str(c));
-      tally.add(e.record);
+  // Resume: what the campaign evaluated before, in order, is the strategy's first knowledge.
+  void resume() {
+    for (const EvaluationRow& e : entry_.log().campaign_evaluations(entry_.id())) {
+      const Config c = entry_.as_seen(e.family, e.config);
+      strategy_->observe(Trial{c, e.record.status, e.record.median_us});
+      seen_.insert(config_str(c));
+      tally_.add(e.record);
     }
-    const std::int64_t resumed_from = tally.progress.evaluations;
+    const std::int64_t resumed_from = tally_.progress.evaluations;
     if (resumed_from > 0)
-      progress.event(fmt::format("resuming campaign '{}': {} evaluations recorded, {} ok{}", spec.name, resumed_from,
-                                 tally.ok(),
-                                 tally.progress.best_us ? fmt::format(", best {:.1f} µs", *tally.progress.best_us) : ""));
+      progress_.event(fmt::format("resuming campaign '{}': {} evaluations recorded, {} ok{}", spec_.name,
+                                  resumed_from, tally_.ok(),
+                                  tally_.progress.best_us ? fmt::format(", best {:.1f} µs", *tally_.progress.best_us)
+                                                          : ""));
+  }
 
-    const auto t0 = Clock::now();
-    auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-    bool interrupted = false;
-    std::string stop_reason;
-    std::size_t last_capacity = 0;  // the runner's pipeline depth last reported
+  // Why the search stops now (a signal, a budget, convergence), or "" to go on.
+  std::string stop_condition() {
+    const std::int64_t done = tally_.progress.evaluations;
+    if (raised(flags_.stop)) {
+      interrupted_ = true;
+      return "interrupted";
+    }
+    if (options_.budget_evals > 0 && done >= options_.budget_evals)
+      return fmt::format("budget: {} evaluations", options_.budget_evals);
+    if (options_.budget_seconds > 0 && tally_.progress.elapsed_s >= options_.budget_seconds)
+      return fmt::format("time budget: {} of this run", format_duration(options_.budget_seconds));
+    if (options_.patience > 0 && tally_.ok() > 0 && done - tally_.last_gain_at >= options_.patience)
+      return fmt::format("converged: no gain over {:g}% in the last {} evaluations (best since #{})",
+                         options_.min_gain_pct, done - tally_.last_gain_at, tally_.last_gain_at);
+    return "";
+  }
+
+  // Keeps the runner's pipeline full: as many proposals as it has room for (within the budget),
+  // none submitted twice. Sets the stop reason when nothing is left to run.
+  void top_up() {
+    // A GPU runner sizes its pipeline from measured build and GPU times; say so when that moves by a
+    // quarter or more (not on every step of its running mean).
+    const std::size_t capacity = runner_.capacity();
+    if (last_capacity_ == 0) {
+      last_capacity_ = capacity;
+    } else if (4 * (capacity > last_capacity_ ? capacity - last_capacity_ : last_capacity_ - capacity) >=
+               last_capacity_) {
+      progress_.event(fmt::format("proposals in flight: {} (was {})", capacity, last_capacity_));
+      last_capacity_ = capacity;
+    }
+    std::size_t room = capacity > runner_.outstanding() ? capacity - runner_.outstanding() : 0;
+    if (options_.budget_evals > 0) {
+      const std::int64_t left =
+          options_.budget_evals - tally_.progress.evaluations - static_cast<std::int64_t>(runner_.outstanding());
+      room = std::min<std::size_t>(room, static_cast<std::size_t>(std::max<std::int64_t>(0, left)));
+    }
+    if (room > 0) {
+      for (Config& c : strategy_->propose(room))
+        if (seen_.insert(config_str(c)).second) runner_.submit(c);
+    }
+    if (runner_.outstanding() == 0) {
+      stop_reason_ = strategy_->exhausted()
+                         ? fmt::format("space exhausted: all {} valid configs evaluated", seen_.size())
+                         : "the strategy has nothing more to propose";
+    }
+  }
+
+  double elapsed() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+
+  // A search result: recorded, observed, counted and shown.
+  void take(const RunResult& r) {
+    entry_.record(r, Phase::kSearch);
+    strategy_->observe(Trial{r.config, r.record.status, r.record.median_us});
+    ++tally_.progress.this_run;
+    tally_.progress.elapsed_s = elapsed();
+    if (tally_.add(r.record))
+      progress_.event(fmt::format("#{} new best {:.1f} µs ({:.1f} TFLOP/s): {}", tally_.progress.evaluations,
+                                  *tally_.progress.best_us, tally_.progress.best_tflops.value_or(0),
+                                  tagged_str(r.config)));
+    progress_.update(tally_.progress);
+  }
+
+  // The search: proposals run ahead of results until a stop condition, then what is in flight is
+  // drained (unless interrupted).
+  void search() {
+    t0_ = Clock::now();
     for (;;) {
-      tally.progress.elapsed_s = elapsed();
-      if (stop_reason.empty()) {
-        const std::int64_t done = tally.progress.evaluations;
-        if (raised(flags.stop)) {
-          interrupted = true;
-          stop_reason = "interrupted";
-        } else if (options.budget_evals > 0 && done >= options.budget_evals) {
-          stop_reason = fmt::format("budget: {} evaluations", options.budget_evals);
-        } else if (options.budget_seconds > 0 && tally.progress.elapsed_s >= options.budget_seconds) {
-          stop_reason = fmt::format("time budget: {} of this run", format_duration(options.budget_seconds));
-        } else if (options.patience > 0 && tally.ok() > 0 && done - tally.last_gain_at >= options.patience) {
-          stop_reason = fmt::format("converged: no gain over {:g}% in the last {} evaluations (best since #{})",
-                                    options.min_gain_pct, done - tally.last_gain_at, tally.last_gain_at);
-        }
-      }
-      if (stop_reason.empty()) {
-        // A GPU runner sizes its pipeline from measured build and GPU times; say so when that moves
-        // by a quarter or more (not on every step of its running mean).
-        const std::size_t capacity = runner.capacity();
-        if (last_capacity == 0) {
-          last_capacity = capacity;
-        } else if (4 * (capacity > last_capacity ? capacity - last_capacity : last_capacity - capacity) >= last_capacity) {
-          progress.event(fmt::format("proposals in flight: {} (was {})", capacity, last_capacity));
-          last_capacity = capacity;
-        }
-        std::size_t room = capacity > runner.outstanding() ? capacity - runner.outstanding() : 0;
-        if (options.budget_evals > 0) {
-          const std::int64_t left =
-              options.budget_evals - tally.progress.evaluations - static_cast<std::int64_t>(runner.outstanding());
-          room = std::min<std::size_t>(room, static_cast<std::size_t>(std::max<std::int64_t>(0, left)));
-        }
-        if (room > 0) {
-          for (Config& c : strategy->propose(room))
-            if (seen.insert(config_str(c)).second) runner.submit(c);
-        }
-        if (runner.outstanding() == 0) {
-          stop_reason = strategy->exhausted()
-                            ? fmt::format("space exhausted: all {} valid configs evaluated", seen.size())
-                            : "the strategy has nothing more to propose";
-        }
-      }
-      if (interrupted || runner.outstanding() == 0) break;
+      tally_.progress.elapsed_s = elapsed();
+      if (stop_reason_.empty()) stop_reason_ = stop_condition();
+      if (stop_reason_.empty()) top_up();
+      if (interrupted_ || runner_.outstanding() == 0) break;
 
-      std::optional<RunResult> r = runner.next();
+      std::optional<RunResult> r = runner_.next();
       if (!r) continue;
       if (r->abandoned) {
-        interrupted = true;
-        stop_reason = "interrupted (the candidate in flight was abandoned)";
+        interrupted_ = true;
+        stop_reason_ = "interrupted (the candidate in flight was abandoned)";
         break;
       }
-      {
-        const auto [family, plain] = as_stored(r->config);
-        const std::int64_t candidate = store.upsert_candidate(family, plain, r->source_hash);
-        store.record_evaluation(campaign_id, candidate, device_of.at(family), r->record);
-      }
-      strategy->observe(Trial{r->config, r->record.status, r->record.median_us});
-      ++tally.progress.this_run;
-      tally.progress.elapsed_s = elapsed();
-      if (tally.add(r->record))
-        progress.event(fmt::format("#{} new best {:.1f} µs ({:.1f} TFLOP/s): {}", tally.progress.evaluations,
-                                   *tally.progress.best_us, tally.progress.best_tflops.value_or(0),
-                                   tagged_str(r->config)));
-      progress.update(tally.progress);
+      take(*r);
     }
-    if (families && tally.progress.this_run > 0) {
-      std::vector<std::string> parts;
-      for (const MultiFamily::FamilyStats& f : families->stats())
-        parts.push_back(fmt::format("{} {} ({} ok{}{})", f.family, f.observed, f.ok,
-                                    f.best_us ? fmt::format(", best {:.1f} µs", *f.best_us) : "",
-                                    f.exhausted ? ", exhausted" : ""));
-      progress.done();
-      progress.event(fmt::format("evaluations by template: {}", fmt::join(parts, ", ")));
-    }
+  }
 
-    // The result: the top candidates re-timed interleaved, unless nothing changed since the last ranking.
-    std::vector<RankedRow> ranking = store.ranking(campaign_id);
-    if (!interrupted && tally.ok() > 0 && (tally.progress.this_run > 0 || ranking.empty()) && options.final_top > 0) {
-      std::vector<Retimed> top;
-      {
-        std::vector<EvaluationRow> rows = store.campaign_evaluations(campaign_id);
-        std::stable_sort(rows.begin(), rows.end(), [](const EvaluationRow& a, const EvaluationRow& b) {
-          const bool ao = a.record.status == "ok", bo = b.record.status == "ok";
-          if (ao != bo) return ao;
-          return ao && *a.record.median_us < *b.record.median_us;
-        });
-        std::set<std::string> taken, families_in;
-        for (const EvaluationRow& e : rows) {
-          if (e.record.status != "ok" || static_cast<int>(top.size()) >= options.final_top) break;
-          const Config c = as_seen(e.family, e.config);
-          if (taken.insert(config_str(c)).second) top.push_back({c, "", {}, 0, false});
-          families_in.insert(e.family);
-        }
-        // Several families: each one's best is re-timed too (beyond the top if need be), so the
-        // ranking says how the best of each compares, measured alike.
-        if (mixed)
-          for (const EvaluationRow& e : rows) {
-            if (e.record.status != "ok") break;
-            if (families_in.insert(e.family).second) top.push_back({as_seen(e.family, e.config), "", {}, 0, false});
-          }
+  // Several families: how the evaluations were shared out.
+  void report_families() {
+    if (!families_ || tally_.progress.this_run == 0) return;
+    std::vector<std::string> parts;
+    for (const MultiFamily::FamilyStats& f : families_->stats())
+      parts.push_back(fmt::format("{} {} ({} ok{}{})", f.family, f.observed, f.ok,
+                                  f.best_us ? fmt::format(", best {:.1f} µs", *f.best_us) : "",
+                                  f.exhausted ? ", exhausted" : ""));
+    progress_.done();
+    progress_.event(fmt::format("evaluations by template: {}", fmt::join(parts, ", ")));
+  }
+
+  // The fastest distinct ok configs (final_top of them) and, with several families, each one's
+  // best too (beyond the top if need be), so the ranking says how the best of each compares,
+  // measured alike.
+  std::vector<Retimed> finalists() {
+    std::vector<Retimed> top;
+    std::vector<EvaluationRow> rows = entry_.log().campaign_evaluations(entry_.id());
+    std::stable_sort(rows.begin(), rows.end(), [](const EvaluationRow& a, const EvaluationRow& b) {
+      const bool ao = a.record.status == "ok", bo = b.record.status == "ok";
+      if (ao != bo) return ao;
+      return ao && *a.record.median_us < *b.record.median_us;
+    });
+    std::set<std::string> taken, families_in;
+    for (const EvaluationRow& e : rows) {
+      if (e.record.status != "ok" || static_cast<int>(top.size()) >= options_.final_top) break;
+      const Config c = entry_.as_seen(e.family, e.config);
+      if (taken.insert(config_str(c)).second) top.push_back({c, "", {}, 0, false});
+      families_in.insert(e.family);
+    }
+    if (mixed_)
+      for (const EvaluationRow& e : rows) {
+        if (e.record.status != "ok") break;
+        if (families_in.insert(e.family).second) top.push_back({entry_.as_seen(e.family, e.config), "", {}, 0, false});
       }
-      progress.done();
-      progress.event(fmt::format("re-timing the top {} interleaved, {} rounds", top.size(), options.final_rounds));
-      runner.begin_final_timing();
-      for (int round = 0; round < options.final_rounds && !interrupted; ++round) {
-        for (Retimed& t : top) {
-          if (raised(flags.stop)) {
-            interrupted = true;
-            break;
-          }
-          if (t.failed) continue;
-          runner.submit(t.config);
-          std::optional<RunResult> r = runner.next();
-          if (!r || r->abandoned) {
-            interrupted = true;
-            break;
-          }
-          t.source_hash = r->source_hash;
-          const auto [family, plain] = as_stored(r->config);
-          const std::int64_t candidate = store.upsert_candidate(family, plain, r->source_hash);
-          store.record_evaluation(campaign_id, candidate, device_of.at(family), r->record, Phase::kFinal);
-          if (r->record.status != "ok") {
-            t.failed = true;  // flaky: it failed where it once passed, so it cannot be the result
-            progress.event(fmt::format("re-timing: {} failed this time ({}: {}); dropped from the ranking",
-                                       tagged_str(t.config), r->record.status, one_line(r->record.error)));
-            continue;
-          }
-          t.medians.push_back(*r->record.median_us);
-          t.max_err = std::max(t.max_err, r->record.max_abs_err.value_or(0));
-        }
-        // A line a round: with >= 1 s a re-timing, the ranking takes most of a minute.
-        if (interrupted) break;
-        const Retimed* lead = nullptr;
-        double lead_us = 0;
-        for (const Retimed& t : top) {
-          if (t.failed || t.medians.empty()) continue;
-          const double m = median(t.medians);
-          if (!lead || m < lead_us) {
-            lead = &t;
-            lead_us = m;
-          }
-        }
-        progress.event(fmt::format("re-timing round {}/{} done{}", round + 1, options.final_rounds,
-                                   lead ? fmt::format("; leading: {:.1f} µs (median so far), {}", lead_us,
-                                                      tagged_str(lead->config))
-                                        : ""));
+    return top;
+  }
+
+  // One re-timing of each finalist, interleaved; a finalist that fails is dropped. Sets
+  // interrupted_ on a stop or an abandoned candidate.
+  void retime_round(std::vector<Retimed>& top) {
+    for (Retimed& t : top) {
+      if (raised(flags_.stop)) {
+        interrupted_ = true;
+        return;
       }
-      if (interrupted) {
-        stop_reason += stop_reason.empty() ? "interrupted during the final re-timing"
+      if (t.failed) continue;
+      runner_.submit(t.config);
+      std::optional<RunResult> r = runner_.next();
+      if (!r || r->abandoned) {
+        interrupted_ = true;
+        return;
+      }
+      t.source_hash = r->source_hash;
+      entry_.record(*r, Phase::kFinal);
+      if (r->record.status != "ok") {
+        t.failed = true;  // flaky: it failed where it once passed, so it cannot be the result
+        progress_.event(fmt::format("re-timing: {} failed this time ({}: {}); dropped from the ranking",
+                                    tagged_str(t.config), r->record.status, one_line(r->record.error)));
+        continue;
+      }
+      t.medians.push_back(*r->record.median_us);
+      t.max_err = std::max(t.max_err, r->record.max_abs_err.value_or(0));
+    }
+  }
+
+  // A line a round: with >= 1 s a re-timing, the ranking takes most of a minute.
+  void report_round(int round, const std::vector<Retimed>& top) {
+    const Retimed* lead = nullptr;
+    double lead_us = 0;
+    for (const Retimed& t : top) {
+      if (t.failed || t.medians.empty()) continue;
+      const double m = median(t.medians);
+      if (!lead || m < lead_us) {
+        lead = &t;
+        lead_us = m;
+      }
+    }
+    progress_.event(fmt::format("re-timing round {}/{} done{}", round + 1, options_.final_rounds,
+                                lead ? fmt::format("; leading: {:.1f} µs (median so far), {}", lead_us,
+                                                   tagged_str(lead->config))
+                                     : ""));
+  }
+
+  // The finalists that held, fastest median over the rounds first, as the campaign's result.
+  void put_ranking(const std::vector<Retimed>& top) {
+    std::vector<RankingEntry> entries;
+    for (const Retimed& t : top) {
+      if (t.failed || t.medians.empty()) continue;
+      RankingEntry e;
+      e.candidate_id = entry_.candidate(t.config, t.source_hash);
+      e.device_id = entry_.device_of(entry_.as_stored(t.config).first);
+      e.median_us = median(t.medians);
+      e.tflops = spec_.problem.flops() / (e.median_us * 1e-6) / 1e12;
+      e.max_abs_err = t.max_err;
+      const auto [lo, hi] = std::minmax_element(t.medians.begin(), t.medians.end());
+      e.spread_pct = (*hi - *lo) / e.median_us * 100;
+      e.rounds = static_cast<int>(t.medians.size());
+      entries.push_back(e);
+    }
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const RankingEntry& a, const RankingEntry& b) { return a.median_us < b.median_us; });
+    entry_.log().put_ranking(entry_.id(), entry_.device_id(), entries);
+  }
+
+  // The result: the top candidates re-timed interleaved, unless nothing changed since the last
+  // ranking (or the run was interrupted, or nothing passed).
+  std::vector<RankedRow> final_ranking() {
+    std::vector<RankedRow> ranking = entry_.log().ranking(entry_.id());
+    if (interrupted_ || tally_.ok() == 0 || (tally_.progress.this_run == 0 && !ranking.empty()) ||
+        options_.final_top <= 0)
+      return ranking;
+    std::vector<Retimed> top = finalists();
+    progress_.done();
+    progress_.event(fmt::format("re-timing the top {} interleaved, {} rounds", top.size(), options_.final_rounds));
+    runner_.begin_final_timing();
+    for (int round = 0; round < options_.final_rounds && !interrupted_; ++round) {
+      retime_round(top);
+      if (interrupted_) break;
+      report_round(round, top);
+    }
+    if (interrupted_)
+      stop_reason_ += stop_reason_.empty() ? "interrupted during the final re-timing"
                                            : "; interrupted during the final re-timing";
-      } else {
-        std::vector<RankingEntry> entries;
-        for (const Retimed& t : top) {
-          if (t.failed || t.medians.empty()) continue;
-          RankingEntry e;
-          const auto [family, plain] = as_stored(t.config);
-          e.candidate_id = store.upsert_candidate(family, plain, t.source_hash);
-          e.device_id = device_of.at(family);
-          e.median_us = median(t.medians);
-          e.tflops = spec.problem.flops() / (e.median_us * 1e-6) / 1e12;
-          e.max_abs_err = t.max_err;
-          const auto [lo, hi] = std::minmax_element(t.medians.begin(), t.medians.end());
-          e.spread_pct = (*hi - *lo) / e.median_us * 100;
-          e.rounds = static_cast<int>(t.medians.size());
-          entries.push_back(e);
-        }
-        std::stable_sort(entries.begin(), entries.end(),
-                         [](const RankingEntry& a, const RankingEntry& b) { return a.median_us < b.median_us; });
-        store.put_ranking(campaign_id, device_id, entries);
-      }
-      ranking = store.ranking(campaign_id);
-    }
-    progress.done();
+    else
+      put_ranking(top);
+    return entry_.log().ranking(entry_.id());
+  }
 
-    result.status = interrupted ? "stopped" : "completed";
-    result.stop_reason = stop_reason;
-    result.evaluations = tally.progress.evaluations;
-    result.this_run = tally.progress.this_run;
-    result.ok = tally.ok();
-    result.ranking = std::move(ranking);
-    store.finish_campaign(campaign_id, result.status, result.stop_reason);
+  CampaignEntry& entry_;
+  Runner& runner_;
+  const std::vector<const SearchSpace*>& spaces_;
+  const CampaignSpec& spec_;
+  const TuneOptions& options_;
+  Progress& progress_;
+  StopFlags flags_;
+  bool mixed_;
+
+  std::unique_ptr<Strategy> strategy_;
+  const MultiFamily* families_ = nullptr;  // the allocation between families, when several
+  Tally tally_;
+  std::set<std::string> seen_;  // config_str of everything evaluated or submitted: never twice
+  bool interrupted_ = false;
+  std::string stop_reason_;
+  std::size_t last_capacity_ = 0;  // the runner's pipeline depth last reported
+  Clock::time_point t0_;           // the search's start (budget_seconds counts from here)
+};
+
+}  // namespace
+
+TuneResult run_campaign(CampaignLog& log, Runner& runner, const SearchSpace& space, const CampaignSpec& spec,
+                        const TuneOptions& options, Progress& progress, StopFlags flags) {
+  return run_campaign(log, runner, std::vector<const SearchSpace*>{&space}, spec, options, progress, flags);
+}
+
+TuneResult run_campaign(CampaignLog& log, Runner& runner, const std::vector<const SearchSpace*>& spaces,
+                        const CampaignSpec& spec, const TuneOptions& options, Progress& progress, StopFlags flags) {
+  if (spaces.empty()) throw std::logic_error("run_campaign: no search space");
+  CampaignEntry entry(log, runner, spaces, spec);
+  try {
+    TuneResult result = CampaignRun(entry, runner, spaces, spec, options, progress, flags).run();
+    log.finish_campaign(entry.id(), result.status, result.stop_reason);
     return result;
   } catch (const std::exception& e) {
     try {
-      store.finish_campaign(campaign_id, "failed", one_line(e.what()));
+      log.finish_campaign(entry.id(), "failed", one_line(e.what()));
     } catch (...) {
       // The original error matters more than a failure to record it.
     }

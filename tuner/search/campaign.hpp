@@ -13,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "db/store.hpp"
+#include "core/record_stores.hpp"
+#include "core/records.hpp"
 #include "search/progress.hpp"
 #include "search/runner.hpp"
 #include "space/search_space.hpp"
@@ -30,7 +31,7 @@ struct TuneOptions {
   double min_gain_pct = 0.5;
   // The interleaved re-timing at the end. The best configs lie within 1-3%. With ~20 ms timings
   // its rounds spread 3-17% on the H100 suite (5 x 5 picked an s=16k config 2.4% slower than 8 x 9
-  // did: docs/PERFORMANCE.md run 37); with each re-timing sampling >= 1 s
+  // did: docs/log/PERFORMANCE.md run 37); with each re-timing sampling >= 1 s
   // (GpuRunnerOptions::final_timing) a finalist's rounds spread 0.2-4.3% (run 72; 0.6-7% at
   // 0.3 s, runs 53, 57), and 8 x 6 ranks as steadily.
   int final_top = 8, final_rounds = 6;
@@ -53,16 +54,16 @@ struct TuneResult {
 };
 
 // Runs (or resumes) the campaign `spec` (already checked against the space and problem by the
-// caller) and marks it completed or stopped. On an exception the campaign is marked failed with
-// the reason and the exception propagates.
-TuneResult run_campaign(Store& store, Runner& runner, const SearchSpace& space, const CampaignSpec& spec,
+// caller), recording it in `log` (tune passes the Store), and marks it completed or stopped. On an
+// exception the campaign is marked failed with the reason and the exception propagates.
+TuneResult run_campaign(CampaignLog& log, Runner& runner, const SearchSpace& space, const CampaignSpec& spec,
                         const TuneOptions& options, Progress& progress, StopFlags flags);
 // A campaign over several template families (tune --space A --space B): `spaces` sorted by family
 // as in spec.spaces, searched by a MultiFamily strategy (search/multi_family.hpp) through a runner
 // that takes tagged configs; candidates of every family are stored under their own family and the
 // arch the runner builds them for, and re-timed and ranked together at the end. With one space it
 // is the campaign above.
-TuneResult run_campaign(Store& store, Runner& runner, const std::vector<const SearchSpace*>& spaces,
+TuneResult run_campaign(CampaignLog& log, Runner& runner, const std::vector<const SearchSpace*>& spaces,
                         const CampaignSpec& spec, const TuneOptions& options, Progress& progress, StopFlags flags);
 
 }  // namespace attntune::search

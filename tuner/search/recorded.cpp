@@ -6,17 +6,17 @@
 
 namespace attntune::search {
 
-RecordedCampaign RecordedCampaign::load(Store& store, const std::string& campaign) {
-  const std::optional<CampaignRow> row = store.campaign_row(campaign);
-  if (!row) throw InputError(fmt::format("no campaign named '{}' in {}", campaign, store.path()));
+RecordedCampaign RecordedCampaign::load(ResultReader& results, const std::string& campaign) {
+  const std::optional<CampaignRow> row = results.campaign_row(campaign);
+  if (!row) throw InputError(fmt::format("no campaign named '{}' in {}", campaign, results.path()));
   if (row->spec.mixed())
     throw InputError(fmt::format("campaign '{}' in {} searched several templates ({}); a recorded campaign to replay "
                                  "or simulate from must have one (record each template's space in its own campaign)",
-                                 campaign, store.path(), row->spec.family));
+                                 campaign, results.path(), row->spec.family));
   if (row->spec.space_text.empty())
     throw InputError(fmt::format("campaign '{}' in {} was recorded without its search space (an older attntune); "
                                  "it cannot be replayed",
-                                 campaign, store.path()));
+                                 campaign, results.path()));
   RecordedCampaign out{campaign,
                        SearchSpace::parse(row->spec.space_text, fmt::format("{} (campaign '{}')", row->spec.space_path, campaign)),
                        row->spec.problem,
@@ -26,7 +26,7 @@ RecordedCampaign RecordedCampaign::load(Store& store, const std::string& campaig
                        {},
                        std::nullopt,
                        0};
-  for (EvaluationRow& e : store.campaign_evaluations(row->id)) {
+  for (EvaluationRow& e : results.campaign_evaluations(row->id)) {
     if (e.record.status == "ok" && e.record.median_us && (!out.best_us || *e.record.median_us < *out.best_us))
       out.best_us = e.record.median_us;
     out.results.emplace(config_str(e.config), std::move(e.record));  // the first evaluation wins

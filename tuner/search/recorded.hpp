@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/config.hpp"
-#include "db/store.hpp"
+#include "core/record_stores.hpp"
 #include "space/problem.hpp"
 #include "space/search_space.hpp"
 
@@ -24,7 +24,7 @@ struct RecordedCampaign {
 
   // InputError for an unknown campaign, one recorded without its space text (schema < 3), or one
   // of several templates (tune --space A --space B).
-  static RecordedCampaign load(Store& store, const std::string& campaign);
+  static RecordedCampaign load(ResultReader& results, const std::string& campaign);
   const EvalRecord* find(const Config& c) const;  // nullptr when it was not evaluated
 };
 

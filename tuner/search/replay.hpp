@@ -4,7 +4,7 @@
 // Pipelining is simulated as `tune` runs: the compile pool keeps `pipeline` proposals in flight, so
 // each step tops the outstanding proposals up to `pipeline`, then observes the oldest one (one
 // evaluation). `tune`'s depth is its runner's capacity: --jobs + 2 on a GPU (18 on 16 cores), so
-// pipeline 8 is `tune --jobs 6` (docs/PERFORMANCE.md, search efficiency, has both).
+// pipeline 8 is `tune --jobs 6` (docs/log/PERFORMANCE.md, search efficiency, has both).
 // Evaluations-to-target is the count at which an ok result with median <= optimum *
 // (1 + target_pct/100) is first observed; failures count as evaluations. A seed that does
 // not reach the target within the budget counts as not reached, and as budget + 1 in the
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "db/store.hpp"  // EvalRecord only: the engine never opens a database
+#include "core/records.hpp"
 #include "search/recorded.hpp"
 #include "space/problem.hpp"
 #include "space/search_space.hpp"

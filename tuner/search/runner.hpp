@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/config.hpp"
-#include "db/store.hpp"
+#include "core/records.hpp"
 
 namespace attntune::search {
 

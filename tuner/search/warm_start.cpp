@@ -4,14 +4,14 @@
 
 namespace attntune::search {
 
-std::vector<Config> warm_start_configs(Store& store, BestQuery where, const std::string& family, std::size_t count) {
+std::vector<Config> warm_start_configs(ResultReader& results, BestQuery where, const std::string& family, std::size_t count) {
   std::vector<Config> out;
   if (count == 0) return out;
   // best() counts distinct configs per campaign over every template: ask for more until `count` of
   // this template are in, or the results run out.
   for (std::size_t top = count;; top *= 2) {
     where.top = static_cast<int>(top);
-    const std::vector<BestRow> rows = store.best(where);
+    const std::vector<BestRow> rows = results.best(where);
     out.clear();
     std::set<std::string> taken;
     for (const BestRow& r : rows)

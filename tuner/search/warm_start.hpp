@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "db/store.hpp"
+#include "core/record_stores.hpp"
 
 namespace attntune::search {
 
@@ -19,7 +19,7 @@ inline constexpr std::size_t kWarmStartConfigs = 8;
 
 // The fastest `count` distinct configs of template `family` among the results `where` selects (its
 // `top` is ignored), fastest first.
-std::vector<Config> warm_start_configs(Store& store, BestQuery where, const std::string& family,
+std::vector<Config> warm_start_configs(ResultReader& results, BestQuery where, const std::string& family,
                                        std::size_t count = kWarmStartConfigs);
 
 }  // namespace attntune::search

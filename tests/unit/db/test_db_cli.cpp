@@ -1,4 +1,4 @@
-// `attntune best` and `attntune campaigns` end to end, through the binary: the JSON of CONTRACT.md,
+// `attntune best` and `attntune campaigns` end to end, through the binary: the JSON of docs/CONTRACT.md,
 // CSV (RFC 4180), tables, exit codes and error lines.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

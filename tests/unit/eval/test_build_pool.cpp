@@ -152,6 +152,79 @@ TEST(BuildPool, CacheServesRepeatsButNotTimeouts) {
   EXPECT_EQ(store.find_build(build_key(other.kernel, other.arch, opts))->status, "ok");
 }
 
+// The pool needs of the store only a BuildCache (core/record_stores.hpp): one held in memory serves
+// hits without a build worker, and takes fresh results but never timeouts.
+namespace {
+class MemoryCache : public BuildCache {
+ public:
+  static std::string str(const BuildKey& k) { return k.source_hash + "|" + k.arch + "|" + k.nvrtc_version + "|" + k.options; }
+  std::optional<BuildRecord> find_build(const BuildKey& key) override {
+    ++finds;
+    auto it = builds.find(str(key));
+    if (it == builds.end()) return std::nullopt;
+    return it->second;
+  }
+  void put_build(const BuildKey& key, const BuildRecord& build) override {
+    ++puts;
+    builds[str(key)] = build;
+  }
+  std::map<std::string, BuildRecord> builds;
+  int finds = 0, puts = 0;
+};
+}  // namespace
+
+TEST(BuildPool, AnyBuildCacheServesThePool) {
+  MemoryCache cache;
+  const BuildJob good = job("good", good_source(5));
+  const std::string key = MemoryCache::str(build_key(good.kernel, good.arch, {}));
+  BuildPoolOptions o = options(1, std::chrono::seconds(60));
+  o.store = &cache;
+  {
+    BuildPool pool(o);
+    pool.submit(good);
+    auto r = pool.next();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->build.status, "ok") << r->build.log;
+    EXPECT_FALSE(r->cache_hit);
+  }
+  EXPECT_EQ(cache.finds, 1);
+  EXPECT_EQ(cache.puts, 1);
+  ASSERT_TRUE(cache.builds.count(key));
+  EXPECT_EQ(cache.builds[key].status, "ok");
+
+  // What the cache holds is the answer, as it is, with no build worker at all.
+  BuildRecord planted;
+  planted.status = "ok";
+  planted.cubin = "planted cubin";
+  cache.builds[key] = planted;
+  BuildPoolOptions no_worker = o;
+  no_worker.worker_argv = {"/nonexistent/attntune"};
+  {
+    BuildPool pool(no_worker);
+    pool.submit(good);
+    auto r = pool.next();
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(r->cache_hit);
+    EXPECT_EQ(r->build.cubin, "planted cubin");
+  }
+  EXPECT_EQ(cache.puts, 1) << "a hit is not written back";
+
+  // A timeout is never cached.
+  test::TempDir dir;
+  const std::string fifo = dir.file("never-written.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  BuildPoolOptions quick = o;
+  quick.compile_timeout = std::chrono::milliseconds(1500);
+  {
+    BuildPool pool(quick);
+    pool.submit(job("hang", "#include \"" + fifo + "\"\n" + good_source(0)));
+    auto r = pool.next();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->build.status, "compile_timeout");
+  }
+  EXPECT_EQ(cache.puts, 1);
+}
+
 TEST(BuildPool, DyingOrBabblingBuildWorkersGiveCompileErrors) {
   {
     BuildPoolOptions o = options(1, std::chrono::seconds(30));

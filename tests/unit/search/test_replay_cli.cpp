@@ -1,5 +1,5 @@
 // attntune replay end to end, through the binary, on a campaign written to a scratch database from a
-// synthetic landscape: the JSON of CONTRACT.md, the table, and exit 2 with one error line for bad input.
+// synthetic landscape: the JSON of docs/CONTRACT.md, the table, and exit 2 with one error line for bad input.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

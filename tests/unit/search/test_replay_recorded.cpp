@@ -13,7 +13,7 @@
 // (block_m=128, block_n=32, warps=4, lazy_rescale), the first 8 proposals go out before any result
 // is back, and a proposal made on seeing a first config of that corner is measured 8 evaluations
 // later: median first sight of the corner 9, then about 12 more. Even with no pipeline at all evo
-// needs 19 (2.5x), so the bar at 2% is out of reach here (docs/PERFORMANCE.md lists what was
+// needs 19 (2.5x), so the bar at 2% is out of reach here (docs/log/PERFORMANCE.md lists what was
 // measured: depth, a GPU-aware prior, another initial design). What this test holds is what evo
 // does achieve, so a regression shows; the tail is held too (p90), as it is what an overnight
 // campaign with a fixed budget pays for.

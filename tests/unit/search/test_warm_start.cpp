@@ -64,3 +64,47 @@ TEST_F(WarmStartTest, OnlyTheTemplateEachConfigOnceFastestFirst) {
 }
 
 }  // namespace
+
+namespace {
+
+// Any ResultReader serves: warm_start_configs asks best() for more rows, doubling, until `count`
+// configs of the template are in or the rows run out.
+class ScriptedResults : public ResultReader {
+ public:
+  std::vector<BestRow> rows;
+  std::vector<int> asked;  // query.top of each best() call
+
+  const std::string& path() const noexcept override { return path_; }
+  std::optional<std::int64_t> find_campaign(const std::string&) override { return std::nullopt; }
+  std::optional<CampaignRow> campaign_row(const std::string&) override { return std::nullopt; }
+  std::vector<CampaignRow> campaigns() override { return {}; }
+  std::vector<EvaluationRow> campaign_evaluations(std::int64_t) override { return {}; }
+  std::vector<BestRow> best(const BestQuery& q) override {
+    asked.push_back(q.top);
+    return {rows.begin(), rows.begin() + std::min<std::ptrdiff_t>(q.top, static_cast<std::ptrdiff_t>(rows.size()))};
+  }
+  std::vector<Problem> problems_with_results(const std::string&) override { return {}; }
+
+ private:
+  std::string path_ = "(scripted)";
+};
+
+BestRow row(const std::string& family, const Config& c) {
+  BestRow r;
+  r.family = family;
+  r.config = c;
+  return r;
+}
+
+TEST(WarmStartReader, AsksForMoreRowsUntilTheTemplateHasEnough) {
+  ScriptedResults results;
+  for (int i = 0; i < 10; ++i) results.rows.push_back(row("flash_fwd_wgmma", config(16 * (i + 1), 64)));
+  results.rows.push_back(row("flash_fwd_mma", config(128, 64)));
+  results.rows.push_back(row("flash_fwd_mma", config(64, 64)));
+  const std::vector<Config> got = search::warm_start_configs(results, BestQuery{}, "flash_fwd_mma", 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(config_str(got[0]), config_str(config(128, 64)));
+  EXPECT_EQ(results.asked, (std::vector<int>{2, 4, 8, 16}));
+}
+
+}  // namespace

@@ -176,6 +176,51 @@ TEST_F(TuneResume, ANewCampaignStartsFromTheBestOfTheNearestTunedProblem) {
   EXPECT_EQ(log().find("warm start:"), std::string::npos) << log();
 }
 
+// A paged problem (page=N) and the dense problem of the same shape never warm-start each other: a
+// dense campaign starts from the nearest dense problem, even when a paged one of its very shape has
+// results.
+TEST_F(TuneResume, APagedProblemDoesNotWarmStartADenseOne) {
+  const SearchSpace space = SearchSpace::load(space_file());
+  const std::vector<Config> configs = space.enumerate(Problem::parse(kProblem), "sm_90");
+  ASSERT_GE(configs.size(), 8u);
+  auto tuned = [&](const std::string& db, const std::string& name, const Problem& p) {
+    Store s = Store::open(db, Store::Mode::kCreate);
+    const std::int64_t dev = s.upsert_device({"NVIDIA H200", "sm_90", "GPU-rec", 132, "580"});
+    CampaignSpec spec;
+    spec.name = name;
+    spec.problem = p;
+    spec.space_path = space.path();
+    spec.space_hash = space.hash();
+    spec.family = space.family();
+    spec.strategy = "evo";
+    const std::int64_t c = s.open_campaign(spec, dev);
+    for (std::size_t i = 0; i < 8; ++i)
+      s.record_evaluation(c, s.upsert_candidate(space.family(), configs[i], "src" + std::to_string(i)), dev,
+                          recorded_ok(500.0 + double(i), p));
+    s.finish_campaign(c, "completed", "budget");
+  };
+  auto run = [&](const std::string& db) {
+    TuneProcess p({"tune", "--space", space_file(), "--problem", kProblem, "--db", db, "--campaign", "dense",
+                   "--simulate-db", rec, "--simulate-campaign", "rec", "--budget-evals", "4", "--warm-start", "8",
+                   "--final-top", "0", "--log-interval", "1"},
+                  log_path);
+    return p.wait();
+  };
+  const Problem paged = Problem::parse(std::string(kProblem) + ",page=16");
+  tuned(work, "paged", paged);
+  ASSERT_EQ(run(work), 0) << log();
+  EXPECT_EQ(log().find("warm start:"), std::string::npos) << log();
+
+  const std::string other = dir.file("other.db");
+  tuned(other, "paged", paged);
+  tuned(other, "dense-s2048", Problem::parse("b=4,h=16,s=2048,d=128,dtype=bf16,causal=0"));
+  fs::remove(log_path);
+  ASSERT_EQ(run(other), 0) << log();
+  EXPECT_NE(log().find("warm start: 8 configs from b=4,h=16,hkv=16,s=2048,sk=2048,d=128,dtype=bf16,causal=0\n"),
+            std::string::npos)
+      << log();
+}
+
 // A --max-seconds under the final re-timing's default minimum (1 s) caps that minimum; only a
 // --final-min-seconds given above --max-seconds is refused.
 TEST_F(TuneResume, ASmallMaxSecondsCapsTheFinalMinimum) {

@@ -1,0 +1,441 @@
+// Opening the Store: the file judged from its header before SQLite touches it, the connection
+// (read-write in WAL mode, or read-only without a trace), and the schema created or migrated.
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/embedded.hpp"
+#include "core/error.hpp"
+#include "db/sqlite.hpp"
+#include "db/store.hpp"
+
+namespace attntune {
+
+namespace fs = std::filesystem;
+using sqlite::Connection;
+using sqlite::Statement;
+using sqlite::Transaction;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Schema versions: db/migrations/NNN_name.sql takes a database from version NNN-1 to NNN; the
+// highest NNN is the current version, and db/schema.sql creates it directly.
+
+const std::map<int, std::string_view>& migrations() {
+  static const std::map<int, std::string_view> steps = [] {
+    const std::string prefix = "db/migrations/";
+    std::map<int, std::string_view> m;
+    for (const auto& [path, text] : embedded_files()) {
+      if (path.rfind(prefix, 0) != 0) continue;
+      const std::string name = path.substr(prefix.size());
+      if (name.size() < 5 ||
+          !std::all_of(name.begin(), name.begin() + 3, [](unsigned char c) { return std::isdigit(c); }) ||
+          name[3] != '_')
+        throw std::logic_error("migration file name is not NNN_name.sql: " + path);
+      const int version = std::stoi(name.substr(0, 3));
+      if (!m.emplace(version, text).second) throw std::logic_error("two migrations to version " + name.substr(0, 3));
+    }
+    int expected = 1;
+    for (const auto& [version, text] : m)
+      if (version != expected++)
+        throw std::logic_error(fmt::format("migration to version {} is missing", expected - 1));
+    if (m.empty()) throw std::logic_error("no migrations embedded (db/migrations/*.sql)");
+    return m;
+  }();
+  return steps;
+}
+
+// PRAGMA takes no bound parameters; the values written this way are integers of this binary.
+void set_header_pragmas(Connection& db, int version) {
+  db.exec(fmt::format("PRAGMA application_id = {}; PRAGMA user_version = {};",
+                      static_cast<std::int32_t>(Store::kApplicationId), version));
+}
+
+std::int64_t pragma_int(const Connection& db, std::string_view pragma) {
+  Statement st(db, pragma);
+  return st.step() ? st.int64(0) : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The file, judged from its header before SQLite opens it (https://sqlite.org/fileformat.html).
+// Reading it ourselves is what keeps a refused file untouched: SQLite would already create -wal and
+// -shm files on a WAL database, or run a hot journal's rollback, before we could ask it anything.
+
+enum class FileState {
+  kMissing,
+  kEmpty,    // 0 bytes, or SQLite with no tables and no application id
+  kOurs,     // attntune, schema version `version` (<= current)
+  kPending,  // WAL database whose header is not written yet (content still in -wal): ask SQLite
+};
+
+struct Inspection {
+  FileState state = FileState::kMissing;
+  int version = 0;
+  bool wal_mode = false;    // header says WAL
+  bool side_files = false;  // -wal or -shm exists: a connection may be open, the header may be stale
+};
+
+// The first bytes of the file: the 100-byte database header and the first b-tree page's header.
+struct FileHeader {
+  std::array<unsigned char, 108> bytes{};
+  std::size_t got = 0;  // how many the file held
+};
+
+std::uint32_t be32(const unsigned char* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+}
+std::uint32_t be16(const unsigned char* p) { return (std::uint32_t{p[0]} << 8) | p[1]; }
+
+bool file_exists(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(path, ec);
+}
+
+[[noreturn]] void refuse(const std::string& path, const std::string& why) {
+  throw InputError(fmt::format("database '{}' {}", path, why));
+}
+
+FileHeader read_header(std::ifstream& f) {
+  FileHeader h;
+  f.read(reinterpret_cast<char*>(h.bytes.data()), h.bytes.size());
+  h.got = static_cast<std::size_t>(f.gcount());
+  return h;
+}
+
+// An SQLite file with a valid header and, when it is all there is (no -wal), every page. Returns
+// whether the header says WAL.
+bool check_sqlite_header(const std::string& path, const FileHeader& header, std::uintmax_t size, bool side_files) {
+  const auto& h = header.bytes;
+  static constexpr char kMagic[16] = {'S', 'Q', 'L', 'i', 't', 'e', ' ', 'f', 'o', 'r', 'm', 'a', 't', ' ', '3', '\0'};
+  if (header.got < 100 || std::memcmp(h.data(), kMagic, sizeof kMagic) != 0)
+    refuse(path, "is not an SQLite database (so not an attntune database)");
+
+  const std::uint32_t raw_page = be16(&h[16]);
+  const std::uint32_t page_size = raw_page == 1 ? 65536 : raw_page;
+  const bool page_ok = page_size >= 512 && page_size <= 65536 && (page_size & (page_size - 1)) == 0;
+  if (!page_ok || h[21] != 64 || h[22] != 32 || h[23] != 32 || h[18] < 1 || h[18] > 2 || h[19] < 1 || h[19] > 2)
+    refuse(path, "is corrupt (its SQLite header is invalid)");
+
+  // With no -wal file the main file is all there is, so its size must hold every page.
+  if (!side_files) {
+    if (size % page_size != 0 || size < page_size)
+      refuse(path,
+             fmt::format("is corrupt (truncated: {} bytes is not a whole number of {}-byte pages)", size, page_size));
+    const std::uint32_t pages = be32(&h[28]);
+    const bool pages_valid = pages != 0 && be32(&h[24]) == be32(&h[92]);
+    if (pages_valid && std::uintmax_t{pages} * page_size > size)
+      refuse(path, fmt::format("is corrupt (truncated: its header counts {} pages, the file holds {})", pages,
+                               size / page_size));
+  }
+  return h[18] == 2 || h[19] == 2;
+}
+
+// Whose database it is, from its application id, schema version and schema page: sets in.state
+// (and in.version), or refuses it.
+void judge_owner(const std::string& path, const FileHeader& header, Inspection& in) {
+  const auto& h = header.bytes;
+  const std::uint32_t app_id = be32(&h[68]);
+  const int version = static_cast<int>(be32(&h[60]));
+  if (app_id != 0 && app_id != Store::kApplicationId)
+    refuse(path,
+           fmt::format("is not an attntune database (SQLite application_id 0x{:08x}); refusing to touch it", app_id));
+  if (app_id == Store::kApplicationId) {
+    // Versions only grow, so a stale header can only understate it.
+    if (version > Store::current_schema_version())
+      refuse(path, fmt::format("was written by a newer attntune (schema version {}; this binary knows up to {})",
+                               version, Store::current_schema_version()));
+    if (version >= 1) {
+      in.state = FileState::kOurs;
+      in.version = version;
+      return;
+    }
+    if (!in.side_files) refuse(path, "is corrupt (attntune application_id without a schema version)");
+    in.state = FileState::kPending;
+    return;
+  }
+
+  // No application id: an empty database (ours to initialize), or another program's tables.
+  if (header.got < 108 || (h[100] != 0x0D && h[100] != 0x05)) refuse(path, "is corrupt (its schema page is invalid)");
+  const bool has_tables = h[100] == 0x05 || be16(&h[103]) > 0;
+  if (has_tables)
+    refuse(path, "is not an attntune database (an SQLite database of another program); refusing to touch it");
+  in.state = in.side_files ? FileState::kPending : FileState::kEmpty;
+}
+
+Inspection inspect(const std::string& path) {
+  Inspection in;
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (ec || status.type() == fs::file_type::not_found) return in;  // kMissing
+  if (status.type() == fs::file_type::directory) refuse(path, "is a directory");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) refuse(path, fmt::format("cannot be read: {}", std::strerror(errno)));
+  const std::uintmax_t size = fs::file_size(path, ec);
+  if (ec) refuse(path, fmt::format("cannot be read: {}", ec.message()));
+  in.side_files = file_exists(path + "-wal") || file_exists(path + "-shm");
+  if (size == 0) {
+    in.state = in.side_files ? FileState::kPending : FileState::kEmpty;
+    return in;
+  }
+  const FileHeader header = read_header(f);
+  in.wal_mode = check_sqlite_header(path, header, size, in.side_files);
+  judge_owner(path, header, in);
+  return in;
+}
+
+// The same judgement, asked of SQLite once the file is open and before anything is written: the
+// header can be stale while a WAL file holds the latest commits. Returns the schema version, 0 for an
+// empty database.
+int verify_opened(const Connection& db, const std::string& path) {
+  static const std::array<const char*, 5> kTables = {"devices", "campaigns", "candidates", "builds", "evaluations"};
+  try {
+    const auto app_id = static_cast<std::uint32_t>(pragma_int(db, "PRAGMA application_id"));
+    const int version = static_cast<int>(pragma_int(db, "PRAGMA user_version"));
+    Statement count(db, "SELECT count(*) FROM sqlite_master");
+    count.step();
+    const std::int64_t objects = count.int64(0);
+    if (app_id == 0 && objects == 0) return 0;
+    if (app_id != Store::kApplicationId)
+      refuse(path,
+             fmt::format("is not an attntune database (SQLite application_id 0x{:08x}); refusing to touch it", app_id));
+    if (version > Store::current_schema_version())
+      refuse(path, fmt::format("was written by a newer attntune (schema version {}; this binary knows up to {})",
+                               version, Store::current_schema_version()));
+    if (version < 1) refuse(path, "is corrupt (attntune application_id without a schema version)");
+    Statement table(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1");
+    for (const char* name : kTables) {
+      table.reset();
+      table.bind(name);
+      if (!table.step()) refuse(path, fmt::format("is corrupt (table '{}' is missing)", name));
+    }
+    return version;
+  } catch (const SqliteError& e) {
+    if (e.is_corrupt()) refuse(path, fmt::format("is corrupt ({})", e.what()));
+    throw;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Migration
+
+// A migration rewrites tables; a damaged database must not be rewritten. (Scoped: a pending
+// statement would lock the tables the migration drops or alters.)
+void refuse_damaged(Connection& db) {
+  Statement check(db, "PRAGMA quick_check");
+  if (check.step() && check.text(0) != "ok")
+    throw SqliteError("PRAGMA quick_check", SQLITE_CORRUPT, check.text(0), db.path());
+}
+
+void check_foreign_keys(Connection& db, int version) {
+  Statement fk(db, "PRAGMA foreign_key_check");
+  if (fk.step())
+    throw std::logic_error(fmt::format("schema version {}: foreign key violation in table {}", version, fk.text(0)));
+}
+
+// Creates the schema (version 0) or runs the migrations after `from`, in the caller's transaction.
+void bring_to_current(Connection& db, int from) {
+  const int current = Store::current_schema_version();
+  if (from == 0) {
+    db.exec(embedded_file("db/schema.sql"));
+  } else {
+    refuse_damaged(db);
+    for (const auto& [version, sql] : migrations())
+      if (version > from) db.exec(sql);
+  }
+  set_header_pragmas(db, current);
+  check_foreign_keys(db, current);
+}
+
+// ---------------------------------------------------------------------------------------------
+// kCreate and kExisting: a read-write connection in WAL mode, created or migrated as needed.
+
+std::unique_ptr<Connection> connect_writable(const std::string& path, Store::Mode mode, const Inspection& in) {
+  int flags = SQLITE_OPEN_READWRITE;
+  if (mode == Store::Mode::kCreate) flags |= SQLITE_OPEN_CREATE;
+  try {
+    return std::make_unique<Connection>(Connection::open(path, flags));
+  } catch (const SqliteError& e) {
+    if (in.state != FileState::kMissing) throw;
+    const fs::path dir = fs::absolute(path).parent_path();
+    std::error_code ec;
+    throw InputError(fmt::format("cannot create database '{}': {}", path,
+                                 fs::is_directory(dir, ec)
+                                     ? std::string(sqlite3_errstr(e.result_code()))
+                                     : fmt::format("directory '{}' does not exist", dir.string())));
+  }
+}
+
+// Creates or migrates the schema under the write lock; returns the current version.
+int migrate_file(Connection& db, const std::string& path) {
+  Transaction tx(db);
+  // Another process may have created or migrated it while we waited for the write lock.
+  const int version = verify_opened(db, path);
+  if (version < Store::current_schema_version()) bring_to_current(db, version);
+  tx.commit();
+  return Store::current_schema_version();
+}
+
+std::pair<std::unique_ptr<Connection>, int> open_writable(const std::string& path, Store::Mode mode,
+                                                          const Inspection& in) {
+  std::unique_ptr<Connection> db = connect_writable(path, mode, in);
+  db->set_busy_timeout(Store::kDefaultBusyTimeout);
+  db->exec("PRAGMA foreign_keys = ON");
+  int version = verify_opened(*db, path);
+  if (version == 0 && mode != Store::Mode::kCreate) refuse(path, "is empty, not an attntune database");
+  // Written only now that the file is known to be ours (or empty). NORMAL is durable in WAL mode
+  // against a crash of the process; only a power loss can drop the last commits.
+  db->exec("PRAGMA journal_mode = WAL");
+  db->exec("PRAGMA synchronous = NORMAL");
+  if (version < Store::current_schema_version()) version = migrate_file(*db, path);
+  return {std::move(db), version};
+}
+
+// ---------------------------------------------------------------------------------------------
+// kReadOnly: queries only, never a write to the file.
+
+std::string uri_escape(const std::string& path) {
+  std::string out;
+  for (char c : path) {
+    if (c == '%' || c == '?' || c == '#')
+      out += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string immutable_uri(const std::string& path) {
+  return "file:" + uri_escape(fs::absolute(path).string()) + "?immutable=1";
+}
+
+// How a read-only open names and opens the file.
+struct ReadOnlyTarget {
+  std::string name;
+  int flags = SQLITE_OPEN_READONLY;
+  bool query_only = false;
+};
+
+ReadOnlyTarget read_only_target(const std::string& path, const Inspection& in) {
+  ReadOnlyTarget t{path};
+  if (in.wal_mode && !in.side_files) {
+    // SQLite reads a WAL database through its -shm index. A read-only connection would create -wal
+    // and -shm and could not remove them when it closes; a read-write one removes them when it is
+    // the last connection, so it is the one used when it can create them, made read-only by
+    // query_only. A directory that is not writable cannot hold a writer's -wal either, so the file
+    // is read as immutable then.
+    const fs::path dir = fs::absolute(path).parent_path();
+    if (::access(dir.c_str(), W_OK) == 0) {
+      t.flags = SQLITE_OPEN_READWRITE;  // never SQLITE_OPEN_CREATE: the file exists
+      t.query_only = true;
+    } else {
+      t.flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
+      t.name = immutable_uri(path);
+    }
+  }
+  return t;
+}
+
+// A full disk (or quota, or file-size limit): SQLite cannot make or grow the -shm index. While the
+// -wal log is empty or absent every committed row is in the main file, so reading that file as
+// immutable gives exactly the database (a failed open may leave an empty -wal behind).
+bool can_read_as_immutable(const std::string& path, const Inspection& in, const SqliteError& e) {
+  const int code = e.primary_code();
+  std::error_code ec;
+  const fs::path wal = path + "-wal";
+  const bool wal_empty = !fs::exists(wal, ec) || fs::file_size(wal, ec) == 0;
+  return in.wal_mode && wal_empty && (code == SQLITE_FULL || code == SQLITE_IOERR || code == SQLITE_CANTOPEN);
+}
+
+std::pair<std::unique_ptr<Connection>, int> connect_read_only(const std::string& path, const Inspection& in) {
+  const ReadOnlyTarget target = read_only_target(path, in);
+  std::unique_ptr<Connection> db;
+  try {
+    db = std::make_unique<Connection>(Connection::open(target.name, target.flags));
+    db->set_busy_timeout(Store::kDefaultBusyTimeout);
+    if (target.query_only) db->exec("PRAGMA query_only = 1");
+    const int version = verify_opened(*db, path);
+    return {std::move(db), version};
+  } catch (const SqliteError& e) {
+    if (!can_read_as_immutable(path, in, e)) throw;
+  }
+  db.reset();
+  db = std::make_unique<Connection>(Connection::open(immutable_uri(path), SQLITE_OPEN_READONLY | SQLITE_OPEN_URI));
+  const int version = verify_opened(*db, path);
+  return {std::move(db), version};
+}
+
+// An older schema is brought up to date in a private in-memory copy; the file stays as it is until a
+// writing command (tune) migrates it.
+std::unique_ptr<Connection> migrated_copy(Connection& db, int version) {
+  auto mem = std::make_unique<Connection>(Connection::open(":memory:", SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE));
+  {
+    Transaction read(db, Transaction::Kind::kDeferred);  // one snapshot for the whole copy
+    sqlite::copy_database(db, *mem);
+    read.commit();
+  }
+  mem->exec("PRAGMA foreign_keys = ON");
+  Transaction tx(*mem);
+  bring_to_current(*mem, version);
+  tx.commit();
+  mem->exec("PRAGMA query_only = 1");
+  return mem;
+}
+
+std::pair<std::unique_ptr<Connection>, int> open_read_only(const std::string& path, const Inspection& in) {
+  auto [db, version] = connect_read_only(path, in);
+  if (version == 0) refuse(path, "is empty, not an attntune database");
+  if (version == Store::current_schema_version()) return {std::move(db), version};
+  return {migrated_copy(*db, version), Store::current_schema_version()};
+}
+
+// Write-protected by its mode: not written, even by root (whom access() would let through).
+void refuse_write_protected(const std::string& path) {
+  std::error_code ec;
+  const fs::perms perms = fs::status(path, ec).permissions();
+  const bool no_write_bit = !ec && (perms & (fs::perms::owner_write | fs::perms::group_write |
+                                             fs::perms::others_write)) == fs::perms::none;
+  if (no_write_bit || ::access(path.c_str(), W_OK) != 0)
+    refuse(path, fmt::format("is read-only (mode {:04o}); commands that record results need it writable, those that "
+                             "only read it (best, campaigns, report, export) do not",
+                             static_cast<unsigned>(perms) & 07777));
+}
+
+}  // namespace
+
+int Store::current_schema_version() { return migrations().rbegin()->first; }
+
+Store Store::open(const std::string& path, Mode mode) {
+  const Inspection in = inspect(path);
+  if (in.state == FileState::kMissing && mode != Mode::kCreate) refuse(path, "does not exist");
+  if (in.state == FileState::kEmpty && mode != Mode::kCreate) refuse(path, "is empty, not an attntune database");
+  if (in.state != FileState::kMissing && mode != Mode::kReadOnly) refuse_write_protected(path);
+  auto [db, version] = mode == Mode::kReadOnly ? open_read_only(path, in) : open_writable(path, mode, in);
+  return Store(path, std::move(db), version);
+}
+
+Store::Store(std::string path, std::unique_ptr<Connection> db, int schema_version)
+    : path_(std::move(path)), db_(std::move(db)), schema_version_(schema_version) {}
+Store::Store(Store&&) noexcept = default;
+Store& Store::operator=(Store&&) noexcept = default;
+Store::~Store() = default;
+
+Connection& Store::db() {
+  if (!db_) throw std::logic_error("use of a moved-from Store");
+  return *db_;
+}
+
+void Store::set_busy_timeout(std::chrono::milliseconds timeout) { db().set_busy_timeout(timeout); }
+
+}  // namespace attntune

@@ -1,0 +1,271 @@
+// The Store's answers about results: `best` (rankings first, then the fastest ok evaluations),
+// campaign rows (`campaigns`, `report`, `export`) and the problems tuned so far (warm starts).
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "db/sqlite.hpp"
+#include "db/store.hpp"
+#include "db/store_rows.hpp"
+
+namespace attntune {
+
+using sqlite::Connection;
+using sqlite::Statement;
+using sqlite::Transaction;
+using store_rows::config_from_text;
+using store_rows::problem_from_columns;
+using store_rows::read_campaign_spaces;
+
+std::vector<Problem> Store::problems_with_results(const std::string& family) {
+  Statement st(db(),
+               "SELECT c.b, c.h, c.hkv, c.s, c.sk, c.d, c.dtype, c.causal, c.page FROM campaigns c WHERE EXISTS "
+               "(SELECT 1 FROM evaluations e JOIN candidates k ON k.id = e.candidate_id WHERE e.campaign_id = c.id "
+               "AND e.status = 'ok' AND k.family = ?1) ORDER BY c.id");
+  st.bind(family);
+  std::vector<Problem> out;
+  while (st.step()) {
+    Problem p = problem_from_columns(st, 0);
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// best
+
+namespace {
+
+// A best row from a query whose first columns are: median_us, tflops, max_abs_err, the time it
+// was measured, family, config, device name, arch, source_hash (ranked and evaluated rows alike).
+BestRow read_best_row(const Statement& st, const std::string& campaign, const Problem& problem) {
+  BestRow row;
+  row.campaign = campaign;
+  row.problem = problem;
+  row.median_us = st.real(0);
+  row.tflops = st.real(1);
+  row.max_abs_err = st.real(2);
+  row.evaluated_at = st.text(3);
+  row.family = st.text(4);
+  row.config = config_from_text(st.text(5));
+  row.gpu = st.text(6);
+  row.arch = st.text(7);
+  row.source_hash = st.text(8);
+  return row;
+}
+
+// The campaigns a query covers, in creation order: id, name and the problem columns. A problem
+// matches all of its columns, page included (a paged problem is never its dense shape).
+Statement select_campaigns(Connection& db, const BestQuery& q) {
+  Statement camps(db,
+                  "SELECT id, name, b, h, hkv, s, sk, d, dtype, causal, page FROM campaigns "
+                  "WHERE (?1 IS NULL OR name = ?1) AND (?2 IS NULL OR (b = ?2 AND h = ?3 AND hkv = ?4 AND "
+                  "s = ?5 AND sk = ?6 AND d = ?7 AND dtype = ?8 AND causal = ?9 AND page = ?10)) ORDER BY id");
+  camps.bind(q.campaign);
+  if (q.problem) {
+    const Problem& p = *q.problem;
+    camps.bind_at(2, p.b);
+    camps.bind_at(3, p.h);
+    camps.bind_at(4, p.hkv);
+    camps.bind_at(5, p.s);
+    camps.bind_at(6, p.sk);
+    camps.bind_at(7, p.d);
+    camps.bind_at(8, dtype_name(p.dtype));
+    camps.bind_at(9, p.causal);
+    camps.bind_at(10, p.page);
+  }
+  return camps;
+}
+
+// One result a campaign contributes to the answer, before the answer is cut to `top`.
+struct Found {
+  double key;                       // the order: the median, never ahead of what the campaign ranked above it
+  std::int64_t campaign_id, local;  // ties: campaign, then its own order
+  std::int64_t evaluation_id;       // 0 for a ranked row (filled in `row`)
+  std::optional<BestRow> row;       // a ranked row, complete
+  std::string campaign;
+  Problem problem;
+};
+
+// Walks each campaign's results, its ranking first, then its ok evaluations fastest first, straight
+// off the evaluations_best index (which holds candidate_id, so the walk reads no table rows and
+// needs no sort; ties go to the lower candidate, then the earlier evaluation): the first time a
+// (template, config) shows up is its best median, so a campaign needs only as many entries as it
+// takes to see `top` distinct configs, however many evaluations it holds. The statements are
+// prepared once for all campaigns.
+class CampaignResults {
+ public:
+  explicit CampaignResults(Connection& db)
+      : ranked_(db,
+                "SELECT r.median_us, r.tflops, r.max_abs_err, r.ranked_at, c.family, c.config, d.name, d.arch, "
+                "c.source_hash, c.config_key FROM rankings r JOIN candidates c ON c.id = r.candidate_id "
+                "JOIN devices d ON d.id = r.device_id WHERE r.campaign_id = ?1 ORDER BY r.rank"),
+        walk_(db,
+              "SELECT e.id, e.median_us, e.candidate_id FROM evaluations e "
+              "WHERE e.campaign_id = ?1 AND e.status = 'ok' ORDER BY e.median_us, e.candidate_id, e.id"),
+        config_of_(db, "SELECT family, config_key FROM candidates WHERE id = ?1") {}
+
+  // Appends the campaign's first `top` distinct (template, config) to `found`.
+  void collect(std::int64_t campaign_id, const std::string& name, const Problem& problem, int top,
+               std::vector<Found>& found) {
+    std::set<std::pair<std::string, std::string>> seen;
+    double floor = 0;  // the last ranked median: unranked configs never go ahead of it
+    std::int64_t local = 0;
+    ranked_.reset();
+    ranked_.bind(campaign_id);
+    while (static_cast<int>(seen.size()) < top && ranked_.step()) {
+      BestRow row = read_best_row(ranked_, name, problem);
+      if (!seen.insert({row.family, ranked_.text(9)}).second) continue;
+      floor = std::max(floor, row.median_us);
+      found.push_back({floor, campaign_id, local++, 0, std::move(row), name, problem});
+    }
+    walk_.reset();
+    walk_.bind(campaign_id);
+    while (static_cast<int>(seen.size()) < top && walk_.step()) {
+      if (seen.insert(key_of(walk_.int64(2))).second)
+        found.push_back({std::max(floor, walk_.real(1)), campaign_id, local++, walk_.int64(0), std::nullopt, name,
+                         problem});
+    }
+  }
+
+  void reset() {
+    ranked_.reset();
+    walk_.reset();
+    config_of_.reset();
+  }
+
+ private:
+  // (family, config_key) of a candidate, read once.
+  const std::pair<std::string, std::string>& key_of(std::int64_t candidate) {
+    auto key = candidate_keys_.find(candidate);
+    if (key == candidate_keys_.end()) {
+      config_of_.reset();
+      config_of_.bind(candidate);
+      if (!config_of_.step()) throw std::logic_error("evaluation of a missing candidate");
+      key = candidate_keys_.emplace(candidate, std::pair(config_of_.text(0), config_of_.text(1))).first;
+    }
+    return key->second;
+  }
+
+  Statement ranked_, walk_, config_of_;
+  std::map<std::int64_t, std::pair<std::string, std::string>> candidate_keys_;  // id -> (family, config_key)
+};
+
+// The `top` best of everything found, in order.
+void keep_top(std::vector<Found>& found, int top) {
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return std::tie(a.key, a.campaign_id, a.local) < std::tie(b.key, b.campaign_id, b.local);
+  });
+  if (found.size() > static_cast<std::size_t>(top)) found.resize(static_cast<std::size_t>(top));
+}
+
+// The rows kept, read in full (only now, so a large campaign reads only what it answers with).
+std::vector<BestRow> read_found(Connection& db, std::vector<Found>& found) {
+  Statement detail(db,
+                   "SELECT e.median_us, e.tflops, e.max_abs_err, e.evaluated_at, c.family, c.config, d.name, d.arch, "
+                   "c.source_hash FROM evaluations e JOIN candidates c ON c.id = e.candidate_id JOIN devices d ON d.id = e.device_id "
+                   "WHERE e.id = ?1");
+  std::vector<BestRow> out;
+  for (Found& f : found) {
+    if (f.row) {
+      out.push_back(std::move(*f.row));
+      continue;
+    }
+    detail.reset();
+    detail.bind(f.evaluation_id);
+    if (!detail.step()) throw std::logic_error("evaluation vanished inside a read transaction");
+    out.push_back(read_best_row(detail, f.campaign, f.problem));
+  }
+  detail.reset();
+  return out;
+}
+
+}  // namespace
+
+std::vector<BestRow> Store::best(const BestQuery& q) {
+  if (q.top < 1) throw InputError(fmt::format("best: top must be at least 1 (got {})", q.top));
+  // One snapshot for all campaigns, so a concurrent writer's commit cannot split the answer.
+  Transaction read(db(), Transaction::Kind::kDeferred);
+  Statement camps = select_campaigns(db(), q);
+  CampaignResults results(db());
+  std::vector<Found> found;
+  while (camps.step())
+    results.collect(camps.int64(0), camps.text(1), problem_from_columns(camps, 2), q.top, found);
+  results.reset();
+  keep_top(found, q.top);
+  std::vector<BestRow> out = read_found(db(), found);
+  read.commit();
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Campaign rows
+
+namespace {
+
+// The campaign columns every CampaignRow query reads, in read_campaign_row's order.
+constexpr const char* kCampaignColumns =
+    "SELECT c.id, c.name, c.b, c.h, c.hkv, c.s, c.sk, c.d, c.dtype, c.causal, c.page, c.space_path, c.space_hash, "
+    "c.family, c.strategy, c.seed, c.budget_evals, c.budget_seconds, c.status, c.stop_reason, "
+    "c.started_at, IFNULL(c.ended_at, ''), d.name, d.arch, "
+    "(SELECT count(*) FROM evaluations e WHERE e.campaign_id = c.id AND e.phase = 'search'), "
+    "(SELECT count(*) FROM evaluations e WHERE e.campaign_id = c.id AND e.phase = 'search' AND e.status = 'ok'), "
+    "IFNULL(rk.median_us, best.median_us), IFNULL(rk.tflops, best.tflops), c.space_text "
+    "FROM campaigns c JOIN devices d ON d.id = c.device_id "
+    "LEFT JOIN rankings rk ON rk.campaign_id = c.id AND rk.rank = 1 "
+    "LEFT JOIN evaluations best ON best.id = (SELECT e.id FROM evaluations e "
+    "  WHERE e.campaign_id = c.id AND e.status = 'ok' ORDER BY e.median_us, e.candidate_id, e.id LIMIT 1) ";
+
+CampaignRow read_campaign_row(Statement& st) {
+  constexpr int kAfterProblem = 2 + store_rows::kProblemColumns;  // id, name, the problem
+  CampaignRow r;
+  r.id = st.int64(0);
+  r.spec.name = st.text(1);
+  r.spec.problem = problem_from_columns(st, 2);
+  r.spec.space_path = st.text(kAfterProblem);
+  r.spec.space_hash = st.text(kAfterProblem + 1);
+  r.spec.family = st.text(kAfterProblem + 2);
+  r.spec.strategy = st.text(kAfterProblem + 3);
+  r.spec.seed = st.int64(kAfterProblem + 4);
+  r.spec.budget_evals = st.int64(kAfterProblem + 5);
+  r.spec.budget_seconds = st.real(kAfterProblem + 6);
+  r.status = st.text(kAfterProblem + 7);
+  r.stop_reason = st.text(kAfterProblem + 8);
+  r.started_at = st.text(kAfterProblem + 9);
+  r.ended_at = st.text(kAfterProblem + 10);
+  r.gpu = st.text(kAfterProblem + 11);
+  r.arch = st.text(kAfterProblem + 12);
+  r.evaluations = st.int64(kAfterProblem + 13);
+  r.ok = st.int64(kAfterProblem + 14);
+  r.best_us = st.opt_real(kAfterProblem + 15);
+  r.best_tflops = st.opt_real(kAfterProblem + 16);
+  r.spec.space_text = st.text(kAfterProblem + 17);
+  return r;
+}
+
+}  // namespace
+
+std::vector<CampaignRow> Store::campaigns() {
+  Statement st(db(), std::string(kCampaignColumns) + "ORDER BY c.id");
+  std::vector<CampaignRow> out;
+  while (st.step()) out.push_back(read_campaign_row(st));
+  for (CampaignRow& r : out) r.spec.spaces = read_campaign_spaces(db(), r.id);
+  return out;
+}
+
+std::optional<CampaignRow> Store::campaign_row(const std::string& name) {
+  Statement st(db(), std::string(kCampaignColumns) + "WHERE c.name = ?1");
+  st.bind(name);
+  if (!st.step()) return std::nullopt;
+  CampaignRow row = read_campaign_row(st);
+  st.reset();
+  row.spec.spaces = read_campaign_spaces(db(), row.id);
+  return row;
+}
+
+}  // namespace attntune
