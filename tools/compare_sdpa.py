@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check and time `attntune export` files against PyTorch's SDPA backends (on the GPU machine).
 
-For each --cu FILE.cu: build it with CONTRACT.md's nvcc command line into a temporary shared
+For each --cu FILE.cu: build it with docs/CONTRACT.md's nvcc command line into a temporary shared
 library, load it with ctypes, read attntune_kernel_info(), then for every kernel in it:
 
   correctness  against a float64 reference (PyTorch math, on float64), FlashAttention-2's
@@ -13,10 +13,10 @@ library, load it with ctypes, read attntune_kernel_info(), then for every kernel
   timing       ours vs SDPA's flash, cuDNN and efficient backends (and the default dispatch), each
                captured as --calls calls in a CUDA graph, the graph replayed --reps times (more
                where that takes under --min-seconds, 1 s), median: the method of
-               shared/peers/sdpa_peers.py, which stops at --reps. Under the GPU's power cap the
+               the PyTorch peer timings, which stop at --reps. Under the GPU's power cap the
                clock swings over tenths of a second, so a 0.2 s timing (30 x 20 calls of a 0.3 ms
                kernel) falls in one phase of it: in one call the per-round ratios of d=64 fp16
-               spread 1.022-1.094 at 0.2 s, 1.080-1.095 at 1 s (PERFORMANCE.md run 61). Ours and
+               spread 1.022-1.094 at 0.2 s, 1.080-1.095 at 1 s (docs/log/PERFORMANCE.md run 61). Ours and
                cuDNN (the closest peer) are timed in --rounds interleaved rounds, each round in
                the other order, after one untimed round that warms the GPU up, and each reports
                the median of its rounds; the table gives the range of the per-round ratios, the
@@ -211,7 +211,7 @@ def check(lib, name, dtype_name, B, H, Hkv, S, Sk, D, causal, layout, with_lse, 
     return row
 
 
-# ---------------------------------------------------------------- timing (as sdpa_peers.py)
+# ---------------------------------------------------------------- timing (as the PyTorch peers)
 
 def time_fn(fn, iters=None, min_seconds=0.0):
     """Median milliseconds of fn over `iters` runs (default: ~0.3 s worth, 10-200), or over as many
@@ -254,8 +254,8 @@ def time_graph(fn, calls, reps, min_seconds=0.0):
 
 def gpu_state():
     """'T C, SM F MHz, P W' of this process's GPU from nvidia-smi, or None where it cannot say.
-    Under the power cap a hot GPU runs kernels 2-4% slower, ours more than cuDNN (PERFORMANCE.md
-    runs 55-59), so each timing prints the state it started and ended in."""
+    Under the power cap a hot GPU runs kernels 2-4% slower, ours more than cuDNN
+    (docs/log/PERFORMANCE.md runs 55-59), so each timing prints the state it started and ended in."""
     def query(sel):
         out = subprocess.run(["nvidia-smi", *sel, "--query-gpu=temperature.gpu,clocks.sm,power.draw",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tunes every shape of the suite (../shared/peers/README.md), one campaign per shape and dtype, into
+# Tunes every shape of the suite (the PyTorch peers' shapes, listed below), one campaign per shape and dtype, into
 # one database, and optionally exports each winner. Runs on the GPU machine; re-running resumes
 # every campaign.
 #

@@ -5,16 +5,11 @@
 #define ATTNTUNE_PTX_SM90_CUH
 
 #include "ptx.cuh"
+#include "tma_desc.h"
 
 namespace att {
 
 typedef unsigned long long u64;
-
-// A CUtensorMap as the kernel sees it: 128 opaque bytes, 64-byte aligned, passed by value as a
-// __grid_constant__ kernel parameter (the host fills it with cuTensorMapEncodeTiled).
-struct alignas(64) TmaDesc {
-  u64 opaque[16];
-};
 
 // ---- mbarriers (shared::cta, 64-bit) ----
 __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
@@ -46,7 +41,7 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 // branches, as it does for blockIdx-derived values. A value derived from threadIdx or read from
 // shared memory is per-thread to ptxas: every wgmma descriptor derived from it was moved to
 // uniform registers before each wgmma, and the loops became divergent (-3% to -4.5%,
-// docs/WGMMA.md run 8).
+// docs/log/WGMMA.md run 8).
 __device__ __forceinline__ int warp_uniform(int v) { return __shfl_sync(0xffffffffu, v, 0); }
 
 // Stores that a predicate turns off: no branch, so no divergent path for the warp to reconverge.
@@ -106,7 +101,7 @@ __device__ __forceinline__ void cluster_sync() {
 }
 // Arrives on the mbarrier at shared-memory offset `bar` of cluster CTA `cta` (mapa). The default
 // .release.cta semantics, as CUTLASS's ClusterBarrier: .release.cluster made every arrive a
-// cluster-wide fence and halved the kernel's speed (docs/WGMMA.md run 10).
+// cluster-wide fence and halved the kernel's speed (docs/log/WGMMA.md run 10).
 __device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cta) {
   asm volatile("{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n"
                ::"r"(bar), "r"(cta) : "memory");

@@ -13,6 +13,7 @@
 // multicast to a 2-CTA cluster.
 #include "../common/attn_params.h"
 #include "../common/ptx_sm90.cuh"
+#include "args.h"
 #include "traits.cuh"
 #include "wgmma.cuh"
 
@@ -40,25 +41,6 @@ __device__ __forceinline__ long long global_ns() {
   do {                         \
   } while (0)
 #endif
-
-// Tensor maps over Q, K, V as 4-d tensors (head_dim, seqlen, heads, batch), box (64, rows): Q's
-// box is kBlockM rows, K's and V's kBlockN. The host builds them per problem.
-struct TmaMaps {
-  TmaDesc q, k, v;
-  // Stream-K tail (Traits::kSplitTail): the last split_tail work tiles of a persistent grid are
-  // shared out by K/V iterations, an equal share per CTA; split_ws holds each piece's partial O,
-  // m and l ([2 * CTAs][consumer warps][head_dim / 2 + 4][32] floats), split_count each (tail
-  // tile, consumer warp)'s arrivals (zero before the first launch; the last arrival resets it).
-  // split_tail 0: no split (every launcher that passes no workspace).
-  float* split_ws;
-  int* split_count;
-  int split_tail;
-  // Causal persistent grids with a producer (Traits::kDynamicTiles): two ints, zero before the
-  // first launch, which the last CTA to finish resets: [0] the work tiles handed out beyond each
-  // CTA's first, [1] the CTAs done. Null: the static round-robin (correct, but causal tiles differ
-  // in length and the SMs end unevenly).
-  int* tile_count;
-};
 
 typedef Traits T;
 
@@ -418,7 +400,7 @@ struct OutRows {
 // The epilogue's arithmetic: O / l packed to the output dtype for 16-byte stores. Thread t of a
 // quad holds columns 8c + 2t, +1 of every 8-column chunk c; a 4x4 transpose over the quad hands
 // it all 8 columns of chunk 4q + t. A quarter of the store instructions of 4-byte stores, and
-// full 32-byte sectors (those took ~2 us of a 56 us work tile at s=4096, docs/WGMMA.md run 30).
+// full 32-byte sectors (those took ~2 us of a 56 us work tile at s=4096, docs/log/WGMMA.md run 30).
 __device__ __forceinline__ void epilogue_pack(const float (&o)[T::kHeadDim / 2], const float (&m)[2], float (&l)[2],
                                               int row0, int head, int batch, OutRows& out) {
   const int t = threadIdx.x % 4;
@@ -447,7 +429,7 @@ __device__ __forceinline__ void epilogue_pack(const float (&o)[T::kHeadDim / 2],
 
 // The epilogue's stores (all of them when `any`), predicated rather than branched over. With the
 // packing at a tile's end and these at the next tile's start (before its Q wait), s=4k and s=16k
-// ran 1-1.5% faster than the whole epilogue branched at the tile's end (docs/WGMMA.md run 32). Out rows and
+// ran 1-1.5% faster than the whole epilogue branched at the tile's end (docs/log/WGMMA.md run 32). Out rows and
 // strides are 16-byte aligned (the launchers check).
 __device__ __forceinline__ void epilogue_store(const AttnParams& p, const OutRows& out, bool any) {
   const int t = threadIdx.x % 4;
@@ -574,7 +556,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   };
   // Q's buffer is free once this warpgroup's last Q.K^T has completed: the next work tile's Q
   // (a persistent CTA's) then loads during the last P.V and the epilogue, not after them: its
-  // ~2 us from memory stalled each tile's start (docs/WGMMA.md run 30).
+  // ~2 us from memory stalled each tile's start (docs/log/WGMMA.md run 30).
   auto q_done = [&](bool last_qk) {
     if (last_qk) release(sm.q_empty());
   };
@@ -601,7 +583,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     // Iterations [lo, skip) idle, [skip, end) computed. A split piece (non-causal) has skip_all 0
     // or n. No min/max clamp here: ptxas 13.0 fused max(lo, min(skip_all, end)) into a VIMNMX.RELU
     // whose predicate output then stood in for `skip == end` below, wrongly: every build with
-    // split_tail 0 hung (docs/WGMMA.md run 34).
+    // split_tail 0 hung (docs/log/WGMMA.md run 34).
     const int skip = w.u < 0 ? skip_all : skip_all > 0 ? end : lo;
     auto idle_turn = [&](int it) {
       const Slot sl(it_base + it);

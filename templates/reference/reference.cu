@@ -3,7 +3,8 @@
 // CPU float64 reference (tests/gpu/test_reference.cpp).
 //
 // attn_reference computes, per query row i of (batch, head):
-//   s_j = scale * <q_i, k_j> for visible keys j (j < seqlen_k; causal: j <= i + seqlen_k - seqlen_q)
+//   s_j = scale * <q_i, k_j> for visible keys j (j < n; causal: j <= i + n - seqlen_q), where n is
+//   the sequence's key count: seqlens_k[batch] when given (a KV cache's ragged lengths), else seqlen_k
 //   p_j = exp(s_j - max s) / sum exp(s - max s),  o_i = sum_j p_j v_j,  lse_i = log sum exp(s)
 // in two passes (max and sum first, then the exact normalised sum). With lowp=1 it rounds s, p
 // and o to the input dtype as a same-dtype framework reference would (FA2's criterion compares
@@ -38,9 +39,10 @@ constexpr int kMaxDim = 256;
 constexpr int kPad = 2;  // odd word stride per smem row: lanes reading different rows hit different banks
 
 // grid (ceil(seqlen_q / 8), heads_q, batch), block 256. out: (batch, heads_q, seqlen_q, d)
-// contiguous fp32; lse_out: (batch, heads_q, seqlen_q) fp32.
+// contiguous fp32; lse_out: (batch, heads_q, seqlen_q) fp32; seqlens_k: [batch] or null.
 extern "C" __global__ void __launch_bounds__(256)
-attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp, float* out, float* lse_out) {
+attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp, float* out, float* lse_out,
+               const int* seqlens_k) {
   __shared__ float sq[kRowsPerBlock][kMaxDim];
   __shared__ elem_t sk[kKeysPerChunk][kMaxDim + kPad];
   __shared__ elem_t sv[kKeysPerChunk][kMaxDim + kPad];
@@ -49,8 +51,9 @@ attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp,
   const int head = blockIdx.y, batch = blockIdx.z, kv_head = head / p.q_per_kv;
   const int row = blockIdx.x * kRowsPerBlock + warp;
   const bool active = row < p.seqlen_q;
-  const int diag = p.seqlen_k - p.seqlen_q;
-  auto visible = [&](int r) { return causal ? min(p.seqlen_k, max(0, r + diag + 1)) : p.seqlen_k; };
+  const int seqlen_k = seqlens_k ? seqlens_k[batch] : p.seqlen_k;
+  const int diag = seqlen_k - p.seqlen_q;
+  auto visible = [&](int r) { return causal ? min(seqlen_k, max(0, r + diag + 1)) : seqlen_k; };
   const int limit = active ? visible(row) : 0;
   // Keys any row of this block sees: the block's last valid row sees the most.
   const int block_limit = visible(min(p.seqlen_q - 1, int(blockIdx.x) * kRowsPerBlock + kRowsPerBlock - 1));
@@ -65,8 +68,8 @@ attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp,
     __syncthreads();  // previous chunk fully consumed
     for (int i = threadIdx.x; i < kKeysPerChunk * head_dim; i += blockDim.x) {
       const int r = i / head_dim, c = i % head_dim, key = c0 + r;
-      sk[r][c] = key < p.seqlen_k ? k[key * p.k_stride[2] + c] : elem_t(0);
-      if (with_v) sv[r][c] = key < p.seqlen_k ? v[key * p.v_stride[2] + c] : elem_t(0);
+      sk[r][c] = key < seqlen_k ? k[key * p.k_stride[2] + c] : elem_t(0);
+      if (with_v) sv[r][c] = key < seqlen_k ? v[key * p.v_stride[2] + c] : elem_t(0);
     }
     __syncthreads();
   };
@@ -146,6 +149,30 @@ extern "C" __global__ void fill_normal(elem_t* x, long long n, unsigned long lon
     const float u2 = static_cast<float>((r >> 16) & 0xffffff) * (1.f / 16777216.f);
     const float z = sqrtf(-2.f * logf(u1)) * cosf(6.283185307179586f * u2);
     x[i] = from_float(z, bf16);
+  }
+}
+
+// A KV cache's pages [num_pages, page, heads_kv, d] from the contiguous keys p.k, p.v ([batch,
+// heads_kv, seqlen_k, d] through p's strides): key j < seqlens[b] of sequence b goes to row j % page
+// of page block_table[b * pages_per_seq + j / page]. Rows past a sequence's length are left as
+// they were (the caller fills the pages with NaN first).
+extern "C" __global__ void scatter_pages(const AttnParams p, int head_dim, elem_t* k_pages, elem_t* v_pages,
+                                         const int* block_table, const int* seqlens, int page, int pages_per_seq) {
+  const long long n = static_cast<long long>(p.batch) * p.heads_kv * p.seqlen_k * head_dim;
+  const elem_t* k = static_cast<const elem_t*>(p.k);
+  const elem_t* v = static_cast<const elem_t*>(p.v);
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>(i % head_dim);
+    const long long r = i / head_dim;
+    const int key = static_cast<int>(r % p.seqlen_k);
+    const long long bh = r / p.seqlen_k;
+    const int head = static_cast<int>(bh % p.heads_kv), batch = static_cast<int>(bh / p.heads_kv);
+    if (key >= seqlens[batch]) continue;
+    const long long pg = block_table[static_cast<long long>(batch) * pages_per_seq + key / page];
+    const long long dst = ((pg * page + key % page) * p.heads_kv + head) * head_dim + c;
+    k_pages[dst] = k[batch * p.k_stride[0] + head * p.k_stride[1] + key * p.k_stride[2] + c];
+    v_pages[dst] = v[batch * p.v_stride[0] + head * p.v_stride[1] + key * p.v_stride[2] + c];
   }
 }
 

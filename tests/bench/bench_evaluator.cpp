@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < std::min(n, all.size()); ++i) sample.push_back(all[i * all.size() / std::min(n, all.size())]);
 
     BuildPoolOptions bo;
-    bo.nvrtc_options = family_nvrtc_options(family_info(space.family()));
+    bo.nvrtc_options = family_nvrtc_options(space.family());
     bo.jobs = jobs;
     bo.worker_argv = {bin, "build-worker"};
     const auto t0 = std::chrono::steady_clock::now();
@@ -52,9 +52,8 @@ int main(int argc, char** argv) {
         rec = build_failure_record(built->build);
       } else {
         EvalRequest req;
-        req.kernel_name = built->job.kernel.kernel_name;
         req.cubin = built->build.cubin;
-        req.geometry = launch_geometry(space, built->job.config, problem, arch);
+        req.launch = built->job.kernel.launch;
         req.problem = problem;
         const EvalOutcome out = evaluator.evaluate(req);
         gpu_busy_s += out.wall_s;

@@ -38,7 +38,7 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
                           const std::vector<Problem>& variants, std::span<const PropertyShape> shapes,
                           const PropertyRun& run) {
   BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options(family_info(space.family()));
+  pool_opts.nvrtc_options = family_nvrtc_options(space.family());
   pool_opts.worker_argv = {attntune_bin(), "build-worker"};
   BuildPool pool(pool_opts);
   std::map<std::uint64_t, Problem> variant_of;  // ticket -> the dtype/causal variant built
@@ -59,11 +59,11 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
     for (const PropertyShape& sh : shapes) {
       Problem p = Problem::parse(
           fmt::format("{},d={},dtype={},causal={}", sh.dims, run.d, dtype_name(v.dtype), v.causal ? 1 : 0));
-      LoadedKernel kernel(o->build.cubin, o->job.kernel.kernel_name, launch_geometry(space, o->job.config, p, run.arch));
+      LoadedBuild kernel(o->build.cubin, o->job.kernel.launch);
       AttnBuffers buf(p, sh.layout);
       ref.fill(buf, ++seed);
       if (progress) std::fprintf(stderr, "[progress] %s on %s\n", config_str(o->job.config).c_str(), p.str().c_str());
-      kernel.launch(buf);
+      kernel.launch(buf.call());
       const Verdict verdict = ref.check(buf);
       ++checked;
       if (verdict.status != "ok") {

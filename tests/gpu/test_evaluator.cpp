@@ -24,11 +24,10 @@ namespace {
 
 const char* kProblem = "b=2,h=4,hkv=2,s=333,d=64,dtype=bf16,causal=1";  // GQA, causal, a partial last tile
 
-EvalRequest request(const BuildOutcome& b, const LaunchGeometry& g, const Problem& p) {
+EvalRequest request(const BuildOutcome& b, const LaunchSpec& launch, const Problem& p) {
   EvalRequest r;
-  r.kernel_name = b.job.kernel.kernel_name;
   r.cubin = b.build.cubin;
-  r.geometry = g;
+  r.launch = launch;
   r.problem = p;
   r.validation_seed = 11;
   r.timing_seed = 12;
@@ -57,7 +56,7 @@ TEST(EvaluatorGpu, PlantedFaultsAreClassifiedAndTheNextGoodCandidateStillPasses)
 
   BuildPoolOptions bo;
   bo.worker_argv = {bin, "build-worker"};
-  bo.nvrtc_options = family_nvrtc_options(family_info(space.family()));
+  bo.nvrtc_options = family_nvrtc_options(space.family());
   BuildPool pool(bo);
   const auto good_ticket =
       pool.submit(BuildJob{good_config, render_kernel(space, good_config, problem, gpu.arch), gpu.arch});
@@ -72,7 +71,7 @@ TEST(EvaluatorGpu, PlantedFaultsAreClassifiedAndTheNextGoodCandidateStillPasses)
     else built[fault_of.at(o->ticket)] = std::move(*o);
   }
   ASSERT_EQ(good_build.build.status, "ok") << good_build.build.log;
-  const EvalRequest good = request(good_build, launch_geometry(space, good_config, problem, gpu.arch), problem);
+  const EvalRequest good = request(good_build, good_build.job.kernel.launch, problem);
 
   auto check_good = [&](const std::string& after) {
     const EvalOutcome g = ev.evaluate(good);
@@ -86,27 +85,21 @@ TEST(EvaluatorGpu, PlantedFaultsAreClassifiedAndTheNextGoodCandidateStillPasses)
   check_good("nothing");
   EXPECT_GT(ev.reference_us(), 0);
 
-  LaunchGeometry fault_geometry;
-  fault_geometry.grid[0] = static_cast<unsigned>((problem.s + 63) / 64);
-  fault_geometry.grid[1] = static_cast<unsigned>(problem.h);
-  fault_geometry.grid[2] = static_cast<unsigned>(problem.b);
-  fault_geometry.block = 128;
-
   struct Case {
     std::string file, expected;
-    LaunchGeometry geometry;
+    LaunchSpec launch;
     std::string label;
   };
   std::vector<Case> cases;
   for (const auto& f : attntune::testing::fault_kernels()) {
     if (f.file == "too_much_smem.cu") {
-      LaunchGeometry over = fault_geometry, with_static = fault_geometry;
-      over.smem_bytes = static_cast<unsigned>(props.max_smem_per_block_optin + 1024);         // alone too much
-      with_static.smem_bytes = static_cast<unsigned>(props.max_smem_per_block_optin - 16384);  // + 32 KiB static
+      const LaunchSpec over = attntune::testing::fault_launch(props.max_smem_per_block_optin + 1024);  // alone too much
+      const LaunchSpec with_static =
+          attntune::testing::fault_launch(props.max_smem_per_block_optin - 16384);  // + 32 KiB static
       cases.push_back({f.file, f.expected, over, "dynamic alone over the limit"});
       cases.push_back({f.file, f.expected, with_static, "static + dynamic over the limit"});
     } else {
-      cases.push_back({f.file, f.expected, fault_geometry, ""});
+      cases.push_back({f.file, f.expected, attntune::testing::fault_launch(), ""});
     }
   }
 
@@ -118,7 +111,7 @@ TEST(EvaluatorGpu, PlantedFaultsAreClassifiedAndTheNextGoodCandidateStillPasses)
     if (b.build.status != "ok") {
       out.record = build_failure_record(b.build);
     } else {
-      out = ev.evaluate(request(b, c.geometry, problem));
+      out = ev.evaluate(request(b, c.launch, problem));
     }
     const EvalRecord& r = out.record;
     std::printf("%-18s %-32s -> %-16s %.2f s  %s\n", c.file.c_str(), c.label.c_str(), r.status.c_str(), out.wall_s,

@@ -1,5 +1,5 @@
 // Exported flash_fwd_wgmma kernels on the GPU: configs recorded in a database as tune records them
-// (tests/unit/export/export_db.hpp), exported by the binary, each built with CONTRACT.md's command
+// (tests/unit/export/export_db.hpp), exported by the binary, each built with docs/CONTRACT.md's command
 // line for sm_90a into a shared library, dlopen'ed, and attntune_attention_forward checked against
 // the tuner's reference (tuner/eval: fp32 and same-dtype references, FA2's criterion, NaN-poisoned
 // output and LSE) on odd lengths, sk != s both ways, GQA/MQA, [B,S,H,D] strides, causal rows that

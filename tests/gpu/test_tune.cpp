@@ -62,7 +62,7 @@ TEST(TuneGpu, SmallCampaignRanksAndResumes) {
 }
 
 // The Hopper family through the whole path: tune renders for sm_90a (the space lists only that),
-// the worker receives the launch geometry with its TMA boxes and persistent flag over the pipe,
+// the worker receives the launch (its plan and the build's constants) over the pipe,
 // and candidates validate and time. (Before the protocol carried them, every candidate failed to
 // launch with INVALID_VALUE while the in-process property tests passed.)
 TEST(TuneGpu, WgmmaCampaignRunsThroughTheWorker) {

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "../../templates/flash_fwd_mma/kernel.cu"
+#include "../../templates/flash_fwd_mma/launch.h"
+#include "../../templates/export/run_plan.cuh"
 #include "../../templates/reference/reference.cu"
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { std::printf("CUDA %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); std::exit(1); } } while (0)
@@ -26,6 +28,29 @@ static AttnParams make(void* q, void* k, void* v, void* o, float* lse, int b, in
   p.batch = b; p.heads_q = h; p.heads_kv = hkv; p.seqlen_q = s; p.seqlen_k = sk; p.q_per_kv = h / hkv;
   p.scale = 1.f / std::sqrt((float)d); p.scale_log2 = p.scale * 1.4426950408889634f;
   return p;
+}
+
+// The dense call of p, launched as every executor launches it: flash_fwd_mma's launch plan
+// (templates/flash_fwd_mma/launch.h) through run_plan.cuh, with this build's constants.
+static void launch(const AttnParams& p, int d, int causal, cudaStream_t stream) {
+  static const attntune_plan::Define defines[] = {
+      {"BLOCK_M", BLOCK_M}, {"THREADS", att::Traits::kThreads}, {"SMEM_BYTES", att::Traits::kSmemBytes}};
+  static attntune_plan::Consts consts;
+  static const int loaded = attntune_plan::kFlashFwdMma.load(defines, 3, consts.bytes, nullptr);
+  attntune_plan::Call c = attntune_plan::empty_call();
+  c.entry = attntune_plan::kEntryDense;
+  c.q = p.q; c.k = p.k; c.v = p.v; c.out = p.o; c.lse = p.lse;
+  c.batch = p.batch; c.heads_q = p.heads_q; c.heads_kv = p.heads_kv; c.seqlen_q = p.seqlen_q; c.seqlen_k = p.seqlen_k;
+  c.head_dim = d; c.scale = p.scale; c.causal = causal;
+  for (int i = 0; i < 3; ++i) {
+    c.q_stride[i] = p.q_stride[i]; c.k_stride[i] = p.k_stride[i]; c.v_stride[i] = p.v_stride[i]; c.o_stride[i] = p.o_stride[i];
+  }
+  const void* funcs[] = {reinterpret_cast<const void*>(&att::flash_fwd_mma)};
+  attntune_plan::Why why;
+  if (loaded || attntune_run::run_plan(attntune_plan::kFlashFwdMma, consts.bytes, funcs, c, stream, &why)) {
+    std::printf("launch: %s\n", loaded ? "the constants do not load" : why.text);
+    std::exit(1);
+  }
 }
 
 int main(int argc, char** argv) {
@@ -49,24 +74,22 @@ int main(int argc, char** argv) {
     CK(cudaMemset(o, 0xff, nq * 2)); CK(cudaMemset(lse, 0xff, (size_t)b * h * s * 4)); CK(cudaMemset(stats, 0, 32));
     AttnParams p = make(q, k, v, o, lse, b, h, hkv, s, sk, d, layout);
     dim3 rg((s + 7) / 8, h, b);
-    att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 0, r32, lse32);
-    att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 1, rlow, lselow);
-    dim3 grid((s + att::Traits::kBlockM - 1) / att::Traits::kBlockM, h, b);
-    att::flash_fwd_mma<<<grid, att::Traits::kThreads, kSmem>>>(p);
-    CK(cudaGetLastError());
+    att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 0, r32, lse32, nullptr);
+    att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 1, rlow, lselow, nullptr);
+    launch(p, d, causal, nullptr);
     att_ref::compare_outputs<<<256, dim3(32, 8)>>>(p, d, bf16, r32, rlow, lse32, stats, stats + 4);
     CK(cudaDeviceSynchronize());
     unsigned hs[8]; CK(cudaMemcpy(hs, stats, 32, cudaMemcpyDeviceToHost));
     float e_out, e_low, e_lse; std::memcpy(&e_out, &hs[0], 4); std::memcpy(&e_low, &hs[1], 4); std::memcpy(&e_lse, &hs[2], 4);
     const float atol = bf16 ? 1.0f / 512 : 1.0f / 4096;
     bool ok = hs[4] == 0 && hs[5] == 0 && e_out <= 2 * e_low + atol && e_lse < 1e-3f;
-    // Timing as the PyTorch peers are timed (shared/peers/sdpa_peers.py): a CUDA graph of 20
+    // Timing as the PyTorch peers are timed (their timing script): a CUDA graph of 20
     // launches, median of 30 replays, divided by 20.
     cudaStream_t stream; CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    for (int i = 0; i < 3; ++i) att::flash_fwd_mma<<<grid, att::Traits::kThreads, kSmem, stream>>>(p);
+    for (int i = 0; i < 3; ++i) launch(p, d, causal, stream);
     cudaGraph_t graph; cudaGraphExec_t exec;
     CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < 20; ++i) att::flash_fwd_mma<<<grid, att::Traits::kThreads, kSmem, stream>>>(p);
+    for (int i = 0; i < 20; ++i) launch(p, d, causal, stream);
     CK(cudaStreamEndCapture(stream, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
     for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, stream));

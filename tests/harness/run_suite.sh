@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the harness binaries built by build.sh over the shape suite (shared/peers) and then the
+# Runs the harness binaries built by build.sh over the shape suite (tools/tune_suite.sh lists it) and then the
 # PyTorch SDPA peers on the same GPU in the same call. Usage: run_suite.sh BIN_DIR PEERS_SCRIPT
 set -u
 bin=$1; peers=$2

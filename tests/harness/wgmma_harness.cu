@@ -6,7 +6,7 @@
 //   layout 0 = [B,H,S,D], 1 = [B,S,H,D]; time 0 skips the timing (correctness-only shapes).
 //   persistent 0: one CTA per work tile (default); 1: one CTA per SM; 2: each shape both ways.
 // Built with -DATT_TRACE=1 (wgmma_build.sh: ATT_TRACE=1 in the -D field) a timed persistent shape
-// also prints a TRACE line: where a work tile's cycles go (docs/WGMMA.md run 39).
+// also prints a TRACE line: where a work tile's cycles go (docs/log/WGMMA.md run 39).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -19,13 +19,11 @@
 #include <vector>
 
 #include "../../templates/flash_fwd_wgmma/kernel.cu"
+#include "../../templates/flash_fwd_wgmma/launch.h"
+#include "../../templates/export/run_plan.cuh"
 #include "../../templates/reference/reference.cu"
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { std::printf("CUDA %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); std::exit(1); } } while (0)
-
-typedef CUresult (*EncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
-                                const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
 static AttnParams make(void* q, void* k, void* v, void* o, float* lse, int b, int h, int hkv, int s, int sk, int d, int layout) {
   AttnParams p{};
@@ -40,37 +38,74 @@ static AttnParams make(void* q, void* k, void* v, void* o, float* lse, int b, in
   return p;
 }
 
-// (head_dim, seqlen, heads, batch) with the params' strides; box (64, rows, 1, 1), 128B swizzle.
-static att::TmaDesc tensor_map(EncodeTiled encode, const void* base, const long long* stride, int d, int len, int heads,
-                               int batch, int rows, bool bf16) {
-  CUtensorMap m;
-  cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)len, (cuuint64_t)heads, (cuuint64_t)batch};
-  cuuint64_t strides[3] = {(cuuint64_t)stride[2] * 2, (cuuint64_t)stride[1] * 2, (cuuint64_t)stride[0] * 2};
-  cuuint32_t box[4] = {64, (cuuint32_t)rows, 1, 1}, elem[4] = {1, 1, 1, 1};
-  CUresult r = encode(&m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(base),
-                      dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) { std::printf("cuTensorMapEncodeTiled failed: %d\n", (int)r); std::exit(1); }
-  att::TmaDesc t;
-  static_assert(sizeof(t) == sizeof(m), "TmaDesc must be a CUtensorMap");
-  std::memcpy(&t, &m, sizeof(m));
-  return t;
-}
+// One call launched as every executor launches it: the family's plan (templates/flash_fwd_wgmma/
+// launch.h: grid, tensor maps, workspaces), maps encoded by run_plan.cuh's encoder. Workspaces are
+// the harness's own, so that it can check the counters the kernel must leave at zero.
+struct PlannedCall {
+  attntune_plan::FlashFwdWgmmaLaunch c;
+  attntune_plan::Call call;
+  attntune_plan::Plan plan;
+  struct alignas(64) Map { unsigned char bytes[128]; } maps[attntune_plan::kMaxTensorMaps];
+  attntune_plan::Resources res = {};
+  attntune_plan::Args args;
+
+  PlannedCall(const attntune_plan::FlashFwdWgmmaLaunch& consts, const AttnParams& p, int d, int causal, int sms)
+      : c(consts), call(attntune_plan::empty_call()) {
+    call.entry = attntune_plan::kEntryDense;
+    call.q = p.q; call.k = p.k; call.v = p.v; call.out = p.o; call.lse = p.lse;
+    call.batch = p.batch; call.heads_q = p.heads_q; call.heads_kv = p.heads_kv;
+    call.seqlen_q = p.seqlen_q; call.seqlen_k = p.seqlen_k; call.head_dim = d;
+    for (int i = 0; i < 3; ++i) {
+      call.q_stride[i] = p.q_stride[i]; call.k_stride[i] = p.k_stride[i];
+      call.v_stride[i] = p.v_stride[i]; call.o_stride[i] = p.o_stride[i];
+    }
+    call.scale = p.scale; call.causal = causal;
+    const void* funcs[] = {reinterpret_cast<const void*>(&att::flash_fwd_wgmma)};
+    attntune_run::DeviceContext ctx{0, funcs};
+    attntune_plan::Device dev = {sms, &attntune_run::max_active_clusters, &ctx};
+    attntune_plan::Why why;
+    plan = attntune_plan::empty_plan();
+    if (c.plan(call, dev, &plan, &why)) { std::printf("the plan refuses: %s\n", why.text); std::exit(1); }
+    for (int i = 0; i < plan.maps; ++i) {
+      if (attntune_run::encode_map(plan.map[i], maps[i].bytes, &why)) { std::printf("%s\n", why.text); std::exit(1); }
+      res.map[i] = maps[i].bytes;
+    }
+    for (int i = 0; i < plan.workspaces; ++i) {
+      CK(cudaMalloc(&res.workspace[i], plan.workspace[i].bytes));
+      if (plan.workspace[i].zeroed) CK(cudaMemset(res.workspace[i], 0, plan.workspace[i].bytes));
+    }
+    if (c.bind(call, plan, res, 0, &args, &why)) { std::printf("bind: %s\n", why.text); std::exit(1); }
+  }
+  ~PlannedCall() { for (int i = 0; i < plan.workspaces; ++i) cudaFree(res.workspace[i]); }
+  const att::TmaMaps& maps_arg() const { return *static_cast<const att::TmaMaps*>(args.ptr[1]); }
+  void launch(cudaStream_t stream = nullptr) {
+    const attntune_plan::Launch& l = plan.launch[0];
+    CK(cudaLaunchKernel(reinterpret_cast<const void*>(&att::flash_fwd_wgmma), dim3(l.grid[0], l.grid[1], l.grid[2]),
+                        dim3(l.block), args.ptr, l.smem, stream));
+  }
+};
 
 int main(int argc, char** argv) {
   if (argc < 2) { std::printf("usage: %s \"b,h,hkv,s,sk,layout[,time][;...]\"\n", argv[0]); return 2; }
   const int d = ATT_HEAD_DIM, bf16 = ATT_DTYPE_BF16, causal = ATT_CAUSAL;
   typedef att::Traits T;
   constexpr int kSmem = T::kSmemBytes;
-  EncodeTiled encode = nullptr;
-  cudaDriverEntryPointQueryResult qr;
-  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000, cudaEnableDefault, &qr));
-  if (!encode) { std::printf("no cuTensorMapEncodeTiled\n"); return 1; }
+  // The build's constants as the renderer would pass them: the macros this harness was built with.
+  const attntune_plan::Define defines[] = {
+      {"ATT_HEAD_DIM", ATT_HEAD_DIM}, {"ATT_DTYPE_BF16", ATT_DTYPE_BF16}, {"ATT_CAUSAL", ATT_CAUSAL},
+      {"BLOCK_M", BLOCK_M}, {"BLOCK_N", BLOCK_N}, {"THREADS", T::kThreads}, {"SMEM_BYTES", kSmem},
+      {"PERSISTENT", PERSISTENT}, {"WARP_SPECIALIZE", WARP_SPECIALIZE}, {"SPLIT_TAIL", SPLIT_TAIL},
+      {"KV_MULTICAST", KV_MULTICAST}};
+  attntune_plan::FlashFwdWgmmaLaunch built;
+  attntune_plan::Why why;
+  if (attntune_plan::FlashFwdWgmmaLaunch::load(defines, sizeof defines / sizeof defines[0], &built, &why)) {
+    std::printf("constants: %s\n", why.text);
+    return 1;
+  }
   CK(cudaFuncSetAttribute(att::flash_fwd_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   cudaFuncAttributes fa; CK(cudaFuncGetAttributes(&fa, att::flash_fwd_wgmma));
   const int persistent_mode = argc > 2 ? std::atoi(argv[2]) : 0;
   int sms = 0; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  sms -= sms % T::kCluster;  // kv_multicast: a persistent grid of whole clusters
   int fails = 0;
   std::vector<std::string> shapes;
   for (char* tok = std::strtok(argv[1], ";"); tok; tok = std::strtok(nullptr, ";")) shapes.push_back(tok);
@@ -91,44 +126,27 @@ int main(int argc, char** argv) {
     att_ref::fill_normal<<<1024, 256>>>(v, nk, seed++ * 33, bf16);
     CK(cudaMemset(o, 0xff, nq * 2)); CK(cudaMemset(lse, 0xff, (size_t)b * h * s * 4)); CK(cudaMemset(stats, 0, 32));
     AttnParams p = make(q, k, v, o, lse, b, h, hkv, s, sk, d, layout);
-    // The kernel's work tiles: query blocks padded to whole clusters (kv_multicast).
-    const int m_blocks = T::query_blocks(s);
-    att::TmaMaps maps;
-    maps.q = tensor_map(encode, q, p.q_stride, d, s, h, b, T::kBlockM, bf16);
-    maps.k = tensor_map(encode, k, p.k_stride, d, sk, hkv, b, T::kBlockN, bf16);
-    maps.v = tensor_map(encode, v, p.v_stride, d, sk, hkv, b, T::kBlockN, bf16);
-    maps.split_ws = nullptr; maps.split_count = nullptr; maps.split_tail = 0; maps.tile_count = nullptr;
-    // Causal persistent with a producer: the dynamic tile counter (WGMMA_STATIC=1: round-robin).
-    if (persistent && T::kDynamicTiles && !(std::getenv("WGMMA_STATIC") && std::atoi(std::getenv("WGMMA_STATIC")) > 0)) {
-      CK(cudaMalloc(&maps.tile_count, 2 * sizeof(int)));
-      CK(cudaMemset(maps.tile_count, 0, 2 * sizeof(int)));
-    }
-    // Experiment: WGMMA_SPLIT=1 shares the persistent grid's last partial round of tiles out by
-    // K/V iterations (stream-K); the workspace and counters are per call of this shape.
-    if (persistent && !causal && std::getenv("WGMMA_SPLIT") && std::atoi(std::getenv("WGMMA_SPLIT")) > 0) {
-      const int tiles_all = m_blocks * h * b, ctas = std::min(tiles_all, sms);
-      const int tail = tiles_all % ctas, n_it = (sk + T::kBlockN - 1) / T::kBlockN;
-      if (tail > 0 && 1ll * tail * n_it >= 2ll * ctas) {
-        const size_t warps = T::kConsumerWgs * 4, vals = T::kHeadDim / 2 + 4;
-        CK(cudaMalloc(&maps.split_ws, 2ull * ctas * warps * vals * 32 * sizeof(float)));
-        CK(cudaMalloc(&maps.split_count, tail * warps * sizeof(int)));
-        CK(cudaMemset(maps.split_count, 0, tail * warps * sizeof(int)));
-        maps.split_tail = tail;
-        if (std::getenv("WGMMA_SPLIT_LOG")) std::printf("split: %d tail tiles of %d iterations over %d CTAs\n", tail, n_it, ctas);
-      }
-    }
+    // The launch the tuner would make for this build, with this loop's persistence. Causal
+    // persistent with a producer takes tiles from a counter (WGMMA_STATIC=1: round-robin);
+    // split_tail builds share out the last partial round (WGMMA_SPLIT=0: not).
+    attntune_plan::FlashFwdWgmmaLaunch consts = built;
+    consts.persistent = persistent;
+    consts.dynamic_tiles = persistent && T::kDynamicTiles && !(std::getenv("WGMMA_STATIC") && std::atoi(std::getenv("WGMMA_STATIC")) > 0);
+    consts.split_tail = persistent && T::kSplitTail && !(std::getenv("WGMMA_SPLIT") && std::atoi(std::getenv("WGMMA_SPLIT")) == 0);
+    consts.cluster = persistent ? built.cluster : 1;
+    PlannedCall run(consts, p, d, causal, sms);
+    const att::TmaMaps& maps = run.maps_arg();
+    if (maps.split_tail > 0 && std::getenv("WGMMA_SPLIT_LOG"))
+      std::printf("split: %d tail tiles over %u CTAs\n", maps.split_tail, run.plan.launch[0].grid[0]);
     // WGMMA_BURN=seconds: no reference (the check fails by design); after the timing, the kernel
     // runs back to back that long between MARK lines, for power and clock sampling.
     const char* burn = std::getenv("WGMMA_BURN");
     dim3 rg((s + 7) / 8, h, b);
     if (!burn) {
-      att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 0, r32, lse32);
-      att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 1, rlow, lselow);
+      att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 0, r32, lse32, nullptr);
+      att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 1, rlow, lselow, nullptr);
     }
-    dim3 grid((s + T::kBlockM - 1) / T::kBlockM, h, b);
-    if (persistent) grid = dim3(std::min<unsigned>(m_blocks * h * b, sms), 1, 1);
-    att::flash_fwd_wgmma<<<grid, T::kThreads, kSmem>>>(p, maps);
-    CK(cudaGetLastError());
+    run.launch();
     att_ref::compare_outputs<<<256, dim3(32, 8)>>>(p, d, bf16, r32, rlow, lse32, stats, stats + 4);
     CK(cudaDeviceSynchronize());
     unsigned hs[8]; CK(cudaMemcpy(hs, stats, 32, cudaMemcpyDeviceToHost));
@@ -139,10 +157,10 @@ int main(int argc, char** argv) {
     float us = 0, tf = 0;
     if (timed) {
       cudaStream_t stream; CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      for (int i = 0; i < 3; ++i) att::flash_fwd_wgmma<<<grid, T::kThreads, kSmem, stream>>>(p, maps);
+      for (int i = 0; i < 3; ++i) run.launch(stream);
       cudaGraph_t graph; cudaGraphExec_t exec;
       CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-      for (int i = 0; i < 20; ++i) att::flash_fwd_wgmma<<<grid, T::kThreads, kSmem, stream>>>(p, maps);
+      for (int i = 0; i < 20; ++i) run.launch(stream);
       CK(cudaStreamEndCapture(stream, &graph));
       CK(cudaGraphInstantiate(&exec, graph, 0));
       for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, stream));
@@ -200,13 +218,13 @@ int main(int argc, char** argv) {
       static long long tr[att::kTraceCtas][att::kTraceWgs][att::kTraceTiles][att::kTraceEvents];
       std::memset(tr, 0, sizeof tr);
       CK(cudaMemcpyToSymbol(att::att_trace, tr, sizeof tr));
-      att::flash_fwd_wgmma<<<grid, T::kThreads, kSmem>>>(p, maps);
+      run.launch();
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpyFromSymbol(tr, att::att_trace, sizeof tr));
       long long n_max = 0;
       for (auto& c : tr) for (auto& w : c) for (auto& t : w) n_max = std::max(n_max, t[6]);
       double sum[7] = {0}, cnt = 0, ns = 0;
-      const unsigned ctas = std::min<unsigned>(grid.x, att::kTraceCtas);
+      const unsigned ctas = std::min<unsigned>(run.plan.launch[0].grid[0], att::kTraceCtas);
       for (unsigned c = 0; c < ctas; ++c)
         for (int w = 0; w < T::kConsumerWgs && w < att::kTraceWgs; ++w)
           for (int k = 1; k + 1 < att::kTraceTiles; ++k) {
@@ -233,7 +251,6 @@ int main(int argc, char** argv) {
       }
     }
 #endif
-    cudaFree(maps.split_ws); cudaFree(maps.split_count); cudaFree(maps.tile_count);
     std::fflush(stdout);
     cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse); cudaFree(r32); cudaFree(rlow); cudaFree(lse32); cudaFree(lselow); cudaFree(stats);
   }

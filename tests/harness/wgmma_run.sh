@@ -19,7 +19,7 @@ for x in $bin/$timed; do
   [ -f $x ] && [ -x $x ] || continue
   n=$(basename $x)
   case $n in
-    *64c*) shapes="2,8,8,128,128,0;8,16,16,2048,2048,0" ;;  # the suite's d=64 shapes (shared/peers)
+    *64c*) shapes="2,8,8,128,128,0;8,16,16,2048,2048,0" ;;  # the suite's d=64 shapes (tools/tune_suite.sh)
     *64*) shapes="2,8,8,512,512,0;8,16,16,2048,2048,0" ;;
     *) shapes="4,16,16,4096,4096,0;1,16,16,16384,16384,0" ;;
   esac

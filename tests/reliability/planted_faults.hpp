@@ -2,7 +2,8 @@
 // (families/family.hpp: register_test_family; the product never does) over planted_faults.yaml. A
 // config {copy, kind, good} renders either a real flash_fwd_mma candidate (kind `good`) or one of the
 // planted faulty kernels of tests/data/faults/ (tests/unit/eval/fault_kernels.hpp), each copy a
-// distinct source and so a distinct build, with the launch geometry that makes it fail as intended.
+// distinct source and so a distinct build, launched (as flash_fwd_mma launches) so that it fails as
+// intended.
 // A campaign over this space goes through the real machinery (run_campaign, GpuRunner, BuildPool,
 // Evaluator) like any other, and every candidate knows the status it must get.
 #pragma once
@@ -80,26 +81,16 @@ inline RenderedKernel render_planted(const SearchSpace& space, const Config& c, 
   const PlantedSetup& s = planted_setup();
   const PlantedKind& k = planted_kind(c);
   if (k.kind == "good") return render_kernel(*s.flash_space, planted_good_config(c), p, arch);
+  // As tests/data/faults/README.md says: 64 rows per block, 128 threads; the shared memory that
+  // makes too_much_smem.cu fail as intended.
+  long long smem = 0;
+  if (k.kind == "smem_over_limit") smem = s.max_smem_optin + 1024;  // alone too much
+  if (k.kind == "smem_over_with_static") smem = s.max_smem_optin - 16384;  // fits alone, not with 32 KiB static
   std::string src = testing::render_fault(s.source_dir, k.file, p.d).source;
   const std::string include = "#include \"NEVER_WRITTEN_FIFO\"";
   if (auto at = src.find(include); at != std::string::npos) src.replace(at, include.size(), "#include \"" + s.fifo + "\"");
   src = fmt::format("// planted fault {}, copy {}\n", k.kind, std::get<std::int64_t>(c.at("copy"))) + src;
-  return {src, "flash_fwd_mma", content_hash(src)};
-}
-
-inline LaunchGeometry planted_geometry(const SearchSpace&, const Config& c, const Problem& p, const std::string& arch) {
-  const PlantedSetup& s = planted_setup();
-  const PlantedKind& k = planted_kind(c);
-  if (k.kind == "good") return launch_geometry(*s.flash_space, planted_good_config(c), p, arch);
-  LaunchGeometry g;  // as tests/data/faults/README.md says: 64 rows per block, 128 threads
-  g.grid[0] = static_cast<unsigned>((p.s + 63) / 64);
-  g.grid[1] = static_cast<unsigned>(p.h);
-  g.grid[2] = static_cast<unsigned>(p.b);
-  g.block = 128;
-  if (k.kind == "smem_over_limit") g.smem_bytes = static_cast<unsigned>(s.max_smem_optin + 1024);  // alone too much
-  if (k.kind == "smem_over_with_static")
-    g.smem_bytes = static_cast<unsigned>(s.max_smem_optin - 16384);  // fits alone, not with 32 KiB static
-  return g;
+  return {src, "flash_fwd_mma", content_hash(src), testing::fault_launch(smem)};
 }
 
 // Fills the setup (20 good configs spread over the flash space for the problem and arch) and
@@ -116,7 +107,7 @@ inline void setup_planted_family(const std::string& source_dir, const SearchSpac
   s.good_configs.clear();
   for (std::size_t i = 0; i < 20; ++i) s.good_configs.push_back(all[i * all.size() / 20]);
   static const bool registered = [] {
-    register_test_family({"planted_faults", "", "flash_fwd_mma"}, {render_planted, planted_geometry});
+    register_test_family("planted_faults", render_planted);
     return true;
   }();
   (void)registered;

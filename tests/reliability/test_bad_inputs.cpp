@@ -1,7 +1,7 @@
 // Reliability, part 3 (docs/RELIABILITY.md): a corpus of bad inputs, each run through the real binary
 // against a copy of a real database (a campaign of 30 evaluations, ranked, made by `tune` from the
 // recorded H100 campaign): each gives exactly one line on stderr, "attntune: error: ...", that names
-// the problem (and the file:line:column where it came from a file), the exit code CONTRACT.md gives
+// the problem (and the file:line:column where it came from a file), the exit code docs/CONTRACT.md gives
 // it (2 bad input; 3 environment: a database locked by another writer, a full disk), and leaves
 // every file in the database's directory byte-for-byte as it was.
 //

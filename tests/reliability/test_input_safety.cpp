@@ -213,7 +213,7 @@ TEST(ReliabilityInputSafety, RenderedSourcesHoldOnlyIntegersFromTheInputs) {
   write_bytes(path, text);
   const SearchSpace space = SearchSpace::load(path);
   const Problem problem = Problem::parse(rec.problem);
-  const std::string body = flatten_includes(family_info(space.family()).main_file);
+  const std::string body = flatten_includes(builtin_family(space.family()).main_file);
   const std::regex define("#define [A-Z][A-Z0-9_]* -?[0-9]+");
   const std::regex first("// attntune candidate: [a-z0-9_]+ [a-z0-9_=,]+ \\(d=[0-9]+, dtype=(fp16|bf16), causal=[01]\\)");
   std::size_t n = 0, defines = 0;

@@ -111,9 +111,8 @@ TEST(ReliabilityPlantedFaults, FamilyInterleavesEveryKindAndBuildsAsIntended) {
     if (planted_kind(c).kind == "good") {
       EXPECT_EQ(k.source, render_kernel(flash, planted_good_config(c), problem, "sm_90").source);
     }
-    const LaunchGeometry g = launch_geometry(space, c, problem, "sm_90");
     if (planted_kind(c).kind == "smem_over_limit") {
-      EXPECT_GT(g.smem_bytes, 232448u);
+      EXPECT_GT(define_value(k.launch.defines, "SMEM_BYTES"), 232448);
     }
   }
 
@@ -205,7 +204,7 @@ TEST(ReliabilityPlantedFaultsGpu, OneCampaignClassifiesFiftyFiveFaultsAndKeepsEv
   eo.worker_argv = {proto::self_exe(), "worker", "--device", "0"};
   Evaluator fresh(eo);
   BuildPoolOptions bo;
-  bo.nvrtc_options = family_nvrtc_options(family_info("flash_fwd_mma"));
+  bo.nvrtc_options = family_nvrtc_options("flash_fwd_mma");
   bo.store = &store;  // the campaign's builds, from the cache
   BuildPool pool(bo);
   std::map<std::uint64_t, const EvaluationRow*> ticket;
@@ -217,9 +216,8 @@ TEST(ReliabilityPlantedFaultsGpu, OneCampaignClassifiesFiftyFiveFaultsAndKeepsEv
     ASSERT_EQ(b->build.status, "ok");
     EXPECT_TRUE(b->cache_hit) << "the campaign's build was cached";
     EvalRequest req;
-    req.kernel_name = b->job.kernel.kernel_name;
     req.cubin = b->build.cubin;
-    req.geometry = launch_geometry(space, e.config, problem, props.arch);
+    req.launch = b->job.kernel.launch;
     req.problem = problem;
     req.timing.max_seconds = 0.2;
     const EvalOutcome again = fresh.evaluate(req);

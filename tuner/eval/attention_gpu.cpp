@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <numeric>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -34,14 +36,41 @@ float as_float(unsigned bits) {
 
 const char* layout_name(Layout l) { return l == Layout::kBHSD ? "BHSD" : "BSHD"; }
 
-AttnBuffers::AttnBuffers(const Problem& p, Layout l)
+AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std::uint64_t table_seed)
     : problem(p),
       layout(l),
+      seqlens(std::move(lens)),
       q(rows_of(p, false) * p.d * 2),
       k(rows_of(p, true) * p.d * 2),
       v(rows_of(p, true) * p.d * 2),
       o(rows_of(p, false) * p.d * 2),
-      lse(rows_of(p, false) * sizeof(float)) {}
+      lse(rows_of(p, false) * sizeof(float)) {
+  if (!p.paged()) {
+    if (!seqlens.empty()) throw std::logic_error("AttnBuffers: per-sequence lengths of a dense problem");
+    return;
+  }
+  if (seqlens.empty()) seqlens.assign(static_cast<std::size_t>(p.b), static_cast<int>(p.sk));
+  if (seqlens.size() != static_cast<std::size_t>(p.b)) throw std::logic_error("AttnBuffers: one length per sequence");
+  for (int len : seqlens)
+    if (len < 0 || len > p.sk) throw std::logic_error("AttnBuffers: a length outside 0..sk");
+  // Every sequence's pages, then a few spare ones, in a random order: the table maps no sequence's
+  // pages to consecutive memory (a serving engine's cache after a while).
+  pages_per_seq = static_cast<int>((p.sk + p.page - 1) / p.page);
+  num_pages = static_cast<int>(p.b) * pages_per_seq + 3;
+  std::vector<int> order(static_cast<std::size_t>(num_pages));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(table_seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int> table(static_cast<std::size_t>(p.b) * pages_per_seq);
+  std::copy(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(table.size()), table.begin());
+  const std::size_t page_bytes = static_cast<std::size_t>(p.page) * p.hkv * p.d * 2;
+  k_pages = cuda::DeviceBuffer(num_pages * page_bytes);
+  v_pages = cuda::DeviceBuffer(num_pages * page_bytes);
+  block_table = cuda::DeviceBuffer(table.size() * sizeof(int));
+  block_table.upload(table.data(), table.size() * sizeof(int));
+  cache_seqlens = cuda::DeviceBuffer(seqlens.size() * sizeof(int));
+  cache_seqlens.upload(seqlens.data(), seqlens.size() * sizeof(int));
+}
 
 AttnParams AttnBuffers::params() const {
   AttnParams a{};
@@ -65,6 +94,81 @@ AttnParams AttnBuffers::params() const {
   return a;
 }
 
+const int* AttnBuffers::seqlens_device() const {
+  return problem.paged() ? reinterpret_cast<const int*>(cache_seqlens.ptr()) : nullptr;
+}
+
+attntune_plan::Call AttnBuffers::call() const {
+  const AttnParams a = params();
+  attntune_plan::Call c = attntune_plan::empty_call();
+  c.entry = problem.paged() ? attntune_plan::kEntryKvcache : attntune_plan::kEntryDense;
+  c.q = a.q;
+  c.k = a.k;
+  c.v = a.v;
+  c.out = a.o;
+  c.lse = a.lse;
+  c.batch = a.batch;
+  c.heads_q = a.heads_q;
+  c.heads_kv = a.heads_kv;
+  c.seqlen_q = a.seqlen_q;
+  c.seqlen_k = a.seqlen_k;
+  c.head_dim = static_cast<int>(problem.d);
+  for (int i = 0; i < 3; ++i) {
+    c.q_stride[i] = a.q_stride[i];
+    c.k_stride[i] = a.k_stride[i];
+    c.v_stride[i] = a.v_stride[i];
+    c.o_stride[i] = a.o_stride[i];
+  }
+  c.scale = a.scale;
+  c.causal = problem.causal ? 1 : 0;
+  if (problem.paged()) {
+    // Pages [num_pages, page, hkv, d]: strides {page, head, row}.
+    c.k = reinterpret_cast<const void*>(k_pages.ptr());
+    c.v = reinterpret_cast<const void*>(v_pages.ptr());
+    const long long row = problem.hkv * problem.d;
+    c.k_stride[0] = c.v_stride[0] = problem.page * row;
+    c.k_stride[1] = c.v_stride[1] = problem.d;
+    c.k_stride[2] = c.v_stride[2] = row;
+    c.cache_seqlens = seqlens_device();
+    c.block_table = reinterpret_cast<const int*>(block_table.ptr());
+    c.max_blocks_per_seq = pages_per_seq;
+    c.page_size = static_cast<int>(problem.page);
+  }
+  return c;
+}
+
+std::vector<int> ragged_seqlens(const Problem& p, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int sk = static_cast<int>(p.sk);
+  std::vector<int> lens;
+  for (std::int64_t i = 0; i < p.b; ++i) {
+    switch (i % 5) {
+      case 0: lens.push_back(sk); break;
+      case 1: lens.push_back(0); break;
+      case 2: lens.push_back(std::min(sk, 1)); break;
+      case 3: lens.push_back(std::min(sk, (sk / 2) | 1)); break;
+      default: lens.push_back(static_cast<int>(rng() % static_cast<std::uint64_t>(sk)) + 1); break;
+    }
+  }
+  return lens;
+}
+
+std::vector<std::unique_ptr<AttnBuffers>> validation_inputs(const Problem& p, std::uint64_t seed) {
+  std::vector<std::unique_ptr<AttnBuffers>> out;
+  if (!p.paged()) {
+    out.push_back(std::make_unique<AttnBuffers>(p, Layout::kBHSD));
+    return out;
+  }
+  out.push_back(std::make_unique<AttnBuffers>(p, Layout::kBHSD, ragged_seqlens(p, seed), seed));
+  if (p.b < 5) {
+    Problem q = p;
+    q.b = 5;
+    q.sk = std::min<std::int64_t>(p.sk, 1531);
+    out.push_back(std::make_unique<AttnBuffers>(q, Layout::kBHSD, ragged_seqlens(q, seed + 1), seed + 1));
+  }
+  return out;
+}
+
 double criterion_atol(DType t) {
   // FA3's test tolerance: twice the rounding error of the dtype near 0.3 (outputs are O(1)).
   return t == DType::kBf16 ? 1.0 / 512 : 1.0 / 4096;
@@ -86,6 +190,7 @@ Reference::Reference(const std::string& arch) {
   fill_ = module_.function("fill_normal");
   ref_ = module_.function("attn_reference");
   compare_ = module_.function("compare_outputs");
+  scatter_ = module_.function("scatter_pages");
 }
 
 void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
@@ -97,6 +202,16 @@ void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
     unsigned long long s = seed * 3 + i + 1;
     void* args[] = {&ptr, &n, &s, &bf16};
     cuda::launch(fill_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
+  }
+  if (b.problem.paged()) {
+    // The pages: NaN, then every sequence's keys scattered through its table.
+    b.k_pages.fill_u16(0xFFFF);
+    b.v_pages.fill_u16(0xFFFF);
+    const AttnParams a = b.params();
+    CUdeviceptr kp = b.k_pages.ptr(), vp = b.v_pages.ptr(), table = b.block_table.ptr(), lens = b.cache_seqlens.ptr();
+    int page = static_cast<int>(b.problem.page), pages_per_seq = b.pages_per_seq, d = static_cast<int>(b.problem.d);
+    void* args[] = {const_cast<AttnParams*>(&a), &d, &kp, &vp, &table, &lens, &page, &pages_per_seq};
+    cuda::launch(scatter_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
   }
   poison_output(b);
 }
@@ -112,8 +227,8 @@ std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::
   const std::size_t rows = rows_of(p, false);
   cuda::DeviceBuffer out(rows * p.d * 4), lse_buf(rows * 4);
   int d = static_cast<int>(p.d), bf16 = p.dtype == DType::kBf16, causal = p.causal, lowp = lowp_flag;
-  CUdeviceptr o = out.ptr(), l = lse_buf.ptr();
-  void* args[] = {&a, &d, &bf16, &causal, &lowp, &o, &l};
+  CUdeviceptr o = out.ptr(), l = lse_buf.ptr(), lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
+  void* args[] = {&a, &d, &bf16, &causal, &lowp, &o, &l, &lens};
   cuda::launch(ref_, {static_cast<unsigned>((p.s + 7) / 8), static_cast<unsigned>(p.h), static_cast<unsigned>(p.b)},
                {256, 1, 1}, 0, nullptr, args);
   std::vector<float> host(rows * p.d);
@@ -141,7 +256,8 @@ ReferenceCache::ReferenceCache(const Reference& ref, const AttnBuffers& b, bool 
   cuda::Event start, stop;
   for (int lowp = 0; lowp < 2; ++lowp) {
     CUdeviceptr o = lowp ? outlow_.ptr() : out32_.ptr(), l = lowp ? lselow.ptr() : lse32_.ptr();
-    void* args[] = {&a, &d, &bf16, &causal, &lowp, &o, &l};
+    CUdeviceptr lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
+    void* args[] = {&a, &d, &bf16, &causal, &lowp, &o, &l, &lens};
     if (!lowp) start.record();
     cuda::launch(ref.ref_, {static_cast<unsigned>((p.s + 7) / 8), static_cast<unsigned>(p.h), static_cast<unsigned>(p.b)},
                  {256, 1, 1}, 0, nullptr, args);
@@ -194,121 +310,131 @@ Verdict ReferenceCache::check(const AttnBuffers& b) const {
 
 namespace {
 
-// What flash_fwd_wgmma takes after AttnParams (templates/flash_fwd_wgmma/kernel.cu, TmaMaps).
-struct TmaMaps {
-  CUtensorMap q, k, v;
-  float* split_ws;  // split_tail's workspace, counters and tail tile count (0: no split)
-  int* split_count;
-  int split_tail;
-  int* tile_count;  // dynamic_tiles' counters (null: round-robin)
-};
-
-// One operand as a 4-d tensor (head_dim, seqlen, heads, batch) with the params' strides (in
-// elements; bytes here), box (64, rows), 128-byte swizzle, zeros past the ends (odd lengths).
-CUtensorMap encode_tensor_map(const void* base, const long long* stride, int len, int heads, int batch, unsigned rows,
-                              const TmaSpec& t) {
-  CUtensorMap m;
-  const cuuint64_t dims[4] = {t.head_dim, static_cast<cuuint64_t>(len), static_cast<cuuint64_t>(heads),
-                              static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(stride[2]) * 2, static_cast<cuuint64_t>(stride[1]) * 2,
-                                 static_cast<cuuint64_t>(stride[0]) * 2};
-  const cuuint32_t box[4] = {64, rows, 1, 1}, elem[4] = {1, 1, 1, 1};
+// One map of a plan, encoded by the driver (the recipe's fixed parts: launch_plan.h's TensorMap).
+void encode_map(const attntune_plan::TensorMap& m, void* out) {
+  cuuint64_t dims[5], strides[4];
+  cuuint32_t box[5], elem[5];
+  for (int i = 0; i < m.rank; ++i) {
+    dims[i] = m.dims[i];
+    box[i] = m.box[i];
+    elem[i] = 1;
+    if (i + 1 < m.rank) strides[i] = m.strides[i];
+  }
   CU_CHECK(cuda::driver().cuTensorMapEncodeTiled(
-      &m, t.bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(base), dims,
-      strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
-  return m;
+      static_cast<CUtensorMap*>(out), m.bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      static_cast<cuuint32_t>(m.rank), const_cast<void*>(m.base), dims, strides, box, elem,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, m.swizzle_128b ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 }
 
-// How many clusters of a persistent kernel fit on the device at once, for its grid of whole
-// clusters; 0 (persistent_ctas then counts the SMs alone) when the driver cannot say, or says 0 (a
-// kernel built without the cluster dims its geometry names: its launch would show why).
-unsigned max_active_clusters(const cuda::Function& fn, const LaunchGeometry& g, unsigned sm_count) {
+struct ClusterQuery {
+  const std::vector<cuda::Function>* fns;
+  std::vector<int>* cache;
+};
+
+// How many clusters of a kernel with compiled-in cluster dims fit on the device at once; 0 when the
+// driver cannot say, or says 0 (a kernel built without the cluster dims its plan names: its launch
+// would show why). Asked once per kernel.
+int max_active_clusters(const void* ctx, int kernel, unsigned grid_x, unsigned, unsigned block, unsigned smem) {
+  const ClusterQuery& q = *static_cast<const ClusterQuery*>(ctx);
+  int& cached = (*q.cache)[static_cast<std::size_t>(kernel)];
+  if (cached >= 0) return cached;
   try {
-    const int n = fn.max_active_clusters({sm_count / g.cluster * g.cluster, 1, 1}, static_cast<int>(g.block),
-                                         g.smem_bytes);
-    return n > 0 ? static_cast<unsigned>(n) : 0;
+    const int n = (*q.fns)[static_cast<std::size_t>(kernel)].max_active_clusters({grid_x, 1, 1},
+                                                                                  static_cast<int>(block), smem);
+    cached = n > 0 ? n : 0;
   } catch (const cuda::CudaError& e) {
     if (e.sticky()) throw;
-    return 0;
+    cached = 0;
   }
+  return cached;
 }
 
 }  // namespace
 
-LoadedKernel::LoadedKernel(const std::string& cubin, const std::string& name, const LaunchGeometry& geometry)
-    : module_(cubin), fn_(module_.function(name)), geometry_(geometry) {
-  if (geometry_.smem_bytes > 48 * 1024) fn_.set_max_dynamic_smem(static_cast<int>(geometry_.smem_bytes));
-  if (geometry_.persistent) {
-    CUdevice dev;
-    int sms = 0;
-    CU_CHECK(cuda::driver().cuCtxGetDevice(&dev));
-    CU_CHECK(cuda::driver().cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
-    sm_count_ = static_cast<unsigned>(sms);
-    if (geometry_.cluster > 1) max_clusters_ = max_active_clusters(fn_, geometry_, sm_count_);
-  }
+LoadedBuild::LoadedBuild(const std::string& cubin, const LaunchSpec& spec) : module_(cubin) {
+  family_ = builtin_family(spec.plan).plan;
+  const auto defs = plan_defines(spec.defines);
+  attntune_plan::Why why;
+  if (family_->load(defs.data(), static_cast<int>(defs.size()), consts_.bytes, &why))
+    throw std::logic_error(fmt::format("{}: {}", spec.plan, why.text));
+  for (int i = 0; i < family_->kernels; ++i) fns_.push_back(module_.function(family_->kernel_names[i]));
+  smem_allowed_.assign(fns_.size(), 48 * 1024);
+  max_clusters_.assign(fns_.size(), -1);
+  CUdevice dev;
+  int sms = 0;
+  CU_CHECK(cuda::driver().cuCtxGetDevice(&dev));
+  CU_CHECK(cuda::driver().cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  sm_count_ = static_cast<unsigned>(sms);
 }
 
-void LoadedKernel::launch(const AttnParams& p, unsigned grid_x, CUstream stream) const {
-  AttnParams copy = p;
-  cuda::Dim3 grid{grid_x, static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch)};
-  // A persistent kernel walks the work tiles itself: (grid_x padded to whole clusters, h, b).
-  const unsigned long long tiles = persistent_work_tiles(grid_x, grid.y, grid.z, geometry_.cluster);
-  if (geometry_.persistent) grid = {persistent_ctas(tiles, sm_count_, max_clusters_, geometry_.cluster), 1, 1};
-  const TmaSpec& t = geometry_.tma;
-  if (t.q_rows == 0) {
-    void* args[] = {&copy};
-    cuda::launch(fn_, grid, {geometry_.block, 1, 1}, geometry_.smem_bytes, stream, args);
-    return;
+attntune_plan::Plan LoadedBuild::plan(const attntune_plan::Call& call) const {
+  ClusterQuery query{&fns_, &max_clusters_};
+  attntune_plan::Device device;
+  device.sm_count = static_cast<int>(sm_count_);
+  device.max_active_clusters = &max_active_clusters;
+  device.ctx = &query;
+  attntune_plan::Plan p;
+  attntune_plan::Why why;
+  if (family_->plan(consts_.bytes, call, device, &p, &why)) throw PlanRefused(why.text);
+  return p;
+}
+
+void LoadedBuild::launch(const attntune_plan::Call& call, CUstream stream) const {
+  const attntune_plan::Plan p = plan(call);
+  struct alignas(64) MapBytes {
+    unsigned char bytes[attntune_plan::kTensorMapBytes];
+  };
+  MapBytes maps[attntune_plan::kMaxTensorMaps];
+  attntune_plan::Resources res{};
+  for (int i = 0; i < p.maps; ++i) {
+    encode_map(p.map[i], maps[i].bytes);
+    res.map[i] = maps[i].bytes;
   }
-  TmaMaps maps{};
-  // Workspace is grown outside a stream capture only (it would fail there; the evaluator launches
-  // once before it captures); a launch without it runs unsplit, or round-robin, as correct.
-  // Counters are zeroed in stream order, before this launch.
-  auto ensure = [&](cuda::DeviceBuffer& b, std::size_t bytes, bool counters) {
-    if (b.bytes() < bytes) {
+  // Workspaces are grown outside a stream capture only (allocating would fail there; the evaluator
+  // launches once before it captures); zeroed ones are zeroed in stream order, before this launch.
+  if (workspace_.size() < static_cast<std::size_t>(p.workspaces)) workspace_.resize(static_cast<std::size_t>(p.workspaces));
+  for (int i = 0; i < p.workspaces; ++i) {
+    const attntune_plan::Workspace& w = p.workspace[i];
+    cuda::DeviceBuffer& b = workspace_[static_cast<std::size_t>(i)];
+    if (b.bytes() < w.bytes) {
       CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
       CU_CHECK(cuda::driver().cuStreamIsCapturing(stream, &status));
       if (status == CU_STREAM_CAPTURE_STATUS_NONE) {
-        b = cuda::DeviceBuffer(bytes);
-        if (counters) b.fill_u32_async(0, stream);
+        b = cuda::DeviceBuffer(static_cast<std::size_t>(w.bytes));
+        if (w.zeroed) b.fill_u32_async(0, stream);
       }
     }
-    return b.bytes() >= bytes;
-  };
-  if (geometry_.dynamic_tiles && ensure(tile_count_, 2 * sizeof(int), true))
-    maps.tile_count = reinterpret_cast<int*>(tile_count_.ptr());
-  if (geometry_.split_tail) {
-    const unsigned tail = split_tail_tiles(tiles, grid.x, (p.seqlen_k + t.kv_rows - 1) / t.kv_rows);
-    if (tail > 0) {
-      const bool ws = ensure(split_ws_, split_workspace_floats(grid.x, geometry_.consumer_warps, t.head_dim) * sizeof(float), false);
-      const bool cnt = ensure(split_count_, split_counters(tail, geometry_.consumer_warps) * sizeof(int), true);
-      if (ws && cnt) {
-        maps.split_ws = reinterpret_cast<float*>(split_ws_.ptr());
-        maps.split_count = reinterpret_cast<int*>(split_count_.ptr());
-        maps.split_tail = static_cast<int>(tail);
-      }
-    }
+    if (b.bytes() >= w.bytes) res.workspace[i] = reinterpret_cast<void*>(b.ptr());
+    else if (!w.optional)
+      throw std::logic_error(fmt::format("{}: a required workspace of {} bytes cannot be allocated in a stream capture",
+                                         family_->name, w.bytes));
   }
-  maps.q = encode_tensor_map(p.q, p.q_stride, p.seqlen_q, p.heads_q, p.batch, t.q_rows, t);
-  maps.k = encode_tensor_map(p.k, p.k_stride, p.seqlen_k, p.heads_kv, p.batch, t.kv_rows, t);
-  maps.v = encode_tensor_map(p.v, p.v_stride, p.seqlen_k, p.heads_kv, p.batch, t.kv_rows, t);
-  void* args[] = {&copy, &maps};
-  cuda::launch(fn_, grid, {geometry_.block, 1, 1}, geometry_.smem_bytes, stream, args);
+  for (int i = 0; i < p.launches; ++i) {
+    const attntune_plan::Launch& l = p.launch[i];
+    if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) continue;
+    const std::size_t k = static_cast<std::size_t>(l.kernel);
+    if (l.smem > smem_allowed_[k]) {
+      fns_[k].set_max_dynamic_smem(static_cast<int>(l.smem));
+      smem_allowed_[k] = l.smem;
+    }
+    attntune_plan::Args args;
+    attntune_plan::Why why;
+    if (family_->bind(consts_.bytes, call, p, res, i, &args, &why)) throw PlanRefused(why.text);
+    cuda::launch(fns_[k], {l.grid[0], l.grid[1], l.grid[2]}, {l.block, 1, 1}, l.smem, stream, args.ptr);
+  }
 }
-
-void LoadedKernel::launch(const AttnBuffers& b) const { launch(b.params(), geometry_.grid[0]); }
 
 TimingInputs::TimingInputs(const Reference& ref, const Problem& p, std::uint64_t seed) : buffers_(p, Layout::kBHSD) {
   ref.fill(buffers_, seed);
 }
 
-TimingStats time_kernel(const LoadedKernel& k, const Reference& ref, const Problem& p, std::uint64_t seed, int max_reps,
+TimingStats time_kernel(const LoadedBuild& k, const Reference& ref, const Problem& p, std::uint64_t seed, int max_reps,
                         double max_seconds, double min_seconds) {
   return time_kernel(k, TimingInputs(ref, p, seed), max_reps, max_seconds, min_seconds);
 }
 
-TimingStats time_kernel(const LoadedKernel& k, const TimingInputs& inputs, int max_reps, double max_seconds,
+TimingStats time_kernel(const LoadedBuild& k, const TimingInputs& inputs, int max_reps, double max_seconds,
                         double min_seconds) {
   // Timed as PyTorch's peers and tools/compare_sdpa.py time a kernel, so the tuner's numbers, the
   // exported kernel's and SDPA's compare: launches captured in one CUDA graph; a sample is one
@@ -319,22 +445,21 @@ TimingStats time_kernel(const LoadedKernel& k, const TimingInputs& inputs, int m
   // the GPU boost between them. The peers capture 20 calls; a long kernel gets fewer (at least 2,
   // a replay >= ~1 ms), which amortises the replay's own few µs as well and keeps a candidate's
   // timing short.
-  constexpr int kMaxGraphCalls = 20;   // compare_sdpa.py --calls, sdpa_peers.py's default
+  constexpr int kMaxGraphCalls = 20;   // compare_sdpa.py --calls, the PyTorch peers' default
   constexpr double kWarmUpUs = 50e3;
-  const AttnParams params = inputs.buffers().params();
-  const unsigned grid_x = k.geometry().grid[0];
+  const attntune_plan::Call call = inputs.buffers().call();
   cuda::Stream stream;
   cuda::Event start, stop;
   // Launch errors (bad geometry, too much shared memory) show here, before any capture.
-  k.launch(params, grid_x, stream.get());
+  k.launch(call, stream.get());
   start.record(stream.get());
-  for (int i = 0; i < 3; ++i) k.launch(params, grid_x, stream.get());
+  for (int i = 0; i < 3; ++i) k.launch(call, stream.get());
   stop.record(stream.get());
   stop.synchronize();
   const double one_us = std::max(1e-3, cuda::elapsed_ms(start, stop) * 1000.0 / 3);
   const int calls = static_cast<int>(std::clamp(std::ceil(1000.0 / one_us), 2.0, double(kMaxGraphCalls)));
   const cuda::Graph graph(stream.get(), [&] {
-    for (int i = 0; i < calls; ++i) k.launch(params, grid_x, stream.get());
+    for (int i = 0; i < calls; ++i) k.launch(call, stream.get());
   });
   const int warm_replays = static_cast<int>(std::clamp(std::ceil(kWarmUpUs / (one_us * calls)), 3.0, 1000.0));
   for (int i = 0; i < warm_replays; ++i) graph.launch(stream.get());

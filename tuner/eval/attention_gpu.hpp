@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -11,20 +12,43 @@
 #include "families/family.hpp"
 #include "space/problem.hpp"
 #include "templates/common/attn_params.h"
+#include "templates/common/launch_plan.h"
 
 namespace attntune {
 
 enum class Layout { kBHSD, kBSHD };  // [batch, heads, seq, dim] or [batch, seq, heads, dim]
 const char* layout_name(Layout l);
 
-// Device tensors of one problem in one layout, last dim contiguous.
+// Device tensors of one problem in one layout, last dim contiguous. A paged problem (page > 0)
+// also has its KV cache as the kvcache entry point takes it: K and V in pages [num_pages, page,
+// hkv, d] that a block table maps (shuffled, with spare pages: no sequence's pages lie in order),
+// and each sequence's key count (`seqlens`, on the device as cache_seqlens). k and v then hold the
+// same keys contiguously ([b, hkv, sk, d]): what the reference reads. Cache rows past a sequence's
+// length hold NaN, as a stale cache may hold anything: they must never reach an output.
 struct AttnBuffers {
-  AttnBuffers(const Problem& p, Layout layout);
-  AttnParams params() const;  // pointers, strides, sizes and scale 1/sqrt(d)
+  // seqlens: keys of each sequence of a paged problem (empty: sk each); table_seed shuffles pages.
+  AttnBuffers(const Problem& p, Layout layout, std::vector<int> seqlens = {}, std::uint64_t table_seed = 1);
+  AttnParams params() const;  // the reference's view: pointers, strides, sizes, scale 1/sqrt(d)
+  // The call of the problem's entry point on these tensors: attntune_attention_forward, or
+  // attntune_attention_forward_kvcache through the block table for a paged problem.
+  attntune_plan::Call call() const;
+  const int* seqlens_device() const;  // null for a dense problem
   Problem problem;
   Layout layout;
+  std::vector<int> seqlens;
+  int pages_per_seq = 0, num_pages = 0;
   cuda::DeviceBuffer q, k, v, o, lse;
+  cuda::DeviceBuffer k_pages, v_pages, block_table, cache_seqlens;  // paged problems only
 };
+
+// Keys per sequence for validating a paged problem: sk, 0, 1, an odd count and a random one in
+// turn over the batch (sk alone for a batch of one).
+std::vector<int> ragged_seqlens(const Problem& p, std::uint64_t seed);
+
+// The inputs a candidate is validated on for problem p: p itself; a paged problem with ragged
+// lengths (ragged_seqlens) and, for a batch too small to hold every kind of length, a second
+// batch of five sequences (0, 1, odd, all and a random count of keys; sk at most 1531).
+std::vector<std::unique_ptr<AttnBuffers>> validation_inputs(const Problem& p, std::uint64_t seed);
 
 // FA2's criterion: max|out - ref32| <= 2 * max|lowp - ref32| + atol, every element written and
 // finite, LSE within lse_tol of the reference's (and -inf exactly where no key is visible).
@@ -41,7 +65,8 @@ constexpr double kLseTolerance = 1e-3;
 class Reference {
  public:
   explicit Reference(const std::string& arch);
-  // Fresh normal random inputs (mean 0, std 1) from `seed`; poisons o and lse with NaN.
+  // Fresh normal random inputs (mean 0, std 1) from `seed`, the KV cache's pages scattered from
+  // them; poisons o and lse with NaN.
   void fill(AttnBuffers& b, std::uint64_t seed) const;
   void poison_output(AttnBuffers& b) const;
   // Runs the fp32 and same-dtype references on b's inputs, then compares b's output with them.
@@ -52,7 +77,7 @@ class Reference {
  private:
   friend class ReferenceCache;
   cuda::Module module_;
-  cuda::Function fill_, ref_, compare_;
+  cuda::Function fill_, ref_, compare_, scatter_;
 };
 
 // The fp32 and same-dtype reference outputs of one set of inputs, computed once and then compared
@@ -80,27 +105,38 @@ class ReferenceCache {
   double reference_us_ = 0;
 };
 
-// A candidate kernel loaded and ready to launch.
-class LoadedKernel {
+// A launch plan that refused a call: the reason (the family's words). The worker records it as a
+// launch_error; the exported library answers ATTNTUNE_UNSUPPORTED with it.
+class PlanRefused : public std::runtime_error {
  public:
-  LoadedKernel(const std::string& cubin, const std::string& name, const LaunchGeometry& geometry);
-  // Launch geometry for another problem size with the same config: grid_x = ceil(seqlen_q /
-  // block_m), as the geometry's grid[0] (a persistent grid pads it to whole clusters here).
-  void launch(const AttnParams& p, unsigned grid_x, CUstream stream = nullptr) const;
-  void launch(const AttnBuffers& b) const;
-  const cuda::Function& function() const { return fn_; }
-  const LaunchGeometry& geometry() const { return geometry_; }
+  using std::runtime_error::runtime_error;
+};
+
+// A candidate build loaded and ready to launch: the driver-API executor of its family's launch
+// plan (templates/common/launch_plan.h). Per call the family plans the launches, this encodes the
+// plan's tensor maps, provides its workspaces and launches its kernels in order.
+class LoadedBuild {
+ public:
+  LoadedBuild(const std::string& cubin, const LaunchSpec& spec);
+  // The plan of `call` on the current device; PlanRefused when the family cannot serve it.
+  attntune_plan::Plan plan(const attntune_plan::Call& call) const;
+  void launch(const attntune_plan::Call& call, CUstream stream = nullptr) const;
+  const attntune_plan::Family& family() const { return *family_; }
+  int kernels() const { return static_cast<int>(fns_.size()); }
+  const cuda::Function& function(int i) const { return fns_.at(static_cast<std::size_t>(i)); }
 
  private:
   cuda::Module module_;
-  cuda::Function fn_;
-  LaunchGeometry geometry_;
-  unsigned sm_count_ = 0;  // the current device's, for a persistent grid
-  unsigned max_clusters_ = 0;  // with clusters: how many fit on it at once (0: unknown)
-  // split_tail's workspace and zeroed counters, grown on demand outside stream capture (the
-  // evaluator launches once before it captures a graph).
-  mutable cuda::DeviceBuffer split_ws_, split_count_;
-  mutable cuda::DeviceBuffer tile_count_;  // dynamic_tiles' two counters, the same way
+  std::vector<cuda::Function> fns_;  // the family's entry points, in its order
+  const attntune_plan::Family* family_ = nullptr;
+  attntune_plan::Consts consts_{};
+  unsigned sm_count_ = 0;
+  // Per kernel: the dynamic shared memory it may use so far, and how many clusters fit (-1 unasked).
+  mutable std::vector<unsigned> smem_allowed_;
+  mutable std::vector<int> max_clusters_;
+  // The plans' workspaces, grown on demand outside stream capture (the evaluator launches once
+  // before it captures a graph): a launch without an optional one runs without it, as correctly.
+  mutable std::vector<cuda::DeviceBuffer> workspace_;
 };
 
 // Inputs for time_kernel: one set of random inputs (from `seed`), built once per problem and
@@ -120,16 +156,16 @@ struct TimingStats {
   double median_us = 0, min_us = 0, max_us = 0, stdev_us = 0;
   int count = 0;
 };
-// Timed as PyTorch's peers are (tools/compare_sdpa.py, shared/peers/sdpa_peers.py): back-to-back
+// Timed as PyTorch's peers are (tools/compare_sdpa.py, and the PyTorch peer timings): back-to-back
 // launches captured in a CUDA graph (20, or fewer but >= ~1 ms of work), ~50 ms of warm-up
 // replays, then samples, each one replay between two events divided by its launches, until their
 // median is stable within 1% (at least 10 samples) or max_reps samples, for at least min_seconds
 // and at most ~max_seconds. Timing inputs are random (from `seed`), never constants: constant
 // inputs make every softmax row flat and would flatter lazy rescaling.
-TimingStats time_kernel(const LoadedKernel& k, const Reference& ref, const Problem& p, std::uint64_t seed,
+TimingStats time_kernel(const LoadedBuild& k, const Reference& ref, const Problem& p, std::uint64_t seed,
                         int max_reps = 200, double max_seconds = 2.0, double min_seconds = 0);
-// The same on inputs prepared beforehand (k's geometry must be for inputs.problem()).
-TimingStats time_kernel(const LoadedKernel& k, const TimingInputs& inputs, int max_reps = 200, double max_seconds = 2.0,
+// The same on inputs prepared beforehand.
+TimingStats time_kernel(const LoadedBuild& k, const TimingInputs& inputs, int max_reps = 200, double max_seconds = 2.0,
                         double min_seconds = 0);
 
 }  // namespace attntune

@@ -12,17 +12,17 @@
 
 namespace attntune {
 
-GpuRunner::GpuRunner(const SearchSpace& space, const Problem& problem, Store* store, GpuRunnerOptions options)
-    : GpuRunner(std::vector<const SearchSpace*>{&space}, problem, store, options) {}
+GpuRunner::GpuRunner(const SearchSpace& space, const Problem& problem, BuildCache* cache, GpuRunnerOptions options)
+    : GpuRunner(std::vector<const SearchSpace*>{&space}, problem, cache, options) {}
 
-GpuRunner::GpuRunner(const std::vector<const SearchSpace*>& spaces, const Problem& problem, Store* store,
+GpuRunner::GpuRunner(const std::vector<const SearchSpace*>& spaces, const Problem& problem, BuildCache* cache,
                      GpuRunnerOptions options)
     : tagged_(spaces.size() > 1), problem_(problem), options_(options) {
   if (spaces.empty()) throw std::logic_error("GpuRunner: no search space");
-  const std::vector<std::string> nvrtc_options = family_nvrtc_options(family_info(spaces[0]->family()));
+  const std::vector<std::string> nvrtc_options = family_nvrtc_options(spaces[0]->family());
   for (const SearchSpace* s : spaces) {
     // One build pool serves every family: their NVRTC options (part of the cache key) must agree.
-    if (family_nvrtc_options(family_info(s->family())) != nvrtc_options)
+    if (family_nvrtc_options(s->family()) != nvrtc_options)
       throw std::logic_error(fmt::format("GpuRunner: templates {} and {} need different NVRTC options",
                                          spaces[0]->family(), s->family()));
     if (!families_.emplace(s->family(), Family{s, ""}).second)
@@ -40,7 +40,7 @@ GpuRunner::GpuRunner(const std::vector<const SearchSpace*>& spaces, const Proble
   bopts.nvrtc_options = nvrtc_options;
   bopts.jobs = options.jobs;
   bopts.compile_timeout = options.compile_timeout;
-  bopts.store = store;
+  bopts.store = cache;
   pool_ = std::make_unique<BuildPool>(bopts);
   depth_ = PipelineDepth(pool_->jobs());
 }
@@ -81,10 +81,8 @@ std::optional<search::RunResult> GpuRunner::next() {
     return out;
   }
   EvalRequest req;
-  req.kernel_name = built->job.kernel.kernel_name;
   req.cubin = std::move(built->build.cubin);
-  const auto [family, plain] = family_of(out.config);
-  req.geometry = launch_geometry(*family->space, plain, problem_, family->arch);
+  req.launch = built->job.kernel.launch;
   req.problem = problem_;
   req.validation_seed = options_.validation_seed;
   req.timing_seed = options_.validation_seed + 0x9e3779b97f4a7c15ull;  // far from any validation seed

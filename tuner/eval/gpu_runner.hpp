@@ -1,5 +1,5 @@
 // The runner of real campaigns: each submitted config is rendered and queued in the build pool
-// (NVRTC in build-worker processes, cached in the store), and each finished build is validated and
+// (NVRTC in build-worker processes, cached in the build cache), and each finished build is validated and
 // timed by the evaluator (GPU worker process) as next() hands it back, while the other builds
 // carry on. Build failures come back as compile_error / compile_timeout records.
 #pragma once
@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 
+#include "core/record_stores.hpp"
 #include "eval/build_pool.hpp"
 #include "eval/evaluator.hpp"
 #include "eval/pipeline_depth.hpp"
@@ -23,7 +24,7 @@ struct GpuRunnerOptions {
   TimingLimits timing;
   // The final ranking's re-timings: each one samples for >= 1 s, spanning the swings of the
   // clock under the power cap that make ~20 ms timings of one config differ by 5-10% between
-  // rounds (docs/PERFORMANCE.md run 53). 1 s, as tools/compare_sdpa.py times: at 0.3 s a
+  // rounds (docs/log/PERFORMANCE.md run 53). 1 s, as tools/compare_sdpa.py times: at 0.3 s a
   // campaign's finalists still spread up to 4-7% over their rounds, and the gaps between them
   // differed by up to 2.2% from the gaps between their exports; at 1 s the spread is at most
   // 0.7-4.3% per campaign and the gaps agree within 1.5% (runs 69-72). The cost is ~35 s a
@@ -38,11 +39,12 @@ class GpuRunner : public search::Runner {
   // Starts the GPU worker (EnvError without a GPU) to learn the device. Builds target its arch as
   // the space names it (space_arch_for_device: sm_90 -> sm_90a for a Hopper-only space), and
   // device() reports that arch, so the store files results under the arch they were built for.
-  GpuRunner(const SearchSpace& space, const Problem& problem, Store* store, GpuRunnerOptions options);
+  // `cache` holds the builds (the CLI's Store); may be null.
+  GpuRunner(const SearchSpace& space, const Problem& problem, BuildCache* cache, GpuRunnerOptions options);
   // Several families in one campaign: one GPU worker and one build pool for all, each family built
   // for its own arch; configs come tagged with their family (search/multi_family.hpp), and device()
   // reports the device's own arch. InputError for two spaces of one family.
-  GpuRunner(const std::vector<const SearchSpace*>& spaces, const Problem& problem, Store* store,
+  GpuRunner(const std::vector<const SearchSpace*>& spaces, const Problem& problem, BuildCache* cache,
             GpuRunnerOptions options);
   const DeviceInfo& device() override { return device_; }
   std::string arch_for(const std::string& family) override;

@@ -1,6 +1,6 @@
 // How many proposals `tune` keeps in flight on a GPU: enough NVRTC builds running that the GPU
 // never waits for one, and no more, because every proposal in flight is made without the results
-// still to come (docs/PERFORMANCE.md, search efficiency: at 18 in flight evo is no better than
+// still to come (docs/log/PERFORMANCE.md, search efficiency: at 18 in flight evo is no better than
 // random search on the causal landscape; at 8 it is 1.24x).
 //
 // By Little's law, builds that take B seconds each deliver one per E seconds (a GPU evaluation)

@@ -459,20 +459,12 @@ DeviceInfo hello_device(const Frame& f) {
 
 Frame to_frame(const EvalRequest& r) {
   Frame f;
+  // The launch plan's family and the build's constants: the worker plans each launch from them.
+  nlohmann::json defines = nlohmann::json::array();
+  for (const auto& [name, value] : r.launch.defines) defines.push_back({name, value});
   f.header = {{"type", "eval"},
-              {"kernel_name", r.kernel_name},
-              {"grid", {r.geometry.grid[0], r.geometry.grid[1], r.geometry.grid[2]}},
-              {"block", r.geometry.block},
-              {"smem_bytes", r.geometry.smem_bytes},
-              // The TMA family's launch needs these too (tensor maps, persistent grid): a geometry
-              // that lost them in transit launched with the wrong parameters (INVALID_VALUE).
-              {"tma", {r.geometry.tma.q_rows, r.geometry.tma.kv_rows, r.geometry.tma.head_dim, r.geometry.tma.bf16 ? 1u : 0u}},
-              {"persistent", r.geometry.persistent},
-              // ... and these: without them the worker ran every split_tail candidate unsplit.
-              {"split_tail", r.geometry.split_tail},
-              {"dynamic_tiles", r.geometry.dynamic_tiles},
-              {"consumer_warps", r.geometry.consumer_warps},
-              {"cluster", r.geometry.cluster},
+              {"plan", r.launch.plan},
+              {"defines", std::move(defines)},
               {"problem", r.problem.json()},
               {"validation_seed", r.validation_seed},
               {"timing_seed", r.timing_seed},
@@ -486,21 +478,9 @@ Frame to_frame(const EvalRequest& r) {
 EvalRequest eval_request(const Frame& f) {
   expect_type(f, "eval");
   EvalRequest r;
-  r.kernel_name = field<std::string>(f, "kernel_name");
-  const auto grid = field<std::vector<unsigned>>(f, "grid");
-  if (grid.size() != 3) throw ProtocolError("message 'eval': grid must have 3 dimensions");
-  for (int i = 0; i < 3; ++i) r.geometry.grid[i] = grid[i];
-  r.geometry.block = field<unsigned>(f, "block");
-  r.geometry.smem_bytes = field<unsigned>(f, "smem_bytes");
-  const auto tma = field<std::vector<unsigned>>(f, "tma");
-  if (tma.size() != 4) throw ProtocolError("message 'eval': tma must have 4 fields");
-  r.geometry.tma = {tma[0], tma[1], tma[2], tma[3] != 0};
-  r.geometry.persistent = field<bool>(f, "persistent");
-  r.geometry.split_tail = field<bool>(f, "split_tail");
-  r.geometry.dynamic_tiles = field<bool>(f, "dynamic_tiles");
-  r.geometry.consumer_warps = field<unsigned>(f, "consumer_warps");
-  r.geometry.cluster = field<unsigned>(f, "cluster");
-  if (r.geometry.cluster == 0) throw ProtocolError("message 'eval': cluster must be 1 or more");
+  r.launch.plan = field<std::string>(f, "plan");
+  for (const auto& d : field<std::vector<std::pair<std::string, std::int64_t>>>(f, "defines"))
+    r.launch.defines.push_back(d);
   r.problem = problem_field(f);
   r.validation_seed = field<std::uint64_t>(f, "validation_seed");
   r.timing_seed = field<std::uint64_t>(f, "timing_seed");

@@ -29,7 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
-#include "db/store.hpp"
+#include "core/records.hpp"
 #include "families/family.hpp"
 #include "space/problem.hpp"
 
@@ -141,7 +141,7 @@ DeviceInfo hello_device(const Frame& f);
 // How long a candidate is timed: samples until the median holds within 1% (at least 10 samples),
 // or max_reps samples; never less than min_seconds, never more than ~max_seconds. Under the
 // H100's power cap the SM clock swings over tens of milliseconds, so a ~20 ms timing reads 5-10%
-// apart from one round to the next while its own samples agree within 1% (docs/PERFORMANCE.md
+// apart from one round to the next while its own samples agree within 1% (docs/log/PERFORMANCE.md
 // run 53); min_seconds spans those swings.
 struct TimingLimits {
   int max_reps = 200;
@@ -149,13 +149,11 @@ struct TimingLimits {
   double min_seconds = 0;
 };
 
-// One candidate to validate and time. The worker launches grid = (geometry.grid[0], h, b) with
-// geometry.block threads and geometry.smem_bytes of dynamic shared memory; the parent computes the
-// geometry (grid_x = ceil(s / block_m)) from the space.
+// One candidate to validate and time: its cubin and how it launches (its family's launch plan and
+// the constants it was built with); the worker runs the plan (tuner/eval/attention_gpu.hpp).
 struct EvalRequest {
-  std::string kernel_name;
   std::string cubin;
-  LaunchGeometry geometry;
+  LaunchSpec launch;
   Problem problem;
   std::uint64_t validation_seed = 1;  // inputs the output is checked on
   std::uint64_t timing_seed = 2;      // different inputs for timing

@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -52,12 +53,18 @@ int fail_fatal(int out, const std::string& message, int code) {
 // Where in a candidate's run a driver error came from decides its status.
 enum class Stage { kLoad, kLaunch, kRun, kTiming };
 
+// One set of validation inputs and its reference outputs.
+struct Check {
+  std::unique_ptr<AttnBuffers> inputs;
+  std::unique_ptr<ReferenceCache> refs;
+};
+
 // Inputs, references and timing inputs of the problem being evaluated.
 struct ProblemState {
   proto::PrepareRequest key;
-  std::unique_ptr<AttnBuffers> inputs;
-  std::unique_ptr<ReferenceCache> refs;
+  std::vector<Check> checks;  // validation_inputs(problem): the problem first
   std::unique_ptr<TimingInputs> timing;
+  double reference_us() const { return checks.front().refs->reference_us(); }
 };
 
 class GpuWorker {
@@ -74,17 +81,19 @@ class GpuWorker {
   double prepare(const proto::PrepareRequest& req) {
     if (state_ && state_->key.problem == req.problem && state_->key.validation_seed == req.validation_seed &&
         state_->key.timing_seed == req.timing_seed)
-      return state_->refs->reference_us();
+      return state_->reference_us();
     state_.reset();  // frees the previous problem's buffers first
     auto st = std::make_unique<ProblemState>();
     st->key = req;
-    st->inputs = std::make_unique<AttnBuffers>(req.problem, Layout::kBHSD);
-    reference_.fill(*st->inputs, req.validation_seed);
-    st->refs = std::make_unique<ReferenceCache>(reference_, *st->inputs);
+    for (auto& inputs : validation_inputs(req.problem, req.validation_seed)) {
+      reference_.fill(*inputs, req.validation_seed);
+      auto refs = std::make_unique<ReferenceCache>(reference_, *inputs);
+      st->checks.push_back({std::move(inputs), std::move(refs)});
+    }
     st->timing = std::make_unique<TimingInputs>(reference_, req.problem, req.timing_seed);
     ctx_.synchronize();
     state_ = std::move(st);
-    return state_->refs->reference_us();
+    return state_->reference_us();
   }
 
   bool poisoned() const { return poisoned_; }
@@ -117,42 +126,55 @@ class GpuWorker {
     return status("launch_error", e.what());
   }
 
+  // A launch the device cannot take: its status, or nullopt when every launch of the plan fits.
+  std::optional<proto::EvalReply> check_resources(const LoadedBuild& k, const attntune_plan::Plan& plan) const {
+    for (int i = 0; i < plan.launches; ++i) {
+      const attntune_plan::Launch& l = plan.launch[i];
+      const cuda::Function& fn = k.function(l.kernel);
+      if (l.block == 0 || static_cast<int>(l.block) > props_.max_threads_per_block)
+        return status("resources", fmt::format("{}: a block of {} threads; the device allows 1 to {}", fn.name(),
+                                               l.block, props_.max_threads_per_block));
+      const int static_smem = fn.static_smem_bytes();
+      if (static_smem + static_cast<long long>(l.smem) > props_.max_smem_per_block_optin)
+        return status("resources", fmt::format("{}: {} bytes of static + {} of dynamic shared memory per block; the "
+                                               "device allows at most {}",
+                                               fn.name(), static_smem, l.smem, props_.max_smem_per_block_optin));
+      const int max_threads = fn.max_threads_per_block();
+      if (max_threads < static_cast<int>(l.block))
+        return status("resources", fmt::format("{}: {} registers per thread allow at most {} threads per block; the "
+                                               "launch has {}",
+                                               fn.name(), fn.num_regs(), max_threads, l.block));
+    }
+    return std::nullopt;
+  }
+
   proto::EvalReply run(const proto::EvalRequest& req) {
-    const LaunchGeometry& g = req.geometry;
-    if (g.block == 0 || static_cast<int>(g.block) > props_.max_threads_per_block)
-      return status("resources", fmt::format("a block of {} threads; the device allows 1 to {}", g.block,
-                                             props_.max_threads_per_block));
-    if (static_cast<long long>(g.smem_bytes) > props_.max_smem_per_block_optin)
-      return status("resources", fmt::format("{} bytes of dynamic shared memory per block; the device allows at most {}",
-                                             g.smem_bytes, props_.max_smem_per_block_optin));
     prepare({req.problem, req.validation_seed, req.timing_seed});
     ProblemState& st = *state_;
+    const attntune_plan::Call call = st.checks.front().inputs->call();
 
-    std::optional<LoadedKernel> kernel;
+    std::optional<LoadedBuild> kernel;
     try {
-      kernel.emplace(req.cubin, req.kernel_name, g);
+      kernel.emplace(req.cubin, req.launch);
     } catch (const cuda::CudaError& e) {
       return classify(e, Stage::kLoad);
     }
     proto::EvalReply rep;
     try {
-      const cuda::Function& fn = kernel->function();
-      rep.registers = fn.num_regs();
-      rep.local_bytes = fn.local_bytes();
-      const int static_smem = fn.static_smem_bytes();
-      if (static_smem + static_cast<long long>(g.smem_bytes) > props_.max_smem_per_block_optin) {
-        auto r = status("resources", fmt::format("{} bytes of static + {} of dynamic shared memory per block; the device "
-                                                 "allows at most {}", static_smem, g.smem_bytes, props_.max_smem_per_block_optin));
-        r.registers = rep.registers;
-        return r;
+      // The registers and stack of the build's heaviest kernel.
+      for (int i = 0; i < kernel->kernels(); ++i) {
+        rep.registers = std::max(rep.registers, kernel->function(i).num_regs());
+        rep.local_bytes = std::max(rep.local_bytes, kernel->function(i).local_bytes());
       }
-      const int max_threads = fn.max_threads_per_block();
-      if (max_threads < static_cast<int>(g.block)) {
-        auto r = status("resources", fmt::format("{} registers per thread allow at most {} threads per block; the launch "
-                                                 "has {}", rep.registers, max_threads, g.block));
-        r.registers = rep.registers;
-        return r;
+      const attntune_plan::Plan plan = kernel->plan(call);
+      if (auto r = check_resources(*kernel, plan)) {
+        r->registers = rep.registers;
+        return *r;
       }
+    } catch (const PlanRefused& e) {
+      auto r = status("launch_error", fmt::format("its launch plan refuses the problem: {}", e.what()));
+      r.registers = rep.registers;
+      return r;
     } catch (const cuda::CudaError& e) {
       return classify(e, Stage::kLoad);
     }
@@ -162,31 +184,40 @@ class GpuWorker {
       r.local_bytes = rep.local_bytes;
       return r;
     };
-    // Validation: inputs refilled (a previous candidate may have written over them), output NaN.
-    try {
-      reference_.fill(*st.inputs, req.validation_seed);
-      kernel->launch(*st.inputs);
-    } catch (const cuda::CudaError& e) {
-      return with_resources(classify(e, Stage::kLaunch));
-    }
+    // Validation: inputs refilled (a previous candidate may have written over them), output NaN;
+    // every set of inputs must pass, the first failure is the verdict.
     Verdict v;
-    try {
-      ctx_.synchronize();
-      v = st.refs->check(*st.inputs);
-    } catch (const cuda::CudaError& e) {
-      return with_resources(classify(e, Stage::kRun));
-    }
-    rep.record.max_abs_err = v.max_abs_err;
-    rep.record.err_bound = v.err_bound;
-    if (v.status != "ok") {
-      rep.record.status = v.status;
-      rep.record.error = v.detail();
+    for (Check& c : st.checks) {
       try {
-        st.refs->restore();  // it may have written outside its output too
+        reference_.fill(*c.inputs, req.validation_seed);
+        kernel->launch(c.inputs->call());
+      } catch (const cuda::CudaError& e) {
+        return with_resources(classify(e, Stage::kLaunch));
+      } catch (const PlanRefused& e) {
+        return with_resources(status("launch_error", fmt::format("its launch plan refuses the problem: {}", e.what())));
+      }
+      try {
+        ctx_.synchronize();
+        v = c.refs->check(*c.inputs);
       } catch (const cuda::CudaError& e) {
         return with_resources(classify(e, Stage::kRun));
       }
-      return rep;
+      if (&c == &st.checks.front() || v.status != "ok") {  // the problem's own figures, or the failure's
+        rep.record.max_abs_err = v.max_abs_err;
+        rep.record.err_bound = v.err_bound;
+      }
+      if (v.status != "ok") {
+        rep.record.status = v.status;
+        rep.record.error = c.inputs->problem.paged() && c.inputs != st.checks.front().inputs
+                               ? fmt::format("{} (on {}, ragged lengths)", v.detail(), c.inputs->problem.str())
+                               : v.detail();
+        try {
+          for (Check& r : st.checks) r.refs->restore();  // it may have written outside its output too
+        } catch (const cuda::CudaError& e) {
+          return with_resources(classify(e, Stage::kRun));
+        }
+        return rep;
+      }
     }
 
     TimingStats t;
@@ -194,8 +225,8 @@ class GpuWorker {
       t = time_kernel(*kernel, *st.timing, req.timing.max_reps, req.timing.max_seconds, req.timing.min_seconds);
     } catch (const cuda::CudaError& e) {
       auto r = with_resources(classify(e, Stage::kTiming));
-      r.record.max_abs_err = v.max_abs_err;
-      r.record.err_bound = v.err_bound;
+      r.record.max_abs_err = rep.record.max_abs_err;
+      r.record.err_bound = rep.record.err_bound;
       return r;
     }
     rep.record.status = "ok";

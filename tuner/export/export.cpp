@@ -21,34 +21,14 @@ constexpr const char* kFormat = "attntune-export/1";
 constexpr const char* kPrologue = "templates/export/prologue.cuh";
 constexpr const char* kLauncher = "templates/export/launcher.cuh";
 
-// How the launcher calls a family's entry point: its parameters after the rename (the launcher
-// declares it with them), the launch part (templates/export/launch_*.cuh) and the function of it
-// the kernel table names, with the template arguments it takes from the kernel's namespace.
-struct LaunchKind {
-  const char* params;       // the entry point's parameter list, in the kernel's namespace
-  const char* part;         // embedded file
-  const char* launch;       // "launch_plain<{ns}::AttnParams>" (fmt, {ns}: the kernel's namespace)
-  const char* check;        // the part's extra checks, or "0"
+constexpr const char* kRunPlan = "templates/export/run_plan.cuh";
+
+// The C entry points of docs/CONTRACT.md, by the launch-plan bit of the families that serve them.
+const std::pair<int, const char*> kEntryPoints[] = {
+    {attntune_plan::kEntryDense, "attntune_attention_forward"},
+    {attntune_plan::kEntryKvcache, "attntune_attention_forward_kvcache"},
+    {attntune_plan::kEntryVarlen, "attntune_attention_forward_varlen"},
 };
-
-// One AttnParams (flash_fwd_mma, and any family whose launch geometry has no tensor maps).
-constexpr LaunchKind kPlainLaunch = {"const AttnParams p", "templates/export/launch_plain.cuh",
-                                     "&launch_plain<{ns}::AttnParams>", "0"};
-// AttnParams and the tensor maps of Q, K and V (flash_fwd_wgmma: templates/flash_fwd_wgmma/kernel.cu).
-constexpr LaunchKind kTmaLaunch = {"const AttnParams p, const __grid_constant__ att::TmaMaps maps",
-                                   "templates/export/launch_tma.cuh",
-                                   "&launch_tma<{ns}::AttnParams, {ns}::att::TmaMaps>", "&check_tma"};
-
-// The launch of a family's kernel, by its launch geometry: tensor maps mean the TMA family's
-// signature (the one family that has them; another would need its own kind here).
-const LaunchKind& launch_kind(const std::string& family, const LaunchGeometry& g) {
-  if (g.tma.q_rows == 0) return kPlainLaunch;
-  if (family != "flash_fwd_wgmma")
-    throw InputError(fmt::format("export: family {} launches with TMA tensor maps, which export knows only for "
-                                 "flash_fwd_wgmma",
-                                 json_quoted(family)));
-  return kTmaLaunch;
-}
 
 bool is_identifier(std::string_view s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
@@ -114,15 +94,13 @@ std::vector<std::string> defined_macros(const std::string& source) {
 struct Prepared {
   const ExportItem* item = nullptr;
   RenderedKernel kernel;
-  LaunchGeometry geometry;
-  const LaunchKind* launch = nullptr;
+  const Family* family = nullptr;
   // What the tuner built the kernel for (space_arch_for_device): the result's arch, or its
   // arch-specific variant ("sm_90a") where the space lists that.
   std::string kernel_arch;
   // The space lists only arch-specific targets ("sm_90a"): the preprocessor condition under which
   // a device pass can hold the kernel ("defined(__CUDA_ARCH_FEAT_SM90_ALL)"); "" otherwise.
   std::string device_condition;
-  std::int64_t block_m = 0;
   int source_index = 0;  // which distinct source (namespace attntune_kN)
 };
 
@@ -134,7 +112,7 @@ struct Plan {
   // Spaces that list only arch-specific targets ("sm_90a": wgmma, setmaxnreg): each such list,
   // one of whose archs the file must be compiled for.
   std::vector<std::vector<std::string>> specific_archs;
-  std::vector<const LaunchKind*> launch_kinds;  // used by some kernel, first use order
+  std::vector<const Family*> families;  // used by some kernel, first use order
 };
 
 bool is_arch_specific(const std::string& arch) { return !arch.empty() && arch.back() == 'a'; }
@@ -166,12 +144,12 @@ Plan plan(const std::vector<ExportItem>& items) {
           "that problem again in a new campaign (`attntune tune --campaign NEW_NAME ...`) and export from it",
           json_quoted(r.campaign), config_str(r.config), r.source_hash.substr(0, 12),
           prep.kernel.source_hash.substr(0, 12)));
-    prep.geometry = launch_geometry(*it.space, r.config, r.problem, build);
-    prep.launch = &launch_kind(r.family, prep.geometry);
-    if (std::find(p.launch_kinds.begin(), p.launch_kinds.end(), prep.launch) == p.launch_kinds.end())
-      p.launch_kinds.push_back(prep.launch);
-    prep.block_m = std::get<std::int64_t>(r.config.at("block_m"));
-    if (!is_identifier(prep.kernel.kernel_name)) throw std::logic_error("export: kernel name is not an identifier");
+    prep.family = &builtin_family(prep.kernel.launch.plan);
+    if (std::find(p.families.begin(), p.families.end(), prep.family) == p.families.end())
+      p.families.push_back(prep.family);
+    for (int k = 0; k < prep.family->plan->kernels; ++k)
+      if (!is_identifier(prep.family->plan->kernel_names[k]))
+        throw std::logic_error("export: kernel name is not an identifier");
     const auto [pos, fresh] = by_hash.emplace(prep.kernel.source_hash, static_cast<int>(by_hash.size()));
     prep.source_index = pos->second;
     p.items.push_back(std::move(prep));
@@ -214,41 +192,6 @@ nlohmann::ordered_json problem_json(const Problem& p) {
   return out;
 }
 
-nlohmann::ordered_json launch_json(const Prepared& p) {
-  nlohmann::ordered_json j = {
-      {"block_m", p.block_m}, {"threads", p.geometry.block}, {"smem_bytes", p.geometry.smem_bytes}};
-  const TmaSpec& t = p.geometry.tma;
-  if (t.q_rows != 0 || p.geometry.persistent) j["persistent"] = p.geometry.persistent;
-  if (t.q_rows != 0) j["tma_box_rows"] = {{"q", t.q_rows}, {"kv", t.kv_rows}};
-  if (p.geometry.cluster > 1) j["cluster"] = p.geometry.cluster;
-  return j;
-}
-
-// What the header says of a kernel's launch.
-std::string launch_text(const Prepared& p) {
-  const unsigned c = p.geometry.cluster;
-  const std::string tiles =
-      c > 1 ? fmt::format("(ceil(seqlen_q / {}) rounded up to a multiple of {}, heads_q, batch)", p.block_m, c)
-            : fmt::format("(ceil(seqlen_q / {}), heads_q, batch)", p.block_m);
-  std::string s = p.geometry.persistent
-                      ? fmt::format("persistent grid: min(work tiles {}, SMs) CTAs", tiles)
-                      : fmt::format("grid {}", tiles);
-  if (c > 1)
-    s += fmt::format(" in {}-CTA clusters sharing each K/V load (TMA multicast), as many as fit on the device at once",
-                     c);
-  s += fmt::format(", {} threads, {} bytes of dynamic shared memory", p.geometry.block, p.geometry.smem_bytes);
-  const TmaSpec& t = p.geometry.tma;
-  if (t.q_rows != 0)
-    s += fmt::format(", TMA tensor maps with boxes of 64 x {} (q) and 64 x {} (k, v)", t.q_rows, t.kv_rows);
-  if (p.geometry.split_tail)
-    s += "; the last partial round of work tiles shared out by K/V iterations (a workspace this file keeps per "
-         "device and stream, allocated on a stream's first such call)";
-  if (p.geometry.dynamic_tiles)
-    s += "; work tiles taken from a counter, longest first (two ints this file keeps per device and stream, "
-         "allocated on a stream's first such call)";
-  return s;
-}
-
 nlohmann::ordered_json item_json(const Prepared& p) {
   const BestRow& r = p.item->row;
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
@@ -264,7 +207,7 @@ nlohmann::ordered_json item_json(const Prepared& p) {
           {"campaign", r.campaign},
           {"evaluated_at", r.evaluated_at},
           {"source_hash", p.kernel.source_hash},
-          {"launch", launch_json(p)}};
+          {"launch", p.family->launch_json(p.kernel.launch.defines)}};
 }
 
 nlohmann::ordered_json info(const Plan& plan, ExportMode mode) {
@@ -280,6 +223,16 @@ nlohmann::ordered_json info(const Plan& plan, ExportMode mode) {
   nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
   for (const Prepared& p : plan.items) kernels.push_back(item_json(p));
   j["kernels"] = std::move(kernels);
+  // Every entry point this file implements, and for each the problems its kernels were tuned for
+  // (an entry point no kernel serves answers ATTNTUNE_UNSUPPORTED).
+  nlohmann::ordered_json entries = nlohmann::ordered_json::object();
+  for (const auto& [bit, name] : kEntryPoints) {
+    nlohmann::ordered_json problems = nlohmann::ordered_json::array();
+    for (const Prepared& p : plan.items)
+      if (p.family->plan->entries & bit) problems.push_back(p.item->row.problem.str());
+    if (!problems.empty()) entries[name] = std::move(problems);
+  }
+  j["entry_points"] = std::move(entries);
   return j;
 }
 
@@ -304,7 +257,7 @@ std::string provenance_lines(const Prepared& p) {
   line("campaign", json_quoted(r.campaign));
   line("evaluated_at", json_quoted(r.evaluated_at));
   line("source_hash", json_quoted(p.kernel.source_hash));
-  line("launch", launch_text(p));
+  line("launch", p.family->describe_launch(p.kernel.launch.defines));
   return out;
 }
 
@@ -337,7 +290,7 @@ std::string header(const Plan& plan, ExportMode mode) {
         "// are refused at run time (ATTNTUNE_UNSUPPORTED, and attntune_last_error() says why).\n//\n",
         arch);
   }
-  if (std::find(plan.launch_kinds.begin(), plan.launch_kinds.end(), &kTmaLaunch) != plan.launch_kinds.end())
+  if (std::any_of(plan.families.begin(), plan.families.end(), [](const Family* f) { return f->tma; }))
     h += "// Q, K and V are loaded through TMA tensor maps, encoded for each call with cuTensorMapEncodeTiled,\n"
          "// which the CUDA runtime hands over (cudaGetDriverEntryPoint): no -lcuda; CUDA 12.0 or newer.\n//\n";
   h += fmt::format(
@@ -350,6 +303,14 @@ std::string header(const Plan& plan, ExportMode mode) {
        "//   int attntune_attention_forward(q, k, v, out, lse, batch, heads_q, heads_kv, seqlen_q, seqlen_k,\n"
        "//       head_dim, q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal, stream)\n"
        "//     -> 0, ATTNTUNE_UNSUPPORTED (1000) with the reason in attntune_last_error(), or a cudaError_t\n"
+       "//   int attntune_attention_forward_kvcache(q, k_cache, v_cache, out, lse, cache_seqlens, block_table,\n"
+       "//       max_blocks_per_seq, page_size, batch, heads_q, heads_kv, seqlen_q, seqlen_k_max, head_dim,\n"
+       "//       q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal, stream)\n"
+       "//   int attntune_attention_forward_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, batch,\n"
+       "//       max_seqlen_q, max_seqlen_k, heads_q, heads_kv, head_dim, q_strides, k_strides, v_strides,\n"
+       "//       o_strides, softmax_scale, is_causal, stream)\n"
+       "//     the same returns; an entry point that none of this file's kernels serves (kernel_info's\n"
+       "//     \"entry_points\" lists those that some do) answers ATTNTUNE_UNSUPPORTED, saying so\n"
        "//   const char* attntune_kernel_info(void)   this provenance as JSON\n"
        "//   const char* attntune_last_error(void)    reason for the last nonzero return (per thread)\n"
        "//   int attntune_select_kernel(head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k)\n"
@@ -368,13 +329,13 @@ std::string header(const Plan& plan, ExportMode mode) {
 // defines (config, include guards) are #undef'd after it so the next kernel starts clean.
 std::string wrapped_source(const Prepared& p) {
   const std::string ns = fmt::format("attntune_k{}", p.source_index);
-  const std::string& name = p.kernel.kernel_name;
+  const attntune_plan::Family& plan = *p.family->plan;
   std::string s;
   s += fmt::format(
       "\n// ==== {ns}: the kernel source the tuner measured (source_hash {hash}), verbatim. The\n"
-      "// namespace and the #define of its entry point let several kernels share this file: each has\n"
-      "// its own types and a unique extern \"C\" name ({ns}_{name}).\n",
-      fmt::arg("ns", ns), fmt::arg("hash", p.kernel.source_hash), fmt::arg("name", name));
+      "// namespace and the #define of each entry point let several kernels share this file: each has\n"
+      "// its own types and unique extern \"C\" names ({ns}_<entry point>).\n",
+      fmt::arg("ns", ns), fmt::arg("hash", p.kernel.source_hash));
   s += fmt::format("namespace {} {{\n", ns);
   if (!p.device_condition.empty())
     s += fmt::format(
@@ -383,20 +344,38 @@ std::string wrapped_source(const Prepared& p) {
         "// passes leave it out; the launcher refuses a GPU whose code lacks it.\n"
         "#if !defined(__CUDA_ARCH__) || {cond}\n",
         fmt::arg("arch", p.kernel_arch), fmt::arg("cond", p.device_condition));
-  s += fmt::format("#define {} {}_{}\n", name, ns, name);
+  for (int k = 0; k < plan.kernels; ++k) s += fmt::format("#define {0} {1}_{0}\n", plan.kernel_names[k], ns);
   s += p.kernel.source;
   if (!s.empty() && s.back() != '\n') s += '\n';
-  // The entry point may sit in a namespace of the family's (att::): declare it here too, where the
-  // launcher looks (a C-linkage name is one function whichever namespace declares it), with the
-  // family's kernel signature (AttnParams of templates/common/attn_params.h, then what the family's
-  // launch kind adds).
-  s += fmt::format("#undef {name}\nextern \"C\" __global__ void {ns}_{name}({params});\n",
-                   fmt::arg("name", name), fmt::arg("ns", ns), fmt::arg("params", p.launch->params));
+  // The entry points may sit in a namespace of the family's (att::): declare them here too, where
+  // the launcher looks (a C-linkage name is one function whichever namespace declares it), with
+  // the family's kernel signatures.
+  for (int k = 0; k < plan.kernels; ++k)
+    s += fmt::format("#undef {name}\nextern \"C\" __global__ void {ns}_{name}({params});\n",
+                     fmt::arg("name", plan.kernel_names[k]), fmt::arg("ns", ns),
+                     fmt::arg("params", p.family->kernel_params.at(static_cast<std::size_t>(k))));
   if (!p.device_condition.empty()) s += "#endif\n";
   s += fmt::format("}}  // namespace {}\n", ns);
+  std::set<std::string> entry_points;
+  for (int k = 0; k < plan.kernels; ++k) entry_points.insert(plan.kernel_names[k]);
   for (const std::string& m : defined_macros(p.kernel.source))
-    if (m != name) s += fmt::format("#undef {}\n", m);
+    if (!entry_points.count(m)) s += fmt::format("#undef {}\n", m);
   return s;
+}
+
+// Each distinct source's constants, as its family's launch plan reads them.
+std::string define_tables(const Plan& plan) {
+  std::string out;
+  for (std::size_t i : plan.sources) {
+    const Prepared& p = plan.items[i];
+    out += fmt::format("static const attntune_plan::Define kDefines_k{}[] = {{\n", p.source_index);
+    for (const auto& [name, value] : p.kernel.launch.defines) {
+      if (!is_identifier(name)) throw std::logic_error("export: a define is not an identifier");
+      out += fmt::format("    {{\"{}\", {}LL}},\n", name, value);
+    }
+    out += "};\n";
+  }
+  return out;
 }
 
 std::string kernel_table(const Plan& plan) {
@@ -407,20 +386,19 @@ std::string kernel_table(const Plan& plan) {
     // The label holds only integers and fixed names: it is C code, not a string from the database.
     const std::string label = fmt::format("d={} {} causal={}, tuned for b={},h={},hkv={},s={},sk={}", pr.d,
                                           dtype_name(pr.dtype), pr.causal ? 1 : 0, pr.b, pr.h, pr.hkv, pr.s, pr.sk);
+    std::vector<std::string> funcs;
+    for (int k = 0; k < p.family->plan->kernels; ++k)
+      funcs.push_back(fmt::format("reinterpret_cast<const void*>(&{0}::{0}_{1})", ns, p.family->plan->kernel_names[k]));
     // The arch passed arch_number: "sm_", digits and at most an "a".
     rows += fmt::format(
-        "    {{\"{label}\", \"{arch}\", {d}, {causal}, {bf16}, {b}, {h}, {hkv}, {s}, {sk}, {block_m}, {threads}, "
-        "{smem}, {persistent}, {q_rows}, {kv_rows}, {split}, {cluster},\n"
-        "     reinterpret_cast<const void*>(&{ns}::{ns}_{name}), {check}, {launch}}},\n",
+        "    {{\"{label}\", \"{arch}\", {d}, {causal}, {bf16}, {b}, {h}, {hkv}, {s}, {sk},\n"
+        "     &{plan}, kDefines_k{index}, static_cast<int>(sizeof kDefines_k{index} / sizeof kDefines_k{index}[0]),\n"
+        "     {{{funcs}}}}},\n",
         fmt::arg("label", label), fmt::arg("arch", p.kernel_arch), fmt::arg("d", pr.d),
         fmt::arg("causal", pr.causal ? 1 : 0), fmt::arg("bf16", pr.dtype == DType::kBf16 ? 1 : 0),
         fmt::arg("b", pr.b), fmt::arg("h", pr.h), fmt::arg("hkv", pr.hkv), fmt::arg("s", pr.s), fmt::arg("sk", pr.sk),
-        fmt::arg("block_m", p.block_m), fmt::arg("threads", p.geometry.block), fmt::arg("smem", p.geometry.smem_bytes),
-        fmt::arg("persistent", p.geometry.persistent ? 1 : 0), fmt::arg("q_rows", p.geometry.tma.q_rows),
-        fmt::arg("kv_rows", p.geometry.tma.kv_rows), fmt::arg("split", p.geometry.split_tail ? 1 : 0),
-        fmt::arg("cluster", p.geometry.cluster), fmt::arg("ns", ns), fmt::arg("name", p.kernel.kernel_name),
-        fmt::arg("check", p.launch->check),
-        fmt::arg("launch", fmt::format(fmt::runtime(p.launch->launch), fmt::arg("ns", ns))));
+        fmt::arg("plan", p.family->plan_symbol), fmt::arg("index", p.source_index),
+        fmt::arg("funcs", fmt::join(funcs, ", ")));
   }
   if (!rows.empty()) rows.pop_back();  // the template puts the newline
   return rows;
@@ -465,9 +443,16 @@ std::string export_source(const std::vector<ExportItem>& items, ExportMode mode)
                                                                : build_arch(p)}});
   for (std::size_t i : p.sources) out += wrapped_source(p.items[i]);
   out += "\n";
-  std::string parts;
-  for (const LaunchKind* k : p.launch_kinds) parts += embedded_file(k->part);
+  // The plan executor, then each family's launch plan, their includes inlined (the kernels' own
+  // copies were #undef'd with the rest of their macros, so these stand at global scope).
+  std::string parts = flatten_includes(kRunPlan);
+  if (std::any_of(p.families.begin(), p.families.end(), [](const Family* f) { return f->tma; }))
+    parts += "#if !defined(CUDART_VERSION) || CUDART_VERSION < 12000\n"
+             "#error \"attntune: this file's kernels load through TMA tensor maps: it needs CUDA 12.0 or newer\"\n"
+             "#endif\n";
+  for (const Family* f : p.families) parts += flatten_includes(f->launch_file);
   out += fill(embedded_file(kLauncher), {{"KERNEL_TABLE", kernel_table(p)},
+                                         {"DEFINE_TABLES", define_tables(p)},
                                          {"FAMILY_LAUNCHERS", parts},
                                          {"INFO_JSON", c_string_literal(dump_ascii(info(p, mode)))}});
   return out;

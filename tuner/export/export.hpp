@@ -1,4 +1,4 @@
-// The exported kernel file (CONTRACT.md "The exported kernel"): one self-contained .cu holding the
+// The exported kernel file (docs/CONTRACT.md "The exported kernel"): one self-contained .cu holding the
 // kernel sources the tuner measured, verbatim, and a host launcher with the C entry points
 // attntune_attention_forward, attntune_kernel_info and attntune_last_error.
 //
@@ -25,7 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "db/store.hpp"
+#include "core/records.hpp"
 #include "space/search_space.hpp"
 
 namespace attntune {

@@ -16,17 +16,9 @@ namespace attntune {
 
 namespace {
 
-const std::vector<FamilyInfo>& families() {
-  static const std::vector<FamilyInfo> f = {
-      {"flash_fwd_mma", "templates/flash_fwd_mma/kernel.cu", "flash_fwd_mma"},
-      {"flash_fwd_wgmma", "templates/flash_fwd_wgmma/kernel.cu", "flash_fwd_wgmma"},
-  };
-  return f;
-}
-
 struct TestFamily {
-  FamilyInfo info;
-  FamilyHooks hooks;
+  std::string name;
+  RenderHook render;
 };
 // Registered by tests (register_test_family); empty in the product.
 std::vector<TestFamily>& test_families() {
@@ -35,7 +27,13 @@ std::vector<TestFamily>& test_families() {
 }
 const TestFamily* find_test_family(const std::string& name) {
   for (const auto& f : test_families())
-    if (f.info.name == name) return &f;
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+const Family* find_builtin(const std::string& name) {
+  for (const Family* f : builtin_families())
+    if (f->name == name) return f;
   return nullptr;
 }
 
@@ -80,40 +78,34 @@ void flatten_into(const std::string& path, std::set<std::string>& seen, std::str
   }
 }
 
-std::int64_t derived_value(const std::vector<std::pair<std::string, std::int64_t>>& derived, const std::string& name,
-                           const SearchSpace& space) {
-  for (const auto& [k, v] : derived)
-    if (k == name) return v;
-  throw InputError(fmt::format("{}: family {} needs a derived quantity '{}'", space.path(), space.family(), name));
-}
-
-// A boolean parameter that configs recorded before it existed lack: absent reads as false.
-bool flag_or_false(const Config& config, const std::string& name) {
-  const auto it = config.find(name);
-  return it != config.end() && std::get<bool>(it->second);
-}
-
 }  // namespace
 
-const FamilyInfo& family_info(const std::string& name) {
-  for (const auto& f : families())
-    if (f.name == name) return f;
-  if (const TestFamily* t = find_test_family(name)) return t->info;
+const Family& builtin_family(const std::string& name) {
+  if (const Family* f = find_builtin(name)) return *f;
   throw InputError(fmt::format("unknown template family '{}' (known: {})", name, fmt::join(known_families(), ", ")));
 }
 
 std::vector<std::string> known_families() {
   std::vector<std::string> names;
-  for (const auto& f : families()) names.push_back(f.name);
-  for (const auto& f : test_families()) names.push_back(f.info.name);
+  for (const Family* f : builtin_families()) names.push_back(f->name);
+  for (const auto& f : test_families()) names.push_back(f.name);
   return names;
 }
 
-void register_test_family(const FamilyInfo& info, FamilyHooks hooks) {
-  if (!hooks.render || !hooks.geometry) throw std::logic_error("register_test_family: a hook is missing");
-  for (const auto& name : known_families())
-    if (name == info.name) throw std::logic_error("register_test_family: family '" + info.name + "' exists");
-  test_families().push_back({info, std::move(hooks)});
+void check_family(const std::string& name) {
+  if (!find_builtin(name) && !find_test_family(name)) builtin_family(name);  // throws, naming the known ones
+}
+
+std::vector<std::string> family_nvrtc_options(const std::string& name) {
+  if (find_test_family(name)) return {"-std=c++17"};
+  return builtin_family(name).nvrtc_options;
+}
+
+void register_test_family(const std::string& name, RenderHook render) {
+  if (!render) throw std::logic_error("register_test_family: the render hook is missing");
+  for (const auto& known : known_families())
+    if (known == name) throw std::logic_error("register_test_family: family '" + name + "' exists");
+  test_families().push_back({name, std::move(render)});
 }
 
 std::string macro_name(const std::string& param) {
@@ -129,11 +121,10 @@ std::string flatten_includes(const std::string& embedded_path) {
   return out;
 }
 
-std::vector<std::pair<std::string, std::int64_t>> kernel_defines(const SearchSpace& space, const Config& config,
-                                                                 const Problem& problem, const std::string& arch) {
+Defines kernel_defines(const SearchSpace& space, const Config& config, const Problem& problem, const std::string& arch) {
   if (auto why = space.check(config, problem, arch))
     throw InputError(fmt::format("config {} is not valid for {}: {}", config_str(config), problem.str(), *why));
-  std::vector<std::pair<std::string, std::int64_t>> defs = {
+  Defines defs = {
       {"ATT_HEAD_DIM", problem.d},
       {"ATT_DTYPE_BF16", problem.dtype == DType::kBf16 ? 1 : 0},
       {"ATT_CAUSAL", problem.causal ? 1 : 0},
@@ -164,71 +155,49 @@ std::vector<std::pair<std::string, std::int64_t>> kernel_defines(const SearchSpa
 
 RenderedKernel render_kernel(const SearchSpace& space, const Config& config, const Problem& problem,
                              const std::string& arch) {
-  if (const TestFamily* t = find_test_family(space.family())) return t->hooks.render(space, config, problem, arch);
-  const FamilyInfo& fam = family_info(space.family());
+  if (const TestFamily* t = find_test_family(space.family())) return t->render(space, config, problem, arch);
+  const Family& fam = builtin_family(space.family());
+  Defines defines = kernel_defines(space, config, problem, arch);
   std::string src = fmt::format("// attntune candidate: {} {} (d={}, dtype={}, causal={})\n", fam.name,
                                 config_str(config), problem.d, dtype_name(problem.dtype), problem.causal ? 1 : 0);
-  for (const auto& [name, value] : kernel_defines(space, config, problem, arch))
-    src += fmt::format("#define {} {}\n", name, value);
+  for (const auto& [name, value] : defines) src += fmt::format("#define {} {}\n", name, value);
   src += flatten_includes(fam.main_file);
   RenderedKernel r;
   r.source_hash = content_hash(src);
   r.source = std::move(src);
-  r.kernel_name = fam.kernel_name;
+  r.kernel_name = fam.plan->kernel_names[0];
+  r.launch = {fam.name, std::move(defines)};
   return r;
 }
 
-LaunchGeometry launch_geometry(const SearchSpace& space, const Config& config, const Problem& problem,
-                               const std::string& arch) {
-  if (const TestFamily* t = find_test_family(space.family())) return t->hooks.geometry(space, config, problem, arch);
-  const auto derived = space.derive(config, problem, arch);
-  const auto block_m = std::get<std::int64_t>(config.at("block_m"));
-  LaunchGeometry g;
-  g.grid[0] = static_cast<unsigned>((problem.s + block_m - 1) / block_m);
-  g.grid[1] = static_cast<unsigned>(problem.h);
-  g.grid[2] = static_cast<unsigned>(problem.b);
-  g.block = static_cast<unsigned>(derived_value(derived, "threads", space));
-  g.smem_bytes = static_cast<unsigned>(derived_value(derived, "smem_bytes", space));
-  if (space.family() == "flash_fwd_wgmma") {
-    g.tma.q_rows = static_cast<unsigned>(block_m);
-    g.tma.kv_rows = static_cast<unsigned>(std::get<std::int64_t>(config.at("block_n")));
-    g.tma.head_dim = static_cast<unsigned>(problem.d);
-    g.tma.bf16 = problem.dtype == DType::kBf16;
-    g.persistent = std::get<bool>(config.at("persistent"));
-    g.split_tail = g.persistent && !problem.causal && flag_or_false(config, "split_tail");
-    g.dynamic_tiles = g.persistent && problem.causal && std::get<bool>(config.at("warp_specialize"));
-    g.consumer_warps = static_cast<unsigned>(block_m / 64 * 4);
-    g.cluster = g.persistent && !problem.causal && flag_or_false(config, "kv_multicast") ? 2 : 1;
+std::int64_t define_value(const Defines& defines, const std::string& name) {
+  for (const auto& [k, v] : defines)
+    if (k == name) return v;
+  throw std::logic_error("a build's constants lack " + name);
+}
+
+std::vector<attntune_plan::Define> plan_defines(const Defines& defines) {
+  std::vector<attntune_plan::Define> out;
+  out.reserve(defines.size());
+  for (const auto& [k, v] : defines) out.push_back({k.c_str(), static_cast<long long>(v)});
+  return out;
+}
+
+std::optional<attntune_plan::Plan> plan_call(const LaunchSpec& spec, const attntune_plan::Call& call,
+                                             const attntune_plan::Device& device, std::string* why) {
+  const attntune_plan::Family& f = *builtin_family(spec.plan).plan;
+  const auto defs = plan_defines(spec.defines);
+  attntune_plan::Consts consts{};
+  attntune_plan::Why reason;
+  if (f.load(defs.data(), static_cast<int>(defs.size()), consts.bytes, &reason))
+    throw std::logic_error(fmt::format("{}: {}", spec.plan, reason.text));
+  attntune_plan::Plan plan;
+  if (f.plan(consts.bytes, call, device, &plan, &reason)) {
+    if (why) *why = reason.text;
+    return std::nullopt;
   }
-  return g;
+  return plan;
 }
-
-unsigned long long persistent_work_tiles(unsigned long long m_blocks, unsigned long long heads,
-                                         unsigned long long batch, unsigned cluster) {
-  return (m_blocks + cluster - 1) / cluster * cluster * heads * batch;
-}
-
-unsigned persistent_ctas(unsigned long long tiles, unsigned sm_count, unsigned max_clusters, unsigned cluster) {
-  unsigned cap = sm_count / cluster * cluster;
-  if (max_clusters > 0) cap = std::min(cap, max_clusters * cluster);
-  cap = std::max(cap, cluster);  // a device of fewer SMs than a cluster still gets one
-  return static_cast<unsigned>(std::min<unsigned long long>(tiles, cap));
-}
-
-unsigned split_tail_tiles(unsigned long long tiles, unsigned ctas, unsigned long long iterations) {
-  if (ctas == 0 || tiles <= ctas) return 0;
-  const unsigned long long tail = tiles % ctas;
-  if (tail == 0 || tail * iterations < 2ull * ctas || tail * iterations * ctas >= (1ull << 31) ||
-      tiles + 2ull * ctas >= (1ull << 31))
-    return 0;
-  return static_cast<unsigned>(tail);
-}
-
-std::size_t split_workspace_floats(unsigned ctas, unsigned consumer_warps, unsigned head_dim) {
-  return 2ull * ctas * consumer_warps * (head_dim / 2 + 4) * 32;
-}
-
-std::size_t split_counters(unsigned tail, unsigned consumer_warps) { return 1ull * tail * consumer_warps; }
 
 std::string space_arch_for_device(const SearchSpace& space, const std::string& device_arch) {
   const auto& archs = space.archs();
@@ -238,6 +207,5 @@ std::string space_arch_for_device(const SearchSpace& space, const std::string& d
   return device_arch;
 }
 
-std::vector<std::string> family_nvrtc_options(const FamilyInfo&) { return {"-std=c++17"}; }
 
 }  // namespace attntune

@@ -1,32 +1,71 @@
-// Template families: how a (space, config, problem) becomes one self-contained CUDA source and a
-// launch geometry. Values reach the source only as validated integers (ints, bools as 0/1, enum
-// values as their index): the space has already checked every value against its domain.
+// Kernel families: how a (space, config, problem) becomes one self-contained CUDA source, and how
+// its builds launch. A family is one folder under templates/ (kernel.cu, traits, launch.h: its
+// launch plan, templates/common/launch_plan.h), one file here (its Family: files, entry points,
+// how the export names and describes its launch), one line in registry.cpp and one space YAML.
+// Nothing outside those asks which family it holds (ARCHITECTURE.md, "Adding a family").
+//
+// Values reach the source only as validated integers (ints, bools as 0/1, enum values as their
+// index): the space has already checked every value against its domain.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.hpp"
 #include "space/problem.hpp"
 #include "space/search_space.hpp"
+#include "templates/common/launch_plan.h"
 
 namespace attntune {
 
-struct FamilyInfo {
-  std::string name;         // "flash_fwd_mma": folder under templates/, the YAML's family:
-  std::string main_file;    // embedded path of the kernel file
-  std::string kernel_name;  // extern "C" entry point
+// The #defines a build was compiled with, in order: its constants.
+using Defines = std::vector<std::pair<std::string, std::int64_t>>;
+
+// How a build launches: the launch plan of a built-in family and the constants it reads. A test
+// family's faulty kernels launch as a built-in family does (tests/reliability/).
+struct LaunchSpec {
+  std::string plan;  // a built-in family's name
+  Defines defines;
 };
 
-// The family of a space; InputError naming the known ones for an unknown family.
-const FamilyInfo& family_info(const std::string& name);
+// A built-in kernel family.
+struct Family {
+  std::string name;          // folder under templates/, the YAML's family:
+  std::string main_file;     // embedded path of the kernel file
+  std::string launch_file;   // embedded path of its launch plan (templates/<name>/launch.h)
+  const attntune_plan::Family* plan = nullptr;  // the launch plan launch_file defines
+  std::string plan_symbol;   // its C++ name there, for the export's kernel table
+  // Each entry point's parameter list (the export declares each kernel with it).
+  std::vector<std::string> kernel_params;
+  bool tma = false;          // loads through TMA tensor maps: the export needs CUDA 12
+  std::vector<std::string> nvrtc_options = {"-std=c++17"};  // besides --gpu-architecture; part of the cache key
+  // What the export's header says of a build's launch, and its "launch" JSON, from its constants.
+  std::function<std::string(const Defines&)> describe_launch;
+  std::function<nlohmann::ordered_json(const Defines&)> launch_json;
+};
+
+// The built-in families (registry.cpp), in registration order.
+const std::vector<const Family*>& builtin_families();
+
+// The built-in family `name`; InputError naming the known ones for any other.
+const Family& builtin_family(const std::string& name);
+
+// Every family a YAML file can name: the built-in ones and whatever a test registered.
 std::vector<std::string> known_families();
+// InputError naming the known families unless `name` is one.
+void check_family(const std::string& name);
+
+// A family's NVRTC options (a test family's: those of the family it launches as).
+std::vector<std::string> family_nvrtc_options(const std::string& name);
 
 struct RenderedKernel {
   std::string source;       // flattened: no #include left
-  std::string kernel_name;
+  std::string kernel_name;  // the first entry point (NVRTC names the program after it)
   std::string source_hash;  // content_hash(source): the candidate's identity and cache key
+  LaunchSpec launch;
 };
 
 // Problem fields that the kernel bakes in (head dim, dtype, causal) and the config as #defines,
@@ -36,92 +75,34 @@ RenderedKernel render_kernel(const SearchSpace& space, const Config& config, con
                              const std::string& arch);
 
 // #defines alone (for the export and tests): name value pairs, in order.
-std::vector<std::pair<std::string, std::int64_t>> kernel_defines(const SearchSpace& space, const Config& config,
-                                                                 const Problem& problem, const std::string& arch);
+Defines kernel_defines(const SearchSpace& space, const Config& config, const Problem& problem, const std::string& arch);
+
+// A define's value; std::logic_error when absent (the space derives what its family needs).
+std::int64_t define_value(const Defines& defines, const std::string& name);
 
 // An embedded file with its quoted #includes replaced by the embedded files they name (each once).
 std::string flatten_includes(const std::string& embedded_path);
 
-// Kernels that load through the tensor-memory accelerator (flash_fwd_wgmma) take, after
-// AttnParams, tensor maps of Q, K and V that the launcher encodes for each problem
-// (tuner/eval/attention_gpu.cpp): 4-d (head_dim, seqlen, heads, batch), box (64, rows), 128B swizzle.
-struct TmaSpec {
-  unsigned q_rows = 0, kv_rows = 0;  // box rows of Q's map and of K's and V's; 0: no tensor maps
-  unsigned head_dim = 0;
-  bool bf16 = false;
-};
+// A launch spec's constants as the launch plans read them (names point into `defines`).
+std::vector<attntune_plan::Define> plan_defines(const Defines& defines);
 
-struct LaunchGeometry {
-  unsigned grid[3] = {1, 1, 1};
-  unsigned block = 0;
-  unsigned smem_bytes = 0;  // dynamic shared memory
-  TmaSpec tma;
-  // The kernel loops over its grid's work tiles: launched as min(tiles, SM count) CTAs in x
-  // (grid[0] * h * b tiles), one per SM, instead of (grid[0], h, b).
-  bool persistent = false;
-  // With persistent: the last partial round of work tiles is shared out by K/V iterations
-  // (flash_fwd_wgmma's split_tail); the launcher passes a workspace of
-  // split_workspace_floats(CTAs) floats and split_counters(tail tiles) zeroed ints.
-  bool split_tail = false;
-  // With persistent, causal (flash_fwd_wgmma with a producer warpgroup): the CTAs take their work
-  // tiles from a counter; the launcher passes two zeroed ints (the kernel leaves them at zero).
-  bool dynamic_tiles = false;
-  unsigned consumer_warps = 0;  // for the workspace's size
-  // With persistent: CTAs per cluster along x, the kernel's compiled-in __cluster_dims__ (2 with
-  // flash_fwd_wgmma's kv_multicast: CTAs 2k and 2k+1 share each K/V TMA load); 1 otherwise. The
-  // work tiles are then persistent_work_tiles(grid[0], h, b, cluster), the grid persistent_ctas(...).
-  unsigned cluster = 1;
-};
-// Every field above travels to the worker (tuner/eval/protocol.cpp): a field added here must be
-// added there and to Protocol.MessagesRoundTrip, and the size here updated.
-static_assert(sizeof(TmaSpec) == 16 && sizeof(LaunchGeometry) == 48, "LaunchGeometry changed: update the protocol");
-
-// The work tiles a persistent kernel walks: its `m_blocks` query blocks (ceil(seqlen_q / block_m),
-// the geometry's grid[0]) rounded up to a multiple of `cluster`, times heads and batch. Padded so
-// that the tiles a cluster takes together (2k and 2k+1) are always of one (head, batch), whose K
-// and V they share; the kernel leaves the padding ("ghost") tiles idle. cluster 1: no padding.
-unsigned long long persistent_work_tiles(unsigned long long m_blocks, unsigned long long heads,
-                                         unsigned long long batch, unsigned cluster);
-// The CTAs of a persistent grid over `tiles` work tiles (a multiple of `cluster`): one per tile, at
-// most one per SM in whole clusters (sm_count rounded down to a multiple of cluster), and at most
-// max_clusters clusters (how many fit on the device at once, cuOccupancyMaxActiveClusters; 0:
-// unknown, the SMs alone bound it). A multiple of `cluster`, never 0 for tiles > 0.
-unsigned persistent_ctas(unsigned long long tiles, unsigned sm_count, unsigned max_clusters, unsigned cluster);
-
-// The stream-K tail of a persistent grid of `tiles` work tiles over `ctas` CTAs, each of
-// `iterations` K/V iterations: how many tail tiles to split (0: none). Split only when the tail
-// gives every CTA at least two iterations and the kernel's 32-bit share arithmetic cannot
-// overflow (tail * iterations * ctas and tiles + 2 * ctas below 2^31).
-unsigned split_tail_tiles(unsigned long long tiles, unsigned ctas, unsigned long long iterations);
-// The workspace a split launch needs: per CTA two pieces, per consumer warp 32 lanes of
-// head_dim / 2 + 4 floats (partial O, m, l); and one counter per tail tile and consumer warp.
-std::size_t split_workspace_floats(unsigned ctas, unsigned consumer_warps, unsigned head_dim);
-std::size_t split_counters(unsigned tail, unsigned consumer_warps);
-// grid = (ceil(s / block_m), h, b); block and smem from the space's derived `threads` and
-// `smem_bytes` (InputError if the space lacks them); tma, persistent and cluster for the TMA family
-// (a config without kv_multicast, recorded before it existed, has none: cluster 1).
-LaunchGeometry launch_geometry(const SearchSpace& space, const Config& config, const Problem& problem,
-                               const std::string& arch);
+// The plan of one call for a build (its family's launch plan with its constants) on `device`, host
+// side only (tests, tools): nullopt with the reason in `why` when the family refuses the call.
+std::optional<attntune_plan::Plan> plan_call(const LaunchSpec& spec, const attntune_plan::Call& call,
+                                             const attntune_plan::Device& device, std::string* why = nullptr);
 
 // The arch to build a space's kernels for on a device whose compute capability is `device_arch`
 // ("sm_90"): the device's own when the space lists it, else its arch-specific variant ("sm_90a":
 // wgmma, setmaxnreg) when the space lists that, else the device's own (which the space refuses).
 std::string space_arch_for_device(const SearchSpace& space, const std::string& device_arch);
 
-// NVRTC options every build of a family uses (besides --gpu-architecture); part of the cache key.
-std::vector<std::string> family_nvrtc_options(const FamilyInfo& family);
-
-// A family that a test registers at run time, with its own rendering and launch geometry: the
-// reliability suite's planted-fault family (tests/reliability/) maps each of its configs to a real
-// flash_fwd_mma candidate or a faulty kernel of tests/data/faults/, so that faults go through the
-// campaign machinery like any candidate. The product never registers one: known_families() and the
-// families a YAML file can name are the built-in ones plus whatever the running process registered.
-struct FamilyHooks {
-  std::function<RenderedKernel(const SearchSpace&, const Config&, const Problem&, const std::string& arch)> render;
-  std::function<LaunchGeometry(const SearchSpace&, const Config&, const Problem&, const std::string& arch)> geometry;
-};
-// logic_error if the name is taken or a hook is missing. Not thread-safe: register before any use.
-void register_test_family(const FamilyInfo& info, FamilyHooks hooks);
+// A family that a test registers at run time, with its own rendering: the reliability suite's
+// planted-fault family (tests/reliability/) maps each of its configs to a real flash_fwd_mma
+// candidate or a faulty kernel of tests/data/faults/ (launched as flash_fwd_mma launches), so that
+// faults go through the campaign machinery like any candidate. The product never registers one.
+using RenderHook = std::function<RenderedKernel(const SearchSpace&, const Config&, const Problem&, const std::string&)>;
+// logic_error if the name is taken or the hook is missing. Not thread-safe: register before any use.
+void register_test_family(const std::string& name, RenderHook render);
 
 // "block_n" -> "BLOCK_N"
 std::string macro_name(const std::string& param);

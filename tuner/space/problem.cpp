@@ -15,6 +15,7 @@ namespace {
 
 constexpr std::int64_t kMaxLen = std::int64_t{1} << 24;  // 16M tokens
 constexpr std::int64_t kMaxDim = 1024;
+constexpr std::int64_t kMaxPage = std::int64_t{1} << 20;
 
 std::int64_t parse_int(const std::string& key, const std::string& text, std::int64_t lo,
                        std::int64_t hi) {
@@ -32,7 +33,7 @@ std::int64_t parse_int(const std::string& key, const std::string& text, std::int
 const char* dtype_name(DType t) { return t == DType::kFp16 ? "fp16" : "bf16"; }
 
 Problem Problem::parse(const std::string& spec) {
-  static const std::vector<std::string> kKeys = {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal"};
+  static const std::vector<std::string> kKeys = {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal", "page"};
   static const std::vector<std::string> kRequired = {"b", "h", "s", "d", "dtype", "causal"};
   if (spec.empty())
     throw InputError("problem: empty spec (expected e.g. b=4,h=16,s=4096,d=128,dtype=bf16,causal=0)");
@@ -49,7 +50,7 @@ Problem Problem::parse(const std::string& spec) {
       throw InputError(fmt::format("problem: '{}' is not key=value", item));
     std::string key = item.substr(0, eq), val = item.substr(eq + 1);
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end())
-      throw InputError(fmt::format("problem: unknown key '{}' (known: b, h, hkv, s, sk, d, dtype, causal)", key));
+      throw InputError(fmt::format("problem: unknown key '{}' (known: b, h, hkv, s, sk, d, dtype, causal, page)", key));
     if (!seen.insert(key).second) throw InputError(fmt::format("problem: key '{}' given twice", key));
     if (key == "b") p.b = parse_int(key, val, 1, 1 << 20);
     else if (key == "h") p.h = parse_int(key, val, 1, 1 << 16);
@@ -57,6 +58,7 @@ Problem Problem::parse(const std::string& spec) {
     else if (key == "s") p.s = parse_int(key, val, 1, kMaxLen);
     else if (key == "sk") p.sk = parse_int(key, val, 1, kMaxLen);
     else if (key == "d") p.d = parse_int(key, val, 1, kMaxDim);
+    else if (key == "page") p.page = parse_int(key, val, 0, kMaxPage);
     else if (key == "dtype") {
       if (val == "fp16") p.dtype = DType::kFp16;
       else if (val == "bf16") p.dtype = DType::kBf16;
@@ -78,13 +80,17 @@ Problem Problem::parse(const std::string& spec) {
 }
 
 std::string Problem::str() const {
-  return fmt::format("b={},h={},hkv={},s={},sk={},d={},dtype={},causal={}", b, h, hkv, s, sk, d,
-                     dtype_name(dtype), causal ? 1 : 0);
+  std::string out = fmt::format("b={},h={},hkv={},s={},sk={},d={},dtype={},causal={}", b, h, hkv, s, sk, d,
+                                dtype_name(dtype), causal ? 1 : 0);
+  if (paged()) out += fmt::format(",page={}", page);  // dense problems read as they always did
+  return out;
 }
 
 nlohmann::json Problem::json() const {
-  return {{"b", b}, {"h", h}, {"hkv", hkv}, {"s", s}, {"sk", sk}, {"d", d},
-          {"dtype", dtype_name(dtype)}, {"causal", causal}};
+  nlohmann::json j = {{"b", b}, {"h", h}, {"hkv", hkv}, {"s", s}, {"sk", sk}, {"d", d},
+                      {"dtype", dtype_name(dtype)}, {"causal", causal}};
+  if (paged()) j["page"] = page;
+  return j;
 }
 
 Problem Problem::from_json(const nlohmann::json& j) {
@@ -96,6 +102,8 @@ Problem Problem::from_json(const nlohmann::json& j) {
     if (dt != "fp16" && dt != "bf16") throw InputError("problem JSON: bad dtype '" + dt + "'");
     p.dtype = dt == "fp16" ? DType::kFp16 : DType::kBf16;
     p.causal = j.at("causal").is_boolean() ? j.at("causal").get<bool>() : j.at("causal").get<int>() != 0;
+    p.page = j.value("page", std::int64_t{0});
+    if (p.page < 0) throw InputError("problem JSON: negative page");
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw InputError(std::string("problem JSON: ") + e.what());
@@ -111,6 +119,10 @@ double Problem::flops() const {
     for (std::int64_t i = 0; i < s; ++i) pairs += double(std::clamp<std::int64_t>(i + sk - s + 1, 0, sk));
   }
   return 4.0 * double(b) * double(h) * double(d) * pairs;
+}
+
+double Problem::bytes() const {
+  return 2.0 * double(d) * (2.0 * double(b) * double(hkv) * double(sk) + 2.0 * double(b) * double(h) * double(s));
 }
 
 }  // namespace attntune

@@ -23,12 +23,13 @@ namespace attntune {
 namespace {
 
 constexpr std::size_t kMaxDomain = std::size_t{1} << 20;
-constexpr int kProblemFields = 8;  // b h hkv s sk d dtype causal: slots 0..7
+constexpr int kProblemFields = 9;  // b h hkv s sk d dtype causal page: slots 0..8
 
 const std::vector<std::string> kTopKeys = {"family", "description", "archs", "device_limits",
                                            "problem", "params", "derived", "constraints"};
 const std::vector<std::string> kProblemInts = {"b", "h", "hkv", "s", "sk", "d"};
-const std::vector<std::string> kProblemKeys = {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal", "constraints"};
+// In slot order (search_space.hpp): the ints, dtype, causal, then page (added with the kvcache entry).
+const std::vector<std::string> kProblemKeys = {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal", "page", "constraints"};
 const std::vector<std::string> kKeywords = {"true", "false", "and", "or", "not"};
 const std::vector<std::string> kFunctionNames = {"min", "max", "ceil_div", "is_pow2", "log2"};
 
@@ -525,6 +526,7 @@ SearchSpace SpaceLoader::run() {
   for (const auto& k : kProblemInts) sp_.scope_.add(k, ExprType::kInt);
   sp_.scope_.add("dtype", ExprType::kString, {"fp16", "bf16"});
   sp_.scope_.add("causal", ExprType::kBool);
+  sp_.scope_.add("page", ExprType::kInt);
 
   read_archs(top.at("archs"));
   read_device_limits(top.at("device_limits"));

@@ -5,7 +5,7 @@
 //
 // The fake worker is this test executable itself: started with ATTNTUNE_FAKE_WORKER=MODE, it acts
 // the worker from a static initializer and exits before gtest's main runs. For each eval request
-// it does what the candidate's kernel_name says: "hang" sleeps forever, "die" kills itself with
+// it does what the candidate's launch plan's name says: "hang" sleeps forever, "die" kills itself with
 // SIGSEGV, "garbage" writes text that is not a frame, "bad_reply" answers a result with a made-up
 // status, "poisoned" answers `crashed` and exits 4 as the real worker does after a sticky CUDA error;
 // anything else is answered ok.
@@ -46,7 +46,7 @@ int fake_worker(const std::string& mode) {
       write_frame(1, prepared_frame(2000.0));  // a 2 ms reference
       continue;
     }
-    const std::string k = f->header.at("kernel_name").get<std::string>();
+    const std::string k = f->header.at("plan").get<std::string>();
     if (k == "hang") {
       for (;;) ::pause();
     } else if (k == "die") {
@@ -103,10 +103,8 @@ EvaluatorOptions fake(const std::string& mode) {
 
 EvalRequest candidate(const std::string& kernel_name) {
   EvalRequest r;
-  r.kernel_name = kernel_name;
+  r.launch.plan = kernel_name;  // the fake worker reads what to do from it
   r.cubin = std::string(100000, '\x7f');
-  r.geometry.grid[0] = 8;
-  r.geometry.block = 128;
   r.problem = Problem::parse("b=1,h=2,s=512,d=64,dtype=fp16,causal=0");
   r.timing.max_seconds = 0.25;
   return r;

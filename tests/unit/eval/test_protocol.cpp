@@ -218,19 +218,11 @@ TEST(Protocol, WritingToAPipeWithoutReaderIsAnErrorNotASignal) {
 
 TEST(Protocol, MessagesRoundTrip) {
   EvalRequest r;
-  r.kernel_name = "flash_fwd_mma";
   r.cubin = random_bytes(70000, 7);
-  r.geometry.grid[0] = 33;
-  r.geometry.grid[1] = 16;
-  r.geometry.grid[2] = 4;
-  r.geometry.block = 256;
-  r.geometry.smem_bytes = 98304;
-  r.geometry.tma = {128, 176, 128, true};
-  r.geometry.persistent = true;
-  r.geometry.split_tail = true;
-  r.geometry.dynamic_tiles = true;
-  r.geometry.consumer_warps = 8;
-  r.geometry.cluster = 2;
+  // How it launches: the family's launch plan and the build's constants (the worker plans from them).
+  r.launch = {"flash_fwd_wgmma",
+              {{"ATT_HEAD_DIM", 128}, {"BLOCK_M", 128}, {"BLOCK_N", 176}, {"SPLIT_TAIL", 1}, {"KV_MULTICAST", 1},
+               {"SMEM_BYTES", 98304}, {"BIG", std::int64_t{1} << 40}, {"NEGATIVE", -3}}};
   r.problem = Problem::parse("b=4,h=16,hkv=2,s=4096,sk=1000,d=128,dtype=bf16,causal=1");
   r.validation_seed = 0xFFFFFFFFFFFFFFF0ull;
   r.timing_seed = 77;
@@ -240,32 +232,21 @@ TEST(Protocol, MessagesRoundTrip) {
   FrameDecoder d;
   d.feed(encode(to_frame(r)));
   const EvalRequest back = eval_request(*d.next());
-  EXPECT_EQ(back.kernel_name, r.kernel_name);
   EXPECT_TRUE(back.cubin == r.cubin);
-  EXPECT_EQ(back.geometry.grid[0], 33u);
-  EXPECT_EQ(back.geometry.grid[2], 4u);
-  EXPECT_EQ(back.geometry.block, 256u);
-  EXPECT_EQ(back.geometry.smem_bytes, 98304u);
-  EXPECT_EQ(back.geometry.tma.q_rows, 128u);
-  EXPECT_EQ(back.geometry.tma.kv_rows, 176u);
-  EXPECT_EQ(back.geometry.tma.head_dim, 128u);
-  EXPECT_TRUE(back.geometry.tma.bf16);
-  EXPECT_TRUE(back.geometry.persistent);
-  EXPECT_TRUE(back.geometry.split_tail);  // lost in transit once: the worker ran split candidates unsplit
-  EXPECT_TRUE(back.geometry.dynamic_tiles);
-  EXPECT_EQ(back.geometry.consumer_warps, 8u);
-  EXPECT_EQ(back.geometry.cluster, 2u);  // else the worker would size a kv_multicast grid as unclustered
+  EXPECT_EQ(back.launch.plan, "flash_fwd_wgmma");
+  EXPECT_EQ(back.launch.defines, r.launch.defines);  // in order, 64-bit values intact
   EXPECT_EQ(back.problem, r.problem);
   EXPECT_EQ(back.validation_seed, r.validation_seed);
   EXPECT_EQ(back.timing_seed, 77u);
   EXPECT_EQ(back.timing.max_reps, 50);
   EXPECT_DOUBLE_EQ(back.timing.max_seconds, 0.5);
   EXPECT_DOUBLE_EQ(back.timing.min_seconds, 0.25);
-  Frame no_cluster = to_frame(r);
-  no_cluster.header.erase("cluster");
-  EXPECT_TRUE(contains(error_of([&] { eval_request(no_cluster); }), "lacks field 'cluster'"));
-  no_cluster.header["cluster"] = 0;
-  EXPECT_TRUE(contains(error_of([&] { eval_request(no_cluster); }), "cluster must be 1 or more"));
+  Frame no_plan = to_frame(r);
+  no_plan.header.erase("plan");
+  EXPECT_TRUE(contains(error_of([&] { eval_request(no_plan); }), "lacks field 'plan'"));
+  Frame bad_defines = to_frame(r);
+  bad_defines.header["defines"] = nlohmann::json::array({nlohmann::json::array({"BLOCK_M", "x"})});
+  EXPECT_TRUE(contains(error_of([&] { eval_request(bad_defines); }), "field 'defines' has the wrong type"));
 
   EvalReply rep;
   rep.record.status = "wrong_result";

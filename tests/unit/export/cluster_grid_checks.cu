@@ -1,8 +1,8 @@
-// Host-side checks of the persistent grid that an exported file's launcher sizes for a kernel in
-// 2-CTA clusters (flash_fwd_wgmma's kv_multicast), compiled with that file included
-// (nvcc -include FILE.cu): its launcher's static functions are in this translation unit, so the
-// code checked is the exported code, which repeats the tuner's rule (tuner/families/family.hpp:
-// persistent_work_tiles, persistent_ctas, split_tail_tiles). No GPU needed: no CUDA call is made.
+// Host-side checks of the persistent grid that an exported file plans for a kernel in 2-CTA
+// clusters (flash_fwd_wgmma's kv_multicast), compiled with that file included (nvcc -include
+// FILE.cu): its kernel table, constants and launch plan are in this translation unit, so the code
+// checked is the exported code (the family's launch plan, templates/flash_fwd_wgmma/launch.h, the
+// same the tuner plans with). No GPU needed: no CUDA call is made.
 // The file's first kernel must be persistent, block_m 128, in clusters of 2. Prints one line per
 // failed check and "checks: N failed" last; exits 1 if any failed.
 // (A .cu, so that tests/unit's glob of *.cpp leaves it out of attntune_tests.)
@@ -22,13 +22,30 @@ void expect_eq(const char* what, long long got, long long want) {
   }
 }
 
-attntune_export::Args sizes(int batch, int heads, int seqlen) {
-  attntune_export::Args a = attntune_export::Args();
+attntune_plan::Call sizes(int batch, int heads, int seqlen) {
+  attntune_plan::Call a = attntune_plan::empty_call();
+  a.entry = attntune_plan::kEntryDense;
   a.batch = batch;
   a.heads_q = a.heads_kv = heads;
   a.seqlen_q = a.seqlen_k = seqlen;
   a.head_dim = 128;
+  for (int i = 0; i < 3; ++i) a.q_stride[i] = a.k_stride[i] = a.v_stride[i] = a.o_stride[i] = 128;
+  a.scale = 0.125f;
   return a;
+}
+
+// A device of `sms` SMs on which `clusters` clusters fit at once (0: unknown).
+struct Fake {
+  int sms, clusters;
+};
+attntune_plan::Device device(const Fake& f) {
+  attntune_plan::Device d;
+  d.sm_count = f.sms;
+  d.ctx = &f;
+  d.max_active_clusters = [](const void* ctx, int, unsigned, unsigned, unsigned, unsigned) {
+    return static_cast<const Fake*>(ctx)->clusters;
+  };
+  return d;
 }
 
 }  // namespace
@@ -36,26 +53,40 @@ attntune_export::Args sizes(int batch, int heads, int seqlen) {
 int main() {
   using namespace attntune_export;
   const Kernel& k = kKernels[0];
-  if (!k.persistent || k.block_m != 128 || k.cluster != 2) {
-    std::printf("FAIL kernel 0 is persistent=%d block_m=%d cluster=%d: expected a persistent 128-row kernel in "
-                "clusters of 2\nchecks: 1 failed\n",
-                k.persistent, k.block_m, k.cluster);
+  const LoadedConsts& loaded = loaded_consts();
+  const attntune_plan::FlashFwdWgmmaLaunch& c =
+      *reinterpret_cast<const attntune_plan::FlashFwdWgmmaLaunch*>(loaded.consts[0].bytes);
+  if (loaded.failed || k.family != &attntune_plan::kFlashFwdWgmma || !c.persistent || c.block_m != 128 ||
+      c.cluster != 2) {
+    std::printf("FAIL kernel 0 is persistent=%d block_m=%d cluster=%d: expected a persistent 128-row "
+                "flash_fwd_wgmma kernel in clusters of 2\nchecks: 1 failed\n",
+                c.persistent, c.block_m, c.cluster);
     return 1;
   }
-  const Device h100 = {0, 132, 64}, unknown = {0, 132, 0}, odd_sms = {0, 133, 0};
+  const Fake h100 = {132, 64}, unknown = {132, 0}, odd_sms = {133, 0};
+  auto ctas = [&](const attntune_plan::Call& call, const Fake& f) {
+    attntune_plan::Plan plan;
+    attntune_plan::Why why;
+    if (k.family->plan(loaded.consts[0].bytes, call, device(f), &plan, &why)) {
+      std::printf("FAIL the plan refused: %s\n", why.text);
+      ++failed;
+      return -1LL;
+    }
+    expect_eq("cluster of the launch", plan.launch[0].cluster, 2);
+    return static_cast<long long>(plan.launch[0].grid[0]);
+  };
 
-  expect_eq("query blocks, s=4000", query_blocks(k, sizes(4, 16, 4000)), 32);
-  expect_eq("query blocks, s=4100 (33 padded to 34)", query_blocks(k, sizes(4, 16, 4100)), 34);
-  expect_eq("work tiles, b=4 h=16 s=4100", work_tiles(k, sizes(4, 16, 4100)), 34LL * 16 * 4);
-  expect_eq("CTAs, 64 clusters fit at once", persistent_ctas(k, sizes(4, 16, 4100), h100), 128);
-  expect_eq("CTAs, fitting clusters unknown", persistent_ctas(k, sizes(4, 16, 4100), unknown), 132);
-  expect_eq("CTAs, 133 SMs", persistent_ctas(k, sizes(4, 16, 4100), odd_sms), 132);
-  expect_eq("CTAs, one query block (a pair with its ghost)", persistent_ctas(k, sizes(1, 1, 100), h100), 2);
+  expect_eq("query blocks, s=4000", c.work_tiles(sizes(1, 1, 4000)), 32);
+  expect_eq("query blocks, s=4100 (33 padded to 34)", c.work_tiles(sizes(1, 1, 4100)), 34);
+  expect_eq("work tiles, b=4 h=16 s=4100", c.work_tiles(sizes(4, 16, 4100)), 34LL * 16 * 4);
+  expect_eq("CTAs, 64 clusters fit at once", ctas(sizes(4, 16, 4100), h100), 128);
+  expect_eq("CTAs, fitting clusters unknown", ctas(sizes(4, 16, 4100), unknown), 132);
+  expect_eq("CTAs, 133 SMs", ctas(sizes(4, 16, 4100), odd_sms), 132);
+  expect_eq("CTAs, one query block (a pair with its ghost)", ctas(sizes(1, 1, 100), h100), 2);
 
   // split_tail of the padded tiles: 16 heads x 34 blocks = 544 = 4 x 128 + 32, over 33 K/V tiles.
-  const Args a = sizes(1, 16, 4100);
-  const int ctas = persistent_ctas(k, a, h100);
-  expect_eq("split tail tiles", split_tail_tiles(work_tiles(k, a), ctas, 33), 32);
+  const attntune_plan::Call a = sizes(1, 16, 4100);
+  expect_eq("split tail tiles", c.tail_tiles(a, static_cast<unsigned>(ctas(a, h100))), 32);
 
   std::printf("checks: %d failed\n", failed);
   return failed ? 1 : 0;

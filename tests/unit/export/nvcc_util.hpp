@@ -53,7 +53,7 @@ inline Shell sh(const std::string& command) {
   return r;
 }
 
-// CONTRACT.md's build line for an exported file, with -arch=ARCH ("sm_90a" for flash_fwd_wgmma).
+// docs/CONTRACT.md's build line for an exported file, with -arch=ARCH ("sm_90a" for flash_fwd_wgmma).
 inline std::string nvcc_shared_command(const std::string& nvcc, const std::string& arch, const std::string& cu,
                                        const std::string& lib) {
   return shq(nvcc) + " -std=c++17 -arch=" + arch + " -Xcompiler -fPIC -shared " + shq(cu) + " -o " + shq(lib);

@@ -1,5 +1,5 @@
 // Exported files compile with nvcc (CI has the toolkit but no GPU; a missing nvcc fails the test):
-// as a shared library with CONTRACT.md's command line, for sm_89 and sm_90, exporting the three
+// as a shared library with docs/CONTRACT.md's command line, for sm_89 and sm_90, exporting the three
 // C entry points unmangled; and the launcher's argument checks, run on the host with no GPU.
 // nvcc takes tens of seconds per kernel and arch, so this is one test case with few compiles, run
 // side by side: it runs in parallel with the rest of the suite under ctest -j.
@@ -61,7 +61,7 @@ TEST(ExportNvcc, CompilesAsSharedLibraryWithCSymbolsAndChecksArguments) {
   r = run_attntune("export --db " + shq(db) + " --all-best --dtype bf16 -o " + shq(all));
   ASSERT_EQ(r.rc, 0) << r.err;
 
-  // 1: CONTRACT.md's command line, sm_90. 2: --all-best for sm_89 and sm_90 in one call.
+  // 1: docs/CONTRACT.md's command line, sm_90. 2: --all-best for sm_89 and sm_90 in one call.
   // 3: the single export for sm_89 linked with the host-side checks (cudart static, nvcc's default).
   const std::string lib1 = dir.file("libattn.so"), lib2 = dir.file("liball.so"), checks = dir.file("checks");
   const std::string flags = " -std=c++17 -Xcompiler -fPIC -shared ";

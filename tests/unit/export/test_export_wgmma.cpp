@@ -1,6 +1,6 @@
 // `attntune export` of flash_fwd_wgmma results (sm_90a, TMA): the file's launch (tensor maps,
 // persistent grid, the arch-specific build line), byte-determinism, the cases export refuses, and
-// (ExportWgmmaNvcc) the file compiled by nvcc with CONTRACT.md's command line for sm_90a, its
+// (ExportWgmmaNvcc) the file compiled by nvcc with docs/CONTRACT.md's command line for sm_90a, its
 // launcher's argument checks run on the host with no GPU. The GPU side:
 // tests/gpu/test_export_wgmma.cpp.
 #include <cstdlib>
@@ -17,6 +17,7 @@
 #include "export/export.hpp"
 #include "export/select.hpp"
 #include "families/family.hpp"
+#include "tests/common/plan_call.hpp"
 #include "tests/common/run_attntune.hpp"
 #include "tests/unit/db/db_test_util.hpp"
 #include "tests/unit/export/export_db.hpp"
@@ -77,14 +78,21 @@ struct Fixture {
   }
 };
 
+// The launch a kernel's plan makes for a dense call of p on a 132-SM device.
+attntune_plan::Launch launch_of(const RenderedKernel& k, const Problem& p) {
+  const auto plan = plan_call(k.launch, attntune::testing::dense_call_of(p), attntune::testing::FakeDevice{}.device());
+  EXPECT_TRUE(plan);
+  return plan ? plan->launch[0] : attntune_plan::Launch{};
+}
+
 TEST(ExportWgmma, LaunchesThroughTensorMapsWithTheTunedGridAndBuildsForSm90a) {
   Fixture f;
   const auto items = f.items("wg-d128");
   const std::string cu = export_source(items, ExportMode::kSingle);
   const Problem p = Problem::parse(kD128);
   const RenderedKernel k = render_kernel(*f.d.space(kWg), f.persistent, p, "sm_90a");
-  const LaunchGeometry g = launch_geometry(*f.d.space(kWg), f.persistent, p, "sm_90a");
-  ASSERT_TRUE(g.persistent);
+  const attntune_plan::Launch g = launch_of(k, p);
+  ASSERT_EQ(define_value(k.launch.defines, "PERSISTENT"), 1);
 
   // The build line and the header name sm_90a and the tensor maps; the launch is the persistent one.
   EXPECT_NE(cu.find("//   nvcc -std=c++17 -arch=sm_90a -Xcompiler -fPIC -shared FILE.cu -o libattn.so\n"),
@@ -94,7 +102,7 @@ TEST(ExportWgmma, LaunchesThroughTensorMapsWithTheTunedGridAndBuildsForSm90a) {
   EXPECT_NE(cu.find(fmt::format("//   launch        persistent grid: min(work tiles (ceil(seqlen_q / 128), heads_q, "
                                 "batch), SMs) CTAs, {} threads, {} bytes of dynamic shared memory, TMA tensor maps "
                                 "with boxes of 64 x 128 (q) and 64 x 128 (k, v)\n",
-                                g.block, g.smem_bytes)),
+                                g.block, g.smem)),
             std::string::npos);
 
   // The kernel verbatim, in the device passes that can hold sm_90a code (and the host pass), with
@@ -106,15 +114,21 @@ TEST(ExportWgmma, LaunchesThroughTensorMapsWithTheTunedGridAndBuildsForSm90a) {
                     "extern \"C\" __global__ void attntune_k0_flash_fwd_wgmma(const AttnParams p, const "
                     "__grid_constant__ att::TmaMaps maps);\n#endif\n}  // namespace attntune_k0\n"),
             std::string::npos);
-  // The table row: sm_90a, bf16, the geometry, the TMA boxes, split_tail, no clusters, the TMA
-  // check and launch.
-  EXPECT_NE(cu.find(fmt::format("\"sm_90a\", 128, 0, 1, 4, 16, 16, 4096, 4096, 128, {}, {}, 1, 128, 128, {}, 1,\n"
-                                "     reinterpret_cast<const void*>(&attntune_k0::attntune_k0_flash_fwd_wgmma), "
-                                "&check_tma, &launch_tma<attntune_k0::AttnParams, attntune_k0::att::TmaMaps>}},",
-                                g.block, g.smem_bytes, g.split_tail ? 1 : 0)),
+  // The table row: sm_90a, bf16, the tuned problem, the family's launch plan with the constants the
+  // kernel was built with, its entry point.
+  EXPECT_NE(cu.find("\"sm_90a\", 128, 0, 1, 4, 16, 16, 4096, 4096,\n"
+                    "     &attntune_plan::kFlashFwdWgmma, kDefines_k0, "
+                    "static_cast<int>(sizeof kDefines_k0 / sizeof kDefines_k0[0]),\n"
+                    "     {reinterpret_cast<const void*>(&attntune_k0::attntune_k0_flash_fwd_wgmma)}},"),
             std::string::npos);
-  EXPECT_EQ(count(cu, "// ---- templates/export/launch_tma.cuh"), 1u);
-  EXPECT_EQ(count(cu, "// ---- templates/export/launch_plain.cuh"), 0u);
+  EXPECT_NE(cu.find("static const attntune_plan::Define kDefines_k0[] = {\n    {\"ATT_HEAD_DIM\", 128LL},\n"),
+            std::string::npos);
+  EXPECT_NE(cu.find(fmt::format("    {{\"SMEM_BYTES\", {}LL}},\n", g.smem)), std::string::npos);
+  // The launch plan and its executor, once each, at global scope after the kernels.
+  EXPECT_EQ(count(cu, "// ---- templates/flash_fwd_wgmma/launch.h\n"), 1u);
+  EXPECT_EQ(count(cu, "// ---- templates/export/run_plan.cuh\n"), 1u);
+  EXPECT_EQ(count(cu, "// ---- templates/flash_fwd_mma/launch.h\n"), 0u);
+  EXPECT_LT(cu.find("}  // namespace attntune_k0"), cu.find("// ---- templates/flash_fwd_wgmma/launch.h\n"));
   // Host code stays out of the device passes (there the kernel alone matters).
   EXPECT_NE(cu.find("#if !defined(__CUDA_ARCH__)\n\n#define ATTNTUNE_UNSUPPORTED 1000"), std::string::npos);
 
@@ -123,7 +137,7 @@ TEST(ExportWgmma, LaunchesThroughTensorMapsWithTheTunedGridAndBuildsForSm90a) {
   std::string rest = cu;
   while (std::regex_search(rest, m, std::regex("#include[^\n]*"))) {
     EXPECT_TRUE(std::regex_match(
-        m.str(), std::regex("#include <(cuda_runtime\\.h|cuda\\.h|atomic|climits|cmath|cstdarg|cstdint|cstdio|cstring|mutex)>")))
+        m.str(), std::regex("#include <(cuda_runtime\\.h|cuda\\.h|atomic|cmath|cstdarg|cstddef|cstdint|cstdio|cstring|mutex)>")))
         << m.str();
     rest = m.suffix();
   }
@@ -134,12 +148,12 @@ TEST(ExportWgmma, LaunchesThroughTensorMapsWithTheTunedGridAndBuildsForSm90a) {
   EXPECT_EQ(info["median_us"], 900.5);
   EXPECT_EQ(info["launch"]["persistent"], true);
   EXPECT_EQ(info["launch"]["threads"], g.block);
-  EXPECT_EQ(info["launch"]["smem_bytes"], g.smem_bytes);
+  EXPECT_EQ(info["launch"]["smem_bytes"], g.smem);
   EXPECT_EQ(info["launch"]["tma_box_rows"]["q"], 128);
   EXPECT_EQ(info["launch"]["tma_box_rows"]["kv"], 128);
   EXPECT_EQ(info["config"]["persistent"], true);
-  EXPECT_FALSE(info["launch"].contains("cluster"));  // only where there are clusters: CONTRACT.md's fields unchanged
-  EXPECT_EQ(cu.find("clusters sharing"), std::string::npos);
+  EXPECT_FALSE(info["launch"].contains("cluster"));  // only where there are clusters: docs/CONTRACT.md's fields unchanged
+  EXPECT_EQ(cu.find("CTAs in 2-CTA clusters"), std::string::npos);
 
   // --rank 2: the per-tile grid and its own boxes.
   const std::string second = export_source(f.items("wg-d128", 2), ExportMode::kSingle);
@@ -158,12 +172,10 @@ TEST(ExportWgmma, KvMulticastLaunchesTwoCtaClusters) {
   Fixture f;
   const std::string cu = export_source(f.items("wg-d128", 3), ExportMode::kSingle);
   const Problem p = Problem::parse(kD128);
-  const LaunchGeometry g = launch_geometry(*f.d.space(kWg), f.multicast, p, "sm_90a");
-  ASSERT_EQ(g.cluster, 2u);
+  const RenderedKernel k = render_kernel(*f.d.space(kWg), f.multicast, p, "sm_90a");
+  ASSERT_EQ(launch_of(k, p).cluster, 2u);
   EXPECT_NE(cu.find("#define KV_MULTICAST 1\n"), std::string::npos);
-  EXPECT_NE(cu.find(fmt::format("\"sm_90a\", 128, 0, 1, 4, 16, 16, 4096, 4096, 128, {}, {}, 1, 128, 128, {}, 2,\n",
-                                g.block, g.smem_bytes, g.split_tail ? 1 : 0)),
-            std::string::npos);
+  EXPECT_NE(cu.find("    {\"KV_MULTICAST\", 1LL},\n"), std::string::npos);  // the plan's constants
   EXPECT_NE(cu.find("//   launch        persistent grid: min(work tiles (ceil(seqlen_q / 128) rounded up to a "
                     "multiple of 2, heads_q, batch), SMs) CTAs in 2-CTA clusters sharing each K/V load (TMA "
                     "multicast), as many as fit on the device at once, "),
@@ -200,10 +212,10 @@ TEST(ExportWgmma, AllBestHoldsEachProblemsKernelWithItsOwnLaunch) {
   ExportQuery q;
   q.all_best = true;
   const std::string cu = export_source(select_for_export(f.d.store(), q), ExportMode::kAllBest);
-  EXPECT_EQ(count(cu, "// ---- templates/export/launch_tma.cuh"), 1u);
+  EXPECT_EQ(count(cu, "// ---- templates/flash_fwd_wgmma/launch.h\n"), 1u);
   EXPECT_EQ(count(cu, "#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"), 2u);
-  EXPECT_NE(cu.find("&launch_tma<attntune_k0::AttnParams, attntune_k0::att::TmaMaps>"), std::string::npos);
-  EXPECT_NE(cu.find("&launch_tma<attntune_k1::AttnParams, attntune_k1::att::TmaMaps>"), std::string::npos);
+  EXPECT_EQ(count(cu, "     &attntune_plan::kFlashFwdWgmma, kDefines_k"), 2u);
+  EXPECT_NE(cu.find("&attntune_k1::attntune_k1_flash_fwd_wgmma"), std::string::npos);
   const nlohmann::json info = info_from_source(cu);
   ASSERT_EQ(info["kernels"].size(), 2u);
   EXPECT_EQ(info["kernels"][0]["launch"]["persistent"], true);
@@ -234,7 +246,8 @@ TEST(ExportWgmma, RefusesMixedArchsWithoutArchAndChangedTemplates) {
   info = info_from_source(mma);
   ASSERT_EQ(info["kernels"].size(), 1u);
   EXPECT_EQ(info["kernels"][0]["template"], "flash_fwd_mma");
-  EXPECT_EQ(mma.find("launch_tma"), std::string::npos);  // an mma file carries no TMA launch part
+  EXPECT_EQ(mma.find("// ---- templates/flash_fwd_wgmma/launch.h\n"), std::string::npos);  // nor wgmma's launch plan
+  EXPECT_EQ(mma.find("it needs CUDA 12.0 or newer\"\n#endif"), std::string::npos);  // nor its CUDA 12 floor
   EXPECT_EQ(mma.find("__CUDA_ARCH_FEAT_SM90_ALL"), std::string::npos);
 
   // A config no other campaign recorded (a candidate keeps the source it was first recorded with).
@@ -265,7 +278,7 @@ TEST(ExportWgmma, MixedTemplateCampaignExportsItsWgmmaBestForSm90a) {
   // --rank 2 is the campaign's flash_fwd_mma result, from its own space.
   const auto second = f.items("both", 2);
   EXPECT_EQ(second[0].row.family, "flash_fwd_mma");
-  EXPECT_NE(export_source(second, ExportMode::kSingle).find("&launch_plain<attntune_k0::AttnParams>"),
+  EXPECT_NE(export_source(second, ExportMode::kSingle).find("&attntune_plan::kFlashFwdMma, kDefines_k0"),
             std::string::npos);
 }
 
@@ -285,7 +298,7 @@ Shell link_checks(const std::string& nvcc, const std::string& source, const std:
             shq(lib_dir) + " -o " + shq(exe));
 }
 
-// CONTRACT.md's command line with -arch=sm_90a (nvcc 13 adds compute_90 PTX there, which cannot hold
+// docs/CONTRACT.md's command line with -arch=sm_90a (nvcc 13 adds compute_90 PTX there, which cannot hold
 // wgmma: the file must still compile, with the kernels in the sm_90a code), for one kernel and for
 // an all-best of two; -arch=sm_90 fails at the link; then the shared and the TMA argument checks,
 // run with no GPU; and a kv_multicast export compiled into the checks of its clustered grid.

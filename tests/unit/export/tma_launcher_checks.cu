@@ -1,4 +1,4 @@
-// Host-side checks of what the TMA launch part (templates/export/launch_tma.cuh) adds to an exported
+// Host-side checks of what the TMA launch plan (templates/flash_fwd_wgmma/launch.h) adds to an exported
 // file's launcher, linked with a flash_fwd_wgmma export by nvcc (no GPU needed: every check is
 // answered before a kernel could be launched). Beside tests/data/export/launcher_checks.cpp, which
 // checks what every family shares. Usage:

@@ -9,6 +9,7 @@
 
 #include "cuda/nvrtc.hpp"
 #include "eval/build_pool.hpp"
+#include "tests/common/plan_call.hpp"
 #include "tests/common/run_attntune.hpp"
 
 using namespace attntune;
@@ -53,13 +54,16 @@ TEST(FlashFwdMmaRender, GeometryFollowsTheSpace) {
   const SearchSpace space = load_space();
   const Problem p = Problem::parse("b=3,h=5,s=1000,d=64,dtype=fp16,causal=0");
   for (const Config& c : spread(space.enumerate(p, "sm_90"), 20)) {
-    const LaunchGeometry g = launch_geometry(space, c, p, "sm_90");
+    const auto plan = plan_call(render_kernel(space, c, p, "sm_90").launch, attntune::testing::dense_call_of(p),
+                                attntune::testing::FakeDevice{}.device());
+    ASSERT_TRUE(plan);
+    const attntune_plan::Launch& g = plan->launch[0];
     const auto bm = std::get<std::int64_t>(c.at("block_m")), warps = std::get<std::int64_t>(c.at("warps"));
     EXPECT_EQ(g.grid[0], static_cast<unsigned>((1000 + bm - 1) / bm));
     EXPECT_EQ(g.grid[1], 5u);
     EXPECT_EQ(g.grid[2], 3u);
     EXPECT_EQ(g.block, static_cast<unsigned>(warps * 32));
-    EXPECT_LE(g.smem_bytes, 232448u);
+    EXPECT_LE(g.smem, 232448u);
   }
 }
 
@@ -69,7 +73,7 @@ TEST(FlashFwdMmaRender, InvalidConfigIsRejectedBeforeRendering) {
   Config c = space.enumerate(p, "sm_90").front();
   c["block_m"] = std::int64_t{96};
   EXPECT_THROW(render_kernel(space, c, p, "sm_90"), InputError);
-  EXPECT_THROW(family_info("flash_fwd_nope"), InputError);
+  EXPECT_THROW(check_family("flash_fwd_nope"), InputError);
 }
 
 class FlashFwdMmaBuild : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
@@ -83,7 +87,7 @@ TEST_P(FlashFwdMmaBuild, SampledValidConfigsCompile) {
   const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
   const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 10;
   BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options(family_info("flash_fwd_mma"));
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_fwd_mma");
   pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
   BuildPool pool(pool_opts);
   std::size_t i = 0;
@@ -123,7 +127,7 @@ TEST(FlashFwdMmaBuild, PtxUsesMmaSyncLdmatrixCpAsync) {
         if (c.empty() && std::get<std::string>(x.at("kv_schedule")) == schedule) c = x;
       });
       ASSERT_FALSE(c.empty()) << schedule;
-      cuda::CompileOptions opts{arch, family_nvrtc_options(family_info("flash_fwd_mma")), true, 0};
+      cuda::CompileOptions opts{arch, family_nvrtc_options("flash_fwd_mma"), true, 0};
       const auto out = cuda::nvrtc_compile(render_kernel(space, c, p, arch).source, "k.cu", opts);
       ASSERT_TRUE(out.ok) << out.log;
       EXPECT_NE(out.ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos);

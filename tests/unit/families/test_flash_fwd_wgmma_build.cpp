@@ -10,11 +10,25 @@
 
 #include "cuda/nvrtc.hpp"
 #include "eval/build_pool.hpp"
+#include "tests/common/plan_call.hpp"
 #include "tests/common/run_attntune.hpp"
+#include "templates/flash_fwd_wgmma/launch.h"
 
 using namespace attntune;
 
 namespace {
+
+// The plan of a dense call of p for a config, on a 132-SM device.
+attntune_plan::Plan plan_of(const SearchSpace& space, const Config& c, const Problem& p) {
+  std::string why;
+  const auto plan =
+      plan_call(render_kernel(space, c, p, "sm_90a").launch, attntune::testing::dense_call_of(p), attntune::testing::FakeDevice{}.device(), &why);
+  EXPECT_TRUE(plan) << config_str(c) << ": " << why;
+  return plan ? *plan : attntune_plan::empty_plan();
+}
+attntune_plan::Launch launch_of(const SearchSpace& space, const Config& c, const Problem& p) {
+  return plan_of(space, c, p).launch[0];
+}
 
 constexpr const char* kArch = "sm_90a";
 
@@ -40,7 +54,7 @@ Config first_valid(const SearchSpace& space, const Problem& p, Pred pred) {
   return found;
 }
 
-// The first valid config with these options (the ablation steps of docs/WGMMA.md).
+// The first valid config with these options (the ablation steps of docs/log/WGMMA.md).
 Config find(const SearchSpace& space, const Problem& p, std::int64_t block_m, bool ws, bool pp, bool ov) {
   return first_valid(space, p, [&](const Config& c) {
     return num(c, "block_m") == block_m && num(c, "block_n") == 128 && flag(c, "warp_specialize") == ws &&
@@ -66,10 +80,12 @@ TEST(FlashFwdWgmmaSpace, OptionsAndLimitsAreConsistent) {
       if (!flag(c, "warp_specialize")) {
         EXPECT_FALSE(flag(c, "ping_pong") || flag(c, "intra_wg_overlap")) << config_str(c);
       }
-      const LaunchGeometry g = launch_geometry(space, c, p, kArch);
-      EXPECT_LE(g.smem_bytes, 232448u) << config_str(c);
+      const attntune_plan::Launch g = launch_of(space, c, p);
+      EXPECT_LE(g.smem, 232448u) << config_str(c);
       EXPECT_EQ(g.block, static_cast<unsigned>(num(c, "block_m") * 2 + (flag(c, "warp_specialize") ? 128 : 0)));
-      EXPECT_EQ(g.grid[0], static_cast<unsigned>((4096 + num(c, "block_m") - 1) / num(c, "block_m")));
+      if (!flag(c, "persistent")) {
+        EXPECT_EQ(g.grid[0], static_cast<unsigned>((4096 + num(c, "block_m") - 1) / num(c, "block_m")));
+      }
     });
     EXPECT_GT(n, 20u) << "d=" << d;
     // d=256: O alone is 128 registers a consumer thread, so three warpgroups (160 each) do not fit.
@@ -105,11 +121,15 @@ TEST(FlashFwdWgmmaSpace, CausalOrdersTilesInHeadGroups) {
   ASSERT_TRUE(why.has_value()) << "a persistent causal grid without a producer must be refused";
   EXPECT_NE(why->find("takes its tiles from a counter"), std::string::npos) << *why;
   ASSERT_FALSE(dynamic.empty());
-  EXPECT_TRUE(launch_geometry(space, dynamic, p, kArch).dynamic_tiles);
+  // The counter: one zeroed, optional workspace of two ints.
+  const attntune_plan::Plan with_counter = plan_of(space, dynamic, p);
+  ASSERT_EQ(with_counter.workspaces, 1);
+  EXPECT_EQ(with_counter.workspace[0].bytes, 2 * sizeof(int));
+  EXPECT_EQ(with_counter.workspace[0].zeroed, 1);
   Problem non_causal = p;
   non_causal.causal = false;
   dynamic["head_group"] = std::int64_t{1};
-  EXPECT_FALSE(launch_geometry(space, dynamic, non_causal, kArch).dynamic_tiles) << "non-causal tiles are dealt in turn";
+  EXPECT_EQ(plan_of(space, dynamic, non_causal).workspaces, 0) << "non-causal tiles are dealt in turn";
   EXPECT_EQ(groups, (std::set<std::int64_t>{1, 4, 16}));
   EXPECT_EQ(ring_block_ms, (std::set<std::int64_t>{128, 192}));
 }
@@ -225,8 +245,7 @@ TEST(FlashFwdWgmmaSpace, KvMulticastNeedsAPairablePersistentGrid) {
         if (flag(c, "kv_multicast")) {
           EXPECT_TRUE(flag(c, "persistent") && flag(c, "warp_specialize")) << config_str(c);
         }
-        const LaunchGeometry g = launch_geometry(space, c, p, kArch);
-        EXPECT_EQ(g.cluster, flag(c, "kv_multicast") ? 2u : 1u) << config_str(c);
+        EXPECT_EQ(launch_of(space, c, p).cluster, flag(c, "kv_multicast") ? 2u : 1u) << config_str(c);
         if (refused.empty() && !flag(c, "persistent") && flag(c, "warp_specialize")) refused = c;
       });
       const bool want = !causal;
@@ -244,15 +263,15 @@ TEST(FlashFwdWgmmaSpace, KvMulticastNeedsAPairablePersistentGrid) {
 // The tail rule the evaluator and the exported launcher share: two K/V iterations per CTA at
 // least, nothing to split when the rounds are whole, and 32-bit share arithmetic in the kernel.
 TEST(FlashFwdWgmmaSpace, SplitTailTilesRule) {
-  EXPECT_EQ(split_tail_tiles(2048, 132, 24), 68u);   // s=4k: 16 rounds, the last with 68 tiles
-  EXPECT_EQ(split_tail_tiles(4224, 132, 24), 0u);    // whole rounds
-  EXPECT_EQ(split_tail_tiles(100, 132, 24), 0u);     // fewer tiles than CTAs: one round
-  EXPECT_EQ(split_tail_tiles(133, 132, 1), 0u);      // 1 tail tile x 1 iteration < 2 per CTA
-  EXPECT_EQ(split_tail_tiles(2048, 132, 1u << 20), 0u);  // tail * n * ctas >= 2^31
-  EXPECT_EQ(split_tail_tiles((1ull << 31) - 195, 132, 60), 0u);  // 5 tail tiles, but tiles + 2 * ctas >= 2^31
-  EXPECT_EQ(split_tail_tiles((1ull << 30) + 5, 132, 60), 105u);  // far from it: split
-  EXPECT_EQ(split_workspace_floats(132, 8, 128), 2ull * 132 * 8 * 68 * 32);
-  EXPECT_EQ(split_counters(68, 8), 544u);
+  EXPECT_EQ(attntune_plan::split_tail_tiles(2048, 132, 24), 68u);   // s=4k: 16 rounds, the last with 68 tiles
+  EXPECT_EQ(attntune_plan::split_tail_tiles(4224, 132, 24), 0u);    // whole rounds
+  EXPECT_EQ(attntune_plan::split_tail_tiles(100, 132, 24), 0u);     // fewer tiles than CTAs: one round
+  EXPECT_EQ(attntune_plan::split_tail_tiles(133, 132, 1), 0u);      // 1 tail tile x 1 iteration < 2 per CTA
+  EXPECT_EQ(attntune_plan::split_tail_tiles(2048, 132, 1u << 20), 0u);  // tail * n * ctas >= 2^31
+  EXPECT_EQ(attntune_plan::split_tail_tiles((1ull << 31) - 195, 132, 60), 0u);  // 5 tail tiles, but tiles + 2 * ctas >= 2^31
+  EXPECT_EQ(attntune_plan::split_tail_tiles((1ull << 30) + 5, 132, 60), 105u);  // far from it: split
+  EXPECT_EQ(attntune_plan::split_workspace_bytes(132, 8, 128), 2ull * 132 * 8 * 68 * 32 * 4);
+  EXPECT_EQ(attntune_plan::split_counter_bytes(68, 8), 544u * 4);
 }
 
 // An H100 reports sm_90; wgmma and setmaxnreg need the arch-specific sm_90a build.
@@ -349,7 +368,7 @@ TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
     }
   }
   BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options(family_info("flash_fwd_wgmma"));
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_fwd_wgmma");
   pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
   BuildPool pool(pool_opts);
   std::size_t i = 0;
@@ -383,7 +402,7 @@ TEST(FlashFwdWgmmaBuild, PtxUsesTmaWgmmaSetmaxnreg) {
   const SearchSpace space = load_space();
   const Problem p = Problem::parse("b=1,h=1,s=128,d=128,dtype=bf16,causal=1");
   const Config c = find(space, p, 128, true, true, true);
-  cuda::CompileOptions opts{kArch, family_nvrtc_options(family_info("flash_fwd_wgmma")), true, 0};
+  cuda::CompileOptions opts{kArch, family_nvrtc_options("flash_fwd_wgmma"), true, 0};
   const auto out = cuda::nvrtc_compile(render_kernel(space, c, p, kArch).source, "k.cu", opts);
   ASSERT_TRUE(out.ok) << out.log;
   for (const char* instr : {"cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes",
@@ -401,7 +420,7 @@ TEST(FlashFwdWgmmaBuild, KvMulticastPtxUsesClusters) {
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
   const Problem p = Problem::parse("b=1,h=1,s=128,d=128,dtype=bf16,causal=0");
-  cuda::CompileOptions opts{kArch, family_nvrtc_options(family_info("flash_fwd_wgmma")), true, 0};
+  cuda::CompileOptions opts{kArch, family_nvrtc_options("flash_fwd_wgmma"), true, 0};
   for (bool mc : {false, true}) {
     const Config c = first_valid(space, p, [&](const Config& x) {
       return flag(x, "persistent") && flag(x, "ping_pong") && flag(x, "kv_multicast") == mc;

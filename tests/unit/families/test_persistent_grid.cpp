@@ -1,15 +1,20 @@
-// The persistent grid of tuner/families/family.hpp as every launcher sizes it (the evaluator's
-// LoadedKernel; the exported file's launcher repeats the rule, tests/unit/export): work tiles with
-// the query blocks padded to whole clusters, CTAs in whole clusters that fit on the device at once,
-// split_tail on the padded tiles; and launch_geometry's cluster for flash_fwd_wgmma's kv_multicast.
+// flash_fwd_wgmma's persistent grid as its launch plan (templates/flash_fwd_wgmma/launch.h) sizes
+// it for every executor (the tuner's worker, exported files, the harness): work tiles with the
+// query blocks padded to whole clusters, CTAs in whole clusters that fit on the device at once,
+// split_tail on the padded tiles; kv_multicast's 2-CTA clusters.
 #include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "tests/common/plan_call.hpp"
 #include "families/family.hpp"
+#include "templates/flash_fwd_wgmma/launch.h"
 
 using namespace attntune;
+using attntune::testing::dense_call_of;
+using attntune::testing::FakeDevice;
+using namespace attntune_plan;
 
 namespace {
 
@@ -35,17 +40,23 @@ Config multicast_config(const SearchSpace& space, const Problem& p) {
   return found;
 }
 
+Plan plan_of(const SearchSpace& space, const Config& c, const Problem& p, const FakeDevice& dev) {
+  std::string why;
+  const auto plan = plan_call(render_kernel(space, c, p, kArch).launch, dense_call_of(p), dev.device(), &why);
+  EXPECT_TRUE(plan) << why;
+  return plan ? *plan : empty_plan();
+}
+
 }  // namespace
 
 TEST(PersistentGrid, QueryBlocksArePaddedToWholeClusters) {
   // s=4000, block_m 128: 32 query blocks, already pairs.
-  EXPECT_EQ(persistent_work_tiles(32, 16, 4, 2), 32ull * 16 * 4);
+  EXPECT_EQ(wgmma_query_blocks(4000, 128, 2), 32);
   // s=4100: 33 blocks, padded to 34 (the 34th an idle ghost tile of each head).
-  EXPECT_EQ(persistent_work_tiles(33, 16, 4, 2), 34ull * 16 * 4);
-  EXPECT_EQ(persistent_work_tiles(33, 16, 4, 1), 33ull * 16 * 4);  // no clusters: no padding
-  EXPECT_EQ(persistent_work_tiles(1, 1, 1, 2), 2ull);
-  EXPECT_EQ(persistent_work_tiles(0, 16, 4, 2), 0ull);
-  EXPECT_EQ(persistent_work_tiles(65535, 65535, 65535, 2), 65536ull * 65535 * 65535);  // no overflow
+  EXPECT_EQ(wgmma_query_blocks(4100, 128, 2), 34);
+  EXPECT_EQ(wgmma_query_blocks(4100, 128, 1), 33);  // no clusters: no padding
+  EXPECT_EQ(wgmma_query_blocks(1, 128, 2), 2);
+  EXPECT_EQ(wgmma_query_blocks(0, 128, 2), 0);
 }
 
 TEST(PersistentGrid, CtasAreWholeClustersThatFitAtOnce) {
@@ -66,7 +77,7 @@ TEST(PersistentGrid, CtasAreWholeClustersThatFitAtOnce) {
 // split_tail takes the padded tiles: its tail is then whole clusters too, as the kernel's split
 // over clusters needs. b=1, h=16, s=sk=4100, block_m=block_n=128: 33 blocks padded to 34.
 TEST(PersistentGrid, SplitTailOfPaddedTilesIsWholeClusters) {
-  const unsigned long long tiles = persistent_work_tiles(33, 16, 1, 2);
+  const unsigned long long tiles = wgmma_query_blocks(4100, 128, 2) * 16;
   ASSERT_EQ(tiles, 544ull);
   const unsigned ctas = persistent_ctas(tiles, 132, 64, 2);
   ASSERT_EQ(ctas, 128u);
@@ -75,22 +86,52 @@ TEST(PersistentGrid, SplitTailOfPaddedTilesIsWholeClusters) {
   EXPECT_EQ(split_tail_tiles(33ull * 16, 128, 33), 16u);  // unpadded: the kernel's tiles would not match
 }
 
-TEST(PersistentGrid, KvMulticastMakesTwoCtaClusters) {
+TEST(PersistentGrid, KvMulticastPlansTwoCtaClustersThatFit) {
   const SearchSpace space = SearchSpace::load(kWgmmaYaml);
   const Problem p = Problem::parse("b=4,h=16,s=4100,d=128,dtype=bf16,causal=0");
   Config c = multicast_config(space, p);
   ASSERT_FALSE(c.empty()) << "no valid kv_multicast config for " << p.str();
-  LaunchGeometry g = launch_geometry(space, c, p, kArch);
-  EXPECT_TRUE(g.persistent);
-  EXPECT_EQ(g.cluster, 2u);
-  EXPECT_EQ(g.grid[0], static_cast<unsigned>((4100 + std::get<std::int64_t>(c.at("block_m")) - 1) /
-                                             std::get<std::int64_t>(c.at("block_m"))));  // unpadded: the launcher pads
+  const long long block_m = std::get<std::int64_t>(c.at("block_m"));
+  const Plan plan = plan_of(space, c, p, FakeDevice{132, 64});
+  ASSERT_EQ(plan.launches, 1);
+  EXPECT_EQ(plan.launch[0].cluster, 2u);
+  EXPECT_EQ(plan.launch[0].grid[0], 128u);  // 64 clusters fit: 128 CTAs, not 132
+  EXPECT_EQ(plan.launch[0].grid[1], 1u);
+  EXPECT_EQ(plan.maps, 3);  // q, k, v
+  EXPECT_EQ(plan.map[0].box[1], static_cast<unsigned>(block_m));
+  // Few tiles: one CTA per padded tile.
+  const Problem small = Problem::parse("b=1,h=1,s=300,d=128,dtype=bf16,causal=0");
+  const Plan few = plan_of(space, c, small, FakeDevice{132, 64});
+  EXPECT_EQ(few.launch[0].grid[0], static_cast<unsigned>(wgmma_query_blocks(300, static_cast<int>(block_m), 2)));
+
   c["kv_multicast"] = false;
-  EXPECT_EQ(launch_geometry(space, c, p, kArch).cluster, 1u);
+  EXPECT_EQ(plan_of(space, c, p, FakeDevice{132, 64}).launch[0].cluster, 1u);
   c.erase("kv_multicast");  // a config recorded before kv_multicast existed, in the space of then
-  EXPECT_EQ(launch_geometry(space_before_kv_multicast(), c, p, kArch).cluster, 1u);
-  // flash_fwd_mma has no clusters.
+  EXPECT_EQ(plan_of(space_before_kv_multicast(), c, p, FakeDevice{132, 64}).launch[0].cluster, 1u);
+}
+
+TEST(PersistentGrid, FlashFwdMmaLaunchesOneCtaPerQueryBlock) {
   const SearchSpace mma = SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/flash_fwd_mma.yaml");
+  const Problem p = Problem::parse("b=3,h=5,s=1000,d=128,dtype=bf16,causal=0");
   const Config m = mma.enumerate(p, "sm_90").front();
-  EXPECT_EQ(launch_geometry(mma, m, p, "sm_90").cluster, 1u);
+  const RenderedKernel k = render_kernel(mma, m, p, "sm_90");
+  const auto plan = plan_call(k.launch, dense_call_of(p), FakeDevice{}.device());
+  ASSERT_TRUE(plan);
+  ASSERT_EQ(plan->launches, 1);
+  const Launch& l = plan->launch[0];
+  const long long block_m = std::get<std::int64_t>(m.at("block_m"));
+  EXPECT_EQ(l.grid[0], static_cast<unsigned>((1000 + block_m - 1) / block_m));
+  EXPECT_EQ(l.grid[1], 5u);
+  EXPECT_EQ(l.grid[2], 3u);
+  EXPECT_EQ(l.cluster, 1u);
+  EXPECT_EQ(l.block, static_cast<unsigned>(define_value(k.launch.defines, "THREADS")));
+  EXPECT_EQ(l.smem, static_cast<unsigned>(define_value(k.launch.defines, "SMEM_BYTES")));
+  EXPECT_EQ(plan->maps, 0);
+  EXPECT_EQ(plan->workspaces, 0);
+  // The dense plans serve attntune_attention_forward only.
+  auto kv = dense_call_of(p);
+  kv.entry = kEntryKvcache;
+  std::string why;
+  EXPECT_FALSE(plan_call(k.launch, kv, FakeDevice{}.device(), &why));
+  EXPECT_NE(why.find("attntune_attention_forward"), std::string::npos) << why;
 }

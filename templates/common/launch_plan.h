@@ -1,0 +1,288 @@
+// ---- templates/common/launch_plan.h: how a call of an attention entry point becomes launches.
+//
+// Every kernel family states its launch once, in templates/<family>/launch.h, as a Family (at the
+// end of this file): from the constants its kernels were built with (the #defines the renderer
+// wrote) and one call of a C entry point (Call) to a Plan: the kernels to launch in order (grid,
+// block, dynamic shared memory, cluster), the workspaces they need, the TMA tensor maps to encode,
+// or a refusal with its reason. Then, for each launch, the kernel's arguments (bind).
+//
+// Three executors run plans and nothing else decides a launch:
+//   - the tuner's evaluator, through the driver API (tuner/eval/attention_gpu.cpp, LoadedBuild);
+//   - the exported library, through the runtime API (templates/export/run_plan.cuh);
+//   - the nvcc harnesses (tests/harness/), through the same runtime executor.
+// So a grid policy, a tile count or a tensor-map recipe exists in the family's launch.h only.
+//
+// Plain C++17 and header-only: no CUDA header, no exceptions, no allocation, so that g++ (the
+// tuner), nvcc's host pass (exports, harnesses) and the export's text (flattened verbatim) all
+// compile the same code.
+#ifndef ATTNTUNE_LAUNCH_PLAN_H
+#define ATTNTUNE_LAUNCH_PLAN_H
+
+#include <cstdarg>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+
+namespace attntune_plan {
+
+// The C entry points of docs/CONTRACT.md a family's kernels can serve (bits of Family::entries).
+enum Entry : int {
+  kEntryDense = 1,    // attntune_attention_forward
+  kEntryKvcache = 2,  // attntune_attention_forward_kvcache
+  kEntryVarlen = 4,   // attntune_attention_forward_varlen
+};
+
+// One call of an entry point, as its C arguments arrived, after the launcher's shared checks
+// (sizes, 16-byte alignment, strides in multiples of 8 elements, out without overlaps). Pointers
+// are device pointers. Fields an entry point does not have are zero.
+struct Call {
+  int entry;  // Entry
+  const void* q;
+  const void* k;  // kvcache: the K cache (pages when block_table is set)
+  const void* v;
+  void* out;
+  float* lse;  // null: not wanted
+  int batch, heads_q, heads_kv, seqlen_q;
+  int seqlen_k;  // dense: the keys of every sequence; kvcache: seqlen_k_max
+  int head_dim;
+  // In elements, {batch, head, row}; kvcache with a block table: K's and V's are {page, head, row}.
+  long long q_stride[3], k_stride[3], v_stride[3], o_stride[3];
+  float scale;
+  int causal;  // bottom-right aligned when seqlen_q != seqlen_k (per sequence for kvcache)
+  // kvcache: keys of each sequence ([batch], device; null: seqlen_k each) and the page table
+  // ([batch, max_blocks_per_seq] page indices, device; null: K and V contiguous per sequence).
+  const int* cache_seqlens;
+  const int* block_table;
+  int max_blocks_per_seq, page_size;
+  // varlen: [batch + 1] prefix sums (device).
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
+};
+
+inline Call empty_call() {
+  Call c;
+  std::memset(&c, 0, sizeof c);
+  return c;
+}
+
+// A reason, for a refusal or an error (the launcher's attntune_last_error()).
+struct Why {
+  char text[768];
+};
+
+#if defined(__GNUC__)
+inline int refuse(Why* why, const char* format, ...) __attribute__((format(printf, 2, 3)));
+#endif
+// Fills `why` and returns 1: what plan and bind return for a call they cannot serve.
+inline int refuse(Why* why, const char* format, ...) {
+  if (why) {
+    va_list ap;
+    va_start(ap, format);
+    std::vsnprintf(why->text, sizeof why->text, format, ap);
+    va_end(ap);
+  }
+  return 1;
+}
+
+// What the executor tells a plan of the device the call runs on.
+struct Device {
+  int sm_count;
+  // How many clusters of `cluster` CTAs of kernel `kernel` (with `block` threads and `smem` bytes
+  // of dynamic shared memory) fit on the device at once, for a grid of `grid_x` CTAs; 0 when the
+  // executor cannot say (the SMs alone bound a grid then). `ctx` is the executor's.
+  int (*max_active_clusters)(const void* ctx, int kernel, unsigned grid_x, unsigned cluster, unsigned block,
+                             unsigned smem);
+  const void* ctx;
+  int clusters(int kernel, unsigned grid_x, unsigned cluster, unsigned block, unsigned smem) const {
+    return max_active_clusters ? max_active_clusters(ctx, kernel, grid_x, cluster, block, smem) : 0;
+  }
+};
+
+constexpr int kMaxKernels = 4;      // entry points of one build
+constexpr int kMaxLaunches = 4;     // kernels one call launches
+constexpr int kMaxWorkspaces = 4;
+constexpr int kMaxTensorMaps = 4;
+constexpr int kTensorMapBytes = 128;  // sizeof(CUtensorMap)
+
+// One TMA tensor map, as cuTensorMapEncodeTiled takes it. The rest of the recipe is the same for
+// every map: no interleave, L2 promotion of 256 bytes, zeros past the tensor's ends.
+struct TensorMap {
+  const char* name;  // for messages: "q", "k", ...
+  const void* base;
+  int rank;   // 1..5
+  int bf16;   // element type: bf16, else fp16 (2 bytes either way)
+  int swizzle_128b;  // 1: 128-byte swizzle, 0: none
+  unsigned long long dims[5];     // elements, innermost first
+  unsigned long long strides[4];  // bytes, of dims 1..rank-1
+  unsigned box[5];                // elements per dim of one copy
+};
+
+// Device memory a plan's kernels share. A zeroed workspace is zero before its first use and every
+// launch leaves it zero (counters the last user resets). An optional one the executor may fail to
+// provide (Resources::workspace[i] null): the family's bind then launches without it, as correctly.
+struct Workspace {
+  unsigned long long bytes;
+  int zeroed;
+  int optional;
+};
+
+struct Launch {
+  int kernel;  // index into Family::kernel_names
+  unsigned grid[3];
+  unsigned block;
+  unsigned smem;     // dynamic shared memory, bytes
+  unsigned cluster;  // CTAs per cluster along x, compiled into the kernel (__cluster_dims__); 1: none
+};
+
+struct Plan {
+  int launches;
+  Launch launch[kMaxLaunches];
+  int workspaces;
+  Workspace workspace[kMaxWorkspaces];
+  int maps;
+  TensorMap map[kMaxTensorMaps];
+};
+
+inline Plan empty_plan() {
+  Plan p;
+  std::memset(&p, 0, sizeof p);
+  return p;
+}
+
+// What the executor prepared for a plan: the encoded maps and the workspaces' device addresses.
+struct Resources {
+  const void* map[kMaxTensorMaps];  // kTensorMapBytes each, 64-byte aligned
+  void* workspace[kMaxWorkspaces];  // null: an optional workspace the executor could not provide
+};
+
+// One launch's kernel arguments: each argument's bytes in `storage`, `ptr` pointing at each (the
+// void** of cuLaunchKernel and cudaLaunchKernel).
+struct Args {
+  alignas(64) unsigned char storage[2048];
+  void* ptr[8];
+  int count;
+  unsigned used;
+  Args() : count(0), used(0) {}
+  // Appends one argument (copied, at its alignment); false when it does not fit.
+  template <class T>
+  bool add(const T& value) {
+    const unsigned align = alignof(T), at = (used + align - 1) / align * align;
+    if (count >= 8 || at + sizeof(T) > sizeof storage) return false;
+    std::memcpy(storage + at, &value, sizeof(T));
+    ptr[count++] = storage + at;
+    used = at + static_cast<unsigned>(sizeof(T));
+    return true;
+  }
+};
+
+// The constants a build was compiled with: the renderer's #defines (name, value), in any order.
+struct Define {
+  const char* name;
+  long long value;
+};
+
+// The value of `name` among `defs` into *out; refuses (naming it) when it is missing.
+inline int define_value(const Define* defs, int n, const char* name, long long* out, Why* why) {
+  for (int i = 0; i < n; ++i)
+    if (std::strcmp(defs[i].name, name) == 0) {
+      *out = defs[i].value;
+      return 0;
+    }
+  return refuse(why, "the build's constants lack %s", name);
+}
+// The same for a define that builds recorded before it existed lack: `absent` then.
+inline long long define_or(const Define* defs, int n, const char* name, long long absent) {
+  for (int i = 0; i < n; ++i)
+    if (std::strcmp(defs[i].name, name) == 0) return defs[i].value;
+  return absent;
+}
+
+// An int define into *out, through define_value.
+inline int define_int(const Define* defs, int n, const char* name, int* out, Why* why) {
+  long long v = 0;
+  if (define_value(defs, n, name, &v, why)) return 1;
+  *out = static_cast<int>(v);
+  return 0;
+}
+
+constexpr int kMaxConstsBytes = 256;  // a family's constants, as its load() fills them
+
+// A kernel family's launch, type-erased so that one table (the export's) and one registry (the
+// tuner's) hold families of different constants. Each family's launch.h defines its constants
+// type C with
+//   static int load(const Define* defs, int n, C* out, Why* why);
+//   int plan(const Call& call, const Device& device, Plan* out, Why* why) const;
+//   int bind(const Call& call, const Plan& plan, const Resources& res, int launch, Args* args, Why* why) const;
+// and one Family made by make_family<C>(...). All return 0, or 1 with the reason in `why`.
+struct Family {
+  const char* name;  // the folder under templates/, the YAML's family:
+  int entries;       // Entry bits its kernels serve
+  int kernels;
+  const char* kernel_names[kMaxKernels];  // the build's extern "C" entry points, in order
+  int (*load)(const Define* defs, int n, void* consts, Why* why);
+  int (*plan)(const void* consts, const Call& call, const Device& device, Plan* out, Why* why);
+  int (*bind)(const void* consts, const Call& call, const Plan& plan, const Resources& res, int launch, Args* args,
+              Why* why);
+};
+
+template <class C>
+struct Erased {
+  static_assert(sizeof(C) <= kMaxConstsBytes && alignof(C) <= 8, "a family's constants exceed kMaxConstsBytes");
+  static int load(const Define* defs, int n, void* consts, Why* why) {
+    return C::load(defs, n, static_cast<C*>(consts), why);
+  }
+  static int plan(const void* consts, const Call& call, const Device& device, Plan* out, Why* why) {
+    *out = empty_plan();
+    return static_cast<const C*>(consts)->plan(call, device, out, why);
+  }
+  static int bind(const void* consts, const Call& call, const Plan& plan, const Resources& res, int launch,
+                  Args* args, Why* why) {
+    return static_cast<const C*>(consts)->bind(call, plan, res, launch, args, why);
+  }
+};
+
+template <class C>
+constexpr Family make_family(const char* name, int entries, int kernels, const char* k0, const char* k1 = nullptr,
+                             const char* k2 = nullptr, const char* k3 = nullptr) {
+  return Family{name, entries, kernels, {k0, k1, k2, k3}, &Erased<C>::load, &Erased<C>::plan, &Erased<C>::bind};
+}
+
+// Storage for one family's constants (what load() fills).
+struct Consts {
+  alignas(8) unsigned char bytes[kMaxConstsBytes];
+};
+
+// ---- helpers the families share ------------------------------------------------------------------
+
+inline long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+
+// A 4-d tensor map over one operand of [batch, heads, len, head_dim] with strides {batch, head,
+// row} in elements: dims (head_dim, len, heads, batch), box (box_cols, rows, 1, 1). A dimension of
+// extent 1 is never stepped along: its stride (which may be 0, or anything a framework left on a
+// size-1 dimension) is replaced by one the encoder accepts.
+inline TensorMap operand_map(const char* name, const void* base, const long long* stride, int len, int heads,
+                             int batch, int head_dim, unsigned box_cols, unsigned rows, int bf16) {
+  TensorMap m;
+  std::memset(&m, 0, sizeof m);
+  m.name = name;
+  m.base = base;
+  m.rank = 4;
+  m.bf16 = bf16;
+  m.swizzle_128b = 1;
+  const unsigned long long dims[4] = {static_cast<unsigned long long>(head_dim), static_cast<unsigned long long>(len),
+                                      static_cast<unsigned long long>(heads), static_cast<unsigned long long>(batch)};
+  for (int i = 0; i < 4; ++i) m.dims[i] = dims[i];
+  for (int i = 0; i < 3; ++i) {
+    const bool stepped = dims[i + 1] > 1;
+    m.strides[i] = stepped ? static_cast<unsigned long long>(stride[2 - i]) * 2 : dims[0] * 2;
+  }
+  m.box[0] = box_cols;
+  m.box[1] = rows;
+  m.box[2] = 1;
+  m.box[3] = 1;
+  return m;
+}
+
+}  // namespace attntune_plan
+
+#endif  // ATTNTUNE_LAUNCH_PLAN_H

@@ -1,0 +1,45 @@
+// ---- templates/flash_fwd_mma/launch.h: how a call becomes flash_fwd_mma's launch (the one place
+// that says so; templates/common/launch_plan.h tells who runs it). One CTA per query block of
+// BLOCK_M rows of one (batch, head): grid (ceil(seqlen_q / BLOCK_M), heads_q, batch), THREADS
+// threads, SMEM_BYTES of dynamic shared memory; the one argument is AttnParams.
+#ifndef ATTNTUNE_FLASH_FWD_MMA_LAUNCH_H
+#define ATTNTUNE_FLASH_FWD_MMA_LAUNCH_H
+
+#include "../common/dense_params.h"
+#include "../common/launch_plan.h"
+
+namespace attntune_plan {
+
+struct FlashFwdMmaLaunch {
+  int block_m, threads, smem_bytes;
+
+  static int load(const Define* d, int n, FlashFwdMmaLaunch* c, Why* why) {
+    return define_int(d, n, "BLOCK_M", &c->block_m, why) || define_int(d, n, "THREADS", &c->threads, why) ||
+           define_int(d, n, "SMEM_BYTES", &c->smem_bytes, why);
+  }
+
+  int plan(const Call& call, const Device&, Plan* p, Why* why) const {
+    if (call.entry != kEntryDense) return refuse(why, "flash_fwd_mma serves attntune_attention_forward only");
+    const long long blocks = ceil_div(call.seqlen_q, block_m);
+    if (check_grid(blocks, call.heads_q, call.batch, why)) return 1;
+    p->launches = 1;
+    p->launch[0] = Launch{0,
+                          {static_cast<unsigned>(blocks), static_cast<unsigned>(call.heads_q),
+                           static_cast<unsigned>(call.batch)},
+                          static_cast<unsigned>(threads),
+                          static_cast<unsigned>(smem_bytes),
+                          1};
+    return 0;
+  }
+
+  int bind(const Call& call, const Plan&, const Resources&, int, Args* args, Why* why) const {
+    if (!args->add(dense_params(call))) return refuse(why, "flash_fwd_mma: the arguments do not fit");
+    return 0;
+  }
+};
+
+inline constexpr Family kFlashFwdMma = make_family<FlashFwdMmaLaunch>("flash_fwd_mma", kEntryDense, 1, "flash_fwd_mma");
+
+}  // namespace attntune_plan
+
+#endif  // ATTNTUNE_FLASH_FWD_MMA_LAUNCH_H

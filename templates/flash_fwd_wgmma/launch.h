@@ -1,0 +1,182 @@
+// ---- templates/flash_fwd_wgmma/launch.h: how a call becomes flash_fwd_wgmma's launch, the one
+// place that says so (templates/common/launch_plan.h tells who runs it): the grid (one CTA per
+// work tile, or a persistent grid of whole clusters), the tensor maps of Q, K and V, the
+// workspaces of split_tail and of the causal tile counter, and what makes a call unsupported.
+//
+// Work tiles: (query blocks, heads_q, batch), the query blocks ceil(seqlen_q / BLOCK_M) rounded
+// up to whole clusters (kv_multicast pairs CTAs 2k and 2k+1 on one head's K and V; the kernel
+// leaves the padding block idle). A persistent grid launches one CTA per SM at most, in whole
+// clusters, no more clusters than fit on the device at once, and the CTAs walk the tiles.
+#ifndef ATTNTUNE_FLASH_FWD_WGMMA_LAUNCH_H
+#define ATTNTUNE_FLASH_FWD_WGMMA_LAUNCH_H
+
+#include "../common/dense_params.h"
+#include "../common/launch_plan.h"
+#include "args.h"
+
+namespace attntune_plan {
+
+// Query blocks of a call: ceil(seqlen_q / block_m) rounded up to a multiple of cluster.
+inline long long wgmma_query_blocks(long long seqlen_q, int block_m, int cluster) {
+  return ceil_div(ceil_div(seqlen_q, block_m), cluster) * cluster;
+}
+
+// The CTAs of a persistent grid over `tiles` work tiles (a multiple of `cluster`): one per tile, at
+// most one per SM in whole clusters (sm_count rounded down to a multiple of cluster), and at most
+// max_clusters clusters (how many fit on the device at once; 0: unknown, the SMs alone bound it).
+// A multiple of `cluster`, never 0 for tiles > 0.
+inline unsigned persistent_ctas(unsigned long long tiles, unsigned sm_count, unsigned max_clusters, unsigned cluster) {
+  unsigned long long cap = sm_count / cluster * cluster;
+  if (max_clusters > 0 && static_cast<unsigned long long>(max_clusters) * cluster < cap)
+    cap = static_cast<unsigned long long>(max_clusters) * cluster;
+  if (cap < cluster) cap = cluster;  // a device of fewer SMs than a cluster still gets one
+  return static_cast<unsigned>(tiles < cap ? tiles : cap);
+}
+
+// The stream-K tail of a persistent grid of `tiles` work tiles over `ctas` CTAs, each of
+// `iterations` K/V iterations: how many tail tiles to split (0: none). Split only when the tail
+// gives every CTA at least two iterations and the kernel's 32-bit share arithmetic cannot
+// overflow (tail * iterations * ctas and tiles + 2 * ctas below 2^31).
+inline unsigned split_tail_tiles(unsigned long long tiles, unsigned ctas, unsigned long long iterations) {
+  if (ctas == 0 || tiles <= ctas) return 0;
+  const unsigned long long tail = tiles % ctas;
+  if (tail == 0 || tail * iterations < 2ull * ctas || tail * iterations * ctas >= (1ull << 31) ||
+      tiles + 2ull * ctas >= (1ull << 31))
+    return 0;
+  return static_cast<unsigned>(tail);
+}
+
+// split_tail's workspace: per CTA two pieces, per consumer warp 32 lanes of head_dim / 2 + 4
+// floats (partial O, m, l); and one counter per tail tile and consumer warp.
+inline unsigned long long split_workspace_bytes(unsigned ctas, unsigned consumer_warps, unsigned head_dim) {
+  return 2ull * ctas * consumer_warps * (head_dim / 2 + 4) * 32 * sizeof(float);
+}
+inline unsigned long long split_counter_bytes(unsigned tail, unsigned consumer_warps) {
+  return 1ull * tail * consumer_warps * sizeof(int);
+}
+
+struct FlashFwdWgmmaLaunch {
+  int head_dim, bf16, causal;
+  int block_m, block_n, threads, smem_bytes;
+  int persistent;     // the CTAs walk the work tiles
+  int split_tail;     // persistent, non-causal: the last partial round shared out by K/V iterations
+  int dynamic_tiles;  // persistent, causal, with a producer: tiles taken from a counter
+  int cluster;        // kv_multicast: 2-CTA clusters sharing each K/V load; else 1
+  int consumer_warps;
+
+  static int load(const Define* d, int n, FlashFwdWgmmaLaunch* c, Why* why) {
+    int warp_specialize = 0;
+    if (define_int(d, n, "ATT_HEAD_DIM", &c->head_dim, why) || define_int(d, n, "ATT_DTYPE_BF16", &c->bf16, why) ||
+        define_int(d, n, "ATT_CAUSAL", &c->causal, why) || define_int(d, n, "BLOCK_M", &c->block_m, why) ||
+        define_int(d, n, "BLOCK_N", &c->block_n, why) || define_int(d, n, "THREADS", &c->threads, why) ||
+        define_int(d, n, "SMEM_BYTES", &c->smem_bytes, why) || define_int(d, n, "PERSISTENT", &c->persistent, why) ||
+        define_int(d, n, "WARP_SPECIALIZE", &warp_specialize, why))
+      return 1;
+    // Configs recorded before split_tail and kv_multicast existed lack them: off.
+    const bool split = define_or(d, n, "SPLIT_TAIL", 0) != 0, multicast = define_or(d, n, "KV_MULTICAST", 0) != 0;
+    c->split_tail = c->persistent && !c->causal && split;
+    c->dynamic_tiles = c->persistent && c->causal && warp_specialize;
+    c->cluster = c->persistent && !c->causal && multicast ? 2 : 1;
+    c->consumer_warps = c->block_m / 64 * 4;
+    return 0;
+  }
+
+  long long work_tiles(const Call& c) const {
+    return wgmma_query_blocks(c.seqlen_q, block_m, cluster) * c.heads_q * c.batch;
+  }
+
+  int plan(const Call& call, const Device& device, Plan* p, Why* why) const {
+    if (call.entry != kEntryDense) return refuse(why, "flash_fwd_wgmma serves attntune_attention_forward only");
+    // TMA: tensor-map strides below 2^40 bytes along every dimension of extent > 1.
+    const struct {
+      const char* name;
+      const long long* stride;
+      int heads, len;
+    } tensors[] = {{"q_strides", call.q_stride, call.heads_q, call.seqlen_q},
+                   {"k_strides", call.k_stride, call.heads_kv, call.seqlen_k},
+                   {"v_strides", call.v_stride, call.heads_kv, call.seqlen_k}};
+    for (const auto& t : tensors) {
+      const int extent[3] = {call.batch, t.heads, t.len};
+      for (int i = 0; i < 3; ++i)
+        if (extent[i] > 1 && t.stride[i] >= (1LL << 40) / 2)
+          return refuse(why, "%s {%lld, %lld, %lld}: a stride of 2^40 bytes or more does not fit a TMA tensor map",
+                        t.name, t.stride[0], t.stride[1], t.stride[2]);
+    }
+    const long long blocks = wgmma_query_blocks(call.seqlen_q, block_m, cluster), tiles = work_tiles(call);
+    if (tiles > 2147483647LL)
+      return refuse(why,
+                    "%lld work tiles (ceil(seqlen_q / %d), in whole clusters of %d, * heads_q * batch) is more than "
+                    "the kernel numbers (2^31 - 1): split the batch",
+                    tiles, block_m, cluster);
+    Launch& l = p->launch[0];
+    p->launches = 1;
+    l = Launch{0, {static_cast<unsigned>(blocks), static_cast<unsigned>(call.heads_q), static_cast<unsigned>(call.batch)},
+               static_cast<unsigned>(threads), static_cast<unsigned>(smem_bytes), static_cast<unsigned>(cluster)};
+    if (!persistent) {
+      if (check_grid(blocks, call.heads_q, call.batch, why)) return 1;
+    } else {
+      const unsigned sms = static_cast<unsigned>(device.sm_count > 0 ? device.sm_count : 1);
+      const int fit = cluster > 1 ? device.clusters(0, sms / cluster * cluster, cluster, l.block, l.smem) : 0;
+      const unsigned ctas =
+          persistent_ctas(static_cast<unsigned long long>(tiles), sms, fit > 0 ? static_cast<unsigned>(fit) : 0, cluster);
+      l.grid[0] = ctas;
+      l.grid[1] = l.grid[2] = 1;
+      if (dynamic_tiles) p->workspace[p->workspaces++] = Workspace{2 * sizeof(int), 1, 1};
+      const unsigned tail = split_tail ? tail_tiles(call, ctas) : 0;
+      if (tail > 0) {
+        p->workspace[p->workspaces++] =
+            Workspace{split_workspace_bytes(ctas, consumer_warps, static_cast<unsigned>(head_dim)), 0, 1};
+        p->workspace[p->workspaces++] = Workspace{split_counter_bytes(tail, consumer_warps), 1, 1};
+      }
+    }
+    // Q, K and V: box (64 columns, rows); no keys: no tile loads K or V (every row outputs zeros and
+    // LSE -inf), but the maps must still be valid descriptors and k and v may be NULL: q stands in.
+    p->maps = 3;
+    p->map[0] = operand_map("q", call.q, call.q_stride, call.seqlen_q, call.heads_q, call.batch, call.head_dim, 64,
+                            static_cast<unsigned>(block_m), bf16);
+    if (call.seqlen_k > 0) {
+      p->map[1] = operand_map("k", call.k, call.k_stride, call.seqlen_k, call.heads_kv, call.batch, call.head_dim, 64,
+                              static_cast<unsigned>(block_n), bf16);
+      p->map[2] = operand_map("v", call.v, call.v_stride, call.seqlen_k, call.heads_kv, call.batch, call.head_dim, 64,
+                              static_cast<unsigned>(block_n), bf16);
+    } else {
+      p->map[1] = operand_map("k (q standing in: seqlen_k is 0)", call.q, call.q_stride, call.seqlen_q, call.heads_q,
+                              call.batch, call.head_dim, 64, static_cast<unsigned>(block_n), bf16);
+      p->map[2] = p->map[1];
+    }
+    return 0;
+  }
+
+  unsigned tail_tiles(const Call& call, unsigned ctas) const {
+    return split_tail_tiles(static_cast<unsigned long long>(work_tiles(call)), ctas,
+                            static_cast<unsigned long long>(ceil_div(call.seqlen_k, block_n)));
+  }
+
+  int bind(const Call& call, const Plan& plan, const Resources& res, int, Args* args, Why* why) const {
+    att::TmaMaps maps;
+    std::memset(&maps, 0, sizeof maps);
+    std::memcpy(&maps.q, res.map[0], sizeof maps.q);
+    std::memcpy(&maps.k, res.map[1], sizeof maps.k);
+    std::memcpy(&maps.v, res.map[2], sizeof maps.v);
+    if (dynamic_tiles) {
+      maps.tile_count = static_cast<int*>(res.workspace[0]);  // null: round-robin
+    } else if (plan.workspaces == 2 && res.workspace[0] && res.workspace[1]) {
+      // else (no workspace) the launch runs unsplit: as correct
+      maps.split_ws = static_cast<float*>(res.workspace[0]);
+      maps.split_count = static_cast<int*>(res.workspace[1]);
+      maps.split_tail = static_cast<int>(tail_tiles(call, plan.launch[0].grid[0]));
+    }
+    if (!args->add(dense_params(call)) || !args->add(maps))
+      return refuse(why, "flash_fwd_wgmma: the arguments do not fit");
+    return 0;
+  }
+};
+
+static_assert(sizeof(att::TmaDesc) == kTensorMapBytes, "a TmaDesc is a CUtensorMap");
+
+inline constexpr Family kFlashFwdWgmma =
+    make_family<FlashFwdWgmmaLaunch>("flash_fwd_wgmma", kEntryDense, 1, "flash_fwd_wgmma");
+
+}  // namespace attntune_plan
+
+#endif  // ATTNTUNE_FLASH_FWD_WGMMA_LAUNCH_H

@@ -1,0 +1,46 @@
+// flash_fwd_mma (templates/flash_fwd_mma/): FA2-class forward attention with mma.sync, sm_80..sm_90.
+// Its launch: templates/flash_fwd_mma/launch.h.
+#include <fmt/format.h>
+
+#include "families/family.hpp"
+#include "templates/flash_fwd_mma/launch.h"
+
+namespace attntune {
+
+namespace {
+
+attntune_plan::FlashFwdMmaLaunch constants(const Defines& defines) {
+  const auto defs = plan_defines(defines);
+  attntune_plan::FlashFwdMmaLaunch c{};
+  attntune_plan::Why why;
+  if (attntune_plan::FlashFwdMmaLaunch::load(defs.data(), static_cast<int>(defs.size()), &c, &why))
+    throw std::logic_error(std::string("flash_fwd_mma: ") + why.text);
+  return c;
+}
+
+}  // namespace
+
+const Family& flash_fwd_mma_family() {
+  static const Family f = [] {
+    Family f;
+    f.name = "flash_fwd_mma";
+    f.main_file = "templates/flash_fwd_mma/kernel.cu";
+    f.launch_file = "templates/flash_fwd_mma/launch.h";
+    f.plan = &attntune_plan::kFlashFwdMma;
+    f.plan_symbol = "attntune_plan::kFlashFwdMma";
+    f.kernel_params = {"const AttnParams p"};
+    f.describe_launch = [](const Defines& d) {
+      const auto c = constants(d);
+      return fmt::format("grid (ceil(seqlen_q / {}), heads_q, batch), {} threads, {} bytes of dynamic shared memory",
+                         c.block_m, c.threads, c.smem_bytes);
+    };
+    f.launch_json = [](const Defines& d) {
+      const auto c = constants(d);
+      return nlohmann::ordered_json{{"block_m", c.block_m}, {"threads", c.threads}, {"smem_bytes", c.smem_bytes}};
+    };
+    return f;
+  }();
+  return f;
+}
+
+}  // namespace attntune

@@ -1,0 +1,73 @@
+// flash_fwd_wgmma (templates/flash_fwd_wgmma/): FA3-class forward attention for Hopper (sm_90a):
+// TMA, wgmma, warp specialisation. Its launch: templates/flash_fwd_wgmma/launch.h.
+#include <fmt/format.h>
+
+#include "families/family.hpp"
+#include "templates/flash_fwd_wgmma/launch.h"
+
+namespace attntune {
+
+namespace {
+
+attntune_plan::FlashFwdWgmmaLaunch constants(const Defines& defines) {
+  const auto defs = plan_defines(defines);
+  attntune_plan::FlashFwdWgmmaLaunch c{};
+  attntune_plan::Why why;
+  if (attntune_plan::FlashFwdWgmmaLaunch::load(defs.data(), static_cast<int>(defs.size()), &c, &why))
+    throw std::logic_error(std::string("flash_fwd_wgmma: ") + why.text);
+  return c;
+}
+
+std::string describe(const Defines& d) {
+  const auto c = constants(d);
+  const std::string tiles =
+      c.cluster > 1
+          ? fmt::format("(ceil(seqlen_q / {}) rounded up to a multiple of {}, heads_q, batch)", c.block_m, c.cluster)
+          : fmt::format("(ceil(seqlen_q / {}), heads_q, batch)", c.block_m);
+  std::string s = c.persistent ? fmt::format("persistent grid: min(work tiles {}, SMs) CTAs", tiles)
+                               : fmt::format("grid {}", tiles);
+  if (c.cluster > 1)
+    s += fmt::format(" in {}-CTA clusters sharing each K/V load (TMA multicast), as many as fit on the device at once",
+                     c.cluster);
+  s += fmt::format(", {} threads, {} bytes of dynamic shared memory", c.threads, c.smem_bytes);
+  s += fmt::format(", TMA tensor maps with boxes of 64 x {} (q) and 64 x {} (k, v)", c.block_m, c.block_n);
+  if (c.split_tail)
+    s += "; the last partial round of work tiles shared out by K/V iterations (a workspace this file keeps per "
+         "device and stream, allocated on a stream's first such call)";
+  if (c.dynamic_tiles)
+    s += "; work tiles taken from a counter, longest first (two ints this file keeps per device and stream, "
+         "allocated on a stream's first such call)";
+  return s;
+}
+
+nlohmann::ordered_json launch_json(const Defines& d) {
+  const auto c = constants(d);
+  nlohmann::ordered_json j = {{"block_m", c.block_m},
+                              {"threads", c.threads},
+                              {"smem_bytes", c.smem_bytes},
+                              {"persistent", c.persistent != 0},
+                              {"tma_box_rows", {{"q", c.block_m}, {"kv", c.block_n}}}};
+  if (c.cluster > 1) j["cluster"] = c.cluster;
+  return j;
+}
+
+}  // namespace
+
+const Family& flash_fwd_wgmma_family() {
+  static const Family f = [] {
+    Family f;
+    f.name = "flash_fwd_wgmma";
+    f.main_file = "templates/flash_fwd_wgmma/kernel.cu";
+    f.launch_file = "templates/flash_fwd_wgmma/launch.h";
+    f.plan = &attntune_plan::kFlashFwdWgmma;
+    f.plan_symbol = "attntune_plan::kFlashFwdWgmma";
+    f.kernel_params = {"const AttnParams p, const __grid_constant__ att::TmaMaps maps"};
+    f.tma = true;
+    f.describe_launch = describe;
+    f.launch_json = launch_json;
+    return f;
+  }();
+  return f;
+}
+
+}  // namespace attntune
