@@ -69,27 +69,27 @@ struct Slot {
 };
 
 // ---- producer side: one thread issues every copy ----
-// Q rows from row0. kMulticast's padding block (past seqlen_q, rows nobody stores) loads from
+// Q rows from row0. kKvMulticast's padding block (past seqlen_q, rows nobody stores) loads from
 // the last row on instead: a box that starts past the tensor's end is not one TMA promises to
 // fill, and branching around the load spilled the producer's 24 registers at d=64.
 __device__ __forceinline__ void load_q(const Smem& sm, const TmaMaps& maps, const AttnParams& p, int m_block, int head,
                                        int batch) {
-  const int row0 = T::kMulticast ? min(m_block * T::kBlockM, p.seqlen_q - 1) : m_block * T::kBlockM;
+  const int row0 = T::kKvMulticast ? min(m_block * T::kBlockM, p.seqlen_q - 1) : m_block * T::kBlockM;
   mbar_arrive_expect_tx(sm.q_full(), T::kQBytes);
 #pragma unroll
   for (int cb = 0; cb < T::kColBlocks; ++cb)
     tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * 64, row0, head, batch);
 }
 
-// With kMulticast the cluster's rank-0 CTA loads every tile into both CTAs, and each CTA's full
+// With kKvMulticast the cluster's rank-0 CTA loads every tile into both CTAs, and each CTA's full
 // barrier expects the whole tile. (Each CTA loading half of the tile's column blocks put rank-
 // dependent offsets in the producer's loop, which spilled its 24 registers.)
 __device__ __forceinline__ void load_kv_tile(u32 dst, u32 full, const TmaDesc* desc, int tile, int kv_head, int batch) {
   mbar_arrive_expect_tx(full, T::kKVBytes);
-  if (T::kMulticast && cluster_ctarank() != 0) return;
+  if (T::kKvMulticast && cluster_ctarank() != 0) return;
 #pragma unroll
   for (int cb = 0; cb < T::kColBlocks; ++cb) {
-    if (T::kMulticast)
+    if (T::kKvMulticast)
       tma_load_4d_multicast(dst + cb * T::kKVColBlockBytes, desc, full, (1 << T::kCluster) - 1, cb * 64,
                             tile * T::kBlockN, kv_head, batch);
     else
@@ -338,10 +338,10 @@ __device__ __forceinline__ bool next_item(const AttnParams& p, const TmaMaps& ma
   return true;
 }
 
-// The split is over clusters (kCluster CTAs, kMulticast): the tail's clusters of tiles (tail
+// The split is over clusters (kCluster CTAs, kKvMulticast): the tail's clusters of tiles (tail
 // tiles kCluster * v .. + kCluster - 1) are shared out among the grid's clusters, and the CTAs of
 // one cluster take the same iterations of their own tile of it, so that they load the same K/V.
-// Without kMulticast a cluster is a CTA. Cluster g of G, and tail cluster v, with the split's
+// Without kKvMulticast a cluster is a CTA. Cluster g of G, and tail cluster v, with the split's
 // total = split_tail / kCluster * n iterations: g's share is [total * g / G, total * (g + 1) / G).
 // 32-bit arithmetic: the launcher splits only when split_tail * n * C and tiles + 2 * C stay
 // below 2^31.
@@ -545,13 +545,13 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   auto release = [&](u32 empty_bar) {
     if (lane == 0) mbar_arrive(empty_bar);
   };
-  // A K/V stage: with kMulticast the peer CTA's producer writes into it too, so it is released
+  // A K/V stage: with kKvMulticast the peer CTA's producer writes into it too, so it is released
   // in both CTAs (their empty barriers count both CTAs' consumer warps).
-  const u32 peer = T::kMulticast ? cluster_ctarank() ^ 1 : 0;
+  const u32 peer = T::kKvMulticast ? cluster_ctarank() ^ 1 : 0;
   auto release_kv = [&](u32 empty_bar) {
     if (lane == 0) {
       mbar_arrive(empty_bar);
-      if (T::kMulticast) mbar_arrive_cluster(empty_bar, peer);
+      if (T::kKvMulticast) mbar_arrive_cluster(empty_bar, peer);
     }
   };
   // Q's buffer is free once this warpgroup's last Q.K^T has completed: the next work tile's Q
@@ -616,7 +616,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       }
     };
 
-    if constexpr (!T::kOverlap) {
+    if constexpr (!T::kIntraWgOverlap) {
       auto step = [&](int it, bool nar) {
         const Slot sl(it_base + it);
         const int tile = n - 1 - it;
@@ -713,7 +713,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
 // Grid: one CTA per work tile, (ceil(seqlen_q / block_m), heads_q, batch); or persistent, any
 // number of CTAs (the SM count): CTA c then takes work tiles c, c + CTAs, ... in turn, and the
 // producer loads the next tile's Q and K/V while the consumers finish the current one.
-// Block T::kThreads, dynamic smem T::kSmemBytes. With kMulticast the grid runs in clusters of
+// Block T::kThreads, dynamic smem T::kSmemBytes. With kKvMulticast the grid runs in clusters of
 // two (the launcher makes it even) and the query blocks are padded to pairs.
 #if KV_MULTICAST
 #define ATT_CLUSTER_DIMS __cluster_dims__(2, 1, 1)
@@ -741,13 +741,13 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     for (int st = 0; st < T::kStages; ++st) {
       mbar_init(sm.k_full(st), 1);
       mbar_init(sm.v_full(st), 1);
-      mbar_init(sm.k_empty(st), T::kConsumerWgs * 4 * T::kCluster);  // and the peer's warps (kMulticast)
+      mbar_init(sm.k_empty(st), T::kConsumerWgs * 4 * T::kCluster);  // and the peer's warps (kKvMulticast)
       mbar_init(sm.v_empty(st), T::kConsumerWgs * 4 * T::kCluster);
     }
     mbar_init_fence();
   }
   __syncthreads();
-  if constexpr (T::kMulticast) cluster_sync();  // the peer's barriers are ready for its copies and arrives
+  if constexpr (T::kKvMulticast) cluster_sync();  // the peer's barriers are ready for its copies and arrives
 
   // Producer side for one work tile: K/V iteration 0 (into a stage the previous tile freed),
   // then Q once the consumers are done with the previous tile's, then the other iterations
@@ -854,7 +854,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     }
     epilogue_store(p, out, had);
   }
-  if constexpr (T::kMulticast) cluster_sync();  // the peer may still arrive on this CTA's barriers
+  if constexpr (T::kKvMulticast) cluster_sync();  // the peer may still arrive on this CTA's barriers
 }
 
 }  // namespace att

@@ -24,7 +24,7 @@ struct Traits {
   static constexpr bool kPingPong = PING_PONG;
   // Inside a warpgroup: Q.K_j^T and P_{j-1}.V_{j-1} issued together, softmax of block j runs
   // while P.V of block j-1 is on the tensor cores.
-  static constexpr bool kOverlap = INTRA_WG_OVERLAP;
+  static constexpr bool kIntraWgOverlap = INTRA_WG_OVERLAP;
   // Of every 4 eight-column chunks of S, how many take exp2 on the FMA pipe (a polynomial)
   // instead of MUFU's ex2, which is as busy as the tensor cores at d=64.
   static constexpr int kExp2Emu = EXP2_EMU;
@@ -50,16 +50,16 @@ struct Traits {
   // (__cluster_dims__) on adjacent query blocks of one head, and the first loads every K/V tile
   // into both (TMA multicast): half the L2 reads per FLOP. The query blocks are padded to pairs
   // (an idle last block when their count is odd).
-  static constexpr bool kMulticast = KV_MULTICAST;
+  static constexpr bool kKvMulticast = KV_MULTICAST;
   static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
   static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
 
   // Derived.
-  static constexpr int kCluster = kMulticast ? 2 : 1;  // CTAs per cluster (x)
+  static constexpr int kCluster = kKvMulticast ? 2 : 1;  // CTAs per cluster (x)
   // With a split or multicast the plain tiles' end and the query-block count live in shared memory
   // (split_pieces writes them, next_item reads them): kept in registers through the producer's
   // loop, they spilled its 24 registers.
-  static constexpr bool kScheduleInSmem = kSplitTail || kMulticast;
+  static constexpr bool kScheduleInSmem = kSplitTail || kKvMulticast;
   static constexpr int kConsumerWgs = kBlockM / 64;  // wgmma is m64: one warpgroup per 64 rows
   static constexpr int kConsumerThreads = kConsumerWgs * 128;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialize ? 128 : 0);
@@ -100,13 +100,13 @@ struct Traits {
   static_assert(kHeadGroup >= 1, "head_group: at least one (batch, head) per group");
   static_assert(8 * (2 + 4 * kStages) <= kBarBytes, "mbarriers overflow their area");
   static_assert(!kPingPong || kConsumerWgs >= 2, "ping-pong needs two or more consumer warpgroups");
-  static_assert(kWarpSpecialize || (!kPingPong && !kOverlap),
+  static_assert(kWarpSpecialize || (!kPingPong && !kIntraWgOverlap),
                 "without a producer warpgroup only the plain schedule is written");
   static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0 && kProducerRegs >= 24 && kConsumerRegs <= 256,
                 "setmaxnreg takes multiples of 8 in [24, 256]");
   static_assert(!kWarpSpecialize || 128 * (kProducerRegs + kConsumerWgs * kConsumerRegs) <= 65536,
                 "the register split exceeds the register file");
-  static_assert(!kMulticast || (!kCausal && kWarpSpecialize && PERSISTENT),
+  static_assert(!kKvMulticast || (!kCausal && kWarpSpecialize && PERSISTENT),
                 "kv_multicast: non-causal persistent grids with a producer");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with the kernel's");

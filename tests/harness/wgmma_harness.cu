@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> shapes;
   for (char* tok = std::strtok(argv[1], ";"); tok; tok = std::strtok(nullptr, ";")) shapes.push_back(tok);
   // kv_multicast builds run persistent only (their clusters pair a persistent grid's CTAs).
-  for (int persistent = persistent_mode == 1 || T::kMulticast; persistent <= (persistent_mode >= 1 || T::kMulticast); ++persistent)
+  for (int persistent = persistent_mode == 1 || T::kKvMulticast; persistent <= (persistent_mode >= 1 || T::kKvMulticast); ++persistent)
   for (const std::string& shape : shapes) {
     const char* tok = shape.c_str();
     int b, h, hkv, s, sk, layout, timed = 1;
