@@ -8,14 +8,14 @@
 // driver's cuTensorMapEncodeTiled comes through the runtime (cudaGetDriverEntryPoint), so a
 // library needs no -lcuda.
 #include <cuda_runtime.h>
-#if CUDART_VERSION >= 12000
-#include <cuda.h>
-#endif
 
 #include <atomic>
 #include <mutex>
 
 #include "../common/launch_plan.h"
+#if CUDART_VERSION >= 12000
+#include "../common/tma_encode.h"
+#endif
 
 namespace attntune_run {
 
@@ -39,9 +39,7 @@ inline int unsupported(Why* why, const char* format, ...) {
 // ---- tensor maps -------------------------------------------------------------------------------
 
 #if CUDART_VERSION >= 12000
-typedef CUresult (*EncodeTiledFn)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+using attntune_plan::EncodeTiledFn;
 
 // cuTensorMapEncodeTiled from the driver, looked up once.
 inline int tma_encoder(EncodeTiledFn* out, Why* why) {
@@ -75,20 +73,7 @@ inline int encode_map(const attntune_plan::TensorMap& m, void* out, Why* why) {
 #if CUDART_VERSION >= 12000
   EncodeTiledFn encode = nullptr;
   if (const int r = tma_encoder(&encode, why)) return r;
-  cuuint64_t dims[5], strides[4];
-  cuuint32_t box[5], elem[5];
-  for (int i = 0; i < m.rank; ++i) {
-    dims[i] = m.dims[i];
-    box[i] = m.box[i];
-    elem[i] = 1;
-    if (i + 1 < m.rank) strides[i] = m.strides[i];
-  }
-  const CUresult r = encode(static_cast<CUtensorMap*>(out),
-                            m.bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                            static_cast<cuuint32_t>(m.rank), const_cast<void*>(m.base), dims, strides, box, elem,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            m.swizzle_128b ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = attntune_plan::encode_tensor_map(encode, m, out);
   if (r != CUDA_SUCCESS)
     return unsupported(why,
                        "cuTensorMapEncodeTiled refused %s's tensor map (CUresult %d): base %p, dims {%llu, %llu, "

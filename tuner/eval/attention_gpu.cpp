@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "cuda/nvrtc.hpp"
+#include "templates/common/tma_encode.h"
 
 namespace attntune {
 
@@ -310,21 +311,9 @@ Verdict ReferenceCache::check(const AttnBuffers& b) const {
 
 namespace {
 
-// One map of a plan, encoded by the driver (the recipe's fixed parts: launch_plan.h's TensorMap).
+// One map of a plan, encoded by the driver this process loaded.
 void encode_map(const attntune_plan::TensorMap& m, void* out) {
-  cuuint64_t dims[5], strides[4];
-  cuuint32_t box[5], elem[5];
-  for (int i = 0; i < m.rank; ++i) {
-    dims[i] = m.dims[i];
-    box[i] = m.box[i];
-    elem[i] = 1;
-    if (i + 1 < m.rank) strides[i] = m.strides[i];
-  }
-  CU_CHECK(cuda::driver().cuTensorMapEncodeTiled(
-      static_cast<CUtensorMap*>(out), m.bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      static_cast<cuuint32_t>(m.rank), const_cast<void*>(m.base), dims, strides, box, elem,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, m.swizzle_128b ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  CU_CHECK(attntune_plan::encode_tensor_map(cuda::driver().cuTensorMapEncodeTiled, m, out));
 }
 
 struct ClusterQuery {
