@@ -462,3 +462,7 @@ ATTNTUNE_API int attntune_select_kernel(int head_dim, int is_causal, int batch, 
 }  // extern "C"
 
 #endif  // !defined(__CUDA_ARCH__)
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop  // pushed by the prologue
+#endif

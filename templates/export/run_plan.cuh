@@ -17,7 +17,11 @@
 #include "../common/tma_encode.h"
 #endif
 
+// Internal to each library (an unnamed namespace): its workspaces and caches are its own, also when a
+// process loads several exported libraries (static locals of inline functions would otherwise be
+// one object process-wide, STB_GNU_UNIQUE, whatever RTLD_LOCAL says).
 namespace attntune_run {
+namespace {
 
 using attntune_plan::Why;
 
@@ -90,8 +94,9 @@ inline int encode_map(const attntune_plan::TensorMap& m, void* out, Why* why) {
 
 // ---- workspaces --------------------------------------------------------------------------------
 
-// The workspaces of plans: one set per (device, stream) for the process, grown on demand, never
-// freed (nor what they outgrow). Kernels on one stream run in order, so each finds a zeroed
+// The workspaces of plans: one set per (kernel, device, stream) for the library, grown on demand,
+// never freed (nor what they outgrow). `owner` names the kernel (its constants): kernels of other
+// families or configs lay their workspaces out differently, so none shares another's. Kernels on one stream run in order, so each finds a zeroed
 // workspace at zero (every launch leaves it so), and launches on other streams have their own.
 // Inside a stream capture (a CUDA graph) they are allocated all the same, with cudaMalloc in
 // relaxed capture mode (as PyTorch's allocator does), and zeroed on a stream of their own: graphs
@@ -99,15 +104,17 @@ inline int encode_map(const attntune_plan::TensorMap& m, void* out, Why* why) {
 // keeps its stream's workspaces, so replay it on one stream at a time, apart from direct launches
 // on the stream it was captured from. When the table is full an optional workspace is left out
 // (the family launches without it, as correctly) and a required one refuses the call.
-inline int workspaces(int device, cudaStream_t stream, const attntune_plan::Plan& plan, void** out, Why* why) {
+inline int workspaces(const void* owner, int device, cudaStream_t stream, const attntune_plan::Plan& plan, void** out,
+                      Why* why) {
   using attntune_plan::kMaxWorkspaces;
   struct Slot {
+    const void* owner;
     int device;
     cudaStream_t stream;
     void* ptr[kMaxWorkspaces];
     unsigned long long bytes[kMaxWorkspaces];
   };
-  static Slot slots[256];
+  static Slot slots[1024];
   static int used = 0;
   static std::mutex mutex;
   for (int i = 0; i < kMaxWorkspaces; ++i) out[i] = nullptr;
@@ -115,17 +122,19 @@ inline int workspaces(int device, cudaStream_t stream, const attntune_plan::Plan
   std::lock_guard<std::mutex> lock(mutex);
   Slot* s = nullptr;
   for (int i = 0; i < used && !s; ++i)
-    if (slots[i].device == device && slots[i].stream == stream) s = &slots[i];
+    if (slots[i].owner == owner && slots[i].device == device && slots[i].stream == stream) s = &slots[i];
   if (!s && used < static_cast<int>(sizeof slots / sizeof slots[0])) {
     s = &slots[used++];
     *s = Slot();
+    s->owner = owner;
     s->device = device;
     s->stream = stream;
   }
   if (!s) {
     for (int i = 0; i < plan.workspaces; ++i)
       if (!plan.workspace[i].optional)
-        return unsupported(why, "the workspace table is full (%d streams have used this library)", used);
+        return unsupported(why, "the workspace table is full (%d kernel and stream pairs have used this library)",
+                           used);
     return 0;
   }
   for (int i = 0; i < plan.workspaces; ++i) {
@@ -177,52 +186,6 @@ inline int sm_count(int device, int* out, Why* why) {
   return 0;
 }
 
-struct DeviceContext {
-  int device;
-  const void* const* funcs;
-};
-
-// How many clusters of a kernel fit on the device at once (cudaOccupancyMaxActiveClusters: not
-// cheap, so asked once per device and kernel; the cluster dims are compiled into the kernel). 0
-// when the runtime cannot say.
-inline int max_active_clusters(const void* ctx, int kernel, unsigned grid_x, unsigned cluster, unsigned block,
-                               unsigned smem) {
-  const DeviceContext& c = *static_cast<const DeviceContext*>(ctx);
-  const void* func = c.funcs[kernel];
-  struct Entry {
-    int device;
-    const void* func;
-    int n;
-  };
-  static Entry entries[512];
-  static int used = 0;
-  static std::mutex mutex;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    for (int i = 0; i < used; ++i)
-      if (entries[i].device == c.device && entries[i].func == func) return entries[i].n;
-  }
-  int n = 0;
-#if CUDART_VERSION >= 11080
-  cudaLaunchConfig_t config = cudaLaunchConfig_t();
-  config.gridDim = dim3(grid_x, 1, 1);
-  config.blockDim = dim3(block, 1, 1);
-  config.dynamicSmemBytes = smem;
-  if (cudaOccupancyMaxActiveClusters(&n, func, &config) != cudaSuccess || n < 0) {
-    cudaGetLastError();  // ours, not the caller's: do not leave it behind
-    n = 0;
-  }
-#else
-  (void)grid_x;
-  (void)block;
-  (void)smem;
-#endif
-  (void)cluster;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (used < static_cast<int>(sizeof entries / sizeof entries[0])) entries[used++] = Entry{c.device, func, n};
-  return n;
-}
-
 // Raises a kernel's dynamic shared-memory limit to `smem` on the current device (once per device,
 // kernel and size) after checking it fits with the kernel's static shared memory.
 inline int allow_smem(int device, const void* func, unsigned smem, Why* why) {
@@ -253,6 +216,56 @@ inline int allow_smem(int device, const void* func, unsigned smem, Why* why) {
   return 0;
 }
 
+struct DeviceContext {
+  int device;
+  const void* const* funcs;
+};
+
+// How many clusters of a kernel fit on the device at once (cudaOccupancyMaxActiveClusters: not
+// cheap, so asked once per device and kernel; the cluster dims are compiled into the kernel). 0
+// when the runtime cannot say.
+inline int max_active_clusters(const void* ctx, int kernel, unsigned grid_x, unsigned cluster, unsigned block,
+                               unsigned smem) {
+  const DeviceContext& c = *static_cast<const DeviceContext*>(ctx);
+  const void* func = c.funcs[kernel];
+  struct Entry {
+    int device;
+    const void* func;
+    int n;
+  };
+  static Entry entries[512];
+  static int used = 0;
+  static std::mutex mutex;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (int i = 0; i < used; ++i)
+      if (entries[i].device == c.device && entries[i].func == func) return entries[i].n;
+  }
+  int n = 0;
+  // The occupancy query needs the kernel allowed its dynamic shared memory first (above 48 KiB it
+  // answers an error, which read as 0 would size the grid by the SMs alone).
+  Why ignored;
+  if (allow_smem(c.device, func, smem, &ignored) != 0) return 0;
+#if CUDART_VERSION >= 11080
+  cudaLaunchConfig_t config = cudaLaunchConfig_t();
+  config.gridDim = dim3(grid_x, 1, 1);
+  config.blockDim = dim3(block, 1, 1);
+  config.dynamicSmemBytes = smem;
+  if (cudaOccupancyMaxActiveClusters(&n, func, &config) != cudaSuccess || n < 0) {
+    cudaGetLastError();  // ours, not the caller's: do not leave it behind
+    n = 0;
+  }
+#else
+  (void)grid_x;
+  (void)block;
+  (void)smem;
+#endif
+  (void)cluster;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (used < static_cast<int>(sizeof entries / sizeof entries[0])) entries[used++] = Entry{c.device, func, n};
+  return n;
+}
+
 // ---- the executor ------------------------------------------------------------------------------
 
 // Runs one call: `family` with its loaded constants `consts` and its kernels `funcs` (the build's
@@ -279,7 +292,7 @@ inline int run_plan(const attntune_plan::Family& family, const void* consts, con
     res.map[i] = maps[i].bytes;
   }
   for (int i = plan.maps; i < attntune_plan::kMaxTensorMaps; ++i) res.map[i] = nullptr;
-  if (const int r = workspaces(device, stream, plan, res.workspace, why)) return r;
+  if (const int r = workspaces(consts, device, stream, plan, res.workspace, why)) return r;
   for (int i = 0; i < plan.launches; ++i) {
     const attntune_plan::Launch& l = plan.launch[i];
     if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) continue;  // nothing to compute
@@ -294,4 +307,5 @@ inline int run_plan(const attntune_plan::Family& family, const void* consts, con
   return 0;
 }
 
+}  // namespace
 }  // namespace attntune_run

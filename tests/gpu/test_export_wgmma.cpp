@@ -294,6 +294,30 @@ TEST(ExportWgmmaGpu, ExportedKernelsMatchTheReference) {
     SCOPED_TRACE(e.campaign);
     check_library(lib, ref, ctx, Problem::parse(e.problem), seed);
   }
+
+  // One library of several kernels (--all-best): a split tail's partial results and a causal tile
+  // counter on one stream, the calls alternating, each kernel with workspaces of its own (they once
+  // shared one by index: the counter read the split's partial sums). Loaded beside the six above,
+  // whose workspaces are theirs too.
+  const std::string all = dir.file("all.cu"), all_so = dir.file("liball.so");
+  const auto r = run_attntune("export --db " + shq(db) + " --all-best --dtype bf16 -o " + shq(all));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const Shell b = sh(attntune::test::nvcc_shared_command(nvcc, "sm_90a", all, all_so));
+  ASSERT_EQ(b.status, 0) << b.output;
+  Library lib;
+  ASSERT_EQ(lib.load(all_so), "");
+  for (int rep = 0; rep < 2; ++rep)
+    for (int causal : {0, 1}) {
+      const Problem p =
+          Problem::parse(fmt::format("b=2,h=16,hkv=8,s=1000,sk=1500,d=128,dtype=bf16,causal={}", causal));
+      AttnBuffers buf(p, Layout::kBHSD);
+      ref.fill(buf, ++seed);
+      const AttnParams a = buf.params();
+      ASSERT_EQ(lib.call(a, a.lse, 128, causal), 0) << lib.last_error();
+      ctx.synchronize();
+      const Verdict v = ref.check(buf);
+      EXPECT_EQ(v.status, "ok") << "all-best, causal=" << causal << ", round " << rep << ": " << v.detail();
+    }
 }
 
 }  // namespace

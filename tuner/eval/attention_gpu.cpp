@@ -319,7 +319,15 @@ void encode_map(const attntune_plan::TensorMap& m, void* out) {
 struct ClusterQuery {
   const std::vector<cuda::Function>* fns;
   std::vector<int>* cache;
+  std::vector<unsigned>* smem_allowed;
 };
+
+// Lets kernel k use `smem` bytes of dynamic shared memory (above 48 KiB: an opt-in per kernel).
+void allow_smem(const cuda::Function& fn, unsigned& allowed, unsigned smem) {
+  if (smem <= allowed) return;
+  fn.set_max_dynamic_smem(static_cast<int>(smem));
+  allowed = smem;
+}
 
 // How many clusters of a kernel with compiled-in cluster dims fit on the device at once; 0 when the
 // driver cannot say, or says 0 (a kernel built without the cluster dims its plan names: its launch
@@ -329,6 +337,8 @@ int max_active_clusters(const void* ctx, int kernel, unsigned grid_x, unsigned, 
   int& cached = (*q.cache)[static_cast<std::size_t>(kernel)];
   if (cached >= 0) return cached;
   try {
+    // The occupancy query needs the kernel's shared memory allowed first (else an error, read as 0).
+    allow_smem((*q.fns)[static_cast<std::size_t>(kernel)], (*q.smem_allowed)[static_cast<std::size_t>(kernel)], smem);
     const int n = (*q.fns)[static_cast<std::size_t>(kernel)].max_active_clusters({grid_x, 1, 1},
                                                                                   static_cast<int>(block), smem);
     cached = n > 0 ? n : 0;
@@ -358,7 +368,7 @@ LoadedBuild::LoadedBuild(const std::string& cubin, const LaunchSpec& spec) : mod
 }
 
 attntune_plan::Plan LoadedBuild::plan(const attntune_plan::Call& call) const {
-  ClusterQuery query{&fns_, &max_clusters_};
+  ClusterQuery query{&fns_, &max_clusters_, &smem_allowed_};
   attntune_plan::Device device;
   device.sm_count = static_cast<int>(sm_count_);
   device.max_active_clusters = &max_active_clusters;
@@ -403,10 +413,7 @@ void LoadedBuild::launch(const attntune_plan::Call& call, CUstream stream) const
     const attntune_plan::Launch& l = p.launch[i];
     if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) continue;
     const std::size_t k = static_cast<std::size_t>(l.kernel);
-    if (l.smem > smem_allowed_[k]) {
-      fns_[k].set_max_dynamic_smem(static_cast<int>(l.smem));
-      smem_allowed_[k] = l.smem;
-    }
+    allow_smem(fns_[k], smem_allowed_[k], l.smem);
     attntune_plan::Args args;
     attntune_plan::Why why;
     if (family_->bind(consts_.bytes, call, p, res, i, &args, &why)) throw PlanRefused(why.text);

@@ -24,7 +24,9 @@ class TempDir {
     if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
     path_ = tmpl;
   }
+  // ATTNTUNE_KEEP_TEMP=1 keeps the folder (to look at what a failing test wrote).
   ~TempDir() {
+    if (const char* keep = std::getenv("ATTNTUNE_KEEP_TEMP"); keep && *keep && *keep != '0') return;
     std::error_code ec;
     fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
     fs::remove_all(path_, ec);

@@ -6,6 +6,7 @@
 // The file's first kernel must be persistent, block_m 128, in clusters of 2. Prints one line per
 // failed check and "checks: N failed" last; exits 1 if any failed.
 // (A .cu, so that tests/unit's glob of *.cpp leaves it out of attntune_tests.)
+#include <cstddef>
 #include <cstdio>
 
 // The launcher is host code only; the device passes see the kernels alone.
@@ -49,6 +50,13 @@ attntune_plan::Device device(const Fake& f) {
 }
 
 }  // namespace
+
+// The launch plan binds the kernel's arguments as the host's copies of its types: they must match
+// the kernel's own (in its attntune_k0 namespace) byte for byte.
+static_assert(sizeof(::AttnParams) == sizeof(attntune_k0::AttnParams), "AttnParams differ");
+static_assert(sizeof(::att::TmaMaps) == sizeof(attntune_k0::att::TmaMaps), "TmaMaps differ");
+static_assert(alignof(::att::TmaMaps) == alignof(attntune_k0::att::TmaMaps), "TmaMaps' alignment differs");
+static_assert(offsetof(::att::TmaMaps, tile_count) == offsetof(attntune_k0::att::TmaMaps, tile_count), "TmaMaps differ");
 
 int main() {
   using namespace attntune_export;
