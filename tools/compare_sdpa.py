@@ -23,6 +23,13 @@ library, load it with ctypes, read attntune_kernel_info(), then for every kernel
                CSV each round's time. Flash, efficient and the default dispatch are timed once.
                TFLOP/s = 4*B*H*S*Sk*D / t, half of it when causal.
 
+Decoding (seqlen_q <= 16, e.g. a flash_decode export): the checks add odd key counts, MQA and, when
+the file serves attntune_attention_forward_kvcache, that entry point on caches of ragged lengths
+(0, 1, odd, all, random) with NaN past each length, paged (pages of 16, 256 and the tuned size,
+shuffled block tables with spare pages) and contiguous; the timing is of ours on contiguous K/V,
+through the kvcache entry on a contiguous and on paged caches (every sequence at sk), and SDPA's
+backends (enable_gqa, causal_lower_right), reported as GB/s of K+V+Q+O and against the best peer.
+
 Files whose kernels need arch-specific code (flash_fwd_wgmma: their header's build line says
 -arch=sm_90a) are built for that arch whatever --arch says; the others for --arch (default: this
 GPU's).
@@ -108,6 +115,12 @@ class Library:
         f.argtypes = ([ctypes.c_void_p] * 4 + [ctypes.c_void_p] + [ctypes.c_int] * 6 +
                       [ctypes.POINTER(ctypes.c_longlong)] * 4 + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
         f.restype = ctypes.c_int
+        kv = getattr(self.lib, "attntune_attention_forward_kvcache", None)
+        if kv is not None:
+            kv.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_void_p] * 2 + [ctypes.c_int] * 8 +
+                           [ctypes.POINTER(ctypes.c_longlong)] * 4 + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
+            kv.restype = ctypes.c_int
+        self.kvcache = kv
         self.lib.attntune_kernel_info.restype = ctypes.c_char_p
         self.lib.attntune_last_error.restype = ctypes.c_char_p
         self.info = json.loads(self.lib.attntune_kernel_info().decode())
@@ -130,6 +143,62 @@ class Library:
             return f(*ptrs, lse_ptr, B, H, Hkv, S, Sk, D, *strides, ctypes.c_float(scale), int(causal),
                      ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
         return call
+
+
+    def kvcache_fn(self, q, cache, out, lse, causal, scale):
+        """A closure calling attntune_attention_forward_kvcache on q/out [B, H, S, D] and a KvCache."""
+        B, H, S, D = q.shape
+        f = self.kvcache
+        strides = [(ctypes.c_longlong * 3)(*st) for st in (q.stride()[:3], cache.k_strides, cache.v_strides,
+                                                           out.stride()[:3])]
+        ptrs = [q.data_ptr(), cache.k.data_ptr(), cache.v.data_ptr(), out.data_ptr()]
+        lse_ptr = lse.data_ptr() if lse is not None else None
+        lens = cache.seqlens.data_ptr() if cache.seqlens is not None else None
+        table = cache.table.data_ptr() if cache.table is not None else None
+
+        def call():
+            return f(*ptrs, lse_ptr, lens, table, cache.max_blocks, cache.page, B, H, cache.hkv, S, cache.sk_max, D,
+                     *strides, ctypes.c_float(scale), int(causal),
+                     ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        return call
+
+
+class KvCache:
+    """A KV cache as serving engines keep it, for the kvcache entry point: with `page`, K and V in
+    pages [num_pages, page, hkv, D] (strides {page, head, row}) that a shuffled block table maps, with
+    spare pages; without, contiguous [B, hkv, sk_max, D]. `seqlens` (int32, device) holds each
+    sequence's keys or None (all). Rows past a sequence's length hold NaN, as a stale cache may."""
+
+    def __init__(self, k, v, seqlens, page, seed):
+        B, hkv, sk, D = k.shape
+        self.hkv, self.sk_max, self.page = hkv, sk, page or 0
+        self.seqlens = (torch.tensor(seqlens, dtype=torch.int32, device="cuda") if seqlens is not None else None)
+        lens = seqlens if seqlens is not None else [sk] * B
+        if not page:
+            self.k, self.v = k.clone(), v.clone()
+            for b, n in enumerate(lens):
+                self.k[b, :, n:] = float("nan")
+                self.v[b, :, n:] = float("nan")
+            self.table, self.max_blocks = None, 0
+            self.k_strides, self.v_strides = self.k.stride()[:3], self.v.stride()[:3]
+            return
+        per = (sk + page - 1) // page
+        num = B * per + 3
+        g = torch.Generator().manual_seed(seed)
+        order = torch.randperm(num, generator=g)
+        table = order[:B * per].view(B, per).to(torch.int32)
+        self.table, self.max_blocks = table.cuda(), per
+        self.k = torch.full((num, page, hkv, D), float("nan"), dtype=k.dtype, device="cuda")
+        self.v = torch.full_like(self.k, float("nan"))
+        for b, n in enumerate(lens):
+            for j in range(0, n, page):
+                m = min(page, n - j)
+                pg = int(table[b, j // page])
+                self.k[pg, :m] = k[b, :, j:j + m].transpose(0, 1)
+                self.v[pg, :m] = v[b, :, j:j + m].transpose(0, 1)
+        # Pages [num_pages, page, hkv, D]: the entry point's strides are {page, head, row}.
+        self.k_strides = (self.k.stride(0), self.k.stride(2), self.k.stride(1))
+        self.v_strides = (self.v.stride(0), self.v.stride(2), self.v.stride(1))
 
 
 # ---------------------------------------------------------------- reference
@@ -162,6 +231,19 @@ def reference(q, k, v, causal, scale, dtype):
         p = torch.where(l > 0, p / l.clamp_min(1e-300), torch.zeros_like(p))
         out[:, :, r0:r1] = torch.matmul(p.to(dtype), vd)
         lse[:, :, r0:r1] = (torch.log(l) + m).squeeze(-1).to(torch.float64)
+    return out, lse
+
+
+def reference_ragged(q, k, v, lens, causal, scale, dtype):
+    """reference() per sequence over its first lens[b] keys (bottom-right causal per sequence); a
+    sequence without keys gives 0 and LSE -inf."""
+    B, H, S, D = q.shape
+    out = torch.zeros(B, H, S, D, dtype=dtype, device=q.device)
+    lse = torch.full((B, H, S), float("-inf"), dtype=torch.float64, device=q.device)
+    for b, n in enumerate(lens):
+        if n > 0:
+            o, l = reference(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], causal, scale, dtype)
+            out[b], lse[b] = o[0], l[0]
     return out, lse
 
 
@@ -207,6 +289,48 @@ def check(lib, name, dtype_name, B, H, Hkv, S, Sk, D, causal, layout, with_lse, 
         note = f"lse err {lse_err:.2e}" + ("" if same_inf else ", -inf rows differ")
     if not math.isfinite(err):
         note = (note + "; " if note else "") + "NaN in output (unwritten or wrong)"
+    row.update(ok=ok, max_err=err, bound=bound, note=note)
+    return row
+
+
+def ragged_lengths(B, Sk, seed):
+    """Keys per sequence: Sk, 0, 1, an odd count and a random one, in turn over the batch."""
+    g = torch.Generator().manual_seed(seed)
+    pattern = lambda b: [Sk, 0, min(Sk, 1), min(Sk, (Sk // 2) | 1),
+                         int(torch.randint(1, Sk + 1, (1,), generator=g))][b % 5]
+    return [pattern(b) for b in range(B)]
+
+
+def check_kvcache(lib, name, dtype_name, B, H, Hkv, S, Sk, D, causal, page, seed):
+    """The kvcache entry point on a cache of ragged lengths (paged with a shuffled table, or
+    contiguous when page is 0), with LSE, against float64; NaN-poisoned output."""
+    dtype = TORCH_DTYPE[dtype_name]
+    scale = 1.0 / math.sqrt(D)
+    q, k, v, out = make_inputs(B, H, Hkv, S, Sk, D, dtype, "BHSD", seed)
+    lens = ragged_lengths(B, Sk, seed)
+    cache = KvCache(k, v, lens, page, seed)
+    out.fill_(float("nan"))
+    lse = torch.full((B, H, S), float("nan"), device="cuda", dtype=torch.float32)
+    row = dict(kind="check", shape=name, dtype=dtype_name, kernel=-1,
+               variant=f"kvcache {'page=' + str(page) if page else 'contiguous'} b={B} h={H} hkv={Hkv} s={S} "
+                       f"sk<={Sk} +lse")
+    rc = lib.kvcache_fn(q, cache, out, lse, causal, scale)()
+    torch.cuda.synchronize()
+    if rc != 0:
+        row.update(ok=False, max_err=float("nan"), bound=float("nan"), note=f"returned {rc}: {lib.last_error()}")
+        return row
+    ref64, lse64 = reference_ragged(q, k, v, lens, causal, scale, torch.float64)
+    ref_lowp, _ = reference_ragged(q, k, v, lens, causal, scale, dtype)
+    err = (out.double() - ref64).abs().max().item()
+    lowp = (ref_lowp.double() - ref64).abs().max().item()
+    bound = 2 * lowp + ATOL[dtype_name]
+    finite = torch.isfinite(lse64)
+    same_inf = bool(torch.equal(torch.isneginf(lse.double()), ~finite))
+    lse_err = (lse.double()[finite] - lse64[finite]).abs().max().item() if finite.any() else 0.0
+    ok = math.isfinite(err) and err <= bound and same_inf and lse_err <= LSE_ATOL
+    note = f"lse err {lse_err:.2e}" + ("" if same_inf else ", -inf rows differ")
+    if not math.isfinite(err):
+        note += "; NaN in output (unwritten, or the cache past a length leaked in)"
     row.update(ok=ok, max_err=err, bound=bound, note=note)
     return row
 
@@ -280,6 +404,15 @@ def flops(B, H, S, Sk, D, causal):
 
 
 ROUND_BACKENDS = ("ours", "cudnn")  # timed in interleaved rounds; the others once
+DECODE_MAX_S = 16          # seqlen_q up to this is decoding: checked and timed as such (GB/s)
+HBM_PEAK_GBPS = 3350.0     # H100 SXM
+
+
+def problem_str(p):
+    """attntune's canonical problem spec (Problem::str)."""
+    out = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
+           f"causal={1 if p['causal'] else 0}")
+    return out + (f",page={p['page']}" if p.get("page") else "")
 
 
 def time_problem(lib, name, dtype_name, p, calls, reps, rounds, min_seconds):
@@ -360,12 +493,90 @@ def time_problem(lib, name, dtype_name, p, calls, reps, rounds, min_seconds):
     return rows
 
 
+def decode_bytes(B, H, Hkv, S, Sk, D):
+    """Bytes a decode call must move at least: K and V once, Q read, O written (2-byte elements)."""
+    return 2.0 * D * (2.0 * B * Hkv * Sk + 2.0 * B * H * S)
+
+
+def time_decode(lib, name, dtype_name, p, calls, reps, rounds, min_seconds, pages):
+    """Decode timing: ours on contiguous K/V (the dense entry), through the kvcache entry on a
+    contiguous cache and on paged caches (pages of each size in `pages`, shuffled tables, every
+    sequence at sk), and PyTorch SDPA's backends (enable_gqa; bottom-right causal as
+    causal_lower_right), ours and cuDNN in interleaved rounds. GB/s = (K+V+Q+O bytes) / time."""
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+    dtype = TORCH_DTYPE[dtype_name]
+    scale = 1.0 / math.sqrt(D)
+    q, k, v, out = make_inputs(B, H, Hkv, S, Sk, D, dtype, "BHSD", 0)
+    nbytes = decode_bytes(B, H, Hkv, S, Sk, D)
+    graphs, results = {}, {}
+    fns = {"ours": lib.forward_fn(q, k, v, out, None, causal, scale)}
+    if lib.kvcache is not None:
+        fns["ours_cache"] = lib.kvcache_fn(q, KvCache(k, v, None, 0, 1), out, None, causal, scale)
+        for pg in pages:
+            fns[f"ours_p{pg}"] = lib.kvcache_fn(q, KvCache(k, v, None, pg, pg), out, None, causal, scale)
+    for n, fn in fns.items():
+        rc = fn()
+        torch.cuda.synchronize()
+        if rc != 0:
+            print(f"  {n}: returned {rc}: {lib.last_error()}")
+            results[n] = None
+        else:
+            graphs[n] = capture(fn, calls)
+    kwargs = {"enable_gqa": True} if Hkv != H else {}
+    mask = None
+    if causal and S != Sk:
+        from torch.nn.attention.bias import causal_lower_right
+        mask = causal_lower_right(S, Sk)
+
+    def sdpa():
+        if mask is not None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **kwargs)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, **kwargs)
+
+    for bname, be in {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                      "efficient": SDPBackend.EFFICIENT_ATTENTION}.items():
+        try:
+            with sdpa_kernel([be]):
+                sdpa()
+                graphs[bname] = capture(sdpa, calls)
+        except Exception as e:
+            results[bname] = None
+            print(f"  {bname}: n/a ({str(e).splitlines()[0][:100] if str(e) else type(e).__name__})")
+    order = [b for b in graphs if b.startswith("ours") or b == "cudnn"]
+    per_round = {b: [] for b in order}
+    for b in order:
+        time_fn(graphs[b].replay, reps, min_seconds)  # untimed warm-up round
+    for r in range(rounds):
+        for b in order[r % len(order):] + order[:r % len(order)]:
+            per_round[b].append(time_fn(graphs[b].replay, reps, min_seconds) / calls)
+    for b in order:
+        results[b] = statistics.median(per_round[b])
+    for b in graphs:
+        if b not in per_round:
+            results[b] = time_fn(graphs[b].replay, reps, min_seconds) / calls
+    del graphs
+    peers = [ms for b, ms in results.items() if ms and not b.startswith("ours")]
+    best_peer = min(peers) if peers else None
+    rows = []
+    for bname, ms in results.items():
+        rows.append(dict(kind="time", decode=True, shape=name, dtype=dtype_name, variant=bname,
+                         us=ms * 1000 if ms else None, gbps=nbytes / ms / 1e6 if ms else None,
+                         ours_speedup=(ms / results["ours"]) if (ms and results.get("ours")) else None,
+                         vs_best_peer=(best_peer / ms) if (ms and best_peer and bname.startswith("ours")) else None,
+                         rounds=len(per_round.get(bname, [])) or 1,
+                         round_us=";".join(f"{t * 1000:.2f}" for t in per_round.get(bname, [])),
+                         tuned_us=p.get("_tuned_us") if bname == ("ours_p%d" % p.get("page", 0) if p.get("page")
+                                                                 else "ours") else None))
+    return rows
+
+
 # ---------------------------------------------------------------- main
 
 def shape_name(p):
     name = f"b{p['b']}-h{p['h']}" + (f"-hkv{p['hkv']}" if p["hkv"] != p["h"] else "") + f"-s{p['s']}"
     name += (f"-sk{p['sk']}" if p["sk"] != p["s"] else "") + f"-d{p['d']}"
-    return name + ("-causal" if p["causal"] else "")
+    return name + ("-causal" if p["causal"] else "") + (f"-page{p['page']}" if p.get("page") else "")
 
 
 def fmt(v, spec):
@@ -426,31 +637,64 @@ def main():
                 name = shape_name(p)
                 print(f"{name} {dtype_name}: {kinfo['template']} {json.dumps(kinfo['config'], separators=(',', ':'))}"
                       f" (campaign {kinfo['campaign']}: {kinfo['median_us']:.1f} us)")
-                variants = [(B, H, Hkv, S, Sk, "BHSD", True),
-                            (1, 4, 4, 1000, 1000, "BHSD", True),
-                            (2, 3, 3, 257, 1000, "BHSD", False),
-                            (B, H, Hkv, min(S, 2048), min(Sk, 2048), "BSHD", True),
-                            (2, 8, 2, 1000, 1000, "BSHD", True),
-                            (2, 8, 2, 333, 777 if not causal else 1000, "BHSD", False)]
-                if H % 4 == 0:
-                    variants.append((B, H, H // 4, min(S, 2048), min(Sk, 2048), "BHSD", False))
-                if causal:
-                    variants.append((2, 4, 4, 1000, 300, "BHSD", True))  # rows that see no key: zeros, -inf
+                decode = S <= DECODE_MAX_S
+                serves_kvcache = problem_str(p) in lib.info.get("entry_points", {}).get(
+                    "attntune_attention_forward_kvcache", [])
+                if decode:
+                    variants = [(B, H, Hkv, S, Sk, "BHSD", True), (2, H, Hkv, S, 1001, "BSHD", True),
+                                (3, H, Hkv, S, 777, "BHSD", False)]
+                    if H > 1 and Hkv > 1:
+                        variants.append((2, H, 1, S, 500, "BHSD", True))  # MQA
+                    if S > 1:
+                        variants.append((2, H, Hkv, max(1, S // 2), 900, "BHSD", True))
+                else:
+                    variants = [(B, H, Hkv, S, Sk, "BHSD", True),
+                                (1, 4, 4, 1000, 1000, "BHSD", True),
+                                (2, 3, 3, 257, 1000, "BHSD", False),
+                                (B, H, Hkv, min(S, 2048), min(Sk, 2048), "BSHD", True),
+                                (2, 8, 2, 1000, 1000, "BSHD", True),
+                                (2, 8, 2, 333, 777 if not causal else 1000, "BHSD", False)]
+                    if H % 4 == 0:
+                        variants.append((B, H, H // 4, min(S, 2048), min(Sk, 2048), "BHSD", False))
+                    if causal:
+                        variants.append((2, 4, 4, 1000, 300, "BHSD", True))  # rows that see no key: zeros, -inf
                 for seed, (b, h, hkv, s, sk, layout, with_lse) in enumerate(variants):
                     r = check(lib, name, dtype_name, b, h, hkv, s, sk, D, causal, layout, with_lse, seed + 1)
                     failed |= not r["ok"]
                     rows.append(r)
                     print(f"  check {'ok  ' if r['ok'] else 'FAIL'} {r['variant']:<44} kernel {r['kernel']}  "
                           f"max err {fmt(r['max_err'], '.2e')} <= {fmt(r['bound'], '.2e')}  {r.get('note', '')}")
+                pages = sorted({p.get("page") or 16, 16, 256}) if serves_kvcache else []
+                for seed, page in enumerate(pages + ([0] if serves_kvcache else [])):
+                    r = check_kvcache(lib, name, dtype_name, max(5, min(B, 16)), H, Hkv, S, min(Sk, 4099), D, causal,
+                                      page, 100 + seed)
+                    failed |= not r["ok"]
+                    rows.append(r)
+                    print(f"  check {'ok  ' if r['ok'] else 'FAIL'} {r['variant']:<44}  "
+                          f"max err {fmt(r['max_err'], '.2e')} <= {fmt(r['bound'], '.2e')}  {r.get('note', '')}")
                 if not args.no_timing:
                     before = gpu_state()
-                    rows += time_problem(lib, name, dtype_name, p, args.calls, args.reps, args.rounds,
-                                         args.min_seconds)
+                    if decode:
+                        rows += time_decode(lib, name, dtype_name, p, args.calls, args.reps, args.rounds,
+                                            args.min_seconds, pages)
+                    else:
+                        rows += time_problem(lib, name, dtype_name, p, args.calls, args.reps, args.rounds,
+                                             args.min_seconds)
                     after = gpu_state()
                     if before or after:
                         print(f"  gpu before timing: {before or 'n/a'}; after: {after or 'n/a'}")
 
-    timed = [r for r in rows if r["kind"] == "time"]
+    timed = [r for r in rows if r["kind"] == "time" and not r.get("decode")]
+    decoded = [r for r in rows if r["kind"] == "time" and r.get("decode")]
+    if decoded:
+        print(f"\n{'decode shape':<28} {'dtype':<5} {'backend':<11} {'us':>9} {'GB/s':>7} {'% HBM':>6} {'x best peer':>11}"
+              f" {'tuned us':>9}")
+        for r in decoded:
+            print(f"{r['shape']:<28} {r['dtype']:<5} {r['variant']:<11} {fmt(r['us'], '9.2f')} {fmt(r['gbps'], '7.0f')}"
+                  f" {fmt(r['gbps'] / HBM_PEAK_GBPS * 100 if r['gbps'] else None, '6.1f')}"
+                  f" {fmt(r.get('vs_best_peer'), '11.3f')} {fmt(r.get('tuned_us'), '9.2f')}")
+        print(f"GB/s = (K+V+Q+O bytes) / time; % HBM against {HBM_PEAK_GBPS:.0f} GB/s (the H100 SXM's peak);"
+              " x best peer = the fastest PyTorch backend's time / ours")
     if timed:
         print(f"\n{'shape':<28} {'dtype':<5} {'backend':<10} {'us':>10} {'TFLOP/s':>8} {'ours x':>7} {'tuned us':>9}"
               f" {'vs tuned':>8}  {'ours x per round':>16}")
@@ -473,7 +717,8 @@ def main():
           "per round: the range of that ratio over the rounds; checks: "
           f"{sum(1 for r in rows if r['kind'] == 'check' and r['ok'])} ok, "
           f"{sum(1 for r in rows if r['kind'] == 'check' and not r['ok'])} failed")
-    fields = ["kind", "shape", "dtype", "variant", "kernel", "us", "tflops", "ours_speedup", "rounds", "round_min",
+    fields = ["kind", "shape", "dtype", "variant", "kernel", "us", "tflops", "gbps", "vs_best_peer", "ours_speedup",
+              "rounds", "round_min",
               "round_max", "round_us", "tuned_us", "drift_pct",
               "max_err",
               "bound", "ok", "note"]

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Sets up, builds, and runs attntune's main job for one problem (default: the suite's b4-s4k-d128
 # bf16 shape):
-#   with a GPU:    tune a campaign (evo, BUDGET evaluations, resumable: run it again to go on;
-#                  on a Hopper GPU over both templates, flash_fwd_mma and flash_fwd_wgmma),
+#   with a GPU:    tune a campaign (evo, BUDGET evaluations, resumable: run it again to go on)
+#                  over every family that serves the problem: flash_fwd_mma (and flash_fwd_wgmma on
+#                  a Hopper GPU) for dense problems; flash_decode too when seqlen_q <= 16; only
+#                  flash_decode for a paged KV cache (page=N),
 #                  print the best configs and export the winner as attntune_best.cu;
 #   without one:   the search space, NVRTC builds of a sample of it (resources, spills), and the
 #                  search replayed on a real recorded campaign (evo against random search).
@@ -17,17 +19,24 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)" --target attntune
 A=build/attntune
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
-  spaces=(--space $space)
-  # A Hopper GPU (compute capability 9.0) also runs the wgmma template: one campaign searches both.
-  if [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i "${DEVICE:-0}" 2>/dev/null | tr -d ' ')" = "9.0" ]; then
-    spaces+=(--space search_spaces/flash_fwd_wgmma.yaml)
+  # The families that serve the problem, ranked together in one campaign.
+  s=$(sed -n 's/.*\(^\|,\)s=\([0-9]*\).*/\2/p' <<<"$problem")
+  spaces=()
+  if ! grep -qE '(^|,)page=[1-9]' <<<"$problem"; then
+    spaces+=(--space $space)
+    # A Hopper GPU (compute capability 9.0) also runs the wgmma template.
+    if [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i "${DEVICE:-0}" 2>/dev/null | tr -d ' ')" = "9.0" ]; then
+      spaces+=(--space search_spaces/flash_fwd_wgmma.yaml)
+    fi
   fi
+  if [ -n "$s" ] && [ "$s" -le 16 ]; then spaces+=(--space search_spaces/flash_decode.yaml); fi
   $A tune "${spaces[@]}" --problem "$problem" --db "$db" --budget-evals "${BUDGET:-200}" --device "${DEVICE:-0}"
   $A best --db "$db" --problem "$problem" --top 5
   $A export --db "$db" --problem "$problem" -o attntune_best.cu
   echo "wrote attntune_best.cu (its header says how to build it; docs/EXPORT.md: call it, compare it with tools/compare_sdpa.py)"
 else
   echo "no GPU here: showing the space, compiling a sample, and replaying a recorded campaign" >&2
+  if grep -qE '(^|,)page=[1-9]' <<<"$problem"; then space=search_spaces/flash_decode.yaml; fi
   $A space --space $space --problem "$problem" --arch sm_90
   $A compile --space $space --problem "$problem" --arch sm_90 --sample "${SAMPLE:-8}" --db "$db"
   rec=tests/data/campaigns/h100-exhaustive-d128.db

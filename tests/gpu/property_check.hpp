@@ -21,7 +21,7 @@
 namespace attntune::testing {
 
 struct PropertyShape {
-  const char* dims;  // b,h,hkv,s,sk
+  const char* dims;  // b,h,hkv,s,sk (and page=N: a paged KV cache, ragged lengths, shuffled pages)
   Layout layout;
 };
 
@@ -59,9 +59,10 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
     for (const PropertyShape& sh : shapes) {
       Problem p = Problem::parse(
           fmt::format("{},d={},dtype={},causal={}", sh.dims, run.d, dtype_name(v.dtype), v.causal ? 1 : 0));
-      LoadedBuild kernel(o->build.cubin, o->job.kernel.launch);
-      AttnBuffers buf(p, sh.layout);
-      ref.fill(buf, ++seed);
+      const LoadedBuild kernel(o->build.cubin, o->job.kernel.launch);
+      ++seed;
+      AttnBuffers buf(p, sh.layout, p.paged() ? ragged_seqlens(p, seed) : std::vector<int>{}, seed);
+      ref.fill(buf, seed);
       if (progress) std::fprintf(stderr, "[progress] %s on %s\n", config_str(o->job.config).c_str(), p.str().c_str());
       kernel.launch(buf.call());
       const Verdict verdict = ref.check(buf);

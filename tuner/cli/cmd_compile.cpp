@@ -61,6 +61,7 @@ int run_compile(const std::vector<std::string>& args) {
   const SearchSpace space = SearchSpace::load(space_path);
   const Problem problem = Problem::parse(problem_spec);
   if (arch.empty()) arch = space.default_arch();
+  check_family_serves(space.family(), problem);
   space.check_problem(problem, arch);
   std::vector<Config> configs = space.enumerate(problem, arch);
   if (configs.empty()) throw WorkError(fmt::format("no valid config in {} for {} on {}", space.path(), problem.str(), arch));

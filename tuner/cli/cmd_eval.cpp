@@ -65,6 +65,7 @@ int run_eval(const std::vector<std::string>& args) {
   DeviceInfo gpu = evaluator.device();
   gpu.arch = space_arch_for_device(space, gpu.arch);  // sm_90 -> sm_90a for a Hopper-only space: built and filed so
   const std::string arch = gpu.arch;
+  check_family_serves(space.family(), problem);
   space.check_problem(problem, arch);
   if (auto why = space.check(config, problem, arch))
     throw InputError(fmt::format("eval: {} is not a valid config of {} for {} on {}: {}", config_str(config), space.path(),

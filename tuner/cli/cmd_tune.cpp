@@ -252,6 +252,7 @@ TuneSpaces load_spaces(const std::vector<std::string>& paths) {
 void check_before_starting(const TuneArgs& a, const TuneSpaces& spaces, const Problem& problem) {
   for (const SearchSpace* s : spaces.sorted) {
     check_family(s->family());  // an unknown template fails here, before anything starts
+    check_family_serves(s->family(), problem);
     // What the family supports (d, dtype, problem constraints) does not depend on the arch: checked
     // now, before a database or a GPU worker is touched. The arch itself is checked once known.
     s->check_problem(problem, s->default_arch());

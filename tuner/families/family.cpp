@@ -96,6 +96,19 @@ void check_family(const std::string& name) {
   if (!find_builtin(name) && !find_test_family(name)) builtin_family(name);  // throws, naming the known ones
 }
 
+void check_family_serves(const std::string& name, const Problem& p) {
+  if (find_test_family(name)) return;
+  const int entry = p.paged() ? attntune_plan::kEntryKvcache : attntune_plan::kEntryDense;
+  if (builtin_family(name).plan->entries & entry) return;
+  std::vector<std::string> serving;
+  for (const Family* f : builtin_families())
+    if (f->plan->entries & entry) serving.push_back(f->name);
+  const char* what = p.paged() ? "a paged KV cache (attntune_attention_forward_kvcache)"
+                               : "dense tensors (attntune_attention_forward)";
+  throw InputError(fmt::format("{} does not serve attention over {}, which the problem {} is; families that do: {}",
+                               name, what, p.str(), fmt::join(serving, ", ")));
+}
+
 std::vector<std::string> family_nvrtc_options(const std::string& name) {
   if (find_test_family(name)) return {"-std=c++17"};
   return builtin_family(name).nvrtc_options;

@@ -58,6 +58,10 @@ std::vector<std::string> known_families();
 // InputError naming the known families unless `name` is one.
 void check_family(const std::string& name);
 
+// InputError unless family `name` serves p's entry point (a paged problem: the kvcache entry; a
+// dense one: attntune_attention_forward), naming the families that do. Test families serve all.
+void check_family_serves(const std::string& name, const Problem& p);
+
 // A family's NVRTC options (a test family's: those of the family it launches as).
 std::vector<std::string> family_nvrtc_options(const std::string& name);
 

@@ -1,0 +1,696 @@
+// flash_decode: split-KV decode attention (seqlen_q 1..16) for sm_80..sm_90 using mma.sync.
+//
+// Work unit: (batch, kv head, row block). Its rows are the kv head's group of query heads times
+// the queries (GQA packing: K and V are read once per kv head), padded to BLOCK_M (16-row MMA
+// tiles). One CTA per (split, row block) x kv head x batch streams its share of the sequence's key
+// tiles (BLOCK_N keys, contiguous or paged) through a ring of kStages stages by 16-byte cp.async
+// (or, KV_LOAD tma on sm_90, by TMA boxes from one producer warp into an mbarrier ring);
+// each warp scores a slice of every tile (mma.sync m16n8k16, fp32 accumulation, online softmax in
+// registers with exp2) with its own running max, sum and O; the warps then merge through shared
+// memory. One split: O and LSE are written. Several: the split's normalized partial O and LSE
+// (fp32) go to a workspace and are merged by flash_decode_combine, or (combine: last_cta) by the
+// last CTA of the unit to finish, found by a counter it resets.
+//
+// A sequence's key tiles are shared out evenly over the splits from its own length
+// (cache_seqlens), so ragged batches keep every split busy; a split past the end of a short
+// sequence writes an empty partial (O 0, LSE -inf). Rows that see no key output zeros and LSE
+// -inf.
+#include "../common/ptx_sm90.cuh"
+#include "args.h"
+#include "traits.cuh"
+
+namespace att {
+
+using T = Traits;
+
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Waits for the threads that share this warp's tiles: the CTA, or the key group (warp tiles).
+__device__ __forceinline__ void tile_sync(int wn) {
+  if constexpr (!T::kWarpTiles) __syncthreads();
+  else if constexpr (T::kWarpsM == 1) __syncwarp();
+  else named_sync(1 + wn, 32 * T::kWarpsM);
+}
+
+// j / page_size for 0 <= j < 2^31 (args.h: page_mul, page_shift).
+__device__ __forceinline__ int page_index(int j, const DecodeParams& p) {
+  return p.page_mul ? static_cast<int>(__umulhi(static_cast<unsigned>(j), p.page_mul) >> p.page_shift) : j;
+}
+
+// Keys of sequence b.
+__device__ __forceinline__ int seq_len(const DecodeParams& p, int b) {
+  return p.cache_seqlens ? min(max(__ldg(p.cache_seqlens + b), 0), p.seqlen_k) : p.seqlen_k;
+}
+
+// ---- per-warp state ------------------------------------------------------------------------------
+
+// This warp's running max and sum (log2 units) and unnormalized O for its rows: tile wm * kMw + m,
+// rows g and g + 8 (h = 0, 1).
+struct Acc {
+  float o[T::kMw][T::kDTiles][4];
+  float m[T::kMw][2], l[T::kMw][2];
+};
+
+__device__ __forceinline__ void acc_reset(Acc& a) {
+#pragma unroll
+  for (int m = 0; m < T::kMw; ++m) {
+#pragma unroll
+    for (int d = 0; d < T::kDTiles; ++d)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) a.o[m][d][e] = 0.f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      a.m[m][h] = neg_inf();
+      a.l[m][h] = 0.f;
+    }
+  }
+}
+
+// Keys j < lim are visible to the thread's rows; keys below `unmasked` to every row of the CTA.
+struct Limits {
+  int lim[T::kMw][2];
+  int unmasked;
+};
+
+__device__ __forceinline__ void row_limits(Limits& L, const DecodeParams& p, int row0, int len, int wm, int g) {
+#pragma unroll
+  for (int m = 0; m < T::kMw; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int rr = row0 + (wm * T::kMw + m) * 16 + g + 8 * h;
+      // Bottom-right causal: query i sees keys j <= i + len - seqlen_q.
+      L.lim[m][h] = (T::kCausal && rr < p.rows) ? len - p.seqlen_q + 1 + rr % p.seqlen_q : len;
+    }
+  L.unmasked = T::kCausal ? len - p.seqlen_q + 1 : len;
+}
+
+// cp.async of the Q rows row0.. of unit (b, kvh) into q_smem (kBlockM rows, swizzled), zero past
+// rows_here. All threads; no commit.
+__device__ __forceinline__ void load_q(const DecodeParams& p, u32 q_smem, int b, int kvh, int row0, int rows_here,
+                                       int tid) {
+  const elem_t* qg = static_cast<const elem_t*>(p.q) + b * p.q_stride[0];
+  for (int c = tid; c < T::kBlockM * T::kChunks; c += T::kConsumerThreads) {
+    const int r = c / T::kChunks, ch = c - r * T::kChunks;
+    const bool valid = r < rows_here;
+    const int rr = row0 + r, gq = rr / p.seqlen_q, i = rr - gq * p.seqlen_q;
+    const elem_t* src = valid ? qg + (kvh * p.group + gq) * p.q_stride[1] + i * p.q_stride[2] + ch * 8
+                              : static_cast<const elem_t*>(p.q);
+    cp_async_16(q_smem + tile_bytes(r, ch, T::kBlockM, r & 7), src, valid);
+  }
+}
+
+typedef u32 QFrags[T::kQInRegs ? T::kMw : 1][T::kQInRegs ? T::kDSteps : 1][4];
+
+__device__ __forceinline__ void load_q_frags(QFrags& qf, u32 q_smem, int wm, int lane) {
+  if constexpr (T::kQInRegs) {
+#pragma unroll
+    for (int m = 0; m < T::kMw; ++m)
+#pragma unroll
+      for (int ks = 0; ks < T::kDSteps; ++ks)
+        ldmatrix_x4(q_smem + tile_bytes((wm * T::kMw + m) * 16 + (lane & 15), 2 * ks + (lane >> 4), T::kBlockM, lane & 7),
+                    qf[m][ks][0],
+                    qf[m][ks][1], qf[m][ks][2], qf[m][ks][3]);
+  }
+}
+
+// One tile: S = Q K^T over this warp's kWarpKeys keys (first key kw0) of the tile at k_tile (the
+// warp's rows of it), mask, online softmax, O += P V. xr: the K/V tiles' swizzle (lane % 8, or 0).
+__device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_smem, u32 k_tile, u32 v_tile, int kw0,
+                                             const Limits& L, float scale_log2, int wm, int lane, int xr) {
+  const int tq = lane & 3;
+  float s[T::kMw][T::kKeyTiles][4];
+#pragma unroll
+  for (int m = 0; m < T::kMw; ++m)
+#pragma unroll
+    for (int nt = 0; nt < T::kKeyTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[m][nt][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < T::kDSteps; ++ks) {
+    u32 qa[T::kMw][4];
+#pragma unroll
+    for (int m = 0; m < T::kMw; ++m) {
+      if constexpr (T::kQInRegs) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) qa[m][e] = qf[m][ks][e];
+      } else {
+        ldmatrix_x4(q_smem + tile_bytes((wm * T::kMw + m) * 16 + (lane & 15), 2 * ks + (lane >> 4), T::kBlockM, lane & 7),
+                    qa[m][0],
+                    qa[m][1], qa[m][2], qa[m][3]);
+      }
+    }
+#pragma unroll
+    for (int np = 0; np < T::kKeyTiles / 2; ++np) {
+      u32 b0, b1, b2, b3;
+      ldmatrix_x4(k_tile + tile_bytes(np * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1), T::kBlockN, xr),
+                  b0, b1, b2, b3);
+#pragma unroll
+      for (int m = 0; m < T::kMw; ++m) {
+        mma_16816<T::kBf16>(s[m][2 * np], qa[m], b0, b1);
+        mma_16816<T::kBf16>(s[m][2 * np + 1], qa[m], b2, b3);
+      }
+    }
+  }
+
+  // Scale to log2 units; mask keys past the sequence (and, causal, right of the diagonal).
+  const bool full = kw0 + T::kWarpKeys <= L.unmasked;
+#pragma unroll
+  for (int m = 0; m < T::kMw; ++m)
+#pragma unroll
+    for (int nt = 0; nt < T::kKeyTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[m][nt][e] * scale_log2;
+        if (!full && kw0 + nt * 8 + 2 * tq + (e & 1) >= L.lim[m][e >> 1]) x = neg_inf();
+        s[m][nt][e] = x;
+      }
+
+  // Online softmax; P to 16-bit A fragments (the accumulators of key tiles 2kk, 2kk+1 are the A
+  // operand of k16 step kk).
+  u32 pa[T::kMw][T::kKeySteps][4];
+#pragma unroll
+  for (int m = 0; m < T::kMw; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = a.m[m][h];
+#pragma unroll
+      for (int nt = 0; nt < T::kKeyTiles; ++nt) mx = fmaxf(mx, fmaxf(s[m][nt][2 * h], s[m][nt][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // A row that has seen no key keeps max -inf: subtract 0 instead (exp2(-inf) = 0, no NaN).
+      const float use = mx == neg_inf() ? 0.f : mx;
+      const float alpha = ex2(a.m[m][h] - use);
+      a.m[m][h] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < T::kKeyTiles; ++nt) {
+        const float p0 = ex2(s[m][nt][2 * h] - use), p1 = ex2(s[m][nt][2 * h + 1] - use);
+        sum += p0 + p1;
+        pa[m][nt >> 1][(nt & 1) * 2 + h] = pack2<T::kBf16>(p0, p1);
+      }
+      a.l[m][h] = a.l[m][h] * alpha + sum;
+#pragma unroll
+      for (int d = 0; d < T::kDTiles; ++d) {
+        a.o[m][d][2 * h] *= alpha;
+        a.o[m][d][2 * h + 1] *= alpha;
+      }
+    }
+
+  // O += P V.
+#pragma unroll
+  for (int kk = 0; kk < T::kKeySteps; ++kk)
+#pragma unroll
+    for (int dp = 0; dp < T::kDTiles / 2; ++dp) {
+      u32 b0, b1, b2, b3;
+      ldmatrix_x4_trans(v_tile + tile_bytes(kk * 16 + (lane & 15), 2 * dp + (lane >> 4), T::kBlockN, xr), b0, b1, b2, b3);
+#pragma unroll
+      for (int m = 0; m < T::kMw; ++m) {
+        mma_16816<T::kBf16>(a.o[m][2 * dp], pa[m][kk], b0, b1);
+        mma_16816<T::kBf16>(a.o[m][2 * dp + 1], pa[m][kk], b2, b3);
+      }
+    }
+}
+
+// ---- epilogue ------------------------------------------------------------------------------------
+
+// The merge buffer (kMergeBytes of shared memory): o [kBlockM][kOStride], m [kWarpsN][kBlockM],
+// l [kBlockM], the combine's stats [2][kBlockM].
+struct MergeBuf {
+  float* o;
+  float* m;
+  float* l;
+  float* stats;
+  __device__ __forceinline__ explicit MergeBuf(float* base)
+      : o(base), m(base + T::kBlockM * T::kOStride), l(m + T::kWarpsN * T::kBlockM), stats(l + T::kBlockM) {}
+  // Row r's natural-log LSE (-inf: no key) and 1 / sum (0: no key), after merge_warps.
+  __device__ __forceinline__ float lse(int r, float& inv) const {
+    float mx = neg_inf();
+#pragma unroll
+    for (int w = 0; w < T::kWarpsN; ++w) mx = fmaxf(mx, m[w * T::kBlockM + r]);
+    const float sum = l[r];
+    inv = sum > 0.f ? 1.f / sum : 0.f;
+    return sum > 0.f ? (mx + lg2(sum)) * kLn2 : neg_inf();
+  }
+};
+
+// Sums the key groups' O and row sums (rescaled to the common max) into the buffer. Starts and
+// ends with a __syncthreads: the buffer may be in use before, and is complete after.
+__device__ __forceinline__ void merge_warps(Acc& a, const MergeBuf& buf, int wm, int wn, int lane, int tid) {
+  const int g = lane >> 2, tq = lane & 3;
+  const bool consumer = tid < T::kConsumerThreads;  // not the TMA producer warp
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < T::kMw; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (!consumer) break;
+      a.l[m][h] += __shfl_xor_sync(0xffffffffu, a.l[m][h], 1);
+      a.l[m][h] += __shfl_xor_sync(0xffffffffu, a.l[m][h], 2);
+      if (tq == 0) buf.m[wn * T::kBlockM + (wm * T::kMw + m) * 16 + g + 8 * h] = a.m[m][h];
+    }
+  for (int i = tid; i < T::kBlockM * T::kOStride; i += T::kThreads) buf.o[i] = 0.f;
+  for (int i = tid; i < T::kBlockM; i += T::kThreads) buf.l[i] = 0.f;
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < T::kMw; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (!consumer) break;
+      const int r = (wm * T::kMw + m) * 16 + g + 8 * h;
+      float mx = neg_inf();
+#pragma unroll
+      for (int w = 0; w < T::kWarpsN; ++w) mx = fmaxf(mx, buf.m[w * T::kBlockM + r]);
+      const float f = a.m[m][h] == neg_inf() ? 0.f : ex2(a.m[m][h] - mx);
+      float* orow = buf.o + r * T::kOStride + 2 * tq;
+#pragma unroll
+      for (int d = 0; d < T::kDTiles; ++d) {
+        atomicAdd(orow + d * 8, a.o[m][d][2 * h] * f);
+        atomicAdd(orow + d * 8 + 1, a.o[m][d][2 * h + 1] * f);
+      }
+      if (tq == 0) atomicAdd(buf.l + r, a.l[m][h] * f);
+    }
+  __syncthreads();
+}
+
+// O and LSE of the unit's rows row0 .. row0 + rows_here - 1 from a merged buffer.
+__device__ __forceinline__ void store_final(const DecodeParams& p, const MergeBuf& buf, int b, int kvh, int row0,
+                                            int rows_here, int tid) {
+  for (int c = tid; c < rows_here * T::kChunks; c += T::kThreads) {
+    const int r = c / T::kChunks, ch = c - r * T::kChunks;
+    const float inv = buf.l[r] > 0.f ? 1.f / buf.l[r] : 0.f;
+    const float* src = buf.o + r * T::kOStride + ch * 8;
+    uint4 out;
+    out.x = pack2<T::kBf16>(src[0] * inv, src[1] * inv);
+    out.y = pack2<T::kBf16>(src[2] * inv, src[3] * inv);
+    out.z = pack2<T::kBf16>(src[4] * inv, src[5] * inv);
+    out.w = pack2<T::kBf16>(src[6] * inv, src[7] * inv);
+    const int rr = row0 + r, gq = rr / p.seqlen_q, i = rr - gq * p.seqlen_q;
+    elem_t* dst = static_cast<elem_t*>(p.o) + b * p.o_stride[0] + (kvh * p.group + gq) * p.o_stride[1] +
+                  i * p.o_stride[2] + ch * 8;
+    *reinterpret_cast<uint4*>(dst) = out;
+  }
+  if (p.lse) {
+    const int r_base = (b * p.heads_q + kvh * p.group) * p.seqlen_q + row0;
+    for (int r = tid; r < rows_here; r += T::kThreads) {
+      float inv;
+      p.lse[r_base + r] = buf.lse(r, inv);
+    }
+  }
+}
+
+// A merged buffer's rows as a partial: normalized O to po (rows of kHeadDim floats), LSE to pl.
+__device__ __forceinline__ void store_piece(const MergeBuf& buf, float* po, float* pl, int rows_here, int tid) {
+  constexpr int kQuads = T::kHeadDim / 4;
+  for (int c = tid; c < rows_here * kQuads; c += T::kThreads) {
+    const int r = c / kQuads, c4 = c - r * kQuads;
+    const float inv = buf.l[r] > 0.f ? 1.f / buf.l[r] : 0.f;
+    const float* src = buf.o + r * T::kOStride + c4 * 4;
+    float4 v;
+    v.x = src[0] * inv;
+    v.y = src[1] * inv;
+    v.z = src[2] * inv;
+    v.w = src[3] * inv;
+    __stcg(reinterpret_cast<float4*>(po + r * T::kHeadDim + c4 * 4), v);
+  }
+  for (int r = tid; r < rows_here; r += T::kThreads) {
+    float inv;
+    __stcg(pl + r, buf.lse(r, inv));
+  }
+}
+
+// The pieces to merge: split k's partial rows from global row r0.
+struct SplitPieces {
+  const DecodeParams& p;
+  int r0;
+  __device__ __forceinline__ const float* o(int k) const {
+    return p.part_o + (static_cast<long long>(k) * p.rows_total + r0) * T::kHeadDim;
+  }
+  __device__ __forceinline__ const float* lse(int k) const {
+    return p.part_lse + static_cast<long long>(k) * p.rows_total + r0;
+  }
+};
+
+// Merges `count` pieces of the global rows r0 .. r0 + nrows - 1 (a piece's row r at o(k) + r *
+// kHeadDim, its LSE at lse(k)[r]) into o and lse: one pass, each thread a (row, 4 columns) item
+// with an online max over the pieces, so its loads of 16 pieces are in flight together (one
+// L2 round trip, no barrier). The weight of piece k is exp(lse_k - max); no piece with a key
+// (every lse -inf): zeros and -inf.
+template <class Pieces>
+__device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int nrows, const Pieces& pieces, int count,
+                                             int tid, int nthreads) {
+  constexpr int kQuads = T::kHeadDim / 4;
+  for (int it = tid; it < nrows * kQuads; it += nthreads) {
+    const int r = it / kQuads, c4 = it - r * kQuads, row = r0 + r;
+    float mx = neg_inf(), sum = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll 16
+    for (int k = 0; k < count; ++k) {
+      const float v = __ldcg(pieces.lse(k) + r) * kLog2e;
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(pieces.o(k) + r * T::kHeadDim + c4 * 4));
+      const float mn = fmaxf(mx, v);
+      const float f = mn == neg_inf() ? 1.f : ex2(mx - mn);
+      const float w = v == neg_inf() ? 0.f : ex2(v - mn);
+      mx = mn;
+      sum = fmaf(sum, f, w);
+      a0 = fmaf(w, x.x, a0 * f);
+      a1 = fmaf(w, x.y, a1 * f);
+      a2 = fmaf(w, x.z, a2 * f);
+      a3 = fmaf(w, x.w, a3 * f);
+    }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    if (c4 == 0 && p.lse) p.lse[row] = sum > 0.f ? (mx + lg2(sum)) * kLn2 : neg_inf();
+    const int bh = row / p.seqlen_q, i = row - bh * p.seqlen_q;
+    const int b = bh / p.heads_q, hq = bh - b * p.heads_q;
+    elem_t* dst = static_cast<elem_t*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + i * p.o_stride[2] + c4 * 4;
+    uint2 out;
+    out.x = pack2<T::kBf16>(a0 * inv, a1 * inv);
+    out.y = pack2<T::kBf16>(a2 * inv, a3 * inv);
+    *reinterpret_cast<uint2*>(dst) = out;
+  }
+}
+
+// ---- K/V loads -----------------------------------------------------------------------------------
+
+// This thread's share of a tile's loads: chunk l_ch of tile rows l_row + pass * kRowsPerPass;
+// paged, the page and row in page of each, looked up a tile ahead so the table's latency hides
+// behind a tile of compute.
+struct Loader {
+  int l_row, l_ch;
+  int pg[T::kPasses], pr[T::kPasses];
+
+  __device__ __forceinline__ void init(int lt, int wn) {
+    l_row = (T::kWarpTiles ? wn * T::kWarpKeys : 0) + lt / T::kChunks;
+    l_ch = lt % T::kChunks;
+#pragma unroll
+    for (int i = 0; i < T::kPasses; ++i) pg[i] = pr[i] = 0;
+  }
+  // Paged: the pages of tile `tile` of sequence b (len keys).
+  __device__ __forceinline__ void lookup(const DecodeParams& p, int b, int tile, int len) {
+    const int* bt = p.block_table + static_cast<long long>(b) * p.max_blocks_per_seq;
+#pragma unroll
+    for (int i = 0; i < T::kPasses; ++i) {
+      const int j = tile * T::kBlockN + l_row + i * T::kRowsPerPass;
+      if (j < len) {
+        const int page = page_index(j, p);
+        pg[i] = __ldg(bt + page);
+        pr[i] = j - page * p.page_size;
+      }
+    }
+  }
+  // K and V rows of tile `tile` of (b, kvh) into the stage at sk (K) and sk + kTileBytes (V); rows
+  // at or past len are zero-filled. Paged: after lookup(b, tile).
+  __device__ __forceinline__ void issue(const DecodeParams& p, bool paged, int b, int kvh, int tile, int len, u32 sk) const {
+    const u32 sv = sk + T::kTileBytes;
+    const elem_t* kg =
+        static_cast<const elem_t*>(p.k) + kvh * p.k_stride[1] + (paged ? 0 : b * p.k_stride[0]) + l_ch * 8;
+    const elem_t* vg =
+        static_cast<const elem_t*>(p.v) + kvh * p.v_stride[1] + (paged ? 0 : b * p.v_stride[0]) + l_ch * 8;
+#pragma unroll
+    for (int i = 0; i < T::kPasses; ++i) {
+      const int row = l_row + i * T::kRowsPerPass, j = tile * T::kBlockN + row;
+      const bool valid = j < len;
+      long long ko, vo;
+      if (paged) {
+        ko = pg[i] * p.k_stride[0] + pr[i] * p.k_stride[2];
+        vo = pg[i] * p.v_stride[0] + pr[i] * p.v_stride[2];
+      } else {
+        ko = j * p.k_stride[2];
+        vo = j * p.v_stride[2];
+      }
+      const u32 at = tile_bytes(row, l_ch, T::kBlockN, row & 7);
+      cp_async_16(sk + at, valid ? kg + ko : kg, valid);
+      cp_async_16(sv + at, valid ? vg + vo : vg, valid);
+    }
+  }
+};
+
+// ---- TMA K/V loads (KV_LOAD tma, sm_90) ---------------------------------------------------------
+
+#ifndef KV_EVICT_FIRST
+#define KV_EVICT_FIRST 0  // experiment: L2 evict_first hint on the K/V boxes (README: measured)
+#endif
+
+// One K/V box (tma_load_4d), with an L2 evict_first policy when KV_EVICT_FIRST.
+__device__ __forceinline__ void kv_box(u32 dst, const TmaDesc* desc, u32 bar, int c0, int c1, int c2, int c3,
+                                       u64 policy) {
+#if KV_EVICT_FIRST
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, "
+      "%4, %5}], [%6], %7;\n" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(policy)
+      : "memory");
+#else
+  (void)policy;
+  tma_load_4d(dst, desc, bar, c0, c1, c2, c3);
+#endif
+}
+
+// The producer warp: the CTA's tiles of (b, kvh) into the ring, tile t (the CTA's t-th) into stage
+// t % kStages once its consumers released it (empty barrier, kWarps arrivals), its tile index in
+// tags[stage], completing full[stage] by the bytes issued; then a tag of -1 (no bytes) ends the
+// consumers' loop. The CTA's tiles: t_begin .. t_begin + n - 1 (its split's share). (Splits that
+// claimed chunks of their unit's tiles dynamically, so that a unit's CTAs end together, measured
+// no faster: README.md.) Contiguous: one box of (64, kBlockN) rows
+// per column block of K and of V (rows past seqlen_k zero-filled by TMA). Paged: boxes of
+// p.tma_rows rows (within a page), each lane looking up the pages of its boxes; boxes wholly past
+// len are not issued (the consumers zero what the sequence does not cover).
+__device__ __forceinline__ void tma_producer(const DecodeParams& p, const DecodeMaps& maps, u32 s_ring, u32 bars,
+                                             int* tags, int b, int kvh, int t_begin, int n, int len, int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kColBlocks = T::kHeadDim / 64;
+  const bool paged = p.block_table != nullptr;
+  const int* bt = paged ? p.block_table + static_cast<long long>(b) * p.max_blocks_per_seq : nullptr;
+  const int rows = p.tma_rows;
+  u64 policy = 0;
+#if KV_EVICT_FIRST
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+#endif
+  int t = 0;
+  for (int tile = t_begin; tile < t_begin + n; ++tile, ++t) {
+    const int stage = t % T::kStages, round = t / T::kStages;
+    const int j0 = tile * T::kBlockN;
+    const int here = min(T::kBlockN, len - j0);  // keys of the tile in the sequence (>= 1)
+    const int issued = paged ? (here + rows - 1) / rows : 1;
+    // This lane's first box's page, looked up before the wait so the table's latency overlaps it.
+    int pg0 = 0, pr0 = 0;
+    if (paged && lane < issued) {
+      const int j = j0 + lane * rows, page = page_index(j, p);
+      pg0 = __ldg(bt + page);
+      pr0 = j - page * p.page_size;
+    }
+    if (round > 0) mbar_wait(bars + 8 * (T::kStages + stage), (round - 1) & 1);
+    if (lane == 0) tags[stage] = tile;  // published by the arrive below (release)
+    __syncwarp();
+    const u32 full = bars + 8 * stage;
+    const u32 sk = s_ring + stage * T::kStageBytes, sv = sk + T::kTileBytes;
+    if (!paged) {
+      if (lane == 0) {
+        mbar_arrive_expect_tx(full, T::kStageBytes);
+#pragma unroll
+        for (int c = 0; c < kColBlocks; ++c) {
+          kv_box(sk + c * T::kBlockN * 128, &maps.k, full, c * 64, j0, kvh, b, policy);
+          kv_box(sv + c * T::kBlockN * 128, &maps.v, full, c * 64, j0, kvh, b, policy);
+        }
+      }
+    } else {
+      if (lane == 0) mbar_arrive_expect_tx(full, static_cast<u32>(issued * rows * T::kRowBytes * 2));
+      __syncwarp();
+      for (int x = lane; x < issued; x += 32) {
+        int pg = pg0, pr = pr0;
+        if (x != lane) {
+          const int j = j0 + x * rows, page = page_index(j, p);
+          pg = __ldg(bt + page);
+          pr = j - page * p.page_size;
+        }
+#pragma unroll
+        for (int c = 0; c < kColBlocks; ++c) {
+          kv_box(sk + c * T::kBlockN * 128 + x * rows * 128, &maps.k, full, c * 64, pr, kvh, pg, policy);
+          kv_box(sv + c * T::kBlockN * 128 + x * rows * 128, &maps.v, full, c * 64, pr, kvh, pg, policy);
+        }
+      }
+    }
+  }
+  // The end: a tag of -1 in the next stage, a plain arrival (no bytes).
+  const int stage = t % T::kStages, round = t / T::kStages;
+  if (round > 0) mbar_wait(bars + 8 * (T::kStages + stage), (round - 1) & 1);
+  if (lane == 0) {
+    tags[stage] = -1;
+    mbar_arrive(bars + 8 * stage);
+  }
+#endif
+}
+
+// ---- the main kernel ----------------------------------------------------------------------------
+
+__device__ __forceinline__ void decode_split(const DecodeParams& p, const DecodeMaps& maps, unsigned char* smem) {
+  __shared__ int s_last;
+  __shared__ __align__(8) unsigned long long s_bars[T::kKvTma ? 2 * T::kStages : 1];  // TMA: full, empty
+  __shared__ int s_tags[T::kKvTma ? T::kStages : 1];  // TMA: each stage's tile (-1: no more)
+  const u32 s_q = smem_addr(smem);      // (kBlockM, kHeadDim), swizzled
+  const u32 s_ring = s_q + T::kQBytes;  // kStages x (K tile, V tile), each (kBlockN, kHeadDim)
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp % T::kWarpsM, wn = warp / T::kWarpsM;  // row group, key group
+  const int split = blockIdx.x / p.row_blocks, rb = blockIdx.x - split * p.row_blocks;
+  if (split >= p.num_splits) return;  // launched without its workspace: split 0 does it all
+  const int kvh = blockIdx.y, b = blockIdx.z;
+
+  const int len = seq_len(p, b);
+  const int n_all = (len + T::kBlockN - 1) / T::kBlockN;
+  const int per = (n_all + p.num_splits - 1) / p.num_splits;
+  const int t_begin = split * per;
+  const int n = max(0, min(n_all, t_begin + per) - t_begin);  // this CTA's tiles
+  const int row0 = rb * T::kBlockM;
+  const int rows_here = min(T::kBlockM, p.rows - row0);
+  const bool paged = p.block_table != nullptr;
+
+  Acc acc;
+  acc_reset(acc);
+  Limits lim;
+  row_limits(lim, p, row0, len, wm, lane >> 2);
+  QFrags qf;
+
+  if constexpr (T::kKvTma) {
+    const u32 bars = smem_addr(s_bars);
+    if (tid == 0) {
+      for (int i = 0; i < T::kStages; ++i) {
+        mbar_init(bars + 8 * i, 1);
+        mbar_init(bars + 8 * (T::kStages + i), T::kWarps);
+      }
+      mbar_init_fence();
+    }
+    __syncthreads();
+    if (warp == T::kWarps) {
+      tma_producer(p, maps, s_ring, bars, s_tags, b, kvh, t_begin, n, len, lane);
+    } else {
+      load_q(p, s_q, b, kvh, row0, rows_here, tid);
+      cp_async_commit();
+      cp_async_wait<0>();
+      named_sync(1, T::kConsumerThreads);
+      load_q_frags(qf, s_q, wm, lane);
+      const int xr = p.tma_swizzle ? (lane & 7) : 0;
+      for (int t = 0;; ++t) {
+        const int stage = t % T::kStages;
+        mbar_wait(bars + 8 * stage, (t / T::kStages) & 1);
+        const int tile = *static_cast<volatile int*>(s_tags + stage);
+        if (tile < 0) break;
+        const u32 k_tile = s_ring + stage * T::kStageBytes + wn * T::kWarpKeys * 128;
+        const int kw0 = tile * T::kBlockN + wn * T::kWarpKeys;
+        // Keys of this warp's slice past the sequence: their V rows may hold anything (rows the
+        // boxes did not cover, or K/V past len): zero them (P is 0 there, but 0 * NaN is NaN).
+        const int past = kw0 + T::kWarpKeys - len;
+        if (past > 0) {
+          const int first = max(0, T::kWarpKeys - past);
+          for (int c = lane; c < (T::kWarpKeys - first) * T::kChunks; c += 32) {
+            const int r = first + c / T::kChunks, ch = c % T::kChunks;
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(k_tile + T::kTileBytes +
+                                                                            (ch >> 3) * T::kBlockN * 128 + r * 128 +
+                                                                            ((ch & 7) << 4)),
+                         "r"(0)
+                         : "memory");
+          }
+          __syncwarp();
+        }
+        process_tile(acc, qf, s_q, k_tile, k_tile + T::kTileBytes, kw0, lim, p.scale_log2, wm, lane, xr);
+        // The generic-proxy zeros before TMA's next writes to the stage.
+        if (past > 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (T::kStages + stage));
+      }
+    }
+  } else {
+    load_q(p, s_q, b, kvh, row0, rows_here, tid);
+    cp_async_commit();  // Q: a group of its own
+
+    Loader ld;
+    ld.init(T::kWarpTiles ? tid - wn * T::kWarpsM * 32 : tid, wn);
+    if (paged && n > 0) ld.lookup(p, b, t_begin, len);
+#pragma unroll
+    for (int s = 0; s < T::kStages - 1; ++s) {
+      if (s < n) {
+        ld.issue(p, paged, b, kvh, t_begin + s, len, s_ring + s * T::kStageBytes);
+        if (paged && s + 1 < n) ld.lookup(p, b, t_begin + s + 1, len);
+      }
+      cp_async_commit();
+    }
+
+    cp_async_wait<T::kStages - 1>();  // Q landed (this thread's copies) ...
+    __syncthreads();                  // ... and everyone's
+    load_q_frags(qf, s_q, wm, lane);
+
+    int slot = 0, slot_issue = T::kStages - 1;
+    for (int t = 0; t < n; ++t) {
+      cp_async_wait<T::kStages - 2>();  // tile t landed (this thread's copies) ...
+      tile_sync(wn);                    // ... and the group's; slot (t - 1) % kStages is free
+      if (t + T::kStages - 1 < n) {
+        ld.issue(p, paged, b, kvh, t_begin + t + T::kStages - 1, len, s_ring + slot_issue * T::kStageBytes);
+        if (paged && t + T::kStages < n) ld.lookup(p, b, t_begin + t + T::kStages, len);
+      }
+      cp_async_commit();
+      const u32 k_tile = s_ring + slot * T::kStageBytes + wn * T::kWarpKeys * 128;
+      process_tile(acc, qf, s_q, k_tile, k_tile + T::kTileBytes, (t_begin + t) * T::kBlockN + wn * T::kWarpKeys, lim,
+                   p.scale_log2, wm, lane, lane & 7);
+      slot = slot + 1 == T::kStages ? 0 : slot + 1;
+      slot_issue = slot_issue + 1 == T::kStages ? 0 : slot_issue + 1;
+    }
+    cp_async_wait<0>();
+  }
+
+  // Merge the key groups in the ring (free once every copy has landed: the consumers waited on
+  // every tile the producer issued).
+  const MergeBuf buf(reinterpret_cast<float*>(smem));
+  merge_warps(acc, buf, wm, wn, lane, tid);
+  if (p.num_splits == 1) {
+    store_final(p, buf, b, kvh, row0, rows_here, tid);
+    return;
+  }
+  // Global row id of the unit's row row0 (lse's index; a unit's rows are contiguous).
+  const int r_base = (b * p.heads_q + kvh * p.group) * p.seqlen_q + row0;
+  store_piece(buf, p.part_o + (static_cast<long long>(split) * p.rows_total + r_base) * T::kHeadDim,
+              p.part_lse + static_cast<long long>(split) * p.rows_total + r_base, rows_here, tid);
+  if constexpr (T::kLastCta) {
+    // The last CTA of the unit to arrive merges the splits (threadFenceReduction's pattern) and
+    // resets the counter for the next launch.
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      int* counter = p.counters + (b * p.heads_kv + kvh) * p.row_blocks + rb;
+      const int old = atomicAdd(counter, 1);
+      s_last = old == p.num_splits - 1;
+      if (s_last) *counter = 0;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    combine_rows(p, r_base, rows_here, SplitPieces{p, r_base}, p.num_splits, tid, T::kThreads);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
+    flash_decode(const DecodeParams p, const __grid_constant__ DecodeMaps maps) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+#ifdef DECODE_TRACE
+  DECODE_TRACE(0);
+#endif
+  decode_split(p, maps, smem);
+#ifdef DECODE_TRACE
+  DECODE_TRACE(1);
+#endif
+}
+
+// Merges the splits' partials (combine: kernel): kCombineRows global rows per
+// CTA, one (row, 4 columns) item per thread.
+extern "C" __global__ void __launch_bounds__(T::kCombineThreads)
+    flash_decode_combine(const DecodeParams p, const __grid_constant__ DecodeMaps) {
+  if (p.num_splits <= 1) return;  // the main kernel wrote o
+  const int r0 = blockIdx.x * T::kCombineRows;
+  const int nrows = min(T::kCombineRows, p.rows_total - r0);
+  if (nrows <= 0) return;
+  combine_rows(p, r0, nrows, SplitPieces{p, r0}, p.num_splits, threadIdx.x, T::kCombineThreads);
+}
+
+}  // namespace att

@@ -1,0 +1,280 @@
+// ---- templates/flash_decode/launch.h: how a call becomes flash_decode's launches, the one place
+// that says so (templates/common/launch_plan.h tells who runs it).
+//
+// Work units: (batch, kv head, row block), the row blocks ceil(group * seqlen_q / BLOCK_M) of the
+// kv head's packed query rows. THREADS threads and SMEM_BYTES of dynamic shared memory per CTA.
+// Each unit's keys are split over num_splits CTAs (grid (num_splits * row_blocks, heads_kv,
+// batch)). The split count comes from the call's shape alone (seqlen_k is the max: the
+// host never reads cache_seqlens), by decode_splits' wave model. With more than one split,
+// workspace 0 holds the partial O and LSE, and the merge is either the second kernel (combine:
+// kernel, launch 1) or the last CTA of each unit (combine: last_cta, workspace 1: a zeroed counter
+// per unit). Both workspaces are optional: without them bind asks the kernels for one split (the
+// CTAs of the other splits exit at once; the combine kernel too). kv_load tma: tensor maps 0 (K) and
+// 1 (V), encoded per call (decode_tma_rows' box), bound into the kernels' DecodeMaps argument.
+#ifndef ATTNTUNE_FLASH_DECODE_LAUNCH_H
+#define ATTNTUNE_FLASH_DECODE_LAUNCH_H
+
+#include "../common/launch_plan.h"
+#include "args.h"
+
+namespace attntune_plan {
+
+constexpr int kDecodeMaxSeqlenQ = 16;
+constexpr int kDecodeCombineThreads = 128;
+
+// Split count for `units` work units of `tiles` K/V tiles each (the longest sequence), on a device
+// of sm_count SMs running ctas_per_sm CTAs each (slots = sm_count * ctas_per_sm): among the split
+// counts s that leave no split empty (s = ceil(tiles / ceil(tiles / s))), up to min(tiles,
+// kDecodeMaxSplits), the one that minimizes ceil(units * s / slots) * (ceil(tiles / s) + cost) +
+// (s > 1 ? cost : 0), the smallest on a tie: a CTA costs its tiles plus a fixed `cost` in tiles
+// (prologue, epilogue, partial writes), the last wave costs as much as a full one, and splitting
+// at all costs the merge. (Forcing at least one or more full waves of CTAs measured slower:
+// README.md.)
+constexpr int kDecodeSplitCost = 1;
+
+inline int decode_splits(long long units, long long tiles, int sm_count, int ctas_per_sm,
+                         int cost = kDecodeSplitCost) {
+  if (units <= 0 || tiles <= 1) return 1;
+  const long long slots = static_cast<long long>(sm_count > 0 ? sm_count : 1) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  const long long most = tiles < att::kDecodeMaxSplits ? tiles : att::kDecodeMaxSplits;
+  long long best_s = 1, best = -1;
+  for (long long s = 1; s <= most; ++s) {
+    const long long per = ceil_div(tiles, s), used = ceil_div(tiles, per);
+    if (used != s) continue;  // the same as `used` splits
+    const long long t = ceil_div(units * s, slots) * (per + cost) + (s > 1 ? cost : 0);
+    if (best < 0 || t < best) {
+      best = t;
+      best_s = s;
+    }
+  }
+  return static_cast<int>(best_s);
+}
+
+// page_size as args.h's multiply-shift divisor: j / page_size = umulhi(j, mul) >> shift for
+// 0 <= j < 2^31 (mul = ceil(2^(31 + L) / page_size), shift = L - 1, L = ceil(log2(page_size)));
+// page_size 1: mul 0 (the kernel takes j itself).
+inline void decode_page_divisor(int page_size, unsigned* mul, int* shift) {
+  if (page_size <= 1) {
+    *mul = 0;
+    *shift = 0;
+    return;
+  }
+  int l = 0;
+  while ((1LL << l) < page_size) ++l;
+  *mul = static_cast<unsigned>(((1ULL << (31 + l)) + static_cast<unsigned long long>(page_size) - 1) /
+                               static_cast<unsigned long long>(page_size));
+  *shift = l - 1;
+}
+
+// KV_LOAD tma: K/V rows per box: BLOCK_N contiguous; paged, gcd(page_size, block_n) (a box stays
+// within one page, and a tile is whole boxes).
+inline int decode_tma_rows(const Call& c, int block_n) {
+  if (c.entry != kEntryKvcache || !c.block_table || c.page_size < 1) return block_n;
+  int a = c.page_size, b = block_n;
+  while (b) {
+    const int t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+struct FlashDecodeLaunch {
+  int head_dim, bf16, causal;
+  int block_m, block_n, threads, smem_bytes, ctas_per_sm;
+  int last_cta;  // combine: last_cta (else the combine kernel)
+  int kv_tma;    // kv_load: tma (K/V through tensor maps 0 and 1, sm_90), else cp.async
+
+  static int load(const Define* d, int n, FlashDecodeLaunch* c, Why* why) {
+    int combine = 0, combine_last = 0, kv_load = 0, kv_load_tma = 0;
+    if (define_int(d, n, "ATT_HEAD_DIM", &c->head_dim, why) || define_int(d, n, "ATT_DTYPE_BF16", &c->bf16, why) ||
+        define_int(d, n, "ATT_CAUSAL", &c->causal, why) || define_int(d, n, "BLOCK_M", &c->block_m, why) ||
+        define_int(d, n, "BLOCK_N", &c->block_n, why) || define_int(d, n, "THREADS", &c->threads, why) ||
+        define_int(d, n, "SMEM_BYTES", &c->smem_bytes, why) || define_int(d, n, "CTAS_PER_SM", &c->ctas_per_sm, why) ||
+        define_int(d, n, "COMBINE", &combine, why) || define_int(d, n, "COMBINE_LAST_CTA", &combine_last, why) ||
+        define_int(d, n, "KV_LOAD", &kv_load, why) || define_int(d, n, "KV_LOAD_TMA", &kv_load_tma, why))
+      return 1;
+    c->kv_tma = kv_load == kv_load_tma;
+
+    c->last_cta = combine == combine_last;
+    if (c->block_m <= 0 || c->block_n <= 0 || c->threads <= 0)
+      return refuse(why, "flash_decode: BLOCK_M, BLOCK_N and THREADS must be positive");
+    return 0;
+  }
+
+  // The call's shape as the kernels see it; 0, or 1 with the reason.
+  struct Shape {
+    long long rows_total, units, tiles;
+    int group, rows, row_blocks;
+  };
+  int shape(const Call& c, Shape* s, Why* why) const {
+    if (c.entry != kEntryDense && c.entry != kEntryKvcache)
+      return refuse(why, "flash_decode serves attntune_attention_forward and attntune_attention_forward_kvcache only");
+    if (c.head_dim != head_dim)
+      return refuse(why, "flash_decode was built for head_dim %d; the call has head_dim %d", head_dim, c.head_dim);
+    if (c.seqlen_q > kDecodeMaxSeqlenQ)
+      return refuse(why,
+                    "flash_decode serves seqlen_q 1..%d (decoding, speculative decoding); the call has seqlen_q %d: "
+                    "use a prefill family",
+                    kDecodeMaxSeqlenQ, c.seqlen_q);
+    if (c.batch < 0 || c.seqlen_q < 0 || c.seqlen_k < 0 || c.heads_q < 0 || c.heads_kv < 0)
+      return refuse(why, "flash_decode: negative sizes");
+    if (c.heads_kv == 0 ? c.heads_q != 0 : c.heads_q % c.heads_kv != 0)
+      return refuse(why, "flash_decode: heads_q (%d) must be a multiple of heads_kv (%d)", c.heads_q, c.heads_kv);
+    if (c.seqlen_q > 1 && (c.causal != 0) != (causal != 0))
+      return refuse(why, "flash_decode was built %s; the call is %s (seqlen_q %d)", causal ? "causal" : "non-causal",
+                    c.causal ? "causal" : "non-causal", c.seqlen_q);
+    if (c.entry == kEntryKvcache && c.block_table) {
+      if (c.page_size < 1) return refuse(why, "flash_decode: page_size %d (must be at least 1)", c.page_size);
+      if (static_cast<long long>(c.max_blocks_per_seq) * c.page_size < c.seqlen_k)
+        return refuse(why,
+                      "flash_decode: max_blocks_per_seq %d pages of %d keys cannot hold seqlen_k_max %d keys",
+                      c.max_blocks_per_seq, c.page_size, c.seqlen_k);
+    }
+    if (c.batch > 65535 || c.heads_kv > 65535)
+      return refuse(why, "flash_decode: batch (%d) and heads_kv (%d) must be at most 65535 (grid z and y)", c.batch,
+                    c.heads_kv);
+    if (kv_tma) {
+      // TMA: 16-byte aligned K/V and strides (as for cp.async), strides below 2^40 bytes.
+      for (int i = 0; i < 3; ++i)
+        if (c.k_stride[i] < 0 || c.v_stride[i] < 0 || c.k_stride[i] % 8 || c.v_stride[i] % 8 ||
+            c.k_stride[i] >= (1LL << 39) || c.v_stride[i] >= (1LL << 39))
+          return refuse(why,
+                        "flash_decode (kv_load tma): K/V strides must be non-negative multiples of 8 elements below "
+                        "2^39 (k {%lld, %lld, %lld})",
+                        c.k_stride[0], c.k_stride[1], c.k_stride[2]);
+    }
+    s->group = c.heads_kv > 0 ? c.heads_q / c.heads_kv : 0;
+    s->rows = s->group * c.seqlen_q;
+    s->row_blocks = static_cast<int>(ceil_div(s->rows, block_m));
+    s->rows_total = static_cast<long long>(c.batch) * c.heads_q * c.seqlen_q;
+    if (s->rows_total >= (1LL << 31))
+      return refuse(why, "flash_decode: batch * heads_q * seqlen_q = %lld rows is 2^31 or more", s->rows_total);
+    s->units = static_cast<long long>(c.batch) * c.heads_kv * s->row_blocks;
+    s->tiles = ceil_div(c.seqlen_k, block_n);
+    return 0;
+  }
+
+  int plan(const Call& call, const Device& device, Plan* p, Why* why) const {
+    Shape s;
+    if (shape(call, &s, why)) return 1;
+    if (s.rows_total == 0) return 0;  // nothing to compute: no launch
+    const int splits = decode_splits(s.units, s.tiles, device.sm_count, ctas_per_sm);
+    const long long grid_x = static_cast<long long>(splits) * s.row_blocks;
+    if (grid_x > 2147483647LL) return refuse(why, "flash_decode: grid.x %lld exceeds 2^31 - 1", grid_x);
+    p->launches = 1;
+    p->launch[0] = Launch{0,
+                          {static_cast<unsigned>(grid_x), static_cast<unsigned>(call.heads_kv),
+                           static_cast<unsigned>(call.batch)},
+                          static_cast<unsigned>(threads),
+                          static_cast<unsigned>(smem_bytes),
+                          1};
+    if (kv_tma) {
+      // K and V: contiguous (head_dim, seqlen_k, heads_kv, batch), box (64, BLOCK_N); paged
+      // (head_dim, page_size, heads_kv, pages), box (64, gcd(page_size, BLOCK_N)): a box never
+      // crosses a page; the page count is not part of the call, and the kernel never asks past a
+      // table entry, so the map's page extent is the most a map allows. 128-byte swizzle when a box
+      // has a multiple of 8 rows, else none (the kernel reads p.tma_swizzle). An empty cache (seqlen_k
+      // 0 or no K/V) is never read: Q's shape stands in so the maps stay valid descriptors.
+      p->maps = 2;
+      const bool paged = call.entry == kEntryKvcache && call.block_table;
+      const int rows = decode_tma_rows(call, block_n);
+      if (call.seqlen_k == 0 || !call.k || !call.v) {
+        p->map[0] = operand_map("k (q standing in: no keys)", call.q, call.q_stride, call.seqlen_q > 0 ? call.seqlen_q : 1,
+                                call.heads_q, call.batch, call.head_dim, 64, 1, bf16);
+        p->map[1] = p->map[0];
+      } else if (paged) {
+        const int kMaxPages = 2147483647;
+        p->map[0] = operand_map("k (pages)", call.k, call.k_stride, call.page_size, call.heads_kv, kMaxPages,
+                                call.head_dim, 64, static_cast<unsigned>(rows), bf16);
+        p->map[1] = operand_map("v (pages)", call.v, call.v_stride, call.page_size, call.heads_kv, kMaxPages,
+                                call.head_dim, 64, static_cast<unsigned>(rows), bf16);
+      } else {
+        p->map[0] = operand_map("k", call.k, call.k_stride, call.seqlen_k, call.heads_kv, call.batch, call.head_dim, 64,
+                                static_cast<unsigned>(rows), bf16);
+        p->map[1] = operand_map("v", call.v, call.v_stride, call.seqlen_k, call.heads_kv, call.batch, call.head_dim, 64,
+                                static_cast<unsigned>(rows), bf16);
+      }
+      p->map[0].swizzle_128b = p->map[1].swizzle_128b = rows % 8 == 0;
+    }
+    if (splits > 1) {
+      p->workspaces = 1;
+      p->workspace[0] = Workspace{static_cast<unsigned long long>(splits) * s.rows_total * (head_dim + 1) * 4, 0, 1};
+      if (last_cta) {
+        p->workspaces = 2;
+        p->workspace[1] = Workspace{static_cast<unsigned long long>(s.units) * 4, 1, 1};
+      } else {
+        const long long combine_rows = kDecodeCombineThreads / (head_dim / 4);
+        p->launches = 2;
+        p->launch[1] = Launch{1, {static_cast<unsigned>(ceil_div(s.rows_total, combine_rows)), 1, 1},
+                              static_cast<unsigned>(kDecodeCombineThreads), 0, 1};
+      }
+    }
+    return 0;
+  }
+
+  int bind(const Call& c, const Plan& plan, const Resources& res, int, Args* args, Why* why) const {
+    Shape s;
+    if (shape(c, &s, why)) return 1;
+    att::DecodeParams d;
+    std::memset(&d, 0, sizeof d);
+    d.q = c.q;
+    d.k = c.k;
+    d.v = c.v;
+    d.o = c.out;
+    d.lse = c.lse;
+    if (c.entry == kEntryKvcache) {
+      d.cache_seqlens = c.cache_seqlens;
+      d.block_table = c.block_table;
+      d.max_blocks_per_seq = c.max_blocks_per_seq;
+      d.page_size = c.block_table ? c.page_size : 0;
+      if (c.block_table) decode_page_divisor(c.page_size, &d.page_mul, &d.page_shift);
+    }
+    for (int i = 0; i < 3; ++i) {
+      d.q_stride[i] = c.q_stride[i];
+      d.k_stride[i] = c.k_stride[i];
+      d.v_stride[i] = c.v_stride[i];
+      d.o_stride[i] = c.o_stride[i];
+    }
+    d.batch = c.batch;
+    d.heads_q = c.heads_q;
+    d.heads_kv = c.heads_kv;
+    d.seqlen_q = c.seqlen_q;
+    d.seqlen_k = c.seqlen_k;
+    d.group = s.group;
+    d.rows = s.rows;
+    d.row_blocks = s.row_blocks;
+    d.rows_total = static_cast<int>(s.rows_total);
+    d.num_splits = s.row_blocks > 0 ? static_cast<int>(plan.launch[0].grid[0] / s.row_blocks) : 1;
+    if (d.num_splits > 1) {
+      // Without its workspaces (optional) the call runs unsplit: as correct, slower.
+      if (!res.workspace[0] || (last_cta && !res.workspace[1])) {
+        d.num_splits = 1;
+      } else {
+        d.part_o = static_cast<float*>(res.workspace[0]);
+        d.part_lse = d.part_o + static_cast<unsigned long long>(d.num_splits) * s.rows_total * head_dim;
+        d.counters = last_cta ? static_cast<int*>(res.workspace[1]) : nullptr;
+      }
+    }
+    d.scale = c.scale;
+    d.scale_log2 = static_cast<float>(static_cast<double>(c.scale) * 1.4426950408889634);
+    att::DecodeMaps maps;
+    std::memset(&maps, 0, sizeof maps);
+    if (kv_tma) {
+      d.tma_rows = decode_tma_rows(c, block_n);
+      d.tma_swizzle = d.tma_rows % 8 == 0;
+      if (plan.maps < 2 || !res.map[0] || !res.map[1]) return refuse(why, "flash_decode: K/V tensor maps missing");
+      std::memcpy(&maps.k, res.map[0], sizeof maps.k);
+      std::memcpy(&maps.v, res.map[1], sizeof maps.v);
+    }
+    if (!args->add(d) || !args->add(maps)) return refuse(why, "flash_decode: the arguments do not fit");
+    return 0;
+  }
+};
+
+inline constexpr Family kFlashDecode = make_family<FlashDecodeLaunch>("flash_decode", kEntryDense | kEntryKvcache, 2,
+                                                                      "flash_decode", "flash_decode_combine");
+
+}  // namespace attntune_plan
+
+#endif  // ATTNTUNE_FLASH_DECODE_LAUNCH_H

@@ -1,0 +1,91 @@
+// ---- templates/flash_decode/traits.cuh: every tunable of flash_decode and everything derived from
+// it. The renderer defines the macros (block_n in YAML is BLOCK_N here and kBlockN below); the
+// kernels read only Traits::k*. search_spaces/flash_decode.yaml's derived formulas must agree
+// (the static_asserts at the end check threads and smem_bytes).
+#ifndef ATTNTUNE_FLASH_DECODE_TRAITS_CUH
+#define ATTNTUNE_FLASH_DECODE_TRAITS_CUH
+
+namespace att {
+
+struct Traits {
+  // Problem fields baked into the kernel.
+  static constexpr int kHeadDim = ATT_HEAD_DIM;
+  static constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
+  static constexpr bool kCausal = ATT_CAUSAL != 0;
+
+  // Tunables (search_spaces/flash_decode.yaml).
+  static constexpr int kBlockM = BLOCK_M;        // packed rows (query heads x queries) per CTA (derived)
+  static constexpr int kBlockN = BLOCK_N;        // keys per K/V tile (one ring stage)
+  static constexpr int kWarps = WARPS;           // warps per CTA
+  static constexpr int kWarpsM = WARPS_M;        // warps splitting the rows; WARPS / WARPS_M split the keys
+  static constexpr bool kWarpTiles = TILE_SHARE == TILE_SHARE_WARP;  // each key group loads its own slice
+  static constexpr int kStages = STAGES;         // ring depth (tiles in flight: kStages - 1)
+  static constexpr int kCtasPerSm = CTAS_PER_SM; // __launch_bounds__ minimum, and the plan's slots per SM
+  static constexpr bool kQInRegs = Q_IN_REGS != 0;
+  static constexpr bool kLastCta = COMBINE == COMBINE_LAST_CTA;  // split merge: last CTA, else a 2nd kernel
+  // K/V loads: cp.async by every thread (sm_80+), or TMA boxes issued by one extra producer warp into
+  // an mbarrier ring (sm_90; the space offers it there only).
+  static constexpr bool kKvTma = KV_LOAD == KV_LOAD_TMA;
+
+  // Derived.
+  static constexpr int kConsumerThreads = kWarps * 32;  // the warps that score tiles
+  static constexpr int kThreads = kConsumerThreads + (kKvTma ? 32 : 0);  // + the TMA producer warp
+  static constexpr int kWarpsN = kWarps / kWarpsM;     // key groups
+  static constexpr int kWarpKeys = kBlockN / kWarpsN;  // keys of a tile one warp scores
+  static constexpr int kMw = kBlockM / 16 / kWarpsM;   // 16-row MMA tiles per warp
+  static constexpr int kKeyTiles = kWarpKeys / 8;      // n8 score tiles per warp and tile
+  static constexpr int kKeySteps = kWarpKeys / 16;     // k16 steps of P.V
+  static constexpr int kDTiles = kHeadDim / 8;
+  static constexpr int kDSteps = kHeadDim / 16;
+  static constexpr int kChunks = kHeadDim / 8;         // 16-byte chunks per row
+  static constexpr int kRowBytes = kHeadDim * 2;
+  static constexpr int kQBytes = kBlockM * kRowBytes;
+  static constexpr int kTileBytes = kBlockN * kRowBytes;  // one K or V tile
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kRingBytes = kStages * kStageBytes;
+  // Epilogue (reuses the ring): the key groups' O summed in fp32, their row maxima, the row sums,
+  // and the combine's per-row max and 1/sum. Rows of kOStride floats: 4 floats of padding spread a
+  // quad's 8 rows over the banks.
+  static constexpr int kOStride = kHeadDim + 4;
+  static constexpr int kMergeBytes = kBlockM * kOStride * 4 + (kWarpsN + 3) * kBlockM * 4;
+  static constexpr int kMaxSplits = kDecodeMaxSplits;  // the plan never splits more (args.h)
+  static constexpr int kSmemBytes = kQBytes + kRingBytes > kMergeBytes ? kQBytes + kRingBytes : kMergeBytes;
+
+  // Loads: the threads of a load group copy kLoadRows rows of each tile, chunk t % kChunks of rows
+  // t / kChunks + pass * kRowsPerPass. cta: the whole CTA loads whole tiles; warp: each key group
+  // (kWarpsM warps) loads its own kWarpKeys rows and waits on its own barrier.
+  static constexpr int kLoadThreads = kWarpTiles ? 32 * kWarpsM : kConsumerThreads;
+  static constexpr int kLoadRows = kWarpTiles ? kWarpKeys : kBlockN;
+  static constexpr int kRowsPerPass = kLoadThreads / kChunks;
+  static constexpr int kPasses = kLoadRows / kRowsPerPass;
+
+  // The separate combine kernel: 128 threads, one (row, 4 columns) item each.
+  static constexpr int kCombineThreads = 128;
+  static constexpr int kCombineRows = kCombineThreads / (kHeadDim / 4);
+
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim 64, 128 or 256");
+  static_assert(kBlockM % 16 == 0 && kBlockM >= 16 && kBlockM <= 64, "block_m: 16, 32, 48 or 64 rows");
+  static_assert(kWarps % kWarpsM == 0 && (kBlockM / 16) % kWarpsM == 0 && kMw >= 1 && kMw <= 2,
+                "each warp owns 1 or 2 whole 16-row tiles");
+  static_assert(kBlockN % kWarpsN == 0 && kWarpKeys % 16 == 0, "each warp scores whole 16-key steps");
+  static_assert(kLoadThreads % kChunks == 0 && kRowsPerPass >= 1 && kLoadRows % kRowsPerPass == 0,
+                "a load pass covers whole rows, and the passes the tile");
+  static_assert(kStages >= 2 && kStages <= 8, "2 to 8 stages");
+  static_assert(kWarpsN <= 15, "named barriers 1..15");
+  static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes disagrees with the kernel's layout");
+  static_assert(kThreads == THREADS, "search space's threads disagrees with warps * 32 (+ 32: TMA producer)");
+  static_assert(!kKvTma || !kWarpTiles, "TMA loads whole tiles (tile_share: cta)");
+};
+
+// Shared-memory tiles of `rows` rows are stored as kHeadDim / 64 column blocks of (rows, 64
+// elements), each row 128 bytes, whose 16-byte chunk index is XORed with `xr` = row % 8 (TMA's
+// 128-byte swizzle, the layout a box of (64, rows) lands in), so an ldmatrix phase's 8 rows and a
+// cp.async phase's chunks hit 8 bank groups; xr = 0: unswizzled (TMA boxes of fewer than 8 rows).
+// Linear in row: a slice of rows from row0 is the tile's address + row0 * 128.
+__device__ __forceinline__ unsigned tile_bytes(int row, int chunk, int rows, int xr) {
+  return static_cast<unsigned>((chunk >> 3) * rows * 128 + row * 128 + (((chunk & 7) ^ xr) << 4));
+}
+
+}  // namespace att
+
+#endif  // ATTNTUNE_FLASH_DECODE_TRAITS_CUH

@@ -1,0 +1,73 @@
+// Property test of flash_decode: every valid config of its space for d=128 (non-causal s=1 and
+// causal s=4, bf16 and fp16 alternating), a spread at d=64 and d=256, each built through the pool
+// the tuner uses and launched through its launch plan (the worker's LoadedBuild: splits from this
+// GPU's SM count, the combine kernel or the last CTA), on shapes covering what decoding brings:
+// GQA/MQA packing, odd and long key counts (many splits, empty ones), seqlen_q 2..16 with
+// bottom-right causal, the [B,S,H,D] layout, and paged KV caches (pages of 16, 64, 256 and an odd
+// size; shuffled block tables with spare pages; ragged lengths 0, 1, odd, all; NaN past each
+// length). FlashAttention-2's criterion against the reference.
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "gpu_env.hpp"
+#include "property_check.hpp"
+
+using namespace attntune;
+
+namespace {
+
+using attntune::testing::PropertyShape;
+const PropertyShape kShapes[] = {
+    {"b=3,h=32,hkv=8,s=1,sk=1001", Layout::kBHSD},           // GQA 4:1, odd length
+    {"b=2,h=6,hkv=2,s=3,sk=777", Layout::kBSHD},             // s=3, strided
+    {"b=1,h=32,hkv=8,s=1,sk=20011", Layout::kBHSD},          // one sequence: many splits
+    {"b=7,h=8,hkv=8,s=1,sk=2049,page=16", Layout::kBHSD},    // MHA, pages of 16, ragged
+    {"b=5,h=16,hkv=2,s=4,sk=600,page=256", Layout::kBHSD},   // GQA 8:1 x 4 rows, pages of 256
+    {"b=6,h=4,hkv=1,s=16,sk=300,page=64", Layout::kBSHD},    // MQA, s=16 (64 packed rows)
+    {"b=4,h=8,hkv=2,s=2,sk=1000,page=7", Layout::kBHSD},     // an odd page size
+};
+
+void check_space(int d, std::size_t sample) {
+  cuda::Context ctx(0);
+  const auto props = cuda::device_props(0);
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_decode.yaml");
+  std::vector<Config> configs;
+  std::vector<Problem> variants;
+  for (const char* kind : {"s=1,causal=0", "s=4,causal=1"}) {
+    const Problem base = Problem::parse(fmt::format("b=1,h=32,hkv=8,{},sk=4096,d={},dtype=bf16", kind, d));
+    const std::vector<Config> all = space.enumerate(base, props.arch);
+    ASSERT_FALSE(all.empty()) << base.str();
+    const std::size_t n = sample == 0 || sample >= all.size() ? all.size() : sample;
+    for (std::size_t i = 0; i < n; ++i) {
+      Problem p = base;
+      p.dtype = configs.size() % 2 ? DType::kFp16 : DType::kBf16;
+      configs.push_back(all[i * all.size() / n]);
+      variants.push_back(p);
+    }
+  }
+  attntune::testing::PropertyRun run;
+  run.label = "flash_decode";
+  run.d = d;
+  run.arch = props.arch;
+  run.seed = 1000 + d;
+  run.require_no_spills = true;
+  attntune::testing::check_configs(space, configs, variants, kShapes, run);
+}
+
+}  // namespace
+
+TEST(FlashDecodeProperty, AllConfigsD128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(128, 0);
+}
+
+TEST(FlashDecodeProperty, SpreadD64) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(64, 24);
+}
+
+TEST(FlashDecodeProperty, SpreadD256) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(256, 16);
+}

@@ -1,0 +1,170 @@
+// flash_decode on the CPU: its space offers configs for every decode suite row and refuses what it
+// cannot serve; a spread of its configs compiles with NVRTC for sm_80, sm_89 and sm_90 without
+// spills; its launch plan splits the keys by the SM count, asks for its workspaces, launches the
+// combine kernel or not, and refuses prefill-sized calls and bad page tables with a reason.
+#include <cstdlib>
+#include <set>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cuda/nvrtc.hpp"
+#include "eval/build_pool.hpp"
+#include "tests/common/plan_call.hpp"
+#include "tests/common/run_attntune.hpp"
+#include "templates/flash_decode/launch.h"
+
+using namespace attntune;
+
+namespace {
+
+SearchSpace load_space() { return SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/flash_decode.yaml"); }
+
+// The decode suite (issue 24): each row and its paged variants.
+const char* kSuite[] = {
+    "b=1,h=32,hkv=8,s=1,sk=32768,d=128,dtype=bf16,causal=0",
+    "b=16,h=32,hkv=8,s=1,sk=8192,d=128,dtype=bf16,causal=0",
+    "b=128,h=32,hkv=8,s=1,sk=2048,d=128,dtype=bf16,causal=0",
+    "b=32,h=64,hkv=8,s=4,sk=4096,d=128,dtype=bf16,causal=1",
+    "b=64,h=16,hkv=16,s=1,sk=4096,d=64,dtype=fp16,causal=0",
+};
+
+std::vector<Config> spread(const std::vector<Config>& all, std::size_t n) {
+  if (n == 0 || n >= all.size()) return all;
+  std::vector<Config> out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back(all[i * all.size() / n]);
+  return out;
+}
+
+attntune_plan::Plan plan_of(const SearchSpace& space, const Config& c, const Problem& p, const attntune_plan::Call& call,
+                            int sms = 132, std::string* why = nullptr) {
+  const auto plan = plan_call(render_kernel(space, c, p, "sm_90").launch, call, attntune::testing::FakeDevice{sms}.device(), why);
+  return plan ? *plan : attntune_plan::empty_plan();
+}
+
+Config with(const SearchSpace& space, const Problem& p, const char* combine) {
+  Config found;
+  space.for_each_valid(p, "sm_90", [&](const Config& c) {
+    if (found.empty() && std::get<std::string>(c.at("combine")) == combine) found = c;
+  });
+  return found;
+}
+
+}  // namespace
+
+TEST(FlashDecodeSpace, EverySuiteRowHasConfigsPagedOrNot) {
+  const SearchSpace space = load_space();
+  for (const char* row : kSuite)
+    for (const char* page : {"", ",page=16", ",page=256"}) {
+      const Problem p = Problem::parse(std::string(row) + page);
+      EXPECT_GT(space.count(p, "sm_90"), 8u) << p.str();
+      EXPECT_GT(space.count(p, "sm_80"), 0u) << p.str();
+      EXPECT_GT(space.count(p, "sm_89"), 0u) << p.str();
+      EXPECT_LT(space.count(p, "sm_90"), 1000u) << p.str();
+      check_family_serves("flash_decode", p);
+    }
+  // Prefill-sized queries belong to the prefill families; those serve no paged cache.
+  const Problem prefill = Problem::parse("b=1,h=8,s=17,d=128,dtype=bf16,causal=0");
+  EXPECT_THROW(space.check_problem(prefill, "sm_90"), InputError);
+  EXPECT_THROW(check_family_serves("flash_fwd_mma", Problem::parse(std::string(kSuite[0]) + ",page=16")), InputError);
+  EXPECT_NO_THROW(check_family_serves("flash_fwd_mma", Problem::parse(kSuite[0])));
+}
+
+TEST(FlashDecodePlan, SplitsFollowTheSmCountAndAskForTheirWorkspace) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse(kSuite[0]);  // one sequence, 8 kv heads: the keys must be split
+  for (const char* combine : {"kernel", "last_cta"}) {
+    const Config c = with(space, p, combine);
+    ASSERT_FALSE(c.empty()) << combine;
+    const attntune_plan::Plan plan = plan_of(space, c, p, attntune::testing::dense_call_of(p));
+    ASSERT_GE(plan.launches, 1);
+    const unsigned ctas = plan.launch[0].grid[0] * plan.launch[0].grid[1] * plan.launch[0].grid[2];
+    EXPECT_GE(ctas, 64u) << "8 units spread over the 132 SMs: " << config_str(c);
+    EXPECT_EQ(plan.launch[0].grid[1], 8u);  // kv heads
+    ASSERT_GE(plan.workspaces, 1);
+    EXPECT_EQ(plan.workspace[0].optional, 1);
+    if (std::string(combine) == "kernel") {
+      EXPECT_EQ(plan.launches, 2);
+      EXPECT_EQ(plan.launch[1].kernel, 1);
+      EXPECT_EQ(plan.workspaces, 1);
+    } else {
+      EXPECT_EQ(plan.launches, 1);
+      ASSERT_EQ(plan.workspaces, 2);
+      EXPECT_EQ(plan.workspace[1].zeroed, 1);  // the counters the last CTA resets
+    }
+    // Fewer SMs, fewer splits.
+    const attntune_plan::Plan small = plan_of(space, c, p, attntune::testing::dense_call_of(p), 24);
+    EXPECT_LT(small.launch[0].grid[0], plan.launch[0].grid[0]) << config_str(c);
+  }
+  // A batch that fills the GPU by itself needs no split: no workspace, no combine.
+  const Problem big = Problem::parse(kSuite[2]);
+  const Config c = with(space, big, "kernel");
+  const attntune_plan::Plan plan = plan_of(space, c, big, attntune::testing::dense_call_of(big));
+  EXPECT_EQ(plan.launches, 1) << config_str(c);
+  EXPECT_EQ(plan.workspaces, 0);
+}
+
+TEST(FlashDecodePlan, RefusesWhatItCannotServeWithAReason) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse(kSuite[0]);
+  const Config c = with(space, p, "kernel");
+  std::string why;
+  Problem long_q = p;
+  long_q.s = 17;
+  plan_of(space, c, p, attntune::testing::dense_call_of(long_q), 132, &why);
+  EXPECT_NE(why.find("seqlen_q"), std::string::npos) << why;
+  why.clear();
+  auto paged = attntune::testing::dense_call_of(p);
+  paged.entry = attntune_plan::kEntryKvcache;
+  paged.block_table = reinterpret_cast<const int*>(std::uintptr_t{1} << 20);
+  paged.page_size = 16;
+  paged.max_blocks_per_seq = 10;  // 160 keys of 32768
+  plan_of(space, c, p, paged, 132, &why);
+  EXPECT_NE(why.find("max_blocks_per_seq"), std::string::npos) << why;
+  why.clear();
+  auto varlen = attntune::testing::dense_call_of(p);
+  varlen.entry = attntune_plan::kEntryVarlen;
+  plan_of(space, c, p, varlen, 132, &why);
+  EXPECT_NE(why.find("attntune_attention_forward_kvcache"), std::string::npos) << why;
+}
+
+class FlashDecodeBuild : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
+
+// CI compiles the space for every arch it lists: a spread of configs (dtype and causal alternating)
+// builds with no spills.
+TEST_P(FlashDecodeBuild, SampledValidConfigsCompileWithoutSpills) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const auto [d, arch] = GetParam();
+  const SearchSpace space = load_space();
+  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
+  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 6;
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::size_t submitted = 0;
+  for (const char* kind : {"h=32,hkv=8,s=1,causal=0", "h=64,hkv=8,s=4,causal=1"}) {
+    const Problem p = Problem::parse(fmt::format("b=4,{},sk=4096,d={},dtype=bf16", kind, d));
+    for (const Config& c : spread(space.enumerate(p, arch), n)) {
+      Problem v = p;
+      v.dtype = submitted++ % 2 ? DType::kFp16 : DType::kBf16;
+      pool.submit({c, render_kernel(space, c, v, arch), arch});
+    }
+  }
+  ASSERT_GT(submitted, 0u);
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
+    EXPECT_GT(o->build.registers, 0) << "ptxas resource report missing";
+  }
+  EXPECT_EQ(built, submitted);
+}
+
+INSTANTIATE_TEST_SUITE_P(DimsAndArchs, FlashDecodeBuild,
+                         ::testing::Combine(::testing::Values(64, 128, 256), ::testing::Values("sm_80", "sm_89", "sm_90")),
+                         [](const auto& info) {
+                           return fmt::format("d{}_{}", std::get<0>(info.param), std::get<1>(info.param));
+                         });
