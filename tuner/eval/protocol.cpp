@@ -17,6 +17,36 @@
 
 extern char** environ;
 
+// std::optional as null or its value (nlohmann-json 3.11.2 has no mapping of its own).
+NLOHMANN_JSON_NAMESPACE_BEGIN
+template <typename T>
+struct adl_serializer<std::optional<T>> {
+  static void to_json(json& j, const std::optional<T>& o) {
+    if (o) j = *o;
+    else j = nullptr;
+  }
+  static void from_json(const json& j, std::optional<T>& o) {
+    if (j.is_null()) o.reset();
+    else o = j.get<T>();
+  }
+};
+NLOHMANN_JSON_NAMESPACE_END
+
+namespace attntune {
+
+// The records and problems the messages carry (tuner/core/records.hpp, space/problem.hpp).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DeviceInfo, name, arch, uuid, sm_count, driver_version)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(EvalRecord, status, error, median_us, min_us, max_us, stdev_us, tflops, max_abs_err,
+                                   err_bound, count)
+// BuildRecord's cubin is the built frame's payload.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(BuildRecord, status, log, registers, smem_static, spill_stores, spill_loads,
+                                   local_bytes, compile_ms)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(LaunchSpec, plan, defines)
+void to_json(nlohmann::json& j, const Problem& p) { j = p.json(); }
+void from_json(const nlohmann::json& j, Problem& p) { p = Problem::from_json(j); }
+
+}  // namespace attntune
+
 namespace attntune::proto {
 
 namespace {
@@ -400,155 +430,100 @@ std::string self_exe() {
 
 namespace {
 
-template <class T>
-T field(const Frame& f, const char* key) {
-  auto it = f.header.find(key);
-  if (it == f.header.end()) throw ProtocolError(fmt::format("message '{}' lacks field '{}'", f.type(), key));
-  try {
-    return it->get<T>();
-  } catch (const nlohmann::json::exception& e) {
-    throw ProtocolError(fmt::format("message '{}': field '{}' has the wrong type ({})", f.type(), key, e.what()));
-  }
-}
-
-std::optional<double> opt_double(const Frame& f, const char* key) {
-  auto it = f.header.find(key);
-  if (it == f.header.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number()) throw ProtocolError(fmt::format("message '{}': field '{}' is not a number", f.type(), key));
-  return it->get<double>();
-}
-
-nlohmann::json opt_json(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
-
 void expect_type(const Frame& f, const char* type) {
   if (f.type() != type) throw ProtocolError(fmt::format("expected a '{}' message, got '{}'", type, f.type()));
 }
 
-Problem problem_field(const Frame& f) {
+// A message's header as T, through the field mappings below; a missing or mistyped field is a
+// ProtocolError naming the message (and the field, where the JSON library says which).
+template <class T>
+T from_header(const Frame& f) {
   try {
-    return Problem::from_json(field<nlohmann::json>(f, "problem"));
+    return f.header.get<T>();
   } catch (const ProtocolError&) {
     throw;
-  } catch (const std::exception& e) {
-    throw ProtocolError(fmt::format("message '{}': bad problem: {}", f.type(), e.what()));
+  } catch (const nlohmann::json::out_of_range& e) {
+    // "[json.exception.out_of_range.403] key 'plan' not found"
+    const std::string what = e.what();
+    const auto a = what.find("key '"), b = what.find("' not found");
+    if (e.id == 403 && a != std::string::npos && b != std::string::npos && b > a + 5)
+      throw ProtocolError(fmt::format("message '{}' lacks field '{}'", f.type(), what.substr(a + 5, b - a - 5)));
+    throw ProtocolError(fmt::format("message '{}': {}", f.type(), what));
+  } catch (const nlohmann::json::exception& e) {
+    throw ProtocolError(fmt::format("message '{}': a field has the wrong type ({})", f.type(), e.what()));
+  } catch (const std::exception& e) {  // Problem's own checks
+    throw ProtocolError(fmt::format("message '{}': {}", f.type(), e.what()));
   }
 }
 
+// The message `type` with T's fields in its header and `payload`.
+template <class T>
+Frame frame_of(const char* type, const T& value, std::string payload = {}) {
+  Frame f;
+  f.header = value;
+  f.header["type"] = type;
+  f.payload = std::move(payload);
+  return f;
+}
+
 }  // namespace
+
+// ---- Field mappings: nlohmann-json's macros map each message's fields; bulk bytes (cubins,
+// sources) travel in the frame's payload, not in these.
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TimingLimits, max_reps, max_seconds, min_seconds)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(EvalRequest, launch, problem, validation_seed, timing_seed, timing)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PrepareRequest, problem, validation_seed, timing_seed)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(EvalReply, record, registers, local_bytes, wall_ms)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(BuildRequest, program_name, arch, options)
 
 Frame fatal_frame(const std::string& message, int exit_code) {
   return {{{"type", "fatal"}, {"message", message}, {"exit_code", exit_code}}, {}};
 }
 
 Frame hello_frame(const DeviceInfo& d) {
-  return {{{"type", "hello"}, {"name", d.name}, {"arch", d.arch}, {"uuid", d.uuid}, {"sm_count", d.sm_count},
-           {"driver_version", d.driver_version}, {"pid", static_cast<long long>(::getpid())}},
-          {}};
+  Frame f = frame_of("hello", d);
+  f.header["pid"] = static_cast<long long>(::getpid());
+  return f;
 }
 
 DeviceInfo hello_device(const Frame& f) {
   expect_type(f, "hello");
-  DeviceInfo d;
-  d.name = field<std::string>(f, "name");
-  d.arch = field<std::string>(f, "arch");
-  d.uuid = field<std::string>(f, "uuid");
-  d.sm_count = field<int>(f, "sm_count");
-  d.driver_version = field<std::string>(f, "driver_version");
-  return d;
+  return from_header<DeviceInfo>(f);
 }
 
-Frame to_frame(const EvalRequest& r) {
-  Frame f;
-  // The launch plan's family and the build's constants: the worker plans each launch from them.
-  nlohmann::json defines = nlohmann::json::array();
-  for (const auto& [name, value] : r.launch.defines) defines.push_back({name, value});
-  f.header = {{"type", "eval"},
-              {"plan", r.launch.plan},
-              {"defines", std::move(defines)},
-              {"problem", r.problem.json()},
-              {"validation_seed", r.validation_seed},
-              {"timing_seed", r.timing_seed},
-              {"max_reps", r.timing.max_reps},
-              {"max_seconds", r.timing.max_seconds},
-              {"min_seconds", r.timing.min_seconds}};
-  f.payload = r.cubin;
-  return f;
-}
+Frame to_frame(const EvalRequest& r) { return frame_of("eval", r, r.cubin); }
 
 EvalRequest eval_request(const Frame& f) {
   expect_type(f, "eval");
-  EvalRequest r;
-  r.launch.plan = field<std::string>(f, "plan");
-  for (const auto& d : field<std::vector<std::pair<std::string, std::int64_t>>>(f, "defines"))
-    r.launch.defines.push_back(d);
-  r.problem = problem_field(f);
-  r.validation_seed = field<std::uint64_t>(f, "validation_seed");
-  r.timing_seed = field<std::uint64_t>(f, "timing_seed");
-  r.timing.max_reps = field<int>(f, "max_reps");
-  r.timing.max_seconds = field<double>(f, "max_seconds");
-  r.timing.min_seconds = field<double>(f, "min_seconds");
+  EvalRequest r = from_header<EvalRequest>(f);
   r.cubin = f.payload;
   return r;
 }
 
-Frame to_frame(const PrepareRequest& r) {
-  return {{{"type", "prepare"}, {"problem", r.problem.json()}, {"validation_seed", r.validation_seed},
-           {"timing_seed", r.timing_seed}},
-          {}};
-}
+Frame to_frame(const PrepareRequest& r) { return frame_of("prepare", r); }
 
 PrepareRequest prepare_request(const Frame& f) {
   expect_type(f, "prepare");
-  PrepareRequest r;
-  r.problem = problem_field(f);
-  r.validation_seed = field<std::uint64_t>(f, "validation_seed");
-  r.timing_seed = field<std::uint64_t>(f, "timing_seed");
-  return r;
+  return from_header<PrepareRequest>(f);
 }
 
 Frame prepared_frame(double reference_us) { return {{{"type", "prepared"}, {"reference_us", reference_us}}, {}}; }
 
 double prepared_reference_us(const Frame& f) {
   expect_type(f, "prepared");
-  return field<double>(f, "reference_us");
+  const auto it = f.header.find("reference_us");
+  if (it == f.header.end()) throw ProtocolError("message 'prepared' lacks field 'reference_us'");
+  if (!it->is_number()) throw ProtocolError("message 'prepared': field 'reference_us' is not a number");
+  return it->get<double>();
 }
 
-Frame to_frame(const EvalReply& r) {
-  const EvalRecord& e = r.record;
-  return {{{"type", "result"},
-           {"status", e.status},
-           {"error", e.error},
-           {"median_us", opt_json(e.median_us)},
-           {"min_us", opt_json(e.min_us)},
-           {"max_us", opt_json(e.max_us)},
-           {"stdev_us", opt_json(e.stdev_us)},
-           {"tflops", opt_json(e.tflops)},
-           {"max_abs_err", opt_json(e.max_abs_err)},
-           {"err_bound", opt_json(e.err_bound)},
-           {"count", e.count},
-           {"registers", r.registers},
-           {"local_bytes", r.local_bytes},
-           {"wall_ms", r.wall_ms}},
-          {}};
-}
+Frame to_frame(const EvalReply& r) { return frame_of("result", r); }
 
 EvalReply eval_reply(const Frame& f) {
   expect_type(f, "result");
-  EvalReply r;
-  EvalRecord& e = r.record;
-  e.status = field<std::string>(f, "status");
-  e.error = field<std::string>(f, "error");
-  e.median_us = opt_double(f, "median_us");
-  e.min_us = opt_double(f, "min_us");
-  e.max_us = opt_double(f, "max_us");
-  e.stdev_us = opt_double(f, "stdev_us");
-  e.tflops = opt_double(f, "tflops");
-  e.max_abs_err = opt_double(f, "max_abs_err");
-  e.err_bound = opt_double(f, "err_bound");
-  e.count = field<std::int64_t>(f, "count");
-  r.registers = field<int>(f, "registers");
-  r.local_bytes = field<int>(f, "local_bytes");
-  r.wall_ms = field<double>(f, "wall_ms");
+  const EvalReply r = from_header<EvalReply>(f);
+  const EvalRecord& e = r.record;
   static const char* kStatuses[] = {"ok", "resources", "launch_error", "crashed", "wrong_result", "nan_or_unwritten"};
   if (std::find(std::begin(kStatuses), std::end(kStatuses), e.status) == std::end(kStatuses))
     throw ProtocolError(fmt::format("message 'result': unknown status '{}'", e.status));
@@ -557,46 +532,22 @@ EvalReply eval_reply(const Frame& f) {
   return r;
 }
 
-Frame to_frame(const BuildRequest& r) {
-  return {{{"type", "build"}, {"program_name", r.program_name}, {"arch", r.arch}, {"options", r.options}}, r.source};
-}
+Frame to_frame(const BuildRequest& r) { return frame_of("build", r, r.source); }
 
 BuildRequest build_request(const Frame& f) {
   expect_type(f, "build");
-  BuildRequest r;
-  r.program_name = field<std::string>(f, "program_name");
-  r.arch = field<std::string>(f, "arch");
-  r.options = field<std::vector<std::string>>(f, "options");
+  BuildRequest r = from_header<BuildRequest>(f);
   r.source = f.payload;
   return r;
 }
 
-Frame to_frame(const BuildRecord& b) {
-  return {{{"type", "built"},
-           {"status", b.status},
-           {"log", b.log},
-           {"registers", b.registers},
-           {"smem_static", b.smem_static},
-           {"spill_stores", b.spill_stores},
-           {"spill_loads", b.spill_loads},
-           {"local_bytes", b.local_bytes},
-           {"compile_ms", b.compile_ms}},
-          b.cubin};
-}
+Frame to_frame(const BuildRecord& b) { return frame_of("built", b, b.cubin); }
 
 BuildRecord build_record(const Frame& f) {
   expect_type(f, "built");
-  BuildRecord b;
-  b.status = field<std::string>(f, "status");
+  BuildRecord b = from_header<BuildRecord>(f);
   if (b.status != "ok" && b.status != "compile_error")
     throw ProtocolError(fmt::format("message 'built': unknown status '{}'", b.status));
-  b.log = field<std::string>(f, "log");
-  b.registers = field<int>(f, "registers");
-  b.smem_static = field<int>(f, "smem_static");
-  b.spill_stores = field<int>(f, "spill_stores");
-  b.spill_loads = field<int>(f, "spill_loads");
-  b.local_bytes = field<int>(f, "local_bytes");
-  b.compile_ms = field<double>(f, "compile_ms");
   b.cubin = f.payload;
   if (b.status == "ok" && b.cubin.empty()) throw ProtocolError("message 'built': status ok without a cubin");
   return b;

@@ -46,7 +46,7 @@ int fake_worker(const std::string& mode) {
       write_frame(1, prepared_frame(2000.0));  // a 2 ms reference
       continue;
     }
-    const std::string k = f->header.at("plan").get<std::string>();
+    const std::string k = f->header.at("launch").at("plan").get<std::string>();
     if (k == "hang") {
       for (;;) ::pause();
     } else if (k == "die") {

@@ -242,11 +242,14 @@ TEST(Protocol, MessagesRoundTrip) {
   EXPECT_DOUBLE_EQ(back.timing.max_seconds, 0.5);
   EXPECT_DOUBLE_EQ(back.timing.min_seconds, 0.25);
   Frame no_plan = to_frame(r);
-  no_plan.header.erase("plan");
+  no_plan.header["launch"].erase("plan");
   EXPECT_TRUE(contains(error_of([&] { eval_request(no_plan); }), "lacks field 'plan'"));
   Frame bad_defines = to_frame(r);
-  bad_defines.header["defines"] = nlohmann::json::array({nlohmann::json::array({"BLOCK_M", "x"})});
-  EXPECT_TRUE(contains(error_of([&] { eval_request(bad_defines); }), "field 'defines' has the wrong type"));
+  bad_defines.header["launch"]["defines"] = nlohmann::json::array({nlohmann::json::array({"BLOCK_M", "x"})});
+  EXPECT_TRUE(contains(error_of([&] { eval_request(bad_defines); }), "message 'eval': a field has the wrong type"));
+  Frame bad_problem = to_frame(r);
+  bad_problem.header["problem"]["dtype"] = "fp8";
+  EXPECT_TRUE(contains(error_of([&] { eval_request(bad_problem); }), "bad dtype 'fp8'"));
 
   EvalReply rep;
   rep.record.status = "wrong_result";
@@ -262,13 +265,13 @@ TEST(Protocol, MessagesRoundTrip) {
   EXPECT_EQ(rb.registers, 128);
 
   Frame bad = to_frame(rep);
-  bad.header["status"] = "timeout";  // only the parent decides timeouts
+  bad.header["record"]["status"] = "timeout";  // only the parent decides timeouts
   EXPECT_TRUE(contains(error_of([&] { eval_reply(bad); }), "unknown status"));
   Frame ok_without_time = to_frame(rep);
-  ok_without_time.header["status"] = "ok";
+  ok_without_time.header["record"]["status"] = "ok";
   EXPECT_TRUE(contains(error_of([&] { eval_reply(ok_without_time); }), "lacks median_us"));
   Frame missing = to_frame(rep);
-  missing.header.erase("count");
+  missing.header["record"].erase("count");
   EXPECT_TRUE(contains(error_of([&] { eval_reply(missing); }), "lacks field 'count'"));
 
   BuildRecord b;
