@@ -20,7 +20,7 @@
 #include "core/config.hpp"
 #include "core/record_stores.hpp"
 #include "core/records.hpp"
-#include "space/problem.hpp"
+#include "core/problem.hpp"
 
 namespace attntune {
 

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
-#include "space/problem.hpp"
+#include "core/problem.hpp"
 
 using namespace attntune;
 

@@ -11,7 +11,7 @@
 
 #include "cli/command.hpp"
 #include "core/error.hpp"
-#include "space/problem.hpp"
+#include "core/problem.hpp"
 #include "space/search_space.hpp"
 
 namespace attntune::cli {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "space/problem.hpp"
+#include "core/problem.hpp"
 
 namespace attntune::cli {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "space/problem.hpp"
+#include "core/problem.hpp"
 
 namespace attntune {
 

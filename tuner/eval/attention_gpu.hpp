@@ -10,7 +10,7 @@
 
 #include "cuda/driver.hpp"
 #include "families/family.hpp"
-#include "space/problem.hpp"
+#include "core/problem.hpp"
 #include "templates/common/attn_params.h"
 #include "templates/common/launch_plan.h"
 

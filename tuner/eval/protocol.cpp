@@ -34,7 +34,7 @@ NLOHMANN_JSON_NAMESPACE_END
 
 namespace attntune {
 
-// The records and problems the messages carry (tuner/core/records.hpp, space/problem.hpp).
+// The records and problems the messages carry (tuner/core/records.hpp, core/problem.hpp).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DeviceInfo, name, arch, uuid, sm_count, driver_version)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(EvalRecord, status, error, median_us, min_us, max_us, stdev_us, tflops, max_abs_err,
                                    err_bound, count)

@@ -31,7 +31,7 @@
 #include "core/error.hpp"
 #include "core/records.hpp"
 #include "families/family.hpp"
-#include "space/problem.hpp"
+#include "core/problem.hpp"
 
 namespace attntune::proto {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "space/problem.hpp"
+#include "core/problem.hpp"
 #include "space/search_space.hpp"
 #include "templates/common/launch_plan.h"
 

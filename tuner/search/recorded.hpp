@@ -8,7 +8,7 @@
 
 #include "core/config.hpp"
 #include "core/record_stores.hpp"
-#include "space/problem.hpp"
+#include "core/problem.hpp"
 #include "space/search_space.hpp"
 
 namespace attntune::search {

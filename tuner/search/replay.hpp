@@ -18,7 +18,7 @@
 #include "core/config.hpp"
 #include "core/records.hpp"
 #include "search/recorded.hpp"
-#include "space/problem.hpp"
+#include "core/problem.hpp"
 #include "space/search_space.hpp"
 
 namespace attntune::search {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "space/problem.hpp"
+#include "core/problem.hpp"
 #include "space/search_space.hpp"
 
 namespace attntune::search {

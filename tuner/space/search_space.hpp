@@ -17,7 +17,7 @@
 
 #include "core/config.hpp"
 #include "space/expr.hpp"
-#include "space/problem.hpp"
+#include "core/problem.hpp"
 
 namespace attntune {
 

@@ -1,4 +1,4 @@
-#include "space/problem.hpp"
+#include "core/problem.hpp"
 
 #include <algorithm>
 #include <charconv>
