@@ -415,40 +415,42 @@ def problem_str(p):
     return out + (f",page={p['page']}" if p.get("page") else "")
 
 
-def time_problem(lib, name, dtype_name, p, calls, reps, rounds, min_seconds):
-    from torch.nn.attention import sdpa_kernel, SDPBackend
-    B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
-    dtype = TORCH_DTYPE[dtype_name]
-    scale = 1.0 / math.sqrt(D)
-    q, k, v, out = make_inputs(B, H, Hkv, S, Sk, D, dtype, "BHSD", 0)
-    fl = flops(B, H, S, Sk, D, causal)
-    results, graphs = {}, {}
+def capture_ours(lib, fns, calls, graphs, results):
+    """Each of our calls once (its return code checked), then captured into graphs[name]; a call
+    that fails is reported and timed as None."""
+    for n, fn in fns.items():
+        rc = fn()
+        torch.cuda.synchronize()
+        if rc != 0:
+            print(f"  {n}: returned {rc}: {lib.last_error()}")
+            results[n] = None
+        else:
+            graphs[n] = capture(fn, calls)
 
-    ours = lib.forward_fn(q, k, v, out, None, causal, scale)
-    rc = ours()
-    torch.cuda.synchronize()
-    if rc != 0:
-        print(f"  ours: returned {rc}: {lib.last_error()}")
-        results["ours"] = None
-    else:
-        graphs["ours"] = capture(ours, calls)
 
-    kwargs = {}
+def sdpa_call(q, k, v, causal, scale):
+    """PyTorch SDPA on [B, H, S, D] q, k, v as attntune computes it: GQA through enable_gqa, causal
+    with sk != s bottom-right aligned through causal_lower_right (SDPA's is_causal is top-left)."""
+    H, S, Hkv, Sk = q.shape[1], q.shape[2], k.shape[1], k.shape[2]
+    kwargs = {"enable_gqa": True} if Hkv != H else {}
     mask = None
-    if causal and S != Sk:  # SDPA's is_causal is top-left aligned; ours (and FA2's) bottom-right
+    if causal and S != Sk:
         from torch.nn.attention.bias import causal_lower_right
         mask = causal_lower_right(S, Sk)
-    if Hkv != H:
-        kwargs["enable_gqa"] = True
 
     def sdpa():
         if mask is not None:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **kwargs)
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, **kwargs)
+    return sdpa
 
-    backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                "efficient": SDPBackend.EFFICIENT_ATTENTION}
-    for bname, be in backends.items():
+
+def capture_sdpa_backends(sdpa, calls, graphs, results):
+    """sdpa under each of SDPA's flash, cuDNN and efficient backends, captured into graphs[name]; a
+    backend that refuses the shape is reported and timed as None."""
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    for bname, be in {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                      "efficient": SDPBackend.EFFICIENT_ATTENTION}.items():
         try:
             with sdpa_kernel([be]):
                 sdpa()
@@ -456,11 +458,15 @@ def time_problem(lib, name, dtype_name, p, calls, reps, rounds, min_seconds):
         except Exception as e:  # a backend that refuses the shape
             results[bname] = None
             print(f"  {bname}: n/a ({str(e).splitlines()[0][:100] if str(e) else type(e).__name__})")
-    # Interleaved rounds: round r starts at the r-th backend of the list, so each takes each place.
-    order = [b for b in ROUND_BACKENDS if b in graphs]
+
+
+def time_interleaved(graphs, order, calls, reps, rounds, min_seconds, results):
+    """The graphs named in `order` timed in interleaved rounds (round r starts at the r-th of them,
+    so each takes each place), after one untimed round: the correctness checks before it leave the
+    GPU cooler and its clock higher, and the first counted timing read 2-4% fast for whichever went
+    first (runs 61-62). results gets each one's median per call, and every other graph's time of
+    one timing. Returns each ordered graph's per-round times."""
     per_round = {b: [] for b in order}
-    # One round untimed first: the correctness checks before it leave the GPU cooler and its clock
-    # higher, and the first counted timing read 2-4% fast for whichever went first (runs 61-62).
     for b in order:
         time_fn(graphs[b].replay, reps, min_seconds)
     for r in range(rounds):
@@ -471,6 +477,22 @@ def time_problem(lib, name, dtype_name, p, calls, reps, rounds, min_seconds):
     for b in graphs:
         if b not in per_round:
             results[b] = time_fn(graphs[b].replay, reps, min_seconds) / calls
+    return per_round
+
+
+def time_problem(lib, name, dtype_name, p, calls, reps, rounds, min_seconds):
+    B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+    dtype = TORCH_DTYPE[dtype_name]
+    scale = 1.0 / math.sqrt(D)
+    q, k, v, out = make_inputs(B, H, Hkv, S, Sk, D, dtype, "BHSD", 0)
+    fl = flops(B, H, S, Sk, D, causal)
+    results, graphs = {}, {}
+
+    capture_ours(lib, {"ours": lib.forward_fn(q, k, v, out, None, causal, scale)}, calls, graphs, results)
+    sdpa = sdpa_call(q, k, v, causal, scale)
+    capture_sdpa_backends(sdpa, calls, graphs, results)
+    per_round = time_interleaved(graphs, [b for b in ROUND_BACKENDS if b in graphs], calls, reps, rounds,
+                                 min_seconds, results)
     try:
         sdpa()
         results["default"] = time_graph(sdpa, calls, reps, min_seconds)
@@ -503,7 +525,6 @@ def time_decode(lib, name, dtype_name, p, calls, reps, rounds, min_seconds, page
     contiguous cache and on paged caches (pages of each size in `pages`, shuffled tables, every
     sequence at sk), and PyTorch SDPA's backends (enable_gqa; bottom-right causal as
     causal_lower_right), ours and cuDNN in interleaved rounds. GB/s = (K+V+Q+O bytes) / time."""
-    from torch.nn.attention import sdpa_kernel, SDPBackend
     B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
     dtype = TORCH_DTYPE[dtype_name]
     scale = 1.0 / math.sqrt(D)
@@ -515,46 +536,10 @@ def time_decode(lib, name, dtype_name, p, calls, reps, rounds, min_seconds, page
         fns["ours_cache"] = lib.kvcache_fn(q, KvCache(k, v, None, 0, 1), out, None, causal, scale)
         for pg in pages:
             fns[f"ours_p{pg}"] = lib.kvcache_fn(q, KvCache(k, v, None, pg, pg), out, None, causal, scale)
-    for n, fn in fns.items():
-        rc = fn()
-        torch.cuda.synchronize()
-        if rc != 0:
-            print(f"  {n}: returned {rc}: {lib.last_error()}")
-            results[n] = None
-        else:
-            graphs[n] = capture(fn, calls)
-    kwargs = {"enable_gqa": True} if Hkv != H else {}
-    mask = None
-    if causal and S != Sk:
-        from torch.nn.attention.bias import causal_lower_right
-        mask = causal_lower_right(S, Sk)
-
-    def sdpa():
-        if mask is not None:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, **kwargs)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, **kwargs)
-
-    for bname, be in {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                      "efficient": SDPBackend.EFFICIENT_ATTENTION}.items():
-        try:
-            with sdpa_kernel([be]):
-                sdpa()
-                graphs[bname] = capture(sdpa, calls)
-        except Exception as e:
-            results[bname] = None
-            print(f"  {bname}: n/a ({str(e).splitlines()[0][:100] if str(e) else type(e).__name__})")
-    order = [b for b in graphs if b.startswith("ours") or b == "cudnn"]
-    per_round = {b: [] for b in order}
-    for b in order:
-        time_fn(graphs[b].replay, reps, min_seconds)  # untimed warm-up round
-    for r in range(rounds):
-        for b in order[r % len(order):] + order[:r % len(order)]:
-            per_round[b].append(time_fn(graphs[b].replay, reps, min_seconds) / calls)
-    for b in order:
-        results[b] = statistics.median(per_round[b])
-    for b in graphs:
-        if b not in per_round:
-            results[b] = time_fn(graphs[b].replay, reps, min_seconds) / calls
+    capture_ours(lib, fns, calls, graphs, results)
+    capture_sdpa_backends(sdpa_call(q, k, v, causal, scale), calls, graphs, results)
+    per_round = time_interleaved(graphs, [b for b in graphs if b.startswith("ours") or b == "cudnn"], calls, reps,
+                                 rounds, min_seconds, results)
     del graphs
     peers = [ms for b, ms in results.items() if ms and not b.startswith("ours")]
     best_peer = min(peers) if peers else None

@@ -11,26 +11,36 @@ namespace attntune_plan {
 inline AttnParams dense_params(const Call& c) {
   AttnParams p;
   std::memset(&p, 0, sizeof p);
-  p.q = c.q;
-  p.k = c.k;
-  p.v = c.v;
-  p.o = c.out;
-  p.lse = c.lse;
-  for (int i = 0; i < 3; ++i) {
-    p.q_stride[i] = c.q_stride[i];
-    p.k_stride[i] = c.k_stride[i];
-    p.v_stride[i] = c.v_stride[i];
-    p.o_stride[i] = c.o_stride[i];
-  }
-  p.batch = c.batch;
-  p.heads_q = c.heads_q;
-  p.heads_kv = c.heads_kv;
-  p.seqlen_q = c.seqlen_q;
-  p.seqlen_k = c.seqlen_k;
+  fill_tensor_args(c, &p);
   p.q_per_kv = c.heads_kv > 0 ? c.heads_q / c.heads_kv : 1;
-  p.scale = c.scale;
-  p.scale_log2 = static_cast<float>(static_cast<double>(c.scale) * 1.4426950408889634);  // log2(e)
   return p;
+}
+
+// The other way: the call of attntune_attention_forward on the tensors `p` describes (tests and
+// harnesses hold their inputs as AttnParams).
+inline Call dense_call(const AttnParams& p, int head_dim, int causal) {
+  Call c = empty_call();
+  c.entry = kEntryDense;
+  c.q = p.q;
+  c.k = p.k;
+  c.v = p.v;
+  c.out = p.o;
+  c.lse = p.lse;
+  for (int i = 0; i < 3; ++i) {
+    c.q_stride[i] = p.q_stride[i];
+    c.k_stride[i] = p.k_stride[i];
+    c.v_stride[i] = p.v_stride[i];
+    c.o_stride[i] = p.o_stride[i];
+  }
+  c.batch = p.batch;
+  c.heads_q = p.heads_q;
+  c.heads_kv = p.heads_kv;
+  c.seqlen_q = p.seqlen_q;
+  c.seqlen_k = p.seqlen_k;
+  c.head_dim = head_dim;
+  c.scale = p.scale;
+  c.causal = causal;
+  return c;
 }
 
 // The grid limits every one-CTA-per-tile launch shares: y and z at most 65535, x below 2^31.

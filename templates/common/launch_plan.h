@@ -256,6 +256,30 @@ struct Consts {
 
 inline long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
+// The fields every family's kernel arguments name alike (AttnParams, DecodeParams): the tensors,
+// their strides, the sizes and the softmax scale (with scale * log2(e), for exp2), from a call.
+template <class P>
+void fill_tensor_args(const Call& c, P* p) {
+  p->q = c.q;
+  p->k = c.k;
+  p->v = c.v;
+  p->o = c.out;
+  p->lse = c.lse;
+  for (int i = 0; i < 3; ++i) {
+    p->q_stride[i] = c.q_stride[i];
+    p->k_stride[i] = c.k_stride[i];
+    p->v_stride[i] = c.v_stride[i];
+    p->o_stride[i] = c.o_stride[i];
+  }
+  p->batch = c.batch;
+  p->heads_q = c.heads_q;
+  p->heads_kv = c.heads_kv;
+  p->seqlen_q = c.seqlen_q;
+  p->seqlen_k = c.seqlen_k;
+  p->scale = c.scale;
+  p->scale_log2 = static_cast<float>(static_cast<double>(c.scale) * 1.4426950408889634);  // log2(e)
+}
+
 // A 4-d tensor map over one operand of [batch, heads, len, head_dim] with strides {batch, head,
 // row} in elements: dims (head_dim, len, heads, batch), box (box_cols, rows, 1, 1). A dimension of
 // extent 1 is never stepped along: its stride (which may be 0, or anything a framework left on a

@@ -218,11 +218,7 @@ struct FlashDecodeLaunch {
     if (shape(c, &s, why)) return 1;
     att::DecodeParams d;
     std::memset(&d, 0, sizeof d);
-    d.q = c.q;
-    d.k = c.k;
-    d.v = c.v;
-    d.o = c.out;
-    d.lse = c.lse;
+    fill_tensor_args(c, &d);
     if (c.entry == kEntryKvcache) {
       d.cache_seqlens = c.cache_seqlens;
       d.block_table = c.block_table;
@@ -230,17 +226,6 @@ struct FlashDecodeLaunch {
       d.page_size = c.block_table ? c.page_size : 0;
       if (c.block_table) decode_page_divisor(c.page_size, &d.page_mul, &d.page_shift);
     }
-    for (int i = 0; i < 3; ++i) {
-      d.q_stride[i] = c.q_stride[i];
-      d.k_stride[i] = c.k_stride[i];
-      d.v_stride[i] = c.v_stride[i];
-      d.o_stride[i] = c.o_stride[i];
-    }
-    d.batch = c.batch;
-    d.heads_q = c.heads_q;
-    d.heads_kv = c.heads_kv;
-    d.seqlen_q = c.seqlen_q;
-    d.seqlen_k = c.seqlen_k;
     d.group = s.group;
     d.rows = s.rows;
     d.row_blocks = s.row_blocks;
@@ -256,8 +241,6 @@ struct FlashDecodeLaunch {
         d.counters = last_cta ? static_cast<int*>(res.workspace[1]) : nullptr;
       }
     }
-    d.scale = c.scale;
-    d.scale_log2 = static_cast<float>(static_cast<double>(c.scale) * 1.4426950408889634);
     att::DecodeMaps maps;
     std::memset(&maps, 0, sizeof maps);
     if (kv_tma) {

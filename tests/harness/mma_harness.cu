@@ -37,14 +37,7 @@ static void launch(const AttnParams& p, int d, int causal, cudaStream_t stream) 
       {"BLOCK_M", BLOCK_M}, {"THREADS", att::Traits::kThreads}, {"SMEM_BYTES", att::Traits::kSmemBytes}};
   static attntune_plan::Consts consts;
   static const int loaded = attntune_plan::kFlashFwdMma.load(defines, 3, consts.bytes, nullptr);
-  attntune_plan::Call c = attntune_plan::empty_call();
-  c.entry = attntune_plan::kEntryDense;
-  c.q = p.q; c.k = p.k; c.v = p.v; c.out = p.o; c.lse = p.lse;
-  c.batch = p.batch; c.heads_q = p.heads_q; c.heads_kv = p.heads_kv; c.seqlen_q = p.seqlen_q; c.seqlen_k = p.seqlen_k;
-  c.head_dim = d; c.scale = p.scale; c.causal = causal;
-  for (int i = 0; i < 3; ++i) {
-    c.q_stride[i] = p.q_stride[i]; c.k_stride[i] = p.k_stride[i]; c.v_stride[i] = p.v_stride[i]; c.o_stride[i] = p.o_stride[i];
-  }
+  const attntune_plan::Call c = attntune_plan::dense_call(p, d, causal);
   const void* funcs[] = {reinterpret_cast<const void*>(&att::flash_fwd_mma)};
   attntune_plan::Why why;
   if (loaded || attntune_run::run_plan(attntune_plan::kFlashFwdMma, consts.bytes, funcs, c, stream, &why)) {

@@ -50,16 +50,7 @@ struct PlannedCall {
   attntune_plan::Args args;
 
   PlannedCall(const attntune_plan::FlashFwdWgmmaLaunch& consts, const AttnParams& p, int d, int causal, int sms)
-      : c(consts), call(attntune_plan::empty_call()) {
-    call.entry = attntune_plan::kEntryDense;
-    call.q = p.q; call.k = p.k; call.v = p.v; call.out = p.o; call.lse = p.lse;
-    call.batch = p.batch; call.heads_q = p.heads_q; call.heads_kv = p.heads_kv;
-    call.seqlen_q = p.seqlen_q; call.seqlen_k = p.seqlen_k; call.head_dim = d;
-    for (int i = 0; i < 3; ++i) {
-      call.q_stride[i] = p.q_stride[i]; call.k_stride[i] = p.k_stride[i];
-      call.v_stride[i] = p.v_stride[i]; call.o_stride[i] = p.o_stride[i];
-    }
-    call.scale = p.scale; call.causal = causal;
+      : c(consts), call(attntune_plan::dense_call(p, d, causal)) {
     const void* funcs[] = {reinterpret_cast<const void*>(&att::flash_fwd_wgmma)};
     attntune_run::DeviceContext ctx{0, funcs};
     attntune_plan::Device dev = {sms, &attntune_run::max_active_clusters, &ctx};

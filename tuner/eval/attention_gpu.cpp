@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "cuda/nvrtc.hpp"
+#include "templates/common/dense_params.h"
 #include "templates/common/tma_encode.h"
 
 namespace attntune {
@@ -100,29 +101,9 @@ const int* AttnBuffers::seqlens_device() const {
 }
 
 attntune_plan::Call AttnBuffers::call() const {
-  const AttnParams a = params();
-  attntune_plan::Call c = attntune_plan::empty_call();
-  c.entry = problem.paged() ? attntune_plan::kEntryKvcache : attntune_plan::kEntryDense;
-  c.q = a.q;
-  c.k = a.k;
-  c.v = a.v;
-  c.out = a.o;
-  c.lse = a.lse;
-  c.batch = a.batch;
-  c.heads_q = a.heads_q;
-  c.heads_kv = a.heads_kv;
-  c.seqlen_q = a.seqlen_q;
-  c.seqlen_k = a.seqlen_k;
-  c.head_dim = static_cast<int>(problem.d);
-  for (int i = 0; i < 3; ++i) {
-    c.q_stride[i] = a.q_stride[i];
-    c.k_stride[i] = a.k_stride[i];
-    c.v_stride[i] = a.v_stride[i];
-    c.o_stride[i] = a.o_stride[i];
-  }
-  c.scale = a.scale;
-  c.causal = problem.causal ? 1 : 0;
+  attntune_plan::Call c = attntune_plan::dense_call(params(), static_cast<int>(problem.d), problem.causal ? 1 : 0);
   if (problem.paged()) {
+    c.entry = attntune_plan::kEntryKvcache;
     // Pages [num_pages, page, hkv, d]: strides {page, head, row}.
     c.k = reinterpret_cast<const void*>(k_pages.ptr());
     c.v = reinterpret_cast<const void*>(v_pages.ptr());

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,6 +90,19 @@ std::string flatten_includes(const std::string& embedded_path);
 
 // A launch spec's constants as the launch plans read them (names point into `defines`).
 std::vector<attntune_plan::Define> plan_defines(const Defines& defines);
+
+// A family's launch constants (its launch.h's type C) read from a build's defines, for what the
+// family's file says of a build; std::logic_error when they do not load (a space that does not
+// derive what its family needs).
+template <class C>
+C launch_constants(const Defines& defines, const char* family) {
+  const auto defs = plan_defines(defines);
+  C c{};
+  attntune_plan::Why why;
+  if (C::load(defs.data(), static_cast<int>(defs.size()), &c, &why))
+    throw std::logic_error(std::string(family) + ": " + why.text);
+  return c;
+}
 
 // The plan of one call for a build (its family's launch plan with its constants) on `device`, host
 // side only (tests, tools): nullopt with the reason in `why` when the family refuses the call.

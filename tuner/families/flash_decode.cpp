@@ -10,12 +10,7 @@ namespace attntune {
 namespace {
 
 attntune_plan::FlashDecodeLaunch constants(const Defines& defines) {
-  const auto defs = plan_defines(defines);
-  attntune_plan::FlashDecodeLaunch c{};
-  attntune_plan::Why why;
-  if (attntune_plan::FlashDecodeLaunch::load(defs.data(), static_cast<int>(defs.size()), &c, &why))
-    throw std::logic_error(std::string("flash_decode: ") + why.text);
-  return c;
+  return launch_constants<attntune_plan::FlashDecodeLaunch>(defines, "flash_decode");
 }
 
 std::string describe(const Defines& d) {

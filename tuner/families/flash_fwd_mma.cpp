@@ -10,12 +10,7 @@ namespace attntune {
 namespace {
 
 attntune_plan::FlashFwdMmaLaunch constants(const Defines& defines) {
-  const auto defs = plan_defines(defines);
-  attntune_plan::FlashFwdMmaLaunch c{};
-  attntune_plan::Why why;
-  if (attntune_plan::FlashFwdMmaLaunch::load(defs.data(), static_cast<int>(defs.size()), &c, &why))
-    throw std::logic_error(std::string("flash_fwd_mma: ") + why.text);
-  return c;
+  return launch_constants<attntune_plan::FlashFwdMmaLaunch>(defines, "flash_fwd_mma");
 }
 
 }  // namespace

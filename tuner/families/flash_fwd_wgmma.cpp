@@ -10,12 +10,7 @@ namespace attntune {
 namespace {
 
 attntune_plan::FlashFwdWgmmaLaunch constants(const Defines& defines) {
-  const auto defs = plan_defines(defines);
-  attntune_plan::FlashFwdWgmmaLaunch c{};
-  attntune_plan::Why why;
-  if (attntune_plan::FlashFwdWgmmaLaunch::load(defs.data(), static_cast<int>(defs.size()), &c, &why))
-    throw std::logic_error(std::string("flash_fwd_wgmma: ") + why.text);
-  return c;
+  return launch_constants<attntune_plan::FlashFwdWgmmaLaunch>(defines, "flash_fwd_wgmma");
 }
 
 std::string describe(const Defines& d) {
