@@ -1,4 +1,4 @@
--- attntune database, schema version 5 (the highest db/migrations/NNN_*.sql). A new database is
+-- attntune database, schema version 6 (the highest db/migrations/NNN_*.sql). A new database is
 -- created from this file; an older one is brought here by the migrations, and a test checks that
 -- both roads end at the same tables, columns and indexes. The store sets PRAGMA application_id
 -- ("ATTN") and PRAGMA user_version in the same transaction.
@@ -134,4 +134,45 @@ CREATE TABLE rankings (
   ranked_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
   PRIMARY KEY (campaign_id, rank),
   UNIQUE (campaign_id, candidate_id)
+);
+
+-- Since version 6: the tuning service's queue, the campaigns' leases and the serving hosts' GPUs
+-- (db/migrations/006_queue.sql says what each holds).
+CREATE TABLE queue (
+  id           INTEGER PRIMARY KEY,               -- claim order
+  campaign     TEXT NOT NULL UNIQUE,              -- the campaign's name (campaigns.name once it runs)
+  plan         TEXT NOT NULL DEFAULT '',          -- the plan's model it came from; '' for submit --problem
+  regime       TEXT NOT NULL DEFAULT '',          -- prefill | decode | chunk | ''
+  problem      TEXT NOT NULL CHECK (json_valid(problem)),
+  request      TEXT NOT NULL CHECK (json_valid(request)),  -- spaces and tune options (service/job.hpp)
+  state        TEXT NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'running', 'done', 'failed')),
+  attempts     INTEGER NOT NULL DEFAULT 0,        -- claims so far
+  error        TEXT NOT NULL DEFAULT '',          -- why it failed, or why it went back to the queue
+  worker       TEXT NOT NULL DEFAULT '',          -- the last worker that claimed it: "host:pid gpu N"
+  submitted_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  started_at   TEXT,                              -- first claimed
+  ended_at     TEXT                               -- done or failed
+);
+CREATE INDEX queue_state ON queue (state, id);
+
+CREATE TABLE leases (
+  campaign     TEXT PRIMARY KEY,
+  owner        TEXT NOT NULL,                     -- "host:pid:start" (start: the process's start time)
+  host         TEXT NOT NULL,
+  pid          INTEGER NOT NULL,
+  gpu          INTEGER,                           -- the worker's GPU ordinal; NULL for `tune`
+  acquired_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  heartbeat_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  expires      REAL NOT NULL                      -- unix seconds: past this without a heartbeat, stale
+);
+
+CREATE TABLE gpus (
+  host         TEXT NOT NULL,
+  ordinal      INTEGER NOT NULL,
+  name         TEXT NOT NULL DEFAULT '',
+  uuid         TEXT NOT NULL DEFAULT '',
+  state        TEXT NOT NULL DEFAULT 'ok' CHECK (state IN ('ok', 'failed')),
+  error        TEXT NOT NULL DEFAULT '',
+  updated_at   TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  PRIMARY KEY (host, ordinal)
 );

@@ -127,6 +127,7 @@ void Store::check_writable() {
 
 std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_id) {
   Transaction tx(db());
+  check_fence_name(spec.name);
   std::int64_t id = 0;
   if (const std::optional<std::int64_t> existing = check_resume(spec)) {
     id = *existing;
@@ -166,11 +167,14 @@ std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_
 }
 
 void Store::finish_campaign(std::int64_t campaign_id, const std::string& status, const std::string& stop_reason) {
+  Transaction tx(db());
+  check_fence_id(campaign_id);
   Statement update(db(),
                    "UPDATE campaigns SET status = ?2, stop_reason = ?3, "
                    "ended_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?1");
   update.bind(campaign_id, status, stop_reason).run();
   if (db().changes() != 1) throw std::logic_error(fmt::format("finish_campaign: no campaign with id {}", campaign_id));
+  tx.commit();
 }
 
 std::optional<std::int64_t> Store::find_campaign(const std::string& name) {
@@ -236,6 +240,7 @@ void Store::put_build(const BuildKey& key, const BuildRecord& b) {
 std::int64_t Store::record_evaluation(std::int64_t campaign_id, std::int64_t candidate_id, std::int64_t device_id,
                                       const EvalRecord& e, Phase phase) {
   Transaction tx(db());
+  check_fence_id(campaign_id);
   // seq: the next number in the campaign, read under the write lock (the unique (campaign_id, seq)
   // index makes the MAX a single lookup).
   Statement insert(db(),
@@ -287,6 +292,7 @@ std::vector<EvaluationRow> Store::campaign_evaluations(std::int64_t campaign_id)
 
 void Store::put_ranking(std::int64_t campaign_id, std::int64_t device_id, const std::vector<RankingEntry>& entries) {
   Transaction tx(db());
+  check_fence_id(campaign_id);
   Statement clear(db(), "DELETE FROM rankings WHERE campaign_id = ?1");
   clear.bind(campaign_id).run();
   Statement insert(db(),

@@ -10,6 +10,7 @@
 // other; writers wait up to the busy timeout for each other.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "core/record_stores.hpp"
 #include "core/records.hpp"
 #include "core/problem.hpp"
+#include "core/queue_records.hpp"
 
 namespace attntune {
 
@@ -28,7 +30,7 @@ namespace sqlite {
 class Connection;
 }
 
-class Store final : public BuildCache, public CampaignLog, public ResultReader {
+class Store final : public BuildCache, public CampaignLog, public ResultReader, public JobQueue {
  public:
   enum class Mode {
     kCreate,    // create if missing, migrate if older (tune)
@@ -101,6 +103,36 @@ class Store final : public BuildCache, public CampaignLog, public ResultReader {
   // included), in campaign order.
   std::vector<Problem> problems_with_results(const std::string& family) override;
 
+  // ---- The tuning service (store_queue.cpp; db/migrations/006_queue.sql) ----
+  enum class Submitted { kQueued, kAlreadyDone, kExisting };
+  // Queues `job` unless the queue already holds its campaign (kExisting, with its state); a
+  // campaign that `tune` already completed is entered as done (kAlreadyDone).
+  std::pair<Submitted, std::string> submit_job(const QueuedJob& job);
+  // In one write transaction: drops stale leases (their running jobs go back to the queue), then
+  // leases the first queued job that `accept` takes (all when empty) to `owner` until now +
+  // lease_seconds and marks it running. nullopt when there is none.
+  std::optional<QueuedJob> claim_job(const LeaseOwner& owner, double now, double lease_seconds,
+                                     const StaleLease& is_stale, const JobFilter& accept = {}) override;
+  // The heartbeat: false when `owner` no longer holds the lease (it was taken over).
+  bool renew_lease(const std::string& campaign, const std::string& owner, double expires) override;
+  // Ends `owner`'s lease and sets the job's state (queued | done | failed) and note; false, and
+  // nothing changed, when the lease was no longer `owner`'s.
+  bool release_job(const std::string& campaign, const std::string& owner, const std::string& state,
+                   const std::string& error) override;
+  // `tune`'s lease of one campaign (queued or not): EnvError naming the holder when another live
+  // process holds it. release_lease lets it go (a queued campaign goes back to queued, or done).
+  void acquire_lease(const std::string& campaign, const LeaseOwner& owner, double now, double lease_seconds,
+                     const StaleLease& is_stale);
+  void release_lease(const std::string& campaign, const std::string& owner);
+  // From now on every write of a campaign's results (open_campaign, record_evaluation,
+  // put_ranking, finish_campaign) checks, in its own transaction, that `owner` holds the campaign's
+  // lease, and throws LeaseLost having written nothing when it does not. "" turns the fence off.
+  void fence_writes(std::string owner) override;
+  std::vector<QueueStatusRow> queue_status();
+  std::vector<LeaseRow> leases();
+  void put_gpu(const GpuRow& gpu) override;
+  std::vector<GpuRow> gpus();
+
  private:
   Store(std::string path, std::unique_ptr<sqlite::Connection> db, int schema_version);
   sqlite::Connection& db();
@@ -108,6 +140,10 @@ class Store final : public BuildCache, public CampaignLog, public ResultReader {
   std::string path_;
   std::unique_ptr<sqlite::Connection> db_;
   int schema_version_ = 0;
+  std::string fence_owner_;  // fence_writes
+  void reap_stale_leases(double now, const StaleLease& is_stale);
+  void check_fence_name(const std::string& campaign);
+  void check_fence_id(std::int64_t campaign_id);
 };
 
 }  // namespace attntune

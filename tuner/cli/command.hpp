@@ -31,6 +31,15 @@ bool parse_args(const std::string& name, const std::string& summary,
                 const po::options_description& opts, const std::vector<std::string>& args,
                 po::variables_map& vm);
 
+// The same, with positional arguments: up to `max_count` (-1: any number) go to the option named
+// `option`, which `opts` must declare; `usage` names them in --help ("PLAN", "A.db B.db ...").
+struct Positional {
+  std::string option, usage;
+  int max_count = -1;
+};
+bool parse_args(const std::string& name, const std::string& summary, const po::options_description& opts,
+                const std::vector<std::string>& args, po::variables_map& vm, const Positional& positional);
+
 // --db default: $ATTNTUNE_DB if set, else ./attntune.db (docs/CONTRACT.md).
 std::string default_db_path();
 

@@ -44,12 +44,20 @@ const std::vector<Command>& registered_commands() { return registry(); }
 bool parse_args(const std::string& name, const std::string& summary,
                 const po::options_description& opts, const std::vector<std::string>& args,
                 po::variables_map& vm) {
+  return parse_args(name, summary, opts, args, vm, {});
+}
+
+bool parse_args(const std::string& name, const std::string& summary, const po::options_description& opts,
+                const std::vector<std::string>& args, po::variables_map& vm, const Positional& positional) {
   po::options_description all(opts);
   all.add_options()("help,h", "show this help");
+  po::positional_options_description pos;
+  if (!positional.option.empty()) pos.add(positional.option.c_str(), positional.max_count);
   try {
-    po::store(po::command_line_parser(args).options(all).run(), vm);
+    po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
     if (vm.count("help")) {
-      std::cout << "usage: attntune " << name << " [options]\n" << summary << "\n\n" << all;
+      std::cout << "usage: attntune " << name << (positional.usage.empty() ? "" : " " + positional.usage)
+                << " [options]\n" << summary << "\n\n" << all;
       return true;
     }
     po::notify(vm);

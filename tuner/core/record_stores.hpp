@@ -4,11 +4,13 @@
 // hands it over; tests can hand in memory-backed ones. Only db/ and tuner/cli/ see the Store.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/queue_records.hpp"
 #include "core/records.hpp"
 
 namespace attntune {
@@ -76,6 +78,27 @@ class ResultReader {
   ResultReader() = default;
   ResultReader(const ResultReader&) = default;
   ResultReader& operator=(const ResultReader&) = default;
+};
+
+// The tuning service's queue, as a serve worker uses it (Store: store_queue.cpp says more).
+class JobQueue {
+ public:
+  virtual ~JobQueue() = default;
+  // Whether a lease is stale at `now` (unix seconds): expired, or its process is gone.
+  using StaleLease = std::function<bool(const LeaseRow&, double now)>;
+  using JobFilter = std::function<bool(const QueuedJob&)>;
+  virtual std::optional<QueuedJob> claim_job(const LeaseOwner& owner, double now, double lease_seconds,
+                                             const StaleLease& is_stale, const JobFilter& accept) = 0;
+  virtual bool renew_lease(const std::string& campaign, const std::string& owner, double expires) = 0;
+  virtual bool release_job(const std::string& campaign, const std::string& owner, const std::string& state,
+                           const std::string& error) = 0;
+  virtual void fence_writes(std::string owner) = 0;
+  virtual void put_gpu(const GpuRow& gpu) = 0;
+
+ protected:
+  JobQueue() = default;
+  JobQueue(const JobQueue&) = default;
+  JobQueue& operator=(const JobQueue&) = default;
 };
 
 }  // namespace attntune

@@ -1,0 +1,256 @@
+// attntune serve: run the queue (docs/design/service.md). One worker process per listed GPU (a GPU
+// listed twice gets two workers), each claiming campaigns under a lease (service/worker.hpp) until
+// the queue is empty, or waiting for more with --follow. This process supervises: it forwards
+// SIGTERM/Ctrl-C (the workers drain: the campaign in flight stops after its candidate and goes back
+// to the queue), restarts a worker that crashed (its campaign is taken over and resumed; nothing
+// evaluated is evaluated again), and does not restart one whose GPU failed (marked failed in the
+// database, skipped). Exit: 0 all done; 1 some campaigns failed; 3 no GPU could work.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cli/command.hpp"
+#include "cli/job_options.hpp"
+#include "core/error.hpp"
+#include "cuda/driver.hpp"
+#include "db/store.hpp"
+#include "service/worker.hpp"
+
+namespace attntune::cli {
+namespace {
+
+constexpr const char* kSummary = "run queued campaigns, one worker per GPU, until the queue is empty";
+
+std::atomic<bool> g_stop{false}, g_abandon{false};
+std::atomic<int> g_signals{0};
+
+extern "C" void on_signal(int) {
+  const int n = ++g_signals;
+  g_stop = true;
+  if (n > 1) g_abandon = true;
+}
+
+void install_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+struct ServeArgs {
+  std::string db_path, gpus = "all";
+  bool follow = false, simulate = false;
+  int simulate_delay_ms = 50, jobs = 0, log_interval = 30, worker = -1, max_restarts = 3;
+  double lease_seconds = service::kDefaultLeaseSeconds, poll_seconds = 2, compile_timeout_s = 120,
+         deadline_floor_s = 10;
+};
+
+std::vector<int> parse_gpus(const ServeArgs& a) {
+  std::vector<int> out;
+  if (a.gpus == "all") {
+    if (a.simulate) return {0};
+    const int n = cuda::device_count();  // EnvError without a driver or a GPU
+    for (int i = 0; i < n; ++i) out.push_back(i);
+    return out;
+  }
+  std::size_t at = 0;
+  while (at <= a.gpus.size()) {
+    const std::size_t comma = std::min(a.gpus.find(',', at), a.gpus.size());
+    const std::string item = a.gpus.substr(at, comma - at);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end || v < 0 || v > 1023)
+      throw InputError(fmt::format("serve: --gpus '{}': '{}' is not a GPU ordinal (give all, or ordinals such as "
+                                   "0,1; an ordinal twice runs two workers on it)",
+                                   a.gpus, item));
+    out.push_back(static_cast<int>(v));
+    at = comma + 1;
+  }
+  if (out.size() > 64) throw InputError("serve: --gpus lists more than 64 workers");
+  return out;
+}
+
+// The worker: `serve --worker N` (started by the supervisor below).
+int run_worker_process(const ServeArgs& a) {
+  install_handlers();
+  Store store = Store::open(a.db_path, Store::Mode::kExisting);
+  service::WorkerOptions o;
+  o.gpu = a.worker;
+  o.simulate = a.simulate;
+  o.simulate_delay = std::chrono::milliseconds(a.simulate_delay_ms);
+  o.lease_seconds = a.lease_seconds;
+  o.follow = a.follow;
+  o.poll = std::chrono::milliseconds(static_cast<long long>(a.poll_seconds * 1000));
+  o.runner = {a.worker, a.jobs, a.compile_timeout_s, a.deadline_floor_s};
+  o.log_interval = std::chrono::seconds(a.log_interval);
+  const std::string path = a.db_path;
+  service::WorkerStores stores{store, store, store, store, [path]() -> std::unique_ptr<JobQueue> {
+                                 return std::make_unique<Store>(Store::open(path, Store::Mode::kExisting));
+                               }};
+  return service::run_worker(stores, o, g_stop, g_abandon, std::cerr);
+}
+
+std::vector<std::string> worker_argv(const ServeArgs& a, int gpu) {
+  std::vector<std::string> v = {"attntune", "serve", "--worker", std::to_string(gpu), "--db", a.db_path,
+                                "--lease-seconds", fmt::format("{}", a.lease_seconds), "--poll-seconds",
+                                fmt::format("{}", a.poll_seconds), "--log-interval", std::to_string(a.log_interval),
+                                "--jobs", std::to_string(a.jobs), "--compile-timeout",
+                                fmt::format("{}", a.compile_timeout_s), "--deadline-floor",
+                                fmt::format("{}", a.deadline_floor_s)};
+  if (a.follow) v.push_back("--follow");
+  if (a.simulate) {
+    v.push_back("--simulate");
+    v.push_back("--simulate-delay-ms");
+    v.push_back(std::to_string(a.simulate_delay_ms));
+  }
+  return v;
+}
+
+pid_t spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw EnvError(fmt::format("serve: cannot start a worker: {}", std::strerror(errno)));
+  if (pid == 0) {
+    ::execv("/proc/self/exe", argv.data());
+    std::fprintf(stderr, "attntune: error: serve: cannot run the worker: %s\n", std::strerror(errno));
+    ::_exit(3);
+  }
+  return pid;
+}
+
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return fmt::format("exit {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  return "ended";
+}
+
+int supervise(const ServeArgs& a) {
+  const std::vector<int> gpus = parse_gpus(a);
+  if (gpus.empty()) throw EnvError("serve: no GPU to serve on");
+  {
+    // The database must be ours (and is migrated) before any worker starts.
+    Store store = Store::open(a.db_path, Store::Mode::kExisting);
+  }
+  install_handlers();
+  std::cerr << fmt::format("serve: {} worker{} on {} GPU {} ({}), database {}{}\n", gpus.size(),
+                           gpus.size() == 1 ? "" : "s", a.simulate ? "simulated" : "", fmt::join(gpus, ","),
+                           a.follow ? "following the queue" : "until the queue is empty", a.db_path,
+                           a.simulate ? "" : "");
+  struct Slot {
+    int gpu;
+    int restarts = 0;
+  };
+  std::map<pid_t, Slot> running;
+  for (const int g : gpus) running.emplace(spawn(worker_argv(a, g)), Slot{g});
+  int gpu_failures = 0;
+  bool forwarded_stop = false, forwarded_abandon = false;
+  while (!running.empty()) {
+    if (g_stop && !forwarded_stop) {
+      forwarded_stop = true;
+      std::cerr << "serve: draining: the workers stop after the candidates in flight (again: abandon them)\n";
+      for (const auto& [pid, slot] : running) ::kill(pid, SIGTERM);
+    }
+    if (g_abandon && !forwarded_abandon) {
+      forwarded_abandon = true;
+      for (const auto& [pid, slot] : running) ::kill(pid, SIGTERM);
+    }
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    auto it = running.find(pid);
+    if (it == running.end()) continue;
+    Slot slot = it->second;
+    running.erase(it);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 3) {
+      ++gpu_failures;
+      std::cerr << fmt::format("serve: GPU {} failed ({}); skipped from now on\n", slot.gpu, describe_exit(status));
+      continue;
+    }
+    if (g_stop) continue;
+    if (slot.restarts >= a.max_restarts) {
+      std::cerr << fmt::format("serve: the worker of GPU {} ended ({}) {} times; not restarted\n", slot.gpu,
+                               describe_exit(status), slot.restarts + 1);
+      continue;
+    }
+    ++slot.restarts;
+    std::cerr << fmt::format("serve: the worker of GPU {} ended ({}); restarting it (its campaign resumes where "
+                             "it stopped)\n",
+                             slot.gpu, describe_exit(status));
+    running.emplace(spawn(worker_argv(a, slot.gpu)), slot);
+  }
+
+  Store store = Store::open(a.db_path, Store::Mode::kReadOnly);
+  std::map<std::string, int> counts;
+  std::vector<std::string> failed;
+  for (const QueueStatusRow& r : store.queue_status()) {
+    ++counts[r.job.state];
+    if (r.job.state == "failed") failed.push_back(fmt::format("  {}: {}", r.job.campaign, r.job.error));
+  }
+  std::cerr << fmt::format("serve: {} done, {} failed, {} queued, {} running{}\n", counts["done"], counts["failed"],
+                           counts["queued"], counts["running"], g_stop ? " (stopped)" : "");
+  for (const std::string& f : failed) std::cerr << f << "\n";
+  if (gpu_failures == static_cast<int>(gpus.size()) && counts["queued"] > 0)
+    throw EnvError(fmt::format("serve: every GPU failed; {} campaigns still queued", counts["queued"]));
+  if (!failed.empty()) throw WorkError(fmt::format("serve: {} campaign{} failed", failed.size(), failed.size() == 1 ? "" : "s"));
+  return 0;
+}
+
+int run_serve(const std::vector<std::string>& args) {
+  ServeArgs a;
+  po::options_description opts("options");
+  opts.add_options()
+      ("db", po::value(&a.db_path)->default_value(default_db_path()), "database ($ATTNTUNE_DB, else ./attntune.db)")
+      ("gpus", po::value(&a.gpus), "all (default), or CUDA ordinals: 0,1 (an ordinal twice: two workers on it)")
+      ("follow", po::bool_switch(&a.follow), "keep serving: wait for more campaigns when the queue is empty")
+      ("lease-seconds", po::value(&a.lease_seconds),
+       fmt::format("a worker's lease lasts this long without a heartbeat (default {:g}); a dead worker on this host "
+                   "is seen at once", a.lease_seconds).c_str())
+      ("poll-seconds", po::value(&a.poll_seconds), "with --follow, how often an idle worker looks (default 2)")
+      ("max-restarts", po::value(&a.max_restarts), "restart a crashed worker at most this often (default 3)")
+      ("jobs", po::value(&a.jobs), "concurrent NVRTC compiles per worker (default: one per core)")
+      ("compile-timeout", po::value(&a.compile_timeout_s), "seconds before a hanging NVRTC compile is killed (default 120)")
+      ("deadline-floor", po::value(&a.deadline_floor_s), "least seconds a candidate may run before it is killed (default 10)")
+      ("log-interval", po::value(&a.log_interval), "seconds between progress lines (default 30)")
+      ("simulate", po::bool_switch(&a.simulate), "simulated GPUs (a synthetic landscape, no GPU needed): testing and "
+                                                 "rehearsing a plan")
+      ("simulate-delay-ms", po::value(&a.simulate_delay_ms), "simulated time per candidate (default 50)")
+      ("worker", po::value(&a.worker), "(internal) run as the worker of this GPU");
+  po::variables_map vm;
+  if (parse_args("serve", kSummary, opts, args, vm)) return 0;
+  check_finite(a.lease_seconds, "serve", "lease-seconds");
+  check_finite(a.poll_seconds, "serve", "poll-seconds");
+  check_finite(a.compile_timeout_s, "serve", "compile-timeout");
+  check_finite(a.deadline_floor_s, "serve", "deadline-floor");
+  if (a.lease_seconds < 1 || a.lease_seconds > 3600)
+    throw InputError("serve: --lease-seconds must lie between 1 and 3600");
+  if (a.poll_seconds < 0.05 || a.poll_seconds > 3600) throw InputError("serve: --poll-seconds must lie between 0.05 and 3600");
+  if (a.jobs < 0 || a.max_restarts < 0 || a.simulate_delay_ms < 0 || a.log_interval < 1)
+    throw InputError("serve: --jobs, --max-restarts and --simulate-delay-ms must not be negative, --log-interval >= 1");
+  if (a.compile_timeout_s <= 0 || a.deadline_floor_s <= 0 || a.compile_timeout_s > 86400 || a.deadline_floor_s > 86400)
+    throw InputError("serve: --compile-timeout and --deadline-floor must be positive and at most a day (86400 s)");
+  if (!a.simulate) {
+    std::string why;
+    if (!cuda::driver_available(&why)) throw EnvError(why);
+  }
+  return a.worker >= 0 ? run_worker_process(a) : supervise(a);
+}
+
+const bool registered = register_command({"serve", kSummary, false, run_serve});
+
+}  // namespace
+}  // namespace attntune::cli

@@ -1,0 +1,89 @@
+#include "cli/job_options.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "eval/gpu_runner.hpp"
+#include "search/campaign.hpp"
+#include "search/progress.hpp"
+#include "search/strategy.hpp"
+#include "search/warm_start.hpp"
+
+namespace attntune::cli {
+
+void add_job_options(po::options_description& opts, JobOptionValues& v) {
+  const search::TuneOptions defaults;  // the final re-timing's defaults live there, with their reason
+  v.final_top = defaults.final_top;
+  v.final_rounds = defaults.final_rounds;
+  v.warm = static_cast<int>(search::kWarmStartConfigs);
+  v.final_min_seconds = GpuRunnerOptions{}.final_timing.min_seconds;
+  opts.add_options()
+      ("strategy", po::value(&v.strategy), "evo | random | exhaustive (default evo)")
+      ("budget-evals", po::value(&v.budget_evals), "stop at this many evaluations in the campaign, earlier runs included")
+      ("budget-time", po::value(&v.budget_time), "stop this run after this long: 90s, 45m, 8h")
+      ("seed", po::value(&v.seed), "seed of the strategy and of the validation inputs (default 1)")
+      ("patience", po::value(&v.patience), "converged after this many evaluations without a gain over --min-gain "
+                                           "(default: max(50, an eighth of the space); exhaustive: 0, never)")
+      ("min-gain", po::value(&v.min_gain), "the gain in percent that counts as progress (default 0.5)")
+      ("final-top", po::value(&v.final_top),
+       fmt::format("re-time this many of the best at the end (default {}; 0: skip)", v.final_top).c_str())
+      ("final-rounds", po::value(&v.final_rounds),
+       fmt::format("interleaved rounds of that re-timing (default {})", v.final_rounds).c_str())
+      ("warm-start", po::value(&v.warm),
+       fmt::format("seed evo with this many best configs of the nearest tuned problem (default {}; 0: none)", v.warm)
+           .c_str())
+      ("max-seconds", po::value(&v.max_seconds), "cap on each candidate's timing, in seconds (default 1)")
+      ("min-seconds", po::value(&v.min_seconds), "least time each search candidate's timing samples, in seconds "
+                                                 "(default 0: until its median holds within 1%; 0.1 makes search "
+                                                 "times read as sustained ones)")
+      ("final-min-seconds", po::value(&v.final_min_seconds),
+       fmt::format("least time each re-timing of the final ranking samples, in seconds (default {:g}): the clock "
+                   "swings under the GPU's power cap", v.final_min_seconds).c_str());
+}
+
+void check_finite(double x, const std::string& command, const std::string& flag) {
+  if (!std::isfinite(x)) throw InputError(fmt::format("{}: --{} must be a finite number, not {}", command, flag, x));
+}
+
+JobRequest check_job_options(const JobOptionValues& v, const po::variables_map& vm, const std::string& command) {
+  check_finite(v.max_seconds, command, "max-seconds");
+  check_finite(v.min_gain, command, "min-gain");
+  check_finite(v.min_seconds, command, "min-seconds");
+  check_finite(v.final_min_seconds, command, "final-min-seconds");
+  if (v.budget_evals < 0) throw InputError(fmt::format("{}: --budget-evals must not be negative", command));
+  if (v.patience < -1) throw InputError(fmt::format("{}: --patience must not be negative", command));
+  if (v.final_top < 0 || v.warm < 0)
+    throw InputError(fmt::format("{}: --final-top and --warm-start must not be negative", command));
+  if (v.final_rounds < 1) throw InputError(fmt::format("{}: --final-rounds must be at least 1", command));
+  if (v.max_seconds <= 0 || v.min_gain < 0)
+    throw InputError(fmt::format("{}: --max-seconds must be positive, --min-gain >= 0", command));
+  // Each must lie within [0, --max-seconds] when given; the final default yields to a smaller --max-seconds.
+  if (v.min_seconds < 0 || v.final_min_seconds < 0 || v.min_seconds > v.max_seconds ||
+      (vm.count("final-min-seconds") && v.final_min_seconds > v.max_seconds))
+    throw InputError(fmt::format("{}: --min-seconds ({:g}) and --final-min-seconds ({:g}) must lie between 0 and "
+                                 "--max-seconds ({:g})",
+                                 command, v.min_seconds, v.final_min_seconds, v.max_seconds));
+  const auto names = search::strategy_names();
+  if (std::find(names.begin(), names.end(), v.strategy) == names.end())
+    throw InputError(fmt::format("{}: unknown strategy '{}' (known: {})", command, v.strategy, fmt::join(names, ", ")));
+  JobRequest r;
+  r.strategy = v.strategy;
+  r.seed = v.seed;
+  r.budget_evals = v.budget_evals;
+  r.budget_seconds = v.budget_time.empty() ? 0 : parse_duration(v.budget_time, command + ": --budget-time");
+  r.patience = v.patience;
+  r.min_gain_pct = v.min_gain;
+  r.final_top = v.final_top;
+  r.final_rounds = v.final_rounds;
+  r.warm = v.warm;
+  r.max_seconds = v.max_seconds;
+  r.min_seconds = v.min_seconds;
+  r.final_min_seconds = std::min(v.final_min_seconds, v.max_seconds);
+  return r;
+}
+
+}  // namespace attntune::cli

@@ -1,0 +1,30 @@
+// The options of a campaign run (strategy, seed, budgets, convergence, the final re-timing, warm
+// start, timing limits), declared and checked in one place for `tune` (which runs it) and
+// `submit` (which queues it): the same flag means the same thing, with the same defaults and the
+// same errors, in both.
+#pragma once
+#include <string>
+
+#include "cli/command.hpp"
+#include "core/queue_records.hpp"
+
+namespace attntune::cli {
+
+struct JobOptionValues {
+  std::string strategy = "evo", budget_time;
+  std::int64_t budget_evals = 0, patience = -1;
+  std::uint64_t seed = 1;
+  int final_top = 8, final_rounds = 6, warm = 8;
+  double max_seconds = 1.0, min_gain = 0.5, min_seconds = 0, final_min_seconds = 1.0;
+};
+
+// Declares the options into `opts`, writing into `v` (whose defaults the help text shows).
+void add_job_options(po::options_description& opts, JobOptionValues& v);
+// InputError ("COMMAND: --flag ...") for a value out of range, not finite, or an unknown strategy;
+// the request they make (spaces left empty).
+JobRequest check_job_options(const JobOptionValues& v, const po::variables_map& vm, const std::string& command);
+
+// InputError unless x is finite ("nan", "inf" parse as doubles): "COMMAND: --flag must be a finite number".
+void check_finite(double x, const std::string& command, const std::string& flag);
+
+}  // namespace attntune::cli

@@ -1,0 +1,183 @@
+#include "service/job.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "core/embedded.hpp"
+#include "core/error.hpp"
+#include "families/family.hpp"
+#include "search/multi_family.hpp"
+#include "search/warm_start.hpp"
+
+namespace attntune::service {
+
+JobSpaces load_space_files(const std::vector<std::string>& paths, const char* command) {
+  JobSpaces out;
+  out.loaded.reserve(paths.size());
+  for (const std::string& path : paths) {
+    SearchSpace s = SearchSpace::load(path);
+    for (const SearchSpace& other : out.loaded) {
+      if (other.hash() == s.hash())
+        throw InputError(fmt::format("{}: --space {} is the same search space as --space {} (give each once)", command,
+                                     path, other.path()));
+      if (other.family() == s.family())
+        throw InputError(fmt::format("{}: --space {} and --space {} are both spaces of template '{}' (a campaign "
+                                     "searches one space per template)",
+                                     command, other.path(), path, s.family()));
+    }
+    out.loaded.push_back(std::move(s));
+  }
+  for (const SearchSpace& s : out.loaded) out.sorted.push_back(&s);
+  std::sort(out.sorted.begin(), out.sorted.end(),
+            [](const SearchSpace* a, const SearchSpace* b) { return a->family() < b->family(); });
+  return out;
+}
+
+JobSpaces parse_request_spaces(const JobRequest& request) {
+  JobSpaces out;
+  out.loaded.reserve(request.spaces.size());
+  for (const CampaignSpace& s : request.spaces) out.loaded.push_back(SearchSpace::parse(s.text, s.path));
+  for (const SearchSpace& s : out.loaded) out.sorted.push_back(&s);
+  std::sort(out.sorted.begin(), out.sorted.end(),
+            [](const SearchSpace* a, const SearchSpace* b) { return a->family() < b->family(); });
+  return out;
+}
+
+std::vector<CampaignSpace> campaign_spaces(const JobSpaces& spaces) {
+  std::vector<CampaignSpace> list;
+  for (const SearchSpace* s : spaces.sorted) list.push_back({s->family(), s->path(), s->hash(), s->text()});
+  return list;
+}
+
+std::vector<CampaignSpace> default_spaces(const Problem& problem) {
+  std::vector<CampaignSpace> out;
+  std::vector<std::string> why_not;
+  for (const std::string& family : known_families()) {
+    const std::string path = fmt::format("search_spaces/{}.yaml", family);
+    const auto& files = embedded_files();
+    const auto it = files.find(path);
+    if (it == files.end()) continue;  // a family without a shipped space (tests register some)
+    const SearchSpace space = SearchSpace::parse(std::string(it->second), path);
+    try {
+      check_family_serves(family, problem);
+      space.check_problem(problem, space.default_arch());
+    } catch (const InputError& e) {
+      why_not.push_back(e.what());
+      continue;
+    }
+    out.push_back({space.family(), space.path(), space.hash(), space.text()});
+  }
+  if (out.empty())
+    throw InputError(fmt::format("no template serves {}: {}", problem.str(), fmt::join(why_not, "; ")));
+  return out;
+}
+
+CampaignSpec campaign_spec(const std::string& name, const Problem& problem, const JobRequest& request) {
+  CampaignSpec spec;
+  set_spaces(spec, request.spaces);
+  spec.name = name;
+  spec.problem = problem;
+  spec.strategy = request.strategy;
+  spec.seed = static_cast<std::int64_t>(request.seed);
+  spec.budget_evals = request.budget_evals;
+  spec.budget_seconds = request.budget_seconds;
+  return spec;
+}
+
+std::string default_campaign_name(const std::vector<CampaignSpace>& spaces, const Problem& problem,
+                                  const std::string& arch) {
+  CampaignSpec spec;
+  set_spaces(spec, spaces);
+  return arch.empty() ? fmt::format("{}:{}", spec.family, problem.str())
+                      : fmt::format("{}:{}:{}", spec.family, problem.str(), arch);
+}
+
+search::TuneOptions tune_options(const JobRequest& r, std::uint64_t space_size) {
+  search::TuneOptions topts;
+  topts.strategy = r.strategy;
+  topts.seed = r.seed;
+  topts.budget_evals = r.budget_evals;
+  topts.budget_seconds = r.budget_seconds;
+  // Exhaustive means all of it: it converges only when asked to.
+  topts.patience = r.patience >= 0              ? r.patience
+                   : r.strategy == "exhaustive" ? 0
+                                                : std::max<std::int64_t>(50, static_cast<std::int64_t>(space_size / 8));
+  topts.min_gain_pct = r.min_gain_pct;
+  topts.final_top = r.final_top;
+  topts.final_rounds = r.final_rounds;
+  return topts;
+}
+
+GpuRunnerOptions gpu_runner_options(const JobRequest& r, const RunnerSettings& settings,
+                                    const std::atomic<bool>* cancel) {
+  GpuRunnerOptions ropts;
+  ropts.device = settings.device;
+  ropts.jobs = settings.jobs;
+  ropts.compile_timeout = std::chrono::milliseconds(static_cast<long long>(settings.compile_timeout_s * 1000));
+  ropts.deadline_floor_s = settings.deadline_floor_s;
+  ropts.timing.max_seconds = r.max_seconds;
+  ropts.timing.min_seconds = r.min_seconds;
+  ropts.final_timing.max_seconds = r.max_seconds;
+  ropts.final_timing.min_seconds = std::min(r.final_min_seconds, r.max_seconds);
+  ropts.validation_seed = r.seed;
+  ropts.cancel = cancel;
+  return ropts;
+}
+
+double problem_distance(const Problem& a, const Problem& b) {
+  // Lengths count most, then the amount of parallel work, dtype and causality; page sizes (both
+  // paged) count like lengths.
+  auto lg = [](double x, double y) { return std::abs(std::log2(x / y)); };
+  return lg(a.s, b.s) + lg(a.sk, b.sk) + 0.5 * lg(double(a.b) * a.h, double(b.b) * b.h) + 0.5 * lg(a.hkv, b.hkv) +
+         (a.dtype != b.dtype ? 1.0 : 0.0) + (a.causal != b.causal ? 2.0 : 0.0) +
+         (a.paged() && b.paged() ? lg(double(a.page), double(b.page)) : 0.0);
+}
+
+std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& results, const std::string& family,
+                                                                  const Problem& problem, int count) {
+  std::optional<Problem> nearest;
+  double best = std::numeric_limits<double>::infinity();
+  for (const Problem& p : results.problems_with_results(family)) {
+    if (p.d != problem.d || p.paged() != problem.paged()) continue;
+    const double d = problem_distance(p, problem);
+    if (d < best) best = d, nearest = p;
+  }
+  std::vector<Config> configs;
+  if (nearest) {
+    BestQuery q;
+    q.problem = nearest;
+    configs = search::warm_start_configs(results, q, family, static_cast<std::size_t>(count));
+  }
+  return {nearest, configs};
+}
+
+void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const JobSpaces& spaces,
+                     const Problem& problem, int count, search::Progress& progress) {
+  for (const SearchSpace* s : spaces.sorted) {
+    auto [nearest, configs] = warm_start(results, s->family(), problem, count);
+    if (!nearest || configs.empty()) continue;
+    for (Config& c : configs)
+      topts.warm_start.push_back(spaces.mixed() ? search::tag_family(s->family(), std::move(c)) : c);
+    progress.event(fmt::format("warm start: {} configs from {}{}", configs.size(), nearest->str(),
+                               spaces.mixed() ? fmt::format(" ({})", s->family()) : ""));
+  }
+}
+
+std::uint64_t count_valid(const JobSpaces& spaces, const Problem& problem, search::Runner& runner,
+                          std::vector<std::string>* sizes) {
+  std::uint64_t total = 0;
+  for (const SearchSpace* s : spaces.sorted) {
+    const std::string a = runner.arch_for(s->family());
+    s->check_problem(problem, a);
+    const std::uint64_t n = s->count(problem, a);
+    if (n == 0) throw WorkError(fmt::format("{} has no valid config for {} on {}", s->path(), problem.str(), a));
+    total += n;
+    if (sizes) sizes->push_back(fmt::format("{} {}", s->family(), n));
+  }
+  return total;
+}
+
+}  // namespace attntune::service

@@ -1,0 +1,71 @@
+// One campaign as `tune` and `serve` both run it: the request (spaces and tune options, as queued
+// in the database or given on tune's command line) turned into the search options, the GPU
+// runner's options, the campaign's record and its warm start. One place, so a queued campaign runs
+// exactly as the same `tune` command would.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/queue_records.hpp"
+#include "core/record_stores.hpp"
+#include "eval/gpu_runner.hpp"
+#include "search/campaign.hpp"
+#include "search/progress.hpp"
+#include "space/search_space.hpp"
+
+namespace attntune::service {
+
+// Where and how candidates are built and run; not part of a campaign's record.
+struct RunnerSettings {
+  int device = 0;
+  int jobs = 0;  // concurrent NVRTC compiles; 0: one per core
+  double compile_timeout_s = 120, deadline_floor_s = 10;
+};
+
+// The spaces, parsed, and pointers to them in family order.
+struct JobSpaces {
+  std::vector<SearchSpace> loaded;
+  std::vector<const SearchSpace*> sorted;
+  bool mixed() const { return sorted.size() > 1; }
+};
+// From files (tune --space): InputError for two of one family or the same space twice.
+JobSpaces load_space_files(const std::vector<std::string>& paths, const char* command);
+// From a request's texts (a queued campaign needs no files).
+JobSpaces parse_request_spaces(const JobRequest& request);
+// The request's spaces as the campaign records them.
+std::vector<CampaignSpace> campaign_spaces(const JobSpaces& spaces);
+
+// The spaces of the families that serve `problem` (shipped with the binary: search_spaces/),
+// sorted by family; a worker later drops those its GPU cannot run.
+std::vector<CampaignSpace> default_spaces(const Problem& problem);
+
+CampaignSpec campaign_spec(const std::string& name, const Problem& problem, const JobRequest& request);
+// The default campaign name: TEMPLATE:PROBLEM:ARCH (tune), or TEMPLATE:PROBLEM (a queued one, whose
+// arch is the serving GPU's).
+std::string default_campaign_name(const std::vector<CampaignSpace>& spaces, const Problem& problem,
+                                  const std::string& arch = "");
+
+search::TuneOptions tune_options(const JobRequest& request, std::uint64_t space_size);
+GpuRunnerOptions gpu_runner_options(const JobRequest& request, const RunnerSettings& settings,
+                                    const std::atomic<bool>* cancel);
+
+// How far apart two problems of the same head dim are, for warm starts.
+double problem_distance(const Problem& a, const Problem& b);
+// The best configs of the nearest problem of `family` already tuned (this one included). A paged
+// problem and a dense one never warm-start each other: their kernels read K and V apart.
+std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& results, const std::string& family,
+                                                                  const Problem& problem, int count);
+// Each family's warm start into topts, said on `progress` as it is found.
+void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const JobSpaces& spaces,
+                     const Problem& problem, int count, search::Progress& progress);
+
+// Each space's valid configs for the problem on the runner's arch (WorkError when one has none);
+// `sizes` gets "family N" per space.
+std::uint64_t count_valid(const JobSpaces& spaces, const Problem& problem, search::Runner& runner,
+                          std::vector<std::string>* sizes = nullptr);
+
+}  // namespace attntune::service

@@ -1,0 +1,226 @@
+#include "service/worker.hpp"
+
+#include <unistd.h>
+
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "cuda/driver.hpp"
+#include "families/family.hpp"
+#include "search/synthetic_runner.hpp"
+
+namespace attntune::service {
+
+namespace {
+
+// An ostream that writes each finished line to `out` with a prefix, in one write, so the lines of
+// several worker processes on one stderr never interleave within a line.
+class PrefixedLines : public std::streambuf {
+ public:
+  PrefixedLines(std::ostream& out, std::string prefix) : out_(out), prefix_(std::move(prefix)) {}
+  ~PrefixedLines() override {
+    if (!line_.empty()) flush_line();
+  }
+
+ protected:
+  int overflow(int c) override {
+    if (c == traits_type::eof()) return 0;
+    if (c == '\r') return c;  // no live redraws in a shared log
+    if (c == '\n')
+      flush_line();
+    else
+      line_.push_back(static_cast<char>(c));
+    return c;
+  }
+
+ private:
+  void flush_line() {
+    out_ << (prefix_ + line_ + "\n") << std::flush;
+    line_.clear();
+  }
+  std::ostream& out_;
+  std::string prefix_, line_;
+};
+
+// Copies the process's stop/abandon flags into one campaign's flags while it runs, so that a lost
+// lease can stop the campaign without stopping the worker.
+class StopRelay {
+ public:
+  StopRelay(const std::atomic<bool>& stop, const std::atomic<bool>& abandon, std::atomic<bool>& job_stop,
+            std::atomic<bool>& job_abandon)
+      : thread_([&, this] {
+          while (!done_) {
+            if (stop) job_stop = true;
+            if (abandon) job_abandon = true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+        }) {}
+  ~StopRelay() {
+    done_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+DeviceInfo probe_device(const WorkerOptions& o) {
+  if (o.simulate) return search::SyntheticRunner::device_info(o.gpu);
+  const cuda::DeviceProps p = cuda::device_props(o.gpu);
+  DeviceInfo d;
+  d.name = p.name;
+  d.arch = p.arch;
+  d.uuid = p.uuid;
+  d.sm_count = p.sm_count;
+  d.driver_version = p.driver_release;
+  return d;
+}
+
+// The request's spaces that this GPU's arch can run for the problem (a queued campaign lists
+// every family that serves the problem; wgmma runs on Hopper only).
+std::vector<CampaignSpace> runnable_spaces(const QueuedJob& job, const std::string& arch) {
+  std::vector<CampaignSpace> out;
+  for (const CampaignSpace& s : job.request.spaces) {
+    try {
+      const SearchSpace space = SearchSpace::parse(s.text, s.path);
+      space.check_problem(job.problem, space_arch_for_device(space, arch));
+      out.push_back(s);
+    } catch (const InputError&) {
+    }
+  }
+  return out;
+}
+
+bool sleep_unless(const std::atomic<bool>& stop, std::chrono::milliseconds total) {
+  const auto until = std::chrono::steady_clock::now() + total;
+  while (std::chrono::steady_clock::now() < until) {
+    if (stop) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+}  // namespace
+
+int run_worker(WorkerStores stores, const WorkerOptions& options, const std::atomic<bool>& stop,
+               const std::atomic<bool>& abandon, std::ostream& log_out) {
+  PrefixedLines lines(log_out, fmt::format("[gpu {}] ", options.gpu));
+  std::ostream log(&lines);
+  const LeaseOwner owner = this_process(options.gpu);
+
+  DeviceInfo device;
+  try {
+    device = probe_device(options);
+  } catch (const Error& e) {
+    log << fmt::format("GPU {} cannot be used: {}", options.gpu, one_line(e.what())) << std::endl;
+    stores.queue.put_gpu({owner.host, options.gpu, "", "", "failed", one_line(e.what()), ""});
+    return 3;
+  }
+  stores.queue.put_gpu({owner.host, options.gpu, device.name, device.uuid, "ok", "", ""});
+  log << fmt::format("worker {} on {} ({}) ready", owner.pid, device.name, device.arch) << std::endl;
+
+  const auto accept = [&](const QueuedJob& job) { return !runnable_spaces(job, device.arch).empty(); };
+  int done = 0;
+  while (!stop) {
+    std::optional<QueuedJob> job =
+        stores.queue.claim_job(owner, unix_now(), options.lease_seconds, lease_is_stale, accept);
+    if (!job) {
+      if (!options.follow) break;
+      if (!sleep_unless(stop, options.poll)) break;
+      continue;
+    }
+    log << fmt::format("campaign '{}': claimed ({}attempt {})", job->campaign,
+                       job->error.empty() ? "" : job->error + "; ", job->attempts)
+        << std::endl;
+
+    std::atomic<bool> job_stop{false}, job_abandon{false}, lost{false};
+    std::unique_ptr<JobQueue> beat_queue = stores.open_heartbeat();
+    stores.queue.fence_writes(owner.id());
+    std::string state = "failed", note;
+    bool gpu_failed = false;
+    {
+      Heartbeat heartbeat(
+          [&] { return beat_queue->renew_lease(job->campaign, owner.id(), unix_now() + options.lease_seconds); },
+          std::chrono::milliseconds(static_cast<long long>(options.lease_seconds * 1000 / 3)), [&] {
+            lost = true;
+            job_stop = true;
+            job_abandon = true;
+          });
+      StopRelay relay(stop, abandon, job_stop, job_abandon);
+      try {
+        JobRequest request = job->request;
+        request.spaces = runnable_spaces(*job, device.arch);
+        const JobSpaces spaces = parse_request_spaces(request);
+        std::unique_ptr<search::Runner> runner;
+        if (options.simulate) {
+          runner = std::make_unique<search::SyntheticRunner>(spaces.sorted, job->problem, options.gpu,
+                                                             options.simulate_delay, &job_abandon);
+        } else {
+          RunnerSettings settings = options.runner;
+          settings.device = options.gpu;
+          runner = std::make_unique<GpuRunner>(spaces.sorted, job->problem, &stores.cache,
+                                               gpu_runner_options(request, settings, &job_abandon));
+        }
+        std::vector<std::string> sizes;
+        const std::uint64_t size = count_valid(spaces, job->problem, *runner, &sizes);
+        search::TuneOptions topts = tune_options(request, size);
+        search::Progress progress(log, false, options.log_interval);
+        if (request.warm > 0) add_warm_starts(topts, stores.results, spaces, job->problem, request.warm, progress);
+        const CampaignSpec spec = campaign_spec(job->campaign, job->problem, request);
+        progress.event(fmt::format("campaign '{}': {} on {}, {} valid configs ({})", job->campaign,
+                                   job->problem.str(), device.name, size, fmt::join(sizes, " + ")));
+        const search::TuneResult result = search::run_campaign(stores.log, *runner, spaces.sorted, spec, topts,
+                                                               progress, {&job_stop, &job_abandon});
+        if (result.status == "completed" && result.ok > 0) {
+          state = "done";
+          note = result.stop_reason;
+          ++done;
+        } else if (result.status == "completed") {
+          state = "failed";
+          note = fmt::format("no valid config found in {} evaluations", result.evaluations);
+        } else {
+          state = "queued";  // stopped: drained, resumable
+          note = fmt::format("stopped on {} after {} evaluations: {}", owner.host, result.evaluations,
+                             result.stop_reason);
+        }
+      } catch (const LeaseLost& e) {
+        lost = true;
+      } catch (const EnvError& e) {
+        // The GPU or its driver failed: the campaign is not at fault.
+        state = "queued";
+        note = fmt::format("GPU {} on {} failed: {}", options.gpu, owner.host, one_line(e.what()));
+        gpu_failed = true;
+      } catch (const std::exception& e) {
+        state = "failed";
+        note = one_line(e.what());
+      }
+    }
+    stores.queue.fence_writes("");
+    if (lost) {
+      log << fmt::format("campaign '{}': lease lost (taken over by another worker); left to it", job->campaign)
+          << std::endl;
+      continue;
+    }
+    if (!stores.queue.release_job(job->campaign, owner.id(), state, note))
+      log << fmt::format("campaign '{}': lease lost before release; left to its new owner", job->campaign)
+          << std::endl;
+    else
+      log << fmt::format("campaign '{}': {}{}", job->campaign, state, note.empty() ? "" : " (" + note + ")")
+          << std::endl;
+    if (gpu_failed) {
+      stores.queue.put_gpu({owner.host, options.gpu, device.name, device.uuid, "failed", note, ""});
+      return 3;
+    }
+  }
+  log << fmt::format("worker {} ends: {} campaign{} done{}", owner.pid, done, done == 1 ? "" : "s",
+                     stop ? " (stopped)" : ", queue empty")
+      << std::endl;
+  return 0;
+}
+
+}  // namespace attntune::service
