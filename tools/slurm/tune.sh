@@ -72,6 +72,7 @@ max_parallel="" job_name=attntune simulate=0 sim_delay="" dry_run=0
 sbatch_extra=()
 need() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"; }
 while [ $# -gt 0 ]; do
+  case $1 in --?*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;; esac  # --opt=value as --opt value
   case $1 in
     --nodes) need "$@"; nodes=$2; shift 2 ;;
     --partition) need "$@"; partition=$2; shift 2 ;;
@@ -137,9 +138,8 @@ if [ -n "$time_limit" ]; then
   fi
 fi
 
-mkdir -p "$outdir"
-outdir=$(cd "$outdir" && pwd)
-mkdir -p "$outdir/logs" "$outdir/.tmp"
+outdir=$(realpath -m "$outdir")
+[ "$dry_run" = 1 ] || mkdir -p "$outdir/logs" "$outdir/.tmp"
 
 # One OUTDIR holds one split of one plan: its shard DBs are resumed from (docs/design/slurm.md), and a
 # shard DB of another split would hold other shards' campaigns.
