@@ -131,6 +131,16 @@ std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_
   std::int64_t id = 0;
   if (const std::optional<std::int64_t> existing = check_resume(spec)) {
     id = *existing;
+    // Its results so far were measured on one GPU model: another model's times must not join them.
+    Statement was(db(), "SELECT d.name FROM campaigns c JOIN devices d ON d.id = c.device_id WHERE c.id = ?1");
+    was.bind(id);
+    Statement now(db(), "SELECT name FROM devices WHERE id = ?1");
+    now.bind(device_id);
+    if (was.step() && now.step() && was.text(0) != now.text(0))
+      throw InputError(fmt::format("campaign '{}' was tuned on a {}; this run is on a {}: resume it on a {}, or "
+                                   "give this run another campaign name (times of two GPU models never rank "
+                                   "together)",
+                                   spec.name, was.text(0), now.text(0), was.text(0)));
     Statement resume(db(),
                      "UPDATE campaigns SET status = 'running', stop_reason = '', ended_at = NULL, "
                      "budget_evals = ?2, budget_seconds = ?3, device_id = ?4, strategy = ?5, seed = ?6, "

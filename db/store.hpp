@@ -96,6 +96,7 @@ class Store final : public BuildCache, public CampaignLog, public ResultReader, 
   // query.problem matches campaigns of exactly that problem: a paged one (page=N) is never its
   // dense shape, nor one of another page size.
   std::vector<BestRow> best(const BestQuery& query) override;
+  std::vector<std::string> result_gpus(const BestQuery& query) override;
   // evaluations/ok count the search; best is the ranking's first
   std::vector<CampaignRow> campaigns() override;
   std::optional<CampaignRow> campaign_row(const std::string& name) override;

@@ -104,31 +104,41 @@ class CampaignResults {
       : ranked_(db,
                 "SELECT r.median_us, r.tflops, r.max_abs_err, r.ranked_at, c.family, c.config, d.name, d.arch, "
                 "c.source_hash, c.config_key FROM rankings r JOIN candidates c ON c.id = r.candidate_id "
-                "JOIN devices d ON d.id = r.device_id WHERE r.campaign_id = ?1 ORDER BY r.rank"),
+                "JOIN devices d ON d.id = r.device_id WHERE r.campaign_id = ?1 AND (?2 IS NULL OR d.name = ?2) "
+                "ORDER BY r.rank"),
         walk_(db,
               "SELECT e.id, e.median_us, e.candidate_id FROM evaluations e "
               "WHERE e.campaign_id = ?1 AND e.status = 'ok' ORDER BY e.median_us, e.candidate_id, e.id"),
+        // With a GPU model: the walk reads each row's device too (so it is not the covering walk above).
+        walk_gpu_(db,
+                  "SELECT e.id, e.median_us, e.candidate_id FROM evaluations e "
+                  "WHERE e.campaign_id = ?1 AND e.status = 'ok' AND e.device_id IN (SELECT id FROM devices WHERE "
+                  "name = ?2) ORDER BY e.median_us, e.candidate_id, e.id"),
         config_of_(db, "SELECT family, config_key FROM candidates WHERE id = ?1") {}
 
   // Appends the campaign's first `top` distinct (template, config) to `found`.
   void collect(std::int64_t campaign_id, const std::string& name, const Problem& problem, int top,
-               std::vector<Found>& found) {
+               const std::optional<std::string>& gpu, std::vector<Found>& found) {
     std::set<std::pair<std::string, std::string>> seen;
     double floor = 0;  // the last ranked median: unranked configs never go ahead of it
     std::int64_t local = 0;
     ranked_.reset();
-    ranked_.bind(campaign_id);
+    ranked_.bind(campaign_id, gpu);
     while (static_cast<int>(seen.size()) < top && ranked_.step()) {
       BestRow row = read_best_row(ranked_, name, problem);
       if (!seen.insert({row.family, ranked_.text(9)}).second) continue;
       floor = std::max(floor, row.median_us);
       found.push_back({floor, campaign_id, local++, 0, std::move(row), name, problem});
     }
-    walk_.reset();
-    walk_.bind(campaign_id);
-    while (static_cast<int>(seen.size()) < top && walk_.step()) {
-      if (seen.insert(key_of(walk_.int64(2))).second)
-        found.push_back({std::max(floor, walk_.real(1)), campaign_id, local++, walk_.int64(0), std::nullopt, name,
+    Statement& walk = gpu ? walk_gpu_ : walk_;
+    walk.reset();
+    if (gpu)
+      walk.bind(campaign_id, *gpu);
+    else
+      walk.bind(campaign_id);
+    while (static_cast<int>(seen.size()) < top && walk.step()) {
+      if (seen.insert(key_of(walk.int64(2))).second)
+        found.push_back({std::max(floor, walk.real(1)), campaign_id, local++, walk.int64(0), std::nullopt, name,
                          problem});
     }
   }
@@ -136,6 +146,7 @@ class CampaignResults {
   void reset() {
     ranked_.reset();
     walk_.reset();
+    walk_gpu_.reset();
     config_of_.reset();
   }
 
@@ -152,7 +163,7 @@ class CampaignResults {
     return key->second;
   }
 
-  Statement ranked_, walk_, config_of_;
+  Statement ranked_, walk_, walk_gpu_, config_of_;
   std::map<std::int64_t, std::pair<std::string, std::string>> candidate_keys_;  // id -> (family, config_key)
 };
 
@@ -187,6 +198,22 @@ std::vector<BestRow> read_found(Connection& db, std::vector<Found>& found) {
 
 }  // namespace
 
+std::vector<std::string> Store::result_gpus(const BestQuery& q) {
+  Transaction read(db(), Transaction::Kind::kDeferred);
+  Statement camps = select_campaigns(db(), q);
+  Statement models(db(),
+                   "SELECT DISTINCT d.name FROM evaluations e JOIN devices d ON d.id = e.device_id "
+                   "WHERE e.campaign_id = ?1 AND e.status = 'ok'");
+  std::set<std::string> names;
+  while (camps.step()) {
+    models.reset();
+    models.bind(camps.int64(0));
+    while (models.step()) names.insert(models.text(0));
+  }
+  read.commit();
+  return {names.begin(), names.end()};
+}
+
 std::vector<BestRow> Store::best(const BestQuery& q) {
   if (q.top < 1) throw InputError(fmt::format("best: top must be at least 1 (got {})", q.top));
   // One snapshot for all campaigns, so a concurrent writer's commit cannot split the answer.
@@ -195,7 +222,7 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
   CampaignResults results(db());
   std::vector<Found> found;
   while (camps.step())
-    results.collect(camps.int64(0), camps.text(1), problem_from_columns(camps, 2), q.top, found);
+    results.collect(camps.int64(0), camps.text(1), problem_from_columns(camps, 2), q.top, q.gpu, found);
   results.reset();
   keep_top(found, q.top);
   std::vector<BestRow> out = read_found(db(), found);

@@ -18,7 +18,8 @@ constexpr const char* kNow = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
 
 constexpr const char* kJobColumns =
     "id, campaign, plan, regime, problem, request, state, attempts, error, worker, submitted_at, "
-    "IFNULL(started_at, ''), IFNULL(ended_at, '')";
+    "IFNULL(started_at, ''), IFNULL(ended_at, ''), "
+    "IFNULL((SELECT d.name FROM campaigns c JOIN devices d ON d.id = c.device_id WHERE c.name = queue.campaign), '')";
 
 QueuedJob job_from_row(const Statement& st, int c = 0) {
   QueuedJob j;
@@ -35,6 +36,7 @@ QueuedJob job_from_row(const Statement& st, int c = 0) {
   j.submitted_at = st.text(c + 10);
   j.started_at = st.text(c + 11);
   j.ended_at = st.text(c + 12);
+  j.ran_on = st.text(c + 13);
   return j;
 }
 

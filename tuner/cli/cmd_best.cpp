@@ -75,7 +75,7 @@ void print_table(std::ostream& out, const std::vector<BestRow>& rows) {
 }
 
 int run_best(const std::vector<std::string>& args) {
-  std::string db_path, problem_spec, campaign, format;
+  std::string db_path, problem_spec, campaign, format, gpu;
   int top = 1;
   po::options_description opts("options");
   // clang-format off
@@ -83,6 +83,8 @@ int run_best(const std::vector<std::string>& args) {
       ("db", po::value(&db_path)->default_value(default_db_path()), "database ($ATTNTUNE_DB, else ./attntune.db)")
       ("problem", po::value(&problem_spec), "only this problem, e.g. b=4,h=16,s=4096,d=128,dtype=bf16,causal=1")
       ("campaign", po::value(&campaign), "only this campaign")
+      ("gpu", po::value(&gpu), "only results measured on this GPU model (as `campaigns` names it); needed when a "
+                               "problem's results span several")
       ("top", po::value(&top)->default_value(1), "how many configs to list")
       ("format", po::value(&format)->default_value("table"), "table, json or csv");
   // clang-format on
@@ -95,11 +97,20 @@ int run_best(const std::vector<std::string>& args) {
   query.top = top;
   if (vm.count("problem")) query.problem = Problem::parse(problem_spec);
   if (vm.count("campaign")) query.campaign = campaign;
+  if (vm.count("gpu")) query.gpu = gpu;
 
   Store store = Store::open(db_path, Store::Mode::kReadOnly);
   if (query.campaign && !store.find_campaign(*query.campaign))
     throw InputError(
         fmt::format("no campaign '{}' in database '{}' (attntune campaigns lists them)", campaign, db_path));
+  // One problem's (or campaign's) ranking never mixes GPU models: an H200's time is not a faster H100's.
+  if (!query.gpu && (query.problem || query.campaign)) {
+    const std::vector<std::string> models = store.result_gpus(query);
+    if (models.size() > 1)
+      throw InputError(fmt::format("best: the results in database '{}' were measured on several GPU models ({}): "
+                                   "pass --gpu with one of them",
+                                   db_path, fmt::join(models, ", ")));
+  }
   const std::vector<BestRow> rows = store.best(query);
 
   if (fmt_kind == Format::kJson) {
@@ -117,6 +128,7 @@ int run_best(const std::vector<std::string>& args) {
     std::string what = "no valid results";
     if (query.problem) what += " for problem " + query.problem->str();
     if (query.campaign) what += fmt::format(" in campaign '{}'", *query.campaign);
+    if (query.gpu) what += fmt::format(" measured on a {}", *query.gpu);
     throw WorkError(fmt::format("{} in database '{}'", what, db_path));
   }
   return 0;

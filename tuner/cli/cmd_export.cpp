@@ -54,7 +54,7 @@ void write_file(const std::string& path, const std::string& text) {
 }
 
 int run_export(const std::vector<std::string>& args) {
-  std::string db_path, campaign, problem_spec, output, dtype, arch, space_file;
+  std::string db_path, campaign, problem_spec, output, dtype, arch, gpu, space_file;
   int rank = 1;
   bool all_best = false;
   po::options_description opts("options");
@@ -67,6 +67,8 @@ int run_export(const std::vector<std::string>& args) {
       ("rank", po::value(&rank)->default_value(1), "the N-th best instead of the best (--campaign, --problem)")
       ("dtype", po::value(&dtype), "--all-best: only this dtype (fp16 or bf16); needed when the database has both")
       ("arch", po::value(&arch), "only results measured on this arch, e.g. sm_90")
+      ("gpu", po::value(&gpu), "only results measured on this GPU model (as `campaigns` names it); needed when the "
+                               "results span several")
       ("space", po::value(&space_file), "the search-space YAML, for campaigns stored without it (older databases)")
       ("output,o", po::value(&output), "the .cu file to write (- for stdout)");
   // clang-format on
@@ -84,6 +86,7 @@ int run_export(const std::vector<std::string>& args) {
     q.dtype = dtype == "fp16" ? DType::kFp16 : DType::kBf16;
   }
   if (vm.count("arch")) q.arch = arch;
+  if (vm.count("gpu")) q.gpu = gpu;
   if (vm.count("space")) q.space_file = space_file;
   const int modes = (q.campaign ? 1 : 0) + (q.problem ? 1 : 0) + (q.all_best ? 1 : 0);
   if (modes != 1) throw InputError("export: give exactly one of --campaign, --problem or --all-best");

@@ -38,6 +38,7 @@ struct QueuedJob {
   std::string state;  // queued | running | done | failed
   std::int64_t attempts = 0;
   std::string error, worker, submitted_at, started_at, ended_at;
+  std::string ran_on;  // the GPU model its campaign ran on so far, "" if it has not started
 };
 
 // A process that may hold leases: "host:pid:start" names it across pid reuse.

@@ -71,6 +71,8 @@ class ResultReader {
   virtual std::vector<EvaluationRow> campaign_evaluations(std::int64_t campaign_id) = 0;
   // Ok configs, fastest first, a campaign's ranking ahead of its other results (Store::best).
   virtual std::vector<BestRow> best(const BestQuery& query) = 0;
+  // The GPU models with ok results among the campaigns `query` selects (its gpu and top ignored).
+  virtual std::vector<std::string> result_gpus(const BestQuery& query) = 0;
   // The distinct problems with an ok evaluation of template `family`, in campaign order.
   virtual std::vector<Problem> problems_with_results(const std::string& family) = 0;
 

@@ -21,6 +21,16 @@ std::vector<BestRow> best_rows(ResultReader& results, const std::optional<Proble
   BestQuery bq;
   bq.problem = problem;
   bq.campaign = campaign;
+  bq.gpu = q.gpu;
+  if (!q.gpu) {
+    const std::vector<std::string> models = results.result_gpus(bq);
+    if (models.size() > 1)
+      throw InputError(fmt::format("the results{}{} in database '{}' were measured on several GPU models ({}): pass "
+                                   "--gpu with one of them (times of two models never rank together)",
+                                   campaign ? fmt::format(" of campaign '{}'", *campaign) : "",
+                                   problem ? " for problem " + problem->str() : "", results.path(),
+                                   fmt::join(models, ", ")));
+  }
   bq.top = q.arch ? kArchFilterRows : top;
   std::vector<BestRow> rows = results.best(bq);
   if (q.arch) rows.erase(std::remove_if(rows.begin(), rows.end(), [&](const BestRow& r) { return r.arch != *q.arch; }),
@@ -77,6 +87,7 @@ std::string where(const ExportQuery& q, const ResultReader& results) {
   if (q.problem) w += " for problem " + q.problem->str();
   if (q.dtype) w += fmt::format(" of dtype {}", dtype_name(*q.dtype));
   if (q.arch) w += fmt::format(" measured on {}", *q.arch);
+  if (q.gpu) w += fmt::format(" measured on a {}", *q.gpu);
   return w + fmt::format(" in database '{}'", results.path());
 }
 

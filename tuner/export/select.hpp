@@ -20,11 +20,14 @@ struct ExportQuery {
   int rank = 1;                            // 1-based, campaign or problem only
   std::optional<DType> dtype;              // all_best: only this dtype's problems
   std::optional<std::string> arch;         // only results measured on this arch ("sm_90")
+  // Only results measured on this GPU model; needed when the selected results span several (an
+  // H100's times never rank against an H200's).
+  std::optional<std::string> gpu;
   std::optional<std::string> space_file;   // for campaigns stored without their space's YAML
 };
 
 // InputError (exit 2): an unknown campaign, --rank < 1, an --all-best over two dtypes or archs
-// without --dtype/--arch, a missing or mismatching --space. WorkError (exit 1): no ok result, or
+// without --dtype/--arch, results of several GPU models without --gpu, a missing or mismatching --space. WorkError (exit 1): no ok result, or
 // fewer than --rank. Items come best first; for all_best one per problem, in campaign order.
 std::vector<ExportItem> select_for_export(ResultReader& results, const ExportQuery& query);
 

@@ -124,7 +124,11 @@ int run_worker(WorkerStores stores, const WorkerOptions& options, const std::ato
   stores.queue.put_gpu({owner.host, options.gpu, device.name, device.uuid, "ok", "", ""});
   log << fmt::format("worker {} on {} ({}) ready", owner.pid, device.name, device.arch) << std::endl;
 
-  const auto accept = [&](const QueuedJob& job) { return !runnable_spaces(job, device.arch).empty(); };
+  // A campaign that started on another GPU model stays with that model: its times never rank
+  // against this one's.
+  const auto accept = [&](const QueuedJob& job) {
+    return (job.ran_on.empty() || job.ran_on == device.name) && !runnable_spaces(job, device.arch).empty();
+  };
   int done = 0;
   while (!stop) {
     std::optional<QueuedJob> job =

@@ -84,6 +84,7 @@ class ScriptedResults : public ResultReader {
     return {rows.begin(), rows.begin() + std::min<std::ptrdiff_t>(q.top, static_cast<std::ptrdiff_t>(rows.size()))};
   }
   std::vector<Problem> problems_with_results(const std::string&) override { return {}; }
+  std::vector<std::string> result_gpus(const BestQuery&) override { return {}; }
 
  private:
   std::string path_ = "(scripted)";
