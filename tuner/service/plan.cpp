@@ -1,0 +1,721 @@
+#include "service/plan.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "core/error.hpp"
+
+namespace attntune {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// A config.json is a few KB and a plan a few hundred lines; anything this large is the wrong file
+// (a safetensors shard, say), refused before it is read into memory.
+constexpr std::uintmax_t kMaxInputBytes = 16u << 20;
+constexpr std::int64_t kMaxHeads = 1 << 16;  // Problem::parse's limit on h and hkv
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// "64, 128 and 256"
+std::string and_list(const std::vector<int>& v) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == v.size() ? " and " : ", ") + std::to_string(v[i]);
+  return out;
+}
+
+// The whole of a small input file; `what` says what it should have been ("a config.json").
+std::string read_small_file(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) throw InputError(fmt::format("{}: no such file", path));
+  if (fs::is_directory(st)) throw InputError(fmt::format("{}: is a directory, not {}", path, what));
+  if (fs::is_regular_file(st)) {
+    const std::uintmax_t size = fs::file_size(path, ec);
+    if (!ec && size > kMaxInputBytes)
+      throw InputError(fmt::format("{}: {} MB is too large for {}", path, size >> 20, what));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  std::string text;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {  // a pipe or /dev/stdin has no size to check first
+    text.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxInputBytes) throw InputError(fmt::format("{}: too large for {}", path, what));
+  }
+  if (in.bad()) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  return text;
+}
+
+// nlohmann's parse error as "FILE:LINE:COLUMN: invalid JSON: what went wrong".
+[[noreturn]] void throw_json_error(const std::string& path, const std::string& text, const json::parse_error& e) {
+  // e.byte counts the characters read, the offending one included.
+  const std::size_t at = std::min<std::size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size());
+  int line = 1;
+  std::size_t line_start = 0;
+  for (std::size_t i = 0; i < at; ++i)
+    if (text[i] == '\n') ++line, line_start = i + 1;
+  const int column = static_cast<int>(at - line_start) + 1;
+  std::string msg = e.what();
+  const std::size_t p = msg.find("parse error");
+  if (p != std::string::npos) {
+    const std::size_t colon = msg.find(": ", p);
+    msg = colon == std::string::npos ? msg.substr(p) : msg.substr(colon + 2);
+  }
+  throw InputError(fmt::format("{}: invalid JSON: {}", SourcePos{path, line, column}.str(), msg));
+}
+
+json parse_json(const std::string& path, const std::string& text) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw_json_error(path, text, e);
+  }
+}
+
+std::string describe(const json& v) {
+  if (v.is_string()) return fmt::format("the string {}", v.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_array()) return "a list";
+  if (v.is_object()) return "an object";
+  std::string s = v.dump();
+  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+}
+
+// The keys of a config.json that describe attention: the top level's, or a multimodal config's
+// "text_config" when the top level has no num_attention_heads.
+class ConfigReader {
+ public:
+  ConfigReader(std::string path, const json& top) : path_(std::move(path)), top_(top), scope_(&top) {
+    const auto tc = top.find("text_config");
+    if (!has(top, "num_attention_heads") && tc != top.end() && tc->is_object() && has(*tc, "num_attention_heads")) {
+      scope_ = &*tc;
+      prefix_ = "text_config.";
+    }
+  }
+
+  // The key's value in the attention scope, or nullptr when absent or null.
+  const json* get(const std::string& key) const { return has(*scope_, key) ? &scope_->at(key) : nullptr; }
+  // Looks at the top level first (torch_dtype sits there in multimodal configs), then the scope.
+  std::pair<const json*, std::string> get_anywhere(const std::string& key) const {
+    if (has(top_, key)) return {&top_.at(key), key};
+    if (const json* v = get(key)) return {v, name(key)};
+    return {nullptr, key};
+  }
+  std::string name(const std::string& key) const { return prefix_ + key; }
+
+  [[noreturn]] void fail(const std::string& msg) const { throw InputError(fmt::format("{}: {}", path_, msg)); }
+
+  std::int64_t positive(const std::string& key, std::int64_t hi) const {
+    const json* v = get(key);
+    if (!v) fail(fmt::format("no {} (is this a Hugging Face config.json of a transformer?)", name(key)));
+    return positive(key, *v, hi);
+  }
+  std::int64_t positive(const std::string& key, const json& v, std::int64_t hi) const {
+    if (!v.is_number_integer())
+      fail(fmt::format("{}: expected a positive whole number, got {}", name(key), describe(v)));
+    if (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi) : v.get<std::int64_t>() > hi)
+      fail(fmt::format("{}: {} is more than {}", name(key), v.dump(), hi));
+    const std::int64_t n = v.get<std::int64_t>();
+    if (n < 1) fail(fmt::format("{}: expected a positive whole number, got {}", name(key), n));
+    return n;
+  }
+
+ private:
+  static bool has(const json& obj, const std::string& key) {
+    const auto it = obj.find(key);
+    return it != obj.end() && !it->is_null();
+  }
+  std::string path_;
+  const json& top_;
+  const json* scope_;
+  std::string prefix_;
+};
+
+// An HF id ("meta-llama/Meta-Llama-3-8B") as it is; a local path (which save_pretrained records
+// in _name_or_path) by its last component, so that no machine's directories reach a plan file.
+std::string model_name_from(const std::string& name_or_path) {
+  const bool local = name_or_path.starts_with('/') || name_or_path.starts_with('.') || name_or_path.starts_with('~') ||
+                     name_or_path.find('\\') != std::string::npos ||
+                     std::count(name_or_path.begin(), name_or_path.end(), '/') > 1;
+  if (!local) return name_or_path;
+  std::string s = name_or_path;
+  while (!s.empty() && (s.back() == '/' || s.back() == '\\')) s.pop_back();
+  const std::size_t slash = s.find_last_of("/\\");
+  return slash == std::string::npos ? s : s.substr(slash + 1);
+}
+
+// ---- the plan file --------------------------------------------------------------------------
+
+enum class FileKind { kYaml, kJson };
+
+FileKind file_kind(const std::string& path) {
+  const std::string ext = lower(fs::path(path).extension().string());
+  if (ext == ".yaml" || ext == ".yml") return FileKind::kYaml;
+  if (ext == ".json") return FileKind::kJson;
+  throw InputError(fmt::format("{}: unknown plan file type '{}' (use a .yaml, .yml or .json name)", path, ext));
+}
+
+bool is_regime(const std::string& r) {
+  return std::find(std::begin(kRegimes), std::end(kRegimes), r) != std::end(kRegimes);
+}
+int regime_index(const std::string& r) {
+  return static_cast<int>(std::find(std::begin(kRegimes), std::end(kRegimes), r) - std::begin(kRegimes));
+}
+std::string known_regimes() { return "prefill, decode, chunk"; }
+
+// A YAML scalar: plain when that reads back as the same string, else double-quoted (JSON's
+// escapes are YAML's).
+std::string yaml_scalar(const std::string& s) {
+  static const std::set<std::string> kReserved = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~"};
+  bool plain =
+      !s.empty() && (std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_') && !kReserved.count(lower(s));
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && !std::strchr("._/+-", c)) plain = false;
+  return plain ? s : json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// A JSON document as yaml-cpp nodes, for the rare JSON that yaml-cpp cannot read itself (messages
+// then name the entry without a line).
+YAML::Node to_node(const json& j) {
+  YAML::Node n;
+  if (j.is_object()) {
+    n = YAML::Node(YAML::NodeType::Map);
+    for (const auto& [k, v] : j.items()) n[k] = to_node(v);
+  } else if (j.is_array()) {
+    n = YAML::Node(YAML::NodeType::Sequence);
+    for (const auto& v : j) n.push_back(to_node(v));
+  } else if (j.is_string()) {
+    n = j.get<std::string>();
+  } else if (!j.is_null()) {
+    n = j.dump();
+  }
+  return n;
+}
+
+class PlanReader {
+ public:
+  explicit PlanReader(std::string path) : path_(std::move(path)) {}
+
+  Plan read(const YAML::Node& root) {
+    if (!root || root.IsNull()) fail(SourcePos{path_, 1, 1}, "empty plan file; expected model, source and problems");
+    if (!root.IsMap()) fail(root, "expected a mapping with model, source and problems");
+    check_duplicate_keys(root);
+    Plan plan;
+    bool has_model = false, has_problems = false;
+    YAML::Node problems, problems_key;  // a default Node is null, not absent: has_* say what was given
+    for (auto it = root.begin(); it != root.end(); ++it) {
+      const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
+      if (key == "model") {
+        plan.model = scalar(it->second, it->first, "model", "the model's name");
+        has_model = true;
+      } else if (key == "source") {
+        plan.source = it->second.IsNull() ? "" : scalar(it->second, it->first, "source", "the config file's name");
+      } else if (key == "problems") {
+        problems = it->second, problems_key = it->first, has_problems = true;
+      } else {
+        fail(it->first, fmt::format("unknown key '{}' (expected model, source, problems)", key));
+      }
+    }
+    if (!has_model) fail(root, "no model: a plan names its model");
+    if (!has_problems) fail(root, "no problems: a plan lists its problems");
+    if (!problems.IsSequence())
+      fail(problems.IsNull() ? problems_key : problems, "problems: expected a list of {problem: ..., regime: ...}");
+    if (problems.size() == 0) fail(problems, "problems: empty list; a plan lists at least one problem");
+    std::map<std::string, std::pair<std::size_t, YAML::Mark>> seen;
+    for (std::size_t i = 0; i < problems.size(); ++i) {
+      const YAML::Node item = problems[i];
+      PlanEntry e = entry(item, i);
+      auto [at, added] = seen.emplace(e.problem.str(), std::make_pair(i, item.Mark()));
+      if (!added) {
+        const int line = at->second.second.line + 1;
+        fail(item, fmt::format("problems[{}]: {} is listed twice (first as problems[{}]{})", i, e.problem.str(),
+                               at->second.first, line > 0 ? fmt::format(", line {}", line) : ""));
+      }
+      plan.entries.push_back(std::move(e));
+    }
+    return plan;
+  }
+
+ private:
+  SourcePos pos(const YAML::Mark& m) const {
+    if (m.line < 0) return {path_, 0, 0};  // nodes made from JSON without yaml-cpp have no marks
+    return {path_, m.line + 1, m.column + 1};
+  }
+  [[noreturn]] void fail(const SourcePos& at, const std::string& msg) const {
+    throw InputError(fmt::format("{}: {}", at.str(), msg));
+  }
+  [[noreturn]] void fail(const YAML::Node& n, const std::string& msg) const { fail(pos(n.Mark()), msg); }
+
+  // A null value has no useful mark: messages about it point at its key.
+  std::string scalar(const YAML::Node& v, const YAML::Node& key, const std::string& path, const std::string& what) {
+    if (!v.IsScalar()) fail(v.IsNull() ? key : v, fmt::format("{}: expected {}", path, what));
+    return v.Scalar();
+  }
+
+  PlanEntry entry(const YAML::Node& item, std::size_t i) {
+    const std::string where = fmt::format("problems[{}]", i);
+    if (!item.IsMap())
+      fail(item, fmt::format("{}: expected {{problem: \"b=...,h=...\", regime: prefill|decode|chunk}}", where));
+    YAML::Node problem, regime, problem_key, regime_key;
+    bool has_problem = false, has_regime = false;
+    for (auto it = item.begin(); it != item.end(); ++it) {
+      const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
+      if (key == "problem") {
+        problem = it->second, problem_key = it->first, has_problem = true;
+      } else if (key == "regime") {
+        regime = it->second, regime_key = it->first, has_regime = true;
+      } else {
+        fail(it->first, fmt::format("{}: unknown key '{}' (expected problem, regime)", where, key));
+      }
+    }
+    if (!has_problem) fail(item, where + ": no problem");
+    if (!has_regime) fail(item, where + ": no regime (prefill, decode or chunk)");
+    PlanEntry e;
+    const std::string spec = scalar(problem, problem_key, where + ".problem", "a problem spec like \"b=1,h=32,...\"");
+    try {
+      e.problem = Problem::parse(spec);
+    } catch (const InputError& err) {
+      fail(problem, fmt::format("{}: {}", where, err.what()));
+    }
+    e.regime = scalar(regime, regime_key, where + ".regime", "prefill, decode or chunk");
+    if (!is_regime(e.regime))
+      fail(regime, fmt::format("{}.regime: unknown regime '{}' (known: {})", where, e.regime, known_regimes()));
+    return e;
+  }
+
+  // yaml-cpp keeps both entries of a repeated key and lookups see only the first.
+  void check_duplicate_keys(const YAML::Node& n) const {
+    if (n.IsMap()) {
+      std::map<std::string, int> seen;
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        if (it->first.IsScalar()) {
+          auto [at, added] = seen.emplace(it->first.Scalar(), it->first.Mark().line + 1);
+          if (!added)
+            fail(it->first, fmt::format("key '{}' given twice{}", it->first.Scalar(),
+                                        at->second > 0 ? fmt::format(" (first at line {})", at->second) : ""));
+        }
+        check_duplicate_keys(it->second);
+      }
+    } else if (n.IsSequence()) {
+      for (const auto& x : n) check_duplicate_keys(x);
+    }
+  }
+
+  std::string path_;
+};
+
+// ---- writing --------------------------------------------------------------------------------
+
+bool no_space(int err) { return err == ENOSPC || err == EFBIG || err == EDQUOT; }
+
+[[noreturn]] void throw_write_error(const std::string& path, int err) {
+  if (no_space(err))
+    throw EnvError(
+        fmt::format("{} cannot be written: no space left (the disk or quota is full, or the file-size "
+                    "limit is reached) ({})",
+                    path, std::strerror(err)));
+  throw InputError(fmt::format("{}: cannot write: {}", path, std::strerror(err)));
+}
+
+// Removes the temporary file unless it was renamed into place.
+struct TempFile {
+  std::string path;
+  int fd = -1;
+  bool keep = false;
+  ~TempFile() {
+    if (fd >= 0) ::close(fd);
+    if (!keep && !path.empty()) ::unlink(path.c_str());
+  }
+};
+
+// The file appears whole or not at all: written beside the target, flushed to disk, renamed over
+// it. Every write, the flush and the close are checked: a full disk is an error, not a short file.
+void write_atomically(const std::string& path, const std::string& text) {
+  static std::atomic<int> counter{0};
+  const fs::path target(path);
+  std::error_code ec;
+  if (fs::is_directory(target, ec)) throw InputError(fmt::format("{}: is a directory", path));
+  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  if (!fs::is_directory(dir, ec))
+    throw InputError(fmt::format("{}: cannot write: directory '{}' does not exist", path, dir.string()));
+  TempFile tmp;
+  tmp.path = (dir / fmt::format(".{}.tmp{}.{}", target.filename().string(), ::getpid(), counter++)).string();
+  tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (tmp.fd < 0) {
+    const int err = errno;
+    tmp.path.clear();  // not ours to remove
+    throw_write_error(path, err);
+  }
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(tmp.fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_write_error(path, errno);
+    }
+    if (n == 0) throw_write_error(path, ENOSPC);
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(tmp.fd) != 0 && errno != EINVAL) throw_write_error(path, errno);  // EINVAL: no fsync (a pipe, /dev)
+  const int fd = tmp.fd;
+  tmp.fd = -1;
+  if (::close(fd) != 0) throw_write_error(path, errno);
+  if (::rename(tmp.path.c_str(), path.c_str()) != 0) throw_write_error(path, errno);
+  tmp.keep = true;
+  // The rename itself reaches the disk with the directory; failing that only loses durability.
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+// ---- make_plan ------------------------------------------------------------------------------
+
+void check_list(const std::vector<std::int64_t>& v, const std::string& option, std::int64_t lo, std::int64_t hi) {
+  if (v.empty()) throw InputError(fmt::format("{}: empty list", option));
+  for (std::int64_t x : v)
+    if (x < lo || x > hi) throw InputError(fmt::format("{}: {} is out of range [{}, {}]", option, x, lo, hi));
+}
+
+std::vector<std::int64_t> sorted_unique(std::vector<std::int64_t> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+}  // namespace
+
+const std::vector<int>& supported_head_dims() {
+  static const std::vector<int> kDims = {64, 128, 256};
+  return kDims;
+}
+
+ModelAttention read_model_config(const std::string& path) {
+  const std::string text = read_small_file(path, "a config.json");
+  const json top = parse_json(path, text);
+  if (!top.is_object())
+    throw InputError(fmt::format("{}: expected a JSON object (a Hugging Face config.json), got {}", path,
+                                 top.is_array() ? "a list" : "a single value"));
+  const ConfigReader cfg(path, top);
+  ModelAttention m;
+  m.source = fs::path(path).filename().string();
+
+  if (const auto it = top.find("_name_or_path"); it != top.end() && it->is_string() && !it->get<std::string>().empty())
+    m.name = model_name_from(it->get<std::string>());
+  else if (const auto mt = top.find("model_type");
+           mt != top.end() && mt->is_string() && !mt->get<std::string>().empty())
+    m.name = mt->get<std::string>();
+  else
+    m.name = fs::path(path).stem().string();
+
+  if (cfg.get("kv_lora_rank"))
+    cfg.fail(
+        fmt::format("{}: multi-head latent attention (DeepSeek-V2/V3 style) has query/key heads of "
+                    "qk_nope_head_dim + qk_rope_head_dim and value heads of v_head_dim; attntune's kernels "
+                    "need one head dim for both",
+                    cfg.name("kv_lora_rank")));
+
+  const std::int64_t heads = cfg.positive("num_attention_heads", kMaxHeads);
+  std::int64_t kv = heads;
+  std::string kv_key;
+  if (const json* v = cfg.get("num_key_value_heads")) {
+    kv = cfg.positive("num_key_value_heads", *v, kMaxHeads), kv_key = "num_key_value_heads";
+  } else if (const json* f = cfg.get("num_kv_heads")) {  // Falcon's new decoder architecture
+    kv = cfg.positive("num_kv_heads", *f, kMaxHeads), kv_key = "num_kv_heads";
+  } else if (const json* mq = cfg.get("multi_query")) {  // Falcon-7B: one K/V head
+    if (!mq->is_boolean())
+      cfg.fail(fmt::format("{}: expected true or false, got {}", cfg.name("multi_query"), describe(*mq)));
+    if (mq->get<bool>()) kv = 1, kv_key = "multi_query";
+  }
+  if (heads % kv != 0)
+    cfg.fail(
+        fmt::format("{} ({}) does not divide {} ({})", cfg.name(kv_key), kv, cfg.name("num_attention_heads"), heads));
+
+  std::int64_t d = 0;
+  std::string d_from;
+  if (const json* hd = cfg.get("head_dim")) {
+    d = cfg.positive("head_dim", *hd, kMaxHeads);
+    d_from = cfg.name("head_dim");
+  } else {
+    const json* hidden = cfg.get("hidden_size");
+    if (!hidden)
+      cfg.fail(fmt::format("no {} and no {}: one of them gives the head dim", cfg.name("head_dim"),
+                           cfg.name("hidden_size")));
+    const std::int64_t h = cfg.positive("hidden_size", *hidden, std::int64_t{1} << 30);
+    if (h % heads != 0)
+      cfg.fail(fmt::format("{} ({}) is not a multiple of {} ({}), and there is no {}", cfg.name("hidden_size"), h,
+                           cfg.name("num_attention_heads"), heads, cfg.name("head_dim")));
+    d = h / heads;
+    d_from = fmt::format("head dim {} ({} {} / {} {})", d, cfg.name("hidden_size"), h, cfg.name("num_attention_heads"),
+                         heads);
+  }
+  const auto& dims = supported_head_dims();
+  if (std::find(dims.begin(), dims.end(), d) == dims.end())
+    cfg.fail(fmt::format("{} is not supported: attntune's kernels serve head dims {}",
+                         cfg.get("head_dim") ? fmt::format("{} {}", d_from, d) : d_from, and_list(dims)));
+
+  m.heads = static_cast<int>(heads);
+  m.kv_heads = static_cast<int>(kv);
+  m.head_dim = static_cast<int>(d);
+
+  // torch_dtype; transformers >= 4.56 writes "dtype".
+  auto [dt, dt_key] = cfg.get_anywhere("torch_dtype");
+  if (!dt) std::tie(dt, dt_key) = cfg.get_anywhere("dtype");
+  if (!dt) {
+    m.dtype = "bf16";
+    m.dtype_note = "the config gives no torch_dtype: planning bf16 (--dtype chooses)";
+  } else {
+    if (!dt->is_string())
+      cfg.fail(fmt::format("{}: expected a string like \"bfloat16\", got {}", dt_key, describe(*dt)));
+    const std::string t = dt->get<std::string>();
+    if (t == "bfloat16") {
+      m.dtype = "bf16";
+    } else if (t == "float16" || t == "half") {
+      m.dtype = "fp16";
+    } else if (t == "float32" || t == "float" || t == "float64") {
+      m.dtype = "bf16";
+      m.dtype_note = fmt::format(
+          "{} is {} (the checkpoint's storage type): planning bf16, the usual inference "
+          "dtype (--dtype chooses)",
+          dt_key, t);
+    } else {
+      m.dtype = "bf16";
+      m.dtype_note = fmt::format(
+          "{} is '{}', which attntune does not tune (fp16, bf16): planning bf16 (--dtype "
+          "chooses)",
+          dt_key, t);
+    }
+  }
+
+  if (const json* mp = cfg.get("max_position_embeddings"); mp && mp->is_number_integer() && mp->get<std::int64_t>() > 0)
+    m.max_context = mp->get<std::int64_t>();
+  if (const json* cap = cfg.get("attn_logit_softcapping"); cap && cap->is_number())
+    m.notes.push_back(fmt::format(
+        "the model caps its attention logits ({} {}), which attntune's kernels do not: the plan's shapes are "
+        "right, but a kernel tuned for them does not compute this model's attention",
+        cfg.name("attn_logit_softcapping"), cap->dump()));
+  return m;
+}
+
+std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& option, std::int64_t lo,
+                                         std::int64_t hi) {
+  std::vector<std::int64_t> out;
+  auto trim = [](std::string s) {
+    const auto b = s.find_first_not_of(" \t");
+    const auto e = s.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  };
+  if (trim(text).empty()) throw InputError(fmt::format("{}: empty list (expected e.g. 1,8)", option));
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t end = std::min(text.find(',', pos), text.size());
+    const std::string item = trim(text.substr(pos, end - pos));
+    if (item.empty()) throw InputError(fmt::format("{} '{}': an empty item", option, text));
+    std::int64_t v = 0;
+    const char* first = item.data() + (item[0] == '+' ? 1 : 0);
+    const auto [ptr, ec] = std::from_chars(first, item.data() + item.size(), v);
+    if (ec == std::errc::result_out_of_range)
+      throw InputError(fmt::format("{}: {} is out of range [{}, {}]", option, item, lo, hi));
+    if (ec != std::errc() || ptr != item.data() + item.size())
+      throw InputError(fmt::format("{}: '{}' is not a whole number", option, item));
+    if (v < lo || v > hi) throw InputError(fmt::format("{}: {} is out of range [{}, {}]", option, v, lo, hi));
+    out.push_back(v);
+    if (end == text.size()) break;
+    pos = end + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> parse_regimes(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  if (text.find_first_not_of(" \t") == std::string::npos)
+    throw InputError(fmt::format("--regimes: empty list (known: {})", known_regimes()));
+  while (true) {
+    const std::size_t end = std::min(text.find(',', pos), text.size());
+    std::string item = text.substr(pos, end - pos);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) throw InputError(fmt::format("--regimes '{}': an empty item", text));
+    if (!is_regime(item))
+      throw InputError(fmt::format("--regimes: unknown regime '{}' (known: {})", item, known_regimes()));
+    out.push_back(item);
+    if (end == text.size()) break;
+    pos = end + 1;
+  }
+  return out;
+}
+
+Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
+  // The model, as read_model_config checks it, for callers that fill it in themselves.
+  if (m.heads < 1 || m.kv_heads < 1 || m.heads % m.kv_heads != 0)
+    throw InputError(fmt::format("model {}: {} query heads and {} KV heads (the KV heads must divide the query heads)",
+                                 m.name, m.heads, m.kv_heads));
+  const auto& dims = supported_head_dims();
+  if (std::find(dims.begin(), dims.end(), m.head_dim) == dims.end())
+    throw InputError(fmt::format("model {}: head dim {} is not supported: attntune's kernels serve head dims {}",
+                                 m.name, m.head_dim, and_list(dims)));
+  if (m.dtype != "bf16" && m.dtype != "fp16")
+    throw InputError(fmt::format("model {}: dtype '{}' (expected bf16 or fp16)", m.name, m.dtype));
+
+  // Tensor parallelism splits the heads over GPUs; KV heads fewer than GPUs are replicated.
+  if (o.tp < 1 || o.tp > kMaxHeads) throw InputError(fmt::format("--tp: {} is out of range [1, {}]", o.tp, kMaxHeads));
+  if (m.heads % o.tp != 0)
+    throw InputError(fmt::format("--tp {} does not divide the model's {} query heads", o.tp, m.heads));
+  std::int64_t hkv = 0;
+  if (m.kv_heads % o.tp == 0)
+    hkv = m.kv_heads / o.tp;
+  else if (o.tp % m.kv_heads == 0)
+    hkv = 1;
+  else
+    throw InputError(fmt::format("--tp {} and the model's {} KV heads: neither divides the other", o.tp, m.kv_heads));
+  const std::int64_t h = m.heads / o.tp;
+
+  // Options: every list is checked, whichever regimes use it.
+  if (o.regimes.empty()) throw InputError(fmt::format("--regimes: empty list (known: {})", known_regimes()));
+  std::set<std::string> regimes;
+  for (const auto& r : o.regimes) {
+    if (!is_regime(r)) throw InputError(fmt::format("--regimes: unknown regime '{}' (known: {})", r, known_regimes()));
+    regimes.insert(r);
+  }
+  std::vector<DType> dtypes;
+  if (o.dtype == "model")
+    dtypes = {m.dtype == "fp16" ? DType::kFp16 : DType::kBf16};
+  else if (o.dtype == "bf16")
+    dtypes = {DType::kBf16};
+  else if (o.dtype == "fp16")
+    dtypes = {DType::kFp16};
+  else if (o.dtype == "both")
+    dtypes = {DType::kBf16, DType::kFp16};  // by name: bf16 first
+  else
+    throw InputError(fmt::format("--dtype: unknown dtype '{}' (expected bf16, fp16, both or model)", o.dtype));
+  check_list(o.batch, "--batch", 1, kPlanMaxBatch);
+  check_list(o.seqlen, "--seqlen", 1, kPlanMaxLength);
+  check_list(o.decode_batch, "--decode-batch", 1, kPlanMaxBatch);
+  check_list(o.context, "--context", 1, kPlanMaxLength);
+  check_list(o.q_len, "--q-len", 1, kPlanMaxLength);
+  check_list({o.chunk}, "--chunk", 1, kPlanMaxLength);
+  check_list({o.page}, "--page", 0, kPlanMaxLength);
+  const auto batch = sorted_unique(o.batch), seqlen = sorted_unique(o.seqlen),
+             decode_batch = sorted_unique(o.decode_batch), context = sorted_unique(o.context),
+             q_len = sorted_unique(o.q_len);
+  if (regimes.count("decode") && q_len.back() > context.front())
+    throw InputError(
+        fmt::format("decode: --q-len {} is longer than --context {}: a decode step's new tokens attend to "
+                    "a cache that holds them",
+                    q_len.back(), context.front()));
+  if (regimes.count("chunk")) {
+    if (o.chunk > context.front())
+      throw InputError(
+          fmt::format("chunk: --chunk {} is longer than --context {}: a full chunk follows at least one "
+                      "earlier chunk in the cache (a prompt's first chunk is a prefill); lower --chunk or "
+                      "leave out the shorter contexts",
+                      o.chunk, context.front()));
+    if (context.back() + o.chunk > kPlanMaxLength)
+      throw InputError(fmt::format("chunk: --context {} + --chunk {} is {} keys, more than {}", context.back(), o.chunk,
+                                   context.back() + o.chunk, kPlanMaxLength));
+  }
+
+  Plan plan;
+  plan.model = m.name;
+  plan.source = m.source;
+  auto add = [&](const std::string& regime, DType dt, std::int64_t b, std::int64_t s, std::int64_t sk,
+                 std::int64_t page) {
+    Problem p;
+    p.b = b, p.h = h, p.hkv = hkv, p.s = s, p.sk = sk, p.d = m.head_dim, p.dtype = dt, p.causal = true, p.page = page;
+    plan.entries.push_back({p, regime});
+  };
+  for (DType dt : dtypes) {
+    if (regimes.count("prefill"))
+      for (auto b : batch)
+        for (auto len : seqlen) add("prefill", dt, b, len, len, 0);
+    if (regimes.count("decode"))
+      for (auto b : decode_batch)
+        for (auto ctx : context)
+          for (auto q : q_len) add("decode", dt, b, q, ctx, o.page);
+    if (regimes.count("chunk"))
+      for (auto b : batch)
+        for (auto ctx : context) add("chunk", dt, b, o.chunk, ctx + o.chunk, o.page);
+  }
+  auto key = [](const PlanEntry& e) {
+    return std::make_tuple(regime_index(e.regime), std::string(dtype_name(e.problem.dtype)), e.problem.b, e.problem.s,
+                           e.problem.sk);
+  };
+  std::stable_sort(plan.entries.begin(), plan.entries.end(),
+                   [&](const PlanEntry& a, const PlanEntry& b) { return key(a) < key(b); });
+  // One problem once, in its first regime: a decode step of q-len 2048 over a cache of 6144 is
+  // the chunk regime's problem too, and a plan lists each problem once.
+  std::set<std::string> seen;
+  std::erase_if(plan.entries, [&](const PlanEntry& e) { return !seen.insert(e.problem.str()).second; });
+  return plan;
+}
+
+std::string Plan::yaml() const {
+  std::string out = "# attntune plan: the attention problems of a model (attntune plan --model ...)\n";
+  out += fmt::format("model: {}\nsource: {}\nproblems:\n", yaml_scalar(model), yaml_scalar(source));
+  for (const auto& e : entries)
+    out += fmt::format("  - {{problem: \"{}\", regime: {}}}\n", e.problem.str(), yaml_scalar(e.regime));
+  return out;
+}
+
+nlohmann::ordered_json Plan::json() const {
+  nlohmann::ordered_json problems = nlohmann::ordered_json::array();
+  for (const auto& e : entries) problems.push_back({{"problem", e.problem.str()}, {"regime", e.regime}});
+  return {{"model", model}, {"source", source}, {"problems", std::move(problems)}};
+}
+
+Plan Plan::load(const std::string& path) {
+  const FileKind kind = file_kind(path);
+  const std::string text = read_small_file(path, "a plan file");
+  YAML::Node root;
+  if (kind == FileKind::kJson) {
+    const nlohmann::json j = parse_json(path, text);  // strict JSON first: a .json file is JSON
+    try {
+      root = YAML::Load(text);  // the same document again, for line:column marks
+    } catch (const YAML::Exception&) {
+      root = to_node(j);  // JSON yaml-cpp refuses (a surrogate pair, a newline before ':'): no positions
+    }
+  } else {
+    try {
+      root = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      const SourcePos at{path, e.mark.line + 1, e.mark.column + 1};
+      throw InputError(fmt::format("{}: YAML: {}", e.mark.line >= 0 ? at.str() : path, e.msg));
+    }
+  }
+  try {
+    return PlanReader(path).read(root);
+  } catch (const YAML::Exception& e) {  // a yaml-cpp check the reader did not anticipate
+    throw InputError(fmt::format("{}: YAML: {}", path, e.msg));
+  }
+}
+
+void Plan::save(const std::string& path) const {
+  const FileKind kind = file_kind(path);
+  if (entries.empty()) throw InputError(fmt::format("{}: a plan without problems is not written", path));
+  write_atomically(path, kind == FileKind::kYaml ? yaml() : json().dump(2) + "\n");
+}
+
+}  // namespace attntune
