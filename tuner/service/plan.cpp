@@ -37,12 +37,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-std::string join(const std::vector<std::string>& items, const std::string& sep) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : sep) + s;
-  return out;
-}
-
 // "64, 128 and 256"
 std::string and_list(const std::vector<int>& v) {
   std::string out;
@@ -64,11 +58,13 @@ std::string read_small_file(const std::string& path, const std::string& what) {
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
-  std::string text(kMaxInputBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  std::string text;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {  // a pipe or /dev/stdin has no size to check first
+    text.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxInputBytes) throw InputError(fmt::format("{}: too large for {}", path, what));
+  }
   if (in.bad()) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxInputBytes) throw InputError(fmt::format("{}: too large for {}", path, what));
   return text;
 }
 
@@ -227,8 +223,8 @@ class PlanReader {
     if (!root.IsMap()) fail(root, "expected a mapping with model, source and problems");
     check_duplicate_keys(root);
     Plan plan;
-    bool has_model = false;
-    YAML::Node problems;
+    bool has_model = false, has_problems = false;
+    YAML::Node problems, problems_key;  // a default Node is null, not absent: has_* say what was given
     for (auto it = root.begin(); it != root.end(); ++it) {
       const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
       if (key == "model") {
@@ -237,16 +233,15 @@ class PlanReader {
       } else if (key == "source") {
         plan.source = it->second.IsNull() ? "" : scalar(it->second, it->first, "source", "the config file's name");
       } else if (key == "problems") {
-        problems = it->second;
-        problems_key_ = it->first;
+        problems = it->second, problems_key = it->first, has_problems = true;
       } else {
         fail(it->first, fmt::format("unknown key '{}' (expected model, source, problems)", key));
       }
     }
     if (!has_model) fail(root, "no model: a plan names its model");
-    if (!problems) fail(root, "no problems: a plan lists its problems");
+    if (!has_problems) fail(root, "no problems: a plan lists its problems");
     if (!problems.IsSequence())
-      fail(problems.IsNull() ? problems_key_ : problems, "problems: expected a list of {problem: ..., regime: ...}");
+      fail(problems.IsNull() ? problems_key : problems, "problems: expected a list of {problem: ..., regime: ...}");
     if (problems.size() == 0) fail(problems, "problems: empty list; a plan lists at least one problem");
     std::map<std::string, std::pair<std::size_t, YAML::Mark>> seen;
     for (std::size_t i = 0; i < problems.size(); ++i) {
@@ -284,18 +279,19 @@ class PlanReader {
     if (!item.IsMap())
       fail(item, fmt::format("{}: expected {{problem: \"b=...,h=...\", regime: prefill|decode|chunk}}", where));
     YAML::Node problem, regime, problem_key, regime_key;
+    bool has_problem = false, has_regime = false;
     for (auto it = item.begin(); it != item.end(); ++it) {
       const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
       if (key == "problem") {
-        problem = it->second, problem_key = it->first;
+        problem = it->second, problem_key = it->first, has_problem = true;
       } else if (key == "regime") {
-        regime = it->second, regime_key = it->first;
+        regime = it->second, regime_key = it->first, has_regime = true;
       } else {
         fail(it->first, fmt::format("{}: unknown key '{}' (expected problem, regime)", where, key));
       }
     }
-    if (!problem) fail(item, where + ": no problem");
-    if (!regime) fail(item, where + ": no regime (prefill, decode or chunk)");
+    if (!has_problem) fail(item, where + ": no problem");
+    if (!has_regime) fail(item, where + ": no regime (prefill, decode or chunk)");
     PlanEntry e;
     const std::string spec = scalar(problem, problem_key, where + ".problem", "a problem spec like \"b=1,h=32,...\"");
     try {
@@ -328,7 +324,6 @@ class PlanReader {
   }
 
   std::string path_;
-  YAML::Node problems_key_;
 };
 
 // ---- writing --------------------------------------------------------------------------------
@@ -700,7 +695,7 @@ Plan Plan::load(const std::string& path) {
     try {
       root = YAML::Load(text);  // the same document again, for line:column marks
     } catch (const YAML::Exception&) {
-      root = to_node(j);  // JSON that yaml-cpp reads otherwise (tabs): positions by entry only
+      root = to_node(j);  // JSON yaml-cpp refuses (a surrogate pair, a newline before ':'): no positions
     }
   } else {
     try {

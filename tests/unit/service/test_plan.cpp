@@ -1,0 +1,710 @@
+// attntune plan: reading config.json files, the regimes' problems, the plan file, and the command.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "../../common/input_error.hpp"
+#include "../../common/run_attntune.hpp"
+#include "core/error.hpp"
+#include "service/plan.hpp"
+
+using namespace attntune;
+using attntune::testing::input_error_of;
+using attntune::testing::run_attntune;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string model_file(const std::string& name) {
+  return (fs::path(attntune::testing::source_dir()) / "tests/data/models" / name).string();
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "attntune-plan-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(file(name), std::ios::binary) << text;
+    return file(name);
+  }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  fs::path path_;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::vector<std::string> specs(const Plan& p, const std::string& regime = "") {
+  std::vector<std::string> out;
+  for (const auto& e : p.entries)
+    if (regime.empty() || e.regime == regime) out.push_back(e.problem.str());
+  return out;
+}
+
+ModelAttention llama3() { return read_model_config(model_file("llama3_8b.json")); }
+
+// A config.json with the given members (JSON text without the braces).
+std::string config_error(const TempDir& dir, const std::string& members) {
+  const std::string path = dir.write("m.json", "{" + members + "}");
+  return input_error_of([&] { read_model_config(path); });
+}
+
+}  // namespace
+
+// ---- config.json ----------------------------------------------------------------------------
+
+TEST(PlanModelConfig, ReadsLlama3Gqa) {
+  const ModelAttention m = llama3();
+  EXPECT_EQ(m.name, "meta-llama/Meta-Llama-3-8B");
+  EXPECT_EQ(m.source, "llama3_8b.json");
+  EXPECT_EQ(m.heads, 32);
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(m.dtype, "bf16");
+  EXPECT_EQ(m.dtype_note, "");
+  EXPECT_EQ(m.max_context, 8192);
+  EXPECT_TRUE(m.notes.empty());
+}
+
+TEST(PlanModelConfig, ReadsQwen2GroupOfSevenAndNamesItByModelType) {
+  const ModelAttention m = read_model_config(model_file("qwen2_7b.json"));
+  EXPECT_EQ(m.name, "qwen2");  // no _name_or_path
+  EXPECT_EQ(m.heads, 28);
+  EXPECT_EQ(m.kv_heads, 4);
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(m.dtype, "bf16");
+}
+
+TEST(PlanModelConfig, Gemma2HeadDimWinsOverHiddenAndFloat32IsPlannedAsBf16) {
+  const ModelAttention m = read_model_config(model_file("gemma2_9b.json"));
+  EXPECT_EQ(m.heads, 16);
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_EQ(m.head_dim, 256);  // not 3584 / 16 = 224
+  EXPECT_EQ(m.dtype, "bf16");
+  EXPECT_TRUE(has(m.dtype_note, "torch_dtype is float32")) << m.dtype_note;
+  ASSERT_EQ(m.notes.size(), 1u);
+  EXPECT_TRUE(has(m.notes[0], "attn_logit_softcapping 50.0")) << m.notes[0];
+}
+
+TEST(PlanModelConfig, Llama2IsMhaInFp16WhenKvHeadsAreNotGiven) {
+  const ModelAttention m = read_model_config(model_file("llama2_7b.json"));
+  EXPECT_EQ(m.heads, 32);
+  EXPECT_EQ(m.kv_heads, 32);
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(m.dtype, "fp16");
+  EXPECT_EQ(m.max_context, 4096);
+}
+
+TEST(PlanModelConfig, FalconMultiQueryIsOneKvHeadOfDim64) {
+  const ModelAttention m = read_model_config(model_file("falcon_7b.json"));
+  EXPECT_EQ(m.name, "falcon");
+  EXPECT_EQ(m.heads, 71);
+  EXPECT_EQ(m.kv_heads, 1);
+  EXPECT_EQ(m.head_dim, 64);
+  EXPECT_EQ(m.max_context, 0);  // the config does not say
+}
+
+TEST(PlanModelConfig, MultimodalConfigIsReadFromTextConfig) {
+  const ModelAttention m = read_model_config(model_file("gemma3_4b.json"));
+  EXPECT_EQ(m.name, "gemma3");
+  EXPECT_EQ(m.heads, 8);  // not the vision tower's 16
+  EXPECT_EQ(m.kv_heads, 4);
+  EXPECT_EQ(m.head_dim, 256);
+  EXPECT_EQ(m.dtype, "bf16");  // top-level torch_dtype
+  EXPECT_EQ(m.dtype_note, "");
+}
+
+TEST(PlanModelConfig, NameFallsBackToTheStemAndLocalPathsLoseTheirDirectories) {
+  TempDir dir;
+  const std::string plain = dir.write("tiny.json", R"({"num_attention_heads": 4, "hidden_size": 256})");
+  const ModelAttention m = read_model_config(plain);
+  EXPECT_EQ(m.name, "tiny");
+  EXPECT_EQ(m.source, "tiny.json");
+  EXPECT_EQ(m.head_dim, 64);
+  EXPECT_EQ(m.dtype, "bf16");
+  EXPECT_TRUE(has(m.dtype_note, "no torch_dtype")) << m.dtype_note;
+
+  const std::string local =
+      dir.write("local.json", R"({"_name_or_path": "/home/me/ckpt/my-model/", "num_attention_heads": 4,
+                                  "hidden_size": 256, "dtype": "float16"})");
+  const ModelAttention l = read_model_config(local);
+  EXPECT_EQ(l.name, "my-model");
+  EXPECT_EQ(l.dtype, "fp16");  // transformers >= 4.56 writes "dtype"
+}
+
+TEST(PlanModelConfig, FalconNewDecoderKvHeadsAndNullsCountAsAbsent) {
+  TempDir dir;
+  const ModelAttention f = read_model_config(
+      dir.write("f.json", R"({"num_attention_heads": 128, "num_kv_heads": 8, "hidden_size": 8192, "head_dim": null})"));
+  EXPECT_EQ(f.kv_heads, 8);
+  EXPECT_EQ(f.head_dim, 64);
+}
+
+TEST(PlanModelConfig, ErrorsNameTheFileAndTheKey) {
+  TempDir dir;
+  const std::string file = dir.file("m.json");
+  EXPECT_EQ(config_error(dir, R"("hidden_size": 4096)"),
+            file + ": no num_attention_heads (is this a Hugging Face config.json of a transformer?)");
+  EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32, "num_key_value_heads": 7, "hidden_size": 4096)"),
+            file + ": num_key_value_heads (7) does not divide num_attention_heads (32)");
+  EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32, "hidden_size": 4100)"),
+            file + ": hidden_size (4100) is not a multiple of num_attention_heads (32), and there is no head_dim");
+  EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32)"),
+            file + ": no head_dim and no hidden_size: one of them gives the head dim");
+  EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32, "hidden_size": 3072)"),
+            file +
+                ": head dim 96 (hidden_size 3072 / num_attention_heads 32) is not supported: attntune's kernels "
+                "serve head dims 64, 128 and 256");
+  EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32, "head_dim": 80)"),
+            file + ": head_dim 80 is not supported: attntune's kernels serve head dims 64, 128 and 256");
+  EXPECT_EQ(config_error(dir, R"("num_attention_heads": "32", "hidden_size": 4096)"),
+            file + ": num_attention_heads: expected a positive whole number, got the string \"32\"");
+  EXPECT_EQ(config_error(dir, R"("num_attention_heads": -32, "hidden_size": 4096)"),
+            file + ": num_attention_heads: expected a positive whole number, got -32");
+  EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32.5, "hidden_size": 4096)"),
+            file + ": num_attention_heads: expected a positive whole number, got 32.5");
+  EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32, "hidden_size": 4096, "torch_dtype": 16)"),
+            file + ": torch_dtype: expected a string like \"bfloat16\", got 16");
+  EXPECT_TRUE(has(config_error(dir, R"("num_attention_heads": 128, "kv_lora_rank": 512, "hidden_size": 7168)"),
+                  "kv_lora_rank: multi-head latent attention"));
+  // Keys in text_config are named with it.
+  EXPECT_EQ(config_error(dir, R"("text_config": {"num_attention_heads": 32, "num_key_value_heads": 5,
+                                  "hidden_size": 4096})"),
+            file + ": text_config.num_key_value_heads (5) does not divide text_config.num_attention_heads (32)");
+}
+
+TEST(PlanModelConfig, BadFilesAreInputErrorsWithPositions) {
+  TempDir dir;
+  const std::string bad = dir.write("bad.json", "{\n  \"num_attention_heads\": 32,\n  \"hidden_size\": 4096,,\n}\n");
+  const std::string e = input_error_of([&] { read_model_config(bad); });
+  EXPECT_TRUE(e.starts_with(bad + ":3:23: invalid JSON: syntax error")) << e;
+  const std::string empty = dir.write("empty.json", "");
+  EXPECT_TRUE(input_error_of([&] { read_model_config(empty); }).starts_with(empty + ":1:1: invalid JSON"));
+  EXPECT_EQ(input_error_of([&] { read_model_config(dir.file("nope.json")); }),
+            dir.file("nope.json") + ": no such file");
+  EXPECT_TRUE(has(input_error_of([&] { read_model_config(dir.file("")); }), "is a directory"));
+  EXPECT_EQ(input_error_of([&] { read_model_config(dir.write("list.json", "[1, 2]")); }),
+            dir.file("list.json") + ": expected a JSON object (a Hugging Face config.json), got a list");
+}
+
+// ---- make_plan ------------------------------------------------------------------------------
+
+TEST(PlanMake, DefaultsArePrefillAndDecodeInTheModelsDtype) {
+  const Plan p = make_plan(llama3(), PlanOptions{});
+  EXPECT_EQ(p.model, "meta-llama/Meta-Llama-3-8B");
+  EXPECT_EQ(p.source, "llama3_8b.json");
+  const std::vector<std::string> prefill = {"b=1,h=32,hkv=8,s=512,sk=512,d=128,dtype=bf16,causal=1",
+                                            "b=1,h=32,hkv=8,s=2048,sk=2048,d=128,dtype=bf16,causal=1",
+                                            "b=1,h=32,hkv=8,s=8192,sk=8192,d=128,dtype=bf16,causal=1",
+                                            "b=8,h=32,hkv=8,s=512,sk=512,d=128,dtype=bf16,causal=1",
+                                            "b=8,h=32,hkv=8,s=2048,sk=2048,d=128,dtype=bf16,causal=1",
+                                            "b=8,h=32,hkv=8,s=8192,sk=8192,d=128,dtype=bf16,causal=1"};
+  EXPECT_EQ(specs(p, "prefill"), prefill);
+  const std::vector<std::string> decode = specs(p, "decode");
+  ASSERT_EQ(decode.size(), 9u);  // 3 batches x 3 contexts x q-len 1
+  EXPECT_EQ(decode.front(), "b=1,h=32,hkv=8,s=1,sk=2048,d=128,dtype=bf16,causal=1,page=16");
+  EXPECT_EQ(decode.back(), "b=64,h=32,hkv=8,s=1,sk=32768,d=128,dtype=bf16,causal=1,page=16");
+  EXPECT_EQ(p.entries.size(), 15u);
+  EXPECT_TRUE(specs(p, "chunk").empty());
+  EXPECT_EQ(p.entries.front().regime, "prefill");
+}
+
+TEST(PlanMake, DecodeTakesEachQLenOverEachContext) {
+  PlanOptions o;
+  o.regimes = {"decode"};
+  o.decode_batch = {2};
+  o.context = {4096, 1024};
+  o.q_len = {4, 1};
+  o.page = 0;  // contiguous
+  const Plan p = make_plan(read_model_config(model_file("qwen2_7b.json")), o);
+  const std::vector<std::string> want = {
+      "b=2,h=28,hkv=4,s=1,sk=1024,d=128,dtype=bf16,causal=1", "b=2,h=28,hkv=4,s=1,sk=4096,d=128,dtype=bf16,causal=1",
+      "b=2,h=28,hkv=4,s=4,sk=1024,d=128,dtype=bf16,causal=1", "b=2,h=28,hkv=4,s=4,sk=4096,d=128,dtype=bf16,causal=1"};
+  EXPECT_EQ(specs(p), want);
+}
+
+TEST(PlanMake, ChunkIsAChunkOverAPagedCacheOfContextKeys) {
+  PlanOptions o;
+  o.regimes = {"chunk"};
+  o.batch = {4};
+  o.context = {2048, 8192};
+  o.chunk = 1024;
+  o.page = 64;
+  const Plan p = make_plan(read_model_config(model_file("falcon_7b.json")), o);
+  const std::vector<std::string> want = {"b=4,h=71,hkv=1,s=1024,sk=3072,d=64,dtype=bf16,causal=1,page=64",
+                                         "b=4,h=71,hkv=1,s=1024,sk=9216,d=64,dtype=bf16,causal=1,page=64"};
+  EXPECT_EQ(specs(p, "chunk"), want);
+  EXPECT_EQ(p.entries.size(), 2u);
+}
+
+TEST(PlanMake, OrderIsRegimeThenDtypeThenSizesWhateverTheOptionsOrder) {
+  PlanOptions o;
+  o.regimes = {"chunk", "decode", "prefill"};
+  o.dtype = "both";
+  o.batch = {8, 1};
+  o.seqlen = {2048, 512};
+  o.decode_batch = {16, 1};
+  o.context = {8192, 2048};
+  const Plan p = make_plan(read_model_config(model_file("llama2_7b.json")), o);
+  // 2 dtypes x (prefill 2x2 + decode 2x2 + chunk 2x2)
+  ASSERT_EQ(p.entries.size(), 24u);
+  std::map<std::string, int> rank = {{"prefill", 0}, {"decode", 1}, {"chunk", 2}};
+  auto key = [&](const PlanEntry& e) {
+    return std::make_tuple(rank.at(e.regime), std::string(dtype_name(e.problem.dtype)), e.problem.b, e.problem.s,
+                           e.problem.sk);
+  };
+  for (std::size_t i = 1; i < p.entries.size(); ++i)
+    EXPECT_LT(key(p.entries[i - 1]), key(p.entries[i])) << i << ": " << p.entries[i].problem.str();
+  EXPECT_EQ(p.entries.front().problem.str(), "b=1,h=32,hkv=32,s=512,sk=512,d=128,dtype=bf16,causal=1");
+  EXPECT_EQ(p.entries[4].problem.str(), "b=1,h=32,hkv=32,s=512,sk=512,d=128,dtype=fp16,causal=1");
+  EXPECT_EQ(p.entries.back().regime, "chunk");
+  EXPECT_EQ(p.entries.back().problem.dtype, DType::kFp16);
+}
+
+TEST(PlanMake, DtypeModelFollowsTheConfigAndFixedDtypesOverrideIt) {
+  PlanOptions o;
+  o.regimes = {"prefill"};
+  EXPECT_EQ(make_plan(read_model_config(model_file("llama2_7b.json")), o).entries[0].problem.dtype, DType::kFp16);
+  o.dtype = "bf16";
+  EXPECT_EQ(make_plan(read_model_config(model_file("llama2_7b.json")), o).entries[0].problem.dtype, DType::kBf16);
+  o.dtype = "fp16";
+  EXPECT_EQ(make_plan(llama3(), o).entries[0].problem.dtype, DType::kFp16);
+}
+
+TEST(PlanMake, RepeatedSizesAndProblemsOfTwoRegimesAppearOnce) {
+  PlanOptions o;
+  o.regimes = {"prefill", "decode", "chunk"};
+  o.batch = {1, 1};
+  o.seqlen = {512, 512};
+  o.decode_batch = {1};
+  o.context = {2048, 2048};
+  o.q_len = {512};
+  o.chunk = 512;
+  o.page = 16;
+  const Plan p = make_plan(llama3(), o);
+  // decode b=1,s=512,sk=2048 and chunk b=1,s=512,sk=2560 differ; prefill is dense.
+  EXPECT_EQ(p.entries.size(), 3u);
+  // A chunk over 1536 keys is the decode step of 512 tokens over 2048: listed once, as decode.
+  o.context = {1536, 2048};
+  const Plan q = make_plan(llama3(), o);
+  std::set<std::string> unique;
+  for (const auto& e : q.entries) EXPECT_TRUE(unique.insert(e.problem.str()).second) << e.problem.str();
+  // prefill 1; decode 2 (sk 1536, 2048); chunk 2 (sk 2048: the decode one, dropped; sk 2560)
+  EXPECT_EQ(q.entries.size(), 4u);
+  EXPECT_EQ(specs(q, "chunk"),
+            std::vector<std::string>{"b=1,h=32,hkv=8,s=512,sk=2560,d=128,dtype=bf16,causal=1,page=16"});
+}
+
+TEST(PlanMake, TensorParallelismSplitsHeadsAndReplicatesFewKvHeads) {
+  PlanOptions o;
+  o.regimes = {"prefill"};
+  o.tp = 4;
+  EXPECT_EQ(make_plan(llama3(), o).entries[0].problem.str(), "b=1,h=8,hkv=2,s=512,sk=512,d=128,dtype=bf16,causal=1");
+  o.tp = 16;
+  EXPECT_EQ(make_plan(llama3(), o).entries[0].problem.str(), "b=1,h=2,hkv=1,s=512,sk=512,d=128,dtype=bf16,causal=1");
+  o.tp = 3;
+  EXPECT_EQ(input_error_of([&] { make_plan(llama3(), o); }), "--tp 3 does not divide the model's 32 query heads");
+  ModelAttention odd = llama3();
+  odd.heads = 48, odd.kv_heads = 12;
+  o.tp = 8;
+  EXPECT_EQ(input_error_of([&] { make_plan(odd, o); }),
+            "--tp 8 and the model's 12 KV heads: neither divides the other");
+}
+
+TEST(PlanMake, NonsenseOptionsAreInputErrors) {
+  const ModelAttention m = llama3();
+  auto error = [&](auto change) {
+    PlanOptions o;
+    change(o);
+    return input_error_of([&] { make_plan(m, o); });
+  };
+  EXPECT_EQ(error([](PlanOptions& o) { o.batch.clear(); }), "--batch: empty list");
+  EXPECT_EQ(error([](PlanOptions& o) { o.batch = {0}; }), "--batch: 0 is out of range [1, 1048576]");
+  EXPECT_EQ(error([](PlanOptions& o) { o.seqlen = {-512}; }), "--seqlen: -512 is out of range [1, 1048576]");
+  EXPECT_EQ(error([](PlanOptions& o) {
+              o.context = {2048, 2000000};
+            }),
+            "--context: 2000000 is out of range [1, 1048576]");
+  EXPECT_EQ(error([](PlanOptions& o) { o.page = -1; }), "--page: -1 is out of range [0, 1048576]");
+  EXPECT_EQ(error([](PlanOptions& o) {
+              o.regimes = {"prefill", "training"};
+            }),
+            "--regimes: unknown regime 'training' (known: prefill, decode, chunk)");
+  EXPECT_EQ(error([](PlanOptions& o) { o.regimes.clear(); }), "--regimes: empty list (known: prefill, decode, chunk)");
+  EXPECT_EQ(error([](PlanOptions& o) { o.dtype = "fp8"; }),
+            "--dtype: unknown dtype 'fp8' (expected bf16, fp16, both or model)");
+  EXPECT_TRUE(error([](PlanOptions& o) {
+                o.q_len = {4096};
+              }).starts_with("decode: --q-len 4096 is longer than --context 2048"));
+  EXPECT_TRUE(error([](PlanOptions& o) {
+                o.regimes = {"chunk"};
+                o.chunk = 4096;
+              }).starts_with("chunk: --chunk 4096 is longer than --context 2048"));
+  EXPECT_EQ(error([](PlanOptions& o) {
+              o.regimes = {"chunk"};
+              o.context = {1048576};
+            }),
+            "chunk: --context 1048576 + --chunk 2048 is 1050624 keys, more than 1048576");
+  // Checks that belong to a regime apply only when it is planned.
+  PlanOptions prefill_only;
+  prefill_only.regimes = {"prefill"};
+  prefill_only.q_len = {4096};
+  prefill_only.chunk = 65536;
+  EXPECT_EQ(make_plan(m, prefill_only).entries.size(), 6u);
+  ModelAttention bad = m;
+  bad.head_dim = 96;
+  EXPECT_TRUE(has(input_error_of([&] { make_plan(bad, PlanOptions{}); }), "head dim 96 is not supported"));
+}
+
+TEST(PlanMake, ListOptionsParseWholeNumbersOnly) {
+  EXPECT_EQ(parse_int_list("1,8,64", "--batch", 1, 100), (std::vector<std::int64_t>{1, 8, 64}));
+  EXPECT_EQ(parse_int_list(" 2048 , 4096", "--context", 1, 1 << 20), (std::vector<std::int64_t>{2048, 4096}));
+  EXPECT_EQ(input_error_of([] { parse_int_list("nan", "--batch", 1, 100); }), "--batch: 'nan' is not a whole number");
+  EXPECT_EQ(input_error_of([] { parse_int_list("1,NaN", "--batch", 1, 100); }), "--batch: 'NaN' is not a whole number");
+  EXPECT_EQ(input_error_of([] { parse_int_list("1.5", "--batch", 1, 100); }), "--batch: '1.5' is not a whole number");
+  EXPECT_EQ(input_error_of([] { parse_int_list("1e3", "--seqlen", 1, 100); }), "--seqlen: '1e3' is not a whole number");
+  EXPECT_EQ(input_error_of([] { parse_int_list("inf", "--seqlen", 1, 100); }), "--seqlen: 'inf' is not a whole number");
+  EXPECT_EQ(input_error_of([] { parse_int_list("-4", "--batch", 1, 100); }), "--batch: -4 is out of range [1, 100]");
+  EXPECT_EQ(input_error_of([] { parse_int_list("0", "--batch", 1, 100); }), "--batch: 0 is out of range [1, 100]");
+  EXPECT_EQ(input_error_of([] { parse_int_list("99999999999999999999", "--batch", 1, 100); }),
+            "--batch: 99999999999999999999 is out of range [1, 100]");
+  EXPECT_EQ(input_error_of([] { parse_int_list("", "--batch", 1, 100); }), "--batch: empty list (expected e.g. 1,8)");
+  EXPECT_EQ(input_error_of([] { parse_int_list("1,,8", "--batch", 1, 100); }), "--batch '1,,8': an empty item");
+  EXPECT_EQ(parse_regimes("prefill, chunk"), (std::vector<std::string>{"prefill", "chunk"}));
+  EXPECT_EQ(input_error_of([] { parse_regimes("prefil"); }),
+            "--regimes: unknown regime 'prefil' (known: prefill, decode, chunk)");
+  EXPECT_TRUE(has(input_error_of([] { parse_regimes(""); }), "empty list"));
+}
+
+// ---- the plan file --------------------------------------------------------------------------
+
+TEST(PlanFile, YamlRoundTripAndLayout) {
+  TempDir dir;
+  PlanOptions o;
+  o.regimes = {"prefill", "decode", "chunk"};
+  o.dtype = "both";
+  const Plan p = make_plan(llama3(), o);
+  const std::string path = dir.file("plan.yaml");
+  p.save(path);
+  EXPECT_EQ(Plan::load(path), p);
+  const std::string text = read_text(path);
+  EXPECT_TRUE(
+      text.starts_with("# attntune plan: the attention problems of a model (attntune plan --model ...)\n"
+                       "model: meta-llama/Meta-Llama-3-8B\nsource: llama3_8b.json\nproblems:\n"
+                       "  - {problem: \"b=1,h=32,hkv=8,s=512,sk=512,d=128,dtype=bf16,causal=1\", regime: prefill}\n"))
+      << text;
+  EXPECT_TRUE(
+      has(text, "  - {problem: \"b=1,h=32,hkv=8,s=1,sk=2048,d=128,dtype=bf16,causal=1,page=16\", regime: decode}\n"));
+  EXPECT_EQ(dir.names(), std::vector<std::string>{"plan.yaml"});  // no temporary file left
+}
+
+TEST(PlanFile, JsonRoundTripAndLayout) {
+  TempDir dir;
+  const Plan p = make_plan(read_model_config(model_file("gemma3_4b.json")), PlanOptions{});
+  const std::string path = dir.file("plan.json");
+  p.save(path);
+  EXPECT_EQ(Plan::load(path), p);
+  const nlohmann::json j = nlohmann::json::parse(read_text(path));
+  EXPECT_EQ(j.at("model"), "gemma3");
+  EXPECT_EQ(j.at("source"), "gemma3_4b.json");
+  ASSERT_EQ(j.at("problems").size(), p.entries.size());
+  EXPECT_EQ(j.at("problems")[0].at("problem"), "b=1,h=8,hkv=4,s=512,sk=512,d=256,dtype=bf16,causal=1");
+  EXPECT_EQ(j.at("problems")[0].at("regime"), "prefill");
+  // The same plan saved as YAML reads back the same.
+  p.save(dir.file("plan.yml"));
+  EXPECT_EQ(Plan::load(dir.file("plan.yml")), Plan::load(path));
+}
+
+TEST(PlanFile, NamesThatYamlWouldMisreadAreQuoted) {
+  TempDir dir;
+  Plan p = make_plan(llama3(), PlanOptions{});
+  for (const std::string name : {"yes", "a: b # c", "", "12", "x\"y\\z\nw", "-dash", "Null", "tab\there", "é/ü"}) {
+    p.model = name;
+    p.source = name + ".json";
+    p.save(dir.file("q.yaml"));
+    const Plan back = Plan::load(dir.file("q.yaml"));
+    EXPECT_EQ(back.model, name);
+    EXPECT_EQ(back.source, name + ".json");
+  }
+}
+
+TEST(PlanFile, HandWrittenBlockYamlLoads) {
+  TempDir dir;
+  const std::string path = dir.write("hand.yaml",
+                                     "model: mine\n"
+                                     "problems:\n"
+                                     "  - problem: b=2,h=16,s=1024,d=64,dtype=fp16,causal=0\n"
+                                     "    regime: prefill\n");
+  const Plan p = Plan::load(path);
+  EXPECT_EQ(p.model, "mine");
+  EXPECT_EQ(p.source, "");
+  ASSERT_EQ(p.entries.size(), 1u);
+  EXPECT_EQ(p.entries[0].problem.str(), "b=2,h=16,hkv=16,s=1024,sk=1024,d=64,dtype=fp16,causal=0");
+}
+
+TEST(PlanFile, BadEntriesAreReportedAtLineAndColumn) {
+  TempDir dir;
+  const std::string head = "model: m\nsource: s.json\nproblems:\n";
+  const std::string good =
+      "  - {problem: \"b=1,h=32,hkv=8,s=1,sk=4096,d=128,dtype=bf16,causal=1,page=16\", regime: decode}\n";
+  auto error = [&](const std::string& text) {
+    const std::string path = dir.write("p.yaml", text);
+    return input_error_of([&] { Plan::load(path); });
+  };
+  const std::string f = dir.file("p.yaml");
+  EXPECT_EQ(error(head + good + "  - {problem: \"b=0,h=32,s=1,d=128,dtype=bf16,causal=1\", regime: decode}\n"),
+            f + ":5:15: problems[1]: problem: 'b=0' is out of range [1, 1048576]");
+  EXPECT_EQ(error(head + good + "  - {problem: \"b=1,h=32,s=1,d=96,dtype=bf16\", regime: decode}\n"),
+            f + ":5:15: problems[1]: problem: missing key 'causal' in 'b=1,h=32,s=1,d=96,dtype=bf16'");
+  EXPECT_EQ(error(head + good + good),
+            f + ":5:5: problems[1]: b=1,h=32,hkv=8,s=1,sk=4096,d=128,dtype=bf16,causal=1,page=16 is listed twice "
+                "(first as problems[0], line 4)");
+  EXPECT_EQ(error(head + good + "  - {problem: \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\", regime: train}\n"),
+            f + ":5:65: problems[1].regime: unknown regime 'train' (known: prefill, decode, chunk)");
+  EXPECT_EQ(error(head + "  - {problem: \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\", regime: decode, gpu: 0}\n"),
+            f + ":4:73: problems[0]: unknown key 'gpu' (expected problem, regime)");
+  EXPECT_EQ(error(head + "  - {regime: decode}\n"), f + ":4:5: problems[0]: no problem");
+  EXPECT_EQ(error(head + "  - {problem: \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\"}\n"),
+            f + ":4:5: problems[0]: no regime (prefill, decode or chunk)");
+  EXPECT_EQ(error("model: m\nsource: s\n"), f + ":1:1: no problems: a plan lists its problems");
+  EXPECT_EQ(error(head + "  - \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\"\n"),
+            f + ":4:5: problems[0]: expected {problem: \"b=...,h=...\", regime: prefill|decode|chunk}");
+  EXPECT_EQ(error(head + "  []\n").substr(f.size()), ":4:3: problems: empty list; a plan lists at least one problem");
+  EXPECT_EQ(error("model: m\nproblems: []\n"), f + ":2:11: problems: empty list; a plan lists at least one problem");
+  EXPECT_EQ(error("model: m\nproblems:\n"), f + ":2:1: problems: expected a list of {problem: ..., regime: ...}");
+  EXPECT_EQ(error("model: m\nmodels: n\nproblems:\n" + good),
+            f + ":2:1: unknown key 'models' (expected model, source, problems)");
+  EXPECT_EQ(error("model: m\nmodel: n\nproblems:\n" + good), f + ":2:1: key 'model' given twice (first at line 1)");
+  EXPECT_EQ(error("source: s\nproblems:\n" + good), f + ":1:1: no model: a plan names its model");
+  EXPECT_EQ(error(""), f + ":1:1: empty plan file; expected model, source and problems");
+  EXPECT_EQ(error("- 1\n- 2\n"), f + ":1:1: expected a mapping with model, source and problems");
+  EXPECT_TRUE(error(head + "  - {problem: \"b=1\n").starts_with(f + ":")) << error(head + "  - {problem: \"b=1\n");
+  EXPECT_TRUE(error(head + "  - {problem: \"b=1\n").find(": YAML: ") != std::string::npos);
+}
+
+TEST(PlanFile, JsonPlansAreCheckedAsJsonWithPositions) {
+  TempDir dir;
+  auto error = [&](const std::string& text) {
+    const std::string path = dir.write("p.json", text);
+    return input_error_of([&] { Plan::load(path); });
+  };
+  const std::string f = dir.file("p.json");
+  EXPECT_TRUE(error("{\"model\": \"m\",\n \"problems\": [\n  {\"problem\": \"x\" \"regime\": \"decode\"}]}")
+                  .starts_with(f + ":3:26: invalid JSON: syntax error"))
+      << error("{\"model\": \"m\",\n \"problems\": [\n  {\"problem\": \"x\" \"regime\": \"decode\"}]}");
+  EXPECT_EQ(error("{\"model\": \"m\",\n \"problems\": [\n  {\"problem\": \"b=1,h=3,s=1,d=64,dtype=bf16,causal=1\", "
+                  "\"regime\": \"decode\"},\n  {\"problem\": \"b=1,h=3,s=1,d=64,dtype=bf16,causal=2\", \"regime\": "
+                  "\"decode\"}]}"),
+            f + ":4:15: problems[1]: problem: 'causal=2': expected 0 or 1");
+  // JSON that yaml-cpp refuses (a surrogate pair, a newline between a key and its colon) loads
+  // through nlohmann; its messages name the entry without a line.
+  const std::string emoji =
+      "{\"model\": \"\\ud83d\\ude00\",\n \"problems\"\n : [\n  {\"problem\": \"b=1,h=3,s=1,d=64,dtype=bf16,causal=";
+  EXPECT_EQ(error(emoji + "2\", \"regime\": \"decode\"}]}"), f + ": problems[0]: problem: 'causal=2': expected 0 or 1");
+  EXPECT_EQ(Plan::load(dir.write("e.json", emoji + "1\", \"regime\": \"decode\"}]}")).model, "\xF0\x9F\x98\x80");
+  EXPECT_EQ(error("{\"model\": \"m\", \"problems\": []}").substr(f.size()),
+            ":1:28: problems: empty list; a plan lists at least one problem");
+}
+
+TEST(PlanFile, SaveChecksTheNameAndTheDirectory) {
+  TempDir dir;
+  const Plan p = make_plan(llama3(), PlanOptions{});
+  EXPECT_EQ(input_error_of([&] { p.save(dir.file("plan.txt")); }),
+            dir.file("plan.txt") + ": unknown plan file type '.txt' (use a .yaml, .yml or .json name)");
+  EXPECT_EQ(input_error_of([&] { p.save(dir.file("no/plan.yaml")); }),
+            dir.file("no/plan.yaml") + ": cannot write: directory '" + dir.file("no") + "' does not exist");
+  fs::create_directory(dir.file("d.yaml"));
+  EXPECT_EQ(input_error_of([&] { p.save(dir.file("d.yaml")); }), dir.file("d.yaml") + ": is a directory");
+  EXPECT_EQ(input_error_of([&] { Plan::load(dir.file("absent.yaml")); }), dir.file("absent.yaml") + ": no such file");
+  // Saving over an existing plan replaces it whole.
+  dir.write("plan.yaml", "old");
+  p.save(dir.file("plan.yaml"));
+  EXPECT_EQ(Plan::load(dir.file("plan.yaml")), p);
+}
+
+// A full disk (here a file-size limit, which fails writes as ENOSPC would) is an environment
+// error, the target is not created and no temporary file is left; never a reported success.
+TEST(PlanFile, SaveOnAFullDiskFailsAndLeavesNothing) {
+  TempDir dir;
+  PlanOptions o;
+  o.dtype = "both";
+  const Plan p = make_plan(llama3(), o);
+  ASSERT_GT(p.yaml().size(), 2048u);
+  const std::string target = dir.file("plan.yaml");
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit lim{1024, 1024};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    int code = 0;
+    try {
+      p.save(target);
+    } catch (const EnvError& e) {
+      code = std::string(e.what()).find("cannot be written: no space left") != std::string::npos ? 3 : 4;
+    } catch (...) {
+      code = 5;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 3);
+  EXPECT_TRUE(dir.names().empty());
+}
+
+// ---- the command ----------------------------------------------------------------------------
+
+namespace {
+
+// One line on stderr starting "attntune: error: ", nothing on stdout, exit 2.
+void expect_input_error(const std::string& args, const std::string& part) {
+  const auto r = run_attntune(args);
+  EXPECT_EQ(r.rc, 2) << args << "\n" << r.err;
+  EXPECT_TRUE(r.out.empty()) << args << "\n" << r.out;
+  const auto lines = attntune::testing::lines(r.err);
+  ASSERT_EQ(lines.size(), 1u) << args << "\n" << r.err;
+  EXPECT_TRUE(lines[0].starts_with("attntune: error: ")) << lines[0];
+  EXPECT_TRUE(has(lines[0], part)) << args << "\n" << lines[0];
+}
+
+}  // namespace
+
+TEST(PlanCli, PrintsATableOfTheProblemsWithTheirCost) {
+  const auto r = run_attntune("plan --model " + model_file("qwen2_7b.json"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");  // qwen2's 131072 positions cover every context: no note
+  const auto lines = attntune::testing::lines(r.out);
+  ASSERT_EQ(lines.size(), 2u + 2u + 15u);  // summary, blank, header, rule, 15 rows
+  EXPECT_EQ(lines[0], "qwen2 (qwen2_7b.json): 28 query heads, 4 KV heads, head dim 128, bf16; 15 problems");
+  EXPECT_TRUE(lines[2].starts_with("regime   problem")) << lines[2];
+  EXPECT_TRUE(has(lines[2], "GFLOP")) << lines[2];
+  EXPECT_TRUE(lines[4].starts_with("prefill  b=1,h=28,hkv=4,s=512,sk=512,d=128,dtype=bf16,causal=1")) << lines[4];
+  EXPECT_TRUE(lines.back().starts_with("decode   b=64,h=28,hkv=4,s=1,sk=32768,d=128,dtype=bf16,causal=1,page=16"))
+      << lines.back();
+  // 4 * b * h * d * visible pairs: b=1, h=28, d=128, s=sk=512 causal (512 * 513 / 2 pairs) = 1.884 GFLOP
+  EXPECT_TRUE(has(lines[4], " 1.883 ")) << lines[4];
+}
+
+TEST(PlanCli, HelpListsEveryOptionWithItsDefault) {
+  const auto r = run_attntune("plan --help");
+  ASSERT_EQ(r.rc, 0);
+  for (const char* opt : {"--model arg", "--regimes arg (=prefill,decode)", "--dtype arg (=model)",
+                          "--batch arg (=1,8)", "--seqlen arg (=512,2048,8192)", "--decode-batch arg (=1,16,64)",
+                          "--context arg (=2048,8192,32768)", "--q-len arg (=1)", "--chunk arg (=2048)",
+                          "--page arg (=16)", "--tp arg (=1)", "-o [ --output ] arg", "--format arg (=table)"})
+    EXPECT_TRUE(has(r.out, opt)) << opt << "\n" << r.out;
+  EXPECT_TRUE(has(run_attntune("--help").out, "plan "));
+}
+
+TEST(PlanCli, JsonIsThePlanFilesJson) {
+  const auto r = run_attntune("plan --model " + model_file("llama3_8b.json") +
+                              " --regimes decode,chunk --q-len 1,4 --format json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  PlanOptions o;
+  o.regimes = {"decode", "chunk"};
+  o.q_len = {1, 4};
+  const Plan want = make_plan(llama3(), o);
+  EXPECT_EQ(nlohmann::ordered_json::parse(r.out), want.json());
+  EXPECT_EQ(want.entries.size(), 18u + 6u);
+  // Llama 3's 8192 positions are fewer than the longest context: said once, on stderr.
+  EXPECT_EQ(r.err,
+            "attntune: note: some problems have more keys (up to 34816) than the model's "
+            "max_position_embeddings (8192)\n");
+}
+
+TEST(PlanCli, OutputWritesAPlanThatLoadsBack) {
+  TempDir dir;
+  const std::string out = dir.file("plan.yaml");
+  const auto r = run_attntune("plan --model " + model_file("falcon_7b.json") + " --dtype both -o " + out);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "wrote 30 problems to " + out + "\n");
+  PlanOptions o;
+  o.dtype = "both";
+  EXPECT_EQ(Plan::load(out), make_plan(read_model_config(model_file("falcon_7b.json")), o));
+  EXPECT_TRUE(has(read_text(out), "source: falcon_7b.json\n"));
+  EXPECT_FALSE(has(read_text(out), dir.file("")));  // no directories of this machine
+
+  const std::string json_out = dir.file("plan.json");
+  ASSERT_EQ(run_attntune("plan --model " + model_file("falcon_7b.json") + " --dtype both -o " + json_out).rc, 0);
+  EXPECT_EQ(Plan::load(json_out), Plan::load(out));
+}
+
+TEST(PlanCli, NotesSayWhatWasAssumed) {
+  const auto r = run_attntune("plan --model " + model_file("gemma2_9b.json") + " --context 2048,4096");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto lines = attntune::testing::lines(r.err);
+  ASSERT_EQ(lines.size(), 2u) << r.err;
+  EXPECT_TRUE(lines[0].starts_with("attntune: note: torch_dtype is float32")) << lines[0];
+  EXPECT_TRUE(lines[1].starts_with("attntune: note: the model caps its attention logits")) << lines[1];
+  // With the dtype chosen, the float32 note has nothing to say.
+  const auto fixed = run_attntune("plan --model " + model_file("gemma2_9b.json") + " --context 2048 --dtype fp16");
+  ASSERT_EQ(fixed.rc, 0);
+  EXPECT_EQ(attntune::testing::lines(fixed.err).size(), 1u) << fixed.err;
+  EXPECT_TRUE(has(fixed.out, "dtype=fp16"));
+}
+
+TEST(PlanCli, BadInputsAreOneLineAndExit2) {
+  TempDir dir;
+  const std::string llama = " --model " + model_file("llama3_8b.json");
+  expect_input_error("plan", "plan: --model CONFIG.json is required");
+  expect_input_error("plan --model " + dir.file("none.json"), "none.json: no such file");
+  const std::string bad = dir.write("bad.json", "{\"num_attention_heads\": 32,\n \"num_key_value_heads\": 7, }");
+  expect_input_error("plan --model " + bad, "bad.json:2:28: invalid JSON");
+  const std::string seven =
+      dir.write("seven.json", R"({"num_attention_heads": 32, "num_key_value_heads": 7, "hidden_size": 4096})");
+  expect_input_error("plan --model " + seven,
+                     "seven.json: num_key_value_heads (7) does not divide num_attention_heads (32)");
+  expect_input_error("plan" + llama + " --regimes prefill,train", "unknown regime 'train'");
+  expect_input_error("plan" + llama + " --batch nan", "--batch: 'nan' is not a whole number");
+  expect_input_error("plan" + llama + " --seqlen=-512", "--seqlen: -512 is out of range");
+  expect_input_error("plan" + llama + " --decode-batch 0", "--decode-batch: 0 is out of range");
+  expect_input_error("plan" + llama + " --context 2048,4194304", "--context: 4194304 is out of range");
+  expect_input_error("plan" + llama + " --chunk 1,2", "--chunk '1,2': expected one number");
+  expect_input_error("plan" + llama + " --regimes chunk --chunk 4096", "--chunk 4096 is longer than --context 2048");
+  expect_input_error("plan" + llama + " --dtype fp32", "unknown dtype 'fp32'");
+  expect_input_error("plan" + llama + " --format csv", "unknown --format 'csv'");
+  expect_input_error("plan" + llama + " --tp 5", "--tp 5 does not divide the model's 32 query heads");
+  expect_input_error("plan" + llama + " --frobnicate", "see attntune plan --help");
+  expect_input_error("plan" + llama + " -o " + dir.file("plan.txt"), "unknown plan file type '.txt'");
+  // A save that fails prints nothing on stdout and leaves nothing behind.
+  expect_input_error("plan" + llama + " -o " + dir.file("missing/plan.yaml"), "does not exist");
+  EXPECT_EQ(dir.names(), (std::vector<std::string>{"bad.json", "seven.json"}));
+}
