@@ -115,10 +115,10 @@ struct BestRow {
 struct BestQuery {
   std::optional<Problem> problem;  // the problem exactly (a paged problem is not its dense shape)
   std::optional<std::string> campaign;
+  int top = 1;
   // Only results measured on this GPU model (DeviceInfo::name, "NVIDIA H100 80GB HBM3"): times of
   // two models never rank together (an H200 is not a faster H100).
   std::optional<std::string> gpu;
-  int top = 1;
 };
 
 }  // namespace attntune

@@ -80,7 +80,7 @@ TEST(ProblemPage, Version4DatabasesMigrateWithEveryCampaignDense) {
   EXPECT_EQ(header_u32(path, 60), 4u) << "a read-only open left it at version 4";
 
   Store store = Store::open(path, Store::Mode::kExisting);
-  EXPECT_EQ(store.schema_version(), 5);
+  EXPECT_GE(store.schema_version(), 5);
   EXPECT_EQ(store.schema_version(), Store::current_schema_version());
   const auto row = store.campaign_row("v4");
   ASSERT_TRUE(row);
