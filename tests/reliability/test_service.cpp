@@ -63,6 +63,7 @@ std::map<std::string, JobState> jobs(const std::string& db) {
 }
 
 std::int64_t count_rows(const std::string& db, const std::string& sql) {
+  if (!fs::exists(db)) return -1;
   sqlite::Connection c = sqlite::Connection::open(db, SQLITE_OPEN_READONLY);
   sqlite::Statement st(c, sql);
   return st.step() ? st.int64(0) : -1;
