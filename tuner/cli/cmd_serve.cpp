@@ -27,7 +27,7 @@
 namespace attntune::cli {
 namespace {
 
-constexpr const char* kSummary = "run queued campaigns, one worker per GPU, until the queue is empty";
+constexpr const char* kSummary = "run the queued campaigns on every GPU (a process each) until the queue is empty";
 
 std::atomic<bool> g_stop{false}, g_abandon{false};
 std::atomic<int> g_signals{0};

@@ -214,3 +214,45 @@ TEST(ServiceCli, BadInputIsOneLineAndLeavesTheDatabaseAlone) {
 
 }  // namespace
 }  // namespace attntune
+
+namespace attntune {
+namespace {
+
+// Results are per GPU model: an H200's time never ranks against an H100's (issue 30).
+TEST(ServiceResults, BestRanksOneGpuModelAndSaysWhenResultsSpanSeveral) {
+  TempDir dir;
+  const std::string path = dir.file("two-models.db");
+  {
+    Store s = Store::open(path, Store::Mode::kCreate);
+    const std::int64_t h100 = s.upsert_device(test::h100());
+    const std::int64_t h200 = s.upsert_device({"NVIDIA H200", "sm_90", "GPU-2222", 132, "550.54"});
+    const CampaignSpec a = test::spec("on-h100"), b = test::spec("on-h200");
+    const std::int64_t ia = s.open_campaign(a, h100), ib = s.open_campaign(b, h200);
+    s.record_evaluation(ia, s.upsert_candidate(a.family, test::config(64, 64), "h1"), h100, test::ok_eval(20));
+    s.record_evaluation(ib, s.upsert_candidate(b.family, test::config(128, 64), "h2"), h200, test::ok_eval(10));
+    // A resume on the other model is refused: its times would join the first model's.
+    EXPECT_THROW(s.open_campaign(a, h200), InputError);
+    BestQuery q;
+    q.problem = test::problem();
+    EXPECT_EQ(s.result_gpus(q), (std::vector<std::string>{"NVIDIA H100 80GB HBM3", "NVIDIA H200"}));
+    q.gpu = "NVIDIA H100 80GB HBM3";
+    const auto rows = s.best(q);
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0].campaign, "on-h100");
+    EXPECT_EQ(rows[0].median_us, 20);
+  }
+  using testing::run_attntune;
+  const std::string spec = test::problem().str();
+  const auto mixed = run_attntune("best --db " + path + " --problem " + spec);
+  EXPECT_EQ(mixed.rc, 2) << mixed.err;
+  EXPECT_NE(mixed.err.find("several GPU models"), std::string::npos) << mixed.err;
+  const auto one = run_attntune("best --db " + path + " --problem " + spec + " --gpu 'NVIDIA H200' --format json");
+  ASSERT_EQ(one.rc, 0) << one.err;
+  EXPECT_EQ(nlohmann::json::parse(one.out)[0]["campaign"], "on-h200");
+  const auto exp = run_attntune("export --db " + path + " --problem " + spec + " -o " + dir.file("x.cu"));
+  EXPECT_EQ(exp.rc, 2) << exp.err;
+  EXPECT_NE(exp.err.find("pass --gpu"), std::string::npos) << exp.err;
+}
+
+}  // namespace
+}  // namespace attntune
