@@ -193,8 +193,8 @@ TEST(ServiceCli, BadInputIsOneLineAndLeavesTheDatabaseAlone) {
   using testing::run_attntune;
   ASSERT_EQ(run_attntune("submit --db " + db + " --problem b=1,h=8,s=512,d=64,dtype=bf16,causal=1").rc, 0);
   const std::string before = test::read_bytes(db);
-  for (const std::string args :
-       {" --problem b=4,h=32,hkv=8,s=2048,sk=10240,d=128,dtype=bf16,causal=1,page=64",  // nothing serves it
+  for (const std::string args : std::vector<std::string>{
+        " --problem b=4,h=32,hkv=8,s=2048,sk=10240,d=128,dtype=bf16,causal=1,page=64",  // nothing serves it
         " --problem b=1,h=8,s=512,d=64,dtype=bf16,causal=1 --budget-evals -1",
         " --problem b=1,h=8,s=512,d=64,dtype=bf16,causal=1 --max-seconds nan",
         " --problem b=1,h=8,s=512,d=64,dtype=bf16,causal=1 --shard 3/2",
