@@ -237,6 +237,9 @@ void Statement::bind_at(int i, Blob v) {
         "sqlite3_bind_blob64");
 }
 void Statement::bind_at(int i, std::nullptr_t) { check(sqlite3_bind_null(stmt_.get(), i), db_, "sqlite3_bind_null"); }
+void Statement::bind_column(int i, const Statement& from, int col) {
+  check(sqlite3_bind_value(stmt_.get(), i, sqlite3_column_value(from.stmt_.get(), col)), db_, "sqlite3_bind_value");
+}
 
 bool Statement::step() {
   const int rc = sqlite3_step(stmt_.get());

@@ -97,6 +97,9 @@ class Statement {
   void bind_at(int i, const char* v) { bind_at(i, std::string_view(v)); }
   void bind_at(int i, Blob v);
   void bind_at(int i, std::nullptr_t);
+  // Binds ?i to column `col` of `from`'s current row as it is stored (NULL, integer, real, text or
+  // blob), so a row copied between databases reads back the same (`merge`).
+  void bind_column(int i, const Statement& from, int col);
   void bind_at(int i, std::nullopt_t) { bind_at(i, nullptr); }
   template <class T>
   void bind_at(int i, const std::optional<T>& v) {

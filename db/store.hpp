@@ -23,6 +23,7 @@
 #include "core/records.hpp"
 #include "core/problem.hpp"
 #include "core/queue_records.hpp"
+#include "db/merge.hpp"
 
 namespace attntune {
 
@@ -133,6 +134,12 @@ class Store final : public BuildCache, public CampaignLog, public ResultReader, 
   std::vector<LeaseRow> leases();
   void put_gpu(const GpuRow& gpu) override;
   std::vector<GpuRow> gpus();
+
+  // ---- Merging databases (store_merge.cpp; db/merge.hpp, docs/design/merge.md) ----
+  // Merges each input (opened kReadOnly; each read in one read transaction) into this database, in
+  // order, all in one write transaction: when it throws, nothing was written. One MergeCounts per
+  // input. merge_databases (db/merge.hpp) checks and opens the files, then calls this.
+  std::vector<MergeCounts> merge_from(const std::vector<MergeSource>& inputs, const MergeProgress& progress = {});
 
  private:
   Store(std::string path, std::unique_ptr<sqlite::Connection> db, int schema_version);
