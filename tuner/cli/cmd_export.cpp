@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.hpp"
+#include "service/plan.hpp"
 #include "cli/format.hpp"
 #include "core/error.hpp"
 #include "db/store.hpp"
@@ -54,7 +55,7 @@ void write_file(const std::string& path, const std::string& text) {
 }
 
 int run_export(const std::vector<std::string>& args) {
-  std::string db_path, campaign, problem_spec, output, dtype, arch, gpu, space_file;
+  std::string db_path, campaign, problem_spec, output, dtype, arch, gpu, space_file, plan_path;
   int rank = 1;
   bool all_best = false;
   po::options_description opts("options");
@@ -64,6 +65,8 @@ int run_export(const std::vector<std::string>& args) {
       ("campaign", po::value(&campaign), "export this campaign's best config")
       ("problem", po::value(&problem_spec), "export this problem's best config across campaigns")
       ("all-best", po::bool_switch(&all_best), "export every problem's best, with a dispatcher, in one file")
+      ("plan", po::value(&plan_path), "--all-best: only the problems of this plan (attntune plan -o PLAN): one "
+                                      "library for a model")
       ("rank", po::value(&rank)->default_value(1), "the N-th best instead of the best (--campaign, --problem)")
       ("dtype", po::value(&dtype), "--all-best: only this dtype (fp16 or bf16); needed when the database has both")
       ("arch", po::value(&arch), "only results measured on this arch, e.g. sm_90")
@@ -87,6 +90,14 @@ int run_export(const std::vector<std::string>& args) {
   }
   if (vm.count("arch")) q.arch = arch;
   if (vm.count("gpu")) q.gpu = gpu;
+  std::optional<Plan> plan;
+  if (vm.count("plan")) {
+    if (!all_best) throw InputError("export: --plan applies to --all-best");
+    plan = Plan::load(plan_path);
+    q.only.emplace();
+    for (const PlanEntry& e : plan->entries)
+      if (!q.dtype || e.problem.dtype == *q.dtype) q.only->push_back(e.problem);
+  }
   if (vm.count("space")) q.space_file = space_file;
   const int modes = (q.campaign ? 1 : 0) + (q.problem ? 1 : 0) + (q.all_best ? 1 : 0);
   if (modes != 1) throw InputError("export: give exactly one of --campaign, --problem or --all-best");
@@ -106,6 +117,17 @@ int run_export(const std::vector<std::string>& args) {
   }
   report << fmt::format("exported {} kernel{} for {} to {}\n", items.size(), items.size() == 1 ? "" : "s",
                         items.front().row.arch, output == "-" ? "stdout" : output);
+  if (plan) {
+    // What the model runs that the library does not serve yet: tune it next.
+    std::vector<std::string> missing;
+    for (const Problem& p : *q.only)
+      if (std::none_of(items.begin(), items.end(), [&](const ExportItem& it) { return it.row.problem == p; }))
+        missing.push_back(p.str());
+    if (!missing.empty())
+      std::cerr << fmt::format("attntune: note: {} of the plan's {} problems have no result yet (attntune status): "
+                               "{}\n",
+                               missing.size(), q.only->size(), fmt::join(missing, "; "));
+  }
   for (const ExportItem& it : items)
     report << fmt::format("  {}  {} µs  {} TFLOP/s  {} {}  (campaign {}, {})\n", it.row.problem.str(),
                           format_us(it.row.median_us), format_tflops(it.row.tflops), it.row.family,

@@ -171,13 +171,16 @@ Plan plan(const std::vector<ExportItem>& items) {
       p.specific_archs.push_back(it.space->archs());
   }
   p.dtype = dtype_name(items.front().row.problem.dtype);
-  p.arch = items.front().row.arch;
+  // One device arch: results filed under sm_90 (flash_fwd_mma, flash_decode) and sm_90a (a
+  // flash_fwd_wgmma result) are of one GPU, and one file built for sm_90a holds them all (the
+  // arch-specific kernels under their device condition).
+  p.arch = base_arch(items.front().row.arch);
   for (const ExportItem& it : items) {
     if (dtype_name(it.row.problem.dtype) != p.dtype)
       throw InputError(
           "export: the kernels are of different dtypes (fp16 and bf16), but attntune_attention_forward has no "
           "dtype argument: export one file per dtype (--dtype)");
-    if (it.row.arch != p.arch)
+    if (base_arch(it.row.arch) != p.arch)
       throw InputError(fmt::format("export: the results were measured on different archs ({} and {}): export one file "
                                    "per arch (--arch)",
                                    json_quoted(p.arch), json_quoted(it.row.arch)));

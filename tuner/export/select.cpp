@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "families/family.hpp"
 
 namespace attntune {
 
@@ -95,6 +96,7 @@ std::vector<BestRow> all_best_rows(ResultReader& results, const ExportQuery& q) 
   std::vector<Problem> problems;
   for (const CampaignRow& c : results.campaigns()) {
     if (q.dtype && c.spec.problem.dtype != *q.dtype) continue;
+    if (q.only && std::find(q.only->begin(), q.only->end(), c.spec.problem) == q.only->end()) continue;
     if (std::find(problems.begin(), problems.end(), c.spec.problem) == problems.end())
       problems.push_back(c.spec.problem);
   }
@@ -106,7 +108,7 @@ std::vector<BestRow> all_best_rows(ResultReader& results, const ExportQuery& q) 
   std::set<std::string> dtypes, archs;
   for (const BestRow& r : rows) {
     dtypes.insert(dtype_name(r.problem.dtype));
-    archs.insert(r.arch);
+    archs.insert(base_arch(r.arch));  // sm_90 and sm_90a results of one GPU go in one file
   }
   if (dtypes.size() > 1)
     throw InputError(fmt::format(

@@ -23,6 +23,8 @@ struct ExportQuery {
   // Only results measured on this GPU model; needed when the selected results span several (an
   // H100's times never rank against an H200's).
   std::optional<std::string> gpu;
+  // all_best: only these problems (export --plan: a model's plan); nullopt: every problem.
+  std::optional<std::vector<Problem>> only;
   std::optional<std::string> space_file;   // for campaigns stored without their space's YAML
 };
 

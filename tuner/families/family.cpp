@@ -212,6 +212,10 @@ std::optional<attntune_plan::Plan> plan_call(const LaunchSpec& spec, const attnt
   return plan;
 }
 
+std::string base_arch(const std::string& arch) {
+  return !arch.empty() && arch.back() == 'a' ? arch.substr(0, arch.size() - 1) : arch;
+}
+
 std::string space_arch_for_device(const SearchSpace& space, const std::string& device_arch) {
   const auto& archs = space.archs();
   if (std::find(archs.begin(), archs.end(), device_arch) != archs.end()) return device_arch;

@@ -112,6 +112,9 @@ std::optional<attntune_plan::Plan> plan_call(const LaunchSpec& spec, const attnt
 // The arch to build a space's kernels for on a device whose compute capability is `device_arch`
 // ("sm_90"): the device's own when the space lists it, else its arch-specific variant ("sm_90a":
 // wgmma, setmaxnreg) when the space lists that, else the device's own (which the space refuses).
+// The device arch of an arch-specific target: "sm_90a" -> "sm_90"; others unchanged. Results of
+// one GPU are filed under both (a family built for sm_90a, another for sm_90).
+std::string base_arch(const std::string& arch);
 std::string space_arch_for_device(const SearchSpace& space, const std::string& device_arch);
 
 // A family that a test registers at run time, with its own rendering: the reliability suite's
