@@ -206,8 +206,12 @@ class KvCache:
 def reference(q, k, v, causal, scale, dtype):
     """Attention in `dtype` (float64, or the inputs' dtype with a float32 softmax as
     FlashAttention's attention_ref does); bottom-right causal; rows that see no key give 0 and LSE
-    -inf. Returns out [B, H, S, D] and lse [B, H, S] (float64). Chunks query rows to bound memory."""
+    -inf. Returns out [B, H, S, D] and lse [B, H, S] (float64). Chunks query rows, and sequences
+    where K and V in `dtype` with their heads repeated would not fit (b=64 over 32k keys: 68 GB)."""
     B, H, S, D = q.shape
+    if B > 1 and 2 * B * H * k.shape[2] * D * torch.empty((), dtype=dtype).element_size() > 4e9:
+        parts = [reference(q[i:i + 1], k[i:i + 1], v[i:i + 1], causal, scale, dtype) for i in range(B)]
+        return torch.cat([o for o, _ in parts]), torch.cat([l for _, l in parts])
     Hkv, Sk = k.shape[1], k.shape[2]
     qd, kd, vd = (t.to(dtype) for t in (q, k, v))
     if Hkv != H:

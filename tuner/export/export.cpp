@@ -192,6 +192,8 @@ nlohmann::ordered_json problem_json(const Problem& p) {
   const nlohmann::json j = p.json();
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const char* key : {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal"}) out[key] = j.at(key);
+  // A paged problem says so (as its spec does): its kernel was tuned through the kvcache entry.
+  if (p.paged()) out["page"] = p.page;
   return out;
 }
 

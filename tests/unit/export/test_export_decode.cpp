@@ -66,8 +66,12 @@ TEST(ExportDecode, AllBestListsEachEntryPointWithItsProblems) {
             std::string::npos);
   for (const auto& k : info["kernels"])
     if (k["template"] == "flash_decode") EXPECT_TRUE(k["launch"].contains("combine")) << k.dump();
-  // The paged problem keeps its page in the provenance.
+  // The paged problem keeps its page in the provenance, also in each kernel's problem object, so a
+  // caller (tools/compare_sdpa.py) matches the kernel with its entry in entry_points.
   EXPECT_NE(cu.find("page=16"), std::string::npos);
+  int paged = 0;
+  for (const auto& k : info["kernels"]) paged += k["problem"].contains("page") && k["problem"]["page"] == 16;
+  EXPECT_EQ(paged, 1) << info["kernels"].dump();
 }
 
 TEST(ExportDecodeNvcc, BuildsForSm80AndSm90AndRefusesBadServingCalls) {

@@ -382,3 +382,30 @@ TEST(ExportWgmmaNvcc, CompilesForSm90aWithCSymbolsAndChecksArguments) {
 }
 
 }  // namespace
+
+namespace attntune {
+namespace {
+
+// export --all-best --plan: one library for a model holds the plan's tuned problems only, and says
+// which of the plan's problems have no result yet.
+TEST(ExportWgmma, AllBestOverAPlanHoldsThePlansProblemsAndNamesTheMissing) {
+  Fixture f;
+  const std::string plan = f.dir.file("model.yaml");
+  test::write_bytes(plan, "model: test\nproblems:\n  - {problem: \"" + kD128 +
+                        "\", regime: prefill}\n  - {problem: \"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1\", regime: "
+                        "prefill}\n");
+  const std::string out = f.dir.file("model.cu");
+  auto r = run_attntune("export --db " + shq(f.db) + " --all-best --plan " + shq(plan) + " -o " + shq(out));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json info = info_from_source(read_bytes(out));
+  ASSERT_EQ(info["kernels"].size(), 1u) << "the d=64 campaign is not in the plan";
+  EXPECT_EQ(info["kernels"][0]["problem"]["s"], 4096);
+  EXPECT_EQ(info["kernels"][0]["problem"]["d"], 128);
+  EXPECT_NE(r.err.find("1 of the plan's 2 problems have no result yet"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("s=8192"), std::string::npos) << r.err;
+  r = run_attntune("export --db " + shq(f.db) + " --campaign wg-d128 --plan " + shq(plan) + " -o " + shq(out));
+  EXPECT_EQ(r.rc, 2) << r.err;
+}
+
+}  // namespace
+}  // namespace attntune
