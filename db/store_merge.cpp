@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "db/merge.hpp"
 #include "db/sqlite.hpp"
 #include "db/store.hpp"
@@ -591,6 +592,16 @@ std::vector<MergeCounts> merge_databases(const std::vector<std::string>& inputs,
                                      "file (nothing merged)",
                                      out, input));
     }
+  }
+
+  // Nor one of an input's SQLite companions (-wal, -shm, -journal), nor an input one of the
+  // output's: SQLite would take one for the other's log (core/output_file.hpp, issue 28).
+  for (const std::string& input : inputs) {
+    std::string which;
+    if (is_database_file(out, input, &which) || is_database_file(input, out, &which))
+      throw InputError(fmt::format("merge: the output '{}' and the input '{}' are one database's files ({}); merge "
+                                   "into another file (nothing merged)",
+                                   out, input, which));
   }
 
   // Every input is opened (and judged) before the output is touched.
