@@ -627,11 +627,20 @@ std::vector<MergeCounts> merge_databases(const std::vector<std::string>& inputs,
                            input, h->version));
   }
 
-  Store target = Store::open(out, Store::Mode::kCreate);
   std::vector<MergeSource> sources;
   for (std::size_t i = 0; i < inputs.size(); ++i)
     sources.push_back({inputs[i], fs::path(inputs[i]).stem().string(), &stores[i]});
-  return target.merge_from(sources, progress);
+  // A merge that fails into a database it created (a full disk) leaves no half-made file behind.
+  std::error_code ec;
+  const bool existed = fs::exists(fs::symlink_status(out, ec));
+  try {
+    Store target = Store::open(out, Store::Mode::kCreate);
+    return target.merge_from(sources, progress);
+  } catch (...) {
+    if (!existed)
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(out + suffix, ec);
+    throw;
+  }
 }
 
 }  // namespace attntune
