@@ -1,4 +1,4 @@
--- attntune database, schema version 6 (the highest db/migrations/NNN_*.sql). A new database is
+-- attntune database, schema version 7 (the highest db/migrations/NNN_*.sql). A new database is
 -- created from this file; an older one is brought here by the migrations, and a test checks that
 -- both roads end at the same tables, columns and indexes. The store sets PRAGMA application_id
 -- ("ATTN") and PRAGMA user_version in the same transaction.
@@ -49,6 +49,24 @@ CREATE TABLE campaigns (
   space_text     TEXT NOT NULL DEFAULT ''         -- since version 3: the space YAML, for replay/export
 );
 CREATE INDEX campaigns_problem ON campaigns (b, h, hkv, s, sk, d, dtype, causal, page);
+
+-- Since version 7: each run of a campaign (the first, then each resume): what it asked for and how
+-- it ended; campaigns keeps the latest run's (db/migrations/007_campaign_runs.sql).
+CREATE TABLE campaign_runs (
+  campaign_id    INTEGER NOT NULL REFERENCES campaigns (id) ON DELETE CASCADE,
+  run            INTEGER NOT NULL CHECK (run >= 1),  -- 1, 2, ... within the campaign
+  strategy       TEXT NOT NULL,
+  seed           INTEGER NOT NULL,
+  budget_evals   INTEGER NOT NULL DEFAULT 0,         -- 0: no limit
+  budget_seconds REAL NOT NULL DEFAULT 0,            -- 0: no limit
+  device_id      INTEGER NOT NULL REFERENCES devices (id),
+  started_at     TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  ended_at       TEXT,
+  status         TEXT NOT NULL DEFAULT 'running'
+                 CHECK (status IN ('running', 'completed', 'stopped', 'failed')),
+  stop_reason    TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (campaign_id, run)
+);
 
 -- Since version 4: the search spaces of each campaign, one row per template family (one row for a
 -- campaign of one family, repeating its campaigns columns).

@@ -149,6 +149,12 @@ std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_
         .bind(id, spec.budget_evals, spec.budget_seconds, device_id, spec.strategy, spec.seed, spec.space_path,
               spec.space_text)
         .run();
+    // A re-timing that a kill cut short (a database written before put_final) left final rows that
+    // no ranking covers: they are not the campaign's, and this run re-times afresh (issue 28).
+    Statement partial(db(),
+                      "DELETE FROM evaluations WHERE campaign_id = ?1 AND phase = 'final' AND evaluated_at > "
+                      "IFNULL((SELECT MAX(ranked_at) FROM rankings WHERE campaign_id = ?1), '')");
+    partial.bind(id).run();
   } else {
     const Problem& p = spec.problem;
     Statement insert(db(),
@@ -162,6 +168,12 @@ std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_
         .run();
     id = db().last_insert_rowid();
   }
+  // This run, as asked for: a resume with other budgets keeps the earlier runs' (campaign_runs).
+  Statement run(db(),
+                "INSERT INTO campaign_runs (campaign_id, run, strategy, seed, budget_evals, budget_seconds, device_id) "
+                "VALUES (?1, (SELECT IFNULL(MAX(run), 0) + 1 FROM campaign_runs WHERE campaign_id = ?1), ?2, ?3, ?4, "
+                "?5, ?6)");
+  run.bind(id, spec.strategy, spec.seed, spec.budget_evals, spec.budget_seconds, device_id).run();
   // Each space of the campaign: the latest run's path, and its text unless it brings none.
   Statement space(db(),
                   "INSERT INTO campaign_spaces (campaign_id, family, space_path, space_hash, space_text) "
@@ -184,6 +196,10 @@ void Store::finish_campaign(std::int64_t campaign_id, const std::string& status,
                    "ended_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?1");
   update.bind(campaign_id, status, stop_reason).run();
   if (db().changes() != 1) throw std::logic_error(fmt::format("finish_campaign: no campaign with id {}", campaign_id));
+  Statement run(db(),
+                "UPDATE campaign_runs SET status = ?2, stop_reason = ?3, ended_at = strftime('%Y-%m-%dT%H:%M:%fZ', "
+                "'now') WHERE campaign_id = ?1 AND run = (SELECT MAX(run) FROM campaign_runs WHERE campaign_id = ?1)");
+  run.bind(campaign_id, status, stop_reason).run();
   tx.commit();
 }
 
@@ -247,13 +263,13 @@ void Store::put_build(const BuildKey& key, const BuildRecord& b) {
       .run();
 }
 
-std::int64_t Store::record_evaluation(std::int64_t campaign_id, std::int64_t candidate_id, std::int64_t device_id,
-                                      const EvalRecord& e, Phase phase) {
-  Transaction tx(db());
-  check_fence_id(campaign_id);
-  // seq: the next number in the campaign, read under the write lock (the unique (campaign_id, seq)
-  // index makes the MAX a single lookup).
-  Statement insert(db(),
+namespace {
+
+// One evaluation row, numbered next in its campaign (read under the write lock: the unique
+// (campaign_id, seq) index makes the MAX a single lookup), in the caller's transaction.
+std::int64_t insert_evaluation(sqlite::Connection& db, std::int64_t campaign_id, std::int64_t candidate_id,
+                               std::int64_t device_id, const EvalRecord& e, Phase phase) {
+  Statement insert(db,
                    "INSERT INTO evaluations (campaign_id, seq, candidate_id, device_id, status, error, median_us, "
                    "min_us, max_us, stdev_us, count, tflops, max_abs_err, err_bound, phase) VALUES (?1, "
                    "(SELECT IFNULL(MAX(seq), 0) + 1 FROM evaluations WHERE campaign_id = ?1), "
@@ -262,17 +278,87 @@ std::int64_t Store::record_evaluation(std::int64_t campaign_id, std::int64_t can
       .bind(campaign_id, candidate_id, device_id, e.status, e.error, e.median_us, e.min_us, e.max_us, e.stdev_us,
             e.count, e.tflops, e.max_abs_err, e.err_bound, phase == Phase::kFinal ? "final" : "search")
       .run();
-  const std::int64_t id = db().last_insert_rowid();
-  if (const int ms = test_commit_delay_ms(); ms > 0) {
-    Statement seq(db(), "SELECT seq FROM evaluations WHERE id = ?1");
-    seq.bind(id);
-    seq.step();
-    std::fprintf(stderr, "attntune: test hook: evaluation %lld of campaign %lld written, commit in %d ms\n",
-                 static_cast<long long>(seq.int64(0)), static_cast<long long>(campaign_id), ms);
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return db.last_insert_rowid();
+}
+
+// Replaces the campaign's ranking, in the caller's transaction.
+void replace_ranking(sqlite::Connection& db, std::int64_t campaign_id, std::int64_t device_id,
+                     const std::vector<RankingEntry>& entries) {
+  Statement clear(db, "DELETE FROM rankings WHERE campaign_id = ?1");
+  clear.bind(campaign_id).run();
+  Statement insert(db,
+                   "INSERT INTO rankings (campaign_id, rank, candidate_id, device_id, median_us, tflops, max_abs_err, "
+                   "spread_pct, rounds) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+  int rank = 1;
+  for (const RankingEntry& e : entries) {
+    insert.reset();
+    insert
+        .bind(campaign_id, rank++, e.candidate_id, e.device_id ? e.device_id : device_id, e.median_us, e.tflops,
+              e.max_abs_err, e.spread_pct, e.rounds)
+        .run();
   }
+}
+
+// The test hook (ATTNTUNE_TEST_COMMIT_DELAY_MS): says which evaluation is written and holds the
+// transaction open that long, so a test can kill the process inside it.
+void hold_commit(sqlite::Connection& db, std::int64_t campaign_id, std::int64_t evaluation_id) {
+  const int ms = test_commit_delay_ms();
+  if (ms <= 0) return;
+  Statement seq(db, "SELECT seq FROM evaluations WHERE id = ?1");
+  seq.bind(evaluation_id);
+  seq.step();
+  std::fprintf(stderr, "attntune: test hook: evaluation %lld of campaign %lld written, commit in %d ms\n",
+               static_cast<long long>(seq.int64(0)), static_cast<long long>(campaign_id), ms);
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+}  // namespace
+
+std::int64_t Store::record_evaluation(std::int64_t campaign_id, std::int64_t candidate_id, std::int64_t device_id,
+                                      const EvalRecord& e, Phase phase) {
+  Transaction tx(db());
+  check_fence_id(campaign_id);
+  const std::int64_t id = insert_evaluation(db(), campaign_id, candidate_id, device_id, e, phase);
+  hold_commit(db(), campaign_id, id);
   tx.commit();
   return id;
+}
+
+void Store::put_final(std::int64_t campaign_id, std::int64_t device_id, const std::vector<FinalEvaluation>& finals,
+                      const std::vector<RankingEntry>& entries) {
+  Transaction tx(db());
+  check_fence_id(campaign_id);
+  std::int64_t last = 0;
+  for (const FinalEvaluation& f : finals)
+    last = insert_evaluation(db(), campaign_id, f.candidate_id, f.device_id, f.record, Phase::kFinal);
+  replace_ranking(db(), campaign_id, device_id, entries);
+  if (last) hold_commit(db(), campaign_id, last);
+  tx.commit();
+}
+
+std::vector<CampaignRunRow> Store::campaign_runs(std::int64_t campaign_id) {
+  Statement st(db(),
+               "SELECT r.run, r.strategy, r.seed, r.budget_evals, r.budget_seconds, d.name, d.arch, r.started_at, "
+               "IFNULL(r.ended_at, ''), r.status, r.stop_reason FROM campaign_runs r JOIN devices d ON d.id = "
+               "r.device_id WHERE r.campaign_id = ?1 ORDER BY r.run");
+  st.bind(campaign_id);
+  std::vector<CampaignRunRow> out;
+  while (st.step()) {
+    CampaignRunRow r;
+    r.run = static_cast<int>(st.int64(0));
+    r.strategy = st.text(1);
+    r.seed = st.int64(2);
+    r.budget_evals = st.int64(3);
+    r.budget_seconds = st.real(4);
+    r.gpu = st.text(5);
+    r.arch = st.text(6);
+    r.started_at = st.text(7);
+    r.ended_at = st.text(8);
+    r.status = st.text(9);
+    r.stop_reason = st.text(10);
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 std::vector<EvaluationRow> Store::campaign_evaluations(std::int64_t campaign_id) {
@@ -303,19 +389,7 @@ std::vector<EvaluationRow> Store::campaign_evaluations(std::int64_t campaign_id)
 void Store::put_ranking(std::int64_t campaign_id, std::int64_t device_id, const std::vector<RankingEntry>& entries) {
   Transaction tx(db());
   check_fence_id(campaign_id);
-  Statement clear(db(), "DELETE FROM rankings WHERE campaign_id = ?1");
-  clear.bind(campaign_id).run();
-  Statement insert(db(),
-                   "INSERT INTO rankings (campaign_id, rank, candidate_id, device_id, median_us, tflops, max_abs_err, "
-                   "spread_pct, rounds) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
-  int rank = 1;
-  for (const RankingEntry& e : entries) {
-    insert.reset();
-    insert
-        .bind(campaign_id, rank++, e.candidate_id, e.device_id ? e.device_id : device_id, e.median_us, e.tflops,
-              e.max_abs_err, e.spread_pct, e.rounds)
-        .run();
-  }
+  replace_ranking(db(), campaign_id, device_id, entries);
   tx.commit();
 }
 

@@ -89,6 +89,11 @@ class Store final : public BuildCache, public CampaignLog, public ResultReader, 
   void put_ranking(std::int64_t campaign_id, std::int64_t device_id,
                    const std::vector<RankingEntry>& entries) override;
   std::vector<RankedRow> ranking(std::int64_t campaign_id) override;  // empty until a campaign has ranked
+  // The final re-timing's rows and the ranking, in one transaction (CampaignLog::put_final).
+  void put_final(std::int64_t campaign_id, std::int64_t device_id, const std::vector<FinalEvaluation>& finals,
+                 const std::vector<RankingEntry>& entries) override;
+  // Each run of a campaign (campaign_runs, since version 7): what it asked for, when, how it ended.
+  std::vector<CampaignRunRow> campaign_runs(std::int64_t campaign_id);
 
   // Ok configs only, fastest first; one row per distinct (campaign, template, config); at most
   // query.top rows (>= 1). A campaign that has ranked its top candidates (tune's re-timing at the

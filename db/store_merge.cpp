@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "db/merge.hpp"
 #include "db/sqlite.hpp"
 #include "db/store.hpp"
@@ -593,6 +594,16 @@ std::vector<MergeCounts> merge_databases(const std::vector<std::string>& inputs,
     }
   }
 
+  // Nor one of an input's SQLite companions (-wal, -shm, -journal), nor an input one of the
+  // output's: SQLite would take one for the other's log (core/output_file.hpp, issue 28).
+  for (const std::string& input : inputs) {
+    std::string which;
+    if (is_database_file(out, input, &which) || is_database_file(input, out, &which))
+      throw InputError(fmt::format("merge: the output '{}' and the input '{}' are one database's files ({}); merge "
+                                   "into another file (nothing merged)",
+                                   out, input, which));
+  }
+
   // Every input is opened (and judged) before the output is touched.
   const int current = Store::current_schema_version();
   std::vector<Store> stores;
@@ -616,11 +627,20 @@ std::vector<MergeCounts> merge_databases(const std::vector<std::string>& inputs,
                            input, h->version));
   }
 
-  Store target = Store::open(out, Store::Mode::kCreate);
   std::vector<MergeSource> sources;
   for (std::size_t i = 0; i < inputs.size(); ++i)
     sources.push_back({inputs[i], fs::path(inputs[i]).stem().string(), &stores[i]});
-  return target.merge_from(sources, progress);
+  // A merge that fails into a database it created (a full disk) leaves no half-made file behind.
+  std::error_code ec;
+  const bool existed = fs::exists(fs::symlink_status(out, ec));
+  try {
+    Store target = Store::open(out, Store::Mode::kCreate);
+    return target.merge_from(sources, progress);
+  } catch (...) {
+    if (!existed)
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(out + suffix, ec);
+    throw;
+  }
 }
 
 }  // namespace attntune

@@ -18,6 +18,12 @@ namespace attntune {
 using sqlite::Connection;
 using sqlite::Statement;
 using sqlite::Transaction;
+
+// A final re-timing row counts only when a ranking covers it (written with or before it): one
+// that a kill cut short (databases written before Store::put_final) is never a result (issue 28).
+#define kCountedFinal                                                                                     \
+  " AND (e.phase = 'search' OR e.evaluated_at <= IFNULL((SELECT MAX(r2.ranked_at) FROM rankings r2 WHERE " \
+  "r2.campaign_id = e.campaign_id), ''))"
 using store_rows::config_from_text;
 using store_rows::problem_from_columns;
 using store_rows::read_campaign_spaces;
@@ -108,12 +114,12 @@ class CampaignResults {
                 "ORDER BY r.rank"),
         walk_(db,
               "SELECT e.id, e.median_us, e.candidate_id FROM evaluations e "
-              "WHERE e.campaign_id = ?1 AND e.status = 'ok' ORDER BY e.median_us, e.candidate_id, e.id"),
+              "WHERE e.campaign_id = ?1 AND e.status = 'ok'" kCountedFinal " ORDER BY e.median_us, e.candidate_id, e.id"),
         // With a GPU model: the walk reads each row's device too (so it is not the covering walk above).
         walk_gpu_(db,
                   "SELECT e.id, e.median_us, e.candidate_id FROM evaluations e "
                   "WHERE e.campaign_id = ?1 AND e.status = 'ok' AND e.device_id IN (SELECT id FROM devices WHERE "
-                  "name = ?2) ORDER BY e.median_us, e.candidate_id, e.id"),
+                  "name = ?2)" kCountedFinal " ORDER BY e.median_us, e.candidate_id, e.id"),
         config_of_(db, "SELECT family, config_key FROM candidates WHERE id = ?1") {}
 
   // Appends the campaign's first `top` distinct (template, config) to `found`.
@@ -246,7 +252,7 @@ constexpr const char* kCampaignColumns =
     "FROM campaigns c JOIN devices d ON d.id = c.device_id "
     "LEFT JOIN rankings rk ON rk.campaign_id = c.id AND rk.rank = 1 "
     "LEFT JOIN evaluations best ON best.id = (SELECT e.id FROM evaluations e "
-    "  WHERE e.campaign_id = c.id AND e.status = 'ok' ORDER BY e.median_us, e.candidate_id, e.id LIMIT 1) ";
+    "  WHERE e.campaign_id = c.id AND e.status = 'ok'" kCountedFinal " ORDER BY e.median_us, e.candidate_id, e.id LIMIT 1) ";
 
 CampaignRow read_campaign_row(Statement& st) {
   constexpr int kAfterProblem = 2 + store_rows::kProblemColumns;  // id, name, the problem

@@ -249,7 +249,8 @@ std::vector<QueueStatusRow> Store::queue_status() {
                      "(SELECT COUNT(*) FROM evaluations e WHERE e.campaign_id = c.id AND e.phase = 'search' AND "
                      "e.status = 'ok'), "
                      "IFNULL((SELECT median_us FROM rankings r WHERE r.campaign_id = c.id AND r.rank = 1), "
-                     "(SELECT MIN(median_us) FROM evaluations e WHERE e.campaign_id = c.id AND e.status = 'ok')), "
+                     "(SELECT MIN(median_us) FROM evaluations e WHERE e.campaign_id = c.id AND e.status = 'ok' AND "
+                     "e.phase = 'search')), "
                      "d.name FROM campaigns c JOIN devices d ON d.id = c.device_id WHERE c.name = ?1");
   for (QueueStatusRow& row : out) {
     lease.reset();

@@ -1,7 +1,5 @@
 // attntune export: the winner as one self-contained .cu (docs/CONTRACT.md "The exported kernel";
 // docs/EXPORT.md shows how to use it). Reads the database read-only.
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +16,7 @@
 #include "service/plan.hpp"
 #include "cli/format.hpp"
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "db/store.hpp"
 #include "export/export.hpp"
 #include "export/select.hpp"
@@ -27,32 +26,6 @@ namespace attntune::cli {
 namespace {
 
 constexpr const char* kSummary = "write the best kernel (or every problem's best) as a standalone .cu";
-
-// Writes beside the target and renames, so a failed export never leaves half a file behind.
-void write_file(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  if (fs::is_directory(target)) throw InputError(fmt::format("-o {}: is a directory", path));
-  const fs::path tmp = target.parent_path() / fmt::format(".{}.tmp{}", target.filename().string(), ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(fmt::format("-o {}: cannot write: {}", path, std::strerror(errno)));
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw InputError(fmt::format("-o {}: cannot write: {}", path, std::strerror(errno)));
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw InputError(fmt::format("-o {}: cannot write: {}", path, ec.message()));
-  }
-}
 
 int run_export(const std::vector<std::string>& args) {
   std::string db_path, campaign, problem_spec, output, dtype, arch, gpu, space_file, plan_path;
@@ -111,9 +84,10 @@ int run_export(const std::vector<std::string>& args) {
   std::ostream& report = output == "-" ? std::cerr : std::cout;
   if (output == "-") {
     std::cout << source;
-    std::cout.flush();
+    finish_stdout();  // before saying it was exported
   } else {
-    write_file(output, source);
+    // Never over the database read (or the default one), whatever the spelling (issue 28).
+    write_output_file("-o", output, source, {db_path, default_db_path()});
   }
   report << fmt::format("exported {} kernel{} for {} to {}\n", items.size(), items.size() == 1 ? "" : "s",
                         items.front().row.arch, output == "-" ? "stdout" : output);

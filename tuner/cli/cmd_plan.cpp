@@ -107,7 +107,7 @@ int run_plan(const std::vector<std::string>& args) {
 
   const ModelAttention model = read_model_config(model_path);
   const Plan plan = make_plan(model, o);
-  if (vm.count("output")) plan.save(output);  // before printing: a failed save prints only its error
+  if (vm.count("output")) plan.save(output, {default_db_path()}, "plan -o");  // before printing: a failed save prints only its error
 
   if (kind == Format::kJson)
     print_json(std::cout, plan.json());

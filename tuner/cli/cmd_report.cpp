@@ -13,6 +13,7 @@
 #include "cli/command.hpp"
 #include "cli/format.hpp"
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "db/store.hpp"
 #include "report/analysis.hpp"
 #include "report/figure.hpp"
@@ -45,6 +46,7 @@ struct Report {
   std::vector<RankedRow> ranking;
   Analysis analysis;
   std::vector<FamilyReport> families;  // empty for a campaign of one template
+  std::vector<CampaignRunRow> runs;    // each run (the first, then each resume), as asked for
 };
 
 std::string ranked_config(const RankedRow& r, bool mixed) {
@@ -168,6 +170,21 @@ nlohmann::ordered_json to_json(const Report& r) {
                                 {"parameters", parameters_json(a)},
                                 {"ranking", ranking}};
   if (!r.families.empty()) out["families"] = families;
+  nlohmann::ordered_json runs = nlohmann::ordered_json::array();
+  for (const CampaignRunRow& run : r.runs)
+    runs.push_back({{"run", run.run},
+                    {"strategy", run.strategy},
+                    {"seed", run.seed},
+                    {"budget_evals", run.budget_evals},
+                    {"budget_seconds", run.budget_seconds},
+                    {"gpu", run.gpu},
+                    {"arch", run.arch},
+                    {"started_at", run.started_at},
+                    {"ended_at", run.ended_at.empty() ? nlohmann::ordered_json(nullptr)
+                                                      : nlohmann::ordered_json(run.ended_at)},
+                    {"status", run.status},
+                    {"stop_reason", run.stop_reason}});
+  out["runs"] = runs;
   return out;
 }
 
@@ -252,6 +269,15 @@ void print_header(std::ostream& out, const Report& r) {
     budget += fmt::format("{} {}", budget.empty() ? ", budget" : " or", report::format_duration(c.spec.budget_seconds));
   out << fmt::format("  strategy   {}, seed {}{}\n", c.spec.strategy, c.spec.seed, budget);
   out << fmt::format("  status     {}\n", status_line(c));
+  if (r.runs.size() > 1)
+    for (const CampaignRunRow& run : r.runs) {
+      std::string asked;
+      if (run.budget_evals > 0) asked += fmt::format(", budget {} evaluations", run.budget_evals);
+      if (run.budget_seconds > 0) asked += fmt::format(", budget {}", report::format_duration(run.budget_seconds));
+      out << fmt::format("  run {}      {} UTC: {}, seed {}{}; {}\n", run.run, format_time(run.started_at),
+                         run.strategy, run.seed, asked,
+                         run.stop_reason.empty() ? run.status : run.status + ": " + run.stop_reason);
+    }
   out << fmt::format("  started    {} UTC{}\n", format_time(c.started_at),
                      c.ended_at.empty() ? "" : fmt::format(", ended {} UTC", format_time(c.ended_at)));
   if (a.evaluations == 0) {
@@ -396,6 +422,8 @@ int run_report(const std::vector<std::string>& args) {
   const Format kind = parse_format(format);
   if (vm.count("plot")) {
     if (plot.empty()) throw InputError("report: --plot needs a file name ending .svg or .png");
+    report::plot_format(plot);
+    refuse_database_path("--plot", plot, {db_path, default_db_path()});  // the figure never replaces a database
     // Before any work: a name we cannot write, or PNG with no converter, fails at once.
     if (report::plot_format(plot) == report::PlotFormat::kPng && report::find_converters().empty())
       throw EnvError(report::no_converter_message(plot));
@@ -410,6 +438,7 @@ int run_report(const std::vector<std::string>& args) {
   r.campaign = std::move(*row);
   r.rows = store.campaign_evaluations(r.campaign.id);
   r.ranking = store.ranking(r.campaign.id);
+  r.runs = store.campaign_runs(r.campaign.id);
   if (r.campaign.spec.mixed()) {
     for (const CampaignSpace& sp : r.campaign.spec.spaces) {
       FamilyReport f;
@@ -435,7 +464,7 @@ int run_report(const std::vector<std::string>& args) {
         fmt::format("attntune report: {}", c.spec.name),
         {fmt::format("{}  ·  {}  ·  {} ({})", c.spec.problem.str(), c.spec.family, c.gpu, c.arch),
          fmt::format("{} seed {}  ·  {}", c.spec.strategy, c.spec.seed, status_line(c))}};
-    report::write_plot(plot, report::render_figure(text, r.rows, r.analysis));
+    report::write_plot(plot, report::render_figure(text, r.rows, r.analysis), {db_path, default_db_path()});
   }
 
   if (kind == Format::kJson)

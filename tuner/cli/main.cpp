@@ -11,6 +11,7 @@
 
 #include "cli/command.hpp"
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "core/text.hpp"
 
 namespace attntune::cli {
@@ -84,19 +85,28 @@ Format parse_format(const std::string& s, bool allow_csv) {
 
 int main(int argc, char** argv) {
   using namespace attntune;
+  // Before anything opens a file: a closed standard output must never become the database's
+  // descriptor, and a closed pipe must be an error we report, not a silent death (output_file.hpp).
+  prepare_standard_streams();
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
+    // Every success ends with standard output flushed and checked: output lost to a full disk, a
+    // closed descriptor or a reader gone is exit 3, never a silent 0.
+    auto finish = [](int rc) {
+      if (rc == 0) finish_stdout();
+      return rc;
+    };
     if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
       cli::print_help();
-      return args.empty() ? 2 : 0;
+      return finish(args.empty() ? 2 : 0);
     }
     if (args[0] == "--version") {
       std::printf("attntune %s\n", ATTNTUNE_VERSION);
-      return 0;
+      return finish(0);
     }
     for (const auto& c : cli::registered_commands()) {
       if (c.name == args[0]) {
-        return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
+        return finish(c.run(std::vector<std::string>(args.begin() + 1, args.end())));
       }
     }
     throw InputError(fmt::format("unknown command '{}' (see attntune --help)", args[0]));

@@ -50,6 +50,16 @@ class CampaignLog {
   virtual void put_ranking(std::int64_t campaign_id, std::int64_t device_id,
                            const std::vector<RankingEntry>& entries) = 0;
   virtual std::vector<RankedRow> ranking(std::int64_t campaign_id) = 0;  // empty until ranked
+  // The final re-timing's evaluations (phase final, numbered after the search's) and the ranking
+  // they decided, together: the Store writes them in one transaction, so a campaign never shows a
+  // half-done re-timing (final rows without their ranking; issue 28). This default, for logs
+  // without transactions, writes them one by one.
+  virtual void put_final(std::int64_t campaign_id, std::int64_t device_id, const std::vector<FinalEvaluation>& finals,
+                         const std::vector<RankingEntry>& entries) {
+    for (const FinalEvaluation& f : finals)
+      record_evaluation(campaign_id, f.candidate_id, f.device_id, f.record, Phase::kFinal);
+    put_ranking(campaign_id, device_id, entries);
+  }
 
  protected:
   CampaignLog() = default;

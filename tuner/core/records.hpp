@@ -56,6 +56,16 @@ struct CampaignRow {
   std::optional<double> best_us, best_tflops;  // the fastest ok evaluation, if any
 };
 
+// One run of a campaign (the first, then each resume): what it asked for and how it ended
+// (campaign_runs, schema version 7). A resume with other budgets never overwrites the earlier ones.
+struct CampaignRunRow {
+  int run = 0;  // 1, 2, ... within the campaign
+  std::string strategy;
+  std::int64_t seed = 0, budget_evals = 0;
+  double budget_seconds = 0;
+  std::string gpu, arch, started_at, ended_at, status, stop_reason;  // ended_at "" while running
+};
+
 struct BuildKey {
   std::string source_hash, arch, nvrtc_version, options;
 };
@@ -79,6 +89,12 @@ struct EvalRecord {
 // Which part of a campaign made an evaluation: the search, or the re-timing of its top candidates
 // at the end (which is not a second evaluation of the config).
 enum class Phase { kSearch, kFinal };
+
+// One re-timing of the final ranking, kept until the ranking is decided (CampaignLog::put_final).
+struct FinalEvaluation {
+  std::int64_t candidate_id = 0, device_id = 0;
+  EvalRecord record;
+};
 
 struct EvaluationRow {
   std::int64_t seq = 0;  // 1, 2, ... within the campaign

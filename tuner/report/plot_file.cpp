@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "core/text.hpp"
 
 extern char** environ;
@@ -115,7 +116,7 @@ bool is_png(const fs::path& p) {
   return f.read(head.data(), static_cast<std::streamsize>(head.size())) && head == kPngSignature;
 }
 
-// Removes the temporary files it holds unless released.
+// Removes the temporary files it holds.
 struct TempFiles {
   std::vector<fs::path> paths;
   ~TempFiles() {
@@ -126,21 +127,9 @@ struct TempFiles {
   }
 };
 
-fs::path temp_beside(const fs::path& target, const std::string& ext) {
-  return target.parent_path() / fmt::format(".{}.tmp{}{}", target.filename().string(), ::getpid(), ext);
-}
-
-void write_bytes(const fs::path& p, const std::string& data, const std::string& shown) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  if (out) out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  if (out) out.close();
-  if (!out) throw InputError(fmt::format("--plot {}: cannot write: {}", shown, std::strerror(errno)));
-}
-
-void rename_into_place(const fs::path& from, const fs::path& to, const std::string& shown) {
-  std::error_code ec;
-  fs::rename(from, to, ec);
-  if (ec) throw InputError(fmt::format("--plot {}: cannot write: {}", shown, ec.message()));
+std::string read_all(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
 }  // namespace
@@ -179,29 +168,34 @@ std::string no_converter_message(const std::string& path) {
       path);
 }
 
-void write_plot(const std::string& path, const std::string& svg) {
-  const fs::path target(path);
-  if (fs::is_directory(target)) throw InputError(fmt::format("--plot {}: is a directory", path));
-  TempFiles temps;
+void write_plot(const std::string& path, const std::string& svg, const ProtectedDatabases& databases) {
+  plot_format(path);
+  // The output writer (core/output_file.hpp): refuses a database, a directory, a missing directory;
+  // the file appears whole or not at all; a full disk is exit 3.
+  OutputFile out("--plot", path, databases);
   if (plot_format(path) == PlotFormat::kSvg) {
-    temps.paths.push_back(temp_beside(target, ".svg"));
-    write_bytes(temps.paths.back(), svg, path);
-    rename_into_place(temps.paths.back(), target, path);
+    out.write(svg);
+    out.commit();
     return;
   }
 
   const std::vector<Converter> converters = find_converters();
   if (converters.empty()) throw EnvError(no_converter_message(path));
-  const fs::path svg_file = temp_beside(target, ".svg"), png_file = temp_beside(target, ".png");
+  // The converter's input and output lie beside the target (the same file system), named after the
+  // output's temporary file, and are removed whatever happens.
+  const std::string base = out.temp_path().empty() ? fmt::format("/tmp/.attntune-plot{}", ::getpid()) : out.temp_path();
+  const fs::path svg_file = base + ".svg", png_file = base + ".png";
+  TempFiles temps;
   temps.paths = {svg_file, png_file};
-  write_bytes(svg_file, svg, path);
+  write_output_file("--plot", svg_file.string(), svg);
   std::vector<std::string> failures;
   for (const Converter& c : converters) {
     std::error_code ec;
     fs::remove(png_file, ec);
     const RunResult r = run(converter_argv(c, svg_file.string(), png_file.string()));
     if (r.ok && is_png(png_file)) {
-      rename_into_place(png_file, target, path);
+      out.write(read_all(png_file));
+      out.commit();
       return;
     }
     failures.push_back(fmt::format("{} failed ({})", c.path, r.ok ? "it wrote no PNG" : r.why));

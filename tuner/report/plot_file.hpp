@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/output_file.hpp"
+
 namespace attntune::report {
 
 enum class PlotFormat { kSvg, kPng };
@@ -23,7 +25,9 @@ std::vector<Converter> find_converters();
 std::string no_converter_message(const std::string& path);
 
 // SVG: writes `svg`. PNG: converts it with the first converter that succeeds; EnvError (exit 3)
-// when none is on $PATH or none produced a PNG. InputError when the file cannot be written.
-void write_plot(const std::string& path, const std::string& svg);
+// when none is on $PATH or none produced a PNG. Written by the output writer
+// (core/output_file.hpp): never over one of `databases` or its companions, whole or not at all, a
+// full disk exit 3, any other failure to write InputError.
+void write_plot(const std::string& path, const std::string& svg, const ProtectedDatabases& databases = {});
 
 }  // namespace attntune::report

@@ -102,6 +102,11 @@ class CampaignEntry {
     const std::int64_t candidate = log_.upsert_candidate(family, plain, r.source_hash);
     log_.record_evaluation(id_, candidate, device_of_.at(family), r.record, phase);
   }
+  // A re-timing of the final ranking as it will be recorded, with its ranking (put_final).
+  FinalEvaluation final_row(const RunResult& r) {
+    const auto [family, plain] = as_stored(r.config);
+    return {log_.upsert_candidate(family, plain, r.source_hash), device_of_.at(family), r.record};
+  }
 
  private:
   CampaignLog& log_;
@@ -315,7 +320,9 @@ class CampaignRun {
         return;
       }
       t.source_hash = r->source_hash;
-      entry_.record(*r, Phase::kFinal);
+      // Kept until the ranking is decided, then written with it in one transaction: a kill or a
+      // stop before that leaves no final rows without a ranking, and a resume re-times afresh.
+      finals_.push_back(entry_.final_row(*r));
       if (r->record.status != "ok") {
         t.failed = true;  // flaky: it failed where it once passed, so it cannot be the result
         progress_.event(fmt::format("re-timing: {} failed this time ({}: {}); dropped from the ranking",
@@ -363,7 +370,7 @@ class CampaignRun {
     }
     std::stable_sort(entries.begin(), entries.end(),
                      [](const RankingEntry& a, const RankingEntry& b) { return a.median_us < b.median_us; });
-    entry_.log().put_ranking(entry_.id(), entry_.device_id(), entries);
+    entry_.log().put_final(entry_.id(), entry_.device_id(), finals_, entries);
   }
 
   // The result: the top candidates re-timed interleaved, unless nothing changed since the last
@@ -403,6 +410,7 @@ class CampaignRun {
   const MultiFamily* families_ = nullptr;  // the allocation between families, when several
   Tally tally_;
   std::set<std::string> seen_;  // config_str of everything evaluated or submitted: never twice
+  std::vector<FinalEvaluation> finals_;  // the final re-timing's results, until put_final
   bool interrupted_ = false;
   std::string stop_reason_;
   std::size_t last_capacity_ = 0;  // the runner's pipeline depth last reported

@@ -19,6 +19,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 
 namespace attntune {
 
@@ -325,71 +326,6 @@ class PlanReader {
 
   std::string path_;
 };
-
-// ---- writing --------------------------------------------------------------------------------
-
-bool no_space(int err) { return err == ENOSPC || err == EFBIG || err == EDQUOT; }
-
-[[noreturn]] void throw_write_error(const std::string& path, int err) {
-  if (no_space(err))
-    throw EnvError(
-        fmt::format("{} cannot be written: no space left (the disk or quota is full, or the file-size "
-                    "limit is reached) ({})",
-                    path, std::strerror(err)));
-  throw InputError(fmt::format("{}: cannot write: {}", path, std::strerror(err)));
-}
-
-// Removes the temporary file unless it was renamed into place.
-struct TempFile {
-  std::string path;
-  int fd = -1;
-  bool keep = false;
-  ~TempFile() {
-    if (fd >= 0) ::close(fd);
-    if (!keep && !path.empty()) ::unlink(path.c_str());
-  }
-};
-
-// The file appears whole or not at all: written beside the target, flushed to disk, renamed over
-// it. Every write, the flush and the close are checked: a full disk is an error, not a short file.
-void write_atomically(const std::string& path, const std::string& text) {
-  static std::atomic<int> counter{0};
-  const fs::path target(path);
-  std::error_code ec;
-  if (fs::is_directory(target, ec)) throw InputError(fmt::format("{}: is a directory", path));
-  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  if (!fs::is_directory(dir, ec))
-    throw InputError(fmt::format("{}: cannot write: directory '{}' does not exist", path, dir.string()));
-  TempFile tmp;
-  tmp.path = (dir / fmt::format(".{}.tmp{}.{}", target.filename().string(), ::getpid(), counter++)).string();
-  tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (tmp.fd < 0) {
-    const int err = errno;
-    tmp.path.clear();  // not ours to remove
-    throw_write_error(path, err);
-  }
-  for (std::size_t done = 0; done < text.size();) {
-    const ssize_t n = ::write(tmp.fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_write_error(path, errno);
-    }
-    if (n == 0) throw_write_error(path, ENOSPC);
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(tmp.fd) != 0 && errno != EINVAL) throw_write_error(path, errno);  // EINVAL: no fsync (a pipe, /dev)
-  const int fd = tmp.fd;
-  tmp.fd = -1;
-  if (::close(fd) != 0) throw_write_error(path, errno);
-  if (::rename(tmp.path.c_str(), path.c_str()) != 0) throw_write_error(path, errno);
-  tmp.keep = true;
-  // The rename itself reaches the disk with the directory; failing that only loses durability.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)::fsync(dfd);
-    ::close(dfd);
-  }
-}
 
 // ---- make_plan ------------------------------------------------------------------------------
 
@@ -712,10 +648,10 @@ Plan Plan::load(const std::string& path) {
   }
 }
 
-void Plan::save(const std::string& path) const {
+void Plan::save(const std::string& path, const std::vector<std::string>& databases, const std::string& what) const {
   const FileKind kind = file_kind(path);
   if (entries.empty()) throw InputError(fmt::format("{}: a plan without problems is not written", path));
-  write_atomically(path, kind == FileKind::kYaml ? yaml() : json().dump(2) + "\n");
+  write_output_file(what, path, kind == FileKind::kYaml ? yaml() : json().dump(2) + "\n", databases);
 }
 
 }  // namespace attntune

@@ -84,8 +84,11 @@ struct Plan {
   static Plan load(const std::string& path);
   // Writes the file whole or not at all (a temporary file beside it, then rename), YAML or JSON by
   // the extension. EnvError (exit 3) when the disk, quota or file-size limit is full; InputError for
-  // the rest (a missing directory, no permission, an unknown extension).
-  void save(const std::string& path) const;
+  // the rest (a missing directory, no permission, an unknown extension, a path that is one of
+  // `databases` or their SQLite companions). The output writer of core/output_file.hpp; `what`
+  // prefixes its messages ("plan -o"; "" for none).
+  void save(const std::string& path, const std::vector<std::string>& databases = {},
+            const std::string& what = "") const;
   bool operator==(const Plan&) const = default;
 };
 

@@ -617,9 +617,9 @@ TEST_F(MergeTest, AnOlderInputIsReadThroughAnInMemoryMigration) {
     run_campaign(s, "old", h100(), 5);
   }
   {
-    // Schema version 5: version 6 only added the service's tables.
+    // Schema version 5: version 6 only added the service's tables, version 7 campaign_runs.
     Connection db = Connection::open(a, SQLITE_OPEN_READWRITE);
-    db.exec("DROP TABLE queue; DROP TABLE leases; DROP TABLE gpus; PRAGMA user_version = 5");
+    db.exec("DROP TABLE campaign_runs; DROP TABLE queue; DROP TABLE leases; DROP TABLE gpus; PRAGMA user_version = 5");
   }
   const std::string before = read_bytes(a);
   std::vector<std::string> progress;
