@@ -45,6 +45,13 @@ class Store final : public BuildCache, public CampaignLog, public ResultReader, 
   // database, a corrupt one, or one newer than this binary; the file is then left byte-for-byte
   // unchanged. A kReadOnly open of an older schema migrates a private in-memory copy.
   static Store open(const std::string& path, Mode mode);
+  // A second connection to the same database for another thread of this process (a heartbeat),
+  // opened by SQLite alone. Never Store::open the file again while a connection of this process is
+  // open: open() reads the header through its own file descriptor, and closing any descriptor of a
+  // file drops every POSIX lock this process holds on it, SQLite's included; another process then
+  // takes itself for the last connection, checkpoints and deletes the -wal under us, and our later
+  // commits go to the deleted file (seen: a worker's last release lost while `status` ran).
+  Store another_connection() const;
   Store(Store&&) noexcept;
   Store& operator=(Store&&) noexcept;
   ~Store();

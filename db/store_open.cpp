@@ -425,6 +425,15 @@ Store Store::open(const std::string& path, Mode mode) {
   return Store(path, std::move(db), version);
 }
 
+Store Store::another_connection() const {
+  if (!db_) throw std::logic_error("use of a moved-from Store");
+  auto db = std::make_unique<Connection>(Connection::open(path_, SQLITE_OPEN_READWRITE));
+  db->set_busy_timeout(kDefaultBusyTimeout);
+  db->exec("PRAGMA foreign_keys = ON");
+  db->exec("PRAGMA synchronous = NORMAL");
+  return Store(path_, std::move(db), schema_version_);
+}
+
 Store::Store(std::string path, std::unique_ptr<Connection> db, int schema_version)
     : path_(std::move(path)), db_(std::move(db)), schema_version_(schema_version) {}
 Store::Store(Store&&) noexcept = default;

@@ -92,9 +92,9 @@ int run_worker_process(const ServeArgs& a) {
   o.poll = std::chrono::milliseconds(static_cast<long long>(a.poll_seconds * 1000));
   o.runner = {a.worker, a.jobs, a.compile_timeout_s, a.deadline_floor_s};
   o.log_interval = std::chrono::seconds(a.log_interval);
-  const std::string path = a.db_path;
-  service::WorkerStores stores{store, store, store, store, [path]() -> std::unique_ptr<JobQueue> {
-                                 return std::make_unique<Store>(Store::open(path, Store::Mode::kExisting));
+  // The heartbeat's connection: never a second Store::open in this process (store.hpp says why).
+  service::WorkerStores stores{store, store, store, store, [&store]() -> std::unique_ptr<JobQueue> {
+                                 return std::make_unique<Store>(store.another_connection());
                                }};
   return service::run_worker(stores, o, g_stop, g_abandon, std::cerr);
 }

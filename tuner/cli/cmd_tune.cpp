@@ -260,7 +260,7 @@ class TuneLease {
     store_.acquire_lease(campaign_, owner_, service::unix_now(), service::kDefaultLeaseSeconds,
                          service::lease_is_stale);
     store_.fence_writes(owner_.id());
-    beat_store_.emplace(Store::open(db_path, Store::Mode::kExisting));
+    beat_store_.emplace(store_.another_connection());  // never a second Store::open: store.hpp
     heartbeat_.emplace(
         [this] {
           return beat_store_->renew_lease(campaign_, owner_.id(), service::unix_now() + service::kDefaultLeaseSeconds);
