@@ -334,6 +334,33 @@ class InputMerger {
     }
   }
 
+  // Each run of the campaign (schema 7: what every run asked for), by run number; the input's
+  // row of a run replaces ours (it is the same run, further along) and keeps its device mapped.
+  void copy_runs(std::int64_t theirs, std::int64_t here) {
+    Statement rows(in_,
+                   "SELECT run, strategy, seed, budget_evals, budget_seconds, device_id, started_at, ended_at, status, "
+                   "stop_reason FROM campaign_runs WHERE campaign_id = ?1 ORDER BY run");
+    rows.bind(theirs);
+    Statement put(out_,
+                  "INSERT INTO campaign_runs (campaign_id, run, strategy, seed, budget_evals, budget_seconds, "
+                  "device_id, started_at, ended_at, status, stop_reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+                  "?9, ?10, ?11) ON CONFLICT (campaign_id, run) DO UPDATE SET strategy = excluded.strategy, seed = "
+                  "excluded.seed, budget_evals = excluded.budget_evals, budget_seconds = excluded.budget_seconds, "
+                  "device_id = excluded.device_id, started_at = excluded.started_at, ended_at = excluded.ended_at, "
+                  "status = excluded.status, stop_reason = excluded.stop_reason");
+    while (rows.step()) {
+      put.reset();
+      put.bind_at(1, here);
+      for (int c = 0; c < 10; ++c) {
+        if (c == 5)
+          put.bind_at(2 + c, mapped(devices_, rows.int64(c), "device"));
+        else
+          put.bind_column(2 + c, rows, c);
+      }
+      put.run();
+    }
+  }
+
   // A campaign new here, under `name`: the row, its spaces, evaluations and ranking.
   void add_campaign(std::int64_t theirs, const std::string& name) {
     Statement row(in_, fmt::format("SELECT {} FROM campaigns WHERE id = ?1", kCampaignColumns));
@@ -352,6 +379,7 @@ class InputMerger {
     insert.run();
     const std::int64_t here = out_.last_insert_rowid();
     copy_spaces(theirs, here);
+    copy_runs(theirs, here);
     copy_evaluations(theirs, here, 0);
     copy_ranking(theirs, here);
   }
@@ -378,6 +406,7 @@ class InputMerger {
     }
     update.run();
     copy_spaces(theirs, here);
+    copy_runs(theirs, here);
     copy_ranking(theirs, here);
   }
 

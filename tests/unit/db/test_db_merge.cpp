@@ -32,7 +32,7 @@ using sqlite::Statement;
 
 namespace {
 
-const char* const kTables[] = {"devices",  "campaigns", "campaign_spaces", "candidates", "builds",
+const char* const kTables[] = {"devices",  "campaigns", "campaign_spaces", "campaign_runs", "candidates", "builds",
                                "evaluations", "rankings", "queue", "leases", "gpus"};
 
 // A connection that only reads (a read-write open, so a WAL database's side files go when it closes).
@@ -94,6 +94,11 @@ std::map<std::string, std::vector<std::string>> content(const std::string& path,
                                    "SELECT quote(c.name) || quote(s.family) || quote(s.space_path) || "
                                    "quote(s.space_hash) || quote(s.space_text) FROM campaign_spaces s JOIN campaigns c "
                                    "ON c.id = s.campaign_id ORDER BY 1");
+  out["campaign_runs"] = rows_of(
+      db, "SELECT quote(c.name) || quote(r.run) || quote(r.strategy) || quote(r.seed) || quote(r.budget_evals) || "
+          "quote(r.budget_seconds) || quote(r.started_at) || quote(r.ended_at) || quote(r.status) || "
+          "quote(r.stop_reason) || " + device + " FROM campaign_runs r JOIN campaigns c ON c.id = r.campaign_id "
+          "JOIN devices d ON d.id = r.device_id ORDER BY 1");
   out["evaluations"] = rows_of(
       db, "SELECT quote(c.name) || quote(e.seq) || " + cand + " || " + device +
               " || quote(e.status) || quote(error) || quote(median_us) || quote(min_us) || quote(max_us) || "
