@@ -444,6 +444,28 @@ Case numeric_case(Rng& r) {
   return c;
 }
 
+// One expression from the grammar (and what it is), all of it from `seed`.
+std::string make_expression(std::uint64_t seed, std::string& what) {
+  Rng r(seed);
+  ExprGen g(r);
+  std::string e;
+  const std::size_t form = std::vector<std::size_t>{0, 0, 0, 1, 1, 1, 2, 2, 2, 3}[pick(r, 10)];
+  if (form == 0) {
+    const int depth = static_cast<int>(pick(r, std::vector<std::size_t>{2, 8, 40, 120, 300, 600, 2000}));
+    e = g.boolean(depth), what = fmt::format("a random tree, spine {} deep", depth);
+  } else if (form == 1) {
+    const std::size_t n = pick(r, std::vector<std::size_t>{100, 255, 256, 257, 511, 512, 513, 1000, 5000, 100000,
+                                                           1000000});
+    e = g.shape(n), what = fmt::format("a hostile shape, n={}", n);
+  } else if (form == 2) {
+    e = g.mutate(g.boolean(static_cast<int>(pick(r, 30)))), what = "a random tree, mutated";
+  } else {
+    e = g.integer(static_cast<int>(pick(r, 6))), what = "an int where a bool is needed";
+  }
+  what += fmt::format(" ({} bytes)", e.size());
+  return e;
+}
+
 // The plan file the plan cases mutate: a real plan, with the space's keys that yaml_mutation edits.
 std::string plan_base(const std::string& plan_text) {
   return replace_once(plan_text + "description: x\nfamily: flash_fwd_mma\narchs: [sm_90]\n", "problems:",
@@ -457,27 +479,15 @@ std::vector<Case> generate(Rng& r, std::size_t count, const std::string& space_t
   for (std::size_t i = 0; i < count; ++i) {
     const std::size_t k = pick(r, 100);
     Case c;
-    if (k < 36) {  // expressions
-      ExprGen g(r);
-      std::string e, what;
-      const std::size_t form = std::vector<std::size_t>{0, 0, 0, 1, 1, 1, 2, 2, 2, 3}[pick(r, 10)];
-      if (form == 0) {
-        const int depth = static_cast<int>(pick(r, std::vector<std::size_t>{2, 8, 40, 120, 300, 600, 2000}));
-        e = g.boolean(depth), what = fmt::format("a random tree, spine {} deep", depth);
-      } else if (form == 1) {
-        const std::size_t n = pick(r, std::vector<std::size_t>{100, 255, 256, 257, 511, 512, 513, 1000, 5000,
-                                                               100000, 1000000});
-        e = g.shape(n), what = fmt::format("a hostile shape, n={}", n);
-      } else if (form == 2) {
-        e = g.mutate(g.boolean(static_cast<int>(pick(r, 30)))), what = "a random tree, mutated";
-      } else {
-        e = g.integer(static_cast<int>(pick(r, 6))), what = "an int where a bool is needed";
-      }
-      what += fmt::format(" ({} bytes)", e.size());
-      const bool stored = coin(r, 0.25), derived = coin(r, 0.2);
+    if (k < 36) {  // expressions: made again from the seed when the case runs (some are megabytes)
       const std::uint64_t seed = r();
-      c = {"expressions", what, [e, stored, derived, seed](const Ctx& x) {
-             Rng cr(seed);
+      const bool stored = coin(r, 0.25), derived = coin(r, 0.2);
+      std::string what;
+      make_expression(seed, what);
+      c = {"expressions", what, [seed, stored, derived](const Ctx& x) {
+             std::string ignored;
+             const std::string e = make_expression(seed, ignored);
+             Rng cr(seed + 1);
              const std::string text =
                  derived ? replace_once(x.space_text, "\nconstraints:\n",
                                         "\n  hostile: " + yaml_quoted(e) + "\nconstraints:\n")  // the last derived
@@ -595,6 +605,7 @@ std::vector<Case> fixed_cases() {
                      return {"plan", "--model", path(x)};
                    }, {}});
     out.push_back({"non-files", "export --space " + name, [path](const Ctx& x) -> std::vector<std::string> {
+                     x.store_space("");  // as a campaign from before schema 3: export needs --space
                      return {"export", "--db", x.db, "--campaign", "k", "--space", path(x), "-o", x.file("k.cu")};
                    }, {}});
   }
