@@ -566,7 +566,7 @@ SearchSpace SpaceLoader::run() {
   const std::vector<Entry> param_entries = entries(params, {});
   // Enumeration recurses once per parameter; the shipped spaces have a dozen.
   if (param_entries.size() > kMaxParams)
-    fail(params, fmt::format("params: {} parameters; a space may have at most {}", param_entries.size(), kMaxParams));
+    fail(params, fmt::format("{} parameters; a space may have at most {}", param_entries.size(), kMaxParams));
   for (const Entry& p : param_entries) read_param(p);
 
   sp_.derived_base_ = sp_.scope_.size();
