@@ -47,6 +47,7 @@ struct ProcOptions {
   std::vector<std::pair<std::string, std::string>> env;  // set in the child only
   std::optional<rlim_t> file_size_limit;                 // RLIMIT_FSIZE, with SIGXFSZ ignored
   std::string out_file, err_file;                        // "" : /dev/null; appended to
+  std::optional<double> time_limit_s;                    // run(): SIGKILL past this wall time (Ran::timed_out)
 };
 
 // `attntune ARGS...` (no shell) in its own process; the destructor kills and reaps it if it runs.
@@ -134,7 +135,8 @@ class Proc {
 struct Ran {
   int rc = -1;
   std::string out, err;
-  double ms = 0;  // fork to exit
+  double ms = 0;           // fork to exit
+  bool timed_out = false;  // killed at ProcOptions::time_limit_s (rc is then 128 + SIGKILL)
 };
 
 // Runs the binary to completion in `scratch` (stdout and stderr through files there).
@@ -146,6 +148,17 @@ inline Ran run(const std::vector<std::string>& args, const fs::path& scratch, Pr
   Ran r;
   {
     Proc p(args, o);
+    if (o.time_limit_s) {
+      const auto deadline = Clock::now() + std::chrono::duration<double>(*o.time_limit_s);
+      while (!p.done()) {
+        if (Clock::now() > deadline) {
+          r.timed_out = true;
+          p.signal(SIGKILL);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    }
     r.rc = p.wait();
     r.ms = p.ms();
   }

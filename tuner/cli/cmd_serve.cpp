@@ -232,10 +232,6 @@ int run_serve(const std::vector<std::string>& args) {
       ("worker", po::value(&a.worker), "(internal) run as the worker of this GPU");
   po::variables_map vm;
   if (parse_args("serve", kSummary, opts, args, vm)) return 0;
-  check_finite(a.lease_seconds, "serve", "lease-seconds");
-  check_finite(a.poll_seconds, "serve", "poll-seconds");
-  check_finite(a.compile_timeout_s, "serve", "compile-timeout");
-  check_finite(a.deadline_floor_s, "serve", "deadline-floor");
   if (a.lease_seconds < 1 || a.lease_seconds > 3600)
     throw InputError("serve: --lease-seconds must lie between 1 and 3600");
   if (a.poll_seconds < 0.05 || a.poll_seconds > 3600) throw InputError("serve: --poll-seconds must lie between 0.05 and 3600");

@@ -74,11 +74,8 @@ struct SignalGuard {
 // A campaign name is free text, stored and printed as given, but one line of it: no control
 // characters (a newline would split every message and table that names it).
 void check_campaign_name(const std::string& name) {
-  for (const char c : name)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-      throw InputError(fmt::format("tune: --campaign {} holds a control character (a campaign name is one line of "
-                                   "printable text)",
-                                   nlohmann::json(name).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace)));
+  // Stored, and printed in every JSON output of the database: one line of valid UTF-8 (core/text.hpp).
+  check_stored_text(name, "tune: --campaign");
 }
 
 nlohmann::ordered_json result_json(const std::string& campaign, const search::TuneResult& r, const Problem& problem,
@@ -149,8 +146,6 @@ bool parse_tune_args(const std::vector<std::string>& args, TuneArgs& a, po::vari
 void check_tune_args(TuneArgs& a, const po::variables_map& vm) {
   a.out_format = parse_format(a.format, false);
   a.request = check_job_options(a.job, vm, "tune");
-  check_finite(a.compile_timeout_s, "tune", "compile-timeout");
-  check_finite(a.deadline_floor_s, "tune", "deadline-floor");
   if (a.jobs < 0 || a.device < 0 || a.log_interval < 1 || a.simulate_delay_ms < 0)
     throw InputError("tune: --jobs, --device and --simulate-delay-ms must not be negative; --log-interval must be at "
                      "least 1");

@@ -45,15 +45,7 @@ void add_job_options(po::options_description& opts, JobOptionValues& v) {
                    "swings under the GPU's power cap", v.final_min_seconds).c_str());
 }
 
-void check_finite(double x, const std::string& command, const std::string& flag) {
-  if (!std::isfinite(x)) throw InputError(fmt::format("{}: --{} must be a finite number, not {}", command, flag, x));
-}
-
 JobRequest check_job_options(const JobOptionValues& v, const po::variables_map& vm, const std::string& command) {
-  check_finite(v.max_seconds, command, "max-seconds");
-  check_finite(v.min_gain, command, "min-gain");
-  check_finite(v.min_seconds, command, "min-seconds");
-  check_finite(v.final_min_seconds, command, "final-min-seconds");
   if (v.budget_evals < 0) throw InputError(fmt::format("{}: --budget-evals must not be negative", command));
   if (v.patience < -1) throw InputError(fmt::format("{}: --patience must not be negative", command));
   if (v.final_top < 0 || v.warm < 0)

@@ -20,11 +20,9 @@ struct JobOptionValues {
 
 // Declares the options into `opts`, writing into `v` (whose defaults the help text shows).
 void add_job_options(po::options_description& opts, JobOptionValues& v);
-// InputError ("COMMAND: --flag ...") for a value out of range, not finite, or an unknown strategy;
+// InputError ("COMMAND: --flag ...") for a value out of range or an unknown strategy (parse_args has
+// already refused what is not finite, negative or huge: cli/numeric_options.hpp);
 // the request they make (spaces left empty).
 JobRequest check_job_options(const JobOptionValues& v, const po::variables_map& vm, const std::string& command);
-
-// InputError unless x is finite ("nan", "inf" parse as doubles): "COMMAND: --flag must be a finite number".
-void check_finite(double x, const std::string& command, const std::string& flag);
 
 }  // namespace attntune::cli

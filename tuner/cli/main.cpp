@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.hpp"
+#include "cli/numeric_options.hpp"
 #include "core/error.hpp"
 #include "core/output_file.hpp"
 #include "core/text.hpp"
@@ -65,6 +66,7 @@ bool parse_args(const std::string& name, const std::string& summary, const po::o
   } catch (const po::error& e) {
     throw InputError(fmt::format("{}: {} (see attntune {} --help)", name, e.what(), name));
   }
+  check_numeric_options(vm, name);  // every double option of every command: finite, in range
   return false;
 }
 

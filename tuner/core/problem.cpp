@@ -1,4 +1,5 @@
 #include "core/problem.hpp"
+#include "core/text.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -37,6 +38,7 @@ Problem Problem::parse(const std::string& spec) {
   static const std::vector<std::string> kRequired = {"b", "h", "s", "d", "dtype", "causal"};
   if (spec.empty())
     throw InputError("problem: empty spec (expected e.g. b=4,h=16,s=4096,d=128,dtype=bf16,causal=0)");
+  check_stored_text(spec, "problem:");  // messages quote it, and one line of UTF-8 is all a spec can be
   Problem p;
   std::set<std::string> seen;
   std::size_t pos = 0;

@@ -13,6 +13,21 @@ std::string one_line(std::string_view text);
 std::string printable_line(std::string_view text);
 
 // "90s", "45m", "8h", "1h30m", "2.5h": seconds. InputError for anything else (a bare number, an
-// unknown unit, zero or negative). `what` names the option in the message.
+// unknown unit, zero or negative, more than kMaxDurationSeconds). `what` names the option in the message.
 double parse_duration(std::string_view text, std::string_view what);
+
+// The longest duration or timeout any option takes, in seconds (about 31.7 years): far below what
+// overflows a conversion to nanoseconds (2^63 ns is 292 years), so no timeout can wrap to negative.
+inline constexpr double kMaxDurationSeconds = 1e9;
+
+// Why `text` cannot be stored as one line of text: "" when it is valid UTF-8 without control
+// characters, else e.g. "byte 0xff at offset 3 is not UTF-8" or "a control character (\n) at
+// offset 5". (JSON output needs valid UTF-8; one line per value needs no control characters.)
+// With `lines`, only UTF-8 is checked (a whole file's text, which has line breaks and tabs).
+std::string text_problem(std::string_view text, bool lines = false);
+
+// InputError "WHAT 'TEXT' is not one line of UTF-8 text: WHY" (TEXT quoted printably, cut at 80
+// bytes) unless text_problem(text) is empty: every free text attntune stores (campaign names,
+// problem specs, space paths, plan and model names) goes through this door.
+void check_stored_text(std::string_view text, std::string_view what);
 }  // namespace attntune

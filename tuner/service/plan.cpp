@@ -20,6 +20,9 @@
 
 #include "core/error.hpp"
 #include "core/output_file.hpp"
+#include "core/input_file.hpp"
+#include "core/text.hpp"
+#include "core/yaml_input.hpp"
 
 namespace attntune {
 
@@ -28,9 +31,6 @@ using json = nlohmann::json;
 
 namespace {
 
-// A config.json is a few KB and a plan a few hundred lines; anything this large is the wrong file
-// (a safetensors shard, say), refused before it is read into memory.
-constexpr std::uintmax_t kMaxInputBytes = 16u << 20;
 constexpr std::int64_t kMaxHeads = 1 << 16;  // Problem::parse's limit on h and hkv
 
 std::string lower(std::string s) {
@@ -44,29 +44,6 @@ std::string and_list(const std::vector<int>& v) {
   for (std::size_t i = 0; i < v.size(); ++i)
     out += (i == 0 ? "" : i + 1 == v.size() ? " and " : ", ") + std::to_string(v[i]);
   return out;
-}
-
-// The whole of a small input file; `what` says what it should have been ("a config.json").
-std::string read_small_file(const std::string& path, const std::string& what) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (!fs::exists(st)) throw InputError(fmt::format("{}: no such file", path));
-  if (fs::is_directory(st)) throw InputError(fmt::format("{}: is a directory, not {}", path, what));
-  if (fs::is_regular_file(st)) {
-    const std::uintmax_t size = fs::file_size(path, ec);
-    if (!ec && size > kMaxInputBytes)
-      throw InputError(fmt::format("{}: {} MB is too large for {}", path, size >> 20, what));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
-  std::string text;
-  char buf[1 << 16];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {  // a pipe or /dev/stdin has no size to check first
-    text.append(buf, static_cast<std::size_t>(in.gcount()));
-    if (text.size() > kMaxInputBytes) throw InputError(fmt::format("{}: too large for {}", path, what));
-  }
-  if (in.bad()) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
-  return text;
 }
 
 // nlohmann's parse error as "FILE:LINE:COLUMN: invalid JSON: what went wrong".
@@ -88,6 +65,7 @@ std::string read_small_file(const std::string& path, const std::string& what) {
 }
 
 json parse_json(const std::string& path, const std::string& text) {
+  check_json_nesting(text, path);  // to_node and the readers recurse over what is parsed
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {
@@ -230,9 +208,13 @@ class PlanReader {
       const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
       if (key == "model") {
         plan.model = scalar(it->second, it->first, "model", "the model's name");
+        if (const std::string why = text_problem(plan.model); !why.empty())
+          fail(it->second, fmt::format("model: the name is not one line of UTF-8 text: {}", why));
         has_model = true;
       } else if (key == "source") {
         plan.source = it->second.IsNull() ? "" : scalar(it->second, it->first, "source", "the config file's name");
+        if (const std::string why = text_problem(plan.source); !why.empty())
+          fail(it->second, fmt::format("source: not one line of UTF-8 text: {}", why));
       } else if (key == "problems") {
         problems = it->second, problems_key = it->first, has_problems = true;
       } else {
@@ -349,7 +331,7 @@ const std::vector<int>& supported_head_dims() {
 }
 
 ModelAttention read_model_config(const std::string& path) {
-  const std::string text = read_small_file(path, "a config.json");
+  const std::string text = read_input_file(path, "a config.json");
   const json top = parse_json(path, text);
   if (!top.is_object())
     throw InputError(fmt::format("{}: expected a JSON object (a Hugging Face config.json), got {}", path,
@@ -365,6 +347,9 @@ ModelAttention read_model_config(const std::string& path) {
     m.name = mt->get<std::string>();
   else
     m.name = fs::path(path).stem().string();
+  // The name and the file's name go into the plan and the queue, and are printed in JSON.
+  check_stored_text(m.name, fmt::format("{}: the model's name", path));
+  check_stored_text(m.source, "the config file's name");
 
   if (cfg.get("kv_lora_rank"))
     cfg.fail(
@@ -624,18 +609,18 @@ nlohmann::ordered_json Plan::json() const {
 
 Plan Plan::load(const std::string& path) {
   const FileKind kind = file_kind(path);
-  const std::string text = read_small_file(path, "a plan file");
+  const std::string text = read_input_file(path, "a plan file");
   YAML::Node root;
   if (kind == FileKind::kJson) {
     const nlohmann::json j = parse_json(path, text);  // strict JSON first: a .json file is JSON
     try {
-      root = YAML::Load(text);  // the same document again, for line:column marks
+      root = load_one_yaml_document(text, path);  // the same document again, for line:column marks
     } catch (const YAML::Exception&) {
       root = to_node(j);  // JSON yaml-cpp refuses (a surrogate pair, a newline before ':'): no positions
     }
   } else {
     try {
-      root = YAML::Load(text);
+      root = load_one_yaml_document(text, path);  // one document, bounded (aliases, depth)
     } catch (const YAML::Exception& e) {
       const SourcePos at{path, e.mark.line + 1, e.mark.column + 1};
       throw InputError(fmt::format("{}: YAML: {}", e.mark.line >= 0 ? at.str() : path, e.msg));

@@ -73,6 +73,8 @@ std::optional<std::string> closest_name(std::string_view name, const std::vector
   std::optional<std::string> best;
   std::size_t best_d = limit + 1;
   for (const auto& c : candidates) {
+    // The distance is at least the difference in length: a long name skips the quadratic table.
+    if ((name.size() > c.size() ? name.size() - c.size() : c.size() - name.size()) > limit) continue;
     const std::size_t d = edit_distance(name, c);
     if (d < best_d) best_d = d, best = c;
   }
@@ -94,7 +96,18 @@ struct Token {
 
 const std::vector<std::string> kFunctions = {"min", "max", "ceil_div", "is_pow2", "log2"};
 
+// Limits on what an expression may be, so that no input can exhaust the stack: the parser recurses
+// once per nesting level (parentheses, unary operators, '?:' branches, call arguments) and
+// evaluation once per level of the tree, which a long chain such as a+a+...+a makes deep. The
+// shipped spaces' longest expression is under 200 characters and 10 levels deep.
+constexpr std::size_t kMaxExprLength = 16384;  // characters
+constexpr int kMaxExprNesting = 256;           // levels of parentheses, unary operators, '?:'
+constexpr int kMaxExprTreeDepth = 512;         // levels of the compiled tree (evaluation's recursion)
+
 std::vector<Token> lex(std::string_view s) {
+  if (s.size() > kMaxExprLength)
+    throw ExprError(static_cast<int>(kMaxExprLength) + 1,
+                    fmt::format("the expression is {} characters long; at most {} are allowed", s.size(), kMaxExprLength));
   std::vector<Token> out;
   std::size_t i = 0;
   auto col = [](std::size_t pos) { return static_cast<int>(pos) + 1; };
@@ -188,6 +201,20 @@ class ExprParser {
 
  private:
   using Op = Expr::Op;
+  // One level of nesting for as long as it lives; too many is an error at the token that opened it.
+  class Nest {
+   public:
+    Nest(ExprParser& p, int column) : p_(p) {
+      if (++p_.nesting_ > kMaxExprNesting)
+        throw ExprError(column, fmt::format("the expression is nested more than {} levels deep", kMaxExprNesting));
+    }
+    ~Nest() { --p_.nesting_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    ExprParser& p_;
+  };
   // A typed subexpression. For strings, `values` lists what it can evaluate to when known (a
   // literal, an enum-typed name, a ternary of those) and `owner` names the enum, for typo checks.
   struct Operand {
@@ -216,8 +243,18 @@ class ExprParser {
       throw ExprError(peek().column, fmt::format("expected '{}' {}, got {}", op, context, describe(peek())));
   }
 
+  // A node over operands a, b, c; the tree's depth is checked as it grows (at the token just read).
   std::int32_t add(Op op, std::int32_t a = -1, std::int32_t b = -1, std::int32_t c = -1, std::int64_t v = 0) {
+    int depth = 0;
+    for (const std::int32_t x : {a, b, c})
+      if (x >= 0) depth = std::max(depth, depths_[static_cast<std::size_t>(x)]);
+    if (++depth > kMaxExprTreeDepth)
+      throw ExprError(toks_[pos_ > 0 ? pos_ - 1 : 0].column,
+                      fmt::format("the expression is more than {} operations deep (a chain this long needs "
+                                  "splitting into several constraints or derived quantities)",
+                                  kMaxExprTreeDepth));
     expr_.nodes_.push_back({op, a, b, c, v});
+    depths_.push_back(depth);
     return static_cast<std::int32_t>(expr_.nodes_.size() - 1);
   }
 
@@ -227,6 +264,7 @@ class ExprParser {
   }
 
   Operand ternary() {
+    const Nest nest(*this, peek().column);
     Operand cond = logic_or();
     const int column = peek().column;
     if (!accept("?")) return cond;
@@ -361,11 +399,13 @@ class ExprParser {
   Operand unary() {
     const Token op = peek();
     if (accept("-")) {
+      const Nest nest(*this, op.column);
       Operand x = unary();
       want(x, ExprType::kInt, op.column, "unary '-'");
       return {add(Op::kNeg, x.node), ExprType::kInt, op.column};
     }
     if (accept("!")) {
+      const Nest nest(*this, op.column);
       Operand x = unary();
       want(x, ExprType::kBool, op.column, fmt::format("'{}'", op.text));
       return {add(Op::kNot, x.node), ExprType::kBool, op.column};
@@ -473,6 +513,8 @@ class ExprParser {
 
   std::vector<Token> toks_;
   std::size_t pos_ = 0;
+  int nesting_ = 0;
+  std::vector<int> depths_;  // per node: the depth of its subtree
   ExprScope& scope_;
   int visible_;
   std::string_view not_visible_why_;

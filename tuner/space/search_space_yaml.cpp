@@ -9,13 +9,15 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <regex>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include "core/hash.hpp"
+#include "core/input_file.hpp"
+#include "core/text.hpp"
+#include "core/yaml_input.hpp"
 #include "space/search_space.hpp"
 
 namespace attntune {
@@ -23,6 +25,7 @@ namespace attntune {
 namespace {
 
 constexpr std::size_t kMaxDomain = std::size_t{1} << 20;
+constexpr std::size_t kMaxParams = 256;
 constexpr int kProblemFields = 9;  // b h hkv s sk d dtype causal page: slots 0..8
 
 const std::vector<std::string> kTopKeys = {"family", "description", "archs", "device_limits",
@@ -49,6 +52,25 @@ std::string did_you_mean(const std::string& name, const std::vector<std::string>
 }
 
 bool is_plain(const YAML::Node& n) { return n.Tag() == "?"; }
+
+// [a-z][a-z0-9_]* (or [a-z_][a-z0-9_]* with `underscore_first`), by hand: std::regex_match
+// recurses once per character in libstdc++, so a name of a few hundred KiB overflowed the stack.
+bool is_lower_name(std::string_view s, bool underscore_first = false) {
+  if (s.empty()) return false;
+  auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (!lower(s[0]) && !(underscore_first && s[0] == '_')) return false;
+  return std::all_of(s.begin() + 1, s.end(), [&](char c) { return lower(c) || digit(c) || c == '_'; });
+}
+
+// sm_NN, sm_NNN, each optionally followed by 'a'.
+bool is_arch(std::string_view s) {
+  if (s.rfind("sm_", 0) != 0) return false;
+  std::string_view rest = s.substr(3);
+  if (!rest.empty() && rest.back() == 'a') rest.remove_suffix(1);
+  return (rest.size() == 2 || rest.size() == 3) &&
+         std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
 
 }  // namespace
 
@@ -219,10 +241,9 @@ bool SpaceLoader::boolean(const Entry& e, const YAML::Node& n) const {
 
 // Validates the name of a param, derived quantity or device limit and claims it.
 void SpaceLoader::check_name(const Entry& e, const std::string& what) {
-  static const std::regex kName("[a-z][a-z0-9_]*");
   const std::string& n = e.name;
   // Lowercase-only names cannot collide once upper-cased into macros (block_n -> BLOCK_N).
-  if (!std::regex_match(n, kName))
+  if (!is_lower_name(n))
     fail(e.key, fmt::format("{}: '{}' is not a valid {} name (lowercase letters, digits and '_', starting with a letter)",
                             e.path, n, what));
   if (contains(kProblemKeys, n) && n != "constraints")
@@ -283,10 +304,9 @@ Expr SpaceLoader::compile(const Entry& e, const YAML::Node& n, int visible, std:
 // ---- sections ---------------------------------------------------------------------------------
 
 void SpaceLoader::read_archs(const Entry& e) {
-  static const std::regex kArch("sm_[0-9]{2,3}a?");
   for (const auto& n : list(e)) {
     const std::string a = scalar(e, n, "an arch like sm_90");
-    if (!std::regex_match(a, kArch)) fail(n, fmt::format("{}: '{}' is not an arch of the form sm_NN or sm_NNa", e.path, a));
+    if (!is_arch(a)) fail(n, fmt::format("{}: '{}' is not an arch of the form sm_NN or sm_NNa", e.path, a));
     if (contains(sp_.archs_, a)) fail(n, fmt::format("{}: '{}' is listed twice", e.path, a));
     sp_.archs_.push_back(a);
   }
@@ -441,12 +461,11 @@ void SpaceLoader::read_param(const Entry& e) {
       }
       if (encoded.empty()) fail(form->value, fmt::format("{}: no power of two in [{}, {}]", form->path, lo, hi));
     } else {
-      static const std::regex kValue("[a-z_][a-z0-9_]*");
       p.kind = ParamKind::kEnum;
       std::vector<std::string> names;
       for (const auto& n : list(*form)) {
         const std::string v = scalar(*form, n, "a value name");
-        if (!std::regex_match(v, kValue))
+        if (!is_lower_name(v, true))
           fail(n, fmt::format("{}: '{}' is not a valid value name (lowercase letters, digits and '_')", form->path, v));
         if (contains(names, v)) fail(n, fmt::format("{}: '{}' is listed twice", form->path, v));
         claim(e.name + "_" + v, fmt::format("the constant for value {} of {}", v, e.name), n, form->path);
@@ -499,11 +518,18 @@ void SpaceLoader::read_constraint(const Entry& e, const YAML::Node& item) {
 SearchSpace SpaceLoader::run() {
   YAML::Node root;  // default-constructed: the assignment below binds rather than writes through
   try {
-    root = YAML::Load(text_);
+    root = load_one_yaml_document(text_, file_);  // one document, bounded (aliases, depth)
   } catch (const YAML::ParserException& e) {
     std::string msg = e.msg;
     if (msg == "illegal map value") msg += " (quote an expression that contains ': ', such as a ternary)";
     fail(pos(e.mark), "YAML: " + msg);
+  }
+  // The text is stored with every campaign (campaigns.space_text) and its names reach JSON output.
+  if (const std::string why = text_problem(text_, true); !why.empty()) {
+    const std::size_t off = std::stoull(why.substr(why.find("offset ") + 7));
+    const auto line = std::upper_bound(line_starts_.begin(), line_starts_.end(), off) - line_starts_.begin();
+    fail(SourcePos{file_, static_cast<int>(line), static_cast<int>(off - line_starts_[static_cast<std::size_t>(line - 1)]) + 1},
+         "not UTF-8 text: " + why);
   }
   if (root.IsNull() || !root.IsDefined())
     fail(SourcePos{file_, 1, 1}, "empty file; expected a mapping with family, archs, device_limits and params");
@@ -517,7 +543,7 @@ SearchSpace SpaceLoader::run() {
 
   const Entry& fam = top.at("family");
   sp_.family_ = scalar(fam, fam.value, "a family name");
-  if (!std::regex_match(sp_.family_, std::regex("[a-z][a-z0-9_]*")))
+  if (!is_lower_name(sp_.family_))
     fail(fam.value, fmt::format("family: '{}' is not a valid name (a folder under templates/: lowercase letters, digits, '_')",
                                 sp_.family_));
   if (top.count("description")) sp_.description_ = scalar(top.at("description"), top.at("description").value, "a string");
@@ -537,7 +563,11 @@ SearchSpace SpaceLoader::run() {
   sp_.param_base_ = sp_.scope_.size();
   const Entry& params = top.at("params");
   if (params.value.IsMap() && params.value.size() == 0) fail(params, "no parameters");
-  for (const Entry& p : entries(params, {})) read_param(p);
+  const std::vector<Entry> param_entries = entries(params, {});
+  // Enumeration recurses once per parameter; the shipped spaces have a dozen.
+  if (param_entries.size() > kMaxParams)
+    fail(params, fmt::format("{} parameters; a space may have at most {}", param_entries.size(), kMaxParams));
+  for (const Entry& p : param_entries) read_param(p);
 
   sp_.derived_base_ = sp_.scope_.size();
   if (top.count("derived")) {
@@ -591,17 +621,9 @@ SearchSpace SearchSpace::parse(const std::string& yaml_text, const std::string& 
 }
 
 SearchSpace SearchSpace::load(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (!fs::exists(st)) throw InputError(fmt::format("{}: no such file", path));
-  if (fs::is_directory(st)) throw InputError(fmt::format("{}: is a directory, not a search-space YAML file", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
-  return parse(buf.str(), path);
+  // The path is stored with every campaign tuned from it (campaigns.space_path) and printed in JSON.
+  check_stored_text(path, "search-space path");
+  return parse(read_input_file(path, "a search-space YAML file"), path);
 }
 
 }  // namespace attntune

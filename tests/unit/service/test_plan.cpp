@@ -454,13 +454,27 @@ TEST(PlanFile, JsonRoundTripAndLayout) {
 TEST(PlanFile, NamesThatYamlWouldMisreadAreQuoted) {
   TempDir dir;
   Plan p = make_plan(llama3(), PlanOptions{});
-  for (const std::string name : {"yes", "a: b # c", "", "12", "x\"y\\z\nw", "-dash", "Null", "tab\there", "é/ü"}) {
+  for (const std::string name : {"yes", "a: b # c", "", "12", "x\"y\\z w", "-dash", "Null", "é/ü"}) {
     p.model = name;
     p.source = name + ".json";
     p.save(dir.file("q.yaml"));
     const Plan back = Plan::load(dir.file("q.yaml"));
     EXPECT_EQ(back.model, name);
     EXPECT_EQ(back.source, name + ".json");
+  }
+  // A name with a control character is quoted on the way out, and refused on the way in: it would
+  // be stored in the queue as more than one line (issue 28, check_stored_text).
+  for (const std::string name : {"x\"y\\z\nw", "tab\there"}) {
+    p.model = name;
+    p.source = "ok.json";
+    p.save(dir.file("q.yaml"));
+    try {
+      Plan::load(dir.file("q.yaml"));
+      ADD_FAILURE() << "loaded a model name with a control character";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("q.yaml:"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("model: the name is not one line of UTF-8 text"), std::string::npos) << e.what();
+    }
   }
 }
 
