@@ -250,7 +250,7 @@ void print_result_table(const search::TuneResult& result, const std::string& cam
 // before the first write, renewed by a heartbeat, and let go when the run ends.
 class TuneLease {
  public:
-  TuneLease(Store& store, const std::string& db_path, const std::string& campaign)
+  TuneLease(Store& store, const std::string& campaign)
       : store_(store), campaign_(campaign), owner_(service::this_process()) {
     store_.acquire_lease(campaign_, owner_, service::unix_now(), service::kDefaultLeaseSeconds,
                          service::lease_is_stale);
@@ -310,7 +310,7 @@ int run_tune(const std::vector<std::string>& args) {
   // (another writer's lock, a full disk), before the first line of progress.
   store.check_resume(spec);
   store.check_writable();
-  TuneLease lease(store, a.db_path, spec.name);
+  TuneLease lease(store, spec.name);
 
   search::TuneOptions topts = service::tune_options(a.request, r.space_size);
   const bool live = ::isatty(2);

@@ -320,4 +320,8 @@ DeviceProps device_props(int ordinal) {
 const Driver* detail::loaded_driver() noexcept { return g_loaded.load(std::memory_order_acquire); }
 void detail::check_device_ordinal(int ordinal) { check_ordinal(ordinal); }
 
+DeviceInfo device_info(const DeviceProps& p) {
+  return {p.name, p.arch, p.uuid, p.sm_count, p.driver_release.empty() ? p.driver_version_str : p.driver_release};
+}
+
 }  // namespace attntune::cuda

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/records.hpp"
 
 #ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
 #error "attntune resolves the legacy-stream driver entry points; build without per-thread default streams"
@@ -129,6 +130,8 @@ struct DeviceProps {
 
 int device_count();                      // EnvError when there is no driver or device
 DeviceProps device_props(int ordinal);   // InputError for an ordinal that does not exist
+// The device as results are filed under it (the driver's release, else the CUDA version it supports).
+DeviceInfo device_info(const DeviceProps& p);
 
 // ---- Handles (RAII, move-only; destructors never throw) ----------------------------------------
 

@@ -72,10 +72,7 @@ class GpuWorker {
   explicit GpuWorker(int device)
       : ctx_(device), props_(cuda::device_props(device)), reference_(props_.arch) {}
 
-  DeviceInfo device_info() const {
-    return {props_.name, props_.arch, props_.uuid, props_.sm_count,
-            props_.driver_release.empty() ? props_.driver_version_str : props_.driver_release};
-  }
+  DeviceInfo device_info() const { return cuda::device_info(props_); }
 
   // Returns the fp32 reference's time for the problem.
   double prepare(const proto::PrepareRequest& req) {

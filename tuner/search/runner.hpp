@@ -3,7 +3,11 @@
 // (search/simulated_runner.hpp) answers from a recorded campaign, for tests and for trying a
 // strategy on a real landscape without a GPU. The campaign loop (search/campaign.hpp) drives either.
 #pragma once
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <thread>
 #include <optional>
 #include <string>
 
@@ -42,5 +46,17 @@ class Runner {
   // a runner may time longer than search candidates (GpuRunner: GpuRunnerOptions::final_timing).
   virtual void begin_final_timing() {}
 };
+
+// Sleeps `total`, waking every few milliseconds to look at `flag` (may be null): false, early, once
+// it is set (looked at before each nap, not after the last). The simulated runners' time per
+// candidate and the serve worker's idle wait.
+inline bool sleep_unless(const std::atomic<bool>* flag, std::chrono::steady_clock::duration total) {
+  const auto until = std::chrono::steady_clock::now() + total;
+  for (auto now = std::chrono::steady_clock::now(); now < until; now = std::chrono::steady_clock::now()) {
+    if (flag && flag->load()) return false;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(std::chrono::milliseconds(5), until - now));
+  }
+  return true;
+}
 
 }  // namespace attntune::search

@@ -42,14 +42,9 @@ std::optional<RunResult> SimulatedRunner::next() {
   RunResult out;
   out.config = queue_.front();
   queue_.pop_front();
-  const auto until = std::chrono::steady_clock::now() + delay_;
-  while (std::chrono::steady_clock::now() < until) {
-    if (cancel_ && cancel_->load()) {
-      out.abandoned = true;
-      return out;
-    }
-    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
-        std::chrono::milliseconds(5), until - std::chrono::steady_clock::now()));
+  if (!sleep_unless(cancel_, delay_)) {
+    out.abandoned = true;
+    return out;
   }
   auto [family, plain] = tagged_ ? untag_family(out.config) : std::pair{recordings_.begin()->first, out.config};
   auto it = recordings_.find(family);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -71,14 +72,7 @@ class StopRelay {
 
 DeviceInfo probe_device(const WorkerOptions& o) {
   if (o.simulate) return search::SyntheticRunner::device_info(o.gpu);
-  const cuda::DeviceProps p = cuda::device_props(o.gpu);
-  DeviceInfo d;
-  d.name = p.name;
-  d.arch = p.arch;
-  d.uuid = p.uuid;
-  d.sm_count = p.sm_count;
-  d.driver_version = p.driver_release;
-  return d;
+  return cuda::device_info(cuda::device_props(o.gpu));
 }
 
 // The request's spaces that this GPU's arch can run for the problem (a queued campaign lists
@@ -94,15 +88,6 @@ std::vector<CampaignSpace> runnable_spaces(const QueuedJob& job, const std::stri
     }
   }
   return out;
-}
-
-bool sleep_unless(const std::atomic<bool>& stop, std::chrono::milliseconds total) {
-  const auto until = std::chrono::steady_clock::now() + total;
-  while (std::chrono::steady_clock::now() < until) {
-    if (stop) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
 }
 
 }  // namespace
@@ -126,8 +111,14 @@ int run_worker(WorkerStores stores, const WorkerOptions& options, const std::ato
 
   // A campaign that started on another GPU model stays with that model: its times never rank
   // against this one's.
+  // Asked inside the claim's write transaction for every queued campaign ahead: each campaign's
+  // spaces are parsed once per worker, not at every claim (a campaign's request never changes).
+  std::map<std::string, bool> runnable;
   const auto accept = [&](const QueuedJob& job) {
-    return (job.ran_on.empty() || job.ran_on == device.name) && !runnable_spaces(job, device.arch).empty();
+    if (!job.ran_on.empty() && job.ran_on != device.name) return false;
+    auto it = runnable.find(job.campaign);
+    if (it == runnable.end()) it = runnable.emplace(job.campaign, !runnable_spaces(job, device.arch).empty()).first;
+    return it->second;
   };
   int done = 0;
   while (!stop) {
@@ -135,7 +126,7 @@ int run_worker(WorkerStores stores, const WorkerOptions& options, const std::ato
         stores.queue.claim_job(owner, unix_now(), options.lease_seconds, lease_is_stale, accept);
     if (!job) {
       if (!options.follow) break;
-      if (!sleep_unless(stop, options.poll)) break;
+      if (!search::sleep_unless(&stop, options.poll)) break;
       continue;
     }
     log << fmt::format("campaign '{}': claimed ({}attempt {})", job->campaign,
