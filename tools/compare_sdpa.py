@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Check and time `attntune export` files against PyTorch's SDPA backends (on the GPU machine).
 
-For each --cu FILE.cu: build it with docs/CONTRACT.md's nvcc command line into a temporary shared
-library, load it with ctypes, read attntune_kernel_info(), then for every kernel in it:
+For each --cu FILE.cu: build it as the PyTorch package of `attntune export --torch` does (the kernels
+with docs/CONTRACT.md's nvcc command line, the ops with torch.utils.cpp_extension; cached under
+$ATTNTUNE_TORCH_CACHE), load it as torch.ops.attntune_cmpN, read its kernel info, then for every
+kernel in it, calling it through the ops (fallback policy "raise": a call no kernel serves fails):
 
   correctness  against a float64 reference (PyTorch math, on float64), FlashAttention-2's
                criterion: max|out - ref64| <= 2 * max|ref_lowp - ref64| + atol, where ref_lowp is
@@ -44,15 +46,12 @@ export's time strays from the tuner's by more than PCT %.
 """
 import argparse
 import csv
-import ctypes
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import torch
@@ -66,101 +65,69 @@ LSE_ATOL = 1e-3  # the kernel's log2/exp2 are approximate (ex2.approx, lg2.appro
 
 # ---------------------------------------------------------------- building and loading
 
-def find_nvcc(explicit):
-    for cand in (explicit, os.environ.get("CUDACXX"),
-                 os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"),
-                 shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
-        if cand and os.path.exists(cand):
-            return cand
-    sys.exit("compare_sdpa: nvcc not found (--nvcc, $CUDACXX, $CUDA_HOME, PATH)")
-
-
-def required_arch(cu):
-    """The arch-specific target an export's header asks for ("sm_90a"), or None: the build line in
-    its leading comment, `//   nvcc -std=c++17 -arch=sm_90a ...`."""
-    with open(cu, errors="replace") as f:
-        for line in f:
-            if not line.startswith("//"):
-                break
-            if "nvcc -std=c++17 -arch=" in line:
-                arch = line.split("-arch=", 1)[1].split()[0]
-                return arch if arch.endswith("a") else None
-    return None
+# Exports are called through the PyTorch ops of the package `attntune export --torch` writes
+# (templates/torch/attntune, docs/design/torch.md): each --cu file is built by the package's own
+# build (nvcc with the contract's command line, then the ops with torch.utils.cpp_extension) and
+# loaded under a namespace of its own, torch.ops.attntune_cmpN, so several sit side by side.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "templates", "torch"))
+os.environ["ATTNTUNE_TORCH_NO_AUTOLOAD"] = "1"
+import attntune as attntune_torch  # noqa: E402
+from attntune import _build as torch_build  # noqa: E402
 
 
 def build_arch(cu, arch):
     """The -arch to build `cu` with: its arch-specific target if it has one, else `arch`."""
-    need = required_arch(cu)
-    if need and need != arch:
-        print(f"{cu}: its kernels need arch-specific code: building for {need} (not {arch})")
-    return need or arch
-
-
-def build(nvcc, cu, arch, out_dir, index):
-    lib = os.path.join(out_dir, f"libattn{index}.so")
-    cmd = [nvcc, "-std=c++17", f"-arch={arch}", "-Xcompiler", "-fPIC", "-shared", cu, "-o", lib]
-    t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        print(f"build failed: {' '.join(cmd)}\n{r.stdout}{r.stderr}", file=sys.stderr)
-        return None
-    print(f"built {cu} for {arch} in {time.time() - t0:.0f} s")
-    return lib
+    need = torch_build.header_arch(cu)
+    if need and need.endswith("a"):
+        if need != arch:
+            print(f"{cu}: its kernels need arch-specific code: building for {need} (not {arch})")
+        return need
+    return arch
 
 
 class Library:
-    def __init__(self, path):
-        self.lib = ctypes.CDLL(path)  # RTLD_LOCAL: several exports can be loaded side by side
-        f = self.lib.attntune_attention_forward
-        f.argtypes = ([ctypes.c_void_p] * 4 + [ctypes.c_void_p] + [ctypes.c_int] * 6 +
-                      [ctypes.POINTER(ctypes.c_longlong)] * 4 + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
-        f.restype = ctypes.c_int
-        kv = getattr(self.lib, "attntune_attention_forward_kvcache", None)
-        if kv is not None:
-            kv.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_void_p] * 2 + [ctypes.c_int] * 8 +
-                           [ctypes.POINTER(ctypes.c_longlong)] * 4 + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
-            kv.restype = ctypes.c_int
-        self.kvcache = kv
-        self.lib.attntune_kernel_info.restype = ctypes.c_char_p
-        self.lib.attntune_last_error.restype = ctypes.c_char_p
-        self.info = json.loads(self.lib.attntune_kernel_info().decode())
-        self.select = getattr(self.lib, "attntune_select_kernel", None)
+    """One export as PyTorch ops. The policy is "raise" with no length limit: every call runs a
+    kernel of the file or fails its check, never a fallback. Closures return 0 or
+    ATTNTUNE_UNSUPPORTED, as the C entry points do, with the reason in last_error()."""
+
+    def __init__(self, cu, index, arch):
+        self.lib = attntune_torch.load(cu, namespace=f"attntune_cmp{index}", arch=arch)
+        self.lib.set_policy("raise", 1e9)
+        self.ops = self.lib.ops
+        self.info = self.lib.info
+        self.error = ""
 
     def last_error(self):
-        return self.lib.attntune_last_error().decode(errors="replace")
+        return self.error
+
+    def select(self, head_dim, causal, B, H, Hkv, S, Sk):
+        return self.lib.explain("attention", self.info["dtype"], head_dim, causal, B, H, Hkv, S, Sk)[0]
+
+    def _guarded(self, fn):
+        def call():
+            try:
+                fn()
+                return 0
+            except RuntimeError as e:
+                self.error = str(e).splitlines()[0] if str(e) else type(e).__name__
+                return ATTNTUNE_UNSUPPORTED
+        return call
 
     def forward_fn(self, q, k, v, out, lse, causal, scale):
-        """A closure calling the kernel on q, k, v, out: [B, H, S, D] tensors of any strides
-        (last dim contiguous), on the current stream at call time."""
-        B, H, S, D = q.shape
-        Hkv, Sk = k.shape[1], k.shape[2]
-        strides = [(ctypes.c_longlong * 3)(*t.stride()[:3]) for t in (q, k, v, out)]
-        ptrs = [t.data_ptr() for t in (q, k, v, out)]
-        lse_ptr = lse.data_ptr() if lse is not None else None
-        f = self.lib.attntune_attention_forward
-
-        def call():
-            return f(*ptrs, lse_ptr, B, H, Hkv, S, Sk, D, *strides, ctypes.c_float(scale), int(causal),
-                     ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-        return call
-
+        """A closure calling the op on q, k, v, out: [B, H, S, D] tensors of any strides (last dim
+        contiguous), on the current stream at call time."""
+        ops = self.ops
+        return self._guarded(lambda: ops.attention_into(q, k, v, out, lse, scale, bool(causal)))
 
     def kvcache_fn(self, q, cache, out, lse, causal, scale):
-        """A closure calling attntune_attention_forward_kvcache on q/out [B, H, S, D] and a KvCache."""
-        B, H, S, D = q.shape
-        f = self.kvcache
-        strides = [(ctypes.c_longlong * 3)(*st) for st in (q.stride()[:3], cache.k_strides, cache.v_strides,
-                                                           out.stride()[:3])]
-        ptrs = [q.data_ptr(), cache.k.data_ptr(), cache.v.data_ptr(), out.data_ptr()]
-        lse_ptr = lse.data_ptr() if lse is not None else None
-        lens = cache.seqlens.data_ptr() if cache.seqlens is not None else None
-        table = cache.table.data_ptr() if cache.table is not None else None
-
-        def call():
-            return f(*ptrs, lse_ptr, lens, table, cache.max_blocks, cache.page, B, H, cache.hkv, S, cache.sk_max, D,
-                     *strides, ctypes.c_float(scale), int(causal),
-                     ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-        return call
+        """A closure calling the kvcache op on q/out [B, H, S, D] (passed as the op's [B, S, H, D]
+        views) and a KvCache."""
+        ops = self.ops
+        qt, ot = q.transpose(1, 2), out.transpose(1, 2)
+        kc, vc = (cache.k, cache.v) if cache.table is not None else (cache.k.transpose(1, 2), cache.v.transpose(1, 2))
+        return self._guarded(lambda: ops.attention_kvcache_into(qt, kc, vc, cache.seqlens, cache.table, ot, lse, scale,
+                                                                bool(causal)))
 
 
 class KvCache:
@@ -269,7 +236,7 @@ def check(lib, name, dtype_name, B, H, Hkv, S, Sk, D, causal, layout, with_lse, 
     q, k, v, out = make_inputs(B, H, Hkv, S, Sk, D, dtype, layout, seed)
     out.fill_(float("nan"))
     lse = torch.full((B, H, S), float("nan"), device="cuda", dtype=torch.float32) if with_lse else None
-    kernel = lib.select(D, int(causal), B, H, Hkv, S, Sk) if lib.select else 0
+    kernel = lib.select(D, int(causal), B, H, Hkv, S, Sk)
     rc = lib.forward_fn(q, k, v, out, lse, causal, scale)()
     torch.cuda.synchronize()
     row = dict(kind="check", shape=name, dtype=dtype_name, variant=f"{layout} b={B} h={H} hkv={Hkv} s={S} sk={Sk}"
@@ -602,76 +569,83 @@ def main():
     print(f"torch {torch.__version__} cuda {torch.version.cuda} cudnn {torch.backends.cudnn.version()}; "
           f"{prop.name} (sm_{prop.major}{prop.minor}, {prop.multi_processor_count} SMs, uuid "
           f"{getattr(prop, 'uuid', 'n/a')}); building for {arch}")
-    nvcc = find_nvcc(args.nvcc)
+    if args.nvcc:
+        os.environ["CUDACXX"] = args.nvcc
     rows, failed = [], False
-    with tempfile.TemporaryDirectory(prefix="compare_sdpa_") as tmp:
-        # nvcc is one process per file: build them all at once, then check and time one by one.
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(max_workers=max(1, min(len(args.cu), os.cpu_count() or 1))) as pool:
-            paths = list(pool.map(lambda ic: build(nvcc, ic[1], build_arch(ic[1], arch), tmp, ic[0]),
-                                  enumerate(args.cu)))
-        for i, cu in enumerate(args.cu):
-            path = paths[i]
-            if path is None:
-                failed = True
-                continue
-            lib = Library(path)
-            dtype_name = lib.info["dtype"]
-            print(f"{cu}: {lib.info['mode']}, {len(lib.info['kernels'])} kernel(s), {dtype_name}, tuned on "
-                  f"{lib.info['kernels'][0]['gpu']} ({lib.info['arch']})")
-            for kinfo in lib.info["kernels"]:
-                p = dict(kinfo["problem"])
-                p["_tuned_us"] = kinfo["median_us"]
-                B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
-                name = shape_name(p)
-                print(f"{name} {dtype_name}: {kinfo['template']} {json.dumps(kinfo['config'], separators=(',', ':'))}"
-                      f" (campaign {kinfo['campaign']}: {kinfo['median_us']:.1f} us)")
-                decode = S <= DECODE_MAX_S
-                serves_kvcache = problem_str(p) in lib.info.get("entry_points", {}).get(
-                    "attntune_attention_forward_kvcache", [])
+    # nvcc is one process per file: build the kernels of all at once, then load, check and time
+    # one by one.
+    from concurrent.futures import ThreadPoolExecutor
+
+    def prepare(ic):
+        try:
+            torch_build.prepare(ic[1], f"attntune_cmp{ic[0]}", build_arch(ic[1], arch))
+            return True
+        except Exception as e:  # noqa: BLE001 - reported, and the run fails
+            print(f"build failed: {ic[1]}: {e}", file=sys.stderr)
+            return False
+    with ThreadPoolExecutor(max_workers=max(1, min(len(args.cu), os.cpu_count() or 1))) as pool:
+        built = list(pool.map(prepare, enumerate(args.cu)))
+    for i, cu in enumerate(args.cu):
+        if not built[i]:
+            failed = True
+            continue
+        lib = Library(cu, i, build_arch(cu, arch))
+        dtype_name = lib.info["dtype"]
+        print(f"{cu}: {lib.info['mode']}, {len(lib.info['kernels'])} kernel(s), {dtype_name}, tuned on "
+              f"{lib.info['kernels'][0]['gpu']} ({lib.info['arch']})")
+        for kinfo in lib.info["kernels"]:
+            p = dict(kinfo["problem"])
+            p["_tuned_us"] = kinfo["median_us"]
+            B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+            name = shape_name(p)
+            print(f"{name} {dtype_name}: {kinfo['template']} {json.dumps(kinfo['config'], separators=(',', ':'))}"
+                  f" (campaign {kinfo['campaign']}: {kinfo['median_us']:.1f} us)")
+            decode = S <= DECODE_MAX_S
+            serves_kvcache = problem_str(p) in lib.info.get("entry_points", {}).get(
+                "attntune_attention_forward_kvcache", [])
+            if decode:
+                variants = [(B, H, Hkv, S, Sk, "BHSD", True), (2, H, Hkv, S, 1001, "BSHD", True),
+                            (3, H, Hkv, S, 777, "BHSD", False)]
+                if H > 1 and Hkv > 1:
+                    variants.append((2, H, 1, S, 500, "BHSD", True))  # MQA
+                if S > 1:
+                    variants.append((2, H, Hkv, max(1, S // 2), 900, "BHSD", True))
+            else:
+                variants = [(B, H, Hkv, S, Sk, "BHSD", True),
+                            (1, 4, 4, 1000, 1000, "BHSD", True),
+                            (2, 3, 3, 257, 1000, "BHSD", False),
+                            (B, H, Hkv, min(S, 2048), min(Sk, 2048), "BSHD", True),
+                            (2, 8, 2, 1000, 1000, "BSHD", True),
+                            (2, 8, 2, 333, 777 if not causal else 1000, "BHSD", False)]
+                if H % 4 == 0:
+                    variants.append((B, H, H // 4, min(S, 2048), min(Sk, 2048), "BHSD", False))
+                if causal:
+                    variants.append((2, 4, 4, 1000, 300, "BHSD", True))  # rows that see no key: zeros, -inf
+            for seed, (b, h, hkv, s, sk, layout, with_lse) in enumerate(variants):
+                r = check(lib, name, dtype_name, b, h, hkv, s, sk, D, causal, layout, with_lse, seed + 1)
+                failed |= not r["ok"]
+                rows.append(r)
+                print(f"  check {'ok  ' if r['ok'] else 'FAIL'} {r['variant']:<44} kernel {r['kernel']}  "
+                      f"max err {fmt(r['max_err'], '.2e')} <= {fmt(r['bound'], '.2e')}  {r.get('note', '')}")
+            pages = sorted({p.get("page") or 16, 16, 256}) if serves_kvcache else []
+            for seed, page in enumerate(pages + ([0] if serves_kvcache else [])):
+                r = check_kvcache(lib, name, dtype_name, max(5, min(B, 16)), H, Hkv, S, min(Sk, 4099), D, causal,
+                                  page, 100 + seed)
+                failed |= not r["ok"]
+                rows.append(r)
+                print(f"  check {'ok  ' if r['ok'] else 'FAIL'} {r['variant']:<44}  "
+                      f"max err {fmt(r['max_err'], '.2e')} <= {fmt(r['bound'], '.2e')}  {r.get('note', '')}")
+            if not args.no_timing:
+                before = gpu_state()
                 if decode:
-                    variants = [(B, H, Hkv, S, Sk, "BHSD", True), (2, H, Hkv, S, 1001, "BSHD", True),
-                                (3, H, Hkv, S, 777, "BHSD", False)]
-                    if H > 1 and Hkv > 1:
-                        variants.append((2, H, 1, S, 500, "BHSD", True))  # MQA
-                    if S > 1:
-                        variants.append((2, H, Hkv, max(1, S // 2), 900, "BHSD", True))
+                    rows += time_decode(lib, name, dtype_name, p, args.calls, args.reps, args.rounds,
+                                        args.min_seconds, pages)
                 else:
-                    variants = [(B, H, Hkv, S, Sk, "BHSD", True),
-                                (1, 4, 4, 1000, 1000, "BHSD", True),
-                                (2, 3, 3, 257, 1000, "BHSD", False),
-                                (B, H, Hkv, min(S, 2048), min(Sk, 2048), "BSHD", True),
-                                (2, 8, 2, 1000, 1000, "BSHD", True),
-                                (2, 8, 2, 333, 777 if not causal else 1000, "BHSD", False)]
-                    if H % 4 == 0:
-                        variants.append((B, H, H // 4, min(S, 2048), min(Sk, 2048), "BHSD", False))
-                    if causal:
-                        variants.append((2, 4, 4, 1000, 300, "BHSD", True))  # rows that see no key: zeros, -inf
-                for seed, (b, h, hkv, s, sk, layout, with_lse) in enumerate(variants):
-                    r = check(lib, name, dtype_name, b, h, hkv, s, sk, D, causal, layout, with_lse, seed + 1)
-                    failed |= not r["ok"]
-                    rows.append(r)
-                    print(f"  check {'ok  ' if r['ok'] else 'FAIL'} {r['variant']:<44} kernel {r['kernel']}  "
-                          f"max err {fmt(r['max_err'], '.2e')} <= {fmt(r['bound'], '.2e')}  {r.get('note', '')}")
-                pages = sorted({p.get("page") or 16, 16, 256}) if serves_kvcache else []
-                for seed, page in enumerate(pages + ([0] if serves_kvcache else [])):
-                    r = check_kvcache(lib, name, dtype_name, max(5, min(B, 16)), H, Hkv, S, min(Sk, 4099), D, causal,
-                                      page, 100 + seed)
-                    failed |= not r["ok"]
-                    rows.append(r)
-                    print(f"  check {'ok  ' if r['ok'] else 'FAIL'} {r['variant']:<44}  "
-                          f"max err {fmt(r['max_err'], '.2e')} <= {fmt(r['bound'], '.2e')}  {r.get('note', '')}")
-                if not args.no_timing:
-                    before = gpu_state()
-                    if decode:
-                        rows += time_decode(lib, name, dtype_name, p, args.calls, args.reps, args.rounds,
-                                            args.min_seconds, pages)
-                    else:
-                        rows += time_problem(lib, name, dtype_name, p, args.calls, args.reps, args.rounds,
-                                             args.min_seconds)
-                    after = gpu_state()
-                    if before or after:
-                        print(f"  gpu before timing: {before or 'n/a'}; after: {after or 'n/a'}")
+                    rows += time_problem(lib, name, dtype_name, p, args.calls, args.reps, args.rounds,
+                                         args.min_seconds)
+                after = gpu_state()
+                if before or after:
+                    print(f"  gpu before timing: {before or 'n/a'}; after: {after or 'n/a'}")
 
     timed = [r for r in rows if r["kind"] == "time" and not r.get("decode")]
     decoded = [r for r in rows if r["kind"] == "time" and r.get("decode")]

@@ -459,6 +459,31 @@ ATTNTUNE_API int attntune_select_kernel(int head_dim, int is_causal, int batch, 
                                         seqlen_q, seqlen_k);
 }
 
+// Added for the PyTorch ops (templates/torch/): the same choice for any entry point (1:
+// attntune_attention_forward, 2: _kvcache, 4: _varlen), -1 if none of this file's kernels serves it.
+ATTNTUNE_API int attntune_select_kernel_entry(int entry, int head_dim, int is_causal, int batch, int heads_q,
+                                              int heads_kv, int seqlen_q, int seqlen_k) {
+  if (is_causal != 0 && is_causal != 1) return -1;
+  if (entry != attntune_plan::kEntryDense && entry != attntune_plan::kEntryKvcache &&
+      entry != attntune_plan::kEntryVarlen)
+    return -1;
+  return attntune_export::select_kernel(entry, head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k);
+}
+
+// What kernel `index` was built and tuned for, into problem[9]: {batch, heads_q, heads_kv, seqlen_q,
+// seqlen_k, head_dim, is_causal, is_bf16, entry points (the bits above)}; and its label. 0, or -1 for
+// an index out of range.
+ATTNTUNE_API int attntune_kernel_problem(int index, int* problem, const char** label) {
+  using namespace attntune_export;
+  if (index < 0 || index >= kKernelCount || !problem) return -1;
+  const Kernel& k = kKernels[index];
+  const int p[9] = {k.tuned_b, k.tuned_h, k.tuned_hkv, k.tuned_s, k.tuned_sk,
+                    k.head_dim, k.causal, k.bf16, k.family->entries};
+  for (int i = 0; i < 9; ++i) problem[i] = p[i];
+  if (label) *label = k.label;
+  return 0;
+}
+
 }  // extern "C"
 
 #endif  // !defined(__CUDA_ARCH__)

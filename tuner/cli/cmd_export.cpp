@@ -15,6 +15,7 @@
 #include "cli/command.hpp"
 #include "service/plan.hpp"
 #include "cli/format.hpp"
+#include "core/embedded.hpp"
 #include "core/error.hpp"
 #include "core/output_file.hpp"
 #include "db/store.hpp"
@@ -27,8 +28,37 @@ namespace {
 
 constexpr const char* kSummary = "write the best kernel (or every problem's best) as a standalone .cu";
 
+// The files of a PyTorch package (templates/torch/, embedded), by their path inside it.
+constexpr const char* kTorchFiles[] = {"pyproject.toml", "attntune/__init__.py", "attntune/_build.py",
+                                       "attntune/_ops.cpp"};
+
+// export --torch DIR: the package around the .cu (docs/design/torch.md). DIR is created, or must be
+// empty, or hold a package this command wrote before (its files are replaced): nothing else of the
+// user's is ever overwritten.
+void write_torch_package(const std::string& dir, const std::string& source, const std::string& info,
+                         const ProtectedDatabases& databases) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path root(dir), pkg = root / "attntune";
+  if (fs::exists(root, ec)) {
+    if (!fs::is_directory(root, ec))
+      throw InputError(fmt::format("--torch {}: exists and is not a directory", dir));
+    const bool ours = fs::exists(pkg / "_build.py", ec) && fs::exists(root / "pyproject.toml", ec);
+    if (!ours && !fs::is_empty(root, ec))
+      throw InputError(fmt::format("--torch {}: a directory that is neither empty nor a package attntune wrote "
+                                   "(no attntune/_build.py): choose a new directory",
+                                   dir));
+  }
+  fs::create_directories(pkg, ec);
+  if (ec) throw InputError(fmt::format("--torch {}: cannot create {}: {}", dir, pkg.string(), ec.message()));
+  for (const char* f : kTorchFiles)
+    write_output_file("--torch", (root / f).string(), embedded_file(std::string("templates/torch/") + f), databases);
+  write_output_file("--torch", (pkg / "kernels.json").string(), info + "\n", databases);
+  write_output_file("--torch", (pkg / "kernels.cu").string(), source, databases);  // last: the package is whole
+}
+
 int run_export(const std::vector<std::string>& args) {
-  std::string db_path, campaign, problem_spec, output, dtype, arch, gpu, space_file, plan_path;
+  std::string db_path, campaign, problem_spec, output, dtype, arch, gpu, space_file, plan_path, torch_dir;
   int rank = 1;
   bool all_best = false;
   po::options_description opts("options");
@@ -46,7 +76,9 @@ int run_export(const std::vector<std::string>& args) {
       ("gpu", po::value(&gpu), "only results measured on this GPU model (as `campaigns` names it); needed when the "
                                "results span several")
       ("space", po::value(&space_file), "the search-space YAML, for campaigns stored without it (older databases)")
-      ("output,o", po::value(&output), "the .cu file to write (- for stdout)");
+      ("output,o", po::value(&output), "the .cu file to write (- for stdout)")
+      ("torch", po::value(&torch_dir), "also (or instead of -o) write a PyTorch package to this directory: "
+                                       "`import attntune; attntune.attention(q, k, v)` (docs/EXPORT.md)");
   // clang-format on
   po::variables_map vm;
   if (parse_args("export", kSummary, opts, args, vm)) return 0;
@@ -74,7 +106,10 @@ int run_export(const std::vector<std::string>& args) {
   if (vm.count("space")) q.space_file = space_file;
   const int modes = (q.campaign ? 1 : 0) + (q.problem ? 1 : 0) + (q.all_best ? 1 : 0);
   if (modes != 1) throw InputError("export: give exactly one of --campaign, --problem or --all-best");
-  if (!vm.count("output") || output.empty()) throw InputError("export: -o FILE.cu is required (- for stdout)");
+  const bool torch = vm.count("torch") > 0;
+  if (torch && torch_dir.empty()) throw InputError("export: --torch needs a directory");
+  if ((!vm.count("output") || output.empty()) && !torch)
+    throw InputError("export: -o FILE.cu (- for stdout) or --torch DIR is required");
 
   Store store = Store::open(db_path, Store::Mode::kReadOnly);
   const std::vector<ExportItem> items = select_for_export(store, q);
@@ -85,12 +120,19 @@ int run_export(const std::vector<std::string>& args) {
   if (output == "-") {
     std::cout << source;
     finish_stdout();  // before saying it was exported
-  } else {
+  } else if (!output.empty()) {
     // Never over the database read (or the default one), whatever the spelling (issue 28).
     write_output_file("-o", output, source, {db_path, default_db_path()});
   }
-  report << fmt::format("exported {} kernel{} for {} to {}\n", items.size(), items.size() == 1 ? "" : "s",
-                        items.front().row.arch, output == "-" ? "stdout" : output);
+  if (!output.empty())
+    report << fmt::format("exported {} kernel{} for {} to {}\n", items.size(), items.size() == 1 ? "" : "s",
+                          items.front().row.arch, output == "-" ? "stdout" : output);
+  if (torch) {
+    write_torch_package(torch_dir, source, export_info(items, mode).dump(2), {db_path, default_db_path()});
+    report << fmt::format("wrote a PyTorch package of {} kernel{} to {}: PYTHONPATH={} python -c 'import attntune' "
+                          "(or pip install {}); the first import builds it (nvcc, torch.utils.cpp_extension)\n",
+                          items.size(), items.size() == 1 ? "" : "s", torch_dir, torch_dir, torch_dir);
+  }
   if (plan) {
     // What the model runs that the library does not serve yet: tune it next.
     std::vector<std::string> missing;

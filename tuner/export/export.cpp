@@ -319,7 +319,11 @@ std::string header(const Plan& plan, ExportMode mode) {
        "//   const char* attntune_kernel_info(void)   this provenance as JSON\n"
        "//   const char* attntune_last_error(void)    reason for the last nonzero return (per thread)\n"
        "//   int attntune_select_kernel(head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k)\n"
-       "//     -> index in kernel_info's \"kernels\" of the kernel those sizes run, or -1\n//\n";
+       "//     -> index in kernel_info's \"kernels\" of the kernel those sizes run, or -1\n"
+       "//   int attntune_select_kernel_entry(entry, head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q,\n"
+       "//       seqlen_k)   the same for entry point 1 (forward), 2 (kvcache) or 4 (varlen)\n"
+       "//   int attntune_kernel_problem(index, int problem[9], const char** label)   what kernel `index`\n"
+       "//     was tuned for: {b, h, hkv, s, sk, d, causal, bf16, entry bits}; 0, or -1 out of range\n//\n";
   if (mode == ExportMode::kAllBest)
     h += "// Dispatch: the kernels built for head_dim and is_causal; of those, the one tuned for the nearest\n"
          "// sequence lengths (by ratio), then the same GQA group size, then the nearest batch * heads.\n//\n";

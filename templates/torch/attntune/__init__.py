@@ -1,0 +1,270 @@
+"""attntune's tuned attention kernels as PyTorch ops.
+
+Written by `attntune export --torch DIR` around the kernels it tuned (kernels.cu, beside this file).
+The first import builds them for this machine (nvcc, then torch.utils.cpp_extension with ninja; cached
+under $ATTNTUNE_TORCH_CACHE or ~/.cache/attntune/torch), later imports load the cached build.
+
+    import attntune
+    out = attntune.attention(q, k, v, is_causal=True)            # like F.scaled_dot_product_attention
+    out = attntune.attention_kvcache(q, k_cache, v_cache, cache_seqlens=lens, block_table=table)
+    out = attntune.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=True)
+    print(attntune.coverage_table())                              # what ran where; what to tune next
+
+The ops are torch.ops.attntune.* (TORCH_LIBRARY), with fake implementations, so torch.compile
+(fullgraph) traces them; they take the current stream, never synchronise, and can be captured in a
+CUDA graph. Each call runs the kernel tuned for the nearest problem of its kind, or falls back to
+F.scaled_dot_product_attention (counted in coverage(); set_policy(fallback="raise") raises instead).
+There is no backward: a gradient through them raises.
+
+Causal is bottom-right (query i sees keys j <= i + Sk - S), FlashAttention's convention; for
+S == Sk it is SDPA's is_causal.
+"""
+import json
+import os
+
+import torch
+
+from . import _build
+
+__all__ = ["attention", "attention_kvcache", "attention_varlen", "coverage", "coverage_table", "reset_coverage",
+           "set_policy", "explain", "kernels", "load", "Library"]
+
+ENTRY = {"attention": 1, "attention_kvcache": 2, "attention_varlen": 4}
+_REGISTERED = set()
+
+
+def _no_backward(name):
+    def backward(ctx, *grads):
+        raise RuntimeError(f"attntune.{name} has no backward pass: its kernels are forward-only (inference). "
+                           "Use F.scaled_dot_product_attention where you need gradients.")
+    return backward
+
+
+def _register_python_parts(ns):
+    """Fake (meta) implementations for torch.compile, and the autograd error, for the ops of `ns`."""
+    if ns in _REGISTERED:
+        return
+    _REGISTERED.add(ns)
+    lib = f"{ns}::"
+
+    @torch.library.register_fake(lib + "attention")
+    def _(q, k, v, scale=None, is_causal=False, return_lse=False):
+        lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]) if return_lse else (0,), dtype=torch.float32)
+        return torch.empty_like(q), lse
+
+    @torch.library.register_fake(lib + "attention_into")
+    def _(q, k, v, out, lse, scale=None, is_causal=False):
+        return None
+
+    @torch.library.register_fake(lib + "attention_kvcache")
+    def _(q, k_cache, v_cache, cache_seqlens=None, block_table=None, scale=None, is_causal=False, return_lse=False):
+        lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]) if return_lse else (0,), dtype=torch.float32)
+        return torch.empty_like(q), lse
+
+    @torch.library.register_fake(lib + "attention_kvcache_into")
+    def _(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, scale=None, is_causal=False):
+        return None
+
+    @torch.library.register_fake(lib + "attention_varlen")
+    def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None, is_causal=False,
+          return_lse=False):
+        lse = q.new_empty((q.shape[1], q.shape[0]) if return_lse else (0,), dtype=torch.float32)
+        return torch.empty_like(q), lse
+
+    @torch.library.register_fake(lib + "attention_varlen_into")
+    def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, lse, scale=None, is_causal=False):
+        return None
+
+    for name in ("attention", "attention_kvcache", "attention_varlen"):
+        torch.library.register_autograd(lib + name, _no_backward(name), setup_context=lambda ctx, inputs, output: None)
+
+
+def _check_grad(name, *tensors):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        raise RuntimeError(f"attntune.{name} has no backward pass: its kernels are forward-only (inference). Call "
+                           "it under torch.no_grad() / inference_mode(), or use F.scaled_dot_product_attention where "
+                           "you need gradients.")
+
+
+class Library:
+    """One export's ops: `Library(cu, namespace)` builds and loads kernels.cu as torch.ops.<namespace>.
+    The package's own kernels are attntune.default(); compare_sdpa.py loads several side by side."""
+
+    def __init__(self, cu, namespace="attntune", arch=None, verbose=True):
+        self.cu = os.path.abspath(cu)
+        self.namespace = namespace
+        self.ops, self.kernels_library = _build.load(cu, namespace=namespace, arch=arch, verbose=verbose)
+        _register_python_parts(namespace)
+        self.info = json.loads(self.ops.kernel_info())
+
+    # -- the calls
+    def attention(self, q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None):
+        """SDPA's call: q [B, H, S, D], k/v [B, Hkv, Sk, D] (layout="bshd": [B, S, H, D] tensors, as
+        flash_attn_func takes them; no copies either way). GQA when Hkv < H. Returns out (like q), or
+        (out, lse [B, H, S] fp32) with return_lse. `out`: write into this tensor instead."""
+        _check_grad("attention", q, k, v)
+        if layout not in ("bhsd", "bshd"):
+            raise ValueError(f"attntune.attention: layout must be 'bhsd' or 'bshd' (got {layout!r})")
+        if layout == "bshd":
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            if out is not None:
+                out = out.transpose(1, 2)
+        if out is not None:
+            lse = q.new_empty(q.shape[:3], dtype=torch.float32) if return_lse else None
+            self.ops.attention_into(q, k, v, out, lse, scale, is_causal)
+            o = out
+        else:
+            o, lse = self.ops.attention(q, k, v, scale, is_causal, return_lse)
+        if layout == "bshd":
+            o = o.transpose(1, 2)
+        return (o, lse) if return_lse else o
+
+    def attention_kvcache(self, q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, scale=None,
+                          is_causal=False, return_lse=False, out=None):
+        """flash_attn_with_kvcache's call: q [B, S, H, D]; caches [B, Sk, Hkv, D], or pages
+        [num_blocks, page_size, Hkv, D] with block_table [B, max_blocks] (int32); cache_seqlens [B]
+        (int32): the keys of each sequence (None: all). Returns out [B, S, H, D], or (out, lse [B, H, S])."""
+        _check_grad("attention_kvcache", q, k_cache, v_cache)
+        if out is not None:
+            lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if return_lse else None
+            self.ops.attention_kvcache_into(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, scale,
+                                            is_causal)
+            o = out
+        else:
+            o, lse = self.ops.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, scale, is_causal,
+                                                return_lse)
+        return (o, lse) if return_lse else o
+
+    def attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None,
+                         is_causal=False, return_lse=False, out=None):
+        """flash_attn_varlen_func's call: q [total_q, H, D], k/v [total_k, Hkv, D], cu_seqlens [B + 1]
+        (int32, on the device), max lengths as ints. Returns out like q, or (out, lse [H, total_q])."""
+        _check_grad("attention_varlen", q, k, v)
+        if out is not None:
+            lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32) if return_lse else None
+            self.ops.attention_varlen_into(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, lse,
+                                           scale, is_causal)
+            o = out
+        else:
+            o, lse = self.ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                               scale, is_causal, return_lse)
+        return (o, lse) if return_lse else o
+
+    # -- what ran where
+    def coverage(self, reset=False):
+        """One entry per call shape seen: its entry point, dtype, problem, calls, and the kernel that
+        served it (index and label) or why it fell back ("tunable": tuning that problem would give it a
+        kernel, as against a CPU tensor or a layout the kernels cannot read). Calls inside a captured
+        CUDA graph count once, at capture."""
+        rows = json.loads(self.ops.coverage())
+        if reset:
+            self.ops.reset_coverage()
+        return rows
+
+    def reset_coverage(self):
+        self.ops.reset_coverage()
+
+    def coverage_table(self):
+        """coverage() as a table, with the problem specs to tune for the shapes that fell back."""
+        rows = self.coverage()
+        if not rows:
+            return "attntune: no calls yet"
+        lines = [f"{'entry':<18} {'dtype':<5} {'problem':<44} {'calls':>7}  served by"]
+        todo = []
+        for r in rows:
+            p = r["problem"]
+            spec = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={r['dtype']},"
+                    f"causal={p['causal']}")
+            if r["entry"] == "attention_kvcache" and p["paged"]:
+                spec += f",page={p['paged']}"
+            served = r["label"] if r["kernel"] is not None else f"SDPA fallback: {r['fallback']}"
+            lines.append(f"{r['entry']:<18} {r['dtype']:<5} {spec:<44} {r['calls']:>7}  {served}")
+            if r["tunable"] and r["entry"] != "attention_varlen":
+                todo.append(spec)
+        if todo:
+            lines.append("")
+            lines.append("to tune them (on the GPU):")
+            lines += [f"  attntune tune --problem {s}" for s in todo]
+        return "\n".join(lines)
+
+    def set_policy(self, fallback="sdpa", max_length_ratio=16.0):
+        """fallback: "sdpa" (calls no kernel serves run F.scaled_dot_product_attention) or "raise".
+        max_length_ratio: how far (as a ratio of seqlen_q or seqlen_k) a call may be from the problem its
+        nearest kernel was tuned for, and still run it."""
+        self.ops.set_policy(fallback, float(max_length_ratio))
+
+    def explain(self, entry, dtype, head_dim, is_causal, b, h, hkv, s, sk):
+        """(kernel index or -1, reason): what a call of `entry` ("attention", "attention_kvcache",
+        "attention_varlen") with this problem would run, on a GPU, and why."""
+        return tuple(self.ops.explain(ENTRY[entry], dtype, head_dim, bool(is_causal), b, h, hkv, s, sk))
+
+    def kernels(self):
+        """The kernels of the library: attntune_kernel_info()'s "kernels"."""
+        return self.info.get("kernels", [])
+
+
+_default = None
+_KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels.cu")
+
+
+def load(cu=None, namespace="attntune", arch=None, verbose=True):
+    """The package's own kernels (cu=None) as torch.ops.attntune, or another export under its own
+    namespace. Imported packages load their kernels at import."""
+    global _default
+    if cu is None:
+        if _default is None:
+            _default = Library(_KERNELS, "attntune", arch=arch, verbose=verbose)
+        return _default
+    return Library(cu, namespace, arch=arch, verbose=verbose)
+
+
+def default():
+    if _default is None:
+        raise RuntimeError("attntune: this package holds no kernels.cu (write a package with "
+                           "`attntune export --torch DIR`), or use attntune.load(cu, namespace)")
+    return _default
+
+
+if os.path.exists(_KERNELS) and not os.environ.get("ATTNTUNE_TORCH_NO_AUTOLOAD"):
+    load()
+
+
+def attention(q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None):
+    return default().attention(q, k, v, scale=scale, is_causal=is_causal, layout=layout, return_lse=return_lse,
+                               out=out)
+
+
+def attention_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, scale=None, is_causal=False,
+                      return_lse=False, out=None):
+    return default().attention_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
+                                       scale=scale, is_causal=is_causal, return_lse=return_lse, out=out)
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None,
+                     is_causal=False, return_lse=False, out=None):
+    return default().attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=scale,
+                                      is_causal=is_causal, return_lse=return_lse, out=out)
+
+
+def coverage(reset=False):
+    return default().coverage(reset)
+
+
+def coverage_table():
+    return default().coverage_table()
+
+
+def reset_coverage():
+    default().reset_coverage()
+
+
+def set_policy(fallback="sdpa", max_length_ratio=16.0):
+    default().set_policy(fallback, max_length_ratio)
+
+
+def explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk):
+    return default().explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk)
+
+
+def kernels():
+    return default().kernels()

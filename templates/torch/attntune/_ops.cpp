@@ -1,0 +1,665 @@
+// attntune's PyTorch ops: the tuned kernels of kernels.cu (an `attntune export`) as torch operators.
+//
+// Built by _build.py with torch.utils.cpp_extension (ninja) against the user's torch, as host code
+// (the CUDA toolkit's headers, c10_cuda for the current stream; no CUDA runtime of its own), and
+// linked to the kernels' shared library (kernels.cu built with nvcc, the contract's command line). Registered
+// with TORCH_LIBRARY under ATTNTUNE_TORCH_NAMESPACE (default `attntune`; compare_sdpa.py loads
+// several libraries side by side under namespaces of their own):
+//
+//   attention(q, k, v, scale, is_causal, return_lse) -> (out, lse)
+//       q [B, H, S, D], k/v [B, Hkv, Sk, D] (SDPA's layout; any strides with the last dim
+//       contiguous, so [B, S, H, D] storage passes as a transposed view, no copy)
+//   attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, scale, is_causal, return_lse)
+//       q [B, S, H, D]; caches [B, Sk, Hkv, D] or pages [num_blocks, page_size, Hkv, D]
+//       (flash_attn_with_kvcache's layout)
+//   attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
+//       is_causal, return_lse)   q [total_q, H, D], k/v [total_k, Hkv, D] (flash_attn_varlen_func's)
+//   ..._into(..., out, lse)   the same, writing into the caller's tensors
+//   explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk) -> (kernel, reason)
+//   coverage() -> str (JSON), reset_coverage(), set_policy(fallback, max_length_ratio), kernel_info()
+//
+// Each call is decided on the host from shapes alone (no device sync, so it is capturable in a CUDA
+// graph): the library's own dispatcher names the kernel tuned for the nearest problem; the call
+// falls back to PyTorch's scaled_dot_product_attention when no kernel serves it, when the nearest
+// was tuned for the other regime (decode: seqlen_q <= 16; prefill), when its lengths are more than
+// max_length_ratio off, or when the library refuses the arguments (ATTNTUNE_UNSUPPORTED, with its
+// reason). With set_policy("raise", ...) such calls raise instead. Every decision is counted per
+// shape: coverage() says what ran where, and what to tune next. A CUDA error raises; nothing is
+// ever silently recomputed.
+//
+// Causal is bottom-right (FlashAttention's convention, the contract's): query i sees keys
+// j <= i + Sk - S. For S == Sk that is SDPA's is_causal. A query row that sees no key outputs zeros
+// and LSE -inf, in the kernels and in the fallback alike.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#ifndef ATTNTUNE_TORCH_NAMESPACE
+#define ATTNTUNE_TORCH_NAMESPACE attntune
+#endif
+#define ATTNTUNE_STR2(x) #x
+#define ATTNTUNE_STR(x) ATTNTUNE_STR2(x)
+
+extern "C" {
+int attntune_attention_forward(const void* q, const void* k, const void* v, void* out, float* lse, int batch,
+                               int heads_q, int heads_kv, int seqlen_q, int seqlen_k, int head_dim,
+                               const long long* q_strides, const long long* k_strides, const long long* v_strides,
+                               const long long* o_strides, float softmax_scale, int is_causal, cudaStream_t stream);
+int attntune_attention_forward_kvcache(const void* q, const void* k_cache, const void* v_cache, void* out, float* lse,
+                                       const int* cache_seqlens, const int* block_table, int max_blocks_per_seq,
+                                       int page_size, int batch, int heads_q, int heads_kv, int seqlen_q,
+                                       int seqlen_k_max, int head_dim, const long long* q_strides,
+                                       const long long* k_strides, const long long* v_strides,
+                                       const long long* o_strides, float softmax_scale, int is_causal,
+                                       cudaStream_t stream);
+int attntune_attention_forward_varlen(const void* q, const void* k, const void* v, void* out, float* lse,
+                                      const int* cu_seqlens_q, const int* cu_seqlens_k, int batch, int max_seqlen_q,
+                                      int max_seqlen_k, int heads_q, int heads_kv, int head_dim,
+                                      const long long* q_strides, const long long* k_strides,
+                                      const long long* v_strides, const long long* o_strides, float softmax_scale,
+                                      int is_causal, cudaStream_t stream);
+const char* attntune_kernel_info(void);
+const char* attntune_last_error(void);
+int attntune_select_kernel_entry(int entry, int head_dim, int is_causal, int batch, int heads_q, int heads_kv,
+                                 int seqlen_q, int seqlen_k);
+int attntune_kernel_problem(int index, int* problem, const char** label);
+}
+
+namespace {
+
+constexpr int kUnsupported = 1000;
+constexpr int kEntryDense = 1, kEntryKvcache = 2, kEntryVarlen = 4;
+constexpr int kDecodeMaxQ = 16;  // seqlen_q up to this is the decode regime
+
+const char* entry_name(int entry) {
+  return entry == kEntryKvcache ? "attention_kvcache" : entry == kEntryVarlen ? "attention_varlen" : "attention";
+}
+
+// ------------------------------------------------------------------ policy and coverage
+
+struct Policy {
+  bool raise = false;        // true: a call no kernel serves raises instead of falling back
+  double max_ratio = 16.0;   // the nearest kernel's lengths may be this many times off
+};
+std::mutex g_mutex;
+Policy g_policy;
+
+// What a call is, for coverage: its entry point and problem.
+struct Shape {
+  int entry, bf16, d, causal, b, h, hkv, s, sk, paged;
+  bool operator<(const Shape& o) const {
+    return std::tie(entry, bf16, d, causal, b, h, hkv, s, sk, paged) <
+           std::tie(o.entry, o.bf16, o.d, o.causal, o.b, o.h, o.hkv, o.s, o.sk, o.paged);
+  }
+};
+struct Count {
+  long long calls = 0;
+  int kernel = -1;     // the kernel that served the last call; -1: fell back
+  std::string reason;  // why the last call fell back
+  std::string dtype;   // the tensors' dtype when neither fp16 nor bf16
+  bool tunable = false;  // the fallback is for want of a tuned kernel (not a CPU tensor, a layout)
+};
+std::map<Shape, Count> g_coverage;
+
+struct Decision {
+  int kernel = -1;        // >= 0: run this kernel of the library
+  std::string reason;     // else why not
+  bool tunable = false;   // and tuning this problem would give it a kernel
+};
+
+std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string fmt(const char* format, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, format);
+  std::vsnprintf(buf, sizeof buf, format, ap);
+  va_end(ap);
+  return buf;
+}
+
+// The library's dtype: that of its first kernel (an export holds one dtype).
+int library_bf16() {
+  int p[9];
+  return attntune_kernel_problem(0, p, nullptr) == 0 ? p[7] : -1;
+}
+
+double off_by(double a, double b) {
+  a = a > 0 ? a : 1;
+  b = b > 0 ? b : 1;
+  return a > b ? a / b : b / a;
+}
+
+// The decision for a call's shape, from the host alone (no device data).
+Decision decide(const Shape& c, const std::string& dtype_name, double max_ratio) {
+  Decision d;
+  d.tunable = dtype_name.empty();
+  if (!dtype_name.empty()) {
+    d.reason = "dtype " + dtype_name + " (the kernels are fp16 or bf16)";
+    return d;
+  }
+  const int lib = library_bf16();
+  if (lib < 0) {
+    d.reason = "the library holds no kernel";
+    return d;
+  }
+  if (lib != c.bf16) {
+    d.reason = fmt("dtype %s: the library was tuned for %s", c.bf16 ? "bf16" : "fp16", lib ? "bf16" : "fp16");
+    return d;
+  }
+  const int k = attntune_select_kernel_entry(c.entry, c.d, c.causal, c.b, c.h, c.hkv, c.s, c.sk);
+  if (k < 0) {
+    d.reason = fmt("no kernel of the library serves %s with head_dim=%d is_causal=%d", entry_name(c.entry), c.d,
+                   c.causal);
+    return d;
+  }
+  int p[9];
+  const char* label = "";
+  attntune_kernel_problem(k, p, &label);
+  const bool decode = c.s <= kDecodeMaxQ, tuned_decode = p[3] <= kDecodeMaxQ;
+  if (decode != tuned_decode) {
+    d.reason = fmt("the nearest kernel (%s) was tuned for %s (seqlen_q=%d); this call is %s (seqlen_q=%d)", label,
+                   tuned_decode ? "decode" : "prefill", p[3], decode ? "decode" : "prefill", c.s);
+    return d;
+  }
+  const double off = std::max(off_by(c.s, p[3]), off_by(c.sk, p[4]));
+  if (off > max_ratio) {
+    d.reason = fmt("the nearest kernel (%s) was tuned for seqlen_q=%d seqlen_k=%d: %.1fx off this call's "
+                   "%d, %d (max_length_ratio %.3g)",
+                   label, p[3], p[4], off, c.s, c.sk, max_ratio);
+    return d;
+  }
+  d.kernel = k;
+  return d;
+}
+
+void count(const Shape& c, int kernel, const std::string& reason, const std::string& dtype_name,
+           bool tunable = false) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  Count& n = g_coverage[c];
+  ++n.calls;
+  n.kernel = kernel;
+  n.reason = reason;
+  n.dtype = dtype_name;
+  n.tunable = kernel < 0 && tunable;
+}
+
+// "" for fp16/bf16 tensors, else the dtype's name.
+std::string other_dtype(const at::Tensor& q) {
+  if (q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16) return "";
+  return std::string(c10::toString(q.scalar_type()));
+}
+
+// The decision for a call, counted; raises under the "raise" policy. `why_not` overrides (a CPU
+// tensor, a layout the kernels cannot read).
+Decision route(const Shape& c, const at::Tensor& q, const std::string& why_not) {
+  Policy policy;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    policy = g_policy;
+  }
+  const std::string dtype_name = other_dtype(q);
+  Decision d;
+  if (!why_not.empty()) d.reason = why_not;
+  else d = decide(c, dtype_name, policy.max_ratio);
+  if (d.kernel < 0 && policy.raise) {
+    count(c, -1, d.reason, dtype_name, d.tunable);
+    TORCH_CHECK(false, "attntune.", entry_name(c.entry), ": no tuned kernel for b=", c.b, ",h=", c.h, ",hkv=", c.hkv,
+                ",s=", c.s, ",sk=", c.sk, ",d=", c.d, ",causal=", c.causal, ": ", d.reason,
+                " (fallback policy 'raise'; attntune.set_policy(fallback='sdpa') falls back to "
+                "scaled_dot_product_attention)");
+  }
+  return d;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (unsigned char ch : s) {
+    if (ch == '"' || ch == '\\') { o += '\\'; o += static_cast<char>(ch); }
+    else if (ch < 0x20) o += fmt("\\u%04x", ch);
+    else o += static_cast<char>(ch);
+  }
+  return o;
+}
+
+std::string coverage_json() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::string j = "[";
+  bool first = true;
+  for (const auto& [c, n] : g_coverage) {
+    j += first ? "" : ",";
+    first = false;
+    j += fmt("{\"entry\":\"%s\",\"dtype\":\"%s\",\"problem\":{\"b\":%d,\"h\":%d,\"hkv\":%d,\"s\":%d,\"sk\":%d,"
+             "\"d\":%d,\"causal\":%d,\"paged\":%d},\"calls\":%lld,",
+             entry_name(c.entry), n.dtype.empty() ? (c.bf16 ? "bf16" : "fp16") : json_escape(n.dtype).c_str(), c.b,
+             c.h, c.hkv, c.s, c.sk, c.d, c.causal, c.paged, n.calls);
+    if (n.kernel >= 0) {
+      int p[9];
+      const char* label = "";
+      attntune_kernel_problem(n.kernel, p, &label);
+      j += fmt("\"kernel\":%d,\"label\":\"%s\",\"fallback\":null,\"tunable\":false}", n.kernel,
+               json_escape(label).c_str());
+    } else {
+      j += "\"kernel\":null,\"label\":null,\"fallback\":\"" + json_escape(n.reason) + "\",\"tunable\":" +
+           (n.tunable ? "true}" : "false}");
+    }
+  }
+  return j + "]";
+}
+
+void reset_coverage() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_coverage.clear();
+}
+
+void set_policy(std::string fallback, double max_length_ratio) {
+  TORCH_CHECK(fallback == "sdpa" || fallback == "raise",
+              "attntune.set_policy: fallback must be 'sdpa' or 'raise' (got '", fallback, "')");
+  TORCH_CHECK(std::isfinite(max_length_ratio) && max_length_ratio >= 1.0,
+              "attntune.set_policy: max_length_ratio must be finite and >= 1 (got ", max_length_ratio, ")");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_policy.raise = fallback == "raise";
+  g_policy.max_ratio = max_length_ratio;
+}
+
+std::string kernel_info() { return attntune_kernel_info(); }
+
+std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64_t d, bool causal, int64_t b,
+                                         int64_t h, int64_t hkv, int64_t s, int64_t sk) {
+  TORCH_CHECK(entry == kEntryDense || entry == kEntryKvcache || entry == kEntryVarlen,
+              "attntune.explain: entry must be 1 (attention), 2 (kvcache) or 4 (varlen)");
+  TORCH_CHECK(dtype == "fp16" || dtype == "bf16", "attntune.explain: dtype must be fp16 or bf16");
+  const Shape c{static_cast<int>(entry), dtype == "bf16", static_cast<int>(d), causal ? 1 : 0, static_cast<int>(b),
+                static_cast<int>(h), static_cast<int>(hkv), static_cast<int>(s), static_cast<int>(sk), 0};
+  double ratio;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    ratio = g_policy.max_ratio;
+  }
+  const Decision dec = decide(c, "", ratio);
+  return {dec.kernel, dec.reason};
+}
+
+// ------------------------------------------------------------------ argument checks
+
+void check(bool ok, const char* entry, const std::string& what) {
+  TORCH_CHECK(ok, "attntune.", entry, ": ", what);
+}
+
+int as_int(int64_t v, const char* entry, const char* name) {
+  check(v >= 0 && v <= std::numeric_limits<int>::max(), entry, fmt("%s (%lld) out of range", name,
+                                                                   static_cast<long long>(v)));
+  return static_cast<int>(v);
+}
+
+double scale_of(std::optional<double> scale, int64_t d) {
+  return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(d));
+}
+
+// Why the kernels cannot take these tensors as they are ("" if they can): not CUDA, on two devices,
+// the last dim strided.
+std::string layout_problem(std::initializer_list<const at::Tensor*> ts) {
+  const at::Tensor& first = **ts.begin();
+  for (const at::Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (!t->is_cuda()) return std::string("tensors on ") + c10::DeviceTypeName(t->device().type(), true);
+    if (t->device() != first.device()) return "tensors on several devices";
+    if (t->dim() > 0 && t->size(-1) > 1 && t->stride(-1) != 1) return "the last dim is not contiguous";
+  }
+  return "";
+}
+
+void check_out(const at::Tensor& out, const at::Tensor& like, const char* entry) {
+  check(out.sizes() == like.sizes(), entry, "out must have q's shape");
+  check(out.scalar_type() == like.scalar_type(), entry, "out must have q's dtype");
+  check(out.device() == like.device(), entry, "out must be on q's device");
+}
+
+void check_lse(const std::optional<at::Tensor>& lse, at::IntArrayRef shape, const at::Tensor& q, const char* entry) {
+  if (!lse) return;
+  check(lse->sizes() == shape, entry, "lse has the wrong shape (" + std::string(c10::str(lse->sizes())) +
+                                          ", expected " + std::string(c10::str(shape)) + ")");
+  check(lse->scalar_type() == at::kFloat, entry, "lse must be float32");
+  check(lse->is_contiguous(), entry, "lse must be contiguous");
+  check(lse->device() == q.device(), entry, "lse must be on q's device");
+}
+
+void raise_cuda(int r, const char* entry) {
+  TORCH_CHECK(false, "attntune.", entry, ": the kernel failed with CUDA error ", r, ": ", attntune_last_error());
+}
+
+// ------------------------------------------------------------------ the fallback
+
+// Attention of q [B, H, S, D] over k, v [B, Hkv, Sk, D] with `visible` (bool, broadcastable to
+// [B, 1, S, Sk]; undefined: all keys, or causal bottom-right when `causal`), by SDPA; rows that see
+// no key are zero and their LSE -inf. Writes out (like q) and, if given, lse [B, H, S].
+void sdpa_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor visible, bool causal,
+               double scale, at::Tensor& out, const std::optional<at::Tensor>& lse) {
+  const int64_t S = q.size(2), Sk = k.size(2), H = q.size(1), Hkv = k.size(1);
+  if (q.numel() == 0) return;
+  if (Sk == 0) {
+    out.zero_();
+    if (lse) lse->fill_(-std::numeric_limits<float>::infinity());
+    return;
+  }
+  if (causal && !visible.defined() && S != Sk) {
+    auto opts = q.options().dtype(at::kLong);
+    visible = (at::arange(Sk, opts).view({1, Sk}) <= at::arange(S, opts).view({S, 1}) + (Sk - S)).view({1, 1, S, Sk});
+  }
+  const bool flag = causal && !visible.defined();  // S == Sk: SDPA's own causal
+  std::optional<at::Tensor> mask;
+  if (visible.defined()) mask = visible;
+  at::Tensor o = at::scaled_dot_product_attention(q, k, v, mask, 0.0, flag, scale, /*enable_gqa=*/H != Hkv);
+  if (visible.defined()) {
+    const at::Tensor any = visible.any(-1, /*keepdim=*/true);  // [B or 1, 1, S, 1]
+    o = at::where(any, o, at::zeros({}, o.options()));
+  }
+  out.copy_(o);
+  if (lse) {
+    at::Tensor kk = H != Hkv ? k.repeat_interleave(H / Hkv, 1) : k;
+    at::Tensor scores = at::matmul(q.to(at::kFloat), kk.to(at::kFloat).transpose(-2, -1)) * scale;
+    if (flag)
+      visible = at::ones({S, Sk}, q.options().dtype(at::kBool)).tril();
+    if (visible.defined()) scores.masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity());
+    lse->copy_(at::logsumexp(scores, -1));
+  }
+}
+
+// ------------------------------------------------------------------ attention (dense)
+
+void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor out,
+                    std::optional<at::Tensor> lse, std::optional<double> scale, bool is_causal) {
+  const char* e = "attention";
+  check(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, e, "q, k and v must be 4-d: [batch, heads, seqlen, head_dim]");
+  const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
+  check(k.size(0) == B && v.size(0) == B, e, "q, k and v must have the same batch");
+  check(k.sizes() == v.sizes(), e, "k and v must have the same shape");
+  check(k.size(3) == D, e, "q and k must have the same head_dim");
+  check(Hkv > 0 ? H % Hkv == 0 : H == 0, e, fmt("heads of q (%lld) must be a multiple of k's (%lld)",
+                                                static_cast<long long>(H), static_cast<long long>(Hkv)));
+  check(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e, "q, k and v must share a dtype");
+  check_out(out, q, e);
+  check_lse(lse, {B, H, S}, q, e);
+  const double sc = scale_of(scale, D);
+  const Shape c{kEntryDense, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), is_causal ? 1 : 0,
+                as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"), as_int(S, e, "seqlen_q"),
+                as_int(Sk, e, "seqlen_k"), 0};
+  const Decision d = route(c, q, layout_problem({&q, &k, &v, &out}));
+  std::string refused;
+  if (d.kernel >= 0) {
+    c10::cuda::CUDAGuard guard(q.device());
+    const long long qs[3] = {q.stride(0), q.stride(1), q.stride(2)}, ks[3] = {k.stride(0), k.stride(1), k.stride(2)},
+                    vs[3] = {v.stride(0), v.stride(1), v.stride(2)},
+                    os[3] = {out.stride(0), out.stride(1), out.stride(2)};
+    const int r = attntune_attention_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                             lse ? lse->data_ptr<float>() : nullptr, c.b, c.h, c.hkv, c.s, c.sk, c.d,
+                                             qs, ks, vs, os, static_cast<float>(sc), c.causal,
+                                             c10::cuda::getCurrentCUDAStream().stream());
+    if (r == 0) {
+      count(c, d.kernel, "", "");
+      return;
+    }
+    if (r != kUnsupported) raise_cuda(r, e);
+    refused = std::string("the library refused the call: ") + attntune_last_error();
+    route(c, q, refused);  // raises under the "raise" policy
+  }
+  count(c, -1, refused.empty() ? d.reason : refused, other_dtype(q), refused.empty() && d.tunable);
+  sdpa_into(q, k, v, at::Tensor(), is_causal, sc, out, lse);
+}
+
+std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                             std::optional<double> scale, bool is_causal, bool return_lse) {
+  at::Tensor out = at::empty_like(q);
+  at::Tensor lse = return_lse && q.dim() == 4 ? at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat))
+                                              : at::empty({0}, q.options().dtype(at::kFloat));
+  attention_into(q, k, v, out, return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal);
+  return {out, lse};
+}
+
+// ------------------------------------------------------------------ attention over a KV cache
+
+void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const std::optional<at::Tensor>& cache_seqlens, const std::optional<at::Tensor>& block_table,
+                            at::Tensor out, std::optional<at::Tensor> lse, std::optional<double> scale,
+                            bool is_causal) {
+  const char* e = "attention_kvcache";
+  check(q.dim() == 4, e, "q must be 4-d: [batch, seqlen_q, heads, head_dim]");
+  check(k_cache.dim() == 4 && v_cache.dim() == 4, e,
+        "k_cache and v_cache must be 4-d: [batch, seqlen_k, heads_kv, head_dim], or pages [num_blocks, page_size, "
+        "heads_kv, head_dim] with a block_table");
+  check(k_cache.sizes() == v_cache.sizes(), e, "k_cache and v_cache must have the same shape");
+  check(k_cache.scalar_type() == q.scalar_type() && v_cache.scalar_type() == q.scalar_type(), e,
+        "q and the caches must share a dtype");
+  const int64_t B = q.size(0), S = q.size(1), H = q.size(2), D = q.size(3), Hkv = k_cache.size(2);
+  check(k_cache.size(3) == D, e, "q and the caches must have the same head_dim");
+  check(Hkv > 0 ? H % Hkv == 0 : H == 0, e, "heads of q must be a multiple of the caches'");
+  const bool paged = block_table.has_value();
+  int64_t Sk = k_cache.size(1), page = 0, max_blocks = 0;
+  at::Tensor table, lens;
+  if (paged) {
+    check(block_table->dim() == 2 && block_table->size(0) == B, e, "block_table must be [batch, max_blocks_per_seq]");
+    check(block_table->scalar_type() == at::kInt || block_table->scalar_type() == at::kLong, e,
+          "block_table must be int32 (or int64)");
+    check(block_table->device() == q.device(), e, "block_table must be on q's device");
+    table = block_table->to(at::kInt).contiguous();
+    page = k_cache.size(1);
+    max_blocks = table.size(1);
+    Sk = page * max_blocks;
+  } else {
+    check(k_cache.size(0) == B, e, "a contiguous cache must have q's batch");
+  }
+  if (cache_seqlens) {
+    check(cache_seqlens->dim() == 1 && cache_seqlens->size(0) == B, e, "cache_seqlens must be [batch]");
+    check(cache_seqlens->scalar_type() == at::kInt || cache_seqlens->scalar_type() == at::kLong, e,
+          "cache_seqlens must be int32 (or int64)");
+    check(cache_seqlens->device() == q.device(), e, "cache_seqlens must be on q's device");
+    lens = cache_seqlens->to(at::kInt).contiguous();
+  }
+  check_out(out, q, e);
+  check_lse(lse, {B, H, S}, q, e);
+  const double sc = scale_of(scale, D);
+  const Shape c{kEntryKvcache, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), is_causal ? 1 : 0,
+                as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"), as_int(S, e, "seqlen_q"),
+                as_int(Sk, e, "seqlen_k"), paged ? as_int(page, e, "page_size") : 0};
+  const Decision d = route(c, q, layout_problem({&q, &k_cache, &v_cache, &out}));
+  std::string refused;
+  if (d.kernel >= 0) {
+    c10::cuda::CUDAGuard guard(q.device());
+    // q/out [B, S, H, D]: {batch, head, row} = strides 0, 2, 1; caches likewise ({block, head, row} paged).
+    const long long qs[3] = {q.stride(0), q.stride(2), q.stride(1)},
+                    ks[3] = {k_cache.stride(0), k_cache.stride(2), k_cache.stride(1)},
+                    vs[3] = {v_cache.stride(0), v_cache.stride(2), v_cache.stride(1)},
+                    os[3] = {out.stride(0), out.stride(2), out.stride(1)};
+    const int r = attntune_attention_forward_kvcache(
+        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), lse ? lse->data_ptr<float>() : nullptr,
+        lens.defined() ? lens.data_ptr<int>() : nullptr, paged ? table.data_ptr<int>() : nullptr,
+        static_cast<int>(max_blocks), static_cast<int>(page), c.b, c.h, c.hkv, c.s, c.sk, c.d, qs, ks, vs, os,
+        static_cast<float>(sc), c.causal, c10::cuda::getCurrentCUDAStream().stream());
+    if (r == 0) {
+      count(c, d.kernel, "", "");
+      return;
+    }
+    if (r != kUnsupported) raise_cuda(r, e);
+    refused = std::string("the library refused the call: ") + attntune_last_error();
+    route(c, q, refused);  // raises under the "raise" policy
+  }
+  count(c, -1, refused.empty() ? d.reason : refused, other_dtype(q), refused.empty() && d.tunable);
+  if (q.numel() == 0) return;
+  // The fallback: gather the pages (no sync), mask each sequence's keys.
+  at::Tensor kc = k_cache, vc = v_cache;
+  if (paged) {
+    const at::Tensor idx = table.to(at::kLong).clamp(0, std::max<int64_t>(k_cache.size(0) - 1, 0)).flatten();
+    kc = k_cache.index_select(0, idx).view({B, Sk, Hkv, D});
+    vc = v_cache.index_select(0, idx).view({B, Sk, Hkv, D});
+  }
+  auto lopts = q.options().dtype(at::kLong);
+  const at::Tensor n = lens.defined() ? lens.to(at::kLong).view({B, 1, 1}) : at::full({B, 1, 1}, Sk, lopts);
+  const at::Tensor j = at::arange(Sk, lopts).view({1, 1, Sk}), i = at::arange(S, lopts).view({1, S, 1});
+  at::Tensor visible = j < n;
+  if (is_causal) visible = visible & (j <= i + n - S);
+  visible = visible.expand({B, S, Sk}).unsqueeze(1);
+  at::Tensor out_h = out.transpose(1, 2);
+  sdpa_into(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2), visible, is_causal, sc, out_h, lse);
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_kvcache(const at::Tensor& q, const at::Tensor& k_cache,
+                                                     const at::Tensor& v_cache,
+                                                     const std::optional<at::Tensor>& cache_seqlens,
+                                                     const std::optional<at::Tensor>& block_table,
+                                                     std::optional<double> scale, bool is_causal, bool return_lse) {
+  at::Tensor out = at::empty_like(q);
+  at::Tensor lse = return_lse && q.dim() == 4 ? at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat))
+                                              : at::empty({0}, q.options().dtype(at::kFloat));
+  attention_kvcache_into(q, k_cache, v_cache, cache_seqlens, block_table, out,
+                         return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal);
+  return {out, lse};
+}
+
+// ------------------------------------------------------------------ variable-length packed batches
+
+void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+                           int64_t max_seqlen_k, at::Tensor out, std::optional<at::Tensor> lse,
+                           std::optional<double> scale, bool is_causal) {
+  const char* e = "attention_varlen";
+  check(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, e, "q, k and v must be 3-d: [total, heads, head_dim]");
+  check(k.sizes() == v.sizes(), e, "k and v must have the same shape");
+  check(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e, "q, k and v must share a dtype");
+  check(cu_seqlens_q.dim() == 1 && cu_seqlens_k.dim() == 1 && cu_seqlens_q.size(0) == cu_seqlens_k.size(0) &&
+            cu_seqlens_q.size(0) >= 1,
+        e, "cu_seqlens_q and cu_seqlens_k must be [batch + 1]");
+  for (const at::Tensor* t : {&cu_seqlens_q, &cu_seqlens_k}) {
+    check(t->scalar_type() == at::kInt || t->scalar_type() == at::kLong, e, "cu_seqlens must be int32 (or int64)");
+    check(t->device() == q.device(), e, "cu_seqlens must be on q's device");
+  }
+  const int64_t Tq = q.size(0), H = q.size(1), D = q.size(2), Tk = k.size(0), Hkv = k.size(1);
+  const int64_t B = cu_seqlens_q.size(0) - 1;
+  check(k.size(2) == D, e, "q and k must have the same head_dim");
+  check(Hkv > 0 ? H % Hkv == 0 : H == 0, e, "heads of q must be a multiple of k's");
+  check(max_seqlen_q >= 0 && max_seqlen_k >= 0, e, "max_seqlen_q and max_seqlen_k must be >= 0");
+  check_out(out, q, e);
+  check_lse(lse, {H, Tq}, q, e);
+  const double sc = scale_of(scale, D);
+  const Shape c{kEntryVarlen, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), is_causal ? 1 : 0,
+                as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"),
+                as_int(max_seqlen_q, e, "max_seqlen_q"), as_int(max_seqlen_k, e, "max_seqlen_k"), 0};
+  const at::Tensor cq = cu_seqlens_q.to(at::kInt).contiguous(), ck = cu_seqlens_k.to(at::kInt).contiguous();
+  const Decision d = route(c, q, layout_problem({&q, &k, &v, &out}));
+  std::string refused;
+  if (d.kernel >= 0) {
+    c10::cuda::CUDAGuard guard(q.device());
+    const long long qs[2] = {q.stride(0), q.stride(1)}, ks[2] = {k.stride(0), k.stride(1)},
+                    vs[2] = {v.stride(0), v.stride(1)}, os[2] = {out.stride(0), out.stride(1)};
+    const int r = attntune_attention_forward_varlen(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse ? lse->data_ptr<float>() : nullptr,
+        cq.data_ptr<int>(), ck.data_ptr<int>(), c.b, c.s, c.sk, c.h, c.hkv, c.d, qs, ks, vs, os,
+        static_cast<float>(sc), c.causal, c10::cuda::getCurrentCUDAStream().stream());
+    if (r == 0) {
+      count(c, d.kernel, "", "");
+      return;
+    }
+    if (r != kUnsupported) raise_cuda(r, e);
+    refused = std::string("the library refused the call: ") + attntune_last_error();
+    route(c, q, refused);
+  }
+  count(c, -1, refused.empty() ? d.reason : refused, other_dtype(q), refused.empty() && d.tunable);
+  if (Tq == 0 || B == 0) return;
+  // The fallback: pad each sequence to max_seqlen (gathers, no sync), attend, gather back.
+  auto lopts = q.options().dtype(at::kLong);
+  const at::Tensor cq64 = cq.to(at::kLong), ck64 = ck.to(at::kLong);
+  const at::Tensor start_q = cq64.narrow(0, 0, B), start_k = ck64.narrow(0, 0, B);
+  const at::Tensor len_q = (cq64.narrow(0, 1, B) - start_q).view({B, 1, 1}),
+                   len_k = (ck64.narrow(0, 1, B) - start_k).view({B, 1, 1});
+  const int64_t Sq = std::max<int64_t>(max_seqlen_q, 1), Sk = std::max<int64_t>(max_seqlen_k, 1);
+  const at::Tensor iq = (start_q.view({B, 1}) + at::arange(Sq, lopts).view({1, Sq})).clamp(0, std::max<int64_t>(Tq - 1, 0));
+  const at::Tensor ik = (start_k.view({B, 1}) + at::arange(Sk, lopts).view({1, Sk})).clamp(0, std::max<int64_t>(Tk - 1, 0));
+  const at::Tensor qp = q.index_select(0, iq.flatten()).view({B, Sq, H, D}).transpose(1, 2);
+  at::Tensor kp, vp;
+  if (Tk > 0) {
+    kp = k.index_select(0, ik.flatten()).view({B, Sk, Hkv, D}).transpose(1, 2);
+    vp = v.index_select(0, ik.flatten()).view({B, Sk, Hkv, D}).transpose(1, 2);
+  } else {
+    kp = at::zeros({B, Hkv, Sk, D}, q.options());
+    vp = kp;
+  }
+  const at::Tensor j = at::arange(Sk, lopts).view({1, 1, Sk}), i = at::arange(Sq, lopts).view({1, Sq, 1});
+  at::Tensor visible = j < len_k;
+  if (is_causal) visible = visible & (j <= i + len_k - len_q);
+  visible = visible.expand({B, Sq, Sk}).unsqueeze(1);
+  at::Tensor op = at::empty({B, H, Sq, D}, q.options());
+  std::optional<at::Tensor> lp;
+  if (lse) lp = at::empty({B, H, Sq}, q.options().dtype(at::kFloat));
+  sdpa_into(qp, kp, vp, visible, is_causal, sc, op, lp);
+  // Token t of the packing is row t - cu_seqlens_q[seq] of sequence seq.
+  const at::Tensor t = at::arange(Tq, lopts);
+  const at::Tensor seq = at::searchsorted(cq64.narrow(0, 1, B), t, /*out_int32=*/false, /*right=*/true);
+  const at::Tensor row = t - start_q.index_select(0, seq.clamp_max(B - 1));
+  const at::Tensor seqc = seq.clamp_max(B - 1), rowc = row.clamp(0, Sq - 1);
+  out.copy_(op.permute({0, 2, 1, 3}).index({seqc, rowc}));
+  if (lse) lse->copy_(lp->permute({0, 2, 1}).index({seqc, rowc}).t());
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                    const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
+                                                    int64_t max_seqlen_q, int64_t max_seqlen_k,
+                                                    std::optional<double> scale, bool is_causal, bool return_lse) {
+  at::Tensor out = at::empty_like(q);
+  at::Tensor lse = return_lse && q.dim() == 3 ? at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat))
+                                              : at::empty({0}, q.options().dtype(at::kFloat));
+  attention_varlen_into(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out,
+                        return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal);
+  return {out, lse};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(ATTNTUNE_TORCH_NAMESPACE, m) {
+  m.def("attention(Tensor q, Tensor k, Tensor v, float? scale=None, bool is_causal=False, bool return_lse=False) "
+        "-> (Tensor, Tensor)");
+  m.def("attention_into(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, float? scale=None, "
+        "bool is_causal=False) -> ()");
+  m.def("attention_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor? cache_seqlens=None, "
+        "Tensor? block_table=None, float? scale=None, bool is_causal=False, bool return_lse=False) -> (Tensor, Tensor)");
+  m.def("attention_kvcache_into(Tensor q, Tensor k_cache, Tensor v_cache, Tensor? cache_seqlens, Tensor? block_table, "
+        "Tensor(a!) out, Tensor(b!)? lse, float? scale=None, bool is_causal=False) -> ()");
+  m.def("attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
+        "int max_seqlen_k, float? scale=None, bool is_causal=False, bool return_lse=False) -> (Tensor, Tensor)");
+  m.def("attention_varlen_into(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+        "int max_seqlen_q, int max_seqlen_k, Tensor(a!) out, Tensor(b!)? lse, float? scale=None, "
+        "bool is_causal=False) -> ()");
+  m.def("explain(int entry, str dtype, int head_dim, bool is_causal, int b, int h, int hkv, int s, int sk) "
+        "-> (int, str)",
+        &explain);
+  m.def("coverage() -> str", &coverage_json);
+  m.def("reset_coverage() -> ()", &reset_coverage);
+  m.def("set_policy(str fallback, float max_length_ratio) -> ()", &set_policy);
+  m.def("kernel_info() -> str", &kernel_info);
+}
+
+// The same functions for CUDA and CPU tensors: CPU calls (and any the kernels cannot take) fall back.
+TORCH_LIBRARY_IMPL(ATTNTUNE_TORCH_NAMESPACE, CUDA, m) {
+  m.impl("attention", &attention);
+  m.impl("attention_into", &attention_into);
+  m.impl("attention_kvcache", &attention_kvcache);
+  m.impl("attention_kvcache_into", &attention_kvcache_into);
+  m.impl("attention_varlen", &attention_varlen);
+  m.impl("attention_varlen_into", &attention_varlen_into);
+}
+TORCH_LIBRARY_IMPL(ATTNTUNE_TORCH_NAMESPACE, CPU, m) {
+  m.impl("attention", &attention);
+  m.impl("attention_into", &attention_into);
+  m.impl("attention_kvcache", &attention_kvcache);
+  m.impl("attention_kvcache_into", &attention_kvcache_into);
+  m.impl("attention_varlen", &attention_varlen);
+  m.impl("attention_varlen_into", &attention_varlen_into);
+}
