@@ -97,6 +97,8 @@ class Library:
         self.ops = self.lib.ops
         self.info = self.lib.info
         self.error = ""
+        # The problems whose kernels serve attntune_attention_forward_kvcache (None: no kernel does).
+        self.kvcache = self.info.get("entry_points", {}).get("attntune_attention_forward_kvcache") or None
 
     def last_error(self):
         return self.error

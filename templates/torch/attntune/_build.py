@@ -111,17 +111,26 @@ class _Lock:
         self.f.close()
 
 
+# Added to the contract's command line: bind the library's references to its own definitions. The
+# kernels link the CUDA runtime statically; torch.ops.load_library opens the ops (and so this
+# library, their dependency) with RTLD_GLOBAL, and without -Bsymbolic the runtime calls inside this
+# library resolve to torch's libcudart instead of its own, whose state never saw our fat binary.
+KERNEL_LINK_FLAGS = os.environ.get("ATTNTUNE_KERNEL_LINK_FLAGS", "-Xlinker -Bsymbolic").split()
+# Extra compiler flags for the ops (-g to debug them).
+OPS_CFLAGS = os.environ.get("ATTNTUNE_OPS_CFLAGS", "").split()
+
+
 def build_kernels(cu, arch, out_dir, verbose):
     """kernels.cu -> the shared library (cached); returns its path."""
     with open(cu, "rb") as f:
         source = f.read()
-    tag = _hash(source, arch)
+    tag = _hash(source, arch, *KERNEL_LINK_FLAGS)
     lib = os.path.join(out_dir, f"libattntune_kernels_{tag}.so")
     if os.path.exists(lib):
         return lib
     nvcc = find_nvcc()
     tmp = lib + f".tmp{os.getpid()}"
-    cmd = [nvcc, "-std=c++17", f"-arch={arch}", "-Xcompiler", "-fPIC", "-shared", cu, "-o", tmp]
+    cmd = [nvcc, "-std=c++17", f"-arch={arch}", "-Xcompiler", "-fPIC", "-shared", *KERNEL_LINK_FLAGS, cu, "-o", tmp]
     _log(verbose, f"building the tuned kernels for {arch} (nvcc; a few minutes for many Hopper kernels): "
                   f"{' '.join(cmd)}")
     t0 = time.time()
@@ -147,7 +156,7 @@ def _plan(cu, namespace, arch):
         cu_bytes = f.read()
     with open(ops_cpp, "rb") as f:
         ops_bytes = f.read()
-    tag = _hash(cu_bytes, ops_bytes, arch, namespace, torch.__version__, sys.version_info[:2])
+    tag = _hash(cu_bytes, ops_bytes, arch, namespace, torch.__version__, sys.version_info[:2], *OPS_CFLAGS)
     return cu, arch, ops_cpp, os.path.join(cache_root(), tag)
 
 
@@ -182,7 +191,7 @@ def load(cu, namespace="attntune", arch=None, verbose=True):
         # CUDA version need not match the toolkit's.
         cuda_include = os.path.join(os.path.dirname(os.path.dirname(find_nvcc())), "include")
         ce.load(name=name, sources=[ops_cpp], build_directory=os.path.join(out_dir, "ops"),
-                extra_cflags=["-O2", f"-DATTNTUNE_TORCH_NAMESPACE={namespace}"],
+                extra_cflags=["-O2", f"-DATTNTUNE_TORCH_NAMESPACE={namespace}", *OPS_CFLAGS],
                 extra_include_paths=[cuda_include],
                 extra_ldflags=[lib, f"-Wl,-rpath,{out_dir}", "-lc10_cuda"], with_cuda=False,
                 is_python_module=False, verbose=False)

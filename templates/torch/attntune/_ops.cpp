@@ -214,10 +214,11 @@ Decision route(const Shape& c, const at::Tensor& q, const std::string& why_not) 
   else d = decide(c, dtype_name, policy.max_ratio);
   if (d.kernel < 0 && policy.raise) {
     count(c, -1, d.reason, dtype_name, d.tunable);
-    TORCH_CHECK(false, "attntune.", entry_name(c.entry), ": no tuned kernel for b=", c.b, ",h=", c.h, ",hkv=", c.hkv,
-                ",s=", c.s, ",sk=", c.sk, ",d=", c.d, ",causal=", c.causal, ": ", d.reason,
-                " (fallback policy 'raise'; attntune.set_policy(fallback='sdpa') falls back to "
-                "scaled_dot_product_attention)");
+    TORCH_CHECK(false, fmt("attntune.%s: no tuned kernel for b=%d,h=%d,hkv=%d,s=%d,sk=%d,d=%d,causal=%d: ",
+                           entry_name(c.entry), c.b, c.h, c.hkv, c.s, c.sk, c.d, c.causal) +
+                           d.reason +
+                           " (fallback policy 'raise'; attntune.set_policy(fallback='sdpa') falls back to "
+                           "scaled_dot_product_attention)");
   }
   return d;
 }
@@ -264,9 +265,9 @@ void reset_coverage() {
 
 void set_policy(std::string fallback, double max_length_ratio) {
   TORCH_CHECK(fallback == "sdpa" || fallback == "raise",
-              "attntune.set_policy: fallback must be 'sdpa' or 'raise' (got '", fallback, "')");
+              "attntune.set_policy: fallback must be 'sdpa' or 'raise' (got '" + fallback + "')");
   TORCH_CHECK(std::isfinite(max_length_ratio) && max_length_ratio >= 1.0,
-              "attntune.set_policy: max_length_ratio must be finite and >= 1 (got ", max_length_ratio, ")");
+              fmt("attntune.set_policy: max_length_ratio must be finite and >= 1 (got %g)", max_length_ratio));
   std::lock_guard<std::mutex> lock(g_mutex);
   g_policy.raise = fallback == "raise";
   g_policy.max_ratio = max_length_ratio;
@@ -292,12 +293,21 @@ std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64
 
 // ------------------------------------------------------------------ argument checks
 
-void check(bool ok, const char* entry, const std::string& what) {
-  TORCH_CHECK(ok, "attntune.", entry, ": ", what);
+// Argument checks. The message is built only on failure and handed to TORCH_CHECK as one string:
+// c10::str of several arguments streams them through std::ostringstream, and iostreams in this
+// library crashed on the GPU machine (its Python's libstdc++ is older than the headers g++ 13
+// compiles against; docs/design/torch.md). Nothing here streams.
+#define ATTNTUNE_CHECK(cond, entry, what) \
+  TORCH_CHECK((cond), std::string("attntune.") + (entry) + ": " + std::string(what))
+
+std::string dims(at::IntArrayRef d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
 }
 
 int as_int(int64_t v, const char* entry, const char* name) {
-  check(v >= 0 && v <= std::numeric_limits<int>::max(), entry, fmt("%s (%lld) out of range", name,
+  ATTNTUNE_CHECK(v >= 0 && v <= std::numeric_limits<int>::max(), entry, fmt("%s (%lld) out of range", name,
                                                                    static_cast<long long>(v)));
   return static_cast<int>(v);
 }
@@ -320,22 +330,22 @@ std::string layout_problem(std::initializer_list<const at::Tensor*> ts) {
 }
 
 void check_out(const at::Tensor& out, const at::Tensor& like, const char* entry) {
-  check(out.sizes() == like.sizes(), entry, "out must have q's shape");
-  check(out.scalar_type() == like.scalar_type(), entry, "out must have q's dtype");
-  check(out.device() == like.device(), entry, "out must be on q's device");
+  ATTNTUNE_CHECK(out.sizes() == like.sizes(), entry, "out must have q's shape");
+  ATTNTUNE_CHECK(out.scalar_type() == like.scalar_type(), entry, "out must have q's dtype");
+  ATTNTUNE_CHECK(out.device() == like.device(), entry, "out must be on q's device");
 }
 
 void check_lse(const std::optional<at::Tensor>& lse, at::IntArrayRef shape, const at::Tensor& q, const char* entry) {
   if (!lse) return;
-  check(lse->sizes() == shape, entry, "lse has the wrong shape (" + std::string(c10::str(lse->sizes())) +
-                                          ", expected " + std::string(c10::str(shape)) + ")");
-  check(lse->scalar_type() == at::kFloat, entry, "lse must be float32");
-  check(lse->is_contiguous(), entry, "lse must be contiguous");
-  check(lse->device() == q.device(), entry, "lse must be on q's device");
+  ATTNTUNE_CHECK(lse->sizes() == shape, entry, "lse has the wrong shape (" + dims(lse->sizes()) + ", expected " +
+                                                   dims(shape) + ")");
+  ATTNTUNE_CHECK(lse->scalar_type() == at::kFloat, entry, "lse must be float32");
+  ATTNTUNE_CHECK(lse->is_contiguous(), entry, "lse must be contiguous");
+  ATTNTUNE_CHECK(lse->device() == q.device(), entry, "lse must be on q's device");
 }
 
 void raise_cuda(int r, const char* entry) {
-  TORCH_CHECK(false, "attntune.", entry, ": the kernel failed with CUDA error ", r, ": ", attntune_last_error());
+  TORCH_CHECK(false, fmt("attntune.%s: the kernel failed with CUDA error %d: %s", entry, r, attntune_last_error()));
 }
 
 // ------------------------------------------------------------------ the fallback
@@ -380,14 +390,14 @@ void sdpa_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at
 void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor out,
                     std::optional<at::Tensor> lse, std::optional<double> scale, bool is_causal) {
   const char* e = "attention";
-  check(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, e, "q, k and v must be 4-d: [batch, heads, seqlen, head_dim]");
+  ATTNTUNE_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, e, "q, k and v must be 4-d: [batch, heads, seqlen, head_dim]");
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
-  check(k.size(0) == B && v.size(0) == B, e, "q, k and v must have the same batch");
-  check(k.sizes() == v.sizes(), e, "k and v must have the same shape");
-  check(k.size(3) == D, e, "q and k must have the same head_dim");
-  check(Hkv > 0 ? H % Hkv == 0 : H == 0, e, fmt("heads of q (%lld) must be a multiple of k's (%lld)",
+  ATTNTUNE_CHECK(k.size(0) == B && v.size(0) == B, e, "q, k and v must have the same batch");
+  ATTNTUNE_CHECK(k.sizes() == v.sizes(), e, "k and v must have the same shape");
+  ATTNTUNE_CHECK(k.size(3) == D, e, "q and k must have the same head_dim");
+  ATTNTUNE_CHECK(Hkv > 0 ? H % Hkv == 0 : H == 0, e, fmt("heads of q (%lld) must be a multiple of k's (%lld)",
                                                 static_cast<long long>(H), static_cast<long long>(Hkv)));
-  check(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e, "q, k and v must share a dtype");
+  ATTNTUNE_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e, "q, k and v must share a dtype");
   check_out(out, q, e);
   check_lse(lse, {B, H, S}, q, e);
   const double sc = scale_of(scale, D);
@@ -433,36 +443,36 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
                             at::Tensor out, std::optional<at::Tensor> lse, std::optional<double> scale,
                             bool is_causal) {
   const char* e = "attention_kvcache";
-  check(q.dim() == 4, e, "q must be 4-d: [batch, seqlen_q, heads, head_dim]");
-  check(k_cache.dim() == 4 && v_cache.dim() == 4, e,
+  ATTNTUNE_CHECK(q.dim() == 4, e, "q must be 4-d: [batch, seqlen_q, heads, head_dim]");
+  ATTNTUNE_CHECK(k_cache.dim() == 4 && v_cache.dim() == 4, e,
         "k_cache and v_cache must be 4-d: [batch, seqlen_k, heads_kv, head_dim], or pages [num_blocks, page_size, "
         "heads_kv, head_dim] with a block_table");
-  check(k_cache.sizes() == v_cache.sizes(), e, "k_cache and v_cache must have the same shape");
-  check(k_cache.scalar_type() == q.scalar_type() && v_cache.scalar_type() == q.scalar_type(), e,
+  ATTNTUNE_CHECK(k_cache.sizes() == v_cache.sizes(), e, "k_cache and v_cache must have the same shape");
+  ATTNTUNE_CHECK(k_cache.scalar_type() == q.scalar_type() && v_cache.scalar_type() == q.scalar_type(), e,
         "q and the caches must share a dtype");
   const int64_t B = q.size(0), S = q.size(1), H = q.size(2), D = q.size(3), Hkv = k_cache.size(2);
-  check(k_cache.size(3) == D, e, "q and the caches must have the same head_dim");
-  check(Hkv > 0 ? H % Hkv == 0 : H == 0, e, "heads of q must be a multiple of the caches'");
+  ATTNTUNE_CHECK(k_cache.size(3) == D, e, "q and the caches must have the same head_dim");
+  ATTNTUNE_CHECK(Hkv > 0 ? H % Hkv == 0 : H == 0, e, "heads of q must be a multiple of the caches'");
   const bool paged = block_table.has_value();
   int64_t Sk = k_cache.size(1), page = 0, max_blocks = 0;
   at::Tensor table, lens;
   if (paged) {
-    check(block_table->dim() == 2 && block_table->size(0) == B, e, "block_table must be [batch, max_blocks_per_seq]");
-    check(block_table->scalar_type() == at::kInt || block_table->scalar_type() == at::kLong, e,
+    ATTNTUNE_CHECK(block_table->dim() == 2 && block_table->size(0) == B, e, "block_table must be [batch, max_blocks_per_seq]");
+    ATTNTUNE_CHECK(block_table->scalar_type() == at::kInt || block_table->scalar_type() == at::kLong, e,
           "block_table must be int32 (or int64)");
-    check(block_table->device() == q.device(), e, "block_table must be on q's device");
+    ATTNTUNE_CHECK(block_table->device() == q.device(), e, "block_table must be on q's device");
     table = block_table->to(at::kInt).contiguous();
     page = k_cache.size(1);
     max_blocks = table.size(1);
     Sk = page * max_blocks;
   } else {
-    check(k_cache.size(0) == B, e, "a contiguous cache must have q's batch");
+    ATTNTUNE_CHECK(k_cache.size(0) == B, e, "a contiguous cache must have q's batch");
   }
   if (cache_seqlens) {
-    check(cache_seqlens->dim() == 1 && cache_seqlens->size(0) == B, e, "cache_seqlens must be [batch]");
-    check(cache_seqlens->scalar_type() == at::kInt || cache_seqlens->scalar_type() == at::kLong, e,
+    ATTNTUNE_CHECK(cache_seqlens->dim() == 1 && cache_seqlens->size(0) == B, e, "cache_seqlens must be [batch]");
+    ATTNTUNE_CHECK(cache_seqlens->scalar_type() == at::kInt || cache_seqlens->scalar_type() == at::kLong, e,
           "cache_seqlens must be int32 (or int64)");
-    check(cache_seqlens->device() == q.device(), e, "cache_seqlens must be on q's device");
+    ATTNTUNE_CHECK(cache_seqlens->device() == q.device(), e, "cache_seqlens must be on q's device");
     lens = cache_seqlens->to(at::kInt).contiguous();
   }
   check_out(out, q, e);
@@ -532,21 +542,21 @@ void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::T
                            int64_t max_seqlen_k, at::Tensor out, std::optional<at::Tensor> lse,
                            std::optional<double> scale, bool is_causal) {
   const char* e = "attention_varlen";
-  check(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, e, "q, k and v must be 3-d: [total, heads, head_dim]");
-  check(k.sizes() == v.sizes(), e, "k and v must have the same shape");
-  check(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e, "q, k and v must share a dtype");
-  check(cu_seqlens_q.dim() == 1 && cu_seqlens_k.dim() == 1 && cu_seqlens_q.size(0) == cu_seqlens_k.size(0) &&
+  ATTNTUNE_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, e, "q, k and v must be 3-d: [total, heads, head_dim]");
+  ATTNTUNE_CHECK(k.sizes() == v.sizes(), e, "k and v must have the same shape");
+  ATTNTUNE_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e, "q, k and v must share a dtype");
+  ATTNTUNE_CHECK(cu_seqlens_q.dim() == 1 && cu_seqlens_k.dim() == 1 && cu_seqlens_q.size(0) == cu_seqlens_k.size(0) &&
             cu_seqlens_q.size(0) >= 1,
         e, "cu_seqlens_q and cu_seqlens_k must be [batch + 1]");
   for (const at::Tensor* t : {&cu_seqlens_q, &cu_seqlens_k}) {
-    check(t->scalar_type() == at::kInt || t->scalar_type() == at::kLong, e, "cu_seqlens must be int32 (or int64)");
-    check(t->device() == q.device(), e, "cu_seqlens must be on q's device");
+    ATTNTUNE_CHECK(t->scalar_type() == at::kInt || t->scalar_type() == at::kLong, e, "cu_seqlens must be int32 (or int64)");
+    ATTNTUNE_CHECK(t->device() == q.device(), e, "cu_seqlens must be on q's device");
   }
   const int64_t Tq = q.size(0), H = q.size(1), D = q.size(2), Tk = k.size(0), Hkv = k.size(1);
   const int64_t B = cu_seqlens_q.size(0) - 1;
-  check(k.size(2) == D, e, "q and k must have the same head_dim");
-  check(Hkv > 0 ? H % Hkv == 0 : H == 0, e, "heads of q must be a multiple of k's");
-  check(max_seqlen_q >= 0 && max_seqlen_k >= 0, e, "max_seqlen_q and max_seqlen_k must be >= 0");
+  ATTNTUNE_CHECK(k.size(2) == D, e, "q and k must have the same head_dim");
+  ATTNTUNE_CHECK(Hkv > 0 ? H % Hkv == 0 : H == 0, e, "heads of q must be a multiple of k's");
+  ATTNTUNE_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0, e, "max_seqlen_q and max_seqlen_k must be >= 0");
   check_out(out, q, e);
   check_lse(lse, {H, Tq}, q, e);
   const double sc = scale_of(scale, D);
