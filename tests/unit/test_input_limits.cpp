@@ -131,6 +131,13 @@ TEST(InputLimits, StoredTextIsOneLineOfUtf8) {
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "tune: --campaign 'run\\xff\\x01' is not one line of UTF-8 text: byte 0xff at offset 3 is not UTF-8");
   }
+  check_stored_text(std::string(kMaxStoredText, 'a'), "tune: --campaign");
+  try {
+    check_stored_text(std::string(kMaxStoredText + 1, 'a'), "tune: --campaign");
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("is 4097 bytes long: at most 4096"), std::string::npos) << e.what();
+  }
 }
 
 TEST(InputLimits, DurationsAreBounded) {

@@ -109,7 +109,7 @@ int run_export(const std::vector<std::string>& args) {
   const bool torch = vm.count("torch") > 0;
   if (torch && torch_dir.empty()) throw InputError("export: --torch needs a directory");
   if ((!vm.count("output") || output.empty()) && !torch)
-    throw InputError("export: -o FILE.cu (- for stdout) or --torch DIR is required");
+    throw InputError("export: -o FILE.cu is required (- for stdout), or --torch DIR");
 
   Store store = Store::open(db_path, Store::Mode::kReadOnly);
   const std::vector<ExportItem> items = select_for_export(store, q);

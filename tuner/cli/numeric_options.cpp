@@ -28,6 +28,15 @@ void check_numeric_options(const po::variables_map& vm, const std::string& comma
       check_number(value.as<float>(), command, name);
     } else if (t == typeid(std::vector<double>)) {
       for (const double x : value.as<std::vector<double>>()) check_number(x, command, name);
+    } else if (t == typeid(unsigned long long) || t == typeid(unsigned long) || t == typeid(unsigned)) {
+      // Boost parses "-1" into an unsigned option by wrapping it (to 2^64 - 1): a value past
+      // 2^63 - 1 is refused as the negative number it almost certainly was.
+      const unsigned long long x = t == typeid(unsigned long long) ? value.as<unsigned long long>()
+                                   : t == typeid(unsigned long)    ? value.as<unsigned long>()
+                                                                   : value.as<unsigned>();
+      const unsigned long long limit = t == typeid(unsigned) ? 0x7fffffffULL : 0x7fffffffffffffffULL;
+      if (x > limit)
+        throw InputError(fmt::format("{}: --{} must not be negative (got {}, which is past {})", command, name, x, limit));
     }
   }
 }

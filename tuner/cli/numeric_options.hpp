@@ -15,7 +15,9 @@ namespace attntune::cli {
 // "... is more than ..." unless x is finite and within [0, kMaxDurationSeconds].
 void check_number(double x, const std::string& command, const std::string& flag);
 
-// check_number for every option in `vm` that holds a double (or a list of doubles).
+// check_number for every option in `vm` that holds a double (or a list of doubles); and for every
+// unsigned integer option, that it is not a wrapped negative number (InputError "... must not be
+// negative").
 void check_numeric_options(const po::variables_map& vm, const std::string& command);
 
 }  // namespace attntune::cli

@@ -134,6 +134,9 @@ std::string quoted(std::string_view text) {
 }  // namespace
 
 void check_stored_text(std::string_view text, std::string_view what) {
+  if (text.size() > kMaxStoredText)
+    throw InputError(fmt::format("{} '{}' is {} bytes long: at most {}", what, quoted(text), text.size(),
+                                 kMaxStoredText));
   const std::string why = text_problem(text);
   if (why.empty()) return;
   throw InputError(fmt::format("{} '{}' is not one line of UTF-8 text: {}", what, quoted(text), why));

@@ -1,5 +1,6 @@
 // Small text helpers shared by the error paths.
 #pragma once
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -26,8 +27,12 @@ inline constexpr double kMaxDurationSeconds = 1e9;
 // With `lines`, only UTF-8 is checked (a whole file's text, which has line breaks and tabs).
 std::string text_problem(std::string_view text, bool lines = false);
 
+// The longest free text attntune stores (a path's limit, PATH_MAX): a name is never a document.
+inline constexpr std::size_t kMaxStoredText = 4096;
+
 // InputError "WHAT 'TEXT' is not one line of UTF-8 text: WHY" (TEXT quoted printably, cut at 80
-// bytes) unless text_problem(text) is empty: every free text attntune stores (campaign names,
-// problem specs, space paths, plan and model names) goes through this door.
+// bytes) unless text_problem(text) is empty, or "WHAT 'TEXT' is N bytes long: at most 4096": every
+// free text attntune stores (campaign names, problem specs, space paths, plan and model names)
+// goes through this door.
 void check_stored_text(std::string_view text, std::string_view what);
 }  // namespace attntune

@@ -236,7 +236,8 @@ TEST_F(TuneResume, ASmallMaxSecondsCapsTheFinalMinimum) {
 
 TEST_F(TuneResume, BadArgumentsAreOneClearLineAndCreateNothing) {
   for (const std::string bad : {"--budget-time 5x", "--strategy annealing", "--budget-evals -3", "--final-rounds 0",
-                                "--simulate-db x.db", "--min-seconds 2", "--final-min-seconds -1"}) {
+                                "--simulate-db x.db", "--min-seconds 2", "--final-min-seconds -1",
+                                "--seed -1", "--seed -9223372036854775807"}) {
     auto r = testing::run_attntune("tune --space " + space_file() + " --problem " + kProblem + " --db " + work + " " +
                                    bad);
     EXPECT_EQ(r.rc, 2) << bad << ": " << r.err;
