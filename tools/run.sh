@@ -5,7 +5,8 @@
 #                  over every family that serves the problem: flash_fwd_mma (and flash_fwd_wgmma on
 #                  a Hopper GPU) for dense problems; flash_decode too when seqlen_q <= 16; only
 #                  flash_decode for a paged KV cache (page=N),
-#                  print the best configs and export the winner as attntune_best.cu;
+#                  print the best configs and export the winner as attntune_best.cu and as a
+#                  PyTorch package, attntune_best_torch/ (docs/EXPORT.md "From PyTorch");
 #   without one:   the search space, NVRTC builds of a sample of it (resources, spills), and the
 #                  search replayed on a real recorded campaign (evo against random search).
 #   tools/run.sh [PROBLEM]        env: BUDGET (default 200), ATTNTUNE_DB (default ./attntune.db), DEVICE (0)
@@ -32,8 +33,9 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   if [ -n "$s" ] && [ "$s" -le 16 ]; then spaces+=(--space search_spaces/flash_decode.yaml); fi
   $A tune "${spaces[@]}" --problem "$problem" --db "$db" --budget-evals "${BUDGET:-200}" --device "${DEVICE:-0}"
   $A best --db "$db" --problem "$problem" --top 5
-  $A export --db "$db" --problem "$problem" -o attntune_best.cu
+  $A export --db "$db" --problem "$problem" -o attntune_best.cu --torch attntune_best_torch
   echo "wrote attntune_best.cu (its header says how to build it; docs/EXPORT.md: call it, compare it with tools/compare_sdpa.py)"
+  echo "and attntune_best_torch/, a PyTorch package of it: PYTHONPATH=attntune_best_torch python3 -c 'import attntune'"
 else
   echo "no GPU here: showing the space, compiling a sample, and replaying a recorded campaign" >&2
   if grep -qE '(^|,)page=[1-9]' <<<"$problem"; then space=search_spaces/flash_decode.yaml; fi

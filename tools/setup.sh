@@ -25,13 +25,3 @@ if [ ! -f "$cuda/include/nvrtc.h" ]; then
 fi
 echo "attntune setup: dependencies present (CUDA toolkit at $cuda)"
 
-# A real torch for the PyTorch package's tests (tests/torch/): PyPI's wheel in the repository's
-# .venv, about 5 GB with its CUDA libraries, a minute or two. ATTNTUNE_NO_TORCH=1 skips it (those
-# tests then report as skipped).
-root=$(cd "$(dirname "$0")/.." && pwd)
-if [ -z "${ATTNTUNE_NO_TORCH:-}" ] && ! "$root/.venv/bin/python" -c "import torch" >/dev/null 2>&1; then
-  echo "attntune setup: installing torch into $root/.venv (tests/torch; ATTNTUNE_NO_TORCH=1 skips)"
-  python3 -m venv "$root/.venv"
-  "$root/.venv/bin/pip" install -q --disable-pip-version-check "torch==2.15.0" ninja numpy
-fi
-

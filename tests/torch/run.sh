@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs tests/torch/test_ops.py (`cpu`) or test_ops_gpu.py (`gpu`) with a Python that has torch:
-# $ATTNTUNE_PYTHON, else the repository's .venv (tools/setup.sh makes it), else python3. Exits 77
+# $ATTNTUNE_PYTHON, else the repository's .venv (tools/setup_torch.sh makes it), else python3. Exits 77
 # (ctest: skipped) when none has torch, saying so.
 #   tests/torch/run.sh cpu|gpu path/to/attntune
 set -uo pipefail
@@ -16,7 +16,7 @@ for cand in "${ATTNTUNE_PYTHON:-}" "$root/.venv/bin/python" python3; do
   fi
 done
 if [ -z "$py" ]; then
-  echo "SKIP: no Python with torch (tools/setup.sh installs one in .venv; or set ATTNTUNE_PYTHON)"
+  echo "SKIP: no Python with torch (tools/setup_torch.sh installs one in .venv; or set ATTNTUNE_PYTHON)"
   exit 77
 fi
 export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
