@@ -1,7 +1,8 @@
 """The PyTorch ops on a GPU (label gpu;torch): values, torch.compile, CUDA graphs, and the op's cost.
 
 The package is $ATTNTUNE_TORCH_PKG (a directory `attntune export --torch` wrote), else one exported
-here from $ATTNTUNE_TORCH_DB (default tests/data/campaigns/h100-suite.db, bf16). For every kernel of
+here from $ATTNTUNE_TORCH_DB (default tests/data/campaigns/h100-suite.db) in $ATTNTUNE_TORCH_DTYPE
+(default bf16). For every kernel of
 it, on the problem it was tuned for and on odd shapes near it:
   - values: NaN-poisoned out, against float64 (FlashAttention-2's criterion; compare_sdpa.py's
     reference), with LSE; [B,S,H,D] views; GQA; through attention_kvcache (paged with shuffled block
@@ -52,7 +53,8 @@ def main():
         pkg = os.path.join(work, "pkg")
         db = os.environ.get("ATTNTUNE_TORCH_DB", os.path.join(ROOT, "tests", "data", "campaigns", "h100-suite.db"))
         binary = os.environ.get("ATTNTUNE_BIN", os.path.join(ROOT, "build", "attntune"))
-        r = subprocess.run([binary, "export", "--db", db, "--all-best", "--dtype", "bf16", "--torch", pkg],
+        dtype_arg = os.environ.get("ATTNTUNE_TORCH_DTYPE", "bf16")
+        r = subprocess.run([binary, "export", "--db", db, "--all-best", "--dtype", dtype_arg, "--torch", pkg],
                            capture_output=True, text=True)
         if r.returncode != 0:
             print(f"FAIL: export --torch: {r.stderr}")
