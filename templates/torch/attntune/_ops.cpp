@@ -38,6 +38,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -348,6 +349,30 @@ void raise_cuda(int r, const char* entry) {
   TORCH_CHECK(false, fmt("attntune.%s: the kernel failed with CUDA error %d: %s", entry, r, attntune_last_error()));
 }
 
+// The one path of every entry point: decide from the shapes (route), run the library's kernel on
+// the current stream through `kernel` (it returns the C entry point's code), and say whether it
+// ran. false: the call falls back, counted with the reason (a refusal's is the library's own); a
+// CUDA error raises; under the "raise" policy a fallback raises.
+template <class Kernel>
+bool ran_kernel(const char* e, const Shape& c, const at::Tensor& q, std::initializer_list<const at::Tensor*> tensors,
+                Kernel kernel) {
+  const Decision d = route(c, q, layout_problem(tensors));
+  std::string refused;
+  if (d.kernel >= 0) {
+    c10::cuda::CUDAGuard guard(q.device());
+    const int r = kernel(c10::cuda::getCurrentCUDAStream().stream());
+    if (r == 0) {
+      count(c, d.kernel, "", "");
+      return true;
+    }
+    if (r != kUnsupported) raise_cuda(r, e);
+    refused = std::string("the library refused the call: ") + attntune_last_error();
+    route(c, q, refused);  // raises under the "raise" policy
+  }
+  count(c, -1, refused.empty() ? d.reason : refused, other_dtype(q), refused.empty() && d.tunable);
+  return false;
+}
+
 // ------------------------------------------------------------------ the fallback
 
 // Attention of q [B, H, S, D] over k, v [B, Hkv, Sk, D] with `visible` (bool, broadcastable to
@@ -404,26 +429,15 @@ void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const Shape c{kEntryDense, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), is_causal ? 1 : 0,
                 as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"), as_int(S, e, "seqlen_q"),
                 as_int(Sk, e, "seqlen_k"), 0};
-  const Decision d = route(c, q, layout_problem({&q, &k, &v, &out}));
-  std::string refused;
-  if (d.kernel >= 0) {
-    c10::cuda::CUDAGuard guard(q.device());
+  const bool ran = ran_kernel(e, c, q, {&q, &k, &v, &out}, [&](cudaStream_t stream) {
     const long long qs[3] = {q.stride(0), q.stride(1), q.stride(2)}, ks[3] = {k.stride(0), k.stride(1), k.stride(2)},
                     vs[3] = {v.stride(0), v.stride(1), v.stride(2)},
                     os[3] = {out.stride(0), out.stride(1), out.stride(2)};
-    const int r = attntune_attention_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                                             lse ? lse->data_ptr<float>() : nullptr, c.b, c.h, c.hkv, c.s, c.sk, c.d,
-                                             qs, ks, vs, os, static_cast<float>(sc), c.causal,
-                                             c10::cuda::getCurrentCUDAStream().stream());
-    if (r == 0) {
-      count(c, d.kernel, "", "");
-      return;
-    }
-    if (r != kUnsupported) raise_cuda(r, e);
-    refused = std::string("the library refused the call: ") + attntune_last_error();
-    route(c, q, refused);  // raises under the "raise" policy
-  }
-  count(c, -1, refused.empty() ? d.reason : refused, other_dtype(q), refused.empty() && d.tunable);
+    return attntune_attention_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                      lse ? lse->data_ptr<float>() : nullptr, c.b, c.h, c.hkv, c.s, c.sk, c.d, qs, ks,
+                                      vs, os, static_cast<float>(sc), c.causal, stream);
+  });
+  if (ran) return;
   sdpa_into(q, k, v, at::Tensor(), is_causal, sc, out, lse);
 }
 
@@ -481,29 +495,19 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
   const Shape c{kEntryKvcache, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), is_causal ? 1 : 0,
                 as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"), as_int(S, e, "seqlen_q"),
                 as_int(Sk, e, "seqlen_k"), paged ? as_int(page, e, "page_size") : 0};
-  const Decision d = route(c, q, layout_problem({&q, &k_cache, &v_cache, &out}));
-  std::string refused;
-  if (d.kernel >= 0) {
-    c10::cuda::CUDAGuard guard(q.device());
+  const bool ran = ran_kernel(e, c, q, {&q, &k_cache, &v_cache, &out}, [&](cudaStream_t stream) {
     // q/out [B, S, H, D]: {batch, head, row} = strides 0, 2, 1; caches likewise ({block, head, row} paged).
     const long long qs[3] = {q.stride(0), q.stride(2), q.stride(1)},
                     ks[3] = {k_cache.stride(0), k_cache.stride(2), k_cache.stride(1)},
                     vs[3] = {v_cache.stride(0), v_cache.stride(2), v_cache.stride(1)},
                     os[3] = {out.stride(0), out.stride(2), out.stride(1)};
-    const int r = attntune_attention_forward_kvcache(
+    return attntune_attention_forward_kvcache(
         q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), lse ? lse->data_ptr<float>() : nullptr,
         lens.defined() ? lens.data_ptr<int>() : nullptr, paged ? table.data_ptr<int>() : nullptr,
         static_cast<int>(max_blocks), static_cast<int>(page), c.b, c.h, c.hkv, c.s, c.sk, c.d, qs, ks, vs, os,
-        static_cast<float>(sc), c.causal, c10::cuda::getCurrentCUDAStream().stream());
-    if (r == 0) {
-      count(c, d.kernel, "", "");
-      return;
-    }
-    if (r != kUnsupported) raise_cuda(r, e);
-    refused = std::string("the library refused the call: ") + attntune_last_error();
-    route(c, q, refused);  // raises under the "raise" policy
-  }
-  count(c, -1, refused.empty() ? d.reason : refused, other_dtype(q), refused.empty() && d.tunable);
+        static_cast<float>(sc), c.causal, stream);
+  });
+  if (ran) return;
   if (q.numel() == 0) return;
   // The fallback: gather the pages (no sync), mask each sequence's keys.
   at::Tensor kc = k_cache, vc = v_cache;
@@ -564,25 +568,15 @@ void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::T
                 as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"),
                 as_int(max_seqlen_q, e, "max_seqlen_q"), as_int(max_seqlen_k, e, "max_seqlen_k"), 0};
   const at::Tensor cq = cu_seqlens_q.to(at::kInt).contiguous(), ck = cu_seqlens_k.to(at::kInt).contiguous();
-  const Decision d = route(c, q, layout_problem({&q, &k, &v, &out}));
-  std::string refused;
-  if (d.kernel >= 0) {
-    c10::cuda::CUDAGuard guard(q.device());
+  const bool ran = ran_kernel(e, c, q, {&q, &k, &v, &out}, [&](cudaStream_t stream) {
     const long long qs[2] = {q.stride(0), q.stride(1)}, ks[2] = {k.stride(0), k.stride(1)},
                     vs[2] = {v.stride(0), v.stride(1)}, os[2] = {out.stride(0), out.stride(1)};
-    const int r = attntune_attention_forward_varlen(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse ? lse->data_ptr<float>() : nullptr,
-        cq.data_ptr<int>(), ck.data_ptr<int>(), c.b, c.s, c.sk, c.h, c.hkv, c.d, qs, ks, vs, os,
-        static_cast<float>(sc), c.causal, c10::cuda::getCurrentCUDAStream().stream());
-    if (r == 0) {
-      count(c, d.kernel, "", "");
-      return;
-    }
-    if (r != kUnsupported) raise_cuda(r, e);
-    refused = std::string("the library refused the call: ") + attntune_last_error();
-    route(c, q, refused);
-  }
-  count(c, -1, refused.empty() ? d.reason : refused, other_dtype(q), refused.empty() && d.tunable);
+    return attntune_attention_forward_varlen(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                             lse ? lse->data_ptr<float>() : nullptr, cq.data_ptr<int>(),
+                                             ck.data_ptr<int>(), c.b, c.s, c.sk, c.h, c.hkv, c.d, qs, ks, vs, os,
+                                             static_cast<float>(sc), c.causal, stream);
+  });
+  if (ran) return;
   if (Tq == 0 || B == 0) return;
   // The fallback: pad each sequence to max_seqlen (gathers, no sync), attend, gather back.
   auto lopts = q.options().dtype(at::kLong);
