@@ -363,6 +363,25 @@ class Autograd(unittest.TestCase):
             attntune.attention(q, q, q)
 
 
+class Build(unittest.TestCase):
+    def test_a_torch_without_cuda_is_a_clear_error(self):
+        real = torch.version.cuda
+        try:
+            torch.version.cuda = None
+            with self.assertRaisesRegex(RuntimeError, "built without CUDA"):
+                attntune.load(os.path.join(PKG, "attntune", "kernels.cu"), namespace="attntune_nocuda")
+        finally:
+            torch.version.cuda = real
+
+    def test_a_missing_kernels_file_says_how_to_make_one(self):
+        with self.assertRaisesRegex(FileNotFoundError, "export --torch"):
+            attntune.load(os.path.join(WORK, "nothing.cu"), namespace="attntune_missing")
+
+    def test_namespace_must_be_an_identifier(self):
+        with self.assertRaisesRegex(ValueError, "identifier"):
+            attntune.load(os.path.join(PKG, "attntune", "kernels.cu"), namespace="a-b")
+
+
 class ExportTorch(unittest.TestCase):
     def test_package_files(self):
         for f in ("pyproject.toml", "attntune/__init__.py", "attntune/_build.py", "attntune/_ops.cpp",

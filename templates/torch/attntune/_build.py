@@ -175,6 +175,9 @@ def load(cu, namespace="attntune", arch=None, verbose=True):
     import torch
     import torch.utils.cpp_extension as ce
 
+    if torch.version.cuda is None:
+        raise RuntimeError(f"attntune: this torch ({torch.__version__}) was built without CUDA: the tuned kernels run "
+                           "on CUDA tensors, through torch's CUDA runtime (install a CUDA build of torch)")
     cu, arch, ops_cpp, out_dir = _plan(cu, namespace, arch)
     tag = os.path.basename(out_dir)
     os.makedirs(out_dir, exist_ok=True)
