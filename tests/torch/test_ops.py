@@ -317,6 +317,36 @@ class Coverage(unittest.TestCase):
                                        block_table=torch.zeros(3, 2, dtype=torch.int32))
 
 
+    def test_what_fell_back_becomes_a_plan_that_submit_queues(self):
+        def row(entry, s, sk, tunable=True, paged=0, dtype="bf16", d=128):
+            return {"entry": entry, "dtype": dtype, "calls": 1, "kernel": None, "tunable": tunable,
+                    "problem": {"b": 2, "h": 32, "hkv": 8, "s": s, "sk": sk, "d": d, "causal": 1, "paged": paged}}
+        rows = [row("attention", 4096, 4096), row("attention", 4096, 4096),       # twice: one problem
+                row("attention_kvcache", 1, 8192, paged=16),                       # decode, paged
+                row("attention_kvcache", 2048, 8192, paged=64),                    # chunked prefill: no family yet
+                row("attention_varlen", 512, 512),                                 # varlen: no family yet
+                row("attention", 100, 100, tunable=False)]                         # a CPU tensor, say
+        plan = attntune.plan_from_coverage(rows, "llama-ish")
+        self.assertEqual(plan["problems"], [
+            {"problem": "b=2,h=32,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1", "regime": "prefill"},
+            {"problem": "b=2,h=32,hkv=8,s=1,sk=8192,d=128,dtype=bf16,causal=1,page=16", "regime": "decode"}])
+        path, db = os.path.join(WORK, "plan.json"), os.path.join(WORK, "queue.db")
+        with open(path, "w") as fh:
+            json.dump(plan, fh)
+        r = subprocess.run([BIN, "submit", path, "--db", db, "--format", "json"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = subprocess.run([BIN, "status", "--db", db, "--format", "json"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        status = json.loads(r.stdout)
+        self.assertEqual(status["counts"]["queued"], 2)
+        def spec(p):
+            return (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
+                    f"causal={int(p['causal'])}" + (f",page={p['page']}" if p.get("page") else ""))
+        self.assertEqual(sorted(spec(c["problem"]) for c in status["campaigns"]),
+                         sorted(p["problem"] for p in plan["problems"]))
+        self.assertEqual(attntune.coverage_plan()["problems"], [])  # the CPU calls here are not tunable
+
+
 class Compile(unittest.TestCase):
     """The fake implementations: opcheck compares them with the real ones; torch.compile traces."""
 

@@ -26,8 +26,8 @@ import torch
 
 from . import _build
 
-__all__ = ["attention", "attention_kvcache", "attention_varlen", "coverage", "coverage_table", "reset_coverage",
-           "set_policy", "explain", "kernels", "load", "Library"]
+__all__ = ["attention", "attention_kvcache", "attention_varlen", "coverage", "coverage_table", "coverage_plan",
+           "reset_coverage", "set_policy", "explain", "kernels", "load", "Library", "plan_from_coverage"]
 
 ENTRY = {"attention": 1, "attention_kvcache": 2, "attention_varlen": 4}
 _REGISTERED = set()
@@ -172,20 +172,28 @@ class Library:
         lines = [f"{'entry':<18} {'dtype':<5} {'problem':<44} {'calls':>7}  served by"]
         todo = []
         for r in rows:
-            p = r["problem"]
-            spec = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={r['dtype']},"
-                    f"causal={p['causal']}")
-            if r["entry"] == "attention_kvcache" and p["paged"]:
-                spec += f",page={p['paged']}"
+            spec = problem_spec(r)
             served = r["label"] if r["kernel"] is not None else f"SDPA fallback: {r['fallback']}"
             lines.append(f"{r['entry']:<18} {r['dtype']:<5} {spec:<44} {r['calls']:>7}  {served}")
             if r["tunable"] and r["entry"] != "attention_varlen":
                 todo.append(spec)
         if todo:
             lines.append("")
-            lines.append("to tune them (on the GPU):")
+            lines.append("to tune them (on the GPU), one by one or all at once (coverage_plan(PATH), then "
+                         "attntune submit PATH and attntune serve):")
             lines += [f"  attntune tune --problem {s}" for s in todo]
         return "\n".join(lines)
+
+    def coverage_plan(self, path=None, model="attntune coverage"):
+        """The shapes that fell back for want of a tuned kernel, as a plan that `attntune submit PLAN`
+        queues (then `attntune serve`, and export --torch again); written to `path` (JSON) if given,
+        and returned as a dict. Empty when nothing is left to tune."""
+        plan = plan_from_coverage(self.coverage(), model)
+        if path is not None:
+            with open(path, "w") as f:
+                json.dump(plan, f, indent=2)
+                f.write("\n")
+        return plan
 
     def set_policy(self, fallback="sdpa", max_length_ratio=16.0):
         """fallback: "sdpa" (calls no kernel serves run F.scaled_dot_product_attention) or "raise".
@@ -201,6 +209,35 @@ class Library:
     def kernels(self):
         """The kernels of the library: attntune_kernel_info()'s "kernels"."""
         return self.info.get("kernels", [])
+
+
+def problem_spec(row):
+    """attntune's problem spec of one coverage() row ("b=..,h=..,...,causal=..[,page=N]")."""
+    p = row["problem"]
+    spec = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={row['dtype']},"
+            f"causal={p['causal']}")
+    if row["entry"] == "attention_kvcache" and p["paged"]:
+        spec += f",page={p['paged']}"
+    return spec
+
+
+def plan_from_coverage(rows, model="attntune coverage"):
+    """The plan (docs/design/plan.md: {model, source, problems: [{problem, regime}]}) of the rows of
+    coverage() that fell back for want of a tuned kernel: regime decode for seqlen_q <= 16, prefill
+    for the dense entry. Varlen and chunked prefill (kvcache with seqlen_q > 16) are left out: no
+    family tunes them yet."""
+    problems, seen = [], set()
+    for r in rows:
+        if not r.get("tunable") or r["entry"] == "attention_varlen":
+            continue
+        decode = r["problem"]["s"] <= 16
+        if r["entry"] == "attention_kvcache" and not decode:
+            continue
+        spec = problem_spec(r)
+        if spec not in seen:
+            seen.add(spec)
+            problems.append({"problem": spec, "regime": "decode" if decode else "prefill"})
+    return {"model": model, "source": "attntune.coverage()", "problems": problems}
 
 
 _default = None
@@ -256,6 +293,10 @@ def coverage_table():
 
 def reset_coverage():
     default().reset_coverage()
+
+
+def coverage_plan(path=None, model="attntune coverage"):
+    return default().coverage_plan(path, model)
 
 
 def set_policy(fallback="sdpa", max_length_ratio=16.0):
