@@ -346,6 +346,16 @@ class Coverage(unittest.TestCase):
                          sorted(p["problem"] for p in plan["problems"]))
         self.assertEqual(attntune.coverage_plan()["problems"], [])  # the CPU calls here are not tunable
 
+    def test_what_no_family_tunes_is_not_offered(self):
+        support = json.load(open(os.path.join(PKG, "attntune", "tuner.json")))
+        self.assertIn("flash_decode", [f["family"] for f in support["families"]])
+        row = {"entry": "attention", "dtype": "bf16", "calls": 1, "kernel": None, "tunable": True, "fallback": "x",
+               "problem": {"b": 1, "h": 16, "hkv": 16, "s": 777, "sk": 777, "d": 96, "causal": 1, "paged": 0}}
+        self.assertIn("no attntune family tunes head_dim=96 bf16 (head dims: 64, 128, 256)",
+                      attntune.untunable(row, support))
+        row["problem"]["d"] = 128
+        self.assertEqual(attntune.untunable(row, support), "")
+
 
 class Compile(unittest.TestCase):
     """The fake implementations: opcheck compares them with the real ones; torch.compile traces."""
@@ -415,7 +425,7 @@ class Build(unittest.TestCase):
 class ExportTorch(unittest.TestCase):
     def test_package_files(self):
         for f in ("pyproject.toml", "attntune/__init__.py", "attntune/_build.py", "attntune/_ops.cpp",
-                  "attntune/kernels.cu", "attntune/kernels.json"):
+                  "attntune/kernels.cu", "attntune/kernels.json", "attntune/tuner.json"):
             self.assertTrue(os.path.isfile(os.path.join(PKG, f)), f)
         with open(os.path.join(PKG, "attntune", "kernels.json")) as fh:
             self.assertEqual(json.load(fh)["kernels"], json.loads(torch.ops.attntune.kernel_info())["kernels"])

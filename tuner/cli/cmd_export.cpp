@@ -21,6 +21,8 @@
 #include "db/store.hpp"
 #include "export/export.hpp"
 #include "export/select.hpp"
+#include "families/family.hpp"
+#include "space/search_space.hpp"
 
 namespace attntune::cli {
 
@@ -31,6 +33,24 @@ constexpr const char* kSummary = "write the best kernel (or every problem's best
 // The files of a PyTorch package (templates/torch/, embedded), by their path inside it.
 constexpr const char* kTorchFiles[] = {"pyproject.toml", "attntune/__init__.py", "attntune/_build.py",
                                        "attntune/_ops.cpp"};
+
+// What this attntune can tune, for the package's coverage_plan(): each family with a shipped
+// space and the problem values it supports ({"families": [{"family", "support": {"d": ["64", ...]}}]}).
+std::string tuner_support_json() {
+  nlohmann::ordered_json out;
+  out["families"] = nlohmann::ordered_json::array();
+  for (const std::string& family : known_families()) {
+    const std::string path = fmt::format("search_spaces/{}.yaml", family);
+    const auto& files = embedded_files();
+    const auto it = files.find(path);
+    if (it == files.end()) continue;
+    const SearchSpace space = SearchSpace::parse(std::string(it->second), path);
+    nlohmann::ordered_json support = nlohmann::ordered_json::object();
+    for (const auto& [field, values] : space.problem_support()) support[field] = values;
+    out["families"].push_back({{"family", family}, {"support", support}});
+  }
+  return out.dump(2) + "\n";
+}
 
 // export --torch DIR: the package around the .cu (docs/design/torch.md). DIR is created, or must be
 // empty, or hold a package this command wrote before (its files are replaced): nothing else of the
@@ -54,6 +74,7 @@ void write_torch_package(const std::string& dir, const std::string& source, cons
   for (const char* f : kTorchFiles)
     write_output_file("--torch", (root / f).string(), embedded_file(std::string("templates/torch/") + f), databases);
   write_output_file("--torch", (pkg / "kernels.json").string(), info + "\n", databases);
+  write_output_file("--torch", (pkg / "tuner.json").string(), tuner_support_json(), databases);
   write_output_file("--torch", (pkg / "kernels.cu").string(), source, databases);  // last: the package is whole
 }
 

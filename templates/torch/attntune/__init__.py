@@ -27,7 +27,7 @@ import torch
 from . import _build
 
 __all__ = ["attention", "attention_kvcache", "attention_varlen", "coverage", "coverage_table", "coverage_plan",
-           "reset_coverage", "set_policy", "explain", "kernels", "load", "Library", "plan_from_coverage"]
+           "reset_coverage", "set_policy", "explain", "kernels", "load", "Library", "plan_from_coverage", "untunable"]
 
 ENTRY = {"attention": 1, "attention_kvcache": 2, "attention_varlen": 4}
 _REGISTERED = set()
@@ -96,6 +96,12 @@ class Library:
         self.ops, self.kernels_library = _build.load(cu, namespace=namespace, arch=arch, verbose=verbose)
         _register_python_parts(namespace)
         self.info = json.loads(self.ops.kernel_info())
+        # What the attntune that wrote the package can tune (tuner.json, beside kernels.cu), or None.
+        support = os.path.join(os.path.dirname(self.cu), "tuner.json")
+        self.support = None
+        if os.path.isfile(support):
+            with open(support) as f:
+                self.support = json.load(f)
 
     # -- the calls
     def attention(self, q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None):
@@ -157,6 +163,12 @@ class Library:
         kernel, as against a CPU tensor or a layout the kernels cannot read). Calls inside a captured
         CUDA graph count once, at capture."""
         rows = json.loads(self.ops.coverage())
+        for r in rows:
+            if r["tunable"]:
+                why = untunable(r, self.support)
+                if why:
+                    r["tunable"] = False
+                    r["fallback"] += f"; {why}"
         if reset:
             self.ops.reset_coverage()
         return rows
@@ -209,6 +221,21 @@ class Library:
     def kernels(self):
         """The kernels of the library: attntune_kernel_info()'s "kernels"."""
         return self.info.get("kernels", [])
+
+
+def untunable(row, support):
+    """Why no family of the attntune that wrote the package (its tuner.json) tunes this coverage()
+    row's problem ("" when one does, or when that is not known): its head_dim or dtype."""
+    if not support:
+        return ""
+    p = row["problem"]
+    fams = support.get("families", [])
+    for f in fams:
+        s = f.get("support", {})
+        if str(p["d"]) in s.get("d", [str(p["d"])]) and row["dtype"] in s.get("dtype", [row["dtype"]]):
+            return ""
+    ds = sorted({int(d) for f in fams for d in f.get("support", {}).get("d", [])})
+    return f"no attntune family tunes head_dim={p['d']} {row['dtype']} (head dims: {', '.join(map(str, ds))})"
 
 
 def problem_spec(row):
