@@ -295,9 +295,9 @@ std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64
 // ------------------------------------------------------------------ argument checks
 
 // Argument checks. The message is built only on failure and handed to TORCH_CHECK as one string:
-// c10::str of several arguments streams them through std::ostringstream, and iostreams in this
-// library crashed on the GPU machine (its Python's libstdc++ is older than the headers g++ 13
-// compiles against; docs/design/torch.md). Nothing here streams.
+// c10::str of several arguments streams them through std::ostringstream, and an ostream insert
+// inside this library segfaulted on the GPU machine (torch 2.11, g++ 13, libstdc++ 6.0.33; the
+// cause was not pinned down: docs/design/torch.md). Nothing here streams.
 #define ATTNTUNE_CHECK(cond, entry, what) \
   TORCH_CHECK((cond), std::string("attntune.") + (entry) + ": " + std::string(what))
 
