@@ -151,32 +151,64 @@ static double log_ratio(double a, double b) {
   return r < 0 ? -r : r;
 }
 
-// The kernel for a call of entry point `entry`: among those whose family serves it and that were
-// built for head_dim and is_causal, the one tuned for the nearest sequence lengths (by ratio); ties
-// go to the same GQA group size, then the nearest batch * heads, then the order of kernel_info's
-// "kernels". -1 if none was built for them.
-static int select_kernel(int entry, int head_dim, int is_causal, int batch, int heads_q, int heads_kv, int seqlen_q,
-                         int seqlen_k) {
-  int best = -1;
-  double best_key[3] = {0, 0, 0};
+// Whether kernel `index`'s family accepts `call`: its launch plan, dry, on a device of one SM
+// (what a plan refuses there it refuses on any device). A flash_decode kernel refuses seqlen_q over
+// 16, a TMA kernel strides past 2^40 bytes: the dispatcher passes over a kernel that would refuse.
+static bool accepts(int index, const Call& call, attntune_plan::Why* why) {
+  const LoadedConsts& loaded = loaded_consts();
+  if (loaded.failed) return true;  // run() reports it, on every call
+  attntune_plan::Device any_device;
+  std::memset(&any_device, 0, sizeof any_device);
+  any_device.sm_count = 1;
+  attntune_plan::Plan dry;
+  return kKernels[index].family->plan(loaded.consts[index].bytes, call, any_device, &dry, why) == 0;
+}
+
+// The kernel for call `a` (of any entry point): among those whose family serves the entry point,
+// built for its head_dim and is_causal, and whose launch plan accepts it, the one tuned for the
+// nearest sequence lengths (by ratio); ties go to the same GQA group size, then the nearest batch *
+// heads, then the order of kernel_info's "kernels". -1 if none; then, if a kernel was built for the
+// call but its plan refused it, `refused` holds the nearest such kernel's reason (else it is empty).
+static int select_kernel(const Call& a, attntune_plan::Why* refused) {
+  int best = -1, best_refused = -1;
+  double best_key[3] = {0, 0, 0}, refused_key[3] = {0, 0, 0};
+  if (refused) refused->text[0] = 0;
   for (int i = 0; i < kKernelCount; ++i) {
     const Kernel& k = kKernels[i];
-    if (!(k.family->entries & entry) || k.head_dim != head_dim || k.causal != (is_causal ? 1 : 0)) continue;
-    const int group = heads_kv > 0 ? heads_q / heads_kv : 1, tuned_group = k.tuned_h / k.tuned_hkv;
-    const double key[3] = {log_ratio(seqlen_q, k.tuned_s) + log_ratio(seqlen_k, k.tuned_sk),
+    if (!(k.family->entries & a.entry) || k.head_dim != a.head_dim || k.causal != (a.causal ? 1 : 0)) continue;
+    const int group = a.heads_kv > 0 ? a.heads_q / a.heads_kv : 1, tuned_group = k.tuned_h / k.tuned_hkv;
+    const double key[3] = {log_ratio(a.seqlen_q, k.tuned_s) + log_ratio(a.seqlen_k, k.tuned_sk),
                            group == tuned_group ? 0.0 : 1.0,
-                           log_ratio(static_cast<double>(batch) * heads_q, static_cast<double>(k.tuned_b) * k.tuned_h)};
-    bool better = best < 0;
+                           log_ratio(static_cast<double>(a.batch) * a.heads_q,
+                                     static_cast<double>(k.tuned_b) * k.tuned_h)};
+    attntune_plan::Why why;
+    why.text[0] = 0;
+    const bool ok = accepts(i, a, &why);
+    int& chosen = ok ? best : best_refused;
+    double* chosen_key = ok ? best_key : refused_key;
+    bool better = chosen < 0;
     for (int j = 0; j < 3 && !better; ++j) {
-      if (key[j] < best_key[j] - 1e-12) better = true;
-      else if (key[j] > best_key[j] + 1e-12) break;
+      if (key[j] < chosen_key[j] - 1e-12) better = true;
+      else if (key[j] > chosen_key[j] + 1e-12) break;
     }
     if (better) {
-      best = i;
-      for (int j = 0; j < 3; ++j) best_key[j] = key[j];
+      chosen = i;
+      for (int j = 0; j < 3; ++j) chosen_key[j] = key[j];
+      if (!ok && refused) std::snprintf(refused->text, sizeof refused->text, "kernel %s: %s", k.label, why.text);
     }
   }
+  if (best >= 0 && refused) refused->text[0] = 0;
   return best;
+}
+
+// Whether some kernel of this file serves call `a`'s entry point and was built for its head_dim
+// and is_causal (whatever its plan says of the rest).
+static bool built_for(const Call& a) {
+  for (int i = 0; i < kKernelCount; ++i) {
+    const Kernel& k = kKernels[i];
+    if ((k.family->entries & a.entry) && k.head_dim == a.head_dim && k.causal == (a.causal ? 1 : 0)) return true;
+  }
+  return false;
 }
 
 static const char* entry_name(int entry) {
@@ -185,7 +217,8 @@ static const char* entry_name(int entry) {
                                                 : "attntune_attention_forward";
 }
 
-static int no_kernel(int entry, int head_dim, int is_causal) {
+static int no_kernel(int entry, int head_dim, int is_causal, const attntune_plan::Why& refused) {
+  if (refused.text[0]) return unsupported("%s", refused.text);
   char built[600] = "";
   size_t used = 0;
   for (int i = 0; i < kKernelCount && used + 1 < sizeof built; ++i) {
@@ -341,13 +374,15 @@ static int check_cache(const Call& a) {
 static int forward(const Call& a, cudaStream_t stream) {
   // Sizes first: a zero-sized tensor may come with a NULL pointer.
   if (const int r = check_common(a)) return r;
-  const int index = select_kernel(a.entry, a.head_dim, a.causal, a.batch, a.heads_q, a.heads_kv, a.seqlen_q,
-                                  a.seqlen_k);
-  if (index < 0) return no_kernel(a.entry, a.head_dim, a.causal);
+  attntune_plan::Why refused;
+  refused.text[0] = 0;
+  if (!built_for(a)) return no_kernel(a.entry, a.head_dim, a.causal, refused);
   if (const int r = check_tensors(a)) return r;
   if (a.entry == attntune_plan::kEntryKvcache)
     if (const int r = check_cache(a)) return r;
   if (a.batch == 0 || a.heads_q == 0 || a.seqlen_q == 0) return 0;  // nothing to compute
+  const int index = select_kernel(a, &refused);
+  if (index < 0) return no_kernel(a.entry, a.head_dim, a.causal, refused);
   return run(a, index, stream);
 }
 
@@ -437,9 +472,9 @@ ATTNTUNE_API int attntune_attention_forward_varlen(
   a.cu_seqlens_q = cu_seqlens_q;
   a.cu_seqlens_k = cu_seqlens_k;
   if (const int r = check_common(a)) return r;
-  const int index = select_kernel(a.entry, a.head_dim, a.causal, a.batch, a.heads_q, a.heads_kv, a.seqlen_q,
-                                  a.seqlen_k);
-  if (index < 0) return no_kernel(a.entry, a.head_dim, a.causal);
+  attntune_plan::Why refused;
+  const int index = select_kernel(a, &refused);
+  if (index < 0) return no_kernel(a.entry, a.head_dim, a.causal, refused);
   return run(a, index, stream);
 }
 
@@ -449,16 +484,6 @@ ATTNTUNE_API const char* attntune_kernel_info(void) { return attntune_export::kI
 // The reason for the last nonzero return of an entry point on this thread.
 ATTNTUNE_API const char* attntune_last_error(void) { return attntune_export::g_error; }
 
-// Added to the contract's three: the index in attntune_kernel_info()'s "kernels" of the kernel a
-// call of attntune_attention_forward with these sizes would run, or -1 if none of this file's
-// kernels was built for them.
-ATTNTUNE_API int attntune_select_kernel(int head_dim, int is_causal, int batch, int heads_q, int heads_kv,
-                                        int seqlen_q, int seqlen_k) {
-  if (is_causal != 0 && is_causal != 1) return -1;
-  return attntune_export::select_kernel(attntune_plan::kEntryDense, head_dim, is_causal, batch, heads_q, heads_kv,
-                                        seqlen_q, seqlen_k);
-}
-
 // Added for the PyTorch ops (templates/torch/): the same choice for any entry point (1:
 // attntune_attention_forward, 2: _kvcache, 4: _varlen), -1 if none of this file's kernels serves it.
 ATTNTUNE_API int attntune_select_kernel_entry(int entry, int head_dim, int is_causal, int batch, int heads_q,
@@ -467,7 +492,25 @@ ATTNTUNE_API int attntune_select_kernel_entry(int entry, int head_dim, int is_ca
   if (entry != attntune_plan::kEntryDense && entry != attntune_plan::kEntryKvcache &&
       entry != attntune_plan::kEntryVarlen)
     return -1;
-  return attntune_export::select_kernel(entry, head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k);
+  if (batch < 0 || heads_q < 0 || heads_kv < 0 || seqlen_q < 0 || seqlen_k < 0 || head_dim <= 0) return -1;
+  // The call these sizes make, on contiguous [B, H, S, D] tensors (kvcache: a contiguous cache).
+  const long long q_str[3] = {static_cast<long long>(heads_q) * seqlen_q * head_dim,
+                              static_cast<long long>(seqlen_q) * head_dim, head_dim},
+                  kv_str[3] = {static_cast<long long>(heads_kv) * seqlen_k * head_dim,
+                               static_cast<long long>(seqlen_k) * head_dim, head_dim};
+  const attntune_plan::Call a =
+      attntune_export::make_call(entry, nullptr, nullptr, nullptr, nullptr, nullptr, batch, heads_q, heads_kv, seqlen_q,
+                                 seqlen_k, head_dim, q_str, kv_str, kv_str, q_str, 1.0f, is_causal);
+  return attntune_export::select_kernel(a, nullptr);
+}
+
+// Added to the contract's three: the index in attntune_kernel_info()'s "kernels" of the kernel a
+// call of attntune_attention_forward with these sizes (on contiguous tensors) would run, or -1 if
+// none of this file's kernels serves them.
+ATTNTUNE_API int attntune_select_kernel(int head_dim, int is_causal, int batch, int heads_q, int heads_kv,
+                                        int seqlen_q, int seqlen_k) {
+  return attntune_select_kernel_entry(attntune_plan::kEntryDense, head_dim, is_causal, batch, heads_q, heads_kv,
+                                      seqlen_q, seqlen_k);
 }
 
 // What kernel `index` was built and tuned for, into problem[9]: {batch, heads_q, heads_kv, seqlen_q,

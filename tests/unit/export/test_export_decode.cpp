@@ -2,6 +2,7 @@
 // export to one file whose kernel_info lists each entry point with the problems tuned for it; the
 // file builds with the contract's command line for sm_80 and sm_90 (the family's mma.sync path) and
 // its serving entry points refuse what its kernels cannot do before any CUDA call.
+#include <fstream>
 #include <future>
 #include <string>
 #include <vector>
@@ -101,4 +102,59 @@ TEST(ExportDecodeNvcc, BuildsForSm80AndSm90AndRefusesBadServingCalls) {
   const Shell out = sh(shq(exe));
   EXPECT_EQ(out.status, 0) << out.output;
   EXPECT_NE(out.output.find("checks: 0 failed"), std::string::npos) << out.output;
+}
+
+// The --all-best dispatcher passes over a kernel whose launch plan would refuse the call: a dense
+// call with seqlen_q 20 over 4096 keys is nearest to the decode kernel tuned at s=1, sk=4096, which
+// serves seqlen_q up to 16; the prefill kernel (s=512) serves it. Before, the library answered
+// ATTNTUNE_UNSUPPORTED for it. On the kvcache entry no kernel accepts s=20, and the refusal names the
+// nearest kernel's reason. Host code only: no GPU.
+TEST(ExportDecodeNvcc, AllBestPassesOverKernelsWhosePlanRefusesTheCall) {
+  const std::string nvcc = attntune::test::find_nvcc();
+  ASSERT_FALSE(nvcc.empty()) << "nvcc not found ($CUDACXX, $CUDA_HOME, PATH, /usr/local/cuda/bin): CI has the toolkit";
+  Fixture f;
+  const std::string all = f.dir.file("all.cu");
+  auto r = run_attntune("export --db " + shq(f.db) + " --all-best --dtype bf16 -o " + shq(all));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json info = info_from_source(read_bytes(all));
+  std::vector<std::string> templates;
+  for (const auto& k : info["kernels"]) templates.push_back(k["template"]);
+  ASSERT_EQ(templates, (std::vector<std::string>{"flash_decode", "flash_decode", "flash_fwd_mma"}));
+  const Shell b = sh(shq(nvcc) + " -std=c++17 -arch=sm_80 -Xcompiler -fPIC -shared " + shq(all) + " -o " +
+                     shq(f.dir.file("liball.so")));
+  ASSERT_EQ(b.status, 0) << b.output;
+  const std::string checks = f.dir.file("select.cpp");
+  {
+    std::ofstream o(checks);
+    o << R"(#include <cstdio>
+extern "C" int attntune_select_kernel_entry(int, int, int, int, int, int, int, int);
+extern "C" int attntune_attention_forward_kvcache(const void*, const void*, const void*, void*, float*, const int*,
+    const int*, int, int, int, int, int, int, int, int, const long long*, const long long*, const long long*,
+    const long long*, float, int, void*);
+extern "C" const char* attntune_last_error(void);
+alignas(16) static char fake[64];
+int main() {
+  std::printf("decode %d\n", attntune_select_kernel_entry(1, 128, 0, 2, 32, 8, 1, 4096));
+  std::printf("s20 %d\n", attntune_select_kernel_entry(1, 128, 0, 2, 32, 8, 20, 4096));
+  std::printf("kv_s20 %d\n", attntune_select_kernel_entry(2, 128, 0, 2, 32, 8, 20, 4096));
+  const long long st[3] = {32LL * 20 * 128, 20LL * 128, 128};
+  const int rc = attntune_attention_forward_kvcache(fake, fake, fake, fake, nullptr, nullptr, nullptr, 0, 0, 2, 32, 8,
+                                                    20, 4096, 128, st, st, st, st, 0.08f, 0, nullptr);
+  std::printf("kv_call %d %s\n", rc, attntune_last_error());
+}
+)";
+  }
+  const std::string exe = f.dir.file("select");
+  const Shell built = sh("g++ -std=c++17 " + shq(checks) + " -L" + shq(f.dir.path().string()) + " -lall -Wl,-rpath," +
+                         shq(f.dir.path().string()) + " -o " + shq(exe));
+  ASSERT_EQ(built.status, 0) << built.output;
+  const Shell out = sh(shq(exe));
+  ASSERT_EQ(out.status, 0) << out.output;
+  EXPECT_NE(out.output.find("decode 0\n"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("s20 2\n"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("kv_s20 -1\n"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("kv_call 1000 kernel d=128 bf16 causal=0, tuned for b=64,h=32,hkv=8,s=1,sk=4096"),
+            std::string::npos)
+      << out.output;
+  EXPECT_NE(out.output.find("serves seqlen_q 1..16"), std::string::npos) << out.output;
 }
