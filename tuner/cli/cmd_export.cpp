@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -15,68 +14,18 @@
 #include "cli/command.hpp"
 #include "service/plan.hpp"
 #include "cli/format.hpp"
-#include "core/embedded.hpp"
 #include "core/error.hpp"
 #include "core/output_file.hpp"
 #include "db/store.hpp"
 #include "export/export.hpp"
 #include "export/select.hpp"
-#include "families/family.hpp"
-#include "space/search_space.hpp"
+#include "export/torch_package.hpp"
 
 namespace attntune::cli {
 
 namespace {
 
 constexpr const char* kSummary = "write the best kernel (or every problem's best) as a standalone .cu";
-
-// The files of a PyTorch package (templates/torch/, embedded), by their path inside it.
-constexpr const char* kTorchFiles[] = {"pyproject.toml", "attntune/__init__.py", "attntune/_build.py",
-                                       "attntune/_ops.cpp"};
-
-// What this attntune can tune, for the package's coverage_plan(): each family with a shipped
-// space and the problem values it supports ({"families": [{"family", "support": {"d": ["64", ...]}}]}).
-std::string tuner_support_json() {
-  nlohmann::ordered_json out;
-  out["families"] = nlohmann::ordered_json::array();
-  for (const std::string& family : known_families()) {
-    const std::string path = fmt::format("search_spaces/{}.yaml", family);
-    const auto& files = embedded_files();
-    const auto it = files.find(path);
-    if (it == files.end()) continue;
-    const SearchSpace space = SearchSpace::parse(std::string(it->second), path);
-    nlohmann::ordered_json support = nlohmann::ordered_json::object();
-    for (const auto& [field, values] : space.problem_support()) support[field] = values;
-    out["families"].push_back({{"family", family}, {"support", support}});
-  }
-  return out.dump(2) + "\n";
-}
-
-// export --torch DIR: the package around the .cu (docs/design/torch.md). DIR is created, or must be
-// empty, or hold a package this command wrote before (its files are replaced): nothing else of the
-// user's is ever overwritten.
-void write_torch_package(const std::string& dir, const std::string& source, const std::string& info,
-                         const ProtectedDatabases& databases) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path root(dir), pkg = root / "attntune";
-  if (fs::exists(root, ec)) {
-    if (!fs::is_directory(root, ec))
-      throw InputError(fmt::format("--torch {}: exists and is not a directory", dir));
-    const bool ours = fs::exists(pkg / "_build.py", ec) && fs::exists(root / "pyproject.toml", ec);
-    if (!ours && !fs::is_empty(root, ec))
-      throw InputError(fmt::format("--torch {}: a directory that is neither empty nor a package attntune wrote "
-                                   "(no attntune/_build.py): choose a new directory",
-                                   dir));
-  }
-  fs::create_directories(pkg, ec);
-  if (ec) throw InputError(fmt::format("--torch {}: cannot create {}: {}", dir, pkg.string(), ec.message()));
-  for (const char* f : kTorchFiles)
-    write_output_file("--torch", (root / f).string(), embedded_file(std::string("templates/torch/") + f), databases);
-  write_output_file("--torch", (pkg / "kernels.json").string(), info + "\n", databases);
-  write_output_file("--torch", (pkg / "tuner.json").string(), tuner_support_json(), databases);
-  write_output_file("--torch", (pkg / "kernels.cu").string(), source, databases);  // last: the package is whole
-}
 
 int run_export(const std::vector<std::string>& args) {
   std::string db_path, campaign, problem_spec, output, dtype, arch, gpu, space_file, plan_path, torch_dir;

@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "core/embedded.hpp"
 #include "core/error.hpp"
 #include "families/family.hpp"
 #include "search/multi_family.hpp"
@@ -56,11 +55,9 @@ std::vector<CampaignSpace> default_spaces(const Problem& problem) {
   std::vector<CampaignSpace> out;
   std::vector<std::string> why_not;
   for (const std::string& family : known_families()) {
-    const std::string path = fmt::format("search_spaces/{}.yaml", family);
-    const auto& files = embedded_files();
-    const auto it = files.find(path);
-    if (it == files.end()) continue;  // a family without a shipped space (tests register some)
-    const SearchSpace space = SearchSpace::parse(std::string(it->second), path);
+    const std::optional<SearchSpace> shipped = SearchSpace::shipped(family);
+    if (!shipped) continue;  // a family without a shipped space (tests register some)
+    const SearchSpace& space = *shipped;
     try {
       check_family_serves(family, problem);
       space.check_problem(problem, space.default_arch());

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "core/embedded.hpp"
+
 namespace attntune {
 
 namespace {
@@ -335,6 +337,14 @@ Config SearchSpace::parse_config(const std::string& text) const {
   for (const auto& n : names)
     if (!c.count(n)) throw InputError(fmt::format("config: missing parameter '{}' (parameters of {}: {})", n, family_, join(names)));
   return c;
+}
+
+std::optional<SearchSpace> SearchSpace::shipped(const std::string& family) {
+  const std::string path = fmt::format("search_spaces/{}.yaml", family);
+  const auto& files = embedded_files();
+  const auto it = files.find(path);
+  if (it == files.end()) return std::nullopt;
+  return SearchSpace::parse(std::string(it->second), path);
 }
 
 }  // namespace attntune

@@ -56,6 +56,9 @@ class SearchSpace {
   // Throws InputError "file:line:column: message" for anything malformed.
   static SearchSpace load(const std::string& path);
   static SearchSpace parse(const std::string& yaml_text, const std::string& display_name);
+  // The space shipped with this binary for `family` (search_spaces/FAMILY.yaml, embedded), or
+  // nullopt when none is (a family registered by a test).
+  static std::optional<SearchSpace> shipped(const std::string& family);
 
   const std::string& family() const { return family_; }
   const std::string& description() const { return description_; }
