@@ -167,12 +167,14 @@ static bool accepts(int index, const Call& call, attntune_plan::Why* why) {
 // The kernel for call `a` (of any entry point): among those whose family serves the entry point,
 // built for its head_dim and is_causal, and whose launch plan accepts it, the one tuned for the
 // nearest sequence lengths (by ratio); ties go to the same GQA group size, then the nearest batch *
-// heads, then the order of kernel_info's "kernels". -1 if none; then, if a kernel was built for the
-// call but its plan refused it, `refused` holds the nearest such kernel's reason (else it is empty).
+// heads, then the order of kernel_info's "kernels". The candidates are ranked first and planned in
+// that order, so a call plans one kernel unless the nearest refuses. -1 if none accepts; then, if
+// a kernel was built for the call, `refused` holds the nearest one's reason (else it is empty).
 static int select_kernel(const Call& a, attntune_plan::Why* refused) {
-  int best = -1, best_refused = -1;
-  double best_key[3] = {0, 0, 0}, refused_key[3] = {0, 0, 0};
   if (refused) refused->text[0] = 0;
+  int order[sizeof(kKernels) / sizeof(kKernels[0])];
+  double keys[sizeof(kKernels) / sizeof(kKernels[0])][3];
+  int n = 0;
   for (int i = 0; i < kKernelCount; ++i) {
     const Kernel& k = kKernels[i];
     if (!(k.family->entries & a.entry) || k.head_dim != a.head_dim || k.causal != (a.causal ? 1 : 0)) continue;
@@ -181,24 +183,35 @@ static int select_kernel(const Call& a, attntune_plan::Why* refused) {
                            group == tuned_group ? 0.0 : 1.0,
                            log_ratio(static_cast<double>(a.batch) * a.heads_q,
                                      static_cast<double>(k.tuned_b) * k.tuned_h)};
+    // Insertion by key; equal keys keep the kernels' order.
+    int at = n;
+    while (at > 0) {
+      const double* prev = keys[at - 1];
+      bool before = false, after = false;
+      for (int j = 0; j < 3 && !before && !after; ++j) {
+        if (key[j] < prev[j] - 1e-12) before = true;
+        else if (key[j] > prev[j] + 1e-12) after = true;
+      }
+      if (!before) break;
+      order[at] = order[at - 1];
+      for (int j = 0; j < 3; ++j) keys[at][j] = prev[j];
+      --at;
+    }
+    order[at] = i;
+    for (int j = 0; j < 3; ++j) keys[at][j] = key[j];
+    ++n;
+  }
+  for (int c = 0; c < n; ++c) {
     attntune_plan::Why why;
     why.text[0] = 0;
-    const bool ok = accepts(i, a, &why);
-    int& chosen = ok ? best : best_refused;
-    double* chosen_key = ok ? best_key : refused_key;
-    bool better = chosen < 0;
-    for (int j = 0; j < 3 && !better; ++j) {
-      if (key[j] < chosen_key[j] - 1e-12) better = true;
-      else if (key[j] > chosen_key[j] + 1e-12) break;
+    if (accepts(order[c], a, &why)) {
+      if (refused) refused->text[0] = 0;
+      return order[c];
     }
-    if (better) {
-      chosen = i;
-      for (int j = 0; j < 3; ++j) chosen_key[j] = key[j];
-      if (!ok && refused) std::snprintf(refused->text, sizeof refused->text, "kernel %s: %s", k.label, why.text);
-    }
+    if (c == 0 && refused)
+      std::snprintf(refused->text, sizeof refused->text, "kernel %s: %s", kKernels[order[c]].label, why.text);
   }
-  if (best >= 0 && refused) refused->text[0] = 0;
-  return best;
+  return -1;
 }
 
 // Whether some kernel of this file serves call `a`'s entry point and was built for its head_dim
@@ -283,7 +296,8 @@ static int prepare(int device, int index) {
   return 0;
 }
 
-// Runs `call` with kernel `index`: its device checked, its family's plan executed.
+// Runs `call` with kernel `index` (select_kernel's, whose plan accepted it): its device checked, its
+// family's plan executed.
 static int run(const Call& call, int index, cudaStream_t stream) {
   const LoadedConsts& loaded = loaded_consts();
   if (loaded.failed)
@@ -292,14 +306,8 @@ static int run(const Call& call, int index, cudaStream_t stream) {
   const Kernel& k = kKernels[index];
   attntune_plan::Why why;
   why.text[0] = 0;
-  // What the family's plan refuses, it refuses before any CUDA call (planned here for a device of
-  // one SM; the executor plans again for the real one).
-  attntune_plan::Device any_device;
-  std::memset(&any_device, 0, sizeof any_device);
-  any_device.sm_count = 1;
-  attntune_plan::Plan dry;
-  if (k.family->plan(loaded.consts[index].bytes, call, any_device, &dry, &why))
-    return unsupported("kernel %s: %s", k.label, why.text);
+  // select_kernel planned the call for a device of one SM (what a plan refuses, it refused there,
+  // before any CUDA call); the executor plans again for the real device.
   int device = 0;
   const cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return cuda_failed(e, "cudaGetDevice");

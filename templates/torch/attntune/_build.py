@@ -13,7 +13,6 @@ a file lock so that two processes never build into one directory at once.
 """
 import fcntl
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -202,6 +201,3 @@ def load(cu, namespace="attntune", arch=None, verbose=True):
             _log(verbose, f"built the ops in {time.time() - t0:.0f} s")
     return getattr(torch.ops, namespace), lib
 
-
-def kernel_info(ops):
-    return json.loads(ops.kernel_info())

@@ -201,27 +201,21 @@ std::string other_dtype(const at::Tensor& q) {
   return std::string(c10::toString(q.scalar_type()));
 }
 
-// The decision for a call, counted; raises under the "raise" policy. `why_not` overrides (a CPU
-// tensor, a layout the kernels cannot read).
-Decision route(const Shape& c, const at::Tensor& q, const std::string& why_not) {
-  Policy policy;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    policy = g_policy;
-  }
-  const std::string dtype_name = other_dtype(q);
-  Decision d;
-  if (!why_not.empty()) d.reason = why_not;
-  else d = decide(c, dtype_name, policy.max_ratio);
-  if (d.kernel < 0 && policy.raise) {
-    count(c, -1, d.reason, dtype_name, d.tunable);
+Policy policy_now() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_policy;
+}
+
+// A call that does not run a kernel: counted with `reason`, then under the "raise" policy an
+// error naming the problem; under "sdpa" the caller falls back.
+void fall_back(const Shape& c, const at::Tensor& q, const std::string& reason, bool tunable) {
+  count(c, -1, reason, other_dtype(q), tunable);
+  if (policy_now().raise)
     TORCH_CHECK(false, fmt("attntune.%s: no tuned kernel for b=%d,h=%d,hkv=%d,s=%d,sk=%d,d=%d,causal=%d: ",
                            entry_name(c.entry), c.b, c.h, c.hkv, c.s, c.sk, c.d, c.causal) +
-                           d.reason +
+                           reason +
                            " (fallback policy 'raise'; attntune.set_policy(fallback='sdpa') falls back to "
                            "scaled_dot_product_attention)");
-  }
-  return d;
 }
 
 std::string json_escape(const std::string& s) {
@@ -283,12 +277,7 @@ std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64
   TORCH_CHECK(dtype == "fp16" || dtype == "bf16", "attntune.explain: dtype must be fp16 or bf16");
   const Shape c{static_cast<int>(entry), dtype == "bf16", static_cast<int>(d), causal ? 1 : 0, static_cast<int>(b),
                 static_cast<int>(h), static_cast<int>(hkv), static_cast<int>(s), static_cast<int>(sk), 0};
-  double ratio;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    ratio = g_policy.max_ratio;
-  }
-  const Decision dec = decide(c, "", ratio);
+  const Decision dec = decide(c, "", policy_now().max_ratio);
   return {dec.kernel, dec.reason};
 }
 
@@ -356,20 +345,24 @@ void raise_cuda(int r, const char* entry) {
 template <class Kernel>
 bool ran_kernel(const char* e, const Shape& c, const at::Tensor& q, std::initializer_list<const at::Tensor*> tensors,
                 Kernel kernel) {
-  const Decision d = route(c, q, layout_problem(tensors));
-  std::string refused;
-  if (d.kernel >= 0) {
-    c10::cuda::CUDAGuard guard(q.device());
-    const int r = kernel(c10::cuda::getCurrentCUDAStream().stream());
-    if (r == 0) {
-      count(c, d.kernel, "", "");
-      return true;
-    }
-    if (r != kUnsupported) raise_cuda(r, e);
-    refused = std::string("the library refused the call: ") + attntune_last_error();
-    route(c, q, refused);  // raises under the "raise" policy
+  const std::string why_not = layout_problem(tensors);  // a CPU tensor, a layout the kernels cannot read
+  if (!why_not.empty()) {
+    fall_back(c, q, why_not, false);
+    return false;
   }
-  count(c, -1, refused.empty() ? d.reason : refused, other_dtype(q), refused.empty() && d.tunable);
+  const Decision d = decide(c, other_dtype(q), policy_now().max_ratio);
+  if (d.kernel < 0) {
+    fall_back(c, q, d.reason, d.tunable);
+    return false;
+  }
+  c10::cuda::CUDAGuard guard(q.device());
+  const int r = kernel(c10::cuda::getCurrentCUDAStream().stream());
+  if (r == 0) {
+    count(c, d.kernel, "", "");
+    return true;
+  }
+  if (r != kUnsupported) raise_cuda(r, e);
+  fall_back(c, q, std::string("the library refused the call: ") + attntune_last_error(), false);
   return false;
 }
 
@@ -651,7 +644,8 @@ TORCH_LIBRARY(ATTNTUNE_TORCH_NAMESPACE, m) {
 }
 
 // The same functions for CUDA and CPU tensors: CPU calls (and any the kernels cannot take) fall back.
-TORCH_LIBRARY_IMPL(ATTNTUNE_TORCH_NAMESPACE, CUDA, m) {
+namespace {
+void impl_tensor_ops(torch::Library& m) {
   m.impl("attention", &attention);
   m.impl("attention_into", &attention_into);
   m.impl("attention_kvcache", &attention_kvcache);
@@ -659,11 +653,6 @@ TORCH_LIBRARY_IMPL(ATTNTUNE_TORCH_NAMESPACE, CUDA, m) {
   m.impl("attention_varlen", &attention_varlen);
   m.impl("attention_varlen_into", &attention_varlen_into);
 }
-TORCH_LIBRARY_IMPL(ATTNTUNE_TORCH_NAMESPACE, CPU, m) {
-  m.impl("attention", &attention);
-  m.impl("attention_into", &attention_into);
-  m.impl("attention_kvcache", &attention_kvcache);
-  m.impl("attention_kvcache_into", &attention_kvcache_into);
-  m.impl("attention_varlen", &attention_varlen);
-  m.impl("attention_varlen_into", &attention_varlen_into);
-}
+}  // namespace
+TORCH_LIBRARY_IMPL(ATTNTUNE_TORCH_NAMESPACE, CUDA, m) { impl_tensor_ops(m); }
+TORCH_LIBRARY_IMPL(ATTNTUNE_TORCH_NAMESPACE, CPU, m) { impl_tensor_ops(m); }
