@@ -1,4 +1,4 @@
--- attntune database, schema version 7 (the highest db/migrations/NNN_*.sql). A new database is
+-- attntune database, schema version 8 (the highest db/migrations/NNN_*.sql). A new database is
 -- created from this file; an older one is brought here by the migrations, and a test checks that
 -- both roads end at the same tables, columns and indexes. The store sets PRAGMA application_id
 -- ("ATTN") and PRAGMA user_version in the same transaction.
@@ -33,6 +33,8 @@ CREATE TABLE campaigns (
   dtype          TEXT NOT NULL CHECK (dtype IN ('fp16', 'bf16')),
   causal         INTEGER NOT NULL CHECK (causal IN (0, 1)),
   page           INTEGER NOT NULL DEFAULT 0 CHECK (page >= 0),  -- since version 5: 0 dense, N paged KV cache
+  varlen         INTEGER NOT NULL DEFAULT 0 CHECK (varlen >= 0),     -- since version 8: 0, or N: packed batch
+  lens_seed      INTEGER NOT NULL DEFAULT 0 CHECK (lens_seed >= 0),  -- since version 8: its lengths' seed
   space_path     TEXT NOT NULL,
   space_hash     TEXT NOT NULL,                   -- content hash of the space file
   family         TEXT NOT NULL,                   -- kernel template ("template" in JSON)
@@ -48,7 +50,7 @@ CREATE TABLE campaigns (
   ended_at       TEXT,
   space_text     TEXT NOT NULL DEFAULT ''         -- since version 3: the space YAML, for replay/export
 );
-CREATE INDEX campaigns_problem ON campaigns (b, h, hkv, s, sk, d, dtype, causal, page);
+CREATE INDEX campaigns_problem ON campaigns (b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed);
 
 -- Since version 7: each run of a campaign (the first, then each resume): what it asked for and how
 -- it ended; campaigns keeps the latest run's (db/migrations/007_campaign_runs.sql).

@@ -89,12 +89,13 @@ std::int64_t Store::upsert_device(const DeviceInfo& device) {
 
 std::optional<std::int64_t> Store::check_resume(const CampaignSpec& spec) {
   Statement find(db(),
-                 "SELECT id, b, h, hkv, s, sk, d, dtype, causal, page, space_hash, space_path, family "
-                 "FROM campaigns WHERE name = ?1");
+                 "SELECT id, b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed, space_hash, space_path, "
+                 "family FROM campaigns WHERE name = ?1");
   find.bind(spec.name);
   if (!find.step()) return std::nullopt;
   const Problem problem = problem_from_columns(find, 1);
-  const std::string space_hash = find.text(10), space_path = find.text(11), family = find.text(12);
+  constexpr int kAfter = 1 + store_rows::kProblemColumns;
+  const std::string space_hash = find.text(kAfter), space_path = find.text(kAfter + 1), family = find.text(kAfter + 2);
   const std::string hint = "start a new campaign with another --campaign name";
   if (problem != spec.problem)
     throw InputError(fmt::format("campaign '{}' tunes problem {}; it cannot be resumed for problem {} ({})", spec.name,
@@ -158,12 +159,13 @@ std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_
   } else {
     const Problem& p = spec.problem;
     Statement insert(db(),
-                     "INSERT INTO campaigns (name, problem, b, h, hkv, s, sk, d, dtype, causal, page, space_path, "
-                     "space_hash, family, strategy, seed, budget_evals, budget_seconds, device_id, space_text) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)");
+                     "INSERT INTO campaigns (name, problem, b, h, hkv, s, sk, d, dtype, causal, page, varlen, "
+                     "lens_seed, space_path, space_hash, family, strategy, seed, budget_evals, budget_seconds, "
+                     "device_id, space_text) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+                     "?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)");
     insert
         .bind(spec.name, p.json().dump(), p.b, p.h, p.hkv, p.s, p.sk, p.d, dtype_name(p.dtype), p.causal, p.page,
-              spec.space_path, spec.space_hash, spec.family, spec.strategy, spec.seed, spec.budget_evals,
+              p.varlen, p.lens_seed, spec.space_path, spec.space_hash, spec.family, spec.strategy, spec.seed, spec.budget_evals,
               spec.budget_seconds, device_id, spec.space_text)
         .run();
     id = db().last_insert_rowid();

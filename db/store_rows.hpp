@@ -12,9 +12,9 @@
 
 namespace attntune::store_rows {
 
-// A problem from the campaigns columns b, h, hkv, s, sk, d, dtype, causal, page (nine, in that
-// order) starting at `col`.
-inline constexpr int kProblemColumns = 9;
+// A problem from the campaigns columns b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed
+// (eleven, in that order) starting at `col`.
+inline constexpr int kProblemColumns = 11;
 inline Problem problem_from_columns(const sqlite::Statement& st, int col) {
   Problem p;
   p.b = st.int64(col);
@@ -26,6 +26,8 @@ inline Problem problem_from_columns(const sqlite::Statement& st, int col) {
   p.dtype = st.text(col + 6) == "bf16" ? DType::kBf16 : DType::kFp16;
   p.causal = st.int64(col + 7) != 0;
   p.page = st.int64(col + 8);
+  p.varlen = st.int64(col + 9);
+  p.lens_seed = st.int64(col + 10);
   return p;
 }
 

@@ -54,9 +54,14 @@ struct Call {
   const int* cache_seqlens;
   const int* block_table;
   int max_blocks_per_seq, page_size;
-  // varlen: [batch + 1] prefix sums (device).
+  // varlen: [batch + 1] prefix sums (device); strides {0, head, row}; seqlen_q/seqlen_k are
+  // max_seqlen_q/max_seqlen_k.
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
+  // varlen: the rows of the packed q/out and k/v (cu_seqlens_q[batch], cu_seqlens_k[batch]) when the
+  // caller says them (attntune_attention_forward_varlen_packed, the PyTorch op); -1: not given (the
+  // contract's entry point). A TMA tensor map needs them: its extent bounds every copy.
+  long long total_q, total_k;
 };
 
 inline Call empty_call() {

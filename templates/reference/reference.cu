@@ -9,6 +9,11 @@
 // in two passes (max and sum first, then the exact normalised sum). With lowp=1 it rounds s, p
 // and o to the input dtype as a same-dtype framework reference would (FA2's criterion compares
 // a candidate's error with that reference's error).
+//
+// A varlen batch (p.cu_seqlens_q set: attntune_attention_forward_varlen's packed tensors): sequence
+// b's rows start at cu_seqlens_q[b] (keys at cu_seqlens_k[b]) through the row strides, its lengths
+// are the prefix sums' differences, p.seqlen_q bounds them, and causal is bottom-right aligned per
+// sequence. Its outputs are indexed as the packed LSE: row head * total_q + cu_seqlens_q[b] + i.
 #include "../common/attn_params.h"
 
 namespace att_ref {
@@ -39,7 +44,8 @@ constexpr int kMaxDim = 256;
 constexpr int kPad = 2;  // odd word stride per smem row: lanes reading different rows hit different banks
 
 // grid (ceil(seqlen_q / 8), heads_q, batch), block 256. out: (batch, heads_q, seqlen_q, d)
-// contiguous fp32; lse_out: (batch, heads_q, seqlen_q) fp32; seqlens_k: [batch] or null.
+// contiguous fp32; lse_out: (batch, heads_q, seqlen_q) fp32; seqlens_k: [batch] or null. A varlen
+// batch: out (heads_q, total_q, d), lse_out (heads_q, total_q).
 extern "C" __global__ void __launch_bounds__(256)
 attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp, float* out, float* lse_out,
                const int* seqlens_k) {
@@ -49,18 +55,27 @@ attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp,
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int head = blockIdx.y, batch = blockIdx.z, kv_head = head / p.q_per_kv;
+  const bool varlen = p.cu_seqlens_q != 0;
+  // This sequence's first packed rows (varlen), else its batch offset; then its lengths.
+  const int q0 = varlen ? p.cu_seqlens_q[batch] : 0, k0 = varlen ? p.cu_seqlens_k[batch] : 0;
+  const int seqlen_q = varlen ? p.cu_seqlens_q[batch + 1] - q0 : p.seqlen_q;
+  const int seqlen_k = varlen ? p.cu_seqlens_k[batch + 1] - k0 : seqlens_k ? seqlens_k[batch] : p.seqlen_k;
+  // A CTA past a varlen sequence's rows has nothing to do (the whole CTA leaves: no barrier waits).
+  if (int(blockIdx.x) * kRowsPerBlock >= seqlen_q) return;
   const int row = blockIdx.x * kRowsPerBlock + warp;
-  const bool active = row < p.seqlen_q;
-  const int seqlen_k = seqlens_k ? seqlens_k[batch] : p.seqlen_k;
-  const int diag = seqlen_k - p.seqlen_q;
+  const bool active = row < seqlen_q;
+  const int diag = seqlen_k - seqlen_q;
   auto visible = [&](int r) { return causal ? min(seqlen_k, max(0, r + diag + 1)) : seqlen_k; };
   const int limit = active ? visible(row) : 0;
   // Keys any row of this block sees: the block's last valid row sees the most.
-  const int block_limit = visible(min(p.seqlen_q - 1, int(blockIdx.x) * kRowsPerBlock + kRowsPerBlock - 1));
+  const int block_limit = visible(min(seqlen_q - 1, int(blockIdx.x) * kRowsPerBlock + kRowsPerBlock - 1));
 
-  const elem_t* q = static_cast<const elem_t*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1];
-  const elem_t* k = static_cast<const elem_t*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[1];
-  const elem_t* v = static_cast<const elem_t*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[1];
+  const long long q_base = varlen ? q0 * p.q_stride[2] : batch * p.q_stride[0];
+  const long long k_base = varlen ? k0 * p.k_stride[2] : batch * p.k_stride[0];
+  const long long v_base = varlen ? k0 * p.v_stride[2] : batch * p.v_stride[0];
+  const elem_t* q = static_cast<const elem_t*>(p.q) + q_base + head * p.q_stride[1];
+  const elem_t* k = static_cast<const elem_t*>(p.k) + k_base + kv_head * p.k_stride[1];
+  const elem_t* v = static_cast<const elem_t*>(p.v) + v_base + kv_head * p.v_stride[1];
   if (active)
     for (int c = lane; c < head_dim; c += 32) sq[warp][c] = to_float(q[row * p.q_stride[2] + c], bf16);
 
@@ -123,7 +138,8 @@ attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp,
     }
   }
   if (!active) return;
-  const long long row_index = (static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q + row;
+  const long long row_index = varlen ? static_cast<long long>(head) * p.cu_seqlens_q[p.batch] + q0 + row
+                                     : (static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q + row;
 #pragma unroll
   for (int t = 0; t < kMaxDim / 32; ++t) {
     const int c = lane + 32 * t;
@@ -179,20 +195,31 @@ extern "C" __global__ void scatter_pages(const AttnParams p, int head_dim, elem_
 // Compares a candidate's strided output with the fp32 and same-dtype references.
 // stats[0] = max|out - ref32|, stats[1] = max|lowp - ref32|, stats[2] = max|lse - lse_ref|
 // (finite rows), as float bits (non-negative floats order like their bit patterns);
-// counts[0] = non-finite output elements, counts[1] = LSE mismatches in finiteness.
+// counts[0] = non-finite output elements, counts[1] = LSE mismatches in finiteness. A varlen
+// batch's rows are (head, packed row), as attn_reference wrote them: every packed row is some
+// sequence's.
 extern "C" __global__ void compare_outputs(const AttnParams p, int head_dim, int bf16,
                                            const float* ref32, const float* reflow,
                                            const float* lse_ref, unsigned* stats, unsigned* counts) {
-  const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
+  const bool varlen = p.cu_seqlens_q != 0;
+  const long long total_q = varlen ? p.cu_seqlens_q[p.batch] : 0;
+  const long long rows = varlen ? p.heads_q * total_q : static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
   const elem_t* o = static_cast<const elem_t*>(p.o);
   float e_out = 0.f, e_low = 0.f, e_lse = 0.f;
   unsigned nonfinite = 0, lse_bad = 0;
   for (long long r = blockIdx.x * static_cast<long long>(blockDim.y) + threadIdx.y; r < rows;
        r += static_cast<long long>(gridDim.x) * blockDim.y) {
-    const int row = static_cast<int>(r % p.seqlen_q);
-    const long long bh = r / p.seqlen_q;
-    const int head = static_cast<int>(bh % p.heads_q), batch = static_cast<int>(bh / p.heads_q);
-    const elem_t* orow = o + batch * p.o_stride[0] + head * p.o_stride[1] + row * p.o_stride[2];
+    const elem_t* orow;
+    if (varlen) {
+      const long long t = r % total_q;
+      const int head = static_cast<int>(r / total_q);
+      orow = o + head * p.o_stride[1] + t * p.o_stride[2];
+    } else {
+      const int row = static_cast<int>(r % p.seqlen_q);
+      const long long bh = r / p.seqlen_q;
+      const int head = static_cast<int>(bh % p.heads_q), batch = static_cast<int>(bh / p.heads_q);
+      orow = o + batch * p.o_stride[0] + head * p.o_stride[1] + row * p.o_stride[2];
+    }
     for (int c = threadIdx.x; c < head_dim; c += blockDim.x) {
       const float x = to_float(orow[c], bf16), ref = ref32[r * head_dim + c];
       if (!isfinite(x)) ++nonfinite;

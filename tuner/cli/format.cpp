@@ -139,6 +139,8 @@ nlohmann::ordered_json problem_json(const Problem& p) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const char* key : {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal"}) out[key] = j.at(key);
   if (j.contains("page")) out["page"] = j.at("page");  // a paged problem only, as Problem::json()
+  for (const char* key : {"varlen", "lens_seed"})      // a varlen problem only, as Problem::json()
+    if (j.contains(key)) out[key] = j.at(key);
   return out;
 }
 

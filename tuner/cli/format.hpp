@@ -48,7 +48,7 @@ std::string format_time(std::string_view iso_utc);
 // so documents read in the order docs/CONTRACT.md lists their fields.
 void print_json(std::ostream& out, const nlohmann::ordered_json& j);
 // Problem::json() with its keys in the order of docs/CONTRACT.md: b, h, hkv, s, sk, d, dtype, causal
-// (and page, for a paged problem only).
+// (and page, for a paged problem only; varlen and lens_seed, for a varlen problem only).
 nlohmann::ordered_json problem_json(const Problem& p);
 
 }  // namespace attntune::cli

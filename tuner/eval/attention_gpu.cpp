@@ -28,6 +28,14 @@ void set_strides(long long* st, Layout layout, std::int64_t heads, std::int64_t 
   }
 }
 
+// attn_reference's grid: 8 query rows per CTA (of the longest sequence for a varlen batch: the
+// CTAs past a shorter one's rows return at once), heads, sequences.
+cuda::Dim3 reference_grid(const AttnBuffers& b) {
+  const long long rows = b.problem.is_varlen() ? b.max_q : b.problem.s;
+  return {static_cast<unsigned>(std::max(1LL, (rows + 7) / 8)), static_cast<unsigned>(b.problem.h),
+          static_cast<unsigned>(b.problem.b)};
+}
+
 float as_float(unsigned bits) {
   float f;
   std::memcpy(&f, &bits, sizeof f);
@@ -39,14 +47,44 @@ float as_float(unsigned bits) {
 const char* layout_name(Layout l) { return l == Layout::kBHSD ? "BHSD" : "BSHD"; }
 
 AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std::uint64_t table_seed)
-    : problem(p),
-      layout(l),
-      seqlens(std::move(lens)),
-      q(rows_of(p, false) * p.d * 2),
-      k(rows_of(p, true) * p.d * 2),
-      v(rows_of(p, true) * p.d * 2),
-      o(rows_of(p, false) * p.d * 2),
-      lse(rows_of(p, false) * sizeof(float)) {
+    : problem(p), layout(l), seqlens(std::move(lens)) {
+  if (p.is_varlen()) {
+    // A packed batch: prefix sums of the rows, then [total + guard, heads, d] tensors.
+    // Lengths given make the batch: problem.b is their count.
+    if (seqlens.empty()) seqlens = p.q_lens();
+    if (seqlens.empty()) throw std::logic_error("AttnBuffers: a varlen batch of no sequences");
+    problem.b = static_cast<std::int64_t>(seqlens.size());
+    cu_q.assign(1, 0);
+    cu_k.assign(1, 0);
+    for (int len : seqlens) {
+      if (len < 0 || len > p.s) throw std::logic_error("AttnBuffers: a varlen length outside 0..s");
+      const int len_k = len + static_cast<int>(p.sk - p.s);  // varlen problems have sk >= s
+      cu_q.push_back(cu_q.back() + len);
+      cu_k.push_back(cu_k.back() + len_k);
+      max_q = std::max(max_q, len);
+      max_k = std::max(max_k, len_k);
+    }
+    total_q = cu_q.back();
+    total_k = cu_k.back();
+    const auto bytes = [&](long long rows, std::int64_t heads) {
+      return static_cast<std::size_t>(rows + kGuardRows) * static_cast<std::size_t>(heads * p.d) * 2;
+    };
+    q = cuda::DeviceBuffer(bytes(total_q, p.h));
+    k = cuda::DeviceBuffer(bytes(total_k, p.hkv));
+    v = cuda::DeviceBuffer(bytes(total_k, p.hkv));
+    o = cuda::DeviceBuffer(std::max<std::size_t>(out_rows(), 1) * p.d * 2);
+    lse = cuda::DeviceBuffer(std::max<std::size_t>(out_rows(), 1) * sizeof(float));
+    cu_seqlens_q = cuda::DeviceBuffer(cu_q.size() * sizeof(int));
+    cu_seqlens_q.upload(cu_q.data(), cu_q.size() * sizeof(int));
+    cu_seqlens_k = cuda::DeviceBuffer(cu_k.size() * sizeof(int));
+    cu_seqlens_k.upload(cu_k.data(), cu_k.size() * sizeof(int));
+    return;
+  }
+  q = cuda::DeviceBuffer(rows_of(p, false) * p.d * 2);
+  k = cuda::DeviceBuffer(rows_of(p, true) * p.d * 2);
+  v = cuda::DeviceBuffer(rows_of(p, true) * p.d * 2);
+  o = cuda::DeviceBuffer(rows_of(p, false) * p.d * 2);
+  lse = cuda::DeviceBuffer(rows_of(p, false) * sizeof(float));
   if (!p.paged()) {
     if (!seqlens.empty()) throw std::logic_error("AttnBuffers: per-sequence lengths of a dense problem");
     return;
@@ -81,15 +119,28 @@ AttnParams AttnBuffers::params() const {
   a.v = reinterpret_cast<const void*>(v.ptr());
   a.o = reinterpret_cast<void*>(o.ptr());
   a.lse = reinterpret_cast<float*>(lse.ptr());
-  set_strides(a.q_stride, layout, problem.h, problem.s, problem.d);
-  set_strides(a.k_stride, layout, problem.hkv, problem.sk, problem.d);
-  set_strides(a.v_stride, layout, problem.hkv, problem.sk, problem.d);
-  set_strides(a.o_stride, layout, problem.h, problem.s, problem.d);
+  if (problem.is_varlen()) {
+    // One sequence of total rows: stride[0] is unused (0), the rows through stride[2].
+    set_strides(a.q_stride, layout, problem.h, total_q, problem.d);
+    set_strides(a.k_stride, layout, problem.hkv, total_k, problem.d);
+    set_strides(a.v_stride, layout, problem.hkv, total_k, problem.d);
+    set_strides(a.o_stride, layout, problem.h, total_q, problem.d);
+    a.q_stride[0] = a.k_stride[0] = a.v_stride[0] = a.o_stride[0] = 0;
+    a.seqlen_q = max_q;
+    a.seqlen_k = max_k;
+    a.cu_seqlens_q = reinterpret_cast<const int*>(cu_seqlens_q.ptr());
+    a.cu_seqlens_k = reinterpret_cast<const int*>(cu_seqlens_k.ptr());
+  } else {
+    set_strides(a.q_stride, layout, problem.h, problem.s, problem.d);
+    set_strides(a.k_stride, layout, problem.hkv, problem.sk, problem.d);
+    set_strides(a.v_stride, layout, problem.hkv, problem.sk, problem.d);
+    set_strides(a.o_stride, layout, problem.h, problem.s, problem.d);
+    a.seqlen_q = static_cast<int>(problem.s);
+    a.seqlen_k = static_cast<int>(problem.sk);
+  }
   a.batch = static_cast<int>(problem.b);
   a.heads_q = static_cast<int>(problem.h);
   a.heads_kv = static_cast<int>(problem.hkv);
-  a.seqlen_q = static_cast<int>(problem.s);
-  a.seqlen_k = static_cast<int>(problem.sk);
   a.q_per_kv = static_cast<int>(problem.h / problem.hkv);
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(problem.d)));
   a.scale_log2 = static_cast<float>(a.scale * 1.4426950408889634);
@@ -98,6 +149,11 @@ AttnParams AttnBuffers::params() const {
 
 const int* AttnBuffers::seqlens_device() const {
   return problem.paged() ? reinterpret_cast<const int*>(cache_seqlens.ptr()) : nullptr;
+}
+
+std::size_t AttnBuffers::out_rows() const {
+  return problem.is_varlen() ? static_cast<std::size_t>(problem.h) * static_cast<std::size_t>(total_q)
+                             : rows_of(problem, false);
 }
 
 attntune_plan::Call AttnBuffers::call() const {
@@ -115,6 +171,13 @@ attntune_plan::Call AttnBuffers::call() const {
     c.block_table = reinterpret_cast<const int*>(block_table.ptr());
     c.max_blocks_per_seq = pages_per_seq;
     c.page_size = static_cast<int>(problem.page);
+  } else if (problem.is_varlen()) {
+    // params() already holds the packed strides {0, head, row} and the longest lengths.
+    c.entry = attntune_plan::kEntryVarlen;
+    c.cu_seqlens_q = reinterpret_cast<const int*>(cu_seqlens_q.ptr());
+    c.cu_seqlens_k = reinterpret_cast<const int*>(cu_seqlens_k.ptr());
+    c.total_q = total_q;
+    c.total_k = total_k;
   }
   return c;
 }
@@ -135,8 +198,24 @@ std::vector<int> ragged_seqlens(const Problem& p, std::uint64_t seed) {
   return lens;
 }
 
+std::vector<int> varlen_ragged_lens(const Problem& p, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int s = static_cast<int>(p.s), cap = std::min(s, 1531);
+  auto random = [&] { return static_cast<int>(rng() % static_cast<std::uint64_t>(cap)) + 1; };
+  const int r1 = random(), r2 = random();
+  return {0, s, std::min(s, 1), std::min(cap, (cap / 2) | 1), r1, r2, 0};
+}
+
 std::vector<std::unique_ptr<AttnBuffers>> validation_inputs(const Problem& p, std::uint64_t seed) {
   std::vector<std::unique_ptr<AttnBuffers>> out;
+  if (p.is_varlen()) {
+    out.push_back(std::make_unique<AttnBuffers>(p, Layout::kBSHD));
+    std::vector<int> lens = varlen_ragged_lens(p, seed);
+    Problem q = p;
+    q.b = static_cast<std::int64_t>(lens.size());
+    out.push_back(std::make_unique<AttnBuffers>(q, Layout::kBSHD, std::move(lens)));
+    return out;
+  }
   if (!p.paged()) {
     out.push_back(std::make_unique<AttnBuffers>(p, Layout::kBHSD));
     return out;
@@ -181,6 +260,11 @@ void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
   for (int i = 0; i < 3; ++i) {
     CUdeviceptr ptr = bufs[i]->ptr();
     long long n = static_cast<long long>(bufs[i]->bytes() / 2);
+    if (b.problem.is_varlen()) {
+      // The packed rows; the guard rows after them NaN.
+      bufs[i]->fill_u16(0xFFFF);
+      n -= static_cast<long long>(AttnBuffers::kGuardRows) * (i == 0 ? b.problem.h : b.problem.hkv) * b.problem.d;
+    }
     unsigned long long s = seed * 3 + i + 1;
     void* args[] = {&ptr, &n, &s, &bf16};
     cuda::launch(fill_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
@@ -206,13 +290,12 @@ void Reference::poison_output(AttnBuffers& b) const {
 std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::vector<float>* lse) const {
   const Problem& p = b.problem;
   AttnParams a = b.params();
-  const std::size_t rows = rows_of(p, false);
-  cuda::DeviceBuffer out(rows * p.d * 4), lse_buf(rows * 4);
+  const std::size_t rows = b.out_rows();
+  cuda::DeviceBuffer out(std::max<std::size_t>(rows, 1) * p.d * 4), lse_buf(std::max<std::size_t>(rows, 1) * 4);
   int d = static_cast<int>(p.d), bf16 = p.dtype == DType::kBf16, causal = p.causal, lowp = lowp_flag;
   CUdeviceptr o = out.ptr(), l = lse_buf.ptr(), lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
   void* args[] = {&a, &d, &bf16, &causal, &lowp, &o, &l, &lens};
-  cuda::launch(ref_, {static_cast<unsigned>((p.s + 7) / 8), static_cast<unsigned>(p.h), static_cast<unsigned>(p.b)},
-               {256, 1, 1}, 0, nullptr, args);
+  cuda::launch(ref_, reference_grid(b), {256, 1, 1}, 0, nullptr, args);
   std::vector<float> host(rows * p.d);
   out.download(host.data(), host.size() * 4);
   if (lse) {
@@ -225,15 +308,15 @@ std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::
 Verdict Reference::check(const AttnBuffers& b) const { return ReferenceCache(*this, b, false).check(b); }
 
 ReferenceCache::ReferenceCache(const Reference& ref, const AttnBuffers& b, bool keep_host_copy)
-    : ref_(&ref), problem_(b.problem) {
+    : ref_(&ref), problem_(b.problem), seqlens_(b.seqlens) {
   const Problem& p = b.problem;
   AttnParams a = b.params();
-  const std::size_t rows = rows_of(p, false);
-  out32_ = cuda::DeviceBuffer(rows * p.d * 4);
-  outlow_ = cuda::DeviceBuffer(rows * p.d * 4);
-  lse32_ = cuda::DeviceBuffer(rows * 4);
+  const std::size_t alloc_rows = std::max<std::size_t>(b.out_rows(), 1);
+  out32_ = cuda::DeviceBuffer(alloc_rows * p.d * 4);
+  outlow_ = cuda::DeviceBuffer(alloc_rows * p.d * 4);
+  lse32_ = cuda::DeviceBuffer(alloc_rows * 4);
   stats_ = cuda::DeviceBuffer(32);
-  cuda::DeviceBuffer lselow(rows * 4);
+  cuda::DeviceBuffer lselow(alloc_rows * 4);
   int d = static_cast<int>(p.d), bf16 = p.dtype == DType::kBf16, causal = p.causal;
   cuda::Event start, stop;
   for (int lowp = 0; lowp < 2; ++lowp) {
@@ -241,16 +324,15 @@ ReferenceCache::ReferenceCache(const Reference& ref, const AttnBuffers& b, bool 
     CUdeviceptr lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
     void* args[] = {&a, &d, &bf16, &causal, &lowp, &o, &l, &lens};
     if (!lowp) start.record();
-    cuda::launch(ref.ref_, {static_cast<unsigned>((p.s + 7) / 8), static_cast<unsigned>(p.h), static_cast<unsigned>(p.b)},
-                 {256, 1, 1}, 0, nullptr, args);
+    cuda::launch(ref.ref_, reference_grid(b), {256, 1, 1}, 0, nullptr, args);
     if (!lowp) stop.record();
   }
   stop.synchronize();
   reference_us_ = cuda::elapsed_ms(start, stop) * 1000.0;
   if (keep_host_copy) {
-    host_out32_.resize(rows * p.d);
-    host_outlow_.resize(rows * p.d);
-    host_lse32_.resize(rows);
+    host_out32_.resize(alloc_rows * p.d);
+    host_outlow_.resize(alloc_rows * p.d);
+    host_lse32_.resize(alloc_rows);
     out32_.download(host_out32_.data(), host_out32_.size() * 4);
     outlow_.download(host_outlow_.data(), host_outlow_.size() * 4);
     lse32_.download(host_lse32_.data(), host_lse32_.size() * 4);
@@ -266,8 +348,9 @@ void ReferenceCache::restore() {
 
 Verdict ReferenceCache::check(const AttnBuffers& b) const {
   const Problem& p = b.problem;
-  if (!(p == problem_))
-    throw std::logic_error(fmt::format("ReferenceCache for {} asked to check {}", problem_.str(), p.str()));
+  if (!(p == problem_) || b.seqlens != seqlens_)
+    throw std::logic_error(fmt::format("ReferenceCache for {} asked to check {}{}", problem_.str(), p.str(),
+                                       p == problem_ ? " with other lengths" : ""));
   AttnParams a = b.params();
   int d = static_cast<int>(p.d), bf16 = p.dtype == DType::kBf16;
   CUdeviceptr o32 = out32_.ptr(), olow = outlow_.ptr(), l32 = lse32_.ptr(), st = stats_.ptr();
@@ -402,7 +485,9 @@ void LoadedBuild::launch(const attntune_plan::Call& call, CUstream stream) const
   }
 }
 
-TimingInputs::TimingInputs(const Reference& ref, const Problem& p, std::uint64_t seed) : buffers_(p, Layout::kBHSD) {
+// A varlen batch in its packed layout ([total, heads, d]), the problem's own lengths.
+TimingInputs::TimingInputs(const Reference& ref, const Problem& p, std::uint64_t seed)
+    : buffers_(p, p.is_varlen() ? Layout::kBSHD : Layout::kBHSD) {
   ref.fill(buffers_, seed);
 }
 

@@ -25,29 +25,54 @@ const char* layout_name(Layout l);
 // and each sequence's key count (`seqlens`, on the device as cache_seqlens). k and v then hold the
 // same keys contiguously ([b, hkv, sk, d]): what the reference reads. Cache rows past a sequence's
 // length hold NaN, as a stale cache may hold anything: they must never reach an output.
+//
+// A varlen problem (varlen > 0) is a packed batch, as attntune_attention_forward_varlen takes it:
+// `seqlens` are the query rows of each sequence (empty: problem.q_lens(); given, their count is
+// problem.b), each 0..s, with seqlens[i] + sk - s keys; q and o are [total_q, h, d], k and v [total_k, hkv, d] (kBSHD, the
+// packed layout of flash_attn_varlen_func; kBHSD: head-major [h, total_q, d], the same rows through
+// other strides), lse [h, total_q], and cu_seqlens_q/k the prefix sums on the device. kGuardRows
+// rows of NaN follow q, k and v: a kernel that reads past the packed rows and lets it reach an
+// output fails.
 struct AttnBuffers {
-  // seqlens: keys of each sequence of a paged problem (empty: sk each); table_seed shuffles pages.
+  // seqlens: keys of each sequence of a paged problem (empty: sk each), query rows of each sequence
+  // of a varlen problem (empty: its q_lens()); table_seed shuffles pages.
   AttnBuffers(const Problem& p, Layout layout, std::vector<int> seqlens = {}, std::uint64_t table_seed = 1);
   AttnParams params() const;  // the reference's view: pointers, strides, sizes, scale 1/sqrt(d)
-  // The call of the problem's entry point on these tensors: attntune_attention_forward, or
-  // attntune_attention_forward_kvcache through the block table for a paged problem.
+  // The call of the problem's entry point on these tensors: attntune_attention_forward,
+  // attntune_attention_forward_kvcache through the block table for a paged problem, or
+  // attntune_attention_forward_varlen (strides {0, head, row}, seqlen_q/k the longest sequence's,
+  // total_q/k the packed rows) for a varlen problem.
   attntune_plan::Call call() const;
-  const int* seqlens_device() const;  // null for a dense problem
+  const int* seqlens_device() const;  // null for a dense or varlen problem
+  // Rows of the output and of lse: b * h * s, or h * total_q for a varlen problem.
+  std::size_t out_rows() const;
+  static constexpr int kGuardRows = 256;  // varlen: NaN rows after the packed q, k and v
   Problem problem;
   Layout layout;
   std::vector<int> seqlens;
   int pages_per_seq = 0, num_pages = 0;
+  // varlen: prefix sums of the query and key rows ([b + 1]), their totals and the longest sequence's.
+  std::vector<int> cu_q, cu_k;
+  long long total_q = 0, total_k = 0;
+  int max_q = 0, max_k = 0;
   cuda::DeviceBuffer q, k, v, o, lse;
   cuda::DeviceBuffer k_pages, v_pages, block_table, cache_seqlens;  // paged problems only
+  cuda::DeviceBuffer cu_seqlens_q, cu_seqlens_k;                     // varlen problems only
 };
 
 // Keys per sequence for validating a paged problem: sk, 0, 1, an odd count and a random one in
 // turn over the batch (sk alone for a batch of one).
 std::vector<int> ragged_seqlens(const Problem& p, std::uint64_t seed);
 
+// Query rows per sequence of the ragged batch a varlen problem is also validated on: seven
+// sequences, 0, s (the longest), 1, an odd length, two random ones and 0 again; all but s at most
+// min(s, 1531), so the batch stays small.
+std::vector<int> varlen_ragged_lens(const Problem& p, std::uint64_t seed);
+
 // The inputs a candidate is validated on for problem p: p itself; a paged problem with ragged
 // lengths (ragged_seqlens) and, for a batch too small to hold every kind of length, a second
-// batch of five sequences (0, 1, odd, all and a random count of keys; sk at most 1531).
+// batch of five sequences (0, 1, odd, all and a random count of keys; sk at most 1531); a varlen
+// problem with its own lengths (packed, kBSHD), then a batch of varlen_ragged_lens.
 std::vector<std::unique_ptr<AttnBuffers>> validation_inputs(const Problem& p, std::uint64_t seed);
 
 // FA2's criterion: max|out - ref32| <= 2 * max|lowp - ref32| + atol, every element written and
@@ -71,7 +96,8 @@ class Reference {
   void poison_output(AttnBuffers& b) const;
   // Runs the fp32 and same-dtype references on b's inputs, then compares b's output with them.
   Verdict check(const AttnBuffers& b) const;
-  // The reference output itself, (batch, heads, seq, dim) contiguous, and its LSE (for tests).
+  // The reference output itself, (batch, heads, seq, dim) contiguous, and its LSE (for tests); for a
+  // varlen problem (heads, total_q, dim) and (heads, total_q), as the packed LSE.
   std::vector<float> output(const AttnBuffers& b, bool lowp, std::vector<float>* lse = nullptr) const;
 
  private:
@@ -99,6 +125,7 @@ class ReferenceCache {
  private:
   const Reference* ref_;
   Problem problem_;
+  std::vector<int> seqlens_;
   cuda::DeviceBuffer out32_, outlow_, lse32_;
   mutable cuda::DeviceBuffer stats_;
   std::vector<float> host_out32_, host_outlow_, host_lse32_;

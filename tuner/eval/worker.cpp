@@ -205,8 +205,10 @@ class GpuWorker {
       }
       if (v.status != "ok") {
         rep.record.status = v.status;
-        rep.record.error = c.inputs->problem.paged() && c.inputs != st.checks.front().inputs
-                               ? fmt::format("{} (on {}, ragged lengths)", v.detail(), c.inputs->problem.str())
+        const Problem& on = c.inputs->problem;
+        const std::string lens = on.is_varlen() ? fmt::format(" {}", fmt::join(c.inputs->seqlens, ",")) : "";
+        rep.record.error = (on.paged() || on.is_varlen()) && c.inputs != st.checks.front().inputs
+                               ? fmt::format("{} (on {}, ragged lengths{})", v.detail(), on.str(), lens)
                                : v.detail();
         try {
           for (Check& r : st.checks) r.refs->restore();  // it may have written outside its output too

@@ -126,11 +126,12 @@ GpuRunnerOptions gpu_runner_options(const JobRequest& r, const RunnerSettings& s
 
 double problem_distance(const Problem& a, const Problem& b) {
   // Lengths count most, then the amount of parallel work, dtype and causality; page sizes (both
-  // paged) count like lengths.
+  // paged) and the shortest lengths of packed batches (both varlen) count like lengths.
   auto lg = [](double x, double y) { return std::abs(std::log2(x / y)); };
   return lg(a.s, b.s) + lg(a.sk, b.sk) + 0.5 * lg(double(a.b) * a.h, double(b.b) * b.h) + 0.5 * lg(a.hkv, b.hkv) +
          (a.dtype != b.dtype ? 1.0 : 0.0) + (a.causal != b.causal ? 2.0 : 0.0) +
-         (a.paged() && b.paged() ? lg(double(a.page), double(b.page)) : 0.0);
+         (a.paged() && b.paged() ? lg(double(a.page), double(b.page)) : 0.0) +
+         (a.is_varlen() && b.is_varlen() ? lg(double(a.varlen), double(b.varlen)) : 0.0);
 }
 
 std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& results, const std::string& family,
@@ -138,7 +139,7 @@ std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& 
   std::optional<Problem> nearest;
   double best = std::numeric_limits<double>::infinity();
   for (const Problem& p : results.problems_with_results(family)) {
-    if (p.d != problem.d || p.paged() != problem.paged()) continue;
+    if (p.d != problem.d || p.paged() != problem.paged() || p.is_varlen() != problem.is_varlen()) continue;
     const double d = problem_distance(p, problem);
     if (d < best) best = d, nearest = p;
   }

@@ -56,7 +56,8 @@ GpuRunnerOptions gpu_runner_options(const JobRequest& request, const RunnerSetti
 // How far apart two problems of the same head dim are, for warm starts.
 double problem_distance(const Problem& a, const Problem& b);
 // The best configs of the nearest problem of `family` already tuned (this one included). A paged
-// problem and a dense one never warm-start each other: their kernels read K and V apart.
+// problem and a dense one never warm-start each other: their kernels read K and V apart; nor a packed
+// batch (varlen) and any other problem.
 std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& results, const std::string& family,
                                                                   const Problem& problem, int count);
 // Each family's warm start into topts, said on `progress` as it is found.

@@ -139,6 +139,7 @@ void SearchSpace::bind_problem(const Problem& p, const std::string& arch, std::v
   slots[6] = *scope_.symbol_id(dtype_name(p.dtype));
   slots[7] = p.causal;
   slots[8] = p.page;
+  slots[9] = p.varlen;
   const auto& limits = limit_values_[static_cast<std::size_t>(it - archs_.begin())];
   std::copy(limits.begin(), limits.end(), slots.begin() + limit_base_);
 }

@@ -26,13 +26,15 @@ namespace {
 
 constexpr std::size_t kMaxDomain = std::size_t{1} << 20;
 constexpr std::size_t kMaxParams = 256;
-constexpr int kProblemFields = 9;  // b h hkv s sk d dtype causal page: slots 0..8
+constexpr int kProblemFields = 10;  // b h hkv s sk d dtype causal page varlen: slots 0..9
 
 const std::vector<std::string> kTopKeys = {"family", "description", "archs", "device_limits",
                                            "problem", "params", "derived", "constraints"};
 const std::vector<std::string> kProblemInts = {"b", "h", "hkv", "s", "sk", "d"};
-// In slot order (search_space.hpp): the ints, dtype, causal, then page (added with the kvcache entry).
-const std::vector<std::string> kProblemKeys = {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal", "page", "constraints"};
+// In slot order (search_space.hpp): the ints, dtype, causal, then page (added with the kvcache entry)
+// and varlen (added with the varlen entry).
+const std::vector<std::string> kProblemKeys = {"b",     "h",      "hkv",  "s",      "sk",         "d",
+                                               "dtype", "causal", "page", "varlen", "constraints"};
 const std::vector<std::string> kKeywords = {"true", "false", "and", "or", "not"};
 const std::vector<std::string> kFunctionNames = {"min", "max", "ceil_div", "is_pow2", "log2"};
 
@@ -503,7 +505,7 @@ void SpaceLoader::read_constraint(const Entry& e, const YAML::Node& item) {
   const YAML::Node expr = expr_node(c, "why", why);
   const bool problem = e.path != "constraints";
   Expr x = compile(c, expr, problem ? kProblemFields : -1,
-                   "problem constraints may use only problem fields (b, h, hkv, s, sk, d, dtype, causal)");
+                   "problem constraints may use only problem fields (b, h, hkv, s, sk, d, dtype, causal, page, varlen)");
   if (x.type() != ExprType::kBool)
     fail(expr_pos(expr, 1), fmt::format("{}: must be a bool expression, got {}", c.path, expr_type_name(x.type())));
   if (problem) {
@@ -553,6 +555,7 @@ SearchSpace SpaceLoader::run() {
   sp_.scope_.add("dtype", ExprType::kString, {"fp16", "bf16"});
   sp_.scope_.add("causal", ExprType::kBool);
   sp_.scope_.add("page", ExprType::kInt);
+  sp_.scope_.add("varlen", ExprType::kInt);
 
   read_archs(top.at("archs"));
   read_device_limits(top.at("device_limits"));

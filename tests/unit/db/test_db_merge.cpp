@@ -622,9 +622,14 @@ TEST_F(MergeTest, AnOlderInputIsReadThroughAnInMemoryMigration) {
     run_campaign(s, "old", h100(), 5);
   }
   {
-    // Schema version 5: version 6 only added the service's tables, version 7 campaign_runs.
+    // Schema version 5: version 6 only added the service's tables, version 7 campaign_runs,
+    // version 8 campaigns.varlen and lens_seed (and them in campaigns_problem).
     Connection db = Connection::open(a, SQLITE_OPEN_READWRITE);
-    db.exec("DROP TABLE campaign_runs; DROP TABLE queue; DROP TABLE leases; DROP TABLE gpus; PRAGMA user_version = 5");
+    db.exec("DROP TABLE campaign_runs; DROP TABLE queue; DROP TABLE leases; DROP TABLE gpus; "
+            "DROP INDEX campaigns_problem; ALTER TABLE campaigns DROP COLUMN varlen; "
+            "ALTER TABLE campaigns DROP COLUMN lens_seed; "
+            "CREATE INDEX campaigns_problem ON campaigns (b, h, hkv, s, sk, d, dtype, causal, page); "
+            "PRAGMA user_version = 5");
   }
   const std::string before = read_bytes(a);
   std::vector<std::string> progress;
