@@ -385,7 +385,10 @@ def problem_str(p):
     """attntune's canonical problem spec (Problem::str)."""
     out = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
            f"causal={1 if p['causal'] else 0}")
-    return out + (f",page={p['page']}" if p.get("page") else "")
+    out += f",page={p['page']}" if p.get("page") else ""
+    if p.get("varlen"):
+        out += f",varlen={p['varlen']}" + (f",lens_seed={p['lens_seed']}" if p.get("lens_seed") else "")
+    return out
 
 
 def capture_ours(lib, fns, calls, graphs, results):
@@ -597,6 +600,9 @@ def main():
               f"{lib.info['kernels'][0]['gpu']} ({lib.info['arch']})")
         for kinfo in lib.info["kernels"]:
             p = dict(kinfo["problem"])
+            if p.get("varlen"):
+                print(f"{problem_str(p)}: a packed-batch kernel; tools/compare_varlen.py times it against the peers")
+                continue
             p["_tuned_us"] = kinfo["median_us"]
             B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
             name = shape_name(p)

@@ -13,6 +13,10 @@ inline AttnParams dense_params(const Call& c) {
   std::memset(&p, 0, sizeof p);
   fill_tensor_args(c, &p);
   p.q_per_kv = c.heads_kv > 0 ? c.heads_q / c.heads_kv : 1;
+  if (c.entry == kEntryVarlen) {
+    p.cu_seqlens_q = c.cu_seqlens_q;
+    p.cu_seqlens_k = c.cu_seqlens_k;
+  }
   return p;
 }
 
@@ -41,6 +45,27 @@ inline Call dense_call(const AttnParams& p, int head_dim, int causal) {
   c.scale = p.scale;
   c.causal = causal;
   return c;
+}
+
+// Whether a prefill build (dense, or for packed batches when `varlen`) serves `call`'s entry point:
+// 0, or 1 with the reason. A varlen call also needs its prefix sums.
+inline int check_prefill_entry(const char* family, const Call& call, int varlen, Why* why) {
+  if (varlen) {
+    if (call.entry != kEntryVarlen)
+      return refuse(why,
+                    "this %s kernel was built for packed batches of different lengths: it serves "
+                    "attntune_attention_forward_varlen only (tune a dense problem for this call)",
+                    family);
+    if (!call.cu_seqlens_q || !call.cu_seqlens_k) return refuse(why, "cu_seqlens_q and cu_seqlens_k must not be NULL");
+    return 0;
+  }
+  if (call.entry == kEntryVarlen)
+    return refuse(why,
+                  "this %s kernel was built for dense tensors: a packed batch (attntune_attention_forward_varlen) "
+                  "needs a kernel tuned on a varlen problem (`varlen=N` in the problem spec)",
+                  family);
+  if (call.entry != kEntryDense) return refuse(why, "%s serves attntune_attention_forward only", family);
+  return 0;
 }
 
 // The grid limits every one-CTA-per-tile launch shares: y and z at most 65535, x below 2^31.

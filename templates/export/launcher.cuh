@@ -49,6 +49,7 @@ struct Kernel {
   const char* arch;   // what it was built and measured for: "sm_90", "sm_90a" (arch-specific)
   int head_dim, causal, bf16;
   int tuned_b, tuned_h, tuned_hkv, tuned_s, tuned_sk;
+  int entries;  // the entry points it serves (Entry bits): its family's, varlen only for a varlen build
   const attntune_plan::Family* family;
   const attntune_plan::Define* defines;  // the #defines it was built with
   int define_count;
@@ -177,7 +178,7 @@ static int select_kernel(const Call& a, attntune_plan::Why* refused) {
   int n = 0;
   for (int i = 0; i < kKernelCount; ++i) {
     const Kernel& k = kKernels[i];
-    if (!(k.family->entries & a.entry) || k.head_dim != a.head_dim || k.causal != (a.causal ? 1 : 0)) continue;
+    if (!(k.entries & a.entry) || k.head_dim != a.head_dim || k.causal != (a.causal ? 1 : 0)) continue;
     const int group = a.heads_kv > 0 ? a.heads_q / a.heads_kv : 1, tuned_group = k.tuned_h / k.tuned_hkv;
     const double key[3] = {log_ratio(a.seqlen_q, k.tuned_s) + log_ratio(a.seqlen_k, k.tuned_sk),
                            group == tuned_group ? 0.0 : 1.0,
@@ -219,7 +220,7 @@ static int select_kernel(const Call& a, attntune_plan::Why* refused) {
 static bool built_for(const Call& a) {
   for (int i = 0; i < kKernelCount; ++i) {
     const Kernel& k = kKernels[i];
-    if ((k.family->entries & a.entry) && k.head_dim == a.head_dim && k.causal == (a.causal ? 1 : 0)) return true;
+    if ((k.entries & a.entry) && k.head_dim == a.head_dim && k.causal == (a.causal ? 1 : 0)) return true;
   }
   return false;
 }
@@ -357,10 +358,28 @@ static int check_tensors(const Call& a) {
   for (const auto& t : tensors)
     if (const char* why = check_strides(t.stride))
       return unsupported("%s {%lld, %lld, %lld}: %s", t.name, t.stride[0], t.stride[1], t.stride[2], why);
-  if (out_overlaps(a.o_stride, a.batch, a.heads_q, a.seqlen_q, a.head_dim))
+  // A packed batch's out is one sequence of its rows (all of them when the caller says how many).
+  const bool packed = a.entry == attntune_plan::kEntryVarlen;
+  const int out_batch = packed ? 1 : a.batch;
+  const long long out_rows = packed && a.total_q > 0 ? a.total_q : a.seqlen_q;
+  if (out_rows <= 2147483647LL && out_overlaps(a.o_stride, out_batch, a.heads_q, static_cast<int>(out_rows), a.head_dim)) {
+    if (packed)
+      return unsupported("o_strides {row %lld, head %lld} make outputs overlap for heads_q=%d rows=%lld head_dim=%d",
+                         a.o_stride[2], a.o_stride[1], a.heads_q, out_rows, a.head_dim);
     return unsupported("o_strides {%lld, %lld, %lld} make outputs overlap for batch=%d heads_q=%d seqlen_q=%d "
                        "head_dim=%d",
                        a.o_stride[0], a.o_stride[1], a.o_stride[2], a.batch, a.heads_q, a.seqlen_q, a.head_dim);
+  }
+  return 0;
+}
+
+// What the varlen entry points add: the prefix sums, and the packed rows when given.
+static int check_packing(const Call& a) {
+  if (!a.cu_seqlens_q || !a.cu_seqlens_k) return unsupported("cu_seqlens_q and cu_seqlens_k must not be NULL");
+  if (reinterpret_cast<std::uintptr_t>(a.cu_seqlens_q) % 4 != 0 ||
+      reinterpret_cast<std::uintptr_t>(a.cu_seqlens_k) % 4 != 0)
+    return unsupported("cu_seqlens_q and cu_seqlens_k must be 4-byte aligned (got %p, %p)",
+                       static_cast<const void*>(a.cu_seqlens_q), static_cast<const void*>(a.cu_seqlens_k));
   return 0;
 }
 
@@ -388,7 +407,10 @@ static int forward(const Call& a, cudaStream_t stream) {
   if (const int r = check_tensors(a)) return r;
   if (a.entry == attntune_plan::kEntryKvcache)
     if (const int r = check_cache(a)) return r;
+  if (a.entry == attntune_plan::kEntryVarlen)
+    if (const int r = check_packing(a)) return r;
   if (a.batch == 0 || a.heads_q == 0 || a.seqlen_q == 0) return 0;  // nothing to compute
+  if (a.entry == attntune_plan::kEntryVarlen && a.total_q == 0) return 0;  // every sequence empty
   const int index = select_kernel(a, &refused);
   if (index < 0) return no_kernel(a.entry, a.head_dim, a.causal, refused);
   return run(a, index, stream);
@@ -421,6 +443,26 @@ static Call make_call(int entry, const void* q, const void* k, const void* v, vo
   a.scale = softmax_scale;
   a.causal = is_causal;
   return a;
+}
+
+// Both varlen entry points: the rows of the packed tensors, or -1 when not given.
+static int varlen(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_seqlens_q,
+                  const int* cu_seqlens_k, int batch, long long total_q, long long total_k, int max_seqlen_q,
+                  int max_seqlen_k, int heads_q, int heads_kv, int head_dim, const long long* q_strides,
+                  const long long* k_strides, const long long* v_strides, const long long* o_strides,
+                  float softmax_scale, int is_causal, cudaStream_t stream) {
+  if (!q_strides || !k_strides || !v_strides || !o_strides)
+    return unsupported("q_strides, k_strides, v_strides and o_strides must not be NULL (2 strides each)");
+  // {row, head} strides; the batch dimension is the packing (cu_seqlens).
+  const long long qs[3] = {0, q_strides[1], q_strides[0]}, ks[3] = {0, k_strides[1], k_strides[0]},
+                  vs[3] = {0, v_strides[1], v_strides[0]}, os[3] = {0, o_strides[1], o_strides[0]};
+  Call a = make_call(attntune_plan::kEntryVarlen, q, k, v, out, lse, batch, heads_q, heads_kv, max_seqlen_q,
+                     max_seqlen_k, head_dim, qs, ks, vs, os, softmax_scale, is_causal);
+  a.cu_seqlens_q = cu_seqlens_q;
+  a.cu_seqlens_k = cu_seqlens_k;
+  a.total_q = total_q;
+  a.total_k = total_k;
+  return forward(a, stream);
 }
 
 }  // namespace attntune_export
@@ -462,6 +504,24 @@ ATTNTUNE_API int attntune_attention_forward_kvcache(
   return forward(a, stream);
 }
 
+// Added to the contract's varlen entry point: the same call with the rows of the packed q/out
+// (total_q = cu_seqlens_q[batch]) and k/v (total_k = cu_seqlens_k[batch]), which the caller knows
+// from its tensors' shapes and the library cannot read without a sync. Kernels that read through
+// TMA tensor maps (flash_fwd_wgmma) need them; 0, 0: not given (then only the others serve).
+ATTNTUNE_API int attntune_attention_forward_varlen_packed(
+    const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_seqlens_q,
+    const int* cu_seqlens_k, int batch, long long total_q, long long total_k, int max_seqlen_q, int max_seqlen_k,
+    int heads_q, int heads_kv, int head_dim, const long long* q_strides, const long long* k_strides,
+    const long long* v_strides, const long long* o_strides, float softmax_scale, int is_causal,
+    cudaStream_t stream) {
+  using namespace attntune_export;
+  if (total_q < 0 || total_k < 0)
+    return unsupported("total_q (%lld) and total_k (%lld) must not be negative", total_q, total_k);
+  return varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, max_seqlen_q, max_seqlen_k,
+                heads_q, heads_kv, head_dim, q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal,
+                stream);
+}
+
 // Variable-length packed batches: docs/CONTRACT.md. Served by the kernels of families that
 // implement it; a file without one answers ATTNTUNE_UNSUPPORTED, saying so.
 ATTNTUNE_API int attntune_attention_forward_varlen(
@@ -469,21 +529,9 @@ ATTNTUNE_API int attntune_attention_forward_varlen(
     const int* cu_seqlens_k, int batch, int max_seqlen_q, int max_seqlen_k, int heads_q, int heads_kv, int head_dim,
     const long long* q_strides, const long long* k_strides, const long long* v_strides, const long long* o_strides,
     float softmax_scale, int is_causal, cudaStream_t stream) {
-  using namespace attntune_export;
-  if (!q_strides || !k_strides || !v_strides || !o_strides)
-    return unsupported("q_strides, k_strides, v_strides and o_strides must not be NULL (2 strides each)");
-  // {row, head} strides; the batch dimension is the packing (cu_seqlens).
-  const long long qs[3] = {0, q_strides[1], q_strides[0]}, ks[3] = {0, k_strides[1], k_strides[0]},
-                  vs[3] = {0, v_strides[1], v_strides[0]}, os[3] = {0, o_strides[1], o_strides[0]};
-  Call a = make_call(attntune_plan::kEntryVarlen, q, k, v, out, lse, batch, heads_q, heads_kv, max_seqlen_q,
-                     max_seqlen_k, head_dim, qs, ks, vs, os, softmax_scale, is_causal);
-  a.cu_seqlens_q = cu_seqlens_q;
-  a.cu_seqlens_k = cu_seqlens_k;
-  if (const int r = check_common(a)) return r;
-  attntune_plan::Why refused;
-  const int index = select_kernel(a, &refused);
-  if (index < 0) return no_kernel(a.entry, a.head_dim, a.causal, refused);
-  return run(a, index, stream);
+  return attntune_export::varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, batch, -1, -1, max_seqlen_q,
+                                 max_seqlen_k, heads_q, heads_kv, head_dim, q_strides, k_strides, v_strides, o_strides,
+                                 softmax_scale, is_causal, stream);
 }
 
 // JSON: how this file was made (template, config, problem, GPU, arch, measured time, campaign, date).
@@ -506,9 +554,21 @@ ATTNTUNE_API int attntune_select_kernel_entry(int entry, int head_dim, int is_ca
                               static_cast<long long>(seqlen_q) * head_dim, head_dim},
                   kv_str[3] = {static_cast<long long>(heads_kv) * seqlen_k * head_dim,
                                static_cast<long long>(seqlen_k) * head_dim, head_dim};
-  const attntune_plan::Call a =
-      attntune_export::make_call(entry, nullptr, nullptr, nullptr, nullptr, nullptr, batch, heads_q, heads_kv, seqlen_q,
-                                 seqlen_k, head_dim, q_str, kv_str, kv_str, q_str, 1.0f, is_causal);
+  // Varlen: a packed batch of `batch` sequences of seqlen_q rows ({0, head, row} strides), its rows
+  // given (as the PyTorch op gives them).
+  const long long packed_q[3] = {0, head_dim, static_cast<long long>(heads_q) * head_dim},
+                  packed_kv[3] = {0, head_dim, static_cast<long long>(heads_kv) * head_dim};
+  const bool packed = entry == attntune_plan::kEntryVarlen;
+  attntune_plan::Call a = attntune_export::make_call(
+      entry, nullptr, nullptr, nullptr, nullptr, nullptr, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim,
+      packed ? packed_q : q_str, packed ? packed_kv : kv_str, packed ? packed_kv : kv_str, packed ? packed_q : q_str,
+      1.0f, is_causal);
+  static const int kPrefixSums[1] = {0};  // stands in for cu_seqlens: a plan never reads them
+  if (packed) {
+    a.total_q = static_cast<long long>(batch) * seqlen_q;
+    a.total_k = static_cast<long long>(batch) * seqlen_k;
+    a.cu_seqlens_q = a.cu_seqlens_k = kPrefixSums;
+  }
   return attntune_export::select_kernel(a, nullptr);
 }
 
@@ -529,7 +589,7 @@ ATTNTUNE_API int attntune_kernel_problem(int index, int* problem, const char** l
   if (index < 0 || index >= kKernelCount || !problem) return -1;
   const Kernel& k = kKernels[index];
   const int p[9] = {k.tuned_b, k.tuned_h, k.tuned_hkv, k.tuned_s, k.tuned_sk,
-                    k.head_dim, k.causal, k.bf16, k.family->entries};
+                    k.head_dim, k.causal, k.bf16, k.entries};
   for (int i = 0; i < 9; ++i) problem[i] = p[i];
   if (label) *label = k.label;
   return 0;

@@ -325,21 +325,46 @@ flash_fwd_mma(const AttnParams p) {
   const u32 sk = sq + T::kQElems * 2;                 // (kStages, kBlockN, kHeadDim)
   const u32 sv = sk + T::kStages * T::kKVElems * 2;   // (kStages, kBlockN, kHeadDim)
 
-  // Causal blocks with more rows see more keys: launch them first so the tail is short.
-  const int m_block = T::kCausal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
   const int head = blockIdx.y, batch = blockIdx.z;
   const int kv_head = head / p.q_per_kv;
+  // The sequence this block's rows belong to: batch entry `batch`, or (varlen) the packed
+  // sequence `batch`, rows [cu_seqlens[batch], cu_seqlens[batch + 1]) of q/o and k/v.
+  const elem_t* q;
+  const elem_t* k;
+  const elem_t* v;
+  elem_t* o;
+  float* lse;
+  int seqlen_q, seqlen_k, m_block;
+  if constexpr (T::kVarlen) {
+    const int q0 = p.cu_seqlens_q[batch], k0 = p.cu_seqlens_k[batch];
+    seqlen_q = p.cu_seqlens_q[batch + 1] - q0;
+    seqlen_k = p.cu_seqlens_k[batch + 1] - k0;
+    // The grid covers the longest sequence; this one may end before this block.
+    const int m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
+    if (static_cast<int>(blockIdx.x) >= m_blocks) return;
+    m_block = T::kCausal ? m_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
+    q = static_cast<const elem_t*>(p.q) + q0 * p.q_stride[2] + head * p.q_stride[1];
+    k = static_cast<const elem_t*>(p.k) + k0 * p.k_stride[2] + kv_head * p.k_stride[1];
+    v = static_cast<const elem_t*>(p.v) + k0 * p.v_stride[2] + kv_head * p.v_stride[1];
+    o = static_cast<elem_t*>(p.o) + q0 * p.o_stride[2] + head * p.o_stride[1];
+    // LSE [heads_q, total_q].
+    lse = p.lse ? p.lse + static_cast<long long>(head) * p.cu_seqlens_q[p.batch] + q0 : nullptr;
+  } else {
+    seqlen_q = p.seqlen_q;
+    seqlen_k = p.seqlen_k;
+    // Causal blocks with more rows see more keys: launch them first so the tail is short.
+    m_block = T::kCausal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
+    q = static_cast<const elem_t*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1];
+    k = static_cast<const elem_t*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[1];
+    v = static_cast<const elem_t*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[1];
+    o = static_cast<elem_t*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[1];
+    lse = p.lse ? p.lse + (static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q : nullptr;
+  }
   const int m0 = m_block * T::kBlockM;
   // Bottom-right causal alignment: query i sees keys j <= i + diag, diag = seqlen_k - seqlen_q.
-  const int diag = p.seqlen_k - p.seqlen_q;
-  const int n_end = T::kCausal ? min(p.seqlen_k, m0 + T::kBlockM + diag) : p.seqlen_k;
+  const int diag = seqlen_k - seqlen_q;
+  const int n_end = T::kCausal ? min(seqlen_k, m0 + T::kBlockM + diag) : seqlen_k;
   const int n_blocks = n_end > 0 ? (n_end + T::kBlockN - 1) / T::kBlockN : 0;
-
-  const elem_t* q = static_cast<const elem_t*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1];
-  const elem_t* k = static_cast<const elem_t*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[1];
-  const elem_t* v = static_cast<const elem_t*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[1];
-  elem_t* o = static_cast<elem_t*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[1];
-  float* lse = p.lse ? p.lse + (static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q : nullptr;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tig = lane & 3;
@@ -358,10 +383,10 @@ flash_fwd_mma(const AttnParams p) {
   }
 
   auto load_k = [&](int j) {
-    load_tile<T::kBlockN>(sk + (j % T::kStages) * T::kKVElems * 2, k, p.k_stride[2], j * T::kBlockN, p.seqlen_k);
+    load_tile<T::kBlockN>(sk + (j % T::kStages) * T::kKVElems * 2, k, p.k_stride[2], j * T::kBlockN, seqlen_k);
   };
   auto load_v = [&](int j) {
-    load_tile<T::kBlockN>(sv + (j % T::kStages) * T::kKVElems * 2, v, p.v_stride[2], j * T::kBlockN, p.seqlen_k);
+    load_tile<T::kBlockN>(sv + (j % T::kStages) * T::kKVElems * 2, v, p.v_stride[2], j * T::kBlockN, seqlen_k);
   };
   // Interleaved schedule: the stream is K_0, V_0, K_1, ... one cp.async group per tile, committed
   // even past the end (empty) so wait_group counts stay uniform. Blockwise: K_j and V_j form one
@@ -382,11 +407,11 @@ flash_fwd_mma(const AttnParams p) {
   };
   // Does key range [n0, n0 + n) need masking for any row of this warp?
   auto needs_mask = [&](int n0, int n) {
-    return n0 + n > p.seqlen_k || (T::kCausal && n0 + n - 1 > m0 + warp_row0 + diag);
+    return n0 + n > seqlen_k || (T::kCausal && n0 + n - 1 > m0 + warp_row0 + diag);
   };
 
   if (n_blocks > 0) {
-    load_tile<T::kBlockM>(sq, q, p.q_stride[2], m0, p.seqlen_q);  // joins the first group
+    load_tile<T::kBlockM>(sq, q, p.q_stride[2], m0, seqlen_q);  // joins the first group
 #pragma unroll
     for (int t = 0; t < T::kLookahead; ++t) issue(t);
   }
@@ -409,7 +434,7 @@ flash_fwd_mma(const AttnParams p) {
         const int key0 = sub * T::kSubN;
         float acc_s[T::kMTiles][T::kSubTiles][4];
         compute_scores(acc_s, st, k_base + key0 * kRowBytes);
-        if (needs_mask(n0 + key0, T::kSubN)) mask_scores(acc_s, m0 + warp_row0, n0 + key0, p.seqlen_k, diag, lane);
+        if (needs_mask(n0 + key0, T::kSubN)) mask_scores(acc_s, m0 + warp_row0, n0 + key0, seqlen_k, diag, lane);
         u32 p_frag[T::kMTiles][T::kSubSteps][4];
         softmax_step(st, acc_s, p_frag, p.scale_log2);
         accumulate_pv(st, p_frag, v_base + key0 * kRowBytes);
@@ -422,7 +447,7 @@ flash_fwd_mma(const AttnParams p) {
       if (j == 0) load_q_regs();
       float acc_s[T::kMTiles][T::kSubTiles][4];
       compute_scores(acc_s, st, k_base);
-      if (needs_mask(n0, T::kBlockN)) mask_scores(acc_s, m0 + warp_row0, n0, p.seqlen_k, diag, lane);
+      if (needs_mask(n0, T::kBlockN)) mask_scores(acc_s, m0 + warp_row0, n0, seqlen_k, diag, lane);
       u32 p_frag[T::kMTiles][T::kSubSteps][4];
       softmax_step(st, acc_s, p_frag, p.scale_log2);
       cp_async_wait<T::kLookahead - 1>();  // V_j landed
@@ -443,7 +468,7 @@ flash_fwd_mma(const AttnParams p) {
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const float inv = sum > 0.f ? 1.f / sum : 0.f;  // a row that saw no key outputs zeros
       const int row = m0 + warp_row0 + m * 16 + g + 8 * h;
-      if (row < p.seqlen_q) {
+      if (row < seqlen_q) {
         elem_t* orow = o + row * p.o_stride[2];
 #pragma unroll
         for (int d = 0; d < T::kDTiles; ++d) {

@@ -11,6 +11,13 @@ struct Traits {
   static constexpr int kHeadDim = ATT_HEAD_DIM;
   static constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
   static constexpr bool kCausal = ATT_CAUSAL != 0;
+  // A packed batch of sequences of different lengths (attntune_attention_forward_varlen); the
+  // renderer defines ATT_VARLEN for varlen problems only.
+#ifdef ATT_VARLEN
+  static constexpr bool kVarlen = ATT_VARLEN != 0;
+#else
+  static constexpr bool kVarlen = false;
+#endif
 
   // Tunables (search_spaces/flash_fwd_mma.yaml).
   static constexpr int kBlockM = BLOCK_M;      // query rows per thread block

@@ -72,24 +72,33 @@ struct Slot {
 // Q rows from row0. kKvMulticast's padding block (past seqlen_q, rows nobody stores) loads from
 // the last row on instead: a box that starts past the tensor's end is not one TMA promises to
 // fill, and branching around the load spilled the producer's 24 registers at d=64.
+// Varlen: the map spans the packed rows (batch 0) and the tile's rows start at its sequence's
+// first, q_start; a tile that runs past its sequence loads the next one's rows, which nobody stores.
 __device__ __forceinline__ void load_q(const Smem& sm, const TmaMaps& maps, const AttnParams& p, int m_block, int head,
-                                       int batch) {
+                                       int batch, int q_start = 0) {
   const int row0 = T::kKvMulticast ? min(m_block * T::kBlockM, p.seqlen_q - 1) : m_block * T::kBlockM;
   mbar_arrive_expect_tx(sm.q_full(), T::kQBytes);
 #pragma unroll
-  for (int cb = 0; cb < T::kColBlocks; ++cb)
-    tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * 64, row0, head, batch);
+  for (int cb = 0; cb < T::kColBlocks; ++cb) {
+    if constexpr (T::kVarlen)
+      tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * 64, q_start + row0, head, 0);
+    else
+      tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * 64, row0, head, batch);
+  }
 }
 
 // With kKvMulticast the cluster's rank-0 CTA loads every tile into both CTAs, and each CTA's full
 // barrier expects the whole tile. (Each CTA loading half of the tile's column blocks put rank-
 // dependent offsets in the producer's loop, which spilled its 24 registers.)
+// Varlen: `batch` is the sequence's first key row in the packed K/V (the maps' batch is 0).
 __device__ __forceinline__ void load_kv_tile(u32 dst, u32 full, const TmaDesc* desc, int tile, int kv_head, int batch) {
   mbar_arrive_expect_tx(full, T::kKVBytes);
   if (T::kKvMulticast && cluster_ctarank() != 0) return;
 #pragma unroll
   for (int cb = 0; cb < T::kColBlocks; ++cb) {
-    if (T::kKvMulticast)
+    if constexpr (T::kVarlen)
+      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * 64, batch + tile * T::kBlockN, kv_head, 0);
+    else if (T::kKvMulticast)
       tma_load_4d_multicast(dst + cb * T::kKVColBlockBytes, desc, full, (1 << T::kCluster) - 1, cb * 64,
                             tile * T::kBlockN, kv_head, batch);
     else
@@ -98,7 +107,7 @@ __device__ __forceinline__ void load_kv_tile(u32 dst, u32 full, const TmaDesc* d
 }
 
 // Iteration `it` of a work tile (global iteration it_base + it) loads K/V tile n-1-it into its
-// stage once the consumers released that stage.
+// stage once the consumers released that stage. Varlen: `batch` is the sequence's first key row.
 __device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, int it_base, int it, int n, int kv_head,
                                         int batch) {
   const Slot sl(it_base + it);
@@ -270,6 +279,9 @@ struct WorkTile {
   int m_block, head, batch, n;
   int lo, hi;           // the K/V iterations this CTA computes: [0, n) but for a split tail piece
   int u, slot;          // tail tile index (-1: not split) and this piece's workspace slot
+  // Varlen only: the sequence's first query and key rows in the packed tensors, and its lengths
+  // (dense: 0, 0, seqlen_q, seqlen_k, which the code reads from AttnParams instead).
+  int q0, k0, len_q, len_k;
 };
 
 // Work tile t of the grid's (m block, head, batch) tiles, m blocks fastest so that CTAs running
@@ -293,6 +305,21 @@ __device__ __forceinline__ WorkTile work_tile(const AttnParams& p, int t, int m_
   }
   w.head = bh % p.heads_q;
   w.batch = bh / p.heads_q;
+  if constexpr (T::kVarlen) {
+    // The grid's query blocks are the longest sequence's; this sequence has mb of them. Block x
+    // (counted from the first launched, the last block when causal) is its block x, or nothing.
+    w.q0 = p.cu_seqlens_q[w.batch];
+    w.k0 = p.cu_seqlens_k[w.batch];
+    w.len_q = p.cu_seqlens_q[w.batch + 1] - w.q0;
+    w.len_k = p.cu_seqlens_k[w.batch + 1] - w.k0;
+    const int mb = (w.len_q + T::kBlockM - 1) / T::kBlockM;
+    const int x = T::kCausal ? m_blocks - 1 - w.m_block : w.m_block;
+    w.m_block = x >= mb ? mb : T::kCausal ? mb - 1 - x : x;  // mb: past the end, rows nobody stores
+    const int diag = w.len_k - w.len_q;
+    const int kv_end = x >= mb ? 0 : T::kCausal ? min(w.len_k, (w.m_block + 1) * T::kBlockM + diag) : w.len_k;
+    w.n = kv_end > 0 ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
+    return w;
+  }
   const int diag = p.seqlen_k - p.seqlen_q;
   const int kv_end = T::kCausal ? min(p.seqlen_k, (w.m_block + 1) * T::kBlockM + diag) : p.seqlen_k;
   w.n = kv_end > 0 ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
@@ -395,6 +422,7 @@ struct OutRows {
   uint4 vec[2][T::kHeadDim / 32];
   float lse[2];
   int row0, head, batch;  // this thread's first row, and row0 + 8
+  int q0, len_q;          // varlen: the sequence's first packed row and its length
 };
 
 // The epilogue's arithmetic: O / l packed to the output dtype for 16-byte stores. Thread t of a
@@ -427,12 +455,36 @@ __device__ __forceinline__ void epilogue_pack(const float (&o)[T::kHeadDim / 2],
   out.batch = batch;
 }
 
+// Varlen: where the rows go, the sequence's (after epilogue_pack).
+__device__ __forceinline__ void epilogue_sequence(const WorkTile& w, OutRows& out) {
+  if constexpr (T::kVarlen) {
+    out.q0 = w.q0;
+    out.len_q = w.len_q;
+  }
+}
+
 // The epilogue's stores (all of them when `any`), predicated rather than branched over. With the
 // packing at a tile's end and these at the next tile's start (before its Q wait), s=4k and s=16k
 // ran 1-1.5% faster than the whole epilogue branched at the tile's end (docs/log/WGMMA.md run 32). Out rows and
 // strides are 16-byte aligned (the launchers check).
 __device__ __forceinline__ void epilogue_store(const AttnParams& p, const OutRows& out, bool any) {
   const int t = threadIdx.x % 4;
+  if constexpr (T::kVarlen) {
+    // O [total_q, heads_q, d] from the sequence's first row; LSE [heads_q, total_q].
+    elem_t* base = static_cast<elem_t*>(p.o) + static_cast<long long>(out.q0) * p.o_stride[2] +
+                   out.head * p.o_stride[1];
+    const long long lse_row = static_cast<long long>(out.head) * (p.lse ? p.cu_seqlens_q[p.batch] : 0) + out.q0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = out.row0 + 8 * h;
+      const bool in = any && row < out.len_q;
+      elem_t* orow = base + row * p.o_stride[2] + 8 * t;
+#pragma unroll
+      for (int q = 0; q < T::kHeadDim / 32; ++q) st_global_v4_if(orow + 32 * q, out.vec[h][q], in);
+      st_global_f32_if(p.lse + lse_row + row, out.lse[h], in && p.lse && t == 0);
+    }
+    return;
+  }
   elem_t* base = static_cast<elem_t*>(p.o) + out.batch * p.o_stride[0] + out.head * p.o_stride[1];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -519,7 +571,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   it_base -= lo;  // ring slot of iteration it: it_base + it
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int row0 = m_block * T::kBlockM + cw * 64 + warp * 16 + g;  // and row0 + 8
-  const int sk = p.seqlen_k, diag = p.seqlen_k - p.seqlen_q;
+  const int len_q = T::kVarlen ? w.len_q : p.seqlen_q;
+  const int sk = T::kVarlen ? w.len_k : p.seqlen_k, diag = T::kVarlen ? w.len_k - w.len_q : p.seqlen_k - p.seqlen_q;
   // Tiles at or past this key need masking for some row of the CTA.
   const int kv_min = T::kCausal ? min(sk, m_block * T::kBlockM + diag + 1) : sk;
 
@@ -576,7 +629,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     // warpgroup, consumer thread 0 issues the loads inside its loop and may skip nothing; a single
     // consumer warpgroup needs every tile of its CTA.
     const int wg_row0 = m_block * T::kBlockM + cw * 64;
-    const int wg_kv_end = wg_row0 >= p.seqlen_q ? 0 : T::kCausal ? min(sk, wg_row0 + 64 + diag) : sk;
+    const int wg_kv_end = wg_row0 >= len_q ? 0 : T::kCausal ? min(sk, wg_row0 + 64 + diag) : sk;
     const int skip_all = T::kWarpSpecialize && T::kConsumerWgs > 1
                          ? warp_uniform(n - (wg_kv_end > 0 ? (wg_kv_end + T::kBlockN - 1) / T::kBlockN : 0))
                          : 0;
@@ -636,7 +689,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         reg_fence(o);
         release_kv(sm.v_empty(sl.stage));
         if (!T::kWarpSpecialize && threadIdx.x == 0 && it + T::kStages < n)
-          produce(sm, maps, it_base, it + T::kStages, n, head / p.q_per_kv, batch);
+          produce(sm, maps, it_base, it + T::kStages, n, head / p.q_per_kv, T::kVarlen ? w.k0 : batch);
       };
       int it = skip;
       if (narrow) step(it++, true);
@@ -706,6 +759,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
 
   if (w.u >= 0) split_combine(maps, w, cw, o, m, l);
   epilogue_pack(o, m, l, row0, head, batch, out);
+  epilogue_sequence(w, out);
   if (w.u >= 0 && m[0] != m[0]) out.row0 = 1 << 30;  // not the last piece: nothing to store (NaN mark)
   ATT_MARK(trace_k, 5, clock64());
 }
@@ -760,12 +814,13 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     const int kv_head = w.head / p.q_per_kv;
     it_base -= w.lo;
     const bool loads = !T::kDynamicTiles || count > 0;  // the static schedules pass no empty tile
-    if (loads) produce(sm, maps, it_base, w.lo, w.n, kv_head, w.batch);
+    const int kv_batch = T::kVarlen ? w.k0 : w.batch;  // varlen: the sequence's first key row
+    if (loads) produce(sm, maps, it_base, w.lo, w.n, kv_head, kv_batch);
     mbar_wait(sm.q_empty(), q_phase ^ 1);
     if (T::kDynamicTiles) st_shared_s32(sm.sched(), sched);
-    if (loads) load_q(sm, maps, p, w.m_block, w.head, w.batch);
+    if (loads) load_q(sm, maps, p, w.m_block, w.head, w.batch, T::kVarlen ? w.q0 : 0);
     else mbar_arrive(sm.q_full());
-    for (int it = w.lo + 1; it < w.lo + count; ++it) produce(sm, maps, it_base, it, w.n, kv_head, w.batch);
+    for (int it = w.lo + 1; it < w.lo + count; ++it) produce(sm, maps, it_base, it, w.n, kv_head, kv_batch);
   };
   // Dynamic tiles (causal, persistent, with a producer): after its first tile (the CTA's index)
   // the producer takes the next one from the counter once it has issued the current tile's last

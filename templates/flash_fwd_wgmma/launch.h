@@ -7,6 +7,11 @@
 // up to whole clusters (kv_multicast pairs CTAs 2k and 2k+1 on one head's K and V; the kernel
 // leaves the padding block idle). A persistent grid launches one CTA per SM at most, in whole
 // clusters, no more clusters than fit on the device at once, and the CTAs walk the tiles.
+//
+// A build for packed batches (ATT_VARLEN; one CTA per tile) launches the longest sequence's grid
+// (max_seqlen_q) for every sequence, and its tensor maps span the packed rows: it needs their
+// counts (Call::total_q, total_k), which attntune_attention_forward_varlen_packed and the PyTorch
+// op pass; the contract's varlen entry point does not, and such a build refuses it.
 #ifndef ATTNTUNE_FLASH_FWD_WGMMA_LAUNCH_H
 #define ATTNTUNE_FLASH_FWD_WGMMA_LAUNCH_H
 
@@ -63,6 +68,7 @@ struct FlashFwdWgmmaLaunch {
   int dynamic_tiles;  // persistent, causal, with a producer: tiles taken from a counter
   int cluster;        // kv_multicast: 2-CTA clusters sharing each K/V load; else 1
   int consumer_warps;
+  int varlen;         // built for packed batches (attntune_attention_forward_varlen)
 
   static int load(const Define* d, int n, FlashFwdWgmmaLaunch* c, Why* why) {
     int warp_specialize = 0;
@@ -78,6 +84,7 @@ struct FlashFwdWgmmaLaunch {
     c->dynamic_tiles = c->persistent && c->causal && warp_specialize;
     c->cluster = c->persistent && !c->causal && multicast ? 2 : 1;
     c->consumer_warps = c->block_m / 64 * 4;
+    c->varlen = define_or(d, n, "ATT_VARLEN", 0) != 0;  // builds recorded before varlen: dense
     return 0;
   }
 
@@ -86,17 +93,28 @@ struct FlashFwdWgmmaLaunch {
   }
 
   int plan(const Call& call, const Device& device, Plan* p, Why* why) const {
-    if (call.entry != kEntryDense) return refuse(why, "flash_fwd_wgmma serves attntune_attention_forward only");
+    if (const int r = check_prefill_entry("flash_fwd_wgmma", call, varlen, why)) return r;
+    if (varlen && (call.total_q <= 0 || call.total_k < 0 || call.total_q > 2147483647LL || call.total_k > 2147483647LL))
+      return refuse(why,
+                    "a flash_fwd_wgmma kernel reads the packed rows through TMA tensor maps, whose extents are the "
+                    "rows of q and k (total_q %lld, total_k %lld): call attntune_attention_forward_varlen_packed, "
+                    "which takes them (attntune_attention_forward_varlen does not)",
+                    call.total_q, call.total_k);
+    // Rows of each tensor along its row dimension, and the batch the maps step along (varlen: the
+    // packed rows, one batch).
+    const long long q_rows = varlen ? call.total_q : call.seqlen_q, kv_rows = varlen ? call.total_k : call.seqlen_k;
+    const int map_batch = varlen ? 1 : call.batch;
     // TMA: tensor-map strides below 2^40 bytes along every dimension of extent > 1.
     const struct {
       const char* name;
       const long long* stride;
-      int heads, len;
-    } tensors[] = {{"q_strides", call.q_stride, call.heads_q, call.seqlen_q},
-                   {"k_strides", call.k_stride, call.heads_kv, call.seqlen_k},
-                   {"v_strides", call.v_stride, call.heads_kv, call.seqlen_k}};
+      int heads;
+      long long len;
+    } tensors[] = {{"q_strides", call.q_stride, call.heads_q, q_rows},
+                   {"k_strides", call.k_stride, call.heads_kv, kv_rows},
+                   {"v_strides", call.v_stride, call.heads_kv, kv_rows}};
     for (const auto& t : tensors) {
-      const int extent[3] = {call.batch, t.heads, t.len};
+      const long long extent[3] = {map_batch, t.heads, t.len};
       for (int i = 0; i < 3; ++i)
         if (extent[i] > 1 && t.stride[i] >= (1LL << 40) / 2)
           return refuse(why, "%s {%lld, %lld, %lld}: a stride of 2^40 bytes or more does not fit a TMA tensor map",
@@ -132,16 +150,16 @@ struct FlashFwdWgmmaLaunch {
     // Q, K and V: box (64 columns, rows); no keys: no tile loads K or V (every row outputs zeros and
     // LSE -inf), but the maps must still be valid descriptors and k and v may be NULL: q stands in.
     p->maps = 3;
-    p->map[0] = operand_map("q", call.q, call.q_stride, call.seqlen_q, call.heads_q, call.batch, call.head_dim, 64,
-                            static_cast<unsigned>(block_m), bf16);
-    if (call.seqlen_k > 0) {
-      p->map[1] = operand_map("k", call.k, call.k_stride, call.seqlen_k, call.heads_kv, call.batch, call.head_dim, 64,
-                              static_cast<unsigned>(block_n), bf16);
-      p->map[2] = operand_map("v", call.v, call.v_stride, call.seqlen_k, call.heads_kv, call.batch, call.head_dim, 64,
-                              static_cast<unsigned>(block_n), bf16);
+    p->map[0] = operand_map("q", call.q, call.q_stride, static_cast<int>(q_rows), call.heads_q, map_batch,
+                            call.head_dim, 64, static_cast<unsigned>(block_m), bf16);
+    if (kv_rows > 0) {
+      p->map[1] = operand_map("k", call.k, call.k_stride, static_cast<int>(kv_rows), call.heads_kv, map_batch,
+                              call.head_dim, 64, static_cast<unsigned>(block_n), bf16);
+      p->map[2] = operand_map("v", call.v, call.v_stride, static_cast<int>(kv_rows), call.heads_kv, map_batch,
+                              call.head_dim, 64, static_cast<unsigned>(block_n), bf16);
     } else {
-      p->map[1] = operand_map("k (q standing in: seqlen_k is 0)", call.q, call.q_stride, call.seqlen_q, call.heads_q,
-                              call.batch, call.head_dim, 64, static_cast<unsigned>(block_n), bf16);
+      p->map[1] = operand_map("k (q standing in: seqlen_k is 0)", call.q, call.q_stride, static_cast<int>(q_rows),
+                              call.heads_q, map_batch, call.head_dim, 64, static_cast<unsigned>(block_n), bf16);
       p->map[2] = p->map[1];
     }
     return 0;
@@ -175,7 +193,7 @@ struct FlashFwdWgmmaLaunch {
 static_assert(sizeof(att::TmaDesc) == kTensorMapBytes, "a TmaDesc is a CUtensorMap");
 
 inline constexpr Family kFlashFwdWgmma =
-    make_family<FlashFwdWgmmaLaunch>("flash_fwd_wgmma", kEntryDense, 1, "flash_fwd_wgmma");
+    make_family<FlashFwdWgmmaLaunch>("flash_fwd_wgmma", kEntryDense | kEntryVarlen, 1, "flash_fwd_wgmma");
 
 }  // namespace attntune_plan
 

@@ -11,6 +11,15 @@ struct Traits {
   static constexpr int kHeadDim = ATT_HEAD_DIM;
   static constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
   static constexpr bool kCausal = ATT_CAUSAL != 0;
+  // A packed batch of sequences of different lengths (attntune_attention_forward_varlen): work
+  // tiles of the longest sequence's grid, each in its sequence's rows (TMA coordinates offset by
+  // cu_seqlens; the tensor maps span the packed rows). The renderer defines ATT_VARLEN for
+  // varlen problems only. One CTA per tile (not persistent; the space says so).
+#ifdef ATT_VARLEN
+  static constexpr bool kVarlen = ATT_VARLEN != 0;
+#else
+  static constexpr bool kVarlen = false;
+#endif
 
   // Tunables (search_spaces/flash_fwd_wgmma.yaml).
   static constexpr int kBlockM = BLOCK_M;    // query rows per CTA: 64 per consumer warpgroup
@@ -51,6 +60,7 @@ struct Traits {
   // into both (TMA multicast): half the L2 reads per FLOP. The query blocks are padded to pairs
   // (an idle last block when their count is odd).
   static constexpr bool kKvMulticast = KV_MULTICAST;
+  static_assert(!kVarlen || !(PERSISTENT), "a varlen build runs one CTA per work tile (persistent = false)");
   static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
   static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
 

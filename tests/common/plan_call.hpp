@@ -36,6 +36,22 @@ inline attntune_plan::Call dense_call_of(const Problem& p, long long base = 1ll 
   return c;
 }
 
+// The varlen call of a packed batch of p.b sequences of up to p.s rows (totals: p.b * p.s and
+// p.b * p.sk unless given; -1: not given), [total, heads, d] tensors, prefix sums at fake addresses.
+inline attntune_plan::Call varlen_call_of(const Problem& p, long long total_q = -2, long long total_k = -2) {
+  attntune_plan::Call c = dense_call_of(p);
+  c.entry = attntune_plan::kEntryVarlen;
+  c.q_stride[0] = c.k_stride[0] = c.v_stride[0] = c.o_stride[0] = 0;
+  c.q_stride[1] = c.k_stride[1] = c.v_stride[1] = c.o_stride[1] = p.d;
+  c.q_stride[2] = c.o_stride[2] = p.h * p.d;
+  c.k_stride[2] = c.v_stride[2] = p.hkv * p.d;
+  c.cu_seqlens_q = reinterpret_cast<const int*>(1ll << 40);
+  c.cu_seqlens_k = reinterpret_cast<const int*>((1ll << 40) + 4096);
+  c.total_q = total_q == -2 ? p.b * p.s : total_q;
+  c.total_k = total_k == -2 ? p.b * p.sk : total_k;
+  return c;
+}
+
 // A device of `sms` SMs on which `clusters` clusters fit at once (0: unknown).
 struct FakeDevice {
   int sms = 132, clusters = 0;

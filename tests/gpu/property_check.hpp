@@ -7,11 +7,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "eval/attention_gpu.hpp"
@@ -21,7 +23,9 @@
 namespace attntune::testing {
 
 struct PropertyShape {
-  const char* dims;  // b,h,hkv,s,sk (and page=N: a paged KV cache, ragged lengths, shuffled pages)
+  // b,h,hkv,s,sk (and page=N: a paged KV cache, ragged lengths, shuffled pages; varlen=N: a
+  // packed batch, validated as the worker validates it and on a ragged batch in `layout`)
+  const char* dims;
   Layout layout;
 };
 
@@ -61,16 +65,28 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
           fmt::format("{},d={},dtype={},causal={}", sh.dims, run.d, dtype_name(v.dtype), v.causal ? 1 : 0));
       const LoadedBuild kernel(o->build.cubin, o->job.kernel.launch);
       ++seed;
-      AttnBuffers buf(p, sh.layout, p.paged() ? ragged_seqlens(p, seed) : std::vector<int>{}, seed);
-      ref.fill(buf, seed);
-      if (progress) std::fprintf(stderr, "[progress] %s on %s\n", config_str(o->job.config).c_str(), p.str().c_str());
-      kernel.launch(buf.call());
-      const Verdict verdict = ref.check(buf);
-      ++checked;
-      if (verdict.status != "ok") {
-        ++failures;
-        ADD_FAILURE() << config_str(o->job.config) << " on " << p.str() << " " << layout_name(sh.layout) << ": "
-                      << verdict.detail();
+      // A varlen problem: the worker's inputs (its own lengths packed, then a ragged batch with
+      // empty, one-row, odd and longest sequences), in the shape's layout too.
+      std::vector<std::unique_ptr<AttnBuffers>> bufs;
+      if (p.is_varlen()) {
+        bufs = validation_inputs(p, seed);
+        bufs.push_back(std::make_unique<AttnBuffers>(p, sh.layout, varlen_ragged_lens(p, seed + 7), seed));
+      } else {
+        bufs.push_back(
+            std::make_unique<AttnBuffers>(p, sh.layout, p.paged() ? ragged_seqlens(p, seed) : std::vector<int>{}, seed));
+      }
+      for (auto& buf : bufs) {
+        ref.fill(*buf, seed);
+        if (progress)
+          std::fprintf(stderr, "[progress] %s on %s\n", config_str(o->job.config).c_str(), p.str().c_str());
+        kernel.launch(buf->call());
+        const Verdict verdict = ref.check(*buf);
+        ++checked;
+        if (verdict.status != "ok") {
+          ++failures;
+          ADD_FAILURE() << config_str(o->job.config) << " on " << p.str() << " " << layout_name(buf->layout)
+                        << " (lengths " << fmt::format("{}", fmt::join(buf->seqlens, ",")) << "): " << verdict.detail();
+        }
       }
     }
   }

@@ -18,6 +18,7 @@ Prints a table last.
 """
 import argparse
 import ctypes
+import itertools
 import json
 import math
 import os
@@ -119,12 +120,54 @@ def main():
         if not ok:
             failures.append(what)
 
+    def check_varlen(lens_q, extra_k, H, Hkv, D, causal, seed):
+        # A packed batch (flash_attn_varlen_func's layout), each sequence against float64.
+        scale = 1 / math.sqrt(D)
+        lens_k = [n + extra_k for n in lens_q]
+        cu_q = torch.tensor([0] + list(itertools.accumulate(lens_q)), dtype=torch.int32, device="cuda")
+        cu_k = torch.tensor([0] + list(itertools.accumulate(lens_k)), dtype=torch.int32, device="cuda")
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        q = torch.randn(int(cu_q[-1]), H, D, device="cuda", dtype=dtype, generator=g)
+        k = torch.randn(int(cu_k[-1]), Hkv, D, device="cuda", dtype=dtype, generator=g)
+        v = torch.randn(int(cu_k[-1]), Hkv, D, device="cuda", dtype=dtype, generator=g)
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((H, q.shape[0]), float("nan"), device="cuda")
+        lib.ops.attention_varlen_into(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), out, lse, scale, causal)
+        torch.cuda.synchronize()
+        err = bound = lse_err = 0.0
+        ok = True
+        for b in range(len(lens_q)):
+            if lens_q[b] == 0:
+                continue
+            qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+            qb, kb, vb = (t[None].transpose(1, 2) for t in (q[qs], k[ks], v[ks]))
+            ref64, lse64 = cs.reference(qb, kb, vb, causal, scale, torch.float64)
+            lowp, _ = cs.reference(qb, kb, vb, causal, scale, dtype)
+            e = (out[qs][None].transpose(1, 2).double() - ref64).abs().max().item()
+            bd = 2 * (lowp.double() - ref64).abs().max().item() + cs.ATOL[dtype_name]
+            finite = torch.isfinite(lse64[0])
+            got = lse[:, qs].double()
+            le = (got[finite] - lse64[0][finite]).abs().max().item() if finite.any() else 0.0
+            ok = ok and math.isfinite(e) and e <= bd and le <= cs.LSE_ATOL and torch.equal(torch.isneginf(got), ~finite)
+            err, bound, lse_err = max(err, e), max(bound, bd), max(lse_err, le)
+        what = f"varlen lens {lens_q[:8]}{'...' if len(lens_q) > 8 else ''} +{extra_k} keys h={H} hkv={Hkv}"
+        print(f"  {'ok  ' if ok else 'FAIL'} {what:<58} err {err:.2e} <= {bound:.2e}, lse {lse_err:.1e}")
+        if not ok:
+            failures.append(what)
+
     lib.set_policy("sdpa", 16.0)
     lib.reset_coverage()
     for i, kinfo in enumerate(lib.kernels()):
         p = kinfo["problem"]
         B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
         print(f"kernel {i}: {kinfo['template']} tuned for {cs.problem_str(p)}")
+        if p.get("varlen"):
+            # A packed batch of lengths up to S: empty, one-row, odd and the longest sequences.
+            s2 = max(2, (S * 3 // 4) | 1)
+            for seed, (lens, extra) in enumerate((([0, 1, 129, S, s2, 7, 0, 1000 % S + 1], Sk - S),
+                                                  ([S, 1, 63, s2], Sk - S + 77))):
+                check_varlen(lens, extra, H, Hkv, D, causal, 200 + 10 * i + seed)
+            continue
         if S <= cs.DECODE_MAX_S:
             shapes = [(B, H, Hkv, S, Sk, "BHSD"), (3, H, Hkv, S, (Sk * 3 // 4) | 1, "BSHD")]
         else:
@@ -152,7 +195,8 @@ def main():
         return math.isfinite(err) and err <= 2 * (lowp.double() - ref64).abs().max().item() + cs.ATOL[dtype_name], err
 
     cases = []
-    p = lib.kernels()[0]["problem"]
+    dense = [k["problem"] for k in lib.kernels() if not k["problem"].get("varlen")]
+    p = dense[0] if dense else {"b": 1, "h": 1, "hkv": 1, "s": 1, "sk": 1, "d": 64, "causal": 0}
     B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
 
     def dense_case(seed, B=B, H=H, Hkv=Hkv, S=S, Sk=Sk, D=D, causal=causal):
@@ -161,7 +205,8 @@ def main():
         ref = lambda: (cs.reference(q, k, v, causal, 1 / math.sqrt(D), torch.float64)[0],  # noqa: E731
                        cs.reference(q, k, v, causal, 1 / math.sqrt(D), dtype)[0])
         return (q, k, v), call, ref
-    cases.append(("attention " + cs.problem_str(p), dense_case))
+    if dense:
+        cases.append(("attention " + cs.problem_str(p), dense_case))
     kv_kernels = [k["problem"] for k in lib.kernels() if cs.problem_str(k["problem"]) in kv_problems]
     if kv_kernels:
         pk = kv_kernels[0]
@@ -225,6 +270,8 @@ def main():
                             [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
         for kinfo in lib.kernels():
             p = kinfo["problem"]
+            if p.get("varlen"):
+                continue  # timed against the peers by tools/compare_varlen.py
             B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
             scale = 1 / math.sqrt(D)
             q, k, v, out = cs.make_inputs(B, H, Hkv, S, Sk, D, dtype, "BHSD", 3)

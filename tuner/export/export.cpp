@@ -30,6 +30,13 @@ const std::pair<int, const char*> kEntryPoints[] = {
     {attntune_plan::kEntryVarlen, "attntune_attention_forward_varlen"},
 };
 
+// The entry points a build serves: its family's, but a build for packed batches (a varlen
+// problem, ATT_VARLEN) serves the varlen entry points only, and no other build serves them.
+int served_entries(const Family& family, const Problem& p) {
+  const int varlen = attntune_plan::kEntryVarlen;
+  return family.plan->entries & (p.is_varlen() ? varlen : ~varlen);
+}
+
 bool is_identifier(std::string_view s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
   return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
@@ -194,6 +201,11 @@ nlohmann::ordered_json problem_json(const Problem& p) {
   for (const char* key : {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal"}) out[key] = j.at(key);
   // A paged problem says so (as its spec does): its kernel was tuned through the kvcache entry.
   if (p.paged()) out["page"] = p.page;
+  // A packed batch too: its kernel serves the varlen entry points only.
+  if (p.is_varlen()) {
+    out["varlen"] = p.varlen;
+    out["lens_seed"] = p.lens_seed;
+  }
   return out;
 }
 
@@ -234,7 +246,7 @@ nlohmann::ordered_json info(const Plan& plan, ExportMode mode) {
   for (const auto& [bit, name] : kEntryPoints) {
     nlohmann::ordered_json problems = nlohmann::ordered_json::array();
     for (const Prepared& p : plan.items)
-      if (p.family->plan->entries & bit) problems.push_back(p.item->row.problem.str());
+      if (served_entries(*p.family, p.item->row.problem) & bit) problems.push_back(p.item->row.problem.str());
     if (!problems.empty()) entries[name] = std::move(problems);
   }
   j["entry_points"] = std::move(entries);
@@ -314,6 +326,9 @@ std::string header(const Plan& plan, ExportMode mode) {
        "//   int attntune_attention_forward_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, batch,\n"
        "//       max_seqlen_q, max_seqlen_k, heads_q, heads_kv, head_dim, q_strides, k_strides, v_strides,\n"
        "//       o_strides, softmax_scale, is_causal, stream)\n"
+       "//   int attntune_attention_forward_varlen_packed(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, batch,\n"
+       "//       total_q, total_k, max_seqlen_q, ...)   the same with the packed tensors' rows (long long),\n"
+       "//     which kernels reading through TMA tensor maps need\n"
        "//     the same returns; an entry point that none of this file's kernels serves (kernel_info's\n"
        "//     \"entry_points\" lists those that some do) answers ATTNTUNE_UNSUPPORTED, saying so\n"
        "//   const char* attntune_kernel_info(void)   this provenance as JSON\n"
@@ -394,19 +409,21 @@ std::string kernel_table(const Plan& plan) {
     const Problem& pr = p.item->row.problem;
     const std::string ns = fmt::format("attntune_k{}", p.source_index);
     // The label holds only integers and fixed names: it is C code, not a string from the database.
-    const std::string label = fmt::format("d={} {} causal={}, tuned for b={},h={},hkv={},s={},sk={}", pr.d,
-                                          dtype_name(pr.dtype), pr.causal ? 1 : 0, pr.b, pr.h, pr.hkv, pr.s, pr.sk);
+    std::string label = fmt::format("d={} {} causal={}, tuned for b={},h={},hkv={},s={},sk={}", pr.d,
+                                    dtype_name(pr.dtype), pr.causal ? 1 : 0, pr.b, pr.h, pr.hkv, pr.s, pr.sk);
+    if (pr.is_varlen()) label += fmt::format(",varlen={}", pr.varlen);
     std::vector<std::string> funcs;
     for (int k = 0; k < p.family->plan->kernels; ++k)
       funcs.push_back(fmt::format("reinterpret_cast<const void*>(&{0}::{0}_{1})", ns, p.family->plan->kernel_names[k]));
     // The arch passed arch_number: "sm_", digits and at most an "a".
     rows += fmt::format(
-        "    {{\"{label}\", \"{arch}\", {d}, {causal}, {bf16}, {b}, {h}, {hkv}, {s}, {sk},\n"
+        "    {{\"{label}\", \"{arch}\", {d}, {causal}, {bf16}, {b}, {h}, {hkv}, {s}, {sk}, {entries},\n"
         "     &{plan}, kDefines_k{index}, static_cast<int>(sizeof kDefines_k{index} / sizeof kDefines_k{index}[0]),\n"
         "     {{{funcs}}}}},\n",
         fmt::arg("label", label), fmt::arg("arch", p.kernel_arch), fmt::arg("d", pr.d),
         fmt::arg("causal", pr.causal ? 1 : 0), fmt::arg("bf16", pr.dtype == DType::kBf16 ? 1 : 0),
         fmt::arg("b", pr.b), fmt::arg("h", pr.h), fmt::arg("hkv", pr.hkv), fmt::arg("s", pr.s), fmt::arg("sk", pr.sk),
+        fmt::arg("entries", served_entries(*p.family, pr)),
         fmt::arg("plan", p.family->plan_symbol), fmt::arg("index", p.source_index),
         fmt::arg("funcs", fmt::join(funcs, ", ")));
   }

@@ -98,13 +98,16 @@ void check_family(const std::string& name) {
 
 void check_family_serves(const std::string& name, const Problem& p) {
   if (find_test_family(name)) return;
-  const int entry = p.paged() ? attntune_plan::kEntryKvcache : attntune_plan::kEntryDense;
+  const int entry = p.paged()       ? attntune_plan::kEntryKvcache
+                    : p.is_varlen() ? attntune_plan::kEntryVarlen
+                                    : attntune_plan::kEntryDense;
   if (builtin_family(name).plan->entries & entry) return;
   std::vector<std::string> serving;
   for (const Family* f : builtin_families())
     if (f->plan->entries & entry) serving.push_back(f->name);
-  const char* what = p.paged() ? "a paged KV cache (attntune_attention_forward_kvcache)"
-                               : "dense tensors (attntune_attention_forward)";
+  const char* what = p.paged()       ? "a paged KV cache (attntune_attention_forward_kvcache)"
+                     : p.is_varlen() ? "packed batches of different lengths (attntune_attention_forward_varlen)"
+                                     : "dense tensors (attntune_attention_forward)";
   throw InputError(fmt::format("{} does not serve attention over {}, which the problem {} is; families that do: {}",
                                name, what, p.str(), fmt::join(serving, ", ")));
 }
@@ -142,6 +145,8 @@ Defines kernel_defines(const SearchSpace& space, const Config& config, const Pro
       {"ATT_DTYPE_BF16", problem.dtype == DType::kBf16 ? 1 : 0},
       {"ATT_CAUSAL", problem.causal ? 1 : 0},
   };
+  // A packed batch (the varlen entry point); only then, so that every other build renders as before.
+  if (problem.is_varlen()) defs.emplace_back("ATT_VARLEN", 1);
   for (const auto& param : space.params()) {
     const Value& v = config.at(param.name);
     const std::string macro = macro_name(param.name);

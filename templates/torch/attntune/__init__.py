@@ -187,7 +187,7 @@ class Library:
             spec = problem_spec(r)
             served = r["label"] if r["kernel"] is not None else f"SDPA fallback: {r['fallback']}"
             lines.append(f"{r['entry']:<18} {r['dtype']:<5} {spec:<44} {r['calls']:>7}  {served}")
-            if r["tunable"] and r["entry"] != "attention_varlen":
+            if r["tunable"] and spec:
                 todo.append(spec)
         if todo:
             lines.append("")
@@ -245,23 +245,29 @@ def problem_spec(row):
             f"causal={p['causal']}")
     if row["entry"] == "attention_kvcache" and p["paged"]:
         spec += f",page={p['paged']}"
+    if row["entry"] == "attention_varlen":
+        # A packed batch of b sequences up to max_seqlen_q (s) rows: tuned on lengths drawn from 1..s
+        # (`varlen=1`), keys sk - s more than queries. "" when that cannot be said (sk < s).
+        if p["sk"] < p["s"] or p["s"] < 1:
+            return ""
+        spec += ",varlen=1"
     return spec
 
 
 def plan_from_coverage(rows, model="attntune coverage"):
     """The plan (docs/design/plan.md: {model, source, problems: [{problem, regime}]}) of the rows of
     coverage() that fell back for want of a tuned kernel: regime decode for seqlen_q <= 16, prefill
-    for the dense entry. Varlen and chunked prefill (kvcache with seqlen_q > 16) are left out: no
-    family tunes them yet."""
+    for the dense and varlen entries. Chunked prefill (kvcache with seqlen_q > 16) is left out: no
+    family tunes it yet."""
     problems, seen = [], set()
     for r in rows:
-        if not r.get("tunable") or r["entry"] == "attention_varlen":
+        if not r.get("tunable"):
             continue
         decode = r["problem"]["s"] <= 16
         if r["entry"] == "attention_kvcache" and not decode:
             continue
         spec = problem_spec(r)
-        if spec not in seen:
+        if spec and spec not in seen:
             seen.add(spec)
             problems.append({"problem": spec, "regime": "decode" if decode else "prefill"})
     return {"model": model, "source": "attntune.coverage()", "problems": problems}

@@ -64,12 +64,13 @@ int attntune_attention_forward_kvcache(const void* q, const void* k_cache, const
                                        const long long* k_strides, const long long* v_strides,
                                        const long long* o_strides, float softmax_scale, int is_causal,
                                        cudaStream_t stream);
-int attntune_attention_forward_varlen(const void* q, const void* k, const void* v, void* out, float* lse,
-                                      const int* cu_seqlens_q, const int* cu_seqlens_k, int batch, int max_seqlen_q,
-                                      int max_seqlen_k, int heads_q, int heads_kv, int head_dim,
-                                      const long long* q_strides, const long long* k_strides,
-                                      const long long* v_strides, const long long* o_strides, float softmax_scale,
-                                      int is_causal, cudaStream_t stream);
+int attntune_attention_forward_varlen_packed(const void* q, const void* k, const void* v, void* out, float* lse,
+                                             const int* cu_seqlens_q, const int* cu_seqlens_k, int batch,
+                                             long long total_q, long long total_k, int max_seqlen_q,
+                                             int max_seqlen_k, int heads_q, int heads_kv, int head_dim,
+                                             const long long* q_strides, const long long* k_strides,
+                                             const long long* v_strides, const long long* o_strides,
+                                             float softmax_scale, int is_causal, cudaStream_t stream);
 const char* attntune_kernel_info(void);
 const char* attntune_last_error(void);
 int attntune_select_kernel_entry(int entry, int head_dim, int is_causal, int batch, int heads_q, int heads_kv,
@@ -564,10 +565,11 @@ void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::T
   const bool ran = ran_kernel(e, c, q, {&q, &k, &v, &out}, [&](cudaStream_t stream) {
     const long long qs[2] = {q.stride(0), q.stride(1)}, ks[2] = {k.stride(0), k.stride(1)},
                     vs[2] = {v.stride(0), v.stride(1)}, os[2] = {out.stride(0), out.stride(1)};
-    return attntune_attention_forward_varlen(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                                             lse ? lse->data_ptr<float>() : nullptr, cq.data_ptr<int>(),
-                                             ck.data_ptr<int>(), c.b, c.s, c.sk, c.h, c.hkv, c.d, qs, ks, vs, os,
-                                             static_cast<float>(sc), c.causal, stream);
+    // The packed rows from the tensors' shapes: kernels reading through TMA tensor maps need them.
+    return attntune_attention_forward_varlen_packed(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                                    lse ? lse->data_ptr<float>() : nullptr, cq.data_ptr<int>(),
+                                                    ck.data_ptr<int>(), c.b, Tq, Tk, c.s, c.sk, c.h, c.hkv, c.d, qs,
+                                                    ks, vs, os, static_cast<float>(sc), c.causal, stream);
   });
   if (ran) return;
   if (Tq == 0 || B == 0) return;

@@ -92,7 +92,8 @@ TEST(ExportDecodeNvcc, BuildsForSm80AndSm90AndRefusesBadServingCalls) {
   ASSERT_EQ(b80.status, 0) << b80.output;
   const Shell nm = sh("nm -D --defined-only " + shq(lib));
   for (const char* sym : {"attntune_attention_forward", "attntune_attention_forward_kvcache",
-                          "attntune_attention_forward_varlen", "attntune_kernel_info", "attntune_last_error"})
+                          "attntune_attention_forward_varlen", "attntune_attention_forward_varlen_packed",
+                          "attntune_kernel_info", "attntune_last_error"})
     EXPECT_NE(nm.output.find(std::string(" T ") + sym + "\n"), std::string::npos) << sym;
   const std::string exe = f.dir.file("checks");
   const Shell built = sh(shq(nvcc) + " -std=c++17 " + shq(source_dir() + "/tests/unit/export/kvcache_launcher_checks.cu") +

@@ -1,0 +1,64 @@
+// Property test of packed batches of different lengths (attntune_attention_forward_varlen) in both
+// prefill families: a spread of each space's varlen configs, causal and not, dtype alternating,
+// on the inputs the worker validates with (the problem's drawn lengths packed, and a ragged batch
+// of empty, one-row, odd and longest sequences), plus the same ragged batch head-major; fresh
+// random inputs, NaN-poisoned output and NaN rows past the packed tensors, FA2's criterion
+// against the reference, LSE [heads, total_q]. ATTNTUNE_PROPERTY_SAMPLE configs per family, head
+// dim and causality (default 6).
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "gpu_env.hpp"
+#include "property_check.hpp"
+
+using namespace attntune;
+
+namespace {
+
+using attntune::testing::PropertyShape;
+const PropertyShape kShapes[] = {
+    {"b=5,h=6,hkv=2,s=777,sk=777,varlen=1", Layout::kBSHD},     // GQA, odd lengths 1..777
+    {"b=3,h=4,hkv=4,s=300,sk=429,varlen=17", Layout::kBHSD},     // sk > s: 129 more keys than rows
+    {"b=9,h=8,hkv=1,s=1000,sk=1000,varlen=900", Layout::kBSHD},  // MQA, long sequences
+};
+
+// arch "": the device's own.
+void check_family(const char* family, std::string arch, int d) {
+  cuda::Context ctx(0);
+  const auto props = cuda::device_props(0);
+  if (arch == "sm_90a" && props.arch != "sm_90") GTEST_SKIP() << family << " needs sm_90a; this GPU is " << props.arch;
+  if (arch.empty()) arch = props.arch;
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/" + family + ".yaml");
+  const char* env = std::getenv("ATTNTUNE_PROPERTY_SAMPLE");
+  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 6;
+  std::vector<Config> configs;
+  std::vector<Problem> variants;
+  for (int causal = 0; causal < 2; ++causal) {
+    const Problem kind =
+        Problem::parse(fmt::format("b=4,h=4,s=1024,d={},dtype=bf16,causal={},varlen=1", d, causal));
+    const std::vector<Config> all = space.enumerate(kind, arch);
+    ASSERT_FALSE(all.empty()) << family;
+    const std::size_t m = n == 0 || n >= all.size() ? all.size() : n;
+    for (std::size_t i = 0; i < m; ++i) {
+      Problem p = kind;
+      p.dtype = configs.size() % 2 ? DType::kFp16 : DType::kBf16;
+      configs.push_back(all[i * all.size() / m]);
+      variants.push_back(p);
+    }
+  }
+  attntune::testing::check_configs(space, configs, variants, kShapes,
+                                   {family, d, arch, 7000, /*require_no_spills=*/false});
+}
+
+}  // namespace
+
+TEST(PrefillVarlenProperty, FlashFwdMma) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (int d : {64, 128}) check_family("flash_fwd_mma", "", d);
+}
+
+TEST(PrefillVarlenProperty, FlashFwdWgmma) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (int d : {64, 128, 256}) check_family("flash_fwd_wgmma", "sm_90a", d);
+}

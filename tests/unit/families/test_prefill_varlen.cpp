@@ -1,0 +1,150 @@
+// Packed batches of different lengths (attntune_attention_forward_varlen) in the prefill families,
+// on CI (no GPU): a varlen problem renders ATT_VARLEN (and only it does), the launch plans accept
+// the varlen entry point from varlen builds only, flash_fwd_wgmma's tensor maps span the packed
+// rows, and varlen builds compile for every arch the spaces list. tests/gpu/ checks the values.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cuda/nvrtc.hpp"
+#include "tests/common/plan_call.hpp"
+
+using namespace attntune;
+using attntune::testing::dense_call_of;
+using attntune::testing::FakeDevice;
+using attntune::testing::varlen_call_of;
+
+namespace {
+
+SearchSpace space_of(const std::string& family) {
+  return SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/" + family + ".yaml");
+}
+
+// The first valid config of `family` for `p` on `arch` that `pick` accepts.
+template <class Pick>
+Config first_config(const SearchSpace& space, const Problem& p, const std::string& arch, Pick pick) {
+  Config c;
+  space.for_each_valid(p, arch, [&](const Config& x) {
+    if (c.empty() && pick(x)) c = x;
+  });
+  return c;
+}
+
+const Problem kVarlen = Problem::parse("b=16,h=32,hkv=8,s=8192,d=128,dtype=bf16,causal=1,varlen=128");
+const Problem kDense = Problem::parse("b=16,h=32,hkv=8,s=8192,d=128,dtype=bf16,causal=1");
+
+}  // namespace
+
+TEST(PrefillVarlen, OnlyVarlenProblemsRenderAttVarlen) {
+  for (const char* family : {"flash_fwd_mma", "flash_fwd_wgmma"}) {
+    const SearchSpace space = space_of(family);
+    const std::string arch = family == std::string("flash_fwd_mma") ? "sm_90" : "sm_90a";
+    const Config c = first_config(space, kVarlen, arch, [](const Config&) { return true; });
+    ASSERT_FALSE(c.empty()) << family;
+    const RenderedKernel v = render_kernel(space, c, kVarlen, arch), d = render_kernel(space, c, kDense, arch);
+    EXPECT_NE(v.source.find("#define ATT_VARLEN 1\n"), std::string::npos) << family;
+    EXPECT_EQ(d.source.find("#define ATT_VARLEN"), std::string::npos) << family;
+    EXPECT_NE(v.source_hash, d.source_hash) << family;
+    // The lengths are run-time arguments: another draw, batch or maximum builds the same kernel.
+    const Problem other = Problem::parse("b=3,h=32,hkv=8,s=1000,d=128,dtype=bf16,causal=1,varlen=1,lens_seed=9");
+    EXPECT_EQ(render_kernel(space, c, other, arch).source_hash, v.source_hash) << family;
+  }
+}
+
+TEST(PrefillVarlen, TheWgmmaSpaceKeepsVarlenBuildsOffThePersistentSchedules) {
+  const SearchSpace space = space_of("flash_fwd_wgmma");
+  std::size_t n = 0;
+  space.for_each_valid(kVarlen, "sm_90a", [&](const Config& c) {
+    ++n;
+    EXPECT_FALSE(std::get<bool>(c.at("persistent"))) << config_str(c);
+  });
+  EXPECT_GT(n, 0u);
+  EXPECT_GT(space.count(kDense, "sm_90a"), n);  // the dense problem has the persistent ones too
+}
+
+TEST(PrefillVarlen, MmaPlansTheLongestSequencesGridForVarlenBuildsOnly) {
+  const SearchSpace space = space_of("flash_fwd_mma");
+  const Config c = first_config(space, kVarlen, "sm_90", [](const Config&) { return true; });
+  const auto varlen = render_kernel(space, c, kVarlen, "sm_90").launch;
+  const auto dense = render_kernel(space, c, kDense, "sm_90").launch;
+  const auto dev = FakeDevice{}.device();
+  const auto bm = std::get<std::int64_t>(c.at("block_m"));
+
+  attntune_plan::Call call = varlen_call_of(kVarlen, -1, -1);  // no totals: cp.async needs none
+  call.seqlen_q = 5000;                                        // max_seqlen_q
+  std::string why;
+  const auto plan = plan_call(varlen, call, dev, &why);
+  ASSERT_TRUE(plan) << why;
+  EXPECT_EQ(plan->launch[0].grid[0], static_cast<unsigned>((5000 + bm - 1) / bm));
+  EXPECT_EQ(plan->launch[0].grid[1], 32u);
+  EXPECT_EQ(plan->launch[0].grid[2], 16u);
+
+  EXPECT_FALSE(plan_call(dense, call, dev, &why));
+  EXPECT_NE(why.find("varlen=N"), std::string::npos) << why;
+  EXPECT_FALSE(plan_call(varlen, dense_call_of(kDense), dev, &why));
+  EXPECT_NE(why.find("serves attntune_attention_forward_varlen only"), std::string::npos) << why;
+  call.cu_seqlens_k = nullptr;
+  EXPECT_FALSE(plan_call(varlen, call, dev, &why));
+  EXPECT_NE(why.find("cu_seqlens_q and cu_seqlens_k must not be NULL"), std::string::npos) << why;
+}
+
+TEST(PrefillVarlen, WgmmaMapsSpanThePackedRowsAndNeedTheirCounts) {
+  const SearchSpace space = space_of("flash_fwd_wgmma");
+  const Config c = first_config(space, kVarlen, "sm_90a", [](const Config&) { return true; });
+  ASSERT_FALSE(c.empty());
+  const auto launch = render_kernel(space, c, kVarlen, "sm_90a").launch;
+  const auto dev = FakeDevice{}.device();
+  std::string why;
+  // The contract's entry point says no totals: refused, naming the one that does.
+  EXPECT_FALSE(plan_call(launch, varlen_call_of(kVarlen, -1, -1), dev, &why));
+  EXPECT_NE(why.find("attntune_attention_forward_varlen_packed"), std::string::npos) << why;
+
+  attntune_plan::Call call = varlen_call_of(kVarlen, 70001, 70001);
+  call.seqlen_q = call.seqlen_k = 8000;
+  const auto plan = plan_call(launch, call, dev, &why);
+  ASSERT_TRUE(plan) << why;
+  const auto bm = std::get<std::int64_t>(c.at("block_m"));
+  EXPECT_EQ(plan->launch[0].grid[0], static_cast<unsigned>((8000 + bm - 1) / bm));
+  EXPECT_EQ(plan->launch[0].grid[2], 16u);
+  ASSERT_EQ(plan->maps, 3);
+  for (int m = 0; m < 3; ++m) {
+    EXPECT_EQ(plan->map[m].dims[1], 70001u) << m;  // the packed rows
+    EXPECT_EQ(plan->map[m].dims[2], m == 0 ? 32u : 8u) << m;
+    EXPECT_EQ(plan->map[m].dims[3], 1u) << m;      // one batch
+    EXPECT_EQ(plan->map[m].strides[0], static_cast<unsigned long long>((m == 0 ? 32 : 8) * 128 * 2)) << m;  // a row
+  }
+  // No keys at all: q stands in for the K/V maps, as in a dense call with seqlen_k 0.
+  const auto no_keys = plan_call(launch, varlen_call_of(kVarlen, 100, 0), dev, &why);
+  ASSERT_TRUE(no_keys) << why;
+  EXPECT_EQ(no_keys->map[1].dims[1], 100u);
+}
+
+// A spread of varlen configs compiles for each arch the spaces list (sm_80 and sm_89: the L4).
+TEST(PrefillVarlen, VarlenBuildsCompileForEveryArch) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  struct Case {
+    const char* family;
+    const char* arch;
+    const char* problem;
+  } cases[] = {
+      {"flash_fwd_mma", "sm_80", "b=4,h=8,hkv=2,s=2048,d=64,dtype=fp16,causal=0,varlen=1"},
+      {"flash_fwd_mma", "sm_89", "b=4,h=8,s=2048,d=128,dtype=bf16,causal=1,varlen=7"},
+      {"flash_fwd_mma", "sm_90", "b=4,h=8,s=2048,d=256,dtype=bf16,causal=1,varlen=7"},
+      {"flash_fwd_wgmma", "sm_90a", "b=4,h=8,hkv=2,s=2048,d=128,dtype=bf16,causal=1,varlen=7"},
+      {"flash_fwd_wgmma", "sm_90a", "b=4,h=8,s=2048,d=64,dtype=fp16,causal=0,varlen=7"},
+      {"flash_fwd_wgmma", "sm_90a", "b=4,h=8,s=2048,d=256,dtype=bf16,causal=0,varlen=7"},
+  };
+  for (const Case& k : cases) {
+    const SearchSpace space = space_of(k.family);
+    const Problem p = Problem::parse(k.problem);
+    // With a producer warpgroup when the space has one (its loads take the sequence's rows).
+    const Config c = first_config(space, p, k.arch, [](const Config& x) {
+      return !x.count("warp_specialize") || std::get<bool>(x.at("warp_specialize"));
+    });
+    ASSERT_FALSE(c.empty()) << k.family << " " << k.problem;
+    cuda::CompileOptions opts{k.arch, family_nvrtc_options(k.family), true, 0};
+    const auto out = cuda::nvrtc_compile(render_kernel(space, c, p, k.arch).source, "k.cu", opts);
+    EXPECT_TRUE(out.ok) << k.family << " " << k.arch << " " << config_str(c) << "\n" << out.log;
+    EXPECT_EQ(out.spill_stores, 0) << k.family << " " << k.arch << " " << config_str(c);
+  }
+}
