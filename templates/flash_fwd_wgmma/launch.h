@@ -8,9 +8,9 @@
 // leaves the padding block idle). A persistent grid launches one CTA per SM at most, in whole
 // clusters, no more clusters than fit on the device at once, and the CTAs walk the tiles.
 //
-// A build for packed batches (ATT_VARLEN; one CTA per tile) launches the longest sequence's grid
-// (max_seqlen_q) for every sequence, and its tensor maps span the packed rows: it needs their
-// counts (Call::total_q, total_k), which attntune_attention_forward_varlen_packed and the PyTorch
+// A build for packed batches (ATT_VARLEN; one CTA per tile) launches one CTA per tile of the
+// packed sequences' index space ((total_q / block_m + batch) * heads_q, kernel.cu's varlen_tile),
+// and its tensor maps span the packed rows: it needs their counts (Call::total_q, total_k), which attntune_attention_forward_varlen_packed and the PyTorch
 // op pass; the contract's varlen entry point does not, and such a build refuses it.
 #ifndef ATTNTUNE_FLASH_FWD_WGMMA_LAUNCH_H
 #define ATTNTUNE_FLASH_FWD_WGMMA_LAUNCH_H
@@ -120,31 +120,44 @@ struct FlashFwdWgmmaLaunch {
           return refuse(why, "%s {%lld, %lld, %lld}: a stride of 2^40 bytes or more does not fit a TMA tensor map",
                         t.name, t.stride[0], t.stride[1], t.stride[2]);
     }
-    const long long blocks = wgmma_query_blocks(call.seqlen_q, block_m, cluster), tiles = work_tiles(call);
-    if (tiles > 2147483647LL)
-      return refuse(why,
-                    "%lld work tiles (ceil(seqlen_q / %d), in whole clusters of %d, * heads_q * batch) is more than "
-                    "the kernel numbers (2^31 - 1): split the batch",
-                    tiles, block_m, cluster);
     Launch& l = p->launch[0];
     p->launches = 1;
-    l = Launch{0, {static_cast<unsigned>(blocks), static_cast<unsigned>(call.heads_q), static_cast<unsigned>(call.batch)},
-               static_cast<unsigned>(threads), static_cast<unsigned>(smem_bytes), static_cast<unsigned>(cluster)};
-    if (!persistent) {
-      if (check_grid(blocks, call.heads_q, call.batch, why)) return 1;
+    if (varlen) {
+      // One CTA per tile of the packed index space (kernel.cu, varlen_tile): floor(total_q / block_m)
+      // + batch indices, times heads_q.
+      const long long tiles = (call.total_q / block_m + call.batch) * call.heads_q;
+      if (tiles > 2147483647LL)
+        return refuse(why, "%lld work tiles ((total_q / %d + batch) * heads_q) exceed a grid of 2^31 - 1 CTAs",
+                      tiles, block_m);
+      l = Launch{0, {static_cast<unsigned>(tiles), 1, 1}, static_cast<unsigned>(threads),
+                 static_cast<unsigned>(smem_bytes), 1};
     } else {
-      const unsigned sms = static_cast<unsigned>(device.sm_count > 0 ? device.sm_count : 1);
-      const int fit = cluster > 1 ? device.clusters(0, sms / cluster * cluster, cluster, l.block, l.smem) : 0;
-      const unsigned ctas =
-          persistent_ctas(static_cast<unsigned long long>(tiles), sms, fit > 0 ? static_cast<unsigned>(fit) : 0, cluster);
-      l.grid[0] = ctas;
-      l.grid[1] = l.grid[2] = 1;
-      if (dynamic_tiles) p->workspace[p->workspaces++] = Workspace{2 * sizeof(int), 1, 1};
-      const unsigned tail = split_tail ? tail_tiles(call, ctas) : 0;
-      if (tail > 0) {
-        p->workspace[p->workspaces++] =
-            Workspace{split_workspace_bytes(ctas, consumer_warps, static_cast<unsigned>(head_dim)), 0, 1};
-        p->workspace[p->workspaces++] = Workspace{split_counter_bytes(tail, consumer_warps), 1, 1};
+      const long long blocks = wgmma_query_blocks(call.seqlen_q, block_m, cluster), tiles = work_tiles(call);
+      if (tiles > 2147483647LL)
+        return refuse(why,
+                      "%lld work tiles (ceil(seqlen_q / %d), in whole clusters of %d, * heads_q * batch) is more "
+                      "than the kernel numbers (2^31 - 1): split the batch",
+                      tiles, block_m, cluster);
+      l = Launch{0,
+                 {static_cast<unsigned>(blocks), static_cast<unsigned>(call.heads_q),
+                  static_cast<unsigned>(call.batch)},
+                 static_cast<unsigned>(threads), static_cast<unsigned>(smem_bytes), static_cast<unsigned>(cluster)};
+      if (!persistent) {
+        if (check_grid(blocks, call.heads_q, call.batch, why)) return 1;
+      } else {
+        const unsigned sms = static_cast<unsigned>(device.sm_count > 0 ? device.sm_count : 1);
+        const int fit = cluster > 1 ? device.clusters(0, sms / cluster * cluster, cluster, l.block, l.smem) : 0;
+        const unsigned ctas = persistent_ctas(static_cast<unsigned long long>(tiles), sms,
+                                              fit > 0 ? static_cast<unsigned>(fit) : 0, cluster);
+        l.grid[0] = ctas;
+        l.grid[1] = l.grid[2] = 1;
+        if (dynamic_tiles) p->workspace[p->workspaces++] = Workspace{2 * sizeof(int), 1, 1};
+        const unsigned tail = split_tail ? tail_tiles(call, ctas) : 0;
+        if (tail > 0) {
+          p->workspace[p->workspaces++] =
+              Workspace{split_workspace_bytes(ctas, consumer_warps, static_cast<unsigned>(head_dim)), 0, 1};
+          p->workspace[p->workspaces++] = Workspace{split_counter_bytes(tail, consumer_warps), 1, 1};
+        }
       }
     }
     // Q, K and V: box (64 columns, rows); no keys: no tile loads K or V (every row outputs zeros and

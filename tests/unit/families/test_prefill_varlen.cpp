@@ -99,12 +99,15 @@ TEST(PrefillVarlen, WgmmaMapsSpanThePackedRowsAndNeedTheirCounts) {
   EXPECT_NE(why.find("attntune_attention_forward_varlen_packed"), std::string::npos) << why;
 
   attntune_plan::Call call = varlen_call_of(kVarlen, 70001, 70001);
-  call.seqlen_q = call.seqlen_k = 8000;
+  call.seqlen_q = call.seqlen_k = 8000;  // max_seqlen: no part of the grid
   const auto plan = plan_call(launch, call, dev, &why);
   ASSERT_TRUE(plan) << why;
+  // One CTA per tile of the packed index space: (total_q / block_m + batch) * heads_q.
   const auto bm = std::get<std::int64_t>(c.at("block_m"));
-  EXPECT_EQ(plan->launch[0].grid[0], static_cast<unsigned>((8000 + bm - 1) / bm));
-  EXPECT_EQ(plan->launch[0].grid[2], 16u);
+  EXPECT_EQ(plan->launch[0].grid[0], static_cast<unsigned>((70001 / bm + 16) * 32));
+  EXPECT_EQ(plan->launch[0].grid[1], 1u);
+  EXPECT_EQ(plan->launch[0].grid[2], 1u);
+  EXPECT_EQ(plan->launch[0].cluster, 1u);
   ASSERT_EQ(plan->maps, 3);
   for (int m = 0; m < 3; ++m) {
     EXPECT_EQ(plan->map[m].dims[1], 70001u) << m;  // the packed rows
@@ -146,5 +149,42 @@ TEST(PrefillVarlen, VarlenBuildsCompileForEveryArch) {
     const auto out = cuda::nvrtc_compile(render_kernel(space, c, p, k.arch).source, "k.cu", opts);
     EXPECT_TRUE(out.ok) << k.family << " " << k.arch << " " << config_str(c) << "\n" << out.log;
     EXPECT_EQ(out.spill_stores, 0) << k.family << " " << k.arch << " " << config_str(c);
+  }
+}
+
+// flash_fwd_wgmma's packed index space (kernel.cu, varlen_tile): sequence b's blocks start at
+// floor(cu[b] / block_m) + b; for any packing these starts increase, a sequence's blocks fit before
+// the next one's start, and the index space (total / block_m + batch) holds them all. Checked here
+// on the arithmetic the kernel does, over ragged packings with empty sequences.
+TEST(PrefillVarlen, ThePackedIndexSpaceHoldsEveryBlockOnce) {
+  std::uint64_t state = 7;
+  auto next = [&]() { state = state * 6364136223846793005ull + 1442695040888963407ull; return state >> 33; };
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int bm = trial % 3 == 0 ? 64 : trial % 3 == 1 ? 128 : 192, batch = 1 + static_cast<int>(next() % 40);
+    std::vector<int> cu = {0};
+    for (int b = 0; b < batch; ++b) cu.push_back(cu.back() + (next() % 4 == 0 ? 0 : static_cast<int>(next() % 700)));
+    const int space = cu.back() / bm + batch;
+    std::vector<int> owner(static_cast<std::size_t>(space), -1);
+    for (int b = 0; b < batch; ++b) {
+      const int start = cu[b] / bm + b, blocks = (cu[b + 1] - cu[b] + bm - 1) / bm;
+      if (b > 0) ASSERT_GT(start, cu[b - 1] / bm + b - 1);
+      for (int x = 0; x < blocks; ++x) {
+        ASSERT_LT(start + x, space) << "trial " << trial;
+        ASSERT_EQ(owner[static_cast<std::size_t>(start + x)], -1) << "trial " << trial;
+        owner[static_cast<std::size_t>(start + x)] = b;
+      }
+    }
+    // The kernel's search: the last sequence starting at or before i owns i (or nobody does).
+    for (int i = 0; i < space; ++i) {
+      int lo = 0, hi = batch - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (cu[mid] / bm + mid <= i) lo = mid;
+        else hi = mid - 1;
+      }
+      const int blocks = (cu[lo + 1] - cu[lo] + bm - 1) / bm, x = i - (cu[lo] / bm + lo);
+      if (owner[static_cast<std::size_t>(i)] >= 0) ASSERT_EQ(lo, owner[static_cast<std::size_t>(i)]) << trial;
+      else ASSERT_TRUE(x >= blocks || x < 0) << trial;
+    }
   }
 }
