@@ -17,7 +17,8 @@ Contenders (--contenders, a comma list of these groups; default all that apply):
                max_seqlen_k, is_causal=...) of the PyTorch package `attntune export --torch DIR`
                wrote (DIR holds attntune/), fallback policy "raise": a call no kernel serves fails.
   fa4          FlashAttention-4's varlen forward (flash_attn_varlen_func's kernel, sm90), AOT-built
-               by the FA4 kit (.fa4/build_aot.py --varlen-problem SPEC) and called through tvm_ffi with
+               by the FA4 kit with tools/fa4_varlen.patch applied (.fa4/build_aot.py --varlen-problem SPEC;
+               docs/EXPORT.md says how) and called through tvm_ffi with
                cu_seqlens_q/k; its output [total_q,H,D] is allocated per call, as FA4's interface does.
                Skipped, saying why, when there is no kit, no tvm_ffi wheel for this Python, or no
                kernel for SPEC's signature.
