@@ -162,7 +162,7 @@ CREATE TABLE queue (
   id           INTEGER PRIMARY KEY,               -- claim order
   campaign     TEXT NOT NULL UNIQUE,              -- the campaign's name (campaigns.name once it runs)
   plan         TEXT NOT NULL DEFAULT '',          -- the plan's model it came from; '' for submit --problem
-  regime       TEXT NOT NULL DEFAULT '',          -- prefill | decode | chunk | ''
+  regime       TEXT NOT NULL DEFAULT '',          -- prefill | decode | chunk | varlen | ''
   problem      TEXT NOT NULL CHECK (json_valid(problem)),
   request      TEXT NOT NULL CHECK (json_valid(request)),  -- spaces and tune options (service/job.hpp)
   state        TEXT NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'running', 'done', 'failed')),

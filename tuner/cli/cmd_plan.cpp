@@ -68,10 +68,12 @@ int run_plan(const std::vector<std::string>& args) {
   opts.add_options()
       ("model", po::value(&model_path), "the model's Hugging Face config.json (required)")
       ("regimes", po::value(&regimes)->default_value(join_regimes(defaults.regimes)),
-       "which of prefill, decode, chunk (chunked prefill over a paged KV cache)")
+       "which of prefill, decode, chunk (chunked prefill over a paged KV cache), varlen (prefill as a packed "
+       "batch of prompts of lengths seqlen/16..seqlen: varlen=max(1, seqlen/16))")
       ("dtype", po::value(&dtype)->default_value(defaults.dtype), "bf16, fp16, both, or model (the config's torch_dtype)")
-      ("batch", po::value(&batch)->default_value(list_text(defaults.batch)), "prefill and chunk: batch sizes")
-      ("seqlen", po::value(&seqlen)->default_value(list_text(defaults.seqlen)), "prefill: prompt lengths (s = sk)")
+      ("batch", po::value(&batch)->default_value(list_text(defaults.batch)), "prefill, varlen and chunk: batch sizes")
+      ("seqlen", po::value(&seqlen)->default_value(list_text(defaults.seqlen)),
+       "prefill: prompt lengths (s = sk); varlen: the longest prompt")
       ("decode-batch", po::value(&decode_batch)->default_value(list_text(defaults.decode_batch)),
        "decode: batch sizes (sequences decoded together)")
       ("context", po::value(&context)->default_value(list_text(defaults.context)),

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -162,7 +163,7 @@ bool is_regime(const std::string& r) {
 int regime_index(const std::string& r) {
   return static_cast<int>(std::find(std::begin(kRegimes), std::end(kRegimes), r) - std::begin(kRegimes));
 }
-std::string known_regimes() { return "prefill, decode, chunk"; }
+std::string known_regimes() { return "prefill, decode, chunk, varlen"; }
 
 // A YAML scalar: plain when that reads back as the same string, else double-quoted (JSON's
 // escapes are YAML's).
@@ -274,7 +275,7 @@ class PlanReader {
       }
     }
     if (!has_problem) fail(item, where + ": no problem");
-    if (!has_regime) fail(item, where + ": no regime (prefill, decode or chunk)");
+    if (!has_regime) fail(item, where + ": no regime (prefill, decode, chunk or varlen)");
     PlanEntry e;
     const std::string spec = scalar(problem, problem_key, where + ".problem", "a problem spec like \"b=1,h=32,...\"");
     try {
@@ -282,7 +283,7 @@ class PlanReader {
     } catch (const InputError& err) {
       fail(problem, fmt::format("{}: {}", where, err.what()));
     }
-    e.regime = scalar(regime, regime_key, where + ".regime", "prefill, decode or chunk");
+    e.regime = scalar(regime, regime_key, where + ".regime", "prefill, decode, chunk or varlen");
     if (!is_regime(e.regime))
       fail(regime, fmt::format("{}.regime: unknown regime '{}' (known: {})", where, e.regime, known_regimes()));
     return e;
@@ -558,14 +559,20 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
       throw InputError(fmt::format("chunk: --context {} + --chunk {} is {} keys, more than {}", context.back(), o.chunk,
                                    context.back() + o.chunk, kPlanMaxLength));
   }
+  // A packed batch's rows are counted by int cu_seqlens (Problem::parse refuses more).
+  if (regimes.count("varlen") && batch.back() * seqlen.back() > INT_MAX)
+    throw InputError(fmt::format("varlen: --batch {} x --seqlen {} is {} rows, more than a packed batch holds ({}: "
+                                 "cu_seqlens are int)",
+                                 batch.back(), seqlen.back(), batch.back() * seqlen.back(), INT_MAX));
 
   Plan plan;
   plan.model = m.name;
   plan.source = m.source;
   auto add = [&](const std::string& regime, DType dt, std::int64_t b, std::int64_t s, std::int64_t sk,
-                 std::int64_t page) {
+                 std::int64_t page, std::int64_t varlen = 0) {
     Problem p;
     p.b = b, p.h = h, p.hkv = hkv, p.s = s, p.sk = sk, p.d = m.head_dim, p.dtype = dt, p.causal = true, p.page = page;
+    p.varlen = varlen;
     plan.entries.push_back({p, regime});
   };
   for (DType dt : dtypes) {
@@ -579,6 +586,10 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
     if (regimes.count("chunk"))
       for (auto b : batch)
         for (auto ctx : context) add("chunk", dt, b, o.chunk, ctx + o.chunk, o.page);
+    // Prefill as serving engines batch it: b prompts packed together, of lengths len/16..len.
+    if (regimes.count("varlen"))
+      for (auto b : batch)
+        for (auto len : seqlen) add("varlen", dt, b, len, len, 0, varlen_shortest(len));
   }
   auto key = [](const PlanEntry& e) {
     return std::make_tuple(regime_index(e.regime), std::string(dtype_name(e.problem.dtype)), e.problem.b, e.problem.s,

@@ -38,14 +38,19 @@ ModelAttention read_model_config(const std::string& path);
 // The head dims the kernel families serve (search_spaces/*.yaml, `problem: d:`).
 const std::vector<int>& supported_head_dims();
 
-// The regimes, in the order a plan lists them.
-inline constexpr const char* kRegimes[] = {"prefill", "decode", "chunk"};
+// The regimes, in the order a plan lists them. varlen: prefill as serving engines run it, a packed
+// batch of prompts of different lengths (`varlen=N`); opt-in, as chunk.
+inline constexpr const char* kRegimes[] = {"prefill", "decode", "chunk", "varlen"};
+
+// The shortest prompt of the varlen regime's packed batch of longest prompt `s`: s / 16, at least 1
+// (lengths s/16..s, the spread of a serving batch's prompts).
+inline constexpr std::int64_t varlen_shortest(std::int64_t s) { return s / 16 > 0 ? s / 16 : 1; }
 
 struct PlanOptions {
-  std::vector<std::string> regimes = {"prefill", "decode"};  // prefill | decode | chunk
+  std::vector<std::string> regimes = {"prefill", "decode"};  // prefill | decode | chunk | varlen
   std::string dtype = "model";                               // bf16 | fp16 | both | model
-  std::vector<std::int64_t> batch = {1, 8};                  // prefill and chunk
-  std::vector<std::int64_t> seqlen = {512, 2048, 8192};      // prefill: s = sk
+  std::vector<std::int64_t> batch = {1, 8};                  // prefill, varlen and chunk
+  std::vector<std::int64_t> seqlen = {512, 2048, 8192};      // prefill: s = sk; varlen: the longest prompt
   std::vector<std::int64_t> decode_batch = {1, 16, 64};      // decode
   std::vector<std::int64_t> context = {2048, 8192, 32768};   // decode: sk; chunk: keys before the chunk
   std::vector<std::int64_t> q_len = {1};                     // decode: s (more than 1: speculative decoding)
@@ -67,7 +72,7 @@ std::vector<std::string> parse_regimes(const std::string& text);
 
 struct PlanEntry {
   Problem problem;
-  std::string regime;  // prefill | decode | chunk
+  std::string regime;  // prefill | decode | chunk | varlen
   bool operator==(const PlanEntry&) const = default;
 };
 
@@ -93,9 +98,10 @@ struct Plan {
 };
 
 // The problems `model` runs in the regimes and sizes `opts` asks for: deduplicated, ordered by
-// regime (prefill, decode, chunk), dtype, b, s, sk. InputError for nonsense options (an empty
-// list, zero or negative sizes, lengths over kPlanMaxLength, an unknown regime or dtype, a decode
-// q-len longer than its context, a chunk longer than the context before it).
+// regime (prefill, decode, chunk, varlen), dtype, b, s, sk. InputError for nonsense options (an
+// empty list, zero or negative sizes, lengths over kPlanMaxLength, an unknown regime or dtype, a
+// decode q-len longer than its context, a chunk longer than the context before it, a varlen batch
+// of more rows than cu_seqlens' int holds).
 Plan make_plan(const ModelAttention& model, const PlanOptions& opts);
 
 }  // namespace attntune

@@ -273,6 +273,69 @@ TEST(PlanMake, ChunkIsAChunkOverAPagedCacheOfContextKeys) {
   EXPECT_EQ(p.entries.size(), 2u);
 }
 
+TEST(PlanMake, VarlenPacksEachPrefillBatchAndLengthWithPromptsFromASixteenth) {
+  PlanOptions o;
+  o.regimes = {"varlen"};
+  const Plan p = make_plan(llama3(), o);
+  // The prefill sizes (--batch 1,8 x --seqlen 512,2048,8192), lengths drawn from s/16..s.
+  const std::vector<std::string> want = {
+      "b=1,h=32,hkv=8,s=512,sk=512,d=128,dtype=bf16,causal=1,varlen=32",
+      "b=1,h=32,hkv=8,s=2048,sk=2048,d=128,dtype=bf16,causal=1,varlen=128",
+      "b=1,h=32,hkv=8,s=8192,sk=8192,d=128,dtype=bf16,causal=1,varlen=512",
+      "b=8,h=32,hkv=8,s=512,sk=512,d=128,dtype=bf16,causal=1,varlen=32",
+      "b=8,h=32,hkv=8,s=2048,sk=2048,d=128,dtype=bf16,causal=1,varlen=128",
+      "b=8,h=32,hkv=8,s=8192,sk=8192,d=128,dtype=bf16,causal=1,varlen=512"};
+  EXPECT_EQ(specs(p, "varlen"), want);
+  EXPECT_EQ(p.entries.size(), 6u);
+  for (const auto& e : p.entries) {
+    EXPECT_EQ(Problem::parse(e.problem.str()), e.problem);  // what tune --problem and Plan::load read back
+    EXPECT_EQ(e.problem.lens_seed, 0);
+  }
+  // Under 16 tokens the shortest prompt is 1; --tp and --dtype apply as to prefill.
+  o.seqlen = {15, 16, 100};
+  o.batch = {4};
+  o.tp = 2;
+  o.dtype = "fp16";
+  EXPECT_EQ(specs(make_plan(llama3(), o)),
+            (std::vector<std::string>{"b=4,h=16,hkv=4,s=15,sk=15,d=128,dtype=fp16,causal=1,varlen=1",
+                                      "b=4,h=16,hkv=4,s=16,sk=16,d=128,dtype=fp16,causal=1,varlen=1",
+                                      "b=4,h=16,hkv=4,s=100,sk=100,d=128,dtype=fp16,causal=1,varlen=6"}));
+  EXPECT_EQ(varlen_shortest(1), 1);
+  EXPECT_EQ(varlen_shortest(31), 1);
+  EXPECT_EQ(varlen_shortest(32), 2);
+}
+
+TEST(PlanMake, VarlenIsOptInAndListedAfterTheOtherRegimes) {
+  // The default regimes are unchanged: prefill and decode, no packed batches.
+  EXPECT_EQ(PlanOptions{}.regimes, (std::vector<std::string>{"prefill", "decode"}));
+  EXPECT_TRUE(specs(make_plan(llama3(), PlanOptions{}), "varlen").empty());
+  PlanOptions o;
+  o.regimes = {"varlen", "prefill", "chunk", "decode"};
+  o.dtype = "both";
+  const Plan p = make_plan(llama3(), o);
+  // 2 dtypes x (prefill 6 + decode 9 + chunk 6 + varlen 6): varlen never collides with dense prefill.
+  ASSERT_EQ(p.entries.size(), 54u);
+  EXPECT_EQ(p.entries.front().regime, "prefill");
+  EXPECT_EQ(p.entries.back().regime, "varlen");
+  EXPECT_EQ(p.entries.back().problem.str(), "b=8,h=32,hkv=8,s=8192,sk=8192,d=128,dtype=fp16,causal=1,varlen=512");
+  EXPECT_EQ(specs(p, "varlen").size(), 12u);
+}
+
+TEST(PlanMake, VarlenRefusesMoreRowsThanCuSeqlensHold) {
+  PlanOptions o;
+  o.regimes = {"varlen"};
+  o.batch = {1, 4096};
+  o.seqlen = {1048576};
+  EXPECT_EQ(input_error_of([&] { make_plan(llama3(), o); }),
+            "varlen: --batch 4096 x --seqlen 1048576 is 4294967296 rows, more than a packed batch holds "
+            "(2147483647: cu_seqlens are int)");
+  o.batch = {2047};  // 2047 * 2^20 rows fit
+  EXPECT_EQ(make_plan(llama3(), o).entries.size(), 1u);
+  o.batch = {4096};
+  o.regimes = {"prefill"};  // a check of the varlen regime only
+  EXPECT_EQ(make_plan(llama3(), o).entries.size(), 1u);
+}
+
 TEST(PlanMake, OrderIsRegimeThenDtypeThenSizesWhateverTheOptionsOrder) {
   PlanOptions o;
   o.regimes = {"chunk", "decode", "prefill"};
@@ -365,8 +428,9 @@ TEST(PlanMake, NonsenseOptionsAreInputErrors) {
   EXPECT_EQ(error([](PlanOptions& o) {
               o.regimes = {"prefill", "training"};
             }),
-            "--regimes: unknown regime 'training' (known: prefill, decode, chunk)");
-  EXPECT_EQ(error([](PlanOptions& o) { o.regimes.clear(); }), "--regimes: empty list (known: prefill, decode, chunk)");
+            "--regimes: unknown regime 'training' (known: prefill, decode, chunk, varlen)");
+  EXPECT_EQ(error([](PlanOptions& o) { o.regimes.clear(); }),
+            "--regimes: empty list (known: prefill, decode, chunk, varlen)");
   EXPECT_EQ(error([](PlanOptions& o) { o.dtype = "fp8"; }),
             "--dtype: unknown dtype 'fp8' (expected bf16, fp16, both or model)");
   EXPECT_TRUE(error([](PlanOptions& o) {
@@ -407,8 +471,9 @@ TEST(PlanMake, ListOptionsParseWholeNumbersOnly) {
   EXPECT_EQ(input_error_of([] { parse_int_list("", "--batch", 1, 100); }), "--batch: empty list (expected e.g. 1,8)");
   EXPECT_EQ(input_error_of([] { parse_int_list("1,,8", "--batch", 1, 100); }), "--batch '1,,8': an empty item");
   EXPECT_EQ(parse_regimes("prefill, chunk"), (std::vector<std::string>{"prefill", "chunk"}));
+  EXPECT_EQ(parse_regimes("varlen,prefill"), (std::vector<std::string>{"varlen", "prefill"}));
   EXPECT_EQ(input_error_of([] { parse_regimes("prefil"); }),
-            "--regimes: unknown regime 'prefil' (known: prefill, decode, chunk)");
+            "--regimes: unknown regime 'prefil' (known: prefill, decode, chunk, varlen)");
   EXPECT_TRUE(has(input_error_of([] { parse_regimes(""); }), "empty list"));
 }
 
@@ -417,7 +482,7 @@ TEST(PlanMake, ListOptionsParseWholeNumbersOnly) {
 TEST(PlanFile, YamlRoundTripAndLayout) {
   TempDir dir;
   PlanOptions o;
-  o.regimes = {"prefill", "decode", "chunk"};
+  o.regimes = {"prefill", "decode", "chunk", "varlen"};
   o.dtype = "both";
   const Plan p = make_plan(llama3(), o);
   const std::string path = dir.file("plan.yaml");
@@ -431,6 +496,9 @@ TEST(PlanFile, YamlRoundTripAndLayout) {
       << text;
   EXPECT_TRUE(
       has(text, "  - {problem: \"b=1,h=32,hkv=8,s=1,sk=2048,d=128,dtype=bf16,causal=1,page=16\", regime: decode}\n"));
+  EXPECT_TRUE(has(text,
+                  "  - {problem: \"b=8,h=32,hkv=8,s=8192,sk=8192,d=128,dtype=fp16,causal=1,varlen=512\", "
+                  "regime: varlen}\n"));
   EXPECT_EQ(dir.names(), std::vector<std::string>{"plan.yaml"});  // no temporary file left
 }
 
@@ -510,12 +578,12 @@ TEST(PlanFile, BadEntriesAreReportedAtLineAndColumn) {
             f + ":5:5: problems[1]: b=1,h=32,hkv=8,s=1,sk=4096,d=128,dtype=bf16,causal=1,page=16 is listed twice "
                 "(first as problems[0], line 4)");
   EXPECT_EQ(error(head + good + "  - {problem: \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\", regime: train}\n"),
-            f + ":5:65: problems[1].regime: unknown regime 'train' (known: prefill, decode, chunk)");
+            f + ":5:65: problems[1].regime: unknown regime 'train' (known: prefill, decode, chunk, varlen)");
   EXPECT_EQ(error(head + "  - {problem: \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\", regime: decode, gpu: 0}\n"),
             f + ":4:73: problems[0]: unknown key 'gpu' (expected problem, regime)");
   EXPECT_EQ(error(head + "  - {regime: decode}\n"), f + ":4:5: problems[0]: no problem");
   EXPECT_EQ(error(head + "  - {problem: \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\"}\n"),
-            f + ":4:5: problems[0]: no regime (prefill, decode or chunk)");
+            f + ":4:5: problems[0]: no regime (prefill, decode, chunk or varlen)");
   EXPECT_EQ(error("model: m\nsource: s\n"), f + ":1:1: no problems: a plan lists its problems");
   EXPECT_EQ(error(head + "  - \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\"\n"),
             f + ":4:5: problems[0]: expected {problem: \"b=...,h=...\", regime: prefill|decode|chunk}");
@@ -645,6 +713,11 @@ TEST(PlanCli, HelpListsEveryOptionWithItsDefault) {
                           "--context arg (=2048,8192,32768)", "--q-len arg (=1)", "--chunk arg (=2048)",
                           "--page arg (=16)", "--tp arg (=1)", "-o [ --output ] arg", "--format arg (=table)"})
     EXPECT_TRUE(has(r.out, opt)) << opt << "\n" << r.out;
+  std::string flat;  // the help's text without its line wrapping
+  for (char c : r.out)
+    if (c != ' ' && c != '\n') flat += c;
+  EXPECT_TRUE(has(flat, "chunk(chunkedprefilloverapagedKVcache),varlen(prefillasapacked")) << r.out;
+  EXPECT_TRUE(has(flat, "varlen=max(1,seqlen/16)")) << r.out;
   EXPECT_TRUE(has(run_attntune("--help").out, "plan "));
 }
 
@@ -662,6 +735,28 @@ TEST(PlanCli, JsonIsThePlanFilesJson) {
   EXPECT_EQ(r.err,
             "attntune: note: some problems have more keys (up to 34816) than the model's "
             "max_position_embeddings (8192)\n");
+}
+
+TEST(PlanCli, VarlenRegimePlansPackedPrefillBatches) {
+  TempDir dir;
+  const std::string out = dir.file("plan.json");
+  const auto r = run_attntune("plan --model " + model_file("qwen2_7b.json") +
+                              " --regimes prefill,varlen --batch 4 --seqlen 1024 --format json -o " + out);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::ordered_json::parse(r.out);
+  ASSERT_EQ(j["problems"].size(), 2u) << r.out;
+  EXPECT_EQ(j["problems"][0]["problem"], "b=4,h=28,hkv=4,s=1024,sk=1024,d=128,dtype=bf16,causal=1");
+  EXPECT_EQ(j["problems"][0]["regime"], "prefill");
+  EXPECT_EQ(j["problems"][1]["problem"], "b=4,h=28,hkv=4,s=1024,sk=1024,d=128,dtype=bf16,causal=1,varlen=64");
+  EXPECT_EQ(j["problems"][1]["regime"], "varlen");
+  EXPECT_EQ(Plan::load(out).json(), j);
+  // The table names the regime; qwen2 at --regimes varlen: the 6 prefill sizes, packed.
+  const auto t = run_attntune("plan --model " + model_file("qwen2_7b.json") + " --regimes varlen");
+  ASSERT_EQ(t.rc, 0) << t.err;
+  EXPECT_TRUE(has(t.out, "; 6 problems\n")) << t.out;
+  EXPECT_TRUE(has(t.out, "\nvarlen  b=1,h=28,hkv=4,s=512,sk=512,d=128,dtype=bf16,causal=1,varlen=32 ")) << t.out;
+  expect_input_error("plan --model " + model_file("qwen2_7b.json") + " --regimes varlen --batch 4096 --seqlen 1048576",
+                     "varlen: --batch 4096 x --seqlen 1048576 is 4294967296 rows");
 }
 
 TEST(PlanCli, OutputWritesAPlanThatLoadsBack) {

@@ -187,6 +187,28 @@ TEST(ServiceCli, SubmitQueuesOnceAndStatusCountsIt) {
   EXPECT_EQ(j["campaigns"][1]["budget_evals"], 20);
 }
 
+// A plan's varlen regime (packed prefill batches) is queued and shown as it is: the queue's regime
+// column is free text (db/schema.sql: no CHECK), so no schema change is needed.
+TEST(ServiceCli, SubmitKeepsAPlansVarlenRegime) {
+  TempDir dir;
+  const std::string db = dir.file("q.db"), plan = dir.file("plan.yaml");
+  using testing::run_attntune;
+  const auto made = run_attntune("plan --model " + testing::source_dir() + "/tests/data/models/llama3_8b.json" +
+                                 " --regimes prefill,varlen --batch 2 --seqlen 1024 -o " + plan);
+  ASSERT_EQ(made.rc, 0) << made.err;
+  const auto sub = run_attntune("submit --db " + db + " " + plan + " --budget-evals 5");
+  ASSERT_EQ(sub.rc, 0) << sub.err;
+  EXPECT_NE(sub.err.find("2 campaigns queued, 0 already"), std::string::npos) << sub.err;
+  const auto status = run_attntune("status --db " + db + " --format json");
+  ASSERT_EQ(status.rc, 0) << status.err;
+  const auto j = nlohmann::json::parse(status.out);
+  ASSERT_EQ(j["campaigns"].size(), 2u);
+  EXPECT_EQ(j["campaigns"][0]["regime"], "prefill");
+  EXPECT_EQ(j["campaigns"][1]["regime"], "varlen");
+  EXPECT_EQ(Problem::from_json(j["campaigns"][1]["problem"]).str(),
+            "b=2,h=32,hkv=8,s=1024,sk=1024,d=128,dtype=bf16,causal=1,varlen=64");
+}
+
 TEST(ServiceCli, BadInputIsOneLineAndLeavesTheDatabaseAlone) {
   TempDir dir;
   const std::string db = dir.file("q.db");
