@@ -121,9 +121,10 @@ def main():
             failures.append(what)
 
     def check_varlen(lens_q, extra_k, H, Hkv, D, causal, seed):
-        # A packed batch (flash_attn_varlen_func's layout), each sequence against float64.
+        # A packed batch (flash_attn_varlen_func's layout), each sequence against float64. extra_k:
+        # keys more than queries in every sequence, or each sequence's keys (a list).
         scale = 1 / math.sqrt(D)
-        lens_k = [n + extra_k for n in lens_q]
+        lens_k = list(extra_k) if isinstance(extra_k, list) else [n + extra_k for n in lens_q]
         cu_q = torch.tensor([0] + list(itertools.accumulate(lens_q)), dtype=torch.int32, device="cuda")
         cu_k = torch.tensor([0] + list(itertools.accumulate(lens_k)), dtype=torch.int32, device="cuda")
         g = torch.Generator(device="cuda").manual_seed(seed)
@@ -150,7 +151,8 @@ def main():
             le = (got[finite] - lse64[0][finite]).abs().max().item() if finite.any() else 0.0
             ok = ok and math.isfinite(e) and e <= bd and le <= cs.LSE_ATOL and torch.equal(torch.isneginf(got), ~finite)
             err, bound, lse_err = max(err, e), max(bound, bd), max(lse_err, le)
-        what = f"varlen lens {lens_q[:8]}{'...' if len(lens_q) > 8 else ''} +{extra_k} keys h={H} hkv={Hkv}"
+        keys = f"keys {lens_k}" if isinstance(extra_k, list) else f"+{extra_k} keys"
+        what = f"varlen lens {lens_q[:8]}{'...' if len(lens_q) > 8 else ''} {keys} h={H} hkv={Hkv}"
         print(f"  {'ok  ' if ok else 'FAIL'} {what:<58} err {err:.2e} <= {bound:.2e}, lse {lse_err:.1e}")
         if not ok:
             failures.append(what)
@@ -164,9 +166,14 @@ def main():
         if p.get("varlen"):
             # A packed batch of lengths up to S: empty, one-row, odd and the longest sequences.
             s2 = max(2, (S * 3 // 4) | 1)
+            # The last: fewer keys than queries (causal: the first rows see none, zeros and LSE -inf).
             for seed, (lens, extra) in enumerate((([0, 1, 129, S, s2, 7, 0, 1000 % S + 1], Sk - S),
-                                                  ([S, 1, 63, s2], Sk - S + 77))):
+                                                  ([S, 1, 63, s2], Sk - S + 77),
+                                                  ([300, 5, 257, 40], [40, 5, 1, 3]))):
+                # (lengths far from the tuned ones: the kernel anyway, not the length-ratio fallback)
+                lib.set_policy("sdpa", 16.0 if seed < 2 else 1e9)
                 check_varlen(lens, extra, H, Hkv, D, causal, 200 + 10 * i + seed)
+            lib.set_policy("sdpa", 16.0)
             continue
         if S <= cs.DECODE_MAX_S:
             shapes = [(B, H, Hkv, S, Sk, "BHSD"), (3, H, Hkv, S, (Sk * 3 // 4) | 1, "BSHD")]
