@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
@@ -174,6 +175,10 @@ void summarize(const SearchSpace& sp, const Problem& problem, const std::string&
     j["path"] = sp.path();
     j["family"] = sp.family();
     j["problem"] = problem.json();
+    if (problem.is_varlen()) {  // the drawn lengths, so tools need not draw them again
+      j["lens_q"] = problem.q_lens();
+      j["lens_k"] = problem.k_lens();
+    }
     j["arch"] = arch;
     j["raw_size"] = stats.raw;
     j["valid"] = stats.valid;
@@ -199,11 +204,22 @@ void summarize(const SearchSpace& sp, const Problem& problem, const std::string&
     return;
   }
 
-  print_table({{"family", sp.family()},
-               {"problem", problem.str()},
-               {"arch", arch},
-               {"raw size", std::to_string(stats.raw)},
-               {"valid", fmt::format("{} ({} of the raw space)", stats.valid, percent(stats.valid, stats.raw))}});
+  std::vector<std::vector<std::string>> head = {{"family", sp.family()}, {"problem", problem.str()}};
+  if (problem.is_varlen()) {
+    // The packed batch the problem stands for: its drawn lengths (the first 16), shortest to
+    // longest, and the packed rows.
+    const std::vector<int> lens = problem.q_lens();
+    const auto [lo, hi] = std::minmax_element(lens.begin(), lens.end());
+    std::vector<std::string> shown;
+    for (std::size_t i = 0; i < lens.size() && i < 16; ++i) shown.push_back(std::to_string(lens[i]));
+    head.push_back({"sequences", fmt::format("{} of {}..{} query rows ({} packed, keys {} more each): {}{}", lens.size(),
+                                             *lo, *hi, problem.total_q(), problem.sk - problem.s,
+                                             fmt::join(shown, ","), lens.size() > 16 ? ",..." : "")});
+  }
+  head.push_back({"arch", arch});
+  head.push_back({"raw size", std::to_string(stats.raw)});
+  head.push_back({"valid", fmt::format("{} ({} of the raw space)", stats.valid, percent(stats.valid, stats.raw))});
+  print_table(head);
   std::printf("\nparams (values that occur in some valid config)\n");
   std::vector<std::vector<std::string>> rows;
   for (std::size_t i = 0; i < sp.params().size(); ++i) {

@@ -138,3 +138,28 @@ TEST(CmdSpace, BadInputExitsTwoWithOneErrorLine) {
   EXPECT_EQ(run_attntune("space").rc, 2);  // --space is required
   EXPECT_EQ(run_attntune("space --help").rc, 0);
 }
+
+// A varlen problem's summary says the packed batch it stands for: the drawn lengths (the table
+// shows the first 16; JSON has every one, queries and keys), so tools need not draw them again.
+TEST(CmdSpace, VarlenSummaryShowsTheDrawnLengths) {
+  const std::string spec = "b=20,h=8,s=500,sk=530,d=128,dtype=bf16,causal=1,varlen=7,lens_seed=3";
+  const Problem p = Problem::parse(spec);
+  const std::vector<int> lens = p.q_lens();
+  const Outcome t = run_attntune("space --space " + kFlash + " --problem " + spec);
+  ASSERT_EQ(t.rc, 0) << t.err;
+  std::string first16;
+  for (int i = 0; i < 16; ++i) first16 += (i ? "," : "") + std::to_string(lens[static_cast<std::size_t>(i)]);
+  EXPECT_NE(t.out.find("sequences  20 of "), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find(std::to_string(p.total_q()) + " packed, keys 30 more each): " + first16 + ",...\n"),
+            std::string::npos)
+      << t.out;
+  const Outcome j = run_attntune("space --space " + kFlash + " --problem " + spec + " --format json");
+  ASSERT_EQ(j.rc, 0) << j.err;
+  const nlohmann::json doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["lens_q"].get<std::vector<int>>(), lens);
+  EXPECT_EQ(doc["lens_k"].get<std::vector<int>>(), p.k_lens());
+  // A dense problem has neither.
+  const Outcome d = run_attntune("space --space " + kFlash + " --problem " + kProblem + " --format json");
+  EXPECT_FALSE(nlohmann::json::parse(d.out).contains("lens_q"));
+  EXPECT_EQ(run_attntune("space --space " + kFlash + " --problem " + kProblem).out.find("sequences"), std::string::npos);
+}
