@@ -57,6 +57,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from gpu_timing import capture, gpu_state  # noqa: E402,F401  (shared with compare_varlen.py)
+
 ATTNTUNE_UNSUPPORTED = 1000
 ATOL = {"bf16": 1.0 / 512, "fp16": 1.0 / 4096}
 TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -328,47 +330,10 @@ def time_fn(fn, iters=None, min_seconds=0.0):
     return ts[len(ts) // 2]
 
 
-def capture(fn, calls):
-    """`calls` calls of fn captured in one CUDA graph (after 3 eager calls on the capture stream)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    return g
-
-
 def time_graph(fn, calls, reps, min_seconds=0.0):
     """Milliseconds per call: `calls` calls captured in one CUDA graph, median of `reps` replays
     (more where they take under `min_seconds`)."""
     return time_fn(capture(fn, calls).replay, reps, min_seconds) / calls
-
-
-def gpu_state():
-    """'T C, SM F MHz, P W' of this process's GPU from nvidia-smi, or None where it cannot say.
-    Under the power cap a hot GPU runs kernels 2-4% slower, ours more than cuDNN
-    (docs/log/PERFORMANCE.md runs 55-59), so each timing prints the state it started and ended in."""
-    def query(sel):
-        out = subprocess.run(["nvidia-smi", *sel, "--query-gpu=temperature.gpu,clocks.sm,power.draw",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-
-    try:
-        uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", "") or "")
-        line = query(["-i", uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"]) if uuid else None
-        if line is None and torch.cuda.device_count() == 1:  # one GPU: no doubt which line is ours
-            line = query([])
-        if line is None:
-            return None
-        t, c, w = [x.strip() for x in line.split(",")[:3]]
-        return f"{t} C, SM {c} MHz, {float(w):.0f} W"
-    except Exception:  # no nvidia-smi, an unexpected format: the timing goes on without it
-        return None
 
 
 def flops(B, H, S, Sk, D, causal):

@@ -278,18 +278,6 @@ def dry_run(args, p, batch, groups, dense):
 
 # ---------------------------------------------------------------- GPU side
 
-def gpu_state():
-    """'T C, SM F MHz, P W' from nvidia-smi (one GPU), or None."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=temperature.gpu,clocks.sm,power.draw",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
-        line = out.stdout.strip().splitlines()[0]
-        t, c, w = [x.strip() for x in line.split(",")[:3]]
-        return f"{t} C, SM {c} MHz, {float(w):.0f} W"
-    except Exception:  # noqa: BLE001
-        return None
-
-
 def reference_seq(torch, q, k, v, causal, scale, max_bytes=1 << 30):
     """float32 attention of one sequence: q [H, lq, D], k/v [Hkv, lk, D] -> (out [H, lq, D], lse [H, lq]);
     bottom-right causal; a row that sees no key gives 0 and LSE -inf. Chunks heads."""
@@ -318,23 +306,6 @@ def reference_seq(torch, q, k, v, causal, scale, max_bytes=1 << 30):
         lse[h0:h1] = l
         del s, pm
     return out, lse
-
-
-def capture(torch, fn, calls):
-    """`calls` calls of fn in one CUDA graph (after 3 eager calls on the capture stream)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    return g
 
 
 class Timer:
@@ -434,6 +405,14 @@ def main():
 def run(args, p, batch, groups, dense, backends):
     import torch
     import torch.nn.functional as F
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpu_timing  # graph capture and GPU state, as compare_sdpa.py's
+
+    def capture(fn, calls):
+        g = gpu_timing.capture(fn, calls)
+        g.replay()
+        torch.cuda.synchronize()
+        return g
     from torch.nn.attention import sdpa_kernel, SDPBackend
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -721,13 +700,13 @@ def run(args, p, batch, groups, dense, backends):
     timers = {}
     for name, c in cands.items():
         try:
-            timers[name] = Timer(torch, capture(torch, c["fn"], args.calls), args.calls, args.min_seconds)
+            timers[name] = Timer(torch, capture(c["fn"], args.calls), args.calls, args.min_seconds)
         except Exception as e:  # noqa: BLE001
             res[name]["error"] = f"graph capture: {short(e, 300)}"
             log(f"{name}: not timed: {res[name]['error']}")
             with contextlib.suppress(Exception):
                 sync()
-    before = gpu_state()
+    before = gpu_timing.gpu_state()
     warm = args.min_seconds if args.warmup_seconds is None else args.warmup_seconds
     for name, t in timers.items():  # untimed warm-up: the GPU reaches its steady clock
         t.sample(warm)
@@ -767,7 +746,7 @@ def run(args, p, batch, groups, dense, backends):
             res[n].setdefault("samples_us", []).append(us)
             msg.append(f"{n}={us:.1f}")
         log(f"round {r + 1}/{args.rounds}: " + " ".join(msg))
-    after = gpu_state()
+    after = gpu_timing.gpu_state()
     timers.clear()
 
     ours_s = res.get("ours", {}).get("samples_us")

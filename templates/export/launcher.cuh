@@ -507,7 +507,8 @@ ATTNTUNE_API int attntune_attention_forward_kvcache(
 // Added to the contract's varlen entry point: the same call with the rows of the packed q/out
 // (total_q = cu_seqlens_q[batch]) and k/v (total_k = cu_seqlens_k[batch]), which the caller knows
 // from its tensors' shapes and the library cannot read without a sync. Kernels that read through
-// TMA tensor maps (flash_fwd_wgmma) need them; 0, 0: not given (then only the others serve).
+// TMA tensor maps (flash_fwd_wgmma) need them. total_q 0: every sequence is empty, nothing to
+// compute. (The contract's entry point passes them as not given, and only the others serve it.)
 ATTNTUNE_API int attntune_attention_forward_varlen_packed(
     const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_seqlens_q,
     const int* cu_seqlens_k, int batch, long long total_q, long long total_k, int max_seqlen_q, int max_seqlen_k,

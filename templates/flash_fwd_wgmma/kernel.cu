@@ -505,32 +505,28 @@ __device__ __forceinline__ void epilogue_sequence(const WorkTile& w, OutRows& ou
 // strides are 16-byte aligned (the launchers check).
 __device__ __forceinline__ void epilogue_store(const AttnParams& p, const OutRows& out, bool any) {
   const int t = threadIdx.x % 4;
+  // Where the rows go: O and LSE of (batch, head); varlen, the sequence's rows from its first
+  // packed one in O [total_q, heads_q, d] and LSE [heads_q, total_q].
+  elem_t* base;
+  long long lse_row;  // LSE of the tile's row 0
+  int rows;           // rows of the sequence: those at or past it are not stored
   if constexpr (T::kVarlen) {
-    // O [total_q, heads_q, d] from the sequence's first row; LSE [heads_q, total_q].
-    elem_t* base = static_cast<elem_t*>(p.o) + static_cast<long long>(out.q0) * p.o_stride[2] +
-                   out.head * p.o_stride[1];
-    const long long lse_row = static_cast<long long>(out.head) * (p.lse ? p.cu_seqlens_q[p.batch] : 0) + out.q0;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = out.row0 + 8 * h;
-      const bool in = any && row < out.len_q;
-      elem_t* orow = base + row * p.o_stride[2] + 8 * t;
-#pragma unroll
-      for (int q = 0; q < T::kHeadDim / 32; ++q) st_global_v4_if(orow + 32 * q, out.vec[h][q], in);
-      st_global_f32_if(p.lse + lse_row + row, out.lse[h], in && p.lse && t == 0);
-    }
-    return;
+    base = static_cast<elem_t*>(p.o) + static_cast<long long>(out.q0) * p.o_stride[2] + out.head * p.o_stride[1];
+    lse_row = static_cast<long long>(out.head) * (p.lse ? p.cu_seqlens_q[p.batch] : 0) + out.q0;
+    rows = out.len_q;
+  } else {
+    base = static_cast<elem_t*>(p.o) + out.batch * p.o_stride[0] + out.head * p.o_stride[1];
+    lse_row = (static_cast<long long>(out.batch) * p.heads_q + out.head) * p.seqlen_q;
+    rows = p.seqlen_q;
   }
-  elem_t* base = static_cast<elem_t*>(p.o) + out.batch * p.o_stride[0] + out.head * p.o_stride[1];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = out.row0 + 8 * h;
-    const bool in = any && row < p.seqlen_q;
+    const bool in = any && row < rows;
     elem_t* orow = base + row * p.o_stride[2] + 8 * t;
 #pragma unroll
     for (int q = 0; q < T::kHeadDim / 32; ++q) st_global_v4_if(orow + 32 * q, out.vec[h][q], in);
-    st_global_f32_if(p.lse + (static_cast<long long>(out.batch) * p.heads_q + out.head) * p.seqlen_q + row, out.lse[h],
-                     in && p.lse && t == 0);
+    st_global_f32_if(p.lse + lse_row + row, out.lse[h], in && p.lse && t == 0);
   }
 }
 
