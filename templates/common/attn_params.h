@@ -24,6 +24,18 @@ struct AttnParams {
   // sequence's lengths, and lse is [heads_q, total_q] with total_q = cu_seqlens_q[batch].
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
+  // A KV cache (attntune_attention_forward_kvcache, a build for a paged problem; null and 0 for
+  // every other call): each sequence's valid keys ([batch], device; null: seqlen_k each, clamped to
+  // 0..seqlen_k) and the page table ([batch, max_blocks_per_seq] page indices, device; null: k/v are
+  // [batch, heads_kv, seqlen_k, head_dim] as for a dense call). With a table, k/v are pages
+  // [pages, page_size, heads_kv, head_dim] through the {page, head, row} strides, and key j of
+  // sequence b is row j % page_size of page block_table[b][j / page_size]; j / page_size =
+  // umulhi(j, page_mul) >> page_shift for 0 <= j < 2^31 (page_size 1: page_mul 0).
+  const int* cache_seqlens;
+  const int* block_table;
+  int max_blocks_per_seq, page_size;
+  unsigned page_mul;
+  int page_shift;
 };
 
 #endif

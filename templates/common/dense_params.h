@@ -17,6 +17,13 @@ inline AttnParams dense_params(const Call& c) {
     p.cu_seqlens_q = c.cu_seqlens_q;
     p.cu_seqlens_k = c.cu_seqlens_k;
   }
+  if (c.entry == kEntryKvcache) {
+    p.cache_seqlens = c.cache_seqlens;
+    p.block_table = c.block_table;
+    p.max_blocks_per_seq = c.block_table ? c.max_blocks_per_seq : 0;
+    p.page_size = c.block_table ? c.page_size : 0;
+    if (c.block_table) page_divisor(c.page_size, &p.page_mul, &p.page_shift);
+  }
   return p;
 }
 
@@ -47,25 +54,39 @@ inline Call dense_call(const AttnParams& p, int head_dim, int causal) {
   return c;
 }
 
-// Whether a prefill build (dense, or for packed batches when `varlen`) serves `call`'s entry point:
-// 0, or 1 with the reason. A varlen call also needs its prefix sums.
-inline int check_prefill_entry(const char* family, const Call& call, int varlen, Why* why) {
-  if (varlen) {
-    if (call.entry != kEntryVarlen)
-      return refuse(why,
-                    "this %s kernel was built for packed batches of different lengths: it serves "
-                    "attntune_attention_forward_varlen only (tune a dense problem for this call)",
-                    family);
-    if (!call.cu_seqlens_q || !call.cu_seqlens_k) return refuse(why, "cu_seqlens_q and cu_seqlens_k must not be NULL");
+// The entry point a prefill build serves, from its constants: attntune_attention_forward_varlen
+// for a build of a packed batch (ATT_VARLEN), attntune_attention_forward_kvcache for one of a paged
+// problem (ATT_KVCACHE), else attntune_attention_forward. Builds recorded before either existed
+// lack both: dense.
+inline int prefill_entry(const Define* d, int n) {
+  if (define_or(d, n, "ATT_VARLEN", 0)) return kEntryVarlen;
+  if (define_or(d, n, "ATT_KVCACHE", 0)) return kEntryKvcache;
+  return kEntryDense;
+}
+
+// Whether a prefill build for `entry` (prefill_entry) serves `call`: 0, or 1 with the reason. A
+// varlen call also needs its prefix sums; a kvcache call with a page table pages that can hold
+// seqlen_k_max keys.
+inline int check_prefill_entry(const char* family, const Call& call, int entry, Why* why) {
+  if (call.entry == entry) {
+    if (entry == kEntryVarlen && (!call.cu_seqlens_q || !call.cu_seqlens_k))
+      return refuse(why, "cu_seqlens_q and cu_seqlens_k must not be NULL");
+    if (entry == kEntryKvcache && call.block_table) {
+      if (call.page_size < 1) return refuse(why, "%s: page_size %d (must be at least 1)", family, call.page_size);
+      if (static_cast<long long>(call.max_blocks_per_seq) * call.page_size < call.seqlen_k)
+        return refuse(why, "%s: max_blocks_per_seq %d pages of %d keys cannot hold seqlen_k_max %d keys", family,
+                      call.max_blocks_per_seq, call.page_size, call.seqlen_k);
+    }
     return 0;
   }
-  if (call.entry == kEntryVarlen)
-    return refuse(why,
-                  "this %s kernel was built for dense tensors: a packed batch (attntune_attention_forward_varlen) "
-                  "needs a kernel tuned on a varlen problem (`varlen=N` in the problem spec)",
-                  family);
-  if (call.entry != kEntryDense) return refuse(why, "%s serves attntune_attention_forward only", family);
-  return 0;
+  const char* tune = call.entry == kEntryKvcache ? "a paged problem (`page=N` in the problem spec)"
+                     : call.entry == kEntryVarlen ? "a varlen problem (`varlen=N` in the problem spec)"
+                                                  : "a dense problem";
+  const char* serves = entry == kEntryVarlen    ? "packed batches of different lengths: it serves "
+                                                  "attntune_attention_forward_varlen only"
+                       : entry == kEntryKvcache ? "a KV cache: it serves attntune_attention_forward_kvcache only"
+                                                : "dense tensors: it serves attntune_attention_forward only";
+  return refuse(why, "this %s kernel was built for %s (tune %s for this call)", family, serves, tune);
 }
 
 // The grid limits every one-CTA-per-tile launch shares: y and z at most 65535, x below 2^31.

@@ -285,6 +285,22 @@ void fill_tensor_args(const Call& c, P* p) {
   p->scale_log2 = static_cast<float>(static_cast<double>(c.scale) * 1.4426950408889634);  // log2(e)
 }
 
+// page_size as a multiply-shift divisor (DecodeParams, AttnParams): j / page_size = umulhi(j, mul) >> shift for
+// 0 <= j < 2^31 (mul = ceil(2^(31 + L) / page_size), shift = L - 1, L = ceil(log2(page_size)));
+// page_size 1: mul 0 (the kernel takes j itself).
+inline void page_divisor(int page_size, unsigned* mul, int* shift) {
+  if (page_size <= 1) {
+    *mul = 0;
+    *shift = 0;
+    return;
+  }
+  int l = 0;
+  while ((1LL << l) < page_size) ++l;
+  *mul = static_cast<unsigned>(((1ULL << (31 + l)) + static_cast<unsigned long long>(page_size) - 1) /
+                               static_cast<unsigned long long>(page_size));
+  *shift = l - 1;
+}
+
 // A 4-d tensor map over one operand of [batch, heads, len, head_dim] with strides {batch, head,
 // row} in elements: dims (head_dim, len, heads, batch), box (box_cols, rows, 1, 1). A dimension of
 // extent 1 is never stepped along: its stride (which may be 0, or anything a framework left on a

@@ -50,21 +50,6 @@ inline int decode_splits(long long units, long long tiles, int sm_count, int cta
   return static_cast<int>(best_s);
 }
 
-// page_size as args.h's multiply-shift divisor: j / page_size = umulhi(j, mul) >> shift for
-// 0 <= j < 2^31 (mul = ceil(2^(31 + L) / page_size), shift = L - 1, L = ceil(log2(page_size)));
-// page_size 1: mul 0 (the kernel takes j itself).
-inline void decode_page_divisor(int page_size, unsigned* mul, int* shift) {
-  if (page_size <= 1) {
-    *mul = 0;
-    *shift = 0;
-    return;
-  }
-  int l = 0;
-  while ((1LL << l) < page_size) ++l;
-  *mul = static_cast<unsigned>(((1ULL << (31 + l)) + static_cast<unsigned long long>(page_size) - 1) /
-                               static_cast<unsigned long long>(page_size));
-  *shift = l - 1;
-}
 
 // KV_LOAD tma: K/V rows per box: BLOCK_N contiguous; paged, gcd(page_size, block_n) (a box stays
 // within one page, and a tile is whole boxes).
@@ -224,7 +209,7 @@ struct FlashDecodeLaunch {
       d.block_table = c.block_table;
       d.max_blocks_per_seq = c.max_blocks_per_seq;
       d.page_size = c.block_table ? c.page_size : 0;
-      if (c.block_table) decode_page_divisor(c.page_size, &d.page_mul, &d.page_shift);
+      if (c.block_table) page_divisor(c.page_size, &d.page_mul, &d.page_shift);
     }
     d.group = s.group;
     d.rows = s.rows;

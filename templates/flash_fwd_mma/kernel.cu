@@ -75,6 +75,49 @@ __device__ __forceinline__ void load_tile(u32 tile, const elem_t* gmem, long lon
   }
 }
 
+// Pass `it` of load_tile_paged: row r + it * kRowsPerIter of the sequence's keys, through the
+// page table (row j: row j % page_size of page table[j / page_size]), zero-filled past row_end.
+template <int kRows>
+struct CopyPagedRows {
+  static constexpr int kRowsPerIter = T::kThreads / T::kChunksPerRow;
+  u32 dst0, dst1;
+  const elem_t* base;  // the head's row 0 of page 0, this thread's chunk
+  const AttnParams& p;
+  const int* table;
+  long long page_stride, row_stride;
+  int row, row_end;
+  template <int it>
+  __device__ __forceinline__ void run() {
+    constexpr bool kOdd = kRowsPerIter % 8 != 0 && (it & 1);
+    constexpr int kOff = (kRowsPerIter % 8 == 0 ? it * kRowsPerIter : (it >> 1) * 2 * kRowsPerIter) * T::kHeadDim * 2;
+    const u32 dst = kOdd ? dst1 : dst0;
+    const int j = row + it * kRowsPerIter;
+    const bool valid = j < row_end;
+    const elem_t* src = base;
+    if (valid) {
+      const int page = p.page_mul ? static_cast<int>(__umulhi(static_cast<unsigned>(j), p.page_mul) >> p.page_shift) : j;
+      src += __ldg(table + page) * page_stride + (j - page * p.page_size) * row_stride;
+    }
+    cp_async_16_at<kOff>(dst, src, valid);
+  }
+};
+
+// load_tile over a paged sequence: rows [row0, row0 + kRows) of the keys whose pages `table`
+// lists (the sequence's row of the block table), each looked up in it; rows at or past row_end
+// zero-filled (a cache holds anything past a sequence's keys).
+template <int kRows>
+__device__ __forceinline__ void load_tile_paged(u32 tile, const elem_t* head_base, const AttnParams& p,
+                                                const int* table, long long page_stride, long long row_stride,
+                                                int row0, int row_end) {
+  constexpr int kRowsPerIter = T::kThreads / T::kChunksPerRow;
+  constexpr int kIters = kRows / kRowsPerIter;
+  const int r = threadIdx.x / T::kChunksPerRow, chunk = threadIdx.x % T::kChunksPerRow;
+  const u32 dst0 = tile + swizzled(r, chunk) * 2;
+  const u32 dst1 = kRowsPerIter % 8 == 0 ? dst0 : tile + swizzled(r + kRowsPerIter, chunk) * 2;
+  CopyPagedRows<kRows> copy{dst0, dst1, head_base + chunk * 8, p, table, page_stride, row_stride, row0 + r, row_end};
+  unroll<0, kIters>(copy);
+}
+
 // Per-warp state and the four steps of one sub-tile of kSubN keys: scores, mask, softmax, P.V.
 // Thread (lane) holds rows (m, h) = warp_row0 + m*16 + g + 8h of the block, g = lane/4, h in {0,1}.
 //
@@ -352,11 +395,15 @@ flash_fwd_mma(const AttnParams p) {
   } else {
     seqlen_q = p.seqlen_q;
     seqlen_k = p.seqlen_k;
+    // Kvcache: the sequence's keys (cache_seqlens, clamped to 0..seqlen_k); with a page table k and
+    // v are the head's row 0 of page 0, each row looked up (load_tile_paged).
+    const bool paged = T::kKvcache && p.block_table;
+    if (T::kKvcache && p.cache_seqlens) seqlen_k = max(0, min(p.seqlen_k, p.cache_seqlens[batch]));
     // Causal blocks with more rows see more keys: launch them first so the tail is short.
     m_block = T::kCausal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
     q = static_cast<const elem_t*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1];
-    k = static_cast<const elem_t*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[1];
-    v = static_cast<const elem_t*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[1];
+    k = static_cast<const elem_t*>(p.k) + (paged ? 0 : batch * p.k_stride[0]) + kv_head * p.k_stride[1];
+    v = static_cast<const elem_t*>(p.v) + (paged ? 0 : batch * p.v_stride[0]) + kv_head * p.v_stride[1];
     o = static_cast<elem_t*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[1];
     lse = p.lse ? p.lse + (static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q : nullptr;
   }
@@ -382,11 +429,27 @@ flash_fwd_mma(const AttnParams p) {
     st.row_sum[m][0] = st.row_sum[m][1] = 0.f;
   }
 
+  const int* table = T::kKvcache && p.block_table ? p.block_table + static_cast<long long>(batch) * p.max_blocks_per_seq
+                                                   : nullptr;
   auto load_k = [&](int j) {
-    load_tile<T::kBlockN>(sk + (j % T::kStages) * T::kKVElems * 2, k, p.k_stride[2], j * T::kBlockN, seqlen_k);
+    const u32 dst = sk + (j % T::kStages) * T::kKVElems * 2;
+    if constexpr (T::kKvcache) {
+      if (table) {
+        load_tile_paged<T::kBlockN>(dst, k, p, table, p.k_stride[0], p.k_stride[2], j * T::kBlockN, seqlen_k);
+        return;
+      }
+    }
+    load_tile<T::kBlockN>(dst, k, p.k_stride[2], j * T::kBlockN, seqlen_k);
   };
   auto load_v = [&](int j) {
-    load_tile<T::kBlockN>(sv + (j % T::kStages) * T::kKVElems * 2, v, p.v_stride[2], j * T::kBlockN, seqlen_k);
+    const u32 dst = sv + (j % T::kStages) * T::kKVElems * 2;
+    if constexpr (T::kKvcache) {
+      if (table) {
+        load_tile_paged<T::kBlockN>(dst, v, p, table, p.v_stride[0], p.v_stride[2], j * T::kBlockN, seqlen_k);
+        return;
+      }
+    }
+    load_tile<T::kBlockN>(dst, v, p.v_stride[2], j * T::kBlockN, seqlen_k);
   };
   // Interleaved schedule: the stream is K_0, V_0, K_1, ... one cp.async group per tile, committed
   // even past the end (empty) so wait_group counts stay uniform. Blockwise: K_j and V_j form one

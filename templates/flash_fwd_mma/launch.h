@@ -3,7 +3,9 @@
 // BLOCK_M rows of one (batch, head): grid (ceil(seqlen_q / BLOCK_M), heads_q, batch), THREADS
 // threads, SMEM_BYTES of dynamic shared memory; the one argument is AttnParams. A build for a
 // packed batch (ATT_VARLEN) serves attntune_attention_forward_varlen with the grid of its longest
-// sequence (max_seqlen_q); the blocks past a sequence's end return at once.
+// sequence (max_seqlen_q); the blocks past a sequence's end return at once. A build for a paged
+// problem (ATT_KVCACHE) serves attntune_attention_forward_kvcache (seqlen_q rows of each sequence
+// over its cache_seqlens keys, paged or contiguous) with the dense grid.
 #ifndef ATTNTUNE_FLASH_FWD_MMA_LAUNCH_H
 #define ATTNTUNE_FLASH_FWD_MMA_LAUNCH_H
 
@@ -14,17 +16,16 @@ namespace attntune_plan {
 
 struct FlashFwdMmaLaunch {
   int block_m, threads, smem_bytes;
-  int varlen;  // built for packed batches (attntune_attention_forward_varlen), else dense
+  int entry;  // the entry point the build serves (prefill_entry: dense, varlen or kvcache)
 
   static int load(const Define* d, int n, FlashFwdMmaLaunch* c, Why* why) {
-    // Builds recorded before varlen existed lack ATT_VARLEN: dense.
-    c->varlen = define_or(d, n, "ATT_VARLEN", 0) != 0;
+    c->entry = prefill_entry(d, n);
     return define_int(d, n, "BLOCK_M", &c->block_m, why) || define_int(d, n, "THREADS", &c->threads, why) ||
            define_int(d, n, "SMEM_BYTES", &c->smem_bytes, why);
   }
 
   int plan(const Call& call, const Device&, Plan* p, Why* why) const {
-    if (const int r = check_prefill_entry("flash_fwd_mma", call, varlen, why)) return r;
+    if (const int r = check_prefill_entry("flash_fwd_mma", call, entry, why)) return r;
     const long long blocks = ceil_div(call.seqlen_q, block_m);
     if (check_grid(blocks, call.heads_q, call.batch, why)) return 1;
     p->launches = 1;
@@ -43,7 +44,7 @@ struct FlashFwdMmaLaunch {
   }
 };
 
-inline constexpr Family kFlashFwdMma = make_family<FlashFwdMmaLaunch>("flash_fwd_mma", kEntryDense | kEntryVarlen, 1,
+inline constexpr Family kFlashFwdMma = make_family<FlashFwdMmaLaunch>("flash_fwd_mma", kEntryDense | kEntryKvcache | kEntryVarlen, 1,
                                                                  "flash_fwd_mma");
 
 }  // namespace attntune_plan

@@ -18,6 +18,14 @@ struct Traits {
 #else
   static constexpr bool kVarlen = false;
 #endif
+  // A KV cache (attntune_attention_forward_kvcache): each sequence's keys from cache_seqlens, K and
+  // V rows through the page table or contiguous; the renderer defines ATT_KVCACHE for paged
+  // problems only.
+#ifdef ATT_KVCACHE
+  static constexpr bool kKvcache = ATT_KVCACHE != 0;
+#else
+  static constexpr bool kKvcache = false;
+#endif
 
   // Tunables (search_spaces/flash_fwd_mma.yaml).
   static constexpr int kBlockM = BLOCK_M;      // query rows per thread block

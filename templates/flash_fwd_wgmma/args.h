@@ -25,6 +25,10 @@ struct TmaMaps {
   // CTA's first, [1] the CTAs done. Null: the static round-robin (correct, but causal tiles differ
   // in length and the SMs end unevenly).
   int* tile_count;
+  // A kvcache build with a page table: K/V rows per TMA box, gcd(page_size, BLOCK_N) (a box stays
+  // within a page and a tile is whole boxes; a multiple of 8, the 128-byte swizzle atom). Then the
+  // K and V maps are (head_dim, page_size, heads_kv, pages). 0 otherwise.
+  int kv_box_rows;
 };
 
 }  // namespace att

@@ -106,19 +106,59 @@ __device__ __forceinline__ void load_kv_tile(u32 dst, u32 full, const TmaDesc* d
   }
 }
 
+// Kvcache with a page table: K/V tile `tile` of sequence `batch` (len_k keys) as boxes of
+// maps.kv_box_rows rows, each within one page: box x holds keys j = tile * kBlockN + x * rows on,
+// row j % page_size of page block_table[batch][j / page_size]. Boxes wholly past len_k are not
+// issued (the full barrier expects the bytes of those that are); their rows, and those of the last
+// box past len_k, the consumers zero in V (zero_v_tail) and mask in S.
+__device__ __forceinline__ void load_kv_paged(u32 dst, u32 full, const TmaDesc* desc, const AttnParams& p,
+                                              const TmaMaps& maps, int tile, int kv_head, int batch, int len_k) {
+  const int rows = maps.kv_box_rows, j0 = tile * T::kBlockN;
+  const int boxes = (min(T::kBlockN, len_k - j0) + rows - 1) / rows;
+  const int* bt = p.block_table + static_cast<long long>(batch) * p.max_blocks_per_seq;
+  mbar_arrive_expect_tx(full, static_cast<u32>(boxes * rows * 128 * T::kColBlocks));
+  for (int x = 0; x < boxes; ++x) {
+    const int j = j0 + x * rows;
+    const int page = p.page_mul ? static_cast<int>(__umulhi(static_cast<unsigned>(j), p.page_mul) >> p.page_shift) : j;
+    const int pg = __ldg(bt + page), pr = j - page * p.page_size;
+#pragma unroll
+    for (int cb = 0; cb < T::kColBlocks; ++cb)
+      tma_load_4d(dst + cb * T::kKVColBlockBytes + x * rows * 128, desc, full, cb * 64, pr, kv_head, pg);
+  }
+}
+
 // Iteration `it` of a work tile (global iteration it_base + it) loads K/V tile n-1-it into its
 // stage once the consumers released that stage. Varlen: `batch` is the sequence's first key row.
-__device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, int it_base, int it, int n, int kv_head,
-                                        int batch) {
+// Kvcache: `batch` is the sequence, len_k its keys (pages when the call has a page table).
+__device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, const AttnParams& p, int it_base, int it,
+                                        int n, int kv_head, int batch, int len_k) {
   const Slot sl(it_base + it);
   const int tile = n - 1 - it;
+  const bool paged = T::kKvcache && p.block_table != nullptr;
   mbar_wait(sm.k_empty(sl.stage), sl.phase ^ 1);
-  load_kv_tile(sm.k + sl.stage * T::kKVBytes, sm.k_full(sl.stage), &maps.k, tile, kv_head, batch);
+  if (paged) load_kv_paged(sm.k + sl.stage * T::kKVBytes, sm.k_full(sl.stage), &maps.k, p, maps, tile, kv_head, batch, len_k);
+  else load_kv_tile(sm.k + sl.stage * T::kKVBytes, sm.k_full(sl.stage), &maps.k, tile, kv_head, batch);
   mbar_wait(sm.v_empty(sl.stage), sl.phase ^ 1);
-  load_kv_tile(sm.v + sl.stage * T::kKVBytes, sm.v_full(sl.stage), &maps.v, tile, kv_head, batch);
+  if (paged) load_kv_paged(sm.v + sl.stage * T::kKVBytes, sm.v_full(sl.stage), &maps.v, p, maps, tile, kv_head, batch, len_k);
+  else load_kv_tile(sm.v + sl.stage * T::kKVBytes, sm.v_full(sl.stage), &maps.v, tile, kv_head, batch);
 }
 
 // ---- consumer side ----
+// Kvcache: rows [valid, kBlockN) of the V stage at `v` (every column block) set to zero by the 128
+// threads of consumer warpgroup cw, made visible to wgmma (the async proxy) and waited for by the
+// warpgroup (named barrier 1 + kConsumerWgs + cw; ping-pong takes 1..kConsumerWgs). Whole
+// 128-byte rows: the swizzle only permutes the 16-byte chunks inside a row. Every consumer
+// warpgroup that reads the tile writes the same zeros.
+__device__ __forceinline__ void zero_v_tail(u32 v, int valid, int cw) {
+  const int per_block = (T::kBlockN - valid) * 8;  // 16-byte chunks past `valid` in one column block
+  for (int i = threadIdx.x % 128; i < per_block * T::kColBlocks; i += 128) {
+    const int cb = i / per_block, c = i - cb * per_block;
+    const u32 addr = v + cb * T::kKVColBlockBytes + (valid * 8 + c) * 16;
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  named_bar_sync(1 + T::kConsumerWgs + cw, 128);
+}
 // Accumulator layout of wgmma m64nN (fp32), per thread: for each 8-column chunk c,
 // acc[4c+0..1] = row g, columns 8c+2t..+1; acc[4c+2..3] = row g+8, same columns, where
 // g = lane/4, t = lane%4 and the rows are those of the thread's warp (16 of the 64).
@@ -279,8 +319,8 @@ struct WorkTile {
   int m_block, head, batch, n;
   int lo, hi;           // the K/V iterations this CTA computes: [0, n) but for a split tail piece
   int u, slot;          // tail tile index (-1: not split) and this piece's workspace slot
-  // Varlen only: the sequence's first query and key rows in the packed tensors, and its lengths
-  // (dense: 0, 0, seqlen_q, seqlen_k, which the code reads from AttnParams instead).
+  // Varlen: the sequence's first query and key rows in the packed tensors, and its lengths.
+  // Kvcache: 0, 0, seqlen_q and the sequence's keys. (Dense: unset; the code reads AttnParams.)
   int q0, k0, len_q, len_k;
 };
 
@@ -356,8 +396,15 @@ __device__ __forceinline__ WorkTile work_tile(const AttnParams& p, int t, int m_
   }
   w.head = bh % p.heads_q;
   w.batch = bh / p.heads_q;
-  const int diag = p.seqlen_k - p.seqlen_q;
-  const int kv_end = T::kCausal ? min(p.seqlen_k, (w.m_block + 1) * T::kBlockM + diag) : p.seqlen_k;
+  int len_k = p.seqlen_k;
+  if constexpr (T::kKvcache) {  // the sequence's keys: cache_seqlens, clamped to 0..seqlen_k
+    if (p.cache_seqlens) len_k = max(0, min(p.seqlen_k, p.cache_seqlens[w.batch]));
+    w.q0 = w.k0 = 0;
+    w.len_q = p.seqlen_q;
+    w.len_k = len_k;
+  }
+  const int diag = len_k - p.seqlen_q;
+  const int kv_end = T::kCausal ? min(len_k, (w.m_block + 1) * T::kBlockM + diag) : len_k;
   w.n = kv_end > 0 ? (kv_end + T::kBlockN - 1) / T::kBlockN : 0;
   return w;
 }
@@ -603,8 +650,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   it_base -= lo;  // ring slot of iteration it: it_base + it
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int row0 = m_block * T::kBlockM + cw * 64 + warp * 16 + g;  // and row0 + 8
-  const int len_q = T::kVarlen ? w.len_q : p.seqlen_q;
-  const int sk = T::kVarlen ? w.len_k : p.seqlen_k, diag = T::kVarlen ? w.len_k - w.len_q : p.seqlen_k - p.seqlen_q;
+  const int len_q = T::kSeqLens ? w.len_q : p.seqlen_q;
+  const int sk = T::kSeqLens ? w.len_k : p.seqlen_k, diag = T::kSeqLens ? w.len_k - w.len_q : p.seqlen_k - p.seqlen_q;
   // Tiles at or past this key need masking for some row of the CTA.
   const int kv_min = T::kCausal ? min(sk, m_block * T::kBlockM + diag + 1) : sk;
 
@@ -653,6 +700,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     auto k_desc = [&](int st) { return smem_desc_sw128(sm.k + st * T::kKVBytes, 16, 1024); };
     auto v_desc = [&](int st) { return smem_desc_sw128(sm.v + st * T::kKVBytes, T::kKVColBlockBytes, 1024); };
     auto needs_mask = [&](int tile) { return (tile + 1) * T::kBlockN > kv_min; };
+    // V of iteration `it` (tile n-1-it) landed. Kvcache: the rows of the sequence's last tile past
+    // its keys hold whatever the cache (or an earlier tile, or nothing) left there, NaN included,
+    // which P's zeros would not cancel (0 * NaN): zeroed first (the last tile is iteration 0).
+    const int v_valid = T::kKvcache ? sk - (n - 1) * T::kBlockN : T::kBlockN;
+    auto wait_v = [&](const Slot& sl, int it) {
+      mbar_wait(sm.v_full(sl.stage), sl.phase);
+      if (T::kKvcache && it == 0 && v_valid < T::kBlockN) zero_v_tail(sm.v + sl.stage * T::kKVBytes, v_valid, cw);
+    };
     // The first `skip` iterations visit K/V tiles none of this warpgroup's 64 rows sees: past its
     // causal diagonal when block_m > block_n, or all of them for rows past seqlen_q (the last
     // query block). They only keep the ring in step: wait for the tile, take the ping-pong turn,
@@ -715,13 +770,13 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         release_kv(sm.k_empty(sl.stage));
         s_tile(tile, nar);
         rescale_o(o, factor);
-        mbar_wait(sm.v_full(sl.stage), sl.phase);
+        wait_v(sl, it);
         gemm_pv_w(nar, o, pa, v_desc(sl.stage));
         wgmma_wait<0>();
         reg_fence(o);
         release_kv(sm.v_empty(sl.stage));
         if (!T::kWarpSpecialize && threadIdx.x == 0 && it + T::kStages < n)
-          produce(sm, maps, it_base, it + T::kStages, n, head / p.q_per_kv, T::kVarlen ? w.k0 : batch);
+          produce(sm, maps, p, it_base, it + T::kStages, n, head / p.q_per_kv, T::kVarlen ? w.k0 : batch, sk);
       };
       int it = skip;
       if (narrow) step(it++, true);
@@ -750,7 +805,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         mbar_wait(sm.k_full(sl.stage), sl.phase);
         pp_sync();
         gemm_qk(s, q_desc, k_desc(sl.stage));          // S_j
-        mbar_wait(sm.v_full(prev.stage), prev.phase);
+        wait_v(prev, it - 1);
         gemm_pv_w(pv_nar, o, pa, v_desc(prev.stage));  // O += P_{j-1} V_{j-1}, in flight ...
         pp_arrive();
         wgmma_wait<1>();
@@ -767,7 +822,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       };
       auto last_pv = [&](bool nar) {
         const Slot last(it_base + end - 1);
-        mbar_wait(sm.v_full(last.stage), last.phase);
+        wait_v(last, end - 1);
         pp_sync();
         gemm_pv_w(nar, o, pa, v_desc(last.stage));
         pp_arrive();
@@ -848,12 +903,13 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     it_base -= w.lo;
     const bool loads = !T::kDynamicTiles || count > 0;  // the static schedules pass no empty tile
     const int kv_batch = T::kVarlen ? w.k0 : w.batch;  // varlen: the sequence's first key row
-    if (loads) produce(sm, maps, it_base, w.lo, w.n, kv_head, kv_batch);
+    const int len_k = T::kSeqLens ? w.len_k : p.seqlen_k;
+    if (loads) produce(sm, maps, p, it_base, w.lo, w.n, kv_head, kv_batch, len_k);
     mbar_wait(sm.q_empty(), q_phase ^ 1);
     if (T::kDynamicTiles) st_shared_s32(sm.sched(), sched);
     if (loads) load_q(sm, maps, p, w.m_block, w.head, w.batch, T::kVarlen ? w.q0 : 0);
     else mbar_arrive(sm.q_full());
-    for (int it = w.lo + 1; it < w.lo + count; ++it) produce(sm, maps, it_base, it, w.n, kv_head, kv_batch);
+    for (int it = w.lo + 1; it < w.lo + count; ++it) produce(sm, maps, p, it_base, it, w.n, kv_head, kv_batch, len_k);
   };
   // Dynamic tiles (causal, persistent, with a producer): after its first tile (the CTA's index)
   // the producer takes the next one from the counter once it has issued the current tile's last

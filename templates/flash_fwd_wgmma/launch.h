@@ -12,6 +12,12 @@
 // packed sequences' index space ((total_q / block_m + batch) * heads_q, kernel.cu's varlen_tile),
 // and its tensor maps span the packed rows: it needs their counts (Call::total_q, total_k), which attntune_attention_forward_varlen_packed and the PyTorch
 // op pass; the contract's varlen entry point does not, and such a build refuses it.
+//
+// A build for a KV cache (ATT_KVCACHE; one CTA per tile, the dense grid) serves
+// attntune_attention_forward_kvcache: with a page table, K and V maps over the pages
+// (head_dim, page_size, heads_kv, pages) in boxes of gcd(page_size, BLOCK_N) rows (page_size a
+// multiple of 8); without, the dense maps over seqlen_k_max rows. Each tile's keys come from
+// cache_seqlens in the kernel.
 #ifndef ATTNTUNE_FLASH_FWD_WGMMA_LAUNCH_H
 #define ATTNTUNE_FLASH_FWD_WGMMA_LAUNCH_H
 
@@ -68,7 +74,8 @@ struct FlashFwdWgmmaLaunch {
   int dynamic_tiles;  // persistent, causal, with a producer: tiles taken from a counter
   int cluster;        // kv_multicast: 2-CTA clusters sharing each K/V load; else 1
   int consumer_warps;
-  int varlen;         // built for packed batches (attntune_attention_forward_varlen)
+  int entry;          // the entry point the build serves (prefill_entry: dense, varlen or kvcache)
+  int varlen;         // entry == kEntryVarlen: built for packed batches
 
   static int load(const Define* d, int n, FlashFwdWgmmaLaunch* c, Why* why) {
     int warp_specialize = 0;
@@ -84,7 +91,8 @@ struct FlashFwdWgmmaLaunch {
     c->dynamic_tiles = c->persistent && c->causal && warp_specialize;
     c->cluster = c->persistent && !c->causal && multicast ? 2 : 1;
     c->consumer_warps = c->block_m / 64 * 4;
-    c->varlen = define_or(d, n, "ATT_VARLEN", 0) != 0;  // builds recorded before varlen: dense
+    c->entry = prefill_entry(d, n);
+    c->varlen = c->entry == kEntryVarlen;
     return 0;
   }
 
@@ -93,28 +101,39 @@ struct FlashFwdWgmmaLaunch {
   }
 
   int plan(const Call& call, const Device& device, Plan* p, Why* why) const {
-    if (const int r = check_prefill_entry("flash_fwd_wgmma", call, varlen, why)) return r;
+    if (const int r = check_prefill_entry("flash_fwd_wgmma", call, entry, why)) return r;
     if (varlen && (call.total_q <= 0 || call.total_k < 0 || call.total_q > 2147483647LL || call.total_k > 2147483647LL))
       return refuse(why,
                     "a flash_fwd_wgmma kernel reads the packed rows through TMA tensor maps, whose extents are the "
                     "rows of q and k (total_q %lld, total_k %lld): call attntune_attention_forward_varlen_packed, "
                     "which takes them (attntune_attention_forward_varlen does not)",
                     call.total_q, call.total_k);
+    // Kvcache with a page table: K/V in boxes of kv_box_rows rows within a page.
+    const bool paged = entry == kEntryKvcache && call.block_table;
+    if (paged && call.page_size % 8 != 0)
+      return refuse(why,
+                    "flash_fwd_wgmma reads K/V pages in TMA boxes of whole 128-byte swizzle atoms (8 rows): "
+                    "page_size %d is not a multiple of 8",
+                    call.page_size);
     // Rows of each tensor along its row dimension, and the batch the maps step along (varlen: the
-    // packed rows, one batch).
+    // packed rows, one batch; pages: a page's rows, and the pages, as many as a map allows: the
+    // call does not say, and the kernel reads only pages the table names).
+    const int kMaxPages = 2147483647;
     const long long q_rows = varlen ? call.total_q : call.seqlen_q, kv_rows = varlen ? call.total_k : call.seqlen_k;
     const int map_batch = varlen ? 1 : call.batch;
+    const long long kv_len = paged ? call.page_size : kv_rows, kv_batch = paged ? kMaxPages : map_batch;
     // TMA: tensor-map strides below 2^40 bytes along every dimension of extent > 1.
     const struct {
       const char* name;
       const long long* stride;
+      long long batch;
       int heads;
       long long len;
-    } tensors[] = {{"q_strides", call.q_stride, call.heads_q, q_rows},
-                   {"k_strides", call.k_stride, call.heads_kv, kv_rows},
-                   {"v_strides", call.v_stride, call.heads_kv, kv_rows}};
+    } tensors[] = {{"q_strides", call.q_stride, map_batch, call.heads_q, q_rows},
+                   {"k_strides", call.k_stride, kv_batch, call.heads_kv, kv_len},
+                   {"v_strides", call.v_stride, kv_batch, call.heads_kv, kv_len}};
     for (const auto& t : tensors) {
-      const long long extent[3] = {map_batch, t.heads, t.len};
+      const long long extent[3] = {t.batch, t.heads, t.len};
       for (int i = 0; i < 3; ++i)
         if (extent[i] > 1 && t.stride[i] >= (1LL << 40) / 2)
           return refuse(why, "%s {%lld, %lld, %lld}: a stride of 2^40 bytes or more does not fit a TMA tensor map",
@@ -165,7 +184,13 @@ struct FlashFwdWgmmaLaunch {
     p->maps = 3;
     p->map[0] = operand_map("q", call.q, call.q_stride, static_cast<int>(q_rows), call.heads_q, map_batch,
                             call.head_dim, 64, static_cast<unsigned>(block_m), bf16);
-    if (kv_rows > 0) {
+    if (kv_rows > 0 && paged) {
+      const unsigned rows = static_cast<unsigned>(kv_box_rows(call));
+      p->map[1] = operand_map("k (pages)", call.k, call.k_stride, call.page_size, call.heads_kv, kMaxPages,
+                              call.head_dim, 64, rows, bf16);
+      p->map[2] = operand_map("v (pages)", call.v, call.v_stride, call.page_size, call.heads_kv, kMaxPages,
+                              call.head_dim, 64, rows, bf16);
+    } else if (kv_rows > 0) {
       p->map[1] = operand_map("k", call.k, call.k_stride, static_cast<int>(kv_rows), call.heads_kv, map_batch,
                               call.head_dim, 64, static_cast<unsigned>(block_n), bf16);
       p->map[2] = operand_map("v", call.v, call.v_stride, static_cast<int>(kv_rows), call.heads_kv, map_batch,
@@ -176,6 +201,18 @@ struct FlashFwdWgmmaLaunch {
       p->map[2] = p->map[1];
     }
     return 0;
+  }
+
+  // Kvcache with a page table: K/V rows per TMA box, gcd(page_size, block_n) (args.h); else 0.
+  int kv_box_rows(const Call& call) const {
+    if (entry != kEntryKvcache || !call.block_table || call.page_size < 1) return 0;
+    int a = call.page_size, b = block_n;
+    while (b) {
+      const int t = a % b;
+      a = b;
+      b = t;
+    }
+    return a;
   }
 
   unsigned tail_tiles(const Call& call, unsigned ctas) const {
@@ -189,6 +226,7 @@ struct FlashFwdWgmmaLaunch {
     std::memcpy(&maps.q, res.map[0], sizeof maps.q);
     std::memcpy(&maps.k, res.map[1], sizeof maps.k);
     std::memcpy(&maps.v, res.map[2], sizeof maps.v);
+    maps.kv_box_rows = kv_box_rows(call);
     if (dynamic_tiles) {
       maps.tile_count = static_cast<int*>(res.workspace[0]);  // null: round-robin
     } else if (plan.workspaces == 2 && res.workspace[0] && res.workspace[1]) {
@@ -206,7 +244,7 @@ struct FlashFwdWgmmaLaunch {
 static_assert(sizeof(att::TmaDesc) == kTensorMapBytes, "a TmaDesc is a CUtensorMap");
 
 inline constexpr Family kFlashFwdWgmma =
-    make_family<FlashFwdWgmmaLaunch>("flash_fwd_wgmma", kEntryDense | kEntryVarlen, 1, "flash_fwd_wgmma");
+    make_family<FlashFwdWgmmaLaunch>("flash_fwd_wgmma", kEntryDense | kEntryKvcache | kEntryVarlen, 1, "flash_fwd_wgmma");
 
 }  // namespace attntune_plan
 

@@ -20,6 +20,17 @@ struct Traits {
 #else
   static constexpr bool kVarlen = false;
 #endif
+  // A KV cache (attntune_attention_forward_kvcache): each sequence's keys from cache_seqlens, K and
+  // V through the page table (TMA boxes within a page) or contiguous, and the rows of a sequence's
+  // last K/V tile past its keys zeroed in V (a cache holds anything there). The renderer defines
+  // ATT_KVCACHE for paged problems only. One CTA per tile (not persistent; the space says so).
+#ifdef ATT_KVCACHE
+  static constexpr bool kKvcache = ATT_KVCACHE != 0;
+#else
+  static constexpr bool kKvcache = false;
+#endif
+  // Work tiles carry their sequence's lengths (varlen, kvcache); else every sequence is AttnParams'.
+  static constexpr bool kSeqLens = kVarlen || kKvcache;
 
   // Tunables (search_spaces/flash_fwd_wgmma.yaml).
   static constexpr int kBlockM = BLOCK_M;    // query rows per CTA: 64 per consumer warpgroup
@@ -61,6 +72,7 @@ struct Traits {
   // (an idle last block when their count is odd).
   static constexpr bool kKvMulticast = KV_MULTICAST;
   static_assert(!kVarlen || !(PERSISTENT), "a varlen build runs one CTA per work tile (persistent = false)");
+  static_assert(!kKvcache || !(PERSISTENT), "a kvcache build runs one CTA per work tile (persistent = false)");
   static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
   static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
 

@@ -30,13 +30,6 @@ const std::pair<int, const char*> kEntryPoints[] = {
     {attntune_plan::kEntryVarlen, "attntune_attention_forward_varlen"},
 };
 
-// The entry points a build serves: its family's, but a build for packed batches (a varlen
-// problem, ATT_VARLEN) serves the varlen entry points only, and no other build serves them.
-int served_entries(const Family& family, const Problem& p) {
-  const int varlen = attntune_plan::kEntryVarlen;
-  return family.plan->entries & (p.is_varlen() ? varlen : ~varlen);
-}
-
 bool is_identifier(std::string_view s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
   return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
@@ -412,6 +405,7 @@ std::string kernel_table(const Plan& plan) {
     std::string label = fmt::format("d={} {} causal={}, tuned for b={},h={},hkv={},s={},sk={}", pr.d,
                                     dtype_name(pr.dtype), pr.causal ? 1 : 0, pr.b, pr.h, pr.hkv, pr.s, pr.sk);
     if (pr.is_varlen()) label += fmt::format(",varlen={}", pr.varlen);
+    if (pr.paged()) label += fmt::format(",page={}", pr.page);
     std::vector<std::string> funcs;
     for (int k = 0; k < p.family->plan->kernels; ++k)
       funcs.push_back(fmt::format("reinterpret_cast<const void*>(&{0}::{0}_{1})", ns, p.family->plan->kernel_names[k]));

@@ -112,6 +112,12 @@ void check_family_serves(const std::string& name, const Problem& p) {
                                name, what, p.str(), fmt::join(serving, ", ")));
 }
 
+int served_entries(const Family& family, const Problem& p) {
+  using namespace attntune_plan;
+  if (!family.build_per_entry) return family.plan->entries & ~kEntryVarlen;
+  return family.plan->entries & (p.is_varlen() ? kEntryVarlen : p.paged() ? kEntryKvcache : kEntryDense);
+}
+
 std::vector<std::string> family_nvrtc_options(const std::string& name) {
   if (find_test_family(name)) return {"-std=c++17"};
   return builtin_family(name).nvrtc_options;
@@ -147,6 +153,9 @@ Defines kernel_defines(const SearchSpace& space, const Config& config, const Pro
   };
   // A packed batch (the varlen entry point); only then, so that every other build renders as before.
   if (problem.is_varlen()) defs.emplace_back("ATT_VARLEN", 1);
+  // A KV cache (the kvcache entry point), for a family that builds per entry point: only then.
+  if (problem.paged() && !find_test_family(space.family()) && builtin_family(space.family()).build_per_entry)
+    defs.emplace_back("ATT_KVCACHE", 1);
   for (const auto& param : space.params()) {
     const Value& v = config.at(param.name);
     const std::string macro = macro_name(param.name);

@@ -42,6 +42,11 @@ struct Family {
   // Each entry point's parameter list (the export declares each kernel with it).
   std::vector<std::string> kernel_params;
   bool tma = false;          // loads through TMA tensor maps: the export needs CUDA 12
+  // One build per entry point (the prefill families): a paged problem's build (ATT_KVCACHE) serves
+  // attntune_attention_forward_kvcache only, a varlen problem's (ATT_VARLEN) the varlen entry points
+  // only, and a dense problem's attntune_attention_forward only. Otherwise (flash_decode) one build
+  // serves every entry point of the family's, a varlen one aside.
+  bool build_per_entry = false;
   std::vector<std::string> nvrtc_options = {"-std=c++17"};  // besides --gpu-architecture; part of the cache key
   // What the export's header says of a build's launch, and its "launch" JSON, from its constants.
   std::function<std::string(const Defines&)> describe_launch;
@@ -62,6 +67,9 @@ void check_family(const std::string& name);
 // InputError unless family `name` serves p's entry point (a paged problem: the kvcache entry; a
 // dense one: attntune_attention_forward), naming the families that do. Test families serve all.
 void check_family_serves(const std::string& name, const Problem& p);
+
+// The entry points (attntune_plan::Entry bits) a build of `family` for problem p serves.
+int served_entries(const Family& family, const Problem& p);
 
 // A family's NVRTC options (a test family's: those of the family it launches as).
 std::vector<std::string> family_nvrtc_options(const std::string& name);

@@ -23,6 +23,7 @@ const Family& flash_fwd_mma_family() {
     f.launch_file = "templates/flash_fwd_mma/launch.h";
     f.plan = &attntune_plan::kFlashFwdMma;
     f.plan_symbol = "attntune_plan::kFlashFwdMma";
+    f.build_per_entry = true;
     f.kernel_params = {"const AttnParams p"};
     f.describe_launch = [](const Defines& d) {
       const auto c = constants(d);

@@ -56,6 +56,7 @@ const Family& flash_fwd_wgmma_family() {
     f.launch_file = "templates/flash_fwd_wgmma/launch.h";
     f.plan = &attntune_plan::kFlashFwdWgmma;
     f.plan_symbol = "attntune_plan::kFlashFwdWgmma";
+    f.build_per_entry = true;
     f.kernel_params = {"const AttnParams p, const __grid_constant__ att::TmaMaps maps"};
     f.tma = true;
     f.describe_launch = describe;

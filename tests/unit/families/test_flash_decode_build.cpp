@@ -63,10 +63,21 @@ TEST(FlashDecodeSpace, EverySuiteRowHasConfigsPagedOrNot) {
       EXPECT_LT(space.count(p, "sm_90"), 1000u) << p.str();
       check_family_serves("flash_decode", p);
     }
-  // Prefill-sized queries belong to the prefill families; those serve no paged cache.
+  // Prefill-sized queries belong to the prefill families. Those serve a paged cache too (chunked
+  // prefill), but their spaces leave decode-length paged problems (16 rows or fewer) to this one.
   const Problem prefill = Problem::parse("b=1,h=8,s=17,d=128,dtype=bf16,causal=0");
   EXPECT_THROW(space.check_problem(prefill, "sm_90"), InputError);
-  EXPECT_THROW(check_family_serves("flash_fwd_mma", Problem::parse(std::string(kSuite[0]) + ",page=16")), InputError);
+  const Problem paged_decode = Problem::parse(std::string(kSuite[0]) + ",page=16");
+  EXPECT_NO_THROW(check_family_serves("flash_fwd_mma", paged_decode));
+  for (const char* family : {"flash_fwd_mma", "flash_fwd_wgmma"}) {
+    const SearchSpace prefill_space = SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/" + std::string(family) + ".yaml");
+    try {
+      prefill_space.check_problem(paged_decode, prefill_space.default_arch());
+      ADD_FAILURE() << family << " takes the paged decode problem " << paged_decode.str();
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("flash_decode"), std::string::npos) << e.what();
+    }
+  }
   EXPECT_NO_THROW(check_family_serves("flash_fwd_mma", Problem::parse(kSuite[0])));
 }
 
