@@ -37,6 +37,38 @@ struct PropertyRun {
   bool require_no_spills = false;
 };
 
+// A paged problem's K and V as the reference reads them (contiguous, in the buffers' layout), NaN
+// at every row at or past each sequence's keys.
+inline void poison_past_lengths(AttnBuffers& b) {
+  const AttnParams a = b.params();
+  const std::int64_t sk = b.problem.sk, hkv = b.problem.hkv, d = b.problem.d;
+  for (cuda::DeviceBuffer* buf : {&b.k, &b.v}) {
+    std::vector<std::uint16_t> host(buf->bytes() / 2);
+    buf->download(host.data(), buf->bytes());
+    for (std::int64_t i = 0; i < b.problem.b; ++i)
+      for (std::int64_t h = 0; h < hkv; ++h)
+        for (std::int64_t j = b.seqlens.empty() ? sk : b.seqlens[static_cast<std::size_t>(i)]; j < sk; ++j)
+          std::fill_n(host.begin() + (i * a.k_stride[0] + h * a.k_stride[1] + j * a.k_stride[2]), d, 0xFFFF);
+    buf->upload(host.data(), buf->bytes());
+  }
+}
+
+// The kvcache call of a paged problem's buffers on the contiguous K/V (block_table NULL).
+inline attntune_plan::Call contiguous_call(const AttnBuffers& b) {
+  attntune_plan::Call c = b.call();
+  const AttnParams a = b.params();
+  c.k = a.k;
+  c.v = a.v;
+  for (int i = 0; i < 3; ++i) {
+    c.k_stride[i] = a.k_stride[i];
+    c.v_stride[i] = a.v_stride[i];
+  }
+  c.block_table = nullptr;
+  c.max_blocks_per_seq = 0;
+  c.page_size = 0;
+  return c;
+}
+
 // variants[i] is the problem (its dtype and causal) configs[i] is built for.
 inline void check_configs(const SearchSpace& space, const std::vector<Config>& configs,
                           const std::vector<Problem>& variants, std::span<const PropertyShape> shapes,
@@ -79,13 +111,24 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
         ref.fill(*buf, seed);
         if (progress)
           std::fprintf(stderr, "[progress] %s on %s\n", config_str(o->job.config).c_str(), p.str().c_str());
-        kernel.launch(buf->call());
-        const Verdict verdict = ref.check(*buf);
-        ++checked;
-        if (verdict.status != "ok") {
-          ++failures;
-          ADD_FAILURE() << config_str(o->job.config) << " on " << p.str() << " " << layout_name(buf->layout)
-                        << " (lengths " << fmt::format("{}", fmt::join(buf->seqlens, ",")) << "): " << verdict.detail();
+        auto check = [&](const attntune_plan::Call& call, const char* how) {
+          kernel.launch(call);
+          const Verdict verdict = ref.check(*buf);
+          ++checked;
+          if (verdict.status != "ok") {
+            ++failures;
+            ADD_FAILURE() << config_str(o->job.config) << " on " << p.str() << " " << layout_name(buf->layout) << how
+                          << " (lengths " << fmt::format("{}", fmt::join(buf->seqlens, ",")) << "): "
+                          << verdict.detail();
+          }
+        };
+        check(buf->call(), "");
+        if (p.paged()) {
+          // The same cache contiguous (block_table NULL): K/V [b, hkv, sk, d] in the layout, NaN
+          // past each sequence's keys (a cache holds anything there), the output poisoned again.
+          poison_past_lengths(*buf);
+          ref.poison_output(*buf);
+          check(contiguous_call(*buf), " contiguous");
         }
       }
     }
