@@ -323,7 +323,8 @@ class Coverage(unittest.TestCase):
                     "problem": {"b": 2, "h": 32, "hkv": 8, "s": s, "sk": sk, "d": d, "causal": 1, "paged": paged}}
         rows = [row("attention", 4096, 4096), row("attention", 4096, 4096),       # twice: one problem
                 row("attention_kvcache", 1, 8192, paged=16),                       # decode, paged
-                row("attention_kvcache", 2048, 8192, paged=64),                    # chunked prefill: no family yet
+                row("attention_kvcache", 2048, 8192, paged=64),                    # chunked prefill, paged
+                row("attention_kvcache", 512, 4096),                               # ... contiguous: tuned paged
                 row("attention_varlen", 512, 512),                                 # varlen: lengths 1..512
                 row("attention_varlen", 512, 256),                                 # varlen, sk < s: not said
                 row("attention", 100, 100, tunable=False)]                         # a CPU tensor, say
@@ -331,6 +332,8 @@ class Coverage(unittest.TestCase):
         self.assertEqual(plan["problems"], [
             {"problem": "b=2,h=32,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1", "regime": "prefill"},
             {"problem": "b=2,h=32,hkv=8,s=1,sk=8192,d=128,dtype=bf16,causal=1,page=16", "regime": "decode"},
+            {"problem": "b=2,h=32,hkv=8,s=2048,sk=8192,d=128,dtype=bf16,causal=1,page=64", "regime": "chunk"},
+            {"problem": "b=2,h=32,hkv=8,s=512,sk=4096,d=128,dtype=bf16,causal=1,page=64", "regime": "chunk"},
             {"problem": "b=2,h=32,hkv=8,s=512,sk=512,d=128,dtype=bf16,causal=1,varlen=1", "regime": "prefill"}])
         path, db = os.path.join(WORK, "plan.json"), os.path.join(WORK, "queue.db")
         with open(path, "w") as fh:
@@ -340,7 +343,7 @@ class Coverage(unittest.TestCase):
         r = subprocess.run([BIN, "status", "--db", db, "--format", "json"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
         status = json.loads(r.stdout)
-        self.assertEqual(status["counts"]["queued"], 3)
+        self.assertEqual(status["counts"]["queued"], 5)
         def spec(p):
             return (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
                     f"causal={int(p['causal'])}" + (f",page={p['page']}" if p.get("page") else "") +

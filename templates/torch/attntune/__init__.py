@@ -245,6 +245,11 @@ def problem_spec(row):
             f"causal={p['causal']}")
     if row["entry"] == "attention_kvcache" and p["paged"]:
         spec += f",page={p['paged']}"
+    elif row["entry"] == "attention_kvcache" and p["s"] > 16:
+        # Chunked prefill over a contiguous cache: a prefill kernel serves the kvcache entry only
+        # when tuned on a paged problem, and that build serves contiguous caches too (pages of 64
+        # are what it is timed on).
+        spec += ",page=64"
     if row["entry"] == "attention_varlen":
         # A packed batch of b sequences up to max_seqlen_q (s) rows: tuned on lengths drawn from 1..s
         # (`varlen=1`), keys sk - s more than queries. "" when that cannot be said (sk < s).
@@ -256,20 +261,19 @@ def problem_spec(row):
 
 def plan_from_coverage(rows, model="attntune coverage"):
     """The plan (docs/design/plan.md: {model, source, problems: [{problem, regime}]}) of the rows of
-    coverage() that fell back for want of a tuned kernel: regime decode for seqlen_q <= 16, prefill
-    for the dense and varlen entries. Chunked prefill (kvcache with seqlen_q > 16) is left out: no
-    family tunes it yet."""
+    coverage() that fell back for want of a tuned kernel: regime decode for seqlen_q <= 16, chunk
+    for the kvcache entry with more rows (chunked prefill, tuned paged), prefill for the dense and
+    varlen entries."""
     problems, seen = [], set()
     for r in rows:
         if not r.get("tunable"):
             continue
         decode = r["problem"]["s"] <= 16
-        if r["entry"] == "attention_kvcache" and not decode:
-            continue
+        regime = "decode" if decode else "chunk" if r["entry"] == "attention_kvcache" else "prefill"
         spec = problem_spec(r)
         if spec and spec not in seen:
             seen.add(spec)
-            problems.append({"problem": spec, "regime": "decode" if decode else "prefill"})
+            problems.append({"problem": spec, "regime": regime})
     return {"model": model, "source": "attntune.coverage()", "problems": problems}
 
 
