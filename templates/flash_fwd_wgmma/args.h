@@ -29,7 +29,16 @@ struct TmaMaps {
   // within a page and a tile is whole boxes; a multiple of 8, the 128-byte swizzle atom). Then the
   // K and V maps are (head_dim, page_size, heads_kv, pages). 0 otherwise.
   int kv_box_rows;
+  // A varlen build's order of the work tiles, longest sequences first (flash_fwd_wgmma_varlen_order
+  // fills it before the main kernel): [0, batch) the sequences by descending key count, [batch,
+  // 2 * batch + 1) the first work tile of each in that order (a prefix sum of their tiles,
+  // ceil(len_q / BLOCK_M) * heads_q each). Null: the packed order (kernel.cu, varlen_tile).
+  const int* varlen_order;
 };
+
+// The order kernel's block (one CTA) and the most sequences it orders: a larger batch runs in the
+// packed order.
+constexpr int kVarlenOrderThreads = 1024;
 
 }  // namespace att
 

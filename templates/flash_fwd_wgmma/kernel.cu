@@ -343,23 +343,42 @@ struct WorkTile {
 __device__ __forceinline__ int varlen_start(const AttnParams& p, int b) {
   return p.cu_seqlens_q[b] / T::kBlockM + b;
 }
-__device__ __forceinline__ WorkTile varlen_tile(const AttnParams& p, int t) {
+//
+// Longest first (maps.varlen_order, when the launch ordered the sequences): the sequences by
+// descending key count, each one's tiles contiguous from its start in that order (no empty
+// indices but past the last: the grid is the packed index space's, an upper bound), so the CTAs
+// that start first take the longest sequences' tiles and the short ones fill the end.
+__device__ __forceinline__ WorkTile varlen_tile(const AttnParams& p, const TmaMaps& maps, int t) {
   WorkTile w;
-  const int i = t / p.heads_q;
-  int lo = 0, hi = p.batch - 1;  // the last sequence starting at or before i
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (varlen_start(p, mid) <= i) lo = mid;
-    else hi = mid - 1;
+  int seq, r;  // the sequence, and the tile inside it
+  if (const int* order = maps.varlen_order) {
+    const int* start = order + p.batch;
+    int lo = 0, hi = p.batch;  // the last position starting at or before t (batch: past the end)
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (start[mid] <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    seq = order[min(lo, p.batch - 1)];
+    r = lo < p.batch ? t - start[lo] : 1 << 30;
+  } else {
+    const int i = t / p.heads_q;
+    int lo = 0, hi = p.batch - 1;  // the last sequence starting at or before i
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (varlen_start(p, mid) <= i) lo = mid;
+      else hi = mid - 1;
+    }
+    seq = lo;
+    r = t - (p.cu_seqlens_q[lo] / T::kBlockM + lo) * p.heads_q;
   }
-  w.batch = lo;
-  w.q0 = p.cu_seqlens_q[lo];
-  w.k0 = p.cu_seqlens_k[lo];
-  w.len_q = p.cu_seqlens_q[lo + 1] - w.q0;
-  w.len_k = p.cu_seqlens_k[lo + 1] - w.k0;
+  w.batch = seq;
+  w.q0 = p.cu_seqlens_q[seq];
+  w.k0 = p.cu_seqlens_k[seq];
+  w.len_q = p.cu_seqlens_q[seq + 1] - w.q0;
+  w.len_k = p.cu_seqlens_k[seq + 1] - w.k0;
   const int mb = (w.len_q + T::kBlockM - 1) / T::kBlockM;
-  const int r = t - (w.q0 / T::kBlockM + lo) * p.heads_q;  // the tile inside the sequence
-  if (r >= mb * p.heads_q) {  // between two sequences: no keys, rows nobody stores
+  if (r >= mb * p.heads_q) {  // between two sequences, or past the last: no keys, rows nobody stores
     w.head = 0;
     w.m_block = mb;
     w.n = 0;
@@ -380,8 +399,8 @@ __device__ __forceinline__ WorkTile varlen_tile(const AttnParams& p, int t) {
   return w;
 }
 
-__device__ __forceinline__ WorkTile work_tile(const AttnParams& p, int t, int m_blocks) {
-  if constexpr (T::kVarlen) return varlen_tile(p, t);
+__device__ __forceinline__ WorkTile work_tile(const AttnParams& p, const TmaMaps& maps, int t, int m_blocks) {
+  if constexpr (T::kVarlen) return varlen_tile(p, maps, t);
   WorkTile w;
   int bh;
   if constexpr (T::kCausal) {
@@ -410,8 +429,8 @@ __device__ __forceinline__ WorkTile work_tile(const AttnParams& p, int t, int m_
 }
 
 // Work tile t whole: K/V iterations [0, n), not a split piece.
-__device__ __forceinline__ WorkTile plain_tile(const AttnParams& p, int t, int m_blocks) {
-  WorkTile w = work_tile(p, t, m_blocks);
+__device__ __forceinline__ WorkTile plain_tile(const AttnParams& p, const TmaMaps& maps, int t, int m_blocks) {
+  WorkTile w = work_tile(p, maps, t, m_blocks);
   w.lo = 0;
   w.hi = w.n;
   w.u = -1;
@@ -430,7 +449,7 @@ __device__ __forceinline__ bool next_item(const AttnParams& p, const TmaMaps& ma
   const int plain_end = T::kScheduleInSmem ? ld_shared_s32(sm.pieces() + 24) : tiles;
   if (T::kScheduleInSmem) m_blocks = ld_shared_s32(sm.pieces() + 28);
   if (next < plain_end) {
-    w = plain_tile(p, next, m_blocks);
+    w = plain_tile(p, maps, next, m_blocks);
     next += C;
     return true;
   }
@@ -440,7 +459,7 @@ __device__ __forceinline__ bool next_item(const AttnParams& p, const TmaMaps& ma
   if (k > 1) return false;
   const int u = ld_shared_s32(sm.pieces() + 12 * k);
   if (u < 0) return false;
-  w = work_tile(p, plain_end + u, m_blocks);
+  w = work_tile(p, maps, plain_end + u, m_blocks);
   w.lo = ld_shared_s32(sm.pieces() + 12 * k + 4);
   w.hi = ld_shared_s32(sm.pieces() + 12 * k + 8);
   w.u = u;
@@ -931,7 +950,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
         if constexpr (T::kDynamicTiles) {
           int* const counter = maps.tile_count;
           for (int t = first_tile; t < tiles;) {
-            w = plain_tile(p, t, m_blocks);
+            w = plain_tile(p, maps, t, m_blocks);
             produce_tile(w, it_base, q_phase, w.n, t);
             q_phase ^= 1;
             it_base += w.n;
@@ -970,7 +989,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
           mbar_wait(sm.q_full(), q_phase);
           const int t = warp_uniform(ld_shared_s32(sm.sched()));
           if (t >= tiles) break;
-          w = plain_tile(p, t, m_blocks);
+          w = plain_tile(p, maps, t, m_blocks);
         } else if (!next_item(p, maps, sm, first_tile, ctas, tiles, m_blocks, next, w)) {
           break;
         }
@@ -999,6 +1018,45 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     epilogue_store(p, out, had);
   }
   if constexpr (T::kKvMulticast) cluster_sync();  // the peer may still arrive on this CTA's barriers
+}
+
+// ---- the order of a varlen call's work tiles (launch.h: the launch before the main kernel) ----
+// One CTA of kVarlenOrderThreads threads, thread i for sequence i: its rank by key count
+// (descending; ties by index, so the order is deterministic), the sequences in that order into
+// order[0, batch), and each one's first work tile, the exclusive prefix sum of the tile counts
+// (ceil(len_q / kBlockM) * heads_q) in that order, into order[batch, 2 * batch + 1). Every build
+// has this entry point (a family's kernels are the same in every build); it does something in a
+// varlen build only, and the plan launches it only there, for at most kVarlenOrderThreads
+// sequences.
+extern "C" __global__ void __launch_bounds__(kVarlenOrderThreads)
+flash_fwd_wgmma_varlen_order(const AttnParams p, int* order) {
+  if constexpr (T::kVarlen) {
+    __shared__ int keys[kVarlenOrderThreads], scan[kVarlenOrderThreads];
+    const int i = threadIdx.x, n = p.batch;
+    if (!order || n < 1 || n > kVarlenOrderThreads) return;
+    const int key = i < n ? p.cu_seqlens_k[i + 1] - p.cu_seqlens_k[i] : 0;
+    const int tiles = i < n ? (p.cu_seqlens_q[i + 1] - p.cu_seqlens_q[i] + T::kBlockM - 1) / T::kBlockM * p.heads_q : 0;
+    keys[i] = key;
+    scan[i] = 0;
+    __syncthreads();
+    int rank = 0;
+    if (i < n)
+      for (int j = 0; j < n; ++j) rank += keys[j] > key || (keys[j] == key && j < i);
+    __syncthreads();
+    if (i < n) {
+      order[rank] = i;
+      scan[rank] = tiles;
+    }
+    __syncthreads();
+    for (int off = 1; off < kVarlenOrderThreads; off <<= 1) {  // inclusive scan (Hillis-Steele)
+      const int v = i >= off ? scan[i - off] : 0;
+      __syncthreads();
+      scan[i] += v;
+      __syncthreads();
+    }
+    if (i < n) order[n + i] = i == 0 ? 0 : scan[i - 1];
+    if (i == 0) order[2 * n] = scan[n - 1];
+  }
 }
 
 }  // namespace att

@@ -10,6 +10,7 @@
 //
 // A build for packed batches (ATT_VARLEN; one CTA per tile) launches one CTA per tile of the
 // packed sequences' index space ((total_q / block_m + batch) * heads_q, kernel.cu's varlen_tile),
+// (sequences longest first when the work is large: a one-CTA kernel orders them first, launch 0),
 // and its tensor maps span the packed rows: it needs their counts (Call::total_q, total_k), which attntune_attention_forward_varlen_packed and the PyTorch
 // op pass; the contract's varlen entry point does not, and such a build refuses it.
 //
@@ -139,8 +140,15 @@ struct FlashFwdWgmmaLaunch {
           return refuse(why, "%s {%lld, %lld, %lld}: a stride of 2^40 bytes or more does not fit a TMA tensor map",
                         t.name, t.stride[0], t.stride[1], t.stride[2]);
     }
-    Launch& l = p->launch[0];
-    p->launches = 1;
+    // Varlen, longest first: the order kernel runs first (launch 0) and fills a workspace the
+    // main kernel reads (varlen_orders says when).
+    const bool order = varlen && varlen_orders(call);
+    if (order) {
+      p->launch[0] = Launch{1, {1, 1, 1}, static_cast<unsigned>(att::kVarlenOrderThreads), 0, 1};
+      p->workspace[p->workspaces++] = Workspace{(2ull * call.batch + 1) * sizeof(int), 0, 1};
+    }
+    Launch& l = p->launch[order ? 1 : 0];
+    p->launches = order ? 2 : 1;
     if (varlen) {
       // One CTA per tile of the packed index space (kernel.cu, varlen_tile): floor(total_q / block_m)
       // + batch indices, times heads_q.
@@ -203,6 +211,19 @@ struct FlashFwdWgmmaLaunch {
     return 0;
   }
 
+  // Whether a varlen call orders its sequences longest first (kernel.cu, varlen_tile): for 2 to
+  // kVarlenOrderThreads sequences, when the work is large enough that the order kernel's launch
+  // (a few microseconds) is lost in it: at most 4 * heads_q * head_dim * total_q * max_seqlen_k
+  // FLOPs (half when causal) of at least kVarlenOrderMinFlops, ~400 us at 600 TFLOP/s. In the
+  // packed order a long sequence late in the batch starts its longest tiles last and the SMs end
+  // unevenly; longest first, the short tiles fill the end (docs/design/flash_fwd_wgmma.md).
+  static constexpr double kVarlenOrderMinFlops = 2.4e11;
+  bool varlen_orders(const Call& call) const {
+    if (call.batch < 2 || call.batch > att::kVarlenOrderThreads) return false;
+    const double flops = 4.0 * call.heads_q * call.head_dim * static_cast<double>(call.total_q) * call.seqlen_k;
+    return (causal ? flops / 2 : flops) >= kVarlenOrderMinFlops;
+  }
+
   // Kvcache with a page table: K/V rows per TMA box, gcd(page_size, block_n) (args.h); else 0.
   int kv_box_rows(const Call& call) const {
     if (entry != kEntryKvcache || !call.block_table || call.page_size < 1) return 0;
@@ -220,13 +241,20 @@ struct FlashFwdWgmmaLaunch {
                             static_cast<unsigned long long>(ceil_div(call.seqlen_k, block_n)));
   }
 
-  int bind(const Call& call, const Plan& plan, const Resources& res, int, Args* args, Why* why) const {
+  int bind(const Call& call, const Plan& plan, const Resources& res, int launch, Args* args, Why* why) const {
+    if (plan.launch[launch].kernel == 1) {  // the varlen order kernel; without its workspace, a no-op
+      if (!args->add(dense_params(call)) || !args->add(static_cast<int*>(res.workspace[0])))
+        return refuse(why, "flash_fwd_wgmma: the arguments do not fit");
+      return 0;
+    }
     att::TmaMaps maps;
     std::memset(&maps, 0, sizeof maps);
     std::memcpy(&maps.q, res.map[0], sizeof maps.q);
     std::memcpy(&maps.k, res.map[1], sizeof maps.k);
     std::memcpy(&maps.v, res.map[2], sizeof maps.v);
     maps.kv_box_rows = kv_box_rows(call);
+    if (plan.launches == 2 && plan.launch[0].kernel == 1)
+      maps.varlen_order = static_cast<const int*>(res.workspace[0]);  // null: the packed order
     if (dynamic_tiles) {
       maps.tile_count = static_cast<int*>(res.workspace[0]);  // null: round-robin
     } else if (plan.workspaces == 2 && res.workspace[0] && res.workspace[1]) {
@@ -244,7 +272,8 @@ struct FlashFwdWgmmaLaunch {
 static_assert(sizeof(att::TmaDesc) == kTensorMapBytes, "a TmaDesc is a CUtensorMap");
 
 inline constexpr Family kFlashFwdWgmma =
-    make_family<FlashFwdWgmmaLaunch>("flash_fwd_wgmma", kEntryDense | kEntryKvcache | kEntryVarlen, 1, "flash_fwd_wgmma");
+    make_family<FlashFwdWgmmaLaunch>("flash_fwd_wgmma", kEntryDense | kEntryKvcache | kEntryVarlen, 2, "flash_fwd_wgmma",
+                                     "flash_fwd_wgmma_varlen_order");
 
 }  // namespace attntune_plan
 

@@ -3,9 +3,11 @@
 // on the inputs the worker validates with (the problem's drawn lengths packed, and a ragged batch
 // of empty, one-row, odd and longest sequences), plus the same ragged batch head-major; fresh
 // random inputs, NaN-poisoned output and NaN rows past the packed tensors, FA2's criterion
-// against the reference, LSE [heads, total_q]. ATTNTUNE_PROPERTY_SAMPLE configs per family, head
+// against the reference, LSE [heads, total_q]; for flash_fwd_wgmma also a batch large enough that
+// its launch orders the sequences longest first (FlashFwdWgmmaLongestFirst). ATTNTUNE_PROPERTY_SAMPLE configs per family, head
 // dim and causality (default 6).
 #include <cstdlib>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -22,16 +24,23 @@ const PropertyShape kShapes[] = {
     {"b=3,h=4,hkv=4,s=300,sk=429,varlen=17", Layout::kBHSD},     // sk > s: 129 more keys than rows
     {"b=9,h=8,hkv=1,s=1000,sk=1000,varlen=900", Layout::kBSHD},  // MQA, long sequences
 };
+// Enough work that flash_fwd_wgmma orders the sequences longest first (launch.h, varlen_orders:
+// 4 * 32 * 128 * ~16k rows * 3000 keys, halved when causal, over 2.4e11 FLOPs).
+const PropertyShape kOrdered[] = {
+    {"b=8,h=32,hkv=8,s=3000,sk=3000,varlen=1000", Layout::kBSHD},
+};
 
-// arch "": the device's own.
-void check_family(const char* family, std::string arch, int d) {
+// arch "": the device's own. `sample` configs per causality (ATTNTUNE_PROPERTY_SAMPLE, default 6,
+// when 0) on `shapes`.
+void check_family(const char* family, std::string arch, int d, std::span<const PropertyShape> shapes = kShapes,
+                  std::size_t sample = 0) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   if (arch == "sm_90a" && props.arch != "sm_90") GTEST_SKIP() << family << " needs sm_90a; this GPU is " << props.arch;
   if (arch.empty()) arch = props.arch;
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/" + family + ".yaml");
   const char* env = std::getenv("ATTNTUNE_PROPERTY_SAMPLE");
-  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 6;
+  const std::size_t n = sample ? sample : env ? std::strtoul(env, nullptr, 10) : 6;
   std::vector<Config> configs;
   std::vector<Problem> variants;
   for (int causal = 0; causal < 2; ++causal) {
@@ -47,7 +56,7 @@ void check_family(const char* family, std::string arch, int d) {
       variants.push_back(p);
     }
   }
-  attntune::testing::check_configs(space, configs, variants, kShapes,
+  attntune::testing::check_configs(space, configs, variants, shapes,
                                    {family, d, arch, 7000, /*require_no_spills=*/false});
 }
 
@@ -61,4 +70,10 @@ TEST(PrefillVarlenProperty, FlashFwdMma) {
 TEST(PrefillVarlenProperty, FlashFwdWgmma) {
   ATTNTUNE_REQUIRE_GPU();
   for (int d : {64, 128, 256}) check_family("flash_fwd_wgmma", "sm_90a", d);
+}
+
+// Longest first: two configs per causality and head dim on a batch whose launch orders it.
+TEST(PrefillVarlenProperty, FlashFwdWgmmaLongestFirst) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (int d : {64, 128, 256}) check_family("flash_fwd_wgmma", "sm_90a", d, kOrdered, 2);
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda/nvrtc.hpp"
+#include "templates/flash_fwd_wgmma/args.h"
 #include "tests/common/plan_call.hpp"
 
 using namespace attntune;
@@ -102,12 +103,23 @@ TEST(PrefillVarlen, WgmmaMapsSpanThePackedRowsAndNeedTheirCounts) {
   call.seqlen_q = call.seqlen_k = 8000;  // max_seqlen: no part of the grid
   const auto plan = plan_call(launch, call, dev, &why);
   ASSERT_TRUE(plan) << why;
+  // That much work orders the sequences longest first: one CTA of the order kernel, with its
+  // workspace (the order and each sequence's first tile), then the main kernel.
+  ASSERT_EQ(plan->launches, 2);
+  EXPECT_EQ(plan->launch[0].kernel, 1);
+  EXPECT_EQ(plan->launch[0].grid[0] * plan->launch[0].grid[1] * plan->launch[0].grid[2], 1u);
+  EXPECT_EQ(plan->launch[0].block, static_cast<unsigned>(att::kVarlenOrderThreads));
+  ASSERT_EQ(plan->workspaces, 1);
+  EXPECT_EQ(plan->workspace[0].bytes, (2u * 16 + 1) * sizeof(int));
+  EXPECT_TRUE(plan->workspace[0].optional);  // without it the main kernel runs in the packed order
   // One CTA per tile of the packed index space: (total_q / block_m + batch) * heads_q.
   const auto bm = std::get<std::int64_t>(c.at("block_m"));
-  EXPECT_EQ(plan->launch[0].grid[0], static_cast<unsigned>((70001 / bm + 16) * 32));
-  EXPECT_EQ(plan->launch[0].grid[1], 1u);
-  EXPECT_EQ(plan->launch[0].grid[2], 1u);
-  EXPECT_EQ(plan->launch[0].cluster, 1u);
+  const auto& main = plan->launch[1];
+  EXPECT_EQ(main.kernel, 0);
+  EXPECT_EQ(main.grid[0], static_cast<unsigned>((70001 / bm + 16) * 32));
+  EXPECT_EQ(main.grid[1], 1u);
+  EXPECT_EQ(main.grid[2], 1u);
+  EXPECT_EQ(main.cluster, 1u);
   ASSERT_EQ(plan->maps, 3);
   for (int m = 0; m < 3; ++m) {
     EXPECT_EQ(plan->map[m].dims[1], 70001u) << m;  // the packed rows
@@ -119,6 +131,32 @@ TEST(PrefillVarlen, WgmmaMapsSpanThePackedRowsAndNeedTheirCounts) {
   const auto no_keys = plan_call(launch, varlen_call_of(kVarlen, 100, 0), dev, &why);
   ASSERT_TRUE(no_keys) << why;
   EXPECT_EQ(no_keys->map[1].dims[1], 100u);
+}
+
+// The packed order stays where ordering would not pay (little work, one sequence) or cannot run
+// (more sequences than the order kernel's CTA has threads).
+TEST(PrefillVarlen, WgmmaOrdersLongestFirstOnlyWhereItPays) {
+  const SearchSpace space = space_of("flash_fwd_wgmma");
+  const Config c = first_config(space, kVarlen, "sm_90a", [](const Config&) { return true; });
+  const auto launch = render_kernel(space, c, kVarlen, "sm_90a").launch;
+  const auto dev = FakeDevice{}.device();
+  std::string why;
+  auto launches = [&](long long total, int max_len, int batch) {
+    attntune_plan::Call call = varlen_call_of(kVarlen, total, total);
+    call.seqlen_q = call.seqlen_k = max_len;
+    call.batch = batch;
+    const auto plan = plan_call(launch, call, dev, &why);
+    EXPECT_TRUE(plan) << why;
+    return plan ? plan->launches : 0;
+  };
+  // 4 * 32 heads * 128 * total * max_len / 2 (causal) against 2.4e11.
+  EXPECT_EQ(launches(70001, 8000, 16), 2);
+  EXPECT_EQ(launches(4096, 512, 8), 1);      // ~1.4e10: a few microseconds of work
+  EXPECT_EQ(launches(70001, 8000, 1), 1);    // one sequence: nothing to order
+  EXPECT_EQ(launches(70001, 8000, att::kVarlenOrderThreads), 2);
+  EXPECT_EQ(launches(70001, 8000, att::kVarlenOrderThreads + 1), 1);
+  // A dense build never orders.
+  EXPECT_EQ(plan_call(render_kernel(space, c, kDense, "sm_90a").launch, dense_call_of(kDense), dev, &why)->launches, 1);
 }
 
 // A spread of varlen configs compiles for each arch the spaces list (sm_80 and sm_89: the L4).
