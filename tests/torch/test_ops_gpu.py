@@ -6,7 +6,8 @@ here from $ATTNTUNE_TORCH_DB (default tests/data/campaigns/h100-suite.db) in $AT
 it, on the problem it was tuned for and on odd shapes near it:
   - values: NaN-poisoned out, against float64 (FlashAttention-2's criterion; compare_sdpa.py's
     reference), with LSE; [B,S,H,D] views; GQA; through attention_kvcache (paged with shuffled block
-    tables and ragged lengths, and contiguous) for kernels that serve it; every call must have run a
+    tables and ragged lengths, and contiguous) for kernels that serve it (a chunked-prefill kernel,
+    tuned on a paged problem of more than 16 rows, through it alone); every call must have run a
     kernel (coverage), none fallen back;
   - torch.compile(fullgraph=True) (inductor) and a captured CUDA graph replayed on new inputs give
     the eager op's values bit for bit;
@@ -175,6 +176,13 @@ def main():
                 check_varlen(lens, extra, H, Hkv, D, causal, 200 + 10 * i + seed)
             lib.set_policy("sdpa", 16.0)
             continue
+        if cs.problem_str(p) in kv_problems and S > cs.DECODE_MAX_S:
+            # A chunked-prefill kernel serves the kvcache entry only: the tuned page size, 16, 256 and
+            # a contiguous cache, ragged (0, 1, odd, all, random keys), and chunks near the tuned one.
+            for seed, page in enumerate(sorted({p.get("page") or 64, 16, 256}) + [0]):
+                check_kvcache(max(5, min(B, 8)), H, Hkv, S, min(Sk, S + 2051), D, causal, page, 100 + seed)
+            check_kvcache(5, H, Hkv, max(17, (S * 3 // 4) | 1), min(Sk, S + 2051), D, causal, 64, 120)
+            continue
         if S <= cs.DECODE_MAX_S:
             shapes = [(B, H, Hkv, S, Sk, "BHSD"), (3, H, Hkv, S, (Sk * 3 // 4) | 1, "BSHD")]
         else:
@@ -282,8 +290,10 @@ def main():
             B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
             scale = 1 / math.sqrt(D)
             q, k, v, out = cs.make_inputs(B, H, Hkv, S, Sk, D, dtype, "BHSD", 3)
-            kv = cs.problem_str(p) in kv_problems and S <= cs.DECODE_MAX_S
-            if kv:  # decode kernels: through the kvcache entry, on a paged cache (every sequence at sk)
+            # Decode kernels and chunked-prefill ones (which serve nothing else): through the kvcache
+            # entry, on a paged cache (every sequence at sk).
+            kv = cs.problem_str(p) in kv_problems and (S <= cs.DECODE_MAX_S or bool(p.get("page")))
+            if kv:
                 cache = cs.KvCache(k, v, None, p.get("page") or 16, 5)
                 qt, ot = q.transpose(1, 2), out.transpose(1, 2)
                 st = [(ctypes.c_longlong * 3)(*x) for x in (q.stride()[:3], cache.k_strides, cache.v_strides,
