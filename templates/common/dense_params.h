@@ -76,6 +76,9 @@ inline int check_prefill_entry(const char* family, const Call& call, int entry, 
       if (static_cast<long long>(call.max_blocks_per_seq) * call.page_size < call.seqlen_k)
         return refuse(why, "%s: max_blocks_per_seq %d pages of %d keys cannot hold seqlen_k_max %d keys", family,
                       call.max_blocks_per_seq, call.page_size, call.seqlen_k);
+      if (static_cast<long long>(call.max_blocks_per_seq) * call.batch >= (1LL << 31))
+        return refuse(why, "%s: a block table of batch %d x max_blocks_per_seq %d entries is 2^31 or more", family,
+                      call.batch, call.max_blocks_per_seq);
     }
     return 0;
   }

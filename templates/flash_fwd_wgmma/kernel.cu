@@ -107,24 +107,27 @@ __device__ __forceinline__ void load_kv_tile(u32 dst, u32 full, const TmaDesc* d
 }
 
 // Kvcache with a page table: K/V tile `tile` of sequence `batch` (len_k keys) as boxes of
-// maps.kv_box_rows rows, each within one page: box x holds keys j = tile * kBlockN + x * rows on,
-// row j % page_size of page block_table[batch][j / page_size]. Boxes wholly past len_k are not
-// issued (the full barrier expects the bytes of those that are); their rows, and those of the last
-// box past len_k, the consumers zero in V (zero_v_tail) and mask in S.
+// maps.kv_box_rows rows, each within one page: the box at key j holds keys j.. on, row
+// j % page_size of page block_table[batch][j / page_size]. Boxes wholly past len_k are not
+// issued; their rows, and those of the last box past len_k, the consumers zero in V
+// (zero_v_tail) and mask in S. Each box adds its bytes to the full barrier's expected count before
+// it is issued, and one arrive closes the tile: no box count (a division) to hold, which spilled
+// the producer's 24 registers in the persistent causal loop (112 bytes).
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void load_kv_paged(u32 dst, u32 full, const TmaDesc* desc, const AttnParams& p,
                                               const TmaMaps& maps, int tile, int kv_head, int batch, int len_k) {
-  const int rows = maps.kv_box_rows, j0 = tile * T::kBlockN;
-  const int boxes = (min(T::kBlockN, len_k - j0) + rows - 1) / rows;
-  const int* bt = p.block_table + static_cast<long long>(batch) * p.max_blocks_per_seq;
-  mbar_arrive_expect_tx(full, static_cast<u32>(boxes * rows * 128 * T::kColBlocks));
-  for (int x = 0; x < boxes; ++x) {
-    const int j = j0 + x * rows;
+  const int rows = maps.kv_box_rows, end = min((tile + 1) * T::kBlockN, len_k), row0 = batch * p.max_blocks_per_seq;
+  for (int j = tile * T::kBlockN; j < end; j += rows, dst += rows * 128) {
     const int page = p.page_mul ? static_cast<int>(__umulhi(static_cast<unsigned>(j), p.page_mul) >> p.page_shift) : j;
-    const int pg = __ldg(bt + page), pr = j - page * p.page_size;
+    const int pg = __ldg(p.block_table + (row0 + page)), pr = j - page * p.page_size;
+    mbar_expect_tx(full, static_cast<u32>(rows * 128 * T::kColBlocks));
 #pragma unroll
     for (int cb = 0; cb < T::kColBlocks; ++cb)
-      tma_load_4d(dst + cb * T::kKVColBlockBytes + x * rows * 128, desc, full, cb * 64, pr, kv_head, pg);
+      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * 64, pr, kv_head, pg);
   }
+  mbar_arrive(full);
 }
 
 // Iteration `it` of a work tile (global iteration it_base + it) loads K/V tile n-1-it into its

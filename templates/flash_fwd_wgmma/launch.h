@@ -14,7 +14,8 @@
 // and its tensor maps span the packed rows: it needs their counts (Call::total_q, total_k), which attntune_attention_forward_varlen_packed and the PyTorch
 // op pass; the contract's varlen entry point does not, and such a build refuses it.
 //
-// A build for a KV cache (ATT_KVCACHE; one CTA per tile, the dense grid) serves
+// A build for a KV cache (ATT_KVCACHE; the dense grid or a persistent one, without the split tail
+// or multicast) serves
 // attntune_attention_forward_kvcache: with a page table, K and V maps over the pages
 // (head_dim, page_size, heads_kv, pages) in boxes of gcd(page_size, BLOCK_N) rows (page_size a
 // multiple of 8); without, the dense maps over seqlen_k_max rows. Each tile's keys come from

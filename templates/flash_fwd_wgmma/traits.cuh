@@ -23,7 +23,8 @@ struct Traits {
   // A KV cache (attntune_attention_forward_kvcache): each sequence's keys from cache_seqlens, K and
   // V through the page table (TMA boxes within a page) or contiguous, and the rows of a sequence's
   // last K/V tile past its keys zeroed in V (a cache holds anything there). The renderer defines
-  // ATT_KVCACHE for paged problems only. One CTA per tile (not persistent; the space says so).
+  // ATT_KVCACHE for paged problems only. Persistent grids take each tile's keys from its sequence
+  // (work_tile); the split tail (equal tiles) and multicast (one CTA loading for two) are off.
 #ifdef ATT_KVCACHE
   static constexpr bool kKvcache = ATT_KVCACHE != 0;
 #else
@@ -72,7 +73,9 @@ struct Traits {
   // (an idle last block when their count is odd).
   static constexpr bool kKvMulticast = KV_MULTICAST;
   static_assert(!kVarlen || !(PERSISTENT), "a varlen build runs one CTA per work tile (persistent = false)");
-  static_assert(!kKvcache || !(PERSISTENT), "a kvcache build runs one CTA per work tile (persistent = false)");
+  static_assert(!kKvcache || !(SPLIT_TAIL || KV_MULTICAST),
+                "a kvcache build's tiles differ in keys per sequence (no split tail) and load pages one CTA at a "
+                "time (no multicast)");
   static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
   static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
 

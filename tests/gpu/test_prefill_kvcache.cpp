@@ -6,6 +6,7 @@
 // NULL, NaN past each length); fresh random inputs, NaN-poisoned output, FA2's criterion against
 // the reference. ATTNTUNE_PROPERTY_SAMPLE configs per family, head dim and causality (default 6).
 #include <cstdlib>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -31,8 +32,9 @@ const PropertyShape kOddPages[] = {
     {"b=5,h=4,hkv=2,s=100,sk=500,page=7", Layout::kBHSD},
 };
 
-// arch "": the device's own.
-void check_family(const char* family, std::string arch, int d) {
+// arch "": the device's own. `persistent_only`: configs with a persistent grid alone (a
+// spread of them; causal ones take their tiles from a counter).
+void check_family(const char* family, std::string arch, int d, bool persistent_only = false) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   if (arch == "sm_90a" && props.arch != "sm_90") GTEST_SKIP() << family << " needs sm_90a; this GPU is " << props.arch;
@@ -45,7 +47,9 @@ void check_family(const char* family, std::string arch, int d) {
   for (int causal = 0; causal < 2; ++causal) {
     const Problem kind =
         Problem::parse(fmt::format("b=4,h=32,hkv=8,s=2048,sk=10240,d={},dtype=bf16,causal={},page=64", d, causal));
-    const std::vector<Config> all = space.enumerate(kind, arch);
+    std::vector<Config> all = space.enumerate(kind, arch);
+    if (persistent_only)
+      std::erase_if(all, [](const Config& c) { return !std::get<bool>(c.at("persistent")); });
     ASSERT_FALSE(all.empty()) << family;
     const std::size_t m = n == 0 || n >= all.size() ? all.size() : n;
     for (std::size_t i = 0; i < m; ++i) {
@@ -71,4 +75,11 @@ TEST(PrefillKvcacheProperty, FlashFwdMma) {
 TEST(PrefillKvcacheProperty, FlashFwdWgmma) {
   ATTNTUNE_REQUIRE_GPU();
   for (int d : {64, 128, 256}) check_family("flash_fwd_wgmma", "sm_90a", d);
+}
+
+// Persistent grids over a KV cache: every tile's keys from its own sequence (ragged caches), the
+// causal ones' tiles handed out by the counter.
+TEST(PrefillKvcachePersistent, FlashFwdWgmma) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (int d : {64, 128}) check_family("flash_fwd_wgmma", "sm_90a", d, /*persistent_only=*/true);
 }

@@ -143,14 +143,24 @@ TEST(PrefillKvcache, OnlyPagedProblemsRenderAttKvcacheInThePrefillFamilies) {
 
 TEST(PrefillKvcache, TheSpacesLeaveDecodeToFlashDecodeAndOddPagesToMma) {
   const SearchSpace mma = space_of("flash_fwd_mma"), wgmma = space_of("flash_fwd_wgmma");
-  // flash_fwd_wgmma: a KV cache runs one CTA per tile, never the persistent schedules.
-  std::size_t n = 0;
+  // flash_fwd_wgmma: a KV cache may run persistent grids, but never the split tail (tiles of equal
+  // keys) or multicast (one CTA loading pages for two).
+  std::size_t n = 0, persistent = 0;
   wgmma.for_each_valid(kPaged, "sm_90a", [&](const Config& c) {
     ++n;
-    EXPECT_FALSE(std::get<bool>(c.at("persistent"))) << config_str(c);
+    persistent += std::get<bool>(c.at("persistent"));
+    EXPECT_FALSE(std::get<bool>(c.at("split_tail"))) << config_str(c);
+    EXPECT_FALSE(std::get<bool>(c.at("kv_multicast"))) << config_str(c);
   });
   EXPECT_GT(n, 0u);
-  EXPECT_GT(wgmma.count(kDense, "sm_90a"), n);  // the dense problem has the persistent ones too
+  EXPECT_GT(persistent, 0u);
+  // The dense problem has them all; the non-causal one the split tail and multicast too.
+  EXPECT_EQ(wgmma.count(kDense, "sm_90a"), n);
+  Problem noncausal = kDense;
+  noncausal.causal = false;
+  Problem noncausal_paged = kPaged;
+  noncausal_paged.causal = false;
+  EXPECT_GT(wgmma.count(noncausal, "sm_90a"), wgmma.count(noncausal_paged, "sm_90a"));
   EXPECT_GT(mma.count(kPaged, "sm_90"), 0u);
   EXPECT_EQ(mma.count(kPaged, "sm_90"), mma.count(kDense, "sm_90"));  // no param of mma's depends on the cache
 
