@@ -61,32 +61,15 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 import warnings
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import peer_common  # what the peer tools share
+from peer_common import (ATOL, BACKENDS, RTOL, Timer, fmt, kernels_cu, log, package_root, reference_seq,
+                         seq_pairs, short)
+
 GROUPS = ("ours", "fa4", "sdpa_padded", "sdpa_loop", "ours_dense")
-BACKENDS = ("cudnn", "flash", "efficient")  # the default; "math" too on request (--backends)
-ATOL = {"bf16": 2e-2, "fp16": 5e-3}
-# the output's own rounding (half an ulp, relative), allowed on top of ATOL: a correct bf16 output of
-# magnitude 4..8 is up to 1.6e-2 off the float32 reference from its rounding alone
-RTOL = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
-T0 = time.time()
-
-
-def fmt(x, w, spec):
-    return f"{x:>{w}{spec}}" if isinstance(x, (int, float)) and x == x else f"{'-':>{w}}"
-
-
-def log(*a):
-    print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
-
-
-def short(e, n=200):
-    t = " ".join(f"{type(e).__name__}: {e}".split())
-    return t if len(t) <= n else t[:n - 3] + "..."
 
 
 # ---------------------------------------------------------------- problems (no torch)
@@ -151,18 +134,6 @@ def q_lens(p):
     return lens
 
 
-def seq_pairs(lq, lk, causal):
-    """Visible (query, key) pairs of one sequence; causal bottom-right: query i sees
-    min(lk, max(0, i + lk - lq + 1)) keys."""
-    if not causal:
-        return lq * lk
-    off = lk - lq
-    lo = min(lq, max(0, -off))
-    hi = min(lq, max(lo, lk - off - 1))
-    part = (hi - lo) * ((lo + off + 1) + (hi + off)) // 2 if hi > lo else 0
-    return part + (lq - hi) * lk
-
-
 def cumsum0(xs):
     out = [0]
     for x in xs:
@@ -193,24 +164,9 @@ def dense_flops(p):
 # ---------------------------------------------------------------- the FA4 kit (no torch to look up)
 
 def load_kit(args):
-    """(fa4kit module, aot dirs, None) or (None, dirs, why not)."""
-    dirs = args.fa4_aot or ([os.path.join(ROOT, ".fa4", "aot")] if os.path.isdir(os.path.join(ROOT, ".fa4", "aot"))
-                            else [])
-    if not dirs:
-        return None, dirs, "no FA4 kernels (no .fa4/aot; --fa4-aot DIR)"
-    kit = args.fa4_kit or next((d for d in [os.path.dirname(os.path.abspath(x)) for x in dirs] + [os.path.join(ROOT, ".fa4")]
-                                if os.path.isfile(os.path.join(d, "fa4kit.py"))), None)
-    if not kit or not os.path.isfile(os.path.join(kit, "fa4kit.py")):
-        return None, dirs, f"no fa4kit.py beside {dirs} (--fa4-kit DIR)"
-    sys.path.insert(0, kit)
-    sys.dont_write_bytecode = True
-    try:
-        import fa4kit
-    except Exception as e:  # noqa: BLE001
-        return None, dirs, f"fa4kit.py did not import: {short(e)}"
-    if not hasattr(fa4kit, "varlen_lens") or not hasattr(fa4kit.FA4Aot, "make_varlen"):
-        return None, dirs, f"{kit}/fa4kit.py has no varlen support (a kit copy older than the varlen wiring)"
-    return fa4kit, dirs, None
+    """(fa4kit module, aot dirs, None) or (None, dirs, why not): a kit with the varlen wiring."""
+    return peer_common.load_kit(args, lambda K: hasattr(K, "varlen_lens") and hasattr(K.FA4Aot, "make_varlen"),
+                                "{kit}/fa4kit.py has no varlen support (a kit copy older than the varlen wiring)")
 
 
 def fa4_lookup(K, dirs, spec):
@@ -226,20 +182,6 @@ def fa4_lookup(K, dirs, spec):
 
 
 # ---------------------------------------------------------------- package
-
-def package_root(d):
-    """The folder to put on sys.path for `import attntune` of the package in d."""
-    d = os.path.abspath(d)
-    if os.path.isfile(os.path.join(d, "attntune", "__init__.py")):
-        return d
-    if os.path.basename(d) == "attntune" and os.path.isfile(os.path.join(d, "__init__.py")):
-        return os.path.dirname(d)
-    raise FileNotFoundError(f"{d}: no attntune/__init__.py (a folder `attntune export --torch DIR` wrote)")
-
-
-def kernels_cu(d):
-    return os.path.join(package_root(d), "attntune", "kernels.cu")
-
 
 # ---------------------------------------------------------------- dry run
 
@@ -277,66 +219,6 @@ def dry_run(args, p, batch, groups, dense):
 
 
 # ---------------------------------------------------------------- GPU side
-
-def reference_seq(torch, q, k, v, causal, scale, max_bytes=1 << 30):
-    """float32 attention of one sequence: q [H, lq, D], k/v [Hkv, lk, D] -> (out [H, lq, D], lse [H, lq]);
-    bottom-right causal; a row that sees no key gives 0 and LSE -inf. Chunks heads."""
-    H, lq, D = q.shape
-    Hkv, lk = k.shape[0], k.shape[1]
-    g = H // Hkv
-    out = torch.zeros(H, lq, D, device=q.device, dtype=torch.float32)
-    lse = torch.full((H, lq), float("-inf"), device=q.device, dtype=torch.float32)
-    if lq == 0 or lk == 0:
-        return out, lse
-    mask = None
-    if causal:
-        i = torch.arange(lq, device=q.device)[:, None]
-        j = torch.arange(lk, device=q.device)[None, :]
-        mask = j > i + (lk - lq)
-    hc = max(1, min(H, max_bytes // max(1, lq * lk * 4)))
-    for h0 in range(0, H, hc):
-        h1 = min(H, h0 + hc)
-        kvh = torch.arange(h0, h1, device=q.device) // g
-        s = torch.matmul(q[h0:h1].float(), k.index_select(0, kvh).float().transpose(-1, -2)).mul_(scale)
-        if mask is not None:
-            s.masked_fill_(mask, float("-inf"))
-        l = torch.logsumexp(s, dim=-1)
-        pm = torch.exp(s - torch.where(torch.isinf(l), torch.zeros_like(l), l)[..., None])
-        out[h0:h1] = torch.matmul(pm, v.index_select(0, kvh).float())
-        lse[h0:h1] = l
-        del s, pm
-    return out, lse
-
-
-class Timer:
-    """One contender's graph; a sample replays it back to back between two CUDA events, as many
-    times as span the sample's target (the replay count learnt from the samples before)."""
-
-    def __init__(self, torch, graph, calls, min_s):
-        self.torch, self.g, self.calls, self.min_s = torch, graph, calls, min_s
-        self.ms_per_replay = max(self._run(1), 1e-3)
-
-    def _run(self, n):
-        t = self.torch
-        a, b = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(n):
-            self.g.replay()
-        b.record()
-        b.synchronize()
-        return a.elapsed_time(b)
-
-    def sample(self, seconds=None):
-        """Microseconds per call over one sample of at least `seconds` (default --min-seconds) of GPU time."""
-        target = 1000.0 * (self.min_s if seconds is None else seconds)
-        n = max(1, math.ceil(target * 1.03 / self.ms_per_replay))
-        while True:
-            ms = self._run(n)
-            self.ms_per_replay = max(ms / n, 1e-3)
-            if ms >= target:
-                return ms * 1000.0 / (n * self.calls)
-            n = max(n + 1, math.ceil(target * 1.05 / self.ms_per_replay))
-
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],

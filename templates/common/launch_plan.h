@@ -261,6 +261,16 @@ struct Consts {
 
 inline long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
+// Greatest common divisor of two non-negative ints (a box of rows that fits both a page and a tile).
+inline int gcd_int(int a, int b) {
+  while (b) {
+    const int t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
 // The fields every family's kernel arguments name alike (AttnParams, DecodeParams): the tensors,
 // their strides, the sizes and the softmax scale (with scale * log2(e), for exp2), from a call.
 template <class P>

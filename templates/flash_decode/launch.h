@@ -55,13 +55,7 @@ inline int decode_splits(long long units, long long tiles, int sm_count, int cta
 // within one page, and a tile is whole boxes).
 inline int decode_tma_rows(const Call& c, int block_n) {
   if (c.entry != kEntryKvcache || !c.block_table || c.page_size < 1) return block_n;
-  int a = c.page_size, b = block_n;
-  while (b) {
-    const int t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
+  return gcd_int(c.page_size, block_n);
 }
 
 struct FlashDecodeLaunch {

@@ -228,13 +228,7 @@ struct FlashFwdWgmmaLaunch {
   // Kvcache with a page table: K/V rows per TMA box, gcd(page_size, block_n) (args.h); else 0.
   int kv_box_rows(const Call& call) const {
     if (entry != kEntryKvcache || !call.block_table || call.page_size < 1) return 0;
-    int a = call.page_size, b = block_n;
-    while (b) {
-      const int t = a % b;
-      a = b;
-      b = t;
-    }
-    return a;
+    return gcd_int(call.page_size, block_n);
   }
 
   unsigned tail_tiles(const Call& call, unsigned ctas) const {

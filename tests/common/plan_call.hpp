@@ -8,6 +8,21 @@
 
 namespace attntune::testing {
 
+// A shipped space, from the source tree.
+inline SearchSpace space_of(const std::string& family) {
+  return SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/" + family + ".yaml");
+}
+
+// The first valid config of `space` for `p` on `arch` that `pick` accepts (empty: none).
+template <class Pick>
+inline Config first_config(const SearchSpace& space, const Problem& p, const std::string& arch, Pick pick) {
+  Config c;
+  space.for_each_valid(p, arch, [&](const Config& x) {
+    if (c.empty() && pick(x)) c = x;
+  });
+  return c;
+}
+
 inline attntune_plan::Call dense_call_of(const Problem& p, long long base = 1ll << 32) {
   attntune_plan::Call c = attntune_plan::empty_call();
   c.entry = attntune_plan::kEntryDense;

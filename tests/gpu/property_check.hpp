@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -36,6 +37,33 @@ struct PropertyRun {
   std::uint64_t seed = 0; // inputs use seed + 1, seed + 2, ...
   bool require_no_spills = false;
 };
+
+// The configs a property test samples per problem kind: ATTNTUNE_PROPERTY_SAMPLE, else `fallback`
+// (0: every valid config).
+inline std::size_t property_sample(std::size_t fallback = 6) {
+  const char* env = std::getenv("ATTNTUNE_PROPERTY_SAMPLE");
+  return env ? std::strtoul(env, nullptr, 10) : fallback;
+}
+
+// A spread of `n` configs of `space` for problem `kind` on `arch` (0 or more than there are: all),
+// evenly over the valid ones that `keep` accepts (none given: every one), appended to `configs`
+// with their problems in `variants`: `kind`, its dtype alternating bf16 and fp16 over all that
+// `configs` holds. False when no config qualifies.
+inline bool spread_configs(const SearchSpace& space, const Problem& kind, const std::string& arch, std::size_t n,
+                           std::vector<Config>& configs, std::vector<Problem>& variants,
+                           const std::function<bool(const Config&)>& keep = {}) {
+  std::vector<Config> all = space.enumerate(kind, arch);
+  if (keep) std::erase_if(all, [&](const Config& c) { return !keep(c); });
+  if (all.empty()) return false;
+  const std::size_t m = n == 0 || n >= all.size() ? all.size() : n;
+  for (std::size_t i = 0; i < m; ++i) {
+    Problem p = kind;
+    p.dtype = configs.size() % 2 ? DType::kFp16 : DType::kBf16;
+    configs.push_back(all[i * all.size() / m]);
+    variants.push_back(p);
+  }
+  return true;
+}
 
 // A paged problem's K and V as the reference reads them (contiguous, in the buffers' layout), NaN
 // at every row at or past each sequence's keys.

@@ -5,7 +5,7 @@
 // pages, NaN in every page row past a sequence's keys, and the same cache contiguous (block_table
 // NULL, NaN past each length); fresh random inputs, NaN-poisoned output, FA2's criterion against
 // the reference. ATTNTUNE_PROPERTY_SAMPLE configs per family, head dim and causality (default 6).
-#include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -40,24 +40,16 @@ void check_family(const char* family, std::string arch, int d, bool persistent_o
   if (arch == "sm_90a" && props.arch != "sm_90") GTEST_SKIP() << family << " needs sm_90a; this GPU is " << props.arch;
   if (arch.empty()) arch = props.arch;
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/" + family + ".yaml");
-  const char* env = std::getenv("ATTNTUNE_PROPERTY_SAMPLE");
-  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 6;
   std::vector<Config> configs;
   std::vector<Problem> variants;
   for (int causal = 0; causal < 2; ++causal) {
     const Problem kind =
         Problem::parse(fmt::format("b=4,h=32,hkv=8,s=2048,sk=10240,d={},dtype=bf16,causal={},page=64", d, causal));
-    std::vector<Config> all = space.enumerate(kind, arch);
-    if (persistent_only)
-      std::erase_if(all, [](const Config& c) { return !std::get<bool>(c.at("persistent")); });
-    ASSERT_FALSE(all.empty()) << family;
-    const std::size_t m = n == 0 || n >= all.size() ? all.size() : n;
-    for (std::size_t i = 0; i < m; ++i) {
-      Problem p = kind;
-      p.dtype = configs.size() % 2 ? DType::kFp16 : DType::kBf16;
-      configs.push_back(all[i * all.size() / m]);
-      variants.push_back(p);
-    }
+    std::function<bool(const Config&)> keep;
+    if (persistent_only) keep = [](const Config& c) { return std::get<bool>(c.at("persistent")); };
+    ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, attntune::testing::property_sample(), configs,
+                                                  variants, keep))
+        << family;
   }
   std::vector<PropertyShape> shapes(std::begin(kShapes), std::end(kShapes));
   if (std::string(family) == "flash_fwd_mma") shapes.insert(shapes.end(), std::begin(kOddPages), std::end(kOddPages));

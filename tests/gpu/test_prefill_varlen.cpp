@@ -39,22 +39,13 @@ void check_family(const char* family, std::string arch, int d, std::span<const P
   if (arch == "sm_90a" && props.arch != "sm_90") GTEST_SKIP() << family << " needs sm_90a; this GPU is " << props.arch;
   if (arch.empty()) arch = props.arch;
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/" + family + ".yaml");
-  const char* env = std::getenv("ATTNTUNE_PROPERTY_SAMPLE");
-  const std::size_t n = sample ? sample : env ? std::strtoul(env, nullptr, 10) : 6;
+  const std::size_t n = sample ? sample : attntune::testing::property_sample();
   std::vector<Config> configs;
   std::vector<Problem> variants;
   for (int causal = 0; causal < 2; ++causal) {
     const Problem kind =
         Problem::parse(fmt::format("b=4,h=4,s=1024,d={},dtype=bf16,causal={},varlen=1", d, causal));
-    const std::vector<Config> all = space.enumerate(kind, arch);
-    ASSERT_FALSE(all.empty()) << family;
-    const std::size_t m = n == 0 || n >= all.size() ? all.size() : n;
-    for (std::size_t i = 0; i < m; ++i) {
-      Problem p = kind;
-      p.dtype = configs.size() % 2 ? DType::kFp16 : DType::kBf16;
-      configs.push_back(all[i * all.size() / m]);
-      variants.push_back(p);
-    }
+    ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, n, configs, variants)) << family;
   }
   attntune::testing::check_configs(space, configs, variants, shapes,
                                    {family, d, arch, 7000, /*require_no_spills=*/false});

@@ -22,25 +22,13 @@
 using namespace attntune;
 using attntune::testing::dense_call_of;
 using attntune::testing::FakeDevice;
+using attntune::testing::first_config;
+using attntune::testing::space_of;
 using attntune::testing::varlen_call_of;
 
 namespace {
 
-SearchSpace space_of(const std::string& family) {
-  return SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/" + family + ".yaml");
-}
-
 std::string arch_of(const std::string& family) { return family == "flash_fwd_wgmma" ? "sm_90a" : "sm_90"; }
-
-// The first valid config of `family` for `p` on `arch` that `pick` accepts.
-template <class Pick>
-Config first_config(const SearchSpace& space, const Problem& p, const std::string& arch, Pick pick) {
-  Config c;
-  space.for_each_valid(p, arch, [&](const Config& x) {
-    if (c.empty() && pick(x)) c = x;
-  });
-  return c;
-}
 
 std::int64_t int_of(const Config& c, const char* name) { return std::get<std::int64_t>(c.at(name)); }
 

@@ -12,23 +12,11 @@
 using namespace attntune;
 using attntune::testing::dense_call_of;
 using attntune::testing::FakeDevice;
+using attntune::testing::first_config;
+using attntune::testing::space_of;
 using attntune::testing::varlen_call_of;
 
 namespace {
-
-SearchSpace space_of(const std::string& family) {
-  return SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/" + family + ".yaml");
-}
-
-// The first valid config of `family` for `p` on `arch` that `pick` accepts.
-template <class Pick>
-Config first_config(const SearchSpace& space, const Problem& p, const std::string& arch, Pick pick) {
-  Config c;
-  space.for_each_valid(p, arch, [&](const Config& x) {
-    if (c.empty() && pick(x)) c = x;
-  });
-  return c;
-}
 
 const Problem kVarlen = Problem::parse("b=16,h=32,hkv=8,s=8192,d=128,dtype=bf16,causal=1,varlen=128");
 const Problem kDense = Problem::parse("b=16,h=32,hkv=8,s=8192,d=128,dtype=bf16,causal=1");
