@@ -21,6 +21,16 @@
 
 namespace att {
 
+#ifndef DECODE_X_SKIP_MATH
+#define DECODE_X_SKIP_MATH 0  // experiment (harness only): 1 consumers release tiles unscored, 2 QK^T only
+#endif
+#ifndef DECODE_X_SKIP_Q
+#define DECODE_X_SKIP_Q 0  // experiment (harness only): consumers do not load Q
+#endif
+#ifndef DECODE_X_SKIP_EPI
+#define DECODE_X_SKIP_EPI 0  // experiment (harness only): no merge, partial or combine after the loop
+#endif
+
 using T = Traits;
 
 constexpr float kLn2 = 0.6931471805599453f;
@@ -157,6 +167,11 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
     }
   }
 
+#if DECODE_X_SKIP_MATH == 2
+#pragma unroll
+  for (int nt = 0; nt < T::kKeyTiles; ++nt) a.o[0][nt][0] += s[0][nt][0] + s[0][nt][1] + s[0][nt][2] + s[0][nt][3];
+  return;
+#endif
   // Scale to log2 units; mask keys past the sequence (and, causal, right of the diagonal).
   const bool full = kw0 + T::kWarpKeys <= L.unmasked;
 #pragma unroll
@@ -218,28 +233,67 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
 
 // ---- epilogue ------------------------------------------------------------------------------------
 
-// The merge buffer (kMergeBytes of shared memory): o [kBlockM][kOStride], m [kWarpsN][kBlockM],
-// l [kBlockM], the combine's stats [2][kBlockM].
+// The key groups' merge, in shared memory over Q and the ring. Slots (where the ring holds them):
+// each key group writes its own unnormalized O, max and sum to its slot, one barrier, and the
+// stores read every slot, weighting each by exp2(its max - the row's max) / the row's sum. Else
+// (the ring is smaller) one slot, to which the groups add their rescaled O in turn. Both orders
+// are fixed: the output is the same bits call after call. (Shared-memory float atomics, the first
+// form, cost ~7 us a CTA on an H100: docs/design/flash_decode.md.)
+constexpr int kSlotBytes = T::kWarpsN * T::kBlockM * (T::kOStride + 2) * 4;
+constexpr bool kSlotMerge = T::kWarpsN > 1 && kSlotBytes <= T::kQBytes + T::kRingBytes;
+constexpr int kSlots = kSlotMerge ? T::kWarpsN : 1;
+static_assert(kSlots * T::kBlockM * T::kOStride * 4 + (T::kWarpsN + kSlots) * T::kBlockM * 4 <= T::kSmemBytes,
+              "the merge buffer fits the kernel's shared memory");
+
+// o [kSlots][kBlockM][kOStride], m [kWarpsN][kBlockM] (each key group's row maxima, log2 units),
+// l [kSlots][kBlockM].
 struct MergeBuf {
   float* o;
   float* m;
   float* l;
-  float* stats;
   __device__ __forceinline__ explicit MergeBuf(float* base)
-      : o(base), m(base + T::kBlockM * T::kOStride), l(m + T::kWarpsN * T::kBlockM), stats(l + T::kBlockM) {}
-  // Row r's natural-log LSE (-inf: no key) and 1 / sum (0: no key), after merge_warps.
-  __device__ __forceinline__ float lse(int r, float& inv) const {
+      : o(base), m(base + kSlots * T::kBlockM * T::kOStride), l(m + T::kWarpsN * T::kBlockM) {}
+  // Row r's weights: slot w's O times f[w] summed is the normalized output; lse in natural log
+  // (-inf and f = 0: the row saw no key).
+  struct Row {
+    float f[kSlots];
+    float lse;
+  };
+  __device__ __forceinline__ Row row(int r) const {
+    Row R;
     float mx = neg_inf();
 #pragma unroll
     for (int w = 0; w < T::kWarpsN; ++w) mx = fmaxf(mx, m[w * T::kBlockM + r]);
-    const float sum = l[r];
-    inv = sum > 0.f ? 1.f / sum : 0.f;
-    return sum > 0.f ? (mx + lg2(sum)) * kLn2 : neg_inf();
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kSlots; ++w) {
+      const float mw = kSlotMerge ? m[w * T::kBlockM + r] : mx;
+      R.f[w] = mw == neg_inf() ? 0.f : ex2(mw - mx);
+      sum = fmaf(l[w * T::kBlockM + r], R.f[w], sum);
+    }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+    for (int w = 0; w < kSlots; ++w) R.f[w] *= inv;
+    R.lse = sum > 0.f ? (mx + lg2(sum)) * kLn2 : neg_inf();
+    return R;
+  }
+  // Four normalized columns c .. c + 3 of row r.
+  __device__ __forceinline__ float4 cols4(const Row& R, int r, int c) const {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < kSlots; ++w) {
+      const float4 x = *reinterpret_cast<const float4*>(o + (w * T::kBlockM + r) * T::kOStride + c);
+      v.x = fmaf(x.x, R.f[w], v.x);
+      v.y = fmaf(x.y, R.f[w], v.y);
+      v.z = fmaf(x.z, R.f[w], v.z);
+      v.w = fmaf(x.w, R.f[w], v.w);
+    }
+    return v;
   }
 };
 
-// Sums the key groups' O and row sums (rescaled to the common max) into the buffer. Starts and
-// ends with a __syncthreads: the buffer may be in use before, and is complete after.
+// Writes the key groups' O, maxima and sums to the merge buffer. Starts and ends with a
+// __syncthreads: the ring may be in use before, and the buffer is complete after.
 __device__ __forceinline__ void merge_warps(Acc& a, const MergeBuf& buf, int wm, int wn, int lane, int tid) {
   const int g = lane >> 2, tq = lane & 3;
   const bool consumer = tid < T::kConsumerThreads;  // not the TMA producer warp
@@ -251,30 +305,55 @@ __device__ __forceinline__ void merge_warps(Acc& a, const MergeBuf& buf, int wm,
       if (!consumer) break;
       a.l[m][h] += __shfl_xor_sync(0xffffffffu, a.l[m][h], 1);
       a.l[m][h] += __shfl_xor_sync(0xffffffffu, a.l[m][h], 2);
-      if (tq == 0) buf.m[wn * T::kBlockM + (wm * T::kMw + m) * 16 + g + 8 * h] = a.m[m][h];
-    }
-  for (int i = tid; i < T::kBlockM * T::kOStride; i += T::kThreads) buf.o[i] = 0.f;
-  for (int i = tid; i < T::kBlockM; i += T::kThreads) buf.l[i] = 0.f;
-  __syncthreads();
-#pragma unroll
-  for (int m = 0; m < T::kMw; ++m)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (!consumer) break;
       const int r = (wm * T::kMw + m) * 16 + g + 8 * h;
-      float mx = neg_inf();
+      if (tq == 0) buf.m[wn * T::kBlockM + r] = a.m[m][h];
+      if (kSlotMerge) {
+        float* orow = buf.o + (wn * T::kBlockM + r) * T::kOStride + 2 * tq;
 #pragma unroll
-      for (int w = 0; w < T::kWarpsN; ++w) mx = fmaxf(mx, buf.m[w * T::kBlockM + r]);
-      const float f = a.m[m][h] == neg_inf() ? 0.f : ex2(a.m[m][h] - mx);
-      float* orow = buf.o + r * T::kOStride + 2 * tq;
-#pragma unroll
-      for (int d = 0; d < T::kDTiles; ++d) {
-        atomicAdd(orow + d * 8, a.o[m][d][2 * h] * f);
-        atomicAdd(orow + d * 8 + 1, a.o[m][d][2 * h + 1] * f);
+        for (int d = 0; d < T::kDTiles; ++d)
+          *reinterpret_cast<float2*>(orow + d * 8) = make_float2(a.o[m][d][2 * h], a.o[m][d][2 * h + 1]);
+        if (tq == 0) buf.l[wn * T::kBlockM + r] = a.l[m][h];
       }
-      if (tq == 0) atomicAdd(buf.l + r, a.l[m][h] * f);
     }
   __syncthreads();
+  if constexpr (!kSlotMerge) {
+    // One slot: each key group in turn adds its O and sum, rescaled to the row's common max.
+    float f[T::kMw][2];
+#pragma unroll
+    for (int m = 0; m < T::kMw; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = (wm * T::kMw + m) * 16 + g + 8 * h;
+        float mx = neg_inf();
+#pragma unroll
+        for (int w = 0; w < T::kWarpsN; ++w) mx = fmaxf(mx, buf.m[w * T::kBlockM + r]);
+        f[m][h] = a.m[m][h] == neg_inf() ? 0.f : ex2(a.m[m][h] - mx);
+      }
+#pragma unroll 1
+    for (int w = 0; w < T::kWarpsN; ++w) {
+      if (consumer && wn == w) {
+#pragma unroll
+        for (int m = 0; m < T::kMw; ++m)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = (wm * T::kMw + m) * 16 + g + 8 * h;
+            float* orow = buf.o + r * T::kOStride + 2 * tq;
+#pragma unroll
+            for (int d = 0; d < T::kDTiles; ++d) {
+              float2 v = make_float2(a.o[m][d][2 * h] * f[m][h], a.o[m][d][2 * h + 1] * f[m][h]);
+              if (w > 0) {
+                const float2 old = *reinterpret_cast<const float2*>(orow + d * 8);
+                v.x += old.x;
+                v.y += old.y;
+              }
+              *reinterpret_cast<float2*>(orow + d * 8) = v;
+            }
+            if (tq == 0) buf.l[r] = (w > 0 ? buf.l[r] : 0.f) + a.l[m][h] * f[m][h];
+          }
+      }
+      __syncthreads();
+    }
+  }
 }
 
 // O and LSE of the unit's rows row0 .. row0 + rows_here - 1 from a merged buffer.
@@ -282,13 +361,13 @@ __device__ __forceinline__ void store_final(const DecodeParams& p, const MergeBu
                                             int rows_here, int tid) {
   for (int c = tid; c < rows_here * T::kChunks; c += T::kThreads) {
     const int r = c / T::kChunks, ch = c - r * T::kChunks;
-    const float inv = buf.l[r] > 0.f ? 1.f / buf.l[r] : 0.f;
-    const float* src = buf.o + r * T::kOStride + ch * 8;
+    const MergeBuf::Row R = buf.row(r);
+    const float4 lo = buf.cols4(R, r, ch * 8), hi = buf.cols4(R, r, ch * 8 + 4);
     uint4 out;
-    out.x = pack2<T::kBf16>(src[0] * inv, src[1] * inv);
-    out.y = pack2<T::kBf16>(src[2] * inv, src[3] * inv);
-    out.z = pack2<T::kBf16>(src[4] * inv, src[5] * inv);
-    out.w = pack2<T::kBf16>(src[6] * inv, src[7] * inv);
+    out.x = pack2<T::kBf16>(lo.x, lo.y);
+    out.y = pack2<T::kBf16>(lo.z, lo.w);
+    out.z = pack2<T::kBf16>(hi.x, hi.y);
+    out.w = pack2<T::kBf16>(hi.z, hi.w);
     const int rr = row0 + r, gq = rr / p.seqlen_q, i = rr - gq * p.seqlen_q;
     elem_t* dst = static_cast<elem_t*>(p.o) + b * p.o_stride[0] + (kvh * p.group + gq) * p.o_stride[1] +
                   i * p.o_stride[2] + ch * 8;
@@ -296,10 +375,7 @@ __device__ __forceinline__ void store_final(const DecodeParams& p, const MergeBu
   }
   if (p.lse) {
     const int r_base = (b * p.heads_q + kvh * p.group) * p.seqlen_q + row0;
-    for (int r = tid; r < rows_here; r += T::kThreads) {
-      float inv;
-      p.lse[r_base + r] = buf.lse(r, inv);
-    }
+    for (int r = tid; r < rows_here; r += T::kThreads) p.lse[r_base + r] = buf.row(r).lse;
   }
 }
 
@@ -308,19 +384,9 @@ __device__ __forceinline__ void store_piece(const MergeBuf& buf, float* po, floa
   constexpr int kQuads = T::kHeadDim / 4;
   for (int c = tid; c < rows_here * kQuads; c += T::kThreads) {
     const int r = c / kQuads, c4 = c - r * kQuads;
-    const float inv = buf.l[r] > 0.f ? 1.f / buf.l[r] : 0.f;
-    const float* src = buf.o + r * T::kOStride + c4 * 4;
-    float4 v;
-    v.x = src[0] * inv;
-    v.y = src[1] * inv;
-    v.z = src[2] * inv;
-    v.w = src[3] * inv;
-    __stcg(reinterpret_cast<float4*>(po + r * T::kHeadDim + c4 * 4), v);
+    __stcg(reinterpret_cast<float4*>(po + r * T::kHeadDim + c4 * 4), buf.cols4(buf.row(r), r, c4 * 4));
   }
-  for (int r = tid; r < rows_here; r += T::kThreads) {
-    float inv;
-    __stcg(pl + r, buf.lse(r, inv));
-  }
+  for (int r = tid; r < rows_here; r += T::kThreads) __stcg(pl + r, buf.row(r).lse);
 }
 
 // The pieces to merge: split k's partial rows from global row r0.
@@ -567,11 +633,13 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
     if (warp == T::kWarps) {
       tma_producer(p, maps, s_ring, bars, s_tags, b, kvh, t_begin, n, len, lane);
     } else {
-      load_q(p, s_q, b, kvh, row0, rows_here, tid);
-      cp_async_commit();
-      cp_async_wait<0>();
-      named_sync(1, T::kConsumerThreads);
-      load_q_frags(qf, s_q, wm, lane);
+      if (!DECODE_X_SKIP_Q) {
+        load_q(p, s_q, b, kvh, row0, rows_here, tid);
+        cp_async_commit();
+        cp_async_wait<0>();
+        named_sync(1, T::kConsumerThreads);
+        load_q_frags(qf, s_q, wm, lane);
+      }
       const int xr = p.tma_swizzle ? (lane & 7) : 0;
       for (int t = 0;; ++t) {
         const int stage = t % T::kStages;
@@ -595,7 +663,8 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
           }
           __syncwarp();
         }
-        process_tile(acc, qf, s_q, k_tile, k_tile + T::kTileBytes, kw0, lim, p.scale_log2, wm, lane, xr);
+        if (DECODE_X_SKIP_MATH != 1)
+          process_tile(acc, qf, s_q, k_tile, k_tile + T::kTileBytes, kw0, lim, p.scale_log2, wm, lane, xr);
         // The generic-proxy zeros before TMA's next writes to the stage.
         if (past > 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncwarp();
@@ -642,6 +711,13 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
 
   // Merge the key groups in the ring (free once every copy has landed: the consumers waited on
   // every tile the producer issued).
+  if (DECODE_X_SKIP_EPI) {
+    float sink = acc.l[0][0] + acc.m[0][1];
+#pragma unroll
+    for (int d = 0; d < T::kDTiles; ++d) sink += acc.o[0][d][0] + acc.o[0][d][1] + acc.o[0][d][2] + acc.o[0][d][3];
+    if (sink == 1234.5f) p.lse[0] = sink;
+    return;
+  }
   const MergeBuf buf(reinterpret_cast<float*>(smem));
   merge_warps(acc, buf, wm, wn, lane, tid);
   if (p.num_splits == 1) {

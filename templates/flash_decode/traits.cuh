@@ -43,9 +43,10 @@ struct Traits {
   static constexpr int kTileBytes = kBlockN * kRowBytes;  // one K or V tile
   static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kRingBytes = kStages * kStageBytes;
-  // Epilogue (reuses the ring): the key groups' O summed in fp32, their row maxima, the row sums,
-  // and the combine's per-row max and 1/sum. Rows of kOStride floats: 4 floats of padding spread a
-  // quad's 8 rows over the banks.
+  // Epilogue (reuses Q and the ring): the key groups' merge buffer (kernel.cu, MergeBuf). Its
+  // one-slot form needs kMergeBytes (O summed in fp32, every group's row maxima, the row sums, two
+  // spare rows); the slot form, one O per key group, is used where Q and the ring hold it. Rows
+  // of kOStride floats: 4 floats of padding spread a quad's 8 rows over the banks.
   static constexpr int kOStride = kHeadDim + 4;
   static constexpr int kMergeBytes = kBlockM * kOStride * 4 + (kWarpsN + 3) * kBlockM * 4;
   static constexpr int kMaxSplits = kDecodeMaxSplits;  // the plan never splits more (args.h)
