@@ -29,7 +29,8 @@ Decoding (seqlen_q <= 16, e.g. a flash_decode export): the checks add odd key co
 the file serves attntune_attention_forward_kvcache, that entry point on caches of ragged lengths
 (0, 1, odd, all, random) with NaN past each length, paged (pages of 16, 256 and the tuned size,
 shuffled block tables with spare pages) and contiguous; the timing is of ours on contiguous K/V,
-through the kvcache entry on a contiguous and on paged caches (every sequence at sk), and SDPA's
+through the kvcache entry on contiguous caches (head-first, and rows-first as inside a page) and on
+paged caches (every sequence at sk), and SDPA's
 backends (enable_gqa, causal_lower_right), reported as GB/s of K+V+Q+O and against the best peer.
 
 Files whose kernels need arch-specific code (flash_fwd_wgmma: their header's build line says
@@ -129,7 +130,7 @@ class Library:
         views) and a KvCache."""
         ops = self.ops
         qt, ot = q.transpose(1, 2), out.transpose(1, 2)
-        kc, vc = (cache.k, cache.v) if cache.table is not None else (cache.k.transpose(1, 2), cache.v.transpose(1, 2))
+        kc, vc = cache.entry_views()
         return self._guarded(lambda: ops.attention_kvcache_into(qt, kc, vc, cache.seqlens, cache.table, ot, lse, scale,
                                                                 bool(causal)))
 
@@ -137,12 +138,15 @@ class Library:
 class KvCache:
     """A KV cache as serving engines keep it, for the kvcache entry point: with `page`, K and V in
     pages [num_pages, page, hkv, D] (strides {page, head, row}) that a shuffled block table maps, with
-    spare pages; without, contiguous [B, hkv, sk_max, D]. `seqlens` (int32, device) holds each
-    sequence's keys or None (all). Rows past a sequence's length hold NaN, as a stale cache may."""
+    spare pages; without, contiguous: [B, hkv, sk_max, D] (each head's keys together), or with
+    rows_first [B, sk_max, hkv, D] (flash_attn_with_kvcache's layout, a key's heads together, as in a
+    page). `seqlens` (int32, device) holds each sequence's keys or None (all). Rows past a sequence's
+    length hold NaN, as a stale cache may."""
 
-    def __init__(self, k, v, seqlens, page, seed):
+    def __init__(self, k, v, seqlens, page, seed, rows_first=False):
         B, hkv, sk, D = k.shape
         self.hkv, self.sk_max, self.page = hkv, sk, page or 0
+        self.rows_first = bool(rows_first) and not page
         self.seqlens = (torch.tensor(seqlens, dtype=torch.int32, device="cuda") if seqlens is not None else None)
         lens = seqlens if seqlens is not None else [sk] * B
         if not page:
@@ -151,7 +155,13 @@ class KvCache:
                 self.k[b, :, n:] = float("nan")
                 self.v[b, :, n:] = float("nan")
             self.table, self.max_blocks = None, 0
-            self.k_strides, self.v_strides = self.k.stride()[:3], self.v.stride()[:3]
+            if self.rows_first:
+                self.k, self.v = self.k.transpose(1, 2).contiguous(), self.v.transpose(1, 2).contiguous()
+                # [B, sk, hkv, D]: the entry point's strides are {batch, head, row}.
+                self.k_strides = (self.k.stride(0), self.k.stride(2), self.k.stride(1))
+                self.v_strides = (self.v.stride(0), self.v.stride(2), self.v.stride(1))
+            else:
+                self.k_strides, self.v_strides = self.k.stride()[:3], self.v.stride()[:3]
             return
         per = (sk + page - 1) // page
         num = B * per + 3
@@ -170,6 +180,13 @@ class KvCache:
         # Pages [num_pages, page, hkv, D]: the entry point's strides are {page, head, row}.
         self.k_strides = (self.k.stride(0), self.k.stride(2), self.k.stride(1))
         self.v_strides = (self.v.stride(0), self.v.stride(2), self.v.stride(1))
+
+    def entry_views(self):
+        """K and V as the kvcache op takes them: pages [num_pages, page, hkv, D], or contiguous
+        [B, sk_max, hkv, D] (a view of the head-first layout)."""
+        if self.table is not None or self.rows_first:
+            return self.k, self.v
+        return self.k.transpose(1, 2), self.v.transpose(1, 2)
 
 
 # ---------------------------------------------------------------- reference
@@ -276,18 +293,19 @@ def ragged_lengths(B, Sk, seed):
     return [pattern(b) for b in range(B)]
 
 
-def check_kvcache(lib, name, dtype_name, B, H, Hkv, S, Sk, D, causal, page, seed):
+def check_kvcache(lib, name, dtype_name, B, H, Hkv, S, Sk, D, causal, page, seed, rows_first=False):
     """The kvcache entry point on a cache of ragged lengths (paged with a shuffled table, or
-    contiguous when page is 0), with LSE, against float64; NaN-poisoned output."""
+    contiguous when page is 0, head-first or rows_first), with LSE, against float64; NaN-poisoned
+    output."""
     dtype = TORCH_DTYPE[dtype_name]
     scale = 1.0 / math.sqrt(D)
     q, k, v, out = make_inputs(B, H, Hkv, S, Sk, D, dtype, "BHSD", seed)
     lens = ragged_lengths(B, Sk, seed)
-    cache = KvCache(k, v, lens, page, seed)
+    cache = KvCache(k, v, lens, page, seed, rows_first)
     out.fill_(float("nan"))
     lse = torch.full((B, H, S), float("nan"), device="cuda", dtype=torch.float32)
     row = dict(kind="check", shape=name, dtype=dtype_name, kernel=-1,
-               variant=f"kvcache {'page=' + str(page) if page else 'contiguous'} b={B} h={H} hkv={Hkv} s={S} "
+               variant=f"kvcache {'page=' + str(page) if page else 'contiguous' + (' rows' if rows_first else '')} b={B} h={H} hkv={Hkv} s={S} "
                        f"sk<={Sk} +lse")
     rc = lib.kvcache_fn(q, cache, out, lse, causal, scale)()
     torch.cuda.synchronize()
@@ -463,7 +481,9 @@ def decode_bytes(B, H, Hkv, S, Sk, D):
 
 def time_decode(lib, name, dtype_name, p, calls, reps, rounds, min_seconds, pages):
     """Decode timing: ours on contiguous K/V (the dense entry), through the kvcache entry on a
-    contiguous cache and on paged caches (pages of each size in `pages`, shuffled tables, every
+    contiguous cache in both layouts (ours_cache: each head's keys together; ours_cache_rows: a
+    key's heads together, as inside a page, so ours_pN / ours_cache_rows is the cost of paging
+    alone) and on paged caches (pages of each size in `pages`, shuffled tables, every
     sequence at sk), and PyTorch SDPA's backends (enable_gqa; bottom-right causal as
     causal_lower_right), ours and cuDNN in interleaved rounds. GB/s = (K+V+Q+O bytes) / time."""
     B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
@@ -475,6 +495,8 @@ def time_decode(lib, name, dtype_name, p, calls, reps, rounds, min_seconds, page
     fns = {"ours": lib.forward_fn(q, k, v, out, None, causal, scale)}
     if lib.kvcache is not None:
         fns["ours_cache"] = lib.kvcache_fn(q, KvCache(k, v, None, 0, 1), out, None, causal, scale)
+        fns["ours_cache_rows"] = lib.kvcache_fn(q, KvCache(k, v, None, 0, 1, rows_first=True), out, None, causal,
+                                                scale)
         for pg in pages:
             fns[f"ours_p{pg}"] = lib.kvcache_fn(q, KvCache(k, v, None, pg, pg), out, None, causal, scale)
     capture_ours(lib, fns, calls, graphs, results)
@@ -601,9 +623,10 @@ def main():
                 print(f"  check {'ok  ' if r['ok'] else 'FAIL'} {r['variant']:<44} kernel {r['kernel']}  "
                       f"max err {fmt(r['max_err'], '.2e')} <= {fmt(r['bound'], '.2e')}  {r.get('note', '')}")
             pages = sorted({p.get("page") or 16, 16, 256}) if serves_kvcache else []
-            for seed, page in enumerate(pages + ([0] if serves_kvcache else [])):
+            for seed, (page, rows_first) in enumerate([(pg, False) for pg in pages] +
+                                                      ([(0, False), (0, True)] if serves_kvcache else [])):
                 r = check_kvcache(lib, name, dtype_name, max(5, min(B, 16)), H, Hkv, S, min(Sk, 4099), D, causal,
-                                  page, 100 + seed)
+                                  page, 100 + seed, rows_first)
                 failed |= not r["ok"]
                 rows.append(r)
                 print(f"  check {'ok  ' if r['ok'] else 'FAIL'} {r['variant']:<44}  "

@@ -198,7 +198,9 @@ void setup(Problem& P, const Shape& sh, const Mode& m, uint32_t seed) {
       std::vector<int> perm(P.pages);
       std::iota(perm.begin(), perm.end(), 0);
       std::mt19937 rng(seed);
-      std::shuffle(perm.begin(), perm.end(), rng);
+      // DECODE_TABLE_IDENTITY=1: pages in order (a paged cache laid out as the contiguous one),
+      // to tell the cost of scattered pages from the cost of the paged path.
+      if (!std::getenv("DECODE_TABLE_IDENTITY")) std::shuffle(perm.begin(), perm.end(), rng);
       P.table.assign(perm.begin(), perm.begin() + b * P.mbps);
       CK(cudaMalloc(&P.d_table, P.table.size() * 4));
       CK(cudaMemcpy(P.d_table, P.table.data(), P.table.size() * 4, cudaMemcpyHostToDevice));
