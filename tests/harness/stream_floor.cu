@@ -131,49 +131,72 @@ __device__ __forceinline__ void mbar_wait(uint64_t* b, unsigned phase) {
       "r"(phase));
 }
 
-// One producer thread (warp 4) streams the CTA's slice in CH-byte bulk copies into S stages;
-// warps 0..3 wait, read one 16-byte chunk per thread per 2 KiB, release.
-__global__ void k_bulk(const char* __restrict__ buf, size_t n, int S, int CH, unsigned* out) {
-  extern __shared__ __align__(128) char smem[];
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem);
-  uint64_t* empty = full + 8;
-  char* ring = smem + 128;
-  const size_t per = ((n + gridDim.x - 1) / gridDim.x + CH - 1) / CH * CH;
-  const size_t lo = blockIdx.x * per, hi = min(n, lo + per);
-  const int steps = lo < hi ? int((hi - lo + CH - 1) / CH) : 0;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) { mbar_init(full + s, 1); mbar_init(empty + s, 4); }
-    asm volatile("fence.mbarrier_init.release.cluster;");
-  }
-  __syncthreads();
-  unsigned acc = 0;
-  if (threadIdx.x / 32 == 4) {
-    if (threadIdx.x == 128) {
-      for (int i = 0; i < steps; ++i) {
-        const int s = i % S;
-        if (i >= S) mbar_wait(empty + s, ((i / S) - 1) & 1);
-        const size_t off = lo + size_t(i) * CH;
-        const unsigned bytes = unsigned(min(size_t(CH), hi - off));
-        mbar_expect_tx(full + s, bytes);
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                smem_u32(ring + size_t(s) * CH)),
-            "l"(buf + off), "r"(bytes), "r"(smem_u32(full + s))
-            : "memory");
-      }
+// The ring the bulk and tma modes stream through: S stages of stage_bytes, each with a full
+// barrier (the producer's arrival plus the bytes) and an empty one (the 4 consumer warps).
+struct Ring {
+  uint64_t* full;
+  uint64_t* empty;
+  char* data;
+  int S, stage_bytes;
+  // All threads: thread 0 initializes the barriers.
+  __device__ void init() const {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < S; ++s) { mbar_init(full + s, 1); mbar_init(empty + s, 4); }
+      asm volatile("fence.mbarrier_init.release.cluster;");
     }
-  } else {
+    __syncthreads();
+  }
+  // The producer: the stage of step i, once its consumers released it.
+  __device__ int acquire(int i) const {
+    const int s = i % S;
+    if (i >= S) mbar_wait(empty + s, ((i / S) - 1) & 1);
+    return s;
+  }
+  // Warps 0..3: wait on each of `steps` stages, read one 16-byte chunk a thread per 2 KiB of it,
+  // release it.
+  __device__ unsigned consume(int steps) const {
+    unsigned acc = 0;
     for (int i = 0; i < steps; ++i) {
       const int s = i % S;
       mbar_wait(full + s, (i / S) & 1);
-      const uint4* st = reinterpret_cast<const uint4*>(ring + size_t(s) * CH);
-      for (int j = threadIdx.x; j < CH / 16; j += 128 * 16) {
+      const uint4* st = reinterpret_cast<const uint4*>(data + size_t(s) * stage_bytes);
+      for (int j = threadIdx.x; j < stage_bytes / 16; j += 128 * 16) {
         const uint4 v = st[j];
         acc ^= v.x ^ v.w;
       }
       __syncwarp();
       if ((threadIdx.x & 31) == 0) mbar_arrive(empty + s);
     }
+    return acc;
+  }
+};
+
+// One producer thread (warp 4) streams the CTA's slice in CH-byte bulk copies into S stages;
+// warps 0..3 wait, read one 16-byte chunk per thread per 2 KiB, release.
+__global__ void k_bulk(const char* __restrict__ buf, size_t n, int S, int CH, unsigned* out) {
+  extern __shared__ __align__(128) char smem[];
+  const Ring ring{reinterpret_cast<uint64_t*>(smem), reinterpret_cast<uint64_t*>(smem) + 8, smem + 128, S, CH};
+  const size_t per = ((n + gridDim.x - 1) / gridDim.x + CH - 1) / CH * CH;
+  const size_t lo = blockIdx.x * per, hi = min(n, lo + per);
+  const int steps = lo < hi ? int((hi - lo + CH - 1) / CH) : 0;
+  ring.init();
+  unsigned acc = 0;
+  if (threadIdx.x / 32 == 4) {
+    if (threadIdx.x == 128) {
+      for (int i = 0; i < steps; ++i) {
+        const int s = ring.acquire(i);
+        const size_t off = lo + size_t(i) * CH;
+        const unsigned bytes = unsigned(min(size_t(CH), hi - off));
+        mbar_expect_tx(ring.full + s, bytes);
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                smem_u32(ring.data + size_t(s) * CH)),
+            "l"(buf + off), "r"(bytes), "r"(smem_u32(ring.full + s))
+            : "memory");
+      }
+    }
+  } else {
+    acc = ring.consume(steps);
   }
   if (acc == 0x9e3779b9u) out[0] = acc;
 }
@@ -184,10 +207,8 @@ __global__ void k_tma(const __grid_constant__ CUtensorMap mk, const __grid_const
                       int sk, int splits, int BN, int S, unsigned* out) {
   extern __shared__ __align__(1024) char smem_raw[];
   char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem);
-  uint64_t* empty = full + 8;
-  char* ring = smem + 1024;
   const int tile = BN * 256;
+  const Ring ring{reinterpret_cast<uint64_t*>(smem), reinterpret_cast<uint64_t*>(smem) + 8, smem + 1024, S, 2 * tile};
   int split, head, k0, k1;
   if (variant == 4) {
     split = blockIdx.x; head = 0;
@@ -200,23 +221,18 @@ __global__ void k_tma(const __grid_constant__ CUtensorMap mk, const __grid_const
   }
   const int keys_per_tile = variant == 4 ? BN / 8 : BN;
   const int steps = (k1 - k0) / keys_per_tile;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) { mbar_init(full + s, 1); mbar_init(empty + s, 4); }
-    asm volatile("fence.mbarrier_init.release.cluster;");
-  }
-  __syncthreads();
+  ring.init();
   unsigned acc = 0;
   if (threadIdx.x / 32 == 4) {
     if (threadIdx.x == 128) {
       for (int i = 0; i < steps; ++i) {
-        const int s = i % S;
-        if (i >= S) mbar_wait(empty + s, ((i / S) - 1) & 1);
-        mbar_expect_tx(full + s, 2 * tile);
+        const int s = ring.acquire(i);
+        mbar_expect_tx(ring.full + s, 2 * tile);
         const int key = k0 + i * keys_per_tile;
         for (int kv = 0; kv < 2; ++kv) {
           const CUtensorMap* m = kv ? &mv : &mk;
-          const unsigned dst = smem_u32(ring + size_t(s) * 2 * tile + kv * tile);
-          const unsigned bar = smem_u32(full + s);
+          const unsigned dst = smem_u32(ring.data + size_t(s) * 2 * tile + kv * tile);
+          const unsigned bar = smem_u32(ring.full + s);
           if (variant == 0) {
             for (int c = 0; c < 2; ++c)
               asm volatile(
@@ -248,17 +264,7 @@ __global__ void k_tma(const __grid_constant__ CUtensorMap mk, const __grid_const
       }
     }
   } else {
-    for (int i = 0; i < steps; ++i) {
-      const int s = i % S;
-      mbar_wait(full + s, (i / S) & 1);
-      const uint4* st = reinterpret_cast<const uint4*>(ring + size_t(s) * 2 * tile);
-      for (int j = threadIdx.x; j < 2 * tile / 16; j += 128 * 16) {
-        const uint4 v = st[j];
-        acc ^= v.x ^ v.w;
-      }
-      __syncwarp();
-      if ((threadIdx.x & 31) == 0) mbar_arrive(empty + s);
-    }
+    acc = ring.consume(steps);
   }
   if (acc == 0x9e3779b9u) out[0] = acc;
 }
@@ -271,7 +277,7 @@ static EncodeFn encode_fn() {
   if (!fn) {
     cudaDriverEntryPointQueryResult q;
     void* p = nullptr;
-    CK(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &q));
+    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
     fn = reinterpret_cast<EncodeFn>(p);
   }
   return fn;
