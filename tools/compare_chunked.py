@@ -79,7 +79,7 @@ import time
 import warnings
 
 import peer_common  # what the peer tools share
-from peer_common import (ATOL, BACKENDS, ROOT, RTOL, Timer, fmt, kernels_cu, kit_dir, log, package_root,
+from peer_common import (ATOL, BACKENDS, ROOT, RTOL, fmt, kernels_cu, kit_dir, log, package_root,
                          reference_seq, seq_pairs, short)
 
 GROUPS = ("ours_paged", "ours_contig", "ours_dense", "fa4", "sdpa")
@@ -431,7 +431,6 @@ def run(args, p, cp, groups, backends, skipped):
     dev = args.device
     env = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0]}
     if dev == "cuda":
-        import gpu_timing  # graph capture and GPU state, as compare_sdpa.py's and compare_varlen.py's
         prop = torch.cuda.get_device_properties(0)
         env.update(cudnn=torch.backends.cudnn.version(), gpu=prop.name, sms=prop.multi_processor_count)
         log(f"torch {env['torch']} cuda {env['cuda']} cudnn {env['cudnn']}; {prop.name} "
@@ -765,60 +764,8 @@ def run(args, p, cp, groups, backends, skipped):
     torch.cuda.empty_cache()
 
     # ---- timing
-    def capture(fn, calls):
-        g = gpu_timing.capture(fn, calls)
-        g.replay()
-        torch.cuda.synchronize()
-        return g
-    timers = {}
-    for name, c in cands.items():
-        try:
-            timers[name] = Timer(torch, capture(c["fn"], args.calls), args.calls, args.min_seconds)
-        except Exception as e:  # noqa: BLE001
-            res[name]["error"] = f"graph capture: {short(e, 300)}"
-            log(f"{name}: not timed: {res[name]['error']}")
-            failed = True
-            with contextlib.suppress(Exception):
-                sync()
-    before = gpu_timing.gpu_state()
-    warm = args.min_seconds if args.warmup_seconds is None else args.warmup_seconds
-    for name, t in timers.items():  # untimed warm-up: the GPU reaches its steady clock
-        t.sample(warm)
-    # screening of the SDPA variants, then the rounds
-    sdpa_names = [n for n in timers if cands[n]["group"] == "sdpa"]
-    for n in list(sdpa_names):
-        try:
-            res[n]["screen_us"] = timers[n].sample(args.screen_seconds)
-        except Exception as e:  # noqa: BLE001
-            res[n]["error"] = f"timing: {short(e, 300)}"
-            sdpa_names.remove(n)
-            del timers[n]
-    if sdpa_names:
-        log("screen (us): " + ", ".join(f"{n} {res[n]['screen_us']:.1f}" for n in sdpa_names))
-    order = [n for n in timers if n not in sdpa_names]
-    if sdpa_names:
-        order += sdpa_names if args.all_rounds else [min(sdpa_names, key=lambda n: res[n]["screen_us"])]
-    for r in range(args.rounds):
-        rot = order[r % len(order):] + order[:r % len(order)] if order else []
-        msg = []
-        for n in rot:
-            if n not in timers:
-                continue
-            try:
-                us = timers[n].sample()
-            except Exception as e:  # noqa: BLE001 - reported; the others go on
-                res[n]["error"] = f"timing: {short(e, 300)}"
-                failed = True
-                del timers[n]
-                msg.append(f"{n}=ERROR")
-                with contextlib.suppress(Exception):
-                    sync()
-                continue
-            res[n].setdefault("samples_us", []).append(us)
-            msg.append(f"{n}={us:.1f}")
-        log(f"round {r + 1}/{args.rounds}: " + " ".join(msg))
-    after = gpu_timing.gpu_state()
-    timers.clear()
+    capture_failed, timing_failed, before, after = peer_common.time_contenders(torch, cands, res, args, ("sdpa",))
+    failed = failed or capture_failed or timing_failed
 
     # ---- numbers
     base = res.get("ours_paged", {})

@@ -66,7 +66,7 @@ import time
 import warnings
 
 import peer_common  # what the peer tools share
-from peer_common import (ATOL, BACKENDS, RTOL, Timer, fmt, kernels_cu, log, package_root, reference_seq,
+from peer_common import (ATOL, BACKENDS, RTOL, fmt, kernels_cu, log, package_root, reference_seq,
                          seq_pairs, short)
 
 GROUPS = ("ours", "fa4", "sdpa_padded", "sdpa_loop", "ours_dense")
@@ -288,13 +288,6 @@ def run(args, p, batch, groups, dense, backends):
     import torch
     import torch.nn.functional as F
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import gpu_timing  # graph capture and GPU state, as compare_sdpa.py's
-
-    def capture(fn, calls):
-        g = gpu_timing.capture(fn, calls)
-        g.replay()
-        torch.cuda.synchronize()
-        return g
     from torch.nn.attention import sdpa_kernel, SDPBackend
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -578,58 +571,10 @@ def run(args, p, batch, groups, dense, backends):
         return 1 if failed else 0
     torch.cuda.empty_cache()
 
-    # ---- timing
-    timers = {}
-    for name, c in cands.items():
-        try:
-            timers[name] = Timer(torch, capture(c["fn"], args.calls), args.calls, args.min_seconds)
-        except Exception as e:  # noqa: BLE001
-            res[name]["error"] = f"graph capture: {short(e, 300)}"
-            log(f"{name}: not timed: {res[name]['error']}")
-            with contextlib.suppress(Exception):
-                sync()
-    before = gpu_timing.gpu_state()
-    warm = args.min_seconds if args.warmup_seconds is None else args.warmup_seconds
-    for name, t in timers.items():  # untimed warm-up: the GPU reaches its steady clock
-        t.sample(warm)
-    # screening of the SDPA variants, then the rounds
-    sdpa_names = [n for n in timers if cands[n]["group"] in ("sdpa_padded", "sdpa_loop")]
-    for n in list(sdpa_names):
-        try:
-            res[n]["screen_us"] = timers[n].sample(args.screen_seconds)
-        except Exception as e:  # noqa: BLE001
-            res[n]["error"] = f"timing: {short(e, 300)}"
-            sdpa_names.remove(n)
-            del timers[n]
-    screen = ", ".join(f"{n} {res[n]['screen_us']:.1f}" for n in sdpa_names)
-    if screen:
-        log(f"screen (us): {screen}")
-    order = [n for n in timers if n not in sdpa_names]
-    for grp in ("sdpa_padded", "sdpa_loop"):
-        members = [n for n in sdpa_names if cands[n]["group"] == grp]
-        if members:
-            order += members if args.all_rounds else [min(members, key=lambda n: res[n]["screen_us"])]
-    for r in range(args.rounds):
-        rot = order[r % len(order):] + order[:r % len(order)] if order else []
-        msg = []
-        for n in rot:
-            if n not in timers:
-                continue
-            try:
-                us = timers[n].sample()
-            except Exception as e:  # noqa: BLE001 - reported; the others go on
-                res[n]["error"] = f"timing: {short(e, 300)}"
-                failed = True
-                del timers[n]
-                msg.append(f"{n}=ERROR")
-                with contextlib.suppress(Exception):
-                    sync()
-                continue
-            res[n].setdefault("samples_us", []).append(us)
-            msg.append(f"{n}={us:.1f}")
-        log(f"round {r + 1}/{args.rounds}: " + " ".join(msg))
-    after = gpu_timing.gpu_state()
-    timers.clear()
+    # ---- timing (a capture that fails is reported and that contender left out, as before)
+    _, timing_failed, before, after = peer_common.time_contenders(torch, cands, res, args,
+                                                                  ("sdpa_padded", "sdpa_loop"))
+    failed = failed or timing_failed
 
     ours_s = res.get("ours", {}).get("samples_us")
     if ours_s and len(ours_s) != args.rounds:  # per-round ratios need a sample of ours in every round

@@ -1,6 +1,6 @@
 """What the peer-timing tools share (tools/compare_varlen.py, tools/compare_chunked.py): messages, the
 visible (query, key) pairs of a sequence, the PyTorch package's files, the FA4 kit's folders, a
-float32 reference of one sequence and the graph-replay sampler. Nothing here imports torch at
+float32 reference of one sequence, the graph-replay sampler and the timing schedule. Nothing here imports torch at
 import time (the tools' --dry-run runs without it); the GPU side takes torch as an argument."""
 import math
 import os
@@ -152,3 +152,73 @@ class Timer:
             if ms >= target:
                 return ms * 1000.0 / (n * self.calls)
             n = max(n + 1, math.ceil(target * 1.05 / self.ms_per_replay))
+
+
+def time_contenders(torch, cands, res, args, sdpa_groups):
+    """The tools' timing, after their checks: each contender's fn (cands[name]["fn"]) captured as
+    --calls calls in a CUDA graph and replayed once; an untimed warm-up of each (--warmup-seconds,
+    else --min-seconds: the GPU reaches its steady clock); a screening sample (--screen-seconds) of
+    each SDPA variant (cands[name]["group"] in sdpa_groups), keeping the fastest of each group for
+    the rounds (all of them with --all-rounds); then --rounds interleaved rounds, the order rotated
+    each round. Samples go to res[name]["samples_us"]; a contender that fails gets
+    res[name]["error"] and drops out. Returns (a capture failed, a timing failed, the GPU's state
+    before, after)."""
+    import contextlib
+
+    import gpu_timing  # graph capture and GPU state, as compare_sdpa.py's
+
+    def sync():
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
+
+    timers, capture_failed, timing_failed = {}, False, False
+    for name, c in cands.items():
+        try:
+            g = gpu_timing.capture(c["fn"], args.calls)
+            g.replay()
+            torch.cuda.synchronize()
+            timers[name] = Timer(torch, g, args.calls, args.min_seconds)
+        except Exception as e:  # noqa: BLE001
+            res[name]["error"] = f"graph capture: {short(e, 300)}"
+            log(f"{name}: not timed: {res[name]['error']}")
+            capture_failed = True
+            sync()
+    before = gpu_timing.gpu_state()
+    warm = args.min_seconds if args.warmup_seconds is None else args.warmup_seconds
+    for t in timers.values():
+        t.sample(warm)
+    sdpa_names = [n for n in timers if cands[n]["group"] in sdpa_groups]
+    for n in list(sdpa_names):
+        try:
+            res[n]["screen_us"] = timers[n].sample(args.screen_seconds)
+        except Exception as e:  # noqa: BLE001
+            res[n]["error"] = f"timing: {short(e, 300)}"
+            sdpa_names.remove(n)
+            del timers[n]
+    if sdpa_names:
+        log("screen (us): " + ", ".join(f"{n} {res[n]['screen_us']:.1f}" for n in sdpa_names))
+    order = [n for n in timers if n not in sdpa_names]
+    for grp in sdpa_groups:
+        members = [n for n in sdpa_names if cands[n]["group"] == grp]
+        if members:
+            order += members if args.all_rounds else [min(members, key=lambda n: res[n]["screen_us"])]
+    for r in range(args.rounds):
+        rot = order[r % len(order):] + order[:r % len(order)] if order else []
+        msg = []
+        for n in rot:
+            if n not in timers:
+                continue
+            try:
+                us = timers[n].sample()
+            except Exception as e:  # noqa: BLE001 - reported; the others go on
+                res[n]["error"] = f"timing: {short(e, 300)}"
+                timing_failed = True
+                del timers[n]
+                msg.append(f"{n}=ERROR")
+                sync()
+                continue
+            res[n].setdefault("samples_us", []).append(us)
+            msg.append(f"{n}={us:.1f}")
+        log(f"round {r + 1}/{args.rounds}: " + " ".join(msg))
+    after = gpu_timing.gpu_state()
+    return capture_failed, timing_failed, before, after
