@@ -1,5 +1,6 @@
 // What the export tests share (CPU tests here, tests/gpu/test_export_wgmma.cpp): finding nvcc,
-// running a shell command for its status and output, quoting, reading an exported file's info JSON.
+// running a shell command for its status and output, quoting, the build lines of an exported library
+// and of a host program linked against it, reading an exported file's info JSON.
 #pragma once
 #include <sys/wait.h>
 
@@ -57,6 +58,13 @@ inline Shell sh(const std::string& command) {
 inline std::string nvcc_shared_command(const std::string& nvcc, const std::string& arch, const std::string& cu,
                                        const std::string& lib) {
   return shq(nvcc) + " -std=c++17 -arch=" + arch + " -Xcompiler -fPIC -shared " + shq(cu) + " -o " + shq(lib);
+}
+
+// g++'s line for a host program `src` linked against lib<lib>.so in `dir` (found there at run time
+// too, by rpath) into `exe`.
+inline std::string host_link_command(const std::string& src, const std::string& dir, const std::string& lib,
+                                     const std::string& exe) {
+  return "g++ -std=c++17 " + shq(src) + " -L" + shq(dir) + " -l" + lib + " -Wl,-rpath," + shq(dir) + " -o " + shq(exe);
 }
 
 // The JSON of attntune_kernel_info(), read back from the C string literal of an exported file.

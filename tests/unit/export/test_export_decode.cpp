@@ -146,8 +146,7 @@ int main() {
 )";
   }
   const std::string exe = f.dir.file("select");
-  const Shell built = sh("g++ -std=c++17 " + shq(checks) + " -L" + shq(f.dir.path().string()) + " -lall -Wl,-rpath," +
-                         shq(f.dir.path().string()) + " -o " + shq(exe));
+  const Shell built = sh(attntune::test::host_link_command(checks, f.dir.path().string(), "all", exe));
   ASSERT_EQ(built.status, 0) << built.output;
   const Shell out = sh(shq(exe));
   ASSERT_EQ(out.status, 0) << out.output;

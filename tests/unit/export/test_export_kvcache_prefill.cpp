@@ -134,8 +134,7 @@ Shell build_library(const std::string& nvcc, TempDir& dir, const std::string& cu
 std::string run_program(TempDir& dir, const std::string& name) {
   const std::string src = dir.file(name + ".cpp"), exe = dir.file(name);
   std::ofstream(src) << kProgram;
-  const Shell built = sh("g++ -std=c++17 " + shq(src) + " -L" + shq(dir.path().string()) + " -l" + name +
-                         " -Wl,-rpath," + shq(dir.path().string()) + " -o " + shq(exe));
+  const Shell built = sh(attntune::test::host_link_command(src, dir.path().string(), name, exe));
   EXPECT_EQ(built.status, 0) << built.output;
   const Shell out = sh(shq(exe));
   EXPECT_EQ(out.status, 0) << out.output;

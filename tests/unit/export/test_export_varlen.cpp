@@ -67,13 +67,11 @@ int main() {
 
 // Builds `cu` for sm_90a with the contract's line and runs kProgram against it: its output.
 std::string run_program(const std::string& nvcc, TempDir& dir, const std::string& cu, const std::string& lib) {
-  const Shell b = sh(shq(nvcc) + " -std=c++17 -arch=sm_90a -Xcompiler -fPIC -shared " + shq(cu) + " -o " +
-                     shq(dir.file("lib" + lib + ".so")));
+  const Shell b = sh(attntune::test::nvcc_shared_command(nvcc, "sm_90a", cu, dir.file("lib" + lib + ".so")));
   EXPECT_EQ(b.status, 0) << b.output;
   const std::string src = dir.file(lib + ".cpp"), exe = dir.file(lib);
   std::ofstream(src) << kProgram;
-  const Shell built = sh("g++ -std=c++17 " + shq(src) + " -L" + shq(dir.path().string()) + " -l" + lib +
-                         " -Wl,-rpath," + shq(dir.path().string()) + " -o " + shq(exe));
+  const Shell built = sh(attntune::test::host_link_command(src, dir.path().string(), lib, exe));
   EXPECT_EQ(built.status, 0) << built.output;
   const Shell out = sh(shq(exe));
   EXPECT_EQ(out.status, 0) << out.output;
