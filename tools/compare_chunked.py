@@ -518,20 +518,17 @@ def run(args, p, cp, groups, backends, skipped):
 
     if lib is not None:
         kx = explain(lib, "attention_kvcache", "ours")
+
+        def kvcache_cand(name, kk, vv, tbl):  # ours through the kvcache op on this cache
+            return dict(group=name, explain=kx, to_bshd=lambda o: o,
+                        fn=lambda: lib.attention_kvcache(q, kk, vv, cache_seqlens=lens, block_table=tbl, scale=scale,
+                                                         is_causal=causal),
+                        lse_fn=lambda: lib.attention_kvcache(q, kk, vv, cache_seqlens=lens, block_table=tbl,
+                                                             scale=scale, is_causal=causal, return_lse=True))
         if "ours_paged" in groups:
-            cands["ours_paged"] = dict(
-                group="ours_paged", explain=kx, to_bshd=lambda o: o,
-                fn=lambda: lib.attention_kvcache(q, kp, vp, cache_seqlens=lens, block_table=table, scale=scale,
-                                                 is_causal=causal),
-                lse_fn=lambda: lib.attention_kvcache(q, kp, vp, cache_seqlens=lens, block_table=table, scale=scale,
-                                                     is_causal=causal, return_lse=True))
+            cands["ours_paged"] = kvcache_cand("ours_paged", kp, vp, table)
         if "ours_contig" in groups:
-            cands["ours_contig"] = dict(
-                group="ours_contig", explain=kx, to_bshd=lambda o: o,
-                fn=lambda: lib.attention_kvcache(q, k, v, cache_seqlens=lens, block_table=None, scale=scale,
-                                                 is_causal=causal),
-                lse_fn=lambda: lib.attention_kvcache(q, k, v, cache_seqlens=lens, block_table=None, scale=scale,
-                                                     is_causal=causal, return_lse=True))
+            cands["ours_contig"] = kvcache_cand("ours_contig", k, v, None)
     if dlib is not None:
         dq, dk, dv = bhsd
         cands["ours_dense"] = dict(
