@@ -36,15 +36,7 @@ void check_space(int d, std::size_t sample) {
   std::vector<Problem> variants;
   for (const char* kind : {"s=1,causal=0", "s=4,causal=1"}) {
     const Problem base = Problem::parse(fmt::format("b=1,h=32,hkv=8,{},sk=4096,d={},dtype=bf16", kind, d));
-    const std::vector<Config> all = space.enumerate(base, props.arch);
-    ASSERT_FALSE(all.empty()) << base.str();
-    const std::size_t n = sample == 0 || sample >= all.size() ? all.size() : sample;
-    for (std::size_t i = 0; i < n; ++i) {
-      Problem p = base;
-      p.dtype = configs.size() % 2 ? DType::kFp16 : DType::kBf16;
-      configs.push_back(all[i * all.size() / n]);
-      variants.push_back(p);
-    }
+    ASSERT_TRUE(attntune::testing::spread_configs(space, base, props.arch, sample, configs, variants)) << base.str();
   }
   attntune::testing::PropertyRun run;
   run.label = "flash_decode";
