@@ -99,6 +99,31 @@ __device__ __forceinline__ u32 cluster_ctarank() {
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
+// Every thread of every CTA of the cluster waits for all the others, and each CTA's shared-memory
+// writes before it are visible to the others' reads after it (the barrier's default .release /
+// .acquire): for data exchanged through distributed shared memory.
+__device__ __forceinline__ void cluster_sync_acq_rel() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// Loads from shared-memory offset `addr` of cluster CTA `cta` (mapa + ld.shared::cluster). Volatile
+// with a memory clobber: the compiler must not hoist them above the cluster barrier.
+__device__ __forceinline__ float ld_dsmem_f32(u32 addr, u32 cta) {
+  float v;
+  asm volatile("{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %1, %2;\n ld.shared::cluster.f32 %0, [ra];\n}\n"
+               : "=f"(v)
+               : "r"(addr), "r"(cta)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ float4 ld_dsmem_f32x4(u32 addr, u32 cta) {
+  float4 v;
+  asm volatile(
+      "{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %4, %5;\n ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [ra];\n}\n"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+      : "r"(addr), "r"(cta)
+      : "memory");
+  return v;
+}
 // Arrives on the mbarrier at shared-memory offset `bar` of cluster CTA `cta` (mapa). The default
 // .release.cta semantics, as CUTLASS's ClusterBarrier: .release.cluster made every arrive a
 // cluster-wide fence and halved the kernel's speed (docs/log/WGMMA.md run 10).

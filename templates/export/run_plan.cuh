@@ -186,33 +186,47 @@ inline int sm_count(int device, int* out, Why* why) {
   return 0;
 }
 
-// Raises a kernel's dynamic shared-memory limit to `smem` on the current device (once per device,
-// kernel and size) after checking it fits with the kernel's static shared memory.
-inline int allow_smem(int device, const void* func, unsigned smem, Why* why) {
-  if (smem <= 48 * 1024) return 0;
+// Readies a kernel for a launch on the current device (once per device, kernel, size and cluster):
+// raises its dynamic shared-memory limit to `smem` after checking it fits with the kernel's static
+// shared memory, and for clusters of more than 8 CTAs (compiled in, non-portable) opts it in.
+inline int allow_launch(int device, const void* func, unsigned smem, unsigned cluster, Why* why) {
+  const bool nonportable = cluster > 8;
+  if (smem <= 48 * 1024 && !nonportable) return 0;
   struct Entry {
     int device;
     const void* func;
     unsigned smem;
+    bool nonportable;
   };
   static Entry entries[512];
   static int used = 0;
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
   for (int i = 0; i < used; ++i)
-    if (entries[i].device == device && entries[i].func == func && entries[i].smem >= smem) return 0;
-  int optin = 0;
-  cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (e != cudaSuccess) return cuda_error(e, "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)", why);
-  cudaFuncAttributes attr;
-  e = cudaFuncGetAttributes(&attr, func);
-  if (e != cudaSuccess) return cuda_error(e, "cudaFuncGetAttributes", why);
-  if (static_cast<long long>(smem) + static_cast<long long>(attr.sharedSizeBytes) > optin)
-    return unsupported(why, "a kernel needs %llu bytes of shared memory per block; device %d allows %d",
-                       static_cast<unsigned long long>(smem) + attr.sharedSizeBytes, device, optin);
-  e = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess) return cuda_error(e, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", why);
-  if (used < static_cast<int>(sizeof entries / sizeof entries[0])) entries[used++] = Entry{device, func, smem};
+    if (entries[i].device == device && entries[i].func == func && entries[i].smem >= smem &&
+        (entries[i].nonportable || !nonportable))
+      return 0;
+  cudaError_t e;
+  if (smem > 48 * 1024) {
+    int optin = 0;
+    e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (e != cudaSuccess) return cuda_error(e, "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)", why);
+    cudaFuncAttributes attr;
+    e = cudaFuncGetAttributes(&attr, func);
+    if (e != cudaSuccess) return cuda_error(e, "cudaFuncGetAttributes", why);
+    if (static_cast<long long>(smem) + static_cast<long long>(attr.sharedSizeBytes) > optin)
+      return unsupported(why, "a kernel needs %llu bytes of shared memory per block; device %d allows %d",
+                         static_cast<unsigned long long>(smem) + attr.sharedSizeBytes, device, optin);
+    e = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return cuda_error(e, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", why);
+  }
+#if CUDART_VERSION >= 11080
+  if (nonportable) {
+    e = cudaFuncSetAttribute(func, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e != cudaSuccess) return cuda_error(e, "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)", why);
+  }
+#endif
+  if (used < static_cast<int>(sizeof entries / sizeof entries[0])) entries[used++] = Entry{device, func, smem, nonportable};
   return 0;
 }
 
@@ -242,10 +256,10 @@ inline int max_active_clusters(const void* ctx, int kernel, unsigned grid_x, uns
       if (entries[i].device == c.device && entries[i].func == func) return entries[i].n;
   }
   int n = 0;
-  // The occupancy query needs the kernel allowed its dynamic shared memory first (above 48 KiB it
-  // answers an error, which read as 0 would size the grid by the SMs alone).
+  // The occupancy query needs the kernel allowed its dynamic shared memory (above 48 KiB it answers
+  // an error, which read as 0 would size the grid by the SMs alone) and its cluster size first.
   Why ignored;
-  if (allow_smem(c.device, func, smem, &ignored) != 0) return 0;
+  if (allow_launch(c.device, func, smem, cluster, &ignored) != 0) return 0;
 #if CUDART_VERSION >= 11080
   cudaLaunchConfig_t config = cudaLaunchConfig_t();
   config.gridDim = dim3(grid_x, 1, 1);
@@ -260,7 +274,6 @@ inline int max_active_clusters(const void* ctx, int kernel, unsigned grid_x, uns
   (void)block;
   (void)smem;
 #endif
-  (void)cluster;
   std::lock_guard<std::mutex> lock(mutex);
   if (used < static_cast<int>(sizeof entries / sizeof entries[0])) entries[used++] = Entry{c.device, func, n};
   return n;
@@ -297,7 +310,7 @@ inline int run_plan(const attntune_plan::Family& family, const void* consts, con
     const attntune_plan::Launch& l = plan.launch[i];
     if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) continue;  // nothing to compute
     const void* func = funcs[l.kernel];
-    if (const int r = allow_smem(device, func, l.smem, why)) return r;
+    if (const int r = allow_launch(device, func, l.smem, l.cluster, why)) return r;
     attntune_plan::Args args;
     if (family.bind(consts, call, plan, res, i, &args, why)) return kUnsupported;
     const cudaError_t e = cudaLaunchKernel(func, dim3(l.grid[0], l.grid[1], l.grid[2]), dim3(l.block), args.ptr,

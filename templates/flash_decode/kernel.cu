@@ -389,23 +389,57 @@ __device__ __forceinline__ void store_piece(const MergeBuf& buf, float* po, floa
   for (int r = tid; r < rows_here; r += T::kThreads) __stcg(pl + r, buf.row(r).lse);
 }
 
-// The pieces to merge: split k's partial rows from global row r0.
+// combine: clusterN: a merged buffer's rows as this split's piece, in place: normalized O over slot
+// 0's rows (each (row, 4 columns) item is read and written by one thread only; the maxima and sums
+// read by row() are not written), LSE to lse.
+__device__ __forceinline__ void piece_in_place(const MergeBuf& buf, float* lse, int rows_here, int tid) {
+  constexpr int kQuads = T::kHeadDim / 4;
+  for (int c = tid; c < rows_here * kQuads; c += T::kThreads) {
+    const int r = c / kQuads, c4 = c - r * kQuads;
+    const MergeBuf::Row R = buf.row(r);
+    const float4 v = buf.cols4(R, r, c4 * 4);
+    *reinterpret_cast<float4*>(buf.o + r * T::kOStride + c4 * 4) = v;
+    if (c4 == 0) lse[r] = R.lse;
+  }
+}
+
+// The pieces to merge: split k's partial rows from global row r0, in the workspace (L2).
 struct SplitPieces {
   const DecodeParams& p;
   int r0;
   __device__ __forceinline__ const float* o(int k) const {
     return p.part_o + (static_cast<long long>(k) * p.rows_total + r0) * T::kHeadDim;
   }
-  __device__ __forceinline__ const float* lse(int k) const {
-    return p.part_lse + static_cast<long long>(k) * p.rows_total + r0;
+  __device__ __forceinline__ float lse(int k, int r) const {
+    return __ldcg(p.part_lse + static_cast<long long>(k) * p.rows_total + r0 + r);
+  }
+  __device__ __forceinline__ float4 o4(int k, int r, int c4) const {
+    return __ldcg(reinterpret_cast<const float4*>(o(k) + r * T::kHeadDim + c4 * 4));
   }
 };
 
-// Merges `count` pieces of the global rows r0 .. r0 + nrows - 1 (a piece's row r at o(k) + r *
-// kHeadDim, its LSE at lse(k)[r]) into o and lse: one pass, each thread a (row, 4 columns) item
-// with an online max over the pieces, so its loads of 16 pieces are in flight together (one
-// L2 round trip, no barrier). The weight of piece k is exp(lse_k - max); no piece with a key
-// (every lse -inf): zeros and -inf.
+// combine: clusterN: split k's piece in the shared memory of cluster CTA k, at the same offsets in
+// every CTA: normalized O rows of kOStride floats at o_at (the merge buffer's slot 0), LSE at lse_at.
+struct ClusterPieces {
+  u32 o_at, lse_at;
+  __device__ __forceinline__ float lse(int k, int r) const;
+  __device__ __forceinline__ float4 o4(int k, int r, int c4) const;
+};
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ float ClusterPieces::lse(int k, int r) const { return ld_dsmem_f32(lse_at + 4 * r, k); }
+__device__ __forceinline__ float4 ClusterPieces::o4(int k, int r, int c4) const {
+  return ld_dsmem_f32x4(o_at + (r * T::kOStride + c4 * 4) * 4, k);
+}
+#else
+__device__ __forceinline__ float ClusterPieces::lse(int, int) const { return 0.f; }  // sm_90 only (the space)
+__device__ __forceinline__ float4 ClusterPieces::o4(int, int, int) const { return make_float4(0.f, 0.f, 0.f, 0.f); }
+#endif
+
+// Merges `count` pieces of the global rows r0 .. r0 + nrows - 1 (piece k's row r: o4(k, r, c4),
+// lse(k, r)) into o and lse: one pass, each thread a (row, 4 columns) item with an online max
+// over the pieces, so its loads of 16 pieces are in flight together (one round trip, no
+// barrier). The weight of piece k is exp(lse_k - max); no piece with a key (every lse -inf):
+// zeros and -inf.
 template <class Pieces>
 __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int nrows, const Pieces& pieces, int count,
                                              int tid, int nthreads) {
@@ -415,8 +449,8 @@ __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int 
     float mx = neg_inf(), sum = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
 #pragma unroll 16
     for (int k = 0; k < count; ++k) {
-      const float v = __ldcg(pieces.lse(k) + r) * kLog2e;
-      const float4 x = __ldcg(reinterpret_cast<const float4*>(pieces.o(k) + r * T::kHeadDim + c4 * 4));
+      const float v = pieces.lse(k, r) * kLog2e;
+      const float4 x = pieces.o4(k, r, c4);
       const float mn = fmaxf(mx, v);
       const float f = mn == neg_inf() ? 1.f : ex2(mx - mn);
       const float w = v == neg_inf() ? 0.f : ex2(v - mn);
@@ -594,6 +628,7 @@ __device__ __forceinline__ void tma_producer(const DecodeParams& p, const Decode
 
 __device__ __forceinline__ void decode_split(const DecodeParams& p, const DecodeMaps& maps, unsigned char* smem) {
   __shared__ int s_last;
+  __shared__ float s_lse[T::kClusterMerge ? T::kBlockM : 1];  // clusterN: this split's piece's LSE
   __shared__ __align__(8) unsigned long long s_bars[T::kKvTma ? 2 * T::kStages : 1];  // TMA: full, empty
   __shared__ int s_tags[T::kKvTma ? T::kStages : 1];  // TMA: each stage's tile (-1: no more)
   const u32 s_q = smem_addr(smem);      // (kBlockM, kHeadDim), swizzled
@@ -601,7 +636,10 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp % T::kWarpsM, wn = warp / T::kWarpsM;  // row group, key group
-  const int split = blockIdx.x / p.row_blocks, rb = blockIdx.x - split * p.row_blocks;
+  // Splits: row-block-major (a split's row blocks, adjacent CTAs, read the same K/V together);
+  // clusterN: split-minor, the unit's kCluster splits one cluster (rank = split).
+  const int split = T::kClusterMerge ? blockIdx.x % T::kCluster : blockIdx.x / p.row_blocks;
+  const int rb = T::kClusterMerge ? blockIdx.x / T::kCluster : blockIdx.x - split * p.row_blocks;
   if (split >= p.num_splits) return;  // launched without its workspace: split 0 does it all
   const int kvh = blockIdx.y, b = blockIdx.z;
 
@@ -720,6 +758,18 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
   }
   const MergeBuf buf(reinterpret_cast<float*>(smem));
   merge_warps(acc, buf, wm, wn, lane, tid);
+  if constexpr (T::kClusterMerge) {
+    // Each split's piece in its own shared memory; then the cluster's threads, kCluster * kThreads,
+    // merge the unit's rows reading the pieces remotely (item it of the rows goes to CTA it %
+    // kCluster); the second sync keeps every CTA's memory until the last remote read.
+    piece_in_place(buf, s_lse, rows_here, tid);
+    cluster_sync_acq_rel();
+    const int r_base = (b * p.heads_q + kvh * p.group) * p.seqlen_q + row0;
+    combine_rows(p, r_base, rows_here, ClusterPieces{smem_addr(buf.o), smem_addr(s_lse)}, T::kCluster,
+                 tid * T::kCluster + split, T::kThreads * T::kCluster);
+    cluster_sync_acq_rel();
+    return;
+  }
   if (p.num_splits == 1) {
     store_final(p, buf, b, kvh, row0, rows_here, tid);
     return;
@@ -746,7 +796,13 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
   }
 }
 
-extern "C" __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
+// combine: clusterN: the grid in clusters of kCluster CTAs along x (the plan's grid.x is a multiple).
+#if CLUSTER > 1 && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
+#define ATT_DECODE_CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+#else
+#define ATT_DECODE_CLUSTER_DIMS
+#endif
+extern "C" __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) ATT_DECODE_CLUSTER_DIMS
     flash_decode(const DecodeParams p, const __grid_constant__ DecodeMaps maps) {
   extern __shared__ __align__(1024) unsigned char smem[];
 #ifdef DECODE_TRACE

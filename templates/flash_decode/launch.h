@@ -9,7 +9,10 @@
 // workspace 0 holds the partial O and LSE, and the merge is either the second kernel (combine:
 // kernel, launch 1) or the last CTA of each unit (combine: last_cta, workspace 1: a zeroed counter
 // per unit). Both workspaces are optional: without them bind asks the kernels for one split (the
-// CTAs of the other splits exit at once; the combine kernel too). kv_load tma: tensor maps 0 (K) and
+// CTAs of the other splits exit at once; the combine kernel too). combine: clusterN (sm_90): N
+// splits per unit whatever the shape, the unit's CTAs one cluster (grid (row_blocks * N, ...),
+// split-minor), merged through distributed shared memory: no workspace. Clusters of 16 are
+// non-portable: the launcher opts the kernel in (run_plan.cuh, the tuner's LoadedBuild). kv_load tma: tensor maps 0 (K) and
 // 1 (V), encoded per call (decode_tma_rows' box), bound into the kernels' DecodeMaps argument.
 #ifndef ATTNTUNE_FLASH_DECODE_LAUNCH_H
 #define ATTNTUNE_FLASH_DECODE_LAUNCH_H
@@ -62,6 +65,7 @@ struct FlashDecodeLaunch {
   int head_dim, bf16, causal;
   int block_m, block_n, threads, smem_bytes, ctas_per_sm;
   int last_cta;  // combine: last_cta (else the combine kernel)
+  int cluster;   // combine: clusterN: N (the splits, one cluster); else 1
   int kv_tma;    // kv_load: tma (K/V through tensor maps 0 and 1, sm_90), else cp.async
 
   static int load(const Define* d, int n, FlashDecodeLaunch* c, Why* why) {
@@ -71,13 +75,16 @@ struct FlashDecodeLaunch {
         define_int(d, n, "BLOCK_N", &c->block_n, why) || define_int(d, n, "THREADS", &c->threads, why) ||
         define_int(d, n, "SMEM_BYTES", &c->smem_bytes, why) || define_int(d, n, "CTAS_PER_SM", &c->ctas_per_sm, why) ||
         define_int(d, n, "COMBINE", &combine, why) || define_int(d, n, "COMBINE_LAST_CTA", &combine_last, why) ||
-        define_int(d, n, "KV_LOAD", &kv_load, why) || define_int(d, n, "KV_LOAD_TMA", &kv_load_tma, why))
+        define_int(d, n, "KV_LOAD", &kv_load, why) || define_int(d, n, "KV_LOAD_TMA", &kv_load_tma, why) ||
+        define_int(d, n, "CLUSTER", &c->cluster, why))
       return 1;
     c->kv_tma = kv_load == kv_load_tma;
 
     c->last_cta = combine == combine_last;
     if (c->block_m <= 0 || c->block_n <= 0 || c->threads <= 0)
       return refuse(why, "flash_decode: BLOCK_M, BLOCK_N and THREADS must be positive");
+    if (c->cluster < 1 || c->cluster > 16 || (c->cluster & (c->cluster - 1)) || (c->cluster > 1 && c->last_cta))
+      return refuse(why, "flash_decode: CLUSTER %d (1, 2, 4, 8 or 16, and not with combine last_cta)", c->cluster);
     return 0;
   }
 
@@ -138,7 +145,7 @@ struct FlashDecodeLaunch {
     Shape s;
     if (shape(call, &s, why)) return 1;
     if (s.rows_total == 0) return 0;  // nothing to compute: no launch
-    const int splits = decode_splits(s.units, s.tiles, device.sm_count, ctas_per_sm);
+    const int splits = cluster > 1 ? cluster : decode_splits(s.units, s.tiles, device.sm_count, ctas_per_sm);
     const long long grid_x = static_cast<long long>(splits) * s.row_blocks;
     if (grid_x > 2147483647LL) return refuse(why, "flash_decode: grid.x %lld exceeds 2^31 - 1", grid_x);
     p->launches = 1;
@@ -147,7 +154,7 @@ struct FlashDecodeLaunch {
                            static_cast<unsigned>(call.batch)},
                           static_cast<unsigned>(threads),
                           static_cast<unsigned>(smem_bytes),
-                          1};
+                          static_cast<unsigned>(cluster)};
     if (kv_tma) {
       // K and V: contiguous (head_dim, seqlen_k, heads_kv, batch), box (64, BLOCK_N); paged
       // (head_dim, page_size, heads_kv, pages), box (64, gcd(page_size, BLOCK_N)): a box never
@@ -176,7 +183,7 @@ struct FlashDecodeLaunch {
       }
       p->map[0].swizzle_128b = p->map[1].swizzle_128b = rows % 8 == 0;
     }
-    if (splits > 1) {
+    if (splits > 1 && cluster == 1) {
       p->workspaces = 1;
       p->workspace[0] = Workspace{static_cast<unsigned long long>(splits) * s.rows_total * (head_dim + 1) * 4, 0, 1};
       if (last_cta) {
@@ -210,7 +217,7 @@ struct FlashDecodeLaunch {
     d.row_blocks = s.row_blocks;
     d.rows_total = static_cast<int>(s.rows_total);
     d.num_splits = s.row_blocks > 0 ? static_cast<int>(plan.launch[0].grid[0] / s.row_blocks) : 1;
-    if (d.num_splits > 1) {
+    if (d.num_splits > 1 && cluster == 1) {
       // Without its workspaces (optional) the call runs unsplit: as correct, slower.
       if (!res.workspace[0] || (last_cta && !res.workspace[1])) {
         d.num_splits = 1;

@@ -23,6 +23,10 @@ struct Traits {
   static constexpr int kCtasPerSm = CTAS_PER_SM; // __launch_bounds__ minimum, and the plan's slots per SM
   static constexpr bool kQInRegs = Q_IN_REGS != 0;
   static constexpr bool kLastCta = COMBINE == COMBINE_LAST_CTA;  // split merge: last CTA, else a 2nd kernel
+  // combine: clusterN (sm_90): a unit's splits are the kCluster CTAs of one cluster, merged through
+  // distributed shared memory (no workspace, no second kernel, no counter); else 1.
+  static constexpr int kCluster = CLUSTER;
+  static constexpr bool kClusterMerge = kCluster > 1;
   // K/V loads: cp.async by every thread (sm_80+), or TMA boxes issued by one extra producer warp into
   // an mbarrier ring (sm_90; the space offers it there only).
   static constexpr bool kKvTma = KV_LOAD == KV_LOAD_TMA;
@@ -76,6 +80,9 @@ struct Traits {
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with warps * 32 (+ 32: TMA producer)");
   static_assert(!kKvTma || !kWarpTiles, "TMA loads whole tiles (tile_share: cta)");
+  static_assert(kCluster == 1 || kCluster == 2 || kCluster == 4 || kCluster == 8 || kCluster == 16,
+                "cluster: 1, 2, 4, 8 or 16 CTAs");
+  static_assert(!kClusterMerge || !kLastCta, "one split merge: cluster or last CTA");
 };
 
 // Shared-memory tiles of `rows` rows are stored as kHeadDim / 64 column blocks of (rows, 64

@@ -1,12 +1,15 @@
 // Property test of flash_decode: every valid config of its space for d=128 (non-causal s=1 and
 // causal s=4, bf16 and fp16 alternating), a spread at d=64 and d=256, each built through the pool
 // the tuner uses and launched through its launch plan (the worker's LoadedBuild: splits from this
-// GPU's SM count, the combine kernel or the last CTA), on shapes covering what decoding brings:
+// GPU's SM count, the combine kernel or the last CTA; clusterN: N splits, one cluster merging
+// through distributed shared memory, a spread of those), on shapes covering what decoding brings:
 // GQA/MQA packing, odd and long key counts (many splits, empty ones), seqlen_q 2..16 with
 // bottom-right causal, the [B,S,H,D] layout, and paged KV caches (pages of 16, 64, 256 and an odd
 // size; shuffled block tables with spare pages; ragged lengths 0, 1, odd, all; NaN past each
 // length). FlashAttention-2's criterion against the reference.
 #include <cstdlib>
+#include <functional>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -28,7 +31,10 @@ const PropertyShape kShapes[] = {
     {"b=4,h=8,hkv=2,s=2,sk=1000,page=7", Layout::kBHSD},     // an odd page size
 };
 
-void check_space(int d, std::size_t sample) {
+// combine: clusterN configs, or the others.
+bool clustered(const Config& c) { return std::get<std::string>(c.at("combine")).rfind("cluster", 0) == 0; }
+
+void check_space(int d, std::size_t sample, const std::function<bool(const Config&)>& keep = {}) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_decode.yaml");
@@ -36,7 +42,9 @@ void check_space(int d, std::size_t sample) {
   std::vector<Problem> variants;
   for (const char* kind : {"s=1,causal=0", "s=4,causal=1"}) {
     const Problem base = Problem::parse(fmt::format("b=1,h=32,hkv=8,{},sk=4096,d={},dtype=bf16", kind, d));
-    ASSERT_TRUE(attntune::testing::spread_configs(space, base, props.arch, sample, configs, variants)) << base.str();
+    const bool any = attntune::testing::spread_configs(space, base, props.arch, sample, configs, variants, keep);
+    if (!any && keep && props.arch < "sm_90") GTEST_SKIP() << "no thread-block clusters on " << props.arch;
+    ASSERT_TRUE(any) << base.str();
   }
   attntune::testing::PropertyRun run;
   run.label = "flash_decode";
@@ -51,7 +59,12 @@ void check_space(int d, std::size_t sample) {
 
 TEST(FlashDecodeProperty, AllConfigsD128) {
   ATTNTUNE_REQUIRE_GPU();
-  check_space(128, 0);
+  check_space(128, 0, [](const Config& c) { return !clustered(c); });
+}
+
+TEST(FlashDecodeProperty, ClusterSpreadD128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(128, 24, clustered);
 }
 
 TEST(FlashDecodeProperty, SpreadD64) {

@@ -3,7 +3,8 @@
 # each, and compiles the kernel alone for sm_80 and sm_89 (ARCHS, default "80 89"; empty skips) to
 # prove it builds there. A config:
 #   NAME:D:BF16:CAUSAL:BM:BN:WARPS:WARPS_M:SHARE:STAGES:CTAS:QREGS:COMBINE[:KV]
-#   SHARE cta|warp, COMBINE kernel|last_cta, BM the derived block_m (16, 32 or 64: the packed rows
+#   SHARE cta|warp, COMBINE kernel|last_cta|cluster2|cluster4|cluster8|cluster16 (clusterN: sm_90 only,
+#   so the sm_80/sm_89 compiles are skipped), BM the derived block_m (16, 32 or 64: the packed rows
 #   (h / hkv) * s rounded up), QREGS 0|1 (the space derives it: warp_m_tiles * d <= 128), KV
 #   cp_async (default) | tma (kv_load; sm_90 only, so the sm_80/sm_89 compiles are skipped).
 # The -D flags are the renderer's: ATT_*, every param, enum constants, threads and smem_bytes (the
@@ -16,14 +17,17 @@ build_one() {
   IFS=: read name d bf causal bm bn w wm share st ctas qr comb kv <<<"$1"
   local kv_i=0 archs=${ARCHS-80 89}; [ "$kv" = tma ] && { kv_i=1; archs=; }
   local share_i=0; [ "$share" = warp ] && share_i=1
-  local comb_i=0; [ "$comb" = last_cta ] && comb_i=1
+  local comb_i=0 cluster=1; [ "$comb" = last_cta ] && comb_i=1
+  case $comb in cluster2) comb_i=2;; cluster4) comb_i=3;; cluster8) comb_i=4;; cluster16) comb_i=5;; esac
+  case $comb in cluster*) cluster=${comb#cluster}; archs=;; esac
   local threads=$((w * 32 + kv_i * 32)) wn=$((w / wm))
   local ring=$((st * bn * d * 4)) qb=$((bm * d * 2))
   local merge=$((bm * (d + 4) * 4 + (wn + 3) * bm * 4))
   local smem=$((qb + ring)); [ $merge -gt $smem ] && smem=$merge
   local defs="-DATT_HEAD_DIM=$d -DATT_DTYPE_BF16=$bf -DATT_CAUSAL=$causal -DBLOCK_M=$bm -DBLOCK_N=$bn -DWARPS=$w \
     -DWARPS_M=$wm -DTILE_SHARE_CTA=0 -DTILE_SHARE_WARP=1 -DTILE_SHARE=$share_i -DSTAGES=$st -DCTAS_PER_SM=$ctas \
-    -DQ_IN_REGS=$qr -DCOMBINE_KERNEL=0 -DCOMBINE_LAST_CTA=1 -DCOMBINE=$comb_i \
+    -DQ_IN_REGS=$qr -DCOMBINE_KERNEL=0 -DCOMBINE_LAST_CTA=1 -DCOMBINE_CLUSTER2=2 -DCOMBINE_CLUSTER4=3 \
+    -DCOMBINE_CLUSTER8=4 -DCOMBINE_CLUSTER16=5 -DCOMBINE=$comb_i -DCLUSTER=$cluster \
     -DKV_LOAD_CP_ASYNC=0 -DKV_LOAD_TMA=1 -DKV_LOAD=$kv_i -DTHREADS=$threads -DSMEM_BYTES=$smem ${EXTRA_DEFS:-}"
   nvcc -std=c++17 -O3 -arch=sm_90 -Xptxas -v $defs -DCONFIG_NAME="\"$name\"" $here/decode_harness.cu \
     -o $out/$name > $out/$name.ptxas 2>&1 || { cat $out/$name.ptxas; echo "BUILD FAILED $name"; return 1; }

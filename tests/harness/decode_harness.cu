@@ -152,6 +152,7 @@ const attntune_plan::Define kDefines[] = {
     {"SMEM_BYTES", SMEM_BYTES},     {"CTAS_PER_SM", CTAS_PER_SM},       {"COMBINE", COMBINE},
     {"COMBINE_KERNEL", COMBINE_KERNEL}, {"COMBINE_LAST_CTA", COMBINE_LAST_CTA},
     {"KV_LOAD", KV_LOAD},           {"KV_LOAD_CP_ASYNC", KV_LOAD_CP_ASYNC}, {"KV_LOAD_TMA", KV_LOAD_TMA},
+    {"CLUSTER", CLUSTER},
 };
 
 // One problem instance on the device.
@@ -565,6 +566,19 @@ int main(int argc, char** argv) {
   std::printf("# %s, %d SMs | config %s | d=%d %s causal=%d | regs %d, local %zu B, smem %d B\n", prop.name,
               prop.multiProcessorCount, CONFIG_NAME, kD, kBf16 ? "bf16" : "fp16", kCausal ? 1 : 0, fa.numRegs,
               fa.localSizeBytes, SMEM_BYTES);
+  if (CLUSTER > 1) {
+    // How many clusters fit at once (the plan refuses none); a grid of more runs in waves.
+    attntune_run::Why why;
+    if (attntune_run::allow_launch(0, reinterpret_cast<const void*>(att::flash_decode), SMEM_BYTES, CLUSTER, &why))
+      std::printf("# allow_launch: %s\n", why.text);
+    cudaLaunchConfig_t cfg = cudaLaunchConfig_t();
+    cfg.gridDim = dim3(CLUSTER, 1, 1);
+    cfg.blockDim = dim3(THREADS, 1, 1);
+    cfg.dynamicSmemBytes = SMEM_BYTES;
+    int n = 0;
+    CK(cudaOccupancyMaxActiveClusters(&n, att::flash_decode, &cfg));
+    std::printf("# clusters of %d: %d fit at once\n", CLUSTER, n);
+  }
   bool all_ok = true;
   uint32_t seed = 11;
   for (const Shape& sh : shapes)

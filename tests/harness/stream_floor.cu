@@ -392,13 +392,19 @@ int main(int argc, char** argv) {
   CK(cudaFuncSetAttribute(k_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
   CK(cudaFuncSetAttribute(k_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
   const char* only = std::getenv("FLOOR_ONLY");  // a mode name: run only its rows
+  std::vector<int> grids = {128, 256};           // tma rows' grids (FLOOR_TMA_GRIDS: a comma list)
+  if (const char* g = std::getenv("FLOOR_TMA_GRIDS")) {
+    grids.clear();
+    for (const char* c = g; *c; ++c)
+      if (c == g || c[-1] == ',') grids.push_back(std::atoi(c));
+  }
   cudaStream_t st;
   CK(cudaStreamCreate(&st));
   std::vector<Row> rows;
   for (size_t n : {mb134, mb536}) {
     // tma: variant in u, BN in ch
     for (int v : {0, 1, 2, 3, 4})
-      for (int g : {128, 256}) {
+      for (int g : grids) {
         rows.push_back({"tma", n, g, 160, v, g > 132 ? 3 : 6, 64, 0});
         if (g == 128) rows.push_back({"tma", n, g, 160, v, 3, 128, 0});
       }

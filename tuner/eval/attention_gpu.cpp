@@ -384,6 +384,7 @@ struct ClusterQuery {
   const std::vector<cuda::Function>* fns;
   std::vector<int>* cache;
   std::vector<unsigned>* smem_allowed;
+  std::vector<char>* nonportable;
 };
 
 // Lets kernel k use `smem` bytes of dynamic shared memory (above 48 KiB: an opt-in per kernel).
@@ -393,16 +394,27 @@ void allow_smem(const cuda::Function& fn, unsigned& allowed, unsigned smem) {
   allowed = smem;
 }
 
+// Opts kernel k into clusters of more than 8 CTAs (compiled in: non-portable sizes need it).
+void allow_cluster(const cuda::Function& fn, char& allowed, unsigned cluster) {
+  if (cluster <= 8 || allowed) return;
+  fn.set_attribute(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+  allowed = 1;
+}
+
 // How many clusters of a kernel with compiled-in cluster dims fit on the device at once; 0 when the
 // driver cannot say, or says 0 (a kernel built without the cluster dims its plan names: its launch
 // would show why). Asked once per kernel.
-int max_active_clusters(const void* ctx, int kernel, unsigned grid_x, unsigned, unsigned block, unsigned smem) {
+int max_active_clusters(const void* ctx, int kernel, unsigned grid_x, unsigned cluster, unsigned block,
+                        unsigned smem) {
   const ClusterQuery& q = *static_cast<const ClusterQuery*>(ctx);
   int& cached = (*q.cache)[static_cast<std::size_t>(kernel)];
   if (cached >= 0) return cached;
   try {
-    // The occupancy query needs the kernel's shared memory allowed first (else an error, read as 0).
+    // The occupancy query needs the kernel's shared memory and cluster size allowed first (else an
+    // error, read as 0).
     allow_smem((*q.fns)[static_cast<std::size_t>(kernel)], (*q.smem_allowed)[static_cast<std::size_t>(kernel)], smem);
+    allow_cluster((*q.fns)[static_cast<std::size_t>(kernel)], (*q.nonportable)[static_cast<std::size_t>(kernel)],
+                  cluster);
     const int n = (*q.fns)[static_cast<std::size_t>(kernel)].max_active_clusters({grid_x, 1, 1},
                                                                                   static_cast<int>(block), smem);
     cached = n > 0 ? n : 0;
@@ -424,6 +436,7 @@ LoadedBuild::LoadedBuild(const std::string& cubin, const LaunchSpec& spec) : mod
   for (int i = 0; i < family_->kernels; ++i) fns_.push_back(module_.function(family_->kernel_names[i]));
   smem_allowed_.assign(fns_.size(), 48 * 1024);
   max_clusters_.assign(fns_.size(), -1);
+  nonportable_.assign(fns_.size(), 0);
   CUdevice dev;
   int sms = 0;
   CU_CHECK(cuda::driver().cuCtxGetDevice(&dev));
@@ -432,7 +445,7 @@ LoadedBuild::LoadedBuild(const std::string& cubin, const LaunchSpec& spec) : mod
 }
 
 attntune_plan::Plan LoadedBuild::plan(const attntune_plan::Call& call) const {
-  ClusterQuery query{&fns_, &max_clusters_, &smem_allowed_};
+  ClusterQuery query{&fns_, &max_clusters_, &smem_allowed_, &nonportable_};
   attntune_plan::Device device;
   device.sm_count = static_cast<int>(sm_count_);
   device.max_active_clusters = &max_active_clusters;
@@ -478,6 +491,7 @@ void LoadedBuild::launch(const attntune_plan::Call& call, CUstream stream) const
     if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) continue;
     const std::size_t k = static_cast<std::size_t>(l.kernel);
     allow_smem(fns_[k], smem_allowed_[k], l.smem);
+    allow_cluster(fns_[k], nonportable_[k], l.cluster);
     attntune_plan::Args args;
     attntune_plan::Why why;
     if (family_->bind(consts_.bytes, call, p, res, i, &args, &why)) throw PlanRefused(why.text);

@@ -161,6 +161,7 @@ class LoadedBuild {
   // Per kernel: the dynamic shared memory it may use so far, and how many clusters fit (-1 unasked).
   mutable std::vector<unsigned> smem_allowed_;
   mutable std::vector<int> max_clusters_;
+  mutable std::vector<char> nonportable_;  // opted into clusters of more than 8 CTAs
   // The plans' workspaces, grown on demand outside stream capture (the evaluator launches once
   // before it captures a graph): a launch without an optional one runs without it, as correctly.
   mutable std::vector<cuda::DeviceBuffer> workspace_;

@@ -13,8 +13,19 @@ attntune_plan::FlashDecodeLaunch constants(const Defines& defines) {
   return launch_constants<attntune_plan::FlashDecodeLaunch>(defines, "flash_decode");
 }
 
+// The split merge, as the space's combine names it.
+std::string combine_name(const attntune_plan::FlashDecodeLaunch& c) {
+  return c.cluster > 1 ? fmt::format("cluster{}", c.cluster) : c.last_cta ? "last_cta" : "kernel";
+}
+
 std::string describe(const Defines& d) {
   const auto c = constants(d);
+  if (c.cluster > 1)
+    return fmt::format(
+        "grid ({} * ceil(heads_q / heads_kv * seqlen_q / {}), heads_kv, batch) in clusters of {}, {} threads, {} bytes "
+        "of dynamic shared memory; the keys of each (sequence, kv head) split over the {} CTAs of one cluster, merged "
+        "through distributed shared memory",
+        c.cluster, c.block_m, c.cluster, c.threads, c.smem_bytes, c.cluster);
   return fmt::format(
       "grid (splits * ceil(heads_q / heads_kv * seqlen_q / {}), heads_kv, batch), {} threads, {} bytes of dynamic "
       "shared memory; the keys of each (sequence, kv head) split over CTAs by the SM count ({} per SM), the splits "
@@ -27,7 +38,7 @@ nlohmann::ordered_json launch_json(const Defines& d) {
   const auto c = constants(d);
   return {{"block_m", c.block_m},         {"block_n", c.block_n},
           {"threads", c.threads},         {"smem_bytes", c.smem_bytes},
-          {"ctas_per_sm", c.ctas_per_sm}, {"combine", c.last_cta ? "last_cta" : "kernel"},
+          {"ctas_per_sm", c.ctas_per_sm}, {"combine", combine_name(c)},
           {"kv_load", c.kv_tma ? "tma" : "cp_async"}};
 }
 

@@ -3,6 +3,7 @@
 // tests: tests/unit/export/test_export_wgmma.cpp and tests/gpu/test_export_wgmma.cpp.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,6 +45,14 @@ class ExportDb {
       if (all) return c;
     }
     throw std::runtime_error("no valid " + family + " config for " + problem + " with the wanted values");
+  }
+
+  // The first valid config of `family` for `problem` that `keep` accepts.
+  Config config_if(const std::string& family, const std::string& problem,
+                   const std::function<bool(const Config&)>& keep) {
+    for (const Config& c : space(family)->enumerate(Problem::parse(problem), arch_of(family)))
+      if (keep(c)) return c;
+    throw std::runtime_error("no valid " + family + " config for " + problem + " that the test accepts");
   }
 
   // A campaign with one ok result per config (medians in µs, in order), as tune records them; with

@@ -158,3 +158,33 @@ int main() {
       << out.output;
   EXPECT_NE(out.output.find("serves seqlen_q 1..16"), std::string::npos) << out.output;
 }
+
+// combine: cluster16 (sm_90): the export compiles the kernel with its 16-CTA cluster dims, and the
+// launcher opts it into the non-portable cluster size; its info names the combine.
+TEST(ExportDecodeNvcc, ClusterCombineBuildsForSm90) {
+  const std::string nvcc = attntune::test::find_nvcc();
+  ASSERT_FALSE(nvcc.empty()) << "nvcc not found ($CUDACXX, $CUDA_HOME, PATH, /usr/local/cuda/bin): CI has the toolkit";
+  TempDir dir;
+  const std::string db = dir.file("cluster.db");
+  ExportDb d{db, source_dir()};
+  d.campaign("flash_decode", "dec-cluster", kDense,
+             {d.config_if("flash_decode", kDense,
+                          [](const Config& c) { return std::get<std::string>(c.at("combine")) == "cluster16"; })},
+             {48.0});
+  const std::string cu = dir.file("cluster.cu"), lib = dir.file("libcluster.so");
+  auto r = run_attntune("export --db " + shq(db) + " --campaign dec-cluster -o " + shq(cu));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string src = read_bytes(cu);
+  EXPECT_NE(src.find("#define CLUSTER 16"), std::string::npos);
+  EXPECT_NE(src.find("__cluster_dims__(CLUSTER, 1, 1)"), std::string::npos);
+  EXPECT_NE(src.find("cudaFuncAttributeNonPortableClusterSizeAllowed"), std::string::npos);
+  const nlohmann::json info = info_from_source(src);
+  ASSERT_EQ(info["kernels"].size(), 1u);
+  EXPECT_EQ(info["kernels"][0]["launch"]["combine"], "cluster16") << info.dump();
+  const Shell b = sh(attntune::test::nvcc_shared_command(nvcc, "sm_90", cu, lib));
+  ASSERT_EQ(b.status, 0) << b.output;
+  // ptxas took the cluster dims: the kernel requires 16 CTAs a cluster.
+  const Shell ptx = sh(shq(nvcc) + " -std=c++17 -arch=sm_90 -ptx " + shq(cu) + " -o -");
+  ASSERT_EQ(ptx.status, 0) << ptx.output;
+  EXPECT_NE(ptx.output.find(".reqnctapercluster 16, 1, 1"), std::string::npos);
+}

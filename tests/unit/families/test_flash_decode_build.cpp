@@ -115,6 +115,43 @@ TEST(FlashDecodePlan, SplitsFollowTheSmCountAndAskForTheirWorkspace) {
   EXPECT_EQ(plan.workspaces, 0);
 }
 
+TEST(FlashDecodePlan, ClusterCombineSplitsIntoOneClusterAndNeedsNoWorkspace) {
+  const SearchSpace space = load_space();
+  // s=4 with 8 query heads a kv head: 32 packed rows, row blocks of 16 or 32.
+  const Problem p = Problem::parse(kSuite[3]);
+  for (const char* combine : {"cluster2", "cluster4", "cluster8", "cluster16"}) {
+    const Config c = with(space, p, combine);
+    ASSERT_FALSE(c.empty()) << combine;
+    const int n = std::atoi(combine + 7);
+    const Defines defs = kernel_defines(space, c, p, "sm_90");
+    auto define = [&](const char* name) {
+      for (const auto& [k, v] : defs)
+        if (k == name) return v;
+      ADD_FAILURE() << "no " << name;
+      return std::int64_t{0};
+    };
+    EXPECT_EQ(define("CLUSTER"), n) << combine;
+    const unsigned row_blocks = static_cast<unsigned>((8 * 4 + define("BLOCK_M") - 1) / define("BLOCK_M"));
+    for (int sms : {132, 24}) {  // the splits are the cluster's CTAs, whatever the SM count
+      const attntune_plan::Plan plan = plan_of(space, c, p, attntune::testing::dense_call_of(p), sms);
+      ASSERT_EQ(plan.launches, 1) << combine;
+      EXPECT_EQ(plan.launch[0].grid[0], n * row_blocks) << combine;
+      EXPECT_EQ(plan.launch[0].grid[1], 8u);
+      EXPECT_EQ(plan.launch[0].grid[2], 32u);
+      EXPECT_EQ(plan.launch[0].cluster, static_cast<unsigned>(n)) << combine;
+      EXPECT_EQ(plan.workspaces, 0) << combine;  // merged in distributed shared memory
+    }
+  }
+  // Other combines launch without clusters.
+  const attntune_plan::Plan plan = plan_of(space, with(space, p, "last_cta"), p, attntune::testing::dense_call_of(p));
+  EXPECT_EQ(plan.launch[0].cluster, 1u);
+  // Clusters are sm_90's: the space offers them nowhere else.
+  for (const char* arch : {"sm_80", "sm_86", "sm_89"})
+    space.for_each_valid(p, arch, [&](const Config& c) {
+      EXPECT_EQ(std::get<std::string>(c.at("combine")).rfind("cluster", 0), std::string::npos) << arch;
+    });
+}
+
 TEST(FlashDecodePlan, RefusesWhatItCannotServeWithAReason) {
   const SearchSpace space = load_space();
   const Problem p = Problem::parse(kSuite[0]);
