@@ -27,7 +27,8 @@ struct DecodeParams {
   // Split-KV (num_splits > 1): each split's normalized partial O ([num_splits][rows_total][d]) and
   // natural-log LSE ([num_splits][rows_total], -inf: the split saw no key), merged by the combine
   // kernel or by the last CTA of each unit to arrive (counters: [units], zero before and after
-  // every launch).
+  // every launch). combine clusterN with num_splits / N > 1 clusters a unit: one piece per cluster
+  // ([num_splits / N][rows_total][d] and LSE), merged by the unit's last cluster.
   float* part_o;
   float* part_lse;
   int* counters;
@@ -37,7 +38,7 @@ struct DecodeParams {
   int rows;        // group * seqlen_q: the rows of one (batch, kv head)
   int row_blocks;  // ceil(rows / BLOCK_M)
   int rows_total;  // batch * heads_q * seqlen_q
-  int num_splits;  // grid.x = num_splits * row_blocks; 1: the main kernel writes o and lse itself
+  int num_splits;  // grid.x = num_splits * row_blocks (clusterN: a multiple of N); 1: the main kernel writes o and lse itself
   int max_blocks_per_seq, page_size;
   // page_size as a multiply-shift divisor (FastDivmod): j / page_size = umulhi(j, page_mul) >>
   // page_shift for 0 <= j < 2^31 (page_size 1: page_mul 0, j itself).

@@ -440,9 +440,33 @@ __device__ __forceinline__ float4 ClusterPieces::o4(int, int, int) const { retur
 // over the pieces, so its loads of 16 pieces are in flight together (one round trip, no
 // barrier). The weight of piece k is exp(lse_k - max); no piece with a key (every lse -inf):
 // zeros and -inf.
-template <class Pieces>
+// Where a merge goes: the output (O in the call's dtype and layout, LSE if asked) ...
+struct OutSink {
+  __device__ __forceinline__ void put(const DecodeParams& p, int row, int, int c4, float4 v, float lse) const {
+    if (c4 == 0 && p.lse) p.lse[row] = lse;
+    const int bh = row / p.seqlen_q, i = row - bh * p.seqlen_q;
+    const int b = bh / p.heads_q, hq = bh - b * p.heads_q;
+    elem_t* dst = static_cast<elem_t*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + i * p.o_stride[2] + c4 * 4;
+    uint2 out;
+    out.x = pack2<T::kBf16>(v.x, v.y);
+    out.y = pack2<T::kBf16>(v.z, v.w);
+    *reinterpret_cast<uint2*>(dst) = out;
+  }
+};
+// ... or a piece of the workspace (normalized fp32 rows of kHeadDim at po, LSE at pl, from the
+// merge's first row): combine clusterN with several clusters a unit.
+struct PieceSink {
+  float* po;
+  float* pl;
+  __device__ __forceinline__ void put(const DecodeParams&, int, int r, int c4, float4 v, float lse) const {
+    if (c4 == 0) __stcg(pl + r, lse);
+    __stcg(reinterpret_cast<float4*>(po + r * T::kHeadDim + c4 * 4), v);
+  }
+};
+
+template <class Pieces, class Sink = OutSink>
 __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int nrows, const Pieces& pieces, int count,
-                                             int tid, int nthreads) {
+                                             int tid, int nthreads, const Sink& sink = Sink{}) {
   constexpr int kQuads = T::kHeadDim / 4;
   for (int it = tid; it < nrows * kQuads; it += nthreads) {
     const int r = it / kQuads, c4 = it - r * kQuads, row = r0 + r;
@@ -462,14 +486,8 @@ __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int 
       a3 = fmaf(w, x.w, a3 * f);
     }
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    if (c4 == 0 && p.lse) p.lse[row] = sum > 0.f ? (mx + lg2(sum)) * kLn2 : neg_inf();
-    const int bh = row / p.seqlen_q, i = row - bh * p.seqlen_q;
-    const int b = bh / p.heads_q, hq = bh - b * p.heads_q;
-    elem_t* dst = static_cast<elem_t*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + i * p.o_stride[2] + c4 * 4;
-    uint2 out;
-    out.x = pack2<T::kBf16>(a0 * inv, a1 * inv);
-    out.y = pack2<T::kBf16>(a2 * inv, a3 * inv);
-    *reinterpret_cast<uint2*>(dst) = out;
+    sink.put(p, row, r, c4, make_float4(a0 * inv, a1 * inv, a2 * inv, a3 * inv),
+             sum > 0.f ? (mx + lg2(sum)) * kLn2 : neg_inf());
   }
 }
 
@@ -637,9 +655,11 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp % T::kWarpsM, wn = warp / T::kWarpsM;  // row group, key group
   // Splits: row-block-major (a split's row blocks, adjacent CTAs, read the same K/V together);
-  // clusterN: split-minor, the unit's kCluster splits one cluster (rank = split).
-  const int split = T::kClusterMerge ? blockIdx.x % T::kCluster : blockIdx.x / p.row_blocks;
-  const int rb = T::kClusterMerge ? blockIdx.x / T::kCluster : blockIdx.x - split * p.row_blocks;
+  // clusterN: split-minor, each kCluster consecutive splits of a unit one cluster (rank = split %
+  // kCluster), from the grid's split count (bind may ask for fewer: the clusters past them exit).
+  const int grid_splits = T::kClusterMerge ? static_cast<int>(gridDim.x) / p.row_blocks : 0;
+  const int split = T::kClusterMerge ? blockIdx.x % grid_splits : blockIdx.x / p.row_blocks;
+  const int rb = T::kClusterMerge ? blockIdx.x / grid_splits : blockIdx.x - split * p.row_blocks;
   if (split >= p.num_splits) return;  // launched without its workspace: split 0 does it all
   const int kvh = blockIdx.y, b = blockIdx.z;
 
@@ -761,13 +781,35 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
   if constexpr (T::kClusterMerge) {
     // Each split's piece in its own shared memory; then the cluster's threads, kCluster * kThreads,
     // merge the unit's rows reading the pieces remotely (item it of the rows goes to CTA it %
-    // kCluster); the second sync keeps every CTA's memory until the last remote read.
+    // kCluster); the second sync keeps every CTA's memory until the last remote read. One cluster
+    // a unit: the merge is the output. Several: it is the cluster's piece (workspace slot `group`),
+    // and the last cluster of the unit to finish merges the pieces, as combine: last_cta does.
     piece_in_place(buf, s_lse, rows_here, tid);
     cluster_sync_acq_rel();
     const int r_base = (b * p.heads_q + kvh * p.group) * p.seqlen_q + row0;
-    combine_rows(p, r_base, rows_here, ClusterPieces{smem_addr(buf.o), smem_addr(s_lse)}, T::kCluster,
-                 tid * T::kCluster + split, T::kThreads * T::kCluster);
-    cluster_sync_acq_rel();
+    const int rank = split % T::kCluster, group = split / T::kCluster, groups = p.num_splits / T::kCluster;
+    const ClusterPieces pieces{smem_addr(buf.o), smem_addr(s_lse)};
+    if (groups == 1) {
+      combine_rows(p, r_base, rows_here, pieces, T::kCluster, tid * T::kCluster + rank, T::kThreads * T::kCluster);
+      cluster_sync_acq_rel();
+      return;
+    }
+    combine_rows(p, r_base, rows_here, pieces, T::kCluster, tid * T::kCluster + rank, T::kThreads * T::kCluster,
+                 PieceSink{p.part_o + (static_cast<long long>(group) * p.rows_total + r_base) * T::kHeadDim,
+                           p.part_lse + static_cast<long long>(group) * p.rows_total + r_base});
+    __threadfence();         // this thread's part of the piece, before the cluster's arrival ...
+    cluster_sync_acq_rel();  // ... and every remote read done: the other CTAs may exit
+    if (rank != 0) return;
+    if (tid == 0) {
+      int* counter = p.counters + (b * p.heads_kv + kvh) * p.row_blocks + rb;
+      const int old = atomicAdd(counter, 1);
+      s_last = old == groups - 1;
+      if (s_last) *counter = 0;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    combine_rows(p, r_base, rows_here, SplitPieces{p, r_base}, groups, tid, T::kThreads);
     return;
   }
   if (p.num_splits == 1) {

@@ -9,9 +9,12 @@
 // workspace 0 holds the partial O and LSE, and the merge is either the second kernel (combine:
 // kernel, launch 1) or the last CTA of each unit (combine: last_cta, workspace 1: a zeroed counter
 // per unit). Both workspaces are optional: without them bind asks the kernels for one split (the
-// CTAs of the other splits exit at once; the combine kernel too). combine: clusterN (sm_90): N
-// splits per unit whatever the shape, the unit's CTAs one cluster (grid (row_blocks * N, ...),
-// split-minor), merged through distributed shared memory: no workspace. Clusters of 16 are
+// CTAs of the other splits exit at once; the combine kernel too). combine: clusterN (sm_90): the
+// splits come in clusters of N (grid (row_blocks * splits, ...), split-minor), each cluster merging
+// its N pieces through distributed shared memory: decode_splits' count rounded down to whole
+// clusters, at least one. One cluster a unit: no workspace. Several: each cluster's merge is a
+// piece in workspace 0, merged by the last cluster of the unit (workspace 1: counters, as
+// last_cta); without those workspaces bind asks for one cluster a unit. Clusters of 16 are
 // non-portable: the launcher opts the kernel in (run_plan.cuh, the tuner's LoadedBuild). kv_load tma: tensor maps 0 (K) and
 // 1 (V), encoded per call (decode_tma_rows' box), bound into the kernels' DecodeMaps argument.
 #ifndef ATTNTUNE_FLASH_DECODE_LAUNCH_H
@@ -145,7 +148,9 @@ struct FlashDecodeLaunch {
     Shape s;
     if (shape(call, &s, why)) return 1;
     if (s.rows_total == 0) return 0;  // nothing to compute: no launch
-    const int splits = cluster > 1 ? cluster : decode_splits(s.units, s.tiles, device.sm_count, ctas_per_sm);
+    const int want = decode_splits(s.units, s.tiles, device.sm_count, ctas_per_sm);
+    const int groups = cluster > 1 ? (want / cluster > 1 ? want / cluster : 1) : 0;  // clusters a unit
+    const int splits = cluster > 1 ? groups * cluster : want;
     const long long grid_x = static_cast<long long>(splits) * s.row_blocks;
     if (grid_x > 2147483647LL) return refuse(why, "flash_decode: grid.x %lld exceeds 2^31 - 1", grid_x);
     p->launches = 1;
@@ -183,7 +188,11 @@ struct FlashDecodeLaunch {
       }
       p->map[0].swizzle_128b = p->map[1].swizzle_128b = rows % 8 == 0;
     }
-    if (splits > 1 && cluster == 1) {
+    if (cluster > 1 && groups > 1) {  // each cluster's piece, and the counters of the last cluster
+      p->workspaces = 2;
+      p->workspace[0] = Workspace{static_cast<unsigned long long>(groups) * s.rows_total * (head_dim + 1) * 4, 0, 1};
+      p->workspace[1] = Workspace{static_cast<unsigned long long>(s.units) * 4, 1, 1};
+    } else if (splits > 1 && cluster == 1) {
       p->workspaces = 1;
       p->workspace[0] = Workspace{static_cast<unsigned long long>(splits) * s.rows_total * (head_dim + 1) * 4, 0, 1};
       if (last_cta) {
@@ -217,7 +226,18 @@ struct FlashDecodeLaunch {
     d.row_blocks = s.row_blocks;
     d.rows_total = static_cast<int>(s.rows_total);
     d.num_splits = s.row_blocks > 0 ? static_cast<int>(plan.launch[0].grid[0] / s.row_blocks) : 1;
-    if (d.num_splits > 1 && cluster == 1) {
+    if (cluster > 1 && d.num_splits > cluster) {
+      // Several clusters a unit: their pieces and counters; without them, one cluster (the CTAs of
+      // the others exit at once), as correct, slower.
+      const int groups = d.num_splits / cluster;
+      if (!res.workspace[0] || !res.workspace[1]) {
+        d.num_splits = cluster;
+      } else {
+        d.part_o = static_cast<float*>(res.workspace[0]);
+        d.part_lse = d.part_o + static_cast<unsigned long long>(groups) * s.rows_total * head_dim;
+        d.counters = static_cast<int*>(res.workspace[1]);
+      }
+    } else if (d.num_splits > 1 && cluster == 1) {
       // Without its workspaces (optional) the call runs unsplit: as correct, slower.
       if (!res.workspace[0] || (last_cta && !res.workspace[1])) {
         d.num_splits = 1;

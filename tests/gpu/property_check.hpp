@@ -36,6 +36,7 @@ struct PropertyRun {
   std::string arch;       // the build target (sm_90a for the Hopper family)
   std::uint64_t seed = 0; // inputs use seed + 1, seed + 2, ...
   bool require_no_spills = false;
+  bool without_workspaces = false;  // each check again with the plan's optional workspaces withheld
 };
 
 // The configs a property test samples per problem kind: ATTNTUNE_PROPERTY_SAMPLE, else `fallback`
@@ -139,8 +140,8 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
         ref.fill(*buf, seed);
         if (progress)
           std::fprintf(stderr, "[progress] %s on %s\n", config_str(o->job.config).c_str(), p.str().c_str());
-        auto check = [&](const attntune_plan::Call& call, const char* how) {
-          kernel.launch(call);
+        auto check = [&](const attntune_plan::Call& call, const char* how, bool workspaces = true) {
+          kernel.launch(call, nullptr, workspaces);
           const Verdict verdict = ref.check(*buf);
           ++checked;
           if (verdict.status != "ok") {
@@ -151,6 +152,12 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
           }
         };
         check(buf->call(), "");
+        if (run.without_workspaces) {
+          // The plan's optional workspaces withheld (they could not be allocated): fewer splits,
+          // still correct.
+          ref.poison_output(*buf);
+          check(buf->call(), " without workspaces", false);
+        }
         if (p.paged()) {
           // The same cache contiguous (block_table NULL): K/V [b, hkv, sk, d] in the layout, NaN
           // past each sequence's keys (a cache holds anything there), the output poisoned again.

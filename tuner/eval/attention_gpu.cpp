@@ -456,7 +456,7 @@ attntune_plan::Plan LoadedBuild::plan(const attntune_plan::Call& call) const {
   return p;
 }
 
-void LoadedBuild::launch(const attntune_plan::Call& call, CUstream stream) const {
+void LoadedBuild::launch(const attntune_plan::Call& call, CUstream stream, bool optional_workspaces) const {
   const attntune_plan::Plan p = plan(call);
   struct alignas(64) MapBytes {
     unsigned char bytes[attntune_plan::kTensorMapBytes];
@@ -472,6 +472,7 @@ void LoadedBuild::launch(const attntune_plan::Call& call, CUstream stream) const
   if (workspace_.size() < static_cast<std::size_t>(p.workspaces)) workspace_.resize(static_cast<std::size_t>(p.workspaces));
   for (int i = 0; i < p.workspaces; ++i) {
     const attntune_plan::Workspace& w = p.workspace[i];
+    if (w.optional && !optional_workspaces) continue;  // withheld: res.workspace[i] stays null
     cuda::DeviceBuffer& b = workspace_[static_cast<std::size_t>(i)];
     if (b.bytes() < w.bytes) {
       CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;

@@ -147,7 +147,9 @@ class LoadedBuild {
   LoadedBuild(const std::string& cubin, const LaunchSpec& spec);
   // The plan of `call` on the current device; PlanRefused when the family cannot serve it.
   attntune_plan::Plan plan(const attntune_plan::Call& call) const;
-  void launch(const attntune_plan::Call& call, CUstream stream = nullptr) const;
+  // optional_workspaces false: the plan's optional workspaces are withheld, as when they cannot be
+  // allocated (tests: the families' fallbacks without them must stay correct).
+  void launch(const attntune_plan::Call& call, CUstream stream = nullptr, bool optional_workspaces = true) const;
   const attntune_plan::Family& family() const { return *family_; }
   int kernels() const { return static_cast<int>(fns_.size()); }
   const cuda::Function& function(int i) const { return fns_.at(static_cast<std::size_t>(i)); }

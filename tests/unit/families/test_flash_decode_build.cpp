@@ -2,6 +2,7 @@
 // cannot serve; a spread of its configs compiles with NVRTC for sm_80, sm_89 and sm_90 without
 // spills; its launch plan splits the keys by the SM count, asks for its workspaces, launches the
 // combine kernel or not, and refuses prefill-sized calls and bad page tables with a reason.
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 
@@ -115,7 +116,7 @@ TEST(FlashDecodePlan, SplitsFollowTheSmCountAndAskForTheirWorkspace) {
   EXPECT_EQ(plan.workspaces, 0);
 }
 
-TEST(FlashDecodePlan, ClusterCombineSplitsIntoOneClusterAndNeedsNoWorkspace) {
+TEST(FlashDecodePlan, ClusterCombineSplitsIntoWholeClusters) {
   const SearchSpace space = load_space();
   // s=4 with 8 query heads a kv head: 32 packed rows, row blocks of 16 or 32.
   const Problem p = Problem::parse(kSuite[3]);
@@ -132,7 +133,7 @@ TEST(FlashDecodePlan, ClusterCombineSplitsIntoOneClusterAndNeedsNoWorkspace) {
     };
     EXPECT_EQ(define("CLUSTER"), n) << combine;
     const unsigned row_blocks = static_cast<unsigned>((8 * 4 + define("BLOCK_M") - 1) / define("BLOCK_M"));
-    for (int sms : {132, 24}) {  // the splits are the cluster's CTAs, whatever the SM count
+    for (int sms : {132, 24}) {  // 256 units: one cluster a unit, whatever the SM count
       const attntune_plan::Plan plan = plan_of(space, c, p, attntune::testing::dense_call_of(p), sms);
       ASSERT_EQ(plan.launches, 1) << combine;
       EXPECT_EQ(plan.launch[0].grid[0], n * row_blocks) << combine;
@@ -140,6 +141,28 @@ TEST(FlashDecodePlan, ClusterCombineSplitsIntoOneClusterAndNeedsNoWorkspace) {
       EXPECT_EQ(plan.launch[0].grid[2], 32u);
       EXPECT_EQ(plan.launch[0].cluster, static_cast<unsigned>(n)) << combine;
       EXPECT_EQ(plan.workspaces, 0) << combine;  // merged in distributed shared memory
+    }
+  }
+  // A unit that wants more splits than a cluster holds (one sequence: 8 units on 132 SMs) gets
+  // whole clusters, each merging into a workspace piece, and the last cluster's counters.
+  const Problem one = Problem::parse(kSuite[0]);
+  const attntune_plan::Plan by_sms = plan_of(space, with(space, one, "last_cta"), one, attntune::testing::dense_call_of(one));
+  const unsigned want = by_sms.launch[0].grid[0];  // the wave model's splits (row_blocks 1)
+  ASSERT_GE(want, 8u);
+  for (const char* combine : {"cluster2", "cluster4", "cluster8", "cluster16"}) {
+    const unsigned n = static_cast<unsigned>(std::atoi(combine + 7));
+    const attntune_plan::Plan plan = plan_of(space, with(space, one, combine), one, attntune::testing::dense_call_of(one));
+    const unsigned groups = std::max(1u, want / n);
+    EXPECT_EQ(plan.launch[0].grid[0], groups * n) << combine;
+    EXPECT_EQ(plan.launch[0].cluster, n) << combine;
+    if (groups > 1) {
+      ASSERT_EQ(plan.workspaces, 2) << combine;
+      EXPECT_EQ(plan.workspace[0].bytes, groups * 32ull * 129 * 4) << combine;  // a piece per cluster: O and LSE
+      EXPECT_EQ(plan.workspace[0].optional, 1);
+      EXPECT_EQ(plan.workspace[1].zeroed, 1);  // the counters the last cluster resets
+      EXPECT_EQ(plan.workspace[1].optional, 1);
+    } else {
+      EXPECT_EQ(plan.workspaces, 0) << combine;
     }
   }
   // Other combines launch without clusters.
