@@ -435,11 +435,6 @@ __device__ __forceinline__ float ClusterPieces::lse(int, int) const { return 0.f
 __device__ __forceinline__ float4 ClusterPieces::o4(int, int, int) const { return make_float4(0.f, 0.f, 0.f, 0.f); }
 #endif
 
-// Merges `count` pieces of the global rows r0 .. r0 + nrows - 1 (piece k's row r: o4(k, r, c4),
-// lse(k, r)) into o and lse: one pass, each thread a (row, 4 columns) item with an online max
-// over the pieces, so its loads of 16 pieces are in flight together (one round trip, no
-// barrier). The weight of piece k is exp(lse_k - max); no piece with a key (every lse -inf):
-// zeros and -inf.
 // Where a merge goes: the output (O in the call's dtype and layout, LSE if asked) ...
 struct OutSink {
   __device__ __forceinline__ void put(const DecodeParams& p, int row, int, int c4, float4 v, float lse) const {
@@ -464,6 +459,11 @@ struct PieceSink {
   }
 };
 
+// Merges `count` pieces of the global rows r0 .. r0 + nrows - 1 (piece k's row r: o4(k, r, c4),
+// lse(k, r)) into `sink` (O and LSE, or a piece): one pass, each thread a (row, 4 columns) item
+// with an online max over the pieces, so its loads of 16 pieces are in flight together (one
+// round trip, no barrier). The weight of piece k is exp(lse_k - max); no piece with a key (every
+// lse -inf): zeros and -inf.
 template <class Pieces, class Sink = OutSink>
 __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int nrows, const Pieces& pieces, int count,
                                              int tid, int nthreads, const Sink& sink = Sink{}) {
