@@ -642,10 +642,27 @@ __device__ __forceinline__ void tma_producer(const DecodeParams& p, const Decode
 #endif
 }
 
+// The unit's workspace pieces (`pieces` of them, each CTA's or cluster's, already stored and
+// fenced by every thread that wrote them, the CTA synchronized) merged by the CTA whose arrival at
+// the unit's counter is the last; it resets the counter for the next launch (threadFenceReduction's
+// pattern).
+__device__ __forceinline__ void merge_if_last(const DecodeParams& p, int b, int kvh, int rb, int pieces, int r_base,
+                                              int rows_here, int tid) {
+  __shared__ int s_last;
+  if (tid == 0) {
+    int* counter = p.counters + (b * p.heads_kv + kvh) * p.row_blocks + rb;
+    s_last = atomicAdd(counter, 1) == pieces - 1;
+    if (s_last) *counter = 0;
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  combine_rows(p, r_base, rows_here, SplitPieces{p, r_base}, pieces, tid, T::kThreads);
+}
+
 // ---- the main kernel ----------------------------------------------------------------------------
 
 __device__ __forceinline__ void decode_split(const DecodeParams& p, const DecodeMaps& maps, unsigned char* smem) {
-  __shared__ int s_last;
   __shared__ float s_lse[T::kClusterMerge ? T::kBlockM : 1];  // clusterN: this split's piece's LSE
   __shared__ __align__(8) unsigned long long s_bars[T::kKvTma ? 2 * T::kStages : 1];  // TMA: full, empty
   __shared__ int s_tags[T::kKvTma ? T::kStages : 1];  // TMA: each stage's tile (-1: no more)
@@ -778,6 +795,8 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
   }
   const MergeBuf buf(reinterpret_cast<float*>(smem));
   merge_warps(acc, buf, wm, wn, lane, tid);
+  // Global row id of the unit's row row0 (lse's index; a unit's rows are contiguous).
+  const int r_base = (b * p.heads_q + kvh * p.group) * p.seqlen_q + row0;
   if constexpr (T::kClusterMerge) {
     // Each split's piece in its own shared memory; then the cluster's threads, kCluster * kThreads,
     // merge the unit's rows reading the pieces remotely (item it of the rows goes to CTA it %
@@ -786,7 +805,6 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
     // and the last cluster of the unit to finish merges the pieces, as combine: last_cta does.
     piece_in_place(buf, s_lse, rows_here, tid);
     cluster_sync_acq_rel();
-    const int r_base = (b * p.heads_q + kvh * p.group) * p.seqlen_q + row0;
     const int rank = split % T::kCluster, group = split / T::kCluster, groups = p.num_splits / T::kCluster;
     const ClusterPieces pieces{smem_addr(buf.o), smem_addr(s_lse)};
     if (groups == 1) {
@@ -799,42 +817,19 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
                            p.part_lse + static_cast<long long>(group) * p.rows_total + r_base});
     __threadfence();         // this thread's part of the piece, before the cluster's arrival ...
     cluster_sync_acq_rel();  // ... and every remote read done: the other CTAs may exit
-    if (rank != 0) return;
-    if (tid == 0) {
-      int* counter = p.counters + (b * p.heads_kv + kvh) * p.row_blocks + rb;
-      const int old = atomicAdd(counter, 1);
-      s_last = old == groups - 1;
-      if (s_last) *counter = 0;
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    combine_rows(p, r_base, rows_here, SplitPieces{p, r_base}, groups, tid, T::kThreads);
+    if (rank == 0) merge_if_last(p, b, kvh, rb, groups, r_base, rows_here, tid);
     return;
   }
   if (p.num_splits == 1) {
     store_final(p, buf, b, kvh, row0, rows_here, tid);
     return;
   }
-  // Global row id of the unit's row row0 (lse's index; a unit's rows are contiguous).
-  const int r_base = (b * p.heads_q + kvh * p.group) * p.seqlen_q + row0;
   store_piece(buf, p.part_o + (static_cast<long long>(split) * p.rows_total + r_base) * T::kHeadDim,
               p.part_lse + static_cast<long long>(split) * p.rows_total + r_base, rows_here, tid);
   if constexpr (T::kLastCta) {
-    // The last CTA of the unit to arrive merges the splits (threadFenceReduction's pattern) and
-    // resets the counter for the next launch.
     __threadfence();
     __syncthreads();
-    if (tid == 0) {
-      int* counter = p.counters + (b * p.heads_kv + kvh) * p.row_blocks + rb;
-      const int old = atomicAdd(counter, 1);
-      s_last = old == p.num_splits - 1;
-      if (s_last) *counter = 0;
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    combine_rows(p, r_base, rows_here, SplitPieces{p, r_base}, p.num_splits, tid, T::kThreads);
+    merge_if_last(p, b, kvh, rb, p.num_splits, r_base, rows_here, tid);
   }
 }
 

@@ -68,7 +68,11 @@ struct FlashDecodeLaunch {
   int head_dim, bf16, causal;
   int block_m, block_n, threads, smem_bytes, ctas_per_sm;
   int last_cta;  // combine: last_cta (else the combine kernel)
-  int cluster;   // combine: clusterN: N (the splits, one cluster); else 1
+  int cluster;   // combine: clusterN: N (CTAs a cluster, merged in it); else 1
+
+  // Whether the workspace's pieces are merged by the unit's last CTA or cluster (a counter), not
+  // by the combine kernel.
+  bool counted() const { return cluster > 1 || last_cta; }
   int kv_tma;    // kv_load: tma (K/V through tensor maps 0 and 1, sm_90), else cp.async
 
   static int load(const Define* d, int n, FlashDecodeLaunch* c, Why* why) {
@@ -149,8 +153,8 @@ struct FlashDecodeLaunch {
     if (shape(call, &s, why)) return 1;
     if (s.rows_total == 0) return 0;  // nothing to compute: no launch
     const int want = decode_splits(s.units, s.tiles, device.sm_count, ctas_per_sm);
-    const int groups = cluster > 1 ? (want / cluster > 1 ? want / cluster : 1) : 0;  // clusters a unit
-    const int splits = cluster > 1 ? groups * cluster : want;
+    const int clusters = want / cluster > 1 ? want / cluster : 1;  // clusterN: whole clusters a unit
+    const int splits = cluster > 1 ? clusters * cluster : want;
     const long long grid_x = static_cast<long long>(splits) * s.row_blocks;
     if (grid_x > 2147483647LL) return refuse(why, "flash_decode: grid.x %lld exceeds 2^31 - 1", grid_x);
     p->launches = 1;
@@ -188,14 +192,14 @@ struct FlashDecodeLaunch {
       }
       p->map[0].swizzle_128b = p->map[1].swizzle_128b = rows % 8 == 0;
     }
-    if (cluster > 1 && groups > 1) {  // each cluster's piece, and the counters of the last cluster
-      p->workspaces = 2;
-      p->workspace[0] = Workspace{static_cast<unsigned long long>(groups) * s.rows_total * (head_dim + 1) * 4, 0, 1};
-      p->workspace[1] = Workspace{static_cast<unsigned long long>(s.units) * 4, 1, 1};
-    } else if (splits > 1 && cluster == 1) {
+    // Partials merged through the workspace: the splits, or with clusters each cluster's merge when a
+    // unit has several clusters. Merged by the combine kernel, or by the unit's last CTA (cluster)
+    // to arrive at its counter.
+    const int pieces = splits / cluster;
+    if (pieces > 1) {
       p->workspaces = 1;
-      p->workspace[0] = Workspace{static_cast<unsigned long long>(splits) * s.rows_total * (head_dim + 1) * 4, 0, 1};
-      if (last_cta) {
+      p->workspace[0] = Workspace{static_cast<unsigned long long>(pieces) * s.rows_total * (head_dim + 1) * 4, 0, 1};
+      if (counted()) {
         p->workspaces = 2;
         p->workspace[1] = Workspace{static_cast<unsigned long long>(s.units) * 4, 1, 1};
       } else {
@@ -226,25 +230,16 @@ struct FlashDecodeLaunch {
     d.row_blocks = s.row_blocks;
     d.rows_total = static_cast<int>(s.rows_total);
     d.num_splits = s.row_blocks > 0 ? static_cast<int>(plan.launch[0].grid[0] / s.row_blocks) : 1;
-    if (cluster > 1 && d.num_splits > cluster) {
-      // Several clusters a unit: their pieces and counters; without them, one cluster (the CTAs of
-      // the others exit at once), as correct, slower.
-      const int groups = d.num_splits / cluster;
-      if (!res.workspace[0] || !res.workspace[1]) {
+    const int pieces = d.num_splits / cluster;  // as plan's
+    if (pieces > 1) {
+      // Without its workspaces (optional) the call runs as one piece (unsplit, or one cluster a
+      // unit; the other CTAs exit at once): as correct, slower.
+      if (!res.workspace[0] || (counted() && !res.workspace[1])) {
         d.num_splits = cluster;
       } else {
         d.part_o = static_cast<float*>(res.workspace[0]);
-        d.part_lse = d.part_o + static_cast<unsigned long long>(groups) * s.rows_total * head_dim;
-        d.counters = static_cast<int*>(res.workspace[1]);
-      }
-    } else if (d.num_splits > 1 && cluster == 1) {
-      // Without its workspaces (optional) the call runs unsplit: as correct, slower.
-      if (!res.workspace[0] || (last_cta && !res.workspace[1])) {
-        d.num_splits = 1;
-      } else {
-        d.part_o = static_cast<float*>(res.workspace[0]);
-        d.part_lse = d.part_o + static_cast<unsigned long long>(d.num_splits) * s.rows_total * head_dim;
-        d.counters = last_cta ? static_cast<int*>(res.workspace[1]) : nullptr;
+        d.part_lse = d.part_o + static_cast<unsigned long long>(pieces) * s.rows_total * head_dim;
+        d.counters = counted() ? static_cast<int*>(res.workspace[1]) : nullptr;
       }
     }
     att::DecodeMaps maps;

@@ -169,6 +169,15 @@ struct Ring {
     }
     return acc;
   }
+  // The whole CTA: thread 128 (warp 4) calls issue(i, stage) for each of `steps` steps once the
+  // stage is free; warps 0..3 consume. Returns the consumers' checksum (0 in warp 4).
+  template <class Issue>
+  __device__ unsigned stream(int steps, Issue issue) const {
+    if (threadIdx.x / 32 != 4) return consume(steps);
+    if (threadIdx.x == 128)
+      for (int i = 0; i < steps; ++i) issue(i, acquire(i));
+    return 0;
+  }
 };
 
 // One producer thread (warp 4) streams the CTA's slice in CH-byte bulk copies into S stages;
@@ -180,24 +189,16 @@ __global__ void k_bulk(const char* __restrict__ buf, size_t n, int S, int CH, un
   const size_t lo = blockIdx.x * per, hi = min(n, lo + per);
   const int steps = lo < hi ? int((hi - lo + CH - 1) / CH) : 0;
   ring.init();
-  unsigned acc = 0;
-  if (threadIdx.x / 32 == 4) {
-    if (threadIdx.x == 128) {
-      for (int i = 0; i < steps; ++i) {
-        const int s = ring.acquire(i);
-        const size_t off = lo + size_t(i) * CH;
-        const unsigned bytes = unsigned(min(size_t(CH), hi - off));
-        mbar_expect_tx(ring.full + s, bytes);
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                smem_u32(ring.data + size_t(s) * CH)),
-            "l"(buf + off), "r"(bytes), "r"(smem_u32(ring.full + s))
-            : "memory");
-      }
-    }
-  } else {
-    acc = ring.consume(steps);
-  }
+  const unsigned acc = ring.stream(steps, [&](int i, int s) {
+    const size_t off = lo + size_t(i) * CH;
+    const unsigned bytes = unsigned(min(size_t(CH), hi - off));
+    mbar_expect_tx(ring.full + s, bytes);
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            smem_u32(ring.data + size_t(s) * CH)),
+        "l"(buf + off), "r"(bytes), "r"(smem_u32(ring.full + s))
+        : "memory");
+  });
   if (acc == 0x9e3779b9u) out[0] = acc;
 }
 
@@ -209,63 +210,49 @@ __global__ void k_tma(const __grid_constant__ CUtensorMap mk, const __grid_const
   char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int tile = BN * 256;
   const Ring ring{reinterpret_cast<uint64_t*>(smem), reinterpret_cast<uint64_t*>(smem) + 8, smem + 1024, S, 2 * tile};
-  int split, head, k0, k1;
-  if (variant == 4) {
-    split = blockIdx.x; head = 0;
-    const int per = sk / splits;
-    k0 = split * per; k1 = k0 + per;
-  } else {
-    split = blockIdx.x % splits; head = blockIdx.x / splits;
-    const int per = sk / splits;
-    k0 = split * per; k1 = k0 + per;
-  }
+  // CTA (split, head); variant 4: CTA = split, every head in each box.
+  const int split = variant == 4 ? blockIdx.x : blockIdx.x % splits;
+  const int head = variant == 4 ? 0 : blockIdx.x / splits;
+  const int per = sk / splits, k0 = split * per;
   const int keys_per_tile = variant == 4 ? BN / 8 : BN;
-  const int steps = (k1 - k0) / keys_per_tile;
+  const int steps = per / keys_per_tile;
   ring.init();
-  unsigned acc = 0;
-  if (threadIdx.x / 32 == 4) {
-    if (threadIdx.x == 128) {
-      for (int i = 0; i < steps; ++i) {
-        const int s = ring.acquire(i);
-        mbar_expect_tx(ring.full + s, 2 * tile);
-        const int key = k0 + i * keys_per_tile;
-        for (int kv = 0; kv < 2; ++kv) {
-          const CUtensorMap* m = kv ? &mv : &mk;
-          const unsigned dst = smem_u32(ring.data + size_t(s) * 2 * tile + kv * tile);
-          const unsigned bar = smem_u32(ring.full + s);
-          if (variant == 0) {
-            for (int c = 0; c < 2; ++c)
-              asm volatile(
-                  "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-                      dst + c * (tile / 2)),
-                  "l"(m), "r"(c * 64), "r"(head * sk + key), "r"(bar)
-                  : "memory");
-          } else if (variant == 1) {
-            asm volatile(
-                "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
-                    dst),
-                "l"(m), "r"(0), "r"(0), "r"(head * sk + key), "r"(bar)
-                : "memory");
-          } else if (variant == 3) {
-            for (int c = 0; c < 2; ++c)
-              asm volatile(
-                  "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
-                      dst + c * (tile / 2)),
-                  "l"(m), "r"(c * 64), "r"(head), "r"(key), "r"(bar)
-                  : "memory");
-          } else {
-            asm volatile(
-                "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(
-                    dst),
-                "l"(m), "r"(0), "r"(0), "r"(variant == 2 ? head : 0), "r"(key), "r"(bar)
-                : "memory");
-          }
-        }
+  const unsigned acc = ring.stream(steps, [&](int i, int s) {
+    mbar_expect_tx(ring.full + s, 2 * tile);
+    const int key = k0 + i * keys_per_tile;
+    for (int kv = 0; kv < 2; ++kv) {
+      const CUtensorMap* m = kv ? &mv : &mk;
+      const unsigned dst = smem_u32(ring.data + size_t(s) * 2 * tile + kv * tile);
+      const unsigned bar = smem_u32(ring.full + s);
+      if (variant == 0) {
+        for (int c = 0; c < 2; ++c)
+          asm volatile(
+              "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+                  dst + c * (tile / 2)),
+              "l"(m), "r"(c * 64), "r"(head * sk + key), "r"(bar)
+              : "memory");
+      } else if (variant == 1) {
+        asm volatile(
+            "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+                dst),
+            "l"(m), "r"(0), "r"(0), "r"(head * sk + key), "r"(bar)
+            : "memory");
+      } else if (variant == 3) {
+        for (int c = 0; c < 2; ++c)
+          asm volatile(
+              "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+                  dst + c * (tile / 2)),
+              "l"(m), "r"(c * 64), "r"(head), "r"(key), "r"(bar)
+              : "memory");
+      } else {
+        asm volatile(
+            "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(
+                dst),
+            "l"(m), "r"(0), "r"(0), "r"(variant == 2 ? head : 0), "r"(key), "r"(bar)
+            : "memory");
       }
     }
-  } else {
-    acc = ring.consume(steps);
-  }
+  });
   if (acc == 0x9e3779b9u) out[0] = acc;
 }
 

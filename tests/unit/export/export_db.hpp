@@ -35,16 +35,13 @@ class ExportDb {
   // of `want` (ints, and bools as 0/1); std::runtime_error if none.
   Config config(const std::string& family, const std::string& problem,
                 const std::map<std::string, std::int64_t>& want) {
-    for (const Config& c : space(family)->enumerate(Problem::parse(problem), arch_of(family))) {
-      bool all = true;
+    return config_if(family, problem, [&](const Config& c) {
       for (const auto& [name, value] : want) {
         const Value& v = c.at(name);
-        const std::int64_t x = std::holds_alternative<bool>(v) ? std::get<bool>(v) : std::get<std::int64_t>(v);
-        all = all && x == value;
+        if ((std::holds_alternative<bool>(v) ? std::get<bool>(v) : std::get<std::int64_t>(v)) != value) return false;
       }
-      if (all) return c;
-    }
-    throw std::runtime_error("no valid " + family + " config for " + problem + " with the wanted values");
+      return true;
+    });
   }
 
   // The first valid config of `family` for `problem` that `keep` accepts.
