@@ -11,6 +11,7 @@
 
 #include "core/text.hpp"
 #include "search/multi_family.hpp"
+#include "search/retime.hpp"
 #include "search/strategy.hpp"
 
 namespace attntune::search {
@@ -44,21 +45,6 @@ struct Tally {
     return it == progress.by_status.end() ? 0 : it->second;
   }
 };
-
-// A finalist of the re-timing at the end.
-struct Retimed {
-  Config config;
-  std::string source_hash;
-  std::vector<double> medians;
-  double max_err = 0;
-  bool failed = false;
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // The campaign in the log: its id, the device each family's results are filed under, and the
 // mapping between a config as the strategy and the runner see it (tagged with its family when
@@ -282,56 +268,33 @@ class CampaignRun {
   // best too (beyond the top if need be), so the ranking says how the best of each compares,
   // measured alike.
   std::vector<Retimed> finalists() {
-    std::vector<Retimed> top;
-    std::vector<EvaluationRow> rows = entry_.log().campaign_evaluations(entry_.id());
-    std::stable_sort(rows.begin(), rows.end(), [](const EvaluationRow& a, const EvaluationRow& b) {
-      const bool ao = a.record.status == "ok", bo = b.record.status == "ok";
-      if (ao != bo) return ao;
-      return ao && *a.record.median_us < *b.record.median_us;
-    });
-    std::set<std::string> taken, families_in;
-    for (const EvaluationRow& e : rows) {
-      if (e.record.status != "ok" || static_cast<int>(top.size()) >= options_.final_top) break;
-      const Config c = entry_.as_seen(e.family, e.config);
-      if (taken.insert(config_str(c)).second) top.push_back({c, "", {}, 0, false});
-      families_in.insert(e.family);
+    const std::vector<EvaluationRow> rows = entry_.log().campaign_evaluations(entry_.id());
+    auto as_seen = [this](const EvaluationRow& e) { return entry_.as_seen(e.family, e.config); };
+    std::vector<Retimed> top = fastest_distinct(rows, options_.final_top, as_seen);
+    if (mixed_) {
+      std::set<std::string> families_in;
+      for (const Retimed& t : top) families_in.insert(t.family);
+      // Each family's fastest: the first of its rows in a ranking of all of them.
+      for (Retimed& t : fastest_distinct(rows, static_cast<int>(rows.size()), as_seen))
+        if (families_in.insert(t.family).second) top.push_back(std::move(t));
     }
-    if (mixed_)
-      for (const EvaluationRow& e : rows) {
-        if (e.record.status != "ok") break;
-        if (families_in.insert(e.family).second) top.push_back({entry_.as_seen(e.family, e.config), "", {}, 0, false});
-      }
     return top;
   }
 
   // One re-timing of each finalist, interleaved; a finalist that fails is dropped. Sets
   // interrupted_ on a stop or an abandoned candidate.
   void retime_round(std::vector<Retimed>& top) {
-    for (Retimed& t : top) {
-      if (raised(flags_.stop)) {
-        interrupted_ = true;
-        return;
-      }
-      if (t.failed) continue;
-      runner_.submit(t.config);
-      std::optional<RunResult> r = runner_.next();
-      if (!r || r->abandoned) {
-        interrupted_ = true;
-        return;
-      }
-      t.source_hash = r->source_hash;
-      // Kept until the ranking is decided, then written with it in one transaction: a kill or a
-      // stop before that leaves no final rows without a ranking, and a resume re-times afresh.
-      finals_.push_back(entry_.final_row(*r));
-      if (r->record.status != "ok") {
-        t.failed = true;  // flaky: it failed where it once passed, so it cannot be the result
-        progress_.event(fmt::format("re-timing: {} failed this time ({}: {}); dropped from the ranking",
-                                    tagged_str(t.config), r->record.status, one_line(r->record.error)));
-        continue;
-      }
-      t.medians.push_back(*r->record.median_us);
-      t.max_err = std::max(t.max_err, r->record.max_abs_err.value_or(0));
-    }
+    const bool done = search::retime_round(
+        runner_, top, [this] { return raised(flags_.stop); },
+        [this](Retimed& t, const RunResult& r) {
+          // Kept until the ranking is decided, then written with it in one transaction: a kill or a
+          // stop before that leaves no final rows without a ranking, and a resume re-times afresh.
+          finals_.push_back(entry_.final_row(r));
+          if (r.record.status != "ok")  // flaky: it failed where it once passed, so it cannot be the result
+            progress_.event(fmt::format("re-timing: {} failed this time ({}: {}); dropped from the ranking",
+                                        tagged_str(t.config), r.record.status, one_line(r.record.error)));
+        });
+    if (!done) interrupted_ = true;
   }
 
   // A line a round: with >= 1 s a re-timing, the ranking takes most of a minute.
