@@ -130,3 +130,65 @@ TEST(TuneGpu, TwoTemplatesInOneCampaignRankTogether) {
   for (const auto& e : evals) EXPECT_TRUE(configs.insert(e.family + " " + config_str(e.config)).second);
   fs::remove_all(dir);
 }
+
+// `attntune retime` on a finished campaign: its top configs and its pick re-timed side by side,
+// ranked again, the pick found among them, the campaign's own rows left as they were.
+TEST(TuneGpu, RetimeReRanksTheTopAroundThePick) {
+  ATTNTUNE_REQUIRE_GPU();
+  const fs::path dir = fs::temp_directory_path() / ("attntune-retime-gpu-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string db = (dir / "t.db").string();
+  auto r = attntune::testing::run_attntune(
+      "tune --space " + source_dir() + "/search_spaces/flash_fwd_mma.yaml" +
+      " --problem b=2,h=4,hkv=2,s=333,d=64,dtype=bf16,causal=1 --db " + db +
+      " --campaign rt --seed 3 --budget-evals 10 --final-top 2 --final-rounds 1 --final-min-seconds 0.1 --format json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string pick = nlohmann::json::parse(r.out)["ranking"][0]["config"].dump();
+  std::size_t evals = 0;
+  {
+    Store s = Store::open(db, Store::Mode::kReadOnly);
+    evals = s.campaign_evaluations(*s.find_campaign("rt")).size();
+  }
+
+  r = attntune::testing::run_attntune("retime --db " + db +
+                                      " --campaign rt --top 4 --rounds 2 --min-seconds 0.2 --format json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["campaign"], "rt");
+  const auto& configs = j["configs"];
+  ASSERT_GE(configs.size(), 4u);  // the pick may come on top of the 4 fastest search results
+  ASSERT_LE(configs.size(), 5u);
+  int picks = 0, rank = 0;
+  double last = 0;
+  for (const auto& c : configs) {
+    if (c["status"] != "ok") continue;
+    EXPECT_EQ(c["rank"], ++rank);
+    ASSERT_EQ(c["rounds_us"].size(), 2u);
+    EXPECT_GE(c["median_us"].get<double>(), last);  // fastest first
+    last = c["median_us"].get<double>();
+    EXPECT_GE(c["behind_pct"].get<double>(), 0.0);
+    if (c["pick"].get<bool>()) {
+      ++picks;
+      EXPECT_EQ(c["config"].dump(), pick);
+      EXPECT_DOUBLE_EQ(c["behind_pct"].get<double>(), j["pick_behind_pct"].get<double>());
+    }
+  }
+  EXPECT_EQ(picks, 1);
+  EXPECT_DOUBLE_EQ(configs[0]["behind_pct"].get<double>(), 0.0);
+  EXPECT_TRUE(j["pick_holds"].get<bool>());  // no tolerance given
+
+  // A tolerance the pick cannot miss, then one it misses unless it is the fastest.
+  r = attntune::testing::run_attntune("retime --db " + db + " --campaign rt --top 2 --rounds 1 --min-seconds 0.1 "
+                                      "--tolerance 1000");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("within the 1000% tolerance"), std::string::npos) << r.out;
+  r = attntune::testing::run_attntune("retime --db " + db + " --campaign rt --top 2 --rounds 1 --min-seconds 0.1 "
+                                      "--tolerance 0 --format csv");
+  EXPECT_EQ(r.rc == 0 || r.rc == 1, true) << r.err;
+  EXPECT_EQ(r.out.rfind("rank,re-timed µs,spread,behind,search µs,pick,config\n", 0), 0u) << r.out;
+  if (r.rc == 1) EXPECT_NE(r.err.find("beyond the 0% tolerance"), std::string::npos) << r.err;
+
+  Store s = Store::open(db, Store::Mode::kReadOnly);
+  EXPECT_EQ(s.campaign_evaluations(*s.find_campaign("rt")).size(), evals);  // retime records nothing of the campaign
+  fs::remove_all(dir);
+}
