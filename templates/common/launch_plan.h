@@ -125,6 +125,9 @@ struct TensorMap {
 // Device memory a plan's kernels share. A zeroed workspace is zero before its first use and every
 // launch leaves it zero (counters the last user resets). An optional one the executor may fail to
 // provide (Resources::workspace[i] null): the family's bind then launches without it, as correctly.
+// Executors keep a kernel's workspaces by index from call to call and zero a zeroed one only when
+// they allocate it, so an index must hold the same thing in every plan of a build (whatever the
+// call): a family that adds a workspace for some calls only puts it after those every call has.
 struct Workspace {
   unsigned long long bytes;
   int zeroed;

@@ -20,7 +20,7 @@ struct TmaMaps {
   float* split_ws;
   int* split_count;
   int split_tail;
-  // Causal persistent grids with a producer (Traits::kDynamicTiles): two ints, zero before the
+  // Causal and varlen persistent grids with a producer (Traits::kDynamicTiles): two ints, zero before the
   // first launch, which the last CTA to finish resets: [0] the work tiles handed out beyond each
   // CTA's first, [1] the CTAs done. Null: the static round-robin (correct, but causal tiles differ
   // in length and the SMs end unevenly).
@@ -34,6 +34,9 @@ struct TmaMaps {
   // 2 * batch + 1) the first work tile of each in that order (a prefix sum of their tiles,
   // ceil(len_q / BLOCK_M) * heads_q each). Null: the packed order (kernel.cu, varlen_tile).
   const int* varlen_order;
+  // A varlen build: the work tiles of the packed index space, (total_q / BLOCK_M + batch) * heads_q
+  // (the grid of a launch of one CTA a tile; a persistent grid is smaller).
+  int varlen_tiles;
 };
 
 // The order kernel's block (one CTA) and the most sequences it orders: a larger batch runs in the

@@ -893,8 +893,8 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   sm.bars = sm.q + T::kOffBars;
 
   const int m_blocks = T::query_blocks(p.seqlen_q);
-  // Varlen: the grid is the packed index space (launch.h), one CTA per tile.
-  const int tiles = T::kVarlen ? int(gridDim.x) : m_blocks * p.heads_q * p.batch;
+  // Varlen: the packed index space's tiles (launch.h), one CTA each or a persistent grid.
+  const int tiles = T::kVarlen ? maps.varlen_tiles : m_blocks * p.heads_q * p.batch;
   const int ctas = gridDim.x * gridDim.y * gridDim.z;
   const int first_tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
 

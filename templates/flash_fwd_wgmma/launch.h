@@ -73,7 +73,7 @@ struct FlashFwdWgmmaLaunch {
   int block_m, block_n, threads, smem_bytes;
   int persistent;     // the CTAs walk the work tiles
   int split_tail;     // persistent, non-causal: the last partial round shared out by K/V iterations
-  int dynamic_tiles;  // persistent, causal, with a producer: tiles taken from a counter
+  int dynamic_tiles;  // persistent, causal or varlen, with a producer: tiles taken from a counter
   int cluster;        // kv_multicast: 2-CTA clusters sharing each K/V load; else 1
   int consumer_warps;
   int entry;          // the entry point the build serves (prefill_entry: dense, varlen or kvcache)
@@ -89,12 +89,13 @@ struct FlashFwdWgmmaLaunch {
       return 1;
     // Configs recorded before split_tail and kv_multicast existed lack them: off.
     const bool split = define_or(d, n, "SPLIT_TAIL", 0) != 0, multicast = define_or(d, n, "KV_MULTICAST", 0) != 0;
-    c->split_tail = c->persistent && !c->causal && split;
-    c->dynamic_tiles = c->persistent && c->causal && warp_specialize;
-    c->cluster = c->persistent && !c->causal && multicast ? 2 : 1;
-    c->consumer_warps = c->block_m / 64 * 4;
     c->entry = prefill_entry(d, n);
     c->varlen = c->entry == kEntryVarlen;
+    // A varlen build's tiles are its sequences': no split tail, no pairs (the space says so).
+    c->split_tail = c->persistent && !c->causal && !c->varlen && split;
+    c->dynamic_tiles = c->persistent && (c->causal || c->varlen) && warp_specialize;
+    c->cluster = c->persistent && !c->causal && !c->varlen && multicast ? 2 : 1;
+    c->consumer_warps = c->block_m / 64 * 4;
     return 0;
   }
 
@@ -144,21 +145,27 @@ struct FlashFwdWgmmaLaunch {
     // Varlen, longest first: the order kernel runs first (launch 0) and fills a workspace the
     // main kernel reads (varlen_orders says when).
     const bool order = varlen && varlen_orders(call);
+    const Places at = places(order);
+    if (at.counter >= 0) p->workspace[at.counter] = Workspace{2 * sizeof(int), 1, 1};
     if (order) {
       p->launch[0] = Launch{1, {1, 1, 1}, static_cast<unsigned>(att::kVarlenOrderThreads), 0, 1};
-      p->workspace[p->workspaces++] = Workspace{(2ull * call.batch + 1) * sizeof(int), 0, 1};
+      p->workspace[at.order] = Workspace{(2ull * call.batch + 1) * sizeof(int), 0, 1};
     }
+    p->workspaces = at.count;
     Launch& l = p->launch[order ? 1 : 0];
     p->launches = order ? 2 : 1;
     if (varlen) {
       // One CTA per tile of the packed index space (kernel.cu, varlen_tile): floor(total_q / block_m)
-      // + batch indices, times heads_q.
-      const long long tiles = (call.total_q / block_m + call.batch) * call.heads_q;
+      // + batch indices, times heads_q. Persistent: one CTA per SM at most, the tiles from the
+      // counter.
+      const long long tiles = varlen_tiles(call);
       if (tiles > 2147483647LL)
         return refuse(why, "%lld work tiles ((total_q / %d + batch) * heads_q) exceed a grid of 2^31 - 1 CTAs",
                       tiles, block_m);
-      l = Launch{0, {static_cast<unsigned>(tiles), 1, 1}, static_cast<unsigned>(threads),
-                 static_cast<unsigned>(smem_bytes), 1};
+      const unsigned sms = static_cast<unsigned>(device.sm_count > 0 ? device.sm_count : 1);
+      const unsigned ctas = persistent ? persistent_ctas(static_cast<unsigned long long>(tiles), sms, 0, 1)
+                                       : static_cast<unsigned>(tiles);
+      l = Launch{0, {ctas, 1, 1}, static_cast<unsigned>(threads), static_cast<unsigned>(smem_bytes), 1};
     } else {
       const long long blocks = wgmma_query_blocks(call.seqlen_q, block_m, cluster), tiles = work_tiles(call);
       if (tiles > 2147483647LL)
@@ -179,7 +186,6 @@ struct FlashFwdWgmmaLaunch {
                                               fit > 0 ? static_cast<unsigned>(fit) : 0, cluster);
         l.grid[0] = ctas;
         l.grid[1] = l.grid[2] = 1;
-        if (dynamic_tiles) p->workspace[p->workspaces++] = Workspace{2 * sizeof(int), 1, 1};
         const unsigned tail = split_tail ? tail_tiles(call, ctas) : 0;
         if (tail > 0) {
           p->workspace[p->workspaces++] =
@@ -225,6 +231,27 @@ struct FlashFwdWgmmaLaunch {
     return (causal ? flops / 2 : flops) >= kVarlenOrderMinFlops;
   }
 
+  // Where each workspace goes. The launchers (run_plan.cuh, the tuner's LoadedBuild) keep a
+  // kernel's workspaces by index and zero a zeroed one only when they allocate it, so an index
+  // holds the same thing in every plan of a build: the tile counter first (persistent causal or
+  // varlen grids, every call), then the varlen order (the calls that order). (The order first put
+  // the counter at index 1 or 0 from one call to the next, and an ordered call's order then
+  // served the next call as its counter: tiles went unprocessed.) The split tail's two come alone.
+  struct Places {
+    int counter = -1, order = -1, count = 0;
+  };
+  Places places(bool ordered) const {
+    Places at;
+    if (persistent && dynamic_tiles) at.counter = at.count++;
+    if (ordered) at.order = at.count++;
+    return at;
+  }
+
+  // A varlen call's work tiles: the packed index space (kernel.cu, varlen_tile).
+  long long varlen_tiles(const Call& call) const {
+    return (call.total_q / block_m + call.batch) * static_cast<long long>(call.heads_q);
+  }
+
   // Kvcache with a page table: K/V rows per TMA box, gcd(page_size, block_n) (args.h); else 0.
   int kv_box_rows(const Call& call) const {
     if (entry != kEntryKvcache || !call.block_table || call.page_size < 1) return 0;
@@ -237,8 +264,10 @@ struct FlashFwdWgmmaLaunch {
   }
 
   int bind(const Call& call, const Plan& plan, const Resources& res, int launch, Args* args, Why* why) const {
+    const bool ordered = plan.launches == 2 && plan.launch[0].kernel == 1;
+    const Places at = places(ordered);
     if (plan.launch[launch].kernel == 1) {  // the varlen order kernel; without its workspace, a no-op
-      if (!args->add(dense_params(call)) || !args->add(static_cast<int*>(res.workspace[0])))
+      if (!args->add(dense_params(call)) || !args->add(static_cast<int*>(res.workspace[at.order])))
         return refuse(why, "flash_fwd_wgmma: the arguments do not fit");
       return 0;
     }
@@ -248,10 +277,10 @@ struct FlashFwdWgmmaLaunch {
     std::memcpy(&maps.k, res.map[1], sizeof maps.k);
     std::memcpy(&maps.v, res.map[2], sizeof maps.v);
     maps.kv_box_rows = kv_box_rows(call);
-    if (plan.launches == 2 && plan.launch[0].kernel == 1)
-      maps.varlen_order = static_cast<const int*>(res.workspace[0]);  // null: the packed order
-    if (dynamic_tiles) {
-      maps.tile_count = static_cast<int*>(res.workspace[0]);  // null: round-robin
+    if (ordered) maps.varlen_order = static_cast<const int*>(res.workspace[at.order]);  // null: the packed order
+    if (varlen) maps.varlen_tiles = static_cast<int>(varlen_tiles(call));
+    if (at.counter >= 0) {
+      maps.tile_count = static_cast<int*>(res.workspace[at.counter]);  // null: round-robin
     } else if (plan.workspaces == 2 && res.workspace[0] && res.workspace[1]) {
       // else (no workspace) the launch runs unsplit: as correct
       maps.split_ws = static_cast<float*>(res.workspace[0]);

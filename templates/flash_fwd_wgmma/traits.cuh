@@ -14,7 +14,8 @@ struct Traits {
   // A packed batch of sequences of different lengths (attntune_attention_forward_varlen): work
   // tiles of the longest sequence's grid, each in its sequence's rows (TMA coordinates offset by
   // cu_seqlens; the tensor maps span the packed rows). The renderer defines ATT_VARLEN for
-  // varlen problems only. One CTA per tile (not persistent; the space says so).
+  // varlen problems only. One CTA per tile, or a persistent grid taking the tiles from a counter
+  // (with a producer; no split tail, no multicast: the space says so).
 #ifdef ATT_VARLEN
   static constexpr bool kVarlen = ATT_VARLEN != 0;
 #else
@@ -66,13 +67,17 @@ struct Traits {
   // takes each next work tile from a global counter (TmaMaps::tile_count) when its CTA is nearly
   // done, in the longest-first order of work_tile, and hands it to the consumers through shared
   // memory (the launcher passes no counter: round-robin).
-  static constexpr bool kDynamicTiles = kCausal && kWarpSpecialize && PERSISTENT;
+  // Varlen persistent grids take their tiles from the counter too (tiles of sequences of different
+  // lengths, longest first when the launcher orders them).
+  static constexpr bool kDynamicTiles = (kCausal || kVarlen) && kWarpSpecialize && PERSISTENT;
   // Non-causal persistent grids with a producer: CTAs 2k and 2k+1 run as a cluster
   // (__cluster_dims__) on adjacent query blocks of one head, and the first loads every K/V tile
   // into both (TMA multicast): half the L2 reads per FLOP. The query blocks are padded to pairs
   // (an idle last block when their count is odd).
   static constexpr bool kKvMulticast = KV_MULTICAST;
-  static_assert(!kVarlen || !(PERSISTENT), "a varlen build runs one CTA per work tile (persistent = false)");
+  static_assert(!kVarlen || !(PERSISTENT) || (kWarpSpecialize && !(SPLIT_TAIL) && !(KV_MULTICAST)),
+                "a persistent varlen build takes its tiles from a counter through the producer warpgroup, with no "
+                "split tail or multicast (those index tiles of equal sequences)");
   static_assert(!kKvcache || !(SPLIT_TAIL || KV_MULTICAST),
                 "a kvcache build's tiles differ in keys per sequence (no split tail) and load pages one CTA at a "
                 "time (no multicast)");

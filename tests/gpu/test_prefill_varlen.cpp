@@ -7,6 +7,7 @@
 // its launch orders the sequences longest first (FlashFwdWgmmaLongestFirst). ATTNTUNE_PROPERTY_SAMPLE configs per family, head
 // dim and causality (default 6).
 #include <cstdlib>
+#include <functional>
 #include <span>
 
 #include <fmt/format.h>
@@ -33,7 +34,7 @@ const PropertyShape kOrdered[] = {
 // arch "": the device's own. `sample` configs per causality (ATTNTUNE_PROPERTY_SAMPLE, default 6,
 // when 0) on `shapes`.
 void check_family(const char* family, std::string arch, int d, std::span<const PropertyShape> shapes = kShapes,
-                  std::size_t sample = 0) {
+                  std::size_t sample = 0, const std::function<bool(const Config&)>& keep = {}) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   if (arch == "sm_90a" && props.arch != "sm_90") GTEST_SKIP() << family << " needs sm_90a; this GPU is " << props.arch;
@@ -45,7 +46,7 @@ void check_family(const char* family, std::string arch, int d, std::span<const P
   for (int causal = 0; causal < 2; ++causal) {
     const Problem kind =
         Problem::parse(fmt::format("b=4,h=4,s=1024,d={},dtype=bf16,causal={},varlen=1", d, causal));
-    ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, n, configs, variants)) << family;
+    ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, n, configs, variants, keep)) << family;
   }
   attntune::testing::check_configs(space, configs, variants, shapes,
                                    {family, d, arch, 7000, /*require_no_spills=*/false});
@@ -61,6 +62,17 @@ TEST(PrefillVarlenProperty, FlashFwdMma) {
 TEST(PrefillVarlenProperty, FlashFwdWgmma) {
   ATTNTUNE_REQUIRE_GPU();
   for (int d : {64, 128, 256}) check_family("flash_fwd_wgmma", "sm_90a", d);
+}
+
+// Persistent grids, the tiles from the counter: three configs per causality and head dim on the
+// ragged shapes, two on a batch whose launch orders it longest first.
+TEST(PrefillVarlenProperty, FlashFwdWgmmaPersistent) {
+  ATTNTUNE_REQUIRE_GPU();
+  auto persistent = [](const Config& c) { return std::get<bool>(c.at("persistent")); };
+  for (int d : {64, 128, 256}) {
+    check_family("flash_fwd_wgmma", "sm_90a", d, kShapes, 3, persistent);
+    check_family("flash_fwd_wgmma", "sm_90a", d, kOrdered, 2, persistent);
+  }
 }
 
 // Longest first: two configs per causality and head dim on a batch whose launch orders it.

@@ -2,11 +2,15 @@
 // on CI (no GPU): a varlen problem renders ATT_VARLEN (and only it does), the launch plans accept
 // the varlen entry point from varlen builds only, flash_fwd_wgmma's tensor maps span the packed
 // rows, and varlen builds compile for every arch the spaces list. tests/gpu/ checks the values.
+#include <algorithm>
+#include <cstring>
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "cuda/nvrtc.hpp"
 #include "templates/flash_fwd_wgmma/args.h"
+#include "templates/flash_fwd_wgmma/launch.h"
 #include "tests/common/plan_call.hpp"
 
 using namespace attntune;
@@ -39,15 +43,93 @@ TEST(PrefillVarlen, OnlyVarlenProblemsRenderAttVarlen) {
   }
 }
 
-TEST(PrefillVarlen, TheWgmmaSpaceKeepsVarlenBuildsOffThePersistentSchedules) {
+// Persistent varlen builds take their tiles from the counter (kDynamicTiles): the space keeps them
+// with a producer and off the split tail and the pairs, which index tiles of equal sequences.
+TEST(PrefillVarlen, TheWgmmaSpaceKeepsPersistentVarlenBuildsOnTheCounter) {
   const SearchSpace space = space_of("flash_fwd_wgmma");
-  std::size_t n = 0;
+  std::size_t n = 0, persistent = 0;
   space.for_each_valid(kVarlen, "sm_90a", [&](const Config& c) {
     ++n;
-    EXPECT_FALSE(std::get<bool>(c.at("persistent"))) << config_str(c);
+    if (!std::get<bool>(c.at("persistent"))) return;
+    ++persistent;
+    EXPECT_TRUE(std::get<bool>(c.at("warp_specialize"))) << config_str(c);
+    EXPECT_FALSE(std::get<bool>(c.at("split_tail"))) << config_str(c);
+    EXPECT_FALSE(std::get<bool>(c.at("kv_multicast"))) << config_str(c);
   });
-  EXPECT_GT(n, 0u);
-  EXPECT_GT(space.count(kDense, "sm_90a"), n);  // the dense problem has the persistent ones too
+  EXPECT_GT(persistent, 0u);
+  EXPECT_GT(n, persistent);
+  // Causal, dense and varlen offer the same configs (no split tail, no pairs); non-causal, the
+  // dense problem has the split tail and the pairs too.
+  EXPECT_EQ(space.count(kDense, "sm_90a"), n);
+  const Problem varlen_full = Problem::parse("b=16,h=32,hkv=8,s=8192,d=128,dtype=bf16,causal=0,varlen=128");
+  const Problem dense_full = Problem::parse("b=16,h=32,hkv=8,s=8192,d=128,dtype=bf16,causal=0");
+  EXPECT_GT(space.count(dense_full, "sm_90a"), space.count(varlen_full, "sm_90a"));
+}
+
+// A persistent varlen launch: at most one CTA per SM over the packed index space, the tile counter
+// (two zeroed ints) and the kernel told the tile count. The counter is workspace 0 whether the call
+// is ordered or not, the order 1: the launchers keep workspaces by index, and with the order first
+// an ordered call's order served the next, unordered, call as its counter (tiles went unprocessed,
+// GPU property test, 2026-11-26).
+TEST(PrefillVarlen, WgmmaPersistentVarlenPlansTheCounterAfterTheOrder) {
+  const SearchSpace space = space_of("flash_fwd_wgmma");
+  const Config c = first_config(space, kVarlen, "sm_90a",
+                                [](const Config& x) { return std::get<bool>(x.at("persistent")); });
+  ASSERT_FALSE(c.empty());
+  const RenderedKernel k = render_kernel(space, c, kVarlen, "sm_90a");
+  const auto consts = launch_constants<attntune_plan::FlashFwdWgmmaLaunch>(k.launch.defines, "flash_fwd_wgmma");
+  EXPECT_TRUE(consts.dynamic_tiles);
+  EXPECT_FALSE(consts.split_tail);
+  EXPECT_EQ(consts.cluster, 1);
+  const auto dev = FakeDevice{}.device();
+  const auto bm = std::get<std::int64_t>(c.at("block_m"));
+  std::string why;
+  for (const long long total_q : {70001LL, 300LL}) {  // ordered (enough work), and not
+    attntune_plan::Call call = varlen_call_of(kVarlen, total_q, total_q);
+    call.seqlen_q = call.seqlen_k = total_q < 1000 ? 40 : 8000;
+    const auto plan = plan_call(k.launch, call, dev, &why);
+    ASSERT_TRUE(plan) << why;
+    const bool ordered = total_q > 1000;
+    ASSERT_EQ(plan->launches, ordered ? 2 : 1) << total_q;
+    const auto& main = plan->launch[ordered ? 1 : 0];
+    const unsigned tiles = static_cast<unsigned>((total_q / bm + 16) * 32);
+    EXPECT_EQ(main.grid[0], std::min(tiles, static_cast<unsigned>(dev.sm_count))) << total_q;
+    EXPECT_EQ(main.grid[1] * main.grid[2] * main.cluster, 1u);
+    ASSERT_EQ(plan->workspaces, ordered ? 2 : 1);
+    const auto& counter = plan->workspace[0];
+    EXPECT_EQ(counter.bytes, 2 * sizeof(int));
+    EXPECT_TRUE(counter.zeroed);
+    if (ordered) {
+      EXPECT_EQ(plan->workspace[1].bytes, (2u * 16 + 1) * sizeof(int));
+      EXPECT_FALSE(plan->workspace[1].zeroed);
+    }
+
+    int order_ws = 0, count_ws = 0;
+    alignas(64) static unsigned char map_bytes[attntune_plan::kMaxTensorMaps][attntune_plan::kTensorMapBytes];
+    attntune_plan::Resources res;
+    std::memset(&res, 0, sizeof res);
+    for (int m = 0; m < attntune_plan::kMaxTensorMaps; ++m) res.map[m] = map_bytes[m];
+    res.workspace[0] = &count_ws;
+    res.workspace[1] = ordered ? &order_ws : nullptr;
+    attntune_plan::Args args;
+    attntune_plan::Why bwhy;
+    bwhy.text[0] = 0;
+    ASSERT_EQ(consts.bind(call, *plan, res, ordered ? 1 : 0, &args, &bwhy), 0) << bwhy.text;
+    att::TmaMaps maps;
+    std::memcpy(&maps, args.ptr[1], sizeof maps);
+    EXPECT_EQ(maps.varlen_order, ordered ? &order_ws : nullptr) << total_q;
+    EXPECT_EQ(maps.tile_count, &count_ws) << total_q;
+    EXPECT_EQ(maps.varlen_tiles, static_cast<int>(tiles)) << total_q;
+    EXPECT_EQ(maps.split_tail, 0);
+    if (ordered) {  // the order kernel writes workspace 1
+      attntune_plan::Args oargs;
+      ASSERT_EQ(consts.bind(call, *plan, res, 0, &oargs, &bwhy), 0) << bwhy.text;
+      ASSERT_EQ(oargs.count, 2);
+      int* order_arg = nullptr;
+      std::memcpy(&order_arg, oargs.ptr[1], sizeof order_arg);
+      EXPECT_EQ(order_arg, &order_ws);
+    }
+  }
 }
 
 TEST(PrefillVarlen, MmaPlansTheLongestSequencesGridForVarlenBuildsOnly) {
