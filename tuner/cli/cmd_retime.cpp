@@ -37,7 +37,7 @@ struct RetimeArgs {
 // One re-timed config, as reported.
 struct Line {
   search::Retimed t;
-  std::optional<double> search_us;  // its fastest search (or ranking) median in the campaign
+  std::optional<double> search_us;  // its fastest search reading in the campaign
   bool pick = false;
   double retimed_us() const { return search::median(t.medians); }
   double spread_pct() const {
@@ -149,18 +149,18 @@ int run_retime(const std::vector<std::string>& args) {
   for (search::Retimed& t :
        search::fastest_distinct(rows, a.top, [&](const EvaluationRow& e) { return as_seen(e.family, e.config); }))
     lines.push_back({std::move(t), std::nullopt, false});
-  for (Line& l : lines)
+  const Config pick = as_seen(picked.front().family, picked.front().config);
+  auto it = std::find_if(lines.begin(), lines.end(), [&](const Line& l) { return l.t.config == pick; });
+  if (it == lines.end()) {
+    lines.push_back({{pick, picked.front().family, "", {}, 0, false, ""}, std::nullopt, true});
+  } else {
+    it->pick = true;
+  }
+  for (Line& l : lines)  // each one's fastest search reading
     for (const EvaluationRow& e : rows)
       if (e.record.status == "ok" && as_seen(e.family, e.config) == l.t.config &&
           (!l.search_us || *e.record.median_us < *l.search_us))
         l.search_us = e.record.median_us;
-  const Config pick = as_seen(picked.front().family, picked.front().config);
-  auto it = std::find_if(lines.begin(), lines.end(), [&](const Line& l) { return l.t.config == pick; });
-  if (it == lines.end()) {
-    lines.push_back({{pick, picked.front().family, "", {}, 0, false, ""}, picked.front().median_us, true});
-  } else {
-    it->pick = true;
-  }
 
   if (std::string why; !cuda::driver_available(&why)) throw EnvError(why);
   const service::RunnerSettings settings{a.device, a.jobs, a.compile_timeout_s, a.deadline_floor_s};
