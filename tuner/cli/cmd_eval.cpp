@@ -9,6 +9,7 @@
 
 #include "cli/command.hpp"
 #include "cli/format.hpp"
+#include "cli/job_options.hpp"
 #include "core/error.hpp"
 #include "db/store.hpp"
 #include "eval/build_pool.hpp"
@@ -39,9 +40,8 @@ int run_eval(const std::vector<std::string>& args) {
       ("seed", po::value(&seed), "seed of the validation inputs (timing uses others; default 1)")
       ("max-seconds", po::value(&max_seconds), "cap on timing repetitions, in seconds (default 2)")
       ("min-seconds", po::value(&min_seconds), "least time the timing samples, in seconds (default 0: until the "
-                                               "median holds within 1%)")
-      ("compile-timeout", po::value(&compile_timeout_s), "seconds before a hanging NVRTC compile is killed (default 120)")
-      ("deadline-floor", po::value(&deadline_floor_s), "least seconds a candidate may run before it is killed (default 10)");
+                                               "median holds within 1%)");
+  add_limit_options(opts, compile_timeout_s, deadline_floor_s);
   po::variables_map vm;
   if (parse_args("eval", "validate and time one config on the GPU; print (and record) the result", opts, args, vm))
     return 0;

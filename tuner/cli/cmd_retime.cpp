@@ -14,6 +14,7 @@
 
 #include "cli/command.hpp"
 #include "cli/format.hpp"
+#include "cli/job_options.hpp"
 #include "core/error.hpp"
 #include "cuda/driver.hpp"
 #include "db/store.hpp"
@@ -34,19 +35,13 @@ struct RetimeArgs {
   std::optional<double> tolerance_pct;
 };
 
-// One re-timed config, as reported.
-struct Line {
-  search::Retimed t;
-  std::optional<double> search_us;  // its fastest search reading in the campaign
-  bool pick = false;
-  double retimed_us() const { return search::median(t.medians); }
-  double spread_pct() const {
-    const auto [lo, hi] = std::minmax_element(t.medians.begin(), t.medians.end());
-    return (*hi - *lo) / retimed_us() * 100;
-  }
-};
-
-bool held(const Line& l) { return !l.t.failed && !l.t.medians.empty(); }
+// A re-timed config: whether it held (every round passed), its median over the rounds and their spread.
+bool held(const search::Retimed& t) { return !t.failed && !t.medians.empty(); }
+double retimed_us(const search::Retimed& t) { return search::median(t.medians); }
+double spread_pct(const search::Retimed& t) {
+  const auto [lo, hi] = std::minmax_element(t.medians.begin(), t.medians.end());
+  return (*hi - *lo) / retimed_us(t) * 100;
+}
 
 RetimeArgs parse(const std::vector<std::string>& args, bool& help) {
   RetimeArgs a;
@@ -63,11 +58,9 @@ RetimeArgs parse(const std::vector<std::string>& args, bool& help) {
       ("tolerance", po::value(&tolerance), "exit 1 when the pick lies more than this many percent behind the fastest")
       ("device", po::value(&a.device), "CUDA device ordinal (default 0)")
       ("jobs", po::value(&a.jobs), "concurrent NVRTC compiles (default: one per core)")
-      ("compile-timeout", po::value(&a.compile_timeout_s), "seconds before a hanging NVRTC compile is killed (default 120)")
-      ("deadline-floor", po::value(&a.deadline_floor_s), "least seconds a candidate may run before it is killed "
-                                                         "(default 10; a timing's own length is added)")
       ("format", po::value(&a.format), "table | json | csv");
   // clang-format on
+  add_limit_options(opts, a.compile_timeout_s, a.deadline_floor_s);
   po::variables_map vm;
   help = parse_args("retime", kSummary, opts, args, vm);
   if (help) return a;
@@ -76,8 +69,7 @@ RetimeArgs parse(const std::vector<std::string>& args, bool& help) {
   if (a.min_seconds <= 0 || a.min_seconds > 600)
     throw InputError(fmt::format("retime: --min-seconds must lie in (0, 600] (got {:g})", a.min_seconds));
   if (a.device < 0 || a.jobs < 0) throw InputError("retime: --device and --jobs must not be negative");
-  if (a.compile_timeout_s <= 0 || a.deadline_floor_s <= 0)
-    throw InputError("retime: --compile-timeout and --deadline-floor must be positive");
+  check_limit_options(a.compile_timeout_s, a.deadline_floor_s, "retime");
   if (vm.count("tolerance")) {
     if (tolerance < 0) throw InputError(fmt::format("retime: --tolerance must not be negative (got {:g})", tolerance));
     a.tolerance_pct = tolerance;
@@ -85,24 +77,24 @@ RetimeArgs parse(const std::vector<std::string>& args, bool& help) {
   return a;
 }
 
-nlohmann::ordered_json line_json(const Line& l, double fastest_us, int rank) {
+nlohmann::ordered_json line_json(const search::Retimed& t, bool pick, double fastest_us, int rank) {
   nlohmann::ordered_json j;
   j["rank"] = rank > 0 ? nlohmann::ordered_json(rank) : nlohmann::ordered_json(nullptr);
-  j["template"] = l.t.family;
-  j["config"] = config_json(search::untag_family(l.t.config).second);
-  j["pick"] = l.pick;
-  j["search_median_us"] = l.search_us ? nlohmann::ordered_json(*l.search_us) : nlohmann::ordered_json(nullptr);
-  if (held(l)) {
-    j["median_us"] = l.retimed_us();
-    j["rounds_us"] = l.t.medians;
-    j["spread_pct"] = l.spread_pct();
-    j["behind_pct"] = (l.retimed_us() / fastest_us - 1) * 100;
-    j["max_abs_err"] = l.t.max_err;
+  j["template"] = t.family;
+  j["config"] = config_json(search::untag_family(t.config).second);
+  j["pick"] = pick;
+  j["search_median_us"] = t.found_us > 0 ? nlohmann::ordered_json(t.found_us) : nlohmann::ordered_json(nullptr);
+  if (held(t)) {
+    j["median_us"] = retimed_us(t);
+    j["rounds_us"] = t.medians;
+    j["spread_pct"] = spread_pct(t);
+    j["behind_pct"] = (retimed_us(t) / fastest_us - 1) * 100;
+    j["max_abs_err"] = t.max_err;
     j["status"] = "ok";
   } else {
     j["median_us"] = nullptr;
     j["status"] = "failed";
-    j["error"] = l.t.failure;
+    j["error"] = t.failure;
   }
   return j;
 }
@@ -144,23 +136,17 @@ int run_retime(const std::vector<std::string>& args) {
     return mixed ? search::tag_family(family, c) : c;
   };
 
-  // The finalists: the fastest distinct configs, and the pick if it is not among them.
-  std::vector<Line> lines;
-  for (search::Retimed& t :
-       search::fastest_distinct(rows, a.top, [&](const EvaluationRow& e) { return as_seen(e.family, e.config); }))
-    lines.push_back({std::move(t), std::nullopt, false});
+  // The finalists: the fastest distinct configs, and the pick if it is not among them (with its
+  // own search reading, from every distinct config ranked).
+  const std::vector<search::Retimed> all = search::fastest_distinct(
+      rows, static_cast<int>(rows.size()), [&](const EvaluationRow& e) { return as_seen(e.family, e.config); });
   const Config pick = as_seen(picked.front().family, picked.front().config);
-  auto it = std::find_if(lines.begin(), lines.end(), [&](const Line& l) { return l.t.config == pick; });
-  if (it == lines.end()) {
-    lines.push_back({{pick, picked.front().family, "", {}, 0, false, ""}, std::nullopt, true});
-  } else {
-    it->pick = true;
+  auto is_pick = [&](const search::Retimed& t) { return t.config == pick; };
+  std::vector<search::Retimed> top(all.begin(), all.begin() + std::min(all.size(), static_cast<std::size_t>(a.top)));
+  if (std::none_of(top.begin(), top.end(), is_pick)) {
+    const auto it = std::find_if(all.begin(), all.end(), is_pick);
+    top.push_back(it != all.end() ? *it : search::Retimed{pick, picked.front().family, "", {}, 0, false, ""});
   }
-  for (Line& l : lines)  // each one's fastest search reading
-    for (const EvaluationRow& e : rows)
-      if (e.record.status == "ok" && as_seen(e.family, e.config) == l.t.config &&
-          (!l.search_us || *e.record.median_us < *l.search_us))
-        l.search_us = e.record.median_us;
 
   if (std::string why; !cuda::driver_available(&why)) throw EnvError(why);
   const service::RunnerSettings settings{a.device, a.jobs, a.compile_timeout_s, a.deadline_floor_s};
@@ -170,28 +156,25 @@ int run_retime(const std::vector<std::string>& args) {
     std::cerr << fmt::format("retime: note: campaign '{}' was tuned on {}; this is {}: its pick is re-timed here\n",
                              a.campaign, row->gpu, gpu.name);
   std::cerr << fmt::format("retime: campaign '{}' ({}), {} configs, {} rounds of >= {:g} s each, on {}\n", a.campaign,
-                           row->spec.problem.str(), lines.size(), a.rounds, a.min_seconds, gpu.name);
+                           row->spec.problem.str(), top.size(), a.rounds, a.min_seconds, gpu.name);
 
   runner.begin_final_timing();
-  std::vector<search::Retimed> top;
-  for (Line& l : lines) top.push_back(l.t);
   for (int round = 0; round < a.rounds; ++round) {
     if (!search::retime_round(runner, top, nullptr, nullptr))
       throw WorkError("retime: the GPU worker stopped before the round ended");
     std::cerr << fmt::format("retime: round {}/{} done\n", round + 1, a.rounds);
   }
-  for (std::size_t i = 0; i < lines.size(); ++i) lines[i].t = top[i];
 
   // Ranked by the re-timed median; failures last.
-  std::stable_sort(lines.begin(), lines.end(), [](const Line& x, const Line& y) {
+  std::stable_sort(top.begin(), top.end(), [](const search::Retimed& x, const search::Retimed& y) {
     if (held(x) != held(y)) return held(x);
-    return held(x) && x.retimed_us() < y.retimed_us();
+    return held(x) && retimed_us(x) < retimed_us(y);
   });
-  if (!held(lines.front())) throw WorkError("retime: every config failed its re-timing");
-  const double fastest_us = lines.front().retimed_us();
-  const Line& pick_line = *std::find_if(lines.begin(), lines.end(), [](const Line& l) { return l.pick; });
+  if (!held(top.front())) throw WorkError("retime: every config failed its re-timing");
+  const double fastest_us = retimed_us(top.front());
+  const search::Retimed& pick_line = *std::find_if(top.begin(), top.end(), is_pick);
   const bool pick_held = held(pick_line);
-  const double behind = pick_held ? (pick_line.retimed_us() / fastest_us - 1) * 100 : 0;
+  const double behind = pick_held ? (retimed_us(pick_line) / fastest_us - 1) * 100 : 0;
   const bool within = pick_held && (!a.tolerance_pct || behind <= *a.tolerance_pct);
 
   if (out_format == Format::kJson) {
@@ -207,7 +190,8 @@ int run_retime(const std::vector<std::string>& args) {
     j["pick_holds"] = within;
     j["configs"] = nlohmann::ordered_json::array();
     int rank = 0;
-    for (const Line& l : lines) j["configs"].push_back(line_json(l, fastest_us, held(l) ? ++rank : 0));
+    for (const search::Retimed& t : top)
+      j["configs"].push_back(line_json(t, is_pick(t), fastest_us, held(t) ? ++rank : 0));
     print_json(std::cout, j);
   } else {
     std::vector<std::string> headers = {"rank", "re-timed µs", "spread", "behind", "search µs", "pick"};
@@ -215,17 +199,17 @@ int run_retime(const std::vector<std::string>& args) {
     headers.push_back("config");
     Table t(headers);
     int rank = 0;
-    for (const Line& l : lines) {
-      const bool ok = held(l);
+    for (const search::Retimed& r : top) {
+      const bool ok = held(r);
       std::vector<std::string> cells = {
           ok ? std::to_string(++rank) : "-",
-          ok ? (out_format == Format::kCsv ? format_exact(l.retimed_us()) : format_us(l.retimed_us())) : "failed",
-          ok ? fmt::format("{:.1f}%", l.spread_pct()) : "-",
-          ok ? fmt::format("{:+.2f}%", (l.retimed_us() / fastest_us - 1) * 100) : "-",
-          l.search_us ? format_us(*l.search_us) : "-",
-          l.pick ? "pick" : ""};
-      if (mixed) cells.push_back(l.t.family);
-      cells.push_back(config_str(search::untag_family(l.t.config).second));
+          ok ? (out_format == Format::kCsv ? format_exact(retimed_us(r)) : format_us(retimed_us(r))) : "failed",
+          ok ? fmt::format("{:.1f}%", spread_pct(r)) : "-",
+          ok ? fmt::format("{:+.2f}%", (retimed_us(r) / fastest_us - 1) * 100) : "-",
+          r.found_us > 0 ? format_us(r.found_us) : "-",
+          is_pick(r) ? "pick" : ""};
+      if (mixed) cells.push_back(r.family);
+      cells.push_back(config_str(search::untag_family(r.config).second));
       t.add_row(std::move(cells));
     }
     if (out_format == Format::kCsv) {
@@ -235,16 +219,16 @@ int run_retime(const std::vector<std::string>& args) {
       t.print(std::cout);
       if (pick_held)
         std::cout << fmt::format("\nthe pick is {:.2f}% behind the fastest of {} re-timed ({} rounds of >= {:g} s){}\n",
-                                 behind, lines.size(), a.rounds, a.min_seconds,
+                                 behind, top.size(), a.rounds, a.min_seconds,
                                  a.tolerance_pct ? fmt::format(": {} the {:g}% tolerance",
                                                                within ? "within" : "outside", *a.tolerance_pct)
                                                  : "");
       else
-        std::cout << fmt::format("\nthe pick failed its re-timing: {}\n", pick_line.t.failure);
+        std::cout << fmt::format("\nthe pick failed its re-timing: {}\n", pick_line.failure);
     }
   }
   std::cout.flush();
-  if (!pick_held) throw WorkError(fmt::format("retime: the pick failed its re-timing ({})", pick_line.t.failure));
+  if (!pick_held) throw WorkError(fmt::format("retime: the pick failed its re-timing ({})", pick_line.failure));
   if (!within)
     throw WorkError(fmt::format("retime: the pick is {:.2f}% behind the fastest, beyond the {:g}% tolerance", behind,
                                 *a.tolerance_pct));

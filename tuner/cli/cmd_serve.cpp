@@ -222,9 +222,9 @@ int run_serve(const std::vector<std::string>& args) {
                    "is seen at once", a.lease_seconds).c_str())
       ("poll-seconds", po::value(&a.poll_seconds), "with --follow, how often an idle worker looks (default 2)")
       ("max-restarts", po::value(&a.max_restarts), "restart a crashed worker at most this often (default 3)")
-      ("jobs", po::value(&a.jobs), "concurrent NVRTC compiles per worker (default: one per core)")
-      ("compile-timeout", po::value(&a.compile_timeout_s), "seconds before a hanging NVRTC compile is killed (default 120)")
-      ("deadline-floor", po::value(&a.deadline_floor_s), "least seconds a candidate may run before it is killed (default 10)")
+      ("jobs", po::value(&a.jobs), "concurrent NVRTC compiles per worker (default: one per core)");
+  add_limit_options(opts, a.compile_timeout_s, a.deadline_floor_s);
+  opts.add_options()
       ("log-interval", po::value(&a.log_interval), "seconds between progress lines (default 30)")
       ("simulate", po::bool_switch(&a.simulate), "simulated GPUs (a synthetic landscape, no GPU needed): testing and "
                                                  "rehearsing a plan")
@@ -237,8 +237,7 @@ int run_serve(const std::vector<std::string>& args) {
   if (a.poll_seconds < 0.05 || a.poll_seconds > 3600) throw InputError("serve: --poll-seconds must lie between 0.05 and 3600");
   if (a.jobs < 0 || a.max_restarts < 0 || a.simulate_delay_ms < 0 || a.log_interval < 1)
     throw InputError("serve: --jobs, --max-restarts and --simulate-delay-ms must not be negative, --log-interval >= 1");
-  if (a.compile_timeout_s <= 0 || a.deadline_floor_s <= 0 || a.compile_timeout_s > 86400 || a.deadline_floor_s > 86400)
-    throw InputError("serve: --compile-timeout and --deadline-floor must be positive and at most a day (86400 s)");
+  check_limit_options(a.compile_timeout_s, a.deadline_floor_s, "serve");
   if (!a.simulate) {
     std::string why;
     if (!cuda::driver_available(&why)) throw EnvError(why);

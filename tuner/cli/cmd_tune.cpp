@@ -129,9 +129,9 @@ bool parse_tune_args(const std::vector<std::string>& args, TuneArgs& a, po::vari
   add_job_options(opts, a.job);
   opts.add_options()
       ("jobs", po::value(&a.jobs), "concurrent NVRTC compiles (default: one per core)")
-      ("device", po::value(&a.device), "CUDA device ordinal (default 0)")
-      ("compile-timeout", po::value(&a.compile_timeout_s), "seconds before a hanging NVRTC compile is killed (default 120)")
-      ("deadline-floor", po::value(&a.deadline_floor_s), "least seconds a candidate may run before it is killed (default 10)")
+      ("device", po::value(&a.device), "CUDA device ordinal (default 0)");
+  add_limit_options(opts, a.compile_timeout_s, a.deadline_floor_s);
+  opts.add_options()
       ("log-interval", po::value(&a.log_interval), "seconds between progress lines when stderr is not a terminal (default 30)")
       ("format", po::value(&a.format), "table | json: how the result is printed")
       ("simulate-db", po::value(&a.simulate_db), "evaluate from this database's recorded campaign instead of a GPU (testing)")
@@ -149,8 +149,7 @@ void check_tune_args(TuneArgs& a, const po::variables_map& vm) {
   if (a.jobs < 0 || a.device < 0 || a.log_interval < 1 || a.simulate_delay_ms < 0)
     throw InputError("tune: --jobs, --device and --simulate-delay-ms must not be negative; --log-interval must be at "
                      "least 1");
-  if (a.compile_timeout_s <= 0 || a.deadline_floor_s <= 0 || a.compile_timeout_s > 86400 || a.deadline_floor_s > 86400)
-    throw InputError("tune: --compile-timeout and --deadline-floor must be positive and at most a day (86400 s)");
+  check_limit_options(a.compile_timeout_s, a.deadline_floor_s, "tune");
   if (a.simulate_db.empty() != a.simulate_campaigns.empty())
     throw InputError("tune: --simulate-db and --simulate-campaign go together");
 }

@@ -15,6 +15,18 @@
 
 namespace attntune::cli {
 
+void add_limit_options(po::options_description& opts, double& compile_timeout_s, double& deadline_floor_s) {
+  opts.add_options()
+      ("compile-timeout", po::value(&compile_timeout_s), "seconds before a hanging NVRTC compile is killed (default 120)")
+      ("deadline-floor", po::value(&deadline_floor_s), "least seconds a candidate may run before it is killed (default "
+                                                       "10; a timing's own length is added)");
+}
+
+void check_limit_options(double compile_timeout_s, double deadline_floor_s, const std::string& command) {
+  if (compile_timeout_s <= 0 || deadline_floor_s <= 0 || compile_timeout_s > 86400 || deadline_floor_s > 86400)
+    throw InputError(command + ": --compile-timeout and --deadline-floor must be positive and at most a day (86400 s)");
+}
+
 void add_job_options(po::options_description& opts, JobOptionValues& v) {
   const search::TuneOptions defaults;  // the final re-timing's defaults live there, with their reason
   v.final_top = defaults.final_top;

@@ -25,4 +25,10 @@ void add_job_options(po::options_description& opts, JobOptionValues& v);
 // the request they make (spaces left empty).
 JobRequest check_job_options(const JobOptionValues& v, const po::variables_map& vm, const std::string& command);
 
+// The limits of building and running candidates (--compile-timeout, --deadline-floor), declared
+// alike by every command that evaluates them (tune, serve, retime, eval); the check, InputError
+// ("COMMAND: ..."), unless positive and at most a day.
+void add_limit_options(po::options_description& opts, double& compile_timeout_s, double& deadline_floor_s);
+void check_limit_options(double compile_timeout_s, double deadline_floor_s, const std::string& command);
+
 }  // namespace attntune::cli

@@ -23,7 +23,8 @@ std::vector<Retimed> fastest_distinct(std::vector<EvaluationRow> rows, int top,
   for (const EvaluationRow& e : rows) {
     if (e.record.status != "ok" || static_cast<int>(out.size()) >= top) break;
     Config c = as_seen(e);
-    if (taken.insert(config_str(c)).second) out.push_back({std::move(c), e.family, "", {}, 0, false, ""});
+    if (taken.insert(config_str(c)).second)
+      out.push_back({std::move(c), e.family, "", {}, 0, false, "", *e.record.median_us});
   }
   return out;
 }

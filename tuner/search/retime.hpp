@@ -22,12 +22,13 @@ struct Retimed {
   double max_err = 0;
   bool failed = false;  // a re-timing did not pass (flaky): it cannot be a result
   std::string failure;  // "status: error" of that re-timing
+  double found_us = 0;  // its fastest median among the rows it was chosen from (0: not chosen so)
 };
 
 double median(std::vector<double> v);  // of a non-empty vector
 
-// At most `top` distinct configs among the ok rows of `rows`, fastest (by their median) first;
-// `as_seen` turns a row's stored config into the one the runner takes.
+// At most `top` distinct configs among the ok rows of `rows`, fastest (by their median) first, each
+// with that median (`found_us`); `as_seen` turns a row's stored config into the one the runner takes.
 std::vector<Retimed> fastest_distinct(std::vector<EvaluationRow> rows, int top,
                                       const std::function<Config(const EvaluationRow&)>& as_seen);
 
