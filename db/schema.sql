@@ -35,6 +35,7 @@ CREATE TABLE campaigns (
   page           INTEGER NOT NULL DEFAULT 0 CHECK (page >= 0),  -- since version 5: 0 dense, N paged KV cache
   varlen         INTEGER NOT NULL DEFAULT 0 CHECK (varlen >= 0),     -- since version 8: 0, or N: packed batch
   lens_seed      INTEGER NOT NULL DEFAULT 0 CHECK (lens_seed >= 0),  -- since version 8: its lengths' seed
+  variants       TEXT NOT NULL DEFAULT '',        -- since version 9: Problem::variant_spec(), empty when plain
   space_path     TEXT NOT NULL,
   space_hash     TEXT NOT NULL,                   -- content hash of the space file
   family         TEXT NOT NULL,                   -- kernel template ("template" in JSON)
@@ -50,7 +51,7 @@ CREATE TABLE campaigns (
   ended_at       TEXT,
   space_text     TEXT NOT NULL DEFAULT ''         -- since version 3: the space YAML, for replay/export
 );
-CREATE INDEX campaigns_problem ON campaigns (b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed);
+CREATE INDEX campaigns_problem ON campaigns (b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed, variants);
 
 -- Since version 7: each run of a campaign (the first, then each resume): what it asked for and how
 -- it ended; campaigns keeps the latest run's (db/migrations/007_campaign_runs.sql).

@@ -30,7 +30,8 @@ using store_rows::read_campaign_spaces;
 
 std::vector<Problem> Store::problems_with_results(const std::string& family) {
   Statement st(db(),
-               "SELECT c.b, c.h, c.hkv, c.s, c.sk, c.d, c.dtype, c.causal, c.page, c.varlen, c.lens_seed FROM campaigns c "
+               "SELECT c.b, c.h, c.hkv, c.s, c.sk, c.d, c.dtype, c.causal, c.page, c.varlen, c.lens_seed, c.variants "
+               "FROM campaigns c "
                "WHERE EXISTS "
                "(SELECT 1 FROM evaluations e JOIN candidates k ON k.id = e.candidate_id WHERE e.campaign_id = c.id "
                "AND e.status = 'ok' AND k.family = ?1) ORDER BY c.id");
@@ -67,14 +68,14 @@ BestRow read_best_row(const Statement& st, const std::string& campaign, const Pr
 }
 
 // The campaigns a query covers, in creation order: id, name and the problem columns. A problem
-// matches all of its columns, page, varlen and lens_seed included (a paged problem or a packed batch
-// is never its dense shape).
+// matches all of its columns, page, varlen, lens_seed and variants included (a paged problem, a packed
+// batch or a windowed problem is never its plain dense shape).
 Statement select_campaigns(Connection& db, const BestQuery& q) {
   Statement camps(db,
-                  "SELECT id, name, b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed FROM campaigns "
-                  "WHERE (?1 IS NULL OR name = ?1) AND (?2 IS NULL OR (b = ?2 AND h = ?3 AND hkv = ?4 AND "
+                  "SELECT id, name, b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed, variants FROM "
+                  "campaigns WHERE (?1 IS NULL OR name = ?1) AND (?2 IS NULL OR (b = ?2 AND h = ?3 AND hkv = ?4 AND "
                   "s = ?5 AND sk = ?6 AND d = ?7 AND dtype = ?8 AND causal = ?9 AND page = ?10 AND varlen = ?11 "
-                  "AND lens_seed = ?12)) ORDER BY id");
+                  "AND lens_seed = ?12 AND variants = ?13)) ORDER BY id");
   camps.bind(q.campaign);
   if (q.problem) {
     const Problem& p = *q.problem;
@@ -89,6 +90,7 @@ Statement select_campaigns(Connection& db, const BestQuery& q) {
     camps.bind_at(10, p.page);
     camps.bind_at(11, p.varlen);
     camps.bind_at(12, p.lens_seed);
+    camps.bind_at(13, p.variant_spec());
   }
   return camps;
 }
@@ -248,7 +250,7 @@ namespace {
 
 // The campaign columns every CampaignRow query reads, in read_campaign_row's order.
 constexpr const char* kCampaignColumns =
-    "SELECT c.id, c.name, c.b, c.h, c.hkv, c.s, c.sk, c.d, c.dtype, c.causal, c.page, c.varlen, c.lens_seed, "
+    "SELECT c.id, c.name, c.b, c.h, c.hkv, c.s, c.sk, c.d, c.dtype, c.causal, c.page, c.varlen, c.lens_seed, c.variants, "
     "c.space_path, c.space_hash, "
     "c.family, c.strategy, c.seed, c.budget_evals, c.budget_seconds, c.status, c.stop_reason, "
     "c.started_at, IFNULL(c.ended_at, ''), d.name, d.arch, "

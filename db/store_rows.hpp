@@ -12,9 +12,9 @@
 
 namespace attntune::store_rows {
 
-// A problem from the campaigns columns b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed
-// (eleven, in that order) starting at `col`.
-inline constexpr int kProblemColumns = 11;
+// A problem from the campaigns columns b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed,
+// variants (twelve, in that order) starting at `col`.
+inline constexpr int kProblemColumns = 12;
 inline Problem problem_from_columns(const sqlite::Statement& st, int col) {
   Problem p;
   p.b = st.int64(col);
@@ -28,6 +28,7 @@ inline Problem problem_from_columns(const sqlite::Statement& st, int col) {
   p.page = st.int64(col + 8);
   p.varlen = st.int64(col + 9);
   p.lens_seed = st.int64(col + 10);
+  p.set_variants(st.text(col + 11));
   return p;
 }
 

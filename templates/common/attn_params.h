@@ -3,6 +3,8 @@
 #ifndef ATTNTUNE_ATTN_PARAMS_H
 #define ATTNTUNE_ATTN_PARAMS_H
 
+#include "variant_params.h"
+
 struct AttnParams {
   const void* q;  // (batch, heads_q,  seqlen_q, head_dim), strides below, last dim contiguous
   const void* k;  // (batch, heads_kv, seqlen_k, head_dim)
@@ -36,6 +38,7 @@ struct AttnParams {
   int max_blocks_per_seq, page_size;
   unsigned page_mul;
   int page_shift;
+  VariantParams variant;  // windows, soft-cap, sinks (variant_params.h); read only by builds with them
 };
 
 #endif

@@ -64,11 +64,12 @@ inline int prefill_entry(const Define* d, int n) {
   return kEntryDense;
 }
 
-// Whether a prefill build for `entry` (prefill_entry) serves `call`: 0, or 1 with the reason. A
-// varlen call also needs its prefix sums; a kvcache call with a page table pages that can hold
-// seqlen_k_max keys.
-inline int check_prefill_entry(const char* family, const Call& call, int entry, Why* why) {
+// Whether a prefill build for `entry` (prefill_entry) with `variants` serves `call`: 0, or 1 with
+// the reason. A varlen call also needs its prefix sums; a kvcache call with a page table pages that
+// can hold seqlen_k_max keys; every call the build's variants exactly.
+inline int check_prefill_entry(const char* family, const Call& call, int entry, const Variants& variants, Why* why) {
   if (call.entry == entry) {
+    if (check_variants(family, variants, call, why)) return 1;
     if (entry == kEntryVarlen && (!call.cu_seqlens_q || !call.cu_seqlens_k))
       return refuse(why, "cu_seqlens_q and cu_seqlens_k must not be NULL");
     if (entry == kEntryKvcache && call.block_table) {

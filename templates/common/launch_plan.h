@@ -62,11 +62,20 @@ struct Call {
   // caller says them (attntune_attention_forward_varlen_packed, the PyTorch op); -1: not given (the
   // contract's entry point). A TMA tensor map needs them: its extent bounds every copy.
   long long total_q, total_k;
+  // Attention variants (docs/CONTRACT.md; FlashAttention's semantics), from the extended entry
+  // points' options, after normalise_variants. Window: query i of a sequence (bottom-right aligned,
+  // i' = i + len_k - len_q) sees keys i' - window_left <= j <= i' + window_right; -1 is unbounded,
+  // and both -1 (empty_call) is no window. Causal calls keep window_right -1 (causal bounds it).
+  int window_left, window_right;
+  float softcap;       // > 0: score = softcap * tanh(scale * q.k / softcap); 0: none
+  const float* sinks;  // null: none; else [heads_q] fp32 logits (device) joining each row's denominator
+  bool windowed() const { return window_left >= 0 || window_right >= 0; }
 };
 
 inline Call empty_call() {
   Call c;
   std::memset(&c, 0, sizeof c);
+  c.window_left = c.window_right = -1;
   return c;
 }
 
@@ -213,6 +222,56 @@ inline int define_int(const Define* defs, int n, const char* name, int* out, Why
   return 0;
 }
 
+// The one canonical form of a call's variants, as Problem keeps a problem's (tuner/core/problem.cpp):
+// a window (L, 0) without is_causal is causal attention within L keys; a causal call keeps
+// window_right -1. Refuses what FlashAttention refuses: sides below -1, is_causal with a window
+// reaching right of the diagonal, a soft-cap that is negative or not finite.
+inline int normalise_variants(Call* c, Why* why) {
+  if (c->window_left < -1 || c->window_right < -1)
+    return refuse(why, "window (%d, %d): each side is -1 (unbounded) or a key count >= 0", c->window_left,
+                  c->window_right);
+  if (c->causal && c->window_right > 0)
+    return refuse(why,
+                  "is_causal with window_right %d: causal attention sees no key right of the diagonal; pass "
+                  "is_causal 0 for a window reaching right of it",
+                  c->window_right);
+  if (!(c->softcap >= 0.0f) || c->softcap > 3.0e38f)
+    return refuse(why, "softcap %g: 0 (none) or a positive finite cap", static_cast<double>(c->softcap));
+  if (!c->causal && c->window_right == 0) c->causal = 1;
+  if (c->causal) c->window_right = -1;
+  return 0;
+}
+
+// Which variants a build was compiled with (the renderer's ATT_WINDOW, ATT_SOFTCAP, ATT_SINKS,
+// absent from every plain build): a build serves exactly the calls with its variants, so the
+// export's dispatcher never runs a full-attention kernel for a windowed call, nor the reverse.
+struct Variants {
+  int window, softcap, sinks;
+  static Variants load(const Define* d, int n) {
+    return Variants{static_cast<int>(define_or(d, n, "ATT_WINDOW", 0)), static_cast<int>(define_or(d, n, "ATT_SOFTCAP", 0)),
+                    static_cast<int>(define_or(d, n, "ATT_SINKS", 0))};
+  }
+  static Variants of(const Call& c) { return Variants{c.windowed() ? 1 : 0, c.softcap > 0 ? 1 : 0, c.sinks ? 1 : 0}; }
+  bool operator==(const Variants& o) const { return window == o.window && softcap == o.softcap && sinks == o.sinks; }
+  // "window, softcap, sinks" / "no variant", into `out`.
+  const char* words(char* out, int size) const {
+    std::snprintf(out, static_cast<size_t>(size), "%s%s%s%s%s%s", window ? "a sliding window" : "",
+                  window && (softcap || sinks) ? ", " : "", softcap ? "a logit soft-cap" : "",
+                  softcap && sinks ? ", " : "", sinks ? "attention sinks" : "",
+                  window || softcap || sinks ? "" : "no variant (plain attention)");
+    return out;
+  }
+};
+
+// Refuses a call whose variants are not the build's (family names the kernel in the reason).
+inline int check_variants(const char* family, const Variants& build, const Call& call, Why* why) {
+  const Variants want = Variants::of(call);
+  if (want == build) return 0;
+  char built[96], asked[96];
+  return refuse(why, "this %s kernel was built for %s; the call asks for %s (tune a problem with the call's variants)",
+                family, build.words(built, sizeof built), want.words(asked, sizeof asked));
+}
+
 constexpr int kMaxConstsBytes = 256;  // a family's constants, as its load() fills them
 
 // A kernel family's launch, type-erased so that one table (the export's) and one registry (the
@@ -296,6 +355,13 @@ void fill_tensor_args(const Call& c, P* p) {
   p->seqlen_k = c.seqlen_k;
   p->scale = c.scale;
   p->scale_log2 = static_cast<float>(static_cast<double>(c.scale) * 1.4426950408889634);  // log2(e)
+  // The variants (variant_params.h): a soft-capped score is scaled already, so exp2 takes log2(e).
+  p->variant.window_left = c.window_left;
+  p->variant.window_right = c.window_right;
+  p->variant.softcap = c.softcap;
+  p->variant.softcap_scale = c.softcap > 0 ? c.scale / c.softcap : 0.0f;
+  p->variant.sinks = c.sinks;
+  if (c.softcap > 0) p->scale_log2 = 1.4426950408889634f;
 }
 
 // page_size as a multiply-shift divisor (DecodeParams, AttnParams): j / page_size = umulhi(j, mul) >> shift for

@@ -36,6 +36,24 @@
 #define ATTNTUNE_API __attribute__((visibility("default")))
 #endif
 
+// The extended entry points' options (docs/CONTRACT.md "variants"): the caller's declaration of this
+// struct may be older (shorter) or newer (longer) than this file's; `size` says which. Fields past a
+// caller's size take their defaults (all zero), a NULL pointer means every default (plain
+// attention), and fields this file does not know must be zero (else ATTNTUNE_UNSUPPORTED: a newer
+// option this library cannot honour). Later options (cache dtypes, value head dims, ...) are added
+// at the end. Zero-initialised, it is plain attention:
+//   attntune_options o = {sizeof(attntune_options)};  o.window = 1; o.window_left = 4096; o.window_right = 0;
+extern "C" {
+typedef struct attntune_options {
+  size_t size;          // sizeof(attntune_options) as the caller compiled it
+  int window;           // 1: window_left/window_right apply; 0: no window
+  int window_left;      // keys left of a query's (bottom-right aligned) diagonal it sees; -1: unbounded
+  int window_right;     // keys right of it; -1: unbounded; with is_causal 0 or -1 (causal is right 0)
+  float softcap;        // > 0: score = softcap * tanh(softmax_scale * q.k / softcap); 0: none
+  const float* sinks;   // NULL, or [heads_q] fp32 logits (device) joining each row's softmax denominator
+} attntune_options;
+}
+
 // The plan executor and the launch plans of this file's kernel families.
 @@FAMILY_LAUNCHERS@@
 namespace attntune_export {
@@ -50,6 +68,7 @@ struct Kernel {
   int head_dim, causal, bf16;
   int tuned_b, tuned_h, tuned_hkv, tuned_s, tuned_sk;
   int entries;  // the entry points it serves (Entry bits): its family's, varlen only for a varlen build
+  int window, softcap, sinks;  // the variants it was built with: it serves calls with exactly these
   const attntune_plan::Family* family;
   const attntune_plan::Define* defines;  // the #defines it was built with
   int define_count;
@@ -165,8 +184,16 @@ static bool accepts(int index, const Call& call, attntune_plan::Why* why) {
   return kKernels[index].family->plan(loaded.consts[index].bytes, call, any_device, &dry, why) == 0;
 }
 
+// Whether kernel k was built for call a: its entry point, head_dim, is_causal and variants.
+static bool built_for_call(const Kernel& k, const Call& a) {
+  const attntune_plan::Variants v = attntune_plan::Variants::of(a);
+  return (k.entries & a.entry) && k.head_dim == a.head_dim && k.causal == (a.causal ? 1 : 0) &&
+         k.window == v.window && k.softcap == v.softcap && k.sinks == v.sinks;
+}
+
 // The kernel for call `a` (of any entry point): among those whose family serves the entry point,
-// built for its head_dim and is_causal, and whose launch plan accepts it, the one tuned for the
+// built for its head_dim, is_causal and variants (a windowed call never runs a full-attention
+// kernel, nor the reverse), and whose launch plan accepts it, the one tuned for the
 // nearest sequence lengths (by ratio); ties go to the same GQA group size, then the nearest batch *
 // heads, then the order of kernel_info's "kernels". The candidates are ranked first and planned in
 // that order, so a call plans one kernel unless the nearest refuses. -1 if none accepts; then, if
@@ -178,7 +205,7 @@ static int select_kernel(const Call& a, attntune_plan::Why* refused) {
   int n = 0;
   for (int i = 0; i < kKernelCount; ++i) {
     const Kernel& k = kKernels[i];
-    if (!(k.entries & a.entry) || k.head_dim != a.head_dim || k.causal != (a.causal ? 1 : 0)) continue;
+    if (!built_for_call(k, a)) continue;
     const int group = a.heads_kv > 0 ? a.heads_q / a.heads_kv : 1, tuned_group = k.tuned_h / k.tuned_hkv;
     const double key[3] = {log_ratio(a.seqlen_q, k.tuned_s) + log_ratio(a.seqlen_k, k.tuned_sk),
                            group == tuned_group ? 0.0 : 1.0,
@@ -215,13 +242,11 @@ static int select_kernel(const Call& a, attntune_plan::Why* refused) {
   return -1;
 }
 
-// Whether some kernel of this file serves call `a`'s entry point and was built for its head_dim
-// and is_causal (whatever its plan says of the rest).
+// Whether some kernel of this file serves call `a`'s entry point and was built for its head_dim,
+// is_causal and variants (whatever its plan says of the rest).
 static bool built_for(const Call& a) {
-  for (int i = 0; i < kKernelCount; ++i) {
-    const Kernel& k = kKernels[i];
-    if ((k.entries & a.entry) && k.head_dim == a.head_dim && k.causal == (a.causal ? 1 : 0)) return true;
-  }
+  for (int i = 0; i < kKernelCount; ++i)
+    if (built_for_call(kKernels[i], a)) return true;
   return false;
 }
 
@@ -231,8 +256,12 @@ static const char* entry_name(int entry) {
                                                 : "attntune_attention_forward";
 }
 
-static int no_kernel(int entry, int head_dim, int is_causal, const attntune_plan::Why& refused) {
+static int no_kernel(const Call& a, const attntune_plan::Why& refused) {
   if (refused.text[0]) return unsupported("%s", refused.text);
+  const int entry = a.entry, head_dim = a.head_dim, is_causal = a.causal;
+  char words[96], variants[112] = "";
+  const attntune_plan::Variants v = attntune_plan::Variants::of(a);
+  if (v.window || v.softcap || v.sinks) std::snprintf(variants, sizeof variants, " with %s", v.words(words, sizeof words));
   char built[600] = "";
   size_t used = 0;
   for (int i = 0; i < kKernelCount && used + 1 < sizeof built; ++i) {
@@ -241,8 +270,8 @@ static int no_kernel(int entry, int head_dim, int is_causal, const attntune_plan
     if (n < 0) break;
     used += static_cast<size_t>(n);
   }
-  return unsupported("no kernel in this file for head_dim=%d is_causal=%d serves %s; it holds: %s", head_dim,
-                     is_causal, entry_name(entry), built);
+  return unsupported("no kernel in this file for head_dim=%d is_causal=%d%s serves %s; it holds: %s", head_dim,
+                     is_causal, variants, entry_name(entry), built);
 }
 
 // Per device and kernel: 1 once the device was checked.
@@ -398,12 +427,23 @@ static int check_cache(const Call& a) {
   return 0;
 }
 
-static int forward(const Call& a, cudaStream_t stream) {
+// What the variants add: a canonical window (a window (L, 0) is causal), a valid soft-cap, an
+// aligned sink array.
+static int check_variants(Call* a) {
+  attntune_plan::Why why;
+  if (attntune_plan::normalise_variants(a, &why)) return unsupported("%s", why.text);
+  if (a->sinks && reinterpret_cast<std::uintptr_t>(a->sinks) % 4 != 0)
+    return unsupported("sinks must be 4-byte aligned (got %p)", static_cast<const void*>(a->sinks));
+  return 0;
+}
+
+static int forward(Call a, cudaStream_t stream) {
   // Sizes first: a zero-sized tensor may come with a NULL pointer.
   if (const int r = check_common(a)) return r;
+  if (const int r = check_variants(&a)) return r;
   attntune_plan::Why refused;
   refused.text[0] = 0;
-  if (!built_for(a)) return no_kernel(a.entry, a.head_dim, a.causal, refused);
+  if (!built_for(a)) return no_kernel(a, refused);
   if (const int r = check_tensors(a)) return r;
   if (a.entry == attntune_plan::kEntryKvcache)
     if (const int r = check_cache(a)) return r;
@@ -412,7 +452,7 @@ static int forward(const Call& a, cudaStream_t stream) {
   if (a.batch == 0 || a.heads_q == 0 || a.seqlen_q == 0) return 0;  // nothing to compute
   if (a.entry == attntune_plan::kEntryVarlen && a.total_q == 0) return 0;  // every sequence empty
   const int index = select_kernel(a, &refused);
-  if (index < 0) return no_kernel(a.entry, a.head_dim, a.causal, refused);
+  if (index < 0) return no_kernel(a, refused);
   return run(a, index, stream);
 }
 
@@ -445,12 +485,40 @@ static Call make_call(int entry, const void* q, const void* k, const void* v, vo
   return a;
 }
 
+// The extended entry points' options into the call (attntune_options): 0, or unsupported.
+static int apply_options(Call* a, const attntune_options* opts) {
+  if (!opts) return 0;  // every default: plain attention
+  const size_t kMostBytes = 4096;  // a larger size is not a struct of ours
+  if (opts->size < sizeof(size_t) || opts->size > kMostBytes)
+    return unsupported("attntune_options: size %llu is not sizeof(attntune_options) of any attntune version (set it "
+                       "to sizeof(attntune_options); this library's is %llu)",
+                       static_cast<unsigned long long>(opts->size), static_cast<unsigned long long>(sizeof(attntune_options)));
+  attntune_options o;
+  std::memset(&o, 0, sizeof o);
+  std::memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
+  // A newer caller's fields past ours must be at their defaults (zero): an option this file cannot
+  // honour is refused, never ignored.
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(opts);
+  for (size_t i = sizeof o; i < opts->size; ++i)
+    if (bytes[i] != 0)
+      return unsupported("attntune_options: byte %llu of the caller's %llu-byte options is set, and this library "
+                         "knows only the first %llu (an option of a newer attntune): export the kernels again with it",
+                         static_cast<unsigned long long>(i), static_cast<unsigned long long>(opts->size),
+                         static_cast<unsigned long long>(sizeof o));
+  if (o.window != 0 && o.window != 1) return unsupported("attntune_options: window must be 0 or 1 (got %d)", o.window);
+  a->window_left = o.window ? o.window_left : -1;
+  a->window_right = o.window ? o.window_right : -1;
+  a->softcap = o.softcap;
+  a->sinks = o.sinks;
+  return 0;
+}
+
 // Both varlen entry points: the rows of the packed tensors, or -1 when not given.
 static int varlen(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_seqlens_q,
                   const int* cu_seqlens_k, int batch, long long total_q, long long total_k, int max_seqlen_q,
                   int max_seqlen_k, int heads_q, int heads_kv, int head_dim, const long long* q_strides,
                   const long long* k_strides, const long long* v_strides, const long long* o_strides,
-                  float softmax_scale, int is_causal, cudaStream_t stream) {
+                  float softmax_scale, int is_causal, const attntune_options* opts, cudaStream_t stream) {
   if (!q_strides || !k_strides || !v_strides || !o_strides)
     return unsupported("q_strides, k_strides, v_strides and o_strides must not be NULL (2 strides each)");
   // {row, head} strides; the batch dimension is the packing (cu_seqlens).
@@ -462,12 +530,23 @@ static int varlen(const void* q, const void* k, const void* v, void* out, float*
   a.cu_seqlens_k = cu_seqlens_k;
   a.total_q = total_q;
   a.total_k = total_k;
+  if (const int r = apply_options(&a, opts)) return r;
   return forward(a, stream);
 }
 
 }  // namespace attntune_export
 
 extern "C" {
+
+// The extended entry points (defined below), which the contract's call with NULL options.
+ATTNTUNE_API int attntune_attention_forward_ex(const void*, const void*, const void*, void*, float*, int, int, int, int,
+                                               int, int, const long long*, const long long*, const long long*,
+                                               const long long*, float, int, const attntune_options*, cudaStream_t);
+ATTNTUNE_API int attntune_attention_forward_kvcache_ex(const void*, const void*, const void*, void*, float*, const int*,
+                                                       const int*, int, int, int, int, int, int, int, int,
+                                                       const long long*, const long long*, const long long*,
+                                                       const long long*, float, int, const attntune_options*,
+                                                       cudaStream_t);
 
 // Returns 0 on success, ATTNTUNE_UNSUPPORTED (1000) when the arguments do not match what this file
 // was compiled for (dtype, head_dim, causal, alignment), or a cudaError_t value.
@@ -476,12 +555,25 @@ ATTNTUNE_API int attntune_attention_forward(
     int seqlen_q, int seqlen_k, int head_dim, const long long* q_strides, const long long* k_strides,
     const long long* v_strides, const long long* o_strides, float softmax_scale, int is_causal,
     cudaStream_t stream) {
+  return attntune_attention_forward_ex(q, k, v, out, lse, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim,
+                                       q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal, nullptr,
+                                       stream);
+}
+
+// attntune_attention_forward with options (attntune_options: sliding windows, soft-cap, sinks; NULL:
+// plain attention): docs/CONTRACT.md.
+ATTNTUNE_API int attntune_attention_forward_ex(
+    const void* q, const void* k, const void* v, void* out, float* lse, int batch, int heads_q, int heads_kv,
+    int seqlen_q, int seqlen_k, int head_dim, const long long* q_strides, const long long* k_strides,
+    const long long* v_strides, const long long* o_strides, float softmax_scale, int is_causal,
+    const attntune_options* opts, cudaStream_t stream) {
   using namespace attntune_export;
   if (!q_strides || !k_strides || !v_strides || !o_strides)
     return unsupported("q_strides, k_strides, v_strides and o_strides must not be NULL (3 strides each)");
-  return forward(make_call(attntune_plan::kEntryDense, q, k, v, out, lse, batch, heads_q, heads_kv, seqlen_q, seqlen_k,
-                           head_dim, q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal),
-                 stream);
+  Call a = make_call(attntune_plan::kEntryDense, q, k, v, out, lse, batch, heads_q, heads_kv, seqlen_q, seqlen_k,
+                     head_dim, q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal);
+  if (const int r = apply_options(&a, opts)) return r;
+  return forward(a, stream);
 }
 
 // Attention over a KV cache, paged (block_table) or contiguous (block_table NULL), with
@@ -492,6 +584,19 @@ ATTNTUNE_API int attntune_attention_forward_kvcache(
     int seqlen_q, int seqlen_k_max, int head_dim, const long long* q_strides, const long long* k_strides,
     const long long* v_strides, const long long* o_strides, float softmax_scale, int is_causal,
     cudaStream_t stream) {
+  return attntune_attention_forward_kvcache_ex(q, k_cache, v_cache, out, lse, cache_seqlens, block_table,
+                                               max_blocks_per_seq, page_size, batch, heads_q, heads_kv, seqlen_q,
+                                               seqlen_k_max, head_dim, q_strides, k_strides, v_strides, o_strides,
+                                               softmax_scale, is_causal, nullptr, stream);
+}
+
+// attntune_attention_forward_kvcache with options (attntune_options; NULL: plain attention).
+ATTNTUNE_API int attntune_attention_forward_kvcache_ex(
+    const void* q, const void* k_cache, const void* v_cache, void* out, float* lse, const int* cache_seqlens,
+    const int* block_table, int max_blocks_per_seq, int page_size, int batch, int heads_q, int heads_kv,
+    int seqlen_q, int seqlen_k_max, int head_dim, const long long* q_strides, const long long* k_strides,
+    const long long* v_strides, const long long* o_strides, float softmax_scale, int is_causal,
+    const attntune_options* opts, cudaStream_t stream) {
   using namespace attntune_export;
   if (!q_strides || !k_strides || !v_strides || !o_strides)
     return unsupported("q_strides, k_strides, v_strides and o_strides must not be NULL (3 strides each)");
@@ -501,6 +606,7 @@ ATTNTUNE_API int attntune_attention_forward_kvcache(
   a.block_table = block_table;
   a.max_blocks_per_seq = max_blocks_per_seq;
   a.page_size = page_size;
+  if (const int r = apply_options(&a, opts)) return r;
   return forward(a, stream);
 }
 
@@ -520,7 +626,25 @@ ATTNTUNE_API int attntune_attention_forward_varlen_packed(
     return unsupported("total_q (%lld) and total_k (%lld) must not be negative", total_q, total_k);
   return varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, max_seqlen_q, max_seqlen_k,
                 heads_q, heads_kv, head_dim, q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal,
-                stream);
+                nullptr, stream);
+}
+
+// attntune_attention_forward_varlen_packed with options (attntune_options; NULL: plain attention).
+// total_q and total_k may be -1 (not given) as in attntune_attention_forward_varlen, for kernels
+// that do not read through TMA tensor maps.
+ATTNTUNE_API int attntune_attention_forward_varlen_ex(
+    const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_seqlens_q,
+    const int* cu_seqlens_k, int batch, long long total_q, long long total_k, int max_seqlen_q, int max_seqlen_k,
+    int heads_q, int heads_kv, int head_dim, const long long* q_strides, const long long* k_strides,
+    const long long* v_strides, const long long* o_strides, float softmax_scale, int is_causal,
+    const attntune_options* opts, cudaStream_t stream) {
+  using namespace attntune_export;
+  if (total_q < -1 || total_k < -1)
+    return unsupported("total_q (%lld) and total_k (%lld) must be -1 (not given) or the packed rows", total_q,
+                       total_k);
+  return varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, max_seqlen_q, max_seqlen_k,
+                heads_q, heads_kv, head_dim, q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal,
+                opts, stream);
 }
 
 // Variable-length packed batches: docs/CONTRACT.md. Served by the kernels of families that
@@ -532,7 +656,18 @@ ATTNTUNE_API int attntune_attention_forward_varlen(
     float softmax_scale, int is_causal, cudaStream_t stream) {
   return attntune_export::varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, batch, -1, -1, max_seqlen_q,
                                  max_seqlen_k, heads_q, heads_kv, head_dim, q_strides, k_strides, v_strides, o_strides,
-                                 softmax_scale, is_causal, stream);
+                                 softmax_scale, is_causal, nullptr, stream);
+}
+
+// The variants kernel `index` was built with (it serves calls with exactly these), into
+// variants[3]: {window, softcap, sinks}, each 0 or 1. 0, or -1 for an index out of range.
+ATTNTUNE_API int attntune_kernel_variants(int index, int* variants) {
+  using namespace attntune_export;
+  if (index < 0 || index >= kKernelCount || !variants) return -1;
+  variants[0] = kKernels[index].window;
+  variants[1] = kKernels[index].softcap;
+  variants[2] = kKernels[index].sinks;
+  return 0;
 }
 
 // JSON: how this file was made (template, config, problem, GPU, arch, measured time, campaign, date).
@@ -543,8 +678,17 @@ ATTNTUNE_API const char* attntune_last_error(void) { return attntune_export::g_e
 
 // Added for the PyTorch ops (templates/torch/): the same choice for any entry point (1:
 // attntune_attention_forward, 2: _kvcache, 4: _varlen), -1 if none of this file's kernels serves it.
+ATTNTUNE_API int attntune_select_kernel_ex(int entry, int head_dim, int is_causal, int batch, int heads_q,
+                                           int heads_kv, int seqlen_q, int seqlen_k, const attntune_options* opts);
 ATTNTUNE_API int attntune_select_kernel_entry(int entry, int head_dim, int is_causal, int batch, int heads_q,
                                               int heads_kv, int seqlen_q, int seqlen_k) {
+  return attntune_select_kernel_ex(entry, head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k, nullptr);
+}
+
+// The same choice for a call with options (attntune_options: the variants; NULL: plain attention):
+// -1 if none of this file's kernels serves it (or the options are not valid).
+ATTNTUNE_API int attntune_select_kernel_ex(int entry, int head_dim, int is_causal, int batch, int heads_q,
+                                           int heads_kv, int seqlen_q, int seqlen_k, const attntune_options* opts) {
   if (is_causal != 0 && is_causal != 1) return -1;
   if (entry != attntune_plan::kEntryDense && entry != attntune_plan::kEntryKvcache &&
       entry != attntune_plan::kEntryVarlen)
@@ -570,6 +714,9 @@ ATTNTUNE_API int attntune_select_kernel_entry(int entry, int head_dim, int is_ca
     a.total_k = static_cast<long long>(batch) * seqlen_k;
     a.cu_seqlens_q = a.cu_seqlens_k = kPrefixSums;
   }
+  if (attntune_export::apply_options(&a, opts)) return -1;
+  attntune_plan::Why why;
+  if (attntune_plan::normalise_variants(&a, &why)) return -1;
   return attntune_export::select_kernel(a, nullptr);
 }
 

@@ -5,6 +5,7 @@
 #define ATTNTUNE_FLASH_DECODE_ARGS_H
 
 #include "../common/tma_desc.h"
+#include "../common/variant_params.h"
 
 namespace att {
 
@@ -49,6 +50,7 @@ struct DecodeParams {
   // KV_LOAD tma: rows per K/V box (contiguous: BLOCK_N; paged: gcd(page_size, BLOCK_N), so a box
   // stays within a page) and whether the boxes are 128-byte swizzled (rows a multiple of 8).
   int tma_rows, tma_swizzle;
+  VariantParams variant;  // windows, soft-cap, sinks (common/variant_params.h); read only by builds with them
 };
 
 // KV_LOAD tma: tensor maps over K and V (contiguous: (head_dim, seqlen_k, heads_kv, batch); paged:

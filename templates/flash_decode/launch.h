@@ -74,6 +74,7 @@ struct FlashDecodeLaunch {
   // by the combine kernel.
   bool counted() const { return cluster > 1 || last_cta; }
   int kv_tma;    // kv_load: tma (K/V through tensor maps 0 and 1, sm_90), else cp.async
+  Variants variants;  // the variants the build serves (exactly)
 
   static int load(const Define* d, int n, FlashDecodeLaunch* c, Why* why) {
     int combine = 0, combine_last = 0, kv_load = 0, kv_load_tma = 0;
@@ -86,6 +87,7 @@ struct FlashDecodeLaunch {
         define_int(d, n, "CLUSTER", &c->cluster, why))
       return 1;
     c->kv_tma = kv_load == kv_load_tma;
+    c->variants = Variants::load(d, n);
 
     c->last_cta = combine == combine_last;
     if (c->block_m <= 0 || c->block_n <= 0 || c->threads <= 0)
@@ -105,6 +107,7 @@ struct FlashDecodeLaunch {
       return refuse(why, "flash_decode serves attntune_attention_forward and attntune_attention_forward_kvcache only");
     if (c.head_dim != head_dim)
       return refuse(why, "flash_decode was built for head_dim %d; the call has head_dim %d", head_dim, c.head_dim);
+    if (check_variants("flash_decode", variants, c, why)) return 1;
     if (c.seqlen_q > kDecodeMaxSeqlenQ)
       return refuse(why,
                     "flash_decode serves seqlen_q 1..%d (decoding, speculative decoding); the call has seqlen_q %d: "

@@ -78,6 +78,7 @@ struct FlashFwdWgmmaLaunch {
   int consumer_warps;
   int entry;          // the entry point the build serves (prefill_entry: dense, varlen or kvcache)
   int varlen;         // entry == kEntryVarlen: built for packed batches
+  Variants variants;  // the variants the build serves (exactly)
 
   static int load(const Define* d, int n, FlashFwdWgmmaLaunch* c, Why* why) {
     int warp_specialize = 0;
@@ -91,6 +92,7 @@ struct FlashFwdWgmmaLaunch {
     const bool split = define_or(d, n, "SPLIT_TAIL", 0) != 0, multicast = define_or(d, n, "KV_MULTICAST", 0) != 0;
     c->entry = prefill_entry(d, n);
     c->varlen = c->entry == kEntryVarlen;
+    c->variants = Variants::load(d, n);
     // A varlen build's tiles are its sequences': no split tail, no pairs (the space says so).
     c->split_tail = c->persistent && !c->causal && !c->varlen && split;
     c->dynamic_tiles = c->persistent && (c->causal || c->varlen) && warp_specialize;
@@ -104,7 +106,7 @@ struct FlashFwdWgmmaLaunch {
   }
 
   int plan(const Call& call, const Device& device, Plan* p, Why* why) const {
-    if (const int r = check_prefill_entry("flash_fwd_wgmma", call, entry, why)) return r;
+    if (const int r = check_prefill_entry("flash_fwd_wgmma", call, entry, variants, why)) return r;
     if (varlen && (call.total_q <= 0 || call.total_k < 0 || call.total_q > 2147483647LL || call.total_k > 2147483647LL))
       return refuse(why,
                     "a flash_fwd_wgmma kernel reads the packed rows through TMA tensor maps, whose extents are the "

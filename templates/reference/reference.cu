@@ -9,6 +9,11 @@
 // in two passes (max and sum first, then the exact normalised sum). With lowp=1 it rounds s, p
 // and o to the input dtype as a same-dtype framework reference would (FA2's criterion compares
 // a candidate's error with that reference's error).
+// The variants (p.variant, common/variant_params.h), always applied (the reference is one build):
+// a window bounds the visible keys to i' - left <= j <= i' + right (i' = i + n - seqlen_q; -1
+// unbounded; causal sets right 0); a soft-cap c > 0 makes s_j = c * tanh(s_j / c) (tanhf, before
+// the masking and the rounding); sinks add exp(sink[head] - m) to the denominator and to the LSE,
+// with m the larger of max s and the sink.
 //
 // A varlen batch (p.cu_seqlens_q set: attntune_attention_forward_varlen's packed tensors): sequence
 // b's rows start at cu_seqlens_q[b] (keys at cu_seqlens_k[b]) through the row strides, its lengths
@@ -65,10 +70,15 @@ attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp,
   const int row = blockIdx.x * kRowsPerBlock + warp;
   const bool active = row < seqlen_q;
   const int diag = seqlen_k - seqlen_q;
-  auto visible = [&](int r) { return causal ? min(seqlen_k, max(0, r + diag + 1)) : seqlen_k; };
+  const int left = p.variant.window_left, right = causal ? 0 : p.variant.window_right;
+  // Row r sees keys [first(r), visible(r)).
+  auto visible = [&](int r) { return right >= 0 ? min(seqlen_k, max(0, r + diag + right + 1)) : seqlen_k; };
+  auto first = [&](int r) { return left >= 0 ? min(seqlen_k, max(0, r + diag - left)) : 0; };
   const int limit = active ? visible(row) : 0;
-  // Keys any row of this block sees: the block's last valid row sees the most.
+  const int start = active ? first(row) : 0;
+  // Keys any row of this block sees: the block's last valid row sees the most, its first the earliest.
   const int block_limit = visible(min(seqlen_q - 1, int(blockIdx.x) * kRowsPerBlock + kRowsPerBlock - 1));
+  const int block_start = first(int(blockIdx.x) * kRowsPerBlock) / kKeysPerChunk * kKeysPerChunk;
 
   const long long q_base = varlen ? q0 * p.q_stride[2] : batch * p.q_stride[0];
   const long long k_base = varlen ? k0 * p.k_stride[2] : batch * p.k_stride[0];
@@ -92,15 +102,16 @@ attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp,
     float acc = 0.f;
     for (int c = 0; c < head_dim; ++c) acc = fmaf(sq[warp][c], to_float(sk[r][c], bf16), acc);
     acc *= p.scale;
+    if (p.variant.softcap > 0.f) acc = p.variant.softcap * tanhf(acc / p.variant.softcap);
     return lowp ? round_to(acc, bf16) : acc;
   };
 
   // Pass 1: per-lane running max and sum over keys lane, lane+32, ...; then merged over the warp.
   float m = neg_inf(), l = 0.f;
-  for (int c0 = 0; c0 < block_limit; c0 += kKeysPerChunk) {
+  for (int c0 = block_start; c0 < block_limit; c0 += kKeysPerChunk) {
     load_chunk(c0, false);
     const int key = c0 + lane;
-    if (key < limit) {
+    if (key >= start && key < limit) {
       const float s = score(lane);
       const float mn = fmaxf(m, s);
       l = l * expf(m - mn) + expf(s - mn);
@@ -116,15 +127,25 @@ attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp,
       m = mn;
     }
   }
+  // A sink joins the denominator (and the LSE) with no value row; a row that sees no key then
+  // outputs zeros with LSE = the sink.
+  if (p.variant.sinks) {
+    const float sink = p.variant.sinks[head];
+    const float mn = fmaxf(m, sink);
+    if (mn != neg_inf()) {
+      l = (m == neg_inf() ? 0.f : l * expf(m - mn)) + expf(sink - mn);
+      m = mn;
+    }
+  }
 
   // Pass 2: o = sum_j p_j v_j with exactly normalised p; lane owns dims lane, lane+32, ...
   float o[kMaxDim / 32];
   for (int t = 0; t < kMaxDim / 32; ++t) o[t] = 0.f;
-  for (int c0 = 0; c0 < block_limit; c0 += kKeysPerChunk) {
+  for (int c0 = block_start; c0 < block_limit; c0 += kKeysPerChunk) {
     load_chunk(c0, true);
     const int key = c0 + lane;
     float pj = 0.f;
-    if (key < limit) {
+    if (key >= start && key < limit) {
       pj = expf(score(lane) - m) / l;
       if (lowp) pj = round_to(pj, bf16);
     }

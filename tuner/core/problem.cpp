@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <climits>
 #include <limits>
 #include <numeric>
@@ -21,6 +22,7 @@ constexpr std::int64_t kMaxLen = std::int64_t{1} << 24;  // 16M tokens
 constexpr std::int64_t kMaxDim = 1024;
 constexpr std::int64_t kMaxPage = std::int64_t{1} << 20;
 constexpr std::int64_t kMaxSeed = std::numeric_limits<std::int64_t>::max();
+constexpr double kMaxSoftcap = 1e6;
 
 // Visible (query, key) pairs of one sequence of lq queries and lk keys; causal is bottom-right
 // aligned: query i sees keys j <= i + lk - lq, clamped to [0, lk].
@@ -33,6 +35,58 @@ double visible_pairs(std::int64_t lq, std::int64_t lk, bool causal) {
   if (rows <= 0) return 0;
   const double first = double(i0 + lk - lq + 1), last = double(lk);
   return double(rows) * (first + last) / 2;
+}
+
+// The canonical window of a problem (problem.hpp): a causal problem keeps R = -1 (causal bounds
+// it), a non-causal one with R = 0 becomes causal, and causal with R > 0 is refused.
+template <class P>
+void normalise_window(P& p) {
+  if (p.causal && p.window_right > 0)
+    throw InputError(fmt::format("problem: causal=1 with window={},{}: causal is a window whose right side is 0, so "
+                                 "it sees no key right of the diagonal; give causal=0 with window={},{}, or R = 0",
+                                 p.window_left, p.window_right, p.window_left, p.window_right));
+  if (!p.causal && p.window_right == 0) {
+    p.causal = true;  // FlashAttention: a window (L, 0) is causal attention within L keys
+    p.window_right = -1;
+  }
+  if (p.causal) p.window_right = -1;
+}
+
+// Keys row x' (bottom-right aligned: x' = i + lk - lq) sees under a window (left, right; -1
+// unbounded) among lk keys: [max(0, x' - left), min(lk - 1, x' + right)], or none.
+std::int64_t keys_seen(std::int64_t x, std::int64_t lk, std::int64_t left, std::int64_t right) {
+  const std::int64_t lo = left < 0 ? 0 : std::max<std::int64_t>(0, x - left);
+  const std::int64_t hi = right < 0 ? lk - 1 : std::min<std::int64_t>(lk - 1, x + right);
+  return std::max<std::int64_t>(0, hi - lo + 1);
+}
+
+// Visible (query, key) pairs of one sequence of lq queries and lk keys under a window (left,
+// right; -1 unbounded; causal is right = 0), summed exactly in closed form: keys_seen is linear in
+// x' between the points where a clamp starts or stops binding or the count reaches 0, so each
+// stretch between those points is an arithmetic series (x' runs over [lk - lq, lk - 1]).
+double window_pairs(std::int64_t lq, std::int64_t lk, std::int64_t left, std::int64_t right) {
+  if (lq <= 0 || lk <= 0) return 0;
+  const std::int64_t x0 = lk - lq, x1 = lk;  // [x0, x1)
+  std::vector<std::int64_t> cut = {x0, x1};
+  for (std::int64_t b : {left, lk - 1 - right, -right - 1, lk + left})
+    for (std::int64_t c : {b, b + 1})
+      if (c > x0 && c < x1) cut.push_back(c);
+  std::sort(cut.begin(), cut.end());
+  cut.erase(std::unique(cut.begin(), cut.end()), cut.end());
+  double pairs = 0;
+  for (std::size_t k = 0; k + 1 < cut.size(); ++k) {
+    const std::int64_t a = cut[k], b = cut[k + 1] - 1;
+    pairs += double(b - a + 1) * double(keys_seen(a, lk, left, right) + keys_seen(b, lk, left, right)) / 2;
+  }
+  return pairs;
+}
+
+// The keys some query of the sequence sees (their K/V rows are all a kernel must read).
+std::int64_t keys_read(std::int64_t lq, std::int64_t lk, std::int64_t left, std::int64_t right) {
+  if (lq <= 0 || lk <= 0) return 0;
+  const std::int64_t lo = left < 0 ? 0 : std::max<std::int64_t>(0, lk - lq - left);
+  const std::int64_t hi = right < 0 ? lk - 1 : std::min<std::int64_t>(lk - 1, lk - 1 + right);
+  return std::max<std::int64_t>(0, hi - lo + 1);
 }
 
 std::int64_t parse_int(const std::string& key, const std::string& text, std::int64_t lo,
@@ -51,27 +105,30 @@ std::int64_t parse_int(const std::string& key, const std::string& text, std::int
 const char* dtype_name(DType t) { return t == DType::kFp16 ? "fp16" : "bf16"; }
 
 Problem Problem::parse(const std::string& spec) {
-  static const std::vector<std::string> kKeys = {"b",     "h",      "hkv",  "s",      "sk",       "d",
-                                                 "dtype", "causal", "page", "varlen", "lens_seed"};
+  static const std::vector<std::string> kKeys = {"b",    "h",      "hkv",       "s",      "sk",
+                                                 "d",    "dtype",  "causal",    "page",   "varlen",
+                                                 "lens_seed", "window", "softcap", "sinks"};
   static const std::vector<std::string> kRequired = {"b", "h", "s", "d", "dtype", "causal"};
   if (spec.empty())
     throw InputError("problem: empty spec (expected e.g. b=4,h=16,s=4096,d=128,dtype=bf16,causal=0)");
   check_stored_text(spec, "problem:");  // messages quote it, and one line of UTF-8 is all a spec can be
+  std::vector<std::string> items;
+  for (std::size_t pos = 0;;) {
+    const std::size_t end = std::min(spec.find(',', pos), spec.size());
+    items.push_back(spec.substr(pos, end - pos));
+    if (end == spec.size()) break;
+    pos = end + 1;
+  }
   Problem p;
   std::set<std::string> seen;
-  std::size_t pos = 0;
-  while (pos <= spec.size()) {
-    std::size_t end = spec.find(',', pos);
-    if (end == std::string::npos) end = spec.size();
-    std::string item = spec.substr(pos, end - pos);
-    pos = end + 1;
+  for (std::size_t n = 0; n < items.size(); ++n) {
+    const std::string& item = items[n];
     std::size_t eq = item.find('=');
     if (item.empty() || eq == std::string::npos || eq == 0)
       throw InputError(fmt::format("problem: '{}' is not key=value", item));
     std::string key = item.substr(0, eq), val = item.substr(eq + 1);
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end())
-      throw InputError(fmt::format(
-          "problem: unknown key '{}' (known: b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed)", key));
+      throw InputError(fmt::format("problem: unknown key '{}' (known: {})", key, fmt::join(kKeys, ", ")));
     if (!seen.insert(key).second) throw InputError(fmt::format("problem: key '{}' given twice", key));
     if (key == "b") p.b = parse_int(key, val, 1, 1 << 20);
     else if (key == "h") p.h = parse_int(key, val, 1, 1 << 16);
@@ -82,7 +139,26 @@ Problem Problem::parse(const std::string& spec) {
     else if (key == "page") p.page = parse_int(key, val, 0, kMaxPage);
     else if (key == "varlen") p.varlen = parse_int(key, val, 0, kMaxLen);
     else if (key == "lens_seed") p.lens_seed = parse_int(key, val, 0, kMaxSeed);
-    else if (key == "dtype") {
+    else if (key == "window") {
+      // window=L or window=L,R: the item after it is R when it is a bare integer (no '=').
+      p.window_left = parse_int("window", val, -1, kMaxLen);
+      if (n + 1 < items.size() && items[n + 1].find('=') == std::string::npos) {
+        p.window_right = parse_int("window", items[n + 1], -1, kMaxLen);
+        ++n;
+      }
+    } else if (key == "softcap") {
+      double c = 0;
+      const auto [ptr, ec] = std::from_chars(val.data(), val.data() + val.size(), c);
+      if (ec != std::errc() || ptr != val.data() + val.size() || val.empty() || !std::isfinite(c))
+        throw InputError(fmt::format("problem: 'softcap={}': expected a number (0: none)", val));
+      if (c < 0 || c > kMaxSoftcap)
+        throw InputError(fmt::format("problem: 'softcap={}' is out of range [0, {}]", val, kMaxSoftcap));
+      p.softcap = c;
+    } else if (key == "sinks") {
+      if (val == "1" || val == "true") p.sinks = true;
+      else if (val == "0" || val == "false") p.sinks = false;
+      else throw InputError(fmt::format("problem: 'sinks={}': expected 0 or 1", val));
+    } else if (key == "dtype") {
       if (val == "fp16") p.dtype = DType::kFp16;
       else if (val == "bf16") p.dtype = DType::kBf16;
       else throw InputError(fmt::format("problem: 'dtype={}': expected fp16 or bf16", val));
@@ -91,7 +167,6 @@ Problem Problem::parse(const std::string& spec) {
       else if (val == "0" || val == "false") p.causal = false;
       else throw InputError(fmt::format("problem: 'causal={}': expected 0 or 1", val));
     }
-    if (end == spec.size()) break;
   }
   for (const auto& k : kRequired)
     if (!seen.count(k)) throw InputError(fmt::format("problem: missing key '{}' in '{}'", k, spec));
@@ -102,6 +177,7 @@ Problem Problem::parse(const std::string& spec) {
   if (seen.count("lens_seed") && !p.is_varlen())
     throw InputError(fmt::format("problem: lens_seed={} needs varlen=N (N > 0): it seeds a packed batch's lengths",
                                  p.lens_seed));
+  normalise_window(p);
   if (p.is_varlen()) {
     if (p.varlen > p.s)
       throw InputError(fmt::format("problem: varlen={} is longer than s={}: lengths are drawn from varlen..s",
@@ -164,6 +240,42 @@ std::string Problem::str() const {
     out += fmt::format(",varlen={}", varlen);
     if (lens_seed != 0) out += fmt::format(",lens_seed={}", lens_seed);
   }
+  const std::string variants = variant_spec();
+  if (!variants.empty()) out += "," + variants;
+  return out;
+}
+
+std::string Problem::variant_spec() const {
+  std::string out;
+  if (windowed()) {
+    out += fmt::format(",window={}", window_left);
+    if (window_right >= 0) out += fmt::format(",{}", window_right);
+  }
+  if (softcapped()) out += fmt::format(",softcap={}", softcap);
+  if (sinks) out += ",sinks=1";
+  return out.empty() ? out : out.substr(1);
+}
+
+void Problem::set_variants(const std::string& spec) {
+  window_left = window_right = -1;
+  softcap = 0;
+  sinks = false;
+  if (spec.empty()) return;
+  // The variants alone, parsed as a spec's tail (one parser, one set of checks).
+  const Problem v = parse(fmt::format("b=1,h=1,s=1,d=1,dtype=fp16,causal={},{}", causal ? 1 : 0, spec));
+  window_left = v.window_left;
+  window_right = v.window_right;
+  softcap = v.softcap;
+  sinks = v.sinks;
+  causal = v.causal;
+}
+
+std::string Problem::variant_words() const {
+  std::string out;
+  auto add = [&](const std::string& w) { out += (out.empty() ? "" : " ") + w; };
+  if (windowed()) add(fmt::format("window={},{}", window_left, right_bound()));
+  if (softcapped()) add(fmt::format("softcap={}", softcap));
+  if (sinks) add("sinks");
   return out;
 }
 
@@ -175,6 +287,9 @@ nlohmann::json Problem::json() const {
     j["varlen"] = varlen;
     j["lens_seed"] = lens_seed;
   }
+  if (windowed()) j["window"] = {window_left, window_right};
+  if (softcapped()) j["softcap"] = softcap;
+  if (sinks) j["sinks"] = true;
   return j;
 }
 
@@ -195,6 +310,19 @@ Problem Problem::from_json(const nlohmann::json& j) {
     if (p.varlen > p.s) throw InputError("problem JSON: varlen longer than s");
     if (p.varlen > 0 && p.sk < p.s) throw InputError("problem JSON: varlen with sk < s");
     if (p.varlen > 0 && p.page > 0) throw InputError("problem JSON: varlen with page");
+    if (j.contains("window")) {
+      const auto& w = j.at("window");
+      if (!w.is_array() || w.size() != 2) throw InputError("problem JSON: window must be [left, right]");
+      p.window_left = w.at(0).get<std::int64_t>();
+      p.window_right = w.at(1).get<std::int64_t>();
+      if (p.window_left < -1 || p.window_right < -1 || p.window_left > kMaxLen || p.window_right > kMaxLen)
+        throw InputError("problem JSON: window sides must be -1 (unbounded) or 0..2^24");
+    }
+    p.softcap = j.value("softcap", 0.0);
+    if (!std::isfinite(p.softcap) || p.softcap < 0 || p.softcap > kMaxSoftcap)
+      throw InputError("problem JSON: softcap must be 0 (none) or a positive finite number");
+    p.sinks = j.value("sinks", false);
+    normalise_window(p);
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw InputError(std::string("problem JSON: ") + e.what());
@@ -205,9 +333,11 @@ double Problem::flops() const {
   if (is_varlen()) {
     // The sum over the batch's sequences, each bottom-right aligned on its own.
     double pairs = 0;
-    for (int lq : q_lens()) pairs += visible_pairs(lq, lq + sk - s, causal);
+    for (int lq : q_lens())
+      pairs += windowed() ? window_pairs(lq, lq + sk - s, window_left, right_bound()) : visible_pairs(lq, lq + sk - s, causal);
     return 4.0 * double(h) * double(d) * pairs;
   }
+  if (windowed()) return 4.0 * double(b) * double(h) * double(d) * window_pairs(s, sk, window_left, right_bound());
   double pairs = 0;
   if (!causal) {
     pairs = double(s) * double(sk);
@@ -220,9 +350,16 @@ double Problem::flops() const {
 
 double Problem::bytes() const {
   // The packed tensors of a varlen batch: its rows, not b times the longest.
-  if (is_varlen())
-    return 2.0 * double(d) * (2.0 * double(hkv) * double(total_k()) + 2.0 * double(h) * double(total_q()));
-  return 2.0 * double(d) * (2.0 * double(b) * double(hkv) * double(sk) + 2.0 * double(b) * double(h) * double(s));
+  if (is_varlen()) {
+    double keys = double(total_k());
+    if (windowed()) {
+      keys = 0;
+      for (int lq : q_lens()) keys += double(keys_read(lq, lq + sk - s, window_left, right_bound()));
+    }
+    return 2.0 * double(d) * (2.0 * double(hkv) * keys + 2.0 * double(h) * double(total_q()));
+  }
+  const double keys = windowed() ? double(keys_read(s, sk, window_left, right_bound())) : double(sk);
+  return 2.0 * double(d) * (2.0 * double(b) * double(hkv) * keys + 2.0 * double(b) * double(h) * double(s));
 }
 
 }  // namespace attntune

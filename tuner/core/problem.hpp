@@ -52,6 +52,35 @@ struct Problem {
   std::int64_t varlen = 0;
   std::int64_t lens_seed = 0;
   bool is_varlen() const { return varlen > 0; }
+
+  // Attention variants (FlashAttention's semantics, docs/CONTRACT.md "variants"), all run-time
+  // values of one build whose kernel was compiled with the variant (ATT_WINDOW, ATT_SOFTCAP,
+  // ATT_SINKS): a build for a window serves any window, a soft-cap build any cap.
+  //  - `window=L,R` (or `window=L`: R unbounded): query row i, aligned bottom-right (i' = i + len_k -
+  //    len_q), sees keys j with i' - L <= j <= i' + R; -1 is unbounded. Causal is R = 0, so a causal
+  //    problem stores R = -1 (the causal flag bounds it), `causal=0,window=L,0` is read as
+  //    `causal=1,window=L`, and `causal=1` with R > 0 is refused. `window=-1,-1` is no window.
+  //  - `softcap=C` (C > 0; 0: none): score = C * tanh(scale * q.k / C), before masking and softmax.
+  //  - `sinks=1`: a per-query-head fp32 logit s_h joins each row's softmax denominator (exp(s_h - m))
+  //    and adds no value row; the LSE includes it (gpt-oss; FlashAttention-4's learnable_sink).
+  // str() adds ",window=L" / ",window=L,R", ",softcap=C", ",sinks=1" only when set, json() "window"
+  // ([L, R]), "softcap", "sinks" likewise: every plain problem reads as it always did.
+  std::int64_t window_left = -1;
+  std::int64_t window_right = -1;
+  double softcap = 0;
+  bool sinks = false;
+  bool windowed() const { return window_left >= 0 || window_right >= 0; }
+  bool softcapped() const { return softcap > 0; }
+  bool has_variant() const { return windowed() || softcapped() || sinks; }
+  // The window's right side as the kernels apply it: 0 when causal, else window_right (-1: none).
+  std::int64_t right_bound() const { return causal ? 0 : window_right; }
+  // "window=4096,0 softcap=50 sinks" style words for messages; "" when plain.
+  std::string variant_words() const;
+  // The variants' part of str() without its leading comma ("window=4096,softcap=50,sinks=1"; ""
+  // when plain): the database's `variants` column. set_variants reads it back (InputError if it is
+  // not such a text), after the other fields (causal) are set.
+  std::string variant_spec() const;
+  void set_variants(const std::string& spec);
   std::vector<int> q_lens() const;  // b lengths when varlen, else empty
   std::vector<int> k_lens() const;  // q_lens()[i] + sk - s
   std::int64_t total_q() const;     // rows of the packed q: the sum of q_lens() (b * s when dense)
@@ -63,11 +92,13 @@ struct Problem {
   nlohmann::json json() const;    // {"b":..,"h":..,"hkv":..,"s":..,"sk":..,"d":..,"dtype":"bf16","causal":true}
   static Problem from_json(const nlohmann::json& j);
   // Useful FLOPs: 4*b*h*s*sk*d, counting only the unmasked part of the score matrix when causal
-  // (exactly, including bottom-right alignment), as FlashAttention reports. Varlen: the sum over
-  // the sequences of 4*h*len_q*len_k*d, each causal sequence bottom-right aligned on its own.
+  // or windowed (exactly, including bottom-right alignment), as FlashAttention reports. Varlen: the
+  // sum over the sequences of 4*h*len_q*len_k*d, each sequence bottom-right aligned on its own.
   double flops() const;
   // Bytes an attention call must move at least: K and V once, Q read and O written (decode is
   // judged by bytes / time against the HBM peak). Varlen: the packed tensors' rows (total_q, total_k).
+  // A window counts only the K/V rows some query of the sequence sees (a kernel that skips the
+  // rest reads no more).
   double bytes() const;
   bool operator==(const Problem&) const = default;
 };

@@ -46,8 +46,27 @@ float as_float(unsigned bits) {
 
 const char* layout_name(Layout l) { return l == Layout::kBHSD ? "BHSD" : "BSHD"; }
 
+std::vector<float> sink_logits(std::int64_t heads, std::uint64_t seed) {
+  std::mt19937_64 rng(seed * 7 + 11);
+  std::uniform_real_distribution<float> moderate(-2.f, 10.f);
+  std::vector<float> out;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    switch (h % 4) {
+      case 1: out.push_back(-1e4f); break;
+      case 2: out.push_back(1e3f); break;
+      default: out.push_back(moderate(rng)); break;
+    }
+  }
+  return out;
+}
+
 AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std::uint64_t table_seed)
     : problem(p), layout(l), seqlens(std::move(lens)) {
+  if (p.sinks) {
+    sink_values = sink_logits(p.h, table_seed);
+    sinks = cuda::DeviceBuffer(sink_values.size() * sizeof(float));
+    sinks.upload(sink_values.data(), sink_values.size() * sizeof(float));
+  }
   if (p.is_varlen()) {
     // A packed batch: prefix sums of the rows, then [total + guard, heads, d] tensors.
     // Lengths given make the batch: problem.b is their count.
@@ -144,6 +163,11 @@ AttnParams AttnBuffers::params() const {
   a.q_per_kv = static_cast<int>(problem.h / problem.hkv);
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(problem.d)));
   a.scale_log2 = static_cast<float>(a.scale * 1.4426950408889634);
+  a.variant.window_left = static_cast<int>(problem.window_left);
+  a.variant.window_right = static_cast<int>(problem.window_right);
+  a.variant.softcap = static_cast<float>(problem.softcap);
+  a.variant.softcap_scale = problem.softcapped() ? a.scale / a.variant.softcap : 0.f;
+  a.variant.sinks = problem.sinks ? reinterpret_cast<const float*>(sinks.ptr()) : nullptr;
   return a;
 }
 
@@ -158,6 +182,10 @@ std::size_t AttnBuffers::out_rows() const {
 
 attntune_plan::Call AttnBuffers::call() const {
   attntune_plan::Call c = attntune_plan::dense_call(params(), static_cast<int>(problem.d), problem.causal ? 1 : 0);
+  c.window_left = static_cast<int>(problem.window_left);
+  c.window_right = static_cast<int>(problem.window_right);
+  c.softcap = static_cast<float>(problem.softcap);
+  c.sinks = problem.sinks ? reinterpret_cast<const float*>(sinks.ptr()) : nullptr;
   if (problem.paged()) {
     c.entry = attntune_plan::kEntryKvcache;
     // Pages [num_pages, page, hkv, d]: strides {page, head, row}.

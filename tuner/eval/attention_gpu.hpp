@@ -58,7 +58,14 @@ struct AttnBuffers {
   cuda::DeviceBuffer q, k, v, o, lse;
   cuda::DeviceBuffer k_pages, v_pages, block_table, cache_seqlens;  // paged problems only
   cuda::DeviceBuffer cu_seqlens_q, cu_seqlens_k;                     // varlen problems only
+  // A problem with sinks: [h] fp32 logits (sink_logits), by head in turns: a random one in [-2, 10],
+  // a very negative one (-1e4: no effect), a very large one (1e3: every row's output ~0, LSE 1e3).
+  std::vector<float> sink_values;
+  cuda::DeviceBuffer sinks;
 };
+
+// The sink logits a problem with sinks is validated and timed with (AttnBuffers::sink_values).
+std::vector<float> sink_logits(std::int64_t heads, std::uint64_t seed);
 
 // Keys per sequence for validating a paged problem: sk, 0, 1, an odd count and a random one in
 // turn over the batch (sk alone for a batch of one).

@@ -199,7 +199,19 @@ nlohmann::ordered_json problem_json(const Problem& p) {
     out["varlen"] = p.varlen;
     out["lens_seed"] = p.lens_seed;
   }
+  // And the variants it was built with (it serves exactly those), as Problem::json() has them.
+  for (const char* key : {"window", "softcap", "sinks"})
+    if (j.contains(key)) out[key] = j.at(key);
   return out;
+}
+
+// The variants a kernel was built with, by name ("window", "softcap", "sinks"; [] when plain).
+nlohmann::ordered_json variants_json(const Problem& p) {
+  nlohmann::ordered_json v = nlohmann::ordered_json::array();
+  if (p.windowed()) v.push_back("window");
+  if (p.softcapped()) v.push_back("softcap");
+  if (p.sinks) v.push_back("sinks");
+  return v;
 }
 
 nlohmann::ordered_json item_json(const Prepared& p) {
@@ -209,6 +221,7 @@ nlohmann::ordered_json item_json(const Prepared& p) {
   return {{"template", r.family},
           {"config", config},
           {"problem", problem_json(r.problem)},
+          {"variants", variants_json(r.problem)},
           {"gpu", r.gpu},
           {"arch", r.arch},
           {"median_us", r.median_us},
@@ -324,6 +337,11 @@ std::string header(const Plan& plan, ExportMode mode) {
        "//     which kernels reading through TMA tensor maps need\n"
        "//     the same returns; an entry point that none of this file's kernels serves (kernel_info's\n"
        "//     \"entry_points\" lists those that some do) answers ATTNTUNE_UNSUPPORTED, saying so\n"
+       "//   int attntune_attention_forward_ex(..., is_causal, const attntune_options* opts, stream), and\n"
+       "//     attntune_attention_forward_kvcache_ex, attntune_attention_forward_varlen_ex (the _packed\n"
+       "//     arguments): the same with options (struct attntune_options below: sliding window, soft-cap,\n"
+       "//     sinks; versioned by its size field; NULL is plain attention). A kernel serves exactly the\n"
+       "//     variants it was built with (kernel_info's \"variants\"); a call with others is refused.\n"
        "//   const char* attntune_kernel_info(void)   this provenance as JSON\n"
        "//   const char* attntune_last_error(void)    reason for the last nonzero return (per thread)\n"
        "//   int attntune_select_kernel(head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k)\n"
@@ -331,11 +349,15 @@ std::string header(const Plan& plan, ExportMode mode) {
        "//   int attntune_select_kernel_entry(entry, head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q,\n"
        "//       seqlen_k)   the same for entry point 1 (forward), 2 (kvcache) or 4 (varlen)\n"
        "//   int attntune_kernel_problem(index, int problem[9], const char** label)   what kernel `index`\n"
-       "//     was tuned for: {b, h, hkv, s, sk, d, causal, bf16, entry bits}; 0, or -1 out of range\n//\n";
+       "//     was tuned for: {b, h, hkv, s, sk, d, causal, bf16, entry bits}; 0, or -1 out of range\n"
+       "//   int attntune_kernel_variants(index, int variants[3])   its {window, softcap, sinks} (0 or 1)\n"
+       "//   int attntune_select_kernel_ex(entry, head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q,\n"
+       "//       seqlen_k, const attntune_options* opts)   attntune_select_kernel_entry for a call with options\n//\n";
   if (mode == ExportMode::kAllBest)
-    h += "// Dispatch: the kernels built for head_dim and is_causal whose launch plan accepts the call (a\n"
-         "// decode kernel takes seqlen_q up to 16); of those, the one tuned for the nearest sequence lengths\n"
-         "// (by ratio), then the same GQA group size, then the nearest batch * heads.\n//\n";
+    h += "// Dispatch: the kernels built for head_dim, is_causal and the call's variants (a windowed call\n"
+         "// never runs a full-attention kernel) whose launch plan accepts the call (a decode kernel takes\n"
+         "// seqlen_q up to 16); of those, the one tuned for the nearest sequence lengths (by ratio), then the\n"
+         "// same GQA group size, then the nearest batch * heads.\n//\n";
   for (std::size_t i = 0; i < plan.items.size(); ++i) {
     h += fmt::format("// Kernel {} (source attntune_k{}), as the tuner measured it:\n", i, plan.items[i].source_index);
     h += provenance_lines(plan.items[i]);
@@ -406,18 +428,24 @@ std::string kernel_table(const Plan& plan) {
                                     dtype_name(pr.dtype), pr.causal ? 1 : 0, pr.b, pr.h, pr.hkv, pr.s, pr.sk);
     if (pr.is_varlen()) label += fmt::format(",varlen={}", pr.varlen);
     if (pr.paged()) label += fmt::format(",page={}", pr.page);
+    // Its variants: what it serves (integers and fixed words only, as the rest of the label).
+    if (pr.windowed()) label += fmt::format(" window={},{}", pr.window_left, pr.right_bound());
+    if (pr.softcapped()) label += " softcap";
+    if (pr.sinks) label += " sinks";
     std::vector<std::string> funcs;
     for (int k = 0; k < p.family->plan->kernels; ++k)
       funcs.push_back(fmt::format("reinterpret_cast<const void*>(&{0}::{0}_{1})", ns, p.family->plan->kernel_names[k]));
     // The arch passed arch_number: "sm_", digits and at most an "a".
     rows += fmt::format(
-        "    {{\"{label}\", \"{arch}\", {d}, {causal}, {bf16}, {b}, {h}, {hkv}, {s}, {sk}, {entries},\n"
+        "    {{\"{label}\", \"{arch}\", {d}, {causal}, {bf16}, {b}, {h}, {hkv}, {s}, {sk}, {entries}, {window}, "
+        "{softcap}, {sinks},\n"
         "     &{plan}, kDefines_k{index}, static_cast<int>(sizeof kDefines_k{index} / sizeof kDefines_k{index}[0]),\n"
         "     {{{funcs}}}}},\n",
         fmt::arg("label", label), fmt::arg("arch", p.kernel_arch), fmt::arg("d", pr.d),
         fmt::arg("causal", pr.causal ? 1 : 0), fmt::arg("bf16", pr.dtype == DType::kBf16 ? 1 : 0),
         fmt::arg("b", pr.b), fmt::arg("h", pr.h), fmt::arg("hkv", pr.hkv), fmt::arg("s", pr.s), fmt::arg("sk", pr.sk),
-        fmt::arg("entries", served_entries(*p.family, pr)),
+        fmt::arg("entries", served_entries(*p.family, pr)), fmt::arg("window", pr.windowed() ? 1 : 0),
+        fmt::arg("softcap", pr.softcapped() ? 1 : 0), fmt::arg("sinks", pr.sinks ? 1 : 0),
         fmt::arg("plan", p.family->plan_symbol), fmt::arg("index", p.source_index),
         fmt::arg("funcs", fmt::join(funcs, ", ")));
   }

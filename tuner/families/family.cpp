@@ -156,6 +156,12 @@ Defines kernel_defines(const SearchSpace& space, const Config& config, const Pro
   // A KV cache (the kvcache entry point), for a family that builds per entry point: only then.
   if (problem.paged() && !find_test_family(space.family()) && builtin_family(space.family()).build_per_entry)
     defs.emplace_back("ATT_KVCACHE", 1);
+  // The variants a build is compiled with (their sizes and values are run-time arguments), only when
+  // the problem has them: plain builds render as before. A build serves exactly its variants
+  // (attntune_plan::check_variants).
+  if (problem.windowed()) defs.emplace_back("ATT_WINDOW", 1);
+  if (problem.softcapped()) defs.emplace_back("ATT_SOFTCAP", 1);
+  if (problem.sinks) defs.emplace_back("ATT_SINKS", 1);
   for (const auto& param : space.params()) {
     const Value& v = config.at(param.name);
     const std::string macro = macro_name(param.name);
@@ -185,8 +191,9 @@ RenderedKernel render_kernel(const SearchSpace& space, const Config& config, con
   if (const TestFamily* t = find_test_family(space.family())) return t->render(space, config, problem, arch);
   const Family& fam = builtin_family(space.family());
   Defines defines = kernel_defines(space, config, problem, arch);
-  std::string src = fmt::format("// attntune candidate: {} {} (d={}, dtype={}, causal={})\n", fam.name,
-                                config_str(config), problem.d, dtype_name(problem.dtype), problem.causal ? 1 : 0);
+  std::string src = fmt::format("// attntune candidate: {} {} (d={}, dtype={}, causal={}{}{})\n", fam.name,
+                                config_str(config), problem.d, dtype_name(problem.dtype), problem.causal ? 1 : 0,
+                                problem.has_variant() ? ", " : "", problem.variant_words());
   for (const auto& [name, value] : defines) src += fmt::format("#define {} {}\n", name, value);
   src += flatten_includes(fam.main_file);
   RenderedKernel r;

@@ -13,8 +13,6 @@ namespace attntune {
 
 namespace {
 
-constexpr int kProblemFields = 8;  // b h hkv s sk d dtype causal, slots 0..7
-
 std::string join(const std::vector<std::string>& v) {
   std::string out;
   for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
@@ -140,6 +138,11 @@ void SearchSpace::bind_problem(const Problem& p, const std::string& arch, std::v
   slots[7] = p.causal;
   slots[8] = p.page;
   slots[9] = p.varlen;
+  slots[10] = p.windowed();
+  slots[11] = p.window_left;
+  slots[12] = p.right_bound();
+  slots[13] = p.softcapped();
+  slots[14] = p.sinks;
   const auto& limits = limit_values_[static_cast<std::size_t>(it - archs_.begin())];
   std::copy(limits.begin(), limits.end(), slots.begin() + limit_base_);
 }
@@ -195,6 +198,12 @@ void SearchSpace::check_problem(const Problem& p, const std::string& arch) const
     const ProblemRule& r = problem_rules_[i];
     if (std::find(r.values.begin(), r.values.end(), slots[static_cast<std::size_t>(r.field)]) == r.values.end()) {
       const auto& [key, text] = problem_support_text_[i];
+      if (key == "window" || key == "softcap" || key == "sinks") {
+        const char* what = key == "window" ? "sliding windows" : key == "softcap" ? "logit soft-capping" : "attention sinks";
+        throw InputError(fmt::format("{} does not support {} (the problem {} has {}; its space's problem section "
+                                     "does not list `{}: [true]`)",
+                                     family_, what, p.str(), p.variant_words(), key));
+      }
       const std::string value = key == "dtype" ? dtype_name(p.dtype)
                                 : key == "causal" ? (p.causal ? "1" : "0")
                                                   : std::to_string(slots[static_cast<std::size_t>(r.field)]);

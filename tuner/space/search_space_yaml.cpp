@@ -26,15 +26,23 @@ namespace {
 
 constexpr std::size_t kMaxDomain = std::size_t{1} << 20;
 constexpr std::size_t kMaxParams = 256;
-constexpr int kProblemFields = 10;  // b h hkv s sk d dtype causal page varlen: slots 0..9
+// b h hkv s sk d dtype causal page varlen window window_left window_right softcap sinks: slots 0..14
+constexpr int kProblemFields = 15;
 
 const std::vector<std::string> kTopKeys = {"family", "description", "archs", "device_limits",
                                            "problem", "params", "derived", "constraints"};
 const std::vector<std::string> kProblemInts = {"b", "h", "hkv", "s", "sk", "d"};
-// In slot order (search_space.hpp): the ints, dtype, causal, then page (added with the kvcache entry)
-// and varlen (added with the varlen entry).
-const std::vector<std::string> kProblemKeys = {"b",     "h",      "hkv",  "s",      "sk",         "d",
-                                               "dtype", "causal", "page", "varlen", "constraints"};
+// In slot order (search_space.hpp): the ints, dtype, causal, then page (added with the kvcache entry),
+// varlen (added with the varlen entry) and the variants (window: any window; window_left and
+// window_right its sides as the kernel applies them, -1 unbounded, 0 right when causal; softcap;
+// sinks).
+const std::vector<std::string> kProblemKeys = {"b",           "h",           "hkv",          "s",
+                                               "sk",          "d",           "dtype",        "causal",
+                                               "page",        "varlen",      "window",       "window_left",
+                                               "window_right", "softcap",    "sinks",        "constraints"};
+// The variants a space serves only where its problem section says so (`window: [false, true]`): a
+// space that does not name one refuses problems with it.
+const std::vector<std::string> kVariantKeys = {"window", "softcap", "sinks"};
 const std::vector<std::string> kKeywords = {"true", "false", "and", "or", "not"};
 const std::vector<std::string> kFunctionNames = {"min", "max", "ceil_div", "is_pow2", "log2"};
 
@@ -119,6 +127,7 @@ class SpaceLoader {
   void read_archs(const Entry& e);
   void read_device_limits(const Entry& e);
   void read_problem(const Entry& e);
+  void add_variant_defaults();  // a variant the problem section does not list: refused
   void read_param(const Entry& e);
   void read_derived(const Entry& e);
   void read_constraint(const Entry& e, const YAML::Node& item);
@@ -368,7 +377,7 @@ void SpaceLoader::read_problem(const Entry& e) {
         t = scalar(f, n, "fp16 or bf16");
         if (t != "fp16" && t != "bf16") fail(n, fmt::format("{}: '{}' is not a dtype (fp16, bf16)", f.path, t));
         v = *sp_.scope_.symbol_id(t);
-      } else if (f.name == "causal") {
+      } else if (f.name == "causal" || contains(kVariantKeys, f.name)) {
         const std::string s = scalar(f, n, "true, false, 1 or 0");
         if (!is_plain(n) || (s != "true" && s != "false" && s != "1" && s != "0"))
           fail(n, fmt::format("{}: expected true, false, 1 or 0, got '{}'", f.path, s));
@@ -385,6 +394,18 @@ void SpaceLoader::read_problem(const Entry& e) {
     }
     sp_.problem_rules_.push_back(std::move(rule));
     sp_.problem_support_text_.emplace_back(f.name, std::move(text));
+  }
+  add_variant_defaults();
+}
+
+void SpaceLoader::add_variant_defaults() {
+  for (const std::string& key : kVariantKeys) {
+    const int field = static_cast<int>(std::find(kProblemKeys.begin(), kProblemKeys.end(), key) - kProblemKeys.begin());
+    const bool listed = std::any_of(sp_.problem_rules_.begin(), sp_.problem_rules_.end(),
+                                    [&](const SearchSpace::ProblemRule& r) { return r.field == field; });
+    if (listed) continue;
+    sp_.problem_rules_.push_back(SearchSpace::ProblemRule{field, {0}});
+    sp_.problem_support_text_.emplace_back(key, std::vector<std::string>{"0"});
   }
 }
 
@@ -505,7 +526,8 @@ void SpaceLoader::read_constraint(const Entry& e, const YAML::Node& item) {
   const YAML::Node expr = expr_node(c, "why", why);
   const bool problem = e.path != "constraints";
   Expr x = compile(c, expr, problem ? kProblemFields : -1,
-                   "problem constraints may use only problem fields (b, h, hkv, s, sk, d, dtype, causal, page, varlen)");
+                   "problem constraints may use only problem fields (b, h, hkv, s, sk, d, dtype, causal, page, varlen, "
+                   "window, window_left, window_right, softcap, sinks)");
   if (x.type() != ExprType::kBool)
     fail(expr_pos(expr, 1), fmt::format("{}: must be a bool expression, got {}", c.path, expr_type_name(x.type())));
   if (problem) {
@@ -556,12 +578,18 @@ SearchSpace SpaceLoader::run() {
   sp_.scope_.add("causal", ExprType::kBool);
   sp_.scope_.add("page", ExprType::kInt);
   sp_.scope_.add("varlen", ExprType::kInt);
+  sp_.scope_.add("window", ExprType::kBool);
+  sp_.scope_.add("window_left", ExprType::kInt);
+  sp_.scope_.add("window_right", ExprType::kInt);
+  sp_.scope_.add("softcap", ExprType::kBool);
+  sp_.scope_.add("sinks", ExprType::kBool);
 
   read_archs(top.at("archs"));
   read_device_limits(top.at("device_limits"));
   sp_.limit_base_ = kProblemFields;
   for (const auto& n : sp_.limit_names_) sp_.scope_.add(n, ExprType::kInt);
   if (top.count("problem")) read_problem(top.at("problem"));
+  else add_variant_defaults();
 
   sp_.param_base_ = sp_.scope_.size();
   const Entry& params = top.at("params");

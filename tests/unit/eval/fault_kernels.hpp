@@ -54,14 +54,15 @@ inline LaunchSpec fault_launch(long long smem_bytes = 0) {
   return {"flash_fwd_mma", {{"BLOCK_M", 64}, {"THREADS", 128}, {"SMEM_BYTES", smem_bytes}}};
 }
 
-// `#define HEAD_DIM d`, then the file with `#include "attn_params.h"` replaced by the struct.
+// `#define HEAD_DIM d`, then the file with `#include "attn_params.h"` replaced by the struct (with
+// what it includes, as the renderer flattens it).
 inline RenderedKernel render_fault(const std::string& source_dir, const std::string& file, long long head_dim,
                                    long long smem_bytes = 0) {
   std::string src = read_text(source_dir + "/tests/data/faults/" + file);
   const std::string include = "#include \"attn_params.h\"";
   const auto at = src.find(include);
   if (at == std::string::npos) throw std::runtime_error(file + " does not include attn_params.h");
-  src.replace(at, include.size(), read_text(source_dir + "/templates/common/attn_params.h"));
+  src.replace(at, include.size(), flatten_includes("templates/common/attn_params.h"));
   src = "#define HEAD_DIM " + std::to_string(head_dim) + "\n" + src;
   return {src, "flash_fwd_mma", content_hash(src), fault_launch(smem_bytes)};
 }

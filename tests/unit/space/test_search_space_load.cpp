@@ -77,7 +77,7 @@ const BadCase kBadCases[] = {
      "and earlier derived names"},
     {"problem_constraint_uses_param.yaml", "6:21",
      "problem constraint: 'block_m' cannot be used here: problem constraints may use only problem fields "
-     "(b, h, hkv, s, sk, d, dtype, causal, page, varlen)"},
+     "(b, h, hkv, s, sk, d, dtype, causal, page, varlen, window, window_left, window_right, softcap, sinks)"},
     {"yaml_tag.yaml", "9:5", "constraint: '!q_in_regs' was read as a YAML tag; quote the expression (or write 'not' for '!')"},
     {"unquoted_ternary.yaml", "8:26", "YAML: illegal map value (quote an expression that contains ': ', such as a ternary)"},
 };
@@ -185,7 +185,7 @@ TEST(SearchSpaceLoad, InlineCases) {
   EXPECT_EQ(parse_error(kHead + "problem:\n  d: [64, 64]\nparams: {x: [1]}\n"),
             "inline.yaml:6:11: problem.d: 64 is listed twice");
   EXPECT_EQ(parse_error(kHead + "problem:\n  seq: [64]\nparams: {x: [1]}\n"),
-            "inline.yaml:6:3: problem: unknown key 'seq'; expected one of: b, h, hkv, s, sk, d, dtype, causal, page, varlen, constraints");
+            "inline.yaml:6:3: problem: unknown key 'seq'; expected one of: b, h, hkv, s, sk, d, dtype, causal, page, varlen, window, window_left, window_right, softcap, sinks, constraints");
   EXPECT_EQ(parse_error(kHead + "params:\n  x: {range: [0, 2000000]}\n"),
             "inline.yaml:6:14: params.x.range: more than 1048576 values");
 }
@@ -230,7 +230,8 @@ TEST(SearchSpaceLoad, ValidSpaceReadsEveryForm) {
   EXPECT_EQ(sp.derived()[1].type, ExprType::kBool);
   EXPECT_EQ(sp.derived()[1].doc, "large");
   EXPECT_EQ(sp.device_limits("sm_90a"), (std::vector<std::pair<std::string, std::int64_t>>{{"lim", 3}}));
-  EXPECT_EQ(sp.problem_support().size(), 2u);
+  // The two the file declares, then the variants it does not list (window, softcap, sinks: refused).
+  EXPECT_EQ(sp.problem_support().size(), 5u);
   // The hash is of the bytes: a comment changes it.
   EXPECT_NE(SearchSpace::parse(kHead + "params: {x: [1]}\n", "a").hash(),
             SearchSpace::parse(kHead + "params: {x: [1]}\n# note\n", "a").hash());

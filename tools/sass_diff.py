@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Do two attntune binaries build the same machine code for a space's configs?
+
+A kernel template change that must not change plain builds (a variant compiled in under #if, a
+refactor into headers) is checked here without a GPU: each binary (templates are embedded, so a
+binary is a version of the templates) NVRTC-compiles the same fixed sample of a space's valid
+configs for a problem (`attntune compile --sample N --seed S --db`), the cubins come out of the
+build cache by source hash, and `cuobjdump --dump-sass` of each pair is compared after dropping
+what only names the source (addresses in comments, the file's own name). Exit 0 when every pair
+is identical, 1 otherwise (the first differing lines of each are printed).
+
+    tools/sass_diff.py --before /tmp/attntune-before --after build/attntune \
+        --space search_spaces/flash_fwd_mma.yaml --problem b=1,h=8,s=256,d=64,dtype=bf16,causal=1 \
+        --arch sm_90 --sample 8
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+
+
+def build(binary, args, workdir, tag):
+    db = os.path.join(workdir, f"{tag}.db")
+    cmd = [binary, "compile", "--space", args.space, "--problem", args.problem, "--arch", args.arch,
+           "--sample", str(args.sample), "--seed", str(args.seed), "--db", db, "--format", "json",
+           "--jobs", str(args.jobs)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    rows = json.loads(out)
+    con = sqlite3.connect(db)
+    result = {}
+    for r in rows:
+        key = json.dumps(r["config"], sort_keys=True)
+        if r["status"] != "ok":
+            result[key] = (r["status"], None, r)
+            continue
+        blob = con.execute("SELECT cubin FROM builds WHERE source_hash = ? AND arch = ?",
+                           (r["source_hash"], r["arch"])).fetchone()[0]
+        result[key] = ("ok", blob, r)
+    return result
+
+
+def sass(blob, workdir, cuobjdump):
+    path = os.path.join(workdir, "k.cubin")
+    with open(path, "wb") as f:
+        f.write(blob)
+    text = subprocess.run([cuobjdump, "--dump-sass", path], check=True, capture_output=True, text=True).stdout
+    lines = []
+    for line in text.splitlines():
+        line = re.sub(r"/\*[0-9a-f]{4,}\*/", "", line)  # instruction addresses
+        if "Fatbin" in line or "code for" in line or "Function :" in line and "attntune" in line:
+            continue
+        lines.append(line.rstrip())
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", required=True, help="attntune binary with the old templates")
+    ap.add_argument("--after", required=True, help="attntune binary with the new templates")
+    ap.add_argument("--space", required=True)
+    ap.add_argument("--problem", required=True)
+    ap.add_argument("--arch", required=True)
+    ap.add_argument("--sample", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--cuobjdump", default=shutil.which("cuobjdump") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "cuobjdump"),
+                    help="cuobjdump (the toolkit's, or PyPI's nvidia-cuda-cuobjdump wheel where the toolkit lacks it)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        a = build(args.before, args, tmp, "before")
+        b = build(args.after, args, tmp, "after")
+        if set(a) != set(b):
+            print("the two binaries sample different configs (the space changed its enumeration)")
+            return 1
+        same = 0
+        for key in sorted(a):
+            (sa, ba, ra), (sb, bb, rb) = a[key], b[key]
+            if sa != sb:
+                print(f"DIFF {key}: status {sa} -> {sb}")
+                continue
+            if sa != "ok":
+                same += 1
+                continue
+            la, lb = sass(ba, tmp, args.cuobjdump), sass(bb, tmp, args.cuobjdump)
+            if la == lb:
+                same += 1
+                print(f"same {key} ({ra['registers']} registers, {len(la)} SASS lines)")
+            else:
+                print(f"DIFF {key}: registers {ra['registers']} -> {rb['registers']}, spills "
+                      f"{ra['spill_stores']} -> {rb['spill_stores']}")
+                shown = 0
+                for x, y in zip(la, lb):
+                    if x != y and shown < 5:
+                        print(f"  - {x.strip()}\n  + {y.strip()}")
+                        shown += 1
+        print(f"{same} of {len(a)} configs build the same machine code")
+        return 0 if same == len(a) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
