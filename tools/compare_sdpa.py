@@ -360,7 +360,7 @@ def flops(B, H, S, Sk, D, causal):
 
 
 ROUND_BACKENDS = ("ours", "cudnn")  # timed in interleaved rounds; the others once
-DECODE_MAX_S = 16          # seqlen_q up to this is decoding: checked and timed as such (GB/s)
+DECODE_MAX_S = 16          # seqlen_q up to this is decoding (flash_decode's kDecodeMaxSeqlenQ): checked and timed as such (GB/s)
 HBM_PEAK_GBPS = 3350.0     # H100 SXM
 
 

@@ -334,8 +334,8 @@ std::string header(const Plan& plan, ExportMode mode) {
        "//     was tuned for: {b, h, hkv, s, sk, d, causal, bf16, entry bits}; 0, or -1 out of range\n//\n";
   if (mode == ExportMode::kAllBest)
     h += "// Dispatch: the kernels built for head_dim and is_causal whose launch plan accepts the call (a\n"
-         "// decode kernel takes seqlen_q up to 16); of those, the one tuned for the nearest sequence lengths\n"
-         "// (by ratio), then the same GQA group size, then the nearest batch * heads.\n//\n";
+         "// decode kernel takes only decoding's few query rows); of those, the one tuned for the nearest\n"
+         "// sequence lengths (by ratio), then the same GQA group size, then the nearest batch * heads.\n//\n";
   for (std::size_t i = 0; i < plan.items.size(); ++i) {
     h += fmt::format("// Kernel {} (source attntune_k{}), as the tuner measured it:\n", i, plan.items[i].source_index);
     h += provenance_lines(plan.items[i]);
