@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -272,6 +273,20 @@ std::string Statement::text(int col) const {
   const int n = sqlite3_column_bytes(stmt_.get(), col);
   return p ? std::string(p, static_cast<std::size_t>(n)) : std::string();
 }
+int Statement::column(std::string_view name) const {
+  const int n = sqlite3_column_count(stmt_.get());
+  for (int i = 0; i < n; ++i) {
+    const char* c = sqlite3_column_name(stmt_.get(), i);
+    if (c && name == c) return i;
+  }
+  std::string names;
+  for (int i = 0; i < n; ++i) {
+    const char* c = sqlite3_column_name(stmt_.get(), i);
+    names += (i ? ", " : "") + std::string(c ? c : "?");
+  }
+  throw std::logic_error(fmt::format("no result column '{}' in: {} ({})", name, sqlite3_sql(stmt_.get()), names));
+}
+
 std::string Statement::blob(int col) const {
   const auto* p = static_cast<const char*>(sqlite3_column_blob(stmt_.get(), col));
   const int n = sqlite3_column_bytes(stmt_.get(), col);

@@ -120,6 +120,17 @@ class Statement {
   std::string text(int col) const;  // "" for NULL
   std::string blob(int col) const;  // bytes; "" for NULL
 
+  // The same by the result column's name, as the query names it with AS (SQLite leaves the name of
+  // a column without AS unspecified): rows read by name, so a column added to a query shifts no
+  // reader. std::logic_error naming the query's columns when it has no such column.
+  int column(std::string_view name) const;
+  bool is_null(std::string_view name) const { return is_null(column(name)); }
+  std::int64_t int64(std::string_view name) const { return int64(column(name)); }
+  double real(std::string_view name) const { return real(column(name)); }
+  std::optional<double> opt_real(std::string_view name) const { return opt_real(column(name)); }
+  std::string text(std::string_view name) const { return text(column(name)); }
+  std::string blob(std::string_view name) const { return blob(column(name)); }
+
  private:
   struct Finalize {
     void operator()(sqlite3_stmt* s) const noexcept;

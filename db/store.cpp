@@ -88,14 +88,14 @@ std::int64_t Store::upsert_device(const DeviceInfo& device) {
 }
 
 std::optional<std::int64_t> Store::check_resume(const CampaignSpec& spec) {
-  Statement find(db(),
-                 "SELECT id, b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed, variants, space_hash, space_path, "
-                 "family FROM campaigns WHERE name = ?1");
+  Statement find(db(), "SELECT c.id AS id, " + store_rows::problem_columns("c") +
+                           ", c.space_hash AS space_hash, c.space_path AS space_path, c.family AS family "
+                           "FROM campaigns c WHERE c.name = ?1");
   find.bind(spec.name);
   if (!find.step()) return std::nullopt;
-  const Problem problem = problem_from_columns(find, 1);
-  constexpr int kAfter = 1 + store_rows::kProblemColumns;
-  const std::string space_hash = find.text(kAfter), space_path = find.text(kAfter + 1), family = find.text(kAfter + 2);
+  const Problem problem = problem_from_columns(find);
+  const std::string space_hash = find.text("space_hash"), space_path = find.text("space_path"),
+                    family = find.text("family");
   const std::string hint = "start a new campaign with another --campaign name";
   if (problem != spec.problem)
     throw InputError(fmt::format("campaign '{}' tunes problem {}; it cannot be resumed for problem {} ({})", spec.name,
@@ -103,7 +103,7 @@ std::optional<std::int64_t> Store::check_resume(const CampaignSpec& spec) {
   if (family != spec.family)
     throw InputError(fmt::format("campaign '{}' tunes {}; it cannot be resumed with {} ({})", spec.name,
                                  templates_phrase(family), templates_phrase(spec.family), hint));
-  const std::int64_t id = find.int64(0);
+  const std::int64_t id = find.int64("id");
   if (space_hash != spec.space_hash) {
     // The same families: name the space that changed.
     for (const CampaignSpace& now : spaces_to_write(spec))
@@ -161,8 +161,8 @@ std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_
     Statement insert(db(),
                      "INSERT INTO campaigns (name, problem, b, h, hkv, s, sk, d, dtype, causal, page, varlen, "
                      "lens_seed, space_path, space_hash, family, strategy, seed, budget_evals, budget_seconds, "
-                     "device_id, space_text, variants) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
-                     "?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)");
+                     "device_id, space_text, variants) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+                     "?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)");
     insert
         .bind(spec.name, p.json().dump(), p.b, p.h, p.hkv, p.s, p.sk, p.d, dtype_name(p.dtype), p.causal, p.page,
               p.varlen, p.lens_seed, spec.space_path, spec.space_hash, spec.family, spec.strategy, spec.seed, spec.budget_evals,

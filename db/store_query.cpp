@@ -20,7 +20,7 @@ using sqlite::Statement;
 using sqlite::Transaction;
 
 // A final re-timing row counts only when a ranking covers it (written with or before it): one
-// that a kill cut short (databases written before Store::put_final) is never a result (issue 28).
+// that a kill cut short (databases written before Store::put_final) is never a result.
 #define kCountedFinal                                                                                     \
   " AND (e.phase = 'search' OR e.evaluated_at <= IFNULL((SELECT MAX(r2.ranked_at) FROM rankings r2 WHERE " \
   "r2.campaign_id = e.campaign_id), ''))"
@@ -30,15 +30,14 @@ using store_rows::read_campaign_spaces;
 
 std::vector<Problem> Store::problems_with_results(const std::string& family) {
   Statement st(db(),
-               "SELECT c.b, c.h, c.hkv, c.s, c.sk, c.d, c.dtype, c.causal, c.page, c.varlen, c.lens_seed, c.variants "
-               "FROM campaigns c "
-               "WHERE EXISTS "
-               "(SELECT 1 FROM evaluations e JOIN candidates k ON k.id = e.candidate_id WHERE e.campaign_id = c.id "
-               "AND e.status = 'ok' AND k.family = ?1) ORDER BY c.id");
+               "SELECT " + store_rows::problem_columns("c") +
+                   " FROM campaigns c WHERE EXISTS "
+                   "(SELECT 1 FROM evaluations e JOIN candidates k ON k.id = e.candidate_id WHERE e.campaign_id = c.id "
+                   "AND e.status = 'ok' AND k.family = ?1) ORDER BY c.id");
   st.bind(family);
   std::vector<Problem> out;
   while (st.step()) {
-    Problem p = problem_from_columns(st, 0);
+    Problem p = problem_from_columns(st);
     if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
   }
   return out;
@@ -49,21 +48,28 @@ std::vector<Problem> Store::problems_with_results(const std::string& family) {
 
 namespace {
 
-// A best row from a query whose first columns are: median_us, tflops, max_abs_err, the time it
-// was measured, family, config, device name, arch, source_hash (ranked and evaluated rows alike).
+// The columns of a best row, ranked and evaluated rows alike: `row` the table holding the median
+// and the time it was measured (`at`), c the candidate, d the device.
+std::string best_row_columns(const std::string& row, const std::string& at) {
+  return fmt::format(
+      "{0}.median_us AS median_us, {0}.tflops AS tflops, {0}.max_abs_err AS max_abs_err, {0}.{1} AS measured_at, "
+      "c.family AS family, c.config AS config, d.name AS gpu, d.arch AS arch, c.source_hash AS source_hash",
+      row, at);
+}
+
 BestRow read_best_row(const Statement& st, const std::string& campaign, const Problem& problem) {
   BestRow row;
   row.campaign = campaign;
   row.problem = problem;
-  row.median_us = st.real(0);
-  row.tflops = st.real(1);
-  row.max_abs_err = st.real(2);
-  row.evaluated_at = st.text(3);
-  row.family = st.text(4);
-  row.config = config_from_text(st.text(5));
-  row.gpu = st.text(6);
-  row.arch = st.text(7);
-  row.source_hash = st.text(8);
+  row.median_us = st.real("median_us");
+  row.tflops = st.real("tflops");
+  row.max_abs_err = st.real("max_abs_err");
+  row.evaluated_at = st.text("measured_at");
+  row.family = st.text("family");
+  row.config = config_from_text(st.text("config"));
+  row.gpu = st.text("gpu");
+  row.arch = st.text("arch");
+  row.source_hash = st.text("source_hash");
   return row;
 }
 
@@ -72,8 +78,9 @@ BestRow read_best_row(const Statement& st, const std::string& campaign, const Pr
 // batch or a windowed problem is never its plain dense shape).
 Statement select_campaigns(Connection& db, const BestQuery& q) {
   Statement camps(db,
-                  "SELECT id, name, b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed, variants FROM "
-                  "campaigns WHERE (?1 IS NULL OR name = ?1) AND (?2 IS NULL OR (b = ?2 AND h = ?3 AND hkv = ?4 AND "
+                  "SELECT c.id AS id, c.name AS name, " + store_rows::problem_columns("c") +
+                      " FROM campaigns c "
+                      "WHERE (?1 IS NULL OR name = ?1) AND (?2 IS NULL OR (b = ?2 AND h = ?3 AND hkv = ?4 AND "
                   "s = ?5 AND sk = ?6 AND d = ?7 AND dtype = ?8 AND causal = ?9 AND page = ?10 AND varlen = ?11 "
                   "AND lens_seed = ?12 AND variants = ?13)) ORDER BY id");
   camps.bind(q.campaign);
@@ -115,19 +122,19 @@ class CampaignResults {
  public:
   explicit CampaignResults(Connection& db)
       : ranked_(db,
-                "SELECT r.median_us, r.tflops, r.max_abs_err, r.ranked_at, c.family, c.config, d.name, d.arch, "
-                "c.source_hash, c.config_key FROM rankings r JOIN candidates c ON c.id = r.candidate_id "
-                "JOIN devices d ON d.id = r.device_id WHERE r.campaign_id = ?1 AND (?2 IS NULL OR d.name = ?2) "
-                "ORDER BY r.rank"),
+                "SELECT " + best_row_columns("r", "ranked_at") +
+                    ", c.config_key AS config_key FROM rankings r JOIN candidates c ON c.id = r.candidate_id "
+                    "JOIN devices d ON d.id = r.device_id WHERE r.campaign_id = ?1 AND (?2 IS NULL OR d.name = ?2) "
+                    "ORDER BY r.rank"),
         walk_(db,
-              "SELECT e.id, e.median_us, e.candidate_id FROM evaluations e "
+              "SELECT e.id AS id, e.median_us AS median_us, e.candidate_id AS candidate_id FROM evaluations e "
               "WHERE e.campaign_id = ?1 AND e.status = 'ok'" kCountedFinal " ORDER BY e.median_us, e.candidate_id, e.id"),
         // With a GPU model: the walk reads each row's device too (so it is not the covering walk above).
         walk_gpu_(db,
-                  "SELECT e.id, e.median_us, e.candidate_id FROM evaluations e "
+                  "SELECT e.id AS id, e.median_us AS median_us, e.candidate_id AS candidate_id FROM evaluations e "
                   "WHERE e.campaign_id = ?1 AND e.status = 'ok' AND e.device_id IN (SELECT id FROM devices WHERE "
                   "name = ?2)" kCountedFinal " ORDER BY e.median_us, e.candidate_id, e.id"),
-        config_of_(db, "SELECT family, config_key FROM candidates WHERE id = ?1") {}
+        config_of_(db, "SELECT family AS family, config_key AS config_key FROM candidates WHERE id = ?1") {}
 
   // Appends the campaign's first `top` distinct (template, config) to `found`.
   void collect(std::int64_t campaign_id, const std::string& name, const Problem& problem, int top,
@@ -139,7 +146,7 @@ class CampaignResults {
     ranked_.bind(campaign_id, gpu);
     while (static_cast<int>(seen.size()) < top && ranked_.step()) {
       BestRow row = read_best_row(ranked_, name, problem);
-      if (!seen.insert({row.family, ranked_.text(9)}).second) continue;
+      if (!seen.insert({row.family, ranked_.text("config_key")}).second) continue;
       floor = std::max(floor, row.median_us);
       found.push_back({floor, campaign_id, local++, 0, std::move(row), name, problem});
     }
@@ -150,9 +157,9 @@ class CampaignResults {
     else
       walk.bind(campaign_id);
     while (static_cast<int>(seen.size()) < top && walk.step()) {
-      if (seen.insert(key_of(walk.int64(2))).second)
-        found.push_back({std::max(floor, walk.real(1)), campaign_id, local++, walk.int64(0), std::nullopt, name,
-                         problem});
+      if (seen.insert(key_of(walk.int64("candidate_id"))).second)
+        found.push_back({std::max(floor, walk.real("median_us")), campaign_id, local++, walk.int64("id"),
+                         std::nullopt, name, problem});
     }
   }
 
@@ -171,7 +178,8 @@ class CampaignResults {
       config_of_.reset();
       config_of_.bind(candidate);
       if (!config_of_.step()) throw std::logic_error("evaluation of a missing candidate");
-      key = candidate_keys_.emplace(candidate, std::pair(config_of_.text(0), config_of_.text(1))).first;
+      key = candidate_keys_.emplace(candidate, std::pair(config_of_.text("family"), config_of_.text("config_key")))
+                .first;
     }
     return key->second;
   }
@@ -190,10 +198,9 @@ void keep_top(std::vector<Found>& found, int top) {
 
 // The rows kept, read in full (only now, so a large campaign reads only what it answers with).
 std::vector<BestRow> read_found(Connection& db, std::vector<Found>& found) {
-  Statement detail(db,
-                   "SELECT e.median_us, e.tflops, e.max_abs_err, e.evaluated_at, c.family, c.config, d.name, d.arch, "
-                   "c.source_hash FROM evaluations e JOIN candidates c ON c.id = e.candidate_id JOIN devices d ON d.id = e.device_id "
-                   "WHERE e.id = ?1");
+  Statement detail(db, "SELECT " + best_row_columns("e", "evaluated_at") +
+                           " FROM evaluations e JOIN candidates c ON c.id = e.candidate_id JOIN devices d ON d.id = "
+                           "e.device_id WHERE e.id = ?1");
   std::vector<BestRow> out;
   for (Found& f : found) {
     if (f.row) {
@@ -220,7 +227,7 @@ std::vector<std::string> Store::result_gpus(const BestQuery& q) {
   std::set<std::string> names;
   while (camps.step()) {
     models.reset();
-    models.bind(camps.int64(0));
+    models.bind(camps.int64("id"));
     while (models.step()) names.insert(models.text(0));
   }
   read.commit();
@@ -235,7 +242,7 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
   CampaignResults results(db());
   std::vector<Found> found;
   while (camps.step())
-    results.collect(camps.int64(0), camps.text(1), problem_from_columns(camps, 2), q.top, q.gpu, found);
+    results.collect(camps.int64("id"), camps.text("name"), problem_from_columns(camps), q.top, q.gpu, found);
   results.reset();
   keep_top(found, q.top);
   std::vector<BestRow> out = read_found(db(), found);
@@ -248,51 +255,53 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
 
 namespace {
 
-// The campaign columns every CampaignRow query reads, in read_campaign_row's order.
-constexpr const char* kCampaignColumns =
-    "SELECT c.id, c.name, c.b, c.h, c.hkv, c.s, c.sk, c.d, c.dtype, c.causal, c.page, c.varlen, c.lens_seed, c.variants, "
-    "c.space_path, c.space_hash, "
-    "c.family, c.strategy, c.seed, c.budget_evals, c.budget_seconds, c.status, c.stop_reason, "
-    "c.started_at, IFNULL(c.ended_at, ''), d.name, d.arch, "
-    "(SELECT count(*) FROM evaluations e WHERE e.campaign_id = c.id AND e.phase = 'search'), "
-    "(SELECT count(*) FROM evaluations e WHERE e.campaign_id = c.id AND e.phase = 'search' AND e.status = 'ok'), "
-    "IFNULL(rk.median_us, best.median_us), IFNULL(rk.tflops, best.tflops), c.space_text "
+// The campaign columns every CampaignRow query reads (read_campaign_row), by name.
+const std::string kCampaignColumns =
+    "SELECT c.id AS id, c.name AS name, " + store_rows::problem_columns("c") +
+    ", c.space_path AS space_path, c.space_hash AS space_hash, c.family AS family, c.strategy AS strategy, "
+    "c.seed AS seed, c.budget_evals AS budget_evals, c.budget_seconds AS budget_seconds, c.status AS status, "
+    "c.stop_reason AS stop_reason, c.started_at AS started_at, IFNULL(c.ended_at, '') AS ended_at, d.name AS gpu, "
+    "d.arch AS arch, "
+    "(SELECT count(*) FROM evaluations e WHERE e.campaign_id = c.id AND e.phase = 'search') AS evaluations, "
+    "(SELECT count(*) FROM evaluations e WHERE e.campaign_id = c.id AND e.phase = 'search' AND e.status = 'ok') "
+    "AS ok, "
+    "IFNULL(rk.median_us, best.median_us) AS best_us, IFNULL(rk.tflops, best.tflops) AS best_tflops, "
+    "c.space_text AS space_text "
     "FROM campaigns c JOIN devices d ON d.id = c.device_id "
     "LEFT JOIN rankings rk ON rk.campaign_id = c.id AND rk.rank = 1 "
     "LEFT JOIN evaluations best ON best.id = (SELECT e.id FROM evaluations e "
     "  WHERE e.campaign_id = c.id AND e.status = 'ok'" kCountedFinal " ORDER BY e.median_us, e.candidate_id, e.id LIMIT 1) ";
 
 CampaignRow read_campaign_row(Statement& st) {
-  constexpr int kAfterProblem = 2 + store_rows::kProblemColumns;  // id, name, the problem
   CampaignRow r;
-  r.id = st.int64(0);
-  r.spec.name = st.text(1);
-  r.spec.problem = problem_from_columns(st, 2);
-  r.spec.space_path = st.text(kAfterProblem);
-  r.spec.space_hash = st.text(kAfterProblem + 1);
-  r.spec.family = st.text(kAfterProblem + 2);
-  r.spec.strategy = st.text(kAfterProblem + 3);
-  r.spec.seed = st.int64(kAfterProblem + 4);
-  r.spec.budget_evals = st.int64(kAfterProblem + 5);
-  r.spec.budget_seconds = st.real(kAfterProblem + 6);
-  r.status = st.text(kAfterProblem + 7);
-  r.stop_reason = st.text(kAfterProblem + 8);
-  r.started_at = st.text(kAfterProblem + 9);
-  r.ended_at = st.text(kAfterProblem + 10);
-  r.gpu = st.text(kAfterProblem + 11);
-  r.arch = st.text(kAfterProblem + 12);
-  r.evaluations = st.int64(kAfterProblem + 13);
-  r.ok = st.int64(kAfterProblem + 14);
-  r.best_us = st.opt_real(kAfterProblem + 15);
-  r.best_tflops = st.opt_real(kAfterProblem + 16);
-  r.spec.space_text = st.text(kAfterProblem + 17);
+  r.id = st.int64("id");
+  r.spec.name = st.text("name");
+  r.spec.problem = problem_from_columns(st);
+  r.spec.space_path = st.text("space_path");
+  r.spec.space_hash = st.text("space_hash");
+  r.spec.family = st.text("family");
+  r.spec.strategy = st.text("strategy");
+  r.spec.seed = st.int64("seed");
+  r.spec.budget_evals = st.int64("budget_evals");
+  r.spec.budget_seconds = st.real("budget_seconds");
+  r.status = st.text("status");
+  r.stop_reason = st.text("stop_reason");
+  r.started_at = st.text("started_at");
+  r.ended_at = st.text("ended_at");
+  r.gpu = st.text("gpu");
+  r.arch = st.text("arch");
+  r.evaluations = st.int64("evaluations");
+  r.ok = st.int64("ok");
+  r.best_us = st.opt_real("best_us");
+  r.best_tflops = st.opt_real("best_tflops");
+  r.spec.space_text = st.text("space_text");
   return r;
 }
 
 }  // namespace
 
 std::vector<CampaignRow> Store::campaigns() {
-  Statement st(db(), std::string(kCampaignColumns) + "ORDER BY c.id");
+  Statement st(db(), kCampaignColumns + "ORDER BY c.id");
   std::vector<CampaignRow> out;
   while (st.step()) out.push_back(read_campaign_row(st));
   for (CampaignRow& r : out) r.spec.spaces = read_campaign_spaces(db(), r.id);
@@ -300,7 +309,7 @@ std::vector<CampaignRow> Store::campaigns() {
 }
 
 std::optional<CampaignRow> Store::campaign_row(const std::string& name) {
-  Statement st(db(), std::string(kCampaignColumns) + "WHERE c.name = ?1");
+  Statement st(db(), kCampaignColumns + "WHERE c.name = ?1");
   st.bind(name);
   if (!st.step()) return std::nullopt;
   CampaignRow row = read_campaign_row(st);

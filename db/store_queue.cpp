@@ -17,41 +17,46 @@ namespace {
 constexpr const char* kNow = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
 
 constexpr const char* kJobColumns =
-    "id, campaign, plan, regime, problem, request, state, attempts, error, worker, submitted_at, "
-    "IFNULL(started_at, ''), IFNULL(ended_at, ''), "
-    "IFNULL((SELECT d.name FROM campaigns c JOIN devices d ON d.id = c.device_id WHERE c.name = queue.campaign), '')";
+    "id AS id, campaign AS campaign, plan AS plan, regime AS regime, problem AS problem, request AS request, "
+    "state AS state, attempts AS attempts, error AS error, worker AS worker, submitted_at AS submitted_at, "
+    "IFNULL(started_at, '') AS started_at, IFNULL(ended_at, '') AS ended_at, "
+    "IFNULL((SELECT d.name FROM campaigns c JOIN devices d ON d.id = c.device_id WHERE c.name = queue.campaign), '') "
+    "AS ran_on";
 
-QueuedJob job_from_row(const Statement& st, int c = 0) {
+// A queued job from a query of kJobColumns.
+QueuedJob job_from_row(const Statement& st) {
   QueuedJob j;
-  j.id = st.int64(c);
-  j.campaign = st.text(c + 1);
-  j.plan = st.text(c + 2);
-  j.regime = st.text(c + 3);
-  j.problem = Problem::from_json(nlohmann::json::parse(st.text(c + 4)));
-  j.request = job_request_from_json(st.text(c + 5));
-  j.state = st.text(c + 6);
-  j.attempts = st.int64(c + 7);
-  j.error = st.text(c + 8);
-  j.worker = st.text(c + 9);
-  j.submitted_at = st.text(c + 10);
-  j.started_at = st.text(c + 11);
-  j.ended_at = st.text(c + 12);
-  j.ran_on = st.text(c + 13);
+  j.id = st.int64("id");
+  j.campaign = st.text("campaign");
+  j.plan = st.text("plan");
+  j.regime = st.text("regime");
+  j.problem = Problem::from_json(nlohmann::json::parse(st.text("problem")));
+  j.request = job_request_from_json(st.text("request"));
+  j.state = st.text("state");
+  j.attempts = st.int64("attempts");
+  j.error = st.text("error");
+  j.worker = st.text("worker");
+  j.submitted_at = st.text("submitted_at");
+  j.started_at = st.text("started_at");
+  j.ended_at = st.text("ended_at");
+  j.ran_on = st.text("ran_on");
   return j;
 }
 
-constexpr const char* kLeaseColumns = "campaign, owner, host, pid, gpu, acquired_at, heartbeat_at, expires";
+constexpr const char* kLeaseColumns =
+    "campaign AS campaign, owner AS owner, host AS host, pid AS pid, gpu AS gpu, acquired_at AS acquired_at, "
+    "heartbeat_at AS heartbeat_at, expires AS expires";
 
-LeaseRow lease_from_row(const Statement& st, int c = 0) {
+LeaseRow lease_from_row(const Statement& st) {
   LeaseRow l;
-  l.campaign = st.text(c);
-  l.owner = st.text(c + 1);
-  l.host = st.text(c + 2);
-  l.pid = st.int64(c + 3);
-  if (!st.is_null(c + 4)) l.gpu = static_cast<int>(st.int64(c + 4));
-  l.acquired_at = st.text(c + 5);
-  l.heartbeat_at = st.text(c + 6);
-  l.expires = st.real(c + 7);
+  l.campaign = st.text("campaign");
+  l.owner = st.text("owner");
+  l.host = st.text("host");
+  l.pid = st.int64("pid");
+  if (!st.is_null("gpu")) l.gpu = static_cast<int>(st.int64("gpu"));
+  l.acquired_at = st.text("acquired_at");
+  l.heartbeat_at = st.text("heartbeat_at");
+  l.expires = st.real("expires");
   return l;
 }
 

@@ -12,23 +12,31 @@
 
 namespace attntune::store_rows {
 
-// A problem from the campaigns columns b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed,
-// variants (twelve, in that order) starting at `col`.
-inline constexpr int kProblemColumns = 12;
-inline Problem problem_from_columns(const sqlite::Statement& st, int col) {
+// The campaigns table's problem columns of `table` (its alias in the query) as a SELECT list,
+// each named as itself: b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed, variants.
+inline std::string problem_columns(const std::string& table) {
+  std::string out;
+  for (const char* c : {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal", "page", "varlen", "lens_seed",
+                        "variants"})
+    out += (out.empty() ? "" : ", ") + table + "." + c + " AS " + c;
+  return out;
+}
+
+// The problem of the current row of a query that selects problem_columns.
+inline Problem problem_from_columns(const sqlite::Statement& st) {
   Problem p;
-  p.b = st.int64(col);
-  p.h = st.int64(col + 1);
-  p.hkv = st.int64(col + 2);
-  p.s = st.int64(col + 3);
-  p.sk = st.int64(col + 4);
-  p.d = st.int64(col + 5);
-  p.dtype = st.text(col + 6) == "bf16" ? DType::kBf16 : DType::kFp16;
-  p.causal = st.int64(col + 7) != 0;
-  p.page = st.int64(col + 8);
-  p.varlen = st.int64(col + 9);
-  p.lens_seed = st.int64(col + 10);
-  p.set_variants(st.text(col + 11));
+  p.b = st.int64("b");
+  p.h = st.int64("h");
+  p.hkv = st.int64("hkv");
+  p.s = st.int64("s");
+  p.sk = st.int64("sk");
+  p.d = st.int64("d");
+  p.dtype = st.text("dtype") == "bf16" ? DType::kBf16 : DType::kFp16;
+  p.causal = st.int64("causal") != 0;
+  p.page = st.int64("page");
+  p.varlen = st.int64("varlen");
+  p.lens_seed = st.int64("lens_seed");
+  p.set_variants(st.text("variants"));
   return p;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time attntune's chunked prefill over a paged KV cache against the same kernel on a contiguous
 cache, a dense build, FA4's dense forward and PyTorch's SDPA, in one process on the GPU machine
-(issue 25, part 2).
+(the serving targets for chunked prefill).
 
   python3 tools/compare_chunked.py --package DIR --problem SPEC [--dense-package DIR2] [--fa4-aot .fa4/aot]
       [--rounds 3] [--min-seconds 1] [--json OUT] [--dry-run]
@@ -23,7 +23,7 @@ Contenders (--contenders, a comma list of these groups; default all that apply):
                cache_seqlens int32 [B], sk each (every sequence full: the timed case). Rows past sk in
                a sequence's last page, and the spare pages, hold NaN.
   ours_contig  the same op, block_table=None, on contiguous caches [B, sk, Hkv, D] (the same
-               cache_seqlens): the same kernel on contiguous KV. Issue 25 asks paged to be within 5%.
+               cache_seqlens): the same kernel on contiguous KV. The target: paged within 5% of it.
   ours_dense   with --dense-package DIR2 (none by default: skipped, saying so): attention() of that
                package on the contiguous equivalent, q [B,H,S,D], k/v [B,Hkv,Sk,D] (contiguous
                copies), is_causal (bottom-right, S != Sk): the config tuned and built for the dense
@@ -59,7 +59,7 @@ are first screened with one sample of --screen-seconds each; the fastest enters 
 (--all-rounds: every variant). TFLOP/s = 4*h*d*(visible (query, key) pairs, bottom-right causal,
 counted exactly) / time, the useful work (Problem::flops); GB/s of Problem::bytes (Q, K, V read and
 O written once). paged/X = X's time / ours_paged's (> 1: ours_paged is faster), with the range of
-the per-round ratios. Headlines: paged / contiguous (ours_contig's time / ours_paged's: issue 25's
+the per-round ratios. Headlines: paged / contiguous (ours_contig's time / ours_paged's: the target's
 "within 5%", >= 0.95) and ours vs FA4 (contiguous) (fa4's time / ours_paged's, and / the best of ours).
 
 --dry-run prints the problem, FLOPs, bytes, page table shape, the ragged lengths and the contenders
@@ -73,13 +73,12 @@ import json
 import math
 import os
 import random
-import statistics
 import sys
 import time
 import warnings
 
 import peer_common  # what the peer tools share
-from peer_common import (ATOL, BACKENDS, ROOT, RTOL, fmt, kernels_cu, kit_dir, log, package_root,
+from peer_common import (ATOL, ROOT, RTOL, Parser, fmt, kernels_cu, kit_dir, log, package_root, problem_str,
                          reference_seq, seq_pairs, short)
 
 GROUPS = ("ours_paged", "ours_contig", "ours_dense", "fa4", "sdpa")
@@ -87,65 +86,20 @@ OURS = ("ours_paged", "ours_contig", "ours_dense")
 SPARE_PAGES = 4      # pages beyond those the block table names (never read; NaN)
 RAGGED_MIN_B = 5     # the ragged check's batch: at least one sequence of each length kind
 FA4_VENV_PY = "~/.cache/fa4kit/venv/bin/python"  # .fa4/setup_cpu.sh's venv, on the CPU machine
-# issue 25's ratios for chunked prefill: paged within 5% of the same kernel on contiguous KV (and of
+# the serving targets for chunked prefill: paged within 5% of the same kernel on contiguous KV (and of
 # the dense build), >= 1.05x FA4 on the contiguous equivalent; PyTorch's best is reported against
-# the varlen bar (1.3x), which the issue sets for packed batches.
+# the varlen bar (1.3x), the target for packed batches.
 TARGETS = {"paged_vs_contig": 0.95, "paged_vs_dense": 0.95, "vs_fa4": 1.05, "vs_pytorch_best": 1.3}
-
-
-class Parser(argparse.ArgumentParser):
-    """Bad input: one line on stderr, exit 2."""
-
-    def error(self, message):
-        sys.stderr.write(f"{self.prog}: error: {message} (--help says more)\n")
-        sys.exit(2)
 
 
 # ---------------------------------------------------------------- problems (no torch)
 
-SPEC_KEYS = ("b", "h", "hkv", "s", "sk", "d", "dtype", "causal", "page", "varlen", "lens_seed")
-MAX = {"b": 1 << 20, "h": 1 << 16, "hkv": 1 << 16, "s": 1 << 24, "sk": 1 << 24, "d": 1024, "page": 1 << 20}
-
-
 def parse_spec(spec):
-    """attntune's paged problem spec as a dict (hkv, sk default to h, s), checked as
-    Problem::parse checks it, plus what this tool needs: page=N > 0, s <= sk."""
-    d = {}
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "=" not in part:
-            raise ValueError(f"problem {spec!r}: {part!r} is not key=value")
-        k, v = (x.strip() for x in part.split("=", 1))
-        if k not in SPEC_KEYS:
-            raise ValueError(f"problem {spec!r}: unknown key {k!r} (known: {', '.join(SPEC_KEYS)})")
-        if k in d:
-            raise ValueError(f"problem {spec!r}: key {k!r} given twice")
-        d[k] = v
-    missing = [k for k in ("b", "h", "s", "d", "dtype", "causal") if k not in d]
-    if missing:
-        raise ValueError(f"problem {spec!r}: missing {missing}")
-    if int(d.get("varlen", "0") or 0) or "lens_seed" in d:
+    """attntune's paged problem spec (peer_common.parse_spec), with what this tool needs: page=N > 0,
+    s <= sk, no packed batch."""
+    p = peer_common.parse_spec(spec)
+    if p["varlen"] or p["lens_seed"]:
         raise ValueError(f"problem {spec!r}: varlen=N is a packed batch (tools/compare_varlen.py), not a paged cache")
-    p = {}
-    for k in ("b", "h", "hkv", "s", "sk", "d", "page"):
-        text = d.get(k, d["h"] if k == "hkv" else d["s"] if k == "sk" else "0")
-        try:
-            p[k] = int(text)
-        except ValueError:
-            raise ValueError(f"problem {spec!r}: {k}={text!r} is not an integer") from None
-        lo = 0 if k == "page" else 1
-        if not lo <= p[k] <= MAX[k]:
-            raise ValueError(f"problem {spec!r}: {k}={p[k]} is out of range [{lo}, {MAX[k]}]")
-    p["dtype"] = d["dtype"]
-    if p["dtype"] not in ATOL:
-        raise ValueError(f"problem {spec!r}: dtype must be bf16 or fp16")
-    if d["causal"].lower() not in ("0", "1", "true", "false"):
-        raise ValueError(f"problem {spec!r}: causal must be 0 or 1")
-    p["causal"] = d["causal"].lower() in ("1", "true")
-    if p["h"] % p["hkv"]:
-        raise ValueError(f"problem {spec!r}: h={p['h']} is not a multiple of hkv={p['hkv']}")
     if not p["page"]:
         raise ValueError(f"problem {spec!r}: not a paged problem (no page=N): this tool times chunked prefill over "
                          f"a paged KV cache (dense: tools/compare_sdpa.py, varlen: tools/compare_varlen.py)")
@@ -159,8 +113,7 @@ def parse_spec(spec):
 
 def spec_str(p, paged=True):
     """The canonical spec (Problem::str); paged=False: the dense problem of the same shapes."""
-    return (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
-            f"causal={int(p['causal'])}" + (f",page={p['page']}" if paged else ""))
+    return problem_str(p if paged else dict(p, page=0))
 
 
 def ragged_lengths(b, sk, seed):
@@ -357,45 +310,17 @@ def main():
     ap.add_argument("--package", help="folder `attntune export --torch` wrote for the paged problem (holds attntune/)")
     ap.add_argument("--problem", required=True, help="attntune's paged problem spec (page=N, s <= sk)")
     ap.add_argument("--dense-package", help="package of the dense problem (the spec without page=) for ours_dense")
-    ap.add_argument("--fa4-aot", action="append", default=[], help="FA4 kit kernel folder (default .fa4/aot)")
-    ap.add_argument("--fa4-kit", help="folder with the kit's fa4kit.py (default: beside --fa4-aot, else .fa4)")
-    ap.add_argument("--contenders", default=",".join(GROUPS), help=f"comma list of {', '.join(GROUPS)}")
-    ap.add_argument("--backends", default=",".join(BACKENDS), help="SDPA backends to try")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--min-seconds", type=float, default=1.0, help="GPU time per sample (default 1)")
-    ap.add_argument("--screen-seconds", type=float, default=0.5, help="the SDPA variants' screening sample")
-    ap.add_argument("--warmup-seconds", type=float, help="the untimed warm-up sample (default --min-seconds)")
-    ap.add_argument("--calls", type=int, default=10, help="calls per CUDA graph")
-    ap.add_argument("--all-rounds", action="store_true", help="every SDPA variant in the rounds, not the fastest")
-    ap.add_argument("--atol", type=float, help="max abs error allowed (default 2e-2 bf16, 5e-3 fp16)")
-    ap.add_argument("--lse-atol", type=float, default=1e-3)
+    peer_common.add_run_args(ap, GROUPS, all_rounds_help="every SDPA variant in the rounds, not the fastest",
+                             dry_run_help="print the problem, FLOPs, pages and contenders; no torch",
+                             seed_help="seed of the random inputs, tables and ragged lengths")
     ap.add_argument("--ragged-batch", type=int, help=f"sequences in the ragged check (default max(b, {RAGGED_MIN_B}))")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the random inputs, tables and ragged lengths")
-    ap.add_argument("--json", help="write the numbers here")
-    ap.add_argument("--dry-run", action="store_true", help="print the problem, FLOPs, pages and contenders; no torch")
-    ap.add_argument("--device", default="cuda",
-                    help="cuda; or cpu: correctness only, no timing, no FA4 (tests the tool without a GPU, with"
-                         " --backends math; a package's CPU call is its SDPA fallback, which policy 'raise' refuses)")
     args = ap.parse_args()
 
     try:
         p = parse_spec(args.problem)
     except ValueError as e:
         ap.error(str(e))
-    groups = [g.strip() for g in args.contenders.split(",") if g.strip()]
-    bad = sorted(set(groups) - set(GROUPS))
-    if bad:
-        ap.error(f"--contenders: unknown {', '.join(repr(b) for b in bad)} (known: {', '.join(GROUPS)})")
-    if not groups:
-        ap.error("--contenders: empty")
-    groups = [g for g in GROUPS if g in groups]  # one order, no repeats
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    if set(backends) - set(BACKENDS + ("math",)):
-        ap.error(f"--backends: of {', '.join(BACKENDS + ('math',))}")
-    if args.device not in ("cuda", "cpu"):
-        ap.error("--device: cuda or cpu")
-    if args.rounds < 1 or args.calls < 1 or not (args.min_seconds >= 0) or not (args.screen_seconds >= 0):
-        ap.error("--rounds and --calls must be >= 1, --min-seconds and --screen-seconds >= 0")
+    groups, backends = peer_common.check_run_args(ap, args, GROUPS)
     if args.ragged_batch is not None and args.ragged_batch < 1:
         ap.error("--ragged-batch must be >= 1")
     cp = Chunked(p, args.ragged_batch, args.seed)
@@ -418,30 +343,9 @@ def main():
 
 
 def run(args, p, cp, groups, backends, skipped):
-    import torch
-    import torch.nn.functional as F
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from torch.nn.attention import sdpa_kernel, SDPBackend
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p["dtype"]]
-    be_enum = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
-               "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
-    dev = args.device
-    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0]}
-    if dev == "cuda":
-        prop = torch.cuda.get_device_properties(0)
-        env.update(cudnn=torch.backends.cudnn.version(), gpu=prop.name, sms=prop.multi_processor_count)
-        log(f"torch {env['torch']} cuda {env['cuda']} cudnn {env['cudnn']}; {prop.name} "
-            f"({prop.multi_processor_count} SMs)")
-    else:
-        env["gpu"] = "cpu"
-        log(f"torch {env['torch']} on the CPU: correctness only, no timing")
-
-    def sync():
-        if dev == "cuda":
-            torch.cuda.synchronize()
+    R = peer_common.Run(p["dtype"], args.device)
+    torch, F, sdpa_kernel, be_enum, dt, env, sync, dev = (R.torch, R.F, R.sdpa_kernel, R.backend, R.dt, R.env,
+                                                          R.sync, args.device)
     H, Hkv, D, B, S, Sk, page, causal = p["h"], p["hkv"], p["d"], p["b"], p["s"], p["sk"], p["page"], p["causal"]
     scale = 1.0 / math.sqrt(D)
     atol = args.atol if args.atol is not None else ATOL[p["dtype"]]
@@ -765,24 +669,10 @@ def run(args, p, cp, groups, backends, skipped):
     failed = failed or capture_failed or timing_failed
 
     # ---- numbers
-    base = res.get("ours_paged", {})
-    base_s = base.get("samples_us")
-    if base_s and len(base_s) != args.rounds:  # per-round ratios need a sample of ours_paged in every round
-        base_s = None
-    for n, r in res.items():
-        if r.get("samples_us"):
-            r["us"] = statistics.median(r["samples_us"])
-            r["rounds"] = len(r["samples_us"])
-        elif r.get("screen_us"):
-            r["us"], r["screen_only"] = r["screen_us"], True
+    peer_common.summarise(res, "ours_paged", args.rounds, lambda n: cp.flops, "paged_x")
+    for r in res.values():
         if r.get("us"):
-            r["tflops"] = cp.flops / (r["us"] * 1e6)
             r["gbps"] = cp.bytes / (r["us"] * 1e3)
-            if n != "ours_paged" and base.get("us"):
-                r["paged_x"] = r["us"] / base["us"]
-                if base_s and r.get("samples_us") and len(r["samples_us"]) == len(base_s):
-                    ratios = [a / o for a, o in zip(r["samples_us"], base_s)]
-                    r["paged_x_min"], r["paged_x_max"] = min(ratios), max(ratios)
 
     def headline(key, label, n, target, over=None):
         """X's time / ours_paged's (or / `over`'s), with the per-round range."""
@@ -820,9 +710,7 @@ def run(args, p, cp, groups, backends, skipped):
                                                               "all_rounds", "lse_atol")},
                "atol": atol, "rtol": rtol, "contenders": res, "skipped": skipped, "headlines": headlines,
                "gpu_before": before, "gpu_after": after, "failed": failed}
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
-        log(f"wrote {args.json}")
+        peer_common.write_json(args.json, out)
 
     # ---- the table, last
     print(f"\n{spec_str(p)}  ({B} x {S} new rows over {Sk} keys; {cp.flops / 1e12:.3f} TFLOP useful, "
@@ -842,7 +730,7 @@ def run(args, p, cp, groups, backends, skipped):
         print(f"{n[:22]:<22} skipped: {why[:160]}")
     for h in headlines.values():
         rng = f" (per round {h['min']:.3f}-{h['max']:.3f})" if "min" in h else ""
-        print(f"{h['label']}: {h['ratio']:.3f}{rng}  [{h['contender']} time / {h['over']} time; issue 25: "
+        print(f"{h['label']}: {h['ratio']:.3f}{rng}  [{h['contender']} time / {h['over']} time; target: "
               f">= {h['target']}] {'met' if h['ratio'] >= h['target'] else 'MISSED'}")
     print(f"gpu before timing: {before or 'n/a'}; after: {after or 'n/a'}")
     print("paged/X = X's median time / ours_paged's (> 1: ours_paged is faster); TFLOP/s of the useful work "

@@ -59,6 +59,7 @@ import torch
 import torch.nn.functional as F
 
 from gpu_timing import capture, gpu_state  # noqa: E402,F401  (shared with compare_varlen.py)
+from peer_common import problem_str  # noqa: E402  (attntune's problem specs, as the other peer tools print them)
 
 ATTNTUNE_UNSUPPORTED = 1000
 ATOL = {"bf16": 1.0 / 512, "fp16": 1.0 / 4096}
@@ -360,18 +361,8 @@ def flops(B, H, S, Sk, D, causal):
 
 
 ROUND_BACKENDS = ("ours", "cudnn")  # timed in interleaved rounds; the others once
-DECODE_MAX_S = 16          # seqlen_q up to this is decoding: checked and timed as such (GB/s)
+DECODE_MAX_S = 16          # seqlen_q up to this is decoding (flash_decode's kDecodeMaxSeqlenQ): checked and timed as such (GB/s)
 HBM_PEAK_GBPS = 3350.0     # H100 SXM
-
-
-def problem_str(p):
-    """attntune's canonical problem spec (Problem::str)."""
-    out = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
-           f"causal={1 if p['causal'] else 0}")
-    out += f",page={p['page']}" if p.get("page") else ""
-    if p.get("varlen"):
-        out += f",varlen={p['varlen']}" + (f",lens_seed={p['lens_seed']}" if p.get("lens_seed") else "")
-    return out
 
 
 def capture_ours(lib, fns, calls, graphs, results):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Time attntune's varlen kernels (a packed batch of variable-length sequences) against FA4's varlen
-forward and PyTorch's dense paths, in one process on the GPU machine (issue 25).
+forward and PyTorch's dense paths, in one process on the GPU machine (the serving targets for packed batches).
 
   python3 tools/compare_varlen.py --package DIR --problem SPEC [--fa4-aot .fa4/aot] [--rounds 3]
       [--min-seconds 1] [--dense-package DIR2 --dense-problem SPEC2] [--json OUT] [--dry-run]
@@ -36,7 +36,7 @@ Contenders (--contenders, a comma list of these groups; default all that apply):
                backend. The per-sequence outputs are not copied back into a packed tensor.
   ours_dense   with --dense-problem SPEC2 (a dense spec): the package of --dense-package (default
                --package) through attntune's attention() on [B,H,S,D], to compare the TFLOP/s of
-               the tuned kernel on varlen work with dense work ("within 5%" of issue 25).
+               the tuned kernel on varlen work with dense work ("within 5%": the serving targets).
 
 Correctness: each contender's output once against a float32 reference computed per sequence (max
 abs diff over the valid rows; fails above --atol, FA2-style 2e-2 for bf16, 5e-3 for fp16), ours'
@@ -60,63 +60,28 @@ import contextlib
 import json
 import math
 import os
-import statistics
 import sys
 import time
 import warnings
 
 import peer_common  # what the peer tools share
-from peer_common import (ATOL, BACKENDS, RTOL, fmt, kernels_cu, log, package_root, reference_seq,
-                         seq_pairs, short)
+from peer_common import (ATOL, BACKENDS, RTOL, Parser, fmt, kernels_cu, log, package_root, problem_str,
+                         reference_seq, seq_pairs, short)
 
 GROUPS = ("ours", "fa4", "sdpa_padded", "sdpa_loop", "ours_dense")
 
 
 # ---------------------------------------------------------------- problems (no torch)
 
-SPEC_KEYS = ("b", "h", "hkv", "s", "sk", "d", "dtype", "causal", "page", "varlen", "lens_seed")
-
-
 def parse_spec(spec):
-    """attntune's problem spec as a dict (hkv, sk default to h, s; varlen, lens_seed, page to 0)."""
-    d = {}
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "=" not in part:
-            raise ValueError(f"problem {spec!r}: {part!r} is not key=value")
-        k, v = (x.strip() for x in part.split("=", 1))
-        if k not in SPEC_KEYS:
-            raise ValueError(f"problem {spec!r}: unknown key {k!r} (known: {', '.join(SPEC_KEYS)})")
-        d[k] = v
-    missing = [k for k in ("b", "h", "s", "d", "dtype", "causal") if k not in d]
-    if missing:
-        raise ValueError(f"problem {spec!r}: missing {missing}")
-    try:
-        p = {k: int(d.get(k, d["h"] if k == "hkv" else d["s"] if k == "sk" else 0))
-             for k in ("b", "h", "hkv", "s", "sk", "d", "page", "varlen", "lens_seed")}
-    except ValueError as e:
-        raise ValueError(f"problem {spec!r}: {e}") from None
-    p["dtype"] = d["dtype"]
-    p["causal"] = d["causal"].lower() in ("1", "true")
-    if p["dtype"] not in ATOL:
-        raise ValueError(f"problem {spec!r}: dtype must be bf16 or fp16")
-    if min(p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"]) < 1 or p["h"] % p["hkv"]:
-        raise ValueError(f"problem {spec!r}: sizes must be >= 1 and h a multiple of hkv")
+    """attntune's problem spec (peer_common.parse_spec): a packed batch (varlen <= s, sk >= s) or, for
+    ours_dense, a dense one; never a paged cache."""
+    p = peer_common.parse_spec(spec)
     if p["page"]:
         raise ValueError(f"problem {spec!r}: page=N (a paged KV cache) is not for this tool")
     if p["varlen"] and (p["varlen"] > p["s"] or p["sk"] < p["s"]):
         raise ValueError(f"problem {spec!r}: varlen needs varlen <= s and sk >= s")
     return p
-
-
-def spec_str(p):
-    out = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
-           f"causal={int(p['causal'])}")
-    if p.get("varlen"):
-        out += f",varlen={p['varlen']}" + (f",lens_seed={p['lens_seed']}" if p.get("lens_seed") else "")
-    return out
 
 
 def q_lens(p):
@@ -186,7 +151,7 @@ def fa4_lookup(K, dirs, spec):
 # ---------------------------------------------------------------- dry run
 
 def dry_run(args, p, batch, groups, dense):
-    print(f"problem {spec_str(p)}")
+    print(f"problem {problem_str(p)}")
     print(f"  lengths (q): {batch.lq}")
     if p["sk"] != p["s"]:
         print(f"  lengths (k): {batch.lk}")
@@ -205,7 +170,7 @@ def dry_run(args, p, batch, groups, dense):
             if K is None:
                 print(f"  fa4: skipped: {why}")
             else:
-                ent, how = fa4_lookup(K, dirs, spec_str(p))
+                ent, how = fa4_lookup(K, dirs, problem_str(p))
                 print(f"  fa4: {ent['kernel']} ({how})" if ent else f"  fa4: skipped: {how}")
         elif g == "sdpa_padded":
             print(f"  sdpa_padded: {', '.join(BACKENDS)} on [B={p['b']}, H={p['h']}, {batch.max_q}, D={p['d']}]"
@@ -213,7 +178,7 @@ def dry_run(args, p, batch, groups, dense):
         elif g == "sdpa_loop":
             print(f"  sdpa_loop: {', '.join(BACKENDS)}, {p['b']} calls per graph replay")
         elif g == "ours_dense":
-            print(f"  ours_dense: {spec_str(dense)}: {dense_flops(dense) / 1e12:.4f} TFLOP per call, package "
+            print(f"  ours_dense: {problem_str(dense)}: {dense_flops(dense) / 1e12:.4f} TFLOP per call, package "
                   f"{args.dense_package or args.package}")
     return 0
 
@@ -221,30 +186,14 @@ def dry_run(args, p, batch, groups, dense):
 # ---------------------------------------------------------------- GPU side
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = Parser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog=__doc__)
     ap.add_argument("--package", help="folder `attntune export --torch` wrote (holds attntune/)")
     ap.add_argument("--problem", required=True, help="attntune's varlen problem spec (varlen=N)")
-    ap.add_argument("--fa4-aot", action="append", default=[], help="FA4 kit kernel folder (default .fa4/aot)")
-    ap.add_argument("--fa4-kit", help="folder with the kit's fa4kit.py (default: beside --fa4-aot, else .fa4)")
     ap.add_argument("--dense-package", help="package for ours_dense (default --package)")
     ap.add_argument("--dense-problem", help="a dense problem spec to time ours on (ours_dense)")
-    ap.add_argument("--contenders", default=",".join(GROUPS), help=f"comma list of {', '.join(GROUPS)}")
-    ap.add_argument("--backends", default=",".join(BACKENDS), help="SDPA backends to try")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--min-seconds", type=float, default=1.0, help="GPU time per sample (default 1)")
-    ap.add_argument("--screen-seconds", type=float, default=0.5, help="the SDPA variants' screening sample")
-    ap.add_argument("--warmup-seconds", type=float, help="the untimed warm-up sample (default --min-seconds)")
-    ap.add_argument("--calls", type=int, default=10, help="calls per CUDA graph")
-    ap.add_argument("--all-rounds", action="store_true", help="every SDPA variant in the rounds, not the best two")
-    ap.add_argument("--atol", type=float, help="max abs error allowed (default 2e-2 bf16, 5e-3 fp16)")
-    ap.add_argument("--lse-atol", type=float, default=1e-3)
-    ap.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    ap.add_argument("--json", help="write the numbers here")
-    ap.add_argument("--dry-run", action="store_true", help="print lengths, FLOPs and contenders; no torch")
-    ap.add_argument("--device", default="cuda",
-                    help="cuda; or cpu: correctness only, no timing, no FA4 (tests the tool without a GPU, with"
-                         " --backends math; a package's CPU call is its SDPA fallback, which policy 'raise' refuses)")
+    peer_common.add_run_args(ap, GROUPS, all_rounds_help="every SDPA variant in the rounds, not the best two",
+                             dry_run_help="print lengths, FLOPs and contenders; no torch")
     args = ap.parse_args()
 
     try:
@@ -258,10 +207,7 @@ def main():
         ap.error("--dense-problem must be a dense problem (no varlen)")
     if dense is not None and dense["dtype"] != p["dtype"]:
         ap.error("--dense-problem must have --problem's dtype")
-    groups = [g.strip() for g in args.contenders.split(",") if g.strip()]
-    bad = set(groups) - set(GROUPS)
-    if bad:
-        ap.error(f"--contenders: unknown {sorted(bad)} (known: {', '.join(GROUPS)})")
+    groups, backends = peer_common.check_run_args(ap, args, GROUPS)
     if "ours_dense" in groups and dense is None:
         groups.remove("ours_dense")
     if args.device == "cpu":  # ours stays when a package is named: its CPU path (a fallback) is what runs
@@ -271,13 +217,6 @@ def main():
                 print(f"{g}: skipped on the CPU (CUDA only)")
     if ("ours" in groups or "ours_dense" in groups) and not args.package and not args.dense_package:
         ap.error("--package is needed for ours (or leave it out: --contenders fa4,sdpa_padded,sdpa_loop)")
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    if set(backends) - set(BACKENDS + ("math",)):
-        ap.error(f"--backends: of {', '.join(BACKENDS + ('math',))}")
-    if args.device not in ("cuda", "cpu"):
-        ap.error("--device: cuda or cpu")
-    if args.rounds < 1 or args.calls < 1 or not (args.min_seconds >= 0):
-        ap.error("--rounds and --calls must be >= 1, --min-seconds >= 0")
     batch = Batch(p)
     if args.dry_run:
         return dry_run(args, p, batch, groups, dense)
@@ -285,34 +224,14 @@ def main():
 
 
 def run(args, p, batch, groups, dense, backends):
-    import torch
-    import torch.nn.functional as F
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from torch.nn.attention import sdpa_kernel, SDPBackend
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p["dtype"]]
-    be_enum = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
-               "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
-    dev = args.device
-    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0]}
-    if dev == "cuda":
-        prop = torch.cuda.get_device_properties(0)
-        env.update(cudnn=torch.backends.cudnn.version(), gpu=prop.name, sms=prop.multi_processor_count)
-        log(f"torch {env['torch']} cuda {env['cuda']} cudnn {env['cudnn']}; {prop.name} ({prop.multi_processor_count} SMs)")
-    else:
-        env["gpu"] = "cpu"
-        log(f"torch {env['torch']} on the CPU: correctness only, no timing")
-
-    def sync():
-        if dev == "cuda":
-            torch.cuda.synchronize()
+    R = peer_common.Run(p["dtype"], args.device)
+    torch, F, sdpa_kernel, be_enum, dt, env, sync, dev = (R.torch, R.F, R.sdpa_kernel, R.backend, R.dt, R.env,
+                                                          R.sync, args.device)
     H, Hkv, D, B, causal = p["h"], p["hkv"], p["d"], p["b"], p["causal"]
     scale = 1.0 / math.sqrt(D)
     atol = args.atol if args.atol is not None else ATOL[p["dtype"]]
     delta = p["sk"] - p["s"]
-    log(f"problem {spec_str(p)}: lengths {batch.lq}; total_q {batch.total_q}, total_k {batch.total_k}; "
+    log(f"problem {problem_str(p)}: lengths {batch.lq}; total_q {batch.total_q}, total_k {batch.total_k}; "
         f"{batch.flops / 1e12:.4f} TFLOP per call")
 
     gen = torch.Generator(device=dev).manual_seed(args.seed)
@@ -356,7 +275,7 @@ def run(args, p, batch, groups, dense, backends):
         if K is not None:
             try:
                 fa4 = K.FA4Aot(dirs)
-                kp = K.parse_problem(spec_str(p), allow_varlen=True)
+                kp = K.parse_problem(problem_str(p), allow_varlen=True)
                 call = fa4.make_varlen(kp, q, k, v, cu_q, cu_k, scale)
                 log(f"fa4: {call.kernel} ({call.how})")
                 cands["fa4"] = dict(group="fa4", fn=call, to_packed=lambda o: o, kernel=call.kernel)
@@ -468,7 +387,7 @@ def run(args, p, batch, groups, dense, backends):
                 idx, why = dlib.explain("attention", dense["dtype"], dense["d"], dense["causal"], dense["b"],
                                         dense["h"], dense["hkv"], dense["s"], dense["sk"])
                 kinfo = dlib.kernels()[idx] if idx >= 0 else {}
-                log(f"ours_dense: {spec_str(dense)} -> kernel {idx} ({why}); {kinfo.get('template', '')} "
+                log(f"ours_dense: {problem_str(dense)} -> kernel {idx} ({why}); {kinfo.get('template', '')} "
                     f"{json.dumps(kinfo.get('config', {}), separators=(',', ':'))}")
             cands["ours_dense"] = dict(group="ours_dense", fn=lambda: dlib.attention(
                 dq, dk, dv, scale=dscale, is_causal=dense["causal"]), to_packed=None, flops=dense_flops(dense))
@@ -576,26 +495,12 @@ def run(args, p, batch, groups, dense, backends):
                                                                   ("sdpa_padded", "sdpa_loop"))
     failed = failed or timing_failed
 
-    ours_s = res.get("ours", {}).get("samples_us")
-    if ours_s and len(ours_s) != args.rounds:  # per-round ratios need a sample of ours in every round
-        ours_s = None
-    for n, r in res.items():
-        if r.get("samples_us"):
-            r["us"] = statistics.median(r["samples_us"])
-            r["rounds"] = len(r["samples_us"])
-        elif r.get("screen_us"):
-            r["us"], r["screen_only"] = r["screen_us"], True
-        if r.get("us"):
-            fl = cands[n].get("flops", batch.flops) if n in cands else batch.flops
-            r["tflops"] = fl / (r["us"] * 1e6)
-            if ours_s and n not in ("ours", "ours_dense") and res["ours"].get("us"):
-                r["ours_x"] = r["us"] / res["ours"]["us"]
-                if r.get("samples_us"):
-                    ratios = [a / o for a, o in zip(r["samples_us"], ours_s)]
-                    r["ours_x_min"], r["ours_x_max"] = min(ratios), max(ratios)
+    peer_common.summarise(res, "ours", args.rounds,
+                          lambda n: cands[n].get("flops", batch.flops) if n in cands else batch.flops, "ours_x",
+                          exclude=("ours_dense",))
 
     # ---- table
-    print(f"\n{spec_str(p)}  ({B} sequences, total_q {batch.total_q}, {batch.flops / 1e12:.3f} TFLOP useful)")
+    print(f"\n{problem_str(p)}  ({B} sequences, total_q {batch.total_q}, {batch.flops / 1e12:.3f} TFLOP useful)")
     print(f"{'contender':<28} {'median us':>10} {'TFLOP/s':>8} {'ours/X':>7} {'per round':>13}  check (max err)")
     for n, r in res.items():
         rng = (f"{r['ours_x_min']:.3f}-{r['ours_x_max']:.3f}" if r.get("ours_x_min") else
@@ -607,7 +512,7 @@ def run(args, p, batch, groups, dense, backends):
     for n, why in skipped.items():
         print(f"{n:<28} skipped: {why}")
     if "ours_dense" in res:
-        print(f"ours_dense: {spec_str(dense)}, {dense_flops(dense) / 1e12:.3f} TFLOP per call (its own TFLOP/s)")
+        print(f"ours_dense: {problem_str(dense)}, {dense_flops(dense) / 1e12:.3f} TFLOP per call (its own TFLOP/s)")
     targets = {}
     if res.get("ours", {}).get("us"):
         if res.get("fa4", {}).get("ours_x"):
@@ -621,21 +526,19 @@ def run(args, p, batch, groups, dense, backends):
             targets["vs_dense_tflops"] = {"ratio": res["ours"]["tflops"] / res["ours_dense"]["tflops"], "target": 0.95}
     for key, t in targets.items():
         val = t.get("ours_x", t.get("ratio"))
-        print(f"target {key}: {val:.3f} (issue 25: >= {t['target']}) {'met' if val >= t['target'] else 'MISSED'}"
+        print(f"target {key}: {val:.3f} (target: >= {t['target']}) {'met' if val >= t['target'] else 'MISSED'}"
               + (f" [{t['contender']}]" if t.get("contender") else ""))
     print(f"gpu before timing: {before or 'n/a'}; after: {after or 'n/a'}")
     print("ours/X = X's median time / ours' (> 1: ours is faster); TFLOP/s of the useful work "
           "(4*h*d*visible pairs, bottom-right causal per sequence); SDPA padded/loop exclude (un)packing")
     if args.json:
-        out = {"problem": spec_str(p), "lens_q": batch.lq, "lens_k": batch.lk, "total_q": batch.total_q,
+        out = {"problem": problem_str(p), "lens_q": batch.lq, "lens_k": batch.lk, "total_q": batch.total_q,
                "total_k": batch.total_k, "flops": batch.flops, "padded_flops": batch.padded_flops,
-               "dense_problem": spec_str(dense) if dense else None, "env": env,
+               "dense_problem": problem_str(dense) if dense else None, "env": env,
                "settings": {k: getattr(args, k) for k in ("rounds", "min_seconds", "screen_seconds", "calls", "seed")},
                "atol": atol, "contenders": res, "skipped": skipped, "targets": targets,
                "gpu_before": before, "gpu_after": after, "failed": failed}
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
-        print(f"wrote {args.json}")
+        peer_common.write_json(args.json, out)
     if failed:
         print("FAILED: a correctness check or a contender's call failed", file=sys.stderr)
     return 1 if failed else 0

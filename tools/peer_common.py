@@ -1,9 +1,15 @@
-"""What the peer-timing tools share (tools/compare_varlen.py, tools/compare_chunked.py): messages, the
-visible (query, key) pairs of a sequence, the PyTorch package's files, the FA4 kit's folders, a
-float32 reference of one sequence, the graph-replay sampler and the timing schedule. Nothing here imports torch at
-import time (the tools' --dry-run runs without it); the GPU side takes torch as an argument."""
+"""What the peer-timing tools share (tools/compare_varlen.py, tools/compare_chunked.py, and
+tools/compare_sdpa.py its problem specs): messages, attntune's problem specs (parse and print), the
+command line of a run and its checks, the visible (query, key) pairs of a sequence, the PyTorch
+package's files, the FA4 kit's folders, torch set up for a run, a float32 reference of one sequence,
+the graph-replay sampler, the timing schedule and the summary of its samples. Nothing here imports
+torch at import time (the tools' --dry-run runs without it); the GPU side takes torch as an argument
+or imports it when called."""
+import argparse
+import json
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -30,7 +36,120 @@ def short(e, n=200):
     return t if len(t) <= n else t[:n - 3] + "..."
 
 
+class Parser(argparse.ArgumentParser):
+    """Bad input: one line on stderr, exit 2."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog}: error: {message} (--help says more)\n")
+        sys.exit(2)
+
+
 # ---------------------------------------------------------------- problems
+
+SPEC_KEYS = ("b", "h", "hkv", "s", "sk", "d", "dtype", "causal", "page", "varlen", "lens_seed")
+# Problem::parse's ranges (tuner/core/problem.cpp); page, varlen and lens_seed may be 0 (not set)
+MAX = {"b": 1 << 20, "h": 1 << 16, "hkv": 1 << 16, "s": 1 << 24, "sk": 1 << 24, "d": 1024, "page": 1 << 20,
+       "varlen": 1 << 24, "lens_seed": (1 << 63) - 1}
+
+
+def parse_spec(spec):
+    """attntune's problem spec (Problem::parse) as a dict: b, h, hkv, s, sk, d, page, varlen, lens_seed as
+    ints (hkv and sk default to h and s, the others to 0), dtype, causal as a bool. ValueError naming what
+    is wrong; each tool adds what it times (a paged cache, a packed batch)."""
+    d = {}
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise ValueError(f"problem {spec!r}: {part!r} is not key=value")
+        k, v = (x.strip() for x in part.split("=", 1))
+        if k not in SPEC_KEYS:
+            raise ValueError(f"problem {spec!r}: unknown key {k!r} (known: {', '.join(SPEC_KEYS)})")
+        if k in d:
+            raise ValueError(f"problem {spec!r}: key {k!r} given twice")
+        d[k] = v
+    missing = [k for k in ("b", "h", "s", "d", "dtype", "causal") if k not in d]
+    if missing:
+        raise ValueError(f"problem {spec!r}: missing {missing}")
+    p = {}
+    for k in ("b", "h", "hkv", "s", "sk", "d", "page", "varlen", "lens_seed"):
+        text = d.get(k, d["h"] if k == "hkv" else d["s"] if k == "sk" else "0")
+        try:
+            p[k] = int(text)
+        except ValueError:
+            raise ValueError(f"problem {spec!r}: {k}={text!r} is not an integer") from None
+        lo = 0 if k in ("page", "varlen", "lens_seed") else 1
+        if not lo <= p[k] <= MAX[k]:
+            raise ValueError(f"problem {spec!r}: {k}={p[k]} is out of range [{lo}, {MAX[k]}]")
+    p["dtype"] = d["dtype"]
+    if p["dtype"] not in ATOL:
+        raise ValueError(f"problem {spec!r}: dtype must be bf16 or fp16")
+    if d["causal"].lower() not in ("0", "1", "true", "false"):
+        raise ValueError(f"problem {spec!r}: causal must be 0 or 1")
+    p["causal"] = d["causal"].lower() in ("1", "true")
+    if p["h"] % p["hkv"]:
+        raise ValueError(f"problem {spec!r}: h={p['h']} is not a multiple of hkv={p['hkv']}")
+    return p
+
+
+def problem_str(p):
+    """attntune's canonical problem spec (Problem::str)."""
+    out = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
+           f"causal={1 if p['causal'] else 0}")
+    out += f",page={p['page']}" if p.get("page") else ""
+    if p.get("varlen"):
+        out += f",varlen={p['varlen']}" + (f",lens_seed={p['lens_seed']}" if p.get("lens_seed") else "")
+    return out
+
+
+# ---------------------------------------------------------------- a run's command line
+
+def add_run_args(ap, groups, all_rounds_help, dry_run_help, seed_help="seed of the random inputs"):
+    """The options every run takes, after the tool's own (--package, --problem, ...)."""
+    ap.add_argument("--fa4-aot", action="append", default=[], help="FA4 kit kernel folder (default .fa4/aot)")
+    ap.add_argument("--fa4-kit", help="folder with the kit's fa4kit.py (default: beside --fa4-aot, else .fa4)")
+    ap.add_argument("--contenders", default=",".join(groups), help=f"comma list of {', '.join(groups)}")
+    ap.add_argument("--backends", default=",".join(BACKENDS), help="SDPA backends to try")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--min-seconds", type=float, default=1.0, help="GPU time per sample (default 1)")
+    ap.add_argument("--screen-seconds", type=float, default=0.5, help="the SDPA variants' screening sample")
+    ap.add_argument("--warmup-seconds", type=float, help="the untimed warm-up sample (default --min-seconds)")
+    ap.add_argument("--calls", type=int, default=10, help="calls per CUDA graph")
+    ap.add_argument("--all-rounds", action="store_true", help=all_rounds_help)
+    ap.add_argument("--atol", type=float, help="max abs error allowed (default 2e-2 bf16, 5e-3 fp16)")
+    ap.add_argument("--lse-atol", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=0, help=seed_help)
+    ap.add_argument("--json", help="write the numbers here")
+    ap.add_argument("--dry-run", action="store_true", help=dry_run_help)
+    ap.add_argument("--device", default="cuda",
+                    help="cuda; or cpu: correctness only, no timing, no FA4 (tests the tool without a GPU, with"
+                         " --backends math; a package's CPU call is its SDPA fallback, which policy 'raise' refuses)")
+
+
+def check_run_args(ap, args, groups):
+    """add_run_args' options checked (ap.error otherwise): (the contenders asked for, in `groups`' order,
+    the SDPA backends)."""
+    asked = [g.strip() for g in args.contenders.split(",") if g.strip()]
+    bad = sorted(set(asked) - set(groups))
+    if bad:
+        ap.error(f"--contenders: unknown {', '.join(repr(b) for b in bad)} (known: {', '.join(groups)})")
+    if not asked:
+        ap.error("--contenders: empty")
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if set(backends) - set(BACKENDS + ("math",)):
+        ap.error(f"--backends: of {', '.join(BACKENDS + ('math',))}")
+    if args.device not in ("cuda", "cpu"):
+        ap.error("--device: cuda or cpu")
+    if args.rounds < 1 or args.calls < 1 or not (args.min_seconds >= 0) or not (args.screen_seconds >= 0):
+        ap.error("--rounds and --calls must be >= 1, --min-seconds and --screen-seconds >= 0")
+    return [g for g in groups if g in asked], backends  # one order, no repeats
+
+
+def write_json(path, out):
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    log(f"wrote {path}")
 
 def seq_pairs(lq, lk, causal):
     """Visible (query, key) pairs of one sequence; causal bottom-right: query i sees
@@ -93,6 +212,38 @@ def load_kit(args, has, lacks):
 
 
 # ---------------------------------------------------------------- GPU side (torch passed in)
+
+class Run:
+    """torch for a run: TF32 off (the references are float32), the problem's dtype (`dt`), SDPA's
+    backends by name (`backend`), `sdpa_kernel`, and what ran it (`env`: torch, CUDA, cuDNN, the GPU),
+    logged."""
+
+    def __init__(self, dtype, device):
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpu_timing
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        self.torch, self.F, self.sdpa_kernel, self.device = torch, F, sdpa_kernel, device
+        self.dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+        self.backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+                        "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
+        self.env = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0]}
+        if device == "cuda":
+            prop = torch.cuda.get_device_properties(0)
+            self.env.update(cudnn=torch.backends.cudnn.version(), gpu=prop.name, sms=prop.multi_processor_count)
+            log(f"torch {self.env['torch']} cuda {self.env['cuda']} cudnn {self.env['cudnn']}; {prop.name} "
+                f"({prop.multi_processor_count} SMs)")
+        else:
+            self.env["gpu"] = "cpu"
+            log(f"torch {self.env['torch']} on the CPU: correctness only, no timing")
+
+    def sync(self):
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
 
 def reference_seq(torch, q, k, v, causal, scale, max_bytes=1 << 30):
     """float32 attention of one sequence: q [H, lq, D], k/v [Hkv, lk, D] -> (out [H, lq, D], lse [H, lq]);
@@ -222,3 +373,28 @@ def time_contenders(torch, cands, res, args, sdpa_groups):
         log(f"round {r + 1}/{args.rounds}: " + " ".join(msg))
     after = gpu_timing.gpu_state()
     return capture_failed, timing_failed, before, after
+
+
+def summarise(res, base, rounds, flops_of, key, exclude=()):
+    """Each timed contender's median over its samples (res[n]["us"]; a screening sample's where it has
+    none: screen_only) and TFLOP/s of flops_of(n); its time over `base`'s as res[n][key] (not for base
+    nor `exclude`), with the range of the per-round ratios (key_min, key_max) when both have a sample
+    in every one of the `rounds`."""
+    b = res.get(base, {})
+    base_s = b.get("samples_us") if len(b.get("samples_us") or []) == rounds else None
+    for n, r in res.items():
+        if r.get("samples_us"):
+            r["us"] = statistics.median(r["samples_us"])
+            r["rounds"] = len(r["samples_us"])
+        elif r.get("screen_us"):
+            r["us"], r["screen_only"] = r["screen_us"], True
+    for n, r in res.items():
+        if not r.get("us"):
+            continue
+        r["tflops"] = flops_of(n) / (r["us"] * 1e6)
+        if n == base or n in exclude or not b.get("us"):
+            continue
+        r[key] = r["us"] / b["us"]
+        if base_s and len(r.get("samples_us") or []) == len(base_s):
+            ratios = [x / o for x, o in zip(r["samples_us"], base_s)]
+            r[key + "_min"], r[key + "_max"] = min(ratios), max(ratios)

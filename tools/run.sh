@@ -3,7 +3,7 @@
 # bf16 shape):
 #   with a GPU:    tune a campaign (evo, BUDGET evaluations, resumable: run it again to go on)
 #                  over every family that serves the problem: flash_fwd_mma (and flash_fwd_wgmma on
-#                  a Hopper GPU) for dense problems; flash_decode too when seqlen_q <= 16; only
+#                  a Hopper GPU) for dense problems; flash_decode too when seqlen_q <= 16 (decode_max_s); only
 #                  flash_decode for a paged KV cache (page=N),
 #                  print the best configs and export the winner as attntune_best.cu and as a
 #                  PyTorch package, attntune_best_torch/ (docs/EXPORT.md "From PyTorch");
@@ -14,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 problem=${1:-b=4,h=16,s=4096,d=128,dtype=bf16,causal=0}
 db=${ATTNTUNE_DB:-attntune.db}
+decode_max_s=16  # seqlen_q up to this is decoding: flash_decode's (its launch plan's kDecodeMaxSeqlenQ)
 space=search_spaces/flash_fwd_mma.yaml
 tools/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -30,7 +31,7 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
       spaces+=(--space search_spaces/flash_fwd_wgmma.yaml)
     fi
   fi
-  if [ -n "$s" ] && [ "$s" -le 16 ]; then spaces+=(--space search_spaces/flash_decode.yaml); fi
+  if [ -n "$s" ] && [ "$s" -le "$decode_max_s" ]; then spaces+=(--space search_spaces/flash_decode.yaml); fi
   $A tune "${spaces[@]}" --problem "$problem" --db "$db" --budget-evals "${BUDGET:-200}" --device "${DEVICE:-0}"
   $A best --db "$db" --problem "$problem" --top 5
   $A export --db "$db" --problem "$problem" -o attntune_best.cu --torch attntune_best_torch

@@ -6,11 +6,10 @@
 // block, dynamic shared memory, cluster), the workspaces they need, the TMA tensor maps to encode,
 // or a refusal with its reason. Then, for each launch, the kernel's arguments (bind).
 //
-// Three executors run plans and nothing else decides a launch:
-//   - the tuner's evaluator, through the driver API (tuner/eval/attention_gpu.cpp, LoadedBuild);
-//   - the exported library, through the runtime API (templates/export/run_plan.cuh);
-//   - the nvcc harnesses (tests/harness/), through the same runtime executor.
-// So a grid policy, a tile count or a tensor-map recipe exists in the family's launch.h only.
+// One executor runs plans and nothing else decides a launch: templates/common/run_plan.h, over the
+// driver API in the tuner's worker (tuner/eval/loaded_build.cpp) and over the runtime API in the
+// exported library and the nvcc harnesses (templates/export/run_plan.cuh). So a grid policy, a tile
+// count or a tensor-map recipe exists in the family's launch.h only.
 //
 // Plain C++17 and header-only: no CUDA header, no exceptions, no allocation, so that g++ (the
 // tuner), nvcc's host pass (exports, harnesses) and the export's text (flattened verbatim) all
@@ -134,9 +133,10 @@ struct TensorMap {
 // Device memory a plan's kernels share. A zeroed workspace is zero before its first use and every
 // launch leaves it zero (counters the last user resets). An optional one the executor may fail to
 // provide (Resources::workspace[i] null): the family's bind then launches without it, as correctly.
-// Executors keep a kernel's workspaces by index from call to call and zero a zeroed one only when
-// they allocate it, so an index must hold the same thing in every plan of a build (whatever the
-// call): a family that adds a workspace for some calls only puts it after those every call has.
+// The executor (run_plan.h) keeps a build's workspaces by index from call to call and zeroes a
+// zeroed one only when it allocates it, so an index must hold the same thing in every plan of a
+// build (whatever the call): a family that adds a workspace for some calls only puts it after those
+// every call has.
 struct Workspace {
   unsigned long long bytes;
   int zeroed;

@@ -1,6 +1,6 @@
 // ---- templates/common/tma_encode.h: a launch plan's TensorMap (launch_plan.h) through
-// cuTensorMapEncodeTiled, for both executors: the tuner's (the driver it loads) and the exported
-// library's (the driver entry point the CUDA runtime hands over). The recipe's fixed parts are here
+// cuTensorMapEncodeTiled, for both adapters of the plan executor (run_plan.h): the tuner's (the
+// driver it loads) and the exported library's (the driver entry point the CUDA runtime hands over). The recipe's fixed parts are here
 // once: no interleave, 256-byte L2 promotion, zeros past the tensor's ends. Host code; needs
 // cuda.h's types (CUDA 12 or newer).
 #ifndef ATTNTUNE_TMA_ENCODE_H

@@ -3,13 +3,15 @@
 // `attntune export` appends this after the kernels and replaces each marker (a name between two
 // pairs of at-signs) with integers, fixed identifiers (attntune_kN namespaces, the family's renamed
 // entry points), the launch plans of the kernels' families (templates/<family>/launch.h, with the
-// plan executor templates/export/run_plan.cuh, verbatim) and one C string literal of ASCII JSON
+// plan executor, templates/common/run_plan.h over the runtime, templates/export/run_plan.cuh,
+// verbatim) and one C string literal of ASCII JSON
 // with every quote, backslash and question mark escaped. Nothing else from the database reaches
 // this code.
 //
 // One launcher for every family: argument checks, kernel selection, device checks, errors and
 // provenance are here; how a call becomes launches (grids, workspaces, tensor maps, what only
-// that launch refuses) is the family's launch plan, the same code the tuner measured it with.
+// that launch refuses) is the family's launch plan, run by the same executor the tuner measured it
+// with.
 //
 // The C entry points check everything the kernels assume before any CUDA call, and answer
 // ATTNTUNE_UNSUPPORTED with a reason (attntune_last_error) rather than computing garbage:

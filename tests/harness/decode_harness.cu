@@ -1,7 +1,8 @@
 // Development harness for templates/flash_decode, independent of the tuner: nvcc-compiled per
 // config with the tunables as -D flags (decode_build.sh writes them as the renderer would). Every
-// launch goes through attntune_run::run_plan (templates/export/run_plan.cuh) with a Call, so the
-// family's plan and bind run exactly as in an export.
+// launch goes through attntune_run::run_plan (templates/export/run_plan.cuh: the executor of
+// templates/common/run_plan.h over the CUDA runtime) with a Call, so the family's plan and bind run
+// exactly as in an export.
 //
 // Usage: decode_harness "NAME:b,h,hkv,s,sk[;...]" "MODES" [seconds] [checks]
 //   MODES: comma list of dense (attntune_attention_forward, [b, h, s, d] tensors), kv (kvcache,
@@ -568,8 +569,9 @@ int main(int argc, char** argv) {
               fa.localSizeBytes, SMEM_BYTES);
   if (CLUSTER > 1) {
     // How many clusters fit at once (the plan refuses none); a grid of more runs in waves.
-    attntune_run::Why why;
-    if (attntune_run::allow_launch(0, reinterpret_cast<const void*>(att::flash_decode), SMEM_BYTES, CLUSTER, &why))
+    attntune_plan::Why why;
+    if (attntune_run::executor().allow_launch(0, reinterpret_cast<const void*>(att::flash_decode), SMEM_BYTES, CLUSTER,
+                                              &why))
       std::printf("# allow_launch: %s\n", why.text);
     cudaLaunchConfig_t cfg = cudaLaunchConfig_t();
     cfg.gridDim = dim3(CLUSTER, 1, 1);

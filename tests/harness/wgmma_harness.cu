@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,41 +39,56 @@ static AttnParams make(void* q, void* k, void* v, void* o, float* lse, int b, in
   return p;
 }
 
+// The runtime adapter of the export (run_plan.cuh), owning what it allocates: a harness call's
+// workspaces are freed with it.
+struct OwningApi : attntune_run::RuntimeApi {
+  std::vector<void*> owned;
+  int allocate(unsigned long long bytes, void** out, attntune_plan::Why* why) {
+    const int r = RuntimeApi::allocate(bytes, out, why);
+    if (r == 0) owned.push_back(*out);
+    return r;
+  }
+  void release(void* p) {
+    owned.erase(std::remove(owned.begin(), owned.end(), p), owned.end());
+    RuntimeApi::release(p);
+  }
+  ~OwningApi() { for (void* p : owned) cudaFree(p); }
+};
+
 // One call launched as every executor launches it: the family's plan (templates/flash_fwd_wgmma/
-// launch.h: grid, tensor maps, workspaces), maps encoded by run_plan.cuh's encoder. Workspaces are
-// the harness's own, so that it can check the counters the kernel must leave at zero.
+// launch.h: grid, tensor maps, workspaces) prepared once by the executor (templates/common/
+// run_plan.h), then launched as often as the harness likes. Each call has an executor of its own:
+// the harness varies the build's constants (persistence, the split tail), whose workspaces differ,
+// and it reads the counters the kernel must leave at zero in them.
 struct PlannedCall {
   attntune_plan::FlashFwdWgmmaLaunch c;
   attntune_plan::Call call;
-  attntune_plan::Plan plan;
-  struct alignas(64) Map { unsigned char bytes[128]; } maps[attntune_plan::kMaxTensorMaps];
-  attntune_plan::Resources res = {};
-  attntune_plan::Args args;
+  const void* funcs[2] = {reinterpret_cast<const void*>(&att::flash_fwd_wgmma),
+                          reinterpret_cast<const void*>(&att::flash_fwd_wgmma_varlen_order)};
+  std::unique_ptr<attntune_plan::Executor<OwningApi, 2, 4>> exec{new attntune_plan::Executor<OwningApi, 2, 4>()};
+  attntune_plan::Prepared prepared;
+  const attntune_plan::Plan& plan = prepared.plan;
+  attntune_plan::Args args;  // launch 0's, to read its TmaMaps
 
-  PlannedCall(const attntune_plan::FlashFwdWgmmaLaunch& consts, const AttnParams& p, int d, int causal, int sms)
+  PlannedCall(const attntune_plan::FlashFwdWgmmaLaunch& consts, const AttnParams& p, int d, int causal)
       : c(consts), call(attntune_plan::dense_call(p, d, causal)) {
-    const void* funcs[] = {reinterpret_cast<const void*>(&att::flash_fwd_wgmma)};
-    attntune_run::DeviceContext ctx{0, funcs};
-    attntune_plan::Device dev = {sms, &attntune_run::max_active_clusters, &ctx};
     attntune_plan::Why why;
-    plan = attntune_plan::empty_plan();
-    if (c.plan(call, dev, &plan, &why)) { std::printf("the plan refuses: %s\n", why.text); std::exit(1); }
-    for (int i = 0; i < plan.maps; ++i) {
-      if (attntune_run::encode_map(plan.map[i], maps[i].bytes, &why)) { std::printf("%s\n", why.text); std::exit(1); }
-      res.map[i] = maps[i].bytes;
+    if (const int r = exec->prepare(attntune_plan::kFlashFwdWgmma, &c, funcs, call, nullptr, &prepared, &why)) {
+      std::printf("prepare (%d): %s\n", r, why.text);
+      std::exit(1);
     }
-    for (int i = 0; i < plan.workspaces; ++i) {
-      CK(cudaMalloc(&res.workspace[i], plan.workspace[i].bytes));
-      if (plan.workspace[i].zeroed) CK(cudaMemset(res.workspace[i], 0, plan.workspace[i].bytes));
+    if (attntune_plan::kFlashFwdWgmma.bind(&c, call, plan, prepared.res, 0, &args, &why)) {
+      std::printf("bind: %s\n", why.text);
+      std::exit(1);
     }
-    if (c.bind(call, plan, res, 0, &args, &why)) { std::printf("bind: %s\n", why.text); std::exit(1); }
   }
-  ~PlannedCall() { for (int i = 0; i < plan.workspaces; ++i) cudaFree(res.workspace[i]); }
   const att::TmaMaps& maps_arg() const { return *static_cast<const att::TmaMaps*>(args.ptr[1]); }
   void launch(cudaStream_t stream = nullptr) {
-    const attntune_plan::Launch& l = plan.launch[0];
-    CK(cudaLaunchKernel(reinterpret_cast<const void*>(&att::flash_fwd_wgmma), dim3(l.grid[0], l.grid[1], l.grid[2]),
-                        dim3(l.block), args.ptr, l.smem, stream));
+    attntune_plan::Why why;
+    if (const int r = exec->launch(attntune_plan::kFlashFwdWgmma, &c, funcs, call, prepared, stream, &why)) {
+      std::printf("launch (%d): %s\n", r, why.text);
+      std::exit(1);
+    }
   }
 };
 
@@ -96,7 +112,6 @@ int main(int argc, char** argv) {
   CK(cudaFuncSetAttribute(att::flash_fwd_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   cudaFuncAttributes fa; CK(cudaFuncGetAttributes(&fa, att::flash_fwd_wgmma));
   const int persistent_mode = argc > 2 ? std::atoi(argv[2]) : 0;
-  int sms = 0; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   int fails = 0;
   std::vector<std::string> shapes;
   for (char* tok = std::strtok(argv[1], ";"); tok; tok = std::strtok(nullptr, ";")) shapes.push_back(tok);
@@ -125,7 +140,7 @@ int main(int argc, char** argv) {
     consts.dynamic_tiles = persistent && T::kDynamicTiles && !(std::getenv("WGMMA_STATIC") && std::atoi(std::getenv("WGMMA_STATIC")) > 0);
     consts.split_tail = persistent && T::kSplitTail && !(std::getenv("WGMMA_SPLIT") && std::atoi(std::getenv("WGMMA_SPLIT")) == 0);
     consts.cluster = persistent ? built.cluster : 1;
-    PlannedCall run(consts, p, d, causal, sms);
+    PlannedCall run(consts, p, d, causal);
     const att::TmaMaps& maps = run.maps_arg();
     if (maps.split_tail > 0 && std::getenv("WGMMA_SPLIT_LOG"))
       std::printf("split: %d tail tiles over %u CTAs\n", maps.split_tail, run.plan.launch[0].grid[0]);

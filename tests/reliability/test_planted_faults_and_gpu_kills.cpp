@@ -201,7 +201,7 @@ TEST(ReliabilityPlantedFaultsGpu, OneCampaignClassifiesFiftyFiveFaultsAndKeepsEv
 
   // Every good result committed is correct: a fresh evaluator, after the campaign, agrees.
   EvaluatorOptions eo;
-  eo.worker_argv = {proto::self_exe(), "worker", "--device", "0"};
+  eo.worker_argv = {self_exe(), "worker", "--device", "0"};
   Evaluator fresh(eo);
   BuildPoolOptions bo;
   bo.nvrtc_options = family_nvrtc_options("flash_fwd_mma");

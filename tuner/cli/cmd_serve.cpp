@@ -6,20 +6,22 @@
 // evaluated is evaluated again), and does not restart one whose GPU failed (marked failed in the
 // database, skipped). Exit: 0 all done; 1 some campaigns failed; 3 no GPU could work.
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "cli/command.hpp"
 #include "cli/job_options.hpp"
 #include "core/error.hpp"
+#include "core/process.hpp"
 #include "cuda/driver.hpp"
 #include "db/store.hpp"
 #include "service/worker.hpp"
@@ -115,24 +117,23 @@ std::vector<std::string> worker_argv(const ServeArgs& a, int gpu) {
   return v;
 }
 
-pid_t spawn(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) throw EnvError(fmt::format("serve: cannot start a worker: {}", std::strerror(errno)));
-  if (pid == 0) {
-    ::execv("/proc/self/exe", argv.data());
-    std::fprintf(stderr, "attntune: error: serve: cannot run the worker: %s\n", std::strerror(errno));
-    ::_exit(3);
+// A worker: this binary again, with our stdio and in our process group (a terminal's Ctrl-C
+// reaches it as it reaches serve).
+Child spawn(const std::vector<std::string>& args) {
+  SpawnOptions o;
+  o.in = o.out = o.err = SpawnOptions::Stdio::kInherit;
+  o.own_group = false;
+  o.program = "/proc/self/exe";
+  try {
+    return Child::spawn(args, o);
+  } catch (const Error& e) {
+    throw EnvError(fmt::format("serve: cannot start a worker: {}", e.what()));
   }
-  return pid;
 }
 
-std::string describe_exit(int status) {
-  if (WIFEXITED(status)) return fmt::format("exit {}", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
-  return "ended";
+std::string describe_exit(const ExitStatus& st) {
+  if (!st.signaled) return fmt::format("exit {}", st.value);
+  return fmt::format("killed by signal {} ({})", st.value, strsignal(st.value));
 }
 
 int supervise(const ServeArgs& a) {
@@ -151,47 +152,51 @@ int supervise(const ServeArgs& a) {
     int gpu;
     int restarts = 0;
   };
-  std::map<pid_t, Slot> running;
-  for (const int g : gpus) running.emplace(spawn(worker_argv(a, g)), Slot{g});
+  std::vector<std::pair<Child, Slot>> running;
+  for (const int g : gpus) running.emplace_back(spawn(worker_argv(a, g)), Slot{g});
   int gpu_failures = 0;
   bool forwarded_stop = false, forwarded_abandon = false;
   while (!running.empty()) {
     if (g_stop && !forwarded_stop) {
       forwarded_stop = true;
       std::cerr << "serve: draining: the workers stop after the candidates in flight (again: abandon them)\n";
-      for (const auto& [pid, slot] : running) ::kill(pid, SIGTERM);
+      for (const auto& [child, slot] : running) child.signal(SIGTERM);
     }
     if (g_abandon && !forwarded_abandon) {
       forwarded_abandon = true;
-      for (const auto& [pid, slot] : running) ::kill(pid, SIGTERM);
+      for (const auto& [child, slot] : running) child.signal(SIGTERM);
     }
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      continue;
+    std::vector<Slot> restart;
+    bool ended = false;
+    for (auto it = running.begin(); it != running.end();) {
+      const std::optional<ExitStatus> status = it->first.poll();
+      if (!status) {
+        ++it;
+        continue;
+      }
+      ended = true;
+      Slot slot = it->second;
+      it = running.erase(it);
+      if (status->ok()) continue;
+      if (!status->signaled && status->value == 3) {
+        ++gpu_failures;
+        std::cerr << fmt::format("serve: GPU {} failed ({}); skipped from now on\n", slot.gpu, describe_exit(*status));
+        continue;
+      }
+      if (g_stop) continue;
+      if (slot.restarts >= a.max_restarts) {
+        std::cerr << fmt::format("serve: the worker of GPU {} ended ({}) {} times; not restarted\n", slot.gpu,
+                                 describe_exit(*status), slot.restarts + 1);
+        continue;
+      }
+      ++slot.restarts;
+      std::cerr << fmt::format("serve: the worker of GPU {} ended ({}); restarting it (its campaign resumes where "
+                               "it stopped)\n",
+                               slot.gpu, describe_exit(*status));
+      restart.push_back(slot);
     }
-    auto it = running.find(pid);
-    if (it == running.end()) continue;
-    Slot slot = it->second;
-    running.erase(it);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 3) {
-      ++gpu_failures;
-      std::cerr << fmt::format("serve: GPU {} failed ({}); skipped from now on\n", slot.gpu, describe_exit(status));
-      continue;
-    }
-    if (g_stop) continue;
-    if (slot.restarts >= a.max_restarts) {
-      std::cerr << fmt::format("serve: the worker of GPU {} ended ({}) {} times; not restarted\n", slot.gpu,
-                               describe_exit(status), slot.restarts + 1);
-      continue;
-    }
-    ++slot.restarts;
-    std::cerr << fmt::format("serve: the worker of GPU {} ended ({}); restarting it (its campaign resumes where "
-                             "it stopped)\n",
-                             slot.gpu, describe_exit(status));
-    running.emplace(spawn(worker_argv(a, slot.gpu)), slot);
+    for (const Slot& slot : restart) running.emplace_back(spawn(worker_argv(a, slot.gpu)), slot);
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 
   Store store = Store::open(a.db_path, Store::Mode::kReadOnly);

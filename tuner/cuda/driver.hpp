@@ -43,7 +43,7 @@ namespace attntune::cuda {
   X(cuOccupancyMaxActiveClusters) X(cuLaunchKernel)                                              \
   X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)                     \
   X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)                                 \
-  X(cuMemsetD8) X(cuMemsetD16) X(cuMemsetD32) X(cuStreamIsCapturing)                             \
+  X(cuMemsetD8) X(cuMemsetD16) X(cuMemsetD32) X(cuThreadExchangeStreamCaptureMode)               \
   X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async)                                     \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)                   \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)                      \

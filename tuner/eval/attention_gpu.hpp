@@ -1,6 +1,6 @@
 // Running attention candidates on the GPU: inputs, the trusted reference, validation by
-// FlashAttention-2's criterion and event timing. Used by the GPU tests and the evaluator; knows
-// nothing of the store or the search.
+// FlashAttention-2's criterion and event timing (the builds launch through eval/loaded_build.hpp).
+// Used by the GPU tests and the evaluator; knows nothing of the store or the search.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -8,9 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "cuda/driver.hpp"
-#include "families/family.hpp"
 #include "core/problem.hpp"
+#include "cuda/driver.hpp"
+#include "eval/loaded_build.hpp"
+#include "families/family.hpp"
 #include "templates/common/attn_params.h"
 #include "templates/common/launch_plan.h"
 
@@ -137,43 +138,6 @@ class ReferenceCache {
   mutable cuda::DeviceBuffer stats_;
   std::vector<float> host_out32_, host_outlow_, host_lse32_;
   double reference_us_ = 0;
-};
-
-// A launch plan that refused a call: the reason (the family's words). The worker records it as a
-// launch_error; the exported library answers ATTNTUNE_UNSUPPORTED with it.
-class PlanRefused : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// A candidate build loaded and ready to launch: the driver-API executor of its family's launch
-// plan (templates/common/launch_plan.h). Per call the family plans the launches, this encodes the
-// plan's tensor maps, provides its workspaces and launches its kernels in order.
-class LoadedBuild {
- public:
-  LoadedBuild(const std::string& cubin, const LaunchSpec& spec);
-  // The plan of `call` on the current device; PlanRefused when the family cannot serve it.
-  attntune_plan::Plan plan(const attntune_plan::Call& call) const;
-  // optional_workspaces false: the plan's optional workspaces are withheld, as when they cannot be
-  // allocated (tests: the families' fallbacks without them must stay correct).
-  void launch(const attntune_plan::Call& call, CUstream stream = nullptr, bool optional_workspaces = true) const;
-  const attntune_plan::Family& family() const { return *family_; }
-  int kernels() const { return static_cast<int>(fns_.size()); }
-  const cuda::Function& function(int i) const { return fns_.at(static_cast<std::size_t>(i)); }
-
- private:
-  cuda::Module module_;
-  std::vector<cuda::Function> fns_;  // the family's entry points, in its order
-  const attntune_plan::Family* family_ = nullptr;
-  attntune_plan::Consts consts_{};
-  unsigned sm_count_ = 0;
-  // Per kernel: the dynamic shared memory it may use so far, and how many clusters fit (-1 unasked).
-  mutable std::vector<unsigned> smem_allowed_;
-  mutable std::vector<int> max_clusters_;
-  mutable std::vector<char> nonportable_;  // opted into clusters of more than 8 CTAs
-  // The plans' workspaces, grown on demand outside stream capture (the evaluator launches once
-  // before it captures a graph): a launch without an optional one runs without it, as correctly.
-  mutable std::vector<cuda::DeviceBuffer> workspace_;
 };
 
 // Inputs for time_kernel: one set of random inputs (from `seed`), built once per problem and

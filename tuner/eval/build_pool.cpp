@@ -25,7 +25,7 @@ using Clock = std::chrono::steady_clock;
 struct Running {
   std::uint64_t ticket = 0;
   BuildJob job;
-  proto::Child child;
+  Child child;
   std::string request;  // encoded frame
   std::size_t written = 0;
   proto::FrameDecoder reply;
@@ -47,7 +47,7 @@ std::string seconds_str(std::chrono::milliseconds ms) { return fmt::format("{:g}
 BuildPool::BuildPool(BuildPoolOptions options) : options_(std::move(options)) {
   nvrtc_version_ = cuda::nvrtc_version();  // EnvError here, on the caller's thread, without NVRTC
   jobs_ = options_.jobs > 0 ? options_.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (options_.worker_argv.empty()) options_.worker_argv = {proto::self_exe(), "build-worker"};
+  if (options_.worker_argv.empty()) options_.worker_argv = {self_exe(), "build-worker"};
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
     throw Error(ExitCode::kFailed, fmt::format("pipe2 failed: {}", std::strerror(errno)));
@@ -152,7 +152,7 @@ void BuildPool::run() {
                                       options_.nvrtc_options};
         try {
           r.request = proto::encode(proto::to_frame(req));
-          r.child = proto::Child::spawn(options_.worker_argv);
+          r.child = Child::spawn(options_.worker_argv);
         } catch (...) {
           if (!failure_) failure_ = std::current_exception();
           cv_.notify_all();
@@ -214,7 +214,7 @@ void BuildPool::run() {
         if (!frame && ended && r.reply.buffered() > 0)
           throw proto::ProtocolError(fmt::format("truncated frame: the stream ended {} bytes into a frame", r.reply.buffered()));
       } catch (const proto::ProtocolError& e) {
-        const proto::ExitStatus st = r.child.kill();
+        const ExitStatus st = r.child.kill();
         finish(i, failed_build("compile_error", fmt::format("the build worker sent a malformed reply ({}): {}", st.str(), e.what()), r));
         continue;
       }
@@ -239,7 +239,7 @@ void BuildPool::run() {
         continue;
       }
       if (ended) {
-        const proto::ExitStatus st = r.child.reap(std::chrono::seconds(5));
+        const ExitStatus st = r.child.reap(std::chrono::seconds(5));
         finish(i, failed_build("compile_error", fmt::format("the build worker died while compiling ({}): NVRTC crashed or "
                                                             "ran out of memory on this source", st.str()), r));
         continue;

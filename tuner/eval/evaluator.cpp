@@ -25,22 +25,22 @@ constexpr std::chrono::milliseconds kExitGrace{5000};
 }  // namespace
 
 struct Evaluator::Worker {
-  proto::Child child;
+  Child child;
   proto::FrameDecoder decoder;
   std::optional<proto::PrepareRequest> prepared;
 };
 
 Evaluator::Evaluator(EvaluatorOptions options) : options_(std::move(options)) {
   if (options_.worker_argv.empty())
-    options_.worker_argv = {proto::self_exe(), "worker", "--device", std::to_string(options_.device)};
+    options_.worker_argv = {self_exe(), "worker", "--device", std::to_string(options_.device)};
 }
 
 Evaluator::~Evaluator() = default;  // ~Child kills and reaps the worker
 
 pid_t Evaluator::worker_pid() const { return worker_ && worker_->child.running() ? worker_->child.pid() : -1; }
 
-proto::ExitStatus Evaluator::drop_worker(bool kill_now) {
-  proto::ExitStatus st;
+ExitStatus Evaluator::drop_worker(bool kill_now) {
+  ExitStatus st;
   if (worker_) st = kill_now ? worker_->child.kill() : worker_->child.reap(kExitGrace);
   worker_.reset();
   return st;
@@ -54,7 +54,7 @@ const DeviceInfo& Evaluator::device() {
 void Evaluator::ensure_worker() {
   if (worker_) return;
   auto w = std::make_unique<Worker>();
-  w->child = proto::Child::spawn(options_.worker_argv);
+  w->child = Child::spawn(options_.worker_argv);
   ++workers_started_;
   const auto seconds = options_.startup_timeout.count() / 1000.0;
   proto::Frame hello;

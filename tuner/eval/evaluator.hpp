@@ -78,7 +78,7 @@ class Evaluator {
   void ensure_worker();
   void ensure_prepared(const EvalRequest& r);
   // Kills the worker (if any) and forgets it; returns how it ended.
-  proto::ExitStatus drop_worker(bool kill_now);
+  ExitStatus drop_worker(bool kill_now);
 
   EvaluatorOptions options_;
   std::unique_ptr<Worker> worker_;

@@ -4,8 +4,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,8 +12,6 @@
 #include <thread>
 
 #include <fmt/format.h>
-
-extern char** environ;
 
 // std::optional as null or its value (nlohmann-json 3.11.2 has no mapping of its own).
 NLOHMANN_JSON_NAMESPACE_BEGIN
@@ -263,167 +259,6 @@ ReadResult read_frame_until(int fd, FrameDecoder& decoder, std::chrono::steady_c
     }
     decoder.feed(std::string_view(chunk.data(), static_cast<std::size_t>(n)));
   }
-}
-
-// ---- Child processes ----------------------------------------------------------------------------
-
-std::string ExitStatus::str() const {
-  if (!signaled) return fmt::format("exited with status {}", value);
-  const char* name = strsignal(value);
-  return fmt::format("killed by signal {} ({})", value, name ? name : "unknown");
-}
-
-namespace {
-
-ExitStatus decode_wait(int status) {
-  if (WIFSIGNALED(status)) return {true, WTERMSIG(status)};
-  return {false, WEXITSTATUS(status)};
-}
-
-void close_fd(int& fd) noexcept {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
-}
-
-ExitStatus wait_blocking(pid_t pid) {
-  int status = 0;
-  for (;;) {
-    const pid_t r = ::waitpid(pid, &status, 0);
-    if (r == pid) return decode_wait(status);
-    if (r < 0 && errno == EINTR) continue;
-    // ECHILD: someone else reaped it (e.g. a SIGCHLD handler set to SIG_IGN); its status is lost.
-    return {false, -1};
-  }
-}
-
-}  // namespace
-
-Child Child::spawn(const std::vector<std::string>& argv) {
-  if (argv.empty()) throw std::invalid_argument("Child::spawn: empty argv");
-  int in[2], out[2];
-  if (::pipe2(in, O_CLOEXEC) != 0) throw Error(ExitCode::kFailed, fmt::format("pipe2 failed: {}", std::strerror(errno)));
-  if (::pipe2(out, O_CLOEXEC) != 0) {
-    const int e = errno;
-    ::close(in[0]);
-    ::close(in[1]);
-    throw Error(ExitCode::kFailed, fmt::format("pipe2 failed: {}", std::strerror(e)));
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  posix_spawnattr_setpgroup(&attr, 0);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  sigemptyset(&defaults);
-  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGALRM, SIGUSR1, SIGUSR2}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, cargv[0], &fa, &attr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  ::close(in[0]);
-  ::close(out[1]);
-  if (rc != 0) {
-    ::close(in[1]);
-    ::close(out[0]);
-    throw Error(ExitCode::kFailed, fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
-  }
-  Child c;
-  c.pid_ = pid;
-  c.in_ = in[1];
-  c.out_ = out[0];
-  return c;
-}
-
-Child::~Child() {
-  kill_noexcept();
-  close_fds();
-}
-
-Child::Child(Child&& o) noexcept : pid_(o.pid_), in_(o.in_), out_(o.out_) {
-  o.pid_ = -1;
-  o.in_ = o.out_ = -1;
-}
-
-Child& Child::operator=(Child&& o) noexcept {
-  if (this != &o) {
-    kill_noexcept();
-    close_fds();
-    pid_ = o.pid_;
-    in_ = o.in_;
-    out_ = o.out_;
-    o.pid_ = -1;
-    o.in_ = o.out_ = -1;
-  }
-  return *this;
-}
-
-void Child::close_stdin() { close_fd(in_); }
-
-void Child::close_fds() noexcept {
-  close_fd(in_);
-  close_fd(out_);
-}
-
-void Child::kill_noexcept() noexcept {
-  if (pid_ <= 0) return;
-  ::kill(-pid_, SIGKILL);
-  ::kill(pid_, SIGKILL);  // in case it left its group
-  int status;
-  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-  }
-  pid_ = -1;
-}
-
-ExitStatus Child::kill() {
-  if (pid_ <= 0) return {};
-  ::kill(-pid_, SIGKILL);
-  ::kill(pid_, SIGKILL);
-  const ExitStatus st = wait_blocking(pid_);
-  pid_ = -1;
-  close_fds();
-  return st;
-}
-
-ExitStatus Child::reap(std::chrono::milliseconds grace) {
-  if (pid_ <= 0) return {};
-  close_stdin();
-  const auto until = std::chrono::steady_clock::now() + grace;
-  for (;;) {
-    int status = 0;
-    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      pid_ = -1;
-      close_fds();
-      // The group may hold grandchildren; they go with their leader.
-      return decode_wait(status);
-    }
-    if (r < 0 && errno != EINTR) {
-      pid_ = -1;
-      close_fds();
-      return {false, -1};
-    }
-    if (std::chrono::steady_clock::now() >= until) return kill();
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
-
-std::string self_exe() {
-  std::string buf(4096, '\0');
-  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size());
-  if (n <= 0 || static_cast<std::size_t>(n) >= buf.size())
-    throw Error(ExitCode::kEnvironment, "cannot find this executable's path (/proc/self/exe)");
-  buf.resize(static_cast<std::size_t>(n));
-  return buf;
 }
 
 // ---- Messages -----------------------------------------------------------------------------------

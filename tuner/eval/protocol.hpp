@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/process.hpp"
 #include "core/records.hpp"
 #include "families/family.hpp"
 #include "core/problem.hpp"
@@ -82,51 +83,6 @@ enum class ReadResult { kFrame, kEof, kTimeout };
 // left in the decoder makes that a ProtocolError instead) or `deadline` passes (kTimeout).
 ReadResult read_frame_until(int fd, FrameDecoder& decoder, std::chrono::steady_clock::time_point deadline,
                             Frame& out);
-
-// ---- Child processes ----------------------------------------------------------------------------
-
-// How a child ended, as the parent saw it in waitpid.
-struct ExitStatus {
-  bool signaled = false;
-  int value = 0;  // exit code, or the signal number when signaled
-  bool ok() const { return !signaled && value == 0; }
-  std::string str() const;  // "exited with status 4" | "killed by signal 11 (Segmentation fault)"
-};
-
-// A child process in its own process group, with pipes to its stdin and from its stdout; its
-// stderr is ours. The destructor kills the whole group and reaps it: no child outlives its owner,
-// and none is left a zombie.
-class Child {
- public:
-  // argv[0] is run as given, or looked up on PATH when it has no '/'. The child starts with the
-  // default signal dispositions and an empty signal mask. Error when it cannot be started.
-  static Child spawn(const std::vector<std::string>& argv);
-  Child() = default;
-  ~Child();
-  Child(Child&& o) noexcept;
-  Child& operator=(Child&& o) noexcept;
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  bool running() const { return pid_ > 0; }
-  pid_t pid() const { return pid_; }
-  int stdin_fd() const { return in_; }    // -1 once closed
-  int stdout_fd() const { return out_; }
-  void close_stdin();
-  // SIGKILL to the child's process group (the child and anything it started), then reap it.
-  ExitStatus kill();
-  // Waits up to `grace` for the child to exit by itself, then kills it. Closes the pipes.
-  ExitStatus reap(std::chrono::milliseconds grace);
-
- private:
-  void close_fds() noexcept;
-  void kill_noexcept() noexcept;
-  pid_t pid_ = -1;
-  int in_ = -1, out_ = -1;
-};
-
-// This executable's path (/proc/self/exe), to start workers from the binary that is running.
-std::string self_exe();
 
 // ---- Messages -----------------------------------------------------------------------------------
 

@@ -356,8 +356,8 @@ std::string header(const Plan& plan, ExportMode mode) {
   if (mode == ExportMode::kAllBest)
     h += "// Dispatch: the kernels built for head_dim, is_causal and the call's variants (a windowed call\n"
          "// never runs a full-attention kernel) whose launch plan accepts the call (a decode kernel takes\n"
-         "// seqlen_q up to 16); of those, the one tuned for the nearest sequence lengths (by ratio), then the\n"
-         "// same GQA group size, then the nearest batch * heads.\n//\n";
+         "// only decoding's few query rows); of those, the one tuned for the nearest sequence lengths (by\n"
+         "// ratio), then the same GQA group size, then the nearest batch * heads.\n//\n";
   for (std::size_t i = 0; i < plan.items.size(); ++i) {
     h += fmt::format("// Kernel {} (source attntune_k{}), as the tuner measured it:\n", i, plan.items[i].source_index);
     h += provenance_lines(plan.items[i]);

@@ -1,14 +1,16 @@
 // The exported kernel file (docs/CONTRACT.md "The exported kernel"): one self-contained .cu holding the
 // kernel sources the tuner measured, verbatim, and a host launcher with the C entry points
-// attntune_attention_forward, attntune_kernel_info and attntune_last_error.
+// attntune_attention_forward, _kvcache, _varlen (and the additions docs/CONTRACT.md lists),
+// attntune_kernel_info and attntune_last_error.
 //
 // Layout of the file: a provenance comment; templates/export/prologue.cuh (CUDA runtime and C++
 // standard headers only); each distinct kernel source as render_kernel wrote it, wrapped in its own
-// namespace attntune_kN with its entry point renamed by a #define (so several kernels can share a
-// translation unit; macros they define are #undef'd after each); templates/export/launcher.cuh
-// with the dispatch table and the provenance JSON filled in, and in it the launch part of each
-// kind of kernel signature the file holds (templates/export/launch_plain.cuh: kernel(AttnParams);
-// launch_tma.cuh: kernel(AttnParams, TmaMaps), flash_fwd_wgmma's TMA tensor maps).
+// namespace attntune_kN with its entry points renamed by #defines (so several kernels can share a
+// translation unit; macros they define are #undef'd after each) and declared with the family's
+// kernel_params; templates/export/launcher.cuh with the dispatch table, each kernel's constants
+// (the renderer's #defines) and the provenance JSON filled in, and in it the plan executor
+// (templates/export/run_plan.cuh: templates/common/run_plan.h over the CUDA runtime) and the
+// launch plan (templates/<family>/launch.h) of each family the file holds, their includes inlined.
 //
 // Kernels of a space that lists only arch-specific targets (flash_fwd_wgmma: sm_90a) sit inside
 // `#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)`: nvcc -arch=sm_90a also

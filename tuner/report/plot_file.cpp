@@ -1,11 +1,7 @@
 #include "report/plot_file.hpp"
 
-#include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,9 +18,8 @@
 
 #include "core/error.hpp"
 #include "core/output_file.hpp"
+#include "core/process.hpp"
 #include "core/text.hpp"
-
-extern char** environ;
 
 namespace attntune::report {
 
@@ -59,25 +54,16 @@ struct RunResult {
 
 // Runs argv (no shell) with stdin and stdout on /dev/null; stderr is kept for the error message.
 RunResult run(const std::vector<std::string>& argv) {
-  int err[2];
-  if (::pipe2(err, O_CLOEXEC) != 0) return {false, fmt::format("pipe2 failed: {}", std::strerror(errno))};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(err[1]);
-  if (rc != 0) {
-    ::close(err[0]);
-    return {false, fmt::format("cannot start: {}", std::strerror(rc))};
+  SpawnOptions o;
+  o.in = o.out = SpawnOptions::Stdio::kNull;
+  o.err = SpawnOptions::Stdio::kPipe;
+  o.program = argv[0];  // the converter found on PATH, as a path
+  Child child;
+  try {
+    child = Child::spawn(argv, o);
+  } catch (const Error& e) {
+    return {false, e.what()};
   }
-
   std::string log;
   bool timed_out = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kConvertTimeoutSeconds);
@@ -85,28 +71,23 @@ RunResult run(const std::vector<std::string>& argv) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       timed_out = true;
-      ::kill(pid, SIGKILL);
       break;
     }
-    pollfd p{err[0], POLLIN, 0};
+    pollfd p{child.stderr_fd(), POLLIN, 0};
     const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) continue;
     char buf[1024];
-    const ssize_t got = ::read(err[0], buf, sizeof buf);
+    const ssize_t got = ::read(child.stderr_fd(), buf, sizeof buf);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;
     if (log.size() < kMaxLog) log.append(buf, static_cast<std::size_t>(got));
   }
-  ::close(err[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const ExitStatus status = timed_out ? child.kill() : child.wait();
   if (timed_out) return {false, fmt::format("ran past {}s and was killed", kConvertTimeoutSeconds)};
   std::string detail = one_line(log.substr(0, std::min(log.size(), std::size_t{300})));
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {true, detail};
-  const std::string how =
-      WIFEXITED(status) ? fmt::format("exit {}", WEXITSTATUS(status)) : fmt::format("signal {}", WTERMSIG(status));
+  if (status.ok()) return {true, detail};
+  const std::string how = status.signaled ? fmt::format("signal {}", status.value) : fmt::format("exit {}", status.value);
   return {false, detail.empty() ? how : how + ": " + detail};
 }
 

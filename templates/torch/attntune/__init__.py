@@ -30,6 +30,9 @@ __all__ = ["attention", "attention_kvcache", "attention_varlen", "coverage", "co
            "reset_coverage", "set_policy", "explain", "kernels", "load", "Library", "plan_from_coverage", "untunable"]
 
 ENTRY = {"attention": 1, "attention_kvcache": 2, "attention_varlen": 4}
+# seqlen_q up to this is the decode regime (flash_decode's launch plan, kDecodeMaxSeqlenQ; _ops.cpp's
+# kDecodeMaxQ; a unit test holds them together).
+DECODE_MAX_SEQLEN_Q = 16
 _REGISTERED = set()
 
 
@@ -245,7 +248,7 @@ def problem_spec(row):
             f"causal={p['causal']}")
     if row["entry"] == "attention_kvcache" and p["paged"]:
         spec += f",page={p['paged']}"
-    elif row["entry"] == "attention_kvcache" and p["s"] > 16:
+    elif row["entry"] == "attention_kvcache" and p["s"] > DECODE_MAX_SEQLEN_Q:
         # Chunked prefill over a contiguous cache: a prefill kernel serves the kvcache entry only
         # when tuned on a paged problem, and that build serves contiguous caches too (pages of 64
         # are what it is timed on).
@@ -261,14 +264,14 @@ def problem_spec(row):
 
 def plan_from_coverage(rows, model="attntune coverage"):
     """The plan (docs/design/plan.md: {model, source, problems: [{problem, regime}]}) of the rows of
-    coverage() that fell back for want of a tuned kernel: regime decode for seqlen_q <= 16, chunk
+    coverage() that fell back for want of a tuned kernel: regime decode for seqlen_q <= DECODE_MAX_SEQLEN_Q, chunk
     for the kvcache entry with more rows (chunked prefill, tuned paged), prefill for the dense and
     varlen entries."""
     problems, seen = [], set()
     for r in rows:
         if not r.get("tunable"):
             continue
-        decode = r["problem"]["s"] <= 16
+        decode = r["problem"]["s"] <= DECODE_MAX_SEQLEN_Q
         regime = "decode" if decode else "chunk" if r["entry"] == "attention_kvcache" else "prefill"
         spec = problem_spec(r)
         if spec and spec not in seen:

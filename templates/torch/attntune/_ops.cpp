@@ -82,7 +82,7 @@ namespace {
 
 constexpr int kUnsupported = 1000;
 constexpr int kEntryDense = 1, kEntryKvcache = 2, kEntryVarlen = 4;
-constexpr int kDecodeMaxQ = 16;  // seqlen_q up to this is the decode regime
+constexpr int kDecodeMaxQ = 16;  // seqlen_q up to this is the decode regime (flash_decode's kDecodeMaxSeqlenQ)
 
 const char* entry_name(int entry) {
   return entry == kEntryKvcache ? "attention_kvcache" : entry == kEntryVarlen ? "attention_varlen" : "attention";

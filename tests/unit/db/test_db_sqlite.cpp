@@ -132,3 +132,26 @@ TEST(Sqlite, OpenWithoutCreateNeverCreatesAFile) {
   EXPECT_THROW(Connection::open(path, SQLITE_OPEN_READWRITE), SqliteError);
   EXPECT_NE(::access(path.c_str(), F_OK), 0);
 }
+
+TEST(Sqlite, ReadsAColumnByTheNameTheQueryGivesIt) {
+  Connection db = memory_db();
+  Statement ins(db, "INSERT INTO t (name, x, data) VALUES (?1, ?2, ?3)");
+  ins.bind("a", 2.5, sqlite::Blob{"\x01\x02"}).run();
+  // Columns added or reordered in a query shift no reader: each is read by its AS name.
+  Statement st(db, "SELECT 7 AS extra, t.x AS x, IFNULL(t.name, '') AS name, t.data AS data, NULL AS missing FROM t");
+  ASSERT_TRUE(st.step());
+  EXPECT_EQ(st.column("name"), 2);
+  EXPECT_EQ(st.text("name"), "a");
+  EXPECT_DOUBLE_EQ(st.real("x"), 2.5);
+  EXPECT_EQ(st.int64("extra"), 7);
+  EXPECT_EQ(st.blob("data"), "\x01\x02");
+  EXPECT_TRUE(st.is_null("missing"));
+  EXPECT_FALSE(st.opt_real("missing"));
+  try {
+    st.text("nmae");
+    FAIL() << "a column that is not there was read";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no result column 'nmae'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(extra, x, name, data, missing)"), std::string::npos) << e.what();
+  }
+}

@@ -93,7 +93,7 @@ using Clock = std::chrono::steady_clock;
 
 EvaluatorOptions fake(const std::string& mode) {
   EvaluatorOptions o;
-  o.worker_argv = {"/usr/bin/env", "ATTNTUNE_FAKE_WORKER=" + mode, proto::self_exe()};
+  o.worker_argv = {"/usr/bin/env", "ATTNTUNE_FAKE_WORKER=" + mode, self_exe()};
   o.deadline_floor_s = 1.0;
   o.deadline_factor = 50;  // 50 x 2 ms = 0.1 s: the floor decides
   o.startup_timeout = std::chrono::seconds(20);

@@ -6,6 +6,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -27,6 +28,8 @@ using attntune::testing::run_attntune;
 namespace {
 
 using attntune::test::info_from_source;
+using attntune::test::Shell;
+using attntune::test::sh;
 using attntune::test::shq;
 using attntune::testing::source_dir;
 
@@ -428,9 +431,46 @@ TEST(ExportRealDb, ExportsTheRecordedSuite) {
 TEST(ComparePy, CompilesWithPython3) {
   ASSERT_EQ(std::system("command -v python3 >/dev/null 2>&1"), 0) << "python3 is missing";
   TempDir dir;
-  const std::string cmd = "PYTHONPYCACHEPREFIX=" + shq(dir.path().string()) + " python3 -m py_compile " +
-                          shq(source_dir() + "/tools/compare_sdpa.py");
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  for (const char* tool : {"compare_sdpa.py", "compare_chunked.py", "compare_varlen.py", "peer_common.py",
+                           "gpu_timing.py"}) {
+    const std::string cmd = "PYTHONPYCACHEPREFIX=" + shq(dir.path().string()) + " python3 -m py_compile " +
+                            shq(source_dir() + "/tools/" + tool);
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+}
+
+// The peer tools' shared run code (tools/peer_common.py: specs, options, their checks) without torch:
+// their dry runs, and bad input as one line and exit 2.
+TEST(ComparePy, PeerToolsDryRunsAndRefuseBadInput) {
+  ASSERT_EQ(std::system("command -v python3 >/dev/null 2>&1"), 0) << "python3 is missing";
+  TempDir dir;
+  const std::string py = "PYTHONPYCACHEPREFIX=" + shq(dir.path().string()) + " python3 " + shq(source_dir() + "/tools/");
+  Shell r = sh(py + "compare_chunked.py --dry-run --problem b=2,h=8,hkv=2,s=512,sk=4096,d=128,dtype=bf16,causal=1,page=64");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("problem b=2,h=8,hkv=2,s=512,sk=4096,d=128,dtype=bf16,causal=1,page=64"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("dense equivalent b=2,h=8,hkv=2,s=512,sk=4096,d=128,dtype=bf16,causal=1\n"),
+            std::string::npos)
+      << r.output;
+  r = sh(py + "compare_varlen.py --dry-run --contenders fa4,sdpa_padded,sdpa_loop "
+              "--problem b=4,h=8,hkv=2,s=1024,d=128,dtype=bf16,causal=1,varlen=1");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("problem b=4,h=8,hkv=2,s=1024,sk=1024,d=128,dtype=bf16,causal=1,varlen=1"),
+            std::string::npos)
+      << r.output;
+  for (const auto& [tool, args, says] :
+       {std::tuple{"compare_chunked.py", "--problem b=2,h=8,s=512,d=128,dtype=bf16,causal=1,page=64,page=3",
+                   "key 'page' given twice"},
+        std::tuple{"compare_varlen.py", "--problem b=2,h=8,s=x,d=128,dtype=bf16,causal=1,varlen=1",
+                   "s='x' is not an integer"},
+        std::tuple{"compare_varlen.py", "--problem b=2,h=8,s=512,d=128,dtype=bf16,causal=1,varlen=1 --contenders fa4,x",
+                   "--contenders: unknown 'x'"},
+        std::tuple{"compare_chunked.py", "--problem b=2,h=8,s=512,d=128,dtype=bf16,causal=1,page=64 --rounds 0",
+                   "--rounds and --calls must be >= 1"}}) {
+    r = sh(py + tool + " --dry-run " + args);
+    EXPECT_EQ(r.status, 2) << tool << " " << args << ": " << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << tool << " " << args << ": " << r.output;
+  }
 }
 
 }  // namespace
