@@ -41,20 +41,50 @@ std::int64_t one_number(const std::string& text, const std::string& option, std:
 // Counts in tables: about four significant digits, no exponents.
 std::string amount(double v) { return v < 0.001 ? "<0.001" : format_us(v); }
 
+// "21 of 42 layers", or "every layer" when the config does not count them.
+std::string layer_count(const ModelAttention& m, const LayerKind& k) {
+  if (k.layers > 0 && m.layers > 0) return fmt::format("{} of {} layers", k.layers, m.layers);
+  return "every layer";
+}
+
+// A layer kind's variants as its problem specs spell them ("window=4095,softcap=50"), "plain".
+std::string variant_text(const LayerKind& k) {
+  Problem p;
+  p.causal = true;
+  p.window_left = k.window;
+  p.softcap = k.softcap;
+  p.sinks = k.sinks;
+  const std::string v = p.variant_spec();
+  return v.empty() ? "plain attention" : v;
+}
+
 void print_table(std::ostream& out, const ModelAttention& m, const PlanOptions& o, const Plan& plan) {
   const PlanEntry& first = plan.entries.front();
   std::string per_gpu;
   if (o.tp > 1) per_gpu = fmt::format(" (per GPU at --tp {}: {} and {})", o.tp, first.problem.h, first.problem.hkv);
-  out << fmt::format("{} ({}): {} query heads, {} KV head{}{}, head dim {}, {}; {} problem{}\n\n",
+  out << fmt::format("{} ({}): {} query heads, {} KV head{}{}, head dim {}, {}; {} problem{}\n",
                      printable_line(m.name), printable_line(m.source), m.heads, m.kv_heads, m.kv_heads == 1 ? "" : "s",
                      per_gpu, m.head_dim, m.dtype, plan.entries.size(), plan.entries.size() == 1 ? "" : "s");
-  // FLOPs as FlashAttention counts them (causal: the visible half); bytes: Q, K, V read and O
-  // written once, the least any kernel moves. Their ratio says whether the problem is bound by
-  // compute (prefill: hundreds of FLOP/B) or by memory (decode: about h / hkv).
-  Table t({"regime", "problem", "GFLOP", "MB", "FLOP/B"});
+  // A model with variants: what each kind of layer runs, one line each.
+  if (m.has_variants())
+    for (const LayerKind& k : m.layer_kinds)
+      out << fmt::format("  {}: {}; {}\n", k.name, layer_count(m, k), variant_text(k));
+  out << "\n";
+  // FLOPs as FlashAttention counts them (causal: the visible half; a window: what it lets a query
+  // see); bytes: Q, K, V read and O written once, the least any kernel moves (a window: the K/V
+  // rows some query sees). Their ratio says whether the problem is bound by compute (prefill:
+  // hundreds of FLOP/B) or by memory (decode: about h / hkv).
+  const bool layers = std::any_of(plan.entries.begin(), plan.entries.end(),
+                                  [](const PlanEntry& e) { return !e.layers.empty(); });
+  std::vector<std::string> head = {"regime", "problem", "GFLOP", "MB", "FLOP/B"};
+  if (layers) head.push_back("layers");
+  Table t(head);
   for (const auto& e : plan.entries) {
     const double flops = e.problem.flops(), bytes = e.problem.bytes();
-    t.add_row({e.regime, e.problem.str(), amount(flops / 1e9), amount(bytes / 1e6), amount(flops / bytes)});
+    std::vector<std::string> row = {e.regime, e.problem.str(), amount(flops / 1e9), amount(bytes / 1e6),
+                                    amount(flops / bytes)};
+    if (layers) row.push_back(printable_line(e.layers));
+    t.add_row(row);
   }
   t.print(out);
 }
@@ -125,6 +155,20 @@ int run_plan(const std::vector<std::string>& args) {
   if (model.max_context > 0 && longest > model.max_context)
     notes.push_back(fmt::format("some problems have more keys (up to {}) than the model's max_position_embeddings ({})",
                                 longest, model.max_context));
+  // A window at least as long as every key count planned lets each query see every key, as full
+  // attention does; its problems stay windowed (docs/design/plan.md says why).
+  for (const LayerKind& k : model.layer_kinds) {
+    if (k.window < 0) continue;
+    std::int64_t keys = 0;
+    for (const auto& e : plan.entries)
+      if (e.problem.window_left == k.window) keys = std::max(keys, e.problem.sk);
+    if (keys > 0 && k.window + 1 >= keys)
+      notes.push_back(fmt::format(
+          "the {} layers' window ({} keys) is as long as every key count planned for them (up to {}): their "
+          "problems see every key, as full attention's do, and stay windowed, since those layers' calls pass the "
+          "window and the library runs only windowed kernels for windowed calls",
+          k.name, k.window + 1, keys));
+  }
   for (const auto& n : notes) std::cerr << "attntune: note: " << n << "\n";
   if (vm.count("output"))
     std::cerr << fmt::format("wrote {} problem{} to {}\n", plan.entries.size(), plan.entries.size() == 1 ? "" : "s",

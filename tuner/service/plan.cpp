@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -104,6 +105,23 @@ class ConfigReader {
     return {nullptr, key};
   }
   std::string name(const std::string& key) const { return prefix_ + key; }
+  // The key's value in the attention scope, else at the top level (keys that say what the model
+  // is, as model_type and alibi, may sit at either), with its name; {nullptr, ""} when absent.
+  std::pair<const json*, std::string> get_scope_first(const std::string& key) const {
+    if (const json* v = get(key)) return {v, name(key)};
+    if (scope_ != &top_ && has(top_, key)) return {&top_.at(key), key};
+    return {nullptr, ""};
+  }
+  // Whether the attention scope has the key, null included (transformers takes a null as given,
+  // an absent key as its class default).
+  bool present(const std::string& key) const { return scope_->contains(key); }
+  // A true/false key of the scope; false when absent or null.
+  bool flag(const std::string& key) const {
+    const json* v = get(key);
+    if (!v) return false;
+    if (!v->is_boolean()) fail(fmt::format("{}: expected true or false, got {}", name(key), describe(*v)));
+    return v->get<bool>();
+  }
 
   [[noreturn]] void fail(const std::string& msg) const { throw InputError(fmt::format("{}: {}", path_, msg)); }
 
@@ -121,6 +139,21 @@ class ConfigReader {
     if (n < 1) fail(fmt::format("{}: expected a positive whole number, got {}", name(key), n));
     return n;
   }
+  // A whole number in [0, hi] (max_window_layers may be 0: every layer windowed).
+  std::int64_t count(const std::string& key, const json& v, std::int64_t hi) const {
+    if (v.is_number_integer() && v.get<std::int64_t>() == 0) return 0;
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<std::int64_t>() < 0))
+      fail(fmt::format("{}: expected a whole number (0 or more), got {}", name(key), describe(v)));
+    return positive(key, v, hi);
+  }
+  // A positive finite number (a soft-cap, a scale); `what` says what null means where it may be.
+  double positive_number(const std::string& key, const json& v, double hi, const std::string& what) const {
+    const double x = v.is_number() ? v.get<double>() : 0;
+    if (!v.is_number() || !std::isfinite(x) || !(x > 0))
+      fail(fmt::format("{}: expected a positive number{}, got {}", name(key), what, describe(v)));
+    if (x > hi) fail(fmt::format("{}: {} is more than {}", name(key), v.dump(), hi));
+    return x;
+  }
 
  private:
   static bool has(const json& obj, const std::string& key) {
@@ -132,6 +165,245 @@ class ConfigReader {
   const json* scope_;
   std::string prefix_;
 };
+
+// ---- attention that is not plain ---------------------------------------------------------------
+
+constexpr std::int64_t kMaxLayers = 1 << 16;
+constexpr std::int64_t kMaxWindow = std::int64_t{1} << 24;  // Problem::parse's longest window side
+constexpr double kMaxSoftcap = 1e6;                          // Problem::parse's largest soft-cap
+
+// The architecture's name: the attention scope's model_type (a multimodal config's text_config:
+// "gemma3_text"), else the top level's; "" when neither says.
+std::string model_type(const ConfigReader& cfg) {
+  const auto [v, key] = cfg.get_scope_first("model_type");
+  return v && v->is_string() ? v->get<std::string>() : "";
+}
+
+// "1 layer", "21 layers".
+std::string count_of(std::int64_t n, const std::string& word) {
+  return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
+}
+
+// A JSON string as the config wrote it, quoted and escaped (for messages).
+std::string quoted(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// Attention that attntune's kernels do not compute, named by the key that says so. A plan of
+// plain problems for such a model would be wrong in every layer, so it is refused (exit 2).
+void refuse_unserved_attention(const ConfigReader& cfg) {
+  if (cfg.get("kv_lora_rank"))
+    cfg.fail(
+        fmt::format("{}: multi-head latent attention (DeepSeek-V2/V3 style) has query/key heads of "
+                    "qk_nope_head_dim + qk_rope_head_dim and value heads of v_head_dim; attntune's kernels "
+                    "need one head dim for both",
+                    cfg.name("kv_lora_rank")));
+  // ALiBi adds a per-head bias linear in the query-key distance to every score.
+  const std::string alibi =
+      "the model adds ALiBi position biases to its attention scores (a per-head penalty linear in the distance "
+      "from query to key), which attntune's kernels do not compute";
+  const std::string type = model_type(cfg);
+  if (type == "bloom") cfg.fail(fmt::format("model_type bloom: {}", alibi));  // BLOOM has no key for it: always
+  if (const auto [v, key] = cfg.get_scope_first("alibi"); v) {  // Falcon (falcon-rw-1b, falcon-rw-7b)
+    if (!v->is_boolean()) cfg.fail(fmt::format("{}: expected true or false, got {}", key, describe(*v)));
+    if (v->get<bool>()) cfg.fail(fmt::format("{}: true: {}", key, alibi));
+  }
+  if (const auto [v, key] = cfg.get_scope_first("position_embedding_type"); v && v->is_string() &&
+                                                                             v->get<std::string>() == "alibi")
+    cfg.fail(fmt::format("{}: \"alibi\": {}", key, alibi));
+  if (const auto [ac, key] = cfg.get_scope_first("attn_config"); ac && ac->is_object()) {  // MPT
+    if (const auto a = ac->find("alibi"); a != ac->end() && a->is_boolean() && a->get<bool>())
+      cfg.fail(fmt::format("{}.alibi: true: {}", key, alibi));
+  }
+  if (const json* v = cfg.get("attention_chunk_size"))  // Llama 4
+    cfg.fail(fmt::format("{} {}: chunked attention (Llama 4: a query sees only the keys of its own chunk of "
+                         "tokens) is not what attntune's kernels compute",
+                         cfg.name("attention_chunk_size"), quoted(*v)));
+  if (cfg.flag("use_bidirectional_attention"))  // EmbeddingGemma
+    cfg.fail(fmt::format("{}: true: the model's attention is bidirectional (an encoder), and plan plans the "
+                         "causal attention of a decoder",
+                         cfg.name("use_bidirectional_attention")));
+}
+
+// Why a layer kind of layer_types is not served.
+std::string unserved_layer_kind(const std::string& kind) {
+  if (kind == "chunked_attention")
+    return "chunked attention (Llama 4: a query sees only the keys of its own chunk of attention_chunk_size "
+           "tokens) is not what attntune's kernels compute; they serve full_attention and sliding_attention layers";
+  return "attntune's kernels serve full_attention and sliding_attention layers only";
+}
+
+// What each layer runs (docs/design/plan.md "Layers that are not plain attention"), by the rules
+// of transformers' configuration classes, in their order: layer_types when given; else, with
+// use_sliding_window true (Qwen2, Qwen3), the first max_window_layers layers full and the rest
+// windowed; else one full layer in every sliding_window_pattern (by default 6 for Gemma 3, 4 for
+// Cohere2; Gemma 2 and gpt-oss alternate, sliding first); else, with a sliding_window, every layer windowed
+// (Mistral, Phi-3, Starcoder2). A window of W (sliding_window) is W keys, the query's own
+// included: window=W-1. attn_logit_softcapping caps every layer; gpt_oss has sinks in every layer.
+void read_layers(const ConfigReader& cfg, ModelAttention& m) {
+  const std::string type = model_type(cfg);
+  static const std::set<std::string> kAlternating = {"gemma2", "gpt_oss"};  // no layer_types: sliding, full, ...
+  // Their configuration classes' default sliding_window_pattern, when the key is absent.
+  static const std::map<std::string, int> kDefaultPattern = {{"gemma3", 6}, {"gemma3_text", 6}, {"cohere2", 4}};
+  // Their configuration classes give sliding_window a default, used when the key is absent (a null
+  // is no window): attntune does not guess a class default.
+  static const std::set<std::string> kDefaultWindow = {"mistral", "gemma2", "gemma3", "gemma3_text", "gpt_oss",
+                                                       "cohere2"};
+  int n = 0;
+  if (const json* v = cfg.get("num_hidden_layers"))
+    n = static_cast<int>(cfg.positive("num_hidden_layers", *v, kMaxLayers));
+
+  // (Unless layer_types lists no sliding layer: then no layer has a window to guess.)
+  const json* listed = cfg.get("layer_types");
+  const bool lists_sliding =
+      listed && listed->is_array() && std::count(listed->begin(), listed->end(), json("sliding_attention")) > 0;
+  if (!cfg.present("sliding_window") && kDefaultWindow.count(type) && (!listed || lists_sliding))
+    cfg.fail(fmt::format("no {}: transformers' {} configuration then uses its default window, which attntune "
+                         "does not guess: give {} (null for none)",
+                         cfg.name("sliding_window"), type, cfg.name("sliding_window")));
+  std::int64_t w = 0;  // keys a query of a sliding_attention layer sees, its own included; 0: none
+  if (const json* v = cfg.get("sliding_window")) w = cfg.positive("sliding_window", *v, kMaxWindow);
+  // Qwen2/Qwen3: the window applies only when use_sliding_window is true (the class sets
+  // sliding_window to None otherwise).
+  const bool use_given = cfg.get("use_sliding_window") != nullptr;
+  const bool use = cfg.flag("use_sliding_window");
+  const bool switched_off = use_given && !use;
+
+  auto need_layers = [&](const std::string& rule) {
+    if (n == 0)
+      cfg.fail(fmt::format("no {}: {} needs the number of layers", cfg.name("num_hidden_layers"), rule));
+  };
+  std::vector<bool> sliding;  // by layer, when the layers differ or are listed
+  bool every_layer = false;   // every layer windowed (uncounted when n is 0)
+  if (const json* lt = cfg.get("layer_types")) {
+    const std::string key = cfg.name("layer_types");
+    if (!lt->is_array() || lt->empty())
+      cfg.fail(fmt::format("{}: expected a list of \"full_attention\" and \"sliding_attention\", got {}", key,
+                           describe(*lt)));
+    if (lt->size() > static_cast<std::size_t>(kMaxLayers))
+      cfg.fail(fmt::format("{}: {} layers are more than {}", key, lt->size(), kMaxLayers));
+    if (n > 0 && lt->size() != static_cast<std::size_t>(n))
+      cfg.fail(fmt::format("{} lists {} and {} is {}", key, count_of(static_cast<std::int64_t>(lt->size()), "layer"),
+                           cfg.name("num_hidden_layers"), n));
+    n = static_cast<int>(lt->size());
+    for (std::size_t i = 0; i < lt->size(); ++i) {
+      const json& k = (*lt)[i];
+      if (!k.is_string())
+        cfg.fail(fmt::format("{}[{}]: expected a string like \"full_attention\", got {}", key, i, describe(k)));
+      if (k == "sliding_attention" || k == "full_attention") {
+        sliding.push_back(k == "sliding_attention");
+        continue;
+      }
+      const auto same = std::count(lt->begin(), lt->end(), k);
+      cfg.fail(fmt::format("{}[{}] is {} ({} of {} layers): {}", key, i, quoted(k), same, n,
+                           unserved_layer_kind(k.get<std::string>())));
+    }
+  } else if (use && w > 0) {
+    need_layers(cfg.name("use_sliding_window") + " with max_window_layers");
+    std::int64_t full = 28;
+    if (const json* v = cfg.get("max_window_layers"))
+      full = cfg.count("max_window_layers", *v, kMaxLayers);
+    else
+      m.notes.push_back(fmt::format(
+          "{} is true and there is no {}: planning transformers' Qwen2 default, the first 28 layers full attention",
+          cfg.name("use_sliding_window"), cfg.name("max_window_layers")));
+    for (int i = 0; i < n; ++i) sliding.push_back(i >= full);
+  } else if (w > 0 && !switched_off &&
+             (cfg.get("sliding_window_pattern") || kAlternating.count(type) || kDefaultPattern.count(type))) {
+    std::int64_t pattern = 2;
+    std::string rule = fmt::format("{}'s alternation of sliding and full layers", type);
+    if (const json* v = cfg.get("sliding_window_pattern")) {
+      pattern = cfg.positive("sliding_window_pattern", *v, kMaxLayers);
+      rule = cfg.name("sliding_window_pattern");
+    } else if (const auto d = kDefaultPattern.find(type); d != kDefaultPattern.end()) {
+      pattern = d->second;
+      rule = fmt::format("{}'s default sliding_window_pattern", type);
+      m.notes.push_back(fmt::format("no {}: planning transformers' {} default, one full_attention layer in {}",
+                                    cfg.name("sliding_window_pattern"), type, pattern));
+    }
+    need_layers(rule);
+    for (int i = 0; i < n; ++i) sliding.push_back((i + 1) % pattern != 0);
+  } else if (w > 0 && !switched_off) {
+    every_layer = true;
+  }
+
+  const int n_sliding = static_cast<int>(std::count(sliding.begin(), sliding.end(), true));
+  if (n_sliding > 0 && (w == 0 || switched_off)) {
+    if (!switched_off)
+      cfg.fail(fmt::format("{} lists {} and there is no {} (the window's length)", cfg.name("layer_types"),
+                           count_of(n_sliding, "sliding_attention layer"), cfg.name("sliding_window")));
+    m.notes.push_back(fmt::format(
+        "{} is false: the {} that {} calls sliding_attention run full attention (as transformers' Qwen2 runs them)",
+        cfg.name("use_sliding_window"), count_of(n_sliding, "layer"), cfg.name("layer_types")));
+    std::fill(sliding.begin(), sliding.end(), false);
+  }
+
+  double cap = 0;
+  if (const json* c = cfg.get("attn_logit_softcapping"))
+    cap = cfg.positive_number("attn_logit_softcapping", *c, kMaxSoftcap, " (null: no cap)");
+  const bool sinks = type == "gpt_oss";  // per-head sink logits in every layer's weights (self_attn.sinks)
+
+  m.layers = n;
+  LayerKind full{"full_attention", -1, cap, sinks, 0};
+  LayerKind slide{"sliding_attention", w - 1, cap, sinks, 0};
+  if (every_layer) {
+    slide.layers = n;  // 0: every layer, uncounted
+    m.layer_kinds = {slide};
+  } else if (sliding.empty() || std::count(sliding.begin(), sliding.end(), true) == 0) {
+    full.layers = n;
+    m.layer_kinds = {full};
+  } else {
+    slide.layers = static_cast<int>(std::count(sliding.begin(), sliding.end(), true));
+    full.layers = n - slide.layers;
+    if (full.layers > 0) m.layer_kinds.push_back(full);
+    m.layer_kinds.push_back(slide);
+  }
+
+  // What a caller passes for each variant: the problem specs name them, the calls must too.
+  if (m.layer_kinds.back().window >= 0)
+    m.notes.push_back(fmt::format(
+        "{} {}: a query of a sliding_attention layer sees {} keys, its own included (transformers, vLLM), so their "
+        "problems have window={}: call the library with window_left {} and is_causal 1",
+        cfg.name("sliding_window"), w, w, w - 1, w - 1));
+  if (cap > 0)
+    m.notes.push_back(fmt::format(
+        "{} {}: every layer caps its attention scores, softcap * tanh(scale * q.k / softcap), so the problems have "
+        "softcap={}: pass attntune_options.softcap {}",
+        cfg.name("attn_logit_softcapping"), cfg.get("attn_logit_softcapping")->dump(), fmt::format("{}", cap),
+        fmt::format("{}", cap)));
+  if (sinks)
+    m.notes.push_back(
+        fmt::format("model_type {}: every layer has learnable per-head attention sinks (self_attn.sinks in the "
+                    "checkpoint), so the problems have sinks=1: pass each layer's sink logits as [heads_q] fp32 "
+                    "(attntune_options.sinks)",
+                    type));
+}
+
+// The softmax scale when the config sets one that is not head_dim^-0.5 as written: Gemma's
+// query_pre_attn_scalar (scale = query_pre_attn_scalar^-0.5), Granite's attention_multiplier (the
+// scale itself). A problem spec has no scale (every kernel takes it at run time, so a kernel tuned
+// with the usual one serves any): a note says what the caller must pass.
+void read_scale(const ConfigReader& cfg, ModelAttention& m) {
+  std::string from;
+  if (const json* q = cfg.get("query_pre_attn_scalar")) {
+    const double x = cfg.positive_number("query_pre_attn_scalar", *q, 1e12, "");
+    m.softmax_scale = 1.0 / std::sqrt(x);
+    from = fmt::format("{}^-0.5 = {}^-0.5", cfg.name("query_pre_attn_scalar"), q->dump());
+  } else if (const json* a = cfg.get("attention_multiplier")) {
+    m.softmax_scale = cfg.positive_number("attention_multiplier", *a, 1e12, "");
+    from = cfg.name("attention_multiplier");
+  } else {
+    return;
+  }
+  const double usual = 1.0 / std::sqrt(static_cast<double>(m.head_dim));
+  if (std::abs(m.softmax_scale - usual) <= 1e-6 * usual)
+    m.notes.push_back(fmt::format("the softmax scale is {} = {:.7g}, which is head_dim^-0.5 too: the usual "
+                                  "softmax_scale (1/sqrt(head_dim)) is right",
+                                  from, m.softmax_scale));
+  else
+    m.notes.push_back(fmt::format(
+        "the softmax scale is {} = {:.7g}, not head_dim^-0.5 = {:.7g}: problem specs have no scale (the kernels take "
+        "it at run time), so pass softmax_scale {:.7g} on every call (scale= in PyTorch)",
+        from, m.softmax_scale, usual, m.softmax_scale));
+}
 
 // An HF id ("meta-llama/Meta-Llama-3-8B") as it is; a local path (which save_pretrained records
 // in _name_or_path) by its last component, so that no machine's directories reach a plan file.
@@ -262,16 +534,18 @@ class PlanReader {
     const std::string where = fmt::format("problems[{}]", i);
     if (!item.IsMap())
       fail(item, fmt::format("{}: expected {{problem: \"b=...,h=...\", regime: prefill|decode|chunk}}", where));
-    YAML::Node problem, regime, problem_key, regime_key;
-    bool has_problem = false, has_regime = false;
+    YAML::Node problem, regime, problem_key, regime_key, layers, layers_key;
+    bool has_problem = false, has_regime = false, has_layers = false;
     for (auto it = item.begin(); it != item.end(); ++it) {
       const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
       if (key == "problem") {
         problem = it->second, problem_key = it->first, has_problem = true;
       } else if (key == "regime") {
         regime = it->second, regime_key = it->first, has_regime = true;
+      } else if (key == "layers") {
+        layers = it->second, layers_key = it->first, has_layers = true;
       } else {
-        fail(it->first, fmt::format("{}: unknown key '{}' (expected problem, regime)", where, key));
+        fail(it->first, fmt::format("{}: unknown key '{}' (expected problem, regime, layers)", where, key));
       }
     }
     if (!has_problem) fail(item, where + ": no problem");
@@ -286,6 +560,14 @@ class PlanReader {
     e.regime = scalar(regime, regime_key, where + ".regime", "prefill, decode, chunk or varlen");
     if (!is_regime(e.regime))
       fail(regime, fmt::format("{}.regime: unknown regime '{}' (known: {})", where, e.regime, known_regimes()));
+    // Optional: which of the model's layers run the problem (plan writes it for models with
+    // variants). Free text, one line: it is printed and stored with the plan.
+    if (has_layers) {
+      e.layers = scalar(layers, layers_key, where + ".layers",
+                        "the layers it serves, e.g. \"sliding_attention, 21 of 42 layers\"");
+      if (const std::string why = text_problem(e.layers); !why.empty())
+        fail(layers, fmt::format("{}.layers: not one line of UTF-8 text: {}", where, why));
+    }
     return e;
   }
 
@@ -352,12 +634,7 @@ ModelAttention read_model_config(const std::string& path) {
   check_stored_text(m.name, fmt::format("{}: the model's name", path));
   check_stored_text(m.source, "the config file's name");
 
-  if (cfg.get("kv_lora_rank"))
-    cfg.fail(
-        fmt::format("{}: multi-head latent attention (DeepSeek-V2/V3 style) has query/key heads of "
-                    "qk_nope_head_dim + qk_rope_head_dim and value heads of v_head_dim; attntune's kernels "
-                    "need one head dim for both",
-                    cfg.name("kv_lora_rank")));
+  refuse_unserved_attention(cfg);
 
   const std::int64_t heads = cfg.positive("num_attention_heads", kMaxHeads);
   std::int64_t kv = heads;
@@ -433,12 +710,13 @@ ModelAttention read_model_config(const std::string& path) {
 
   if (const json* mp = cfg.get("max_position_embeddings"); mp && mp->is_number_integer() && mp->get<std::int64_t>() > 0)
     m.max_context = mp->get<std::int64_t>();
-  if (const json* cap = cfg.get("attn_logit_softcapping"); cap && cap->is_number())
-    m.notes.push_back(fmt::format(
-        "the model caps its attention logits ({} {}), which attntune's kernels do not: the plan's shapes are "
-        "right, but a kernel tuned for them does not compute this model's attention",
-        cfg.name("attn_logit_softcapping"), cap->dump()));
+  read_layers(cfg, m);
+  read_scale(cfg, m);
   return m;
+}
+
+bool ModelAttention::has_variants() const {
+  return std::any_of(layer_kinds.begin(), layer_kinds.end(), [](const LayerKind& k) { return !k.plain(); });
 }
 
 std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& option, std::int64_t lo,
@@ -565,42 +843,74 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
                                  "cu_seqlens are int)",
                                  batch.back(), seqlen.back(), batch.back() * seqlen.back(), INT_MAX));
 
+  // The layer kinds: every layer plain full attention unless the model says otherwise.
+  std::vector<LayerKind> kinds = m.layer_kinds;
+  if (kinds.empty()) kinds.push_back(LayerKind{"full_attention", -1, 0, false, m.layers});
+  for (const LayerKind& k : kinds) {
+    if (const std::string why = text_problem(k.name); k.name.empty() || !why.empty())
+      throw InputError(fmt::format("model {}: a layer kind's name is not one line of text", m.name));
+    if (k.window < -1 || k.window >= kMaxWindow || !std::isfinite(k.softcap) || k.softcap < 0 ||
+        k.softcap > kMaxSoftcap || k.layers < 0 || k.layers > kMaxLayers)
+      throw InputError(fmt::format("model {}: layer kind {}: window {} (-1 or 0..{}), softcap {} (0..{}), {} layers",
+                                   m.name, k.name, k.window, kMaxWindow - 1, k.softcap, kMaxSoftcap, k.layers));
+  }
+  // Which layers a problem serves, said when the model has variants (a plain model's problems
+  // serve every layer, and its plan reads as before).
+  const bool variants = std::any_of(kinds.begin(), kinds.end(), [](const LayerKind& k) { return !k.plain(); });
+  auto layers_text = [&](const LayerKind& k) -> std::string {
+    if (!variants) return "";
+    if (k.layers > 0 && m.layers > 0) return fmt::format("{}, {} of {} layers", k.name, k.layers, m.layers);
+    return kinds.size() == 1 ? k.name + ", every layer" : k.name;
+  };
+
+  std::vector<std::pair<std::size_t, PlanEntry>> made;  // (layer kind, entry)
+  for (std::size_t ki = 0; ki < kinds.size(); ++ki) {
+    const LayerKind& kind = kinds[ki];
+    const std::string layers = layers_text(kind);
+    auto add = [&](const std::string& regime, DType dt, std::int64_t b, std::int64_t s, std::int64_t sk,
+                   std::int64_t page, std::int64_t varlen = 0) {
+      Problem p;
+      p.b = b, p.h = h, p.hkv = hkv, p.s = s, p.sk = sk, p.d = m.head_dim, p.dtype = dt, p.causal = true;
+      p.page = page;
+      p.varlen = varlen;
+      // Every layer is causal: a window bounds the left side only (window=L, the right is the diagonal).
+      p.window_left = kind.window;
+      p.softcap = kind.softcap;
+      p.sinks = kind.sinks;
+      made.push_back({ki, {p, regime, layers}});
+    };
+    for (DType dt : dtypes) {
+      if (regimes.count("prefill"))
+        for (auto b : batch)
+          for (auto len : seqlen) add("prefill", dt, b, len, len, 0);
+      if (regimes.count("decode"))
+        for (auto b : decode_batch)
+          for (auto ctx : context)
+            for (auto q : q_len) add("decode", dt, b, q, ctx, o.page);
+      if (regimes.count("chunk"))
+        for (auto b : batch)
+          for (auto ctx : context) add("chunk", dt, b, o.chunk, ctx + o.chunk, o.page);
+      // Prefill as serving engines batch it: b prompts packed together, of lengths len/16..len.
+      if (regimes.count("varlen"))
+        for (auto b : batch)
+          for (auto len : seqlen) add("varlen", dt, b, len, len, 0, varlen_shortest(len));
+    }
+  }
+  auto key = [](const std::pair<std::size_t, PlanEntry>& m) {
+    const PlanEntry& e = m.second;
+    return std::make_tuple(regime_index(e.regime), std::string(dtype_name(e.problem.dtype)), m.first, e.problem.b,
+                           e.problem.s, e.problem.sk);
+  };
+  std::stable_sort(made.begin(), made.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
   Plan plan;
   plan.model = m.name;
   plan.source = m.source;
-  auto add = [&](const std::string& regime, DType dt, std::int64_t b, std::int64_t s, std::int64_t sk,
-                 std::int64_t page, std::int64_t varlen = 0) {
-    Problem p;
-    p.b = b, p.h = h, p.hkv = hkv, p.s = s, p.sk = sk, p.d = m.head_dim, p.dtype = dt, p.causal = true, p.page = page;
-    p.varlen = varlen;
-    plan.entries.push_back({p, regime});
-  };
-  for (DType dt : dtypes) {
-    if (regimes.count("prefill"))
-      for (auto b : batch)
-        for (auto len : seqlen) add("prefill", dt, b, len, len, 0);
-    if (regimes.count("decode"))
-      for (auto b : decode_batch)
-        for (auto ctx : context)
-          for (auto q : q_len) add("decode", dt, b, q, ctx, o.page);
-    if (regimes.count("chunk"))
-      for (auto b : batch)
-        for (auto ctx : context) add("chunk", dt, b, o.chunk, ctx + o.chunk, o.page);
-    // Prefill as serving engines batch it: b prompts packed together, of lengths len/16..len.
-    if (regimes.count("varlen"))
-      for (auto b : batch)
-        for (auto len : seqlen) add("varlen", dt, b, len, len, 0, varlen_shortest(len));
-  }
-  auto key = [](const PlanEntry& e) {
-    return std::make_tuple(regime_index(e.regime), std::string(dtype_name(e.problem.dtype)), e.problem.b, e.problem.s,
-                           e.problem.sk);
-  };
-  std::stable_sort(plan.entries.begin(), plan.entries.end(),
-                   [&](const PlanEntry& a, const PlanEntry& b) { return key(a) < key(b); });
   // One problem once, in its first regime: a decode step of q-len 2048 over a cache of 6144 is
-  // the chunk regime's problem too, and a plan lists each problem once.
+  // the chunk regime's problem too, and a plan lists each problem once. Two layer kinds never
+  // make the same problem: their variants differ.
   std::set<std::string> seen;
-  std::erase_if(plan.entries, [&](const PlanEntry& e) { return !seen.insert(e.problem.str()).second; });
+  for (auto& [ki, e] : made)
+    if (seen.insert(e.problem.str()).second) plan.entries.push_back(std::move(e));
   return plan;
 }
 
@@ -608,13 +918,18 @@ std::string Plan::yaml() const {
   std::string out = "# attntune plan: the attention problems of a model (attntune plan --model ...)\n";
   out += fmt::format("model: {}\nsource: {}\nproblems:\n", yaml_scalar(model), yaml_scalar(source));
   for (const auto& e : entries)
-    out += fmt::format("  - {{problem: \"{}\", regime: {}}}\n", e.problem.str(), yaml_scalar(e.regime));
+    out += fmt::format("  - {{problem: \"{}\", regime: {}{}}}\n", e.problem.str(), yaml_scalar(e.regime),
+                       e.layers.empty() ? "" : ", layers: " + yaml_scalar(e.layers));
   return out;
 }
 
 nlohmann::ordered_json Plan::json() const {
   nlohmann::ordered_json problems = nlohmann::ordered_json::array();
-  for (const auto& e : entries) problems.push_back({{"problem", e.problem.str()}, {"regime", e.regime}});
+  for (const auto& e : entries) {
+    nlohmann::ordered_json j = {{"problem", e.problem.str()}, {"regime", e.regime}};
+    if (!e.layers.empty()) j["layers"] = e.layers;
+    problems.push_back(std::move(j));
+  }
   return {{"model", model}, {"source", source}, {"problems", std::move(problems)}};
 }
 

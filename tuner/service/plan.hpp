@@ -16,6 +16,18 @@
 
 namespace attntune {
 
+// One kind of attention layer of a model: the variants its problems carry and how many of the
+// model's layers run it (docs/design/plan.md "Layers that are not plain attention").
+struct LayerKind {
+  std::string name = "full_attention";  // transformers' layer_types word: full_attention | sliding_attention
+  std::int64_t window = -1;  // the problems' window=L: keys left of the query's own (sliding_window - 1); -1 none
+  double softcap = 0;        // attn_logit_softcapping: the problems' softcap=C; 0 none
+  bool sinks = false;        // learnable per-head sink logits (gpt-oss): sinks=1
+  int layers = 0;            // how many of the model's layers are of this kind; 0: every layer (uncounted)
+  bool plain() const { return window < 0 && softcap == 0 && !sinks; }
+  bool operator==(const LayerKind&) const = default;
+};
+
 // What a model's attention looks like, read from its config.json.
 struct ModelAttention {
   std::string name;                // _name_or_path, else model_type, else the file's stem
@@ -26,13 +38,27 @@ struct ModelAttention {
   std::string dtype_note;          // why dtype was assumed (float32, no torch_dtype); empty when the config says
   std::string source;              // the config file's name, without its directories
   std::int64_t max_context = 0;    // max_position_embeddings; 0 when the config does not say
+  int layers = 0;                  // num_hidden_layers (or layer_types' length); 0 when the config does not say
+  // What the layers run: full_attention first, then sliding_attention; each kind with at least one
+  // layer. Empty (callers that fill the struct themselves): every layer plain full attention.
+  std::vector<LayerKind> layer_kinds;
+  // The softmax scale the model uses when it is not head_dim^-0.5 as written (Gemma's
+  // query_pre_attn_scalar^-0.5, Granite's attention_multiplier); 0: the config does not set one.
+  // Problem specs have no scale (the kernels take it at run time): a note says what to pass.
+  double softmax_scale = 0;
   std::vector<std::string> notes;  // what was assumed or is worth knowing, one sentence each
+  // Whether some layer is not plain full attention (a window, a cap, sinks).
+  bool has_variants() const;
 };
 
 // Reads a config.json (keys at the top level, else in a nested "text_config", as multimodal
 // configs have them). InputError "FILE: KEY ..." for a missing, mistyped or inconsistent key,
-// "FILE:LINE:COLUMN: invalid JSON: ..." for a syntax error, and for a head dim the kernels do not
-// support (64, 128, 256).
+// "FILE:LINE:COLUMN: invalid JSON: ..." for a syntax error, for a head dim the kernels do not
+// support (64, 128, 256), and for attention the kernels do not compute, naming the key (ALiBi,
+// chunked attention, layer kinds other than full_attention and sliding_attention, bidirectional
+// attention, multi-head latent attention). Sliding windows (sliding_window, layer_types,
+// use_sliding_window / max_window_layers, the Gemma 2/3 and gpt-oss layer patterns), soft-caps
+// (attn_logit_softcapping) and sinks (gpt_oss) become layer_kinds.
 ModelAttention read_model_config(const std::string& path);
 
 // The head dims the kernel families serve (search_spaces/*.yaml, `problem: d:`).
@@ -73,6 +99,9 @@ std::vector<std::string> parse_regimes(const std::string& text);
 struct PlanEntry {
   Problem problem;
   std::string regime;  // prefill | decode | chunk | varlen
+  // The layers whose calls the problem is ("sliding_attention, 21 of 42 layers"); "" when every
+  // layer of the model runs it (plain attention): the plan file's optional `layers`.
+  std::string layers;
   bool operator==(const PlanEntry&) const = default;
 };
 
@@ -82,7 +111,8 @@ struct Plan {
   std::vector<PlanEntry> entries;
 
   std::string yaml() const;             // the YAML plan file, one problem a line
-  nlohmann::ordered_json json() const;  // {"model", "source", "problems": [{"problem": spec, "regime"}]}
+  // {"model", "source", "problems": [{"problem": spec, "regime"[, "layers"]}]}
+  nlohmann::ordered_json json() const;
   // Reads a plan file, YAML or JSON by its extension. Every entry's problem goes through
   // Problem::parse; bad entries, unknown keys, duplicate problems and an empty list are
   // InputErrors at FILE:LINE:COLUMN.
@@ -97,8 +127,10 @@ struct Plan {
   bool operator==(const Plan&) const = default;
 };
 
-// The problems `model` runs in the regimes and sizes `opts` asks for: deduplicated, ordered by
-// regime (prefill, decode, chunk, varlen), dtype, b, s, sk. InputError for nonsense options (an
+// The problems `model` runs in the regimes and sizes `opts` asks for, for each of its layer kinds
+// (the kind's variants in the spec, its layers in `layers` when the model has variants):
+// deduplicated, ordered by regime (prefill, decode, chunk, varlen), dtype, layer kind, b, s, sk.
+// InputError for nonsense options (an
 // empty list, zero or negative sizes, lengths over kPlanMaxLength, an unknown regime or dtype, a
 // decode q-len longer than its context, a chunk longer than the context before it, a varlen batch
 // of more rows than cu_seqlens' int holds).

@@ -103,6 +103,12 @@ class ExportDb {
 
   Store& store() { return store_; }
 
+  // Spaces read through `edit` (a test's change to a shipped space, e.g. serving a variant),
+  // before a family's first use.
+  void edit_spaces(std::function<std::string(const std::string& family, std::string text)> edit) {
+    edit_ = std::move(edit);
+  }
+
  private:
   struct Entry {
     std::string text;
@@ -114,6 +120,7 @@ class ExportDb {
     if (it != entries_.end()) return it->second;
     Entry e;
     e.text = read_bytes(source_dir_ + "/search_spaces/" + family + ".yaml");
+    if (edit_) e.text = edit_(family, std::move(e.text));
     e.space = std::make_shared<const SearchSpace>(SearchSpace::parse(e.text, family + ".yaml"));
     e.device = store_.upsert_device({"NVIDIA H100 80GB HBM3", arch_of(family), "GPU-2", 132, "580.1"});
     return entries_.emplace(family, std::move(e)).first->second;
@@ -122,6 +129,7 @@ class ExportDb {
   Store store_;
   std::string source_dir_;
   std::map<std::string, Entry> entries_;
+  std::function<std::string(const std::string&, std::string)> edit_;
 };
 
 }  // namespace attntune::test

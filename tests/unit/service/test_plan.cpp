@@ -118,8 +118,8 @@ TEST(PlanModelConfig, Gemma2HeadDimWinsOverHiddenAndFloat32IsPlannedAsBf16) {
   EXPECT_EQ(m.head_dim, 256);  // not 3584 / 16 = 224
   EXPECT_EQ(m.dtype, "bf16");
   EXPECT_TRUE(has(m.dtype_note, "torch_dtype is float32")) << m.dtype_note;
-  ASSERT_EQ(m.notes.size(), 1u);
-  EXPECT_TRUE(has(m.notes[0], "attn_logit_softcapping 50.0")) << m.notes[0];
+  // Its variants (the soft-cap, the windows of alternate layers, the scale): PlanVariants below.
+  EXPECT_EQ(m.notes.size(), 3u);
 }
 
 TEST(PlanModelConfig, Llama2IsMhaInFp16WhenKvHeadsAreNotGiven) {
@@ -221,6 +221,344 @@ TEST(PlanModelConfig, BadFilesAreInputErrorsWithPositions) {
   EXPECT_TRUE(has(input_error_of([&] { read_model_config(dir.file("")); }), "is a directory"));
   EXPECT_EQ(input_error_of([&] { read_model_config(dir.write("list.json", "[1, 2]")); }),
             dir.file("list.json") + ": expected a JSON object (a Hugging Face config.json), got a list");
+}
+
+// ---- attention variants: windows, soft-caps, sinks, and what is refused ----------------------
+
+namespace {
+
+LayerKind kind(const std::string& name, std::int64_t window, double softcap, bool sinks, int layers) {
+  return LayerKind{name, window, softcap, sinks, layers};
+}
+
+// sliding_window W's note, at the scope's key name.
+std::string window_note(const std::string& key, int w) {
+  return key + " " + std::to_string(w) + ": a query of a sliding_attention layer sees " + std::to_string(w) +
+         " keys, its own included (transformers, vLLM), so their problems have window=" + std::to_string(w - 1) +
+         ": call the library with window_left " + std::to_string(w - 1) + " and is_causal 1";
+}
+
+const std::string kAlibi =
+    "the model adds ALiBi position biases to its attention scores (a per-head penalty linear in the distance from "
+    "query to key), which attntune's kernels do not compute";
+
+}  // namespace
+
+TEST(PlanVariants, MistralSlidesAWindowOf4096KeysOnEveryLayer) {
+  const ModelAttention m = read_model_config(model_file("mistral_7b_v01.json"));
+  EXPECT_EQ(m.name, "mistralai/Mistral-7B-v0.1");
+  EXPECT_EQ(m.heads, 32);
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(m.layers, 32);
+  // sliding_window 4096 is 4096 keys, the query's own included: window=4095.
+  EXPECT_EQ(m.layer_kinds, (std::vector<LayerKind>{kind("sliding_attention", 4095, 0, false, 32)}));
+  EXPECT_EQ(m.notes, (std::vector<std::string>{window_note("sliding_window", 4096)}));
+  EXPECT_EQ(m.softmax_scale, 0);
+
+  const Plan p = make_plan(m, PlanOptions{});
+  ASSERT_EQ(p.entries.size(), 15u);  // as a plain model's: one kind of layer
+  EXPECT_EQ(p.entries[0],
+            (PlanEntry{Problem::parse("b=1,h=32,hkv=8,s=512,sk=512,d=128,dtype=bf16,causal=1,window=4095"), "prefill",
+                       "sliding_attention, 32 of 32 layers"}));
+  EXPECT_EQ(p.entries.back().problem.str(),
+            "b=64,h=32,hkv=8,s=1,sk=32768,d=128,dtype=bf16,causal=1,page=16,window=4095");
+  for (const PlanEntry& e : p.entries) {
+    EXPECT_EQ(e.problem.window_left, 4095) << e.problem.str();
+    EXPECT_TRUE(e.problem.causal);
+    EXPECT_FALSE(e.problem.softcapped() || e.problem.sinks) << e.problem.str();
+    EXPECT_EQ(e.layers, "sliding_attention, 32 of 32 layers");
+  }
+  // A decode step over 32768 keys reads only the window's 4096.
+  const Problem full = Problem::parse("b=64,h=32,hkv=8,s=1,sk=32768,d=128,dtype=bf16,causal=1,page=16");
+  EXPECT_LT(p.entries.back().problem.bytes() * 7, full.bytes());
+
+  // The chunk and varlen regimes carry the window too.
+  PlanOptions o;
+  o.regimes = {"chunk", "varlen"};
+  o.batch = {1};
+  o.seqlen = {512};
+  o.context = {2048};
+  EXPECT_EQ(specs(make_plan(m, o)),
+            (std::vector<std::string>{"b=1,h=32,hkv=8,s=2048,sk=4096,d=128,dtype=bf16,causal=1,page=16,window=4095",
+                                      "b=1,h=32,hkv=8,s=512,sk=512,d=128,dtype=bf16,causal=1,varlen=32,window=4095"}));
+}
+
+TEST(PlanVariants, GptOssPlansItsFullAndWindowedLayersWithSinks) {
+  const ModelAttention m = read_model_config(model_file("gpt_oss_20b.json"));
+  EXPECT_EQ(m.name, "gpt_oss");
+  EXPECT_EQ(m.heads, 64);
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_EQ(m.head_dim, 64);  // head_dim, not hidden 2880 / 64 = 45
+  EXPECT_EQ(m.dtype, "bf16");
+  EXPECT_TRUE(has(m.dtype_note, "no torch_dtype")) << m.dtype_note;  // as the published config
+  EXPECT_EQ(m.layers, 24);
+  EXPECT_EQ(m.layer_kinds, (std::vector<LayerKind>{kind("full_attention", -1, 0, true, 12),
+                                                    kind("sliding_attention", 127, 0, true, 12)}));
+  ASSERT_EQ(m.notes.size(), 2u);
+  EXPECT_EQ(m.notes[0], window_note("sliding_window", 128));
+  EXPECT_EQ(m.notes[1],
+            "model_type gpt_oss: every layer has learnable per-head attention sinks (self_attn.sinks in the "
+            "checkpoint), so the problems have sinks=1: pass each layer's sink logits as [heads_q] fp32 "
+            "(attntune_options.sinks)");
+
+  // Each regime for each kind of layer: prefill full, prefill windowed, decode full, decode windowed.
+  const Plan p = make_plan(m, PlanOptions{});
+  ASSERT_EQ(p.entries.size(), 30u);
+  const std::string full = "full_attention, 12 of 24 layers", sliding = "sliding_attention, 12 of 24 layers";
+  EXPECT_EQ(p.entries[0], (PlanEntry{Problem::parse("b=1,h=64,hkv=8,s=512,sk=512,d=64,dtype=bf16,causal=1,sinks=1"),
+                                     "prefill", full}));
+  EXPECT_EQ(p.entries[5].problem.str(), "b=8,h=64,hkv=8,s=8192,sk=8192,d=64,dtype=bf16,causal=1,sinks=1");
+  EXPECT_EQ(p.entries[6], (PlanEntry{Problem::parse("b=1,h=64,hkv=8,s=512,sk=512,d=64,dtype=bf16,causal=1,window=127,"
+                                                    "sinks=1"),
+                                     "prefill", sliding}));
+  EXPECT_EQ(p.entries[12], (PlanEntry{Problem::parse("b=1,h=64,hkv=8,s=1,sk=2048,d=64,dtype=bf16,causal=1,page=16,"
+                                                     "sinks=1"),
+                                      "decode", full}));
+  EXPECT_EQ(p.entries[21], (PlanEntry{Problem::parse("b=1,h=64,hkv=8,s=1,sk=2048,d=64,dtype=bf16,causal=1,page=16,"
+                                                     "window=127,sinks=1"),
+                                      "decode", sliding}));
+  EXPECT_EQ(p.entries[29].problem.str(),
+            "b=64,h=64,hkv=8,s=1,sk=32768,d=64,dtype=bf16,causal=1,page=16,window=127,sinks=1");
+  for (std::size_t i = 0; i < p.entries.size(); ++i) {
+    const bool windowed = (i >= 6 && i < 12) || i >= 21;
+    EXPECT_EQ(p.entries[i].layers, windowed ? sliding : full) << i;
+    EXPECT_EQ(p.entries[i].problem.window_left, windowed ? 127 : -1) << i;
+    EXPECT_TRUE(p.entries[i].problem.sinks) << i;
+  }
+  // Tensor parallelism splits the heads (and the sinks with them) as for any model.
+  PlanOptions o;
+  o.tp = 8;
+  o.regimes = {"prefill"};
+  o.batch = {1};
+  o.seqlen = {512};
+  EXPECT_EQ(specs(make_plan(m, o)),
+            (std::vector<std::string>{"b=1,h=8,hkv=1,s=512,sk=512,d=64,dtype=bf16,causal=1,sinks=1",
+                                      "b=1,h=8,hkv=1,s=512,sk=512,d=64,dtype=bf16,causal=1,window=127,sinks=1"}));
+}
+
+TEST(PlanVariants, Qwen2SlidesOnlyPastMaxWindowLayersAndOnlyWhenUseSlidingWindow) {
+  const ModelAttention on = read_model_config(model_file("qwen25_1p5b_swa.json"));
+  EXPECT_EQ(on.heads, 12);
+  EXPECT_EQ(on.kv_heads, 2);
+  EXPECT_EQ(on.head_dim, 128);
+  // transformers' Qwen2: the first max_window_layers (21) layers full, the other 7 windowed.
+  EXPECT_EQ(on.layer_kinds, (std::vector<LayerKind>{kind("full_attention", -1, 0, false, 21),
+                                                     kind("sliding_attention", 32767, 0, false, 7)}));
+  EXPECT_EQ(on.notes, (std::vector<std::string>{window_note("sliding_window", 32768)}));
+  PlanOptions o;
+  o.regimes = {"decode"};
+  o.decode_batch = {1};
+  o.context = {65536};
+  const Plan p = make_plan(on, o);
+  ASSERT_EQ(p.entries.size(), 2u);
+  EXPECT_EQ(p.entries[0], (PlanEntry{Problem::parse("b=1,h=12,hkv=2,s=1,sk=65536,d=128,dtype=bf16,causal=1,page=16"),
+                                     "decode", "full_attention, 21 of 28 layers"}));
+  EXPECT_EQ(p.entries[1],
+            (PlanEntry{Problem::parse("b=1,h=12,hkv=2,s=1,sk=65536,d=128,dtype=bf16,causal=1,page=16,window=32767"),
+                       "decode", "sliding_attention, 7 of 28 layers"}));
+
+  // Qwen2 7B as published: use_sliding_window false, so its sliding_window 131072 is not used.
+  const ModelAttention off = read_model_config(model_file("qwen2_7b.json"));
+  EXPECT_EQ(off.layer_kinds, (std::vector<LayerKind>{kind("full_attention", -1, 0, false, 28)}));
+  EXPECT_TRUE(off.notes.empty());
+  EXPECT_FALSE(off.has_variants());
+  for (const PlanEntry& e : make_plan(off, PlanOptions{}).entries) EXPECT_EQ(e.layers, "");
+}
+
+TEST(PlanVariants, Gemma2AlternatesWindowedLayersAndCapsEveryLayer) {
+  const ModelAttention m = read_model_config(model_file("gemma2_9b.json"));
+  EXPECT_EQ(m.layers, 42);
+  // transformers' Gemma2: layer 0 windowed, layer 1 full, ...: 21 and 21; the cap on both.
+  EXPECT_EQ(m.layer_kinds, (std::vector<LayerKind>{kind("full_attention", -1, 50, false, 21),
+                                                    kind("sliding_attention", 4095, 50, false, 21)}));
+  EXPECT_DOUBLE_EQ(m.softmax_scale, 0.0625);
+  EXPECT_EQ(m.notes,
+            (std::vector<std::string>{
+                window_note("sliding_window", 4096),
+                "attn_logit_softcapping 50.0: every layer caps its attention scores, softcap * tanh(scale * q.k / "
+                "softcap), so the problems have softcap=50: pass attntune_options.softcap 50",
+                "the softmax scale is query_pre_attn_scalar^-0.5 = 256^-0.5 = 0.0625, which is head_dim^-0.5 too: the "
+                "usual softmax_scale (1/sqrt(head_dim)) is right"}));
+  PlanOptions o;
+  o.regimes = {"prefill"};
+  o.batch = {1};
+  o.seqlen = {8192};
+  const Plan p = make_plan(m, o);
+  EXPECT_EQ(p.entries, (std::vector<PlanEntry>{
+                           {Problem::parse("b=1,h=16,hkv=8,s=8192,sk=8192,d=256,dtype=bf16,causal=1,softcap=50"),
+                            "prefill", "full_attention, 21 of 42 layers"},
+                           {Problem::parse("b=1,h=16,hkv=8,s=8192,sk=8192,d=256,dtype=bf16,causal=1,window=4095,"
+                                           "softcap=50"),
+                            "prefill", "sliding_attention, 21 of 42 layers"}}));
+  // The windowed layers' FLOPs count only what the window lets a query see.
+  EXPECT_LT(p.entries[1].problem.flops(), 0.8 * p.entries[0].problem.flops());
+}
+
+TEST(PlanVariants, Gemma3HasOneGlobalLayerInSixFromItsTextConfig) {
+  const ModelAttention m = read_model_config(model_file("gemma3_4b.json"));
+  EXPECT_EQ(m.layers, 34);
+  // sliding_window_pattern 6: layers 5, 11, 17, 23 and 29 full; attn_logit_softcapping null: no cap.
+  EXPECT_EQ(m.layer_kinds, (std::vector<LayerKind>{kind("full_attention", -1, 0, false, 5),
+                                                    kind("sliding_attention", 1023, 0, false, 29)}));
+  EXPECT_EQ(m.notes, (std::vector<std::string>{
+                         window_note("text_config.sliding_window", 1024),
+                         "the softmax scale is text_config.query_pre_attn_scalar^-0.5 = 256^-0.5 = 0.0625, which is "
+                         "head_dim^-0.5 too: the usual softmax_scale (1/sqrt(head_dim)) is right"}));
+  const Plan p = make_plan(m, PlanOptions{});
+  ASSERT_EQ(p.entries.size(), 30u);
+  EXPECT_EQ(p.entries[6].problem.str(), "b=1,h=8,hkv=4,s=512,sk=512,d=256,dtype=bf16,causal=1,window=1023");
+  EXPECT_EQ(p.entries[6].layers, "sliding_attention, 29 of 34 layers");
+  EXPECT_EQ(p.entries[0].layers, "full_attention, 5 of 34 layers");
+}
+
+TEST(PlanVariants, LayerRulesFollowTransformersConfigClasses) {
+  TempDir dir;
+  auto read = [&](const std::string& members) { return read_model_config(dir.write("m.json", "{" + members + "}")); };
+  const std::string heads = R"("num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128, )";
+  // layer_types wins over every other rule, and counts the layers.
+  ModelAttention m = read(heads + R"("model_type": "gemma2", "sliding_window": 512, "layer_types":
+                                     ["full_attention", "sliding_attention", "sliding_attention"])");
+  EXPECT_EQ(m.layers, 3);
+  EXPECT_EQ(m.layer_kinds, (std::vector<LayerKind>{kind("full_attention", -1, 0, false, 1),
+                                                    kind("sliding_attention", 511, 0, false, 2)}));
+  // Gemma 3 without sliding_window_pattern: transformers' default, one full layer in 6.
+  m = read(heads + R"("model_type": "gemma3_text", "sliding_window": 512, "num_hidden_layers": 12)");
+  EXPECT_EQ(m.layer_kinds, (std::vector<LayerKind>{kind("full_attention", -1, 0, false, 2),
+                                                    kind("sliding_attention", 511, 0, false, 10)}));
+  EXPECT_EQ(m.notes.front(), "no sliding_window_pattern: planning transformers' gemma3_text default, one "
+                             "full_attention layer in 6");
+  // Qwen2 with use_sliding_window and no max_window_layers: transformers' default, 28 full layers.
+  m = read(heads + R"("model_type": "qwen2", "use_sliding_window": true, "sliding_window": 4096,
+                      "num_hidden_layers": 30)");
+  EXPECT_EQ(m.layer_kinds, (std::vector<LayerKind>{kind("full_attention", -1, 0, false, 28),
+                                                    kind("sliding_attention", 4095, 0, false, 2)}));
+  EXPECT_EQ(m.notes.front(), "use_sliding_window is true and there is no max_window_layers: planning transformers' "
+                             "Qwen2 default, the first 28 layers full attention");
+  // max_window_layers 0: every layer windowed.
+  m = read(heads + R"("use_sliding_window": true, "sliding_window": 4096, "max_window_layers": 0,
+                      "num_hidden_layers": 4)");
+  EXPECT_EQ(m.layer_kinds, (std::vector<LayerKind>{kind("sliding_attention", 4095, 0, false, 4)}));
+  // use_sliding_window false: the layers layer_types calls sliding run full attention, said once.
+  m = read(heads + R"("use_sliding_window": false, "sliding_window": 4096,
+                      "layer_types": ["full_attention", "sliding_attention"])");
+  EXPECT_EQ(m.layer_kinds, (std::vector<LayerKind>{kind("full_attention", -1, 0, false, 2)}));
+  EXPECT_EQ(m.notes, (std::vector<std::string>{"use_sliding_window is false: the 1 layer that layer_types calls "
+                                               "sliding_attention run full attention (as transformers' Qwen2 runs "
+                                               "them)"}));
+  EXPECT_FALSE(m.has_variants());
+  // A window and no layer count (Phi-3 style): every layer, uncounted.
+  m = read(heads + R"("sliding_window": 2047)");
+  EXPECT_EQ(m.layers, 0);
+  EXPECT_EQ(m.layer_kinds, (std::vector<LayerKind>{kind("sliding_attention", 2046, 0, false, 0)}));
+  PlanOptions o;
+  o.regimes = {"prefill"};
+  o.batch = {1};
+  o.seqlen = {512};
+  EXPECT_EQ(make_plan(m, o).entries.at(0).layers, "sliding_attention, every layer");
+  // A window of 1 key: the query's own (window=0).
+  m = read(heads + R"("sliding_window": 1, "num_hidden_layers": 2)");
+  EXPECT_EQ(m.layer_kinds.at(0).window, 0);
+  // Nulls are absent: no window, no cap (a Mistral v0.2 style config).
+  m = read(heads + R"("model_type": "mistral", "sliding_window": null, "attn_logit_softcapping": null,
+                      "num_hidden_layers": 32)");
+  EXPECT_EQ(m.layer_kinds, (std::vector<LayerKind>{kind("full_attention", -1, 0, false, 32)}));
+  EXPECT_TRUE(m.notes.empty());
+}
+
+TEST(PlanVariants, AScaleThatIsNotHeadDimsIsNamedWithTheValueToPass) {
+  TempDir dir;
+  auto read = [&](const std::string& members) { return read_model_config(dir.write("m.json", "{" + members + "}")); };
+  // Gemma 2 27B: query_pre_attn_scalar 144 (hidden 4608 / 32 heads) over heads of 128.
+  ModelAttention m = read(R"("model_type": "gemma2", "num_attention_heads": 32, "num_key_value_heads": 16,
+                             "head_dim": 128, "hidden_size": 4608, "num_hidden_layers": 46, "sliding_window": 4096,
+                             "query_pre_attn_scalar": 144)");
+  EXPECT_DOUBLE_EQ(m.softmax_scale, 1.0 / 12);
+  EXPECT_EQ(m.notes.back(),
+            "the softmax scale is query_pre_attn_scalar^-0.5 = 144^-0.5 = 0.08333333, not head_dim^-0.5 = 0.08838835: "
+            "problem specs have no scale (the kernels take it at run time), so pass softmax_scale 0.08333333 on every "
+            "call (scale= in PyTorch)");
+  // Granite: attention_multiplier is the scale.
+  m = read(R"("model_type": "granite", "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
+              "attention_multiplier": 0.0078125)");
+  EXPECT_DOUBLE_EQ(m.softmax_scale, 0.0078125);
+  EXPECT_EQ(m.notes, (std::vector<std::string>{
+                         "the softmax scale is attention_multiplier = 0.0078125, not head_dim^-0.5 = 0.08838835: "
+                         "problem specs have no scale (the kernels take it at run time), so pass softmax_scale "
+                         "0.0078125 on every call (scale= in PyTorch)"}));
+  EXPECT_FALSE(m.has_variants());  // a scale is a run-time argument, not a variant
+}
+
+TEST(PlanVariants, AttentionTheKernelsDoNotComputeIsRefusedNamingTheKey) {
+  const std::string falcon = model_file("falcon_rw_1b.json");
+  EXPECT_EQ(input_error_of([&] { read_model_config(falcon); }), falcon + ": alibi: true: " + kAlibi);
+  // Falcon 7B says alibi false: planned.
+  EXPECT_NO_THROW(read_model_config(model_file("falcon_7b.json")));
+
+  TempDir dir;
+  const std::string file = dir.file("m.json");
+  const std::string heads = R"("num_attention_heads": 8, "hidden_size": 1024, )";
+  // BLOOM has no key for its ALiBi, and no num_attention_heads either: the refusal comes first.
+  EXPECT_EQ(config_error(dir, R"("model_type": "bloom", "n_head": 16, "hidden_size": 1024)"),
+            file + ": model_type bloom: " + kAlibi);
+  EXPECT_EQ(config_error(dir, R"("model_type": "mpt", "n_heads": 32, "d_model": 4096,
+                                  "attn_config": {"alibi": true, "attn_impl": "torch"})"),
+            file + ": attn_config.alibi: true: " + kAlibi);
+  EXPECT_EQ(config_error(dir, heads + R"("position_embedding_type": "alibi")"),
+            file + ": position_embedding_type: \"alibi\": " + kAlibi);
+  EXPECT_EQ(config_error(dir, heads + R"("alibi": "yes")"),
+            file + ": alibi: expected true or false, got the string \"yes\"");
+  EXPECT_EQ(config_error(dir, R"("model_type": "llama4", "text_config": {"num_attention_heads": 40,
+                                  "num_key_value_heads": 8, "head_dim": 128, "attention_chunk_size": 8192})"),
+            file + ": text_config.attention_chunk_size 8192: chunked attention (Llama 4: a query sees only the keys of "
+                   "its own chunk of tokens) is not what attntune's kernels compute");
+  EXPECT_EQ(config_error(dir, heads + R"("layer_types": ["chunked_attention", "chunked_attention", "full_attention"])"),
+            file + ": layer_types[0] is \"chunked_attention\" (2 of 3 layers): chunked attention (Llama 4: a query "
+                   "sees only the keys of its own chunk of attention_chunk_size tokens) is not what attntune's kernels "
+                   "compute; they serve full_attention and sliding_attention layers");
+  EXPECT_EQ(config_error(dir, heads + R"("layer_types": ["full_attention", "linear_attention"])"),
+            file + ": layer_types[1] is \"linear_attention\" (1 of 2 layers): attntune's kernels serve full_attention "
+                   "and sliding_attention layers only");
+  EXPECT_EQ(config_error(dir, heads + R"("use_bidirectional_attention": true)"),
+            file + ": use_bidirectional_attention: true: the model's attention is bidirectional (an encoder), and plan "
+                   "plans the causal attention of a decoder");
+  // Inconsistent or mistyped layer keys.
+  EXPECT_EQ(config_error(dir, heads + R"("num_hidden_layers": 3, "layer_types": ["full_attention"])"),
+            file + ": layer_types lists 1 layer and num_hidden_layers is 3");
+  EXPECT_EQ(config_error(dir, heads + R"("layer_types": "full_attention")"),
+            file + ": layer_types: expected a list of \"full_attention\" and \"sliding_attention\", got the string "
+                   "\"full_attention\"");
+  EXPECT_EQ(config_error(dir, heads + R"("layer_types": [1])"),
+            file + ": layer_types[0]: expected a string like \"full_attention\", got 1");
+  EXPECT_EQ(config_error(dir, heads + R"("layer_types": ["sliding_attention", "full_attention"])"),
+            file + ": layer_types lists 1 sliding_attention layer and there is no sliding_window (the window's "
+                   "length)");
+  EXPECT_EQ(config_error(dir, heads + R"("model_type": "mistral")"),
+            file + ": no sliding_window: transformers' mistral configuration then uses its default window, which "
+                   "attntune does not guess: give sliding_window (null for none)");
+  EXPECT_EQ(config_error(dir, heads + R"("model_type": "gpt_oss", "layer_types": ["sliding_attention"])"),
+            file + ": no sliding_window: transformers' gpt_oss configuration then uses its default window, which "
+                   "attntune does not guess: give sliding_window (null for none)");
+  EXPECT_EQ(read_model_config(dir.write("full.json", "{" + heads + R"("model_type": "gpt_oss",
+                                        "layer_types": ["full_attention"]})"))
+                .layer_kinds,
+            (std::vector<LayerKind>{kind("full_attention", -1, 0, true, 1)}));  // no window to guess
+  EXPECT_EQ(config_error(dir, heads + R"("model_type": "gemma2", "sliding_window": 4096)"),
+            file + ": no num_hidden_layers: gemma2's alternation of sliding and full layers needs the number of "
+                   "layers");
+  EXPECT_EQ(config_error(dir, heads + R"("sliding_window": 0)"),
+            file + ": sliding_window: expected a positive whole number, got 0");
+  EXPECT_EQ(config_error(dir, heads + R"("sliding_window": 4096, "use_sliding_window": "true")"),
+            file + ": use_sliding_window: expected true or false, got the string \"true\"");
+  EXPECT_EQ(config_error(dir, heads + R"("use_sliding_window": true, "sliding_window": 4096, "num_hidden_layers": 4,
+                                         "max_window_layers": -1)"),
+            file + ": max_window_layers: expected a whole number (0 or more), got -1");
+  EXPECT_EQ(config_error(dir, heads + R"("attn_logit_softcapping": -50)"),
+            file + ": attn_logit_softcapping: expected a positive number (null: no cap), got -50");
+  EXPECT_EQ(config_error(dir, heads + R"("attn_logit_softcapping": "50")"),
+            file + ": attn_logit_softcapping: expected a positive number (null: no cap), got the string \"50\"");
+  EXPECT_EQ(config_error(dir, heads + R"("query_pre_attn_scalar": 0)"),
+            file + ": query_pre_attn_scalar: expected a positive number, got 0");
 }
 
 // ---- make_plan ------------------------------------------------------------------------------
@@ -456,6 +794,29 @@ TEST(PlanMake, NonsenseOptionsAreInputErrors) {
   EXPECT_TRUE(has(input_error_of([&] { make_plan(bad, PlanOptions{}); }), "head dim 96 is not supported"));
 }
 
+TEST(PlanMake, AModelFilledByHandWithoutLayerKindsIsPlainAndBadKindsAreRefused) {
+  ModelAttention m;
+  m.name = "hand";
+  m.heads = 8, m.kv_heads = 2, m.head_dim = 64, m.dtype = "fp16";
+  PlanOptions o;
+  o.regimes = {"prefill"};
+  o.batch = {1};
+  o.seqlen = {128};
+  EXPECT_EQ(make_plan(m, o).entries,
+            (std::vector<PlanEntry>{
+                {Problem::parse("b=1,h=8,hkv=2,s=128,sk=128,d=64,dtype=fp16,causal=1"), "prefill", ""}}));
+  m.layers = 4;
+  m.layer_kinds = {LayerKind{"sliding_attention", 63, 30, false, 4}};
+  EXPECT_EQ(make_plan(m, o).entries,
+            (std::vector<PlanEntry>{{Problem::parse("b=1,h=8,hkv=2,s=128,sk=128,d=64,dtype=fp16,causal=1,window=63,"
+                                                    "softcap=30"),
+                                     "prefill", "sliding_attention, 4 of 4 layers"}}));
+  m.layer_kinds = {LayerKind{"sliding_attention", -2, 0, false, 4}};
+  EXPECT_TRUE(has(input_error_of([&] { make_plan(m, o); }), "model hand: layer kind sliding_attention: window -2"));
+  m.layer_kinds = {LayerKind{"", 5, 0, false, 4}};
+  EXPECT_EQ(input_error_of([&] { make_plan(m, o); }), "model hand: a layer kind's name is not one line of text");
+}
+
 TEST(PlanMake, ListOptionsParseWholeNumbersOnly) {
   EXPECT_EQ(parse_int_list("1,8,64", "--batch", 1, 100), (std::vector<std::int64_t>{1, 8, 64}));
   EXPECT_EQ(parse_int_list(" 2048 , 4096", "--context", 1, 1 << 20), (std::vector<std::int64_t>{2048, 4096}));
@@ -580,7 +941,7 @@ TEST(PlanFile, BadEntriesAreReportedAtLineAndColumn) {
   EXPECT_EQ(error(head + good + "  - {problem: \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\", regime: train}\n"),
             f + ":5:65: problems[1].regime: unknown regime 'train' (known: prefill, decode, chunk, varlen)");
   EXPECT_EQ(error(head + "  - {problem: \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\", regime: decode, gpu: 0}\n"),
-            f + ":4:73: problems[0]: unknown key 'gpu' (expected problem, regime)");
+            f + ":4:73: problems[0]: unknown key 'gpu' (expected problem, regime, layers)");
   EXPECT_EQ(error(head + "  - {regime: decode}\n"), f + ":4:5: problems[0]: no problem");
   EXPECT_EQ(error(head + "  - {problem: \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\"}\n"),
             f + ":4:5: problems[0]: no regime (prefill, decode, chunk or varlen)");
@@ -780,13 +1141,16 @@ TEST(PlanCli, NotesSayWhatWasAssumed) {
   const auto r = run_attntune("plan --model " + model_file("gemma2_9b.json") + " --context 2048,4096");
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto lines = attntune::testing::lines(r.err);
-  ASSERT_EQ(lines.size(), 2u) << r.err;
+  ASSERT_EQ(lines.size(), 4u) << r.err;
   EXPECT_TRUE(lines[0].starts_with("attntune: note: torch_dtype is float32")) << lines[0];
-  EXPECT_TRUE(lines[1].starts_with("attntune: note: the model caps its attention logits")) << lines[1];
+  // What the calls must pass: the window, the cap, the scale.
+  EXPECT_TRUE(lines[1].starts_with("attntune: note: sliding_window 4096: ")) << lines[1];
+  EXPECT_TRUE(lines[2].starts_with("attntune: note: attn_logit_softcapping 50.0: ")) << lines[2];
+  EXPECT_TRUE(lines[3].starts_with("attntune: note: the softmax scale is query_pre_attn_scalar")) << lines[3];
   // With the dtype chosen, the float32 note has nothing to say.
   const auto fixed = run_attntune("plan --model " + model_file("gemma2_9b.json") + " --context 2048 --dtype fp16");
   ASSERT_EQ(fixed.rc, 0);
-  EXPECT_EQ(attntune::testing::lines(fixed.err).size(), 1u) << fixed.err;
+  EXPECT_EQ(attntune::testing::lines(fixed.err).size(), 3u) << fixed.err;
   EXPECT_TRUE(has(fixed.out, "dtype=fp16"));
 }
 
@@ -816,4 +1180,101 @@ TEST(PlanCli, BadInputsAreOneLineAndExit2) {
   // A save that fails prints nothing on stdout and leaves nothing behind.
   expect_input_error("plan" + llama + " -o " + dir.file("missing/plan.yaml"), "does not exist");
   EXPECT_EQ(dir.names(), (std::vector<std::string>{"bad.json", "seven.json"}));
+}
+
+// ---- variants in the plan file and the command ----------------------------------------------
+
+TEST(PlanFile, LayersAreWrittenForModelsWithVariantsAndReadBack) {
+  TempDir dir;
+  const Plan p = make_plan(read_model_config(model_file("gpt_oss_20b.json")), PlanOptions{});
+  p.save(dir.file("plan.yaml"));
+  EXPECT_EQ(Plan::load(dir.file("plan.yaml")), p);
+  const std::string text = read_text(dir.file("plan.yaml"));
+  EXPECT_TRUE(has(text,
+                  "  - {problem: \"b=1,h=64,hkv=8,s=512,sk=512,d=64,dtype=bf16,causal=1,sinks=1\", regime: prefill, "
+                  "layers: \"full_attention, 12 of 24 layers\"}\n"))
+      << text;
+  EXPECT_TRUE(has(text,
+                  "  - {problem: \"b=64,h=64,hkv=8,s=1,sk=32768,d=64,dtype=bf16,causal=1,page=16,window=127,sinks=1\", "
+                  "regime: decode, layers: \"sliding_attention, 12 of 24 layers\"}\n"))
+      << text;
+  p.save(dir.file("plan.json"));
+  EXPECT_EQ(Plan::load(dir.file("plan.json")), p);
+  const nlohmann::json j = nlohmann::json::parse(read_text(dir.file("plan.json")));
+  EXPECT_EQ(j.at("problems")[6],
+            nlohmann::json({{"problem", "b=1,h=64,hkv=8,s=512,sk=512,d=64,dtype=bf16,causal=1,window=127,sinks=1"},
+                            {"regime", "prefill"},
+                            {"layers", "sliding_attention, 12 of 24 layers"}}));
+  // A plain model's plan has no layers: it reads as before.
+  EXPECT_FALSE(has(make_plan(llama3(), PlanOptions{}).yaml(), "layers"));
+  EXPECT_FALSE(make_plan(llama3(), PlanOptions{}).json().at("problems")[0].contains("layers"));
+
+  // Hand-written: layers is optional text of one line.
+  const std::string head = "model: m\nproblems:\n  - {problem: \"b=1,h=8,s=64,d=64,dtype=bf16,causal=1,window=15\", "
+                           "regime: prefill";
+  EXPECT_EQ(Plan::load(dir.write("ok.yaml", head + ", layers: mine}\n")).entries.at(0).layers, "mine");
+  EXPECT_EQ(input_error_of([&] { Plan::load(dir.write("l.yaml", head + ", layers: [1, 2]}\n")); }),
+            dir.file("l.yaml") +
+                ":3:91: problems[0].layers: expected the layers it serves, e.g. \"sliding_attention, 21 of 42 "
+                "layers\"");
+  EXPECT_TRUE(has(input_error_of([&] { Plan::load(dir.write("c.yaml", head + ", layers: \"a\\tb\"}\n")); }),
+                  "problems[0].layers: not one line of UTF-8 text"));
+}
+
+TEST(PlanCli, AModelWithVariantsListsItsLayerKindsAndWhatEachProblemServes) {
+  const auto r = run_attntune("plan --model " + model_file("gpt_oss_20b.json") + " --decode-batch 64 --context 32768");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto lines = attntune::testing::lines(r.out);
+  ASSERT_EQ(lines.size(), 3u + 1u + 2u + 14u) << r.out;  // summary, 2 kinds, blank, header, rule, 14 rows
+  EXPECT_EQ(lines[0], "gpt_oss (gpt_oss_20b.json): 64 query heads, 8 KV heads, head dim 64, bf16; 14 problems");
+  EXPECT_EQ(lines[1], "  full_attention: 12 of 24 layers; sinks=1");
+  EXPECT_EQ(lines[2], "  sliding_attention: 12 of 24 layers; window=127,sinks=1");
+  EXPECT_EQ(lines[3], "");
+  EXPECT_TRUE(lines[4].starts_with("regime   problem")) << lines[4];
+  EXPECT_TRUE(lines[4].ends_with("layers")) << lines[4];
+  EXPECT_TRUE(lines[6].starts_with("prefill  b=1,h=64,hkv=8,s=512,sk=512,d=64,dtype=bf16,causal=1,sinks=1 "))
+      << lines[6];
+  EXPECT_TRUE(lines[6].ends_with("full_attention, 12 of 24 layers")) << lines[6];
+  EXPECT_TRUE(lines.back().starts_with("decode   b=64,h=64,hkv=8,s=1,sk=32768,d=64,dtype=bf16,causal=1,page=16,"
+                                       "window=127,sinks=1 "))
+      << lines.back();
+  EXPECT_TRUE(lines.back().ends_with("sliding_attention, 12 of 24 layers")) << lines.back();
+  // The notes: the dtype assumed, the window's convention, the sinks.
+  const auto notes = attntune::testing::lines(r.err);
+  ASSERT_EQ(notes.size(), 3u) << r.err;
+  EXPECT_TRUE(notes[0].starts_with("attntune: note: the config gives no torch_dtype")) << notes[0];
+  EXPECT_TRUE(notes[1].starts_with("attntune: note: sliding_window 128: ")) << notes[1];
+  EXPECT_TRUE(notes[2].starts_with("attntune: note: model_type gpt_oss: every layer has learnable per-head attention "
+                                   "sinks"))
+      << notes[2];
+  // --format json is the plan file's JSON, layers included.
+  const auto j = run_attntune("plan --model " + model_file("gpt_oss_20b.json") + " --format json");
+  ASSERT_EQ(j.rc, 0) << j.err;
+  EXPECT_EQ(nlohmann::ordered_json::parse(j.out),
+            make_plan(read_model_config(model_file("gpt_oss_20b.json")), PlanOptions{}).json());
+}
+
+TEST(PlanCli, AWindowAsLongAsEveryKeyCountIsPlannedAsAWindowAndSaidSo) {
+  const std::string qwen = " --model " + model_file("qwen25_1p5b_swa.json");
+  const auto r = run_attntune("plan" + qwen);  // contexts up to 32768, the window's length
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "causal=1,page=16,window=32767 ")) << r.out;
+  EXPECT_TRUE(has(r.err, "attntune: note: the sliding_attention layers' window (32768 keys) is as long as every key "
+                         "count planned for them (up to 32768): their problems see every key, as full attention's do, "
+                         "and stay windowed"))
+      << r.err;
+  const auto longer = run_attntune("plan" + qwen + " --context 65536");
+  ASSERT_EQ(longer.rc, 0) << longer.err;
+  EXPECT_FALSE(has(longer.err, "is as long as every key count")) << longer.err;
+}
+
+TEST(PlanCli, AttentionTheKernelsDoNotComputeStopsPlanWithExit2) {
+  TempDir dir;
+  expect_input_error("plan --model " + model_file("falcon_rw_1b.json"),
+                     "falcon_rw_1b.json: alibi: true: the model adds ALiBi position biases to its attention scores");
+  const std::string llama4 = dir.write("llama4.json", R"({"model_type": "llama4", "text_config": {
+      "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "attention_chunk_size": 8192}})");
+  expect_input_error("plan --model " + llama4 + " -o " + dir.file("plan.yaml"),
+                     "text_config.attention_chunk_size 8192: chunked attention");
+  EXPECT_EQ(dir.names(), std::vector<std::string>{"llama4.json"});  // no plan written
 }
