@@ -1,0 +1,93 @@
+"""Attention with FlashAttention's variants, written out plainly: the reference of tests/torch/ (the
+fallback on the CPU in test_ops.py, the kernels on the GPU in test_ops_gpu.py).
+
+Semantics (docs/CONTRACT.md "Variants"): query row i of a sequence of len_q rows over len_k keys,
+bottom-right aligned (i' = i + len_k - len_q), sees keys j with i' - left <= j <= i' + right and
+j < len_k (-1: an unbounded side; causal is right = 0); a soft-cap c > 0 makes a score
+c * tanh(scale * q.k / c) before masking; a sink logit s_h (per query head) joins each row's softmax
+denominator with no value row. A row that sees no key gives zeros and LSE -inf, or s_h with a sink.
+
+Not the ops' algorithm (variant_into in _ops.cpp): the sink joins the softmax as one more column here,
+where the ops add it through the LSE afterwards, and every (row, key) pair is masked explicitly.
+"""
+import math
+
+import torch
+
+
+def visible_mask(S, Sk, len_q, len_k, causal, window, device=None):
+    """[B, 1, S, Sk] bool: which keys each row of each sequence sees. len_q, len_k: lists of ints
+    (each sequence's rows and keys; rows past len_q see what their position implies, and callers
+    ignore them)."""
+    left, right = window[0], 0 if causal else window[1]
+    B = len(len_q)
+    i = torch.arange(S, device=device)[None, :, None]
+    j = torch.arange(Sk, device=device)[None, None, :]
+    lq = torch.tensor(len_q, device=device)[:, None, None]
+    lk = torch.tensor(len_k, device=device)[:, None, None]
+    diag = i + lk - lq
+    mask = j < lk
+    if left >= 0:
+        mask = mask & (j >= diag - left)
+    if right >= 0:
+        mask = mask & (j <= diag + right)
+    return mask.expand(B, S, Sk)[:, None]
+
+
+def attention(q, k, v, scale, *, causal=False, window=(-1, -1), softcap=0.0, sinks=None, len_q=None, len_k=None,
+              dtype=torch.float64):
+    """q [B, H, S, D] over k, v [B, Hkv, Sk, D] (GQA: head h reads K/V head h // (H / Hkv)).
+    dtype float64: the exact reference (out [B, H, S, D] and lse [B, H, S] in float64). Another
+    dtype: FlashAttention's attention_ref in low precision (the inputs and P V in `dtype`, the softmax
+    in float32), whose error against float64 sets the bound of FlashAttention-2's criterion."""
+    B, H, S, D = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
+    len_q = [S] * B if len_q is None else list(len_q)
+    len_k = [Sk] * B if len_k is None else list(len_k)
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    qd, kd, vd = (t.to(dtype) for t in (q, k, v))
+    if Hkv != H:
+        kd, vd = kd.repeat_interleave(H // Hkv, 1), vd.repeat_interleave(H // Hkv, 1)
+    # Keys past a sequence's length may hold anything (NaN in a stale cache): never multiplied.
+    keep = (torch.arange(Sk, device=q.device)[None, :] < torch.tensor(len_k, device=q.device)[:, None])
+    kd = torch.where(keep[:, None, :, None], kd, torch.zeros((), dtype=dtype, device=q.device))
+    vd = torch.where(keep[:, None, :, None], vd, torch.zeros((), dtype=dtype, device=q.device))
+    s = torch.matmul(qd, kd.transpose(-1, -2)).to(acc) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    s = s.masked_fill(~visible_mask(S, Sk, len_q, len_k, causal, window, q.device), float("-inf"))
+    if sinks is not None:  # one more column: the sink's logit, no value
+        col = sinks.to(device=q.device, dtype=acc).view(1, H, 1, 1).expand(B, H, S, 1)
+        s = torch.cat([s, col], dim=-1)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)[..., None])
+    if sinks is not None:
+        p = p[..., :Sk]
+    out = torch.matmul(p.to(dtype), vd)
+    return out, lse.to(torch.float64)
+
+
+def fa2_bound(ref_lowp, ref64, dtype):
+    """FlashAttention-2's criterion: max |out - ref64| <= 2 * max |ref_lowp - ref64| + atol."""
+    atol = 1 / 512 if dtype == torch.bfloat16 else 1 / 4096
+    lowp = (ref_lowp.double() - ref64).abs().max().item() if ref64.numel() else 0.0
+    return 2 * lowp + atol
+
+
+def compare(out, lse, ref64, lse64, ref_lowp, dtype, lse_atol=1e-3):
+    """(ok, message): out against float64 by FlashAttention-2's criterion (NaN fails), and the LSE
+    (None: not checked): -inf exactly where the reference's is, within lse_atol elsewhere (relative
+    for large values: a sink's 1e3 is its own LSE, exact only to fp32)."""
+    err = (out.double() - ref64).abs().max().item() if out.numel() else 0.0
+    bound = fa2_bound(ref_lowp, ref64, dtype)
+    ok = math.isfinite(err) and err <= bound
+    msg = f"err {err:.2e} <= {bound:.2e}"
+    if lse is not None:
+        got = lse.double()
+        finite = torch.isfinite(lse64)
+        same_inf = torch.equal(torch.isneginf(got), torch.isneginf(lse64)) and not torch.isnan(got).any().item()
+        tol = lse_atol * torch.clamp(lse64[finite].abs(), min=1.0)
+        lse_err = ((got[finite] - lse64[finite]).abs() / tol).max().item() if finite.any() else 0.0
+        ok = ok and same_inf and lse_err <= 1.0
+        msg += f", lse err {lse_err:.2f} of the tolerance" + ("" if same_inf else ", -inf rows differ")
+    return ok, msg
