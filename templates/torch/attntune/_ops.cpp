@@ -52,6 +52,7 @@
 #include <cstdarg>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
@@ -148,6 +149,20 @@ std::string fmt(const char* format, ...) {
   return buf;
 }
 
+// The shortest text that reads back as `v` ("30", "0.1"), as attntune's problem specs write numbers.
+std::string shortest(double v) {
+  char buf[40];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {  // an integer: no exponent ("30", not "3e+01")
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+  }
+  for (int p = 1; p <= 17; ++p) {
+    std::snprintf(buf, sizeof buf, "%.*g", p, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
 // ------------------------------------------------------------------ variants
 
 // A call's variants, normalised as the library and attntune's problem specs normalise them: a
@@ -166,7 +181,7 @@ struct Variants {
   std::string spec() const {
     std::string s;
     if (windowed()) s += right >= 0 ? fmt(",window=%d,%d", left, right) : fmt(",window=%d", left);
-    if (softcap > 0) s += fmt(",softcap=%.17g", softcap);
+    if (softcap > 0) s += ",softcap=" + shortest(softcap);
     if (sinks) s += ",sinks=1";
     return s;
   }
@@ -354,10 +369,10 @@ std::string coverage_json() {
     j += first ? "" : ",";
     first = false;
     j += fmt("{\"entry\":\"%s\",\"dtype\":\"%s\",\"problem\":{\"b\":%d,\"h\":%d,\"hkv\":%d,\"s\":%d,\"sk\":%d,"
-             "\"d\":%d,\"causal\":%d,\"paged\":%d,\"window\":[%d,%d],\"softcap\":%.17g,\"sinks\":%d},\"calls\":%lld,",
+             "\"d\":%d,\"causal\":%d,\"paged\":%d,\"window\":[%d,%d],\"softcap\":%s,\"sinks\":%d},\"calls\":%lld,",
              entry_name(c.entry), n.dtype.empty() ? (c.bf16 ? "bf16" : "fp16") : json_escape(n.dtype).c_str(), c.b,
-             c.h, c.hkv, c.s, c.sk, c.d, c.causal, c.paged, c.v.left, c.v.right, c.v.softcap, c.v.sinks ? 1 : 0,
-             n.calls);
+             c.h, c.hkv, c.s, c.sk, c.d, c.causal, c.paged, c.v.left, c.v.right, shortest(c.v.softcap).c_str(),
+             c.v.sinks ? 1 : 0, n.calls);
     if (n.kernel >= 0) {
       int p[9];
       const char* label = "";
