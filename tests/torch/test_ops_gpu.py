@@ -201,6 +201,9 @@ def plain_phase(args, work):
     for i, kinfo in enumerate(lib.kernels()):
         p = kinfo["problem"]
         B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+        if kinfo.get("variants"):
+            print(f"kernel {i}: built with {', '.join(kinfo['variants'])}: the variants phase checks it")
+            continue
         print(f"kernel {i}: {kinfo['template']} tuned for {cs.problem_str(p)}")
         if p.get("varlen"):
             # A packed batch of lengths up to S: empty, one-row, odd and the longest sequences.
@@ -248,7 +251,7 @@ def plain_phase(args, work):
         return math.isfinite(err) and err <= 2 * (lowp.double() - ref64).abs().max().item() + cs.ATOL[dtype_name], err
 
     cases = []
-    dense = [k["problem"] for k in lib.kernels() if not k["problem"].get("varlen")]
+    dense = [k["problem"] for k in lib.kernels() if not k["problem"].get("varlen") and not k.get("variants")]
     p = dense[0] if dense else {"b": 1, "h": 1, "hkv": 1, "s": 1, "sk": 1, "d": 64, "causal": 0}
     B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
 
@@ -260,7 +263,8 @@ def plain_phase(args, work):
         return (q, k, v), call, ref
     if dense:
         cases.append(("attention " + cs.problem_str(p), dense_case))
-    kv_kernels = [k["problem"] for k in lib.kernels() if cs.problem_str(k["problem"]) in kv_problems]
+    kv_kernels = [k["problem"] for k in lib.kernels()
+                  if cs.problem_str(k["problem"]) in kv_problems and not k.get("variants")]
     if kv_kernels:
         pk = kv_kernels[0]
 
@@ -323,7 +327,7 @@ def plain_phase(args, work):
                             [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
         for kinfo in lib.kernels():
             p = kinfo["problem"]
-            if p.get("varlen"):
+            if p.get("varlen") or kinfo.get("variants"):
                 continue  # timed against the peers by tools/compare_varlen.py
             B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
             scale = 1 / math.sqrt(D)
