@@ -1,15 +1,24 @@
 """The PyTorch package of `attntune export --torch`, without a GPU (ctest `torch_ops`, label cpu;torch).
 
-Builds a real package from a recorded database (tests/data/campaigns/h100-suite.db: 8 bf16 kernels
-of flash_fwd_mma) with the real torch and nvcc, then checks what runs without a GPU:
-  - the dispatch: explain() against this file's own statement of the rule (nearest lengths by
-    ratio, then the GQA group, then batch * heads; the decode/prefill regime; max_length_ratio);
-  - the fallback's values (CPU tensors fall back) against a float64 reference: dense with
-    bottom-right causal, rows that see no key, GQA, [B,S,H,D] views, LSE; kvcache over random
-    block tables and ragged lengths (0, 1, odd, max); varlen over ragged packings;
-  - coverage counts and the raise policy; the fake implementations (torch.library.opcheck, and
-    torch.compile(fullgraph=True)); the autograd error;
-  - export --torch's refusal of a directory it did not write.
+Builds a real package with the real torch and nvcc from a database this test makes: `submit` and
+`serve --simulate` (the synthetic GPU: real renders and source hashes, made-up timings) over 11
+problems, plain and with FlashAttention's variants, in copies of the shipped flash_fwd_mma and
+flash_decode spaces that list the variants (a family's own YAML lists them once its kernels serve
+them; here the kernels are only built, never run). Then checks what runs without a GPU:
+  - the dispatch: explain() against this file's own statement of the rule (the kernels built for
+    the call's entry point, head_dim, causality and variants; nearest lengths by ratio, then the GQA
+    group, then batch * heads; the decode/prefill regime; max_length_ratio), variants included: a
+    windowed call never gets a full-attention kernel, a window (L, 0) is causal;
+  - the fallback's values (CPU tensors fall back) against float64 (variant_reference.py): dense with
+    bottom-right causal, rows that see no key, GQA, [B,S,H,D] views, LSE; windows (left in
+    {0, 1, 127, -1} x right in {0, -1, 64}), soft-caps 30 and 50, sinks (very negative and very
+    large logits too), their combinations, with sk != s both ways; kvcache over random block tables
+    and ragged lengths (0, 1, odd, max); varlen over ragged packings;
+  - argument errors (window, is_causal, softcap, sinks), through the Python functions and the ops;
+  - coverage counts, records and plans with variants, and the raise policy; the fake
+    implementations (their shapes, torch.library.opcheck, torch.compile(fullgraph=True) with
+    variants); the autograd error;
+  - export --torch's refusal of a directory it did not write, and its tuner.json.
 
   ATTNTUNE_BIN=build/attntune python3 tests/torch/test_ops.py
 """
@@ -17,6 +26,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -25,20 +35,60 @@ import unittest
 
 import torch
 
+import variant_reference as vr
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("ATTNTUNE_BIN", os.path.join(ROOT, "build", "attntune"))
-DB = os.path.join(ROOT, "tests", "data", "campaigns", "h100-suite.db")
 WORK = tempfile.mkdtemp(prefix="attntune-torch-")
+DB = os.path.join(WORK, "tuned.db")
 PKG = os.path.join(WORK, "pkg")
 os.environ.setdefault("ATTNTUNE_TORCH_CACHE", os.path.join(WORK, "cache"))
 os.environ["ATTNTUNE_TORCH_NO_AUTOLOAD"] = "1"  # loaded in setUpModule, with its time reported
 
+# The package's problems: flash_fwd_mma's (dense prefill, plain and with variants; a chunked-prefill
+# kernel, paged, serving the kvcache entry alone; a varlen kernel serving the varlen entry alone)
+# and flash_decode's (paged decode; it serves the dense entry too).
+PREFILL = ["b=4,h=16,hkv=16,s=4096,sk=6000,d=128,dtype=bf16,causal=0",
+           "b=2,h=32,hkv=8,s=16384,sk=16384,d=128,dtype=bf16,causal=1",
+           "b=8,h=16,hkv=16,s=2048,sk=2048,d=64,dtype=bf16,causal=1",
+           "b=8,h=16,hkv=16,s=2048,sk=2048,d=64,dtype=bf16,causal=0",
+           "b=1,h=8,hkv=1,s=4096,sk=4096,d=64,dtype=bf16,causal=1,window=128,sinks=1",        # gpt-oss
+           "b=1,h=16,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1,window=4096,softcap=50",  # Gemma 2
+           "b=2,h=8,hkv=8,s=2048,sk=2048,d=128,dtype=bf16,causal=0,window=127,64",
+           "b=2,h=8,hkv=2,s=512,sk=4096,d=128,dtype=bf16,causal=1,page=64,softcap=30",
+           "b=4,h=8,hkv=2,s=512,sk=512,d=64,dtype=bf16,causal=1,varlen=4,window=64"]
+DECODE = ["b=16,h=64,hkv=8,s=1,sk=8192,d=64,dtype=bf16,causal=1,page=16,window=128,sinks=1",
+          "b=16,h=32,hkv=8,s=1,sk=4096,d=128,dtype=bf16,causal=0,page=16,softcap=30"]
+VARIANT_KEYS = ("window", "softcap", "sinks")
+
+
+def run(*args, check=True):
+    r = subprocess.run([BIN, *args], capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise AssertionError(f"attntune {' '.join(args)} failed ({r.returncode}): {r.stderr}")
+    return r
+
 
 def export(*args, check=True):
-    r = subprocess.run([BIN, "export", "--db", DB, *args], capture_output=True, text=True)
-    if check and r.returncode != 0:
-        raise AssertionError(f"attntune export {' '.join(args)} failed ({r.returncode}): {r.stderr}")
-    return r
+    return run("export", "--db", DB, *args, check=check)
+
+
+def variant_space(family):
+    """A copy of the shipped space of `family` whose problem section lists every variant (those it
+    does not list yet): its path in WORK."""
+    with open(os.path.join(ROOT, "search_spaces", f"{family}.yaml")) as f:
+        lines = f.read().split("\n")
+    at = lines.index("problem:")
+    end = at + 1
+    while end < len(lines) and (lines[end].startswith(" ") or not lines[end].strip()):
+        end += 1
+    section = "\n".join(lines[at:end])
+    lines[at + 1:at + 1] = [f"  {k}: [false, true]" for k in VARIANT_KEYS
+                            if not re.search(rf"^\s+{k}:", section, re.M)]
+    path = os.path.join(WORK, f"{family}.yaml")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    return path
 
 
 attntune = None
@@ -46,6 +96,10 @@ attntune = None
 
 def setUpModule():
     global attntune
+    for family, problems in (("flash_fwd_mma", PREFILL), ("flash_decode", DECODE)):
+        run("submit", "--db", DB, "--space", variant_space(family), *[a for p in problems for a in ("--problem", p)],
+            "--budget-evals", "2", "--final-top", "0", "--warm-start", "0")
+    run("serve", "--db", DB, "--simulate", "--simulate-delay-ms", "0")
     export("--all-best", "--dtype", "bf16", "--torch", PKG)
     sys.path.insert(0, PKG)
     import attntune as mod  # noqa: E402
@@ -93,18 +147,63 @@ def rand(*shape, dtype=torch.bfloat16):
     return torch.randn(*shape, dtype=torch.float32).to(dtype)
 
 
+sink_logits = vr.sink_logits
+
+
 # ------------------------------------------------------------------ the rule, restated
 
-def nearest(kernels, entry_bit, d, causal, b, h, hkv, s, sk):
+ENTRY_BIT = {"attntune_attention_forward": 1, "attntune_attention_forward_kvcache": 2,
+             "attntune_attention_forward_varlen": 4}
+ENTRY_OF_BIT = {1: "attention", 2: "attention_kvcache", 4: "attention_varlen"}
+
+
+def spec_of(p):
+    """A kernel's problem (kernel_info) as attntune writes its spec (kernel_info's entry_points)."""
+    s = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
+         f"causal={int(p['causal'])}")
+    if p.get("page"):
+        s += f",page={p['page']}"
+    if p.get("varlen"):
+        s += f",varlen={p['varlen']}" + (f",lens_seed={p['lens_seed']}" if p.get("lens_seed") else "")
+    if "window" in p:
+        s += f",window={p['window'][0]}" + (f",{p['window'][1]}" if p["window"][1] >= 0 else "")
+    if p.get("softcap"):
+        s += f",softcap={p['softcap']:g}"
+    if p.get("sinks"):
+        s += ",sinks=1"
+    return s
+
+
+def normalise(causal, window):
+    """(causal, (left, right)) as the ops and attntune normalise them: (L, 0) is causal; a causal
+    window keeps right -1."""
+    left, right = window
+    if not causal and right == 0:
+        causal = True
+    return causal, (left, -1 if causal else right)
+
+
+def flags(window, softcap, sinks):
+    return (window[0] >= 0 or window[1] >= 0, softcap > 0, bool(sinks))
+
+
+def nearest(kernels, entry_bit, d, causal, b, h, hkv, s, sk, window=(-1, -1), softcap=0.0, sinks=False):
     """The library's rule as its header states it: of the kernels serving the entry and built for
-    (d, causal), the nearest lengths by |log ratio| sum, then the same GQA group, then the nearest
-    batch * heads, then the first."""
+    (d, causal, variants), the nearest lengths by |log ratio| sum, then the same GQA group, then the
+    nearest batch * heads, then the first. (For seqlen_q > 16, as here: flash_decode's plan refuses
+    those, so its kernels never win.)"""
+    causal, window = normalise(causal, window)
+
     def lr(a, c):
         return abs(math.log((a if a > 0 else 1) / (c if c > 0 else 1)))
     best, key = -1, None
     for i, kern in enumerate(kernels):
         p = kern["problem"]
-        if p["d"] != d or bool(p["causal"]) != bool(causal) or not (kern["entries"] & entry_bit):
+        if p["d"] != d or bool(p["causal"]) != causal or not (kern["entries"] & entry_bit):
+            continue
+        if flags(p.get("window", (-1, -1)), p.get("softcap", 0), p.get("sinks")) != flags(window, softcap, sinks):
+            continue
+        if kern["template"] == "flash_decode" and s > 16:
             continue
         k = (round(lr(s, p["s"]) + lr(sk, p["sk"]), 9), 0 if h // hkv == p["h"] // p["hkv"] else 1,
              round(lr(b * h, p["b"] * p["h"]), 9))
@@ -113,38 +212,123 @@ def nearest(kernels, entry_bit, d, causal, b, h, hkv, s, sk):
     return best
 
 
+def kernels_with_entries():
+    """kernels() with "entries": the entry bits each serves (kernel_info's entry_points)."""
+    kernels = attntune.kernels()
+    served = {spec: bits for name, bits in ENTRY_BIT.items()
+              for spec in attntune.default().info["entry_points"].get(name, [])}
+    for k in kernels:
+        k["entries"] = sum(bit for name, bit in ENTRY_BIT.items()
+                           if spec_of(k["problem"]) in attntune.default().info["entry_points"].get(name, []))
+        assert k["entries"], f"kernel {spec_of(k['problem'])} serves no entry point (entry_points: {served})"
+    return kernels
+
+
+def variant_args(p):
+    """explain()'s variant arguments for a kernel's problem."""
+    return dict(window_size=tuple(p.get("window", (-1, -1))), softcap=p.get("softcap", 0.0),
+                sinks=bool(p.get("sinks")))
+
+
 class Dispatch(unittest.TestCase):
     def setUp(self):
         attntune.set_policy("sdpa", 16.0)
-        self.kernels = attntune.kernels()
+        self.kernels = kernels_with_entries()
+
+    def test_the_package_holds_what_was_tuned(self):
+        self.assertEqual(sorted(spec_of(k["problem"]) for k in self.kernels), sorted(PREFILL + DECODE))
         for k in self.kernels:
-            k["entries"] = 1  # flash_fwd_mma serves attntune_attention_forward only
+            p = k["problem"]
+            want = [key for key, on in zip(VARIANT_KEYS, flags(p.get("window", (-1, -1)), p.get("softcap", 0),
+                                                                p.get("sinks"))) if on]
+            self.assertEqual(sorted(k["variants"]), sorted(want), spec_of(p))
 
     def test_each_tuned_problem_runs_its_own_kernel(self):
         for i, k in enumerate(self.kernels):
             p = k["problem"]
-            got = attntune.explain("attention", p["dtype"], p["d"], p["causal"], p["b"], p["h"], p["hkv"], p["s"],
-                                   p["sk"])
-            self.assertEqual(got, (i, ""), f"kernel {i} ({p})")
+            for bit, entry in ENTRY_OF_BIT.items():
+                if not k["entries"] & bit:
+                    continue
+                got = attntune.explain(entry, p["dtype"], p["d"], p["causal"], p["b"], p["h"], p["hkv"], p["s"],
+                                       p["sk"], **variant_args(p))
+                self.assertEqual(got, (i, ""), f"kernel {i} ({spec_of(p)}) through {entry}")
 
     def test_random_shapes_follow_the_rule(self):
         rng = random.Random(26)
+        choices = [((-1, -1), 0.0, False), ((128, 0), 0.0, True), ((256, -1), 0.0, True), ((4096, 0), 50.0, False),
+                   ((127, 64), 0.0, False), ((-1, 64), 0.0, False), ((0, -1), 30.0, False), ((-1, -1), 30.0, True),
+                   ((-1, 0), 0.0, False)]
+        ran = 0
         for _ in range(400):
-            d, causal = rng.choice([64, 128]), rng.random() < 0.5
+            d = rng.choice([64, 128])
+            window, softcap, sinks = rng.choice(choices)
+            causal = rng.random() < 0.5 and window[1] <= 0
             hkv = rng.choice([1, 2, 4, 8, 16])
             h = hkv * rng.choice([1, 2, 4, 8])
             b = rng.randint(1, 64)
             s = rng.randint(17, 40000)
             sk = s if rng.random() < 0.7 else rng.randint(s, 60000)
-            want = nearest(self.kernels, 1, d, causal, b, h, hkv, s, sk)
-            got, why = attntune.explain("attention", "bf16", d, causal, b, h, hkv, s, sk)
-            if got >= 0:
-                self.assertEqual(got, want, f"b={b} h={h} hkv={hkv} s={s} sk={sk} d={d} causal={causal}")
+            want = nearest(self.kernels, 1, d, causal, b, h, hkv, s, sk, window, softcap, sinks)
+            got, why = attntune.explain("attention", "bf16", d, causal, b, h, hkv, s, sk, window_size=window,
+                                        softcap=softcap, sinks=sinks)
+            what = f"b={b} h={h} hkv={hkv} s={s} sk={sk} d={d} causal={causal} window={window} softcap={softcap} " \
+                   f"sinks={sinks}"
+            if want < 0:
+                self.assertEqual(got, -1, what)
+                self.assertIn("no kernel of the library serves attention", why, what)
+            elif got >= 0:
+                self.assertEqual(got, want, what)
+                ran += 1
             else:  # only ever for lengths over the ratio from the nearest
-                self.assertIn("max_length_ratio", why)
+                self.assertIn("max_length_ratio", why, what)
                 p = self.kernels[want]["problem"]
                 off = max(max(s / p["s"], p["s"] / s), max(sk / p["sk"], p["sk"] / sk))
-                self.assertGreater(off, 16.0)
+                self.assertGreater(off, 16.0, what)
+        self.assertGreater(ran, 100)
+
+    def test_variants_choose_kernels_built_for_them(self):
+        def kernel(spec):
+            return [spec_of(k["problem"]) for k in self.kernels].index(spec)
+        gpt, gemma, two_sided = PREFILL[4], PREFILL[5], PREFILL[6]
+
+        def explain(entry, d, causal, b, h, hkv, s, sk, **variants):
+            return attntune.explain(entry, "bf16", d, causal, b, h, hkv, s, sk, **variants)
+        # The window's size and the cap's value are arguments of a kernel built for the variant.
+        self.assertEqual(explain("attention", 64, True, 1, 8, 1, 4096, 4096, window_size=(128, 0), sinks=True)[0],
+                         kernel(gpt))
+        self.assertEqual(explain("attention", 64, True, 2, 8, 1, 3000, 3000, window_size=(1000, -1), sinks=True)[0],
+                         kernel(gpt))
+        # FlashAttention's (L, 0) without is_causal is causal attention within L keys.
+        self.assertEqual(explain("attention", 64, False, 1, 8, 1, 4096, 4096, window_size=(128, 0), sinks=True)[0],
+                         kernel(gpt))
+        self.assertEqual(explain("attention", 128, True, 1, 16, 8, 4096, 4096, window_size=(512, 0), softcap=30.0)[0],
+                         kernel(gemma))
+        self.assertEqual(explain("attention", 128, False, 2, 8, 8, 2048, 2048, window_size=(1, 3))[0],
+                         kernel(two_sided))
+        # Plain calls never run a kernel built for a variant, nor the reverse.
+        self.assertEqual(explain("attention", 64, True, 1, 8, 1, 4096, 4096)[0], kernel(PREFILL[2]))
+        self.assertEqual(explain("attention", 64, False, 1, 8, 1, 4096, 4096, window_size=(-1, 0))[0],
+                         kernel(PREFILL[2]))  # (-1, 0): causal, no window
+        for variants, words in ((dict(window_size=(128, 0)), "with a sliding window (128, -1)"),
+                                (dict(sinks=True), "with attention sinks"),
+                                (dict(window_size=(128, 0), sinks=True, softcap=50.0),
+                                 "with a sliding window (128, -1), a logit soft-cap 50, attention sinks")):
+            k, why = explain("attention", 64, True, 1, 8, 1, 4096, 4096, **variants)
+            self.assertEqual(k, -1, variants)
+            self.assertEqual(why, "no kernel of the library serves attention with head_dim=64 is_causal=1 " + words)
+        k, why = explain("attention", 128, True, 1, 16, 8, 4096, 4096, softcap=50.0)
+        self.assertEqual((k, why), (-1, "no kernel of the library serves attention with head_dim=128 is_causal=1 with "
+                                        "a logit soft-cap 50"))
+        # The kvcache and varlen entries, decode and chunked prefill.
+        self.assertEqual(explain("attention_kvcache", 64, True, 16, 64, 8, 1, 8192, window_size=(128, 0),
+                                 sinks=True)[0], kernel(DECODE[0]))
+        self.assertEqual(explain("attention_kvcache", 64, True, 16, 64, 8, 1, 8192)[0], -1)
+        self.assertEqual(explain("attention", 128, False, 8, 32, 8, 1, 4096, softcap=30.0)[0], kernel(DECODE[1]))
+        self.assertEqual(explain("attention_kvcache", 128, True, 2, 8, 2, 512, 4096, softcap=30.0)[0],
+                         kernel(PREFILL[7]))
+        self.assertEqual(explain("attention_varlen", 64, True, 4, 8, 2, 512, 512, window_size=(64, 0))[0],
+                         kernel(PREFILL[8]))
+        self.assertEqual(explain("attention_varlen", 64, True, 4, 8, 2, 512, 512)[0], -1)
 
     def test_what_falls_back_and_why(self):
         k, why = attntune.explain("attention", "bf16", 96, False, 1, 8, 8, 1024, 1024)
@@ -159,7 +343,7 @@ class Dispatch(unittest.TestCase):
         k, why = attntune.explain("attention_kvcache", "bf16", 128, False, 4, 16, 16, 1, 4096)
         self.assertEqual(k, -1)
         self.assertIn("no kernel of the library serves attention_kvcache", why)
-        # Far lengths: 256x the nearest tuned s=16384 falls back at ratio 16, runs at ratio 1000.
+        # Far lengths: 64x the nearest tuned s=4096 falls back at ratio 16, runs at ratio 1000.
         k, why = attntune.explain("attention", "bf16", 128, False, 1, 16, 16, 64, 64)
         self.assertEqual(k, -1)
         self.assertIn("max_length_ratio", why)
@@ -175,7 +359,7 @@ class Dispatch(unittest.TestCase):
 
 
 class Fallback(unittest.TestCase):
-    """CPU tensors fall back to SDPA; its values must follow the ops' semantics exactly."""
+    """CPU tensors fall back to PyTorch; its values must follow the ops' semantics exactly."""
 
     def setUp(self):
         attntune.set_policy("sdpa", 16.0)
@@ -211,15 +395,123 @@ class Fallback(unittest.TestCase):
         out = torch.full_like(q, float("nan"))
         attntune.attention(q, k, k, out=out)
         self.assertTrue(torch.equal(out, torch.zeros_like(q)))
+        # With sinks: zeros still, and each row's LSE is its head's sink.
+        sinks = torch.tensor([2.5, -7.0])
+        out.fill_(float("nan"))
+        _, lse = attntune.attention(q, k, k, out=out, sinks=sinks, return_lse=True)
+        self.assertTrue(torch.equal(out, torch.zeros_like(q)))
+        self.assertTrue(torch.equal(lse, sinks.view(1, 2, 1).expand(1, 2, 5)))
+
+    # -- the variants
+
+    def check_variant(self, q, k, v, causal, window=(-1, -1), softcap=0.0, sinks=None, layout="bhsd",
+                      dtype=torch.bfloat16, what=""):
+        """One dense call with variants (NaN-poisoned out, with LSE) against float64."""
+        D = q.shape[-1]
+        scale = 1 / math.sqrt(D)
+        out = torch.full_like(q, float("nan"))
+        _, lse = attntune.attention(q, k, v, is_causal=causal, window_size=window, softcap=softcap, sinks=sinks,
+                                    layout=layout, return_lse=True, out=out)
+        qh, kh, vh, oh = (q, k, v, out) if layout == "bhsd" else (t.transpose(1, 2) for t in (q, k, v, out))
+        ref64, lse64 = vr.attention(qh, kh, vh, scale, causal=causal, window=window, softcap=softcap, sinks=sinks)
+        lowp, _ = vr.attention(qh, kh, vh, scale, causal=causal, window=window, softcap=softcap, sinks=sinks,
+                               dtype=dtype)
+        ok, msg = vr.compare(oh, lse, ref64, lse64, lowp, dtype)
+        what = (f"{what} S={qh.shape[2]} Sk={kh.shape[2]} H={qh.shape[1]} Hkv={kh.shape[1]} causal={causal} "
+                f"window={window} softcap={softcap} sinks={sinks is not None} {layout}")
+        self.assertTrue(ok, f"{what}: {msg}")
+        return out, lse, ref64, lse64
+
+    def test_windows(self):
+        # left in {0, 1, 127, -1} x right in {0, -1, 64}; causal takes right 0 or -1 (64 is an error,
+        # test_variant_arguments_are_checked), and with -1 it is the same window as (left, 0).
+        for S, Sk, H, Hkv in ((37, 101, 4, 2), (100, 40, 4, 1), (64, 64, 2, 2), (130, 300, 2, 1)):
+            q, k, v = rand(2, H, S, 64), rand(2, Hkv, Sk, 64), rand(2, Hkv, Sk, 64)
+            for left in (0, 1, 127, -1):
+                for right in (0, -1, 64):
+                    self.check_variant(q, k, v, False, (left, right), what="window")
+                    if right <= 0:
+                        self.check_variant(q, k, v, True, (left, right), what="window")
+
+    def test_a_window_is_not_the_plain_attention(self):
+        q, k, v = rand(1, 2, 50, 64), rand(1, 2, 50, 64), rand(1, 2, 50, 64)
+        plain = attntune.attention(q, k, v, is_causal=True)
+        windowed = attntune.attention(q, k, v, is_causal=True, window_size=(3, 0))
+        self.assertGreater((plain.float() - windowed.float()).abs().max().item(), 0.1)
+        # (0, 0): each row sees its own diagonal key alone, so out is v's row.
+        out = attntune.attention(q, k, v, window_size=(0, 0))
+        self.assertTrue(torch.equal(out, v))
+
+    def test_softcap(self):
+        for S, Sk, H, Hkv in ((37, 101, 4, 2), (64, 64, 2, 2)):
+            # Scores far over the cap (q scaled up): the cap decides the softmax.
+            q, k, v = rand(1, H, S, 64) * 8, rand(1, Hkv, Sk, 64), rand(1, Hkv, Sk, 64)
+            for cap in (30.0, 50.0):
+                for causal in (False, True):
+                    self.check_variant(q, k, v, causal, softcap=cap, what="softcap")
+        # The cap applies to the scaled scores: a cap far over them changes nothing, a tiny one
+        # flattens the softmax to the mean of the visible values.
+        q, k, v = rand(1, 2, 9, 64), rand(1, 2, 9, 64), rand(1, 2, 9, 64)
+        plain = attntune.attention(q.float(), k.float(), v.float())
+        self.assertLess((attntune.attention(q.float(), k.float(), v.float(), softcap=1e6) - plain).abs().max(), 1e-5)
+        flat = attntune.attention(q.float(), k.float(), v.float(), softcap=1e-6)
+        self.assertLess((flat - v.float().mean(2, keepdim=True)).abs().max(), 1e-4)
+
+    def test_sinks(self):
+        for S, Sk, H, Hkv, causal in ((37, 101, 6, 2, True), (100, 40, 3, 1, True), (64, 64, 6, 6, False)):
+            q, k, v = rand(2, H, S, 64), rand(2, Hkv, Sk, 64), rand(2, Hkv, Sk, 64)
+            sinks = sink_logits(H, S)
+            out, lse, _, lse64 = self.check_variant(q, k, v, causal, sinks=sinks, what="sinks")
+            for h in range(H):
+                if sinks[h] == 1e3:  # the sink takes the whole softmax
+                    self.assertLess(out[:, h].float().abs().max().item(), 1e-30)
+                    self.assertTrue(torch.allclose(lse[:, h], torch.full_like(lse[:, h], 1e3)))
+            if S > Sk and causal:  # rows that see no key: zeros, and their LSE is the sink
+                rows = S - Sk
+                self.assertTrue(torch.equal(out[:, :, :rows], torch.zeros_like(out[:, :, :rows])))
+                self.assertTrue(torch.equal(lse[:, :, :rows], sinks.view(1, H, 1).expand(2, H, rows)))
+        # -1e4 has no effect on any row: the same bits as causal attention through the same path (a
+        # window wider than the keys is none).
+        q, k, v = rand(1, 2, 20, 64), rand(1, 2, 20, 64), rand(1, 2, 20, 64)
+        plain, lse_plain = attntune.attention(q, k, v, is_causal=True, window_size=(10**6, 0), return_lse=True)
+        none, lse_none = attntune.attention(q, k, v, is_causal=True, window_size=(10**6, 0), return_lse=True,
+                                            sinks=torch.full((2,), -1e4))
+        self.assertTrue(torch.equal(plain, none))
+        self.assertTrue(torch.equal(lse_plain, lse_none))
+
+    def test_combinations(self):
+        q, k, v = rand(2, 6, 45, 64), rand(2, 3, 77, 64), rand(2, 3, 77, 64)
+        sinks = sink_logits(6, 1)
+        for causal, window, cap, sk in ((True, (16, 0), 30.0, sinks), (False, (16, 8), 50.0, None),
+                                        (False, (-1, 64), 30.0, sinks), (True, (127, -1), 50.0, None),
+                                        (False, (0, -1), 50.0, sinks), (True, (1, 0), 0.0, sinks)):
+            self.check_variant(q, k, v, causal, window, cap, sk, what="combination")
+        # [B, S, H, D] views, fp16.
+        qs, ks, vs = rand(2, 45, 6, 64, dtype=torch.float16), rand(2, 77, 3, 64, dtype=torch.float16), \
+            rand(2, 77, 3, 64, dtype=torch.float16)
+        self.check_variant(qs, ks, vs, True, (20, 0), 30.0, sinks, layout="bshd", dtype=torch.float16, what="bshd")
+
+    def test_long_rows_are_chunked(self):
+        # Over 2^25 scores: the fallback goes chunk by chunk of query rows (and narrows the keys to
+        # the window's): the same values.
+        q, k, v = rand(1, 1, 6000, 64), rand(1, 1, 6000, 64), rand(1, 1, 6000, 64)
+        self.check_variant(q, k, v, True, (300, 0), 30.0, torch.tensor([0.5]), what="chunked")
 
     def test_kvcache_paged_and_contiguous(self):
         B, H, Hkv, D, page = 5, 8, 2, 64, 16
         lens = torch.tensor([0, 1, 37, 64, 50], dtype=torch.int32)
         max_blocks = 4
         Sk = page * max_blocks
-        for S, causal in ((1, False), (4, True), (3, False)):
+        cases = ((1, False, {}), (4, True, {}), (3, False, {}),
+                 (1, True, dict(window_size=(10, 0), sinks=sink_logits(H))),
+                 (4, False, dict(window_size=(5, 2), softcap=30.0)),
+                 (3, True, dict(window_size=(0, -1), softcap=50.0, sinks=sink_logits(H, 1))),
+                 (2, False, dict(softcap=30.0, sinks=sink_logits(H, 2))))
+        for S, causal, variants in cases:
             q = rand(B, S, H, D)
             kc, vc = rand(B, Sk, Hkv, D), rand(B, Sk, Hkv, D)
+            for b, n in enumerate(lens.tolist()):  # a stale cache: NaN past each length
+                kc[b, n:], vc[b, n:] = float("nan"), float("nan")
             # The same keys through shuffled pages, with spare pages between.
             num_blocks = B * max_blocks + 7
             perm = torch.randperm(num_blocks)[:B * max_blocks].view(B, max_blocks).to(torch.int32)
@@ -229,52 +521,123 @@ class Fallback(unittest.TestCase):
                     kp[perm[b, j]] = kc[b, j * page:(j + 1) * page]
                     vp[perm[b, j]] = vc[b, j * page:(j + 1) * page]
             scale = 1 / math.sqrt(D)
-            visible = (torch.arange(Sk)[None, :] < lens[:, None].long())[:, None, None, :]
-            ref64, lse64 = ref_attention(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2), scale, False,
-                                         visible & self.causal_mask(S, Sk, lens, causal))
-            ref_lowp = ref_attention(q.transpose(1, 2).float(), kc.transpose(1, 2).float(),
-                                     vc.transpose(1, 2).float(), scale, False,
-                                     visible & self.causal_mask(S, Sk, lens, causal))[0].bfloat16()
+            window = variants.get("window_size", (-1, -1))
+            ref_args = dict(causal=causal, window=window, softcap=variants.get("softcap", 0.0),
+                            sinks=variants.get("sinks"), len_k=lens.tolist())
+            qh, kh, vh = q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2)
+            ref64, lse64 = vr.attention(qh, kh, vh, scale, **ref_args)
+            lowp, _ = vr.attention(qh, kh, vh, scale, dtype=torch.bfloat16, **ref_args)
             for name, args in (("contiguous", dict(k_cache=kc, v_cache=vc)),
                                ("paged", dict(k_cache=kp, v_cache=vp, block_table=perm))):
-                out, lse = attntune.attention_kvcache(q, cache_seqlens=lens, is_causal=causal, return_lse=True,
-                                                      **args)
-                self.assertEqual(out.shape, q.shape)
+                out = torch.full_like(q, float("nan"))
+                _, lse = attntune.attention_kvcache(q, cache_seqlens=lens, is_causal=causal, return_lse=True, out=out,
+                                                    **args, **variants)
                 self.assertEqual(lse.shape, (B, H, S))
-                assert_fa2(self, out.transpose(1, 2), ref64, ref_lowp, torch.bfloat16, f"kvcache {name} S={S}")
-                self.assertTrue(torch.equal(out[0], torch.zeros_like(out[0])), "length 0: zeros")
-                self.assertTrue(torch.isinf(lse[0]).all())
-
-    @staticmethod
-    def causal_mask(S, Sk, lens, causal):
-        if not causal:
-            return torch.ones(1, 1, 1, 1, dtype=torch.bool)
-        j, i = torch.arange(Sk)[None, None, :], torch.arange(S)[None, :, None]
-        return (j <= i + lens.long()[:, None, None] - S)[:, None]
+                what = f"kvcache {name} S={S} causal={causal} {variants}"
+                ok, msg = vr.compare(out.transpose(1, 2), lse, ref64, lse64, lowp, torch.bfloat16)
+                self.assertTrue(ok, f"{what}: {msg}")
+                self.assertTrue(torch.equal(out[0], torch.zeros_like(out[0])), what + ": length 0: zeros")
+                sinks = variants.get("sinks")
+                self.assertTrue(torch.equal(lse[0], sinks.view(H, 1).expand(H, S)) if sinks is not None
+                                else torch.isneginf(lse[0]).all().item(), what + ": length 0: LSE")
 
     def test_varlen(self):
         H, Hkv, D = 4, 2, 64
-        for causal in (False, True):
+        cases = ((False, {}), (True, {}), (True, dict(window_size=(7, 0), sinks=sink_logits(H))),
+                 (False, dict(window_size=(3, 5), softcap=30.0)), (False, dict(window_size=(-1, 0))),
+                 (True, dict(softcap=50.0, sinks=sink_logits(H, 3))))
+        for causal, variants in cases:
             lens_q = [0, 1, 17, 64, 33]
-            lens_k = [0, 5, 17, 64, 90] if not causal else [3, 1, 17, 80, 33]
+            lens_k = [0, 5, 17, 64, 90] if not causal else [3, 1, 17, 80, 20]
             cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32)
             cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32)
             q, k, v = rand(int(cu_q[-1]), H, D), rand(int(cu_k[-1]), Hkv, D), rand(int(cu_k[-1]), Hkv, D)
             out, lse = attntune.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), is_causal=causal,
-                                                 return_lse=True)
+                                                 return_lse=True, **variants)
             self.assertEqual(out.shape, q.shape)
             self.assertEqual(lse.shape, (H, q.shape[0]))
+            ref_args = dict(causal=causal, window=variants.get("window_size", (-1, -1)),
+                            softcap=variants.get("softcap", 0.0), sinks=variants.get("sinks"))
             for b in range(len(lens_q)):
                 qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
                 if lens_q[b] == 0:
                     continue
                 qb, kb, vb = (t[None].transpose(1, 2) for t in (q[qs], k[ks], v[ks]))
-                ref64, lse64 = ref_attention(qb, kb, vb, 1 / math.sqrt(D), causal)
-                ref_lowp = ref_attention(qb.float(), kb.float(), vb.float(), 1 / math.sqrt(D), causal)[0].bfloat16()
-                assert_fa2(self, out[qs][None].transpose(1, 2), ref64, ref_lowp, torch.bfloat16,
-                           f"varlen seq {b} causal={causal}")
-                finite = torch.isfinite(lse64[0])
-                self.assertTrue(torch.equal(torch.isfinite(lse[:, qs]), finite))
+                ref64, lse64 = vr.attention(qb, kb, vb, 1 / math.sqrt(D), **ref_args)
+                lowp, _ = vr.attention(qb, kb, vb, 1 / math.sqrt(D), dtype=torch.bfloat16, **ref_args)
+                ok, msg = vr.compare(out[qs][None].transpose(1, 2), lse[:, qs][None], ref64, lse64, lowp,
+                                     torch.bfloat16)
+                self.assertTrue(ok, f"varlen seq {b} causal={causal} {variants}: {msg}")
+
+    def test_the_reference_is_plain_attention_without_variants(self):
+        # variant_reference.py against this file's plain reference: the same on plain calls.
+        q, k, v = rand(2, 4, 37, 64), rand(2, 2, 101, 64), rand(2, 2, 101, 64)
+        for causal in (False, True):
+            a, la = vr.attention(q, k, v, 0.125, causal=causal)
+            b, lb = ref_attention(q, k, v, 0.125, causal)
+            self.assertLess((a - b).abs().max().item(), 1e-12)
+            self.assertLess((la - lb).abs().max().item(), 1e-12)
+
+
+class Arguments(unittest.TestCase):
+    """FlashAttention's arguments are checked with errors that say what is wrong: in the Python
+    functions (ValueError) and in the ops themselves (RuntimeError), in the same words."""
+
+    def setUp(self):
+        attntune.set_policy("sdpa", 16.0)
+
+    def test_variant_arguments_are_checked(self):
+        q = rand(1, 4, 8, 64)
+        kv = rand(1, 2, 8, 64)
+        bad = [(dict(window_size=128), "window_size must be a pair"),
+               (dict(window_size=(1, 2, 3)), "window_size must be a pair"),
+               (dict(window_size=("a", 1)), "window_size must be a pair of ints"),
+               (dict(window_size=(True, 1)), "window_size must be a pair of ints"),
+               (dict(window_size=(-2, 0)), r"window_size \(-2, 0\): each side is -1"),
+               (dict(window_size=(0, -5)), r"each side is -1 \(unbounded\) or a number of keys"),
+               (dict(window_size=(16, 4), is_causal=True), r"is_causal with window_size \(16, 4\)"),
+               (dict(softcap=-1.0), "softcap -1.0: 0 \\(none\\) or a positive finite cap"),
+               (dict(softcap=float("inf")), "softcap inf"),
+               (dict(softcap=float("nan")), "softcap nan"),
+               (dict(softcap="30"), "softcap must be a number"),
+               (dict(softcap=torch.tensor(30.0)), "softcap must be a number"),
+               (dict(sinks=torch.zeros(5)), r"sinks must be \[heads_q\] \(4 logits"),
+               (dict(sinks=torch.zeros(1, 4)), r"sinks must be \[heads_q\]"),
+               (dict(sinks=torch.zeros(4, dtype=torch.bfloat16)), "sinks must be float32"),
+               (dict(sinks=torch.zeros(4, device="meta")), "sinks must be on q's device"),
+               (dict(sinks=[0.0] * 4), "sinks must be a tensor")]
+        for kwargs, pattern in bad:
+            with self.assertRaisesRegex(ValueError, pattern, msg=str(kwargs)):
+                attntune.attention(q, kv, kv, **kwargs)
+        # The kvcache and varlen functions check the same (sinks by q's heads: [B, S, H, D], [T, H, D]).
+        with self.assertRaisesRegex(ValueError, r"attention_kvcache: sinks must be \[heads_q\] \(4 logits"):
+            attntune.attention_kvcache(rand(1, 1, 4, 64), rand(1, 8, 2, 64), rand(1, 8, 2, 64), sinks=torch.zeros(2))
+        cu = torch.tensor([0, 8], dtype=torch.int32)
+        with self.assertRaisesRegex(ValueError, r"attention_varlen: is_causal with window_size \(0, 1\)"):
+            attntune.attention_varlen(rand(8, 4, 64), rand(8, 2, 64), rand(8, 2, 64), cu, cu, 8, 8, is_causal=True,
+                                      window_size=(0, 1))
+        with self.assertRaisesRegex(ValueError, "explain: softcap -2"):
+            attntune.explain("attention", "bf16", 64, True, 1, 8, 8, 64, 64, softcap=-2.0)
+
+    def test_the_ops_check_them_too(self):
+        ops = torch.ops.attntune
+        q, kv = rand(1, 4, 8, 64), rand(1, 2, 8, 64)
+        for args, pattern in ((([-2, 0], 0.0, None), "each side is -1"),
+                              (([4, 4], 0.0, None), r"is_causal with window_size \(4, 4\)"),
+                              (([-1, -1], -3.0, None), "softcap -3: 0 \\(none\\)"),
+                              (([-1, -1], float("nan"), None), "softcap nan"),
+                              (([-1, -1], 0.0, torch.zeros(3)), r"sinks must be \[heads_q\] \(4 logits"),
+                              (([-1, -1], 0.0, torch.zeros(4, dtype=torch.float64)), "sinks must be float32"),
+                              (([1, 2, 3], 0.0, None), r"window_size must be \(left, right\)")):
+            with self.assertRaisesRegex(RuntimeError, "attntune.attention: .*" + pattern, msg=str(args)):
+                ops.attention(q, kv, kv, None, True, False, *args)
+        with self.assertRaisesRegex(RuntimeError, "attntune.attention_kvcache: sinks must be float32"):
+            ops.attention_kvcache(rand(1, 1, 4, 64), rand(1, 8, 2, 64), rand(1, 8, 2, 64), None, None, None, False,
+                                  False, [-1, -1], 0.0, torch.zeros(4, dtype=torch.float16))
+        cu = torch.tensor([0, 8], dtype=torch.int32)
+        with self.assertRaisesRegex(RuntimeError, "attntune.attention_varlen: softcap inf"):
+            ops.attention_varlen(rand(8, 4, 64), rand(8, 2, 64), rand(8, 2, 64), cu, cu, 8, 8, None, False, False,
+                                 [-1, -1], float("inf"), None)
 
 
 class Coverage(unittest.TestCase):
@@ -293,16 +656,41 @@ class Coverage(unittest.TestCase):
             self.assertIsNone(r["kernel"])
             self.assertEqual(r["fallback"], "tensors on cpu")
             self.assertFalse(r["tunable"])
+            self.assertEqual((r["problem"]["window"], r["problem"]["softcap"], r["problem"]["sinks"]),
+                             ([-1, -1], 0, 0))
         self.assertIn("SDPA fallback: tensors on cpu", attntune.coverage_table())
         self.assertEqual(attntune.coverage(reset=True), rows)
         self.assertEqual(attntune.coverage(), [])
+
+    def test_variants_are_other_problems(self):
+        q = rand(1, 2, 8, 64)
+        attntune.attention(q, q, q, is_causal=True)
+        attntune.attention(q, q, q, is_causal=True, window_size=(4, 0))
+        attntune.attention(q, q, q, window_size=(4, 0))            # the same problem: (4, 0) is causal
+        attntune.attention(q, q, q, window_size=(4, 2), softcap=30.0)
+        attntune.attention(q, q, q, window_size=(-1, 2), sinks=torch.zeros(2))
+        attntune.attention(q, q, q, window_size=(-1, -1), softcap=50.5, sinks=torch.zeros(2))
+        rows = attntune.coverage()
+        specs = {attntune.problem_spec(r): r["calls"] for r in rows}
+        base = "b=1,h=2,hkv=2,s=8,sk=8,d=64,dtype=bf16"
+        self.assertEqual(specs, {base + ",causal=1": 1, base + ",causal=1,window=4": 2,
+                                 base + ",causal=0,window=4,2,softcap=30": 1, base + ",causal=0,window=-1,2,sinks=1": 1,
+                                 base + ",causal=0,softcap=50.5,sinks=1": 1})
+        window = {attntune.problem_spec(r): r["problem"]["window"] for r in rows}
+        self.assertEqual(window[base + ",causal=1,window=4"], [4, -1])
+        table = attntune.coverage_table()
+        self.assertIn("fp32 fallback: tensors on cpu", table)
+        self.assertIn(base + ",causal=0,window=4,2,softcap=30", table)
 
     def test_raise_policy(self):
         attntune.set_policy("raise", 16.0)
         q = rand(1, 2, 8, 64)
         with self.assertRaisesRegex(RuntimeError, "no tuned kernel for b=1,h=2,hkv=2,s=8,sk=8,d=64.*tensors on cpu"):
             attntune.attention(q, q, q)
-        self.assertEqual(attntune.coverage()[0]["calls"], 1)
+        with self.assertRaisesRegex(RuntimeError, "no tuned kernel for b=1,h=2,hkv=2,s=8,sk=8,d=64,causal=1,"
+                                                  "window=16,softcap=30,sinks=1: tensors on cpu"):
+            attntune.attention(q, q, q, window_size=(16, 0), softcap=30.0, sinks=torch.zeros(2))
+        self.assertEqual([r["calls"] for r in attntune.coverage()], [1, 1])
 
     def test_bad_arguments_are_errors(self):
         q = rand(1, 4, 8, 64)
@@ -316,39 +704,53 @@ class Coverage(unittest.TestCase):
             attntune.attention_kvcache(rand(2, 1, 4, 64), rand(8, 16, 4, 64), rand(8, 16, 4, 64),
                                        block_table=torch.zeros(3, 2, dtype=torch.int32))
 
-
     def test_what_fell_back_becomes_a_plan_that_submit_queues(self):
-        def row(entry, s, sk, tunable=True, paged=0, dtype="bf16", d=128):
+        def row(entry, s, sk, tunable=True, paged=0, dtype="bf16", d=128, window=(-1, -1), softcap=0, sinks=0):
             return {"entry": entry, "dtype": dtype, "calls": 1, "kernel": None, "tunable": tunable,
-                    "problem": {"b": 2, "h": 32, "hkv": 8, "s": s, "sk": sk, "d": d, "causal": 1, "paged": paged}}
+                    "problem": {"b": 2, "h": 32, "hkv": 8, "s": s, "sk": sk, "d": d, "causal": 1, "paged": paged,
+                                "window": list(window), "softcap": softcap, "sinks": sinks}}
         rows = [row("attention", 4096, 4096), row("attention", 4096, 4096),       # twice: one problem
                 row("attention_kvcache", 1, 8192, paged=16),                       # decode, paged
                 row("attention_kvcache", 2048, 8192, paged=64),                    # chunked prefill, paged
                 row("attention_kvcache", 512, 4096),                               # ... contiguous: tuned paged
                 row("attention_varlen", 512, 512),                                 # varlen: lengths 1..512
                 row("attention_varlen", 512, 256),                                 # varlen, sk < s: not said
-                row("attention", 100, 100, tunable=False)]                         # a CPU tensor, say
+                row("attention", 100, 100, tunable=False),                         # a CPU tensor, say
+                row("attention", 4096, 4096, window=(128, -1), sinks=1),           # the variants' keys
+                row("attention_kvcache", 1, 8192, paged=16, window=(4096, -1), softcap=50.0),
+                row("attention_varlen", 512, 512, softcap=30.5)]
         plan = attntune.plan_from_coverage(rows, "llama-ish")
-        self.assertEqual(plan["problems"], [
+        prefill_variants = [{"problem": "b=2,h=32,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1,window=128,sinks=1",
+                             "regime": "prefill"},
+                            {"problem": "b=2,h=32,hkv=8,s=512,sk=512,d=128,dtype=bf16,causal=1,varlen=1,softcap=30.5",
+                             "regime": "prefill"}]
+        decode_variants = [{"problem": "b=2,h=32,hkv=8,s=1,sk=8192,d=128,dtype=bf16,causal=1,page=16,window=4096,"
+                                       "softcap=50", "regime": "decode"}]
+        plain = [
             {"problem": "b=2,h=32,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1", "regime": "prefill"},
             {"problem": "b=2,h=32,hkv=8,s=1,sk=8192,d=128,dtype=bf16,causal=1,page=16", "regime": "decode"},
             {"problem": "b=2,h=32,hkv=8,s=2048,sk=8192,d=128,dtype=bf16,causal=1,page=64", "regime": "chunk"},
             {"problem": "b=2,h=32,hkv=8,s=512,sk=4096,d=128,dtype=bf16,causal=1,page=64", "regime": "chunk"},
-            {"problem": "b=2,h=32,hkv=8,s=512,sk=512,d=128,dtype=bf16,causal=1,varlen=1", "regime": "prefill"}])
-        path, db = os.path.join(WORK, "plan.json"), os.path.join(WORK, "queue.db")
-        with open(path, "w") as fh:
-            json.dump(plan, fh)
-        r = subprocess.run([BIN, "submit", path, "--db", db, "--format", "json"], capture_output=True, text=True)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        r = subprocess.run([BIN, "status", "--db", db, "--format", "json"], capture_output=True, text=True)
-        self.assertEqual(r.returncode, 0, r.stderr)
+            {"problem": "b=2,h=32,hkv=8,s=512,sk=512,d=128,dtype=bf16,causal=1,varlen=1", "regime": "prefill"}]
+        self.assertEqual(plan["problems"], plain[:5] + [prefill_variants[0], decode_variants[0], prefill_variants[1]])
+
+        # attntune reads each spec as the problem the coverage row is: the plain ones queued with the
+        # shipped spaces, those with variants with the spaces that list them (this file's copies).
+        db = os.path.join(WORK, "queue.db")
+        for i, (problems, spaces) in enumerate(((plain, []),
+                                                (prefill_variants, ["--space", variant_space("flash_fwd_mma")]),
+                                                (decode_variants, ["--space", variant_space("flash_decode")]))):
+            path = os.path.join(WORK, f"plan{i}.json")
+            with open(path, "w") as fh:
+                json.dump({"model": "llama-ish", "source": "test", "problems": problems}, fh)
+            r = run("submit", path, "--db", db, "--format", "json", *spaces, check=False)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        r = run("status", "--db", db, "--format", "json")
         status = json.loads(r.stdout)
-        self.assertEqual(status["counts"]["queued"], 5)
-        def spec(p):
-            return (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
-                    f"causal={int(p['causal'])}" + (f",page={p['page']}" if p.get("page") else "") +
-                    (f",varlen={p['varlen']}" if p.get("varlen") else ""))
-        self.assertEqual(sorted(spec(c["problem"]) for c in status["campaigns"]),
+        self.assertEqual(status["counts"]["queued"], 8)
+        # Each campaign's name ends in its problem's canonical spec ("FAMILIES:SPEC"); status's
+        # "problem" leaves the variants out.
+        self.assertEqual(sorted(c["campaign"].split(":", 1)[1] for c in status["campaigns"]),
                          sorted(p["problem"] for p in plan["problems"]))
         self.assertEqual(attntune.coverage_plan()["problems"], [])  # the CPU calls here are not tunable
 
@@ -356,45 +758,137 @@ class Coverage(unittest.TestCase):
         support = json.load(open(os.path.join(PKG, "attntune", "tuner.json")))
         self.assertIn("flash_decode", [f["family"] for f in support["families"]])
         row = {"entry": "attention", "dtype": "bf16", "calls": 1, "kernel": None, "tunable": True, "fallback": "x",
-               "problem": {"b": 1, "h": 16, "hkv": 16, "s": 777, "sk": 777, "d": 96, "causal": 1, "paged": 0}}
+               "problem": {"b": 1, "h": 16, "hkv": 16, "s": 777, "sk": 777, "d": 96, "causal": 1, "paged": 0,
+                           "window": [-1, -1], "softcap": 0, "sinks": 0}}
         self.assertIn("no attntune family tunes head_dim=96 bf16 (head dims: 64, 128, 256)",
                       attntune.untunable(row, support))
         row["problem"]["d"] = 128
         self.assertEqual(attntune.untunable(row, support), "")
 
+    def test_variants_a_family_does_not_tune_are_not_offered(self):
+        # tuner.json says, per family, which variants and regimes it tunes.
+        support = {"families": [
+            {"family": "flash_fwd_mma", "regimes": ["prefill", "chunk", "varlen"],
+             "support": {"d": ["64", "128"], "dtype": ["fp16", "bf16"], "window": ["0", "1"], "softcap": ["0"],
+                         "sinks": ["0", "1"]}},
+            {"family": "flash_decode", "regimes": ["decode"],
+             "support": {"d": ["64", "128"], "dtype": ["fp16", "bf16"], "window": ["0", "1"], "softcap": ["0", "1"],
+                         "sinks": ["0"]}}]}
+
+        def row(entry, s, **variants):
+            p = {"b": 1, "h": 16, "hkv": 16, "s": s, "sk": 4096, "d": 128, "causal": 1, "paged": 16 if s == 1 else 0,
+                 "window": [-1, -1], "softcap": 0, "sinks": 0}
+            p.update(variants)
+            return {"entry": entry, "dtype": "bf16", "calls": 1, "kernel": None, "tunable": True, "fallback": "x",
+                    "problem": p}
+        self.assertEqual(attntune.untunable(row("attention", 4096, window=[128, -1], sinks=1), support), "")
+        self.assertEqual(attntune.untunable(row("attention_kvcache", 1, window=[128, -1], softcap=30.0), support), "")
+        self.assertEqual(attntune.untunable(row("attention", 4096, softcap=50.0), support),
+                         "no attntune family tunes this prefill problem (flash_fwd_mma tunes no logit soft-capping; "
+                         "flash_decode tunes no prefill problem)")
+        self.assertEqual(attntune.untunable(row("attention_kvcache", 1, softcap=30.0, sinks=1), support),
+                         "no attntune family tunes this decode problem (flash_fwd_mma tunes no decode problem; "
+                         "flash_decode tunes no attention sinks)")
+        self.assertEqual(attntune.untunable(row("attention_varlen", 512, window=[8, 8]), support), "")
+        # A tuner.json of an attntune before the variants lists none: nothing with a variant is tunable.
+        old = {"families": [{"family": "flash_fwd_mma", "support": {"d": ["128"], "dtype": ["bf16"]}}]}
+        self.assertEqual(attntune.untunable(row("attention", 4096), old), "")
+        self.assertIn("flash_fwd_mma tunes no sliding windows", attntune.untunable(row("attention", 4096,
+                                                                                       window=[8, -1]), old))
+
+    def test_tuner_json_lists_variants_and_regimes(self):
+        support = json.load(open(os.path.join(PKG, "attntune", "tuner.json")))
+        regimes = {f["family"]: f["regimes"] for f in support["families"]}
+        self.assertEqual(regimes["flash_decode"], ["decode"])
+        self.assertEqual(regimes["flash_fwd_mma"], ["prefill", "chunk", "varlen"])
+        for f in support["families"]:
+            for key in VARIANT_KEYS:
+                self.assertIn(f["support"][key], (["0"], ["0", "1"]), f"{f['family']} {key}")
+        # What `attntune space` says each shipped space serves.
+        for f in support["families"]:
+            r = run("space", "--space", os.path.join(ROOT, "search_spaces", f"{f['family']}.yaml"), "--format", "json")
+            problem = json.loads(r.stdout)["problem"]
+            for key in VARIANT_KEYS:
+                self.assertEqual(f["support"][key], problem[key], f"{f['family']} {key}")
+
 
 class Compile(unittest.TestCase):
-    """The fake implementations: opcheck compares them with the real ones; torch.compile traces."""
+    """The fake implementations: their shapes, opcheck against the real ones, torch.compile."""
 
     def test_opcheck(self):
         ops = torch.ops.attntune
         q, k = rand(2, 4, 9, 64), rand(2, 2, 11, 64)
+        sinks = torch.tensor([0.5, -3.0, 2.0, 1e3])
         torch.library.opcheck(ops.attention.default, (q, k, k, None, True, True))
+        torch.library.opcheck(ops.attention.default, (q, k, k, None, True, True, [4, 0], 30.0, sinks))
+        torch.library.opcheck(ops.attention.default, (q, k, k, None, False, False, [3, 2], 0.0, None))
         torch.library.opcheck(ops.attention_into.default, (q, k, k, torch.empty_like(q), None, None, True))
+        torch.library.opcheck(ops.attention_into.default, (q, k, k, torch.empty_like(q), torch.empty(2, 4, 9), None,
+                                                           True, [4, -1], 50.0, sinks))
         qd, kc = rand(2, 3, 4, 64), rand(6, 16, 2, 64)
         table, lens = torch.tensor([[0, 1], [5, 2]], dtype=torch.int32), torch.tensor([20, 7], dtype=torch.int32)
         torch.library.opcheck(ops.attention_kvcache.default, (qd, kc, kc, lens, table, None, True, True))
+        torch.library.opcheck(ops.attention_kvcache.default, (qd, kc, kc, lens, table, None, True, True, [5, 0],
+                                                              30.0, sinks))
         cu = torch.tensor([0, 3, 10], dtype=torch.int32)
-        torch.library.opcheck(ops.attention_varlen.default, (rand(10, 4, 64), rand(10, 2, 64), rand(10, 2, 64), cu,
-                                                             cu, 7, 7, None, True, True))
+        xq, xk = rand(10, 4, 64), rand(10, 2, 64)
+        torch.library.opcheck(ops.attention_varlen.default, (xq, xk, xk, cu, cu, 7, 7, None, True, True))
+        torch.library.opcheck(ops.attention_varlen.default, (xq, xk, xk, cu, cu, 7, 7, None, False, True, [2, 1],
+                                                             50.0, sinks))
+
+    def test_fake_shapes(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        ops = torch.ops.attntune
+        with FakeTensorMode():
+            sinks = torch.empty(4)
+            q, k = torch.empty(2, 4, 9, 64, dtype=torch.bfloat16), torch.empty(2, 2, 11, 64, dtype=torch.bfloat16)
+            out, lse = ops.attention(q, k, k, None, True, True, [4, 0], 30.0, sinks)
+            self.assertEqual((out.shape, out.dtype, lse.shape, lse.dtype),
+                             (q.shape, q.dtype, torch.Size([2, 4, 9]), torch.float32))
+            out, lse = ops.attention(q, k, k, None, True, False, [4, 0], 30.0, sinks)
+            self.assertEqual(lse.shape, torch.Size([0]))
+            qd = torch.empty(2, 3, 4, 64, dtype=torch.bfloat16)
+            kc = torch.empty(6, 16, 2, 64, dtype=torch.bfloat16)
+            out, lse = ops.attention_kvcache(qd, kc, kc, None, torch.empty(2, 2, dtype=torch.int32), None, False,
+                                             True, [-1, 8], 0.0, sinks)
+            self.assertEqual((out.shape, lse.shape), (qd.shape, torch.Size([2, 4, 3])))
+            xq, xk = torch.empty(10, 4, 64, dtype=torch.bfloat16), torch.empty(12, 2, 64, dtype=torch.bfloat16)
+            cu = torch.empty(3, dtype=torch.int32)
+            out, lse = ops.attention_varlen(xq, xk, xk, cu, cu, 7, 7, None, False, True, [2, 1], 50.0, sinks)
+            self.assertEqual((out.shape, lse.shape), (xq.shape, torch.Size([4, 10])))
+            # The fakes check the variants as the ops do: a bad call fails at trace time.
+            with self.assertRaisesRegex(ValueError, "sinks must be"):
+                ops.attention(q, k, k, None, True, True, [4, 0], 30.0, torch.empty(3))
+            with self.assertRaisesRegex(ValueError, "is_causal with window_size"):
+                ops.attention_varlen(xq, xk, xk, cu, cu, 7, 7, None, True, True, [2, 1], 0.0, None)
 
     def test_fullgraph(self):
         torch._dynamo.reset()
 
-        def f(q, k, v, kc, table, lens, xq, xk, cu):
+        def f(q, k, v, kc, table, lens, xq, xk, cu, sinks):
             a = attntune.attention(q, k, v, is_causal=True)
             b = attntune.attention_kvcache(q.transpose(1, 2)[:, :1], kc, kc, cache_seqlens=lens, block_table=table)
             c = attntune.attention_varlen(xq, xk, xk, cu, cu, 7, 7, is_causal=True)
             return a * 2, b + 1, c
 
+        def g(q, k, v, kc, table, lens, xq, xk, cu, sinks):
+            a, la = attntune.attention(q, k, v, is_causal=True, window_size=(3, 0), softcap=30.0, sinks=sinks,
+                                       return_lse=True)
+            b = attntune.attention_kvcache(q.transpose(1, 2)[:, :2], kc, kc, cache_seqlens=lens, block_table=table,
+                                           window_size=(4, 1), sinks=sinks)
+            c = attntune.attention_varlen(xq, xk, xk, cu, cu, 7, 7, window_size=(2, 0), softcap=50.0)
+            return a * 2, la - 1, b + 1, c
+
         q, k = rand(2, 4, 9, 64), rand(2, 2, 9, 64)
         kc = rand(6, 16, 2, 64)
         table, lens = torch.tensor([[0, 1], [5, 2]], dtype=torch.int32), torch.tensor([20, 7], dtype=torch.int32)
         xq, xk, cu = rand(10, 4, 64), rand(10, 2, 64), torch.tensor([0, 3, 10], dtype=torch.int32)
-        args = (q, k, k, kc, table, lens, xq, xk, cu)
-        compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
-        for got, want in zip(compiled(*args), f(*args)):
-            self.assertTrue(torch.equal(got, want))
+        sinks = torch.tensor([0.5, -3.0, 2.0, 1e3])
+        args = (q, k, k, kc, table, lens, xq, xk, cu, sinks)
+        for fn in (f, g):
+            compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+            for got, want in zip(compiled(*args), fn(*args)):
+                self.assertTrue(torch.equal(got, want), fn.__name__)
 
 
 class Autograd(unittest.TestCase):
@@ -407,6 +901,10 @@ class Autograd(unittest.TestCase):
             out.sum().backward()
         with torch.no_grad():
             attntune.attention(q, q, q)
+        # Learnable sinks (gpt-oss's are parameters): no gradient for them either.
+        x = rand(1, 2, 8, 64)
+        with self.assertRaisesRegex(RuntimeError, "no backward pass"):
+            attntune.attention(x, x, x, sinks=torch.zeros(2, requires_grad=True))
 
 
 class Build(unittest.TestCase):

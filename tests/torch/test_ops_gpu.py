@@ -1,9 +1,11 @@
 """The PyTorch ops on a GPU (label gpu;torch): values, torch.compile, CUDA graphs, and the op's cost.
 
-The package is $ATTNTUNE_TORCH_PKG (a directory `attntune export --torch` wrote), else one exported
-here from $ATTNTUNE_TORCH_DB (default tests/data/campaigns/h100-suite.db) in $ATTNTUNE_TORCH_DTYPE
-(default bf16). For every kernel of
-it, on the problem it was tuned for and on odd shapes near it:
+Two phases (docs/design/torch.md "Tests"):
+
+Plain: the package is $ATTNTUNE_TORCH_PKG (a directory `attntune export --torch` wrote), else one
+exported here from $ATTNTUNE_TORCH_DB (default tests/data/campaigns/h100-suite.db) in
+$ATTNTUNE_TORCH_DTYPE (default bf16). For every kernel of it, on the problem it was tuned for and on
+odd shapes near it:
   - values: NaN-poisoned out, against float64 (FlashAttention-2's criterion; compare_sdpa.py's
     reference), with LSE; [B,S,H,D] views; GQA; through attention_kvcache (paged with shuffled block
     tables and ragged lengths, and contiguous) for kernels that serve it (a chunked-prefill kernel,
@@ -13,9 +15,28 @@ it, on the problem it was tuned for and on odd shapes near it:
     the eager op's values bit for bit;
   - time: the op against the raw C entry point (ctypes) on the same library, both captured in CUDA
     graphs, interleaved rounds of >= --min-seconds; the op must be within 3% (ATTNTUNE_OP_MAX_COST).
+
+Variants (FlashAttention's window_size, softcap, sinks): the package is $ATTNTUNE_TORCH_VARIANTS_PKG,
+else one exported from $ATTNTUNE_TORCH_VARIANTS_DB, else one this test tunes: it submits
+VARIANT_PROBLEMS (gpt-oss-, Gemma-2- and Mistral-like: windowed and full prefill with sinks, soft-cap,
+two-sided windows, paged decode, chunked prefill, varlen) and one plain problem with a small budget
+($ATTNTUNE_TORCH_VARIANTS_BUDGET evaluations, default 2) to a database of its own
+($ATTNTUNE_TORCH_VARIANTS_TUNE_DB, else a temporary one; a second run resumes it), runs `attntune
+serve` on this GPU and exports them (`submit` refuses a problem no family tunes yet: reported as
+SKIP, never a failure). Then, policy "raise" (a call that falls back fails):
+  - every kernel built with variants through its entry point, windows left in {0, 1, 127, 4096, the
+    tuned} (right 0 or -1 causal; 64, -1 two-sided), soft-caps 30 and 50, sinks (random, -1e4, 1e3 by
+    head), tuned and odd shapes, [B,S,H,D], ragged kvcache (paged with shuffled tables and NaN past
+    each length, contiguous), ragged varlen, NaN-poisoned out and LSE, against float64
+    (variant_reference.py); and the same odd shape through the fallback (max_length_ratio 1);
+  - the fallback on the GPU (head_dim 96: no kernel) for all three entry points with variants;
+  - torch.compile(fullgraph=True) and CUDA-graph capture (new inputs, replay) of a variant kernel's
+    call and of the fallback's, against float64.
 Prints a table last.
 
   ATTNTUNE_TORCH_PKG=pkg python3 tests/torch/test_ops_gpu.py [--min-seconds 1.0] [--rounds 4]
+  python3 tests/torch/test_ops_gpu.py --variants-only     # or ATTNTUNE_TORCH_VARIANTS_ONLY=1 (ctest)
+  ATTNTUNE_TORCH_VARIANTS=0: the plain phase alone
 """
 import argparse
 import ctypes
@@ -43,13 +64,31 @@ def main():
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--max-cost", type=float, default=float(os.environ.get("ATTNTUNE_OP_MAX_COST", "0.03")))
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--variants-only", action="store_true",
+                    default=os.environ.get("ATTNTUNE_TORCH_VARIANTS_ONLY", "0") == "1")
+    ap.add_argument("--no-variants", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_VARIANTS", "1") == "0")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
+    device = os.environ.get("ATTNTUNE_TORCH_VARIANTS_DEVICE", "cuda")  # "cpu": a rehearsal of the variants phase
+    if device == "cuda" and not torch.cuda.is_available():
         print("SKIP: no CUDA device (torch.cuda.is_available() is False)")
         return SKIP
 
     work = tempfile.mkdtemp(prefix="attntune-torch-gpu-")
     os.environ.setdefault("ATTNTUNE_TORCH_CACHE", os.path.join(work, "cache"))
+    os.environ["ATTNTUNE_TORCH_NO_AUTOLOAD"] = "1"
+    failures = []
+    if not args.variants_only:
+        failures += plain_phase(args, work)
+    if not args.no_variants:
+        failures += variants_phase(work, device)
+    print(f"\n{'PASSED' if not failures else 'FAILED'}: {len(failures)} failure(s)")
+    for m in failures:
+        print(f"  {m}")
+    return 1 if failures else 0
+
+
+def plain_phase(args, work):
+    """The plain phase (the module's docstring); returns its failures."""
     pkg = os.environ.get("ATTNTUNE_TORCH_PKG")
     if not pkg:
         pkg = os.path.join(work, "pkg")
@@ -60,8 +99,7 @@ def main():
                            capture_output=True, text=True)
         if r.returncode != 0:
             print(f"FAIL: export --torch: {r.stderr}")
-            return 1
-    os.environ["ATTNTUNE_TORCH_NO_AUTOLOAD"] = "1"
+            return [f"plain phase: export --torch from {db}: {r.stderr.strip()}"]
     sys.path.insert(0, pkg)
     import attntune  # noqa: E402
     import compare_sdpa as cs  # noqa: E402  (its reference, caches and timing)
@@ -163,6 +201,9 @@ def main():
     for i, kinfo in enumerate(lib.kernels()):
         p = kinfo["problem"]
         B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+        if kinfo.get("variants"):
+            print(f"kernel {i}: built with {', '.join(kinfo['variants'])}: the variants phase checks it")
+            continue
         print(f"kernel {i}: {kinfo['template']} tuned for {cs.problem_str(p)}")
         if p.get("varlen"):
             # A packed batch of lengths up to S: empty, one-row, odd and the longest sequences.
@@ -210,7 +251,7 @@ def main():
         return math.isfinite(err) and err <= 2 * (lowp.double() - ref64).abs().max().item() + cs.ATOL[dtype_name], err
 
     cases = []
-    dense = [k["problem"] for k in lib.kernels() if not k["problem"].get("varlen")]
+    dense = [k["problem"] for k in lib.kernels() if not k["problem"].get("varlen") and not k.get("variants")]
     p = dense[0] if dense else {"b": 1, "h": 1, "hkv": 1, "s": 1, "sk": 1, "d": 64, "causal": 0}
     B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
 
@@ -222,7 +263,8 @@ def main():
         return (q, k, v), call, ref
     if dense:
         cases.append(("attention " + cs.problem_str(p), dense_case))
-    kv_kernels = [k["problem"] for k in lib.kernels() if cs.problem_str(k["problem"]) in kv_problems]
+    kv_kernels = [k["problem"] for k in lib.kernels()
+                  if cs.problem_str(k["problem"]) in kv_problems and not k.get("variants")]
     if kv_kernels:
         pk = kv_kernels[0]
 
@@ -285,7 +327,7 @@ def main():
                             [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
         for kinfo in lib.kernels():
             p = kinfo["problem"]
-            if p.get("varlen"):
+            if p.get("varlen") or kinfo.get("variants"):
                 continue  # timed against the peers by tools/compare_varlen.py
             B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
             scale = 1 / math.sqrt(D)
@@ -338,10 +380,332 @@ def main():
         print("raw: attntune_attention_forward(_kvcache) by ctypes; op: torch.ops.attntune.*_into; both captured "
               f"{args.calls} calls per CUDA graph, medians of {args.rounds} interleaved rounds of >= "
               f"{args.min_seconds} s; eager: one call per CUDA-event timing, no graph")
-    print(f"\n{'PASSED' if not failures else 'FAILED'}: {len(failures)} failure(s)")
-    for m in failures:
-        print(f"  {m}")
-    return 1 if failures else 0
+    return failures
+
+
+# ------------------------------------------------------------------ the variants phase
+
+# What the variants phase tunes when it is given no package or database: models' layers at small
+# sizes (a few tuned kernels, the fewer evaluations the better), bf16. A problem no family tunes
+# yet is refused by `submit` (exit 2) and reported as SKIP.
+VARIANT_PROBLEMS = [
+    "b=2,h=8,hkv=1,s=1024,sk=1024,d=64,dtype=bf16,causal=1,window=128,sinks=1",        # gpt-oss window layer
+    "b=1,h=8,hkv=1,s=1024,sk=1024,d=64,dtype=bf16,causal=1,sinks=1",                   # gpt-oss full layer
+    "b=1,h=8,hkv=4,s=1024,sk=1024,d=128,dtype=bf16,causal=1,window=256,softcap=50",    # Gemma 2
+    "b=2,h=4,hkv=4,s=512,sk=700,d=128,dtype=bf16,causal=0,window=127,64,softcap=30",   # two-sided
+    "b=8,h=16,hkv=2,s=1,sk=4096,d=64,dtype=bf16,causal=1,page=16,window=128,sinks=1",  # gpt-oss decode
+    "b=4,h=8,hkv=8,s=1,sk=2048,d=128,dtype=bf16,causal=0,page=16,softcap=30",          # Gemma 2 decode
+    "b=2,h=8,hkv=2,s=256,sk=2048,d=128,dtype=bf16,causal=1,page=64,window=512",        # chunked prefill
+    "b=4,h=8,hkv=2,s=512,sk=512,d=64,dtype=bf16,causal=1,varlen=4,window=64,sinks=1",  # varlen
+]
+# So that a package exists when no family tunes a variant yet: the fallback is checked through it.
+PLAIN_PROBLEM = "b=1,h=8,hkv=2,s=512,sk=512,d=64,dtype=bf16,causal=1"
+ENTRY_POINTS = {"attntune_attention_forward": "attention", "attntune_attention_forward_kvcache": "attention_kvcache",
+                "attntune_attention_forward_varlen": "attention_varlen"}
+
+
+def spec_of(p):
+    """A kernel's problem (kernel_info) as attntune writes its spec (kernel_info's entry_points)."""
+    s = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
+         f"causal={int(p['causal'])}")
+    if p.get("page"):
+        s += f",page={p['page']}"
+    if p.get("varlen"):
+        s += f",varlen={p['varlen']}" + (f",lens_seed={p['lens_seed']}" if p.get("lens_seed") else "")
+    if "window" in p:
+        s += f",window={p['window'][0]}" + (f",{p['window'][1]}" if p["window"][1] >= 0 else "")
+    if p.get("softcap"):
+        s += f",softcap={p['softcap']:g}"
+    if p.get("sinks"):
+        s += ",sinks=1"
+    return s
+
+
+def variant_package(work):
+    """The package of the variants phase and the notes to print (what was not tuned, and why)."""
+    pkg = os.environ.get("ATTNTUNE_TORCH_VARIANTS_PKG")
+    if pkg:
+        return pkg, []
+    binary = os.environ.get("ATTNTUNE_BIN", os.path.join(ROOT, "build", "attntune"))
+    db = os.environ.get("ATTNTUNE_TORCH_VARIANTS_DB")  # exported from as it is
+    notes = []
+    if not db:
+        # Tuned here: into $ATTNTUNE_TORCH_VARIANTS_TUNE_DB when given (a second run resumes it:
+        # submitting a queued or done problem again is a no-op, serve finishes what is left).
+        db = os.environ.get("ATTNTUNE_TORCH_VARIANTS_TUNE_DB") or os.path.join(work, "variants.db")
+        budget = os.environ.get("ATTNTUNE_TORCH_VARIANTS_BUDGET", "2")
+        for p in [PLAIN_PROBLEM] + VARIANT_PROBLEMS:
+            r = subprocess.run([binary, "submit", "--db", db, "--problem", p, "--budget-evals", budget, "--final-top",
+                                "0", "--warm-start", "0", "--max-seconds", "0.3"], capture_output=True, text=True)
+            if r.returncode == 2:
+                notes.append(f"SKIP {p}: {r.stderr.strip()}")
+            elif r.returncode != 0:
+                raise RuntimeError(f"attntune submit {p} failed ({r.returncode}): {r.stderr}")
+        t0 = time.time()
+        r = subprocess.run([binary, "serve", "--db", db], capture_output=True, text=True)
+        print(f"variants: tuned in {time.time() - t0:.0f} s (attntune serve, budget {budget} each): "
+              f"{r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''}")
+        if r.returncode != 0:
+            raise RuntimeError(f"attntune serve failed ({r.returncode}): {r.stderr[-4000:]}")
+    pkg = os.path.join(work, "variants_pkg")
+    r = subprocess.run([binary, "export", "--db", db, "--all-best", "--dtype", "bf16", "--torch", pkg],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"attntune export --torch from {db} failed ({r.returncode}): {r.stderr}")
+    return pkg, notes
+
+
+def variants_phase(work, device="cuda"):
+    """The variants phase (the module's docstring); returns its failures. device "cpu" rehearses it
+    without a GPU (ATTNTUNE_TORCH_VARIANTS_DEVICE=cpu, with ATTNTUNE_TORCH_VARIANTS_PKG): every call
+    falls back there, so the kernel checks run the fallback, and graphs and inductor are left out."""
+    print("\n==== variants: window_size, softcap, sinks")
+    try:
+        pkg, notes = variant_package(work)
+    except RuntimeError as e:
+        print(f"  FAIL {e}")
+        return [f"variants: {e}"]
+    if "attntune" not in sys.modules:
+        sys.path.insert(0, pkg)
+    import attntune  # noqa: E402
+    import variant_reference as vr  # noqa: E402
+    gpu = device == "cuda"
+    t0 = time.time()
+    lib = attntune.load(os.path.join(pkg, "attntune", "kernels.cu"), namespace="attntune_variants")
+    print(f"loaded {pkg} in {time.time() - t0:.0f} s: {len(lib.kernels())} kernels")
+    for n in notes:
+        print(f"  {n}")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[lib.info["dtype"]]
+    failures = []
+    gen = torch.Generator(device=device)
+
+    def randn(*shape, seed):
+        gen.manual_seed(seed)
+        return torch.randn(*shape, device=device, dtype=dtype, generator=gen)
+
+    def record(ok, what, msg):
+        print(f"  {'ok  ' if ok else 'FAIL'} {what:<96} {msg}")
+        if not ok:
+            failures.append(what)
+
+    def call(fn, what):
+        """fn() under the raise policy; a fallback or an error is the check's failure."""
+        try:
+            fn()
+            if gpu:
+                torch.cuda.synchronize()
+            return True
+        except RuntimeError as e:
+            record(False, what, str(e).splitlines()[0][:300])
+            return False
+
+    def words(causal, window, softcap, sinks):
+        return f"causal={int(causal)} window={tuple(window)} softcap={softcap:g} sinks={sinks is not None}"
+
+    def check_dense(B, H, Hkv, S, Sk, D, causal, window, softcap, sinks, layout, seed, tag):
+        scale = 1 / math.sqrt(D)
+        q, k, v = (randn(B, n, L, D, seed=seed + i) for i, (n, L) in enumerate(((H, S), (Hkv, Sk), (Hkv, Sk))))
+        if layout == "BSHD":  # [B, S, H, D] storage seen as [B, H, S, D]: strided, no copy
+            q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((B, H, S), float("nan"), device=device)
+        what = f"{tag} dense b={B} h={H} hkv={Hkv} s={S} sk={Sk} d={D} {words(causal, window, softcap, sinks)} {layout}"
+        if not call(lambda: lib.ops.attention_into(q, k, v, out, lse, scale, causal, list(window), softcap, sinks),
+                    what):
+            return
+        args = dict(causal=causal, window=window, softcap=softcap, sinks=sinks)
+        ref64, lse64 = vr.attention(q, k, v, scale, **args)
+        lowp, _ = vr.attention(q, k, v, scale, dtype=dtype, **args)
+        ok, msg = vr.compare(out, lse, ref64, lse64, lowp, dtype, lse_atol=1e-3)
+        record(ok, what, msg)
+
+    def check_kvcache(B, H, Hkv, S, Sk, D, causal, window, softcap, sinks, page, seed, tag):
+        scale = 1 / math.sqrt(D)
+        q, k, v = randn(B, H, S, D, seed=seed), randn(B, Hkv, Sk, D, seed=seed + 1), randn(B, Hkv, Sk, D, seed=seed + 2)
+        g = torch.Generator().manual_seed(seed)
+        # Ragged: every key, none, one, an odd count and a random one, in turns.
+        lens = [[Sk, 0, 1, (Sk // 2) | 1, int(torch.randint(1, Sk + 1, (1,), generator=g))][b % 5] for b in range(B)]
+        kc, vc, table = vr.paged_cache(k, v, lens, page, seed)
+        seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
+        qt = q.transpose(1, 2)  # [B, S, H, D] as flash_attn_with_kvcache takes it
+        out = torch.full_like(qt, float("nan"))
+        lse = torch.full((B, H, S), float("nan"), device=device)
+        what = (f"{tag} kvcache {'page=' + str(page) if page else 'contiguous'} b={B} h={H} hkv={Hkv} s={S} "
+                f"sk<={Sk} d={D} {words(causal, window, softcap, sinks)}")
+        if not call(lambda: lib.ops.attention_kvcache_into(qt, kc, vc, seqlens, table, out, lse, scale, causal,
+                                                           list(window), softcap, sinks), what):
+            return
+        args = dict(causal=causal, window=window, softcap=softcap, sinks=sinks, len_k=lens)
+        ref64, lse64 = vr.attention(q, k, v, scale, **args)
+        lowp, _ = vr.attention(q, k, v, scale, dtype=dtype, **args)
+        ok, msg = vr.compare(out.transpose(1, 2), lse, ref64, lse64, lowp, dtype)
+        record(ok, what, msg)
+
+    def check_varlen(lens_q, lens_k, H, Hkv, D, causal, window, softcap, sinks, seed, tag):
+        scale = 1 / math.sqrt(D)
+        cu_q = torch.tensor([0] + list(itertools.accumulate(lens_q)), dtype=torch.int32, device=device)
+        cu_k = torch.tensor([0] + list(itertools.accumulate(lens_k)), dtype=torch.int32, device=device)
+        q, k, v = randn(sum(lens_q), H, D, seed=seed), randn(sum(lens_k), Hkv, D, seed=seed + 1), \
+            randn(sum(lens_k), Hkv, D, seed=seed + 2)
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((H, q.shape[0]), float("nan"), device=device)
+        what = (f"{tag} varlen lens {lens_q[:6]}{'...' if len(lens_q) > 6 else ''} h={H} hkv={Hkv} d={D} "
+                f"{words(causal, window, softcap, sinks)}")
+        if not call(lambda: lib.ops.attention_varlen_into(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), out, lse,
+                                                          scale, causal, list(window), softcap, sinks), what):
+            return
+        worst_ok, worst, worst_err = True, "", -1.0
+        for b in range(len(lens_q)):
+            if lens_q[b] == 0:
+                continue
+            qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+            qb, kb, vb = (t[None].transpose(1, 2) for t in (q[qs], k[ks], v[ks]))
+            args = dict(causal=causal, window=window, softcap=softcap, sinks=sinks)
+            ref64, lse64 = vr.attention(qb, kb, vb, scale, **args)
+            lowp, _ = vr.attention(qb, kb, vb, scale, dtype=dtype, **args)
+            got = out[qs][None].transpose(1, 2)
+            ok, msg = vr.compare(got, lse[:, qs][None], ref64, lse64, lowp, dtype)
+            err = (got.double() - ref64).abs().max().nan_to_num(float("inf")).item()
+            if (not ok and worst_ok) or (ok == worst_ok and err > worst_err):  # the first failure, else the worst
+                worst, worst_err = f"seq {b}: {msg}", err
+            worst_ok = worst_ok and ok
+        record(worst_ok, what, worst)
+
+    # -- the variant kernels, policy "raise": every call must run its kernel
+    kernels = lib.kernels()
+    entries = {spec: [] for spec in (spec_of(k["problem"]) for k in kernels)}
+    for name, specs in lib.info.get("entry_points", {}).items():
+        for spec in specs:
+            entries.setdefault(spec, []).append(ENTRY_POINTS[name])
+    tuned = [k for k in kernels if k.get("variants")]
+    print(f"variants: {len(tuned)} kernels built with variants: "
+          + ("; ".join(f"{spec_of(k['problem'])} ({', '.join(k['variants'])})" for k in tuned) or "none"))
+    lib.set_policy("raise" if gpu else "sdpa", 1e9)
+    lib.reset_coverage()
+    first = {}
+    for i, kinfo in enumerate(tuned):
+        p = kinfo["problem"]
+        B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+        left, right = p.get("window", [-1, -1])
+        if left < 0 and right < 0:
+            windows = [(-1, -1)]
+        elif causal:
+            windows = list(dict.fromkeys([(left, -1), (0, 0), (1, -1), (127, 0), (4096, 0)]))
+        else:
+            windows = list(dict.fromkeys([(left, right), (127, 64), (-1, 64), (0, -1), (1, 64)]))
+        caps = [30.0, 50.0] if p.get("softcap") else [0.0]
+        sinks = vr.sink_logits(H, i, device) if p.get("sinks") else None
+        how = entries.get(spec_of(p), [])
+        tag = f"k{i}"
+        cases = [(windows[j % len(windows)], caps[j % len(caps)]) for j in range(max(len(windows), 2))]
+        if p.get("varlen"):
+            s2 = max(2, (S * 3 // 4) | 1)
+            for j, (window, cap) in enumerate(cases):
+                lens_q = [[0, 1, min(S, 129), S, s2, 7], [S, 1, 63, s2]][j % 2]
+                lens_k = [n + (Sk - S) + (77 if j % 2 else 0) for n in lens_q]
+                check_varlen(lens_q, lens_k, H, Hkv, D, causal, window, cap, sinks, 300 + 10 * i + j, tag)
+            first.setdefault("varlen", (p, sinks))
+        elif "attention_kvcache" in how and (S <= 16 or p.get("page")):
+            pages = [p.get("page") or 16, 0, 256]
+            for j, (window, cap) in enumerate(cases):
+                s_rows = S if j % 2 == 0 else (max(1, S // 2) | 1 if S <= 16 else max(17, (S * 3 // 4) | 1))
+                check_kvcache(max(5, min(B, 8)), H, Hkv, s_rows, Sk if j % 2 == 0 else (Sk * 3 // 4) | 1, D, causal,
+                              window, cap, sinks, pages[j % 3], 200 + 10 * i + j, tag)
+            first.setdefault("kvcache", (p, sinks))
+        if "attention" in how and not p.get("varlen") and not (p.get("page") and S > 16):
+            s2 = max(17, (S * 3 // 4) | 1) if S > 16 else S
+            shapes = [(B, S, Sk, "BHSD"), (2, s2, (s2 + 130) if S > 16 else (Sk * 3 // 4) | 1, "BSHD")]
+            for j, (window, cap) in enumerate(cases):
+                b, s, sk, layout = shapes[j % 2]
+                check_dense(b, H, Hkv, s, sk, D, causal, window, cap, sinks, layout, 100 + 10 * i + j, tag)
+            first.setdefault("dense", (p, sinks))
+    for r in lib.coverage():
+        if r["kernel"] is None and gpu:
+            record(False, f"{r['entry']} {attntune.problem_spec(r)} fell back", r["fallback"])
+
+    # -- the same odd shapes through the fallback: max_length_ratio 1 sends every call not exactly
+    # at a tuned problem to it.
+    lib.set_policy("sdpa", 1.0)
+    lib.reset_coverage()
+    for name, (p, sinks) in first.items():
+        H, Hkv, D, causal = p["h"], p["hkv"], p["d"], bool(p["causal"])
+        window = tuple(p.get("window", (-1, -1)))
+        cap = p.get("softcap", 0.0)
+        if name == "dense":
+            check_dense(2, H, Hkv, 77, 77 + 64, D, causal, window, cap, sinks, "BSHD", 500, "fallback")
+        elif name == "kvcache":
+            check_kvcache(5, H, Hkv, 3 if p["s"] <= 16 else 40, 333, D, causal, window, cap, sinks, 16, 510, "fallback")
+        else:
+            check_varlen([0, 5, 33], [7, 5, 40], H, Hkv, D, causal, window, cap, sinks, 520, "fallback")
+    # -- the fallback with every combination, where no kernel is (head_dim 96: no family tunes it)
+    s8 = vr.sink_logits(8, 7, device)
+    for j, (causal, window, cap, sk) in enumerate(((True, (16, 0), 30.0, s8), (False, (16, 8), 50.0, None),
+                                                  (False, (-1, 64), 0.0, s8), (True, (-1, -1), 50.0, s8))):
+        check_dense(2, 8, 2, 100, 150 if j % 2 else 60, 96, causal, window, cap, sk, "BSHD" if j % 2 else "BHSD",
+                    600 + j, "fallback")
+    check_kvcache(5, 8, 2, 1, 500, 96, True, (100, 0), 30.0, s8, 16, 610, "fallback")
+    check_kvcache(5, 8, 2, 20, 300, 96, False, (30, 5), 0.0, s8, 0, 620, "fallback")
+    check_varlen([0, 1, 17, 64, 33], [3, 1, 17, 80, 20], 8, 2, 96, True, (7, 0), 50.0, s8, 630, "fallback")
+    for r in lib.coverage():
+        if r["kernel"] is not None:
+            record(False, f"{r['entry']} {attntune.problem_spec(r)} ran kernel {r['label']}",
+                   "expected the fallback (max_length_ratio 1, or head_dim 96)")
+
+    # -- torch.compile(fullgraph=True) and CUDA graphs, of a variant kernel's call and the fallback's
+    if gpu:
+        lib.set_policy("sdpa", 1e9)
+        cases = []
+        if "dense" in first:
+            p, sinks = first["dense"]
+            cases.append(("kernel " + spec_of(p), p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"]),
+                          tuple(p.get("window", (-1, -1))), p.get("softcap", 0.0), sinks))
+        cases.append(("fallback d=96", 2, 8, 2, 100, 150, 96, True, (16, 0), 30.0, s8))
+        for name, B, H, Hkv, S, Sk, D, causal, window, cap, sinks in cases:
+            scale = 1 / math.sqrt(D)
+
+            def inputs(seed):
+                return [randn(B, n, L, D, seed=seed + j) for j, (n, L) in enumerate(((H, S), (Hkv, Sk), (Hkv, Sk)))]
+
+            def op(q, k, v, sk):
+                return lib.attention(q, k, v, is_causal=causal, window_size=window, softcap=cap, sinks=sk,
+                                     return_lse=True)
+
+            def reference(q, k, v, sk):
+                args = dict(causal=causal, window=window, softcap=cap, sinks=sk)
+                return vr.attention(q, k, v, scale, **args), vr.attention(q, k, v, scale, dtype=dtype, **args)[0]
+            q, k, v = inputs(700)
+            torch._dynamo.reset()
+            eager = op(q, k, v, sinks)
+            compiled = torch.compile(lambda *a: tuple(t * 1.0 for t in op(*a)), fullgraph=True)(q, k, v, sinks)
+            torch.cuda.synchronize()
+            (ref64, lse64), lowp = reference(q, k, v, sinks)
+            ok, msg = vr.compare(compiled[0], compiled[1], ref64, lse64, lowp, dtype)
+            same = torch.equal(eager[0], compiled[0])
+            record(ok, f"torch.compile(fullgraph=True) {name}",
+                   msg + (", bit-identical to eager" if same else ", not bit-identical to eager"))
+            # A CUDA graph: warm up on a side stream, capture, new inputs (and sinks) copied in, replay.
+            static = [t.clone() for t in (q, k, v)] + [sinks.clone() if sinks is not None else None]
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                op(*static)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                graph_out = op(*static)
+            fresh = inputs(800) + [sinks.flip(0) if sinks is not None else None]
+            for dst, src in zip(static, fresh):
+                if dst is not None:
+                    dst.copy_(src)
+            graph.replay()
+            torch.cuda.synchronize()
+            (ref64, lse64), lowp = reference(*fresh)
+            ok, msg = vr.compare(graph_out[0], graph_out[1], ref64, lse64, lowp, dtype)
+            record(ok, f"CUDA graph (capture, new inputs and sinks, replay) {name}", msg)
+    if not tuned:
+        print("variants: no kernel was built with a variant (no family tunes one yet, or none was given): the "
+              "fallback alone was checked")
+    return [f"variants: {f}" for f in failures]
 
 
 if __name__ == "__main__":

@@ -2,13 +2,17 @@
 
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/embedded.hpp"
 #include "core/error.hpp"
+#include "core/problem.hpp"
 #include "families/family.hpp"
 #include "space/search_space.hpp"
 
@@ -20,6 +24,35 @@ namespace {
 constexpr const char* kTorchFiles[] = {"pyproject.toml", "attntune/__init__.py", "attntune/_build.py",
                                        "attntune/_ops.cpp"};
 
+// The regimes whose problems `space` tunes, in the words of coverage_plan(): whether it accepts one
+// problem of each (its support's first head dim and dtype), problem constraints included: a
+// family's problem section says d and dtype and the variants, but only its constraints say that
+// flash_decode tunes no prefill and the prefill families no decode, and coverage_plan must not
+// offer a windowed prefill problem because flash_decode tunes windows.
+std::vector<std::string> tuned_regimes(const SearchSpace& space) {
+  std::string d = "128", dtype = "bf16";
+  for (const auto& [field, values] : space.problem_support()) {
+    if (field == "d" && !values.empty()) d = values.front();
+    if (field == "dtype" && !values.empty()) dtype = values.front();
+  }
+  const std::string shape = fmt::format(",d={},dtype={}", d, dtype);
+  const std::pair<const char*, std::string> regimes[] = {
+      {"prefill", "b=1,h=8,hkv=8,s=1024,sk=1024" + shape + ",causal=1"},
+      {"decode", "b=8,h=8,hkv=8,s=1,sk=4096" + shape + ",causal=0,page=16"},
+      {"chunk", "b=2,h=8,hkv=8,s=512,sk=4096" + shape + ",causal=1,page=64"},
+      {"varlen", "b=4,h=8,hkv=8,s=512,sk=512" + shape + ",causal=1,varlen=4"}};
+  std::vector<std::string> out;
+  for (const auto& [regime, spec] : regimes) {
+    try {
+      space.check_problem(Problem::parse(spec), space.default_arch());
+      out.push_back(regime);
+    } catch (const InputError&) {
+      // the family does not tune this regime
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string tuner_support_json() {
@@ -29,8 +62,10 @@ std::string tuner_support_json() {
     const std::optional<SearchSpace> space = SearchSpace::shipped(family);
     if (!space) continue;
     nlohmann::ordered_json support = nlohmann::ordered_json::object();
+    // The problem fields the family restricts: d, dtype, causal where it matters, and each variant
+    // (window, softcap, sinks: ["0"] or ["0", "1"], from its problem section).
     for (const auto& [field, values] : space->problem_support()) support[field] = values;
-    out["families"].push_back({{"family", family}, {"support", support}});
+    out["families"].push_back({{"family", family}, {"support", support}, {"regimes", tuned_regimes(*space)}});
   }
   return out.dump(2) + "\n";
 }

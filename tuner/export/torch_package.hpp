@@ -15,8 +15,9 @@ namespace attntune {
 void write_torch_package(const std::string& dir, const std::string& source, const std::string& info,
                          const ProtectedDatabases& databases);
 
-// tuner.json: each family with a shipped space and the problem values it supports
-// ({"families": [{"family", "support": {"d": ["64", ...], "dtype": [...]}}]}), for the package's
+// tuner.json: each family with a shipped space, the problem values it supports and the regimes it
+// tunes ({"families": [{"family", "support": {"d": ["64", ...], "dtype": [...], "window": ["0", "1"],
+// "softcap": [...], "sinks": [...]}, "regimes": ["prefill", "chunk", "varlen"]}]}), for the package's
 // coverage_plan() (it never offers a problem no family tunes).
 std::string tuner_support_json();
 

@@ -8,18 +8,27 @@ under $ATTNTUNE_TORCH_CACHE or ~/.cache/attntune/torch), later imports load the 
     out = attntune.attention(q, k, v, is_causal=True)            # like F.scaled_dot_product_attention
     out = attntune.attention_kvcache(q, k_cache, v_cache, cache_seqlens=lens, block_table=table)
     out = attntune.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=True)
+    out = attntune.attention(q, k, v, is_causal=True, window_size=(128, 0), sinks=sink_logits)  # gpt-oss
+    out = attntune.attention(q, k, v, is_causal=True, window_size=(4096, 0), softcap=50.0)      # Gemma 2
     print(attntune.coverage_table())                              # what ran where; what to tune next
 
 The ops are torch.ops.attntune.* (TORCH_LIBRARY), with fake implementations, so torch.compile
 (fullgraph) traces them; they take the current stream, never synchronise, and can be captured in a
 CUDA graph. Each call runs the kernel tuned for the nearest problem of its kind, or falls back to
-F.scaled_dot_product_attention (counted in coverage(); set_policy(fallback="raise") raises instead).
+PyTorch (counted in coverage(); set_policy(fallback="raise") raises instead): plain calls to
+F.scaled_dot_product_attention, calls with variants to an explicit fp32 path of the same semantics.
 There is no backward: a gradient through them raises.
 
 Causal is bottom-right (query i sees keys j <= i + Sk - S), FlashAttention's convention; for
-S == Sk it is SDPA's is_causal.
+S == Sk it is SDPA's is_causal. The variants are FlashAttention's arguments: window_size=(left,
+right) (-1: unbounded; query i sees keys i + Sk - S - left <= j <= i + Sk - S + right; is_causal is
+right = 0, so (left, 0) is causal), softcap=C (score = C * tanh(scale * q.k / C)), sinks= a
+[heads_q] float32 tensor of logits that join each row's softmax denominator (gpt-oss).
 """
 import json
+import math
+import numbers
+import operator
 import os
 
 import torch
@@ -51,39 +60,96 @@ def _register_python_parts(ns):
     lib = f"{ns}::"
 
     @torch.library.register_fake(lib + "attention")
-    def _(q, k, v, scale=None, is_causal=False, return_lse=False):
+    def _(q, k, v, scale=None, is_causal=False, return_lse=False, window_size=(-1, -1), softcap=0.0, sinks=None):
+        _check_variants("attention", q, q.shape[1], is_causal, window_size, softcap, sinks)
         lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]) if return_lse else (0,), dtype=torch.float32)
         return torch.empty_like(q), lse
 
     @torch.library.register_fake(lib + "attention_into")
-    def _(q, k, v, out, lse, scale=None, is_causal=False):
+    def _(q, k, v, out, lse, scale=None, is_causal=False, window_size=(-1, -1), softcap=0.0, sinks=None):
+        _check_variants("attention", q, q.shape[1], is_causal, window_size, softcap, sinks)
         return None
 
     @torch.library.register_fake(lib + "attention_kvcache")
-    def _(q, k_cache, v_cache, cache_seqlens=None, block_table=None, scale=None, is_causal=False, return_lse=False):
+    def _(q, k_cache, v_cache, cache_seqlens=None, block_table=None, scale=None, is_causal=False, return_lse=False,
+          window_size=(-1, -1), softcap=0.0, sinks=None):
+        _check_variants("attention_kvcache", q, q.shape[2], is_causal, window_size, softcap, sinks)
         lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]) if return_lse else (0,), dtype=torch.float32)
         return torch.empty_like(q), lse
 
     @torch.library.register_fake(lib + "attention_kvcache_into")
-    def _(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, scale=None, is_causal=False):
+    def _(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, scale=None, is_causal=False,
+          window_size=(-1, -1), softcap=0.0, sinks=None):
+        _check_variants("attention_kvcache", q, q.shape[2], is_causal, window_size, softcap, sinks)
         return None
 
     @torch.library.register_fake(lib + "attention_varlen")
     def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None, is_causal=False,
-          return_lse=False):
+          return_lse=False, window_size=(-1, -1), softcap=0.0, sinks=None):
+        _check_variants("attention_varlen", q, q.shape[1], is_causal, window_size, softcap, sinks)
         lse = q.new_empty((q.shape[1], q.shape[0]) if return_lse else (0,), dtype=torch.float32)
         return torch.empty_like(q), lse
 
     @torch.library.register_fake(lib + "attention_varlen_into")
-    def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, lse, scale=None, is_causal=False):
+    def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, lse, scale=None, is_causal=False,
+          window_size=(-1, -1), softcap=0.0, sinks=None):
+        _check_variants("attention_varlen", q, q.shape[1], is_causal, window_size, softcap, sinks)
         return None
 
     for name in ("attention", "attention_kvcache", "attention_varlen"):
         torch.library.register_autograd(lib + name, _no_backward(name), setup_context=lambda ctx, inputs, output: None)
 
 
+def _window(name, window_size):
+    """window_size as the ops take it, [left, right]: a pair of ints, never one int (the op schema's
+    int[2] would read n as (n, n))."""
+    if isinstance(window_size, (str, bytes)) or not hasattr(window_size, "__len__") or len(window_size) != 2:
+        raise ValueError(f"attntune.{name}: window_size must be a pair (left, right), -1 for an unbounded side "
+                         f"(got {window_size!r})")
+    try:
+        if any(isinstance(w, bool) for w in window_size):
+            raise TypeError
+        return [operator.index(w) for w in window_size]
+    except TypeError:
+        raise ValueError(f"attntune.{name}: window_size must be a pair of ints (got {window_size!r})") from None
+
+
+def _check_variants(name, q, heads, is_causal, window_size, softcap, sinks):
+    """The ops' checks of FlashAttention's variant arguments, in their words (_ops.cpp's variants_of
+    and sinks_of), for the fake implementations and before a call (ValueError; the op itself raises
+    RuntimeError). heads: q's heads, None when q's shape is wrong (the op says so)."""
+    left, right = _window(name, window_size)
+    if left < -1 or right < -1 or left > 2**31 - 1 or right > 2**31 - 1:
+        raise ValueError(f"attntune.{name}: window_size ({left}, {right}): each side is -1 (unbounded) or a number "
+                         "of keys >= 0")
+    if is_causal and right > 0:
+        raise ValueError(f"attntune.{name}: is_causal with window_size ({left}, {right}): causal attention sees no "
+                         "key right of the diagonal (it is window_size (left, 0)); pass is_causal=False for a window "
+                         "reaching right of it")
+    try:
+        # A number; not a tensor (reading it would sync, and break a graph), not a string.
+        if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+            raise TypeError
+        cap = float(softcap)
+    except (TypeError, ValueError):
+        raise ValueError(f"attntune.{name}: softcap must be a number (got {softcap!r})") from None
+    if not math.isfinite(cap) or cap < 0 or cap > 3.4028234663852886e38:
+        raise ValueError(f"attntune.{name}: softcap {softcap!r}: 0 (none) or a positive finite cap")
+    if sinks is not None:
+        if not isinstance(sinks, torch.Tensor):
+            raise ValueError(f"attntune.{name}: sinks must be a tensor of [heads_q] float32 logits or None "
+                             f"(got {type(sinks).__name__})")
+        if heads is not None and (sinks.dim() != 1 or sinks.shape[0] != heads):
+            raise ValueError(f"attntune.{name}: sinks must be [heads_q] ({heads} logits, one per query head; got "
+                             f"{list(sinks.shape)})")
+        if sinks.dtype != torch.float32:
+            raise ValueError(f"attntune.{name}: sinks must be float32 (got {str(sinks.dtype).replace('torch.', '')})")
+        if sinks.device != q.device:
+            raise ValueError(f"attntune.{name}: sinks must be on q's device ({q.device}; got {sinks.device})")
+
+
 def _check_grad(name, *tensors):
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
         raise RuntimeError(f"attntune.{name} has no backward pass: its kernels are forward-only (inference). Call "
                            "it under torch.no_grad() / inference_mode(), or use F.scaled_dot_product_attention where "
                            "you need gradients.")
@@ -107,56 +173,70 @@ class Library:
                 self.support = json.load(f)
 
     # -- the calls
-    def attention(self, q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None):
+    # The variants (every call): window_size=(left, right), softcap=C, sinks=[heads_q] float32 logits
+    # (FlashAttention's arguments and semantics; the module's docstring).
+    def attention(self, q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None,
+                  window_size=(-1, -1), softcap=0.0, sinks=None):
         """SDPA's call: q [B, H, S, D], k/v [B, Hkv, Sk, D] (layout="bshd": [B, S, H, D] tensors, as
         flash_attn_func takes them; no copies either way). GQA when Hkv < H. Returns out (like q), or
         (out, lse [B, H, S] fp32) with return_lse. `out`: write into this tensor instead."""
-        _check_grad("attention", q, k, v)
+        _check_grad("attention", q, k, v, sinks)
         if layout not in ("bhsd", "bshd"):
             raise ValueError(f"attntune.attention: layout must be 'bhsd' or 'bshd' (got {layout!r})")
         if layout == "bshd":
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             if out is not None:
                 out = out.transpose(1, 2)
+        window = _window("attention", window_size)
+        _check_variants("attention", q, q.shape[1] if q.dim() == 4 else None, is_causal, window, softcap,
+                        sinks)
         if out is not None:
             lse = q.new_empty(q.shape[:3], dtype=torch.float32) if return_lse else None
-            self.ops.attention_into(q, k, v, out, lse, scale, is_causal)
+            self.ops.attention_into(q, k, v, out, lse, scale, is_causal, window, float(softcap), sinks)
             o = out
         else:
-            o, lse = self.ops.attention(q, k, v, scale, is_causal, return_lse)
+            o, lse = self.ops.attention(q, k, v, scale, is_causal, return_lse, window, float(softcap), sinks)
         if layout == "bshd":
             o = o.transpose(1, 2)
         return (o, lse) if return_lse else o
 
     def attention_kvcache(self, q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, scale=None,
-                          is_causal=False, return_lse=False, out=None):
+                          is_causal=False, return_lse=False, out=None, window_size=(-1, -1), softcap=0.0,
+                          sinks=None):
         """flash_attn_with_kvcache's call: q [B, S, H, D]; caches [B, Sk, Hkv, D], or pages
         [num_blocks, page_size, Hkv, D] with block_table [B, max_blocks] (int32); cache_seqlens [B]
-        (int32): the keys of each sequence (None: all). Returns out [B, S, H, D], or (out, lse [B, H, S])."""
-        _check_grad("attention_kvcache", q, k_cache, v_cache)
+        (int32): the keys of each sequence (None: all; the window is aligned to each sequence's
+        last key). Returns out [B, S, H, D], or (out, lse [B, H, S])."""
+        _check_grad("attention_kvcache", q, k_cache, v_cache, sinks)
+        window = _window("attention_kvcache", window_size)
+        _check_variants("attention_kvcache", q, q.shape[2] if q.dim() == 4 else None, is_causal, window,
+                        softcap, sinks)
         if out is not None:
             lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if return_lse else None
             self.ops.attention_kvcache_into(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, scale,
-                                            is_causal)
+                                            is_causal, window, float(softcap), sinks)
             o = out
         else:
             o, lse = self.ops.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, scale, is_causal,
-                                                return_lse)
+                                                return_lse, window, float(softcap), sinks)
         return (o, lse) if return_lse else o
 
     def attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None,
-                         is_causal=False, return_lse=False, out=None):
+                         is_causal=False, return_lse=False, out=None, window_size=(-1, -1), softcap=0.0, sinks=None):
         """flash_attn_varlen_func's call: q [total_q, H, D], k/v [total_k, Hkv, D], cu_seqlens [B + 1]
         (int32, on the device), max lengths as ints. Returns out like q, or (out, lse [H, total_q])."""
-        _check_grad("attention_varlen", q, k, v)
+        _check_grad("attention_varlen", q, k, v, sinks)
+        window = _window("attention_varlen", window_size)
+        _check_variants("attention_varlen", q, q.shape[1] if q.dim() == 3 else None, is_causal, window,
+                        softcap, sinks)
         if out is not None:
             lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32) if return_lse else None
             self.ops.attention_varlen_into(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, lse,
-                                           scale, is_causal)
+                                           scale, is_causal, window, float(softcap), sinks)
             o = out
         else:
             o, lse = self.ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                               scale, is_causal, return_lse)
+                                               scale, is_causal, return_lse, window, float(softcap), sinks)
         return (o, lse) if return_lse else o
 
     # -- what ran where
@@ -184,12 +264,15 @@ class Library:
         rows = self.coverage()
         if not rows:
             return "attntune: no calls yet"
-        lines = [f"{'entry':<18} {'dtype':<5} {'problem':<44} {'calls':>7}  served by"]
+        specs = [problem_spec(r) for r in rows]
+        width = max([44] + [len(s) for s in specs])
+        lines = [f"{'entry':<18} {'dtype':<5} {'problem':<{width}} {'calls':>7}  served by"]
         todo = []
-        for r in rows:
-            spec = problem_spec(r)
-            served = r["label"] if r["kernel"] is not None else f"SDPA fallback: {r['fallback']}"
-            lines.append(f"{r['entry']:<18} {r['dtype']:<5} {spec:<44} {r['calls']:>7}  {served}")
+        for r, spec in zip(rows, specs):
+            # Calls with variants fall back to the explicit fp32 path, plain ones to SDPA.
+            path = "fp32 fallback" if _variant_spec(r["problem"]) else "SDPA fallback"
+            served = r["label"] if r["kernel"] is not None else f"{path}: {r['fallback']}"
+            lines.append(f"{r['entry']:<18} {r['dtype']:<5} {spec:<{width}} {r['calls']:>7}  {served}")
             if r["tunable"] and spec:
                 todo.append(spec)
         if todo:
@@ -211,38 +294,94 @@ class Library:
         return plan
 
     def set_policy(self, fallback="sdpa", max_length_ratio=16.0):
-        """fallback: "sdpa" (calls no kernel serves run F.scaled_dot_product_attention) or "raise".
+        """fallback: "sdpa" (calls no kernel serves run in PyTorch: F.scaled_dot_product_attention, or
+        for calls with variants an explicit fp32 path of the same semantics) or "raise".
         max_length_ratio: how far (as a ratio of seqlen_q or seqlen_k) a call may be from the problem its
         nearest kernel was tuned for, and still run it."""
         self.ops.set_policy(fallback, float(max_length_ratio))
 
-    def explain(self, entry, dtype, head_dim, is_causal, b, h, hkv, s, sk):
+    def explain(self, entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, *, window_size=(-1, -1), softcap=0.0,
+                sinks=False):
         """(kernel index or -1, reason): what a call of `entry` ("attention", "attention_kvcache",
-        "attention_varlen") with this problem would run, on a GPU, and why."""
-        return tuple(self.ops.explain(ENTRY[entry], dtype, head_dim, bool(is_causal), b, h, hkv, s, sk))
+        "attention_varlen") with this problem would run, on a GPU, and why. The variants as the
+        calls take them (sinks: whether the call passes any)."""
+        if entry not in ENTRY:
+            raise ValueError(f"attntune.explain: entry must be one of {', '.join(ENTRY)} (got {entry!r})")
+        window = _window("explain", window_size)
+        _check_variants("explain", None, None, is_causal, window, softcap, None)
+        return tuple(self.ops.explain(ENTRY[entry], dtype, head_dim, bool(is_causal), b, h, hkv, s, sk, window,
+                                      float(softcap), sinks is not None and sinks is not False))
 
     def kernels(self):
         """The kernels of the library: attntune_kernel_info()'s "kernels"."""
         return self.info.get("kernels", [])
 
 
+_VARIANT_WORDS = {"window": "sliding windows", "softcap": "logit soft-capping", "sinks": "attention sinks"}
+
+
+def _variants_of(p):
+    """The variant keys a coverage() problem has: of "window", "softcap", "sinks"."""
+    window = p.get("window", [-1, -1])
+    return [key for key, on in (("window", window[0] >= 0 or window[1] >= 0), ("softcap", p.get("softcap", 0) > 0),
+                                ("sinks", bool(p.get("sinks")))) if on]
+
+
+def _regime(row):
+    """The regime a coverage() row's problem is tuned as (coverage_plan's, and tuner.json's
+    "regimes"): decode for seqlen_q <= 16; chunk for the kvcache entry with more rows; varlen; prefill."""
+    if row["problem"]["s"] <= 16:
+        return "decode"
+    return {"attention_kvcache": "chunk", "attention_varlen": "varlen"}.get(row["entry"], "prefill")
+
+
 def untunable(row, support):
     """Why no family of the attntune that wrote the package (its tuner.json) tunes this coverage()
-    row's problem ("" when one does, or when that is not known): its head_dim or dtype."""
+    row's problem ("" when one does, or when that is not known): its head_dim or dtype, its regime,
+    or its variants (a windowed prefill problem is not tunable because flash_decode tunes windows)."""
     if not support:
         return ""
     p = row["problem"]
     fams = support.get("families", [])
+    regime, wanted = _regime(row), _variants_of(p)
+    why = []
     for f in fams:
         s = f.get("support", {})
-        if str(p["d"]) in s.get("d", [str(p["d"])]) and row["dtype"] in s.get("dtype", [row["dtype"]]):
-            return ""
-    ds = sorted({int(d) for f in fams for d in f.get("support", {}).get("d", [])})
-    return f"no attntune family tunes head_dim={p['d']} {row['dtype']} (head dims: {', '.join(map(str, ds))})"
+        if str(p["d"]) not in s.get("d", [str(p["d"])]) or row["dtype"] not in s.get("dtype", [row["dtype"]]):
+            continue
+        if "regimes" in f and regime not in f["regimes"]:
+            why.append(f"{f['family']} tunes no {regime} problem")
+            continue
+        # A key the family's support lacks: an attntune before the variants, which tuned none.
+        missing = [_VARIANT_WORDS[k] for k in wanted if "1" not in s.get(k, ["0"])]
+        if missing:
+            why.append(f"{f['family']} tunes no {' or '.join(missing)}")
+            continue
+        return ""
+    if not why:
+        ds = sorted({int(d) for f in fams for d in f.get("support", {}).get("d", [])})
+        return f"no attntune family tunes head_dim={p['d']} {row['dtype']} (head dims: {', '.join(map(str, ds))})"
+    return f"no attntune family tunes this {regime} problem ({'; '.join(why)})"
+
+
+def _variant_spec(p):
+    """The problem spec's variant keys of a coverage() problem (",window=L[,R],softcap=C,sinks=1"),
+    as attntune writes them: a causal window has no right side, an unbounded side is -1."""
+    spec = ""
+    left, right = p.get("window", [-1, -1])
+    if left >= 0 or right >= 0:
+        spec += f",window={left}" if right < 0 else f",window={left},{right}"
+    cap = p.get("softcap", 0)
+    if cap > 0:
+        spec += f",softcap={int(cap)}" if float(cap).is_integer() and abs(cap) < 1e15 else f",softcap={cap!r}"
+    if p.get("sinks"):
+        spec += ",sinks=1"
+    return spec
 
 
 def problem_spec(row):
-    """attntune's problem spec of one coverage() row ("b=..,h=..,...,causal=..[,page=N]")."""
+    """attntune's problem spec of one coverage() row ("b=..,h=..,...,causal=..[,page=N][,window=L[,R]]
+    [,softcap=C][,sinks=1]")."""
     p = row["problem"]
     spec = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={row['dtype']},"
             f"causal={p['causal']}")
@@ -259,7 +398,9 @@ def problem_spec(row):
         if p["sk"] < p["s"] or p["s"] < 1:
             return ""
         spec += ",varlen=1"
-    return spec
+    # A windowed call is another problem: its kernel is built for the window (its sides are
+    # arguments: the tuned ones are the call's).
+    return spec + _variant_spec(p)
 
 
 def plan_from_coverage(rows, model="attntune coverage"):
@@ -306,21 +447,24 @@ if os.path.exists(_KERNELS) and not os.environ.get("ATTNTUNE_TORCH_NO_AUTOLOAD")
     load()
 
 
-def attention(q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None):
+def attention(q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None,
+              window_size=(-1, -1), softcap=0.0, sinks=None):
     return default().attention(q, k, v, scale=scale, is_causal=is_causal, layout=layout, return_lse=return_lse,
-                               out=out)
+                               out=out, window_size=window_size, softcap=softcap, sinks=sinks)
 
 
 def attention_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, scale=None, is_causal=False,
-                      return_lse=False, out=None):
+                      return_lse=False, out=None, window_size=(-1, -1), softcap=0.0, sinks=None):
     return default().attention_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
-                                       scale=scale, is_causal=is_causal, return_lse=return_lse, out=out)
+                                       scale=scale, is_causal=is_causal, return_lse=return_lse, out=out,
+                                       window_size=window_size, softcap=softcap, sinks=sinks)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None,
-                     is_causal=False, return_lse=False, out=None):
+                     is_causal=False, return_lse=False, out=None, window_size=(-1, -1), softcap=0.0, sinks=None):
     return default().attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=scale,
-                                      is_causal=is_causal, return_lse=return_lse, out=out)
+                                      is_causal=is_causal, return_lse=return_lse, out=out, window_size=window_size,
+                                      softcap=softcap, sinks=sinks)
 
 
 def coverage(reset=False):
@@ -343,8 +487,9 @@ def set_policy(fallback="sdpa", max_length_ratio=16.0):
     default().set_policy(fallback, max_length_ratio)
 
 
-def explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk):
-    return default().explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk)
+def explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, *, window_size=(-1, -1), softcap=0.0, sinks=False):
+    return default().explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, window_size=window_size,
+                             softcap=softcap, sinks=sinks)
 
 
 def kernels():

@@ -6,38 +6,54 @@
 // with TORCH_LIBRARY under ATTNTUNE_TORCH_NAMESPACE (default `attntune`; compare_sdpa.py loads
 // several libraries side by side under namespaces of their own):
 //
-//   attention(q, k, v, scale, is_causal, return_lse) -> (out, lse)
+//   attention(q, k, v, scale, is_causal, return_lse, window_size, softcap, sinks) -> (out, lse)
 //       q [B, H, S, D], k/v [B, Hkv, Sk, D] (SDPA's layout; any strides with the last dim
 //       contiguous, so [B, S, H, D] storage passes as a transposed view, no copy)
-//   attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, scale, is_causal, return_lse)
+//   attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, scale, is_causal, return_lse,
+//       window_size, softcap, sinks)
 //       q [B, S, H, D]; caches [B, Sk, Hkv, D] or pages [num_blocks, page_size, Hkv, D]
 //       (flash_attn_with_kvcache's layout)
 //   attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
-//       is_causal, return_lse)   q [total_q, H, D], k/v [total_k, Hkv, D] (flash_attn_varlen_func's)
-//   ..._into(..., out, lse)   the same, writing into the caller's tensors
-//   explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk) -> (kernel, reason)
+//       is_causal, return_lse, window_size, softcap, sinks)
+//       q [total_q, H, D], k/v [total_k, Hkv, D] (flash_attn_varlen_func's)
+//   ..._into(..., out, lse, scale, is_causal, window_size, softcap, sinks)   the same, writing into the
+//       caller's tensors
+//   explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, window_size, softcap, sinks)
+//       -> (kernel, reason)
 //   coverage() -> str (JSON), reset_coverage(), set_policy(fallback, max_length_ratio), kernel_info()
+//
+// The variants are FlashAttention's arguments (docs/CONTRACT.md "Variants"): window_size (left,
+// right), -1 an unbounded side, bottom-right aligned, is_causal being right 0 (so a window (L, 0) is
+// causal); softcap C > 0, score = C * tanh(scale * q.k / C) before masking and softmax; sinks, a
+// [heads_q] fp32 tensor of logits joining each row's softmax denominator (no value row; the LSE
+// includes them). The kernels serve exactly the variants they were built with; the library's
+// dispatcher (attntune_select_kernel_ex) never gives a windowed call a full-attention kernel.
 //
 // Each call is decided on the host from shapes alone (no device sync, so it is capturable in a CUDA
 // graph): the library's own dispatcher names the kernel tuned for the nearest problem; the call
-// falls back to PyTorch's scaled_dot_product_attention when no kernel serves it, when the nearest
-// was tuned for the other regime (decode: seqlen_q <= 16; prefill), when its lengths are more than
-// max_length_ratio off, or when the library refuses the arguments (ATTNTUNE_UNSUPPORTED, with its
-// reason). With set_policy("raise", ...) such calls raise instead. Every decision is counted per
-// shape: coverage() says what ran where, and what to tune next. A CUDA error raises; nothing is
-// ever silently recomputed.
+// falls back to PyTorch when no kernel serves it, when the nearest was tuned for the other regime
+// (decode: seqlen_q <= 16; prefill), when its lengths are more than max_length_ratio off, or when
+// the library refuses the arguments (ATTNTUNE_UNSUPPORTED, with its reason). The fallback computes
+// the same semantics: scaled_dot_product_attention for plain calls, an explicit fp32 path for
+// calls with variants (variant_into). With set_policy("raise", ...) such calls raise instead. Every
+// decision is counted per shape: coverage() says what ran where, and what to tune next. A CUDA
+// error raises; nothing is ever silently recomputed.
 //
 // Causal is bottom-right (FlashAttention's convention, the contract's): query i sees keys
 // j <= i + Sk - S. For S == Sk that is SDPA's is_causal. A query row that sees no key outputs zeros
-// and LSE -inf, in the kernels and in the fallback alike.
+// and LSE -inf (with sinks: its sink's logit), in the kernels and in the fallback alike.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
+#include <cstddef>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <map>
@@ -76,6 +92,41 @@ const char* attntune_last_error(void);
 int attntune_select_kernel_entry(int entry, int head_dim, int is_causal, int batch, int heads_q, int heads_kv,
                                  int seqlen_q, int seqlen_k);
 int attntune_kernel_problem(int index, int* problem, const char** label);
+
+// The extended entry points' options (docs/CONTRACT.md "Variants"; the exported file defines the
+// same struct): versioned by `size`, zero-initialised but size it is plain attention.
+typedef struct attntune_options {
+  size_t size;
+  int window;          // 1: window_left/window_right apply
+  int window_left;     // -1: unbounded
+  int window_right;    // -1: unbounded; a causal call passes -1 (causal bounds it at 0)
+  float softcap;       // > 0: score = softcap * tanh(softmax_scale * q.k / softcap); 0: none
+  const float* sinks;  // NULL, or [heads_q] fp32 logits (device)
+} attntune_options;
+
+// The entry points with options, weak: a kernels file exported before the variants lacks them, and
+// the ops still load it (compare_sdpa.py loads any export); its calls with a variant then fall
+// back, saying why, and its plain calls run through the contract's entry points above.
+__attribute__((weak)) int attntune_attention_forward_ex(
+    const void* q, const void* k, const void* v, void* out, float* lse, int batch, int heads_q, int heads_kv,
+    int seqlen_q, int seqlen_k, int head_dim, const long long* q_strides, const long long* k_strides,
+    const long long* v_strides, const long long* o_strides, float softmax_scale, int is_causal,
+    const attntune_options* opts, cudaStream_t stream);
+__attribute__((weak)) int attntune_attention_forward_kvcache_ex(
+    const void* q, const void* k_cache, const void* v_cache, void* out, float* lse, const int* cache_seqlens,
+    const int* block_table, int max_blocks_per_seq, int page_size, int batch, int heads_q, int heads_kv,
+    int seqlen_q, int seqlen_k_max, int head_dim, const long long* q_strides, const long long* k_strides,
+    const long long* v_strides, const long long* o_strides, float softmax_scale, int is_causal,
+    const attntune_options* opts, cudaStream_t stream);
+__attribute__((weak)) int attntune_attention_forward_varlen_ex(
+    const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_seqlens_q,
+    const int* cu_seqlens_k, int batch, long long total_q, long long total_k, int max_seqlen_q, int max_seqlen_k,
+    int heads_q, int heads_kv, int head_dim, const long long* q_strides, const long long* k_strides,
+    const long long* v_strides, const long long* o_strides, float softmax_scale, int is_causal,
+    const attntune_options* opts, cudaStream_t stream);
+__attribute__((weak)) int attntune_select_kernel_ex(int entry, int head_dim, int is_causal, int batch, int heads_q,
+                                                    int heads_kv, int seqlen_q, int seqlen_k,
+                                                    const attntune_options* opts);
 }
 
 namespace {
@@ -88,6 +139,62 @@ const char* entry_name(int entry) {
   return entry == kEntryKvcache ? "attention_kvcache" : entry == kEntryVarlen ? "attention_varlen" : "attention";
 }
 
+std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string fmt(const char* format, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, format);
+  std::vsnprintf(buf, sizeof buf, format, ap);
+  va_end(ap);
+  return buf;
+}
+
+// The shortest text that reads back as `v` ("30", "0.1"), as attntune's problem specs write numbers.
+std::string shortest(double v) {
+  char buf[40];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {  // an integer: no exponent ("30", not "3e+01")
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+  }
+  for (int p = 1; p <= 17; ++p) {
+    std::snprintf(buf, sizeof buf, "%.*g", p, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+// ------------------------------------------------------------------ variants
+
+// A call's variants, normalised as the library and attntune's problem specs normalise them: a
+// window (L, 0) without is_causal is causal within L keys, a causal call keeps right -1 (causal
+// bounds it), (-1, -1) is no window.
+struct Variants {
+  int left = -1, right = -1;  // the window's sides; -1 unbounded
+  double softcap = 0;         // > 0: the cap; 0: none
+  bool sinks = false;
+  bool windowed() const { return left >= 0 || right >= 0; }
+  bool any() const { return windowed() || softcap > 0 || sinks; }
+  bool operator<(const Variants& o) const {
+    return std::tie(left, right, softcap, sinks) < std::tie(o.left, o.right, o.softcap, o.sinks);
+  }
+  // ",window=L[,R],softcap=C,sinks=1": the problem spec's variant keys (docs/CONTRACT.md), "" when plain.
+  std::string spec() const {
+    std::string s;
+    if (windowed()) s += right >= 0 ? fmt(",window=%d,%d", left, right) : fmt(",window=%d", left);
+    if (softcap > 0) s += ",softcap=" + shortest(softcap);
+    if (sinks) s += ",sinks=1";
+    return s;
+  }
+  // " with a sliding window (L, R), a logit soft-cap C, attention sinks" for messages; "" when plain.
+  std::string words() const {
+    std::string s;
+    if (windowed()) s += fmt("a sliding window (%d, %d)", left, right);
+    if (softcap > 0) s += (s.empty() ? "" : ", ") + fmt("a logit soft-cap %g", softcap);
+    if (sinks) s += (s.empty() ? "" : ", ") + std::string("attention sinks");
+    return s.empty() ? s : " with " + s;
+  }
+};
+
 // ------------------------------------------------------------------ policy and coverage
 
 struct Policy {
@@ -97,12 +204,14 @@ struct Policy {
 std::mutex g_mutex;
 Policy g_policy;
 
-// What a call is, for coverage: its entry point and problem.
+// What a call is, for coverage: its entry point and problem (variants included: a windowed call is
+// another problem than its plain shape).
 struct Shape {
   int entry, bf16, d, causal, b, h, hkv, s, sk, paged;
+  Variants v;
   bool operator<(const Shape& o) const {
-    return std::tie(entry, bf16, d, causal, b, h, hkv, s, sk, paged) <
-           std::tie(o.entry, o.bf16, o.d, o.causal, o.b, o.h, o.hkv, o.s, o.sk, o.paged);
+    return std::tie(entry, bf16, d, causal, b, h, hkv, s, sk, paged, v) <
+           std::tie(o.entry, o.bf16, o.d, o.causal, o.b, o.h, o.hkv, o.s, o.sk, o.paged, o.v);
   }
 };
 struct Count {
@@ -120,16 +229,6 @@ struct Decision {
   bool tunable = false;   // and tuning this problem would give it a kernel
 };
 
-std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
-std::string fmt(const char* format, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, format);
-  std::vsnprintf(buf, sizeof buf, format, ap);
-  va_end(ap);
-  return buf;
-}
-
 // The library's dtype: that of its first kernel (an export holds one dtype).
 int library_bf16() {
   int p[9];
@@ -140,6 +239,36 @@ double off_by(double a, double b) {
   a = a > 0 ? a : 1;
   b = b > 0 ? b : 1;
   return a > b ? a / b : b / a;
+}
+
+// The options struct of a call's variants; `sinks` the device logits (or any non-null pointer, for
+// the dispatcher, which reads only whether there are sinks).
+attntune_options options_of(const Variants& v, const float* sinks) {
+  attntune_options o;
+  std::memset(&o, 0, sizeof o);
+  o.size = sizeof o;
+  o.window = v.windowed() ? 1 : 0;
+  o.window_left = v.left;
+  o.window_right = v.right;
+  o.softcap = static_cast<float>(v.softcap);
+  o.sinks = v.sinks ? sinks : nullptr;
+  return o;
+}
+
+// The library's dispatcher for a call's shape and variants: the kernel index, or -1 (`why` says
+// why when the library cannot take variants at all).
+int select_kernel(const Shape& c, std::string* why) {
+  if (!attntune_select_kernel_ex) {
+    if (c.v.any()) {
+      *why = "the library was exported before attntune served variants (sliding windows, soft-cap, sinks): export "
+             "it again";
+      return -1;
+    }
+    return attntune_select_kernel_entry(c.entry, c.d, c.causal, c.b, c.h, c.hkv, c.s, c.sk);
+  }
+  static const float any_sinks = 0.0f;
+  const attntune_options o = options_of(c.v, &any_sinks);
+  return attntune_select_kernel_ex(c.entry, c.d, c.causal, c.b, c.h, c.hkv, c.s, c.sk, &o);
 }
 
 // The decision for a call's shape, from the host alone (no device data).
@@ -159,10 +288,13 @@ Decision decide(const Shape& c, const std::string& dtype_name, double max_ratio)
     d.reason = fmt("dtype %s: the library was tuned for %s", c.bf16 ? "bf16" : "fp16", lib ? "bf16" : "fp16");
     return d;
   }
-  const int k = attntune_select_kernel_entry(c.entry, c.d, c.causal, c.b, c.h, c.hkv, c.s, c.sk);
+  std::string why;
+  const int k = select_kernel(c, &why);
   if (k < 0) {
-    d.reason = fmt("no kernel of the library serves %s with head_dim=%d is_causal=%d", entry_name(c.entry), c.d,
-                   c.causal);
+    d.reason = !why.empty() ? why
+                            : fmt("no kernel of the library serves %s with head_dim=%d is_causal=%d", entry_name(c.entry),
+                                  c.d, c.causal) +
+                                  c.v.words();
     return d;
   }
   int p[9];
@@ -212,11 +344,11 @@ Policy policy_now() {
 void fall_back(const Shape& c, const at::Tensor& q, const std::string& reason, bool tunable) {
   count(c, -1, reason, other_dtype(q), tunable);
   if (policy_now().raise)
-    TORCH_CHECK(false, fmt("attntune.%s: no tuned kernel for b=%d,h=%d,hkv=%d,s=%d,sk=%d,d=%d,causal=%d: ",
+    TORCH_CHECK(false, fmt("attntune.%s: no tuned kernel for b=%d,h=%d,hkv=%d,s=%d,sk=%d,d=%d,causal=%d",
                            entry_name(c.entry), c.b, c.h, c.hkv, c.s, c.sk, c.d, c.causal) +
-                           reason +
-                           " (fallback policy 'raise'; attntune.set_policy(fallback='sdpa') falls back to "
-                           "scaled_dot_product_attention)");
+                           c.v.spec() + ": " + reason +
+                           " (fallback policy 'raise'; attntune.set_policy(fallback='sdpa') falls back to PyTorch: "
+                           "scaled_dot_product_attention, or the explicit path for variants)");
 }
 
 std::string json_escape(const std::string& s) {
@@ -237,9 +369,10 @@ std::string coverage_json() {
     j += first ? "" : ",";
     first = false;
     j += fmt("{\"entry\":\"%s\",\"dtype\":\"%s\",\"problem\":{\"b\":%d,\"h\":%d,\"hkv\":%d,\"s\":%d,\"sk\":%d,"
-             "\"d\":%d,\"causal\":%d,\"paged\":%d},\"calls\":%lld,",
+             "\"d\":%d,\"causal\":%d,\"paged\":%d,\"window\":[%d,%d],\"softcap\":%s,\"sinks\":%d},\"calls\":%lld,",
              entry_name(c.entry), n.dtype.empty() ? (c.bf16 ? "bf16" : "fp16") : json_escape(n.dtype).c_str(), c.b,
-             c.h, c.hkv, c.s, c.sk, c.d, c.causal, c.paged, n.calls);
+             c.h, c.hkv, c.s, c.sk, c.d, c.causal, c.paged, c.v.left, c.v.right, shortest(c.v.softcap).c_str(),
+             c.v.sinks ? 1 : 0, n.calls);
     if (n.kernel >= 0) {
       int p[9];
       const char* label = "";
@@ -271,17 +404,6 @@ void set_policy(std::string fallback, double max_length_ratio) {
 
 std::string kernel_info() { return attntune_kernel_info(); }
 
-std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64_t d, bool causal, int64_t b,
-                                         int64_t h, int64_t hkv, int64_t s, int64_t sk) {
-  TORCH_CHECK(entry == kEntryDense || entry == kEntryKvcache || entry == kEntryVarlen,
-              "attntune.explain: entry must be 1 (attention), 2 (kvcache) or 4 (varlen)");
-  TORCH_CHECK(dtype == "fp16" || dtype == "bf16", "attntune.explain: dtype must be fp16 or bf16");
-  const Shape c{static_cast<int>(entry), dtype == "bf16", static_cast<int>(d), causal ? 1 : 0, static_cast<int>(b),
-                static_cast<int>(h), static_cast<int>(hkv), static_cast<int>(s), static_cast<int>(sk), 0};
-  const Decision dec = decide(c, "", policy_now().max_ratio);
-  return {dec.kernel, dec.reason};
-}
-
 // ------------------------------------------------------------------ argument checks
 
 // Argument checks. The message is built only on failure and handed to TORCH_CHECK as one string:
@@ -305,6 +427,58 @@ int as_int(int64_t v, const char* entry, const char* name) {
 
 double scale_of(std::optional<double> scale, int64_t d) {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(d));
+}
+
+// The variants of a call from FlashAttention's arguments, checked and normalised (is_causal
+// becomes true for a window (L, 0)). Python's _check_variants says the same in the same words.
+Variants variants_of(const char* e, at::IntArrayRef window_size, double softcap, bool sinks, bool& is_causal) {
+  ATTNTUNE_CHECK(window_size.size() == 2, e,
+                 fmt("window_size must be (left, right) (got %d values)", static_cast<int>(window_size.size())));
+  const int64_t left = window_size[0], right = window_size[1];
+  ATTNTUNE_CHECK(left >= -1 && right >= -1 && left <= std::numeric_limits<int>::max() &&
+                     right <= std::numeric_limits<int>::max(),
+                 e, fmt("window_size (%lld, %lld): each side is -1 (unbounded) or a number of keys >= 0",
+                        static_cast<long long>(left), static_cast<long long>(right)));
+  ATTNTUNE_CHECK(!(is_causal && right > 0), e,
+                 fmt("is_causal with window_size (%lld, %lld): causal attention sees no key right of the diagonal "
+                     "(it is window_size (left, 0)); pass is_causal=False for a window reaching right of it",
+                     static_cast<long long>(left), static_cast<long long>(right)));
+  ATTNTUNE_CHECK(std::isfinite(softcap) && softcap >= 0 && softcap <= std::numeric_limits<float>::max(), e,
+                 fmt("softcap %g: 0 (none) or a positive finite cap", softcap));
+  Variants v;
+  v.left = static_cast<int>(left);
+  v.right = static_cast<int>(right);
+  v.softcap = softcap;
+  v.sinks = sinks;
+  if (!is_causal && v.right == 0) is_causal = true;  // FlashAttention: (L, 0) is causal within L keys
+  if (is_causal) v.right = -1;
+  return v;
+}
+
+// The sinks tensor: [heads_q] float32 on q's device; returned contiguous (the kernels read a plain
+// array), undefined when there is none.
+at::Tensor sinks_of(const char* e, const std::optional<at::Tensor>& sinks, int64_t heads, const at::Tensor& q) {
+  if (!sinks || !sinks->defined()) return at::Tensor();
+  ATTNTUNE_CHECK(sinks->dim() == 1 && sinks->size(0) == heads, e,
+                 "sinks must be [heads_q] (" + std::to_string(heads) + " logits, one per query head; got " +
+                     dims(sinks->sizes()) + ")");
+  ATTNTUNE_CHECK(sinks->scalar_type() == at::kFloat, e,
+                 std::string("sinks must be float32 (got ") + c10::toString(sinks->scalar_type()) + ")");
+  ATTNTUNE_CHECK(sinks->device() == q.device(), e, "sinks must be on q's device");
+  return sinks->contiguous();
+}
+
+std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64_t d, bool causal, int64_t b,
+                                         int64_t h, int64_t hkv, int64_t s, int64_t sk, at::IntArrayRef window_size,
+                                         double softcap, bool sinks) {
+  TORCH_CHECK(entry == kEntryDense || entry == kEntryKvcache || entry == kEntryVarlen,
+              "attntune.explain: entry must be 1 (attention), 2 (kvcache) or 4 (varlen)");
+  TORCH_CHECK(dtype == "fp16" || dtype == "bf16", "attntune.explain: dtype must be fp16 or bf16");
+  const Variants v = variants_of("explain", window_size, softcap, sinks, causal);
+  const Shape c{static_cast<int>(entry), dtype == "bf16", static_cast<int>(d), causal ? 1 : 0, static_cast<int>(b),
+                static_cast<int>(h), static_cast<int>(hkv), static_cast<int>(s), static_cast<int>(sk), 0, v};
+  const Decision dec = decide(c, "", policy_now().max_ratio);
+  return {dec.kernel, dec.reason};
 }
 
 // Why the kernels cannot take these tensors as they are ("" if they can): not CUDA, on two devices,
@@ -371,7 +545,8 @@ bool ran_kernel(const char* e, const Shape& c, const at::Tensor& q, std::initial
 
 // Attention of q [B, H, S, D] over k, v [B, Hkv, Sk, D] with `visible` (bool, broadcastable to
 // [B, 1, S, Sk]; undefined: all keys, or causal bottom-right when `causal`), by SDPA; rows that see
-// no key are zero and their LSE -inf. Writes out (like q) and, if given, lse [B, H, S].
+// no key are zero and their LSE -inf. Writes out (like q) and, if given, lse [B, H, S]. For calls
+// without variants.
 void sdpa_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor visible, bool causal,
                double scale, at::Tensor& out, const std::optional<at::Tensor>& lse) {
   const int64_t S = q.size(2), Sk = k.size(2), H = q.size(1), Hkv = k.size(1);
@@ -404,10 +579,91 @@ void sdpa_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at
   }
 }
 
+// The fallback of calls with variants: attention of q [B, H, S, D] over k, v [B, Hkv, Sk, D] with
+// the window, the soft-cap and the sinks, in fp32 by explicit matmuls (SDPA takes neither a score
+// transform nor a sink; FlexAttention, which takes both, is Python and needs torch.compile to be
+// fast, and this runs inside the C++ operator: docs/design/torch.md). Per chunk of query rows:
+// S = Q K^T * scale -> softcap * tanh(S / softcap) -> the window, causal and length masks (-inf)
+// -> softmax -> P V, with the LSE; then the sinks through the LSE: out * sigmoid(lse - sink) and
+// lse' = logaddexp(lse, sink) (exactly the sink in the softmax's denominator). A row that sees no
+// key gives zeros and LSE -inf, or its sink's logit. len_q / len_k: [B] int64, each sequence's query
+// rows and keys (rows bottom-right aligned per sequence; keys past len_k are masked, and zeroed:
+// a stale cache may hold NaN there), or undefined (S and Sk). Writes out (like q, any strides) and,
+// if given, lse [B, H, S]. Everything is on q's device with shapes from the host: no sync, so it
+// can be captured in a CUDA graph.
+void variant_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& len_q,
+                  const at::Tensor& len_k, bool causal, const Variants& var, const at::Tensor& sinks, double scale,
+                  at::Tensor& out, const std::optional<at::Tensor>& lse) {
+  const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
+  if (q.numel() == 0) return;
+  const int64_t G = Hkv > 0 ? H / Hkv : 1;  // query heads per K/V head: head h reads K/V head h / G
+  const auto f32 = q.options().dtype(at::kFloat), i64 = q.options().dtype(at::kLong);
+  const float inf = std::numeric_limits<float>::infinity();
+  at::Tensor kf = k.to(at::kFloat), vf = v.to(at::kFloat);
+  at::Tensor lk5, diag5;  // [B, 1, 1, 1, 1]: each sequence's keys, and its diagonal len_k - len_q
+  if (len_k.defined()) {
+    lk5 = len_k.view({B, 1, 1, 1, 1});
+    const at::Tensor stale = (at::arange(Sk, i64).view({1, 1, Sk, 1}) >= len_k.view({B, 1, 1, 1}));
+    kf = kf.masked_fill(stale, 0.0);
+    vf = vf.masked_fill(stale, 0.0);
+  }
+  if (len_q.defined() || len_k.defined())
+    diag5 = ((len_k.defined() ? len_k : at::full({B}, Sk, i64)) - (len_q.defined() ? len_q : at::full({B}, S, i64)))
+                .view({B, 1, 1, 1, 1});
+  const int64_t right = causal ? 0 : var.right;  // the window's right side as applied
+  const at::Tensor sink5 = sinks.defined() ? sinks.view({1, Hkv, G, 1, 1}) : at::Tensor();
+  // Rows per chunk: the scores of a chunk stay under 2^25 fp32 values (128 MiB).
+  const int64_t budget = int64_t{1} << 25;
+  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(S, budget / std::max<int64_t>(1, B * H * std::max<int64_t>(Sk, 1))));
+  for (int64_t r0 = 0; r0 < S; r0 += rows) {
+    const int64_t n = std::min(rows, S - r0);
+    // The keys the chunk's rows can see: with the lengths on the host (the dense entry) the
+    // window narrows them, so the work follows the window; else all, masked per sequence.
+    int64_t j0 = 0, j1 = Sk;
+    if (!diag5.defined()) {
+      const int64_t diag = Sk - S;
+      if (var.left >= 0) j0 = std::max<int64_t>(0, r0 + diag - var.left);
+      if (right >= 0) j1 = std::min<int64_t>(Sk, r0 + n - 1 + diag + right + 1);
+    }
+    at::Tensor o, l;  // [B, Hkv, G, n, D] and the LSE [B, Hkv, G, n, 1], fp32
+    if (j1 <= j0) {
+      o = at::zeros({B, Hkv, G, n, D}, f32);
+      l = at::full({B, Hkv, G, n, 1}, -inf, f32);
+    } else {
+      const int64_t m = j1 - j0;
+      const at::Tensor qc = q.narrow(2, r0, n).to(at::kFloat).reshape({B, Hkv, G * n, D});
+      at::Tensor s = at::matmul(qc, kf.narrow(2, j0, m).transpose(-2, -1)).mul_(scale).view({B, Hkv, G, n, m});
+      if (var.softcap > 0) s.div_(var.softcap).tanh_().mul_(var.softcap);
+      const at::Tensor i = at::arange(r0, r0 + n, i64).view({n, 1}), j = at::arange(j0, j1, i64).view({1, m});
+      const at::Tensor row = diag5.defined() ? i + diag5 : i + (Sk - S);  // the row's diagonal key
+      at::Tensor visible;  // broadcastable to [B, Hkv, G, n, m]; undefined: every key
+      auto also = [&](const at::Tensor& t) { visible = visible.defined() ? visible.logical_and(t) : t; };
+      if (lk5.defined()) also(j < lk5);
+      if (var.left >= 0) also(j >= row - var.left);
+      if (right >= 0) also(j <= row + right);
+      if (visible.defined()) s.masked_fill_(visible.logical_not(), -inf);
+      at::Tensor mx = std::get<0>(s.max(-1, /*keepdim=*/true));
+      mx = at::where(at::isneginf(mx), at::zeros_like(mx), mx);  // a row without keys: exp(-inf) = 0
+      s.sub_(mx).exp_();
+      l = s.sum(-1, /*keepdim=*/true);
+      o = at::matmul(s.view({B, Hkv, G * n, m}), vf.narrow(2, j0, m)).view({B, Hkv, G, n, D});
+      o = at::where(l > 0, o / l, at::zeros({}, f32));
+      l = l.log_().add_(mx);  // -inf where no key is seen
+    }
+    if (sink5.defined()) {
+      o = o * at::sigmoid(l - sink5);
+      l = at::logaddexp(l, sink5.expand_as(l));
+    }
+    out.narrow(2, r0, n).copy_(o.view({B, H, n, D}));
+    if (lse) lse->narrow(2, r0, n).copy_(l.view({B, H, n}));
+  }
+}
+
 // ------------------------------------------------------------------ attention (dense)
 
 void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor out,
-                    std::optional<at::Tensor> lse, std::optional<double> scale, bool is_causal) {
+                    std::optional<at::Tensor> lse, std::optional<double> scale, bool is_causal,
+                    at::IntArrayRef window_size, double softcap, const std::optional<at::Tensor>& sinks) {
   const char* e = "attention";
   ATTNTUNE_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, e, "q, k and v must be 4-d: [batch, heads, seqlen, head_dim]");
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
@@ -419,28 +675,41 @@ void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   ATTNTUNE_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e, "q, k and v must share a dtype");
   check_out(out, q, e);
   check_lse(lse, {B, H, S}, q, e);
+  const Variants var = variants_of(e, window_size, softcap, sinks.has_value() && sinks->defined(), is_causal);
+  const at::Tensor sk_logits = sinks_of(e, sinks, H, q);
   const double sc = scale_of(scale, D);
   const Shape c{kEntryDense, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), is_causal ? 1 : 0,
                 as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"), as_int(S, e, "seqlen_q"),
-                as_int(Sk, e, "seqlen_k"), 0};
-  const bool ran = ran_kernel(e, c, q, {&q, &k, &v, &out}, [&](cudaStream_t stream) {
+                as_int(Sk, e, "seqlen_k"), 0, var};
+  const bool ran = ran_kernel(e, c, q, {&q, &k, &v, &out, &sk_logits}, [&](cudaStream_t stream) {
     const long long qs[3] = {q.stride(0), q.stride(1), q.stride(2)}, ks[3] = {k.stride(0), k.stride(1), k.stride(2)},
                     vs[3] = {v.stride(0), v.stride(1), v.stride(2)},
                     os[3] = {out.stride(0), out.stride(1), out.stride(2)};
-    return attntune_attention_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                                      lse ? lse->data_ptr<float>() : nullptr, c.b, c.h, c.hkv, c.s, c.sk, c.d, qs, ks,
-                                      vs, os, static_cast<float>(sc), c.causal, stream);
+    float* l = lse ? lse->data_ptr<float>() : nullptr;
+    if (!attntune_attention_forward_ex)  // an export before the variants: plain calls only reach here
+      return attntune_attention_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), l, c.b, c.h, c.hkv,
+                                        c.s, c.sk, c.d, qs, ks, vs, os, static_cast<float>(sc), c.causal, stream);
+    const attntune_options o = options_of(var, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
+    return attntune_attention_forward_ex(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), l, c.b, c.h,
+                                         c.hkv, c.s, c.sk, c.d, qs, ks, vs, os, static_cast<float>(sc), c.causal, &o,
+                                         stream);
   });
   if (ran) return;
-  sdpa_into(q, k, v, at::Tensor(), is_causal, sc, out, lse);
+  if (var.any())
+    variant_into(q, k, v, at::Tensor(), at::Tensor(), is_causal, var, sk_logits, sc, out, lse);
+  else
+    sdpa_into(q, k, v, at::Tensor(), is_causal, sc, out, lse);
 }
 
 std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                             std::optional<double> scale, bool is_causal, bool return_lse) {
+                                             std::optional<double> scale, bool is_causal, bool return_lse,
+                                             at::IntArrayRef window_size, double softcap,
+                                             const std::optional<at::Tensor>& sinks) {
   at::Tensor out = at::empty_like(q);
   at::Tensor lse = return_lse && q.dim() == 4 ? at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat))
                                               : at::empty({0}, q.options().dtype(at::kFloat));
-  attention_into(q, k, v, out, return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal);
+  attention_into(q, k, v, out, return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal,
+                 window_size, softcap, sinks);
   return {out, lse};
 }
 
@@ -449,7 +718,8 @@ std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tens
 void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const std::optional<at::Tensor>& cache_seqlens, const std::optional<at::Tensor>& block_table,
                             at::Tensor out, std::optional<at::Tensor> lse, std::optional<double> scale,
-                            bool is_causal) {
+                            bool is_causal, at::IntArrayRef window_size, double softcap,
+                            const std::optional<at::Tensor>& sinks) {
   const char* e = "attention_kvcache";
   ATTNTUNE_CHECK(q.dim() == 4, e, "q must be 4-d: [batch, seqlen_q, heads, head_dim]");
   ATTNTUNE_CHECK(k_cache.dim() == 4 && v_cache.dim() == 4, e,
@@ -485,21 +755,31 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
   }
   check_out(out, q, e);
   check_lse(lse, {B, H, S}, q, e);
+  const Variants var = variants_of(e, window_size, softcap, sinks.has_value() && sinks->defined(), is_causal);
+  const at::Tensor sk_logits = sinks_of(e, sinks, H, q);
   const double sc = scale_of(scale, D);
   const Shape c{kEntryKvcache, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), is_causal ? 1 : 0,
                 as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"), as_int(S, e, "seqlen_q"),
-                as_int(Sk, e, "seqlen_k"), paged ? as_int(page, e, "page_size") : 0};
-  const bool ran = ran_kernel(e, c, q, {&q, &k_cache, &v_cache, &out}, [&](cudaStream_t stream) {
+                as_int(Sk, e, "seqlen_k"), paged ? as_int(page, e, "page_size") : 0, var};
+  const bool ran = ran_kernel(e, c, q, {&q, &k_cache, &v_cache, &out, &sk_logits}, [&](cudaStream_t stream) {
     // q/out [B, S, H, D]: {batch, head, row} = strides 0, 2, 1; caches likewise ({block, head, row} paged).
     const long long qs[3] = {q.stride(0), q.stride(2), q.stride(1)},
                     ks[3] = {k_cache.stride(0), k_cache.stride(2), k_cache.stride(1)},
                     vs[3] = {v_cache.stride(0), v_cache.stride(2), v_cache.stride(1)},
                     os[3] = {out.stride(0), out.stride(2), out.stride(1)};
-    return attntune_attention_forward_kvcache(
-        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), lse ? lse->data_ptr<float>() : nullptr,
-        lens.defined() ? lens.data_ptr<int>() : nullptr, paged ? table.data_ptr<int>() : nullptr,
-        static_cast<int>(max_blocks), static_cast<int>(page), c.b, c.h, c.hkv, c.s, c.sk, c.d, qs, ks, vs, os,
-        static_cast<float>(sc), c.causal, stream);
+    float* l = lse ? lse->data_ptr<float>() : nullptr;
+    const int* n = lens.defined() ? lens.data_ptr<int>() : nullptr;
+    const int* t = paged ? table.data_ptr<int>() : nullptr;
+    if (!attntune_attention_forward_kvcache_ex)  // an export before the variants: plain calls only
+      return attntune_attention_forward_kvcache(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
+                                                l, n, t, static_cast<int>(max_blocks), static_cast<int>(page), c.b,
+                                                c.h, c.hkv, c.s, c.sk, c.d, qs, ks, vs, os, static_cast<float>(sc),
+                                                c.causal, stream);
+    const attntune_options o = options_of(var, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
+    return attntune_attention_forward_kvcache_ex(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
+                                                 l, n, t, static_cast<int>(max_blocks), static_cast<int>(page), c.b,
+                                                 c.h, c.hkv, c.s, c.sk, c.d, qs, ks, vs, os, static_cast<float>(sc),
+                                                 c.causal, &o, stream);
   });
   if (ran) return;
   if (q.numel() == 0) return;
@@ -510,13 +790,25 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
     kc = k_cache.index_select(0, idx).view({B, Sk, Hkv, D});
     vc = v_cache.index_select(0, idx).view({B, Sk, Hkv, D});
   }
+  at::Tensor out_h = out.transpose(1, 2);
+  if (var.any()) {
+    variant_into(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2), at::Tensor(),
+                 lens.defined() ? lens.to(at::kLong) : at::Tensor(), is_causal, var, sk_logits, sc, out_h, lse);
+    return;
+  }
   auto lopts = q.options().dtype(at::kLong);
   const at::Tensor n = lens.defined() ? lens.to(at::kLong).view({B, 1, 1}) : at::full({B, 1, 1}, Sk, lopts);
   const at::Tensor j = at::arange(Sk, lopts).view({1, 1, Sk}), i = at::arange(S, lopts).view({1, S, 1});
+  if (lens.defined()) {
+    // Keys past a sequence's length may hold anything (a stale cache, NaN; a page the table does not
+    // use): SDPA multiplies them by their zero weight, and 0 * NaN is NaN.
+    const at::Tensor stale = (j >= n).view({B, Sk, 1, 1});
+    kc = kc.masked_fill(stale, 0.0);
+    vc = vc.masked_fill(stale, 0.0);
+  }
   at::Tensor visible = j < n;
   if (is_causal) visible = visible & (j <= i + n - S);
   visible = visible.expand({B, S, Sk}).unsqueeze(1);
-  at::Tensor out_h = out.transpose(1, 2);
   sdpa_into(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2), visible, is_causal, sc, out_h, lse);
 }
 
@@ -524,12 +816,15 @@ std::tuple<at::Tensor, at::Tensor> attention_kvcache(const at::Tensor& q, const 
                                                      const at::Tensor& v_cache,
                                                      const std::optional<at::Tensor>& cache_seqlens,
                                                      const std::optional<at::Tensor>& block_table,
-                                                     std::optional<double> scale, bool is_causal, bool return_lse) {
+                                                     std::optional<double> scale, bool is_causal, bool return_lse,
+                                                     at::IntArrayRef window_size, double softcap,
+                                                     const std::optional<at::Tensor>& sinks) {
   at::Tensor out = at::empty_like(q);
   at::Tensor lse = return_lse && q.dim() == 4 ? at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat))
                                               : at::empty({0}, q.options().dtype(at::kFloat));
   attention_kvcache_into(q, k_cache, v_cache, cache_seqlens, block_table, out,
-                         return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal);
+                         return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal, window_size,
+                         softcap, sinks);
   return {out, lse};
 }
 
@@ -538,7 +833,8 @@ std::tuple<at::Tensor, at::Tensor> attention_kvcache(const at::Tensor& q, const 
 void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
                            int64_t max_seqlen_k, at::Tensor out, std::optional<at::Tensor> lse,
-                           std::optional<double> scale, bool is_causal) {
+                           std::optional<double> scale, bool is_causal, at::IntArrayRef window_size, double softcap,
+                           const std::optional<at::Tensor>& sinks) {
   const char* e = "attention_varlen";
   ATTNTUNE_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, e, "q, k and v must be 3-d: [total, heads, head_dim]");
   ATTNTUNE_CHECK(k.sizes() == v.sizes(), e, "k and v must have the same shape");
@@ -557,19 +853,28 @@ void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::T
   ATTNTUNE_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0, e, "max_seqlen_q and max_seqlen_k must be >= 0");
   check_out(out, q, e);
   check_lse(lse, {H, Tq}, q, e);
+  const Variants var = variants_of(e, window_size, softcap, sinks.has_value() && sinks->defined(), is_causal);
+  const at::Tensor sk_logits = sinks_of(e, sinks, H, q);
   const double sc = scale_of(scale, D);
   const Shape c{kEntryVarlen, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), is_causal ? 1 : 0,
                 as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"),
-                as_int(max_seqlen_q, e, "max_seqlen_q"), as_int(max_seqlen_k, e, "max_seqlen_k"), 0};
+                as_int(max_seqlen_q, e, "max_seqlen_q"), as_int(max_seqlen_k, e, "max_seqlen_k"), 0, var};
   const at::Tensor cq = cu_seqlens_q.to(at::kInt).contiguous(), ck = cu_seqlens_k.to(at::kInt).contiguous();
-  const bool ran = ran_kernel(e, c, q, {&q, &k, &v, &out}, [&](cudaStream_t stream) {
+  const bool ran = ran_kernel(e, c, q, {&q, &k, &v, &out, &sk_logits}, [&](cudaStream_t stream) {
     const long long qs[2] = {q.stride(0), q.stride(1)}, ks[2] = {k.stride(0), k.stride(1)},
                     vs[2] = {v.stride(0), v.stride(1)}, os[2] = {out.stride(0), out.stride(1)};
+    float* l = lse ? lse->data_ptr<float>() : nullptr;
     // The packed rows from the tensors' shapes: kernels reading through TMA tensor maps need them.
-    return attntune_attention_forward_varlen_packed(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                                                    lse ? lse->data_ptr<float>() : nullptr, cq.data_ptr<int>(),
-                                                    ck.data_ptr<int>(), c.b, Tq, Tk, c.s, c.sk, c.h, c.hkv, c.d, qs,
-                                                    ks, vs, os, static_cast<float>(sc), c.causal, stream);
+    if (!attntune_attention_forward_varlen_ex)  // an export before the variants: plain calls only
+      return attntune_attention_forward_varlen_packed(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), l,
+                                                      cq.data_ptr<int>(), ck.data_ptr<int>(), c.b, Tq, Tk, c.s, c.sk,
+                                                      c.h, c.hkv, c.d, qs, ks, vs, os, static_cast<float>(sc),
+                                                      c.causal, stream);
+    const attntune_options o = options_of(var, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
+    return attntune_attention_forward_varlen_ex(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), l,
+                                                cq.data_ptr<int>(), ck.data_ptr<int>(), c.b, Tq, Tk, c.s, c.sk, c.h,
+                                                c.hkv, c.d, qs, ks, vs, os, static_cast<float>(sc), c.causal, &o,
+                                                stream);
   });
   if (ran) return;
   if (Tq == 0 || B == 0) return;
@@ -577,8 +882,7 @@ void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::T
   auto lopts = q.options().dtype(at::kLong);
   const at::Tensor cq64 = cq.to(at::kLong), ck64 = ck.to(at::kLong);
   const at::Tensor start_q = cq64.narrow(0, 0, B), start_k = ck64.narrow(0, 0, B);
-  const at::Tensor len_q = (cq64.narrow(0, 1, B) - start_q).view({B, 1, 1}),
-                   len_k = (ck64.narrow(0, 1, B) - start_k).view({B, 1, 1});
+  const at::Tensor len_q = cq64.narrow(0, 1, B) - start_q, len_k = ck64.narrow(0, 1, B) - start_k;
   const int64_t Sq = std::max<int64_t>(max_seqlen_q, 1), Sk = std::max<int64_t>(max_seqlen_k, 1);
   const at::Tensor iq = (start_q.view({B, 1}) + at::arange(Sq, lopts).view({1, Sq})).clamp(0, std::max<int64_t>(Tq - 1, 0));
   const at::Tensor ik = (start_k.view({B, 1}) + at::arange(Sk, lopts).view({1, Sk})).clamp(0, std::max<int64_t>(Tk - 1, 0));
@@ -591,14 +895,18 @@ void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::T
     kp = at::zeros({B, Hkv, Sk, D}, q.options());
     vp = kp;
   }
-  const at::Tensor j = at::arange(Sk, lopts).view({1, 1, Sk}), i = at::arange(Sq, lopts).view({1, Sq, 1});
-  at::Tensor visible = j < len_k;
-  if (is_causal) visible = visible & (j <= i + len_k - len_q);
-  visible = visible.expand({B, Sq, Sk}).unsqueeze(1);
   at::Tensor op = at::empty({B, H, Sq, D}, q.options());
   std::optional<at::Tensor> lp;
   if (lse) lp = at::empty({B, H, Sq}, q.options().dtype(at::kFloat));
-  sdpa_into(qp, kp, vp, visible, is_causal, sc, op, lp);
+  if (var.any()) {
+    variant_into(qp, kp, vp, len_q, len_k, is_causal, var, sk_logits, sc, op, lp);
+  } else {
+    const at::Tensor j = at::arange(Sk, lopts).view({1, 1, Sk}), i = at::arange(Sq, lopts).view({1, Sq, 1});
+    at::Tensor visible = j < len_k.view({B, 1, 1});
+    if (is_causal) visible = visible & (j <= i + len_k.view({B, 1, 1}) - len_q.view({B, 1, 1}));
+    visible = visible.expand({B, Sq, Sk}).unsqueeze(1);
+    sdpa_into(qp, kp, vp, visible, is_causal, sc, op, lp);
+  }
   // Token t of the packing is row t - cu_seqlens_q[seq] of sequence seq.
   const at::Tensor t = at::arange(Tq, lopts);
   const at::Tensor seq = at::searchsorted(cq64.narrow(0, 1, B), t, /*out_int32=*/false, /*right=*/true);
@@ -611,33 +919,43 @@ void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::T
 std::tuple<at::Tensor, at::Tensor> attention_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                     const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
                                                     int64_t max_seqlen_q, int64_t max_seqlen_k,
-                                                    std::optional<double> scale, bool is_causal, bool return_lse) {
+                                                    std::optional<double> scale, bool is_causal, bool return_lse,
+                                                    at::IntArrayRef window_size, double softcap,
+                                                    const std::optional<at::Tensor>& sinks) {
   at::Tensor out = at::empty_like(q);
   at::Tensor lse = return_lse && q.dim() == 3 ? at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat))
                                               : at::empty({0}, q.options().dtype(at::kFloat));
   attention_varlen_into(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out,
-                        return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal);
+                        return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal, window_size,
+                        softcap, sinks);
   return {out, lse};
 }
 
 }  // namespace
 
+// The variants' arguments come last, with FlashAttention's defaults, so that calls written before
+// them (positional included) mean what they meant. `window_size` is int[2]: a bare int would be
+// taken as (n, n), so the Python functions insist on a pair.
+#define ATTNTUNE_VARIANT_ARGS "int[2] window_size=[-1, -1], float softcap=0.0, Tensor? sinks=None"
+
 TORCH_LIBRARY(ATTNTUNE_TORCH_NAMESPACE, m) {
-  m.def("attention(Tensor q, Tensor k, Tensor v, float? scale=None, bool is_causal=False, bool return_lse=False) "
-        "-> (Tensor, Tensor)");
+  m.def("attention(Tensor q, Tensor k, Tensor v, float? scale=None, bool is_causal=False, bool return_lse=False, "
+        ATTNTUNE_VARIANT_ARGS ") -> (Tensor, Tensor)");
   m.def("attention_into(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, float? scale=None, "
-        "bool is_causal=False) -> ()");
+        "bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ") -> ()");
   m.def("attention_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor? cache_seqlens=None, "
-        "Tensor? block_table=None, float? scale=None, bool is_causal=False, bool return_lse=False) -> (Tensor, Tensor)");
+        "Tensor? block_table=None, float? scale=None, bool is_causal=False, bool return_lse=False, "
+        ATTNTUNE_VARIANT_ARGS ") -> (Tensor, Tensor)");
   m.def("attention_kvcache_into(Tensor q, Tensor k_cache, Tensor v_cache, Tensor? cache_seqlens, Tensor? block_table, "
-        "Tensor(a!) out, Tensor(b!)? lse, float? scale=None, bool is_causal=False) -> ()");
+        "Tensor(a!) out, Tensor(b!)? lse, float? scale=None, bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ") -> ()");
   m.def("attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
-        "int max_seqlen_k, float? scale=None, bool is_causal=False, bool return_lse=False) -> (Tensor, Tensor)");
+        "int max_seqlen_k, float? scale=None, bool is_causal=False, bool return_lse=False, " ATTNTUNE_VARIANT_ARGS
+        ") -> (Tensor, Tensor)");
   m.def("attention_varlen_into(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
         "int max_seqlen_q, int max_seqlen_k, Tensor(a!) out, Tensor(b!)? lse, float? scale=None, "
-        "bool is_causal=False) -> ()");
-  m.def("explain(int entry, str dtype, int head_dim, bool is_causal, int b, int h, int hkv, int s, int sk) "
-        "-> (int, str)",
+        "bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ") -> ()");
+  m.def("explain(int entry, str dtype, int head_dim, bool is_causal, int b, int h, int hkv, int s, int sk, "
+        "int[2] window_size=[-1, -1], float softcap=0.0, bool sinks=False) -> (int, str)",
         &explain);
   m.def("coverage() -> str", &coverage_json);
   m.def("reset_coverage() -> ()", &reset_coverage);
