@@ -134,14 +134,6 @@ std::string format_time(std::string_view iso) {
 
 void print_json(std::ostream& out, const nlohmann::ordered_json& j) { out << j.dump(2) << '\n'; }
 
-nlohmann::ordered_json problem_json(const Problem& p) {
-  const nlohmann::json j = p.json();
-  nlohmann::ordered_json out = nlohmann::ordered_json::object();
-  for (const char* key : {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal"}) out[key] = j.at(key);
-  if (j.contains("page")) out["page"] = j.at("page");  // a paged problem only, as Problem::json()
-  for (const char* key : {"varlen", "lens_seed"})      // a varlen problem only, as Problem::json()
-    if (j.contains(key)) out[key] = j.at(key);
-  return out;
-}
+nlohmann::ordered_json problem_json(const Problem& p) { return p.ordered_json(); }
 
 }  // namespace attntune::cli

@@ -47,8 +47,8 @@ std::string format_time(std::string_view iso_utc);
 // Pretty-printed, two-space indent, newline-terminated. ordered_json keeps keys in the order written,
 // so documents read in the order docs/CONTRACT.md lists their fields.
 void print_json(std::ostream& out, const nlohmann::ordered_json& j);
-// Problem::json() with its keys in the order of docs/CONTRACT.md: b, h, hkv, s, sk, d, dtype, causal
-// (and page, for a paged problem only; varlen and lens_seed, for a varlen problem only).
+// Problem::ordered_json(): the keys in the order of docs/CONTRACT.md, b, h, hkv, s, sk, d, dtype,
+// causal (and page, varlen, lens_seed, window, softcap, sinks where the problem has them).
 nlohmann::ordered_json problem_json(const Problem& p);
 
 }  // namespace attntune::cli

@@ -293,6 +293,15 @@ nlohmann::json Problem::json() const {
   return j;
 }
 
+nlohmann::ordered_json Problem::ordered_json() const {
+  const nlohmann::json j = json();
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const char* key : {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal", "page", "varlen", "lens_seed", "window",
+                          "softcap", "sinks"})
+    if (j.contains(key)) out[key] = j.at(key);
+  return out;
+}
+
 Problem Problem::from_json(const nlohmann::json& j) {
   try {
     Problem p;

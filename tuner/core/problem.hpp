@@ -90,6 +90,9 @@ struct Problem {
   static Problem parse(const std::string& spec);
   std::string str() const;        // canonical spec, every key spelled out (page, varlen only when > 0), fixed order
   nlohmann::json json() const;    // {"b":..,"h":..,"hkv":..,"s":..,"sk":..,"d":..,"dtype":"bf16","causal":true}
+  // The same keys in the spec's order (b, h, hkv, s, sk, d, dtype, causal, then page, varlen,
+  // lens_seed, window, softcap, sinks where json() has them): what the CLI and the export print.
+  nlohmann::ordered_json ordered_json() const;
   static Problem from_json(const nlohmann::json& j);
   // Useful FLOPs: 4*b*h*s*sk*d, counting only the unmasked part of the score matrix when causal
   // or windowed (exactly, including bottom-right alignment), as FlashAttention reports. Varlen: the

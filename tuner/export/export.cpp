@@ -188,22 +188,9 @@ Plan plan(const std::vector<ExportItem>& items) {
   return p;
 }
 
-nlohmann::ordered_json problem_json(const Problem& p) {
-  const nlohmann::json j = p.json();
-  nlohmann::ordered_json out = nlohmann::ordered_json::object();
-  for (const char* key : {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal"}) out[key] = j.at(key);
-  // A paged problem says so (as its spec does): its kernel was tuned through the kvcache entry.
-  if (p.paged()) out["page"] = p.page;
-  // A packed batch too: its kernel serves the varlen entry points only.
-  if (p.is_varlen()) {
-    out["varlen"] = p.varlen;
-    out["lens_seed"] = p.lens_seed;
-  }
-  // And the variants it was built with (it serves exactly those), as Problem::json() has them.
-  for (const char* key : {"window", "softcap", "sinks"})
-    if (j.contains(key)) out[key] = j.at(key);
-  return out;
-}
+// A kernel's problem says its entry point (page: kvcache; varlen: the varlen entries) and the
+// variants it was built with (it serves exactly those), as its spec does.
+nlohmann::ordered_json problem_json(const Problem& p) { return p.ordered_json(); }
 
 // The variants a kernel was built with, by name ("window", "softcap", "sinks"; [] when plain).
 nlohmann::ordered_json variants_json(const Problem& p) {
