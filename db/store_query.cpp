@@ -50,7 +50,8 @@ namespace {
 
 // A best row from a query whose first columns are: median_us, tflops, max_abs_err, the time it
 // was measured, family, config, device name, arch, source_hash (ranked and evaluated rows alike).
-BestRow read_best_row(const Statement& st, const std::string& campaign, const Problem& problem) {
+BestRow read_best_row(const Statement& st, const std::string& campaign, const Problem& problem,
+                      const std::string& db_path) {
   BestRow row;
   row.campaign = campaign;
   row.problem = problem;
@@ -59,7 +60,7 @@ BestRow read_best_row(const Statement& st, const std::string& campaign, const Pr
   row.max_abs_err = st.real(2);
   row.evaluated_at = st.text(3);
   row.family = st.text(4);
-  row.config = config_from_text(st.text(5));
+  row.config = config_from_text(st.text(5), db_path);
   row.gpu = st.text(6);
   row.arch = st.text(7);
   row.source_hash = st.text(8);
@@ -111,8 +112,9 @@ struct Found {
 // prepared once for all campaigns.
 class CampaignResults {
  public:
-  explicit CampaignResults(Connection& db)
-      : ranked_(db,
+  CampaignResults(Connection& db, std::string db_path)
+      : db_path_(std::move(db_path)),
+        ranked_(db,
                 "SELECT r.median_us, r.tflops, r.max_abs_err, r.ranked_at, c.family, c.config, d.name, d.arch, "
                 "c.source_hash, c.config_key FROM rankings r JOIN candidates c ON c.id = r.candidate_id "
                 "JOIN devices d ON d.id = r.device_id WHERE r.campaign_id = ?1 AND (?2 IS NULL OR d.name = ?2) "
@@ -136,7 +138,7 @@ class CampaignResults {
     ranked_.reset();
     ranked_.bind(campaign_id, gpu);
     while (static_cast<int>(seen.size()) < top && ranked_.step()) {
-      BestRow row = read_best_row(ranked_, name, problem);
+      BestRow row = read_best_row(ranked_, name, problem, db_path_);
       if (!seen.insert({row.family, ranked_.text(9)}).second) continue;
       floor = std::max(floor, row.median_us);
       found.push_back({floor, campaign_id, local++, 0, std::move(row), name, problem});
@@ -174,6 +176,7 @@ class CampaignResults {
     return key->second;
   }
 
+  std::string db_path_;  // for messages
   Statement ranked_, walk_, walk_gpu_, config_of_;
   std::map<std::int64_t, std::pair<std::string, std::string>> candidate_keys_;  // id -> (family, config_key)
 };
@@ -187,7 +190,7 @@ void keep_top(std::vector<Found>& found, int top) {
 }
 
 // The rows kept, read in full (only now, so a large campaign reads only what it answers with).
-std::vector<BestRow> read_found(Connection& db, std::vector<Found>& found) {
+std::vector<BestRow> read_found(Connection& db, const std::string& db_path, std::vector<Found>& found) {
   Statement detail(db,
                    "SELECT e.median_us, e.tflops, e.max_abs_err, e.evaluated_at, c.family, c.config, d.name, d.arch, "
                    "c.source_hash FROM evaluations e JOIN candidates c ON c.id = e.candidate_id JOIN devices d ON d.id = e.device_id "
@@ -201,7 +204,7 @@ std::vector<BestRow> read_found(Connection& db, std::vector<Found>& found) {
     detail.reset();
     detail.bind(f.evaluation_id);
     if (!detail.step()) throw std::logic_error("evaluation vanished inside a read transaction");
-    out.push_back(read_best_row(detail, f.campaign, f.problem));
+    out.push_back(read_best_row(detail, f.campaign, f.problem, db_path));
   }
   detail.reset();
   return out;
@@ -230,13 +233,13 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
   // One snapshot for all campaigns, so a concurrent writer's commit cannot split the answer.
   Transaction read(db(), Transaction::Kind::kDeferred);
   Statement camps = select_campaigns(db(), q);
-  CampaignResults results(db());
+  CampaignResults results(db(), path());
   std::vector<Found> found;
   while (camps.step())
     results.collect(camps.int64(0), camps.text(1), problem_from_columns(camps, 2), q.top, q.gpu, found);
   results.reset();
   keep_top(found, q.top);
-  std::vector<BestRow> out = read_found(db(), found);
+  std::vector<BestRow> out = read_found(db(), path(), found);
   read.commit();
   return out;
 }

@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "db/sqlite.hpp"
 #include "db/store.hpp"
+#include "db/test_hook.hpp"
 
 namespace attntune {
 
@@ -107,6 +108,7 @@ std::pair<Store::Submitted, std::string> Store::submit_job(const QueuedJob& job)
                         kNow))
       .bind(job.campaign, job.plan, job.regime, job.problem.json().dump(), job_request_json(job.request), state)
       .run();
+  test_hook::hold("submit", fmt::format("submit of campaign '{}'", job.campaign));
   tx.commit();
   return {state == "done" ? Submitted::kAlreadyDone : Submitted::kQueued, state};
 }
@@ -138,6 +140,7 @@ std::optional<QueuedJob> Store::claim_job(const LeaseOwner& owner, double now, d
                               kNow))
       .bind(job->id, worker_name(owner))
       .run();
+  test_hook::hold("claim", fmt::format("claim of campaign '{}'", job->campaign));
   tx.commit();
   job->state = "running";
   job->attempts += 1;
@@ -166,6 +169,7 @@ bool Store::release_job(const std::string& campaign, const std::string& owner, c
                               kNow))
       .bind(campaign, state, error)
       .run();
+  test_hook::hold("release", fmt::format("release of campaign '{}'", campaign));
   tx.commit();
   return true;
 }

@@ -112,6 +112,7 @@ struct TuneArgs {
   double compile_timeout_s = 120, deadline_floor_s = 10;
   std::string simulate_db;
   int simulate_delay_ms = 0;
+  bool allow_network_fs = false;
   // Derived by check_tune_args.
   Format out_format = Format::kTable;
   JobRequest request;  // the campaign's options as a queued one carries them (spaces: once loaded)
@@ -131,6 +132,7 @@ bool parse_tune_args(const std::vector<std::string>& args, TuneArgs& a, po::vari
       ("jobs", po::value(&a.jobs), "concurrent NVRTC compiles (default: one per core)")
       ("device", po::value(&a.device), "CUDA device ordinal (default 0)");
   add_limit_options(opts, a.compile_timeout_s, a.deadline_floor_s);
+  add_network_fs_option(opts, a.allow_network_fs);
   opts.add_options()
       ("log-interval", po::value(&a.log_interval), "seconds between progress lines when stderr is not a terminal (default 30)")
       ("format", po::value(&a.format), "table | json: how the result is printed")
@@ -298,7 +300,10 @@ int run_tune(const std::vector<std::string>& args) {
   } else if (std::string why; !cuda::driver_available(&why)) {
     throw EnvError(why);  // no driver: say so before a database is created for nothing
   }
-  Store store = Store::open(a.db_path, Store::Mode::kCreate);
+  // Checked whole before the first write (a damaged file refused, exit 2): Store::Options.
+  Store::Options open_options;
+  open_options.refuse_network_fs = !a.allow_network_fs;
+  Store store = Store::open(a.db_path, Store::Mode::kCreate, open_options);
   if (!r.runner) start_gpu_runner(r, a, spaces, problem, store);
   const DeviceInfo gpu = r.runner->device();
 
