@@ -170,7 +170,12 @@ class CampaignResults {
     if (key == candidate_keys_.end()) {
       config_of_.reset();
       config_of_.bind(candidate);
-      if (!config_of_.step()) throw std::logic_error("evaluation of a missing candidate");
+      // The index and the table disagree: a page of one replaced (a copy made while a writer
+      // checkpointed, a hand edit).
+      if (!config_of_.step())
+        throw InputError(fmt::format("database '{}' is damaged: an evaluation refers to candidate {}, which it does "
+                                     "not hold",
+                                     db_path_, candidate));
       key = candidate_keys_.emplace(candidate, std::pair(config_of_.text(0), config_of_.text(1))).first;
     }
     return key->second;

@@ -22,14 +22,25 @@ constexpr const char* kJobColumns =
     "IFNULL(started_at, ''), IFNULL(ended_at, ''), "
     "IFNULL((SELECT d.name FROM campaigns c JOIN devices d ON d.id = c.device_id WHERE c.name = queue.campaign), '')";
 
-QueuedJob job_from_row(const Statement& st, int c = 0) {
+// A job as stored. Its problem and request are JSON the store wrote; one that does not parse (a
+// damaged page holding only the text, which SQLite cannot tell from good text, or a hand edit) is
+// refused naming the database and the campaign.
+QueuedJob job_from_row(const Statement& st, const std::string& db_path, int c = 0) {
   QueuedJob j;
   j.id = st.int64(c);
   j.campaign = st.text(c + 1);
   j.plan = st.text(c + 2);
   j.regime = st.text(c + 3);
-  j.problem = Problem::from_json(nlohmann::json::parse(st.text(c + 4)));
-  j.request = job_request_from_json(st.text(c + 5));
+  try {
+    j.problem = Problem::from_json(nlohmann::json::parse(st.text(c + 4)));
+    j.request = job_request_from_json(st.text(c + 5));
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    if (why.size() > 160) why = why.substr(0, 160) + "...";
+    throw InputError(fmt::format("database '{}' holds queued campaign '{}' whose problem or request does not read "
+                                 "back (damaged or edited): {}",
+                                 db_path, j.campaign, why));
+  }
   j.state = st.text(c + 6);
   j.attempts = st.int64(c + 7);
   j.error = st.text(c + 8);
@@ -121,7 +132,7 @@ std::optional<QueuedJob> Store::claim_job(const LeaseOwner& owner, double now, d
   {
     Statement st(db(), fmt::format("SELECT {} FROM queue WHERE state = 'queued' ORDER BY id", kJobColumns));
     while (st.step()) {
-      QueuedJob j = job_from_row(st);
+      QueuedJob j = job_from_row(st, path());
       if (!accept || accept(j)) {
         job = std::move(j);
         break;
@@ -245,7 +256,7 @@ std::vector<QueueStatusRow> Store::queue_status() {
   std::vector<QueueStatusRow> out;
   {
     Statement st(db(), fmt::format("SELECT {} FROM queue ORDER BY id", kJobColumns));
-    while (st.step()) out.push_back({job_from_row(st), std::nullopt, 0, 0, std::nullopt, ""});
+    while (st.step()) out.push_back({job_from_row(st, path()), std::nullopt, 0, 0, std::nullopt, ""});
   }
   Statement lease(db(), fmt::format("SELECT {} FROM leases WHERE campaign = ?1", kLeaseColumns));
   Statement progress(db(),

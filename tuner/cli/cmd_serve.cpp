@@ -182,8 +182,11 @@ int supervise(const ServeArgs& a) {
     running.erase(it);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 3) {
+      // Its GPU failed, or the database cannot be written (a full disk): it said which, above.
       ++gpu_failures;
-      std::cerr << fmt::format("serve: GPU {} failed ({}); skipped from now on\n", slot.gpu, describe_exit(status));
+      std::cerr << fmt::format("serve: the worker of GPU {} stopped ({}: its GPU or the database failed, as it said); "
+                               "not restarted\n",
+                               slot.gpu, describe_exit(status));
       continue;
     }
     if (g_stop) continue;
@@ -210,7 +213,9 @@ int supervise(const ServeArgs& a) {
                            counts["queued"], counts["running"], g_stop ? " (stopped)" : "");
   for (const std::string& f : failed) std::cerr << f << "\n";
   if (gpu_failures == static_cast<int>(gpus.size()) && counts["queued"] > 0)
-    throw EnvError(fmt::format("serve: every GPU failed; {} campaigns still queued", counts["queued"]));
+    throw EnvError(fmt::format("serve: every worker stopped (its GPU or the database failed); {} campaigns still "
+                               "queued",
+                               counts["queued"]));
   if (!failed.empty()) throw WorkError(fmt::format("serve: {} campaign{} failed", failed.size(), failed.size() == 1 ? "" : "s"));
   return 0;
 }

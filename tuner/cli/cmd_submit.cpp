@@ -105,12 +105,14 @@ int run_submit(const std::vector<std::string>& args) {
     jobs.push_back(std::move(job));
   }
 
-  // submit uses the queue and the campaigns (a campaign tune completed enters as done): their
-  // pages are checked before the first write.
+  // submit writes the queue: its pages are checked before the first write. It reads the campaigns
+  // of those names (one tune completed enters as done): read first, each page checked as read, so
+  // a damaged one refuses the submit before anything is queued.
   Store::Options open_options;
-  open_options.tables = {"queue", "campaigns"};
+  open_options.tables = {"queue"};
   open_options.refuse_network_fs = !a.allow_network_fs;
   Store store = Store::open(a.db_path, Store::Mode::kCreate, open_options);
+  for (const QueuedJob& job : jobs) (void)store.campaign_row(job.campaign);
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   int queued = 0, existing = 0;
   Table table({"campaign", "regime", "state"});

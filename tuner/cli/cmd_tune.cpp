@@ -247,6 +247,27 @@ void print_result_table(const search::TuneResult& result, const std::string& cam
     std::cout << fmt::format("\nresume with the same command (campaign '{}')\n", campaign);
 }
 
+// What the campaign recorded is what a resume feeds the strategy and re-times at the end: each config
+// must name its space's parameters with values of their domains (the store reads configs only as
+// attntune writes them), or the database was edited or crafted. Refused here, before anything is
+// written (docs/RELIABILITY.md, part 10). Not the constraints: they may depend on the GPU.
+void check_recorded_configs(Store& store, std::int64_t campaign_id, const service::JobSpaces& spaces) {
+  for (const EvaluationRow& e : store.campaign_evaluations(campaign_id))
+    for (const SearchSpace* s : spaces.sorted) {
+      if (s->family() != e.family) continue;
+      std::string why;
+      try {
+        if (s->parse_config(config_str(e.config)) != e.config) why = "a value of another type";
+      } catch (const InputError& err) {
+        why = err.what();
+      }
+      if (!why.empty())
+        throw InputError(fmt::format("database '{}': campaign evaluated {}, which its space does not allow ({}): "
+                                     "the file was edited or crafted; refusing to resume it",
+                                     store.path(), config_str(e.config), why));
+    }
+}
+
 // tune's lease of its campaign (a campaign has one writer: another tune, or a serve worker): taken
 // before the first write, renewed by a heartbeat, and let go when the run ends.
 class TuneLease {
@@ -312,7 +333,15 @@ int run_tune(const std::vector<std::string>& args) {
       a.request);
   // A campaign of that name must be resumable with these inputs, and the database writable now
   // (another writer's lock, a full disk), before the first line of progress.
-  store.check_resume(spec);
+  if (const std::optional<std::int64_t> id = store.check_resume(spec)) {
+    check_recorded_configs(store, *id, spaces);
+    // Store::open_campaign refuses another GPU model too; said here before the device and the
+    // lease are written.
+    if (const std::optional<CampaignRow> row = store.campaign_row(spec.name); row && row->gpu != gpu.name)
+      throw InputError(fmt::format("campaign '{}' was tuned on a {}; this run is on a {}: resume it on a {}, or give "
+                                   "this run another campaign name (times of two GPU models never rank together)",
+                                   spec.name, row->gpu, gpu.name, row->gpu));
+  }
   store.check_writable();
   TuneLease lease(store, spec.name);
 

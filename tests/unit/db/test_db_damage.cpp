@@ -168,7 +168,7 @@ TEST(StoreDamage, ADamagedPageRefusesAWriterAtOpenAndAReaderWhenItReadsThePage) 
   expect_open_refused(dir, path, Store::Mode::kExisting, writes({"queue", "evaluations"}), "integrity_check of queue, evaluations");
 
   const auto before = snapshot(dir.path());
-  // A scope without it opens (submit uses the queue and campaigns), and so does a worker's open.
+  // A scope without it opens (submit checks the queue), and so does a worker's open.
   EXPECT_NO_THROW(Store::open(path, Store::Mode::kExisting, writes({"queue", "campaigns"})));
   Store::Options unchecked;
   unchecked.check_integrity = false;
