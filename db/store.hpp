@@ -49,7 +49,7 @@ class Store final : public BuildCache, public CampaignLog, public ResultReader, 
   // so that it never adds results to a damaged file.
   struct Options {
     // The tables the writer reads and writes, checked with their indexes; empty: the whole file
-    // (with the free list and that every page is used once). submit: the queue and the campaigns.
+    // (with the free list and that every page is used once). submit: the queue.
     std::vector<std::string> tables;
     // false: none (a serve worker: its supervisor checked the file as it started).
     bool check_integrity = true;

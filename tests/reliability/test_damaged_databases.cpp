@@ -336,7 +336,9 @@ TEST(ReliabilityDamage, EveryCommandOnEveryDamagedDatabaseRefusesOrAnswersRight)
               "page checks; %zu of the %zu pages are value tails)\n",
               tails.size(), pages);
   for (const std::string& u : unseen) std::printf("  unseen: %s\n", u.c_str());
-  std::printf("\nper command (exit 2 / right / wrong / unseen):\n");
+  std::printf("\nper command (exit 2 / right / wrong / unseen), by damage:\n  %-24s", "");
+  for (const auto& [kind, t] : by_kind) std::printf(" %s |", kind.c_str());
+  std::printf("\n");
   for (const Command& c : cmds) {
     std::string line = fmt::format("  {:<24}", c.name);
     for (const auto& [kind, t] : by_kind) {
