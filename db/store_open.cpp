@@ -218,7 +218,7 @@ SchemaObjects schema_objects(const Connection& db) {
 
 // The CREATE TABLE and CREATE [UNIQUE] INDEX ... ON statements of a schema script, read off its
 // words (comments skipped): executing db/schema.sql in memory to ask SQLite costs a millisecond,
-// a tenth of `best`. StoreDamage.TheSchemaScriptIsReadAsSQLiteReadsIt holds the two equal.
+// a tenth of `best`. StoreDamage.EveryTableAndIndexOfTheSchemaIsRequired holds the two equal.
 SchemaObjects created_objects(std::string_view sql) {
   std::vector<std::string> words;
   for (std::size_t i = 0; i < sql.size();) {
@@ -312,14 +312,16 @@ void check_pages_as_read(Connection& db) { db.exec("PRAGMA cell_size_check = ON"
 // which quick_check does not) and, for the whole file, the free list and that every page is used
 // once. CHECK constraints aside: the values were checked when written, and evaluating them took 4/5
 // of the time on a table of 300,000 evaluations. Memory-mapped I/O for the walk: 3-7 times faster
-// than reading 1 GB of pages through read(2); cell_size_check off for it. (docs/RELIABILITY.md, "Damaged databases", measures it.)
+// than reading 1 GB of pages through read(2); cell_size_check off for it, as it repeats integrity_check's
+// own check of every cell (twice the time). docs/RELIABILITY.md, part 8, measures it.
 void check_integrity(Connection& db, const std::string& path, const std::vector<std::string>& tables) {
   struct Settings {
     Connection& db;
     std::int64_t mmap_size, cell_size_check;
     explicit Settings(Connection& c)
-        : db(c), mmap_size(pragma_int(c, "PRAGMA mmap_size")), cell_size_check(pragma_int(c, "PRAGMA cell_size_check")) {
-      // cell_size_check repeats what integrity_check does for every cell: twice the time.
+        : db(c),
+          mmap_size(pragma_int(c, "PRAGMA mmap_size")),
+          cell_size_check(pragma_int(c, "PRAGMA cell_size_check")) {
       db.exec("PRAGMA ignore_check_constraints = ON; PRAGMA cell_size_check = OFF; PRAGMA mmap_size = 4294967296");
     }
     ~Settings() {
@@ -383,7 +385,8 @@ int verify_opened(const Connection& db, const std::string& path) {
     check_schema_objects(db, path, version);
     return version;
   } catch (const SqliteError& e) {
-    if (e.is_corrupt()) refuse(path, fmt::format("is corrupt (its schema cannot be read: {})", sqlite3_errstr(e.result_code())));
+    if (e.is_corrupt())
+      refuse(path, fmt::format("is corrupt (its schema cannot be read: {})", sqlite3_errstr(e.result_code())));
     throw;
   }
 }
@@ -465,7 +468,6 @@ bool check_integrity_apart(const std::string& path, bool side_files, const std::
         side_files ? Connection::open(path, SQLITE_OPEN_READONLY)
                    : Connection::open(immutable_uri(path), SQLITE_OPEN_READONLY | SQLITE_OPEN_URI));
     db->set_busy_timeout(Store::kDefaultBusyTimeout);
-    check_pages_as_read(*db);
   } catch (const SqliteError& e) {
     if (e.is_corrupt()) refuse(path, fmt::format("is corrupt ({})", sqlite3_errstr(e.result_code())));
     return false;

@@ -138,6 +138,31 @@ TEST(StoreDamage, AMissingIndexOrTableRefusesEveryOpen) {
   }
 }
 
+TEST(StoreDamage, EveryTableAndIndexOfTheSchemaIsRequired) {
+  // What the store expects of the current schema is read off db/schema.sql's text; SQLite's own
+  // reading of it must be the same: a fresh database opens (nothing expected that is not there),
+  // and without any one of its tables or indexes it is refused (nothing there that is not expected).
+  TempDir dir;
+  const std::string fresh = dir.file("fresh.db");
+  make_store(fresh);
+  std::vector<std::pair<std::string, std::string>> objects;  // (type, name)
+  {
+    Connection db = Connection::open(fresh, SQLITE_OPEN_READWRITE);
+    Statement st(db, "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'index') AND name NOT LIKE 'sqlite_%'");
+    while (st.step()) objects.emplace_back(st.text(0), st.text(1));
+  }
+  EXPECT_GE(objects.size(), 15u);  // 11 tables and 4 indexes at schema version 8
+  for (const auto& [type, name] : objects) {
+    const std::string copy = dir.file(name + ".db");
+    fs::copy_file(fresh, copy);
+    {
+      Connection db = Connection::open(copy, SQLITE_OPEN_READWRITE);
+      db.exec(fmt::format("DROP {} \"{}\"", type == "table" ? "TABLE" : "INDEX", name));
+    }
+    expect_open_refused(dir, copy, Store::Mode::kReadOnly, {}, "is missing");
+  }
+}
+
 TEST(StoreDamage, AnOlderSchemaIsHeldToItsOwnTablesAndIndexes) {
   // A version-1 database (as its migration makes it) is whole; the check does not ask for the
   // tables later versions add.
