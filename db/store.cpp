@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "db/sqlite.hpp"
 #include "db/store_rows.hpp"
+#include "db/test_hook.hpp"
 
 namespace attntune {
 
@@ -25,17 +26,6 @@ using store_rows::problem_from_columns;
 using store_rows::read_campaign_spaces;
 
 namespace {
-
-// Test hook of the reliability suite (tests/reliability/): with ATTNTUNE_TEST_COMMIT_DELAY_MS=N set,
-// record_evaluation holds its transaction open N ms after writing the row, and says so on stderr,
-// so that a SIGKILL can be landed inside a commit. Unset (the product's normal state): nothing.
-int test_commit_delay_ms() {
-  static const int ms = [] {
-    const char* v = std::getenv("ATTNTUNE_TEST_COMMIT_DELAY_MS");
-    return v && *v ? std::max(0, std::atoi(v)) : 0;
-  }();
-  return ms;
-}
 
 std::optional<std::string> null_if_empty(const std::string& s) {
   if (s.empty()) return std::nullopt;
@@ -186,6 +176,7 @@ std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_
     space.reset();
     space.bind(id, sp.family, sp.path, sp.hash, sp.text).run();
   }
+  test_hook::hold("open", fmt::format("open of campaign '{}'", spec.name));
   tx.commit();
   return id;
 }
@@ -301,17 +292,14 @@ void replace_ranking(sqlite::Connection& db, std::int64_t campaign_id, std::int6
   }
 }
 
-// The test hook (ATTNTUNE_TEST_COMMIT_DELAY_MS): says which evaluation is written and holds the
-// transaction open that long, so a test can kill the process inside it.
-void hold_commit(sqlite::Connection& db, std::int64_t campaign_id, std::int64_t evaluation_id) {
-  const int ms = test_commit_delay_ms();
-  if (ms <= 0) return;
+// The test hook (db/test_hook.hpp): says which evaluation is written and holds the transaction open,
+// so a test can kill the process inside it.
+void hold_commit(sqlite::Connection& db, std::string_view kind, std::int64_t campaign_id, std::int64_t evaluation_id) {
+  if (test_hook::hold_ms(kind) <= 0) return;
   Statement seq(db, "SELECT seq FROM evaluations WHERE id = ?1");
   seq.bind(evaluation_id);
   seq.step();
-  std::fprintf(stderr, "attntune: test hook: evaluation %lld of campaign %lld written, commit in %d ms\n",
-               static_cast<long long>(seq.int64(0)), static_cast<long long>(campaign_id), ms);
-  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  test_hook::hold(kind, fmt::format("evaluation {} of campaign {}", seq.int64(0), campaign_id));
 }
 
 }  // namespace
@@ -321,7 +309,7 @@ std::int64_t Store::record_evaluation(std::int64_t campaign_id, std::int64_t can
   Transaction tx(db());
   check_fence_id(campaign_id);
   const std::int64_t id = insert_evaluation(db(), campaign_id, candidate_id, device_id, e, phase);
-  hold_commit(db(), campaign_id, id);
+  hold_commit(db(), "evaluation", campaign_id, id);
   tx.commit();
   return id;
 }
@@ -334,7 +322,7 @@ void Store::put_final(std::int64_t campaign_id, std::int64_t device_id, const st
   for (const FinalEvaluation& f : finals)
     last = insert_evaluation(db(), campaign_id, f.candidate_id, f.device_id, f.record, Phase::kFinal);
   replace_ranking(db(), campaign_id, device_id, entries);
-  if (last) hold_commit(db(), campaign_id, last);
+  if (last) hold_commit(db(), "final", campaign_id, last);
   tx.commit();
 }
 
@@ -383,7 +371,7 @@ std::vector<EvaluationRow> Store::campaign_evaluations(std::int64_t campaign_id)
     r.max_abs_err = st.opt_real(8);
     r.err_bound = st.opt_real(9);
     r.count = st.int64(10);
-    out.push_back({st.int64(11), config_from_text(st.text(0)), std::move(r), st.text(12), st.text(13)});
+    out.push_back({st.int64(11), config_from_text(st.text(0), path()), std::move(r), st.text(12), st.text(13)});
   }
   return out;
 }
@@ -404,7 +392,7 @@ std::vector<RankedRow> Store::ranking(std::int64_t campaign_id) {
   while (st.step()) {
     RankedRow row;
     row.rank = static_cast<int>(st.int64(0));
-    row.config = config_from_text(st.text(1));
+    row.config = config_from_text(st.text(1), path());
     row.entry.candidate_id = st.int64(2);
     row.entry.median_us = st.real(3);
     row.entry.tflops = st.real(4);

@@ -41,10 +41,28 @@ class Store final : public BuildCache, public CampaignLog, public ResultReader, 
   static constexpr std::uint32_t kApplicationId = 0x4154544E;  // "ATTN" at header offset 68
   static constexpr std::chrono::milliseconds kDefaultBusyTimeout{5000};
 
+  // What open() checks of an existing database before it hands it over (docs/RELIABILITY.md,
+  // "Damaged databases"). Every open: the header (above), that every table and index of its schema
+  // version is there, and every page as SQLite reads it (cell_size_check: a damaged page a command
+  // reads is SQLITE_CORRUPT, exit 2, before anything is printed or written). A writer (kCreate,
+  // kExisting) also runs, before its first write, SQLite's integrity check of the b-trees it uses,
+  // so that it never adds results to a damaged file.
+  struct Options {
+    // The tables the writer reads and writes, checked with their indexes; empty: the whole file
+    // (with the free list and that every page is used once). submit: the queue.
+    std::vector<std::string> tables;
+    // false: none (a serve worker: its supervisor checked the file as it started).
+    bool check_integrity = true;
+    // serve, submit and tune: refuse a database on a network filesystem (InputError naming the
+    // filesystem and what to do instead: db/filesystem.hpp); --allow-network-fs turns this off.
+    bool refuse_network_fs = false;
+  };
+
   // Throws InputError for a missing database (kExisting, kReadOnly), a file that is not an attntune
-  // database, a corrupt one, or one newer than this binary; the file is then left byte-for-byte
-  // unchanged. A kReadOnly open of an older schema migrates a private in-memory copy.
-  static Store open(const std::string& path, Mode mode);
+  // database, a corrupt or damaged one, or one newer than this binary; the file is then left
+  // byte-for-byte unchanged. A kReadOnly open of an older schema migrates a private in-memory copy.
+  static Store open(const std::string& path, Mode mode) { return open(path, mode, Options{}); }
+  static Store open(const std::string& path, Mode mode, const Options& options);
   // A second connection to the same database for another thread of this process (a heartbeat),
   // opened by SQLite alone. Never Store::open the file again while a connection of this process is
   // open: open() reads the header through its own file descriptor, and closing any descriptor of a
@@ -52,6 +70,10 @@ class Store final : public BuildCache, public CampaignLog, public ResultReader, 
   // takes itself for the last connection, checkpoints and deletes the -wal under us, and our later
   // commits go to the deleted file (seen: a worker's last release lost while `status` ran).
   Store another_connection() const;
+  // SQLite's integrity check of `tables` and their indexes (empty: the whole file), CHECK
+  // constraints aside: InputError naming what is damaged. open() runs it for writers (Options);
+  // merge runs it on its inputs, which it reads whole.
+  void check_integrity(const std::vector<std::string>& tables = {});
   Store(Store&&) noexcept;
   Store& operator=(Store&&) noexcept;
   ~Store();

@@ -25,6 +25,7 @@
 #include "db/merge.hpp"
 #include "db/sqlite.hpp"
 #include "db/store.hpp"
+#include "db/test_hook.hpp"
 
 namespace attntune {
 
@@ -602,6 +603,7 @@ std::vector<MergeCounts> Store::merge_from(const std::vector<MergeSource>& input
     if (fk.step()) throw std::logic_error(fmt::format("merge: foreign key violation in table {}", fk.text(0)));
   }
   if (progress) progress(fmt::format("merge: committing to '{}'", path()));
+  test_hook::hold("merge", fmt::format("merge into '{}'", path()));
   write.commit();
   return report;
 }
@@ -648,6 +650,9 @@ std::vector<MergeCounts> merge_databases(const std::vector<std::string>& inputs,
           input, h->version, current, current));
     try {
       stores.push_back(Store::open(input, Store::Mode::kReadOnly));
+      // Read whole below, and often a copy brought from another host: checked whole first (a copy
+      // made while its writer checkpointed holds pages of two moments, which only this finds).
+      stores.back().check_integrity();
     } catch (const InputError& e) {
       throw InputError(fmt::format("merge: input {} (nothing merged)", e.what()));
     }

@@ -11,12 +11,16 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <set>
 #include <stdexcept>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "core/embedded.hpp"
 #include "core/error.hpp"
+#include "db/filesystem.hpp"
 #include "db/sqlite.hpp"
 #include "db/store.hpp"
 
@@ -195,11 +199,175 @@ Inspection inspect(const std::string& path) {
   return in;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Damage (docs/RELIABILITY.md, "Damaged databases"): the schema's tables and indexes, every page as
+// it is read, and a writer's b-trees before its first write.
+
+// (type, name, table) of the tables and indexes a schema creates (SQLite's own indexes of UNIQUE
+// constraints aside: no statement can drop them).
+using SchemaObjects = std::set<std::tuple<std::string, std::string, std::string>>;
+
+SchemaObjects schema_objects(const Connection& db) {
+  Statement st(db,
+               "SELECT type, name, tbl_name FROM sqlite_master WHERE type IN ('table', 'index') AND name NOT LIKE "
+               "'sqlite\\_%' ESCAPE '\\'");
+  SchemaObjects out;
+  while (st.step()) out.emplace(st.text(0), st.text(1), st.text(2));
+  return out;
+}
+
+// The CREATE TABLE and CREATE [UNIQUE] INDEX ... ON statements of a schema script, read off its
+// words (comments skipped): executing db/schema.sql in memory to ask SQLite costs a millisecond,
+// a tenth of `best`. StoreDamage.EveryTableAndIndexOfTheSchemaIsRequired holds the two equal.
+SchemaObjects created_objects(std::string_view sql) {
+  std::vector<std::string> words;
+  for (std::size_t i = 0; i < sql.size();) {
+    const unsigned char c = static_cast<unsigned char>(sql[i]);
+    if (c == '-' && i + 1 < sql.size() && sql[i + 1] == '-') {
+      while (i < sql.size() && sql[i] != '\n') ++i;
+    } else if (c == '\'') {
+      for (++i; i < sql.size() && sql[i] != '\''; ++i) {
+      }
+      ++i;
+    } else if (std::isalnum(c) || c == '_') {
+      std::size_t j = i;
+      while (j < sql.size() && (std::isalnum(static_cast<unsigned char>(sql[j])) || sql[j] == '_')) ++j;
+      words.emplace_back(sql.substr(i, j - i));
+      i = j;
+    } else {
+      if (c == ';' || c == '(') words.emplace_back(1, static_cast<char>(c));
+      ++i;
+    }
+  }
+  const auto upper = [](std::string w) {
+    for (char& ch : w) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return w;
+  };
+  SchemaObjects out;
+  for (std::size_t i = 0; i + 2 < words.size(); ++i) {
+    if (upper(words[i]) != "CREATE") continue;
+    std::size_t j = i + 1;
+    if (upper(words[j]) == "UNIQUE") ++j;
+    const std::string kind = upper(words[j]);
+    if (kind != "TABLE" && kind != "INDEX") continue;
+    ++j;
+    if (j + 2 < words.size() && upper(words[j]) == "IF") j += 3;  // IF NOT EXISTS
+    if (j >= words.size()) break;
+    const std::string name = words[j];
+    if (kind == "TABLE") {
+      out.emplace("table", name, name);
+    } else if (j + 2 < words.size() && upper(words[j + 1]) == "ON") {
+      out.emplace("index", name, words[j + 2]);
+    }
+  }
+  return out;
+}
+
+// The tables and indexes of schema version `version`: db/schema.sql's for the current one, and as
+// the migrations make them from nothing for an older one (a database that is about to be migrated).
+const SchemaObjects& expected_objects(int version) {
+  static std::mutex mutex;
+  static std::map<int, SchemaObjects> made;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = made.find(version);
+  if (it == made.end()) {
+    if (version == Store::current_schema_version()) {
+      it = made.emplace(version, created_objects(embedded_file("db/schema.sql"))).first;
+    } else {
+      Connection mem = Connection::open(":memory:", SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+      for (const auto& [v, sql] : migrations()) {
+        if (v > version) break;
+        Transaction tx(mem);
+        mem.exec(sql);
+        tx.commit();
+      }
+      it = made.emplace(version, schema_objects(mem)).first;
+    }
+  }
+  return it->second;
+}
+
+// Every table and index its version has: a dropped index makes queries slow and, for a UNIQUE one,
+// lets a writer store a row twice; a missing table loses what it held.
+void check_schema_objects(const Connection& db, const std::string& path, int version) {
+  const SchemaObjects have = schema_objects(db);
+  for (const auto& object : expected_objects(version)) {
+    if (have.count(object)) continue;
+    const auto& [type, name, table] = object;
+    refuse(path, type == "table" ? fmt::format("is damaged: its table '{}' is missing", name)
+                                 : fmt::format("is damaged: its index '{}' of table '{}' is missing (dropped?)", name,
+                                               table));
+  }
+}
+
+// Every connection of the Store: SQLite checks each b-tree page in full as it reads it (every
+// cell inside the page, not only its header), so a damaged page a query reaches is SQLITE_CORRUPT,
+// exit 2, instead of rows read from garbage.
+void check_pages_as_read(Connection& db) { db.exec("PRAGMA cell_size_check = ON"); }
+
+// A writer's check before its first write (Store::Options::tables): PRAGMA integrity_check of the
+// tables it uses, with their indexes, or of the whole file. It reads every page of those b-trees and
+// their overflow chains, checks that each index holds exactly its table's rows (so a page replaced
+// by a valid page from elsewhere, as a copy made while a writer checkpointed leaves, is found too,
+// which quick_check does not) and, for the whole file, the free list and that every page is used
+// once. CHECK constraints aside: the values were checked when written, and evaluating them took 4/5
+// of the time on a table of 300,000 evaluations. Memory-mapped I/O for the walk: 3-7 times faster
+// than reading 1 GB of pages through read(2); cell_size_check off for it, as it repeats integrity_check's
+// own check of every cell (twice the time). docs/RELIABILITY.md, part 8, measures it.
+void check_integrity(Connection& db, const std::string& path, const std::vector<std::string>& tables) {
+  struct Settings {
+    Connection& db;
+    std::int64_t mmap_size, cell_size_check;
+    explicit Settings(Connection& c)
+        : db(c),
+          mmap_size(pragma_int(c, "PRAGMA mmap_size")),
+          cell_size_check(pragma_int(c, "PRAGMA cell_size_check")) {
+      db.exec("PRAGMA ignore_check_constraints = ON; PRAGMA cell_size_check = OFF; PRAGMA mmap_size = 4294967296");
+    }
+    ~Settings() {
+      // Never left on: the writes that follow check their constraints.
+      const std::string reset = fmt::format("PRAGMA ignore_check_constraints = OFF; PRAGMA cell_size_check = {}; "
+                                            "PRAGMA mmap_size = {}",
+                                            cell_size_check, mmap_size);
+      sqlite3_exec(db.get(), reset.c_str(), nullptr, nullptr, nullptr);
+    }
+  } settings(db);
+  std::vector<std::string> problems;
+  std::size_t count = 0;
+  const auto run = [&](const std::string& pragma) {
+    Statement st(db, pragma);
+    while (st.step()) {
+      // One message per row, some of several lines; "*** in database main ***" heads the first.
+      std::string text = st.text(0);
+      if (text == "ok") continue;
+      for (std::size_t at = 0; at < text.size();) {
+        std::size_t nl = text.find('\n', at);
+        if (nl == std::string::npos) nl = text.size();
+        const std::string line = text.substr(at, nl - at);
+        if (!line.empty() && line.rfind("***", 0) != 0 && ++count <= 2) problems.push_back(line);
+        at = nl + 1;
+      }
+    }
+  };
+  try {
+    if (tables.empty()) run("PRAGMA integrity_check");
+    for (const std::string& t : tables) run(fmt::format("PRAGMA integrity_check('{}')", t));  // our own names
+  } catch (const SqliteError& e) {
+    if (!e.is_corrupt()) throw;
+    problems.push_back(sqlite3_errstr(e.result_code())), ++count;
+  }
+  if (count == 0) return;
+  refuse(path, fmt::format("is damaged (SQLite's integrity_check{}: {}{}); it was left as it is: restore it from a "
+                           "copy",
+                           tables.empty() ? "" : fmt::format(" of {}", fmt::join(tables, ", ")),
+                           fmt::join(problems, "; "),
+                           count > problems.size() ? fmt::format("; {} more", count - problems.size()) : ""));
+}
+
 // The same judgement, asked of SQLite once the file is open and before anything is written: the
 // header can be stale while a WAL file holds the latest commits. Returns the schema version, 0 for an
 // empty database.
 int verify_opened(const Connection& db, const std::string& path) {
-  static const std::array<const char*, 5> kTables = {"devices", "campaigns", "candidates", "builds", "evaluations"};
   try {
     const auto app_id = static_cast<std::uint32_t>(pragma_int(db, "PRAGMA application_id"));
     const int version = static_cast<int>(pragma_int(db, "PRAGMA user_version"));
@@ -214,15 +382,11 @@ int verify_opened(const Connection& db, const std::string& path) {
       refuse(path, fmt::format("was written by a newer attntune (schema version {}; this binary knows up to {})",
                                version, Store::current_schema_version()));
     if (version < 1) refuse(path, "is corrupt (attntune application_id without a schema version)");
-    Statement table(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1");
-    for (const char* name : kTables) {
-      table.reset();
-      table.bind(name);
-      if (!table.step()) refuse(path, fmt::format("is corrupt (table '{}' is missing)", name));
-    }
+    check_schema_objects(db, path, version);
     return version;
   } catch (const SqliteError& e) {
-    if (e.is_corrupt()) refuse(path, fmt::format("is corrupt ({})", e.what()));
+    if (e.is_corrupt())
+      refuse(path, fmt::format("is corrupt (its schema cannot be read: {})", sqlite3_errstr(e.result_code())));
     throw;
   }
 }
@@ -277,34 +441,6 @@ std::unique_ptr<Connection> connect_writable(const std::string& path, Store::Mod
   }
 }
 
-// Creates or migrates the schema under the write lock; returns the current version.
-int migrate_file(Connection& db, const std::string& path) {
-  Transaction tx(db);
-  // Another process may have created or migrated it while we waited for the write lock.
-  const int version = verify_opened(db, path);
-  if (version < Store::current_schema_version()) bring_to_current(db, version);
-  tx.commit();
-  return Store::current_schema_version();
-}
-
-std::pair<std::unique_ptr<Connection>, int> open_writable(const std::string& path, Store::Mode mode,
-                                                          const Inspection& in) {
-  std::unique_ptr<Connection> db = connect_writable(path, mode, in);
-  db->set_busy_timeout(Store::kDefaultBusyTimeout);
-  db->exec("PRAGMA foreign_keys = ON");
-  int version = verify_opened(*db, path);
-  if (version == 0 && mode != Store::Mode::kCreate) refuse(path, "is empty, not an attntune database");
-  // Written only now that the file is known to be ours (or empty). NORMAL is durable in WAL mode
-  // against a crash of the process; only a power loss can drop the last commits.
-  db->exec("PRAGMA journal_mode = WAL");
-  db->exec("PRAGMA synchronous = NORMAL");
-  if (version < Store::current_schema_version()) version = migrate_file(*db, path);
-  return {std::move(db), version};
-}
-
-// ---------------------------------------------------------------------------------------------
-// kReadOnly: queries only, never a write to the file.
-
 std::string uri_escape(const std::string& path) {
   std::string out;
   for (char c : path) {
@@ -319,6 +455,64 @@ std::string uri_escape(const std::string& path) {
 std::string immutable_uri(const std::string& path) {
   return "file:" + uri_escape(fs::absolute(path).string()) + "?immutable=1";
 }
+
+// The integrity check on a connection of its own that writes nothing: the file read as immutable
+// when no other connection has it open (no -wal or -shm: SQLite would create both for a read-write
+// connection, and one that met damage left its empty -wal behind), else read-only beside the
+// connections that have it. False when the file cannot be read that way (the caller checks it on
+// its own connection).
+bool check_integrity_apart(const std::string& path, bool side_files, const std::vector<std::string>& tables) {
+  std::unique_ptr<Connection> db;
+  try {
+    db = std::make_unique<Connection>(
+        side_files ? Connection::open(path, SQLITE_OPEN_READONLY)
+                   : Connection::open(immutable_uri(path), SQLITE_OPEN_READONLY | SQLITE_OPEN_URI));
+    db->set_busy_timeout(Store::kDefaultBusyTimeout);
+  } catch (const SqliteError& e) {
+    if (e.is_corrupt()) refuse(path, fmt::format("is corrupt ({})", sqlite3_errstr(e.result_code())));
+    return false;
+  }
+  if (verify_opened(*db, path) > 0) check_integrity(*db, path, tables);
+  return true;
+}
+
+// A writer's check before its first write (Store::Options).
+bool checked_apart(const std::string& path, const Inspection& in, const Store::Options& options) {
+  if (!options.check_integrity || (in.state != FileState::kOurs && in.state != FileState::kPending)) return true;
+  return check_integrity_apart(path, in.side_files, options.tables);
+}
+
+// Creates or migrates the schema under the write lock; returns the current version.
+int migrate_file(Connection& db, const std::string& path) {
+  Transaction tx(db);
+  // Another process may have created or migrated it while we waited for the write lock.
+  const int version = verify_opened(db, path);
+  if (version < Store::current_schema_version()) bring_to_current(db, version);
+  tx.commit();
+  return Store::current_schema_version();
+}
+
+std::pair<std::unique_ptr<Connection>, int> open_writable(const std::string& path, Store::Mode mode,
+                                                          const Inspection& in, const Store::Options& options) {
+  // Before the first write (the journal mode below, a migration, the command's own).
+  const bool checked = checked_apart(path, in, options);
+  std::unique_ptr<Connection> db = connect_writable(path, mode, in);
+  db->set_busy_timeout(Store::kDefaultBusyTimeout);
+  db->exec("PRAGMA foreign_keys = ON");
+  check_pages_as_read(*db);
+  int version = verify_opened(*db, path);
+  if (version == 0 && mode != Store::Mode::kCreate) refuse(path, "is empty, not an attntune database");
+  if (version > 0 && options.check_integrity && !checked) check_integrity(*db, path, options.tables);
+  // Written only now that the file is known to be ours (or empty). NORMAL is durable in WAL mode
+  // against a crash of the process; only a power loss can drop the last commits.
+  db->exec("PRAGMA journal_mode = WAL");
+  db->exec("PRAGMA synchronous = NORMAL");
+  if (version < Store::current_schema_version()) version = migrate_file(*db, path);
+  return {std::move(db), version};
+}
+
+// ---------------------------------------------------------------------------------------------
+// kReadOnly: queries only, never a write to the file.
 
 // How a read-only open names and opens the file.
 struct ReadOnlyTarget {
@@ -365,6 +559,7 @@ std::pair<std::unique_ptr<Connection>, int> connect_read_only(const std::string&
     db = std::make_unique<Connection>(Connection::open(target.name, target.flags));
     db->set_busy_timeout(Store::kDefaultBusyTimeout);
     if (target.query_only) db->exec("PRAGMA query_only = 1");
+    check_pages_as_read(*db);
     const int version = verify_opened(*db, path);
     return {std::move(db), version};
   } catch (const SqliteError& e) {
@@ -372,6 +567,7 @@ std::pair<std::unique_ptr<Connection>, int> connect_read_only(const std::string&
   }
   db.reset();
   db = std::make_unique<Connection>(Connection::open(immutable_uri(path), SQLITE_OPEN_READONLY | SQLITE_OPEN_URI));
+  check_pages_as_read(*db);
   const int version = verify_opened(*db, path);
   return {std::move(db), version};
 }
@@ -412,16 +608,28 @@ void refuse_write_protected(const std::string& path) {
                              static_cast<unsigned>(perms) & 07777));
 }
 
+// serve, submit and tune on NFS, CIFS, ...: db/filesystem.hpp says why not.
+void refuse_network_filesystem(const std::string& path) {
+  const Filesystem f = filesystem_of(path);
+  if (!f.network) return;
+  refuse(path, fmt::format("is on a network filesystem ({}), where SQLite's locks do not hold between hosts: two "
+                           "hosts writing it can corrupt it or lose results. Keep a database per host on a local "
+                           "disk and combine them with `attntune merge` (as tools/slurm/ does), or pass "
+                           "--allow-network-fs if no other host ever opens it",
+                           f.type));
+}
+
 }  // namespace
 
 int Store::current_schema_version() { return migrations().rbegin()->first; }
 
-Store Store::open(const std::string& path, Mode mode) {
+Store Store::open(const std::string& path, Mode mode, const Options& options) {
+  if (options.refuse_network_fs) refuse_network_filesystem(path);
   const Inspection in = inspect(path);
   if (in.state == FileState::kMissing && mode != Mode::kCreate) refuse(path, "does not exist");
   if (in.state == FileState::kEmpty && mode != Mode::kCreate) refuse(path, "is empty, not an attntune database");
   if (in.state != FileState::kMissing && mode != Mode::kReadOnly) refuse_write_protected(path);
-  auto [db, version] = mode == Mode::kReadOnly ? open_read_only(path, in) : open_writable(path, mode, in);
+  auto [db, version] = mode == Mode::kReadOnly ? open_read_only(path, in) : open_writable(path, mode, in, options);
   return Store(path, std::move(db), version);
 }
 
@@ -431,6 +639,7 @@ Store Store::another_connection() const {
   db->set_busy_timeout(kDefaultBusyTimeout);
   db->exec("PRAGMA foreign_keys = ON");
   db->exec("PRAGMA synchronous = NORMAL");
+  check_pages_as_read(*db);
   return Store(path_, std::move(db), schema_version_);
 }
 
@@ -443,6 +652,11 @@ Store::~Store() = default;
 Connection& Store::db() {
   if (!db_) throw std::logic_error("use of a moved-from Store");
   return *db_;
+}
+
+void Store::check_integrity(const std::vector<std::string>& tables) {
+  const bool side_files = file_exists(path_ + "-wal") || file_exists(path_ + "-shm");
+  if (!check_integrity_apart(path_, side_files, tables)) attntune::check_integrity(db(), path_, tables);
 }
 
 void Store::set_busy_timeout(std::chrono::milliseconds timeout) { db().set_busy_timeout(timeout); }

@@ -57,7 +57,8 @@ std::string best_row_columns(const std::string& row, const std::string& at) {
       row, at);
 }
 
-BestRow read_best_row(const Statement& st, const std::string& campaign, const Problem& problem) {
+BestRow read_best_row(const Statement& st, const std::string& campaign, const Problem& problem,
+                      const std::string& db_path) {
   BestRow row;
   row.campaign = campaign;
   row.problem = problem;
@@ -66,7 +67,7 @@ BestRow read_best_row(const Statement& st, const std::string& campaign, const Pr
   row.max_abs_err = st.real("max_abs_err");
   row.evaluated_at = st.text("measured_at");
   row.family = st.text("family");
-  row.config = config_from_text(st.text("config"));
+  row.config = config_from_text(st.text("config"), db_path);
   row.gpu = st.text("gpu");
   row.arch = st.text("arch");
   row.source_hash = st.text("source_hash");
@@ -120,8 +121,9 @@ struct Found {
 // prepared once for all campaigns.
 class CampaignResults {
  public:
-  explicit CampaignResults(Connection& db)
-      : ranked_(db,
+  CampaignResults(Connection& db, std::string db_path)
+      : db_path_(std::move(db_path)),
+        ranked_(db,
                 "SELECT " + best_row_columns("r", "ranked_at") +
                     ", c.config_key AS config_key FROM rankings r JOIN candidates c ON c.id = r.candidate_id "
                     "JOIN devices d ON d.id = r.device_id WHERE r.campaign_id = ?1 AND (?2 IS NULL OR d.name = ?2) "
@@ -145,7 +147,7 @@ class CampaignResults {
     ranked_.reset();
     ranked_.bind(campaign_id, gpu);
     while (static_cast<int>(seen.size()) < top && ranked_.step()) {
-      BestRow row = read_best_row(ranked_, name, problem);
+      BestRow row = read_best_row(ranked_, name, problem, db_path_);
       if (!seen.insert({row.family, ranked_.text("config_key")}).second) continue;
       floor = std::max(floor, row.median_us);
       found.push_back({floor, campaign_id, local++, 0, std::move(row), name, problem});
@@ -177,13 +179,19 @@ class CampaignResults {
     if (key == candidate_keys_.end()) {
       config_of_.reset();
       config_of_.bind(candidate);
-      if (!config_of_.step()) throw std::logic_error("evaluation of a missing candidate");
+      // The index and the table disagree: a page of one replaced (a copy made while a writer
+      // checkpointed, a hand edit).
+      if (!config_of_.step())
+        throw InputError(fmt::format("database '{}' is damaged: an evaluation refers to candidate {}, which it does "
+                                     "not hold",
+                                     db_path_, candidate));
       key = candidate_keys_.emplace(candidate, std::pair(config_of_.text("family"), config_of_.text("config_key")))
                 .first;
     }
     return key->second;
   }
 
+  std::string db_path_;  // for messages
   Statement ranked_, walk_, walk_gpu_, config_of_;
   std::map<std::int64_t, std::pair<std::string, std::string>> candidate_keys_;  // id -> (family, config_key)
 };
@@ -197,7 +205,7 @@ void keep_top(std::vector<Found>& found, int top) {
 }
 
 // The rows kept, read in full (only now, so a large campaign reads only what it answers with).
-std::vector<BestRow> read_found(Connection& db, std::vector<Found>& found) {
+std::vector<BestRow> read_found(Connection& db, const std::string& db_path, std::vector<Found>& found) {
   Statement detail(db, "SELECT " + best_row_columns("e", "evaluated_at") +
                            " FROM evaluations e JOIN candidates c ON c.id = e.candidate_id JOIN devices d ON d.id = "
                            "e.device_id WHERE e.id = ?1");
@@ -210,7 +218,7 @@ std::vector<BestRow> read_found(Connection& db, std::vector<Found>& found) {
     detail.reset();
     detail.bind(f.evaluation_id);
     if (!detail.step()) throw std::logic_error("evaluation vanished inside a read transaction");
-    out.push_back(read_best_row(detail, f.campaign, f.problem));
+    out.push_back(read_best_row(detail, f.campaign, f.problem, db_path));
   }
   detail.reset();
   return out;
@@ -239,13 +247,13 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
   // One snapshot for all campaigns, so a concurrent writer's commit cannot split the answer.
   Transaction read(db(), Transaction::Kind::kDeferred);
   Statement camps = select_campaigns(db(), q);
-  CampaignResults results(db());
+  CampaignResults results(db(), path());
   std::vector<Found> found;
   while (camps.step())
     results.collect(camps.int64("id"), camps.text("name"), problem_from_columns(camps), q.top, q.gpu, found);
   results.reset();
   keep_top(found, q.top);
-  std::vector<BestRow> out = read_found(db(), found);
+  std::vector<BestRow> out = read_found(db(), path(), found);
   read.commit();
   return out;
 }

@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "db/sqlite.hpp"
 #include "db/store.hpp"
+#include "db/test_hook.hpp"
 
 namespace attntune {
 
@@ -23,15 +24,25 @@ constexpr const char* kJobColumns =
     "IFNULL((SELECT d.name FROM campaigns c JOIN devices d ON d.id = c.device_id WHERE c.name = queue.campaign), '') "
     "AS ran_on";
 
-// A queued job from a query of kJobColumns.
-QueuedJob job_from_row(const Statement& st) {
+// A queued job from a query of kJobColumns. Its problem and request are JSON the store wrote; one
+// that does not parse (a damaged page holding only the text, which SQLite cannot tell from good
+// text, or a hand edit) is refused naming the database and the campaign.
+QueuedJob job_from_row(const Statement& st, const std::string& db_path) {
   QueuedJob j;
   j.id = st.int64("id");
   j.campaign = st.text("campaign");
   j.plan = st.text("plan");
   j.regime = st.text("regime");
-  j.problem = Problem::from_json(nlohmann::json::parse(st.text("problem")));
-  j.request = job_request_from_json(st.text("request"));
+  try {
+    j.problem = Problem::from_json(nlohmann::json::parse(st.text("problem")));
+    j.request = job_request_from_json(st.text("request"));
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    if (why.size() > 160) why = why.substr(0, 160) + "...";
+    throw InputError(fmt::format("database '{}' holds queued campaign '{}' whose problem or request does not read "
+                                 "back (damaged or edited): {}",
+                                 db_path, j.campaign, why));
+  }
   j.state = st.text("state");
   j.attempts = st.int64("attempts");
   j.error = st.text("error");
@@ -112,6 +123,7 @@ std::pair<Store::Submitted, std::string> Store::submit_job(const QueuedJob& job)
                         kNow))
       .bind(job.campaign, job.plan, job.regime, job.problem.json().dump(), job_request_json(job.request), state)
       .run();
+  test_hook::hold("submit", fmt::format("submit of campaign '{}'", job.campaign));
   tx.commit();
   return {state == "done" ? Submitted::kAlreadyDone : Submitted::kQueued, state};
 }
@@ -124,7 +136,7 @@ std::optional<QueuedJob> Store::claim_job(const LeaseOwner& owner, double now, d
   {
     Statement st(db(), fmt::format("SELECT {} FROM queue WHERE state = 'queued' ORDER BY id", kJobColumns));
     while (st.step()) {
-      QueuedJob j = job_from_row(st);
+      QueuedJob j = job_from_row(st, path());
       if (!accept || accept(j)) {
         job = std::move(j);
         break;
@@ -143,6 +155,7 @@ std::optional<QueuedJob> Store::claim_job(const LeaseOwner& owner, double now, d
                               kNow))
       .bind(job->id, worker_name(owner))
       .run();
+  test_hook::hold("claim", fmt::format("claim of campaign '{}'", job->campaign));
   tx.commit();
   job->state = "running";
   job->attempts += 1;
@@ -171,6 +184,7 @@ bool Store::release_job(const std::string& campaign, const std::string& owner, c
                               kNow))
       .bind(campaign, state, error)
       .run();
+  test_hook::hold("release", fmt::format("release of campaign '{}'", campaign));
   tx.commit();
   return true;
 }
@@ -246,7 +260,7 @@ std::vector<QueueStatusRow> Store::queue_status() {
   std::vector<QueueStatusRow> out;
   {
     Statement st(db(), fmt::format("SELECT {} FROM queue ORDER BY id", kJobColumns));
-    while (st.step()) out.push_back({job_from_row(st), std::nullopt, 0, 0, std::nullopt, ""});
+    while (st.step()) out.push_back({job_from_row(st, path()), std::nullopt, 0, 0, std::nullopt, ""});
   }
   Statement lease(db(), fmt::format("SELECT {} FROM leases WHERE campaign = ?1", kLeaseColumns));
   Statement progress(db(),

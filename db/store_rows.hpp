@@ -5,7 +5,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
 
 #include "core/records.hpp"
 #include "db/sqlite.hpp"
@@ -40,7 +43,38 @@ inline Problem problem_from_columns(const sqlite::Statement& st) {
   return p;
 }
 
-inline Config config_from_text(const std::string& text) { return config_from_json(nlohmann::json::parse(text)); }
+// A config as stored (candidates.config), and only as attntune writes one: its keys are parameter
+// names and its strings enum value names (lowercase names, as the space loader requires), the rest
+// integers and booleans. A config is rendered into kernel source (its values become #defines, and
+// config_str names it on the source's first comment line) and into exports, so a database edited by
+// hand or crafted elsewhere must not bring code, a newline or anything else through one: refused
+// (InputError, exit 2) before any of it is used.
+inline Config config_from_text(const std::string& text, const std::string& db_path) {
+  const auto refuse = [&](const std::string& why) -> Config {
+    throw InputError(fmt::format("database '{}' holds a config attntune does not write ({}); the file was edited or "
+                                 "crafted: refusing to use it",
+                                 db_path, why));
+  };
+  const auto name = [](const std::string& s) {
+    if (s.empty() || s.size() > 64) return false;
+    for (char c : s)
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+    return s[0] < '0' || s[0] > '9';
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    return refuse("not JSON");
+  }
+  if (!j.is_object() || j.empty()) return refuse("not a JSON object of parameters");
+  for (const auto& [k, v] : j.items()) {
+    if (!name(k)) return refuse(fmt::format("a parameter named {}", nlohmann::json(k).dump()));
+    if (!v.is_boolean() && !v.is_number_integer() && !(v.is_string() && name(v.get<std::string>())))
+      return refuse(fmt::format("{} = {}", k, v.dump()));
+  }
+  return config_from_json(j);
+}
 
 inline std::vector<CampaignSpace> read_campaign_spaces(sqlite::Connection& db, std::int64_t campaign_id) {
   sqlite::Statement st(db,

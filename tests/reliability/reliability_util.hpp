@@ -124,6 +124,7 @@ class Proc {
     return true;
   }
   double ms() const { return ms_; }  // start to exit, once waited for
+  pid_t pid() const { return pid_; }  // the child's, while it runs
 
  private:
   pid_t pid_ = -1;
@@ -258,6 +259,67 @@ inline std::string digest(const std::map<std::string, std::string>& files) {
   for (const auto& [name, bytes] : files)
     out += fmt::format("{}{} {}", out.empty() ? "" : ", ", name, content_hash(bytes).substr(0, 12));
   return out.empty() ? "(empty)" : out;
+}
+
+// ---- Exported sources ----------------------------------------------------------------------------
+
+// The code of a C/C++/CUDA source: comments removed, every string or character literal emptied
+// (adjacent string literals, which the compiler joins, as one). Two sources with the same code differ
+// only in what no compiler reads as code.
+inline std::string code_only(const std::string& src) {
+  enum { kCode, kLine, kBlock, kString, kChar } st = kCode;
+  std::string out;
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    const char c = src[i], n = i + 1 < src.size() ? src[i + 1] : '\0';
+    switch (st) {
+      case kCode:
+        if (c == '/' && n == '/') st = kLine, ++i;
+        else if (c == '/' && n == '*') st = kBlock, ++i;
+        else if (c == '"') {
+          st = kString;
+          const std::size_t end = out.find_last_not_of(" \t\n");
+          if (end != std::string::npos && end >= 1 && out.compare(end - 1, 2, "\"\"") == 0) out.resize(end + 1);
+          else out += "\"\"";
+        }
+        else if (c == '\'') st = kChar, out += "''";
+        else out += c;
+        break;
+      case kLine:  // a backslash at the end of a // comment continues it on the next line
+        if (c == '\\' && n == '\n') ++i;
+        else if (c == '\n') st = kCode, out += '\n';
+        break;
+      case kBlock:
+        if (c == '*' && n == '/') st = kCode, ++i, out += ' ';
+        break;
+      case kString:
+        if (c == '\\') ++i;
+        else if (c == '"') st = kCode;
+        else if (c == '\n') throw std::runtime_error("a newline inside a string literal");
+        break;
+      case kChar:
+        if (c == '\\') ++i;
+        else if (c == '\'') st = kCode;
+        break;
+    }
+  }
+  if (st == kString || st == kChar || st == kBlock) throw std::runtime_error("the source ends inside a literal or comment");
+  return out;
+}
+
+// The value of `static const char kInfo[] = "..." "...";` in an exported .cu, unescaped.
+inline std::string kernel_info(const std::string& cu) {
+  const std::size_t at = cu.find("kInfo[] =");
+  if (at == std::string::npos) throw std::runtime_error("no kInfo in the export");
+  std::string out;
+  bool in = false;
+  for (std::size_t i = at; i < cu.size(); ++i) {
+    const char c = cu[i];
+    if (!in && c == ';') return out;
+    if (c == '"') in = !in;
+    else if (in && c == '\\') out += cu[++i];
+    else if (in) out += c;
+  }
+  throw std::runtime_error("kInfo does not end");
 }
 
 // ---- Figures ------------------------------------------------------------------------------------------

@@ -62,11 +62,17 @@ std::map<std::string, JobState> jobs(const std::string& db) {
   return out;
 }
 
+// -1 while the database does not exist yet or is being created (no schema yet, or its creator's
+// lock while it turns it to WAL mode).
 std::int64_t count_rows(const std::string& db, const std::string& sql) {
   if (!fs::exists(db)) return -1;
-  sqlite::Connection c = sqlite::Connection::open(db, SQLITE_OPEN_READONLY);
-  sqlite::Statement st(c, sql);
-  return st.step() ? st.int64(0) : -1;
+  try {
+    sqlite::Connection c = sqlite::Connection::open(db, SQLITE_OPEN_READONLY);
+    sqlite::Statement st(c, sql);
+    return st.step() ? st.int64(0) : -1;
+  } catch (const SqliteError&) {
+    return -1;
+  }
 }
 
 // Every queued campaign done, each with exactly the budget's search evaluations, none twice.

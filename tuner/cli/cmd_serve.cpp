@@ -50,7 +50,7 @@ void install_handlers() {
 
 struct ServeArgs {
   std::string db_path, gpus = "all";
-  bool follow = false, simulate = false;
+  bool follow = false, simulate = false, allow_network_fs = false;
   int simulate_delay_ms = 50, jobs = 0, log_interval = 30, worker = -1, max_restarts = 3;
   double lease_seconds = service::kDefaultLeaseSeconds, poll_seconds = 2, compile_timeout_s = 120,
          deadline_floor_s = 10;
@@ -84,7 +84,10 @@ std::vector<int> parse_gpus(const ServeArgs& a) {
 // The worker: `serve --worker N` (started by the supervisor below).
 int run_worker_process(const ServeArgs& a) {
   install_handlers();
-  Store store = Store::open(a.db_path, Store::Mode::kExisting);
+  // The supervisor checked the file (its pages, its filesystem) as it started.
+  Store::Options open_options;
+  open_options.check_integrity = false;
+  Store store = Store::open(a.db_path, Store::Mode::kExisting, open_options);
   service::WorkerOptions o;
   o.gpu = a.worker;
   o.simulate = a.simulate;
@@ -140,8 +143,10 @@ int supervise(const ServeArgs& a) {
   const std::vector<int> gpus = parse_gpus(a);
   if (gpus.empty()) throw EnvError("serve: no GPU to serve on");
   {
-    // The database must be ours (and is migrated) before any worker starts.
-    Store store = Store::open(a.db_path, Store::Mode::kExisting);
+    // The database must be ours, whole, on a local disk (and is migrated) before any worker starts.
+    Store::Options open_options;
+    open_options.refuse_network_fs = !a.allow_network_fs;
+    Store store = Store::open(a.db_path, Store::Mode::kExisting, open_options);
   }
   install_handlers();
   std::cerr << fmt::format("serve: {} worker{} on {} GPU {} ({}), database {}{}\n", gpus.size(),
@@ -179,8 +184,11 @@ int supervise(const ServeArgs& a) {
       it = running.erase(it);
       if (status->ok()) continue;
       if (!status->signaled && status->value == 3) {
+        // Its GPU failed, or the database cannot be written (a full disk): it said which, above.
         ++gpu_failures;
-        std::cerr << fmt::format("serve: GPU {} failed ({}); skipped from now on\n", slot.gpu, describe_exit(*status));
+        std::cerr << fmt::format("serve: the worker of GPU {} stopped ({}: its GPU or the database failed, as it "
+                                 "said); not restarted\n",
+                                 slot.gpu, describe_exit(*status));
         continue;
       }
       if (g_stop) continue;
@@ -210,7 +218,9 @@ int supervise(const ServeArgs& a) {
                            counts["queued"], counts["running"], g_stop ? " (stopped)" : "");
   for (const std::string& f : failed) std::cerr << f << "\n";
   if (gpu_failures == static_cast<int>(gpus.size()) && counts["queued"] > 0)
-    throw EnvError(fmt::format("serve: every GPU failed; {} campaigns still queued", counts["queued"]));
+    throw EnvError(fmt::format("serve: every worker stopped (its GPU or the database failed); {} campaigns still "
+                               "queued",
+                               counts["queued"]));
   if (!failed.empty()) throw WorkError(fmt::format("serve: {} campaign{} failed", failed.size(), failed.size() == 1 ? "" : "s"));
   return 0;
 }
@@ -229,6 +239,7 @@ int run_serve(const std::vector<std::string>& args) {
       ("max-restarts", po::value(&a.max_restarts), "restart a crashed worker at most this often (default 3)")
       ("jobs", po::value(&a.jobs), "concurrent NVRTC compiles per worker (default: one per core)");
   add_limit_options(opts, a.compile_timeout_s, a.deadline_floor_s);
+  add_network_fs_option(opts, a.allow_network_fs);
   opts.add_options()
       ("log-interval", po::value(&a.log_interval), "seconds between progress lines (default 30)")
       ("simulate", po::bool_switch(&a.simulate), "simulated GPUs (a synthetic landscape, no GPU needed): testing and "

@@ -24,6 +24,7 @@ struct SubmitArgs {
   std::vector<std::string> plan_paths, problems, space_paths;
   std::string db_path, shard, format = "table";
   JobOptionValues job;
+  bool allow_network_fs = false;
 };
 
 // "K/N" -> {K, N} with 0 <= K < N.
@@ -47,6 +48,7 @@ int run_submit(const std::vector<std::string>& args) {
       ("shard", po::value(&a.shard), "K/N: queue only the plan's entries i with i % N == K (one of N hosts)")
       ("format", po::value(&a.format), "table | json: what was queued");
   add_job_options(opts, a.job);
+  add_network_fs_option(opts, a.allow_network_fs);
   po::variables_map vm;
   if (parse_args("submit", kSummary, opts, args, vm, {"plan", "PLAN", 1})) return 0;
   const Format format = parse_format(a.format, false);
@@ -103,7 +105,14 @@ int run_submit(const std::vector<std::string>& args) {
     jobs.push_back(std::move(job));
   }
 
-  Store store = Store::open(a.db_path, Store::Mode::kCreate);
+  // submit writes the queue: its pages are checked before the first write. It reads the campaigns
+  // of those names (one tune completed enters as done): read first, each page checked as read, so
+  // a damaged one refuses the submit before anything is queued.
+  Store::Options open_options;
+  open_options.tables = {"queue"};
+  open_options.refuse_network_fs = !a.allow_network_fs;
+  Store store = Store::open(a.db_path, Store::Mode::kCreate, open_options);
+  for (const QueuedJob& job : jobs) (void)store.campaign_row(job.campaign);
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   int queued = 0, existing = 0;
   Table table({"campaign", "regime", "state"});

@@ -112,6 +112,7 @@ struct TuneArgs {
   double compile_timeout_s = 120, deadline_floor_s = 10;
   std::string simulate_db;
   int simulate_delay_ms = 0;
+  bool allow_network_fs = false;
   // Derived by check_tune_args.
   Format out_format = Format::kTable;
   JobRequest request;  // the campaign's options as a queued one carries them (spaces: once loaded)
@@ -131,6 +132,7 @@ bool parse_tune_args(const std::vector<std::string>& args, TuneArgs& a, po::vari
       ("jobs", po::value(&a.jobs), "concurrent NVRTC compiles (default: one per core)")
       ("device", po::value(&a.device), "CUDA device ordinal (default 0)");
   add_limit_options(opts, a.compile_timeout_s, a.deadline_floor_s);
+  add_network_fs_option(opts, a.allow_network_fs);
   opts.add_options()
       ("log-interval", po::value(&a.log_interval), "seconds between progress lines when stderr is not a terminal (default 30)")
       ("format", po::value(&a.format), "table | json: how the result is printed")
@@ -245,6 +247,27 @@ void print_result_table(const search::TuneResult& result, const std::string& cam
     std::cout << fmt::format("\nresume with the same command (campaign '{}')\n", campaign);
 }
 
+// What the campaign recorded is what a resume feeds the strategy and re-times at the end: each config
+// must name its space's parameters with values of their domains (the store reads configs only as
+// attntune writes them), or the database was edited or crafted. Refused here, before anything is
+// written (docs/RELIABILITY.md, part 10). Not the constraints: they may depend on the GPU.
+void check_recorded_configs(Store& store, std::int64_t campaign_id, const service::JobSpaces& spaces) {
+  for (const EvaluationRow& e : store.campaign_evaluations(campaign_id))
+    for (const SearchSpace* s : spaces.sorted) {
+      if (s->family() != e.family) continue;
+      std::string why;
+      try {
+        if (s->parse_config(config_str(e.config)) != e.config) why = "a value of another type";
+      } catch (const InputError& err) {
+        why = err.what();
+      }
+      if (!why.empty())
+        throw InputError(fmt::format("database '{}': campaign evaluated {}, which its space does not allow ({}): "
+                                     "the file was edited or crafted; refusing to resume it",
+                                     store.path(), config_str(e.config), why));
+    }
+}
+
 // tune's lease of its campaign (a campaign has one writer: another tune, or a serve worker): taken
 // before the first write, renewed by a heartbeat, and let go when the run ends.
 class TuneLease {
@@ -298,7 +321,10 @@ int run_tune(const std::vector<std::string>& args) {
   } else if (std::string why; !cuda::driver_available(&why)) {
     throw EnvError(why);  // no driver: say so before a database is created for nothing
   }
-  Store store = Store::open(a.db_path, Store::Mode::kCreate);
+  // Checked whole before the first write (a damaged file refused, exit 2): Store::Options.
+  Store::Options open_options;
+  open_options.refuse_network_fs = !a.allow_network_fs;
+  Store store = Store::open(a.db_path, Store::Mode::kCreate, open_options);
   if (!r.runner) start_gpu_runner(r, a, spaces, problem, store);
   const DeviceInfo gpu = r.runner->device();
 
@@ -307,7 +333,15 @@ int run_tune(const std::vector<std::string>& args) {
       a.request);
   // A campaign of that name must be resumable with these inputs, and the database writable now
   // (another writer's lock, a full disk), before the first line of progress.
-  store.check_resume(spec);
+  if (const std::optional<std::int64_t> id = store.check_resume(spec)) {
+    check_recorded_configs(store, *id, spaces);
+    // Store::open_campaign refuses another GPU model too; said here before the device and the
+    // lease are written.
+    if (const std::optional<CampaignRow> row = store.campaign_row(spec.name); row && row->gpu != gpu.name)
+      throw InputError(fmt::format("campaign '{}' was tuned on a {}; this run is on a {}: resume it on a {}, or give "
+                                   "this run another campaign name (times of two GPU models never rank together)",
+                                   spec.name, row->gpu, gpu.name, row->gpu));
+  }
   store.check_writable();
   TuneLease lease(store, spec.name);
 

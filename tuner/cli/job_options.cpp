@@ -27,6 +27,13 @@ void check_limit_options(double compile_timeout_s, double deadline_floor_s, cons
     throw InputError(command + ": --compile-timeout and --deadline-floor must be positive and at most a day (86400 s)");
 }
 
+void add_network_fs_option(po::options_description& opts, bool& allow_network_fs) {
+  opts.add_options()
+      ("allow-network-fs", po::bool_switch(&allow_network_fs),
+       "use a database on a network filesystem (NFS, SMB/CIFS, sshfs, Lustre, ...), where SQLite's locks do not hold "
+       "between hosts: only when no other host ever opens it; several hosts: a database each, then `attntune merge`");
+}
+
 void add_job_options(po::options_description& opts, JobOptionValues& v) {
   const search::TuneOptions defaults;  // the final re-timing's defaults live there, with their reason
   v.final_top = defaults.final_top;

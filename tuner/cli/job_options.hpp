@@ -31,4 +31,9 @@ JobRequest check_job_options(const JobOptionValues& v, const po::variables_map& 
 void add_limit_options(po::options_description& opts, double& compile_timeout_s, double& deadline_floor_s);
 void check_limit_options(double compile_timeout_s, double deadline_floor_s, const std::string& command);
 
+// --allow-network-fs, declared alike by the commands that write a queue's results (serve, submit,
+// tune): without it they refuse a database on NFS, SMB/CIFS, sshfs, Lustre, ... (Store::Options,
+// db/filesystem.hpp; docs/design/service.md says why).
+void add_network_fs_option(po::options_description& opts, bool& allow_network_fs);
+
 }  // namespace attntune::cli

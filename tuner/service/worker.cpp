@@ -137,7 +137,7 @@ int run_worker(WorkerStores stores, const WorkerOptions& options, const std::ato
     std::unique_ptr<JobQueue> beat_queue = stores.open_heartbeat();
     stores.queue.fence_writes(owner.id());
     std::string state = "failed", note;
-    bool gpu_failed = false;
+    bool gpu_failed = false, stop_worker = false;
     {
       Heartbeat heartbeat(
           [&] { return beat_queue->renew_lease(job->campaign, owner.id(), unix_now() + options.lease_seconds); },
@@ -190,6 +190,15 @@ int run_worker(WorkerStores stores, const WorkerOptions& options, const std::ato
         state = "queued";
         note = fmt::format("GPU {} on {} failed: {}", options.gpu, owner.host, one_line(e.what()));
         gpu_failed = true;
+      } catch (const Error& e) {
+        // The database cannot be written now (a full disk, another writer's lock past the busy
+        // timeout: exit 3) or the campaign itself is at fault. Only the latter fails it: one the
+        // disk stopped goes back to the queue, for the next serve to resume (docs/RELIABILITY.md,
+        // part 10), and this worker stops, as every write of the next campaign would fail too.
+        const bool environment = e.code() == ExitCode::kEnvironment;
+        state = environment ? "queued" : "failed";
+        note = environment ? fmt::format("stopped on {}: {}", owner.host, one_line(e.what())) : one_line(e.what());
+        if (environment) stop_worker = true;
       } catch (const std::exception& e) {
         state = "failed";
         note = one_line(e.what());
@@ -209,6 +218,10 @@ int run_worker(WorkerStores stores, const WorkerOptions& options, const std::ato
           << std::endl;
     if (gpu_failed) {
       stores.queue.put_gpu({owner.host, options.gpu, device.name, device.uuid, "failed", note, ""});
+      return 3;
+    }
+    if (stop_worker) {
+      log << fmt::format("worker {} ends: the database cannot be written ({})", owner.pid, note) << std::endl;
       return 3;
     }
   }
