@@ -2,9 +2,9 @@
 # Sets up, builds, and runs attntune's main job for one problem (default: the suite's b4-s4k-d128
 # bf16 shape):
 #   with a GPU:    tune a campaign (evo, BUDGET evaluations, resumable: run it again to go on)
-#                  over every family that serves the problem: flash_fwd_mma (and flash_fwd_wgmma on
-#                  a Hopper GPU) for dense problems; flash_decode too when seqlen_q <= 16 (decode_max_s); only
-#                  flash_decode for a paged KV cache (page=N),
+#                  over every family that serves the problem on this GPU (`tune` without --space
+#                  picks them: flash_fwd_mma, flash_fwd_wgmma on a Hopper GPU, flash_decode for
+#                  decoding's few query rows and paged caches, each where its space serves the problem),
 #                  print the best configs and export the winner as attntune_best.cu and as a
 #                  PyTorch package, attntune_best_torch/ (docs/EXPORT.md "From PyTorch");
 #   without one:   the search space, NVRTC builds of a sample of it (resources, spills), and the
@@ -14,25 +14,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 problem=${1:-b=4,h=16,s=4096,d=128,dtype=bf16,causal=0}
 db=${ATTNTUNE_DB:-attntune.db}
-decode_max_s=16  # seqlen_q up to this is decoding: flash_decode's (its launch plan's kDecodeMaxSeqlenQ)
 space=search_spaces/flash_fwd_mma.yaml
 tools/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)" --target attntune
 A=build/attntune
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
-  # The families that serve the problem, ranked together in one campaign.
-  s=$(sed -n 's/.*\(^\|,\)s=\([0-9]*\).*/\2/p' <<<"$problem")
-  spaces=()
-  if ! grep -qE '(^|,)page=[1-9]' <<<"$problem"; then
-    spaces+=(--space $space)
-    # A Hopper GPU (compute capability 9.0) also runs the wgmma template.
-    if [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i "${DEVICE:-0}" 2>/dev/null | tr -d ' ')" = "9.0" ]; then
-      spaces+=(--space search_spaces/flash_fwd_wgmma.yaml)
-    fi
-  fi
-  if [ -n "$s" ] && [ "$s" -le "$decode_max_s" ]; then spaces+=(--space search_spaces/flash_decode.yaml); fi
-  $A tune "${spaces[@]}" --problem "$problem" --db "$db" --budget-evals "${BUDGET:-200}" --device "${DEVICE:-0}"
+  # Without --space, tune searches every family that serves the problem on this GPU, ranked together.
+  $A tune --problem "$problem" --db "$db" --budget-evals "${BUDGET:-200}" --device "${DEVICE:-0}"
   $A best --db "$db" --problem "$problem" --top 5
   $A export --db "$db" --problem "$problem" -o attntune_best.cu --torch attntune_best_torch
   echo "wrote attntune_best.cu (its header says how to build it; docs/EXPORT.md: call it, compare it with tools/compare_sdpa.py)"

@@ -122,8 +122,9 @@ struct TuneArgs {
 bool parse_tune_args(const std::vector<std::string>& args, TuneArgs& a, po::variables_map& vm) {
   po::options_description opts("options");
   opts.add_options()
-      ("space", po::value(&a.space_paths)->required(), "search space YAML; repeat it to search several templates in "
-                                                       "one campaign (one space per template), ranked together")
+      ("space", po::value(&a.space_paths), "search space YAML; repeat it to search several templates in one campaign "
+                                           "(one space per template), ranked together; default: the shipped space of "
+                                           "every template that serves the problem on this GPU")
       ("problem", po::value(&a.problem_spec)->required(), "problem spec, e.g. b=4,h=16,s=4096,d=128,dtype=bf16,causal=0")
       ("db", po::value(&a.db_path)->default_value(default_db_path()), "database ($ATTNTUNE_DB, else ./attntune.db); created if missing")
       ("campaign", po::value(&a.campaign), "campaign name (default: template:problem:arch); an existing one is resumed");
@@ -156,6 +157,37 @@ void check_tune_args(TuneArgs& a, const po::variables_map& vm) {
     throw InputError("tune: --simulate-db and --simulate-campaign go together");
 }
 
+// The campaign's spaces: --space's files, or without --space the shipped space of every template
+// that serves the problem (as `submit` queues them) and that this GPU's arch runs (flash_fwd_wgmma on
+// Hopper only). The arch is read from the driver here, without a context; a simulated run keeps them
+// all (its recordings say which it answers for).
+service::JobSpaces load_spaces(TuneArgs& a, const Problem& problem) {
+  if (!a.space_paths.empty()) return service::load_space_files(a.space_paths, "tune");
+  std::vector<CampaignSpace> spaces = service::default_spaces(problem);  // InputError: no template serves it
+  if (a.simulate_db.empty()) {
+    if (std::string why; !cuda::driver_available(&why)) throw EnvError(why);
+    const std::string arch = cuda::device_props(a.device).arch;
+    std::vector<CampaignSpace> runnable;
+    std::vector<std::string> why_not;
+    for (const CampaignSpace& s : spaces) {
+      const SearchSpace space = SearchSpace::parse(s.text, s.path);
+      try {
+        space.check_problem(problem, space_arch_for_device(space, arch));
+        runnable.push_back(s);
+      } catch (const InputError& e) {
+        why_not.push_back(e.what());
+      }
+    }
+    if (runnable.empty())
+      throw InputError(fmt::format("tune: no shipped template serves {} on this GPU ({}): {}", problem.str(), arch,
+                                   fmt::join(why_not, "; ")));
+    spaces = std::move(runnable);
+  }
+  JobRequest request;
+  request.spaces = std::move(spaces);
+  return service::parse_request_spaces(request);
+}
+
 // What can be checked of the spaces, the problem and the names before a database or a GPU worker
 // is touched.
 void check_before_starting(const TuneArgs& a, const service::JobSpaces& spaces, const Problem& problem) {
@@ -168,7 +200,8 @@ void check_before_starting(const TuneArgs& a, const service::JobSpaces& spaces, 
     if (spaces.mixed()) search::check_mixable(*s);
   }
   if (!a.simulate_campaigns.empty() && a.simulate_campaigns.size() != spaces.sorted.size())
-    throw InputError(fmt::format("tune: {} --space and {} --simulate-campaign: give one recorded campaign per space",
+    throw InputError(fmt::format("tune: {} spaces (--space, or without it every template that serves the problem) and "
+                                 "{} --simulate-campaign: give one recorded campaign per space",
                                  spaces.sorted.size(), a.simulate_campaigns.size()));
   check_campaign_name(a.campaign);
 }
@@ -308,9 +341,9 @@ int run_tune(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (parse_tune_args(args, a, vm)) return 0;
   check_tune_args(a, vm);
-  const service::JobSpaces spaces = service::load_space_files(a.space_paths, "tune");
-  a.request.spaces = service::campaign_spaces(spaces);
   const Problem problem = Problem::parse(a.problem_spec);
+  const service::JobSpaces spaces = load_spaces(a, problem);
+  a.request.spaces = service::campaign_spaces(spaces);
   check_before_starting(a, spaces, problem);
 
   SignalGuard signals;

@@ -298,7 +298,6 @@ TEST(DecodeBoundary, TheOpsAndToolsSayTheSameNumber) {
   // The PyTorch package's regimes (templates/torch/: self-contained, so a copy of the number).
   EXPECT_EQ(number_in("templates/torch/attntune/_ops.cpp", R"(constexpr int kDecodeMaxQ = (\d+);)"), kN);
   EXPECT_EQ(number_in("templates/torch/attntune/__init__.py", R"(\nDECODE_MAX_SEQLEN_Q = (\d+)\n)"), kN);
-  EXPECT_EQ(number_in("tools/run.sh", R"(\ndecode_max_s=(\d+) )"), kN);
   EXPECT_EQ(number_in("tools/compare_sdpa.py", R"(\nDECODE_MAX_S = (\d+) )"), kN);
   // ... and each decides by its constant.
   const struct {
@@ -307,7 +306,6 @@ TEST(DecodeBoundary, TheOpsAndToolsSayTheSameNumber) {
   } uses[] = {{"templates/torch/attntune/_ops.cpp", "<= kDecodeMaxQ"},
               {"templates/torch/attntune/__init__.py", "<= DECODE_MAX_SEQLEN_Q"},
               {"templates/torch/attntune/__init__.py", "> DECODE_MAX_SEQLEN_Q"},
-              {"tools/run.sh", "-le \"$decode_max_s\""},
               {"tools/compare_sdpa.py", "<= DECODE_MAX_S"}};
   for (const auto& u : uses)
     EXPECT_NE(read_source(u.path).find(u.use), std::string::npos) << u.path << " no longer compares " << u.use;
