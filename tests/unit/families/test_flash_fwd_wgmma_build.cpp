@@ -263,15 +263,15 @@ TEST(FlashFwdWgmmaSpace, KvMulticastNeedsAPairablePersistentGrid) {
 // The tail rule the evaluator and the exported launcher share: two K/V iterations per CTA at
 // least, nothing to split when the rounds are whole, and 32-bit share arithmetic in the kernel.
 TEST(FlashFwdWgmmaSpace, SplitTailTilesRule) {
-  EXPECT_EQ(attntune_plan::split_tail_tiles(2048, 132, 24), 68u);   // s=4k: 16 rounds, the last with 68 tiles
-  EXPECT_EQ(attntune_plan::split_tail_tiles(4224, 132, 24), 0u);    // whole rounds
-  EXPECT_EQ(attntune_plan::split_tail_tiles(100, 132, 24), 0u);     // fewer tiles than CTAs: one round
-  EXPECT_EQ(attntune_plan::split_tail_tiles(133, 132, 1), 0u);      // 1 tail tile x 1 iteration < 2 per CTA
-  EXPECT_EQ(attntune_plan::split_tail_tiles(2048, 132, 1u << 20), 0u);  // tail * n * ctas >= 2^31
-  EXPECT_EQ(attntune_plan::split_tail_tiles((1ull << 31) - 195, 132, 60), 0u);  // 5 tail tiles, but tiles + 2 * ctas >= 2^31
-  EXPECT_EQ(attntune_plan::split_tail_tiles((1ull << 30) + 5, 132, 60), 105u);  // far from it: split
-  EXPECT_EQ(attntune_plan::split_workspace_bytes(132, 8, 128), 2ull * 132 * 8 * 68 * 32 * 4);
-  EXPECT_EQ(attntune_plan::split_counter_bytes(68, 8), 544u * 4);
+  EXPECT_EQ(att::sched::split_tail_tiles(2048, 132, 24), 68u);   // s=4k: 16 rounds, the last with 68 tiles
+  EXPECT_EQ(att::sched::split_tail_tiles(4224, 132, 24), 0u);    // whole rounds
+  EXPECT_EQ(att::sched::split_tail_tiles(100, 132, 24), 0u);     // fewer tiles than CTAs: one round
+  EXPECT_EQ(att::sched::split_tail_tiles(133, 132, 1), 0u);      // 1 tail tile x 1 iteration < 2 per CTA
+  EXPECT_EQ(att::sched::split_tail_tiles(2048, 132, 1u << 20), 0u);  // tail * n * ctas >= 2^31
+  EXPECT_EQ(att::sched::split_tail_tiles((1ull << 31) - 195, 132, 60), 0u);  // 5 tail tiles, but tiles + 2 * ctas >= 2^31
+  EXPECT_EQ(att::sched::split_tail_tiles((1ull << 30) + 5, 132, 60), 105u);  // far from it: split
+  EXPECT_EQ(att::sched::split_workspace_bytes(132, 8, 128), 2ull * 132 * 8 * 68 * 32 * 4);
+  EXPECT_EQ(att::sched::split_counter_bytes(68, 8), 544u * 4);
 }
 
 // An H100 reports sm_90; wgmma and setmaxnreg need the arch-specific sm_90a build.
