@@ -44,17 +44,26 @@ struct OutRows {
 // quad holds columns 8c + 2t, +1 of every 8-column chunk c; a 4x4 transpose over the quad hands
 // it all 8 columns of chunk 4q + t. A quarter of the store instructions of 4-byte stores, and
 // full 32-byte sectors (those took ~2 us of a 56 us work tile at s=4096, docs/log/WGMMA.md run 30).
+// Sinks (Traits::kSinks): the head's logit `sink` joins each row's denominator (variants.cuh,
+// sink_finish), and a row that saw no key outputs zeros with LSE = sink.
 __device__ __forceinline__ void epilogue_pack(const float (&o)[T::kHeadDim / 2], const float (&m)[2], float (&l)[2],
-                                              int row0, int head, int batch, OutRows& out) {
+                                              float sink, int row0, int head, int batch, OutRows& out) {
   const int t = threadIdx.x % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    // A row whose max is still -inf saw no key: output 0, LSE -inf (its l may hold 2^-126 terms).
-    const bool seen = m[h] != neg_inf();
-    const float inv = seen ? rcp_approx(l[h]) : 0.f;  // no IEEE-division branch
-    out.lse[h] = seen ? (m[h] + lg2(l[h])) * 0.6931471805599453f : neg_inf();
+    float inv;
+    if constexpr (T::kSinks) {
+      const SinkFinish f = sink_finish(m[h], l[h], sink);
+      inv = f.o_scale;
+      out.lse[h] = f.lse;
+    } else {
+      // A row whose max is still -inf saw no key: output 0, LSE -inf (its l may hold 2^-126 terms).
+      const bool seen = m[h] != neg_inf();
+      inv = seen ? rcp_approx(l[h]) : 0.f;  // no IEEE-division branch
+      out.lse[h] = seen ? (m[h] + lg2(l[h])) * 0.6931471805599453f : neg_inf();
+    }
 #pragma unroll
     for (int q = 0; q < T::kHeadDim / 32; ++q) {
       u32 v[4];

@@ -72,12 +72,13 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     const bool loads = !T::kDynamicTiles || count > 0;  // the static schedules pass no empty tile
     const int kv_batch = T::kVarlen ? w.k0 : w.batch;  // varlen: the sequence's first key row
     const int len_k = T::kSeqLens ? w.len_k : p.seqlen_k;
-    if (loads) produce(sm, maps, p, it_base, w.lo, w.n, kv_head, kv_batch, len_k);
+    if (loads) produce(sm, maps, p, it_base, w.lo, w.kv_end_tile(), kv_head, kv_batch, len_k);
     mbar_wait(sm.q_empty(), q_phase ^ 1);
     if (T::kDynamicTiles) st_shared_s32(sm.sched(), index);
     if (loads) load_q(sm, maps, p, w.m_block, w.head, w.batch, T::kVarlen ? w.q0 : 0);
     else mbar_arrive(sm.q_full());
-    for (int it = w.lo + 1; it < w.lo + count; ++it) produce(sm, maps, p, it_base, it, w.n, kv_head, kv_batch, len_k);
+    for (int it = w.lo + 1; it < w.lo + count; ++it)
+      produce(sm, maps, p, it_base, it, w.kv_end_tile(), kv_head, kv_batch, len_k);
   };
   // Dynamic tiles (causal, persistent, with a producer): after its first tile (the CTA's index)
   // the producer takes the next one from the counter once it has issued the current tile's last

@@ -185,17 +185,28 @@ struct FlashFwdWgmmaLaunch {
     return 0;
   }
 
-  // Whether a varlen call orders its sequences longest first (scheduler.h, work_tiles.cuh's varlen_tile): for 2 to
-  // kVarlenOrderThreads sequences, when the work is large enough that the order kernel's launch
-  // (a few microseconds) is lost in it: at most 4 * heads_q * head_dim * total_q * max_seqlen_k
-  // FLOPs (half when causal) of at least kVarlenOrderMinFlops, ~400 us at 600 TFLOP/s. In the
+  // Whether a varlen call orders its sequences longest first (scheduler.h, work_tiles.cuh's
+  // varlen_tile): for 2 to kVarlenOrderThreads sequences, when the work is large enough that the
+  // order kernel's launch (a few microseconds) is lost in it: at most 4 * heads_q * head_dim *
+  // total_q * visible_keys FLOPs of at least kVarlenOrderMinFlops, ~400 us at 600 TFLOP/s. In the
   // packed order a long sequence late in the batch starts its longest tiles last and the SMs end
   // unevenly; longest first, the short tiles fill the end (docs/design/flash_fwd_wgmma.md).
   static constexpr double kVarlenOrderMinFlops = 2.4e11;
   bool varlen_orders(const Call& call) const {
     if (call.batch < 2 || call.batch > att::kVarlenOrderThreads) return false;
-    const double flops = 4.0 * call.heads_q * call.head_dim * static_cast<double>(call.total_q) * call.seqlen_k;
-    return (causal ? flops / 2 : flops) >= kVarlenOrderMinFlops;
+    return 4.0 * call.heads_q * call.head_dim * static_cast<double>(call.total_q) * visible_keys(call) >=
+           kVarlenOrderMinFlops;
+  }
+  // The keys a query row sees at most, for estimates of work: max_seqlen_k, half of it when causal,
+  // and with a window bounded on both sides (causal: the right side) its width.
+  double visible_keys(const Call& call) const {
+    const double keys = call.seqlen_k;
+    const long long right = causal ? 0 : call.window_right;
+    if (variants.window && call.window_left >= 0 && right >= 0) {
+      const double width = static_cast<double>(call.window_left) + static_cast<double>(right) + 1;
+      return width < keys ? width : keys;
+    }
+    return causal ? keys / 2 : keys;
   }
 
   // Where each workspace goes. The launchers (run_plan.cuh, the tuner's LoadedBuild) keep a

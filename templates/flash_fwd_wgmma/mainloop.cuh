@@ -105,13 +105,14 @@ __device__ __forceinline__ void load_kv_paged(u32 dst, u32 full, const TmaDesc* 
   mbar_arrive(full);
 }
 
-// Iteration `it` of a work tile (global iteration it_base + it) loads K/V tile n-1-it into its
-// stage once the consumers released that stage. Varlen: `batch` is the sequence's first key row.
-// Kvcache: `batch` is the sequence, len_k its keys (pages when the call has a page table).
+// Iteration `it` of a work tile (global iteration it_base + it) loads K/V tile tile_end-1-it
+// (WorkTile::kv_end_tile) into its stage once the consumers released that stage. Varlen: `batch`
+// is the sequence's first key row. Kvcache: `batch` is the sequence, len_k its keys (pages when the
+// call has a page table).
 __device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, const AttnParams& p, int it_base, int it,
-                                        int n, int kv_head, int batch, int len_k) {
+                                        int tile_end, int kv_head, int batch, int len_k) {
   const Slot sl(it_base + it);
-  const int tile = n - 1 - it;
+  const int tile = tile_end - 1 - it;
   const bool paged = T::kKvcache && p.block_table != nullptr;
   mbar_wait(sm.k_empty(sl.stage), sl.phase ^ 1);
   if (paged) load_kv_paged(sm.k + sl.stage * T::kKVBytes, sm.k_full(sl.stage), &maps.k, p, maps, tile, kv_head, batch, len_k);
@@ -198,6 +199,45 @@ __device__ __forceinline__ void mask_tile(float (&s)[T::kBlockN / 2], int tile, 
       if (col >= lim0) s[4 * c + e] = neg_inf();
       if (col >= lim1) s[4 * c + 2 + e] = neg_inf();
     }
+}
+
+// A window build: scores of keys outside a row's window (templates/common/variants.cuh: from
+// row + diag - left to row + diag + right, causal right 0) or past seqlen_k become -inf. Only tiles
+// that cross a bound of some row of the CTA come here (consume, needs_mask), as causal ones do.
+template <int W = T::kBlockN>
+__device__ __forceinline__ void mask_window(float (&s)[T::kBlockN / 2], int tile, int row0, int t, int sk, int diag,
+                                            const VariantParams& v) {
+  const int beg0 = key_begin<true>(row0, diag, sk, v), lim0 = key_end<T::kCausal, true>(row0, diag, sk, v);
+  const int beg1 = key_begin<true>(row0 + 8, diag, sk, v), lim1 = key_end<T::kCausal, true>(row0 + 8, diag, sk, v);
+#pragma unroll
+  for (int c = 0; c < W / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = tile * T::kBlockN + 8 * c + 2 * t + e;
+      if (col >= lim0 || col < beg0) s[4 * c + e] = neg_inf();
+      if (col >= lim1 || col < beg1) s[4 * c + 2 + e] = neg_inf();
+    }
+}
+
+// A soft-cap build: each raw score q.k becomes c * tanh(q.k * scale / c) (the call's scale_log2 is
+// then log2(e): the capped score is already scaled), before the mask. tanh accurate (ex2 and rcp:
+// two MUFU operations a score beside the softmax's ex2) or tanh.approx (one; softcap_tanh).
+template <int W = T::kBlockN>
+__device__ __forceinline__ void cap_tile(float (&s)[T::kBlockN / 2], const VariantParams& v) {
+#pragma unroll
+  for (int i = 0; i < W / 2; ++i) s[i] = softcap_score<T::kSoftcapApprox>(s[i], v);
+}
+
+// S of K/V tile `tile` ready for the softmax: capped (soft-cap builds), then masked where `masked`
+// (a tile that crosses the keys' end, the causal diagonal or a window's bound for some row).
+template <int W = T::kBlockN>
+__device__ __forceinline__ void finish_scores(float (&s)[T::kBlockN / 2], bool masked, int tile, int row0, int t, int sk,
+                                              int diag, const VariantParams& v) {
+  if constexpr (T::kSoftcap) cap_tile<W>(s, v);
+  if (masked) {
+    if constexpr (T::kWindow) mask_window<W>(s, tile, row0, t, sk, diag, v);
+    else mask_tile<W>(s, tile, row0, t, sk, diag);
+  }
 }
 
 // 2^x for x <= 0 on the FMA pipe, for the scores that skip MUFU's ex2 (with the tensor cores
@@ -306,13 +346,22 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   const int row0 = m_block * T::kBlockM + cw * 64 + warp * 16 + g;  // and row0 + 8
   const int len_q = T::kSeqLens ? w.len_q : p.seqlen_q;
   const int sk = T::kSeqLens ? w.len_k : p.seqlen_k, diag = T::kSeqLens ? w.len_k - w.len_q : p.seqlen_k - p.seqlen_q;
-  // Tiles at or past this key need masking for some row of the CTA.
-  const int kv_min = T::kCausal ? min(sk, m_block * T::kBlockM + diag + 1) : sk;
+  // Iteration it visits K/V tile kv_end_tile - 1 - it. (Plain builds: n itself; a second read of
+  // w.n there reordered their machine code.)
+  const int kv_end_tile = T::kWindow ? w.kv_end_tile() : n;
+  // Tiles at or past this key need masking for some row of the CTA (its first row's end); with a
+  // window, tiles before kv_left too (its last row's first key).
+  const int kv_min = T::kWindow   ? key_end<T::kCausal, true>(m_block * T::kBlockM, diag, sk, p.variant)
+                     : T::kCausal ? min(sk, m_block * T::kBlockM + diag + 1)
+                                  : sk;
+  const int kv_left = T::kWindow ? key_begin<true>(m_block * T::kBlockM + T::kBlockM - 1, diag, sk, p.variant) : 0;
 
   float o[T::kHeadDim / 2];  // (64 rows, head_dim) accumulator, this thread's part
 #pragma unroll
   for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] = 0.f;
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f}, factor[2];
+  float sink = 0.f;  // sinks: the head's logit, read now for the epilogue (a load there stalls it)
+  if constexpr (T::kSinks) sink = __ldg(p.variant.sinks + head);
   ATT_MARK(trace_k, 0, clock64());
   ATT_MARK(trace_k, 7, global_ns());
   epilogue_store(p, out, had);
@@ -353,11 +402,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     const u64 q_desc = smem_desc_sw128(sm.q + cw * 64 * 128, 16, 1024);
     auto k_desc = [&](int st) { return smem_desc_sw128(sm.k + st * T::kKVBytes, 16, 1024); };
     auto v_desc = [&](int st) { return smem_desc_sw128(sm.v + st * T::kKVBytes, T::kKVColBlockBytes, 1024); };
-    auto needs_mask = [&](int tile) { return (tile + 1) * T::kBlockN > kv_min; };
-    // V of iteration `it` (tile n-1-it) landed. Kvcache: the rows of the sequence's last tile past
-    // its keys hold whatever the cache (or an earlier tile, or nothing) left there, NaN included,
-    // which P's zeros would not cancel (0 * NaN): zeroed first (the last tile is iteration 0).
-    const int v_valid = T::kKvcache ? sk - (n - 1) * T::kBlockN : T::kBlockN;
+    auto needs_mask = [&](int tile) {
+      return (tile + 1) * T::kBlockN > kv_min || (T::kWindow && tile * T::kBlockN < kv_left);
+    };
+    // V of iteration `it` (tile kv_end_tile-1-it) landed. Kvcache: the rows of the sequence's last
+    // tile past its keys hold whatever the cache (or an earlier tile, or nothing) left there, NaN
+    // included, which P's zeros would not cancel (0 * NaN): zeroed first (the last tile is
+    // iteration 0; with a window, when it reaches the keys' end).
+    const int v_valid = T::kKvcache ? sk - (kv_end_tile - 1) * T::kBlockN : T::kBlockN;
     auto wait_v = [&](const Slot& sl, int it) {
       mbar_wait(sm.v_full(sl.stage), sl.phase);
       if (T::kKvcache && it == 0 && v_valid < T::kBlockN) zero_v_tail(sm.v + sl.stage * T::kKVBytes, v_valid, cw);
@@ -368,17 +420,33 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     // release the stages (after the full barrier, so the arrive counts toward this use of the
     // stage). Broadcast so that the loop bounds stay warp-uniform for ptxas. Without a producer
     // warpgroup, consumer thread 0 issues the loads inside its loop and may skip nothing; a single
-    // consumer warpgroup needs every tile of its CTA.
+    // consumer warpgroup needs every tile of its CTA (but with a window and kv_multicast, whose
+    // tiles are the cluster's).
+    // A window: the tiles the warpgroup's rows' windows reach are a range inside the CTA's, so the
+    // iterations [cend, end) past its first tile idle too.
     const int wg_row0 = m_block * T::kBlockM + cw * 64;
-    const int wg_kv_end = wg_row0 >= len_q ? 0 : T::kCausal ? min(sk, wg_row0 + 64 + diag) : sk;
-    const int skip_all = T::kWarpSpecialize && T::kConsumerWgs > 1
-                         ? warp_uniform(n - (wg_kv_end > 0 ? (wg_kv_end + T::kBlockN - 1) / T::kBlockN : 0))
-                         : 0;
-    // Iterations [lo, skip) idle, [skip, end) computed. A split piece (non-causal) has skip_all 0
-    // or n. No min/max clamp here: ptxas 13.0 fused max(lo, min(skip_all, end)) into a VIMNMX.RELU
-    // whose predicate output then stood in for `skip == end` below, wrongly: every build with
-    // split_tail 0 hung (docs/log/WGMMA.md run 34).
-    const int skip = w.u < 0 ? skip_all : skip_all > 0 ? end : lo;
+    int wg_kv_end, skip, cend;  // the first key none of its rows sees; iterations [skip, cend) computed
+    if constexpr (T::kWindow) {
+      constexpr bool kTrim = T::kWarpSpecialize && (T::kConsumerWgs > 1 || T::kKvMulticast);
+      const sched::KeyRange wk = sched::window_keys<T::kCausal>(wg_row0, wg_row0 + 64, sk, diag, p.variant.window_left,
+                                                                p.variant.window_right);
+      const sched::KvTiles wt = sched::window_tiles(wk, T::kBlockN);
+      const bool none = wg_row0 >= len_q || wt.n == 0;
+      wg_kv_end = none ? 0 : wk.end;
+      skip = kTrim ? warp_uniform(none ? n : kv_end_tile - (wt.first + wt.n)) : lo;
+      cend = kTrim ? warp_uniform(none ? n : kv_end_tile - wt.first) : end;
+    } else {
+      wg_kv_end = wg_row0 >= len_q ? 0 : T::kCausal ? min(sk, wg_row0 + 64 + diag) : sk;
+      const int skip_all = T::kWarpSpecialize && T::kConsumerWgs > 1
+                           ? warp_uniform(n - (wg_kv_end > 0 ? (wg_kv_end + T::kBlockN - 1) / T::kBlockN : 0))
+                           : 0;
+      // Iterations [lo, skip) idle, [skip, end) computed. A split piece (non-causal) has skip_all 0
+      // or n. No min/max clamp here: ptxas 13.0 fused max(lo, min(skip_all, end)) into a VIMNMX.RELU
+      // whose predicate output then stood in for `skip == end` below, wrongly: every build with
+      // split_tail 0 hung (docs/log/WGMMA.md run 34).
+      skip = w.u < 0 ? skip_all : skip_all > 0 ? end : lo;
+      cend = end;
+    }
     auto idle_turn = [&](int it) {
       const Slot sl(it_base + it);
       mbar_wait(sm.k_full(sl.stage), sl.phase);
@@ -389,22 +457,23 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       release_kv(sm.v_empty(sl.stage));
     };
     for (int it = lo; it < skip; ++it) idle_turn(it);
-    q_done(skip == end);
-    // The first tile this warpgroup computes, n-1-skip, is narrow when the keys its rows see end
-    // within kNarrowN of its start: the ragged end of the keys (s=4096 in tiles of 192 leaves 64),
-    // or the causal diagonal of a warpgroup whose rows start a tile's span.
-    // None when it computes no tile (skip == end): a split piece's idle warpgroup ends before the
-    // key tiles do, and the test below alone would make it compute past its piece (and hang).
-    const bool narrow = T::kNarrowN > 0 && skip < end &&
-                        warp_uniform(min(sk, wg_kv_end) - (n - 1 - skip) * T::kBlockN <= T::kNarrowN);
+    q_done(skip == cend);
+    // The first tile this warpgroup computes, kv_end_tile-1-skip, is narrow when the keys its rows
+    // see end within kNarrowN of its start: the ragged end of the keys (s=4096 in tiles of 192
+    // leaves 64), the causal diagonal of a warpgroup whose rows start a tile's span, or a window's
+    // right bound. None when it computes no tile (skip == cend): a split piece's idle warpgroup ends
+    // before the key tiles do, and the test below alone would make it compute past its piece (and
+    // hang).
+    const bool narrow = T::kNarrowN > 0 && skip < cend &&
+                        warp_uniform(min(sk, wg_kv_end) - (kv_end_tile - 1 - skip) * T::kBlockN <= T::kNarrowN);
     // Mask, softmax and pack of S for tile `tile`, narrow or full width (called with constants).
     auto s_tile = [&](int tile, bool nar) {
       if (nar) {
-        if (needs_mask(tile)) mask_tile<T::kNarrowW>(s, tile, row0, t, sk, diag);
+        finish_scores<T::kNarrowW>(s, needs_mask(tile), tile, row0, t, sk, diag, p.variant);
         softmax_tile<T::kNarrowW>(s, m, l, factor, p.scale_log2);
         pack_p<T::kNarrowW>(pa, s);
       } else {
-        if (needs_mask(tile)) mask_tile(s, tile, row0, t, sk, diag);
+        finish_scores(s, needs_mask(tile), tile, row0, t, sk, diag, p.variant);
         softmax_tile(s, m, l, factor, p.scale_log2);
         pack_p(pa, s);
       }
@@ -413,13 +482,13 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     if constexpr (!T::kIntraWgOverlap) {
       auto step = [&](int it, bool nar) {
         const Slot sl(it_base + it);
-        const int tile = n - 1 - it;
+        const int tile = kv_end_tile - 1 - it;
         mbar_wait(sm.k_full(sl.stage), sl.phase);
         pp_sync();
         gemm_qk_w(nar, s, q_desc, k_desc(sl.stage));
         wgmma_wait<0>();
         reg_fence(s);
-        q_done(it == end - 1);
+        q_done(it == cend - 1);
         pp_arrive();
         release_kv(sm.k_empty(sl.stage));
         s_tile(tile, nar);
@@ -430,12 +499,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         reg_fence(o);
         release_kv(sm.v_empty(sl.stage));
         if (!T::kWarpSpecialize && threadIdx.x == 0 && it + T::kStages < n)
-          produce(sm, maps, p, it_base, it + T::kStages, n, head / p.q_per_kv, T::kVarlen ? w.k0 : batch, sk);
+          produce(sm, maps, p, it_base, it + T::kStages, kv_end_tile, head / p.q_per_kv, T::kVarlen ? w.k0 : batch, sk);
       };
       int it = skip;
       if (narrow) step(it++, true);
-      for (; it < end; ++it) step(it, false);
-    } else if (skip == end) {
+      for (; it < cend; ++it) step(it, false);
+    } else if (skip == cend) {
       pp_sync();  // the turn of the last P.V
       pp_arrive();
     } else {
@@ -448,14 +517,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pp_arrive();
         wgmma_wait<0>();
         reg_fence(s);
-        q_done(skip == end - 1);
+        q_done(skip == cend - 1);
         release_kv(sm.k_empty(first.stage));
-        s_tile(n - 1 - skip, nar);
+        s_tile(kv_end_tile - 1 - skip, nar);
       };
-      // Iteration it: S_j of tile n-1-it beside P.V of the previous tile (narrow if pv_nar).
+      // Iteration it: S_j of tile kv_end_tile-1-it beside P.V of the previous tile (narrow if pv_nar).
       auto step = [&](int it, bool pv_nar) {
         const Slot sl(it_base + it), prev(it_base + it - 1);
-        const int tile = n - 1 - it;
+        const int tile = kv_end_tile - 1 - it;
         mbar_wait(sm.k_full(sl.stage), sl.phase);
         pp_sync();
         gemm_qk(s, q_desc, k_desc(sl.stage));          // S_j
@@ -464,9 +533,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pp_arrive();
         wgmma_wait<1>();
         reg_fence(s);
-        q_done(it == end - 1);
+        q_done(it == cend - 1);
         release_kv(sm.k_empty(sl.stage));
-        if (needs_mask(tile)) mask_tile(s, tile, row0, t, sk, diag);
+        finish_scores(s, needs_mask(tile), tile, row0, t, sk, diag, p.variant);
         softmax_tile(s, m, l, factor, p.scale_log2);  // ... while this runs
         wgmma_wait<0>();
         reg_fence(o);
@@ -475,8 +544,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pack_p(pa, s);
       };
       auto last_pv = [&](bool nar) {
-        const Slot last(it_base + end - 1);
-        wait_v(last, end - 1);
+        const Slot last(it_base + cend - 1);
+        wait_v(last, cend - 1);
         pp_sync();
         gemm_pv_w(nar, o, pa, v_desc(last.stage));
         pp_arrive();
@@ -488,18 +557,20 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       else prologue(false);
       ATT_MARK(trace_k, 2, clock64());
       int it = skip + 1;
-      if (narrow && it < end) step(it++, true);
-      for (; it < end; ++it) step(it, false);
+      if (narrow && it < cend) step(it++, true);
+      for (; it < cend; ++it) step(it, false);
       ATT_MARK(trace_k, 3, clock64());
-      if (narrow && skip == end - 1) last_pv(true);
+      if (narrow && skip == cend - 1) last_pv(true);
       else last_pv(false);
       ATT_MARK(trace_k, 4, clock64());
-      ATT_MARK(trace_k, 6, end - skip);
+      ATT_MARK(trace_k, 6, cend - skip);
     }
+    if constexpr (T::kWindow)
+      for (int it = cend; it < end; ++it) idle_turn(it);  // tiles left of the warpgroup's window
   }
 
   if (w.u >= 0) split_combine(maps, w, cw, o, m, l);
-  epilogue_pack(o, m, l, row0, head, batch, out);
+  epilogue_pack(o, m, l, sink, row0, head, batch, out);
   epilogue_sequence(w, out);
   if (w.u >= 0 && m[0] != m[0]) out.row0 = 1 << 30;  // not the last piece: nothing to store (NaN mark)
   ATT_MARK(trace_k, 5, clock64());

@@ -20,12 +20,20 @@ namespace att {
 
 namespace sched {
 
-// min of two ints: the device's min() (one IMNMX) in kernel code, the same on the host.
+// min and max of two ints: the device's min() and max() (one IMNMX) in kernel code, the same on the
+// host.
 ATT_SCHED_FN int imin(int a, int b) {
 #ifdef __CUDA_ARCH__
   return min(a, b);
 #else
   return a < b ? a : b;
+#endif
+}
+ATT_SCHED_FN int imax(int a, int b) {
+#ifdef __CUDA_ARCH__
+  return max(a, b);
+#else
+  return a < b ? b : a;
 #endif
 }
 
@@ -72,6 +80,32 @@ ATT_SCHED_FN int kv_end(int m_block, int block_m, int len_k, int diag) {
   return kCausal ? imin(len_k, (m_block + 1) * block_m + diag) : len_k;
 }
 ATT_SCHED_FN int kv_tiles(int kv_end, int block_n) { return kv_end > 0 ? (kv_end + block_n - 1) / block_n : 0; }
+
+// A sliding window (a build with ATT_WINDOW; templates/common/variants.cuh has a row's keys): rows
+// [row_begin, row_end) of a sequence see keys [begin, end), the union of their windows: from the
+// first row's row + diag - left (left >= 0; else key 0) to the last row's row + diag + right + 1
+// (causal: right 0; right -1: every key), clamped to the sequence's keys. The K/V tiles [first,
+// first + n) hold them (n 0: no row sees a key); a work tile visits only these, from the last to
+// the first, so time follows the window, not the keys.
+struct KeyRange {
+  int begin, end;
+};
+struct KvTiles {
+  int first, n;
+};
+template <bool kCausal>
+ATT_SCHED_FN KeyRange window_keys(int row_begin, int row_end, int len_k, int diag, int left, int right) {
+  KeyRange k;
+  k.begin = left >= 0 ? imin(len_k, imax(0, row_begin + diag - left)) : 0;
+  k.end = kCausal ? imin(len_k, row_end + diag) : right >= 0 ? imin(len_k, row_end + diag + right) : len_k;
+  return k;
+}
+ATT_SCHED_FN KvTiles window_tiles(KeyRange k, int block_n) {
+  KvTiles t;
+  t.first = k.begin / block_n;
+  t.n = k.end > k.begin ? (k.end + block_n - 1) / block_n - t.first : 0;
+  return t;
+}
 
 // ---- packed batches (varlen) -------------------------------------------------------------------
 // The tiles of the packed sequences without the longest one's grid for every sequence (whose

@@ -4,6 +4,7 @@
 #ifndef ATTNTUNE_FLASH_FWD_WGMMA_TRAITS_CUH
 #define ATTNTUNE_FLASH_FWD_WGMMA_TRAITS_CUH
 
+#include "../common/variants.cuh"
 #include "scheduler.h"
 
 namespace att {
@@ -35,6 +36,21 @@ struct Traits {
 #endif
   // Work tiles carry their sequence's lengths (varlen, kvcache); else every sequence is AttnParams'.
   static constexpr bool kSeqLens = kVarlen || kKvcache;
+  // Attention variants (docs/CONTRACT.md; the renderer defines ATT_WINDOW, ATT_SOFTCAP and ATT_SINKS
+  // for problems with them only, variants.cuh makes them 0 otherwise): compile-time features of a
+  // build, their sizes run-time arguments (AttnParams::variant). A window: each work tile visits the
+  // K/V tiles its rows' windows reach (scheduler.h, window_tiles), masking those that cross a bound.
+  // A soft-cap: c * tanh(q.k * scale / c) on the raw scores before the mask, tanh accurate (ex2 and
+  // rcp) or tanh.approx (softcap_tanh). Sinks: the head's logit joins each row's normalisation in
+  // the epilogue.
+  static constexpr bool kWindow = ATT_WINDOW != 0;
+  static constexpr bool kSoftcap = ATT_SOFTCAP != 0;
+  static constexpr bool kSinks = ATT_SINKS != 0;
+#if defined(SOFTCAP_TANH) && defined(SOFTCAP_TANH_APPROX)
+  static constexpr bool kSoftcapApprox = SOFTCAP_TANH == SOFTCAP_TANH_APPROX;
+#else
+  static constexpr bool kSoftcapApprox = false;
+#endif
 
   // Tunables (search_spaces/flash_fwd_wgmma.yaml).
   static constexpr int kBlockM = BLOCK_M;    // query rows per CTA: 64 per consumer warpgroup
@@ -80,6 +96,9 @@ struct Traits {
   static_assert(!kVarlen || !(PERSISTENT) || (kWarpSpecialize && !(SPLIT_TAIL) && !(KV_MULTICAST)),
                 "a persistent varlen build takes its tiles from a counter through the producer warpgroup, with no "
                 "split tail or multicast (those index tiles of equal sequences)");
+  static_assert(!kWindow || !(SPLIT_TAIL),
+                "split_tail shares out tiles of equal K/V iterations; a window's tiles differ (at the sequence's "
+                "ends, and by where the window meets the K/V tiles)");
   static_assert(!kKvcache || !(SPLIT_TAIL || KV_MULTICAST),
                 "a kvcache build's tiles differ in keys per sequence (no split tail) and load pages one CTA at a "
                 "time (no multicast)");

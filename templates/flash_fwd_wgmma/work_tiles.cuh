@@ -11,15 +11,37 @@
 
 namespace att {
 
-// A work tile: query block m_block of (batch, head), visiting n K/V tiles.
+// A work tile: query block m_block of (batch, head), visiting n K/V tiles: kv_end_tile() - 1 down
+// to kv_end_tile() - n (iteration it visits kv_end_tile() - 1 - it).
 struct WorkTile {
   int m_block, head, batch, n;
   int lo, hi;           // the K/V iterations this CTA computes: [0, n) but for a split tail piece
-  int u, slot;          // tail tile index (-1: not split) and this piece's workspace slot
+  int u;                // tail tile index (-1: not split)
+  // A split piece's workspace slot; a window build (which has no split tail): its first K/V tile
+  // (else the tiles start at 0). One int either way: a field more changed how plain builds copy
+  // the struct, and their machine code.
+  union {
+    int slot;
+    int first;
+  };
   // Varlen: the sequence's first query and key rows in the packed tensors, and its lengths.
   // Kvcache: 0, 0, seqlen_q and the sequence's keys. (Dense: unset; the code reads AttnParams.)
   int q0, k0, len_q, len_k;
+  __device__ int kv_end_tile() const { return T::kWindow ? first + n : n; }
 };
+
+// A window build: the K/V tiles of a work tile's rows (scheduler.h, window_tiles) into w.first and
+// w.n. With kv_multicast both CTAs of a cluster load the same K/V tiles (rank 0 issues them): the
+// tiles of the cluster's rows, which each CTA's warpgroups trim to their own (consume).
+__device__ __forceinline__ void window_tiles(const AttnParams& p, WorkTile& w, int len_q, int len_k) {
+  constexpr int kRows = T::kBlockM * T::kCluster;
+  const int r0 = w.m_block / T::kCluster * kRows;
+  const sched::KvTiles t = sched::window_tiles(
+      sched::window_keys<T::kCausal>(r0, r0 + kRows, len_k, len_k - len_q, p.variant.window_left, p.variant.window_right),
+      T::kBlockN);
+  w.first = t.first;
+  w.n = t.n;
+}
 
 // Varlen (scheduler.h, varlen_block_start): inside a sequence the tiles go as a dense batch's do
 // (causal in head groups, longest blocks first; every head of a block together, head groups aside,
@@ -63,12 +85,14 @@ __device__ __forceinline__ WorkTile varlen_tile(const AttnParams& p, const TmaMa
     w.head = 0;
     w.m_block = mb;
     w.n = 0;
+    if constexpr (T::kWindow) w.first = 0;
     return w;
   }
   const sched::TileCoord c = sched::tile_coord<T::kCausal>(r, mb, p.heads_q, T::kHeadGroup);
   w.m_block = c.m_block;
   w.head = c.pair;
-  w.n = sched::kv_tiles(sched::kv_end<T::kCausal>(w.m_block, T::kBlockM, w.len_k, w.len_k - w.len_q), T::kBlockN);
+  if constexpr (T::kWindow) window_tiles(p, w, w.len_q, w.len_k);
+  else w.n = sched::kv_tiles(sched::kv_end<T::kCausal>(w.m_block, T::kBlockM, w.len_k, w.len_k - w.len_q), T::kBlockN);
   return w;
 }
 
@@ -88,7 +112,8 @@ __device__ __forceinline__ WorkTile work_tile(const AttnParams& p, const TmaMaps
     w.len_q = p.seqlen_q;
     w.len_k = len_k;
   }
-  w.n = sched::kv_tiles(sched::kv_end<T::kCausal>(w.m_block, T::kBlockM, len_k, len_k - p.seqlen_q), T::kBlockN);
+  if constexpr (T::kWindow) window_tiles(p, w, p.seqlen_q, len_k);
+  else w.n = sched::kv_tiles(sched::kv_end<T::kCausal>(w.m_block, T::kBlockM, len_k, len_k - p.seqlen_q), T::kBlockN);
   return w;
 }
 

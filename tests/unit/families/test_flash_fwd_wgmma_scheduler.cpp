@@ -1,6 +1,7 @@
 // flash_fwd_wgmma's scheduler (templates/flash_fwd_wgmma/scheduler.h), the one statement of its work
 // tiles that the launch plan and the kernel both include: checked here on the host, as the kernel
 // runs it (the kernel passes its Traits' constants to the same functions).
+#include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
@@ -125,4 +126,55 @@ TEST(FlashFwdWgmmaScheduler, SplitWorkspaceLayout) {
   EXPECT_EQ(sched::split_value_l(128, 0), 66);
   EXPECT_EQ(sched::split_value_l(128, 1), 67);
   EXPECT_EQ(sched::split_workspace_bytes(132, 8, 128), 2ull * 132 * 8 * 68 * 32 * 4);
+}
+
+// A window's K/V tiles (window_keys, window_tiles) against the rows' windows one by one
+// (docs/CONTRACT.md: row i sees keys i + diag - left .. i + diag + right, causal right 0, -1
+// unbounded): every key a row of the block sees lies in the tiles, and when every row sees a key
+// the range is exactly their union.
+TEST(FlashFwdWgmmaScheduler, WindowTilesHoldExactlyTheRowsWindows) {
+  int checked = 0;
+  for (int len_q : {1, 63, 200, 1000})
+    for (int len_k : {0, 1, 100, 1000, 3001})
+      for (bool causal : {false, true})
+        for (int left : {-1, 0, 1, 127, 4096})
+          for (int right : {-1, 0, 64}) {
+            if (causal && right != -1) continue;       // causal bounds the right side itself
+            if (left < 0 && (causal || right < 0)) continue;  // no window
+            const int diag = len_k - len_q;
+            for (int block_m : {64, 128, 192})
+              for (int block_n : {64, 176})
+                for (int m = 0; m * block_m < len_q; ++m) {
+                  const int r0 = m * block_m, r1 = r0 + block_m;
+                  int lo = 1 << 30, hi = -1;  // the union of the rows' (in the sequence) visible keys
+                  bool every = true;
+                  for (int r = r0; r < std::min(r1, len_q); ++r) {
+                    const int b = left < 0 ? 0 : std::max(0, r + diag - left);
+                    const int e = causal ? std::min(len_k, r + diag + 1) : right < 0 ? len_k : std::min(len_k, r + diag + right + 1);
+                    if (b >= e) {
+                      every = false;
+                      continue;
+                    }
+                    lo = std::min(lo, b);
+                    hi = std::max(hi, e);
+                  }
+                  const sched::KeyRange k = causal ? sched::window_keys<true>(r0, r1, len_k, diag, left, right)
+                                                   : sched::window_keys<false>(r0, r1, len_k, diag, left, right);
+                  const sched::KvTiles t = sched::window_tiles(k, block_n);
+                  if (hi < 0) continue;  // no row sees a key (the range may still hold tiles the rows mask)
+                  ++checked;
+                  ASSERT_LE(t.first * block_n, lo) << len_q << " " << len_k << " " << causal << " " << left << "," << right;
+                  ASSERT_GE((t.first + t.n) * block_n, hi) << len_q << " " << len_k << " " << causal << " " << left << "," << right;
+                  if (every && r1 <= len_q) {
+                    EXPECT_EQ(k.begin, lo);
+                    EXPECT_EQ(k.end, hi);
+                  }
+                }
+          }
+  EXPECT_GT(checked, 1000);
+  // gpt-oss's window (128 keys, causal) at block_m 128, block_n 128, s = sk = 8192: block 10 sees
+  // keys 1152 .. 1407: two tiles, both crossing a bound, whatever the key count.
+  const sched::KvTiles t = sched::window_tiles(sched::window_keys<true>(1280, 1408, 8192, 0, 128, -1), 128);
+  EXPECT_EQ(t.first, 9);
+  EXPECT_EQ(t.n, 2);
 }
