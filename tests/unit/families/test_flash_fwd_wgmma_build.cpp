@@ -332,6 +332,26 @@ TEST(FlashFwdWgmmaSpace, ServesTheVariants) {
   EXPECT_FALSE(plan_call(plain_build, call, attntune::testing::FakeDevice{}.device(), &why_plan));
 }
 
+// The varlen order's work estimate counts the keys a window lets a row see: a batch whose
+// causal work orders it runs in the packed order under a window of 127 keys (its order kernel's
+// launch would cost more than the better end gains), as a small plain batch does.
+TEST(FlashFwdWgmmaSpace, VarlenOrderCountsTheWindowsKeys) {
+  const SearchSpace space = load_space();
+  for (bool windowed : {false, true}) {
+    Problem p = Problem::parse("b=8,h=32,hkv=8,s=3000,sk=3000,d=128,dtype=bf16,causal=1,varlen=1000");
+    if (windowed) p.window_left = 127;
+    const Config c = first_valid(space, p, [](const Config&) { return true; });
+    ASSERT_FALSE(c.empty());
+    const RenderedKernel k = render_kernel(space, c, p, kArch);  // the defines' names point into it
+    const auto l = launch_constants<attntune_plan::FlashFwdWgmmaLaunch>(k.launch.defines, "flash_fwd_wgmma");
+    attntune_plan::Call call = attntune::testing::varlen_call_of(p);
+    call.window_left = windowed ? 127 : -1;
+    // 4 * 32 * 128 * 24000 rows * (3000 / 2 keys, or 128) FLOPs: 5.9e11 plain, 5.0e10 windowed.
+    EXPECT_DOUBLE_EQ(l.visible_keys(call), windowed ? 128.0 : 1500.0);
+    EXPECT_EQ(l.varlen_orders(call), !windowed);
+  }
+}
+
 // A soft-cap's tanh costs registers: ptxas spilled at est_regs = consumer_regs (d=128 128x192) and,
 // at d=64, with 20 and 32 to spare (128x208, 128x192), so the space asks 8 more of a soft-cap build
 // (40 at d=64); plain builds keep those configs.
