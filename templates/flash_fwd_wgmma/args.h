@@ -1,5 +1,5 @@
 // ---- templates/flash_fwd_wgmma/args.h: what flash_fwd_wgmma takes after AttnParams, shared by the
-// kernel (kernel.cu) and its launch plan (launch.h, host code), so the layout exists once.
+// kernel (kernel.cu and its headers) and its launch plan (launch.h, host code), so the layout exists once.
 // Plain C++, no CUDA header.
 #ifndef ATTNTUNE_FLASH_FWD_WGMMA_ARGS_H
 #define ATTNTUNE_FLASH_FWD_WGMMA_ARGS_H
@@ -32,7 +32,7 @@ struct TmaMaps {
   // A varlen build's order of the work tiles, longest sequences first (flash_fwd_wgmma_varlen_order
   // fills it before the main kernel): [0, batch) the sequences by descending key count, [batch,
   // 2 * batch + 1) the first work tile of each in that order (a prefix sum of their tiles,
-  // ceil(len_q / BLOCK_M) * heads_q each). Null: the packed order (kernel.cu, varlen_tile).
+  // ceil(len_q / BLOCK_M) * heads_q each). Null: the packed order (scheduler.h, work_tiles.cuh's varlen_tile).
   const int* varlen_order;
   // A varlen build: the work tiles of the packed index space, (total_q / BLOCK_M + batch) * heads_q
   // (the grid of a launch of one CTA a tile; a persistent grid is smaller).

@@ -6,10 +6,12 @@
 // Work tiles: (query blocks, heads_q, batch), the query blocks ceil(seqlen_q / BLOCK_M) rounded
 // up to whole clusters (kv_multicast pairs CTAs 2k and 2k+1 on one head's K and V; the kernel
 // leaves the padding block idle). A persistent grid launches one CTA per SM at most, in whole
-// clusters, no more clusters than fit on the device at once, and the CTAs walk the tiles.
+// clusters, no more clusters than fit on the device at once, and the CTAs walk the tiles. The
+// counts, the persistent grid and the split tail's rule are scheduler.h's, which the kernel
+// includes too.
 //
 // A build for packed batches (ATT_VARLEN; one CTA per tile) launches one CTA per tile of the
-// packed sequences' index space ((total_q / block_m + batch) * heads_q, kernel.cu's varlen_tile),
+// packed sequences' index space ((total_q / block_m + batch) * heads_q, scheduler.h),
 // (sequences longest first when the work is large: a one-CTA kernel orders them first, launch 0),
 // and its tensor maps span the packed rows: it needs their counts (Call::total_q, total_k), which attntune_attention_forward_varlen_packed and the PyTorch
 // op pass; the contract's varlen entry point does not, and such a build refuses it.
@@ -26,47 +28,9 @@
 #include "../common/dense_params.h"
 #include "../common/launch_plan.h"
 #include "args.h"
+#include "scheduler.h"
 
 namespace attntune_plan {
-
-// Query blocks of a call: ceil(seqlen_q / block_m) rounded up to a multiple of cluster.
-inline long long wgmma_query_blocks(long long seqlen_q, int block_m, int cluster) {
-  return ceil_div(ceil_div(seqlen_q, block_m), cluster) * cluster;
-}
-
-// The CTAs of a persistent grid over `tiles` work tiles (a multiple of `cluster`): one per tile, at
-// most one per SM in whole clusters (sm_count rounded down to a multiple of cluster), and at most
-// max_clusters clusters (how many fit on the device at once; 0: unknown, the SMs alone bound it).
-// A multiple of `cluster`, never 0 for tiles > 0.
-inline unsigned persistent_ctas(unsigned long long tiles, unsigned sm_count, unsigned max_clusters, unsigned cluster) {
-  unsigned long long cap = sm_count / cluster * cluster;
-  if (max_clusters > 0 && static_cast<unsigned long long>(max_clusters) * cluster < cap)
-    cap = static_cast<unsigned long long>(max_clusters) * cluster;
-  if (cap < cluster) cap = cluster;  // a device of fewer SMs than a cluster still gets one
-  return static_cast<unsigned>(tiles < cap ? tiles : cap);
-}
-
-// The stream-K tail of a persistent grid of `tiles` work tiles over `ctas` CTAs, each of
-// `iterations` K/V iterations: how many tail tiles to split (0: none). Split only when the tail
-// gives every CTA at least two iterations and the kernel's 32-bit share arithmetic cannot
-// overflow (tail * iterations * ctas and tiles + 2 * ctas below 2^31).
-inline unsigned split_tail_tiles(unsigned long long tiles, unsigned ctas, unsigned long long iterations) {
-  if (ctas == 0 || tiles <= ctas) return 0;
-  const unsigned long long tail = tiles % ctas;
-  if (tail == 0 || tail * iterations < 2ull * ctas || tail * iterations * ctas >= (1ull << 31) ||
-      tiles + 2ull * ctas >= (1ull << 31))
-    return 0;
-  return static_cast<unsigned>(tail);
-}
-
-// split_tail's workspace: per CTA two pieces, per consumer warp 32 lanes of head_dim / 2 + 4
-// floats (partial O, m, l); and one counter per tail tile and consumer warp.
-inline unsigned long long split_workspace_bytes(unsigned ctas, unsigned consumer_warps, unsigned head_dim) {
-  return 2ull * ctas * consumer_warps * (head_dim / 2 + 4) * 32 * sizeof(float);
-}
-inline unsigned long long split_counter_bytes(unsigned tail, unsigned consumer_warps) {
-  return 1ull * tail * consumer_warps * sizeof(int);
-}
 
 struct FlashFwdWgmmaLaunch {
   int head_dim, bf16, causal;
@@ -102,7 +66,7 @@ struct FlashFwdWgmmaLaunch {
   }
 
   long long work_tiles(const Call& c) const {
-    return wgmma_query_blocks(c.seqlen_q, block_m, cluster) * c.heads_q * c.batch;
+    return att::sched::query_blocks(static_cast<long long>(c.seqlen_q), block_m, cluster) * c.heads_q * c.batch;
   }
 
   int plan(const Call& call, const Device& device, Plan* p, Why* why) const {
@@ -157,7 +121,7 @@ struct FlashFwdWgmmaLaunch {
     Launch& l = p->launch[order ? 1 : 0];
     p->launches = order ? 2 : 1;
     if (varlen) {
-      // One CTA per tile of the packed index space (kernel.cu, varlen_tile): floor(total_q / block_m)
+      // One CTA per tile of the packed index space (scheduler.h, work_tiles.cuh's varlen_tile): floor(total_q / block_m)
       // + batch indices, times heads_q. Persistent: one CTA per SM at most, the tiles from the
       // counter.
       const long long tiles = varlen_tiles(call);
@@ -165,11 +129,12 @@ struct FlashFwdWgmmaLaunch {
         return refuse(why, "%lld work tiles ((total_q / %d + batch) * heads_q) exceed a grid of 2^31 - 1 CTAs",
                       tiles, block_m);
       const unsigned sms = static_cast<unsigned>(device.sm_count > 0 ? device.sm_count : 1);
-      const unsigned ctas = persistent ? persistent_ctas(static_cast<unsigned long long>(tiles), sms, 0, 1)
+      const unsigned ctas = persistent ? att::sched::persistent_ctas(static_cast<unsigned long long>(tiles), sms, 0, 1)
                                        : static_cast<unsigned>(tiles);
       l = Launch{0, {ctas, 1, 1}, static_cast<unsigned>(threads), static_cast<unsigned>(smem_bytes), 1};
     } else {
-      const long long blocks = wgmma_query_blocks(call.seqlen_q, block_m, cluster), tiles = work_tiles(call);
+      const long long blocks = att::sched::query_blocks(static_cast<long long>(call.seqlen_q), block_m, cluster);
+      const long long tiles = work_tiles(call);
       if (tiles > 2147483647LL)
         return refuse(why,
                       "%lld work tiles (ceil(seqlen_q / %d), in whole clusters of %d, * heads_q * batch) is more "
@@ -184,15 +149,15 @@ struct FlashFwdWgmmaLaunch {
       } else {
         const unsigned sms = static_cast<unsigned>(device.sm_count > 0 ? device.sm_count : 1);
         const int fit = cluster > 1 ? device.clusters(0, sms / cluster * cluster, cluster, l.block, l.smem) : 0;
-        const unsigned ctas = persistent_ctas(static_cast<unsigned long long>(tiles), sms,
+        const unsigned ctas = att::sched::persistent_ctas(static_cast<unsigned long long>(tiles), sms,
                                               fit > 0 ? static_cast<unsigned>(fit) : 0, cluster);
         l.grid[0] = ctas;
         l.grid[1] = l.grid[2] = 1;
         const unsigned tail = split_tail ? tail_tiles(call, ctas) : 0;
         if (tail > 0) {
           p->workspace[p->workspaces++] =
-              Workspace{split_workspace_bytes(ctas, consumer_warps, static_cast<unsigned>(head_dim)), 0, 1};
-          p->workspace[p->workspaces++] = Workspace{split_counter_bytes(tail, consumer_warps), 1, 1};
+              Workspace{att::sched::split_workspace_bytes(ctas, consumer_warps, static_cast<unsigned>(head_dim)), 0, 1};
+          p->workspace[p->workspaces++] = Workspace{att::sched::split_counter_bytes(tail, consumer_warps), 1, 1};
         }
       }
     }
@@ -220,17 +185,28 @@ struct FlashFwdWgmmaLaunch {
     return 0;
   }
 
-  // Whether a varlen call orders its sequences longest first (kernel.cu, varlen_tile): for 2 to
-  // kVarlenOrderThreads sequences, when the work is large enough that the order kernel's launch
-  // (a few microseconds) is lost in it: at most 4 * heads_q * head_dim * total_q * max_seqlen_k
-  // FLOPs (half when causal) of at least kVarlenOrderMinFlops, ~400 us at 600 TFLOP/s. In the
+  // Whether a varlen call orders its sequences longest first (scheduler.h, work_tiles.cuh's
+  // varlen_tile): for 2 to kVarlenOrderThreads sequences, when the work is large enough that the
+  // order kernel's launch (a few microseconds) is lost in it: at most 4 * heads_q * head_dim *
+  // total_q * visible_keys FLOPs of at least kVarlenOrderMinFlops, ~400 us at 600 TFLOP/s. In the
   // packed order a long sequence late in the batch starts its longest tiles last and the SMs end
   // unevenly; longest first, the short tiles fill the end (docs/design/flash_fwd_wgmma.md).
   static constexpr double kVarlenOrderMinFlops = 2.4e11;
   bool varlen_orders(const Call& call) const {
     if (call.batch < 2 || call.batch > att::kVarlenOrderThreads) return false;
-    const double flops = 4.0 * call.heads_q * call.head_dim * static_cast<double>(call.total_q) * call.seqlen_k;
-    return (causal ? flops / 2 : flops) >= kVarlenOrderMinFlops;
+    return 4.0 * call.heads_q * call.head_dim * static_cast<double>(call.total_q) * visible_keys(call) >=
+           kVarlenOrderMinFlops;
+  }
+  // The keys a query row sees at most, for estimates of work: max_seqlen_k, half of it when causal,
+  // and with a window bounded on both sides (causal: the right side) its width.
+  double visible_keys(const Call& call) const {
+    const double keys = call.seqlen_k;
+    const long long right = causal ? 0 : call.window_right;
+    if (variants.window && call.window_left >= 0 && right >= 0) {
+      const double width = static_cast<double>(call.window_left) + static_cast<double>(right) + 1;
+      return width < keys ? width : keys;
+    }
+    return causal ? keys / 2 : keys;
   }
 
   // Where each workspace goes. The launchers (run_plan.cuh, the tuner's LoadedBuild) keep a
@@ -249,9 +225,9 @@ struct FlashFwdWgmmaLaunch {
     return at;
   }
 
-  // A varlen call's work tiles: the packed index space (kernel.cu, varlen_tile).
+  // A varlen call's work tiles: the packed index space (scheduler.h, work_tiles.cuh's varlen_tile).
   long long varlen_tiles(const Call& call) const {
-    return (call.total_q / block_m + call.batch) * static_cast<long long>(call.heads_q);
+    return att::sched::varlen_index_tiles(call.total_q, call.batch, call.heads_q, block_m);
   }
 
   // Kvcache with a page table: K/V rows per TMA box, gcd(page_size, block_n) (args.h); else 0.
@@ -261,8 +237,9 @@ struct FlashFwdWgmmaLaunch {
   }
 
   unsigned tail_tiles(const Call& call, unsigned ctas) const {
-    return split_tail_tiles(static_cast<unsigned long long>(work_tiles(call)), ctas,
-                            static_cast<unsigned long long>(ceil_div(call.seqlen_k, block_n)));
+    const long long iterations = att::sched::split_iterations(static_cast<long long>(call.seqlen_k), block_n);
+    return att::sched::split_tail_tiles(static_cast<unsigned long long>(work_tiles(call)), ctas,
+                                        static_cast<unsigned long long>(iterations));
   }
 
   int bind(const Call& call, const Plan& plan, const Resources& res, int launch, Args* args, Why* why) const {

@@ -4,6 +4,9 @@
 #ifndef ATTNTUNE_FLASH_FWD_WGMMA_TRAITS_CUH
 #define ATTNTUNE_FLASH_FWD_WGMMA_TRAITS_CUH
 
+#include "../common/variants.cuh"
+#include "scheduler.h"
+
 namespace att {
 
 struct Traits {
@@ -33,6 +36,21 @@ struct Traits {
 #endif
   // Work tiles carry their sequence's lengths (varlen, kvcache); else every sequence is AttnParams'.
   static constexpr bool kSeqLens = kVarlen || kKvcache;
+  // Attention variants (docs/CONTRACT.md; the renderer defines ATT_WINDOW, ATT_SOFTCAP and ATT_SINKS
+  // for problems with them only, variants.cuh makes them 0 otherwise): compile-time features of a
+  // build, their sizes run-time arguments (AttnParams::variant). A window: each work tile visits the
+  // K/V tiles its rows' windows reach (scheduler.h, window_tiles), masking those that cross a bound.
+  // A soft-cap: c * tanh(q.k * scale / c) on the raw scores before the mask, tanh accurate (ex2 and
+  // rcp) or tanh.approx (softcap_tanh). Sinks: the head's logit joins each row's normalisation in
+  // the epilogue.
+  static constexpr bool kWindow = ATT_WINDOW != 0;
+  static constexpr bool kSoftcap = ATT_SOFTCAP != 0;
+  static constexpr bool kSinks = ATT_SINKS != 0;
+#if defined(SOFTCAP_TANH) && defined(SOFTCAP_TANH_APPROX)
+  static constexpr bool kSoftcapApprox = SOFTCAP_TANH == SOFTCAP_TANH_APPROX;
+#else
+  static constexpr bool kSoftcapApprox = false;
+#endif
 
   // Tunables (search_spaces/flash_fwd_wgmma.yaml).
   static constexpr int kBlockM = BLOCK_M;    // query rows per CTA: 64 per consumer warpgroup
@@ -78,6 +96,9 @@ struct Traits {
   static_assert(!kVarlen || !(PERSISTENT) || (kWarpSpecialize && !(SPLIT_TAIL) && !(KV_MULTICAST)),
                 "a persistent varlen build takes its tiles from a counter through the producer warpgroup, with no "
                 "split tail or multicast (those index tiles of equal sequences)");
+  static_assert(!kWindow || !(SPLIT_TAIL),
+                "split_tail shares out tiles of equal K/V iterations; a window's tiles differ (at the sequence's "
+                "ends, and by where the window meets the K/V tiles)");
   static_assert(!kKvcache || !(SPLIT_TAIL || KV_MULTICAST),
                 "a kvcache build's tiles differ in keys per sequence (no split tail) and load pages one CTA at a "
                 "time (no multicast)");
@@ -109,14 +130,33 @@ struct Traits {
   static constexpr int kBarBytes = 256;
   static constexpr int kAlignSlack = 1024;  // dynamic smem is only 16-byte aligned
   static constexpr int kSmemBytes = kOffBars + kBarBytes + kAlignSlack;
-  // The query blocks the kernel numbers its work tiles with: ceil(seqlen_q / kBlockM), padded to
-  // whole clusters (the padding blocks idle). Host launchers repeat this (persistent_work_tiles).
-  static constexpr __host__ __device__ int query_blocks(int seqlen_q) {
-    return (seqlen_q + kBlockM * kCluster - 1) / (kBlockM * kCluster) * kCluster;
-  }
-  // The barriers (2 + 4 per stage, 8 bytes each) end before the split tail's words at 128 (32 bytes).
-  // The dynamic tiles' word at 160.
-  static_assert(8 * (2 + 4 * kStages) <= 128 && 128 + 32 <= 160 && 160 + 4 <= kBarBytes, "barrier area");
+  // The barrier area (kBarBytes from kOffBars; smem.cuh's Smem names each address). The mbarriers,
+  // 8 bytes each: Q's full, each stage's K full and V full, K empty and V empty, Q's empty.
+  static constexpr int kBarQFull = 0;
+  static constexpr int kBarKFull = 8;  // + 8 * stage
+  static constexpr int kBarVFull = kBarKFull + 8 * kStages;
+  static constexpr int kBarKEmpty = kBarVFull + 8 * kStages;
+  static constexpr int kBarVEmpty = kBarKEmpty + 8 * kStages;
+  static constexpr int kBarQEmpty = kBarVEmpty + 8 * kStages;
+  static constexpr int kBarsEnd = kBarQEmpty + 8;
+  // Then the schedule's words. Split tail or multicast (kScheduleInSmem): the CTA's two pieces
+  // (sched::SplitPiece: tail tile, first and end iteration), the plain tiles' end and the query
+  // blocks, which split_pieces writes once and next_item reads. Dynamic tiles: the producer's next
+  // work tile, written before that tile's Q arrives on q_full.
+  static constexpr int kWordPieces = 128;
+  static constexpr int kPieceBytes = 12, kPieceU = 0, kPieceLo = 4, kPieceHi = 8;
+  static constexpr int kWordPlainEnd = kWordPieces + 2 * kPieceBytes;
+  static constexpr int kWordMBlocks = kWordPlainEnd + 4;
+  static constexpr int kWordSched = kWordMBlocks + 4;
+  static_assert(kBarsEnd <= kWordPieces && kWordSched + 4 <= kBarBytes, "the barrier area overflows");
+  static_assert(sizeof(sched::SplitPiece) == kPieceBytes, "a piece is three ints");
+  // Named barriers (bar.sync ids; 0 is __syncthreads): ping-pong's ring, one per consumer
+  // warpgroup (warpgroup cw issues its GEMMs between a sync on kNamedPingPong + cw and an arrive on
+  // the next warpgroup's), then one per consumer warpgroup for itself (zero_v_tail).
+  static constexpr int kNamedPingPong = 1;
+  static constexpr int kNamedWarpgroup = kNamedPingPong + kConsumerWgs;
+  static constexpr int kPingPongThreads = 256;  // a warpgroup syncs with the one before it
+  static_assert(kNamedWarpgroup + kConsumerWgs <= 16, "16 named barriers");
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim 64, 128 or 256");
   static_assert(kBlockM % 64 == 0 && kConsumerWgs >= 1 && kConsumerWgs <= 3, "block_m 64, 128 or 192");
@@ -128,7 +168,6 @@ struct Traits {
                 "narrow_n: 0, or a multiple of 16 in [64, block_n)");
   static_assert(kLazyRescale >= 0 && kLazyRescale <= 8, "lazy_rescale: 0 (off) to 8 (P below 256)");
   static_assert(kHeadGroup >= 1, "head_group: at least one (batch, head) per group");
-  static_assert(8 * (2 + 4 * kStages) <= kBarBytes, "mbarriers overflow their area");
   static_assert(!kPingPong || kConsumerWgs >= 2, "ping-pong needs two or more consumer warpgroups");
   static_assert(kWarpSpecialize || (!kPingPong && !kIntraWgOverlap),
                 "without a producer warpgroup only the plain schedule is written");
@@ -141,6 +180,8 @@ struct Traits {
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with the kernel's");
 };
+// The kernel's files' short name for it.
+typedef Traits T;
 
 }  // namespace att
 

@@ -2,7 +2,9 @@
 # Builds wgmma_harness binaries (sm_90a) for a list of configs and keeps ptxas's report of each:
 #   NAME:D:BF16:CAUSAL:BM:BN:STAGES:WS:PP:OV:PRODUCER_REGS:CONSUMER_REGS[:EXP2_EMU[:MACRO=V,...]]
 # (the last field: extra -D definitions, e.g. HEAD_GROUP=4,NARROW_N=64,LAZY_RESCALE=8,SPLIT_TAIL=1,PERSISTENT=1,KV_MULTICAST=1; they default to 1, 0, 0, 0, 0 and 0;
-# PERSISTENT=1 builds causal configs with a producer for the dynamic tile counter: run them persistent)
+# PERSISTENT=1 builds causal configs with a producer for the dynamic tile counter: run them persistent;
+# ATT_WINDOW=1, ATT_SOFTCAP=1, ATT_SINKS=1 build the variants, sized at run time by WGMMA_WINDOW=L[,R]
+# and WGMMA_SOFTCAP=C, wgmma_harness.cu)
 # OUT_DIR (default build-wgmma-harness) receives NAME and NAME.ptxas.
 set -e
 out=${OUT_DIR:-build-wgmma-harness}; mkdir -p $out

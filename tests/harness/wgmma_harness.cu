@@ -7,6 +7,9 @@
 //   persistent 0: one CTA per work tile (default); 1: one CTA per SM; 2: each shape both ways.
 // Built with -DATT_TRACE=1 (wgmma_build.sh: ATT_TRACE=1 in the -D field) a timed persistent shape
 // also prints a TRACE line: where a work tile's cycles go (docs/log/WGMMA.md run 39).
+// Built with ATT_WINDOW=1, ATT_SOFTCAP=1 or ATT_SINKS=1 (the -D field) every call has the variant:
+// WGMMA_WINDOW=L[,R] (default 128; R -1, or the diagonal when causal), WGMMA_SOFTCAP=C (default 50),
+// sinks drawn in [-2, 10] by head; TF counts the pairs the window lets a query see.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -36,6 +39,7 @@ static AttnParams make(void* q, void* k, void* v, void* o, float* lse, int b, in
   st(p.q_stride, h, s); st(p.k_stride, hkv, sk); st(p.v_stride, hkv, sk); st(p.o_stride, h, s);
   p.batch = b; p.heads_q = h; p.heads_kv = hkv; p.seqlen_q = s; p.seqlen_k = sk; p.q_per_kv = h / hkv;
   p.scale = 1.f / std::sqrt((float)d); p.scale_log2 = p.scale * 1.4426950408889634f;
+  p.variant.window_left = p.variant.window_right = -1;  // the reference applies whatever p says
   return p;
 }
 
@@ -55,6 +59,39 @@ struct OwningApi : attntune_run::RuntimeApi {
   ~OwningApi() { for (void* p : owned) cudaFree(p); }
 };
 
+// " window=L,R softcap=C sinks" for the build's variants (empty for a plain build).
+static std::string variant_words(const AttnParams& p) {
+  char buf[96] = "";
+  int n = 0;
+  if (ATT_WINDOW) n += std::snprintf(buf + n, sizeof buf - n, " window=%d,%d", p.variant.window_left, p.variant.window_right);
+  if (ATT_SOFTCAP) n += std::snprintf(buf + n, sizeof buf - n, " softcap=%g", p.variant.softcap);
+  if (ATT_SINKS) std::snprintf(buf + n, sizeof buf - n, " sinks");
+  return buf;
+}
+
+// The build's variants into p (the reference reads them there; PlannedCall passes them to the
+// plan): the window and the cap from the environment, the sinks a device buffer of h logits.
+static void set_variants(AttnParams& p, int h, float** sinks) {
+  if (ATT_WINDOW) {
+    const char* w = std::getenv("WGMMA_WINDOW");
+    int left = 128, right = -1;
+    if (w) std::sscanf(w, "%d,%d", &left, &right);
+    p.variant.window_left = left;
+    p.variant.window_right = ATT_CAUSAL ? -1 : right;
+  }
+  if (ATT_SOFTCAP) {
+    p.variant.softcap = std::getenv("WGMMA_SOFTCAP") ? (float)std::atof(std::getenv("WGMMA_SOFTCAP")) : 50.f;
+    p.variant.softcap_scale = p.scale / p.variant.softcap;
+  }
+  if (ATT_SINKS) {
+    std::vector<float> host(h);
+    for (int i = 0; i < h; ++i) host[i] = -2.f + 12.f * (float)((i * 2654435761u) % 1000) / 1000.f;
+    if (!*sinks) CK(cudaMalloc(sinks, h * sizeof(float)));
+    CK(cudaMemcpy(*sinks, host.data(), h * sizeof(float), cudaMemcpyHostToDevice));
+    p.variant.sinks = *sinks;
+  }
+}
+
 // One call launched as every executor launches it: the family's plan (templates/flash_fwd_wgmma/
 // launch.h: grid, tensor maps, workspaces) prepared once by the executor (templates/common/
 // run_plan.h), then launched as often as the harness likes. Each call has an executor of its own:
@@ -72,6 +109,10 @@ struct PlannedCall {
 
   PlannedCall(const attntune_plan::FlashFwdWgmmaLaunch& consts, const AttnParams& p, int d, int causal)
       : c(consts), call(attntune_plan::dense_call(p, d, causal)) {
+    call.window_left = p.variant.window_left;
+    call.window_right = p.variant.window_right;
+    call.softcap = p.variant.softcap;
+    call.sinks = p.variant.sinks;
     attntune_plan::Why why;
     if (const int r = exec->prepare(attntune_plan::kFlashFwdWgmma, &c, funcs, call, nullptr, &prepared, &why)) {
       std::printf("prepare (%d): %s\n", r, why.text);
@@ -102,7 +143,8 @@ int main(int argc, char** argv) {
       {"ATT_HEAD_DIM", ATT_HEAD_DIM}, {"ATT_DTYPE_BF16", ATT_DTYPE_BF16}, {"ATT_CAUSAL", ATT_CAUSAL},
       {"BLOCK_M", BLOCK_M}, {"BLOCK_N", BLOCK_N}, {"THREADS", T::kThreads}, {"SMEM_BYTES", kSmem},
       {"PERSISTENT", PERSISTENT}, {"WARP_SPECIALIZE", WARP_SPECIALIZE}, {"SPLIT_TAIL", SPLIT_TAIL},
-      {"KV_MULTICAST", KV_MULTICAST}};
+      {"KV_MULTICAST", KV_MULTICAST}, {"ATT_WINDOW", ATT_WINDOW}, {"ATT_SOFTCAP", ATT_SOFTCAP},
+      {"ATT_SINKS", ATT_SINKS}};
   attntune_plan::FlashFwdWgmmaLaunch built;
   attntune_plan::Why why;
   if (attntune_plan::FlashFwdWgmmaLaunch::load(defines, sizeof defines / sizeof defines[0], &built, &why)) {
@@ -132,6 +174,8 @@ int main(int argc, char** argv) {
     att_ref::fill_normal<<<1024, 256>>>(v, nk, seed++ * 33, bf16);
     CK(cudaMemset(o, 0xff, nq * 2)); CK(cudaMemset(lse, 0xff, (size_t)b * h * s * 4)); CK(cudaMemset(stats, 0, 32));
     AttnParams p = make(q, k, v, o, lse, b, h, hkv, s, sk, d, layout);
+    float* sinks = nullptr;
+    set_variants(p, h, &sinks);
     // The launch the tuner would make for this build, with this loop's persistence. Causal
     // persistent with a producer takes tiles from a counter (WGMMA_STATIC=1: round-robin);
     // split_tail builds share out the last partial round (WGMMA_SPLIT=0: not).
@@ -193,13 +237,19 @@ int main(int argc, char** argv) {
       std::sort(ts.begin(), ts.end());
       CK(cudaGraphExecDestroy(exec)); CK(cudaGraphDestroy(graph)); CK(cudaStreamDestroy(stream));
       CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
-      double pairs = 0; for (int i = 0; i < s; ++i) pairs += causal ? std::clamp(i + sk - s + 1, 0, sk) : sk;
+      const int left = p.variant.window_left, right = causal ? 0 : p.variant.window_right;
+      double pairs = 0;
+      for (int i = 0; i < s; ++i) {
+        const int last = right >= 0 ? std::clamp(i + sk - s + right + 1, 0, sk) : sk;
+        const int first = left >= 0 ? std::clamp(i + sk - s - left, 0, sk) : 0;
+        pairs += std::max(0, last - first);
+      }
       us = ts[15] * 1e3f;
       tf = (float)(4.0 * b * h * d * pairs / (ts[15] * 1e-3) / 1e12);
     }
-    std::printf("WGMMA P=%d BM=%d BN=%d ST=%d WS=%d PP=%d OV=%d EMU=%d HG=%d NN=%d LR=%d regs=%d/%d/%d | b=%d h=%d hkv=%d s=%d sk=%d L=%d d=%d %s%s | err=%.3g low=%.3g lse=%.2g nf=%u lsebad=%u %s | %.1f us %.1f TF\n",
+    std::printf("WGMMA P=%d BM=%d BN=%d ST=%d WS=%d PP=%d OV=%d EMU=%d HG=%d NN=%d LR=%d regs=%d/%d/%d | b=%d h=%d hkv=%d s=%d sk=%d L=%d d=%d %s%s%s | err=%.3g low=%.3g lse=%.2g nf=%u lsebad=%u %s | %.1f us %.1f TF\n",
                 persistent, BLOCK_M, BLOCK_N, STAGES, WARP_SPECIALIZE, PING_PONG, INTRA_WG_OVERLAP, EXP2_EMU, HEAD_GROUP, NARROW_N, LAZY_RESCALE, fa.numRegs, PRODUCER_REGS, CONSUMER_REGS,
-                b, h, hkv, s, sk, layout, d, bf16 ? "bf16" : "fp16", causal ? " causal" : "", e_out, e_low, e_lse, hs[4], hs[5],
+                b, h, hkv, s, sk, layout, d, bf16 ? "bf16" : "fp16", causal ? " causal" : "", variant_words(p).c_str(), e_out, e_low, e_lse, hs[4], hs[5],
                 ok ? "PASS" : "FAIL", us, tf);
     if ((maps.split_tail > 0 || maps.tile_count) && !burn) {  // the last launch's output, after the counters' reuse
       CK(cudaDeviceSynchronize());
@@ -259,6 +309,7 @@ int main(int argc, char** argv) {
 #endif
     std::fflush(stdout);
     cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse); cudaFree(r32); cudaFree(rlow); cudaFree(lse32); cudaFree(lselow); cudaFree(stats);
+    if (sinks) cudaFree(sinks);
   }
   return fails ? 1 : 0;
 }

@@ -2,8 +2,10 @@
 // 3-6 s on one core and CI has 2 cores and little time left, so a fixed, deterministic spread of
 // the valid configs is built: ATTNTUNE_BUILD_SAMPLE per head dim, default 4, which with the named
 // configs below covers every option on and off; 0 builds all. Dtype and causal alternate.
+#include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -263,15 +265,111 @@ TEST(FlashFwdWgmmaSpace, KvMulticastNeedsAPairablePersistentGrid) {
 // The tail rule the evaluator and the exported launcher share: two K/V iterations per CTA at
 // least, nothing to split when the rounds are whole, and 32-bit share arithmetic in the kernel.
 TEST(FlashFwdWgmmaSpace, SplitTailTilesRule) {
-  EXPECT_EQ(attntune_plan::split_tail_tiles(2048, 132, 24), 68u);   // s=4k: 16 rounds, the last with 68 tiles
-  EXPECT_EQ(attntune_plan::split_tail_tiles(4224, 132, 24), 0u);    // whole rounds
-  EXPECT_EQ(attntune_plan::split_tail_tiles(100, 132, 24), 0u);     // fewer tiles than CTAs: one round
-  EXPECT_EQ(attntune_plan::split_tail_tiles(133, 132, 1), 0u);      // 1 tail tile x 1 iteration < 2 per CTA
-  EXPECT_EQ(attntune_plan::split_tail_tiles(2048, 132, 1u << 20), 0u);  // tail * n * ctas >= 2^31
-  EXPECT_EQ(attntune_plan::split_tail_tiles((1ull << 31) - 195, 132, 60), 0u);  // 5 tail tiles, but tiles + 2 * ctas >= 2^31
-  EXPECT_EQ(attntune_plan::split_tail_tiles((1ull << 30) + 5, 132, 60), 105u);  // far from it: split
-  EXPECT_EQ(attntune_plan::split_workspace_bytes(132, 8, 128), 2ull * 132 * 8 * 68 * 32 * 4);
-  EXPECT_EQ(attntune_plan::split_counter_bytes(68, 8), 544u * 4);
+  EXPECT_EQ(att::sched::split_tail_tiles(2048, 132, 24), 68u);   // s=4k: 16 rounds, the last with 68 tiles
+  EXPECT_EQ(att::sched::split_tail_tiles(4224, 132, 24), 0u);    // whole rounds
+  EXPECT_EQ(att::sched::split_tail_tiles(100, 132, 24), 0u);     // fewer tiles than CTAs: one round
+  EXPECT_EQ(att::sched::split_tail_tiles(133, 132, 1), 0u);      // 1 tail tile x 1 iteration < 2 per CTA
+  EXPECT_EQ(att::sched::split_tail_tiles(2048, 132, 1u << 20), 0u);  // tail * n * ctas >= 2^31
+  EXPECT_EQ(att::sched::split_tail_tiles((1ull << 31) - 195, 132, 60), 0u);  // 5 tail tiles, but tiles + 2 * ctas >= 2^31
+  EXPECT_EQ(att::sched::split_tail_tiles((1ull << 30) + 5, 132, 60), 105u);  // far from it: split
+  EXPECT_EQ(att::sched::split_workspace_bytes(132, 8, 128), 2ull * 132 * 8 * 68 * 32 * 4);
+  EXPECT_EQ(att::sched::split_counter_bytes(68, 8), 544u * 4);
+}
+
+// The variants (window, soft-cap, sinks) on every entry point, causal and not, every head dim;
+// the split tail never with a window (its tiles differ in iterations); softcap_tanh only where
+// there is a soft-cap; and a build serves exactly its variants.
+TEST(FlashFwdWgmmaSpace, ServesTheVariants) {
+  const SearchSpace space = load_space();
+  for (int d : {64, 128, 256})
+    for (const char* entry : {"", ",page=16", ",varlen=1"})
+      for (const char* variant : {"window=127", "window=127,64", "softcap=30", "sinks=1", "window=4096,softcap=50,sinks=1"})
+        for (int causal : {0, 1}) {
+          if (causal && std::string(variant).find(",64") != std::string::npos) continue;  // causal bounds the right
+          const Problem p = Problem::parse(fmt::format("b=4,h=8,s=1024,sk=2048,d={},dtype=bf16,causal={},{}{}", d, causal,
+                                                       variant, entry));
+          std::size_t n = 0;
+          std::set<std::string> tanh;
+          space.for_each_valid(p, kArch, [&](const Config& c) {
+            ++n;
+            tanh.insert(std::get<std::string>(c.at("softcap_tanh")));
+            if (p.windowed()) {
+              EXPECT_FALSE(flag(c, "split_tail")) << p.str() << " " << config_str(c);
+            }
+          });
+          EXPECT_GT(n, 20u) << p.str();
+          const std::set<std::string> want =
+              p.softcapped() ? std::set<std::string>{"accurate", "approx"} : std::set<std::string>{"accurate"};
+          EXPECT_EQ(tanh, want) << p.str();
+        }
+  // A non-causal window with the split tail: refused, with the reason.
+  const Problem windowed = Problem::parse("b=4,h=16,s=4096,d=128,dtype=bf16,causal=0,window=127");
+  Problem plain = windowed;
+  plain.window_left = -1;
+  Config split = first_valid(space, plain, [](const Config& c) { return flag(c, "split_tail"); });
+  ASSERT_FALSE(split.empty());
+  const std::optional<std::string> why = space.check(split, windowed, kArch);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("window's tiles differ"), std::string::npos) << *why;
+  // Plain problems keep their configs: softcap_tanh is one value there.
+  Config plain_cfg = first_valid(space, plain, [](const Config&) { return true; });
+  plain_cfg["softcap_tanh"] = std::string("approx");
+  EXPECT_TRUE(space.check(plain_cfg, plain, kArch).has_value());
+
+  // The plan: a window build takes windowed calls and refuses plain ones (and the other way round).
+  const Config c = first_valid(space, windowed, [](const Config& x) { return flag(x, "persistent"); });
+  ASSERT_FALSE(c.empty());
+  const auto windowed_build = render_kernel(space, c, windowed, kArch).launch;
+  attntune_plan::Call call = attntune::testing::dense_call_of(windowed);
+  std::string why_plan;
+  EXPECT_FALSE(plan_call(windowed_build, call, attntune::testing::FakeDevice{}.device(), &why_plan));
+  EXPECT_NE(why_plan.find("window"), std::string::npos) << why_plan;
+  call.window_left = 127;
+  call.window_right = -1;
+  EXPECT_TRUE(plan_call(windowed_build, call, attntune::testing::FakeDevice{}.device(), &why_plan)) << why_plan;
+  Config plain_c = c;
+  const auto plain_build = render_kernel(space, plain_c, plain, kArch).launch;
+  EXPECT_FALSE(plan_call(plain_build, call, attntune::testing::FakeDevice{}.device(), &why_plan));
+}
+
+// The varlen order's work estimate counts the keys a window lets a row see: a batch whose
+// causal work orders it runs in the packed order under a window of 127 keys (its order kernel's
+// launch would cost more than the better end gains), as a small plain batch does.
+TEST(FlashFwdWgmmaSpace, VarlenOrderCountsTheWindowsKeys) {
+  const SearchSpace space = load_space();
+  for (bool windowed : {false, true}) {
+    Problem p = Problem::parse("b=8,h=32,hkv=8,s=3000,sk=3000,d=128,dtype=bf16,causal=1,varlen=1000");
+    if (windowed) p.window_left = 127;
+    const Config c = first_valid(space, p, [](const Config&) { return true; });
+    ASSERT_FALSE(c.empty());
+    const RenderedKernel k = render_kernel(space, c, p, kArch);  // the defines' names point into it
+    const auto l = launch_constants<attntune_plan::FlashFwdWgmmaLaunch>(k.launch.defines, "flash_fwd_wgmma");
+    attntune_plan::Call call = attntune::testing::varlen_call_of(p);
+    call.window_left = windowed ? 127 : -1;
+    // 4 * 32 * 128 * 24000 rows * (3000 / 2 keys, or 128) FLOPs: 5.9e11 plain, 5.0e10 windowed.
+    EXPECT_DOUBLE_EQ(l.visible_keys(call), windowed ? 128.0 : 1500.0);
+    EXPECT_EQ(l.varlen_orders(call), !windowed);
+  }
+}
+
+// A soft-cap's tanh costs registers: ptxas spilled at est_regs = consumer_regs (d=128 128x192) and,
+// at d=64, with 20 and 32 to spare (128x208, 128x192), so the space asks 8 more of a soft-cap build
+// (40 at d=64); plain builds keep those configs.
+TEST(FlashFwdWgmmaSpace, SoftcapLeavesRoomForItsTanh) {
+  const SearchSpace space = load_space();
+  for (auto [d, block_m, block_n] : {std::tuple{128, 128, 192}, {64, 128, 208}, {64, 192, 96}}) {
+    const Problem plain = Problem::parse(fmt::format("b=4,h=16,s=4096,d={},dtype=bf16,causal=0", d));
+    Problem capped = plain;
+    capped.softcap = 50;
+    const Config c = first_valid(space, plain, [&](const Config& x) {
+      return num(x, "block_m") == block_m && num(x, "block_n") == block_n && flag(x, "warp_specialize") &&
+             num(x, "exp2_emu") == 0;
+    });
+    ASSERT_FALSE(c.empty()) << d;
+    const std::optional<std::string> why = space.check(c, capped, kArch);
+    ASSERT_TRUE(why.has_value()) << config_str(c);
+    EXPECT_NE(why->find("accumulators exceed"), std::string::npos) << *why;
+  }
 }
 
 // An H100 reports sm_90; wgmma and setmaxnreg need the arch-specific sm_90a build.
@@ -390,6 +488,75 @@ TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
     EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
   }
   EXPECT_EQ(built, configs.size());
+}
+
+// The attention variants (window, soft-cap, sinks; all three, each entry point and mode): configs
+// of variant problems compile for sm_90a without spills or serialised wgmmas, as plain ones do.
+// Per head dim, at the space's register edge (the largest block_n, or block_m, a variant problem
+// keeps) where it can be: causal windows with sinks on a persistent grid (the producer computes each
+// tile's window on its 24 registers), all three together, a soft-cap with sinks, the split tail
+// and multicast, tanh.approx, a window over multicast pairs of one warpgroup, a paged KV cache on
+// a persistent grid, a packed batch, and the plain schedule (no producer); the last four at d=128
+// only (CI's two cores).
+TEST_P(FlashFwdWgmmaBuild, VariantConfigsCompileWithoutSpills) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const int d = GetParam();
+  const SearchSpace space = load_space();
+  std::vector<std::pair<Config, Problem>> jobs;
+  // The last valid config (the space's order: the largest tiles) that `pred` accepts.
+  auto add = [&](const std::string& problem, auto pred) {
+    const Problem p = Problem::parse(fmt::format("{},d={}", problem, d));
+    Config found;
+    space.for_each_valid(p, kArch, [&](const Config& c) {
+      if (pred(c)) found = c;
+    });
+    ASSERT_FALSE(found.empty()) << p.str();
+    jobs.emplace_back(found, p);
+  };
+  add("b=4,h=16,s=4096,dtype=bf16,causal=1,window=127,sinks=1", [](const Config& c) {
+    return flag(c, "persistent") && flag(c, "ping_pong") && flag(c, "intra_wg_overlap") && num(c, "narrow_n") > 0 &&
+           num(c, "producer_regs") == 24 && num(c, "exp2_emu") == 0 && num(c, "stages") == 2;
+  });
+  add("b=4,h=16,s=4096,dtype=fp16,causal=1,window=4096,softcap=50,sinks=1", [](const Config& c) {
+    return num(c, "block_m") == 128 && flag(c, "intra_wg_overlap") && flag(c, "ping_pong") && num(c, "exp2_emu") == 0 &&
+           num(c, "stages") == 2 && !flag(c, "persistent");
+  });
+  add("b=4,h=16,s=4096,dtype=bf16,causal=0,softcap=30,sinks=1", [&](const Config& c) {
+    return flag(c, "kv_multicast") && flag(c, "split_tail") == (d >= 128) && flag(c, "ping_pong") &&
+           flag(c, "intra_wg_overlap") && num(c, "exp2_emu") == 0 && num(c, "stages") == 2;
+  });
+  add("b=4,h=32,hkv=8,s=2048,sk=10240,dtype=bf16,causal=1,page=16,window=4096,sinks=1", [](const Config& c) {
+    return flag(c, "persistent") && flag(c, "intra_wg_overlap") && num(c, "stages") == 2 && num(c, "exp2_emu") == 0;
+  });
+  if (d == 128) {
+    add("b=4,h=16,s=4096,dtype=bf16,causal=1,softcap=50", [](const Config& c) {
+      return std::get<std::string>(c.at("softcap_tanh")) == "approx" && flag(c, "ping_pong") && num(c, "exp2_emu") == 0;
+    });
+    add("b=4,h=16,s=4096,dtype=bf16,causal=0,window=127,64",
+        [](const Config& c) { return flag(c, "kv_multicast") && num(c, "block_m") == 64 && num(c, "stages") == 2; });
+    add("b=16,h=16,s=4096,dtype=bf16,causal=1,varlen=1,window=127,softcap=30", [](const Config& c) {
+      return flag(c, "persistent") && flag(c, "intra_wg_overlap") && num(c, "stages") == 2 && num(c, "exp2_emu") == 0 &&
+             num(c, "producer_regs") == 24;
+    });
+    add("b=4,h=16,s=4096,dtype=bf16,causal=1,window=127",
+        [](const Config& c) { return !flag(c, "warp_specialize") && num(c, "stages") == 2; });
+  }
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_fwd_wgmma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  for (const auto& [c, p] : jobs) pool.submit({c, render_kernel(space, c, p, kArch), kArch});
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
+    EXPECT_EQ(o->build.log.find("C751"), std::string::npos) << "wgmma serialised: " << o->build.log;
+    std::printf("d=%d %s: %d registers, %d spill bytes\n", d, config_str(o->job.config).c_str(), o->build.registers,
+                o->build.spill_stores + o->build.spill_loads);
+  }
+  EXPECT_EQ(built, jobs.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, FlashFwdWgmmaBuild, ::testing::Values(64, 128, 256),

@@ -1,7 +1,7 @@
-// flash_fwd_wgmma's persistent grid as its launch plan (templates/flash_fwd_wgmma/launch.h) sizes
-// it for every executor (the tuner's worker, exported files, the harness): work tiles with the
-// query blocks padded to whole clusters, CTAs in whole clusters that fit on the device at once,
-// split_tail on the padded tiles; kv_multicast's 2-CTA clusters.
+// flash_fwd_wgmma's persistent grid as its launch plan (templates/flash_fwd_wgmma/launch.h, with the
+// kernel's scheduler.h) sizes it for every executor (the tuner's worker, exported files, the
+// harness): work tiles with the query blocks padded to whole clusters, CTAs in whole clusters that
+// fit on the device at once, split_tail on the padded tiles; kv_multicast's 2-CTA clusters.
 #include <fstream>
 #include <string>
 
@@ -51,39 +51,39 @@ Plan plan_of(const SearchSpace& space, const Config& c, const Problem& p, const 
 
 TEST(PersistentGrid, QueryBlocksArePaddedToWholeClusters) {
   // s=4000, block_m 128: 32 query blocks, already pairs.
-  EXPECT_EQ(wgmma_query_blocks(4000, 128, 2), 32);
+  EXPECT_EQ(att::sched::query_blocks<long long>(4000, 128, 2), 32);
   // s=4100: 33 blocks, padded to 34 (the 34th an idle ghost tile of each head).
-  EXPECT_EQ(wgmma_query_blocks(4100, 128, 2), 34);
-  EXPECT_EQ(wgmma_query_blocks(4100, 128, 1), 33);  // no clusters: no padding
-  EXPECT_EQ(wgmma_query_blocks(1, 128, 2), 2);
-  EXPECT_EQ(wgmma_query_blocks(0, 128, 2), 0);
+  EXPECT_EQ(att::sched::query_blocks<long long>(4100, 128, 2), 34);
+  EXPECT_EQ(att::sched::query_blocks<long long>(4100, 128, 1), 33);  // no clusters: no padding
+  EXPECT_EQ(att::sched::query_blocks<long long>(1, 128, 2), 2);
+  EXPECT_EQ(att::sched::query_blocks<long long>(0, 128, 2), 0);
 }
 
 TEST(PersistentGrid, CtasAreWholeClustersThatFitAtOnce) {
   const unsigned long long tiles = 34ull * 16 * 4;
-  EXPECT_EQ(persistent_ctas(tiles, 132, 64, 2), 128u);  // 64 clusters of 2 fit at once (an H100: 66)
-  EXPECT_EQ(persistent_ctas(tiles, 132, 0, 2), 132u);   // unknown (the query failed): the SMs
-  EXPECT_EQ(persistent_ctas(tiles, 132, 70, 2), 132u);  // more would fit than there are SMs
-  EXPECT_EQ(persistent_ctas(tiles, 133, 0, 2), 132u);   // rounded down to whole clusters
-  EXPECT_EQ(persistent_ctas(34, 132, 64, 2), 34u);      // fewer tiles than SMs: one CTA each
-  EXPECT_EQ(persistent_ctas(10, 1, 0, 2), 2u);          // one SM still gets a cluster
-  EXPECT_EQ(persistent_ctas(0, 132, 64, 2), 0u);
+  EXPECT_EQ(att::sched::persistent_ctas(tiles, 132, 64, 2), 128u);  // 64 clusters of 2 fit at once (an H100: 66)
+  EXPECT_EQ(att::sched::persistent_ctas(tiles, 132, 0, 2), 132u);   // unknown (the query failed): the SMs
+  EXPECT_EQ(att::sched::persistent_ctas(tiles, 132, 70, 2), 132u);  // more would fit than there are SMs
+  EXPECT_EQ(att::sched::persistent_ctas(tiles, 133, 0, 2), 132u);   // rounded down to whole clusters
+  EXPECT_EQ(att::sched::persistent_ctas(34, 132, 64, 2), 34u);      // fewer tiles than SMs: one CTA each
+  EXPECT_EQ(att::sched::persistent_ctas(10, 1, 0, 2), 2u);          // one SM still gets a cluster
+  EXPECT_EQ(att::sched::persistent_ctas(0, 132, 64, 2), 0u);
   // Without clusters: min(tiles, SMs), as before clusters.
-  EXPECT_EQ(persistent_ctas(4224, 132, 0, 1), 132u);
-  EXPECT_EQ(persistent_ctas(100, 132, 0, 1), 100u);
-  EXPECT_EQ(persistent_ctas(4224, 133, 0, 1), 133u);
+  EXPECT_EQ(att::sched::persistent_ctas(4224, 132, 0, 1), 132u);
+  EXPECT_EQ(att::sched::persistent_ctas(100, 132, 0, 1), 100u);
+  EXPECT_EQ(att::sched::persistent_ctas(4224, 133, 0, 1), 133u);
 }
 
 // split_tail takes the padded tiles: its tail is then whole clusters too, as the kernel's split
 // over clusters needs. b=1, h=16, s=sk=4100, block_m=block_n=128: 33 blocks padded to 34.
 TEST(PersistentGrid, SplitTailOfPaddedTilesIsWholeClusters) {
-  const unsigned long long tiles = wgmma_query_blocks(4100, 128, 2) * 16;
+  const unsigned long long tiles = att::sched::query_blocks<long long>(4100, 128, 2) * 16;
   ASSERT_EQ(tiles, 544ull);
-  const unsigned ctas = persistent_ctas(tiles, 132, 64, 2);
+  const unsigned ctas = att::sched::persistent_ctas(tiles, 132, 64, 2);
   ASSERT_EQ(ctas, 128u);
-  EXPECT_EQ(split_tail_tiles(tiles, ctas, 33), 32u);  // 544 = 4 x 128 + 32
-  EXPECT_EQ(split_tail_tiles(tiles, persistent_ctas(tiles, 132, 0, 2), 33), 16u);  // 544 = 4 x 132 + 16
-  EXPECT_EQ(split_tail_tiles(33ull * 16, 128, 33), 16u);  // unpadded: the kernel's tiles would not match
+  EXPECT_EQ(att::sched::split_tail_tiles(tiles, ctas, 33), 32u);  // 544 = 4 x 128 + 32
+  EXPECT_EQ(att::sched::split_tail_tiles(tiles, att::sched::persistent_ctas(tiles, 132, 0, 2), 33), 16u);  // 544 = 4 x 132 + 16
+  EXPECT_EQ(att::sched::split_tail_tiles(33ull * 16, 128, 33), 16u);  // unpadded: the kernel's tiles would not match
 }
 
 TEST(PersistentGrid, KvMulticastPlansTwoCtaClustersThatFit) {
@@ -102,7 +102,7 @@ TEST(PersistentGrid, KvMulticastPlansTwoCtaClustersThatFit) {
   // Few tiles: one CTA per padded tile.
   const Problem small = Problem::parse("b=1,h=1,s=300,d=128,dtype=bf16,causal=0");
   const Plan few = plan_of(space, c, small, FakeDevice{132, 64});
-  EXPECT_EQ(few.launch[0].grid[0], static_cast<unsigned>(wgmma_query_blocks(300, static_cast<int>(block_m), 2)));
+  EXPECT_EQ(few.launch[0].grid[0], static_cast<unsigned>(att::sched::query_blocks<long long>(300, static_cast<int>(block_m), 2)));
 
   c["kv_multicast"] = false;
   EXPECT_EQ(plan_of(space, c, p, FakeDevice{132, 64}).launch[0].cluster, 1u);

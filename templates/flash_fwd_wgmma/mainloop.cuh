@@ -1,0 +1,581 @@
+// ---- templates/flash_fwd_wgmma/mainloop.cuh: the K/V loop of flash_fwd_wgmma. The producer side
+// (one thread issues every TMA copy: Q, and K/V tiles dense, multicast to a cluster, or in boxes
+// within KV-cache pages) and the consumer side: per K/V tile j a consumer warpgroup runs
+//   S = Q K_j^T           wgmma, A (Q) and B (K) from shared memory
+//   P = online softmax(S)  in registers, fp32; O rescaled by the row max change
+//   O += P V_j            wgmma, A (P, packed to 16 bit) from registers, B (V) N-major in smem
+// (consume: the plain schedule, or S_j beside P_{j-1} V_{j-1} with intra_wg_overlap; ping-pong
+// turns between the consumer warpgroups; the tiles a warpgroup does not see skipped).
+#ifndef ATTNTUNE_FLASH_FWD_WGMMA_MAINLOOP_CUH
+#define ATTNTUNE_FLASH_FWD_WGMMA_MAINLOOP_CUH
+
+#include "../common/attn_params.h"
+#include "../common/ptx_sm90.cuh"
+#include "args.h"
+#include "epilogue.cuh"
+#include "smem.cuh"
+#include "traits.cuh"
+#include "wgmma.cuh"
+#include "work_tiles.cuh"
+
+namespace att {
+
+#if ATT_TRACE
+// Development trace (tests/harness/wgmma_harness.cu, -DATT_TRACE=1; never in the tuner's builds):
+// per CTA, consumer warpgroup and work tile (the CTA's first kTraceTiles), clock64 at consume()'s
+// entry, after the Q wait, after the first S and softmax, before the last P.V, after it and at
+// the end; then the iterations it computed and %globaltimer at entry (for the SM clock).
+constexpr int kTraceCtas = 160, kTraceWgs = 3, kTraceTiles = 24, kTraceEvents = 8;
+__device__ long long att_trace[kTraceCtas][kTraceWgs][kTraceTiles][kTraceEvents];
+__device__ __forceinline__ long long global_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#define ATT_MARK(k, ev, value)                                                            \
+  do {                                                                                    \
+    if (threadIdx.x % 128 == 0 && blockIdx.x < kTraceCtas && (k) < kTraceTiles && cw < kTraceWgs) \
+      att_trace[blockIdx.x][cw][k][ev] = (value);                                         \
+  } while (0)
+#else
+#define ATT_MARK(k, ev, value) \
+  do {                         \
+  } while (0)
+#endif
+
+// ---- producer side: one thread issues every copy ----
+// Q rows from row0. kKvMulticast's padding block (past seqlen_q, rows nobody stores) loads from
+// the last row on instead: a box that starts past the tensor's end is not one TMA promises to
+// fill, and branching around the load spilled the producer's 24 registers at d=64.
+// Varlen: the map spans the packed rows (batch 0) and the tile's rows start at its sequence's
+// first, q_start; a tile that runs past its sequence loads the next one's rows, which nobody stores.
+__device__ __forceinline__ void load_q(const Smem& sm, const TmaMaps& maps, const AttnParams& p, int m_block, int head,
+                                       int batch, int q_start = 0) {
+  const int row0 = T::kKvMulticast ? min(m_block * T::kBlockM, p.seqlen_q - 1) : m_block * T::kBlockM;
+  mbar_arrive_expect_tx(sm.q_full(), T::kQBytes);
+#pragma unroll
+  for (int cb = 0; cb < T::kColBlocks; ++cb) {
+    if constexpr (T::kVarlen)
+      tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * 64, q_start + row0, head, 0);
+    else
+      tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * 64, row0, head, batch);
+  }
+}
+
+// With kKvMulticast the cluster's rank-0 CTA loads every tile into both CTAs, and each CTA's full
+// barrier expects the whole tile. (Each CTA loading half of the tile's column blocks put rank-
+// dependent offsets in the producer's loop, which spilled its 24 registers.)
+// Varlen: `batch` is the sequence's first key row in the packed K/V (the maps' batch is 0).
+__device__ __forceinline__ void load_kv_tile(u32 dst, u32 full, const TmaDesc* desc, int tile, int kv_head, int batch) {
+  mbar_arrive_expect_tx(full, T::kKVBytes);
+  if (T::kKvMulticast && cluster_ctarank() != 0) return;
+#pragma unroll
+  for (int cb = 0; cb < T::kColBlocks; ++cb) {
+    if constexpr (T::kVarlen)
+      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * 64, batch + tile * T::kBlockN, kv_head, 0);
+    else if (T::kKvMulticast)
+      tma_load_4d_multicast(dst + cb * T::kKVColBlockBytes, desc, full, (1 << T::kCluster) - 1, cb * 64,
+                            tile * T::kBlockN, kv_head, batch);
+    else
+      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * 64, tile * T::kBlockN, kv_head, batch);
+  }
+}
+
+// Kvcache with a page table: K/V tile `tile` of sequence `batch` (len_k keys) as boxes of
+// maps.kv_box_rows rows, each within one page: the box at key j holds keys j.. on, row
+// j % page_size of page block_table[batch][j / page_size]. Boxes wholly past len_k are not
+// issued; their rows, and those of the last box past len_k, the consumers zero in V
+// (zero_v_tail) and mask in S. Each box adds its bytes to the full barrier's expected count before
+// it is issued, and one arrive closes the tile: no box count (a division) to hold, which spilled
+// the producer's 24 registers in the persistent causal loop (112 bytes).
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void load_kv_paged(u32 dst, u32 full, const TmaDesc* desc, const AttnParams& p,
+                                              const TmaMaps& maps, int tile, int kv_head, int batch, int len_k) {
+  const int rows = maps.kv_box_rows, end = min((tile + 1) * T::kBlockN, len_k), row0 = batch * p.max_blocks_per_seq;
+  for (int j = tile * T::kBlockN; j < end; j += rows, dst += rows * 128) {
+    const int page = p.page_mul ? static_cast<int>(__umulhi(static_cast<unsigned>(j), p.page_mul) >> p.page_shift) : j;
+    const int pg = __ldg(p.block_table + (row0 + page)), pr = j - page * p.page_size;
+    mbar_expect_tx(full, static_cast<u32>(rows * 128 * T::kColBlocks));
+#pragma unroll
+    for (int cb = 0; cb < T::kColBlocks; ++cb)
+      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * 64, pr, kv_head, pg);
+  }
+  mbar_arrive(full);
+}
+
+// Iteration `it` of a work tile (global iteration it_base + it) loads K/V tile tile_end-1-it
+// (WorkTile::kv_end_tile) into its stage once the consumers released that stage. Varlen: `batch`
+// is the sequence's first key row. Kvcache: `batch` is the sequence, len_k its keys (pages when the
+// call has a page table).
+__device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, const AttnParams& p, int it_base, int it,
+                                        int tile_end, int kv_head, int batch, int len_k) {
+  const Slot sl(it_base + it);
+  const int tile = tile_end - 1 - it;
+  const bool paged = T::kKvcache && p.block_table != nullptr;
+  mbar_wait(sm.k_empty(sl.stage), sl.phase ^ 1);
+  if (paged) load_kv_paged(sm.k + sl.stage * T::kKVBytes, sm.k_full(sl.stage), &maps.k, p, maps, tile, kv_head, batch, len_k);
+  else load_kv_tile(sm.k + sl.stage * T::kKVBytes, sm.k_full(sl.stage), &maps.k, tile, kv_head, batch);
+  mbar_wait(sm.v_empty(sl.stage), sl.phase ^ 1);
+  if (paged) load_kv_paged(sm.v + sl.stage * T::kKVBytes, sm.v_full(sl.stage), &maps.v, p, maps, tile, kv_head, batch, len_k);
+  else load_kv_tile(sm.v + sl.stage * T::kKVBytes, sm.v_full(sl.stage), &maps.v, tile, kv_head, batch);
+}
+
+// ---- consumer side ----
+// Kvcache: rows [valid, kBlockN) of the V stage at `v` (every column block) set to zero by the 128
+// threads of consumer warpgroup cw, made visible to wgmma (the async proxy) and waited for by the
+// warpgroup (its named barrier, kNamedWarpgroup + cw). Whole 128-byte rows: the swizzle only
+// permutes the 16-byte chunks inside a row. Every consumer warpgroup that reads the tile writes
+// the same zeros.
+__device__ __forceinline__ void zero_v_tail(u32 v, int valid, int cw) {
+  const int per_block = (T::kBlockN - valid) * 8;  // 16-byte chunks past `valid` in one column block
+  for (int i = threadIdx.x % 128; i < per_block * T::kColBlocks; i += 128) {
+    const int cb = i / per_block, c = i - cb * per_block;
+    const u32 addr = v + cb * T::kKVColBlockBytes + (valid * 8 + c) * 16;
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  named_bar_sync(T::kNamedWarpgroup + cw, 128);
+}
+// Accumulator layout of wgmma m64nN (fp32), per thread: for each 8-column chunk c,
+// acc[4c+0..1] = row g, columns 8c+2t..+1; acc[4c+2..3] = row g+8, same columns, where
+// g = lane/4, t = lane%4 and the rows are those of the thread's warp (16 of the 64).
+
+// Every S-tile step below takes the tile's width W in keys: kBlockN, or kNarrowW for a first tile
+// that holds few visible keys (consume). A narrow tile uses the first W/2 registers of S, the
+// first W/16 k-steps of P, and the first W rows of the K and V stages.
+template <int W>
+__device__ __forceinline__ float (&first_cols(float (&s)[T::kBlockN / 2]))[W / 2] {
+  return *reinterpret_cast<float(*)[W / 2]>(&s[0]);
+}
+
+// S = Q K^T for one K stage (scale_d = 0 on the first k-step: no zeroing needed).
+template <int W = T::kBlockN>
+__device__ __forceinline__ void gemm_qk(float (&s)[T::kBlockN / 2], u64 q_desc, u64 k_desc) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < T::kKSteps; ++kk) {
+    // k-step kk: column block kk/4, 32 bytes per 16 elements inside the 128-byte row.
+    const u64 q_off = ((kk / 4) * T::kQColBlockBytes + (kk % 4) * 32) >> 4;
+    const u64 k_off = ((kk / 4) * T::kKVColBlockBytes + (kk % 4) * 32) >> 4;
+    Wgmma<W>::ss(first_cols<W>(s), q_desc + q_off, k_desc + k_off, kk > 0);
+  }
+  wgmma_commit();
+}
+
+// O += P V for one V stage; P's k-step kk covers keys 16kk..16kk+15, V rows of 128 bytes.
+template <int W = T::kBlockN>
+__device__ __forceinline__ void gemm_pv(float (&o)[T::kHeadDim / 2], const u32 (&pa)[T::kPSteps][4], u64 v_desc) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < W / 16; ++kk) Wgmma<T::kHeadDim>::rs(o, pa[kk], v_desc + ((kk * 16 * 128) >> 4), 1);
+  wgmma_commit();
+}
+
+// The same, narrow (kNarrowW keys) or full: the callers pass constants, so each call site
+// compiles to one of the two.
+__device__ __forceinline__ void gemm_qk_w(bool narrow, float (&s)[T::kBlockN / 2], u64 q_desc, u64 k_desc) {
+  if (narrow) gemm_qk<T::kNarrowW>(s, q_desc, k_desc);
+  else gemm_qk(s, q_desc, k_desc);
+}
+__device__ __forceinline__ void gemm_pv_w(bool narrow, float (&o)[T::kHeadDim / 2], const u32 (&pa)[T::kPSteps][4],
+                                          u64 v_desc) {
+  if (narrow) gemm_pv<T::kNarrowW>(o, pa, v_desc);
+  else gemm_pv(o, pa, v_desc);
+}
+
+// Scores of keys a row may not see become -inf: keys past seqlen_k, and for causal keys past
+// the row's diagonal (bottom-right aligned: row r sees keys < r + diag + 1).
+template <int W = T::kBlockN>
+__device__ __forceinline__ void mask_tile(float (&s)[T::kBlockN / 2], int tile, int row0, int t, int sk, int diag) {
+  const int lim0 = T::kCausal ? min(sk, row0 + diag + 1) : sk;
+  const int lim1 = T::kCausal ? min(sk, row0 + 8 + diag + 1) : sk;
+#pragma unroll
+  for (int c = 0; c < W / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = tile * T::kBlockN + 8 * c + 2 * t + e;
+      if (col >= lim0) s[4 * c + e] = neg_inf();
+      if (col >= lim1) s[4 * c + 2 + e] = neg_inf();
+    }
+}
+
+// A window build: scores of keys outside a row's window (templates/common/variants.cuh: from
+// row + diag - left to row + diag + right, causal right 0) or past seqlen_k become -inf. Only tiles
+// that cross a bound of some row of the CTA come here (consume, needs_mask), as causal ones do.
+template <int W = T::kBlockN>
+__device__ __forceinline__ void mask_window(float (&s)[T::kBlockN / 2], int tile, int row0, int t, int sk, int diag,
+                                            const VariantParams& v) {
+  const int beg0 = key_begin<true>(row0, diag, sk, v), lim0 = key_end<T::kCausal, true>(row0, diag, sk, v);
+  const int beg1 = key_begin<true>(row0 + 8, diag, sk, v), lim1 = key_end<T::kCausal, true>(row0 + 8, diag, sk, v);
+#pragma unroll
+  for (int c = 0; c < W / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = tile * T::kBlockN + 8 * c + 2 * t + e;
+      if (col >= lim0 || col < beg0) s[4 * c + e] = neg_inf();
+      if (col >= lim1 || col < beg1) s[4 * c + 2 + e] = neg_inf();
+    }
+}
+
+// A soft-cap build: each raw score q.k becomes c * tanh(q.k * scale / c) (the call's scale_log2 is
+// then log2(e): the capped score is already scaled), before the mask. tanh accurate (ex2 and rcp:
+// two MUFU operations a score beside the softmax's ex2) or tanh.approx (one; softcap_tanh).
+template <int W = T::kBlockN>
+__device__ __forceinline__ void cap_tile(float (&s)[T::kBlockN / 2], const VariantParams& v) {
+#pragma unroll
+  for (int i = 0; i < W / 2; ++i) s[i] = softcap_score<T::kSoftcapApprox>(s[i], v);
+}
+
+// S of K/V tile `tile` ready for the softmax: capped (soft-cap builds), then masked where `masked`
+// (a tile that crosses the keys' end, the causal diagonal or a window's bound for some row).
+template <int W = T::kBlockN>
+__device__ __forceinline__ void finish_scores(float (&s)[T::kBlockN / 2], bool masked, int tile, int row0, int t, int sk,
+                                              int diag, const VariantParams& v) {
+  if constexpr (T::kSoftcap) cap_tile<W>(s, v);
+  if (masked) {
+    if constexpr (T::kWindow) mask_window<W>(s, tile, row0, t, sk, diag, v);
+    else mask_tile<W>(s, tile, row0, t, sk, diag);
+  }
+}
+
+// 2^x for x <= 0 on the FMA pipe, for the scores that skip MUFU's ex2 (with the tensor cores
+// the co-bottleneck: one ex2 per score, 16 per clock per SM). x is rounded to an integer j by
+// adding 1.5 * 2^23, 2^(x - j) comes from a degree-3 minimax polynomial on [-0.5, 0.5] (relative
+// error 7.5e-5, under half an ulp of bf16 and fp16), and j is added to its exponent bits (the
+// low bits of x + 1.5 * 2^23, shifted). Clamped at -126: a masked score (-inf) gives <= 2^-126,
+// nothing next to a row's maximum (1); a row that saw no key at all is zeroed in the epilogue.
+__device__ __forceinline__ float exp2_fma(float x) {
+  const float kRound = 12582912.f;  // 1.5 * 2^23
+  x = fmaxf(x, -126.f);
+  const float t = x + kRound;
+  const float f = x - (t - kRound);
+  const float p = fmaf(fmaf(fmaf(0.0551716691f, f, 0.242611122f), f, 0.693260985f), f, 0.999928074f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+
+// Online softmax of one S tile, in place (S becomes P, fp32), in the log2 domain: m is the
+// row's base, the running max of scale_log2 * s (with kLazyRescale, at most that much below it),
+// l the thread's partial row sum relative to it (reduced over the quad at the end), factor what
+// O must be multiplied by.
+template <int W = T::kBlockN>
+__device__ __forceinline__ void softmax_tile(float (&s)[T::kBlockN / 2], float (&m)[2], float (&l)[2],
+                                             float (&factor)[2], float scale_log2) {
+  float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+  for (int c = 0; c < W / 8; ++c) {
+    mx[0] = fmaxf(mx[0], fmaxf(s[4 * c], s[4 * c + 1]));
+    mx[1] = fmaxf(mx[1], fmaxf(s[4 * c + 2], s[4 * c + 3]));
+  }
+  float neg_base[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    const float m_new = fmaxf(m[r], mx[r] * scale_log2);
+    if constexpr (T::kLazyRescale > 0) {
+      // The row's base moves only when its max grows by more than kLazyRescale (log2 units):
+      // P stays below 2^kLazyRescale, and O's rescale is skipped while no row needs one.
+      if (m_new > m[r] + float(T::kLazyRescale)) {  // always for a row's first key (m = -inf)
+        factor[r] = ex2(m[r] - m_new);
+        m[r] = m_new;
+      } else {
+        factor[r] = 1.f;
+      }
+      neg_base[r] = m[r] == neg_inf() ? 0.f : -m[r];  // a row that saw no key yet
+    } else {
+      const float base = m_new == neg_inf() ? 0.f : m_new;  // a row that saw no key yet
+      factor[r] = ex2(m[r] - base);
+      m[r] = m_new;
+      neg_base[r] = -base;
+    }
+  }
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int c = 0; c < W / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float x0 = fmaf(s[4 * c + e], scale_log2, neg_base[0]);
+      const float x1 = fmaf(s[4 * c + 2 + e], scale_log2, neg_base[1]);
+      const bool fma_pipe = c % 4 < T::kExp2Emu;  // exp2_emu of every 4 column chunks
+      s[4 * c + e] = fma_pipe ? exp2_fma(x0) : ex2(x0);
+      s[4 * c + 2 + e] = fma_pipe ? exp2_fma(x1) : ex2(x1);
+      sum[0] += s[4 * c + e];
+      sum[1] += s[4 * c + 2 + e];
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[r] = l[r] * factor[r] + sum[r];
+}
+
+__device__ __forceinline__ void rescale_o(float (&o)[T::kHeadDim / 2], const float (&factor)[2]) {
+  // Lazy: the whole warp skips it while every factor is 1 (a uniform branch).
+  if (T::kLazyRescale > 0 && !__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) return;
+#pragma unroll
+  for (int c = 0; c < T::kHeadDim / 8; ++c) {
+    o[4 * c] *= factor[0];
+    o[4 * c + 1] *= factor[0];
+    o[4 * c + 2] *= factor[1];
+    o[4 * c + 3] *= factor[1];
+  }
+}
+
+// P (fp32 accumulator layout) -> the m16n8k16 A fragments of wgmma's register operand.
+template <int W = T::kBlockN>
+__device__ __forceinline__ void pack_p(u32 (&pa)[T::kPSteps][4], const float (&s)[T::kBlockN / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < W / 16; ++kk) {
+    pa[kk][0] = pack2<T::kBf16>(s[8 * kk], s[8 * kk + 1]);      // row g,   keys 16kk+2t
+    pa[kk][1] = pack2<T::kBf16>(s[8 * kk + 2], s[8 * kk + 3]);  // row g+8, keys 16kk+2t
+    pa[kk][2] = pack2<T::kBf16>(s[8 * kk + 4], s[8 * kk + 5]);  // row g,   keys 16kk+8+2t
+    pa[kk][3] = pack2<T::kBf16>(s[8 * kk + 6], s[8 * kk + 7]);  // row g+8, keys 16kk+8+2t
+  }
+}
+
+// One consumer warpgroup (cw) over the n K/V tiles of one work tile; its rows end packed in
+// `out`, which holds the CTA's previous work tile's rows on entry (stored first when `had`; the
+// kernel stores the last tile's after its loop).
+// it_base counts the K/V iterations of the CTA's earlier work tiles (ring stages and phases);
+// q_phase the Q loads of tiles with n > 0.
+__device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, const TmaMaps& maps, int cw,
+                                        const WorkTile& w, int it_base, u32 q_phase, OutRows& out, bool had,
+                                        int trace_k = 0) {
+  const int m_block = w.m_block, head = w.head, batch = w.batch, n = w.n, lo = w.lo, end = w.hi;
+  it_base -= lo;  // ring slot of iteration it: it_base + it
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int row0 = m_block * T::kBlockM + cw * 64 + warp * 16 + g;  // and row0 + 8
+  const int len_q = T::kSeqLens ? w.len_q : p.seqlen_q;
+  const int sk = T::kSeqLens ? w.len_k : p.seqlen_k, diag = T::kSeqLens ? w.len_k - w.len_q : p.seqlen_k - p.seqlen_q;
+  // Iteration it visits K/V tile kv_end_tile - 1 - it. (Plain builds: n itself; a second read of
+  // w.n there reordered their machine code.)
+  const int kv_end_tile = T::kWindow ? w.kv_end_tile() : n;
+  // Tiles at or past this key need masking for some row of the CTA (its first row's end); with a
+  // window, tiles before kv_left too (its last row's first key).
+  const int kv_min = T::kWindow   ? key_end<T::kCausal, true>(m_block * T::kBlockM, diag, sk, p.variant)
+                     : T::kCausal ? min(sk, m_block * T::kBlockM + diag + 1)
+                                  : sk;
+  const int kv_left = T::kWindow ? key_begin<true>(m_block * T::kBlockM + T::kBlockM - 1, diag, sk, p.variant) : 0;
+
+  float o[T::kHeadDim / 2];  // (64 rows, head_dim) accumulator, this thread's part
+#pragma unroll
+  for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] = 0.f;
+  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f}, factor[2];
+  float sink = 0.f;  // sinks: the head's logit, read now for the epilogue (a load there stalls it)
+  if constexpr (T::kSinks) sink = __ldg(p.variant.sinks + head);
+  ATT_MARK(trace_k, 0, clock64());
+  ATT_MARK(trace_k, 7, global_ns());
+  epilogue_store(p, out, had);
+  float s[T::kBlockN / 2];     // (64 rows, block_n) scores, then P in fp32
+  u32 pa[T::kPSteps][4];       // P as 16-bit A fragments
+
+  // Ping-pong (a ring of the consumer warpgroups): warpgroup cw issues its GEMMs between a sync on
+  // its named barrier and an arrive on the next warpgroup's. The kernel lets warpgroup 0 go first
+  // and consumes the last warpgroup's final arrive.
+  auto pp_sync = [&]() {
+    if (T::kPingPong) named_bar_sync(T::kNamedPingPong + cw, T::kPingPongThreads);
+  };
+  auto pp_arrive = [&]() {
+    if (T::kPingPong) named_bar_arrive(T::kNamedPingPong + (cw + 1) % T::kConsumerWgs, T::kPingPongThreads);
+  };
+  auto release = [&](u32 empty_bar) {
+    if (lane == 0) mbar_arrive(empty_bar);
+  };
+  // A K/V stage: with kKvMulticast the peer CTA's producer writes into it too, so it is released
+  // in both CTAs (their empty barriers count both CTAs' consumer warps).
+  const u32 peer = T::kKvMulticast ? cluster_ctarank() ^ 1 : 0;
+  auto release_kv = [&](u32 empty_bar) {
+    if (lane == 0) {
+      mbar_arrive(empty_bar);
+      if (T::kKvMulticast) mbar_arrive_cluster(empty_bar, peer);
+    }
+  };
+  // Q's buffer is free once this warpgroup's last Q.K^T has completed: the next work tile's Q
+  // (a persistent CTA's) then loads during the last P.V and the epilogue, not after them: its
+  // ~2 us from memory stalled each tile's start (docs/log/WGMMA.md run 30).
+  auto q_done = [&](bool last_qk) {
+    if (last_qk) release(sm.q_empty());
+  };
+
+  if (n > 0) {
+    mbar_wait(sm.q_full(), q_phase);
+    ATT_MARK(trace_k, 1, clock64());
+    const u64 q_desc = smem_desc_sw128(sm.q + cw * 64 * 128, 16, 1024);
+    auto k_desc = [&](int st) { return smem_desc_sw128(sm.k + st * T::kKVBytes, 16, 1024); };
+    auto v_desc = [&](int st) { return smem_desc_sw128(sm.v + st * T::kKVBytes, T::kKVColBlockBytes, 1024); };
+    auto needs_mask = [&](int tile) {
+      return (tile + 1) * T::kBlockN > kv_min || (T::kWindow && tile * T::kBlockN < kv_left);
+    };
+    // V of iteration `it` (tile kv_end_tile-1-it) landed. Kvcache: the rows of the sequence's last
+    // tile past its keys hold whatever the cache (or an earlier tile, or nothing) left there, NaN
+    // included, which P's zeros would not cancel (0 * NaN): zeroed first (the last tile is
+    // iteration 0; with a window, when it reaches the keys' end).
+    const int v_valid = T::kKvcache ? sk - (kv_end_tile - 1) * T::kBlockN : T::kBlockN;
+    auto wait_v = [&](const Slot& sl, int it) {
+      mbar_wait(sm.v_full(sl.stage), sl.phase);
+      if (T::kKvcache && it == 0 && v_valid < T::kBlockN) zero_v_tail(sm.v + sl.stage * T::kKVBytes, v_valid, cw);
+    };
+    // The first `skip` iterations visit K/V tiles none of this warpgroup's 64 rows sees: past its
+    // causal diagonal when block_m > block_n, or all of them for rows past seqlen_q (the last
+    // query block). They only keep the ring in step: wait for the tile, take the ping-pong turn,
+    // release the stages (after the full barrier, so the arrive counts toward this use of the
+    // stage). Broadcast so that the loop bounds stay warp-uniform for ptxas. Without a producer
+    // warpgroup, consumer thread 0 issues the loads inside its loop and may skip nothing; a single
+    // consumer warpgroup needs every tile of its CTA (but with a window and kv_multicast, whose
+    // tiles are the cluster's).
+    // A window: the tiles the warpgroup's rows' windows reach are a range inside the CTA's, so the
+    // iterations [cend, end) past its first tile idle too.
+    const int wg_row0 = m_block * T::kBlockM + cw * 64;
+    int wg_kv_end, skip, cend;  // the first key none of its rows sees; iterations [skip, cend) computed
+    if constexpr (T::kWindow) {
+      constexpr bool kTrim = T::kWarpSpecialize && (T::kConsumerWgs > 1 || T::kKvMulticast);
+      const sched::KeyRange wk = sched::window_keys<T::kCausal>(wg_row0, wg_row0 + 64, sk, diag, p.variant.window_left,
+                                                                p.variant.window_right);
+      const sched::KvTiles wt = sched::window_tiles(wk, T::kBlockN);
+      const bool none = wg_row0 >= len_q || wt.n == 0;
+      wg_kv_end = none ? 0 : wk.end;
+      skip = kTrim ? warp_uniform(none ? n : kv_end_tile - (wt.first + wt.n)) : lo;
+      cend = kTrim ? warp_uniform(none ? n : kv_end_tile - wt.first) : end;
+    } else {
+      wg_kv_end = wg_row0 >= len_q ? 0 : T::kCausal ? min(sk, wg_row0 + 64 + diag) : sk;
+      const int skip_all = T::kWarpSpecialize && T::kConsumerWgs > 1
+                           ? warp_uniform(n - (wg_kv_end > 0 ? (wg_kv_end + T::kBlockN - 1) / T::kBlockN : 0))
+                           : 0;
+      // Iterations [lo, skip) idle, [skip, end) computed. A split piece (non-causal) has skip_all 0
+      // or n. No min/max clamp here: ptxas 13.0 fused max(lo, min(skip_all, end)) into a VIMNMX.RELU
+      // whose predicate output then stood in for `skip == end` below, wrongly: every build with
+      // split_tail 0 hung (docs/log/WGMMA.md run 34).
+      skip = w.u < 0 ? skip_all : skip_all > 0 ? end : lo;
+      cend = end;
+    }
+    auto idle_turn = [&](int it) {
+      const Slot sl(it_base + it);
+      mbar_wait(sm.k_full(sl.stage), sl.phase);
+      pp_sync();
+      pp_arrive();
+      release_kv(sm.k_empty(sl.stage));
+      mbar_wait(sm.v_full(sl.stage), sl.phase);
+      release_kv(sm.v_empty(sl.stage));
+    };
+    for (int it = lo; it < skip; ++it) idle_turn(it);
+    q_done(skip == cend);
+    // The first tile this warpgroup computes, kv_end_tile-1-skip, is narrow when the keys its rows
+    // see end within kNarrowN of its start: the ragged end of the keys (s=4096 in tiles of 192
+    // leaves 64), the causal diagonal of a warpgroup whose rows start a tile's span, or a window's
+    // right bound. None when it computes no tile (skip == cend): a split piece's idle warpgroup ends
+    // before the key tiles do, and the test below alone would make it compute past its piece (and
+    // hang).
+    const bool narrow = T::kNarrowN > 0 && skip < cend &&
+                        warp_uniform(min(sk, wg_kv_end) - (kv_end_tile - 1 - skip) * T::kBlockN <= T::kNarrowN);
+    // Mask, softmax and pack of S for tile `tile`, narrow or full width (called with constants).
+    auto s_tile = [&](int tile, bool nar) {
+      if (nar) {
+        finish_scores<T::kNarrowW>(s, needs_mask(tile), tile, row0, t, sk, diag, p.variant);
+        softmax_tile<T::kNarrowW>(s, m, l, factor, p.scale_log2);
+        pack_p<T::kNarrowW>(pa, s);
+      } else {
+        finish_scores(s, needs_mask(tile), tile, row0, t, sk, diag, p.variant);
+        softmax_tile(s, m, l, factor, p.scale_log2);
+        pack_p(pa, s);
+      }
+    };
+
+    if constexpr (!T::kIntraWgOverlap) {
+      auto step = [&](int it, bool nar) {
+        const Slot sl(it_base + it);
+        const int tile = kv_end_tile - 1 - it;
+        mbar_wait(sm.k_full(sl.stage), sl.phase);
+        pp_sync();
+        gemm_qk_w(nar, s, q_desc, k_desc(sl.stage));
+        wgmma_wait<0>();
+        reg_fence(s);
+        q_done(it == cend - 1);
+        pp_arrive();
+        release_kv(sm.k_empty(sl.stage));
+        s_tile(tile, nar);
+        rescale_o(o, factor);
+        wait_v(sl, it);
+        gemm_pv_w(nar, o, pa, v_desc(sl.stage));
+        wgmma_wait<0>();
+        reg_fence(o);
+        release_kv(sm.v_empty(sl.stage));
+        if (!T::kWarpSpecialize && threadIdx.x == 0 && it + T::kStages < n)
+          produce(sm, maps, p, it_base, it + T::kStages, kv_end_tile, head / p.q_per_kv, T::kVarlen ? w.k0 : batch, sk);
+      };
+      int it = skip;
+      if (narrow) step(it++, true);
+      for (; it < cend; ++it) step(it, false);
+    } else if (skip == cend) {
+      pp_sync();  // the turn of the last P.V
+      pp_arrive();
+    } else {
+      // Prologue: S and P of the first tile.
+      auto prologue = [&](bool nar) {
+        const Slot first(it_base + skip);
+        mbar_wait(sm.k_full(first.stage), first.phase);
+        pp_sync();
+        gemm_qk_w(nar, s, q_desc, k_desc(first.stage));
+        pp_arrive();
+        wgmma_wait<0>();
+        reg_fence(s);
+        q_done(skip == cend - 1);
+        release_kv(sm.k_empty(first.stage));
+        s_tile(kv_end_tile - 1 - skip, nar);
+      };
+      // Iteration it: S_j of tile kv_end_tile-1-it beside P.V of the previous tile (narrow if pv_nar).
+      auto step = [&](int it, bool pv_nar) {
+        const Slot sl(it_base + it), prev(it_base + it - 1);
+        const int tile = kv_end_tile - 1 - it;
+        mbar_wait(sm.k_full(sl.stage), sl.phase);
+        pp_sync();
+        gemm_qk(s, q_desc, k_desc(sl.stage));          // S_j
+        wait_v(prev, it - 1);
+        gemm_pv_w(pv_nar, o, pa, v_desc(prev.stage));  // O += P_{j-1} V_{j-1}, in flight ...
+        pp_arrive();
+        wgmma_wait<1>();
+        reg_fence(s);
+        q_done(it == cend - 1);
+        release_kv(sm.k_empty(sl.stage));
+        finish_scores(s, needs_mask(tile), tile, row0, t, sk, diag, p.variant);
+        softmax_tile(s, m, l, factor, p.scale_log2);  // ... while this runs
+        wgmma_wait<0>();
+        reg_fence(o);
+        release_kv(sm.v_empty(prev.stage));
+        rescale_o(o, factor);
+        pack_p(pa, s);
+      };
+      auto last_pv = [&](bool nar) {
+        const Slot last(it_base + cend - 1);
+        wait_v(last, cend - 1);
+        pp_sync();
+        gemm_pv_w(nar, o, pa, v_desc(last.stage));
+        pp_arrive();
+        wgmma_wait<0>();
+        reg_fence(o);
+        release_kv(sm.v_empty(last.stage));
+      };
+      if (narrow) prologue(true);
+      else prologue(false);
+      ATT_MARK(trace_k, 2, clock64());
+      int it = skip + 1;
+      if (narrow && it < cend) step(it++, true);
+      for (; it < cend; ++it) step(it, false);
+      ATT_MARK(trace_k, 3, clock64());
+      if (narrow && skip == cend - 1) last_pv(true);
+      else last_pv(false);
+      ATT_MARK(trace_k, 4, clock64());
+      ATT_MARK(trace_k, 6, cend - skip);
+    }
+    if constexpr (T::kWindow)
+      for (int it = cend; it < end; ++it) idle_turn(it);  // tiles left of the warpgroup's window
+  }
+
+  if (w.u >= 0) split_combine(maps, w, cw, o, m, l);
+  epilogue_pack(o, m, l, sink, row0, head, batch, out);
+  epilogue_sequence(w, out);
+  if (w.u >= 0 && m[0] != m[0]) out.row0 = 1 << 30;  // not the last piece: nothing to store (NaN mark)
+  ATT_MARK(trace_k, 5, clock64());
+}
+
+}  // namespace att
+
+#endif  // ATTNTUNE_FLASH_FWD_WGMMA_MAINLOOP_CUH
