@@ -44,8 +44,41 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 __device__ __forceinline__ void tile_sync(int wn) {
   if constexpr (!T::kWarpTiles) __syncthreads();
   else if constexpr (T::kWarpsM == 1) __syncwarp();
-  else named_sync(1 + wn, 32 * T::kWarpsM);
+  else named_sync(T::kBarKeyGroup + wn, 32 * T::kWarpsM);
 }
+
+// ---- shared memory -------------------------------------------------------------------------------
+
+// The dynamic shared memory: Q (kBlockM rows) at 0, then the ring of kStages stages, each a K tile
+// then a V tile of kBlockN rows (every tile in tile_bytes' layout); after the loop the merge buffer
+// (MergeBuf) over both from 0.
+struct Smem {
+  static constexpr int kQ = 0;
+  static constexpr int kRing = kQ + T::kQBytes;
+  static constexpr int kV = T::kTileBytes;  // a stage's V tile, from its K tile
+  // Stage `stage`'s K tile from the ring's start (the shared memory's + kRing).
+  static __device__ __forceinline__ u32 k_tile(u32 ring, int stage) { return ring + stage * T::kStageBytes; }
+  // A K or V tile is kHeadDim / 64 column blocks of kBlockN rows of kRow bytes (tile_bytes): chunk
+  // ch of row r at tile + (ch >> 3) * kColBlock + r * kRow + ((ch & 7) ^ swizzle) * 16.
+  static constexpr int kRow = 128;
+  static constexpr int kColBlock = T::kBlockN * kRow;
+  static_assert(T::kHeadDim / 64 * kColBlock == T::kTileBytes, "a tile is its column blocks");
+  static_assert(kRing + T::kStages * T::kStageBytes <= T::kSmemBytes, "Q and the ring fit the shared memory");
+  static_assert(T::kStageBytes == 2 * kV, "a stage is a K tile and a V tile");
+  static_assert(kRing % 1024 == 0 && T::kTileBytes % 1024 == 0,
+                "tiles start at 1024-byte multiples (TMA's 128-byte swizzle repeats every 8 rows of 128 bytes)");
+};
+
+// kv_load tma: the ring's mbarriers, 8 bytes each from `base` (a static __shared__ array of
+// 2 * kStages): stage s's full barrier (the producer's transaction) at s, its empty barrier (the
+// consumer warps' release) at kStages + s.
+struct RingBars {
+  static constexpr int kCount = 2 * T::kStages;
+  u32 base;
+  __device__ __forceinline__ u32 full(int stage) const { return base + 8 * stage; }
+  __device__ __forceinline__ u32 empty(int stage) const { return base + 8 * (T::kStages + stage); }
+};
+static_assert(sizeof(unsigned long long) == 8, "an mbarrier is 8 bytes");
 
 // j / page_size for 0 <= j < 2^31 (args.h: page_mul, page_shift).
 __device__ __forceinline__ int page_index(int j, const DecodeParams& p) {
@@ -403,15 +436,13 @@ __device__ __forceinline__ void piece_in_place(const MergeBuf& buf, float* lse, 
   }
 }
 
-// The pieces to merge: split k's partial rows from global row r0, in the workspace (L2).
+// The pieces to merge: piece k's rows from global row r0, in the workspace (L2; split.h's layout).
 struct SplitPieces {
   const DecodeParams& p;
   int r0;
-  __device__ __forceinline__ const float* o(int k) const {
-    return p.part_o + (static_cast<long long>(k) * p.rows_total + r0) * T::kHeadDim;
-  }
+  __device__ __forceinline__ const float* o(int k) const { return p.part_o + piece_o(k, r0, p.rows_total, T::kHeadDim); }
   __device__ __forceinline__ float lse(int k, int r) const {
-    return __ldcg(p.part_lse + static_cast<long long>(k) * p.rows_total + r0 + r);
+    return __ldcg(p.part_lse + piece_lse(k, r0, p.rows_total) + r);
   }
   __device__ __forceinline__ float4 o4(int k, int r, int c4) const {
     return __ldcg(reinterpret_cast<const float4*>(o(k) + r * T::kHeadDim + c4 * 4));
@@ -519,10 +550,10 @@ struct Loader {
       }
     }
   }
-  // K and V rows of tile `tile` of (b, kvh) into the stage at sk (K) and sk + kTileBytes (V); rows
+  // K and V rows of tile `tile` of (b, kvh) into the stage at sk (K) and sk + Smem::kV (V); rows
   // at or past len are zero-filled. Paged: after lookup(b, tile).
   __device__ __forceinline__ void issue(const DecodeParams& p, bool paged, int b, int kvh, int tile, int len, u32 sk) const {
-    const u32 sv = sk + T::kTileBytes;
+    const u32 sv = sk + Smem::kV;
     const elem_t* kg =
         static_cast<const elem_t*>(p.k) + kvh * p.k_stride[1] + (paged ? 0 : b * p.k_stride[0]) + l_ch * 8;
     const elem_t* vg =
@@ -576,7 +607,7 @@ __device__ __forceinline__ void kv_box(u32 dst, const TmaDesc* desc, u32 bar, in
 // per column block of K and of V (rows past seqlen_k zero-filled by TMA). Paged: boxes of
 // p.tma_rows rows (within a page), each lane looking up the pages of its boxes; boxes wholly past
 // len are not issued (the consumers zero what the sequence does not cover).
-__device__ __forceinline__ void tma_producer(const DecodeParams& p, const DecodeMaps& maps, u32 s_ring, u32 bars,
+__device__ __forceinline__ void tma_producer(const DecodeParams& p, const DecodeMaps& maps, u32 s_ring, RingBars bars,
                                              int* tags, int b, int kvh, int t_begin, int n, int len, int lane) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kColBlocks = T::kHeadDim / 64;
@@ -600,18 +631,20 @@ __device__ __forceinline__ void tma_producer(const DecodeParams& p, const Decode
       pg0 = __ldg(bt + page);
       pr0 = j - page * p.page_size;
     }
-    if (round > 0) mbar_wait(bars + 8 * (T::kStages + stage), (round - 1) & 1);
+    if (round > 0) mbar_wait(bars.empty(stage), (round - 1) & 1);
     if (lane == 0) tags[stage] = tile;  // published by the arrive below (release)
     __syncwarp();
-    const u32 full = bars + 8 * stage;
-    const u32 sk = s_ring + stage * T::kStageBytes, sv = sk + T::kTileBytes;
+    const u32 full = bars.full(stage);
+    const u32 sk = Smem::k_tile(s_ring, stage), sv = sk + Smem::kV;
+    // Box x of column block c lands at its rows x * rows of the tile's column block c (TMA swizzles
+    // the rows inside the box).
     if (!paged) {
       if (lane == 0) {
         mbar_arrive_expect_tx(full, T::kStageBytes);
 #pragma unroll
         for (int c = 0; c < kColBlocks; ++c) {
-          kv_box(sk + c * T::kBlockN * 128, &maps.k, full, c * 64, j0, kvh, b, policy);
-          kv_box(sv + c * T::kBlockN * 128, &maps.v, full, c * 64, j0, kvh, b, policy);
+          kv_box(sk + c * Smem::kColBlock, &maps.k, full, c * 64, j0, kvh, b, policy);
+          kv_box(sv + c * Smem::kColBlock, &maps.v, full, c * 64, j0, kvh, b, policy);
         }
       }
     } else {
@@ -626,18 +659,18 @@ __device__ __forceinline__ void tma_producer(const DecodeParams& p, const Decode
         }
 #pragma unroll
         for (int c = 0; c < kColBlocks; ++c) {
-          kv_box(sk + c * T::kBlockN * 128 + x * rows * 128, &maps.k, full, c * 64, pr, kvh, pg, policy);
-          kv_box(sv + c * T::kBlockN * 128 + x * rows * 128, &maps.v, full, c * 64, pr, kvh, pg, policy);
+          kv_box(sk + c * Smem::kColBlock + x * rows * Smem::kRow, &maps.k, full, c * 64, pr, kvh, pg, policy);
+          kv_box(sv + c * Smem::kColBlock + x * rows * Smem::kRow, &maps.v, full, c * 64, pr, kvh, pg, policy);
         }
       }
     }
   }
   // The end: a tag of -1 in the next stage, a plain arrival (no bytes).
   const int stage = t % T::kStages, round = t / T::kStages;
-  if (round > 0) mbar_wait(bars + 8 * (T::kStages + stage), (round - 1) & 1);
+  if (round > 0) mbar_wait(bars.empty(stage), (round - 1) & 1);
   if (lane == 0) {
     tags[stage] = -1;
-    mbar_arrive(bars + 8 * stage);
+    mbar_arrive(bars.full(stage));
   }
 #endif
 }
@@ -650,7 +683,7 @@ __device__ __forceinline__ void merge_if_last(const DecodeParams& p, int b, int 
                                               int rows_here, int tid) {
   __shared__ int s_last;
   if (tid == 0) {
-    int* counter = p.counters + (b * p.heads_kv + kvh) * p.row_blocks + rb;
+    int* counter = p.counters + unit_counter(b, kvh, rb, p.heads_kv, p.row_blocks);
     s_last = atomicAdd(counter, 1) == pieces - 1;
     if (s_last) *counter = 0;
   }
@@ -664,27 +697,24 @@ __device__ __forceinline__ void merge_if_last(const DecodeParams& p, int b, int 
 
 __device__ __forceinline__ void decode_split(const DecodeParams& p, const DecodeMaps& maps, unsigned char* smem) {
   __shared__ float s_lse[T::kClusterMerge ? T::kBlockM : 1];  // clusterN: this split's piece's LSE
-  __shared__ __align__(8) unsigned long long s_bars[T::kKvTma ? 2 * T::kStages : 1];  // TMA: full, empty
+  __shared__ __align__(8) unsigned long long s_bars[T::kKvTma ? RingBars::kCount : 1];  // TMA: full, empty
   __shared__ int s_tags[T::kKvTma ? T::kStages : 1];  // TMA: each stage's tile (-1: no more)
-  const u32 s_q = smem_addr(smem);      // (kBlockM, kHeadDim), swizzled
-  const u32 s_ring = s_q + T::kQBytes;  // kStages x (K tile, V tile), each (kBlockN, kHeadDim)
+  const u32 s_q = smem_addr(smem) + Smem::kQ;
+  const u32 s_ring = s_q - Smem::kQ + Smem::kRing;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp % T::kWarpsM, wn = warp / T::kWarpsM;  // row group, key group
-  // Splits: row-block-major (a split's row blocks, adjacent CTAs, read the same K/V together);
-  // clusterN: split-minor, each kCluster consecutive splits of a unit one cluster (rank = split %
-  // kCluster), from the grid's split count (bind may ask for fewer: the clusters past them exit).
-  const int grid_splits = T::kClusterMerge ? static_cast<int>(gridDim.x) / p.row_blocks : 0;
-  const int split = T::kClusterMerge ? blockIdx.x % grid_splits : blockIdx.x / p.row_blocks;
-  const int rb = T::kClusterMerge ? blockIdx.x / grid_splits : blockIdx.x - split * p.row_blocks;
+  // This CTA's split and row block (split.h; clusterN: from the grid's split count, and bind may
+  // ask for fewer: the clusters past them exit).
+  const SplitCta cta = split_cta<T::kClusterMerge>(blockIdx.x, gridDim.x, p.row_blocks);
+  const int split = cta.split, rb = cta.rb;
   if (split >= p.num_splits) return;  // launched without its workspace: split 0 does it all
   const int kvh = blockIdx.y, b = blockIdx.z;
 
   const int len = seq_len(p, b);
-  const int n_all = (len + T::kBlockN - 1) / T::kBlockN;
-  const int per = (n_all + p.num_splits - 1) / p.num_splits;
-  const int t_begin = split * per;
-  const int n = max(0, min(n_all, t_begin + per) - t_begin);  // this CTA's tiles
+  // This CTA's share of the unit's key tiles (split.h).
+  const TileShare share = split_tiles(unit_tiles(0, len, T::kBlockN), p.num_splits, split);
+  const int t_begin = share.begin, n = share.n;
   const int row0 = rb * T::kBlockM;
   const int rows_here = min(T::kBlockM, p.rows - row0);
   const bool paged = p.block_table != nullptr;
@@ -696,11 +726,11 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
   QFrags qf;
 
   if constexpr (T::kKvTma) {
-    const u32 bars = smem_addr(s_bars);
+    const RingBars bars{smem_addr(s_bars)};
     if (tid == 0) {
       for (int i = 0; i < T::kStages; ++i) {
-        mbar_init(bars + 8 * i, 1);
-        mbar_init(bars + 8 * (T::kStages + i), T::kWarps);
+        mbar_init(bars.full(i), 1);
+        mbar_init(bars.empty(i), T::kWarps);
       }
       mbar_init_fence();
     }
@@ -712,16 +742,16 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
         load_q(p, s_q, b, kvh, row0, rows_here, tid);
         cp_async_commit();
         cp_async_wait<0>();
-        named_sync(1, T::kConsumerThreads);
+        named_sync(T::kBarConsumers, T::kConsumerThreads);
         load_q_frags(qf, s_q, wm, lane);
       }
       const int xr = p.tma_swizzle ? (lane & 7) : 0;
       for (int t = 0;; ++t) {
         const int stage = t % T::kStages;
-        mbar_wait(bars + 8 * stage, (t / T::kStages) & 1);
+        mbar_wait(bars.full(stage), (t / T::kStages) & 1);
         const int tile = *static_cast<volatile int*>(s_tags + stage);
         if (tile < 0) break;
-        const u32 k_tile = s_ring + stage * T::kStageBytes + wn * T::kWarpKeys * 128;
+        const u32 k_tile = Smem::k_tile(s_ring, stage) + wn * T::kWarpKeys * Smem::kRow;  // this warp's key slice
         const int kw0 = tile * T::kBlockN + wn * T::kWarpKeys;
         // Keys of this warp's slice past the sequence: their V rows may hold anything (rows the
         // boxes did not cover, or K/V past len): zero them (P is 0 there, but 0 * NaN is NaN).
@@ -730,20 +760,18 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
           const int first = max(0, T::kWarpKeys - past);
           for (int c = lane; c < (T::kWarpKeys - first) * T::kChunks; c += 32) {
             const int r = first + c / T::kChunks, ch = c % T::kChunks;
-            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(k_tile + T::kTileBytes +
-                                                                            (ch >> 3) * T::kBlockN * 128 + r * 128 +
-                                                                            ((ch & 7) << 4)),
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(k_tile + Smem::kV + (ch >> 3) * Smem::kColBlock + r * Smem::kRow + ((ch & 7) << 4)),
                          "r"(0)
                          : "memory");
           }
           __syncwarp();
         }
         if (DECODE_X_SKIP_MATH != 1)
-          process_tile(acc, qf, s_q, k_tile, k_tile + T::kTileBytes, kw0, lim, p.scale_log2, wm, lane, xr);
+          process_tile(acc, qf, s_q, k_tile, k_tile + Smem::kV, kw0, lim, p.scale_log2, wm, lane, xr);
         // The generic-proxy zeros before TMA's next writes to the stage.
         if (past > 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncwarp();
-        if (lane == 0) mbar_arrive(bars + 8 * (T::kStages + stage));
+        if (lane == 0) mbar_arrive(bars.empty(stage));
       }
     }
   } else {
@@ -756,7 +784,7 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
 #pragma unroll
     for (int s = 0; s < T::kStages - 1; ++s) {
       if (s < n) {
-        ld.issue(p, paged, b, kvh, t_begin + s, len, s_ring + s * T::kStageBytes);
+        ld.issue(p, paged, b, kvh, t_begin + s, len, Smem::k_tile(s_ring, s));
         if (paged && s + 1 < n) ld.lookup(p, b, t_begin + s + 1, len);
       }
       cp_async_commit();
@@ -771,12 +799,12 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
       cp_async_wait<T::kStages - 2>();  // tile t landed (this thread's copies) ...
       tile_sync(wn);                    // ... and the group's; slot (t - 1) % kStages is free
       if (t + T::kStages - 1 < n) {
-        ld.issue(p, paged, b, kvh, t_begin + t + T::kStages - 1, len, s_ring + slot_issue * T::kStageBytes);
+        ld.issue(p, paged, b, kvh, t_begin + t + T::kStages - 1, len, Smem::k_tile(s_ring, slot_issue));
         if (paged && t + T::kStages < n) ld.lookup(p, b, t_begin + t + T::kStages, len);
       }
       cp_async_commit();
-      const u32 k_tile = s_ring + slot * T::kStageBytes + wn * T::kWarpKeys * 128;
-      process_tile(acc, qf, s_q, k_tile, k_tile + T::kTileBytes, (t_begin + t) * T::kBlockN + wn * T::kWarpKeys, lim,
+      const u32 k_tile = Smem::k_tile(s_ring, slot) + wn * T::kWarpKeys * Smem::kRow;  // this warp's key slice
+      process_tile(acc, qf, s_q, k_tile, k_tile + Smem::kV, (t_begin + t) * T::kBlockN + wn * T::kWarpKeys, lim,
                    p.scale_log2, wm, lane, lane & 7);
       slot = slot + 1 == T::kStages ? 0 : slot + 1;
       slot_issue = slot_issue + 1 == T::kStages ? 0 : slot_issue + 1;
@@ -805,7 +833,8 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
     // and the last cluster of the unit to finish merges the pieces, as combine: last_cta does.
     piece_in_place(buf, s_lse, rows_here, tid);
     cluster_sync_acq_rel();
-    const int rank = split % T::kCluster, group = split / T::kCluster, groups = p.num_splits / T::kCluster;
+    const int rank = split_rank(split, T::kCluster), group = split_piece(split, T::kCluster),
+              groups = split_pieces(p.num_splits, T::kCluster);
     const ClusterPieces pieces{smem_addr(buf.o), smem_addr(s_lse)};
     if (groups == 1) {
       combine_rows(p, r_base, rows_here, pieces, T::kCluster, tid * T::kCluster + rank, T::kThreads * T::kCluster);
@@ -813,8 +842,8 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
       return;
     }
     combine_rows(p, r_base, rows_here, pieces, T::kCluster, tid * T::kCluster + rank, T::kThreads * T::kCluster,
-                 PieceSink{p.part_o + (static_cast<long long>(group) * p.rows_total + r_base) * T::kHeadDim,
-                           p.part_lse + static_cast<long long>(group) * p.rows_total + r_base});
+                 PieceSink{p.part_o + piece_o(group, r_base, p.rows_total, T::kHeadDim),
+                           p.part_lse + piece_lse(group, r_base, p.rows_total)});
     __threadfence();         // this thread's part of the piece, before the cluster's arrival ...
     cluster_sync_acq_rel();  // ... and every remote read done: the other CTAs may exit
     if (rank == 0) merge_if_last(p, b, kvh, rb, groups, r_base, rows_here, tid);
@@ -824,8 +853,8 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
     store_final(p, buf, b, kvh, row0, rows_here, tid);
     return;
   }
-  store_piece(buf, p.part_o + (static_cast<long long>(split) * p.rows_total + r_base) * T::kHeadDim,
-              p.part_lse + static_cast<long long>(split) * p.rows_total + r_base, rows_here, tid);
+  store_piece(buf, p.part_o + piece_o(split_piece(split, T::kCluster), r_base, p.rows_total, T::kHeadDim),
+              p.part_lse + piece_lse(split_piece(split, T::kCluster), r_base, p.rows_total), rows_here, tid);
   if constexpr (T::kLastCta) {
     __threadfence();
     __syncthreads();
