@@ -15,7 +15,13 @@
 // (cache_seqlens), so ragged batches keep every split busy; a split past the end of a short
 // sequence writes an empty partial (O 0, LSE -inf). Rows that see no key output zeros and LSE
 // -inf.
+//
+// Variants (README.md): a window build splits only the keys its unit's windows span and masks
+// each row's window in the tiles that cross a bound; a soft-cap build caps each raw score before
+// masking; a sinks build adds each head's sink where a row's output is made (the unsplit epilogue
+// or the merge into the output), never to a piece.
 #include "../common/ptx_sm90.cuh"
+#include "../common/variants.cuh"
 #include "args.h"
 #include "traits.cuh"
 
@@ -115,12 +121,41 @@ __device__ __forceinline__ void acc_reset(Acc& a) {
 }
 
 // Keys j < lim are visible to the thread's rows; keys below `unmasked` to every row of the CTA.
-struct Limits {
+// Window builds (LimitsOf<true>): keys j >= beg only, and keys in [full_from, unmasked) to every
+// row. (A type of its own: the window's fields in every build's Limits changed plain builds' SASS.)
+template <bool kWindow>
+struct LimitsOf {
   int lim[T::kMw][2];
   int unmasked;
 };
+template <>
+struct LimitsOf<true> {
+  int lim[T::kMw][2];
+  int unmasked;
+  int beg[T::kMw][2];
+  int full_from;
+};
+using Limits = LimitsOf<T::kWindow>;
 
-__device__ __forceinline__ void row_limits(Limits& L, const DecodeParams& p, int row0, int len, int wm, int g) {
+template <class Lim>
+__device__ __forceinline__ void row_limits(Lim& L, const DecodeParams& p, int row0, int len, int wm, int g) {
+  if constexpr (T::kWindow) {
+    // Row r of the unit is query i = r % seqlen_q (padding rows past p.rows too: their outputs are
+    // never stored), bottom-right aligned in its sequence of len keys (common/variants.cuh). The
+    // bounds grow with i: row 0's end is the first, row seqlen_q - 1's beginning the last.
+    const int diag = len - p.seqlen_q;
+#pragma unroll
+    for (int m = 0; m < T::kMw; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = (row0 + (wm * T::kMw + m) * 16 + g + 8 * h) % p.seqlen_q;
+        L.beg[m][h] = key_begin<true>(i, diag, len, p.variant);
+        L.lim[m][h] = key_end<T::kCausal, true>(i, diag, len, p.variant);
+      }
+    L.unmasked = key_end<T::kCausal, true>(0, diag, len, p.variant);
+    L.full_from = key_begin<true>(p.seqlen_q - 1, diag, len, p.variant);
+    return;
+  }
 #pragma unroll
   for (int m = 0; m < T::kMw; ++m)
 #pragma unroll
@@ -162,9 +197,12 @@ __device__ __forceinline__ void load_q_frags(QFrags& qf, u32 q_smem, int wm, int
 }
 
 // One tile: S = Q K^T over this warp's kWarpKeys keys (first key kw0) of the tile at k_tile (the
-// warp's rows of it), mask, online softmax, O += P V. xr: the K/V tiles' swizzle (lane % 8, or 0).
+// warp's rows of it), soft-cap, mask, online softmax, O += P V. xr: the K/V tiles' swizzle (lane %
+// 8, or 0).
+template <class Lim>
 __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_smem, u32 k_tile, u32 v_tile, int kw0,
-                                             const Limits& L, float scale_log2, int wm, int lane, int xr) {
+                                             const Lim& L, float scale_log2, const VariantParams& v, int wm, int lane,
+                                             int xr) {
   const int tq = lane & 3;
   float s[T::kMw][T::kKeyTiles][4];
 #pragma unroll
@@ -205,16 +243,28 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
   for (int nt = 0; nt < T::kKeyTiles; ++nt) a.o[0][nt][0] += s[0][nt][0] + s[0][nt][1] + s[0][nt][2] + s[0][nt][3];
   return;
 #endif
-  // Scale to log2 units; mask keys past the sequence (and, causal, right of the diagonal).
-  const bool full = kw0 + T::kWarpKeys <= L.unmasked;
+  // Scale to log2 units; mask keys past the sequence (and, causal, right of the diagonal; window
+  // builds, outside each row's window). Only a tile that crosses a bound is masked per element.
+  // Soft-cap builds cap the raw score first: c * tanh(q.k * scale / c) in log2 units is cap2 *
+  // tanh(q.k * softcap_scale), cap2 = c * log2(e) (a soft-cap call's scale_log2 is log2(e)).
+  bool full = kw0 + T::kWarpKeys <= L.unmasked;
+  if constexpr (T::kWindow) full = full && kw0 >= L.full_from;
+  const float cap2 = T::kSoftcap ? v.softcap * scale_log2 : 0.f;
 #pragma unroll
   for (int m = 0; m < T::kMw; ++m)
 #pragma unroll
     for (int nt = 0; nt < T::kKeyTiles; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = s[m][nt][e] * scale_log2;
-        if (!full && kw0 + nt * 8 + 2 * tq + (e & 1) >= L.lim[m][e >> 1]) x = neg_inf();
+        float x;
+        if constexpr (T::kSoftcap) x = cap2 * tanh_accurate(s[m][nt][e] * v.softcap_scale);
+        else x = s[m][nt][e] * scale_log2;
+        if constexpr (T::kWindow) {
+          const int col = kw0 + nt * 8 + 2 * tq + (e & 1);
+          if (!full && (col >= L.lim[m][e >> 1] || col < L.beg[m][e >> 1])) x = neg_inf();
+        } else {
+          if (!full && kw0 + nt * 8 + 2 * tq + (e & 1) >= L.lim[m][e >> 1]) x = neg_inf();
+        }
         s[m][nt][e] = x;
       }
 
@@ -287,27 +337,33 @@ struct MergeBuf {
   __device__ __forceinline__ explicit MergeBuf(float* base)
       : o(base), m(base + kSlots * T::kBlockM * T::kOStride), l(m + T::kWarpsN * T::kBlockM) {}
   // Row r's weights: slot w's O times f[w] summed is the normalized output; lse in natural log
-  // (-inf and f = 0: the row saw no key).
+  // (-inf and f = 0: the row saw no key). kSink: the row's head's sink logit (sink2, log2 units;
+  // -inf: none) joins its softmax as one more term of value 0: 2^(sink2 - top) adds to the sum,
+  // top = max(the row's max, sink2) (common/variants.cuh's sink_finish).
   struct Row {
     float f[kSlots];
     float lse;
   };
-  __device__ __forceinline__ Row row(int r) const {
+  template <bool kSink = false>
+  __device__ __forceinline__ Row row(int r, float sink2 = 0.f) const {
     Row R;
     float mx = neg_inf();
 #pragma unroll
     for (int w = 0; w < T::kWarpsN; ++w) mx = fmaxf(mx, m[w * T::kBlockM + r]);
+    float top = mx;
+    if constexpr (kSink) top = fmaxf(mx, sink2);
     float sum = 0.f;
 #pragma unroll
     for (int w = 0; w < kSlots; ++w) {
       const float mw = kSlotMerge ? m[w * T::kBlockM + r] : mx;
-      R.f[w] = mw == neg_inf() ? 0.f : ex2(mw - mx);
+      R.f[w] = mw == neg_inf() ? 0.f : ex2(mw - top);
       sum = fmaf(l[w * T::kBlockM + r], R.f[w], sum);
     }
+    if constexpr (kSink) sum += sink2 == neg_inf() ? 0.f : ex2(sink2 - top);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
     for (int w = 0; w < kSlots; ++w) R.f[w] *= inv;
-    R.lse = sum > 0.f ? (mx + lg2(sum)) * kLn2 : neg_inf();
+    R.lse = sum > 0.f ? (top + lg2(sum)) * kLn2 : neg_inf();
     return R;
   }
   // Four normalized columns c .. c + 3 of row r.
@@ -389,12 +445,25 @@ __device__ __forceinline__ void merge_warps(Acc& a, const MergeBuf& buf, int wm,
   }
 }
 
+// Query head `head`'s sink logit in log2 units (sinks builds).
+__device__ __forceinline__ float sink_log2(const DecodeParams& p, int head) {
+  return __ldg(p.variant.sinks + head) * kLog2e;
+}
+
+// Row r's weights for the output (not a piece): with sinks, its head's sink joins the row's
+// softmax here, once (a piece of a split never includes it).
+__device__ __forceinline__ MergeBuf::Row final_row(const DecodeParams& p, const MergeBuf& buf, int kvh, int row0,
+                                                   int r) {
+  if constexpr (T::kSinks) return buf.row<true>(r, sink_log2(p, kvh * p.group + (row0 + r) / p.seqlen_q));
+  else return buf.row(r);
+}
+
 // O and LSE of the unit's rows row0 .. row0 + rows_here - 1 from a merged buffer.
 __device__ __forceinline__ void store_final(const DecodeParams& p, const MergeBuf& buf, int b, int kvh, int row0,
                                             int rows_here, int tid) {
   for (int c = tid; c < rows_here * T::kChunks; c += T::kThreads) {
     const int r = c / T::kChunks, ch = c - r * T::kChunks;
-    const MergeBuf::Row R = buf.row(r);
+    const MergeBuf::Row R = final_row(p, buf, kvh, row0, r);
     const float4 lo = buf.cols4(R, r, ch * 8), hi = buf.cols4(R, r, ch * 8 + 4);
     uint4 out;
     out.x = pack2<T::kBf16>(lo.x, lo.y);
@@ -408,7 +477,7 @@ __device__ __forceinline__ void store_final(const DecodeParams& p, const MergeBu
   }
   if (p.lse) {
     const int r_base = (b * p.heads_q + kvh * p.group) * p.seqlen_q + row0;
-    for (int r = tid; r < rows_here; r += T::kThreads) p.lse[r_base + r] = buf.row(r).lse;
+    for (int r = tid; r < rows_here; r += T::kThreads) p.lse[r_base + r] = final_row(p, buf, kvh, row0, r).lse;
   }
 }
 
@@ -466,8 +535,10 @@ __device__ __forceinline__ float ClusterPieces::lse(int, int) const { return 0.f
 __device__ __forceinline__ float4 ClusterPieces::o4(int, int, int) const { return make_float4(0.f, 0.f, 0.f, 0.f); }
 #endif
 
-// Where a merge goes: the output (O in the call's dtype and layout, LSE if asked) ...
+// Where a merge goes: the output (O in the call's dtype and layout, LSE if asked; kFinal: the
+// sinks join here) ...
 struct OutSink {
+  static constexpr bool kFinal = true;
   __device__ __forceinline__ void put(const DecodeParams& p, int row, int, int c4, float4 v, float lse) const {
     if (c4 == 0 && p.lse) p.lse[row] = lse;
     const int bh = row / p.seqlen_q, i = row - bh * p.seqlen_q;
@@ -482,6 +553,7 @@ struct OutSink {
 // ... or a piece of the workspace (normalized fp32 rows of kHeadDim at po, LSE at pl, from the
 // merge's first row): combine clusterN with several clusters a unit.
 struct PieceSink {
+  static constexpr bool kFinal = false;
   float* po;
   float* pl;
   __device__ __forceinline__ void put(const DecodeParams&, int, int r, int c4, float4 v, float lse) const {
@@ -494,7 +566,8 @@ struct PieceSink {
 // lse(k, r)) into `sink` (O and LSE, or a piece): one pass, each thread a (row, 4 columns) item
 // with an online max over the pieces, so its loads of 16 pieces are in flight together (one
 // round trip, no barrier). The weight of piece k is exp(lse_k - max); no piece with a key (every
-// lse -inf): zeros and -inf.
+// lse -inf): zeros and -inf. Into the output (Sink::kFinal) of a sinks build, the row's head's
+// sink is one more piece, LSE s_h and O = 0 (so it joins each row once: a piece never has it).
 template <class Pieces, class Sink = OutSink>
 __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int nrows, const Pieces& pieces, int count,
                                              int tid, int nthreads, const Sink& sink = Sink{}) {
@@ -502,6 +575,10 @@ __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int 
   for (int it = tid; it < nrows * kQuads; it += nthreads) {
     const int r = it / kQuads, c4 = it - r * kQuads, row = r0 + r;
     float mx = neg_inf(), sum = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    if constexpr (T::kSinks && Sink::kFinal) {
+      mx = sink_log2(p, (row / p.seqlen_q) % p.heads_q);
+      sum = mx == neg_inf() ? 0.f : 1.f;
+    }
 #pragma unroll 16
     for (int k = 0; k < count; ++k) {
       const float v = pieces.lse(k, r) * kLog2e;
@@ -537,13 +614,17 @@ struct Loader {
 #pragma unroll
     for (int i = 0; i < T::kPasses; ++i) pg[i] = pr[i] = 0;
   }
-  // Paged: the pages of tile `tile` of sequence b (len keys).
-  __device__ __forceinline__ void lookup(const DecodeParams& p, int b, int tile, int len) {
+  // Paged: the pages of tile `tile` of sequence b (len keys; window builds, the unit's keys from kb:
+  // no block-table entry of a page wholly before the window is read, as a cache may have let
+  // those pages go).
+  __device__ __forceinline__ void lookup(const DecodeParams& p, int b, int tile, int len, int kb) {
     const int* bt = p.block_table + static_cast<long long>(b) * p.max_blocks_per_seq;
 #pragma unroll
     for (int i = 0; i < T::kPasses; ++i) {
       const int j = tile * T::kBlockN + l_row + i * T::kRowsPerPass;
-      if (j < len) {
+      bool in = j < len;
+      if constexpr (T::kWindow) in = in && j >= kb;
+      if (in) {
         const int page = page_index(j, p);
         pg[i] = __ldg(bt + page);
         pr[i] = j - page * p.page_size;
@@ -551,8 +632,10 @@ struct Loader {
     }
   }
   // K and V rows of tile `tile` of (b, kvh) into the stage at sk (K) and sk + Smem::kV (V); rows
-  // at or past len are zero-filled. Paged: after lookup(b, tile).
-  __device__ __forceinline__ void issue(const DecodeParams& p, bool paged, int b, int kvh, int tile, int len, u32 sk) const {
+  // at or past len (window builds: before kb, the unit's first key) are zero-filled, never read.
+  // Paged: after lookup(b, tile).
+  __device__ __forceinline__ void issue(const DecodeParams& p, bool paged, int b, int kvh, int tile, int len, int kb,
+                                        u32 sk) const {
     const u32 sv = sk + Smem::kV;
     const elem_t* kg =
         static_cast<const elem_t*>(p.k) + kvh * p.k_stride[1] + (paged ? 0 : b * p.k_stride[0]) + l_ch * 8;
@@ -561,7 +644,8 @@ struct Loader {
 #pragma unroll
     for (int i = 0; i < T::kPasses; ++i) {
       const int row = l_row + i * T::kRowsPerPass, j = tile * T::kBlockN + row;
-      const bool valid = j < len;
+      bool valid = j < len;
+      if constexpr (T::kWindow) valid = valid && j >= kb;
       long long ko, vo;
       if (paged) {
         ko = pg[i] * p.k_stride[0] + pr[i] * p.k_stride[2];
@@ -606,9 +690,11 @@ __device__ __forceinline__ void kv_box(u32 dst, const TmaDesc* desc, u32 bar, in
 // no faster: README.md.) Contiguous: one box of (64, kBlockN) rows
 // per column block of K and of V (rows past seqlen_k zero-filled by TMA). Paged: boxes of
 // p.tma_rows rows (within a page), each lane looking up the pages of its boxes; boxes wholly past
-// len are not issued (the consumers zero what the sequence does not cover).
+// len are not issued, nor (window builds) those wholly before the unit's first key kb, whose pages
+// a cache may have let go (the consumers zero what the sequence and the window do not cover).
 __device__ __forceinline__ void tma_producer(const DecodeParams& p, const DecodeMaps& maps, u32 s_ring, RingBars bars,
-                                             int* tags, int b, int kvh, int t_begin, int n, int len, int lane) {
+                                             int* tags, int b, int kvh, int t_begin, int n, int len, int kb,
+                                             int lane) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kColBlocks = T::kHeadDim / 64;
   const bool paged = p.block_table != nullptr;
@@ -624,10 +710,12 @@ __device__ __forceinline__ void tma_producer(const DecodeParams& p, const Decode
     const int j0 = tile * T::kBlockN;
     const int here = min(T::kBlockN, len - j0);  // keys of the tile in the sequence (>= 1)
     const int issued = paged ? (here + rows - 1) / rows : 1;
+    int skip = 0;  // paged, window builds: the boxes wholly before kb
+    if constexpr (T::kWindow) skip = paged && kb > j0 ? (kb - j0) / rows : 0;
     // This lane's first box's page, looked up before the wait so the table's latency overlaps it.
     int pg0 = 0, pr0 = 0;
-    if (paged && lane < issued) {
-      const int j = j0 + lane * rows, page = page_index(j, p);
+    if (paged && skip + lane < issued) {
+      const int j = j0 + (skip + lane) * rows, page = page_index(j, p);
       pg0 = __ldg(bt + page);
       pr0 = j - page * p.page_size;
     }
@@ -648,11 +736,11 @@ __device__ __forceinline__ void tma_producer(const DecodeParams& p, const Decode
         }
       }
     } else {
-      if (lane == 0) mbar_arrive_expect_tx(full, static_cast<u32>(issued * rows * T::kRowBytes * 2));
+      if (lane == 0) mbar_arrive_expect_tx(full, static_cast<u32>((issued - skip) * rows * T::kRowBytes * 2));
       __syncwarp();
-      for (int x = lane; x < issued; x += 32) {
+      for (int x = skip + lane; x < issued; x += 32) {
         int pg = pg0, pr = pr0;
-        if (x != lane) {
+        if (x != skip + lane) {
           const int j = j0 + x * rows, page = page_index(j, p);
           pg = __ldg(bt + page);
           pr = j - page * p.page_size;
@@ -712,8 +800,16 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
   const int kvh = blockIdx.y, b = blockIdx.z;
 
   const int len = seq_len(p, b);
-  // This CTA's share of the unit's key tiles (split.h).
-  const TileShare share = split_tiles(unit_tiles(0, len, T::kBlockN), p.num_splits, split);
+  // The unit's keys [kb, len) and this CTA's share of their tiles (split.h): every key but in
+  // window builds, whose splits share only what the rows' windows span, as evenly as it goes.
+  int kb = 0;
+  TileShare share;
+  if constexpr (T::kWindow) {
+    kb = unit_first_key(len, p.seqlen_q, p.variant.window_left);
+    share = split_tiles_even(unit_tiles(kb, len, T::kBlockN), p.num_splits, split);
+  } else {
+    share = split_tiles(unit_tiles(0, len, T::kBlockN), p.num_splits, split);
+  }
   const int t_begin = share.begin, n = share.n;
   const int row0 = rb * T::kBlockM;
   const int rows_here = min(T::kBlockM, p.rows - row0);
@@ -736,7 +832,7 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
     }
     __syncthreads();
     if (warp == T::kWarps) {
-      tma_producer(p, maps, s_ring, bars, s_tags, b, kvh, t_begin, n, len, lane);
+      tma_producer(p, maps, s_ring, bars, s_tags, b, kvh, t_begin, n, len, kb, lane);
     } else {
       if (!DECODE_X_SKIP_Q) {
         load_q(p, s_q, b, kvh, row0, rows_here, tid);
@@ -766,10 +862,25 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
           }
           __syncwarp();
         }
+        // Window builds: the slice's keys before the unit's first: their boxes were not issued
+        // (paged) or hold keys no row sees, whatever they are: zero their V rows too.
+        int before = 0;
+        if constexpr (T::kWindow) {
+          before = min(kb - kw0, T::kWarpKeys);
+          if (before > 0) {
+            for (int c = lane; c < before * T::kChunks; c += 32) {
+              const int r = c / T::kChunks, ch = c % T::kChunks;
+              asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(k_tile + Smem::kV + (ch >> 3) * Smem::kColBlock + r * Smem::kRow + ((ch & 7) << 4)),
+                           "r"(0)
+                           : "memory");
+            }
+            __syncwarp();
+          }
+        }
         if (DECODE_X_SKIP_MATH != 1)
-          process_tile(acc, qf, s_q, k_tile, k_tile + Smem::kV, kw0, lim, p.scale_log2, wm, lane, xr);
+          process_tile(acc, qf, s_q, k_tile, k_tile + Smem::kV, kw0, lim, p.scale_log2, p.variant, wm, lane, xr);
         // The generic-proxy zeros before TMA's next writes to the stage.
-        if (past > 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if (past > 0 || before > 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncwarp();
         if (lane == 0) mbar_arrive(bars.empty(stage));
       }
@@ -780,12 +891,12 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
 
     Loader ld;
     ld.init(T::kWarpTiles ? tid - wn * T::kWarpsM * 32 : tid, wn);
-    if (paged && n > 0) ld.lookup(p, b, t_begin, len);
+    if (paged && n > 0) ld.lookup(p, b, t_begin, len, kb);
 #pragma unroll
     for (int s = 0; s < T::kStages - 1; ++s) {
       if (s < n) {
-        ld.issue(p, paged, b, kvh, t_begin + s, len, Smem::k_tile(s_ring, s));
-        if (paged && s + 1 < n) ld.lookup(p, b, t_begin + s + 1, len);
+        ld.issue(p, paged, b, kvh, t_begin + s, len, kb, Smem::k_tile(s_ring, s));
+        if (paged && s + 1 < n) ld.lookup(p, b, t_begin + s + 1, len, kb);
       }
       cp_async_commit();
     }
@@ -799,13 +910,13 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
       cp_async_wait<T::kStages - 2>();  // tile t landed (this thread's copies) ...
       tile_sync(wn);                    // ... and the group's; slot (t - 1) % kStages is free
       if (t + T::kStages - 1 < n) {
-        ld.issue(p, paged, b, kvh, t_begin + t + T::kStages - 1, len, Smem::k_tile(s_ring, slot_issue));
-        if (paged && t + T::kStages < n) ld.lookup(p, b, t_begin + t + T::kStages, len);
+        ld.issue(p, paged, b, kvh, t_begin + t + T::kStages - 1, len, kb, Smem::k_tile(s_ring, slot_issue));
+        if (paged && t + T::kStages < n) ld.lookup(p, b, t_begin + t + T::kStages, len, kb);
       }
       cp_async_commit();
       const u32 k_tile = Smem::k_tile(s_ring, slot) + wn * T::kWarpKeys * Smem::kRow;  // this warp's key slice
       process_tile(acc, qf, s_q, k_tile, k_tile + Smem::kV, (t_begin + t) * T::kBlockN + wn * T::kWarpKeys, lim,
-                   p.scale_log2, wm, lane, lane & 7);
+                   p.scale_log2, p.variant, wm, lane, lane & 7);
       slot = slot + 1 == T::kStages ? 0 : slot + 1;
       slot_issue = slot_issue + 1 == T::kStages ? 0 : slot_issue + 1;
     }

@@ -71,7 +71,7 @@ struct FlashDecodeLaunch {
 
   // The call's shape as the kernels see it; 0, or 1 with the reason.
   struct Shape {
-    long long rows_total, units, tiles;
+    long long rows_total, units, keys, tiles;
     int group, rows, row_blocks;
   };
   int shape(const Call& c, Shape* s, Why* why) const {
@@ -119,7 +119,10 @@ struct FlashDecodeLaunch {
     if (s->rows_total >= (1LL << 31))
       return refuse(why, "flash_decode: batch * heads_q * seqlen_q = %lld rows is 2^31 or more", s->rows_total);
     s->units = static_cast<long long>(c.batch) * c.heads_kv * s->row_blocks;
-    s->tiles = att::unit_tiles_max(c.seqlen_k, c.seqlen_q, -1, block_n);
+    // A window build splits only the keys its rows' windows span (at most: the host reads no
+    // cache_seqlens); the kernels share out their own sequence's.
+    s->keys = att::unit_keys_max(c.seqlen_k, c.seqlen_q, variants.window ? c.window_left : -1);
+    s->tiles = ceil_div(s->keys, block_n);
     return 0;
   }
 
@@ -127,7 +130,10 @@ struct FlashDecodeLaunch {
     Shape s;
     if (shape(call, &s, why)) return 1;
     if (s.rows_total == 0) return 0;  // nothing to compute: no launch
-    const int splits = att::grid_splits(att::decode_splits(s.units, s.tiles, device.sm_count, ctas_per_sm), cluster);
+    // The wave model (split.h): over tiles, or for a window build's even shares over keys.
+    const int want = variants.window ? att::decode_splits_keys(s.units, s.keys, block_n, device.sm_count, ctas_per_sm)
+                                     : att::decode_splits(s.units, s.tiles, device.sm_count, ctas_per_sm);
+    const int splits = att::grid_splits(want, cluster);
     const long long grid_x = static_cast<long long>(splits) * s.row_blocks;
     if (grid_x > 2147483647LL) return refuse(why, "flash_decode: grid.x %lld exceeds 2^31 - 1", grid_x);
     p->launches = 1;
@@ -190,6 +196,12 @@ struct FlashDecodeLaunch {
     att::DecodeParams d;
     std::memset(&d, 0, sizeof d);
     fill_tensor_args(c, &d);
+    // A window side of seqlen_k + seqlen_q keys or more reaches past every row's keys, as an
+    // unbounded one does; clamped there, the kernels' i + diag -/+ side stays far from int overflow
+    // (a side of 2^31 - 1 would wrap).
+    const long long side_max = static_cast<long long>(c.seqlen_k) + c.seqlen_q;
+    if (d.variant.window_left > side_max) d.variant.window_left = static_cast<int>(side_max);
+    if (d.variant.window_right > side_max) d.variant.window_right = static_cast<int>(side_max);
     if (c.entry == kEntryKvcache) {
       d.cache_seqlens = c.cache_seqlens;
       d.block_table = c.block_table;

@@ -109,29 +109,25 @@ ATT_SPLIT_FN TileShare split_tiles(UnitTiles u, int splits, int split) {
   const int begin = split * per;
   return TileShare{u.first + begin, split_max(0, split_min(u.count, begin + per) - begin)};
 }
-// As evenly as they go, the remainder one each to the first splits: window builds, whose plan
-// counts the tiles a window straddles at worst (unit_tiles_max) while the kernel counts those of
-// its own sequence's window, one fewer where it is aligned: every split still takes a share.
+// As evenly as they go, the remainder one each to the first splits (the first holds the window's
+// partial first tile): window builds, whose plan counts keys (decode_splits_keys), so a unit's
+// tile count rarely divides by the split count.
 ATT_SPLIT_FN TileShare split_tiles_even(UnitTiles u, int splits, int split) {
   const int base = u.count / splits, extra = u.count - base * splits;
   const int begin = split * base + (split < extra ? split : extra);
   return TileShare{u.first + begin, base + (split < extra ? 1 : 0)};
 }
 
-// The host's count of a unit's tiles, for the split count (the plan reads no cache_seqlens): the
-// most tiles of block_n keys that the keys of a unit of a sequence of at most seqlen_k keys
-// straddle: ceil(seqlen_k / block_n); with a window (window_left >= 0) no more than a span of
-// min(seqlen_k, window_left + seqlen_q) keys straddles wherever it falls.
-ATT_SPLIT_FN long long unit_tiles_max(long long seqlen_k, int seqlen_q, int window_left, int block_n) {
-  const long long all = (seqlen_k + block_n - 1) / block_n;
-  if (window_left < 0 || seqlen_k <= 0) return all;
-  const long long want = static_cast<long long>(window_left) + seqlen_q;
-  const long long span = want < seqlen_k ? want : seqlen_k;
-  const long long straddled = (span + 2LL * block_n - 2) / block_n;  // ceil((span + block_n - 1) / block_n)
-  return straddled < all ? straddled : all;
+// The host's count of a unit's keys, for the split count (the plan reads no cache_seqlens): the most
+// keys a unit of a sequence of at most seqlen_k keys sees: seqlen_k; with a window (window_left >=
+// 0), no more than its rows' windows span, window_left + seqlen_q (len - unit_first_key).
+ATT_SPLIT_FN long long unit_keys_max(long long seqlen_k, int seqlen_q, int window_left) {
+  if (window_left < 0) return seqlen_k;
+  const long long span = static_cast<long long>(window_left) + seqlen_q;
+  return span < seqlen_k ? span : seqlen_k;
 }
 
-// The split count for `units` work units of `tiles` K/V tiles each (unit_tiles_max), on a device
+// The split count for `units` work units of `tiles` K/V tiles each (ceil(unit_keys_max / block_n)), on a device
 // of sm_count SMs running ctas_per_sm CTAs each (slots = sm_count * ctas_per_sm): among the split
 // counts s that leave no split empty (s = ceil(tiles / ceil(tiles / s))), up to min(tiles,
 // kDecodeMaxSplits), the one that minimizes ceil(units * s / slots) * (ceil(tiles / s) + cost) +
@@ -151,6 +147,31 @@ ATT_SPLIT_FN int decode_splits(long long units, long long tiles, int sm_count, i
     const long long per = (tiles + s - 1) / s, used = (tiles + per - 1) / per;
     if (used != s) continue;  // the same as `used` splits
     const long long t = (units * s + slots - 1) / slots * (per + cost) + (s > 1 ? cost : 0);
+    if (best < 0 || t < best) {
+      best = t;
+      best_s = s;
+    }
+  }
+  return static_cast<int>(best_s);
+}
+
+// Window builds: the same wave model over the unit's keys (unit_keys_max) rather than its tiles,
+// for split_tiles_even's shares: a split's cost is ceil(keys / s) keys plus `cost` tiles of
+// block_n keys, for s up to ceil(keys / block_n) (and kDecodeMaxSplits). A window's keys rarely
+// fill whole tiles (Mistral's 4096 keys left of the diagonal are 4097 keys, 65 tiles of 64 at
+// most): counted in tiles, the split count fell from 16 to 13 CTAs a unit of 5 tiles each against
+// 4 of 4096 keys; counted in keys it stays 16, the first split taking the window's partial first
+// tile beside 4 whole ones.
+ATT_SPLIT_FN int decode_splits_keys(long long units, long long keys, int block_n, int sm_count, int ctas_per_sm,
+                                    int cost = kDecodeSplitCost) {
+  const long long tiles = (keys + block_n - 1) / block_n;
+  if (units <= 0 || tiles <= 1) return 1;
+  const long long slots = static_cast<long long>(sm_count > 0 ? sm_count : 1) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  const long long most = tiles < kDecodeMaxSplits ? tiles : kDecodeMaxSplits;
+  const long long fixed = static_cast<long long>(cost) * block_n;
+  long long best_s = 1, best = -1;
+  for (long long s = 1; s <= most; ++s) {
+    const long long t = (units * s + slots - 1) / slots * ((keys + s - 1) / s + fixed) + (s > 1 ? fixed : 0);
     if (best < 0 || t < best) {
       best = t;
       best_s = s;

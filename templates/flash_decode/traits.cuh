@@ -12,6 +12,12 @@ struct Traits {
   static constexpr int kHeadDim = ATT_HEAD_DIM;
   static constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
   static constexpr bool kCausal = ATT_CAUSAL != 0;
+  // Variants (common/variants.cuh; the renderer defines ATT_WINDOW, ATT_SOFTCAP, ATT_SINKS only for
+  // problems with them, so a plain build compiles none of their code). Their sizes and values are
+  // run-time arguments (DecodeParams::variant).
+  static constexpr bool kWindow = ATT_WINDOW != 0;
+  static constexpr bool kSoftcap = ATT_SOFTCAP != 0;
+  static constexpr bool kSinks = ATT_SINKS != 0;
 
   // Tunables (search_spaces/flash_decode.yaml).
   static constexpr int kBlockM = BLOCK_M;        // packed rows (query heads x queries) per CTA (derived)

@@ -1,8 +1,8 @@
 // flash_decode's split of keys (templates/flash_decode/split.h), the one statement its launch plan
 // and its kernels both compile: every CTA of the grid is one (split, row block) of its unit; the
-// splits' shares of a unit's tiles are disjoint and cover them; the plan's tile count bounds what
-// a kernel counts for any sequence it may see (a window's too); the workspace holds every piece
-// and every unit has its own counter. What the plan asks for agrees with the same functions.
+// splits' shares of a unit's tiles are disjoint and cover them; the plan's key count bounds what a
+// kernel sees of any sequence (a window's too), and a window splits as a sequence of its length
+// does; the workspace holds every piece and every unit has its own counter.
 #include <algorithm>
 #include <set>
 #include <utility>
@@ -96,13 +96,13 @@ TEST(FlashDecodeSplit, SharesAreDisjointAndCoverTheUnitsTiles) {
       }
 }
 
-TEST(FlashDecodeSplit, UnitKeysHoldEveryRowsKeysAndThePlanBoundsTheTiles) {
+TEST(FlashDecodeSplit, UnitKeysHoldEveryRowsKeysAndThePlanBoundsThem) {
   for (int block_n : {32, 64, 128})
     for (int seqlen_q : {1, 2, 3, 4, 16})
       for (int left : {-1, 0, 1, 5, 63, 64, 127, 128, 300})
         for (int seqlen_k : {1, 17, 64, 65, 129, 200, 300}) {
-          const long long bound = att::unit_tiles_max(seqlen_k, seqlen_q, left, block_n);
-          EXPECT_LE(bound, (seqlen_k + block_n - 1) / block_n);
+          const long long bound = att::unit_keys_max(seqlen_k, seqlen_q, left);
+          EXPECT_LE(bound, seqlen_k);
           long long most = 0;
           for (int len = 0; len <= seqlen_k; ++len) {
             const int first = att::unit_first_key(len, seqlen_q, left);
@@ -129,21 +129,39 @@ TEST(FlashDecodeSplit, UnitKeysHoldEveryRowsKeysAndThePlanBoundsTheTiles) {
             EXPECT_GE(u.count, 0);
             EXPECT_LE(u.first * block_n, first);
             EXPECT_GE((u.first + u.count) * block_n, len);
-            most = std::max<long long>(most, u.count);
+            EXPECT_LT((u.first + u.count - 1) * block_n, std::max(len, 1)) << "no tile wholly past the keys";
+            most = std::max<long long>(most, len - first);
           }
-          EXPECT_LE(most, bound) << "the plan's tiles bound every sequence's: sk " << seqlen_k << " s " << seqlen_q
-                                 << " left " << left << " block_n " << block_n;
-          if (left < 0) {
-            EXPECT_EQ(most, bound) << "no window: the longest sequence's tiles";
-          }
+          EXPECT_EQ(most, bound) << "the plan's keys are the most a sequence of up to sk keys has: sk " << seqlen_k
+                                 << " s " << seqlen_q << " left " << left;
         }
-  // The decode bars' windows: Mistral's 4096 keys left of the diagonal over 32768 keys straddle at
-  // most 65 tiles of 64 (the kernel counts 65 when the window is not aligned), and gpt-oss's 128
-  // at most 3 (s = 1) or 4 (s = 4).
-  EXPECT_EQ(att::unit_tiles_max(32768, 1, 4096, 64), 65);
-  EXPECT_EQ(att::unit_tiles_max(4096, 1, 4096, 64), 64);
-  EXPECT_EQ(att::unit_tiles_max(32768, 1, 128, 64), 3);
-  EXPECT_EQ(att::unit_tiles_max(32768, 4, 128, 64), 4);
+}
+
+// The wave model over keys (window builds) splits a window as the one over tiles splits a
+// sequence as long as it: Mistral-like decode (8 units a sequence) over a window of 4096 keys left
+// of the diagonal (4097 keys, 65 tiles of 64 where it is not aligned) against 4096 keys. Counted in
+// tiles the window got 13 splits of 5 tiles where 4096 keys get 16 of 4 (25% more a CTA); counted
+// in keys, no split of the window holds 2% more keys than a split of the 4096, and no more waves.
+TEST(FlashDecodeSplit, AWindowSplitsAsASequenceOfItsLength) {
+  for (int block_n : {32, 64, 128})
+    for (int ctas : {1, 2})
+      for (long long units : {8LL, 16LL, 32LL, 128LL}) {
+        const int plain = att::decode_splits(units, 4096 / block_n, 132, ctas);
+        const int win = att::decode_splits_keys(units, att::unit_keys_max(32768, 1, 4096), block_n, 132, ctas);
+        const long long slots = 132LL * ctas;
+        EXPECT_LE((units * win + slots - 1) / slots, (units * plain + slots - 1) / slots)
+            << "waves: block_n " << block_n << " ctas " << ctas << " units " << units;
+        const double keys_plain = 4096.0 / plain, keys_win = 4097.0 / win;
+        EXPECT_LE(keys_win, keys_plain * 1.02) << "keys a split: block_n " << block_n << " ctas " << ctas
+                                                << " units " << units << ": " << plain << " vs " << win << " splits";
+      }
+  // A window of 128 (gpt-oss) at 512 units: one split.
+  EXPECT_EQ(att::decode_splits_keys(512, att::unit_keys_max(32768, 1, 128), 64, 132, 2), 1);
+  EXPECT_EQ(att::decode_splits_keys(512, att::unit_keys_max(32768, 4, 128), 64, 132, 1), 1);
+  // No window larger than the sequence: its keys.
+  EXPECT_EQ(att::unit_keys_max(4096, 1, 4096), 4096);
+  EXPECT_EQ(att::unit_keys_max(32768, 1, 4096), 4097);
+  EXPECT_EQ(att::unit_keys_max(32768, 4, -1), 32768);
 }
 
 TEST(FlashDecodeSplit, TheWorkspaceHoldsEveryPieceAndEachUnitHasACounter) {
