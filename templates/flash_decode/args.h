@@ -6,11 +6,9 @@
 
 #include "../common/tma_desc.h"
 #include "../common/variant_params.h"
+#include "split.h"
 
 namespace att {
-
-// The most splits of one (batch, kv head) the plan makes (the combine keeps a weight per split).
-constexpr int kDecodeMaxSplits = 128;
 
 // One call of flash_decode, as its launch plan filled it (launch.h: decode_params).
 //
@@ -25,11 +23,10 @@ struct DecodeParams {
   float* lse;            // null, or [batch, heads_q, seqlen_q] fp32 contiguous, natural log
   const int* cache_seqlens;  // null: every sequence has seqlen_k keys; else [batch] (clamped to 0..seqlen_k)
   const int* block_table;    // null: contiguous K/V; else [batch, max_blocks_per_seq] page indices
-  // Split-KV (num_splits > 1): each split's normalized partial O ([num_splits][rows_total][d]) and
-  // natural-log LSE ([num_splits][rows_total], -inf: the split saw no key), merged by the combine
-  // kernel or by the last CTA of each unit to arrive (counters: [units], zero before and after
-  // every launch). combine clusterN with num_splits / N > 1 clusters a unit: one piece per cluster
-  // ([num_splits / N][rows_total][d] and LSE), merged by the unit's last cluster.
+  // Split-KV (split_pieces(num_splits, CLUSTER) > 1): the pieces, each split's normalized partial
+  // (or with clusters each cluster's merge), in workspace 0 as split.h lays it out (part_o its
+  // start, part_lse its LSE), merged by the combine kernel or by the unit's last CTA (cluster) to
+  // arrive at its counter (workspace 1, split.h's unit_counter).
   float* part_o;
   float* part_lse;
   int* counters;

@@ -15,7 +15,13 @@
 // (cache_seqlens), so ragged batches keep every split busy; a split past the end of a short
 // sequence writes an empty partial (O 0, LSE -inf). Rows that see no key output zeros and LSE
 // -inf.
+//
+// Variants (README.md): a window build splits only the keys its unit's windows span and masks
+// each row's window in the tiles that cross a bound; a soft-cap build caps each raw score before
+// masking; a sinks build adds each head's sink where a row's output is made (the unsplit epilogue
+// or the merge into the output), never to a piece.
 #include "../common/ptx_sm90.cuh"
+#include "../common/variants.cuh"
 #include "args.h"
 #include "traits.cuh"
 
@@ -44,8 +50,41 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 __device__ __forceinline__ void tile_sync(int wn) {
   if constexpr (!T::kWarpTiles) __syncthreads();
   else if constexpr (T::kWarpsM == 1) __syncwarp();
-  else named_sync(1 + wn, 32 * T::kWarpsM);
+  else named_sync(T::kBarKeyGroup + wn, 32 * T::kWarpsM);
 }
+
+// ---- shared memory -------------------------------------------------------------------------------
+
+// The dynamic shared memory: Q (kBlockM rows) at 0, then the ring of kStages stages, each a K tile
+// then a V tile of kBlockN rows (every tile in tile_bytes' layout); after the loop the merge buffer
+// (MergeBuf) over both from 0.
+struct Smem {
+  static constexpr int kQ = 0;
+  static constexpr int kRing = kQ + T::kQBytes;
+  static constexpr int kV = T::kTileBytes;  // a stage's V tile, from its K tile
+  // Stage `stage`'s K tile from the ring's start (the shared memory's + kRing).
+  static __device__ __forceinline__ u32 k_tile(u32 ring, int stage) { return ring + stage * T::kStageBytes; }
+  // A K or V tile is kHeadDim / 64 column blocks of kBlockN rows of kRow bytes (tile_bytes): chunk
+  // ch of row r at tile + (ch >> 3) * kColBlock + r * kRow + ((ch & 7) ^ swizzle) * 16.
+  static constexpr int kRow = 128;
+  static constexpr int kColBlock = T::kBlockN * kRow;
+  static_assert(T::kHeadDim / 64 * kColBlock == T::kTileBytes, "a tile is its column blocks");
+  static_assert(kRing + T::kStages * T::kStageBytes <= T::kSmemBytes, "Q and the ring fit the shared memory");
+  static_assert(T::kStageBytes == 2 * kV, "a stage is a K tile and a V tile");
+  static_assert(kRing % 1024 == 0 && T::kTileBytes % 1024 == 0,
+                "tiles start at 1024-byte multiples (TMA's 128-byte swizzle repeats every 8 rows of 128 bytes)");
+};
+
+// kv_load tma: the ring's mbarriers, 8 bytes each from `base` (a static __shared__ array of
+// 2 * kStages): stage s's full barrier (the producer's transaction) at s, its empty barrier (the
+// consumer warps' release) at kStages + s.
+struct RingBars {
+  static constexpr int kCount = 2 * T::kStages;
+  u32 base;
+  __device__ __forceinline__ u32 full(int stage) const { return base + 8 * stage; }
+  __device__ __forceinline__ u32 empty(int stage) const { return base + 8 * (T::kStages + stage); }
+};
+static_assert(sizeof(unsigned long long) == 8, "an mbarrier is 8 bytes");
 
 // j / page_size for 0 <= j < 2^31 (args.h: page_mul, page_shift).
 __device__ __forceinline__ int page_index(int j, const DecodeParams& p) {
@@ -82,12 +121,41 @@ __device__ __forceinline__ void acc_reset(Acc& a) {
 }
 
 // Keys j < lim are visible to the thread's rows; keys below `unmasked` to every row of the CTA.
-struct Limits {
+// Window builds (LimitsOf<true>): keys j >= beg only, and keys in [full_from, unmasked) to every
+// row. (A type of its own: the window's fields in every build's Limits changed plain builds' SASS.)
+template <bool kWindow>
+struct LimitsOf {
   int lim[T::kMw][2];
   int unmasked;
 };
+template <>
+struct LimitsOf<true> {
+  int lim[T::kMw][2];
+  int unmasked;
+  int beg[T::kMw][2];
+  int full_from;
+};
+using Limits = LimitsOf<T::kWindow>;
 
-__device__ __forceinline__ void row_limits(Limits& L, const DecodeParams& p, int row0, int len, int wm, int g) {
+template <class Lim>
+__device__ __forceinline__ void row_limits(Lim& L, const DecodeParams& p, int row0, int len, int wm, int g) {
+  if constexpr (T::kWindow) {
+    // Row r of the unit is query i = r % seqlen_q (padding rows past p.rows too: their outputs are
+    // never stored), bottom-right aligned in its sequence of len keys (common/variants.cuh). The
+    // bounds grow with i: row 0's end is the first, row seqlen_q - 1's beginning the last.
+    const int diag = len - p.seqlen_q;
+#pragma unroll
+    for (int m = 0; m < T::kMw; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = (row0 + (wm * T::kMw + m) * 16 + g + 8 * h) % p.seqlen_q;
+        L.beg[m][h] = key_begin<true>(i, diag, len, p.variant);
+        L.lim[m][h] = key_end<T::kCausal, true>(i, diag, len, p.variant);
+      }
+    L.unmasked = key_end<T::kCausal, true>(0, diag, len, p.variant);
+    L.full_from = key_begin<true>(p.seqlen_q - 1, diag, len, p.variant);
+    return;
+  }
 #pragma unroll
   for (int m = 0; m < T::kMw; ++m)
 #pragma unroll
@@ -129,9 +197,12 @@ __device__ __forceinline__ void load_q_frags(QFrags& qf, u32 q_smem, int wm, int
 }
 
 // One tile: S = Q K^T over this warp's kWarpKeys keys (first key kw0) of the tile at k_tile (the
-// warp's rows of it), mask, online softmax, O += P V. xr: the K/V tiles' swizzle (lane % 8, or 0).
+// warp's rows of it), soft-cap, mask, online softmax, O += P V. xr: the K/V tiles' swizzle (lane %
+// 8, or 0).
+template <class Lim>
 __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_smem, u32 k_tile, u32 v_tile, int kw0,
-                                             const Limits& L, float scale_log2, int wm, int lane, int xr) {
+                                             const Lim& L, float scale_log2, const VariantParams& v, int wm, int lane,
+                                             int xr) {
   const int tq = lane & 3;
   float s[T::kMw][T::kKeyTiles][4];
 #pragma unroll
@@ -172,16 +243,28 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
   for (int nt = 0; nt < T::kKeyTiles; ++nt) a.o[0][nt][0] += s[0][nt][0] + s[0][nt][1] + s[0][nt][2] + s[0][nt][3];
   return;
 #endif
-  // Scale to log2 units; mask keys past the sequence (and, causal, right of the diagonal).
-  const bool full = kw0 + T::kWarpKeys <= L.unmasked;
+  // Scale to log2 units; mask keys past the sequence (and, causal, right of the diagonal; window
+  // builds, outside each row's window). Only a tile that crosses a bound is masked per element.
+  // Soft-cap builds cap the raw score first: c * tanh(q.k * scale / c) in log2 units is cap2 *
+  // tanh(q.k * softcap_scale), cap2 = c * log2(e) (a soft-cap call's scale_log2 is log2(e)).
+  bool full = kw0 + T::kWarpKeys <= L.unmasked;
+  if constexpr (T::kWindow) full = full && kw0 >= L.full_from;
+  const float cap2 = T::kSoftcap ? v.softcap * scale_log2 : 0.f;
 #pragma unroll
   for (int m = 0; m < T::kMw; ++m)
 #pragma unroll
     for (int nt = 0; nt < T::kKeyTiles; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = s[m][nt][e] * scale_log2;
-        if (!full && kw0 + nt * 8 + 2 * tq + (e & 1) >= L.lim[m][e >> 1]) x = neg_inf();
+        float x;
+        if constexpr (T::kSoftcap) x = cap2 * tanh_accurate(s[m][nt][e] * v.softcap_scale);
+        else x = s[m][nt][e] * scale_log2;
+        if constexpr (T::kWindow) {
+          const int col = kw0 + nt * 8 + 2 * tq + (e & 1);
+          if (!full && (col >= L.lim[m][e >> 1] || col < L.beg[m][e >> 1])) x = neg_inf();
+        } else {
+          if (!full && kw0 + nt * 8 + 2 * tq + (e & 1) >= L.lim[m][e >> 1]) x = neg_inf();
+        }
         s[m][nt][e] = x;
       }
 
@@ -254,27 +337,33 @@ struct MergeBuf {
   __device__ __forceinline__ explicit MergeBuf(float* base)
       : o(base), m(base + kSlots * T::kBlockM * T::kOStride), l(m + T::kWarpsN * T::kBlockM) {}
   // Row r's weights: slot w's O times f[w] summed is the normalized output; lse in natural log
-  // (-inf and f = 0: the row saw no key).
+  // (-inf and f = 0: the row saw no key). kSink: the row's head's sink logit (sink2, log2 units;
+  // -inf: none) joins its softmax as one more term of value 0: 2^(sink2 - top) adds to the sum,
+  // top = max(the row's max, sink2) (common/variants.cuh's sink_finish).
   struct Row {
     float f[kSlots];
     float lse;
   };
-  __device__ __forceinline__ Row row(int r) const {
+  template <bool kSink = false>
+  __device__ __forceinline__ Row row(int r, float sink2 = 0.f) const {
     Row R;
     float mx = neg_inf();
 #pragma unroll
     for (int w = 0; w < T::kWarpsN; ++w) mx = fmaxf(mx, m[w * T::kBlockM + r]);
+    float top = mx;
+    if constexpr (kSink) top = fmaxf(mx, sink2);
     float sum = 0.f;
 #pragma unroll
     for (int w = 0; w < kSlots; ++w) {
       const float mw = kSlotMerge ? m[w * T::kBlockM + r] : mx;
-      R.f[w] = mw == neg_inf() ? 0.f : ex2(mw - mx);
+      R.f[w] = mw == neg_inf() ? 0.f : ex2(mw - top);
       sum = fmaf(l[w * T::kBlockM + r], R.f[w], sum);
     }
+    if constexpr (kSink) sum += sink2 == neg_inf() ? 0.f : ex2(sink2 - top);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
     for (int w = 0; w < kSlots; ++w) R.f[w] *= inv;
-    R.lse = sum > 0.f ? (mx + lg2(sum)) * kLn2 : neg_inf();
+    R.lse = sum > 0.f ? (top + lg2(sum)) * kLn2 : neg_inf();
     return R;
   }
   // Four normalized columns c .. c + 3 of row r.
@@ -356,12 +445,25 @@ __device__ __forceinline__ void merge_warps(Acc& a, const MergeBuf& buf, int wm,
   }
 }
 
+// Query head `head`'s sink logit in log2 units (sinks builds).
+__device__ __forceinline__ float sink_log2(const DecodeParams& p, int head) {
+  return __ldg(p.variant.sinks + head) * kLog2e;
+}
+
+// Row r's weights for the output (not a piece): with sinks, its head's sink joins the row's
+// softmax here, once (a piece of a split never includes it).
+__device__ __forceinline__ MergeBuf::Row final_row(const DecodeParams& p, const MergeBuf& buf, int kvh, int row0,
+                                                   int r) {
+  if constexpr (T::kSinks) return buf.row<true>(r, sink_log2(p, kvh * p.group + (row0 + r) / p.seqlen_q));
+  else return buf.row(r);
+}
+
 // O and LSE of the unit's rows row0 .. row0 + rows_here - 1 from a merged buffer.
 __device__ __forceinline__ void store_final(const DecodeParams& p, const MergeBuf& buf, int b, int kvh, int row0,
                                             int rows_here, int tid) {
   for (int c = tid; c < rows_here * T::kChunks; c += T::kThreads) {
     const int r = c / T::kChunks, ch = c - r * T::kChunks;
-    const MergeBuf::Row R = buf.row(r);
+    const MergeBuf::Row R = final_row(p, buf, kvh, row0, r);
     const float4 lo = buf.cols4(R, r, ch * 8), hi = buf.cols4(R, r, ch * 8 + 4);
     uint4 out;
     out.x = pack2<T::kBf16>(lo.x, lo.y);
@@ -375,7 +477,7 @@ __device__ __forceinline__ void store_final(const DecodeParams& p, const MergeBu
   }
   if (p.lse) {
     const int r_base = (b * p.heads_q + kvh * p.group) * p.seqlen_q + row0;
-    for (int r = tid; r < rows_here; r += T::kThreads) p.lse[r_base + r] = buf.row(r).lse;
+    for (int r = tid; r < rows_here; r += T::kThreads) p.lse[r_base + r] = final_row(p, buf, kvh, row0, r).lse;
   }
 }
 
@@ -403,15 +505,13 @@ __device__ __forceinline__ void piece_in_place(const MergeBuf& buf, float* lse, 
   }
 }
 
-// The pieces to merge: split k's partial rows from global row r0, in the workspace (L2).
+// The pieces to merge: piece k's rows from global row r0, in the workspace (L2; split.h's layout).
 struct SplitPieces {
   const DecodeParams& p;
   int r0;
-  __device__ __forceinline__ const float* o(int k) const {
-    return p.part_o + (static_cast<long long>(k) * p.rows_total + r0) * T::kHeadDim;
-  }
+  __device__ __forceinline__ const float* o(int k) const { return p.part_o + piece_o(k, r0, p.rows_total, T::kHeadDim); }
   __device__ __forceinline__ float lse(int k, int r) const {
-    return __ldcg(p.part_lse + static_cast<long long>(k) * p.rows_total + r0 + r);
+    return __ldcg(p.part_lse + piece_lse(k, r0, p.rows_total) + r);
   }
   __device__ __forceinline__ float4 o4(int k, int r, int c4) const {
     return __ldcg(reinterpret_cast<const float4*>(o(k) + r * T::kHeadDim + c4 * 4));
@@ -435,8 +535,10 @@ __device__ __forceinline__ float ClusterPieces::lse(int, int) const { return 0.f
 __device__ __forceinline__ float4 ClusterPieces::o4(int, int, int) const { return make_float4(0.f, 0.f, 0.f, 0.f); }
 #endif
 
-// Where a merge goes: the output (O in the call's dtype and layout, LSE if asked) ...
+// Where a merge goes: the output (O in the call's dtype and layout, LSE if asked; kFinal: the
+// sinks join here) ...
 struct OutSink {
+  static constexpr bool kFinal = true;
   __device__ __forceinline__ void put(const DecodeParams& p, int row, int, int c4, float4 v, float lse) const {
     if (c4 == 0 && p.lse) p.lse[row] = lse;
     const int bh = row / p.seqlen_q, i = row - bh * p.seqlen_q;
@@ -451,6 +553,7 @@ struct OutSink {
 // ... or a piece of the workspace (normalized fp32 rows of kHeadDim at po, LSE at pl, from the
 // merge's first row): combine clusterN with several clusters a unit.
 struct PieceSink {
+  static constexpr bool kFinal = false;
   float* po;
   float* pl;
   __device__ __forceinline__ void put(const DecodeParams&, int, int r, int c4, float4 v, float lse) const {
@@ -463,7 +566,8 @@ struct PieceSink {
 // lse(k, r)) into `sink` (O and LSE, or a piece): one pass, each thread a (row, 4 columns) item
 // with an online max over the pieces, so its loads of 16 pieces are in flight together (one
 // round trip, no barrier). The weight of piece k is exp(lse_k - max); no piece with a key (every
-// lse -inf): zeros and -inf.
+// lse -inf): zeros and -inf. Into the output (Sink::kFinal) of a sinks build, the row's head's
+// sink is one more piece, LSE s_h and O = 0 (so it joins each row once: a piece never has it).
 template <class Pieces, class Sink = OutSink>
 __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int nrows, const Pieces& pieces, int count,
                                              int tid, int nthreads, const Sink& sink = Sink{}) {
@@ -471,6 +575,10 @@ __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int 
   for (int it = tid; it < nrows * kQuads; it += nthreads) {
     const int r = it / kQuads, c4 = it - r * kQuads, row = r0 + r;
     float mx = neg_inf(), sum = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    if constexpr (T::kSinks && Sink::kFinal) {
+      mx = sink_log2(p, (row / p.seqlen_q) % p.heads_q);
+      sum = mx == neg_inf() ? 0.f : 1.f;
+    }
 #pragma unroll 16
     for (int k = 0; k < count; ++k) {
       const float v = pieces.lse(k, r) * kLog2e;
@@ -506,23 +614,29 @@ struct Loader {
 #pragma unroll
     for (int i = 0; i < T::kPasses; ++i) pg[i] = pr[i] = 0;
   }
-  // Paged: the pages of tile `tile` of sequence b (len keys).
-  __device__ __forceinline__ void lookup(const DecodeParams& p, int b, int tile, int len) {
+  // Paged: the pages of tile `tile` of sequence b (len keys; window builds, the unit's keys from kb:
+  // no block-table entry of a page wholly before the window is read, as a cache may have let
+  // those pages go).
+  __device__ __forceinline__ void lookup(const DecodeParams& p, int b, int tile, int len, int kb) {
     const int* bt = p.block_table + static_cast<long long>(b) * p.max_blocks_per_seq;
 #pragma unroll
     for (int i = 0; i < T::kPasses; ++i) {
       const int j = tile * T::kBlockN + l_row + i * T::kRowsPerPass;
-      if (j < len) {
+      bool in = j < len;
+      if constexpr (T::kWindow) in = in && j >= kb;
+      if (in) {
         const int page = page_index(j, p);
         pg[i] = __ldg(bt + page);
         pr[i] = j - page * p.page_size;
       }
     }
   }
-  // K and V rows of tile `tile` of (b, kvh) into the stage at sk (K) and sk + kTileBytes (V); rows
-  // at or past len are zero-filled. Paged: after lookup(b, tile).
-  __device__ __forceinline__ void issue(const DecodeParams& p, bool paged, int b, int kvh, int tile, int len, u32 sk) const {
-    const u32 sv = sk + T::kTileBytes;
+  // K and V rows of tile `tile` of (b, kvh) into the stage at sk (K) and sk + Smem::kV (V); rows
+  // at or past len (window builds: before kb, the unit's first key) are zero-filled, never read.
+  // Paged: after lookup(b, tile).
+  __device__ __forceinline__ void issue(const DecodeParams& p, bool paged, int b, int kvh, int tile, int len, int kb,
+                                        u32 sk) const {
+    const u32 sv = sk + Smem::kV;
     const elem_t* kg =
         static_cast<const elem_t*>(p.k) + kvh * p.k_stride[1] + (paged ? 0 : b * p.k_stride[0]) + l_ch * 8;
     const elem_t* vg =
@@ -530,7 +644,8 @@ struct Loader {
 #pragma unroll
     for (int i = 0; i < T::kPasses; ++i) {
       const int row = l_row + i * T::kRowsPerPass, j = tile * T::kBlockN + row;
-      const bool valid = j < len;
+      bool valid = j < len;
+      if constexpr (T::kWindow) valid = valid && j >= kb;
       long long ko, vo;
       if (paged) {
         ko = pg[i] * p.k_stride[0] + pr[i] * p.k_stride[2];
@@ -575,9 +690,11 @@ __device__ __forceinline__ void kv_box(u32 dst, const TmaDesc* desc, u32 bar, in
 // no faster: README.md.) Contiguous: one box of (64, kBlockN) rows
 // per column block of K and of V (rows past seqlen_k zero-filled by TMA). Paged: boxes of
 // p.tma_rows rows (within a page), each lane looking up the pages of its boxes; boxes wholly past
-// len are not issued (the consumers zero what the sequence does not cover).
-__device__ __forceinline__ void tma_producer(const DecodeParams& p, const DecodeMaps& maps, u32 s_ring, u32 bars,
-                                             int* tags, int b, int kvh, int t_begin, int n, int len, int lane) {
+// len are not issued, nor (window builds) those wholly before the unit's first key kb, whose pages
+// a cache may have let go (the consumers zero what the sequence and the window do not cover).
+__device__ __forceinline__ void tma_producer(const DecodeParams& p, const DecodeMaps& maps, u32 s_ring, RingBars bars,
+                                             int* tags, int b, int kvh, int t_begin, int n, int len, int kb,
+                                             int lane) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kColBlocks = T::kHeadDim / 64;
   const bool paged = p.block_table != nullptr;
@@ -593,51 +710,55 @@ __device__ __forceinline__ void tma_producer(const DecodeParams& p, const Decode
     const int j0 = tile * T::kBlockN;
     const int here = min(T::kBlockN, len - j0);  // keys of the tile in the sequence (>= 1)
     const int issued = paged ? (here + rows - 1) / rows : 1;
+    int skip = 0;  // paged, window builds: the boxes wholly before kb
+    if constexpr (T::kWindow) skip = paged && kb > j0 ? (kb - j0) / rows : 0;
     // This lane's first box's page, looked up before the wait so the table's latency overlaps it.
     int pg0 = 0, pr0 = 0;
-    if (paged && lane < issued) {
-      const int j = j0 + lane * rows, page = page_index(j, p);
+    if (paged && skip + lane < issued) {
+      const int j = j0 + (skip + lane) * rows, page = page_index(j, p);
       pg0 = __ldg(bt + page);
       pr0 = j - page * p.page_size;
     }
-    if (round > 0) mbar_wait(bars + 8 * (T::kStages + stage), (round - 1) & 1);
+    if (round > 0) mbar_wait(bars.empty(stage), (round - 1) & 1);
     if (lane == 0) tags[stage] = tile;  // published by the arrive below (release)
     __syncwarp();
-    const u32 full = bars + 8 * stage;
-    const u32 sk = s_ring + stage * T::kStageBytes, sv = sk + T::kTileBytes;
+    const u32 full = bars.full(stage);
+    const u32 sk = Smem::k_tile(s_ring, stage), sv = sk + Smem::kV;
+    // Box x of column block c lands at its rows x * rows of the tile's column block c (TMA swizzles
+    // the rows inside the box).
     if (!paged) {
       if (lane == 0) {
         mbar_arrive_expect_tx(full, T::kStageBytes);
 #pragma unroll
         for (int c = 0; c < kColBlocks; ++c) {
-          kv_box(sk + c * T::kBlockN * 128, &maps.k, full, c * 64, j0, kvh, b, policy);
-          kv_box(sv + c * T::kBlockN * 128, &maps.v, full, c * 64, j0, kvh, b, policy);
+          kv_box(sk + c * Smem::kColBlock, &maps.k, full, c * 64, j0, kvh, b, policy);
+          kv_box(sv + c * Smem::kColBlock, &maps.v, full, c * 64, j0, kvh, b, policy);
         }
       }
     } else {
-      if (lane == 0) mbar_arrive_expect_tx(full, static_cast<u32>(issued * rows * T::kRowBytes * 2));
+      if (lane == 0) mbar_arrive_expect_tx(full, static_cast<u32>((issued - skip) * rows * T::kRowBytes * 2));
       __syncwarp();
-      for (int x = lane; x < issued; x += 32) {
+      for (int x = skip + lane; x < issued; x += 32) {
         int pg = pg0, pr = pr0;
-        if (x != lane) {
+        if (x != skip + lane) {
           const int j = j0 + x * rows, page = page_index(j, p);
           pg = __ldg(bt + page);
           pr = j - page * p.page_size;
         }
 #pragma unroll
         for (int c = 0; c < kColBlocks; ++c) {
-          kv_box(sk + c * T::kBlockN * 128 + x * rows * 128, &maps.k, full, c * 64, pr, kvh, pg, policy);
-          kv_box(sv + c * T::kBlockN * 128 + x * rows * 128, &maps.v, full, c * 64, pr, kvh, pg, policy);
+          kv_box(sk + c * Smem::kColBlock + x * rows * Smem::kRow, &maps.k, full, c * 64, pr, kvh, pg, policy);
+          kv_box(sv + c * Smem::kColBlock + x * rows * Smem::kRow, &maps.v, full, c * 64, pr, kvh, pg, policy);
         }
       }
     }
   }
   // The end: a tag of -1 in the next stage, a plain arrival (no bytes).
   const int stage = t % T::kStages, round = t / T::kStages;
-  if (round > 0) mbar_wait(bars + 8 * (T::kStages + stage), (round - 1) & 1);
+  if (round > 0) mbar_wait(bars.empty(stage), (round - 1) & 1);
   if (lane == 0) {
     tags[stage] = -1;
-    mbar_arrive(bars + 8 * stage);
+    mbar_arrive(bars.full(stage));
   }
 #endif
 }
@@ -650,7 +771,7 @@ __device__ __forceinline__ void merge_if_last(const DecodeParams& p, int b, int 
                                               int rows_here, int tid) {
   __shared__ int s_last;
   if (tid == 0) {
-    int* counter = p.counters + (b * p.heads_kv + kvh) * p.row_blocks + rb;
+    int* counter = p.counters + unit_counter(b, kvh, rb, p.heads_kv, p.row_blocks);
     s_last = atomicAdd(counter, 1) == pieces - 1;
     if (s_last) *counter = 0;
   }
@@ -664,27 +785,32 @@ __device__ __forceinline__ void merge_if_last(const DecodeParams& p, int b, int 
 
 __device__ __forceinline__ void decode_split(const DecodeParams& p, const DecodeMaps& maps, unsigned char* smem) {
   __shared__ float s_lse[T::kClusterMerge ? T::kBlockM : 1];  // clusterN: this split's piece's LSE
-  __shared__ __align__(8) unsigned long long s_bars[T::kKvTma ? 2 * T::kStages : 1];  // TMA: full, empty
+  __shared__ __align__(8) unsigned long long s_bars[T::kKvTma ? RingBars::kCount : 1];  // TMA: full, empty
   __shared__ int s_tags[T::kKvTma ? T::kStages : 1];  // TMA: each stage's tile (-1: no more)
-  const u32 s_q = smem_addr(smem);      // (kBlockM, kHeadDim), swizzled
-  const u32 s_ring = s_q + T::kQBytes;  // kStages x (K tile, V tile), each (kBlockN, kHeadDim)
+  const u32 s_q = smem_addr(smem) + Smem::kQ;
+  const u32 s_ring = s_q - Smem::kQ + Smem::kRing;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp % T::kWarpsM, wn = warp / T::kWarpsM;  // row group, key group
-  // Splits: row-block-major (a split's row blocks, adjacent CTAs, read the same K/V together);
-  // clusterN: split-minor, each kCluster consecutive splits of a unit one cluster (rank = split %
-  // kCluster), from the grid's split count (bind may ask for fewer: the clusters past them exit).
-  const int grid_splits = T::kClusterMerge ? static_cast<int>(gridDim.x) / p.row_blocks : 0;
-  const int split = T::kClusterMerge ? blockIdx.x % grid_splits : blockIdx.x / p.row_blocks;
-  const int rb = T::kClusterMerge ? blockIdx.x / grid_splits : blockIdx.x - split * p.row_blocks;
+  // This CTA's split and row block (split.h; clusterN: from the grid's split count, and bind may
+  // ask for fewer: the clusters past them exit).
+  const SplitCta cta = split_cta<T::kClusterMerge>(blockIdx.x, gridDim.x, p.row_blocks);
+  const int split = cta.split, rb = cta.rb;
   if (split >= p.num_splits) return;  // launched without its workspace: split 0 does it all
   const int kvh = blockIdx.y, b = blockIdx.z;
 
   const int len = seq_len(p, b);
-  const int n_all = (len + T::kBlockN - 1) / T::kBlockN;
-  const int per = (n_all + p.num_splits - 1) / p.num_splits;
-  const int t_begin = split * per;
-  const int n = max(0, min(n_all, t_begin + per) - t_begin);  // this CTA's tiles
+  // The unit's keys [kb, len) and this CTA's share of their tiles (split.h): every key but in
+  // window builds, whose splits share only what the rows' windows span, as evenly as it goes.
+  int kb = 0;
+  TileShare share;
+  if constexpr (T::kWindow) {
+    kb = unit_first_key(len, p.seqlen_q, p.variant.window_left);
+    share = split_tiles_even(unit_tiles(kb, len, T::kBlockN), p.num_splits, split);
+  } else {
+    share = split_tiles(unit_tiles(0, len, T::kBlockN), p.num_splits, split);
+  }
+  const int t_begin = share.begin, n = share.n;
   const int row0 = rb * T::kBlockM;
   const int rows_here = min(T::kBlockM, p.rows - row0);
   const bool paged = p.block_table != nullptr;
@@ -696,32 +822,32 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
   QFrags qf;
 
   if constexpr (T::kKvTma) {
-    const u32 bars = smem_addr(s_bars);
+    const RingBars bars{smem_addr(s_bars)};
     if (tid == 0) {
       for (int i = 0; i < T::kStages; ++i) {
-        mbar_init(bars + 8 * i, 1);
-        mbar_init(bars + 8 * (T::kStages + i), T::kWarps);
+        mbar_init(bars.full(i), 1);
+        mbar_init(bars.empty(i), T::kWarps);
       }
       mbar_init_fence();
     }
     __syncthreads();
     if (warp == T::kWarps) {
-      tma_producer(p, maps, s_ring, bars, s_tags, b, kvh, t_begin, n, len, lane);
+      tma_producer(p, maps, s_ring, bars, s_tags, b, kvh, t_begin, n, len, kb, lane);
     } else {
       if (!DECODE_X_SKIP_Q) {
         load_q(p, s_q, b, kvh, row0, rows_here, tid);
         cp_async_commit();
         cp_async_wait<0>();
-        named_sync(1, T::kConsumerThreads);
+        named_sync(T::kBarConsumers, T::kConsumerThreads);
         load_q_frags(qf, s_q, wm, lane);
       }
       const int xr = p.tma_swizzle ? (lane & 7) : 0;
       for (int t = 0;; ++t) {
         const int stage = t % T::kStages;
-        mbar_wait(bars + 8 * stage, (t / T::kStages) & 1);
+        mbar_wait(bars.full(stage), (t / T::kStages) & 1);
         const int tile = *static_cast<volatile int*>(s_tags + stage);
         if (tile < 0) break;
-        const u32 k_tile = s_ring + stage * T::kStageBytes + wn * T::kWarpKeys * 128;
+        const u32 k_tile = Smem::k_tile(s_ring, stage) + wn * T::kWarpKeys * Smem::kRow;  // this warp's key slice
         const int kw0 = tile * T::kBlockN + wn * T::kWarpKeys;
         // Keys of this warp's slice past the sequence: their V rows may hold anything (rows the
         // boxes did not cover, or K/V past len): zero them (P is 0 there, but 0 * NaN is NaN).
@@ -730,20 +856,33 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
           const int first = max(0, T::kWarpKeys - past);
           for (int c = lane; c < (T::kWarpKeys - first) * T::kChunks; c += 32) {
             const int r = first + c / T::kChunks, ch = c % T::kChunks;
-            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(k_tile + T::kTileBytes +
-                                                                            (ch >> 3) * T::kBlockN * 128 + r * 128 +
-                                                                            ((ch & 7) << 4)),
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(k_tile + Smem::kV + (ch >> 3) * Smem::kColBlock + r * Smem::kRow + ((ch & 7) << 4)),
                          "r"(0)
                          : "memory");
           }
           __syncwarp();
         }
+        // Window builds: the slice's keys before the unit's first: their boxes were not issued
+        // (paged) or hold keys no row sees, whatever they are: zero their V rows too.
+        int before = 0;
+        if constexpr (T::kWindow) {
+          before = min(kb - kw0, T::kWarpKeys);
+          if (before > 0) {
+            for (int c = lane; c < before * T::kChunks; c += 32) {
+              const int r = c / T::kChunks, ch = c % T::kChunks;
+              asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(k_tile + Smem::kV + (ch >> 3) * Smem::kColBlock + r * Smem::kRow + ((ch & 7) << 4)),
+                           "r"(0)
+                           : "memory");
+            }
+            __syncwarp();
+          }
+        }
         if (DECODE_X_SKIP_MATH != 1)
-          process_tile(acc, qf, s_q, k_tile, k_tile + T::kTileBytes, kw0, lim, p.scale_log2, wm, lane, xr);
+          process_tile(acc, qf, s_q, k_tile, k_tile + Smem::kV, kw0, lim, p.scale_log2, p.variant, wm, lane, xr);
         // The generic-proxy zeros before TMA's next writes to the stage.
-        if (past > 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if (past > 0 || before > 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncwarp();
-        if (lane == 0) mbar_arrive(bars + 8 * (T::kStages + stage));
+        if (lane == 0) mbar_arrive(bars.empty(stage));
       }
     }
   } else {
@@ -752,12 +891,12 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
 
     Loader ld;
     ld.init(T::kWarpTiles ? tid - wn * T::kWarpsM * 32 : tid, wn);
-    if (paged && n > 0) ld.lookup(p, b, t_begin, len);
+    if (paged && n > 0) ld.lookup(p, b, t_begin, len, kb);
 #pragma unroll
     for (int s = 0; s < T::kStages - 1; ++s) {
       if (s < n) {
-        ld.issue(p, paged, b, kvh, t_begin + s, len, s_ring + s * T::kStageBytes);
-        if (paged && s + 1 < n) ld.lookup(p, b, t_begin + s + 1, len);
+        ld.issue(p, paged, b, kvh, t_begin + s, len, kb, Smem::k_tile(s_ring, s));
+        if (paged && s + 1 < n) ld.lookup(p, b, t_begin + s + 1, len, kb);
       }
       cp_async_commit();
     }
@@ -771,13 +910,13 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
       cp_async_wait<T::kStages - 2>();  // tile t landed (this thread's copies) ...
       tile_sync(wn);                    // ... and the group's; slot (t - 1) % kStages is free
       if (t + T::kStages - 1 < n) {
-        ld.issue(p, paged, b, kvh, t_begin + t + T::kStages - 1, len, s_ring + slot_issue * T::kStageBytes);
-        if (paged && t + T::kStages < n) ld.lookup(p, b, t_begin + t + T::kStages, len);
+        ld.issue(p, paged, b, kvh, t_begin + t + T::kStages - 1, len, kb, Smem::k_tile(s_ring, slot_issue));
+        if (paged && t + T::kStages < n) ld.lookup(p, b, t_begin + t + T::kStages, len, kb);
       }
       cp_async_commit();
-      const u32 k_tile = s_ring + slot * T::kStageBytes + wn * T::kWarpKeys * 128;
-      process_tile(acc, qf, s_q, k_tile, k_tile + T::kTileBytes, (t_begin + t) * T::kBlockN + wn * T::kWarpKeys, lim,
-                   p.scale_log2, wm, lane, lane & 7);
+      const u32 k_tile = Smem::k_tile(s_ring, slot) + wn * T::kWarpKeys * Smem::kRow;  // this warp's key slice
+      process_tile(acc, qf, s_q, k_tile, k_tile + Smem::kV, (t_begin + t) * T::kBlockN + wn * T::kWarpKeys, lim,
+                   p.scale_log2, p.variant, wm, lane, lane & 7);
       slot = slot + 1 == T::kStages ? 0 : slot + 1;
       slot_issue = slot_issue + 1 == T::kStages ? 0 : slot_issue + 1;
     }
@@ -805,7 +944,8 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
     // and the last cluster of the unit to finish merges the pieces, as combine: last_cta does.
     piece_in_place(buf, s_lse, rows_here, tid);
     cluster_sync_acq_rel();
-    const int rank = split % T::kCluster, group = split / T::kCluster, groups = p.num_splits / T::kCluster;
+    const int rank = split_rank(split, T::kCluster), group = split_piece(split, T::kCluster),
+              groups = split_pieces(p.num_splits, T::kCluster);
     const ClusterPieces pieces{smem_addr(buf.o), smem_addr(s_lse)};
     if (groups == 1) {
       combine_rows(p, r_base, rows_here, pieces, T::kCluster, tid * T::kCluster + rank, T::kThreads * T::kCluster);
@@ -813,8 +953,8 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
       return;
     }
     combine_rows(p, r_base, rows_here, pieces, T::kCluster, tid * T::kCluster + rank, T::kThreads * T::kCluster,
-                 PieceSink{p.part_o + (static_cast<long long>(group) * p.rows_total + r_base) * T::kHeadDim,
-                           p.part_lse + static_cast<long long>(group) * p.rows_total + r_base});
+                 PieceSink{p.part_o + piece_o(group, r_base, p.rows_total, T::kHeadDim),
+                           p.part_lse + piece_lse(group, r_base, p.rows_total)});
     __threadfence();         // this thread's part of the piece, before the cluster's arrival ...
     cluster_sync_acq_rel();  // ... and every remote read done: the other CTAs may exit
     if (rank == 0) merge_if_last(p, b, kvh, rb, groups, r_base, rows_here, tid);
@@ -824,8 +964,8 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
     store_final(p, buf, b, kvh, row0, rows_here, tid);
     return;
   }
-  store_piece(buf, p.part_o + (static_cast<long long>(split) * p.rows_total + r_base) * T::kHeadDim,
-              p.part_lse + static_cast<long long>(split) * p.rows_total + r_base, rows_here, tid);
+  store_piece(buf, p.part_o + piece_o(split_piece(split, T::kCluster), r_base, p.rows_total, T::kHeadDim),
+              p.part_lse + piece_lse(split_piece(split, T::kCluster), r_base, p.rows_total), rows_here, tid);
   if constexpr (T::kLastCta) {
     __threadfence();
     __syncthreads();

@@ -4,8 +4,10 @@
 // Work units: (batch, kv head, row block), the row blocks ceil(group * seqlen_q / BLOCK_M) of the
 // kv head's packed query rows. THREADS threads and SMEM_BYTES of dynamic shared memory per CTA.
 // Each unit's keys are split over num_splits CTAs (grid (num_splits * row_blocks, heads_kv,
-// batch)). The split count comes from the call's shape alone (seqlen_k is the max: the
-// host never reads cache_seqlens), by decode_splits' wave model. With more than one split,
+// batch)); split.h, which the kernels include too, says how: the grid's order, which tiles each
+// split takes, the pieces and the workspaces' layout. The split count comes from the call's
+// shape alone (seqlen_k is the max: the host never reads cache_seqlens), by decode_splits' wave
+// model (split.h). With more than one split,
 // workspace 0 holds the partial O and LSE, and the merge is either the second kernel (combine:
 // kernel, launch 1) or the last CTA of each unit (combine: last_cta, workspace 1: a zeroed counter
 // per unit). Both workspaces are optional: without them bind asks the kernels for one split (the
@@ -26,36 +28,6 @@
 namespace attntune_plan {
 
 constexpr int kDecodeMaxSeqlenQ = 16;
-constexpr int kDecodeCombineThreads = 128;
-
-// Split count for `units` work units of `tiles` K/V tiles each (the longest sequence), on a device
-// of sm_count SMs running ctas_per_sm CTAs each (slots = sm_count * ctas_per_sm): among the split
-// counts s that leave no split empty (s = ceil(tiles / ceil(tiles / s))), up to min(tiles,
-// kDecodeMaxSplits), the one that minimizes ceil(units * s / slots) * (ceil(tiles / s) + cost) +
-// (s > 1 ? cost : 0), the smallest on a tie: a CTA costs its tiles plus a fixed `cost` in tiles
-// (prologue, epilogue, partial writes), the last wave costs as much as a full one, and splitting
-// at all costs the merge. (Forcing at least one or more full waves of CTAs measured slower:
-// README.md.)
-constexpr int kDecodeSplitCost = 1;
-
-inline int decode_splits(long long units, long long tiles, int sm_count, int ctas_per_sm,
-                         int cost = kDecodeSplitCost) {
-  if (units <= 0 || tiles <= 1) return 1;
-  const long long slots = static_cast<long long>(sm_count > 0 ? sm_count : 1) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
-  const long long most = tiles < att::kDecodeMaxSplits ? tiles : att::kDecodeMaxSplits;
-  long long best_s = 1, best = -1;
-  for (long long s = 1; s <= most; ++s) {
-    const long long per = ceil_div(tiles, s), used = ceil_div(tiles, per);
-    if (used != s) continue;  // the same as `used` splits
-    const long long t = ceil_div(units * s, slots) * (per + cost) + (s > 1 ? cost : 0);
-    if (best < 0 || t < best) {
-      best = t;
-      best_s = s;
-    }
-  }
-  return static_cast<int>(best_s);
-}
-
 
 // KV_LOAD tma: K/V rows per box: BLOCK_N contiguous; paged, gcd(page_size, block_n) (a box stays
 // within one page, and a tile is whole boxes).
@@ -99,7 +71,7 @@ struct FlashDecodeLaunch {
 
   // The call's shape as the kernels see it; 0, or 1 with the reason.
   struct Shape {
-    long long rows_total, units, tiles;
+    long long rows_total, units, keys, tiles;
     int group, rows, row_blocks;
   };
   int shape(const Call& c, Shape* s, Why* why) const {
@@ -147,7 +119,10 @@ struct FlashDecodeLaunch {
     if (s->rows_total >= (1LL << 31))
       return refuse(why, "flash_decode: batch * heads_q * seqlen_q = %lld rows is 2^31 or more", s->rows_total);
     s->units = static_cast<long long>(c.batch) * c.heads_kv * s->row_blocks;
-    s->tiles = ceil_div(c.seqlen_k, block_n);
+    // A window build splits only the keys its rows' windows span (at most: the host reads no
+    // cache_seqlens); the kernels share out their own sequence's.
+    s->keys = att::unit_keys_max(c.seqlen_k, c.seqlen_q, variants.window ? c.window_left : -1);
+    s->tiles = ceil_div(s->keys, block_n);
     return 0;
   }
 
@@ -155,9 +130,10 @@ struct FlashDecodeLaunch {
     Shape s;
     if (shape(call, &s, why)) return 1;
     if (s.rows_total == 0) return 0;  // nothing to compute: no launch
-    const int want = decode_splits(s.units, s.tiles, device.sm_count, ctas_per_sm);
-    const int clusters = want / cluster > 1 ? want / cluster : 1;  // clusterN: whole clusters a unit
-    const int splits = cluster > 1 ? clusters * cluster : want;
+    // The wave model (split.h): over tiles, or for a window build's even shares over keys.
+    const int want = variants.window ? att::decode_splits_keys(s.units, s.keys, block_n, device.sm_count, ctas_per_sm)
+                                     : att::decode_splits(s.units, s.tiles, device.sm_count, ctas_per_sm);
+    const int splits = att::grid_splits(want, cluster);
     const long long grid_x = static_cast<long long>(splits) * s.row_blocks;
     if (grid_x > 2147483647LL) return refuse(why, "flash_decode: grid.x %lld exceeds 2^31 - 1", grid_x);
     p->launches = 1;
@@ -195,21 +171,20 @@ struct FlashDecodeLaunch {
       }
       p->map[0].swizzle_128b = p->map[1].swizzle_128b = rows % 8 == 0;
     }
-    // Partials merged through the workspace: the splits, or with clusters each cluster's merge when a
-    // unit has several clusters. Merged by the combine kernel, or by the unit's last CTA (cluster)
-    // to arrive at its counter.
-    const int pieces = splits / cluster;
+    // Partials merged through the workspace (split.h): the splits, or with clusters each cluster's
+    // merge when a unit has several clusters. Merged by the combine kernel, or by the unit's last
+    // CTA (cluster) to arrive at its counter.
+    const int pieces = att::split_pieces(splits, cluster);
     if (pieces > 1) {
       p->workspaces = 1;
-      p->workspace[0] = Workspace{static_cast<unsigned long long>(pieces) * s.rows_total * (head_dim + 1) * 4, 0, 1};
+      p->workspace[0] = Workspace{att::pieces_bytes(pieces, s.rows_total, head_dim), 0, 1};
       if (counted()) {
         p->workspaces = 2;
-        p->workspace[1] = Workspace{static_cast<unsigned long long>(s.units) * 4, 1, 1};
+        p->workspace[1] = Workspace{att::counters_bytes(s.units), 1, 1};
       } else {
-        const long long combine_rows = kDecodeCombineThreads / (head_dim / 4);
         p->launches = 2;
-        p->launch[1] = Launch{1, {static_cast<unsigned>(ceil_div(s.rows_total, combine_rows)), 1, 1},
-                              static_cast<unsigned>(kDecodeCombineThreads), 0, 1};
+        p->launch[1] = Launch{1, {static_cast<unsigned>(ceil_div(s.rows_total, att::decode_combine_rows(head_dim))), 1, 1},
+                              static_cast<unsigned>(att::kDecodeCombineThreads), 0, 1};
       }
     }
     return 0;
@@ -221,6 +196,12 @@ struct FlashDecodeLaunch {
     att::DecodeParams d;
     std::memset(&d, 0, sizeof d);
     fill_tensor_args(c, &d);
+    // A window side of seqlen_k + seqlen_q keys or more reaches past every row's keys, as an
+    // unbounded one does; clamped there, the kernels' i + diag -/+ side stays far from int overflow
+    // (a side of 2^31 - 1 would wrap).
+    const long long side_max = static_cast<long long>(c.seqlen_k) + c.seqlen_q;
+    if (d.variant.window_left > side_max) d.variant.window_left = static_cast<int>(side_max);
+    if (d.variant.window_right > side_max) d.variant.window_right = static_cast<int>(side_max);
     if (c.entry == kEntryKvcache) {
       d.cache_seqlens = c.cache_seqlens;
       d.block_table = c.block_table;
@@ -233,7 +214,7 @@ struct FlashDecodeLaunch {
     d.row_blocks = s.row_blocks;
     d.rows_total = static_cast<int>(s.rows_total);
     d.num_splits = s.row_blocks > 0 ? static_cast<int>(plan.launch[0].grid[0] / s.row_blocks) : 1;
-    const int pieces = d.num_splits / cluster;  // as plan's
+    const int pieces = att::split_pieces(d.num_splits, cluster);  // as plan's
     if (pieces > 1) {
       // Without its workspaces (optional) the call runs as one piece (unsplit, or one cluster a
       // unit; the other CTAs exit at once): as correct, slower.
@@ -241,7 +222,7 @@ struct FlashDecodeLaunch {
         d.num_splits = cluster;
       } else {
         d.part_o = static_cast<float*>(res.workspace[0]);
-        d.part_lse = d.part_o + static_cast<unsigned long long>(pieces) * s.rows_total * head_dim;
+        d.part_lse = d.part_o + att::piece_lse_start(pieces, s.rows_total, head_dim);
         d.counters = counted() ? static_cast<int*>(res.workspace[1]) : nullptr;
       }
     }

@@ -12,6 +12,12 @@ struct Traits {
   static constexpr int kHeadDim = ATT_HEAD_DIM;
   static constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
   static constexpr bool kCausal = ATT_CAUSAL != 0;
+  // Variants (common/variants.cuh; the renderer defines ATT_WINDOW, ATT_SOFTCAP, ATT_SINKS only for
+  // problems with them, so a plain build compiles none of their code). Their sizes and values are
+  // run-time arguments (DecodeParams::variant).
+  static constexpr bool kWindow = ATT_WINDOW != 0;
+  static constexpr bool kSoftcap = ATT_SOFTCAP != 0;
+  static constexpr bool kSinks = ATT_SINKS != 0;
 
   // Tunables (search_spaces/flash_decode.yaml).
   static constexpr int kBlockM = BLOCK_M;        // packed rows (query heads x queries) per CTA (derived)
@@ -53,7 +59,7 @@ struct Traits {
   // of kOStride floats: 4 floats of padding spread a quad's 8 rows over the banks.
   static constexpr int kOStride = kHeadDim + 4;
   static constexpr int kMergeBytes = kBlockM * kOStride * 4 + (kWarpsN + 3) * kBlockM * 4;
-  static constexpr int kMaxSplits = kDecodeMaxSplits;  // the plan never splits more (args.h)
+  static constexpr int kMaxSplits = kDecodeMaxSplits;  // the plan never splits more (split.h)
   static constexpr int kSmemBytes = kQBytes + kRingBytes > kMergeBytes ? kQBytes + kRingBytes : kMergeBytes;
 
   // Loads: the threads of a load group copy kLoadRows rows of each tile, chunk t % kChunks of rows
@@ -64,9 +70,15 @@ struct Traits {
   static constexpr int kRowsPerPass = kLoadThreads / kChunks;
   static constexpr int kPasses = kLoadRows / kRowsPerPass;
 
-  // The separate combine kernel: 128 threads, one (row, 4 columns) item each.
-  static constexpr int kCombineThreads = 128;
-  static constexpr int kCombineRows = kCombineThreads / (kHeadDim / 4);
+  // The separate combine kernel: one (row, 4 columns) item a thread (split.h).
+  static constexpr int kCombineThreads = kDecodeCombineThreads;
+  static constexpr int kCombineRows = decode_combine_rows(kHeadDim);
+
+  // Named barriers (bar.sync ids; 0 is __syncthreads): tile_share warp, key group wn waits on
+  // kBarKeyGroup + wn with its kWarpsM warps; kv_load tma, the consumer warps on kBarConsumers
+  // (never both: TMA loads whole tiles).
+  static constexpr int kBarKeyGroup = 1;
+  static constexpr int kBarConsumers = 1;
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim 64, 128 or 256");
   static_assert(kBlockM % 16 == 0 && kBlockM >= 16 && kBlockM <= 64, "block_m: 16, 32, 48 or 64 rows");
@@ -76,7 +88,7 @@ struct Traits {
   static_assert(kLoadThreads % kChunks == 0 && kRowsPerPass >= 1 && kLoadRows % kRowsPerPass == 0,
                 "a load pass covers whole rows, and the passes the tile");
   static_assert(kStages >= 2 && kStages <= 8, "2 to 8 stages");
-  static_assert(kWarpsN <= 15, "named barriers 1..15");
+  static_assert(kBarKeyGroup + kWarpsN - 1 <= 15, "named barriers 1..15");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with warps * 32 (+ 32: TMA producer)");
   static_assert(!kKvTma || !kWarpTiles, "TMA loads whole tiles (tile_share: cta)");

@@ -19,6 +19,14 @@
 // multiples of 1/128 (exact in both dtypes) from a hash of each element's address, so the host
 // regenerates them. Timing: a CUDA graph of 20 calls, replayed until `seconds` of samples, median
 // per call; GB/s = (K + V + Q + O bytes) / time.
+//
+// Variants (issue 41): built with -DATT_WINDOW=1 / -DATT_SOFTCAP=1 / -DATT_SINKS=1 (EXTRA_DEFS of
+// decode_build.sh), their values from the environment: DECODE_WINDOW="L" or "L,R" (-1 unbounded;
+// a causal build's right side is the diagonal), DECODE_SOFTCAP=C, and for sinks the logits of
+// sink_logit(h) (moderate ones, and -1e4 and 1e3 on a few heads). The reference applies them
+// (FlashAttention's semantics, common/variants.cuh); with a window, K + V bytes count only the rows
+// some query of each sequence sees (Problem::bytes), so GB/s compares with a plain kernel reading
+// as many.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -68,6 +76,45 @@ namespace {
 constexpr int kD = ATT_HEAD_DIM;
 constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
 constexpr bool kCausal = ATT_CAUSAL != 0;
+
+// The variants' run-time values (DECODE_WINDOW, DECODE_SOFTCAP; see the header).
+struct VariantValues {
+  int left = -1, right = -1;
+  float softcap = 0.f;
+};
+VariantValues variant_values() {
+  VariantValues v;
+  if (const char* w = std::getenv("DECODE_WINDOW")) {
+    if (std::sscanf(w, "%d,%d", &v.left, &v.right) < 1) {
+      std::printf("bad DECODE_WINDOW '%s' (L or L,R)\n", w);
+      std::exit(2);
+    }
+  }
+  if (kCausal) v.right = -1;  // the diagonal bounds it (normalise_variants' form)
+  if (const char* c = std::getenv("DECODE_SOFTCAP")) v.softcap = static_cast<float>(std::atof(c));
+  if (ATT_WINDOW && v.left < 0 && v.right < 0) {
+    std::printf("a window build needs DECODE_WINDOW=L[,R]\n");
+    std::exit(2);
+  }
+  if (ATT_SOFTCAP && !(v.softcap > 0.f)) {
+    std::printf("a soft-cap build needs DECODE_SOFTCAP=C > 0\n");
+    std::exit(2);
+  }
+  return v;
+}
+const VariantValues kVariant = variant_values();
+
+// Query head h's sink logit (sinks builds): mostly moderate, one head in 8 very negative (no
+// effect) and one very large (the row's output ~0, LSE ~1e3).
+float sink_logit(int h) { return h % 8 == 1 ? -1e4f : h % 8 == 2 ? 1e3f : static_cast<float>(h % 5) - 1.5f; }
+
+// The keys row i of seqlen_q rows sees in a sequence of len keys: [begin, end) (bottom-right).
+void row_keys(int i, int s, int len, int* begin, int* end) {
+  const int diag = i + len - s;
+  *begin = ATT_WINDOW && kVariant.left >= 0 ? std::min(len, std::max(0, diag - kVariant.left)) : 0;
+  *end = kCausal ? std::min(len, std::max(0, diag + 1))
+                 : (ATT_WINDOW && kVariant.right >= 0 ? std::min(len, std::max(0, diag + kVariant.right + 1)) : len);
+}
 
 __host__ __device__ inline uint32_t mix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -149,6 +196,7 @@ struct Mode {
 
 const attntune_plan::Define kDefines[] = {
     {"ATT_HEAD_DIM", ATT_HEAD_DIM}, {"ATT_DTYPE_BF16", ATT_DTYPE_BF16}, {"ATT_CAUSAL", ATT_CAUSAL},
+    {"ATT_WINDOW", ATT_WINDOW},     {"ATT_SOFTCAP", ATT_SOFTCAP},       {"ATT_SINKS", ATT_SINKS},
     {"BLOCK_M", BLOCK_M},           {"BLOCK_N", BLOCK_N},               {"THREADS", THREADS},
     {"SMEM_BYTES", SMEM_BYTES},     {"CTAS_PER_SM", CTAS_PER_SM},       {"COMBINE", COMBINE},
     {"COMBINE_KERNEL", COMBINE_KERNEL}, {"COMBINE_LAST_CTA", COMBINE_LAST_CTA},
@@ -162,6 +210,7 @@ struct Problem {
   Mode mode;
   uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
   float* lse = nullptr;
+  float* d_sinks = nullptr;
   int* d_lens = nullptr;
   int* d_table = nullptr;
   int* d_valid = nullptr;
@@ -171,7 +220,8 @@ struct Problem {
   int mbps = 0, pages = 0;
 
   void free_all() {
-    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)lse, (void*)d_lens, (void*)d_table, (void*)d_valid})
+    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)lse, (void*)d_sinks, (void*)d_lens, (void*)d_table,
+                    (void*)d_valid})
       if (p) cudaFree(p);
   }
 };
@@ -215,6 +265,12 @@ void setup(Problem& P, const Shape& sh, const Mode& m, uint32_t seed) {
   CK(cudaMalloc(&P.o, P.q_elems * 2));
   CK(cudaMalloc(&P.lse, std::max<size_t>(b * h * s, 1) * 4));
   CK(cudaMalloc(&P.d_lens, b * 4));
+  if (ATT_SINKS) {
+    std::vector<float> sinks(sh.h);
+    for (int i = 0; i < sh.h; ++i) sinks[i] = sink_logit(i);
+    CK(cudaMalloc(&P.d_sinks, sinks.size() * 4));
+    CK(cudaMemcpy(P.d_sinks, sinks.data(), sinks.size() * 4, cudaMemcpyHostToDevice));
+  }
   CK(cudaDeviceSynchronize());  // the fills ran on the legacy stream; the calls run on another
 }
 
@@ -276,6 +332,12 @@ attntune_plan::Call make_call(const Problem& P) {
   }
   c.scale = 1.f / std::sqrt(static_cast<float>(kD));
   c.causal = kCausal;
+  if (ATT_WINDOW) {
+    c.window_left = kVariant.left;
+    c.window_right = kVariant.right;
+  }
+  if (ATT_SOFTCAP) c.softcap = kVariant.softcap;
+  if (ATT_SINKS) c.sinks = P.d_sinks;
   if (P.mode.entry == attntune_plan::kEntryKvcache) {
     c.cache_seqlens = P.d_lens;
     if (P.mode.page) {
@@ -352,26 +414,33 @@ void check_pair(const Problem& P, int bb, int kvh, const std::vector<uint16_t>& 
       const long long qb = bb * P.qs[0] + hq * P.qs[1] + i * P.qs[2];
       double qv[kD];
       for (int c = 0; c < kD; ++c) qv[c] = value(seed * 4 + 1, uint64_t(qb + c), 2.f);
-      const int lim = kCausal ? std::min(len, std::max(0, i + len - s + 1)) : len;
+      int first = 0, lim = 0;
+      row_keys(i, s, len, &first, &lim);
+      const bool none = first >= lim;  // the row sees no key
       double mx = -INFINITY;
-      for (int j = 0; j < lim; ++j) {
+      for (int j = first; j < lim; ++j) {
         double a = 0;
         for (int c = 0; c < kD; ++c) a += qv[c] * K[size_t(j) * kD + c];
         sc[j] = a * scale;
+        if (ATT_SOFTCAP) sc[j] = kVariant.softcap * std::tanh(sc[j] / kVariant.softcap);
         mx = std::max(mx, sc[j]);
       }
-      double sum = 0, ref[kD] = {};
-      for (int j = 0; j < lim; ++j) {
+      // A sink joins the denominator as exp(s_h - m), no value row.
+      const double sink = ATT_SINKS ? sink_logit(hq) : -INFINITY;
+      if (ATT_SINKS) mx = std::max(mx, sink);
+      double sum = ATT_SINKS ? std::exp(sink - mx) : 0.0, ref[kD] = {};
+      for (int j = first; j < lim; ++j) {
         const double p = std::exp(sc[j] - mx);
         sum += p;
         for (int c = 0; c < kD; ++c) ref[c] += p * V[size_t(j) * kD + c];
       }
       const long long ob = bb * P.os[0] + hq * P.os[1] + i * P.os[2];
       const size_t lrow = (size_t(bb) * P.sh.h + hq) * s + i;
-      const double ref_lse = lim > 0 ? mx + std::log(sum) : -INFINITY;
+      const bool lse_inf = none && !ATT_SINKS;  // LSE -inf: no key and no sink
+      const double ref_lse = lse_inf ? -INFINITY : mx + std::log(sum);
       const float got_lse = lse[lrow];
       if (std::isnan(got_lse)) ++res->nan;
-      if (lim == 0) {
+      if (lse_inf) {
         if (!(std::isinf(got_lse) && got_lse < 0)) ++res->bad;
       } else {
         const double e = std::fabs(got_lse - ref_lse);
@@ -379,7 +448,7 @@ void check_pair(const Problem& P, int bb, int kvh, const std::vector<uint16_t>& 
         if (!(e <= 1e-3 + 1e-5 * std::fabs(ref_lse))) ++res->bad;
       }
       for (int c = 0; c < kD; ++c) {
-        const double r = lim > 0 ? ref[c] / sum : 0.0;
+        const double r = none ? 0.0 : ref[c] / sum;
         const float got = from_bits(out[size_t(ob) + c]);
         ++res->checked;
         if (std::isnan(got)) {
@@ -389,7 +458,7 @@ void check_pair(const Problem& P, int bb, int kvh, const std::vector<uint16_t>& 
         }
         const double e = std::fabs(got - r);
         res->max_err = std::max(res->max_err, e);
-        if (lim == 0 ? got != 0.f : !(e <= atol + rtol * std::fabs(r))) ++res->bad;
+        if (none ? got != 0.f : !(e <= atol + rtol * std::fabs(r))) ++res->bad;
       }
     }
   }
@@ -567,6 +636,9 @@ int main(int argc, char** argv) {
   std::printf("# %s, %d SMs | config %s | d=%d %s causal=%d | regs %d, local %zu B, smem %d B\n", prop.name,
               prop.multiProcessorCount, CONFIG_NAME, kD, kBf16 ? "bf16" : "fp16", kCausal ? 1 : 0, fa.numRegs,
               fa.localSizeBytes, SMEM_BYTES);
+  if (ATT_WINDOW || ATT_SOFTCAP || ATT_SINKS)
+    std::printf("# variants: window %d,%d softcap %g sinks %d\n", ATT_WINDOW ? kVariant.left : -1,
+                ATT_WINDOW ? kVariant.right : -1, ATT_SOFTCAP ? kVariant.softcap : 0.0, ATT_SINKS);
   if (CLUSTER > 1) {
     // How many clusters fit at once (the plan refuses none); a grid of more runs in waves.
     attntune_plan::Why why;
@@ -606,7 +678,11 @@ int main(int argc, char** argv) {
       double us = -1, gbs = 0;
       if (seconds > 0) {
         us = time_graph(R, P, seconds, stream);
-        const double bytes = 2.0 * sh.b * sh.hkv * double(sh.sk) * kD * 2 + 2.0 * P.q_elems * 2;
+        // K/V rows some query sees (all of them without a window), Q read and O written.
+        int first = 0, end = 0;
+        row_keys(0, sh.s, sh.sk, &first, &end);
+        const double kv_rows = ATT_WINDOW ? sh.sk - first : sh.sk;
+        const double bytes = 2.0 * sh.b * sh.hkv * kv_rows * kD * 2 + 2.0 * P.q_elems * 2;
         gbs = us > 0 ? bytes / (us * 1e-6) / 1e9 : 0;
       }
       all_ok = all_ok && ok;
