@@ -11,6 +11,7 @@
 // (the campaign records that as wrong_result). ATTNTUNE_PROPERTY_SAMPLE spread configs per case
 // (default 1).
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <span>
 #include <string>
@@ -72,7 +73,17 @@ void check_case(int d, const Case& k) {
   const std::vector<Config> all = space.enumerate(kind, arch);
   for (const auto& mode : k.modes) {
     const auto it = std::find_if(all.begin(), all.end(), mode);
-    ASSERT_NE(it, all.end()) << "no config of a mode for " << kind.str();
+    if (it == all.end()) {
+      // A mode the space serves at other head dims only (the split tail is refused at d=64):
+      // skipped here, but a mode no head dim serves is a broken case.
+      const Problem at128 = Problem::parse(fmt::format("{},d=128,dtype=bf16", k.kind));
+      const std::vector<Config> others = space.enumerate(at128, arch);
+      ASSERT_NE(std::find_if(others.begin(), others.end(), mode), others.end())
+          << "no config of a mode for " << kind.str() << ", nor at d=128";
+      std::printf("flash_fwd_wgmma variants d=%d: a mode of %s is not served at this head dim; skipped\n", d,
+                  k.kind.c_str());
+      continue;
+    }
     Problem p = kind;
     p.dtype = configs.size() % 2 ? DType::kFp16 : DType::kBf16;
     configs.push_back(*it);
