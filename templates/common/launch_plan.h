@@ -1,6 +1,6 @@
 // ---- templates/common/launch_plan.h: how a call of an attention entry point becomes launches.
 //
-// Every kernel family states its launch once, in templates/<family>/launch.h, as a Family (at the
+// Every kernel family states its launch once, in templates/<family>/launch.h, as a LaunchFamily (at the
 // end of this file): from the constants its kernels were built with (the #defines the renderer
 // wrote) and one call of a C entry point (Call) to a Plan: the kernels to launch in order (grid,
 // block, dynamic shared memory, cluster), the workspaces they need, the TMA tensor maps to encode,
@@ -24,7 +24,7 @@
 
 namespace attntune_plan {
 
-// The C entry points of docs/CONTRACT.md a family's kernels can serve (bits of Family::entries).
+// The C entry points of docs/CONTRACT.md a family's kernels can serve (bits of LaunchFamily::entries).
 enum Entry : int {
   kEntryDense = 1,    // attntune_attention_forward
   kEntryKvcache = 2,  // attntune_attention_forward_kvcache
@@ -144,7 +144,7 @@ struct Workspace {
 };
 
 struct Launch {
-  int kernel;  // index into Family::kernel_names
+  int kernel;  // index into LaunchFamily::kernel_names
   unsigned grid[3];
   unsigned block;
   unsigned smem;     // dynamic shared memory, bytes
@@ -280,8 +280,8 @@ constexpr int kMaxConstsBytes = 256;  // a family's constants, as its load() fil
 //   static int load(const Define* defs, int n, C* out, Why* why);
 //   int plan(const Call& call, const Device& device, Plan* out, Why* why) const;
 //   int bind(const Call& call, const Plan& plan, const Resources& res, int launch, Args* args, Why* why) const;
-// and one Family made by make_family<C>(...). All return 0, or 1 with the reason in `why`.
-struct Family {
+// and one LaunchFamily made by make_family<C>(...). All return 0, or 1 with the reason in `why`.
+struct LaunchFamily {
   const char* name;  // the folder under templates/, the YAML's family:
   int entries;       // Entry bits its kernels serve
   int kernels;
@@ -309,9 +309,9 @@ struct Erased {
 };
 
 template <class C>
-constexpr Family make_family(const char* name, int entries, int kernels, const char* k0, const char* k1 = nullptr,
+constexpr LaunchFamily make_family(const char* name, int entries, int kernels, const char* k0, const char* k1 = nullptr,
                              const char* k2 = nullptr, const char* k3 = nullptr) {
-  return Family{name, entries, kernels, {k0, k1, k2, k3}, &Erased<C>::load, &Erased<C>::plan, &Erased<C>::bind};
+  return LaunchFamily{name, entries, kernels, {k0, k1, k2, k3}, &Erased<C>::load, &Erased<C>::plan, &Erased<C>::bind};
 }
 
 // Storage for one family's constants (what load() fills).

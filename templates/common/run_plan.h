@@ -127,13 +127,13 @@ class Executor {
   // The plan of `call` for `family` with its loaded constants `consts` and kernels `funcs` (the
   // build's entry points, in the family's order) on the current device: 0, kUnsupported when the
   // family refuses it, or the API's error; the reason in `why`.
-  int plan(const Family& family, const void* consts, const Function* funcs, const Call& call, Plan* out, Why* why) {
+  int plan(const LaunchFamily& family, const void* consts, const Function* funcs, const Call& call, Plan* out, Why* why) {
     int device = 0;
     return plan_on(family, consts, funcs, call, out, &device, why);
   }
 
   // Steps 1 and 2 of a call (above) into *out.
-  int prepare(const Family& family, const void* consts, const Function* funcs, const Call& call, Stream stream,
+  int prepare(const LaunchFamily& family, const void* consts, const Function* funcs, const Call& call, Stream stream,
               Prepared* out, Why* why, const RunOptions& options = RunOptions()) {
     if (const int r = plan_on(family, consts, funcs, call, &out->plan, &out->device, why)) return r;
     const Plan& plan = out->plan;
@@ -146,7 +146,7 @@ class Executor {
   }
 
   // Step 3: the prepared call's kernels, in order, on `stream`.
-  int launch(const Family& family, const void* consts, const Function* funcs, const Call& call,
+  int launch(const LaunchFamily& family, const void* consts, const Function* funcs, const Call& call,
              const Prepared& prepared, Stream stream, Why* why) {
     const Plan& plan = prepared.plan;
     for (int i = 0; i < plan.launches; ++i) {
@@ -162,7 +162,7 @@ class Executor {
   }
 
   // One call, start to end: 0, kUnsupported or the API's error, with the reason in `why`.
-  int run(const Family& family, const void* consts, const Function* funcs, const Call& call, Stream stream, Why* why,
+  int run(const LaunchFamily& family, const void* consts, const Function* funcs, const Call& call, Stream stream, Why* why,
           const RunOptions& options = RunOptions()) {
     Prepared prepared;
     if (const int r = prepare(family, consts, funcs, call, stream, &prepared, why, options)) return r;
@@ -198,7 +198,7 @@ class Executor {
     const Function* funcs;
   };
 
-  int plan_on(const Family& family, const void* consts, const Function* funcs, const Call& call, Plan* out,
+  int plan_on(const LaunchFamily& family, const void* consts, const Function* funcs, const Call& call, Plan* out,
               int* device, Why* why) {
     if (const int r = api_.current_device(device, why)) return r;
     Device dev;

@@ -71,7 +71,7 @@ struct Kernel {
   int tuned_b, tuned_h, tuned_hkv, tuned_s, tuned_sk;
   int entries;  // the entry points it serves (Entry bits): its family's, varlen only for a varlen build
   int window, softcap, sinks;  // the variants it was built with: it serves calls with exactly these
-  const attntune_plan::Family* family;
+  const attntune_plan::LaunchFamily* family;
   const attntune_plan::Define* defines;  // the #defines it was built with
   int define_count;
   const void* funcs[attntune_plan::kMaxKernels];  // its __global__ entry points, in the family's order

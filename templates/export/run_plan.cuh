@@ -196,7 +196,7 @@ inline RuntimeExecutor& executor() {
 // Runs one call: `family` with its loaded constants `consts` and its kernels `funcs` (the build's
 // entry points, in the family's order) on the current device and `stream`. 0, kUnsupported or a
 // cudaError_t value, with the reason in `why`.
-inline int run_plan(const attntune_plan::Family& family, const void* consts, const void* const* funcs,
+inline int run_plan(const attntune_plan::LaunchFamily& family, const void* consts, const void* const* funcs,
                     const attntune_plan::Call& call, cudaStream_t stream, Why* why) {
   return executor().run(family, consts, funcs, call, stream, why);
 }

@@ -240,7 +240,7 @@ struct FlashDecodeLaunch {
   }
 };
 
-inline constexpr Family kFlashDecode = make_family<FlashDecodeLaunch>("flash_decode", kEntryDense | kEntryKvcache, 2,
+inline constexpr LaunchFamily kFlashDecode = make_family<FlashDecodeLaunch>("flash_decode", kEntryDense | kEntryKvcache, 2,
                                                                       "flash_decode", "flash_decode_combine");
 
 }  // namespace attntune_plan

@@ -46,7 +46,7 @@ struct FlashFwdMmaLaunch {
   }
 };
 
-inline constexpr Family kFlashFwdMma = make_family<FlashFwdMmaLaunch>("flash_fwd_mma", kEntryDense | kEntryKvcache | kEntryVarlen, 1,
+inline constexpr LaunchFamily kFlashFwdMma = make_family<FlashFwdMmaLaunch>("flash_fwd_mma", kEntryDense | kEntryKvcache | kEntryVarlen, 1,
                                                                  "flash_fwd_mma");
 
 }  // namespace attntune_plan

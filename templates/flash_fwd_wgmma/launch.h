@@ -274,7 +274,7 @@ struct FlashFwdWgmmaLaunch {
 
 static_assert(sizeof(att::TmaDesc) == kTensorMapBytes, "a TmaDesc is a CUtensorMap");
 
-inline constexpr Family kFlashFwdWgmma =
+inline constexpr LaunchFamily kFlashFwdWgmma =
     make_family<FlashFwdWgmmaLaunch>("flash_fwd_wgmma", kEntryDense | kEntryKvcache | kEntryVarlen, 2, "flash_fwd_wgmma",
                                      "flash_fwd_wgmma_varlen_order");
 

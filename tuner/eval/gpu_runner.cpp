@@ -25,7 +25,7 @@ GpuRunner::GpuRunner(const std::vector<const SearchSpace*>& spaces, const Proble
     if (family_nvrtc_options(s->family()) != nvrtc_options)
       throw std::logic_error(fmt::format("GpuRunner: templates {} and {} need different NVRTC options",
                                          spaces[0]->family(), s->family()));
-    if (!families_.emplace(s->family(), Family{s, ""}).second)
+    if (!families_.emplace(s->family(), SpaceOnArch{s, ""}).second)
       throw InputError(fmt::format("two search spaces of template '{}' in one campaign", s->family()));
   }
   EvaluatorOptions eopts;
@@ -50,7 +50,7 @@ std::string GpuRunner::arch_for(const std::string& family) {
   return it == families_.end() ? device_.arch : it->second.arch;
 }
 
-std::pair<const GpuRunner::Family*, Config> GpuRunner::family_of(const Config& config) const {
+std::pair<const GpuRunner::SpaceOnArch*, Config> GpuRunner::family_of(const Config& config) const {
   if (!tagged_) return {&families_.begin()->second, config};
   auto [family, rest] = search::untag_family(config);
   auto it = families_.find(family);

@@ -56,14 +56,14 @@ class GpuRunner : public search::Runner {
   const std::string& arch() const { return device_.arch; }
 
  private:
-  struct Family {
+  struct SpaceOnArch {  // one template's space and the arch its configs build for
     const SearchSpace* space;
     std::string arch;
   };
   // The space and arch of a submitted config, and the config as its family's renderer takes it.
-  std::pair<const Family*, Config> family_of(const Config& config) const;
+  std::pair<const SpaceOnArch*, Config> family_of(const Config& config) const;
 
-  std::map<std::string, Family> families_;
+  std::map<std::string, SpaceOnArch> families_;
   bool tagged_ = false;  // several families: configs carry their family
   Problem problem_;
   GpuRunnerOptions options_;

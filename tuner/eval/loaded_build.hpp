@@ -72,7 +72,7 @@ class LoadedBuild {
   // family refuses it, CudaError when the driver fails. optional_workspaces false: the plan's
   // optional workspaces are withheld (tests: the families' fallbacks without them stay correct).
   void launch(const attntune_plan::Call& call, CUstream stream = nullptr, bool optional_workspaces = true) const;
-  const attntune_plan::Family& family() const { return *family_; }
+  const attntune_plan::LaunchFamily& family() const { return *family_; }
   int kernels() const { return static_cast<int>(fns_.size()); }
   const cuda::Function& function(int i) const { return fns_.at(static_cast<std::size_t>(i)); }
 
@@ -83,7 +83,7 @@ class LoadedBuild {
   cuda::Module module_;
   std::vector<cuda::Function> fns_;                 // the family's entry points, in its order
   std::vector<DriverApi::Function> funcs_;          // their addresses: the executor's handles
-  const attntune_plan::Family* family_ = nullptr;
+  const attntune_plan::LaunchFamily* family_ = nullptr;
   attntune_plan::Consts consts_{};
   std::unique_ptr<DriverExecutor> executor_;  // its tables and workspaces: this build's
 };

@@ -104,7 +104,7 @@ struct Prepared {
   int source_index = 0;  // which distinct source (namespace attntune_kN)
 };
 
-struct Plan {
+struct LibraryPlan {  // the library a set of export items becomes (not attntune_plan::Plan, one launch's plan)
   std::vector<Prepared> items;
   std::vector<std::size_t> sources;  // items holding each distinct source, first use order
   std::string dtype, arch;
@@ -117,9 +117,9 @@ struct Plan {
 
 bool is_arch_specific(const std::string& arch) { return !arch.empty() && arch.back() == 'a'; }
 
-Plan plan(const std::vector<ExportItem>& items) {
+LibraryPlan plan(const std::vector<ExportItem>& items) {
   if (items.empty()) throw std::logic_error("export: no kernels");
-  Plan p;
+  LibraryPlan p;
   std::map<std::string, int> by_hash;
   for (const ExportItem& it : items) {
     if (!it.space) throw std::logic_error("export: an item without its space");
@@ -220,7 +220,7 @@ nlohmann::ordered_json item_json(const Prepared& p) {
           {"launch", p.family->launch_json(p.kernel.launch.defines)}};
 }
 
-nlohmann::ordered_json info(const Plan& plan, ExportMode mode) {
+nlohmann::ordered_json info(const LibraryPlan& plan, ExportMode mode) {
   nlohmann::ordered_json j = {{"format", kFormat},
                               {"mode", mode == ExportMode::kSingle ? "single" : "all-best"},
                               {"dtype", plan.dtype},
@@ -273,14 +273,14 @@ std::string provenance_lines(const Prepared& p) {
 
 // The -arch of the build line: the arch the results were measured on, its arch-specific variant
 // ("sm_90a") where a space lists only such targets.
-std::string build_arch(const Plan& plan) {
+std::string build_arch(const LibraryPlan& plan) {
   if (plan.specific_archs.empty() || is_arch_specific(plan.arch)) return plan.arch;
   const std::vector<std::string>& archs = plan.specific_archs.front();
   const std::string same = plan.arch + "a";
   return std::find(archs.begin(), archs.end(), same) != archs.end() ? same : archs.front();
 }
 
-std::string header(const Plan& plan, ExportMode mode) {
+std::string header(const LibraryPlan& plan, ExportMode mode) {
   const std::string arch = build_arch(plan);
   std::string h;
   h += fmt::format("// attntune export: {} tuned attention kernel{} and a host launcher, in one self-contained file.\n",
@@ -356,7 +356,7 @@ std::string header(const Plan& plan, ExportMode mode) {
 // defines (config, include guards) are #undef'd after it so the next kernel starts clean.
 std::string wrapped_source(const Prepared& p) {
   const std::string ns = fmt::format("attntune_k{}", p.source_index);
-  const attntune_plan::Family& plan = *p.family->plan;
+  const attntune_plan::LaunchFamily& plan = *p.family->plan;
   std::string s;
   s += fmt::format(
       "\n// ==== {ns}: the kernel source the tuner measured (source_hash {hash}), verbatim. The\n"
@@ -391,7 +391,7 @@ std::string wrapped_source(const Prepared& p) {
 }
 
 // Each distinct source's constants, as its family's launch plan reads them.
-std::string define_tables(const Plan& plan) {
+std::string define_tables(const LibraryPlan& plan) {
   std::string out;
   for (std::size_t i : plan.sources) {
     const Prepared& p = plan.items[i];
@@ -405,7 +405,7 @@ std::string define_tables(const Plan& plan) {
   return out;
 }
 
-std::string kernel_table(const Plan& plan) {
+std::string kernel_table(const LibraryPlan& plan) {
   std::string rows;
   for (const Prepared& p : plan.items) {
     const Problem& pr = p.item->row.problem;
@@ -469,7 +469,7 @@ nlohmann::ordered_json export_info(const std::vector<ExportItem>& items, ExportM
 }
 
 std::string export_source(const std::vector<ExportItem>& items, ExportMode mode) {
-  const Plan p = plan(items);
+  const LibraryPlan p = plan(items);
   std::string out = header(p, mode);
   out += "\n";
   out += fill(embedded_file(kPrologue), {{"MIN_ARCH", std::to_string(p.min_arch * 10)},

@@ -219,7 +219,7 @@ std::vector<attntune_plan::Define> plan_defines(const Defines& defines) {
 
 std::optional<attntune_plan::Plan> plan_call(const LaunchSpec& spec, const attntune_plan::Call& call,
                                              const attntune_plan::Device& device, std::string* why) {
-  const attntune_plan::Family& f = *builtin_family(spec.plan).plan;
+  const attntune_plan::LaunchFamily& f = *builtin_family(spec.plan).plan;
   const auto defs = plan_defines(spec.defines);
   attntune_plan::Consts consts{};
   attntune_plan::Why reason;

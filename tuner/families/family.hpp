@@ -37,7 +37,7 @@ struct Family {
   std::string name;          // folder under templates/, the YAML's family:
   std::string main_file;     // embedded path of the kernel file
   std::string launch_file;   // embedded path of its launch plan (templates/<name>/launch.h)
-  const attntune_plan::Family* plan = nullptr;  // the launch plan launch_file defines
+  const attntune_plan::LaunchFamily* plan = nullptr;  // the launch plan launch_file defines
   std::string plan_symbol;   // its C++ name there, for the export's kernel table
   // Each entry point's parameter list (the export declares each kernel with it).
   std::vector<std::string> kernel_params;

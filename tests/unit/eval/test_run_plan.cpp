@@ -148,7 +148,7 @@ struct Build {
   }
 };
 
-const Family kFake = make_family<Build>("fake", kEntryDense, 2, "k0", "k1");
+const LaunchFamily kFake = make_family<Build>("fake", kEntryDense, 2, "k0", "k1");
 
 using Exec = Executor<FakeApi, 8, 4>;
 

@@ -1,6 +1,6 @@
 // What a family states in several places agrees (ARCHITECTURE.md, "Adding a family"): for every
 // built-in family, its name is its launch plan's, its folder's and its YAML's; its plan symbol is
-// the Family its launch.h defines under that name; its kernel names are the extern "C" __global__
+// the LaunchFamily its launch.h defines under that name; its kernel names are the extern "C" __global__
 // functions of its kernel.cu, and its kernel_params (what the export declares them with) are their
 // parameter lists; its files are embedded and their includes resolve. And the decode/prefill
 // boundary of query rows is one number: flash_decode's kDecodeMaxSeqlenQ, which its launch plan
@@ -128,7 +128,7 @@ std::vector<std::string> fact_errors(const Family& f) {
     fail("no launch plan");
     return errors;
   }
-  const attntune_plan::Family& plan = *f.plan;
+  const attntune_plan::LaunchFamily& plan = *f.plan;
   if (plan.name != f.name) fail(fmt::format("its launch plan is named {}", plan.name));
   const std::string folder = "templates/" + f.name + "/";
   if (f.main_file != folder + "kernel.cu") fail("main_file " + f.main_file + " is not " + folder + "kernel.cu");
@@ -146,15 +146,15 @@ std::vector<std::string> fact_errors(const Family& f) {
   }
   if (errors.size()) return errors;
 
-  // The plan symbol: "attntune_plan::kX", a Family that launch.h makes under the family's name.
+  // The plan symbol: "attntune_plan::kX", a LaunchFamily that launch.h makes under the family's name.
   const std::string ns = "attntune_plan::";
   if (f.plan_symbol.rfind(ns, 0) != 0) fail("plan_symbol " + f.plan_symbol + " is not in namespace attntune_plan");
   const std::string launch = without_comments(std::string(embedded_file(f.launch_file)));
   std::smatch m;
-  const std::regex made("Family\\s+" + f.plan_symbol.substr(std::min(ns.size(), f.plan_symbol.size())) +
+  const std::regex made("LaunchFamily\\s+" + f.plan_symbol.substr(std::min(ns.size(), f.plan_symbol.size())) +
                         "\\s*=\\s*make_family\\s*<[^>]*>\\s*\\(\\s*\"([^\"]*)\"");
   if (!std::regex_search(launch, m, made))
-    fail(f.launch_file + " defines no Family " + f.plan_symbol + " = make_family<...>(\"...\"");
+    fail(f.launch_file + " defines no LaunchFamily " + f.plan_symbol + " = make_family<...>(\"...\"");
   else if (m[1] != f.name)
     fail(fmt::format("{} makes {} under the name {}", f.launch_file, f.plan_symbol, m[1].str()));
 
@@ -214,7 +214,7 @@ TEST(FamilyFacts, TheCheckNamesEachDisagreement) {
 
   f = real;
   f.plan_symbol = "attntune_plan::kFlashFwdMma";  // another family's plan
-  EXPECT_NE(errors_of(f).find("defines no Family attntune_plan::kFlashFwdMma"), std::string::npos) << errors_of(f);
+  EXPECT_NE(errors_of(f).find("defines no LaunchFamily attntune_plan::kFlashFwdMma"), std::string::npos) << errors_of(f);
 
   f = real;
   f.plan = &attntune_plan::kFlashFwdMma;
@@ -224,7 +224,7 @@ TEST(FamilyFacts, TheCheckNamesEachDisagreement) {
       << errors_of(f);
 
   // A plan naming a kernel the source lacks.
-  static constexpr attntune_plan::Family renamed = attntune_plan::make_family<attntune_plan::FlashDecodeLaunch>(
+  static constexpr attntune_plan::LaunchFamily renamed = attntune_plan::make_family<attntune_plan::FlashDecodeLaunch>(
       "flash_decode", attntune_plan::kEntryDense, 2, "flash_decode", "flash_decode_merge");
   f = real;
   f.plan = &renamed;
