@@ -7,6 +7,7 @@
 // accumulator layout of two n8 tiles is the A-operand layout of one k16 step).
 #include "../common/attn_params.h"
 #include "../common/ptx.cuh"
+#include "tiles.h"
 #include "traits.cuh"
 
 namespace att {
@@ -378,14 +379,17 @@ flash_fwd_mma(const AttnParams p) {
   elem_t* o;
   float* lse;
   int seqlen_q, seqlen_k, m_block;
+  // The sequence's bounds, its query blocks and which of them this CTA computes: tiles.h, the
+  // launch plan's view too.
   if constexpr (T::kVarlen) {
-    const int q0 = p.cu_seqlens_q[batch], k0 = p.cu_seqlens_k[batch];
-    seqlen_q = p.cu_seqlens_q[batch + 1] - q0;
-    seqlen_k = p.cu_seqlens_k[batch + 1] - k0;
+    const mma_tiles::PackedSequence seq = mma_tiles::packed_sequence(p.cu_seqlens_q, p.cu_seqlens_k, batch);
+    const int q0 = seq.q0, k0 = seq.k0;
+    seqlen_q = seq.len_q;
+    seqlen_k = seq.len_k;
     // The grid covers the longest sequence; this one may end before this block.
-    const int m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
+    const int m_blocks = mma_tiles::query_blocks(seqlen_q, T::kBlockM);
     if (static_cast<int>(blockIdx.x) >= m_blocks) return;
-    m_block = T::kCausal ? m_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
+    m_block = mma_tiles::query_block<T::kCausal>(int(blockIdx.x), m_blocks);
     q = static_cast<const elem_t*>(p.q) + q0 * p.q_stride[2] + head * p.q_stride[1];
     k = static_cast<const elem_t*>(p.k) + k0 * p.k_stride[2] + kv_head * p.k_stride[1];
     v = static_cast<const elem_t*>(p.v) + k0 * p.v_stride[2] + kv_head * p.v_stride[1];
@@ -395,12 +399,11 @@ flash_fwd_mma(const AttnParams p) {
   } else {
     seqlen_q = p.seqlen_q;
     seqlen_k = p.seqlen_k;
-    // Kvcache: the sequence's keys (cache_seqlens, clamped to 0..seqlen_k); with a page table k and
-    // v are the head's row 0 of page 0, each row looked up (load_tile_paged).
+    // Kvcache: the sequence's keys (cache_seqlens); with a page table k and v are the head's row 0
+    // of page 0, each row looked up (load_tile_paged).
     const bool paged = T::kKvcache && p.block_table;
-    if (T::kKvcache && p.cache_seqlens) seqlen_k = max(0, min(p.seqlen_k, p.cache_seqlens[batch]));
-    // Causal blocks with more rows see more keys: launch them first so the tail is short.
-    m_block = T::kCausal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
+    if (T::kKvcache && p.cache_seqlens) seqlen_k = mma_tiles::cache_keys(p.seqlen_k, p.cache_seqlens[batch]);
+    m_block = mma_tiles::query_block<T::kCausal>(int(blockIdx.x), int(gridDim.x));
     q = static_cast<const elem_t*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1];
     k = static_cast<const elem_t*>(p.k) + (paged ? 0 : batch * p.k_stride[0]) + kv_head * p.k_stride[1];
     v = static_cast<const elem_t*>(p.v) + (paged ? 0 : batch * p.v_stride[0]) + kv_head * p.v_stride[1];
@@ -410,8 +413,9 @@ flash_fwd_mma(const AttnParams p) {
   const int m0 = m_block * T::kBlockM;
   // Bottom-right causal alignment: query i sees keys j <= i + diag, diag = seqlen_k - seqlen_q.
   const int diag = seqlen_k - seqlen_q;
-  const int n_end = T::kCausal ? min(seqlen_k, m0 + T::kBlockM + diag) : seqlen_k;
-  const int n_blocks = n_end > 0 ? (n_end + T::kBlockN - 1) / T::kBlockN : 0;
+  // The K/V tiles holding the keys this block's rows see (tiles.h).
+  const mma_tiles::KeyRange keys = mma_tiles::block_keys<T::kCausal>(m0, m0 + T::kBlockM, seqlen_k, diag);
+  const int n_blocks = mma_tiles::tile_count(keys, T::kBlockN);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tig = lane & 3;
