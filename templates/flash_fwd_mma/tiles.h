@@ -71,19 +71,55 @@ ATT_MMA_TILES_FN int cache_keys(int seqlen_k_max, int cache_seqlen) { return ima
 
 // ---- the keys a query block visits -------------------------------------------------------------
 // Query row r of a sequence is aligned bottom-right: its diagonal key is r + diag, diag = len_k -
-// len_q. Rows [row0, row_end) of a query block (row0 = m0, row_end = m0 + block_m) see keys
-// [begin, end) at most; the block's K/V loop runs over the tiles of block_n keys that hold them,
-// and no other tile is loaded. Causal: up to the last row's diagonal. (The last block's rows past
-// len_q count too: their outputs are not stored.)
+// len_q. It sees keys j with r + diag - left <= j <= r + diag + right within [0, len_k): causal is
+// right = 0; a window build (kWindow) reads its sides (-1: unbounded) at run time; without one
+// both are unbounded but for causal. Rows [row0, row_end) of a query block (row0 = m0, row_end =
+// m0 + block_m) see keys [begin, end) at most: from the first row's left bound to the last row's
+// right one. The block's K/V loop runs over the tiles of block_n keys that hold them and loads no
+// other, so a window's time follows the window, not the keys. (The last block's rows past len_q
+// count too: their outputs are not stored.)
 struct KeyRange {
   int begin, end;  // keys [begin, end); empty when end <= begin
 };
-template <bool kCausal>
-ATT_MMA_TILES_FN KeyRange block_keys(int row0, int row_end, int len_k, int diag) {
-  (void)row0;  // no bound below the first key yet
+template <bool kCausal, bool kWindow = false>
+ATT_MMA_TILES_FN KeyRange block_keys(int row0, int row_end, int len_k, int diag, int left = -1, int right = -1) {
   KeyRange r;
   r.begin = 0;
   r.end = kCausal ? imin(len_k, row_end + diag) : len_k;
+  if (kWindow) {
+    if (left >= 0) r.begin = imin(len_k, imax(0, row0 + diag - left));
+    if (!kCausal && right >= 0) r.end = imin(len_k, imax(0, row_end + diag + right));
+  }
+  return r;
+}
+
+// Per key, as the mask tests it (window builds): row r sees key j < len_k when lo <= j - r <= hi,
+// the key's offset from the row's position; lo = diag - left (no bound: a value no offset
+// reaches), hi = diag + right (causal: diag; no bound likewise). Two per-thread constants, so the
+// mask of a tile needs no bound per row.
+struct Offsets {
+  int lo, hi;
+};
+constexpr int kNoOffsetBound = 1 << 30;  // beyond any key offset (2^30 keys of K alone: 128 GiB at d=64)
+template <bool kCausal>
+ATT_MMA_TILES_FN Offsets visible_offsets(int diag, int left, int right) {
+  Offsets o;
+  o.lo = left >= 0 ? diag - left : -kNoOffsetBound;
+  o.hi = kCausal ? diag : right >= 0 ? diag + right : kNoOffsetBound;
+  return o;
+}
+
+// The keys every row of [row0, row_end) sees (window builds): a tile of keys [n0, n0 + n) with
+// n0 >= begin and n0 + n <= end needs no mask for these rows; one that crosses a bound (the last
+// row's left bound, the first row's right bound or diagonal, len_k) is masked per key. Rows of a
+// warp, so that a warp whose rows all see a tile pays nothing for the rows of other warps.
+template <bool kCausal, bool kWindow>
+ATT_MMA_TILES_FN KeyRange unmasked_keys(int row0, int row_end, int len_k, int diag, int left, int right) {
+  KeyRange r;
+  r.begin = kWindow && left >= 0 ? row_end - 1 + diag - left : 0;
+  r.end = kCausal                   ? imin(len_k, row0 + diag + 1)
+          : kWindow && right >= 0 ? imin(len_k, row0 + diag + right + 1)
+                                  : len_k;
   return r;
 }
 
