@@ -58,22 +58,30 @@ attntune_plan::Call call_of(const Problem& p) {
 
 TEST(FlashFwdMmaVariants, TheSpaceServesEveryVariantOnEveryEntryPoint) {
   const SearchSpace space = space_of("flash_fwd_mma");
+  auto get = [](const Config& c, const char* k) { return std::get<std::int64_t>(c.at(k)); };
   for (const char* entry : kEntries)
-    for (const char* v : {"causal=1,window=128", "causal=0,window=4096,64", "causal=1,softcap=50", "causal=0,sinks=1",
-                          "causal=1,window=128,softcap=30,sinks=1"}) {
-      // The plain problem's configs (a variant needs no tunable of its own) but, with a window or
-      // a soft-cap, those of 2 row tiles a warp at d=128, whose builds spilled (the space's why).
-      const Problem p = problem(entry, 128, v), plain = problem(entry, 128, p.causal ? "causal=1" : "causal=0");
-      std::vector<Config> expected = space.enumerate(plain, "sm_90");
-      if (p.windowed() || p.softcapped()) {
-        std::erase_if(expected, [](const Config& c) {
-          return std::get<std::int64_t>(c.at("block_m")) / std::get<std::int64_t>(c.at("warps")) / 16 == 2;
+    for (int d : {64, 128, 256})
+      for (const char* v : {"causal=1,window=128", "causal=0,window=4096,64", "causal=1,softcap=50", "causal=0,sinks=1",
+                            "causal=1,window=128,softcap=30,sinks=1"}) {
+        // The plain problem's configs (a variant needs no tunable of its own) but those whose
+        // variant builds spilled where the plain ones did not (the space's whys): with a window or
+        // a soft-cap, 2 row tiles a warp at d=128; with a window, Q in registers at d=256,
+        // 128-key score steps beside 2 row tiles or d=256, and blockwise's two 8-warp blocks an SM.
+        const Problem p = problem(entry, d, v), plain = problem(entry, d, p.causal ? "causal=1" : "causal=0");
+        std::vector<Config> expected = space.enumerate(plain, "sm_90");
+        std::erase_if(expected, [&](const Config& c) {
+          const std::int64_t m_tiles = get(c, "block_m") / get(c, "warps") / 16;
+          if ((p.windowed() || p.softcapped()) && m_tiles == 2 && d == 128) return true;
+          if (p.windowed() && d == 256 && std::get<bool>(c.at("q_in_regs"))) return true;
+          if (p.windowed() && get(c, "warps") == 8 && get(c, "min_blocks") == 2 &&
+              std::get<std::string>(c.at("kv_schedule")) == "blockwise")
+            return true;
+          return p.windowed() && get(c, "sub_n") == 128 && (m_tiles == 2 || d == 256);
         });
         EXPECT_FALSE(expected.empty()) << p.str();
+        EXPECT_EQ(space.enumerate(p, "sm_90"), expected) << p.str();
+        EXPECT_GT(space.count(p, "sm_80"), 0u) << p.str();
       }
-      EXPECT_EQ(space.enumerate(p, "sm_90"), expected) << p.str();
-      EXPECT_GT(space.count(p, "sm_80"), 0u) << p.str();
-    }
 }
 
 // Only a problem with a variant renders its switch, so plain builds render as they did; the
