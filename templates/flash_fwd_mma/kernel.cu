@@ -7,6 +7,7 @@
 // accumulator layout of two n8 tiles is the A-operand layout of one k16 step).
 #include "../common/attn_params.h"
 #include "../common/ptx.cuh"
+#include "tiles.h"
 #include "traits.cuh"
 
 namespace att {
@@ -241,10 +242,38 @@ __device__ __forceinline__ void compute_scores(float (&acc_s)[T::kMTiles][T::kSu
   unroll<0, ScoreSteps::kSteps>(steps);
 }
 
-// Keys at or past seqlen_k, and (causal) right of the diagonal, get -inf. row0: first block row
-// of this warp in the sequence; n0: first key of the sub-tile.
+// Window builds: every key outside a row's window gets -inf. Key col is visible from row when
+// lo <= col - row <= hi and col < seqlen_k (tiles.h, visible_offsets): col - row is this thread's
+// first element's plus an immediate, so the mask needs no bound per row (variants.cuh's per-row
+// key_begin and key_end, the same semantics, spilled 16 bytes at sm_89 d=128 128x32 with every
+// variant, where this form fits in 255 registers).
+__device__ __forceinline__ void mask_window(float (&acc_s)[T::kMTiles][T::kSubTiles][4], int row0, int n0,
+                                            int seqlen_k, int diag, int lane, const VariantParams& v) {
+  const int g = lane >> 2, tig = lane & 3;
+  const mma_tiles::Offsets o = mma_tiles::visible_offsets<T::kCausal>(diag, v.window_left, v.window_right);
+  const int offset0 = n0 + tig * 2 - row0 - g;  // col - row of element (m, n, e) = (0, 0, 0)
+  const int cols = seqlen_k - n0 - tig * 2;     // its col's distance to seqlen_k
+#pragma unroll
+  for (int m = 0; m < T::kMTiles; ++m)
+#pragma unroll
+    for (int n = 0; n < T::kSubTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = n * 8 + (e & 1);                       // from n0 + tig * 2
+        const int offset = offset0 + col - m * 16 - ((e >> 1) << 3);  // col - row
+        if (offset < o.lo || offset > o.hi || col >= cols) acc_s[m][n][e] = neg_inf();
+      }
+}
+
+// Keys at or past seqlen_k, and (causal) right of the diagonal, get -inf (window builds: outside
+// each row's window, mask_window). row0: first block row of this warp in the sequence; n0: first
+// key of the sub-tile.
 __device__ __forceinline__ void mask_scores(float (&acc_s)[T::kMTiles][T::kSubTiles][4], int row0, int n0,
-                                            int seqlen_k, int diag, int lane) {
+                                            int seqlen_k, int diag, int lane, const VariantParams& v) {
+  if constexpr (T::kWindow) {
+    mask_window(acc_s, row0, n0, seqlen_k, diag, lane, v);
+    return;
+  }
   const int g = lane >> 2, tig = lane & 3;
 #pragma unroll
   for (int m = 0; m < T::kMTiles; ++m)
@@ -257,6 +286,51 @@ __device__ __forceinline__ void mask_scores(float (&acc_s)[T::kMTiles][T::kSubTi
         const int limit = T::kCausal ? min(seqlen_k, row + diag + 1) : seqlen_k;
         if (col >= limit) acc_s[m][n][e] = neg_inf();
       }
+}
+
+// Soft-cap builds: each raw score s becomes tanh(x), x = s * softcap_scale (the cap c itself is in
+// exp2_scale), before masking, which sets -inf after the cap. Two forms (traits.cuh picks one,
+// kSoftcapNewton), both exact to ~3e-7 absolute (c * 3e-7 in the capped score):
+//  - MUFU: tanh(x) = 1 - 2 / (2^(2x log2 e) + 1), one ex2 and one rcp.approx. No sign to keep:
+//    the exp2 overflowing to inf gives 1, underflowing to 0 gives -1, so each score's chain holds
+//    one value (variants.cuh's tanh_accurate keeps x for copysign: at sm_80 d=64 128x64 with Q in
+//    registers that spilled 88 bytes where this form fits in 251 registers).
+//  - Newton: tanh(|x|) = (1 - t) / (1 + t), t = 2^(-2|x| log2 e) in (0, 1], the reciprocal of 1 + t
+//    in [1, 2] by three Newton steps from the linear minimax seed 24/17 - 8/17 y (relative error
+//    <= 1/17, squared by each step), the sign put back: one MUFU op instead of two, ~6 more
+//    instructions a score.
+__device__ __forceinline__ float tanh_newton(float x2) {  // x2 = 2 x log2(e)
+  const float t = ex2(-fabsf(x2));
+  const float y = 1.f + t;
+  float r = fmaf(y, -0.47058823529411764f, 1.4117647058823530f);
+#pragma unroll
+  for (int i = 0; i < 3; ++i) r = fmaf(r, fmaf(-y, r, 1.f), r);
+  return copysignf(fmaf(2.f, r, -1.f), x2);  // (1 - t) / (1 + t) = 2 / (1 + t) - 1
+}
+__device__ __forceinline__ float tanh_mufu(float x2) {  // x2 = 2 x log2(e)
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(ex2(x2) + 1.f));
+  return fmaf(-2.f, r, 1.f);
+}
+// Two multiplies a score (by softcap_scale, then 2 log2(e)), not one by their product: the product
+// would hold a register through the loop, and configs at their register cap (sm_80 d=64 128x64, 8
+// warps, 2 CTAs an SM: 128) spilled 8 bytes for it.
+__device__ __forceinline__ void softcap_scores(float (&acc_s)[T::kMTiles][T::kSubTiles][4], const VariantParams& v) {
+#pragma unroll
+  for (int m = 0; m < T::kMTiles; ++m)
+#pragma unroll
+    for (int n = 0; n < T::kSubTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float x2 = acc_s[m][n][e] * v.softcap_scale * 2.8853900817779268f;  // 2 x log2(e)
+        acc_s[m][n][e] = T::kSoftcapNewton ? tanh_newton(x2) : tanh_mufu(x2);
+      }
+}
+
+// The scale of exp2: the softmax scale times log2(e), or, in soft-cap builds, whose scores are
+// tanh(s * softcap_scale) (softcap_scores), the cap times log2(e).
+__device__ __forceinline__ float exp2_scale(const AttnParams& p) {
+  return T::kSoftcap ? p.variant.softcap * 1.4426950408889634f : p.scale_log2;
 }
 
 // Online softmax step: folds the sub-tile's scores into the running max and sum, rescales O, and
@@ -378,14 +452,17 @@ flash_fwd_mma(const AttnParams p) {
   elem_t* o;
   float* lse;
   int seqlen_q, seqlen_k, m_block;
+  // The sequence's bounds, its query blocks and which of them this CTA computes: tiles.h, the
+  // launch plan's view too.
   if constexpr (T::kVarlen) {
-    const int q0 = p.cu_seqlens_q[batch], k0 = p.cu_seqlens_k[batch];
-    seqlen_q = p.cu_seqlens_q[batch + 1] - q0;
-    seqlen_k = p.cu_seqlens_k[batch + 1] - k0;
+    const mma_tiles::PackedSequence seq = mma_tiles::packed_sequence(p.cu_seqlens_q, p.cu_seqlens_k, batch);
+    const int q0 = seq.q0, k0 = seq.k0;
+    seqlen_q = seq.len_q;
+    seqlen_k = seq.len_k;
     // The grid covers the longest sequence; this one may end before this block.
-    const int m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
+    const int m_blocks = mma_tiles::query_blocks(seqlen_q, T::kBlockM);
     if (static_cast<int>(blockIdx.x) >= m_blocks) return;
-    m_block = T::kCausal ? m_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
+    m_block = mma_tiles::query_block<T::kCausal>(int(blockIdx.x), m_blocks);
     q = static_cast<const elem_t*>(p.q) + q0 * p.q_stride[2] + head * p.q_stride[1];
     k = static_cast<const elem_t*>(p.k) + k0 * p.k_stride[2] + kv_head * p.k_stride[1];
     v = static_cast<const elem_t*>(p.v) + k0 * p.v_stride[2] + kv_head * p.v_stride[1];
@@ -395,12 +472,11 @@ flash_fwd_mma(const AttnParams p) {
   } else {
     seqlen_q = p.seqlen_q;
     seqlen_k = p.seqlen_k;
-    // Kvcache: the sequence's keys (cache_seqlens, clamped to 0..seqlen_k); with a page table k and
-    // v are the head's row 0 of page 0, each row looked up (load_tile_paged).
+    // Kvcache: the sequence's keys (cache_seqlens); with a page table k and v are the head's row 0
+    // of page 0, each row looked up (load_tile_paged).
     const bool paged = T::kKvcache && p.block_table;
-    if (T::kKvcache && p.cache_seqlens) seqlen_k = max(0, min(p.seqlen_k, p.cache_seqlens[batch]));
-    // Causal blocks with more rows see more keys: launch them first so the tail is short.
-    m_block = T::kCausal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
+    if (T::kKvcache && p.cache_seqlens) seqlen_k = mma_tiles::cache_keys(p.seqlen_k, p.cache_seqlens[batch]);
+    m_block = mma_tiles::query_block<T::kCausal>(int(blockIdx.x), int(gridDim.x));
     q = static_cast<const elem_t*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1];
     k = static_cast<const elem_t*>(p.k) + (paged ? 0 : batch * p.k_stride[0]) + kv_head * p.k_stride[1];
     v = static_cast<const elem_t*>(p.v) + (paged ? 0 : batch * p.v_stride[0]) + kv_head * p.v_stride[1];
@@ -410,12 +486,31 @@ flash_fwd_mma(const AttnParams p) {
   const int m0 = m_block * T::kBlockM;
   // Bottom-right causal alignment: query i sees keys j <= i + diag, diag = seqlen_k - seqlen_q.
   const int diag = seqlen_k - seqlen_q;
-  const int n_end = T::kCausal ? min(seqlen_k, m0 + T::kBlockM + diag) : seqlen_k;
-  const int n_blocks = n_end > 0 ? (n_end + T::kBlockN - 1) / T::kBlockN : 0;
+  // A window's sides (-1: unbounded), read by window builds only.
+  const int window_left = T::kWindow ? p.variant.window_left : -1;
+  const int window_right = T::kWindow ? p.variant.window_right : -1;
+  // The K/V tiles holding the keys this block's rows see (tiles.h): n_blocks tiles from key
+  // first_key on; a window's block skips every tile outside it.
+  const mma_tiles::KeyRange keys =
+      mma_tiles::block_keys<T::kCausal, T::kWindow>(m0, m0 + T::kBlockM, seqlen_k, diag, window_left, window_right);
+  const int n_blocks = mma_tiles::tile_count(keys, T::kBlockN);
+  // From here on keys count from first_key: the K/V loop, the loads, the masks and the unmasked
+  // ranges see the keys [first_key, seqlen_k) as keys [0, len_k) whose diagonal is diag_k, and the
+  // contiguous K/V pointers start at first_key, so a window's loop runs as a plain build's from
+  // tile 0 (no key offset to keep in a register through it: that register made d=256 configs at
+  // 255 registers spill). No row of the block sees a key before first_key, so bounds clamped at 0
+  // change nothing.
+  // Paged loads look pages up by the absolute key: first_key + j * kBlockN.
+  const int first_key = T::kWindow ? mma_tiles::first_tile(keys, T::kBlockN) * T::kBlockN : 0;
+  const int len_k = seqlen_k - first_key;
+  const int diag_k = diag - first_key;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tig = lane & 3;
   const int warp_row0 = warp * T::kWarpRows;
+  // Window builds: the keys every row of this warp sees; a tile inside them is not masked.
+  const mma_tiles::KeyRange unmasked = mma_tiles::unmasked_keys<T::kCausal, T::kWindow>(
+      m0 + warp_row0, m0 + warp_row0 + T::kWarpRows, len_k, diag_k, window_left, window_right);
 
   WarpState st;
   init_frag_addrs(st, sq, warp_row0, lane);
@@ -431,25 +526,33 @@ flash_fwd_mma(const AttnParams p) {
 
   const int* table = T::kKvcache && p.block_table ? p.block_table + static_cast<long long>(batch) * p.max_blocks_per_seq
                                                    : nullptr;
+  if constexpr (T::kWindow) {
+    if (!table) {  // contiguous K/V from first_key on
+      k += first_key * p.k_stride[2];
+      v += first_key * p.v_stride[2];
+    }
+  }
   auto load_k = [&](int j) {
     const u32 dst = sk + (j % T::kStages) * T::kKVElems * 2;
     if constexpr (T::kKvcache) {
       if (table) {
-        load_tile_paged<T::kBlockN>(dst, k, p, table, p.k_stride[0], p.k_stride[2], j * T::kBlockN, seqlen_k);
+        load_tile_paged<T::kBlockN>(dst, k, p, table, p.k_stride[0], p.k_stride[2], first_key + j * T::kBlockN,
+                                    seqlen_k);
         return;
       }
     }
-    load_tile<T::kBlockN>(dst, k, p.k_stride[2], j * T::kBlockN, seqlen_k);
+    load_tile<T::kBlockN>(dst, k, p.k_stride[2], j * T::kBlockN, len_k);
   };
   auto load_v = [&](int j) {
     const u32 dst = sv + (j % T::kStages) * T::kKVElems * 2;
     if constexpr (T::kKvcache) {
       if (table) {
-        load_tile_paged<T::kBlockN>(dst, v, p, table, p.v_stride[0], p.v_stride[2], j * T::kBlockN, seqlen_k);
+        load_tile_paged<T::kBlockN>(dst, v, p, table, p.v_stride[0], p.v_stride[2], first_key + j * T::kBlockN,
+                                    seqlen_k);
         return;
       }
     }
-    load_tile<T::kBlockN>(dst, v, p.v_stride[2], j * T::kBlockN, seqlen_k);
+    load_tile<T::kBlockN>(dst, v, p.v_stride[2], j * T::kBlockN, len_k);
   };
   // Interleaved schedule: the stream is K_0, V_0, K_1, ... one cp.async group per tile, committed
   // even past the end (empty) so wait_group counts stay uniform. Blockwise: K_j and V_j form one
@@ -470,7 +573,8 @@ flash_fwd_mma(const AttnParams p) {
   };
   // Does key range [n0, n0 + n) need masking for any row of this warp?
   auto needs_mask = [&](int n0, int n) {
-    return n0 + n > seqlen_k || (T::kCausal && n0 + n - 1 > m0 + warp_row0 + diag);
+    if constexpr (T::kWindow) return n0 < unmasked.begin || n0 + n > unmasked.end;
+    return n0 + n > len_k || (T::kCausal && n0 + n - 1 > m0 + warp_row0 + diag_k);
   };
 
   if (n_blocks > 0) {
@@ -497,9 +601,11 @@ flash_fwd_mma(const AttnParams p) {
         const int key0 = sub * T::kSubN;
         float acc_s[T::kMTiles][T::kSubTiles][4];
         compute_scores(acc_s, st, k_base + key0 * kRowBytes);
-        if (needs_mask(n0 + key0, T::kSubN)) mask_scores(acc_s, m0 + warp_row0, n0 + key0, seqlen_k, diag, lane);
+        if constexpr (T::kSoftcap) softcap_scores(acc_s, p.variant);  // before masking
+        if (needs_mask(n0 + key0, T::kSubN))
+          mask_scores(acc_s, m0 + warp_row0, n0 + key0, len_k, diag_k, lane, p.variant);
         u32 p_frag[T::kMTiles][T::kSubSteps][4];
-        softmax_step(st, acc_s, p_frag, p.scale_log2);
+        softmax_step(st, acc_s, p_frag, exp2_scale(p));
         accumulate_pv(st, p_frag, v_base + key0 * kRowBytes);
       }
     } else {
@@ -510,9 +616,10 @@ flash_fwd_mma(const AttnParams p) {
       if (j == 0) load_q_regs();
       float acc_s[T::kMTiles][T::kSubTiles][4];
       compute_scores(acc_s, st, k_base);
-      if (needs_mask(n0, T::kBlockN)) mask_scores(acc_s, m0 + warp_row0, n0, seqlen_k, diag, lane);
+      if constexpr (T::kSoftcap) softcap_scores(acc_s, p.variant);  // before masking
+      if (needs_mask(n0, T::kBlockN)) mask_scores(acc_s, m0 + warp_row0, n0, len_k, diag_k, lane, p.variant);
       u32 p_frag[T::kMTiles][T::kSubSteps][4];
-      softmax_step(st, acc_s, p_frag, p.scale_log2);
+      softmax_step(st, acc_s, p_frag, exp2_scale(p));
       cp_async_wait<T::kLookahead - 1>();  // V_j landed
       __syncthreads();                     // ... for everyone; K_j's slot is free
       issue(2 * j + 1 + T::kLookahead);
@@ -520,6 +627,9 @@ flash_fwd_mma(const AttnParams p) {
     }
   }
   cp_async_wait<0>();
+
+  // Sinks: the head's logit joins each row's denominator (sink_finish).
+  const float sink = T::kSinks ? p.variant.sinks[head] : 0.f;
 
   // Epilogue: finish the row sums across the 4 threads of a row, normalise, store.
 #pragma unroll
@@ -529,7 +639,15 @@ flash_fwd_mma(const AttnParams p) {
       float sum = st.row_sum[m][h];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;  // a row that saw no key outputs zeros
+      float inv;  // a row that saw no key outputs zeros
+      float row_lse;
+      if constexpr (T::kSinks) {
+        const SinkFinish f = sink_finish(st.row_max[m][h] * exp2_scale(p), sum, sink);
+        inv = f.o_scale;
+        row_lse = f.lse;
+      } else {
+        inv = sum > 0.f ? 1.f / sum : 0.f;
+      }
       const int row = m0 + warp_row0 + m * 16 + g + 8 * h;
       if (row < seqlen_q) {
         elem_t* orow = o + row * p.o_stride[2];
@@ -540,7 +658,9 @@ flash_fwd_mma(const AttnParams p) {
         }
         if (lse && tig == 0) {
           // log(sum exp(scale*s)) = (scale_log2 * max + log2(sum)) * ln(2)
-          lse[row] = sum > 0.f ? (st.row_max[m][h] * p.scale_log2 + lg2(sum)) * 0.6931471805599453f : neg_inf();
+          if constexpr (!T::kSinks)
+            row_lse = sum > 0.f ? (st.row_max[m][h] * exp2_scale(p) + lg2(sum)) * 0.6931471805599453f : neg_inf();
+          lse[row] = row_lse;
         }
       }
     }

@@ -5,12 +5,14 @@
 // packed batch (ATT_VARLEN) serves attntune_attention_forward_varlen with the grid of its longest
 // sequence (max_seqlen_q); the blocks past a sequence's end return at once. A build for a paged
 // problem (ATT_KVCACHE) serves attntune_attention_forward_kvcache (seqlen_q rows of each sequence
-// over its cache_seqlens keys, paged or contiguous) with the dense grid.
+// over its cache_seqlens keys, paged or contiguous) with the dense grid. The query blocks, which
+// block a CTA computes and the keys it visits are tiles.h's, which the kernel includes too.
 #ifndef ATTNTUNE_FLASH_FWD_MMA_LAUNCH_H
 #define ATTNTUNE_FLASH_FWD_MMA_LAUNCH_H
 
 #include "../common/dense_params.h"
 #include "../common/launch_plan.h"
+#include "tiles.h"
 
 namespace attntune_plan {
 
@@ -28,7 +30,7 @@ struct FlashFwdMmaLaunch {
 
   int plan(const Call& call, const Device&, Plan* p, Why* why) const {
     if (const int r = check_prefill_entry("flash_fwd_mma", call, entry, variants, why)) return r;
-    const long long blocks = ceil_div(call.seqlen_q, block_m);
+    const long long blocks = att::mma_tiles::query_blocks<long long>(call.seqlen_q, block_m);
     if (check_grid(blocks, call.heads_q, call.batch, why)) return 1;
     p->launches = 1;
     p->launch[0] = Launch{0,

@@ -4,6 +4,8 @@
 #ifndef ATTNTUNE_FLASH_FWD_MMA_TRAITS_CUH
 #define ATTNTUNE_FLASH_FWD_MMA_TRAITS_CUH
 
+#include "../common/variants.cuh"  // ATT_WINDOW, ATT_SOFTCAP, ATT_SINKS (0 when the renderer left them out)
+
 namespace att {
 
 struct Traits {
@@ -26,6 +28,12 @@ struct Traits {
 #else
   static constexpr bool kKvcache = false;
 #endif
+  // Attention variants (templates/common/variants.cuh), rendered for problems with them only, so
+  // that a plain build compiles to the code it always did: a sliding window (its sides are run-time
+  // arguments), a logit soft-cap (its cap too), attention sinks (a logit per query head).
+  static constexpr bool kWindow = ATT_WINDOW != 0;
+  static constexpr bool kSoftcap = ATT_SOFTCAP != 0;
+  static constexpr bool kSinks = ATT_SINKS != 0;
 
   // Tunables (search_spaces/flash_fwd_mma.yaml).
   static constexpr int kBlockM = BLOCK_M;      // query rows per thread block
@@ -42,6 +50,21 @@ struct Traits {
   // softmax steps of kSubN keys (fewer barriers per key without more score registers).
   static constexpr bool kBlockwise = KV_SCHEDULE == KV_SCHEDULE_BLOCKWISE;
   static constexpr int kSubN = SUB_N;
+  // The soft-cap's tanh (kernel.cu, softcap_scores): by MUFU (an ex2 and an rcp a score: with the
+  // softmax's ex2, three MUFU ops where a plain build has one) or, with ATT_SOFTCAP_NEWTON=1, its
+  // reciprocal by Newton steps on the FMA pipe (two MUFU ops, ~6 more instructions and a live sign
+  // a score). Predicted from the pipes' rates per SM sub-partition (an m16n8k16 every 8 cycles, a
+  // warp's MUFU op every 8, a warp's instruction issued every cycle, an FP32 op every cycle on
+  // sm_86+ and every 2 on sm_80): at d=64 on sm_90 the MUFU form is MUFU-bound (~1.5x the plain
+  // loop) and Newton issue-bound (~1.35x); on sm_80 Newton is FP32-bound and slower; from d=128
+  // on the MMAs hide either. But Newton's live sign costs registers (sm_90 d=64 128x64 with Q in
+  // registers: 28 bytes spilled where the MUFU form spills none), so the MUFU form is the default
+  // until the harness measures Newton where it is predicted to win (README).
+#if defined(ATT_SOFTCAP_NEWTON)
+  static constexpr bool kSoftcapNewton = ATT_SOFTCAP_NEWTON != 0;
+#else
+  static constexpr bool kSoftcapNewton = false;
+#endif
 
   // Derived.
   static constexpr int kThreads = kWarps * 32;

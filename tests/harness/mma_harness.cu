@@ -1,7 +1,10 @@
 // Development harness for templates/flash_fwd_mma, independent of the tuner: nvcc-compiled with
 // the tunables as -D flags, it checks the kernel against the reference kernels on a list of
 // shapes (fresh random inputs, NaN-poisoned output, FA2's criterion) and times it with events.
-// Usage: mma_harness b,h,hkv,s,sk,layout[;...]   (layout 0 = [B,H,S,D], 1 = [B,S,H,D])
+// Usage: mma_harness b,h,hkv,s,sk,layout[,left,right,softcap,sinks][;...]   (layout 0 = [B,H,S,D],
+// 1 = [B,S,H,D]; a build with -DATT_WINDOW=1 / -DATT_SOFTCAP=1 / -DATT_SINKS=1 takes the window's
+// sides (-1 unbounded), the cap and sinks (1: logits -2..10 by head) from the optional fields;
+// TF/s counts the pairs the window lets a query see).
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cmath>
@@ -33,11 +36,19 @@ static AttnParams make(void* q, void* k, void* v, void* o, float* lse, int b, in
 // The dense call of p, launched as every executor launches it: flash_fwd_mma's launch plan
 // (templates/flash_fwd_mma/launch.h) through run_plan.cuh, with this build's constants.
 static void launch(const AttnParams& p, int d, int causal, cudaStream_t stream) {
-  static const attntune_plan::Define defines[] = {
-      {"BLOCK_M", BLOCK_M}, {"THREADS", att::Traits::kThreads}, {"SMEM_BYTES", att::Traits::kSmemBytes}};
+  static const attntune_plan::Define defines[] = {{"BLOCK_M", BLOCK_M},
+                                                  {"THREADS", att::Traits::kThreads},
+                                                  {"SMEM_BYTES", att::Traits::kSmemBytes},
+                                                  {"ATT_WINDOW", ATT_WINDOW},
+                                                  {"ATT_SOFTCAP", ATT_SOFTCAP},
+                                                  {"ATT_SINKS", ATT_SINKS}};
   static attntune_plan::Consts consts;
-  static const int loaded = attntune_plan::kFlashFwdMma.load(defines, 3, consts.bytes, nullptr);
-  const attntune_plan::Call c = attntune_plan::dense_call(p, d, causal);
+  static const int loaded = attntune_plan::kFlashFwdMma.load(defines, 6, consts.bytes, nullptr);
+  attntune_plan::Call c = attntune_plan::dense_call(p, d, causal);
+  c.window_left = p.variant.window_left;
+  c.window_right = p.variant.window_right;
+  c.softcap = p.variant.softcap;
+  c.sinks = p.variant.sinks;
   const void* funcs[] = {reinterpret_cast<const void*>(&att::flash_fwd_mma)};
   attntune_plan::Why why;
   if (loaded || attntune_run::run_plan(attntune_plan::kFlashFwdMma, consts.bytes, funcs, c, stream, &why)) {
@@ -54,8 +65,10 @@ int main(int argc, char** argv) {
   int occ = 0; CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, att::flash_fwd_mma, att::Traits::kThreads, kSmem));
   char* spec = argv[1];
   for (char* tok = std::strtok(spec, ";"); tok; tok = std::strtok(nullptr, ";")) {
-    int b, h, hkv, s, sk, layout;
-    std::sscanf(tok, "%d,%d,%d,%d,%d,%d", &b, &h, &hkv, &s, &sk, &layout);
+    int b, h, hkv, s, sk, layout, left = -1, right = -1, with_sinks = 0;
+    float softcap = 0.f;
+    std::sscanf(tok, "%d,%d,%d,%d,%d,%d,%d,%d,%f,%d", &b, &h, &hkv, &s, &sk, &layout, &left, &right, &softcap, &with_sinks);
+    if (causal) right = -1;  // causal bounds the right side
     size_t nq = (size_t)b * h * s * d, nk = (size_t)b * hkv * sk * d;
     unsigned short *q, *k, *v, *o; float *lse, *r32, *rlow, *lse32, *lselow; unsigned *stats;
     CK(cudaMalloc(&q, nq * 2)); CK(cudaMalloc(&k, nk * 2)); CK(cudaMalloc(&v, nk * 2)); CK(cudaMalloc(&o, nq * 2));
@@ -66,6 +79,19 @@ int main(int argc, char** argv) {
     att_ref::fill_normal<<<1024, 256>>>(v, nk, 33, bf16);
     CK(cudaMemset(o, 0xff, nq * 2)); CK(cudaMemset(lse, 0xff, (size_t)b * h * s * 4)); CK(cudaMemset(stats, 0, 32));
     AttnParams p = make(q, k, v, o, lse, b, h, hkv, s, sk, d, layout);
+    p.variant.window_left = left;
+    p.variant.window_right = right;
+    p.variant.softcap = softcap;
+    p.variant.softcap_scale = softcap > 0.f ? p.scale / softcap : 0.f;
+    if (softcap > 0.f) p.scale_log2 = 1.4426950408889634f;  // as fill_tensor_args: capped scores are scaled
+    float* sinks = nullptr;
+    if (with_sinks) {
+      std::vector<float> host(h);
+      for (int i = 0; i < h; ++i) host[i] = -2.f + 12.f * ((i * 37) % 101) / 100.f;
+      CK(cudaMalloc(&sinks, h * 4));
+      CK(cudaMemcpy(sinks, host.data(), h * 4, cudaMemcpyHostToDevice));
+    }
+    p.variant.sinks = sinks;
     dim3 rg((s + 7) / 8, h, b);
     att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 0, r32, lse32, nullptr);
     att_ref::attn_reference<<<rg, 256>>>(p, d, bf16, causal, 1, rlow, lselow, nullptr);
@@ -94,11 +120,17 @@ int main(int argc, char** argv) {
     }
     std::sort(ts.begin(), ts.end());
     CK(cudaGraphExecDestroy(exec)); CK(cudaGraphDestroy(graph)); CK(cudaStreamDestroy(stream));
-    double pairs = 0; for (int i = 0; i < s; ++i) pairs += causal ? std::clamp(i + sk - s + 1, 0, sk) : sk;
+    double pairs = 0;
+    for (int i = 0; i < s; ++i) {
+      const int r = i + sk - s;  // bottom-right aligned
+      const int hi = causal ? r + 1 : right >= 0 ? r + right + 1 : sk, lo = left >= 0 ? r - left : 0;
+      pairs += std::max(0, std::min(hi, sk) - std::max(lo, 0));
+    }
     double tf = 4.0 * b * h * d * pairs / (ts[15] * 1e-3) / 1e12;
-    std::printf("BM=%d BN=%d W=%d ST=%d QR=%d MB=%d FP=%d LR=%d SC=%d SUB=%d regs=%d occ=%d | b=%d h=%d hkv=%d s=%d sk=%d L=%d d=%d %s%s | err=%.3g low=%.3g lse=%.2g nf=%u lsebad=%u %s | %.1f us %.1f TF\n",
+    std::printf("BM=%d BN=%d W=%d ST=%d QR=%d MB=%d FP=%d LR=%d SC=%d SUB=%d regs=%d occ=%d | b=%d h=%d hkv=%d s=%d sk=%d L=%d d=%d %s%s window=%d,%d softcap=%g sinks=%d | err=%.3g low=%.3g lse=%.2g nf=%u lsebad=%u %s | %.1f us %.1f TF\n",
                 BLOCK_M, BLOCK_N, WARPS, KV_STAGES, Q_IN_REGS, MIN_BLOCKS, FRAG_PREFETCH, LAZY_RESCALE, KV_SCHEDULE, SUB_N, fa.numRegs, occ, b, h, hkv, s, sk, layout, d,
-                bf16 ? "bf16" : "fp16", causal ? " causal" : "", e_out, e_low, e_lse, hs[4], hs[5], ok ? "PASS" : "FAIL", ts[15] * 1e3, tf);
+                bf16 ? "bf16" : "fp16", causal ? " causal" : "", left, right, softcap, with_sinks, e_out, e_low, e_lse, hs[4], hs[5], ok ? "PASS" : "FAIL", ts[15] * 1e3, tf);
+    cudaFree(sinks);
     cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse); cudaFree(r32); cudaFree(rlow); cudaFree(lse32); cudaFree(lselow); cudaFree(stats);
   }
   return 0;
