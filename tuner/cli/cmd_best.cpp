@@ -18,6 +18,10 @@ namespace {
 
 constexpr const char* kSummary = "best valid configs, fastest first";
 
+// Bytes moved per second: (Q + K + V + O) / time, a window's K/V rows only (Problem::bytes). The
+// measure decode is judged by, beside TFLOP/s for prefill.
+double gb_per_s(const BestRow& r) { return r.median_us > 0 ? r.problem.bytes() / r.median_us / 1e3 : 0.0; }
+
 nlohmann::ordered_json to_json(const BestRow& r) {
   return {{"campaign", r.campaign},
           {"problem", problem_json(r.problem)},
@@ -25,6 +29,7 @@ nlohmann::ordered_json to_json(const BestRow& r) {
           {"config", config_json(r.config)},
           {"median_us", r.median_us},
           {"tflops", r.tflops},
+          {"gb_per_s", gb_per_s(r)},
           {"max_abs_err", r.max_abs_err},
           {"gpu", r.gpu},
           {"arch", r.arch},
@@ -33,12 +38,12 @@ nlohmann::ordered_json to_json(const BestRow& r) {
 
 Table csv_table(const std::vector<BestRow>& rows) {
   Table t({"rank", "campaign", "problem", "template", "config", "median_us", "tflops", "max_abs_err", "gpu", "arch",
-           "evaluated_at"});
+           "evaluated_at", "gb_per_s"});
   int rank = 0;
   for (const auto& r : rows)
     t.add_row({std::to_string(++rank), r.campaign, r.problem.str(), r.family, config_str(r.config),
                format_exact(r.median_us), format_exact(r.tflops), format_exact(r.max_abs_err), r.gpu, r.arch,
-               r.evaluated_at});
+               r.evaluated_at, format_exact(gb_per_s(r))});
   return t;
 }
 
@@ -56,7 +61,7 @@ void print_table(std::ostream& out, const std::vector<BestRow>& rows) {
 
   std::vector<std::string> headers = {"rank", "campaign"};
   if (!one_problem) headers.push_back("problem");
-  for (const char* h : {"template", "median µs", "TFLOP/s", "max |err|"}) headers.push_back(h);
+  for (const char* h : {"template", "median µs", "TFLOP/s", "GB/s", "max |err|"}) headers.push_back(h);
   if (!one_gpu) headers.push_back("gpu");
   for (const char* h : {"evaluated (UTC)", "config"}) headers.push_back(h);
   Table t(headers);
@@ -64,7 +69,8 @@ void print_table(std::ostream& out, const std::vector<BestRow>& rows) {
   for (const auto& r : rows) {
     std::vector<std::string> cells = {std::to_string(++rank), r.campaign};
     if (!one_problem) cells.push_back(r.problem.str());
-    for (auto& c : {r.family, format_us(r.median_us), format_tflops(r.tflops), format_error(r.max_abs_err)})
+    for (auto& c : {r.family, format_us(r.median_us), format_tflops(r.tflops), fmt::format("{:.0f}", gb_per_s(r)),
+                   format_error(r.max_abs_err)})
       cells.push_back(c);
     if (!one_gpu) cells.push_back(fmt::format("{} ({})", r.gpu, r.arch));
     cells.push_back(format_time(r.evaluated_at));

@@ -101,6 +101,7 @@ TEST_F(CliTest, BestJsonFollowsTheContract) {
   EXPECT_EQ(j[0]["config"], config_json(config(128, 64)));
   EXPECT_EQ(j[0]["median_us"].get<double>(), 1234.5678);
   EXPECT_EQ(j[0]["tflops"].get<double>(), 412.3456);
+  EXPECT_DOUBLE_EQ(j[0]["gb_per_s"].get<double>(), p1.bytes() / 1234.5678 / 1e3);
   EXPECT_EQ(j[0]["max_abs_err"].get<double>(), 0.00195);
   EXPECT_EQ(j[0]["gpu"], "NVIDIA H100 80GB HBM3");
   EXPECT_EQ(j[0]["arch"], "sm_90");
@@ -114,14 +115,17 @@ TEST_F(CliTest, BestCsvHasAHeaderAndQuotesFields) {
   const auto rows = parse_csv(r.out);
   ASSERT_EQ(rows.size(), 5u) << r.out;
   EXPECT_EQ(rows[0], (std::vector<std::string>{"rank", "campaign", "problem", "template", "config", "median_us",
-                                               "tflops", "max_abs_err", "gpu", "arch", "evaluated_at"}));
+                                               "tflops", "max_abs_err", "gpu", "arch", "evaluated_at",
+                                               "gb_per_s"}));
   EXPECT_EQ(rows[1][0], "1");
   EXPECT_EQ(rows[1][1], "small");
   EXPECT_EQ(rows[1][2], p2.str());
   EXPECT_EQ(rows[1][4], config_str(config(64, 32)));
   EXPECT_EQ(rows[1][5], "8.5");
   EXPECT_EQ(rows[3][1], kTricky);
-  for (const auto& row : rows) EXPECT_EQ(row.size(), 11u);
+  for (const auto& row : rows) EXPECT_EQ(row.size(), 12u);
+  // Bytes moved per second: the problem's Q, K, V and O over the median time.
+  EXPECT_NEAR(std::stod(rows[1][11]), p2.bytes() / 8.5 / 1e3, 1e-6 * p2.bytes() / 8.5 / 1e3);
   EXPECT_NE(r.out.find("\"tricky, \"\"quoted\"\" name\""), std::string::npos) << r.out;
 }
 
