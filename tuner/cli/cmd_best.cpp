@@ -1,5 +1,7 @@
 // attntune best: the fastest valid configs recorded, per problem or campaign (docs/CONTRACT.md gives the
-// JSON). Reads the database read-only, so it runs beside a tune that is writing to it.
+// JSON). Reads the database read-only, so it runs beside a tune that is writing to it. A problem the
+// database has no result for is answered from the shipped database (cli/shipped.hpp), saying so.
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -9,6 +11,7 @@
 
 #include "cli/command.hpp"
 #include "cli/format.hpp"
+#include "cli/shipped.hpp"
 #include "core/error.hpp"
 #include "db/store.hpp"
 
@@ -22,7 +25,7 @@ constexpr const char* kSummary = "best valid configs, fastest first";
 // measure decode is judged by, beside TFLOP/s for prefill.
 double gb_per_s(const BestRow& r) { return r.median_us > 0 ? r.problem.bytes() / r.median_us / 1e3 : 0.0; }
 
-nlohmann::ordered_json to_json(const BestRow& r) {
+nlohmann::ordered_json to_json(const BestRow& r, bool shipped) {
   return {{"campaign", r.campaign},
           {"problem", problem_json(r.problem)},
           {"template", r.family},
@@ -33,7 +36,8 @@ nlohmann::ordered_json to_json(const BestRow& r) {
           {"max_abs_err", r.max_abs_err},
           {"gpu", r.gpu},
           {"arch", r.arch},
-          {"evaluated_at", r.evaluated_at}};
+          {"evaluated_at", r.evaluated_at},
+          {"source", shipped ? "shipped" : "database"}};
 }
 
 Table csv_table(const std::vector<BestRow>& rows) {
@@ -80,9 +84,51 @@ void print_table(std::ostream& out, const std::vector<BestRow>& rows) {
   t.print(out);
 }
 
+// One problem's (or campaign's) ranking never mixes GPU models: an H200's time is not a faster H100's.
+std::vector<BestRow> ranked_rows(Store& store, const BestQuery& query) {
+  if (query.campaign && !store.find_campaign(*query.campaign))
+    throw InputError(
+        fmt::format("no campaign '{}' in database '{}' (attntune campaigns lists them)", *query.campaign, store.path()));
+  if (!query.gpu && (query.problem || query.campaign)) {
+    const std::vector<std::string> models = store.result_gpus(query);
+    if (models.size() > 1)
+      throw InputError(fmt::format("best: the results in database '{}' were measured on several GPU models ({}): "
+                                   "pass --gpu with one of them",
+                                   store.path(), fmt::join(models, ", ")));
+  }
+  return store.best(query);
+}
+
+// The shipped database's answer for query.problem, said on stderr; nullopt when there is none.
+std::optional<std::vector<BestRow>> shipped_rows(ShippedDb& shipped, const BestQuery& query,
+                                                 const std::string& db_path) {
+  Store* store = shipped.store();
+  if (!store) return std::nullopt;
+  std::vector<BestRow> rows = ranked_rows(*store, query);
+  if (rows.empty()) return std::nullopt;
+  std::cerr << shipped_note(shipped.path(), db_path, "for problem " + query.problem->str(), rows,
+                            fmt::format("attntune tune --problem {}", query.problem->str()));
+  return rows;
+}
+
+int print_rows(const std::vector<BestRow>& rows, Format fmt_kind, bool shipped) {
+  if (fmt_kind == Format::kJson) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& r : rows) out.push_back(to_json(r, shipped));
+    print_json(std::cout, out);
+  } else if (fmt_kind == Format::kCsv) {
+    csv_table(rows).print_csv(std::cout);
+  } else if (!rows.empty()) {
+    print_table(std::cout, rows);
+  }
+  std::cout.flush();
+  return 0;
+}
+
 int run_best(const std::vector<std::string>& args) {
   std::string db_path, problem_spec, campaign, format, gpu;
   int top = 1;
+  bool no_shipped = false;
   po::options_description opts("options");
   // clang-format off
   opts.add_options()
@@ -92,7 +138,9 @@ int run_best(const std::vector<std::string>& args) {
       ("gpu", po::value(&gpu), "only results measured on this GPU model (as `campaigns` names it); needed when a "
                                "problem's results span several")
       ("top", po::value(&top)->default_value(1), "how many configs to list")
-      ("format", po::value(&format)->default_value("table"), "table, json or csv");
+      ("format", po::value(&format)->default_value("table"), "table, json or csv")
+      ("no-shipped", po::bool_switch(&no_shipped), "--problem: never answer from the shipped database of tuned "
+                                                   "results (docs/design/shipped_db.md)");
   // clang-format on
   po::variables_map vm;
   if (parse_args("best", kSummary, opts, args, vm)) return 0;
@@ -105,30 +153,21 @@ int run_best(const std::vector<std::string>& args) {
   if (vm.count("campaign")) query.campaign = campaign;
   if (vm.count("gpu")) query.gpu = gpu;
 
-  Store store = Store::open(db_path, Store::Mode::kReadOnly);
-  if (query.campaign && !store.find_campaign(*query.campaign))
-    throw InputError(
-        fmt::format("no campaign '{}' in database '{}' (attntune campaigns lists them)", campaign, db_path));
-  // One problem's (or campaign's) ranking never mixes GPU models: an H200's time is not a faster H100's.
-  if (!query.gpu && (query.problem || query.campaign)) {
-    const std::vector<std::string> models = store.result_gpus(query);
-    if (models.size() > 1)
-      throw InputError(fmt::format("best: the results in database '{}' were measured on several GPU models ({}): "
-                                   "pass --gpu with one of them",
-                                   db_path, fmt::join(models, ", ")));
-  }
-  const std::vector<BestRow> rows = store.best(query);
+  // A problem of no campaign of the user's (the database is empty or absent on day one) is
+  // answered from the shipped database, when it has one.
+  ShippedDb shipped(!no_shipped);
+  const bool may_ship = query.problem && !query.campaign;
+  std::error_code ec;
+  if (may_ship && !std::filesystem::exists(db_path, ec))
+    if (std::optional<std::vector<BestRow>> rows = shipped_rows(shipped, query, db_path))
+      return print_rows(*rows, fmt_kind, true);
 
-  if (fmt_kind == Format::kJson) {
-    nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    for (const auto& r : rows) out.push_back(to_json(r));
-    print_json(std::cout, out);
-  } else if (fmt_kind == Format::kCsv) {
-    csv_table(rows).print_csv(std::cout);
-  } else if (!rows.empty()) {
-    print_table(std::cout, rows);
-  }
-  std::cout.flush();
+  Store store = Store::open(db_path, Store::Mode::kReadOnly);
+  std::vector<BestRow> rows = ranked_rows(store, query);
+  if (rows.empty() && may_ship)
+    if (std::optional<std::vector<BestRow>> shipped_answer = shipped_rows(shipped, query, db_path))
+      return print_rows(*shipped_answer, fmt_kind, true);
+  print_rows(rows, fmt_kind, false);
 
   if (rows.empty()) {
     std::string what = "no valid results";

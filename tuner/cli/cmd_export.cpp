@@ -1,8 +1,12 @@
 // attntune export: the winner as one self-contained .cu (docs/CONTRACT.md "The exported kernel";
-// docs/EXPORT.md shows how to use it). Reads the database read-only.
+// docs/EXPORT.md shows how to use it). Reads the database read-only. A problem the database has no
+// result for (--problem, or a problem of --all-best --plan) is answered from the shipped database
+// (cli/shipped.hpp), saying so, and the export's provenance names it as the source.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -14,12 +18,14 @@
 #include "cli/command.hpp"
 #include "service/plan.hpp"
 #include "cli/format.hpp"
+#include "cli/shipped.hpp"
 #include "core/error.hpp"
 #include "core/output_file.hpp"
 #include "db/store.hpp"
 #include "export/export.hpp"
 #include "export/select.hpp"
 #include "export/torch_package.hpp"
+#include "families/family.hpp"
 
 namespace attntune::cli {
 
@@ -27,10 +33,72 @@ namespace {
 
 constexpr const char* kSummary = "write the best kernel (or every problem's best) as a standalone .cu";
 
+std::vector<Problem> without(const std::vector<Problem>& all, const std::vector<Problem>& drop) {
+  std::vector<Problem> out;
+  for (const Problem& p : all)
+    if (std::find(drop.begin(), drop.end(), p) == drop.end()) out.push_back(p);
+  return out;
+}
+
+// What to export: the user's database's results, and for the problems it has none for (--problem,
+// or the plan's with --all-best --plan), the shipped database's, said in one line on stderr. The
+// user's database may be absent then (day one); when the shipped one cannot answer either, the
+// user's database gives its usual error.
+std::vector<ExportItem> select_items(const std::string& db_path, const ExportQuery& q, ShippedDb& shipped,
+                                     const std::string& plan_path) {
+  const bool may_ship = q.problem.has_value() || (q.all_best && q.only);
+  std::optional<Store> store;
+  std::error_code ec;
+  if (!may_ship || std::filesystem::exists(db_path, ec)) store.emplace(Store::open(db_path, Store::Mode::kReadOnly));
+  if (!may_ship) return select_for_export(*store, q);
+
+  const std::vector<Problem> wanted = q.problem ? std::vector<Problem>{*q.problem} : *q.only;
+  const std::vector<Problem> missing = store ? problems_without_results(*store, q, wanted) : wanted;
+  Store* from = missing.empty() ? nullptr : shipped.store();
+  std::vector<Problem> served = from ? without(missing, problems_without_results(*from, q, missing)) : missing;
+  std::vector<ExportItem> own;
+  if (!from || served.empty() || missing.size() < wanted.size()) {
+    if (!store) store.emplace(Store::open(db_path, Store::Mode::kReadOnly));  // its error: no such database
+    own = select_for_export(*store, q);
+    if (!from) return own;
+  }
+  // One library holds one dtype and one arch: the shipped results follow the user's own.
+  ExportQuery sq = q;
+  if (!own.empty()) {
+    const DType dtype = own.front().row.problem.dtype;
+    served.erase(std::remove_if(served.begin(), served.end(), [&](const Problem& p) { return p.dtype != dtype; }),
+                 served.end());
+  }
+  if (served.empty()) return own;
+  if (q.all_best) sq.only = served;
+  std::vector<ExportItem> items = select_for_export(*from, sq);
+  if (!own.empty()) {
+    const std::string arch = base_arch(own.front().row.arch);
+    items.erase(std::remove_if(items.begin(), items.end(),
+                               [&](const ExportItem& it) { return base_arch(it.row.arch) != arch; }),
+                items.end());
+  }
+  if (items.empty()) return own;
+  std::vector<BestRow> rows;
+  for (ExportItem& it : items) {
+    it.source = shipped_source(shipped.path());
+    rows.push_back(it.row);
+  }
+  if (q.problem)
+    std::cerr << shipped_note(shipped.path(), db_path, "for problem " + q.problem->str(), rows,
+                              fmt::format("attntune tune --problem {}", q.problem->str()));
+  else
+    std::cerr << shipped_note(shipped.path(), db_path,
+                              fmt::format("for {} of the plan's {} problems", items.size(), wanted.size()), rows,
+                              fmt::format("attntune submit {} and attntune serve", plan_path));
+  own.insert(own.end(), std::make_move_iterator(items.begin()), std::make_move_iterator(items.end()));
+  return own;
+}
+
 int run_export(const std::vector<std::string>& args) {
   std::string db_path, campaign, problem_spec, output, dtype, arch, gpu, space_file, plan_path, torch_dir;
   int rank = 1;
-  bool all_best = false;
+  bool all_best = false, no_shipped = false;
   po::options_description opts("options");
   // clang-format off
   opts.add_options()
@@ -48,7 +116,9 @@ int run_export(const std::vector<std::string>& args) {
       ("space", po::value(&space_file), "the search-space YAML, for campaigns stored without it (older databases)")
       ("output,o", po::value(&output), "the .cu file to write (- for stdout)")
       ("torch", po::value(&torch_dir), "also (or instead of -o) write a PyTorch package to this directory: "
-                                       "`import attntune; attntune.attention(q, k, v)` (docs/EXPORT.md)");
+                                       "`import attntune; attntune.attention(q, k, v)` (docs/EXPORT.md)")
+      ("no-shipped", po::bool_switch(&no_shipped), "--problem, --all-best --plan: never answer from the shipped "
+                                                   "database of tuned results (docs/design/shipped_db.md)");
   // clang-format on
   po::variables_map vm;
   if (parse_args("export", kSummary, opts, args, vm)) return 0;
@@ -81,8 +151,8 @@ int run_export(const std::vector<std::string>& args) {
   if ((!vm.count("output") || output.empty()) && !torch)
     throw InputError("export: -o FILE.cu is required (- for stdout), or --torch DIR");
 
-  Store store = Store::open(db_path, Store::Mode::kReadOnly);
-  const std::vector<ExportItem> items = select_for_export(store, q);
+  ShippedDb shipped(!no_shipped);
+  const std::vector<ExportItem> items = select_items(db_path, q, shipped, plan_path);
   const ExportMode mode = q.all_best ? ExportMode::kAllBest : ExportMode::kSingle;
   const std::string source = export_source(items, mode);
 
@@ -115,9 +185,10 @@ int run_export(const std::vector<std::string>& args) {
                                missing.size(), q.only->size(), fmt::join(missing, "; "));
   }
   for (const ExportItem& it : items)
-    report << fmt::format("  {}  {} µs  {} TFLOP/s  {} {}  (campaign {}, {})\n", it.row.problem.str(),
+    report << fmt::format("  {}  {} µs  {} TFLOP/s  {} {}  (campaign {}, {}{})\n", it.row.problem.str(),
                           format_us(it.row.median_us), format_tflops(it.row.tflops), it.row.family,
-                          config_str(it.row.config), it.row.campaign, it.row.gpu);
+                          config_str(it.row.config), it.row.campaign, it.row.gpu,
+                          it.source.empty() ? "" : ", " + it.source);
   return 0;
 }
 

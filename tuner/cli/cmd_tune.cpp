@@ -18,6 +18,7 @@
 #include "cli/command.hpp"
 #include "cli/format.hpp"
 #include "cli/job_options.hpp"
+#include "cli/shipped.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "cuda/driver.hpp"
@@ -381,7 +382,13 @@ int run_tune(const std::vector<std::string>& args) {
   search::TuneOptions topts = service::tune_options(a.request, r.space_size);
   const bool live = ::isatty(2);
   search::Progress progress(std::cerr, live, std::chrono::seconds(a.log_interval));
-  if (a.request.warm > 0) service::add_warm_starts(topts, store, spaces, problem, a.request.warm, progress);
+  // A problem unlike any the user's database has tuned starts where the shipped database's nearest
+  // campaign of each template ended (docs/design/shipped_db.md).
+  ShippedDb shipped(true);
+  const service::WarmStartFallback from_shipped{[&]() -> ResultReader* { return shipped.store_or_warn(std::cerr); },
+                                                "the shipped database"};
+  if (a.request.warm > 0)
+    service::add_warm_starts(topts, store, spaces, problem, a.request.warm, progress, &from_shipped);
   progress.event(fmt::format("campaign '{}': {} on {} ({}), {} valid configs{}, strategy {}, seed {}{}{}", spec.name,
                              problem.str(), gpu.name, r.arch, r.space_size,
                              spaces.mixed() ? fmt::format(" ({})", fmt::join(r.sizes, " + ")) : "",

@@ -205,7 +205,7 @@ nlohmann::ordered_json item_json(const Prepared& p) {
   const BestRow& r = p.item->row;
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
   for (const auto& [k, v] : r.config) std::visit([&](const auto& x) { config[k] = x; }, v);
-  return {{"template", r.family},
+  nlohmann::ordered_json j = {{"template", r.family},
           {"config", config},
           {"problem", problem_json(r.problem)},
           {"variants", variants_json(r.problem)},
@@ -218,6 +218,8 @@ nlohmann::ordered_json item_json(const Prepared& p) {
           {"evaluated_at", r.evaluated_at},
           {"source_hash", p.kernel.source_hash},
           {"launch", p.family->launch_json(p.kernel.launch.defines)}};
+  if (!p.item->source.empty()) j["source"] = p.item->source;
+  return j;
 }
 
 nlohmann::ordered_json info(const LibraryPlan& plan, ExportMode mode) {
@@ -268,6 +270,7 @@ std::string provenance_lines(const Prepared& p) {
   line("evaluated_at", json_quoted(r.evaluated_at));
   line("source_hash", json_quoted(p.kernel.source_hash));
   line("launch", p.family->describe_launch(p.kernel.launch.defines));
+  if (!p.item->source.empty()) line("source", json_quoted(p.item->source));
   return out;
 }
 

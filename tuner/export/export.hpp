@@ -36,6 +36,10 @@ namespace attntune {
 struct ExportItem {
   BestRow row;
   std::shared_ptr<const SearchSpace> space;
+  // Where the result came from when it is not the database exported from: "shipped database
+  // attntune-shipped.db" (docs/design/shipped_db.md). The provenance then says so (`source`, in the
+  // comment and in attntune_kernel_info()'s kernel); empty: the database, and no such field.
+  std::string source;
 };
 
 enum class ExportMode {
@@ -49,7 +53,7 @@ std::string export_source(const std::vector<ExportItem>& items, ExportMode mode)
 
 // What attntune_kernel_info() returns: {"format", "mode", "dtype", "attntune_version", [single: the
 // kernel's fields], "kernels": [{"template", "config", "problem", "gpu", "arch", "median_us",
-// "tflops", "max_abs_err", "campaign", "evaluated_at", "source_hash", "launch"}]}.
+// "tflops", "max_abs_err", "campaign", "evaluated_at", "source_hash", "launch"[, "source"]}]}.
 nlohmann::ordered_json export_info(const std::vector<ExportItem>& items, ExportMode mode);
 
 // A JSON string literal of s, ASCII only (invalid UTF-8 becomes U+FFFD): safe as the value on a //

@@ -157,4 +157,19 @@ std::vector<ExportItem> select_for_export(ResultReader& results, const ExportQue
   return items;
 }
 
+std::vector<Problem> problems_without_results(ResultReader& results, const ExportQuery& q,
+                                              const std::vector<Problem>& problems) {
+  std::vector<Problem> out;
+  for (const Problem& p : problems) {
+    BestQuery bq;
+    bq.problem = p;
+    bq.gpu = q.gpu;
+    bq.top = q.arch ? kArchFilterRows : 1;
+    const std::vector<BestRow> rows = results.best(bq);
+    if (std::none_of(rows.begin(), rows.end(), [&](const BestRow& r) { return !q.arch || r.arch == *q.arch; }))
+      out.push_back(p);
+  }
+  return out;
+}
+
 }  // namespace attntune

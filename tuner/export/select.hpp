@@ -33,4 +33,9 @@ struct ExportQuery {
 // fewer than --rank. Items come best first; for all_best one per problem, in campaign order.
 std::vector<ExportItem> select_for_export(ResultReader& results, const ExportQuery& query);
 
+// Those of `problems` that have no ok result among what `query` selects by GPU model and arch (in
+// their order): what the shipped database may answer (docs/design/shipped_db.md).
+std::vector<Problem> problems_without_results(ResultReader& results, const ExportQuery& query,
+                                              const std::vector<Problem>& problems);
+
 }  // namespace attntune

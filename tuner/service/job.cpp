@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -158,13 +159,24 @@ std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& 
 }
 
 void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const JobSpaces& spaces,
-                     const Problem& problem, int count, search::Progress& progress) {
+                     const Problem& problem, int count, search::Progress& progress,
+                     const WarmStartFallback* fallback) {
+  ResultReader* other = nullptr;
+  bool opened = false;
   for (const SearchSpace* s : spaces.sorted) {
     auto [nearest, configs] = warm_start(results, s->family(), problem, count);
+    std::string from;
+    if ((!nearest || configs.empty()) && fallback) {
+      if (!opened) other = fallback->open(), opened = true;
+      if (other) {
+        std::tie(nearest, configs) = warm_start(*other, s->family(), problem, count);
+        from = fmt::format(" of {} '{}'", fallback->label, other->path());
+      }
+    }
     if (!nearest || configs.empty()) continue;
     for (Config& c : configs)
       topts.warm_start.push_back(spaces.mixed() ? search::tag_family(s->family(), std::move(c)) : c);
-    progress.event(fmt::format("warm start: {} configs from {}{}", configs.size(), nearest->str(),
+    progress.event(fmt::format("warm start: {} configs from {}{}{}", configs.size(), nearest->str(), from,
                                spaces.mixed() ? fmt::format(" ({})", s->family()) : ""));
   }
 }

@@ -5,6 +5,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -60,9 +61,18 @@ double problem_distance(const Problem& a, const Problem& b);
 // batch (varlen) and any other problem.
 std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& results, const std::string& family,
                                                                   const Problem& problem, int count);
-// Each family's warm start into topts, said on `progress` as it is found.
+// Where a family's warm start comes from when `results` has no tuned neighbour for it: tune's
+// shipped database (docs/design/shipped_db.md), opened on first use; it returns nullptr when there
+// is none. `label` names it in the progress line ("the shipped database").
+struct WarmStartFallback {
+  std::function<ResultReader*()> open;
+  std::string label;
+};
+// Each family's warm start into topts, said on `progress` as it is found (with where it came from
+// when that is the fallback).
 void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const JobSpaces& spaces,
-                     const Problem& problem, int count, search::Progress& progress);
+                     const Problem& problem, int count, search::Progress& progress,
+                     const WarmStartFallback* fallback = nullptr);
 
 // Each space's valid configs for the problem on the runner's arch (WorkError when one has none);
 // `sizes` gets "family N" per space.

@@ -41,11 +41,11 @@ inline EvalRecord recorded_ok(double t, const Problem& problem) {
   return r;
 }
 
-// Records every valid config of the space for kProblem on sm_90 as campaign "rec": a smooth
+// Records every valid config of the space for `problem_spec` (kProblem) on sm_90 as campaign "rec": a smooth
 // landscape with interactions, and failures where the config is extreme (as real ones are).
-inline void make_recording(const std::string& path) {
+inline void make_recording(const std::string& path, const char* problem_spec = kProblem) {
   const SearchSpace space = SearchSpace::load(space_file());
-  const Problem problem = Problem::parse(kProblem);
+  const Problem problem = Problem::parse(problem_spec);
   Store store = Store::open(path, Store::Mode::kCreate);
   const std::int64_t dev = store.upsert_device({"NVIDIA H200", "sm_90", "GPU-rec", 132, "580"});
   CampaignSpec spec;

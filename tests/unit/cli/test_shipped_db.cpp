@@ -1,0 +1,414 @@
+// The shipped database of tuned results (docs/design/shipped_db.md): `best` and `export` answer
+// from it, saying so, when the user's database has nothing for the problem; the user's own result
+// wins; --no-shipped and ATTNTUNE_SHIPPED_DB="" turn it off; a damaged one is refused only where an
+// answer depends on it; `tune` warm-starts from it; and the plan it is rebuilt from is broad and
+// served. Real binary, real files: the repository's db/shipped/attntune-shipped.db, copied.
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include <sqlite3.h>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "../tune/tune_test_util.hpp"
+#include "db/sqlite.hpp"
+#include "service/job.hpp"
+#include "service/plan.hpp"
+
+namespace attntune::test {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_attntune;
+
+// A problem of the shipped suite (campaign b4-s4k-d128-bf16), and one that no campaign has.
+const std::string kShippedProblem = "b=4,h=16,hkv=16,s=4096,sk=4096,d=128,dtype=bf16,causal=0";
+const std::string kOtherProblem = "b=2,h=8,hkv=8,s=1024,sk=1024,d=64,dtype=bf16,causal=1";
+
+std::string repo_shipped() { return testing::source_dir() + "/db/shipped/attntune-shipped.db"; }
+
+// Sets $ATTNTUNE_SHIPPED_DB for the commands a test runs (the test binary sets it to "" for all
+// others: tests/common/no_shipped_db.cpp); nullptr unsets it (the default locations).
+class ShippedEnv {
+ public:
+  explicit ShippedEnv(const char* value) {
+    if (value) ::setenv("ATTNTUNE_SHIPPED_DB", value, 1);
+    else ::unsetenv("ATTNTUNE_SHIPPED_DB");
+  }
+  explicit ShippedEnv(const std::string& value) : ShippedEnv(value.c_str()) {}
+  ~ShippedEnv() { ::setenv("ATTNTUNE_SHIPPED_DB", "", 1); }
+};
+
+class ShippedDb : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    shipped_ = dir_.file("attntune-shipped.db");
+    fs::copy_file(repo_shipped(), shipped_);
+  }
+  // One ok result of `median_us` for `spec` in campaign `name` of `db` (created if missing), with a
+  // valid config of flash_fwd_mma's space, stored with the space so that it exports.
+  static void add_result(const std::string& db, const std::string& spec, const std::string& name, double median_us) {
+    const SearchSpace space = SearchSpace::load(space_file());
+    const Problem problem = Problem::parse(spec);
+    Store store = Store::open(db, Store::Mode::kCreate);
+    const std::int64_t dev = store.upsert_device({"NVIDIA H100 80GB HBM3", "sm_90", "GPU-mine", 132, "580"});
+    CampaignSpec c;
+    c.name = name;
+    c.problem = problem;
+    c.space_path = space_file();
+    c.space_hash = space.hash();
+    c.space_text = space.text();
+    c.family = space.family();
+    c.strategy = "evo";
+    const std::int64_t id = store.open_campaign(c, dev);
+    const Config cfg = space.enumerate(problem, "sm_90").front();
+    const std::string source_hash = render_kernel(space, cfg, problem, "sm_90").source_hash;
+    store.record_evaluation(id, store.upsert_candidate(space.family(), cfg, source_hash), dev,
+                            recorded_ok(median_us, problem));
+    store.finish_campaign(id, "completed", "budget");
+  }
+  std::string db(const std::string& name = "mine.db") const { return dir_.file(name); }
+  std::string best(const std::string& database, const std::string& extra = "") const {
+    return "best --problem " + kShippedProblem + " --format json --db " + database + " " + extra;
+  }
+
+  TempDir dir_;
+  std::string shipped_;
+};
+
+nlohmann::json parse(const std::string& text) { return nlohmann::json::parse(text); }
+
+TEST_F(ShippedDb, BestAnswersFromItWhenTheDatabaseHasNoResultAndSaysSoInOneLine) {
+  ShippedEnv env(shipped_);
+  add_result(db(), kOtherProblem, "mine", 100.0);  // a database, with another problem's result
+  for (const std::string& database : {db(), db("absent.db")}) {  // and none at all (day one)
+    const auto r = run_attntune(best(database, "--top 3"));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto rows = parse(r.out);
+    ASSERT_FALSE(rows.empty());
+    EXPECT_EQ(rows[0]["campaign"], "b4-s4k-d128-bf16");
+    for (const auto& row : rows) EXPECT_EQ(row["source"], "shipped") << row.dump();
+    ASSERT_EQ(testing::lines(r.err).size(), 1u) << r.err;
+    for (const std::string& part :
+         {"attntune: note: no result for problem " + kShippedProblem + " in database '" + database + "'",
+          "the shipped database '" + shipped_ + "'", std::string("NVIDIA H200"), std::string("2026-11-28"),
+          "attntune tune --problem " + kShippedProblem + " to measure on your GPU"})
+      EXPECT_NE(r.err.find(part), std::string::npos) << part << " is not in: " << r.err;
+
+    // The same rows as asking the shipped file itself, where they are the database's own.
+    const auto direct = run_attntune(best(shipped_, "--top 3"));
+    ASSERT_EQ(direct.rc, 0) << direct.err;
+    EXPECT_TRUE(direct.err.empty()) << direct.err;
+    auto same = parse(direct.out);
+    for (auto& row : same) {
+      EXPECT_EQ(row["source"], "database");
+      row["source"] = "shipped";
+    }
+    EXPECT_EQ(same, rows);
+  }
+}
+
+TEST_F(ShippedDb, TheUsersOwnResultWinsEvenWhenTheShippedOneIsFaster) {
+  ShippedEnv env(shipped_);
+  add_result(db(), kShippedProblem, "mine", 99999.0);
+  const auto r = run_attntune(best(db()));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto rows = parse(r.out);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["campaign"], "mine");
+  EXPECT_EQ(rows[0]["source"], "database");
+  EXPECT_TRUE(r.err.empty()) << r.err;
+
+  const auto e = run_attntune("export --problem " + kShippedProblem + " --db " + db() + " -o " + dir_.file("k.cu"));
+  ASSERT_EQ(e.rc, 0) << e.err;
+  EXPECT_EQ(e.err.find("shipped"), std::string::npos) << e.err;
+  EXPECT_EQ(read_bytes(dir_.file("k.cu")).find("//   source "), std::string::npos);
+}
+
+TEST_F(ShippedDb, NoShippedAnEmptyVariableAndTheFiltersTurnItOff) {
+  add_result(db(), kOtherProblem, "mine", 100.0);
+  {
+    ShippedEnv env(shipped_);
+    const auto off = run_attntune(best(db(), "--no-shipped"));
+    EXPECT_EQ(off.rc, 1) << off.err;
+    EXPECT_NE(off.err.find("no valid results for problem " + kShippedProblem), std::string::npos) << off.err;
+    EXPECT_EQ(off.err.find("shipped"), std::string::npos) << off.err;
+    // --gpu and --arch select among the shipped results too: an H200's times are not an H100's.
+    const auto h100 = run_attntune(best(db(), "--gpu 'NVIDIA H100 80GB HBM3'"));
+    EXPECT_EQ(h100.rc, 1) << h100.err;
+    const auto e = run_attntune("export --problem " + kShippedProblem + " --arch sm_80 --db " + db() + " -o " +
+                                dir_.file("k.cu"));
+    EXPECT_EQ(e.rc, 1) << e.err;
+    EXPECT_FALSE(fs::exists(dir_.file("k.cu")));
+    const auto e_off = run_attntune("export --no-shipped --problem " + kShippedProblem + " --db " + db() + " -o " +
+                                    dir_.file("k.cu"));
+    EXPECT_EQ(e_off.rc, 1) << e_off.err;
+    // Without a database and without the shipped one: the usual error for a missing database.
+    const auto absent = run_attntune(best(db("absent.db"), "--no-shipped"));
+    EXPECT_EQ(absent.rc, 2) << absent.err;
+    EXPECT_NE(absent.err.find("does not exist"), std::string::npos) << absent.err;
+  }
+  ShippedEnv none("");
+  const auto r = run_attntune(best(db()));
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(r.err.find("shipped"), std::string::npos) << r.err;
+}
+
+TEST_F(ShippedDb, TheDefaultIsTheSourceTreesFile) {
+  ShippedEnv unset(nullptr);
+  const auto r = run_attntune(best(db("absent.db")));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(parse(r.out)[0]["source"], "shipped");
+  EXPECT_NE(r.err.find("'" + repo_shipped() + "'"), std::string::npos) << r.err;
+}
+
+TEST_F(ShippedDb, AnInstalledBinaryFindsItInShareBesideIt) {
+  // prefix/bin/attntune and prefix/share/attntune/attntune-shipped.db, as `cmake --install` lays
+  // them out; the install tree is beside the binary (a hard link needs the same filesystem).
+  const fs::path prefix = fs::path(testing::attntune_bin()).parent_path() / ("install-test-" + std::to_string(::getpid()));
+  fs::remove_all(prefix);
+  fs::create_directories(prefix / "bin");
+  fs::create_directories(prefix / "share" / "attntune");
+  std::error_code ec;
+  fs::create_hard_link(testing::attntune_bin(), prefix / "bin" / "attntune", ec);
+  if (ec) fs::copy_file(testing::attntune_bin(), prefix / "bin" / "attntune");
+  const std::string installed = (prefix / "share" / "attntune" / "attntune-shipped.db").string();
+  fs::copy_file(shipped_, installed);
+  ShippedEnv unset(nullptr);
+  ::setenv("ATTNTUNE_BIN", (prefix / "bin" / "attntune").c_str(), 1);
+  const auto r = run_attntune(best(db("absent.db")));
+  ::unsetenv("ATTNTUNE_BIN");
+  fs::remove_all(prefix);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("'" + installed + "'"), std::string::npos) << r.err;
+}
+
+TEST_F(ShippedDb, ADamagedFileIsRefusedWhereAnAnswerDependsOnItAndUnreadOtherwise) {
+  // Two kinds of damage the store's readers refuse: a header that is not SQLite's, a truncated file.
+  const std::string bytes = read_bytes(shipped_);
+  for (const std::string& damaged : {"not an sqlite db" + bytes.substr(16), bytes.substr(0, bytes.size() / 2)}) {
+    write_bytes(shipped_, damaged);
+    ShippedEnv env(shipped_);
+    const auto r = run_attntune(best(db("absent.db")));
+    EXPECT_EQ(r.rc, 2) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    for (const std::string& part : {std::string("attntune: error: the shipped database cannot be used: "), shipped_,
+                                    std::string("--no-shipped")})
+      EXPECT_NE(r.err.find(part), std::string::npos) << part << " is not in: " << r.err;
+    const auto e = run_attntune("export --problem " + kShippedProblem + " --db " + db("absent.db") + " -o " +
+                                dir_.file("k.cu"));
+    EXPECT_EQ(e.rc, 2) << e.err;
+    EXPECT_NE(e.err.find("the shipped database cannot be used"), std::string::npos) << e.err;
+    EXPECT_FALSE(fs::exists(dir_.file("k.cu")));
+    EXPECT_EQ(read_bytes(shipped_), damaged);  // never written
+  }
+  // Not needed: the user's own result answers and the damaged file is never read.
+  add_result(db(), kShippedProblem, "mine", 1000.0);
+  ShippedEnv env(shipped_);
+  const auto r = run_attntune(best(db()));
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+TEST_F(ShippedDb, ExportAnswersFromItAndItsProvenanceNamesIt) {
+  ShippedEnv env(shipped_);
+  const std::string cu = dir_.file("k.cu");
+  const auto r = run_attntune("export --problem " + kShippedProblem + " --db " + db("absent.db") + " -o " + cu);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("answering from the shipped database '" + shipped_ + "'"), std::string::npos) << r.err;
+  const std::string text = read_bytes(cu);
+  EXPECT_NE(text.find("//   source        \"shipped database attntune-shipped.db\"\n"), std::string::npos);
+  EXPECT_NE(text.find("//   campaign      \"b4-s4k-d128-bf16\"\n"), std::string::npos);
+  // No path of this machine in the file (docs/CONTRACT.md: provenance without the tuning machine's paths).
+  EXPECT_EQ(text.find(dir_.path().string()), std::string::npos);
+}
+
+TEST_F(ShippedDb, ExportAllBestOfAPlanTakesWhatTheDatabaseLacksFromIt) {
+  // The user's database: the suite without b8-s2k-d64-causal-bf16.
+  fs::copy_file(shipped_, db());
+  {
+    sqlite::Connection c = sqlite::Connection::open(db(), SQLITE_OPEN_READWRITE);
+    c.exec("PRAGMA foreign_keys = ON; DELETE FROM campaigns WHERE name = 'b8-s2k-d64-causal-bf16'");
+  }
+  const std::string plan = dir_.file("plan.yaml");
+  write_bytes(plan, "model: t\nproblems:\n"
+                    "  - {problem: \"" + kShippedProblem + "\", regime: prefill}\n"
+                    "  - {problem: \"b=8,h=16,s=2048,d=64,dtype=bf16,causal=1\", regime: prefill}\n"
+                    "  - {problem: \"b=3,h=16,s=2048,d=64,dtype=bf16,causal=1\", regime: prefill}\n");
+  ShippedEnv env(shipped_);
+  const std::string cu = dir_.file("all.cu");
+  const auto r = run_attntune("export --all-best --plan " + plan + " --db " + db() + " -o " + cu);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("exported 2 kernels"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("no result for 1 of the plan's 3 problems in database '" + db() + "'"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("1 of the plan's 3 problems have no result yet"), std::string::npos) << r.err;
+  const std::string text = read_bytes(cu);
+  std::size_t sources = 0;
+  for (std::size_t at = text.find("//   source "); at != std::string::npos; at = text.find("//   source ", at + 1))
+    ++sources;
+  EXPECT_EQ(sources, 1u);  // the b8 kernel's; the b4 one is the user's own
+
+  const auto off = run_attntune("export --no-shipped --all-best --plan " + plan + " --db " + db() + " -o " + cu);
+  ASSERT_EQ(off.rc, 0) << off.err;
+  EXPECT_NE(off.out.find("exported 1 kernel "), std::string::npos) << off.out;
+}
+
+// `tune` on a problem its database has no neighbour for starts from the nearest shipped campaign of
+// the template (a recorded campaign stands in for the GPU, as in the other tune tests).
+TEST_F(ShippedDb, TuneWarmStartsFromItWhenTheDatabaseHasNoNeighbour) {
+  const char* spec = "b=2,h=16,hkv=16,s=6000,sk=6000,d=128,dtype=bf16,causal=0";
+  const std::string rec = dir_.file("rec.db");
+  make_recording(rec, spec);
+  auto tune = [&](const std::string& database, const std::string& extra) {
+    return run_attntune("tune --space " + space_file() + " --problem " + spec + " --db " + database +
+                        " --simulate-db " + rec + " --simulate-campaign rec --simulate-delay-ms 0 --budget-evals 12 "
+                        "--patience 0 --final-top 0 --seed 3 --campaign t " + extra);
+  };
+  // What the warm start should take: the nearest shipped campaign's best configs (same template,
+  // same head dim and layout, service::problem_distance).
+  Store shipped_store = Store::open(shipped_, Store::Mode::kReadOnly);
+  const auto [nearest, warm] = service::warm_start(shipped_store, "flash_fwd_mma", Problem::parse(spec), 8);
+  ASSERT_TRUE(nearest);
+  EXPECT_EQ(nearest->str(), kShippedProblem);
+  ASSERT_FALSE(warm.empty());
+
+  ShippedEnv env(shipped_);
+  const auto r = tune(db(), "");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find(fmt::format("warm start: {} configs from {} of the shipped database '{}'", warm.size(),
+                                   kShippedProblem, shipped_)),
+            std::string::npos)
+      << r.err;
+  // Evo's first batch is the warm start: the campaign's first evaluations are those configs.
+  const SearchSpace space = SearchSpace::load(space_file());
+  std::set<std::string> valid, expected, first;
+  for (const Config& c : space.enumerate(Problem::parse(spec), "sm_90")) valid.insert(config_str(c));
+  for (const Config& c : warm)
+    if (valid.count(config_str(c))) expected.insert(config_str(c));
+  ASSERT_FALSE(expected.empty());
+  {
+    Store mine = Store::open(db(), Store::Mode::kReadOnly);
+    const auto evals = mine.campaign_evaluations(*mine.find_campaign("t"));
+    ASSERT_GE(evals.size(), expected.size());
+    for (std::size_t i = 0; i < expected.size(); ++i) first.insert(config_str(evals[i].config));
+  }
+  EXPECT_EQ(first, expected);
+
+  // --warm-start 0: no warm start at all.
+  const auto cold = tune(db("cold.db"), "--warm-start 0");
+  ASSERT_EQ(cold.rc, 0) << cold.err;
+  EXPECT_EQ(cold.err.find("warm start"), std::string::npos) << cold.err;
+
+  // A neighbour in the user's own database comes first.
+  add_result(db("near.db"), "b=2,h=16,hkv=16,s=8192,sk=8192,d=128,dtype=bf16,causal=0", "near", 500.0);
+  const auto own = tune(db("near.db"), "");
+  ASSERT_EQ(own.rc, 0) << own.err;
+  EXPECT_NE(own.err.find("warm start: 1 configs from b=2,h=16,hkv=16,s=8192,sk=8192,d=128,dtype=bf16,causal=0\n"),
+            std::string::npos)
+      << own.err;
+  EXPECT_EQ(own.err.find("shipped"), std::string::npos) << own.err;
+
+  // A damaged shipped file only costs the warm start: a warning, and the campaign runs.
+  write_bytes(shipped_, "not an sqlite db" + read_bytes(shipped_).substr(16));
+  const auto damaged = tune(db("damaged.db"), "");
+  ASSERT_EQ(damaged.rc, 0) << damaged.err;
+  EXPECT_NE(damaged.err.find("attntune: warning: the shipped database cannot be used: "), std::string::npos)
+      << damaged.err;
+  EXPECT_EQ(damaged.err.find("warm start:"), std::string::npos) << damaged.err;
+}
+
+// The plan tools/build_shipped_db.sh tunes: broad (issue 43: >= 200 problems over the common
+// families' shapes) and every problem served by a shipped space with valid configs.
+TEST(ShippedPlan, HoldsAtLeast200DistinctProblemsThatTheShippedSpacesServe) {
+  TempDir dir;
+  const std::string plan_path = dir.file("plan.yaml");
+  ASSERT_EQ(std::system(("python3 " + testing::source_dir() + "/tools/shipped_plan.py -o " + plan_path).c_str()), 0);
+  const Plan plan = Plan::load(plan_path);  // refuses a problem listed twice
+  ASSERT_GE(plan.entries.size(), 200u);
+  std::set<std::int64_t> heads, groups, dims, seqlens, batches, pages;
+  std::set<bool> causal;
+  for (const PlanEntry& e : plan.entries) {
+    const Problem& p = e.problem;
+    if (e.regime == "prefill") {
+      heads.insert(p.h);
+      groups.insert(p.h / p.hkv);
+      dims.insert(p.d);
+      seqlens.insert(p.s);
+      causal.insert(p.causal);
+    } else {
+      ASSERT_EQ(e.regime, "decode");
+      batches.insert(p.b);
+      pages.insert(p.page);
+    }
+    std::uint64_t configs = 0;
+    for (const CampaignSpace& c : service::default_spaces(p)) {  // InputError: no template serves it
+      const std::optional<SearchSpace> space = SearchSpace::shipped(c.family);
+      ASSERT_TRUE(space);
+      configs += space->count(p, space->default_arch());
+    }
+    EXPECT_GT(configs, 0u) << p.str();
+  }
+  EXPECT_EQ(*heads.begin(), 8);
+  EXPECT_EQ(*heads.rbegin(), 128);
+  EXPECT_EQ(*groups.begin(), 1);
+  EXPECT_EQ(*groups.rbegin(), 16);
+  EXPECT_EQ(dims, (std::set<std::int64_t>{64, 128, 256}));
+  EXPECT_EQ(causal.size(), 2u);
+  EXPECT_EQ(*seqlens.begin(), 512);
+  EXPECT_EQ(*seqlens.rbegin(), 32768);
+  EXPECT_EQ(*batches.begin(), 1);
+  EXPECT_EQ(*batches.rbegin(), 256);
+  EXPECT_EQ(pages, (std::set<std::int64_t>{16, 64}));
+
+  // And the service takes it: `submit` queues every problem (what tools/build_shipped_db.sh runs).
+  const auto r = run_attntune("submit " + plan_path + " --db " + dir.file("q.db") + " --format json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto queued = nlohmann::json::parse(r.out);
+  ASSERT_EQ(queued.size(), plan.entries.size());
+  for (const auto& q : queued) EXPECT_EQ(q["queued"], true) << q.dump();
+}
+
+// tools/build_shipped_db.sh end to end on simulated GPUs (`serve --simulate`): plan, submit, serve,
+// then a file of results only. Synthetic results never go to the shipped file itself.
+TEST(ShippedPlan, TheBuildScriptRehearsesWithoutAGpuAndNeverOverwritesTheShippedFile) {
+  TempDir dir;
+  const std::string script = testing::source_dir() + "/tools/build_shipped_db.sh";
+  const std::string bin = "ATTNTUNE_BIN=" + testing::attntune_bin() + " ";
+  const std::string out = dir.file("rehearsal.db");
+  const std::string log = dir.file("log");
+  ASSERT_EQ(std::system((bin + script + " --simulate --simulate-delay-ms 1 --limit 3 --gpus 0 --work " +
+                         dir.file("work") + " --out " + out + " -- --budget-evals 4 --final-top 0 >" + log + " 2>&1")
+                            .c_str()),
+            0)
+      << read_bytes(log);
+  {
+    Store store = Store::open(out, Store::Mode::kReadOnly);
+    EXPECT_EQ(store.campaigns().size(), 3u);
+    sqlite::Connection c = sqlite::Connection::open(out, SQLITE_OPEN_READONLY);
+    for (const char* table : {"builds", "queue", "leases", "gpus"}) {
+      sqlite::Statement st(c, std::string("SELECT COUNT(*) FROM ") + table);
+      ASSERT_TRUE(st.step());
+      EXPECT_EQ(st.int64(0), 0) << table;
+    }
+  }
+  // The file answers as a shipped database.
+  ShippedEnv env(out);
+  const auto r = run_attntune("best --problem b=1,h=32,hkv=8,s=512,d=128,dtype=bf16,causal=1 --db " +
+                              dir.file("absent.db") + " --format json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)[0]["source"], "shipped");
+
+  const std::string shipped_before = read_bytes(repo_shipped());
+  const int refused = std::system((bin + script + " --simulate --limit 1 --work " + dir.file("w2") + " >" + log +
+                                   " 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(refused), 2);
+  EXPECT_NE(read_bytes(log).find("--simulate makes synthetic results"), std::string::npos) << read_bytes(log);
+  EXPECT_EQ(read_bytes(repo_shipped()), shipped_before);
+}
+
+}  // namespace
+}  // namespace attntune::test

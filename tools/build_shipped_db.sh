@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Rebuilds db/shipped/attntune-shipped.db, the database of tuned results that ships with attntune
+# (docs/design/shipped_db.md), on a GPU machine: the plan of tools/shipped_plan.py (the common model
+# families' prefill and decode shapes) is queued with `attntune submit` and tuned with `attntune
+# serve` on every GPU, as tools/slurm/ does on a cluster; then the compile cache and the service's
+# bookkeeping are dropped and the file is vacuumed into place. The campaigns already shipped are
+# merged in first: they are kept, and they warm-start the new ones.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() {
+  cat <<'USAGE'
+usage: tools/build_shipped_db.sh [options] [-- attntune-submit-args...]
+
+  --out FILE          the database to write (db/shipped/attntune-shipped.db)
+  --work DIR          where the working database and plan live (a new temporary folder); run the
+                      same command with the same --work again to resume after an interruption
+  --gpus LIST         passed to `attntune serve --gpus` (all)
+  --limit N           only the plan's first N problems (a rehearsal)
+  --fresh             do not merge the campaigns of the current --out file in first
+  --simulate          `attntune serve --simulate` (synthetic results, no GPU): rehearses the
+                      pipeline; refused with the default --out, so made-up results never ship
+  --simulate-delay-ms N
+  -h, --help          this text
+Arguments after `--` go to `attntune submit` (default: --budget-evals 200, the main job's budget).
+The binary is $ATTNTUNE_BIN, else build/attntune. Needs python3 (the plan, the final clean-up).
+USAGE
+}
+
+die() { echo "build_shipped_db.sh: error: $*" >&2; exit 2; }
+
+bin=${ATTNTUNE_BIN:-build/attntune}
+default_out=db/shipped/attntune-shipped.db
+out=$default_out work="" gpus=all limit="" fresh=0 simulate=0 sim_delay=""
+submit_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out=${2:?}; shift 2 ;;
+    --work) work=${2:?}; shift 2 ;;
+    --gpus) gpus=${2:?}; shift 2 ;;
+    --limit) limit=${2:?}; shift 2 ;;
+    --fresh) fresh=1; shift ;;
+    --simulate) simulate=1; shift ;;
+    --simulate-delay-ms) sim_delay=${2:?}; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; submit_args=("$@"); break ;;
+    *) die "unknown argument '$1' (--help lists them)" ;;
+  esac
+done
+[ -x "$bin" ] || die "no attntune binary at '$bin' (build it, or set ATTNTUNE_BIN)"
+[ -z "$limit" ] || [[ $limit =~ ^[1-9][0-9]*$ ]] || die "--limit must be a positive number (got '$limit')"
+if [ "$simulate" = 1 ] && [ "$(realpath -m "$out")" = "$(realpath -m "$default_out")" ]; then
+  die "--simulate makes synthetic results: give --out another file (they must never ship)"
+fi
+[ ${#submit_args[@]} -gt 0 ] || submit_args=(--budget-evals 200)
+[ -n "$work" ] || work=$(mktemp -d "${TMPDIR:-/tmp}/attntune-shipped-XXXXXX")
+mkdir -p "$work"
+db="$work/attntune.db"
+plan="$work/plan.yaml"
+# The service's own runs never consult a shipped database; said explicitly so that a stale one in
+# the environment cannot matter.
+export ATTNTUNE_SHIPPED_DB=
+
+python3 tools/shipped_plan.py -o "$plan.all"
+if [ -n "$limit" ]; then
+  # The header (4 lines) and the first N problems: one problem a line (docs/design/plan.md).
+  head -n $((4 + limit)) "$plan.all" > "$plan"
+else
+  cp "$plan.all" "$plan"
+fi
+echo "plan: $(grep -c '^  - ' "$plan") problems ($plan)" >&2
+
+if [ ! -e "$db" ] && [ "$fresh" = 0 ] && [ -e "$out" ]; then
+  "$bin" merge "$out" -o "$db" >&2
+fi
+"$bin" submit "$plan" --db "$db" "${submit_args[@]}" >&2
+serve_args=(--db "$db" --gpus "$gpus")
+if [ "$simulate" = 1 ]; then
+  serve_args+=(--simulate)
+  [ -z "$sim_delay" ] || serve_args+=(--simulate-delay-ms "$sim_delay")
+fi
+"$bin" serve "${serve_args[@]}" >&2
+"$bin" status --db "$db" >&2 || true
+
+# The shipped file holds results only: no compile cache (rebuilt on the user's machine as needed),
+# no queue, leases or GPUs of the machine that made it. Written beside --out, then renamed.
+tmp="$out.tmp.$$"
+rm -f "$tmp"
+"$bin" merge "$db" -o "$tmp" >&2
+python3 - "$tmp" <<'PY'
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1])
+con.execute("PRAGMA foreign_keys = ON")
+for table in ("builds", "queue", "leases", "gpus"):
+    con.execute(f"DELETE FROM {table}")
+con.commit()
+con.execute("VACUUM")
+ok = con.execute("PRAGMA integrity_check").fetchone()[0]
+n = con.execute("SELECT COUNT(*) FROM campaigns").fetchone()[0]
+con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+con.close()
+if ok != "ok":
+    sys.exit(f"build_shipped_db.sh: the new database fails its integrity check: {ok}")
+print(f"{n} campaigns", file=sys.stderr)
+PY
+mv -f "$tmp" "$out"
+rm -f "$tmp-wal" "$tmp-shm"
+echo "wrote $out ($(du -h "$out" | cut -f1)); the working database stays in $db" >&2

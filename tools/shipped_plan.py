@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""The plan of the shipped database (docs/design/shipped_db.md): the attention problems of the
+common model families, prefill and decode, written as an `attntune plan` file (docs/design/plan.md,
+"The plan file") that `attntune submit` queues and `attntune serve` tunes.
+
+usage: tools/shipped_plan.py [-o PLAN.yaml] [--dtype bf16|fp16|both] [--count]
+
+Why these shapes: a user's problem is most often a published model's attention at some length and
+batch, so the families below span what such models run (query heads 8..128, GQA groups 1..16, head
+dims 64, 128 and 256) at the lengths (512..32k) and decode batches (1..256, pages of 16 and 64)
+that serving uses; the warm start of `tune` then finds a shipped neighbour within a factor of 2 of
+any length for the same head dim and layout. Only plain attention: windowed, soft-capped and sink
+layers are planned by `attntune plan --model` for the model that has them.
+"""
+import argparse
+import sys
+
+# name, query heads, KV heads, head dim. Each family's heads are as its config.json has them
+# (tests/data/models/ holds some); the names are for the reader, the plan keeps only the shapes.
+FAMILIES = [
+    ("llama-3-8b / mistral-7b", 32, 8, 128),      # group 4
+    ("llama-2-7b", 32, 32, 128),                  # group 1 (multi-head)
+    ("qwen2.5-7b", 28, 4, 128),                   # group 7, odd head count
+    ("llama-3-70b / qwen2.5-72b", 64, 8, 128),    # group 8
+    ("llama-3.1-405b", 128, 8, 128),              # group 16, the most heads
+    ("llama-3.2-1b", 32, 8, 64),                  # d=64
+    ("qwen2.5-0.5b", 14, 2, 64),                  # group 7, few heads
+    ("gpt-oss-20b (plain layers)", 64, 8, 64),    # d=64, group 8
+    ("gemma-2-9b", 16, 8, 256),                   # d=256, group 2
+    ("gemma-3-4b", 8, 4, 256),                    # d=256, 8 heads
+    ("phi-3.5-moe-like", 16, 16, 64),             # multi-head at d=64
+]
+
+PREFILL_SEQLENS = [512, 1024, 2048, 4096, 8192, 16384, 32768]
+# Non-causal prefill (encoders, cross-attention, bidirectional prefixes): fewer lengths.
+NONCAUSAL_SEQLENS = [512, 4096, 16384]
+# Batches of short prompts: the same work as one long prompt, laid out across the grid.
+PREFILL_BATCHED = [(8, 512), (4, 2048)]
+DECODE_BATCHES = [1, 8, 32, 64, 128, 256]
+DECODE_CONTEXTS = [2048, 8192, 32768]
+PAGES = [16, 64]
+# The KV cache of the largest decode problems is bounded (K and V of every sequence, bf16): b *
+# context <= 2M tokens keeps any family's cache under 17 GB, so a worker's validation (inputs, fp32
+# reference, poisoned output) fits beside others on one GPU.
+MAX_DECODE_TOKENS = 2 * 1024 * 1024
+
+
+def spec(b, h, hkv, s, sk, d, dtype, causal, page=0):
+    # The canonical spec (Problem::str()): the order `attntune plan` writes, so a plan diffs cleanly.
+    out = f"b={b},h={h},hkv={hkv},s={s},sk={sk},d={d},dtype={dtype},causal={int(causal)}"
+    return out + (f",page={page}" if page else "")
+
+
+def problems(dtypes):
+    out = []
+    for dtype in dtypes:
+        for _, h, hkv, d in FAMILIES:
+            for s in PREFILL_SEQLENS:
+                out.append((spec(1, h, hkv, s, s, d, dtype, True), "prefill"))
+            for s in NONCAUSAL_SEQLENS:
+                out.append((spec(1, h, hkv, s, s, d, dtype, False), "prefill"))
+            for b, s in PREFILL_BATCHED:
+                out.append((spec(b, h, hkv, s, s, d, dtype, True), "prefill"))
+        for i, (_, h, hkv, d) in enumerate(FAMILIES):
+            # Each family gets both page sizes, alternating over its batches, so the plan holds
+            # every (batch, page) pair across families without doubling every decode problem.
+            for j, b in enumerate(DECODE_BATCHES):
+                page = PAGES[(i + j) % len(PAGES)]
+                for sk in DECODE_CONTEXTS:
+                    if b * sk > MAX_DECODE_TOKENS:
+                        continue
+                    out.append((spec(b, h, hkv, 1, sk, d, dtype, True, page), "decode"))
+    seen, unique = set(), []
+    for p, regime in out:
+        if p not in seen:
+            seen.add(p)
+            unique.append((p, regime))
+    return unique
+
+
+def plan_yaml(entries):
+    lines = ["# attntune plan: the shipped database's problems (tools/shipped_plan.py; docs/design/shipped_db.md)",
+             "model: attntune-shipped", "source: shipped_plan.py", "problems:"]
+    lines += [f'  - {{problem: "{p}", regime: {r}}}' for p, r in entries]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-o", "--output", help="the plan file to write (default: stdout)")
+    ap.add_argument("--dtype", choices=["bf16", "fp16", "both"], default="bf16",
+                    help="bf16 (default: what the models' checkpoints use), fp16, or both")
+    ap.add_argument("--count", action="store_true", help="print the number of problems only")
+    a = ap.parse_args()
+    dtypes = ["bf16", "fp16"] if a.dtype == "both" else [a.dtype]
+    entries = problems(dtypes)
+    if a.count:
+        print(len(entries))
+        return 0
+    text = plan_yaml(entries)
+    if a.output:
+        with open(a.output, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
