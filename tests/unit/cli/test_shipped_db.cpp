@@ -2,7 +2,10 @@
 // from it, saying so, when the user's database has nothing for the problem; the user's own result
 // wins; --no-shipped and ATTNTUNE_SHIPPED_DB="" turn it off; a damaged one is refused only where an
 // answer depends on it; `tune` warm-starts from it; and the plan it is rebuilt from is broad and
-// served. Real binary, real files: the repository's db/shipped/attntune-shipped.db, copied.
+// served. Real binary, real files: the recorded suite (tests/data/campaigns/h100-suite.db, the
+// shipped file's first content) copied as the shipped file, so that a template change stales one
+// fixture (tools/rerecord_suite.sh), not two; the repository's own shipped file where its location
+// is the point (`best` only: it answers from stale kernels too, export refuses them).
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -29,6 +32,7 @@ const std::string kShippedProblem = "b=4,h=16,hkv=16,s=4096,sk=4096,d=128,dtype=
 const std::string kOtherProblem = "b=2,h=8,hkv=8,s=1024,sk=1024,d=64,dtype=bf16,causal=1";
 
 std::string repo_shipped() { return testing::source_dir() + "/db/shipped/attntune-shipped.db"; }
+std::string recorded_suite() { return testing::source_dir() + "/tests/data/campaigns/h100-suite.db"; }
 
 // Sets $ATTNTUNE_SHIPPED_DB for the commands a test runs (the test binary sets it to "" for all
 // others: tests/common/no_shipped_db.cpp); nullptr unsets it (the default locations).
@@ -46,7 +50,7 @@ class ShippedDb : public ::testing::Test {
  protected:
   void SetUp() override {
     shipped_ = dir_.file("attntune-shipped.db");
-    fs::copy_file(repo_shipped(), shipped_);
+    fs::copy_file(recorded_suite(), shipped_);
   }
   // One ok result of `median_us` for `spec` in campaign `name` of `db` (created if missing), with a
   // valid config of flash_fwd_mma's space, stored with the space so that it exports.
