@@ -21,6 +21,9 @@ usage: tools/build_shipped_db.sh [options] [-- attntune-submit-args...]
   --simulate          `attntune serve --simulate` (synthetic results, no GPU): rehearses the
                       pipeline; refused with the default --out, so made-up results never ship
   --simulate-delay-ms N
+  --check             build nothing: export each campaign of --out as this tree renders its
+                      template, and list those whose kernel source has changed since they were
+                      measured (their `export` is refused until a rebuild); exit 1 if any
   -h, --help          this text
 Arguments after `--` go to `attntune submit` (default: --budget-evals 200, the main job's budget).
 The binary is $ATTNTUNE_BIN, else build/attntune. Needs python3 (the plan, the final clean-up).
@@ -31,7 +34,7 @@ die() { echo "build_shipped_db.sh: error: $*" >&2; exit 2; }
 
 bin=${ATTNTUNE_BIN:-build/attntune}
 default_out=db/shipped/attntune-shipped.db
-out=$default_out work="" gpus=all limit="" fresh=0 simulate=0 sim_delay=""
+out=$default_out work="" gpus=all limit="" fresh=0 simulate=0 sim_delay="" check=0
 submit_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -42,12 +45,32 @@ while [ $# -gt 0 ]; do
     --fresh) fresh=1; shift ;;
     --simulate) simulate=1; shift ;;
     --simulate-delay-ms) sim_delay=${2:?}; shift 2 ;;
+    --check) check=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; submit_args=("$@"); break ;;
     *) die "unknown argument '$1' (--help lists them)" ;;
   esac
 done
 [ -x "$bin" ] || die "no attntune binary at '$bin' (build it, or set ATTNTUNE_BIN)"
+if [ "$check" = 1 ]; then
+  [ -e "$out" ] || die "no database at '$out'"
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/attntune-shipped-check-XXXXXX")
+  trap 'rm -rf "$scratch"' EXIT
+  total=0 stale=0
+  while IFS= read -r name; do
+    total=$((total + 1))
+    if ! ATTNTUNE_SHIPPED_DB= "$bin" export --db "$out" --campaign "$name" -o "$scratch/k.cu" > /dev/null 2> "$scratch/err"; then
+      if grep -q "template has changed" "$scratch/err"; then
+        stale=$((stale + 1)); echo "stale: $name" >&2
+      else
+        die "export of campaign '$name' failed: $(tail -1 "$scratch/err")"
+      fi
+    fi
+  done < <("$bin" campaigns --db "$out" --format json | python3 -c 'import json, sys; [print(c["name"]) for c in json.load(sys.stdin) if c.get("ok")]')
+  echo "$out: $total campaigns with results, $stale stale" >&2
+  [ "$stale" = 0 ] || exit 1
+  exit 0
+fi
 [ -z "$limit" ] || [[ $limit =~ ^[1-9][0-9]*$ ]] || die "--limit must be a positive number (got '$limit')"
 if [ "$simulate" = 1 ] && [ "$(realpath -m "$out")" = "$(realpath -m "$default_out")" ]; then
   die "--simulate makes synthetic results: give --out another file (they must never ship)"

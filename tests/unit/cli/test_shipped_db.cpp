@@ -414,5 +414,27 @@ TEST(ShippedPlan, TheBuildScriptRehearsesWithoutAGpuAndNeverOverwritesTheShipped
   EXPECT_EQ(read_bytes(repo_shipped()), shipped_before);
 }
 
+// build_shipped_db.sh --check: the campaigns whose kernel source changed since they were measured
+// (export refuses them), found by exporting each; none in a fresh copy of the recorded suite, every
+// one once their stored source hashes no longer match what this tree renders.
+TEST(ShippedPlan, TheCheckListsCampaignsWhoseTemplateChanged) {
+  TempDir dir;
+  const std::string script = testing::source_dir() + "/tools/build_shipped_db.sh";
+  const std::string bin = "ATTNTUNE_BIN=" + testing::attntune_bin() + " ";
+  const std::string db = dir.file("shipped.db");
+  const std::string log = dir.file("log");
+  fs::copy_file(recorded_suite(), db);
+  const auto check = [&] { return WEXITSTATUS(std::system((bin + script + " --check --out " + db + " >" + log + " 2>&1").c_str())); };
+  EXPECT_EQ(check(), 0) << read_bytes(log);
+  EXPECT_NE(read_bytes(log).find("16 campaigns with results, 0 stale"), std::string::npos) << read_bytes(log);
+  {
+    sqlite::Connection c = sqlite::Connection::open(db, SQLITE_OPEN_READWRITE);
+    c.exec("UPDATE candidates SET source_hash = 'measured-before-a-change-' || id");
+  }
+  EXPECT_EQ(check(), 1) << read_bytes(log);
+  EXPECT_NE(read_bytes(log).find("16 campaigns with results, 16 stale"), std::string::npos) << read_bytes(log);
+  EXPECT_NE(read_bytes(log).find("stale: b4-s4k-d128-bf16\n"), std::string::npos) << read_bytes(log);
+}
+
 }  // namespace
 }  // namespace attntune::test
