@@ -81,7 +81,7 @@ if [[ $only != prefill ]]; then
   table=$(printf '%-12s %10s %8s\n' campaign "median us" "GB/s")
   for e in "${decode[@]}"; do
     n=${e%%|*}
-    row=$("$A" best --db "$db" --campaign "$n" --format csv | tail -n +2 | head -1) || continue
+    row=$("$A" best --db "$db" --campaign "$n" --format csv | sed -n 2p) || continue
     IFS=, read -r _ _ _ _ _ us _ _ _ _ _ gbps <<<"$(sed 's/"[^"]*"/x/g' <<<"$row")"
     table+=$'\n'"$(printf '%-12s %10.2f %8.0f' "$n" "$us" "$gbps")"
   done
