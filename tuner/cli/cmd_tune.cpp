@@ -168,17 +168,8 @@ service::JobSpaces load_spaces(TuneArgs& a, const Problem& problem) {
   if (a.simulate_db.empty()) {
     if (std::string why; !cuda::driver_available(&why)) throw EnvError(why);
     const std::string arch = cuda::device_props(a.device).arch;
-    std::vector<CampaignSpace> runnable;
     std::vector<std::string> why_not;
-    for (const CampaignSpace& s : spaces) {
-      const SearchSpace space = SearchSpace::parse(s.text, s.path);
-      try {
-        space.check_problem(problem, space_arch_for_device(space, arch));
-        runnable.push_back(s);
-      } catch (const InputError& e) {
-        why_not.push_back(e.what());
-      }
-    }
+    std::vector<CampaignSpace> runnable = service::runnable_spaces(spaces, problem, arch, &why_not);
     if (runnable.empty())
       throw InputError(fmt::format("tune: no shipped template serves {} on this GPU ({}): {}", problem.str(), arch,
                                    fmt::join(why_not, "; ")));

@@ -73,6 +73,21 @@ std::vector<CampaignSpace> default_spaces(const Problem& problem) {
   return out;
 }
 
+std::vector<CampaignSpace> runnable_spaces(const std::vector<CampaignSpace>& spaces, const Problem& problem,
+                                           const std::string& arch, std::vector<std::string>* why_not) {
+  std::vector<CampaignSpace> out;
+  for (const CampaignSpace& s : spaces) {
+    try {
+      const SearchSpace space = SearchSpace::parse(s.text, s.path);
+      space.check_problem(problem, space_arch_for_device(space, arch));
+      out.push_back(s);
+    } catch (const InputError& e) {
+      if (why_not) why_not->push_back(e.what());
+    }
+  }
+  return out;
+}
+
 CampaignSpec campaign_spec(const std::string& name, const Problem& problem, const JobRequest& request) {
   CampaignSpec spec;
   set_spaces(spec, request.spaces);

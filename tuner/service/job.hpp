@@ -43,6 +43,10 @@ std::vector<CampaignSpace> campaign_spaces(const JobSpaces& spaces);
 // The spaces of the families that serve `problem` (shipped with the binary: search_spaces/),
 // sorted by family; a worker later drops those its GPU cannot run.
 std::vector<CampaignSpace> default_spaces(const Problem& problem);
+// Those of `spaces` that a GPU of `arch` runs for `problem` (wgmma on Hopper only); each refused
+// one's reason goes to `why_not` when given.
+std::vector<CampaignSpace> runnable_spaces(const std::vector<CampaignSpace>& spaces, const Problem& problem,
+                                           const std::string& arch, std::vector<std::string>* why_not = nullptr);
 
 CampaignSpec campaign_spec(const std::string& name, const Problem& problem, const JobRequest& request);
 // The default campaign name: TEMPLATE:PROBLEM:ARCH (tune), or TEMPLATE:PROBLEM (a queued one, whose

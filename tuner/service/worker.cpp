@@ -75,21 +75,6 @@ DeviceInfo probe_device(const WorkerOptions& o) {
   return cuda::device_info(cuda::device_props(o.gpu));
 }
 
-// The request's spaces that this GPU's arch can run for the problem (a queued campaign lists
-// every family that serves the problem; wgmma runs on Hopper only).
-std::vector<CampaignSpace> runnable_spaces(const QueuedJob& job, const std::string& arch) {
-  std::vector<CampaignSpace> out;
-  for (const CampaignSpace& s : job.request.spaces) {
-    try {
-      const SearchSpace space = SearchSpace::parse(s.text, s.path);
-      space.check_problem(job.problem, space_arch_for_device(space, arch));
-      out.push_back(s);
-    } catch (const InputError&) {
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 int run_worker(WorkerStores stores, const WorkerOptions& options, const std::atomic<bool>& stop,
@@ -117,7 +102,8 @@ int run_worker(WorkerStores stores, const WorkerOptions& options, const std::ato
   const auto accept = [&](const QueuedJob& job) {
     if (!job.ran_on.empty() && job.ran_on != device.name) return false;
     auto it = runnable.find(job.campaign);
-    if (it == runnable.end()) it = runnable.emplace(job.campaign, !runnable_spaces(job, device.arch).empty()).first;
+    if (it == runnable.end())
+      it = runnable.emplace(job.campaign, !runnable_spaces(job.request.spaces, job.problem, device.arch).empty()).first;
     return it->second;
   };
   int done = 0;
@@ -149,7 +135,7 @@ int run_worker(WorkerStores stores, const WorkerOptions& options, const std::ato
       StopRelay relay(stop, abandon, job_stop, job_abandon);
       try {
         JobRequest request = job->request;
-        request.spaces = runnable_spaces(*job, device.arch);
+        request.spaces = runnable_spaces(job->request.spaces, job->problem, device.arch);
         const JobSpaces spaces = parse_request_spaces(request);
         std::unique_ptr<search::Runner> runner;
         if (options.simulate) {
