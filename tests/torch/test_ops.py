@@ -157,23 +157,6 @@ ENTRY_BIT = {"attntune_attention_forward": 1, "attntune_attention_forward_kvcach
 ENTRY_OF_BIT = {1: "attention", 2: "attention_kvcache", 4: "attention_varlen"}
 
 
-def spec_of(p):
-    """A kernel's problem (kernel_info) as attntune writes its spec (kernel_info's entry_points)."""
-    s = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
-         f"causal={int(p['causal'])}")
-    if p.get("page"):
-        s += f",page={p['page']}"
-    if p.get("varlen"):
-        s += f",varlen={p['varlen']}" + (f",lens_seed={p['lens_seed']}" if p.get("lens_seed") else "")
-    if "window" in p:
-        s += f",window={p['window'][0]}" + (f",{p['window'][1]}" if p["window"][1] >= 0 else "")
-    if p.get("softcap"):
-        s += f",softcap={p['softcap']:g}"
-    if p.get("sinks"):
-        s += ",sinks=1"
-    return s
-
-
 def normalise(causal, window):
     """(causal, (left, right)) as the ops and attntune normalise them: (L, 0) is causal; a causal
     window keeps right -1."""
@@ -219,8 +202,8 @@ def kernels_with_entries():
               for spec in attntune.default().info["entry_points"].get(name, [])}
     for k in kernels:
         k["entries"] = sum(bit for name, bit in ENTRY_BIT.items()
-                           if spec_of(k["problem"]) in attntune.default().info["entry_points"].get(name, []))
-        assert k["entries"], f"kernel {spec_of(k['problem'])} serves no entry point (entry_points: {served})"
+                           if vr.spec_of(k["problem"]) in attntune.default().info["entry_points"].get(name, []))
+        assert k["entries"], f"kernel {vr.spec_of(k['problem'])} serves no entry point (entry_points: {served})"
     return kernels
 
 
@@ -236,12 +219,12 @@ class Dispatch(unittest.TestCase):
         self.kernels = kernels_with_entries()
 
     def test_the_package_holds_what_was_tuned(self):
-        self.assertEqual(sorted(spec_of(k["problem"]) for k in self.kernels), sorted(PREFILL + DECODE))
+        self.assertEqual(sorted(vr.spec_of(k["problem"]) for k in self.kernels), sorted(PREFILL + DECODE))
         for k in self.kernels:
             p = k["problem"]
             want = [key for key, on in zip(VARIANT_KEYS, flags(p.get("window", (-1, -1)), p.get("softcap", 0),
                                                                 p.get("sinks"))) if on]
-            self.assertEqual(sorted(k["variants"]), sorted(want), spec_of(p))
+            self.assertEqual(sorted(k["variants"]), sorted(want), vr.spec_of(p))
 
     def test_each_tuned_problem_runs_its_own_kernel(self):
         for i, k in enumerate(self.kernels):
@@ -251,7 +234,7 @@ class Dispatch(unittest.TestCase):
                     continue
                 got = attntune.explain(entry, p["dtype"], p["d"], p["causal"], p["b"], p["h"], p["hkv"], p["s"],
                                        p["sk"], **variant_args(p))
-                self.assertEqual(got, (i, ""), f"kernel {i} ({spec_of(p)}) through {entry}")
+                self.assertEqual(got, (i, ""), f"kernel {i} ({vr.spec_of(p)}) through {entry}")
 
     def test_random_shapes_follow_the_rule(self):
         rng = random.Random(26)
@@ -288,7 +271,7 @@ class Dispatch(unittest.TestCase):
 
     def test_variants_choose_kernels_built_for_them(self):
         def kernel(spec):
-            return [spec_of(k["problem"]) for k in self.kernels].index(spec)
+            return [vr.spec_of(k["problem"]) for k in self.kernels].index(spec)
         gpt, gemma, two_sided = PREFILL[4], PREFILL[5], PREFILL[6]
 
         def explain(entry, d, causal, b, h, hkv, s, sk, **variants):

@@ -404,23 +404,6 @@ ENTRY_POINTS = {"attntune_attention_forward": "attention", "attntune_attention_f
                 "attntune_attention_forward_varlen": "attention_varlen"}
 
 
-def spec_of(p):
-    """A kernel's problem (kernel_info) as attntune writes its spec (kernel_info's entry_points)."""
-    s = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
-         f"causal={int(p['causal'])}")
-    if p.get("page"):
-        s += f",page={p['page']}"
-    if p.get("varlen"):
-        s += f",varlen={p['varlen']}" + (f",lens_seed={p['lens_seed']}" if p.get("lens_seed") else "")
-    if "window" in p:
-        s += f",window={p['window'][0]}" + (f",{p['window'][1]}" if p["window"][1] >= 0 else "")
-    if p.get("softcap"):
-        s += f",softcap={p['softcap']:g}"
-    if p.get("sinks"):
-        s += ",sinks=1"
-    return s
-
-
 def variant_package(work):
     """The package of the variants phase and the notes to print (what was not tuned, and why)."""
     pkg = os.environ.get("ATTNTUNE_TORCH_VARIANTS_PKG")
@@ -573,13 +556,13 @@ def variants_phase(work, device="cuda"):
 
     # -- the variant kernels, policy "raise": every call must run its kernel
     kernels = lib.kernels()
-    entries = {spec: [] for spec in (spec_of(k["problem"]) for k in kernels)}
+    entries = {spec: [] for spec in (vr.spec_of(k["problem"]) for k in kernels)}
     for name, specs in lib.info.get("entry_points", {}).items():
         for spec in specs:
             entries.setdefault(spec, []).append(ENTRY_POINTS[name])
     tuned = [k for k in kernels if k.get("variants")]
     print(f"variants: {len(tuned)} kernels built with variants: "
-          + ("; ".join(f"{spec_of(k['problem'])} ({', '.join(k['variants'])})" for k in tuned) or "none"))
+          + ("; ".join(f"{vr.spec_of(k['problem'])} ({', '.join(k['variants'])})" for k in tuned) or "none"))
     lib.set_policy("raise" if gpu else "sdpa", 1e9)
     lib.reset_coverage()
     first = {}
@@ -595,7 +578,7 @@ def variants_phase(work, device="cuda"):
             windows = list(dict.fromkeys([(left, right), (127, 64), (-1, 64), (0, -1), (1, 64)]))
         caps = [30.0, 50.0] if p.get("softcap") else [0.0]
         sinks = vr.sink_logits(H, i, device) if p.get("sinks") else None
-        how = entries.get(spec_of(p), [])
+        how = entries.get(vr.spec_of(p), [])
         tag = f"k{i}"
         cases = [(windows[j % len(windows)], caps[j % len(caps)]) for j in range(max(len(windows), 2))]
         if p.get("varlen"):
@@ -657,7 +640,7 @@ def variants_phase(work, device="cuda"):
         cases = []
         if "dense" in first:
             p, sinks = first["dense"]
-            cases.append(("kernel " + spec_of(p), p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"]),
+            cases.append(("kernel " + vr.spec_of(p), p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"]),
                           tuple(p.get("window", (-1, -1))), p.get("softcap", 0.0), sinks))
         cases.append(("fallback d=96", 2, 8, 2, 100, 150, 96, True, (16, 0), 30.0, s8))
         for name, B, H, Hkv, S, Sk, D, causal, window, cap, sinks in cases:

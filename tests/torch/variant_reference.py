@@ -123,3 +123,20 @@ def sink_logits(H, seed=0, device=None):
     g = torch.Generator().manual_seed(seed)
     return torch.tensor([[float(torch.rand((), generator=g)) * 12 - 2, -1e4, 1e3][h % 3] for h in range(H)],
                         dtype=torch.float32, device=device)
+
+
+def spec_of(p):
+    """A kernel's problem (kernel_info) as attntune writes its spec (kernel_info's entry_points)."""
+    s = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
+         f"causal={int(p['causal'])}")
+    if p.get("page"):
+        s += f",page={p['page']}"
+    if p.get("varlen"):
+        s += f",varlen={p['varlen']}" + (f",lens_seed={p['lens_seed']}" if p.get("lens_seed") else "")
+    if "window" in p:
+        s += f",window={p['window'][0]}" + (f",{p['window'][1]}" if p["window"][1] >= 0 else "")
+    if p.get("softcap"):
+        s += f",softcap={p['softcap']:g}"
+    if p.get("sinks"):
+        s += ",sinks=1"
+    return s
