@@ -124,7 +124,7 @@ struct TensorMap {
   const void* base;
   int rank;   // 1..5
   int bf16;   // element type: bf16, else fp16 (2 bytes either way)
-  int swizzle_128b;  // 1: 128-byte swizzle, 0: none
+  int swizzle_bytes;  // TMA's swizzle span: 128, 64 or 32 bytes (box_cols * 2 at most), 0: none
   unsigned long long dims[5];     // elements, innermost first
   unsigned long long strides[4];  // bytes, of dims 1..rank-1
   unsigned box[5];                // elements per dim of one copy
@@ -385,14 +385,15 @@ inline void page_divisor(int page_size, unsigned* mul, int* shift) {
 // extent 1 is never stepped along: its stride (which may be 0, or anything a framework left on a
 // size-1 dimension) is replaced by one the encoder accepts.
 inline TensorMap operand_map(const char* name, const void* base, const long long* stride, int len, int heads,
-                             int batch, int head_dim, unsigned box_cols, unsigned rows, int bf16) {
+                             int batch, int head_dim, unsigned box_cols, unsigned rows, int bf16,
+                             int swizzle_bytes = 128) {
   TensorMap m;
   std::memset(&m, 0, sizeof m);
   m.name = name;
   m.base = base;
   m.rank = 4;
   m.bf16 = bf16;
-  m.swizzle_128b = 1;
+  m.swizzle_bytes = swizzle_bytes;
   const unsigned long long dims[4] = {static_cast<unsigned long long>(head_dim), static_cast<unsigned long long>(len),
                                       static_cast<unsigned long long>(heads), static_cast<unsigned long long>(batch)};
   for (int i = 0; i < 4; ++i) m.dims[i] = dims[i];

@@ -16,6 +16,14 @@ typedef CUresult (*EncodeTiledFn)(CUtensorMap*, CUtensorMapDataType, cuuint32_t,
                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
+// TMA's swizzle mode for a span of `bytes` (128, 64, 32; anything else: none).
+inline CUtensorMapSwizzle tma_swizzle(int bytes) {
+  return bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+         : bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+         : bytes == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                       : CU_TENSOR_MAP_SWIZZLE_NONE;
+}
+
 // Encodes `m` into `out` (kTensorMapBytes, 64-byte aligned) with `encode`, cuTensorMapEncodeTiled.
 inline CUresult encode_tensor_map(EncodeTiledFn encode, const TensorMap& m, void* out) {
   static_assert(sizeof(CUtensorMap) == kTensorMapBytes, "a CUtensorMap is 128 bytes");
@@ -29,7 +37,7 @@ inline CUresult encode_tensor_map(EncodeTiledFn encode, const TensorMap& m, void
   }
   return encode(static_cast<CUtensorMap*>(out), m.bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
                 static_cast<cuuint32_t>(m.rank), const_cast<void*>(m.base), dims, strides, box, elem,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, m.swizzle_128b ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, tma_swizzle(m.swizzle_bytes),
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 

@@ -10,6 +10,64 @@
 
 namespace att {
 
+// ---- shared-memory tiles and their cp.async loads (traits.cuh, kernel.cu; launch.h's TMA boxes) ----
+
+// The tiles' column blocks, in elements: 64 where head_dim is a multiple of 64 (rows of 128
+// bytes, TMA's 128-byte swizzle), else 32 where it is one of 32 (64 bytes, the 64-byte swizzle),
+// else 16 (32 bytes, the 32-byte swizzle). Also the K/V TMA boxes' width (launch.h); their
+// swizzle span is twice it in bytes.
+ATT_SPLIT_FN constexpr int decode_tile_cols(int head_dim) {
+  return head_dim % 64 == 0 ? 64 : head_dim % 32 == 0 ? 32 : 16;
+}
+// log2 of a column block's 16-byte chunks (8, 4, 2).
+ATT_SPLIT_FN constexpr int decode_block_chunks_log2(int head_dim) {
+  return decode_tile_cols(head_dim) == 64 ? 3 : decode_tile_cols(head_dim) == 32 ? 2 : 1;
+}
+
+// The byte offset of 16-byte chunk `chunk` (of head_dim / 8) of row `row` of a tile of `rows` rows:
+// head_dim / cols column blocks of (rows, cols elements) (cols = decode_tile_cols), rows of cols *
+// 2 bytes, the chunk's index within its block XORed with a function of xr = row % 8 (0:
+// unswizzled), TMA's swizzle of the rows' span (CUTLASS Swizzle<3|2|1, 4, 3>: byte bits 4.. XOR
+// bits 7..), the layout a TMA box of (cols, rows) lands in at a multiple of 8 rows' bytes:
+//   128-byte rows: chunk ^ xr          (8 chunks a row; the pattern repeats every 1024 bytes)
+//    64-byte rows: chunk ^ (xr >> 1)   (4 chunks, ^ row / 2 % 4; 512 bytes)
+//    32-byte rows: chunk ^ (xr >> 2)   (2 chunks, ^ row / 4 % 2; 256 bytes)
+// so the 8 rows from a multiple of 8 of one chunk column (an ldmatrix phase) fall in 8 different
+// 16-byte bank groups. Linear in row: rows from row0 are the tile's address + row0 * cols * 2.
+ATT_SPLIT_FN constexpr unsigned decode_tile_bytes(int row, int chunk, int rows, int xr, int head_dim) {
+  return static_cast<unsigned>(
+      (chunk >> decode_block_chunks_log2(head_dim)) * rows * (decode_tile_cols(head_dim) * 2) +
+      row * (decode_tile_cols(head_dim) * 2) +
+      (((chunk & ((1 << decode_block_chunks_log2(head_dim)) - 1)) ^ (xr >> (3 - decode_block_chunks_log2(head_dim))))
+       << 4));
+}
+
+// A load group's `threads` threads copy `rows` rows of a K and a V tile by 16-byte cp.async.
+// Row loads, where the row's chunks (head_dim / 8) divide the threads (head_dim 32, 64, 128,
+// 256): thread t copies chunk t % chunks of rows t / chunks + pass * threads / chunks. Else
+// block loads: the rows' column blocks one after the other, each rows x block_chunks items (row
+// major); thread t copies item t + pass * threads (decode_block_item), the last pass ragged
+// where the items do not fill it.
+ATT_SPLIT_FN constexpr bool decode_row_loads(int head_dim, int threads) { return threads % (head_dim / 8) == 0; }
+ATT_SPLIT_FN constexpr int decode_load_passes(int head_dim, int threads, int rows) {
+  return (rows * (head_dim / 8) + threads - 1) / threads;
+}
+// Block loads: the row of item `item` (from the group's first) and its chunk (of head_dim / 8).
+ATT_SPLIT_FN constexpr int decode_block_item_row(int item, int rows, int head_dim) {
+  return (item >> decode_block_chunks_log2(head_dim)) % rows;
+}
+ATT_SPLIT_FN constexpr int decode_block_item_chunk(int item, int rows, int head_dim) {
+  return (item >> decode_block_chunks_log2(head_dim)) / rows * (decode_tile_cols(head_dim) / 8) +
+         (item & (decode_tile_cols(head_dim) / 8 - 1));
+}
+// The distinct rows of a thread's passes (paged: the page lookups it keeps): row loads, one a
+// pass; block loads, pass p's row is pass p % lookups' (threads and rows powers of 2).
+ATT_SPLIT_FN constexpr int decode_load_lookups(int head_dim, int threads, int rows) {
+  return decode_row_loads(head_dim, threads) ? decode_load_passes(head_dim, threads, rows)
+         : rows * (decode_tile_cols(head_dim) / 8) > threads ? rows * (decode_tile_cols(head_dim) / 8) / threads
+                                                              : 1;
+}
+
 // One call of flash_decode, as its launch plan filled it (launch.h: decode_params).
 //
 // Work unit: (batch b, kv head, row block). Its rows are the group's query heads times seqlen_q,
@@ -45,14 +103,15 @@ struct DecodeParams {
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e)
   // KV_LOAD tma: rows per K/V box (contiguous: BLOCK_N; paged: gcd(page_size, BLOCK_N), so a box
-  // stays within a page) and whether the boxes are 128-byte swizzled (rows a multiple of 8).
+  // stays within a page) and whether the boxes are swizzled (rows a multiple of 8; the span is
+  // decode_tile_cols(head_dim) * 2 bytes).
   int tma_rows, tma_swizzle;
   VariantParams variant;  // windows, soft-cap, sinks (common/variant_params.h); read only by builds with them
 };
 
 // KV_LOAD tma: tensor maps over K and V (contiguous: (head_dim, seqlen_k, heads_kv, batch); paged:
-// (head_dim, page_size, heads_kv, pages)), box (64, tma_rows, 1, 1), encoded per call by the
-// executor from the plan. Zeros (unused) for cp.async builds.
+// (head_dim, page_size, heads_kv, pages)), box (decode_tile_cols(head_dim), tma_rows, 1, 1),
+// encoded per call by the executor from the plan. Zeros (unused) for cp.async builds.
 struct DecodeMaps {
   TmaDesc k, v;
 };

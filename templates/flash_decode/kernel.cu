@@ -64,15 +64,20 @@ struct Smem {
   static constexpr int kV = T::kTileBytes;  // a stage's V tile, from its K tile
   // Stage `stage`'s K tile from the ring's start (the shared memory's + kRing).
   static __device__ __forceinline__ u32 k_tile(u32 ring, int stage) { return ring + stage * T::kStageBytes; }
-  // A K or V tile is kHeadDim / 64 column blocks of kBlockN rows of kRow bytes (tile_bytes): chunk
-  // ch of row r at tile + (ch >> 3) * kColBlock + r * kRow + ((ch & 7) ^ swizzle) * 16.
-  static constexpr int kRow = 128;
+  // A K or V tile is kColBlocks column blocks of kBlockN rows of kRow bytes (128, 64 or 32:
+  // tile_bytes): chunk ch of row r at tile + (ch / kBlockChunks) * kColBlock + r * kRow + ((ch %
+  // kBlockChunks) ^ swizzle) * 16.
+  static constexpr int kRow = T::kColBytes;
   static constexpr int kColBlock = T::kBlockN * kRow;
-  static_assert(T::kHeadDim / 64 * kColBlock == T::kTileBytes, "a tile is its column blocks");
+  static_assert(T::kColBlocks * kColBlock == T::kTileBytes, "a tile is its column blocks");
   static_assert(kRing + T::kStages * T::kStageBytes <= T::kSmemBytes, "Q and the ring fit the shared memory");
   static_assert(T::kStageBytes == 2 * kV, "a stage is a K tile and a V tile");
-  static_assert(kRing % 1024 == 0 && T::kTileBytes % 1024 == 0,
-                "tiles start at 1024-byte multiples (TMA's 128-byte swizzle repeats every 8 rows of 128 bytes)");
+  // TMA's swizzle of kRow bytes repeats every 8 rows (1024, 512 or 256 bytes), from the shared
+  // memory's address: every tile and column block starts at a multiple (the dynamic shared memory
+  // is 1024-byte aligned). (Q: a multiple of 16 rows of d * 2 bytes, at least 512 bytes, and of
+  // 1024 where d % 32 == 0.)
+  static_assert(kRing % (8 * kRow) == 0 && T::kTileBytes % (8 * kRow) == 0 && kColBlock % (8 * kRow) == 0,
+                "tiles and column blocks start at multiples of the swizzle's repeat (8 rows)");
 };
 
 // kv_load tma: the ring's mbarriers, 8 bytes each from `base` (a static __shared__ array of
@@ -568,7 +573,8 @@ struct PieceSink {
 // round trip, no barrier). The weight of piece k is exp(lse_k - max); no piece with a key (every
 // lse -inf): zeros and -inf. Into the output (Sink::kFinal) of a sinks build, the row's head's
 // sink is one more piece, LSE s_h and O = 0 (so it joins each row once: a piece never has it).
-template <class Pieces, class Sink = OutSink>
+// kUnroll: the pieces' loads unrolled (flash_decode_combine: T::kCombineUnroll).
+template <class Pieces, class Sink = OutSink, int kUnroll = 16>
 __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int nrows, const Pieces& pieces, int count,
                                              int tid, int nthreads, const Sink& sink = Sink{}) {
   constexpr int kQuads = T::kHeadDim / 4;
@@ -579,7 +585,7 @@ __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int 
       mx = sink_log2(p, (row / p.seqlen_q) % p.heads_q);
       sum = mx == neg_inf() ? 0.f : 1.f;
     }
-#pragma unroll 16
+#pragma unroll kUnroll
     for (int k = 0; k < count; ++k) {
       const float v = pieces.lse(k, r) * kLog2e;
       const float4 x = pieces.o4(k, r, c4);
@@ -601,18 +607,32 @@ __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int 
 
 // ---- K/V loads -----------------------------------------------------------------------------------
 
-// This thread's share of a tile's loads: chunk l_ch of tile rows l_row + pass * kRowsPerPass;
-// paged, the page and row in page of each, looked up a tile ahead so the table's latency hides
-// behind a tile of compute.
+// This thread's share of a tile's loads (traits.cuh, args.h: row or block loads). Row loads: chunk
+// l_ch of tile rows l_row + pass * kRowsPerPass. Block loads: item l_ch + pass * kLoadThreads of
+// the group's rows from l_row (decode_block_item: its row and chunk), whose row is that of pass %
+// kLookups. Paged, the page and row in page of each of the kLookups rows, looked up a tile ahead so
+// the table's latency hides behind a tile of compute.
 struct Loader {
   int l_row, l_ch;
-  int pg[T::kPasses], pr[T::kPasses];
+  int pg[T::kLookups], pr[T::kLookups];
 
   __device__ __forceinline__ void init(int lt, int wn) {
-    l_row = (T::kWarpTiles ? wn * T::kWarpKeys : 0) + lt / T::kChunks;
-    l_ch = lt % T::kChunks;
+    if constexpr (T::kRowLoads) {
+      l_row = (T::kWarpTiles ? wn * T::kWarpKeys : 0) + lt / T::kChunks;
+      l_ch = lt % T::kChunks;
+    } else {
+      l_row = T::kWarpTiles ? wn * T::kWarpKeys : 0;
+      l_ch = lt;
+    }
 #pragma unroll
-    for (int i = 0; i < T::kPasses; ++i) pg[i] = pr[i] = 0;
+    for (int i = 0; i < T::kLookups; ++i) pg[i] = pr[i] = 0;
+  }
+  // Block loads: the tile row and the chunk of pass i.
+  __device__ __forceinline__ int block_row(int i) const {
+    return l_row + decode_block_item_row(l_ch + i * T::kLoadThreads, T::kLoadRows, T::kHeadDim);
+  }
+  __device__ __forceinline__ int block_chunk(int i) const {
+    return decode_block_item_chunk(l_ch + i * T::kLoadThreads, T::kLoadRows, T::kHeadDim);
   }
   // Paged: the pages of tile `tile` of sequence b (len keys; window builds, the unit's keys from kb:
   // no block-table entry of a page wholly before the window is read, as a cache may have let
@@ -620,8 +640,10 @@ struct Loader {
   __device__ __forceinline__ void lookup(const DecodeParams& p, int b, int tile, int len, int kb) {
     const int* bt = p.block_table + static_cast<long long>(b) * p.max_blocks_per_seq;
 #pragma unroll
-    for (int i = 0; i < T::kPasses; ++i) {
-      const int j = tile * T::kBlockN + l_row + i * T::kRowsPerPass;
+    for (int i = 0; i < T::kLookups; ++i) {
+      int j;
+      if constexpr (T::kRowLoads) j = tile * T::kBlockN + l_row + i * T::kRowsPerPass;
+      else j = tile * T::kBlockN + block_row(i);
       bool in = j < len;
       if constexpr (T::kWindow) in = in && j >= kb;
       if (in) {
@@ -643,18 +665,26 @@ struct Loader {
         static_cast<const elem_t*>(p.v) + kvh * p.v_stride[1] + (paged ? 0 : b * p.v_stride[0]) + l_ch * 8;
 #pragma unroll
     for (int i = 0; i < T::kPasses; ++i) {
-      const int row = l_row + i * T::kRowsPerPass, j = tile * T::kBlockN + row;
+      if constexpr (T::kLoadsRagged)
+        if (l_ch + i * T::kLoadThreads >= T::kLoadItems) break;  // the last pass's items past the rows' blocks
+      const int li = T::kRowLoads ? i : i % T::kLookups;  // the lookup (row) of pass i
+      const int row = T::kRowLoads ? l_row + i * T::kRowsPerPass : block_row(i), j = tile * T::kBlockN + row;
+      const int ch = T::kRowLoads ? l_ch : block_chunk(i);
       bool valid = j < len;
       if constexpr (T::kWindow) valid = valid && j >= kb;
       long long ko, vo;
       if (paged) {
-        ko = pg[i] * p.k_stride[0] + pr[i] * p.k_stride[2];
-        vo = pg[i] * p.v_stride[0] + pr[i] * p.v_stride[2];
+        ko = pg[li] * p.k_stride[0] + pr[li] * p.k_stride[2];
+        vo = pg[li] * p.v_stride[0] + pr[li] * p.v_stride[2];
       } else {
         ko = j * p.k_stride[2];
         vo = j * p.v_stride[2];
       }
-      const u32 at = tile_bytes(row, l_ch, T::kBlockN, row & 7);
+      if constexpr (!T::kRowLoads) {  // the pass's chunk (kg and vg are at chunk l_ch)
+        ko += (ch - l_ch) * 8;
+        vo += (ch - l_ch) * 8;
+      }
+      const u32 at = tile_bytes(row, ch, T::kBlockN, row & 7);
       cp_async_16(sk + at, valid ? kg + ko : kg, valid);
       cp_async_16(sv + at, valid ? vg + vo : vg, valid);
     }
@@ -696,7 +726,7 @@ __device__ __forceinline__ void tma_producer(const DecodeParams& p, const Decode
                                              int* tags, int b, int kvh, int t_begin, int n, int len, int kb,
                                              int lane) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int kColBlocks = T::kHeadDim / 64;
+  constexpr int kColBlocks = T::kColBlocks;
   const bool paged = p.block_table != nullptr;
   const int* bt = paged ? p.block_table + static_cast<long long>(b) * p.max_blocks_per_seq : nullptr;
   const int rows = p.tma_rows;
@@ -731,8 +761,8 @@ __device__ __forceinline__ void tma_producer(const DecodeParams& p, const Decode
         mbar_arrive_expect_tx(full, T::kStageBytes);
 #pragma unroll
         for (int c = 0; c < kColBlocks; ++c) {
-          kv_box(sk + c * Smem::kColBlock, &maps.k, full, c * 64, j0, kvh, b, policy);
-          kv_box(sv + c * Smem::kColBlock, &maps.v, full, c * 64, j0, kvh, b, policy);
+          kv_box(sk + c * Smem::kColBlock, &maps.k, full, c * T::kBlockCols, j0, kvh, b, policy);
+          kv_box(sv + c * Smem::kColBlock, &maps.v, full, c * T::kBlockCols, j0, kvh, b, policy);
         }
       }
     } else {
@@ -747,8 +777,10 @@ __device__ __forceinline__ void tma_producer(const DecodeParams& p, const Decode
         }
 #pragma unroll
         for (int c = 0; c < kColBlocks; ++c) {
-          kv_box(sk + c * Smem::kColBlock + x * rows * Smem::kRow, &maps.k, full, c * 64, pr, kvh, pg, policy);
-          kv_box(sv + c * Smem::kColBlock + x * rows * Smem::kRow, &maps.v, full, c * 64, pr, kvh, pg, policy);
+          kv_box(sk + c * Smem::kColBlock + x * rows * Smem::kRow, &maps.k, full, c * T::kBlockCols, pr, kvh, pg,
+                 policy);
+          kv_box(sv + c * Smem::kColBlock + x * rows * Smem::kRow, &maps.v, full, c * T::kBlockCols, pr, kvh, pg,
+                 policy);
         }
       }
     }
@@ -856,7 +888,7 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
           const int first = max(0, T::kWarpKeys - past);
           for (int c = lane; c < (T::kWarpKeys - first) * T::kChunks; c += 32) {
             const int r = first + c / T::kChunks, ch = c % T::kChunks;
-            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(k_tile + Smem::kV + (ch >> 3) * Smem::kColBlock + r * Smem::kRow + ((ch & 7) << 4)),
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(k_tile + Smem::kV + (ch >> T::kBlockChunksLog2) * Smem::kColBlock + r * Smem::kRow + ((ch & (T::kBlockChunks - 1)) << 4)),
                          "r"(0)
                          : "memory");
           }
@@ -870,7 +902,7 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
           if (before > 0) {
             for (int c = lane; c < before * T::kChunks; c += 32) {
               const int r = c / T::kChunks, ch = c % T::kChunks;
-              asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(k_tile + Smem::kV + (ch >> 3) * Smem::kColBlock + r * Smem::kRow + ((ch & 7) << 4)),
+              asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(k_tile + Smem::kV + (ch >> T::kBlockChunksLog2) * Smem::kColBlock + r * Smem::kRow + ((ch & (T::kBlockChunks - 1)) << 4)),
                            "r"(0)
                            : "memory");
             }
@@ -999,7 +1031,8 @@ extern "C" __global__ void __launch_bounds__(T::kCombineThreads)
   const int r0 = blockIdx.x * T::kCombineRows;
   const int nrows = min(T::kCombineRows, p.rows_total - r0);
   if (nrows <= 0) return;
-  combine_rows(p, r0, nrows, SplitPieces{p, r0}, p.num_splits, threadIdx.x, T::kCombineThreads);
+  combine_rows<SplitPieces, OutSink, T::kCombineUnroll>(p, r0, nrows, SplitPieces{p, r0}, p.num_splits, threadIdx.x,
+                                                        T::kCombineThreads);
 }
 
 }  // namespace att

@@ -102,6 +102,16 @@ struct FlashDecodeLaunch {
     if (c.batch > 65535 || c.heads_kv > 65535)
       return refuse(why, "flash_decode: batch (%d) and heads_kv (%d) must be at most 65535 (grid z and y)", c.batch,
                     c.heads_kv);
+    if (kv_tma && c.entry == kEntryKvcache && c.block_table && c.page_size >= 1 &&
+        decode_tma_rows(c, block_n) * att::decode_tile_cols(head_dim) * 2 % 128 != 0)
+      // A paged box of gcd(page_size, BLOCK_N) rows of a column block lands at that many rows'
+      // bytes from the last: TMA writes shared memory at multiples of 128 bytes only.
+      return refuse(why,
+                    "flash_decode (kv_load tma): pages of %d keys make boxes of %d rows of %d bytes, off the 128-byte "
+                    "alignment TMA writes shared memory at (head_dim %d: pages of a multiple of %d keys, or kv_load "
+                    "cp_async)",
+                    c.page_size, decode_tma_rows(c, block_n), att::decode_tile_cols(head_dim) * 2, head_dim,
+                    64 / att::decode_tile_cols(head_dim));
     if (kv_tma) {
       // TMA: 16-byte aligned K/V and strides (as for cp.async), strides below 2^40 bytes.
       for (int i = 0; i < 3; ++i)
@@ -144,32 +154,35 @@ struct FlashDecodeLaunch {
                           static_cast<unsigned>(smem_bytes),
                           static_cast<unsigned>(cluster)};
     if (kv_tma) {
-      // K and V: contiguous (head_dim, seqlen_k, heads_kv, batch), box (64, BLOCK_N); paged
-      // (head_dim, page_size, heads_kv, pages), box (64, gcd(page_size, BLOCK_N)): a box never
+      // K and V: contiguous (head_dim, seqlen_k, heads_kv, batch), box (cols, BLOCK_N); paged
+      // (head_dim, page_size, heads_kv, pages), box (cols, gcd(page_size, BLOCK_N)): a box never
       // crosses a page; the page count is not part of the call, and the kernel never asks past a
-      // table entry, so the map's page extent is the most a map allows. 128-byte swizzle when a box
-      // has a multiple of 8 rows, else none (the kernel reads p.tma_swizzle). An empty cache (seqlen_k
-      // 0 or no K/V) is never read: Q's shape stands in so the maps stay valid descriptors.
+      // table entry, so the map's page extent is the most a map allows. cols: the tiles' column
+      // blocks (args.h's decode_tile_cols: 64, 32 or 16 elements), swizzled by their span in bytes
+      // (128, 64 or 32) when a box has a multiple of 8 rows, else not (the kernel reads
+      // p.tma_swizzle; shape() refused boxes that would land off 128 bytes). An empty cache
+      // (seqlen_k 0 or no K/V) is never read: Q's shape stands in so the maps stay valid descriptors.
       p->maps = 2;
       const bool paged = call.entry == kEntryKvcache && call.block_table;
       const int rows = decode_tma_rows(call, block_n);
+      const unsigned cols = static_cast<unsigned>(att::decode_tile_cols(head_dim));
       if (call.seqlen_k == 0 || !call.k || !call.v) {
         p->map[0] = operand_map("k (q standing in: no keys)", call.q, call.q_stride, call.seqlen_q > 0 ? call.seqlen_q : 1,
-                                call.heads_q, call.batch, call.head_dim, 64, 1, bf16);
+                                call.heads_q, call.batch, call.head_dim, cols, 1, bf16);
         p->map[1] = p->map[0];
       } else if (paged) {
         const int kMaxPages = 2147483647;
         p->map[0] = operand_map("k (pages)", call.k, call.k_stride, call.page_size, call.heads_kv, kMaxPages,
-                                call.head_dim, 64, static_cast<unsigned>(rows), bf16);
+                                call.head_dim, cols, static_cast<unsigned>(rows), bf16);
         p->map[1] = operand_map("v (pages)", call.v, call.v_stride, call.page_size, call.heads_kv, kMaxPages,
-                                call.head_dim, 64, static_cast<unsigned>(rows), bf16);
+                                call.head_dim, cols, static_cast<unsigned>(rows), bf16);
       } else {
-        p->map[0] = operand_map("k", call.k, call.k_stride, call.seqlen_k, call.heads_kv, call.batch, call.head_dim, 64,
-                                static_cast<unsigned>(rows), bf16);
-        p->map[1] = operand_map("v", call.v, call.v_stride, call.seqlen_k, call.heads_kv, call.batch, call.head_dim, 64,
-                                static_cast<unsigned>(rows), bf16);
+        p->map[0] = operand_map("k", call.k, call.k_stride, call.seqlen_k, call.heads_kv, call.batch,
+                                call.head_dim, cols, static_cast<unsigned>(rows), bf16);
+        p->map[1] = operand_map("v", call.v, call.v_stride, call.seqlen_k, call.heads_kv, call.batch,
+                                call.head_dim, cols, static_cast<unsigned>(rows), bf16);
       }
-      p->map[0].swizzle_128b = p->map[1].swizzle_128b = rows % 8 == 0;
+      p->map[0].swizzle_bytes = p->map[1].swizzle_bytes = rows % 8 == 0 ? static_cast<int>(cols) * 2 : 0;
     }
     // Partials merged through the workspace (split.h): the splits, or with clusters each cluster's
     // merge when a unit has several clusters. Merged by the combine kernel, or by the unit's last

@@ -49,6 +49,14 @@ struct Traits {
   static constexpr int kDSteps = kHeadDim / 16;
   static constexpr int kChunks = kHeadDim / 8;         // 16-byte chunks per row
   static constexpr int kRowBytes = kHeadDim * 2;
+  // Shared-memory tiles (tile_bytes, below): kColBlocks column blocks of kBlockCols elements (64,
+  // 32 or 16: args.h's decode_tile_cols), rows of kColBytes (128, 64 or 32 bytes) in kBlockChunks
+  // 16-byte chunks (8, 4 or 2; 2^kBlockChunksLog2).
+  static constexpr int kBlockCols = decode_tile_cols(kHeadDim);
+  static constexpr int kColBlocks = kHeadDim / kBlockCols;
+  static constexpr int kColBytes = kBlockCols * 2;
+  static constexpr int kBlockChunks = kBlockCols / 8;
+  static constexpr int kBlockChunksLog2 = decode_block_chunks_log2(kHeadDim);
   static constexpr int kQBytes = kBlockM * kRowBytes;
   static constexpr int kTileBytes = kBlockN * kRowBytes;  // one K or V tile
   static constexpr int kStageBytes = 2 * kTileBytes;
@@ -62,17 +70,29 @@ struct Traits {
   static constexpr int kMaxSplits = kDecodeMaxSplits;  // the plan never splits more (split.h)
   static constexpr int kSmemBytes = kQBytes + kRingBytes > kMergeBytes ? kQBytes + kRingBytes : kMergeBytes;
 
-  // Loads: the threads of a load group copy kLoadRows rows of each tile, chunk t % kChunks of rows
-  // t / kChunks + pass * kRowsPerPass. cta: the whole CTA loads whole tiles; warp: each key group
-  // (kWarpsM warps) loads its own kWarpKeys rows and waits on its own barrier.
+  // Loads (args.h: decode_row_loads): the kLoadThreads threads of a load group copy kLoadRows rows
+  // of each tile. cta: the whole CTA loads whole tiles; warp: each key group (kWarpsM warps) loads
+  // its own kWarpKeys rows and waits on its own barrier. kRowLoads (d 32, 64, 128, 256): thread t
+  // copies chunk t % kChunks of rows t / kChunks + pass * kRowsPerPass. Else block loads (d 48,
+  // 80, 96, 112, 160, 192 ...): item t + pass * kLoadThreads of the group's kLoadItems, column
+  // block by column block (decode_block_item), the last pass ragged where they do not fill it
+  // (kLoadsRagged). A thread's passes visit kLookups rows (paged: the page lookups it keeps).
   static constexpr int kLoadThreads = kWarpTiles ? 32 * kWarpsM : kConsumerThreads;
   static constexpr int kLoadRows = kWarpTiles ? kWarpKeys : kBlockN;
-  static constexpr int kRowsPerPass = kLoadThreads / kChunks;
-  static constexpr int kPasses = kLoadRows / kRowsPerPass;
+  static constexpr bool kRowLoads = decode_row_loads(kHeadDim, kLoadThreads);
+  static constexpr int kRowsPerPass = kLoadThreads / kChunks;  // row loads
+  static constexpr int kPasses = decode_load_passes(kHeadDim, kLoadThreads, kLoadRows);
+  static constexpr int kLoadItems = kLoadRows * kChunks;
+  static constexpr bool kLoadsRagged = kLoadItems % kLoadThreads != 0;
+  static constexpr int kLookups = decode_load_lookups(kHeadDim, kLoadThreads, kLoadRows);
 
   // The separate combine kernel: one (row, 4 columns) item a thread (split.h).
   static constexpr int kCombineThreads = kDecodeCombineThreads;
   static constexpr int kCombineRows = decode_combine_rows(kHeadDim);
+  // Its pieces' loads unrolled 16 deep; 8 where d is no power of 2: ptxas gives the combine kernel
+  // 32 registers, and with a sink and items divided by d / 4 = 12, 20, 24 ... a row, 16 deep spilled
+  // 4 bytes there (ptxas sm_90, 2026-11-28: at every such d of 48-240; 8 deep, at none).
+  static constexpr int kCombineUnroll = (kHeadDim & (kHeadDim - 1)) == 0 ? 16 : 8;
 
   // Named barriers (bar.sync ids; 0 is __syncthreads): tile_share warp, key group wn waits on
   // kBarKeyGroup + wn with its kWarpsM warps; kv_load tma, the consumer warps on kBarConsumers
@@ -80,13 +100,24 @@ struct Traits {
   static constexpr int kBarKeyGroup = 1;
   static constexpr int kBarConsumers = 1;
 
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim 64, 128 or 256");
+  // (d=512 would need O's 16 x 512 fp32 accumulators of a row tile in one warp: 256 registers a
+  // thread, more than there are.)
+  static_assert(kHeadDim % 16 == 0 && kHeadDim >= 32 && kHeadDim <= 256,
+                "head_dim: a multiple of 16 (the MMA's k16 steps) from 32 to 256");
+  static_assert(kColBlocks * kBlockCols == kHeadDim && kBlockChunks == 1 << kBlockChunksLog2,
+                "a row is whole column blocks of 2, 4 or 8 chunks");
   static_assert(kBlockM % 16 == 0 && kBlockM >= 16 && kBlockM <= 64, "block_m: 16, 32, 48 or 64 rows");
   static_assert(kWarps % kWarpsM == 0 && (kBlockM / 16) % kWarpsM == 0 && kMw >= 1 && kMw <= 2,
                 "each warp owns 1 or 2 whole 16-row tiles");
   static_assert(kBlockN % kWarpsN == 0 && kWarpKeys % 16 == 0, "each warp scores whole 16-key steps");
-  static_assert(kLoadThreads % kChunks == 0 && kRowsPerPass >= 1 && kLoadRows % kRowsPerPass == 0,
-                "a load pass covers whole rows, and the passes the tile");
+  static_assert(!kRowLoads || (kRowsPerPass >= 1 && kLoadRows % kRowsPerPass == 0 && !kLoadsRagged),
+                "row loads: a load pass covers whole rows, and the passes the tile");
+  static_assert(kRowLoads || ((kLoadThreads & (kLoadThreads - 1)) == 0 && (kLoadRows & (kLoadRows - 1)) == 0),
+                "block loads: a thread's rows repeat every kLookups passes (threads and rows powers of 2)");
+#if defined(LOAD_PASSES) && defined(LOAD_LOOKUPS)  // the renderer's (tests/harness/decode_build.sh has none)
+  static_assert(kPasses == LOAD_PASSES && kLookups == LOAD_LOOKUPS,
+                "search space's load_passes or load_lookups disagrees with the kernel's loads");
+#endif
   static_assert(kStages >= 2 && kStages <= 8, "2 to 8 stages");
   static_assert(kBarKeyGroup + kWarpsN - 1 <= 15, "named barriers 1..15");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes disagrees with the kernel's layout");
@@ -97,14 +128,30 @@ struct Traits {
   static_assert(!kClusterMerge || !kLastCta, "one split merge: cluster or last CTA");
 };
 
-// Shared-memory tiles of `rows` rows are stored as kHeadDim / 64 column blocks of (rows, 64
-// elements), each row 128 bytes, whose 16-byte chunk index is XORed with `xr` = row % 8 (TMA's
-// 128-byte swizzle, the layout a box of (64, rows) lands in), so an ldmatrix phase's 8 rows and a
-// cp.async phase's chunks hit 8 bank groups; xr = 0: unswizzled (TMA boxes of fewer than 8 rows).
-// Linear in row: a slice of rows from row0 is the tile's address + row0 * 128.
-__device__ __forceinline__ unsigned tile_bytes(int row, int chunk, int rows, int xr) {
-  return static_cast<unsigned>((chunk >> 3) * rows * 128 + row * 128 + (((chunk & 7) ^ xr) << 4));
+// Shared-memory tiles of `rows` rows are stored as kColBlocks column blocks of (rows, kBlockCols
+// elements), rows of kColBytes, whose 16-byte chunk index within the block is XORed with a
+// function of `xr` = row % 8 (0: unswizzled, TMA boxes of fewer than 8 rows): the layout a TMA box
+// of (kBlockCols, rows) lands in with the swizzle of kColBytes' span (args.h, decode_tile_bytes),
+// so an ldmatrix phase's 8 rows and a cp.async phase's chunks hit 8 bank groups. Linear in row: a
+// slice of rows from row0 is the tile's address + row0 * kColBytes.
+ATT_SPLIT_FN constexpr unsigned tile_bytes(int row, int chunk, int rows, int xr) {
+  constexpr int kL = Traits::kBlockChunksLog2, kB = Traits::kColBytes;
+  return static_cast<unsigned>((chunk >> kL) * rows * kB + row * kB +
+                               (((chunk & (Traits::kBlockChunks - 1)) ^ (xr >> (3 - kL))) << 4));
 }
+// The same as args.h's decode_tile_bytes (the layout the CPU tests hold to TMA's swizzle), checked
+// at compile time over two swizzle repeats of rows, swizzled and not. (Not one function: computing
+// it from the head dim inside the kernel changed d=64 builds' SASS.)
+ATT_SPLIT_FN constexpr bool tile_bytes_agree() {
+  for (int r = 0; r < 16; ++r)
+    for (int ch = 0; ch < Traits::kChunks; ++ch)
+      for (int xr = r & 7;; xr = 0) {
+        if (tile_bytes(r, ch, 16, xr) != decode_tile_bytes(r, ch, 16, xr, Traits::kHeadDim)) return false;
+        if (xr == 0) break;
+      }
+  return true;
+}
+static_assert(tile_bytes_agree(), "tile_bytes is args.h's decode_tile_bytes");
 
 }  // namespace att
 

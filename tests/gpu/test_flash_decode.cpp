@@ -1,16 +1,23 @@
 // Property test of flash_decode: every valid config of its space for d=128 (non-causal s=1 and
-// causal s=4, bf16 and fp16 alternating), a spread at d=64 and d=256, each built through the pool
-// the tuner uses and launched through its launch plan (the worker's LoadedBuild: splits from this
-// GPU's SM count, the combine kernel or the last CTA; clusterN: N splits, one cluster merging
+// causal s=4, bf16 and fp16 alternating), a spread at d=64 and d=256, and at the head dims whose
+// tiles have column blocks of 32 or 16 elements (d=32, 80, 96, 112, 160) or 128-byte rows whose
+// chunks do not divide the load threads (d=192), with spreads of their cluster and TMA configs
+// (sm_90), and smaller spreads of every other multiple of 16 (48, 144, 176, 208, 224, 240), each
+// built through the pool the tuner uses and launched through its launch plan (the worker's
+// LoadedBuild: splits from this GPU's SM count, the combine kernel or the last CTA; clusterN: N
+// splits, one cluster merging
 // through distributed shared memory, a spread of those), on shapes covering what decoding brings:
 // GQA/MQA packing, odd and long key counts (many splits, empty ones), seqlen_q 2..16 with
 // bottom-right causal, the [B,S,H,D] layout, and paged KV caches (pages of 16, 64, 256 and an odd
 // size; shuffled block tables with spare pages; ragged lengths 0, 1, odd, all; NaN past each
 // length), each also with the plan's optional workspaces withheld (fewer splits). FlashAttention-2's
-// criterion against the reference.
+// criterion against the reference. (Where d % 64 != 0 the odd page size is 12 rather than 7: TMA
+// boxes of a column block narrower than 128 bytes must fill 128 bytes, so the plan refuses pages of
+// 7 there; 12 keeps boxes of 4 unswizzled rows.)
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -32,8 +39,19 @@ const PropertyShape kShapes[] = {
     {"b=4,h=8,hkv=2,s=2,sk=1000,page=7", Layout::kBHSD},     // an odd page size
 };
 
-// combine: clusterN configs, or the others.
+// combine: clusterN configs, or the others; kv_load tma configs.
 bool clustered(const Config& c) { return std::get<std::string>(c.at("combine")).rfind("cluster", 0) == 0; }
+bool tma(const Config& c) { return std::get<std::string>(c.at("kv_load")) == "tma"; }
+
+// The shapes at head dim d: kShapes, the odd page size 12 where d % 64 != 0 (the file's comment).
+std::vector<PropertyShape> shapes_for(int d) {
+  static const std::string kPage12 = "b=4,h=8,hkv=2,s=2,sk=1000,page=12";
+  std::vector<PropertyShape> out(std::begin(kShapes), std::end(kShapes));
+  if (d % 64 != 0)
+    for (PropertyShape& sh : out)
+      if (std::string(sh.dims) == "b=4,h=8,hkv=2,s=2,sk=1000,page=7") sh.dims = kPage12.c_str();
+  return out;
+}
 
 void check_space(int d, std::size_t sample, const std::function<bool(const Config&)>& keep = {}) {
   cuda::Context ctx(0);
@@ -44,7 +62,7 @@ void check_space(int d, std::size_t sample, const std::function<bool(const Confi
   for (const char* kind : {"s=1,causal=0", "s=4,causal=1"}) {
     const Problem base = Problem::parse(fmt::format("b=1,h=32,hkv=8,{},sk=4096,d={},dtype=bf16", kind, d));
     const bool any = attntune::testing::spread_configs(space, base, props.arch, sample, configs, variants, keep);
-    if (!any && keep && props.arch < "sm_90") GTEST_SKIP() << "no thread-block clusters on " << props.arch;
+    if (!any && keep && props.arch < "sm_90") GTEST_SKIP() << "no thread-block clusters or TMA on " << props.arch;
     ASSERT_TRUE(any) << base.str();
   }
   attntune::testing::PropertyRun run;
@@ -54,7 +72,7 @@ void check_space(int d, std::size_t sample, const std::function<bool(const Confi
   run.seed = 1000 + d;
   run.require_no_spills = true;
   run.without_workspaces = true;  // split merges fall back to fewer splits (cluster: one cluster a unit)
-  attntune::testing::check_configs(space, configs, variants, kShapes, run);
+  attntune::testing::check_configs(space, configs, variants, shapes_for(d), run);
 }
 
 }  // namespace
@@ -77,4 +95,69 @@ TEST(FlashDecodeProperty, SpreadD64) {
 TEST(FlashDecodeProperty, SpreadD256) {
   ATTNTUNE_REQUIRE_GPU();
   check_space(256, 16);
+}
+
+// Head dims of narrower column blocks (64-byte rows: 96, 160, 32; 32-byte rows: 80, 112) and of
+// block loads (d=192: 24 chunks a row), plain spreads over each space, then its clustered and its
+// TMA configs (sm_90; elsewhere those tests skip or see none).
+TEST(FlashDecodeProperty, SpreadD96) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(96, 16);
+}
+
+TEST(FlashDecodeProperty, SpreadD80) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(80, 16);
+}
+
+TEST(FlashDecodeProperty, SpreadD112) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(112, 12);
+}
+
+TEST(FlashDecodeProperty, SpreadD192) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(192, 12);
+}
+
+TEST(FlashDecodeProperty, SpreadD32) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(32, 12);
+}
+
+TEST(FlashDecodeProperty, SpreadD160) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(160, 12);
+}
+
+TEST(FlashDecodeProperty, ClusterSpreadD96) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(96, 12, clustered);
+}
+
+TEST(FlashDecodeProperty, ClusterSpreadD80) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(80, 12, clustered);
+}
+
+TEST(FlashDecodeProperty, TmaSpreadD96) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(96, 12, tma);
+}
+
+TEST(FlashDecodeProperty, TmaSpreadD80) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(80, 12, tma);
+}
+
+TEST(FlashDecodeProperty, TmaSpreadD192) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(192, 8, tma);
+}
+
+// The other head dims a multiple of 16 (column blocks of 16 elements: 48, 144, 176, 208, 240; of
+// 32: 224), a smaller spread each.
+TEST(FlashDecodeProperty, SpreadOtherHeadDims) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (int d : {48, 144, 176, 208, 224, 240}) check_space(d, 6);
 }

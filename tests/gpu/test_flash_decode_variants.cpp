@@ -10,7 +10,9 @@
 // With a window, the keys no row sees are then poisoned with NaN too (every page row before a
 // sequence's window; in the contiguous K/V, the rows before the reference's own first chunk) and
 // the launch must give the same verdict: the kernels neither read them (cp.async, paged TMA) nor
-// let them reach an output (contiguous TMA tiles that start before the window).
+// let them reach an output (contiguous TMA tiles that start before the window). Head dims 64, 128,
+// 256 and those of narrower column blocks (80, 96, 112, 160) or block loads (192); where d % 64 !=
+// 0 the odd page size 7 becomes 12 (TMA refuses boxes narrower than 128 bytes: test_flash_decode.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -147,8 +149,10 @@ void check_case(const VariantCase& vc, int d, std::size_t sample, std::uint64_t 
     const Problem& v = built_for.at(o->ticket);
     const LoadedBuild kernel(o->build.cubin, o->job.kernel.launch);
     for (const PropertyShape& sh : vc.shapes) {
+      std::string dims = sh.dims;
+      if (const auto at = dims.find(",page=7"); d % 64 != 0 && at != std::string::npos) dims.replace(at, 7, ",page=12");
       const Problem p = Problem::parse(
-          fmt::format("{},d={},dtype={},causal={}", sh.dims, d, dtype_name(v.dtype), v.causal ? 1 : 0));
+          fmt::format("{},d={},dtype={},causal={}", dims, d, dtype_name(v.dtype), v.causal ? 1 : 0));
       ++seed;
       AttnBuffers buf(p, sh.layout, p.paged() ? ragged_seqlens(p, seed) : std::vector<int>{}, seed);
       ref.fill(buf, seed);
@@ -218,4 +222,36 @@ TEST(FlashDecodeVariantsProperty, SoftcapD256) {
 TEST(FlashDecodeVariantsProperty, EveryVariantD128) {
   ATTNTUNE_REQUIRE_GPU();
   check_case(kCases[4], 128, attntune::testing::property_sample(2), 4500);
+}
+
+TEST(FlashDecodeVariantsProperty, CausalWindowsD96) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_case(kCases[0], 96, attntune::testing::property_sample(2), 4600);
+}
+
+TEST(FlashDecodeVariantsProperty, RightWindowsWithSinksD80) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_case(kCases[1], 80, attntune::testing::property_sample(2), 4700);
+}
+
+TEST(FlashDecodeVariantsProperty, SinksD160) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_case(kCases[2], 160, attntune::testing::property_sample(1), 4800);
+}
+
+TEST(FlashDecodeVariantsProperty, SoftcapD192) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_case(kCases[3], 192, attntune::testing::property_sample(1), 4900);
+}
+
+TEST(FlashDecodeVariantsProperty, EveryVariantD112) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_case(kCases[4], 112, attntune::testing::property_sample(2), 5000);
+}
+
+TEST(FlashDecodeVariantsProperty, EveryVariantOtherHeadDims) {
+  ATTNTUNE_REQUIRE_GPU();
+  std::uint64_t seed = 5100;
+  for (int d : {32, 48, 144, 176, 208, 224, 240})
+    check_case(kCases[4], d, attntune::testing::property_sample(1), seed += 100);
 }

@@ -1,10 +1,15 @@
-// flash_decode on the CPU: its space offers configs for every decode suite row and refuses what it
-// cannot serve; a spread of its configs compiles with NVRTC for sm_80, sm_89 and sm_90 without
-// spills; its launch plan splits the keys by the SM count, asks for its workspaces, launches the
-// combine kernel or not, and refuses prefill-sized calls and bad page tables with a reason.
+// flash_decode on the CPU: its space offers configs for every decode suite row and every head dim
+// a multiple of 16 from 32 to 256, and refuses what it cannot serve (multiples of 8 that are not
+// of 16 with the reason); a spread of its configs compiles with NVRTC for sm_80, sm_89 and sm_90
+// without spills, and the configs nearest their register cap of each other head dim; its launch
+// plan splits the keys by the SM count, asks for its workspaces, launches the combine kernel or
+// not, sizes its TMA boxes and their swizzle by the tiles' column blocks, and refuses
+// prefill-sized calls, bad page tables and pages whose boxes TMA cannot place with a reason.
 #include <algorithm>
 #include <cstdlib>
+#include <numeric>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -80,6 +85,88 @@ TEST(FlashDecodeSpace, EverySuiteRowHasConfigsPagedOrNot) {
     }
   }
   EXPECT_NO_THROW(check_family_serves("flash_fwd_mma", Problem::parse(kSuite[0])));
+}
+
+// The head dims besides 64, 128 and 256 (column blocks of 32 or 16 elements, or block loads).
+const int kOtherDims[] = {32, 48, 80, 96, 112, 144, 160, 176, 192, 208, 224, 240};
+
+TEST(FlashDecodeSpace, EveryHeadDimOfSixteenHasConfigsAndOthersAreRefusedWithAReason) {
+  const SearchSpace space = load_space();
+  for (int d = 32; d <= 256; d += 16)
+    for (const char* kind : {"b=1,h=32,hkv=8,s=1,sk=4096,causal=0", "b=4,h=64,hkv=8,s=4,sk=4096,causal=1,page=16",
+                             "b=4,h=16,hkv=2,s=2,sk=4096,causal=1,page=7,window=127,softcap=30,sinks=1"}) {
+      const Problem p = Problem::parse(fmt::format("{},d={},dtype=bf16", kind, d));
+      for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90"})
+        EXPECT_GT(space.count(p, arch), 0u) << p.str() << " " << arch;
+      EXPECT_GT(space.count(p, "sm_90"), 8u) << p.str();
+      check_family_serves("flash_decode", p);
+    }
+  for (int d : {40, 72, 88, 136, 200, 248}) {
+    const Problem p = Problem::parse(fmt::format("b=1,h=32,hkv=8,s=1,sk=4096,d={},dtype=bf16,causal=0", d));
+    try {
+      space.check_problem(p, "sm_90");
+      ADD_FAILURE() << "d=" << d << " is served";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("multiples of 16"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(space.check_problem(Problem::parse("b=1,h=8,hkv=8,s=1,sk=4096,d=512,dtype=bf16,causal=0"), "sm_90"),
+               InputError);
+  // Paged TMA boxes fill 128 bytes (launch.h): with 64-byte rows (d=96) even pages only, with 32-byte
+  // rows (d=80) multiples of 4; cp.async serves any page.
+  for (const auto& [d, page, tma] :
+       {std::tuple{96, 7, false}, {96, 6, true}, {80, 6, false}, {80, 12, true}, {128, 7, true}}) {
+    const Problem p =
+        Problem::parse(fmt::format("b=4,h=32,hkv=8,s=1,sk=4096,d={},dtype=bf16,causal=0,page={}", d, page));
+    std::size_t with_tma = 0, total = 0;
+    space.for_each_valid(p, "sm_90", [&](const Config& c) {
+      ++total;
+      with_tma += std::get<std::string>(c.at("kv_load")) == "tma";
+    });
+    EXPECT_GT(total, 0u) << p.str();
+    EXPECT_EQ(with_tma > 0, tma) << p.str();
+  }
+}
+
+TEST(FlashDecodePlan, TmaBoxesAreTheColumnBlocksSwizzledByTheirSpan) {
+  const SearchSpace space = load_space();
+  for (const auto& [d, cols] : {std::pair{128, 64}, {192, 64}, {96, 32}, {160, 32}, {80, 16}, {112, 16}}) {
+    const Problem p = Problem::parse(fmt::format("b=2,h=32,hkv=8,s=1,sk=4096,d={},dtype=bf16,causal=0", d));
+    Config c;
+    space.for_each_valid(p, "sm_90", [&](const Config& x) {
+      if (c.empty() && std::get<std::string>(x.at("kv_load")) == "tma") c = x;
+    });
+    ASSERT_FALSE(c.empty()) << d;
+    const int block_n = static_cast<int>(std::get<std::int64_t>(c.at("block_n")));
+    const attntune_plan::Plan dense = plan_of(space, c, p, attntune::testing::dense_call_of(p));
+    ASSERT_EQ(dense.maps, 2) << d;
+    for (int m = 0; m < 2; ++m) {
+      EXPECT_EQ(dense.map[m].box[0], static_cast<unsigned>(cols)) << d;
+      EXPECT_EQ(dense.map[m].box[1], static_cast<unsigned>(block_n)) << d;
+      EXPECT_EQ(dense.map[m].swizzle_bytes, 2 * cols) << d;
+    }
+    // Paged: boxes of gcd(page, block_n) rows, swizzled when they are a multiple of 8 rows; a box
+    // of a column block must fill 128 bytes, else the plan refuses and says why.
+    for (int page : {16, 12, 6, 7, 1}) {
+      auto paged = attntune::testing::dense_call_of(p);
+      paged.entry = attntune_plan::kEntryKvcache;
+      paged.block_table = reinterpret_cast<const int*>(std::uintptr_t{1} << 20);
+      paged.page_size = page;
+      paged.max_blocks_per_seq = (4096 + page - 1) / page;
+      std::string why;
+      const attntune_plan::Plan plan = plan_of(space, c, p, paged, 132, &why);
+      const int rows = std::gcd(page, block_n);
+      if (rows * cols * 2 % 128 != 0) {
+        EXPECT_NE(why.find("128-byte"), std::string::npos) << "d " << d << " page " << page << ": " << why;
+        continue;
+      }
+      ASSERT_EQ(why, "") << d << " page " << page;
+      ASSERT_EQ(plan.maps, 2);
+      EXPECT_EQ(plan.map[0].box[0], static_cast<unsigned>(cols));
+      EXPECT_EQ(plan.map[0].box[1], static_cast<unsigned>(rows));
+      EXPECT_EQ(plan.map[0].swizzle_bytes, rows % 8 == 0 ? 2 * cols : 0) << d << " page " << page;
+    }
+  }
 }
 
 TEST(FlashDecodePlan, SplitsFollowTheSmCountAndAskForTheirWorkspace) {
@@ -229,6 +316,62 @@ TEST_P(FlashDecodeBuild, SampledValidConfigsCompileWithoutSpills) {
     ++built;
     EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
     EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
+    EXPECT_GT(o->build.registers, 0) << "ptxas resource report missing";
+  }
+  EXPECT_EQ(built, submitted);
+}
+
+// Every other head dim, on sm_80, sm_89 and sm_90 in turn: the config nearest its register cap
+// (the space's est_regs against the launch bounds' share of a scheduler's registers) for decoding
+// (s=1, dense; on sm_90 a clustered one) and for a paged causal s=4 call (every variant on every
+// other dim; on sm_90 a TMA one) builds with no spills.
+TEST(FlashDecodeBuild, EveryOtherHeadDimsTightestConfigsCompileWithoutSpills) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  const char* const archs[] = {"sm_80", "sm_89", "sm_90"};
+  std::size_t submitted = 0, i = 0;
+  for (int d : kOtherDims) {
+    const char* arch = archs[i % 3];
+    const bool variants = i++ % 2 == 1;
+    for (const bool paged : {false, true}) {
+      const Problem p = Problem::parse(
+          paged ? fmt::format("b=4,h=64,hkv=8,s=4,sk=4096,d={},dtype={},causal=1,page=16{}", d,
+                              variants ? "fp16" : "bf16", variants ? ",window=127,softcap=30,sinks=1" : "")
+                : fmt::format("b=4,h=32,hkv=8,s=1,sk=4096,d={},dtype=bf16,causal=0", d));
+      Config tightest;
+      std::int64_t least = 1 << 20;
+      space.for_each_valid(p, arch, [&](const Config& c) {
+        if (std::string(arch) == "sm_90" && std::get<std::string>(c.at(paged ? "kv_load" : "combine")) !=
+                                                (paged ? "tma" : "cluster4"))
+          return;
+        std::int64_t threads = 0, est = 0;
+        for (const auto& [k, v] : space.derive(c, p, arch)) {
+          if (k == "threads") threads = v;
+          if (k == "est_regs") est = v;
+        }
+        const std::int64_t per_scheduler = (threads * std::get<std::int64_t>(c.at("ctas_per_sm")) / 32 + 3) / 4;
+        const std::int64_t room = std::min<std::int64_t>(255, 16384 / (per_scheduler * 32) / 8 * 8) - est;
+        if (room < least) {
+          least = room;
+          tightest = c;
+        }
+      });
+      ASSERT_FALSE(tightest.empty()) << p.str() << " " << arch;
+      pool.submit({tightest, render_kernel(space, tightest, p, arch), arch});
+      ++submitted;
+    }
+  }
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0)
+        << o->job.arch << " " << config_str(o->job.config) << ": " << o->build.registers << " registers";
     EXPECT_GT(o->build.registers, 0) << "ptxas resource report missing";
   }
   EXPECT_EQ(built, submitted);

@@ -232,7 +232,7 @@ TEST(PrefillKvcache, WgmmaMapsSpanThePagesInBoxesWithinAPage) {
       EXPECT_EQ(map.strides[0], 8ull * 128 * 2) << m;
       EXPECT_EQ(map.strides[1], 128ull * 2) << m;
       EXPECT_EQ(map.strides[2], static_cast<unsigned long long>(cs.page) * 8 * 128 * 2) << m;
-      EXPECT_EQ(map.swizzle_128b, 1);
+      EXPECT_EQ(map.swizzle_bytes, 128);
     }
     // The kernel's arguments: the box rows, the table and the page divisor.
     const attntune_plan::Args args = bind_of<attntune_plan::FlashFwdWgmmaLaunch>(k, call, *plan, "flash_fwd_wgmma");
