@@ -24,82 +24,119 @@ __device__ __forceinline__ void unroll(F& f) {
   }
 }
 
-// Pass `it` of load_tile: row r + it * kRowsPerIter, zero-filled past row_end when kChecked.
+// The cp.async passes of load_tile and load_tile_paged over a tile of kRows rows: tiles.h's
+// CopyGeometry (panels of a row, rows a pass, immediate offsets).
+template <int kRows>
+using CopyPasses = mma_tiles::CopyGeometry<T::kHeadDim, T::kThreads, kRows>;
+
+// Pass f of load_tile: zero-filled past row_end when kChecked.
 template <int kRows, bool kChecked>
 struct CopyRows {
-  static constexpr int kRowsPerIter = T::kThreads / T::kChunksPerRow;
+  using S = CopyPasses<kRows>;
   u32 dst0, dst1;
   const elem_t* src;
   long long step;
   const elem_t* gmem;
   int row, row_end;
-  template <int it>
+  template <int f>
   __device__ __forceinline__ void run() {
-    constexpr bool kOdd = kRowsPerIter % 8 != 0 && (it & 1);
-    constexpr int kOff = (kRowsPerIter % 8 == 0 ? it * kRowsPerIter : (it >> 1) * 2 * kRowsPerIter) * T::kHeadDim * 2;
-    const u32 dst = kOdd ? dst1 : dst0;
-    if constexpr (kChecked) {
-      const bool valid = row + it * kRowsPerIter < row_end;
-      cp_async_16_at<kOff>(dst, valid ? src : gmem, valid);
-    } else {
-      cp_async_16_at<kOff>(dst, src);
+    constexpr int it = S::row_pass(f), pi = S::panel_pass(f);
+    constexpr int kOff = S::off(f);
+    const u32 dst = S::odd(f) ? dst1 : dst0;
+    if (S::all_copy(f) || S::thread_tail(threadIdx.x)) {
+      // (src itself: a local copy of it changed the row checks' code at d = 64, 128, 256)
+      if constexpr (kChecked) {
+        const bool valid = row + it * S::kRowsPerIter < row_end;
+        cp_async_16_at<kOff>(dst, valid ? src + pi * S::kPanelElems : gmem, valid);
+      } else {
+        cp_async_16_at<kOff>(dst, src + pi * S::kPanelElems);
+      }
     }
-    src += step;
+    if constexpr (pi == S::kPanelIters - 1) src += step;
   }
 };
 
 // Issues the cp.async copies of rows [row0, row0 + kRows) of a (rows, kHeadDim) tensor slice into
 // the swizzled smem tile at byte address `tile`. Rows at or past row_end are zero-filled (they are
-// masked or not stored); only a tile that crosses row_end pays for the row checks.
-// Thread t copies chunk t % kChunksPerRow of rows t / kChunksPerRow + it * kRowsPerIter: one
-// global pointer advanced by a uniform step, and smem offsets that are immediates (row % 8 is the
-// same in every iteration when kRowsPerIter % 8 == 0; it alternates between two values at 4).
+// masked or not stored); only a tile that crosses row_end pays for the row checks. Each thread
+// copies its chunk of rows r + it * kRowsPerIter (CopyPasses; with one panel a pass, thread t
+// copies chunk t % kChunksPerRow of rows t / kChunksPerRow + it * kRowsPerIter): one global
+// pointer advanced by a uniform step (the panels at immediate offsets from it), and smem offsets
+// that are immediates from dst0 or dst1 (row r + kRowsPerIter, used only when kRowsPerIter == 4).
 template <int kRows>
 __device__ __forceinline__ void load_tile(u32 tile, const elem_t* gmem, long long row_stride, int row0,
                                           int row_end) {
-  constexpr int kRowsPerIter = T::kThreads / T::kChunksPerRow;
-  constexpr int kIters = kRows / kRowsPerIter;
-  static_assert(T::kThreads % T::kChunksPerRow == 0 && kRows % kRowsPerIter == 0 && kRowsPerIter % 4 == 0,
-                "each cp.async pass must cover whole rows, and rows % 8 in at most two patterns");
-  const int r = threadIdx.x / T::kChunksPerRow, chunk = threadIdx.x % T::kChunksPerRow;
-  // dst[p]: this thread's chunk in row r + p * kRowsPerIter (p = 1 only when kRowsPerIter == 4).
+  using S = CopyPasses<kRows>;
+  // One panel a pass: written out, so that it compiles as before panels (through a call it did not).
+  const int r = S::kPanelsPerIter == 1 ? threadIdx.x / S::kChunks : S::thread_row(threadIdx.x);
+  const int chunk = S::kPanelsPerIter == 1 ? threadIdx.x % S::kChunks : S::thread_chunk(threadIdx.x);
   const u32 dst0 = tile + swizzled(r, chunk) * 2;
-  const u32 dst1 = kRowsPerIter % 8 == 0 ? dst0 : tile + swizzled(r + kRowsPerIter, chunk) * 2;
+  const u32 dst1 = S::kRowsPerIter % 8 == 0 ? dst0 : tile + swizzled(r + S::kRowsPerIter, chunk) * 2;
   const elem_t* src = gmem + (row0 + r) * row_stride + chunk * 8;
-  const long long step = kRowsPerIter * row_stride;
+  const long long step = S::kRowsPerIter * row_stride;
   if (row0 + kRows <= row_end) {
     CopyRows<kRows, false> copy{dst0, dst1, src, step, gmem, row0 + r, row_end};
-    unroll<0, kIters>(copy);
+    unroll<0, S::kPasses>(copy);
   } else {
     CopyRows<kRows, true> copy{dst0, dst1, src, step, gmem, row0 + r, row_end};
-    unroll<0, kIters>(copy);
+    unroll<0, S::kPasses>(copy);
   }
 }
 
-// Pass `it` of load_tile_paged: row r + it * kRowsPerIter of the sequence's keys, through the
-// page table (row j: row j % page_size of page table[j / page_size]), zero-filled past row_end.
+// Pass f of load_tile_paged with one panel a pass (f is the row pass): row r + f * kRowsPerIter of
+// the sequence's keys, through the page table (row j: row j % page_size of page table[j /
+// page_size]), zero-filled past row_end.
 template <int kRows>
 struct CopyPagedRows {
-  static constexpr int kRowsPerIter = T::kThreads / T::kChunksPerRow;
+  using S = CopyPasses<kRows>;
   u32 dst0, dst1;
   const elem_t* base;  // the head's row 0 of page 0, this thread's chunk
   const AttnParams& p;
   const int* table;
   long long page_stride, row_stride;
   int row, row_end;
-  template <int it>
+  template <int f>
   __device__ __forceinline__ void run() {
-    constexpr bool kOdd = kRowsPerIter % 8 != 0 && (it & 1);
-    constexpr int kOff = (kRowsPerIter % 8 == 0 ? it * kRowsPerIter : (it >> 1) * 2 * kRowsPerIter) * T::kHeadDim * 2;
-    const u32 dst = kOdd ? dst1 : dst0;
-    const int j = row + it * kRowsPerIter;
+    constexpr int kOff = S::off(f);
+    const u32 dst = S::odd(f) ? dst1 : dst0;
+    const int j = row + f * S::kRowsPerIter;
     const bool valid = j < row_end;
     const elem_t* src = base;
     if (valid) {
       const int page = p.page_mul ? static_cast<int>(__umulhi(static_cast<unsigned>(j), p.page_mul) >> p.page_shift) : j;
       src += __ldg(table + page) * page_stride + (j - page * p.page_size) * row_stride;
     }
-    cp_async_16_at<kOff>(dst, src, valid);
+    if (S::all_copy(f) || S::thread_tail(threadIdx.x)) cp_async_16_at<kOff>(dst, src, valid);
+  }
+};
+// ... with panels: a row is looked up in its first panel pass and kept for the others. (A struct
+// of its own: the row's members in CopyPagedRows changed the code of one-panel builds.)
+template <int kRows>
+struct CopyPagedPanels {
+  using S = CopyPasses<kRows>;
+  u32 dst0, dst1;
+  const elem_t* base;
+  const AttnParams& p;
+  const int* table;
+  long long page_stride, row_stride;
+  int row, row_end;
+  const elem_t* src;  // the row pass's row (base past row_end)
+  bool valid;         // ... is a key
+  template <int f>
+  __device__ __forceinline__ void run() {
+    constexpr int it = S::row_pass(f), pi = S::panel_pass(f);
+    constexpr int kOff = S::off(f);
+    const u32 dst = S::odd(f) ? dst1 : dst0;
+    if constexpr (pi == 0) {
+      const int j = row + it * S::kRowsPerIter;
+      valid = j < row_end;
+      src = base;
+      if (valid) {
+        const int page = p.page_mul ? static_cast<int>(__umulhi(static_cast<unsigned>(j), p.page_mul) >> p.page_shift) : j;
+        src += __ldg(table + page) * page_stride + (j - page * p.page_size) * row_stride;
+      }
+    }
+    if (S::all_copy(f) || S::thread_tail(threadIdx.x)) cp_async_16_at<kOff>(dst, src + pi * S::kPanelElems, valid);
   }
 };
 
@@ -110,34 +147,43 @@ template <int kRows>
 __device__ __forceinline__ void load_tile_paged(u32 tile, const elem_t* head_base, const AttnParams& p,
                                                 const int* table, long long page_stride, long long row_stride,
                                                 int row0, int row_end) {
-  constexpr int kRowsPerIter = T::kThreads / T::kChunksPerRow;
-  constexpr int kIters = kRows / kRowsPerIter;
-  const int r = threadIdx.x / T::kChunksPerRow, chunk = threadIdx.x % T::kChunksPerRow;
+  using S = CopyPasses<kRows>;
+  // One panel a pass: written out, so that it compiles as before panels (through a call it did not).
+  const int r = S::kPanelsPerIter == 1 ? threadIdx.x / S::kChunks : S::thread_row(threadIdx.x);
+  const int chunk = S::kPanelsPerIter == 1 ? threadIdx.x % S::kChunks : S::thread_chunk(threadIdx.x);
   const u32 dst0 = tile + swizzled(r, chunk) * 2;
-  const u32 dst1 = kRowsPerIter % 8 == 0 ? dst0 : tile + swizzled(r + kRowsPerIter, chunk) * 2;
-  CopyPagedRows<kRows> copy{dst0, dst1, head_base + chunk * 8, p, table, page_stride, row_stride, row0 + r, row_end};
-  unroll<0, kIters>(copy);
+  const u32 dst1 = S::kRowsPerIter % 8 == 0 ? dst0 : tile + swizzled(r + S::kRowsPerIter, chunk) * 2;
+  if constexpr (S::kPanelIters == 1) {
+    CopyPagedRows<kRows> copy{dst0, dst1, head_base + chunk * 8, p, table, page_stride, row_stride, row0 + r, row_end};
+    unroll<0, S::kPasses>(copy);
+  } else {
+    CopyPagedPanels<kRows> copy{dst0,     dst1,    head_base + chunk * 8, p,       table, page_stride,
+                                row_stride, row0 + r, row_end,               nullptr, false};
+    unroll<0, S::kPasses>(copy);
+  }
 }
 
 // Per-warp state and the four steps of one sub-tile of kSubN keys: scores, mask, softmax, P.V.
 // Thread (lane) holds rows (m, h) = warp_row0 + m*16 + g + 8h of the block, g = lane/4, h in {0,1}.
 //
-// ldmatrix addresses: a 16-row x 16-dim fragment at tile row R (a multiple of 16) and head-dim
-// step s starts, for this lane, at R * kRowBytes + (s / 4) * 128 + (off ^ (s % 4) * 32): the
-// swizzle XORs only the low 3 bits of the chunk with row % 8 = lane % 8, and the chunk is
-// 2 * s + half, so within a 128-byte span step s is step 0's offset XOR s * 32. Tiles start at
-// multiples of 128 bytes, so the XOR applies to the full address; everything else is an
-// immediate. Per lane and tile that is one live register and one LOP3 per step 1..3. Q and V
-// fragments share a lane layout (rows lane % 16, chunk half lane / 16); K has its own (rows
-// lane % 8 + 8 * (lane / 16), chunk half lane / 8 % 2).
+// ldmatrix addresses (tiles.h, frag_offset and frag_xor): a 16-row x 16-dim fragment at tile row
+// R (a multiple of 16) and head-dim step s starts, for this lane, at R * kRowBytes + (s /
+// kSpanSteps) * kSpanBytes + (off ^ (s % kSpanSteps) * 32): the swizzle XORs only the chunk bits
+// within a span (kSwizzleChunks chunks, kSpanSteps = kSwizzleChunks / 2 steps of 16 dims) with a
+// function of row % 8 = lane % 8, and the chunk is 2 * s + half, so within a span step s is step
+// 0's offset XOR (s % kSpanSteps) * 32. Tiles and rows start at multiples of kSpanBytes, so the XOR
+// applies to the full address; everything else is an immediate. Per lane and tile that is one
+// live register and one LOP3 per step 1..3 of a 128-byte span (d % 64 == 0), step 1 of a 64-byte
+// span, none with 32-byte spans. Q and V fragments share a lane layout (rows lane % 16, chunk
+// half lane / 16); K has its own (rows lane % 8 + 8 * (lane / 16), chunk half lane / 8 % 2).
 constexpr int kRowBytes = T::kHeadDim * 2;
-constexpr int kSpanSteps = 4;  // head-dim steps (16 dims = 32 bytes) per 128-byte swizzle span
-static_assert(kRowBytes % 128 == 0, "tile rows must be whole 128-byte swizzle spans");
+static_assert(kRowBytes % (T::kSwizzleChunks * 16) == 0, "tile rows must be whole swizzle spans");
 template <int kRow, int kStep>
-constexpr int kFragImm = kRow * kRowBytes + (kStep / kSpanSteps) * 128;
+constexpr int kFragImm = mma_tiles::frag_offset(T::kHeadDim, kRow, kStep);
 template <int kStep>
 __device__ __forceinline__ u32 span_addr(u32 addr0) {
-  return (kStep % kSpanSteps) == 0 ? addr0 : addr0 ^ ((kStep % kSpanSteps) * 32);
+  constexpr int x = mma_tiles::frag_xor(T::kHeadDim, kStep);
+  return x == 0 ? addr0 : addr0 ^ x;
 }
 
 struct WarpState {

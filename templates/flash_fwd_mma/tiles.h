@@ -1,10 +1,11 @@
 // ---- templates/flash_fwd_mma/tiles.h: the tiles of flash_fwd_mma as the launch plan (launch.h,
 // host) and the kernel (kernel.cu, device) both see them, written once: how many query blocks a
 // sequence has (the grid's x), which query block CTA x computes (causal: heaviest first), a
-// sequence's bounds in a packed batch (varlen) or a KV cache, and the keys a query block visits
-// (its K/V tiles). Plain C++ with no CUDA header and no Traits (every size is an argument), so
-// that g++ (the tuner and its tests), nvcc (exports, harnesses) and NVRTC (the kernel) compile
-// the same code; the kernel passes its Traits' constants, which fold.
+// sequence's bounds in a packed batch (varlen) or a KV cache, the keys a query block visits (its
+// K/V tiles), and the shared-memory tiles' swizzle and the cp.async passes that fill them. Plain
+// C++ with no CUDA header and no Traits (every size is an argument), so that g++ (the tuner and
+// its tests), nvcc (exports, harnesses) and NVRTC (the kernel) compile the same code; the kernel
+// passes its Traits' constants, which fold.
 #ifndef ATTNTUNE_FLASH_FWD_MMA_TILES_H
 #define ATTNTUNE_FLASH_FWD_MMA_TILES_H
 
@@ -130,6 +131,108 @@ ATT_MMA_TILES_FN int first_tile(const KeyRange& r, int block_n) { return r.begin
 ATT_MMA_TILES_FN int tile_count(const KeyRange& r, int block_n) {
   return r.end > r.begin ? (r.end + block_n - 1) / block_n - r.begin / block_n : 0;
 }
+
+// ---- shared-memory tiles -----------------------------------------------------------------------
+// Q, K and V tiles are row-major (rows, head_dim) of 16-bit values in 16-byte chunks (head_dim / 8
+// a row), each chunk index XORed within a span of swizzle_chunks chunks by a pattern of period 8
+// rows, so that the 8 rows an ldmatrix phase reads (one chunk column of 8 consecutive rows) and the
+// 8 chunks a quarter-warp's cp.async copies write fall in 8 different 16-byte bank groups:
+//  - 8-chunk (128-byte) spans, rows of a multiple of 128 bytes (d = 64, 128, 192, 256):
+//    chunk ^ (row % 8);
+//  - 4-chunk (64-byte) spans, rows of 64 bytes mod 128 (d = 32, 96, 160, 224):
+//    chunk ^ ((row / 2) % 4): rows r and r + 1 are 64 bytes apart mod 128;
+//  - 2-chunk (32-byte) spans, rows of 32 or 96 bytes mod 128 (d = 48, 80, 112, 144, ...):
+//    chunk ^ ((row / 4) % 2): rows r..r + 3 are 4 different multiples of 32 bytes mod 128.
+// (TMA's SWIZZLE_128B, 64B and 32B patterns.)
+ATT_MMA_TILES_FN constexpr int swizzle_chunks(int head_dim) {
+  return (head_dim / 8) % 8 == 0 ? 8 : (head_dim / 8) % 4 == 0 ? 4 : 2;
+}
+// The element offset of chunk `chunk` of row `row` in a tile.
+template <int kHeadDim>
+ATT_MMA_TILES_FN int swizzled(int row, int chunk) {
+  constexpr int kW = swizzle_chunks(kHeadDim);
+  return row * kHeadDim + ((chunk ^ (kW == 8 ? (row & 7) : kW == 4 ? ((row >> 1) & 3) : ((row >> 2) & 1))) << 3);
+}
+// ldmatrix addresses (kernel.cu): a 16-row x 16-dim fragment at tile row `row` (a multiple of 16)
+// and head-dim step `step` (16 dims: chunks 2 * step and 2 * step + 1) starts, for a lane, at its
+// step-0 address of row 0 (a tile at a multiple of 128 bytes, the lane's row < 16, its chunk half
+// 0 or 1) XOR frag_xor(step), plus the immediate frag_offset(row, step): the swizzle XORs only
+// the chunk bits within a span (swizzle_chunks chunks, swizzle_chunks / 2 steps) with a function
+// of row % 8, so within a span step s is step 0's offset XOR (s % span steps) * 32, and rows and
+// spans start at multiples of the span's bytes, which the XOR does not touch. One LOP3 per step
+// 1..3 of a 128-byte span, per step 1 of a 64-byte span, none with 32-byte spans.
+ATT_MMA_TILES_FN constexpr int frag_offset(int head_dim, int row, int step) {
+  return row * head_dim * 2 + (step / (swizzle_chunks(head_dim) / 2)) * swizzle_chunks(head_dim) * 16;
+}
+ATT_MMA_TILES_FN constexpr int frag_xor(int head_dim, int step) { return (step % (swizzle_chunks(head_dim) / 2)) * 32; }
+
+// The chunks of a row that one thread row of a cp.async pass covers (a panel): a whole row where
+// the threads divide it (d = 32, 64, 128, 256), else one swizzle span (d = 96: 3 panels of 4
+// chunks; 80: 5 of 2; 192: 3 of 8).
+ATT_MMA_TILES_FN constexpr int copy_chunks(int head_dim, int threads) {
+  return threads % (head_dim / 8) == 0 ? head_dim / 8 : swizzle_chunks(head_dim);
+}
+
+// How the cp.async passes of the kernel's loaders cover a tile of kRows rows with kThreads
+// threads: the threads form kThreadRows rows of kChunks chunks (copy_chunks), and a pass covers
+// kRowsPerIter rows of kPanelsPerIter panels (more than one only when the tile has fewer rows than
+// the threads form: d = 32 at 8 warps and block_n 32, d = 80 at block_n 32, ...). Pass f is row
+// pass it = f / kPanelIters, panel pass pi = f % kPanelIters: rows + it * kRowsPerIter, panels +
+// pi * kPanelsPerIter; the last panel pass leaves out the threads past the row's panels where the
+// panels do not divide among them (kPanelTail). A panel offset does not touch the chunk bits the
+// swizzle XORs, whose pattern has a period of 8 rows, so each pass's smem offset from the thread's
+// first chunk is an immediate (off(f)): row % 8 is the same in every pass when kRowsPerIter % 8 ==
+// 0 and alternates between two values at 4 (a second base, odd(f)). With one panel a pass (every
+// d % 64 == 0 and d = 32 but for its short tiles) this is the loaders' form before other head
+// dims: thread t copies chunk t % chunks_per_row of rows t / chunks_per_row + it * kRowsPerIter.
+template <int kHeadDim, int kThreads, int kRows>
+struct CopyGeometry {
+  static constexpr int kChunksPerRow = kHeadDim / 8;
+  static constexpr int kChunks = copy_chunks(kHeadDim, kThreads);
+  static constexpr int kPanels = kChunksPerRow / kChunks;
+  static constexpr int kThreadRows = kThreads / kChunks;
+  static constexpr int kRowsPerIter = kThreadRows < kRows ? kThreadRows : kRows;
+  static constexpr int kPanelsPerIter = kThreadRows / kRowsPerIter;
+  static constexpr int kRowIters = kRows / kRowsPerIter;
+  static constexpr int kPanelIters = (kPanels + kPanelsPerIter - 1) / kPanelsPerIter;
+  static constexpr int kPasses = kRowIters * kPanelIters;
+  static constexpr bool kPanelTail = kPanels % kPanelsPerIter != 0;
+  static constexpr int kPanelElems = kPanelsPerIter * kChunks * 8;  // elements a panel pass moves on
+  static_assert(kChunksPerRow % kChunks == 0 && kChunks % swizzle_chunks(kHeadDim) == 0,
+                "a panel must be whole swizzle spans of a row");
+  static_assert(kThreads % kChunks == 0 && kThreadRows % kRowsPerIter == 0 && kRows % kRowsPerIter == 0 &&
+                    kRowsPerIter % 4 == 0,
+                "each cp.async pass must cover whole rows of whole panels, and rows % 8 in at most two patterns");
+
+  ATT_MMA_TILES_FN static constexpr int row_pass(int f) { return f / kPanelIters; }
+  ATT_MMA_TILES_FN static constexpr int panel_pass(int f) { return f % kPanelIters; }
+  // Pass f writes from the thread's second base (row r + kRowsPerIter), not its first.
+  ATT_MMA_TILES_FN static constexpr bool odd(int f) { return kRowsPerIter % 8 != 0 && (row_pass(f) & 1); }
+  // Pass f's smem byte offset from that base.
+  ATT_MMA_TILES_FN static constexpr int off(int f) {
+    return (kRowsPerIter % 8 == 0 ? row_pass(f) * kRowsPerIter : (row_pass(f) >> 1) * 2 * kRowsPerIter) * kHeadDim *
+               2 +
+           panel_pass(f) * kPanelElems * 2;
+  }
+  // Every thread copies in pass f (else only those whose `tail` holds).
+  ATT_MMA_TILES_FN static constexpr bool all_copy(int f) { return !kPanelTail || panel_pass(f) != kPanelIters - 1; }
+
+  // Thread t's first row and chunk, and whether it copies in the last panel pass (unsigned, as
+  // threadIdx.x: a signed division by a power of 2 costs a sign fix-up). Three functions of t, so
+  // that the single-panel form compiles exactly as the loaders did before other head dims.
+  ATT_MMA_TILES_FN static int thread_row(unsigned t) {
+    if constexpr (kPanelsPerIter == 1) return static_cast<int>(t / kChunks);
+    else return static_cast<int>(t / kChunks % kRowsPerIter);
+  }
+  ATT_MMA_TILES_FN static int thread_chunk(unsigned t) {
+    if constexpr (kPanelsPerIter == 1) return static_cast<int>(t % kChunks);
+    else return static_cast<int>(t / kChunks / kRowsPerIter * kChunks + t % kChunks);
+  }
+  ATT_MMA_TILES_FN static bool thread_tail(unsigned t) {
+    if constexpr (!kPanelTail) return true;
+    else return static_cast<int>(t / kChunks / kRowsPerIter) + (kPanelIters - 1) * kPanelsPerIter < kPanels;
+  }
+};
 
 }  // namespace mma_tiles
 

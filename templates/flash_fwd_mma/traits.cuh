@@ -5,6 +5,7 @@
 #define ATTNTUNE_FLASH_FWD_MMA_TRAITS_CUH
 
 #include "../common/variants.cuh"  // ATT_WINDOW, ATT_SOFTCAP, ATT_SINKS (0 when the renderer left them out)
+#include "tiles.h"                  // the smem tiles' swizzle and copy passes
 
 namespace att {
 
@@ -76,6 +77,9 @@ struct Traits {
   static constexpr int kDTiles = kHeadDim / 8;     // 8-wide output tiles
   static constexpr int kDSteps = kHeadDim / 16;    // k16 steps of Q.K^T
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per smem row
+  // The XOR swizzle's span in 16-byte chunks (tiles.h): the largest of 8, 4, 2 that divides a
+  // row (d = 64, 128, 192, 256: 8, as ever; 32, 96, 160, 224: 4; 48, 80, 112, ...: 2).
+  static constexpr int kSwizzleChunks = mma_tiles::swizzle_chunks(kHeadDim);
   // Tiles in flight ahead of the one being consumed, counting K and V tiles alike. With one
   // stage this is FlashAttention-2's schedule: V_j loads during Q.K_j^T, K_{j+1} during P.V_j.
   // Blockwise: blocks in flight ahead of the one consumed.
@@ -92,8 +96,8 @@ struct Traits {
   static_assert(kBlockwise || kSubN == kBlockN,
                 "interleaved refills K_j's slot right after Q.K_j^T: it needs sub_n == block_n");
   static_assert(!kBlockwise || kStages >= 2, "blockwise needs 2+ stages to overlap loads with compute");
-  static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256,
-                "the XOR swizzle spans 8 16-byte chunks: head_dim must be 64, 128, 192 or 256");
+  static_assert(kHeadDim % 16 == 0 && kHeadDim >= 32 && kHeadDim <= 256,
+                "head_dim must be a multiple of 16 (the MMA k-step and two-chunk swizzle spans) from 32 to 256");
   static_assert(kStages >= 1 && kStages <= 4, "1 to 4 K/V stages");
   static_assert(kFragPrefetch >= 0 && kFragPrefetch <= 2, "fragment prefetch distance 0 to 2");
   static_assert(kSmemBytes == SMEM_BYTES,
@@ -101,12 +105,11 @@ struct Traits {
   static_assert(kThreads == THREADS, "search space's threads disagrees with warps * 32");
 };
 
-// Shared-memory tiles are row-major (rows, kHeadDim) of 16-bit values, stored in 16-byte chunks
-// whose index is XORed with (row % 8): the 8 rows an ldmatrix phase reads, and the 8 chunks a
-// cp.async phase writes, land in 8 different bank groups.
-__device__ __forceinline__ int swizzled(int row, int chunk) {
-  return row * Traits::kHeadDim + ((chunk ^ (row & 7)) << 3);
-}
+// Shared-memory tiles are row-major (rows, kHeadDim) of 16-bit values in 16-byte chunks, each
+// chunk's index XORed within a span of kSwizzleChunks chunks by a pattern of period 8 rows
+// (tiles.h): the 8 rows an ldmatrix phase reads, and the 8 chunks a quarter-warp's cp.async
+// copies write, land in 8 different bank groups. The element offset of chunk `chunk` of `row`.
+__device__ __forceinline__ int swizzled(int row, int chunk) { return mma_tiles::swizzled<Traits::kHeadDim>(row, chunk); }
 
 }  // namespace att
 

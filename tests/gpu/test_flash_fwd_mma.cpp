@@ -3,7 +3,11 @@
 // causal, GQA/MQA, sk != s and the [B,S,H,D] layout. dtype and causal alternate over the configs
 // so every combination is covered without building each config four times.
 // ATTNTUNE_PROPERTY_SAMPLE=N checks a fixed spread of N configs per head dim instead of all.
+// The other head dims (multiples of 16 from 32 to 256, issue 44: 64- and 32-byte swizzle spans,
+// loaders in panels of a row) a spread of configs each (default 12), dense, and a spread of their
+// KV cache (paged, odd pages, contiguous) and packed-batch configs (FlashFwdMmaHeadDims).
 #include <cstdlib>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -22,7 +26,8 @@ const PropertyShape kShapes[] = {
     {"b=2,h=2,hkv=2,s=257,sk=257", Layout::kBHSD},   // one past a tile
 };
 
-void check_space(int d) {
+// `sample`: configs per head dim, a fixed spread (0: every valid config).
+void check_space(int d, std::size_t sample) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_fwd_mma.yaml");
@@ -30,8 +35,8 @@ void check_space(int d) {
   const Problem base = Problem::parse(fmt::format("b=1,h=1,s=128,d={},dtype=bf16,causal=0", d));
   std::vector<Config> configs = space.enumerate(base, arch);
   ASSERT_FALSE(configs.empty());
-  if (const char* env = std::getenv("ATTNTUNE_PROPERTY_SAMPLE")) {
-    const std::size_t n = std::strtoul(env, nullptr, 10), step = std::max<std::size_t>(1, configs.size() / std::max<std::size_t>(1, n));
+  if (sample) {
+    const std::size_t n = sample, step = std::max<std::size_t>(1, configs.size() / n);
     std::vector<Config> picked;
     for (std::size_t i = 0; i < configs.size() && picked.size() < n; i += step) picked.push_back(configs[i]);
     configs = picked;
@@ -45,6 +50,46 @@ void check_space(int d) {
   }
   attntune::testing::check_configs(space, configs, variants, kShapes, {"flash_fwd_mma", d, arch, 1000});
 }
+
+// Every config unless ATTNTUNE_PROPERTY_SAMPLE says how many.
+void check_space(int d) { check_space(d, attntune::testing::property_sample(0)); }
+
+// KV caches (chunked prefill: ragged lengths, shuffled block tables with spare pages, NaN past
+// each length, pages of 16, 64 and 7 rows, and the same cache contiguous) and packed batches, as
+// tests/gpu/test_prefill_kvcache.cpp and test_prefill_varlen.cpp check d=64 and 128.
+const PropertyShape kKvcacheShapes[] = {
+    {"b=5,h=6,hkv=2,s=300,sk=1000,page=16", Layout::kBHSD},
+    {"b=3,h=4,hkv=4,s=129,sk=2049,page=64", Layout::kBSHD},
+    {"b=6,h=4,hkv=2,s=40,sk=3001,page=64", Layout::kBHSD},
+    {"b=5,h=4,hkv=2,s=100,sk=500,page=7", Layout::kBHSD},
+};
+const PropertyShape kVarlenShapes[] = {
+    {"b=5,h=6,hkv=2,s=777,sk=777,varlen=1", Layout::kBSHD},
+    {"b=3,h=4,hkv=4,s=300,sk=429,varlen=17", Layout::kBHSD},
+};
+
+// A spread of `kind`'s configs (ATTNTUNE_PROPERTY_SAMPLE per causality, default 3), causal and
+// not, on `shapes`.
+void check_entry(const char* kind, int d, std::span<const PropertyShape> shapes, std::uint64_t seed) {
+  cuda::Context ctx(0);
+  const std::string arch = cuda::device_props(0).arch;
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_fwd_mma.yaml");
+  std::vector<Config> configs;
+  std::vector<Problem> variants;
+  for (int causal = 0; causal < 2; ++causal) {
+    const Problem p = Problem::parse(fmt::format(fmt::runtime(kind), fmt::arg("d", d)) + fmt::format(",causal={}", causal));
+    ASSERT_TRUE(attntune::testing::spread_configs(space, p, arch, attntune::testing::property_sample(3), configs, variants))
+        << p.str();
+  }
+  attntune::testing::check_configs(space, configs, variants, shapes,
+                                   {"flash_fwd_mma", d, arch, seed, /*require_no_spills=*/false});
+}
+
+// The new head dims by layout: 64-byte spans (32: one panel, idle threads in a pass of 8 warps
+// over 32 rows; 96, 160, 224: 3, 5, 7 panels of 4 chunks), 32-byte spans (48, 80, 112, 144, 176,
+// 208, 240: 3 to 15 panels of 2 chunks, idle threads at block_n 32), 128-byte spans in panels
+// (192: 3 of 8 chunks).
+constexpr int kNewDims[] = {32, 48, 80, 96, 112, 144, 160, 176, 192, 208, 224, 240};
 
 }  // namespace
 
@@ -62,3 +107,24 @@ TEST(FlashFwdMmaProperty, AllConfigsD256) {
   ATTNTUNE_REQUIRE_GPU();
   check_space(256);
 }
+
+// A spread of each new head dim's dense configs (ATTNTUNE_PROPERTY_SAMPLE, default 12).
+class FlashFwdMmaHeadDims : public ::testing::TestWithParam<int> {};
+
+TEST_P(FlashFwdMmaHeadDims, Spread) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(GetParam(), attntune::testing::property_sample(12));
+}
+
+TEST_P(FlashFwdMmaHeadDims, Kvcache) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_entry("b=4,h=32,hkv=8,s=2048,sk=10240,d={d},dtype=bf16,page=64", GetParam(), kKvcacheShapes, 44000);
+}
+
+TEST_P(FlashFwdMmaHeadDims, Varlen) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_entry("b=4,h=4,s=1024,d={d},dtype=bf16,varlen=1", GetParam(), kVarlenShapes, 45000);
+}
+
+INSTANTIATE_TEST_SUITE_P(NewDims, FlashFwdMmaHeadDims, ::testing::ValuesIn(kNewDims),
+                         [](const auto& info) { return fmt::format("D{}", info.param); });

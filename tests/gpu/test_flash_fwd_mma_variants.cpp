@@ -10,7 +10,7 @@
 // reference (templates/reference/reference.cu, which tests/gpu/test_reference.cpp checks against
 // float64). Each group builds a spread of configs for one set of variants (their sizes are run-time
 // arguments) and runs them on shapes carrying the values. ATTNTUNE_PROPERTY_SAMPLE configs per
-// group and head dim (default 2).
+// group and head dim (default 2; the new head dims of issue 44, NewHeadDims: 1).
 #include <string>
 #include <vector>
 
@@ -99,11 +99,12 @@ const Group kVarlen[] = {
 };
 
 // `base`: the entry point's problem kind ("{d}" for the head dim).
-void check_groups(const char* base, const Group* groups, std::size_t n_groups, int d, std::uint64_t seed) {
+void check_groups(const char* base, const Group* groups, std::size_t n_groups, int d, std::uint64_t seed,
+                  std::size_t sample = 2) {
   cuda::Context ctx(0);
   const std::string arch = cuda::device_props(0).arch;
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_fwd_mma.yaml");
-  const std::size_t n = attntune::testing::property_sample(2);
+  const std::size_t n = attntune::testing::property_sample(sample);
   for (std::size_t g = 0; g < n_groups; ++g) {
     const Problem kind = Problem::parse(fmt::format(fmt::runtime(base), fmt::arg("d", d)) + "," + groups[g].kind);
     std::vector<Config> configs;
@@ -133,4 +134,18 @@ TEST(FlashFwdMmaVariantsProperty, Varlen) {
   ATTNTUNE_REQUIRE_GPU();
   for (int d : {64, 128})
     check_groups("b=4,h=4,s=1024,d={d},dtype=bf16,varlen=1", kVarlen, std::size(kVarlen), d, 43000 + d);
+}
+
+// Head dims other than 64, 128, 256 (issue 44), one of each swizzle span and loader shape: 64-byte
+// spans in one panel (32) and in 3 (96), 32-byte spans in 5 panels (80), 128-byte spans in 3
+// (192), 32-byte spans in 15 (240); every group of every entry point, a config each.
+TEST(FlashFwdMmaVariantsProperty, NewHeadDims) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (int d : {32, 80, 96, 192, 240}) {
+    SCOPED_TRACE(fmt::format("d={}", d));
+    check_groups("b=1,h=1,s=128,d={d},dtype=bf16", kDense, std::size(kDense), d, 46000 + d, 1);
+    check_groups("b=4,h=32,hkv=8,s=2048,sk=10240,d={d},dtype=bf16,page=64", kKvcache, std::size(kKvcache), d,
+                 47000 + d, 1);
+    check_groups("b=4,h=4,s=1024,d={d},dtype=bf16,varlen=1", kVarlen, std::size(kVarlen), d, 48000 + d, 1);
+  }
 }

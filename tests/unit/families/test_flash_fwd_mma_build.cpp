@@ -1,8 +1,9 @@
-// flash_fwd_mma on CI (no GPU): rendering, and NVRTC builds of the d=64 and d=128 spaces for
-// sm_89 and sm_90. Every valid config would take CI past its budget on 2 cores (about 2,300
+// flash_fwd_mma on CI (no GPU): rendering, NVRTC builds of the d=64 and d=128 spaces for sm_89
+// and sm_90, and of every other head dim (multiples of 16 from 32 to 256) on every entry point. Every valid config would take CI past its budget on 2 cores (about 2,300
 // builds of 2-4 s), so a fixed, deterministic spread is built: ATTNTUNE_BUILD_SAMPLE configs per
 // (d, arch), default 10; 0 builds all. The GPU property test covers every config on sm_90.
 #include <cstdlib>
+#include <map>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -137,4 +138,82 @@ TEST(FlashFwdMmaBuild, PtxUsesMmaSyncLdmatrixCpAsync) {
       EXPECT_NE(out.ptx.find("ex2.approx"), std::string::npos);
     }
   }
+}
+
+// Head dims are multiples of 16 from 32 to 256; the multiples of 8 between them are refused with
+// the reason (the MMA's k-step, the swizzle's 32-byte spans), those outside as unsupported.
+TEST(FlashFwdMmaRender, HeadDimsAreMultiplesOf16From32To256) {
+  const SearchSpace space = load_space();
+  for (int d = 16; d <= 272; d += 8) {
+    const Problem p = Problem::parse(fmt::format("b=1,h=1,s=128,d={},dtype=bf16,causal=0", d));
+    if (d >= 32 && d <= 256 && d % 16 == 0) {
+      EXPECT_GT(space.count(p, "sm_80"), 0u) << d;
+      EXPECT_GT(space.count(p, "sm_89"), 0u) << d;
+      EXPECT_GT(space.count(p, "sm_90"), 0u) << d;
+      continue;
+    }
+    try {
+      space.check_problem(p, "sm_90");
+      ADD_FAILURE() << "d=" << d << " accepted";
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      if (d >= 32 && d <= 256)
+        EXPECT_NE(what.find("head dims must be multiples of 16"), std::string::npos) << what;
+      else
+        EXPECT_NE(what.find(fmt::format("does not support d={}", d)), std::string::npos) << what;
+    }
+  }
+}
+
+// Every head dim but 64, 128 and 256 (built above and by the variant tests) compiles on every
+// entry point: a config of a dense, a KV-cache and a packed-batch problem each, the arch (sm_80,
+// sm_89, sm_90), dtype, causality and variants turning over them, and spills nothing (the space's
+// constraints leave out the configs that spill: search_spaces/flash_fwd_mma.yaml). ptxas's
+// registers are printed. ATTNTUNE_BUILD_SAMPLE configs per (head dim, entry point), default 1.
+TEST(FlashFwdMmaBuild, EveryHeadDimCompilesOnEveryEntryPointWithoutSpills) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
+  const std::size_t n = env && std::strtoul(env, nullptr, 10) ? std::strtoul(env, nullptr, 10) : 1;
+  const SearchSpace space = load_space();
+  const char* const entries[] = {
+      "b=2,h=8,hkv=2,s=1000,d={d},dtype={t}",                  // dense
+      "b=4,h=32,hkv=8,s=2048,sk=10240,d={d},dtype={t},page=16",  // kvcache
+      "b=8,h=16,s=4096,d={d},dtype={t},varlen=64",             // varlen
+  };
+  const char* const archs[] = {"sm_80", "sm_89", "sm_90"};
+  const char* const variants[] = {"causal=1", "causal=0,window=128,64", "causal=1,softcap=30", "causal=0,sinks=1",
+                                  "causal=1,window=128,softcap=30,sinks=1"};
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_fwd_mma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::map<std::uint64_t, std::string> what;
+  std::size_t turn = 0;
+  for (int d = 32; d <= 256; d += 16) {
+    if (d == 64 || d == 128 || d == 256) continue;
+    for (const char* entry : entries) {
+      for (std::size_t i = 0; i < n; ++i, ++turn) {
+        const char* arch = archs[turn % 3];
+        const std::string spec = fmt::format(fmt::runtime(entry), fmt::arg("d", d), fmt::arg("t", turn % 2 ? "fp16" : "bf16"));
+        const Problem p = Problem::parse(spec + "," + variants[turn % 5]);
+        const std::vector<Config> all = space.enumerate(p, arch);
+        ASSERT_FALSE(all.empty()) << p.str() << " " << arch;
+        const Config& c = all[(i * all.size() / n + turn * 7919) % all.size()];
+        what[pool.submit({c, render_kernel(space, c, p, arch), arch})] =
+            fmt::format("{} {} {}", arch, p.str(), config_str(c));
+      }
+    }
+  }
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    const std::string& w = what.at(o->ticket);
+    EXPECT_EQ(o->build.status, "ok") << w << "\n" << o->build.log;
+    EXPECT_GT(o->build.registers, 0) << w << ": ptxas resource report missing";
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << w;
+    std::printf("%s: %d registers, %d bytes spilled\n", w.c_str(), o->build.registers,
+                o->build.spill_stores + o->build.spill_loads);
+  }
+  EXPECT_EQ(built, turn);
 }

@@ -5,6 +5,7 @@
 // every key one of its rows sees; with a window, only the tiles its rows see, and a warp masks
 // exactly the tiles that cross one of its bounds, and the mask's per-key test is the window.
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -225,4 +226,162 @@ TEST(FlashFwdMmaTiles, TheMasksKeyOffsetsAreTheWindow) {
                              len_k, r, j);
         }
     }
+}
+
+// ---- shared-memory tiles (head dims 32..256 in steps of 16) -------------------------------------
+
+namespace {
+
+constexpr int kDims = 15;  // head dims 32, 48, ..., 256
+constexpr int dim(int i) { return 32 + 16 * i; }
+
+// The 16-byte bank group (of 8) a smem byte address falls in.
+int bank_group(int byte) { return (byte / 16) % 8; }
+
+// Every chunk of a row lands once in the row, and each span's chunks stay in the span.
+template <int kD>
+void check_swizzle() {
+  SCOPED_TRACE(fmt::format("d={}", kD));
+  constexpr int kW = tiles::swizzle_chunks(kD);
+  ASSERT_EQ((kD / 8) % kW, 0);
+  ASSERT_TRUE(kW == 8 || (kD / 8) % (2 * kW) != 0) << "the widest span that divides a row";
+  for (int row = 0; row < 64; ++row) {
+    std::vector<int> hit(kD / 8, 0);
+    for (int c = 0; c < kD / 8; ++c) {
+      const int e = tiles::swizzled<kD>(row, c);
+      ASSERT_EQ(e % 8, 0);
+      ASSERT_EQ(e / kD, row);
+      const int slot = (e % kD) / 8;
+      ASSERT_EQ(slot / kW, c / kW) << "row " << row << " chunk " << c;
+      ++hit[static_cast<std::size_t>(slot)];
+    }
+    EXPECT_TRUE(std::all_of(hit.begin(), hit.end(), [](int h) { return h == 1; })) << "row " << row;
+  }
+  // One chunk column of 8 consecutive rows (an ldmatrix phase): 8 different bank groups.
+  for (int row0 = 0; row0 < 16; ++row0)
+    for (int c = 0; c < kD / 8; ++c) {
+      std::vector<int> groups;
+      for (int r = row0; r < row0 + 8; ++r) groups.push_back(bank_group(tiles::swizzled<kD>(r, c) * 2));
+      std::sort(groups.begin(), groups.end());
+      EXPECT_EQ(std::unique(groups.begin(), groups.end()), groups.end()) << "rows " << row0 << "+8, chunk " << c;
+    }
+}
+
+// The loaders' passes (CopyGeometry) write every chunk of a tile once, at its swizzled place, from
+// its row and chunk of the tensor, at the immediate offsets the kernel uses, and each quarter-warp
+// of a pass writes 8 different bank groups.
+template <int kD, int kThreads, int kRows>
+void check_copy() {
+  using G = tiles::CopyGeometry<kD, kThreads, kRows>;
+  SCOPED_TRACE(fmt::format("d={} threads={} rows={}", kD, kThreads, kRows));
+  constexpr int kStride = 3 * kD + 40;  // the tensor's row stride in elements (any)
+  std::vector<int> hit(static_cast<std::size_t>(kRows * kD / 8), 0);
+  for (int f = 0; f < G::kPasses; ++f) {
+    for (int w = 0; w < kThreads / 32; ++w)
+      for (int quarter = 0; quarter < 4; ++quarter) {
+        std::vector<int> groups;
+        for (int t = w * 32 + quarter * 8; t < w * 32 + quarter * 8 + 8; ++t) {
+          struct {
+            int r, chunk;
+          } x{G::thread_row(static_cast<unsigned>(t)), G::thread_chunk(static_cast<unsigned>(t))};
+          if (!G::all_copy(f) && !G::thread_tail(static_cast<unsigned>(t))) continue;
+          const int row = x.r + G::row_pass(f) * G::kRowsPerIter;
+          const int chunk = x.chunk + G::panel_pass(f) * G::kPanelElems / 8;
+          ASSERT_LT(row, kRows) << "pass " << f << " thread " << t;
+          ASSERT_LT(chunk, kD / 8) << "pass " << f << " thread " << t;
+          ++hit[static_cast<std::size_t>(row * kD / 8 + chunk)];
+          // smem: the thread's base (row r, or r + kRowsPerIter for odd passes) plus the immediate.
+          const int base = tiles::swizzled<kD>(x.r + (G::odd(f) ? G::kRowsPerIter : 0), x.chunk) * 2;
+          EXPECT_EQ(base + G::off(f), tiles::swizzled<kD>(row, chunk) * 2) << "pass " << f << " thread " << t;
+          // gmem: row r's chunk, advanced by kRowsPerIter rows a row pass, kPanelElems a panel pass.
+          const long long src = static_cast<long long>(x.r) * kStride + x.chunk * 8 +
+                                static_cast<long long>(G::row_pass(f)) * G::kRowsPerIter * kStride +
+                                G::panel_pass(f) * G::kPanelElems;
+          EXPECT_EQ(src, static_cast<long long>(row) * kStride + chunk * 8);
+          groups.push_back(bank_group(base + G::off(f)));
+        }
+        std::sort(groups.begin(), groups.end());
+        EXPECT_EQ(std::unique(groups.begin(), groups.end()), groups.end()) << "pass " << f << " warp " << w << " quarter " << quarter;
+      }
+  }
+  for (std::size_t i = 0; i < hit.size(); ++i)
+    ASSERT_EQ(hit[i], 1) << "row " << i / (kD / 8) << " chunk " << i % (kD / 8);
+}
+
+// ldmatrix: each lane's address of a fragment is its step-0 address XOR frag_xor plus the
+// immediate frag_offset, and each of the 4 matrices (8 lanes, 8 rows of one chunk column) reads 8
+// different bank groups. Q/V lanes: rows lane % 16, chunk half lane / 16; K lanes: rows lane % 8 +
+// 8 * (lane / 16), chunk half lane / 8 % 2. Tiles at multiples of 128 bytes.
+template <int kD>
+void check_fragments() {
+  SCOPED_TRACE(fmt::format("d={}", kD));
+  for (const int tile : {0, 128 * 37}) {
+    for (bool k_layout : {false, true}) {
+      for (int row = 0; row < 64; row += 16)
+        for (int step = 0; step < kD / 16; ++step) {
+          std::vector<int> groups[4];
+          for (int lane = 0; lane < 32; ++lane) {
+            const int r = k_layout ? (lane & 7) + ((lane >> 4) << 3) : lane & 15;
+            const int half = k_layout ? (lane >> 3) & 1 : lane >> 4;
+            const unsigned addr0 = static_cast<unsigned>(tile + tiles::swizzled<kD>(r, half) * 2);
+            const unsigned addr = (addr0 ^ static_cast<unsigned>(tiles::frag_xor(kD, step))) +
+                                  static_cast<unsigned>(tiles::frag_offset(kD, row, step));
+            ASSERT_EQ(addr, static_cast<unsigned>(tile + tiles::swizzled<kD>(row + r, 2 * step + half) * 2))
+                << "row " << row << " step " << step << " lane " << lane << (k_layout ? " (K)" : " (Q/V)");
+            groups[lane / 8].push_back(bank_group(static_cast<int>(addr)));
+          }
+          for (auto& g : groups) {
+            std::sort(g.begin(), g.end());
+            EXPECT_EQ(std::unique(g.begin(), g.end()), g.end()) << "row " << row << " step " << step;
+          }
+        }
+    }
+  }
+}
+
+template <int kD>
+void check_dim() {
+  check_swizzle<kD>();
+  check_fragments<kD>();
+  check_copy<kD, 128, 32>();
+  check_copy<kD, 128, 64>();
+  check_copy<kD, 128, 128>();
+  check_copy<kD, 256, 32>();
+  check_copy<kD, 256, 64>();
+  check_copy<kD, 256, 128>();
+}
+
+}  // namespace
+
+TEST(FlashFwdMmaTiles, EveryHeadDimsSmemLayoutIsCoveredSwizzledAndConflictFree) {
+  []<int... i>(std::integer_sequence<int, i...>) { (check_dim<dim(i)>(), ...); }(std::make_integer_sequence<int, kDims>{});
+}
+
+// The head dims the kernel served before (64, 128, 256) keep their layout: 128-byte spans, chunk ^
+// (row % 8), and one panel a pass (thread t: chunk t % (d / 8) of row t / (d / 8)).
+TEST(FlashFwdMmaTiles, MultiplesOf64KeepTheirLayout) {
+  auto check = []<int kD, int kThreads, int kRows>() {
+    using G = tiles::CopyGeometry<kD, kThreads, kRows>;
+    EXPECT_EQ(tiles::swizzle_chunks(kD), 8);
+    for (int row = 0; row < 16; ++row)
+      for (int c = 0; c < kD / 8; ++c) EXPECT_EQ(tiles::swizzled<kD>(row, c), row * kD + ((c ^ (row & 7)) << 3));
+    EXPECT_EQ(G::kPanels, 1);
+    EXPECT_EQ(G::kPanelIters, 1);
+    EXPECT_EQ(G::kRowsPerIter, kThreads / (kD / 8));
+    for (unsigned t = 0; t < kThreads; ++t) {
+      EXPECT_EQ(G::thread_row(t), static_cast<int>(t) / (kD / 8));
+      EXPECT_EQ(G::thread_chunk(t), static_cast<int>(t) % (kD / 8));
+      EXPECT_TRUE(G::thread_tail(t));
+    }
+    for (int s = 0; s < kD / 16; ++s) {
+      EXPECT_EQ(tiles::frag_offset(kD, 16, s), 16 * kD * 2 + (s / 4) * 128);
+      EXPECT_EQ(tiles::frag_xor(kD, s), (s % 4) * 32);
+    }
+  };
+  check.operator()<64, 128, 32>();
+  check.operator()<64, 256, 64>();
+  check.operator()<128, 128, 32>();
+  check.operator()<128, 256, 128>();
+  check.operator()<256, 128, 64>();
+  check.operator()<256, 256, 32>();
 }

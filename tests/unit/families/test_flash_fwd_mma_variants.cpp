@@ -84,6 +84,47 @@ TEST(FlashFwdMmaVariants, TheSpaceServesEveryVariantOnEveryEntryPoint) {
       }
 }
 
+// The other head dims (issue 44) keep a margin under the register cap that ptxas measured
+// (search_spaces/flash_fwd_mma.yaml): plain configs est_regs <= 200 with 2 row tiles a warp, 216
+// with 1, in two 8-warp blocks an SM 112 (blockwise 96); with a variant <= 184 (the same in two
+// 8-warp blocks), besides the constraints of every head dim (a window's 128-key score steps beside 2 row tiles, and beside blockwise's stages
+// in two 8-warp blocks an SM).
+TEST(FlashFwdMmaVariants, OtherHeadDimsKeepARegisterMargin) {
+  const SearchSpace space = space_of("flash_fwd_mma");
+  auto get = [](const Config& c, const char* k) { return std::get<std::int64_t>(c.at(k)); };
+  for (const char* entry : kEntries)
+    for (int d : {32, 80, 96, 112, 160, 192, 240})
+      for (const char* v : {"causal=1,window=128", "causal=0,softcap=30", "causal=1,sinks=1",
+                            "causal=1,window=128,softcap=30,sinks=1"}) {
+        const Problem p = problem(entry, d, v), plain = problem(entry, d, p.causal ? "causal=1" : "causal=0");
+        auto est = [&](const Config& c) {
+          for (const auto& [name, value] : space.derive(c, plain, "sm_90"))
+            if (name == "est_regs") return value;
+          ADD_FAILURE() << "no est_regs";
+          return std::int64_t{0};
+        };
+        auto capped = [&](const Config& c) { return get(c, "warps") == 8 && get(c, "min_blocks") == 2; };
+        auto cap_margin = [&](const Config& c) {
+          return std::get<std::string>(c.at("kv_schedule")) == "blockwise" ? 96 : 112;
+        };
+        std::vector<Config> expected = space.enumerate(plain, "sm_90");
+        for (const Config& c : expected) {
+          const std::int64_t m_tiles = get(c, "block_m") / get(c, "warps") / 16;
+          EXPECT_LE(est(c), capped(c) ? cap_margin(c) : m_tiles == 2 ? 200 : 216) << d << " " << config_str(c);
+        }
+        std::erase_if(expected, [&](const Config& c) {
+          const std::int64_t m_tiles = get(c, "block_m") / get(c, "warps") / 16;
+          if (est(c) > (capped(c) ? cap_margin(c) : 184)) return true;
+          if (p.windowed() && capped(c) && std::get<std::string>(c.at("kv_schedule")) == "blockwise") return true;
+          return p.windowed() && get(c, "sub_n") == 128 && m_tiles == 2;
+        });
+        EXPECT_FALSE(expected.empty()) << p.str();
+        EXPECT_EQ(space.enumerate(p, "sm_90"), expected) << p.str();
+        EXPECT_GT(space.count(p, "sm_80"), 0u) << p.str();
+        EXPECT_GT(space.count(p, "sm_89"), 0u) << p.str();
+      }
+}
+
 // Only a problem with a variant renders its switch, so plain builds render as they did; the
 // window's sides and the cap are run-time arguments: other values render the same code.
 TEST(FlashFwdMmaVariants, AProblemRendersExactlyItsVariants) {
