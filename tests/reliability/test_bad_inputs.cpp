@@ -178,11 +178,11 @@ std::vector<Case> corpus() {
       // Problems.
       {"unsupported head_dim", [P](const Env& e) {
          return std::vector<std::string>{"compile", "--space", e.rec->space, "--problem",
-                                         replace_all(P, "d=128", "d=96"), "--arch", "sm_90", "--db", e.db};
-       }, 2, "does not support d=96"},
+                                         replace_all(P, "d=128", "d=100"), "--arch", "sm_90", "--db", e.db};
+       }, 2, "does not support d=100"},
       {"unsupported head_dim, no database yet (tune)", [P](const Env& e) {
-         return tune(e, {{"--problem", replace_all(P, "d=128", "d=96")}, {"--db", e.file("new.db")}});
-       }, 2, "does not support d=96"},
+         return tune(e, {{"--problem", replace_all(P, "d=128", "d=100")}, {"--db", e.file("new.db")}});
+       }, 2, "does not support d=100"},
       {"unsupported dtype", problem(replace_all(P, "bf16", "fp32")), 2, "'dtype=fp32': expected fp16 or bf16"},
       {"problem: missing key", problem("b=4,h=16,s=4096,dtype=bf16,causal=0"), 2, "missing key 'd'"},
       {"problem: unknown key", problem(P + ",heads=3"), 2, "unknown key 'heads'"},

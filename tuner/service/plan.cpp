@@ -25,6 +25,8 @@
 #include "core/input_file.hpp"
 #include "core/text.hpp"
 #include "core/yaml_input.hpp"
+#include "families/family.hpp"
+#include "space/search_space.hpp"
 
 namespace attntune {
 
@@ -608,8 +610,43 @@ std::vector<std::int64_t> sorted_unique(std::vector<std::int64_t> v) {
 
 }  // namespace
 
+std::string describe_head_dims(const std::vector<int>& dims) {
+  // A run of four or more with one step reads as a rule ("every multiple of 16 from 32 to 256").
+  bool run = dims.size() >= 4 && dims[1] > dims[0] && dims[0] % (dims[1] - dims[0]) == 0;
+  for (std::size_t i = 2; run && i < dims.size(); ++i) run = dims[i] - dims[i - 1] == dims[1] - dims[0];
+  if (run) return fmt::format("every multiple of {} from {} to {}", dims[1] - dims[0], dims.front(), dims.back());
+  return "head dims " + and_list(dims);
+}
+
 const std::vector<int>& supported_head_dims() {
-  static const std::vector<int> kDims = {64, 128, 256};
+  // Asked of the shipped spaces and the families' own rules, not listed here: a head dim is planned
+  // when some family serves its prefill and some its decode (the regimes every plan has), on the
+  // space's highest arch.
+  static const std::vector<int> kDims = [] {
+    std::vector<int> out;
+    for (int d = 8; d <= 1024; d += 8) {
+      bool prefill = false, decode = false;
+      const Problem pre = Problem::parse(fmt::format("b=1,h=8,s=1024,d={},dtype=bf16,causal=1", d));
+      const Problem dec = Problem::parse(fmt::format("b=1,h=8,s=1,sk=1024,d={},dtype=bf16,causal=0", d));
+      for (const std::string& family : known_families()) {
+        const std::optional<SearchSpace> space = SearchSpace::shipped(family);
+        if (!space) continue;
+        const auto serves = [&](const Problem& p) {
+          try {
+            check_family_serves(family, p);
+            space->check_problem(p, space->default_arch());
+            return true;
+          } catch (const InputError&) {
+            return false;
+          }
+        };
+        prefill = prefill || serves(pre);
+        decode = decode || serves(dec);
+      }
+      if (prefill && decode) out.push_back(d);
+    }
+    return out;
+  }();
   return kDims;
 }
 
@@ -672,8 +709,8 @@ ModelAttention read_model_config(const std::string& path) {
   }
   const auto& dims = supported_head_dims();
   if (std::find(dims.begin(), dims.end(), d) == dims.end())
-    cfg.fail(fmt::format("{} is not supported: attntune's kernels serve head dims {}",
-                         cfg.get("head_dim") ? fmt::format("{} {}", d_from, d) : d_from, and_list(dims)));
+    cfg.fail(fmt::format("{} is not supported: attntune's kernels serve {}",
+                         cfg.get("head_dim") ? fmt::format("{} {}", d_from, d) : d_from, describe_head_dims(dims)));
 
   m.heads = static_cast<int>(heads);
   m.kv_heads = static_cast<int>(kv);
@@ -775,8 +812,8 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
                                  m.name, m.heads, m.kv_heads));
   const auto& dims = supported_head_dims();
   if (std::find(dims.begin(), dims.end(), m.head_dim) == dims.end())
-    throw InputError(fmt::format("model {}: head dim {} is not supported: attntune's kernels serve head dims {}",
-                                 m.name, m.head_dim, and_list(dims)));
+    throw InputError(fmt::format("model {}: head dim {} is not supported: attntune's kernels serve {}", m.name,
+                                 m.head_dim, describe_head_dims(dims)));
   if (m.dtype != "bf16" && m.dtype != "fp16")
     throw InputError(fmt::format("model {}: dtype '{}' (expected bf16 or fp16)", m.name, m.dtype));
 

@@ -54,15 +54,17 @@ struct ModelAttention {
 // Reads a config.json (keys at the top level, else in a nested "text_config", as multimodal
 // configs have them). InputError "FILE: KEY ..." for a missing, mistyped or inconsistent key,
 // "FILE:LINE:COLUMN: invalid JSON: ..." for a syntax error, for a head dim the kernels do not
-// support (64, 128, 256), and for attention the kernels do not compute, naming the key (ALiBi,
+// support (supported_head_dims), and for attention the kernels do not compute, naming the key (ALiBi,
 // chunked attention, layer kinds other than full_attention and sliding_attention, bidirectional
 // attention, multi-head latent attention). Sliding windows (sliding_window, layer_types,
 // use_sliding_window / max_window_layers, the Gemma 2/3 and gpt-oss layer patterns), soft-caps
 // (attn_logit_softcapping) and sinks (gpt_oss) become layer_kinds.
 ModelAttention read_model_config(const std::string& path);
 
-// The head dims the kernel families serve (search_spaces/*.yaml, `problem: d:`).
+// The head dims the kernel families serve (search_spaces/*.yaml, `problem: d:`): those some family
+// serves for prefill and some for decode. describe_head_dims says them in a message.
 const std::vector<int>& supported_head_dims();
+std::string describe_head_dims(const std::vector<int>& dims);
 
 // The regimes, in the order a plan lists them. varlen: prefill as serving engines run it, a packed
 // batch of prompts of different lengths (`varlen=N`); opt-in, as chunk.

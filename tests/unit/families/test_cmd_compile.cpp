@@ -45,10 +45,10 @@ TEST(CmdCompile, JsonReportsResourcesAndCachesBuilds) {
 }
 
 TEST(CmdCompile, UnsupportedProblemIsRejectedBeforeCompiling) {
-  auto r = run(kSpace + " --problem b=1,h=2,s=300,d=96,dtype=fp16,causal=1 --arch sm_90");
+  auto r = run(kSpace + " --problem b=1,h=2,s=300,d=88,dtype=fp16,causal=1 --arch sm_90");
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("attntune: error: "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("d=96"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("d=88"), std::string::npos) << r.out;
   auto arch = run(kSpace + " --problem b=1,h=2,s=300,d=64,dtype=fp16,causal=1 --arch sm_75");
   EXPECT_EQ(arch.rc, 2) << arch.out;
   auto usage = run(kSpace + " --arch sm_90");

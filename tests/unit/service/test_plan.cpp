@@ -187,12 +187,12 @@ TEST(PlanModelConfig, ErrorsNameTheFileAndTheKey) {
             file + ": hidden_size (4100) is not a multiple of num_attention_heads (32), and there is no head_dim");
   EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32)"),
             file + ": no head_dim and no hidden_size: one of them gives the head dim");
-  EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32, "hidden_size": 3072)"),
+  EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32, "hidden_size": 2304)"),
             file +
-                ": head dim 96 (hidden_size 3072 / num_attention_heads 32) is not supported: attntune's kernels "
-                "serve head dims 64, 128 and 256");
-  EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32, "head_dim": 80)"),
-            file + ": head_dim 80 is not supported: attntune's kernels serve head dims 64, 128 and 256");
+                ": head dim 72 (hidden_size 2304 / num_attention_heads 32) is not supported: attntune's kernels "
+                "serve every multiple of 16 from 32 to 256");
+  EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32, "head_dim": 1024)"),
+            file + ": head_dim 1024 is not supported: attntune's kernels serve every multiple of 16 from 32 to 256");
   EXPECT_EQ(config_error(dir, R"("num_attention_heads": "32", "hidden_size": 4096)"),
             file + ": num_attention_heads: expected a positive whole number, got the string \"32\"");
   EXPECT_EQ(config_error(dir, R"("num_attention_heads": -32, "hidden_size": 4096)"),
@@ -790,8 +790,11 @@ TEST(PlanMake, NonsenseOptionsAreInputErrors) {
   prefill_only.chunk = 65536;
   EXPECT_EQ(make_plan(m, prefill_only).entries.size(), 6u);
   ModelAttention bad = m;
-  bad.head_dim = 96;
-  EXPECT_TRUE(has(input_error_of([&] { make_plan(bad, PlanOptions{}); }), "head dim 96 is not supported"));
+  bad.head_dim = 88;  // a multiple of 8, not of 16
+  EXPECT_TRUE(has(input_error_of([&] { make_plan(bad, PlanOptions{}); }), "head dim 88 is not supported"));
+  ModelAttention phi3 = m;  // d=96 is served now
+  phi3.head_dim = 96;
+  EXPECT_FALSE(make_plan(phi3, prefill_only).entries.empty());
 }
 
 TEST(PlanMake, AModelFilledByHandWithoutLayerKindsIsPlainAndBadKindsAreRefused) {
@@ -1277,4 +1280,18 @@ TEST(PlanCli, AttentionTheKernelsDoNotComputeStopsPlanWithExit2) {
   expect_input_error("plan --model " + llama4 + " -o " + dir.file("plan.yaml"),
                      "text_config.attention_chunk_size 8192: chunked attention");
   EXPECT_EQ(dir.names(), std::vector<std::string>{"llama4.json"});  // no plan written
+}
+
+// The head dims a plan takes come from the shipped spaces (every family's problem.d and rules), and
+// a message says them as a rule where they are one.
+TEST(PlanHeadDims, FromTheShippedSpaces) {
+  const std::vector<int>& dims = supported_head_dims();
+  for (int d : {32, 64, 80, 96, 112, 128, 160, 192, 256})
+    EXPECT_NE(std::find(dims.begin(), dims.end(), d), dims.end()) << d;
+  for (int d : {8, 72, 264, 1024}) EXPECT_EQ(std::find(dims.begin(), dims.end(), d), dims.end()) << d;
+  EXPECT_EQ(describe_head_dims({64, 128, 256}), "head dims 64, 128 and 256");
+  EXPECT_EQ(describe_head_dims({32, 48, 64, 80, 96}), "every multiple of 16 from 32 to 96");
+  EXPECT_EQ(describe_head_dims({64, 128, 192, 256}), "every multiple of 64 from 64 to 256");
+  EXPECT_EQ(describe_head_dims({64, 96, 128}), "head dims 64, 96 and 128");
+  EXPECT_EQ(describe_head_dims({24, 40, 56, 72}), "head dims 24, 40, 56 and 72");  // not multiples of their step
 }

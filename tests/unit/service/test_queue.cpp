@@ -64,8 +64,8 @@ TEST(ServiceQueue, DefaultSpacesAreTheTemplatesThatServeTheProblem) {
             (std::vector<std::string>{"flash_fwd_mma"}));
   // A head dim no template builds: the error says which templates and why not.
   try {
-    service::default_spaces(Problem::parse("b=4,h=32,hkv=8,s=2048,sk=10240,d=96,dtype=bf16,causal=1"));
-    ADD_FAILURE() << "d=96 has no template";
+    service::default_spaces(Problem::parse("b=4,h=32,hkv=8,s=2048,sk=10240,d=88,dtype=bf16,causal=1"));
+    ADD_FAILURE() << "d=88 has no template";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("no template serves"), std::string::npos) << e.what();
   }
@@ -222,7 +222,7 @@ TEST(ServiceCli, BadInputIsOneLineAndLeavesTheDatabaseAlone) {
   ASSERT_EQ(run_attntune("submit --db " + db + " --problem b=1,h=8,s=512,d=64,dtype=bf16,causal=1").rc, 0);
   const std::string before = test::read_bytes(db);
   for (const std::string& args : std::vector<std::string>{
-           " --problem b=4,h=32,hkv=8,s=2048,sk=10240,d=96,dtype=bf16,causal=1,page=64",  // nothing serves d=96
+           " --problem b=4,h=32,hkv=8,s=2048,sk=10240,d=88,dtype=bf16,causal=1,page=64",  // nothing serves d=88 (no multiple of 16)
         " --problem b=1,h=8,s=512,d=64,dtype=bf16,causal=1 --budget-evals -1",
         " --problem b=1,h=8,s=512,d=64,dtype=bf16,causal=1 --max-seconds nan",
         " --problem b=1,h=8,s=512,d=64,dtype=bf16,causal=1 --shard 3/2",

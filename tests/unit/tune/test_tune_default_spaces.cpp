@@ -16,9 +16,9 @@ namespace {
 TEST(TuneDefaultSpaces, AProblemNoTemplateServesNamesEachReason) {
   TempDir dir;
   const std::string db = dir.file("t.db");
-  const auto r = testing::run_attntune("tune --problem b=1,h=8,s=64,d=96,dtype=bf16,causal=0 --db " + db);
+  const auto r = testing::run_attntune("tune --problem b=1,h=8,s=64,d=88,dtype=bf16,causal=0 --db " + db);
   EXPECT_EQ(r.rc, 2) << r.err;
-  EXPECT_NE(r.err.find("no template serves b=1,h=8,hkv=8,s=64,sk=64,d=96,dtype=bf16,causal=0"), std::string::npos)
+  EXPECT_NE(r.err.find("no template serves b=1,h=8,hkv=8,s=64,sk=64,d=88,dtype=bf16,causal=0"), std::string::npos)
       << r.err;
   for (const char* family : {"flash_fwd_mma", "flash_fwd_wgmma", "flash_decode"})
     EXPECT_NE(r.err.find(family), std::string::npos) << family << " is not named in: " << r.err;
