@@ -24,31 +24,47 @@ namespace {
 constexpr const char* kTorchFiles[] = {"pyproject.toml", "attntune/__init__.py", "attntune/_build.py",
                                        "attntune/_ops.cpp"};
 
-// The regimes whose problems `space` tunes, in the words of coverage_plan(): whether it accepts one
-// problem of each (its support's first head dim and dtype), problem constraints included: a
-// family's problem section says d and dtype and the variants, but only its constraints say that
-// flash_decode tunes no prefill and the prefill families no decode, and coverage_plan must not
-// offer a windowed prefill problem because flash_decode tunes windows.
-std::vector<std::string> tuned_regimes(const SearchSpace& space) {
-  std::string d = "128", dtype = "bf16";
+// One problem of each regime, in the words of coverage_plan(), at head dim d and dtype.
+std::vector<std::pair<const char*, std::string>> regime_problems(const std::string& d, const std::string& dtype) {
+  const std::string shape = fmt::format(",d={},dtype={}", d, dtype);
+  return {{"prefill", "b=1,h=8,hkv=8,s=1024,sk=1024" + shape + ",causal=1"},
+          {"decode", "b=8,h=8,hkv=8,s=1,sk=4096" + shape + ",causal=0,page=16"},
+          {"chunk", "b=2,h=8,hkv=8,s=512,sk=4096" + shape + ",causal=1,page=64"},
+          {"varlen", "b=4,h=8,hkv=8,s=512,sk=512" + shape + ",causal=1,varlen=4"}};
+}
+
+bool tunes(const SearchSpace& space, const std::string& spec) {
+  try {
+    space.check_problem(Problem::parse(spec), space.default_arch());
+    return true;
+  } catch (const InputError&) {
+    return false;  // the family does not tune it
+  }
+}
+
+// What `space` tunes, problem constraints included: its problem section says d, dtype and the
+// variants, but only its constraints say that flash_decode tunes no prefill and the prefill families
+// no decode (coverage_plan must not offer a windowed prefill problem because flash_decode tunes
+// windows), and which listed head dims a family refuses (a multiple of 8 that is no multiple of 16).
+struct Tuned {
+  std::vector<std::string> d;        // the head dims some regime's problem is tuned at
+  std::vector<std::string> regimes;  // the regimes tuned at the first of them
+};
+Tuned tuned(const SearchSpace& space) {
+  std::vector<std::string> ds = {"128"};
+  std::string dtype = "bf16";
   for (const auto& [field, values] : space.problem_support()) {
-    if (field == "d" && !values.empty()) d = values.front();
+    if (field == "d" && !values.empty()) ds = values;
     if (field == "dtype" && !values.empty()) dtype = values.front();
   }
-  const std::string shape = fmt::format(",d={},dtype={}", d, dtype);
-  const std::pair<const char*, std::string> regimes[] = {
-      {"prefill", "b=1,h=8,hkv=8,s=1024,sk=1024" + shape + ",causal=1"},
-      {"decode", "b=8,h=8,hkv=8,s=1,sk=4096" + shape + ",causal=0,page=16"},
-      {"chunk", "b=2,h=8,hkv=8,s=512,sk=4096" + shape + ",causal=1,page=64"},
-      {"varlen", "b=4,h=8,hkv=8,s=512,sk=512" + shape + ",causal=1,varlen=4"}};
-  std::vector<std::string> out;
-  for (const auto& [regime, spec] : regimes) {
-    try {
-      space.check_problem(Problem::parse(spec), space.default_arch());
-      out.push_back(regime);
-    } catch (const InputError&) {
-      // the family does not tune this regime
-    }
+  Tuned out;
+  for (const std::string& d : ds) {
+    std::vector<std::string> regimes;
+    for (const auto& [regime, spec] : regime_problems(d, dtype))
+      if (tunes(space, spec)) regimes.push_back(regime);
+    if (regimes.empty()) continue;
+    if (out.d.empty()) out.regimes = regimes;
+    out.d.push_back(d);
   }
   return out;
 }
@@ -64,8 +80,9 @@ std::string tuner_support_json() {
     nlohmann::ordered_json support = nlohmann::ordered_json::object();
     // The problem fields the family restricts: d, dtype, causal where it matters, and each variant
     // (window, softcap, sinks: ["0"] or ["0", "1"], from its problem section).
-    for (const auto& [field, values] : space->problem_support()) support[field] = values;
-    out["families"].push_back({{"family", family}, {"support", support}, {"regimes", tuned_regimes(*space)}});
+    const Tuned t = tuned(*space);
+    for (const auto& [field, values] : space->problem_support()) support[field] = field == "d" ? t.d : values;
+    out["families"].push_back({{"family", family}, {"support", support}, {"regimes", t.regimes}});
   }
   return out.dump(2) + "\n";
 }
