@@ -623,28 +623,26 @@ const std::vector<int>& supported_head_dims() {
   // when some family serves its prefill and some its decode (the regimes every plan has), on the
   // space's highest arch.
   static const std::vector<int> kDims = [] {
+    std::vector<SearchSpace> spaces;  // parsed once, not once a dim
+    for (const std::string& family : known_families())
+      if (std::optional<SearchSpace> space = SearchSpace::shipped(family)) spaces.push_back(std::move(*space));
+    const auto served = [&](const std::string& spec) {
+      const Problem p = Problem::parse(spec);
+      return std::any_of(spaces.begin(), spaces.end(), [&](const SearchSpace& space) {
+        try {
+          check_family_serves(space.family(), p);
+          space.check_problem(p, space.default_arch());
+          return true;
+        } catch (const InputError&) {
+          return false;
+        }
+      });
+    };
     std::vector<int> out;
-    for (int d = 8; d <= 1024; d += 8) {
-      bool prefill = false, decode = false;
-      const Problem pre = Problem::parse(fmt::format("b=1,h=8,s=1024,d={},dtype=bf16,causal=1", d));
-      const Problem dec = Problem::parse(fmt::format("b=1,h=8,s=1,sk=1024,d={},dtype=bf16,causal=0", d));
-      for (const std::string& family : known_families()) {
-        const std::optional<SearchSpace> space = SearchSpace::shipped(family);
-        if (!space) continue;
-        const auto serves = [&](const Problem& p) {
-          try {
-            check_family_serves(family, p);
-            space->check_problem(p, space->default_arch());
-            return true;
-          } catch (const InputError&) {
-            return false;
-          }
-        };
-        prefill = prefill || serves(pre);
-        decode = decode || serves(dec);
-      }
-      if (prefill && decode) out.push_back(d);
-    }
+    for (int d = 8; d <= 1024; d += 8)
+      if (served(fmt::format("b=1,h=8,s=1024,d={},dtype=bf16,causal=1", d)) &&
+          served(fmt::format("b=1,h=8,s=1,sk=1024,d={},dtype=bf16,causal=0", d)))
+        out.push_back(d);
     return out;
   }();
   return kDims;
