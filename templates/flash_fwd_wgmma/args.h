@@ -6,10 +6,55 @@
 
 #include "../common/tma_desc.h"
 
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define ATT_WGMMA_FN __host__ __device__ __forceinline__
+#else
+#define ATT_WGMMA_FN inline
+#endif
+
 namespace att {
 
-// Tensor maps over Q, K, V as 4-d tensors (head_dim, seqlen, heads, batch), box (64, rows): Q's
-// box is kBlockM rows, K's and V's kBlockN. The launch plan encodes them per call.
+// ---- the tiles' shared-memory layout, as TMA writes it and wgmma reads it ----
+// Every Q, K and V tile is [column block][row][wgmma_tile::cols(head_dim) elements]: each TMA box
+// is one column block (box (cols, rows)), its rows of 2 * cols bytes swizzled by TMA in 16-byte
+// chunks over that span (CU_TENSOR_MAP_SWIZZLE_128B / 64B / 32B: chunk ^= (row & 7), ((row >> 1)
+// & 3), ((row >> 2) & 1), an atom of 8 rows: 1024, 512 or 256 bytes), which is the wgmma
+// descriptors' layout type of the same span. One span for the whole tile, the widest that divides
+// the head dim: 64 columns (128 B) when head_dim % 64 == 0 (d = 64, 128, 192, 256: the layout
+// before other head dims), 32 (64 B) when head_dim % 32 == 0 (32, 96, 160, 224), else 16 (32 B:
+// 48, 80, 112, 144, 176, 208, 240). Tile and column-block starts are multiples of the atom (rows
+// come in multiples of 16; the kernel aligns the first tile to 1024).
+namespace wgmma_tile {  // (launch.h includes every family's args.h into one program: names inside)
+ATT_WGMMA_FN constexpr int cols(int head_dim) { return head_dim % 64 == 0 ? 64 : head_dim % 32 == 0 ? 32 : 16; }
+ATT_WGMMA_FN constexpr int swizzle_bytes(int head_dim) { return 2 * cols(head_dim); }
+
+// wgmma's shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): the start address
+// >> 4 (bits 0-13), the leading and stride byte offsets >> 4 (bits 16-29, 32-45), the base offset 0
+// (the atoms start aligned) and the layout type in bits 62-63 (1: 128B swizzle, 2: 64B, 3: 32B).
+// For a swizzled K-major operand (Q and K in Q.K^T) the leading offset is unused (1 by convention,
+// 16 bytes) and the stride offset steps between groups of 8 rows: the atom, 8 * swizzle bytes. For a
+// swizzled MN-major operand (V in P.V, N = head_dim across the column blocks) the leading offset
+// steps between column blocks of N (swizzle bytes / 2 elements each) and the stride offset between
+// groups of 8 keys (K): again the atom (CUTLASS's cute/atom/mma_traits_sm90_gmma.hpp, make_gmma_desc).
+ATT_WGMMA_FN constexpr unsigned long long desc(unsigned addr, unsigned lead_bytes, unsigned stride_bytes,
+                                              int swizzle_bytes) {
+  return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) |
+         (static_cast<unsigned long long>(lead_bytes >> 4) << 16) |
+         (static_cast<unsigned long long>(stride_bytes >> 4) << 32) |
+         (static_cast<unsigned long long>(swizzle_bytes == 128 ? 1 : swizzle_bytes == 64 ? 2 : 3) << 62);
+}
+// What a k16 step adds to a descriptor's start address, in bytes. Q.K^T's step kk (head_dim
+// columns 16kk..16kk+15, K-major): column block 16kk / cols, 32 bytes per step inside its row. P.V's
+// step kk (keys 16kk..16kk+15, V MN-major): 16 rows of 2 * cols bytes.
+ATT_WGMMA_FN constexpr int qk_step_bytes(int kk, int cols, int col_block_bytes) {
+  return (kk * 16 / cols) * col_block_bytes + (kk * 16 % cols) * 2;
+}
+ATT_WGMMA_FN constexpr int pv_step_bytes(int kk, int cols) { return kk * 16 * cols * 2; }
+}  // namespace wgmma_tile
+
+// Tensor maps over Q, K, V as 4-d tensors (head_dim, seqlen, heads, batch), box
+// (wgmma_tile::cols(head_dim), rows), swizzle wgmma_tile::swizzle_bytes(head_dim): Q's box is kBlockM
+// rows, K's and V's kBlockN (or kv_box_rows). The launch plan encodes them per call.
 struct TmaMaps {
   TmaDesc q, k, v;
   // Stream-K tail (Traits::kSplitTail): the last split_tail work tiles of a persistent grid are
@@ -26,7 +71,7 @@ struct TmaMaps {
   // in length and the SMs end unevenly).
   int* tile_count;
   // A kvcache build with a page table: K/V rows per TMA box, gcd(page_size, BLOCK_N) (a box stays
-  // within a page and a tile is whole boxes; a multiple of 8, the 128-byte swizzle atom). Then the
+  // within a page and a tile is whole boxes; a multiple of 8, the swizzle atom's rows in every span). Then the
   // K and V maps are (head_dim, page_size, heads_kv, pages). 0 otherwise.
   int kv_box_rows;
   // A varlen build's order of the work tiles, longest sequences first (flash_fwd_wgmma_varlen_order

@@ -34,7 +34,7 @@ __device__ __forceinline__ void quad_transpose(u32 (&v)[4], int t) {
 // A finished work tile's rows of one consumer warpgroup, ready to store: O / l in the output
 // dtype (this thread's 8-column chunks), LSE in natural log, and where they go.
 struct OutRows {
-  uint4 vec[2][T::kHeadDim / 32];
+  uint4 vec[2][T::kOutGroups];
   float lse[2];
   int row0, head, batch;  // this thread's first row, and row0 + 8
   int q0, len_q;          // varlen: the sequence's first packed row and its length
@@ -44,6 +44,8 @@ struct OutRows {
 // quad holds columns 8c + 2t, +1 of every 8-column chunk c; a 4x4 transpose over the quad hands
 // it all 8 columns of chunk 4q + t. A quarter of the store instructions of 4-byte stores, and
 // full 32-byte sectors (those took ~2 us of a 56 us work tile at s=4096, docs/log/WGMMA.md run 30).
+// A head dim of 16 mod 32 (48, 80, 112, ...) ends in a group of two chunks: transposed with zeros
+// for the missing two, so that threads 0 and 1 of the quad hold them (epilogue_store stores theirs).
 // Sinks (Traits::kSinks): the head's logit `sink` joins each row's denominator (variants.cuh,
 // sink_finish), and a row that saw no key outputs zeros with LSE = sink.
 __device__ __forceinline__ void epilogue_pack(const float (&o)[T::kHeadDim / 2], const float (&m)[2], float (&l)[2],
@@ -65,11 +67,15 @@ __device__ __forceinline__ void epilogue_pack(const float (&o)[T::kHeadDim / 2],
       out.lse[h] = seen ? (m[h] + lg2(l[h])) * 0.6931471805599453f : neg_inf();
     }
 #pragma unroll
-    for (int q = 0; q < T::kHeadDim / 32; ++q) {
+    for (int q = 0; q < T::kOutGroups; ++q) {
       u32 v[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        v[j] = pack2<T::kBf16>(o[4 * (4 * q + j) + 2 * h] * inv, o[4 * (4 * q + j) + 2 * h + 1] * inv);
+      for (int j = 0; j < 4; ++j) {
+        if (4 * q + j < T::kHeadDim / 8)
+          v[j] = pack2<T::kBf16>(o[4 * (4 * q + j) + 2 * h] * inv, o[4 * (4 * q + j) + 2 * h + 1] * inv);
+        else
+          v[j] = 0u;  // past the head dim (its last group of two chunks)
+      }
       quad_transpose(v, t);
       out.vec[h][q] = make_uint4(v[0], v[1], v[2], v[3]);
     }
@@ -113,7 +119,11 @@ __device__ __forceinline__ void epilogue_store(const AttnParams& p, const OutRow
     const bool in = any && row < rows;
     elem_t* orow = base + row * p.o_stride[2] + 8 * t;
 #pragma unroll
-    for (int q = 0; q < T::kHeadDim / 32; ++q) st_global_v4_if(orow + 32 * q, out.vec[h][q], in);
+    for (int q = 0; q < T::kOutGroups; ++q) {
+      // Thread t holds columns 32q + 8t..+7: all of them in a whole group, t < 2 in a last half one.
+      const bool cols = T::kHeadDim % 32 == 0 || q < T::kHeadDim / 32 || t < (T::kHeadDim % 32) / 8;
+      st_global_v4_if(orow + 32 * q, out.vec[h][q], in && cols);
+    }
     st_global_f32_if(p.lse + lse_row + row, out.lse[h], in && p.lse && t == 0);
   }
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Writes wgmma.cuh: one wrapper per wgmma shape the family uses (m64nNk16, fp32 accumulators).
+"""Writes wgmma.cuh: one wrapper per wgmma shape the family uses (m64nNk16, fp32 accumulators): N =
+block_n (64..256) for Q.K^T, N = head_dim (32..256, multiples of 16) for P.V.
 The accumulator operand lists are long (N/2 registers), so they are generated, not typed.
 Run: python3 templates/flash_fwd_wgmma/gen_wgmma.py > templates/flash_fwd_wgmma/wgmma.cuh"""
-NS = [64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256]
+NS = [32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256]
 
 def operands(n, first):
     return ", ".join(f"%{first + i}" for i in range(n))

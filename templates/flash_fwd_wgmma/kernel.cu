@@ -1,7 +1,8 @@
 // flash_fwd_wgmma: FlashAttention-3-class forward attention for Hopper (sm_90a).
 //
 // One CTA owns kBlockM query rows of one (batch, head); 64 rows per consumer warpgroup (wgmma is
-// m64). K and V tiles arrive by TMA (cp.async.bulk.tensor, 128-byte swizzle) into two rings of
+// m64). K and V tiles arrive by TMA (cp.async.bulk.tensor; column blocks swizzled over 128, 64 or
+// 32 bytes as the head dim allows: args.h, wgmma_tile) into two rings of
 // kStages shared-memory tiles, each stage guarded by a "full" mbarrier (TMA bytes landed) and an
 // "empty" one (every consumer warp done reading). Per K/V tile j a consumer warpgroup runs
 //   S = Q K_j^T           wgmma, A (Q) and B (K) from shared memory

@@ -20,8 +20,8 @@
 // or multicast) serves
 // attntune_attention_forward_kvcache: with a page table, K and V maps over the pages
 // (head_dim, page_size, heads_kv, pages) in boxes of gcd(page_size, BLOCK_N) rows (page_size a
-// multiple of 8); without, the dense maps over seqlen_k_max rows. Each tile's keys come from
-// cache_seqlens in the kernel.
+// multiple of 8: the swizzle atom's rows); without, the dense maps over seqlen_k_max rows. Each
+// tile's keys come from cache_seqlens in the kernel.
 #ifndef ATTNTUNE_FLASH_FWD_WGMMA_LAUNCH_H
 #define ATTNTUNE_FLASH_FWD_WGMMA_LAUNCH_H
 
@@ -81,8 +81,8 @@ struct FlashFwdWgmmaLaunch {
     const bool paged = entry == kEntryKvcache && call.block_table;
     if (paged && call.page_size % 8 != 0)
       return refuse(why,
-                    "flash_fwd_wgmma reads K/V pages in TMA boxes of whole 128-byte swizzle atoms (8 rows): "
-                    "page_size %d is not a multiple of 8",
+                    "flash_fwd_wgmma reads K/V pages in TMA boxes of whole swizzle atoms (8 rows, whatever the "
+                    "head dim's swizzle span): page_size %d is not a multiple of 8",
                     call.page_size);
     // Rows of each tensor along its row dimension, and the batch the maps step along (varlen: the
     // packed rows, one batch; pages: a page's rows, and the pages, as many as a map allows: the
@@ -161,25 +161,29 @@ struct FlashFwdWgmmaLaunch {
         }
       }
     }
-    // Q, K and V: box (64 columns, rows); no keys: no tile loads K or V (every row outputs zeros and
-    // LSE -inf), but the maps must still be valid descriptors and k and v may be NULL: q stands in.
+    // Q, K and V: box (one column block: wgmma_tile::cols(head_dim) columns, rows), swizzled over its
+    // row (args.h); no keys: no tile loads K or V (every row outputs zeros and LSE -inf), but the maps
+    // must still be valid descriptors and k and v may be NULL: q stands in.
+    const unsigned cols = static_cast<unsigned>(att::wgmma_tile::cols(head_dim));
+    const int swizzle = att::wgmma_tile::swizzle_bytes(head_dim);
     p->maps = 3;
     p->map[0] = operand_map("q", call.q, call.q_stride, static_cast<int>(q_rows), call.heads_q, map_batch,
-                            call.head_dim, 64, static_cast<unsigned>(block_m), bf16);
+                            call.head_dim, cols, static_cast<unsigned>(block_m), bf16, swizzle);
     if (kv_rows > 0 && paged) {
       const unsigned rows = static_cast<unsigned>(kv_box_rows(call));
       p->map[1] = operand_map("k (pages)", call.k, call.k_stride, call.page_size, call.heads_kv, kMaxPages,
-                              call.head_dim, 64, rows, bf16);
+                              call.head_dim, cols, rows, bf16, swizzle);
       p->map[2] = operand_map("v (pages)", call.v, call.v_stride, call.page_size, call.heads_kv, kMaxPages,
-                              call.head_dim, 64, rows, bf16);
+                              call.head_dim, cols, rows, bf16, swizzle);
     } else if (kv_rows > 0) {
       p->map[1] = operand_map("k", call.k, call.k_stride, static_cast<int>(kv_rows), call.heads_kv, map_batch,
-                              call.head_dim, 64, static_cast<unsigned>(block_n), bf16);
+                              call.head_dim, cols, static_cast<unsigned>(block_n), bf16, swizzle);
       p->map[2] = operand_map("v", call.v, call.v_stride, static_cast<int>(kv_rows), call.heads_kv, map_batch,
-                              call.head_dim, 64, static_cast<unsigned>(block_n), bf16);
+                              call.head_dim, cols, static_cast<unsigned>(block_n), bf16, swizzle);
     } else {
       p->map[1] = operand_map("k (q standing in: seqlen_k is 0)", call.q, call.q_stride, static_cast<int>(q_rows),
-                              call.heads_q, map_batch, call.head_dim, 64, static_cast<unsigned>(block_n), bf16);
+                              call.heads_q, map_batch, call.head_dim, cols, static_cast<unsigned>(block_n), bf16,
+                              swizzle);
       p->map[2] = p->map[1];
     }
     return 0;

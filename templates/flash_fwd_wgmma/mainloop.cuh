@@ -44,6 +44,23 @@ __device__ __forceinline__ long long global_ns() {
 #endif
 
 // ---- producer side: one thread issues every copy ----
+// The column blocks of a tile, one TMA box each: unrolled, but for the dense persistent causal grid
+// (dynamic tiles) past 4 blocks (d = 80, 112, 144, 160, 176, 208, 224, 240: 5 to 15 blocks of 32- or
+// 64-byte rows), in a loop: there the unrolled copies spilled the producer's 24 registers (20 bytes
+// at d = 112, 144, 176, 208, 224) and the loop does not; in the other modes (multicast, the split
+// tail, varlen) it was the other way round (8-44 bytes with the loop, none unrolled; ptxas, CUDA 13.0).
+// d % 64 == 0 (at most 4 blocks) never loops: its code is as before.
+constexpr bool kColBlockLoop = T::kColBlocks > 4 && T::kDynamicTiles && !T::kVarlen && !T::kKvcache;
+template <class F>
+__device__ __forceinline__ void for_col_blocks(F&& f) {
+  if constexpr (!kColBlockLoop) {
+#pragma unroll
+    for (int cb = 0; cb < T::kColBlocks; ++cb) f(cb);
+  } else {
+#pragma unroll 1
+    for (int cb = 0; cb < T::kColBlocks; ++cb) f(cb);
+  }
+}
 // Q rows from row0. kKvMulticast's padding block (past seqlen_q, rows nobody stores) loads from
 // the last row on instead: a box that starts past the tensor's end is not one TMA promises to
 // fill, and branching around the load spilled the producer's 24 registers at d=64.
@@ -53,13 +70,12 @@ __device__ __forceinline__ void load_q(const Smem& sm, const TmaMaps& maps, cons
                                        int batch, int q_start = 0) {
   const int row0 = T::kKvMulticast ? min(m_block * T::kBlockM, p.seqlen_q - 1) : m_block * T::kBlockM;
   mbar_arrive_expect_tx(sm.q_full(), T::kQBytes);
-#pragma unroll
-  for (int cb = 0; cb < T::kColBlocks; ++cb) {
+  for_col_blocks([&](int cb) {
     if constexpr (T::kVarlen)
-      tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * 64, q_start + row0, head, 0);
+      tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * T::kCols, q_start + row0, head, 0);
     else
-      tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * 64, row0, head, batch);
-  }
+      tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * T::kCols, row0, head, batch);
+  });
 }
 
 // With kKvMulticast the cluster's rank-0 CTA loads every tile into both CTAs, and each CTA's full
@@ -69,16 +85,15 @@ __device__ __forceinline__ void load_q(const Smem& sm, const TmaMaps& maps, cons
 __device__ __forceinline__ void load_kv_tile(u32 dst, u32 full, const TmaDesc* desc, int tile, int kv_head, int batch) {
   mbar_arrive_expect_tx(full, T::kKVBytes);
   if (T::kKvMulticast && cluster_ctarank() != 0) return;
-#pragma unroll
-  for (int cb = 0; cb < T::kColBlocks; ++cb) {
+  for_col_blocks([&](int cb) {
     if constexpr (T::kVarlen)
-      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * 64, batch + tile * T::kBlockN, kv_head, 0);
+      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * T::kCols, batch + tile * T::kBlockN, kv_head, 0);
     else if (T::kKvMulticast)
-      tma_load_4d_multicast(dst + cb * T::kKVColBlockBytes, desc, full, (1 << T::kCluster) - 1, cb * 64,
+      tma_load_4d_multicast(dst + cb * T::kKVColBlockBytes, desc, full, (1 << T::kCluster) - 1, cb * T::kCols,
                             tile * T::kBlockN, kv_head, batch);
     else
-      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * 64, tile * T::kBlockN, kv_head, batch);
-  }
+      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * T::kCols, tile * T::kBlockN, kv_head, batch);
+  });
 }
 
 // Kvcache with a page table: K/V tile `tile` of sequence `batch` (len_k keys) as boxes of
@@ -94,13 +109,13 @@ __device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
 __device__ __forceinline__ void load_kv_paged(u32 dst, u32 full, const TmaDesc* desc, const AttnParams& p,
                                               const TmaMaps& maps, int tile, int kv_head, int batch, int len_k) {
   const int rows = maps.kv_box_rows, end = min((tile + 1) * T::kBlockN, len_k), row0 = batch * p.max_blocks_per_seq;
-  for (int j = tile * T::kBlockN; j < end; j += rows, dst += rows * 128) {
+  for (int j = tile * T::kBlockN; j < end; j += rows, dst += rows * T::kRowBytes) {
     const int page = p.page_mul ? static_cast<int>(__umulhi(static_cast<unsigned>(j), p.page_mul) >> p.page_shift) : j;
     const int pg = __ldg(p.block_table + (row0 + page)), pr = j - page * p.page_size;
-    mbar_expect_tx(full, static_cast<u32>(rows * 128 * T::kColBlocks));
+    mbar_expect_tx(full, static_cast<u32>(rows * T::kRowBytes * T::kColBlocks));
 #pragma unroll
     for (int cb = 0; cb < T::kColBlocks; ++cb)
-      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * 64, pr, kv_head, pg);
+      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * T::kCols, pr, kv_head, pg);
   }
   mbar_arrive(full);
 }
@@ -125,14 +140,15 @@ __device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, con
 // ---- consumer side ----
 // Kvcache: rows [valid, kBlockN) of the V stage at `v` (every column block) set to zero by the 128
 // threads of consumer warpgroup cw, made visible to wgmma (the async proxy) and waited for by the
-// warpgroup (its named barrier, kNamedWarpgroup + cw). Whole 128-byte rows: the swizzle only
+// warpgroup (its named barrier, kNamedWarpgroup + cw). Whole rows (kRowBytes): the swizzle only
 // permutes the 16-byte chunks inside a row. Every consumer warpgroup that reads the tile writes
 // the same zeros.
 __device__ __forceinline__ void zero_v_tail(u32 v, int valid, int cw) {
-  const int per_block = (T::kBlockN - valid) * 8;  // 16-byte chunks past `valid` in one column block
+  constexpr int kRowChunks = T::kRowBytes / 16;
+  const int per_block = (T::kBlockN - valid) * kRowChunks;  // 16-byte chunks past `valid` in one column block
   for (int i = threadIdx.x % 128; i < per_block * T::kColBlocks; i += 128) {
     const int cb = i / per_block, c = i - cb * per_block;
-    const u32 addr = v + cb * T::kKVColBlockBytes + (valid * 8 + c) * 16;
+    const u32 addr = v + cb * T::kKVColBlockBytes + (valid * kRowChunks + c) * 16;
     asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
   }
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -156,20 +172,21 @@ __device__ __forceinline__ void gemm_qk(float (&s)[T::kBlockN / 2], u64 q_desc, 
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < T::kKSteps; ++kk) {
-    // k-step kk: column block kk/4, 32 bytes per 16 elements inside the 128-byte row.
-    const u64 q_off = ((kk / 4) * T::kQColBlockBytes + (kk % 4) * 32) >> 4;
-    const u64 k_off = ((kk / 4) * T::kKVColBlockBytes + (kk % 4) * 32) >> 4;
+    // k-step kk: column block 16kk / kCols, 32 bytes per 16 elements inside the row (args.h).
+    const u64 q_off = wgmma_tile::qk_step_bytes(kk, T::kCols, T::kQColBlockBytes) >> 4;
+    const u64 k_off = wgmma_tile::qk_step_bytes(kk, T::kCols, T::kKVColBlockBytes) >> 4;
     Wgmma<W>::ss(first_cols<W>(s), q_desc + q_off, k_desc + k_off, kk > 0);
   }
   wgmma_commit();
 }
 
-// O += P V for one V stage; P's k-step kk covers keys 16kk..16kk+15, V rows of 128 bytes.
+// O += P V for one V stage; P's k-step kk covers keys 16kk..16kk+15, V rows of kRowBytes.
 template <int W = T::kBlockN>
 __device__ __forceinline__ void gemm_pv(float (&o)[T::kHeadDim / 2], const u32 (&pa)[T::kPSteps][4], u64 v_desc) {
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < W / 16; ++kk) Wgmma<T::kHeadDim>::rs(o, pa[kk], v_desc + ((kk * 16 * 128) >> 4), 1);
+  for (int kk = 0; kk < W / 16; ++kk)
+    Wgmma<T::kHeadDim>::rs(o, pa[kk], v_desc + (wgmma_tile::pv_step_bytes(kk, T::kCols) >> 4), 1);
   wgmma_commit();
 }
 
@@ -399,9 +416,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   if (n > 0) {
     mbar_wait(sm.q_full(), q_phase);
     ATT_MARK(trace_k, 1, clock64());
-    const u64 q_desc = smem_desc_sw128(sm.q + cw * 64 * 128, 16, 1024);
-    auto k_desc = [&](int st) { return smem_desc_sw128(sm.k + st * T::kKVBytes, 16, 1024); };
-    auto v_desc = [&](int st) { return smem_desc_sw128(sm.v + st * T::kKVBytes, T::kKVColBlockBytes, 1024); };
+    // Descriptors (args.h, wgmma_tile::desc): Q and K K-major (8-row groups an atom apart), V MN-major
+    // (column blocks of N kKVColBlockBytes apart, 8-key groups an atom apart); warpgroup cw's Q rows
+    // start cw * 64 rows into each column block.
+    const u64 q_desc = wgmma_tile::desc(sm.q + cw * 64 * T::kRowBytes, 16, T::kAtomBytes, T::kRowBytes);
+    auto k_desc = [&](int st) { return wgmma_tile::desc(sm.k + st * T::kKVBytes, 16, T::kAtomBytes, T::kRowBytes); };
+    auto v_desc = [&](int st) {
+      return wgmma_tile::desc(sm.v + st * T::kKVBytes, T::kKVColBlockBytes, T::kAtomBytes, T::kRowBytes);
+    };
     auto needs_mask = [&](int tile) {
       return (tile + 1) * T::kBlockN > kv_min || (T::kWindow && tile * T::kBlockN < kv_left);
     };

@@ -5,6 +5,7 @@
 #define ATTNTUNE_FLASH_FWD_WGMMA_TRAITS_CUH
 
 #include "../common/variants.cuh"
+#include "args.h"
 #include "scheduler.h"
 
 namespace att {
@@ -114,16 +115,24 @@ struct Traits {
   static constexpr int kConsumerWgs = kBlockM / 64;  // wgmma is m64: one warpgroup per 64 rows
   static constexpr int kConsumerThreads = kConsumerWgs * 128;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialize ? 128 : 0);
-  static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte swizzled column blocks per row
+  // Shared memory: every tile is [column block][row][kCols elements] (args.h, wgmma_tile::cols): rows of
+  // kRowBytes swizzled by TMA over that span (128, 64 or 32 bytes: d % 64 == 0, d % 32 == 0, else),
+  // in atoms of 8 rows (kAtomBytes); the wgmma descriptors take the same span. The first tile starts
+  // 1024-aligned and every tile and column block at a multiple of the atom. Barriers after the tiles.
+  static constexpr int kCols = wgmma_tile::cols(kHeadDim);  // elements per column block (a TMA box's width)
+  static constexpr int kRowBytes = 2 * kCols;             // = the swizzle span
+  static constexpr int kAtomBytes = 8 * kRowBytes;        // the swizzle pattern's period: 8 rows
+  static constexpr int kColBlocks = kHeadDim / kCols;     // swizzled column blocks per row
   static constexpr int kKSteps = kHeadDim / 16;     // k16 steps of Q.K^T
   static constexpr int kPSteps = kBlockN / 16;      // k16 steps of P.V
   static constexpr int kNarrowW = kNarrowN > 0 ? kNarrowN : kBlockN;  // the narrow tile's width
-  // Shared memory: every tile is [column block][row][64 elements], 128-byte rows swizzled by
-  // TMA in 1024-byte atoms; tiles start 1024-aligned. Barriers after the tiles.
+  // The epilogue's 16-byte stores: a quad's 4 threads store 32 columns, so head_dim / 32 groups and,
+  // when head_dim % 32 == 16, a last group of 16 columns that threads 0 and 1 store.
+  static constexpr int kOutGroups = (kHeadDim + 31) / 32;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K or V stage
-  static constexpr int kQColBlockBytes = kBlockM * 128;
-  static constexpr int kKVColBlockBytes = kBlockN * 128;
+  static constexpr int kQColBlockBytes = kBlockM * kRowBytes;
+  static constexpr int kKVColBlockBytes = kBlockN * kRowBytes;
   static constexpr int kOffK = kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
   static constexpr int kOffBars = kOffV + kStages * kKVBytes;
@@ -158,7 +167,11 @@ struct Traits {
   static constexpr int kPingPongThreads = 256;  // a warpgroup syncs with the one before it
   static_assert(kNamedWarpgroup + kConsumerWgs <= 16, "16 named barriers");
 
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim 64, 128 or 256");
+  static_assert(kHeadDim % 16 == 0 && kHeadDim >= 32 && kHeadDim <= 256,
+                "head_dim: a multiple of 16 (Q.K^T's k-step) in [32, 256] (P.V's wgmma N)");
+  static_assert(kRowBytes == 128 || kRowBytes == 64 || kRowBytes == 32, "a TMA / wgmma swizzle span");
+  static_assert(kQColBlockBytes % kAtomBytes == 0 && kKVColBlockBytes % kAtomBytes == 0 && 1024 % kAtomBytes == 0,
+                "tiles and column blocks start at whole swizzle atoms");
   static_assert(kBlockM % 64 == 0 && kConsumerWgs >= 1 && kConsumerWgs <= 3, "block_m 64, 128 or 192");
   static_assert(kBlockN % 16 == 0 && kBlockN >= 64 && kBlockN <= 256,
                 "block_n: a multiple of 16 (the P.V k-step) in [64, 256] (the wgmma N range)");

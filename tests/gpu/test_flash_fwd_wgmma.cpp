@@ -6,6 +6,10 @@
 // and causality (default 24), plus every ablation step (plain, producer, ping-pong, overlap, both;
 // persistent or not), the ping-pong ring of three warpgroups and four kv_multicast configs (the
 // shapes' odd query-block counts give pairs with an idle block); 0 checks the whole space.
+// Every head dim the space serves: 64, 128, 256 (128-byte swizzle), the users' 96, 80, 112, 192,
+// 160 and 32 (64-, 32-, 128-, 64-, 64-byte spans) each on its own, the other multiples of 16 with a
+// smaller spread; and for the new head dims the KV cache (paged, and the same cache contiguous) and
+// packed batches (varlen), causal and not, persistent and per-tile grids.
 // Skips on GPUs without sm_90a (wgmma).
 #include <cstdlib>
 
@@ -28,7 +32,7 @@ const PropertyShape kShapes[] = {
 
 bool flag(const Config& c, const char* name) { return std::get<bool>(c.at(name)); }
 
-void check_space(int d) {
+void check_space(int d, std::size_t fallback = 24) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   if (props.arch != "sm_90") GTEST_SKIP() << "flash_fwd_wgmma needs sm_90a (Hopper); this GPU is " << props.arch;
@@ -38,7 +42,7 @@ void check_space(int d) {
   Problem causal_base = base;
   causal_base.causal = true;
   const char* env = std::getenv("ATTNTUNE_PROPERTY_SAMPLE");
-  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 24;
+  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : fallback;
   std::vector<Config> configs;
   std::vector<Problem> variants;
   // Non-causal and causal each from their own enumeration (causal adds head_group and drops the
@@ -51,9 +55,10 @@ void check_space(int d) {
       picked = all;
     } else {
       for (std::size_t i = 0; i < n; ++i) picked.push_back(all[i * all.size() / n]);
-      // Each ablation step once, block_n 128 (64 at d=256; both grid modes where the space has
-      // them), and the ping-pong ring of three consumer warpgroups (not at d=256).
-      const std::int64_t block_n = d == 256 ? 64 : 128;
+      // Each ablation step once, block_n 128 (64 past d=192, where 128 does not fit the registers;
+      // both grid modes where the space has them), and the ping-pong ring of three consumer
+      // warpgroups (where it fits: not at d=256).
+      const std::int64_t block_n = d > 192 ? 64 : 128;
       int mc_picked = 0;
       for (const Config& c : all) {
         if (std::get<std::int64_t>(c.at("block_n")) != block_n || std::get<std::int64_t>(c.at("stages")) != 2 ||
@@ -84,6 +89,46 @@ void check_space(int d) {
 
 }  // namespace
 
+// The KV cache (paged with ragged lengths and shuffled pages, each checked again contiguous) and
+// packed ragged batches at head dim d: a spread of each kind's configs plus a persistent grid (tiles
+// from the counter) and the plain schedule (no producer).
+void check_entry_points(int d) {
+  cuda::Context ctx(0);
+  if (cuda::device_props(0).arch != "sm_90") GTEST_SKIP() << "flash_fwd_wgmma needs sm_90a (Hopper)";
+  const std::string arch = "sm_90a";
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_fwd_wgmma.yaml");
+  struct Kind {
+    const char* kind;
+    std::vector<PropertyShape> shapes;
+  };
+  const Kind kinds[] = {
+      {"b=4,h=8,s=512,sk=4096,causal=1,page=64",
+       {{"b=5,h=6,hkv=2,s=300,sk=1000,page=16", Layout::kBHSD}, {"b=3,h=4,hkv=4,s=129,sk=2049,page=64", Layout::kBSHD},
+        {"b=6,h=4,hkv=2,s=40,sk=3001,page=64", Layout::kBHSD}}},
+      {"b=4,h=8,s=512,sk=4096,causal=0,page=64",
+       {{"b=5,h=6,hkv=2,s=300,sk=1000,page=16", Layout::kBSHD}, {"b=3,h=4,hkv=4,s=129,sk=2049,page=64", Layout::kBHSD}}},
+      {"b=4,h=8,s=1024,causal=1,varlen=1",
+       {{"b=5,h=6,hkv=2,s=777,sk=777,varlen=1", Layout::kBSHD}, {"b=3,h=4,hkv=4,s=300,sk=429,varlen=17", Layout::kBHSD}}},
+      {"b=4,h=8,s=1024,causal=0,varlen=1", {{"b=9,h=8,hkv=1,s=1000,sk=1000,varlen=900", Layout::kBSHD}}},
+  };
+  for (const Kind& k : kinds) {
+    SCOPED_TRACE(k.kind);
+    const Problem kind = Problem::parse(fmt::format("{},d={},dtype=bf16", k.kind, d));
+    std::vector<Config> configs;
+    std::vector<Problem> variants;
+    ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, attntune::testing::property_sample(4), configs,
+                                                  variants))
+        << kind.str();
+    for (bool persistent : {true, false}) {
+      ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, 1, configs, variants, [&](const Config& c) {
+        return persistent ? flag(c, "persistent") && flag(c, "warp_specialize") : !flag(c, "warp_specialize");
+      })) << kind.str();
+    }
+    attntune::testing::check_configs(space, configs, variants, k.shapes,
+                                     {"flash_fwd_wgmma entry points", d, arch, 17000, /*require_no_spills=*/true});
+  }
+}
+
 TEST(FlashFwdWgmmaProperty, SampledConfigsD64) {
   ATTNTUNE_REQUIRE_GPU();
   check_space(64);
@@ -97,4 +142,76 @@ TEST(FlashFwdWgmmaProperty, SampledConfigsD128) {
 TEST(FlashFwdWgmmaProperty, SampledConfigsD256) {
   ATTNTUNE_REQUIRE_GPU();
   check_space(256);
+}
+
+// Head dims of other swizzle spans (args.h, wgmma_tile): the users' first.
+TEST(FlashFwdWgmmaProperty, SampledConfigsD96) {  // Phi-3; 64-byte span, 3 column blocks
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(96);
+}
+
+TEST(FlashFwdWgmmaProperty, SampledConfigsD80) {  // 32-byte span, 5 column blocks; a half last store group
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(80);
+}
+
+TEST(FlashFwdWgmmaProperty, SampledConfigsD112) {  // 32-byte span, 7 column blocks
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(112);
+}
+
+TEST(FlashFwdWgmmaProperty, SampledConfigsD192) {  // DeepSeek MLA prefill's qk dim; 128-byte span, 3 blocks
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(192);
+}
+
+TEST(FlashFwdWgmmaProperty, SampledConfigsD160) {  // 64-byte span, 5 column blocks
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(160);
+}
+
+TEST(FlashFwdWgmmaProperty, SampledConfigsD32) {  // 64-byte span, one column block
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(32);
+}
+
+// The rest of the multiples of 16, a smaller spread each.
+TEST(FlashFwdWgmmaProperty, SampledConfigsOtherHeadDims) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (int d : {48, 144, 176, 208, 224, 240}) {
+    SCOPED_TRACE(fmt::format("d={}", d));
+    check_space(d, 6);
+  }
+}
+
+// The KV cache and packed batches at the new head dims (64, 128 and 256: test_prefill_kvcache.cpp,
+// test_prefill_varlen.cpp and the variants' tests).
+TEST(FlashFwdWgmmaProperty, EntryPointsD96) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_entry_points(96);
+}
+
+TEST(FlashFwdWgmmaProperty, EntryPointsD80) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_entry_points(80);
+}
+
+TEST(FlashFwdWgmmaProperty, EntryPointsD112) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_entry_points(112);
+}
+
+TEST(FlashFwdWgmmaProperty, EntryPointsD192) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_entry_points(192);
+}
+
+TEST(FlashFwdWgmmaProperty, EntryPointsD160) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_entry_points(160);
+}
+
+TEST(FlashFwdWgmmaProperty, EntryPointsD32) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_entry_points(32);
 }

@@ -180,3 +180,34 @@ TEST(FlashFwdWgmmaVariants, D256) {
   ATTNTUNE_REQUIRE_GPU();
   check_head_dim(256);
 }
+
+// The new head dims (other swizzle spans: templates/flash_fwd_wgmma/args.h), the users' first.
+TEST(FlashFwdWgmmaVariants, D96) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_head_dim(96);
+}
+
+TEST(FlashFwdWgmmaVariants, D80) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_head_dim(80);
+}
+
+TEST(FlashFwdWgmmaVariants, D112) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_head_dim(112);
+}
+
+TEST(FlashFwdWgmmaVariants, D192) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_head_dim(192);
+}
+
+TEST(FlashFwdWgmmaVariants, D160) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_head_dim(160);
+}
+
+TEST(FlashFwdWgmmaVariants, D32) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_head_dim(32);
+}

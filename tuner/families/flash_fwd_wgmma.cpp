@@ -25,7 +25,10 @@ std::string describe(const Defines& d) {
     s += fmt::format(" in {}-CTA clusters sharing each K/V load (TMA multicast), as many as fit on the device at once",
                      c.cluster);
   s += fmt::format(", {} threads, {} bytes of dynamic shared memory", c.threads, c.smem_bytes);
-  s += fmt::format(", TMA tensor maps with boxes of 64 x {} (q) and 64 x {} (k, v)", c.block_m, c.block_n);
+  // A box is one column block of the tiles (64, 32 or 16 columns as the head dim allows: args.h).
+  const int cols = att::wgmma_tile::cols(c.head_dim);
+  s += fmt::format(", TMA tensor maps with boxes of {} x {} (q) and {} x {} (k, v)", cols, c.block_m, cols, c.block_n);
+  if (cols != 64) s += fmt::format(" swizzled over {} bytes", att::wgmma_tile::swizzle_bytes(c.head_dim));
   if (c.split_tail)
     s += "; the last partial round of work tiles shared out by K/V iterations (a workspace this file keeps per "
          "device and stream, allocated on a stream's first such call)";

@@ -372,6 +372,53 @@ TEST(FlashFwdWgmmaSpace, SoftcapLeavesRoomForItsTanh) {
   }
 }
 
+// Every multiple of 16 from 32 to 256 on every entry point, causal and not, with persistent grids;
+// the multiples of 8 between them refused with the reason; the modes where each head dim has them.
+TEST(FlashFwdWgmmaSpace, ServesEveryHeadDimOfSixteen) {
+  const SearchSpace space = load_space();
+  for (int d = 32; d <= 256; d += 16)
+    for (const char* entry : {"", ",page=16", ",varlen=1"})
+      for (int causal : {0, 1}) {
+        const Problem p =
+            Problem::parse(fmt::format("b=4,h=16,s=4096,d={},dtype=bf16,causal={}{}", d, causal, entry));
+        std::size_t n = 0, persistent = 0, multicast = 0;
+        const bool before = d == 64 || d == 128 || d == 256;  // the head dims the space served before
+        space.for_each_valid(p, kArch, [&](const Config& c) {
+          ++n;
+          persistent += flag(c, "persistent");
+          multicast += flag(c, "kv_multicast");
+          // Where the producer spilled at 24 registers (the space's whys): the split tail with
+          // multicast but at d=128, a persistent grid over pages at the new head dims.
+          if ((flag(c, "split_tail") && flag(c, "kv_multicast") && d != 128) ||
+              (p.page > 0 && flag(c, "persistent") && !before)) {
+            EXPECT_EQ(num(c, "producer_regs"), 40) << p.str() << " " << config_str(c);
+          }
+          if (flag(c, "split_tail")) {
+            EXPECT_GT(d, 64) << config_str(c);
+          }
+        });
+        EXPECT_GT(n, 20u) << p.str();
+        EXPECT_GT(persistent, 0u) << p.str();
+        if (!causal && std::string(entry).empty()) {
+          EXPECT_GT(multicast, 0u) << p.str();
+        }
+      }
+  for (int d = 40; d < 256; d += 16) {
+    const Problem p = Problem::parse(fmt::format("b=4,h=16,s=4096,d={},dtype=bf16,causal=0", d));
+    try {
+      space.check_problem(p, kArch);
+      ADD_FAILURE() << "d=" << d << " must be refused";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("head dims step by 16"), std::string::npos) << e.what();
+    }
+  }
+  for (int d : {16, 24, 264, 512}) {
+    EXPECT_THROW(space.check_problem(Problem::parse(fmt::format("b=1,h=1,s=128,d={},dtype=bf16,causal=0", d)), kArch),
+                 InputError)
+        << d;
+  }
+}
+
 // An H100 reports sm_90; wgmma and setmaxnreg need the arch-specific sm_90a build.
 TEST(FlashFwdWgmmaSpace, DeviceArchMapsToTheSpacesArch) {
   const SearchSpace wgmma = load_space();
@@ -561,6 +608,88 @@ TEST_P(FlashFwdWgmmaBuild, VariantConfigsCompileWithoutSpills) {
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, FlashFwdWgmmaBuild, ::testing::Values(64, 128, 256),
                          [](const auto& info) { return fmt::format("d{}", info.param); });
+
+// The head dims of other tile layouts (templates/flash_fwd_wgmma/args.h, wgmma_tile: 64-byte rows
+// at d = 32, 96, 160, 224; 32-byte rows at 48, 80, 112, 144, ...; 128-byte rows at 192) compile for
+// sm_90a without spills or serialised wgmmas on every entry point (dense, a KV cache: the paged and
+// the contiguous call run one build, varlen) and mode, at the space's register edge (the last valid
+// config, the largest tiles): the users' dims (96, 80, 112, 192, 160, 32) in two modes each, the rest
+// in the persistent causal grid with the producer on 24 registers (which copies 7-15 column blocks in
+// a loop there). One build each: 18, ~30 s on CI's two cores.
+TEST(FlashFwdWgmmaBuild, OtherHeadDimsCompileOnEveryEntryPoint) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  std::vector<std::pair<Config, Problem>> jobs;
+  auto add = [&](int d, const std::string& problem, auto pred) {
+    const Problem p = Problem::parse(fmt::format("{},d={}", problem, d));
+    Config found;
+    space.for_each_valid(p, kArch, [&](const Config& c) {
+      if (pred(c)) found = c;
+    });
+    ASSERT_FALSE(found.empty()) << p.str();
+    jobs.emplace_back(found, p);
+  };
+  auto persistent_causal = [](const Config& c) {
+    return flag(c, "persistent") && flag(c, "intra_wg_overlap") && num(c, "head_group") == 16 &&
+           num(c, "stages") == 2 && num(c, "exp2_emu") == 0;
+  };
+  const char* dense = "b=4,h=16,s=4096,dtype=bf16,causal=0";
+  const char* causal = "b=4,h=16,s=4096,dtype=fp16,causal=1";
+  // Phi-3's 96: the split tail with multicast (the producer's tightest corner, producer_regs 40), a
+  // packed batch.
+  add(96, dense, [](const Config& c) {
+    return flag(c, "split_tail") && flag(c, "kv_multicast") && flag(c, "ping_pong") && flag(c, "intra_wg_overlap") &&
+           num(c, "stages") == 2;
+  });
+  add(96, "b=16,h=16,s=4096,dtype=bf16,causal=1,varlen=1", persistent_causal);
+  // 80: a paged cache with a window and sinks on a persistent grid; the ring of three warpgroups.
+  add(80, "b=4,h=32,hkv=8,s=2048,sk=10240,dtype=bf16,causal=1,page=16,window=4096,sinks=1", persistent_causal);
+  add(80, causal, [&](const Config& c) {
+    return persistent_causal(c) && num(c, "block_m") == 192 && flag(c, "ping_pong") && num(c, "producer_regs") == 24;
+  });
+  // 112: the persistent causal grid of one warpgroup (the column-block loop), the plain schedule.
+  add(112, causal, [&](const Config& c) {
+    return persistent_causal(c) && num(c, "block_m") == 64 && num(c, "producer_regs") == 24;
+  });
+  add(112, dense, [](const Config& c) { return !flag(c, "warp_specialize") && num(c, "stages") == 2; });
+  // DeepSeek MLA prefill's 192 (qk): the split tail alone, a paged cache.
+  add(192, dense, [](const Config& c) {
+    return flag(c, "split_tail") && !flag(c, "kv_multicast") && flag(c, "ping_pong") && num(c, "producer_regs") == 24;
+  });
+  add(192, "b=4,h=32,hkv=8,s=2048,sk=10240,dtype=fp16,causal=1,page=64", persistent_causal);
+  // 160: a soft-cap (tanh.approx) over multicast pairs, a packed batch with sinks.
+  add(160, "b=4,h=16,s=4096,dtype=bf16,causal=0,softcap=30", [](const Config& c) {
+    return flag(c, "kv_multicast") && std::get<std::string>(c.at("softcap_tanh")) == "approx" && num(c, "stages") == 2;
+  });
+  add(160, "b=16,h=16,s=4096,dtype=bf16,causal=0,varlen=1,sinks=1",
+      [](const Config& c) { return flag(c, "persistent") && flag(c, "intra_wg_overlap") && num(c, "stages") == 2; });
+  // 32: exp2 on the FMA pipe and the lazy rescale in the ring of three; a paged cache, non-causal.
+  add(32, causal, [](const Config& c) {
+    return num(c, "exp2_emu") == 1 && num(c, "lazy_rescale") == 8 && num(c, "block_m") == 192 && flag(c, "ping_pong");
+  });
+  add(32, "b=4,h=32,hkv=8,s=2048,sk=10240,dtype=bf16,causal=0,page=16", [](const Config& c) {
+    return flag(c, "persistent") && flag(c, "intra_wg_overlap") && num(c, "exp2_emu") == 0 && num(c, "stages") == 2;
+  });
+  for (int d : {48, 144, 176, 208, 224, 240})
+    add(d, causal, [&](const Config& c) { return persistent_causal(c) && num(c, "producer_regs") == 24; });
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_fwd_wgmma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  for (const auto& [c, p] : jobs) pool.submit({c, render_kernel(space, c, p, kArch), kArch});
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
+    EXPECT_EQ(o->build.log.find("C751"), std::string::npos) << "wgmma serialised: " << o->build.log;
+    std::printf("d=%lld %s: %d registers, %d spill bytes\n",
+                static_cast<long long>(define_value(o->job.kernel.launch.defines, "ATT_HEAD_DIM")),
+                config_str(o->job.config).c_str(), o->build.registers, o->build.spill_stores + o->build.spill_loads);
+  }
+  EXPECT_EQ(built, jobs.size());
+}
 
 // The PTX carries the Hopper machinery the template is built on.
 TEST(FlashFwdWgmmaBuild, PtxUsesTmaWgmmaSetmaxnreg) {
