@@ -67,9 +67,11 @@ inline int prefill_entry(const Define* d, int n) {
 // Whether a prefill build for `entry` (prefill_entry) with `variants` serves `call`: 0, or 1 with
 // the reason. A varlen call also needs its prefix sums; a kvcache call with a page table pages that
 // can hold seqlen_k_max keys; every call the build's variants exactly.
-inline int check_prefill_entry(const char* family, const Call& call, int entry, const Variants& variants, Why* why) {
+// value_dim: the build's ATT_HEAD_DIM_V (0: one head dim), check_value_dim.
+inline int check_prefill_entry(const char* family, const Call& call, int entry, const Variants& variants, int value_dim,
+                               Why* why) {
   if (call.entry == entry) {
-    if (check_variants(family, variants, call, why)) return 1;
+    if (check_variants(family, variants, call, why) || check_value_dim(family, call, value_dim, why)) return 1;
     if (entry == kEntryVarlen && (!call.cu_seqlens_q || !call.cu_seqlens_k))
       return refuse(why, "cu_seqlens_q and cu_seqlens_k must not be NULL");
     if (entry == kEntryKvcache && call.block_table) {

@@ -43,7 +43,8 @@ struct Call {
   float* lse;  // null: not wanted
   int batch, heads_q, heads_kv, seqlen_q;
   int seqlen_k;  // dense: the keys of every sequence; kvcache: seqlen_k_max
-  int head_dim;
+  int head_dim;    // Q's and K's
+  int head_dim_v;  // V's and O's; 0: head_dim (every call before `dv` existed, and empty_call's)
   // In elements, {batch, head, row}; kvcache with a block table: K's and V's are {page, head, row}.
   long long q_stride[3], k_stride[3], v_stride[3], o_stride[3];
   float scale;
@@ -95,6 +96,19 @@ inline int refuse(Why* why, const char* format, ...) {
     va_end(ap);
   }
   return 1;
+}
+
+// A build's value head dim against a call's: build_dv is the build's ATT_HEAD_DIM_V (0: built for
+// one head dim, V's and O's as Q's and K's); the call's head_dim_v is 0 or head_dim for one head
+// dim. A build never reads V or writes O with another dim than it was compiled for.
+inline int check_value_dim(const char* family, const Call& c, int build_dv, Why* why) {
+  const int call_dv = c.head_dim_v != 0 && c.head_dim_v != c.head_dim ? c.head_dim_v : 0;
+  if (call_dv == build_dv) return 0;
+  if (build_dv == 0)
+    return refuse(why, "this %s kernel was built for one head dim (V's and O's as Q's and K's); the call has head_dim %d "
+                  "and head_dim_v %d", family, c.head_dim, c.head_dim_v);
+  return refuse(why, "this %s kernel was built for head_dim_v %d; the call has head_dim_v %d", family, build_dv,
+                call_dv ? call_dv : c.head_dim);
 }
 
 // What the executor tells a plan of the device the call runs on.

@@ -53,6 +53,8 @@ typedef struct attntune_options {
   int window_right;     // keys right of it; -1: unbounded; with is_causal 0 or -1 (causal is right 0)
   float softcap;        // > 0: score = softcap * tanh(softmax_scale * q.k / softcap); 0: none
   const float* sinks;   // NULL, or [heads_q] fp32 logits (device) joining each row's softmax denominator
+  int head_dim_v;       // V's and out's head dim where it is not head_dim (DeepSeek's MLA prefill: 128 beside
+                        // head_dim 192); 0: head_dim. v and out are then [.., head_dim_v] through their strides
 } attntune_options;
 }
 
@@ -71,6 +73,7 @@ struct Kernel {
   int tuned_b, tuned_h, tuned_hkv, tuned_s, tuned_sk;
   int entries;  // the entry points it serves (Entry bits): its family's, varlen only for a varlen build
   int window, softcap, sinks;  // the variants it was built with: it serves calls with exactly these
+  int head_dim_v;              // V's and O's head dim when built for another than head_dim, else 0
   const attntune_plan::LaunchFamily* family;
   const attntune_plan::Define* defines;  // the #defines it was built with
   int define_count;
@@ -186,11 +189,16 @@ static bool accepts(int index, const Call& call, attntune_plan::Why* why) {
   return kKernels[index].family->plan(loaded.consts[index].bytes, call, any_device, &dry, why) == 0;
 }
 
-// Whether kernel k was built for call a: its entry point, head_dim, is_causal and variants.
+// A call's value head dim where it is not head_dim, else 0 (a kernel's head_dim_v reads the same).
+static int split_value_dim(const Call& a) { return a.head_dim_v != 0 && a.head_dim_v != a.head_dim ? a.head_dim_v : 0; }
+// V's and out's head dim of a call.
+static int value_dim(const Call& a) { return a.head_dim_v != 0 ? a.head_dim_v : a.head_dim; }
+
+// Whether kernel k was built for call a: its entry point, head dims, is_causal and variants.
 static bool built_for_call(const Kernel& k, const Call& a) {
   const attntune_plan::Variants v = attntune_plan::Variants::of(a);
-  return (k.entries & a.entry) && k.head_dim == a.head_dim && k.causal == (a.causal ? 1 : 0) &&
-         k.window == v.window && k.softcap == v.softcap && k.sinks == v.sinks;
+  return (k.entries & a.entry) && k.head_dim == a.head_dim && k.head_dim_v == split_value_dim(a) &&
+         k.causal == (a.causal ? 1 : 0) && k.window == v.window && k.softcap == v.softcap && k.sinks == v.sinks;
 }
 
 // The kernel for call `a` (of any entry point): among those whose family serves the entry point,
@@ -261,9 +269,13 @@ static const char* entry_name(int entry) {
 static int no_kernel(const Call& a, const attntune_plan::Why& refused) {
   if (refused.text[0]) return unsupported("%s", refused.text);
   const int entry = a.entry, head_dim = a.head_dim, is_causal = a.causal;
-  char words[96], variants[112] = "";
+  char words[96], variants[140] = "";
   const attntune_plan::Variants v = attntune_plan::Variants::of(a);
   if (v.window || v.softcap || v.sinks) std::snprintf(variants, sizeof variants, " with %s", v.words(words, sizeof words));
+  if (split_value_dim(a)) {  // the value head dim after the variants: " head_dim_v=128"
+    const size_t used = std::strlen(variants);
+    std::snprintf(variants + used, sizeof variants - used, " head_dim_v=%d", a.head_dim_v);
+  }
   char built[600] = "";
   size_t used = 0;
   for (int i = 0; i < kKernelCount && used + 1 < sizeof built; ++i) {
@@ -393,13 +405,14 @@ static int check_tensors(const Call& a) {
   const bool packed = a.entry == attntune_plan::kEntryVarlen;
   const int out_batch = packed ? 1 : a.batch;
   const long long out_rows = packed && a.total_q > 0 ? a.total_q : a.seqlen_q;
-  if (out_rows <= 2147483647LL && out_overlaps(a.o_stride, out_batch, a.heads_q, static_cast<int>(out_rows), a.head_dim)) {
+  const int out_dim = value_dim(a);  // out's rows: head_dim_v wide
+  if (out_rows <= 2147483647LL && out_overlaps(a.o_stride, out_batch, a.heads_q, static_cast<int>(out_rows), out_dim)) {
     if (packed)
       return unsupported("o_strides {row %lld, head %lld} make outputs overlap for heads_q=%d rows=%lld head_dim=%d",
-                         a.o_stride[2], a.o_stride[1], a.heads_q, out_rows, a.head_dim);
+                         a.o_stride[2], a.o_stride[1], a.heads_q, out_rows, out_dim);
     return unsupported("o_strides {%lld, %lld, %lld} make outputs overlap for batch=%d heads_q=%d seqlen_q=%d "
                        "head_dim=%d",
-                       a.o_stride[0], a.o_stride[1], a.o_stride[2], a.batch, a.heads_q, a.seqlen_q, a.head_dim);
+                       a.o_stride[0], a.o_stride[1], a.o_stride[2], a.batch, a.heads_q, a.seqlen_q, out_dim);
   }
   return 0;
 }
@@ -508,6 +521,8 @@ static int apply_options(Call* a, const attntune_options* opts) {
                          static_cast<unsigned long long>(i), static_cast<unsigned long long>(opts->size),
                          static_cast<unsigned long long>(sizeof o));
   if (o.window != 0 && o.window != 1) return unsupported("attntune_options: window must be 0 or 1 (got %d)", o.window);
+  if (o.head_dim_v < 0) return unsupported("attntune_options: head_dim_v must be 0 (head_dim) or positive (got %d)", o.head_dim_v);
+  a->head_dim_v = o.head_dim_v;
   a->window_left = o.window ? o.window_left : -1;
   a->window_right = o.window ? o.window_right : -1;
   a->softcap = o.softcap;

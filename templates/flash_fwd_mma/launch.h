@@ -20,16 +20,18 @@ struct FlashFwdMmaLaunch {
   int block_m, threads, smem_bytes;
   int entry;  // the entry point the build serves (prefill_entry: dense, varlen or kvcache)
   Variants variants;  // the variants the build serves (exactly)
+  int value_dim;      // ATT_HEAD_DIM_V: V's and O's head dim where it is not Q's and K's, else 0
 
   static int load(const Define* d, int n, FlashFwdMmaLaunch* c, Why* why) {
     c->entry = prefill_entry(d, n);
     c->variants = Variants::load(d, n);
+    c->value_dim = static_cast<int>(define_or(d, n, "ATT_HEAD_DIM_V", 0));
     return define_int(d, n, "BLOCK_M", &c->block_m, why) || define_int(d, n, "THREADS", &c->threads, why) ||
            define_int(d, n, "SMEM_BYTES", &c->smem_bytes, why);
   }
 
   int plan(const Call& call, const Device&, Plan* p, Why* why) const {
-    if (const int r = check_prefill_entry("flash_fwd_mma", call, entry, variants, why)) return r;
+    if (const int r = check_prefill_entry("flash_fwd_mma", call, entry, variants, value_dim, why)) return r;
     const long long blocks = att::mma_tiles::query_blocks<long long>(call.seqlen_q, block_m);
     if (check_grid(blocks, call.heads_q, call.batch, why)) return 1;
     p->launches = 1;

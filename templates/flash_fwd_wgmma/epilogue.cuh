@@ -48,7 +48,7 @@ struct OutRows {
 // for the missing two, so that threads 0 and 1 of the quad hold them (epilogue_store stores theirs).
 // Sinks (Traits::kSinks): the head's logit `sink` joins each row's denominator (variants.cuh,
 // sink_finish), and a row that saw no key outputs zeros with LSE = sink.
-__device__ __forceinline__ void epilogue_pack(const float (&o)[T::kHeadDim / 2], const float (&m)[2], float (&l)[2],
+__device__ __forceinline__ void epilogue_pack(const float (&o)[T::kHeadDimV / 2], const float (&m)[2], float (&l)[2],
                                               float sink, int row0, int head, int batch, OutRows& out) {
   const int t = threadIdx.x % 4;
 #pragma unroll
@@ -71,7 +71,7 @@ __device__ __forceinline__ void epilogue_pack(const float (&o)[T::kHeadDim / 2],
       u32 v[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        if (4 * q + j < T::kHeadDim / 8)
+        if (4 * q + j < T::kHeadDimV / 8)
           v[j] = pack2<T::kBf16>(o[4 * (4 * q + j) + 2 * h] * inv, o[4 * (4 * q + j) + 2 * h + 1] * inv);
         else
           v[j] = 0u;  // past the head dim (its last group of two chunks)
@@ -121,7 +121,7 @@ __device__ __forceinline__ void epilogue_store(const AttnParams& p, const OutRow
 #pragma unroll
     for (int q = 0; q < T::kOutGroups; ++q) {
       // Thread t holds columns 32q + 8t..+7: all of them in a whole group, t < 2 in a last half one.
-      const bool cols = T::kHeadDim % 32 == 0 || q < T::kHeadDim / 32 || t < (T::kHeadDim % 32) / 8;
+      const bool cols = T::kHeadDimV % 32 == 0 || q < T::kHeadDimV / 32 || t < (T::kHeadDimV % 32) / 8;
       st_global_v4_if(orow + 32 * q, out.vec[h][q], in && cols);
     }
     st_global_f32_if(p.lse + lse_row + row, out.lse[h], in && p.lse && t == 0);
@@ -131,16 +131,16 @@ __device__ __forceinline__ void epilogue_store(const AttnParams& p, const OutRow
 // A split tail piece: this warp's partial O, m and l to its workspace slot (scheduler.h's layout);
 // the warp that arrives last for its (tile, warp) combines every piece, in piece order
 // (deterministic), into o, m, l. The others get m = NaN: nothing to store.
-__device__ __forceinline__ void split_combine(const TmaMaps& maps, const WorkTile& w, int cw, float (&o)[T::kHeadDim / 2],
+__device__ __forceinline__ void split_combine(const TmaMaps& maps, const WorkTile& w, int cw, float (&o)[T::kHeadDimV / 2],
                                               float (&m)[2], float (&l)[2]) {
-  constexpr int kVals = sched::split_values(T::kHeadDim), kWarps = T::kConsumerWgs * 4;
-  constexpr int kM0 = sched::split_value_m(T::kHeadDim, 0), kM1 = sched::split_value_m(T::kHeadDim, 1);
-  constexpr int kL0 = sched::split_value_l(T::kHeadDim, 0), kL1 = sched::split_value_l(T::kHeadDim, 1);
+  constexpr int kVals = sched::split_values(T::kHeadDimV), kWarps = T::kConsumerWgs * 4;
+  constexpr int kM0 = sched::split_value_m(T::kHeadDimV, 0), kM1 = sched::split_value_m(T::kHeadDimV, 1);
+  constexpr int kL0 = sched::split_value_l(T::kHeadDimV, 0), kL1 = sched::split_value_l(T::kHeadDimV, 1);
   const int lane = threadIdx.x % 32, warp = cw * 4 + (threadIdx.x / 32) % 4;
   auto at = [&](int slot) { return maps.split_ws + (static_cast<long long>(slot) * kWarps + warp) * kVals * 32 + lane; };
   float* mine = at(w.slot);
 #pragma unroll
-  for (int i = 0; i < T::kHeadDim / 2; ++i) mine[i * 32] = o[i];
+  for (int i = 0; i < T::kHeadDimV / 2; ++i) mine[i * 32] = o[i];
   mine[kM0 * 32] = m[0];
   mine[kM1 * 32] = m[1];
   mine[kL0 * 32] = l[0];
@@ -176,7 +176,7 @@ __device__ __forceinline__ void split_combine(const TmaMaps& maps, const WorkTil
     mx[1] = fmaxf(mx[1], __ldcg(q + kM1 * 32));
   }
 #pragma unroll
-  for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] = 0.f;
+  for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] = 0.f;
   l[0] = l[1] = 0.f;
   for (int g = g_first; g <= g_last; ++g) {
     const float* q = at(slot_of(g));
@@ -185,7 +185,7 @@ __device__ __forceinline__ void split_combine(const TmaMaps& maps, const WorkTil
     l[0] += __ldcg(q + kL0 * 32) * f0;
     l[1] += __ldcg(q + kL1 * 32) * f1;
 #pragma unroll
-    for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] += __ldcg(q + i * 32) * ((i & 2) ? f1 : f0);
+    for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] += __ldcg(q + i * 32) * ((i & 2) ? f1 : f0);
   }
   m[0] = mx[0];
   m[1] = mx[1];

@@ -34,6 +34,8 @@ namespace attntune_plan {
 
 struct FlashFwdWgmmaLaunch {
   int head_dim, bf16, causal;
+  int value_dim;  // ATT_HEAD_DIM_V: V's and O's head dim where it is not Q's and K's, else 0
+  int head_dim_v() const { return value_dim ? value_dim : head_dim; }
   int block_m, block_n, threads, smem_bytes;
   int persistent;     // the CTAs walk the work tiles
   int split_tail;     // persistent, non-causal: the last partial round shared out by K/V iterations
@@ -55,6 +57,7 @@ struct FlashFwdWgmmaLaunch {
     // Configs recorded before split_tail and kv_multicast existed lack them: off.
     const bool split = define_or(d, n, "SPLIT_TAIL", 0) != 0, multicast = define_or(d, n, "KV_MULTICAST", 0) != 0;
     c->entry = prefill_entry(d, n);
+    c->value_dim = static_cast<int>(define_or(d, n, "ATT_HEAD_DIM_V", 0));
     c->varlen = c->entry == kEntryVarlen;
     c->variants = Variants::load(d, n);
     // A varlen build's tiles are its sequences': no split tail, no pairs (the space says so).
@@ -70,7 +73,7 @@ struct FlashFwdWgmmaLaunch {
   }
 
   int plan(const Call& call, const Device& device, Plan* p, Why* why) const {
-    if (const int r = check_prefill_entry("flash_fwd_wgmma", call, entry, variants, why)) return r;
+    if (const int r = check_prefill_entry("flash_fwd_wgmma", call, entry, variants, value_dim, why)) return r;
     if (varlen && (call.total_q <= 0 || call.total_k < 0 || call.total_q > 2147483647LL || call.total_k > 2147483647LL))
       return refuse(why,
                     "a flash_fwd_wgmma kernel reads the packed rows through TMA tensor maps, whose extents are the "
@@ -156,7 +159,7 @@ struct FlashFwdWgmmaLaunch {
         const unsigned tail = split_tail ? tail_tiles(call, ctas) : 0;
         if (tail > 0) {
           p->workspace[p->workspaces++] =
-              Workspace{att::sched::split_workspace_bytes(ctas, consumer_warps, static_cast<unsigned>(head_dim)), 0, 1};
+              Workspace{att::sched::split_workspace_bytes(ctas, consumer_warps, static_cast<unsigned>(head_dim_v())), 0, 1};
           p->workspace[p->workspaces++] = Workspace{att::sched::split_counter_bytes(tail, consumer_warps), 1, 1};
         }
       }
@@ -166,6 +169,9 @@ struct FlashFwdWgmmaLaunch {
     // must still be valid descriptors and k and v may be NULL: q stands in.
     const unsigned cols = static_cast<unsigned>(att::wgmma_tile::cols(head_dim));
     const int swizzle = att::wgmma_tile::swizzle_bytes(head_dim);
+    // V's (head_dim_v: another value head dim): its own column blocks and swizzle.
+    const unsigned v_cols = static_cast<unsigned>(att::wgmma_tile::cols(head_dim_v()));
+    const int v_swizzle = att::wgmma_tile::swizzle_bytes(head_dim_v());
     p->maps = 3;
     p->map[0] = operand_map("q", call.q, call.q_stride, static_cast<int>(q_rows), call.heads_q, map_batch,
                             call.head_dim, cols, static_cast<unsigned>(block_m), bf16, swizzle);
@@ -174,12 +180,12 @@ struct FlashFwdWgmmaLaunch {
       p->map[1] = operand_map("k (pages)", call.k, call.k_stride, call.page_size, call.heads_kv, kMaxPages,
                               call.head_dim, cols, rows, bf16, swizzle);
       p->map[2] = operand_map("v (pages)", call.v, call.v_stride, call.page_size, call.heads_kv, kMaxPages,
-                              call.head_dim, cols, rows, bf16, swizzle);
+                              head_dim_v(), v_cols, rows, bf16, v_swizzle);
     } else if (kv_rows > 0) {
       p->map[1] = operand_map("k", call.k, call.k_stride, static_cast<int>(kv_rows), call.heads_kv, map_batch,
                               call.head_dim, cols, static_cast<unsigned>(block_n), bf16, swizzle);
       p->map[2] = operand_map("v", call.v, call.v_stride, static_cast<int>(kv_rows), call.heads_kv, map_batch,
-                              call.head_dim, cols, static_cast<unsigned>(block_n), bf16, swizzle);
+                              head_dim_v(), v_cols, static_cast<unsigned>(block_n), bf16, v_swizzle);
     } else {
       p->map[1] = operand_map("k (q standing in: seqlen_k is 0)", call.q, call.q_stride, static_cast<int>(q_rows),
                               call.heads_q, map_batch, call.head_dim, cols, static_cast<unsigned>(block_n), bf16,

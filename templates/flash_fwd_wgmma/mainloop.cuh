@@ -50,17 +50,26 @@ __device__ __forceinline__ long long global_ns() {
 // at d = 112, 144, 176, 208, 224) and the loop does not; in the other modes (multicast, the split
 // tail, varlen) it was the other way round (8-44 bytes with the loop, none unrolled; ptxas, CUDA 13.0).
 // d % 64 == 0 (at most 4 blocks) never loops: its code is as before.
-constexpr bool kColBlockLoop = T::kColBlocks > 4 && T::kDynamicTiles && !T::kVarlen && !T::kKvcache;
-template <class F>
+// kBlocks: Q's and K's column blocks, or V's (kColBlocksV) for V's tiles.
+template <int kBlocks = T::kColBlocks, class F>
 __device__ __forceinline__ void for_col_blocks(F&& f) {
-  if constexpr (!kColBlockLoop) {
+  if constexpr (!(kBlocks > 4 && T::kDynamicTiles && !T::kVarlen && !T::kKvcache)) {
 #pragma unroll
-    for (int cb = 0; cb < T::kColBlocks; ++cb) f(cb);
+    for (int cb = 0; cb < kBlocks; ++cb) f(cb);
   } else {
 #pragma unroll 1
-    for (int cb = 0; cb < T::kColBlocks; ++cb) f(cb);
+    for (int cb = 0; cb < kBlocks; ++cb) f(cb);
   }
 }
+// The geometry of a K tile (kV false) or a V tile (true): V's differs where kHeadDimV != kHeadDim.
+template <bool kV>
+struct KvTile {
+  static constexpr int kBytes = kV ? T::kVBytes : T::kKVBytes;
+  static constexpr int kCols = kV ? T::kColsV : T::kCols;
+  static constexpr int kRowBytes = kV ? T::kRowBytesV : T::kRowBytes;
+  static constexpr int kColBlocks = kV ? T::kColBlocksV : T::kColBlocks;
+  static constexpr int kColBlockBytes = kV ? T::kVColBlockBytes : T::kKVColBlockBytes;
+};
 // Q rows from row0. kKvMulticast's padding block (past seqlen_q, rows nobody stores) loads from
 // the last row on instead: a box that starts past the tensor's end is not one TMA promises to
 // fill, and branching around the load spilled the producer's 24 registers at d=64.
@@ -82,17 +91,19 @@ __device__ __forceinline__ void load_q(const Smem& sm, const TmaMaps& maps, cons
 // barrier expects the whole tile. (Each CTA loading half of the tile's column blocks put rank-
 // dependent offsets in the producer's loop, which spilled its 24 registers.)
 // Varlen: `batch` is the sequence's first key row in the packed K/V (the maps' batch is 0).
+template <bool kV>
 __device__ __forceinline__ void load_kv_tile(u32 dst, u32 full, const TmaDesc* desc, int tile, int kv_head, int batch) {
-  mbar_arrive_expect_tx(full, T::kKVBytes);
+  using G = KvTile<kV>;
+  mbar_arrive_expect_tx(full, G::kBytes);
   if (T::kKvMulticast && cluster_ctarank() != 0) return;
-  for_col_blocks([&](int cb) {
+  for_col_blocks<G::kColBlocks>([&](int cb) {
     if constexpr (T::kVarlen)
-      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * T::kCols, batch + tile * T::kBlockN, kv_head, 0);
+      tma_load_4d(dst + cb * G::kColBlockBytes, desc, full, cb * G::kCols, batch + tile * T::kBlockN, kv_head, 0);
     else if (T::kKvMulticast)
-      tma_load_4d_multicast(dst + cb * T::kKVColBlockBytes, desc, full, (1 << T::kCluster) - 1, cb * T::kCols,
+      tma_load_4d_multicast(dst + cb * G::kColBlockBytes, desc, full, (1 << T::kCluster) - 1, cb * G::kCols,
                             tile * T::kBlockN, kv_head, batch);
     else
-      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * T::kCols, tile * T::kBlockN, kv_head, batch);
+      tma_load_4d(dst + cb * G::kColBlockBytes, desc, full, cb * G::kCols, tile * T::kBlockN, kv_head, batch);
   });
 }
 
@@ -106,16 +117,18 @@ __device__ __forceinline__ void load_kv_tile(u32 dst, u32 full, const TmaDesc* d
 __device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
   asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
+template <bool kV>
 __device__ __forceinline__ void load_kv_paged(u32 dst, u32 full, const TmaDesc* desc, const AttnParams& p,
                                               const TmaMaps& maps, int tile, int kv_head, int batch, int len_k) {
+  using G = KvTile<kV>;
   const int rows = maps.kv_box_rows, end = min((tile + 1) * T::kBlockN, len_k), row0 = batch * p.max_blocks_per_seq;
-  for (int j = tile * T::kBlockN; j < end; j += rows, dst += rows * T::kRowBytes) {
+  for (int j = tile * T::kBlockN; j < end; j += rows, dst += rows * G::kRowBytes) {
     const int page = p.page_mul ? static_cast<int>(__umulhi(static_cast<unsigned>(j), p.page_mul) >> p.page_shift) : j;
     const int pg = __ldg(p.block_table + (row0 + page)), pr = j - page * p.page_size;
-    mbar_expect_tx(full, static_cast<u32>(rows * T::kRowBytes * T::kColBlocks));
+    mbar_expect_tx(full, static_cast<u32>(rows * G::kRowBytes * G::kColBlocks));
 #pragma unroll
-    for (int cb = 0; cb < T::kColBlocks; ++cb)
-      tma_load_4d(dst + cb * T::kKVColBlockBytes, desc, full, cb * T::kCols, pr, kv_head, pg);
+    for (int cb = 0; cb < G::kColBlocks; ++cb)
+      tma_load_4d(dst + cb * G::kColBlockBytes, desc, full, cb * G::kCols, pr, kv_head, pg);
   }
   mbar_arrive(full);
 }
@@ -130,11 +143,11 @@ __device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, con
   const int tile = tile_end - 1 - it;
   const bool paged = T::kKvcache && p.block_table != nullptr;
   mbar_wait(sm.k_empty(sl.stage), sl.phase ^ 1);
-  if (paged) load_kv_paged(sm.k + sl.stage * T::kKVBytes, sm.k_full(sl.stage), &maps.k, p, maps, tile, kv_head, batch, len_k);
-  else load_kv_tile(sm.k + sl.stage * T::kKVBytes, sm.k_full(sl.stage), &maps.k, tile, kv_head, batch);
+  if (paged) load_kv_paged<false>(sm.k + sl.stage * T::kKVBytes, sm.k_full(sl.stage), &maps.k, p, maps, tile, kv_head, batch, len_k);
+  else load_kv_tile<false>(sm.k + sl.stage * T::kKVBytes, sm.k_full(sl.stage), &maps.k, tile, kv_head, batch);
   mbar_wait(sm.v_empty(sl.stage), sl.phase ^ 1);
-  if (paged) load_kv_paged(sm.v + sl.stage * T::kKVBytes, sm.v_full(sl.stage), &maps.v, p, maps, tile, kv_head, batch, len_k);
-  else load_kv_tile(sm.v + sl.stage * T::kKVBytes, sm.v_full(sl.stage), &maps.v, tile, kv_head, batch);
+  if (paged) load_kv_paged<true>(sm.v + sl.stage * T::kVBytes, sm.v_full(sl.stage), &maps.v, p, maps, tile, kv_head, batch, len_k);
+  else load_kv_tile<true>(sm.v + sl.stage * T::kVBytes, sm.v_full(sl.stage), &maps.v, tile, kv_head, batch);
 }
 
 // ---- consumer side ----
@@ -144,11 +157,11 @@ __device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, con
 // permutes the 16-byte chunks inside a row. Every consumer warpgroup that reads the tile writes
 // the same zeros.
 __device__ __forceinline__ void zero_v_tail(u32 v, int valid, int cw) {
-  constexpr int kRowChunks = T::kRowBytes / 16;
+  constexpr int kRowChunks = T::kRowBytesV / 16;
   const int per_block = (T::kBlockN - valid) * kRowChunks;  // 16-byte chunks past `valid` in one column block
-  for (int i = threadIdx.x % 128; i < per_block * T::kColBlocks; i += 128) {
+  for (int i = threadIdx.x % 128; i < per_block * T::kColBlocksV; i += 128) {
     const int cb = i / per_block, c = i - cb * per_block;
-    const u32 addr = v + cb * T::kKVColBlockBytes + (valid * kRowChunks + c) * 16;
+    const u32 addr = v + cb * T::kVColBlockBytes + (valid * kRowChunks + c) * 16;
     asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
   }
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -180,13 +193,13 @@ __device__ __forceinline__ void gemm_qk(float (&s)[T::kBlockN / 2], u64 q_desc, 
   wgmma_commit();
 }
 
-// O += P V for one V stage; P's k-step kk covers keys 16kk..16kk+15, V rows of kRowBytes.
+// O += P V for one V stage; P's k-step kk covers keys 16kk..16kk+15, V rows of kRowBytesV.
 template <int W = T::kBlockN>
-__device__ __forceinline__ void gemm_pv(float (&o)[T::kHeadDim / 2], const u32 (&pa)[T::kPSteps][4], u64 v_desc) {
+__device__ __forceinline__ void gemm_pv(float (&o)[T::kHeadDimV / 2], const u32 (&pa)[T::kPSteps][4], u64 v_desc) {
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < W / 16; ++kk)
-    Wgmma<T::kHeadDim>::rs(o, pa[kk], v_desc + (wgmma_tile::pv_step_bytes(kk, T::kCols) >> 4), 1);
+    Wgmma<T::kHeadDimV>::rs(o, pa[kk], v_desc + (wgmma_tile::pv_step_bytes(kk, T::kColsV) >> 4), 1);
   wgmma_commit();
 }
 
@@ -196,7 +209,7 @@ __device__ __forceinline__ void gemm_qk_w(bool narrow, float (&s)[T::kBlockN / 2
   if (narrow) gemm_qk<T::kNarrowW>(s, q_desc, k_desc);
   else gemm_qk(s, q_desc, k_desc);
 }
-__device__ __forceinline__ void gemm_pv_w(bool narrow, float (&o)[T::kHeadDim / 2], const u32 (&pa)[T::kPSteps][4],
+__device__ __forceinline__ void gemm_pv_w(bool narrow, float (&o)[T::kHeadDimV / 2], const u32 (&pa)[T::kPSteps][4],
                                           u64 v_desc) {
   if (narrow) gemm_pv<T::kNarrowW>(o, pa, v_desc);
   else gemm_pv(o, pa, v_desc);
@@ -325,11 +338,11 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kBlockN / 2], float (
   for (int r = 0; r < 2; ++r) l[r] = l[r] * factor[r] + sum[r];
 }
 
-__device__ __forceinline__ void rescale_o(float (&o)[T::kHeadDim / 2], const float (&factor)[2]) {
+__device__ __forceinline__ void rescale_o(float (&o)[T::kHeadDimV / 2], const float (&factor)[2]) {
   // Lazy: the whole warp skips it while every factor is 1 (a uniform branch).
   if (T::kLazyRescale > 0 && !__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) return;
 #pragma unroll
-  for (int c = 0; c < T::kHeadDim / 8; ++c) {
+  for (int c = 0; c < T::kHeadDimV / 8; ++c) {
     o[4 * c] *= factor[0];
     o[4 * c + 1] *= factor[0];
     o[4 * c + 2] *= factor[1];
@@ -373,9 +386,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
                                   : sk;
   const int kv_left = T::kWindow ? key_begin<true>(m_block * T::kBlockM + T::kBlockM - 1, diag, sk, p.variant) : 0;
 
-  float o[T::kHeadDim / 2];  // (64 rows, head_dim) accumulator, this thread's part
+  float o[T::kHeadDimV / 2];  // (64 rows, head_dim_v) accumulator, this thread's part
 #pragma unroll
-  for (int i = 0; i < T::kHeadDim / 2; ++i) o[i] = 0.f;
+  for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] = 0.f;
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f}, factor[2];
   float sink = 0.f;  // sinks: the head's logit, read now for the epilogue (a load there stalls it)
   if constexpr (T::kSinks) sink = __ldg(p.variant.sinks + head);
@@ -422,7 +435,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     const u64 q_desc = wgmma_tile::desc(sm.q + cw * 64 * T::kRowBytes, 16, T::kAtomBytes, T::kRowBytes);
     auto k_desc = [&](int st) { return wgmma_tile::desc(sm.k + st * T::kKVBytes, 16, T::kAtomBytes, T::kRowBytes); };
     auto v_desc = [&](int st) {
-      return wgmma_tile::desc(sm.v + st * T::kKVBytes, T::kKVColBlockBytes, T::kAtomBytes, T::kRowBytes);
+      return wgmma_tile::desc(sm.v + st * T::kVBytes, T::kVColBlockBytes, T::kAtomBytesV, T::kRowBytesV);
     };
     auto needs_mask = [&](int tile) {
       return (tile + 1) * T::kBlockN > kv_min || (T::kWindow && tile * T::kBlockN < kv_left);
@@ -434,7 +447,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     const int v_valid = T::kKvcache ? sk - (kv_end_tile - 1) * T::kBlockN : T::kBlockN;
     auto wait_v = [&](const Slot& sl, int it) {
       mbar_wait(sm.v_full(sl.stage), sl.phase);
-      if (T::kKvcache && it == 0 && v_valid < T::kBlockN) zero_v_tail(sm.v + sl.stage * T::kKVBytes, v_valid, cw);
+      if (T::kKvcache && it == 0 && v_valid < T::kBlockN) zero_v_tail(sm.v + sl.stage * T::kVBytes, v_valid, cw);
     };
     // The first `skip` iterations visit K/V tiles none of this warpgroup's 64 rows sees: past its
     // causal diagonal when block_m > block_n, or all of them for rows past seqlen_q (the last

@@ -12,7 +12,14 @@ namespace att {
 
 struct Traits {
   // Problem fields baked into the kernel.
-  static constexpr int kHeadDim = ATT_HEAD_DIM;
+  static constexpr int kHeadDim = ATT_HEAD_DIM;  // Q's and K's
+  // V's and O's (P.V's wgmma N): ATT_HEAD_DIM_V where the problem names another (`dv=N`: DeepSeek's
+  // MLA prefill is 192 / 128); the renderer defines it for such problems only.
+#ifdef ATT_HEAD_DIM_V
+  static constexpr int kHeadDimV = ATT_HEAD_DIM_V;
+#else
+  static constexpr int kHeadDimV = kHeadDim;
+#endif
   static constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
   static constexpr bool kCausal = ATT_CAUSAL != 0;
   // A packed batch of sequences of different lengths (attntune_attention_forward_varlen): work
@@ -128,14 +135,21 @@ struct Traits {
   static constexpr int kNarrowW = kNarrowN > 0 ? kNarrowN : kBlockN;  // the narrow tile's width
   // The epilogue's 16-byte stores: a quad's 4 threads store 32 columns, so head_dim / 32 groups and,
   // when head_dim % 32 == 16, a last group of 16 columns that threads 0 and 1 store.
-  static constexpr int kOutGroups = (kHeadDim + 31) / 32;
+  static constexpr int kOutGroups = (kHeadDimV + 31) / 32;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
-  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K or V stage
+  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K stage (and V's when kHeadDimV == kHeadDim)
   static constexpr int kQColBlockBytes = kBlockM * kRowBytes;
   static constexpr int kKVColBlockBytes = kBlockN * kRowBytes;
+  // V's tiles, laid out as K's at V's head dim: its own column blocks and span.
+  static constexpr int kColsV = wgmma_tile::cols(kHeadDimV);
+  static constexpr int kRowBytesV = 2 * kColsV;
+  static constexpr int kAtomBytesV = 8 * kRowBytesV;
+  static constexpr int kColBlocksV = kHeadDimV / kColsV;
+  static constexpr int kVBytes = kBlockN * kHeadDimV * 2;  // one V stage
+  static constexpr int kVColBlockBytes = kBlockN * kRowBytesV;
   static constexpr int kOffK = kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
-  static constexpr int kOffBars = kOffV + kStages * kKVBytes;
+  static constexpr int kOffBars = kOffV + kStages * kVBytes;
   static constexpr int kBarBytes = 256;
   static constexpr int kAlignSlack = 1024;  // dynamic smem is only 16-byte aligned
   static constexpr int kSmemBytes = kOffBars + kBarBytes + kAlignSlack;
@@ -169,7 +183,12 @@ struct Traits {
 
   static_assert(kHeadDim % 16 == 0 && kHeadDim >= 32 && kHeadDim <= 256,
                 "head_dim: a multiple of 16 (Q.K^T's k-step) in [32, 256] (P.V's wgmma N)");
+  static_assert(kHeadDimV % 16 == 0 && kHeadDimV >= 32 && kHeadDimV <= 256,
+                "head_dim_v: a multiple of 16 in [32, 256] (P.V's wgmma N, the epilogue's 16-column chunks)");
   static_assert(kRowBytes == 128 || kRowBytes == 64 || kRowBytes == 32, "a TMA / wgmma swizzle span");
+  static_assert(kRowBytesV == 128 || kRowBytesV == 64 || kRowBytesV == 32, "a TMA / wgmma swizzle span");
+  static_assert(kVColBlockBytes % kAtomBytesV == 0 && (kOffV % 1024) % kAtomBytesV == 0,
+                "V's tiles and column blocks start at whole swizzle atoms");
   static_assert(kQColBlockBytes % kAtomBytes == 0 && kKVColBlockBytes % kAtomBytes == 0 && 1024 % kAtomBytes == 0,
                 "tiles and column blocks start at whole swizzle atoms");
   static_assert(kBlockM % 64 == 0 && kConsumerWgs >= 1 && kConsumerWgs <= 3, "block_m 64, 128 or 192");

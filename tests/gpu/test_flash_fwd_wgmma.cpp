@@ -32,13 +32,15 @@ const PropertyShape kShapes[] = {
 
 bool flag(const Config& c, const char* name) { return std::get<bool>(c.at(name)); }
 
-void check_space(int d, std::size_t fallback = 24) {
+// dv: V's head dim when it is not d.
+void check_space(int d, std::size_t fallback = 24, int dv = 0) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   if (props.arch != "sm_90") GTEST_SKIP() << "flash_fwd_wgmma needs sm_90a (Hopper); this GPU is " << props.arch;
   const std::string arch = "sm_90a";
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_fwd_wgmma.yaml");
-  const Problem base = Problem::parse(fmt::format("b=1,h=1,s=128,d={},dtype=bf16,causal=0", d));
+  const Problem base = Problem::parse(
+      fmt::format("b=1,h=1,s=128,d={}{},dtype=bf16,causal=0", d, dv ? fmt::format(",dv={}", dv) : std::string()));
   Problem causal_base = base;
   causal_base.causal = true;
   const char* env = std::getenv("ATTNTUNE_PROPERTY_SAMPLE");
@@ -83,8 +85,9 @@ void check_space(int d, std::size_t fallback = 24) {
       variants.push_back(p);
     }
   }
-  attntune::testing::check_configs(space, configs, variants, kShapes,
-                                   {"flash_fwd_wgmma", d, arch, 2000, /*require_no_spills=*/true});
+  attntune::testing::PropertyRun run{"flash_fwd_wgmma", d, arch, 2000, /*require_no_spills=*/true};
+  run.dv = dv;
+  attntune::testing::check_configs(space, configs, variants, kShapes, run);
 }
 
 }  // namespace
@@ -92,7 +95,7 @@ void check_space(int d, std::size_t fallback = 24) {
 // The KV cache (paged with ragged lengths and shuffled pages, each checked again contiguous) and
 // packed ragged batches at head dim d: a spread of each kind's configs plus a persistent grid (tiles
 // from the counter) and the plain schedule (no producer).
-void check_entry_points(int d) {
+void check_entry_points(int d, int dv = 0) {
   cuda::Context ctx(0);
   if (cuda::device_props(0).arch != "sm_90") GTEST_SKIP() << "flash_fwd_wgmma needs sm_90a (Hopper)";
   const std::string arch = "sm_90a";
@@ -113,7 +116,8 @@ void check_entry_points(int d) {
   };
   for (const Kind& k : kinds) {
     SCOPED_TRACE(k.kind);
-    const Problem kind = Problem::parse(fmt::format("{},d={},dtype=bf16", k.kind, d));
+    const Problem kind = Problem::parse(
+        fmt::format("{},d={}{},dtype=bf16", k.kind, d, dv ? fmt::format(",dv={}", dv) : std::string()));
     std::vector<Config> configs;
     std::vector<Problem> variants;
     ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, attntune::testing::property_sample(4), configs,
@@ -124,8 +128,9 @@ void check_entry_points(int d) {
         return persistent ? flag(c, "persistent") && flag(c, "warp_specialize") : !flag(c, "warp_specialize");
       })) << kind.str();
     }
-    attntune::testing::check_configs(space, configs, variants, k.shapes,
-                                     {"flash_fwd_wgmma entry points", d, arch, 17000, /*require_no_spills=*/true});
+    attntune::testing::PropertyRun run{"flash_fwd_wgmma entry points", d, arch, 17000, /*require_no_spills=*/true};
+    run.dv = dv;
+    attntune::testing::check_configs(space, configs, variants, k.shapes, run);
   }
 }
 
@@ -214,4 +219,28 @@ TEST(FlashFwdWgmmaProperty, EntryPointsD160) {
 TEST(FlashFwdWgmmaProperty, EntryPointsD32) {
   ATTNTUNE_REQUIRE_GPU();
   check_entry_points(32);
+}
+
+// V's head dim other than Q's and K's (`dv=N`): DeepSeek's MLA prefill (192 / 128: V's column blocks
+// two of K's three, one span), a narrower V span under a 128-byte K span (128 / 96: 64-byte V rows),
+// and V wider than K (64 / 128). Sampled configs (multicast, split tail, ping-pong, both grids) and
+// every entry point (paged and contiguous KV cache, varlen).
+TEST(FlashFwdWgmmaSplitDims, SampledConfigsD192V128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(192, 12, 128);
+}
+
+TEST(FlashFwdWgmmaSplitDims, SampledConfigsD128V96) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(128, 6, 96);
+}
+
+TEST(FlashFwdWgmmaSplitDims, SampledConfigsD64V128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(64, 6, 128);
+}
+
+TEST(FlashFwdWgmmaSplitDims, EntryPointsD192V128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_entry_points(192, 128);
 }

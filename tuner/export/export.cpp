@@ -422,13 +422,14 @@ std::string kernel_table(const LibraryPlan& plan) {
     if (pr.windowed()) label += fmt::format(" window={},{}", pr.window_left, pr.right_bound());
     if (pr.softcapped()) label += " softcap";
     if (pr.sinks) label += " sinks";
+    if (pr.split_dims()) label += fmt::format(" dv={}", pr.dv);
     std::vector<std::string> funcs;
     for (int k = 0; k < p.family->plan->kernels; ++k)
       funcs.push_back(fmt::format("reinterpret_cast<const void*>(&{0}::{0}_{1})", ns, p.family->plan->kernel_names[k]));
     // The arch passed arch_number: "sm_", digits and at most an "a".
     rows += fmt::format(
         "    {{\"{label}\", \"{arch}\", {d}, {causal}, {bf16}, {b}, {h}, {hkv}, {s}, {sk}, {entries}, {window}, "
-        "{softcap}, {sinks},\n"
+        "{softcap}, {sinks}, {dv},\n"
         "     &{plan}, kDefines_k{index}, static_cast<int>(sizeof kDefines_k{index} / sizeof kDefines_k{index}[0]),\n"
         "     {{{funcs}}}}},\n",
         fmt::arg("label", label), fmt::arg("arch", p.kernel_arch), fmt::arg("d", pr.d),
@@ -436,6 +437,7 @@ std::string kernel_table(const LibraryPlan& plan) {
         fmt::arg("b", pr.b), fmt::arg("h", pr.h), fmt::arg("hkv", pr.hkv), fmt::arg("s", pr.s), fmt::arg("sk", pr.sk),
         fmt::arg("entries", served_entries(*p.family, pr)), fmt::arg("window", pr.windowed() ? 1 : 0),
         fmt::arg("softcap", pr.softcapped() ? 1 : 0), fmt::arg("sinks", pr.sinks ? 1 : 0),
+        fmt::arg("dv", pr.split_dims() ? pr.dv : 0),
         fmt::arg("plan", p.family->plan_symbol), fmt::arg("index", p.source_index),
         fmt::arg("funcs", fmt::join(funcs, ", ")));
   }

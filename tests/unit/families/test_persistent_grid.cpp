@@ -22,12 +22,20 @@ constexpr const char* kArch = "sm_90a";
 
 constexpr const char* kWgmmaYaml = ATTNTUNE_SOURCE_DIR "/search_spaces/flash_fwd_wgmma.yaml";
 
-// The space as campaigns recorded before kv_multicast stored it: every line naming it dropped.
+// The space as campaigns recorded before kv_multicast stored it: every line naming it dropped, but
+// a derived quantity's, where it reads as false (a formula other lines use).
 SearchSpace space_before_kv_multicast() {
   std::ifstream in(kWgmmaYaml);
   std::string text, line;
-  while (std::getline(in, line))
-    if (line.find("kv_multicast") == std::string::npos) text += line + "\n";
+  while (std::getline(in, line)) {
+    const std::size_t at = line.find("kv_multicast");
+    if (at == std::string::npos) {
+      text += line + "\n";
+    } else if (line.rfind("  softcap_regs:", 0) == 0) {
+      for (std::size_t p = at; p != std::string::npos; p = line.find("kv_multicast", p)) line.replace(p, 12, "false");
+      text += line + "\n";
+    }
+  }
   return SearchSpace::parse(text, "flash_fwd_wgmma.yaml before kv_multicast");
 }
 

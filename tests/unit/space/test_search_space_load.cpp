@@ -185,7 +185,7 @@ TEST(SearchSpaceLoad, InlineCases) {
   EXPECT_EQ(parse_error(kHead + "problem:\n  d: [64, 64]\nparams: {x: [1]}\n"),
             "inline.yaml:6:11: problem.d: 64 is listed twice");
   EXPECT_EQ(parse_error(kHead + "problem:\n  seq: [64]\nparams: {x: [1]}\n"),
-            "inline.yaml:6:3: problem: unknown key 'seq'; expected one of: b, h, hkv, s, sk, d, dtype, causal, page, varlen, window, window_left, window_right, softcap, sinks, constraints");
+            "inline.yaml:6:3: problem: unknown key 'seq'; expected one of: b, h, hkv, s, sk, d, dtype, causal, page, varlen, window, window_left, window_right, softcap, sinks, dv, constraints");
   EXPECT_EQ(parse_error(kHead + "params:\n  x: {range: [0, 2000000]}\n"),
             "inline.yaml:6:14: params.x.range: more than 1048576 values");
 }
