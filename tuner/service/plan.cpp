@@ -192,12 +192,7 @@ std::string quoted(const json& v) { return v.dump(-1, ' ', false, json::error_ha
 // Attention that attntune's kernels do not compute, named by the key that says so. A plan of
 // plain problems for such a model would be wrong in every layer, so it is refused (exit 2).
 void refuse_unserved_attention(const ConfigReader& cfg) {
-  if (cfg.get("kv_lora_rank"))
-    cfg.fail(
-        fmt::format("{}: multi-head latent attention (DeepSeek-V2/V3 style) has query/key heads of "
-                    "qk_nope_head_dim + qk_rope_head_dim and value heads of v_head_dim; attntune's kernels "
-                    "need one head dim for both",
-                    cfg.name("kv_lora_rank")));
+  // (Multi-head latent attention, kv_lora_rank, is read by read_latent.)
   // ALiBi adds a per-head bias linear in the query-key distance to every score.
   const std::string alibi =
       "the model adds ALiBi position biases to its attention scores (a per-head penalty linear in the distance "
@@ -689,7 +684,36 @@ ModelAttention read_model_config(const std::string& path) {
 
   std::int64_t d = 0;
   std::string d_from;
-  if (const json* hd = cfg.get("head_dim")) {
+  if (const json* rank = cfg.get("kv_lora_rank")) {
+    // Multi-head latent attention: prefill's heads are the decompressed ones, every query head with
+    // its own K/V of qk_nope_head_dim + qk_rope_head_dim (V: v_head_dim).
+    const std::int64_t r = cfg.positive("kv_lora_rank", *rank, kMaxHeads);
+    for (const char* key : {"qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"})
+      if (!cfg.get(key))
+        cfg.fail(fmt::format("{} without {}: multi-head latent attention's head dims are qk_nope_head_dim + "
+                             "qk_rope_head_dim (queries and keys) and v_head_dim (values)",
+                             cfg.name("kv_lora_rank"), cfg.name(key)));
+    const std::int64_t nope = cfg.positive("qk_nope_head_dim", *cfg.get("qk_nope_head_dim"), kMaxHeads);
+    const std::int64_t rope = cfg.positive("qk_rope_head_dim", *cfg.get("qk_rope_head_dim"), kMaxHeads);
+    const std::int64_t dv = cfg.positive("v_head_dim", *cfg.get("v_head_dim"), kMaxHeads);
+    d = nope + rope;
+    const auto& served = supported_head_dims();
+    for (const auto& [dim, what] : {std::pair{d, fmt::format("the query/key head dim {} ({} {} + {} {})", d,
+                                                             cfg.name("qk_nope_head_dim"), nope,
+                                                             cfg.name("qk_rope_head_dim"), rope)},
+                                    std::pair{dv, fmt::format("{} {}", cfg.name("v_head_dim"), dv)}})
+      if (std::find(served.begin(), served.end(), dim) == served.end())
+        cfg.fail(fmt::format("multi-head latent attention: {} is not supported: attntune's kernels serve {}", what,
+                             describe_head_dims(served)));
+    m.latent = true;
+    m.head_dim_v = dv == d ? 0 : static_cast<int>(dv);
+    kv = heads;  // decompressed: one K/V head per query head
+    m.notes.push_back(fmt::format(
+        "multi-head latent attention ({} {}): planning prefill on the decompressed K/V, {} heads of head dims "
+        "{} / {} (d={},dv={}); its decode reads the latent cache ({} + {} dims, one KV head), which attntune's "
+        "kernels do not serve yet: the plan has no decode or chunk problems",
+        cfg.name("kv_lora_rank"), r, heads, d, dv, d, dv, r, rope));
+  } else if (const json* hd = cfg.get("head_dim")) {
     d = cfg.positive("head_dim", *hd, kMaxHeads);
     d_from = cfg.name("head_dim");
   } else {
@@ -706,7 +730,7 @@ ModelAttention read_model_config(const std::string& path) {
                          heads);
   }
   const auto& dims = supported_head_dims();
-  if (std::find(dims.begin(), dims.end(), d) == dims.end())
+  if (!m.latent && std::find(dims.begin(), dims.end(), d) == dims.end())
     cfg.fail(fmt::format("{} is not supported: attntune's kernels serve {}",
                          cfg.get("head_dim") ? fmt::format("{} {}", d_from, d) : d_from, describe_head_dims(dims)));
 
@@ -809,9 +833,10 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
     throw InputError(fmt::format("model {}: {} query heads and {} KV heads (the KV heads must divide the query heads)",
                                  m.name, m.heads, m.kv_heads));
   const auto& dims = supported_head_dims();
-  if (std::find(dims.begin(), dims.end(), m.head_dim) == dims.end())
-    throw InputError(fmt::format("model {}: head dim {} is not supported: attntune's kernels serve {}", m.name,
-                                 m.head_dim, describe_head_dims(dims)));
+  for (int dim : {m.head_dim, m.head_dim_v ? m.head_dim_v : m.head_dim})
+    if (std::find(dims.begin(), dims.end(), dim) == dims.end())
+      throw InputError(fmt::format("model {}: head dim {} is not supported: attntune's kernels serve {}", m.name, dim,
+                                   describe_head_dims(dims)));
   if (m.dtype != "bf16" && m.dtype != "fp16")
     throw InputError(fmt::format("model {}: dtype '{}' (expected bf16 or fp16)", m.name, m.dtype));
 
@@ -834,6 +859,17 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
   for (const auto& r : o.regimes) {
     if (!is_regime(r)) throw InputError(fmt::format("--regimes: unknown regime '{}' (known: {})", r, known_regimes()));
     regimes.insert(r);
+  }
+  // A latent (MLA) model's decode and chunked prefill read its latent cache: not served yet
+  // (read_model_config's note says so). Its prefill and varlen problems are planned.
+  if (m.latent) {
+    regimes.erase("decode");
+    regimes.erase("chunk");
+    if (regimes.empty())
+      throw InputError(fmt::format("model {}: multi-head latent attention's decode and chunked prefill read the "
+                                   "latent cache, which attntune's kernels do not serve yet; plan its prefill "
+                                   "(--regimes prefill,varlen)",
+                                   m.name));
   }
   std::vector<DType> dtypes;
   if (o.dtype == "model")
@@ -906,6 +942,7 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
                    std::int64_t page, std::int64_t varlen = 0) {
       Problem p;
       p.b = b, p.h = h, p.hkv = hkv, p.s = s, p.sk = sk, p.d = m.head_dim, p.dtype = dt, p.causal = true;
+      p.dv = m.head_dim_v;
       p.page = page;
       p.varlen = varlen;
       // Every layer is causal: a window bounds the left side only (window=L, the right is the diagonal).

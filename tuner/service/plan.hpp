@@ -34,6 +34,12 @@ struct ModelAttention {
   int heads = 0;                   // num_attention_heads
   int kv_heads = 0;                // num_key_value_heads (Falcon: num_kv_heads, or 1 for multi_query); default heads
   int head_dim = 0;                // head_dim, else hidden_size / num_attention_heads
+  // Multi-head latent attention (DeepSeek-V2/V3, kv_lora_rank): prefill runs on the decompressed
+  // K/V, one per query head, at head_dim = qk_nope_head_dim + qk_rope_head_dim and a value head dim
+  // head_dim_v = v_head_dim (problems `d=192,dv=128`); decode runs over the latent cache, which no
+  // family serves yet: a latent model's plan has no decode or chunk problems (a note says so).
+  bool latent = false;
+  int head_dim_v = 0;              // V's head dim where it is not head_dim; 0: head_dim
   std::string dtype;               // "bf16" | "fp16" (torch_dtype; float32 or absent -> bf16, with a note)
   std::string dtype_note;          // why dtype was assumed (float32, no torch_dtype); empty when the config says
   std::string source;              // the config file's name, without its directories

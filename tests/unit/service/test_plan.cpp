@@ -201,8 +201,13 @@ TEST(PlanModelConfig, ErrorsNameTheFileAndTheKey) {
             file + ": num_attention_heads: expected a positive whole number, got 32.5");
   EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32, "hidden_size": 4096, "torch_dtype": 16)"),
             file + ": torch_dtype: expected a string like \"bfloat16\", got 16");
-  EXPECT_TRUE(has(config_error(dir, R"("num_attention_heads": 128, "kv_lora_rank": 512, "hidden_size": 7168)"),
-                  "kv_lora_rank: multi-head latent attention"));
+  EXPECT_EQ(config_error(dir, R"("num_attention_heads": 128, "kv_lora_rank": 512, "hidden_size": 7168)"),
+            file + ": kv_lora_rank without qk_nope_head_dim: multi-head latent attention's head dims are "
+                   "qk_nope_head_dim + qk_rope_head_dim (queries and keys) and v_head_dim (values)");
+  EXPECT_EQ(config_error(dir, R"("num_attention_heads": 16, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                                  "qk_rope_head_dim": 64, "v_head_dim": 100, "hidden_size": 2048)"),
+            file + ": multi-head latent attention: v_head_dim 100 is not supported: attntune's kernels serve every "
+                   "multiple of 16 from 32 to 256");
   // Keys in text_config are named with it.
   EXPECT_EQ(config_error(dir, R"("text_config": {"num_attention_heads": 32, "num_key_value_heads": 5,
                                   "hidden_size": 4096})"),
@@ -1294,4 +1299,50 @@ TEST(PlanHeadDims, FromTheShippedSpaces) {
   EXPECT_EQ(describe_head_dims({64, 128, 192, 256}), "every multiple of 64 from 64 to 256");
   EXPECT_EQ(describe_head_dims({64, 96, 128}), "head dims 64, 96 and 128");
   EXPECT_EQ(describe_head_dims({24, 40, 56, 72}), "head dims 24, 40, 56 and 72");  // not multiples of their step
+}
+
+// Multi-head latent attention (DeepSeek-V3): prefill on the decompressed K/V, one per query head, at
+// head dims 192 (qk_nope 128 + qk_rope 64) / 128 (v_head_dim); its decode reads the latent cache,
+// which no family serves yet, so the plan has prefill (and varlen) problems only, and says so.
+TEST(PlanModelConfig, DeepSeekV3LatentAttentionPlansItsPrefillAtBothHeadDims) {
+  const ModelAttention m = read_model_config(model_file("deepseek_v3.json"));
+  EXPECT_EQ(m.name, "deepseek-ai/DeepSeek-V3");
+  EXPECT_TRUE(m.latent);
+  EXPECT_EQ(m.heads, 128);
+  EXPECT_EQ(m.kv_heads, 128);
+  EXPECT_EQ(m.head_dim, 192);
+  EXPECT_EQ(m.head_dim_v, 128);
+  ASSERT_EQ(m.notes.size(), 1u);
+  EXPECT_NE(m.notes[0].find("multi-head latent attention (kv_lora_rank 512): planning prefill on the decompressed "
+                            "K/V, 128 heads of head dims 192 / 128 (d=192,dv=128)"),
+            std::string::npos)
+      << m.notes[0];
+  EXPECT_NE(m.notes[0].find("the plan has no decode or chunk problems"), std::string::npos);
+  const Plan p = make_plan(m, PlanOptions{});  // prefill and decode asked: prefill planned
+  ASSERT_EQ(p.entries.size(), 6u);
+  for (const PlanEntry& e : p.entries) {
+    EXPECT_EQ(e.regime, "prefill");
+    EXPECT_EQ(e.problem.d, 192);
+    EXPECT_EQ(e.problem.dv, 128);
+    EXPECT_EQ(e.problem.h, 128);
+    EXPECT_EQ(e.problem.hkv, 128);
+  }
+  EXPECT_EQ(p.entries[0].problem.str(), "b=1,h=128,hkv=128,s=512,sk=512,d=192,dv=128,dtype=bf16,causal=1");
+  // Tensor parallelism splits the decompressed heads as any others.
+  PlanOptions tp8;
+  tp8.tp = 8;
+  tp8.regimes = {"prefill", "varlen"};
+  const Plan q = make_plan(m, tp8);
+  ASSERT_EQ(q.entries.size(), 12u);
+  EXPECT_EQ(q.entries.back().problem.str(),
+            "b=8,h=16,hkv=16,s=8192,sk=8192,d=192,dv=128,dtype=bf16,causal=1,varlen=512");
+  // Decode alone is refused with the reason.
+  PlanOptions decode;
+  decode.regimes = {"decode", "chunk"};
+  EXPECT_NE(input_error_of([&] { make_plan(m, decode); })
+                .find("multi-head latent attention's decode and chunked prefill read the latent cache, which "
+                      "attntune's kernels do not serve yet; plan its prefill (--regimes prefill,varlen)"),
+            std::string::npos);
+  // Every planned problem is one a prefill family takes.
+  for (const PlanEntry& e : q.entries) EXPECT_NO_THROW(Problem::parse(e.problem.str())) << e.problem.str();
 }
