@@ -1,4 +1,4 @@
--- attntune database, schema version 8 (the highest db/migrations/NNN_*.sql). A new database is
+-- attntune database, schema version 10 (the highest db/migrations/NNN_*.sql). A new database is
 -- created from this file; an older one is brought here by the migrations, and a test checks that
 -- both roads end at the same tables, columns and indexes. The store sets PRAGMA application_id
 -- ("ATTN") and PRAGMA user_version in the same transaction.
@@ -49,9 +49,10 @@ CREATE TABLE campaigns (
   device_id      INTEGER NOT NULL REFERENCES devices (id),
   started_at     TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
   ended_at       TEXT,
-  space_text     TEXT NOT NULL DEFAULT ''         -- since version 3: the space YAML, for replay/export
+  space_text     TEXT NOT NULL DEFAULT '',        -- since version 3: the space YAML, for replay/export
+  dv             INTEGER NOT NULL DEFAULT 0 CHECK (dv >= 0)  -- since version 10: V's head dim, 0 when it is d
 );
-CREATE INDEX campaigns_problem ON campaigns (b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed, variants);
+CREATE INDEX campaigns_problem ON campaigns (b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed, variants, dv);
 
 -- Since version 7: each run of a campaign (the first, then each resume): what it asked for and how
 -- it ended; campaigns keeps the latest run's (db/migrations/007_campaign_runs.sql).

@@ -151,12 +151,12 @@ std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_
     Statement insert(db(),
                      "INSERT INTO campaigns (name, problem, b, h, hkv, s, sk, d, dtype, causal, page, varlen, "
                      "lens_seed, space_path, space_hash, family, strategy, seed, budget_evals, budget_seconds, "
-                     "device_id, space_text, variants) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-                     "?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)");
+                     "device_id, space_text, variants, dv) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+                     "?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)");
     insert
         .bind(spec.name, p.json().dump(), p.b, p.h, p.hkv, p.s, p.sk, p.d, dtype_name(p.dtype), p.causal, p.page,
               p.varlen, p.lens_seed, spec.space_path, spec.space_hash, spec.family, spec.strategy, spec.seed, spec.budget_evals,
-              spec.budget_seconds, device_id, spec.space_text, p.variant_spec())
+              spec.budget_seconds, device_id, spec.space_text, p.variant_spec(), p.dv)
         .run();
     id = db().last_insert_rowid();
   }

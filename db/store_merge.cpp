@@ -41,8 +41,8 @@ namespace fs = std::filesystem;
 constexpr const char* kCampaignColumns =
     "name, problem, b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed, space_path, space_hash, family, "
     "strategy, seed, status, stop_reason, budget_evals, budget_seconds, device_id, started_at, ended_at, space_text, "
-    "variants";
-constexpr int kCampaignColumnCount = 27;
+    "variants, dv";
+constexpr int kCampaignColumnCount = 28;
 constexpr int kCampaignName = 0, kCampaignDevice = 22;
 
 // The evaluations columns copied, campaign_id and id aside.
@@ -244,12 +244,12 @@ class InputMerger {
   // The problem, search space and template that make two campaigns of one name the same campaign.
   static std::string identity(Connection& db, std::int64_t campaign_id) {
     Statement st(db,
-                 "SELECT b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed, variants, space_hash, family "
+                 "SELECT b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed, variants, dv, space_hash, family "
                  "FROM campaigns WHERE id = ?1");
     st.bind(campaign_id);
     if (!st.step()) throw std::logic_error("merge: a campaign vanished");
     std::string key;
-    for (int c = 0; c < 14; ++c) key += st.text(c) + '\x1f';
+    for (int c = 0; c < 15; ++c) key += st.text(c) + '\x1f';
     return key;
   }
 

@@ -75,7 +75,7 @@ BestRow read_best_row(const Statement& st, const std::string& campaign, const Pr
 }
 
 // The campaigns a query covers, in creation order: id, name and the problem columns. A problem
-// matches all of its columns, page, varlen, lens_seed and variants included (a paged problem, a packed
+// matches all of its columns, page, varlen, lens_seed, variants and dv included (a paged problem, a packed
 // batch or a windowed problem is never its plain dense shape).
 Statement select_campaigns(Connection& db, const BestQuery& q) {
   Statement camps(db,
@@ -83,7 +83,7 @@ Statement select_campaigns(Connection& db, const BestQuery& q) {
                       " FROM campaigns c "
                       "WHERE (?1 IS NULL OR name = ?1) AND (?2 IS NULL OR (b = ?2 AND h = ?3 AND hkv = ?4 AND "
                   "s = ?5 AND sk = ?6 AND d = ?7 AND dtype = ?8 AND causal = ?9 AND page = ?10 AND varlen = ?11 "
-                  "AND lens_seed = ?12 AND variants = ?13)) ORDER BY id");
+                  "AND lens_seed = ?12 AND variants = ?13 AND dv = ?14)) ORDER BY id");
   camps.bind(q.campaign);
   if (q.problem) {
     const Problem& p = *q.problem;
@@ -99,6 +99,7 @@ Statement select_campaigns(Connection& db, const BestQuery& q) {
     camps.bind_at(11, p.varlen);
     camps.bind_at(12, p.lens_seed);
     camps.bind_at(13, p.variant_spec());
+    camps.bind_at(14, p.dv);
   }
   return camps;
 }

@@ -16,11 +16,11 @@
 namespace attntune::store_rows {
 
 // The campaigns table's problem columns of `table` (its alias in the query) as a SELECT list,
-// each named as itself: b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed, variants.
+// each named as itself: b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed, variants, dv.
 inline std::string problem_columns(const std::string& table) {
   std::string out;
   for (const char* c : {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal", "page", "varlen", "lens_seed",
-                        "variants"})
+                        "variants", "dv"})
     out += (out.empty() ? "" : ", ") + table + "." + c + " AS " + c;
   return out;
 }
@@ -40,6 +40,7 @@ inline Problem problem_from_columns(const sqlite::Statement& st) {
   p.varlen = st.int64("varlen");
   p.lens_seed = st.int64("lens_seed");
   p.set_variants(st.text("variants"));
+  p.dv = st.int64("dv");
   return p;
 }
 

@@ -69,7 +69,7 @@ inline int prefill_entry(const Define* d, int n) {
 // can hold seqlen_k_max keys; every call the build's variants exactly.
 inline int check_prefill_entry(const char* family, const Call& call, int entry, const Variants& variants, Why* why) {
   if (call.entry == entry) {
-    if (check_variants(family, variants, call, why)) return 1;
+    if (check_variants(family, variants, call, why) || check_one_head_dim(family, call, why)) return 1;
     if (entry == kEntryVarlen && (!call.cu_seqlens_q || !call.cu_seqlens_k))
       return refuse(why, "cu_seqlens_q and cu_seqlens_k must not be NULL");
     if (entry == kEntryKvcache && call.block_table) {

@@ -43,7 +43,8 @@ struct Call {
   float* lse;  // null: not wanted
   int batch, heads_q, heads_kv, seqlen_q;
   int seqlen_k;  // dense: the keys of every sequence; kvcache: seqlen_k_max
-  int head_dim;
+  int head_dim;    // Q's and K's
+  int head_dim_v;  // V's and O's; 0: head_dim (every call before `dv` existed, and empty_call's)
   // In elements, {batch, head, row}; kvcache with a block table: K's and V's are {page, head, row}.
   long long q_stride[3], k_stride[3], v_stride[3], o_stride[3];
   float scale;
@@ -95,6 +96,16 @@ inline int refuse(Why* why, const char* format, ...) {
     va_end(ap);
   }
   return 1;
+}
+
+// Every family's builds have one head dim for Q, K and V today: a call whose V (and O) has another
+// (head_dim_v, from an evaluator's `dv=N` problem) is refused. The spaces refuse such problems first
+// (SearchSpace::check_problem); this keeps a build from ever reading V with Q's dim.
+inline int check_one_head_dim(const char* family, const Call& c, Why* why) {
+  if (c.head_dim_v != 0 && c.head_dim_v != c.head_dim)
+    return refuse(why, "%s builds have one head dim for Q, K and V; the call has head_dim %d and head_dim_v %d", family,
+                  c.head_dim, c.head_dim_v);
+  return 0;
 }
 
 // What the executor tells a plan of the device the call runs on.

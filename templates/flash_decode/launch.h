@@ -79,7 +79,7 @@ struct FlashDecodeLaunch {
       return refuse(why, "flash_decode serves attntune_attention_forward and attntune_attention_forward_kvcache only");
     if (c.head_dim != head_dim)
       return refuse(why, "flash_decode was built for head_dim %d; the call has head_dim %d", head_dim, c.head_dim);
-    if (check_variants("flash_decode", variants, c, why)) return 1;
+    if (check_variants("flash_decode", variants, c, why) || check_one_head_dim("flash_decode", c, why)) return 1;
     if (c.seqlen_q > kDecodeMaxSeqlenQ)
       return refuse(why,
                     "flash_decode serves seqlen_q 1..%d (decoding, speculative decoding); the call has seqlen_q %d: "

@@ -24,15 +24,16 @@ __device__ __forceinline__ void unroll(F& f) {
   }
 }
 
-// The cp.async passes of load_tile and load_tile_paged over a tile of kRows rows: tiles.h's
-// CopyGeometry (panels of a row, rows a pass, immediate offsets).
-template <int kRows>
-using CopyPasses = mma_tiles::CopyGeometry<T::kHeadDim, T::kThreads, kRows>;
+// The cp.async passes of load_tile and load_tile_paged over a tile of kRows rows of kDim elements
+// (Q's and K's head dim, or V's): tiles.h's CopyGeometry (panels of a row, rows a pass, immediate
+// offsets).
+template <int kRows, int kDim = T::kHeadDim>
+using CopyPasses = mma_tiles::CopyGeometry<kDim, T::kThreads, kRows>;
 
 // Pass f of load_tile: zero-filled past row_end when kChecked.
-template <int kRows, bool kChecked>
+template <int kRows, bool kChecked, int kDim>
 struct CopyRows {
-  using S = CopyPasses<kRows>;
+  using S = CopyPasses<kRows, kDim>;
   u32 dst0, dst1;
   const elem_t* src;
   long long step;
@@ -63,22 +64,22 @@ struct CopyRows {
 // copies chunk t % kChunksPerRow of rows t / kChunksPerRow + it * kRowsPerIter): one global
 // pointer advanced by a uniform step (the panels at immediate offsets from it), and smem offsets
 // that are immediates from dst0 or dst1 (row r + kRowsPerIter, used only when kRowsPerIter == 4).
-template <int kRows>
+template <int kRows, int kDim = T::kHeadDim>
 __device__ __forceinline__ void load_tile(u32 tile, const elem_t* gmem, long long row_stride, int row0,
                                           int row_end) {
-  using S = CopyPasses<kRows>;
+  using S = CopyPasses<kRows, kDim>;
   // One panel a pass: written out, so that it compiles as before panels (through a call it did not).
   const int r = S::kPanelsPerIter == 1 ? threadIdx.x / S::kChunks : S::thread_row(threadIdx.x);
   const int chunk = S::kPanelsPerIter == 1 ? threadIdx.x % S::kChunks : S::thread_chunk(threadIdx.x);
-  const u32 dst0 = tile + swizzled(r, chunk) * 2;
-  const u32 dst1 = S::kRowsPerIter % 8 == 0 ? dst0 : tile + swizzled(r + S::kRowsPerIter, chunk) * 2;
+  const u32 dst0 = tile + swizzled<kDim>(r, chunk) * 2;
+  const u32 dst1 = S::kRowsPerIter % 8 == 0 ? dst0 : tile + swizzled<kDim>(r + S::kRowsPerIter, chunk) * 2;
   const elem_t* src = gmem + (row0 + r) * row_stride + chunk * 8;
   const long long step = S::kRowsPerIter * row_stride;
   if (row0 + kRows <= row_end) {
-    CopyRows<kRows, false> copy{dst0, dst1, src, step, gmem, row0 + r, row_end};
+    CopyRows<kRows, false, kDim> copy{dst0, dst1, src, step, gmem, row0 + r, row_end};
     unroll<0, S::kPasses>(copy);
   } else {
-    CopyRows<kRows, true> copy{dst0, dst1, src, step, gmem, row0 + r, row_end};
+    CopyRows<kRows, true, kDim> copy{dst0, dst1, src, step, gmem, row0 + r, row_end};
     unroll<0, S::kPasses>(copy);
   }
 }
@@ -86,9 +87,9 @@ __device__ __forceinline__ void load_tile(u32 tile, const elem_t* gmem, long lon
 // Pass f of load_tile_paged with one panel a pass (f is the row pass): row r + f * kRowsPerIter of
 // the sequence's keys, through the page table (row j: row j % page_size of page table[j /
 // page_size]), zero-filled past row_end.
-template <int kRows>
+template <int kRows, int kDim>
 struct CopyPagedRows {
-  using S = CopyPasses<kRows>;
+  using S = CopyPasses<kRows, kDim>;
   u32 dst0, dst1;
   const elem_t* base;  // the head's row 0 of page 0, this thread's chunk
   const AttnParams& p;
@@ -111,9 +112,9 @@ struct CopyPagedRows {
 };
 // ... with panels: a row is looked up in its first panel pass and kept for the others. (A struct
 // of its own: the row's members in CopyPagedRows changed the code of one-panel builds.)
-template <int kRows>
+template <int kRows, int kDim>
 struct CopyPagedPanels {
-  using S = CopyPasses<kRows>;
+  using S = CopyPasses<kRows, kDim>;
   u32 dst0, dst1;
   const elem_t* base;
   const AttnParams& p;
@@ -143,22 +144,23 @@ struct CopyPagedPanels {
 // load_tile over a paged sequence: rows [row0, row0 + kRows) of the keys whose pages `table`
 // lists (the sequence's row of the block table), each looked up in it; rows at or past row_end
 // zero-filled (a cache holds anything past a sequence's keys).
-template <int kRows>
+template <int kRows, int kDim = T::kHeadDim>
 __device__ __forceinline__ void load_tile_paged(u32 tile, const elem_t* head_base, const AttnParams& p,
                                                 const int* table, long long page_stride, long long row_stride,
                                                 int row0, int row_end) {
-  using S = CopyPasses<kRows>;
+  using S = CopyPasses<kRows, kDim>;
   // One panel a pass: written out, so that it compiles as before panels (through a call it did not).
   const int r = S::kPanelsPerIter == 1 ? threadIdx.x / S::kChunks : S::thread_row(threadIdx.x);
   const int chunk = S::kPanelsPerIter == 1 ? threadIdx.x % S::kChunks : S::thread_chunk(threadIdx.x);
-  const u32 dst0 = tile + swizzled(r, chunk) * 2;
-  const u32 dst1 = S::kRowsPerIter % 8 == 0 ? dst0 : tile + swizzled(r + S::kRowsPerIter, chunk) * 2;
+  const u32 dst0 = tile + swizzled<kDim>(r, chunk) * 2;
+  const u32 dst1 = S::kRowsPerIter % 8 == 0 ? dst0 : tile + swizzled<kDim>(r + S::kRowsPerIter, chunk) * 2;
   if constexpr (S::kPanelIters == 1) {
-    CopyPagedRows<kRows> copy{dst0, dst1, head_base + chunk * 8, p, table, page_stride, row_stride, row0 + r, row_end};
+    CopyPagedRows<kRows, kDim> copy{dst0,       dst1,     head_base + chunk * 8, p, table, page_stride,
+                                    row_stride, row0 + r, row_end};
     unroll<0, S::kPasses>(copy);
   } else {
-    CopyPagedPanels<kRows> copy{dst0,     dst1,    head_base + chunk * 8, p,       table, page_stride,
-                                row_stride, row0 + r, row_end,               nullptr, false};
+    CopyPagedPanels<kRows, kDim> copy{dst0,       dst1,     head_base + chunk * 8, p,       table, page_stride,
+                                      row_stride, row0 + r, row_end,               nullptr, false};
     unroll<0, S::kPasses>(copy);
   }
 }
@@ -176,13 +178,16 @@ __device__ __forceinline__ void load_tile_paged(u32 tile, const elem_t* head_bas
 // live register and one LOP3 per step 1..3 of a 128-byte span (d % 64 == 0), step 1 of a 64-byte
 // span, none with 32-byte spans. Q and V fragments share a lane layout (rows lane % 16, chunk
 // half lane / 16); K has its own (rows lane % 8 + 8 * (lane / 16), chunk half lane / 8 % 2).
+// V's tiles (kHeadDimV: a value head dim other than Q's and K's) have their own row bytes and
+// span: kDim picks them (the default is Q's and K's).
 constexpr int kRowBytes = T::kHeadDim * 2;
+constexpr int kRowBytesV = T::kHeadDimV * 2;
 static_assert(kRowBytes % (T::kSwizzleChunks * 16) == 0, "tile rows must be whole swizzle spans");
-template <int kRow, int kStep>
-constexpr int kFragImm = mma_tiles::frag_offset(T::kHeadDim, kRow, kStep);
-template <int kStep>
+template <int kRow, int kStep, int kDim = T::kHeadDim>
+constexpr int kFragImm = mma_tiles::frag_offset(kDim, kRow, kStep);
+template <int kStep, int kDim = T::kHeadDim>
 __device__ __forceinline__ u32 span_addr(u32 addr0) {
-  constexpr int x = mma_tiles::frag_xor(T::kHeadDim, kStep);
+  constexpr int x = mma_tiles::frag_xor(kDim, kStep);
   return x == 0 ? addr0 : addr0 ^ x;
 }
 
@@ -197,9 +202,11 @@ struct WarpState {
 };
 
 __device__ __forceinline__ void init_frag_addrs(WarpState& st, u32 sq, int warp_row0, int lane) {
-  st.v_off = swizzled(lane & 15, lane >> 4) * 2;
+  st.v_off = swizzled<T::kHeadDimV>(lane & 15, lane >> 4) * 2;
   st.k_off = swizzled((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1) * 2;
-  st.q_addr = sq + warp_row0 * kRowBytes + st.v_off;
+  // Q's lane layout is V's: one offset where their dims agree.
+  const u32 q_off = T::kHeadDimV == T::kHeadDim ? st.v_off : swizzled(lane & 15, lane >> 4) * 2;
+  st.q_addr = sq + warp_row0 * kRowBytes + q_off;
 }
 
 // A fragments of Q for head-dim step kDs, row tile kM (16x16 each, via ldmatrix.x4).
@@ -452,7 +459,8 @@ struct PvSteps {
     constexpr int ns = f / kDimPairs, dp = f % kDimPairs;
     // Matrices (keys +0/+8) x (dims +0/+8), transposed: B operands of dim tiles 2dp, 2dp+1.
     u32(&b)[4] = vb[f % kRing];
-    ldmatrix_x4_trans_at<kFragImm<ns * 16, dp>>(span_addr<dp>(v_addr), b[0], b[1], b[2], b[3]);
+    ldmatrix_x4_trans_at<kFragImm<ns * 16, dp, T::kHeadDimV>>(span_addr<dp, T::kHeadDimV>(v_addr), b[0], b[1], b[2],
+                                                             b[3]);
   }
   struct Prologue {
     PvSteps& s;
@@ -486,7 +494,7 @@ flash_fwd_mma(const AttnParams p) {
   // Byte addresses in shared memory.
   const u32 sq = smem_addr(smem_raw);                 // (kBlockM, kHeadDim)
   const u32 sk = sq + T::kQElems * 2;                 // (kStages, kBlockN, kHeadDim)
-  const u32 sv = sk + T::kStages * T::kKVElems * 2;   // (kStages, kBlockN, kHeadDim)
+  const u32 sv = sk + T::kStages * T::kKElems * 2;    // (kStages, kBlockN, kHeadDimV)
 
   const int head = blockIdx.y, batch = blockIdx.z;
   const int kv_head = head / p.q_per_kv;
@@ -579,7 +587,7 @@ flash_fwd_mma(const AttnParams p) {
     }
   }
   auto load_k = [&](int j) {
-    const u32 dst = sk + (j % T::kStages) * T::kKVElems * 2;
+    const u32 dst = sk + (j % T::kStages) * T::kKElems * 2;
     if constexpr (T::kKvcache) {
       if (table) {
         load_tile_paged<T::kBlockN>(dst, k, p, table, p.k_stride[0], p.k_stride[2], first_key + j * T::kBlockN,
@@ -590,15 +598,15 @@ flash_fwd_mma(const AttnParams p) {
     load_tile<T::kBlockN>(dst, k, p.k_stride[2], j * T::kBlockN, len_k);
   };
   auto load_v = [&](int j) {
-    const u32 dst = sv + (j % T::kStages) * T::kKVElems * 2;
+    const u32 dst = sv + (j % T::kStages) * T::kVElems * 2;
     if constexpr (T::kKvcache) {
       if (table) {
-        load_tile_paged<T::kBlockN>(dst, v, p, table, p.v_stride[0], p.v_stride[2], first_key + j * T::kBlockN,
-                                    seqlen_k);
+        load_tile_paged<T::kBlockN, T::kHeadDimV>(dst, v, p, table, p.v_stride[0], p.v_stride[2],
+                                                  first_key + j * T::kBlockN, seqlen_k);
         return;
       }
     }
-    load_tile<T::kBlockN>(dst, v, p.v_stride[2], j * T::kBlockN, len_k);
+    load_tile<T::kBlockN, T::kHeadDimV>(dst, v, p.v_stride[2], j * T::kBlockN, len_k);
   };
   // Interleaved schedule: the stream is K_0, V_0, K_1, ... one cp.async group per tile, committed
   // even past the end (empty) so wait_group counts stay uniform. Blockwise: K_j and V_j form one
@@ -630,8 +638,8 @@ flash_fwd_mma(const AttnParams p) {
   }
 
   for (int j = 0; j < n_blocks; ++j) {
-    const u32 k_base = sk + (j % T::kStages) * T::kKVElems * 2;
-    const u32 v_base = sv + (j % T::kStages) * T::kKVElems * 2;
+    const u32 k_base = sk + (j % T::kStages) * T::kKElems * 2;
+    const u32 v_base = sv + (j % T::kStages) * T::kVElems * 2;
     const int n0 = j * T::kBlockN;
     if constexpr (T::kBlockwise) {
       // One group per block: block j (and Q) landed; after the barrier every warp is done with
@@ -652,7 +660,7 @@ flash_fwd_mma(const AttnParams p) {
           mask_scores(acc_s, m0 + warp_row0, n0 + key0, len_k, diag_k, lane, p.variant);
         u32 p_frag[T::kMTiles][T::kSubSteps][4];
         softmax_step(st, acc_s, p_frag, exp2_scale(p));
-        accumulate_pv(st, p_frag, v_base + key0 * kRowBytes);
+        accumulate_pv(st, p_frag, v_base + key0 * kRowBytesV);
       }
     } else {
       // FlashAttention-2's order: V_j lands during Q.K_j^T, K_{j+kStages} during P.V_j.

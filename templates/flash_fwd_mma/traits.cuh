@@ -11,7 +11,14 @@ namespace att {
 
 struct Traits {
   // Problem fields baked into the kernel.
-  static constexpr int kHeadDim = ATT_HEAD_DIM;
+  static constexpr int kHeadDim = ATT_HEAD_DIM;  // Q's and K's
+  // V's and O's: ATT_HEAD_DIM_V where the problem names another (`dv=N`: DeepSeek's MLA prefill is
+  // 192 / 128); the renderer defines it for such problems only.
+#ifdef ATT_HEAD_DIM_V
+  static constexpr int kHeadDimV = ATT_HEAD_DIM_V;
+#else
+  static constexpr int kHeadDimV = kHeadDim;
+#endif
   static constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
   static constexpr bool kCausal = ATT_CAUSAL != 0;
   // A packed batch of sequences of different lengths (attntune_attention_forward_varlen); the
@@ -74,9 +81,9 @@ struct Traits {
   static constexpr int kNTiles = kBlockN / 8;      // 8-key MMA tiles per K/V tile
   static constexpr int kSubTiles = kSubN / 8;      // 8-key MMA tiles per softmax step
   static constexpr int kSubSteps = kSubN / 16;     // k16 steps of P.V per softmax step
-  static constexpr int kDTiles = kHeadDim / 8;     // 8-wide output tiles
+  static constexpr int kDTiles = kHeadDimV / 8;    // 8-wide output tiles (O's and V's dims)
   static constexpr int kDSteps = kHeadDim / 16;    // k16 steps of Q.K^T
-  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per smem row
+  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per smem row of Q and K
   // The XOR swizzle's span in 16-byte chunks (tiles.h): the largest of 8, 4, 2 that divides a
   // row (d = 64, 128, 192, 256: 8, as ever; 32, 96, 160, 224: 4; 48, 80, 112, ...: 2).
   static constexpr int kSwizzleChunks = mma_tiles::swizzle_chunks(kHeadDim);
@@ -85,8 +92,9 @@ struct Traits {
   // Blockwise: blocks in flight ahead of the one consumed.
   static constexpr int kLookahead = kBlockwise ? kStages - 1 : 2 * kStages - 1;
   static constexpr int kQElems = kBlockM * kHeadDim;
-  static constexpr int kKVElems = kBlockN * kHeadDim;  // one K or V stage
-  static constexpr int kSmemBytes = (kQElems + 2 * kStages * kKVElems) * 2;
+  static constexpr int kKElems = kBlockN * kHeadDim;   // one K stage
+  static constexpr int kVElems = kBlockN * kHeadDimV;  // one V stage
+  static constexpr int kSmemBytes = (kQElems + kStages * (kKElems + kVElems)) * 2;
 
   static_assert(kWarpRows * kWarps == kBlockM && kWarpRows % 16 == 0,
                 "each warp must own a whole number of 16-row MMA tiles");
@@ -98,6 +106,8 @@ struct Traits {
   static_assert(!kBlockwise || kStages >= 2, "blockwise needs 2+ stages to overlap loads with compute");
   static_assert(kHeadDim % 16 == 0 && kHeadDim >= 32 && kHeadDim <= 256,
                 "head_dim must be a multiple of 16 (the MMA k-step and two-chunk swizzle spans) from 32 to 256");
+  static_assert(kHeadDimV % 16 == 0 && kHeadDimV >= 32 && kHeadDimV <= 256,
+                "head_dim_v must be a multiple of 16 (dim pairs of P.V's output tiles, two-chunk spans) from 32 to 256");
   static_assert(kStages >= 1 && kStages <= 4, "1 to 4 K/V stages");
   static_assert(kFragPrefetch >= 0 && kFragPrefetch <= 2, "fragment prefetch distance 0 to 2");
   static_assert(kSmemBytes == SMEM_BYTES,
@@ -105,11 +115,13 @@ struct Traits {
   static_assert(kThreads == THREADS, "search space's threads disagrees with warps * 32");
 };
 
-// Shared-memory tiles are row-major (rows, kHeadDim) of 16-bit values in 16-byte chunks, each
-// chunk's index XORed within a span of kSwizzleChunks chunks by a pattern of period 8 rows
+// Shared-memory tiles are row-major (rows, kDim) of 16-bit values in 16-byte chunks, each chunk's
+// index XORed within a span of swizzle_chunks(kDim) chunks by a pattern of period 8 rows
 // (tiles.h): the 8 rows an ldmatrix phase reads, and the 8 chunks a quarter-warp's cp.async
 // copies write, land in 8 different bank groups. The element offset of chunk `chunk` of `row`.
-__device__ __forceinline__ int swizzled(int row, int chunk) { return mma_tiles::swizzled<Traits::kHeadDim>(row, chunk); }
+// kDim: Q's and K's head dim, or V's (kHeadDimV) for V tiles.
+template <int kDim = Traits::kHeadDim>
+__device__ __forceinline__ int swizzled(int row, int chunk) { return mma_tiles::swizzled<kDim>(row, chunk); }
 
 }  // namespace att
 

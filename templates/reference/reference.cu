@@ -48,12 +48,13 @@ constexpr int kKeysPerChunk = 32;
 constexpr int kMaxDim = 256;
 constexpr int kPad = 2;  // odd word stride per smem row: lanes reading different rows hit different banks
 
-// grid (ceil(seqlen_q / 8), heads_q, batch), block 256. out: (batch, heads_q, seqlen_q, d)
-// contiguous fp32; lse_out: (batch, heads_q, seqlen_q) fp32; seqlens_k: [batch] or null. A varlen
-// batch: out (heads_q, total_q, d), lse_out (heads_q, total_q).
+// grid (ceil(seqlen_q / 8), heads_q, batch), block 256. head_dim is Q's and K's, head_dim_v V's and
+// O's. out: (batch, heads_q, seqlen_q, head_dim_v) contiguous fp32; lse_out: (batch, heads_q,
+// seqlen_q) fp32; seqlens_k: [batch] or null. A varlen batch: out (heads_q, total_q, head_dim_v),
+// lse_out (heads_q, total_q).
 extern "C" __global__ void __launch_bounds__(256)
-attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp, float* out, float* lse_out,
-               const int* seqlens_k) {
+attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int causal, int lowp, float* out,
+               float* lse_out, const int* seqlens_k) {
   __shared__ float sq[kRowsPerBlock][kMaxDim];
   __shared__ elem_t sk[kKeysPerChunk][kMaxDim + kPad];
   __shared__ elem_t sv[kKeysPerChunk][kMaxDim + kPad];
@@ -94,8 +95,12 @@ attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp,
     for (int i = threadIdx.x; i < kKeysPerChunk * head_dim; i += blockDim.x) {
       const int r = i / head_dim, c = i % head_dim, key = c0 + r;
       sk[r][c] = key < seqlen_k ? k[key * p.k_stride[2] + c] : elem_t(0);
-      if (with_v) sv[r][c] = key < seqlen_k ? v[key * p.v_stride[2] + c] : elem_t(0);
     }
+    if (with_v)
+      for (int i = threadIdx.x; i < kKeysPerChunk * head_dim_v; i += blockDim.x) {
+        const int r = i / head_dim_v, c = i % head_dim_v, key = c0 + r;
+        sv[r][c] = key < seqlen_k ? v[key * p.v_stride[2] + c] : elem_t(0);
+      }
     __syncthreads();
   };
   auto score = [&](int r) {  // scaled score of this warp's row against smem key row r
@@ -154,7 +159,7 @@ attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp,
 #pragma unroll
       for (int t = 0; t < kMaxDim / 32; ++t) {
         const int c = lane + 32 * t;
-        if (c < head_dim) o[t] = fmaf(pk, to_float(sv[kk][c], bf16), o[t]);
+        if (c < head_dim_v) o[t] = fmaf(pk, to_float(sv[kk][c], bf16), o[t]);
       }
     }
   }
@@ -164,7 +169,7 @@ attn_reference(const AttnParams p, int head_dim, int bf16, int causal, int lowp,
 #pragma unroll
   for (int t = 0; t < kMaxDim / 32; ++t) {
     const int c = lane + 32 * t;
-    if (c < head_dim) out[row_index * head_dim + c] = lowp ? round_to(o[t], bf16) : o[t];
+    if (c < head_dim_v) out[row_index * head_dim_v + c] = lowp ? round_to(o[t], bf16) : o[t];
   }
   if (lane == 0) lse_out[row_index] = l > 0.f ? m + logf(l) : neg_inf();
 }
@@ -190,26 +195,30 @@ extern "C" __global__ void fill_normal(elem_t* x, long long n, unsigned long lon
 }
 
 // A KV cache's pages [num_pages, page, heads_kv, d] from the contiguous keys p.k, p.v ([batch,
-// heads_kv, seqlen_k, d] through p's strides): key j < seqlens[b] of sequence b goes to row j % page
-// of page block_table[b * pages_per_seq + j / page]. Rows past a sequence's length are left as
-// they were (the caller fills the pages with NaN first).
-extern "C" __global__ void scatter_pages(const AttnParams p, int head_dim, elem_t* k_pages, elem_t* v_pages,
-                                         const int* block_table, const int* seqlens, int page, int pages_per_seq) {
-  const long long n = static_cast<long long>(p.batch) * p.heads_kv * p.seqlen_k * head_dim;
-  const elem_t* k = static_cast<const elem_t*>(p.k);
-  const elem_t* v = static_cast<const elem_t*>(p.v);
-  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const int c = static_cast<int>(i % head_dim);
-    const long long r = i / head_dim;
-    const int key = static_cast<int>(r % p.seqlen_k);
-    const long long bh = r / p.seqlen_k;
-    const int head = static_cast<int>(bh % p.heads_kv), batch = static_cast<int>(bh / p.heads_kv);
-    if (key >= seqlens[batch]) continue;
-    const long long pg = block_table[static_cast<long long>(batch) * pages_per_seq + key / page];
-    const long long dst = ((pg * page + key % page) * p.heads_kv + head) * head_dim + c;
-    k_pages[dst] = k[batch * p.k_stride[0] + head * p.k_stride[1] + key * p.k_stride[2] + c];
-    v_pages[dst] = v[batch * p.v_stride[0] + head * p.v_stride[1] + key * p.v_stride[2] + c];
+// heads_kv, seqlen_k, d] through p's strides; d is head_dim for K, head_dim_v for V): key j <
+// seqlens[b] of sequence b goes to row j % page of page block_table[b * pages_per_seq + j / page].
+// Rows past a sequence's length are left as they were (the caller fills the pages with NaN first).
+extern "C" __global__ void scatter_pages(const AttnParams p, int head_dim, int head_dim_v, elem_t* k_pages,
+                                         elem_t* v_pages, const int* block_table, const int* seqlens, int page,
+                                         int pages_per_seq) {
+  const elem_t* src[2] = {static_cast<const elem_t*>(p.k), static_cast<const elem_t*>(p.v)};
+  elem_t* dst_pages[2] = {k_pages, v_pages};
+  for (int t = 0; t < 2; ++t) {
+    const int d = t ? head_dim_v : head_dim;
+    const long long* stride = t ? p.v_stride : p.k_stride;
+    const long long n = static_cast<long long>(p.batch) * p.heads_kv * p.seqlen_k * d;
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+      const int c = static_cast<int>(i % d);
+      const long long r = i / d;
+      const int key = static_cast<int>(r % p.seqlen_k);
+      const long long bh = r / p.seqlen_k;
+      const int head = static_cast<int>(bh % p.heads_kv), batch = static_cast<int>(bh / p.heads_kv);
+      if (key >= seqlens[batch]) continue;
+      const long long pg = block_table[static_cast<long long>(batch) * pages_per_seq + key / page];
+      const long long dst = ((pg * page + key % page) * p.heads_kv + head) * d + c;
+      dst_pages[t][dst] = src[t][batch * stride[0] + head * stride[1] + key * stride[2] + c];
+    }
   }
 }
 
@@ -218,7 +227,7 @@ extern "C" __global__ void scatter_pages(const AttnParams p, int head_dim, elem_
 // (finite rows), as float bits (non-negative floats order like their bit patterns);
 // counts[0] = non-finite output elements, counts[1] = LSE mismatches in finiteness. A varlen
 // batch's rows are (head, packed row), as attn_reference wrote them: every packed row is some
-// sequence's.
+// sequence's. head_dim is O's (the problem's value head dim).
 extern "C" __global__ void compare_outputs(const AttnParams p, int head_dim, int bf16,
                                            const float* ref32, const float* reflow,
                                            const float* lse_ref, unsigned* stats, unsigned* counts) {

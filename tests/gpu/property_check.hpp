@@ -37,6 +37,7 @@ struct PropertyRun {
   std::uint64_t seed = 0; // inputs use seed + 1, seed + 2, ...
   bool require_no_spills = false;
   bool without_workspaces = false;  // each check again with the plan's optional workspaces withheld
+  int dv = 0;             // V's head dim when it is not d (`dv=N`)
 };
 
 // The configs a property test samples per problem kind: ATTNTUNE_PROPERTY_SAMPLE, else `fallback`
@@ -70,14 +71,17 @@ inline bool spread_configs(const SearchSpace& space, const Problem& kind, const 
 // at every row at or past each sequence's keys.
 inline void poison_past_lengths(AttnBuffers& b) {
   const AttnParams a = b.params();
-  const std::int64_t sk = b.problem.sk, hkv = b.problem.hkv, d = b.problem.d;
+  const std::int64_t sk = b.problem.sk, hkv = b.problem.hkv;
   for (cuda::DeviceBuffer* buf : {&b.k, &b.v}) {
+    const bool is_v = buf == &b.v;
+    const long long* st = is_v ? a.v_stride : a.k_stride;
+    const std::int64_t d = is_v ? b.problem.head_dim_v() : b.problem.d;
     std::vector<std::uint16_t> host(buf->bytes() / 2);
     buf->download(host.data(), buf->bytes());
     for (std::int64_t i = 0; i < b.problem.b; ++i)
       for (std::int64_t h = 0; h < hkv; ++h)
         for (std::int64_t j = b.seqlens.empty() ? sk : b.seqlens[static_cast<std::size_t>(i)]; j < sk; ++j)
-          std::fill_n(host.begin() + (i * a.k_stride[0] + h * a.k_stride[1] + j * a.k_stride[2]), d, 0xFFFF);
+          std::fill_n(host.begin() + (i * st[0] + h * st[1] + j * st[2]), d, 0xFFFF);
     buf->upload(host.data(), buf->bytes());
   }
 }
@@ -122,8 +126,9 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
     }
     const Problem& v = variant_of.at(o->ticket);
     for (const PropertyShape& sh : shapes) {
-      Problem p = Problem::parse(
-          fmt::format("{},d={},dtype={},causal={}", sh.dims, run.d, dtype_name(v.dtype), v.causal ? 1 : 0));
+      Problem p = Problem::parse(fmt::format("{},d={}{},dtype={},causal={}", sh.dims, run.d,
+                                             run.dv ? fmt::format(",dv={}", run.dv) : std::string(),
+                                             dtype_name(v.dtype), v.causal ? 1 : 0));
       const LoadedBuild kernel(o->build.cubin, o->job.kernel.launch);
       ++seed;
       // A varlen problem: the worker's inputs (its own lengths packed, then a ragged batch with
@@ -168,7 +173,8 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
       }
     }
   }
-  std::printf("%s d=%d: %zu configs, %d checks, %d failures\n", run.label, run.d, configs.size(), checked, failures);
+  std::printf("%s d=%d%s: %zu configs, %d checks, %d failures\n", run.label, run.d,
+              run.dv ? fmt::format(" dv={}", run.dv).c_str() : "", configs.size(), checked, failures);
 }
 
 }  // namespace attntune::testing

@@ -27,12 +27,14 @@ const PropertyShape kShapes[] = {
 };
 
 // `sample`: configs per head dim, a fixed spread (0: every valid config).
-void check_space(int d, std::size_t sample) {
+// dv: V's head dim when it is not d.
+void check_space(int d, std::size_t sample, int dv = 0) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_fwd_mma.yaml");
   const std::string arch = props.arch;
-  const Problem base = Problem::parse(fmt::format("b=1,h=1,s=128,d={},dtype=bf16,causal=0", d));
+  const Problem base = Problem::parse(
+      fmt::format("b=1,h=1,s=128,d={}{},dtype=bf16,causal=0", d, dv ? fmt::format(",dv={}", dv) : std::string()));
   std::vector<Config> configs = space.enumerate(base, arch);
   ASSERT_FALSE(configs.empty());
   if (sample) {
@@ -48,7 +50,9 @@ void check_space(int d, std::size_t sample) {
     p.causal = (i / 2) % 2;
     variants.push_back(p);
   }
-  attntune::testing::check_configs(space, configs, variants, kShapes, {"flash_fwd_mma", d, arch, 1000});
+  attntune::testing::PropertyRun run{"flash_fwd_mma", d, arch, 1000};
+  run.dv = dv;
+  attntune::testing::check_configs(space, configs, variants, kShapes, run);
 }
 
 // Every config unless ATTNTUNE_PROPERTY_SAMPLE says how many.
@@ -70,19 +74,21 @@ const PropertyShape kVarlenShapes[] = {
 
 // A spread of `kind`'s configs (ATTNTUNE_PROPERTY_SAMPLE per causality, default 3), causal and
 // not, on `shapes`.
-void check_entry(const char* kind, int d, std::span<const PropertyShape> shapes, std::uint64_t seed) {
+void check_entry(const char* kind, int d, std::span<const PropertyShape> shapes, std::uint64_t seed, int dv = 0) {
   cuda::Context ctx(0);
   const std::string arch = cuda::device_props(0).arch;
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_fwd_mma.yaml");
   std::vector<Config> configs;
   std::vector<Problem> variants;
   for (int causal = 0; causal < 2; ++causal) {
-    const Problem p = Problem::parse(fmt::format(fmt::runtime(kind), fmt::arg("d", d)) + fmt::format(",causal={}", causal));
+    const Problem p = Problem::parse(fmt::format(fmt::runtime(kind), fmt::arg("d", d)) +
+                                     (dv ? fmt::format(",dv={}", dv) : std::string()) + fmt::format(",causal={}", causal));
     ASSERT_TRUE(attntune::testing::spread_configs(space, p, arch, attntune::testing::property_sample(3), configs, variants))
         << p.str();
   }
-  attntune::testing::check_configs(space, configs, variants, shapes,
-                                   {"flash_fwd_mma", d, arch, seed, /*require_no_spills=*/false});
+  attntune::testing::PropertyRun run{"flash_fwd_mma", d, arch, seed, /*require_no_spills=*/false};
+  run.dv = dv;
+  attntune::testing::check_configs(space, configs, variants, shapes, run);
 }
 
 // The new head dims by layout: 64-byte spans (32: one panel, idle threads in a pass of 8 warps
@@ -128,3 +134,34 @@ TEST_P(FlashFwdMmaHeadDims, Varlen) {
 
 INSTANTIATE_TEST_SUITE_P(NewDims, FlashFwdMmaHeadDims, ::testing::ValuesIn(kNewDims),
                          [](const auto& info) { return fmt::format("D{}", info.param); });
+
+// V's head dim other than Q's and K's (`dv=N`): DeepSeek's MLA prefill (192 / 128: V's rows one
+// 128-byte span narrower than K's), the other way round (64 / 128), and 32-byte and 64-byte V spans
+// under a 128-byte K span (128 / 80, 192 / 96). Dense spreads, the KV cache (paged, odd pages,
+// contiguous) and packed batches.
+struct SplitDims {
+  int d, dv;
+};
+void PrintTo(const SplitDims& s, std::ostream* os) { *os << "d=" << s.d << ",dv=" << s.dv; }
+class FlashFwdMmaSplitDims : public ::testing::TestWithParam<SplitDims> {};
+
+TEST_P(FlashFwdMmaSplitDims, Spread) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(GetParam().d, attntune::testing::property_sample(12), GetParam().dv);
+}
+
+TEST_P(FlashFwdMmaSplitDims, Kvcache) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_entry("b=4,h=32,hkv=8,s=2048,sk=10240,d={d},dtype=bf16,page=64", GetParam().d, kKvcacheShapes, 46000,
+              GetParam().dv);
+}
+
+TEST_P(FlashFwdMmaSplitDims, Varlen) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_entry("b=4,h=4,s=1024,d={d},dtype=bf16,varlen=1", GetParam().d, kVarlenShapes, 47000, GetParam().dv);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dv, FlashFwdMmaSplitDims,
+                         ::testing::Values(SplitDims{192, 128}, SplitDims{64, 128}, SplitDims{128, 80},
+                                           SplitDims{192, 96}),
+                         [](const auto& info) { return fmt::format("D{}V{}", info.param.d, info.param.dv); });

@@ -36,7 +36,7 @@ std::vector<double> download(const cuda::DeviceBuffer& b, DType t) {
 
 // One query row i of a sequence of lq rows and lk keys in float64, the variants applied as
 // docs/CONTRACT.md says (bottom-right window, soft-cap before masking, a sink in the denominator):
-// out (d values) and the LSE. q(c), k(j, c), v(j, c) read the row's query and the sequence's keys.
+// out (dv values: V's head dim) and the LSE. q(c), k(j, c), v(j, c) read the row's query and the sequence's keys.
 template <class Q, class K, class V>
 double attend_row(const Problem& p, int head, const float* sinks, long long i, long long lq, long long lk, Q q, K k,
                   V v, double* out) {
@@ -58,10 +58,11 @@ double attend_row(const Problem& p, int head, const float* sinks, long long i, l
   const double m = std::max(mx, sink);
   double sum = std::isinf(sink) ? 0.0 : std::exp(sink - m);
   for (double x : s) sum += std::exp(x - m);
-  for (int c = 0; c < p.d; ++c) out[c] = 0;
+  const int dv = static_cast<int>(p.head_dim_v());
+  for (int c = 0; c < dv; ++c) out[c] = 0;
   for (long long j = lo; j < hi; ++j) {
     const double pj = std::exp(s[static_cast<std::size_t>(j - lo)] - m) / sum;
-    for (int c = 0; c < p.d; ++c) out[c] += pj * v(j, c);
+    for (int c = 0; c < dv; ++c) out[c] += pj * v(j, c);
   }
   return sum > 0 ? m + std::log(sum) : -INFINITY;
 }
@@ -71,7 +72,7 @@ std::vector<double> cpu_attention(const AttnBuffers& buf, std::vector<double>* l
   const Problem& p = buf.problem;
   const AttnParams a = buf.params();
   auto q = download(buf.q, p.dtype), k = download(buf.k, p.dtype), v = download(buf.v, p.dtype);
-  std::vector<double> out(p.b * p.h * p.s * p.d, 0.0);
+  std::vector<double> out(p.b * p.h * p.s * p.head_dim_v(), 0.0);
   lse->assign(p.b * p.h * p.s, 0.0);
   const float* sinks = p.sinks ? buf.sink_values.data() : nullptr;
   for (int b = 0; b < p.b; ++b)
@@ -83,7 +84,7 @@ std::vector<double> cpu_attention(const AttnBuffers& buf, std::vector<double>* l
             p, h, sinks, i, p.s, p.sk, [&](int c) { return q[b * a.q_stride[0] + h * a.q_stride[1] + i * a.q_stride[2] + c]; },
             [&](long long j, int c) { return k[b * a.k_stride[0] + hk * a.k_stride[1] + j * a.k_stride[2] + c]; },
             [&](long long j, int c) { return v[b * a.v_stride[0] + hk * a.v_stride[1] + j * a.v_stride[2] + c]; },
-            &out[row * p.d]);
+            &out[row * p.head_dim_v()]);
       }
   return out;
 }
@@ -94,7 +95,7 @@ std::vector<double> cpu_attention_varlen(const AttnBuffers& buf, std::vector<dou
   const Problem& p = buf.problem;
   const AttnParams a = buf.params();
   auto q = download(buf.q, p.dtype), k = download(buf.k, p.dtype), v = download(buf.v, p.dtype);
-  std::vector<double> out(static_cast<std::size_t>(p.h * buf.total_q * p.d), 0.0);
+  std::vector<double> out(static_cast<std::size_t>(p.h * buf.total_q * p.head_dim_v()), 0.0);
   lse->assign(static_cast<std::size_t>(p.h * buf.total_q), 0.0);
   const float* sinks = p.sinks ? buf.sink_values.data() : nullptr;
   for (std::size_t b = 0; b + 1 < buf.cu_q.size(); ++b) {
@@ -108,7 +109,7 @@ std::vector<double> cpu_attention_varlen(const AttnBuffers& buf, std::vector<dou
             p, h, sinks, i, lq, lk, [&](int c) { return q[(q0 + i) * a.q_stride[2] + h * a.q_stride[1] + c]; },
             [&](long long j, int c) { return k[(k0 + j) * a.k_stride[2] + hk * a.k_stride[1] + c]; },
             [&](long long j, int c) { return v[(k0 + j) * a.v_stride[2] + hk * a.v_stride[1] + c]; },
-            &out[row * p.d]);
+            &out[row * p.head_dim_v()]);
       }
   }
   return out;
@@ -171,6 +172,11 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_pair("b=1,h=3,hkv=1,s=70,sk=80,d=64,dtype=bf16,causal=0,softcap=30", Layout::kBHSD),
                       std::make_pair("b=2,h=4,hkv=1,s=33,sk=40,d=128,dtype=fp16,causal=1,sinks=1", Layout::kBSHD),
                       std::make_pair("b=1,h=4,hkv=2,s=61,sk=95,d=64,dtype=bf16,causal=1,window=16,softcap=50,sinks=1",
+                                     Layout::kBHSD),
+                      // V's head dim other than Q's and K's (DeepSeek's MLA prefill: 192 / 128), and
+                      // the other way round with a window and sinks.
+                      std::make_pair("b=2,h=4,hkv=1,s=45,sk=70,d=192,dv=128,dtype=bf16,causal=1", Layout::kBSHD),
+                      std::make_pair("b=1,h=2,s=60,sk=61,d=64,dv=256,dtype=fp16,causal=0,window=9,sinks=1",
                                      Layout::kBHSD)),
     [](const auto& info) { return "shape" + std::to_string(info.index) + "_" + layout_name(info.param.second); });
 
@@ -198,13 +204,13 @@ TEST_P(ReferenceVsCpuVarlen, MatchesFloat64) {
   ref.fill(buf, 11);
   std::vector<double> lse64;
   const auto want = cpu_attention_varlen(buf, &lse64);
-  ASSERT_EQ(want.size(), buf.out_rows() * static_cast<std::size_t>(p.d));
+  ASSERT_EQ(want.size(), buf.out_rows() * static_cast<std::size_t>(p.head_dim_v()));
   expect_matches(ref, buf, want, lse64, c.spec);
   // The reference compared with itself passes the criterion; with the output left poisoned it
   // reports every element non-finite (the comparison covers exactly the packed rows).
   const Verdict poisoned = ref.check(buf);
   EXPECT_EQ(poisoned.status, "nan_or_unwritten") << poisoned.detail();
-  EXPECT_EQ(poisoned.nonfinite, buf.out_rows() * static_cast<std::size_t>(p.d));
+  EXPECT_EQ(poisoned.nonfinite, buf.out_rows() * static_cast<std::size_t>(p.head_dim_v()));
   EXPECT_EQ(poisoned.lse_mismatch, buf.out_rows());
 }
 
@@ -224,6 +230,9 @@ INSTANTIATE_TEST_SUITE_P(
                                  Layout::kBSHD},
                       VarlenCase{"b=5,h=4,hkv=2,s=70,sk=90,d=64,dtype=bf16,causal=1,varlen=1,window=9,softcap=30,sinks=1",
                                  {0, 70, 1, 33, 17},
+                                 Layout::kBSHD},
+                      VarlenCase{"b=4,h=4,hkv=1,s=50,sk=60,d=192,dv=128,dtype=bf16,causal=1,varlen=1",
+                                 {50, 0, 1, 29},
                                  Layout::kBSHD}),
     [](const auto& info) { return "varlen" + std::to_string(info.index) + "_" + layout_name(info.param.layout); });
 

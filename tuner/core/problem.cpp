@@ -107,7 +107,7 @@ const char* dtype_name(DType t) { return t == DType::kFp16 ? "fp16" : "bf16"; }
 Problem Problem::parse(const std::string& spec) {
   static const std::vector<std::string> kKeys = {"b",    "h",      "hkv",       "s",      "sk",
                                                  "d",    "dtype",  "causal",    "page",   "varlen",
-                                                 "lens_seed", "window", "softcap", "sinks"};
+                                                 "lens_seed", "window", "softcap", "sinks", "dv"};
   static const std::vector<std::string> kRequired = {"b", "h", "s", "d", "dtype", "causal"};
   if (spec.empty())
     throw InputError("problem: empty spec (expected e.g. b=4,h=16,s=4096,d=128,dtype=bf16,causal=0)");
@@ -136,6 +136,7 @@ Problem Problem::parse(const std::string& spec) {
     else if (key == "s") p.s = parse_int(key, val, 1, kMaxLen);
     else if (key == "sk") p.sk = parse_int(key, val, 1, kMaxLen);
     else if (key == "d") p.d = parse_int(key, val, 1, kMaxDim);
+    else if (key == "dv") p.dv = parse_int(key, val, 1, kMaxDim);
     else if (key == "page") p.page = parse_int(key, val, 0, kMaxPage);
     else if (key == "varlen") p.varlen = parse_int(key, val, 0, kMaxLen);
     else if (key == "lens_seed") p.lens_seed = parse_int(key, val, 0, kMaxSeed);
@@ -172,6 +173,7 @@ Problem Problem::parse(const std::string& spec) {
     if (!seen.count(k)) throw InputError(fmt::format("problem: missing key '{}' in '{}'", k, spec));
   if (!seen.count("hkv")) p.hkv = p.h;
   if (!seen.count("sk")) p.sk = p.s;
+  if (p.dv == p.d) p.dv = 0;  // one head dim, one form
   if (p.h % p.hkv != 0)
     throw InputError(fmt::format("problem: h={} is not a multiple of hkv={}", p.h, p.hkv));
   if (seen.count("lens_seed") && !p.is_varlen())
@@ -233,8 +235,9 @@ std::int64_t Problem::total_k() const {
 }
 
 std::string Problem::str() const {
-  std::string out = fmt::format("b={},h={},hkv={},s={},sk={},d={},dtype={},causal={}", b, h, hkv, s, sk, d,
-                                dtype_name(dtype), causal ? 1 : 0);
+  std::string out = fmt::format("b={},h={},hkv={},s={},sk={},d={}", b, h, hkv, s, sk, d);
+  if (split_dims()) out += fmt::format(",dv={}", dv);  // one head dim reads as it always did
+  out += fmt::format(",dtype={},causal={}", dtype_name(dtype), causal ? 1 : 0);
   if (paged()) out += fmt::format(",page={}", page);  // dense problems read as they always did
   if (is_varlen()) {
     out += fmt::format(",varlen={}", varlen);
@@ -282,6 +285,7 @@ std::string Problem::variant_words() const {
 nlohmann::json Problem::json() const {
   nlohmann::json j = {{"b", b}, {"h", h}, {"hkv", hkv}, {"s", s}, {"sk", sk}, {"d", d},
                       {"dtype", dtype_name(dtype)}, {"causal", causal}};
+  if (split_dims()) j["dv"] = dv;
   if (paged()) j["page"] = page;
   if (is_varlen()) {  // only here: every other problem's JSON is what it always was
     j["varlen"] = varlen;
@@ -296,8 +300,8 @@ nlohmann::json Problem::json() const {
 nlohmann::ordered_json Problem::ordered_json() const {
   const nlohmann::json j = json();
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
-  for (const char* key : {"b", "h", "hkv", "s", "sk", "d", "dtype", "causal", "page", "varlen", "lens_seed", "window",
-                          "softcap", "sinks"})
+  for (const char* key : {"b", "h", "hkv", "s", "sk", "d", "dv", "dtype", "causal", "page", "varlen", "lens_seed",
+                          "window", "softcap", "sinks"})
     if (j.contains(key)) out[key] = j.at(key);
   return out;
 }
@@ -307,6 +311,10 @@ Problem Problem::from_json(const nlohmann::json& j) {
     Problem p;
     p.b = j.at("b"); p.h = j.at("h"); p.hkv = j.at("hkv"); p.s = j.at("s"); p.sk = j.at("sk");
     p.d = j.at("d");
+    p.dv = j.value("dv", std::int64_t{0});
+    if (p.d < 1 || p.d > kMaxDim || p.dv < 0 || p.dv > kMaxDim)
+      throw InputError(fmt::format("problem JSON: head dims must be 1..{}", kMaxDim));
+    if (p.dv == p.d) p.dv = 0;
     const std::string dt = j.at("dtype");
     if (dt != "fp16" && dt != "bf16") throw InputError("problem JSON: bad dtype '" + dt + "'");
     p.dtype = dt == "fp16" ? DType::kFp16 : DType::kBf16;
@@ -344,9 +352,9 @@ double Problem::flops() const {
     double pairs = 0;
     for (int lq : q_lens())
       pairs += windowed() ? window_pairs(lq, lq + sk - s, window_left, right_bound()) : visible_pairs(lq, lq + sk - s, causal);
-    return 4.0 * double(h) * double(d) * pairs;
+    return 2.0 * double(h) * double(d + head_dim_v()) * pairs;
   }
-  if (windowed()) return 4.0 * double(b) * double(h) * double(d) * window_pairs(s, sk, window_left, right_bound());
+  if (windowed()) return 2.0 * double(b) * double(h) * double(d + head_dim_v()) * window_pairs(s, sk, window_left, right_bound());
   double pairs = 0;
   if (!causal) {
     pairs = double(s) * double(sk);
@@ -354,7 +362,7 @@ double Problem::flops() const {
     // Query i sees keys j <= i + sk - s (bottom-right aligned), clamped to [0, sk].
     for (std::int64_t i = 0; i < s; ++i) pairs += double(std::clamp<std::int64_t>(i + sk - s + 1, 0, sk));
   }
-  return 4.0 * double(b) * double(h) * double(d) * pairs;
+  return 2.0 * double(b) * double(h) * double(d + head_dim_v()) * pairs;
 }
 
 double Problem::bytes() const {
@@ -365,10 +373,10 @@ double Problem::bytes() const {
       keys = 0;
       for (int lq : q_lens()) keys += double(keys_read(lq, lq + sk - s, window_left, right_bound()));
     }
-    return 2.0 * double(d) * (2.0 * double(hkv) * keys + 2.0 * double(h) * double(total_q()));
+    return 2.0 * double(d + head_dim_v()) * (double(hkv) * keys + double(h) * double(total_q()));
   }
   const double keys = windowed() ? double(keys_read(s, sk, window_left, right_bound())) : double(sk);
-  return 2.0 * double(d) * (2.0 * double(b) * double(hkv) * keys + 2.0 * double(b) * double(h) * double(s));
+  return 2.0 * double(d + head_dim_v()) * (double(b) * double(hkv) * keys + double(b) * double(h) * double(s));
 }
 
 }  // namespace attntune

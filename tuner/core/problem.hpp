@@ -22,7 +22,14 @@ struct Problem {
   std::int64_t hkv = 0;  // key/value heads; h % hkv == 0
   std::int64_t s = 0;    // query length
   std::int64_t sk = 0;   // key length
-  std::int64_t d = 0;    // head dim
+  std::int64_t d = 0;    // head dim of Q and K
+  // Head dim of V and O (`dv=N`; DeepSeek's MLA prefill: d=192,dv=128); 0 when it is d, which parse()
+  // and from_json() store for a `dv` equal to d, so that a problem with one head dim has one form.
+  // str() adds ",dv=N" after d and json() "dv" only when set: every such problem reads as it always
+  // did. A space serves dv != d only where its problem section lists `dv` (SearchSpace::check_problem).
+  std::int64_t dv = 0;
+  bool split_dims() const { return dv != 0 && dv != d; }
+  std::int64_t head_dim_v() const { return split_dims() ? dv : d; }
   DType dtype = DType::kFp16;
   bool causal = false;
   // 0: dense tensors (attntune_attention_forward). N > 0: a KV cache of pages of N rows, read
@@ -94,11 +101,11 @@ struct Problem {
   // lens_seed, window, softcap, sinks where json() has them): what the CLI and the export print.
   nlohmann::ordered_json ordered_json() const;
   static Problem from_json(const nlohmann::json& j);
-  // Useful FLOPs: 4*b*h*s*sk*d, counting only the unmasked part of the score matrix when causal
+  // Useful FLOPs: 2*b*h*s*sk*(d+dv) (4*b*h*s*sk*d with one head dim), counting only the unmasked part of the score matrix when causal
   // or windowed (exactly, including bottom-right alignment), as FlashAttention reports. Varlen: the
   // sum over the sequences of 4*h*len_q*len_k*d, each sequence bottom-right aligned on its own.
   double flops() const;
-  // Bytes an attention call must move at least: K and V once, Q read and O written (decode is
+  // Bytes an attention call must move at least: K (d) and V (dv) once, Q (d) read and O (dv) written (decode is
   // judged by bytes / time against the HBM peak). Varlen: the packed tensors' rows (total_q, total_k).
   // A window counts only the K/V rows some query of the sequence sees (a kernel that skips the
   // rest reads no more).

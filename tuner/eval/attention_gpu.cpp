@@ -84,13 +84,13 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
     }
     total_q = cu_q.back();
     total_k = cu_k.back();
-    const auto bytes = [&](long long rows, std::int64_t heads) {
-      return static_cast<std::size_t>(rows + kGuardRows) * static_cast<std::size_t>(heads * p.d) * 2;
+    const auto bytes = [&](long long rows, std::int64_t heads, std::int64_t d) {
+      return static_cast<std::size_t>(rows + kGuardRows) * static_cast<std::size_t>(heads * d) * 2;
     };
-    q = cuda::DeviceBuffer(bytes(total_q, p.h));
-    k = cuda::DeviceBuffer(bytes(total_k, p.hkv));
-    v = cuda::DeviceBuffer(bytes(total_k, p.hkv));
-    o = cuda::DeviceBuffer(std::max<std::size_t>(out_rows(), 1) * p.d * 2);
+    q = cuda::DeviceBuffer(bytes(total_q, p.h, p.d));
+    k = cuda::DeviceBuffer(bytes(total_k, p.hkv, p.d));
+    v = cuda::DeviceBuffer(bytes(total_k, p.hkv, p.head_dim_v()));
+    o = cuda::DeviceBuffer(std::max<std::size_t>(out_rows(), 1) * p.head_dim_v() * 2);
     lse = cuda::DeviceBuffer(std::max<std::size_t>(out_rows(), 1) * sizeof(float));
     cu_seqlens_q = cuda::DeviceBuffer(cu_q.size() * sizeof(int));
     cu_seqlens_q.upload(cu_q.data(), cu_q.size() * sizeof(int));
@@ -100,8 +100,8 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
   }
   q = cuda::DeviceBuffer(rows_of(p, false) * p.d * 2);
   k = cuda::DeviceBuffer(rows_of(p, true) * p.d * 2);
-  v = cuda::DeviceBuffer(rows_of(p, true) * p.d * 2);
-  o = cuda::DeviceBuffer(rows_of(p, false) * p.d * 2);
+  v = cuda::DeviceBuffer(rows_of(p, true) * p.head_dim_v() * 2);
+  o = cuda::DeviceBuffer(rows_of(p, false) * p.head_dim_v() * 2);
   lse = cuda::DeviceBuffer(rows_of(p, false) * sizeof(float));
   if (!p.paged()) {
     if (!seqlens.empty()) throw std::logic_error("AttnBuffers: per-sequence lengths of a dense problem");
@@ -121,9 +121,9 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
   std::shuffle(order.begin(), order.end(), rng);
   std::vector<int> table(static_cast<std::size_t>(p.b) * pages_per_seq);
   std::copy(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(table.size()), table.begin());
-  const std::size_t page_bytes = static_cast<std::size_t>(p.page) * p.hkv * p.d * 2;
-  k_pages = cuda::DeviceBuffer(num_pages * page_bytes);
-  v_pages = cuda::DeviceBuffer(num_pages * page_bytes);
+  const std::size_t page_rows = static_cast<std::size_t>(p.page) * p.hkv;
+  k_pages = cuda::DeviceBuffer(num_pages * page_rows * p.d * 2);
+  v_pages = cuda::DeviceBuffer(num_pages * page_rows * p.head_dim_v() * 2);
   block_table = cuda::DeviceBuffer(table.size() * sizeof(int));
   block_table.upload(table.data(), table.size() * sizeof(int));
   cache_seqlens = cuda::DeviceBuffer(seqlens.size() * sizeof(int));
@@ -141,8 +141,8 @@ AttnParams AttnBuffers::params() const {
     // One sequence of total rows: stride[0] is unused (0), the rows through stride[2].
     set_strides(a.q_stride, layout, problem.h, total_q, problem.d);
     set_strides(a.k_stride, layout, problem.hkv, total_k, problem.d);
-    set_strides(a.v_stride, layout, problem.hkv, total_k, problem.d);
-    set_strides(a.o_stride, layout, problem.h, total_q, problem.d);
+    set_strides(a.v_stride, layout, problem.hkv, total_k, problem.head_dim_v());
+    set_strides(a.o_stride, layout, problem.h, total_q, problem.head_dim_v());
     a.q_stride[0] = a.k_stride[0] = a.v_stride[0] = a.o_stride[0] = 0;
     a.seqlen_q = max_q;
     a.seqlen_k = max_k;
@@ -151,8 +151,8 @@ AttnParams AttnBuffers::params() const {
   } else {
     set_strides(a.q_stride, layout, problem.h, problem.s, problem.d);
     set_strides(a.k_stride, layout, problem.hkv, problem.sk, problem.d);
-    set_strides(a.v_stride, layout, problem.hkv, problem.sk, problem.d);
-    set_strides(a.o_stride, layout, problem.h, problem.s, problem.d);
+    set_strides(a.v_stride, layout, problem.hkv, problem.sk, problem.head_dim_v());
+    set_strides(a.o_stride, layout, problem.h, problem.s, problem.head_dim_v());
     a.seqlen_q = static_cast<int>(problem.s);
     a.seqlen_k = static_cast<int>(problem.sk);
   }
@@ -181,19 +181,23 @@ std::size_t AttnBuffers::out_rows() const {
 
 attntune_plan::Call AttnBuffers::call() const {
   attntune_plan::Call c = attntune_plan::dense_call(params(), static_cast<int>(problem.d), problem.causal ? 1 : 0);
+  c.head_dim_v = static_cast<int>(problem.head_dim_v());
   c.window_left = static_cast<int>(problem.window_left);
   c.window_right = static_cast<int>(problem.window_right);
   c.softcap = static_cast<float>(problem.softcap);
   c.sinks = problem.sinks ? reinterpret_cast<const float*>(sinks.ptr()) : nullptr;
   if (problem.paged()) {
     c.entry = attntune_plan::kEntryKvcache;
-    // Pages [num_pages, page, hkv, d]: strides {page, head, row}.
+    // Pages [num_pages, page, hkv, d] (V: dv): strides {page, head, row}.
     c.k = reinterpret_cast<const void*>(k_pages.ptr());
     c.v = reinterpret_cast<const void*>(v_pages.ptr());
-    const long long row = problem.hkv * problem.d;
-    c.k_stride[0] = c.v_stride[0] = problem.page * row;
-    c.k_stride[1] = c.v_stride[1] = problem.d;
-    c.k_stride[2] = c.v_stride[2] = row;
+    const long long dv = problem.head_dim_v(), k_row = problem.hkv * problem.d, v_row = problem.hkv * dv;
+    c.k_stride[0] = problem.page * k_row;
+    c.v_stride[0] = problem.page * v_row;
+    c.k_stride[1] = problem.d;
+    c.v_stride[1] = dv;
+    c.k_stride[2] = k_row;
+    c.v_stride[2] = v_row;
     c.cache_seqlens = seqlens_device();
     c.block_table = reinterpret_cast<const int*>(block_table.ptr());
     c.max_blocks_per_seq = pages_per_seq;
@@ -290,7 +294,8 @@ void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
     if (b.problem.is_varlen()) {
       // The packed rows; the guard rows after them NaN.
       bufs[i]->fill_u16(0xFFFF);
-      n -= static_cast<long long>(AttnBuffers::kGuardRows) * (i == 0 ? b.problem.h : b.problem.hkv) * b.problem.d;
+      n -= static_cast<long long>(AttnBuffers::kGuardRows) * (i == 0 ? b.problem.h : b.problem.hkv) *
+           (i == 2 ? b.problem.head_dim_v() : b.problem.d);
     }
     unsigned long long s = seed * 3 + i + 1;
     void* args[] = {&ptr, &n, &s, &bf16};
@@ -302,8 +307,9 @@ void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
     b.v_pages.fill_u16(0xFFFF);
     const AttnParams a = b.params();
     CUdeviceptr kp = b.k_pages.ptr(), vp = b.v_pages.ptr(), table = b.block_table.ptr(), lens = b.cache_seqlens.ptr();
-    int page = static_cast<int>(b.problem.page), pages_per_seq = b.pages_per_seq, d = static_cast<int>(b.problem.d);
-    void* args[] = {const_cast<AttnParams*>(&a), &d, &kp, &vp, &table, &lens, &page, &pages_per_seq};
+    int page = static_cast<int>(b.problem.page), pages_per_seq = b.pages_per_seq, d = static_cast<int>(b.problem.d),
+        dv = static_cast<int>(b.problem.head_dim_v());
+    void* args[] = {const_cast<AttnParams*>(&a), &d, &dv, &kp, &vp, &table, &lens, &page, &pages_per_seq};
     cuda::launch(scatter_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
   }
   poison_output(b);
@@ -318,12 +324,14 @@ std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::
   const Problem& p = b.problem;
   AttnParams a = b.params();
   const std::size_t rows = b.out_rows();
-  cuda::DeviceBuffer out(std::max<std::size_t>(rows, 1) * p.d * 4), lse_buf(std::max<std::size_t>(rows, 1) * 4);
-  int d = static_cast<int>(p.d), bf16 = p.dtype == DType::kBf16, causal = p.causal, lowp = lowp_flag;
+  const std::size_t dv_elems = static_cast<std::size_t>(p.head_dim_v());
+  cuda::DeviceBuffer out(std::max<std::size_t>(rows, 1) * dv_elems * 4), lse_buf(std::max<std::size_t>(rows, 1) * 4);
+  int d = static_cast<int>(p.d), dv = static_cast<int>(dv_elems), bf16 = p.dtype == DType::kBf16, causal = p.causal,
+      lowp = lowp_flag;
   CUdeviceptr o = out.ptr(), l = lse_buf.ptr(), lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
-  void* args[] = {&a, &d, &bf16, &causal, &lowp, &o, &l, &lens};
+  void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o, &l, &lens};
   cuda::launch(ref_, reference_grid(b), {256, 1, 1}, 0, nullptr, args);
-  std::vector<float> host(rows * p.d);
+  std::vector<float> host(rows * dv_elems);
   out.download(host.data(), host.size() * 4);
   if (lse) {
     lse->resize(rows);
@@ -339,17 +347,18 @@ ReferenceCache::ReferenceCache(const Reference& ref, const AttnBuffers& b, bool 
   const Problem& p = b.problem;
   AttnParams a = b.params();
   const std::size_t alloc_rows = std::max<std::size_t>(b.out_rows(), 1);
-  out32_ = cuda::DeviceBuffer(alloc_rows * p.d * 4);
-  outlow_ = cuda::DeviceBuffer(alloc_rows * p.d * 4);
+  const std::size_t dv_elems = static_cast<std::size_t>(p.head_dim_v());
+  out32_ = cuda::DeviceBuffer(alloc_rows * dv_elems * 4);
+  outlow_ = cuda::DeviceBuffer(alloc_rows * dv_elems * 4);
   lse32_ = cuda::DeviceBuffer(alloc_rows * 4);
   stats_ = cuda::DeviceBuffer(32);
   cuda::DeviceBuffer lselow(alloc_rows * 4);
-  int d = static_cast<int>(p.d), bf16 = p.dtype == DType::kBf16, causal = p.causal;
+  int d = static_cast<int>(p.d), dv = static_cast<int>(dv_elems), bf16 = p.dtype == DType::kBf16, causal = p.causal;
   cuda::Event start, stop;
   for (int lowp = 0; lowp < 2; ++lowp) {
     CUdeviceptr o = lowp ? outlow_.ptr() : out32_.ptr(), l = lowp ? lselow.ptr() : lse32_.ptr();
     CUdeviceptr lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
-    void* args[] = {&a, &d, &bf16, &causal, &lowp, &o, &l, &lens};
+    void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o, &l, &lens};
     if (!lowp) start.record();
     cuda::launch(ref.ref_, reference_grid(b), {256, 1, 1}, 0, nullptr, args);
     if (!lowp) stop.record();
@@ -357,8 +366,8 @@ ReferenceCache::ReferenceCache(const Reference& ref, const AttnBuffers& b, bool 
   stop.synchronize();
   reference_us_ = cuda::elapsed_ms(start, stop) * 1000.0;
   if (keep_host_copy) {
-    host_out32_.resize(alloc_rows * p.d);
-    host_outlow_.resize(alloc_rows * p.d);
+    host_out32_.resize(alloc_rows * dv_elems);
+    host_outlow_.resize(alloc_rows * dv_elems);
     host_lse32_.resize(alloc_rows);
     out32_.download(host_out32_.data(), host_out32_.size() * 4);
     outlow_.download(host_outlow_.data(), host_outlow_.size() * 4);
@@ -379,7 +388,7 @@ Verdict ReferenceCache::check(const AttnBuffers& b) const {
     throw std::logic_error(fmt::format("ReferenceCache for {} asked to check {}{}", problem_.str(), p.str(),
                                        p == problem_ ? " with other lengths" : ""));
   AttnParams a = b.params();
-  int d = static_cast<int>(p.d), bf16 = p.dtype == DType::kBf16;
+  int d = static_cast<int>(p.head_dim_v()), bf16 = p.dtype == DType::kBf16;  // O's columns
   CUdeviceptr o32 = out32_.ptr(), olow = outlow_.ptr(), l32 = lse32_.ptr(), st = stats_.ptr();
   CUdeviceptr counts = st + 16;
   stats_.fill_u32(0);

@@ -151,6 +151,8 @@ Defines kernel_defines(const SearchSpace& space, const Config& config, const Pro
       {"ATT_DTYPE_BF16", problem.dtype == DType::kBf16 ? 1 : 0},
       {"ATT_CAUSAL", problem.causal ? 1 : 0},
   };
+  // V's head dim where it is not d (`dv=N`): only then, so that every other build renders as before.
+  if (problem.split_dims()) defs.emplace_back("ATT_HEAD_DIM_V", problem.dv);
   // A packed batch (the varlen entry point); only then, so that every other build renders as before.
   if (problem.is_varlen()) defs.emplace_back("ATT_VARLEN", 1);
   // A KV cache (the kvcache entry point), for a family that builds per entry point: only then.
@@ -191,8 +193,10 @@ RenderedKernel render_kernel(const SearchSpace& space, const Config& config, con
   if (const TestFamily* t = find_test_family(space.family())) return t->render(space, config, problem, arch);
   const Family& fam = builtin_family(space.family());
   Defines defines = kernel_defines(space, config, problem, arch);
-  std::string src = fmt::format("// attntune candidate: {} {} (d={}, dtype={}, causal={}{}{})\n", fam.name,
-                                config_str(config), problem.d, dtype_name(problem.dtype), problem.causal ? 1 : 0,
+  std::string src = fmt::format("// attntune candidate: {} {} (d={}{}, dtype={}, causal={}{}{})\n", fam.name,
+                                config_str(config), problem.d,
+                                problem.split_dims() ? fmt::format(", dv={}", problem.dv) : std::string(),
+                                dtype_name(problem.dtype), problem.causal ? 1 : 0,
                                 problem.has_variant() ? ", " : "", problem.variant_words());
   for (const auto& [name, value] : defines) src += fmt::format("#define {} {}\n", name, value);
   src += flatten_includes(fam.main_file);

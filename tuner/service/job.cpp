@@ -160,7 +160,10 @@ std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& 
   std::optional<Problem> nearest;
   double best = std::numeric_limits<double>::infinity();
   for (const Problem& p : results.problems_with_results(family)) {
-    if (p.d != problem.d || p.paged() != problem.paged() || p.is_varlen() != problem.is_varlen()) continue;
+    // The same head dims (a config's tiles are sized by them), entry point and packing.
+    if (p.d != problem.d || p.head_dim_v() != problem.head_dim_v() || p.paged() != problem.paged() ||
+        p.is_varlen() != problem.is_varlen())
+      continue;
     const double d = problem_distance(p, problem);
     if (d < best) best = d, nearest = p;
   }

@@ -143,6 +143,7 @@ void SearchSpace::bind_problem(const Problem& p, const std::string& arch, std::v
   slots[12] = p.right_bound();
   slots[13] = p.softcapped();
   slots[14] = p.sinks;
+  slots[15] = p.head_dim_v();
   const auto& limits = limit_values_[static_cast<std::size_t>(it - archs_.begin())];
   std::copy(limits.begin(), limits.end(), slots.begin() + limit_base_);
 }
@@ -194,6 +195,12 @@ int SearchSpace::run_steps(const std::vector<Step>& steps, std::int64_t* slots) 
 void SearchSpace::check_problem(const Problem& p, const std::string& arch) const {
   std::vector<std::int64_t> slots;
   bind_problem(p, arch, slots);
+  // V's head dim other than d only where the problem section lists `dv` (then its values rule).
+  if (p.split_dims() && std::none_of(problem_support_text_.begin(), problem_support_text_.end(),
+                                     [](const auto& f) { return f.first == "dv"; }))
+    throw InputError(fmt::format("{} does not support a value head dim other than the query/key one (the problem {} "
+                                 "has d={}, dv={}; its space's problem section does not list `dv`)",
+                                 family_, p.str(), p.d, p.dv));
   for (std::size_t i = 0; i < problem_rules_.size(); ++i) {
     const ProblemRule& r = problem_rules_[i];
     if (std::find(r.values.begin(), r.values.end(), slots[static_cast<std::size_t>(r.field)]) == r.values.end()) {

@@ -27,7 +27,7 @@ namespace {
 constexpr std::size_t kMaxDomain = std::size_t{1} << 20;
 constexpr std::size_t kMaxParams = 256;
 // b h hkv s sk d dtype causal page varlen window window_left window_right softcap sinks: slots 0..14
-constexpr int kProblemFields = 15;
+constexpr int kProblemFields = 16;
 
 const std::vector<std::string> kTopKeys = {"family", "description", "archs", "device_limits",
                                            "problem", "params", "derived", "constraints"};
@@ -35,11 +35,12 @@ const std::vector<std::string> kProblemInts = {"b", "h", "hkv", "s", "sk", "d"};
 // In slot order (search_space.hpp): the ints, dtype, causal, then page (added with the kvcache entry),
 // varlen (added with the varlen entry) and the variants (window: any window; window_left and
 // window_right its sides as the kernel applies them, -1 unbounded, 0 right when causal; softcap;
-// sinks).
+// sinks), then dv (V's head dim: d unless the problem names another; added with `dv=N`).
 const std::vector<std::string> kProblemKeys = {"b",           "h",           "hkv",          "s",
                                                "sk",          "d",           "dtype",        "causal",
                                                "page",        "varlen",      "window",       "window_left",
-                                               "window_right", "softcap",    "sinks",        "constraints"};
+                                               "window_right", "softcap",    "sinks",        "dv",
+                                               "constraints"};
 // The variants a space serves only where its problem section says so (`window: [false, true]`): a
 // space that does not name one refuses problems with it.
 const std::vector<std::string> kVariantKeys = {"window", "softcap", "sinks"};
@@ -583,6 +584,7 @@ SearchSpace SpaceLoader::run() {
   sp_.scope_.add("window_right", ExprType::kInt);
   sp_.scope_.add("softcap", ExprType::kBool);
   sp_.scope_.add("sinks", ExprType::kBool);
+  sp_.scope_.add("dv", ExprType::kInt);
 
   read_archs(top.at("archs"));
   read_device_limits(top.at("device_limits"));

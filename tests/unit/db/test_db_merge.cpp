@@ -623,12 +623,13 @@ TEST_F(MergeTest, AnOlderInputIsReadThroughAnInMemoryMigration) {
   }
   {
     // Schema version 5: version 6 only added the service's tables, version 7 campaign_runs,
-    // version 8 campaigns.varlen and lens_seed, version 9 campaigns.variants (and them in
-    // campaigns_problem).
+    // version 8 campaigns.varlen and lens_seed, version 9 campaigns.variants, version 10
+    // campaigns.dv (and them in campaigns_problem).
     Connection db = Connection::open(a, SQLITE_OPEN_READWRITE);
     db.exec("DROP TABLE campaign_runs; DROP TABLE queue; DROP TABLE leases; DROP TABLE gpus; "
             "DROP INDEX campaigns_problem; ALTER TABLE campaigns DROP COLUMN varlen; "
             "ALTER TABLE campaigns DROP COLUMN lens_seed; ALTER TABLE campaigns DROP COLUMN variants; "
+            "ALTER TABLE campaigns DROP COLUMN dv; "
             "CREATE INDEX campaigns_problem ON campaigns (b, h, hkv, s, sk, d, dtype, causal, page); "
             "PRAGMA user_version = 5");
   }

@@ -88,7 +88,7 @@ TEST(ProblemPage, Version4DatabasesMigrateWithEveryCampaignDense) {
   EXPECT_EQ(row->evaluations, 1);
   EXPECT_EQ(index_columns(path, "campaigns_problem"),
             (std::vector<std::string>{"b", "h", "hkv", "s", "sk", "d", "dtype", "causal", "page", "varlen",
-                                      "lens_seed", "variants"}));  // varlen, lens_seed: version 8
+                                      "lens_seed", "variants", "dv"}));  // varlen, lens_seed: version 8
   const auto dense = store.best({problem(kDense), std::nullopt, 5});
   ASSERT_EQ(dense.size(), 1u);
   EXPECT_EQ(dense[0].campaign, "v4");

@@ -106,7 +106,7 @@ TEST(ProblemVarlenDb, Version7DatabasesMigrateWithEveryCampaignDense) {
   EXPECT_EQ(row->evaluations, 1);
   EXPECT_EQ(index_columns(path, "campaigns_problem"),
             (std::vector<std::string>{"b", "h", "hkv", "s", "sk", "d", "dtype", "causal", "page", "varlen",
-                                      "lens_seed", "variants"}));
+                                      "lens_seed", "variants", "dv"}));
   {
     Connection db = Connection::open(path, SQLITE_OPEN_READONLY);
     Statement st(db, "SELECT varlen, lens_seed FROM campaigns WHERE name = 'v7'");
