@@ -188,7 +188,7 @@ struct FlashDecodeLaunch {
                                 call.heads_q, call.batch, call.head_dim, cols, 1, bf16);
         p->map[1] = p->map[0];
         if (head_dim_v != head_dim)  // O has V's columns
-          p->map[1] = operand_map("v (o standing in: no keys)", call.o, call.o_stride,
+          p->map[1] = operand_map("v (out standing in: no keys)", call.out, call.o_stride,
                                   call.seqlen_q > 0 ? call.seqlen_q : 1, call.heads_q, call.batch, head_dim_v, cols_v, 1,
                                   bf16);
       } else if (paged) {

@@ -96,12 +96,18 @@ TEST(ProblemDv, ShippedSpacesServeItOrRefuseItWithTheReason) {
               mma->check_problem(Problem::parse("b=1,h=2,s=64,d=192,dv=120,dtype=bf16,causal=0"), "sm_90");
             }).find("V's head dim must be a multiple of 16"),
             std::string::npos);
-  for (const char* family : {"flash_fwd_wgmma", "flash_decode"}) {
+  // flash_decode serves it too (MLA decode: one kv head, a paged cache).
+  const auto decode = SearchSpace::shipped("flash_decode");
+  ASSERT_TRUE(decode);
+  for (const char* arch : {"sm_80", "sm_89", "sm_90"})
+    EXPECT_FALSE(
+        decode->enumerate(Problem::parse("b=16,h=16,hkv=1,s=1,sk=4096,d=192,dv=128,dtype=bf16,causal=0,page=64"), arch)
+            .empty())
+        << arch;
+  for (const char* family : {"flash_fwd_wgmma"}) {
     const auto space = SearchSpace::shipped(family);
     ASSERT_TRUE(space) << family;
-    const Problem p = Problem::parse(std::string(family) == "flash_decode"
-                                         ? "b=16,h=16,hkv=1,s=1,sk=4096,d=192,dv=128,dtype=bf16,causal=0,page=64"
-                                         : kMla);
+    const Problem p = Problem::parse(kMla);
     const std::string why = input_error_of([&] { space->check_problem(p, space->default_arch()); });
     EXPECT_NE(why.find(fmt::format("{} does not support a value head dim other than the query/key one", family)),
               std::string::npos)
