@@ -76,8 +76,8 @@ ATT_SPLIT_FN constexpr int decode_load_lookups(int head_dim, int threads, int ro
 struct DecodeParams {
   const void* q;         // [batch, heads_q, seqlen_q, d] through q_stride
   const void* k;         // contiguous: [batch, heads_kv, seqlen_k, d]; paged: [pages, page_size, heads_kv, d]
-  const void* v;
-  void* o;               // like q, through o_stride
+  const void* v;         // as k, rows of dv (V's head dim: ATT_HEAD_DIM_V, else d)
+  void* o;               // like q, rows of dv, through o_stride
   float* lse;            // null, or [batch, heads_q, seqlen_q] fp32 contiguous, natural log
   const int* cache_seqlens;  // null: every sequence has seqlen_k keys; else [batch] (clamped to 0..seqlen_k)
   const int* block_table;    // null: contiguous K/V; else [batch, max_blocks_per_seq] page indices
@@ -104,14 +104,15 @@ struct DecodeParams {
   float scale_log2;  // scale * log2(e)
   // KV_LOAD tma: rows per K/V box (contiguous: BLOCK_N; paged: gcd(page_size, BLOCK_N), so a box
   // stays within a page) and whether the boxes are swizzled (rows a multiple of 8; the span is
-  // decode_tile_cols(head_dim) * 2 bytes).
+  // decode_tile_cols(head_dim) * 2 bytes; V's, decode_tile_cols(dv) * 2).
   int tma_rows, tma_swizzle;
   VariantParams variant;  // windows, soft-cap, sinks (common/variant_params.h); read only by builds with them
 };
 
 // KV_LOAD tma: tensor maps over K and V (contiguous: (head_dim, seqlen_k, heads_kv, batch); paged:
-// (head_dim, page_size, heads_kv, pages)), box (decode_tile_cols(head_dim), tma_rows, 1, 1),
-// encoded per call by the executor from the plan. Zeros (unused) for cp.async builds.
+// (head_dim, page_size, heads_kv, pages)), box (decode_tile_cols(head_dim), tma_rows, 1, 1), V's
+// of its own head dim (dv) and column blocks, encoded per call by the executor from the plan.
+// Zeros (unused) for cp.async builds.
 struct DecodeMaps {
   TmaDesc k, v;
 };

@@ -56,8 +56,8 @@ __device__ __forceinline__ void tile_sync(int wn) {
 // ---- shared memory -------------------------------------------------------------------------------
 
 // The dynamic shared memory: Q (kBlockM rows) at 0, then the ring of kStages stages, each a K tile
-// then a V tile of kBlockN rows (every tile in tile_bytes' layout); after the loop the merge buffer
-// (MergeBuf) over both from 0.
+// then a V tile of kBlockN rows (every tile in tile_bytes' layout: K's rows of d elements, V's of
+// dv); after the loop the merge buffer (MergeBuf) over both from 0.
 struct Smem {
   static constexpr int kQ = 0;
   static constexpr int kRing = kQ + T::kQBytes;
@@ -69,15 +69,28 @@ struct Smem {
   // kBlockChunks) ^ swizzle) * 16.
   static constexpr int kRow = T::kColBytes;
   static constexpr int kColBlock = T::kBlockN * kRow;
-  static_assert(T::kColBlocks * kColBlock == T::kTileBytes, "a tile is its column blocks");
+  // V's tiles: the same with V's column blocks (dv's), kRowV bytes a row.
+  static constexpr int kRowV = T::kColBytesV;
+  static constexpr int kColBlockV = T::kBlockN * kRowV;
+  static_assert(T::kColBlocks * kColBlock == T::kTileBytes && T::kColBlocksV * kColBlockV == T::kTileBytesV,
+                "a tile is its column blocks");
   static_assert(kRing + T::kStages * T::kStageBytes <= T::kSmemBytes, "Q and the ring fit the shared memory");
-  static_assert(T::kStageBytes == 2 * kV, "a stage is a K tile and a V tile");
+  static_assert(T::kStageBytes == kV + T::kTileBytesV, "a stage is a K tile and a V tile");
+  // The V slice of the key group whose K slice (the same keys: kw rows from the stage's K tile) is
+  // at k_slice.
+  static __device__ __forceinline__ u32 v_slice(u32 k_slice, int kw) {
+    if constexpr (!T::kSplitDims) return k_slice + kV;
+    else return k_slice + kV + kw * (kRowV - kRow);
+  }
   // TMA's swizzle of kRow bytes repeats every 8 rows (1024, 512 or 256 bytes), from the shared
   // memory's address: every tile and column block starts at a multiple (the dynamic shared memory
   // is 1024-byte aligned). (Q: a multiple of 16 rows of d * 2 bytes, at least 512 bytes, and of
   // 1024 where d % 32 == 0.)
   static_assert(kRing % (8 * kRow) == 0 && T::kTileBytes % (8 * kRow) == 0 && kColBlock % (8 * kRow) == 0,
                 "tiles and column blocks start at multiples of the swizzle's repeat (8 rows)");
+  static_assert(kRing % (8 * kRowV) == 0 && kV % (8 * kRowV) == 0 && T::kStageBytes % (8 * kRowV) == 0 &&
+                    kColBlockV % (8 * kRowV) == 0,
+                "V's tiles and column blocks start at multiples of its swizzle's repeat (8 rows)");
 };
 
 // kv_load tma: the ring's mbarriers, 8 bytes each from `base` (a static __shared__ array of
@@ -310,7 +323,8 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
 #pragma unroll
     for (int dp = 0; dp < T::kDTiles / 2; ++dp) {
       u32 b0, b1, b2, b3;
-      ldmatrix_x4_trans(v_tile + tile_bytes(kk * 16 + (lane & 15), 2 * dp + (lane >> 4), T::kBlockN, xr), b0, b1, b2, b3);
+      ldmatrix_x4_trans(v_tile + tile_bytes<T::kHeadDimV>(kk * 16 + (lane & 15), 2 * dp + (lane >> 4), T::kBlockN, xr), b0,
+                        b1, b2, b3);
 #pragma unroll
       for (int m = 0; m < T::kMw; ++m) {
         mma_16816<T::kBf16>(a.o[m][2 * dp], pa[m][kk], b0, b1);
@@ -466,8 +480,8 @@ __device__ __forceinline__ MergeBuf::Row final_row(const DecodeParams& p, const 
 // O and LSE of the unit's rows row0 .. row0 + rows_here - 1 from a merged buffer.
 __device__ __forceinline__ void store_final(const DecodeParams& p, const MergeBuf& buf, int b, int kvh, int row0,
                                             int rows_here, int tid) {
-  for (int c = tid; c < rows_here * T::kChunks; c += T::kThreads) {
-    const int r = c / T::kChunks, ch = c - r * T::kChunks;
+  for (int c = tid; c < rows_here * T::kChunksV; c += T::kThreads) {
+    const int r = c / T::kChunksV, ch = c - r * T::kChunksV;
     const MergeBuf::Row R = final_row(p, buf, kvh, row0, r);
     const float4 lo = buf.cols4(R, r, ch * 8), hi = buf.cols4(R, r, ch * 8 + 4);
     uint4 out;
@@ -486,12 +500,12 @@ __device__ __forceinline__ void store_final(const DecodeParams& p, const MergeBu
   }
 }
 
-// A merged buffer's rows as a partial: normalized O to po (rows of kHeadDim floats), LSE to pl.
+// A merged buffer's rows as a partial: normalized O to po (rows of kHeadDimV floats), LSE to pl.
 __device__ __forceinline__ void store_piece(const MergeBuf& buf, float* po, float* pl, int rows_here, int tid) {
-  constexpr int kQuads = T::kHeadDim / 4;
+  constexpr int kQuads = T::kHeadDimV / 4;
   for (int c = tid; c < rows_here * kQuads; c += T::kThreads) {
     const int r = c / kQuads, c4 = c - r * kQuads;
-    __stcg(reinterpret_cast<float4*>(po + r * T::kHeadDim + c4 * 4), buf.cols4(buf.row(r), r, c4 * 4));
+    __stcg(reinterpret_cast<float4*>(po + r * T::kHeadDimV + c4 * 4), buf.cols4(buf.row(r), r, c4 * 4));
   }
   for (int r = tid; r < rows_here; r += T::kThreads) __stcg(pl + r, buf.row(r).lse);
 }
@@ -500,7 +514,7 @@ __device__ __forceinline__ void store_piece(const MergeBuf& buf, float* po, floa
 // 0's rows (each (row, 4 columns) item is read and written by one thread only; the maxima and sums
 // read by row() are not written), LSE to lse.
 __device__ __forceinline__ void piece_in_place(const MergeBuf& buf, float* lse, int rows_here, int tid) {
-  constexpr int kQuads = T::kHeadDim / 4;
+  constexpr int kQuads = T::kHeadDimV / 4;
   for (int c = tid; c < rows_here * kQuads; c += T::kThreads) {
     const int r = c / kQuads, c4 = c - r * kQuads;
     const MergeBuf::Row R = buf.row(r);
@@ -514,12 +528,12 @@ __device__ __forceinline__ void piece_in_place(const MergeBuf& buf, float* lse, 
 struct SplitPieces {
   const DecodeParams& p;
   int r0;
-  __device__ __forceinline__ const float* o(int k) const { return p.part_o + piece_o(k, r0, p.rows_total, T::kHeadDim); }
+  __device__ __forceinline__ const float* o(int k) const { return p.part_o + piece_o(k, r0, p.rows_total, T::kHeadDimV); }
   __device__ __forceinline__ float lse(int k, int r) const {
     return __ldcg(p.part_lse + piece_lse(k, r0, p.rows_total) + r);
   }
   __device__ __forceinline__ float4 o4(int k, int r, int c4) const {
-    return __ldcg(reinterpret_cast<const float4*>(o(k) + r * T::kHeadDim + c4 * 4));
+    return __ldcg(reinterpret_cast<const float4*>(o(k) + r * T::kHeadDimV + c4 * 4));
   }
 };
 
@@ -555,7 +569,7 @@ struct OutSink {
     *reinterpret_cast<uint2*>(dst) = out;
   }
 };
-// ... or a piece of the workspace (normalized fp32 rows of kHeadDim at po, LSE at pl, from the
+// ... or a piece of the workspace (normalized fp32 rows of kHeadDimV at po, LSE at pl, from the
 // merge's first row): combine clusterN with several clusters a unit.
 struct PieceSink {
   static constexpr bool kFinal = false;
@@ -563,7 +577,7 @@ struct PieceSink {
   float* pl;
   __device__ __forceinline__ void put(const DecodeParams&, int, int r, int c4, float4 v, float lse) const {
     if (c4 == 0) __stcg(pl + r, lse);
-    __stcg(reinterpret_cast<float4*>(po + r * T::kHeadDim + c4 * 4), v);
+    __stcg(reinterpret_cast<float4*>(po + r * T::kHeadDimV + c4 * 4), v);
   }
 };
 
@@ -577,7 +591,7 @@ struct PieceSink {
 template <class Pieces, class Sink = OutSink, int kUnroll = 16>
 __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int nrows, const Pieces& pieces, int count,
                                              int tid, int nthreads, const Sink& sink = Sink{}) {
-  constexpr int kQuads = T::kHeadDim / 4;
+  constexpr int kQuads = T::kHeadDimV / 4;
   for (int it = tid; it < nrows * kQuads; it += nthreads) {
     const int r = it / kQuads, c4 = it - r * kQuads, row = r0 + r;
     float mx = neg_inf(), sum = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
@@ -607,32 +621,49 @@ __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int 
 
 // ---- K/V loads -----------------------------------------------------------------------------------
 
-// This thread's share of a tile's loads (traits.cuh, args.h: row or block loads). Row loads: chunk
-// l_ch of tile rows l_row + pass * kRowsPerPass. Block loads: item l_ch + pass * kLoadThreads of
-// the group's rows from l_row (decode_block_item: its row and chunk), whose row is that of pass %
-// kLookups. Paged, the page and row in page of each of the kLookups rows, looked up a tile ahead so
-// the table's latency hides behind a tile of compute.
-struct Loader {
+// The cp.async loads of a tile of kDim-element rows (args.h): Q's and K's head dim, or V's. The
+// same as traits.cuh's kRowLoads ... kLookups where kDim is kHeadDim.
+template <int kDim>
+struct LoadGeometry {
+  static constexpr int kChunks = kDim / 8;
+  static constexpr bool kRowLoads = decode_row_loads(kDim, T::kLoadThreads);
+  static constexpr int kRowsPerPass = T::kLoadThreads / kChunks;
+  static constexpr int kPasses = decode_load_passes(kDim, T::kLoadThreads, T::kLoadRows);
+  static constexpr int kLoadItems = T::kLoadRows * kChunks;
+  static constexpr bool kLoadsRagged = kLoadItems % T::kLoadThreads != 0;
+  static constexpr int kLookups = decode_load_lookups(kDim, T::kLoadThreads, T::kLoadRows);
+};
+
+// This thread's share of a tile's loads (traits.cuh, args.h: row or block loads) of rows of kDim
+// elements. Row loads: chunk l_ch of tile rows l_row + pass * kRowsPerPass. Block loads: item l_ch
+// + pass * kLoadThreads of the group's rows from l_row (decode_block_item: its row and chunk),
+// whose row is that of pass % kLookups. Paged, the page and row in page of each of the kLookups
+// rows, looked up a tile ahead so the table's latency hides behind a tile of compute. One loader
+// copies K and V rows where they have one head dim; with split dims K's and V's have their own
+// (SplitLoader).
+template <int kDim>
+struct LoaderOf {
+  using G = LoadGeometry<kDim>;
   int l_row, l_ch;
-  int pg[T::kLookups], pr[T::kLookups];
+  int pg[G::kLookups], pr[G::kLookups];
 
   __device__ __forceinline__ void init(int lt, int wn) {
-    if constexpr (T::kRowLoads) {
-      l_row = (T::kWarpTiles ? wn * T::kWarpKeys : 0) + lt / T::kChunks;
-      l_ch = lt % T::kChunks;
+    if constexpr (G::kRowLoads) {
+      l_row = (T::kWarpTiles ? wn * T::kWarpKeys : 0) + lt / G::kChunks;
+      l_ch = lt % G::kChunks;
     } else {
       l_row = T::kWarpTiles ? wn * T::kWarpKeys : 0;
       l_ch = lt;
     }
 #pragma unroll
-    for (int i = 0; i < T::kLookups; ++i) pg[i] = pr[i] = 0;
+    for (int i = 0; i < G::kLookups; ++i) pg[i] = pr[i] = 0;
   }
   // Block loads: the tile row and the chunk of pass i.
   __device__ __forceinline__ int block_row(int i) const {
-    return l_row + decode_block_item_row(l_ch + i * T::kLoadThreads, T::kLoadRows, T::kHeadDim);
+    return l_row + decode_block_item_row(l_ch + i * T::kLoadThreads, T::kLoadRows, kDim);
   }
   __device__ __forceinline__ int block_chunk(int i) const {
-    return decode_block_item_chunk(l_ch + i * T::kLoadThreads, T::kLoadRows, T::kHeadDim);
+    return decode_block_item_chunk(l_ch + i * T::kLoadThreads, T::kLoadRows, kDim);
   }
   // Paged: the pages of tile `tile` of sequence b (len keys; window builds, the unit's keys from kb:
   // no block-table entry of a page wholly before the window is read, as a cache may have let
@@ -640,9 +671,9 @@ struct Loader {
   __device__ __forceinline__ void lookup(const DecodeParams& p, int b, int tile, int len, int kb) {
     const int* bt = p.block_table + static_cast<long long>(b) * p.max_blocks_per_seq;
 #pragma unroll
-    for (int i = 0; i < T::kLookups; ++i) {
+    for (int i = 0; i < G::kLookups; ++i) {
       int j;
-      if constexpr (T::kRowLoads) j = tile * T::kBlockN + l_row + i * T::kRowsPerPass;
+      if constexpr (G::kRowLoads) j = tile * T::kBlockN + l_row + i * G::kRowsPerPass;
       else j = tile * T::kBlockN + block_row(i);
       bool in = j < len;
       if constexpr (T::kWindow) in = in && j >= kb;
@@ -653,9 +684,10 @@ struct Loader {
       }
     }
   }
-  // K and V rows of tile `tile` of (b, kvh) into the stage at sk (K) and sk + Smem::kV (V); rows
-  // at or past len (window builds: before kb, the unit's first key) are zero-filled, never read.
-  // Paged: after lookup(b, tile).
+  // K rows (kK) and V rows (kV) of tile `tile` of (b, kvh) into the stage at sk (K) and sk +
+  // Smem::kV (V); rows at or past len (window builds: before kb, the unit's first key) are
+  // zero-filled, never read. Paged: after lookup(b, tile).
+  template <bool kK = true, bool kV = true>
   __device__ __forceinline__ void issue(const DecodeParams& p, bool paged, int b, int kvh, int tile, int len, int kb,
                                         u32 sk) const {
     const u32 sv = sk + Smem::kV;
@@ -664,12 +696,12 @@ struct Loader {
     const elem_t* vg =
         static_cast<const elem_t*>(p.v) + kvh * p.v_stride[1] + (paged ? 0 : b * p.v_stride[0]) + l_ch * 8;
 #pragma unroll
-    for (int i = 0; i < T::kPasses; ++i) {
-      if constexpr (T::kLoadsRagged)
-        if (l_ch + i * T::kLoadThreads >= T::kLoadItems) break;  // the last pass's items past the rows' blocks
-      const int li = T::kRowLoads ? i : i % T::kLookups;  // the lookup (row) of pass i
-      const int row = T::kRowLoads ? l_row + i * T::kRowsPerPass : block_row(i), j = tile * T::kBlockN + row;
-      const int ch = T::kRowLoads ? l_ch : block_chunk(i);
+    for (int i = 0; i < G::kPasses; ++i) {
+      if constexpr (G::kLoadsRagged)
+        if (l_ch + i * T::kLoadThreads >= G::kLoadItems) break;  // the last pass's items past the rows' blocks
+      const int li = G::kRowLoads ? i : i % G::kLookups;  // the lookup (row) of pass i
+      const int row = G::kRowLoads ? l_row + i * G::kRowsPerPass : block_row(i), j = tile * T::kBlockN + row;
+      const int ch = G::kRowLoads ? l_ch : block_chunk(i);
       bool valid = j < len;
       if constexpr (T::kWindow) valid = valid && j >= kb;
       long long ko, vo;
@@ -680,16 +712,46 @@ struct Loader {
         ko = j * p.k_stride[2];
         vo = j * p.v_stride[2];
       }
-      if constexpr (!T::kRowLoads) {  // the pass's chunk (kg and vg are at chunk l_ch)
+      if constexpr (!G::kRowLoads) {  // the pass's chunk (kg and vg are at chunk l_ch)
         ko += (ch - l_ch) * 8;
         vo += (ch - l_ch) * 8;
       }
-      const u32 at = tile_bytes(row, ch, T::kBlockN, row & 7);
-      cp_async_16(sk + at, valid ? kg + ko : kg, valid);
-      cp_async_16(sv + at, valid ? vg + vo : vg, valid);
+      const u32 at = tile_bytes<kDim>(row, ch, T::kBlockN, row & 7);
+      if constexpr (kK) cp_async_16(sk + at, valid ? kg + ko : kg, valid);
+      if constexpr (kV) cp_async_16(sv + at, valid ? vg + vo : vg, valid);
     }
   }
 };
+
+// Split dims: K's rows (d) and V's (dv) are copied by loaders of their own, each thread its share of
+// each (other rows and chunks; paged, lookups of their own). (One head dim: LoaderOf<kHeadDim>
+// copies both, each thread the same rows and chunks of K and V.)
+struct SplitLoader {
+  LoaderOf<T::kHeadDim> k;
+  LoaderOf<T::kHeadDimV> v;
+  __device__ __forceinline__ void init(int lt, int wn) {
+    k.init(lt, wn);
+    v.init(lt, wn);
+  }
+  __device__ __forceinline__ void lookup(const DecodeParams& p, int b, int tile, int len, int kb) {
+    k.lookup(p, b, tile, len, kb);
+    v.lookup(p, b, tile, len, kb);
+  }
+  __device__ __forceinline__ void issue(const DecodeParams& p, bool paged, int b, int kvh, int tile, int len, int kb,
+                                        u32 sk) const {
+    k.issue<true, false>(p, paged, b, kvh, tile, len, kb, sk);
+    v.issue<false, true>(p, paged, b, kvh, tile, len, kb, sk);
+  }
+};
+template <bool kSplit>
+struct LoaderPick {
+  using type = LoaderOf<T::kHeadDim>;
+};
+template <>
+struct LoaderPick<true> {
+  using type = SplitLoader;
+};
+using Loader = LoaderPick<T::kSplitDims>::type;
 
 // ---- TMA K/V loads (KV_LOAD tma, sm_90) ---------------------------------------------------------
 
@@ -756,17 +818,30 @@ __device__ __forceinline__ void tma_producer(const DecodeParams& p, const Decode
     const u32 sk = Smem::k_tile(s_ring, stage), sv = sk + Smem::kV;
     // Box x of column block c lands at its rows x * rows of the tile's column block c (TMA swizzles
     // the rows inside the box).
+    // Split dims: K's column blocks (d's), then V's (dv's, boxes of their width).
     if (!paged) {
       if (lane == 0) {
         mbar_arrive_expect_tx(full, T::kStageBytes);
+        if constexpr (!T::kSplitDims) {
 #pragma unroll
-        for (int c = 0; c < kColBlocks; ++c) {
-          kv_box(sk + c * Smem::kColBlock, &maps.k, full, c * T::kBlockCols, j0, kvh, b, policy);
-          kv_box(sv + c * Smem::kColBlock, &maps.v, full, c * T::kBlockCols, j0, kvh, b, policy);
+          for (int c = 0; c < kColBlocks; ++c) {
+            kv_box(sk + c * Smem::kColBlock, &maps.k, full, c * T::kBlockCols, j0, kvh, b, policy);
+            kv_box(sv + c * Smem::kColBlock, &maps.v, full, c * T::kBlockCols, j0, kvh, b, policy);
+          }
+        } else {
+#pragma unroll
+          for (int c = 0; c < kColBlocks; ++c)
+            kv_box(sk + c * Smem::kColBlock, &maps.k, full, c * T::kBlockCols, j0, kvh, b, policy);
+#pragma unroll
+          for (int c = 0; c < T::kColBlocksV; ++c)
+            kv_box(sv + c * Smem::kColBlockV, &maps.v, full, c * T::kBlockColsV, j0, kvh, b, policy);
         }
       }
     } else {
-      if (lane == 0) mbar_arrive_expect_tx(full, static_cast<u32>((issued - skip) * rows * T::kRowBytes * 2));
+      if (lane == 0)
+        mbar_arrive_expect_tx(full, T::kSplitDims
+                                        ? static_cast<u32>((issued - skip) * rows * (T::kRowBytes + T::kRowBytesV))
+                                        : static_cast<u32>((issued - skip) * rows * T::kRowBytes * 2));
       __syncwarp();
       for (int x = skip + lane; x < issued; x += 32) {
         int pg = pg0, pr = pr0;
@@ -775,12 +850,23 @@ __device__ __forceinline__ void tma_producer(const DecodeParams& p, const Decode
           pg = __ldg(bt + page);
           pr = j - page * p.page_size;
         }
+        if constexpr (!T::kSplitDims) {
 #pragma unroll
-        for (int c = 0; c < kColBlocks; ++c) {
-          kv_box(sk + c * Smem::kColBlock + x * rows * Smem::kRow, &maps.k, full, c * T::kBlockCols, pr, kvh, pg,
-                 policy);
-          kv_box(sv + c * Smem::kColBlock + x * rows * Smem::kRow, &maps.v, full, c * T::kBlockCols, pr, kvh, pg,
-                 policy);
+          for (int c = 0; c < kColBlocks; ++c) {
+            kv_box(sk + c * Smem::kColBlock + x * rows * Smem::kRow, &maps.k, full, c * T::kBlockCols, pr, kvh, pg,
+                   policy);
+            kv_box(sv + c * Smem::kColBlock + x * rows * Smem::kRow, &maps.v, full, c * T::kBlockCols, pr, kvh, pg,
+                   policy);
+          }
+        } else {
+#pragma unroll
+          for (int c = 0; c < kColBlocks; ++c)
+            kv_box(sk + c * Smem::kColBlock + x * rows * Smem::kRow, &maps.k, full, c * T::kBlockCols, pr, kvh, pg,
+                   policy);
+#pragma unroll
+          for (int c = 0; c < T::kColBlocksV; ++c)
+            kv_box(sv + c * Smem::kColBlockV + x * rows * Smem::kRowV, &maps.v, full, c * T::kBlockColsV, pr, kvh, pg,
+                   policy);
         }
       }
     }
@@ -886,9 +972,9 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
         const int past = kw0 + T::kWarpKeys - len;
         if (past > 0) {
           const int first = max(0, T::kWarpKeys - past);
-          for (int c = lane; c < (T::kWarpKeys - first) * T::kChunks; c += 32) {
-            const int r = first + c / T::kChunks, ch = c % T::kChunks;
-            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(k_tile + Smem::kV + (ch >> T::kBlockChunksLog2) * Smem::kColBlock + r * Smem::kRow + ((ch & (T::kBlockChunks - 1)) << 4)),
+          for (int c = lane; c < (T::kWarpKeys - first) * T::kChunksV; c += 32) {
+            const int r = first + c / T::kChunksV, ch = c % T::kChunksV;
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(Smem::v_slice(k_tile, wn * T::kWarpKeys) + (ch >> T::kBlockChunksLog2V) * Smem::kColBlockV + r * Smem::kRowV + ((ch & (T::kBlockChunksV - 1)) << 4)),
                          "r"(0)
                          : "memory");
           }
@@ -900,9 +986,9 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
         if constexpr (T::kWindow) {
           before = min(kb - kw0, T::kWarpKeys);
           if (before > 0) {
-            for (int c = lane; c < before * T::kChunks; c += 32) {
-              const int r = c / T::kChunks, ch = c % T::kChunks;
-              asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(k_tile + Smem::kV + (ch >> T::kBlockChunksLog2) * Smem::kColBlock + r * Smem::kRow + ((ch & (T::kBlockChunks - 1)) << 4)),
+            for (int c = lane; c < before * T::kChunksV; c += 32) {
+              const int r = c / T::kChunksV, ch = c % T::kChunksV;
+              asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(Smem::v_slice(k_tile, wn * T::kWarpKeys) + (ch >> T::kBlockChunksLog2V) * Smem::kColBlockV + r * Smem::kRowV + ((ch & (T::kBlockChunksV - 1)) << 4)),
                            "r"(0)
                            : "memory");
             }
@@ -910,7 +996,8 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
           }
         }
         if (DECODE_X_SKIP_MATH != 1)
-          process_tile(acc, qf, s_q, k_tile, k_tile + Smem::kV, kw0, lim, p.scale_log2, p.variant, wm, lane, xr);
+          process_tile(acc, qf, s_q, k_tile, Smem::v_slice(k_tile, wn * T::kWarpKeys), kw0, lim, p.scale_log2, p.variant,
+                       wm, lane, xr);
         // The generic-proxy zeros before TMA's next writes to the stage.
         if (past > 0 || before > 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncwarp();
@@ -947,7 +1034,8 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
       }
       cp_async_commit();
       const u32 k_tile = Smem::k_tile(s_ring, slot) + wn * T::kWarpKeys * Smem::kRow;  // this warp's key slice
-      process_tile(acc, qf, s_q, k_tile, k_tile + Smem::kV, (t_begin + t) * T::kBlockN + wn * T::kWarpKeys, lim,
+      process_tile(acc, qf, s_q, k_tile, Smem::v_slice(k_tile, wn * T::kWarpKeys),
+                   (t_begin + t) * T::kBlockN + wn * T::kWarpKeys, lim,
                    p.scale_log2, p.variant, wm, lane, lane & 7);
       slot = slot + 1 == T::kStages ? 0 : slot + 1;
       slot_issue = slot_issue + 1 == T::kStages ? 0 : slot_issue + 1;
@@ -985,7 +1073,7 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
       return;
     }
     combine_rows(p, r_base, rows_here, pieces, T::kCluster, tid * T::kCluster + rank, T::kThreads * T::kCluster,
-                 PieceSink{p.part_o + piece_o(group, r_base, p.rows_total, T::kHeadDim),
+                 PieceSink{p.part_o + piece_o(group, r_base, p.rows_total, T::kHeadDimV),
                            p.part_lse + piece_lse(group, r_base, p.rows_total)});
     __threadfence();         // this thread's part of the piece, before the cluster's arrival ...
     cluster_sync_acq_rel();  // ... and every remote read done: the other CTAs may exit
@@ -996,7 +1084,7 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
     store_final(p, buf, b, kvh, row0, rows_here, tid);
     return;
   }
-  store_piece(buf, p.part_o + piece_o(split_piece(split, T::kCluster), r_base, p.rows_total, T::kHeadDim),
+  store_piece(buf, p.part_o + piece_o(split_piece(split, T::kCluster), r_base, p.rows_total, T::kHeadDimV),
               p.part_lse + piece_lse(split_piece(split, T::kCluster), r_base, p.rows_total), rows_here, tid);
   if constexpr (T::kLastCta) {
     __threadfence();

@@ -19,6 +19,8 @@
 // last_cta); without those workspaces bind asks for one cluster a unit. Clusters of 16 are
 // non-portable: the launcher opts the kernel in (run_plan.cuh, the tuner's LoadedBuild). kv_load tma: tensor maps 0 (K) and
 // 1 (V), encoded per call (decode_tma_rows' box), bound into the kernels' DecodeMaps argument.
+// Split dims (a build of ATT_HEAD_DIM_V, head_dim_v != head_dim): V's map, O and the pieces have
+// head_dim_v columns, V's boxes its own column blocks.
 #ifndef ATTNTUNE_FLASH_DECODE_LAUNCH_H
 #define ATTNTUNE_FLASH_DECODE_LAUNCH_H
 
@@ -38,6 +40,7 @@ inline int decode_tma_rows(const Call& c, int block_n) {
 
 struct FlashDecodeLaunch {
   int head_dim, bf16, causal;
+  int head_dim_v;  // V's and O's: ATT_HEAD_DIM_V, else head_dim
   int block_m, block_n, threads, smem_bytes, ctas_per_sm;
   int last_cta;  // combine: last_cta (else the combine kernel)
   int cluster;   // combine: clusterN: N (CTAs a cluster, merged in it); else 1
@@ -59,6 +62,7 @@ struct FlashDecodeLaunch {
         define_int(d, n, "CLUSTER", &c->cluster, why))
       return 1;
     c->kv_tma = kv_load == kv_load_tma;
+    c->head_dim_v = static_cast<int>(define_or(d, n, "ATT_HEAD_DIM_V", c->head_dim));
     c->variants = Variants::load(d, n);
 
     c->last_cta = combine == combine_last;
@@ -79,7 +83,9 @@ struct FlashDecodeLaunch {
       return refuse(why, "flash_decode serves attntune_attention_forward and attntune_attention_forward_kvcache only");
     if (c.head_dim != head_dim)
       return refuse(why, "flash_decode was built for head_dim %d; the call has head_dim %d", head_dim, c.head_dim);
-    if (check_variants("flash_decode", variants, c, why) || check_value_dim("flash_decode", c, 0, why)) return 1;
+    if (check_variants("flash_decode", variants, c, why) ||
+        check_value_dim("flash_decode", c, head_dim_v != head_dim ? head_dim_v : 0, why))
+      return 1;
     if (c.seqlen_q > kDecodeMaxSeqlenQ)
       return refuse(why,
                     "flash_decode serves seqlen_q 1..%d (decoding, speculative decoding); the call has seqlen_q %d: "
@@ -112,6 +118,14 @@ struct FlashDecodeLaunch {
                     "cp_async)",
                     c.page_size, decode_tma_rows(c, block_n), att::decode_tile_cols(head_dim) * 2, head_dim,
                     64 / att::decode_tile_cols(head_dim));
+    if (kv_tma && head_dim_v != head_dim && c.entry == kEntryKvcache && c.block_table && c.page_size >= 1 &&
+        decode_tma_rows(c, block_n) * att::decode_tile_cols(head_dim_v) * 2 % 128 != 0)
+      return refuse(why,
+                    "flash_decode (kv_load tma): pages of %d keys make V boxes of %d rows of %d bytes, off the 128-byte "
+                    "alignment TMA writes shared memory at (head_dim_v %d: pages of a multiple of %d keys, or kv_load "
+                    "cp_async)",
+                    c.page_size, decode_tma_rows(c, block_n), att::decode_tile_cols(head_dim_v) * 2, head_dim_v,
+                    64 / att::decode_tile_cols(head_dim_v));
     if (kv_tma) {
       // TMA: 16-byte aligned K/V and strides (as for cp.async), strides below 2^40 bytes.
       for (int i = 0; i < 3; ++i)
@@ -165,24 +179,31 @@ struct FlashDecodeLaunch {
       p->maps = 2;
       const bool paged = call.entry == kEntryKvcache && call.block_table;
       const int rows = decode_tma_rows(call, block_n);
+      // V's map: head_dim_v columns in boxes of its own column blocks (split dims; else K's).
       const unsigned cols = static_cast<unsigned>(att::decode_tile_cols(head_dim));
+      const unsigned cols_v = static_cast<unsigned>(att::decode_tile_cols(head_dim_v));
       if (call.seqlen_k == 0 || !call.k || !call.v) {
         p->map[0] = operand_map("k (q standing in: no keys)", call.q, call.q_stride, call.seqlen_q > 0 ? call.seqlen_q : 1,
                                 call.heads_q, call.batch, call.head_dim, cols, 1, bf16);
         p->map[1] = p->map[0];
+        if (head_dim_v != head_dim)  // O has V's columns
+          p->map[1] = operand_map("v (out standing in: no keys)", call.out, call.o_stride,
+                                  call.seqlen_q > 0 ? call.seqlen_q : 1, call.heads_q, call.batch, head_dim_v, cols_v, 1,
+                                  bf16);
       } else if (paged) {
         const int kMaxPages = 2147483647;
         p->map[0] = operand_map("k (pages)", call.k, call.k_stride, call.page_size, call.heads_kv, kMaxPages,
                                 call.head_dim, cols, static_cast<unsigned>(rows), bf16);
         p->map[1] = operand_map("v (pages)", call.v, call.v_stride, call.page_size, call.heads_kv, kMaxPages,
-                                call.head_dim, cols, static_cast<unsigned>(rows), bf16);
+                                head_dim_v, cols_v, static_cast<unsigned>(rows), bf16);
       } else {
         p->map[0] = operand_map("k", call.k, call.k_stride, call.seqlen_k, call.heads_kv, call.batch,
                                 call.head_dim, cols, static_cast<unsigned>(rows), bf16);
         p->map[1] = operand_map("v", call.v, call.v_stride, call.seqlen_k, call.heads_kv, call.batch,
-                                call.head_dim, cols, static_cast<unsigned>(rows), bf16);
+                                head_dim_v, cols_v, static_cast<unsigned>(rows), bf16);
       }
-      p->map[0].swizzle_bytes = p->map[1].swizzle_bytes = rows % 8 == 0 ? static_cast<int>(cols) * 2 : 0;
+      p->map[0].swizzle_bytes = rows % 8 == 0 ? static_cast<int>(cols) * 2 : 0;
+      p->map[1].swizzle_bytes = rows % 8 == 0 ? static_cast<int>(cols_v) * 2 : 0;
     }
     // Partials merged through the workspace (split.h): the splits, or with clusters each cluster's
     // merge when a unit has several clusters. Merged by the combine kernel, or by the unit's last
@@ -190,13 +211,13 @@ struct FlashDecodeLaunch {
     const int pieces = att::split_pieces(splits, cluster);
     if (pieces > 1) {
       p->workspaces = 1;
-      p->workspace[0] = Workspace{att::pieces_bytes(pieces, s.rows_total, head_dim), 0, 1};
+      p->workspace[0] = Workspace{att::pieces_bytes(pieces, s.rows_total, head_dim_v), 0, 1};  // O's rows
       if (counted()) {
         p->workspaces = 2;
         p->workspace[1] = Workspace{att::counters_bytes(s.units), 1, 1};
       } else {
         p->launches = 2;
-        p->launch[1] = Launch{1, {static_cast<unsigned>(ceil_div(s.rows_total, att::decode_combine_rows(head_dim))), 1, 1},
+        p->launch[1] = Launch{1, {static_cast<unsigned>(ceil_div(s.rows_total, att::decode_combine_rows(head_dim_v))), 1, 1},
                               static_cast<unsigned>(att::kDecodeCombineThreads), 0, 1};
       }
     }
@@ -235,7 +256,7 @@ struct FlashDecodeLaunch {
         d.num_splits = cluster;
       } else {
         d.part_o = static_cast<float*>(res.workspace[0]);
-        d.part_lse = d.part_o + att::piece_lse_start(pieces, s.rows_total, head_dim);
+        d.part_lse = d.part_o + att::piece_lse_start(pieces, s.rows_total, head_dim_v);
         d.counters = counted() ? static_cast<int*>(res.workspace[1]) : nullptr;
       }
     }

@@ -30,7 +30,7 @@ namespace att {
 constexpr int kDecodeMaxSplits = 128;
 
 // The combine kernel (combine: kernel): kDecodeCombineThreads threads a CTA, one (row, 4 columns)
-// item each, so decode_combine_rows(head_dim) rows a CTA.
+// item each, so decode_combine_rows(head_dim) rows a CTA (O's head dim: dv with split dims).
 constexpr int kDecodeCombineThreads = 128;
 ATT_SPLIT_FN constexpr int decode_combine_rows(int head_dim) { return kDecodeCombineThreads / (head_dim / 4); }
 
@@ -185,6 +185,7 @@ ATT_SPLIT_FN int decode_splits_keys(long long units, long long keys, int block_n
 // Workspace 0 (pieces > 1), in floats: every piece's normalized partial O of every global row R (=
 // lse's index, args.h), [pieces][rows_total][head_dim], then their natural-log LSE (-inf: the piece
 // saw no key), [pieces][rows_total]. part_o points at its start, part_lse at piece_lse_start.
+// head_dim here is O's: V's head dim (dv) where a build has one of its own.
 ATT_SPLIT_FN long long piece_o(int piece, long long row, long long rows_total, int head_dim) {
   return (static_cast<long long>(piece) * rows_total + row) * head_dim;
 }

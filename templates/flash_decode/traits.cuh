@@ -9,7 +9,15 @@ namespace att {
 
 struct Traits {
   // Problem fields baked into the kernel.
-  static constexpr int kHeadDim = ATT_HEAD_DIM;
+  static constexpr int kHeadDim = ATT_HEAD_DIM;  // Q's and K's
+  // V's and O's: ATT_HEAD_DIM_V where the problem names another (`dv=N`: DeepSeek's MLA is 192 /
+  // 128); the renderer defines it for such problems only, so every other build is as before.
+#ifdef ATT_HEAD_DIM_V
+  static constexpr int kHeadDimV = ATT_HEAD_DIM_V;
+#else
+  static constexpr int kHeadDimV = kHeadDim;
+#endif
+  static constexpr bool kSplitDims = kHeadDimV != kHeadDim;
   static constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
   static constexpr bool kCausal = ATT_CAUSAL != 0;
   // Variants (common/variants.cuh; the renderer defines ATT_WINDOW, ATT_SOFTCAP, ATT_SINKS only for
@@ -45,27 +53,37 @@ struct Traits {
   static constexpr int kMw = kBlockM / 16 / kWarpsM;   // 16-row MMA tiles per warp
   static constexpr int kKeyTiles = kWarpKeys / 8;      // n8 score tiles per warp and tile
   static constexpr int kKeySteps = kWarpKeys / 16;     // k16 steps of P.V
-  static constexpr int kDTiles = kHeadDim / 8;
-  static constexpr int kDSteps = kHeadDim / 16;
-  static constexpr int kChunks = kHeadDim / 8;         // 16-byte chunks per row
+  static constexpr int kDTiles = kHeadDimV / 8;       // n8 tiles of O (V's dims)
+  static constexpr int kDSteps = kHeadDim / 16;       // k16 steps of Q K^T
+  static constexpr int kChunks = kHeadDim / 8;        // 16-byte chunks per row of Q and K
+  static constexpr int kChunksV = kHeadDimV / 8;      // ... of V and O
   static constexpr int kRowBytes = kHeadDim * 2;
+  static constexpr int kRowBytesV = kHeadDimV * 2;
   // Shared-memory tiles (tile_bytes, below): kColBlocks column blocks of kBlockCols elements (64,
   // 32 or 16: args.h's decode_tile_cols), rows of kColBytes (128, 64 or 32 bytes) in kBlockChunks
-  // 16-byte chunks (8, 4 or 2; 2^kBlockChunksLog2).
+  // 16-byte chunks (8, 4 or 2; 2^kBlockChunksLog2). Q's and K's follow d; V's (the *V ones) dv.
   static constexpr int kBlockCols = decode_tile_cols(kHeadDim);
   static constexpr int kColBlocks = kHeadDim / kBlockCols;
   static constexpr int kColBytes = kBlockCols * 2;
   static constexpr int kBlockChunks = kBlockCols / 8;
   static constexpr int kBlockChunksLog2 = decode_block_chunks_log2(kHeadDim);
-  static constexpr int kQBytes = kBlockM * kRowBytes;
-  static constexpr int kTileBytes = kBlockN * kRowBytes;  // one K or V tile
-  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kBlockColsV = decode_tile_cols(kHeadDimV);
+  static constexpr int kColBlocksV = kHeadDimV / kBlockColsV;
+  static constexpr int kColBytesV = kBlockColsV * 2;
+  static constexpr int kBlockChunksV = kBlockColsV / 8;
+  static constexpr int kBlockChunksLog2V = decode_block_chunks_log2(kHeadDimV);
+  // Q's rows; with split dims padded to 1024 bytes, so that the ring after it starts at a multiple
+  // of V's swizzle repeat as well as K's (d=48's 16 rows are 1536 bytes; dv=64's repeat is 1024).
+  static constexpr int kQBytes = kSplitDims ? (kBlockM * kRowBytes + 1023) / 1024 * 1024 : kBlockM * kRowBytes;
+  static constexpr int kTileBytes = kBlockN * kRowBytes;    // one K tile
+  static constexpr int kTileBytesV = kBlockN * kRowBytesV;  // one V tile
+  static constexpr int kStageBytes = kTileBytes + kTileBytesV;
   static constexpr int kRingBytes = kStages * kStageBytes;
   // Epilogue (reuses Q and the ring): the key groups' merge buffer (kernel.cu, MergeBuf). Its
   // one-slot form needs kMergeBytes (O summed in fp32, every group's row maxima, the row sums, two
   // spare rows); the slot form, one O per key group, is used where Q and the ring hold it. Rows
   // of kOStride floats: 4 floats of padding spread a quad's 8 rows over the banks.
-  static constexpr int kOStride = kHeadDim + 4;
+  static constexpr int kOStride = kHeadDimV + 4;
   static constexpr int kMergeBytes = kBlockM * kOStride * 4 + (kWarpsN + 3) * kBlockM * 4;
   static constexpr int kMaxSplits = kDecodeMaxSplits;  // the plan never splits more (split.h)
   static constexpr int kSmemBytes = kQBytes + kRingBytes > kMergeBytes ? kQBytes + kRingBytes : kMergeBytes;
@@ -85,14 +103,19 @@ struct Traits {
   static constexpr int kLoadItems = kLoadRows * kChunks;
   static constexpr bool kLoadsRagged = kLoadItems % kLoadThreads != 0;
   static constexpr int kLookups = decode_load_lookups(kHeadDim, kLoadThreads, kLoadRows);
+  // With split dims V's loads are their own (kernel.cu, LoaderOf<kHeadDimV>): the same, over dv.
+  static constexpr bool kRowLoadsV = decode_row_loads(kHeadDimV, kLoadThreads);
+  static constexpr int kRowsPerPassV = kLoadThreads / kChunksV;
+  static constexpr int kLoadItemsV = kLoadRows * kChunksV;
+  static constexpr bool kLoadsRaggedV = kLoadItemsV % kLoadThreads != 0;
 
-  // The separate combine kernel: one (row, 4 columns) item a thread (split.h).
+  // The separate combine kernel: one (row, 4 columns) item a thread (split.h), over O's rows (dv).
   static constexpr int kCombineThreads = kDecodeCombineThreads;
-  static constexpr int kCombineRows = decode_combine_rows(kHeadDim);
-  // Its pieces' loads unrolled 16 deep; 8 where d is no power of 2: ptxas gives the combine kernel
+  static constexpr int kCombineRows = decode_combine_rows(kHeadDimV);
+  // Its pieces' loads unrolled 16 deep; 8 where dv is no power of 2: ptxas gives the combine kernel
   // 32 registers, and with a sink and items divided by d / 4 = 12, 20, 24 ... a row, 16 deep spilled
   // 4 bytes there (ptxas sm_90, 2026-11-28: at every such d of 48-240; 8 deep, at none).
-  static constexpr int kCombineUnroll = (kHeadDim & (kHeadDim - 1)) == 0 ? 16 : 8;
+  static constexpr int kCombineUnroll = (kHeadDimV & (kHeadDimV - 1)) == 0 ? 16 : 8;
 
   // Named barriers (bar.sync ids; 0 is __syncthreads): tile_share warp, key group wn waits on
   // kBarKeyGroup + wn with its kWarpsM warps; kv_load tma, the consumer warps on kBarConsumers
@@ -104,14 +127,20 @@ struct Traits {
   // thread, more than there are.)
   static_assert(kHeadDim % 16 == 0 && kHeadDim >= 32 && kHeadDim <= 256,
                 "head_dim: a multiple of 16 (the MMA's k16 steps) from 32 to 256");
+  static_assert(kHeadDimV % 16 == 0 && kHeadDimV >= 32 && kHeadDimV <= 256,
+                "head_dim_v: a multiple of 16 (P V's n8 tiles in pairs, ldmatrix_x4_trans) from 32 to 256");
   static_assert(kColBlocks * kBlockCols == kHeadDim && kBlockChunks == 1 << kBlockChunksLog2,
                 "a row is whole column blocks of 2, 4 or 8 chunks");
+  static_assert(kColBlocksV * kBlockColsV == kHeadDimV && kBlockChunksV == 1 << kBlockChunksLog2V,
+                "a V row is whole column blocks of 2, 4 or 8 chunks");
   static_assert(kBlockM % 16 == 0 && kBlockM >= 16 && kBlockM <= 64, "block_m: 16, 32, 48 or 64 rows");
   static_assert(kWarps % kWarpsM == 0 && (kBlockM / 16) % kWarpsM == 0 && kMw >= 1 && kMw <= 2,
                 "each warp owns 1 or 2 whole 16-row tiles");
   static_assert(kBlockN % kWarpsN == 0 && kWarpKeys % 16 == 0, "each warp scores whole 16-key steps");
   static_assert(!kRowLoads || (kRowsPerPass >= 1 && kLoadRows % kRowsPerPass == 0 && !kLoadsRagged),
                 "row loads: a load pass covers whole rows, and the passes the tile");
+  static_assert(!kRowLoadsV || (kRowsPerPassV >= 1 && kLoadRows % kRowsPerPassV == 0 && !kLoadsRaggedV),
+                "V's row loads: a load pass covers whole rows, and the passes the tile");
   static_assert(kRowLoads || ((kLoadThreads & (kLoadThreads - 1)) == 0 && (kLoadRows & (kLoadRows - 1)) == 0),
                 "block loads: a thread's rows repeat every kLookups passes (threads and rows powers of 2)");
 #if defined(LOAD_PASSES) && defined(LOAD_LOOKUPS)  // the renderer's (tests/harness/decode_build.sh has none)
@@ -134,24 +163,27 @@ struct Traits {
 // of (kBlockCols, rows) lands in with the swizzle of kColBytes' span (args.h, decode_tile_bytes),
 // so an ldmatrix phase's 8 rows and a cp.async phase's chunks hit 8 bank groups. Linear in row: a
 // slice of rows from row0 is the tile's address + row0 * kColBytes.
+// kDim: the tile's row elements, Q's and K's head dim (the default) or V's (Traits::kHeadDimV).
+template <int kDim = Traits::kHeadDim>
 ATT_SPLIT_FN constexpr unsigned tile_bytes(int row, int chunk, int rows, int xr) {
-  constexpr int kL = Traits::kBlockChunksLog2, kB = Traits::kColBytes;
-  return static_cast<unsigned>((chunk >> kL) * rows * kB + row * kB +
-                               (((chunk & (Traits::kBlockChunks - 1)) ^ (xr >> (3 - kL))) << 4));
+  constexpr int kL = decode_block_chunks_log2(kDim), kB = decode_tile_cols(kDim) * 2;
+  return static_cast<unsigned>((chunk >> kL) * rows * kB + row * kB + (((chunk & ((1 << kL) - 1)) ^ (xr >> (3 - kL))) << 4));
 }
 // The same as args.h's decode_tile_bytes (the layout the CPU tests hold to TMA's swizzle), checked
 // at compile time over two swizzle repeats of rows, swizzled and not. (Not one function: computing
 // it from the head dim inside the kernel changed d=64 builds' SASS.)
+template <int kDim>
 ATT_SPLIT_FN constexpr bool tile_bytes_agree() {
   for (int r = 0; r < 16; ++r)
-    for (int ch = 0; ch < Traits::kChunks; ++ch)
+    for (int ch = 0; ch < kDim / 8; ++ch)
       for (int xr = r & 7;; xr = 0) {
-        if (tile_bytes(r, ch, 16, xr) != decode_tile_bytes(r, ch, 16, xr, Traits::kHeadDim)) return false;
+        if (tile_bytes<kDim>(r, ch, 16, xr) != decode_tile_bytes(r, ch, 16, xr, kDim)) return false;
         if (xr == 0) break;
       }
   return true;
 }
-static_assert(tile_bytes_agree(), "tile_bytes is args.h's decode_tile_bytes");
+static_assert(tile_bytes_agree<Traits::kHeadDim>() && tile_bytes_agree<Traits::kHeadDimV>(),
+              "tile_bytes is args.h's decode_tile_bytes");
 
 }  // namespace att
 

@@ -13,7 +13,9 @@
 // length), each also with the plan's optional workspaces withheld (fewer splits). FlashAttention-2's
 // criterion against the reference. (Where d % 64 != 0 the odd page size is 12 rather than 7: TMA
 // boxes of a column block narrower than 128 bytes must fill 128 bytes, so the plan refuses pages of
-// 7 there; 12 keeps boxes of 4 unswizzled rows.)
+// 7 there; 12 keeps boxes of 4 unswizzled rows.) Split head dims (`dv=N`: V's and O's head dim other
+// than Q's and K's, DeepSeek's MLA decode 192 / 128 first) get spreads of their own
+// (FlashDecodeSplitDims, below): the same shapes, plain, clustered and TMA configs.
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -43,24 +45,27 @@ const PropertyShape kShapes[] = {
 bool clustered(const Config& c) { return std::get<std::string>(c.at("combine")).rfind("cluster", 0) == 0; }
 bool tma(const Config& c) { return std::get<std::string>(c.at("kv_load")) == "tma"; }
 
-// The shapes at head dim d: kShapes, the odd page size 12 where d % 64 != 0 (the file's comment).
-std::vector<PropertyShape> shapes_for(int d) {
+// The shapes at head dim d (and V's dv): kShapes, the odd page size 12 where d % 64 != 0 or dv %
+// 64 != 0 (the file's comment; V's boxes are V's column blocks).
+std::vector<PropertyShape> shapes_for(int d, int dv = 0) {
   static const std::string kPage12 = "b=4,h=8,hkv=2,s=2,sk=1000,page=12";
   std::vector<PropertyShape> out(std::begin(kShapes), std::end(kShapes));
-  if (d % 64 != 0)
+  if (d % 64 != 0 || dv % 64 != 0)
     for (PropertyShape& sh : out)
       if (std::string(sh.dims) == "b=4,h=8,hkv=2,s=2,sk=1000,page=7") sh.dims = kPage12.c_str();
   return out;
 }
 
-void check_space(int d, std::size_t sample, const std::function<bool(const Config&)>& keep = {}) {
+// dv: V's head dim when it is not d (0: d).
+void check_space(int d, std::size_t sample, const std::function<bool(const Config&)>& keep = {}, int dv = 0) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_decode.yaml");
   std::vector<Config> configs;
   std::vector<Problem> variants;
   for (const char* kind : {"s=1,causal=0", "s=4,causal=1"}) {
-    const Problem base = Problem::parse(fmt::format("b=1,h=32,hkv=8,{},sk=4096,d={},dtype=bf16", kind, d));
+    const Problem base = Problem::parse(fmt::format("b=1,h=32,hkv=8,{},sk=4096,d={}{},dtype=bf16", kind, d,
+                                                    dv ? fmt::format(",dv={}", dv) : std::string()));
     const bool any = attntune::testing::spread_configs(space, base, props.arch, sample, configs, variants, keep);
     if (!any && keep && props.arch < "sm_90") GTEST_SKIP() << "no thread-block clusters or TMA on " << props.arch;
     ASSERT_TRUE(any) << base.str();
@@ -72,7 +77,8 @@ void check_space(int d, std::size_t sample, const std::function<bool(const Confi
   run.seed = 1000 + d;
   run.require_no_spills = true;
   run.without_workspaces = true;  // split merges fall back to fewer splits (cluster: one cluster a unit)
-  attntune::testing::check_configs(space, configs, variants, shapes_for(d), run);
+  run.dv = dv;
+  attntune::testing::check_configs(space, configs, variants, shapes_for(d, dv), run);
 }
 
 }  // namespace
@@ -161,3 +167,37 @@ TEST(FlashDecodeProperty, SpreadOtherHeadDims) {
   ATTNTUNE_REQUIRE_GPU();
   for (int d : {48, 144, 176, 208, 224, 240}) check_space(d, 6);
 }
+
+// Split head dims (`dv=N`): DeepSeek's MLA decode (192 / 128: K block loads of 24 chunks a row, V row
+// loads of 16), V wider than K (64 / 128) and narrower (128 / 64), V's column blocks of 32 elements
+// under K's 64 (128 / 96: 64-byte V spans, TMA V boxes of their own width) and of 64 over K's 16
+// (48 / 64: Q's rows padded so that the ring starts at V's swizzle repeat). A plain spread of each
+// (every combine; sm_90 TMA ones among them), then its clustered and its TMA configs (sm_90;
+// elsewhere those skip).
+namespace {
+struct SplitDims {
+  int d, dv;
+};
+void PrintTo(const SplitDims& s, std::ostream* os) { *os << "d=" << s.d << ",dv=" << s.dv; }
+class FlashDecodeSplitDims : public ::testing::TestWithParam<SplitDims> {};
+}  // namespace
+
+TEST_P(FlashDecodeSplitDims, Spread) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(GetParam().d, attntune::testing::property_sample(12), {}, GetParam().dv);
+}
+
+TEST_P(FlashDecodeSplitDims, ClusterSpread) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(GetParam().d, attntune::testing::property_sample(8), clustered, GetParam().dv);
+}
+
+TEST_P(FlashDecodeSplitDims, TmaSpread) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(GetParam().d, attntune::testing::property_sample(8), tma, GetParam().dv);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dv, FlashDecodeSplitDims,
+                         ::testing::Values(SplitDims{192, 128}, SplitDims{64, 128}, SplitDims{128, 64},
+                                           SplitDims{128, 96}, SplitDims{48, 64}),
+                         [](const auto& info) { return fmt::format("D{}V{}", info.param.d, info.param.dv); });

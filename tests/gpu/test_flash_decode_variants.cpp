@@ -13,6 +13,8 @@
 // let them reach an output (contiguous TMA tiles that start before the window). Head dims 64, 128,
 // 256 and those of narrower column blocks (80, 96, 112, 160) or block loads (192); where d % 64 !=
 // 0 the odd page size 7 becomes 12 (TMA refuses boxes narrower than 128 bytes: test_flash_decode.cpp).
+// Split head dims (`dv=N`, V's and O's other than Q's and K's: 192 / 128, 64 / 128, 128 / 64,
+// 128 / 96): every case of variants on a spread of each's configs (FlashDecodeVariantsSplitDims).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -83,27 +85,32 @@ const VariantCase kCases[] = {
 const char* const kClusters[] = {"cluster2", "cluster4", "cluster8", "cluster16"};
 
 // NaN (both dtypes) over K and V rows [0, until[b]) of every kv head of a contiguous [b, hkv, sk, d]
-// layout (the reference's view of the buffers).
+// layout (the reference's view of the buffers; V's rows of dv through its own strides).
 void poison_rows_before(AttnBuffers& buf, const std::vector<int>& until) {
   const AttnParams a = buf.params();
-  const std::int64_t hkv = buf.problem.hkv, d = buf.problem.d;
+  const std::int64_t hkv = buf.problem.hkv;
   for (cuda::DeviceBuffer* t : {&buf.k, &buf.v}) {
+    const bool is_v = t == &buf.v;
+    const long long* st = is_v ? a.v_stride : a.k_stride;
+    const std::int64_t d = is_v ? buf.problem.head_dim_v() : buf.problem.d;
     std::vector<std::uint16_t> host(t->bytes() / 2);
     t->download(host.data(), t->bytes());
     for (std::int64_t i = 0; i < buf.problem.b; ++i)
       for (std::int64_t h = 0; h < hkv; ++h)
         for (std::int64_t j = 0; j < until[static_cast<std::size_t>(i)]; ++j)
-          std::fill_n(host.begin() + (i * a.k_stride[0] + h * a.k_stride[1] + j * a.k_stride[2]), d, 0xFFFF);
+          std::fill_n(host.begin() + (i * st[0] + h * st[1] + j * st[2]), d, 0xFFFF);
     t->upload(host.data(), t->bytes());
   }
 }
 
-// The same in the pages of a paged problem ([num_pages, page, hkv, d] through its block table).
+// The same in the pages of a paged problem ([num_pages, page, hkv, d] through its block table; V's
+// pages of dv).
 void poison_page_rows_before(AttnBuffers& buf, const std::vector<int>& until) {
-  const std::int64_t page = buf.problem.page, hkv = buf.problem.hkv, d = buf.problem.d;
+  const std::int64_t page = buf.problem.page, hkv = buf.problem.hkv;
   std::vector<int> table(buf.block_table.bytes() / 4);
   buf.block_table.download(table.data(), buf.block_table.bytes());
   for (cuda::DeviceBuffer* t : {&buf.k_pages, &buf.v_pages}) {
+    const std::int64_t d = t == &buf.v_pages ? buf.problem.head_dim_v() : buf.problem.d;
     std::vector<std::uint16_t> host(t->bytes() / 2);
     t->download(host.data(), t->bytes());
     for (std::int64_t i = 0; i < buf.problem.b; ++i)
@@ -115,11 +122,13 @@ void poison_page_rows_before(AttnBuffers& buf, const std::vector<int>& until) {
   }
 }
 
-void check_case(const VariantCase& vc, int d, std::size_t sample, std::uint64_t seed) {
+// dv: V's head dim when it is not d (0: d).
+void check_case(const VariantCase& vc, int d, std::size_t sample, std::uint64_t seed, int dv = 0) {
+  const std::string dims_v = dv ? fmt::format(",dv={}", dv) : std::string();
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_decode.yaml");
-  const Problem base = Problem::parse(fmt::format("b=1,{},sk=4096,d={},dtype=bf16", vc.build, d));
+  const Problem base = Problem::parse(fmt::format("b=1,{},sk=4096,d={}{},dtype=bf16", vc.build, d, dims_v));
   // Every combine and kv_load the arch serves: `sample` configs spread over each (combine, kv_load)
   // class's valid ones (a class of clusterN on sm_90 takes them in turns: one cluster size a case).
   std::vector<Config> configs;
@@ -150,9 +159,10 @@ void check_case(const VariantCase& vc, int d, std::size_t sample, std::uint64_t 
     const LoadedBuild kernel(o->build.cubin, o->job.kernel.launch);
     for (const PropertyShape& sh : vc.shapes) {
       std::string dims = sh.dims;
-      if (const auto at = dims.find(",page=7"); d % 64 != 0 && at != std::string::npos) dims.replace(at, 7, ",page=12");
+      if (const auto at = dims.find(",page=7"); (d % 64 != 0 || dv % 64 != 0) && at != std::string::npos)
+        dims.replace(at, 7, ",page=12");
       const Problem p = Problem::parse(
-          fmt::format("{},d={},dtype={},causal={}", dims, d, dtype_name(v.dtype), v.causal ? 1 : 0));
+          fmt::format("{},d={}{},dtype={},causal={}", dims, d, dims_v, dtype_name(v.dtype), v.causal ? 1 : 0));
       ++seed;
       AttnBuffers buf(p, sh.layout, p.paged() ? ragged_seqlens(p, seed) : std::vector<int>{}, seed);
       ref.fill(buf, seed);
@@ -193,8 +203,8 @@ void check_case(const VariantCase& vc, int d, std::size_t sample, std::uint64_t 
       }
     }
   }
-  std::printf("flash_decode variants %s d=%d: %zu configs, %d checks, %d failures\n", vc.build, d, configs.size(),
-              checked, failures);
+  std::printf("flash_decode variants %s d=%d%s: %zu configs, %d checks, %d failures\n", vc.build, d, dims_v.c_str(),
+              configs.size(), checked, failures);
 }
 
 }  // namespace
@@ -255,3 +265,27 @@ TEST(FlashDecodeVariantsProperty, EveryVariantOtherHeadDims) {
   for (int d : {32, 48, 144, 176, 208, 224, 240})
     check_case(kCases[4], d, attntune::testing::property_sample(1), seed += 100);
 }
+
+// Split head dims (`dv=N`): each case of variants on a spread of the pair's configs (every combine
+// and kv_load class the arch serves), DeepSeek's 192 / 128 with two configs a class, the others one.
+namespace {
+struct SplitDims {
+  int d, dv;
+  std::size_t sample;
+};
+void PrintTo(const SplitDims& s, std::ostream* os) { *os << "d=" << s.d << ",dv=" << s.dv; }
+class FlashDecodeVariantsSplitDims : public ::testing::TestWithParam<SplitDims> {};
+}  // namespace
+
+TEST_P(FlashDecodeVariantsSplitDims, EveryCase) {
+  ATTNTUNE_REQUIRE_GPU();
+  const SplitDims& s = GetParam();
+  std::uint64_t seed = 6000 + 10ull * s.d + s.dv;
+  for (const VariantCase& vc : kCases)
+    check_case(vc, s.d, attntune::testing::property_sample(s.sample), seed += 100, s.dv);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dv, FlashDecodeVariantsSplitDims,
+                         ::testing::Values(SplitDims{192, 128, 2}, SplitDims{64, 128, 1}, SplitDims{128, 64, 1},
+                                           SplitDims{128, 96, 1}),
+                         [](const auto& info) { return fmt::format("D{}V{}", info.param.d, info.param.dv); });

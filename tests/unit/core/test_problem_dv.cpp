@@ -103,22 +103,28 @@ TEST(ProblemDv, ShippedSpacesServeItOrRefuseItWithTheReason) {
               std::string::npos)
         << family;
   }
-  for (const char* family : {"flash_decode"}) {
-    const auto space = SearchSpace::shipped(family);
-    ASSERT_TRUE(space) << family;
-    const Problem p = Problem::parse(std::string(family) == "flash_decode"
-                                         ? "b=16,h=16,hkv=1,s=1,sk=4096,d=192,dv=128,dtype=bf16,causal=0,page=64"
-                                         : kMla);
-    const std::string why = input_error_of([&] { space->check_problem(p, space->default_arch()); });
-    EXPECT_NE(why.find(fmt::format("{} does not support a value head dim other than the query/key one", family)),
-              std::string::npos)
-        << why;
-    EXPECT_NE(why.find("d=192, dv=128"), std::string::npos) << why;
-    // The same shape with one head dim is served.
-    Problem one = p;
-    one.dv = 0;
-    EXPECT_NO_THROW(space->check_problem(one, space->default_arch())) << family;
-  }
+  // flash_decode serves it too (a paged cache, one KV head).
+  const auto decode = SearchSpace::shipped("flash_decode");
+  ASSERT_TRUE(decode);
+  for (const char* arch : {"sm_80", "sm_89", "sm_90"})
+    EXPECT_FALSE(
+        decode->enumerate(Problem::parse("b=16,h=16,hkv=1,s=1,sk=4096,d=192,dv=128,dtype=bf16,causal=0,page=64"), arch)
+            .empty())
+        << arch;
+  // A space that does not list dv refuses it with the reason.
+  const SearchSpace plain = SearchSpace::parse(R"(family: flash_fwd_mma
+archs: [sm_80]
+device_limits:
+  sm_80: {max_smem_per_block: 166912}
+params:
+  block_m: [64, 128]
+)",
+                                               "plain.yaml");
+  const std::string why = input_error_of([&] { plain.check_problem(Problem::parse(kMla), "sm_80"); });
+  EXPECT_NE(why.find("flash_fwd_mma does not support a value head dim other than the query/key one"), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("d=192, dv=128"), std::string::npos) << why;
+  EXPECT_NO_THROW(plain.check_problem(Problem::parse(kSquare), "sm_80"));
 }
 
 TEST(ProblemDv, ASpaceThatListsDvServesItAndItsConstraintsSeeIt) {

@@ -382,3 +382,184 @@ INSTANTIATE_TEST_SUITE_P(DimsAndArchs, FlashDecodeBuild,
                          [](const auto& info) {
                            return fmt::format("d{}_{}", std::get<0>(info.param), std::get<1>(info.param));
                          });
+
+// ---- split head dims (`dv=N`: V's and O's head dim other than Q's and K's) ----------------------
+
+namespace {
+
+// DeepSeek's MLA decode (192 / 128), V wider than K (64 / 128) and narrower (128 / 64), and V's
+// column blocks narrower than K's (128 / 96: 64-byte rows; 192 / 80: 32-byte rows) and wider (48 /
+// 64: Q's 1536-byte rows padded so that the ring starts at V's 1024-byte swizzle repeat).
+const std::pair<int, int> kSplitDims[] = {{192, 128}, {64, 128}, {128, 64}, {128, 96}, {192, 80}, {48, 64}};
+
+// A dense call of a split-dim problem: V and O rows of dv ([B, H, S, D] tensors).
+attntune_plan::Call split_call_of(const Problem& p) {
+  attntune_plan::Call c = attntune::testing::dense_call_of(p);
+  const long long dv = p.head_dim_v();
+  c.head_dim_v = static_cast<int>(dv);
+  c.v_stride[0] = p.hkv * p.sk * dv;
+  c.v_stride[1] = p.sk * dv;
+  c.v_stride[2] = dv;
+  c.o_stride[0] = p.h * p.s * dv;
+  c.o_stride[1] = p.s * dv;
+  c.o_stride[2] = dv;
+  return c;
+}
+
+}  // namespace
+
+TEST(FlashDecodeSpace, SplitHeadDimsHaveConfigsOnEveryArchAndEntry) {
+  const SearchSpace space = load_space();
+  for (const auto& [d, dv] : kSplitDims)
+    for (const char* kind : {"b=1,h=32,hkv=8,s=1,sk=4096,causal=0", "b=16,h=16,hkv=1,s=1,sk=4096,causal=0,page=64",
+                             "b=4,h=64,hkv=8,s=4,sk=4096,causal=1,page=16",
+                             "b=4,h=16,hkv=2,s=2,sk=4096,causal=1,page=16,window=127,softcap=30,sinks=1"}) {
+      const Problem p = Problem::parse(fmt::format("{},d={},dv={},dtype=bf16", kind, d, dv));
+      ASSERT_TRUE(p.split_dims());
+      for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90"})
+        EXPECT_GT(space.count(p, arch), 0u) << p.str() << " " << arch;
+      EXPECT_GT(space.count(p, "sm_90"), 8u) << p.str();
+      check_family_serves("flash_decode", p);
+      // sm_90 offers its TMA loads and cluster merges for them too.
+      std::size_t tma = 0, cluster = 0;
+      space.for_each_valid(p, "sm_90", [&](const Config& c) {
+        tma += std::get<std::string>(c.at("kv_load")) == "tma";
+        cluster += std::get<std::string>(c.at("combine")).rfind("cluster", 0) == 0;
+      });
+      EXPECT_GT(tma, 0u) << p.str();
+      EXPECT_GT(cluster, 0u) << p.str();
+    }
+  // V's head dim is refused off multiples of 16, as d is.
+  try {
+    space.check_problem(Problem::parse("b=1,h=32,hkv=8,s=1,sk=4096,d=192,dv=120,dtype=bf16,causal=0"), "sm_90");
+    ADD_FAILURE() << "dv=120 is served";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("V's head dim must be a multiple of 16"), std::string::npos) << e.what();
+  }
+  // dv equal to d is one head dim: the same configs.
+  const Problem one = Problem::parse("b=1,h=32,hkv=8,s=1,sk=4096,d=128,dtype=bf16,causal=0");
+  const Problem same = Problem::parse("b=1,h=32,hkv=8,s=1,sk=4096,d=128,dv=128,dtype=bf16,causal=0");
+  EXPECT_EQ(space.enumerate(one, "sm_90"), space.enumerate(same, "sm_90"));
+  // Paged TMA boxes of V's column blocks fill 128 bytes too: V rows of 32 bytes (dv=80) under K's
+  // of 128 need pages of a multiple of 4, as K's would.
+  for (const auto& [page, tma] : {std::pair{6, false}, {12, true}}) {
+    const Problem p =
+        Problem::parse(fmt::format("b=4,h=32,hkv=8,s=1,sk=4096,d=192,dv=80,dtype=bf16,causal=0,page={}", page));
+    std::size_t with_tma = 0;
+    space.for_each_valid(p, "sm_90", [&](const Config& c) { with_tma += std::get<std::string>(c.at("kv_load")) == "tma"; });
+    EXPECT_EQ(with_tma > 0, tma) << p.str();
+  }
+}
+
+TEST(FlashDecodePlan, SplitHeadDimsSizeVsMapPiecesAndCombineByDv) {
+  const SearchSpace space = load_space();
+  for (const auto& [d, dv] : kSplitDims) {
+    const Problem p = Problem::parse(fmt::format("b=1,h=32,hkv=8,s=1,sk=32768,d={},dv={},dtype=bf16,causal=0", d, dv));
+    const attntune_plan::Call call = split_call_of(p);
+    // TMA: K's map over d in K's column blocks, V's over dv in V's, each swizzled by its span.
+    const Config t = attntune::testing::first_config(
+        space, p, "sm_90", [](const Config& c) { return std::get<std::string>(c.at("kv_load")) == "tma"; });
+    ASSERT_FALSE(t.empty()) << p.str();
+    std::string why;
+    const attntune_plan::Plan tp = plan_of(space, t, p, call, 132, &why);
+    ASSERT_EQ(why, "") << p.str();
+    ASSERT_EQ(tp.maps, 2);
+    EXPECT_EQ(tp.map[0].dims[0], static_cast<unsigned long long>(d));
+    EXPECT_EQ(tp.map[1].dims[0], static_cast<unsigned long long>(dv));
+    EXPECT_EQ(tp.map[0].box[0], static_cast<unsigned>(att::decode_tile_cols(d)));
+    EXPECT_EQ(tp.map[1].box[0], static_cast<unsigned>(att::decode_tile_cols(dv)));
+    EXPECT_EQ(tp.map[0].swizzle_bytes, 2 * att::decode_tile_cols(d));
+    EXPECT_EQ(tp.map[1].swizzle_bytes, 2 * att::decode_tile_cols(dv));
+    EXPECT_EQ(tp.map[1].strides[0], static_cast<unsigned long long>(dv) * 2);  // V's rows
+    // Split over the SMs: the pieces hold O's rows (dv floats and an LSE), the combine kernel's
+    // CTAs cover them by dv's items.
+    const Config k = with(space, p, "kernel");
+    ASSERT_FALSE(k.empty()) << p.str();
+    const attntune_plan::Plan kp = plan_of(space, k, p, call);
+    ASSERT_EQ(kp.launches, 2) << p.str();
+    ASSERT_EQ(kp.workspaces, 1);
+    const unsigned long long rows = 32, block_m = 16;  // 4 query heads a kv head, s=1: one row block
+    const unsigned long long splits = kp.launch[0].grid[0] / ((4 + block_m - 1) / block_m);
+    EXPECT_EQ(kp.workspace[0].bytes, splits * rows * (dv + 1) * 4) << p.str();
+    EXPECT_EQ(kp.launch[1].grid[0], (rows + att::decode_combine_rows(dv) - 1) / att::decode_combine_rows(dv));
+    // A call of another V head dim (or of one head dim) is refused, naming it.
+    attntune_plan::Call one = attntune::testing::dense_call_of(p);
+    why.clear();
+    plan_of(space, k, p, one, 132, &why);
+    EXPECT_NE(why.find(fmt::format("built for head_dim_v {}", dv)), std::string::npos) << why;
+  }
+  // A build of one head dim refuses a split call.
+  const Problem p = Problem::parse(kSuite[0]);
+  attntune_plan::Call split = attntune::testing::dense_call_of(p);
+  split.head_dim_v = 64;
+  std::string why;
+  plan_of(space, with(space, p, "kernel"), p, split, 132, &why);
+  EXPECT_NE(why.find("built for head_dim_v 128"), std::string::npos) << why;
+  // Paged TMA: V boxes narrower than K's (dv=80: 32-byte rows) must fill 128 bytes as K's must.
+  const Problem narrow = Problem::parse("b=1,h=32,hkv=8,s=1,sk=4096,d=192,dv=80,dtype=bf16,causal=0,page=12");
+  const Config t = attntune::testing::first_config(
+      space, narrow, "sm_90", [](const Config& c) { return std::get<std::string>(c.at("kv_load")) == "tma"; });
+  ASSERT_FALSE(t.empty());
+  attntune_plan::Call paged = split_call_of(narrow);
+  paged.entry = attntune_plan::kEntryKvcache;
+  paged.block_table = reinterpret_cast<const int*>(std::uintptr_t{1} << 20);
+  paged.max_blocks_per_seq = 4096;
+  for (const auto& [page, ok] : {std::pair{12, true}, {6, false}}) {
+    paged.page_size = page;
+    why.clear();
+    const attntune_plan::Plan plan = plan_of(space, t, narrow, paged, 132, &why);
+    if (!ok) {
+      EXPECT_NE(why.find("V boxes"), std::string::npos) << why;
+      continue;
+    }
+    ASSERT_EQ(why, "");
+    EXPECT_EQ(plan.map[1].box[0], 16u);
+    EXPECT_EQ(plan.map[1].box[1], 4u);           // gcd(12, block_n): 4 rows
+    EXPECT_EQ(plan.map[1].swizzle_bytes, 0);     // fewer than 8 rows: unswizzled
+  }
+}
+
+// Split-dim builds compile without spills on sm_80, sm_89 and sm_90: for each pair a spread of its
+// decoding (s=1, dense) and paged causal s=4 configs with every variant, and on sm_90 its TMA and
+// cluster configs.
+TEST(FlashDecodeBuild, SplitHeadDimsCompileWithoutSpills) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
+  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 2;
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::size_t submitted = 0;
+  const char* const archs[] = {"sm_80", "sm_89", "sm_90"};
+  std::size_t i = 0;
+  for (const auto& [d, dv] : {std::pair{192, 128}, {64, 128}, {128, 64}}) {
+    for (const char* arch : archs)
+      for (const char* kind : {"b=4,h=32,hkv=8,s=1,sk=4096,causal=0,dtype=bf16",
+                               "b=4,h=64,hkv=8,s=4,sk=4096,causal=1,page=16,dtype=fp16,window=127,softcap=30,sinks=1"}) {
+        const Problem p = Problem::parse(fmt::format("{},d={},dv={}", kind, d, dv));
+        std::vector<Config> all = space.enumerate(p, arch);
+        if (std::string(arch) == "sm_90")  // its TMA or cluster configs, in turn
+          std::erase_if(all, [&](const Config& c) {
+            return i % 2 ? std::get<std::string>(c.at("kv_load")) != "tma"
+                         : std::get<std::string>(c.at("combine")).rfind("cluster", 0) != 0;
+          });
+        ++i;
+        for (const Config& c : spread(all, n)) {
+          pool.submit({c, render_kernel(space, c, p, arch), arch});
+          ++submitted;
+        }
+      }
+  }
+  ASSERT_GT(submitted, 0u);
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0)
+        << o->job.arch << " " << config_str(o->job.config) << ": " << o->build.registers << " registers";
+  }
+  EXPECT_EQ(built, submitted);
+}
