@@ -70,6 +70,10 @@ struct Call {
   float softcap;       // > 0: score = softcap * tanh(scale * q.k / softcap); 0: none
   const float* sinks;  // null: none; else [heads_q] fp32 logits (device) joining each row's denominator
   bool windowed() const { return window_left >= 0 || window_right >= 0; }
+  // V's and O's head dim where it is not head_dim, else 0 (as a build's ATT_HEAD_DIM_V reads).
+  int split_head_dim_v() const { return head_dim_v != 0 && head_dim_v != head_dim ? head_dim_v : 0; }
+  // V's and O's head dim.
+  int value_head_dim() const { return head_dim_v != 0 ? head_dim_v : head_dim; }
 };
 
 inline Call empty_call() {
@@ -102,7 +106,7 @@ inline int refuse(Why* why, const char* format, ...) {
 // one head dim, V's and O's as Q's and K's); the call's head_dim_v is 0 or head_dim for one head
 // dim. A build never reads V or writes O with another dim than it was compiled for.
 inline int check_value_dim(const char* family, const Call& c, int build_dv, Why* why) {
-  const int call_dv = c.head_dim_v != 0 && c.head_dim_v != c.head_dim ? c.head_dim_v : 0;
+  const int call_dv = c.split_head_dim_v();
   if (call_dv == build_dv) return 0;
   if (build_dv == 0)
     return refuse(why, "this %s kernel was built for one head dim (V's and O's as Q's and K's); the call has head_dim %d "

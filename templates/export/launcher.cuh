@@ -189,15 +189,10 @@ static bool accepts(int index, const Call& call, attntune_plan::Why* why) {
   return kKernels[index].family->plan(loaded.consts[index].bytes, call, any_device, &dry, why) == 0;
 }
 
-// A call's value head dim where it is not head_dim, else 0 (a kernel's head_dim_v reads the same).
-static int split_value_dim(const Call& a) { return a.head_dim_v != 0 && a.head_dim_v != a.head_dim ? a.head_dim_v : 0; }
-// V's and out's head dim of a call.
-static int value_dim(const Call& a) { return a.head_dim_v != 0 ? a.head_dim_v : a.head_dim; }
-
 // Whether kernel k was built for call a: its entry point, head dims, is_causal and variants.
 static bool built_for_call(const Kernel& k, const Call& a) {
   const attntune_plan::Variants v = attntune_plan::Variants::of(a);
-  return (k.entries & a.entry) && k.head_dim == a.head_dim && k.head_dim_v == split_value_dim(a) &&
+  return (k.entries & a.entry) && k.head_dim == a.head_dim && k.head_dim_v == a.split_head_dim_v() &&
          k.causal == (a.causal ? 1 : 0) && k.window == v.window && k.softcap == v.softcap && k.sinks == v.sinks;
 }
 
@@ -272,7 +267,7 @@ static int no_kernel(const Call& a, const attntune_plan::Why& refused) {
   char words[96], variants[140] = "";
   const attntune_plan::Variants v = attntune_plan::Variants::of(a);
   if (v.window || v.softcap || v.sinks) std::snprintf(variants, sizeof variants, " with %s", v.words(words, sizeof words));
-  if (split_value_dim(a)) {  // the value head dim after the variants: " head_dim_v=128"
+  if (a.split_head_dim_v()) {  // the value head dim after the variants: " head_dim_v=128"
     const size_t used = std::strlen(variants);
     std::snprintf(variants + used, sizeof variants - used, " head_dim_v=%d", a.head_dim_v);
   }
@@ -405,7 +400,7 @@ static int check_tensors(const Call& a) {
   const bool packed = a.entry == attntune_plan::kEntryVarlen;
   const int out_batch = packed ? 1 : a.batch;
   const long long out_rows = packed && a.total_q > 0 ? a.total_q : a.seqlen_q;
-  const int out_dim = value_dim(a);  // out's rows: head_dim_v wide
+  const int out_dim = a.value_head_dim();  // out's rows: head_dim_v wide
   if (out_rows <= 2147483647LL && out_overlaps(a.o_stride, out_batch, a.heads_q, static_cast<int>(out_rows), out_dim)) {
     if (packed)
       return unsupported("o_strides {row %lld, head %lld} make outputs overlap for heads_q=%d rows=%lld head_dim=%d",

@@ -108,24 +108,22 @@ struct FlashDecodeLaunch {
     if (c.batch > 65535 || c.heads_kv > 65535)
       return refuse(why, "flash_decode: batch (%d) and heads_kv (%d) must be at most 65535 (grid z and y)", c.batch,
                     c.heads_kv);
-    if (kv_tma && c.entry == kEntryKvcache && c.block_table && c.page_size >= 1 &&
-        decode_tma_rows(c, block_n) * att::decode_tile_cols(head_dim) * 2 % 128 != 0)
+    if (kv_tma && c.entry == kEntryKvcache && c.block_table && c.page_size >= 1) {
       // A paged box of gcd(page_size, BLOCK_N) rows of a column block lands at that many rows'
-      // bytes from the last: TMA writes shared memory at multiples of 128 bytes only.
-      return refuse(why,
-                    "flash_decode (kv_load tma): pages of %d keys make boxes of %d rows of %d bytes, off the 128-byte "
-                    "alignment TMA writes shared memory at (head_dim %d: pages of a multiple of %d keys, or kv_load "
-                    "cp_async)",
-                    c.page_size, decode_tma_rows(c, block_n), att::decode_tile_cols(head_dim) * 2, head_dim,
-                    64 / att::decode_tile_cols(head_dim));
-    if (kv_tma && head_dim_v != head_dim && c.entry == kEntryKvcache && c.block_table && c.page_size >= 1 &&
-        decode_tma_rows(c, block_n) * att::decode_tile_cols(head_dim_v) * 2 % 128 != 0)
-      return refuse(why,
-                    "flash_decode (kv_load tma): pages of %d keys make V boxes of %d rows of %d bytes, off the 128-byte "
-                    "alignment TMA writes shared memory at (head_dim_v %d: pages of a multiple of %d keys, or kv_load "
-                    "cp_async)",
-                    c.page_size, decode_tma_rows(c, block_n), att::decode_tile_cols(head_dim_v) * 2, head_dim_v,
-                    64 / att::decode_tile_cols(head_dim_v));
+      // bytes from the last: TMA writes shared memory at multiples of 128 bytes only. K's boxes are
+      // head_dim's column blocks, V's head_dim_v's (split dims: checked apart).
+      const int rows = decode_tma_rows(c, block_n);
+      for (const int v : {0, 1}) {
+        if (v && head_dim_v == head_dim) break;
+        const int dim = v ? head_dim_v : head_dim, cols = att::decode_tile_cols(dim);
+        if (rows * cols * 2 % 128 != 0)
+          return refuse(why,
+                        "flash_decode (kv_load tma): pages of %d keys make %sboxes of %d rows of %d bytes, off the "
+                        "128-byte alignment TMA writes shared memory at (%s %d: pages of a multiple of %d keys, or "
+                        "kv_load cp_async)",
+                        c.page_size, v ? "V " : "", rows, cols * 2, v ? "head_dim_v" : "head_dim", dim, 64 / cols);
+      }
+    }
     if (kv_tma) {
       // TMA: 16-byte aligned K/V and strides (as for cp.async), strides below 2^40 bytes.
       for (int i = 0; i < 3; ++i)

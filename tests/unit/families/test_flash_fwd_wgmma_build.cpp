@@ -64,6 +64,37 @@ Config find(const SearchSpace& space, const Problem& p, std::int64_t block_m, bo
   });
 }
 
+// The last valid config of p (the space's order: the largest tiles) that `pred` accepts; empty if none.
+template <class Pred>
+Config last_valid(const SearchSpace& space, const Problem& p, Pred pred) {
+  Config found;
+  space.for_each_valid(p, kArch, [&](const Config& c) {
+    if (pred(c)) found = c;
+  });
+  return found;
+}
+
+// Builds every (config, problem) for kArch: each one ok, without spills or serialised wgmmas; prints
+// its registers.
+void expect_clean_builds(const SearchSpace& space, const std::vector<std::pair<Config, Problem>>& jobs) {
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_fwd_wgmma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  for (const auto& [c, p] : jobs) pool.submit({c, render_kernel(space, c, p, kArch), kArch});
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
+    EXPECT_EQ(o->build.log.find("C751"), std::string::npos) << "wgmma serialised: " << o->build.log;
+    std::printf("d=%lld %s: %d registers, %d spill bytes\n",
+                static_cast<long long>(define_value(o->job.kernel.launch.defines, "ATT_HEAD_DIM")),
+                config_str(o->job.config).c_str(), o->build.registers, o->build.spill_stores + o->build.spill_loads);
+  }
+  EXPECT_EQ(built, jobs.size());
+}
+
 }  // namespace
 
 TEST(FlashFwdWgmmaSpace, OptionsAndLimitsAreConsistent) {
@@ -554,10 +585,7 @@ TEST_P(FlashFwdWgmmaBuild, VariantConfigsCompileWithoutSpills) {
   // The last valid config (the space's order: the largest tiles) that `pred` accepts.
   auto add = [&](const std::string& problem, auto pred) {
     const Problem p = Problem::parse(fmt::format("{},d={}", problem, d));
-    Config found;
-    space.for_each_valid(p, kArch, [&](const Config& c) {
-      if (pred(c)) found = c;
-    });
+    const Config found = last_valid(space, p, pred);
     ASSERT_FALSE(found.empty()) << p.str();
     jobs.emplace_back(found, p);
   };
@@ -589,21 +617,7 @@ TEST_P(FlashFwdWgmmaBuild, VariantConfigsCompileWithoutSpills) {
     add("b=4,h=16,s=4096,dtype=bf16,causal=1,window=127",
         [](const Config& c) { return !flag(c, "warp_specialize") && num(c, "stages") == 2; });
   }
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_fwd_wgmma");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
-  for (const auto& [c, p] : jobs) pool.submit({c, render_kernel(space, c, p, kArch), kArch});
-  std::size_t built = 0;
-  while (auto o = pool.next()) {
-    ++built;
-    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
-    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
-    EXPECT_EQ(o->build.log.find("C751"), std::string::npos) << "wgmma serialised: " << o->build.log;
-    std::printf("d=%d %s: %d registers, %d spill bytes\n", d, config_str(o->job.config).c_str(), o->build.registers,
-                o->build.spill_stores + o->build.spill_loads);
-  }
-  EXPECT_EQ(built, jobs.size());
+  expect_clean_builds(space, jobs);
 }
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, FlashFwdWgmmaBuild, ::testing::Values(64, 128, 256),
@@ -623,10 +637,7 @@ TEST(FlashFwdWgmmaBuild, OtherHeadDimsCompileOnEveryEntryPoint) {
   std::vector<std::pair<Config, Problem>> jobs;
   auto add = [&](int d, const std::string& problem, auto pred) {
     const Problem p = Problem::parse(fmt::format("{},d={}", problem, d));
-    Config found;
-    space.for_each_valid(p, kArch, [&](const Config& c) {
-      if (pred(c)) found = c;
-    });
+    const Config found = last_valid(space, p, pred);
     ASSERT_FALSE(found.empty()) << p.str();
     jobs.emplace_back(found, p);
   };
@@ -673,22 +684,7 @@ TEST(FlashFwdWgmmaBuild, OtherHeadDimsCompileOnEveryEntryPoint) {
   });
   for (int d : {48, 144, 176, 208, 224, 240})
     add(d, causal, [&](const Config& c) { return persistent_causal(c) && num(c, "producer_regs") == 24; });
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_fwd_wgmma");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
-  for (const auto& [c, p] : jobs) pool.submit({c, render_kernel(space, c, p, kArch), kArch});
-  std::size_t built = 0;
-  while (auto o = pool.next()) {
-    ++built;
-    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
-    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
-    EXPECT_EQ(o->build.log.find("C751"), std::string::npos) << "wgmma serialised: " << o->build.log;
-    std::printf("d=%lld %s: %d registers, %d spill bytes\n",
-                static_cast<long long>(define_value(o->job.kernel.launch.defines, "ATT_HEAD_DIM")),
-                config_str(o->job.config).c_str(), o->build.registers, o->build.spill_stores + o->build.spill_loads);
-  }
-  EXPECT_EQ(built, jobs.size());
+  expect_clean_builds(space, jobs);
 }
 
 // The PTX carries the Hopper machinery the template is built on.
