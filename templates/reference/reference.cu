@@ -44,18 +44,24 @@ __device__ __forceinline__ float round_to(float x, int bf16) { return to_float(f
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 constexpr int kRowsPerBlock = 8;  // one warp per query row
-constexpr int kKeysPerChunk = 32;
-constexpr int kMaxDim = 256;
 constexpr int kPad = 2;  // odd word stride per smem row: lanes reading different rows hit different banks
+
+// The query rows in shared memory: fp32, or (attn_reference_wide, to fit 48 KB) the inputs' own
+// 16-bit values, read back exactly.
+__device__ __forceinline__ void put_q(float& dst, elem_t x, int bf16) { dst = to_float(x, bf16); }
+__device__ __forceinline__ void put_q(elem_t& dst, elem_t x, int) { dst = x; }
+__device__ __forceinline__ float get_q(float x, int) { return x; }
+__device__ __forceinline__ float get_q(elem_t x, int bf16) { return to_float(x, bf16); }
 
 // grid (ceil(seqlen_q / 8), heads_q, batch), block 256. head_dim is Q's and K's, head_dim_v V's and
 // O's. out: (batch, heads_q, seqlen_q, head_dim_v) contiguous fp32; lse_out: (batch, heads_q,
 // seqlen_q) fp32; seqlens_k: [batch] or null. A varlen batch: out (heads_q, total_q, head_dim_v),
-// lse_out (heads_q, total_q).
-extern "C" __global__ void __launch_bounds__(256)
-attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int causal, int lowp, float* out,
-               float* lse_out, const int* seqlens_k) {
-  __shared__ float sq[kRowsPerBlock][kMaxDim];
+// lse_out (heads_q, total_q). kMaxDim bounds both head dims; kKeysPerChunk (at most 32: a lane a
+// key) keys go through shared memory at a time.
+template <int kMaxDim, int kKeysPerChunk, class QElem>
+__device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim, int head_dim_v, int bf16, int causal,
+                                               int lowp, float* out, float* lse_out, const int* seqlens_k) {
+  __shared__ QElem sq[kRowsPerBlock][kMaxDim];
   __shared__ elem_t sk[kKeysPerChunk][kMaxDim + kPad];
   __shared__ elem_t sv[kKeysPerChunk][kMaxDim + kPad];
 
@@ -88,7 +94,7 @@ attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int c
   const elem_t* k = static_cast<const elem_t*>(p.k) + k_base + kv_head * p.k_stride[1];
   const elem_t* v = static_cast<const elem_t*>(p.v) + v_base + kv_head * p.v_stride[1];
   if (active)
-    for (int c = lane; c < head_dim; c += 32) sq[warp][c] = to_float(q[row * p.q_stride[2] + c], bf16);
+    for (int c = lane; c < head_dim; c += 32) put_q(sq[warp][c], q[row * p.q_stride[2] + c], bf16);
 
   auto load_chunk = [&](int c0, bool with_v) {
     __syncthreads();  // previous chunk fully consumed
@@ -105,7 +111,7 @@ attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int c
   };
   auto score = [&](int r) {  // scaled score of this warp's row against smem key row r
     float acc = 0.f;
-    for (int c = 0; c < head_dim; ++c) acc = fmaf(sq[warp][c], to_float(sk[r][c], bf16), acc);
+    for (int c = 0; c < head_dim; ++c) acc = fmaf(get_q(sq[warp][c], bf16), to_float(sk[r][c], bf16), acc);
     acc *= p.scale;
     if (p.variant.softcap > 0.f) acc = p.variant.softcap * tanhf(acc / p.variant.softcap);
     return lowp ? round_to(acc, bf16) : acc;
@@ -116,7 +122,7 @@ attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int c
   for (int c0 = block_start; c0 < block_limit; c0 += kKeysPerChunk) {
     load_chunk(c0, false);
     const int key = c0 + lane;
-    if (key >= start && key < limit) {
+    if (lane < kKeysPerChunk && key >= start && key < limit) {
       const float s = score(lane);
       const float mn = fmaxf(m, s);
       l = l * expf(m - mn) + expf(s - mn);
@@ -150,7 +156,7 @@ attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int c
     load_chunk(c0, true);
     const int key = c0 + lane;
     float pj = 0.f;
-    if (key >= start && key < limit) {
+    if (lane < kKeysPerChunk && key >= start && key < limit) {
       pj = expf(score(lane) - m) / l;
       if (lowp) pj = round_to(pj, bf16);
     }
@@ -172,6 +178,20 @@ attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int c
     if (c < head_dim_v) out[row_index * head_dim_v + c] = lowp ? round_to(o[t], bf16) : o[t];
   }
   if (lane == 0) lse_out[row_index] = l > 0.f ? m + logf(l) : neg_inf();
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int causal, int lowp, float* out,
+               float* lse_out, const int* seqlens_k) {
+  reference_rows<256, 32, float>(p, head_dim, head_dim_v, bf16, causal, lowp, out, lse_out, seqlens_k);
+}
+
+// Head dims past 256 (to 576: multi-head latent attention's 576 / 512): 16 keys a chunk and Q's rows
+// as 16-bit values keep the static shared memory under 48 KB (46 KB).
+extern "C" __global__ void __launch_bounds__(256)
+attn_reference_wide(const AttnParams p, int head_dim, int head_dim_v, int bf16, int causal, int lowp, float* out,
+                    float* lse_out, const int* seqlens_k) {
+  reference_rows<576, 16, elem_t>(p, head_dim, head_dim_v, bf16, causal, lowp, out, lse_out, seqlens_k);
 }
 
 // Counter-based normal random numbers (splitmix64 + Box-Muller), so every launch with a new seed

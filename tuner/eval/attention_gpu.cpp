@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "core/error.hpp"
 #include "cuda/nvrtc.hpp"
 #include "templates/common/dense_params.h"
 
@@ -281,8 +282,19 @@ Reference::Reference(const std::string& arch) {
   module_ = cuda::Module(out.cubin);
   fill_ = module_.function("fill_normal");
   ref_ = module_.function("attn_reference");
+  ref_wide_ = module_.function("attn_reference_wide");
   compare_ = module_.function("compare_outputs");
   scatter_ = module_.function("scatter_pages");
+}
+
+// The wide kernel's bound (reference.cu: attn_reference_wide's kMaxDim).
+constexpr std::int64_t kReferenceMaxDim = 576;
+
+const cuda::Function& Reference::reference_for(const Problem& p) const {
+  if (std::max(p.d, p.head_dim_v()) > kReferenceMaxDim)
+    throw InputError(fmt::format("the reference kernel serves head dims up to {}; the problem has d={}, dv={}",
+                                 kReferenceMaxDim, p.d, p.head_dim_v()));
+  return std::max(p.d, p.head_dim_v()) > 256 ? ref_wide_ : ref_;
 }
 
 void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
@@ -330,7 +342,7 @@ std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::
       lowp = lowp_flag;
   CUdeviceptr o = out.ptr(), l = lse_buf.ptr(), lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
   void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o, &l, &lens};
-  cuda::launch(ref_, reference_grid(b), {256, 1, 1}, 0, nullptr, args);
+  cuda::launch(reference_for(p), reference_grid(b), {256, 1, 1}, 0, nullptr, args);
   std::vector<float> host(rows * dv_elems);
   out.download(host.data(), host.size() * 4);
   if (lse) {
@@ -360,7 +372,7 @@ ReferenceCache::ReferenceCache(const Reference& ref, const AttnBuffers& b, bool 
     CUdeviceptr lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
     void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o, &l, &lens};
     if (!lowp) start.record();
-    cuda::launch(ref.ref_, reference_grid(b), {256, 1, 1}, 0, nullptr, args);
+    cuda::launch(ref.reference_for(p), reference_grid(b), {256, 1, 1}, 0, nullptr, args);
     if (!lowp) stop.record();
   }
   stop.synchronize();

@@ -110,8 +110,10 @@ class Reference {
 
  private:
   friend class ReferenceCache;
+  // The reference kernel for p's head dims: attn_reference to 256, attn_reference_wide past it.
+  const cuda::Function& reference_for(const Problem& p) const;
   cuda::Module module_;
-  cuda::Function fill_, ref_, compare_, scatter_;
+  cuda::Function fill_, ref_, ref_wide_, compare_, scatter_;
 };
 
 // The fp32 and same-dtype reference outputs of one set of inputs, computed once and then compared

@@ -1,0 +1,68 @@
+// Property test of flash_decode_wgmma (sm_90a): every valid config of its space at multi-head
+// latent attention's dims (d=576, dv=512) and at d=512, causal and not, bf16 and fp16 alternating,
+// each built through the tuner's pool and launched through its launch plan (flash_decode's: splits
+// from this GPU's SM count, the combine kernel or the last CTA, and again with the plan's workspaces
+// withheld), on the shapes MLA decoding brings: one KV head under 16..128 query heads (one or two
+// 64-row blocks), seqlen_q 1..4 with bottom-right causal masks, GQA groups whose rows do not fill a
+// block, odd and long key counts (many splits, empty ones), the [B,S,H,D] layout, and paged caches
+// (pages of 64, FlashMLA's, and 16; shuffled block tables, ragged lengths 0, 1, odd, all, NaN past
+// each length; then the same cache contiguous). FlashAttention-2's criterion against the reference.
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "gpu_env.hpp"
+#include "property_check.hpp"
+
+using namespace attntune;
+
+namespace {
+
+using attntune::testing::PropertyShape;
+const PropertyShape kShapes[] = {
+    {"b=3,h=16,hkv=1,s=1,sk=1001", Layout::kBHSD},          // 16 rows of 64, odd length
+    {"b=2,h=128,hkv=1,s=1,sk=777,page=64", Layout::kBSHD},  // two row blocks, FlashMLA's pages
+    {"b=1,h=64,hkv=1,s=1,sk=20011", Layout::kBHSD},         // one sequence: many splits
+    {"b=4,h=32,hkv=1,s=2,sk=600,page=64", Layout::kBHSD},   // q-len 2: 64 rows
+    {"b=5,h=16,hkv=1,s=4,sk=300,page=16", Layout::kBSHD},   // q-len 4, pages of 16
+    {"b=2,h=40,hkv=2,s=3,sk=500", Layout::kBSHD},           // GQA 20:1 x 3 = 60 rows, two KV heads
+};
+
+void check_space(int d, int dv) {
+  cuda::Context ctx(0);
+  const auto props = cuda::device_props(0);
+  if (props.arch < "sm_90") GTEST_SKIP() << "flash_decode_wgmma needs sm_90 (wgmma, TMA); this GPU is " << props.arch;
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_decode_wgmma.yaml");
+  std::vector<Config> configs;
+  std::vector<Problem> variants;
+  const std::string dvs = dv != d ? fmt::format(",dv={}", dv) : std::string();
+  for (const char* kind : {"s=1,causal=0", "s=4,causal=1"}) {
+    const Problem base =
+        Problem::parse(fmt::format("b=1,h=128,hkv=1,{},sk=4096,d={}{},dtype=bf16,page=64", kind, d, dvs));
+    ASSERT_TRUE(attntune::testing::spread_configs(space, base, "sm_90a", attntune::testing::property_sample(0),
+                                                  configs, variants))
+        << base.str();
+  }
+  attntune::testing::PropertyRun run;
+  run.label = "flash_decode_wgmma";
+  run.d = d;
+  run.arch = "sm_90a";
+  run.seed = 5000 + d;
+  run.require_no_spills = true;
+  run.without_workspaces = true;
+  run.dv = dv != d ? dv : 0;
+  attntune::testing::check_configs(space, configs, variants, kShapes, run);
+}
+
+}  // namespace
+
+TEST(FlashDecodeWgmmaProperty, AllConfigsMlaDims) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(576, 512);
+}
+
+TEST(FlashDecodeWgmmaProperty, AllConfigsD512) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(512, 512);
+}
