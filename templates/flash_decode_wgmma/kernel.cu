@@ -6,7 +6,7 @@
 // split, keys and pieces are exactly flash_decode's.
 //
 // A CTA: one unit's row block (64 packed rows: the group's query heads times the queries) and one
-// split's tiles of BLOCK_N keys. Warp 8 is the TMA producer (K's column blocks, and V's unless
+// split's tiles of BLOCK_N keys. Warpgroup 2 is the producer (its first warp issues the TMA boxes K's column blocks, and V's unless
 // latent, into a ring of STAGES on mbarriers). Warpgroups 0 and 1 consume: per tile, warpgroup w
 // scores keys [w * BLOCK_N / 2, (w + 1) * BLOCK_N / 2) of all 64 rows (wgmma m64nN, Q and K from
 // shared memory), the two exchange their rows' maxima (one barrier), each makes P of its keys and
@@ -35,6 +35,9 @@ struct Traits {
   static constexpr bool kCausal = ATT_CAUSAL != 0;
   static constexpr bool kLatent = ATT_LATENT != 0;  // V is K's first kHeadDimV columns (one buffer)
   static constexpr bool kLastCta = COMBINE == COMBINE_LAST_CTA;
+  // The consumers' schedule (README.md): 0 serial, 1 fused (P_t V_t and S_{t+1} back to back), 2
+  // overlap (the softmax of tile t+1 while P_t V_t runs; three stages or more).
+  static constexpr int kPipe = PIPE;
 
   static constexpr int kBlockM = BLOCK_M;  // 64
   static constexpr int kBlockN = BLOCK_N;
@@ -61,7 +64,9 @@ struct Traits {
 };
 typedef Traits T;
 static_assert(T::kBlockM == 64, "one wgmma M of rows");
-static_assert(T::kThreads == T::kConsumers + 32, "two consumer warpgroups and a producer warp");
+static_assert(T::kThreads == T::kConsumers + 128, "two consumer warpgroups and a producer warpgroup");
+// Registers after setmaxnreg: 2 * 128 * 224 + 128 * 56 = 64512 of the SM's 65536 (one CTA an SM).
+constexpr int kConsumerRegs = 224, kProducerRegs = 56;
 static_assert(T::kSmemBytes == SMEM_BYTES, "the space's smem_bytes and the kernel's layout disagree");
 static_assert(T::kHeadDim % 64 == 0 && T::kHeadDimV % 128 == 0 && T::kHeadDimV <= T::kHeadDim,
               "column blocks of 64; V's half a multiple of 64 columns");
@@ -245,31 +250,34 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
   const float scale_log2 = p.scale_log2;
   const u32 s_max = stats, s_sum = stats + 2 * 64 * 4;
 
-  for (int t = 0; t < n; ++t) {
-    const int stage = t % T::kStages;
-    mbar_wait(bars + 8 * stage, (t / T::kStages) & 1);
-    const u32 sk = ring + stage * T::kStageBytes;
-    const u32 sv = T::kLatent ? sk : sk + T::kKBytes;
-    const int j0 = (t_begin + t) * T::kBlockN;
-
-    // S = Q K^T over this warpgroup's keys.
-    float s[T::kHalfN / 2];
-    {
-      const u64 k_desc = smem_desc_sw128(sk + wg * T::kHalfN * 128, 16, 1024);
-      wgmma_fence();
+  // One tile's steps. issue_s: wait for tile t's stage, then S = Q K^T over this warpgroup's keys
+  // (in flight until a wgmma wait). softmax: tile t's S complete in s: mask, zero V's rows past len,
+  // the rows' maxima over both warpgroups (barrier 1), P in s and this warpgroup's P fragments in
+  // the exchange (barrier 2); f: O's factors. pack: P's fragments of this warpgroup (pa) and of its
+  // partner (pb). issue_pv: O += P V over the tile's keys, this warpgroup's columns. release: the
+  // stage back to the producer once both products of its tile are done.
+  float s[T::kHalfN / 2];
+  u32 pa[T::kPSteps][4], pb[T::kPSteps][4];
+  float f[2];
+  auto stage_k = [&](int t) { return ring + (t % T::kStages) * T::kStageBytes; };
+  auto issue_s = [&](int t) {
+    mbar_wait(bars + 8 * (t % T::kStages), (t / T::kStages) & 1);
+    const u64 k_desc = smem_desc_sw128(stage_k(t) + wg * T::kHalfN * 128, 16, 1024);
+    wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < T::kKSteps; ++kk) {
-        const u32 qo = (kk / 4) * (T::kBlockM * 128) + (kk % 4) * 32;
-        const u32 ko = (kk / 4) * T::kColBlock + (kk % 4) * 32;
-        ScoreMma<T::kHalfN>::ss(s, q_desc + (qo >> 4), k_desc + (ko >> 4), kk > 0);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      reg_fence(s);
+    for (int kk = 0; kk < T::kKSteps; ++kk) {
+      const u32 qo = (kk / 4) * (T::kBlockM * 128) + (kk % 4) * 32;
+      const u32 ko = (kk / 4) * T::kColBlock + (kk % 4) * 32;
+      ScoreMma<T::kHalfN>::ss(s, q_desc + (qo >> 4), k_desc + (ko >> 4), kk > 0);
     }
+    wgmma_commit();
+  };
+  auto softmax = [&](int t) {
+    reg_fence(s);
+    const u32 sv = T::kLatent ? stage_k(t) : stage_k(t) + T::kKBytes;
     // Mask keys past each row's limit (anything may sit there: a stale cache, NaN); zero V's rows
     // past len in this warpgroup's keys (P = 0 times V = NaN is NaN), then the async proxy sees it.
-    const int jw = j0 + wg * T::kHalfN;
+    const int jw = (t_begin + t) * T::kBlockN + wg * T::kHalfN;
     if (jw + T::kHalfN > min(lim[0], lim[1])) {
 #pragma unroll
       for (int i = 0; i < T::kHalfN / 2; ++i) {
@@ -282,11 +290,11 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
       const int items = (T::kHalfN - first) * T::kColBlocksV * 8;
       for (int it = t128; it < items; it += 128) {
         const int r = first + it / (T::kColBlocksV * 8), rest = it % (T::kColBlocksV * 8);
-        st_shared_v4(sv + (rest >> 3) * T::kColBlock + (wg * T::kHalfN + r) * 128 + (rest & 7) * 16, make_uint4(0, 0, 0, 0));
+        st_shared_v4(sv + (rest >> 3) * T::kColBlock + (wg * T::kHalfN + r) * 128 + (rest & 7) * 16,
+                     make_uint4(0, 0, 0, 0));
       }
       fence_proxy_async();
     }
-    // Row maxima over both warpgroups' keys.
     float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
     for (int i = 0; i < T::kHalfN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
@@ -297,7 +305,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
       if (q4 == 0) st_shared_f32(s_max + 4 * (wg * 64 + r_lo + 8 * h), mx[h]);
     }
     named_bar_sync(1, T::kConsumers);
-    float f[2], m_use[2];
+    float m_use[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float other = ld_shared_f32(s_max + 4 * ((1 - wg) * 64 + r_lo + 8 * h));
@@ -314,38 +322,96 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
       l_run[h] += s[i];
     }
 #pragma unroll
-    for (int i = 0; i < T::kHalfV / 2; ++i) o[i] *= f[(i >> 1) & 1];
-    u32 pa[T::kPSteps][4], pb[T::kPSteps][4];
+    for (int kk = 0; kk < T::kPSteps; ++kk)
+      st_shared_v4(xchg + ((wg * T::kPSteps + kk) * 128 + t128) * 16,
+                   make_uint4(pack2<T::kBf16>(s[8 * kk], s[8 * kk + 1]), pack2<T::kBf16>(s[8 * kk + 2], s[8 * kk + 3]),
+                              pack2<T::kBf16>(s[8 * kk + 4], s[8 * kk + 5]),
+                              pack2<T::kBf16>(s[8 * kk + 6], s[8 * kk + 7])));
+    named_bar_sync(2, T::kConsumers);
+  };
+  auto pack = [&]() {
 #pragma unroll
     for (int kk = 0; kk < T::kPSteps; ++kk) {
       pa[kk][0] = pack2<T::kBf16>(s[8 * kk], s[8 * kk + 1]);      // row g,   keys 16kk+2t
       pa[kk][1] = pack2<T::kBf16>(s[8 * kk + 2], s[8 * kk + 3]);  // row g+8
       pa[kk][2] = pack2<T::kBf16>(s[8 * kk + 4], s[8 * kk + 5]);  // row g,   keys 16kk+8+2t
       pa[kk][3] = pack2<T::kBf16>(s[8 * kk + 6], s[8 * kk + 7]);  // row g+8
-      st_shared_v4(xchg + ((wg * T::kPSteps + kk) * 128 + t128) * 16, make_uint4(pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]));
-    }
-    named_bar_sync(2, T::kConsumers);
-#pragma unroll
-    for (int kk = 0; kk < T::kPSteps; ++kk) {
       const uint4 v = ld_shared_v4(xchg + (((1 - wg) * T::kPSteps + kk) * 128 + t128) * 16);
       pb[kk][0] = v.x, pb[kk][1] = v.y, pb[kk][2] = v.z, pb[kk][3] = v.w;
     }
-    // O += P V: this warpgroup's columns, every key of the tile (its own, then its partner's).
-    {
-      const u64 v_desc = smem_desc_sw128(sv + wg * (T::kHalfV / 64) * T::kColBlock, T::kColBlock, 1024);
-      reg_fence(o);
-      wgmma_fence();
+  };
+  auto rescale = [&]() {
 #pragma unroll
-      for (int kk = 0; kk < T::kPSteps; ++kk)
-        Wgmma<T::kHalfV>::rs(o, pa[kk], v_desc + (((wg * T::kHalfN + 16 * kk) * 128) >> 4), 1);
+    for (int i = 0; i < T::kHalfV / 2; ++i) o[i] *= f[(i >> 1) & 1];
+  };
+  auto issue_pv = [&](int t) {
+    const u32 sv = T::kLatent ? stage_k(t) : stage_k(t) + T::kKBytes;
+    const u64 v_desc = smem_desc_sw128(sv + wg * (T::kHalfV / 64) * T::kColBlock, T::kColBlock, 1024);
+    reg_fence(o);
+    wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < T::kPSteps; ++kk)
-        Wgmma<T::kHalfV>::rs(o, pb[kk], v_desc + ((((1 - wg) * T::kHalfN + 16 * kk) * 128) >> 4), 1);
-      wgmma_commit();
+    for (int kk = 0; kk < T::kPSteps; ++kk)
+      Wgmma<T::kHalfV>::rs(o, pa[kk], v_desc + (((wg * T::kHalfN + 16 * kk) * 128) >> 4), 1);
+#pragma unroll
+    for (int kk = 0; kk < T::kPSteps; ++kk)
+      Wgmma<T::kHalfV>::rs(o, pb[kk], v_desc + ((((1 - wg) * T::kHalfN + 16 * kk) * 128) >> 4), 1);
+    wgmma_commit();
+  };
+  auto release = [&](int t) { mbar_arrive(bars + 8 * (T::kStages + t % T::kStages)); };
+
+  if constexpr (T::kPipe == 0) {
+    // serial: S_t, its softmax, P_t V_t, one tile after the other.
+    for (int t = 0; t < n; ++t) {
+      issue_s(t);
+      wgmma_wait<0>();
+      softmax(t);
+      rescale();
+      pack();
+      issue_pv(t);
       wgmma_wait<0>();
       reg_fence(o);
+      release(t);
     }
-    mbar_arrive(bars + 8 * (T::kStages + stage));
+  } else if (n > 0) {
+    issue_s(0);
+    wgmma_wait<0>();
+    softmax(0);
+    pack();
+    if constexpr (T::kPipe == 1) {
+      // fused: P_t V_t and S_{t+1} back to back in the tensor pipe (one gap a tile: the softmax);
+      // tile t+1 must have landed when P_t V_t is issued, as with two stages it has.
+      for (int t = 0; t < n; ++t) {
+        issue_pv(t);
+        if (t + 1 < n) issue_s(t + 1);
+        wgmma_wait<0>();
+        reg_fence(o);
+        release(t);
+        if (t + 1 < n) {
+          softmax(t + 1);
+          rescale();
+          pack();
+        }
+      }
+    } else {
+      // overlap: S_{t+1} then P_t V_t in the pipe, the softmax of t+1 while P_t V_t runs, S_{t+2}
+      // issued as soon as P_{t+1} is packed (its stage must have landed: three stages or more).
+      if (n > 1) issue_s(1);
+      for (int t = 0; t < n; ++t) {
+        issue_pv(t);
+        if (t + 1 < n) {
+          wgmma_wait<1>();
+          softmax(t + 1);
+        }
+        wgmma_wait<0>();
+        reg_fence(o);
+        release(t);
+        if (t + 1 < n) {
+          pack();
+          if (t + 2 < n) issue_s(t + 2);
+          rescale();
+        }
+      }
+    }
   }
 
   // Row sums over both warpgroups, then O and the LSE (or this split's piece).
@@ -406,15 +472,11 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1)
     flash_decode_wgmma(const DecodeParams p, const __grid_constant__ DecodeMaps maps) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) unsigned char smem[];
-  const u32 base = smem_addr(smem);
   const int tid = threadIdx.x;
-  const SplitCta cta = split_cta<false>(blockIdx.x, gridDim.x, p.row_blocks);
-  if (cta.split >= p.num_splits) return;  // launched without its workspace: split 0 does it all
-  const int kvh = blockIdx.y, b = blockIdx.z;
-  const int len = seq_len(p, b);
-  const TileShare share = split_tiles(unit_tiles(0, len, T::kBlockN), p.num_splits, cta.split);
-  const u32 bars = base + T::kBars;
+  if (split_cta<false>(blockIdx.x, gridDim.x, p.row_blocks).split >= p.num_splits)
+    return;  // launched without its workspace: split 0 does it all
   if (tid == 0) {
+    const u32 bars = smem_addr(smem) + T::kBars;
     for (int i = 0; i < T::kStages; ++i) {
       mbar_init(bars + 8 * i, 1);
       mbar_init(bars + 8 * (T::kStages + i), T::kConsumers);
@@ -422,12 +484,36 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1)
     mbar_init_fence();
   }
   __syncthreads();
+  // The registers move first and the unit's values are computed after, in each role: values live
+  // across setmaxnreg spilled (ptxas, 2026-11-28: 16-28 bytes; 600 with one setmaxnreg under an
+  // if/else and the unit computed after the join; 4 for shared memory's address).
+  struct Unit {
+    SplitCta cta;
+    int kvh, b, len;
+    TileShare share;
+  };
+  auto unit = [&]() {
+    Unit u;
+    u.cta = split_cta<false>(blockIdx.x, gridDim.x, p.row_blocks);
+    u.kvh = blockIdx.y, u.b = blockIdx.z;
+    u.len = seq_len(p, u.b);
+    u.share = split_tiles(unit_tiles(0, u.len, T::kBlockN), p.num_splits, u.cta.split);
+    return u;
+  };
   if (tid >= T::kConsumers) {
-    producer(p, maps, base + T::kRing, bars, b, kvh, share.begin, share.n, len, tid & 31);
+    setmaxnreg_dec<kProducerRegs>();
+    const u32 base = smem_addr(smem), bars = base + T::kBars;
+    if (tid < T::kConsumers + 32) {
+      const Unit u = unit();
+      producer(p, maps, base + T::kRing, bars, u.b, u.kvh, u.share.begin, u.share.n, u.len, tid & 31);
+    }
     return;
   }
-  consume(p, base, base + T::kRing, bars, base + T::kXchg, base + T::kStats, b, kvh, cta.split, cta.rb, share.begin,
-          share.n, len, tid);
+  setmaxnreg_inc<kConsumerRegs>();
+  const u32 base = smem_addr(smem), bars = base + T::kBars;
+  const Unit u = unit();
+  consume(p, base, base + T::kRing, bars, base + T::kXchg, base + T::kStats, u.b, u.kvh, u.cta.split, u.cta.rb,
+          u.share.begin, u.share.n, u.len, tid);
 #endif
 }
 

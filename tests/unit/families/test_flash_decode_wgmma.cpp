@@ -1,0 +1,139 @@
+// flash_decode_wgmma on the CPU: its space offers configs for multi-head latent attention's decode
+// (d=576, dv=512, one KV head, 16..128 query heads, q-len 1..16, pages of 64 or contiguous) and
+// for d=512, on sm_90a only, and refuses with the reason what it cannot serve (pages whose TMA
+// boxes break the swizzle atoms, q-len 17, other head dims); a config of each schedule (pipe)
+// compiles with NVRTC for sm_90a without spills; its launch plan is flash_decode's (splits by the
+// SM count, the pieces of dv floats, the combine kernel at dv) with 384 threads, and refuses a
+// call whose pages make boxes of fewer than 8 rows with the reason.
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cuda/nvrtc.hpp"
+#include "eval/build_pool.hpp"
+#include "templates/flash_decode_wgmma/launch.h"
+#include "tests/common/plan_call.hpp"
+#include "tests/common/run_attntune.hpp"
+
+using namespace attntune;
+
+namespace {
+
+SearchSpace load_space() { return SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/flash_decode_wgmma.yaml"); }
+
+const char* kMla[] = {
+    "b=64,h=128,hkv=1,s=1,sk=8192,d=576,dv=512,dtype=bf16,causal=0,page=64",   // the bar
+    "b=128,h=128,hkv=1,s=2,sk=8192,d=576,dv=512,dtype=bf16,causal=1,page=64",  // q-len 2
+    "b=1,h=16,hkv=1,s=1,sk=32768,d=576,dv=512,dtype=fp16,causal=0",            // contiguous
+    "b=8,h=32,hkv=1,s=16,sk=4096,d=576,dv=512,dtype=bf16,causal=1,page=16",    // speculative 16
+    "b=16,h=32,hkv=4,s=1,sk=8192,d=512,dtype=bf16,causal=0,page=64",           // 512-dim heads
+};
+
+attntune_plan::Call call_of(const Problem& p) {
+  attntune_plan::Call c = attntune::testing::dense_call_of(p);
+  c.head_dim_v = static_cast<int>(p.head_dim_v());
+  for (long long* st : {c.v_stride, c.o_stride}) {
+    st[0] = st[0] / p.d * p.head_dim_v();
+    st[1] = st[1] / p.d * p.head_dim_v();
+    st[2] = p.head_dim_v();
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST(FlashDecodeWgmmaSpace, MlaAndWideHeadsHaveConfigsOnHopperOnly) {
+  const SearchSpace space = load_space();
+  for (const char* spec : kMla) {
+    const Problem p = Problem::parse(spec);
+    EXPECT_GT(space.count(p, "sm_90a"), 1u) << p.str();
+    EXPECT_NO_THROW(check_family_serves("flash_decode_wgmma", p)) << p.str();
+  }
+  // Only the Hopper target; flash_decode's mma.sync space stops at 256.
+  EXPECT_THROW(space.check_problem(Problem::parse(kMla[0]), "sm_90"), InputError);
+  EXPECT_THROW(SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/flash_decode.yaml")
+                   .check_problem(Problem::parse(kMla[0]), "sm_90"),
+               InputError);
+  // Pages whose boxes break the 8-row swizzle atoms, q-len past 16, head dims it does not hold.
+  for (const char* bad : {"b=4,h=16,hkv=1,s=1,sk=1000,d=576,dv=512,dtype=bf16,causal=0,page=12",
+                          "b=4,h=16,hkv=1,s=17,sk=1000,d=576,dv=512,dtype=bf16,causal=1",
+                          "b=4,h=16,hkv=1,s=1,sk=1000,d=256,dtype=bf16,causal=0"}) {
+    try {
+      space.check_problem(Problem::parse(bad), "sm_90a");
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_GT(std::string(e.what()).size(), 20u) << bad;
+    }
+  }
+}
+
+TEST(FlashDecodeWgmmaPlan, FlashDecodesSplitsWithThreeWarpgroupsAndDvPieces) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=1,h=128,hkv=1,s=1,sk=32768,d=576,dv=512,dtype=bf16,causal=0");
+  const Config c = attntune::testing::first_config(space, p, "sm_90a", [](const Config& x) {
+    return std::get<std::string>(x.at("combine")) == "kernel";
+  });
+  ASSERT_FALSE(c.empty());
+  const auto spec = render_kernel(space, c, p, "sm_90a").launch;
+  std::string why;
+  const auto plan = plan_call(spec, call_of(p), attntune::testing::FakeDevice{132}.device(), &why);
+  ASSERT_TRUE(plan) << why;
+  EXPECT_EQ(plan->launch[0].block, 384u);
+  EXPECT_EQ(plan->launch[0].grid[1], 1u);            // one KV head
+  EXPECT_EQ(plan->launch[0].grid[0] % 2, 0u);         // two row blocks of 64 a split
+  EXPECT_GT(plan->launch[0].grid[0], 2u);             // b=1: split by the SM count
+  ASSERT_EQ(plan->launches, 2);                       // the combine kernel
+  EXPECT_EQ(plan->launch[1].grid[0], 128u);           // one row of 512 a combine CTA (128 threads)
+  EXPECT_EQ(plan->maps, 2);
+  const int splits = static_cast<int>(plan->launch[0].grid[0] / 2);
+  EXPECT_EQ(plan->workspace[0].bytes, static_cast<unsigned long long>(splits) * 128 * (512 + 1) * 4);
+
+  // Pages of 12 make boxes of 4 rows: refused with the reason; pages of 64 are served.
+  const Problem paged = Problem::parse("b=2,h=16,hkv=1,s=1,sk=1000,d=576,dv=512,dtype=bf16,causal=0,page=64");
+  auto call = call_of(paged);
+  call.entry = attntune_plan::kEntryKvcache;
+  call.block_table = reinterpret_cast<const int*>(std::uintptr_t{1} << 20);
+  call.max_blocks_per_seq = 100;
+  call.page_size = 64;
+  const Config pc = attntune::testing::first_config(space, paged, "sm_90a", [](const Config&) { return true; });
+  const auto pspec = render_kernel(space, pc, paged, "sm_90a").launch;
+  EXPECT_TRUE(plan_call(pspec, call, attntune::testing::FakeDevice{132}.device(), &why)) << why;
+  call.page_size = 12;
+  why.clear();
+  EXPECT_FALSE(plan_call(pspec, call, attntune::testing::FakeDevice{132}.device(), &why));
+  EXPECT_NE(why.find("multiple of 8"), std::string::npos) << why;
+}
+
+// Every schedule (pipe) and combine of the MLA problem and of d=512 builds for sm_90a with no spills
+// (the consumers hold O's 64 x 256 fp32 in 128 registers of their 224 after setmaxnreg).
+TEST(FlashDecodeWgmmaBuild, EveryScheduleCompilesWithoutSpills) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode_wgmma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::size_t submitted = 0;
+  for (const char* spec : {kMla[1], kMla[4]}) {
+    const Problem p = Problem::parse(spec);
+    std::set<std::string> pipes;
+    for (const Config& c : space.enumerate(p, "sm_90a")) {
+      if (!pipes.insert(std::get<std::string>(c.at("pipe"))).second) continue;
+      pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
+      ++submitted;
+    }
+  }
+  ASSERT_GE(submitted, 4u);
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0)
+        << config_str(o->job.config) << ": " << o->build.registers << " registers";
+  }
+  EXPECT_EQ(built, submitted);
+}
