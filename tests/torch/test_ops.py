@@ -1,12 +1,12 @@
 """The PyTorch package of `attntune export --torch`, without a GPU (ctest `torch_ops`, label cpu;torch).
 
 Builds a real package with the real torch and nvcc from a database this test makes: `submit` and
-`serve --simulate` (the synthetic GPU: real renders and source hashes, made-up timings) over 11
-problems, plain and with FlashAttention's variants, in copies of the shipped flash_fwd_mma and
+`serve --simulate` (the synthetic GPU: real renders and source hashes, made-up timings) over 13
+problems, plain, with FlashAttention's variants and with a value head dim other than d, in copies of the shipped flash_fwd_mma and
 flash_decode spaces that list the variants (a family's own YAML lists them once its kernels serve
 them; here the kernels are only built, never run). Then checks what runs without a GPU:
   - the dispatch: explain() against this file's own statement of the rule (the kernels built for
-    the call's entry point, head_dim, causality and variants; nearest lengths by ratio, then the GQA
+    the call's entry point, head dims, causality and variants; nearest lengths by ratio, then the GQA
     group, then batch * heads; the decode/prefill regime; max_length_ratio), variants included: a
     windowed call never gets a full-attention kernel, a window (L, 0) is causal;
   - the fallback's values (CPU tensors fall back) against float64 (variant_reference.py): dense with
@@ -18,10 +18,15 @@ them; here the kernels are only built, never run). Then checks what runs without
   - coverage counts, records and plans with variants, and the raise policy; the fake
     implementations (their shapes, torch.library.opcheck, torch.compile(fullgraph=True) with
     variants); the autograd error;
-  - export --torch's refusal of a directory it did not write, and its tuner.json.
+  - export --torch's refusal of a directory it did not write, and its tuner.json;
+  - value head dims (v's last dim Dv != D, DeepSeek's MLA prefill): the dispatch (a split kernel
+    serves only calls of its two dims, and no one-dim call), the fallback's values with Dv != D on
+    every entry (variants too) against float64, out's shape and strides, the refusals of mismatched
+    shapes naming both, coverage and plans with `dv=N`, the fakes and torch.compile.
 
   ATTNTUNE_BIN=build/attntune python3 tests/torch/test_ops.py
 """
+import itertools
 import json
 import math
 import os
@@ -56,9 +61,12 @@ PREFILL = ["b=4,h=16,hkv=16,s=4096,sk=6000,d=128,dtype=bf16,causal=0",
            "b=1,h=16,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1,window=4096,softcap=50",  # Gemma 2
            "b=2,h=8,hkv=8,s=2048,sk=2048,d=128,dtype=bf16,causal=0,window=127,64",
            "b=2,h=8,hkv=2,s=512,sk=4096,d=128,dtype=bf16,causal=1,page=64,softcap=30",
-           "b=4,h=8,hkv=2,s=512,sk=512,d=64,dtype=bf16,causal=1,varlen=4,window=64"]
+           "b=4,h=8,hkv=2,s=512,sk=512,d=64,dtype=bf16,causal=1,varlen=4,window=64",
+           "b=1,h=16,hkv=16,s=4096,sk=4096,d=192,dv=128,dtype=bf16,causal=1"]                 # MLA prefill
 DECODE = ["b=16,h=64,hkv=8,s=1,sk=8192,d=64,dtype=bf16,causal=1,page=16,window=128,sinks=1",
-          "b=16,h=32,hkv=8,s=1,sk=4096,d=128,dtype=bf16,causal=0,page=16,softcap=30"]
+          "b=16,h=32,hkv=8,s=1,sk=4096,d=128,dtype=bf16,causal=0,page=16,softcap=30",
+          "b=16,h=16,hkv=2,s=1,sk=4096,d=64,dv=128,dtype=bf16,causal=1,page=16"]             # V wider than K
+MLA, WIDE_V = PREFILL[9], DECODE[2]
 VARIANT_KEYS = ("window", "softcap", "sinks")
 
 
@@ -170,19 +178,20 @@ def flags(window, softcap, sinks):
     return (window[0] >= 0 or window[1] >= 0, softcap > 0, bool(sinks))
 
 
-def nearest(kernels, entry_bit, d, causal, b, h, hkv, s, sk, window=(-1, -1), softcap=0.0, sinks=False):
+def nearest(kernels, entry_bit, d, causal, b, h, hkv, s, sk, window=(-1, -1), softcap=0.0, sinks=False, dv=None):
     """The library's rule as its header states it: of the kernels serving the entry and built for
-    (d, causal, variants), the nearest lengths by |log ratio| sum, then the same GQA group, then the
-    nearest batch * heads, then the first. (For seqlen_q > 16, as here: flash_decode's plan refuses
-    those, so its kernels never win.)"""
+    (d, dv, causal, variants), the nearest lengths by |log ratio| sum, then the same GQA group, then
+    the nearest batch * heads, then the first. (For seqlen_q > 16, as here: flash_decode's plan
+    refuses those, so its kernels never win.) dv None: one head dim."""
     causal, window = normalise(causal, window)
+    dv = d if dv is None else dv
 
     def lr(a, c):
         return abs(math.log((a if a > 0 else 1) / (c if c > 0 else 1)))
     best, key = -1, None
     for i, kern in enumerate(kernels):
         p = kern["problem"]
-        if p["d"] != d or bool(p["causal"]) != causal or not (kern["entries"] & entry_bit):
+        if p["d"] != d or p.get("dv", p["d"]) != dv or bool(p["causal"]) != causal or not (kern["entries"] & entry_bit):
             continue
         if flags(p.get("window", (-1, -1)), p.get("softcap", 0), p.get("sinks")) != flags(window, softcap, sinks):
             continue
@@ -208,9 +217,9 @@ def kernels_with_entries():
 
 
 def variant_args(p):
-    """explain()'s variant arguments for a kernel's problem."""
+    """explain()'s variant arguments (and value head dim) for a kernel's problem."""
     return dict(window_size=tuple(p.get("window", (-1, -1))), softcap=p.get("softcap", 0.0),
-                sinks=bool(p.get("sinks")))
+                sinks=bool(p.get("sinks")), head_dim_v=p.get("dv"))
 
 
 class Dispatch(unittest.TestCase):
@@ -797,6 +806,360 @@ class Coverage(unittest.TestCase):
             problem = json.loads(r.stdout)["problem"]
             for key in VARIANT_KEYS:
                 self.assertEqual(f["support"][key], problem[key], f"{f['family']} {key}")
+
+
+class ValueHeadDims(unittest.TestCase):
+    """v's last dim (the value head dim, Dv) other than q's and k's (D): FlashAttention's rule, and
+    DeepSeek's MLA prefill (D 192, Dv 128). The package holds MLA (flash_fwd_mma, dense prefill) and
+    WIDE_V (flash_decode, paged decode at D 64, Dv 128)."""
+
+    def setUp(self):
+        attntune.set_policy("sdpa", 16.0)
+        attntune.reset_coverage()
+        torch.manual_seed(44)
+        self.kernels = kernels_with_entries()
+        self.specs = [vr.spec_of(k["problem"]) for k in self.kernels]
+
+    # -- the dispatch: a split kernel serves exactly its two dims
+
+    def test_the_split_kernels_carry_their_value_dim(self):
+        for spec, dv in ((MLA, 128), (WIDE_V, 128)):
+            self.assertEqual(self.kernels[self.specs.index(spec)]["problem"].get("dv"), dv, spec)
+        for k in self.kernels:  # one-dim kernels carry none
+            if vr.spec_of(k["problem"]) not in (MLA, WIDE_V):
+                self.assertNotIn("dv", k["problem"])
+
+    def test_split_calls_run_split_kernels_only(self):
+        mla, wide = self.specs.index(MLA), self.specs.index(WIDE_V)
+
+        def explain(entry, d, causal, b, h, hkv, s, sk, **kw):
+            return attntune.explain(entry, "bf16", d, causal, b, h, hkv, s, sk, **kw)
+        self.assertEqual(explain("attention", 192, True, 1, 16, 16, 4096, 4096, head_dim_v=128), (mla, ""))
+        self.assertEqual(explain("attention", 192, True, 2, 16, 16, 3000, 5000, head_dim_v=128)[0], mla)
+        # The same shape with one head dim (None, 0 and 192 all say so): no kernel, and the reason
+        # names what was asked.
+        for dv in (None, 0, 192):
+            self.assertEqual(explain("attention", 192, True, 1, 16, 16, 4096, 4096, head_dim_v=dv),
+                             (-1, "no kernel of the library serves attention with head_dim=192 is_causal=1"), dv)
+        self.assertEqual(explain("attention", 192, True, 1, 16, 16, 4096, 4096, head_dim_v=96),
+                         (-1, "no kernel of the library serves attention with head_dim=192 head_dim_v=96 "
+                              "is_causal=1"))
+        self.assertEqual(explain("attention", 192, False, 1, 16, 16, 4096, 4096, head_dim_v=128),
+                         (-1, "no kernel of the library serves attention with head_dim=192 head_dim_v=128 "
+                              "is_causal=0"))
+        self.assertEqual(explain("attention", 128, True, 1, 16, 16, 4096, 4096, head_dim_v=192)[0], -1)
+        # A dense prefill build serves neither the kvcache nor the varlen entry.
+        self.assertEqual(explain("attention_kvcache", 192, True, 1, 16, 16, 4096, 4096, head_dim_v=128)[0], -1)
+        self.assertEqual(explain("attention_varlen", 192, True, 1, 16, 16, 4096, 4096, head_dim_v=128)[0], -1)
+        # flash_decode at (64, 128): the kvcache entry and (it serves it too) the dense one; its
+        # one-dim shape has no kernel (DECODE[0], d=64 too, is windowed).
+        self.assertEqual(explain("attention_kvcache", 64, True, 16, 16, 2, 1, 4096, head_dim_v=128), (wide, ""))
+        self.assertEqual(explain("attention", 64, True, 8, 16, 2, 1, 3000, head_dim_v=128)[0], wide)
+        self.assertEqual(explain("attention_kvcache", 64, True, 16, 16, 2, 1, 4096),
+                         (-1, "no kernel of the library serves attention_kvcache with head_dim=64 is_causal=1"))
+        self.assertEqual(explain("attention_kvcache", 64, True, 16, 16, 2, 1, 4096, head_dim_v=64)[0], -1)
+        with self.assertRaisesRegex(RuntimeError, "head_dim_v must be 0"):
+            explain("attention", 192, True, 1, 16, 16, 4096, 4096, head_dim_v=-1)
+
+    def test_random_shapes_follow_the_rule(self):
+        rng = random.Random(44)
+        ran = {}
+        for _ in range(300):
+            d, dv = rng.choice([(192, 128), (192, 128), (192, None), (192, 96), (64, 128), (64, 128), (128, 128),
+                                (64, None)])
+            causal = rng.random() < 0.7
+            hkv = rng.choice([1, 2, 4, 16])
+            h = hkv * rng.choice([1, 2, 8])
+            b = rng.randint(1, 32)
+            s = rng.choice([1, 4, rng.randint(17, 20000)])
+            sk = rng.randint(max(s, 1), 20000)
+            for entry, bit in (("attention", 1), ("attention_kvcache", 2)):
+                got, why = attntune.explain(entry, "bf16", d, causal, b, h, hkv, s, sk, head_dim_v=dv)
+                want = self._nearest(bit, d, dv, causal, b, h, hkv, s, sk)
+                what = f"{entry} b={b} h={h} hkv={hkv} s={s} sk={sk} d={d} dv={dv} causal={causal}"
+                if want < 0:
+                    self.assertEqual(got, -1, what)
+                    self.assertIn("no kernel of the library serves", why, what)
+                elif got >= 0:
+                    self.assertEqual(got, want, what)
+                    # Two head dims run a split kernel; one (dv None or d) a one-dim kernel.
+                    self.assertEqual(self.specs[got] in (MLA, WIDE_V), dv not in (None, d), what)
+                    ran[self.specs[got]] = ran.get(self.specs[got], 0) + 1
+                else:  # the nearest is off by more than the ratio, or of the other regime
+                    self.assertRegex(why, "max_length_ratio|was tuned for (decode|prefill)", what)
+        self.assertGreater(ran.get(MLA, 0), 10, ran)
+        self.assertGreater(ran.get(WIDE_V, 0), 10, ran)
+        self.assertGreater(sum(ran.values()), ran[MLA] + ran[WIDE_V], "one-dim calls ran one-dim kernels")
+
+    def _nearest(self, bit, d, dv, causal, b, h, hkv, s, sk):
+        """nearest() with flash_decode's own limit (seqlen_q up to 16) for decode shapes."""
+        def lr(a, c):
+            return abs(math.log((a if a > 0 else 1) / (c if c > 0 else 1)))
+        dv = d if dv is None else dv
+        best, key = -1, None
+        for i, kern in enumerate(self.kernels):
+            p = kern["problem"]
+            if (p["d"], p.get("dv", p["d"]), bool(p["causal"])) != (d, dv, causal) or not kern["entries"] & bit:
+                continue
+            if kern["variants"] or (kern["template"] == "flash_decode" and s > 16):
+                continue
+            k = (round(lr(s, p["s"]) + lr(sk, p["sk"]), 9), 0 if h // hkv == p["h"] // p["hkv"] else 1,
+                 round(lr(b * h, p["b"] * p["h"]), 9))
+            if key is None or k < key:
+                best, key = i, k
+        return best
+
+    # -- the fallback's values (CPU tensors fall back) with Dv != D
+
+    def check_dense(self, B, H, Hkv, S, Sk, D, Dv, causal, layout="bhsd", dtype=torch.bfloat16, **variants):
+        shape = (lambda n, L, dim: (B, n, L, dim)) if layout == "bhsd" else (lambda n, L, dim: (B, L, n, dim))
+        q, k, v = rand(*shape(H, S, D), dtype=dtype), rand(*shape(Hkv, Sk, D), dtype=dtype), \
+            rand(*shape(Hkv, Sk, Dv), dtype=dtype)
+        out, lse = attntune.attention(q, k, v, is_causal=causal, layout=layout, return_lse=True, **variants)
+        what = f"dense B={B} H={H} Hkv={Hkv} S={S} Sk={Sk} D={D} Dv={Dv} causal={causal} {layout} {variants}"
+        self.assertEqual(out.shape, q.shape[:-1] + (Dv,), what)
+        self.assertEqual(lse.shape, (B, H, S), what)
+        self.assertTrue(out.is_contiguous(), what + ": out is laid out as q is ([B, S, H, Dv] for bshd)")
+        # And into a NaN-poisoned out of the caller's.
+        poisoned = torch.full_like(out, float("nan"))
+        attntune.attention(q, k, v, is_causal=causal, layout=layout, out=poisoned, **variants)
+        qh, kh, vh, oh, ph = (q, k, v, out, poisoned) if layout == "bhsd" else \
+            (t.transpose(1, 2) for t in (q, k, v, out, poisoned))
+        args = dict(causal=causal, window=variants.get("window_size", (-1, -1)), softcap=variants.get("softcap", 0.0),
+                    sinks=variants.get("sinks"))
+        ref64, lse64 = vr.attention(qh, kh, vh, 1 / math.sqrt(D), **args)
+        lowp, _ = vr.attention(qh, kh, vh, 1 / math.sqrt(D), dtype=dtype, **args)
+        self.assertEqual(ref64.shape[-1], Dv)
+        for got, name in ((oh, "out"), (ph, "out=")):
+            ok, msg = vr.compare(got, lse if name == "out" else None, ref64, lse64, lowp, dtype)
+            self.assertTrue(ok, f"{what} {name}: {msg}")
+
+    def test_dense(self):
+        self.check_dense(2, 4, 4, 33, 33, 192, 128, True)                 # MLA prefill
+        self.check_dense(1, 8, 2, 37, 101, 64, 128, True, "bshd")         # V wider, GQA, bottom-right
+        self.check_dense(1, 4, 1, 100, 40, 192, 128, True)                # 60 rows see no key
+        self.check_dense(2, 4, 2, 17, 29, 128, 80, False, dtype=torch.float16)
+        self.check_dense(1, 4, 4, 20, 20, 192, 128, False, "bshd", dtype=torch.float32)
+
+    def test_dense_with_variants(self):
+        self.check_dense(2, 6, 3, 45, 77, 192, 128, True, window_size=(16, 0), softcap=30.0,
+                         sinks=sink_logits(6, 1))
+        self.check_dense(1, 4, 2, 40, 40, 64, 128, False, "bshd", window_size=(5, 3), sinks=sink_logits(4, 2))
+        self.check_dense(1, 2, 1, 30, 12, 192, 128, True, softcap=50.0)  # rows without keys, fp32 path
+
+    def test_dense_zero_keys(self):
+        q, k, v = rand(1, 2, 5, 192), rand(1, 2, 0, 192), rand(1, 2, 0, 128)
+        out, lse = attntune.attention(q, k, v, return_lse=True)
+        self.assertTrue(torch.equal(out, torch.zeros(1, 2, 5, 128, dtype=q.dtype)))
+        self.assertTrue(torch.isneginf(lse).all().item())
+        out = attntune.attention(q, k, v, sinks=torch.tensor([1.0, 2.0]))
+        self.assertTrue(torch.equal(out, torch.zeros(1, 2, 5, 128, dtype=q.dtype)))
+
+    def test_kvcache(self):
+        B, H, Hkv, D, Dv, Sk = 5, 8, 2, 192, 128, 64
+        lens = [0, 1, 37, 64, 50]
+        for S, causal, page, variants in ((1, True, 16, {}), (3, False, 0, {}), (4, True, 16, {}),
+                                          (2, True, 16, dict(window_size=(10, 0), sinks=sink_logits(H))),
+                                          (3, False, 0, dict(window_size=(5, 2), softcap=30.0))):
+            q, k, v = rand(B, H, S, D), rand(B, Hkv, Sk, D), rand(B, Hkv, Sk, Dv)
+            kc, vc, table = vr.paged_cache(k, v, lens, page, S)  # NaN past each length, shuffled pages
+            self.assertEqual(vc.shape[-1], Dv)
+            out = torch.full((B, S, H, Dv), float("nan"), dtype=q.dtype)
+            _, lse = attntune.attention_kvcache(q.transpose(1, 2), kc, vc, cache_seqlens=torch.tensor(lens, dtype=torch.int32),
+                                                block_table=table, is_causal=causal, return_lse=True, out=out,
+                                                **variants)
+            args = dict(causal=causal, window=variants.get("window_size", (-1, -1)),
+                        softcap=variants.get("softcap", 0.0), sinks=variants.get("sinks"), len_k=lens)
+            ref64, lse64 = vr.attention(q, k, v, 1 / math.sqrt(D), **args)
+            lowp, _ = vr.attention(q, k, v, 1 / math.sqrt(D), dtype=torch.bfloat16, **args)
+            ok, msg = vr.compare(out.transpose(1, 2), lse, ref64, lse64, lowp, torch.bfloat16)
+            self.assertTrue(ok, f"kvcache page={page} S={S} causal={causal} {variants}: {msg}")
+            # The op's own out: [B, S, H, Dv].
+            own = attntune.attention_kvcache(q.transpose(1, 2), kc, vc, cache_seqlens=torch.tensor(lens, dtype=torch.int32),
+                                             block_table=table, is_causal=causal, **variants)
+            self.assertEqual(own.shape, (B, S, H, Dv))
+            self.assertTrue(torch.equal(own, out), "the op's out and the caller's hold the same values")
+
+    def test_varlen(self):
+        H, Hkv, D, Dv = 4, 2, 64, 128
+        for causal, variants in ((False, {}), (True, {}), (True, dict(window_size=(7, 0), sinks=sink_logits(H))),
+                                 (False, dict(softcap=30.0))):
+            lens_q, lens_k = [0, 1, 17, 64, 33], [3, 1, 17, 80, 20]
+            cu_q = torch.tensor([0] + list(itertools.accumulate(lens_q)), dtype=torch.int32)
+            cu_k = torch.tensor([0] + list(itertools.accumulate(lens_k)), dtype=torch.int32)
+            q, k, v = rand(sum(lens_q), H, D), rand(sum(lens_k), Hkv, D), rand(sum(lens_k), Hkv, Dv)
+            out, lse = attntune.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), is_causal=causal,
+                                                 return_lse=True, **variants)
+            self.assertEqual((out.shape, lse.shape), ((q.shape[0], H, Dv), (H, q.shape[0])))
+            args = dict(causal=causal, window=variants.get("window_size", (-1, -1)),
+                        softcap=variants.get("softcap", 0.0), sinks=variants.get("sinks"))
+            for b in range(len(lens_q)):
+                if lens_q[b] == 0:
+                    continue
+                qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+                qb, kb, vb = (t[None].transpose(1, 2) for t in (q[qs], k[ks], v[ks]))
+                ref64, lse64 = vr.attention(qb, kb, vb, 1 / math.sqrt(D), **args)
+                lowp, _ = vr.attention(qb, kb, vb, 1 / math.sqrt(D), dtype=torch.bfloat16, **args)
+                ok, msg = vr.compare(out[qs][None].transpose(1, 2), lse[:, qs][None], ref64, lse64, lowp,
+                                     torch.bfloat16)
+                self.assertTrue(ok, f"varlen seq {b} causal={causal} {variants}: {msg}")
+        # No keys at all (total_k 0): zeros at Dv, LSE -inf.
+        q, k, v = rand(6, H, D), rand(0, Hkv, D), rand(0, Hkv, Dv)
+        cu_q, cu_k = torch.tensor([0, 2, 6], dtype=torch.int32), torch.tensor([0, 0, 0], dtype=torch.int32)
+        out, lse = attntune.attention_varlen(q, k, v, cu_q, cu_k, 4, 0, return_lse=True)
+        self.assertTrue(torch.equal(out, torch.zeros(6, H, Dv, dtype=q.dtype)))
+        self.assertTrue(torch.isneginf(lse).all().item())
+
+    # -- what is refused, naming both shapes
+
+    def test_mismatched_shapes_are_refused(self):
+        q = rand(1, 4, 8, 64)
+        cases = [
+            (lambda: attntune.attention(q, rand(1, 2, 8, 64), rand(1, 2, 9, 32)),
+             r"attntune.attention: v must have k's shape but for its last dim \(the value head dim, which may differ "
+             r"from the query/key head dim\): k \[1, 2, 8, 64\], v \[1, 2, 9, 32\]"),
+            (lambda: attntune.attention(q, rand(1, 2, 8, 64), rand(1, 1, 8, 128)), r"k \[1, 2, 8, 64\], v \[1, 1, 8, 128\]"),
+            (lambda: attntune.attention(q, rand(1, 2, 8, 64), rand(2, 2, 8, 128)), r"k \[1, 2, 8, 64\], v \[2, 2, 8, 128\]"),
+            (lambda: attntune.attention(q, rand(1, 2, 8, 32), rand(1, 2, 8, 64)),
+             r"attntune.attention: q and k must have the same head_dim \(the last dim; only v's may differ\): "
+             r"q \[1, 4, 8, 64\], k \[1, 2, 8, 32\]"),
+            (lambda: attntune.attention(q, rand(1, 2, 8, 64), rand(1, 2, 8, 0)), r"v's last dim \(the value head dim\) is 0"),
+            (lambda: attntune.attention(q, rand(1, 2, 8, 64), rand(1, 2, 8, 128), out=torch.empty_like(q)),
+             r"out must have q's shape with v's head dim last \(\[1, 4, 8, 128\]; got \[1, 4, 8, 64\]\)"),
+            (lambda: attntune.attention(q, rand(1, 2, 8, 64), rand(1, 2, 8, 64), out=rand(1, 4, 8, 128)),
+             r"out must have q's shape \(\[1, 4, 8, 64\]; got \[1, 4, 8, 128\]\)"),
+            (lambda: attntune.attention_kvcache(rand(2, 1, 4, 64), rand(6, 16, 2, 64), rand(7, 16, 2, 128),
+                                                block_table=torch.zeros(2, 2, dtype=torch.int32)),
+             r"attntune.attention_kvcache: v_cache must have k_cache's shape but for its last dim .*: "
+             r"k_cache \[6, 16, 2, 64\], v_cache \[7, 16, 2, 128\]"),
+            (lambda: attntune.attention_kvcache(rand(2, 1, 4, 64), rand(2, 16, 2, 128), rand(2, 16, 2, 128)),
+             r"q and k_cache must have the same head_dim .*: q \[2, 1, 4, 64\], k_cache \[2, 16, 2, 128\]"),
+            (lambda: attntune.attention_kvcache(rand(2, 1, 4, 64), rand(2, 16, 2, 64), rand(2, 16, 2, 128),
+                                                out=rand(2, 1, 4, 64)),
+             r"attntune.attention_kvcache: out must have q's shape with v's head dim last \(\[2, 1, 4, 128\]"),
+            (lambda: attntune.attention_varlen(rand(8, 4, 64), rand(8, 2, 64), rand(9, 2, 128),
+                                               torch.tensor([0, 8], dtype=torch.int32),
+                                               torch.tensor([0, 8], dtype=torch.int32), 8, 8),
+             r"attntune.attention_varlen: v must have k's shape but for its last dim .*: k \[8, 2, 64\], "
+             r"v \[9, 2, 128\]"),
+            (lambda: attntune.attention_varlen(rand(8, 4, 64), rand(8, 2, 64), rand(8, 2, 128),
+                                               torch.tensor([0, 8], dtype=torch.int32),
+                                               torch.tensor([0, 8], dtype=torch.int32), 8, 8, out=rand(8, 4, 64)),
+             r"attntune.attention_varlen: out must have q's shape with v's head dim last \(\[8, 4, 128\]")]
+        for i, (call, pattern) in enumerate(cases):
+            with self.assertRaisesRegex(RuntimeError, pattern, msg=f"case {i}"):
+                call()
+        self.assertEqual(attntune.coverage(), [], "a refused call is no call")
+
+    # -- coverage, plans, the raise policy
+
+    def test_split_calls_are_other_problems(self):
+        q, k, v = rand(1, 4, 8, 192), rand(1, 2, 8, 192), rand(1, 2, 8, 128)
+        attntune.attention(q, k, v, is_causal=True)
+        attntune.attention(q, k, v, is_causal=True)
+        attntune.attention(q, k, k, is_causal=True)  # one head dim: another problem
+        attntune.attention_kvcache(rand(2, 1, 4, 64), rand(2, 16, 2, 64), rand(2, 16, 2, 128), is_causal=True)
+        rows = attntune.coverage()
+        self.assertEqual({attntune.problem_spec(r): r["calls"] for r in rows},
+                         {"b=1,h=4,hkv=2,s=8,sk=8,d=192,dv=128,dtype=bf16,causal=1": 2,
+                          "b=1,h=4,hkv=2,s=8,sk=8,d=192,dtype=bf16,causal=1": 1,
+                          "b=2,h=4,hkv=2,s=1,sk=16,d=64,dv=128,dtype=bf16,causal=1": 1})
+        for r in rows:  # "dv" only where it is not d, as attntune's problems carry it
+            self.assertEqual(r["problem"].get("dv"), None if r["problem"]["d"] == 192 and r["calls"] == 1 else 128, r)
+        attntune.set_policy("raise", 16.0)
+        with self.assertRaisesRegex(RuntimeError, "no tuned kernel for b=1,h=4,hkv=2,s=8,sk=8,d=192,dv=128,causal=1,"
+                                                  "window=4,softcap=30: tensors on cpu"):
+            attntune.attention(q, k, v, is_causal=True, window_size=(4, 0), softcap=30.0)
+
+    def test_plans_with_a_value_dim_are_submitted_as_such(self):
+        support = json.load(open(os.path.join(PKG, "attntune", "tuner.json")))
+        fams = {f["family"]: f["support"] for f in support["families"]}
+        self.assertIn("128", fams["flash_fwd_mma"]["dv"])
+        row = {"entry": "attention", "dtype": "bf16", "calls": 1, "kernel": None, "tunable": True, "fallback": "x",
+               "problem": {"b": 1, "h": 128, "hkv": 128, "s": 8192, "sk": 8192, "d": 192, "dv": 128, "causal": 1,
+                           "paged": 0, "window": [-1, -1], "softcap": 0, "sinks": 0}}
+        self.assertEqual(attntune.untunable(row, support), "")
+        no_dv = {"families": [{"family": "flash_fwd_mma", "regimes": ["prefill"],
+                               "support": {"d": ["192"], "dtype": ["bf16"]}}]}
+        self.assertEqual(attntune.untunable(row, no_dv),
+                         "no attntune family tunes this prefill problem (flash_fwd_mma tunes no value head dim 128 "
+                         "beside head_dim 192)")
+        spec = "b=1,h=128,hkv=128,s=8192,sk=8192,d=192,dv=128,dtype=bf16,causal=1"
+        plan = attntune.plan_from_coverage([row], "deepseek-ish")
+        self.assertEqual(plan["problems"], [{"problem": spec, "regime": "prefill"}])
+        db = os.path.join(WORK, "dv-queue.db")
+        r = run("submit", "--db", db, "--problem", plan["problems"][0]["problem"], "--format", "json")
+        self.assertEqual(json.loads(r.stdout)[0]["problem"]["dv"], 128)
+        self.assertTrue(json.loads(r.stdout)[0]["campaign"].endswith(":" + spec), r.stdout)
+
+    # -- the fakes and torch.compile
+
+    def test_fakes_give_the_ops_shapes_and_strides(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        ops = torch.ops.attntune
+        bshd = lambda *s: rand(*s).transpose(1, 2)  # noqa: E731  ([B, S, H, D] storage as [B, H, S, D])
+        cu = torch.tensor([0, 3, 10], dtype=torch.int32)
+        calls = [
+            (ops.attention, (rand(2, 4, 9, 192), rand(2, 2, 11, 192), rand(2, 2, 11, 128), None, True, True)),
+            (ops.attention, (bshd(2, 9, 4, 192), bshd(2, 11, 2, 192), bshd(2, 11, 2, 128), None, True, False)),
+            (ops.attention, (rand(1, 4, 9, 64)[:, :, :, :], rand(1, 4, 9, 64), rand(1, 4, 9, 128), None, False, True,
+                             [3, 2], 30.0, torch.zeros(4))),
+            (ops.attention_kvcache, (rand(2, 3, 4, 64), rand(6, 16, 2, 64), rand(6, 16, 2, 128),
+                                     torch.tensor([20, 7], dtype=torch.int32),
+                                     torch.tensor([[0, 1], [5, 2]], dtype=torch.int32), None, True, True)),
+            (ops.attention_varlen, (rand(10, 4, 192), rand(10, 2, 192), rand(10, 2, 128), cu, cu, 7, 7, None, True,
+                                    True))]
+        for op, args in calls:
+            real_out, real_lse = op(*args)
+            with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+                fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+                fake_out, fake_lse = op(*fake_args)
+            what = f"{op} {[tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]}"
+            self.assertEqual(real_out.shape[-1], 128, what)
+            self.assertEqual((fake_out.shape, fake_out.stride(), fake_out.dtype),
+                             (real_out.shape, real_out.stride(), real_out.dtype), what)
+            self.assertEqual(fake_lse.shape, real_lse.shape, what)
+        # bshd storage: the op's out is [B, S, H, Dv] storage too, as for one head dim.
+        out = attntune.attention(rand(2, 9, 4, 192), rand(2, 11, 2, 192), rand(2, 11, 2, 128), layout="bshd")
+        self.assertEqual(out.shape, (2, 9, 4, 128))
+        self.assertTrue(out.is_contiguous())
+
+    def test_opcheck(self):
+        ops = torch.ops.attntune
+        q, k, v = rand(2, 4, 9, 192), rand(2, 2, 11, 192), rand(2, 2, 11, 128)
+        torch.library.opcheck(ops.attention.default, (q, k, v, None, True, True))
+        torch.library.opcheck(ops.attention.default, (q.transpose(1, 2).contiguous().transpose(1, 2), k, v, None,
+                                                      False, True, [4, 0], 30.0, torch.zeros(4)))
+        torch.library.opcheck(ops.attention_into.default, (q, k, v, rand(2, 4, 9, 128), None, None, True))
+        torch.library.opcheck(ops.attention_kvcache.default,
+                              (rand(2, 3, 4, 64), rand(6, 16, 2, 64), rand(6, 16, 2, 128),
+                               torch.tensor([20, 7], dtype=torch.int32),
+                               torch.tensor([[0, 1], [5, 2]], dtype=torch.int32), None, True, True))
+        cu = torch.tensor([0, 3, 10], dtype=torch.int32)
+        torch.library.opcheck(ops.attention_varlen.default,
+                              (rand(10, 4, 64), rand(10, 2, 64), rand(10, 2, 128), cu, cu, 7, 7, None, True, True))
+
+    def test_fullgraph(self):
+        torch._dynamo.reset()
+
+        def f(q, k, v, kc, vc, table, lens, xq, xk, xv, cu):
+            a, la = attntune.attention(q, k, v, is_causal=True, return_lse=True)
+            b = attntune.attention_kvcache(q.transpose(1, 2)[:, :2], kc, vc, cache_seqlens=lens, block_table=table,
+                                           window_size=(4, 0))
+            c = attntune.attention_varlen(xq, xk, xv, cu, cu, 7, 7, is_causal=True)
+            return a * 2, la, b + 1, c
+
+        q, k, v = rand(2, 4, 9, 192), rand(2, 2, 9, 192), rand(2, 2, 9, 128)
+        kc, vc = rand(6, 16, 2, 192), rand(6, 16, 2, 128)
+        table, lens = torch.tensor([[0, 1], [5, 2]], dtype=torch.int32), torch.tensor([20, 7], dtype=torch.int32)
+        xq, xk, xv, cu = rand(10, 4, 64), rand(10, 2, 64), rand(10, 2, 128), torch.tensor([0, 3, 10],
+                                                                                        dtype=torch.int32)
+        args = (q, k, v, kc, vc, table, lens, xq, xk, xv, cu)
+        compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+        for got, want in zip(compiled(*args), f(*args)):
+            self.assertEqual(got.shape, want.shape)
+            self.assertTrue(torch.equal(got, want))
+        self.assertEqual(compiled(*args)[0].shape, (2, 4, 9, 128))
 
 
 class Compile(unittest.TestCase):

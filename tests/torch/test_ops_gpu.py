@@ -32,11 +32,28 @@ SKIP, never a failure). Then, policy "raise" (a call that falls back fails):
   - the fallback on the GPU (head_dim 96: no kernel) for all three entry points with variants;
   - torch.compile(fullgraph=True) and CUDA-graph capture (new inputs, replay) of a variant kernel's
     call and of the fallback's, against float64.
+
+Value head dims (v's last dim Dv other than q's and k's D; issue 44): the package is
+$ATTNTUNE_TORCH_DV_PKG, else one exported from $ATTNTUNE_TORCH_DV_DB, else one this test tunes
+(DV_PROBLEMS: DeepSeek's MLA prefill d=192, dv=128 dense, paged, varlen and decode, and d=64, dv=128
+dense and decode; $ATTNTUNE_TORCH_DV_BUDGET evaluations each, default 2, into
+$ATTNTUNE_TORCH_DV_TUNE_DB or a temporary database). Then, policy "raise":
+  - every kernel built for two head dims through its entry points, on its tuned and odd shapes
+    ([B,S,H,D], GQA, ragged kvcache paged with shuffled tables and NaN past each length, contiguous,
+    ragged varlen), NaN-poisoned out and LSE, against float64 (FlashAttention-2's criterion), and the
+    op's own out ([.., Dv], laid out as q); every call ran a kernel of its dims (coverage);
+  - a one-head-dim call at a split kernel's d, and one of another dv, raise (no split kernel serves
+    them), naming dv; mismatched shapes are refused naming both;
+  - the same dims through the fallback (max_length_ratio 1: SDPA with Dv != D, the fp32 path with
+    variants), and dims no kernel has ((96, 64), (64, 96)) on all three entries;
+  - torch.compile(fullgraph=True) and a captured CUDA graph of a split kernel's call and of the
+    fallback's, against float64.
 Prints a table last.
 
   ATTNTUNE_TORCH_PKG=pkg python3 tests/torch/test_ops_gpu.py [--min-seconds 1.0] [--rounds 4]
   python3 tests/torch/test_ops_gpu.py --variants-only     # or ATTNTUNE_TORCH_VARIANTS_ONLY=1 (ctest)
-  ATTNTUNE_TORCH_VARIANTS=0: the plain phase alone
+  python3 tests/torch/test_ops_gpu.py --dv-only           # or ATTNTUNE_TORCH_DV_ONLY=1: value head dims
+  ATTNTUNE_TORCH_VARIANTS=0, ATTNTUNE_TORCH_DV=0: leave that phase out
 """
 import argparse
 import ctypes
@@ -67,8 +84,13 @@ def main():
     ap.add_argument("--variants-only", action="store_true",
                     default=os.environ.get("ATTNTUNE_TORCH_VARIANTS_ONLY", "0") == "1")
     ap.add_argument("--no-variants", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_VARIANTS", "1") == "0")
+    ap.add_argument("--dv-only", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_DV_ONLY", "0") == "1")
+    ap.add_argument("--no-dv", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_DV", "1") == "0")
     args = ap.parse_args()
     device = os.environ.get("ATTNTUNE_TORCH_VARIANTS_DEVICE", "cuda")  # "cpu": a rehearsal of the variants phase
+    dv_device = os.environ.get("ATTNTUNE_TORCH_DV_DEVICE", "cuda")  # "cpu": a rehearsal of the value-dims phase
+    if args.dv_only:
+        device = dv_device
     if device == "cuda" and not torch.cuda.is_available():
         print("SKIP: no CUDA device (torch.cuda.is_available() is False)")
         return SKIP
@@ -77,10 +99,15 @@ def main():
     os.environ.setdefault("ATTNTUNE_TORCH_CACHE", os.path.join(work, "cache"))
     os.environ["ATTNTUNE_TORCH_NO_AUTOLOAD"] = "1"
     failures = []
-    if not args.variants_only:
-        failures += plain_phase(args, work)
-    if not args.no_variants:
-        failures += variants_phase(work, device)
+    if args.dv_only:
+        failures += dv_phase(work, dv_device)
+    else:
+        if not args.variants_only:
+            failures += plain_phase(args, work)
+        if not args.no_variants:
+            failures += variants_phase(work, device)
+        if not args.variants_only and not args.no_dv:
+            failures += dv_phase(work, dv_device)
     print(f"\n{'PASSED' if not failures else 'FAILED'}: {len(failures)} failure(s)")
     for m in failures:
         print(f"  {m}")
@@ -201,6 +228,9 @@ def plain_phase(args, work):
     for i, kinfo in enumerate(lib.kernels()):
         p = kinfo["problem"]
         B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+        if p.get("dv"):
+            print(f"kernel {i}: built for head_dim {p['d']} and head_dim_v {p['dv']}: the value-dims phase checks it")
+            continue
         if kinfo.get("variants"):
             print(f"kernel {i}: built with {', '.join(kinfo['variants'])}: the variants phase checks it")
             continue
@@ -251,7 +281,8 @@ def plain_phase(args, work):
         return math.isfinite(err) and err <= 2 * (lowp.double() - ref64).abs().max().item() + cs.ATOL[dtype_name], err
 
     cases = []
-    dense = [k["problem"] for k in lib.kernels() if not k["problem"].get("varlen") and not k.get("variants")]
+    dense = [k["problem"] for k in lib.kernels()
+             if not k["problem"].get("varlen") and not k.get("variants") and not k["problem"].get("dv")]
     p = dense[0] if dense else {"b": 1, "h": 1, "hkv": 1, "s": 1, "sk": 1, "d": 64, "causal": 0}
     B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
 
@@ -264,7 +295,7 @@ def plain_phase(args, work):
     if dense:
         cases.append(("attention " + cs.problem_str(p), dense_case))
     kv_kernels = [k["problem"] for k in lib.kernels()
-                  if cs.problem_str(k["problem"]) in kv_problems and not k.get("variants")]
+                  if cs.problem_str(k["problem"]) in kv_problems and not k.get("variants") and not k["problem"].get("dv")]
     if kv_kernels:
         pk = kv_kernels[0]
 
@@ -327,8 +358,8 @@ def plain_phase(args, work):
                             [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
         for kinfo in lib.kernels():
             p = kinfo["problem"]
-            if p.get("varlen") or kinfo.get("variants"):
-                continue  # timed against the peers by tools/compare_varlen.py
+            if p.get("varlen") or kinfo.get("variants") or p.get("dv"):
+                continue  # varlen: timed against the peers by tools/compare_varlen.py; split dims: not here
             B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
             scale = 1 / math.sqrt(D)
             q, k, v, out = cs.make_inputs(B, H, Hkv, S, Sk, D, dtype, "BHSD", 3)
@@ -560,7 +591,7 @@ def variants_phase(work, device="cuda"):
     for name, specs in lib.info.get("entry_points", {}).items():
         for spec in specs:
             entries.setdefault(spec, []).append(ENTRY_POINTS[name])
-    tuned = [k for k in kernels if k.get("variants")]
+    tuned = [k for k in kernels if k.get("variants") and not k["problem"].get("dv")]  # split: the value-dims phase
     print(f"variants: {len(tuned)} kernels built with variants: "
           + ("; ".join(f"{vr.spec_of(k['problem'])} ({', '.join(k['variants'])})" for k in tuned) or "none"))
     lib.set_policy("raise" if gpu else "sdpa", 1e9)
@@ -689,6 +720,376 @@ def variants_phase(work, device="cuda"):
         print("variants: no kernel was built with a variant (no family tunes one yet, or none was given): the "
               "fallback alone was checked")
     return [f"variants: {f}" for f in failures]
+
+
+# ------------------------------------------------------------------ the value-head-dims phase
+
+# What the value-dims phase tunes when it is given no package or database (issue 44; docs/design/
+# head_dims.md "Value head dims"): DeepSeek's MLA prefill (d=192, dv=128) dense, paged (chunked
+# prefill), varlen and decode, and V wider than K (d=64, dv=128), at small sizes, bf16.
+DV_PROBLEMS = [
+    "b=1,h=16,hkv=16,s=1024,sk=1024,d=192,dv=128,dtype=bf16,causal=1",         # MLA prefill
+    "b=2,h=8,hkv=2,s=512,sk=512,d=64,dv=128,dtype=bf16,causal=0",              # V wider than K, GQA
+    "b=2,h=16,hkv=16,s=256,sk=2048,d=192,dv=128,dtype=bf16,causal=1,page=64",  # chunked prefill
+    "b=4,h=16,hkv=16,s=512,sk=512,d=192,dv=128,dtype=bf16,causal=1,varlen=4",  # varlen
+    "b=8,h=16,hkv=2,s=1,sk=4096,d=64,dv=128,dtype=bf16,causal=1,page=16",      # decode, V wider
+    "b=8,h=16,hkv=16,s=1,sk=2048,d=192,dv=128,dtype=bf16,causal=0,page=16",    # decode at MLA's dims
+]
+
+
+def dv_package(work):
+    """The value-dims phase's package and its notes: $ATTNTUNE_TORCH_DV_PKG, else an export of
+    $ATTNTUNE_TORCH_DV_DB, else DV_PROBLEMS tuned here ($ATTNTUNE_TORCH_DV_BUDGET evaluations each,
+    default 2, into $ATTNTUNE_TORCH_DV_TUNE_DB or a temporary database; a second run resumes it)."""
+    pkg = os.environ.get("ATTNTUNE_TORCH_DV_PKG")
+    if pkg:
+        return pkg, []
+    binary = os.environ.get("ATTNTUNE_BIN", os.path.join(ROOT, "build", "attntune"))
+    db = os.environ.get("ATTNTUNE_TORCH_DV_DB")
+    notes = []
+    if not db:
+        db = os.environ.get("ATTNTUNE_TORCH_DV_TUNE_DB") or os.path.join(work, "dv.db")
+        budget = os.environ.get("ATTNTUNE_TORCH_DV_BUDGET", "2")
+        for p in DV_PROBLEMS:
+            r = subprocess.run([binary, "submit", "--db", db, "--problem", p, "--budget-evals", budget, "--final-top",
+                                "0", "--warm-start", "0", "--max-seconds", "0.3"], capture_output=True, text=True)
+            if r.returncode == 2:
+                notes.append(f"SKIP {p}: {r.stderr.strip()}")
+            elif r.returncode != 0:
+                raise RuntimeError(f"attntune submit {p} failed ({r.returncode}): {r.stderr}")
+        t0 = time.time()
+        r = subprocess.run([binary, "serve", "--db", db], capture_output=True, text=True)
+        print(f"value dims: tuned in {time.time() - t0:.0f} s (attntune serve, budget {budget} each): "
+              f"{r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''}")
+        if r.returncode != 0:
+            raise RuntimeError(f"attntune serve failed ({r.returncode}): {r.stderr[-4000:]}")
+    pkg = os.path.join(work, "dv_pkg")
+    r = subprocess.run([binary, "export", "--db", db, "--all-best", "--dtype", "bf16", "--torch", pkg],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"attntune export --torch from {db} failed ({r.returncode}): {r.stderr}")
+    return pkg, notes
+
+
+def dv_phase(work, device="cuda"):
+    """The value-head-dims phase (v's last dim Dv != D; the module's docstring); returns its
+    failures. device "cpu" rehearses it without a GPU (ATTNTUNE_TORCH_DV_DEVICE=cpu, with a package
+    or a database): every call falls back there, so the kernel checks check the fallback, and
+    graphs and inductor are left out."""
+    print("\n==== value head dims: v's last dim other than q's and k's")
+    try:
+        pkg, notes = dv_package(work)
+    except RuntimeError as e:
+        print(f"  FAIL {e}")
+        return [f"value dims: {e}"]
+    if "attntune" not in sys.modules:
+        sys.path.insert(0, pkg)
+    import attntune  # noqa: E402
+    import variant_reference as vr  # noqa: E402
+    gpu = device == "cuda"
+    t0 = time.time()
+    lib = attntune.load(os.path.join(pkg, "attntune", "kernels.cu"), namespace="attntune_dv")
+    print(f"loaded {pkg} in {time.time() - t0:.0f} s: {len(lib.kernels())} kernels")
+    for n in notes:
+        print(f"  {n}")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[lib.info["dtype"]]
+    failures = []
+    gen = torch.Generator(device=device)
+
+    def randn(*shape, seed):
+        gen.manual_seed(seed)
+        return torch.randn(*shape, device=device, dtype=dtype, generator=gen)
+
+    def record(ok, what, msg):
+        print(f"  {'ok  ' if ok else 'FAIL'} {what:<100} {msg}")
+        if not ok:
+            failures.append(what)
+
+    def call(fn, what):
+        """fn()'s result, or None when it raised (under the raise policy a fallback raises)."""
+        try:
+            r = fn()
+            if gpu:
+                torch.cuda.synchronize()
+            return r if r is not None else True
+        except RuntimeError as e:
+            record(False, what, str(e).splitlines()[0][:300])
+            return None
+
+    def reference(q, k, v, scale, **args):
+        return vr.attention(q, k, v, scale, **args), vr.attention(q, k, v, scale, dtype=dtype, **args)[0]
+
+    def variant_words(var):
+        return " ".join(f"{k}={v if not isinstance(v, torch.Tensor) else 'yes'}" for k, v in var.items())
+
+    def check_dense(B, H, Hkv, S, Sk, D, Dv, causal, layout, seed, tag, var):
+        scale = 1 / math.sqrt(D)
+        q, k, v = randn(B, H, S, D, seed=seed), randn(B, Hkv, Sk, D, seed=seed + 1), randn(B, Hkv, Sk, Dv, seed=seed + 2)
+        if layout == "BSHD":  # [B, S, H, D] storage seen as [B, H, S, D]: strided, no copy
+            q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+        out = torch.full((B, S, H, Dv) if layout == "BSHD" else (B, H, S, Dv), float("nan"), device=device,
+                         dtype=dtype)
+        out = out.transpose(1, 2) if layout == "BSHD" else out
+        lse = torch.full((B, H, S), float("nan"), device=device)
+        what = f"{tag} dense b={B} h={H} hkv={Hkv} s={S} sk={Sk} d={D} dv={Dv} causal={int(causal)} {layout} " \
+               f"{variant_words(var)}"
+        win = list(var.get("window_size", (-1, -1)))
+        if not call(lambda: lib.ops.attention_into(q, k, v, out, lse, scale, causal, win, var.get("softcap", 0.0),
+                                                   var.get("sinks")), what):
+            return
+        args = dict(causal=causal, window=tuple(win), softcap=var.get("softcap", 0.0), sinks=var.get("sinks"))
+        (ref64, lse64), lowp = reference(q, k, v, scale, **args)
+        ok, msg = vr.compare(out, lse, ref64, lse64, lowp, dtype)
+        # The op's own out: [B, H, S, Dv], laid out as q is.
+        own = call(lambda: lib.attention(q, k, v, is_causal=causal, **var), what + " (own out)")
+        if own is None:
+            return
+        ok_own, msg_own = vr.compare(own, None, ref64, lse64, lowp, dtype)
+        shape_ok = own.shape == (B, H, S, Dv) and own.stride() == attntune._out_like(q, v).stride() and (
+            layout != "BSHD" or own.transpose(1, 2).is_contiguous())
+        record(ok and ok_own and shape_ok, what, msg + ("" if shape_ok else f", own out {tuple(own.shape)} "
+                                                         f"strides {own.stride()}") +
+               ("" if ok_own else f", own out: {msg_own}"))
+
+    def check_kvcache(B, H, Hkv, S, Sk, D, Dv, causal, page, seed, tag, var):
+        scale = 1 / math.sqrt(D)
+        q, k, v = randn(B, H, S, D, seed=seed), randn(B, Hkv, Sk, D, seed=seed + 1), randn(B, Hkv, Sk, Dv, seed=seed + 2)
+        g = torch.Generator().manual_seed(seed)
+        # Ragged: every key, none, one, an odd count and a random one, in turns.
+        lens = [[Sk, 0, 1, (Sk // 2) | 1, int(torch.randint(1, Sk + 1, (1,), generator=g))][b % 5] for b in range(B)]
+        kc, vc, table = vr.paged_cache(k, v, lens, page, seed)  # NaN past each length, shuffled pages
+        seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
+        qt = q.transpose(1, 2)  # [B, S, H, D]
+        out = torch.full((B, S, H, Dv), float("nan"), device=device, dtype=dtype)
+        lse = torch.full((B, H, S), float("nan"), device=device)
+        what = (f"{tag} kvcache {'page=' + str(page) if page else 'contiguous'} b={B} h={H} hkv={Hkv} s={S} "
+                f"sk<={Sk} d={D} dv={Dv} causal={int(causal)} {variant_words(var)}")
+        win = list(var.get("window_size", (-1, -1)))
+        if not call(lambda: lib.ops.attention_kvcache_into(qt, kc, vc, seqlens, table, out, lse, scale, causal, win,
+                                                           var.get("softcap", 0.0), var.get("sinks")), what):
+            return
+        args = dict(causal=causal, window=tuple(win), softcap=var.get("softcap", 0.0), sinks=var.get("sinks"),
+                    len_k=lens)
+        (ref64, lse64), lowp = reference(q, k, v, scale, **args)
+        ok, msg = vr.compare(out.transpose(1, 2), lse, ref64, lse64, lowp, dtype)
+        own = call(lambda: lib.attention_kvcache(qt, kc, vc, cache_seqlens=seqlens, block_table=table,
+                                                 is_causal=causal, **var), what + " (own out)")
+        if own is None:
+            return
+        ok_own, _ = vr.compare(own.transpose(1, 2), None, ref64, lse64, lowp, dtype)
+        # Laid out as q is (here a [B, H, S, D] tensor seen as [B, S, H, D]), as the fake says.
+        shape_ok = own.shape == (B, S, H, Dv) and own.stride() == attntune._out_like(qt, vc).stride()
+        record(ok and ok_own and shape_ok, what, msg + ("" if shape_ok else f", own out {tuple(own.shape)} "
+                                                         f"strides {own.stride()}") +
+               ("" if ok_own else ", own out over the bound"))
+
+    def check_varlen(lens_q, lens_k, H, Hkv, D, Dv, causal, seed, tag, var):
+        scale = 1 / math.sqrt(D)
+        cu_q = torch.tensor([0] + list(itertools.accumulate(lens_q)), dtype=torch.int32, device=device)
+        cu_k = torch.tensor([0] + list(itertools.accumulate(lens_k)), dtype=torch.int32, device=device)
+        q, k, v = randn(sum(lens_q), H, D, seed=seed), randn(sum(lens_k), Hkv, D, seed=seed + 1), \
+            randn(sum(lens_k), Hkv, Dv, seed=seed + 2)
+        out = torch.full((q.shape[0], H, Dv), float("nan"), device=device, dtype=dtype)
+        lse = torch.full((H, q.shape[0]), float("nan"), device=device)
+        what = (f"{tag} varlen lens {lens_q[:6]}{'...' if len(lens_q) > 6 else ''} h={H} hkv={Hkv} d={D} dv={Dv} "
+                f"causal={int(causal)} {variant_words(var)}")
+        win = list(var.get("window_size", (-1, -1)))
+        if not call(lambda: lib.ops.attention_varlen_into(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), out, lse,
+                                                          scale, causal, win, var.get("softcap", 0.0),
+                                                          var.get("sinks")), what):
+            return
+        worst_ok, worst, worst_err = True, "", -1.0
+        for b in range(len(lens_q)):
+            if lens_q[b] == 0:
+                continue
+            qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+            qb, kb, vb = (t[None].transpose(1, 2) for t in (q[qs], k[ks], v[ks]))
+            args = dict(causal=causal, window=tuple(win), softcap=var.get("softcap", 0.0), sinks=var.get("sinks"))
+            (ref64, lse64), lowp = reference(qb, kb, vb, scale, **args)
+            got = out[qs][None].transpose(1, 2)
+            ok, msg = vr.compare(got, lse[:, qs][None], ref64, lse64, lowp, dtype)
+            err = (got.double() - ref64).abs().max().nan_to_num(float("inf")).item()
+            if (not ok and worst_ok) or (ok == worst_ok and err > worst_err):  # the first failure, else the worst
+                worst, worst_err = f"seq {b}: {msg}", err
+            worst_ok = worst_ok and ok
+        record(worst_ok, what, worst)
+
+    # -- the split kernels, policy "raise": every call must run its kernel
+    kernels = lib.kernels()
+    entries = {}
+    for name, specs in lib.info.get("entry_points", {}).items():
+        for spec in specs:
+            entries.setdefault(spec, []).append(ENTRY_POINTS[name])
+    split = [k for k in kernels if k["problem"].get("dv")]
+    print(f"value dims: {len(split)} kernels built for two head dims: "
+          + ("; ".join(vr.spec_of(k["problem"]) for k in split) or "none"))
+    if not split:
+        failures.append("value dims: the package holds no kernel built for two head dims")
+    lib.set_policy("raise" if gpu else "sdpa", 1e9)
+    lib.reset_coverage()
+    first = {}
+    for i, kinfo in enumerate(split):
+        p = kinfo["problem"]
+        B, H, Hkv, S, Sk, D, Dv, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], p["dv"], bool(p["causal"])
+        var = {}  # a split kernel built with variants runs with its tuned ones
+        if "window" in p:
+            var["window_size"] = tuple(p["window"])
+        if p.get("softcap"):
+            var["softcap"] = float(p["softcap"])
+        if p.get("sinks"):
+            var["sinks"] = vr.sink_logits(H, i, device)
+        how = entries.get(vr.spec_of(p), [])
+        tag = f"k{i}"
+        if p.get("varlen"):
+            s2 = max(2, (S * 3 // 4) | 1)
+            for j, lens_q in enumerate(([0, 1, min(S, 129), S, s2, 7], [S, 1, 63, s2])):
+                lens_k = [n + (Sk - S) + (77 if j else 0) for n in lens_q]
+                check_varlen(lens_q, lens_k, H, Hkv, D, Dv, causal, 300 + 10 * i + j, tag, var)
+            if not causal:  # fewer keys than queries
+                check_varlen([300, 5, 257, 40], [40, 5, 1, 3], H, Hkv, D, Dv, causal, 309 + 10 * i, tag, var)
+            first.setdefault("varlen", (p, var))
+        elif "attention_kvcache" in how and (S <= 16 or p.get("page")):
+            for j, page in enumerate(dict.fromkeys([p.get("page") or 16, 16, 0, 256])):
+                s_rows = S if j % 2 == 0 else (max(1, S // 2) | 1 if S <= 16 else max(17, (S * 3 // 4) | 1))
+                check_kvcache(max(5, min(B, 8)), H, Hkv, s_rows, Sk if j % 2 == 0 else (Sk * 3 // 4) | 1, D, Dv,
+                              causal, page, 200 + 10 * i + j, tag, var)
+            first.setdefault("kvcache", (p, var))
+        if "attention" in how and not p.get("varlen") and not (p.get("page") and S > 16):
+            s2 = max(17, (S * 3 // 4) | 1) if S > 16 else S
+            shapes = [(B, Hkv, S, Sk, "BHSD"), (2, Hkv, s2, (s2 + 130) if S > 16 else (Sk * 3 // 4) | 1, "BSHD")]
+            if S > 16 and H % 4 == 0 and H // 4 != Hkv:
+                shapes.append((2, H // 4, s2, s2, "BHSD"))
+            for j, (b, hkv, s, sk, layout) in enumerate(shapes):
+                check_dense(b, H, hkv, s, sk, D, Dv, causal, layout, 100 + 10 * i + j, tag, var)
+            first.setdefault("dense", (p, var))
+    for r in lib.coverage():
+        if r["kernel"] is None and gpu:
+            record(False, f"{r['entry']} {attntune.problem_spec(r)} fell back", r["fallback"])
+        elif gpu:
+            ok = r["problem"].get("dv") == next((k["problem"]["dv"] for k in split if k["label"] == r["label"]), -1)
+            record(ok, f"{r['entry']} {attntune.problem_spec(r)} ran a kernel of its dims", r["label"])
+
+    # -- one head dim at a split kernel's d, and another dv: never a split kernel (raise: they raise)
+    if gpu and "dense" in first:
+        p, var = first["dense"]
+        D, Dv = p["d"], p["dv"]
+        q, k = randn(1, p["h"], 64, D, seed=900), randn(1, p["hkv"], 64, D, seed=901)
+        built = {(k["problem"]["d"], k["problem"].get("dv", k["problem"]["d"]), bool(k["problem"]["causal"]))
+                 for k in kernels}
+        for vd in (D, Dv + 16 if Dv + 16 != D else Dv + 32):
+            if (D, vd, bool(p["causal"])) in built:
+                continue  # a package of one's own may hold kernels for them
+            v = randn(1, p["hkv"], 64, vd, seed=902)
+            want = f"no tuned kernel for b=1,h={p['h']},hkv={p['hkv']},s=64,sk=64,d={D}" + \
+                   (f",dv={vd}" if vd != D else "") + f",causal={int(p['causal'])}"
+            try:
+                lib.attention(q, k, v, is_causal=bool(p["causal"]), **var)
+                torch.cuda.synchronize()
+                record(False, f"d={D} dv={vd} under the raise policy", "ran a kernel: expected to raise")
+            except RuntimeError as e:
+                record(want in str(e), f"d={D} dv={vd} under the raise policy raises, naming dv",
+                       str(e).splitlines()[0][:200])
+
+    # -- mismatched shapes are refused on the device too, naming both shapes
+    q = randn(1, 4, 8, 64, seed=910)
+    for fn, pattern in (
+            (lambda: lib.attention(q, randn(1, 2, 8, 64, seed=1), randn(1, 2, 9, 128, seed=2)),
+             "v must have k's shape but for its last dim"),
+            (lambda: lib.attention(q, randn(1, 2, 8, 32, seed=1), randn(1, 2, 8, 128, seed=2)),
+             "q and k must have the same head_dim"),
+            (lambda: lib.attention(q, randn(1, 2, 8, 64, seed=1), randn(1, 2, 8, 128, seed=2), out=torch.empty_like(q)),
+             "out must have q's shape with v's head dim last"),
+            (lambda: lib.attention_kvcache(randn(2, 1, 4, 64, seed=3), randn(6, 16, 2, 64, seed=4),
+                                           randn(6, 16, 1, 128, seed=5),
+                                           block_table=torch.zeros(2, 2, dtype=torch.int32, device=device)),
+             "v_cache must have k_cache's shape but for its last dim"),
+            (lambda: lib.attention_varlen(randn(8, 4, 64, seed=6), randn(8, 2, 64, seed=7), randn(7, 2, 128, seed=8),
+                                          torch.tensor([0, 8], dtype=torch.int32, device=device),
+                                          torch.tensor([0, 8], dtype=torch.int32, device=device), 8, 8),
+             "v must have k's shape but for its last dim")):
+        try:
+            fn()
+            record(False, f"refusal: {pattern}", "no error")
+        except RuntimeError as e:
+            record(pattern in str(e), f"refusal: {pattern}", str(e).splitlines()[0][:160])
+
+    # -- the same dims through the fallback: max_length_ratio 1 sends every call not exactly at a
+    # tuned problem to it (SDPA with Dv != D, or the fp32 path with variants)
+    lib.set_policy("sdpa", 1.0)
+    lib.reset_coverage()
+    for name, (p, var) in first.items():
+        H, Hkv, D, Dv, causal = p["h"], p["hkv"], p["d"], p["dv"], bool(p["causal"])
+        if name == "dense":
+            check_dense(2, H, Hkv, 77, 77 + 64, D, Dv, causal, "BSHD", 500, "fallback", var)
+            check_dense(2, H, Hkv, 77, 77 + 64, D, Dv, causal, "BHSD", 501, "fallback",
+                        dict(window_size=(16, 0) if causal else (16, 8), softcap=30.0))
+        elif name == "kvcache":
+            check_kvcache(5, H, Hkv, 3 if p["s"] <= 16 else 40, 333, D, Dv, causal, 16, 510, "fallback", var)
+        else:
+            check_varlen([0, 5, 33], [7, 5, 40], H, Hkv, D, Dv, causal, 520, "fallback", var)
+    # Dims no kernel has: (96, 64) and (64, 96), plain (SDPA) and with a variant (fp32).
+    for j, (D, Dv) in enumerate(((96, 64), (64, 96))):
+        check_dense(2, 8, 2, 100, 150, D, Dv, True, "BHSD" if j else "BSHD", 600 + j, "fallback", {})
+        check_dense(2, 8, 2, 100, 60, D, Dv, True, "BHSD", 602 + j, "fallback", dict(window_size=(16, 0)))
+    check_kvcache(5, 8, 2, 1, 500, 96, 64, True, 16, 610, "fallback", {})
+    check_varlen([0, 1, 17, 64, 33], [3, 1, 17, 80, 20], 8, 2, 96, 64, True, 630, "fallback", {})
+    for r in lib.coverage():
+        if r["kernel"] is not None:
+            record(False, f"{r['entry']} {attntune.problem_spec(r)} ran kernel {r['label']}",
+                   "expected the fallback (max_length_ratio 1, or dims no kernel has)")
+
+    # -- torch.compile(fullgraph=True) and a CUDA graph of a split kernel's call and of the fallback's
+    if gpu:
+        lib.set_policy("sdpa", 1e9)
+        cases = []
+        if "dense" in first:
+            p, var = first["dense"]
+            cases.append(("kernel " + vr.spec_of(p), p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], p["dv"],
+                          bool(p["causal"]), var))
+        cases.append(("fallback d=96 dv=64", 2, 8, 2, 100, 150, 96, 64, True, {}))
+        for name, B, H, Hkv, S, Sk, D, Dv, causal, var in cases:
+            scale = 1 / math.sqrt(D)
+
+            def inputs(seed):
+                return [randn(B, H, S, D, seed=seed), randn(B, Hkv, Sk, D, seed=seed + 1),
+                        randn(B, Hkv, Sk, Dv, seed=seed + 2)]
+
+            def op(q, k, v):
+                return lib.attention(q, k, v, is_causal=causal, return_lse=True, **var)
+
+            def ref(q, k, v):
+                args = dict(causal=causal, window=tuple(var.get("window_size", (-1, -1))),
+                            softcap=var.get("softcap", 0.0), sinks=var.get("sinks"))
+                return reference(q, k, v, scale, **args)
+            q, k, v = inputs(700)
+            torch._dynamo.reset()
+            eager = op(q, k, v)
+            compiled = torch.compile(lambda *a: tuple(t * 1.0 for t in op(*a)), fullgraph=True)(q, k, v)
+            torch.cuda.synchronize()
+            (ref64, lse64), lowp = ref(q, k, v)
+            ok, msg = vr.compare(compiled[0], compiled[1], ref64, lse64, lowp, dtype)
+            ok = ok and compiled[0].shape == (B, H, S, Dv)
+            record(ok, f"torch.compile(fullgraph=True) {name}",
+                   msg + (", bit-identical to eager" if torch.equal(eager[0], compiled[0])
+                          else ", not bit-identical to eager"))
+            static = [t.clone() for t in (q, k, v)]
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                op(*static)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                graph_out = op(*static)
+            fresh = inputs(800)
+            for dst, src in zip(static, fresh):
+                dst.copy_(src)
+            graph.replay()
+            torch.cuda.synchronize()
+            (ref64, lse64), lowp = ref(*fresh)
+            ok, msg = vr.compare(graph_out[0], graph_out[1], ref64, lse64, lowp, dtype)
+            record(ok, f"CUDA graph (capture, new inputs, replay) {name}", msg)
+    return [f"value dims: {f}" for f in failures]
 
 
 if __name__ == "__main__":

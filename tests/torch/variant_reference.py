@@ -36,7 +36,8 @@ def visible_mask(S, Sk, len_q, len_k, causal, window, device=None):
 
 def attention(q, k, v, scale, *, causal=False, window=(-1, -1), softcap=0.0, sinks=None, len_q=None, len_k=None,
               dtype=torch.float64):
-    """q [B, H, S, D] over k, v [B, Hkv, Sk, D] (GQA: head h reads K/V head h // (H / Hkv)).
+    """q [B, H, S, D] over k [B, Hkv, Sk, D] and v [B, Hkv, Sk, Dv] (GQA: head h reads K/V head
+    h // (H / Hkv); Dv, the value head dim, may differ from D: out is [B, H, S, Dv]).
     dtype float64: the exact reference (out [B, H, S, D] and lse [B, H, S] in float64). Another
     dtype: FlashAttention's attention_ref in low precision (the inputs and P V in `dtype`, the softmax
     in float32), whose error against float64 sets the bound of FlashAttention-2's criterion."""
@@ -93,8 +94,8 @@ def compare(out, lse, ref64, lse64, ref_lowp, dtype, lse_atol=1e-3):
 
 
 def paged_cache(k, v, lens, page, seed):
-    """A paged KV cache as serving engines keep it, from k, v [B, Hkv, Sk, D]: pages [num_pages,
-    page, Hkv, D] that a shuffled block table [B, ceil(Sk / page)] (int32) maps, with spare pages,
+    """A paged KV cache as serving engines keep it, from k [B, Hkv, Sk, D] and v [B, Hkv, Sk, Dv]:
+    pages [num_pages, page, Hkv, D] (v's Dv) that a shuffled block table [B, ceil(Sk / page)] (int32) maps, with spare pages,
     NaN past each sequence's length (lens) and in the spare pages, as a stale cache may hold. page
     0: the contiguous cache [B, Sk, Hkv, D] (NaN past each length) and table None."""
     B, Hkv, Sk, D = k.shape
@@ -108,7 +109,7 @@ def paged_cache(k, v, lens, page, seed):
     g = torch.Generator().manual_seed(seed)
     table = torch.randperm(num, generator=g)[:B * per].view(B, per).to(torch.int32)
     kp = torch.full((num, page, Hkv, D), float("nan"), dtype=k.dtype, device=k.device)
-    vp = torch.full_like(kp, float("nan"))
+    vp = torch.full((num, page, Hkv, v.shape[-1]), float("nan"), dtype=v.dtype, device=v.device)
     for b, n in enumerate(lens):
         for j in range(0, n, page):
             m = min(page, n - j)
@@ -127,7 +128,8 @@ def sink_logits(H, seed=0, device=None):
 
 def spec_of(p):
     """A kernel's problem (kernel_info) as attntune writes its spec (kernel_info's entry_points)."""
-    s = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={p['dtype']},"
+    dv = f",dv={p['dv']}" if p.get("dv") and p["dv"] != p["d"] else ""  # only for two head dims
+    s = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']}{dv},dtype={p['dtype']},"
          f"causal={int(p['causal'])}")
     if p.get("page"):
         s += f",page={p['page']}"

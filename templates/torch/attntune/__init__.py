@@ -10,6 +10,7 @@ under $ATTNTUNE_TORCH_CACHE or ~/.cache/attntune/torch), later imports load the 
     out = attntune.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=True)
     out = attntune.attention(q, k, v, is_causal=True, window_size=(128, 0), sinks=sink_logits)  # gpt-oss
     out = attntune.attention(q, k, v, is_causal=True, window_size=(4096, 0), softcap=50.0)      # Gemma 2
+    out = attntune.attention(q, k, v_128, is_causal=True)  # DeepSeek MLA prefill: q, k at 192, out at 128
     print(attntune.coverage_table())                              # what ran where; what to tune next
 
 The ops are torch.ops.attntune.* (TORCH_LIBRARY), with fake implementations, so torch.compile
@@ -24,6 +25,11 @@ S == Sk it is SDPA's is_causal. The variants are FlashAttention's arguments: win
 right) (-1: unbounded; query i sees keys i + Sk - S - left <= j <= i + Sk - S + right; is_causal is
 right = 0, so (left, 0) is causal), softcap=C (score = C * tanh(scale * q.k / C)), sinks= a
 [heads_q] float32 tensor of logits that join each row's softmax denominator (gpt-oss).
+
+The value head dim is v's last dim, as FlashAttention takes it: v (v_cache) must have k's shape but
+for it, and out is q's shape with it last (DeepSeek's MLA prefill: q, k at 192, v and out at 128). Such
+a call runs only a kernel tuned for both dims (a problem spec's `dv=N`), else falls back; the LSE is
+as for one head dim.
 """
 import json
 import math
@@ -52,6 +58,18 @@ def _no_backward(name):
     return backward
 
 
+def _out_like(q, v):
+    """The ops' own out (_ops.cpp's out_like): torch.empty_like(q) for one head dim; with v's last dim
+    another, q's dims in the order of its strides (largest first, ties in dim order), the head dim
+    innermost and v's, so the fake's strides are the op's."""
+    if q.dim() == 0 or v.dim() == 0 or v.shape[-1] == q.shape[-1]:
+        return torch.empty_like(q)
+    n = q.dim()
+    order = sorted(range(n - 1), key=lambda i: -q.stride(i)) + [n - 1]
+    t = q.new_empty([v.shape[-1] if i == n - 1 else q.shape[i] for i in order])
+    return t.permute([order.index(i) for i in range(n)])
+
+
 def _register_python_parts(ns):
     """Fake (meta) implementations for torch.compile, and the autograd error, for the ops of `ns`."""
     if ns in _REGISTERED:
@@ -63,7 +81,7 @@ def _register_python_parts(ns):
     def _(q, k, v, scale=None, is_causal=False, return_lse=False, window_size=(-1, -1), softcap=0.0, sinks=None):
         _check_variants("attention", q, q.shape[1], is_causal, window_size, softcap, sinks)
         lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]) if return_lse else (0,), dtype=torch.float32)
-        return torch.empty_like(q), lse
+        return _out_like(q, v), lse
 
     @torch.library.register_fake(lib + "attention_into")
     def _(q, k, v, out, lse, scale=None, is_causal=False, window_size=(-1, -1), softcap=0.0, sinks=None):
@@ -75,7 +93,7 @@ def _register_python_parts(ns):
           window_size=(-1, -1), softcap=0.0, sinks=None):
         _check_variants("attention_kvcache", q, q.shape[2], is_causal, window_size, softcap, sinks)
         lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]) if return_lse else (0,), dtype=torch.float32)
-        return torch.empty_like(q), lse
+        return _out_like(q, v_cache), lse
 
     @torch.library.register_fake(lib + "attention_kvcache_into")
     def _(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, scale=None, is_causal=False,
@@ -88,7 +106,7 @@ def _register_python_parts(ns):
           return_lse=False, window_size=(-1, -1), softcap=0.0, sinks=None):
         _check_variants("attention_varlen", q, q.shape[1], is_causal, window_size, softcap, sinks)
         lse = q.new_empty((q.shape[1], q.shape[0]) if return_lse else (0,), dtype=torch.float32)
-        return torch.empty_like(q), lse
+        return _out_like(q, v), lse
 
     @torch.library.register_fake(lib + "attention_varlen_into")
     def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, lse, scale=None, is_causal=False,
@@ -177,9 +195,10 @@ class Library:
     # (FlashAttention's arguments and semantics; the module's docstring).
     def attention(self, q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None,
                   window_size=(-1, -1), softcap=0.0, sinks=None):
-        """SDPA's call: q [B, H, S, D], k/v [B, Hkv, Sk, D] (layout="bshd": [B, S, H, D] tensors, as
-        flash_attn_func takes them; no copies either way). GQA when Hkv < H. Returns out (like q), or
-        (out, lse [B, H, S] fp32) with return_lse. `out`: write into this tensor instead."""
+        """SDPA's call: q [B, H, S, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] (layout="bshd": [B, S, H,
+        D] tensors, as flash_attn_func takes them; no copies either way). GQA when Hkv < H; Dv, v's
+        last dim, may differ from D. Returns out (q's shape with Dv last), or (out, lse [B, H, S] fp32)
+        with return_lse. `out`: write into this tensor instead."""
         _check_grad("attention", q, k, v, sinks)
         if layout not in ("bhsd", "bshd"):
             raise ValueError(f"attntune.attention: layout must be 'bhsd' or 'bshd' (got {layout!r})")
@@ -204,9 +223,10 @@ class Library:
                           is_causal=False, return_lse=False, out=None, window_size=(-1, -1), softcap=0.0,
                           sinks=None):
         """flash_attn_with_kvcache's call: q [B, S, H, D]; caches [B, Sk, Hkv, D], or pages
-        [num_blocks, page_size, Hkv, D] with block_table [B, max_blocks] (int32); cache_seqlens [B]
-        (int32): the keys of each sequence (None: all; the window is aligned to each sequence's
-        last key). Returns out [B, S, H, D], or (out, lse [B, H, S])."""
+        [num_blocks, page_size, Hkv, D] with block_table [B, max_blocks] (int32), v_cache's last dim
+        Dv (may differ from D); cache_seqlens [B] (int32): the keys of each sequence (None: all; the
+        window is aligned to each sequence's last key). Returns out [B, S, H, Dv], or (out, lse
+        [B, H, S])."""
         _check_grad("attention_kvcache", q, k_cache, v_cache, sinks)
         window = _window("attention_kvcache", window_size)
         _check_variants("attention_kvcache", q, q.shape[2] if q.dim() == 4 else None, is_causal, window,
@@ -223,8 +243,9 @@ class Library:
 
     def attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None,
                          is_causal=False, return_lse=False, out=None, window_size=(-1, -1), softcap=0.0, sinks=None):
-        """flash_attn_varlen_func's call: q [total_q, H, D], k/v [total_k, Hkv, D], cu_seqlens [B + 1]
-        (int32, on the device), max lengths as ints. Returns out like q, or (out, lse [H, total_q])."""
+        """flash_attn_varlen_func's call: q [total_q, H, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv]
+        (Dv may differ from D), cu_seqlens [B + 1] (int32, on the device), max lengths as ints.
+        Returns out [total_q, H, Dv], or (out, lse [H, total_q])."""
         _check_grad("attention_varlen", q, k, v, sinks)
         window = _window("attention_varlen", window_size)
         _check_variants("attention_varlen", q, q.shape[1] if q.dim() == 3 else None, is_causal, window,
@@ -301,16 +322,18 @@ class Library:
         self.ops.set_policy(fallback, float(max_length_ratio))
 
     def explain(self, entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, *, window_size=(-1, -1), softcap=0.0,
-                sinks=False):
+                sinks=False, head_dim_v=None):
         """(kernel index or -1, reason): what a call of `entry` ("attention", "attention_kvcache",
         "attention_varlen") with this problem would run, on a GPU, and why. The variants as the
-        calls take them (sinks: whether the call passes any)."""
+        calls take them (sinks: whether the call passes any); head_dim_v: v's head dim (None:
+        head_dim)."""
         if entry not in ENTRY:
             raise ValueError(f"attntune.explain: entry must be one of {', '.join(ENTRY)} (got {entry!r})")
         window = _window("explain", window_size)
         _check_variants("explain", None, None, is_causal, window, softcap, None)
         return tuple(self.ops.explain(ENTRY[entry], dtype, head_dim, bool(is_causal), b, h, hkv, s, sk, window,
-                                      float(softcap), sinks is not None and sinks is not False))
+                                      float(softcap), sinks is not None and sinks is not False,
+                                      0 if head_dim_v is None else head_dim_v))
 
     def kernels(self):
         """The kernels of the library: attntune_kernel_info()'s "kernels"."""
@@ -338,12 +361,14 @@ def _regime(row):
 def untunable(row, support):
     """Why no family of the attntune that wrote the package (its tuner.json) tunes this coverage()
     row's problem ("" when one does, or when that is not known): its head_dim or dtype, its regime,
-    or its variants (a windowed prefill problem is not tunable because flash_decode tunes windows)."""
+    its value head dim, or its variants (a windowed prefill problem is not tunable because
+    flash_decode tunes windows)."""
     if not support:
         return ""
     p = row["problem"]
     fams = support.get("families", [])
     regime, wanted = _regime(row), _variants_of(p)
+    dv = p.get("dv")  # only where it is not d
     why = []
     for f in fams:
         s = f.get("support", {})
@@ -351,6 +376,10 @@ def untunable(row, support):
             continue
         if "regimes" in f and regime not in f["regimes"]:
             why.append(f"{f['family']} tunes no {regime} problem")
+            continue
+        # A family tunes dv != d only where its problem section lists dv (an attntune before it: none).
+        if dv is not None and str(dv) not in s.get("dv", []):
+            why.append(f"{f['family']} tunes no value head dim {dv} beside head_dim {p['d']}")
             continue
         # A key the family's support lacks: an attntune before the variants, which tuned none.
         missing = [_VARIANT_WORDS[k] for k in wanted if "1" not in s.get(k, ["0"])]
@@ -380,10 +409,11 @@ def _variant_spec(p):
 
 
 def problem_spec(row):
-    """attntune's problem spec of one coverage() row ("b=..,h=..,...,causal=..[,page=N][,window=L[,R]]
-    [,softcap=C][,sinks=1]")."""
+    """attntune's problem spec of one coverage() row ("b=..,h=..,...,d=..[,dv=N],dtype=..,causal=..
+    [,page=N][,window=L[,R]][,softcap=C][,sinks=1]")."""
     p = row["problem"]
-    spec = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']},dtype={row['dtype']},"
+    dv = f",dv={p['dv']}" if p.get("dv") is not None and p["dv"] != p["d"] else ""
+    spec = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']}{dv},dtype={row['dtype']},"
             f"causal={p['causal']}")
     if row["entry"] == "attention_kvcache" and p["paged"]:
         spec += f",page={p['paged']}"
@@ -487,9 +517,10 @@ def set_policy(fallback="sdpa", max_length_ratio=16.0):
     default().set_policy(fallback, max_length_ratio)
 
 
-def explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, *, window_size=(-1, -1), softcap=0.0, sinks=False):
+def explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, *, window_size=(-1, -1), softcap=0.0, sinks=False,
+            head_dim_v=None):
     return default().explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, window_size=window_size,
-                             softcap=softcap, sinks=sinks)
+                             softcap=softcap, sinks=sinks, head_dim_v=head_dim_v)
 
 
 def kernels():

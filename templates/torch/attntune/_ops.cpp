@@ -7,19 +7,21 @@
 // several libraries side by side under namespaces of their own):
 //
 //   attention(q, k, v, scale, is_causal, return_lse, window_size, softcap, sinks) -> (out, lse)
-//       q [B, H, S, D], k/v [B, Hkv, Sk, D] (SDPA's layout; any strides with the last dim
-//       contiguous, so [B, S, H, D] storage passes as a transposed view, no copy)
+//       q [B, H, S, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] (SDPA's layout; any strides with the
+//       last dim contiguous, so [B, S, H, D] storage passes as a transposed view, no copy); out
+//       [B, H, S, Dv]
 //   attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, scale, is_causal, return_lse,
 //       window_size, softcap, sinks)
-//       q [B, S, H, D]; caches [B, Sk, Hkv, D] or pages [num_blocks, page_size, Hkv, D]
-//       (flash_attn_with_kvcache's layout)
+//       q [B, S, H, D]; caches [B, Sk, Hkv, D] or pages [num_blocks, page_size, Hkv, D], v_cache's
+//       last dim Dv (flash_attn_with_kvcache's layout); out [B, S, H, Dv]
 //   attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
 //       is_causal, return_lse, window_size, softcap, sinks)
-//       q [total_q, H, D], k/v [total_k, Hkv, D] (flash_attn_varlen_func's)
+//       q [total_q, H, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] (flash_attn_varlen_func's); out
+//       [total_q, H, Dv]
 //   ..._into(..., out, lse, scale, is_causal, window_size, softcap, sinks)   the same, writing into the
 //       caller's tensors
-//   explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, window_size, softcap, sinks)
-//       -> (kernel, reason)
+//   explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, window_size, softcap, sinks,
+//       head_dim_v) -> (kernel, reason)
 //   coverage() -> str (JSON), reset_coverage(), set_policy(fallback, max_length_ratio), kernel_info()
 //
 // The variants are FlashAttention's arguments (docs/CONTRACT.md "Variants"): window_size (left,
@@ -28,6 +30,11 @@
 // [heads_q] fp32 tensor of logits joining each row's softmax denominator (no value row; the LSE
 // includes them). The kernels serve exactly the variants they were built with; the library's
 // dispatcher (attntune_select_kernel_ex) never gives a windowed call a full-attention kernel.
+//
+// The value head dim Dv is v's last dim, as FlashAttention takes it (DeepSeek's MLA prefill: D 192,
+// Dv 128): v must have k's shape but for it, and out has it. A call with Dv != D runs only a kernel
+// built for both dims (attntune_options.head_dim_v = Dv; docs/CONTRACT.md "Value head dims"); with
+// Dv == D it passes head_dim_v 0 and is the call it always was. The fallback takes any Dv.
 //
 // Each call is decided on the host from shapes alone (no device sync, so it is capturable in a CUDA
 // graph): the library's own dispatcher names the kernel tuned for the nearest problem; the call
@@ -61,6 +68,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #ifndef ATTNTUNE_TORCH_NAMESPACE
 #define ATTNTUNE_TORCH_NAMESPACE attntune
@@ -102,6 +110,9 @@ typedef struct attntune_options {
   int window_right;    // -1: unbounded; a causal call passes -1 (causal bounds it at 0)
   float softcap;       // > 0: score = softcap * tanh(softmax_scale * q.k / softcap); 0: none
   const float* sinks;  // NULL, or [heads_q] fp32 logits (device)
+  int head_dim_v;      // V's and out's head dim where it is not head_dim; 0: head_dim (docs/CONTRACT.md
+                       // "Value head dims"). An export before it refuses a nonzero one (a byte past its
+                       // struct set), so only split calls depend on it.
 } attntune_options;
 
 // The entry points with options, weak: a kernels file exported before the variants lacks them, and
@@ -204,14 +215,17 @@ struct Policy {
 std::mutex g_mutex;
 Policy g_policy;
 
-// What a call is, for coverage: its entry point and problem (variants included: a windowed call is
-// another problem than its plain shape).
+// What a call is, for coverage: its entry point and problem (variants and the value head dim
+// included: a windowed call is another problem than its plain shape, a (192, 128) call than a
+// (192, 192) one). dv: V's and out's head dim, d for one head dim.
 struct Shape {
-  int entry, bf16, d, causal, b, h, hkv, s, sk, paged;
+  int entry, bf16, d, dv, causal, b, h, hkv, s, sk, paged;
   Variants v;
+  // The value head dim where it is not d (attntune_options.head_dim_v, the spec's dv=N), else 0.
+  int split_dv() const { return dv != d ? dv : 0; }
   bool operator<(const Shape& o) const {
-    return std::tie(entry, bf16, d, causal, b, h, hkv, s, sk, paged, v) <
-           std::tie(o.entry, o.bf16, o.d, o.causal, o.b, o.h, o.hkv, o.s, o.sk, o.paged, o.v);
+    return std::tie(entry, bf16, d, dv, causal, b, h, hkv, s, sk, paged, v) <
+           std::tie(o.entry, o.bf16, o.d, o.dv, o.causal, o.b, o.h, o.hkv, o.s, o.sk, o.paged, o.v);
   }
 };
 struct Count {
@@ -241,24 +255,31 @@ double off_by(double a, double b) {
   return a > b ? a / b : b / a;
 }
 
-// The options struct of a call's variants; `sinks` the device logits (or any non-null pointer, for
-// the dispatcher, which reads only whether there are sinks).
-attntune_options options_of(const Variants& v, const float* sinks) {
+// The options struct of a call's variants and value head dim (`c.split_dv()`: 0 for one head dim,
+// so that an export before head_dim_v takes the call); `sinks` the device logits (or any non-null
+// pointer, for the dispatcher, which reads only whether there are sinks).
+attntune_options options_of(const Shape& c, const float* sinks) {
   attntune_options o;
   std::memset(&o, 0, sizeof o);
   o.size = sizeof o;
-  o.window = v.windowed() ? 1 : 0;
-  o.window_left = v.left;
-  o.window_right = v.right;
-  o.softcap = static_cast<float>(v.softcap);
-  o.sinks = v.sinks ? sinks : nullptr;
+  o.window = c.v.windowed() ? 1 : 0;
+  o.window_left = c.v.left;
+  o.window_right = c.v.right;
+  o.softcap = static_cast<float>(c.v.softcap);
+  o.sinks = c.v.sinks ? sinks : nullptr;
+  o.head_dim_v = c.split_dv();
   return o;
 }
 
-// The library's dispatcher for a call's shape and variants: the kernel index, or -1 (`why` says
-// why when the library cannot take variants at all).
+// The library's dispatcher for a call's shape, variants and value head dim: the kernel index, or -1
+// (`why` says why when the library cannot take such calls at all).
 int select_kernel(const Shape& c, std::string* why) {
   if (!attntune_select_kernel_ex) {
+    if (c.split_dv()) {
+      *why = "the library was exported before attntune served a value head dim other than head_dim: export it "
+             "again";
+      return -1;
+    }
     if (c.v.any()) {
       *why = "the library was exported before attntune served variants (sliding windows, soft-cap, sinks): export "
              "it again";
@@ -266,10 +287,15 @@ int select_kernel(const Shape& c, std::string* why) {
     }
     return attntune_select_kernel_entry(c.entry, c.d, c.causal, c.b, c.h, c.hkv, c.s, c.sk);
   }
+  // An export before head_dim_v refuses a split call's options (a byte past its struct is set): -1,
+  // and rightly, since it holds no kernel for two head dims.
   static const float any_sinks = 0.0f;
-  const attntune_options o = options_of(c.v, &any_sinks);
+  const attntune_options o = options_of(c, &any_sinks);
   return attntune_select_kernel_ex(c.entry, c.d, c.causal, c.b, c.h, c.hkv, c.s, c.sk, &o);
 }
+
+// " head_dim_v=N" for a call of two head dims, "" for one (messages).
+std::string dv_words(const Shape& c) { return c.split_dv() ? fmt(" head_dim_v=%d", c.dv) : std::string(); }
 
 // The decision for a call's shape, from the host alone (no device data).
 Decision decide(const Shape& c, const std::string& dtype_name, double max_ratio) {
@@ -292,8 +318,8 @@ Decision decide(const Shape& c, const std::string& dtype_name, double max_ratio)
   const int k = select_kernel(c, &why);
   if (k < 0) {
     d.reason = !why.empty() ? why
-                            : fmt("no kernel of the library serves %s with head_dim=%d is_causal=%d", entry_name(c.entry),
-                                  c.d, c.causal) +
+                            : fmt("no kernel of the library serves %s with head_dim=%d%s is_causal=%d",
+                                  entry_name(c.entry), c.d, dv_words(c).c_str(), c.causal) +
                                   c.v.words();
     return d;
   }
@@ -344,8 +370,9 @@ Policy policy_now() {
 void fall_back(const Shape& c, const at::Tensor& q, const std::string& reason, bool tunable) {
   count(c, -1, reason, other_dtype(q), tunable);
   if (policy_now().raise)
-    TORCH_CHECK(false, fmt("attntune.%s: no tuned kernel for b=%d,h=%d,hkv=%d,s=%d,sk=%d,d=%d,causal=%d",
-                           entry_name(c.entry), c.b, c.h, c.hkv, c.s, c.sk, c.d, c.causal) +
+    TORCH_CHECK(false, fmt("attntune.%s: no tuned kernel for b=%d,h=%d,hkv=%d,s=%d,sk=%d,d=%d%s,causal=%d",
+                           entry_name(c.entry), c.b, c.h, c.hkv, c.s, c.sk, c.d,
+                           c.split_dv() ? fmt(",dv=%d", c.dv).c_str() : "", c.causal) +
                            c.v.spec() + ": " + reason +
                            " (fallback policy 'raise'; attntune.set_policy(fallback='sdpa') falls back to PyTorch: "
                            "scaled_dot_product_attention, or the explicit path for variants)");
@@ -368,11 +395,12 @@ std::string coverage_json() {
   for (const auto& [c, n] : g_coverage) {
     j += first ? "" : ",";
     first = false;
+    // "dv" only for two head dims, as attntune's problems carry it.
     j += fmt("{\"entry\":\"%s\",\"dtype\":\"%s\",\"problem\":{\"b\":%d,\"h\":%d,\"hkv\":%d,\"s\":%d,\"sk\":%d,"
-             "\"d\":%d,\"causal\":%d,\"paged\":%d,\"window\":[%d,%d],\"softcap\":%s,\"sinks\":%d},\"calls\":%lld,",
+             "\"d\":%d,%s\"causal\":%d,\"paged\":%d,\"window\":[%d,%d],\"softcap\":%s,\"sinks\":%d},\"calls\":%lld,",
              entry_name(c.entry), n.dtype.empty() ? (c.bf16 ? "bf16" : "fp16") : json_escape(n.dtype).c_str(), c.b,
-             c.h, c.hkv, c.s, c.sk, c.d, c.causal, c.paged, c.v.left, c.v.right, shortest(c.v.softcap).c_str(),
-             c.v.sinks ? 1 : 0, n.calls);
+             c.h, c.hkv, c.s, c.sk, c.d, c.split_dv() ? fmt("\"dv\":%d,", c.dv).c_str() : "", c.causal, c.paged,
+             c.v.left, c.v.right, shortest(c.v.softcap).c_str(), c.v.sinks ? 1 : 0, n.calls);
     if (n.kernel >= 0) {
       int p[9];
       const char* label = "";
@@ -468,14 +496,19 @@ at::Tensor sinks_of(const char* e, const std::optional<at::Tensor>& sinks, int64
   return sinks->contiguous();
 }
 
+// head_dim_v: V's head dim, 0 (or head_dim) for one head dim.
 std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64_t d, bool causal, int64_t b,
                                          int64_t h, int64_t hkv, int64_t s, int64_t sk, at::IntArrayRef window_size,
-                                         double softcap, bool sinks) {
+                                         double softcap, bool sinks, int64_t head_dim_v) {
   TORCH_CHECK(entry == kEntryDense || entry == kEntryKvcache || entry == kEntryVarlen,
               "attntune.explain: entry must be 1 (attention), 2 (kvcache) or 4 (varlen)");
   TORCH_CHECK(dtype == "fp16" || dtype == "bf16", "attntune.explain: dtype must be fp16 or bf16");
+  TORCH_CHECK(head_dim_v >= 0 && head_dim_v <= std::numeric_limits<int>::max(),
+              fmt("attntune.explain: head_dim_v must be 0 (head_dim) or V's head dim (got %lld)",
+                  static_cast<long long>(head_dim_v)));
   const Variants v = variants_of("explain", window_size, softcap, sinks, causal);
-  const Shape c{static_cast<int>(entry), dtype == "bf16", static_cast<int>(d), causal ? 1 : 0, static_cast<int>(b),
+  const Shape c{static_cast<int>(entry), dtype == "bf16", static_cast<int>(d),
+                static_cast<int>(head_dim_v ? head_dim_v : d), causal ? 1 : 0, static_cast<int>(b),
                 static_cast<int>(h), static_cast<int>(hkv), static_cast<int>(s), static_cast<int>(sk), 0, v};
   const Decision dec = decide(c, "", policy_now().max_ratio);
   return {dec.kernel, dec.reason};
@@ -494,10 +527,66 @@ std::string layout_problem(std::initializer_list<const at::Tensor*> ts) {
   return "";
 }
 
-void check_out(const at::Tensor& out, const at::Tensor& like, const char* entry) {
-  ATTNTUNE_CHECK(out.sizes() == like.sizes(), entry, "out must have q's shape");
+// q's sizes with the last (the head dim) `dv`: out's shape.
+std::vector<int64_t> sizes_with_dv(const at::Tensor& q, int64_t dv) {
+  std::vector<int64_t> s(q.sizes().begin(), q.sizes().end());
+  if (!s.empty()) s.back() = dv;
+  return s;
+}
+
+// v's last dim, the value head dim, after checking that v has k's shape but for it
+// (FlashAttention's rule: only the head dim may differ) and that it is not 0 beside a nonzero
+// head_dim. kn, vn: the tensors' names ("k", "v"; "k_cache", "v_cache").
+int64_t value_dim(const at::Tensor& k, const at::Tensor& v, const char* entry, const char* kn, const char* vn) {
+  bool same = k.dim() == v.dim() && k.dim() > 0;
+  for (int64_t i = 0; same && i + 1 < k.dim(); ++i) same = k.size(i) == v.size(i);
+  ATTNTUNE_CHECK(same, entry,
+                 fmt("%s must have %s's shape but for its last dim (the value head dim, which may differ from the "
+                     "query/key head dim): %s ",
+                     vn, kn, kn) +
+                     dims(k.sizes()) + ", " + vn + " " + dims(v.sizes()));
+  const int64_t dv = v.size(-1);
+  ATTNTUNE_CHECK(dv > 0 || k.size(-1) == 0, entry,
+                 fmt("%s's last dim (the value head dim) is 0: it must be at least 1 (%s ", vn, kn) +
+                     dims(k.sizes()) + ", " + vn + " " + dims(v.sizes()) + ")");
+  return dv;
+}
+
+// q's last dim against k's: the query/key head dim.
+void check_qk_dim(const at::Tensor& q, const at::Tensor& k, const char* entry, const char* kn) {
+  ATTNTUNE_CHECK(q.size(-1) == k.size(-1), entry,
+                 fmt("q and %s must have the same head_dim (the last dim; only v's may differ): q ", kn) +
+                     dims(q.sizes()) + ", " + kn + " " + dims(k.sizes()));
+}
+
+// out: q's shape with the value head dim last (q's shape when there is one head dim).
+void check_out(const at::Tensor& out, const at::Tensor& like, int64_t dv, const char* entry) {
+  const std::vector<int64_t> want = sizes_with_dv(like, dv);
+  ATTNTUNE_CHECK(out.sizes() == at::IntArrayRef(want), entry,
+                 dv == like.size(-1) ? "out must have q's shape (" + dims(want) + "; got " + dims(out.sizes()) + ")"
+                                     : "out must have q's shape with v's head dim last (" + dims(want) + "; got " +
+                                           dims(out.sizes()) + ")");
   ATTNTUNE_CHECK(out.scalar_type() == like.scalar_type(), entry, "out must have q's dtype");
   ATTNTUNE_CHECK(out.device() == like.device(), entry, "out must be on q's device");
+}
+
+// The ops' own out: like q (empty_like: its strides' order), with v's last dim. With one head dim
+// exactly empty_like(q); with two, q's dims in the order of its strides (largest first, ties in dim
+// order; the head dim innermost), so [B, S, H, D] storage seen as [B, H, S, D] gives [B, S, H, Dv]
+// storage. The fake implementations (__init__.py's _out_like) allocate the same strides.
+at::Tensor out_like(const at::Tensor& q, const at::Tensor& v) {
+  if (q.dim() == 0 || v.dim() == 0 || v.size(-1) == q.size(-1)) return at::empty_like(q);
+  const int64_t n = q.dim();
+  std::vector<int64_t> order(n - 1);
+  for (int64_t i = 0; i + 1 < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return q.stride(a) > q.stride(b); });
+  order.push_back(n - 1);
+  std::vector<int64_t> sizes(n), inverse(n);
+  for (int64_t i = 0; i < n; ++i) {
+    sizes[i] = order[i] == n - 1 ? v.size(-1) : q.size(order[i]);
+    inverse[order[i]] = i;
+  }
+  return at::empty(sizes, q.options()).permute(inverse);
 }
 
 void check_lse(const std::optional<at::Tensor>& lse, at::IntArrayRef shape, const at::Tensor& q, const char* entry) {
@@ -543,10 +632,11 @@ bool ran_kernel(const char* e, const Shape& c, const at::Tensor& q, std::initial
 
 // ------------------------------------------------------------------ the fallback
 
-// Attention of q [B, H, S, D] over k, v [B, Hkv, Sk, D] with `visible` (bool, broadcastable to
-// [B, 1, S, Sk]; undefined: all keys, or causal bottom-right when `causal`), by SDPA; rows that see
-// no key are zero and their LSE -inf. Writes out (like q) and, if given, lse [B, H, S]. For calls
-// without variants.
+// Attention of q [B, H, S, D] over k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] with `visible` (bool,
+// broadcastable to [B, 1, S, Sk]; undefined: all keys, or causal bottom-right when `causal`), by
+// SDPA (which takes Dv != D: its math and memory-efficient backends do, its flash one declines and
+// SDPA picks another); rows that see no key are zero and their LSE -inf. Writes out [B, H, S, Dv]
+// and, if given, lse [B, H, S]. For calls without variants.
 void sdpa_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor visible, bool causal,
                double scale, at::Tensor& out, const std::optional<at::Tensor>& lse) {
   const int64_t S = q.size(2), Sk = k.size(2), H = q.size(1), Hkv = k.size(1);
@@ -579,7 +669,8 @@ void sdpa_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at
   }
 }
 
-// The fallback of calls with variants: attention of q [B, H, S, D] over k, v [B, Hkv, Sk, D] with
+// The fallback of calls with variants: attention of q [B, H, S, D] over k [B, Hkv, Sk, D] and v
+// [B, Hkv, Sk, Dv] with
 // the window, the soft-cap and the sinks, in fp32 by explicit matmuls (SDPA takes neither a score
 // transform nor a sink; FlexAttention, which takes both, is Python and needs torch.compile to be
 // fast, and this runs inside the C++ operator: docs/design/torch.md). Per chunk of query rows:
@@ -588,13 +679,14 @@ void sdpa_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at
 // lse' = logaddexp(lse, sink) (exactly the sink in the softmax's denominator). A row that sees no
 // key gives zeros and LSE -inf, or its sink's logit. len_q / len_k: [B] int64, each sequence's query
 // rows and keys (rows bottom-right aligned per sequence; keys past len_k are masked, and zeroed:
-// a stale cache may hold NaN there), or undefined (S and Sk). Writes out (like q, any strides) and,
-// if given, lse [B, H, S]. Everything is on q's device with shapes from the host: no sync, so it
+// a stale cache may hold NaN there), or undefined (S and Sk). Writes out ([B, H, S, Dv], any
+// strides) and, if given, lse [B, H, S]. Everything is on q's device with shapes from the host: no sync, so it
 // can be captured in a CUDA graph.
 void variant_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& len_q,
                   const at::Tensor& len_k, bool causal, const Variants& var, const at::Tensor& sinks, double scale,
                   at::Tensor& out, const std::optional<at::Tensor>& lse) {
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
+  const int64_t Dv = v.size(3);
   if (q.numel() == 0) return;
   const int64_t G = Hkv > 0 ? H / Hkv : 1;  // query heads per K/V head: head h reads K/V head h / G
   const auto f32 = q.options().dtype(at::kFloat), i64 = q.options().dtype(at::kLong);
@@ -625,9 +717,9 @@ void variant_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       if (var.left >= 0) j0 = std::max<int64_t>(0, r0 + diag - var.left);
       if (right >= 0) j1 = std::min<int64_t>(Sk, r0 + n - 1 + diag + right + 1);
     }
-    at::Tensor o, l;  // [B, Hkv, G, n, D] and the LSE [B, Hkv, G, n, 1], fp32
+    at::Tensor o, l;  // [B, Hkv, G, n, Dv] and the LSE [B, Hkv, G, n, 1], fp32
     if (j1 <= j0) {
-      o = at::zeros({B, Hkv, G, n, D}, f32);
+      o = at::zeros({B, Hkv, G, n, Dv}, f32);
       l = at::full({B, Hkv, G, n, 1}, -inf, f32);
     } else {
       const int64_t m = j1 - j0;
@@ -646,7 +738,7 @@ void variant_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       mx = at::where(at::isneginf(mx), at::zeros_like(mx), mx);  // a row without keys: exp(-inf) = 0
       s.sub_(mx).exp_();
       l = s.sum(-1, /*keepdim=*/true);
-      o = at::matmul(s.view({B, Hkv, G * n, m}), vf.narrow(2, j0, m)).view({B, Hkv, G, n, D});
+      o = at::matmul(s.view({B, Hkv, G * n, m}), vf.narrow(2, j0, m)).view({B, Hkv, G, n, Dv});
       o = at::where(l > 0, o / l, at::zeros({}, f32));
       l = l.log_().add_(mx);  // -inf where no key is seen
     }
@@ -654,7 +746,7 @@ void variant_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       o = o * at::sigmoid(l - sink5);
       l = at::logaddexp(l, sink5.expand_as(l));
     }
-    out.narrow(2, r0, n).copy_(o.view({B, H, n, D}));
+    out.narrow(2, r0, n).copy_(o.view({B, H, n, Dv}));
     if (lse) lse->narrow(2, r0, n).copy_(l.view({B, H, n}));
   }
 }
@@ -665,31 +757,32 @@ void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
                     std::optional<at::Tensor> lse, std::optional<double> scale, bool is_causal,
                     at::IntArrayRef window_size, double softcap, const std::optional<at::Tensor>& sinks) {
   const char* e = "attention";
-  ATTNTUNE_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, e, "q, k and v must be 4-d: [batch, heads, seqlen, head_dim]");
+  ATTNTUNE_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, e,
+                 "q, k and v must be 4-d: [batch, heads, seqlen, head_dim] (v's last dim: the value head dim)");
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
-  ATTNTUNE_CHECK(k.size(0) == B && v.size(0) == B, e, "q, k and v must have the same batch");
-  ATTNTUNE_CHECK(k.sizes() == v.sizes(), e, "k and v must have the same shape");
-  ATTNTUNE_CHECK(k.size(3) == D, e, "q and k must have the same head_dim");
+  ATTNTUNE_CHECK(k.size(0) == B, e, "q, k and v must have the same batch");
+  const int64_t Dv = value_dim(k, v, e, "k", "v");
+  check_qk_dim(q, k, e, "k");
   ATTNTUNE_CHECK(Hkv > 0 ? H % Hkv == 0 : H == 0, e, fmt("heads of q (%lld) must be a multiple of k's (%lld)",
                                                 static_cast<long long>(H), static_cast<long long>(Hkv)));
   ATTNTUNE_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e, "q, k and v must share a dtype");
-  check_out(out, q, e);
+  check_out(out, q, Dv, e);
   check_lse(lse, {B, H, S}, q, e);
   const Variants var = variants_of(e, window_size, softcap, sinks.has_value() && sinks->defined(), is_causal);
   const at::Tensor sk_logits = sinks_of(e, sinks, H, q);
   const double sc = scale_of(scale, D);
-  const Shape c{kEntryDense, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), is_causal ? 1 : 0,
-                as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"), as_int(S, e, "seqlen_q"),
-                as_int(Sk, e, "seqlen_k"), 0, var};
+  const Shape c{kEntryDense, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), as_int(Dv, e, "head_dim_v"),
+                is_causal ? 1 : 0, as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"),
+                as_int(S, e, "seqlen_q"), as_int(Sk, e, "seqlen_k"), 0, var};
   const bool ran = ran_kernel(e, c, q, {&q, &k, &v, &out, &sk_logits}, [&](cudaStream_t stream) {
     const long long qs[3] = {q.stride(0), q.stride(1), q.stride(2)}, ks[3] = {k.stride(0), k.stride(1), k.stride(2)},
                     vs[3] = {v.stride(0), v.stride(1), v.stride(2)},
                     os[3] = {out.stride(0), out.stride(1), out.stride(2)};
     float* l = lse ? lse->data_ptr<float>() : nullptr;
-    if (!attntune_attention_forward_ex)  // an export before the variants: plain calls only reach here
+    if (!attntune_attention_forward_ex)  // an export before the variants: plain one-dim calls only reach here
       return attntune_attention_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), l, c.b, c.h, c.hkv,
                                         c.s, c.sk, c.d, qs, ks, vs, os, static_cast<float>(sc), c.causal, stream);
-    const attntune_options o = options_of(var, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
+    const attntune_options o = options_of(c, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
     return attntune_attention_forward_ex(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), l, c.b, c.h,
                                          c.hkv, c.s, c.sk, c.d, qs, ks, vs, os, static_cast<float>(sc), c.causal, &o,
                                          stream);
@@ -705,7 +798,7 @@ std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tens
                                              std::optional<double> scale, bool is_causal, bool return_lse,
                                              at::IntArrayRef window_size, double softcap,
                                              const std::optional<at::Tensor>& sinks) {
-  at::Tensor out = at::empty_like(q);
+  at::Tensor out = out_like(q, v);
   at::Tensor lse = return_lse && q.dim() == 4 ? at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat))
                                               : at::empty({0}, q.options().dtype(at::kFloat));
   attention_into(q, k, v, out, return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal,
@@ -724,12 +817,12 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
   ATTNTUNE_CHECK(q.dim() == 4, e, "q must be 4-d: [batch, seqlen_q, heads, head_dim]");
   ATTNTUNE_CHECK(k_cache.dim() == 4 && v_cache.dim() == 4, e,
         "k_cache and v_cache must be 4-d: [batch, seqlen_k, heads_kv, head_dim], or pages [num_blocks, page_size, "
-        "heads_kv, head_dim] with a block_table");
-  ATTNTUNE_CHECK(k_cache.sizes() == v_cache.sizes(), e, "k_cache and v_cache must have the same shape");
+        "heads_kv, head_dim] with a block_table (v_cache's last dim: the value head dim)");
+  const int64_t Dv = value_dim(k_cache, v_cache, e, "k_cache", "v_cache");
   ATTNTUNE_CHECK(k_cache.scalar_type() == q.scalar_type() && v_cache.scalar_type() == q.scalar_type(), e,
         "q and the caches must share a dtype");
   const int64_t B = q.size(0), S = q.size(1), H = q.size(2), D = q.size(3), Hkv = k_cache.size(2);
-  ATTNTUNE_CHECK(k_cache.size(3) == D, e, "q and the caches must have the same head_dim");
+  check_qk_dim(q, k_cache, e, "k_cache");
   ATTNTUNE_CHECK(Hkv > 0 ? H % Hkv == 0 : H == 0, e, "heads of q must be a multiple of the caches'");
   const bool paged = block_table.has_value();
   int64_t Sk = k_cache.size(1), page = 0, max_blocks = 0;
@@ -753,14 +846,15 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
     ATTNTUNE_CHECK(cache_seqlens->device() == q.device(), e, "cache_seqlens must be on q's device");
     lens = cache_seqlens->to(at::kInt).contiguous();
   }
-  check_out(out, q, e);
+  check_out(out, q, Dv, e);
   check_lse(lse, {B, H, S}, q, e);
   const Variants var = variants_of(e, window_size, softcap, sinks.has_value() && sinks->defined(), is_causal);
   const at::Tensor sk_logits = sinks_of(e, sinks, H, q);
   const double sc = scale_of(scale, D);
-  const Shape c{kEntryKvcache, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), is_causal ? 1 : 0,
-                as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"), as_int(S, e, "seqlen_q"),
-                as_int(Sk, e, "seqlen_k"), paged ? as_int(page, e, "page_size") : 0, var};
+  const Shape c{kEntryKvcache, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"),
+                as_int(Dv, e, "head_dim_v"), is_causal ? 1 : 0, as_int(B, e, "batch"), as_int(H, e, "heads"),
+                as_int(Hkv, e, "heads_kv"), as_int(S, e, "seqlen_q"), as_int(Sk, e, "seqlen_k"),
+                paged ? as_int(page, e, "page_size") : 0, var};
   const bool ran = ran_kernel(e, c, q, {&q, &k_cache, &v_cache, &out, &sk_logits}, [&](cudaStream_t stream) {
     // q/out [B, S, H, D]: {batch, head, row} = strides 0, 2, 1; caches likewise ({block, head, row} paged).
     const long long qs[3] = {q.stride(0), q.stride(2), q.stride(1)},
@@ -770,12 +864,12 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
     float* l = lse ? lse->data_ptr<float>() : nullptr;
     const int* n = lens.defined() ? lens.data_ptr<int>() : nullptr;
     const int* t = paged ? table.data_ptr<int>() : nullptr;
-    if (!attntune_attention_forward_kvcache_ex)  // an export before the variants: plain calls only
+    if (!attntune_attention_forward_kvcache_ex)  // an export before the variants: plain one-dim calls only
       return attntune_attention_forward_kvcache(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
                                                 l, n, t, static_cast<int>(max_blocks), static_cast<int>(page), c.b,
                                                 c.h, c.hkv, c.s, c.sk, c.d, qs, ks, vs, os, static_cast<float>(sc),
                                                 c.causal, stream);
-    const attntune_options o = options_of(var, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
+    const attntune_options o = options_of(c, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
     return attntune_attention_forward_kvcache_ex(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
                                                  l, n, t, static_cast<int>(max_blocks), static_cast<int>(page), c.b,
                                                  c.h, c.hkv, c.s, c.sk, c.d, qs, ks, vs, os, static_cast<float>(sc),
@@ -788,7 +882,7 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
   if (paged) {
     const at::Tensor idx = table.to(at::kLong).clamp(0, std::max<int64_t>(k_cache.size(0) - 1, 0)).flatten();
     kc = k_cache.index_select(0, idx).view({B, Sk, Hkv, D});
-    vc = v_cache.index_select(0, idx).view({B, Sk, Hkv, D});
+    vc = v_cache.index_select(0, idx).view({B, Sk, Hkv, Dv});
   }
   at::Tensor out_h = out.transpose(1, 2);
   if (var.any()) {
@@ -819,7 +913,7 @@ std::tuple<at::Tensor, at::Tensor> attention_kvcache(const at::Tensor& q, const 
                                                      std::optional<double> scale, bool is_causal, bool return_lse,
                                                      at::IntArrayRef window_size, double softcap,
                                                      const std::optional<at::Tensor>& sinks) {
-  at::Tensor out = at::empty_like(q);
+  at::Tensor out = out_like(q, v_cache);
   at::Tensor lse = return_lse && q.dim() == 4 ? at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat))
                                               : at::empty({0}, q.options().dtype(at::kFloat));
   attention_kvcache_into(q, k_cache, v_cache, cache_seqlens, block_table, out,
@@ -836,8 +930,9 @@ void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::T
                            std::optional<double> scale, bool is_causal, at::IntArrayRef window_size, double softcap,
                            const std::optional<at::Tensor>& sinks) {
   const char* e = "attention_varlen";
-  ATTNTUNE_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, e, "q, k and v must be 3-d: [total, heads, head_dim]");
-  ATTNTUNE_CHECK(k.sizes() == v.sizes(), e, "k and v must have the same shape");
+  ATTNTUNE_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, e,
+                 "q, k and v must be 3-d: [total, heads, head_dim] (v's last dim: the value head dim)");
+  const int64_t Dv = value_dim(k, v, e, "k", "v");
   ATTNTUNE_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e, "q, k and v must share a dtype");
   ATTNTUNE_CHECK(cu_seqlens_q.dim() == 1 && cu_seqlens_k.dim() == 1 && cu_seqlens_q.size(0) == cu_seqlens_k.size(0) &&
             cu_seqlens_q.size(0) >= 1,
@@ -848,16 +943,16 @@ void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::T
   }
   const int64_t Tq = q.size(0), H = q.size(1), D = q.size(2), Tk = k.size(0), Hkv = k.size(1);
   const int64_t B = cu_seqlens_q.size(0) - 1;
-  ATTNTUNE_CHECK(k.size(2) == D, e, "q and k must have the same head_dim");
+  check_qk_dim(q, k, e, "k");
   ATTNTUNE_CHECK(Hkv > 0 ? H % Hkv == 0 : H == 0, e, "heads of q must be a multiple of k's");
   ATTNTUNE_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0, e, "max_seqlen_q and max_seqlen_k must be >= 0");
-  check_out(out, q, e);
+  check_out(out, q, Dv, e);
   check_lse(lse, {H, Tq}, q, e);
   const Variants var = variants_of(e, window_size, softcap, sinks.has_value() && sinks->defined(), is_causal);
   const at::Tensor sk_logits = sinks_of(e, sinks, H, q);
   const double sc = scale_of(scale, D);
-  const Shape c{kEntryVarlen, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), is_causal ? 1 : 0,
-                as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"),
+  const Shape c{kEntryVarlen, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), as_int(Dv, e, "head_dim_v"),
+                is_causal ? 1 : 0, as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"),
                 as_int(max_seqlen_q, e, "max_seqlen_q"), as_int(max_seqlen_k, e, "max_seqlen_k"), 0, var};
   const at::Tensor cq = cu_seqlens_q.to(at::kInt).contiguous(), ck = cu_seqlens_k.to(at::kInt).contiguous();
   const bool ran = ran_kernel(e, c, q, {&q, &k, &v, &out, &sk_logits}, [&](cudaStream_t stream) {
@@ -865,12 +960,12 @@ void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::T
                     vs[2] = {v.stride(0), v.stride(1)}, os[2] = {out.stride(0), out.stride(1)};
     float* l = lse ? lse->data_ptr<float>() : nullptr;
     // The packed rows from the tensors' shapes: kernels reading through TMA tensor maps need them.
-    if (!attntune_attention_forward_varlen_ex)  // an export before the variants: plain calls only
+    if (!attntune_attention_forward_varlen_ex)  // an export before the variants: plain one-dim calls only
       return attntune_attention_forward_varlen_packed(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), l,
                                                       cq.data_ptr<int>(), ck.data_ptr<int>(), c.b, Tq, Tk, c.s, c.sk,
                                                       c.h, c.hkv, c.d, qs, ks, vs, os, static_cast<float>(sc),
                                                       c.causal, stream);
-    const attntune_options o = options_of(var, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
+    const attntune_options o = options_of(c, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
     return attntune_attention_forward_varlen_ex(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), l,
                                                 cq.data_ptr<int>(), ck.data_ptr<int>(), c.b, Tq, Tk, c.s, c.sk, c.h,
                                                 c.hkv, c.d, qs, ks, vs, os, static_cast<float>(sc), c.causal, &o,
@@ -890,12 +985,12 @@ void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::T
   at::Tensor kp, vp;
   if (Tk > 0) {
     kp = k.index_select(0, ik.flatten()).view({B, Sk, Hkv, D}).transpose(1, 2);
-    vp = v.index_select(0, ik.flatten()).view({B, Sk, Hkv, D}).transpose(1, 2);
+    vp = v.index_select(0, ik.flatten()).view({B, Sk, Hkv, Dv}).transpose(1, 2);
   } else {
     kp = at::zeros({B, Hkv, Sk, D}, q.options());
-    vp = kp;
+    vp = at::zeros({B, Hkv, Sk, Dv}, q.options());
   }
-  at::Tensor op = at::empty({B, H, Sq, D}, q.options());
+  at::Tensor op = at::empty({B, H, Sq, Dv}, q.options());
   std::optional<at::Tensor> lp;
   if (lse) lp = at::empty({B, H, Sq}, q.options().dtype(at::kFloat));
   if (var.any()) {
@@ -922,7 +1017,7 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen(const at::Tensor& q, const a
                                                     std::optional<double> scale, bool is_causal, bool return_lse,
                                                     at::IntArrayRef window_size, double softcap,
                                                     const std::optional<at::Tensor>& sinks) {
-  at::Tensor out = at::empty_like(q);
+  at::Tensor out = out_like(q, v);
   at::Tensor lse = return_lse && q.dim() == 3 ? at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat))
                                               : at::empty({0}, q.options().dtype(at::kFloat));
   attention_varlen_into(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out,
@@ -955,7 +1050,7 @@ TORCH_LIBRARY(ATTNTUNE_TORCH_NAMESPACE, m) {
         "int max_seqlen_q, int max_seqlen_k, Tensor(a!) out, Tensor(b!)? lse, float? scale=None, "
         "bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ") -> ()");
   m.def("explain(int entry, str dtype, int head_dim, bool is_causal, int b, int h, int hkv, int s, int sk, "
-        "int[2] window_size=[-1, -1], float softcap=0.0, bool sinks=False) -> (int, str)",
+        "int[2] window_size=[-1, -1], float softcap=0.0, bool sinks=False, int head_dim_v=0) -> (int, str)",
         &explain);
   m.def("coverage() -> str", &coverage_json);
   m.def("reset_coverage() -> ()", &reset_coverage);
