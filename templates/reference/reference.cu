@@ -198,6 +198,7 @@ extern "C" __global__ void fill_normal(elem_t* x, long long n, unsigned long lon
 // heads_kv, seqlen_k, d] through p's strides; d is head_dim for K, head_dim_v for V): key j <
 // seqlens[b] of sequence b goes to row j % page of page block_table[b * pages_per_seq + j / page].
 // Rows past a sequence's length are left as they were (the caller fills the pages with NaN first).
+// head_dim_v 0 scatters no V (a latent cache: V is the first columns of K's pages).
 extern "C" __global__ void scatter_pages(const AttnParams p, int head_dim, int head_dim_v, elem_t* k_pages,
                                          elem_t* v_pages, const int* block_table, const int* seqlens, int page,
                                          int pages_per_seq) {
