@@ -134,7 +134,7 @@ void expect_matches(const Reference& ref, const AttnBuffers& buf, const std::vec
       lse_err = std::max(lse_err, std::abs(lse64[i] - lse32[i]) / std::max(1.0, std::abs(lse64[i])));
     }
   }
-  EXPECT_LT(err, 2e-5) << what;  // fp32 math on O(1) values over <= 300 keys
+  EXPECT_LT(err, 2e-5) << what;  // fp32 math on O(1) values over <= 300 keys, head dims up to 1024
   EXPECT_LT(lse_err, 2e-5) << what;
   // The same-dtype reference is worse than fp32 but still close: it is the criterion's yardstick.
   const auto low = ref.output(buf, true);
@@ -185,7 +185,16 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_pair("b=2,h=16,hkv=1,s=4,sk=70,d=192,dv=128,dtype=bf16,causal=1,latent=1",
                                      Layout::kBSHD),
                       std::make_pair("b=1,h=8,hkv=1,s=1,sk=300,d=256,dv=224,dtype=fp16,causal=0,latent=1",
-                                     Layout::kBHSD)),
+                                     Layout::kBHSD),
+                      // Head dims past 256, read in column blocks of 256: DeepSeek's latent cache
+                      // (576 / 512: three blocks of Q and K, two of V), one head dim of 512, ragged
+                      // blocks (320 / 288) with a window and sinks, and the largest (1024).
+                      std::make_pair("b=2,h=16,hkv=1,s=4,sk=150,d=576,dv=512,dtype=bf16,causal=1,latent=1",
+                                     Layout::kBSHD),
+                      std::make_pair("b=1,h=2,s=40,sk=90,d=512,dtype=fp16,causal=0", Layout::kBHSD),
+                      std::make_pair("b=1,h=4,hkv=2,s=33,sk=70,d=320,dv=288,dtype=bf16,causal=1,window=20,sinks=1",
+                                     Layout::kBSHD),
+                      std::make_pair("b=1,h=2,hkv=1,s=3,sk=40,d=1024,dv=1024,dtype=fp16,causal=1", Layout::kBHSD)),
     [](const auto& info) { return "shape" + std::to_string(info.index) + "_" + layout_name(info.param.second); });
 
 // Varlen batches: ragged lengths with empty and one-row sequences (first, middle and last), GQA
