@@ -35,7 +35,9 @@ CREATE TABLE campaigns (
   page           INTEGER NOT NULL DEFAULT 0 CHECK (page >= 0),  -- since version 5: 0 dense, N paged KV cache
   varlen         INTEGER NOT NULL DEFAULT 0 CHECK (varlen >= 0),     -- since version 8: 0, or N: packed batch
   lens_seed      INTEGER NOT NULL DEFAULT 0 CHECK (lens_seed >= 0),  -- since version 8: its lengths' seed
-  variants       TEXT NOT NULL DEFAULT '',        -- since version 9: Problem::variant_spec(), empty when plain
+  variants       TEXT NOT NULL DEFAULT '',        -- since version 9: Problem::variant_spec(), empty when plain;
+                                                  -- with ",latent=1" (or "latent=1") after it for a latent
+                                                  -- problem (Problem::variants_column(); no schema change)
   space_path     TEXT NOT NULL,
   space_hash     TEXT NOT NULL,                   -- content hash of the space file
   family         TEXT NOT NULL,                   -- kernel template ("template" in JSON)

@@ -156,7 +156,7 @@ std::int64_t Store::open_campaign(const CampaignSpec& spec, std::int64_t device_
     insert
         .bind(spec.name, p.json().dump(), p.b, p.h, p.hkv, p.s, p.sk, p.d, dtype_name(p.dtype), p.causal, p.page,
               p.varlen, p.lens_seed, spec.space_path, spec.space_hash, spec.family, spec.strategy, spec.seed, spec.budget_evals,
-              spec.budget_seconds, device_id, spec.space_text, p.variant_spec(), p.dv)
+              spec.budget_seconds, device_id, spec.space_text, p.variants_column(), p.dv)
         .run();
     id = db().last_insert_rowid();
   }

@@ -98,7 +98,7 @@ Statement select_campaigns(Connection& db, const BestQuery& q) {
     camps.bind_at(10, p.page);
     camps.bind_at(11, p.varlen);
     camps.bind_at(12, p.lens_seed);
-    camps.bind_at(13, p.variant_spec());
+    camps.bind_at(13, p.variants_column());
     camps.bind_at(14, p.dv);
   }
   return camps;

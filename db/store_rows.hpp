@@ -39,7 +39,7 @@ inline Problem problem_from_columns(const sqlite::Statement& st) {
   p.page = st.int64("page");
   p.varlen = st.int64("varlen");
   p.lens_seed = st.int64("lens_seed");
-  p.set_variants(st.text("variants"));
+  p.set_variants_column(st.text("variants"));
   p.dv = st.int64("dv");
   return p;
 }

@@ -115,6 +115,28 @@ inline int check_value_dim(const char* family, const Call& c, int build_dv, Why*
                 call_dv ? call_dv : c.head_dim);
 }
 
+// A latent build against a call: build_latent is the build's ATT_LATENT (0: absent; the renderer
+// defines it for `latent=1` problems only: V is the first head_dim_v columns of K, one buffer, as
+// DeepSeek's MLA decode reads its latent cache). Such a build serves only calls whose v is k with
+// k's strides (its kernel may read each cache row once for both products); a build without it reads
+// V through v and serves aliasing calls as any other. A NULL k aliases nothing: a call without keys
+// (seqlen_k 0) may pass NULLs, but a call that has keys and no k, such as the export's size-only
+// attntune_select_kernel_ex (separate K and V tensors), is refused: it never selects a latent build.
+inline int check_latent(const char* family, const Call& c, int build_latent, Why* why) {
+  if (!build_latent) return 0;
+  if (!c.k ? c.seqlen_k > 0 : c.v != c.k)
+    return refuse(why, "this %s kernel was built for a latent cache (V is the first head_dim_v columns of K): the "
+                  "call's v must be its k (pass v = k with k's strides), and it is %s", family,
+                  c.k ? "another buffer" : "not given");
+  if (!c.k) return 0;  // no keys: nothing is read
+  for (int i = 0; i < 3; ++i)
+    if (c.v_stride[i] != c.k_stride[i])
+      return refuse(why, "this %s kernel was built for a latent cache (V is the first head_dim_v columns of K): the "
+                    "call's v is its k but with other strides (v {%lld, %lld, %lld}, k {%lld, %lld, %lld})", family,
+                    c.v_stride[0], c.v_stride[1], c.v_stride[2], c.k_stride[0], c.k_stride[1], c.k_stride[2]);
+  return 0;
+}
+
 // What the executor tells a plan of the device the call runs on.
 struct Device {
   int sm_count;

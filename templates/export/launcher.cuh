@@ -74,6 +74,8 @@ struct Kernel {
   int entries;  // the entry points it serves (Entry bits): its family's, varlen only for a varlen build
   int window, softcap, sinks;  // the variants it was built with: it serves calls with exactly these
   int head_dim_v;              // V's and O's head dim when built for another than head_dim, else 0
+  int latent;                  // 1: built for a latent cache (V is k's first head_dim_v columns; its plan
+                               // serves only calls with v = k, check_latent), else 0
   const attntune_plan::LaunchFamily* family;
   const attntune_plan::Define* defines;  // the #defines it was built with
   int define_count;

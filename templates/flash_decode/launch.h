@@ -20,7 +20,8 @@
 // non-portable: the launcher opts the kernel in (run_plan.cuh, the tuner's LoadedBuild). kv_load tma: tensor maps 0 (K) and
 // 1 (V), encoded per call (decode_tma_rows' box), bound into the kernels' DecodeMaps argument.
 // Split dims (a build of ATT_HEAD_DIM_V, head_dim_v != head_dim): V's map, O and the pieces have
-// head_dim_v columns, V's boxes its own column blocks.
+// head_dim_v columns, V's boxes its own column blocks. A latent build (ATT_LATENT: V is K's first
+// head_dim_v columns) runs as a split one and serves only calls whose v is k (check_latent).
 #ifndef ATTNTUNE_FLASH_DECODE_LAUNCH_H
 #define ATTNTUNE_FLASH_DECODE_LAUNCH_H
 
@@ -41,6 +42,7 @@ inline int decode_tma_rows(const Call& c, int block_n) {
 struct FlashDecodeLaunch {
   int head_dim, bf16, causal;
   int head_dim_v;  // V's and O's: ATT_HEAD_DIM_V, else head_dim
+  int latent;      // ATT_LATENT (V is K's first head_dim_v columns: calls pass v = k), else 0
   int block_m, block_n, threads, smem_bytes, ctas_per_sm;
   int last_cta;  // combine: last_cta (else the combine kernel)
   int cluster;   // combine: clusterN: N (CTAs a cluster, merged in it); else 1
@@ -63,6 +65,7 @@ struct FlashDecodeLaunch {
       return 1;
     c->kv_tma = kv_load == kv_load_tma;
     c->head_dim_v = static_cast<int>(define_or(d, n, "ATT_HEAD_DIM_V", c->head_dim));
+    c->latent = static_cast<int>(define_or(d, n, "ATT_LATENT", 0));
     c->variants = Variants::load(d, n);
 
     c->last_cta = combine == combine_last;
@@ -84,7 +87,8 @@ struct FlashDecodeLaunch {
     if (c.head_dim != head_dim)
       return refuse(why, "flash_decode was built for head_dim %d; the call has head_dim %d", head_dim, c.head_dim);
     if (check_variants("flash_decode", variants, c, why) ||
-        check_value_dim("flash_decode", c, head_dim_v != head_dim ? head_dim_v : 0, why))
+        check_value_dim("flash_decode", c, head_dim_v != head_dim ? head_dim_v : 0, why) ||
+        check_latent("flash_decode", c, latent, why))
       return 1;
     if (c.seqlen_q > kDecodeMaxSeqlenQ)
       return refuse(why,

@@ -44,26 +44,24 @@ __device__ __forceinline__ float round_to(float x, int bf16) { return to_float(f
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 constexpr int kRowsPerBlock = 8;  // one warp per query row
+constexpr int kKeysPerChunk = 32;
+// Head dims up to kMaxDim (a problem's largest), held kCols columns at a time: Q.K^T sums its column
+// blocks in column order (one block, as every head dim up to 256 is, sums as a row at once did), and
+// P.V accumulates each block of O's columns in registers of its own (o[]: kMaxDim / 32 a lane).
+constexpr int kCols = 256;
+constexpr int kMaxDim = 1024;
 constexpr int kPad = 2;  // odd word stride per smem row: lanes reading different rows hit different banks
-
-// The query rows in shared memory: fp32, or (attn_reference_wide, to fit 48 KB) the inputs' own
-// 16-bit values, read back exactly.
-__device__ __forceinline__ void put_q(float& dst, elem_t x, int bf16) { dst = to_float(x, bf16); }
-__device__ __forceinline__ void put_q(elem_t& dst, elem_t x, int) { dst = x; }
-__device__ __forceinline__ float get_q(float x, int) { return x; }
-__device__ __forceinline__ float get_q(elem_t x, int bf16) { return to_float(x, bf16); }
 
 // grid (ceil(seqlen_q / 8), heads_q, batch), block 256. head_dim is Q's and K's, head_dim_v V's and
 // O's. out: (batch, heads_q, seqlen_q, head_dim_v) contiguous fp32; lse_out: (batch, heads_q,
 // seqlen_q) fp32; seqlens_k: [batch] or null. A varlen batch: out (heads_q, total_q, head_dim_v),
-// lse_out (heads_q, total_q). kMaxDim bounds both head dims; kKeysPerChunk (at most 32: a lane a
-// key) keys go through shared memory at a time.
-template <int kMaxDim, int kKeysPerChunk, class QElem>
-__device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim, int head_dim_v, int bf16, int causal,
-                                               int lowp, float* out, float* lse_out, const int* seqlens_k) {
-  __shared__ QElem sq[kRowsPerBlock][kMaxDim];
-  __shared__ elem_t sk[kKeysPerChunk][kMaxDim + kPad];
-  __shared__ elem_t sv[kKeysPerChunk][kMaxDim + kPad];
+// lse_out (heads_q, total_q).
+extern "C" __global__ void __launch_bounds__(256)
+attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int causal, int lowp, float* out,
+               float* lse_out, const int* seqlens_k) {
+  __shared__ float sq[kRowsPerBlock][kCols];
+  __shared__ elem_t sk[kKeysPerChunk][kCols + kPad];
+  __shared__ elem_t sv[kKeysPerChunk][kCols + kPad];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int head = blockIdx.y, batch = blockIdx.z, kv_head = head / p.q_per_kv;
@@ -93,25 +91,23 @@ __device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim
   const elem_t* q = static_cast<const elem_t*>(p.q) + q_base + head * p.q_stride[1];
   const elem_t* k = static_cast<const elem_t*>(p.k) + k_base + kv_head * p.k_stride[1];
   const elem_t* v = static_cast<const elem_t*>(p.v) + v_base + kv_head * p.v_stride[1];
-  if (active)
-    for (int c = lane; c < head_dim; c += 32) put_q(sq[warp][c], q[row * p.q_stride[2] + c], bf16);
-
-  auto load_chunk = [&](int c0, bool with_v) {
-    __syncthreads();  // previous chunk fully consumed
-    for (int i = threadIdx.x; i < kKeysPerChunk * head_dim; i += blockDim.x) {
-      const int r = i / head_dim, c = i % head_dim, key = c0 + r;
-      sk[r][c] = key < seqlen_k ? k[key * p.k_stride[2] + c] : elem_t(0);
-    }
-    if (with_v)
-      for (int i = threadIdx.x; i < kKeysPerChunk * head_dim_v; i += blockDim.x) {
-        const int r = i / head_dim_v, c = i % head_dim_v, key = c0 + r;
-        sv[r][c] = key < seqlen_k ? v[key * p.v_stride[2] + c] : elem_t(0);
-      }
-    __syncthreads();
-  };
-  auto score = [&](int r) {  // scaled score of this warp's row against smem key row r
+  // The scaled score of this warp's row against key c0 + lane (keys past seqlen_k score zeros; an
+  // inactive warp's is never used). Q and the chunk's K rows come in column blocks of kCols; every
+  // thread calls it (it holds the block's barriers).
+  auto score = [&](int c0) {
     float acc = 0.f;
-    for (int c = 0; c < head_dim; ++c) acc = fmaf(get_q(sq[warp][c], bf16), to_float(sk[r][c], bf16), acc);
+    for (int cb = 0; cb < head_dim; cb += kCols) {
+      const int w = min(kCols, head_dim - cb);
+      __syncthreads();  // the previous block (or chunk) fully consumed
+      if (active)
+        for (int c = lane; c < w; c += 32) sq[warp][c] = to_float(q[row * p.q_stride[2] + cb + c], bf16);
+      for (int i = threadIdx.x; i < kKeysPerChunk * w; i += blockDim.x) {
+        const int r = i / w, c = i % w, key = c0 + r;
+        sk[r][c] = key < seqlen_k ? k[key * p.k_stride[2] + cb + c] : elem_t(0);
+      }
+      __syncthreads();
+      for (int c = 0; c < w; ++c) acc = fmaf(sq[warp][c], to_float(sk[lane][c], bf16), acc);
+    }
     acc *= p.scale;
     if (p.variant.softcap > 0.f) acc = p.variant.softcap * tanhf(acc / p.variant.softcap);
     return lowp ? round_to(acc, bf16) : acc;
@@ -120,10 +116,9 @@ __device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim
   // Pass 1: per-lane running max and sum over keys lane, lane+32, ...; then merged over the warp.
   float m = neg_inf(), l = 0.f;
   for (int c0 = block_start; c0 < block_limit; c0 += kKeysPerChunk) {
-    load_chunk(c0, false);
+    const float s = score(c0);
     const int key = c0 + lane;
-    if (lane < kKeysPerChunk && key >= start && key < limit) {
-      const float s = score(lane);
+    if (key >= start && key < limit) {
       const float mn = fmaxf(m, s);
       l = l * expf(m - mn) + expf(s - mn);
       m = mn;
@@ -149,23 +144,38 @@ __device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim
     }
   }
 
-  // Pass 2: o = sum_j p_j v_j with exactly normalised p; lane owns dims lane, lane+32, ...
+  // Pass 2: o = sum_j p_j v_j with exactly normalised p; lane owns dims lane, lane+32, ... (o[t] is
+  // dim lane + 32 t); V's rows come in column blocks of kCols, each block's dims summed over the
+  // chunk's keys in key order.
   float o[kMaxDim / 32];
+#pragma unroll
   for (int t = 0; t < kMaxDim / 32; ++t) o[t] = 0.f;
   for (int c0 = block_start; c0 < block_limit; c0 += kKeysPerChunk) {
-    load_chunk(c0, true);
+    const float s = score(c0);
     const int key = c0 + lane;
     float pj = 0.f;
-    if (lane < kKeysPerChunk && key >= start && key < limit) {
-      pj = expf(score(lane) - m) / l;
+    if (key >= start && key < limit) {
+      pj = expf(s - m) / l;
       if (lowp) pj = round_to(pj, bf16);
     }
-    for (int kk = 0; kk < kKeysPerChunk; ++kk) {
-      const float pk = __shfl_sync(0xffffffffu, pj, kk);
 #pragma unroll
-      for (int t = 0; t < kMaxDim / 32; ++t) {
-        const int c = lane + 32 * t;
-        if (c < head_dim_v) o[t] = fmaf(pk, to_float(sv[kk][c], bf16), o[t]);
+    for (int vb = 0; vb < kMaxDim / kCols; ++vb) {
+      const int cb = vb * kCols;
+      if (cb >= head_dim_v) break;  // the same for the whole block
+      const int w = min(kCols, head_dim_v - cb);
+      __syncthreads();  // the previous block (or Q.K^T's) fully consumed
+      for (int i = threadIdx.x; i < kKeysPerChunk * w; i += blockDim.x) {
+        const int r = i / w, c = i % w, key_r = c0 + r;
+        sv[r][c] = key_r < seqlen_k ? v[key_r * p.v_stride[2] + cb + c] : elem_t(0);
+      }
+      __syncthreads();
+      for (int kk = 0; kk < kKeysPerChunk; ++kk) {
+        const float pk = __shfl_sync(0xffffffffu, pj, kk);
+#pragma unroll
+        for (int t = 0; t < kCols / 32; ++t) {
+          const int c = lane + 32 * t;
+          if (c < w) o[vb * (kCols / 32) + t] = fmaf(pk, to_float(sv[kk][c], bf16), o[vb * (kCols / 32) + t]);
+        }
       }
     }
   }
@@ -178,20 +188,6 @@ __device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim
     if (c < head_dim_v) out[row_index * head_dim_v + c] = lowp ? round_to(o[t], bf16) : o[t];
   }
   if (lane == 0) lse_out[row_index] = l > 0.f ? m + logf(l) : neg_inf();
-}
-
-extern "C" __global__ void __launch_bounds__(256)
-attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int causal, int lowp, float* out,
-               float* lse_out, const int* seqlens_k) {
-  reference_rows<256, 32, float>(p, head_dim, head_dim_v, bf16, causal, lowp, out, lse_out, seqlens_k);
-}
-
-// Head dims past 256 (to 576: multi-head latent attention's 576 / 512): 16 keys a chunk and Q's rows
-// as 16-bit values keep the static shared memory under 48 KB (46 KB).
-extern "C" __global__ void __launch_bounds__(256)
-attn_reference_wide(const AttnParams p, int head_dim, int head_dim_v, int bf16, int causal, int lowp, float* out,
-                    float* lse_out, const int* seqlens_k) {
-  reference_rows<576, 16, elem_t>(p, head_dim, head_dim_v, bf16, causal, lowp, out, lse_out, seqlens_k);
 }
 
 // Counter-based normal random numbers (splitmix64 + Box-Muller), so every launch with a new seed
@@ -218,6 +214,7 @@ extern "C" __global__ void fill_normal(elem_t* x, long long n, unsigned long lon
 // heads_kv, seqlen_k, d] through p's strides; d is head_dim for K, head_dim_v for V): key j <
 // seqlens[b] of sequence b goes to row j % page of page block_table[b * pages_per_seq + j / page].
 // Rows past a sequence's length are left as they were (the caller fills the pages with NaN first).
+// head_dim_v 0 scatters no V (a latent cache: V is the first columns of K's pages).
 extern "C" __global__ void scatter_pages(const AttnParams p, int head_dim, int head_dim_v, elem_t* k_pages,
                                          elem_t* v_pages, const int* block_table, const int* seqlens, int page,
                                          int pages_per_seq) {

@@ -38,6 +38,7 @@ struct PropertyRun {
   bool require_no_spills = false;
   bool without_workspaces = false;  // each check again with the plan's optional workspaces withheld
   int dv = 0;             // V's head dim when it is not d (`dv=N`)
+  bool latent = false;    // `latent=1`: V is K's first dv columns (the buffers pass v = k)
 };
 
 // The configs a property test samples per problem kind: ATTNTUNE_PROPERTY_SAMPLE, else `fallback`
@@ -68,12 +69,13 @@ inline bool spread_configs(const SearchSpace& space, const Problem& kind, const 
 }
 
 // A paged problem's K and V as the reference reads them (contiguous, in the buffers' layout), NaN
-// at every row at or past each sequence's keys.
+// at every row at or past each sequence's keys (a latent problem's V is K's rows: K alone).
 inline void poison_past_lengths(AttnBuffers& b) {
   const AttnParams a = b.params();
   const std::int64_t sk = b.problem.sk, hkv = b.problem.hkv;
   for (cuda::DeviceBuffer* buf : {&b.k, &b.v}) {
     const bool is_v = buf == &b.v;
+    if (is_v && b.problem.latent) continue;
     const long long* st = is_v ? a.v_stride : a.k_stride;
     const std::int64_t d = is_v ? b.problem.head_dim_v() : b.problem.d;
     std::vector<std::uint16_t> host(buf->bytes() / 2);
@@ -126,9 +128,9 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
     }
     const Problem& v = variant_of.at(o->ticket);
     for (const PropertyShape& sh : shapes) {
-      Problem p = Problem::parse(fmt::format("{},d={}{},dtype={},causal={}", sh.dims, run.d,
+      Problem p = Problem::parse(fmt::format("{},d={}{},dtype={},causal={}{}", sh.dims, run.d,
                                              run.dv ? fmt::format(",dv={}", run.dv) : std::string(),
-                                             dtype_name(v.dtype), v.causal ? 1 : 0));
+                                             dtype_name(v.dtype), v.causal ? 1 : 0, run.latent ? ",latent=1" : ""));
       const LoadedBuild kernel(o->build.cubin, o->job.kernel.launch);
       ++seed;
       // A varlen problem: the worker's inputs (its own lengths packed, then a ragged batch with
@@ -173,8 +175,9 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
       }
     }
   }
-  std::printf("%s d=%d%s: %zu configs, %d checks, %d failures\n", run.label, run.d,
-              run.dv ? fmt::format(" dv={}", run.dv).c_str() : "", configs.size(), checked, failures);
+  std::printf("%s d=%d%s%s: %zu configs, %d checks, %d failures\n", run.label, run.d,
+              run.dv ? fmt::format(" dv={}", run.dv).c_str() : "", run.latent ? " latent" : "", configs.size(), checked,
+              failures);
 }
 
 }  // namespace attntune::testing

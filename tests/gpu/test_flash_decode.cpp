@@ -15,7 +15,8 @@
 // boxes of a column block narrower than 128 bytes must fill 128 bytes, so the plan refuses pages of
 // 7 there; 12 keeps boxes of 4 unswizzled rows.) Split head dims (`dv=N`: V's and O's head dim other
 // than Q's and K's, DeepSeek's MLA decode 192 / 128 first) get spreads of their own
-// (FlashDecodeSplitDims, below): the same shapes, plain, clustered and TMA configs.
+// (FlashDecodeSplitDims, below): the same shapes, plain, clustered and TMA configs; and latent caches
+// (`latent=1`: v = k, FlashDecodeLatentProperty at the end) theirs.
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -201,3 +202,76 @@ INSTANTIATE_TEST_SUITE_P(Dv, FlashDecodeSplitDims,
                          ::testing::Values(SplitDims{192, 128}, SplitDims{64, 128}, SplitDims{128, 64},
                                            SplitDims{128, 96}, SplitDims{48, 64}),
                          [](const auto& info) { return fmt::format("D{}V{}", info.param.d, info.param.dv); });
+
+// A latent cache (`latent=1`: V is the first dv columns of K, one buffer; MLA decode at DeepSeek's
+// layout, one KV head for 16 query heads, at 192 / 128): flash_decode reads V through v, which the
+// buffers pass as k with k's strides (dense, [B,S,H,D] too, and pages of 64: K's pages alone), so
+// each check also proves the aliasing reaches the kernel and the reference. Builds for decoding
+// (s=1) and causal s=4, a plain spread (every combine), then clustered and TMA ones (sm_90).
+namespace {
+
+const PropertyShape kLatentShapes[] = {
+    {"b=3,h=16,hkv=1,s=1,sk=1001", Layout::kBHSD},           // odd length
+    {"b=2,h=16,hkv=1,s=4,sk=777", Layout::kBSHD},            // s=4, strided
+    {"b=1,h=16,hkv=1,s=1,sk=20011", Layout::kBHSD},          // one sequence: many splits
+    {"b=7,h=16,hkv=1,s=1,sk=2049,page=64", Layout::kBHSD},   // pages of 64, ragged
+    {"b=5,h=16,hkv=1,s=4,sk=600,page=64", Layout::kBSHD},    // 4 rows a query head, pages of 64
+};
+
+void check_latent(std::size_t sample, const std::function<bool(const Config&)>& keep = {}) {
+  cuda::Context ctx(0);
+  const auto props = cuda::device_props(0);
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_decode.yaml");
+  std::vector<Config> configs;
+  std::vector<Problem> variants;
+  for (const char* kind : {"s=1,causal=0", "s=4,causal=1"}) {
+    const Problem base =
+        Problem::parse(fmt::format("b=16,h=16,hkv=1,{},sk=4096,d=192,dv=128,dtype=bf16,latent=1", kind));
+    const bool any = attntune::testing::spread_configs(space, base, props.arch, sample, configs, variants, keep);
+    if (!any && keep && props.arch < "sm_90") GTEST_SKIP() << "no thread-block clusters or TMA on " << props.arch;
+    ASSERT_TRUE(any) << base.str();
+  }
+  // The inputs alias: no V of their own, v = k with k's strides (dense and paged).
+  for (const char* spec : {"b=2,h=16,hkv=1,s=1,sk=100,d=192,dv=128,dtype=bf16,causal=0,latent=1",
+                           "b=2,h=16,hkv=1,s=1,sk=100,d=192,dv=128,dtype=bf16,causal=0,page=64,latent=1"}) {
+    const AttnBuffers b(Problem::parse(spec), Layout::kBSHD);
+    const attntune_plan::Call c = b.call();
+    const AttnParams a = b.params();
+    EXPECT_EQ(b.v.bytes(), 0u) << spec;
+    EXPECT_EQ(b.v_pages.bytes(), 0u) << spec;
+    EXPECT_EQ(c.v, c.k) << spec;
+    EXPECT_EQ(a.v, a.k) << spec;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(c.v_stride[i], c.k_stride[i]) << spec;
+      EXPECT_EQ(a.v_stride[i], a.k_stride[i]) << spec;
+    }
+    EXPECT_EQ(c.head_dim_v, 128) << spec;
+  }
+  attntune::testing::PropertyRun run;
+  run.label = "flash_decode";
+  run.d = 192;
+  run.dv = 128;
+  run.latent = true;
+  run.arch = props.arch;
+  run.seed = 5760;
+  run.require_no_spills = true;
+  run.without_workspaces = true;
+  attntune::testing::check_configs(space, configs, variants, kLatentShapes, run);
+}
+
+}  // namespace
+
+TEST(FlashDecodeLatentProperty, Spread) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_latent(attntune::testing::property_sample(12));
+}
+
+TEST(FlashDecodeLatentProperty, ClusterSpread) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_latent(attntune::testing::property_sample(8), clustered);
+}
+
+TEST(FlashDecodeLatentProperty, TmaSpread) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_latent(attntune::testing::property_sample(8), tma);
+}

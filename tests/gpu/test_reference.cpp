@@ -67,11 +67,13 @@ double attend_row(const Problem& p, int head, const float* sinks, long long i, l
   return sum > 0 ? m + std::log(sum) : -INFINITY;
 }
 
-// Plain float64 attention, output (b, h, s, d) contiguous.
+// Plain float64 attention, output (b, h, s, d) contiguous. A latent problem's V is read from K's
+// download through V's strides (which params() makes K's): the first dv columns of K's rows.
 std::vector<double> cpu_attention(const AttnBuffers& buf, std::vector<double>* lse) {
   const Problem& p = buf.problem;
   const AttnParams a = buf.params();
-  auto q = download(buf.q, p.dtype), k = download(buf.k, p.dtype), v = download(buf.v, p.dtype);
+  auto q = download(buf.q, p.dtype), k = download(buf.k, p.dtype);
+  auto v = p.latent ? k : download(buf.v, p.dtype);
   std::vector<double> out(p.b * p.h * p.s * p.head_dim_v(), 0.0);
   lse->assign(p.b * p.h * p.s, 0.0);
   const float* sinks = p.sinks ? buf.sink_values.data() : nullptr;
@@ -132,7 +134,7 @@ void expect_matches(const Reference& ref, const AttnBuffers& buf, const std::vec
       lse_err = std::max(lse_err, std::abs(lse64[i] - lse32[i]) / std::max(1.0, std::abs(lse64[i])));
     }
   }
-  EXPECT_LT(err, 2e-5) << what;  // fp32 math on O(1) values over <= 300 keys
+  EXPECT_LT(err, 2e-5) << what;  // fp32 math on O(1) values over <= 300 keys, head dims up to 1024
   EXPECT_LT(lse_err, 2e-5) << what;
   // The same-dtype reference is worse than fp32 but still close: it is the criterion's yardstick.
   const auto low = ref.output(buf, true);
@@ -177,7 +179,22 @@ INSTANTIATE_TEST_SUITE_P(
                       // the other way round with a window and sinks.
                       std::make_pair("b=2,h=4,hkv=1,s=45,sk=70,d=192,dv=128,dtype=bf16,causal=1", Layout::kBSHD),
                       std::make_pair("b=1,h=2,s=60,sk=61,d=64,dv=256,dtype=fp16,causal=0,window=9,sinks=1",
-                                     Layout::kBHSD)),
+                                     Layout::kBHSD),
+                      // A latent cache (V is K's first dv columns, passed as k with k's strides): MLA
+                      // decode's layout at 192 / 128, one KV head, both layouts.
+                      std::make_pair("b=2,h=16,hkv=1,s=4,sk=70,d=192,dv=128,dtype=bf16,causal=1,latent=1",
+                                     Layout::kBSHD),
+                      std::make_pair("b=1,h=8,hkv=1,s=1,sk=300,d=256,dv=224,dtype=fp16,causal=0,latent=1",
+                                     Layout::kBHSD),
+                      // Head dims past 256, read in column blocks of 256: DeepSeek's latent cache
+                      // (576 / 512: three blocks of Q and K, two of V), one head dim of 512, ragged
+                      // blocks (320 / 288) with a window and sinks, and the largest (1024).
+                      std::make_pair("b=2,h=16,hkv=1,s=4,sk=150,d=576,dv=512,dtype=bf16,causal=1,latent=1",
+                                     Layout::kBSHD),
+                      std::make_pair("b=1,h=2,s=40,sk=90,d=512,dtype=fp16,causal=0", Layout::kBHSD),
+                      std::make_pair("b=1,h=4,hkv=2,s=33,sk=70,d=320,dv=288,dtype=bf16,causal=1,window=20,sinks=1",
+                                     Layout::kBSHD),
+                      std::make_pair("b=1,h=2,hkv=1,s=3,sk=40,d=1024,dv=1024,dtype=fp16,causal=1", Layout::kBHSD)),
     [](const auto& info) { return "shape" + std::to_string(info.index) + "_" + layout_name(info.param.second); });
 
 // Varlen batches: ragged lengths with empty and one-row sequences (first, middle and last), GQA

@@ -100,6 +100,25 @@ std::int64_t parse_int(const std::string& key, const std::string& text, std::int
   return v;
 }
 
+// A latent problem (problem.hpp): V is the first dv columns of K, so it needs dv < d, and a packed
+// batch is not a latent cache's entry point (MLA decode reads a paged or dense cache). `where` starts
+// the message ("problem" or "problem JSON").
+void check_latent(const Problem& p, const char* where) {
+  if (!p.latent) return;
+  if (!p.split_dims())
+    throw InputError(fmt::format("{}: latent=1 needs a value head dim below d (dv=N, N < d={}): V is the first dv "
+                                 "columns of K (DeepSeek's MLA decode: d=576,dv=512)",
+                                 where, p.d));
+  if (p.dv > p.d)
+    throw InputError(fmt::format("{}: latent=1 with dv={} > d={}: V is the first dv columns of K, so dv must be "
+                                 "below d",
+                                 where, p.dv, p.d));
+  if (p.is_varlen())
+    throw InputError(fmt::format("{}: latent=1 with varlen={}: a latent cache is read by the dense and paged "
+                                 "entry points only (MLA decode), not by a packed batch",
+                                 where, p.varlen));
+}
+
 }  // namespace
 
 const char* dtype_name(DType t) { return t == DType::kFp16 ? "fp16" : "bf16"; }
@@ -107,7 +126,8 @@ const char* dtype_name(DType t) { return t == DType::kFp16 ? "fp16" : "bf16"; }
 Problem Problem::parse(const std::string& spec) {
   static const std::vector<std::string> kKeys = {"b",    "h",      "hkv",       "s",      "sk",
                                                  "d",    "dtype",  "causal",    "page",   "varlen",
-                                                 "lens_seed", "window", "softcap", "sinks", "dv"};
+                                                 "lens_seed", "window", "softcap", "sinks", "dv",
+                                                 "latent"};
   static const std::vector<std::string> kRequired = {"b", "h", "s", "d", "dtype", "causal"};
   if (spec.empty())
     throw InputError("problem: empty spec (expected e.g. b=4,h=16,s=4096,d=128,dtype=bf16,causal=0)");
@@ -159,6 +179,10 @@ Problem Problem::parse(const std::string& spec) {
       if (val == "1" || val == "true") p.sinks = true;
       else if (val == "0" || val == "false") p.sinks = false;
       else throw InputError(fmt::format("problem: 'sinks={}': expected 0 or 1", val));
+    } else if (key == "latent") {
+      if (val == "1" || val == "true") p.latent = true;
+      else if (val == "0" || val == "false") p.latent = false;
+      else throw InputError(fmt::format("problem: 'latent={}': expected 0 or 1", val));
     } else if (key == "dtype") {
       if (val == "fp16") p.dtype = DType::kFp16;
       else if (val == "bf16") p.dtype = DType::kBf16;
@@ -197,6 +221,7 @@ Problem Problem::parse(const std::string& spec) {
                                    "(cu_seqlens are int)",
                                    p.b * p.sk, INT_MAX));
   }
+  check_latent(p, "problem");
   return p;
 }
 
@@ -243,9 +268,27 @@ std::string Problem::str() const {
     out += fmt::format(",varlen={}", varlen);
     if (lens_seed != 0) out += fmt::format(",lens_seed={}", lens_seed);
   }
-  const std::string variants = variant_spec();
-  if (!variants.empty()) out += "," + variants;
+  const std::string tail = variants_column();  // the variants, then latent=1
+  if (!tail.empty()) out += "," + tail;
   return out;
+}
+
+std::string Problem::variants_column() const {
+  const std::string variants = variant_spec();
+  if (!latent) return variants;
+  return variants.empty() ? "latent=1" : variants + ",latent=1";
+}
+
+void Problem::set_variants_column(const std::string& text) {
+  static const std::string kLatent = "latent=1";
+  std::string rest = text;
+  latent = false;
+  if (rest.size() >= kLatent.size() && rest.compare(rest.size() - kLatent.size(), kLatent.size(), kLatent) == 0 &&
+      (rest.size() == kLatent.size() || rest[rest.size() - kLatent.size() - 1] == ',')) {
+    latent = true;
+    rest.resize(rest.size() == kLatent.size() ? 0 : rest.size() - kLatent.size() - 1);
+  }
+  set_variants(rest);
 }
 
 std::string Problem::variant_spec() const {
@@ -294,6 +337,7 @@ nlohmann::json Problem::json() const {
   if (windowed()) j["window"] = {window_left, window_right};
   if (softcapped()) j["softcap"] = softcap;
   if (sinks) j["sinks"] = true;
+  if (latent) j["latent"] = true;
   return j;
 }
 
@@ -301,7 +345,7 @@ nlohmann::ordered_json Problem::ordered_json() const {
   const nlohmann::json j = json();
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const char* key : {"b", "h", "hkv", "s", "sk", "d", "dv", "dtype", "causal", "page", "varlen", "lens_seed",
-                          "window", "softcap", "sinks"})
+                          "window", "softcap", "sinks", "latent"})
     if (j.contains(key)) out[key] = j.at(key);
   return out;
 }
@@ -339,7 +383,9 @@ Problem Problem::from_json(const nlohmann::json& j) {
     if (!std::isfinite(p.softcap) || p.softcap < 0 || p.softcap > kMaxSoftcap)
       throw InputError("problem JSON: softcap must be 0 (none) or a positive finite number");
     p.sinks = j.value("sinks", false);
+    p.latent = j.value("latent", false);
     normalise_window(p);
+    check_latent(p, "problem JSON");
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw InputError(std::string("problem JSON: ") + e.what());
@@ -376,6 +422,8 @@ double Problem::bytes() const {
     return 2.0 * double(d + head_dim_v()) * (double(hkv) * keys + double(h) * double(total_q()));
   }
   const double keys = windowed() ? double(keys_read(s, sk, window_left, right_bound())) : double(sk);
+  if (latent)  // one cache row of d a key serves both products (V is K's first dv columns)
+    return 2.0 * (double(b) * double(hkv) * keys * double(d) + double(b) * double(h) * double(s) * double(d + dv));
   return 2.0 * double(d + head_dim_v()) * (double(b) * double(hkv) * keys + double(b) * double(h) * double(s));
 }
 

@@ -30,6 +30,15 @@ struct Problem {
   std::int64_t dv = 0;
   bool split_dims() const { return dv != 0 && dv != d; }
   std::int64_t head_dim_v() const { return split_dims() ? dv : d; }
+  // `latent=1` (issue 44; docs/design/head_dims.md "Latent caches"): V is the first dv columns of K,
+  // the same buffer read through K's strides (DeepSeek-V2/V3's MLA decode: one latent cache row of
+  // d = kv_lora_rank + qk_rope_head_dim = 576 dims per token, V its first dv = kv_lora_rank = 512).
+  // Only with split dims dv < d, and not with varlen; parse() and from_json() refuse the rest with
+  // the reason. Not a variant (has_variant(), variant_spec() and variant_words() leave it out): str()
+  // adds ",latent=1" at its end and json() "latent" only when set, the database keeps it in the
+  // `variants` column after the variants (variants_column()), builds get ATT_LATENT, and bytes() reads
+  // K once for both products.
+  bool latent = false;
   DType dtype = DType::kFp16;
   bool causal = false;
   // 0: dense tensors (attntune_attention_forward). N > 0: a KV cache of pages of N rows, read
@@ -88,6 +97,11 @@ struct Problem {
   // not such a text), after the other fields (causal) are set.
   std::string variant_spec() const;
   void set_variants(const std::string& spec);
+  // The database's `variants` column: variant_spec(), then "latent=1" for a latent problem (",latent=1"
+  // after variants): str()'s tail after page and varlen. "" for every problem without either, so no
+  // earlier row changes. set_variants_column reads it back (latent, then set_variants on the rest).
+  std::string variants_column() const;
+  void set_variants_column(const std::string& text);
   std::vector<int> q_lens() const;  // b lengths when varlen, else empty
   std::vector<int> k_lens() const;  // q_lens()[i] + sk - s
   std::int64_t total_q() const;     // rows of the packed q: the sum of q_lens() (b * s when dense)
@@ -98,7 +112,7 @@ struct Problem {
   std::string str() const;        // canonical spec, every key spelled out (page, varlen only when > 0), fixed order
   nlohmann::json json() const;    // {"b":..,"h":..,"hkv":..,"s":..,"sk":..,"d":..,"dtype":"bf16","causal":true}
   // The same keys in the spec's order (b, h, hkv, s, sk, d, dtype, causal, then page, varlen,
-  // lens_seed, window, softcap, sinks where json() has them): what the CLI and the export print.
+  // lens_seed, window, softcap, sinks, latent where json() has them): what the CLI and the export print.
   nlohmann::ordered_json ordered_json() const;
   static Problem from_json(const nlohmann::json& j);
   // Useful FLOPs: 2*b*h*s*sk*(d+dv) (4*b*h*s*sk*d with one head dim), counting only the unmasked part of the score matrix when causal
@@ -108,7 +122,7 @@ struct Problem {
   // Bytes an attention call must move at least: K (d) and V (dv) once, Q (d) read and O (dv) written (decode is
   // judged by bytes / time against the HBM peak). Varlen: the packed tensors' rows (total_q, total_k).
   // A window counts only the K/V rows some query of the sequence sees (a kernel that skips the
-  // rest reads no more).
+  // rest reads no more). Latent: V is K's first dv columns, not read separately (K, Q and O only).
   double bytes() const;
   bool operator==(const Problem&) const = default;
 };

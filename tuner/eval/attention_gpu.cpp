@@ -4,13 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <numeric>
 #include <random>
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
 #include "cuda/nvrtc.hpp"
 #include "templates/common/dense_params.h"
 
@@ -62,6 +62,8 @@ std::vector<float> sink_logits(std::int64_t heads, std::uint64_t seed) {
 
 AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std::uint64_t table_seed)
     : problem(p), layout(l), seqlens(std::move(lens)) {
+  if (p.latent && (p.is_varlen() || !p.split_dims() || p.dv > p.d))
+    throw std::logic_error("AttnBuffers: a latent problem needs dv < d and no varlen (" + p.str() + ")");
   if (p.sinks) {
     sink_values = sink_logits(p.h, table_seed);
     sinks = cuda::DeviceBuffer(sink_values.size() * sizeof(float));
@@ -101,7 +103,8 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
   }
   q = cuda::DeviceBuffer(rows_of(p, false) * p.d * 2);
   k = cuda::DeviceBuffer(rows_of(p, true) * p.d * 2);
-  v = cuda::DeviceBuffer(rows_of(p, true) * p.head_dim_v() * 2);
+  // A latent problem has no V of its own: V is K's first dv columns (params() and call() pass k).
+  if (!p.latent) v = cuda::DeviceBuffer(rows_of(p, true) * p.head_dim_v() * 2);
   o = cuda::DeviceBuffer(rows_of(p, false) * p.head_dim_v() * 2);
   lse = cuda::DeviceBuffer(rows_of(p, false) * sizeof(float));
   if (!p.paged()) {
@@ -124,7 +127,7 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
   std::copy(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(table.size()), table.begin());
   const std::size_t page_rows = static_cast<std::size_t>(p.page) * p.hkv;
   k_pages = cuda::DeviceBuffer(num_pages * page_rows * p.d * 2);
-  v_pages = cuda::DeviceBuffer(num_pages * page_rows * p.head_dim_v() * 2);
+  if (!p.latent) v_pages = cuda::DeviceBuffer(num_pages * page_rows * p.head_dim_v() * 2);
   block_table = cuda::DeviceBuffer(table.size() * sizeof(int));
   block_table.upload(table.data(), table.size() * sizeof(int));
   cache_seqlens = cuda::DeviceBuffer(seqlens.size() * sizeof(int));
@@ -156,6 +159,10 @@ AttnParams AttnBuffers::params() const {
     set_strides(a.o_stride, layout, problem.h, problem.s, problem.head_dim_v());
     a.seqlen_q = static_cast<int>(problem.s);
     a.seqlen_k = static_cast<int>(problem.sk);
+  }
+  if (problem.latent) {  // V is K's first dv columns: the same buffer, K's strides
+    a.v = a.k;
+    std::copy(std::begin(a.k_stride), std::end(a.k_stride), std::begin(a.v_stride));
   }
   a.batch = static_cast<int>(problem.b);
   a.heads_q = static_cast<int>(problem.h);
@@ -203,6 +210,10 @@ attntune_plan::Call AttnBuffers::call() const {
     c.block_table = reinterpret_cast<const int*>(block_table.ptr());
     c.max_blocks_per_seq = pages_per_seq;
     c.page_size = static_cast<int>(problem.page);
+    if (problem.latent) {  // one cache: V's pages are K's, read through K's strides
+      c.v = c.k;
+      std::copy(std::begin(c.k_stride), std::end(c.k_stride), std::begin(c.v_stride));
+    }
   } else if (problem.is_varlen()) {
     // params() already holds the packed strides {0, head, row} and the longest lengths.
     c.entry = attntune_plan::kEntryVarlen;
@@ -282,25 +293,14 @@ Reference::Reference(const std::string& arch) {
   module_ = cuda::Module(out.cubin);
   fill_ = module_.function("fill_normal");
   ref_ = module_.function("attn_reference");
-  ref_wide_ = module_.function("attn_reference_wide");
   compare_ = module_.function("compare_outputs");
   scatter_ = module_.function("scatter_pages");
-}
-
-// The wide kernel's bound (reference.cu: attn_reference_wide's kMaxDim).
-constexpr std::int64_t kReferenceMaxDim = 576;
-
-const cuda::Function& Reference::reference_for(const Problem& p) const {
-  if (std::max(p.d, p.head_dim_v()) > kReferenceMaxDim)
-    throw InputError(fmt::format("the reference kernel serves head dims up to {}; the problem has d={}, dv={}",
-                                 kReferenceMaxDim, p.d, p.head_dim_v()));
-  return std::max(p.d, p.head_dim_v()) > 256 ? ref_wide_ : ref_;
 }
 
 void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
   int bf16 = b.problem.dtype == DType::kBf16;
   cuda::DeviceBuffer* bufs[3] = {&b.q, &b.k, &b.v};
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < (b.problem.latent ? 2 : 3); ++i) {  // a latent problem's V is K
     CUdeviceptr ptr = bufs[i]->ptr();
     long long n = static_cast<long long>(bufs[i]->bytes() / 2);
     if (b.problem.is_varlen()) {
@@ -316,11 +316,12 @@ void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
   if (b.problem.paged()) {
     // The pages: NaN, then every sequence's keys scattered through its table.
     b.k_pages.fill_u16(0xFFFF);
-    b.v_pages.fill_u16(0xFFFF);
+    if (!b.problem.latent) b.v_pages.fill_u16(0xFFFF);
     const AttnParams a = b.params();
     CUdeviceptr kp = b.k_pages.ptr(), vp = b.v_pages.ptr(), table = b.block_table.ptr(), lens = b.cache_seqlens.ptr();
+    // A latent cache scatters K alone (dv 0: no V pages; V is read from K's).
     int page = static_cast<int>(b.problem.page), pages_per_seq = b.pages_per_seq, d = static_cast<int>(b.problem.d),
-        dv = static_cast<int>(b.problem.head_dim_v());
+        dv = b.problem.latent ? 0 : static_cast<int>(b.problem.head_dim_v());
     void* args[] = {const_cast<AttnParams*>(&a), &d, &dv, &kp, &vp, &table, &lens, &page, &pages_per_seq};
     cuda::launch(scatter_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
   }
@@ -342,7 +343,7 @@ std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::
       lowp = lowp_flag;
   CUdeviceptr o = out.ptr(), l = lse_buf.ptr(), lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
   void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o, &l, &lens};
-  cuda::launch(reference_for(p), reference_grid(b), {256, 1, 1}, 0, nullptr, args);
+  cuda::launch(ref_, reference_grid(b), {256, 1, 1}, 0, nullptr, args);
   std::vector<float> host(rows * dv_elems);
   out.download(host.data(), host.size() * 4);
   if (lse) {
@@ -372,7 +373,7 @@ ReferenceCache::ReferenceCache(const Reference& ref, const AttnBuffers& b, bool 
     CUdeviceptr lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
     void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o, &l, &lens};
     if (!lowp) start.record();
-    cuda::launch(ref.reference_for(p), reference_grid(b), {256, 1, 1}, 0, nullptr, args);
+    cuda::launch(ref.ref_, reference_grid(b), {256, 1, 1}, 0, nullptr, args);
     if (!lowp) stop.record();
   }
   stop.synchronize();

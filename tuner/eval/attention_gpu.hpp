@@ -34,6 +34,9 @@ const char* layout_name(Layout l);
 // other strides), lse [h, total_q], and cu_seqlens_q/k the prefix sums on the device. kGuardRows
 // rows of NaN follow q, k and v: a kernel that reads past the packed rows and lets it reach an
 // output fails.
+// A latent problem (latent=1: V is K's first dv columns) has no V buffer (v and v_pages stay empty):
+// params() and call() pass V as K's pointer with K's strides (dense and paged), so that the
+// reference, validation and timing all see the aliasing a latent build requires.
 struct AttnBuffers {
   // seqlens: keys of each sequence of a paged problem (empty: sk each), query rows of each sequence
   // of a varlen problem (empty: its q_lens()); table_seed shuffles pages.
@@ -110,10 +113,8 @@ class Reference {
 
  private:
   friend class ReferenceCache;
-  // The reference kernel for p's head dims: attn_reference to 256, attn_reference_wide past it.
-  const cuda::Function& reference_for(const Problem& p) const;
   cuda::Module module_;
-  cuda::Function fill_, ref_, ref_wide_, compare_, scatter_;
+  cuda::Function fill_, ref_, compare_, scatter_;
 };
 
 // The fp32 and same-dtype reference outputs of one set of inputs, computed once and then compared

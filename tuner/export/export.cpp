@@ -312,6 +312,12 @@ std::string header(const LibraryPlan& plan, ExportMode mode) {
       "// contiguous, so [B,H,S,D] and [B,S,H,D] both work without copies; q, k, v and out 16-byte aligned,\n"
       "// strides multiples of 8 elements; lse NULL or [batch, heads_q, seqlen_q] fp32 (natural log).\n//\n",
       plan.dtype);
+  // Only a file with a latent kernel says how it is called (every other file's text is as before).
+  if (std::any_of(plan.items.begin(), plan.items.end(), [](const Prepared& p) { return p.item->row.problem.latent; }))
+    h += "// Latent kernels (label \"latent\"; multi-head latent attention's decode): V is the first head_dim_v\n"
+         "// columns of K, one buffer. Call them with v = k and v_strides = k_strides (k_cache and v_cache the\n"
+         "// same pages for _kvcache) and attntune_options.head_dim_v (512 for DeepSeek-V2/V3's cache of 576);\n"
+         "// a call whose v is another buffer is served by another kernel or refused, with the reason.\n//\n";
   h += "// C entry points (extern \"C\", at the end of this file):\n"
        "//   int attntune_attention_forward(q, k, v, out, lse, batch, heads_q, heads_kv, seqlen_q, seqlen_k,\n"
        "//       head_dim, q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal, stream)\n"
@@ -423,13 +429,14 @@ std::string kernel_table(const LibraryPlan& plan) {
     if (pr.softcapped()) label += " softcap";
     if (pr.sinks) label += " sinks";
     if (pr.split_dims()) label += fmt::format(" dv={}", pr.dv);
+    if (pr.latent) label += " latent";  // serves only calls with v = k (its plan's check_latent)
     std::vector<std::string> funcs;
     for (int k = 0; k < p.family->plan->kernels; ++k)
       funcs.push_back(fmt::format("reinterpret_cast<const void*>(&{0}::{0}_{1})", ns, p.family->plan->kernel_names[k]));
     // The arch passed arch_number: "sm_", digits and at most an "a".
     rows += fmt::format(
         "    {{\"{label}\", \"{arch}\", {d}, {causal}, {bf16}, {b}, {h}, {hkv}, {s}, {sk}, {entries}, {window}, "
-        "{softcap}, {sinks}, {dv},\n"
+        "{softcap}, {sinks}, {dv}, {latent},\n"
         "     &{plan}, kDefines_k{index}, static_cast<int>(sizeof kDefines_k{index} / sizeof kDefines_k{index}[0]),\n"
         "     {{{funcs}}}}},\n",
         fmt::arg("label", label), fmt::arg("arch", p.kernel_arch), fmt::arg("d", pr.d),
@@ -437,7 +444,7 @@ std::string kernel_table(const LibraryPlan& plan) {
         fmt::arg("b", pr.b), fmt::arg("h", pr.h), fmt::arg("hkv", pr.hkv), fmt::arg("s", pr.s), fmt::arg("sk", pr.sk),
         fmt::arg("entries", served_entries(*p.family, pr)), fmt::arg("window", pr.windowed() ? 1 : 0),
         fmt::arg("softcap", pr.softcapped() ? 1 : 0), fmt::arg("sinks", pr.sinks ? 1 : 0),
-        fmt::arg("dv", pr.split_dims() ? pr.dv : 0),
+        fmt::arg("dv", pr.split_dims() ? pr.dv : 0), fmt::arg("latent", pr.latent ? 1 : 0),
         fmt::arg("plan", p.family->plan_symbol), fmt::arg("index", p.source_index),
         fmt::arg("funcs", fmt::join(funcs, ", ")));
   }

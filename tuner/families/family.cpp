@@ -153,6 +153,9 @@ Defines kernel_defines(const SearchSpace& space, const Config& config, const Pro
   };
   // V's head dim where it is not d (`dv=N`): only then, so that every other build renders as before.
   if (problem.split_dims()) defs.emplace_back("ATT_HEAD_DIM_V", problem.dv);
+  // V is K's first dv columns (`latent=1`): only then, so that every other build renders as before. A
+  // latent build serves only calls whose v is k with k's strides (attntune_plan::check_latent).
+  if (problem.latent) defs.emplace_back("ATT_LATENT", 1);
   // A packed batch (the varlen entry point); only then, so that every other build renders as before.
   if (problem.is_varlen()) defs.emplace_back("ATT_VARLEN", 1);
   // A KV cache (the kvcache entry point), for a family that builds per entry point: only then.
@@ -195,7 +198,8 @@ RenderedKernel render_kernel(const SearchSpace& space, const Config& config, con
   Defines defines = kernel_defines(space, config, problem, arch);
   std::string src = fmt::format("// attntune candidate: {} {} (d={}{}, dtype={}, causal={}{}{})\n", fam.name,
                                 config_str(config), problem.d,
-                                problem.split_dims() ? fmt::format(", dv={}", problem.dv) : std::string(),
+                                problem.split_dims() ? fmt::format(", dv={}{}", problem.dv, problem.latent ? ", latent=1" : "")
+                                                     : std::string(),
                                 dtype_name(problem.dtype), problem.causal ? 1 : 0,
                                 problem.has_variant() ? ", " : "", problem.variant_words());
   for (const auto& [name, value] : defines) src += fmt::format("#define {} {}\n", name, value);

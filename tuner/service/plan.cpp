@@ -36,6 +36,7 @@ using json = nlohmann::json;
 namespace {
 
 constexpr std::int64_t kMaxHeads = 1 << 16;  // Problem::parse's limit on h and hkv
+constexpr std::int64_t kMaxLatentDim = 1024;   // Problem::parse's limit on d
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -705,14 +706,24 @@ ModelAttention read_model_config(const std::string& path) {
       if (std::find(served.begin(), served.end(), dim) == served.end())
         cfg.fail(fmt::format("multi-head latent attention: {} is not supported: attntune's kernels serve {}", what,
                              describe_head_dims(served)));
+    // Decode reads the latent cache: one KV head of r + rope dims, V its first r. A problem spec
+    // takes head dims up to 1024 (whether a family serves them is the spaces' say, not plan's).
+    if (r + rope > kMaxLatentDim)
+      cfg.fail(fmt::format("multi-head latent attention: the latent cache's {} dims ({} {} + {} {}) are more than a "
+                           "problem's head dim may be ({})",
+                           r + rope, cfg.name("kv_lora_rank"), r, cfg.name("qk_rope_head_dim"), rope, kMaxLatentDim));
     m.latent = true;
     m.head_dim_v = dv == d ? 0 : static_cast<int>(dv);
+    m.latent_head_dim = static_cast<int>(r + rope);
+    m.latent_head_dim_v = static_cast<int>(r);
     kv = heads;  // decompressed: one K/V head per query head
     m.notes.push_back(fmt::format(
         "multi-head latent attention ({} {}): planning prefill on the decompressed K/V, {} heads of head dims "
-        "{} / {} (d={},dv={}); its decode reads the latent cache ({} + {} dims, one KV head), which attntune's "
-        "kernels do not serve yet: the plan has no decode or chunk problems",
-        cfg.name("kv_lora_rank"), r, heads, d, dv, d, dv, r, rope));
+        "{} / {} (d={},dv={}), and decode over the latent cache: one KV head of {} dims ({} + {}) whose first {} "
+        "are V (d={},dv={},latent=1; call with v = k and head_dim_v {}), in pages of {} (FlashMLA's); chunked "
+        "prefill is left out: a chunk's thousands of query rows make it compute-bound, where serving engines "
+        "decompress the cache and run it as a prefill (d={},dv={}, the prefill regime's problems)",
+        cfg.name("kv_lora_rank"), r, heads, d, dv, d, dv, r + rope, r, rope, r, r + rope, r, r, kLatentPage, d, dv));
   } else if (const json* hd = cfg.get("head_dim")) {
     d = cfg.positive("head_dim", *hd, kMaxHeads);
     d_from = cfg.name("head_dim");
@@ -860,15 +871,18 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
     if (!is_regime(r)) throw InputError(fmt::format("--regimes: unknown regime '{}' (known: {})", r, known_regimes()));
     regimes.insert(r);
   }
-  // A latent (MLA) model's decode and chunked prefill read its latent cache: not served yet
-  // (read_model_config's note says so). Its prefill and varlen problems are planned.
+  // A latent (MLA) model: prefill and varlen on the decompressed K/V, decode over the latent cache;
+  // its chunked prefill is left out (read_model_config's note says why).
   if (m.latent) {
-    regimes.erase("decode");
+    if (m.latent_head_dim <= m.latent_head_dim_v || m.latent_head_dim_v < 1 || m.latent_head_dim > kMaxLatentDim)
+      throw InputError(fmt::format("model {}: a latent cache of {} dims with V its first {} (V must be fewer dims, "
+                                   "at most {} in all)",
+                                   m.name, m.latent_head_dim, m.latent_head_dim_v, kMaxLatentDim));
     regimes.erase("chunk");
     if (regimes.empty())
-      throw InputError(fmt::format("model {}: multi-head latent attention's decode and chunked prefill read the "
-                                   "latent cache, which attntune's kernels do not serve yet; plan its prefill "
-                                   "(--regimes prefill,varlen)",
+      throw InputError(fmt::format("model {}: multi-head latent attention's chunked prefill is left out: serving "
+                                   "engines run it on the decompressed K/V as a prefill; plan --regimes "
+                                   "prefill,decode (decode reads the latent cache)",
                                    m.name));
   }
   std::vector<DType> dtypes;
@@ -949,6 +963,14 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
       p.window_left = kind.window;
       p.softcap = kind.softcap;
       p.sinks = kind.sinks;
+      if (m.latent && regime == "decode") {
+        // The latent cache: one KV head of latent_head_dim, V its first latent_head_dim_v columns,
+        // shared by every query head (on every GPU at --tp: it is replicated, not split).
+        p.d = m.latent_head_dim;
+        p.dv = m.latent_head_dim_v;
+        p.hkv = 1;
+        p.latent = true;
+      }
       made.push_back({ki, {p, regime, layers}});
     };
     for (DType dt : dtypes) {
@@ -958,7 +980,7 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
       if (regimes.count("decode"))
         for (auto b : decode_batch)
           for (auto ctx : context)
-            for (auto q : q_len) add("decode", dt, b, q, ctx, o.page);
+            for (auto q : q_len) add("decode", dt, b, q, ctx, m.latent ? kLatentPage : o.page);
       if (regimes.count("chunk"))
         for (auto b : batch)
           for (auto ctx : context) add("chunk", dt, b, o.chunk, ctx + o.chunk, o.page);

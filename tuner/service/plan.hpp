@@ -36,10 +36,14 @@ struct ModelAttention {
   int head_dim = 0;                // head_dim, else hidden_size / num_attention_heads
   // Multi-head latent attention (DeepSeek-V2/V3, kv_lora_rank): prefill runs on the decompressed
   // K/V, one per query head, at head_dim = qk_nope_head_dim + qk_rope_head_dim and a value head dim
-  // head_dim_v = v_head_dim (problems `d=192,dv=128`); decode runs over the latent cache, which no
-  // family serves yet: a latent model's plan has no decode or chunk problems (a note says so).
+  // head_dim_v = v_head_dim (problems `d=192,dv=128`); decode runs over the latent cache, one KV head
+  // of latent_head_dim = kv_lora_rank + qk_rope_head_dim whose first latent_head_dim_v = kv_lora_rank
+  // dims are V (problems `d=576,dv=512,latent=1`, pages of kLatentPage). Chunked prefill is left out
+  // (a note says why).
   bool latent = false;
   int head_dim_v = 0;              // V's head dim where it is not head_dim; 0: head_dim
+  int latent_head_dim = 0;         // latent: the cache's dims (576); else 0
+  int latent_head_dim_v = 0;       // latent: V's, the cache's first (512); else 0
   std::string dtype;               // "bf16" | "fp16" (torch_dtype; float32 or absent -> bf16, with a note)
   std::string dtype_note;          // why dtype was assumed (float32, no torch_dtype); empty when the config says
   std::string source;              // the config file's name, without its directories
@@ -79,6 +83,10 @@ inline constexpr const char* kRegimes[] = {"prefill", "decode", "chunk", "varlen
 // The shortest prompt of the varlen regime's packed batch of longest prompt `s`: s / 16, at least 1
 // (lengths s/16..s, the spread of a serving batch's prompts).
 inline constexpr std::int64_t varlen_shortest(std::int64_t s) { return s / 16 > 0 ? s / 16 : 1; }
+
+// The page rows of a latent model's decode problems (FlashMLA's block size, what serving engines
+// page DeepSeek's latent cache by), whatever --page says for other models.
+inline constexpr std::int64_t kLatentPage = 64;
 
 struct PlanOptions {
   std::vector<std::string> regimes = {"prefill", "decode"};  // prefill | decode | chunk | varlen

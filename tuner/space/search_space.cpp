@@ -144,6 +144,7 @@ void SearchSpace::bind_problem(const Problem& p, const std::string& arch, std::v
   slots[13] = p.softcapped();
   slots[14] = p.sinks;
   slots[15] = p.head_dim_v();
+  slots[16] = p.latent;
   const auto& limits = limit_values_[static_cast<std::size_t>(it - archs_.begin())];
   std::copy(limits.begin(), limits.end(), slots.begin() + limit_base_);
 }
@@ -201,6 +202,12 @@ void SearchSpace::check_problem(const Problem& p, const std::string& arch) const
     throw InputError(fmt::format("{} does not support a value head dim other than the query/key one (the problem {} "
                                  "has d={}, dv={}; its space's problem section does not list `dv`)",
                                  family_, p.str(), p.d, p.dv));
+  // V as K's first dv columns (`latent=1`) only where the problem section lists `latent` (as `dv`).
+  if (p.latent && std::none_of(problem_support_text_.begin(), problem_support_text_.end(),
+                               [](const auto& f) { return f.first == "latent"; }))
+    throw InputError(fmt::format("{} does not support a latent cache (the problem {} has latent=1: V is the first "
+                                 "dv={} columns of K; its space's problem section does not list `latent`)",
+                                 family_, p.str(), p.dv));
   for (std::size_t i = 0; i < problem_rules_.size(); ++i) {
     const ProblemRule& r = problem_rules_[i];
     if (std::find(r.values.begin(), r.values.end(), slots[static_cast<std::size_t>(r.field)]) == r.values.end()) {

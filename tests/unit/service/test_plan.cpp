@@ -1302,9 +1302,10 @@ TEST(PlanHeadDims, FromTheShippedSpaces) {
 }
 
 // Multi-head latent attention (DeepSeek-V3): prefill on the decompressed K/V, one per query head, at
-// head dims 192 (qk_nope 128 + qk_rope 64) / 128 (v_head_dim); its decode reads the latent cache,
-// which no family serves yet, so the plan has prefill (and varlen) problems only, and says so.
-TEST(PlanModelConfig, DeepSeekV3LatentAttentionPlansItsPrefillAtBothHeadDims) {
+// head dims 192 (qk_nope 128 + qk_rope 64) / 128 (v_head_dim); decode over the latent cache, one KV
+// head of 576 dims (kv_lora_rank 512 + qk_rope 64) whose first 512 are V (latent=1), in pages of 64;
+// chunked prefill left out, with the reason.
+TEST(PlanModelConfig, DeepSeekV3LatentAttentionPlansPrefillDecompressedAndDecodeOverTheLatentCache) {
   const ModelAttention m = read_model_config(model_file("deepseek_v3.json"));
   EXPECT_EQ(m.name, "deepseek-ai/DeepSeek-V3");
   EXPECT_TRUE(m.latent);
@@ -1312,37 +1313,100 @@ TEST(PlanModelConfig, DeepSeekV3LatentAttentionPlansItsPrefillAtBothHeadDims) {
   EXPECT_EQ(m.kv_heads, 128);
   EXPECT_EQ(m.head_dim, 192);
   EXPECT_EQ(m.head_dim_v, 128);
+  EXPECT_EQ(m.latent_head_dim, 576);
+  EXPECT_EQ(m.latent_head_dim_v, 512);
   ASSERT_EQ(m.notes.size(), 1u);
-  EXPECT_NE(m.notes[0].find("multi-head latent attention (kv_lora_rank 512): planning prefill on the decompressed "
-                            "K/V, 128 heads of head dims 192 / 128 (d=192,dv=128)"),
-            std::string::npos)
-      << m.notes[0];
-  EXPECT_NE(m.notes[0].find("the plan has no decode or chunk problems"), std::string::npos);
-  const Plan p = make_plan(m, PlanOptions{});  // prefill and decode asked: prefill planned
-  ASSERT_EQ(p.entries.size(), 6u);
-  for (const PlanEntry& e : p.entries) {
+  EXPECT_EQ(m.notes[0],
+            "multi-head latent attention (kv_lora_rank 512): planning prefill on the decompressed K/V, 128 heads of "
+            "head dims 192 / 128 (d=192,dv=128), and decode over the latent cache: one KV head of 576 dims (512 + 64) "
+            "whose first 512 are V (d=576,dv=512,latent=1; call with v = k and head_dim_v 512), in pages of 64 "
+            "(FlashMLA's); chunked prefill is left out: a chunk's thousands of query rows make it compute-bound, "
+            "where serving engines decompress the cache and run it as a prefill (d=192,dv=128, the prefill regime's "
+            "problems)");
+  const Plan p = make_plan(m, PlanOptions{});  // prefill and decode
+  ASSERT_EQ(p.entries.size(), 6u + 9u);
+  for (std::size_t i = 0; i < 6; ++i) {
+    const PlanEntry& e = p.entries[i];
     EXPECT_EQ(e.regime, "prefill");
     EXPECT_EQ(e.problem.d, 192);
     EXPECT_EQ(e.problem.dv, 128);
     EXPECT_EQ(e.problem.h, 128);
     EXPECT_EQ(e.problem.hkv, 128);
+    EXPECT_FALSE(e.problem.latent);
   }
   EXPECT_EQ(p.entries[0].problem.str(), "b=1,h=128,hkv=128,s=512,sk=512,d=192,dv=128,dtype=bf16,causal=1");
-  // Tensor parallelism splits the decompressed heads as any others.
+  std::vector<std::string> decode;
+  for (std::size_t i = 6; i < p.entries.size(); ++i) {
+    EXPECT_EQ(p.entries[i].regime, "decode");
+    decode.push_back(p.entries[i].problem.str());
+  }
+  EXPECT_EQ(decode, (std::vector<std::string>{
+                        "b=1,h=128,hkv=1,s=1,sk=2048,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1",
+                        "b=1,h=128,hkv=1,s=1,sk=8192,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1",
+                        "b=1,h=128,hkv=1,s=1,sk=32768,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1",
+                        "b=16,h=128,hkv=1,s=1,sk=2048,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1",
+                        "b=16,h=128,hkv=1,s=1,sk=8192,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1",
+                        "b=16,h=128,hkv=1,s=1,sk=32768,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1",
+                        "b=64,h=128,hkv=1,s=1,sk=2048,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1",
+                        "b=64,h=128,hkv=1,s=1,sk=8192,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1",
+                        "b=64,h=128,hkv=1,s=1,sk=32768,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1"}));
+  // Tensor parallelism splits the decompressed heads as any others, and the query heads of decode;
+  // the latent cache is replicated (one KV head on every GPU). Speculative q-lens and any --page:
+  // decode pages stay 64.
   PlanOptions tp8;
   tp8.tp = 8;
-  tp8.regimes = {"prefill", "varlen"};
+  tp8.regimes = {"prefill", "varlen", "decode", "chunk"};
+  tp8.q_len = {1, 4};
+  tp8.decode_batch = {32};
+  tp8.context = {4096};
+  tp8.page = 16;
   const Plan q = make_plan(m, tp8);
-  ASSERT_EQ(q.entries.size(), 12u);
-  EXPECT_EQ(q.entries.back().problem.str(),
-            "b=8,h=16,hkv=16,s=8192,sk=8192,d=192,dv=128,dtype=bf16,causal=1,varlen=512");
-  // Decode alone is refused with the reason.
-  PlanOptions decode;
-  decode.regimes = {"decode", "chunk"};
-  EXPECT_NE(input_error_of([&] { make_plan(m, decode); })
-                .find("multi-head latent attention's decode and chunked prefill read the latent cache, which "
-                      "attntune's kernels do not serve yet; plan its prefill (--regimes prefill,varlen)"),
+  std::vector<std::string> specs;
+  for (const PlanEntry& e : q.entries) {
+    EXPECT_NE(e.regime, "chunk");
+    if (e.regime != "prefill") specs.push_back(e.problem.str());
+  }
+  EXPECT_EQ(q.entries.size(), 6u + 2u + 6u);
+  ASSERT_EQ(specs.size(), 8u);
+  EXPECT_EQ(specs[0], "b=32,h=16,hkv=1,s=1,sk=4096,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1");
+  EXPECT_EQ(specs[1], "b=32,h=16,hkv=1,s=4,sk=4096,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1");
+  EXPECT_EQ(specs.back(), "b=8,h=16,hkv=16,s=8192,sk=8192,d=192,dv=128,dtype=bf16,causal=1,varlen=512");
+  // Chunked prefill alone is refused with the reason.
+  PlanOptions chunk;
+  chunk.regimes = {"chunk"};
+  EXPECT_NE(input_error_of([&] { make_plan(m, chunk); })
+                .find("multi-head latent attention's chunked prefill is left out: serving engines run it on the "
+                      "decompressed K/V as a prefill; plan --regimes prefill,decode (decode reads the latent cache)"),
             std::string::npos);
-  // Every planned problem is one a prefill family takes.
-  for (const PlanEntry& e : q.entries) EXPECT_NO_THROW(Problem::parse(e.problem.str())) << e.problem.str();
+  // Decode alone is planned.
+  PlanOptions decode_only;
+  decode_only.regimes = {"decode"};
+  EXPECT_EQ(make_plan(m, decode_only).entries.size(), 9u);
+  // Every planned problem parses back (the latent ones checked as latent caches: dv < d, no varlen).
+  for (const PlanEntry& e : q.entries) EXPECT_EQ(Problem::parse(e.problem.str()), e.problem) << e.problem.str();
+  for (const PlanEntry& e : p.entries) EXPECT_EQ(Problem::parse(e.problem.str()), e.problem) << e.problem.str();
+  // A plan file keeps them.
+  TempDir dir;
+  const std::string file = dir.file("deepseek.yaml");
+  q.save(file);
+  EXPECT_EQ(Plan::load(file), q);
+}
+
+// A latent model filled in by hand must say a latent cache whose V is fewer dims than it.
+TEST(PlanModelConfig, ALatentCacheWithoutRoomForItsRopePartIsRefused) {
+  ModelAttention m = read_model_config(model_file("deepseek_v3.json"));
+  m.latent_head_dim = 512;
+  EXPECT_NE(input_error_of([&] { make_plan(m, PlanOptions{}); })
+                .find("a latent cache of 512 dims with V its first 512 (V must be fewer dims, at most 1024 in all)"),
+            std::string::npos);
+}
+
+// A latent cache wider than a problem spec's head dims (1024) is refused when the config is read.
+TEST(PlanModelConfig, ALatentCacheWiderThanAProblemsHeadDimIsRefused) {
+  TempDir dir;
+  EXPECT_NE(config_error(dir, R"("num_attention_heads": 16, "kv_lora_rank": 1000, "qk_nope_head_dim": 128,
+                                  "qk_rope_head_dim": 64, "v_head_dim": 128, "hidden_size": 2048)")
+                .find("multi-head latent attention: the latent cache's 1064 dims (kv_lora_rank 1000 + "
+                      "qk_rope_head_dim 64) are more than a problem's head dim may be (1024)"),
+            std::string::npos);
 }
