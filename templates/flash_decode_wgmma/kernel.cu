@@ -36,7 +36,7 @@ struct Traits {
   static constexpr bool kLatent = ATT_LATENT != 0;  // V is K's first kHeadDimV columns (one buffer)
   static constexpr bool kLastCta = COMBINE == COMBINE_LAST_CTA;
   // The consumers' schedule (README.md): 0 serial, 1 fused (P_t V_t and S_{t+1} back to back), 2
-  // overlap (the softmax of tile t+1 while P_t V_t runs; three stages or more).
+  // overlap (S_{t+1} then P_t V_t, the softmax of tile t+1 while P_t V_t runs; three stages or more).
   static constexpr int kPipe = PIPE;
 
   static constexpr int kBlockM = BLOCK_M;  // 64
@@ -256,24 +256,32 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
   // the exchange (barrier 2); f: O's factors. pack: P's fragments of this warpgroup (pa) and of its
   // partner (pb). issue_pv: O += P V over the tile's keys, this warpgroup's columns. release: the
   // stage back to the producer once both products of its tile are done.
-  float s[T::kHalfN / 2];
+  // s: S's accumulators (written by wgmma alone: a non-wgmma write to them while another wgmma is
+  // in flight makes ptxas serialize every wgmma, C7515); pr: the tile's P, made from s.
+  float s[T::kHalfN / 2], pr[T::kHalfN / 2];
   u32 pa[T::kPSteps][4], pb[T::kPSteps][4];
   float f[2];
   auto stage_k = [&](int t) { return ring + (t % T::kStages) * T::kStageBytes; };
   auto issue_s = [&](int t) {
     mbar_wait(bars + 8 * (t % T::kStages), (t / T::kStages) & 1);
     const u64 k_desc = smem_desc_sw128(stage_k(t) + wg * T::kHalfN * 128, 16, 1024);
+    // Q's descriptor made opaque each tile: otherwise ptxas keeps all d/16 of its k-step values in
+    // registers across the loop (loop invariants), and the consumers spilled at their 224.
+    u64 qd;
+    asm volatile("mov.b64 %0, %1;\n" : "=l"(qd) : "l"(q_desc));
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < T::kKSteps; ++kk) {
       const u32 qo = (kk / 4) * (T::kBlockM * 128) + (kk % 4) * 32;
       const u32 ko = (kk / 4) * T::kColBlock + (kk % 4) * 32;
-      ScoreMma<T::kHalfN>::ss(s, q_desc + (qo >> 4), k_desc + (ko >> 4), kk > 0);
+      ScoreMma<T::kHalfN>::ss(s, qd + (qo >> 4), k_desc + (ko >> 4), kk > 0);
     }
     wgmma_commit();
   };
   auto softmax = [&](int t) {
     reg_fence(s);
+#pragma unroll
+    for (int i = 0; i < T::kHalfN / 2; ++i) pr[i] = s[i];
     const u32 sv = T::kLatent ? stage_k(t) : stage_k(t) + T::kKBytes;
     // Mask keys past each row's limit (anything may sit there: a stale cache, NaN); zero V's rows
     // past len in this warpgroup's keys (P = 0 times V = NaN is NaN), then the async proxy sees it.
@@ -282,7 +290,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
 #pragma unroll
       for (int i = 0; i < T::kHalfN / 2; ++i) {
         const int j = jw + 8 * (i / 4) + 2 * q4 + (i & 1);
-        if (j >= lim[(i >> 1) & 1]) s[i] = neg_inf();
+        if (j >= lim[(i >> 1) & 1]) pr[i] = neg_inf();
       }
     }
     if (jw + T::kHalfN > len) {
@@ -297,7 +305,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
     }
     float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
-    for (int i = 0; i < T::kHalfN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    for (int i = 0; i < T::kHalfN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], pr[i]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
@@ -318,24 +326,24 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
 #pragma unroll
     for (int i = 0; i < T::kHalfN / 2; ++i) {
       const int h = (i >> 1) & 1;
-      s[i] = ex2(fmaf(s[i], scale_log2, -m_use[h]));
-      l_run[h] += s[i];
+      pr[i] = ex2(fmaf(pr[i], scale_log2, -m_use[h]));
+      l_run[h] += pr[i];
     }
 #pragma unroll
     for (int kk = 0; kk < T::kPSteps; ++kk)
       st_shared_v4(xchg + ((wg * T::kPSteps + kk) * 128 + t128) * 16,
-                   make_uint4(pack2<T::kBf16>(s[8 * kk], s[8 * kk + 1]), pack2<T::kBf16>(s[8 * kk + 2], s[8 * kk + 3]),
-                              pack2<T::kBf16>(s[8 * kk + 4], s[8 * kk + 5]),
-                              pack2<T::kBf16>(s[8 * kk + 6], s[8 * kk + 7])));
+                   make_uint4(pack2<T::kBf16>(pr[8 * kk], pr[8 * kk + 1]), pack2<T::kBf16>(pr[8 * kk + 2], pr[8 * kk + 3]),
+                              pack2<T::kBf16>(pr[8 * kk + 4], pr[8 * kk + 5]),
+                              pack2<T::kBf16>(pr[8 * kk + 6], pr[8 * kk + 7])));
     named_bar_sync(2, T::kConsumers);
   };
   auto pack = [&]() {
 #pragma unroll
     for (int kk = 0; kk < T::kPSteps; ++kk) {
-      pa[kk][0] = pack2<T::kBf16>(s[8 * kk], s[8 * kk + 1]);      // row g,   keys 16kk+2t
-      pa[kk][1] = pack2<T::kBf16>(s[8 * kk + 2], s[8 * kk + 3]);  // row g+8
-      pa[kk][2] = pack2<T::kBf16>(s[8 * kk + 4], s[8 * kk + 5]);  // row g,   keys 16kk+8+2t
-      pa[kk][3] = pack2<T::kBf16>(s[8 * kk + 6], s[8 * kk + 7]);  // row g+8
+      pa[kk][0] = pack2<T::kBf16>(pr[8 * kk], pr[8 * kk + 1]);      // row g,   keys 16kk+2t
+      pa[kk][1] = pack2<T::kBf16>(pr[8 * kk + 2], pr[8 * kk + 3]);  // row g+8
+      pa[kk][2] = pack2<T::kBf16>(pr[8 * kk + 4], pr[8 * kk + 5]);  // row g,   keys 16kk+8+2t
+      pa[kk][3] = pack2<T::kBf16>(pr[8 * kk + 6], pr[8 * kk + 7]);  // row g+8
       const uint4 v = ld_shared_v4(xchg + (((1 - wg) * T::kPSteps + kk) * 128 + t128) * 16);
       pb[kk][0] = v.x, pb[kk][1] = v.y, pb[kk][2] = v.z, pb[kk][3] = v.w;
     }
@@ -393,10 +401,11 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
         }
       }
     } else {
-      // overlap: S_{t+1} then P_t V_t in the pipe, the softmax of t+1 while P_t V_t runs, S_{t+2}
-      // issued as soon as P_{t+1} is packed (its stage must have landed: three stages or more).
-      if (n > 1) issue_s(1);
+      // overlap: S_{t+1} then P_t V_t in the pipe, the softmax of t+1 while P_t V_t runs. Both
+      // issues and both waits in one iteration, as FlashAttention-3 has them: ptxas tracks which
+      // group a wait<1> leaves in flight only there (across iterations it injected full waits, C7517).
       for (int t = 0; t < n; ++t) {
+        if (t + 1 < n) issue_s(t + 1);
         issue_pv(t);
         if (t + 1 < n) {
           wgmma_wait<1>();
@@ -406,9 +415,8 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
         reg_fence(o);
         release(t);
         if (t + 1 < n) {
-          pack();
-          if (t + 2 < n) issue_s(t + 2);
           rescale();
+          pack();
         }
       }
     }

@@ -1,8 +1,8 @@
 // ---- templates/flash_decode_wgmma/launch.h: flash_decode_wgmma's launches are flash_decode's
 // (../flash_decode/launch.h: units, the split count, the grid, the workspaces, K's and V's tensor
 // maps and the combine kernel's grid), with what this family asks more of a call:
-//   - a latent build (ATT_LATENT: V is K's first head_dim_v columns, read from K's tiles) serves
-//     only calls whose V is K (the same pointer and strides, head_dim_v columns of it);
+//   - (flash_decode's too) a latent build (ATT_LATENT: V is K's first head_dim_v columns, here read
+//     from K's tiles) serves only calls whose V is K (check_latent);
 //   - paged boxes (gcd(page_size, BLOCK_N) rows) hold whole 8-row swizzle atoms: wgmma reads the
 //     tiles through 128-byte-swizzle descriptors, so the unswizzled boxes flash_decode takes for
 //     odd pages do not serve here;
@@ -16,11 +16,8 @@
 namespace attntune_plan {
 
 struct FlashDecodeWgmmaLaunch : FlashDecodeLaunch {
-  int latent;  // ATT_LATENT
-
   static int load(const Define* d, int n, FlashDecodeWgmmaLaunch* c, Why* why) {
     if (FlashDecodeLaunch::load(d, n, c, why)) return 1;
-    c->latent = static_cast<int>(define_or(d, n, "ATT_LATENT", 0));
     if (!c->kv_tma || c->cluster != 1 || c->block_m != 64)
       return refuse(why, "flash_decode_wgmma: kv_load tma, no cluster and BLOCK_M 64 only (the space's constants)");
     return 0;
@@ -28,14 +25,6 @@ struct FlashDecodeWgmmaLaunch : FlashDecodeLaunch {
 
   // What this family asks of a call beyond flash_decode's shape(); 0, or 1 with the reason.
   int serves(const Call& c, Why* why) const {
-    if (latent) {
-      bool same = c.v == c.k;
-      for (int i = 0; i < 3; ++i) same = same && c.v_stride[i] == c.k_stride[i];
-      if (!same)
-        return refuse(why,
-                      "flash_decode_wgmma was built for a latent cache (multi-head latent attention: V is K's first "
-                      "head_dim_v columns, one buffer); the call's V is not K (pass v = k with k's strides)");
-    }
     if (c.entry == kEntryKvcache && c.block_table && c.page_size >= 1 && decode_tma_rows(c, block_n) % 8 != 0)
       return refuse(why,
                     "flash_decode_wgmma: pages of %d keys make TMA boxes of %d rows; its wgmma reads whole 8-row "

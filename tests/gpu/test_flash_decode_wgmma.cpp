@@ -1,5 +1,6 @@
 // Property test of flash_decode_wgmma (sm_90a): every valid config of its space at multi-head
-// latent attention's dims (d=576, dv=512) and at d=512, causal and not, bf16 and fp16 alternating,
+// latent attention's dims (d=576, dv=512; V apart and a latent cache, V = K's first 512 columns) and
+// at d=512, causal and not, bf16 and fp16 alternating,
 // each built through the tuner's pool and launched through its launch plan (flash_decode's: splits
 // from this GPU's SM count, the combine kernel or the last CTA, and again with the plan's workspaces
 // withheld), on the shapes MLA decoding brings: one KV head under 16..128 query heads (one or two
@@ -29,14 +30,15 @@ const PropertyShape kShapes[] = {
     {"b=2,h=40,hkv=2,s=3,sk=500", Layout::kBSHD},           // GQA 20:1 x 3 = 60 rows, two KV heads
 };
 
-void check_space(int d, int dv) {
+// latent: `latent=1` (V is K's first dv columns, one buffer: the buffers pass v = k).
+void check_space(int d, int dv, bool latent = false) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   if (props.arch < "sm_90") GTEST_SKIP() << "flash_decode_wgmma needs sm_90 (wgmma, TMA); this GPU is " << props.arch;
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_decode_wgmma.yaml");
   std::vector<Config> configs;
   std::vector<Problem> variants;
-  const std::string dvs = dv != d ? fmt::format(",dv={}", dv) : std::string();
+  const std::string dvs = (dv != d ? fmt::format(",dv={}", dv) : std::string()) + (latent ? ",latent=1" : "");
   for (const char* kind : {"s=1,causal=0", "s=4,causal=1"}) {
     const Problem base =
         Problem::parse(fmt::format("b=1,h=128,hkv=1,{},sk=4096,d={}{},dtype=bf16,page=64", kind, d, dvs));
@@ -52,6 +54,7 @@ void check_space(int d, int dv) {
   run.require_no_spills = true;
   run.without_workspaces = true;
   run.dv = dv != d ? dv : 0;
+  run.latent = latent;
   attntune::testing::check_configs(space, configs, variants, kShapes, run);
 }
 
@@ -60,6 +63,13 @@ void check_space(int d, int dv) {
 TEST(FlashDecodeWgmmaProperty, AllConfigsMlaDims) {
   ATTNTUNE_REQUIRE_GPU();
   check_space(576, 512);
+}
+
+// MLA's latent cache: every config of the latent space (block_n 64 and the overlap schedule among
+// them: a tile of K alone leaves room for more stages).
+TEST(FlashDecodeWgmmaProperty, AllConfigsMlaLatent) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(576, 512, true);
 }
 
 TEST(FlashDecodeWgmmaProperty, AllConfigsD512) {

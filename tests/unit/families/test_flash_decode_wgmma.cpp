@@ -5,7 +5,9 @@
 // compiles with NVRTC for sm_90a without spills; its launch plan is flash_decode's (splits by the
 // SM count, the pieces of dv floats, the combine kernel at dv) with 384 threads, and refuses a
 // call whose pages make boxes of fewer than 8 rows with the reason.
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <set>
 #include <string>
 
@@ -30,6 +32,7 @@ const char* kMla[] = {
     "b=1,h=16,hkv=1,s=1,sk=32768,d=576,dv=512,dtype=fp16,causal=0",            // contiguous
     "b=8,h=32,hkv=1,s=16,sk=4096,d=576,dv=512,dtype=bf16,causal=1,page=16",    // speculative 16
     "b=16,h=32,hkv=4,s=1,sk=8192,d=512,dtype=bf16,causal=0,page=64",           // 512-dim heads
+    "b=64,h=128,hkv=1,s=1,sk=8192,d=576,dv=512,dtype=bf16,causal=0,page=64,latent=1",  // the latent cache
 };
 
 attntune_plan::Call call_of(const Problem& p) {
@@ -52,6 +55,15 @@ TEST(FlashDecodeWgmmaSpace, MlaAndWideHeadsHaveConfigsOnHopperOnly) {
     EXPECT_GT(space.count(p, "sm_90a"), 1u) << p.str();
     EXPECT_NO_THROW(check_family_serves("flash_decode_wgmma", p)) << p.str();
   }
+  // A latent cache leaves room for tiles of 64 keys and for rings deep enough to overlap.
+  std::set<std::string> latent_pipes;
+  std::set<std::int64_t> latent_blocks;
+  for (const Config& c : space.enumerate(Problem::parse(kMla[5]), "sm_90a")) {
+    latent_pipes.insert(std::get<std::string>(c.at("pipe")));
+    latent_blocks.insert(std::get<std::int64_t>(c.at("block_n")));
+  }
+  EXPECT_EQ(latent_pipes, (std::set<std::string>{"serial", "fused", "overlap"}));
+  EXPECT_EQ(latent_blocks, (std::set<std::int64_t>{32, 64}));
   // Only the Hopper target; flash_decode's mma.sync space stops at 256.
   EXPECT_THROW(space.check_problem(Problem::parse(kMla[0]), "sm_90"), InputError);
   EXPECT_THROW(SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/flash_decode.yaml")
@@ -105,9 +117,25 @@ TEST(FlashDecodeWgmmaPlan, FlashDecodesSplitsWithThreeWarpgroupsAndDvPieces) {
   why.clear();
   EXPECT_FALSE(plan_call(pspec, call, attntune::testing::FakeDevice{132}.device(), &why));
   EXPECT_NE(why.find("multiple of 8"), std::string::npos) << why;
+
+  // A latent build serves only calls whose V is K (the same pointer and strides).
+  const Problem latent = Problem::parse(kMla[5]);
+  const Config lc = attntune::testing::first_config(space, latent, "sm_90a", [](const Config& x) {
+    return std::get<std::int64_t>(x.at("block_n")) == 64;
+  });
+  ASSERT_FALSE(lc.empty());
+  const auto lspec = render_kernel(space, lc, latent, "sm_90a").launch;
+  auto lcall = call_of(latent);
+  why.clear();
+  EXPECT_FALSE(plan_call(lspec, lcall, attntune::testing::FakeDevice{132}.device(), &why));
+  EXPECT_NE(why.find("latent"), std::string::npos) << why;
+  lcall.v = lcall.k;
+  std::copy(std::begin(lcall.k_stride), std::end(lcall.k_stride), std::begin(lcall.v_stride));
+  why.clear();
+  EXPECT_TRUE(plan_call(lspec, lcall, attntune::testing::FakeDevice{132}.device(), &why)) << why;
 }
 
-// Every schedule (pipe) and combine of the MLA problem and of d=512 builds for sm_90a with no spills
+// Every schedule (pipe) of the MLA problem (V apart and a latent cache) and of d=512 builds for sm_90a with no spills
 // (the consumers hold O's 64 x 256 fp32 in 128 registers of their 224 after setmaxnreg).
 TEST(FlashDecodeWgmmaBuild, EveryScheduleCompilesWithoutSpills) {
   std::string why;
@@ -118,7 +146,7 @@ TEST(FlashDecodeWgmmaBuild, EveryScheduleCompilesWithoutSpills) {
   pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
   BuildPool pool(pool_opts);
   std::size_t submitted = 0;
-  for (const char* spec : {kMla[1], kMla[4]}) {
+  for (const char* spec : {kMla[1], kMla[4], kMla[5]}) {
     const Problem p = Problem::parse(spec);
     std::set<std::string> pipes;
     for (const Config& c : space.enumerate(p, "sm_90a")) {
@@ -127,7 +155,7 @@ TEST(FlashDecodeWgmmaBuild, EveryScheduleCompilesWithoutSpills) {
       ++submitted;
     }
   }
-  ASSERT_GE(submitted, 4u);
+  ASSERT_GE(submitted, 7u);
   std::size_t built = 0;
   while (auto o = pool.next()) {
     ++built;
