@@ -966,7 +966,9 @@ def dv_phase(work, device="cuda"):
         if r["kernel"] is None and gpu:
             record(False, f"{r['entry']} {attntune.problem_spec(r)} fell back", r["fallback"])
         elif gpu:
-            ok = r["problem"].get("dv") == next((k["problem"]["dv"] for k in split if k["label"] == r["label"]), -1)
+            # coverage's "kernel" is the index in kernel_info's "kernels" (which carry no label)
+            ran = kernels[r["kernel"]]["problem"] if 0 <= r["kernel"] < len(kernels) else {}
+            ok = r["problem"].get("dv") is not None and r["problem"].get("dv") == ran.get("dv")
             record(ok, f"{r['entry']} {attntune.problem_spec(r)} ran a kernel of its dims", r["label"])
 
     # -- one head dim at a split kernel's d, and another dv: never a split kernel (raise: they raise)
