@@ -38,6 +38,9 @@ struct Traits {
   // The consumers' schedule (README.md): 0 serial, 1 fused (P_t V_t and S_{t+1} back to back), 2
   // overlap (S_{t+1} then P_t V_t, the softmax of tile t+1 while P_t V_t runs; three stages or more).
   static constexpr int kPipe = PIPE;
+  // Who scores a tile's keys (README.md): split, each warpgroup half of them; single, warpgroup 0
+  // all of them (wgmma N = BLOCK_N), warpgroup 1 P.V alone.
+  static constexpr bool kSingle = SCORES == SCORES_SINGLE;
 
   static constexpr int kBlockM = BLOCK_M;  // 64
   static constexpr int kBlockN = BLOCK_N;
@@ -366,8 +369,144 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
     wgmma_commit();
   };
   auto release = [&](int t) { mbar_arrive(bars + 8 * (T::kStages + t % T::kStages)); };
+  // scores: single's P.V: this warpgroup's columns over the tile's keys, P's fragments of all of them.
+  auto issue_pv_frags = [&](int t, const u32 (&pf)[T::kBlockN / 16][4]) {
+    const u32 sv = T::kLatent ? stage_k(t) : stage_k(t) + T::kKBytes;
+    const u64 v_desc = smem_desc_sw128(sv + wg * (T::kHalfV / 64) * T::kColBlock, T::kColBlock, 1024);
+    reg_fence(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < T::kBlockN / 16; ++kk)
+      Wgmma<T::kHalfV>::rs(o, pf[kk], v_desc + ((16 * kk * 128) >> 4), 1);
+    wgmma_commit();
+  };
 
-  if constexpr (T::kPipe == 0) {
+  if constexpr (T::kSingle) {
+    // scores: single (FlashMLA's division of the work): warpgroup 0 scores all of a tile's keys
+    // (wgmma N = BLOCK_N: Q's 2 KB read once a 16-column step for all the keys, not once per half),
+    // makes P, l and O's factor, and leaves P's fragments and the factors in the exchange; both
+    // accumulate their half of O's columns. Warpgroup 0 issues S_{t+1} behind its P_t V_t, so the
+    // tensor pipe runs S_{t+1} while warpgroup 1 still runs its P_t V_t. Barrier 2: P_t is in the
+    // exchange; barrier 1 (warpgroup 1 arrives, 0 waits): P_t was read, the exchange is free.
+    constexpr int kSteps = T::kBlockN / 16;
+    const u32 xf = s_max;  // O's factors by row (64 floats; the maxima's place, which single leaves unused)
+    u32 pf[kSteps][4];
+    float fo[2] = {1.f, 1.f};
+    if (wg == 0) {
+      float sc[T::kBlockN / 2];
+      auto issue_full = [&](int t) {
+        mbar_wait(bars + 8 * (t % T::kStages), (t / T::kStages) & 1);
+        const u64 k_desc = smem_desc_sw128(stage_k(t), 16, 1024);
+        u64 qd;
+        asm volatile("mov.b64 %0, %1;\n" : "=l"(qd) : "l"(q_desc));
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < T::kKSteps; ++kk) {
+          const u32 qo = (kk / 4) * (T::kBlockM * 128) + (kk % 4) * 32;
+          const u32 ko = (kk / 4) * T::kColBlock + (kk % 4) * 32;
+          ScoreMma<T::kBlockN>::ss(sc, qd + (qo >> 4), k_desc + (ko >> 4), kk > 0);
+        }
+        wgmma_commit();
+      };
+      // Tile t's S complete in sc: mask, zero V's rows past len (all the tile's), P's fragments into
+      // pf and the exchange, O's factor into fo and the exchange (after barrier 1: the exchange is free).
+      auto softmax_full = [&](int t) {
+        reg_fence(sc);
+        const u32 sv = T::kLatent ? stage_k(t) : stage_k(t) + T::kKBytes;
+        const int j0 = (t_begin + t) * T::kBlockN;
+        if (j0 + T::kBlockN > min(lim[0], lim[1])) {
+#pragma unroll
+          for (int i = 0; i < T::kBlockN / 2; ++i) {
+            const int j = j0 + 8 * (i / 4) + 2 * q4 + (i & 1);
+            if (j >= lim[(i >> 1) & 1]) sc[i] = neg_inf();
+          }
+        }
+        if (j0 + T::kBlockN > len) {
+          const int first = max(0, len - j0);
+          const int items = (T::kBlockN - first) * T::kColBlocksV * 8;
+          for (int it = t128; it < items; it += 128) {
+            const int r = first + it / (T::kColBlocksV * 8), rest = it % (T::kColBlocksV * 8);
+            st_shared_v4(sv + (rest >> 3) * T::kColBlock + r * 128 + (rest & 7) * 16, make_uint4(0, 0, 0, 0));
+          }
+          fence_proxy_async();
+        }
+        float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+        for (int i = 0; i < T::kBlockN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sc[i]);
+        float m_use[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+          const float m_new = fmaxf(m_run[h], mx[h] * scale_log2);
+          m_use[h] = m_new == neg_inf() ? 0.f : m_new;
+          fo[h] = ex2(m_run[h] - m_use[h]);
+          m_run[h] = m_new;
+          l_run[h] *= fo[h];
+        }
+#pragma unroll
+        for (int i = 0; i < T::kBlockN / 2; ++i) {
+          const int h = (i >> 1) & 1;
+          sc[i] = ex2(fmaf(sc[i], scale_log2, -m_use[h]));
+          l_run[h] += sc[i];
+        }
+        if (t > 0) named_bar_sync(1, T::kConsumers);  // warpgroup 1 has read P_{t-1}
+#pragma unroll
+        for (int kk = 0; kk < kSteps; ++kk) {
+          pf[kk][0] = pack2<T::kBf16>(sc[8 * kk], sc[8 * kk + 1]);
+          pf[kk][1] = pack2<T::kBf16>(sc[8 * kk + 2], sc[8 * kk + 3]);
+          pf[kk][2] = pack2<T::kBf16>(sc[8 * kk + 4], sc[8 * kk + 5]);
+          pf[kk][3] = pack2<T::kBf16>(sc[8 * kk + 6], sc[8 * kk + 7]);
+          st_shared_v4(xchg + (kk * 128 + t128) * 16, make_uint4(pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3]));
+        }
+        if (q4 == 0) {
+          st_shared_f32(xf + 4 * r_lo, fo[0]);
+          st_shared_f32(xf + 4 * (r_lo + 8), fo[1]);
+        }
+        named_bar_sync(2, T::kConsumers);  // P_t and its factors are in the exchange
+      };
+      if (n > 0) {
+        issue_full(0);
+        wgmma_wait<0>();
+        softmax_full(0);
+      }
+      for (int t = 0; t < n; ++t) {
+#pragma unroll
+        for (int i = 0; i < T::kHalfV / 2; ++i) o[i] *= fo[(i >> 1) & 1];
+        issue_pv_frags(t, pf);
+        if (t + 1 < n) {
+          issue_full(t + 1);
+          wgmma_wait<1>();
+          reg_fence(o);
+          release(t);
+          wgmma_wait<0>();
+          softmax_full(t + 1);
+        } else {
+          wgmma_wait<0>();
+          reg_fence(o);
+          release(t);
+        }
+      }
+    } else {
+      for (int t = 0; t < n; ++t) {
+        named_bar_sync(2, T::kConsumers);  // P_t is in the exchange
+#pragma unroll
+        for (int kk = 0; kk < kSteps; ++kk) {
+          const uint4 v = ld_shared_v4(xchg + (kk * 128 + t128) * 16);
+          pf[kk][0] = v.x, pf[kk][1] = v.y, pf[kk][2] = v.z, pf[kk][3] = v.w;
+        }
+        fo[0] = ld_shared_f32(xf + 4 * r_lo);
+        fo[1] = ld_shared_f32(xf + 4 * (r_lo + 8));
+        if (t + 1 < n) named_bar_arrive(1, T::kConsumers);  // read: warpgroup 0 may write P_{t+1}
+#pragma unroll
+        for (int i = 0; i < T::kHalfV / 2; ++i) o[i] *= fo[(i >> 1) & 1];
+        issue_pv_frags(t, pf);
+        wgmma_wait<0>();
+        reg_fence(o);
+        release(t);
+      }
+    }
+  } else if constexpr (T::kPipe == 0) {
     // serial: S_t, its softmax, P_t V_t, one tile after the other.
     for (int t = 0; t < n; ++t) {
       issue_s(t);
