@@ -41,6 +41,7 @@ struct Traits {
   // Who scores a tile's keys (README.md): split, each warpgroup half of them; single, warpgroup 0
   // all of them (wgmma N = BLOCK_N), warpgroup 1 P.V alone.
   static constexpr bool kSingle = SCORES == SCORES_SINGLE;
+  static constexpr int kL2Ahead = L2_AHEAD;  // tiles past the ring prefetched into L2 (0: none)
 
   static constexpr int kBlockM = BLOCK_M;  // 64
   static constexpr int kBlockN = BLOCK_N;
@@ -125,6 +126,13 @@ __device__ __forceinline__ int page_index(int j, const DecodeParams& p) {
   return p.page_mul ? static_cast<int>(__umulhi(static_cast<unsigned>(j), p.page_mul) >> p.page_shift) : j;
 }
 
+// A box of a 4-d tensor map into L2 only (no shared memory, no barrier).
+__device__ __forceinline__ void tma_prefetch_l2(const TmaDesc* desc, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(reinterpret_cast<u64>(desc)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+
 // The producer warp: the CTA's tiles t_begin.. (n of them) into the ring, tile t into stage t %
 // kStages once both warpgroups released it. Contiguous: one box of (64, BLOCK_N) a column block
 // (rows past seqlen_k zero-filled by TMA). Paged: boxes of p.tma_rows rows within a page; boxes
@@ -134,11 +142,44 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
   const bool paged = p.block_table != nullptr;
   const int* bt = paged ? p.block_table + static_cast<long long>(b) * p.max_blocks_per_seq : nullptr;
   const int rows = p.tma_rows;
+  // l2_ahead: tile tt's boxes into L2 a tile or two before its stage frees, so that its load reads
+  // L2 rather than DRAM (the ring holds only two 64-key tiles beside Q at d=576).
+  auto prefetch = [&](int tt) {
+    const int j0 = (t_begin + tt) * T::kBlockN;
+    if (!paged) {
+      if (lane == 0) {
+#pragma unroll
+        for (int c = 0; c < T::kColBlocks; ++c) tma_prefetch_l2(&maps.k, c * 64, j0, kvh, b);
+        if constexpr (!T::kLatent) {
+#pragma unroll
+          for (int c = 0; c < T::kColBlocksV; ++c) tma_prefetch_l2(&maps.v, c * 64, j0, kvh, b);
+        }
+      }
+    } else {
+      const int here = min(T::kBlockN, len - j0), issued = (here + rows - 1) / rows;
+      for (int x = lane; x < issued; x += 32) {
+        const int j = j0 + x * rows, page = page_index(j, p);
+        const int pg = __ldg(bt + page), pr = j - page * p.page_size;
+#pragma unroll
+        for (int c = 0; c < T::kColBlocks; ++c) tma_prefetch_l2(&maps.k, c * 64, pr, kvh, pg);
+        if constexpr (!T::kLatent) {
+#pragma unroll
+          for (int c = 0; c < T::kColBlocksV; ++c) tma_prefetch_l2(&maps.v, c * 64, pr, kvh, pg);
+        }
+      }
+    }
+  };
   for (int t = 0; t < n; ++t) {
     const int stage = t % T::kStages, round = t / T::kStages;
     const int j0 = (t_begin + t) * T::kBlockN;
     const u32 full = bars + 8 * stage, empty = bars + 8 * (T::kStages + stage);
     const u32 sk = ring + stage * T::kStageBytes, sv = sk + T::kKBytes;
+    if constexpr (T::kL2Ahead > 0) {
+      // Before this stage's wait: tile t + l2_ahead, if its load will wait for a stage (the first
+      // kStages tiles load at once).
+      const int tt = t + T::kL2Ahead;
+      if (tt >= T::kStages && tt < n) prefetch(tt);
+    }
     if (round > 0) mbar_wait(empty, (round - 1) & 1);
     if (!paged) {
       if (lane == 0) {
