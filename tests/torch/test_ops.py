@@ -3,9 +3,9 @@
 Builds a real package with the real torch and nvcc from a database this test makes: `submit` and
 `serve --simulate` (the synthetic GPU: real renders and source hashes, made-up timings) over 15
 problems, plain, with FlashAttention's variants, with a value head dim other than d and over a latent
-cache, in copies of the shipped flash_fwd_mma and flash_decode spaces that list the variants (and the
-shipped flash_decode_wgmma space) (a family's own YAML lists them once its kernels serve
-them; here the kernels are only built, never run). Then checks what runs without a GPU:
+cache, in copies of the shipped flash_fwd_mma and flash_decode spaces that list the variants (a
+family's own YAML lists them once its kernels serve them) and in the shipped flash_decode_wgmma space;
+here the kernels are only built, never run. Then checks what runs without a GPU:
   - the dispatch: explain() against this file's own statement of the rule (the kernels built for
     the call's entry point, head dims, causality and variants; nearest lengths by ratio, then the GQA
     group, then batch * heads; the decode/prefill regime; max_length_ratio), variants included: a
