@@ -525,7 +525,8 @@ static int apply_options(Call* a, const attntune_options* opts, int* latent = nu
                          static_cast<unsigned long long>(sizeof o));
   if (o.window != 0 && o.window != 1) return unsupported("attntune_options: window must be 0 or 1 (got %d)", o.window);
   if (o.head_dim_v < 0) return unsupported("attntune_options: head_dim_v must be 0 (head_dim) or positive (got %d)", o.head_dim_v);
-  if (o.latent != 0 && o.latent != 1) return unsupported("attntune_options: latent must be 0 or 1 (got %d)", o.latent);
+  if (o.latent != 0 && o.latent != 1)
+    return unsupported("attntune_options: latent must be 0 or 1 (got %d)", o.latent);
   if (o.latent && o.head_dim_v > a->head_dim)
     return unsupported("attntune_options: latent says V is K's first head_dim_v columns, and head_dim_v (%d) is over "
                        "head_dim (%d)", o.head_dim_v, a->head_dim);
