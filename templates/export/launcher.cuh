@@ -55,6 +55,9 @@ typedef struct attntune_options {
   const float* sinks;   // NULL, or [heads_q] fp32 logits (device) joining each row's softmax denominator
   int head_dim_v;       // V's and out's head dim where it is not head_dim (DeepSeek's MLA prefill: 128 beside
                         // head_dim 192); 0: head_dim. v and out are then [.., head_dim_v] through their strides
+  int latent;           // 1: V is K's first head_dim_v columns, one buffer (MLA's latent cache): v is k with k's
+                        // strides (else refused); attntune_select_kernel_ex then weighs latent kernels too. 0:
+                        // no such statement (a call whose v is k is still served, by any kernel: the pointers say it)
 } attntune_options;
 }
 
@@ -497,8 +500,11 @@ static Call make_call(int entry, const void* q, const void* k, const void* v, vo
   return a;
 }
 
-// The extended entry points' options into the call (attntune_options): 0, or unsupported.
-static int apply_options(Call* a, const attntune_options* opts) {
+// The extended entry points' options into the call (attntune_options): 0, or unsupported. `latent`
+// (if given) receives the options' latent (0 or 1): a statement about the call's pointers, which the
+// real entry points check (check_latent_option) and the size-only selector acts on.
+static int apply_options(Call* a, const attntune_options* opts, int* latent = nullptr) {
+  if (latent) *latent = 0;
   if (!opts) return 0;  // every default: plain attention
   const size_t kMostBytes = 4096;  // a larger size is not a struct of ours
   if (opts->size < sizeof(size_t) || opts->size > kMostBytes)
@@ -519,11 +525,33 @@ static int apply_options(Call* a, const attntune_options* opts) {
                          static_cast<unsigned long long>(sizeof o));
   if (o.window != 0 && o.window != 1) return unsupported("attntune_options: window must be 0 or 1 (got %d)", o.window);
   if (o.head_dim_v < 0) return unsupported("attntune_options: head_dim_v must be 0 (head_dim) or positive (got %d)", o.head_dim_v);
+  if (o.latent != 0 && o.latent != 1)
+    return unsupported("attntune_options: latent must be 0 or 1 (got %d)", o.latent);
+  if (o.latent && o.head_dim_v > a->head_dim)
+    return unsupported("attntune_options: latent says V is K's first head_dim_v columns, and head_dim_v (%d) is over "
+                       "head_dim (%d)", o.head_dim_v, a->head_dim);
   a->head_dim_v = o.head_dim_v;
+  if (latent) *latent = o.latent;
   a->window_left = o.window ? o.window_left : -1;
   a->window_right = o.window ? o.window_right : -1;
   a->softcap = o.softcap;
   a->sinks = o.sinks;
+  return 0;
+}
+
+// A real call whose options say latent (V is K's first head_dim_v columns, one buffer): v must be k,
+// with k's strides. A caller that says so and passes another v has lost track of its cache: refused,
+// never run as separate K and V. (NULL k and v, a call without keys, alias trivially.)
+static int check_latent_option(const Call& a) {
+  if (a.v != a.k)
+    return unsupported("attntune_options.latent is 1 (V is K's first head_dim_v columns, one buffer), but v (%p) is "
+                       "not k (%p): pass v = k with v_strides = k_strides, or latent 0 for separate K and V",
+                       a.v, a.k);
+  for (int i = 0; i < 3; ++i)
+    if (a.v_stride[i] != a.k_stride[i])
+      return unsupported("attntune_options.latent is 1 (V is K's first head_dim_v columns, one buffer), but "
+                         "v_strides {%lld, %lld, %lld} are not k_strides {%lld, %lld, %lld}: pass k's strides as v's",
+                         a.v_stride[0], a.v_stride[1], a.v_stride[2], a.k_stride[0], a.k_stride[1], a.k_stride[2]);
   return 0;
 }
 
@@ -544,7 +572,10 @@ static int varlen(const void* q, const void* k, const void* v, void* out, float*
   a.cu_seqlens_k = cu_seqlens_k;
   a.total_q = total_q;
   a.total_k = total_k;
-  if (const int r = apply_options(&a, opts)) return r;
+  int latent = 0;
+  if (const int r = apply_options(&a, opts, &latent)) return r;
+  if (latent)
+    if (const int r = check_latent_option(a)) return r;
   return forward(a, stream);
 }
 
@@ -586,7 +617,10 @@ ATTNTUNE_API int attntune_attention_forward_ex(
     return unsupported("q_strides, k_strides, v_strides and o_strides must not be NULL (3 strides each)");
   Call a = make_call(attntune_plan::kEntryDense, q, k, v, out, lse, batch, heads_q, heads_kv, seqlen_q, seqlen_k,
                      head_dim, q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal);
-  if (const int r = apply_options(&a, opts)) return r;
+  int latent = 0;
+  if (const int r = apply_options(&a, opts, &latent)) return r;
+  if (latent)
+    if (const int r = check_latent_option(a)) return r;
   return forward(a, stream);
 }
 
@@ -620,7 +654,10 @@ ATTNTUNE_API int attntune_attention_forward_kvcache_ex(
   a.block_table = block_table;
   a.max_blocks_per_seq = max_blocks_per_seq;
   a.page_size = page_size;
-  if (const int r = apply_options(&a, opts)) return r;
+  int latent = 0;
+  if (const int r = apply_options(&a, opts, &latent)) return r;
+  if (latent)
+    if (const int r = check_latent_option(a)) return r;
   return forward(a, stream);
 }
 
@@ -700,7 +737,11 @@ ATTNTUNE_API int attntune_select_kernel_entry(int entry, int head_dim, int is_ca
 }
 
 // The same choice for a call with options (attntune_options: the variants; NULL: plain attention):
-// -1 if none of this file's kernels serves it (or the options are not valid).
+// -1 if none of this file's kernels serves it (or the options are not valid). The sizes describe
+// separate K and V (NULL pointers: a latent kernel's plan refuses them), unless the options say
+// latent: then k and v are one (fake, never read) cache with K's strides for V, as the real call
+// will pass them, so latent kernels are weighed beside those over separate K and V (which read V
+// through the aliasing pointer and serve the call too).
 ATTNTUNE_API int attntune_select_kernel_ex(int entry, int head_dim, int is_causal, int batch, int heads_q,
                                            int heads_kv, int seqlen_q, int seqlen_k, const attntune_options* opts) {
   if (is_causal != 0 && is_causal != 1) return -1;
@@ -728,7 +769,13 @@ ATTNTUNE_API int attntune_select_kernel_ex(int entry, int head_dim, int is_causa
     a.total_k = static_cast<long long>(batch) * seqlen_k;
     a.cu_seqlens_q = a.cu_seqlens_k = kPrefixSums;
   }
-  if (attntune_export::apply_options(&a, opts)) return -1;
+  int latent = 0;
+  if (attntune_export::apply_options(&a, opts, &latent)) return -1;
+  if (latent) {
+    alignas(16) static const unsigned char kCache[16] = {0};  // stands in for the cache: a plan never reads it
+    a.k = a.v = kCache;
+    for (int i = 0; i < 3; ++i) a.v_stride[i] = a.k_stride[i];
+  }
   attntune_plan::Why why;
   if (attntune_plan::normalise_variants(&a, &why)) return -1;
   return attntune_export::select_kernel(a, nullptr);

@@ -1,10 +1,11 @@
 """The PyTorch package of `attntune export --torch`, without a GPU (ctest `torch_ops`, label cpu;torch).
 
 Builds a real package with the real torch and nvcc from a database this test makes: `submit` and
-`serve --simulate` (the synthetic GPU: real renders and source hashes, made-up timings) over 13
-problems, plain, with FlashAttention's variants and with a value head dim other than d, in copies of the shipped flash_fwd_mma and
-flash_decode spaces that list the variants (a family's own YAML lists them once its kernels serve
-them; here the kernels are only built, never run). Then checks what runs without a GPU:
+`serve --simulate` (the synthetic GPU: real renders and source hashes, made-up timings) over 15
+problems, plain, with FlashAttention's variants, with a value head dim other than d and over a latent
+cache, in copies of the shipped flash_fwd_mma and flash_decode spaces that list the variants (a
+family's own YAML lists them once its kernels serve them) and in the shipped flash_decode_wgmma space;
+here the kernels are only built, never run. Then checks what runs without a GPU:
   - the dispatch: explain() against this file's own statement of the rule (the kernels built for
     the call's entry point, head dims, causality and variants; nearest lengths by ratio, then the GQA
     group, then batch * heads; the decode/prefill regime; max_length_ratio), variants included: a
@@ -22,7 +23,14 @@ them; here the kernels are only built, never run). Then checks what runs without
   - value head dims (v's last dim Dv != D, DeepSeek's MLA prefill): the dispatch (a split kernel
     serves only calls of its two dims, and no one-dim call), the fallback's values with Dv != D on
     every entry (variants too) against float64, out's shape and strides, the refusals of mismatched
-    shapes naming both, coverage and plans with `dv=N`, the fakes and torch.compile.
+    shapes naming both, coverage and plans with `dv=N`, the fakes and torch.compile;
+  - latent caches (MLA decode: v = k[..., :Dv], one buffer; flash_decode_wgmma at d=576, dv=512): the
+    dispatch (attntune_options.latent: the latent kernel for latent calls only, the build over
+    separate K and V for both), which calls are latent (a view with k's pointer and strides and a
+    smaller last dim; not a copy, an offset view, v = k, varlen), coverage, specs, plans and the raise
+    policy with `latent=1`, mla_decode as attention_kvcache over the view (FlashMLA's layout), the
+    fallback's values over the view (paged, contiguous, dense, variants) against float64, and
+    torch.compile.
 
   ATTNTUNE_BIN=build/attntune python3 tests/torch/test_ops.py
 """
@@ -67,6 +75,10 @@ DECODE = ["b=16,h=64,hkv=8,s=1,sk=8192,d=64,dtype=bf16,causal=1,page=16,window=1
           "b=16,h=32,hkv=8,s=1,sk=4096,d=128,dtype=bf16,causal=0,page=16,softcap=30",
           "b=16,h=16,hkv=2,s=1,sk=4096,d=64,dv=128,dtype=bf16,causal=1,page=16"]             # V wider than K
 MLA, WIDE_V = PREFILL[9], DECODE[2]
+# flash_decode_wgmma's (sm_90a; MLA decode at d=576, dv=512, one KV head, FlashMLA's pages of 64): over
+# the latent cache (V is K's first 512 columns), and over separate K and V tuned for longer caches.
+LATENT = ["b=4,h=16,hkv=1,s=1,sk=1000,d=576,dv=512,dtype=bf16,causal=0,page=64,latent=1",
+          "b=4,h=16,hkv=1,s=1,sk=8000,d=576,dv=512,dtype=bf16,causal=0,page=64"]
 VARIANT_KEYS = ("window", "softcap", "sinks")
 
 
@@ -104,8 +116,9 @@ attntune = None
 
 def setUpModule():
     global attntune
-    for family, problems in (("flash_fwd_mma", PREFILL), ("flash_decode", DECODE)):
-        run("submit", "--db", DB, "--space", variant_space(family), *[a for p in problems for a in ("--problem", p)],
+    for space, problems in ((variant_space("flash_fwd_mma"), PREFILL), (variant_space("flash_decode"), DECODE),
+                            (os.path.join(ROOT, "search_spaces", "flash_decode_wgmma.yaml"), LATENT)):
+        run("submit", "--db", DB, "--space", space, *[a for p in problems for a in ("--problem", p)],
             "--budget-evals", "2", "--final-top", "0", "--warm-start", "0")
     run("serve", "--db", DB, "--simulate", "--simulate-delay-ms", "0")
     export("--all-best", "--dtype", "bf16", "--torch", PKG)
@@ -193,6 +206,8 @@ def nearest(kernels, entry_bit, d, causal, b, h, hkv, s, sk, window=(-1, -1), so
         p = kern["problem"]
         if p["d"] != d or p.get("dv", p["d"]) != dv or bool(p["causal"]) != causal or not (kern["entries"] & entry_bit):
             continue
+        if p.get("latent"):  # serves latent calls alone (explain(..., latent=True)): LatentCaches
+            continue
         if flags(p.get("window", (-1, -1)), p.get("softcap", 0), p.get("sinks")) != flags(window, softcap, sinks):
             continue
         if kern["template"] == "flash_decode" and s > 16:
@@ -217,9 +232,9 @@ def kernels_with_entries():
 
 
 def variant_args(p):
-    """explain()'s variant arguments (and value head dim) for a kernel's problem."""
+    """explain()'s variant arguments (and value head dim, and latent cache) for a kernel's problem."""
     return dict(window_size=tuple(p.get("window", (-1, -1))), softcap=p.get("softcap", 0.0),
-                sinks=bool(p.get("sinks")), head_dim_v=p.get("dv"))
+                sinks=bool(p.get("sinks")), head_dim_v=p.get("dv"), latent=bool(p.get("latent")))
 
 
 class Dispatch(unittest.TestCase):
@@ -228,7 +243,7 @@ class Dispatch(unittest.TestCase):
         self.kernels = kernels_with_entries()
 
     def test_the_package_holds_what_was_tuned(self):
-        self.assertEqual(sorted(vr.spec_of(k["problem"]) for k in self.kernels), sorted(PREFILL + DECODE))
+        self.assertEqual(sorted(vr.spec_of(k["problem"]) for k in self.kernels), sorted(PREFILL + DECODE + LATENT))
         for k in self.kernels:
             p = k["problem"]
             want = [key for key, on in zip(VARIANT_KEYS, flags(p.get("window", (-1, -1)), p.get("softcap", 0),
@@ -753,9 +768,10 @@ class Coverage(unittest.TestCase):
                "problem": {"b": 1, "h": 16, "hkv": 16, "s": 777, "sk": 777, "d": 88, "causal": 1, "paged": 0,
                            "window": [-1, -1], "softcap": 0, "sinks": 0}}
         # Listed in the spaces' problem section but refused by their constraints (no multiple of 16):
-        # tuner.json lists the head dims a family tunes, not those it names.
+        # tuner.json lists the head dims a family tunes, not those it names (flash_decode_wgmma's 576
+        # only beside dv=512: MLA's latent cache).
         self.assertIn("no attntune family tunes head_dim=88 bf16 (head dims: 32, 48, 64, 80, 96, 112, 128, 144, 160, "
-                      "176, 192, 208, 224, 240, 256)", attntune.untunable(row, support))
+                      "176, 192, 208, 224, 240, 256, 512, 576)", attntune.untunable(row, support))
         row["problem"]["d"] = 96
         self.assertEqual(attntune.untunable(row, support), "")
         row["problem"]["d"] = 128
@@ -823,10 +839,10 @@ class ValueHeadDims(unittest.TestCase):
     # -- the dispatch: a split kernel serves exactly its two dims
 
     def test_the_split_kernels_carry_their_value_dim(self):
-        for spec, dv in ((MLA, 128), (WIDE_V, 128)):
+        for spec, dv in ((MLA, 128), (WIDE_V, 128), (LATENT[0], 512), (LATENT[1], 512)):
             self.assertEqual(self.kernels[self.specs.index(spec)]["problem"].get("dv"), dv, spec)
         for k in self.kernels:  # one-dim kernels carry none
-            if vr.spec_of(k["problem"]) not in (MLA, WIDE_V):
+            if vr.spec_of(k["problem"]) not in [MLA, WIDE_V] + LATENT:
                 self.assertNotIn("dv", k["problem"])
 
     def test_split_calls_run_split_kernels_only(self):
@@ -1160,6 +1176,230 @@ class ValueHeadDims(unittest.TestCase):
             self.assertEqual(got.shape, want.shape)
             self.assertTrue(torch.equal(got, want))
         self.assertEqual(compiled(*args)[0].shape, (2, 4, 9, 128))
+
+
+class LatentCaches(unittest.TestCase):
+    """MLA decode over one latent cache (docs/CONTRACT.md "Latent caches"): V is K's first Dv columns,
+    passed as the view v = k[..., :Dv] (mla_decode: FlashMLA's kv_cache and head_dim_v). The package
+    holds LATENT: flash_decode_wgmma at d=576, dv=512 over the latent cache (sk=1000) and over separate
+    K and V (sk=8000)."""
+
+    def setUp(self):
+        attntune.set_policy("sdpa", 16.0)
+        attntune.reset_coverage()
+        torch.manual_seed(576)
+        self.kernels = kernels_with_entries()
+        self.specs = [vr.spec_of(k["problem"]) for k in self.kernels]
+        self.latent, self.split = self.specs.index(LATENT[0]), self.specs.index(LATENT[1])
+
+    def explain(self, entry, sk, s=1, causal=False, **kw):
+        kw.setdefault("head_dim_v", 512)
+        return attntune.explain(entry, "bf16", 576, causal, 4, 16, 1, s, sk, **kw)
+
+    # -- the dispatch: attntune_options.latent
+
+    def test_the_kernels_say_latent(self):
+        lat, split = self.kernels[self.latent], self.kernels[self.split]
+        self.assertTrue(lat["problem"].get("latent"))
+        self.assertNotIn("latent", split["problem"])
+        self.assertEqual((lat["template"], split["template"]), ("flash_decode_wgmma", "flash_decode_wgmma"))
+        self.assertEqual(lat["variants"], [])  # latent is not a variant
+
+    def test_only_latent_calls_run_the_latent_kernel(self):
+        for entry in ("attention_kvcache", "attention"):  # flash_decode_wgmma serves both
+            self.assertEqual(self.explain(entry, 1000, latent=True), (self.latent, ""), entry)
+            self.assertEqual(self.explain(entry, 1300, latent=True)[0], self.latent, entry)
+            # Without latent the sizes are separate K and V: never the latent kernel; the other one
+            # (8x off, within max_length_ratio 16).
+            self.assertEqual(self.explain(entry, 1000), (self.split, ""), entry)
+            # Nearer its lengths, the kernel over separate K and V serves a latent call too (it reads
+            # V through the aliasing pointer).
+            self.assertEqual(self.explain(entry, 8000, latent=True), (self.split, ""), entry)
+        attntune.set_policy("sdpa", 4.0)
+        self.assertEqual(self.explain("attention_kvcache", 1000, latent=True)[0], self.latent)
+        k, why = self.explain("attention_kvcache", 1000)
+        self.assertEqual(k, -1)
+        self.assertIn("max_length_ratio", why)
+        attntune.set_policy("sdpa", 16.0)
+        # No causal kernel at these dims: the reason says latent.
+        self.assertEqual(self.explain("attention_kvcache", 1000, s=2, causal=True, latent=True),
+                         (-1, "no kernel of the library serves attention_kvcache with head_dim=576 head_dim_v=512 "
+                              "is_causal=1 over a latent cache (v is k's first head_dim_v columns)"))
+        # Other dims: not the latent kernel.
+        self.assertEqual(self.explain("attention_kvcache", 1000, latent=True, head_dim_v=256)[0], -1)
+        with self.assertRaisesRegex(RuntimeError, r"latent \(V is K's first head_dim_v columns\) needs head_dim_v "
+                                                  r"below head_dim \(got head_dim 576, head_dim_v 0\)"):
+            self.explain("attention_kvcache", 1000, latent=True, head_dim_v=None)
+        with self.assertRaisesRegex(RuntimeError, "latent is for attention and attention_kvcache"):
+            self.explain("attention_varlen", 1000, latent=True)
+
+    # -- which calls are latent
+
+    def test_a_view_of_k_is_latent_and_nothing_else_is(self):
+        B, H, page, nb = 2, 4, 16, 6
+        q = rand(B, 1, H, 576)
+        kv = rand(nb, page, 1, 576)
+        table = torch.tensor([[0, 3], [5, 1]], dtype=torch.int32)
+        lens = torch.tensor([20, 7], dtype=torch.int32)
+
+        def latent_of(k, v):
+            attntune.reset_coverage()
+            out = attntune.attention_kvcache(q, k, v, cache_seqlens=lens, block_table=table)
+            self.assertEqual(out.shape, (B, 1, H, v.shape[-1]))
+            (row,) = attntune.coverage()
+            return row["problem"].get("latent", 0)
+        wide = rand(nb, page, 1, 640)
+        flat = rand(nb * page * 576)
+        cases = [("k[..., :512]", kv, kv[..., :512], 1),
+                 ("a view of a wider buffer", wide[..., :576], wide[..., :512], 1),
+                 ("a copy", kv, kv[..., :512].clone(), 0),
+                 ("an offset view", kv, kv[..., 64:], 0),
+                 ("another tensor", kv, rand(nb, page, 1, 512), 0),
+                 ("v = k (one head dim)", kv, kv, 0),
+                 ("the same pointer, other strides", flat.view(nb, page, 1, 576),
+                  flat.as_strided((nb, page, 1, 512), (page * 512, 512, 512, 1)), 0)]
+        for what, k, v, want in cases:
+            self.assertEqual(latent_of(k, v), want, what)
+        # The dense entry ([B, H, S, D] and [B, S, H, D] views alike); varlen never (no varlen latent problem).
+        q, k = rand(1, 4, 3, 192), rand(1, 1, 40, 192)
+        for layout, (qq, kk) in (("bhsd", (q, k)), ("bshd", (q.transpose(1, 2), k.transpose(1, 2)))):
+            attntune.reset_coverage()
+            out = attntune.attention(qq, kk, kk[..., :128], layout=layout)
+            self.assertEqual(out.shape, qq.shape[:-1] + (128,))
+            self.assertEqual([attntune.problem_spec(r) for r in attntune.coverage()],
+                             ["b=1,h=4,hkv=1,s=3,sk=40,d=192,dv=128,dtype=bf16,causal=0,latent=1"], layout)
+        attntune.reset_coverage()
+        xk = rand(10, 1, 192)
+        cu = torch.tensor([0, 3, 10], dtype=torch.int32)
+        attntune.attention_varlen(rand(10, 4, 192), xk, xk[..., :128], cu, cu, 7, 7)
+        self.assertNotIn("latent", attntune.coverage()[0]["problem"])
+
+    # -- coverage, specs, plans and the raise policy
+
+    def test_coverage_plans_and_raises_latent_problems(self):
+        q, kv = rand(4, 1, 16, 576), rand(70, 64, 1, 576)
+        table = torch.arange(64, dtype=torch.int32).view(4, 16)
+        lens = torch.tensor([1000, 1, 640, 1024], dtype=torch.int32)
+        attntune.mla_decode(q, kv, table, lens)
+        attntune.mla_decode(q, kv, table, lens)
+        (row,) = attntune.coverage()
+        spec = "b=4,h=16,hkv=1,s=1,sk=1024,d=576,dv=512,dtype=bf16,causal=0,page=64,latent=1"
+        self.assertEqual(row["entry"], "attention_kvcache")
+        self.assertEqual((row["calls"], row["problem"]["latent"], row["problem"]["dv"], row["problem"]["paged"]),
+                         (2, 1, 512, 64))
+        self.assertEqual(attntune.problem_spec(row), spec)
+        self.assertIn(spec, attntune.coverage_table())
+        # A GPU's row (tunable): its plan is the latent problem, which flash_decode_wgmma tunes.
+        row = dict(row, tunable=True, fallback="no kernel")
+        support = json.load(open(os.path.join(PKG, "attntune", "tuner.json")))
+        fams = {f["family"]: f["support"] for f in support["families"]}
+        self.assertIn("576", fams["flash_decode_wgmma"]["d"])
+        self.assertEqual(fams["flash_decode_wgmma"]["latent"], ["0", "1"])
+        self.assertEqual(attntune.untunable(row, support), "")
+        no_latent = {"families": [{"family": "flash_decode_wgmma", "regimes": ["decode"],
+                                   "support": {"d": ["576"], "dv": ["512"], "dtype": ["bf16"]}}]}
+        self.assertEqual(attntune.untunable(row, no_latent),
+                         "no attntune family tunes this decode problem (flash_decode_wgmma tunes no latent cache)")
+        plan = attntune.plan_from_coverage([row], "deepseek-v3")
+        self.assertEqual(plan["problems"], [{"problem": spec, "regime": "decode"}])
+        db = os.path.join(WORK, "latent-queue.db")
+        r = run("submit", "--db", db, "--problem", spec, "--format", "json")
+        queued = json.loads(r.stdout)[0]
+        self.assertTrue(queued["problem"]["latent"], r.stdout)
+        self.assertTrue(queued["campaign"].endswith(":" + spec), r.stdout)
+        self.assertIn("flash_decode_wgmma", queued["campaign"].split(":")[0])
+        # The raise policy names the latent problem.
+        attntune.set_policy("raise", 16.0)
+        with self.assertRaisesRegex(RuntimeError, "attntune.attention_kvcache: no tuned kernel for b=4,h=16,hkv=1,"
+                                                  "s=1,sk=1024,d=576,dv=512,causal=0,latent=1: tensors on cpu"):
+            attntune.mla_decode(q, kv, table, lens)
+
+    # -- mla_decode: FlashMLA's call, as attention_kvcache over the view
+
+    def test_mla_decode_is_attention_kvcache_over_the_view(self):
+        B, S, H = 3, 2, 8
+        q, kv = rand(B, S, H, 576), rand(10, 16, 1, 576)
+        table = torch.tensor([[0, 4, 7], [9, 1, 2], [3, 5, 6]], dtype=torch.int32)
+        lens = torch.tensor([40, 1, 33], dtype=torch.int32)
+        for kw in ({}, dict(is_causal=True), dict(scale=0.1, is_causal=True)):
+            out, lse = attntune.mla_decode(q, kv, table, lens, return_lse=True, **kw)
+            want, want_lse = attntune.attention_kvcache(q, kv, kv[..., :512], cache_seqlens=lens, block_table=table,
+                                                        return_lse=True, **kw)
+            self.assertEqual((out.shape, lse.shape), ((B, S, H, 512), (B, H, S)), kw)
+            self.assertTrue(torch.equal(out, want), kw)
+            self.assertTrue(torch.equal(lse, want_lse), kw)
+        # head_dim_v, a contiguous cache (block_table None) and out=.
+        out = attntune.mla_decode(q, kv, table, lens, head_dim_v=256)
+        self.assertTrue(torch.equal(out, attntune.attention_kvcache(q, kv, kv[..., :256], cache_seqlens=lens,
+                                                                    block_table=table)))
+        contiguous = rand(B, 48, 1, 576)
+        mine = torch.full((B, S, H, 512), float("nan"), dtype=q.dtype)
+        got = attntune.mla_decode(q, contiguous, None, lens, out=mine)
+        self.assertIs(got, mine)
+        self.assertTrue(torch.equal(mine, attntune.attention_kvcache(q, contiguous, contiguous[..., :512],
+                                                                     cache_seqlens=lens)))
+        for bad, pattern in ((dict(head_dim_v=576), "head_dim_v must be an int from 1 to below the cache's head dim "
+                                                    r"\(576\)"),
+                             (dict(head_dim_v=0), "head_dim_v must be"), (dict(head_dim_v=True), "head_dim_v must be"),
+                             (dict(head_dim_v=512.0), "head_dim_v must be")):
+            with self.assertRaisesRegex(ValueError, pattern, msg=str(bad)):
+                attntune.mla_decode(q, kv, table, lens, **bad)
+        with self.assertRaisesRegex(ValueError, "kv_cache must be a 4-d tensor"):
+            attntune.mla_decode(q, kv[:, :, 0], table, lens)
+
+    # -- the fallback's values over the view (CPU tensors fall back)
+
+    def test_fallback_values(self):
+        B, H, D, Dv, Sk = 5, 8, 576, 512, 64
+        lens = [0, 1, 37, 64, 50]
+        seqlens = torch.tensor(lens, dtype=torch.int32)
+        for S, causal, page, variants in ((1, False, 16, {}), (2, True, 16, {}), (3, True, 0, {}), (1, False, 64, {}),
+                                          (2, True, 16, dict(window_size=(10, 0), softcap=30.0)),
+                                          (1, False, 0, dict(sinks=sink_logits(H, 1)))):
+            q, k = rand(B, H, S, D), rand(B, 1, Sk, D)
+            kc, _, table = vr.paged_cache(k, k, lens, page, S)  # one cache, NaN past each length
+            out = torch.full((B, S, H, Dv), float("nan"), dtype=q.dtype)
+            attntune.reset_coverage()
+            if variants:
+                _, lse = attntune.attention_kvcache(q.transpose(1, 2), kc, kc[..., :Dv], cache_seqlens=seqlens,
+                                                    block_table=table, is_causal=causal, return_lse=True, out=out,
+                                                    **variants)
+            else:
+                _, lse = attntune.mla_decode(q.transpose(1, 2), kc, table, seqlens, is_causal=causal,
+                                             return_lse=True, out=out)
+            self.assertEqual(attntune.coverage()[0]["problem"].get("latent"), 1)
+            args = dict(causal=causal, window=variants.get("window_size", (-1, -1)),
+                        softcap=variants.get("softcap", 0.0), sinks=variants.get("sinks"), len_k=lens)
+            ref64, lse64 = vr.attention(q, k, k[..., :Dv], 1 / math.sqrt(D), **args)
+            lowp, _ = vr.attention(q, k, k[..., :Dv], 1 / math.sqrt(D), dtype=torch.bfloat16, **args)
+            ok, msg = vr.compare(out.transpose(1, 2), lse, ref64, lse64, lowp, torch.bfloat16)
+            self.assertTrue(ok, f"latent kvcache page={page} S={S} causal={causal} {variants}: {msg}")
+        # The dense entry over a view, both layouts, plain (SDPA) and with a variant (fp32 path).
+        for layout, causal, variants in (("bhsd", True, {}), ("bshd", False, {}), ("bhsd", True, dict(softcap=30.0))):
+            q, k = rand(2, 4, 33, 192), rand(2, 1, 50, 192)
+            qq, kk = (q, k) if layout == "bhsd" else (q.transpose(1, 2), k.transpose(1, 2))
+            out, lse = attntune.attention(qq, kk, kk[..., :128], is_causal=causal, layout=layout, return_lse=True,
+                                          **variants)
+            oh = out if layout == "bhsd" else out.transpose(1, 2)
+            args = dict(causal=causal, softcap=variants.get("softcap", 0.0))
+            ref64, lse64 = vr.attention(q, k, k[..., :128], 1 / math.sqrt(192), **args)
+            lowp, _ = vr.attention(q, k, k[..., :128], 1 / math.sqrt(192), dtype=torch.bfloat16, **args)
+            ok, msg = vr.compare(oh, lse, ref64, lse64, lowp, torch.bfloat16)
+            self.assertTrue(ok, f"latent dense {layout} causal={causal} {variants}: {msg}")
+
+    def test_fullgraph(self):
+        torch._dynamo.reset()
+
+        def f(q, kv, table, lens):
+            out, lse = attntune.mla_decode(q, kv, table, lens, is_causal=True, return_lse=True)
+            return out * 2, lse
+
+        q, kv = rand(2, 2, 8, 576), rand(6, 16, 1, 576)
+        table, lens = torch.tensor([[0, 1], [5, 2]], dtype=torch.int32), torch.tensor([20, 7], dtype=torch.int32)
+        compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+        for got, want in zip(compiled(q, kv, table, lens), f(q, kv, table, lens)):
+            self.assertEqual(got.shape, want.shape)
+            self.assertTrue(torch.equal(got, want))
 
 
 class Compile(unittest.TestCase):

@@ -48,12 +48,30 @@ $ATTNTUNE_TORCH_DV_TUNE_DB or a temporary database). Then, policy "raise":
     variants), and dims no kernel has ((96, 64), (64, 96)) on all three entries;
   - torch.compile(fullgraph=True) and a captured CUDA graph of a split kernel's call and of the
     fallback's, against float64.
+
+Latent caches (MLA decode over one cache whose first Dv columns are V; issue 44, docs/design/torch.md
+"Latent caches (MLA)"): Hopper (compute capability 9.0) only, else SKIP. The package is
+$ATTNTUNE_TORCH_LATENT_PKG, else one exported from $ATTNTUNE_TORCH_LATENT_DB, else one this test tunes
+(LATENT_PROBLEMS: DeepSeek-V3's decode, d=576, dv=512, one KV head, pages of 64, s=1 and causal s=2,
+latent=1, which flash_decode_wgmma tunes; $ATTNTUNE_TORCH_LATENT_BUDGET evaluations each, default 2,
+into $ATTNTUNE_TORCH_LATENT_TUNE_DB or a temporary database). Then, policy "raise":
+  - every latent kernel through mla_decode (FlashMLA's call: q [B, S, H, 576], kv_cache [blocks, 64,
+    1, 576], block table, cache_seqlens), attention_kvcache with v_cache = kv_cache[..., :512] and the
+    dense entry with v = k[..., :512], on its tuned and odd shapes (ragged lengths with NaN past each,
+    shuffled pages of 64 and 16, a contiguous cache), NaN-poisoned out and LSE, against float64
+    (FlashAttention-2's criterion); every call ran a latent kernel (coverage: label, problem), and
+    explain(..., latent=True) names it where explain without latent does not;
+  - the same dims over separate K and V raise (the latent kernels refuse them), naming the problem;
+  - the fallback over the view (max_length_ratio 1: SDPA), against float64;
+  - torch.compile(fullgraph=True) and a captured CUDA graph (new inputs, replay) of mla_decode,
+    against float64.
 Prints a table last.
 
   ATTNTUNE_TORCH_PKG=pkg python3 tests/torch/test_ops_gpu.py [--min-seconds 1.0] [--rounds 4]
   python3 tests/torch/test_ops_gpu.py --variants-only     # or ATTNTUNE_TORCH_VARIANTS_ONLY=1 (ctest)
   python3 tests/torch/test_ops_gpu.py --dv-only           # or ATTNTUNE_TORCH_DV_ONLY=1: value head dims
-  ATTNTUNE_TORCH_VARIANTS=0, ATTNTUNE_TORCH_DV=0: leave that phase out
+  python3 tests/torch/test_ops_gpu.py --latent-only       # or ATTNTUNE_TORCH_LATENT_ONLY=1: latent caches
+  ATTNTUNE_TORCH_VARIANTS=0, ATTNTUNE_TORCH_DV=0, ATTNTUNE_TORCH_LATENT=0: leave that phase out
 """
 import argparse
 import ctypes
@@ -86,11 +104,18 @@ def main():
     ap.add_argument("--no-variants", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_VARIANTS", "1") == "0")
     ap.add_argument("--dv-only", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_DV_ONLY", "0") == "1")
     ap.add_argument("--no-dv", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_DV", "1") == "0")
+    ap.add_argument("--latent-only", action="store_true",
+                    default=os.environ.get("ATTNTUNE_TORCH_LATENT_ONLY", "0") == "1")
+    ap.add_argument("--no-latent", action="store_true",
+                    default=os.environ.get("ATTNTUNE_TORCH_LATENT", "1") == "0")
     args = ap.parse_args()
     device = os.environ.get("ATTNTUNE_TORCH_VARIANTS_DEVICE", "cuda")  # "cpu": a rehearsal of the variants phase
     dv_device = os.environ.get("ATTNTUNE_TORCH_DV_DEVICE", "cuda")  # "cpu": a rehearsal of the value-dims phase
+    latent_device = os.environ.get("ATTNTUNE_TORCH_LATENT_DEVICE", "cuda")  # "cpu": a rehearsal of the latent phase
     if args.dv_only:
         device = dv_device
+    if args.latent_only:
+        device = latent_device
     if device == "cuda" and not torch.cuda.is_available():
         print("SKIP: no CUDA device (torch.cuda.is_available() is False)")
         return SKIP
@@ -99,7 +124,9 @@ def main():
     os.environ.setdefault("ATTNTUNE_TORCH_CACHE", os.path.join(work, "cache"))
     os.environ["ATTNTUNE_TORCH_NO_AUTOLOAD"] = "1"
     failures = []
-    if args.dv_only:
+    if args.latent_only:
+        failures += latent_phase(work, latent_device)
+    elif args.dv_only:
         failures += dv_phase(work, dv_device)
     else:
         if not args.variants_only:
@@ -108,6 +135,8 @@ def main():
             failures += variants_phase(work, device)
         if not args.variants_only and not args.no_dv:
             failures += dv_phase(work, dv_device)
+        if not args.variants_only and not args.no_latent:
+            failures += latent_phase(work, latent_device)
     print(f"\n{'PASSED' if not failures else 'FAILED'}: {len(failures)} failure(s)")
     for m in failures:
         print(f"  {m}")
@@ -1092,6 +1121,285 @@ def dv_phase(work, device="cuda"):
             ok, msg = vr.compare(graph_out[0], graph_out[1], ref64, lse64, lowp, dtype)
             record(ok, f"CUDA graph (capture, new inputs, replay) {name}", msg)
     return [f"value dims: {f}" for f in failures]
+
+
+# ------------------------------------------------------------------ the latent-cache phase
+
+# What the latent phase tunes when it is given no package or database (issue 44; docs/design/
+# head_dims.md "Latent caches"): DeepSeek-V3's MLA decode over its latent cache (d=576 =
+# kv_lora_rank 512 + qk_rope_head_dim 64, V the first 512, one KV head, 16 query heads a GPU at tp=8,
+# FlashMLA's pages of 64), one query a sequence and two (multi-token prediction, causal), bf16.
+LATENT_PROBLEMS = [
+    "b=4,h=16,hkv=1,s=1,sk=1000,d=576,dv=512,dtype=bf16,causal=0,page=64,latent=1",
+    "b=4,h=16,hkv=1,s=2,sk=1000,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1",
+]
+
+
+def latent_package(work):
+    """The latent phase's package and its notes: $ATTNTUNE_TORCH_LATENT_PKG, else an export of
+    $ATTNTUNE_TORCH_LATENT_DB, else LATENT_PROBLEMS tuned here ($ATTNTUNE_TORCH_LATENT_BUDGET
+    evaluations each, default 2, into $ATTNTUNE_TORCH_LATENT_TUNE_DB or a temporary database; a second
+    run resumes it)."""
+    pkg = os.environ.get("ATTNTUNE_TORCH_LATENT_PKG")
+    if pkg:
+        return pkg, []
+    binary = os.environ.get("ATTNTUNE_BIN", os.path.join(ROOT, "build", "attntune"))
+    db = os.environ.get("ATTNTUNE_TORCH_LATENT_DB")
+    notes = []
+    if not db:
+        db = os.environ.get("ATTNTUNE_TORCH_LATENT_TUNE_DB") or os.path.join(work, "latent.db")
+        budget = os.environ.get("ATTNTUNE_TORCH_LATENT_BUDGET", "2")
+        for p in LATENT_PROBLEMS:
+            r = subprocess.run([binary, "submit", "--db", db, "--problem", p, "--budget-evals", budget, "--final-top",
+                                "0", "--warm-start", "0", "--max-seconds", "0.3"], capture_output=True, text=True)
+            if r.returncode == 2:
+                notes.append(f"SKIP {p}: {r.stderr.strip()}")
+            elif r.returncode != 0:
+                raise RuntimeError(f"attntune submit {p} failed ({r.returncode}): {r.stderr}")
+        t0 = time.time()
+        r = subprocess.run([binary, "serve", "--db", db], capture_output=True, text=True)
+        print(f"latent: tuned in {time.time() - t0:.0f} s (attntune serve, budget {budget} each): "
+              f"{r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''}")
+        if r.returncode != 0:
+            raise RuntimeError(f"attntune serve failed ({r.returncode}): {r.stderr[-4000:]}")
+    pkg = os.path.join(work, "latent_pkg")
+    r = subprocess.run([binary, "export", "--db", db, "--all-best", "--dtype", "bf16", "--torch", pkg],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"attntune export --torch from {db} failed ({r.returncode}): {r.stderr}")
+    return pkg, notes
+
+
+def latent_phase(work, device="cuda"):
+    """The latent-cache phase (MLA decode, v = k[..., :Dv]; the module's docstring); returns its
+    failures. device "cpu" rehearses it without a GPU (ATTNTUNE_TORCH_LATENT_DEVICE=cpu, with a
+    package or a database): every call falls back there, so the kernel checks check the fallback,
+    and graphs and inductor are left out."""
+    print("\n==== latent caches: MLA decode over one cache, v = k[..., :512]")
+    gpu = device == "cuda"
+    if gpu and torch.cuda.get_device_capability() != (9, 0):
+        major, minor = torch.cuda.get_device_capability()
+        print(f"  SKIP latent caches: flash_decode_wgmma is sm_90a code (Hopper); this GPU is sm_{major}{minor}")
+        return []
+    try:
+        pkg, notes = latent_package(work)
+    except RuntimeError as e:
+        print(f"  FAIL {e}")
+        return [f"latent: {e}"]
+    if "attntune" not in sys.modules:
+        sys.path.insert(0, pkg)
+    import attntune  # noqa: E402
+    import variant_reference as vr  # noqa: E402
+    t0 = time.time()
+    lib = attntune.load(os.path.join(pkg, "attntune", "kernels.cu"), namespace="attntune_latent")
+    print(f"loaded {pkg} in {time.time() - t0:.0f} s: {len(lib.kernels())} kernels")
+    for n in notes:
+        print(f"  {n}")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[lib.info["dtype"]]
+    failures = []
+    gen = torch.Generator(device=device)
+
+    def randn(*shape, seed):
+        gen.manual_seed(seed)
+        return torch.randn(*shape, device=device, dtype=dtype, generator=gen)
+
+    def record(ok, what, msg):
+        print(f"  {'ok  ' if ok else 'FAIL'} {what:<100} {msg}")
+        if not ok:
+            failures.append(what)
+
+    def call(fn, what):
+        """fn()'s result, or None when it raised (under the raise policy a fallback raises)."""
+        try:
+            r = fn()
+            if gpu:
+                torch.cuda.synchronize()
+            return r if r is not None else True
+        except RuntimeError as e:
+            record(False, what, str(e).splitlines()[0][:300])
+            return None
+
+    def reference(q, k, Dv, scale, **args):
+        """float64 and low-precision attention of q [B, H, S, D] over k [B, Hkv, Sk, D], V its first Dv."""
+        v = k[..., :Dv]
+        return vr.attention(q, k, v, scale, **args), vr.attention(q, k, v, scale, dtype=dtype, **args)[0]
+
+    def ragged(B, Sk, seed):
+        g = torch.Generator().manual_seed(seed)
+        return [[Sk, 0, 1, (Sk // 2) | 1, int(torch.randint(1, Sk + 1, (1,), generator=g))][b % 5] for b in range(B)]
+
+    def check_kvcache(B, H, Hkv, S, Sk, D, Dv, causal, page, seed, tag, via):
+        """One latent call over a cache of Sk keys at most (pages of `page`, 0: contiguous) through
+        mla_decode, or attention_kvcache(..., kv_cache[..., :Dv]) (via "view")."""
+        scale = 1 / math.sqrt(D)
+        q, k = randn(B, H, S, D, seed=seed), randn(B, Hkv, Sk, D, seed=seed + 1)
+        lens = ragged(B, Sk, seed)
+        kc, _, table = vr.paged_cache(k, k, lens, page, seed)  # one cache: NaN past each length, shuffled pages
+        seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
+        qt = q.transpose(1, 2)  # [B, S, H, D]
+        out = torch.full((B, S, H, Dv), float("nan"), device=device, dtype=dtype)
+        what = (f"{tag} {via} {'page=' + str(page) if page else 'contiguous'} b={B} h={H} hkv={Hkv} s={S} "
+                f"sk<={Sk} d={D} dv={Dv} causal={int(causal)}")
+        if via == "mla_decode":
+            got = call(lambda: lib.mla_decode(qt, kc, table, seqlens, head_dim_v=Dv, is_causal=causal,
+                                              return_lse=True, out=out), what)
+            if got is None:
+                return
+            lse = got[1]
+        else:
+            lse = torch.full((B, H, S), float("nan"), device=device)
+            if not call(lambda: lib.ops.attention_kvcache_into(qt, kc, kc[..., :Dv], seqlens, table, out, lse, scale,
+                                                               causal, [-1, -1], 0.0, None), what):
+                return
+        (ref64, lse64), lowp = reference(q, k, Dv, scale, causal=causal, len_k=lens)
+        ok, msg = vr.compare(out.transpose(1, 2), lse, ref64, lse64, lowp, dtype)
+        record(ok, what, msg)
+
+    def check_dense(B, H, Hkv, S, Sk, D, Dv, causal, seed, tag):
+        """The dense entry over a latent cache: k [B, Hkv, Sk, D], v = k[..., :Dv]."""
+        scale = 1 / math.sqrt(D)
+        q, k = randn(B, H, S, D, seed=seed), randn(B, Hkv, Sk, D, seed=seed + 1)
+        out = torch.full((B, H, S, Dv), float("nan"), device=device, dtype=dtype)
+        lse = torch.full((B, H, S), float("nan"), device=device)
+        what = f"{tag} dense view b={B} h={H} hkv={Hkv} s={S} sk={Sk} d={D} dv={Dv} causal={int(causal)}"
+        if not call(lambda: lib.ops.attention_into(q, k, k[..., :Dv], out, lse, scale, causal, [-1, -1], 0.0, None),
+                    what):
+            return
+        (ref64, lse64), lowp = reference(q, k, Dv, scale, causal=causal)
+        ok, msg = vr.compare(out, lse, ref64, lse64, lowp, dtype)
+        record(ok, what, msg)
+
+    # -- the latent kernels, policy "raise": every call must run one
+    kernels = lib.kernels()
+    entries = {}
+    for name, specs in lib.info.get("entry_points", {}).items():
+        for spec in specs:
+            entries.setdefault(spec, []).append(ENTRY_POINTS[name])
+    latent = [k for k in kernels if k["problem"].get("latent")]
+    print(f"latent: {len(latent)} kernels built for a latent cache: "
+          + ("; ".join(vr.spec_of(k["problem"]) for k in latent) or "none"))
+    if not latent:
+        failures.append("latent: the package holds no kernel built for a latent cache")
+    lib.set_policy("raise" if gpu else "sdpa", 1e9)
+    lib.reset_coverage()
+    first = None
+    for i, kinfo in enumerate(latent):
+        p = kinfo["problem"]
+        B, H, Hkv, S, Sk, D, Dv, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], p["dv"], bool(p["causal"])
+        page = p.get("page") or 64
+        how = entries.get(vr.spec_of(p), [])
+        tag = f"k{i}"
+        first = first or p
+        if "attention_kvcache" in how:
+            odd = (Sk * 3 // 4) | 1
+            for j, (b, sk, pg, via) in enumerate(((B, Sk, page, "mla_decode"), (max(5, B), odd, page, "view"),
+                                                  (max(5, B), odd, 16, "mla_decode"), (B, Sk, 0, "mla_decode"),
+                                                  (3, 5000, page, "view"))):
+                check_kvcache(b, H, Hkv, S, sk, D, Dv, causal, pg, 100 + 10 * i + j, tag, via)
+        if "attention" in how:
+            check_dense(B, H, Hkv, S, Sk, D, Dv, causal, 200 + 10 * i, tag)
+            check_dense(2, H, Hkv, S, (Sk * 3 // 4) | 1, D, Dv, causal, 201 + 10 * i, tag)
+        # explain: the latent kernel for the latent call, another (or none) for the same sizes over
+        # separate K and V.
+        got = lib.explain("attention_kvcache", lib.info["dtype"], D, causal, B, H, Hkv, S, Sk, head_dim_v=Dv,
+                          latent=True)
+        plain = lib.explain("attention_kvcache", lib.info["dtype"], D, causal, B, H, Hkv, S, Sk, head_dim_v=Dv)
+        ok = got[0] >= 0 and kernels[got[0]]["problem"].get("latent") and (
+            plain[0] < 0 or not kernels[plain[0]]["problem"].get("latent"))
+        record(bool(ok), f"{tag} explain: latent=True names a latent kernel, latent=False none",
+               f"{got} / {plain}")
+    for r in lib.coverage():
+        if r["kernel"] is None and gpu:
+            record(False, f"{r['entry']} {attntune.problem_spec(r)} fell back", r["fallback"])
+        elif gpu:
+            k = kernels[r["kernel"]]
+            ok = r["problem"].get("latent") == 1 and bool(k["problem"].get("latent")) and r["label"].endswith(" latent")
+            record(ok, f"{r['entry']} {attntune.problem_spec(r)} ran a latent kernel", r["label"])
+
+    # -- the same dims over separate K and V: the latent kernels refuse them (raise: they raise)
+    if gpu and first is not None:
+        built = {(k["problem"]["d"], k["problem"].get("dv"), bool(k["problem"]["causal"])) for k in kernels
+                 if not k["problem"].get("latent")}
+        p = first
+        if (p["d"], p["dv"], bool(p["causal"])) not in built:  # a package of one's own may hold one
+            q, kc = randn(2, p["s"], p["h"], p["d"], seed=900), randn(2, 64, p["hkv"], p["d"], seed=901)
+            vc = randn(2, 64, p["hkv"], p["dv"], seed=902)
+            want = f"no tuned kernel for b=2,h={p['h']},hkv={p['hkv']},s={p['s']},sk=64,d={p['d']},dv={p['dv']}," \
+                   f"causal={int(p['causal'])}:"
+            try:
+                lib.attention_kvcache(q, kc, vc, is_causal=bool(p["causal"]))
+                torch.cuda.synchronize()
+                record(False, "separate K and V under the raise policy", "ran a kernel: expected to raise")
+            except RuntimeError as e:
+                record(want in str(e), "separate K and V under the raise policy raises, naming the problem",
+                       str(e).splitlines()[0][:200])
+
+    # -- the fallback over the view: max_length_ratio 1 sends every call not exactly at a tuned
+    # problem to SDPA (V a strided view of the gathered cache)
+    if first is not None:
+        lib.set_policy("sdpa", 1.0)
+        lib.reset_coverage()
+        p = first
+        check_kvcache(5, p["h"], p["hkv"], p["s"], 333, p["d"], p["dv"], bool(p["causal"]), 64, 500, "fallback",
+                      "mla_decode")
+        check_kvcache(5, p["h"], p["hkv"], 2, 200, p["d"], p["dv"], True, 0, 501, "fallback", "view")
+        check_dense(2, p["h"], p["hkv"], 3, 150, p["d"], p["dv"], True, 502, "fallback")
+        for r in lib.coverage():
+            if r["kernel"] is not None:
+                record(False, f"{r['entry']} {attntune.problem_spec(r)} ran kernel {r['label']}",
+                       "expected the fallback (max_length_ratio 1)")
+
+    # -- torch.compile(fullgraph=True) and a CUDA graph of mla_decode
+    if gpu and first is not None:
+        lib.set_policy("raise", 1e9)
+        p = first
+        B, H, Hkv, S, Sk, D, Dv, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], p["dv"], bool(p["causal"])
+        page = p.get("page") or 64
+        scale = 1 / math.sqrt(D)
+        lens = ragged(B, Sk, 700)
+
+        def inputs(seed):
+            q, k = randn(B, H, S, D, seed=seed), randn(B, Hkv, Sk, D, seed=seed + 1)
+            kc, _, table = vr.paged_cache(k, k, lens, page, 700)  # one table for every input
+            return q, k, q.transpose(1, 2).contiguous(), kc, table
+
+        def op(qt, kc, table, seqlens):
+            return lib.mla_decode(qt, kc, table, seqlens, head_dim_v=Dv, is_causal=causal, return_lse=True)
+        seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
+        q, k, qt, kc, table = inputs(710)
+        (ref64, lse64), lowp = reference(q, k, Dv, scale, causal=causal, len_k=lens)
+        try:
+            torch._dynamo.reset()
+            eager = op(qt, kc, table, seqlens)
+            compiled = torch.compile(lambda *a: tuple(t * 1.0 for t in op(*a)), fullgraph=True)(qt, kc, table, seqlens)
+            torch.cuda.synchronize()
+            ok, msg = vr.compare(compiled[0].transpose(1, 2), compiled[1], ref64, lse64, lowp, dtype)
+            record(ok and compiled[0].shape == (B, S, H, Dv), "torch.compile(fullgraph=True) mla_decode",
+                   msg + (", bit-identical to eager" if torch.equal(eager[0], compiled[0])
+                          else ", not bit-identical to eager"))
+        except RuntimeError as e:
+            record(False, "torch.compile(fullgraph=True) mla_decode", str(e).splitlines()[0][:300])
+        try:
+            static = [qt.clone(), kc.clone()]
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                op(static[0], static[1], table, seqlens)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                graph_out = op(static[0], static[1], table, seqlens)
+            q2, k2, qt2, kc2, _ = inputs(810)
+            static[0].copy_(qt2)
+            static[1].copy_(kc2)
+            graph.replay()
+            torch.cuda.synchronize()
+            (ref64, lse64), lowp = reference(q2, k2, Dv, scale, causal=causal, len_k=lens)
+            ok, msg = vr.compare(graph_out[0].transpose(1, 2), graph_out[1], ref64, lse64, lowp, dtype)
+            record(ok, "CUDA graph (capture, new inputs, replay) mla_decode", msg)
+        except RuntimeError as e:
+            record(False, "CUDA graph (capture, new inputs, replay) mla_decode", str(e).splitlines()[0][:300])
+    return [f"latent: {f}" for f in failures]
 
 
 if __name__ == "__main__":

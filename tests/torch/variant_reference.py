@@ -141,4 +141,6 @@ def spec_of(p):
         s += f",softcap={p['softcap']:g}"
     if p.get("sinks"):
         s += ",sinks=1"
+    if p.get("latent"):  # V is K's first dv columns: last, after the variants
+        s += ",latent=1"
     return s

@@ -317,7 +317,9 @@ std::string header(const LibraryPlan& plan, ExportMode mode) {
     h += "// Latent kernels (label \"latent\"; multi-head latent attention's decode): V is the first head_dim_v\n"
          "// columns of K, one buffer. Call them with v = k and v_strides = k_strides (k_cache and v_cache the\n"
          "// same pages for _kvcache) and attntune_options.head_dim_v (512 for DeepSeek-V2/V3's cache of 576);\n"
-         "// a call whose v is another buffer is served by another kernel or refused, with the reason.\n//\n";
+         "// a call whose v is another buffer is served by another kernel or refused, with the reason.\n"
+         "// attntune_options.latent = 1 says that v is k: attntune_select_kernel_ex then weighs latent kernels\n"
+         "// for its sizes, and an _ex call with it whose v is not k (or v_strides not k_strides) is refused.\n//\n";
   h += "// C entry points (extern \"C\", at the end of this file):\n"
        "//   int attntune_attention_forward(q, k, v, out, lse, batch, heads_q, heads_kv, seqlen_q, seqlen_k,\n"
        "//       head_dim, q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal, stream)\n"

@@ -1,5 +1,7 @@
 #include "export/torch_package.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -24,13 +26,15 @@ namespace {
 constexpr const char* kTorchFiles[] = {"pyproject.toml", "attntune/__init__.py", "attntune/_build.py",
                                        "attntune/_ops.cpp"};
 
-// One problem of each regime, in the words of coverage_plan(), at head dim d and dtype.
-std::vector<std::pair<const char*, std::string>> regime_problems(const std::string& d, const std::string& dtype) {
+// One problem of each regime, in the words of coverage_plan(), at head dim d (with its value head dim:
+// "576,dv=512") and dtype, `tail` at the end (",latent=1").
+std::vector<std::pair<const char*, std::string>> regime_problems(const std::string& d, const std::string& dtype,
+                                                                 const std::string& tail = "") {
   const std::string shape = fmt::format(",d={},dtype={}", d, dtype);
-  return {{"prefill", "b=1,h=8,hkv=8,s=1024,sk=1024" + shape + ",causal=1"},
-          {"decode", "b=8,h=8,hkv=8,s=1,sk=4096" + shape + ",causal=0,page=16"},
-          {"chunk", "b=2,h=8,hkv=8,s=512,sk=4096" + shape + ",causal=1,page=64"},
-          {"varlen", "b=4,h=8,hkv=8,s=512,sk=512" + shape + ",causal=1,varlen=4"}};
+  return {{"prefill", "b=1,h=8,hkv=8,s=1024,sk=1024" + shape + ",causal=1" + tail},
+          {"decode", "b=8,h=8,hkv=8,s=1,sk=4096" + shape + ",causal=0,page=16" + tail},
+          {"chunk", "b=2,h=8,hkv=8,s=512,sk=4096" + shape + ",causal=1,page=64" + tail},
+          {"varlen", "b=4,h=8,hkv=8,s=512,sk=512" + shape + ",causal=1,varlen=4" + tail}};
 }
 
 bool tunes(const SearchSpace& space, const std::string& spec) {
@@ -51,17 +55,32 @@ struct Tuned {
   std::vector<std::string> regimes;  // the regimes tuned at the first of them
 };
 Tuned tuned(const SearchSpace& space) {
-  std::vector<std::string> ds = {"128"};
+  std::vector<std::string> ds = {"128"}, dvs;
   std::string dtype = "bf16";
+  bool latent = false;
   for (const auto& [field, values] : space.problem_support()) {
     if (field == "d" && !values.empty()) ds = values;
     if (field == "dtype" && !values.empty()) dtype = values.front();
+    if (field == "dv") dvs = values;
+    if (field == "latent") latent = std::find(values.begin(), values.end(), "1") != values.end();
   }
   Tuned out;
   for (const std::string& d : ds) {
+    // A head dim tuned with one head dim; else (where the space lists `dv`) with a smaller value
+    // head dim, over separate K and V or (where it lists `latent`) a latent cache: MLA's d=576 is
+    // tuned only beside dv=512.
+    std::vector<std::pair<std::string, std::string>> forms = {{d, ""}};
+    for (const std::string& dv : dvs) {
+      if (std::atoi(dv.c_str()) >= std::atoi(d.c_str())) continue;
+      forms.emplace_back(d + ",dv=" + dv, "");
+      if (latent) forms.emplace_back(d + ",dv=" + dv, ",latent=1");
+    }
     std::vector<std::string> regimes;
-    for (const auto& [regime, spec] : regime_problems(d, dtype))
-      if (tunes(space, spec)) regimes.push_back(regime);
+    for (const auto& [dims, tail] : forms) {
+      for (const auto& [regime, spec] : regime_problems(dims, dtype, tail))
+        if (tunes(space, spec)) regimes.push_back(regime);
+      if (!regimes.empty()) break;
+    }
     if (regimes.empty()) continue;
     if (out.d.empty()) out.regimes = regimes;
     out.d.push_back(d);

@@ -35,6 +35,9 @@ SyntheticRunner::SyntheticRunner(const std::vector<const SearchSpace*>& spaces, 
                                  std::chrono::milliseconds delay, const std::atomic<bool>* cancel)
     : tagged_(spaces.size() > 1), problem_(problem), delay_(delay), cancel_(cancel), device_(device_info(ordinal)) {
   for (const SearchSpace* s : spaces) spaces_.emplace(s->family(), s);
+  // One template: the campaign's arch is its build arch on this device (sm_90a for a Hopper-only
+  // space on the simulated sm_90), as GpuRunner's is; the strategy enumerates configs at it.
+  if (!tagged_ && !spaces_.empty()) device_.arch = arch_for(spaces_.begin()->first);
 }
 
 std::string SyntheticRunner::arch_for(const std::string& family) {

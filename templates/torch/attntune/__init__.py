@@ -11,6 +11,7 @@ under $ATTNTUNE_TORCH_CACHE or ~/.cache/attntune/torch), later imports load the 
     out = attntune.attention(q, k, v, is_causal=True, window_size=(128, 0), sinks=sink_logits)  # gpt-oss
     out = attntune.attention(q, k, v, is_causal=True, window_size=(4096, 0), softcap=50.0)      # Gemma 2
     out = attntune.attention(q, k, v_128, is_causal=True)  # DeepSeek MLA prefill: q, k at 192, out at 128
+    out = attntune.mla_decode(q, kv_cache, block_table, cache_seqlens)  # MLA decode, FlashMLA's call
     print(attntune.coverage_table())                              # what ran where; what to tune next
 
 The ops are torch.ops.attntune.* (TORCH_LIBRARY), with fake implementations, so torch.compile
@@ -30,6 +31,12 @@ The value head dim is v's last dim, as FlashAttention takes it: v (v_cache) must
 for it, and out is q's shape with it last (DeepSeek's MLA prefill: q, k at 192, v and out at 128). Such
 a call runs only a kernel tuned for both dims (a problem spec's `dv=N`), else falls back; the LSE is
 as for one head dim.
+
+A latent cache (DeepSeek-V2/V3's MLA decode) is one buffer whose first Dv columns are V: pass
+v = k[..., :Dv] (a view: k's data pointer and strides, a smaller last dim), or call mla_decode with
+FlashMLA's arguments. attention and attention_kvcache take such a view as a latent problem (latent=1
+in coverage and its specs): the kernels tuned for a latent cache serve it, and those over separate K
+and V too.
 """
 import json
 import math
@@ -41,7 +48,8 @@ import torch
 
 from . import _build
 
-__all__ = ["attention", "attention_kvcache", "attention_varlen", "coverage", "coverage_table", "coverage_plan",
+__all__ = ["attention", "attention_kvcache", "attention_varlen", "mla_decode", "coverage", "coverage_table",
+           "coverage_plan",
            "reset_coverage", "set_policy", "explain", "kernels", "load", "Library", "plan_from_coverage", "untunable"]
 
 ENTRY = {"attention": 1, "attention_kvcache": 2, "attention_varlen": 4}
@@ -241,6 +249,30 @@ class Library:
                                                 return_lse, window, float(softcap), sinks)
         return (o, lse) if return_lse else o
 
+    def mla_decode(self, q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, scale=None, is_causal=False,
+                   return_lse=False, out=None):
+        """Multi-head latent attention's decode over its latent cache, as FlashMLA's
+        flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, ..., softmax_scale,
+        causal) takes it: q [B, S, H, D] (the absorbed queries, D = kv_lora_rank + qk_rope_head_dim = 576
+        for DeepSeek-V2/V3), kv_cache [num_blocks, page_size, Hkv, D] pages (FlashMLA's layout, Hkv 1;
+        pages of 64) that block_table [B, max_blocks] (int32) maps, cache_seqlens [B] (int32) the keys of
+        each sequence; V is each cache row's first head_dim_v (512) dims. block_table None: kv_cache is
+        [B, Sk, Hkv, D], one contiguous cache per sequence. Exactly
+        attention_kvcache(q, kv_cache, kv_cache[..., :head_dim_v], cache_seqlens=, block_table=, ...):
+        a latent call. scale None: 1/sqrt(D) (FlashMLA's default too). Returns out [B, S, H, head_dim_v],
+        or (out, lse [B, H, S] fp32) with return_lse, as FlashMLA returns them."""
+        if not isinstance(kv_cache, torch.Tensor) or kv_cache.dim() != 4:
+            raise ValueError("attntune.mla_decode: kv_cache must be a 4-d tensor: [num_blocks, page_size, heads_kv, "
+                             "head_dim] pages (FlashMLA's), or [batch, seqlen_k, heads_kv, head_dim] without a "
+                             "block_table")
+        if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, numbers.Integral) or \
+                not 0 < head_dim_v < kv_cache.shape[-1]:
+            raise ValueError(f"attntune.mla_decode: head_dim_v must be an int from 1 to below the cache's head dim "
+                             f"({kv_cache.shape[-1]}): V is each row's first head_dim_v dims (got {head_dim_v!r})")
+        return self.attention_kvcache(q, kv_cache, kv_cache[..., :int(head_dim_v)], cache_seqlens=cache_seqlens,
+                                      block_table=block_table, scale=scale, is_causal=is_causal,
+                                      return_lse=return_lse, out=out)
+
     def attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None,
                          is_causal=False, return_lse=False, out=None, window_size=(-1, -1), softcap=0.0, sinks=None):
         """flash_attn_varlen_func's call: q [total_q, H, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv]
@@ -322,18 +354,18 @@ class Library:
         self.ops.set_policy(fallback, float(max_length_ratio))
 
     def explain(self, entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, *, window_size=(-1, -1), softcap=0.0,
-                sinks=False, head_dim_v=None):
+                sinks=False, head_dim_v=None, latent=False):
         """(kernel index or -1, reason): what a call of `entry` ("attention", "attention_kvcache",
         "attention_varlen") with this problem would run, on a GPU, and why. The variants as the
         calls take them (sinks: whether the call passes any); head_dim_v: v's head dim (None:
-        head_dim)."""
+        head_dim); latent: v is k's first head_dim_v columns (a view of one cache, mla_decode's)."""
         if entry not in ENTRY:
             raise ValueError(f"attntune.explain: entry must be one of {', '.join(ENTRY)} (got {entry!r})")
         window = _window("explain", window_size)
         _check_variants("explain", None, None, is_causal, window, softcap, None)
         return tuple(self.ops.explain(ENTRY[entry], dtype, head_dim, bool(is_causal), b, h, hkv, s, sk, window,
                                       float(softcap), sinks is not None and sinks is not False,
-                                      0 if head_dim_v is None else head_dim_v))
+                                      0 if head_dim_v is None else head_dim_v, bool(latent)))
 
     def kernels(self):
         """The kernels of the library: attntune_kernel_info()'s "kernels"."""
@@ -361,8 +393,8 @@ def _regime(row):
 def untunable(row, support):
     """Why no family of the attntune that wrote the package (its tuner.json) tunes this coverage()
     row's problem ("" when one does, or when that is not known): its head_dim or dtype, its regime,
-    its value head dim, or its variants (a windowed prefill problem is not tunable because
-    flash_decode tunes windows)."""
+    its value head dim, its latent cache, or its variants (a windowed prefill problem is not tunable
+    because flash_decode tunes windows)."""
     if not support:
         return ""
     p = row["problem"]
@@ -380,6 +412,10 @@ def untunable(row, support):
         # A family tunes dv != d only where its problem section lists dv (an attntune before it: none).
         if dv is not None and str(dv) not in s.get("dv", []):
             why.append(f"{f['family']} tunes no value head dim {dv} beside head_dim {p['d']}")
+            continue
+        # A latent cache only where it lists latent (an attntune before it: none).
+        if p.get("latent") and "1" not in s.get("latent", []):
+            why.append(f"{f['family']} tunes no latent cache")
             continue
         # A key the family's support lacks: an attntune before the variants, which tuned none.
         missing = [_VARIANT_WORDS[k] for k in wanted if "1" not in s.get(k, ["0"])]
@@ -410,7 +446,7 @@ def _variant_spec(p):
 
 def problem_spec(row):
     """attntune's problem spec of one coverage() row ("b=..,h=..,...,d=..[,dv=N],dtype=..,causal=..
-    [,page=N][,window=L[,R]][,softcap=C][,sinks=1]")."""
+    [,page=N][,window=L[,R]][,softcap=C][,sinks=1][,latent=1]")."""
     p = row["problem"]
     dv = f",dv={p['dv']}" if p.get("dv") is not None and p["dv"] != p["d"] else ""
     spec = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']}{dv},dtype={row['dtype']},"
@@ -429,8 +465,9 @@ def problem_spec(row):
             return ""
         spec += ",varlen=1"
     # A windowed call is another problem: its kernel is built for the window (its sides are
-    # arguments: the tuned ones are the call's).
-    return spec + _variant_spec(p)
+    # arguments: the tuned ones are the call's). A latent call (v a view of k's first dv columns) is
+    # a latent problem: `latent=1` last, as attntune prints it.
+    return spec + _variant_spec(p) + (",latent=1" if p.get("latent") else "")
 
 
 def plan_from_coverage(rows, model="attntune coverage"):
@@ -497,6 +534,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                                       softcap=softcap, sinks=sinks)
 
 
+def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, scale=None, is_causal=False,
+               return_lse=False, out=None):
+    return default().mla_decode(q, kv_cache, block_table, cache_seqlens, head_dim_v=head_dim_v, scale=scale,
+                                is_causal=is_causal, return_lse=return_lse, out=out)
+
+
 def coverage(reset=False):
     return default().coverage(reset)
 
@@ -518,9 +561,9 @@ def set_policy(fallback="sdpa", max_length_ratio=16.0):
 
 
 def explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, *, window_size=(-1, -1), softcap=0.0, sinks=False,
-            head_dim_v=None):
+            head_dim_v=None, latent=False):
     return default().explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, window_size=window_size,
-                             softcap=softcap, sinks=sinks, head_dim_v=head_dim_v)
+                             softcap=softcap, sinks=sinks, head_dim_v=head_dim_v, latent=latent)
 
 
 def kernels():

@@ -21,7 +21,7 @@
 //   ..._into(..., out, lse, scale, is_causal, window_size, softcap, sinks)   the same, writing into the
 //       caller's tensors
 //   explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, window_size, softcap, sinks,
-//       head_dim_v) -> (kernel, reason)
+//       head_dim_v, latent) -> (kernel, reason)
 //   coverage() -> str (JSON), reset_coverage(), set_policy(fallback, max_length_ratio), kernel_info()
 //
 // The variants are FlashAttention's arguments (docs/CONTRACT.md "Variants"): window_size (left,
@@ -35,6 +35,16 @@
 // Dv 128): v must have k's shape but for it, and out has it. A call with Dv != D runs only a kernel
 // built for both dims (attntune_options.head_dim_v = Dv; docs/CONTRACT.md "Value head dims"); with
 // Dv == D it passes head_dim_v 0 and is the call it always was. The fallback takes any Dv.
+//
+// A latent cache (DeepSeek-V2/V3's MLA decode; docs/CONTRACT.md "Latent caches") is one buffer whose
+// first Dv columns are V: the caller passes v = k[..., :Dv] (v_cache = k_cache[..., :512] over
+// FlashMLA's [num_blocks, page_size, 1, 576] cache), a view with k's data pointer and every stride
+// and a smaller last dim (latent_view). Such a call of attention or attention_kvcache is a latent
+// problem (latent=1 in coverage, its spec and the raise policy's message): it passes k's pointer and
+// strides as v and attntune_options.latent = 1, so the dispatcher weighs kernels built for a latent
+// cache beside those over separate K and V. The fallback gathers the cache once and reads V as its
+// view. (attention_varlen takes such a view as separate K and V: attntune tunes no varlen latent
+// problem.)
 //
 // Each call is decided on the host from shapes alone (no device sync, so it is capturable in a CUDA
 // graph): the library's own dispatcher names the kernel tuned for the nearest problem; the call
@@ -113,6 +123,9 @@ typedef struct attntune_options {
   int head_dim_v;      // V's and out's head dim where it is not head_dim; 0: head_dim (docs/CONTRACT.md
                        // "Value head dims"). An export before it refuses a nonzero one (a byte past its
                        // struct set), so only split calls depend on it.
+  int latent;          // 1: V is K's first head_dim_v columns, v = k with k's strides (MLA's latent cache;
+                       // docs/CONTRACT.md "Latent caches"): the dispatcher weighs latent kernels. Set only
+                       // for latent calls, so only they depend on it.
 } attntune_options;
 
 // The entry points with options, weak: a kernels file exported before the variants lacks them, and
@@ -221,12 +234,16 @@ Policy g_policy;
 struct Shape {
   int entry, bf16, d, dv, causal, b, h, hkv, s, sk, paged;
   Variants v;
+  // 1: a latent call (v is k's first dv columns, one buffer: latent_view), the spec's latent=1; else 0.
+  int latent = 0;
   // The value head dim where it is not d (attntune_options.head_dim_v, the spec's dv=N), else 0.
   int split_dv() const { return dv != d ? dv : 0; }
   bool operator<(const Shape& o) const {
-    return std::tie(entry, bf16, d, dv, causal, b, h, hkv, s, sk, paged, v) <
-           std::tie(o.entry, o.bf16, o.d, o.dv, o.causal, o.b, o.h, o.hkv, o.s, o.sk, o.paged, o.v);
+    return std::tie(entry, bf16, d, dv, causal, b, h, hkv, s, sk, paged, v, latent) <
+           std::tie(o.entry, o.bf16, o.d, o.dv, o.causal, o.b, o.h, o.hkv, o.s, o.sk, o.paged, o.v, o.latent);
   }
+  // ",latent=1" for a latent call (the spec's key, after the variants), "" else.
+  const char* latent_spec() const { return latent ? ",latent=1" : ""; }
 };
 struct Count {
   long long calls = 0;
@@ -255,9 +272,10 @@ double off_by(double a, double b) {
   return a > b ? a / b : b / a;
 }
 
-// The options struct of a call's variants and value head dim (`c.split_dv()`: 0 for one head dim,
-// so that an export before head_dim_v takes the call); `sinks` the device logits (or any non-null
-// pointer, for the dispatcher, which reads only whether there are sinks).
+// The options struct of a call's variants, value head dim and latent cache (`c.split_dv()`: 0 for one
+// head dim, so that an export before head_dim_v takes the call; latent 0 but for latent calls, so that
+// an export before it takes every other); `sinks` the device logits (or any non-null pointer, for the
+// dispatcher, which reads only whether there are sinks).
 attntune_options options_of(const Shape& c, const float* sinks) {
   attntune_options o;
   std::memset(&o, 0, sizeof o);
@@ -268,6 +286,7 @@ attntune_options options_of(const Shape& c, const float* sinks) {
   o.softcap = static_cast<float>(c.v.softcap);
   o.sinks = c.v.sinks ? sinks : nullptr;
   o.head_dim_v = c.split_dv();
+  o.latent = c.latent;
   return o;
 }
 
@@ -290,8 +309,17 @@ int select_kernel(const Shape& c, std::string* why) {
   // An export before head_dim_v refuses a split call's options (a byte past its struct is set): -1,
   // and rightly, since it holds no kernel for two head dims.
   static const float any_sinks = 0.0f;
-  const attntune_options o = options_of(c, &any_sinks);
-  return attntune_select_kernel_ex(c.entry, c.d, c.causal, c.b, c.h, c.hkv, c.s, c.sk, &o);
+  attntune_options o = options_of(c, &any_sinks);
+  const int k = attntune_select_kernel_ex(c.entry, c.d, c.causal, c.b, c.h, c.hkv, c.s, c.sk, &o);
+  if (k >= 0 || !c.latent) return k;
+  // A latent call's options weigh every kernel the same call without them would (and latent ones
+  // too), so -1 with them and a kernel without them is an export before `latent`, which refuses the
+  // option's byte (its real call would too).
+  o.latent = 0;
+  if (attntune_select_kernel_ex(c.entry, c.d, c.causal, c.b, c.h, c.hkv, c.s, c.sk, &o) >= 0)
+    *why = "the library was exported before attntune served latent caches (attntune_options.latent): export it "
+           "again";
+  return -1;
 }
 
 // " head_dim_v=N" for a call of two head dims, "" for one (messages).
@@ -320,7 +348,8 @@ Decision decide(const Shape& c, const std::string& dtype_name, double max_ratio)
     d.reason = !why.empty() ? why
                             : fmt("no kernel of the library serves %s with head_dim=%d%s is_causal=%d",
                                   entry_name(c.entry), c.d, dv_words(c).c_str(), c.causal) +
-                                  c.v.words();
+                                  c.v.words() +
+                                  (c.latent ? " over a latent cache (v is k's first head_dim_v columns)" : "");
     return d;
   }
   int p[9];
@@ -373,7 +402,7 @@ void fall_back(const Shape& c, const at::Tensor& q, const std::string& reason, b
     TORCH_CHECK(false, fmt("attntune.%s: no tuned kernel for b=%d,h=%d,hkv=%d,s=%d,sk=%d,d=%d%s,causal=%d",
                            entry_name(c.entry), c.b, c.h, c.hkv, c.s, c.sk, c.d,
                            c.split_dv() ? fmt(",dv=%d", c.dv).c_str() : "", c.causal) +
-                           c.v.spec() + ": " + reason +
+                           c.v.spec() + c.latent_spec() + ": " + reason +
                            " (fallback policy 'raise'; attntune.set_policy(fallback='sdpa') falls back to PyTorch: "
                            "scaled_dot_product_attention, or the explicit path for variants)");
 }
@@ -395,12 +424,13 @@ std::string coverage_json() {
   for (const auto& [c, n] : g_coverage) {
     j += first ? "" : ",";
     first = false;
-    // "dv" only for two head dims, as attntune's problems carry it.
+    // "dv" only for two head dims, "latent" only for latent calls, as attntune's problems carry them.
     j += fmt("{\"entry\":\"%s\",\"dtype\":\"%s\",\"problem\":{\"b\":%d,\"h\":%d,\"hkv\":%d,\"s\":%d,\"sk\":%d,"
-             "\"d\":%d,%s\"causal\":%d,\"paged\":%d,\"window\":[%d,%d],\"softcap\":%s,\"sinks\":%d},\"calls\":%lld,",
+             "\"d\":%d,%s\"causal\":%d,\"paged\":%d,\"window\":[%d,%d],\"softcap\":%s,\"sinks\":%d%s},\"calls\":%lld,",
              entry_name(c.entry), n.dtype.empty() ? (c.bf16 ? "bf16" : "fp16") : json_escape(n.dtype).c_str(), c.b,
              c.h, c.hkv, c.s, c.sk, c.d, c.split_dv() ? fmt("\"dv\":%d,", c.dv).c_str() : "", c.causal, c.paged,
-             c.v.left, c.v.right, shortest(c.v.softcap).c_str(), c.v.sinks ? 1 : 0, n.calls);
+             c.v.left, c.v.right, shortest(c.v.softcap).c_str(), c.v.sinks ? 1 : 0, c.latent ? ",\"latent\":1" : "",
+             n.calls);
     if (n.kernel >= 0) {
       int p[9];
       const char* label = "";
@@ -496,20 +526,28 @@ at::Tensor sinks_of(const char* e, const std::optional<at::Tensor>& sinks, int64
   return sinks->contiguous();
 }
 
-// head_dim_v: V's head dim, 0 (or head_dim) for one head dim.
+// head_dim_v: V's head dim, 0 (or head_dim) for one head dim. latent: V is K's first head_dim_v
+// columns (a call whose v is a view k[..., :head_dim_v]; head_dim_v below head_dim).
 std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64_t d, bool causal, int64_t b,
                                          int64_t h, int64_t hkv, int64_t s, int64_t sk, at::IntArrayRef window_size,
-                                         double softcap, bool sinks, int64_t head_dim_v) {
+                                         double softcap, bool sinks, int64_t head_dim_v, bool latent) {
   TORCH_CHECK(entry == kEntryDense || entry == kEntryKvcache || entry == kEntryVarlen,
               "attntune.explain: entry must be 1 (attention), 2 (kvcache) or 4 (varlen)");
   TORCH_CHECK(dtype == "fp16" || dtype == "bf16", "attntune.explain: dtype must be fp16 or bf16");
   TORCH_CHECK(head_dim_v >= 0 && head_dim_v <= std::numeric_limits<int>::max(),
               fmt("attntune.explain: head_dim_v must be 0 (head_dim) or V's head dim (got %lld)",
                   static_cast<long long>(head_dim_v)));
+  TORCH_CHECK(!latent || (head_dim_v > 0 && head_dim_v < d),
+              fmt("attntune.explain: latent (V is K's first head_dim_v columns) needs head_dim_v below head_dim (got "
+                  "head_dim %lld, head_dim_v %lld)", static_cast<long long>(d), static_cast<long long>(head_dim_v)));
+  TORCH_CHECK(!latent || entry != kEntryVarlen,
+              "attntune.explain: latent is for attention and attention_kvcache (attntune tunes no varlen latent "
+              "problem; varlen calls whose v is k's view run as calls over separate K and V)");
   const Variants v = variants_of("explain", window_size, softcap, sinks, causal);
-  const Shape c{static_cast<int>(entry), dtype == "bf16", static_cast<int>(d),
-                static_cast<int>(head_dim_v ? head_dim_v : d), causal ? 1 : 0, static_cast<int>(b),
-                static_cast<int>(h), static_cast<int>(hkv), static_cast<int>(s), static_cast<int>(sk), 0, v};
+  Shape c{static_cast<int>(entry), dtype == "bf16", static_cast<int>(d),
+          static_cast<int>(head_dim_v ? head_dim_v : d), causal ? 1 : 0, static_cast<int>(b),
+          static_cast<int>(h), static_cast<int>(hkv), static_cast<int>(s), static_cast<int>(sk), 0, v};
+  c.latent = latent ? 1 : 0;
   const Decision dec = decide(c, "", policy_now().max_ratio);
   return {dec.kernel, dec.reason};
 }
@@ -550,6 +588,19 @@ int64_t value_dim(const at::Tensor& k, const at::Tensor& v, const char* entry, c
                  fmt("%s's last dim (the value head dim) is 0: it must be at least 1 (%s ", vn, kn) +
                      dims(k.sizes()) + ", " + vn + " " + dims(v.sizes()) + ")");
   return dv;
+}
+
+// Whether v is k's first v.size(-1) columns, one buffer (an MLA latent cache passed as
+// v = k[..., :Dv], FlashMLA's kv_cache and its head_dim_v): the same data pointer, dtype, device and
+// every stride, v's last dim below k's, and keys to read (an empty k aliases nothing worth saying).
+// Such a call is a latent problem (latent=1): it passes attntune_options.latent, and k as v.
+bool latent_view(const at::Tensor& k, const at::Tensor& v) {
+  if (!k.defined() || !v.defined() || k.dim() != v.dim() || k.dim() == 0 || k.numel() == 0) return false;
+  if (v.size(-1) < 1 || v.size(-1) >= k.size(-1)) return false;
+  if (k.scalar_type() != v.scalar_type() || k.device() != v.device() || k.data_ptr() != v.data_ptr()) return false;
+  for (int64_t i = 0; i < k.dim(); ++i)
+    if (k.stride(i) != v.stride(i)) return false;
+  return true;
 }
 
 // q's last dim against k's: the query/key head dim.
@@ -771,21 +822,23 @@ void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const Variants var = variants_of(e, window_size, softcap, sinks.has_value() && sinks->defined(), is_causal);
   const at::Tensor sk_logits = sinks_of(e, sinks, H, q);
   const double sc = scale_of(scale, D);
-  const Shape c{kEntryDense, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), as_int(Dv, e, "head_dim_v"),
-                is_causal ? 1 : 0, as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"),
-                as_int(S, e, "seqlen_q"), as_int(Sk, e, "seqlen_k"), 0, var};
+  Shape c{kEntryDense, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), as_int(Dv, e, "head_dim_v"),
+          is_causal ? 1 : 0, as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"),
+          as_int(S, e, "seqlen_q"), as_int(Sk, e, "seqlen_k"), 0, var};
+  c.latent = latent_view(k, v) ? 1 : 0;  // v = k[..., :Dv]: one buffer, passed as k (its pointer and strides)
   const bool ran = ran_kernel(e, c, q, {&q, &k, &v, &out, &sk_logits}, [&](cudaStream_t stream) {
     const long long qs[3] = {q.stride(0), q.stride(1), q.stride(2)}, ks[3] = {k.stride(0), k.stride(1), k.stride(2)},
                     vs[3] = {v.stride(0), v.stride(1), v.stride(2)},
                     os[3] = {out.stride(0), out.stride(1), out.stride(2)};
+    const void* vp = c.latent ? k.data_ptr() : v.data_ptr();
     float* l = lse ? lse->data_ptr<float>() : nullptr;
     if (!attntune_attention_forward_ex)  // an export before the variants: plain one-dim calls only reach here
       return attntune_attention_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), l, c.b, c.h, c.hkv,
                                         c.s, c.sk, c.d, qs, ks, vs, os, static_cast<float>(sc), c.causal, stream);
     const attntune_options o = options_of(c, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
-    return attntune_attention_forward_ex(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), l, c.b, c.h,
-                                         c.hkv, c.s, c.sk, c.d, qs, ks, vs, os, static_cast<float>(sc), c.causal, &o,
-                                         stream);
+    return attntune_attention_forward_ex(q.data_ptr(), k.data_ptr(), vp, out.data_ptr(), l, c.b, c.h, c.hkv, c.s,
+                                         c.sk, c.d, qs, ks, c.latent ? ks : vs, os, static_cast<float>(sc), c.causal,
+                                         &o, stream);
   });
   if (ran) return;
   if (var.any())
@@ -851,10 +904,12 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
   const Variants var = variants_of(e, window_size, softcap, sinks.has_value() && sinks->defined(), is_causal);
   const at::Tensor sk_logits = sinks_of(e, sinks, H, q);
   const double sc = scale_of(scale, D);
-  const Shape c{kEntryKvcache, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"),
-                as_int(Dv, e, "head_dim_v"), is_causal ? 1 : 0, as_int(B, e, "batch"), as_int(H, e, "heads"),
-                as_int(Hkv, e, "heads_kv"), as_int(S, e, "seqlen_q"), as_int(Sk, e, "seqlen_k"),
-                paged ? as_int(page, e, "page_size") : 0, var};
+  Shape c{kEntryKvcache, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"),
+          as_int(Dv, e, "head_dim_v"), is_causal ? 1 : 0, as_int(B, e, "batch"), as_int(H, e, "heads"),
+          as_int(Hkv, e, "heads_kv"), as_int(S, e, "seqlen_q"), as_int(Sk, e, "seqlen_k"),
+          paged ? as_int(page, e, "page_size") : 0, var};
+  // v_cache = k_cache[..., :Dv] (FlashMLA's one latent cache): passed as k_cache, pointer and strides.
+  c.latent = latent_view(k_cache, v_cache) ? 1 : 0;
   const bool ran = ran_kernel(e, c, q, {&q, &k_cache, &v_cache, &out, &sk_logits}, [&](cudaStream_t stream) {
     // q/out [B, S, H, D]: {batch, head, row} = strides 0, 2, 1; caches likewise ({block, head, row} paged).
     const long long qs[3] = {q.stride(0), q.stride(2), q.stride(1)},
@@ -864,25 +919,27 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
     float* l = lse ? lse->data_ptr<float>() : nullptr;
     const int* n = lens.defined() ? lens.data_ptr<int>() : nullptr;
     const int* t = paged ? table.data_ptr<int>() : nullptr;
+    const void* vp = c.latent ? k_cache.data_ptr() : v_cache.data_ptr();
     if (!attntune_attention_forward_kvcache_ex)  // an export before the variants: plain one-dim calls only
       return attntune_attention_forward_kvcache(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
                                                 l, n, t, static_cast<int>(max_blocks), static_cast<int>(page), c.b,
                                                 c.h, c.hkv, c.s, c.sk, c.d, qs, ks, vs, os, static_cast<float>(sc),
                                                 c.causal, stream);
     const attntune_options o = options_of(c, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
-    return attntune_attention_forward_kvcache_ex(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
-                                                 l, n, t, static_cast<int>(max_blocks), static_cast<int>(page), c.b,
-                                                 c.h, c.hkv, c.s, c.sk, c.d, qs, ks, vs, os, static_cast<float>(sc),
-                                                 c.causal, &o, stream);
+    return attntune_attention_forward_kvcache_ex(q.data_ptr(), k_cache.data_ptr(), vp, out.data_ptr(), l, n, t,
+                                                 static_cast<int>(max_blocks), static_cast<int>(page), c.b, c.h,
+                                                 c.hkv, c.s, c.sk, c.d, qs, ks, c.latent ? ks : vs, os,
+                                                 static_cast<float>(sc), c.causal, &o, stream);
   });
   if (ran) return;
   if (q.numel() == 0) return;
-  // The fallback: gather the pages (no sync), mask each sequence's keys.
+  // The fallback: gather the pages (no sync), mask each sequence's keys. A latent cache is gathered
+  // once: V is the gathered K's first Dv columns (a strided view, which SDPA and the fp32 path take).
   at::Tensor kc = k_cache, vc = v_cache;
   if (paged) {
     const at::Tensor idx = table.to(at::kLong).clamp(0, std::max<int64_t>(k_cache.size(0) - 1, 0)).flatten();
     kc = k_cache.index_select(0, idx).view({B, Sk, Hkv, D});
-    vc = v_cache.index_select(0, idx).view({B, Sk, Hkv, Dv});
+    vc = c.latent ? kc.narrow(3, 0, Dv) : v_cache.index_select(0, idx).view({B, Sk, Hkv, Dv});
   }
   at::Tensor out_h = out.transpose(1, 2);
   if (var.any()) {
@@ -898,7 +955,7 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
     // use): SDPA multiplies them by their zero weight, and 0 * NaN is NaN.
     const at::Tensor stale = (j >= n).view({B, Sk, 1, 1});
     kc = kc.masked_fill(stale, 0.0);
-    vc = vc.masked_fill(stale, 0.0);
+    vc = c.latent ? kc.narrow(3, 0, Dv) : vc.masked_fill(stale, 0.0);
   }
   at::Tensor visible = j < n;
   if (is_causal) visible = visible & (j <= i + n - S);
@@ -1050,7 +1107,8 @@ TORCH_LIBRARY(ATTNTUNE_TORCH_NAMESPACE, m) {
         "int max_seqlen_q, int max_seqlen_k, Tensor(a!) out, Tensor(b!)? lse, float? scale=None, "
         "bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ") -> ()");
   m.def("explain(int entry, str dtype, int head_dim, bool is_causal, int b, int h, int hkv, int s, int sk, "
-        "int[2] window_size=[-1, -1], float softcap=0.0, bool sinks=False, int head_dim_v=0) -> (int, str)",
+        "int[2] window_size=[-1, -1], float softcap=0.0, bool sinks=False, int head_dim_v=0, bool latent=False) "
+        "-> (int, str)",
         &explain);
   m.def("coverage() -> str", &coverage_json);
   m.def("reset_coverage() -> ()", &reset_coverage);

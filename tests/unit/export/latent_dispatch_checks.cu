@@ -9,8 +9,16 @@
 //   separate -> INDEX        v another buffer of rows of 128
 //   alias_strides -> INDEX   v = k through strides of rows of 128
 //   sizes -> INDEX           attntune_select_kernel_ex (sizes only: separate K and V)
+//   sizes_latent -> INDEX    the same with attntune_options.latent = 1 (one cache: latent kernels weighed)
+//   sizes_latent_far -> INDEX  latent = 1 at lengths nearest the build over separate K and V (it serves it)
+//   sizes_old_options -> INDEX  latent = 1 in a struct whose size ends before `latent` (a caller before it)
 //   refuses: WHY             the latent kernel's plan on the separate call
+//   ex_separate: RC WHY      attntune_attention_forward_ex with latent = 1 and another v (refused before any
+//                            CUDA call)
+//   ex_strides: RC WHY       ... with v = k but v's own strides
+//   kvcache_ex_separate: RC WHY  attntune_attention_forward_kvcache_ex with latent = 1 and another v_cache
 // (A .cu, so that tests/unit's glob of *.cpp leaves it out of attntune_tests.)
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 
@@ -57,6 +65,31 @@ int main() {
   o.window_left = o.window_right = -1;
   o.head_dim_v = 128;
   std::printf("sizes -> %d\n", attntune_select_kernel_ex(1, 192, 0, 16, 16, 1, 1, 4096, &o));
+  o.latent = 1;
+  std::printf("sizes_latent -> %d\n", attntune_select_kernel_ex(1, 192, 0, 16, 16, 1, 1, 4096, &o));
+  std::printf("sizes_latent_far -> %d\n", attntune_select_kernel_ex(1, 192, 0, 16, 16, 1, 1, 16384, &o));
+  attntune_options old = o;
+  old.size = offsetof(attntune_options, latent);  // the bytes past it are not the caller's: ignored
+  std::printf("sizes_old_options -> %d\n", attntune_select_kernel_ex(1, 192, 0, 16, 16, 1, 1, 4096, &old));
+  // Real calls that say latent and do not alias: refused with the reason, before any CUDA call (no
+  // GPU here).
+  {
+    const attntune_plan::Call c = decode_call(false, false);
+    const int r = attntune_attention_forward_ex(c.q, c.k, c.v, c.out, nullptr, c.batch, c.heads_q, c.heads_kv,
+                                                c.seqlen_q, c.seqlen_k, c.head_dim, c.q_stride, c.k_stride,
+                                                c.v_stride, c.o_stride, c.scale, 0, &o, nullptr);
+    std::printf("ex_separate: %d %s\n", r, attntune_last_error());
+    const attntune_plan::Call a = decode_call(true, false);
+    const int s = attntune_attention_forward_ex(a.q, a.k, a.v, a.out, nullptr, a.batch, a.heads_q, a.heads_kv,
+                                                a.seqlen_q, a.seqlen_k, a.head_dim, a.q_stride, a.k_stride,
+                                                a.v_stride, a.o_stride, a.scale, 0, &o, nullptr);
+    std::printf("ex_strides: %d %s\n", s, attntune_last_error());
+    const int t = attntune_attention_forward_kvcache_ex(c.q, c.k, c.v, c.out, nullptr, nullptr, nullptr, 0, 0,
+                                                        c.batch, c.heads_q, c.heads_kv, c.seqlen_q, c.seqlen_k,
+                                                        c.head_dim, c.q_stride, c.k_stride, c.v_stride, c.o_stride,
+                                                        c.scale, 0, &o, nullptr);
+    std::printf("kvcache_ex_separate: %d %s\n", t, attntune_last_error());
+  }
   if (latent >= 0) {
     why.text[0] = 0;
     const bool ok = attntune_export::accepts(latent, decode_call(false, false), &why);

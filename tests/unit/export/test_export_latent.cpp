@@ -4,7 +4,9 @@
 // campaigns are recorded through the Store (export_db.hpp). ExportLatentNvcc compiles the library and
 // asks its dispatcher on the host which kernel MLA decode calls run: the latent build for v = k, the
 // build over separate K and V for any other call (the latent build's plan refuses it, saying why),
-// and never the latent build for attntune_select_kernel_ex's size-only question.
+// and never the latent build for attntune_select_kernel_ex's size-only question unless its options
+// say latent (attntune_options.latent = 1: then it is weighed, and the build over separate K and V
+// still serves where it is nearer); a real _ex call that says latent and does not alias is refused.
 #include <map>
 #include <string>
 #include <vector>
@@ -73,6 +75,9 @@ TEST(ExportLatent, TheTableAndInfoSayLatentAndOnlyALatentFilesHeaderExplainsIt) 
                     "head_dim_v\n"),
             std::string::npos);
   EXPECT_NE(cu.find("Call them with v = k and v_strides = k_strides"), std::string::npos);
+  EXPECT_NE(cu.find("// attntune_options.latent = 1 says that v is k: attntune_select_kernel_ex then weighs latent "
+                    "kernels\n"),
+            std::string::npos);
 
   // A file without a latent kernel: its header and table say nothing of it (the launch plans it
   // flattens in know check_latent, as every file's).
@@ -113,6 +118,20 @@ TEST(ExportLatentNvcc, ALatentKernelRunsOnlyCallsWhoseVIsK) {
   EXPECT_NE(ran.output.find(line("separate", split)), std::string::npos) << ran.output;
   EXPECT_NE(ran.output.find(line("alias_strides", split)), std::string::npos) << ran.output;
   EXPECT_NE(ran.output.find(line("sizes", split)), std::string::npos) << ran.output;
+  EXPECT_NE(ran.output.find(line("sizes_latent", latent)), std::string::npos) << ran.output;
+  EXPECT_NE(ran.output.find(line("sizes_latent_far", split)), std::string::npos) << ran.output;
+  EXPECT_NE(ran.output.find(line("sizes_old_options", split)), std::string::npos) << ran.output;
+  EXPECT_NE(ran.output.find("ex_separate: 1000 attntune_options.latent is 1 (V is K's first head_dim_v columns, one "
+                            "buffer), but v (0x120000000) is not k (0x110000000): pass v = k with v_strides = "
+                            "k_strides, or latent 0 for separate K and V\n"),
+            std::string::npos)
+      << ran.output;
+  EXPECT_NE(ran.output.find("ex_strides: 1000 attntune_options.latent is 1 (V is K's first head_dim_v columns, one "
+                            "buffer), but v_strides {524288, 524288, 128} are not k_strides {786432, 786432, 192}"),
+            std::string::npos)
+      << ran.output;
+  EXPECT_NE(ran.output.find("kvcache_ex_separate: 1000 attntune_options.latent is 1"), std::string::npos)
+      << ran.output;
   EXPECT_NE(ran.output.find("refuses: this flash_decode kernel was built for a latent cache (V is the first "
                             "head_dim_v columns of K): the call's v must be its k"),
             std::string::npos)
