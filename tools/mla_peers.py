@@ -17,7 +17,8 @@ Timing: each callable captured as --calls calls in a CUDA graph, the graph repla
 --reps times per sample (no host time loop), samples of >= --min-seconds, ours and each peer in
 --rounds interleaved rounds; the median of each.
 
-    PYTHONPATH=PKG python3 tools/mla_peers.py --b 64 --h 128 --sk 8192 [--s 1] [--page 64]
+    PYTHONPATH=PKG python3 tools/mla_peers.py --b 64 --h 128 --sk 8192 [--s 1] [--page 64] \
+        [--expanded-cu EXP/attntune/kernels.cu]   # attntune's flash_decode on the expanded step too
 """
 import argparse
 import os
@@ -63,6 +64,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--min-seconds", type=float, default=1.0)
     ap.add_argument("--backends", default="cudnn,efficient")
+    ap.add_argument("--expanded-cu", help="an export (kernels.cu) tuned for the expanded step (d=192, dv=128, "
+                    "h KV heads, dense): attntune's own decode over it, as a peer")
     args = ap.parse_args()
     import attntune  # the package of `attntune export --torch` on PYTHONPATH
 
@@ -106,6 +109,17 @@ def main():
             print(f"SDPA {name}: refused ({str(e).splitlines()[0][:120]})")
             continue
         rows.append((f"SDPA {name}, expanded (192/128, {h} KV heads)", peer, 2.0 * b * h * s * sk * (192 + 128),
+                     (ke.numel() + ve.numel()) * 2))
+
+    if args.expanded_cu:
+        exp = attntune.load(args.expanded_cu, "attntune_expanded", verbose=False)
+        exp.set_policy("raise", 1e9)
+
+        def ours_expanded():
+            exp.attention(qe, ke, ve, scale=scale, is_causal=causal)
+
+        ours_expanded()
+        rows.append((f"attntune flash_decode, expanded", ours_expanded, 2.0 * b * h * s * sk * (192 + 128),
                      (ke.numel() + ve.numel()) * 2))
 
     print(f"MLA decode b={b} h={h} s={s} sk={sk} page={page} bf16; GPU {torch.cuda.get_device_name(0)}; "
