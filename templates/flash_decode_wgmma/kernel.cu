@@ -42,6 +42,11 @@ struct Traits {
   // all of them (wgmma N = BLOCK_N), warpgroup 1 P.V alone.
   static constexpr bool kSingle = SCORES == SCORES_SINGLE;
   static constexpr int kL2Ahead = L2_AHEAD;  // tiles past the ring prefetched into L2 (0: none)
+  // multicast: the unit's two row blocks (adjacent CTAs of one split) run as a cluster of 2, each
+  // producer loading half of a tile's column blocks into both CTAs' rings (one L2 read for both).
+  static constexpr bool kMulticast = MULTICAST != 0;
+  static constexpr int kPeers = kMulticast ? 2 : 1;
+
 
   static constexpr int kBlockM = BLOCK_M;  // 64
   static constexpr int kBlockN = BLOCK_N;
@@ -51,6 +56,7 @@ struct Traits {
   static constexpr int kHalfN = kBlockN / 2;     // keys a warpgroup scores
   static constexpr int kHalfV = kHeadDimV / 2;   // O's columns a warpgroup accumulates (wgmma N)
   static constexpr int kColBlocks = kHeadDim / 64, kColBlocksV = kHeadDimV / 64;
+  static constexpr int kHalfBlocks = (kColBlocks + 1) / 2, kHalfBlocksV = (kColBlocksV + 1) / 2;  // multicast's split
   static constexpr int kKSteps = kHeadDim / 16;  // Q.K^T's k16 steps
   static constexpr int kPSteps = kHalfN / 16;    // P.V's k16 steps over one warpgroup's keys
   static constexpr int kColBlock = kBlockN * 128;  // a K or V tile's column block: BLOCK_N rows of 128 bytes
@@ -142,17 +148,27 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
   const bool paged = p.block_table != nullptr;
   const int* bt = paged ? p.block_table + static_cast<long long>(b) * p.max_blocks_per_seq : nullptr;
   const int rows = p.tma_rows;
+  // Multicast: this CTA's producer loads its half of the column blocks [c0, c1) (V's [v0, v1)) into
+  // both CTAs of the cluster, completing the bytes on each one's full barrier; else all of them.
+  int c0 = 0, c1 = T::kColBlocks, v0 = 0, v1 = T::kColBlocksV;
+  if constexpr (T::kMulticast) {
+    const int rank = static_cast<int>(cluster_ctarank());
+    c0 = rank ? T::kHalfBlocks : 0, c1 = rank ? T::kColBlocks : T::kHalfBlocks;
+    v0 = rank ? T::kHalfBlocksV : 0, v1 = rank ? T::kColBlocksV : T::kHalfBlocksV;
+  }
+  auto kv_load = [&](u32 dst, const TmaDesc* desc, u32 bar, int x0, int x1, int x2, int x3) {
+    if constexpr (T::kMulticast) tma_load_4d_multicast(dst, desc, bar, 3, x0, x1, x2, x3);
+    else tma_load_4d(dst, desc, bar, x0, x1, x2, x3);
+  };
   // l2_ahead: tile tt's boxes into L2 a tile or two before its stage frees, so that its load reads
   // L2 rather than DRAM (the ring holds only two 64-key tiles beside Q at d=576).
   auto prefetch = [&](int tt) {
     const int j0 = (t_begin + tt) * T::kBlockN;
     if (!paged) {
       if (lane == 0) {
-#pragma unroll
-        for (int c = 0; c < T::kColBlocks; ++c) tma_prefetch_l2(&maps.k, c * 64, j0, kvh, b);
+        for (int c = c0; c < c1; ++c) tma_prefetch_l2(&maps.k, c * 64, j0, kvh, b);
         if constexpr (!T::kLatent) {
-#pragma unroll
-          for (int c = 0; c < T::kColBlocksV; ++c) tma_prefetch_l2(&maps.v, c * 64, j0, kvh, b);
+          for (int c = v0; c < v1; ++c) tma_prefetch_l2(&maps.v, c * 64, j0, kvh, b);
         }
       }
     } else {
@@ -160,11 +176,9 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
       for (int x = lane; x < issued; x += 32) {
         const int j = j0 + x * rows, page = page_index(j, p);
         const int pg = __ldg(bt + page), pr = j - page * p.page_size;
-#pragma unroll
-        for (int c = 0; c < T::kColBlocks; ++c) tma_prefetch_l2(&maps.k, c * 64, pr, kvh, pg);
+        for (int c = c0; c < c1; ++c) tma_prefetch_l2(&maps.k, c * 64, pr, kvh, pg);
         if constexpr (!T::kLatent) {
-#pragma unroll
-          for (int c = 0; c < T::kColBlocksV; ++c) tma_prefetch_l2(&maps.v, c * 64, pr, kvh, pg);
+          for (int c = v0; c < v1; ++c) tma_prefetch_l2(&maps.v, c * 64, pr, kvh, pg);
         }
       }
     }
@@ -185,11 +199,10 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
       if (lane == 0) {
         mbar_arrive_expect_tx(full, T::kStageBytes);
 #pragma unroll
-        for (int c = 0; c < T::kColBlocks; ++c) tma_load_4d(sk + c * T::kColBlock, &maps.k, full, c * 64, j0, kvh, b);
+        for (int c = c0; c < c1; ++c) kv_load(sk + c * T::kColBlock, &maps.k, full, c * 64, j0, kvh, b);
         if constexpr (!T::kLatent) {
 #pragma unroll
-          for (int c = 0; c < T::kColBlocksV; ++c)
-            tma_load_4d(sv + c * T::kColBlock, &maps.v, full, c * 64, j0, kvh, b);
+          for (int c = v0; c < v1; ++c) kv_load(sv + c * T::kColBlock, &maps.v, full, c * 64, j0, kvh, b);
         }
       }
     } else {
@@ -200,13 +213,11 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
       for (int x = lane; x < issued; x += 32) {
         const int j = j0 + x * rows, page = page_index(j, p);
         const int pg = __ldg(bt + page), pr = j - page * p.page_size;
-#pragma unroll
-        for (int c = 0; c < T::kColBlocks; ++c)
-          tma_load_4d(sk + c * T::kColBlock + x * rows * 128, &maps.k, full, c * 64, pr, kvh, pg);
+        for (int c = c0; c < c1; ++c)
+          kv_load(sk + c * T::kColBlock + x * rows * 128, &maps.k, full, c * 64, pr, kvh, pg);
         if constexpr (!T::kLatent) {
-#pragma unroll
-          for (int c = 0; c < T::kColBlocksV; ++c)
-            tma_load_4d(sv + c * T::kColBlock + x * rows * 128, &maps.v, full, c * 64, pr, kvh, pg);
+          for (int c = v0; c < v1; ++c)
+            kv_load(sv + c * T::kColBlock + x * rows * 128, &maps.v, full, c * 64, pr, kvh, pg);
         }
       }
     }
@@ -409,7 +420,13 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
       Wgmma<T::kHalfV>::rs(o, pb[kk], v_desc + ((((1 - wg) * T::kHalfN + 16 * kk) * 128) >> 4), 1);
     wgmma_commit();
   };
-  auto release = [&](int t) { mbar_arrive(bars + 8 * (T::kStages + t % T::kStages)); };
+  // A stage is free once both products of its tile are done here (and, multicast, in the peer too:
+  // either producer writes into both CTAs' rings, so each waits for both CTAs' consumers).
+  auto release = [&](int t) {
+    const u32 empty = bars + 8 * (T::kStages + t % T::kStages);
+    mbar_arrive(empty);
+    if constexpr (T::kMulticast) mbar_arrive_cluster(empty, cluster_ctarank() ^ 1u);
+  };
   // scores: single's P.V: this warpgroup's columns over the tile's keys, P's fragments of all of them.
   auto issue_pv_frags = [&](int t, const u32 (&pf)[T::kBlockN / 16][4]) {
     const u32 sv = T::kLatent ? stage_k(t) : stage_k(t) + T::kKBytes;
@@ -656,7 +673,12 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
   combine_rows(p, r_base, rows_here, pieces, tid, T::kConsumers);
 }
 
-extern "C" __global__ void __launch_bounds__(T::kThreads, 1)
+#if MULTICAST && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
+#define ATT_DECODE_WGMMA_CLUSTER __cluster_dims__(2, 1, 1)
+#else
+#define ATT_DECODE_WGMMA_CLUSTER
+#endif
+extern "C" __global__ void __launch_bounds__(T::kThreads, 1) ATT_DECODE_WGMMA_CLUSTER
     flash_decode_wgmma(const DecodeParams p, const __grid_constant__ DecodeMaps maps) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -667,11 +689,13 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1)
     const u32 bars = smem_addr(smem) + T::kBars;
     for (int i = 0; i < T::kStages; ++i) {
       mbar_init(bars + 8 * i, 1);
-      mbar_init(bars + 8 * (T::kStages + i), T::kConsumers);
+      mbar_init(bars + 8 * (T::kStages + i), T::kConsumers * T::kPeers);
     }
     mbar_init_fence();
   }
-  __syncthreads();
+  // Multicast: no copy into the peer and no remote arrive before the peer's barriers exist.
+  if constexpr (T::kMulticast) cluster_sync();
+  else __syncthreads();
   // The registers move first and the unit's values are computed after, in each role: values live
   // across setmaxnreg spilled (ptxas, 2026-11-28: 16-28 bytes; 600 with one setmaxnreg under an
   // if/else and the unit computed after the join; 4 for shared memory's address).
@@ -695,6 +719,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1)
       const Unit u = unit();
       producer(p, maps, base + T::kRing, bars, u.b, u.kvh, u.share.begin, u.share.n, u.len, tid & 31);
     }
+    if constexpr (T::kMulticast) cluster_sync();  // the peer may still copy into this CTA and arrive here
     return;
   }
   setmaxnreg_inc<kConsumerRegs>();
@@ -702,6 +727,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1)
   const Unit u = unit();
   consume(p, base, base + T::kRing, bars, base + T::kXchg, base + T::kStats, u.b, u.kvh, u.cta.split, u.cta.rb,
           u.share.begin, u.share.n, u.len, tid);
+  if constexpr (T::kMulticast) cluster_sync();
 #endif
 }
 

@@ -29,9 +29,18 @@ const PropertyShape kShapes[] = {
     {"b=5,h=16,hkv=1,s=4,sk=300,page=16", Layout::kBSHD},   // q-len 4, pages of 16
     {"b=2,h=40,hkv=2,s=3,sk=500", Layout::kBSHD},           // GQA 20:1 x 3 = 60 rows, two KV heads
 };
+// Multicast builds pair a unit's row blocks in clusters of 2: shapes of an even row-block count.
+const PropertyShape kEvenShapes[] = {
+    {"b=2,h=128,hkv=1,s=1,sk=777,page=64", Layout::kBSHD},  // two row blocks, FlashMLA's pages
+    {"b=1,h=128,hkv=1,s=1,sk=20011", Layout::kBHSD},        // one sequence: many splits
+    {"b=3,h=64,hkv=1,s=2,sk=1001", Layout::kBHSD},          // q-len 2: 128 rows
+    {"b=2,h=32,hkv=1,s=4,sk=600,page=16", Layout::kBSHD},   // q-len 4, pages of 16
+    {"b=2,h=64,hkv=2,s=3,sk=500", Layout::kBSHD},           // 96 rows a KV head: two blocks, one partial
+};
 
 // latent: `latent=1` (V is K's first dv columns, one buffer: the buffers pass v = k).
-void check_space(int d, int dv, bool latent = false) {
+// multicast: the multicast configs on kEvenShapes, else the others on kShapes.
+void check_space(int d, int dv, bool latent = false, bool multicast = false) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   if (props.arch < "sm_90") GTEST_SKIP() << "flash_decode_wgmma needs sm_90 (wgmma, TMA); this GPU is " << props.arch;
@@ -43,7 +52,8 @@ void check_space(int d, int dv, bool latent = false) {
     const Problem base =
         Problem::parse(fmt::format("b=1,h=128,hkv=1,{},sk=4096,d={}{},dtype=bf16,page=64", kind, d, dvs));
     ASSERT_TRUE(attntune::testing::spread_configs(space, base, "sm_90a", attntune::testing::property_sample(32),
-                                                  configs, variants))
+                                                  configs, variants,
+                                                  [&](const Config& c) { return std::get<bool>(c.at("multicast")) == multicast; }))
         << base.str();
   }
   attntune::testing::PropertyRun run;
@@ -55,7 +65,8 @@ void check_space(int d, int dv, bool latent = false) {
   run.without_workspaces = true;
   run.dv = dv != d ? dv : 0;
   run.latent = latent;
-  attntune::testing::check_configs(space, configs, variants, kShapes, run);
+  if (multicast) attntune::testing::check_configs(space, configs, variants, kEvenShapes, run);
+  else attntune::testing::check_configs(space, configs, variants, kShapes, run);
 }
 
 }  // namespace
@@ -70,6 +81,13 @@ TEST(FlashDecodeWgmmaProperty, MlaDims) {
 TEST(FlashDecodeWgmmaProperty, MlaLatent) {
   ATTNTUNE_REQUIRE_GPU();
   check_space(576, 512, true);
+}
+
+// Multicast (the row blocks of a split in clusters of 2, each producer loading half of a tile's
+// column blocks into both): MLA's latent cache (the space offers multicast for latent caches only).
+TEST(FlashDecodeWgmmaProperty, MlaLatentMulticast) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(576, 512, true, true);
 }
 
 TEST(FlashDecodeWgmmaProperty, D512) {

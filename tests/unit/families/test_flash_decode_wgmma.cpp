@@ -133,6 +133,23 @@ TEST(FlashDecodeWgmmaPlan, FlashDecodesSplitsWithThreeWarpgroupsAndDvPieces) {
   std::copy(std::begin(lcall.k_stride), std::end(lcall.k_stride), std::begin(lcall.v_stride));
   why.clear();
   EXPECT_TRUE(plan_call(lspec, lcall, attntune::testing::FakeDevice{132}.device(), &why)) << why;
+
+  // Multicast: clusters of 2 (a split's two row blocks); a call of an odd row-block count refused.
+  const Config mc = attntune::testing::first_config(space, latent, "sm_90a", [](const Config& x) {
+    return std::get<bool>(x.at("multicast"));
+  });
+  ASSERT_FALSE(mc.empty());
+  const auto mspec = render_kernel(space, mc, latent, "sm_90a").launch;
+  why.clear();
+  const auto mplan = plan_call(mspec, lcall, attntune::testing::FakeDevice{132}.device(), &why);
+  ASSERT_TRUE(mplan) << why;
+  EXPECT_EQ(mplan->launch[0].cluster, 2u);
+  EXPECT_EQ(mplan->launch[0].grid[0] % 2, 0u);
+  auto odd = lcall;
+  odd.heads_q = 16;  // 16 rows: one row block
+  why.clear();
+  EXPECT_FALSE(plan_call(mspec, odd, attntune::testing::FakeDevice{132}.device(), &why));
+  EXPECT_NE(why.find("odd number"), std::string::npos) << why;
 }
 
 // Every schedule (scores and pipe) of the MLA problem (V apart and a latent cache) and of d=512 builds for sm_90a with no spills
@@ -150,13 +167,14 @@ TEST(FlashDecodeWgmmaBuild, EveryScheduleCompilesWithoutSpills) {
     const Problem p = Problem::parse(spec);
     std::set<std::string> pipes;
     for (const Config& c : space.enumerate(p, "sm_90a")) {
-      const std::string schedule = std::get<std::string>(c.at("scores")) + "/" + std::get<std::string>(c.at("pipe"));
+      const std::string schedule = std::get<std::string>(c.at("scores")) + "/" + std::get<std::string>(c.at("pipe")) +
+                                   (std::get<bool>(c.at("multicast")) ? "/multicast" : "");
       if (!pipes.insert(schedule).second) continue;
       pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
       ++submitted;
     }
   }
-  ASSERT_GE(submitted, 10u);
+  ASSERT_GE(submitted, 14u);
   std::size_t built = 0;
   while (auto o = pool.next()) {
     ++built;
