@@ -21,9 +21,12 @@ std::string describe(const Defines& d) {
       "grid (splits * ceil(heads_q / heads_kv * seqlen_q / {}), heads_kv, batch), {} threads (two consumer "
       "warpgroups, a TMA producer warp), {} bytes of dynamic shared memory; the keys of each (sequence, kv head) "
       "split over CTAs by the SM count, the splits merged by {} (a workspace this file keeps per device and "
-      "stream){}",
+      "stream){}{}",
       c.block_m, c.threads, c.smem_bytes, c.last_cta ? "the last CTA of each (sequence, kv head)" : "a second kernel",
-      c.latent ? "; a latent cache: V is K's first head_dim_v columns (pass v = k)" : "");
+      c.latent ? "; a latent cache: V is K's first head_dim_v columns (pass v = k)" : "",
+      c.multicast ? "; a split's two row blocks run as a cluster of 2 sharing each K tile's load (TMA multicast): calls "
+                    "of an even number of 64-row blocks"
+                  : "");
 }
 
 nlohmann::ordered_json launch_json(const Defines& d) {
@@ -34,7 +37,8 @@ nlohmann::ordered_json launch_json(const Defines& d) {
           {"smem_bytes", c.smem_bytes},
           {"combine", c.last_cta ? "last_cta" : "kernel"},
           {"kv_load", "tma"},
-          {"latent", c.latent != 0}};
+          {"latent", c.latent != 0},
+          {"multicast", c.multicast != 0}};
 }
 
 }  // namespace

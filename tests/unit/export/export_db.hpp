@@ -26,8 +26,10 @@ class ExportDb {
   ExportDb(const std::string& path, const std::string& source_dir)
       : store_(Store::open(path, Store::Mode::kCreate)), source_dir_(source_dir) {}
 
-  // The arch a family's results are filed under on an H100.
-  static std::string arch_of(const std::string& family) { return family == "flash_fwd_wgmma" ? "sm_90a" : "sm_90"; }
+  // The arch a family's results are filed under on an H100: sm_90a for the Hopper-only families.
+  static std::string arch_of(const std::string& family) {
+    return family == "flash_fwd_wgmma" || family == "flash_decode_wgmma" ? "sm_90a" : "sm_90";
+  }
 
   std::shared_ptr<const SearchSpace> space(const std::string& family) { return entry(family).space; }
 
