@@ -10,7 +10,8 @@ batch, so the families below span what such models run (query heads 8..128, GQA 
 dims 64, 128 and 256) at the lengths (512..32k) and decode batches (1..256, pages of 16 and 64)
 that serving uses; the warm start of `tune` then finds a shipped neighbour within a factor of 2 of
 any length for the same head dim and layout. Only plain attention: windowed, soft-capped and sink
-layers are planned by `attntune plan --model` for the model that has them.
+layers are planned by `attntune plan --model` for the model that has them. And multi-head latent
+attention's decode over its latent cache (d=576, dv=512, one KV head, `latent=1`), DeepSeek's.
 """
 import argparse
 import sys
@@ -39,16 +40,22 @@ PREFILL_BATCHED = [(8, 512), (4, 2048)]
 DECODE_BATCHES = [1, 8, 32, 64, 128, 256]
 DECODE_CONTEXTS = [2048, 8192, 32768]
 PAGES = [16, 64]
+# Multi-head latent attention's decode over its latent cache (DeepSeek-V2/V3, Kimi: one KV head of
+# 576 dims a token, V its first 512; flash_decode_wgmma): the query heads a GPU holds under tensor
+# parallelism (128 / 8 = 16) and under data-parallel attention (128), FlashMLA's pages of 64.
+MLA_DECODE_HEADS = [16, 128]
+MLA_DECODE_BATCHES = [1, 8, 32, 64, 128]
 # The KV cache of the largest decode problems is bounded (K and V of every sequence, bf16): b *
 # context <= 2M tokens keeps any family's cache under 17 GB, so a worker's validation (inputs, fp32
 # reference, poisoned output) fits beside others on one GPU.
 MAX_DECODE_TOKENS = 2 * 1024 * 1024
 
 
-def spec(b, h, hkv, s, sk, d, dtype, causal, page=0):
+def spec(b, h, hkv, s, sk, d, dtype, causal, page=0, dv=0, latent=False):
     # The canonical spec (Problem::str()): the order `attntune plan` writes, so a plan diffs cleanly.
-    out = f"b={b},h={h},hkv={hkv},s={s},sk={sk},d={d},dtype={dtype},causal={int(causal)}"
-    return out + (f",page={page}" if page else "")
+    out = f"b={b},h={h},hkv={hkv},s={s},sk={sk},d={d}" + (f",dv={dv}" if dv and dv != d else "")
+    out += f",dtype={dtype},causal={int(causal)}"
+    return out + (f",page={page}" if page else "") + (",latent=1" if latent else "")
 
 
 def problems(dtypes):
@@ -70,6 +77,12 @@ def problems(dtypes):
                     if b * sk > MAX_DECODE_TOKENS:
                         continue
                     out.append((spec(b, h, hkv, 1, sk, d, dtype, True, page), "decode"))
+        for h in MLA_DECODE_HEADS:
+            for b in MLA_DECODE_BATCHES:
+                for sk in DECODE_CONTEXTS:
+                    if b * sk > MAX_DECODE_TOKENS:
+                        continue
+                    out.append((spec(b, h, 1, 1, sk, 576, dtype, True, 64, dv=512, latent=True), "decode"))
     seen, unique = set(), []
     for p, regime in out:
         if p not in seen:
