@@ -614,11 +614,16 @@ std::string describe_head_dims(const std::vector<int>& dims) {
   return "head dims " + and_list(dims);
 }
 
-const std::vector<int>& supported_head_dims() {
-  // Asked of the shipped spaces and the families' own rules, not listed here: a head dim is planned
-  // when some family serves its prefill and some its decode (the regimes every plan has), on the
-  // space's highest arch.
-  static const std::vector<int> kDims = [] {
+namespace {
+
+// Per head dim (multiples of 8 to 1024): whether some shipped family serves its prefill, and its
+// decode, on the space's highest arch. Asked of the shipped spaces and the families' own rules.
+struct HeadDimService {
+  std::vector<int> both, decode_only;
+};
+
+const HeadDimService& head_dim_service() {
+  static const HeadDimService kService = [] {
     std::vector<SearchSpace> spaces;  // parsed once, not once a dim
     for (const std::string& family : known_families())
       if (std::optional<SearchSpace> space = SearchSpace::shipped(family)) spaces.push_back(std::move(*space));
@@ -634,15 +639,27 @@ const std::vector<int>& supported_head_dims() {
         }
       });
     };
-    std::vector<int> out;
-    for (int d = 8; d <= 1024; d += 8)
-      if (served(fmt::format("b=1,h=8,s=1024,d={},dtype=bf16,causal=1", d)) &&
-          served(fmt::format("b=1,h=8,s=1,sk=1024,d={},dtype=bf16,causal=0", d)))
-        out.push_back(d);
+    HeadDimService out;
+    for (int d = 8; d <= 1024; d += 8) {
+      const bool prefill = served(fmt::format("b=1,h=8,s=1024,d={},dtype=bf16,causal=1", d));
+      const bool decode = served(fmt::format("b=1,h=8,s=1,sk=1024,d={},dtype=bf16,causal=0", d));
+      if (prefill && decode) out.both.push_back(d);
+      else if (decode) out.decode_only.push_back(d);
+    }
     return out;
   }();
-  return kDims;
+  return kService;
 }
+
+}  // namespace
+
+const std::vector<int>& supported_head_dims() {
+  // A head dim is planned in full when some family serves its prefill and some its decode (the
+  // regimes every plan has); decode_only_head_dims() are planned for decode alone.
+  return head_dim_service().both;
+}
+
+const std::vector<int>& decode_only_head_dims() { return head_dim_service().decode_only; }
 
 ModelAttention read_model_config(const std::string& path) {
   const std::string text = read_input_file(path, "a config.json");
@@ -741,9 +758,17 @@ ModelAttention read_model_config(const std::string& path) {
                          heads);
   }
   const auto& dims = supported_head_dims();
-  if (!m.latent && std::find(dims.begin(), dims.end(), d) == dims.end())
-    cfg.fail(fmt::format("{} is not supported: attntune's kernels serve {}",
-                         cfg.get("head_dim") ? fmt::format("{} {}", d_from, d) : d_from, describe_head_dims(dims)));
+  const auto& decode_dims = decode_only_head_dims();
+  if (!m.latent && std::find(dims.begin(), dims.end(), d) == dims.end()) {
+    const std::string what = cfg.get("head_dim") ? fmt::format("{} {}", d_from, d) : d_from;
+    if (std::find(decode_dims.begin(), decode_dims.end(), d) == decode_dims.end())
+      cfg.fail(fmt::format("{} is not supported: attntune's kernels serve {} (and {} for decode)", what,
+                           describe_head_dims(dims), describe_head_dims(decode_dims)));
+    m.decode_only = true;
+    m.notes.push_back(fmt::format("{}: attntune's kernels serve its decode (flash_decode_wgmma) but no prefill "
+                                  "family holds it: the plan has decode problems only",
+                                  what));
+  }
 
   m.heads = static_cast<int>(heads);
   m.kv_heads = static_cast<int>(kv);
@@ -843,11 +868,11 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
   if (m.heads < 1 || m.kv_heads < 1 || m.heads % m.kv_heads != 0)
     throw InputError(fmt::format("model {}: {} query heads and {} KV heads (the KV heads must divide the query heads)",
                                  m.name, m.heads, m.kv_heads));
-  const auto& dims = supported_head_dims();
+  const auto& dims = m.decode_only ? decode_only_head_dims() : supported_head_dims();
   for (int dim : {m.head_dim, m.head_dim_v ? m.head_dim_v : m.head_dim})
     if (std::find(dims.begin(), dims.end(), dim) == dims.end())
-      throw InputError(fmt::format("model {}: head dim {} is not supported: attntune's kernels serve {}", m.name, dim,
-                                   describe_head_dims(dims)));
+      throw InputError(fmt::format("model {}: head dim {} is not supported: attntune's kernels serve {}{}", m.name, dim,
+                                   describe_head_dims(dims), m.decode_only ? " for decode only" : ""));
   if (m.dtype != "bf16" && m.dtype != "fp16")
     throw InputError(fmt::format("model {}: dtype '{}' (expected bf16 or fp16)", m.name, m.dtype));
 
@@ -870,6 +895,17 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
   for (const auto& r : o.regimes) {
     if (!is_regime(r)) throw InputError(fmt::format("--regimes: unknown regime '{}' (known: {})", r, known_regimes()));
     regimes.insert(r);
+  }
+  // A head dim served for decode only: its prefill, varlen and chunked prefill are left out
+  // (read_model_config's note says why).
+  if (m.decode_only) {
+    regimes.erase("prefill");
+    regimes.erase("varlen");
+    regimes.erase("chunk");
+    if (regimes.empty())
+      throw InputError(fmt::format("model {}: head dim {} is served for decode only (no prefill family holds it); "
+                                   "plan --regimes decode",
+                                   m.name, m.head_dim));
   }
   // A latent (MLA) model: prefill and varlen on the decompressed K/V, decode over the latent cache;
   // its chunked prefill is left out (read_model_config's note says why).

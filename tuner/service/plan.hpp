@@ -41,6 +41,9 @@ struct ModelAttention {
   // dims are V (problems `d=576,dv=512,latent=1`, pages of kLatentPage). Chunked prefill is left out
   // (a note says why).
   bool latent = false;
+  // A head dim some family serves for decode only (512: flash_decode_wgmma; no prefill family holds
+  // it): the plan has decode problems alone, and a note says why.
+  bool decode_only = false;
   int head_dim_v = 0;              // V's head dim where it is not head_dim; 0: head_dim
   int latent_head_dim = 0;         // latent: the cache's dims (576); else 0
   int latent_head_dim_v = 0;       // latent: V's, the cache's first (512); else 0
@@ -74,6 +77,8 @@ ModelAttention read_model_config(const std::string& path);
 // The head dims the kernel families serve (search_spaces/*.yaml, `problem: d:`): those some family
 // serves for prefill and some for decode. describe_head_dims says them in a message.
 const std::vector<int>& supported_head_dims();
+// Those some family serves for decode but none for prefill (512: flash_decode_wgmma's).
+const std::vector<int>& decode_only_head_dims();
 std::string describe_head_dims(const std::vector<int>& dims);
 
 // The regimes, in the order a plan lists them. varlen: prefill as serving engines run it, a packed

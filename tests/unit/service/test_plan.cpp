@@ -190,9 +190,10 @@ TEST(PlanModelConfig, ErrorsNameTheFileAndTheKey) {
   EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32, "hidden_size": 2304)"),
             file +
                 ": head dim 72 (hidden_size 2304 / num_attention_heads 32) is not supported: attntune's kernels "
-                "serve every multiple of 16 from 32 to 256");
+                "serve every multiple of 16 from 32 to 256 (and head dims 512 for decode)");
   EXPECT_EQ(config_error(dir, R"("num_attention_heads": 32, "head_dim": 1024)"),
-            file + ": head_dim 1024 is not supported: attntune's kernels serve every multiple of 16 from 32 to 256");
+            file + ": head_dim 1024 is not supported: attntune's kernels serve every multiple of 16 from 32 to 256 "
+                   "(and head dims 512 for decode)");
   EXPECT_EQ(config_error(dir, R"("num_attention_heads": "32", "hidden_size": 4096)"),
             file + ": num_attention_heads: expected a positive whole number, got the string \"32\"");
   EXPECT_EQ(config_error(dir, R"("num_attention_heads": -32, "hidden_size": 4096)"),
@@ -1299,6 +1300,34 @@ TEST(PlanHeadDims, FromTheShippedSpaces) {
   EXPECT_EQ(describe_head_dims({64, 128, 192, 256}), "every multiple of 64 from 64 to 256");
   EXPECT_EQ(describe_head_dims({64, 96, 128}), "head dims 64, 96 and 128");
   EXPECT_EQ(describe_head_dims({24, 40, 56, 72}), "head dims 24, 40, 56 and 72");  // not multiples of their step
+}
+
+// A head dim some family serves for decode only (512, Gemma-4-like full layers: flash_decode_wgmma):
+// the plan holds its decode problems alone, says why, and refuses a plan of prefill alone.
+TEST(PlanModelConfig, AHeadDimServedForDecodeOnlyPlansDecodeAndSaysWhy) {
+  TempDir dir;
+  const std::string file = dir.write("g.json", R"({"num_attention_heads": 16, "num_key_value_heads": 4,
+                                                    "head_dim": 512, "hidden_size": 4096})");
+  const ModelAttention m = read_model_config(file);
+  EXPECT_TRUE(m.decode_only);
+  EXPECT_EQ(m.head_dim, 512);
+  ASSERT_EQ(m.notes.size(), 1u);
+  EXPECT_EQ(m.notes[0], "head_dim 512: attntune's kernels serve its decode (flash_decode_wgmma) but no prefill "
+                        "family holds it: the plan has decode problems only");
+  const Plan p = make_plan(m, PlanOptions{});
+  ASSERT_FALSE(p.entries.empty());
+  for (const PlanEntry& e : p.entries) {
+    EXPECT_EQ(e.regime, "decode") << e.problem.str();
+    EXPECT_EQ(e.problem.d, 512) << e.problem.str();
+  }
+  PlanOptions prefill;
+  prefill.regimes = {"prefill"};
+  try {
+    make_plan(m, prefill);
+    ADD_FAILURE() << "a prefill plan of a decode-only head dim was made";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("served for decode only"), std::string::npos) << e.what();
+  }
 }
 
 // Multi-head latent attention (DeepSeek-V3): prefill on the decompressed K/V, one per query head, at
