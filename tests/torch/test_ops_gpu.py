@@ -464,20 +464,23 @@ ENTRY_POINTS = {"attntune_attention_forward": "attention", "attntune_attention_f
                 "attntune_attention_forward_varlen": "attention_varlen"}
 
 
-def variant_package(work):
-    """The package of the variants phase and the notes to print (what was not tuned, and why)."""
-    pkg = os.environ.get("ATTNTUNE_TORCH_VARIANTS_PKG")
+def tuned_package(work, env, problems, label, name):
+    """A phase's package and the notes to print (what was not tuned, and why): $<env>_PKG, else an
+    export of $<env>_DB as it is, else `problems` submitted with $<env>_BUDGET evaluations each
+    (default 2) into $<env>_TUNE_DB (a second run resumes it: submitting a queued or done problem
+    again is a no-op, serve finishes what is left) or WORK/<name>.db, tuned by `attntune serve` on
+    this GPU and exported to WORK/<name>_pkg. `submit` refuses a problem no family tunes yet (exit
+    2): a SKIP note, never a failure."""
+    pkg = os.environ.get(env + "_PKG")
     if pkg:
         return pkg, []
     binary = os.environ.get("ATTNTUNE_BIN", os.path.join(ROOT, "build", "attntune"))
-    db = os.environ.get("ATTNTUNE_TORCH_VARIANTS_DB")  # exported from as it is
+    db = os.environ.get(env + "_DB")
     notes = []
     if not db:
-        # Tuned here: into $ATTNTUNE_TORCH_VARIANTS_TUNE_DB when given (a second run resumes it:
-        # submitting a queued or done problem again is a no-op, serve finishes what is left).
-        db = os.environ.get("ATTNTUNE_TORCH_VARIANTS_TUNE_DB") or os.path.join(work, "variants.db")
-        budget = os.environ.get("ATTNTUNE_TORCH_VARIANTS_BUDGET", "2")
-        for p in [PLAIN_PROBLEM] + VARIANT_PROBLEMS:
+        db = os.environ.get(env + "_TUNE_DB") or os.path.join(work, name + ".db")
+        budget = os.environ.get(env + "_BUDGET", "2")
+        for p in problems:
             r = subprocess.run([binary, "submit", "--db", db, "--problem", p, "--budget-evals", budget, "--final-top",
                                 "0", "--warm-start", "0", "--max-seconds", "0.3"], capture_output=True, text=True)
             if r.returncode == 2:
@@ -486,16 +489,21 @@ def variant_package(work):
                 raise RuntimeError(f"attntune submit {p} failed ({r.returncode}): {r.stderr}")
         t0 = time.time()
         r = subprocess.run([binary, "serve", "--db", db], capture_output=True, text=True)
-        print(f"variants: tuned in {time.time() - t0:.0f} s (attntune serve, budget {budget} each): "
+        print(f"{label}: tuned in {time.time() - t0:.0f} s (attntune serve, budget {budget} each): "
               f"{r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''}")
         if r.returncode != 0:
             raise RuntimeError(f"attntune serve failed ({r.returncode}): {r.stderr[-4000:]}")
-    pkg = os.path.join(work, "variants_pkg")
+    pkg = os.path.join(work, name + "_pkg")
     r = subprocess.run([binary, "export", "--db", db, "--all-best", "--dtype", "bf16", "--torch", pkg],
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"attntune export --torch from {db} failed ({r.returncode}): {r.stderr}")
     return pkg, notes
+
+
+def variant_package(work):
+    """The variants phase's package (tuned_package: $ATTNTUNE_TORCH_VARIANTS_*)."""
+    return tuned_package(work, "ATTNTUNE_TORCH_VARIANTS", [PLAIN_PROBLEM] + VARIANT_PROBLEMS, "variants", "variants")
 
 
 def variants_phase(work, device="cuda"):
@@ -767,37 +775,8 @@ DV_PROBLEMS = [
 
 
 def dv_package(work):
-    """The value-dims phase's package and its notes: $ATTNTUNE_TORCH_DV_PKG, else an export of
-    $ATTNTUNE_TORCH_DV_DB, else DV_PROBLEMS tuned here ($ATTNTUNE_TORCH_DV_BUDGET evaluations each,
-    default 2, into $ATTNTUNE_TORCH_DV_TUNE_DB or a temporary database; a second run resumes it)."""
-    pkg = os.environ.get("ATTNTUNE_TORCH_DV_PKG")
-    if pkg:
-        return pkg, []
-    binary = os.environ.get("ATTNTUNE_BIN", os.path.join(ROOT, "build", "attntune"))
-    db = os.environ.get("ATTNTUNE_TORCH_DV_DB")
-    notes = []
-    if not db:
-        db = os.environ.get("ATTNTUNE_TORCH_DV_TUNE_DB") or os.path.join(work, "dv.db")
-        budget = os.environ.get("ATTNTUNE_TORCH_DV_BUDGET", "2")
-        for p in DV_PROBLEMS:
-            r = subprocess.run([binary, "submit", "--db", db, "--problem", p, "--budget-evals", budget, "--final-top",
-                                "0", "--warm-start", "0", "--max-seconds", "0.3"], capture_output=True, text=True)
-            if r.returncode == 2:
-                notes.append(f"SKIP {p}: {r.stderr.strip()}")
-            elif r.returncode != 0:
-                raise RuntimeError(f"attntune submit {p} failed ({r.returncode}): {r.stderr}")
-        t0 = time.time()
-        r = subprocess.run([binary, "serve", "--db", db], capture_output=True, text=True)
-        print(f"value dims: tuned in {time.time() - t0:.0f} s (attntune serve, budget {budget} each): "
-              f"{r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''}")
-        if r.returncode != 0:
-            raise RuntimeError(f"attntune serve failed ({r.returncode}): {r.stderr[-4000:]}")
-    pkg = os.path.join(work, "dv_pkg")
-    r = subprocess.run([binary, "export", "--db", db, "--all-best", "--dtype", "bf16", "--torch", pkg],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"attntune export --torch from {db} failed ({r.returncode}): {r.stderr}")
-    return pkg, notes
+    """The value-dims phase's package (tuned_package: $ATTNTUNE_TORCH_DV_*, DV_PROBLEMS)."""
+    return tuned_package(work, "ATTNTUNE_TORCH_DV", DV_PROBLEMS, "value dims", "dv")
 
 
 def dv_phase(work, device="cuda"):
@@ -1136,38 +1115,8 @@ LATENT_PROBLEMS = [
 
 
 def latent_package(work):
-    """The latent phase's package and its notes: $ATTNTUNE_TORCH_LATENT_PKG, else an export of
-    $ATTNTUNE_TORCH_LATENT_DB, else LATENT_PROBLEMS tuned here ($ATTNTUNE_TORCH_LATENT_BUDGET
-    evaluations each, default 2, into $ATTNTUNE_TORCH_LATENT_TUNE_DB or a temporary database; a second
-    run resumes it)."""
-    pkg = os.environ.get("ATTNTUNE_TORCH_LATENT_PKG")
-    if pkg:
-        return pkg, []
-    binary = os.environ.get("ATTNTUNE_BIN", os.path.join(ROOT, "build", "attntune"))
-    db = os.environ.get("ATTNTUNE_TORCH_LATENT_DB")
-    notes = []
-    if not db:
-        db = os.environ.get("ATTNTUNE_TORCH_LATENT_TUNE_DB") or os.path.join(work, "latent.db")
-        budget = os.environ.get("ATTNTUNE_TORCH_LATENT_BUDGET", "2")
-        for p in LATENT_PROBLEMS:
-            r = subprocess.run([binary, "submit", "--db", db, "--problem", p, "--budget-evals", budget, "--final-top",
-                                "0", "--warm-start", "0", "--max-seconds", "0.3"], capture_output=True, text=True)
-            if r.returncode == 2:
-                notes.append(f"SKIP {p}: {r.stderr.strip()}")
-            elif r.returncode != 0:
-                raise RuntimeError(f"attntune submit {p} failed ({r.returncode}): {r.stderr}")
-        t0 = time.time()
-        r = subprocess.run([binary, "serve", "--db", db], capture_output=True, text=True)
-        print(f"latent: tuned in {time.time() - t0:.0f} s (attntune serve, budget {budget} each): "
-              f"{r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''}")
-        if r.returncode != 0:
-            raise RuntimeError(f"attntune serve failed ({r.returncode}): {r.stderr[-4000:]}")
-    pkg = os.path.join(work, "latent_pkg")
-    r = subprocess.run([binary, "export", "--db", db, "--all-best", "--dtype", "bf16", "--torch", pkg],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"attntune export --torch from {db} failed ({r.returncode}): {r.stderr}")
-    return pkg, notes
+    """The latent phase's package (tuned_package: $ATTNTUNE_TORCH_LATENT_*, LATENT_PROBLEMS)."""
+    return tuned_package(work, "ATTNTUNE_TORCH_LATENT", LATENT_PROBLEMS, "latent", "latent")
 
 
 def latent_phase(work, device="cuda"):
