@@ -69,6 +69,14 @@ struct Call {
   int window_left, window_right;
   float softcap;       // > 0: score = softcap * tanh(scale * q.k / softcap); 0: none
   const float* sinks;  // null: none; else [heads_q] fp32 logits (device) joining each row's denominator
+  // The KV cache's dtype (docs/CONTRACT.md "FP8 KV caches"): 0, q's (fp16/bf16); 1, FP8 e4m3 (k and v
+  // hold one byte an element, their strides count bytes). FP8: K's and V's dequantisation scales
+  // (FlashAttention-3's descale_k/v: [batch, heads_kv] fp32, device, through {batch, head} strides in
+  // elements; both strides 0: one scale for the tensor; null: 1).
+  int kv_fp8;
+  const float* k_descale;
+  const float* v_descale;
+  long long k_descale_stride[2], v_descale_stride[2];
   bool windowed() const { return window_left >= 0 || window_right >= 0; }
   // V's and O's head dim where it is not head_dim, else 0 (as a build's ATT_HEAD_DIM_V reads).
   int split_head_dim_v() const { return head_dim_v != 0 && head_dim_v != head_dim ? head_dim_v : 0; }
@@ -135,6 +143,16 @@ inline int check_latent(const char* family, const Call& c, int build_latent, Why
                     "call's v is its k but with other strides (v {%lld, %lld, %lld}, k {%lld, %lld, %lld})", family,
                     c.v_stride[0], c.v_stride[1], c.v_stride[2], c.k_stride[0], c.k_stride[1], c.k_stride[2]);
   return 0;
+}
+
+// An FP8-cache build against a call: build_fp8 is the build's ATT_KV_FP8 (0: absent, a cache of q's
+// dtype). A build reads its cache in the dtype it was compiled for only, so a call with the other
+// is refused with the reason (the export's dispatcher then tries another kernel).
+inline int check_kv_dtype(const char* family, const Call& c, int build_fp8, Why* why) {
+  if ((c.kv_fp8 != 0) == (build_fp8 != 0)) return 0;
+  return refuse(why, "this %s kernel was built for a KV cache of %s; the call's cache is %s (tune a problem with "
+                "kv_dtype=%s)", family, build_fp8 ? "FP8 e4m3" : "q's dtype", c.kv_fp8 ? "FP8 e4m3" : "q's dtype",
+                c.kv_fp8 ? "fp8" : "q's dtype");
 }
 
 // What the executor tells a plan of the device the call runs on.
@@ -401,6 +419,14 @@ void fill_tensor_args(const Call& c, P* p) {
   p->variant.softcap = c.softcap;
   p->variant.softcap_scale = c.softcap > 0 ? c.scale / c.softcap : 0.0f;
   p->variant.sinks = c.sinks;
+  // FP8 caches' scales (int strides: a [batch, heads_kv] table has fewer than 2^31 entries, and the
+  // launchers refuse strides past it).
+  p->variant.k_descale = c.kv_fp8 ? c.k_descale : nullptr;
+  p->variant.v_descale = c.kv_fp8 ? c.v_descale : nullptr;
+  for (int i = 0; i < 2; ++i) {
+    p->variant.k_descale_stride[i] = c.kv_fp8 ? static_cast<int>(c.k_descale_stride[i]) : 0;
+    p->variant.v_descale_stride[i] = c.kv_fp8 ? static_cast<int>(c.v_descale_stride[i]) : 0;
+  }
   if (c.softcap > 0) p->scale_log2 = 1.4426950408889634f;
 }
 

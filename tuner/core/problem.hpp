@@ -39,6 +39,14 @@ struct Problem {
   // `variants` column after the variants (variants_column()), builds get ATT_LATENT, and bytes() reads
   // K once for both products.
   bool latent = false;
+  // `kv_dtype=fp8` (issue 42; docs/CONTRACT.md "FP8 KV caches"): K and V are FP8 e4m3, one byte an
+  // element, with dequantisation scales per (sequence, KV head) (FlashAttention-3's descale_k/v);
+  // Q and O keep `dtype`. `kv_dtype=` q's dtype (or absent) is a cache of q's dtype: false. Not a
+  // variant: str() adds ",kv_dtype=fp8" at its very end (after latent), json() "kv_dtype": "fp8"
+  // only when set, the database keeps it in the `variants` column after latent
+  // (variants_column()), builds get ATT_KV_FP8, and bytes() counts K and V at one byte an element.
+  // Not with varlen (a packed K/V has no per-sequence cache scales there yet).
+  bool kv_fp8 = false;
   DType dtype = DType::kFp16;
   bool causal = false;
   // 0: dense tensors (attntune_attention_forward). N > 0: a KV cache of pages of N rows, read
