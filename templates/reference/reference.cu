@@ -19,6 +19,29 @@
 // b's rows start at cu_seqlens_q[b] (keys at cu_seqlens_k[b]) through the row strides, its lengths
 // are the prefix sums' differences, p.seqlen_q bounds them, and causal is bottom-right aligned per
 // sequence. Its outputs are indexed as the packed LSE: row head * total_q + cu_seqlens_q[b] + i.
+//
+// An FP8 e4m3 KV cache (a `kv_dtype=fp8` problem: docs/CONTRACT.md "FP8 KV caches") is read by
+// attn_reference_kv_fp8, the same kernel with the same arguments (one template, reference_rows<true>;
+// attn_reference is reference_rows<false>, the 16-bit path as it always was: its machine code, and
+// fill_normal's and scatter_pages', are the same instructions as before FP8 existed). Q stays in the
+// problem's dtype (bf16 selects it) and O is fp32 as always; K and V hold one byte an element
+// (OCP FP8 E4M3, "e4m3fn": bias 7, no infinities, S.1111.111 NaN), their strides counting bytes.
+// Key j's element c of K is read as
+//   k(j, c) = e4m3(byte) * kd,  kd = p.variant.k_descale[batch * k_descale_stride[0] +
+//                                                      kv_head * k_descale_stride[1]]
+// (V's likewise with v_descale), where e4m3(byte) is the byte's value, exact in fp32 (e4m3_to_float,
+// plain integer arithmetic), the product is one fp32 multiplication (one rounding), a null table is
+// a scale of 1, and strides {0, 0} read one scale for the whole tensor (entry 0). batch is the
+// sequence (blockIdx.z), kv_head = head / q_per_kv. Then the same fp32 math as above: s_j = scale *
+// sum_c q_c k(j, c) (fmaf in column order), o = sum_j p_j v(j) (fmaf in key order); with lowp=1 s, p
+// and o are rounded to Q's dtype exactly as for a 16-bit cache (the dequantised K and V are not).
+// A kernel that applies the scales to the dot products (s = scale * kd * <q, e4m3(k)>, o = vd *
+// sum_j p_j e4m3(v_j)) computes the same values up to fp32 rounding. NaN bytes (0x7F, 0xFF: a stale
+// cache past a sequence's length) read as NaN, so a kernel that lets one reach an output fails.
+// fill_normal_e4m3 draws K and V from fill_normal's distribution, each value rounded to e4m3 (round
+// to nearest even, saturated to +-448: cvt.rn.satfinite.e4m3x2.f32, sm_89 and newer; FP8 problems
+// run there only, the host refuses them on older devices, where the conversion returns NaN bytes).
+// quantize_e4m3 and dequantize_e4m3 expose both conversions for tests.
 #include "../common/attn_params.h"
 
 namespace att_ref {
@@ -43,6 +66,51 @@ __device__ __forceinline__ float round_to(float x, int bf16) { return to_float(f
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
+// One FP8 e4m3 byte of a KV cache.
+typedef unsigned char fp8_t;
+
+// An e4m3 byte's value, exact in fp32: sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent
+// 0 is subnormal (m * 2^-9), S.1111.111 is NaN (e4m3fn has no infinities; 0x7E is 448, the largest).
+__device__ __forceinline__ float e4m3_to_float(unsigned x) {
+  const unsigned sign = (x & 0x80u) << 24, e = (x >> 3) & 0xfu, m = x & 0x7u;
+  if (e == 0xfu && m == 0x7u) return __uint_as_float(sign | 0x7fc00000u);
+  if (e == 0) {
+    const float v = static_cast<float>(m) * 0.001953125f;  // m * 2^-9, exact
+    return sign ? -v : v;
+  }
+  return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));  // (1 + m/8) * 2^(e - 7)
+}
+
+// fp32 to e4m3: round to nearest even, saturated to +-448 (satfinite), NaN to NaN (0x7F). The
+// conversion exists from sm_89; older targets compile a NaN byte (the host never runs FP8 there).
+__device__ __forceinline__ fp8_t float_to_e4m3(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %1;" : "=h"(r) : "f"(x));  // x into both bytes
+  return static_cast<fp8_t>(r & 0xffu);
+#else
+  return static_cast<fp8_t>(0x7fu);
+#endif
+}
+
+// The element type a reference kernel reads K and V in: Q's 16-bit type, or FP8 e4m3 bytes.
+template <bool kKvFp8> struct KvElem { typedef elem_t type; };
+template <> struct KvElem<true> { typedef fp8_t type; };
+
+// A K or V element as the reference computes with it: a 16-bit value's fp32 value, or an e4m3
+// byte's (held in an elem_t slot of shared memory) times its (sequence, KV head) descale.
+template <bool kKvFp8>
+__device__ __forceinline__ float kv_value(elem_t x, int bf16, float descale) {
+  if (kKvFp8) return e4m3_to_float(x) * descale;
+  return to_float(x, bf16);
+}
+
+// A descale table's entry for (batch, kv_head) through its {batch, head} strides ({0, 0}: entry 0,
+// one scale for the tensor); a null table is 1.
+__device__ __forceinline__ float descale_of(const float* table, const int* stride, int batch, int kv_head) {
+  return table ? table[static_cast<long long>(batch) * stride[0] + static_cast<long long>(kv_head) * stride[1]] : 1.f;
+}
+
 constexpr int kRowsPerBlock = 8;  // one warp per query row
 constexpr int kKeysPerChunk = 32;
 // Head dims up to kMaxDim (a problem's largest), held kCols columns at a time: Q.K^T sums its column
@@ -55,10 +123,12 @@ constexpr int kPad = 2;  // odd word stride per smem row: lanes reading differen
 // grid (ceil(seqlen_q / 8), heads_q, batch), block 256. head_dim is Q's and K's, head_dim_v V's and
 // O's. out: (batch, heads_q, seqlen_q, head_dim_v) contiguous fp32; lse_out: (batch, heads_q,
 // seqlen_q) fp32; seqlens_k: [batch] or null. A varlen batch: out (heads_q, total_q, head_dim_v),
-// lse_out (heads_q, total_q).
-extern "C" __global__ void __launch_bounds__(256)
-attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int causal, int lowp, float* out,
-               float* lse_out, const int* seqlens_k) {
+// lse_out (heads_q, total_q). attn_reference and attn_reference_kv_fp8 (the header) are its two
+// instantiations: K and V in Q's dtype, or FP8 e4m3 bytes with their descales.
+template <bool kKvFp8>
+__device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim, int head_dim_v, int bf16, int causal,
+                                               int lowp, float* out, float* lse_out, const int* seqlens_k) {
+  typedef typename KvElem<kKvFp8>::type kv_t;
   __shared__ float sq[kRowsPerBlock][kCols];
   __shared__ elem_t sk[kKeysPerChunk][kCols + kPad];
   __shared__ elem_t sv[kKeysPerChunk][kCols + kPad];
@@ -89,8 +159,11 @@ attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int c
   const long long k_base = varlen ? k0 * p.k_stride[2] : batch * p.k_stride[0];
   const long long v_base = varlen ? k0 * p.v_stride[2] : batch * p.v_stride[0];
   const elem_t* q = static_cast<const elem_t*>(p.q) + q_base + head * p.q_stride[1];
-  const elem_t* k = static_cast<const elem_t*>(p.k) + k_base + kv_head * p.k_stride[1];
-  const elem_t* v = static_cast<const elem_t*>(p.v) + v_base + kv_head * p.v_stride[1];
+  const kv_t* k = static_cast<const kv_t*>(p.k) + k_base + kv_head * p.k_stride[1];
+  const kv_t* v = static_cast<const kv_t*>(p.v) + v_base + kv_head * p.v_stride[1];
+  // An FP8 cache's scales for this sequence and KV head (unused with a 16-bit cache).
+  const float k_scale = kKvFp8 ? descale_of(p.variant.k_descale, p.variant.k_descale_stride, batch, kv_head) : 1.f;
+  const float v_scale = kKvFp8 ? descale_of(p.variant.v_descale, p.variant.v_descale_stride, batch, kv_head) : 1.f;
   // The scaled score of this warp's row against key c0 + lane (keys past seqlen_k score zeros; an
   // inactive warp's is never used). Q and the chunk's K rows come in column blocks of kCols; every
   // thread calls it (it holds the block's barriers).
@@ -103,10 +176,10 @@ attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int c
         for (int c = lane; c < w; c += 32) sq[warp][c] = to_float(q[row * p.q_stride[2] + cb + c], bf16);
       for (int i = threadIdx.x; i < kKeysPerChunk * w; i += blockDim.x) {
         const int r = i / w, c = i % w, key = c0 + r;
-        sk[r][c] = key < seqlen_k ? k[key * p.k_stride[2] + cb + c] : elem_t(0);
+        sk[r][c] = key < seqlen_k ? elem_t(k[key * p.k_stride[2] + cb + c]) : elem_t(0);
       }
       __syncthreads();
-      for (int c = 0; c < w; ++c) acc = fmaf(sq[warp][c], to_float(sk[lane][c], bf16), acc);
+      for (int c = 0; c < w; ++c) acc = fmaf(sq[warp][c], kv_value<kKvFp8>(sk[lane][c], bf16, k_scale), acc);
     }
     acc *= p.scale;
     if (p.variant.softcap > 0.f) acc = p.variant.softcap * tanhf(acc / p.variant.softcap);
@@ -166,7 +239,7 @@ attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int c
       __syncthreads();  // the previous block (or Q.K^T's) fully consumed
       for (int i = threadIdx.x; i < kKeysPerChunk * w; i += blockDim.x) {
         const int r = i / w, c = i % w, key_r = c0 + r;
-        sv[r][c] = key_r < seqlen_k ? v[key_r * p.v_stride[2] + cb + c] : elem_t(0);
+        sv[r][c] = key_r < seqlen_k ? elem_t(v[key_r * p.v_stride[2] + cb + c]) : elem_t(0);
       }
       __syncthreads();
       for (int kk = 0; kk < kKeysPerChunk; ++kk) {
@@ -174,7 +247,8 @@ attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int c
 #pragma unroll
         for (int t = 0; t < kCols / 32; ++t) {
           const int c = lane + 32 * t;
-          if (c < w) o[vb * (kCols / 32) + t] = fmaf(pk, to_float(sv[kk][c], bf16), o[vb * (kCols / 32) + t]);
+          if (c < w)
+            o[vb * (kCols / 32) + t] = fmaf(pk, kv_value<kKvFp8>(sv[kk][c], bf16, v_scale), o[vb * (kCols / 32) + t]);
         }
       }
     }
@@ -190,6 +264,19 @@ attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int c
   if (lane == 0) lse_out[row_index] = l > 0.f ? m + logf(l) : neg_inf();
 }
 
+extern "C" __global__ void __launch_bounds__(256)
+attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int causal, int lowp, float* out,
+               float* lse_out, const int* seqlens_k) {
+  reference_rows<false>(p, head_dim, head_dim_v, bf16, causal, lowp, out, lse_out, seqlens_k);
+}
+
+// The same over an FP8 e4m3 cache (the header): bf16 is Q's and O's dtype.
+extern "C" __global__ void __launch_bounds__(256)
+attn_reference_kv_fp8(const AttnParams p, int head_dim, int head_dim_v, int bf16, int causal, int lowp, float* out,
+                      float* lse_out, const int* seqlens_k) {
+  reference_rows<true>(p, head_dim, head_dim_v, bf16, causal, lowp, out, lse_out, seqlens_k);
+}
+
 // Counter-based normal random numbers (splitmix64 + Box-Muller), so every launch with a new seed
 // gives fresh inputs without host transfers.
 __device__ __forceinline__ unsigned long long splitmix64(unsigned long long x) {
@@ -199,14 +286,42 @@ __device__ __forceinline__ unsigned long long splitmix64(unsigned long long x) {
   return x ^ (x >> 31);
 }
 
+// Element i's draw of the stream `seed`: the same value for a 16-bit and an FP8 tensor.
+__device__ __forceinline__ float normal_at(unsigned long long seed, long long i) {
+  const unsigned long long r = splitmix64(seed ^ splitmix64(static_cast<unsigned long long>(i)));
+  const float u1 = (static_cast<float>(r >> 40) + 1.f) * (1.f / 16777217.f);  // (0, 1]
+  const float u2 = static_cast<float>((r >> 16) & 0xffffff) * (1.f / 16777216.f);
+  return sqrtf(-2.f * logf(u1)) * cosf(6.283185307179586f * u2);
+}
+
 extern "C" __global__ void fill_normal(elem_t* x, long long n, unsigned long long seed, int bf16) {
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const unsigned long long r = splitmix64(seed ^ splitmix64(static_cast<unsigned long long>(i)));
-    const float u1 = (static_cast<float>(r >> 40) + 1.f) * (1.f / 16777217.f);  // (0, 1]
-    const float u2 = static_cast<float>((r >> 16) & 0xffffff) * (1.f / 16777216.f);
-    const float z = sqrtf(-2.f * logf(u1)) * cosf(6.283185307179586f * u2);
-    x[i] = from_float(z, bf16);
+    x[i] = from_float(normal_at(seed, i), bf16);
+  }
+}
+
+// fill_normal's draws rounded to FP8 e4m3 (float_to_e4m3: sm_89 and newer), one byte an element.
+extern "C" __global__ void fill_normal_e4m3(fp8_t* x, long long n, unsigned long long seed) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    x[i] = float_to_e4m3(normal_at(seed, i));
+  }
+}
+
+// The two conversions alone, for tests: n floats to e4m3 bytes as fill_normal_e4m3 rounds them, and
+// n bytes to the fp32 values attn_reference_kv_fp8 reads.
+extern "C" __global__ void quantize_e4m3(const float* x, fp8_t* out, long long n) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    out[i] = float_to_e4m3(x[i]);
+  }
+}
+
+extern "C" __global__ void dequantize_e4m3(const fp8_t* x, float* out, long long n) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    out[i] = e4m3_to_float(x[i]);
   }
 }
 
@@ -215,11 +330,13 @@ extern "C" __global__ void fill_normal(elem_t* x, long long n, unsigned long lon
 // seqlens[b] of sequence b goes to row j % page of page block_table[b * pages_per_seq + j / page].
 // Rows past a sequence's length are left as they were (the caller fills the pages with NaN first).
 // head_dim_v 0 scatters no V (a latent cache: V is the first columns of K's pages).
-extern "C" __global__ void scatter_pages(const AttnParams p, int head_dim, int head_dim_v, elem_t* k_pages,
-                                         elem_t* v_pages, const int* block_table, const int* seqlens, int page,
-                                         int pages_per_seq) {
-  const elem_t* src[2] = {static_cast<const elem_t*>(p.k), static_cast<const elem_t*>(p.v)};
-  elem_t* dst_pages[2] = {k_pages, v_pages};
+// scatter_pages moves 16-bit elements, scatter_pages_e4m3 an FP8 cache's bytes (strides in bytes).
+template <class T>
+__device__ __forceinline__ void scatter_pages_of(const AttnParams& p, int head_dim, int head_dim_v, T* k_pages,
+                                                 T* v_pages, const int* block_table, const int* seqlens, int page,
+                                                 int pages_per_seq) {
+  const T* src[2] = {static_cast<const T*>(p.k), static_cast<const T*>(p.v)};
+  T* dst_pages[2] = {k_pages, v_pages};
   for (int t = 0; t < 2; ++t) {
     const int d = t ? head_dim_v : head_dim;
     const long long* stride = t ? p.v_stride : p.k_stride;
@@ -237,6 +354,18 @@ extern "C" __global__ void scatter_pages(const AttnParams p, int head_dim, int h
       dst_pages[t][dst] = src[t][batch * stride[0] + head * stride[1] + key * stride[2] + c];
     }
   }
+}
+
+extern "C" __global__ void scatter_pages(const AttnParams p, int head_dim, int head_dim_v, elem_t* k_pages,
+                                         elem_t* v_pages, const int* block_table, const int* seqlens, int page,
+                                         int pages_per_seq) {
+  scatter_pages_of(p, head_dim, head_dim_v, k_pages, v_pages, block_table, seqlens, page, pages_per_seq);
+}
+
+extern "C" __global__ void scatter_pages_e4m3(const AttnParams p, int head_dim, int head_dim_v, fp8_t* k_pages,
+                                              fp8_t* v_pages, const int* block_table, const int* seqlens, int page,
+                                              int pages_per_seq) {
+  scatter_pages_of(p, head_dim, head_dim_v, k_pages, v_pages, block_table, seqlens, page, pages_per_seq);
 }
 
 // Compares a candidate's strided output with the fp32 and same-dtype references.
