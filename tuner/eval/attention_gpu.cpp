@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "core/error.hpp"
 #include "cuda/nvrtc.hpp"
 #include "templates/common/dense_params.h"
 
@@ -42,9 +43,35 @@ float as_float(unsigned bits) {
   return f;
 }
 
+// "sm_89" -> 89, "sm_90a" -> 90; 0 when it is no such name.
+int arch_number(const std::string& arch) {
+  if (arch.rfind("sm_", 0) != 0) return 0;
+  int n = 0;
+  for (std::size_t i = 3; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) n = n * 10 + (arch[i] - '0');
+  return n;
+}
+
+// NaN in e4m3 (S.1111.111): what an FP8 cache's pages hold past each sequence's keys.
+constexpr std::uint8_t kE4m3NanK = 0x7F, kE4m3NanV = 0xFF;
+
 }  // namespace
 
 const char* layout_name(Layout l) { return l == Layout::kBHSD ? "BHSD" : "BSHD"; }
+
+std::vector<float> kv_descales(std::int64_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> scale(0.25f, 2.f);
+  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
+  for (float& x : out) x = scale(rng);
+  return out;
+}
+
+void check_device_serves(const Problem& p, const std::string& arch) {
+  if (p.kv_fp8 && arch_number(arch) < 89)
+    throw InputError(fmt::format("{}: an FP8 e4m3 KV cache (kv_dtype=fp8) needs a GPU of compute capability 8.9 or "
+                                 "newer (sm_89+: the e4m3 conversions); this device is {}",
+                                 p.str(), arch));
+}
 
 std::vector<float> sink_logits(std::int64_t heads, std::uint64_t seed) {
   std::mt19937_64 rng(seed * 7 + 11);
@@ -64,10 +91,21 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
     : problem(p), layout(l), seqlens(std::move(lens)) {
   if (p.latent && (p.is_varlen() || !p.split_dims() || p.dv > p.d))
     throw std::logic_error("AttnBuffers: a latent problem needs dv < d and no varlen (" + p.str() + ")");
+  if (p.kv_fp8 && p.is_varlen())
+    throw std::logic_error("AttnBuffers: an FP8 KV cache with varlen (" + p.str() + ")");
   if (p.sinks) {
     sink_values = sink_logits(p.h, table_seed);
     sinks = cuda::DeviceBuffer(sink_values.size() * sizeof(float));
     sinks.upload(sink_values.data(), sink_values.size() * sizeof(float));
+  }
+  if (p.kv_fp8) {
+    // [b, hkv] scales for K and for V (fixed seeds: the same tables for every candidate).
+    k_descale_values = kv_descales(p.b * p.hkv, kDescaleSeedK);
+    v_descale_values = kv_descales(p.b * p.hkv, kDescaleSeedV);
+    k_descale = cuda::DeviceBuffer(k_descale_values.size() * sizeof(float));
+    k_descale.upload(k_descale_values.data(), k_descale_values.size() * sizeof(float));
+    v_descale = cuda::DeviceBuffer(v_descale_values.size() * sizeof(float));
+    v_descale.upload(v_descale_values.data(), v_descale_values.size() * sizeof(float));
   }
   if (p.is_varlen()) {
     // A packed batch: prefix sums of the rows, then [total + guard, heads, d] tensors.
@@ -101,10 +139,12 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
     cu_seqlens_k.upload(cu_k.data(), cu_k.size() * sizeof(int));
     return;
   }
+  // K and V: kv_elem_bytes() an element (1: an FP8 cache); Q and O 16-bit.
+  const std::size_t kv_bytes = kv_elem_bytes();
   q = cuda::DeviceBuffer(rows_of(p, false) * p.d * 2);
-  k = cuda::DeviceBuffer(rows_of(p, true) * p.d * 2);
+  k = cuda::DeviceBuffer(rows_of(p, true) * p.d * kv_bytes);
   // A latent problem has no V of its own: V is K's first dv columns (params() and call() pass k).
-  if (!p.latent) v = cuda::DeviceBuffer(rows_of(p, true) * p.head_dim_v() * 2);
+  if (!p.latent) v = cuda::DeviceBuffer(rows_of(p, true) * p.head_dim_v() * kv_bytes);
   o = cuda::DeviceBuffer(rows_of(p, false) * p.head_dim_v() * 2);
   lse = cuda::DeviceBuffer(rows_of(p, false) * sizeof(float));
   if (!p.paged()) {
@@ -126,8 +166,8 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
   std::vector<int> table(static_cast<std::size_t>(p.b) * pages_per_seq);
   std::copy(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(table.size()), table.begin());
   const std::size_t page_rows = static_cast<std::size_t>(p.page) * p.hkv;
-  k_pages = cuda::DeviceBuffer(num_pages * page_rows * p.d * 2);
-  if (!p.latent) v_pages = cuda::DeviceBuffer(num_pages * page_rows * p.head_dim_v() * 2);
+  k_pages = cuda::DeviceBuffer(num_pages * page_rows * p.d * kv_bytes);
+  if (!p.latent) v_pages = cuda::DeviceBuffer(num_pages * page_rows * p.head_dim_v() * kv_bytes);
   block_table = cuda::DeviceBuffer(table.size() * sizeof(int));
   block_table.upload(table.data(), table.size() * sizeof(int));
   cache_seqlens = cuda::DeviceBuffer(seqlens.size() * sizeof(int));
@@ -175,6 +215,13 @@ AttnParams AttnBuffers::params() const {
   a.variant.softcap = static_cast<float>(problem.softcap);
   a.variant.softcap_scale = problem.softcapped() ? a.scale / a.variant.softcap : 0.f;
   a.variant.sinks = problem.sinks ? reinterpret_cast<const float*>(sinks.ptr()) : nullptr;
+  if (problem.kv_fp8) {  // the reference reads the scales here (strides as call()'s)
+    a.variant.k_descale = reinterpret_cast<const float*>(k_descale.ptr());
+    a.variant.v_descale = reinterpret_cast<const float*>(v_descale.ptr());
+    const int head_stride = per_tensor_descale ? 0 : 1, batch_stride = per_tensor_descale ? 0 : static_cast<int>(problem.hkv);
+    a.variant.k_descale_stride[0] = a.variant.v_descale_stride[0] = batch_stride;
+    a.variant.k_descale_stride[1] = a.variant.v_descale_stride[1] = head_stride;
+  }
   return a;
 }
 
@@ -194,6 +241,17 @@ attntune_plan::Call AttnBuffers::call() const {
   c.window_right = static_cast<int>(problem.window_right);
   c.softcap = static_cast<float>(problem.softcap);
   c.sinks = problem.sinks ? reinterpret_cast<const float*>(sinks.ptr()) : nullptr;
+  if (problem.kv_fp8) {
+    // K and V in bytes: their strides (below, and dense_call's) count one-byte elements.
+    const AttnParams a = params();
+    c.kv_fp8 = 1;
+    c.k_descale = a.variant.k_descale;
+    c.v_descale = a.variant.v_descale;
+    for (int i = 0; i < 2; ++i) {
+      c.k_descale_stride[i] = a.variant.k_descale_stride[i];
+      c.v_descale_stride[i] = a.variant.v_descale_stride[i];
+    }
+  }
   if (problem.paged()) {
     c.entry = attntune_plan::kEntryKvcache;
     // Pages [num_pages, page, hkv, d] (V: dv): strides {page, head, row}.
@@ -284,7 +342,7 @@ std::string Verdict::detail() const {
                      status, max_abs_err, err_bound, lowp_err, lse_err, nonfinite, lse_mismatch);
 }
 
-Reference::Reference(const std::string& arch) {
+Reference::Reference(const std::string& arch) : arch_(arch) {
   cuda::CompileOptions opts;
   opts.arch = arch;
   opts.extra = {"-std=c++17"};
@@ -295,13 +353,28 @@ Reference::Reference(const std::string& arch) {
   ref_ = module_.function("attn_reference");
   compare_ = module_.function("compare_outputs");
   scatter_ = module_.function("scatter_pages");
+  // The FP8 cache's (templates/reference/reference.cu's header).
+  fill_e4m3_ = module_.function("fill_normal_e4m3");
+  ref_fp8_ = module_.function("attn_reference_kv_fp8");
+  scatter_e4m3_ = module_.function("scatter_pages_e4m3");
+  quantize_e4m3_ = module_.function("quantize_e4m3");
+  dequantize_e4m3_ = module_.function("dequantize_e4m3");
 }
 
 void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
+  check_device_serves(b.problem, arch_);
   int bf16 = b.problem.dtype == DType::kBf16;
   cuda::DeviceBuffer* bufs[3] = {&b.q, &b.k, &b.v};
   for (int i = 0; i < (b.problem.latent ? 2 : 3); ++i) {  // a latent problem's V is K
     CUdeviceptr ptr = bufs[i]->ptr();
+    if (i > 0 && b.problem.kv_fp8) {
+      // An FP8 cache's K or V: the draws a 16-bit one would hold, rounded to e4m3 (no varlen here).
+      long long n = static_cast<long long>(bufs[i]->bytes());
+      unsigned long long s = seed * 3 + i + 1;
+      void* args[] = {&ptr, &n, &s};
+      cuda::launch(fill_e4m3_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
+      continue;
+    }
     long long n = static_cast<long long>(bufs[i]->bytes() / 2);
     if (b.problem.is_varlen()) {
       // The packed rows; the guard rows after them NaN.
@@ -314,16 +387,22 @@ void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
     cuda::launch(fill_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
   }
   if (b.problem.paged()) {
-    // The pages: NaN, then every sequence's keys scattered through its table.
-    b.k_pages.fill_u16(0xFFFF);
-    if (!b.problem.latent) b.v_pages.fill_u16(0xFFFF);
+    // The pages: NaN, then every sequence's keys scattered through its table. An FP8 cache's NaN is
+    // a byte, both of e4m3's (K's pages 0x7F, V's 0xFF).
+    if (b.problem.kv_fp8) {
+      b.k_pages.fill_u8(kE4m3NanK);
+      if (!b.problem.latent) b.v_pages.fill_u8(kE4m3NanV);
+    } else {
+      b.k_pages.fill_u16(0xFFFF);
+      if (!b.problem.latent) b.v_pages.fill_u16(0xFFFF);
+    }
     const AttnParams a = b.params();
     CUdeviceptr kp = b.k_pages.ptr(), vp = b.v_pages.ptr(), table = b.block_table.ptr(), lens = b.cache_seqlens.ptr();
     // A latent cache scatters K alone (dv 0: no V pages; V is read from K's).
     int page = static_cast<int>(b.problem.page), pages_per_seq = b.pages_per_seq, d = static_cast<int>(b.problem.d),
         dv = b.problem.latent ? 0 : static_cast<int>(b.problem.head_dim_v());
     void* args[] = {const_cast<AttnParams*>(&a), &d, &dv, &kp, &vp, &table, &lens, &page, &pages_per_seq};
-    cuda::launch(scatter_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
+    cuda::launch(b.problem.kv_fp8 ? scatter_e4m3_ : scatter_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
   }
   poison_output(b);
 }
@@ -343,7 +422,7 @@ std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::
       lowp = lowp_flag;
   CUdeviceptr o = out.ptr(), l = lse_buf.ptr(), lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
   void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o, &l, &lens};
-  cuda::launch(ref_, reference_grid(b), {256, 1, 1}, 0, nullptr, args);
+  cuda::launch(reference_kernel(p), reference_grid(b), {256, 1, 1}, 0, nullptr, args);
   std::vector<float> host(rows * dv_elems);
   out.download(host.data(), host.size() * 4);
   if (lse) {
@@ -353,10 +432,38 @@ std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::
   return host;
 }
 
+std::vector<std::uint8_t> Reference::to_e4m3(const std::vector<float>& x) const {
+  if (arch_number(arch_) < 89)
+    throw InputError(fmt::format("the e4m3 conversion needs sm_89 or newer; this device is {}", arch_));
+  std::vector<std::uint8_t> out(x.size());
+  if (x.empty()) return out;
+  cuda::DeviceBuffer in(x.size() * sizeof(float)), bytes(x.size());
+  in.upload(x.data(), x.size() * sizeof(float));
+  CUdeviceptr src = in.ptr(), dst = bytes.ptr();
+  long long n = static_cast<long long>(x.size());
+  void* args[] = {&src, &dst, &n};
+  cuda::launch(quantize_e4m3_, {64, 1, 1}, {256, 1, 1}, 0, nullptr, args);
+  bytes.download(out.data(), out.size());
+  return out;
+}
+
+std::vector<float> Reference::from_e4m3(const std::vector<std::uint8_t>& x) const {
+  std::vector<float> out(x.size());
+  if (x.empty()) return out;
+  cuda::DeviceBuffer bytes(x.size()), values(x.size() * sizeof(float));
+  bytes.upload(x.data(), x.size());
+  CUdeviceptr src = bytes.ptr(), dst = values.ptr();
+  long long n = static_cast<long long>(x.size());
+  void* args[] = {&src, &dst, &n};
+  cuda::launch(dequantize_e4m3_, {64, 1, 1}, {256, 1, 1}, 0, nullptr, args);
+  values.download(out.data(), out.size() * sizeof(float));
+  return out;
+}
+
 Verdict Reference::check(const AttnBuffers& b) const { return ReferenceCache(*this, b, false).check(b); }
 
 ReferenceCache::ReferenceCache(const Reference& ref, const AttnBuffers& b, bool keep_host_copy)
-    : ref_(&ref), problem_(b.problem), seqlens_(b.seqlens) {
+    : ref_(&ref), problem_(b.problem), seqlens_(b.seqlens), per_tensor_descale_(b.per_tensor_descale) {
   const Problem& p = b.problem;
   AttnParams a = b.params();
   const std::size_t alloc_rows = std::max<std::size_t>(b.out_rows(), 1);
@@ -373,7 +480,7 @@ ReferenceCache::ReferenceCache(const Reference& ref, const AttnBuffers& b, bool 
     CUdeviceptr lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
     void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o, &l, &lens};
     if (!lowp) start.record();
-    cuda::launch(ref.ref_, reference_grid(b), {256, 1, 1}, 0, nullptr, args);
+    cuda::launch(ref.reference_kernel(p), reference_grid(b), {256, 1, 1}, 0, nullptr, args);
     if (!lowp) stop.record();
   }
   stop.synchronize();
@@ -397,9 +504,11 @@ void ReferenceCache::restore() {
 
 Verdict ReferenceCache::check(const AttnBuffers& b) const {
   const Problem& p = b.problem;
-  if (!(p == problem_) || b.seqlens != seqlens_)
+  if (!(p == problem_) || b.seqlens != seqlens_ || (p.kv_fp8 && b.per_tensor_descale != per_tensor_descale_))
     throw std::logic_error(fmt::format("ReferenceCache for {} asked to check {}{}", problem_.str(), p.str(),
-                                       p == problem_ ? " with other lengths" : ""));
+                                       !(p == problem_)          ? ""
+                                       : b.seqlens != seqlens_ ? " with other lengths"
+                                                               : " with the other form of descales"));
   AttnParams a = b.params();
   int d = static_cast<int>(p.head_dim_v()), bf16 = p.dtype == DType::kBf16;  // O's columns
   CUdeviceptr o32 = out32_.ptr(), olow = outlow_.ptr(), l32 = lse32_.ptr(), st = stats_.ptr();

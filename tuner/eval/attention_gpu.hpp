@@ -37,6 +37,13 @@ const char* layout_name(Layout l);
 // A latent problem (latent=1: V is K's first dv columns) has no V buffer (v and v_pages stay empty):
 // params() and call() pass V as K's pointer with K's strides (dense and paged), so that the
 // reference, validation and timing all see the aliasing a latent build requires.
+// An FP8 cache (kv_fp8: K and V FP8 e4m3, Q and O in the problem's dtype; not with varlen) holds
+// one byte a K/V element in k, v and the pages (strides count elements, so bytes, as the call's do),
+// and its dequantisation scales: k_descale / v_descale, [b, hkv] fp32 tables drawn in [0.25, 2]
+// from fixed seeds (kv_descales; K's and V's differ, a latent problem's too), passed by params()
+// (the reference's view, in variant) and call() with strides {hkv, 1}, or, with per_tensor_descale
+// set, strides {0, 0}: one scale a tensor, each table's entry 0 (FlashAttention-3's descale_k/v
+// expanded from one scale). FP8 problems need sm_89 or newer (Reference::fill refuses them below).
 struct AttnBuffers {
   // seqlens: keys of each sequence of a paged problem (empty: sk each), query rows of each sequence
   // of a varlen problem (empty: its q_lens()); table_seed shuffles pages.
@@ -66,7 +73,27 @@ struct AttnBuffers {
   // a very negative one (-1e4: no effect), a very large one (1e3: every row's output ~0, LSE 1e3).
   std::vector<float> sink_values;
   cuda::DeviceBuffer sinks;
+  // An FP8 cache's scales (kv_fp8 problems only): [b, hkv] each, row-major, on the host and the device.
+  std::vector<float> k_descale_values, v_descale_values;
+  cuda::DeviceBuffer k_descale, v_descale;
+  // false: one scale per (sequence, KV head), strides {hkv, 1} (what the worker validates and times
+  // with); true: one scale per tensor, strides {0, 0} (entry 0 of each table). Read by params() and
+  // call(); a ReferenceCache holds the form its references were computed with.
+  bool per_tensor_descale = false;
+  // Bytes of one K/V element: 1 for an FP8 cache, else 2 (Q's and O's are always 2).
+  std::size_t kv_elem_bytes() const { return problem.kv_fp8 ? 1 : 2; }
 };
+
+// The dequantisation scales an FP8 cache is validated and timed with: n values uniform in [0.25, 2]
+// from `seed` (AttnBuffers draws K's from kDescaleSeedK, V's from kDescaleSeedV). Not 1, so that a
+// kernel that ignores them, or swaps K's and V's, or reads another sequence's or head's, fails.
+std::vector<float> kv_descales(std::int64_t n, std::uint64_t seed);
+constexpr std::uint64_t kDescaleSeedK = 0x6b64, kDescaleSeedV = 0x7664;
+
+// Whether a device of `arch` ("sm_80", "sm_90a") can validate and time `p`: an FP8 KV cache needs
+// sm_89 or newer (its inputs are rounded to e4m3 by cvt.rn.satfinite.e4m3x2.f32). InputError with
+// the reason otherwise.
+void check_device_serves(const Problem& p, const std::string& arch);
 
 // The sink logits a problem with sinks is validated and timed with (AttnBuffers::sink_values).
 std::vector<float> sink_logits(std::int64_t heads, std::uint64_t seed);
@@ -102,7 +129,9 @@ class Reference {
  public:
   explicit Reference(const std::string& arch);
   // Fresh normal random inputs (mean 0, std 1) from `seed`, the KV cache's pages scattered from
-  // them; poisons o and lse with NaN.
+  // them; poisons o and lse with NaN. An FP8 cache's K and V are the same draws rounded to e4m3
+  // (fill_normal_e4m3), its pages' rows past each length NaN bytes (K's 0x7F, V's 0xFF); InputError
+  // (check_device_serves) on a device older than sm_89.
   void fill(AttnBuffers& b, std::uint64_t seed) const;
   void poison_output(AttnBuffers& b) const;
   // Runs the fp32 and same-dtype references on b's inputs, then compares b's output with them.
@@ -110,11 +139,19 @@ class Reference {
   // The reference output itself, (batch, heads, seq, dim) contiguous, and its LSE (for tests); for a
   // varlen problem (heads, total_q, dim) and (heads, total_q), as the packed LSE.
   std::vector<float> output(const AttnBuffers& b, bool lowp, std::vector<float>* lse = nullptr) const;
+  // The e4m3 conversions of the FP8 path (tests): floats rounded as fill rounds K and V (to nearest
+  // even, saturated to +-448; InputError below sm_89), and bytes read as the reference reads them.
+  std::vector<std::uint8_t> to_e4m3(const std::vector<float>& x) const;
+  std::vector<float> from_e4m3(const std::vector<std::uint8_t>& x) const;
 
  private:
   friend class ReferenceCache;
+  // attn_reference, or attn_reference_kv_fp8 for an FP8 cache.
+  const cuda::Function& reference_kernel(const Problem& p) const { return p.kv_fp8 ? ref_fp8_ : ref_; }
+  std::string arch_;
   cuda::Module module_;
   cuda::Function fill_, ref_, compare_, scatter_;
+  cuda::Function fill_e4m3_, ref_fp8_, scatter_e4m3_, quantize_e4m3_, dequantize_e4m3_;
 };
 
 // The fp32 and same-dtype reference outputs of one set of inputs, computed once and then compared
@@ -137,6 +174,7 @@ class ReferenceCache {
   const Reference* ref_;
   Problem problem_;
   std::vector<int> seqlens_;
+  bool per_tensor_descale_ = false;
   cuda::DeviceBuffer out32_, outlow_, lse32_;
   mutable cuda::DeviceBuffer stats_;
   std::vector<float> host_out32_, host_outlow_, host_lse32_;
