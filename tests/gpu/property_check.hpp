@@ -69,7 +69,8 @@ inline bool spread_configs(const SearchSpace& space, const Problem& kind, const 
 }
 
 // A paged problem's K and V as the reference reads them (contiguous, in the buffers' layout), NaN
-// at every row at or past each sequence's keys (a latent problem's V is K's rows: K alone).
+// at every row at or past each sequence's keys (a latent problem's V is K's rows: K alone; an FP8
+// cache's elements are bytes, its NaN 0x7F).
 inline void poison_past_lengths(AttnBuffers& b) {
   const AttnParams a = b.params();
   const std::int64_t sk = b.problem.sk, hkv = b.problem.hkv;
@@ -78,13 +79,17 @@ inline void poison_past_lengths(AttnBuffers& b) {
     if (is_v && b.problem.latent) continue;
     const long long* st = is_v ? a.v_stride : a.k_stride;
     const std::int64_t d = is_v ? b.problem.head_dim_v() : b.problem.d;
-    std::vector<std::uint16_t> host(buf->bytes() / 2);
-    buf->download(host.data(), buf->bytes());
-    for (std::int64_t i = 0; i < b.problem.b; ++i)
-      for (std::int64_t h = 0; h < hkv; ++h)
-        for (std::int64_t j = b.seqlens.empty() ? sk : b.seqlens[static_cast<std::size_t>(i)]; j < sk; ++j)
-          std::fill_n(host.begin() + (i * st[0] + h * st[1] + j * st[2]), d, 0xFFFF);
-    buf->upload(host.data(), buf->bytes());
+    auto poison = [&](auto nan) {
+      std::vector<decltype(nan)> host(buf->bytes() / sizeof nan);
+      buf->download(host.data(), buf->bytes());
+      for (std::int64_t i = 0; i < b.problem.b; ++i)
+        for (std::int64_t h = 0; h < hkv; ++h)
+          for (std::int64_t j = b.seqlens.empty() ? sk : b.seqlens[static_cast<std::size_t>(i)]; j < sk; ++j)
+            std::fill_n(host.begin() + (i * st[0] + h * st[1] + j * st[2]), d, nan);
+      buf->upload(host.data(), buf->bytes());
+    };
+    if (b.problem.kv_fp8) poison(std::uint8_t{0x7F});
+    else poison(std::uint16_t{0xFFFF});
   }
 }
 
