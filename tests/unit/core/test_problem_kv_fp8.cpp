@@ -15,6 +15,7 @@
 #include "db/merge.hpp"
 #include "db/sqlite.hpp"
 #include "db/store.hpp"
+#include "space/search_space.hpp"
 #include "tests/common/input_error.hpp"
 #include "tests/unit/db/db_test_util.hpp"
 
@@ -144,6 +145,61 @@ TEST(ProblemKvFp8, BytesCountKAndVAtOneByteAndFlopsAreUnchanged) {
   const Problem lat = Problem::parse("b=2,h=16,hkv=1,s=1,sk=1000,d=576,dv=512,dtype=bf16,causal=0,page=64,latent=1,"
                                      "kv_dtype=fp8");
   EXPECT_DOUBLE_EQ(lat.bytes(), 2.0 * 1000 * 576 + 2.0 * 2 * 16 * (576 + 512));
+}
+
+TEST(ProblemKvFp8, ASpaceServesItOnlyWhereItsProblemSectionListsKvFp8) {
+  const std::string head = R"(family: flash_decode
+archs: [sm_80]
+device_limits:
+  sm_80: {max_smem_per_block: 166912}
+problem:
+  d: [128]
+)";
+  const std::string params = R"(params:
+  block_n: [32, 64]
+)";
+  const Problem p = Problem::parse(kFp8), plain = Problem::parse(kBf16);
+  const SearchSpace without = SearchSpace::parse(head + params, "no_fp8.yaml");
+  const std::string why = input_error_of([&] { without.check_problem(p, "sm_80"); });
+  EXPECT_EQ(why, "flash_decode does not support an FP8 KV cache (the problem " + p.str() +
+                     " has kv_dtype=fp8; its space's problem section does not list `kv_fp8`)");
+  EXPECT_NO_THROW(without.check_problem(plain, "sm_80"));
+  // Listed: served, and its constraints and derived quantities can use it.
+  const SearchSpace with = SearchSpace::parse(head + R"(  kv_fp8: [false, true]
+  constraints:
+    - {expr: "!kv_fp8 || page > 0", why: "an FP8 cache is paged in this test"}
+)" + params + R"(derived:
+  kv_bytes: {expr: "kv_fp8 ? 1 : 2"}
+constraints:
+  - {expr: "kv_bytes * block_n <= 64", why: "FP8 tiles are twice as long in this test"}
+)",
+                                              "fp8.yaml");
+  EXPECT_NO_THROW(with.check_problem(p, "sm_80"));
+  EXPECT_NO_THROW(with.check_problem(plain, "sm_80"));
+  EXPECT_EQ(with.enumerate(p, "sm_80").size(), 2u);
+  EXPECT_EQ(with.enumerate(plain, "sm_80").size(), 1u);
+  EXPECT_NE(input_error_of([&] {
+              with.check_problem(Problem::parse("b=1,h=8,s=1,sk=64,d=128,dtype=bf16,causal=0,kv_dtype=fp8"), "sm_80");
+            }).find("an FP8 cache is paged in this test"),
+            std::string::npos);
+  // `kv_fp8: [true]` serves FP8 caches only.
+  const SearchSpace only = SearchSpace::parse(head + "  kv_fp8: [true]\n" + params, "only.yaml");
+  EXPECT_NO_THROW(only.check_problem(p, "sm_80"));
+  EXPECT_EQ(input_error_of([&] { only.check_problem(plain, "sm_80"); }),
+            "flash_decode does not support kv_fp8=0 (supported: 1)");
+  EXPECT_NE(input_error_of([&] { SearchSpace::parse(head + "  kv_fp8: [fp8]\n" + params, "bad.yaml"); })
+                .find("problem.kv_fp8: expected true, false, 1 or 0, got 'fp8'"),
+            std::string::npos);
+  // The prefill families do not list it.
+  for (const char* family : {"flash_fwd_mma", "flash_fwd_wgmma"}) {
+    const auto space = SearchSpace::shipped(family);
+    ASSERT_TRUE(space) << family;
+    const Problem prefill = Problem::parse("b=2,h=16,s=512,d=128,dtype=bf16,causal=1,kv_dtype=fp8");
+    EXPECT_NE(input_error_of([&] { space->check_problem(prefill, space->default_arch()); })
+                  .find("does not support an FP8 KV cache"),
+              std::string::npos)
+        << family;
+  }
 }
 
 TEST(ProblemKvFp8Db, TheStoreKeepsItApartFromACacheOfQsDtype) {
