@@ -15,6 +15,7 @@
 #include "db/merge.hpp"
 #include "db/sqlite.hpp"
 #include "db/store.hpp"
+#include "service/job.hpp"
 #include "space/search_space.hpp"
 #include "tests/common/input_error.hpp"
 #include "tests/unit/db/db_test_util.hpp"
@@ -200,6 +201,15 @@ constraints:
               std::string::npos)
         << family;
   }
+}
+
+TEST(ProblemKvFp8, WarmStartsPreferTheSameCacheDtype) {
+  const Problem p = Problem::parse(kFp8), plain = Problem::parse(kBf16);
+  EXPECT_DOUBLE_EQ(service::problem_distance(p, p), 0.0);
+  EXPECT_DOUBLE_EQ(service::problem_distance(p, plain), 1.0);  // as a dtype
+  Problem fp16 = plain;
+  fp16.dtype = DType::kFp16;
+  EXPECT_DOUBLE_EQ(service::problem_distance(fp16, plain), service::problem_distance(p, plain));
 }
 
 TEST(ProblemKvFp8Db, TheStoreKeepsItApartFromACacheOfQsDtype) {
