@@ -91,7 +91,7 @@ void print_table(std::ostream& out, const ModelAttention& m, const PlanOptions& 
 
 int run_plan(const std::vector<std::string>& args) {
   const PlanOptions defaults;
-  std::string model_path, regimes, dtype, batch, seqlen, decode_batch, context, q_len, chunk, page, output, format;
+  std::string model_path, regimes, dtype, kv_dtype, batch, seqlen, decode_batch, context, q_len, chunk, page, output, format;
   int tp = 1;
   po::options_description opts("options");
   // clang-format off
@@ -101,6 +101,9 @@ int run_plan(const std::vector<std::string>& args) {
        "which of prefill, decode, chunk (chunked prefill over a paged KV cache), varlen (prefill as a packed "
        "batch of prompts of lengths seqlen/16..seqlen: varlen=max(1, seqlen/16))")
       ("dtype", po::value(&dtype)->default_value(defaults.dtype), "bf16, fp16, both, or model (the config's torch_dtype)")
+      ("kv-dtype", po::value(&kv_dtype)->default_value(defaults.kv_dtype),
+       "the KV cache's dtype: fp8 (FP8 e4m3: decode problems get kv_dtype=fp8; chunked prefill keeps a 16-bit "
+       "cache), or fp16, bf16, model: a cache of q's dtype (--dtype)")
       ("batch", po::value(&batch)->default_value(list_text(defaults.batch)), "prefill, varlen and chunk: batch sizes")
       ("seqlen", po::value(&seqlen)->default_value(list_text(defaults.seqlen)),
        "prefill: prompt lengths (s = sk); varlen: the longest prompt")
@@ -128,6 +131,7 @@ int run_plan(const std::vector<std::string>& args) {
   PlanOptions o;
   o.regimes = parse_regimes(regimes);
   o.dtype = dtype;
+  o.kv_dtype = kv_dtype;
   o.batch = parse_int_list(batch, "--batch", 1, kPlanMaxBatch);
   o.seqlen = parse_int_list(seqlen, "--seqlen", 1, kPlanMaxLength);
   o.decode_batch = parse_int_list(decode_batch, "--decode-batch", 1, kPlanMaxBatch);
@@ -150,6 +154,7 @@ int run_plan(const std::vector<std::string>& args) {
   std::vector<std::string> notes;
   if (o.dtype == "model" && !model.dtype_note.empty()) notes.push_back(model.dtype_note);
   notes.insert(notes.end(), model.notes.begin(), model.notes.end());
+  if (const std::string n = kv_dtype_note(o, plan); !n.empty()) notes.push_back(n);
   std::int64_t longest = 0;
   for (const auto& e : plan.entries) longest = std::max(longest, e.problem.sk);
   if (model.max_context > 0 && longest > model.max_context)

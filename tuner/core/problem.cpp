@@ -119,6 +119,30 @@ void check_latent(const Problem& p, const char* where) {
                                  where, p.varlen));
 }
 
+// An FP8 KV cache (problem.hpp): its dequantisation scales are per (sequence, KV head) of a cache, read
+// by the dense and paged entry points; a packed batch has none yet. `where` as check_latent's.
+void check_kv_fp8(const Problem& p, const char* where) {
+  if (p.kv_fp8 && p.is_varlen())
+    throw InputError(fmt::format("{}: kv_dtype=fp8 with varlen={}: an FP8 KV cache (scales per sequence and KV "
+                                 "head) is read by the dense and paged entry points only, not by a packed batch",
+                                 where, p.varlen));
+}
+
+// `kv_dtype=` (problem.hpp): fp8 is an FP8 e4m3 cache (true); q's dtype is a cache of q's dtype (false);
+// the other 16-bit dtype is refused (a 16-bit cache is q's dtype), anything else with the accepted
+// values. `where` starts the message ("problem" or "problem JSON").
+bool read_kv_dtype(const std::string& val, DType dtype, const char* where) {
+  if (val == "fp8") return true;
+  if (val == dtype_name(dtype)) return false;
+  if (val == "fp16" || val == "bf16")
+    throw InputError(fmt::format("{}: 'kv_dtype={}' with dtype={}: a 16-bit KV cache is q's dtype (kv_dtype={}, or "
+                                 "leave kv_dtype out); only kv_dtype=fp8 differs from it",
+                                 where, val, dtype_name(dtype), dtype_name(dtype)));
+  throw InputError(fmt::format("{}: 'kv_dtype={}': expected fp8 (an FP8 e4m3 cache) or the problem's dtype, {} (a "
+                               "cache of q's dtype)",
+                               where, val, dtype_name(dtype)));
+}
+
 }  // namespace
 
 const char* dtype_name(DType t) { return t == DType::kFp16 ? "fp16" : "bf16"; }
@@ -127,7 +151,7 @@ Problem Problem::parse(const std::string& spec) {
   static const std::vector<std::string> kKeys = {"b",    "h",      "hkv",       "s",      "sk",
                                                  "d",    "dtype",  "causal",    "page",   "varlen",
                                                  "lens_seed", "window", "softcap", "sinks", "dv",
-                                                 "latent"};
+                                                 "latent", "kv_dtype"};
   static const std::vector<std::string> kRequired = {"b", "h", "s", "d", "dtype", "causal"};
   if (spec.empty())
     throw InputError("problem: empty spec (expected e.g. b=4,h=16,s=4096,d=128,dtype=bf16,causal=0)");
@@ -141,6 +165,7 @@ Problem Problem::parse(const std::string& spec) {
   }
   Problem p;
   std::set<std::string> seen;
+  std::string kv_dtype;  // read once dtype is known (the keys come in any order)
   for (std::size_t n = 0; n < items.size(); ++n) {
     const std::string& item = items[n];
     std::size_t eq = item.find('=');
@@ -183,6 +208,8 @@ Problem Problem::parse(const std::string& spec) {
       if (val == "1" || val == "true") p.latent = true;
       else if (val == "0" || val == "false") p.latent = false;
       else throw InputError(fmt::format("problem: 'latent={}': expected 0 or 1", val));
+    } else if (key == "kv_dtype") {
+      kv_dtype = val;
     } else if (key == "dtype") {
       if (val == "fp16") p.dtype = DType::kFp16;
       else if (val == "bf16") p.dtype = DType::kBf16;
@@ -195,6 +222,7 @@ Problem Problem::parse(const std::string& spec) {
   }
   for (const auto& k : kRequired)
     if (!seen.count(k)) throw InputError(fmt::format("problem: missing key '{}' in '{}'", k, spec));
+  if (seen.count("kv_dtype")) p.kv_fp8 = read_kv_dtype(kv_dtype, p.dtype, "problem");
   if (!seen.count("hkv")) p.hkv = p.h;
   if (!seen.count("sk")) p.sk = p.s;
   if (p.dv == p.d) p.dv = 0;  // one head dim, one form
@@ -222,6 +250,7 @@ Problem Problem::parse(const std::string& spec) {
                                    p.b * p.sk, INT_MAX));
   }
   check_latent(p, "problem");
+  check_kv_fp8(p, "problem");
   return p;
 }
 
@@ -268,26 +297,30 @@ std::string Problem::str() const {
     out += fmt::format(",varlen={}", varlen);
     if (lens_seed != 0) out += fmt::format(",lens_seed={}", lens_seed);
   }
-  const std::string tail = variants_column();  // the variants, then latent=1
+  const std::string tail = variants_column();  // the variants, then latent=1, then kv_dtype=fp8
   if (!tail.empty()) out += "," + tail;
   return out;
 }
 
 std::string Problem::variants_column() const {
-  const std::string variants = variant_spec();
-  if (!latent) return variants;
-  return variants.empty() ? "latent=1" : variants + ",latent=1";
+  std::string out = variant_spec();
+  auto add = [&](const char* item) { out += (out.empty() ? "" : ",") + std::string(item); };
+  if (latent) add("latent=1");
+  if (kv_fp8) add("kv_dtype=fp8");
+  return out;
 }
 
 void Problem::set_variants_column(const std::string& text) {
-  static const std::string kLatent = "latent=1";
+  // Takes `item` off the end of rest when it is the last item (whole); says whether it did.
+  auto take_last = [](std::string& rest, const std::string& item) {
+    if (rest.size() < item.size() || rest.compare(rest.size() - item.size(), item.size(), item) != 0) return false;
+    if (rest.size() != item.size() && rest[rest.size() - item.size() - 1] != ',') return false;
+    rest.resize(rest.size() == item.size() ? 0 : rest.size() - item.size() - 1);
+    return true;
+  };
   std::string rest = text;
-  latent = false;
-  if (rest.size() >= kLatent.size() && rest.compare(rest.size() - kLatent.size(), kLatent.size(), kLatent) == 0 &&
-      (rest.size() == kLatent.size() || rest[rest.size() - kLatent.size() - 1] == ',')) {
-    latent = true;
-    rest.resize(rest.size() == kLatent.size() ? 0 : rest.size() - kLatent.size() - 1);
-  }
+  kv_fp8 = take_last(rest, "kv_dtype=fp8");  // the very end, then latent before it
+  latent = take_last(rest, "latent=1");
   set_variants(rest);
 }
 
@@ -307,6 +340,17 @@ void Problem::set_variants(const std::string& spec) {
   softcap = 0;
   sinks = false;
   if (spec.empty()) return;
+  // Variants only: a problem key that is not one (latent, kv_dtype out of place) is no variants text.
+  for (std::size_t pos = 0; pos <= spec.size();) {
+    const std::size_t end = std::min(spec.find(',', pos), spec.size());
+    const std::string item = spec.substr(pos, end - pos);
+    const std::size_t eq = item.find('=');
+    if (eq != std::string::npos && item.substr(0, eq) != "window" && item.substr(0, eq) != "softcap" &&
+        item.substr(0, eq) != "sinks")
+      throw InputError(fmt::format("problem: variants '{}': '{}' is not a variant (window, softcap, sinks)", spec,
+                                   item.substr(0, eq)));
+    pos = end + 1;
+  }
   // The variants alone, parsed as a spec's tail (one parser, one set of checks).
   const Problem v = parse(fmt::format("b=1,h=1,s=1,d=1,dtype=fp16,causal={},{}", causal ? 1 : 0, spec));
   window_left = v.window_left;
@@ -338,6 +382,7 @@ nlohmann::json Problem::json() const {
   if (softcapped()) j["softcap"] = softcap;
   if (sinks) j["sinks"] = true;
   if (latent) j["latent"] = true;
+  if (kv_fp8) j["kv_dtype"] = "fp8";
   return j;
 }
 
@@ -345,7 +390,7 @@ nlohmann::ordered_json Problem::ordered_json() const {
   const nlohmann::json j = json();
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const char* key : {"b", "h", "hkv", "s", "sk", "d", "dv", "dtype", "causal", "page", "varlen", "lens_seed",
-                          "window", "softcap", "sinks", "latent"})
+                          "window", "softcap", "sinks", "latent", "kv_dtype"})
     if (j.contains(key)) out[key] = j.at(key);
   return out;
 }
@@ -384,8 +429,13 @@ Problem Problem::from_json(const nlohmann::json& j) {
       throw InputError("problem JSON: softcap must be 0 (none) or a positive finite number");
     p.sinks = j.value("sinks", false);
     p.latent = j.value("latent", false);
+    if (j.contains("kv_dtype")) {
+      if (!j.at("kv_dtype").is_string()) throw InputError("problem JSON: kv_dtype must be a string (\"fp8\")");
+      p.kv_fp8 = read_kv_dtype(j.at("kv_dtype").get<std::string>(), p.dtype, "problem JSON");
+    }
     normalise_window(p);
     check_latent(p, "problem JSON");
+    check_kv_fp8(p, "problem JSON");
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw InputError(std::string("problem JSON: ") + e.what());
@@ -422,6 +472,9 @@ double Problem::bytes() const {
     return 2.0 * double(d + head_dim_v()) * (double(hkv) * keys + double(h) * double(total_q()));
   }
   const double keys = windowed() ? double(keys_read(s, sk, window_left, right_bound())) : double(sk);
+  if (kv_fp8)  // K and V one byte an element (a latent cache once, at d), Q and O two
+    return double(b) * double(hkv) * keys * double(latent ? d : d + head_dim_v()) +
+           2.0 * double(b) * double(h) * double(s) * double(d + head_dim_v());
   if (latent)  // one cache row of d a key serves both products (V is K's first dv columns)
     return 2.0 * (double(b) * double(hkv) * keys * double(d) + double(b) * double(h) * double(s) * double(d + dv));
   return 2.0 * double(d + head_dim_v()) * (double(b) * double(hkv) * keys + double(b) * double(h) * double(s));

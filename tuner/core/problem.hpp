@@ -106,8 +106,10 @@ struct Problem {
   std::string variant_spec() const;
   void set_variants(const std::string& spec);
   // The database's `variants` column: variant_spec(), then "latent=1" for a latent problem (",latent=1"
-  // after variants): str()'s tail after page and varlen. "" for every problem without either, so no
-  // earlier row changes. set_variants_column reads it back (latent, then set_variants on the rest).
+  // after variants), then "kv_dtype=fp8" for an FP8 cache (",kv_dtype=fp8" after either): str()'s tail
+  // after page and varlen. "" for every problem without any, so no earlier row changes.
+  // set_variants_column reads it back (kv_dtype, latent, then set_variants on the rest, which refuses
+  // any key that is not a variant).
   std::string variants_column() const;
   void set_variants_column(const std::string& text);
   std::vector<int> q_lens() const;  // b lengths when varlen, else empty
@@ -120,7 +122,8 @@ struct Problem {
   std::string str() const;        // canonical spec, every key spelled out (page, varlen only when > 0), fixed order
   nlohmann::json json() const;    // {"b":..,"h":..,"hkv":..,"s":..,"sk":..,"d":..,"dtype":"bf16","causal":true}
   // The same keys in the spec's order (b, h, hkv, s, sk, d, dtype, causal, then page, varlen,
-  // lens_seed, window, softcap, sinks, latent where json() has them): what the CLI and the export print.
+  // lens_seed, window, softcap, sinks, latent, kv_dtype where json() has them): what the CLI and the
+  // export print.
   nlohmann::ordered_json ordered_json() const;
   static Problem from_json(const nlohmann::json& j);
   // Useful FLOPs: 2*b*h*s*sk*(d+dv) (4*b*h*s*sk*d with one head dim), counting only the unmasked part of the score matrix when causal
@@ -131,6 +134,7 @@ struct Problem {
   // judged by bytes / time against the HBM peak). Varlen: the packed tensors' rows (total_q, total_k).
   // A window counts only the K/V rows some query of the sequence sees (a kernel that skips the
   // rest reads no more). Latent: V is K's first dv columns, not read separately (K, Q and O only).
+  // kv_fp8: K and V (or the latent cache) at one byte an element, Q and O at two.
   double bytes() const;
   bool operator==(const Problem&) const = default;
 };

@@ -156,6 +156,9 @@ Defines kernel_defines(const SearchSpace& space, const Config& config, const Pro
   // V is K's first dv columns (`latent=1`): only then, so that every other build renders as before. A
   // latent build serves only calls whose v is k with k's strides (attntune_plan::check_latent).
   if (problem.latent) defs.emplace_back("ATT_LATENT", 1);
+  // An FP8 e4m3 KV cache (`kv_dtype=fp8`): only then, so that every other build renders as before. Such a
+  // build reads its cache as FP8 only, and serves only calls that say so (attntune_plan::check_kv_dtype).
+  if (problem.kv_fp8) defs.emplace_back("ATT_KV_FP8", 1);
   // A packed batch (the varlen entry point); only then, so that every other build renders as before.
   if (problem.is_varlen()) defs.emplace_back("ATT_VARLEN", 1);
   // A KV cache (the kvcache entry point), for a family that builds per entry point: only then.
@@ -196,12 +199,13 @@ RenderedKernel render_kernel(const SearchSpace& space, const Config& config, con
   if (const TestFamily* t = find_test_family(space.family())) return t->render(space, config, problem, arch);
   const Family& fam = builtin_family(space.family());
   Defines defines = kernel_defines(space, config, problem, arch);
-  std::string src = fmt::format("// attntune candidate: {} {} (d={}{}, dtype={}, causal={}{}{})\n", fam.name,
+  std::string src = fmt::format("// attntune candidate: {} {} (d={}{}, dtype={}, causal={}{}{}{})\n", fam.name,
                                 config_str(config), problem.d,
                                 problem.split_dims() ? fmt::format(", dv={}{}", problem.dv, problem.latent ? ", latent=1" : "")
                                                      : std::string(),
                                 dtype_name(problem.dtype), problem.causal ? 1 : 0,
-                                problem.has_variant() ? ", " : "", problem.variant_words());
+                                problem.has_variant() ? ", " : "", problem.variant_words(),
+                                problem.kv_fp8 ? ", kv_dtype=fp8" : "");
   for (const auto& [name, value] : defines) src += fmt::format("#define {} {}\n", name, value);
   src += flatten_includes(fam.main_file);
   RenderedKernel r;

@@ -921,6 +921,12 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
                                    "prefill,decode (decode reads the latent cache)",
                                    m.name));
   }
+  // The KV cache's dtype: fp8, else a cache of q's dtype, by any of its names.
+  if (o.kv_dtype != "fp8" && o.kv_dtype != "fp16" && o.kv_dtype != "bf16" && o.kv_dtype != "model")
+    throw InputError(fmt::format("--kv-dtype: unknown dtype '{}' (expected fp8, or fp16, bf16 or model: a cache of "
+                                 "q's dtype)",
+                                 o.kv_dtype));
+  const bool kv_fp8 = o.kv_dtype == "fp8";
   std::vector<DType> dtypes;
   if (o.dtype == "model")
     dtypes = {m.dtype == "fp16" ? DType::kFp16 : DType::kBf16};
@@ -1007,6 +1013,8 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
         p.hkv = 1;
         p.latent = true;
       }
+      // An FP8 cache where a decode step reads one (chunked prefill keeps q's dtype: kv_dtype_note).
+      if (kv_fp8 && regime == "decode" && s <= kPlanDecodeMaxQ) p.kv_fp8 = true;
       made.push_back({ki, {p, regime, layers}});
     };
     for (DType dt : dtypes) {
@@ -1042,6 +1050,25 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
   for (auto& [ki, e] : made)
     if (seen.insert(e.problem.str()).second) plan.entries.push_back(std::move(e));
   return plan;
+}
+
+std::string kv_dtype_note(const PlanOptions& o, const Plan& plan) {
+  if (o.kv_dtype != "fp8") return "";
+  bool chunk = false, long_decode = false;
+  for (const PlanEntry& e : plan.entries) {
+    if (e.problem.kv_fp8) continue;
+    chunk = chunk || e.regime == "chunk";
+    long_decode = long_decode || e.regime == "decode";
+  }
+  if (!chunk && !long_decode) return "";
+  const std::string what = chunk && long_decode
+                               ? fmt::format("chunked prefill and decode steps of more than {} query rows still plan",
+                                             kPlanDecodeMaxQ)
+                           : chunk ? std::string("chunked prefill still plans")
+                                   : fmt::format("decode steps of more than {} query rows still plan", kPlanDecodeMaxQ);
+  return fmt::format("--kv-dtype fp8: {} a 16-bit KV cache of q's dtype (no kernel family serves {} over an FP8 "
+                     "cache yet); decode steps of up to {} query rows plan kv_dtype=fp8",
+                     what, chunk && !long_decode ? "it" : "them", kPlanDecodeMaxQ);
 }
 
 std::string Plan::yaml() const {

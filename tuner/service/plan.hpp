@@ -104,7 +104,16 @@ struct PlanOptions {
   std::int64_t chunk = 2048;                                 // chunk: s; sk = context + chunk
   std::int64_t page = 16;                                    // decode and chunk: KV cache page rows; 0 contiguous
   int tp = 1;  // tensor parallelism: each GPU runs heads / tp query heads and max(1, kv_heads / tp) KV heads
+  // The KV cache's dtype: fp8 (FP8 e4m3: decode problems of up to kPlanDecodeMaxQ query rows get
+  // kv_dtype=fp8), or fp16, bf16, model: a cache of q's dtype (every problem as without the option).
+  // Chunked prefill (and a decode step of more rows) keeps a 16-bit cache: no family serves it over an
+  // FP8 cache yet (kv_dtype_note says so).
+  std::string kv_dtype = "model";
 };
+
+// Query rows up to which a step reads its cache as decode (flash_decode's kDecodeMaxSeqlenQ): the
+// decode problems --kv-dtype fp8 plans over an FP8 cache.
+inline constexpr std::int64_t kPlanDecodeMaxQ = 16;
 
 // The longest length (s, sk) and the largest batch a plan may ask for.
 inline constexpr std::int64_t kPlanMaxLength = std::int64_t{1} << 20;
@@ -156,5 +165,10 @@ struct Plan {
 // decode q-len longer than its context, a chunk longer than the context before it, a varlen batch
 // of more rows than cu_seqlens' int holds).
 Plan make_plan(const ModelAttention& model, const PlanOptions& opts);
+
+// The note `plan` prints for a plan of `opts` whose problems read a 16-bit cache although --kv-dtype
+// fp8 asked for an FP8 one (chunked prefill, decode steps of more than kPlanDecodeMaxQ rows: no family
+// serves them over an FP8 cache yet); "" for every other plan.
+std::string kv_dtype_note(const PlanOptions& opts, const Plan& plan);
 
 }  // namespace attntune

@@ -145,6 +145,7 @@ void SearchSpace::bind_problem(const Problem& p, const std::string& arch, std::v
   slots[14] = p.sinks;
   slots[15] = p.head_dim_v();
   slots[16] = p.latent;
+  slots[17] = p.kv_fp8;
   const auto& limits = limit_values_[static_cast<std::size_t>(it - archs_.begin())];
   std::copy(limits.begin(), limits.end(), slots.begin() + limit_base_);
 }
@@ -208,6 +209,12 @@ void SearchSpace::check_problem(const Problem& p, const std::string& arch) const
     throw InputError(fmt::format("{} does not support a latent cache (the problem {} has latent=1: V is the first "
                                  "dv={} columns of K; its space's problem section does not list `latent`)",
                                  family_, p.str(), p.dv));
+  // An FP8 e4m3 KV cache (`kv_dtype=fp8`) only where the problem section lists `kv_fp8` (as `latent`).
+  if (p.kv_fp8 && std::none_of(problem_support_text_.begin(), problem_support_text_.end(),
+                               [](const auto& f) { return f.first == "kv_fp8"; }))
+    throw InputError(fmt::format("{} does not support an FP8 KV cache (the problem {} has kv_dtype=fp8; its space's "
+                                 "problem section does not list `kv_fp8`)",
+                                 family_, p.str()));
   for (std::size_t i = 0; i < problem_rules_.size(); ++i) {
     const ProblemRule& r = problem_rules_[i];
     if (std::find(r.values.begin(), r.values.end(), slots[static_cast<std::size_t>(r.field)]) == r.values.end()) {

@@ -26,8 +26,9 @@ namespace {
 
 constexpr std::size_t kMaxDomain = std::size_t{1} << 20;
 constexpr std::size_t kMaxParams = 256;
-// b h hkv s sk d dtype causal page varlen window window_left window_right softcap sinks dv latent: slots 0..16
-constexpr int kProblemFields = 17;
+// b h hkv s sk d dtype causal page varlen window window_left window_right softcap sinks dv latent kv_fp8:
+// slots 0..17
+constexpr int kProblemFields = 18;
 
 const std::vector<std::string> kTopKeys = {"family", "description", "archs", "device_limits",
                                            "problem", "params", "derived", "constraints"};
@@ -36,12 +37,13 @@ const std::vector<std::string> kProblemInts = {"b", "h", "hkv", "s", "sk", "d"};
 // varlen (added with the varlen entry) and the variants (window: any window; window_left and
 // window_right its sides as the kernel applies them, -1 unbounded, 0 right when causal; softcap;
 // sinks), then dv (V's head dim: d unless the problem names another; added with `dv=N`), then latent
-// (V is K's first dv columns; added with `latent=1`).
+// (V is K's first dv columns; added with `latent=1`), then kv_fp8 (an FP8 e4m3 KV cache; added with
+// `kv_dtype=fp8`).
 const std::vector<std::string> kProblemKeys = {"b",           "h",           "hkv",          "s",
                                                "sk",          "d",           "dtype",        "causal",
                                                "page",        "varlen",      "window",       "window_left",
                                                "window_right", "softcap",    "sinks",        "dv",
-                                               "latent",       "constraints"};
+                                               "latent",       "kv_fp8",     "constraints"};
 // The variants a space serves only where its problem section says so (`window: [false, true]`): a
 // space that does not name one refuses problems with it.
 const std::vector<std::string> kVariantKeys = {"window", "softcap", "sinks"};
@@ -379,7 +381,7 @@ void SpaceLoader::read_problem(const Entry& e) {
         t = scalar(f, n, "fp16 or bf16");
         if (t != "fp16" && t != "bf16") fail(n, fmt::format("{}: '{}' is not a dtype (fp16, bf16)", f.path, t));
         v = *sp_.scope_.symbol_id(t);
-      } else if (f.name == "causal" || f.name == "latent" || contains(kVariantKeys, f.name)) {
+      } else if (f.name == "causal" || f.name == "latent" || f.name == "kv_fp8" || contains(kVariantKeys, f.name)) {
         const std::string s = scalar(f, n, "true, false, 1 or 0");
         if (!is_plain(n) || (s != "true" && s != "false" && s != "1" && s != "0"))
           fail(n, fmt::format("{}: expected true, false, 1 or 0, got '{}'", f.path, s));
@@ -529,7 +531,7 @@ void SpaceLoader::read_constraint(const Entry& e, const YAML::Node& item) {
   const bool problem = e.path != "constraints";
   Expr x = compile(c, expr, problem ? kProblemFields : -1,
                    "problem constraints may use only problem fields (b, h, hkv, s, sk, d, dtype, causal, page, varlen, "
-                   "window, window_left, window_right, softcap, sinks, dv, latent)");
+                   "window, window_left, window_right, softcap, sinks, dv, latent, kv_fp8)");
   if (x.type() != ExprType::kBool)
     fail(expr_pos(expr, 1), fmt::format("{}: must be a bool expression, got {}", c.path, expr_type_name(x.type())));
   if (problem) {
@@ -587,6 +589,7 @@ SearchSpace SpaceLoader::run() {
   sp_.scope_.add("sinks", ExprType::kBool);
   sp_.scope_.add("dv", ExprType::kInt);
   sp_.scope_.add("latent", ExprType::kBool);
+  sp_.scope_.add("kv_fp8", ExprType::kBool);
 
   read_archs(top.at("archs"));
   read_device_limits(top.at("device_limits"));

@@ -4,7 +4,7 @@
 // functions of its kernel.cu, and its kernel_params (what the export declares them with) are their
 // parameter lists; its files are embedded and their includes resolve. And the decode/prefill
 // boundary of query rows is one number: flash_decode's kDecodeMaxSeqlenQ, which its launch plan
-// refuses past, and which the spaces, the PyTorch ops and the tools agree with. A newcomer whose
+// refuses past, and which the spaces, the PyTorch ops, plan and the tools agree with. A newcomer whose
 // facts disagree gets a failing test naming the disagreement.
 #include <cctype>
 #include <fstream>
@@ -21,6 +21,7 @@
 #include "core/embedded.hpp"
 #include "core/error.hpp"
 #include "families/family.hpp"
+#include "service/plan.hpp"
 #include "space/search_space.hpp"
 #include "templates/flash_decode/launch.h"
 #include "templates/flash_fwd_mma/launch.h"
@@ -299,6 +300,8 @@ TEST(DecodeBoundary, TheOpsAndToolsSayTheSameNumber) {
   EXPECT_EQ(number_in("templates/torch/attntune/_ops.cpp", R"(constexpr int kDecodeMaxQ = (\d+);)"), kN);
   EXPECT_EQ(number_in("templates/torch/attntune/__init__.py", R"(\nDECODE_MAX_SEQLEN_Q = (\d+)\n)"), kN);
   EXPECT_EQ(number_in("tools/compare_sdpa.py", R"(\nDECODE_MAX_S = (\d+) )"), kN);
+  // plan --kv-dtype fp8's decode problems (the decode steps flash_decode reads an FP8 cache for).
+  EXPECT_EQ(kPlanDecodeMaxQ, kN);
   // ... and each decides by its constant.
   const struct {
     const char* path;

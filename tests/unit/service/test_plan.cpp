@@ -1439,3 +1439,82 @@ TEST(PlanModelConfig, ALatentCacheWiderThanAProblemsHeadDimIsRefused) {
                       "qk_rope_head_dim 64) are more than a problem's head dim may be (1024)"),
             std::string::npos);
 }
+
+// ---- --kv-dtype fp8 -----------------------------------------------------------------------
+
+// An FP8 KV cache: decode steps (up to 16 query rows) read it (kv_dtype=fp8); chunked prefill and
+// longer decode steps keep a 16-bit cache (no family serves them over FP8 yet, and the note says so);
+// prefill and varlen read no cache.
+TEST(PlanKvFp8, DecodeProblemsReadAnFp8CacheAndChunkedPrefillKeepsQsDtype) {
+  PlanOptions o;
+  o.regimes = {"prefill", "decode", "chunk", "varlen"};
+  o.batch = {4};
+  o.seqlen = {2048};
+  o.decode_batch = {16};
+  o.context = {4096};
+  o.q_len = {1, 16, 32};
+  o.kv_dtype = "fp8";
+  const Plan p = make_plan(llama3(), o);
+  EXPECT_EQ(specs(p, "prefill"), (std::vector<std::string>{"b=4,h=32,hkv=8,s=2048,sk=2048,d=128,dtype=bf16,causal=1"}));
+  EXPECT_EQ(specs(p, "decode"),
+            (std::vector<std::string>{"b=16,h=32,hkv=8,s=1,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8",
+                                      "b=16,h=32,hkv=8,s=16,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8",
+                                      "b=16,h=32,hkv=8,s=32,sk=4096,d=128,dtype=bf16,causal=1,page=16"}));
+  EXPECT_EQ(specs(p, "chunk"), (std::vector<std::string>{"b=4,h=32,hkv=8,s=2048,sk=6144,d=128,dtype=bf16,causal=1,page=16"}));
+  EXPECT_EQ(specs(p, "varlen"),
+            (std::vector<std::string>{"b=4,h=32,hkv=8,s=2048,sk=2048,d=128,dtype=bf16,causal=1,varlen=128"}));
+  EXPECT_EQ(kv_dtype_note(o, p),
+            "--kv-dtype fp8: chunked prefill and decode steps of more than 16 query rows still plan a 16-bit KV cache "
+            "of q's dtype (no kernel family serves them over an FP8 cache yet); decode steps of up to 16 query rows "
+            "plan kv_dtype=fp8");
+  o.q_len = {1};
+  EXPECT_EQ(kv_dtype_note(o, make_plan(llama3(), o)),
+            "--kv-dtype fp8: chunked prefill still plans a 16-bit KV cache of q's dtype (no kernel family serves it "
+            "over an FP8 cache yet); decode steps of up to 16 query rows plan kv_dtype=fp8");
+  // Without chunks, nothing to say; every problem parses back and a plan file keeps them.
+  o.regimes = {"decode"};
+  const Plan d = make_plan(llama3(), o);
+  EXPECT_EQ(kv_dtype_note(o, d), "");
+  for (const PlanEntry& e : d.entries) EXPECT_EQ(Problem::parse(e.problem.str()), e.problem) << e.problem.str();
+  TempDir dir;
+  d.save(dir.file("fp8.yaml"));
+  EXPECT_EQ(Plan::load(dir.file("fp8.yaml")), d);
+  // The 16-bit names (and model, the default) plan what no option plans, with no note.
+  for (const char* name : {"model", "bf16", "fp16"}) {
+    PlanOptions q = o;
+    q.regimes = {"decode", "chunk"};
+    q.kv_dtype = name;
+    PlanOptions plain = q;
+    plain.kv_dtype = PlanOptions{}.kv_dtype;
+    EXPECT_EQ(make_plan(llama3(), q), make_plan(llama3(), plain)) << name;
+    EXPECT_EQ(kv_dtype_note(q, make_plan(llama3(), q)), "") << name;
+  }
+  o.kv_dtype = "e4m3";
+  EXPECT_EQ(input_error_of([&] { make_plan(llama3(), o); }),
+            "--kv-dtype: unknown dtype 'e4m3' (expected fp8, or fp16, bf16 or model: a cache of q's dtype)");
+  // An MLA model's decode reads its latent cache in FP8.
+  PlanOptions mla;
+  mla.regimes = {"decode"};
+  mla.decode_batch = {16};
+  mla.context = {4096};
+  mla.kv_dtype = "fp8";
+  EXPECT_EQ(specs(make_plan(read_model_config(model_file("deepseek_v3.json")), mla)),
+            (std::vector<std::string>{
+                "b=16,h=128,hkv=1,s=1,sk=4096,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1,kv_dtype=fp8"}));
+}
+
+TEST(PlanCli, KvDtypeFp8PlansFp8DecodeAndSaysChunkedPrefillKeepsA16BitCache) {
+  const auto r = run_attntune("plan --model " + model_file("qwen2_7b.json") +
+                              " --regimes decode,chunk --batch 1 --decode-batch 1 --context 4096 --kv-dtype fp8 "
+                              "--format json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::ordered_json::parse(r.out);
+  ASSERT_EQ(j["problems"].size(), 2u) << r.out;
+  EXPECT_EQ(j["problems"][0]["problem"], "b=1,h=28,hkv=4,s=1,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8");
+  EXPECT_EQ(j["problems"][1]["problem"], "b=1,h=28,hkv=4,s=2048,sk=6144,d=128,dtype=bf16,causal=1,page=16");
+  EXPECT_EQ(r.err,
+            "attntune: note: --kv-dtype fp8: chunked prefill still plans a 16-bit KV cache of q's dtype (no kernel "
+            "family serves it over an FP8 cache yet); decode steps of up to 16 query rows plan kv_dtype=fp8\n");
+  EXPECT_TRUE(has(run_attntune("plan --help").out, "--kv-dtype arg (=model)"));
+  expect_input_error("plan --model " + model_file("qwen2_7b.json") + " --kv-dtype int8", "--kv-dtype: unknown dtype 'int8'");
+}
