@@ -26,7 +26,8 @@ import tempfile
 
 def build(binary, args, workdir, tag):
     db = os.path.join(workdir, f"{tag}.db")
-    cmd = [binary, "compile", "--space", args.space, "--problem", args.problem, "--arch", args.arch,
+    space = args.space_before if tag == "before" and args.space_before else args.space
+    cmd = [binary, "compile", "--space", space, "--problem", args.problem, "--arch", args.arch,
            "--sample", str(args.sample), "--seed", str(args.seed), "--db", db, "--format", "json",
            "--jobs", str(args.jobs)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -63,6 +64,8 @@ def main():
     ap.add_argument("--before", required=True, help="attntune binary with the old templates")
     ap.add_argument("--after", required=True, help="attntune binary with the new templates")
     ap.add_argument("--space", required=True)
+    ap.add_argument("--space-before", help="the old binary's space file where the new one has keys it cannot read "
+                    "(a new problem key: the configs must be the same); default --space")
     ap.add_argument("--problem", required=True)
     ap.add_argument("--arch", required=True)
     ap.add_argument("--sample", type=int, default=8)

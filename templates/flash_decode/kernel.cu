@@ -190,8 +190,8 @@ __device__ __forceinline__ void row_limits(Lim& L, const DecodeParams& p, int ro
 __device__ __forceinline__ void load_q(const DecodeParams& p, u32 q_smem, int b, int kvh, int row0, int rows_here,
                                        int tid) {
   const elem_t* qg = static_cast<const elem_t*>(p.q) + b * p.q_stride[0];
-  for (int c = tid; c < T::kBlockM * T::kChunks; c += T::kConsumerThreads) {
-    const int r = c / T::kChunks, ch = c - r * T::kChunks;
+  for (int c = tid; c < T::kBlockM * T::kQChunks; c += T::kConsumerThreads) {
+    const int r = c / T::kQChunks, ch = c - r * T::kQChunks;
     const bool valid = r < rows_here;
     const int rr = row0 + r, gq = rr / p.seqlen_q, i = rr - gq * p.seqlen_q;
     const elem_t* src = valid ? qg + (kvh * p.group + gq) * p.q_stride[1] + i * p.q_stride[2] + ch * 8
@@ -202,8 +202,78 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, u32 q_smem, int b,
 
 typedef u32 QFrags[T::kQInRegs ? T::kMw : 1][T::kQInRegs ? T::kDSteps : 1][4];
 
+// ---- FP8 caches (ATT_KV_FP8) ---------------------------------------------------------------------
+// The tiles hold e4m3 bytes, rows of d (dv) bytes seen as d / 2 16-bit elements (traits.cuh), and
+// the MMAs stay 16-bit (m16n8k16, fp32 accumulation) over exactly converted values:
+//  - Q K^T: a plain ldmatrix_x4 of a K tile gives a lane 4 consecutive bytes of a key (dims 4t..4t+3
+//    of a k16 step, t = lane % 4), which become the B fragment's two registers (b0: dims 4t, 4t+1;
+//    b1: 4t+2, 4t+3). The k16 step's dims are thus taken in another order than the MMA's (its k = 2t
+//    + j is dim 4t + j, k = 2t + 8 + j is dim 4t + 2 + j), and Q's A fragments are read from shared
+//    memory in that order (q_frags_fp8: 8 bytes, dims 4t..4t+3, of rows g and g + 8). A dot product
+//    does not care in which order its terms come.
+//  - P V: a transposing ldmatrix_x4 of a V tile gives a lane, of 16-bit column g of a key pair (2t,
+//    2t + 1), 4 bytes: (key 2t, dim 2g), (2t, 2g + 1), (2t + 1, 2g), (2t + 1, 2g + 1); one prmt makes
+//    them the keys' pair at dim 2g and at dim 2g + 1: the B fragments of two n8 tiles of O, whose
+//    column n is dim 2n (the even tile) and 2n + 1 (the odd one) of the load's 16 dims. O's tiles
+//    2c and 2c + 1 thus hold dims 16c + 2n and 16c + 2n + 1 (o_cols_fp8 puts them in order in the
+//    merge). P and V's values are fp16 (an e4m3 byte converts to fp16 exactly in one cvt).
+//  - Dequantisation: K's scale multiplies the scores (with the softmax scale), V's the output.
+// e4m3 -> fp16 by cvt (sm_89+); -> bf16 (K of a bf16 problem) by moving the bits into place (the
+// value times 2^-120: e4m3's exponent bias is 7, bf16's 127; subnormals land on subnormals) and one
+// bf16x2 multiply by 2^120, both exact.
+__device__ __forceinline__ u32 e4m3x2_to_f16x2(u32 x16) {
+  u32 r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  const unsigned short h = static_cast<unsigned short>(x16);
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(h));
+#else
+  r = 0u * x16;  // FP8 caches need sm_89 (the space offers them there only)
+#endif
+  return r;
+}
+// Bytes (0, 1) of x (lo) and (2, 3) (hi) as two 16-bit pairs of Traits' MMA type (bf16: kBf16).
+__device__ __forceinline__ void e4m3x4_to_pairs(u32 x, u32& lo, u32& hi) {
+  if constexpr (T::kBf16) {
+    u32 a, b;
+    asm("prmt.b32 %0, %1, 0, 0x1404;\n" : "=r"(a) : "r"(x));  // bytes 0, 1 to each half's high byte
+    asm("prmt.b32 %0, %1, 0, 0x3424;\n" : "=r"(b) : "r"(x));  // bytes 2, 3
+    a = (a & 0x80008000u) | ((a >> 4) & 0x07f007f0u);
+    b = (b & 0x80008000u) | ((b >> 4) & 0x07f007f0u);
+    const u32 two120 = 0x7b807b80u, neg0 = 0x80008000u;  // bf16x2 2^120, -0
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(lo) : "r"(a), "r"(two120), "r"(neg0));
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(hi) : "r"(b), "r"(two120), "r"(neg0));
+  } else {
+    lo = e4m3x2_to_f16x2(x & 0xffffu);
+    hi = e4m3x2_to_f16x2(x >> 16);
+  }
+}
+// A transposed V load's register (key 2t dims 2g, 2g+1, key 2t+1 dims 2g, 2g+1) as fp16 pairs of the
+// two keys at dim 2g (even) and 2g + 1 (odd).
+__device__ __forceinline__ void e4m3_vpair(u32 x, u32& even, u32& odd) {
+  u32 y;
+  asm("prmt.b32 %0, %1, 0, 0x3120;\n" : "=r"(y) : "r"(x));
+  even = e4m3x2_to_f16x2(y & 0xffffu);
+  odd = e4m3x2_to_f16x2(y >> 16);
+}
+// Q's A fragment of k16 step ks for the FP8 K order (above): rows g and g + 8 of row tile `tile`,
+// dims 16 ks + 4t .. + 3 (one 8-byte load each).
+__device__ __forceinline__ void q_frags_fp8(u32 (&qa)[4], u32 q_smem, int tile, int ks, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = tile * 16 + g + 8 * h;
+    const u32 at = q_smem + tile_bytes<T::kHeadDim>(r, 2 * ks + (t >> 1), T::kBlockM, r & 7) + (t & 1) * 8;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(qa[h]), "=r"(qa[2 + h]) : "r"(at));
+  }
+}
+
 __device__ __forceinline__ void load_q_frags(QFrags& qf, u32 q_smem, int wm, int lane) {
-  if constexpr (T::kQInRegs) {
+  if constexpr (T::kQInRegs && T::kKvFp8) {
+#pragma unroll
+    for (int m = 0; m < T::kMw; ++m)
+#pragma unroll
+      for (int ks = 0; ks < T::kDSteps; ++ks) q_frags_fp8(qf[m][ks], q_smem, wm * T::kMw + m, ks, lane);
+  } else if constexpr (T::kQInRegs) {
 #pragma unroll
     for (int m = 0; m < T::kMw; ++m)
 #pragma unroll
@@ -220,7 +290,7 @@ __device__ __forceinline__ void load_q_frags(QFrags& qf, u32 q_smem, int wm, int
 template <class Lim>
 __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_smem, u32 k_tile, u32 v_tile, int kw0,
                                              const Lim& L, float scale_log2, const VariantParams& v, int wm, int lane,
-                                             int xr) {
+                                             int xr, float kds = 1.f) {
   const int tq = lane & 3;
   float s[T::kMw][T::kKeyTiles][4];
 #pragma unroll
@@ -229,6 +299,37 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
     for (int nt = 0; nt < T::kKeyTiles; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[m][nt][e] = 0.f;
+  if constexpr (T::kKvFp8) {
+    // FP8 K (above): one ldmatrix_x4 is key tiles 2np, 2np + 1 of k16 steps ks, ks + 1.
+#pragma unroll
+    for (int ks = 0; ks < T::kDSteps; ks += 2) {
+      u32 qa[2][T::kMw][4];
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int m = 0; m < T::kMw; ++m) {
+          if constexpr (T::kQInRegs) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) qa[j][m][e] = qf[m][ks + j][e];
+          } else {
+            q_frags_fp8(qa[j][m], q_smem, wm * T::kMw + m, ks + j, lane);
+          }
+        }
+#pragma unroll
+      for (int np = 0; np < T::kKeyTiles / 2; ++np) {
+        u32 r[4];
+        ldmatrix_x4(k_tile + tile_bytes<T::kKDim>(np * 16 + (lane & 15), ks + (lane >> 4), T::kBlockN, xr), r[0], r[1],
+                    r[2], r[3]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          u32 b0, b1;
+          e4m3x4_to_pairs(r[i], b0, b1);
+#pragma unroll
+          for (int m = 0; m < T::kMw; ++m) mma_16816<T::kBf16>(s[m][2 * np + (i & 1)], qa[i >> 1][m], b0, b1);
+        }
+      }
+    }
+  } else {
 #pragma unroll
   for (int ks = 0; ks < T::kDSteps; ++ks) {
     u32 qa[T::kMw][4];
@@ -246,7 +347,7 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
 #pragma unroll
     for (int np = 0; np < T::kKeyTiles / 2; ++np) {
       u32 b0, b1, b2, b3;
-      ldmatrix_x4(k_tile + tile_bytes(np * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1), T::kBlockN, xr),
+      ldmatrix_x4(k_tile + tile_bytes<T::kKDim>(np * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1), T::kBlockN, xr),
                   b0, b1, b2, b3);
 #pragma unroll
       for (int m = 0; m < T::kMw; ++m) {
@@ -254,6 +355,7 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
         mma_16816<T::kBf16>(s[m][2 * np + 1], qa[m], b2, b3);
       }
     }
+  }
   }
 
 #if DECODE_X_SKIP_MATH == 2
@@ -275,8 +377,14 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x;
-        if constexpr (T::kSoftcap) x = cap2 * tanh_accurate(s[m][nt][e] * v.softcap_scale);
-        else x = s[m][nt][e] * scale_log2;
+        if constexpr (T::kKvFp8) {  // K's scale with the softmax's (loop-invariant products)
+          if constexpr (T::kSoftcap) x = cap2 * tanh_accurate(s[m][nt][e] * (v.softcap_scale * kds));
+          else x = s[m][nt][e] * (scale_log2 * kds);
+        } else if constexpr (T::kSoftcap) {
+          x = cap2 * tanh_accurate(s[m][nt][e] * v.softcap_scale);
+        } else {
+          x = s[m][nt][e] * scale_log2;
+        }
         if constexpr (T::kWindow) {
           const int col = kw0 + nt * 8 + 2 * tq + (e & 1);
           if (!full && (col >= L.lim[m][e >> 1] || col < L.beg[m][e >> 1])) x = neg_inf();
@@ -307,7 +415,7 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
       for (int nt = 0; nt < T::kKeyTiles; ++nt) {
         const float p0 = ex2(s[m][nt][2 * h] - use), p1 = ex2(s[m][nt][2 * h + 1] - use);
         sum += p0 + p1;
-        pa[m][nt >> 1][(nt & 1) * 2 + h] = pack2<T::kBf16>(p0, p1);
+        pa[m][nt >> 1][(nt & 1) * 2 + h] = pack2<T::kBf16 && !T::kKvFp8>(p0, p1);  // FP8 V: fp16 MMAs
       }
       a.l[m][h] = a.l[m][h] * alpha + sum;
 #pragma unroll
@@ -318,12 +426,36 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
     }
 
   // O += P V.
+  if constexpr (T::kKvFp8) {
+    // FP8 V (above): one transposing ldmatrix_x4 is keys kk * 16 .. + 15 of dims 32 dq .. + 31: O's
+    // tiles 4dq (dims 32dq + 2n), 4dq + 1 (+ 2n + 1), 4dq + 2 (+ 16 + 2n), 4dq + 3 (+ 16 + 2n + 1).
+#pragma unroll
+    for (int kk = 0; kk < T::kKeySteps; ++kk)
+#pragma unroll
+      for (int dq = 0; dq < T::kDTiles / 4; ++dq) {
+        u32 r[4];
+        ldmatrix_x4_trans(v_tile + tile_bytes<T::kVDim>(kk * 16 + (lane & 15), 2 * dq + (lane >> 4), T::kBlockN, xr),
+                          r[0], r[1], r[2], r[3]);
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {  // r[2c]: keys 0..7, r[2c + 1]: keys 8..15 of dims 32dq + 16c ..
+          u32 e0, o0, e1, o1;
+          e4m3_vpair(r[2 * c], e0, o0);
+          e4m3_vpair(r[2 * c + 1], e1, o1);
+#pragma unroll
+          for (int m = 0; m < T::kMw; ++m) {
+            mma_16816<false>(a.o[m][4 * dq + 2 * c], pa[m][kk], e0, e1);
+            mma_16816<false>(a.o[m][4 * dq + 2 * c + 1], pa[m][kk], o0, o1);
+          }
+        }
+      }
+    return;
+  }
 #pragma unroll
   for (int kk = 0; kk < T::kKeySteps; ++kk)
 #pragma unroll
     for (int dp = 0; dp < T::kDTiles / 2; ++dp) {
       u32 b0, b1, b2, b3;
-      ldmatrix_x4_trans(v_tile + tile_bytes<T::kHeadDimV>(kk * 16 + (lane & 15), 2 * dp + (lane >> 4), T::kBlockN, xr), b0,
+      ldmatrix_x4_trans(v_tile + tile_bytes<T::kVDim>(kk * 16 + (lane & 15), 2 * dp + (lane >> 4), T::kBlockN, xr), b0,
                         b1, b2, b3);
 #pragma unroll
       for (int m = 0; m < T::kMw; ++m) {
@@ -416,10 +548,19 @@ __device__ __forceinline__ void merge_warps(Acc& a, const MergeBuf& buf, int wm,
       const int r = (wm * T::kMw + m) * 16 + g + 8 * h;
       if (tq == 0) buf.m[wn * T::kBlockM + r] = a.m[m][h];
       if (kSlotMerge) {
+        if constexpr (T::kKvFp8) {  // O's columns in the FP8 V order (process_tile): 4 in a row a tile pair
+          float* orow = buf.o + (wn * T::kBlockM + r) * T::kOStride + 4 * tq;
+#pragma unroll
+          for (int c = 0; c < T::kDTiles / 2; ++c)
+            *reinterpret_cast<float4*>(orow + c * 16) =
+                make_float4(a.o[m][2 * c][2 * h], a.o[m][2 * c + 1][2 * h], a.o[m][2 * c][2 * h + 1],
+                            a.o[m][2 * c + 1][2 * h + 1]);
+        } else {
         float* orow = buf.o + (wn * T::kBlockM + r) * T::kOStride + 2 * tq;
 #pragma unroll
         for (int d = 0; d < T::kDTiles; ++d)
           *reinterpret_cast<float2*>(orow + d * 8) = make_float2(a.o[m][d][2 * h], a.o[m][d][2 * h + 1]);
+        }
         if (tq == 0) buf.l[wn * T::kBlockM + r] = a.l[m][h];
       }
     }
@@ -445,16 +586,33 @@ __device__ __forceinline__ void merge_warps(Acc& a, const MergeBuf& buf, int wm,
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = (wm * T::kMw + m) * 16 + g + 8 * h;
-            float* orow = buf.o + r * T::kOStride + 2 * tq;
+            if constexpr (T::kKvFp8) {  // the FP8 V order, as above
+              float* orow = buf.o + r * T::kOStride + 4 * tq;
 #pragma unroll
-            for (int d = 0; d < T::kDTiles; ++d) {
-              float2 v = make_float2(a.o[m][d][2 * h] * f[m][h], a.o[m][d][2 * h + 1] * f[m][h]);
-              if (w > 0) {
-                const float2 old = *reinterpret_cast<const float2*>(orow + d * 8);
-                v.x += old.x;
-                v.y += old.y;
+              for (int c = 0; c < T::kDTiles / 2; ++c) {
+                float4 v = make_float4(a.o[m][2 * c][2 * h] * f[m][h], a.o[m][2 * c + 1][2 * h] * f[m][h],
+                                       a.o[m][2 * c][2 * h + 1] * f[m][h], a.o[m][2 * c + 1][2 * h + 1] * f[m][h]);
+                if (w > 0) {
+                  const float4 old = *reinterpret_cast<const float4*>(orow + c * 16);
+                  v.x += old.x;
+                  v.y += old.y;
+                  v.z += old.z;
+                  v.w += old.w;
+                }
+                *reinterpret_cast<float4*>(orow + c * 16) = v;
               }
-              *reinterpret_cast<float2*>(orow + d * 8) = v;
+            } else {
+              float* orow = buf.o + r * T::kOStride + 2 * tq;
+#pragma unroll
+              for (int d = 0; d < T::kDTiles; ++d) {
+                float2 v = make_float2(a.o[m][d][2 * h] * f[m][h], a.o[m][d][2 * h + 1] * f[m][h]);
+                if (w > 0) {
+                  const float2 old = *reinterpret_cast<const float2*>(orow + d * 8);
+                  v.x += old.x;
+                  v.y += old.y;
+                }
+                *reinterpret_cast<float2*>(orow + d * 8) = v;
+              }
             }
             if (tq == 0) buf.l[r] = (w > 0 ? buf.l[r] : 0.f) + a.l[m][h] * f[m][h];
           }
@@ -725,10 +883,11 @@ struct LoaderOf {
 
 // Split dims: K's rows (d) and V's (dv) are copied by loaders of their own, each thread its share of
 // each (other rows and chunks; paged, lookups of their own). (One head dim: LoaderOf<kHeadDim>
-// copies both, each thread the same rows and chunks of K and V.)
+// copies both, each thread the same rows and chunks of K and V. Rows of kKDim and kVDim elements:
+// an FP8 cache's rows are half as many 16-bit elements, traits.cuh.)
 struct SplitLoader {
-  LoaderOf<T::kHeadDim> k;
-  LoaderOf<T::kHeadDimV> v;
+  LoaderOf<T::kKDim> k;
+  LoaderOf<T::kVDim> v;
   __device__ __forceinline__ void init(int lt, int wn) {
     k.init(lt, wn);
     v.init(lt, wn);
@@ -745,7 +904,7 @@ struct SplitLoader {
 };
 template <bool kSplit>
 struct LoaderPick {
-  using type = LoaderOf<T::kHeadDim>;
+  using type = LoaderOf<T::kKDim>;
 };
 template <>
 struct LoaderPick<true> {
@@ -933,6 +1092,15 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
   const int rows_here = min(T::kBlockM, p.rows - row0);
   const bool paged = p.block_table != nullptr;
 
+  // FP8 caches: this unit's (sequence, KV head) dequantisation scales (1 without a table).
+  float kds = 1.f, vds = 1.f;
+  if constexpr (T::kKvFp8) {
+    const VariantParams& v = p.variant;
+    if (v.k_descale) kds = __ldg(v.k_descale + b * v.k_descale_stride[0] + kvh * v.k_descale_stride[1]);
+    if (v.v_descale) vds = __ldg(v.v_descale + b * v.v_descale_stride[0] + kvh * v.v_descale_stride[1]);
+  }
+  (void)vds;
+
   Acc acc;
   acc_reset(acc);
   Limits lim;
@@ -972,8 +1140,8 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
         const int past = kw0 + T::kWarpKeys - len;
         if (past > 0) {
           const int first = max(0, T::kWarpKeys - past);
-          for (int c = lane; c < (T::kWarpKeys - first) * T::kChunksV; c += 32) {
-            const int r = first + c / T::kChunksV, ch = c % T::kChunksV;
+          for (int c = lane; c < (T::kWarpKeys - first) * T::kVTileChunks; c += 32) {
+            const int r = first + c / T::kVTileChunks, ch = c % T::kVTileChunks;
             asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(Smem::v_slice(k_tile, wn * T::kWarpKeys) + (ch >> T::kBlockChunksLog2V) * Smem::kColBlockV + r * Smem::kRowV + ((ch & (T::kBlockChunksV - 1)) << 4)),
                          "r"(0)
                          : "memory");
@@ -986,8 +1154,8 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
         if constexpr (T::kWindow) {
           before = min(kb - kw0, T::kWarpKeys);
           if (before > 0) {
-            for (int c = lane; c < before * T::kChunksV; c += 32) {
-              const int r = c / T::kChunksV, ch = c % T::kChunksV;
+            for (int c = lane; c < before * T::kVTileChunks; c += 32) {
+              const int r = c / T::kVTileChunks, ch = c % T::kVTileChunks;
               asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(Smem::v_slice(k_tile, wn * T::kWarpKeys) + (ch >> T::kBlockChunksLog2V) * Smem::kColBlockV + r * Smem::kRowV + ((ch & (T::kBlockChunksV - 1)) << 4)),
                            "r"(0)
                            : "memory");
@@ -997,7 +1165,7 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
         }
         if (DECODE_X_SKIP_MATH != 1)
           process_tile(acc, qf, s_q, k_tile, Smem::v_slice(k_tile, wn * T::kWarpKeys), kw0, lim, p.scale_log2, p.variant,
-                       wm, lane, xr);
+                       wm, lane, xr, kds);
         // The generic-proxy zeros before TMA's next writes to the stage.
         if (past > 0 || before > 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncwarp();
@@ -1036,7 +1204,7 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
       const u32 k_tile = Smem::k_tile(s_ring, slot) + wn * T::kWarpKeys * Smem::kRow;  // this warp's key slice
       process_tile(acc, qf, s_q, k_tile, Smem::v_slice(k_tile, wn * T::kWarpKeys),
                    (t_begin + t) * T::kBlockN + wn * T::kWarpKeys, lim,
-                   p.scale_log2, p.variant, wm, lane, lane & 7);
+                   p.scale_log2, p.variant, wm, lane, lane & 7, kds);
       slot = slot + 1 == T::kStages ? 0 : slot + 1;
       slot_issue = slot_issue + 1 == T::kStages ? 0 : slot_issue + 1;
     }
@@ -1051,6 +1219,14 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
     for (int d = 0; d < T::kDTiles; ++d) sink += acc.o[0][d][0] + acc.o[0][d][1] + acc.o[0][d][2] + acc.o[0][d][3];
     if (sink == 1234.5f) p.lse[0] = sink;
     return;
+  }
+  if constexpr (T::kKvFp8) {  // V's scale: O is linear in V
+#pragma unroll
+    for (int m = 0; m < T::kMw; ++m)
+#pragma unroll
+      for (int d = 0; d < T::kDTiles; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc.o[m][d][e] *= vds;
   }
   const MergeBuf buf(reinterpret_cast<float*>(smem));
   merge_warps(acc, buf, wm, wn, lane, tid);

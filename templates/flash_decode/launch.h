@@ -43,6 +43,12 @@ struct FlashDecodeLaunch {
   int head_dim, bf16, causal;
   int head_dim_v;  // V's and O's: ATT_HEAD_DIM_V, else head_dim
   int latent;      // ATT_LATENT (V is K's first head_dim_v columns: calls pass v = k), else 0
+  // ATT_KV_FP8: an FP8 e4m3 cache (check_kv_dtype), else 0. The kernels see it as a cache of 16-bit
+  // elements, rows of head_dim / 2 (head_dim_v / 2): bind halves K's and V's strides (bytes) and the
+  // maps are of those rows (traits.cuh's kKDim, kVDim).
+  int kv_fp8;
+  int kdim() const { return kv_fp8 ? head_dim / 2 : head_dim; }
+  int vdim() const { return kv_fp8 ? head_dim_v / 2 : head_dim_v; }
   int block_m, block_n, threads, smem_bytes, ctas_per_sm;
   int last_cta;  // combine: last_cta (else the combine kernel)
   int cluster;   // combine: clusterN: N (CTAs a cluster, merged in it); else 1
@@ -66,6 +72,7 @@ struct FlashDecodeLaunch {
     c->kv_tma = kv_load == kv_load_tma;
     c->head_dim_v = static_cast<int>(define_or(d, n, "ATT_HEAD_DIM_V", c->head_dim));
     c->latent = static_cast<int>(define_or(d, n, "ATT_LATENT", 0));
+    c->kv_fp8 = static_cast<int>(define_or(d, n, "ATT_KV_FP8", 0));
     c->variants = Variants::load(d, n);
 
     c->last_cta = combine == combine_last;
@@ -88,8 +95,24 @@ struct FlashDecodeLaunch {
       return refuse(why, "flash_decode was built for head_dim %d; the call has head_dim %d", head_dim, c.head_dim);
     if (check_variants("flash_decode", variants, c, why) ||
         check_value_dim("flash_decode", c, head_dim_v != head_dim ? head_dim_v : 0, why) ||
-        check_latent("flash_decode", c, latent, why))
+        check_latent("flash_decode", c, latent, why) || check_kv_dtype("flash_decode", c, kv_fp8, why))
       return 1;
+    if (kv_fp8) {
+      // The cache seen as 16-bit elements (kdim): its byte strides must be whole 16-byte chunks, as a
+      // 16-bit cache's are whole 8-element ones; the scales' strides index [batch, heads_kv] floats.
+      for (int i = 0; i < 3; ++i)
+        if (c.k_stride[i] < 0 || c.v_stride[i] < 0 || c.k_stride[i] % 16 || c.v_stride[i] % 16 ||
+            c.k_stride[i] >= (1LL << 39) || c.v_stride[i] >= (1LL << 39))
+          return refuse(why,
+                        "flash_decode: an FP8 cache's strides must be non-negative multiples of 16 bytes below 2^39 (k "
+                        "{%lld, %lld, %lld}, v {%lld, %lld, %lld})",
+                        c.k_stride[0], c.k_stride[1], c.k_stride[2], c.v_stride[0], c.v_stride[1], c.v_stride[2]);
+      for (int i = 0; i < 2; ++i)
+        if (c.k_descale_stride[i] < 0 || c.v_descale_stride[i] < 0 || c.k_descale_stride[i] > 2147483647LL ||
+            c.v_descale_stride[i] > 2147483647LL)
+          return refuse(why, "flash_decode: descale strides must be 0 .. 2^31 - 1 (k {%lld, %lld}, v {%lld, %lld})",
+                        c.k_descale_stride[0], c.k_descale_stride[1], c.v_descale_stride[0], c.v_descale_stride[1]);
+    }
     if (c.seqlen_q > kDecodeMaxSeqlenQ)
       return refuse(why,
                     "flash_decode serves seqlen_q 1..%d (decoding, speculative decoding); the call has seqlen_q %d: "
@@ -119,17 +142,19 @@ struct FlashDecodeLaunch {
       const int rows = decode_tma_rows(c, block_n);
       for (const int v : {0, 1}) {
         if (v && head_dim_v == head_dim) break;
-        const int dim = v ? head_dim_v : head_dim, cols = att::decode_tile_cols(dim);
+        const int dim = v ? vdim() : kdim(), cols = att::decode_tile_cols(dim);
         if (rows * cols * 2 % 128 != 0)
           return refuse(why,
                         "flash_decode (kv_load tma): pages of %d keys make %sboxes of %d rows of %d bytes, off the "
                         "128-byte alignment TMA writes shared memory at (%s %d: pages of a multiple of %d keys, or "
                         "kv_load cp_async)",
-                        c.page_size, v ? "V " : "", rows, cols * 2, v ? "head_dim_v" : "head_dim", dim, 64 / cols);
+                        c.page_size, v ? "V " : "", rows, cols * 2, v ? "head_dim_v" : "head_dim",
+                        v ? head_dim_v : head_dim, 64 / cols);
       }
     }
-    if (kv_tma) {
-      // TMA: 16-byte aligned K/V and strides (as for cp.async), strides below 2^40 bytes.
+    if (kv_tma && !kv_fp8) {
+      // TMA: 16-byte aligned K/V and strides (as for cp.async), strides below 2^40 bytes (FP8: 16-byte
+      // multiples above; below 2^39 bytes here, checked alike).
       for (int i = 0; i < 3; ++i)
         if (c.k_stride[i] < 0 || c.v_stride[i] < 0 || c.k_stride[i] % 8 || c.v_stride[i] % 8 ||
             c.k_stride[i] >= (1LL << 39) || c.v_stride[i] >= (1LL << 39))
@@ -182,8 +207,14 @@ struct FlashDecodeLaunch {
       const bool paged = call.entry == kEntryKvcache && call.block_table;
       const int rows = decode_tma_rows(call, block_n);
       // V's map: head_dim_v columns in boxes of its own column blocks (split dims; else K's).
-      const unsigned cols = static_cast<unsigned>(att::decode_tile_cols(head_dim));
-      const unsigned cols_v = static_cast<unsigned>(att::decode_tile_cols(head_dim_v));
+      // FP8: rows of kdim() (vdim()) 16-bit elements through halved strides (the same bytes).
+      const unsigned cols = static_cast<unsigned>(att::decode_tile_cols(kdim()));
+      const unsigned cols_v = static_cast<unsigned>(att::decode_tile_cols(vdim()));
+      long long ks[3], vs[3];
+      for (int i = 0; i < 3; ++i) {
+        ks[i] = kv_fp8 ? call.k_stride[i] / 2 : call.k_stride[i];
+        vs[i] = kv_fp8 ? call.v_stride[i] / 2 : call.v_stride[i];
+      }
       if (call.seqlen_k == 0 || !call.k || !call.v) {
         p->map[0] = operand_map("k (q standing in: no keys)", call.q, call.q_stride, call.seqlen_q > 0 ? call.seqlen_q : 1,
                                 call.heads_q, call.batch, call.head_dim, cols, 1, bf16);
@@ -194,15 +225,15 @@ struct FlashDecodeLaunch {
                                   bf16);
       } else if (paged) {
         const int kMaxPages = 2147483647;
-        p->map[0] = operand_map("k (pages)", call.k, call.k_stride, call.page_size, call.heads_kv, kMaxPages,
-                                call.head_dim, cols, static_cast<unsigned>(rows), bf16);
-        p->map[1] = operand_map("v (pages)", call.v, call.v_stride, call.page_size, call.heads_kv, kMaxPages,
-                                head_dim_v, cols_v, static_cast<unsigned>(rows), bf16);
+        p->map[0] = operand_map("k (pages)", call.k, ks, call.page_size, call.heads_kv, kMaxPages, kdim(), cols,
+                                static_cast<unsigned>(rows), bf16);
+        p->map[1] = operand_map("v (pages)", call.v, vs, call.page_size, call.heads_kv, kMaxPages, vdim(), cols_v,
+                                static_cast<unsigned>(rows), bf16);
       } else {
-        p->map[0] = operand_map("k", call.k, call.k_stride, call.seqlen_k, call.heads_kv, call.batch,
-                                call.head_dim, cols, static_cast<unsigned>(rows), bf16);
-        p->map[1] = operand_map("v", call.v, call.v_stride, call.seqlen_k, call.heads_kv, call.batch,
-                                head_dim_v, cols_v, static_cast<unsigned>(rows), bf16);
+        p->map[0] = operand_map("k", call.k, ks, call.seqlen_k, call.heads_kv, call.batch, kdim(), cols,
+                                static_cast<unsigned>(rows), bf16);
+        p->map[1] = operand_map("v", call.v, vs, call.seqlen_k, call.heads_kv, call.batch, vdim(), cols_v,
+                                static_cast<unsigned>(rows), bf16);
       }
       p->map[0].swizzle_bytes = rows % 8 == 0 ? static_cast<int>(cols) * 2 : 0;
       p->map[1].swizzle_bytes = rows % 8 == 0 ? static_cast<int>(cols_v) * 2 : 0;
@@ -232,6 +263,11 @@ struct FlashDecodeLaunch {
     att::DecodeParams d;
     std::memset(&d, 0, sizeof d);
     fill_tensor_args(c, &d);
+    if (kv_fp8)  // the cache as 16-bit elements (shape() checked the strides are whole 16-byte chunks)
+      for (int i = 0; i < 3; ++i) {
+        d.k_stride[i] /= 2;
+        d.v_stride[i] /= 2;
+      }
     // A window side of seqlen_k + seqlen_q keys or more reaches past every row's keys, as an
     // unbounded one does; clamped there, the kernels' i + diag -/+ side stays far from int overflow
     // (a side of 2^31 - 1 would wrap).

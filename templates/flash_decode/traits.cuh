@@ -26,6 +26,16 @@ struct Traits {
   static constexpr bool kWindow = ATT_WINDOW != 0;
   static constexpr bool kSoftcap = ATT_SOFTCAP != 0;
   static constexpr bool kSinks = ATT_SINKS != 0;
+  // An FP8 e4m3 KV cache (`kv_dtype=fp8`; the renderer defines ATT_KV_FP8 for such problems only).
+  // Its rows of d (dv) bytes are loaded, stored and swizzled as rows of d / 2 (dv / 2) 16-bit
+  // elements (kKDim, kVDim: every K/V tile, load and TMA box below counts those), the launch plan
+  // handing the kernel the cache as such (strides halved); the scores' and P V's MMAs read the
+  // bytes in their own order (kernel.cu, "FP8 caches") and convert them exactly to 16 bits.
+#ifdef ATT_KV_FP8
+  static constexpr bool kKvFp8 = ATT_KV_FP8 != 0;
+#else
+  static constexpr bool kKvFp8 = false;
+#endif
 
   // Tunables (search_spaces/flash_decode.yaml).
   static constexpr int kBlockM = BLOCK_M;        // packed rows (query heads x queries) per CTA (derived)
@@ -55,26 +65,33 @@ struct Traits {
   static constexpr int kKeySteps = kWarpKeys / 16;     // k16 steps of P.V
   static constexpr int kDTiles = kHeadDimV / 8;       // n8 tiles of O (V's dims)
   static constexpr int kDSteps = kHeadDim / 16;       // k16 steps of Q K^T
-  static constexpr int kChunks = kHeadDim / 8;        // 16-byte chunks per row of Q and K
-  static constexpr int kChunksV = kHeadDimV / 8;      // ... of V and O
-  static constexpr int kRowBytes = kHeadDim * 2;
-  static constexpr int kRowBytesV = kHeadDimV * 2;
+  // K's and V's rows in the tiles' 16-bit elements: the head dims, halved for an FP8 cache.
+  static constexpr int kKDim = kKvFp8 ? kHeadDim / 2 : kHeadDim;
+  static constexpr int kVDim = kKvFp8 ? kHeadDimV / 2 : kHeadDimV;
+  static constexpr int kQChunks = kHeadDim / 8;       // 16-byte chunks per row of Q
+  static constexpr int kChunks = kKDim / 8;           // ... of a K tile
+  static constexpr int kChunksV = kHeadDimV / 8;      // ... of O
+  static constexpr int kVTileChunks = kVDim / 8;      // ... of a V tile
+  static constexpr int kQRowBytes = kHeadDim * 2;
+  static constexpr int kRowBytes = kKDim * 2;         // a K tile's row
+  static constexpr int kRowBytesV = kVDim * 2;        // a V tile's row
   // Shared-memory tiles (tile_bytes, below): kColBlocks column blocks of kBlockCols elements (64,
   // 32 or 16: args.h's decode_tile_cols), rows of kColBytes (128, 64 or 32 bytes) in kBlockChunks
-  // 16-byte chunks (8, 4 or 2; 2^kBlockChunksLog2). Q's and K's follow d; V's (the *V ones) dv.
-  static constexpr int kBlockCols = decode_tile_cols(kHeadDim);
-  static constexpr int kColBlocks = kHeadDim / kBlockCols;
+  // 16-byte chunks (8, 4 or 2; 2^kBlockChunksLog2). K's follow kKDim (Q's d); V's (the *V ones) kVDim.
+  static constexpr int kBlockCols = decode_tile_cols(kKDim);
+  static constexpr int kColBlocks = kKDim / kBlockCols;
   static constexpr int kColBytes = kBlockCols * 2;
   static constexpr int kBlockChunks = kBlockCols / 8;
-  static constexpr int kBlockChunksLog2 = decode_block_chunks_log2(kHeadDim);
-  static constexpr int kBlockColsV = decode_tile_cols(kHeadDimV);
-  static constexpr int kColBlocksV = kHeadDimV / kBlockColsV;
+  static constexpr int kBlockChunksLog2 = decode_block_chunks_log2(kKDim);
+  static constexpr int kBlockColsV = decode_tile_cols(kVDim);
+  static constexpr int kColBlocksV = kVDim / kBlockColsV;
   static constexpr int kColBytesV = kBlockColsV * 2;
   static constexpr int kBlockChunksV = kBlockColsV / 8;
-  static constexpr int kBlockChunksLog2V = decode_block_chunks_log2(kHeadDimV);
-  // Q's rows; with split dims padded to 1024 bytes, so that the ring after it starts at a multiple
-  // of V's swizzle repeat as well as K's (d=48's 16 rows are 1536 bytes; dv=64's repeat is 1024).
-  static constexpr int kQBytes = kSplitDims ? (kBlockM * kRowBytes + 1023) / 1024 * 1024 : kBlockM * kRowBytes;
+  static constexpr int kBlockChunksLog2V = decode_block_chunks_log2(kVDim);
+  // Q's rows; with split dims (or an FP8 cache) padded to 1024 bytes, so that the ring after it
+  // starts at a multiple of V's swizzle repeat as well as K's (d=48's 16 rows are 1536 bytes; dv=64's
+  // repeat is 1024).
+  static constexpr int kQBytes = kSplitDims || kKvFp8 ? (kBlockM * kQRowBytes + 1023) / 1024 * 1024 : kBlockM * kQRowBytes;
   static constexpr int kTileBytes = kBlockN * kRowBytes;    // one K tile
   static constexpr int kTileBytesV = kBlockN * kRowBytesV;  // one V tile
   static constexpr int kStageBytes = kTileBytes + kTileBytesV;
@@ -97,16 +114,17 @@ struct Traits {
   // (kLoadsRagged). A thread's passes visit kLookups rows (paged: the page lookups it keeps).
   static constexpr int kLoadThreads = kWarpTiles ? 32 * kWarpsM : kConsumerThreads;
   static constexpr int kLoadRows = kWarpTiles ? kWarpKeys : kBlockN;
-  static constexpr bool kRowLoads = decode_row_loads(kHeadDim, kLoadThreads);
+  // (K's rows: kKDim elements, d's or, FP8, half.)
+  static constexpr bool kRowLoads = decode_row_loads(kKDim, kLoadThreads);
   static constexpr int kRowsPerPass = kLoadThreads / kChunks;  // row loads
-  static constexpr int kPasses = decode_load_passes(kHeadDim, kLoadThreads, kLoadRows);
+  static constexpr int kPasses = decode_load_passes(kKDim, kLoadThreads, kLoadRows);
   static constexpr int kLoadItems = kLoadRows * kChunks;
   static constexpr bool kLoadsRagged = kLoadItems % kLoadThreads != 0;
-  static constexpr int kLookups = decode_load_lookups(kHeadDim, kLoadThreads, kLoadRows);
-  // With split dims V's loads are their own (kernel.cu, LoaderOf<kHeadDimV>): the same, over dv.
-  static constexpr bool kRowLoadsV = decode_row_loads(kHeadDimV, kLoadThreads);
-  static constexpr int kRowsPerPassV = kLoadThreads / kChunksV;
-  static constexpr int kLoadItemsV = kLoadRows * kChunksV;
+  static constexpr int kLookups = decode_load_lookups(kKDim, kLoadThreads, kLoadRows);
+  // With split dims V's loads are their own (kernel.cu, LoaderOf<kVDim>): the same, over V's rows.
+  static constexpr bool kRowLoadsV = decode_row_loads(kVDim, kLoadThreads);
+  static constexpr int kRowsPerPassV = kLoadThreads / kVTileChunks;
+  static constexpr int kLoadItemsV = kLoadRows * kVTileChunks;
   static constexpr bool kLoadsRaggedV = kLoadItemsV % kLoadThreads != 0;
 
   // The separate combine kernel: one (row, 4 columns) item a thread (split.h), over O's rows (dv).
@@ -129,9 +147,11 @@ struct Traits {
                 "head_dim: a multiple of 16 (the MMA's k16 steps) from 32 to 256");
   static_assert(kHeadDimV % 16 == 0 && kHeadDimV >= 32 && kHeadDimV <= 256,
                 "head_dim_v: a multiple of 16 (P V's n8 tiles in pairs, ldmatrix_x4_trans) from 32 to 256");
-  static_assert(kColBlocks * kBlockCols == kHeadDim && kBlockChunks == 1 << kBlockChunksLog2,
+  static_assert(kColBlocks * kBlockCols == kKDim && kBlockChunks == 1 << kBlockChunksLog2,
                 "a row is whole column blocks of 2, 4 or 8 chunks");
-  static_assert(kColBlocksV * kBlockColsV == kHeadDimV && kBlockChunksV == 1 << kBlockChunksLog2V,
+  static_assert(!kKvFp8 || (kHeadDim % 32 == 0 && kHeadDimV % 32 == 0),
+                "FP8 caches: head dims that are multiples of 32 (a K load covers two k16 steps, a V load 32 of O's columns)");
+  static_assert(kColBlocksV * kBlockColsV == kVDim && kBlockChunksV == 1 << kBlockChunksLog2V,
                 "a V row is whole column blocks of 2, 4 or 8 chunks");
   static_assert(kBlockM % 16 == 0 && kBlockM >= 16 && kBlockM <= 64, "block_m: 16, 32, 48 or 64 rows");
   static_assert(kWarps % kWarpsM == 0 && (kBlockM / 16) % kWarpsM == 0 && kMw >= 1 && kMw <= 2,
@@ -163,7 +183,8 @@ struct Traits {
 // of (kBlockCols, rows) lands in with the swizzle of kColBytes' span (args.h, decode_tile_bytes),
 // so an ldmatrix phase's 8 rows and a cp.async phase's chunks hit 8 bank groups. Linear in row: a
 // slice of rows from row0 is the tile's address + row0 * kColBytes.
-// kDim: the tile's row elements, Q's and K's head dim (the default) or V's (Traits::kHeadDimV).
+// kDim: the tile's row elements, Q's head dim (the default), K's (Traits::kKDim: d, or d / 2 for an
+// FP8 cache) or V's (Traits::kVDim).
 template <int kDim = Traits::kHeadDim>
 ATT_SPLIT_FN constexpr unsigned tile_bytes(int row, int chunk, int rows, int xr) {
   constexpr int kL = decode_block_chunks_log2(kDim), kB = decode_tile_cols(kDim) * 2;
@@ -182,7 +203,8 @@ ATT_SPLIT_FN constexpr bool tile_bytes_agree() {
       }
   return true;
 }
-static_assert(tile_bytes_agree<Traits::kHeadDim>() && tile_bytes_agree<Traits::kHeadDimV>(),
+static_assert(tile_bytes_agree<Traits::kHeadDim>() && tile_bytes_agree<Traits::kKDim>() &&
+                  tile_bytes_agree<Traits::kVDim>(),
               "tile_bytes is args.h's decode_tile_bytes");
 
 }  // namespace att

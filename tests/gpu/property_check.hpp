@@ -39,6 +39,8 @@ struct PropertyRun {
   bool without_workspaces = false;  // each check again with the plan's optional workspaces withheld
   int dv = 0;             // V's head dim when it is not d (`dv=N`)
   bool latent = false;    // `latent=1`: V is K's first dv columns (the buffers pass v = k)
+  bool kv_fp8 = false;    // `kv_dtype=fp8`: an FP8 e4m3 cache with per-(sequence, KV head) scales
+  bool per_tensor_descale = false;  // kv_fp8: one scale a tensor (strides 0) instead
 };
 
 // The configs a property test samples per problem kind: ATTNTUNE_PROPERTY_SAMPLE, else `fallback`
@@ -135,7 +137,9 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
     for (const PropertyShape& sh : shapes) {
       Problem p = Problem::parse(fmt::format("{},d={}{},dtype={},causal={}{}", sh.dims, run.d,
                                              run.dv ? fmt::format(",dv={}", run.dv) : std::string(),
-                                             dtype_name(v.dtype), v.causal ? 1 : 0, run.latent ? ",latent=1" : ""));
+                                             dtype_name(v.dtype), v.causal ? 1 : 0,
+                                             std::string(run.latent ? ",latent=1" : "") +
+                                                 (run.kv_fp8 ? ",kv_dtype=fp8" : "")));
       const LoadedBuild kernel(o->build.cubin, o->job.kernel.launch);
       ++seed;
       // A varlen problem: the worker's inputs (its own lengths packed, then a ragged batch with
@@ -149,6 +153,7 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
             std::make_unique<AttnBuffers>(p, sh.layout, p.paged() ? ragged_seqlens(p, seed) : std::vector<int>{}, seed));
       }
       for (auto& buf : bufs) {
+        buf->per_tensor_descale = run.per_tensor_descale;
         ref.fill(*buf, seed);
         if (progress)
           std::fprintf(stderr, "[progress] %s on %s\n", config_str(o->job.config).c_str(), p.str().c_str());
@@ -180,9 +185,10 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
       }
     }
   }
-  std::printf("%s d=%d%s%s: %zu configs, %d checks, %d failures\n", run.label, run.d,
-              run.dv ? fmt::format(" dv={}", run.dv).c_str() : "", run.latent ? " latent" : "", configs.size(), checked,
-              failures);
+  std::printf("%s d=%d%s%s%s: %zu configs, %d checks, %d failures\n", run.label, run.d,
+              run.dv ? fmt::format(" dv={}", run.dv).c_str() : "", run.latent ? " latent" : "",
+              run.kv_fp8 ? (run.per_tensor_descale ? " kv fp8 (per-tensor scales)" : " kv fp8") : "", configs.size(),
+              checked, failures);
 }
 
 }  // namespace attntune::testing

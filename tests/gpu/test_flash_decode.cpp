@@ -275,3 +275,78 @@ TEST(FlashDecodeLatentProperty, TmaSpread) {
   ATTNTUNE_REQUIRE_GPU();
   check_latent(attntune::testing::property_sample(8), tma);
 }
+
+// FP8 caches (`kv_dtype=fp8`, issue 42): K and V in e4m3 with per-(sequence, KV head) scales (the
+// buffers' tables in [0.25, 2]; one spread also with one scale a tensor, strides 0), bf16 and fp16
+// queries alternating, against the reference over the dequantised cache: decoding (s=1), causal
+// speculative rows (s=4) and 16 queries of MQA, on the file's shapes (GQA and MQA packing, odd
+// lengths, many splits, the [B,S,H,D] layout, pages of 16, 64, 256 and an odd size, ragged lengths
+// with NaN bytes past each, shuffled tables, workspaces withheld) and a long context (sk 65537, one
+// sequence: the LSE over 64k keys, where a reduced-precision accumulator would drift). The pages
+// of 7 become 12 where K's rows, d / 2 16-bit elements, are no multiple of 64 (TMA's boxes).
+namespace {
+
+std::vector<PropertyShape> fp8_shapes(int d) {
+  std::vector<PropertyShape> out = shapes_for(d / 2);
+  out.push_back({"b=1,h=8,hkv=2,s=1,sk=65537", Layout::kBHSD});
+  return out;
+}
+
+void check_fp8(int d, std::size_t sample, const std::function<bool(const Config&)>& keep = {},
+               bool per_tensor = false) {
+  cuda::Context ctx(0);
+  const auto props = cuda::device_props(0);
+  if (props.arch < "sm_89") GTEST_SKIP() << "FP8 caches need sm_89 or later; this GPU is " << props.arch;
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_decode.yaml");
+  std::vector<Config> configs;
+  std::vector<Problem> variants;
+  for (const char* kind : {"s=1,causal=0", "s=4,causal=1"}) {
+    const Problem base =
+        Problem::parse(fmt::format("b=1,h=32,hkv=8,{},sk=4096,d={},dtype=bf16,kv_dtype=fp8", kind, d));
+    const bool any = attntune::testing::spread_configs(space, base, props.arch, sample, configs, variants, keep);
+    if (!any && keep && props.arch < "sm_90") GTEST_SKIP() << "no thread-block clusters or TMA on " << props.arch;
+    ASSERT_TRUE(any) << base.str();
+  }
+  attntune::testing::PropertyRun run;
+  run.label = "flash_decode";
+  run.d = d;
+  run.arch = props.arch;
+  run.seed = 8000 + d + (per_tensor ? 1 : 0);
+  run.require_no_spills = true;
+  run.without_workspaces = true;
+  run.kv_fp8 = true;
+  run.per_tensor_descale = per_tensor;
+  attntune::testing::check_configs(space, configs, variants, fp8_shapes(d), run);
+}
+
+}  // namespace
+
+TEST(FlashDecodeFp8Property, SpreadD128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8(128, attntune::testing::property_sample(16), [](const Config& c) { return !clustered(c); });
+}
+
+TEST(FlashDecodeFp8Property, ClusterSpreadD128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8(128, attntune::testing::property_sample(6), clustered);
+}
+
+TEST(FlashDecodeFp8Property, TmaSpreadD128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8(128, attntune::testing::property_sample(8), tma);
+}
+
+TEST(FlashDecodeFp8Property, PerTensorScales) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8(128, attntune::testing::property_sample(4), {}, true);
+}
+
+TEST(FlashDecodeFp8Property, SpreadD64) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8(64, attntune::testing::property_sample(8));
+}
+
+TEST(FlashDecodeFp8Property, SpreadD256) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8(256, attntune::testing::property_sample(8));
+}
