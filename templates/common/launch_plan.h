@@ -22,6 +22,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "kv_scales.h"
+
 namespace attntune_plan {
 
 // The C entry points of docs/CONTRACT.md a family's kernels can serve (bits of LaunchFamily::entries).
@@ -419,15 +421,20 @@ void fill_tensor_args(const Call& c, P* p) {
   p->variant.softcap = c.softcap;
   p->variant.softcap_scale = c.softcap > 0 ? c.scale / c.softcap : 0.0f;
   p->variant.sinks = c.sinks;
-  // FP8 caches' scales (int strides: a [batch, heads_kv] table has fewer than 2^31 entries, and the
-  // launchers refuse strides past it).
-  p->variant.k_descale = c.kv_fp8 ? c.k_descale : nullptr;
-  p->variant.v_descale = c.kv_fp8 ? c.v_descale : nullptr;
-  for (int i = 0; i < 2; ++i) {
-    p->variant.k_descale_stride[i] = c.kv_fp8 ? static_cast<int>(c.k_descale_stride[i]) : 0;
-    p->variant.v_descale_stride[i] = c.kv_fp8 ? static_cast<int>(c.v_descale_stride[i]) : 0;
-  }
   if (c.softcap > 0) p->scale_log2 = 1.4426950408889634f;
+}
+
+// An FP8 cache's scales from a call (kv_scales.h; all zero for a 16-bit cache). Int strides: a
+// [batch, heads_kv] table has fewer than 2^31 entries, and the plans refuse strides past it.
+inline void fill_kv_scales(const Call& c, KvScales* s) {
+  std::memset(s, 0, sizeof *s);
+  if (!c.kv_fp8) return;
+  s->k_descale = c.k_descale;
+  s->v_descale = c.v_descale;
+  for (int i = 0; i < 2; ++i) {
+    s->k_descale_stride[i] = static_cast<int>(c.k_descale_stride[i]);
+    s->v_descale_stride[i] = static_cast<int>(c.v_descale_stride[i]);
+  }
 }
 
 // page_size as a multiply-shift divisor (DecodeParams, AttnParams): j / page_size = umulhi(j, mul) >> shift for

@@ -2,7 +2,7 @@
 // windows, logit soft-capping, attention sinks; docs/CONTRACT.md), one struct that every kernel
 // argument (AttnParams, DecodeParams) embeds as `variant` and launch_plan.h's fill_tensor_args fills
 // from a call. A kernel reads a field only when it was built with the variant (ATT_WINDOW,
-// ATT_SOFTCAP, ATT_SINKS; an FP8 cache's scales: ATT_KV_FP8): a plain build pays nothing. Plain C, shared by host and NVRTC code.
+// ATT_SOFTCAP, ATT_SINKS): a plain build pays nothing. Plain C, shared by host and NVRTC code.
 #ifndef ATTNTUNE_VARIANT_PARAMS_H
 #define ATTNTUNE_VARIANT_PARAMS_H
 
@@ -18,13 +18,6 @@ struct VariantParams {
   // Sinks: [heads_q] fp32 logits s_h (natural log units). Each row's softmax denominator gains
   // exp(s_h - m), no value row is added, and the LSE includes it.
   const float* sinks;
-  // An FP8 e4m3 KV cache (builds with ATT_KV_FP8; docs/CONTRACT.md "FP8 KV caches"): K's and V's
-  // dequantisation scales, FlashAttention-3's descale_k / descale_v, [batch, heads_kv] fp32 through
-  // {batch, head} strides in elements (0, 0: one scale for the tensor); null: 1. A key's value is its
-  // e4m3 byte's value times k_descale[b * stride[0] + kv_head * stride[1]] (V's likewise).
-  const float* k_descale;
-  const float* v_descale;
-  int k_descale_stride[2], v_descale_stride[2];
 };
 
 #endif  // ATTNTUNE_VARIANT_PARAMS_H

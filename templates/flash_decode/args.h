@@ -4,6 +4,7 @@
 #ifndef ATTNTUNE_FLASH_DECODE_ARGS_H
 #define ATTNTUNE_FLASH_DECODE_ARGS_H
 
+#include "../common/kv_scales.h"
 #include "../common/tma_desc.h"
 #include "../common/variant_params.h"
 #include "split.h"
@@ -107,6 +108,7 @@ struct DecodeParams {
   // decode_tile_cols(head_dim) * 2 bytes; V's, decode_tile_cols(dv) * 2).
   int tma_rows, tma_swizzle;
   VariantParams variant;  // windows, soft-cap, sinks (common/variant_params.h); read only by builds with them
+  KvScales kv;            // an FP8 cache's scales (common/kv_scales.h); read only by ATT_KV_FP8 builds
 };
 
 // KV_LOAD tma: tensor maps over K and V (contiguous: (head_dim, seqlen_k, heads_kv, batch); paged:

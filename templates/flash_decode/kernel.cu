@@ -20,6 +20,7 @@
 // each row's window in the tiles that cross a bound; a soft-cap build caps each raw score before
 // masking; a sinks build adds each head's sink where a row's output is made (the unsplit epilogue
 // or the merge into the output), never to a piece.
+#include "../common/fp8.cuh"
 #include "../common/ptx_sm90.cuh"
 #include "../common/variants.cuh"
 #include "args.h"
@@ -217,47 +218,21 @@ typedef u32 QFrags[T::kQInRegs ? T::kMw : 1][T::kQInRegs ? T::kDSteps : 1][4];
 //    column n is dim 2n (the even tile) and 2n + 1 (the odd one) of the load's 16 dims. O's tiles
 //    2c and 2c + 1 thus hold dims 16c + 2n and 16c + 2n + 1 (o_cols_fp8 puts them in order in the
 //    merge). P and V's values are fp16 (an e4m3 byte converts to fp16 exactly in one cvt).
+//  - Both products run in fp16, K too (one cvt a pair). A bf16 problem's Q is made fp16 exactly: the
+//    CTA's largest |q| sets a power of two 2^e (q_exponent) such that q * 2^-e is at most 2^15, whose
+//    fp16 holds every bf16 value down to 2^-29 of that largest one; 2^e joins K's scale. (Moving
+//    K's bits into bf16 and one bf16x2 multiply, common/fp8.cuh, is exact too, and 2% slower:
+//    run 174.)
 //  - Dequantisation: K's scale multiplies the scores (with the softmax scale), V's the output.
-// e4m3 -> fp16 by cvt (sm_89+); -> bf16 (K of a bf16 problem) by moving the bits into place (the
-// value times 2^-120: e4m3's exponent bias is 7, bf16's 127; subnormals land on subnormals) and one
-// bf16x2 multiply by 2^120, both exact.
-__device__ __forceinline__ u32 e4m3x2_to_f16x2(u32 x16) {
-  u32 r;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  const unsigned short h = static_cast<unsigned short>(x16);
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(h));
-#else
-  r = 0u * x16;  // FP8 caches need sm_89 (the space offers them there only)
-#endif
-  return r;
-}
-// Bytes (0, 1) of x (lo) and (2, 3) (hi) as two 16-bit pairs of Traits' MMA type (bf16: kBf16).
-__device__ __forceinline__ void e4m3x4_to_pairs(u32 x, u32& lo, u32& hi) {
-  if constexpr (T::kBf16) {
-    u32 a, b;
-    asm("prmt.b32 %0, %1, 0, 0x1404;\n" : "=r"(a) : "r"(x));  // bytes 0, 1 to each half's high byte
-    asm("prmt.b32 %0, %1, 0, 0x3424;\n" : "=r"(b) : "r"(x));  // bytes 2, 3
-    a = (a & 0x80008000u) | ((a >> 4) & 0x07f007f0u);
-    b = (b & 0x80008000u) | ((b >> 4) & 0x07f007f0u);
-    const u32 two120 = 0x7b807b80u, neg0 = 0x80008000u;  // bf16x2 2^120, -0
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(lo) : "r"(a), "r"(two120), "r"(neg0));
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(hi) : "r"(b), "r"(two120), "r"(neg0));
-  } else {
-    lo = e4m3x2_to_f16x2(x & 0xffffu);
-    hi = e4m3x2_to_f16x2(x >> 16);
-  }
-}
-// A transposed V load's register (key 2t dims 2g, 2g+1, key 2t+1 dims 2g, 2g+1) as fp16 pairs of the
-// two keys at dim 2g (even) and 2g + 1 (odd).
-__device__ __forceinline__ void e4m3_vpair(u32 x, u32& even, u32& odd) {
-  u32 y;
-  asm("prmt.b32 %0, %1, 0, 0x3120;\n" : "=r"(y) : "r"(x));
-  even = e4m3x2_to_f16x2(y & 0xffffu);
-  odd = e4m3x2_to_f16x2(y >> 16);
-}
+// The conversions: common/fp8.cuh.
 // Q's A fragment of k16 step ks for the FP8 K order (above): rows g and g + 8 of row tile `tile`,
 // dims 16 ks + 4t .. + 3 (one 8-byte load each).
-__device__ __forceinline__ void q_frags_fp8(u32 (&qa)[4], u32 q_smem, int tile, int ks, int lane) {
+// A bf16 problem's Q as fp16 (above): each pair times qmul = 2^-e, exactly.
+__device__ __forceinline__ u32 bf16x2_to_f16x2(u32 x, float qmul) {
+  const float lo = __uint_as_float(x << 16) * qmul, hi = __uint_as_float(x & 0xffff0000u) * qmul;
+  return pack2<false>(lo, hi);
+}
+__device__ __forceinline__ void q_frags_fp8(u32 (&qa)[4], u32 q_smem, int tile, int ks, int lane, float qmul) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -265,14 +240,32 @@ __device__ __forceinline__ void q_frags_fp8(u32 (&qa)[4], u32 q_smem, int tile, 
     const u32 at = q_smem + tile_bytes<T::kHeadDim>(r, 2 * ks + (t >> 1), T::kBlockM, r & 7) + (t & 1) * 8;
     asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(qa[h]), "=r"(qa[2 + h]) : "r"(at));
   }
+  if constexpr (T::kBf16) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) qa[e] = bf16x2_to_f16x2(qa[e], qmul);
+  }
+}
+// A bf16 problem over an FP8 cache: e such that the CTA's largest |q| times 2^-e lies in [2^14, 2^15)
+// (0 for an all-zero Q; within [-100, 100], so that 2^e and 2^-e are normal floats). Every consumer
+// warp reads the whole Q tile (padding rows are zeros) and gets the same e.
+__device__ __forceinline__ int q_exponent(u32 q_smem, int lane) {
+  u32 m = 0;
+  for (int w = lane; w < T::kBlockM * T::kQRowBytes / 4; w += 32) {
+    u32 x;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(x) : "r"(q_smem + 4 * w));
+    m = max(m, max(x & 0x7fffu, (x >> 16) & 0x7fffu));  // bf16 magnitudes order as integers
+  }
+  m = __reduce_max_sync(0xffffffffu, m);
+  if (m == 0) return 0;
+  return min(max(static_cast<int>(m >> 7) - 127 - 14, -100), 100);
 }
 
-__device__ __forceinline__ void load_q_frags(QFrags& qf, u32 q_smem, int wm, int lane) {
+__device__ __forceinline__ void load_q_frags(QFrags& qf, u32 q_smem, int wm, int lane, float qmul = 1.f) {
   if constexpr (T::kQInRegs && T::kKvFp8) {
 #pragma unroll
     for (int m = 0; m < T::kMw; ++m)
 #pragma unroll
-      for (int ks = 0; ks < T::kDSteps; ++ks) q_frags_fp8(qf[m][ks], q_smem, wm * T::kMw + m, ks, lane);
+      for (int ks = 0; ks < T::kDSteps; ++ks) q_frags_fp8(qf[m][ks], q_smem, wm * T::kMw + m, ks, lane, qmul);
   } else if constexpr (T::kQInRegs) {
 #pragma unroll
     for (int m = 0; m < T::kMw; ++m)
@@ -290,7 +283,7 @@ __device__ __forceinline__ void load_q_frags(QFrags& qf, u32 q_smem, int wm, int
 template <class Lim>
 __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_smem, u32 k_tile, u32 v_tile, int kw0,
                                              const Lim& L, float scale_log2, const VariantParams& v, int wm, int lane,
-                                             int xr, float kds = 1.f) {
+                                             int xr, float kds = 1.f, float qmul = 1.f) {
   const int tq = lane & 3;
   float s[T::kMw][T::kKeyTiles][4];
 #pragma unroll
@@ -312,7 +305,7 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
 #pragma unroll
             for (int e = 0; e < 4; ++e) qa[j][m][e] = qf[m][ks + j][e];
           } else {
-            q_frags_fp8(qa[j][m], q_smem, wm * T::kMw + m, ks + j, lane);
+            q_frags_fp8(qa[j][m], q_smem, wm * T::kMw + m, ks + j, lane, qmul);
           }
         }
 #pragma unroll
@@ -323,9 +316,9 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           u32 b0, b1;
-          e4m3x4_to_pairs(r[i], b0, b1);
+          e4m3x4_to_pairs<false>(r[i], b0, b1);
 #pragma unroll
-          for (int m = 0; m < T::kMw; ++m) mma_16816<T::kBf16>(s[m][2 * np + (i & 1)], qa[i >> 1][m], b0, b1);
+          for (int m = 0; m < T::kMw; ++m) mma_16816<false>(s[m][2 * np + (i & 1)], qa[i >> 1][m], b0, b1);
         }
       }
     }
@@ -418,10 +411,22 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
         pa[m][nt >> 1][(nt & 1) * 2 + h] = pack2<T::kBf16 && !T::kKvFp8>(p0, p1);  // FP8 V: fp16 MMAs
       }
       a.l[m][h] = a.l[m][h] * alpha + sum;
+      if constexpr (T::kKvFp8) {
+        // O rescaled only when some row's max moved (alpha is 1 exactly otherwise): past the first
+        // tiles of a long sequence, rarely.
+        if (__any_sync(0xffffffffu, alpha != 1.f)) {
 #pragma unroll
-      for (int d = 0; d < T::kDTiles; ++d) {
-        a.o[m][d][2 * h] *= alpha;
-        a.o[m][d][2 * h + 1] *= alpha;
+          for (int d = 0; d < T::kDTiles; ++d) {
+            a.o[m][d][2 * h] *= alpha;
+            a.o[m][d][2 * h + 1] *= alpha;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int d = 0; d < T::kDTiles; ++d) {
+          a.o[m][d][2 * h] *= alpha;
+          a.o[m][d][2 * h + 1] *= alpha;
+        }
       }
     }
 
@@ -439,8 +444,8 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
 #pragma unroll
         for (int c = 0; c < 2; ++c) {  // r[2c]: keys 0..7, r[2c + 1]: keys 8..15 of dims 32dq + 16c ..
           u32 e0, o0, e1, o1;
-          e4m3_vpair(r[2 * c], e0, o0);
-          e4m3_vpair(r[2 * c + 1], e1, o1);
+          e4m3_key_pairs(r[2 * c], e0, o0);
+          e4m3_key_pairs(r[2 * c + 1], e1, o1);
 #pragma unroll
           for (int m = 0; m < T::kMw; ++m) {
             mma_16816<false>(a.o[m][4 * dq + 2 * c], pa[m][kk], e0, e1);
@@ -1060,6 +1065,16 @@ __device__ __forceinline__ void merge_if_last(const DecodeParams& p, int b, int 
 
 // ---- the main kernel ----------------------------------------------------------------------------
 
+// FP8 caches of bf16 problems: Q's power of two (q_exponent) once Q is in shared memory: qmul = 2^-e,
+// and 2^e joins K's scale (kds). Nothing otherwise.
+__device__ __forceinline__ void q_fp16(u32 s_q, int lane, float& kds, float& qmul) {
+  if constexpr (T::kKvFp8 && T::kBf16) {
+    const int e = q_exponent(s_q, lane);
+    qmul = __int_as_float((127 - e) << 23);
+    kds *= __int_as_float((127 + e) << 23);
+  }
+}
+
 __device__ __forceinline__ void decode_split(const DecodeParams& p, const DecodeMaps& maps, unsigned char* smem) {
   __shared__ float s_lse[T::kClusterMerge ? T::kBlockM : 1];  // clusterN: this split's piece's LSE
   __shared__ __align__(8) unsigned long long s_bars[T::kKvTma ? RingBars::kCount : 1];  // TMA: full, empty
@@ -1095,11 +1110,12 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
   // FP8 caches: this unit's (sequence, KV head) dequantisation scales (1 without a table).
   float kds = 1.f, vds = 1.f;
   if constexpr (T::kKvFp8) {
-    const VariantParams& v = p.variant;
-    if (v.k_descale) kds = __ldg(v.k_descale + b * v.k_descale_stride[0] + kvh * v.k_descale_stride[1]);
-    if (v.v_descale) vds = __ldg(v.v_descale + b * v.v_descale_stride[0] + kvh * v.v_descale_stride[1]);
+    const KvScales& s = p.kv;
+    if (s.k_descale) kds = __ldg(s.k_descale + b * s.k_descale_stride[0] + kvh * s.k_descale_stride[1]);
+    if (s.v_descale) vds = __ldg(s.v_descale + b * s.v_descale_stride[0] + kvh * s.v_descale_stride[1]);
   }
   (void)vds;
+  float qmul = 1.f;  // FP8 caches, bf16 problems: Q's factor 2^-e (q_exponent), 2^e joining kds
 
   Acc acc;
   acc_reset(acc);
@@ -1125,7 +1141,8 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
         cp_async_commit();
         cp_async_wait<0>();
         named_sync(T::kBarConsumers, T::kConsumerThreads);
-        load_q_frags(qf, s_q, wm, lane);
+        q_fp16(s_q, lane, kds, qmul);
+        load_q_frags(qf, s_q, wm, lane, qmul);
       }
       const int xr = p.tma_swizzle ? (lane & 7) : 0;
       for (int t = 0;; ++t) {
@@ -1165,7 +1182,7 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
         }
         if (DECODE_X_SKIP_MATH != 1)
           process_tile(acc, qf, s_q, k_tile, Smem::v_slice(k_tile, wn * T::kWarpKeys), kw0, lim, p.scale_log2, p.variant,
-                       wm, lane, xr, kds);
+                       wm, lane, xr, kds, qmul);
         // The generic-proxy zeros before TMA's next writes to the stage.
         if (past > 0 || before > 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncwarp();
@@ -1190,7 +1207,8 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
 
     cp_async_wait<T::kStages - 1>();  // Q landed (this thread's copies) ...
     __syncthreads();                  // ... and everyone's
-    load_q_frags(qf, s_q, wm, lane);
+    q_fp16(s_q, lane, kds, qmul);
+    load_q_frags(qf, s_q, wm, lane, qmul);
 
     int slot = 0, slot_issue = T::kStages - 1;
     for (int t = 0; t < n; ++t) {
@@ -1204,7 +1222,7 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
       const u32 k_tile = Smem::k_tile(s_ring, slot) + wn * T::kWarpKeys * Smem::kRow;  // this warp's key slice
       process_tile(acc, qf, s_q, k_tile, Smem::v_slice(k_tile, wn * T::kWarpKeys),
                    (t_begin + t) * T::kBlockN + wn * T::kWarpKeys, lim,
-                   p.scale_log2, p.variant, wm, lane, lane & 7, kds);
+                   p.scale_log2, p.variant, wm, lane, lane & 7, kds, qmul);
       slot = slot + 1 == T::kStages ? 0 : slot + 1;
       slot_issue = slot_issue + 1 == T::kStages ? 0 : slot_issue + 1;
     }

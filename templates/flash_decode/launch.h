@@ -263,6 +263,7 @@ struct FlashDecodeLaunch {
     att::DecodeParams d;
     std::memset(&d, 0, sizeof d);
     fill_tensor_args(c, &d);
+    fill_kv_scales(c, &d.kv);
     if (kv_fp8)  // the cache as 16-bit elements (shape() checked the strides are whole 16-byte chunks)
       for (int i = 0; i < 3; ++i) {
         d.k_stride[i] /= 2;

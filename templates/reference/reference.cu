@@ -21,14 +21,15 @@
 // sequence. Its outputs are indexed as the packed LSE: row head * total_q + cu_seqlens_q[b] + i.
 //
 // An FP8 e4m3 KV cache (a `kv_dtype=fp8` problem: docs/CONTRACT.md "FP8 KV caches") is read by
-// attn_reference_kv_fp8, the same kernel with the same arguments (one template, reference_rows<true>;
+// attn_reference_kv_fp8, the same kernel with one more argument, the scales (`kv`,
+// common/kv_scales.h) (one template, reference_rows<true>;
 // attn_reference is reference_rows<false>, the 16-bit path as it always was: its machine code, and
 // fill_normal's and scatter_pages', are the same instructions as before FP8 existed). Q stays in the
 // problem's dtype (bf16 selects it) and O is fp32 as always; K and V hold one byte an element
 // (OCP FP8 E4M3, "e4m3fn": bias 7, no infinities, S.1111.111 NaN), their strides counting bytes.
 // Key j's element c of K is read as
-//   k(j, c) = e4m3(byte) * kd,  kd = p.variant.k_descale[batch * k_descale_stride[0] +
-//                                                      kv_head * k_descale_stride[1]]
+//   k(j, c) = e4m3(byte) * kd,  kd = kv.k_descale[batch * kv.k_descale_stride[0] +
+//                                               kv_head * kv.k_descale_stride[1]]
 // (V's likewise with v_descale), where e4m3(byte) is the byte's value, exact in fp32 (e4m3_to_float,
 // plain integer arithmetic), the product is one fp32 multiplication (one rounding), a null table is
 // a scale of 1, and strides {0, 0} read one scale for the whole tensor (entry 0). batch is the
@@ -43,6 +44,7 @@
 // run there only, the host refuses them on older devices, where the conversion returns NaN bytes).
 // quantize_e4m3 and dequantize_e4m3 expose both conversions for tests.
 #include "../common/attn_params.h"
+#include "../common/kv_scales.h"
 
 namespace att_ref {
 
@@ -127,7 +129,8 @@ constexpr int kPad = 2;  // odd word stride per smem row: lanes reading differen
 // instantiations: K and V in Q's dtype, or FP8 e4m3 bytes with their descales.
 template <bool kKvFp8>
 __device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim, int head_dim_v, int bf16, int causal,
-                                               int lowp, float* out, float* lse_out, const int* seqlens_k) {
+                                               int lowp, float* out, float* lse_out, const int* seqlens_k,
+                                               const KvScales& kv) {
   typedef typename KvElem<kKvFp8>::type kv_t;
   __shared__ float sq[kRowsPerBlock][kCols];
   __shared__ elem_t sk[kKeysPerChunk][kCols + kPad];
@@ -162,8 +165,8 @@ __device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim
   const kv_t* k = static_cast<const kv_t*>(p.k) + k_base + kv_head * p.k_stride[1];
   const kv_t* v = static_cast<const kv_t*>(p.v) + v_base + kv_head * p.v_stride[1];
   // An FP8 cache's scales for this sequence and KV head (unused with a 16-bit cache).
-  const float k_scale = kKvFp8 ? descale_of(p.variant.k_descale, p.variant.k_descale_stride, batch, kv_head) : 1.f;
-  const float v_scale = kKvFp8 ? descale_of(p.variant.v_descale, p.variant.v_descale_stride, batch, kv_head) : 1.f;
+  const float k_scale = kKvFp8 ? descale_of(kv.k_descale, kv.k_descale_stride, batch, kv_head) : 1.f;
+  const float v_scale = kKvFp8 ? descale_of(kv.v_descale, kv.v_descale_stride, batch, kv_head) : 1.f;
   // The scaled score of this warp's row against key c0 + lane (keys past seqlen_k score zeros; an
   // inactive warp's is never used). Q and the chunk's K rows come in column blocks of kCols; every
   // thread calls it (it holds the block's barriers).
@@ -267,14 +270,14 @@ __device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim
 extern "C" __global__ void __launch_bounds__(256)
 attn_reference(const AttnParams p, int head_dim, int head_dim_v, int bf16, int causal, int lowp, float* out,
                float* lse_out, const int* seqlens_k) {
-  reference_rows<false>(p, head_dim, head_dim_v, bf16, causal, lowp, out, lse_out, seqlens_k);
+  reference_rows<false>(p, head_dim, head_dim_v, bf16, causal, lowp, out, lse_out, seqlens_k, KvScales{});
 }
 
 // The same over an FP8 e4m3 cache (the header): bf16 is Q's and O's dtype.
 extern "C" __global__ void __launch_bounds__(256)
 attn_reference_kv_fp8(const AttnParams p, int head_dim, int head_dim_v, int bf16, int causal, int lowp, float* out,
-                      float* lse_out, const int* seqlens_k) {
-  reference_rows<true>(p, head_dim, head_dim_v, bf16, causal, lowp, out, lse_out, seqlens_k);
+                      float* lse_out, const int* seqlens_k, const KvScales kv) {
+  reference_rows<true>(p, head_dim, head_dim_v, bf16, causal, lowp, out, lse_out, seqlens_k, kv);
 }
 
 // Counter-based normal random numbers (splitmix64 + Box-Muller), so every launch with a new seed

@@ -17,7 +17,10 @@
 // than Q's and K's, DeepSeek's MLA decode 192 / 128 first) get spreads of their own
 // (FlashDecodeSplitDims, below): the same shapes, plain, clustered and TMA configs; and latent caches
 // (`latent=1`: v = k, FlashDecodeLatentProperty at the end) theirs.
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -26,6 +29,8 @@
 
 #include "gpu_env.hpp"
 #include "property_check.hpp"
+#include "cuda/nvrtc.hpp"
+#include "families/family.hpp"
 
 using namespace attntune;
 
@@ -349,4 +354,84 @@ TEST(FlashDecodeFp8Property, SpreadD64) {
 TEST(FlashDecodeFp8Property, SpreadD256) {
   ATTNTUNE_REQUIRE_GPU();
   check_fp8(256, attntune::testing::property_sample(8));
+}
+
+// The FP8 caches' conversions (templates/common/fp8.cuh) on every e4m3 code but the NaNs: to fp16
+// (cvt) and to bf16 (the bits moved, one bf16x2 multiply by 2^120: subnormals and the sign of zero
+// included), each byte where the MMA expects it, and the transposed V register's key pairs.
+namespace {
+
+double e4m3_value(int code) {  // OCP e4m3fn: bias 7, subnormals, no infinities
+  const int e = (code >> 3) & 15, m = code & 7;
+  const double mag = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return code & 0x80 ? -mag : mag;
+}
+double f16_value(std::uint16_t h) {
+  const int e = (h >> 10) & 31, m = h & 1023;
+  const double mag = e == 0 ? std::ldexp(m / 1024.0, -14) : std::ldexp(1.0 + m / 1024.0, e - 15);
+  return h & 0x8000 ? -mag : mag;
+}
+double bf16_value(std::uint16_t h) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace
+
+TEST(Fp8Convert, EveryCodeExactly) {
+  ATTNTUNE_REQUIRE_GPU();
+  cuda::Context ctx(0);
+  const auto props = cuda::device_props(0);
+  if (props.arch < "sm_89") GTEST_SKIP() << "e4m3 conversions need sm_89 or later; this GPU is " << props.arch;
+  const std::string src = flatten_includes("templates/common/fp8.cuh") + R"(
+extern "C" __global__ void convert(const unsigned* in, unsigned* f16, unsigned* bf16, unsigned* keys) {
+  const int i = threadIdx.x;  // codes 4i .. 4i + 3
+  att::u32 lo, hi;
+  att::e4m3x4_to_pairs<false>(in[i], lo, hi);
+  f16[2 * i] = lo;
+  f16[2 * i + 1] = hi;
+  att::e4m3x4_to_pairs<true>(in[i], lo, hi);
+  bf16[2 * i] = lo;
+  bf16[2 * i + 1] = hi;
+  att::e4m3_key_pairs(in[i], lo, hi);
+  keys[2 * i] = lo;
+  keys[2 * i + 1] = hi;
+}
+)";
+  cuda::CompileOptions opts;
+  opts.arch = props.arch;
+  const auto out = cuda::nvrtc_compile(src, "fp8_convert.cu", opts);
+  ASSERT_TRUE(out.ok) << out.log;
+  const cuda::Module module(out.cubin);
+  const cuda::Function f = module.function("convert");
+  std::vector<std::uint32_t> codes(64);
+  for (int i = 0; i < 64; ++i)
+    codes[i] = static_cast<std::uint32_t>(4 * i) | static_cast<std::uint32_t>(4 * i + 1) << 8 |
+               static_cast<std::uint32_t>(4 * i + 2) << 16 | static_cast<std::uint32_t>(4 * i + 3) << 24;
+  cuda::DeviceBuffer in(256), f16(512), bf16(512), keys(512);
+  in.upload(codes.data(), 256);
+  CUdeviceptr pin = in.ptr(), pf = f16.ptr(), pb = bf16.ptr(), pk = keys.ptr();
+  void* args[] = {&pin, &pf, &pb, &pk};
+  cuda::launch(f, {1, 1, 1}, {64, 1, 1}, 0, nullptr, args);
+  std::vector<std::uint16_t> hf(256), hb(256), hk(256);
+  f16.download(hf.data(), 512);
+  bf16.download(hb.data(), 512);
+  keys.download(hk.data(), 512);
+  int checked = 0;
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7f) == 0x7f) continue;  // NaN
+    const double want = e4m3_value(code);
+    // Pairs in byte order: half j of the output is byte j of the input.
+    EXPECT_EQ(f16_value(hf[code]), want) << "fp16, code " << code;
+    EXPECT_EQ(bf16_value(hb[code]), want) << "bf16, code " << code;
+    EXPECT_EQ((hf[code] & 0x8000) != 0, (code & 0x80) != 0) << "fp16 sign, code " << code;
+    EXPECT_EQ((hb[code] & 0x8000) != 0, (code & 0x80) != 0) << "bf16 sign, code " << code;
+    // Key pairs: word i's bytes (b0, b1, b2, b3) give (b0, b2) then (b1, b3).
+    const int i = code / 4, j = code % 4, at = 4 * i + (j == 0 ? 0 : j == 2 ? 1 : j == 1 ? 2 : 3);
+    EXPECT_EQ(f16_value(hk[at]), want) << "key pairs, code " << code;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 254);
 }

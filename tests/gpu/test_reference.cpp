@@ -532,18 +532,18 @@ TEST(ReferenceFp8, InputsPagesAndScales) {
   for (bool per_tensor : {false, true}) {
     buf.per_tensor_descale = per_tensor;
     const attntune_plan::Call c = buf.call();
-    const AttnParams a = buf.params();
+    const KvScales a = buf.kv_scales();
     EXPECT_EQ(c.kv_fp8, 1);
     EXPECT_EQ(c.k_descale, reinterpret_cast<const float*>(buf.k_descale.ptr()));
     EXPECT_EQ(c.v_descale, reinterpret_cast<const float*>(buf.v_descale.ptr()));
-    EXPECT_EQ(a.variant.k_descale, c.k_descale);
-    EXPECT_EQ(a.variant.v_descale, c.v_descale);
+    EXPECT_EQ(a.k_descale, c.k_descale);
+    EXPECT_EQ(a.v_descale, c.v_descale);
     for (int i = 0; i < 2; ++i) {
       const long long want = per_tensor ? 0 : (i == 0 ? p.hkv : 1);
       EXPECT_EQ(c.k_descale_stride[i], want);
       EXPECT_EQ(c.v_descale_stride[i], want);
-      EXPECT_EQ(a.variant.k_descale_stride[i], want);
-      EXPECT_EQ(a.variant.v_descale_stride[i], want);
+      EXPECT_EQ(a.k_descale_stride[i], want);
+      EXPECT_EQ(a.v_descale_stride[i], want);
     }
     // Byte strides: pages [num_pages, page, hkv, d].
     EXPECT_EQ(c.k_stride[0], p.page * p.hkv * p.d);

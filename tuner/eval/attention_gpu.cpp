@@ -215,14 +215,18 @@ AttnParams AttnBuffers::params() const {
   a.variant.softcap = static_cast<float>(problem.softcap);
   a.variant.softcap_scale = problem.softcapped() ? a.scale / a.variant.softcap : 0.f;
   a.variant.sinks = problem.sinks ? reinterpret_cast<const float*>(sinks.ptr()) : nullptr;
-  if (problem.kv_fp8) {  // the reference reads the scales here (strides as call()'s)
-    a.variant.k_descale = reinterpret_cast<const float*>(k_descale.ptr());
-    a.variant.v_descale = reinterpret_cast<const float*>(v_descale.ptr());
-    const int head_stride = per_tensor_descale ? 0 : 1, batch_stride = per_tensor_descale ? 0 : static_cast<int>(problem.hkv);
-    a.variant.k_descale_stride[0] = a.variant.v_descale_stride[0] = batch_stride;
-    a.variant.k_descale_stride[1] = a.variant.v_descale_stride[1] = head_stride;
-  }
   return a;
+}
+
+KvScales AttnBuffers::kv_scales() const {
+  KvScales s{};
+  if (!problem.kv_fp8) return s;
+  s.k_descale = reinterpret_cast<const float*>(k_descale.ptr());
+  s.v_descale = reinterpret_cast<const float*>(v_descale.ptr());
+  const int head_stride = per_tensor_descale ? 0 : 1, batch_stride = per_tensor_descale ? 0 : static_cast<int>(problem.hkv);
+  s.k_descale_stride[0] = s.v_descale_stride[0] = batch_stride;
+  s.k_descale_stride[1] = s.v_descale_stride[1] = head_stride;
+  return s;
 }
 
 const int* AttnBuffers::seqlens_device() const {
@@ -243,13 +247,13 @@ attntune_plan::Call AttnBuffers::call() const {
   c.sinks = problem.sinks ? reinterpret_cast<const float*>(sinks.ptr()) : nullptr;
   if (problem.kv_fp8) {
     // K and V in bytes: their strides (below, and dense_call's) count one-byte elements.
-    const AttnParams a = params();
+    const KvScales s = kv_scales();
     c.kv_fp8 = 1;
-    c.k_descale = a.variant.k_descale;
-    c.v_descale = a.variant.v_descale;
+    c.k_descale = s.k_descale;
+    c.v_descale = s.v_descale;
     for (int i = 0; i < 2; ++i) {
-      c.k_descale_stride[i] = a.variant.k_descale_stride[i];
-      c.v_descale_stride[i] = a.variant.v_descale_stride[i];
+      c.k_descale_stride[i] = s.k_descale_stride[i];
+      c.v_descale_stride[i] = s.v_descale_stride[i];
     }
   }
   if (problem.paged()) {
@@ -421,7 +425,8 @@ std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::
   int d = static_cast<int>(p.d), dv = static_cast<int>(dv_elems), bf16 = p.dtype == DType::kBf16, causal = p.causal,
       lowp = lowp_flag;
   CUdeviceptr o = out.ptr(), l = lse_buf.ptr(), lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
-  void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o, &l, &lens};
+  KvScales kv = b.kv_scales();
+  void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o, &l, &lens, &kv};  // kv: attn_reference_kv_fp8's only
   cuda::launch(reference_kernel(p), reference_grid(b), {256, 1, 1}, 0, nullptr, args);
   std::vector<float> host(rows * dv_elems);
   out.download(host.data(), host.size() * 4);
@@ -478,7 +483,8 @@ ReferenceCache::ReferenceCache(const Reference& ref, const AttnBuffers& b, bool 
   for (int lowp = 0; lowp < 2; ++lowp) {
     CUdeviceptr o = lowp ? outlow_.ptr() : out32_.ptr(), l = lowp ? lselow.ptr() : lse32_.ptr();
     CUdeviceptr lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
-    void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o, &l, &lens};
+    KvScales kv = b.kv_scales();
+    void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o, &l, &lens, &kv};  // kv: attn_reference_kv_fp8's only
     if (!lowp) start.record();
     cuda::launch(ref.reference_kernel(p), reference_grid(b), {256, 1, 1}, 0, nullptr, args);
     if (!lowp) stop.record();

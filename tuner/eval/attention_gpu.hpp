@@ -13,6 +13,7 @@
 #include "eval/loaded_build.hpp"
 #include "families/family.hpp"
 #include "templates/common/attn_params.h"
+#include "templates/common/kv_scales.h"
 #include "templates/common/launch_plan.h"
 
 namespace attntune {
@@ -49,6 +50,9 @@ struct AttnBuffers {
   // of a varlen problem (empty: its q_lens()); table_seed shuffles pages.
   AttnBuffers(const Problem& p, Layout layout, std::vector<int> seqlens = {}, std::uint64_t table_seed = 1);
   AttnParams params() const;  // the reference's view: pointers, strides, sizes, scale 1/sqrt(d)
+  // An FP8 cache's scales as params() and call() pass them (the strides per per_tensor_descale); all
+  // zero for a 16-bit cache. The reference's attn_reference_kv_fp8 takes them as its last argument.
+  KvScales kv_scales() const;
   // The call of the problem's entry point on these tensors: attntune_attention_forward,
   // attntune_attention_forward_kvcache through the block table for a paged problem, or
   // attntune_attention_forward_varlen (strides {0, head, row}, seqlen_q/k the longest sequence's,

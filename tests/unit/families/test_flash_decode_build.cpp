@@ -565,3 +565,110 @@ TEST(FlashDecodeBuild, SplitHeadDimsCompileWithoutSpills) {
   }
   EXPECT_EQ(built, submitted);
 }
+
+// FP8 caches (`kv_dtype=fp8`, issue 42): configs on sm_89 and sm_90 only (the e4m3 conversions), at
+// head dims that are multiples of 32, each refusal with its reason; the plan sees the cache as rows
+// of d / 2 16-bit elements (its TMA maps), refuses a 16-bit call to an FP8 build and the reverse,
+// and byte strides off 16; and a spread of FP8 builds compiles without spills on sm_89 and sm_90.
+TEST(FlashDecodeSpace, Fp8CachesHaveConfigsFromSm89AtMultiplesOf32) {
+  const SearchSpace space = load_space();
+  for (int d : {64, 128, 256})
+    for (const char* arch : {"sm_89", "sm_90"}) {
+      const Problem p = Problem::parse(
+          fmt::format("b=16,h=32,hkv=8,s=1,sk=8192,d={},dtype=bf16,causal=0,page=16,kv_dtype=fp8", d));
+      EXPECT_FALSE(space.enumerate(p, arch).empty()) << p.str() << " " << arch;
+    }
+  const Problem p = Problem::parse("b=16,h=32,hkv=8,s=1,sk=8192,d=128,dtype=bf16,causal=0,kv_dtype=fp8");
+  for (const char* arch : {"sm_80", "sm_86"}) EXPECT_TRUE(space.enumerate(p, arch).empty()) << arch;
+  const auto refusal = attntune::testing::run_attntune(
+      "space --space " ATTNTUNE_SOURCE_DIR "/search_spaces/flash_decode.yaml --problem "
+      "b=16,h=32,hkv=8,s=1,sk=8192,d=96,dtype=bf16,causal=0,kv_dtype=fp8 --arch sm_90");
+  EXPECT_EQ(refusal.rc, 2) << refusal.out << refusal.err;
+  EXPECT_NE(refusal.err.find("multiples of 32"), std::string::npos) << refusal.err;
+}
+
+TEST(FlashDecodePlan, Fp8CacheIsRowsOfHalfTheDimAndOnlyFp8CallsAreServed) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=2,h=32,hkv=8,s=1,sk=4096,d=128,dtype=bf16,causal=0,kv_dtype=fp8");
+  Config c;
+  space.for_each_valid(p, "sm_90", [&](const Config& x) {
+    if (c.empty() && std::get<std::string>(x.at("kv_load")) == "tma") c = x;
+  });
+  ASSERT_FALSE(c.empty());
+  attntune_plan::Call call = attntune::testing::dense_call_of(p);  // K and V one byte an element:
+  call.k_stride[0] = 8 * 4096 * 128;
+  call.k_stride[1] = 4096 * 128;
+  call.k_stride[2] = 128;
+  std::copy(std::begin(call.k_stride), std::end(call.k_stride), std::begin(call.v_stride));
+  call.kv_fp8 = 1;
+  std::string why;
+  const attntune_plan::Plan plan = plan_of(space, c, p, call, 132, &why);
+  ASSERT_EQ(why, "");
+  ASSERT_EQ(plan.maps, 2);
+  for (int m = 0; m < 2; ++m) {
+    EXPECT_EQ(plan.map[m].dims[0], 64u);  // 128 bytes a row: 64 16-bit elements
+    EXPECT_EQ(plan.map[m].box[0], 64u);
+    EXPECT_EQ(plan.map[m].swizzle_bytes, 128);
+    EXPECT_EQ(plan.map[m].strides[0], 128u);  // bytes, as the call's
+    EXPECT_EQ(plan.map[m].strides[1], 4096u * 128u);
+  }
+  // A 16-bit call to the FP8 build, and an FP8 one to a 16-bit build: refused, naming the dtypes.
+  attntune_plan::Call plain = attntune::testing::dense_call_of(p);
+  why.clear();
+  plan_of(space, c, p, plain, 132, &why);
+  EXPECT_NE(why.find("FP8"), std::string::npos) << why;
+  Problem p16 = p;
+  p16.kv_fp8 = false;
+  Config c16;
+  space.for_each_valid(p16, "sm_90", [&](const Config& x) {
+    if (c16.empty()) c16 = x;
+  });
+  why.clear();
+  plan_of(space, c16, p16, call, 132, &why);
+  EXPECT_NE(why.find("FP8"), std::string::npos) << why;
+  // Byte strides off a 16-byte chunk.
+  attntune_plan::Call odd = call;
+  odd.k_stride[2] = 136;  // a multiple of 8, not of 16
+  why.clear();
+  plan_of(space, c, p, odd, 132, &why);
+  EXPECT_NE(why.find("16 bytes"), std::string::npos) << why;
+}
+
+TEST(FlashDecodeBuild, Fp8CachesCompileWithoutSpills) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
+  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 1;
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::size_t submitted = 0, i = 0;
+  for (const char* arch : {"sm_89", "sm_90"})
+    for (const char* kind : {"b=4,h=32,hkv=8,s=1,sk=4096,d=128,causal=0,dtype=bf16,kv_dtype=fp8",
+                             "b=4,h=64,hkv=8,s=4,sk=4096,d=256,causal=1,page=16,dtype=fp16,window=127,softcap=30,"
+                             "sinks=1,kv_dtype=fp8"}) {
+      const Problem p = Problem::parse(kind);
+      std::vector<Config> all = space.enumerate(p, arch);
+      if (std::string(arch) == "sm_90")
+        std::erase_if(all, [&](const Config& c) {
+          return i % 2 ? std::get<std::string>(c.at("kv_load")) != "tma"
+                       : std::get<std::string>(c.at("combine")).rfind("cluster", 0) != 0;
+        });
+      ++i;
+      for (const Config& c : spread(all, n)) {
+        pool.submit({c, render_kernel(space, c, p, arch), arch});
+        ++submitted;
+      }
+    }
+  ASSERT_EQ(submitted, 4u * n);
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0)
+        << o->job.arch << " " << config_str(o->job.config) << ": " << o->build.registers << " registers";
+  }
+  EXPECT_EQ(built, submitted);
+}
