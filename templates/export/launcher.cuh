@@ -19,19 +19,25 @@
 //   - sizes: batch, heads, lengths >= 0, heads_q a multiple of heads_kv, grid limits;
 //   - alignment: the kernels copy rows into shared memory 16 bytes at a time (cp.async, or TMA
 //     whose tensor maps take 16-byte-aligned bases and strides), so q, k, v and out start on
-//     16-byte boundaries and every stride is a multiple of 8 elements;
+//     16-byte boundaries and every stride is a multiple of 8 elements (of an FP8 cache's one-byte
+//     elements, 16: whole 16 bytes either way);
 //   - strides >= 0, and out's strides never make two outputs share an element;
+//   - the cache's dtype (attntune_options.kv_dtype): a kernel runs calls of the cache dtype it was
+//     built for only, and FP8 scales' pointers and strides are checked;
 //   - softmax_scale finite and > 0 (the online softmax tracks the row maximum of the raw scores);
 //   - what the kernel's launch plan adds (TMA: strides under 2^40 bytes, work tiles in an int);
 //   - the device: the kernel has code for it and fits its shared memory and registers.
 // The element type cannot be checked through void pointers: it is the "dtype" of
-// attntune_kernel_info().
+// attntune_kernel_info() (and a kernel's problem's "kv_dtype" for an FP8 cache).
 
 // Host code only: the device passes of nvcc need the kernels alone (and with -arch=sm_90a, the
 // compute_90 PTX pass sees no arch-specific kernel: see the kernel's #if).
 #if !defined(__CUDA_ARCH__)
 
 #define ATTNTUNE_UNSUPPORTED 1000
+// attntune_options.kv_dtype: the K/V cache's element type (docs/CONTRACT.md "FP8 KV caches").
+#define ATTNTUNE_KV_DTYPE_Q 0     // q's dtype (fp16 or bf16), two bytes an element: every call before kv_dtype
+#define ATTNTUNE_KV_FP8_E4M3 1    // FP8 e4m3, one byte an element, with dequantisation scales (k_descale, v_descale)
 #if defined(_WIN32)
 #define ATTNTUNE_API __declspec(dllexport)
 #else
@@ -42,8 +48,8 @@
 // struct may be older (shorter) or newer (longer) than this file's; `size` says which. Fields past a
 // caller's size take their defaults (all zero), a NULL pointer means every default (plain
 // attention), and fields this file does not know must be zero (else ATTNTUNE_UNSUPPORTED: a newer
-// option this library cannot honour). Later options (cache dtypes, value head dims, ...) are added
-// at the end. Zero-initialised, it is plain attention:
+// option this library cannot honour). Later options are added at the end. Zero-initialised (memset,
+// or an initialiser, which zeroes the padding after kv_dtype too), it is plain attention:
 //   attntune_options o = {sizeof(attntune_options)};  o.window = 1; o.window_left = 4096; o.window_right = 0;
 extern "C" {
 typedef struct attntune_options {
@@ -58,6 +64,13 @@ typedef struct attntune_options {
   int latent;           // 1: V is K's first head_dim_v columns, one buffer (MLA's latent cache): v is k with k's
                         // strides (else refused); attntune_select_kernel_ex then weighs latent kernels too. 0:
                         // no such statement (a call whose v is k is still served, by any kernel: the pointers say it)
+  int kv_dtype;         // ATTNTUNE_KV_DTYPE_Q (0): k and v are q's dtype. ATTNTUNE_KV_FP8_E4M3 (1): k and v are FP8
+                        // e4m3, one byte an element, their strides counting those elements (bytes: multiples of 16);
+                        // q and out stay fp16/bf16. Only kernels built for the call's cache dtype run it
+  const float* k_descale;  // FP8: K's dequantisation scales (FlashAttention-3's descale_k), [batch, heads_kv] fp32 on
+  const float* v_descale;  // the device through the strides below; NULL: 1. V's likewise. Both NULL for kv_dtype 0
+  long long k_descale_stride[2];  // {batch, head} in elements, 0 .. 2^31 - 1; {0, 0}: one scale for the tensor
+  long long v_descale_stride[2];
 } attntune_options;
 }
 
@@ -79,6 +92,8 @@ struct Kernel {
   int head_dim_v;              // V's and O's head dim when built for another than head_dim, else 0
   int latent;                  // 1: built for a latent cache (V is k's first head_dim_v columns; its plan
                                // serves only calls with v = k, check_latent), else 0
+  int kv_fp8;                  // 1: built for an FP8 e4m3 KV cache (ATT_KV_FP8): it serves calls with kv_dtype 1
+                               // only; 0: a cache of q's dtype, calls with kv_dtype 0 only
   const attntune_plan::LaunchFamily* family;
   const attntune_plan::Define* defines;  // the #defines it was built with
   int define_count;
@@ -148,11 +163,15 @@ static const LoadedConsts& loaded_consts() {
 
 static bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-// Checks a tensor's 3 strides; returns a reason or nullptr.
-static const char* check_strides(const long long* s) {
+// Checks a tensor's 3 strides (in its elements, of `element_bytes` each: 2, or 1 for an FP8 cache);
+// returns a reason or nullptr. Rows are copied 16 bytes at a time: every stride is whole 16 bytes.
+static const char* check_strides(const long long* s, int element_bytes) {
   for (int i = 0; i < 3; ++i) {
     if (s[i] < 0) return "a stride is negative";
-    if (s[i] % 8 != 0) return "a stride is not a multiple of 8 elements (16-byte rows)";
+    if (s[i] * element_bytes % 16 != 0)
+      return element_bytes == 1 ? "a stride is not a multiple of 16 elements (an FP8 cache's strides count bytes: "
+                                  "16-byte rows)"
+                                : "a stride is not a multiple of 8 elements (16-byte rows)";
   }
   return nullptr;
 }
@@ -194,11 +213,13 @@ static bool accepts(int index, const Call& call, attntune_plan::Why* why) {
   return kKernels[index].family->plan(loaded.consts[index].bytes, call, any_device, &dry, why) == 0;
 }
 
-// Whether kernel k was built for call a: its entry point, head dims, is_causal and variants.
+// Whether kernel k was built for call a: its entry point, head dims, is_causal, variants and cache
+// dtype (an FP8-cache kernel never reads a 16-bit cache, nor the reverse).
 static bool built_for_call(const Kernel& k, const Call& a) {
   const attntune_plan::Variants v = attntune_plan::Variants::of(a);
   return (k.entries & a.entry) && k.head_dim == a.head_dim && k.head_dim_v == a.split_head_dim_v() &&
-         k.causal == (a.causal ? 1 : 0) && k.window == v.window && k.softcap == v.softcap && k.sinks == v.sinks;
+         k.causal == (a.causal ? 1 : 0) && k.window == v.window && k.softcap == v.softcap && k.sinks == v.sinks &&
+         k.kv_fp8 == (a.kv_fp8 ? 1 : 0);
 }
 
 // The kernel for call `a` (of any entry point): among those whose family serves the entry point,
@@ -275,6 +296,10 @@ static int no_kernel(const Call& a, const attntune_plan::Why& refused) {
   if (a.split_head_dim_v()) {  // the value head dim after the variants: " head_dim_v=128"
     const size_t used = std::strlen(variants);
     std::snprintf(variants + used, sizeof variants - used, " head_dim_v=%d", a.head_dim_v);
+  }
+  if (a.kv_fp8) {  // the cache dtype last: " kv_dtype=fp8"
+    const size_t used = std::strlen(variants);
+    std::snprintf(variants + used, sizeof variants - used, " kv_dtype=fp8");
   }
   char built[600] = "";
   size_t used = 0;
@@ -393,13 +418,16 @@ static int check_tensors(const Call& a) {
     return unsupported("q, k, v and out must be 16-byte aligned (q=%p k=%p v=%p out=%p)", a.q, a.k, a.v, a.out);
   if (a.lse && reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0)
     return unsupported("lse must be 4-byte aligned (got %p)", static_cast<void*>(a.lse));
+  // K's and V's elements are the cache's: one byte for an FP8 cache (their strides count bytes).
+  const int kv_bytes = a.kv_fp8 ? 1 : 2;
   const struct {
     const char* name;
     const long long* stride;
-  } tensors[] = {{"q_strides", a.q_stride}, {"k_strides", a.k_stride}, {"v_strides", a.v_stride},
-                 {"o_strides", a.o_stride}};
+    int element_bytes;
+  } tensors[] = {{"q_strides", a.q_stride, 2}, {"k_strides", a.k_stride, kv_bytes}, {"v_strides", a.v_stride, kv_bytes},
+                 {"o_strides", a.o_stride, 2}};
   for (const auto& t : tensors)
-    if (const char* why = check_strides(t.stride))
+    if (const char* why = check_strides(t.stride, t.element_bytes))
       return unsupported("%s {%lld, %lld, %lld}: %s", t.name, t.stride[0], t.stride[1], t.stride[2], why);
   // A packed batch's out is one sequence of its rows (all of them when the caller says how many).
   const bool packed = a.entry == attntune_plan::kEntryVarlen;
@@ -530,8 +558,33 @@ static int apply_options(Call* a, const attntune_options* opts, int* latent = nu
   if (o.latent && o.head_dim_v > a->head_dim)
     return unsupported("attntune_options: latent says V is K's first head_dim_v columns, and head_dim_v (%d) is over "
                        "head_dim (%d)", o.head_dim_v, a->head_dim);
+  if (o.kv_dtype != ATTNTUNE_KV_DTYPE_Q && o.kv_dtype != ATTNTUNE_KV_FP8_E4M3)
+    return unsupported("attntune_options: kv_dtype must be 0 (ATTNTUNE_KV_DTYPE_Q: the cache is q's dtype) or 1 "
+                       "(ATTNTUNE_KV_FP8_E4M3: an FP8 e4m3 cache) (got %d)", o.kv_dtype);
+  const bool descale_strides = o.k_descale_stride[0] || o.k_descale_stride[1] || o.v_descale_stride[0] ||
+                               o.v_descale_stride[1];
+  if (o.kv_dtype != ATTNTUNE_KV_FP8_E4M3 && (o.k_descale || o.v_descale || descale_strides))
+    return unsupported("attntune_options: k_descale and v_descale (and their strides) dequantise an FP8 cache, and "
+                       "kv_dtype is 0 (a cache of q's dtype): set kv_dtype 1 (ATTNTUNE_KV_FP8_E4M3) for an FP8 cache, "
+                       "or leave them NULL (strides 0)");
+  if (reinterpret_cast<std::uintptr_t>(o.k_descale) % 4 != 0 || reinterpret_cast<std::uintptr_t>(o.v_descale) % 4 != 0)
+    return unsupported("attntune_options: k_descale and v_descale must be 4-byte aligned fp32 arrays (got %p, %p)",
+                       static_cast<const void*>(o.k_descale), static_cast<const void*>(o.v_descale));
+  for (int i = 0; i < 2; ++i)
+    if (o.k_descale_stride[i] < 0 || o.k_descale_stride[i] > 2147483647LL || o.v_descale_stride[i] < 0 ||
+        o.v_descale_stride[i] > 2147483647LL)
+      return unsupported("attntune_options: descale strides are {batch, head} in elements, 0 .. 2^31 - 1 "
+                         "(k_descale_stride {%lld, %lld}, v_descale_stride {%lld, %lld})",
+                         o.k_descale_stride[0], o.k_descale_stride[1], o.v_descale_stride[0], o.v_descale_stride[1]);
   a->head_dim_v = o.head_dim_v;
   if (latent) *latent = o.latent;
+  a->kv_fp8 = o.kv_dtype == ATTNTUNE_KV_FP8_E4M3 ? 1 : 0;
+  a->k_descale = o.k_descale;
+  a->v_descale = o.v_descale;
+  for (int i = 0; i < 2; ++i) {
+    a->k_descale_stride[i] = o.k_descale_stride[i];
+    a->v_descale_stride[i] = o.v_descale_stride[i];
+  }
   a->window_left = o.window ? o.window_left : -1;
   a->window_right = o.window ? o.window_right : -1;
   a->softcap = o.softcap;
@@ -736,8 +789,10 @@ ATTNTUNE_API int attntune_select_kernel_entry(int entry, int head_dim, int is_ca
   return attntune_select_kernel_ex(entry, head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k, nullptr);
 }
 
-// The same choice for a call with options (attntune_options: the variants; NULL: plain attention):
-// -1 if none of this file's kernels serves it (or the options are not valid). The sizes describe
+// The same choice for a call with options (attntune_options: the variants, the value head dim, the
+// cache dtype; NULL: plain attention over a cache of q's dtype): -1 if none of this file's kernels
+// serves it (or the options are not valid). kv_dtype 1 weighs the FP8-cache kernels only (the
+// strides the sizes make count the cache's one-byte elements), 0 never them. The sizes describe
 // separate K and V (NULL pointers: a latent kernel's plan refuses them), unless the options say
 // latent: then k and v are one (fake, never read) cache with K's strides for V, as the real call
 // will pass them, so latent kernels are weighed beside those over separate K and V (which read V

@@ -1,9 +1,9 @@
 """The PyTorch package of `attntune export --torch`, without a GPU (ctest `torch_ops`, label cpu;torch).
 
 Builds a real package with the real torch and nvcc from a database this test makes: `submit` and
-`serve --simulate` (the synthetic GPU: real renders and source hashes, made-up timings) over 15
-problems, plain, with FlashAttention's variants, with a value head dim other than d and over a latent
-cache, in copies of the shipped flash_fwd_mma and flash_decode spaces that list the variants (a
+`serve --simulate` (the synthetic GPU: real renders and source hashes, made-up timings) over 16
+problems, plain, with FlashAttention's variants, with a value head dim other than d, over a latent
+cache and over an FP8 cache, in copies of the shipped flash_fwd_mma and flash_decode spaces that list the variants (a
 family's own YAML lists them once its kernels serve them) and in the shipped flash_decode_wgmma space;
 here the kernels are only built, never run. Then checks what runs without a GPU:
   - the dispatch: explain() against this file's own statement of the rule (the kernels built for
@@ -30,7 +30,13 @@ here the kernels are only built, never run. Then checks what runs without a GPU:
     smaller last dim; not a copy, an offset view, v = k, varlen), coverage, specs, plans and the raise
     policy with `latent=1`, mla_decode as attention_kvcache over the view (FlashMLA's layout), the
     fallback's values over the view (paged, contiguous, dense, variants) against float64, and
-    torch.compile.
+    torch.compile;
+  - FP8 caches (k and v float8_e4m3fn with FlashAttention-3's k_descale / v_descale; flash_decode at
+    d=128, kv_dtype=fp8): the dispatch (the FP8 kernel for FP8 calls only, never a 16-bit kernel for
+    them), the argument errors in Python and in the ops, coverage, specs, plans, tuner.json and the
+    raise policy with `kv_dtype=fp8`, the fallback's values over the dequantised cache (paged and
+    contiguous, ragged lengths with NaN bytes past them, scales per (sequence, KV head), one scale and
+    none, variants, the dense entry in both layouts) against float64, opcheck and torch.compile.
 
   ATTNTUNE_BIN=build/attntune python3 tests/torch/test_ops.py
 """
@@ -79,6 +85,9 @@ MLA, WIDE_V = PREFILL[9], DECODE[2]
 # the latent cache (V is K's first 512 columns), and over separate K and V tuned for longer caches.
 LATENT = ["b=4,h=16,hkv=1,s=1,sk=1000,d=576,dv=512,dtype=bf16,causal=0,page=64,latent=1",
           "b=4,h=16,hkv=1,s=1,sk=8000,d=576,dv=512,dtype=bf16,causal=0,page=64"]
+# flash_decode over an FP8 e4m3 cache (kv_dtype=fp8): the package's only d=128 plain decode kernel, so a
+# 16-bit call of its shape has none (an FP8 kernel never serves one).
+FP8 = ["b=16,h=32,hkv=8,s=1,sk=8192,d=128,dtype=bf16,causal=0,page=16,kv_dtype=fp8"]
 VARIANT_KEYS = ("window", "softcap", "sinks")
 
 
@@ -116,7 +125,8 @@ attntune = None
 
 def setUpModule():
     global attntune
-    for space, problems in ((variant_space("flash_fwd_mma"), PREFILL), (variant_space("flash_decode"), DECODE),
+    for space, problems in ((variant_space("flash_fwd_mma"), PREFILL),
+                            (variant_space("flash_decode"), DECODE + FP8),
                             (os.path.join(ROOT, "search_spaces", "flash_decode_wgmma.yaml"), LATENT)):
         run("submit", "--db", DB, "--space", space, *[a for p in problems for a in ("--problem", p)],
             "--budget-evals", "2", "--final-top", "0", "--warm-start", "0")
@@ -191,11 +201,12 @@ def flags(window, softcap, sinks):
     return (window[0] >= 0 or window[1] >= 0, softcap > 0, bool(sinks))
 
 
-def nearest(kernels, entry_bit, d, causal, b, h, hkv, s, sk, window=(-1, -1), softcap=0.0, sinks=False, dv=None):
+def nearest(kernels, entry_bit, d, causal, b, h, hkv, s, sk, window=(-1, -1), softcap=0.0, sinks=False, dv=None,
+            kv_dtype=None):
     """The library's rule as its header states it: of the kernels serving the entry and built for
-    (d, dv, causal, variants), the nearest lengths by |log ratio| sum, then the same GQA group, then
-    the nearest batch * heads, then the first. (For seqlen_q > 16, as here: flash_decode's plan
-    refuses those, so its kernels never win.) dv None: one head dim."""
+    (d, dv, causal, variants, the cache dtype), the nearest lengths by |log ratio| sum, then the same GQA
+    group, then the nearest batch * heads, then the first. (For seqlen_q > 16, as here: flash_decode's
+    plan refuses those, so its kernels never win.) dv None: one head dim; kv_dtype None: a 16-bit cache."""
     causal, window = normalise(causal, window)
     dv = d if dv is None else dv
 
@@ -207,6 +218,8 @@ def nearest(kernels, entry_bit, d, causal, b, h, hkv, s, sk, window=(-1, -1), so
         if p["d"] != d or p.get("dv", p["d"]) != dv or bool(p["causal"]) != causal or not (kern["entries"] & entry_bit):
             continue
         if p.get("latent"):  # serves latent calls alone (explain(..., latent=True)): LatentCaches
+            continue
+        if p.get("kv_dtype") != kv_dtype:  # an FP8 cache's kernels serve FP8 calls alone: Fp8Caches
             continue
         if flags(p.get("window", (-1, -1)), p.get("softcap", 0), p.get("sinks")) != flags(window, softcap, sinks):
             continue
@@ -232,9 +245,11 @@ def kernels_with_entries():
 
 
 def variant_args(p):
-    """explain()'s variant arguments (and value head dim, and latent cache) for a kernel's problem."""
+    """explain()'s variant arguments (and value head dim, latent cache and cache dtype) for a kernel's
+    problem."""
     return dict(window_size=tuple(p.get("window", (-1, -1))), softcap=p.get("softcap", 0.0),
-                sinks=bool(p.get("sinks")), head_dim_v=p.get("dv"), latent=bool(p.get("latent")))
+                sinks=bool(p.get("sinks")), head_dim_v=p.get("dv"), latent=bool(p.get("latent")),
+                kv_dtype=p.get("kv_dtype"))
 
 
 class Dispatch(unittest.TestCase):
@@ -243,7 +258,8 @@ class Dispatch(unittest.TestCase):
         self.kernels = kernels_with_entries()
 
     def test_the_package_holds_what_was_tuned(self):
-        self.assertEqual(sorted(vr.spec_of(k["problem"]) for k in self.kernels), sorted(PREFILL + DECODE + LATENT))
+        self.assertEqual(sorted(vr.spec_of(k["problem"]) for k in self.kernels),
+                         sorted(PREFILL + DECODE + LATENT + FP8))
         for k in self.kernels:
             p = k["problem"]
             want = [key for key, on in zip(VARIANT_KEYS, flags(p.get("window", (-1, -1)), p.get("softcap", 0),
@@ -917,7 +933,7 @@ class ValueHeadDims(unittest.TestCase):
             p = kern["problem"]
             if (p["d"], p.get("dv", p["d"]), bool(p["causal"])) != (d, dv, causal) or not kern["entries"] & bit:
                 continue
-            if kern["variants"] or (kern["template"] == "flash_decode" and s > 16):
+            if kern["variants"] or p.get("kv_dtype") or (kern["template"] == "flash_decode" and s > 16):
                 continue
             k = (round(lr(s, p["s"]) + lr(sk, p["sk"]), 9), 0 if h // hkv == p["h"] // p["hkv"] else 1,
                  round(lr(b * h, p["b"] * p["h"]), 9))
@@ -1398,6 +1414,275 @@ class LatentCaches(unittest.TestCase):
         table, lens = torch.tensor([[0, 1], [5, 2]], dtype=torch.int32), torch.tensor([20, 7], dtype=torch.int32)
         compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
         for got, want in zip(compiled(q, kv, table, lens), f(q, kv, table, lens)):
+            self.assertEqual(got.shape, want.shape)
+            self.assertTrue(torch.equal(got, want))
+
+
+def fp8(*shape, scale=2.0):
+    """Random e4m3 values (float8_e4m3fn) of `shape`: normal values times `scale`, rounded to e4m3."""
+    return (torch.randn(*shape) * scale).to(torch.float8_e4m3fn)
+
+
+class Fp8Caches(unittest.TestCase):
+    """FP8 e4m3 KV caches (docs/CONTRACT.md "FP8 KV caches"; FlashAttention-3's call): k and v
+    float8_e4m3fn, q and out bf16/fp16, k_descale / v_descale float32 [batch, heads_kv] (or one scale).
+    The package holds FP8: flash_decode at d=128 over an FP8 cache (built, never run here)."""
+
+    def setUp(self):
+        attntune.set_policy("sdpa", 16.0)
+        attntune.reset_coverage()
+        torch.manual_seed(8)
+        self.kernels = kernels_with_entries()
+        self.specs = [vr.spec_of(k["problem"]) for k in self.kernels]
+        self.fp8 = self.specs.index(FP8[0])
+
+    def explain(self, entry, sk=8192, d=128, **kw):
+        return attntune.explain(entry, "bf16", d, False, 16, 32, 8, 1, sk, **kw)
+
+    # -- the dispatch: attntune_options.kv_dtype
+
+    def test_the_kernel_says_fp8(self):
+        k = self.kernels[self.fp8]
+        self.assertEqual((k["template"], k["problem"]["kv_dtype"], k["variants"]), ("flash_decode", "fp8", []))
+        self.assertEqual(k["entries"], 3)  # flash_decode: the dense and kvcache entries
+        for other in self.kernels[:self.fp8] + self.kernels[self.fp8 + 1:]:
+            self.assertNotIn("kv_dtype", other["problem"])
+
+    def test_only_fp8_calls_run_the_fp8_kernel(self):
+        for entry in ("attention_kvcache", "attention"):
+            self.assertEqual(self.explain(entry, kv_dtype="fp8"), (self.fp8, ""), entry)
+            self.assertEqual(self.explain(entry, sk=3000, kv_dtype="fp8")[0], self.fp8, entry)
+            # A 16-bit call of its shape: no kernel (never the FP8 one), however near its lengths.
+            k, why = self.explain(entry)
+            self.assertNotEqual(k, self.fp8, entry)
+            self.assertEqual(self.explain(entry, kv_dtype="bf16"), (k, why), entry)  # q's dtype: a 16-bit cache
+        self.assertEqual(self.explain("attention_kvcache"),
+                         (-1, "no kernel of the library serves attention_kvcache with head_dim=128 is_causal=0"))
+        # Other dims, variants or lengths far off: the reason names the FP8 cache.
+        self.assertEqual(self.explain("attention_kvcache", d=64, kv_dtype="fp8"),
+                         (-1, "no kernel of the library serves attention_kvcache with head_dim=64 is_causal=0 over "
+                              "an FP8 e4m3 cache (kv_dtype=fp8)"))
+        self.assertEqual(self.explain("attention_kvcache", softcap=30.0, kv_dtype="fp8")[0], -1)
+        k, why = self.explain("attention_kvcache", sk=8192 * 64, kv_dtype="fp8")
+        self.assertEqual(k, -1)
+        self.assertIn("max_length_ratio", why)
+        with self.assertRaisesRegex(RuntimeError, "kv_dtype 'fp8' is for attention and attention_kvcache"):
+            attntune.explain("attention_varlen", "bf16", 128, False, 16, 32, 8, 1, 8192, kv_dtype="fp8")
+        with self.assertRaisesRegex(ValueError, r"explain: kv_dtype must be None \(a cache of q's dtype\), 'fp8'"):
+            self.explain("attention_kvcache", kv_dtype="fp16")
+        with self.assertRaisesRegex(RuntimeError, "explain: kv_dtype must be None"):
+            torch.ops.attntune.explain(2, "bf16", 128, False, 16, 32, 8, 1, 8192, [-1, -1], 0.0, False, 0, False,
+                                       "e5m2")
+
+    # -- the arguments
+
+    def test_arguments_are_checked(self):
+        B, H, Hkv, D = 2, 4, 2, 64
+        q, kv = rand(B, 1, H, D), fp8(B, 16, Hkv, D)
+        bf = rand(B, 16, Hkv, D)
+        good = torch.ones(B, Hkv)
+        bad = [((kv, bf), {}, r"k_cache and v_cache must both be float8_e4m3fn \(an FP8 cache\) or neither "
+                              r"\(k_cache float8_e4m3fn, v_cache bfloat16\)"),
+               ((bf, kv), {}, "k_cache and v_cache must both be float8_e4m3fn"),
+               ((kv.to(torch.float8_e5m2), kv.to(torch.float8_e5m2)), {}, "an FP8 cache is float8_e4m3fn"),
+               ((kv, kv), dict(q=q.to(torch.float8_e4m3fn)), r"fp16 or bf16 queries \(q is float8_e4m3fn\): FP8 "
+                                                             "queries are not supported"),
+               ((kv, kv), dict(q=q.float()), r"fp16 or bf16 queries \(q is float32\)"),
+               ((bf, bf), dict(k_descale=good), r"k_descale dequantises an FP8 \(float8_e4m3fn\) cache; this cache "
+                                                "is bfloat16"),
+               ((bf, bf), dict(v_descale=good), "v_descale dequantises an FP8"),
+               ((kv, kv), dict(k_descale=good.double()), "k_descale must be float32 \\(got float64\\)"),
+               ((kv, kv), dict(v_descale=torch.ones(B, H)), r"v_descale must be \[batch, heads_kv\] \(\[2, 2\]: a "
+                                                           r"scale per sequence and KV head\), \[1\] or 0-d \(one "
+                                                           r"scale; got \[2, 4\]\)"),
+               ((kv, kv), dict(k_descale=torch.ones(B * Hkv)), r"k_descale must be \[batch, heads_kv\]"),
+               ((kv, kv), dict(k_descale=torch.ones(B, Hkv, device="meta")), "k_descale must be on q's device"),
+               ((kv, kv), dict(k_descale=0.5), r"k_descale must be a float32 tensor .* or None \(got float; for one "
+                                               r"scale pass torch.tensor\(x\)\)")]
+        for (kc, vc), kw, pattern in bad:
+            kw = dict(kw)
+            qq = kw.pop("q", q)
+            with self.assertRaisesRegex(ValueError, "attntune.attention_kvcache: .*" + pattern, msg=pattern):
+                attntune.attention_kvcache(qq, kc, vc, **kw)
+            ks = kw.get("k_descale", good)
+            if not isinstance(ks, torch.Tensor) or ks.device.type == "meta":  # a meta tensor runs the fake
+                continue
+            # The ops say the same (RuntimeError), before any dispatch.
+            with self.assertRaisesRegex(RuntimeError, "attntune.attention_kvcache: .*" + pattern, msg=pattern):
+                torch.ops.attntune.attention_kvcache(qq, kc, vc, None, None, None, False, False, [-1, -1], 0.0, None,
+                                                     kw.get("k_descale"), kw.get("v_descale"))
+        # The dense entry checks the same (its caches [B, Hkv, Sk, D]); varlen takes no FP8 cache.
+        qd, kd = rand(B, H, 3, D), fp8(B, Hkv, 16, D)
+        with self.assertRaisesRegex(ValueError, r"attntune.attention: k_descale must be \[batch, heads_kv\] "
+                                                r"\(\[2, 2\]"):
+            attntune.attention(qd, kd, kd, k_descale=torch.ones(Hkv, B + 1))
+        with self.assertRaisesRegex(ValueError, "attention: k and v must both be float8_e4m3fn"):
+            attntune.attention(qd, kd, rand(B, Hkv, 16, D))
+        with self.assertRaisesRegex(RuntimeError, "attntune.attention: k and v must both be float8_e4m3fn"):
+            torch.ops.attntune.attention(qd, rand(B, Hkv, 16, D), kd)
+        cu = torch.tensor([0, 8], dtype=torch.int32)
+        xk = fp8(8, Hkv, D)
+        with self.assertRaisesRegex(ValueError, "attention_varlen: FP8 caches are read by attention and "
+                                                "attention_kvcache only"):
+            attntune.attention_varlen(rand(8, H, D), xk, xk, cu, cu, 8, 8)
+        with self.assertRaisesRegex(RuntimeError, "attntune.attention_varlen: FP8 caches are read by"):
+            torch.ops.attntune.attention_varlen(rand(8, H, D), xk, xk, cu, cu, 8, 8)
+        # Accepted: [B, Hkv], [1], 0-d and None, in any combination.
+        for ks, vs in ((good, good), (torch.ones(1), None), (None, torch.tensor(2.0)), (None, None)):
+            out = attntune.attention_kvcache(q, kv, kv, k_descale=ks, v_descale=vs)
+            self.assertEqual((out.shape, out.dtype), (q.shape, q.dtype))
+
+    # -- the fallback: the dequantised cache through the fp32 path (CPU tensors fall back)
+
+    def check_kvcache(self, B, H, Hkv, D, S, page, lens, causal, scales, variants, dtype=torch.bfloat16):
+        Sk = max(lens) + 5
+        q = rand(B, S, H, D, dtype=dtype)
+        k, v = fp8(B, Hkv, Sk, D), fp8(B, Hkv, Sk, D)
+        if scales == "per_head":
+            kd, vd = torch.rand(B, Hkv) * 2 + 0.05, torch.rand(B, Hkv) * 0.5 + 0.01
+        elif scales == "one":
+            kd, vd = torch.tensor([1.7]), torch.tensor(0.3)
+        else:
+            kd = vd = None
+        kc, vc, table = vr.paged_cache(k, v, lens, page, S)  # NaN bytes past each length
+        seqlens = torch.tensor(lens, dtype=torch.int32)
+        out = torch.full((B, S, H, D), float("nan"), dtype=dtype)
+        _, lse = attntune.attention_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table, is_causal=causal,
+                                            return_lse=True, out=out, k_descale=kd, v_descale=vd, **variants)
+        (row,) = attntune.coverage(reset=True)
+        self.assertEqual(row["problem"]["kv_dtype"], "fp8")
+        # The reference: float64 over the dequantised cache (k.float() * k_descale[b, h]).
+        kq = vr.dequantised(k.transpose(1, 2), kd).transpose(1, 2)
+        vq = vr.dequantised(v.transpose(1, 2), vd).transpose(1, 2)
+        args = dict(causal=causal, window=variants.get("window_size", (-1, -1)),
+                    softcap=variants.get("softcap", 0.0), sinks=variants.get("sinks"), len_k=lens)
+        qh = q.transpose(1, 2)
+        ref64, lse64 = vr.attention(qh, kq, vq, 1 / math.sqrt(D), **args)
+        lowp, _ = vr.attention(qh, kq, vq, 1 / math.sqrt(D), dtype=dtype, **args)
+        ok, msg = vr.compare(out.transpose(1, 2), lse, ref64, lse64, lowp, dtype)
+        self.assertTrue(ok, f"fp8 kvcache page={page} S={S} causal={causal} scales={scales} {variants}: {msg}")
+        return out, lse
+
+    def test_fallback_values(self):
+        H = 8
+        for B, Hkv, D, S, page, lens, causal, scales, variants in (
+                (3, 2, 64, 1, 16, [0, 33, 64], False, "per_head", {}),
+                (3, 2, 64, 2, 16, [1, 40, 17], True, "per_head", {}),
+                (2, 8, 128, 1, 0, [50, 7], False, "one", {}),
+                (4, 1, 64, 3, 64, [70, 1, 0, 64], True, None, {}),
+                (3, 4, 64, 2, 16, [30, 64, 9], True, "per_head", dict(window_size=(10, 0), softcap=30.0)),
+                (2, 2, 64, 1, 0, [20, 41], False, "per_head", dict(sinks=sink_logits(H, 4)))):
+            self.check_kvcache(B, H, Hkv, D, S, page, lens, causal, scales, variants)
+        self.check_kvcache(2, 4, 2, 64, 1, 16, [9, 30], False, "per_head", {}, dtype=torch.float16)
+
+    def test_the_scales_are_applied(self):
+        # The same cache bytes with the scales doubled: K's double every score's logit, V's the output.
+        B, H, Hkv, D = 2, 4, 2, 64
+        q, k, v = rand(B, 1, H, D), fp8(B, 20, Hkv, D), fp8(B, 20, Hkv, D)
+        ones = torch.ones(B, Hkv)
+        base = attntune.attention_kvcache(q, k, v, k_descale=ones, v_descale=ones).double()
+        self.assertTrue(torch.equal(attntune.attention_kvcache(q, k, v).double(), base))
+        out = attntune.attention_kvcache(q, k, v, k_descale=ones, v_descale=ones * 2).double()
+        self.assertLess((out - 2 * base).abs().max().item(), 2 ** -6 * base.abs().max().item())
+        sharp = attntune.attention_kvcache(q, k, v, k_descale=ones * 2, v_descale=ones).double()
+        want = attntune.attention_kvcache(q, k, v, scale=2 / math.sqrt(D)).double()
+        self.assertLess((sharp - want).abs().max().item(), 1e-2)
+        # Per (sequence, KV head): only sequence 1's KV head 0 (query heads 0 and 1) changes.
+        per = ones.clone()
+        per[1, 0] = 3.0
+        got = attntune.attention_kvcache(q, k, v, v_descale=per).double()
+        self.assertTrue(torch.equal(got[0], base[0]))
+        self.assertTrue(torch.equal(got[1, :, 2:], base[1, :, 2:]))
+        self.assertLess((got[1, :, :2] - 3 * base[1, :, :2]).abs().max().item(), 2 ** -5 * base.abs().max().item())
+
+    def test_dense_entry(self):
+        B, H, Hkv, S, Sk, D = 2, 8, 2, 3, 45, 64
+        kd, vd = torch.rand(B, Hkv) + 0.5, torch.rand(B, Hkv) + 0.5
+        for layout, causal, variants in (("bhsd", False, {}), ("bshd", True, {}), ("bhsd", True, dict(softcap=30.0))):
+            q, k, v = rand(B, H, S, D), fp8(B, Hkv, Sk, D), fp8(B, Hkv, Sk, D)
+            qq, kk, vv = (q, k, v) if layout == "bhsd" else (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+            out, lse = attntune.attention(qq, kk, vv, is_causal=causal, layout=layout, return_lse=True, k_descale=kd,
+                                          v_descale=vd, **variants)
+            oh = out if layout == "bhsd" else out.transpose(1, 2)
+            kq = vr.dequantised(k.transpose(1, 2), kd).transpose(1, 2)
+            vq = vr.dequantised(v.transpose(1, 2), vd).transpose(1, 2)
+            args = dict(causal=causal, softcap=variants.get("softcap", 0.0))
+            ref64, lse64 = vr.attention(q, kq, vq, 1 / math.sqrt(D), **args)
+            lowp, _ = vr.attention(q, kq, vq, 1 / math.sqrt(D), dtype=torch.bfloat16, **args)
+            ok, msg = vr.compare(oh, lse, ref64, lse64, lowp, torch.bfloat16)
+            self.assertTrue(ok, f"fp8 dense {layout} causal={causal} {variants}: {msg}")
+
+    # -- coverage, specs, plans, tuner.json and the raise policy
+
+    def test_coverage_plans_and_raises_fp8_problems(self):
+        q, kv = rand(4, 1, 32, 128), fp8(70, 16, 8, 128)
+        table = torch.arange(64, dtype=torch.int32).view(4, 16)
+        lens = torch.tensor([200, 1, 100, 256], dtype=torch.int32)
+        ds = torch.ones(4, 8)
+        for _ in range(2):
+            attntune.attention_kvcache(q, kv, kv, cache_seqlens=lens, block_table=table, k_descale=ds, v_descale=ds)
+        attntune.attention_kvcache(q, kv.float().bfloat16(), kv.float().bfloat16(), cache_seqlens=lens,
+                                   block_table=table)  # the same shape over a bf16 cache: another problem
+        rows = {attntune.problem_spec(r): r for r in attntune.coverage()}
+        spec = "b=4,h=32,hkv=8,s=1,sk=256,d=128,dtype=bf16,causal=0,page=16,kv_dtype=fp8"
+        self.assertEqual(sorted(rows), sorted([spec, spec.replace(",kv_dtype=fp8", "")]))
+        row = rows[spec]
+        self.assertEqual((row["calls"], row["problem"]["kv_dtype"], row["dtype"]), (2, "fp8", "bf16"))
+        self.assertNotIn("kv_dtype", rows[spec.replace(",kv_dtype=fp8", "")]["problem"])
+        self.assertIn(spec + "       2  fp32 fallback: tensors on cpu", attntune.coverage_table())
+        # A GPU's row (tunable): flash_decode tunes FP8 decode; no family FP8 chunked prefill.
+        support = json.load(open(os.path.join(PKG, "attntune", "tuner.json")))
+        fams = {f["family"]: f["support"] for f in support["families"]}
+        self.assertEqual(fams["flash_decode"]["kv_fp8"], ["0", "1"])
+        self.assertNotIn("1", fams["flash_fwd_mma"].get("kv_fp8", []))
+        row = dict(row, tunable=True, fallback="no kernel")
+        self.assertEqual(attntune.untunable(row, support), "")
+        chunk = dict(row, problem=dict(row["problem"], s=512, sk=4096))
+        self.assertIn("flash_fwd_mma tunes no FP8 KV cache", attntune.untunable(chunk, support))
+        old = {"families": [{"family": "flash_decode", "regimes": ["decode"],
+                             "support": {"d": ["128"], "dtype": ["bf16"]}}]}
+        self.assertEqual(attntune.untunable(row, old),
+                         "no attntune family tunes this decode problem (flash_decode tunes no FP8 KV cache)")
+        plan = attntune.plan_from_coverage([row], "fp8-serving")
+        self.assertEqual(plan["problems"], [{"problem": spec, "regime": "decode"}])
+        db = os.path.join(WORK, "fp8-queue.db")
+        r = run("submit", "--db", db, "--problem", spec, "--format", "json")
+        queued = json.loads(r.stdout)[0]
+        self.assertEqual(queued["problem"]["kv_dtype"], "fp8", r.stdout)
+        self.assertTrue(queued["campaign"].endswith(":" + spec), r.stdout)
+        self.assertIn("flash_decode", queued["campaign"].split(":")[0])
+        # The raise policy names the FP8 problem.
+        attntune.set_policy("raise", 16.0)
+        with self.assertRaisesRegex(RuntimeError, "attntune.attention_kvcache: no tuned kernel for b=4,h=32,hkv=8,"
+                                                  "s=1,sk=256,d=128,causal=0,kv_dtype=fp8: tensors on cpu"):
+            attntune.attention_kvcache(q, kv, kv, cache_seqlens=lens, block_table=table)
+
+    # -- the fakes
+
+    def test_opcheck_and_fullgraph(self):
+        ops = torch.ops.attntune
+        qd, kc = rand(2, 3, 4, 64), fp8(6, 16, 2, 64)
+        table, lens = torch.tensor([[0, 1], [5, 2]], dtype=torch.int32), torch.tensor([20, 7], dtype=torch.int32)
+        ds = torch.rand(2, 2) + 0.5
+        # opcheck's test_schema perturbs every input arithmetically, which torch has no FP8 kernels for on
+        # the CPU: the fake and AOT-dispatch checks, against the real op.
+        tests = ("test_faketensor", "test_aot_dispatch_dynamic")
+        torch.library.opcheck(ops.attention_kvcache.default, (qd, kc, kc, lens, table, None, True, True, [-1, -1],
+                                                              0.0, None, ds, torch.tensor(0.5)), test_utils=tests)
+        q, k = rand(2, 4, 3, 64), fp8(2, 2, 11, 64)
+        torch.library.opcheck(ops.attention.default, (q, k, k, None, True, True, [-1, -1], 0.0, None, ds, ds),
+                              test_utils=tests)
+        torch.library.opcheck(ops.attention_into.default, (q, k, k, torch.empty_like(q), None, None, False,
+                                                           [-1, -1], 0.0, None, None, ds), test_utils=tests)
+        torch._dynamo.reset()
+
+        def f(q, kc, table, lens, ds):
+            out, lse = attntune.attention_kvcache(q, kc, kc, cache_seqlens=lens, block_table=table, is_causal=True,
+                                                  return_lse=True, k_descale=ds, v_descale=ds)
+            return out * 2, lse
+
+        compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+        for got, want in zip(compiled(qd, kc, table, lens, ds), f(qd, kc, table, lens, ds)):
             self.assertEqual(got.shape, want.shape)
             self.assertTrue(torch.equal(got, want))
 

@@ -65,13 +65,34 @@ into $ATTNTUNE_TORCH_LATENT_TUNE_DB or a temporary database). Then, policy "rais
   - the fallback over the view (max_length_ratio 1: SDPA), against float64;
   - torch.compile(fullgraph=True) and a captured CUDA graph (new inputs, replay) of mla_decode,
     against float64.
+
+FP8 KV caches (k and v float8_e4m3fn, q bf16, FlashAttention-3's k_descale / v_descale; issue 42,
+docs/design/torch.md "FP8 KV caches"): compute capability 8.9 or newer, else SKIP. The package is
+$ATTNTUNE_TORCH_FP8_PKG, else one exported from $ATTNTUNE_TORCH_FP8_DB, else one this test tunes
+(FP8_PROBLEMS: paged decode d=128, 32/8 heads, pages of 16, s=1 and causal s=2, and dense decode d=64,
+kv_dtype=fp8, which flash_decode tunes; $ATTNTUNE_TORCH_FP8_BUDGET evaluations each, default 2, into
+$ATTNTUNE_TORCH_FP8_TUNE_DB or a temporary database). Then, policy "raise":
+  - every FP8 kernel through its entry points (attention_kvcache paged with shuffled pages of its own
+    size and of 16, ragged lengths with NaN bytes past each, a contiguous cache; the dense entry in
+    both layouts), on its tuned and odd shapes, with scales per (sequence, KV head) (contiguous and
+    strided), one scale ([1], 0-d) and none, NaN-poisoned out and LSE, against float64 over the
+    dequantised cache (FlashAttention-2's criterion); every call ran an FP8 kernel (coverage: label,
+    problem), and explain(..., kv_dtype="fp8") names it where explain without does not;
+  - the same shape over a bf16 cache raises (an FP8 kernel never serves it), naming the problem;
+  - the fallback on the GPU (max_length_ratio 1, and head_dim 96, which no kernel has): the cache
+    dequantised per (sequence, KV head) through the fp32 path, paged, contiguous and dense;
+  - torch.compile(fullgraph=True) of an FP8 kernel's call, and captured CUDA graphs (new cache bytes
+    and new scales in the captured tensors, replay) of a kernel's call and of the fallback's, against
+    float64.
 Prints a table last.
 
   ATTNTUNE_TORCH_PKG=pkg python3 tests/torch/test_ops_gpu.py [--min-seconds 1.0] [--rounds 4]
   python3 tests/torch/test_ops_gpu.py --variants-only     # or ATTNTUNE_TORCH_VARIANTS_ONLY=1 (ctest)
   python3 tests/torch/test_ops_gpu.py --dv-only           # or ATTNTUNE_TORCH_DV_ONLY=1: value head dims
   python3 tests/torch/test_ops_gpu.py --latent-only       # or ATTNTUNE_TORCH_LATENT_ONLY=1: latent caches
-  ATTNTUNE_TORCH_VARIANTS=0, ATTNTUNE_TORCH_DV=0, ATTNTUNE_TORCH_LATENT=0: leave that phase out
+  python3 tests/torch/test_ops_gpu.py --fp8-only          # or ATTNTUNE_TORCH_FP8_ONLY=1: FP8 KV caches
+  ATTNTUNE_TORCH_VARIANTS=0, ATTNTUNE_TORCH_DV=0, ATTNTUNE_TORCH_LATENT=0, ATTNTUNE_TORCH_FP8=0: leave that
+  phase out
 """
 import argparse
 import ctypes
@@ -108,14 +129,19 @@ def main():
                     default=os.environ.get("ATTNTUNE_TORCH_LATENT_ONLY", "0") == "1")
     ap.add_argument("--no-latent", action="store_true",
                     default=os.environ.get("ATTNTUNE_TORCH_LATENT", "1") == "0")
+    ap.add_argument("--fp8-only", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_FP8_ONLY", "0") == "1")
+    ap.add_argument("--no-fp8", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_FP8", "1") == "0")
     args = ap.parse_args()
     device = os.environ.get("ATTNTUNE_TORCH_VARIANTS_DEVICE", "cuda")  # "cpu": a rehearsal of the variants phase
     dv_device = os.environ.get("ATTNTUNE_TORCH_DV_DEVICE", "cuda")  # "cpu": a rehearsal of the value-dims phase
     latent_device = os.environ.get("ATTNTUNE_TORCH_LATENT_DEVICE", "cuda")  # "cpu": a rehearsal of the latent phase
+    fp8_device = os.environ.get("ATTNTUNE_TORCH_FP8_DEVICE", "cuda")  # "cpu": a rehearsal of the FP8 phase
     if args.dv_only:
         device = dv_device
     if args.latent_only:
         device = latent_device
+    if args.fp8_only:
+        device = fp8_device
     if device == "cuda" and not torch.cuda.is_available():
         print("SKIP: no CUDA device (torch.cuda.is_available() is False)")
         return SKIP
@@ -124,7 +150,9 @@ def main():
     os.environ.setdefault("ATTNTUNE_TORCH_CACHE", os.path.join(work, "cache"))
     os.environ["ATTNTUNE_TORCH_NO_AUTOLOAD"] = "1"
     failures = []
-    if args.latent_only:
+    if args.fp8_only:
+        failures += fp8_phase(work, fp8_device)
+    elif args.latent_only:
         failures += latent_phase(work, latent_device)
     elif args.dv_only:
         failures += dv_phase(work, dv_device)
@@ -137,6 +165,8 @@ def main():
             failures += dv_phase(work, dv_device)
         if not args.variants_only and not args.no_latent:
             failures += latent_phase(work, latent_device)
+        if not args.variants_only and not args.no_fp8:
+            failures += fp8_phase(work, fp8_device)
     print(f"\n{'PASSED' if not failures else 'FAILED'}: {len(failures)} failure(s)")
     for m in failures:
         print(f"  {m}")
@@ -1349,6 +1379,295 @@ def latent_phase(work, device="cuda"):
         except RuntimeError as e:
             record(False, "CUDA graph (capture, new inputs, replay) mla_decode", str(e).splitlines()[0][:300])
     return [f"latent: {f}" for f in failures]
+
+
+# ------------------------------------------------------------------ the FP8-cache phase
+
+# What the FP8 phase tunes when it is given no package or database (issue 42): decode over an FP8 e4m3
+# cache with q bf16, which flash_decode tunes: paged (a Llama-3-8B-like layer, 32/8 heads, pages of
+# 16), one query a sequence and two (speculative decoding, causal), and a contiguous cache through the
+# dense entry at d=64.
+FP8_PROBLEMS = [
+    "b=4,h=32,hkv=8,s=1,sk=2048,d=128,dtype=bf16,causal=0,page=16,kv_dtype=fp8",
+    "b=4,h=32,hkv=8,s=2,sk=2048,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8",
+    "b=2,h=8,hkv=2,s=1,sk=4096,d=64,dtype=bf16,causal=0,kv_dtype=fp8",
+]
+
+
+def fp8_package(work):
+    """The FP8 phase's package (tuned_package: $ATTNTUNE_TORCH_FP8_*, FP8_PROBLEMS)."""
+    return tuned_package(work, "ATTNTUNE_TORCH_FP8", FP8_PROBLEMS, "fp8", "fp8")
+
+
+def fp8_phase(work, device="cuda"):
+    """The FP8-cache phase (k and v float8_e4m3fn with FlashAttention-3's scales; the module's
+    docstring); returns its failures. device "cpu" rehearses it without a GPU
+    (ATTNTUNE_TORCH_FP8_DEVICE=cpu, with a package or a database): every call falls back there, so
+    the kernel checks check the fallback, and graphs and inductor are left out."""
+    print("\n==== FP8 KV caches: float8_e4m3fn k and v, k_descale / v_descale")
+    gpu = device == "cuda"
+    if gpu and torch.cuda.get_device_capability() < (8, 9):
+        major, minor = torch.cuda.get_device_capability()
+        print(f"  SKIP FP8 caches: the kernels convert e4m3 on sm_89 and newer; this GPU is sm_{major}{minor}")
+        return []
+    try:
+        pkg, notes = fp8_package(work)
+    except RuntimeError as e:
+        print(f"  FAIL {e}")
+        return [f"fp8: {e}"]
+    if "attntune" not in sys.modules:
+        sys.path.insert(0, pkg)
+    import attntune  # noqa: E402
+    import variant_reference as vr  # noqa: E402
+    t0 = time.time()
+    lib = attntune.load(os.path.join(pkg, "attntune", "kernels.cu"), namespace="attntune_fp8")
+    print(f"loaded {pkg} in {time.time() - t0:.0f} s: {len(lib.kernels())} kernels")
+    for n in notes:
+        print(f"  {n}")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[lib.info["dtype"]]
+    fp8 = torch.float8_e4m3fn
+    failures = []
+    gen = torch.Generator(device=device)
+
+    def randn(*shape, seed):
+        gen.manual_seed(seed)
+        return torch.randn(*shape, device=device, dtype=dtype, generator=gen)
+
+    def cache_values(*shape, seed):
+        """Random e4m3 values (float8_e4m3fn) on the device: normals times 2, rounded to e4m3."""
+        gen.manual_seed(seed)
+        return (torch.randn(*shape, device=device, generator=gen) * 2).to(fp8)
+
+    def scales(kind, B, Hkv, seed):
+        """(k_descale, v_descale) of a kind: "per_head" [B, Hkv] contiguous, "strided" [B, Hkv] as a
+        transposed [Hkv, B], "one" [1] and 0-d, None."""
+        g = torch.Generator().manual_seed(seed)
+        if kind is None:
+            return None, None
+        if kind == "one":
+            return (torch.tensor([0.05 + 1.5 * float(torch.rand((), generator=g))], device=device),
+                    torch.tensor(0.05 + 1.5 * float(torch.rand((), generator=g)), device=device))
+        k, v = (torch.rand(B, Hkv, generator=g) * 2 + 0.01, torch.rand(B, Hkv, generator=g) * 0.5 + 0.01)
+        if kind == "strided":
+            k, v = k.t().contiguous().t(), v.t().contiguous().t()
+        return k.to(device), v.to(device)
+
+    def record(ok, what, msg):
+        print(f"  {'ok  ' if ok else 'FAIL'} {what:<100} {msg}")
+        if not ok:
+            failures.append(what)
+
+    def call(fn, what):
+        """fn()'s result, or None when it raised (under the raise policy a fallback raises)."""
+        try:
+            r = fn()
+            if gpu:
+                torch.cuda.synchronize()
+            return r if r is not None else True
+        except RuntimeError as e:
+            record(False, what, str(e).splitlines()[0][:300])
+            return None
+
+    def reference(q, k, v, kd, vd, scale, **args):
+        """float64 and low-precision attention of q [B, H, S, D] over the dequantised caches k, v
+        [B, Hkv, Sk, D] (float8_e4m3fn) times their scales per (sequence, KV head)."""
+        kq = vr.dequantised(k.transpose(1, 2), kd).transpose(1, 2)
+        vq = vr.dequantised(v.transpose(1, 2), vd).transpose(1, 2)
+        return vr.attention(q, kq, vq, scale, **args), vr.attention(q, kq, vq, scale, dtype=dtype, **args)[0]
+
+    def ragged(B, Sk, seed):
+        g = torch.Generator().manual_seed(seed)
+        return [[Sk, 0, 1, (Sk // 2) | 1, int(torch.randint(1, Sk + 1, (1,), generator=g))][b % 5] for b in range(B)]
+
+    def check_kvcache(B, H, Hkv, S, Sk, D, causal, page, kind, seed, tag):
+        """One call over an FP8 cache of Sk keys at most (pages of `page`, 0: contiguous), ragged
+        lengths with NaN bytes past each, scales of `kind`."""
+        scale = 1 / math.sqrt(D)
+        q = randn(B, H, S, D, seed=seed)
+        k, v = cache_values(B, Hkv, Sk, D, seed=seed + 1), cache_values(B, Hkv, Sk, D, seed=seed + 2)
+        kd, vd = scales(kind, B, Hkv, seed)
+        lens = ragged(B, Sk, seed)
+        # The pages on the host (the same bytes; NaN past each length), then on the device.
+        kc, vc, table = vr.paged_cache(k.cpu(), v.cpu(), lens, page, seed)
+        kc, vc = kc.to(device), vc.to(device)
+        table = table.to(device) if table is not None else None
+        seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
+        qt = q.transpose(1, 2)  # [B, S, H, D]
+        out = torch.full((B, S, H, D), float("nan"), device=device, dtype=dtype)
+        lse = torch.full((B, H, S), float("nan"), device=device)
+        what = (f"{tag} kvcache {'page=' + str(page) if page else 'contiguous'} b={B} h={H} hkv={Hkv} s={S} "
+                f"sk<={Sk} d={D} causal={int(causal)} scales={kind}")
+        if not call(lambda: lib.ops.attention_kvcache_into(qt, kc, vc, seqlens, table, out, lse, scale, causal,
+                                                           [-1, -1], 0.0, None, kd, vd), what):
+            return
+        (ref64, lse64), lowp = reference(q, k, v, kd, vd, scale, causal=causal, len_k=lens)
+        ok, msg = vr.compare(out.transpose(1, 2), lse, ref64, lse64, lowp, dtype)
+        record(ok, what, msg)
+
+    def check_dense(B, H, Hkv, S, Sk, D, causal, layout, kind, seed, tag):
+        """The dense entry over an FP8 cache: k, v [B, Hkv, Sk, D] (layout "bshd": [B, Sk, Hkv, D] storage)."""
+        scale = 1 / math.sqrt(D)
+        q = randn(B, H, S, D, seed=seed)
+        if layout == "bshd":
+            k = cache_values(B, Sk, Hkv, D, seed=seed + 1).transpose(1, 2)
+            v = cache_values(B, Sk, Hkv, D, seed=seed + 2).transpose(1, 2)
+            q = q.transpose(1, 2).contiguous().transpose(1, 2)
+        else:
+            k, v = cache_values(B, Hkv, Sk, D, seed=seed + 1), cache_values(B, Hkv, Sk, D, seed=seed + 2)
+        kd, vd = scales(kind, B, Hkv, seed)
+        out = torch.full((B, H, S, D), float("nan"), device=device, dtype=dtype)
+        if layout == "bshd":
+            out = out.transpose(1, 2).contiguous().transpose(1, 2)
+        lse = torch.full((B, H, S), float("nan"), device=device)
+        what = f"{tag} dense {layout} b={B} h={H} hkv={Hkv} s={S} sk={Sk} d={D} causal={int(causal)} scales={kind}"
+        if not call(lambda: lib.ops.attention_into(q, k, v, out, lse, scale, causal, [-1, -1], 0.0, None, kd, vd),
+                    what):
+            return
+        (ref64, lse64), lowp = reference(q, k, v, kd, vd, scale, causal=causal)
+        ok, msg = vr.compare(out, lse, ref64, lse64, lowp, dtype)
+        record(ok, what, msg)
+
+    # -- the FP8 kernels, policy "raise": every call must run one
+    kernels = lib.kernels()
+    entries = {}
+    for name, specs in lib.info.get("entry_points", {}).items():
+        for spec in specs:
+            entries.setdefault(spec, []).append(ENTRY_POINTS[name])
+    fp8_kernels = [k for k in kernels if k["problem"].get("kv_dtype") == "fp8"]
+    print(f"fp8: {len(fp8_kernels)} kernels built for an FP8 cache: "
+          + ("; ".join(vr.spec_of(k["problem"]) for k in fp8_kernels) or "none"))
+    if not fp8_kernels:
+        failures.append("fp8: the package holds no kernel built for an FP8 cache")
+    lib.set_policy("raise" if gpu else "sdpa", 1e9)
+    lib.reset_coverage()
+    first = None
+    kinds = ("per_head", "strided", "one", None)
+    for i, kinfo in enumerate(fp8_kernels):
+        p = kinfo["problem"]
+        B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+        page = p.get("page") or 0
+        how = entries.get(vr.spec_of(p), [])
+        tag = f"k{i}"
+        first = first or p
+        odd = (Sk * 3 // 4) | 1
+        if "attention_kvcache" in how:
+            for j, (b, sk, pg, kind) in enumerate(((B, Sk, page or 16, "per_head"), (max(5, B), odd, page or 16, "strided"),
+                                                   (max(5, B), odd, 16, "one"), (B, Sk, 0, "per_head"),
+                                                   (3, 5000, page or 64, None))):
+                check_kvcache(b, H, Hkv, S, sk, D, causal, pg, kind, 100 + 10 * i + j, tag)
+        if "attention" in how:
+            for j, (b, sk, layout) in enumerate(((B, Sk, "bhsd"), (3, odd, "bshd"))):
+                check_dense(b, H, Hkv, S, sk, D, causal, layout, kinds[j % len(kinds)], 200 + 10 * i + j, tag)
+        # explain: the FP8 kernel for the FP8 call, another (or none) for the same sizes over a bf16 cache.
+        entry = "attention_kvcache" if "attention_kvcache" in how else "attention"
+        got = lib.explain(entry, lib.info["dtype"], D, causal, B, H, Hkv, S, Sk, kv_dtype="fp8")
+        plain = lib.explain(entry, lib.info["dtype"], D, causal, B, H, Hkv, S, Sk)
+        ok = got[0] >= 0 and kernels[got[0]]["problem"].get("kv_dtype") == "fp8" and (
+            plain[0] < 0 or kernels[plain[0]]["problem"].get("kv_dtype") != "fp8")
+        record(bool(ok), f"{tag} explain: kv_dtype='fp8' names an FP8 kernel, a 16-bit cache none", f"{got} / {plain}")
+    for r in lib.coverage():
+        if r["kernel"] is None and gpu:
+            record(False, f"{r['entry']} {attntune.problem_spec(r)} fell back", r["fallback"])
+        elif gpu:
+            k = kernels[r["kernel"]]
+            ok = r["problem"].get("kv_dtype") == "fp8" and k["problem"].get("kv_dtype") == "fp8" and \
+                r["label"].endswith(" kv_dtype=fp8")
+            record(ok, f"{r['entry']} {attntune.problem_spec(r)} ran an FP8 kernel", r["label"])
+
+    # -- the same shape over a bf16 cache: an FP8 kernel never serves it (raise: it raises)
+    if gpu and first is not None:
+        p = first
+        built = {(k["problem"]["d"], bool(k["problem"]["causal"])) for k in kernels
+                 if k["problem"].get("kv_dtype") != "fp8" and not k["problem"].get("dv")}
+        if (p["d"], bool(p["causal"])) not in built:  # a package of one's own may hold one
+            q = randn(2, p["s"], p["h"], p["d"], seed=900)
+            kc, vc = randn(2, 64, p["hkv"], p["d"], seed=901), randn(2, 64, p["hkv"], p["d"], seed=902)
+            want = f"no tuned kernel for b=2,h={p['h']},hkv={p['hkv']},s={p['s']},sk=64,d={p['d']}," \
+                   f"causal={int(p['causal'])}:"
+            try:
+                lib.attention_kvcache(q, kc, vc, is_causal=bool(p["causal"]))
+                torch.cuda.synchronize()
+                record(False, "a bf16 cache under the raise policy", "ran a kernel: expected to raise")
+            except RuntimeError as e:
+                record(want in str(e), "a bf16 cache under the raise policy raises, naming the problem",
+                       str(e).splitlines()[0][:200])
+
+    # -- the fallback: max_length_ratio 1 sends every call not exactly at a tuned problem to it (the
+    # cache dequantised through the fp32 path); head_dim 96 has no kernel at all
+    lib.set_policy("sdpa", 1.0)
+    lib.reset_coverage()
+    p = first or {"h": 8, "hkv": 2, "s": 1, "d": 128, "causal": 0}
+    check_kvcache(5, p["h"], p["hkv"], p["s"], 333, p["d"], bool(p["causal"]), 16, "per_head", 500, "fallback")
+    check_kvcache(5, p["h"], p["hkv"], 2, 200, p["d"], True, 0, "one", 501, "fallback")
+    check_dense(2, p["h"], p["hkv"], 3, 150, p["d"], True, "bshd", "strided", 502, "fallback")
+    check_kvcache(3, 8, 2, 1, 300, 96, False, 16, "per_head", 503, "fallback d=96")
+    check_dense(2, 8, 2, 1, 170, 96, False, "bhsd", None, 504, "fallback d=96")
+    for r in lib.coverage():
+        if r["kernel"] is not None:
+            record(False, f"{r['entry']} {attntune.problem_spec(r)} ran kernel {r['label']}",
+                   "expected the fallback (max_length_ratio 1)")
+
+    # -- torch.compile(fullgraph=True) of a kernel's call; CUDA graphs of it and of the fallback, with
+    # new cache bytes and new scales copied into the captured tensors
+    if gpu:
+        graphs = [("fallback", 1.0, {"b": 3, "h": 8, "hkv": 2, "s": 1, "sk": 300, "d": 96, "causal": 0})]
+        if first is not None:
+            graphs.insert(0, ("kernel", 1e9, first))
+        for name, ratio, p in graphs:
+            lib.set_policy("raise" if name == "kernel" else "sdpa", ratio)
+            B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+            page = p.get("page") or 16
+            scale = 1 / math.sqrt(D)
+            lens = ragged(B, Sk, 700)
+
+            def inputs(seed):
+                q = randn(B, H, S, D, seed=seed)
+                k, v = cache_values(B, Hkv, Sk, D, seed=seed + 1), cache_values(B, Hkv, Sk, D, seed=seed + 2)
+                kc, vc, table = vr.paged_cache(k.cpu(), v.cpu(), lens, page, 700)  # one table for every input
+                kd, vd = scales("per_head", B, Hkv, seed)
+                return q, k, v, kd, vd, q.transpose(1, 2).contiguous(), kc.to(device), vc.to(device), table.to(device)
+
+            def op(qt, kc, vc, table, seqlens, kd, vd):
+                return lib.attention_kvcache(qt, kc, vc, cache_seqlens=seqlens, block_table=table, is_causal=causal,
+                                             return_lse=True, k_descale=kd, v_descale=vd)
+            seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
+            q, k, v, kd, vd, qt, kc, vc, table = inputs(710)
+            (ref64, lse64), lowp = reference(q, k, v, kd, vd, scale, causal=causal, len_k=lens)
+            if name == "kernel":
+                try:
+                    torch._dynamo.reset()
+                    eager = op(qt, kc, vc, table, seqlens, kd, vd)
+                    compiled = torch.compile(lambda *a: tuple(t * 1.0 for t in op(*a)), fullgraph=True)(
+                        qt, kc, vc, table, seqlens, kd, vd)
+                    torch.cuda.synchronize()
+                    ok, msg = vr.compare(compiled[0].transpose(1, 2), compiled[1], ref64, lse64, lowp, dtype)
+                    record(ok and compiled[0].shape == (B, S, H, D), "torch.compile(fullgraph=True) fp8 kvcache",
+                           msg + (", bit-identical to eager" if torch.equal(eager[0], compiled[0])
+                                  else ", not bit-identical to eager"))
+                except RuntimeError as e:
+                    record(False, "torch.compile(fullgraph=True) fp8 kvcache", str(e).splitlines()[0][:300])
+            try:
+                static = [qt.clone(), kc.clone(), vc.clone(), kd.clone(), vd.clone()]
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    op(static[0], static[1], static[2], table, seqlens, static[3], static[4])
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    graph_out = op(static[0], static[1], static[2], table, seqlens, static[3], static[4])
+                q2, k2, v2, kd2, vd2, qt2, kc2, vc2, _ = inputs(810)
+                for dst, src in zip(static, (qt2, kc2, vc2, kd2, vd2)):
+                    dst.copy_(src)
+                graph.replay()
+                torch.cuda.synchronize()
+                (ref64, lse64), lowp = reference(q2, k2, v2, kd2, vd2, scale, causal=causal, len_k=lens)
+                ok, msg = vr.compare(graph_out[0].transpose(1, 2), graph_out[1], ref64, lse64, lowp, dtype)
+                record(ok, f"CUDA graph (capture, new cache and scales, replay) fp8 {name}", msg)
+            except RuntimeError as e:
+                record(False, f"CUDA graph (capture, new cache and scales, replay) fp8 {name}",
+                       str(e).splitlines()[0][:300])
+    return [f"fp8: {f}" for f in failures]
 
 
 if __name__ == "__main__":

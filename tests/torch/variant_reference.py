@@ -143,4 +143,19 @@ def spec_of(p):
         s += ",sinks=1"
     if p.get("latent"):  # V is K's first dv columns: last, after the variants
         s += ",latent=1"
+    if p.get("kv_dtype") == "fp8":  # an FP8 cache: the very end
+        s += ",kv_dtype=fp8"
     return s
+
+
+def dequantised(cache, descale):
+    """An FP8 cache [.., Hkv, D] (float8_e4m3fn, the heads second to last: [B, Sk, Hkv, D] or pages) as
+    float64 values times its scales (FlashAttention-3's descale: [B, Hkv] per sequence and KV head with
+    the batch first, [1] / 0-d one, None 1): what the kernels and the fallback attend to."""
+    x = cache.double()
+    if descale is None:
+        return x
+    d = descale.double()
+    if d.numel() == 1:
+        return x * d.reshape(())
+    return x * d.view(d.shape[0], *([1] * (cache.dim() - 3)), d.shape[1], 1)

@@ -117,6 +117,16 @@ struct LibraryPlan {  // the library a set of export items becomes (not attntune
 
 bool is_arch_specific(const std::string& arch) { return !arch.empty() && arch.back() == 'a'; }
 
+constexpr int kFp8MinArch = 89;  // the first arch that converts e4m3 (cvt.rn.f16x2.e4m3x2)
+
+// Whether the space's device limits for `arch` let it convert FP8 (its `fp8` limit; a space that names
+// none: yes).
+bool has_fp8(const SearchSpace& space, const std::string& arch) {
+  for (const auto& [name, value] : space.device_limits(arch))
+    if (name == "fp8") return value != 0;
+  return true;
+}
+
 LibraryPlan plan(const std::vector<ExportItem>& items) {
   if (items.empty()) throw std::logic_error("export: no kernels");
   LibraryPlan p;
@@ -160,10 +170,15 @@ LibraryPlan plan(const std::vector<ExportItem>& items) {
     std::vector<std::string> defined;  // the device passes that hold arch-specific code of the space
     for (const std::string& a : it.space->archs()) {
       const int n = arch_number(a);
-      if (space_min == 0 || n < space_min) space_min = n;
       all_specific = all_specific && is_arch_specific(a);
       defined.push_back(fmt::format("defined(__CUDA_ARCH_FEAT_SM{}_ALL)", n));
+      // An FP8-cache kernel converts e4m3 (sm_89 and newer): only the archs whose limits say fp8
+      // (every arch of a space that names no such limit, 89 at least) hold it. Its file then refuses
+      // older targets at compile time, rather than build a kernel that would read its cache as zeros.
+      if (r.problem.kv_fp8 && (n < kFp8MinArch || !has_fp8(*it.space, a))) continue;
+      if (space_min == 0 || n < space_min) space_min = n;
     }
+    if (r.problem.kv_fp8) space_min = std::max(space_min, kFp8MinArch);
     p.min_arch = std::max(p.min_arch, space_min);
     if (all_specific) p.items.back().device_condition = fmt::format("{}", fmt::join(defined, " || "));
     if (all_specific && std::find(p.specific_archs.begin(), p.specific_archs.end(), it.space->archs()) ==
@@ -320,6 +335,16 @@ std::string header(const LibraryPlan& plan, ExportMode mode) {
          "// a call whose v is another buffer is served by another kernel or refused, with the reason.\n"
          "// attntune_options.latent = 1 says that v is k: attntune_select_kernel_ex then weighs latent kernels\n"
          "// for its sizes, and an _ex call with it whose v is not k (or v_strides not k_strides) is refused.\n//\n";
+  // Only a file with an FP8-cache kernel says how it is called (every other file's text is as before).
+  if (std::any_of(plan.items.begin(), plan.items.end(), [](const Prepared& p) { return p.item->row.problem.kv_fp8; }))
+    h += "// FP8 KV caches (label \"kv_dtype=fp8\"): k and v (k_cache and v_cache) hold FP8 e4m3, one byte an\n"
+         "// element, their strides counting those bytes (multiples of 16); q and out stay " + plan.dtype + ". Call them\n"
+         "// through the _ex entry points with attntune_options.kv_dtype = ATTNTUNE_KV_FP8_E4M3 (1) and the\n"
+         "// dequantisation scales k_descale / v_descale (FlashAttention-3's descale_k/v: [batch, heads_kv] fp32\n"
+         "// on the device, read through k/v_descale_stride {batch, head} in elements; {0, 0}: one scale for the\n"
+         "// tensor; NULL: 1). Calls without kv_dtype 1 (the contract's entry points) are a cache of q's dtype\n"
+         "// and never run them, nor do FP8 calls run another kernel. They convert e4m3 on the device: -arch\n"
+         "// sm_89 or newer.\n//\n";
   h += "// C entry points (extern \"C\", at the end of this file):\n"
        "//   int attntune_attention_forward(q, k, v, out, lse, batch, heads_q, heads_kv, seqlen_q, seqlen_k,\n"
        "//       head_dim, q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal, stream)\n"
@@ -432,13 +457,14 @@ std::string kernel_table(const LibraryPlan& plan) {
     if (pr.sinks) label += " sinks";
     if (pr.split_dims()) label += fmt::format(" dv={}", pr.dv);
     if (pr.latent) label += " latent";  // serves only calls with v = k (its plan's check_latent)
+    if (pr.kv_fp8) label += " kv_dtype=fp8";  // serves only calls with attntune_options.kv_dtype 1
     std::vector<std::string> funcs;
     for (int k = 0; k < p.family->plan->kernels; ++k)
       funcs.push_back(fmt::format("reinterpret_cast<const void*>(&{0}::{0}_{1})", ns, p.family->plan->kernel_names[k]));
     // The arch passed arch_number: "sm_", digits and at most an "a".
     rows += fmt::format(
         "    {{\"{label}\", \"{arch}\", {d}, {causal}, {bf16}, {b}, {h}, {hkv}, {s}, {sk}, {entries}, {window}, "
-        "{softcap}, {sinks}, {dv}, {latent},\n"
+        "{softcap}, {sinks}, {dv}, {latent}, {kv_fp8},\n"
         "     &{plan}, kDefines_k{index}, static_cast<int>(sizeof kDefines_k{index} / sizeof kDefines_k{index}[0]),\n"
         "     {{{funcs}}}}},\n",
         fmt::arg("label", label), fmt::arg("arch", p.kernel_arch), fmt::arg("d", pr.d),
@@ -446,7 +472,7 @@ std::string kernel_table(const LibraryPlan& plan) {
         fmt::arg("b", pr.b), fmt::arg("h", pr.h), fmt::arg("hkv", pr.hkv), fmt::arg("s", pr.s), fmt::arg("sk", pr.sk),
         fmt::arg("entries", served_entries(*p.family, pr)), fmt::arg("window", pr.windowed() ? 1 : 0),
         fmt::arg("softcap", pr.softcapped() ? 1 : 0), fmt::arg("sinks", pr.sinks ? 1 : 0),
-        fmt::arg("dv", pr.split_dims() ? pr.dv : 0), fmt::arg("latent", pr.latent ? 1 : 0),
+        fmt::arg("dv", pr.split_dims() ? pr.dv : 0), fmt::arg("latent", pr.latent ? 1 : 0), fmt::arg("kv_fp8", pr.kv_fp8 ? 1 : 0),
         fmt::arg("plan", p.family->plan_symbol), fmt::arg("index", p.source_index),
         fmt::arg("funcs", fmt::join(funcs, ", ")));
   }

@@ -12,6 +12,8 @@ under $ATTNTUNE_TORCH_CACHE or ~/.cache/attntune/torch), later imports load the 
     out = attntune.attention(q, k, v, is_causal=True, window_size=(4096, 0), softcap=50.0)      # Gemma 2
     out = attntune.attention(q, k, v_128, is_causal=True)  # DeepSeek MLA prefill: q, k at 192, out at 128
     out = attntune.mla_decode(q, kv_cache, block_table, cache_seqlens)  # MLA decode, FlashMLA's call
+    out = attntune.attention_kvcache(q, k_fp8, v_fp8, cache_seqlens=lens, block_table=table,
+                                     k_descale=k_scales, v_descale=v_scales)  # an FP8 cache, FA3's descales
     print(attntune.coverage_table())                              # what ran where; what to tune next
 
 The ops are torch.ops.attntune.* (TORCH_LIBRARY), with fake implementations, so torch.compile
@@ -37,6 +39,15 @@ v = k[..., :Dv] (a view: k's data pointer and strides, a smaller last dim), or c
 FlashMLA's arguments. attention and attention_kvcache take such a view as a latent problem (latent=1
 in coverage and its specs): the kernels tuned for a latent cache serve it, and those over separate K
 and V too.
+
+An FP8 KV cache (vLLM's fp8 e4m3 cache; FlashAttention-3's call): k and v (k_cache and v_cache) both of
+dtype torch.float8_e4m3fn, q fp16 or bf16 (out is q's dtype), with k_descale= / v_descale= the
+dequantisation scales as FlashAttention-3 takes them: float32 tensors [batch, heads_kv] (a scale per
+sequence and KV head), or [1] / 0-d tensors (one scale), or None (1), on q's device; tensors only (a
+python float is refused: pass torch.tensor(x)). The values attended are k.float() * k_descale and
+v.float() * v_descale per (sequence, KV head). Such a call runs only a kernel tuned for an FP8 cache (a
+problem spec's `kv_dtype=fp8`; kv_dtype=fp8 in coverage), else falls back to the fp32 path over the
+dequantised cache. attention_varlen takes no FP8 cache, and FP8 queries are not supported.
 """
 import json
 import math
@@ -86,27 +97,35 @@ def _register_python_parts(ns):
     lib = f"{ns}::"
 
     @torch.library.register_fake(lib + "attention")
-    def _(q, k, v, scale=None, is_causal=False, return_lse=False, window_size=(-1, -1), softcap=0.0, sinks=None):
+    def _(q, k, v, scale=None, is_causal=False, return_lse=False, window_size=(-1, -1), softcap=0.0, sinks=None,
+          k_descale=None, v_descale=None):
         _check_variants("attention", q, q.shape[1], is_causal, window_size, softcap, sinks)
+        _check_kv("attention", q, k, v, k_descale, v_descale, q.shape[0], k.shape[1])
         lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]) if return_lse else (0,), dtype=torch.float32)
         return _out_like(q, v), lse
 
     @torch.library.register_fake(lib + "attention_into")
-    def _(q, k, v, out, lse, scale=None, is_causal=False, window_size=(-1, -1), softcap=0.0, sinks=None):
+    def _(q, k, v, out, lse, scale=None, is_causal=False, window_size=(-1, -1), softcap=0.0, sinks=None,
+          k_descale=None, v_descale=None):
         _check_variants("attention", q, q.shape[1], is_causal, window_size, softcap, sinks)
+        _check_kv("attention", q, k, v, k_descale, v_descale, q.shape[0], k.shape[1])
         return None
 
     @torch.library.register_fake(lib + "attention_kvcache")
     def _(q, k_cache, v_cache, cache_seqlens=None, block_table=None, scale=None, is_causal=False, return_lse=False,
-          window_size=(-1, -1), softcap=0.0, sinks=None):
+          window_size=(-1, -1), softcap=0.0, sinks=None, k_descale=None, v_descale=None):
         _check_variants("attention_kvcache", q, q.shape[2], is_causal, window_size, softcap, sinks)
+        _check_kv("attention_kvcache", q, k_cache, v_cache, k_descale, v_descale, q.shape[0], k_cache.shape[2],
+                  "k_cache", "v_cache")
         lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]) if return_lse else (0,), dtype=torch.float32)
         return _out_like(q, v_cache), lse
 
     @torch.library.register_fake(lib + "attention_kvcache_into")
     def _(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, scale=None, is_causal=False,
-          window_size=(-1, -1), softcap=0.0, sinks=None):
+          window_size=(-1, -1), softcap=0.0, sinks=None, k_descale=None, v_descale=None):
         _check_variants("attention_kvcache", q, q.shape[2], is_causal, window_size, softcap, sinks)
+        _check_kv("attention_kvcache", q, k_cache, v_cache, k_descale, v_descale, q.shape[0], k_cache.shape[2],
+                  "k_cache", "v_cache")
         return None
 
     @torch.library.register_fake(lib + "attention_varlen")
@@ -174,6 +193,57 @@ def _check_variants(name, q, heads, is_causal, window_size, softcap, sinks):
             raise ValueError(f"attntune.{name}: sinks must be on q's device ({q.device}; got {sinks.device})")
 
 
+FP8 = torch.float8_e4m3fn
+_FLOAT8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+                if hasattr(torch, n))
+
+
+def _dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def _is_fp8_cache(k, v):
+    """Whether (k, v) is an FP8 cache (after _check_kv accepted them)."""
+    return isinstance(k, torch.Tensor) and k.dtype == FP8 and isinstance(v, torch.Tensor) and v.dtype == FP8
+
+
+def _check_kv(name, q, k, v, k_descale, v_descale, batch, heads_kv, kn="k", vn="v"):
+    """The ops' checks of an FP8 cache and its scales (_ops.cpp's kv_fp8_of and descale_of), in their
+    words (ValueError; the op itself raises RuntimeError): k and v both float8_e4m3fn or neither, q
+    fp16/bf16 over one, scales only with one, float32 [batch, heads_kv], [1] or 0-d on q's device.
+    batch, heads_kv: the call's (None when the shapes are wrong: the op says so)."""
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
+        return
+    kf, vf = k.dtype in _FLOAT8, v.dtype in _FLOAT8
+    if kf or vf:
+        if not (kf and vf):
+            raise ValueError(f"attntune.{name}: {kn} and {vn} must both be float8_e4m3fn (an FP8 cache) or neither "
+                             f"({kn} {_dtype_name(k.dtype)}, {vn} {_dtype_name(v.dtype)})")
+        if k.dtype != FP8 or v.dtype != FP8:
+            raise ValueError(f"attntune.{name}: an FP8 cache is float8_e4m3fn (got {kn} {_dtype_name(k.dtype)})")
+        if q.dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"attntune.{name}: an FP8 (float8_e4m3fn) cache takes fp16 or bf16 queries (q is "
+                             f"{_dtype_name(q.dtype)}): FP8 queries are not supported")
+    for what, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"attntune.{name}: {what} must be a float32 tensor ([batch, heads_kv], [1] or 0-d) or "
+                             f"None (got {type(t).__name__}; for one scale pass torch.tensor(x))")
+        if not kf:
+            raise ValueError(f"attntune.{name}: {what} dequantises an FP8 (float8_e4m3fn) cache; this cache is "
+                             f"{_dtype_name(k.dtype)}: pass k_descale and v_descale with float8_e4m3fn caches only")
+        if t.dtype != torch.float32:
+            raise ValueError(f"attntune.{name}: {what} must be float32 (got {_dtype_name(t.dtype)})")
+        if t.device != q.device:
+            raise ValueError(f"attntune.{name}: {what} must be on q's device ({q.device}; got {t.device})")
+        one = t.dim() == 0 or (t.dim() == 1 and t.shape[0] == 1)
+        if not one and batch is not None and heads_kv is not None and \
+                (t.dim() != 2 or t.shape[0] != batch or t.shape[1] != heads_kv):
+            raise ValueError(f"attntune.{name}: {what} must be [batch, heads_kv] ([{batch}, {heads_kv}]: a scale per "
+                             f"sequence and KV head), [1] or 0-d (one scale; got {list(t.shape)})")
+
+
 def _check_grad(name, *tensors):
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
         raise RuntimeError(f"attntune.{name} has no backward pass: its kernels are forward-only (inference). Call "
@@ -202,12 +272,13 @@ class Library:
     # The variants (every call): window_size=(left, right), softcap=C, sinks=[heads_q] float32 logits
     # (FlashAttention's arguments and semantics; the module's docstring).
     def attention(self, q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None,
-                  window_size=(-1, -1), softcap=0.0, sinks=None):
+                  window_size=(-1, -1), softcap=0.0, sinks=None, k_descale=None, v_descale=None):
         """SDPA's call: q [B, H, S, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] (layout="bshd": [B, S, H,
         D] tensors, as flash_attn_func takes them; no copies either way). GQA when Hkv < H; Dv, v's
         last dim, may differ from D. Returns out (q's shape with Dv last), or (out, lse [B, H, S] fp32)
-        with return_lse. `out`: write into this tensor instead."""
-        _check_grad("attention", q, k, v, sinks)
+        with return_lse. `out`: write into this tensor instead. k and v float8_e4m3fn: an FP8 cache,
+        dequantised by k_descale / v_descale (float32 [B, Hkv], [1] or 0-d; None: 1)."""
+        _check_grad("attention", q, k, v, sinks, k_descale, v_descale)
         if layout not in ("bhsd", "bshd"):
             raise ValueError(f"attntune.attention: layout must be 'bhsd' or 'bshd' (got {layout!r})")
         if layout == "bshd":
@@ -217,36 +288,45 @@ class Library:
         window = _window("attention", window_size)
         _check_variants("attention", q, q.shape[1] if q.dim() == 4 else None, is_causal, window, softcap,
                         sinks)
+        four = q.dim() == 4 and k.dim() == 4
+        _check_kv("attention", q, k, v, k_descale, v_descale, q.shape[0] if four else None,
+                  k.shape[1] if four else None)
         if out is not None:
             lse = q.new_empty(q.shape[:3], dtype=torch.float32) if return_lse else None
-            self.ops.attention_into(q, k, v, out, lse, scale, is_causal, window, float(softcap), sinks)
+            self.ops.attention_into(q, k, v, out, lse, scale, is_causal, window, float(softcap), sinks, k_descale,
+                                    v_descale)
             o = out
         else:
-            o, lse = self.ops.attention(q, k, v, scale, is_causal, return_lse, window, float(softcap), sinks)
+            o, lse = self.ops.attention(q, k, v, scale, is_causal, return_lse, window, float(softcap), sinks,
+                                        k_descale, v_descale)
         if layout == "bshd":
             o = o.transpose(1, 2)
         return (o, lse) if return_lse else o
 
     def attention_kvcache(self, q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, scale=None,
                           is_causal=False, return_lse=False, out=None, window_size=(-1, -1), softcap=0.0,
-                          sinks=None):
+                          sinks=None, k_descale=None, v_descale=None):
         """flash_attn_with_kvcache's call: q [B, S, H, D]; caches [B, Sk, Hkv, D], or pages
         [num_blocks, page_size, Hkv, D] with block_table [B, max_blocks] (int32), v_cache's last dim
         Dv (may differ from D); cache_seqlens [B] (int32): the keys of each sequence (None: all; the
         window is aligned to each sequence's last key). Returns out [B, S, H, Dv], or (out, lse
-        [B, H, S])."""
-        _check_grad("attention_kvcache", q, k_cache, v_cache, sinks)
+        [B, H, S]). Caches of float8_e4m3fn: an FP8 cache, dequantised by k_descale / v_descale
+        (FlashAttention-3's: float32 [B, Hkv] per sequence and KV head, [1] or 0-d; None: 1)."""
+        _check_grad("attention_kvcache", q, k_cache, v_cache, sinks, k_descale, v_descale)
         window = _window("attention_kvcache", window_size)
         _check_variants("attention_kvcache", q, q.shape[2] if q.dim() == 4 else None, is_causal, window,
                         softcap, sinks)
+        four = q.dim() == 4 and k_cache.dim() == 4
+        _check_kv("attention_kvcache", q, k_cache, v_cache, k_descale, v_descale, q.shape[0] if four else None,
+                  k_cache.shape[2] if four else None, "k_cache", "v_cache")
         if out is not None:
             lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32) if return_lse else None
             self.ops.attention_kvcache_into(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, scale,
-                                            is_causal, window, float(softcap), sinks)
+                                            is_causal, window, float(softcap), sinks, k_descale, v_descale)
             o = out
         else:
             o, lse = self.ops.attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, scale, is_causal,
-                                                return_lse, window, float(softcap), sinks)
+                                                return_lse, window, float(softcap), sinks, k_descale, v_descale)
         return (o, lse) if return_lse else o
 
     def mla_decode(self, q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, scale=None, is_causal=False,
@@ -279,6 +359,9 @@ class Library:
         (Dv may differ from D), cu_seqlens [B + 1] (int32, on the device), max lengths as ints.
         Returns out [total_q, H, Dv], or (out, lse [H, total_q])."""
         _check_grad("attention_varlen", q, k, v, sinks)
+        if any(isinstance(t, torch.Tensor) and t.dtype in _FLOAT8 for t in (k, v)):
+            raise ValueError("attntune.attention_varlen: FP8 caches are read by attention and attention_kvcache only "
+                             "(no varlen problem has one): k and v must be q's dtype here")
         window = _window("attention_varlen", window_size)
         _check_variants("attention_varlen", q, q.shape[1] if q.dim() == 3 else None, is_causal, window,
                         softcap, sinks)
@@ -322,8 +405,9 @@ class Library:
         lines = [f"{'entry':<18} {'dtype':<5} {'problem':<{width}} {'calls':>7}  served by"]
         todo = []
         for r, spec in zip(rows, specs):
-            # Calls with variants fall back to the explicit fp32 path, plain ones to SDPA.
-            path = "fp32 fallback" if _variant_spec(r["problem"]) else "SDPA fallback"
+            # Calls with variants or an FP8 cache fall back to the explicit fp32 path, plain ones to SDPA.
+            fp32 = _variant_spec(r["problem"]) or r["problem"].get("kv_dtype") == "fp8"
+            path = "fp32 fallback" if fp32 else "SDPA fallback"
             served = r["label"] if r["kernel"] is not None else f"{path}: {r['fallback']}"
             lines.append(f"{r['entry']:<18} {r['dtype']:<5} {spec:<{width}} {r['calls']:>7}  {served}")
             if r["tunable"] and spec:
@@ -348,24 +432,28 @@ class Library:
 
     def set_policy(self, fallback="sdpa", max_length_ratio=16.0):
         """fallback: "sdpa" (calls no kernel serves run in PyTorch: F.scaled_dot_product_attention, or
-        for calls with variants an explicit fp32 path of the same semantics) or "raise".
+        for calls with variants or an FP8 cache an explicit fp32 path of the same semantics) or "raise".
         max_length_ratio: how far (as a ratio of seqlen_q or seqlen_k) a call may be from the problem its
         nearest kernel was tuned for, and still run it."""
         self.ops.set_policy(fallback, float(max_length_ratio))
 
     def explain(self, entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, *, window_size=(-1, -1), softcap=0.0,
-                sinks=False, head_dim_v=None, latent=False):
+                sinks=False, head_dim_v=None, latent=False, kv_dtype=None):
         """(kernel index or -1, reason): what a call of `entry` ("attention", "attention_kvcache",
         "attention_varlen") with this problem would run, on a GPU, and why. The variants as the
         calls take them (sinks: whether the call passes any); head_dim_v: v's head dim (None:
-        head_dim); latent: v is k's first head_dim_v columns (a view of one cache, mla_decode's)."""
+        head_dim); latent: v is k's first head_dim_v columns (a view of one cache, mla_decode's);
+        kv_dtype: "fp8" for an FP8 e4m3 cache (None: a cache of q's dtype)."""
         if entry not in ENTRY:
             raise ValueError(f"attntune.explain: entry must be one of {', '.join(ENTRY)} (got {entry!r})")
+        if kv_dtype is not None and kv_dtype not in ("fp8", dtype):
+            raise ValueError(f"attntune.explain: kv_dtype must be None (a cache of q's dtype), 'fp8' (an FP8 e4m3 "
+                             f"cache) or the dtype, {dtype} (got {kv_dtype!r})")
         window = _window("explain", window_size)
         _check_variants("explain", None, None, is_causal, window, softcap, None)
-        return tuple(self.ops.explain(ENTRY[entry], dtype, head_dim, bool(is_causal), b, h, hkv, s, sk, window,
-                                      float(softcap), sinks is not None and sinks is not False,
-                                      0 if head_dim_v is None else head_dim_v, bool(latent)))
+        args = (ENTRY[entry], dtype, head_dim, bool(is_causal), b, h, hkv, s, sk, window, float(softcap),
+                sinks is not None and sinks is not False, 0 if head_dim_v is None else head_dim_v, bool(latent))
+        return tuple(self.ops.explain(*args, "fp8" if kv_dtype == "fp8" else None))
 
     def kernels(self):
         """The kernels of the library: attntune_kernel_info()'s "kernels"."""
@@ -393,7 +481,7 @@ def _regime(row):
 def untunable(row, support):
     """Why no family of the attntune that wrote the package (its tuner.json) tunes this coverage()
     row's problem ("" when one does, or when that is not known): its head_dim or dtype, its regime,
-    its value head dim, its latent cache, or its variants (a windowed prefill problem is not tunable
+    its value head dim, its latent cache, its FP8 cache, or its variants (a windowed prefill problem is not tunable
     because flash_decode tunes windows)."""
     if not support:
         return ""
@@ -416,6 +504,10 @@ def untunable(row, support):
         # A latent cache only where it lists latent (an attntune before it: none).
         if p.get("latent") and "1" not in s.get("latent", []):
             why.append(f"{f['family']} tunes no latent cache")
+            continue
+        # An FP8 cache only where it lists kv_fp8 (an attntune before it: none).
+        if p.get("kv_dtype") == "fp8" and "1" not in s.get("kv_fp8", []):
+            why.append(f"{f['family']} tunes no FP8 KV cache")
             continue
         # A key the family's support lacks: an attntune before the variants, which tuned none.
         missing = [_VARIANT_WORDS[k] for k in wanted if "1" not in s.get(k, ["0"])]
@@ -446,7 +538,7 @@ def _variant_spec(p):
 
 def problem_spec(row):
     """attntune's problem spec of one coverage() row ("b=..,h=..,...,d=..[,dv=N],dtype=..,causal=..
-    [,page=N][,window=L[,R]][,softcap=C][,sinks=1][,latent=1]")."""
+    [,page=N][,window=L[,R]][,softcap=C][,sinks=1][,latent=1][,kv_dtype=fp8]")."""
     p = row["problem"]
     dv = f",dv={p['dv']}" if p.get("dv") is not None and p["dv"] != p["d"] else ""
     spec = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']}{dv},dtype={row['dtype']},"
@@ -467,7 +559,9 @@ def problem_spec(row):
     # A windowed call is another problem: its kernel is built for the window (its sides are
     # arguments: the tuned ones are the call's). A latent call (v a view of k's first dv columns) is
     # a latent problem: `latent=1` last, as attntune prints it.
-    return spec + _variant_spec(p) + (",latent=1" if p.get("latent") else "")
+    # An FP8 cache: `kv_dtype=fp8` at the very end, as attntune prints it.
+    return spec + _variant_spec(p) + (",latent=1" if p.get("latent") else "") + \
+        (",kv_dtype=fp8" if p.get("kv_dtype") == "fp8" else "")
 
 
 def plan_from_coverage(rows, model="attntune coverage"):
@@ -515,16 +609,19 @@ if os.path.exists(_KERNELS) and not os.environ.get("ATTNTUNE_TORCH_NO_AUTOLOAD")
 
 
 def attention(q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None,
-              window_size=(-1, -1), softcap=0.0, sinks=None):
+              window_size=(-1, -1), softcap=0.0, sinks=None, k_descale=None, v_descale=None):
     return default().attention(q, k, v, scale=scale, is_causal=is_causal, layout=layout, return_lse=return_lse,
-                               out=out, window_size=window_size, softcap=softcap, sinks=sinks)
+                               out=out, window_size=window_size, softcap=softcap, sinks=sinks, k_descale=k_descale,
+                               v_descale=v_descale)
 
 
 def attention_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, scale=None, is_causal=False,
-                      return_lse=False, out=None, window_size=(-1, -1), softcap=0.0, sinks=None):
+                      return_lse=False, out=None, window_size=(-1, -1), softcap=0.0, sinks=None, k_descale=None,
+                      v_descale=None):
     return default().attention_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
                                        scale=scale, is_causal=is_causal, return_lse=return_lse, out=out,
-                                       window_size=window_size, softcap=softcap, sinks=sinks)
+                                       window_size=window_size, softcap=softcap, sinks=sinks, k_descale=k_descale,
+                                       v_descale=v_descale)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None,
@@ -561,9 +658,9 @@ def set_policy(fallback="sdpa", max_length_ratio=16.0):
 
 
 def explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, *, window_size=(-1, -1), softcap=0.0, sinks=False,
-            head_dim_v=None, latent=False):
+            head_dim_v=None, latent=False, kv_dtype=None):
     return default().explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, window_size=window_size,
-                             softcap=softcap, sinks=sinks, head_dim_v=head_dim_v, latent=latent)
+                             softcap=softcap, sinks=sinks, head_dim_v=head_dim_v, latent=latent, kv_dtype=kv_dtype)
 
 
 def kernels():

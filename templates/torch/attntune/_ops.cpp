@@ -6,22 +6,23 @@
 // with TORCH_LIBRARY under ATTNTUNE_TORCH_NAMESPACE (default `attntune`; compare_sdpa.py loads
 // several libraries side by side under namespaces of their own):
 //
-//   attention(q, k, v, scale, is_causal, return_lse, window_size, softcap, sinks) -> (out, lse)
+//   attention(q, k, v, scale, is_causal, return_lse, window_size, softcap, sinks, k_descale, v_descale)
+//       -> (out, lse)
 //       q [B, H, S, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] (SDPA's layout; any strides with the
 //       last dim contiguous, so [B, S, H, D] storage passes as a transposed view, no copy); out
 //       [B, H, S, Dv]
 //   attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, scale, is_causal, return_lse,
-//       window_size, softcap, sinks)
+//       window_size, softcap, sinks, k_descale, v_descale)
 //       q [B, S, H, D]; caches [B, Sk, Hkv, D] or pages [num_blocks, page_size, Hkv, D], v_cache's
 //       last dim Dv (flash_attn_with_kvcache's layout); out [B, S, H, Dv]
 //   attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
 //       is_causal, return_lse, window_size, softcap, sinks)
 //       q [total_q, H, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] (flash_attn_varlen_func's); out
 //       [total_q, H, Dv]
-//   ..._into(..., out, lse, scale, is_causal, window_size, softcap, sinks)   the same, writing into the
-//       caller's tensors
+//   ..._into(..., out, lse, scale, is_causal, window_size, softcap, sinks[, k_descale, v_descale])   the
+//       same, writing into the caller's tensors
 //   explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, window_size, softcap, sinks,
-//       head_dim_v, latent) -> (kernel, reason)
+//       head_dim_v, latent, kv_dtype) -> (kernel, reason)
 //   coverage() -> str (JSON), reset_coverage(), set_policy(fallback, max_length_ratio), kernel_info()
 //
 // The variants are FlashAttention's arguments (docs/CONTRACT.md "Variants"): window_size (left,
@@ -45,6 +46,16 @@
 // cache beside those over separate K and V. The fallback gathers the cache once and reads V as its
 // view. (attention_varlen takes such a view as separate K and V: attntune tunes no varlen latent
 // problem.)
+//
+// An FP8 KV cache (docs/CONTRACT.md "FP8 KV caches"; FlashAttention-3's call): k and v (k_cache and
+// v_cache) of dtype float8_e4m3fn, both, with q and out fp16/bf16, and their dequantisation scales
+// k_descale / v_descale: float32 [batch, heads_kv] (a value per sequence and KV head), or [1] / 0-d (one
+// for the tensor), or None (1), on q's device. attention and attention_kvcache pass
+// attntune_options.kv_dtype = 1 and the scales (their strides; {0, 0} for one), so only kernels built
+// for an FP8 cache (a problem's kv_dtype=fp8) serve the call, and such a call is its own problem
+// (kv_dtype=fp8 in coverage, its spec and the raise policy's message). The fallback dequantises the
+// cache (k.float() * k_descale per sequence and KV head; V likewise) and runs the fp32 path
+// (variant_into) over it: the scales are never dropped. attention_varlen takes no FP8 cache.
 //
 // Each call is decided on the host from shapes alone (no device sync, so it is capturable in a CUDA
 // graph): the library's own dispatcher names the kernel tuned for the nearest problem; the call
@@ -126,6 +137,13 @@ typedef struct attntune_options {
   int latent;          // 1: V is K's first head_dim_v columns, v = k with k's strides (MLA's latent cache;
                        // docs/CONTRACT.md "Latent caches"): the dispatcher weighs latent kernels. Set only
                        // for latent calls, so only they depend on it.
+  int kv_dtype;        // 1: k and v are FP8 e4m3 (their strides count bytes) dequantised by the scales below;
+                       // 0: q's dtype (docs/CONTRACT.md "FP8 KV caches"). Set, with the scales, only for FP8
+                       // calls, so only they depend on it (an export before it refuses them).
+  const float* k_descale;  // [batch, heads_kv] fp32 (device) through k_descale_stride; NULL: 1
+  const float* v_descale;
+  long long k_descale_stride[2];  // {batch, head} in elements; {0, 0}: one scale
+  long long v_descale_stride[2];
 } attntune_options;
 
 // The entry points with options, weak: a kernels file exported before the variants lacks them, and
@@ -236,14 +254,18 @@ struct Shape {
   Variants v;
   // 1: a latent call (v is k's first dv columns, one buffer: latent_view), the spec's latent=1; else 0.
   int latent = 0;
+  // 1: an FP8 e4m3 cache (k and v float8_e4m3fn; attntune_options.kv_dtype), the spec's kv_dtype=fp8.
+  int kv_fp8 = 0;
   // The value head dim where it is not d (attntune_options.head_dim_v, the spec's dv=N), else 0.
   int split_dv() const { return dv != d ? dv : 0; }
   bool operator<(const Shape& o) const {
-    return std::tie(entry, bf16, d, dv, causal, b, h, hkv, s, sk, paged, v, latent) <
-           std::tie(o.entry, o.bf16, o.d, o.dv, o.causal, o.b, o.h, o.hkv, o.s, o.sk, o.paged, o.v, o.latent);
+    return std::tie(entry, bf16, d, dv, causal, b, h, hkv, s, sk, paged, v, latent, kv_fp8) <
+           std::tie(o.entry, o.bf16, o.d, o.dv, o.causal, o.b, o.h, o.hkv, o.s, o.sk, o.paged, o.v, o.latent,
+                    o.kv_fp8);
   }
-  // ",latent=1" for a latent call (the spec's key, after the variants), "" else.
-  const char* latent_spec() const { return latent ? ",latent=1" : ""; }
+  // ",latent=1" for a latent call (the spec's key, after the variants), "" else; then ",kv_dtype=fp8"
+  // for an FP8 cache (the spec's very end).
+  std::string latent_spec() const { return std::string(latent ? ",latent=1" : "") + (kv_fp8 ? ",kv_dtype=fp8" : ""); }
 };
 struct Count {
   long long calls = 0;
@@ -272,11 +294,20 @@ double off_by(double a, double b) {
   return a > b ? a / b : b / a;
 }
 
-// The options struct of a call's variants, value head dim and latent cache (`c.split_dv()`: 0 for one
-// head dim, so that an export before head_dim_v takes the call; latent 0 but for latent calls, so that
-// an export before it takes every other); `sinks` the device logits (or any non-null pointer, for the
-// dispatcher, which reads only whether there are sinks).
-attntune_options options_of(const Shape& c, const float* sinks) {
+// An FP8 cache's scales as attntune_options carries them: device pointers (null: 1) and {batch, head}
+// strides in elements ({0, 0}: one scale for the tensor).
+struct Descales {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  long long k_stride[2] = {0, 0}, v_stride[2] = {0, 0};
+};
+
+// The options struct of a call's variants, value head dim, latent cache and cache dtype
+// (`c.split_dv()`: 0 for one head dim, so that an export before head_dim_v takes the call; latent 0
+// but for latent calls, kv_dtype 0 and no scales but for FP8 calls, so that an export before them
+// takes every other); `sinks` the device logits (or any non-null pointer, for the dispatcher, which
+// reads only whether there are sinks); `ds` an FP8 call's scales.
+attntune_options options_of(const Shape& c, const float* sinks, const Descales& ds = Descales()) {
   attntune_options o;
   std::memset(&o, 0, sizeof o);
   o.size = sizeof o;
@@ -287,6 +318,15 @@ attntune_options options_of(const Shape& c, const float* sinks) {
   o.sinks = c.v.sinks ? sinks : nullptr;
   o.head_dim_v = c.split_dv();
   o.latent = c.latent;
+  o.kv_dtype = c.kv_fp8 ? 1 : 0;
+  if (c.kv_fp8) {
+    o.k_descale = ds.k;
+    o.v_descale = ds.v;
+    for (int i = 0; i < 2; ++i) {
+      o.k_descale_stride[i] = ds.k_stride[i];
+      o.v_descale_stride[i] = ds.v_stride[i];
+    }
+  }
   return o;
 }
 
@@ -302,6 +342,10 @@ int select_kernel(const Shape& c, std::string* why) {
     if (c.v.any()) {
       *why = "the library was exported before attntune served variants (sliding windows, soft-cap, sinks): export "
              "it again";
+      return -1;
+    }
+    if (c.kv_fp8) {
+      *why = "the library was exported before attntune served FP8 KV caches: export it again";
       return -1;
     }
     return attntune_select_kernel_entry(c.entry, c.d, c.causal, c.b, c.h, c.hkv, c.s, c.sk);
@@ -349,7 +393,8 @@ Decision decide(const Shape& c, const std::string& dtype_name, double max_ratio)
                             : fmt("no kernel of the library serves %s with head_dim=%d%s is_causal=%d",
                                   entry_name(c.entry), c.d, dv_words(c).c_str(), c.causal) +
                                   c.v.words() +
-                                  (c.latent ? " over a latent cache (v is k's first head_dim_v columns)" : "");
+                                  (c.latent ? " over a latent cache (v is k's first head_dim_v columns)" : "") +
+                                  (c.kv_fp8 ? " over an FP8 e4m3 cache (kv_dtype=fp8)" : "");
     return d;
   }
   int p[9];
@@ -424,13 +469,14 @@ std::string coverage_json() {
   for (const auto& [c, n] : g_coverage) {
     j += first ? "" : ",";
     first = false;
-    // "dv" only for two head dims, "latent" only for latent calls, as attntune's problems carry them.
+    // "dv" only for two head dims, "latent" only for latent calls, "kv_dtype" only for FP8 caches, as
+    // attntune's problems carry them.
     j += fmt("{\"entry\":\"%s\",\"dtype\":\"%s\",\"problem\":{\"b\":%d,\"h\":%d,\"hkv\":%d,\"s\":%d,\"sk\":%d,"
-             "\"d\":%d,%s\"causal\":%d,\"paged\":%d,\"window\":[%d,%d],\"softcap\":%s,\"sinks\":%d%s},\"calls\":%lld,",
+             "\"d\":%d,%s\"causal\":%d,\"paged\":%d,\"window\":[%d,%d],\"softcap\":%s,\"sinks\":%d%s%s},\"calls\":%lld,",
              entry_name(c.entry), n.dtype.empty() ? (c.bf16 ? "bf16" : "fp16") : json_escape(n.dtype).c_str(), c.b,
              c.h, c.hkv, c.s, c.sk, c.d, c.split_dv() ? fmt("\"dv\":%d,", c.dv).c_str() : "", c.causal, c.paged,
              c.v.left, c.v.right, shortest(c.v.softcap).c_str(), c.v.sinks ? 1 : 0, c.latent ? ",\"latent\":1" : "",
-             n.calls);
+             c.kv_fp8 ? ",\"kv_dtype\":\"fp8\"" : "", n.calls);
     if (n.kernel >= 0) {
       int p[9];
       const char* label = "";
@@ -526,11 +572,100 @@ at::Tensor sinks_of(const char* e, const std::optional<at::Tensor>& sinks, int64
   return sinks->contiguous();
 }
 
+// A dtype as Python spells it (torch.float32 is "float32", where c10::toString says "Float"), so the ops'
+// messages and the Python functions' read alike.
+std::string py_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kFloat8_e4m3fn: return "float8_e4m3fn";
+    case at::kFloat8_e5m2: return "float8_e5m2";
+    case at::kFloat8_e4m3fnuz: return "float8_e4m3fnuz";
+    case at::kFloat8_e5m2fnuz: return "float8_e5m2fnuz";
+    default: return c10::toString(t);
+  }
+}
+
+bool is_float8(at::ScalarType t) {
+  return t == at::kFloat8_e4m3fn || t == at::kFloat8_e5m2 || t == at::kFloat8_e4m3fnuz || t == at::kFloat8_e5m2fnuz;
+}
+
+// The cache's dtype: 1 for an FP8 e4m3 cache (k and v float8_e4m3fn, q fp16 or bf16), else 0 with q, k
+// and v of one dtype (`same`: the message that says so). kn, vn: the caches' names. Python's _check_kv
+// says the same in the same words.
+int kv_fp8_of(const char* e, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const char* kn,
+              const char* vn, const char* same) {
+  const bool kf = is_float8(k.scalar_type()), vf = is_float8(v.scalar_type());
+  if (!kf && !vf) {
+    ATTNTUNE_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e, same);
+    return 0;
+  }
+  ATTNTUNE_CHECK(kf && vf, e,
+                 fmt("%s and %s must both be float8_e4m3fn (an FP8 cache) or neither (%s ", kn, vn, kn) +
+                     py_dtype(k.scalar_type()) + ", " + vn + " " + py_dtype(v.scalar_type()) + ")");
+  ATTNTUNE_CHECK(k.scalar_type() == at::kFloat8_e4m3fn && v.scalar_type() == at::kFloat8_e4m3fn, e,
+                 fmt("an FP8 cache is float8_e4m3fn (got %s ", kn) + py_dtype(k.scalar_type()) + ")");
+  ATTNTUNE_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16, e,
+                 std::string("an FP8 (float8_e4m3fn) cache takes fp16 or bf16 queries (q is ") +
+                     py_dtype(q.scalar_type()) + "): FP8 queries are not supported");
+  return 1;
+}
+
+// An FP8 cache's scale table (k_descale, v_descale; FlashAttention-3's descale_k/v): float32 on q's
+// device, [batch, heads_kv] (read through its strides; a dim of size 1 gets 0) or [1] / 0-d (one scale:
+// strides {0, 0}); the tensor, or undefined when not given (a scale of 1). Given for a cache of q's
+// dtype: an error (scales dequantise an FP8 cache only; never silently ignored).
+at::Tensor descale_of(const char* e, const char* name, const std::optional<at::Tensor>& t, int kv_fp8,
+                      const at::Tensor& k, int64_t B, int64_t Hkv, const at::Tensor& q, long long* stride) {
+  stride[0] = stride[1] = 0;
+  if (!t || !t->defined()) return at::Tensor();
+  ATTNTUNE_CHECK(kv_fp8, e,
+                 fmt("%s dequantises an FP8 (float8_e4m3fn) cache; this cache is ", name) +
+                     py_dtype(k.scalar_type()) + ": pass k_descale and v_descale with float8_e4m3fn caches only");
+  ATTNTUNE_CHECK(t->scalar_type() == at::kFloat, e,
+                 fmt("%s must be float32 (got ", name) + py_dtype(t->scalar_type()) + ")");
+  ATTNTUNE_CHECK(t->device() == q.device(), e, fmt("%s must be on q's device", name));
+  const bool one = t->dim() == 0 || (t->dim() == 1 && t->size(0) == 1);
+  ATTNTUNE_CHECK(one || (t->dim() == 2 && t->size(0) == B && t->size(1) == Hkv), e,
+                 fmt("%s must be [batch, heads_kv] ([%lld, %lld]: a scale per sequence and KV head), [1] or 0-d (one "
+                     "scale; got ", name, static_cast<long long>(B), static_cast<long long>(Hkv)) +
+                     dims(t->sizes()) + ")");
+  if (!one)
+    for (int i = 0; i < 2; ++i) {
+      stride[i] = t->size(i) > 1 ? t->stride(i) : 0;
+      ATTNTUNE_CHECK(stride[i] >= 0 && stride[i] <= std::numeric_limits<int>::max(), e,
+                     fmt("%s's strides must be below 2^31 (got %lld)", name, static_cast<long long>(stride[i])));
+    }
+  return *t;
+}
+
+// An FP8 cache (float8_e4m3fn) in float32 times its scales per (sequence, KV head): `scale_shape` views
+// the table ([B, Hkv] or one) against t's dims (dense [B, Hkv, Sk, D]: {B, Hkv, 1, 1}; a gathered
+// cache [B, Sk, Hkv, D]: {B, 1, Hkv, 1}). The fallback's K and V, as the kernels read them.
+at::Tensor dequantised(const at::Tensor& t, const at::Tensor& descale, at::IntArrayRef scale_shape) {
+  at::Tensor f = t.to(at::kFloat);
+  if (!descale.defined()) return f;
+  const bool one = descale.numel() == 1;
+  std::vector<int64_t> shape(scale_shape.begin(), scale_shape.end());
+  if (one) std::fill(shape.begin(), shape.end(), 1);
+  return f * descale.reshape(shape);
+}
+
+// Rows of `t` (pages: dim 0) at `idx`, for any dtype (index_select takes no FP8: its bytes are taken).
+at::Tensor gather_pages(const at::Tensor& t, const at::Tensor& idx) {
+  if (!is_float8(t.scalar_type())) return t.index_select(0, idx);
+  return t.view(at::kByte).index_select(0, idx).view(t.scalar_type());
+}
+
 // head_dim_v: V's head dim, 0 (or head_dim) for one head dim. latent: V is K's first head_dim_v
-// columns (a call whose v is a view k[..., :head_dim_v]; head_dim_v below head_dim).
+// columns (a call whose v is a view k[..., :head_dim_v]; head_dim_v below head_dim). kv_dtype: "fp8"
+// for an FP8 e4m3 cache; None, "" or q's dtype for a cache of q's dtype.
 std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64_t d, bool causal, int64_t b,
                                          int64_t h, int64_t hkv, int64_t s, int64_t sk, at::IntArrayRef window_size,
-                                         double softcap, bool sinks, int64_t head_dim_v, bool latent) {
+                                         double softcap, bool sinks, int64_t head_dim_v, bool latent,
+                                         std::optional<std::string> kv_dtype) {
   TORCH_CHECK(entry == kEntryDense || entry == kEntryKvcache || entry == kEntryVarlen,
               "attntune.explain: entry must be 1 (attention), 2 (kvcache) or 4 (varlen)");
   TORCH_CHECK(dtype == "fp16" || dtype == "bf16", "attntune.explain: dtype must be fp16 or bf16");
@@ -543,11 +678,19 @@ std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64
   TORCH_CHECK(!latent || entry != kEntryVarlen,
               "attntune.explain: latent is for attention and attention_kvcache (attntune tunes no varlen latent "
               "problem; varlen calls whose v is k's view run as calls over separate K and V)");
+  const std::string kv = kv_dtype ? *kv_dtype : "";
+  TORCH_CHECK(kv.empty() || kv == "fp8" || kv == dtype,
+              "attntune.explain: kv_dtype must be None (a cache of q's dtype), 'fp8' (an FP8 e4m3 cache) or the "
+              "dtype, " + dtype + " (got '" + kv + "')");
+  TORCH_CHECK(kv != "fp8" || entry != kEntryVarlen,
+              "attntune.explain: kv_dtype 'fp8' is for attention and attention_kvcache (an FP8 cache is read by the "
+              "dense and kvcache entry points only)");
   const Variants v = variants_of("explain", window_size, softcap, sinks, causal);
   Shape c{static_cast<int>(entry), dtype == "bf16", static_cast<int>(d),
           static_cast<int>(head_dim_v ? head_dim_v : d), causal ? 1 : 0, static_cast<int>(b),
           static_cast<int>(h), static_cast<int>(hkv), static_cast<int>(s), static_cast<int>(sk), 0, v};
   c.latent = latent ? 1 : 0;
+  c.kv_fp8 = kv == "fp8" ? 1 : 0;
   const Decision dec = decide(c, "", policy_now().max_ratio);
   return {dec.kernel, dec.reason};
 }
@@ -806,7 +949,8 @@ void variant_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor out,
                     std::optional<at::Tensor> lse, std::optional<double> scale, bool is_causal,
-                    at::IntArrayRef window_size, double softcap, const std::optional<at::Tensor>& sinks) {
+                    at::IntArrayRef window_size, double softcap, const std::optional<at::Tensor>& sinks,
+                    const std::optional<at::Tensor>& k_descale, const std::optional<at::Tensor>& v_descale) {
   const char* e = "attention";
   ATTNTUNE_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, e,
                  "q, k and v must be 4-d: [batch, heads, seqlen, head_dim] (v's last dim: the value head dim)");
@@ -816,16 +960,22 @@ void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   check_qk_dim(q, k, e, "k");
   ATTNTUNE_CHECK(Hkv > 0 ? H % Hkv == 0 : H == 0, e, fmt("heads of q (%lld) must be a multiple of k's (%lld)",
                                                 static_cast<long long>(H), static_cast<long long>(Hkv)));
-  ATTNTUNE_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e, "q, k and v must share a dtype");
+  const int kv_fp8 = kv_fp8_of(e, q, k, v, "k", "v", "q, k and v must share a dtype");
   check_out(out, q, Dv, e);
   check_lse(lse, {B, H, S}, q, e);
   const Variants var = variants_of(e, window_size, softcap, sinks.has_value() && sinks->defined(), is_causal);
   const at::Tensor sk_logits = sinks_of(e, sinks, H, q);
+  Descales ds;
+  const at::Tensor kd = descale_of(e, "k_descale", k_descale, kv_fp8, k, B, Hkv, q, ds.k_stride),
+                   vd = descale_of(e, "v_descale", v_descale, kv_fp8, k, B, Hkv, q, ds.v_stride);
+  ds.k = kd.defined() ? kd.data_ptr<float>() : nullptr;
+  ds.v = vd.defined() ? vd.data_ptr<float>() : nullptr;
   const double sc = scale_of(scale, D);
   Shape c{kEntryDense, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), as_int(Dv, e, "head_dim_v"),
           is_causal ? 1 : 0, as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"),
           as_int(S, e, "seqlen_q"), as_int(Sk, e, "seqlen_k"), 0, var};
   c.latent = latent_view(k, v) ? 1 : 0;  // v = k[..., :Dv]: one buffer, passed as k (its pointer and strides)
+  c.kv_fp8 = kv_fp8;
   const bool ran = ran_kernel(e, c, q, {&q, &k, &v, &out, &sk_logits}, [&](cudaStream_t stream) {
     const long long qs[3] = {q.stride(0), q.stride(1), q.stride(2)}, ks[3] = {k.stride(0), k.stride(1), k.stride(2)},
                     vs[3] = {v.stride(0), v.stride(1), v.stride(2)},
@@ -835,13 +985,16 @@ void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     if (!attntune_attention_forward_ex)  // an export before the variants: plain one-dim calls only reach here
       return attntune_attention_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), l, c.b, c.h, c.hkv,
                                         c.s, c.sk, c.d, qs, ks, vs, os, static_cast<float>(sc), c.causal, stream);
-    const attntune_options o = options_of(c, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
+    const attntune_options o = options_of(c, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr, ds);
     return attntune_attention_forward_ex(q.data_ptr(), k.data_ptr(), vp, out.data_ptr(), l, c.b, c.h, c.hkv, c.s,
                                          c.sk, c.d, qs, ks, c.latent ? ks : vs, os, static_cast<float>(sc), c.causal,
                                          &o, stream);
   });
   if (ran) return;
-  if (var.any())
+  if (kv_fp8)  // the cache dequantised as the kernels read it, through the fp32 path (SDPA takes no FP8)
+    variant_into(q, dequantised(k, kd, {B, Hkv, 1, 1}), dequantised(v, vd, {B, Hkv, 1, 1}), at::Tensor(),
+                 at::Tensor(), is_causal, var, sk_logits, sc, out, lse);
+  else if (var.any())
     variant_into(q, k, v, at::Tensor(), at::Tensor(), is_causal, var, sk_logits, sc, out, lse);
   else
     sdpa_into(q, k, v, at::Tensor(), is_causal, sc, out, lse);
@@ -850,12 +1003,14 @@ void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                              std::optional<double> scale, bool is_causal, bool return_lse,
                                              at::IntArrayRef window_size, double softcap,
-                                             const std::optional<at::Tensor>& sinks) {
+                                             const std::optional<at::Tensor>& sinks,
+                                             const std::optional<at::Tensor>& k_descale,
+                                             const std::optional<at::Tensor>& v_descale) {
   at::Tensor out = out_like(q, v);
   at::Tensor lse = return_lse && q.dim() == 4 ? at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat))
                                               : at::empty({0}, q.options().dtype(at::kFloat));
   attention_into(q, k, v, out, return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal,
-                 window_size, softcap, sinks);
+                 window_size, softcap, sinks, k_descale, v_descale);
   return {out, lse};
 }
 
@@ -865,15 +1020,15 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
                             const std::optional<at::Tensor>& cache_seqlens, const std::optional<at::Tensor>& block_table,
                             at::Tensor out, std::optional<at::Tensor> lse, std::optional<double> scale,
                             bool is_causal, at::IntArrayRef window_size, double softcap,
-                            const std::optional<at::Tensor>& sinks) {
+                            const std::optional<at::Tensor>& sinks, const std::optional<at::Tensor>& k_descale,
+                            const std::optional<at::Tensor>& v_descale) {
   const char* e = "attention_kvcache";
   ATTNTUNE_CHECK(q.dim() == 4, e, "q must be 4-d: [batch, seqlen_q, heads, head_dim]");
   ATTNTUNE_CHECK(k_cache.dim() == 4 && v_cache.dim() == 4, e,
         "k_cache and v_cache must be 4-d: [batch, seqlen_k, heads_kv, head_dim], or pages [num_blocks, page_size, "
         "heads_kv, head_dim] with a block_table (v_cache's last dim: the value head dim)");
   const int64_t Dv = value_dim(k_cache, v_cache, e, "k_cache", "v_cache");
-  ATTNTUNE_CHECK(k_cache.scalar_type() == q.scalar_type() && v_cache.scalar_type() == q.scalar_type(), e,
-        "q and the caches must share a dtype");
+  const int kv_fp8 = kv_fp8_of(e, q, k_cache, v_cache, "k_cache", "v_cache", "q and the caches must share a dtype");
   const int64_t B = q.size(0), S = q.size(1), H = q.size(2), D = q.size(3), Hkv = k_cache.size(2);
   check_qk_dim(q, k_cache, e, "k_cache");
   ATTNTUNE_CHECK(Hkv > 0 ? H % Hkv == 0 : H == 0, e, "heads of q must be a multiple of the caches'");
@@ -903,6 +1058,11 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
   check_lse(lse, {B, H, S}, q, e);
   const Variants var = variants_of(e, window_size, softcap, sinks.has_value() && sinks->defined(), is_causal);
   const at::Tensor sk_logits = sinks_of(e, sinks, H, q);
+  Descales ds;  // per sequence (q's batch) and KV head, as FlashAttention-3's
+  const at::Tensor kd = descale_of(e, "k_descale", k_descale, kv_fp8, k_cache, B, Hkv, q, ds.k_stride),
+                   vd = descale_of(e, "v_descale", v_descale, kv_fp8, k_cache, B, Hkv, q, ds.v_stride);
+  ds.k = kd.defined() ? kd.data_ptr<float>() : nullptr;
+  ds.v = vd.defined() ? vd.data_ptr<float>() : nullptr;
   const double sc = scale_of(scale, D);
   Shape c{kEntryKvcache, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"),
           as_int(Dv, e, "head_dim_v"), is_causal ? 1 : 0, as_int(B, e, "batch"), as_int(H, e, "heads"),
@@ -910,6 +1070,7 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
           paged ? as_int(page, e, "page_size") : 0, var};
   // v_cache = k_cache[..., :Dv] (FlashMLA's one latent cache): passed as k_cache, pointer and strides.
   c.latent = latent_view(k_cache, v_cache) ? 1 : 0;
+  c.kv_fp8 = kv_fp8;
   const bool ran = ran_kernel(e, c, q, {&q, &k_cache, &v_cache, &out, &sk_logits}, [&](cudaStream_t stream) {
     // q/out [B, S, H, D]: {batch, head, row} = strides 0, 2, 1; caches likewise ({block, head, row} paged).
     const long long qs[3] = {q.stride(0), q.stride(2), q.stride(1)},
@@ -925,7 +1086,7 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
                                                 l, n, t, static_cast<int>(max_blocks), static_cast<int>(page), c.b,
                                                 c.h, c.hkv, c.s, c.sk, c.d, qs, ks, vs, os, static_cast<float>(sc),
                                                 c.causal, stream);
-    const attntune_options o = options_of(c, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
+    const attntune_options o = options_of(c, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr, ds);
     return attntune_attention_forward_kvcache_ex(q.data_ptr(), k_cache.data_ptr(), vp, out.data_ptr(), l, n, t,
                                                  static_cast<int>(max_blocks), static_cast<int>(page), c.b, c.h,
                                                  c.hkv, c.s, c.sk, c.d, qs, ks, c.latent ? ks : vs, os,
@@ -938,10 +1099,19 @@ void attention_kvcache_into(const at::Tensor& q, const at::Tensor& k_cache, cons
   at::Tensor kc = k_cache, vc = v_cache;
   if (paged) {
     const at::Tensor idx = table.to(at::kLong).clamp(0, std::max<int64_t>(k_cache.size(0) - 1, 0)).flatten();
-    kc = k_cache.index_select(0, idx).view({B, Sk, Hkv, D});
-    vc = c.latent ? kc.narrow(3, 0, Dv) : v_cache.index_select(0, idx).view({B, Sk, Hkv, Dv});
+    kc = gather_pages(k_cache, idx).view({B, Sk, Hkv, D});
+    vc = c.latent ? kc.narrow(3, 0, Dv) : gather_pages(v_cache, idx).view({B, Sk, Hkv, Dv});
   }
   at::Tensor out_h = out.transpose(1, 2);
+  if (kv_fp8) {
+    // The gathered cache dequantised per (sequence, KV head) as the kernels read it (a latent cache's
+    // V is its view, scaled by V's table), then the fp32 path, which masks (and zeroes: NaN bytes of
+    // a stale cache) each sequence's keys past its length.
+    variant_into(q.transpose(1, 2), dequantised(kc, kd, {B, 1, Hkv, 1}).transpose(1, 2),
+                 dequantised(vc, vd, {B, 1, Hkv, 1}).transpose(1, 2), at::Tensor(),
+                 lens.defined() ? lens.to(at::kLong) : at::Tensor(), is_causal, var, sk_logits, sc, out_h, lse);
+    return;
+  }
   if (var.any()) {
     variant_into(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2), at::Tensor(),
                  lens.defined() ? lens.to(at::kLong) : at::Tensor(), is_causal, var, sk_logits, sc, out_h, lse);
@@ -969,13 +1139,15 @@ std::tuple<at::Tensor, at::Tensor> attention_kvcache(const at::Tensor& q, const 
                                                      const std::optional<at::Tensor>& block_table,
                                                      std::optional<double> scale, bool is_causal, bool return_lse,
                                                      at::IntArrayRef window_size, double softcap,
-                                                     const std::optional<at::Tensor>& sinks) {
+                                                     const std::optional<at::Tensor>& sinks,
+                                                     const std::optional<at::Tensor>& k_descale,
+                                                     const std::optional<at::Tensor>& v_descale) {
   at::Tensor out = out_like(q, v_cache);
   at::Tensor lse = return_lse && q.dim() == 4 ? at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat))
                                               : at::empty({0}, q.options().dtype(at::kFloat));
   attention_kvcache_into(q, k_cache, v_cache, cache_seqlens, block_table, out,
                          return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal, window_size,
-                         softcap, sinks);
+                         softcap, sinks, k_descale, v_descale);
   return {out, lse};
 }
 
@@ -990,6 +1162,9 @@ void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::T
   ATTNTUNE_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, e,
                  "q, k and v must be 3-d: [total, heads, head_dim] (v's last dim: the value head dim)");
   const int64_t Dv = value_dim(k, v, e, "k", "v");
+  ATTNTUNE_CHECK(!is_float8(k.scalar_type()) && !is_float8(v.scalar_type()), e,
+                 "FP8 caches are read by attention and attention_kvcache only (no varlen problem has one): k and v "
+                 "must be q's dtype here");
   ATTNTUNE_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e, "q, k and v must share a dtype");
   ATTNTUNE_CHECK(cu_seqlens_q.dim() == 1 && cu_seqlens_k.dim() == 1 && cu_seqlens_q.size(0) == cu_seqlens_k.size(0) &&
             cu_seqlens_q.size(0) >= 1,
@@ -1089,17 +1264,21 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen(const at::Tensor& q, const a
 // them (positional included) mean what they meant. `window_size` is int[2]: a bare int would be
 // taken as (n, n), so the Python functions insist on a pair.
 #define ATTNTUNE_VARIANT_ARGS "int[2] window_size=[-1, -1], float softcap=0.0, Tensor? sinks=None"
+// An FP8 cache's scales (FlashAttention-3's descale_k/v), after the variants (attention and
+// attention_kvcache, and their _into forms).
+#define ATTNTUNE_DESCALE_ARGS ", Tensor? k_descale=None, Tensor? v_descale=None"
 
 TORCH_LIBRARY(ATTNTUNE_TORCH_NAMESPACE, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, float? scale=None, bool is_causal=False, bool return_lse=False, "
-        ATTNTUNE_VARIANT_ARGS ") -> (Tensor, Tensor)");
+        ATTNTUNE_VARIANT_ARGS ATTNTUNE_DESCALE_ARGS ") -> (Tensor, Tensor)");
   m.def("attention_into(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, float? scale=None, "
-        "bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ") -> ()");
+        "bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ATTNTUNE_DESCALE_ARGS ") -> ()");
   m.def("attention_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor? cache_seqlens=None, "
         "Tensor? block_table=None, float? scale=None, bool is_causal=False, bool return_lse=False, "
-        ATTNTUNE_VARIANT_ARGS ") -> (Tensor, Tensor)");
+        ATTNTUNE_VARIANT_ARGS ATTNTUNE_DESCALE_ARGS ") -> (Tensor, Tensor)");
   m.def("attention_kvcache_into(Tensor q, Tensor k_cache, Tensor v_cache, Tensor? cache_seqlens, Tensor? block_table, "
-        "Tensor(a!) out, Tensor(b!)? lse, float? scale=None, bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ") -> ()");
+        "Tensor(a!) out, Tensor(b!)? lse, float? scale=None, bool is_causal=False, " ATTNTUNE_VARIANT_ARGS
+        ATTNTUNE_DESCALE_ARGS ") -> ()");
   m.def("attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
         "int max_seqlen_k, float? scale=None, bool is_causal=False, bool return_lse=False, " ATTNTUNE_VARIANT_ARGS
         ") -> (Tensor, Tensor)");
@@ -1107,8 +1286,8 @@ TORCH_LIBRARY(ATTNTUNE_TORCH_NAMESPACE, m) {
         "int max_seqlen_q, int max_seqlen_k, Tensor(a!) out, Tensor(b!)? lse, float? scale=None, "
         "bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ") -> ()");
   m.def("explain(int entry, str dtype, int head_dim, bool is_causal, int b, int h, int hkv, int s, int sk, "
-        "int[2] window_size=[-1, -1], float softcap=0.0, bool sinks=False, int head_dim_v=0, bool latent=False) "
-        "-> (int, str)",
+        "int[2] window_size=[-1, -1], float softcap=0.0, bool sinks=False, int head_dim_v=0, bool latent=False, "
+        "str? kv_dtype=None) -> (int, str)",
         &explain);
   m.def("coverage() -> str", &coverage_json);
   m.def("reset_coverage() -> ()", &reset_coverage);
