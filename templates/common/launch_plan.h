@@ -152,9 +152,9 @@ inline int check_latent(const char* family, const Call& c, int build_latent, Why
 // is refused with the reason (the export's dispatcher then tries another kernel).
 inline int check_kv_dtype(const char* family, const Call& c, int build_fp8, Why* why) {
   if ((c.kv_fp8 != 0) == (build_fp8 != 0)) return 0;
-  return refuse(why, "this %s kernel was built for a KV cache of %s; the call's cache is %s (tune a problem with "
-                "kv_dtype=%s)", family, build_fp8 ? "FP8 e4m3" : "q's dtype", c.kv_fp8 ? "FP8 e4m3" : "q's dtype",
-                c.kv_fp8 ? "fp8" : "q's dtype");
+  return refuse(why, "this %s kernel was built for a KV cache of %s; the call's cache is %s (tune a problem %s)",
+                family, build_fp8 ? "FP8 e4m3" : "q's dtype", c.kv_fp8 ? "FP8 e4m3" : "q's dtype",
+                c.kv_fp8 ? "with kv_dtype=fp8" : "without kv_dtype");
 }
 
 // What the executor tells a plan of the device the call runs on.

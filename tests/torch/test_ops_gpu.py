@@ -293,6 +293,9 @@ def plain_phase(args, work):
         if kinfo.get("variants"):
             print(f"kernel {i}: built with {', '.join(kinfo['variants'])}: the variants phase checks it")
             continue
+        if p.get("kv_dtype"):
+            print(f"kernel {i}: built for an FP8 KV cache: the FP8 phase checks it")
+            continue
         print(f"kernel {i}: {kinfo['template']} tuned for {cs.problem_str(p)}")
         if p.get("varlen"):
             # A packed batch of lengths up to S: empty, one-row, odd and the longest sequences.
@@ -340,8 +343,8 @@ def plain_phase(args, work):
         return math.isfinite(err) and err <= 2 * (lowp.double() - ref64).abs().max().item() + cs.ATOL[dtype_name], err
 
     cases = []
-    dense = [k["problem"] for k in lib.kernels()
-             if not k["problem"].get("varlen") and not k.get("variants") and not k["problem"].get("dv")]
+    dense = [k["problem"] for k in lib.kernels() if not k["problem"].get("varlen") and not k.get("variants")
+             and not k["problem"].get("dv") and not k["problem"].get("kv_dtype")]
     p = dense[0] if dense else {"b": 1, "h": 1, "hkv": 1, "s": 1, "sk": 1, "d": 64, "causal": 0}
     B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
 
@@ -354,7 +357,8 @@ def plain_phase(args, work):
     if dense:
         cases.append(("attention " + cs.problem_str(p), dense_case))
     kv_kernels = [k["problem"] for k in lib.kernels()
-                  if cs.problem_str(k["problem"]) in kv_problems and not k.get("variants") and not k["problem"].get("dv")]
+                  if cs.problem_str(k["problem"]) in kv_problems and not k.get("variants") and not k["problem"].get("dv")
+                  and not k["problem"].get("kv_dtype")]
     if kv_kernels:
         pk = kv_kernels[0]
 
@@ -417,8 +421,8 @@ def plain_phase(args, work):
                             [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
         for kinfo in lib.kernels():
             p = kinfo["problem"]
-            if p.get("varlen") or kinfo.get("variants") or p.get("dv"):
-                continue  # varlen: timed against the peers by tools/compare_varlen.py; split dims: not here
+            if p.get("varlen") or kinfo.get("variants") or p.get("dv") or p.get("kv_dtype"):
+                continue  # varlen: timed against the peers by tools/compare_varlen.py; split dims, FP8: not here
             B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
             scale = 1 / math.sqrt(D)
             q, k, v, out = cs.make_inputs(B, H, Hkv, S, Sk, D, dtype, "BHSD", 3)
@@ -658,7 +662,8 @@ def variants_phase(work, device="cuda"):
     for name, specs in lib.info.get("entry_points", {}).items():
         for spec in specs:
             entries.setdefault(spec, []).append(ENTRY_POINTS[name])
-    tuned = [k for k in kernels if k.get("variants") and not k["problem"].get("dv")]  # split: the value-dims phase
+    # split: the value-dims phase; FP8 caches: the FP8 phase (of kernels without variants)
+    tuned = [k for k in kernels if k.get("variants") and not k["problem"].get("dv") and not k["problem"].get("kv_dtype")]
     print(f"variants: {len(tuned)} kernels built with variants: "
           + ("; ".join(f"{vr.spec_of(k['problem'])} ({', '.join(k['variants'])})" for k in tuned) or "none"))
     lib.set_policy("raise" if gpu else "sdpa", 1e9)
@@ -958,7 +963,7 @@ def dv_phase(work, device="cuda"):
     for name, specs in lib.info.get("entry_points", {}).items():
         for spec in specs:
             entries.setdefault(spec, []).append(ENTRY_POINTS[name])
-    split = [k for k in kernels if k["problem"].get("dv")]
+    split = [k for k in kernels if k["problem"].get("dv") and not k["problem"].get("kv_dtype")]
     print(f"value dims: {len(split)} kernels built for two head dims: "
           + ("; ".join(vr.spec_of(k["problem"]) for k in split) or "none"))
     if not split:
@@ -1254,7 +1259,7 @@ def latent_phase(work, device="cuda"):
     for name, specs in lib.info.get("entry_points", {}).items():
         for spec in specs:
             entries.setdefault(spec, []).append(ENTRY_POINTS[name])
-    latent = [k for k in kernels if k["problem"].get("latent")]
+    latent = [k for k in kernels if k["problem"].get("latent") and not k["problem"].get("kv_dtype")]
     print(f"latent: {len(latent)} kernels built for a latent cache: "
           + ("; ".join(vr.spec_of(k["problem"]) for k in latent) or "none"))
     if not latent:
@@ -1533,7 +1538,10 @@ def fp8_phase(work, device="cuda"):
     for name, specs in lib.info.get("entry_points", {}).items():
         for spec in specs:
             entries.setdefault(spec, []).append(ENTRY_POINTS[name])
-    fp8_kernels = [k for k in kernels if k["problem"].get("kv_dtype") == "fp8"]
+    # Kernels of one head dim without variants (an FP8 kernel with variants, two head dims or a latent
+    # cache would be refused these calls: not checked here yet).
+    fp8_kernels = [k for k in kernels if k["problem"].get("kv_dtype") == "fp8" and not k.get("variants")
+                   and not k["problem"].get("dv") and not k["problem"].get("latent")]
     print(f"fp8: {len(fp8_kernels)} kernels built for an FP8 cache: "
           + ("; ".join(vr.spec_of(k["problem"]) for k in fp8_kernels) or "none"))
     if not fp8_kernels:
