@@ -435,3 +435,10 @@ extern "C" __global__ void convert(const unsigned* in, unsigned* f16, unsigned* 
   }
   EXPECT_EQ(checked, 254);
 }
+
+// FP8 at the other head dims the space serves (multiples of 32): d=96 (K rows of 48 16-bit elements:
+// three 32-byte column blocks) and d=192 (a 64-element block and a 32-element one).
+TEST(FlashDecodeFp8Property, SpreadOtherHeadDims) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (int d : {96, 192}) check_fp8(d, attntune::testing::property_sample(4));
+}

@@ -582,7 +582,7 @@ TEST(FlashDecodeSpace, Fp8CachesHaveConfigsFromSm89AtMultiplesOf32) {
   for (const char* arch : {"sm_80", "sm_86"}) EXPECT_TRUE(space.enumerate(p, arch).empty()) << arch;
   const auto refusal = attntune::testing::run_attntune(
       "space --space " ATTNTUNE_SOURCE_DIR "/search_spaces/flash_decode.yaml --problem "
-      "b=16,h=32,hkv=8,s=1,sk=8192,d=96,dtype=bf16,causal=0,kv_dtype=fp8 --arch sm_90");
+      "b=16,h=32,hkv=8,s=1,sk=8192,d=80,dtype=bf16,causal=0,kv_dtype=fp8 --arch sm_90");
   EXPECT_EQ(refusal.rc, 2) << refusal.out << refusal.err;
   EXPECT_NE(refusal.err.find("multiples of 32"), std::string::npos) << refusal.err;
 }
