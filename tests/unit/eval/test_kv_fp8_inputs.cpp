@@ -64,10 +64,10 @@ TEST(KvFp8Inputs, DescalesAreFixedAndNotOne) {
 }
 
 // The reference module is NVRTC-compiled for the device's own arch: every kernel, the FP8 ones too,
-// must compile for each (the e4m3 conversion exists from sm_89; older targets compile a stub).
+// must compile for each: here the lowest (sm_80, where the e4m3 conversion is a stub) and sm_90.
 TEST(KvFp8Inputs, ReferenceKernelsCompileForEveryTarget) {
   const std::string source = flatten_includes("templates/reference/reference.cu");
-  for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}) {
+  for (const char* arch : {"sm_80", "sm_90"}) {  // the lowest target and the GPU tests' (CI time)
     SCOPED_TRACE(arch);
     cuda::CompileOptions opts;
     opts.arch = arch;
