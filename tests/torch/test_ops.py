@@ -1595,6 +1595,23 @@ class Fp8Caches(unittest.TestCase):
         self.assertTrue(torch.equal(got[1, :, 2:], base[1, :, 2:]))
         self.assertLess((got[1, :, :2] - 3 * base[1, :, :2]).abs().max().item(), 2 ** -5 * base.abs().max().item())
 
+    def test_vllm_names_are_the_same_arguments(self):
+        # k_scale / v_scale (vLLM's names) are k_descale / v_descale: the same output bit for bit;
+        # both names for one tensor are refused.
+        B, H, Hkv, D = 2, 4, 2, 64
+        q, k, v = rand(B, 1, H, D), fp8(B, 20, Hkv, D), fp8(B, 20, Hkv, D)
+        kd, vd = torch.rand(B, Hkv) + 0.5, torch.rand(B, Hkv) + 0.5
+        want = attntune.attention_kvcache(q, k, v, k_descale=kd, v_descale=vd)
+        self.assertTrue(torch.equal(attntune.attention_kvcache(q, k, v, k_scale=kd, v_scale=vd), want))
+        self.assertTrue(torch.equal(attntune.attention_kvcache(q, k, v, k_scale=kd, v_descale=vd), want))
+        qd, kk, vv = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        self.assertTrue(torch.equal(attntune.attention(qd, kk, vv, k_scale=kd, v_scale=vd),
+                                    attntune.attention(qd, kk, vv, k_descale=kd, v_descale=vd)))
+        with self.assertRaisesRegex(ValueError, "pass k_descale or k_scale"):
+            attntune.attention_kvcache(q, k, v, k_descale=kd, k_scale=kd)
+        with self.assertRaisesRegex(ValueError, "pass v_descale or v_scale"):
+            attntune.attention(qd, kk, vv, v_descale=vd, v_scale=vd)
+
     def test_dense_entry(self):
         B, H, Hkv, S, Sk, D = 2, 8, 2, 3, 45, 64
         kd, vd = torch.rand(B, Hkv) + 0.5, torch.rand(B, Hkv) + 0.5

@@ -207,6 +207,20 @@ def _is_fp8_cache(k, v):
     return isinstance(k, torch.Tensor) and k.dtype == FP8 and isinstance(v, torch.Tensor) and v.dtype == FP8
 
 
+def _descales(name, k_descale, v_descale, k_scale, v_scale):
+    """k_scale / v_scale (vLLM's names for the same per-tensor or per-(sequence, KV head) dequantisation
+    factors) as k_descale / v_descale; both names for one tensor is refused."""
+    if k_scale is not None:
+        if k_descale is not None:
+            raise ValueError(f"attntune.{name}: pass k_descale or k_scale (the same factor), not both")
+        k_descale = k_scale
+    if v_scale is not None:
+        if v_descale is not None:
+            raise ValueError(f"attntune.{name}: pass v_descale or v_scale (the same factor), not both")
+        v_descale = v_scale
+    return k_descale, v_descale
+
+
 def _check_kv(name, q, k, v, k_descale, v_descale, batch, heads_kv, kn="k", vn="v"):
     """The ops' checks of an FP8 cache and its scales (_ops.cpp's kv_fp8_of and descale_of), in their
     words (ValueError; the op itself raises RuntimeError): k and v both float8_e4m3fn or neither, q
@@ -272,12 +286,15 @@ class Library:
     # The variants (every call): window_size=(left, right), softcap=C, sinks=[heads_q] float32 logits
     # (FlashAttention's arguments and semantics; the module's docstring).
     def attention(self, q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None,
-                  window_size=(-1, -1), softcap=0.0, sinks=None, k_descale=None, v_descale=None):
+                  window_size=(-1, -1), softcap=0.0, sinks=None, k_descale=None, v_descale=None, k_scale=None,
+                  v_scale=None):
         """SDPA's call: q [B, H, S, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] (layout="bshd": [B, S, H,
         D] tensors, as flash_attn_func takes them; no copies either way). GQA when Hkv < H; Dv, v's
         last dim, may differ from D. Returns out (q's shape with Dv last), or (out, lse [B, H, S] fp32)
         with return_lse. `out`: write into this tensor instead. k and v float8_e4m3fn: an FP8 cache,
-        dequantised by k_descale / v_descale (float32 [B, Hkv], [1] or 0-d; None: 1)."""
+        dequantised by k_descale / v_descale (float32 [B, Hkv], [1] or 0-d; None: 1; vLLM's names
+        k_scale / v_scale are the same arguments)."""
+        k_descale, v_descale = _descales("attention", k_descale, v_descale, k_scale, v_scale)
         _check_grad("attention", q, k, v, sinks, k_descale, v_descale)
         if layout not in ("bhsd", "bshd"):
             raise ValueError(f"attntune.attention: layout must be 'bhsd' or 'bshd' (got {layout!r})")
@@ -305,13 +322,15 @@ class Library:
 
     def attention_kvcache(self, q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, scale=None,
                           is_causal=False, return_lse=False, out=None, window_size=(-1, -1), softcap=0.0,
-                          sinks=None, k_descale=None, v_descale=None):
+                          sinks=None, k_descale=None, v_descale=None, k_scale=None, v_scale=None):
         """flash_attn_with_kvcache's call: q [B, S, H, D]; caches [B, Sk, Hkv, D], or pages
         [num_blocks, page_size, Hkv, D] with block_table [B, max_blocks] (int32), v_cache's last dim
         Dv (may differ from D); cache_seqlens [B] (int32): the keys of each sequence (None: all; the
         window is aligned to each sequence's last key). Returns out [B, S, H, Dv], or (out, lse
         [B, H, S]). Caches of float8_e4m3fn: an FP8 cache, dequantised by k_descale / v_descale
-        (FlashAttention-3's: float32 [B, Hkv] per sequence and KV head, [1] or 0-d; None: 1)."""
+        (FlashAttention-3's: float32 [B, Hkv] per sequence and KV head, [1] or 0-d; None: 1; vLLM's
+        names k_scale / v_scale are the same arguments)."""
+        k_descale, v_descale = _descales("attention_kvcache", k_descale, v_descale, k_scale, v_scale)
         _check_grad("attention_kvcache", q, k_cache, v_cache, sinks, k_descale, v_descale)
         window = _window("attention_kvcache", window_size)
         _check_variants("attention_kvcache", q, q.shape[2] if q.dim() == 4 else None, is_causal, window,
@@ -609,19 +628,20 @@ if os.path.exists(_KERNELS) and not os.environ.get("ATTNTUNE_TORCH_NO_AUTOLOAD")
 
 
 def attention(q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None,
-              window_size=(-1, -1), softcap=0.0, sinks=None, k_descale=None, v_descale=None):
+              window_size=(-1, -1), softcap=0.0, sinks=None, k_descale=None, v_descale=None, k_scale=None,
+              v_scale=None):
     return default().attention(q, k, v, scale=scale, is_causal=is_causal, layout=layout, return_lse=return_lse,
                                out=out, window_size=window_size, softcap=softcap, sinks=sinks, k_descale=k_descale,
-                               v_descale=v_descale)
+                               v_descale=v_descale, k_scale=k_scale, v_scale=v_scale)
 
 
 def attention_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, scale=None, is_causal=False,
                       return_lse=False, out=None, window_size=(-1, -1), softcap=0.0, sinks=None, k_descale=None,
-                      v_descale=None):
+                      v_descale=None, k_scale=None, v_scale=None):
     return default().attention_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
                                        scale=scale, is_causal=is_causal, return_lse=return_lse, out=out,
                                        window_size=window_size, softcap=softcap, sinks=sinks, k_descale=k_descale,
-                                       v_descale=v_descale)
+                                       v_descale=v_descale, k_scale=k_scale, v_scale=v_scale)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None,
