@@ -22,13 +22,12 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_timing import capture, gpu_state  # noqa: E402
+from gpu_timing import gpu_state, timed  # noqa: E402
 
 # name: b, h, hkv, s, sk, d (page from --page)
 ROWS = {
@@ -40,24 +39,6 @@ ROWS = {
     "q8": (32, 32, 8, 8, 4096, 128),
     "q16": (32, 32, 8, 16, 4096, 128),
 }
-
-
-def timed(fn, calls, min_seconds):
-    g = capture(fn, calls)
-    g.replay()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    g.replay()
-    torch.cuda.synchronize()
-    one = time.perf_counter() - t0
-    reps = max(1, int(min_seconds / max(one, 1e-6)))
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        g.replay()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) * 1e3 / (reps * calls)
 
 
 def row(name, b, h, hkv, s, sk, d, page, args, attntune):

@@ -2,6 +2,7 @@
 tools/compare_varlen.py (and tests/torch/test_ops_gpu.py through compare_sdpa). No import side
 effects beyond torch."""
 import subprocess
+import time
 
 import torch
 
@@ -42,3 +43,23 @@ def gpu_state():
         return f"{t} C, SM {c} MHz, {float(w):.0f} W"
     except Exception:  # no nvidia-smi, an unexpected format: the timing goes on without it
         return None
+
+
+def timed(fn, calls, min_seconds):
+    """Median-free single sample: us per call over replays of a graph of `calls` calls, replayed a
+    fixed count chosen once so that a sample lasts about min_seconds."""
+    g = capture(fn, calls)
+    g.replay()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    g.replay()
+    torch.cuda.synchronize()
+    one = time.perf_counter() - t0
+    reps = max(1, int(min_seconds / max(one, 1e-6)))
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        g.replay()
+    stop.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(stop) * 1e3 / (reps * calls)

@@ -24,33 +24,12 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_timing import capture, gpu_state  # noqa: E402
-
-
-def timed(fn, calls, min_seconds):
-    """Median-free single sample: us per call over replays of a graph of `calls` calls, replayed a
-    fixed count chosen once so that a sample lasts about min_seconds."""
-    g = capture(fn, calls)
-    g.replay()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    g.replay()
-    torch.cuda.synchronize()
-    one = time.perf_counter() - t0
-    reps = max(1, int(min_seconds / max(one, 1e-6)))
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        g.replay()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) * 1e3 / (reps * calls)
+from gpu_timing import gpu_state, timed  # noqa: E402
 
 
 def main():

@@ -71,7 +71,11 @@ inline int prefill_entry(const Define* d, int n) {
 inline int check_prefill_entry(const char* family, const Call& call, int entry, const Variants& variants, int value_dim,
                                Why* why) {
   if (call.entry == entry) {
-    if (check_variants(family, variants, call, why) || check_value_dim(family, call, value_dim, why)) return 1;
+    // No prefill kernel reads an FP8 cache: such a call is refused with the reason here, for every
+    // prefill family, rather than by the export's table alone.
+    if (check_variants(family, variants, call, why) || check_value_dim(family, call, value_dim, why) ||
+        check_kv_dtype(family, call, 0, why))
+      return 1;
     if (entry == kEntryVarlen && (!call.cu_seqlens_q || !call.cu_seqlens_k))
       return refuse(why, "cu_seqlens_q and cu_seqlens_k must not be NULL");
     if (entry == kEntryKvcache && call.block_table) {

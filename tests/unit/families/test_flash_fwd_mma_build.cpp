@@ -51,6 +51,19 @@ TEST(FlashFwdMmaRender, SourceIsFlatAndCarriesEveryTunable) {
   EXPECT_NE(render_kernel(space, c, fp16, "sm_90").source_hash, k.source_hash);
 }
 
+// No prefill kernel reads an FP8 cache: a call with one is refused with the reason by the plan
+// (common/dense_params.h's check_prefill_entry, every prefill family), never run as 16-bit values.
+TEST(FlashFwdMmaRender, AnFp8CacheCallIsRefusedWithTheReason) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=3,h=5,s=1000,d=64,dtype=fp16,causal=0");
+  const Config c = space.enumerate(p, "sm_90").front();
+  attntune_plan::Call call = attntune::testing::dense_call_of(p);
+  call.kv_fp8 = 1;
+  std::string why;
+  EXPECT_FALSE(plan_call(render_kernel(space, c, p, "sm_90").launch, call, attntune::testing::FakeDevice{}.device(), &why));
+  EXPECT_NE(why.find("FP8 e4m3"), std::string::npos) << why;
+}
+
 TEST(FlashFwdMmaRender, GeometryFollowsTheSpace) {
   const SearchSpace space = load_space();
   const Problem p = Problem::parse("b=3,h=5,s=1000,d=64,dtype=fp16,causal=0");
