@@ -31,6 +31,7 @@ enum Entry : int {
   kEntryDense = 1,    // attntune_attention_forward
   kEntryKvcache = 2,  // attntune_attention_forward_kvcache
   kEntryVarlen = 4,   // attntune_attention_forward_varlen
+  kEntryBackward = 8, // attntune_attention_backward (issue 45: dQ, dK, dV of a dense call)
 };
 
 // One call of an entry point, as its C arguments arrived, after the launcher's shared checks
@@ -79,6 +80,19 @@ struct Call {
   const float* k_descale;
   const float* v_descale;
   long long k_descale_stride[2], v_descale_stride[2];
+  // The backward pass (kEntryBackward, attntune_attention_backward; issue 45). q, k, v are the
+  // forward's inputs; out is the forward's O (read, not written) and lse its LSE ([batch, heads_q,
+  // seqlen_q] fp32 contiguous, natural log, read; required). dout is dO (out's shape, its own
+  // strides); dq, dk, dv are written (q's, k's and v's shapes, their own strides; with GQA dk and dv
+  // are [batch, heads_kv, seqlen_k, head_dim]: each KV head's gradient summed over its query
+  // heads). deterministic: 1 asks for bit-identical gradients run to run (no floating-point
+  // atomics whose order varies). Zero for every forward call.
+  const void* dout;
+  void* dq;
+  void* dk;
+  void* dv;
+  long long do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
+  int deterministic;
   bool windowed() const { return window_left >= 0 || window_right >= 0; }
   // V's and O's head dim where it is not head_dim, else 0 (as a build's ATT_HEAD_DIM_V reads).
   int split_head_dim_v() const { return head_dim_v != 0 && head_dim_v != head_dim ? head_dim_v : 0; }

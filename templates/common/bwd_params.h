@@ -1,0 +1,29 @@
+// ---- templates/common/bwd_params.h: the one kernel argument of the backward families (issue 45;
+// flash_bwd_mma's three kernels), passed by value. Plain C, shared by host and NVRTC code. The
+// forward's half (q, k, v, o, lse, their strides, sizes, scale, variants) is an AttnParams, filled
+// as every forward kernel's is (launch_plan.h's fill_tensor_args), so that the two passes read one
+// layout of the same tensors.
+#ifndef ATTNTUNE_BWD_PARAMS_H
+#define ATTNTUNE_BWD_PARAMS_H
+
+#include "attn_params.h"
+
+struct BwdParams {
+  // q, k, v: the forward's inputs; o: the forward's output (read); lse: its LSE, [batch, heads_q,
+  // seqlen_q] fp32 contiguous, natural log (read).
+  AttnParams fwd;
+  const void* dout;  // dO: (batch, heads_q, seqlen_q, head_dim_v), strides {batch, head, row}
+  void* dq;          // (batch, heads_q,  seqlen_q, head_dim)
+  void* dk;          // (batch, heads_kv, seqlen_k, head_dim): summed over each KV head's query heads
+  void* dv;          // (batch, heads_kv, seqlen_k, head_dim_v)
+  long long do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
+  // Workspaces (the launch plan's): dq_accum, fp32 [batch, heads_q, seqlen_q_rounded, head_dim],
+  // dQ accumulated over the key blocks, unscaled; dpsum, fp32 [batch, heads_q, seqlen_q_rounded],
+  // D_i = rowsum(dO_i * O_i), the softmax's backward term. seqlen_q_rounded: seqlen_q rounded up to
+  // the query block, so that a block's rows are always in the workspaces.
+  float* dq_accum;
+  float* dpsum;
+  int seqlen_q_rounded;
+};
+
+#endif  // ATTNTUNE_BWD_PARAMS_H
