@@ -17,12 +17,15 @@ struct BwdParams {
   void* dk;          // (batch, heads_kv, seqlen_k, head_dim): summed over each KV head's query heads
   void* dv;          // (batch, heads_kv, seqlen_k, head_dim_v)
   long long do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
-  // Workspaces (the launch plan's): dq_accum, fp32 [batch, heads_q, seqlen_q_rounded, head_dim],
-  // dQ accumulated over the key blocks, unscaled; dpsum, fp32 [batch, heads_q, seqlen_q_rounded],
-  // D_i = rowsum(dO_i * O_i), the softmax's backward term. seqlen_q_rounded: seqlen_q rounded up to
-  // the query block, so that a block's rows are always in the workspaces.
+  // Workspaces (the launch plan's), written by the preprocessing kernel: dq_accum, fp32 [batch,
+  // heads_q, seqlen_q_rounded, head_dim], dQ accumulated over the key blocks, unscaled (zeroed
+  // first); dpsum, fp32 [batch, heads_q, seqlen_q_rounded], D_i = rowsum(dO_i * O_i), the softmax's
+  // backward term (0 past seqlen_q); lse_log2, the same shape, LSE_i * log2(e) (+inf past seqlen_q,
+  // so that a padded row's probabilities are 0). seqlen_q_rounded: seqlen_q rounded up to the query
+  // block, so that a block's rows are always in the workspaces and their rows 16-byte aligned.
   float* dq_accum;
   float* dpsum;
+  float* lse_log2;
   int seqlen_q_rounded;
 };
 

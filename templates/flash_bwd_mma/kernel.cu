@@ -1,0 +1,433 @@
+// flash_bwd_mma: FlashAttention-2-class attention backward (dQ, dK, dV) for sm_80..sm_90 using
+// mma.sync m16n8k16 with fp32 accumulators. Three kernels, launched in order by launch.h:
+//   flash_bwd_preprocess  D_i = rowsum(dO_i * O_i) and LSE_i * log2(e) into workspaces, dQ's fp32
+//                         accumulator zeroed;
+//   flash_bwd_mma         one CTA per (block of kBlockN keys, KV head, batch): K and V of its keys
+//                         stay in shared memory and dK, dV in registers while it walks the query
+//                         blocks of every query head of its KV head (GQA's sum over the group is a
+//                         sum in registers), recomputing P from the LSE; dQ's share of each step is
+//                         added into the fp32 accumulator with atomics;
+//   flash_bwd_convert     dQ = scale * accumulator, in the input dtype.
+//
+// The main loop works on the transposed score tile: warp w owns keys [w, w + 1) * 16 * kKeyTiles of
+// the CTA's block, and computes S^T = K Q^T and dP^T = V dO^T for them (keys as MMA rows, queries as
+// columns), so that P^T and dS^T = P^T o (dP^T - D) come out of the accumulators in the A-operand
+// layout of dV += P^T dO and dK += dS^T Q without leaving registers (two n8 accumulator tiles are
+// one k16 A fragment, as the forward's P is). Only dQ = dS K needs another warp's keys: dS^T goes
+// through shared memory once, and each warp computes 16 query rows of dQ over all the block's keys.
+//
+// Per step and per key, the softmax backward of FlashAttention-2:
+//   P_ij = exp2(scale * log2(e) * q_i.k_j - LSE_i * log2(e)),   dP_ij = dO_i.v_j,
+//   dS_ij = P_ij (dP_ij - D_i),   dV_j += P_ij dO_i,   dK_j += scale dS_ij q_i,   dQ_i += scale dS_ij k_j.
+// Masked pairs (causal, window) have P = 0, so they add nothing. Rows past seqlen_q have LSE +inf
+// (P = 0) and zero dO; keys past seqlen_k are zero-filled K and V rows whose dK/dV are not stored
+// (their dS times a zero K row adds nothing to dQ).
+#include "../common/bwd_params.h"
+#include "../common/ptx.cuh"
+#include "traits.cuh"
+
+namespace att {
+
+using T = Traits;
+
+// ---- shared-memory tiles ----------------------------------------------------------------------
+// Row-major (rows, kCols) 16-bit tiles in 16-byte chunks, each chunk index XORed with the row's
+// pattern so that the 8 rows an ldmatrix phase reads and the 8 chunks a quarter warp's cp.async
+// copies write fall in 8 different bank groups: rows of a multiple of 128 bytes (kCols 64, 128),
+// chunk ^ (row % 8); rows of 64 bytes (kCols 32), chunk ^ ((row / 2) % 4).
+template <int kCols>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  constexpr int kChunks = kCols / 8;
+  static_assert(kChunks % 8 == 0 || kChunks == 4, "tile rows of 64 bytes or a multiple of 128");
+  if constexpr (kChunks % 8 == 0) return row * kCols + ((chunk ^ (row & 7)) << 3);
+  else return row * kCols + ((chunk ^ ((row >> 1) & 3)) << 3);
+}
+
+// cp.async of rows [row0, row0 + kRows) of a (rows, kHeadDim) slice into a tile; rows at or past
+// row_end are zero-filled.
+template <int kRows>
+__device__ __forceinline__ void load_rows(elem_t* tile, const elem_t* gmem, long long row_stride, int row0,
+                                          int row_end) {
+  constexpr int kChunks = T::kHeadDim / 8;
+  constexpr int kRowsPerPass = T::kThreads / kChunks;
+  static_assert(kRows % kRowsPerPass == 0 || kRows < kRowsPerPass, "whole passes of rows");
+  const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+#pragma unroll
+  for (int it = 0; it < (kRows + kRowsPerPass - 1) / kRowsPerPass; ++it) {
+    const int row = r + it * kRowsPerPass;
+    if (kRows % kRowsPerPass == 0 || row < kRows) {
+      const bool valid = row0 + row < row_end;
+      const elem_t* src = valid ? gmem + (row0 + row) * row_stride + c * 8 : gmem;
+      cp_async_16(smem_addr(tile + swz<T::kHeadDim>(row, c)), src, valid);
+    }
+  }
+}
+
+// kBlockM floats (a 16-byte-aligned workspace row) into shared memory, by the first kBlockM / 4
+// threads from `lane0` on.
+__device__ __forceinline__ void load_floats(float* dst, const float* src, int lane0) {
+  const int t = static_cast<int>(threadIdx.x) - lane0;
+  if (t >= 0 && t < T::kBlockM / 4) cp_async_16(smem_addr(dst + t * 4), src + t * 4, true);
+}
+
+// ---- fragments --------------------------------------------------------------------------------
+// ldmatrix addresses. A lane's row and chunk within a 16x16 fragment follow one of three patterns
+// (A: row lane % 16, chunk lane / 16; transposed A and N-major B: row lane % 8 + 8 (lane / 16),
+// chunk lane / 8 % 2; K-major B: row lane % 8 + 8 (lane / 8 % 2), chunk lane / 16). Fragment rows
+// start at multiples of 8 and tiles at multiples of 128 bytes, so the swizzle's XOR (a function of
+// row % 8) touches only the chunk bits: the fragment at chunk C (even) of row R is the lane's
+// fragment-0 address XOR (C % span) * 16, plus R's and the span's bytes as an immediate. One base
+// register a pattern and tile width, one LOP3 a step: the compiler keeps no address per fragment.
+template <int kCols>
+struct Lanes {
+  static constexpr int kRowBytes = kCols * 2;
+  static constexpr int kSpan = kCols / 8 >= 8 ? 8 : kCols / 8;  // chunks the swizzle XORs within
+  // A lane's byte offset in a tile for its (row, chunk) of fragment 0; chunk0 (a multiple of the
+  // steps' reach) folds a warp's constant chunk offset in.
+  static __device__ __forceinline__ u32 base(int row, int chunk) { return static_cast<u32>(swz<kCols>(row, chunk) * 2); }
+  // The byte address of the fragment at (row R, chunk C) from a lane's base (tile address included).
+  static __device__ __forceinline__ u32 at(u32 base_addr, int r, int c) {
+    return (base_addr ^ static_cast<u32>((c % kSpan) << 4)) + static_cast<u32>(r * kRowBytes + (c / kSpan) * kSpan * 16);
+  }
+};
+__device__ __forceinline__ int lane_row_a() { return threadIdx.x & 15; }
+__device__ __forceinline__ int lane_chunk_a() { return (threadIdx.x & 31) >> 4; }
+__device__ __forceinline__ int lane_row_nk() { return (threadIdx.x & 7) + (((threadIdx.x & 31) >> 4) << 3); }
+__device__ __forceinline__ int lane_chunk_nk() { return (threadIdx.x >> 3) & 1; }
+__device__ __forceinline__ int lane_row_kn() { return (threadIdx.x & 7) + (((threadIdx.x >> 3) & 1) << 3); }
+__device__ __forceinline__ int lane_chunk_kn() { return (threadIdx.x & 31) >> 4; }
+
+__device__ __forceinline__ void ldsm(u32 addr, u32 (&r)[4]) { ldmatrix_x4(addr, r[0], r[1], r[2], r[3]); }
+__device__ __forceinline__ void ldsm_t(u32 addr, u32 (&r)[4]) { ldmatrix_x4_trans(addr, r[0], r[1], r[2], r[3]); }
+// (frag_a: an A operand from a row-major tile, rows M, cols K. frag_a_trans: an A operand from a
+// tile of its transpose, rows K, cols M, by the transposing ldmatrix. frag_b_nk: B operands of two
+// n8 tiles (b[0], b[1] the first, b[2], b[3] the second) from a tile of rows N, cols K. frag_b_kn:
+// the same from a tile of rows K, cols N, transposing.)
+
+// Two n8 accumulator tiles (2s, 2s + 1) as the A operand of k16 step s, rounded to the dtype.
+__device__ __forceinline__ void acc_to_a(const float (&lo)[4], const float (&hi)[4], u32 (&a)[4]) {
+  a[0] = pack2<T::kBf16>(lo[0], lo[1]);
+  a[1] = pack2<T::kBf16>(lo[2], lo[3]);
+  a[2] = pack2<T::kBf16>(hi[0], hi[1]);
+  a[3] = pack2<T::kBf16>(hi[2], hi[3]);
+}
+
+// An fp16 value's bits as fp32 (exact).
+__device__ __forceinline__ float half_to_float(unsigned short x) {
+  float y;
+  asm("cvt.f32.f16 %0, %1;\n" : "=f"(y) : "h"(x));
+  return y;
+}
+
+// ---- preprocessing ----------------------------------------------------------------------------
+// grid (seqlen_q_rounded / kBlockM, heads_q, batch): rows [m0, m0 + kBlockM) of one (batch, head).
+extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_preprocess(const BwdParams p) {
+  const AttnParams& f = p.fwd;
+  const int head = blockIdx.y, b = blockIdx.z, m0 = blockIdx.x * T::kBlockM;
+  const long long row_base = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded;
+  constexpr int kChunks = T::kHeadDim / 8;  // 8 or 16 lanes a row
+  constexpr int kRowsPerPass = T::kThreads / kChunks;
+  const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+  const elem_t* o = static_cast<const elem_t*>(f.o) + b * f.o_stride[0] + head * f.o_stride[1];
+  const elem_t* d_o = static_cast<const elem_t*>(p.dout) + b * p.do_stride[0] + head * p.do_stride[1];
+  for (int row = m0 + r; row < m0 + T::kBlockM; row += kRowsPerPass) {
+    float dot = 0.f;
+    if (row < f.seqlen_q) {
+      const uint4 x = *reinterpret_cast<const uint4*>(o + row * f.o_stride[2] + c * 8);
+      const uint4 y = *reinterpret_cast<const uint4*>(d_o + row * p.do_stride[2] + c * 8);
+      const u32 xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float x0, x1, y0, y1;
+        if (T::kBf16) {
+          x0 = __uint_as_float(xs[i] << 16), x1 = __uint_as_float(xs[i] & 0xffff0000u);
+          y0 = __uint_as_float(ys[i] << 16), y1 = __uint_as_float(ys[i] & 0xffff0000u);
+        } else {
+          x0 = half_to_float(static_cast<unsigned short>(xs[i] & 0xffff));
+          x1 = half_to_float(static_cast<unsigned short>(xs[i] >> 16));
+          y0 = half_to_float(static_cast<unsigned short>(ys[i] & 0xffff));
+          y1 = half_to_float(static_cast<unsigned short>(ys[i] >> 16));
+        }
+        dot = fmaf(x0, y0, dot);
+        dot = fmaf(x1, y1, dot);
+      }
+    }
+#pragma unroll
+    for (int s = kChunks / 2; s >= 1; s >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, s);
+    if (c == 0) {
+      p.dpsum[row_base + row] = row < f.seqlen_q ? dot : 0.f;
+      const float lse = row < f.seqlen_q ? f.lse[(static_cast<long long>(b) * f.heads_q + head) * f.seqlen_q + row]
+                                         : __int_as_float(0x7f800000);
+      p.lse_log2[row_base + row] = lse * 1.4426950408889634f;
+    }
+    float4* acc = reinterpret_cast<float4*>(p.dq_accum + (row_base + row) * T::kHeadDim + c * 8);
+    acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+// ---- the main loop ----------------------------------------------------------------------------
+// grid (ceil(seqlen_k / kBlockN), heads_kv, batch).
+extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_bwd_mma(const BwdParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  elem_t* s_k = reinterpret_cast<elem_t*>(smem);
+  elem_t* s_v = s_k + T::kKElems;
+  elem_t* s_q = s_v + T::kKElems;                // kStages tiles
+  elem_t* s_do = s_q + T::kStages * T::kQElems;  // kStages tiles
+  elem_t* s_ds = s_do + T::kStages * T::kQElems;
+  float* s_lse = reinterpret_cast<float*>(s_ds + T::kDsElems);  // kStages rows of kBlockM
+  float* s_dp = s_lse + T::kStages * T::kBlockM;
+
+  const AttnParams& f = p.fwd;
+  const int hk = blockIdx.y, b = blockIdx.z, n0 = blockIdx.x * T::kBlockN;
+  const int len_q = f.seqlen_q, len_k = f.seqlen_k, diag = len_k - len_q;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp_key0 = warp * 16 * T::kKeyTiles;  // the warp's first key in the block
+  using LD = Lanes<T::kHeadDim>;
+  using LM = Lanes<T::kBlockM>;
+  // dQ's share of warp w: 16 query rows from 16 * dq_mt, kDqCols head dims from dq_col0.
+  const int dq_mt = warp % T::kDqRowTiles, dq_col0 = (warp / T::kDqRowTiles) * T::kDqCols;
+  // The lanes' fragment-0 addresses (Lanes): K's and V's rows of the warp as A operands, Q's and
+  // dO's as N-major and K-major B operands, K's as dQ's K-major B operand at the warp's head dims,
+  // dS^T's as dQ's transposed A operand at the warp's query rows.
+  const u32 k_a = smem_addr(s_k) + LD::base(warp_key0 + lane_row_a(), lane_chunk_a());
+  const u32 v_a = smem_addr(s_v) + LD::base(warp_key0 + lane_row_a(), lane_chunk_a());
+  const u32 nk = LD::base(lane_row_nk(), lane_chunk_nk());
+  const u32 kn = LD::base(lane_row_kn(), lane_chunk_kn());
+  const u32 k_dq = smem_addr(s_k) + LD::base(lane_row_kn(), dq_col0 / 8 + lane_chunk_kn());
+  const u32 ds_a = smem_addr(s_ds) + LM::base(lane_row_nk(), dq_mt * 2 + lane_chunk_nk());
+
+  // The query rows that see any key of the block: causal and windows bound them.
+  int row_begin = 0, row_end = len_q;
+  if (T::kCausal) row_begin = max(row_begin, n0 - diag);
+  if constexpr (T::kWindow) {
+    if (f.variant.window_left >= 0) row_end = min(row_end, n0 + T::kBlockN - diag + f.variant.window_left);
+    if (!T::kCausal && f.variant.window_right >= 0) row_begin = max(row_begin, n0 - diag - f.variant.window_right);
+  }
+  const int m_first = max(row_begin, 0) / T::kBlockM;
+  const int m_blocks = row_end > row_begin ? (row_end - 1) / T::kBlockM + 1 - m_first : 0;
+  const int steps = m_blocks * f.q_per_kv;  // (query head of the group, query block) pairs
+
+  // K and V of the block's keys, once.
+  const elem_t* k_g = static_cast<const elem_t*>(f.k) + b * f.k_stride[0] + hk * f.k_stride[1];
+  const elem_t* v_g = static_cast<const elem_t*>(f.v) + b * f.v_stride[0] + hk * f.v_stride[1];
+  load_rows<T::kBlockN>(s_k, k_g, f.k_stride[2], n0, len_k);
+  load_rows<T::kBlockN>(s_v, v_g, f.v_stride[2], n0, len_k);
+  cp_async_commit();
+
+  // Step i: query head hk * q_per_kv + i / m_blocks, query block m_first + i % m_blocks.
+  auto issue = [&](int i) {
+    if (i < steps) {
+      const int head = hk * f.q_per_kv + i / m_blocks, m0 = (m_first + i % m_blocks) * T::kBlockM;
+      const int st = i % T::kStages;
+      load_rows<T::kBlockM>(s_q + st * T::kQElems,
+                            static_cast<const elem_t*>(f.q) + b * f.q_stride[0] + head * f.q_stride[1], f.q_stride[2],
+                            m0, len_q);
+      load_rows<T::kBlockM>(s_do + st * T::kQElems,
+                            static_cast<const elem_t*>(p.dout) + b * p.do_stride[0] + head * p.do_stride[1],
+                            p.do_stride[2], m0, len_q);
+      const long long row_base = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0;
+      load_floats(s_lse + st * T::kBlockM, p.lse_log2 + row_base, 0);
+      load_floats(s_dp + st * T::kBlockM, p.dpsum + row_base, T::kBlockM / 4);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int i = 0; i < T::kStages; ++i) issue(i);
+
+  float acc_dk[T::kKeyTiles][T::kDTiles][4], acc_dv[T::kKeyTiles][T::kDTiles][4];
+#pragma unroll
+  for (int kt = 0; kt < T::kKeyTiles; ++kt)
+#pragma unroll
+    for (int dt = 0; dt < T::kDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dk[kt][dt][e] = acc_dv[kt][dt][e] = 0.f;
+
+  for (int i = 0; i < steps; ++i) {
+    const int head = hk * f.q_per_kv + i / m_blocks, m0 = (m_first + i % m_blocks) * T::kBlockM;
+    const int st = i % T::kStages;
+    const u32 q_nk = smem_addr(s_q + st * T::kQElems) + nk, q_kn = smem_addr(s_q + st * T::kQElems) + kn;
+    const u32 do_nk = smem_addr(s_do + st * T::kQElems) + nk, do_kn = smem_addr(s_do + st * T::kQElems) + kn;
+    const float* lse_t = s_lse + st * T::kBlockM;
+    const float* dp_t = s_dp + st * T::kBlockM;
+    cp_async_wait<T::kStages - 1>();
+    __syncthreads();
+
+    // S^T = K Q^T and dP^T = V dO^T for the warp's keys.
+    float acc_s[T::kKeyTiles][T::kQTiles][4], acc_dp[T::kKeyTiles][T::kQTiles][4];
+#pragma unroll
+    for (int kt = 0; kt < T::kKeyTiles; ++kt)
+#pragma unroll
+      for (int qt = 0; qt < T::kQTiles; ++qt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_s[kt][qt][e] = acc_dp[kt][qt][e] = 0.f;
+#pragma unroll
+    for (int ds = 0; ds < T::kDSteps; ++ds) {
+      u32 ak[T::kKeyTiles][4], av[T::kKeyTiles][4];
+#pragma unroll
+      for (int kt = 0; kt < T::kKeyTiles; ++kt) {
+        ldsm(LD::at(k_a, kt * 16, 2 * ds), ak[kt]);
+        ldsm(LD::at(v_a, kt * 16, 2 * ds), av[kt]);
+      }
+#pragma unroll
+      for (int qp = 0; qp < T::kQTiles / 2; ++qp) {
+        u32 bq[4], bd[4];
+        ldsm(LD::at(q_nk, qp * 16, 2 * ds), bq);
+        ldsm(LD::at(do_nk, qp * 16, 2 * ds), bd);
+#pragma unroll
+        for (int kt = 0; kt < T::kKeyTiles; ++kt) {
+          mma_16816<T::kBf16>(acc_s[kt][2 * qp], ak[kt], bq[0], bq[1]);
+          mma_16816<T::kBf16>(acc_s[kt][2 * qp + 1], ak[kt], bq[2], bq[3]);
+          mma_16816<T::kBf16>(acc_dp[kt][2 * qp], av[kt], bd[0], bd[1]);
+          mma_16816<T::kBf16>(acc_dp[kt][2 * qp + 1], av[kt], bd[2], bd[3]);
+        }
+      }
+    }
+
+    // P^T (in acc_s) and dS^T (in acc_dp). A pair is masked only in a tile that crosses the
+    // diagonal or a window's bound, or the last keys (zero-filled K rows: their P, exp2(-LSE), is
+    // not stored but could overflow to inf, and inf times a zero K row is NaN in dQ).
+    bool masked = n0 + T::kBlockN > len_k;
+    if (T::kCausal) masked = masked || n0 + T::kBlockN - 1 > m0 + diag;
+    if constexpr (T::kWindow) {
+      if (f.variant.window_left >= 0) masked = masked || n0 < m0 + T::kBlockM - 1 + diag - f.variant.window_left;
+      if (!T::kCausal && f.variant.window_right >= 0)
+        masked = masked || n0 + T::kBlockN - 1 > m0 + diag + f.variant.window_right;
+    }
+#pragma unroll
+    for (int qt = 0; qt < T::kQTiles; ++qt) {
+      const float2 lse2 = *reinterpret_cast<const float2*>(lse_t + qt * 8 + 2 * t);
+      const float2 dp2 = *reinterpret_cast<const float2*>(dp_t + qt * 8 + 2 * t);
+#pragma unroll
+      for (int kt = 0; kt < T::kKeyTiles; ++kt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float lse = (e & 1) ? lse2.y : lse2.x, dsum = (e & 1) ? dp2.y : dp2.x;
+          float pv = ex2(fmaf(acc_s[kt][qt][e], f.scale_log2, -lse));
+          if (masked) {
+            const int key = n0 + warp_key0 + kt * 16 + g + (e >> 1) * 8;
+            const int row = m0 + qt * 8 + 2 * t + (e & 1);
+            const int off = key - row;  // visible when lo <= off <= hi
+            bool visible = key < len_k;
+            if (T::kCausal) visible = visible && off <= diag;
+            if constexpr (T::kWindow) {
+              if (f.variant.window_left >= 0) visible = visible && off >= diag - f.variant.window_left;
+              if (!T::kCausal && f.variant.window_right >= 0) visible = visible && off <= diag + f.variant.window_right;
+            }
+            pv = visible ? pv : 0.f;
+          }
+          acc_s[kt][qt][e] = pv;
+          acc_dp[kt][qt][e] = pv * (acc_dp[kt][qt][e] - dsum);
+        }
+    }
+
+    // dV += P^T dO, dK += dS^T Q (scaled at the end); dS^T to shared memory for dQ.
+#pragma unroll
+    for (int qs = 0; qs < T::kQSteps; ++qs) {
+      u32 ap[T::kKeyTiles][4], ads[T::kKeyTiles][4];
+#pragma unroll
+      for (int kt = 0; kt < T::kKeyTiles; ++kt) {
+        acc_to_a(acc_s[kt][2 * qs], acc_s[kt][2 * qs + 1], ap[kt]);
+        acc_to_a(acc_dp[kt][2 * qs], acc_dp[kt][2 * qs + 1], ads[kt]);
+        // dS^T rows (keys) g and g + 8 of the tile, queries 16 qs + 2t (+1) and + 8.
+        const int r0 = warp_key0 + kt * 16 + g;
+        *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0, 2 * qs) + 2 * t) = ads[kt][0];
+        *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0 + 8, 2 * qs) + 2 * t) = ads[kt][1];
+        *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0, 2 * qs + 1) + 2 * t) = ads[kt][2];
+        *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0 + 8, 2 * qs + 1) + 2 * t) = ads[kt][3];
+      }
+#pragma unroll
+      for (int dp = 0; dp < T::kDTiles / 2; ++dp) {
+        u32 bdo[4], bq[4];
+        ldsm_t(LD::at(do_kn, qs * 16, 2 * dp), bdo);
+        ldsm_t(LD::at(q_kn, qs * 16, 2 * dp), bq);
+#pragma unroll
+        for (int kt = 0; kt < T::kKeyTiles; ++kt) {
+          mma_16816<T::kBf16>(acc_dv[kt][2 * dp], ap[kt], bdo[0], bdo[1]);
+          mma_16816<T::kBf16>(acc_dv[kt][2 * dp + 1], ap[kt], bdo[2], bdo[3]);
+          mma_16816<T::kBf16>(acc_dk[kt][2 * dp], ads[kt], bq[0], bq[1]);
+          mma_16816<T::kBf16>(acc_dk[kt][2 * dp + 1], ads[kt], bq[2], bq[3]);
+        }
+      }
+    }
+    __syncthreads();  // dS^T complete
+
+    // dQ (rows 16 * (warp % kDqRowTiles), columns kDqCols from (warp / kDqRowTiles) * kDqCols) over
+    // every key of the block, added into the accumulator.
+    {
+      float acc_dq[T::kDqTiles][4];
+#pragma unroll
+      for (int dt = 0; dt < T::kDqTiles; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_dq[dt][e] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < T::kKSteps; ++ks) {
+        u32 a[4];
+        ldsm_t(LM::at(ds_a, ks * 16, 0), a);
+#pragma unroll
+        for (int dp = 0; dp < T::kDqTiles / 2; ++dp) {
+          u32 bk[4];
+          ldsm_t(LD::at(k_dq, ks * 16, 2 * dp), bk);
+          mma_16816<T::kBf16>(acc_dq[2 * dp], a, bk[0], bk[1]);
+          mma_16816<T::kBf16>(acc_dq[2 * dp + 1], a, bk[2], bk[3]);
+        }
+      }
+      float* dq = p.dq_accum +
+                  ((static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0 + dq_mt * 16 + g) * T::kHeadDim +
+                  dq_col0 + 2 * t;
+#pragma unroll
+      for (int dt = 0; dt < T::kDqTiles; ++dt) {
+        atomicAdd(dq + dt * 8, acc_dq[dt][0]);
+        atomicAdd(dq + dt * 8 + 1, acc_dq[dt][1]);
+        atomicAdd(dq + 8 * T::kHeadDim + dt * 8, acc_dq[dt][2]);
+        atomicAdd(dq + 8 * T::kHeadDim + dt * 8 + 1, acc_dq[dt][3]);
+      }
+    }
+    __syncthreads();  // every read of this stage's tiles and of dS^T done
+    issue(i + T::kStages);
+  }
+
+  // dK (scaled) and dV of the block's keys, in the dtype.
+  elem_t* dk = static_cast<elem_t*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[1];
+  elem_t* dv = static_cast<elem_t*>(p.dv) + b * p.dv_stride[0] + hk * p.dv_stride[1];
+#pragma unroll
+  for (int kt = 0; kt < T::kKeyTiles; ++kt)
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const int key = n0 + warp_key0 + kt * 16 + g + h2 * 8;
+      if (key < len_k) {
+#pragma unroll
+        for (int dt = 0; dt < T::kDTiles; ++dt) {
+          const int col = dt * 8 + 2 * t;
+          *reinterpret_cast<u32*>(dk + key * p.dk_stride[2] + col) =
+              pack2<T::kBf16>(acc_dk[kt][dt][2 * h2] * f.scale, acc_dk[kt][dt][2 * h2 + 1] * f.scale);
+          *reinterpret_cast<u32*>(dv + key * p.dv_stride[2] + col) =
+              pack2<T::kBf16>(acc_dv[kt][dt][2 * h2], acc_dv[kt][dt][2 * h2 + 1]);
+        }
+      }
+    }
+}
+
+// ---- conversion -------------------------------------------------------------------------------
+// grid (ceil(seqlen_q / kBlockM), heads_q, batch): dQ = scale * accumulator for rows < seqlen_q.
+extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_convert(const BwdParams p) {
+  const AttnParams& f = p.fwd;
+  const int head = blockIdx.y, b = blockIdx.z, m0 = blockIdx.x * T::kBlockM;
+  constexpr int kChunks = T::kHeadDim / 8;
+  constexpr int kRowsPerPass = T::kThreads / kChunks;
+  const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+  const long long row_base = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded;
+  elem_t* dq = static_cast<elem_t*>(p.dq) + b * p.dq_stride[0] + head * p.dq_stride[1];
+  for (int row = m0 + r; row < min(m0 + T::kBlockM, f.seqlen_q); row += kRowsPerPass) {
+    const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + (row_base + row) * T::kHeadDim + c * 8);
+    const float4 x = acc[0], y = acc[1];
+    uint4 out;
+    out.x = pack2<T::kBf16>(x.x * f.scale, x.y * f.scale);
+    out.y = pack2<T::kBf16>(x.z * f.scale, x.w * f.scale);
+    out.z = pack2<T::kBf16>(y.x * f.scale, y.y * f.scale);
+    out.w = pack2<T::kBf16>(y.z * f.scale, y.w * f.scale);
+    *reinterpret_cast<uint4*>(dq + row * p.dq_stride[2] + c * 8) = out;
+  }
+}
+
+}  // namespace att

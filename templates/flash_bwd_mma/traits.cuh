@@ -1,0 +1,62 @@
+// Every tunable of flash_bwd_mma and everything derived from it. The renderer defines the macros
+// (one spelling per tunable: block_m in YAML is BLOCK_M here and kBlockM below); the kernels read
+// only Traits::k*.
+#ifndef ATTNTUNE_FLASH_BWD_MMA_TRAITS_CUH
+#define ATTNTUNE_FLASH_BWD_MMA_TRAITS_CUH
+
+#include "../common/variants.cuh"  // ATT_WINDOW, ATT_SOFTCAP, ATT_SINKS (0 when the renderer left them out)
+
+namespace att {
+
+struct Traits {
+  // Problem fields baked into the kernels.
+  static constexpr int kHeadDim = ATT_HEAD_DIM;
+  static constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
+  static constexpr bool kCausal = ATT_CAUSAL != 0;
+  static constexpr bool kWindow = ATT_WINDOW != 0;  // a sliding window: its sides are run-time values
+
+  // Tunables (search_spaces/flash_bwd_mma.yaml).
+  static constexpr int kBlockM = BLOCK_M;      // query rows a step of the main loop (one Q/dO tile)
+  static constexpr int kWarps = WARPS;         // warps a CTA; each owns kKeyTiles * 16 keys
+  static constexpr int kKeyTiles = KEY_TILES;  // 16-key MMA row tiles a warp (its dK/dV rows)
+  static constexpr int kStages = Q_STAGES;     // Q/dO tiles in flight (2: the next loads during this step)
+  static constexpr int kMinBlocks = MIN_BLOCKS;  // __launch_bounds__ min blocks per SM (caps registers)
+
+  // Derived.
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockN = kWarps * 16 * kKeyTiles;  // keys a CTA (its dK/dV rows)
+  static constexpr int kQTiles = kBlockM / 8;    // 8-query MMA tiles of S^T and dP^T
+  static constexpr int kQSteps = kBlockM / 16;   // k16 steps over the queries (dV, dK)
+  static constexpr int kDSteps = kHeadDim / 16;  // k16 steps over the head dim (S^T, dP^T)
+  static constexpr int kDTiles = kHeadDim / 8;   // 8-dim output tiles (dK, dV, dQ)
+  static constexpr int kKSteps = kBlockN / 16;   // k16 steps over the keys (dQ)
+  // dQ = dS K: warp w computes query rows 16 * (w % kDqRowTiles) .. + 16 and kDqCols of the head
+  // dims from (w / kDqRowTiles) * kDqCols, then adds them into the fp32 accumulator.
+  static constexpr int kDqRowTiles = kBlockM / 16;
+  static constexpr int kDqGroups = kWarps / kDqRowTiles;
+  static constexpr int kDqCols = kHeadDim / kDqGroups;
+  static constexpr int kDqTiles = kDqCols / 8;
+
+  // Shared memory: K and V of the CTA's keys, kStages Q and dO tiles, dS^T (keys x queries, 16-bit),
+  // and kStages rows of LSE * log2(e) and D = rowsum(dO * O) (fp32).
+  static constexpr int kKElems = kBlockN * kHeadDim;
+  static constexpr int kQElems = kBlockM * kHeadDim;
+  static constexpr int kDsElems = kBlockN * kBlockM;
+  static constexpr int kSmemBytes = (2 * kKElems + 2 * kStages * kQElems + kDsElems) * 2 + 2 * kStages * kBlockM * 4;
+
+  static_assert(kHeadDim == 64 || kHeadDim == 128,
+                "flash_bwd_mma serves head dims 64 and 128 (a warp keeps dK and dV of its keys over every head "
+                "dim in registers: 128 fp32 values a thread at d=128)");
+  static_assert(kBlockM == 32 || kBlockM == 64 || kBlockM == 128, "block_m is 32, 64 or 128");
+  static_assert(kDqRowTiles <= kWarps && kWarps % kDqRowTiles == 0 && kDqCols % 16 == 0,
+                "dQ's 16-row tiles must divide among the warps, in column groups of whole 16-dim pairs");
+  static_assert(kKeyTiles >= 1 && kKeyTiles <= 2, "1 or 2 key tiles a warp");
+  static_assert(kStages >= 1 && kStages <= 2, "1 or 2 Q/dO stages");
+  static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes formula disagrees with the kernel's layout");
+  static_assert(kThreads == THREADS, "search space's threads disagrees with warps * 32");
+  static_assert(!ATT_SOFTCAP && !ATT_SINKS, "flash_bwd_mma has no soft-cap or sinks backward yet");
+};
+
+}  // namespace att
+
+#endif  // ATTNTUNE_FLASH_BWD_MMA_TRAITS_CUH
