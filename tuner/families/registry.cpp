@@ -7,6 +7,7 @@ const Family& flash_fwd_mma_family();
 const Family& flash_fwd_wgmma_family();
 const Family& flash_decode_family();
 const Family& flash_decode_wgmma_family();
+const Family& flash_bwd_mma_family();
 
 const std::vector<const Family*>& builtin_families() {
   static const std::vector<const Family*> families = {
@@ -14,6 +15,7 @@ const std::vector<const Family*>& builtin_families() {
       &flash_fwd_wgmma_family(),
       &flash_decode_family(),
       &flash_decode_wgmma_family(),
+      &flash_bwd_mma_family(),
   };
   return families;
 }
