@@ -282,9 +282,10 @@ static bool built_for(const Call& a) {
 }
 
 static const char* entry_name(int entry) {
-  return entry == attntune_plan::kEntryKvcache  ? "attntune_attention_forward_kvcache"
-         : entry == attntune_plan::kEntryVarlen ? "attntune_attention_forward_varlen"
-                                                : "attntune_attention_forward";
+  return entry == attntune_plan::kEntryKvcache    ? "attntune_attention_forward_kvcache"
+         : entry == attntune_plan::kEntryVarlen   ? "attntune_attention_forward_varlen"
+         : entry == attntune_plan::kEntryBackward ? "attntune_attention_backward"
+                                                  : "attntune_attention_forward";
 }
 
 static int no_kernel(const Call& a, const attntune_plan::Why& refused) {
@@ -632,6 +633,125 @@ static int varlen(const void* q, const void* k, const void* v, void* out, float*
   return forward(a, stream);
 }
 
+// ---- the backward pass (attntune_attention_backward; docs/CONTRACT.md "The backward pass")
+
+// What the backward entry points take of attntune_options: windows. The other options have no
+// backward kernel family yet, and are refused with the reason rather than run as plain attention.
+static int check_backward_options(const Call& a, int latent) {
+  const char* what = a.softcap > 0                                          ? "softcap (a logit soft-cap)"
+                     : a.sinks                                              ? "sinks (attention sinks)"
+                     : a.split_head_dim_v()                                 ? "head_dim_v (a value head dim other than head_dim)"
+                     : latent                                               ? "latent (a latent cache)"
+                     : a.kv_fp8 || a.k_descale || a.v_descale               ? "kv_dtype (an FP8 KV cache)"
+                                                                            : nullptr;
+  if (!what) return 0;
+  return unsupported("attntune_attention_backward_ex: attntune_options.%s: the backward pass serves plain attention "
+                     "and sliding windows (attntune_options.window) for now; no kernel family computes these "
+                     "gradients yet (compute them with PyTorch: the attntune ops fall back so)", what);
+}
+
+// A placeholder for a pointer the caller may leave NULL (a tensor without elements), which a launch
+// plan asks to be set but no kernel of the call reads.
+alignas(16) static unsigned char kNothing[16];
+
+// The backward's checks once a kernel serves the call: heads, lengths, scale, pointers, alignment,
+// strides of all eight tensors, the written gradients without overlaps and apart.
+static int check_backward_tensors(const Call& a) {
+  if ((a.heads_q > 0 || a.heads_kv > 0) && (a.heads_q <= 0 || a.heads_kv <= 0 || a.heads_q % a.heads_kv != 0))
+    return unsupported("heads_q (%d) must be a positive multiple of heads_kv (%d)", a.heads_q, a.heads_kv);
+  if (a.batch > 65535 || a.heads_q > 65535)
+    return unsupported("batch (%d) and heads_q (%d) must be at most 65535 (grid limits)", a.batch, a.heads_q);
+  if (a.seqlen_q > (1 << 30) || a.seqlen_k > (1 << 30))
+    return unsupported("sequence lengths must be at most 2^30 (got seqlen_q=%d seqlen_k=%d)", a.seqlen_q,
+                       a.seqlen_k);
+  if (!(a.scale > 0.f && a.scale <= 3.402823466e+38f))
+    return unsupported("softmax_scale must be finite and > 0 (got %g); the usual value is 1/sqrt(head_dim)",
+                       static_cast<double>(a.scale));
+  if (a.batch == 0 || a.heads_q == 0) return 0;  // no gradient element: nothing to compute
+  const bool has_q = a.seqlen_q > 0, has_k = a.seqlen_k > 0;
+  if (has_q && (!a.q || !a.out || !a.lse || !a.dout || !a.dq))
+    return unsupported("q, out, softmax_lse, dout and dq must not be NULL (they may be NULL only when seqlen_q is 0)");
+  if (has_k && (!a.k || !a.v || !a.dk || !a.dv))
+    return unsupported("k, v, dk and dv must not be NULL (they may be NULL only when seqlen_k is 0)");
+  if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || !aligned16(a.out) || !aligned16(a.dout) ||
+      !aligned16(a.dq) || !aligned16(a.dk) || !aligned16(a.dv))
+    return unsupported("q, k, v, out, dout, dq, dk and dv must be 16-byte aligned (q=%p k=%p v=%p out=%p dout=%p "
+                       "dq=%p dk=%p dv=%p)", a.q, a.k, a.v, a.out, a.dout, a.dq, a.dk, a.dv);
+  if (reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0)
+    return unsupported("softmax_lse must be 4-byte aligned (got %p)", static_cast<void*>(a.lse));
+  const struct {
+    const char* name;
+    const long long* stride;
+  } tensors[] = {{"q_strides", a.q_stride},   {"k_strides", a.k_stride},   {"v_strides", a.v_stride},
+                 {"o_strides", a.o_stride},   {"do_strides", a.do_stride}, {"dq_strides", a.dq_stride},
+                 {"dk_strides", a.dk_stride}, {"dv_strides", a.dv_stride}};
+  for (const auto& t : tensors)
+    if (const char* why = check_strides(t.stride, 2))
+      return unsupported("%s {%lld, %lld, %lld}: %s", t.name, t.stride[0], t.stride[1], t.stride[2], why);
+  // The gradients are written: none may have two positions sharing an element, nor share its start
+  // with another (dq, dk and dv are three tensors).
+  const struct {
+    const char* name;
+    const long long* stride;
+    int heads, rows;
+    const void* ptr;
+  } written[] = {{"dq_strides", a.dq_stride, a.heads_q, a.seqlen_q, a.dq},
+                 {"dk_strides", a.dk_stride, a.heads_kv, a.seqlen_k, a.dk},
+                 {"dv_strides", a.dv_stride, a.heads_kv, a.seqlen_k, a.dv}};
+  for (const auto& t : written)
+    if (t.rows > 0 && out_overlaps(t.stride, a.batch, t.heads, t.rows, a.head_dim))
+      return unsupported("%s {%lld, %lld, %lld} make gradients overlap for batch=%d heads=%d rows=%d head_dim=%d",
+                         t.name, t.stride[0], t.stride[1], t.stride[2], a.batch, t.heads, t.rows, a.head_dim);
+  if ((has_q && has_k && (a.dq == a.dk || a.dq == a.dv)) || (has_k && a.dk == a.dv))
+    return unsupported("dq, dk and dv must be three tensors (dq=%p dk=%p dv=%p)", a.dq, a.dk, a.dv);
+  return 0;
+}
+
+static int backward(Call a, int latent, cudaStream_t stream) {
+  if (const int r = check_backward_options(a, latent)) return r;
+  // Sizes first: a zero-sized tensor may come with a NULL pointer.
+  if (const int r = check_common(a)) return r;
+  if (const int r = check_variants(&a)) return r;
+  attntune_plan::Why refused;
+  refused.text[0] = 0;
+  if (!built_for(a)) return no_kernel(a, refused);
+  if (const int r = check_backward_tensors(a)) return r;
+  if (a.batch == 0 || a.heads_q == 0 || (a.seqlen_q == 0 && a.seqlen_k == 0)) return 0;  // no gradient element
+  // An empty side's tensors may be NULL; the plan asks every pointer to be set and launches no
+  // kernel that reads them (seqlen_q 0: dK = dV = 0 only; seqlen_k 0: dQ = 0 only).
+  if (a.seqlen_q == 0) {
+    if (!a.q) a.q = kNothing;
+    if (!a.out) a.out = kNothing;
+    if (!a.lse) a.lse = reinterpret_cast<float*>(kNothing);
+    if (!a.dout) a.dout = kNothing;
+    if (!a.dq) a.dq = kNothing;
+  }
+  if (a.seqlen_k == 0) {
+    if (!a.k) a.k = kNothing;
+    if (!a.v) a.v = kNothing;
+    if (!a.dk) a.dk = kNothing;
+    if (!a.dv) a.dv = kNothing;
+  }
+  const int index = select_kernel(a, &refused);
+  if (index < 0) return no_kernel(a, refused);
+  return run(a, index, stream);
+}
+
+// The backward call's arguments (beside the forward's, which make_call takes).
+static void set_backward(Call* a, const void* dout, void* dq, void* dk, void* dv, const long long* do_strides,
+                         const long long* dq_strides, const long long* dk_strides, const long long* dv_strides) {
+  a->dout = dout;
+  a->dq = dq;
+  a->dk = dk;
+  a->dv = dv;
+  for (int i = 0; i < 3; ++i) {
+    a->do_stride[i] = do_strides[i];
+    a->dq_stride[i] = dq_strides[i];
+    a->dk_stride[i] = dk_strides[i];
+    a->dv_stride[i] = dv_strides[i];
+  }
+}
+
 }  // namespace attntune_export
 
 extern "C" {
@@ -763,6 +883,52 @@ ATTNTUNE_API int attntune_attention_forward_varlen(
                                  softmax_scale, is_causal, nullptr, stream);
 }
 
+// The backward pass of attntune_attention_forward (docs/CONTRACT.md "The backward pass"): dQ, dK
+// and dV from the forward's inputs, its output `out` and its softmax_lse (read), and dout. Defined
+// below with its options; the same returns.
+ATTNTUNE_API int attntune_attention_backward_ex(
+    const void* q, const void* k, const void* v, const void* out, const float* softmax_lse, const void* dout,
+    void* dq, void* dk, void* dv, int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k, int head_dim,
+    const long long* q_strides, const long long* k_strides, const long long* v_strides, const long long* o_strides,
+    const long long* do_strides, const long long* dq_strides, const long long* dk_strides,
+    const long long* dv_strides, float softmax_scale, int is_causal, const attntune_options* opts,
+    cudaStream_t stream);
+
+ATTNTUNE_API int attntune_attention_backward(
+    const void* q, const void* k, const void* v, const void* out, const float* softmax_lse, const void* dout,
+    void* dq, void* dk, void* dv, int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k, int head_dim,
+    const long long* q_strides, const long long* k_strides, const long long* v_strides, const long long* o_strides,
+    const long long* do_strides, const long long* dq_strides, const long long* dk_strides,
+    const long long* dv_strides, float softmax_scale, int is_causal, cudaStream_t stream) {
+  return attntune_attention_backward_ex(q, k, v, out, softmax_lse, dout, dq, dk, dv, batch, heads_q, heads_kv,
+                                        seqlen_q, seqlen_k, head_dim, q_strides, k_strides, v_strides, o_strides,
+                                        do_strides, dq_strides, dk_strides, dv_strides, softmax_scale, is_causal,
+                                        nullptr, stream);
+}
+
+// attntune_attention_backward with options (attntune_options: a sliding window; the other options
+// are refused with the reason for now; NULL: plain attention).
+ATTNTUNE_API int attntune_attention_backward_ex(
+    const void* q, const void* k, const void* v, const void* out, const float* softmax_lse, const void* dout,
+    void* dq, void* dk, void* dv, int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k, int head_dim,
+    const long long* q_strides, const long long* k_strides, const long long* v_strides, const long long* o_strides,
+    const long long* do_strides, const long long* dq_strides, const long long* dk_strides,
+    const long long* dv_strides, float softmax_scale, int is_causal, const attntune_options* opts,
+    cudaStream_t stream) {
+  using namespace attntune_export;
+  if (!q_strides || !k_strides || !v_strides || !o_strides || !do_strides || !dq_strides || !dk_strides || !dv_strides)
+    return unsupported("q_strides, k_strides, v_strides, o_strides, do_strides, dq_strides, dk_strides and dv_strides "
+                       "must not be NULL (3 strides each)");
+  // out and softmax_lse are read only; the call's fields are the forward's (non-const) pointers.
+  Call a = make_call(attntune_plan::kEntryBackward, q, k, v, const_cast<void*>(out), const_cast<float*>(softmax_lse),
+                     batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, q_strides, k_strides, v_strides,
+                     o_strides, softmax_scale, is_causal);
+  set_backward(&a, dout, dq, dk, dv, do_strides, dq_strides, dk_strides, dv_strides);
+  int latent = 0;
+  if (const int r = apply_options(&a, opts, &latent)) return r;
+  return backward(a, latent, stream);
+}
+
 // The variants kernel `index` was built with (it serves calls with exactly these), into
 // variants[3]: {window, softcap, sinks}, each 0 or 1. 0, or -1 for an index out of range.
 ATTNTUNE_API int attntune_kernel_variants(int index, int* variants) {
@@ -781,7 +947,8 @@ ATTNTUNE_API const char* attntune_kernel_info(void) { return attntune_export::kI
 ATTNTUNE_API const char* attntune_last_error(void) { return attntune_export::g_error; }
 
 // Added for the PyTorch ops (templates/torch/): the same choice for any entry point (1:
-// attntune_attention_forward, 2: _kvcache, 4: _varlen), -1 if none of this file's kernels serves it.
+// attntune_attention_forward, 2: _kvcache, 4: _varlen, 8: attntune_attention_backward), -1 if none of
+// this file's kernels serves it.
 ATTNTUNE_API int attntune_select_kernel_ex(int entry, int head_dim, int is_causal, int batch, int heads_q,
                                            int heads_kv, int seqlen_q, int seqlen_k, const attntune_options* opts);
 ATTNTUNE_API int attntune_select_kernel_entry(int entry, int head_dim, int is_causal, int batch, int heads_q,
@@ -796,12 +963,14 @@ ATTNTUNE_API int attntune_select_kernel_entry(int entry, int head_dim, int is_ca
 // separate K and V (NULL pointers: a latent kernel's plan refuses them), unless the options say
 // latent: then k and v are one (fake, never read) cache with K's strides for V, as the real call
 // will pass them, so latent kernels are weighed beside those over separate K and V (which read V
-// through the aliasing pointer and serve the call too).
+// through the aliasing pointer and serve the call too). Entry 8 (the backward pass) sizes a call whose
+// eight tensors are contiguous [B, H, S, D] (fake, never read), weighing the backward kernels only; its
+// options are the backward's (a window; the others answer -1).
 ATTNTUNE_API int attntune_select_kernel_ex(int entry, int head_dim, int is_causal, int batch, int heads_q,
                                            int heads_kv, int seqlen_q, int seqlen_k, const attntune_options* opts) {
   if (is_causal != 0 && is_causal != 1) return -1;
   if (entry != attntune_plan::kEntryDense && entry != attntune_plan::kEntryKvcache &&
-      entry != attntune_plan::kEntryVarlen)
+      entry != attntune_plan::kEntryVarlen && entry != attntune_plan::kEntryBackward)
     return -1;
   if (batch < 0 || heads_q < 0 || heads_kv < 0 || seqlen_q < 0 || seqlen_k < 0 || head_dim <= 0) return -1;
   // The call these sizes make, on contiguous [B, H, S, D] tensors (kvcache: a contiguous cache).
@@ -826,6 +995,16 @@ ATTNTUNE_API int attntune_select_kernel_ex(int entry, int head_dim, int is_causa
   }
   int latent = 0;
   if (attntune_export::apply_options(&a, opts, &latent)) return -1;
+  if (entry == attntune_plan::kEntryBackward) {
+    // The backward's own tensors on the same contiguous layouts (fake, never read: a plan only asks
+    // that they be set), and its options' refusals.
+    if (attntune_export::check_backward_options(a, latent)) return -1;
+    void* any = attntune_export::kNothing;
+    a.q = a.k = a.v = any;
+    a.out = any;
+    a.lse = static_cast<float*>(any);
+    attntune_export::set_backward(&a, any, any, any, any, q_str, q_str, kv_str, kv_str);
+  }
   if (latent) {
     alignas(16) static const unsigned char kCache[16] = {0};  // stands in for the cache: a plan never reads it
     a.k = a.v = kCache;

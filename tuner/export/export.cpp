@@ -28,7 +28,9 @@ const std::pair<int, const char*> kEntryPoints[] = {
     {attntune_plan::kEntryDense, "attntune_attention_forward"},
     {attntune_plan::kEntryKvcache, "attntune_attention_forward_kvcache"},
     {attntune_plan::kEntryVarlen, "attntune_attention_forward_varlen"},
+    {attntune_plan::kEntryBackward, "attntune_attention_backward"},
 };
+
 
 bool is_identifier(std::string_view s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
@@ -103,6 +105,12 @@ struct Prepared {
   std::string device_condition;
   int source_index = 0;  // which distinct source (namespace attntune_kN)
 };
+
+// Whether an item's kernel computes the backward pass: its build serves attntune_attention_backward
+// (a `pass=bwd` problem's), and no forward entry point.
+bool is_backward(const Prepared& p) {
+  return (served_entries(*p.family, p.item->row.problem) & attntune_plan::kEntryBackward) != 0;
+}
 
 struct LibraryPlan {  // the library a set of export items becomes (not attntune_plan::Plan, one launch's plan)
   std::vector<Prepared> items;
@@ -345,6 +353,14 @@ std::string header(const LibraryPlan& plan, ExportMode mode) {
          "// tensor; NULL: 1). Calls without kv_dtype 1 (the contract's entry points) are a cache of q's dtype\n"
          "// and never run them, nor do FP8 calls run another kernel. They convert e4m3 on the device: -arch\n"
          "// sm_89 or newer.\n//\n";
+  // Only a file with a backward kernel says how it is called (every other file's text is as before).
+  if (std::any_of(plan.items.begin(), plan.items.end(), [](const Prepared& p) { return is_backward(p); }))
+    h += "// Backward kernels (label \"pass=bwd\"; tuned on a problem with pass=bwd) serve\n"
+         "// attntune_attention_backward only: dq, dk and dv of a call of attntune_attention_forward, given\n"
+         "// its q, k, v, its out and its softmax_lse ([batch, heads_q, seqlen_q] fp32, contiguous: the\n"
+         "// forward's lse, which the forward must be asked for), and dout (out's shape). dq, dk, dv have\n"
+         "// q's, k's and v's shapes (with GQA each KV head's gradient is summed over its query heads), any\n"
+         "// strides as the other tensors take them, and are overwritten. Forward kernels never serve it.\n//\n";
   h += "// C entry points (extern \"C\", at the end of this file):\n"
        "//   int attntune_attention_forward(q, k, v, out, lse, batch, heads_q, heads_kv, seqlen_q, seqlen_k,\n"
        "//       head_dim, q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal, stream)\n"
@@ -360,24 +376,31 @@ std::string header(const LibraryPlan& plan, ExportMode mode) {
        "//     which kernels reading through TMA tensor maps need\n"
        "//     the same returns; an entry point that none of this file's kernels serves (kernel_info's\n"
        "//     \"entry_points\" lists those that some do) answers ATTNTUNE_UNSUPPORTED, saying so\n"
+       "//   int attntune_attention_backward(q, k, v, out, softmax_lse, dout, dq, dk, dv, batch, heads_q,\n"
+       "//       heads_kv, seqlen_q, seqlen_k, head_dim, q_strides, k_strides, v_strides, o_strides,\n"
+       "//       do_strides, dq_strides, dk_strides, dv_strides, softmax_scale, is_causal, stream)\n"
+       "//     the backward pass of attntune_attention_forward: dq, dk, dv from its inputs, its out and its\n"
+       "//     softmax_lse (read), and dout; the same returns\n"
        "//   int attntune_attention_forward_ex(..., is_causal, const attntune_options* opts, stream), and\n"
        "//     attntune_attention_forward_kvcache_ex, attntune_attention_forward_varlen_ex (the _packed\n"
        "//     arguments): the same with options (struct attntune_options below: sliding window, soft-cap,\n"
        "//     sinks; versioned by its size field; NULL is plain attention). A kernel serves exactly the\n"
        "//     variants it was built with (kernel_info's \"variants\"); a call with others is refused.\n"
+       "//     attntune_attention_backward_ex(..., is_causal, opts, stream): its options (a window)\n"
        "//   const char* attntune_kernel_info(void)   this provenance as JSON\n"
        "//   const char* attntune_last_error(void)    reason for the last nonzero return (per thread)\n"
        "//   int attntune_select_kernel(head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k)\n"
        "//     -> index in kernel_info's \"kernels\" of the kernel those sizes run, or -1\n"
        "//   int attntune_select_kernel_entry(entry, head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q,\n"
-       "//       seqlen_k)   the same for entry point 1 (forward), 2 (kvcache) or 4 (varlen)\n"
+       "//       seqlen_k)   the same for entry point 1 (forward), 2 (kvcache), 4 (varlen) or 8 (backward)\n"
        "//   int attntune_kernel_problem(index, int problem[9], const char** label)   what kernel `index`\n"
        "//     was tuned for: {b, h, hkv, s, sk, d, causal, bf16, entry bits}; 0, or -1 out of range\n"
        "//   int attntune_kernel_variants(index, int variants[3])   its {window, softcap, sinks} (0 or 1)\n"
        "//   int attntune_select_kernel_ex(entry, head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q,\n"
        "//       seqlen_k, const attntune_options* opts)   attntune_select_kernel_entry for a call with options\n//\n";
   if (mode == ExportMode::kAllBest)
-    h += "// Dispatch: the kernels built for head_dim, is_causal and the call's variants (a windowed call\n"
+    h += "// Dispatch: the kernels of the call's entry point (a backward call runs backward kernels only, a\n"
+         "// forward call never them) built for head_dim, is_causal and the call's variants (a windowed call\n"
          "// never runs a full-attention kernel) whose launch plan accepts the call (a decode kernel takes\n"
          "// only decoding's few query rows); of those, the one tuned for the nearest sequence lengths (by\n"
          "// ratio), then the same GQA group size, then the nearest batch * heads.\n//\n";
@@ -458,6 +481,7 @@ std::string kernel_table(const LibraryPlan& plan) {
     if (pr.split_dims()) label += fmt::format(" dv={}", pr.dv);
     if (pr.latent) label += " latent";  // serves only calls with v = k (its plan's check_latent)
     if (pr.kv_fp8) label += " kv_dtype=fp8";  // serves only calls with attntune_options.kv_dtype 1
+    if (is_backward(p)) label += " pass=bwd";  // serves attntune_attention_backward only
     std::vector<std::string> funcs;
     for (int k = 0; k < p.family->plan->kernels; ++k)
       funcs.push_back(fmt::format("reinterpret_cast<const void*>(&{0}::{0}_{1})", ns, p.family->plan->kernel_names[k]));
