@@ -21,7 +21,15 @@ The ops are torch.ops.attntune.* (TORCH_LIBRARY), with fake implementations, so 
 CUDA graph. Each call runs the kernel tuned for the nearest problem of its kind, or falls back to
 PyTorch (counted in coverage(); set_policy(fallback="raise") raises instead): plain calls to
 F.scaled_dot_product_attention, calls with variants to an explicit fp32 path of the same semantics.
-There is no backward: a gradient through them raises.
+
+attention has a backward pass (torch.library.register_autograd): `attntune.attention(q, k, v).sum()
+.backward()` gives q, k, v (and learnable sinks) their gradients, under torch.compile(fullgraph=True) and
+in CUDA graphs too. The forward keeps its LSE; the backward (the op attention_backward) runs the kernel
+tuned for the backward pass of the nearest problem (a problem spec's `pass=bwd`; coverage() counts its
+calls under "attention_backward") or computes the gradients by PyTorch (explicit math in fp32, the
+exact gradient of the fallback's forward), so no call fails for want of a kernel. attention_kvcache,
+attention_varlen, mla_decode and FP8 caches are forward-only: a gradient through them raises, saying so,
+and so does attention(..., out=) (it writes into a tensor).
 
 Causal is bottom-right (query i sees keys j <= i + Sk - S), FlashAttention's convention; for
 S == Sk it is SDPA's is_causal. The variants are FlashAttention's arguments: window_size=(left,
@@ -63,7 +71,7 @@ __all__ = ["attention", "attention_kvcache", "attention_varlen", "mla_decode", "
            "coverage_plan",
            "reset_coverage", "set_policy", "explain", "kernels", "load", "Library", "plan_from_coverage", "untunable"]
 
-ENTRY = {"attention": 1, "attention_kvcache": 2, "attention_varlen": 4}
+ENTRY = {"attention": 1, "attention_kvcache": 2, "attention_varlen": 4, "attention_backward": 8}
 # seqlen_q up to this is the decode regime (flash_decode's launch plan, kDecodeMaxSeqlenQ; _ops.cpp's
 # kDecodeMaxQ; a unit test holds them together).
 DECODE_MAX_SEQLEN_Q = 16
@@ -72,8 +80,45 @@ _REGISTERED = set()
 
 def _no_backward(name):
     def backward(ctx, *grads):
-        raise RuntimeError(f"attntune.{name} has no backward pass: its kernels are forward-only (inference). "
-                           "Use F.scaled_dot_product_attention where you need gradients.")
+        raise RuntimeError(f"attntune.{name} has no backward pass: it is forward-only (inference; attntune.attention "
+                           "has one). Use F.scaled_dot_product_attention where you need gradients.")
+    return backward
+
+
+def _no_double_backward(ctx, *grads):
+    raise RuntimeError("attntune.attention has no double backward (a gradient of its gradients)")
+
+
+def _attention_setup(ctx, inputs, output):
+    """attention's autograd context: the tensors its backward reads (the forward's inputs, out and lse,
+    which attntune.attention always asks for under autograd) and its arguments. Gradients the caller
+    never asked for arrive as None (not zeros): an unused LSE costs nothing and keeps the kernel path."""
+    q, k, v, scale, is_causal, _, window_size, softcap, sinks = inputs[:9]
+    out, lse = output
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(q, k, v, out, lse, sinks)
+    ctx.attrs = (scale, bool(is_causal), [int(w) for w in window_size], float(softcap))
+    ctx.fp8 = _is_fp8_cache(k, v)
+
+
+def _attention_backward(ns):
+    def backward(ctx, dout, dlse):
+        if ctx.fp8:
+            raise RuntimeError("attntune.attention over an FP8 (float8_e4m3fn) cache is forward-only: it has no "
+                               "backward pass")
+        q, k, v, out, lse, sinks = ctx.saved_tensors
+        if dout is None and dlse is None:
+            return (None,) * 11
+        if dout is None:
+            dout = torch.zeros_like(out)
+        if dlse is not None and dlse.numel() == 0:
+            dlse = None  # the LSE of a call without return_lse: [0], nothing to differentiate
+        scale, is_causal, window, softcap = ctx.attrs
+        dq, dk, dv, dsinks = getattr(torch.ops, ns).attention_backward(dout, q, k, v, out, lse, dlse, scale, is_causal,
+                                                                       window, softcap, sinks)
+        need = ctx.needs_input_grad
+        return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None, None, None, None, None,
+                None, dsinks if sinks is not None and need[8] else None, None, None)
     return backward
 
 
@@ -141,8 +186,23 @@ def _register_python_parts(ns):
         _check_variants("attention_varlen", q, q.shape[1], is_causal, window_size, softcap, sinks)
         return None
 
-    for name in ("attention", "attention_kvcache", "attention_varlen"):
+    @torch.library.register_fake(lib + "attention_backward")
+    def _(dout, q, k, v, out, lse, dlse=None, scale=None, is_causal=False, window_size=(-1, -1), softcap=0.0,
+          sinks=None):
+        _check_variants("attention_backward", q, q.shape[1], is_causal, window_size, softcap, sinks)
+        if k.dtype in _FLOAT8 or v.dtype in _FLOAT8:
+            raise ValueError("attntune.attention_backward: attention over an FP8 (float8_e4m3fn) cache is "
+                             "forward-only: it has no backward pass")
+        dsinks = q.new_empty((sinks.shape[0] if sinks is not None else 0,), dtype=torch.float32)
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
+
+    # attention's backward: the op above (a tuned backward kernel, or the gradients by PyTorch).
+    torch.library.register_autograd(lib + "attention", _attention_backward(ns), setup_context=_attention_setup)
+    # The cache and packed-batch ops are forward-only (their problems have no backward pass).
+    for name in ("attention_kvcache", "attention_varlen"):
         torch.library.register_autograd(lib + name, _no_backward(name), setup_context=lambda ctx, inputs, output: None)
+    torch.library.register_autograd(lib + "attention_backward", _no_double_backward,
+                                    setup_context=lambda ctx, inputs, output: None)
 
 
 def _window(name, window_size):
@@ -258,11 +318,15 @@ def _check_kv(name, q, k, v, k_descale, v_descale, batch, heads_kv, kn="k", vn="
                              f"sequence and KV head), [1] or 0-d (one scale; got {list(t.shape)})")
 
 
+def _needs_grad(*tensors):
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
 def _check_grad(name, *tensors):
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
-        raise RuntimeError(f"attntune.{name} has no backward pass: its kernels are forward-only (inference). Call "
-                           "it under torch.no_grad() / inference_mode(), or use F.scaled_dot_product_attention where "
-                           "you need gradients.")
+    if _needs_grad(*tensors):
+        raise RuntimeError(f"attntune.{name} has no backward pass: it is forward-only (inference; attntune.attention "
+                           "has one). Call it under torch.no_grad() / inference_mode(), or use "
+                           "F.scaled_dot_product_attention where you need gradients.")
 
 
 class Library:
@@ -295,7 +359,16 @@ class Library:
         dequantised by k_descale / v_descale (float32 [B, Hkv], [1] or 0-d; None: 1; vLLM's names
         k_scale / v_scale are the same arguments)."""
         k_descale, v_descale = _descales("attention", k_descale, v_descale, k_scale, v_scale)
-        _check_grad("attention", q, k, v, sinks, k_descale, v_descale)
+        # Under autograd the forward keeps its LSE for the backward (attention_backward), asked for
+        # whether or not the caller wants it; what cannot be differentiated is refused here.
+        grad = _needs_grad(q, k, v, sinks, k_descale, v_descale)
+        if grad:
+            if out is not None:
+                raise RuntimeError("attntune.attention: out= writes into a tensor and is not differentiable; drop "
+                                   "out= (or call it under torch.no_grad())")
+            if _is_fp8_cache(k, v) or _needs_grad(k_descale, v_descale):
+                raise RuntimeError("attntune.attention over an FP8 (float8_e4m3fn) cache is forward-only: it has no "
+                                   "backward pass (call it under torch.no_grad() / inference_mode())")
         if layout not in ("bhsd", "bshd"):
             raise ValueError(f"attntune.attention: layout must be 'bhsd' or 'bshd' (got {layout!r})")
         if layout == "bshd":
@@ -314,7 +387,7 @@ class Library:
                                     v_descale)
             o = out
         else:
-            o, lse = self.ops.attention(q, k, v, scale, is_causal, return_lse, window, float(softcap), sinks,
+            o, lse = self.ops.attention(q, k, v, scale, is_causal, return_lse or grad, window, float(softcap), sinks,
                                         k_descale, v_descale)
         if layout == "bshd":
             o = o.transpose(1, 2)
@@ -425,7 +498,9 @@ class Library:
         todo = []
         for r, spec in zip(rows, specs):
             # Calls with variants or an FP8 cache fall back to the explicit fp32 path, plain ones to SDPA.
-            fp32 = _variant_spec(r["problem"]) or r["problem"].get("kv_dtype") == "fp8"
+            # attention's backward falls back to explicit fp32 gradients.
+            fp32 = _variant_spec(r["problem"]) or r["problem"].get("kv_dtype") == "fp8" or \
+                r["entry"] == "attention_backward"
             path = "fp32 fallback" if fp32 else "SDPA fallback"
             served = r["label"] if r["kernel"] is not None else f"{path}: {r['fallback']}"
             lines.append(f"{r['entry']:<18} {r['dtype']:<5} {spec:<{width}} {r['calls']:>7}  {served}")
@@ -459,7 +534,8 @@ class Library:
     def explain(self, entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, *, window_size=(-1, -1), softcap=0.0,
                 sinks=False, head_dim_v=None, latent=False, kv_dtype=None):
         """(kernel index or -1, reason): what a call of `entry` ("attention", "attention_kvcache",
-        "attention_varlen") with this problem would run, on a GPU, and why. The variants as the
+        "attention_varlen", or "attention_backward": attention's backward pass) with this problem would
+        run, on a GPU, and why. The variants as the
         calls take them (sinks: whether the call passes any); head_dim_v: v's head dim (None:
         head_dim); latent: v is k's first head_dim_v columns (a view of one cache, mla_decode's);
         kv_dtype: "fp8" for an FP8 e4m3 cache (None: a cache of q's dtype)."""
@@ -491,10 +567,19 @@ def _variants_of(p):
 
 def _regime(row):
     """The regime a coverage() row's problem is tuned as (coverage_plan's, and tuner.json's
-    "regimes"): decode for seqlen_q <= 16; chunk for the kvcache entry with more rows; varlen; prefill."""
+    "regimes"): decode for seqlen_q <= 16; chunk for the kvcache entry with more rows; varlen; prefill.
+    The backward pass (attention_backward) is a dense problem of any length: prefill."""
+    if row["entry"] == "attention_backward":
+        return "prefill"
     if row["problem"]["s"] <= 16:
         return "decode"
     return {"attention_kvcache": "chunk", "attention_varlen": "varlen"}.get(row["entry"], "prefill")
+
+
+def _pass(row):
+    """The pass of a coverage() row's problem: "bwd" for attention's backward, else "fwd" (tuner.json's
+    "pass": the passes a family tunes; a family without it tunes the forward alone)."""
+    return "bwd" if row["entry"] == "attention_backward" else "fwd"
 
 
 def untunable(row, support):
@@ -505,7 +590,10 @@ def untunable(row, support):
     if not support:
         return ""
     p = row["problem"]
-    fams = support.get("families", [])
+    # Only the families of the row's pass (a backward family never tunes a forward problem, nor the reverse).
+    fams = [f for f in support.get("families", []) if _pass(row) in f.get("support", {}).get("pass", ["fwd"])]
+    if not fams and _pass(row) == "bwd":
+        return "no attntune family tunes the backward pass (pass=bwd)"
     regime, wanted = _regime(row), _variants_of(p)
     dv = p.get("dv")  # only where it is not d
     why = []
@@ -557,7 +645,8 @@ def _variant_spec(p):
 
 def problem_spec(row):
     """attntune's problem spec of one coverage() row ("b=..,h=..,...,d=..[,dv=N],dtype=..,causal=..
-    [,page=N][,window=L[,R]][,softcap=C][,sinks=1][,latent=1][,kv_dtype=fp8]")."""
+    [,page=N][,window=L[,R]][,softcap=C][,sinks=1][,latent=1][,kv_dtype=fp8][,pass=bwd]"); pass=bwd for
+    attention's backward (entry "attention_backward")."""
     p = row["problem"]
     dv = f",dv={p['dv']}" if p.get("dv") is not None and p["dv"] != p["d"] else ""
     spec = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']}{dv},dtype={row['dtype']},"
@@ -579,20 +668,22 @@ def problem_spec(row):
     # arguments: the tuned ones are the call's). A latent call (v a view of k's first dv columns) is
     # a latent problem: `latent=1` last, as attntune prints it.
     # An FP8 cache: `kv_dtype=fp8` at the very end, as attntune prints it.
+    # The backward pass: `pass=bwd` at the very end, as attntune prints it.
     return spec + _variant_spec(p) + (",latent=1" if p.get("latent") else "") + \
-        (",kv_dtype=fp8" if p.get("kv_dtype") == "fp8" else "")
+        (",kv_dtype=fp8" if p.get("kv_dtype") == "fp8" else "") + \
+        (",pass=bwd" if row["entry"] == "attention_backward" else "")
 
 
 def plan_from_coverage(rows, model="attntune coverage"):
     """The plan (docs/design/plan.md: {model, source, problems: [{problem, regime}]}) of the rows of
     coverage() that fell back for want of a tuned kernel: regime decode for seqlen_q <= DECODE_MAX_SEQLEN_Q, chunk
     for the kvcache entry with more rows (chunked prefill, tuned paged), prefill for the dense and
-    varlen entries."""
+    varlen entries and for attention's backward (its specs end in ,pass=bwd)."""
     problems, seen = [], set()
     for r in rows:
         if not r.get("tunable"):
             continue
-        decode = r["problem"]["s"] <= DECODE_MAX_SEQLEN_Q
+        decode = r["problem"]["s"] <= DECODE_MAX_SEQLEN_Q and r["entry"] != "attention_backward"
         regime = "decode" if decode else "chunk" if r["entry"] == "attention_kvcache" else "prefill"
         spec = problem_spec(r)
         if spec and spec not in seen:

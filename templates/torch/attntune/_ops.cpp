@@ -21,6 +21,10 @@
 //       [total_q, H, Dv]
 //   ..._into(..., out, lse, scale, is_causal, window_size, softcap, sinks[, k_descale, v_descale])   the
 //       same, writing into the caller's tensors
+//   attention_backward(dout, q, k, v, out, lse, dlse, scale, is_causal, window_size, softcap, sinks)
+//       -> (dq, dk, dv, dsinks)   attention's backward pass, its autograd formula (__init__.py): a
+//       kernel tuned for the backward (attntune_attention_backward) when one serves the call and the
+//       forward's LSE was saved, else the gradients by explicit math (backward_into)
 //   explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, window_size, softcap, sinks,
 //       head_dim_v, latent, kv_dtype) -> (kernel, reason)
 //   coverage() -> str (JSON), reset_coverage(), set_policy(fallback, max_length_ratio), kernel_info()
@@ -169,16 +173,29 @@ __attribute__((weak)) int attntune_attention_forward_varlen_ex(
 __attribute__((weak)) int attntune_select_kernel_ex(int entry, int head_dim, int is_causal, int batch, int heads_q,
                                                     int heads_kv, int seqlen_q, int seqlen_k,
                                                     const attntune_options* opts);
+// The backward pass (docs/CONTRACT.md "The backward pass"), weak: an export before it lacks it, and its
+// dispatcher names no kernel for entry 8, so every backward call of such a library falls back.
+__attribute__((weak)) int attntune_attention_backward_ex(
+    const void* q, const void* k, const void* v, const void* out, const float* softmax_lse, const void* dout,
+    void* dq, void* dk, void* dv, int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k, int head_dim,
+    const long long* q_strides, const long long* k_strides, const long long* v_strides, const long long* o_strides,
+    const long long* do_strides, const long long* dq_strides, const long long* dk_strides,
+    const long long* dv_strides, float softmax_scale, int is_causal, const attntune_options* opts,
+    cudaStream_t stream);
 }
 
 namespace {
 
 constexpr int kUnsupported = 1000;
 constexpr int kEntryDense = 1, kEntryKvcache = 2, kEntryVarlen = 4;
+constexpr int kEntryBackward = 8;  // attention's backward pass (attention_backward; attntune_attention_backward)
 constexpr int kDecodeMaxQ = 16;  // seqlen_q up to this is the decode regime (flash_decode's kDecodeMaxSeqlenQ)
 
 const char* entry_name(int entry) {
-  return entry == kEntryKvcache ? "attention_kvcache" : entry == kEntryVarlen ? "attention_varlen" : "attention";
+  return entry == kEntryKvcache    ? "attention_kvcache"
+         : entry == kEntryVarlen   ? "attention_varlen"
+         : entry == kEntryBackward ? "attention_backward"
+                                   : "attention";
 }
 
 std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
@@ -333,6 +350,11 @@ attntune_options options_of(const Shape& c, const float* sinks, const Descales& 
 // The library's dispatcher for a call's shape, variants and value head dim: the kernel index, or -1
 // (`why` says why when the library cannot take such calls at all).
 int select_kernel(const Shape& c, std::string* why) {
+  if (c.entry == kEntryBackward && (!attntune_attention_backward_ex || !attntune_select_kernel_ex)) {
+    *why = "the library was exported before attntune served the backward pass (attntune_attention_backward): "
+           "export it again";
+    return -1;
+  }
   if (!attntune_select_kernel_ex) {
     if (c.split_dv()) {
       *why = "the library was exported before attntune served a value head dim other than head_dim: export it "
@@ -400,8 +422,10 @@ Decision decide(const Shape& c, const std::string& dtype_name, double max_ratio)
   int p[9];
   const char* label = "";
   attntune_kernel_problem(k, p, &label);
+  // The regimes are the forward's (flash_decode's few query rows against prefill); the backward's
+  // kernels serve dense calls of any length, judged by the ratio below alone.
   const bool decode = c.s <= kDecodeMaxQ, tuned_decode = p[3] <= kDecodeMaxQ;
-  if (decode != tuned_decode) {
+  if (c.entry != kEntryBackward && decode != tuned_decode) {
     d.reason = fmt("the nearest kernel (%s) was tuned for %s (seqlen_q=%d); this call is %s (seqlen_q=%d)", label,
                    tuned_decode ? "decode" : "prefill", p[3], decode ? "decode" : "prefill", c.s);
     return d;
@@ -447,9 +471,11 @@ void fall_back(const Shape& c, const at::Tensor& q, const std::string& reason, b
     TORCH_CHECK(false, fmt("attntune.%s: no tuned kernel for b=%d,h=%d,hkv=%d,s=%d,sk=%d,d=%d%s,causal=%d",
                            entry_name(c.entry), c.b, c.h, c.hkv, c.s, c.sk, c.d,
                            c.split_dv() ? fmt(",dv=%d", c.dv).c_str() : "", c.causal) +
-                           c.v.spec() + c.latent_spec() + ": " + reason +
-                           " (fallback policy 'raise'; attntune.set_policy(fallback='sdpa') falls back to PyTorch: "
-                           "scaled_dot_product_attention, or the explicit path for variants)");
+                           c.v.spec() + c.latent_spec() + (c.entry == kEntryBackward ? ",pass=bwd" : "") + ": " +
+                           reason + " (fallback policy 'raise'; attntune.set_policy(fallback='sdpa') falls back to " +
+                           (c.entry == kEntryBackward
+                                ? "PyTorch: the gradients by explicit math in fp32)"
+                                : "PyTorch: scaled_dot_product_attention, or the explicit path for variants)"));
 }
 
 std::string json_escape(const std::string& s) {
@@ -666,8 +692,8 @@ std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64
                                          int64_t h, int64_t hkv, int64_t s, int64_t sk, at::IntArrayRef window_size,
                                          double softcap, bool sinks, int64_t head_dim_v, bool latent,
                                          std::optional<std::string> kv_dtype) {
-  TORCH_CHECK(entry == kEntryDense || entry == kEntryKvcache || entry == kEntryVarlen,
-              "attntune.explain: entry must be 1 (attention), 2 (kvcache) or 4 (varlen)");
+  TORCH_CHECK(entry == kEntryDense || entry == kEntryKvcache || entry == kEntryVarlen || entry == kEntryBackward,
+              "attntune.explain: entry must be 1 (attention), 2 (kvcache), 4 (varlen) or 8 (attention's backward)");
   TORCH_CHECK(dtype == "fp16" || dtype == "bf16", "attntune.explain: dtype must be fp16 or bf16");
   TORCH_CHECK(head_dim_v >= 0 && head_dim_v <= std::numeric_limits<int>::max(),
               fmt("attntune.explain: head_dim_v must be 0 (head_dim) or V's head dim (got %lld)",
@@ -682,6 +708,9 @@ std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64
   TORCH_CHECK(kv.empty() || kv == "fp8" || kv == dtype,
               "attntune.explain: kv_dtype must be None (a cache of q's dtype), 'fp8' (an FP8 e4m3 cache) or the "
               "dtype, " + dtype + " (got '" + kv + "')");
+  TORCH_CHECK(entry != kEntryBackward || (!latent && kv != "fp8"),
+              "attntune.explain: the backward pass (entry 8) is attention's over separate K and V of q's dtype (no "
+              "latent or FP8 cache: those calls are forward-only)");
   TORCH_CHECK(kv != "fp8" || entry != kEntryVarlen,
               "attntune.explain: kv_dtype 'fp8' is for attention and attention_kvcache (an FP8 cache is read by the "
               "dense and kvcache entry points only)");
@@ -864,8 +893,8 @@ void sdpa_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at
 }
 
 // The fallback of calls with variants: attention of q [B, H, S, D] over k [B, Hkv, Sk, D] and v
-// [B, Hkv, Sk, Dv] with
-// the window, the soft-cap and the sinks, in fp32 by explicit matmuls (SDPA takes neither a score
+// [B, Hkv, Sk, Dv] with the window, the soft-cap and the sinks, in fp32 (fp64 for fp64 inputs) by
+// explicit matmuls (SDPA takes neither a score
 // transform nor a sink; FlexAttention, which takes both, is Python and needs torch.compile to be
 // fast, and this runs inside the C++ operator: docs/design/torch.md). Per chunk of query rows:
 // S = Q K^T * scale -> softcap * tanh(S / softcap) -> the window, causal and length masks (-inf)
@@ -883,9 +912,11 @@ void variant_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const int64_t Dv = v.size(3);
   if (q.numel() == 0) return;
   const int64_t G = Hkv > 0 ? H / Hkv : 1;  // query heads per K/V head: head h reads K/V head h / G
-  const auto f32 = q.options().dtype(at::kFloat), i64 = q.options().dtype(at::kLong);
+  // fp32, or fp64 for fp64 inputs (so that torch.autograd.gradcheck can differentiate it numerically).
+  const at::ScalarType ct = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const auto f32 = q.options().dtype(ct), i64 = q.options().dtype(at::kLong);
   const float inf = std::numeric_limits<float>::infinity();
-  at::Tensor kf = k.to(at::kFloat), vf = v.to(at::kFloat);
+  at::Tensor kf = k.to(ct), vf = v.to(ct);
   at::Tensor lk5, diag5;  // [B, 1, 1, 1, 1]: each sequence's keys, and its diagonal len_k - len_q
   if (len_k.defined()) {
     lk5 = len_k.view({B, 1, 1, 1, 1});
@@ -917,7 +948,7 @@ void variant_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       l = at::full({B, Hkv, G, n, 1}, -inf, f32);
     } else {
       const int64_t m = j1 - j0;
-      const at::Tensor qc = q.narrow(2, r0, n).to(at::kFloat).reshape({B, Hkv, G * n, D});
+      const at::Tensor qc = q.narrow(2, r0, n).to(ct).reshape({B, Hkv, G * n, D});
       at::Tensor s = at::matmul(qc, kf.narrow(2, j0, m).transpose(-2, -1)).mul_(scale).view({B, Hkv, G, n, m});
       if (var.softcap > 0) s.div_(var.softcap).tanh_().mul_(var.softcap);
       const at::Tensor i = at::arange(r0, r0 + n, i64).view({n, 1}), j = at::arange(j0, j1, i64).view({1, m});
@@ -1012,6 +1043,183 @@ std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tens
   attention_into(q, k, v, out, return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal,
                  window_size, softcap, sinks, k_descale, v_descale);
   return {out, lse};
+}
+
+// ------------------------------------------------------------------ the backward pass (dense attention)
+
+// The gradients by PyTorch, for calls no kernel serves: dq, dk, dv (and dsinks, [H], when `sinks` is
+// defined) of attention of q [B, H, S, D] over k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] with the variants,
+// given dout [B, H, S, Dv] and, if defined, dlse [B, H, S] (a gradient of the forward's LSE). Explicit
+// math in float32 (float64 for float64 inputs), chunks of query rows as variant_into, recomputing the
+// softmax rather than trusting a saved LSE, so it is the exact gradient of the fallback's forward:
+//   s = scale * q.k (soft-capped: C tanh(s / C)), masked; P = exp(s - lse) with the sink in the
+//   denominator; dP = dO V^T; D_i = sum_j P_ij dP_ij - dlse_i; dS = P (dP - D), times 1 - tanh^2
+//   under a soft-cap; dQ = scale dS K, dK = scale dS^T Q and dV = P^T dO, each K/V head summed over its
+//   query heads; dsink_h = -sum_i P_sink_i D_i.
+// A row that sees no key (and has no sink) has P = 0 and contributes nothing. No device sync: shapes
+// come from the host, so it can be captured in a CUDA graph.
+void backward_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
+                   const at::Tensor& dlse, bool causal, const Variants& var, const at::Tensor& sinks, double scale,
+                   at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, at::Tensor& dsinks) {
+  const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
+  const int64_t Dv = v.size(3);
+  const at::ScalarType ct = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const auto copts = q.options().dtype(ct), i64 = q.options().dtype(at::kLong);
+  const int64_t G = Hkv > 0 ? H / Hkv : 1;
+  at::Tensor dk_acc = at::zeros({B, Hkv, Sk, D}, copts), dv_acc = at::zeros({B, Hkv, Sk, Dv}, copts);
+  at::Tensor ds_acc = sinks.defined() ? at::zeros({Hkv, G}, copts) : at::Tensor();
+  if (q.numel() == 0 || Sk == 0 || H == 0) {
+    dq.zero_();
+    dk.zero_();
+    dv.zero_();
+    if (dsinks.numel()) dsinks.zero_();
+    if (sinks.defined() && q.numel() > 0 && Sk == 0 && H > 0) {
+      // No keys: every row's weight is its sink's (P_sink = 1): dsink_h = -sum_i D_i, D_i = dO_i . 0 - dlse_i.
+      if (dlse.defined()) dsinks.copy_(dlse.to(ct).sum({0, 2}));
+    }
+    return;
+  }
+  const at::Tensor kf = k.to(ct), vf = v.to(ct);
+  const float inf = std::numeric_limits<float>::infinity();
+  const int64_t right = causal ? 0 : var.right;
+  const at::Tensor sink5 = sinks.defined() ? sinks.to(ct).view({1, Hkv, G, 1, 1}) : at::Tensor();
+  // Rows per chunk: a chunk's score-sized tensors (s, P, dP, dS) stay under 2^24 values each.
+  const int64_t budget = int64_t{1} << 24;
+  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(S, budget / std::max<int64_t>(1, B * H * Sk)));
+  const int64_t diag = Sk - S;
+  for (int64_t r0 = 0; r0 < S; r0 += rows) {
+    const int64_t n = std::min(rows, S - r0);
+    int64_t j0 = 0, j1 = Sk;  // the keys the chunk's rows can see
+    if (var.left >= 0) j0 = std::max<int64_t>(0, r0 + diag - var.left);
+    if (right >= 0) j1 = std::min<int64_t>(Sk, r0 + n - 1 + diag + right + 1);
+    at::Tensor go = dout.narrow(2, r0, n).to(ct).reshape({B, Hkv, G * n, Dv});
+    at::Tensor dl = dlse.defined() ? dlse.narrow(2, r0, n).to(ct).reshape({B, Hkv, G, n, 1}) : at::Tensor();
+    if (j1 <= j0) {  // no row of the chunk sees a key
+      dq.narrow(2, r0, n).zero_();
+      if (ds_acc.defined() && dl.defined()) ds_acc.add_(dl.sum({0, 3, 4}));  // P_sink = 1, D = -dlse
+      continue;
+    }
+    const int64_t m = j1 - j0;
+    const at::Tensor kc = kf.narrow(2, j0, m), vc = vf.narrow(2, j0, m);
+    const at::Tensor qc = q.narrow(2, r0, n).to(ct).reshape({B, Hkv, G * n, D});
+    at::Tensor s = at::matmul(qc, kc.transpose(-2, -1)).mul_(scale).view({B, Hkv, G, n, m});
+    at::Tensor t;  // tanh(s / C) under a soft-cap
+    if (var.softcap > 0) {
+      t = s.div(var.softcap).tanh_();
+      s = t * var.softcap;
+    }
+    const at::Tensor i = at::arange(r0, r0 + n, i64).view({n, 1}), j = at::arange(j0, j1, i64).view({1, m});
+    const at::Tensor row = i + diag;
+    at::Tensor visible;
+    auto also = [&](const at::Tensor& x) { visible = visible.defined() ? visible.logical_and(x) : x; };
+    if (var.left >= 0) also(j >= row - var.left);
+    if (right >= 0) also(j <= row + right);
+    if (visible.defined()) s.masked_fill_(visible.logical_not(), -inf);
+    at::Tensor mx = std::get<0>(s.max(-1, /*keepdim=*/true));
+    if (sink5.defined()) mx = at::maximum(mx, sink5.expand_as(mx));
+    mx = at::where(at::isneginf(mx), at::zeros_like(mx), mx);
+    at::Tensor p = (s - mx).exp_();
+    at::Tensor l = p.sum(-1, /*keepdim=*/true);
+    at::Tensor psink;
+    if (sink5.defined()) {
+      psink = (sink5 - mx).exp();
+      l = l + psink;
+    }
+    const at::Tensor linv = at::where(l > 0, l.reciprocal(), at::zeros({}, copts));
+    p.mul_(linv);
+    const at::Tensor dp = at::matmul(go, vc.transpose(-2, -1)).view({B, Hkv, G, n, m});
+    at::Tensor dd = (p * dp).sum(-1, /*keepdim=*/true);  // D_i = dO_i . o_i
+    if (dl.defined()) dd = dd - dl;
+    at::Tensor ds = p * (dp - dd);
+    if (t.defined()) ds.mul_(1 - t * t);
+    const at::Tensor ds3 = ds.view({B, Hkv, G * n, m}), p3 = p.view({B, Hkv, G * n, m});
+    dq.narrow(2, r0, n).copy_(at::matmul(ds3, kc).mul_(scale).view({B, H, n, D}));
+    dk_acc.narrow(2, j0, m).add_(at::matmul(ds3.transpose(-2, -1), qc).mul_(scale));
+    dv_acc.narrow(2, j0, m).add_(at::matmul(p3.transpose(-2, -1), go));
+    if (ds_acc.defined()) ds_acc.sub_((psink * linv * dd).sum({0, 3, 4}));
+  }
+  dk.copy_(dk_acc);
+  dv.copy_(dv_acc);
+  if (ds_acc.defined()) dsinks.copy_(ds_acc.view({H}));
+}
+
+// A tensor the kernels take as it is (16-byte aligned, the last dim contiguous, strides of whole 16
+// bytes), else a contiguous copy: dout comes from autograd (sum()'s is an expanded tensor of stride 0).
+at::Tensor kernel_layout(const at::Tensor& t) {
+  bool ok = reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0 && (t.size(-1) <= 1 || t.stride(-1) == 1);
+  for (int64_t i = 0; ok && i + 1 < t.dim(); ++i) ok = t.stride(i) % 8 == 0;
+  return ok ? t : t.contiguous();
+}
+
+// The backward of `attention` (its autograd formula, __init__.py): dq, dk, dv and dsinks ([H] float32,
+// [0] without sinks) from the forward's inputs, its out and lse ([B, H, S] float32; [0]: not saved), and
+// the gradients dout (out's shape) and dlse (None: the LSE was not used). A kernel of the library
+// serves it (attntune_attention_backward) when one was tuned for its problem (pass=bwd) and the LSE was
+// saved and not used; else the fallback (backward_into), counted in coverage as the forward is.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& lse, const std::optional<at::Tensor>& dlse, std::optional<double> scale, bool is_causal,
+    at::IntArrayRef window_size, double softcap, const std::optional<at::Tensor>& sinks) {
+  const char* e = "attention_backward";
+  ATTNTUNE_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, e,
+                 "q, k and v must be 4-d: [batch, heads, seqlen, head_dim] (v's last dim: the value head dim)");
+  const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
+  ATTNTUNE_CHECK(k.size(0) == B, e, "q, k and v must have the same batch");
+  const int64_t Dv = value_dim(k, v, e, "k", "v");
+  check_qk_dim(q, k, e, "k");
+  ATTNTUNE_CHECK(Hkv > 0 ? H % Hkv == 0 : H == 0, e, fmt("heads of q (%lld) must be a multiple of k's (%lld)",
+                                                         static_cast<long long>(H), static_cast<long long>(Hkv)));
+  ATTNTUNE_CHECK(!is_float8(k.scalar_type()) && !is_float8(v.scalar_type()), e,
+                 "attention over an FP8 (float8_e4m3fn) cache is forward-only: it has no backward pass");
+  ATTNTUNE_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e,
+                 "q, k and v must share a dtype");
+  check_out(out, q, Dv, e);
+  ATTNTUNE_CHECK(dout.sizes() == out.sizes(), e,
+                 "dout must have out's shape (" + dims(out.sizes()) + "; got " + dims(dout.sizes()) + ")");
+  ATTNTUNE_CHECK(dout.scalar_type() == q.scalar_type() && dout.device() == q.device(), e,
+                 "dout must have q's dtype and device");
+  const bool have_lse = lse.numel() > 0;
+  if (have_lse) check_lse(lse, {B, H, S}, q, e);
+  at::Tensor dl;
+  if (dlse && dlse->defined() && dlse->numel() > 0) {
+    ATTNTUNE_CHECK(dlse->sizes() == at::IntArrayRef({B, H, S}) && dlse->device() == q.device(), e,
+                   "dlse must be [batch, heads, seqlen_q] (" + dims({B, H, S}) + "; got " + dims(dlse->sizes()) +
+                       ") on q's device");
+    dl = *dlse;
+  }
+  const Variants var = variants_of(e, window_size, softcap, sinks.has_value() && sinks->defined(), is_causal);
+  const at::Tensor sk_logits = sinks_of(e, sinks, H, q);
+  const double sc = scale_of(scale, D);
+  at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+  at::Tensor dsinks = at::empty({sk_logits.defined() ? H : 0}, q.options().dtype(at::kFloat));
+  Shape c{kEntryBackward, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), as_int(Dv, e, "head_dim_v"),
+          is_causal ? 1 : 0, as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"),
+          as_int(S, e, "seqlen_q"), as_int(Sk, e, "seqlen_k"), 0, var};
+  const at::Tensor g = dout.numel() ? kernel_layout(dout) : dout;
+  bool ran = false;
+  if (!have_lse && q.numel() > 0) {
+    fall_back(c, q, "the forward's LSE was not saved (torch.ops." ATTNTUNE_STR(ATTNTUNE_TORCH_NAMESPACE)
+                    ".attention called with return_lse=False under autograd; attntune.attention asks for it)",
+              false);
+  } else if (dl.defined()) {
+    fall_back(c, q, "the forward's LSE has a gradient (return_lse=True and the LSE used): the kernels take dout "
+                    "alone", false);
+  } else {
+    ran = ran_kernel(e, c, q, {&q, &k, &v, &out, &g, &lse, &sk_logits}, [&](cudaStream_t stream) {
+      auto st = [](const at::Tensor& t, long long* x) {
+        for (int i = 0; i < 3; ++i) x[i] = t.stride(i);
+      };
+      long long qs[3], ks[3], vs[3], os[3], gs[3], dqs[3], dks[3], dvs[3];
+      st(q, qs), st(k, ks), st(v, vs), st(out, os), st(g, gs), st(dq, dqs), st(dk, dks), st(dv, dvs);
+      const attntune_options o = options_of(c, nullptr);
+      return attntune_attention_backward_ex(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                            lse.data_ptr<float>(), g.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+                                            dv.data_ptr(), c.b, c.h, c.hkv, c.s, c.sk, c.d, qs, ks, vs, os, gs, dqs,
+                                            dks, dvs, static_cast<float>(sc), c.causal, &o, stream);
+    });
+  }
+  if (!ran) backward_into(q, k, v, g, dl, is_causal, var, sk_logits, sc, dq, dk, dv, dsinks);
+  return {dq, dk, dv, dsinks};
 }
 
 // ------------------------------------------------------------------ attention over a KV cache
@@ -1285,6 +1493,11 @@ TORCH_LIBRARY(ATTNTUNE_TORCH_NAMESPACE, m) {
   m.def("attention_varlen_into(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
         "int max_seqlen_q, int max_seqlen_k, Tensor(a!) out, Tensor(b!)? lse, float? scale=None, "
         "bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ") -> ()");
+  // attention's backward pass (its autograd formula; docs/CONTRACT.md "The backward pass"): dq, dk, dv,
+  // dsinks ([heads] float32; [0] without sinks) from the forward's inputs, out and lse ([0]: not saved),
+  // dout and dlse (None: the LSE's gradient is not wanted).
+  m.def("attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse=None, "
+        "float? scale=None, bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ") -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("explain(int entry, str dtype, int head_dim, bool is_causal, int b, int h, int hkv, int s, int sk, "
         "int[2] window_size=[-1, -1], float softcap=0.0, bool sinks=False, int head_dim_v=0, bool latent=False, "
         "str? kv_dtype=None) -> (int, str)",
@@ -1304,6 +1517,7 @@ void impl_tensor_ops(torch::Library& m) {
   m.impl("attention_kvcache_into", &attention_kvcache_into);
   m.impl("attention_varlen", &attention_varlen);
   m.impl("attention_varlen_into", &attention_varlen_into);
+  m.impl("attention_backward", &attention_backward);
 }
 }  // namespace
 TORCH_LIBRARY_IMPL(ATTNTUNE_TORCH_NAMESPACE, CUDA, m) { impl_tensor_ops(m); }
