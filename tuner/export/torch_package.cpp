@@ -55,7 +55,7 @@ struct Tuned {
   std::vector<std::string> regimes;  // the regimes tuned at the first of them
 };
 Tuned tuned(const SearchSpace& space) {
-  std::vector<std::string> ds = {"128"}, dvs;
+  std::vector<std::string> ds = {"128"}, dvs, passes = {"fwd"};
   std::string dtype = "bf16";
   bool latent = false;
   for (const auto& [field, values] : space.problem_support()) {
@@ -63,6 +63,8 @@ Tuned tuned(const SearchSpace& space) {
     if (field == "dtype" && !values.empty()) dtype = values.front();
     if (field == "dv") dvs = values;
     if (field == "latent") latent = std::find(values.begin(), values.end(), "1") != values.end();
+    // The passes it tunes (`pass: [bwd]`: the backward pass alone; without the key, the forward).
+    if (field == "pass" && !values.empty()) passes = values;
   }
   Tuned out;
   for (const std::string& d : ds) {
@@ -77,8 +79,12 @@ Tuned tuned(const SearchSpace& space) {
     }
     std::vector<std::string> regimes;
     for (const auto& [dims, tail] : forms) {
-      for (const auto& [regime, spec] : regime_problems(dims, dtype, tail))
-        if (tunes(space, spec)) regimes.push_back(regime);
+      // Each pass it tunes: a backward problem's spec ends in ,pass=bwd (its regime is the dense
+      // shape's, prefill).
+      for (const std::string& pass : passes)
+        for (const auto& [regime, spec] : regime_problems(dims, dtype, tail + (pass == "bwd" ? ",pass=bwd" : "")))
+          if (std::find(regimes.begin(), regimes.end(), regime) == regimes.end() && tunes(space, spec))
+            regimes.push_back(regime);
       if (!regimes.empty()) break;
     }
     if (regimes.empty()) continue;

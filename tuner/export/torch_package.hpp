@@ -17,8 +17,9 @@ void write_torch_package(const std::string& dir, const std::string& source, cons
 
 // tuner.json: each family with a shipped space, the problem values it supports and the regimes it
 // tunes ({"families": [{"family", "support": {"d": ["64", ...], "dtype": [...], "window": ["0", "1"],
-// "softcap": [...], "sinks": [...]}, "regimes": ["prefill", "chunk", "varlen"]}]}), for the package's
-// coverage_plan() (it never offers a problem no family tunes).
+// "softcap": [...], "sinks": [...][, "pass": ["bwd"]]}, "regimes": ["prefill", "chunk", "varlen"]}]}),
+// for the package's coverage_plan() (it never offers a problem no family tunes). "pass": the passes a
+// family tunes, where its space names them (a backward family's ["bwd"]; absent: the forward alone).
 std::string tuner_support_json();
 
 }  // namespace attntune
