@@ -1,10 +1,11 @@
 """The PyTorch package of `attntune export --torch`, without a GPU (ctest `torch_ops`, label cpu;torch).
 
 Builds a real package with the real torch and nvcc from a database this test makes: `submit` and
-`serve --simulate` (the synthetic GPU: real renders and source hashes, made-up timings) over 16
+`serve --simulate` (the synthetic GPU: real renders and source hashes, made-up timings) over 18
 problems, plain, with FlashAttention's variants, with a value head dim other than d, over a latent
-cache and over an FP8 cache, in copies of the shipped flash_fwd_mma and flash_decode spaces that list the variants (a
-family's own YAML lists them once its kernels serve them) and in the shipped flash_decode_wgmma space;
+cache, over an FP8 cache and of the backward pass, in copies of the shipped flash_fwd_mma and flash_decode spaces
+that list the variants (a family's own YAML lists them once its kernels serve them) and in the shipped
+flash_decode_wgmma and flash_bwd_mma spaces;
 here the kernels are only built, never run. Then checks what runs without a GPU:
   - the dispatch: explain() against this file's own statement of the rule (the kernels built for
     the call's entry point, head dims, causality and variants; nearest lengths by ratio, then the GQA
@@ -18,8 +19,16 @@ here the kernels are only built, never run. Then checks what runs without a GPU:
   - argument errors (window, is_causal, softcap, sinks), through the Python functions and the ops;
   - coverage counts, records and plans with variants, and the raise policy; the fake
     implementations (their shapes, torch.library.opcheck, torch.compile(fullgraph=True) with
-    variants); the autograd error;
+    variants);
   - export --torch's refusal of a directory it did not write, and its tuner.json;
+  - the backward pass (attention's autograd, the op attention_backward; flash_bwd_mma kernels at d=128
+    and at d=64 with a window, pass=bwd): the dispatch (backward kernels for attention_backward alone,
+    never a forward call), the gradients of the fallback against float64 autograd (FA2's criterion in
+    bf16/fp16, 1e-10 in float64: GQA, bottom-right causal, rows without keys, windows, soft-caps, sinks
+    and their gradient, a used LSE, [B,S,H,D]) and torch.autograd.gradcheck, .sum().backward(), the
+    forward-only ops' errors, coverage, specs, plans (`submit` reads them back), tuner.json's "pass",
+    untunable and the raise policy with pass=bwd, opcheck of attention_backward and of attention with
+    grads, torch.compile(fullgraph=True) of a training step;
   - value head dims (v's last dim Dv != D, DeepSeek's MLA prefill): the dispatch (a split kernel
     serves only calls of its two dims, and no one-dim call), the fallback's values with Dv != D on
     every entry (variants too) against float64, out's shape and strides, the refusals of mismatched
@@ -88,6 +97,10 @@ LATENT = ["b=4,h=16,hkv=1,s=1,sk=1000,d=576,dv=512,dtype=bf16,causal=0,page=64,l
 # flash_decode over an FP8 e4m3 cache (kv_dtype=fp8): the package's only d=128 plain decode kernel, so a
 # 16-bit call of its shape has none (an FP8 kernel never serves one).
 FP8 = ["b=16,h=32,hkv=8,s=1,sk=8192,d=128,dtype=bf16,causal=0,page=16,kv_dtype=fp8"]
+# flash_bwd_mma (the backward pass, pass=bwd; issue 45): attention_backward's kernels, plain GQA at d=128
+# and a causal window at d=64 (the shipped space, which lists windows).
+BWD = ["b=2,h=32,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1,pass=bwd",
+       "b=1,h=8,hkv=1,s=4096,sk=4096,d=64,dtype=bf16,causal=1,window=128,pass=bwd"]
 VARIANT_KEYS = ("window", "softcap", "sinks")
 
 
@@ -127,7 +140,8 @@ def setUpModule():
     global attntune
     for space, problems in ((variant_space("flash_fwd_mma"), PREFILL),
                             (variant_space("flash_decode"), DECODE + FP8),
-                            (os.path.join(ROOT, "search_spaces", "flash_decode_wgmma.yaml"), LATENT)):
+                            (os.path.join(ROOT, "search_spaces", "flash_decode_wgmma.yaml"), LATENT),
+                            (os.path.join(ROOT, "search_spaces", "flash_bwd_mma.yaml"), BWD)):
         run("submit", "--db", DB, "--space", space, *[a for p in problems for a in ("--problem", p)],
             "--budget-evals", "2", "--final-top", "0", "--warm-start", "0")
     run("serve", "--db", DB, "--simulate", "--simulate-delay-ms", "0")
@@ -184,8 +198,8 @@ sink_logits = vr.sink_logits
 # ------------------------------------------------------------------ the rule, restated
 
 ENTRY_BIT = {"attntune_attention_forward": 1, "attntune_attention_forward_kvcache": 2,
-             "attntune_attention_forward_varlen": 4}
-ENTRY_OF_BIT = {1: "attention", 2: "attention_kvcache", 4: "attention_varlen"}
+             "attntune_attention_forward_varlen": 4, "attntune_attention_backward": 8}
+ENTRY_OF_BIT = {1: "attention", 2: "attention_kvcache", 4: "attention_varlen", 8: "attention_backward"}
 
 
 def normalise(causal, window):
@@ -259,7 +273,7 @@ class Dispatch(unittest.TestCase):
 
     def test_the_package_holds_what_was_tuned(self):
         self.assertEqual(sorted(vr.spec_of(k["problem"]) for k in self.kernels),
-                         sorted(PREFILL + DECODE + LATENT + FP8))
+                         sorted(PREFILL + DECODE + LATENT + FP8 + BWD))
         for k in self.kernels:
             p = k["problem"]
             want = [key for key, on in zip(VARIANT_KEYS, flags(p.get("window", (-1, -1)), p.get("softcap", 0),
@@ -1783,20 +1797,266 @@ class Compile(unittest.TestCase):
                 self.assertTrue(torch.equal(got, want), fn.__name__)
 
 
-class Autograd(unittest.TestCase):
-    def test_no_wrong_gradient(self):
-        q = rand(1, 2, 8, 64).requires_grad_()
-        with self.assertRaisesRegex(RuntimeError, "no backward pass"):
-            attntune.attention(q, q, q)
-        out, _ = torch.ops.attntune.attention(q, q, q, None, False, False)
-        with self.assertRaisesRegex(RuntimeError, "no backward pass"):
-            out.sum().backward()
-        with torch.no_grad():
-            attntune.attention(q, q, q)
-        # Learnable sinks (gpt-oss's are parameters): no gradient for them either.
-        x = rand(1, 2, 8, 64)
-        with self.assertRaisesRegex(RuntimeError, "no backward pass"):
-            attntune.attention(x, x, x, sinks=torch.zeros(2, requires_grad=True))
+class Backward(unittest.TestCase):
+    """attention's backward pass (issue 45; docs/design/torch.md "The backward pass"): autograd through
+    attntune.attention, the op attention_backward (the package's flash_bwd_mma kernels for BWD, built
+    and never run here; CPU tensors fall back to the explicit gradients), against float64 autograd of
+    variant_reference.attention; the forward-only ops' errors; coverage, plans and the raise policy with
+    pass=bwd; the fake, opcheck and torch.compile of a training step."""
+
+    def setUp(self):
+        attntune.set_policy("sdpa", 16.0)
+        attntune.reset_coverage()
+        torch.manual_seed(0)
+        self.kernels = kernels_with_entries()
+
+    # -- dispatch
+
+    def test_backward_kernels_serve_the_backward_alone(self):
+        bwd = {vr.spec_of(k["problem"]): i for i, k in enumerate(self.kernels) if k["problem"].get("pass") == "bwd"}
+        self.assertEqual(sorted(bwd), sorted(BWD))
+        for i, k in enumerate(self.kernels):
+            p = k["problem"]
+            self.assertEqual(k["entries"], 8 if p.get("pass") == "bwd" else k["entries"] & 7, vr.spec_of(p))
+            self.assertEqual(k["problem"].get("pass") == "bwd", k["template"] == "flash_bwd_mma", vr.spec_of(p))
+        for spec, i in bwd.items():
+            p = self.kernels[i]["problem"]
+            args = (p["dtype"], p["d"], p["causal"], p["b"], p["h"], p["hkv"], p["s"], p["sk"])
+            window = tuple(p.get("window", (-1, -1)))
+            self.assertEqual(attntune.explain("attention_backward", *args, window_size=window), (i, ""), spec)
+            # Odd lengths near it (no regime rule for the backward: s=1 too, within the ratio).
+            self.assertEqual(attntune.explain("attention_backward", p["dtype"], p["d"], p["causal"], 3, p["h"],
+                                              p["hkv"], p["s"] // 3 + 1, p["sk"] // 2 - 7, window_size=window)[0], i)
+            # The forward never runs it.
+            self.assertNotEqual(attntune.explain("attention", *args, window_size=window)[0], i, spec)
+        # Nothing else has a backward kernel: another head dim, a soft-cap, sinks, another window kind.
+        base = ("bf16", 128, True, 2, 32, 8, 4096, 4096)
+        self.assertEqual(attntune.explain("attention_backward", *base)[0], bwd[BWD[0]])
+        for variants, words in ((dict(softcap=30.0), "a logit soft-cap 30"), (dict(sinks=True), "attention sinks"),
+                                (dict(window_size=(128, 0)), "a sliding window (128, -1)")):
+            k, why = attntune.explain("attention_backward", *base, **variants)
+            self.assertEqual((k, why), (-1, "no kernel of the library serves attention_backward with head_dim=128 "
+                                            "is_causal=1 with " + words))
+        k, why = attntune.explain("attention_backward", "bf16", 96, True, 2, 32, 8, 4096, 4096)
+        self.assertEqual(k, -1)
+        self.assertIn("attention_backward with head_dim=96", why)
+        with self.assertRaisesRegex(RuntimeError, "forward-only"):
+            attntune.explain("attention_backward", "bf16", 576, False, 1, 16, 1, 1, 1000, head_dim_v=512, latent=True)
+
+    # -- the gradients (CPU: the fallback) against float64
+
+    def grads(self, q, k, v, causal=False, window=(-1, -1), softcap=0.0, sinks=None, layout="bhsd", lse_weight=None):
+        """attntune.attention's gradients of sum(out * g) (+ sum(lse * lse_weight)) for q, k, v (and
+        sinks): (ours, ref64, lowp) lists, lowp the same math in q's dtype (variant_reference's
+        low-precision path; None in float64)."""
+        dtype = q.dtype
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        sk = sinks.detach().clone().requires_grad_() if sinks is not None else None
+        ins = leaves + ([sk] if sk is not None else [])
+        res = attntune.attention(*leaves, is_causal=causal, window_size=window, softcap=softcap, sinks=sk,
+                                 layout=layout, return_lse=lse_weight is not None)
+        out, lse = res if lse_weight is not None else (res, None)
+        g = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).to(dtype)
+        loss = (out.float() * g.float()).sum() + ((lse * lse_weight).sum() if lse is not None else 0)
+        ours = torch.autograd.grad(loss, ins)
+
+        def ref(dt):
+            xs = [t.detach().to(torch.float64 if dt == torch.float64 else dtype).requires_grad_() for t in (q, k, v)]
+            s64 = sinks.detach().double().requires_grad_() if sinks is not None else None
+            xh = xs if layout == "bhsd" else [t.transpose(1, 2) for t in xs]
+            o, lse = vr.attention(*xh, 1 / math.sqrt(q.shape[-1]), causal=causal, window=window, softcap=softcap,
+                                  sinks=s64, dtype=dt)
+            if layout != "bhsd":
+                o = o.transpose(1, 2)
+            gg = g.double() if dt == torch.float64 else g
+            lw = (lse * lse_weight.double()).sum() if lse_weight is not None else 0
+            return torch.autograd.grad((o * gg).sum() + lw, xs + ([s64] if s64 is not None else []))
+        return list(ours), list(ref(torch.float64)), (None if dtype == torch.float64 else list(ref(dtype)))
+
+    def check(self, q, k, v, what, **args):
+        ours, ref64, lowp = self.grads(q, k, v, **args)
+        names = ("dq", "dk", "dv", "dsinks")
+        for i, (a, r) in enumerate(zip(ours, ref64)):
+            self.assertEqual(a.shape, r.shape, f"{what} {names[i]}")
+            self.assertFalse(torch.isnan(a).any().item(), f"{what} {names[i]}: NaN")
+            err = (a.double() - r).abs().max().item() if a.numel() else 0.0
+            if names[i] == "dsinks":  # float32 logits, float32 gradients
+                bound = 1e-4 * max(1.0, r.abs().max().item())
+            elif lowp is None:
+                bound = 1e-10 * max(1.0, r.abs().max().item())
+            else:
+                bound = vr.fa2_bound(lowp[i], r, q.dtype)
+            self.assertLessEqual(err, bound, f"{what} {names[i]}: max error {err:.3g} over the bound {bound:.3g}")
+
+    def test_dense_against_float64(self):
+        for dtype in (torch.bfloat16, torch.float16, torch.float64):
+            for B, H, Hkv, S, Sk, D, causal in ((2, 4, 4, 33, 33, 64, False), (1, 8, 2, 37, 101, 128, True),
+                                                (1, 4, 1, 100, 40, 64, True),   # 60 rows see no key
+                                                (2, 4, 2, 61, 17, 64, False), (1, 2, 2, 1, 77, 64, True)):
+                q, k, v = rand(B, H, S, D, dtype=dtype), rand(B, Hkv, Sk, D, dtype=dtype), rand(B, Hkv, Sk, D,
+                                                                                              dtype=dtype)
+                self.check(q, k, v, f"{dtype} B={B} H={H}/{Hkv} S={S} Sk={Sk} D={D} causal={causal}", causal=causal)
+        q, k = rand(2, 33, 4, 64), rand(2, 77, 2, 64)
+        self.check(q, k, rand(2, 77, 2, 64), "bshd", causal=True, layout="bshd")
+
+    def test_variants_against_float64(self):
+        q, k, v = rand(2, 4, 37, 64), rand(2, 2, 101, 64), rand(2, 2, 101, 64)
+        for window in ((0, 0), (1, -1), (16, 8), (-1, 3), (127, 0)):
+            self.check(q, k, v, f"window {window}", window=window)
+        self.check(q, k, v, "causal window", causal=True, window=(10, -1))
+        self.check(q * 8, k * 8, v, "softcap 30 (scores past it)", softcap=30.0)
+        sinks = sink_logits(4, seed=3)
+        self.check(q, k, v, "sinks", causal=True, sinks=sinks)
+        self.check(q, k, v, "everything", causal=True, window=(20, -1), softcap=50.0, sinks=torch.tensor(
+            [0.5, -3.0, 2.0, 1.0]))
+        # Rows that see no key but a sink: their weight is the sink's alone.
+        self.check(rand(1, 4, 50, 64), rand(1, 2, 20, 64), rand(1, 2, 20, 64), "sinks, rows without keys",
+                   causal=True, sinks=torch.tensor([0.5, -3.0, 2.0, 1.0]))
+        self.check(rand(1, 4, 5, 64), rand(1, 2, 0, 64), rand(1, 2, 0, 64), "no keys", sinks=torch.tensor(
+            [0.5, -3.0, 2.0, 1.0]), lse_weight=torch.ones(1, 4, 5))
+
+    def test_the_lse_has_a_gradient(self):
+        q, k, v = rand(1, 4, 37, 64), rand(1, 2, 53, 64), rand(1, 2, 53, 64)
+        w = torch.randn(1, 4, 37)
+        self.check(q, k, v, "lse", causal=True, lse_weight=w)
+        self.check(q.double(), k.double(), v.double(), "lse float64", causal=True, window=(5, -1), lse_weight=w)
+        rows = {r["entry"]: r for r in attntune.coverage()}
+        self.assertIn("the forward's LSE has a gradient (return_lse=True and the LSE used): the kernels take dout "
+                      "alone", rows["attention_backward"]["fallback"])
+        self.assertFalse(rows["attention_backward"]["tunable"])
+
+    def test_gradcheck(self):
+        def gen(*shape):
+            return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+        q, k, v = gen(1, 4, 5, 16), gen(1, 2, 7, 16), gen(1, 2, 7, 16)
+        sinks = torch.tensor([0.5, -3.0, 2.0, 1.0])
+        for args in (dict(is_causal=True), dict(is_causal=False), dict(window_size=(2, 1), softcap=3.0),
+                     dict(is_causal=True, window_size=(1, 0), sinks=sinks)):
+            self.assertTrue(torch.autograd.gradcheck(lambda q, k, v: attntune.attention(q, k, v, **args), (q, k, v)),
+                            str(args))
+
+    def test_sum_backward_and_partial_grads(self):
+        # attention(q, k, v).sum().backward(): dout is an expanded tensor of stride 0.
+        q, k, v = (rand(1, 2, 8, 64).requires_grad_() for _ in range(3))
+        attntune.attention(q, k, v, is_causal=True).sum().backward()
+        for t in (q, k, v):
+            self.assertEqual(t.grad.shape, t.shape)
+            self.assertTrue(torch.isfinite(t.grad.float()).all().item())
+        # Only k requires grad; sinks as parameters get theirs.
+        k = rand(1, 2, 8, 64).requires_grad_()
+        sinks = torch.zeros(2, requires_grad=True)
+        attntune.attention(q.detach(), k, v.detach(), sinks=sinks).square().sum().backward()
+        self.assertIsNotNone(k.grad)
+        self.assertIsNotNone(sinks.grad)
+        self.assertEqual(sinks.grad.dtype, torch.float32)
+        # The op itself, without return_lse (no LSE kept): its backward falls back, saying so.
+        out, _ = torch.ops.attntune.attention(q, k, v, None, False, False)
+        out.sum().backward()
+        rows = [r for r in attntune.coverage() if r["entry"] == "attention_backward"]
+        self.assertTrue(rows)
+        with torch.no_grad():  # no autograd, no backward
+            attntune.attention(q, k, v)
+
+    def test_forward_only_ops_say_so(self):
+        x = rand(1, 2, 8, 64).requires_grad_()
+        xt = x.transpose(1, 2)
+        with self.assertRaisesRegex(RuntimeError, "attention_kvcache has no backward pass: it is forward-only"):
+            attntune.attention_kvcache(xt, xt, xt)
+        cu = torch.tensor([0, 8], dtype=torch.int32)
+        with self.assertRaisesRegex(RuntimeError, "attention_varlen has no backward pass"):
+            attntune.attention_varlen(x[0].transpose(0, 1), x[0].transpose(0, 1), x[0].transpose(0, 1), cu, cu, 8, 8)
+        with self.assertRaisesRegex(RuntimeError, "out= writes into a tensor and is not differentiable"):
+            attntune.attention(x, x, x, out=torch.empty(1, 2, 8, 64, dtype=torch.bfloat16))
+        kc = torch.zeros(1, 2, 8, 64).to(torch.float8_e4m3fn)
+        with self.assertRaisesRegex(RuntimeError, "FP8 .* cache is forward-only"):
+            attntune.attention(x, kc, kc)
+        # Through the ops directly: the gradient raises, naming the op.
+        o, _ = torch.ops.attntune.attention_kvcache(xt, xt, xt, None, None, None, False, False)
+        with self.assertRaisesRegex(RuntimeError, "attention_kvcache has no backward pass"):
+            o.sum().backward()
+        o, _ = torch.ops.attntune.attention(x, kc, kc, None, False, True)
+        with self.assertRaisesRegex(RuntimeError, "FP8 .* forward-only"):
+            o.float().sum().backward()
+        # No double backward.
+        q = rand(1, 2, 8, 64, dtype=torch.float64).requires_grad_()
+        (g,) = torch.autograd.grad(attntune.attention(q, q, q).sum(), q, create_graph=True)
+        with self.assertRaisesRegex(RuntimeError, "no double backward"):
+            g.sum().backward()
+
+    # -- coverage, plans, the raise policy
+
+    def test_coverage_plans_and_raises_backward_problems(self):
+        q, k, v = (rand(1, 2, 8, 64).requires_grad_() for _ in range(3))
+        attntune.attention(q, k, v, is_causal=True, window_size=(4, 0)).sum().backward()
+        rows = {r["entry"]: r for r in attntune.coverage()}
+        self.assertEqual(sorted(rows), ["attention", "attention_backward"])
+        spec = "b=1,h=2,hkv=2,s=8,sk=8,d=64,dtype=bf16,causal=1,window=4"
+        self.assertEqual(attntune.problem_spec(rows["attention"]), spec)
+        self.assertEqual(attntune.problem_spec(rows["attention_backward"]), spec + ",pass=bwd")
+        self.assertIn("fp32 fallback: tensors on cpu", attntune.coverage_table())
+        row = dict(rows["attention_backward"], tunable=True)
+        plan = attntune.plan_from_coverage([row], "train")
+        self.assertEqual(plan["problems"], [{"problem": spec + ",pass=bwd", "regime": "prefill"}])
+        # attntune reads the spec back as a backward problem (the shipped flash_bwd_mma space tunes it).
+        db = os.path.join(WORK, "bwd-queue.db")
+        r = run("submit", "--db", db, "--problem", plan["problems"][0]["problem"], "--format", "json")
+        self.assertTrue(json.loads(r.stdout)[0]["campaign"].endswith(":" + spec + ",pass=bwd"), r.stdout)
+        # tuner.json: flash_bwd_mma tunes the backward pass alone; untunable reads it.
+        with open(os.path.join(PKG, "attntune", "tuner.json")) as fh:
+            support = json.load(fh)
+        fams = {f["family"]: f for f in support["families"]}
+        self.assertEqual(fams["flash_bwd_mma"]["support"]["pass"], ["bwd"])
+        self.assertEqual(fams["flash_bwd_mma"]["regimes"], ["prefill"])
+        self.assertEqual(attntune.untunable(row, support), "")
+        row96 = json.loads(json.dumps(row))
+        row96["problem"]["d"] = 96  # flash_fwd_mma tunes d=96 forward; no backward family does
+        self.assertIn("no attntune family tunes head_dim=96 bf16 (head dims: 64, 128)", attntune.untunable(row96, support))
+        fwd96 = dict(row96, entry="attention")
+        self.assertEqual(attntune.untunable(fwd96, support), "")
+        no_bwd = {"families": [f for f in support["families"] if f["family"] != "flash_bwd_mma"]}
+        self.assertEqual(attntune.untunable(row, no_bwd), "no attntune family tunes the backward pass (pass=bwd)")
+        # The raise policy: the backward's own message.
+        o = attntune.attention(q, k, v, is_causal=True)
+        attntune.set_policy("raise", 16.0)
+        with self.assertRaisesRegex(RuntimeError, "attntune.attention_backward: no tuned kernel for b=1,h=2,hkv=2,s=8,"
+                                                  "sk=8,d=64,causal=1,pass=bwd: tensors on cpu .*the gradients by "
+                                                  "explicit math"):
+            o.sum().backward()
+
+    # -- the fake and torch.compile
+
+    def test_opcheck_and_fullgraph(self):
+        ops = torch.ops.attntune
+        q, k = rand(2, 4, 9, 64), rand(2, 2, 11, 64)
+        out, lse = ops.attention(q, k, k, None, True, True)
+        g = rand(2, 4, 9, 64)
+        torch.library.opcheck(ops.attention_backward.default, (g, q, k, k, out, lse, None, None, True))
+        torch.library.opcheck(ops.attention_backward.default, (g, q, k, k, out, lse, torch.randn(2, 4, 9), None, False,
+                                                               [3, 2], 30.0, torch.randn(4)))
+        torch.library.opcheck(ops.attention_backward.default, (g, q, k, k, out, torch.empty(0), None, None, True))
+        # The forward with grads: its autograd registration and the fake's AOT path.
+        qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
+        torch.library.opcheck(ops.attention.default, (qg, kg, kg, None, True, True))
+        torch.library.opcheck(ops.attention.default, (qg, kg, kg, None, False, True, [4, 0], 30.0,
+                                                      torch.zeros(4, requires_grad=True)))
+
+        torch._dynamo.reset()
+
+        def step(q, k, v, sinks):
+            a = attntune.attention(q, k, v, is_causal=True)
+            b, lse = attntune.attention(q, k, v, window_size=(3, 0), softcap=30.0, sinks=sinks, return_lse=True)
+            return (a.float() * 2).sum() + b.float().square().sum() + lse.sum()
+
+        leaves = [rand(2, 4, 9, 64), rand(2, 2, 9, 64), rand(2, 2, 9, 64), torch.tensor([0.5, -3.0, 2.0, 1e3])]
+        compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+        results = []
+        for fn in (compiled, step):
+            xs = [t.clone().requires_grad_() for t in leaves]
+            loss = fn(*xs)
+            results.append([loss] + list(torch.autograd.grad(loss, xs)))
+        for got, want in zip(*results):
+            self.assertEqual(got.shape, want.shape)
+            self.assertTrue(torch.equal(got, want))
 
 
 class Build(unittest.TestCase):

@@ -84,6 +84,25 @@ $ATTNTUNE_TORCH_FP8_TUNE_DB or a temporary database). Then, policy "raise":
   - torch.compile(fullgraph=True) of an FP8 kernel's call, and captured CUDA graphs (new cache bytes
     and new scales in the captured tensors, replay) of a kernel's call and of the fallback's, against
     float64.
+The backward pass (attention's autograd through flash_bwd_mma kernels; issue 45, docs/design/torch.md
+"The backward pass"): the packages are $ATTNTUNE_TORCH_BWD_PKG (its dtype alone), else exports (bf16 and
+fp16) of $ATTNTUNE_TORCH_BWD_DB, else of BWD_PROBLEMS tuned here (backward problems, pass=bwd, at d=64
+and 128, causal and not, GQA, a causal window, and two forward problems, in both dtypes;
+$ATTNTUNE_TORCH_BWD_BUDGET evaluations each, default 2, into $ATTNTUNE_TORCH_BWD_TUNE_DB or a temporary
+database). Then, for each package:
+  - every backward kernel through attntune.attention and torch.autograd.grad on its tuned shape and
+    odd ones (S != Sk both ways, rows without keys, s=1, sk=1, [B,S,H,D], its window and others), dq,
+    dk, dv against float64 autograd by FlashAttention-2's criterion, the low-precision bound from
+    SDPA's gradients (a boolean mask where S != Sk or a window) or, where a row sees no key, from the
+    reference in the dtype; the allocator's free memory NaN-poisoned first; each call ran the kernel
+    explain("attention_backward") names (coverage);
+  - the fallback on the GPU (max_length_ratio 1, and d=96), its gradients against float64, and a
+    causal window with a soft-cap and learnable sinks (their gradient too);
+  - torch.compile(fullgraph=True) (inductor) of a training step (its backward ran the kernel), and CUDA
+    graphs of forward and backward (capture, new inputs, replay) through a kernel and through the
+    fallback, against float64;
+  - informational: forward + backward time against SDPA's on the kernels' tuned problems.
+
 Prints a table last.
 
   ATTNTUNE_TORCH_PKG=pkg python3 tests/torch/test_ops_gpu.py [--min-seconds 1.0] [--rounds 4]
@@ -91,8 +110,9 @@ Prints a table last.
   python3 tests/torch/test_ops_gpu.py --dv-only           # or ATTNTUNE_TORCH_DV_ONLY=1: value head dims
   python3 tests/torch/test_ops_gpu.py --latent-only       # or ATTNTUNE_TORCH_LATENT_ONLY=1: latent caches
   python3 tests/torch/test_ops_gpu.py --fp8-only          # or ATTNTUNE_TORCH_FP8_ONLY=1: FP8 KV caches
-  ATTNTUNE_TORCH_VARIANTS=0, ATTNTUNE_TORCH_DV=0, ATTNTUNE_TORCH_LATENT=0, ATTNTUNE_TORCH_FP8=0: leave that
-  phase out
+  python3 tests/torch/test_ops_gpu.py --bwd-only          # or ATTNTUNE_TORCH_BWD_ONLY=1: the backward pass
+  ATTNTUNE_TORCH_VARIANTS=0, ATTNTUNE_TORCH_DV=0, ATTNTUNE_TORCH_LATENT=0, ATTNTUNE_TORCH_FP8=0,
+  ATTNTUNE_TORCH_BWD=0: leave that phase out
 """
 import argparse
 import ctypes
@@ -131,17 +151,22 @@ def main():
                     default=os.environ.get("ATTNTUNE_TORCH_LATENT", "1") == "0")
     ap.add_argument("--fp8-only", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_FP8_ONLY", "0") == "1")
     ap.add_argument("--no-fp8", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_FP8", "1") == "0")
+    ap.add_argument("--bwd-only", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_BWD_ONLY", "0") == "1")
+    ap.add_argument("--no-bwd", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_BWD", "1") == "0")
     args = ap.parse_args()
     device = os.environ.get("ATTNTUNE_TORCH_VARIANTS_DEVICE", "cuda")  # "cpu": a rehearsal of the variants phase
     dv_device = os.environ.get("ATTNTUNE_TORCH_DV_DEVICE", "cuda")  # "cpu": a rehearsal of the value-dims phase
     latent_device = os.environ.get("ATTNTUNE_TORCH_LATENT_DEVICE", "cuda")  # "cpu": a rehearsal of the latent phase
     fp8_device = os.environ.get("ATTNTUNE_TORCH_FP8_DEVICE", "cuda")  # "cpu": a rehearsal of the FP8 phase
+    bwd_device = os.environ.get("ATTNTUNE_TORCH_BWD_DEVICE", "cuda")  # "cpu": a rehearsal of the backward phase
     if args.dv_only:
         device = dv_device
     if args.latent_only:
         device = latent_device
     if args.fp8_only:
         device = fp8_device
+    if args.bwd_only:
+        device = bwd_device
     if device == "cuda" and not torch.cuda.is_available():
         print("SKIP: no CUDA device (torch.cuda.is_available() is False)")
         return SKIP
@@ -150,7 +175,9 @@ def main():
     os.environ.setdefault("ATTNTUNE_TORCH_CACHE", os.path.join(work, "cache"))
     os.environ["ATTNTUNE_TORCH_NO_AUTOLOAD"] = "1"
     failures = []
-    if args.fp8_only:
+    if args.bwd_only:
+        failures += bwd_phase(work, bwd_device)
+    elif args.fp8_only:
         failures += fp8_phase(work, fp8_device)
     elif args.latent_only:
         failures += latent_phase(work, latent_device)
@@ -167,6 +194,8 @@ def main():
             failures += latent_phase(work, latent_device)
         if not args.variants_only and not args.no_fp8:
             failures += fp8_phase(work, fp8_device)
+        if not args.variants_only and not args.no_bwd:
+            failures += bwd_phase(work, bwd_device)
     print(f"\n{'PASSED' if not failures else 'FAILED'}: {len(failures)} failure(s)")
     for m in failures:
         print(f"  {m}")
@@ -296,6 +325,9 @@ def plain_phase(args, work):
         if p.get("kv_dtype"):
             print(f"kernel {i}: built for an FP8 KV cache: the FP8 phase checks it")
             continue
+        if p.get("pass") == "bwd":
+            print(f"kernel {i}: the backward pass (pass=bwd): the backward phase checks it")
+            continue
         print(f"kernel {i}: {kinfo['template']} tuned for {cs.problem_str(p)}")
         if p.get("varlen"):
             # A packed batch of lengths up to S: empty, one-row, odd and the longest sequences.
@@ -344,7 +376,7 @@ def plain_phase(args, work):
 
     cases = []
     dense = [k["problem"] for k in lib.kernels() if not k["problem"].get("varlen") and not k.get("variants")
-             and not k["problem"].get("dv") and not k["problem"].get("kv_dtype")]
+             and not k["problem"].get("dv") and not k["problem"].get("kv_dtype") and k["problem"].get("pass") != "bwd"]
     p = dense[0] if dense else {"b": 1, "h": 1, "hkv": 1, "s": 1, "sk": 1, "d": 64, "causal": 0}
     B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
 
@@ -358,7 +390,7 @@ def plain_phase(args, work):
         cases.append(("attention " + cs.problem_str(p), dense_case))
     kv_kernels = [k["problem"] for k in lib.kernels()
                   if cs.problem_str(k["problem"]) in kv_problems and not k.get("variants") and not k["problem"].get("dv")
-                  and not k["problem"].get("kv_dtype")]
+                  and not k["problem"].get("kv_dtype") and k["problem"].get("pass") != "bwd"]
     if kv_kernels:
         pk = kv_kernels[0]
 
@@ -421,7 +453,7 @@ def plain_phase(args, work):
                             [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
         for kinfo in lib.kernels():
             p = kinfo["problem"]
-            if p.get("varlen") or kinfo.get("variants") or p.get("dv") or p.get("kv_dtype"):
+            if p.get("varlen") or kinfo.get("variants") or p.get("dv") or p.get("kv_dtype") or p.get("pass") == "bwd":
                 continue  # varlen: timed against the peers by tools/compare_varlen.py; split dims, FP8: not here
             B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
             scale = 1 / math.sqrt(D)
@@ -495,7 +527,8 @@ VARIANT_PROBLEMS = [
 # So that a package exists when no family tunes a variant yet: the fallback is checked through it.
 PLAIN_PROBLEM = "b=1,h=8,hkv=2,s=512,sk=512,d=64,dtype=bf16,causal=1"
 ENTRY_POINTS = {"attntune_attention_forward": "attention", "attntune_attention_forward_kvcache": "attention_kvcache",
-                "attntune_attention_forward_varlen": "attention_varlen"}
+                "attntune_attention_forward_varlen": "attention_varlen",
+                "attntune_attention_backward": "attention_backward"}
 
 
 def tuned_package(work, env, problems, label, name):
@@ -663,7 +696,8 @@ def variants_phase(work, device="cuda"):
         for spec in specs:
             entries.setdefault(spec, []).append(ENTRY_POINTS[name])
     # split: the value-dims phase; FP8 caches: the FP8 phase (of kernels without variants)
-    tuned = [k for k in kernels if k.get("variants") and not k["problem"].get("dv") and not k["problem"].get("kv_dtype")]
+    tuned = [k for k in kernels if k.get("variants") and not k["problem"].get("dv") and not k["problem"].get("kv_dtype")
+             and k["problem"].get("pass") != "bwd"]  # a windowed backward kernel: the backward phase
     print(f"variants: {len(tuned)} kernels built with variants: "
           + ("; ".join(f"{vr.spec_of(k['problem'])} ({', '.join(k['variants'])})" for k in tuned) or "none"))
     lib.set_policy("raise" if gpu else "sdpa", 1e9)
@@ -1676,6 +1710,318 @@ def fp8_phase(work, device="cuda"):
                 record(False, f"CUDA graph (capture, new cache and scales, replay) fp8 {name}",
                        str(e).splitlines()[0][:300])
     return [f"fp8: {f}" for f in failures]
+
+
+# ------------------------------------------------------------------ the backward phase
+
+# What the backward phase tunes when it is given no package or database (issue 45): flash_bwd_mma's
+# backward problems (pass=bwd) at d=64 and 128, causal and not, GQA, a causal window, in bf16 and fp16
+# (one package each), and the forward of two of them, so that a training step runs kernels both ways.
+BWD_SHAPES = [
+    "b=2,h=8,hkv=8,s=1024,sk=1024,d=128,dtype={dt},causal=0,pass=bwd",
+    "b=2,h=8,hkv=2,s=1024,sk=1024,d=128,dtype={dt},causal=1,pass=bwd",
+    "b=2,h=8,hkv=8,s=1024,sk=1024,d=64,dtype={dt},causal=1,pass=bwd",
+    "b=2,h=8,hkv=2,s=1024,sk=1024,d=64,dtype={dt},causal=0,pass=bwd",
+    "b=1,h=8,hkv=4,s=1024,sk=1024,d=64,dtype={dt},causal=1,window=255,pass=bwd",
+    "b=2,h=8,hkv=2,s=1024,sk=1024,d=128,dtype={dt},causal=1",
+    "b=2,h=8,hkv=8,s=1024,sk=1024,d=64,dtype={dt},causal=1",
+]
+BWD_PROBLEMS = [p.format(dt=dt) for dt in ("bf16", "fp16") for p in BWD_SHAPES]
+
+
+def bwd_packages(work):
+    """The backward phase's packages by dtype ({"bf16": DIR, "fp16": DIR}) and its notes:
+    $ATTNTUNE_TORCH_BWD_PKG alone (its own dtype), else tuned_package's database
+    ($ATTNTUNE_TORCH_BWD_DB, or BWD_PROBLEMS tuned into $ATTNTUNE_TORCH_BWD_TUNE_DB or WORK/bwd.db)
+    exported once per dtype."""
+    env = "ATTNTUNE_TORCH_BWD"
+    if os.environ.get(env + "_PKG"):
+        return {None: os.environ[env + "_PKG"]}, []
+    bf16, notes = tuned_package(work, env, BWD_PROBLEMS, "backward", "bwd")
+    db = os.environ.get(env + "_DB") or os.environ.get(env + "_TUNE_DB") or os.path.join(work, "bwd.db")
+    binary = os.environ.get("ATTNTUNE_BIN", os.path.join(ROOT, "build", "attntune"))
+    fp16 = os.path.join(work, "bwd_fp16_pkg")
+    r = subprocess.run([binary, "export", "--db", db, "--all-best", "--dtype", "fp16", "--torch", fp16],
+                       capture_output=True, text=True)
+    pkgs = {"bf16": bf16}
+    if r.returncode == 0:
+        pkgs["fp16"] = fp16
+    else:
+        notes.append(f"SKIP fp16: export --torch --dtype fp16 from {db}: {r.stderr.strip()[:300]}")
+    return pkgs, notes
+
+
+def bwd_phase(work, device="cuda"):
+    """The backward phase (attention's autograd through the backward kernels; docs/design/torch.md
+    "The backward pass"); returns its failures. Every backward kernel of each package through
+    attntune.attention(...) and torch.autograd.grad, on its tuned and odd shapes (S != Sk both ways,
+    rows without keys, s=1, [B,S,H,D], its window and others), each of dq, dk, dv against float64
+    autograd by FlashAttention-2's criterion, the bound from SDPA's gradients in the dtype (a boolean
+    mask where S != Sk or a window; variant_reference's low-precision autograd where a row sees no key,
+    where SDPA gives NaN), the gradients' memory poisoned with NaN first; every such call ran the kernel
+    explain("attention_backward") names (coverage). Then the fallback on the GPU (max_length_ratio 1,
+    and d=96: no kernel), a learnable sink's gradient, torch.compile(fullgraph=True) (inductor) of a
+    training step, and a CUDA graph of forward and backward (capture, new inputs, replay), against
+    float64; last, informational: forward+backward time against SDPA's. device "cpu" rehearses it
+    without a GPU (ATTNTUNE_TORCH_BWD_DEVICE=cpu, with a package or a database): every call falls back
+    there, so the kernel checks check the fallback, and graphs, inductor and times are left out."""
+    print("\n==== the backward pass: attention's gradients through the backward kernels")
+    gpu = device == "cuda"
+    try:
+        pkgs, notes = bwd_packages(work)
+    except RuntimeError as e:
+        print(f"  FAIL {e}")
+        return [f"backward: {e}"]
+    for n in notes:
+        print(f"  {n}")
+    failures = []
+    for n, (dt_name, pkg) in enumerate(pkgs.items()):
+        failures += bwd_checks(pkg, f"attntune_bwd{n}", device, gpu)
+    return [f"backward: {f}" for f in failures]
+
+
+def bwd_checks(pkg, namespace, device, gpu):
+    if "attntune" not in sys.modules:
+        sys.path.insert(0, pkg)
+    import attntune  # noqa: E402
+    import variant_reference as vr  # noqa: E402
+    t0 = time.time()
+    lib = attntune.load(os.path.join(pkg, "attntune", "kernels.cu"), namespace=namespace)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[lib.info["dtype"]]
+    print(f"loaded {pkg} in {time.time() - t0:.0f} s: {len(lib.kernels())} kernels, {lib.info['dtype']}")
+    failures = []
+    gen = torch.Generator(device=device)
+    if gpu:
+        torch.backends.cuda.matmul.allow_tf32 = False  # the references' fp32 matmuls
+
+    def randn(*shape, seed):
+        gen.manual_seed(seed)
+        return torch.randn(*shape, device=device, dtype=dtype, generator=gen)
+
+    def record(ok, what, msg):
+        print(f"  {'ok  ' if ok else 'FAIL'} {what:<100} {msg}")
+        if not ok:
+            failures.append(f"{lib.info['dtype']} {what}")
+
+    def poison(numel):
+        """Fill the caching allocator's free memory with NaN, so that gradients the backward allocates
+        (empty_like) start as NaN where a kernel leaves an element unwritten (best effort)."""
+        if gpu:
+            t = torch.full((numel * 2 + (1 << 20),), float("nan"), device=device, dtype=dtype)
+            del t
+
+    def sdpa_grads(q, k, v, dout, scale, causal, window):
+        """SDPA's gradients in the dtype (its math or memory-efficient backend take a boolean mask for
+        bottom-right causal and windows), or None where some row sees no key (SDPA gives NaN there)."""
+        B, H, S, _ = q.shape
+        Sk = k.shape[2]
+        if S == 0 or Sk == 0:
+            return None
+        mask = vr.visible_mask(S, Sk, [S] * B, [Sk] * B, causal, window, q.device)
+        if not bool(mask.any(-1).all()):
+            return None
+        xs = [t.detach().requires_grad_() for t in (q, k, v)]
+        plain = window == (-1, -1) and (not causal or S == Sk)
+        o = torch.nn.functional.scaled_dot_product_attention(
+            *xs, attn_mask=None if plain else mask, is_causal=causal and plain, scale=scale,
+            enable_gqa=k.shape[1] != H)
+        return torch.autograd.grad(o, xs, dout)
+
+    def references(q, k, v, dout, scale, causal, window, softcap=0.0, sinks=None):
+        """float64 autograd of variant_reference.attention, and the low-precision gradients whose error
+        sets FA2's bound (SDPA's where it can, else variant_reference's in the dtype)."""
+        def grads(dt):
+            xs = [t.detach().to(torch.float64 if dt == torch.float64 else dtype).requires_grad_() for t in (q, k, v)]
+            sk = sinks.detach().double().requires_grad_() if sinks is not None else None
+            o, _ = vr.attention(*xs, scale, causal=causal, window=window, softcap=softcap, sinks=sk, dtype=dt)
+            return torch.autograd.grad(o, xs + ([sk] if sk is not None else []),
+                                       dout.double() if dt == torch.float64 else dout)
+        ref64 = grads(torch.float64)
+        lowp = sdpa_grads(q, k, v, dout, scale, causal, window) if softcap == 0 and sinks is None else None
+        return ref64, (lowp if lowp is not None else grads(dtype)), lowp is not None
+
+    def compare_grads(got, ref64, lowp):
+        ok, parts = True, []
+        for name, a, r, lo in zip(("dq", "dk", "dv", "dsinks"), got, ref64, lowp):
+            if name == "dsinks":
+                err = (a.double() - r).abs().max().item()
+                bound = 1e-3 * max(1.0, r.abs().max().item())
+            else:
+                err = (a.double() - r).abs().max().nan_to_num(float("inf")).item() if a.numel() else 0.0
+                bound = vr.fa2_bound(lo, r, dtype)
+            ok = ok and math.isfinite(err) and err <= bound
+            parts.append(f"{name} {err:.2e}<={bound:.2e}")
+        return ok, ", ".join(parts)
+
+    def check(B, H, Hkv, S, Sk, D, causal, window, layout, seed, tag, want_kernel):
+        """One training call: attention(q, k, v) and torch.autograd.grad with a random dO."""
+        scale = 1 / math.sqrt(D)
+        q, k, v = randn(B, H, S, D, seed=seed), randn(B, Hkv, Sk, D, seed=seed + 1), randn(B, Hkv, Sk, D, seed=seed + 2)
+        dout = randn(B, H, S, D, seed=seed + 3)
+        if layout == "BSHD":  # [B, S, H, D] storage seen as [B, H, S, D]
+            q, k, v, dout = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v, dout))
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        what = f"{tag} b={B} h={H} hkv={Hkv} s={S} sk={Sk} d={D} causal={int(causal)} window={window} {layout}"
+        lib.reset_coverage()
+        try:
+            poison(q.numel() + 2 * k.numel())
+            o = lib.attention(*leaves, is_causal=causal, window_size=window)
+            got = torch.autograd.grad(o, leaves, dout)
+            if gpu:
+                torch.cuda.synchronize()
+        except RuntimeError as e:
+            record(False, what, str(e).splitlines()[0][:300])
+            return
+        ref64, lowp, from_sdpa = references(q, k, v, dout, scale, causal, window)
+        ok, msg = compare_grads(got, ref64, lowp)
+        msg += " (bound from SDPA)" if from_sdpa else " (bound from the reference in the dtype)"
+        rows = [r for r in lib.coverage() if r["entry"] == "attention_backward"]
+        ran = rows[0]["kernel"] if rows else None
+        if want_kernel is not None and ran != (None if want_kernel < 0 else want_kernel):
+            ok = False
+            msg += f"; ran {ran if ran is not None else 'the fallback: ' + (rows[0]['fallback'] if rows else '?')}, " \
+                   f"expected {'the fallback' if want_kernel < 0 else 'kernel ' + str(want_kernel)}"
+        shapes = all(g.shape == t.shape for g, t in zip(got, leaves))
+        record(ok and shapes, what, msg + ("" if shapes else ", shapes differ"))
+
+    kernels = lib.kernels()
+    bwd = [(i, k["problem"]) for i, k in enumerate(kernels) if k["problem"].get("pass") == "bwd"]
+    print(f"backward: {len(bwd)} kernels built for the backward pass: "
+          + ("; ".join(vr.spec_of(p) for _, p in bwd) or "none"))
+    if not bwd:
+        failures.append(f"{lib.info['dtype']}: the package holds no backward kernel")
+    lib.set_policy("sdpa", 1e9)
+    for i, p in bwd:
+        B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+        left, right = p.get("window", [-1, -1])
+        windows = [(-1, -1)] if left < 0 and right < 0 else list(dict.fromkeys(
+            [(left, -1), (17, -1), (300, -1), (0, 0)] if causal else [(left, right), (64, 64), (17, 129), (-1, 100)]))
+        shapes = [(B, S, Sk, "BHSD"), (2, 257, 257, "BSHD"), (1, 389, 389, "BHSD"), (2, 200, 533, "BHSD"),
+                  (1, 533, 200, "BSHD"), (1, 1, 77, "BHSD"), (1, 77, 1, "BHSD"), (1, 1531, 1531, "BHSD")]
+        for j, (b, s, sk, layout) in enumerate(shapes):
+            window = windows[j % len(windows)]
+            want = lib.explain("attention_backward", lib.info["dtype"], D, causal, b, H, Hkv, s, sk,
+                               window_size=window)[0] if gpu else None
+            if gpu and want != i and j == 0:
+                record(False, f"explain on kernel {i}'s own problem", f"names {want}")
+            check(b, H, Hkv, s, sk, D, causal, window, layout, 1000 + 20 * i + j, f"k{i}", want)
+
+    # -- the fallback on the GPU: max_length_ratio 1 (kernels at their tuned lengths only), and d=96
+    lib.set_policy("sdpa", 1.0)
+    for j, (b, h, hkv, s, sk, d, causal, window) in enumerate(((2, 8, 2, 333, 333, 64, True, (-1, -1)),
+                                                                (1, 4, 4, 100, 257, 128, False, (32, 16)),
+                                                                (2, 8, 2, 129, 77, 96, True, (-1, -1)))):
+        check(b, h, hkv, s, sk, d, causal, window, "BHSD", 2000 + 10 * j, "fallback", -1 if gpu else None)
+    # Sinks (learnable, as gpt-oss's) and a soft-cap: the fallback's gradients, the sinks' included.
+    scale = 1 / 8
+    q, k, v = randn(2, 4, 77, 64, seed=3000), randn(2, 2, 100, 64, seed=3001), randn(2, 2, 100, 64, seed=3002)
+    dout = randn(2, 4, 77, 64, seed=3003)
+    sinks = vr.sink_logits(4, 5, device)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)] + [sinks.clone().requires_grad_()]
+    try:
+        o = lib.attention(*leaves[:3], is_causal=True, window_size=(31, 0), softcap=30.0, sinks=leaves[3])
+        got = torch.autograd.grad(o, leaves, dout)
+        ref64, lowp, _ = references(q, k, v, dout, scale, True, (31, -1), softcap=30.0, sinks=sinks)
+        ok, msg = compare_grads(got, ref64, lowp)
+        record(ok, "fallback: causal window 31, soft-cap 30, sinks (their gradient too)", msg)
+    except RuntimeError as e:
+        record(False, "fallback: causal window, soft-cap, sinks", str(e).splitlines()[0][:300])
+
+    if not gpu or not bwd:
+        return failures
+    # -- torch.compile(fullgraph=True) (inductor) of a training step, and a CUDA graph of fwd + bwd
+    lib.set_policy("sdpa", 1e9)
+    i, p = bwd[0]
+    B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+    window = tuple(p.get("window", (-1, -1)))
+    if causal and window[0] >= 0:
+        window = (window[0], -1)
+    scale = 1 / math.sqrt(D)
+
+    def inputs(seed):
+        return [randn(B, H, S, D, seed=seed), randn(B, Hkv, Sk, D, seed=seed + 1),
+                randn(B, Hkv, Sk, D, seed=seed + 2), randn(B, H, S, D, seed=seed + 3)]
+
+    def step(q, k, v, dout):
+        return (lib.attention(q, k, v, is_causal=causal, window_size=window).float() * dout.float()).sum()
+
+    q, k, v, dout = inputs(4000)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    eager = torch.autograd.grad(step(*leaves, dout), leaves)
+    torch._dynamo.reset()
+    lib.reset_coverage()
+    compiled = torch.compile(step, fullgraph=True)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    try:
+        got = torch.autograd.grad(compiled(*leaves, dout), leaves)
+        torch.cuda.synchronize()
+        ref64, lowp, _ = references(q, k, v, dout, scale, causal, window)
+        ok, msg = compare_grads(got, ref64, lowp)
+        ran = [r["kernel"] for r in lib.coverage() if r["entry"] == "attention_backward"]
+        ok = ok and ran == [i]
+        same = all(torch.equal(a, b) for a, b in zip(got, eager))
+        record(ok, f"torch.compile(fullgraph=True) of a training step, kernel {i}",
+               msg + f", backward ran {ran}" + (", bit-identical to eager" if same else
+                                                ", not bit-identical to eager (dQ's atomics)"))
+    except Exception as e:  # noqa: BLE001 - a compile error is a failure to report
+        record(False, f"torch.compile(fullgraph=True) of a training step, kernel {i}",
+               f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+
+    for name, ratio in ((f"kernel {i}", 1e9), ("the fallback", 1.0)):
+        lib.set_policy("sdpa", ratio)
+        static = [t.clone() for t in inputs(5000)]
+        leaves = [t.requires_grad_() for t in static[:3]]
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up: workspaces, the ops' first calls
+                for _ in range(2):
+                    torch.autograd.grad(step(*leaves, static[3]), leaves)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                graph_grads = torch.autograd.grad(step(*leaves, static[3]), leaves)
+            fresh = inputs(6000)
+            with torch.no_grad():
+                for dst, src in zip(static, fresh):
+                    dst.copy_(src)
+            graph.replay()
+            torch.cuda.synchronize()
+            ref64, lowp, _ = references(*fresh, scale, causal, window)
+            ok, msg = compare_grads(graph_grads, ref64, lowp)
+            record(ok, f"CUDA graph of forward and backward (capture, new inputs, replay), {name}", msg)
+        except RuntimeError as e:
+            record(False, f"CUDA graph of forward and backward, {name}", str(e).splitlines()[0][:300])
+
+    # -- informational: a training step's attention (forward + backward) against SDPA's, per kernel
+    lib.set_policy("sdpa", 1e9)
+    for i, p in bwd:
+        B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+        window = tuple(p.get("window", (-1, -1)))
+        if window != (-1, -1):
+            continue  # SDPA has no window
+        q, k, v, dout = (t.requires_grad_() if j < 3 else t for j, t in enumerate(inputs(7000)))
+
+        def ours():
+            torch.autograd.grad(lib.attention(q, k, v, is_causal=causal), (q, k, v), dout)
+
+        def sdpa():
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=Hkv != H)
+            torch.autograd.grad(o, (q, k, v), dout)
+        times = []
+        for fn in (ours, sdpa):
+            fn()
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(10):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 100)  # us a call
+        print(f"  time {vr.spec_of(p)}: forward+backward {times[0]:.0f} us, SDPA {times[1]:.0f} us "
+              f"({times[1] / times[0]:.2f}x)")
+    return failures
 
 
 if __name__ == "__main__":

@@ -143,8 +143,10 @@ def spec_of(p):
         s += ",sinks=1"
     if p.get("latent"):  # V is K's first dv columns: last, after the variants
         s += ",latent=1"
-    if p.get("kv_dtype") == "fp8":  # an FP8 cache: the very end
+    if p.get("kv_dtype") == "fp8":  # an FP8 cache: after the rest
         s += ",kv_dtype=fp8"
+    if p.get("pass") == "bwd":  # the backward pass: the very end
+        s += ",pass=bwd"
     return s
 
 
