@@ -271,7 +271,9 @@ TEST(ReferenceBackward, TheCriterionJudgesEachGradient) {
       EXPECT_EQ(v.detail().rfind(std::string("wrong_result: ") + name + " wrong_result: max|" + name + "-ref|=", 0), 0u)
           << v.detail();
       for (int u = 0; u < 3; ++u) {
-        if (u != t) EXPECT_EQ(v.grads[u].status, "ok") << name;
+        if (u != t) {
+          EXPECT_EQ(v.grads[u].status, "ok") << name;
+        }
       }
     }
     // One element left unwritten (NaN) in dv alone.
