@@ -43,7 +43,30 @@
 // to nearest even, saturated to +-448: cvt.rn.satfinite.e4m3x2.f32, sm_89 and newer; FP8 problems
 // run there only, the host refuses them on older devices, where the conversion returns NaN bytes).
 // quantize_e4m3 and dequantize_e4m3 expose both conversions for tests.
+//
+// The backward pass (a `pass=bwd` problem, issue 45; dense tensors, one batch offset a sequence) is
+// three kernels over the forward's inputs (bp.fwd: q, k, v through their strides) and dO (bp.dout
+// through bp.do_stride), after attn_reference has given the forward's O (fp32, as its `out`) and LSE
+// of the same inputs: the reference's own forward, never the candidate's. Per (batch, query head h,
+// query row i, key j), kv_head = h / q_per_kv:
+//   s_ij = scale * <q_i, k_j> (fmaf in column order: the forward's scores, bit for bit)
+//   P_ij = exp(s_ij - lse_i) for visible j (the forward's masks: causal bottom-right, windows), else 0
+//   D_i = sum_c dO_ic O_ic                                   (attn_bwd_rowdot)
+//   dP_ij = <dO_i, v_j>,  dS_ij = P_ij (dP_ij - D_i)
+//   dQ_i = scale * sum_j dS_ij k_j                          (attn_reference_bwd_dq: a warp per query row)
+//   dK_j = scale * sum_h sum_i dS_ij q_i,  dV_j = sum_h sum_i P_ij dO_i, summed over the query heads h of
+//   j's KV head (GQA)                                       (attn_reference_bwd_dkdv: a warp per key row)
+// in fp32 and fixed orders (keys and query rows ascending, heads ascending, column blocks of kCols):
+// deterministic, one thread writes each output. With lowp=1 they round what a same-dtype framework's
+// autograd rounds: s, P, dP and dS to the dtype, each query head's dK and dV contribution (the
+// backward of repeating K and V over the group) and the outputs; D and the LSE are then the lowp
+// forward's (its O rounded to the dtype). A softmax sink or a soft-cap is not applied (the problem
+// refuses them with pass=bwd). Outputs are fp32 and contiguous: dQ (batch, heads_q, seqlen_q,
+// head_dim), dK (batch, heads_kv, seqlen_k, head_dim), dV (batch, heads_kv, seqlen_k, head_dim_v).
+// compare_grad compares one strided 16-bit gradient with them, store_rounded writes the forward's O
+// to a candidate's input in the dtype.
 #include "../common/attn_params.h"
+#include "../common/bwd_params.h"
 #include "../common/kv_scales.h"
 
 namespace att_ref {
@@ -420,6 +443,287 @@ extern "C" __global__ void compare_outputs(const AttnParams p, int head_dim, int
   atomicMax(&stats[2], __float_as_uint(e_lse));
   if (nonfinite) atomicAdd(&counts[0], nonfinite);
   if (lse_bad) atomicAdd(&counts[1], lse_bad);
+}
+
+// ---- The backward pass (the header) ------------------------------------------------------------
+
+// The dQ and dK/dV kernels say __launch_bounds__(256, 1): with 256 alone, NVRTC 13's ptxas holds them
+// to 64 registers and spills their accumulators (tests/unit/eval/test_kv_fp8_inputs.cpp checks).
+constexpr int kBwdRows = 8;    // rows per CTA, a warp each: query rows (dQ, D) or key rows (dK, dV)
+constexpr int kBwdChunk = 32;  // keys (dQ) or query rows (dK, dV) a step, a lane each
+
+// The lane's dot product of this warp's row `a_row` of A (a row per warp; a_row < 0: none, the lane's
+// value unused) with row r0 + lane of B (rows at and past b_rows read as zeros), over `cols` columns
+// in blocks of kCols, each block in column order: sum_c fmaf(a_c, b_c, acc), the forward's order. Every
+// thread of the CTA calls it (it holds the CTA's barriers).
+__device__ __forceinline__ float warp_row_dot(float (*srow)[kCols], elem_t (*schunk)[kCols + kPad], const elem_t* a,
+                                              long long a_stride, int a_row, const elem_t* b, long long b_stride,
+                                              int b_rows, int r0, int cols, int bf16) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float acc = 0.f;
+  for (int cb = 0; cb < cols; cb += kCols) {
+    const int w = min(kCols, cols - cb);
+    __syncthreads();  // the previous block (or step) fully consumed
+    if (a_row >= 0)
+      for (int c = lane; c < w; c += 32) srow[warp][c] = to_float(a[a_row * a_stride + cb + c], bf16);
+    for (int i = threadIdx.x; i < kBwdChunk * w; i += blockDim.x) {
+      const int r = i / w, c = i % w, row = r0 + r;
+      schunk[r][c] = row < b_rows ? b[row * b_stride + cb + c] : elem_t(0);
+    }
+    __syncthreads();
+    for (int c = 0; c < w; ++c) acc = fmaf(srow[warp][c], to_float(schunk[lane][c], bf16), acc);
+  }
+  return acc;
+}
+
+// Rows r0..r0+31 of B, columns [cb, cb + w), into schunk (rows at and past b_rows zeros); every thread
+// calls it.
+__device__ __forceinline__ void load_chunk(elem_t (*schunk)[kCols + kPad], const elem_t* b, long long b_stride,
+                                           int b_rows, int r0, int cb, int w) {
+  __syncthreads();
+  for (int i = threadIdx.x; i < kBwdChunk * w; i += blockDim.x) {
+    const int r = i / w, c = i % w, row = r0 + r;
+    schunk[r][c] = row < b_rows ? b[row * b_stride + cb + c] : elem_t(0);
+  }
+  __syncthreads();
+}
+
+// D_i = sum_c dO_ic O_ic (o: the forward's fp32 output, (batch, heads_q, seqlen_q, head_dim_v)
+// contiguous), into dsum (batch, heads_q, seqlen_q). grid (ceil(seqlen_q / 8), heads_q, batch), block
+// 256, a warp a row.
+extern "C" __global__ void __launch_bounds__(256)
+attn_bwd_rowdot(const BwdParams bp, int head_dim_v, int bf16, const float* o, float* dsum) {
+  const AttnParams& p = bp.fwd;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int head = blockIdx.y, batch = blockIdx.z, row = blockIdx.x * kBwdRows + warp;
+  if (row >= p.seqlen_q) return;  // no barrier below
+  const long long r = (static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q + row;
+  const elem_t* d_o = static_cast<const elem_t*>(bp.dout) + batch * bp.do_stride[0] + head * bp.do_stride[1] +
+                      row * bp.do_stride[2];
+  float acc = 0.f;
+  for (int c = lane; c < head_dim_v; c += 32) acc = fmaf(to_float(d_o[c], bf16), o[r * head_dim_v + c], acc);
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) dsum[r] = acc;
+}
+
+// dQ. grid (ceil(seqlen_q / 8), heads_q, batch), block 256: a warp per query row, the CTA's keys 32 at
+// a time (those some row of the CTA sees), dQ's columns kCols at a time (a pass over the keys each).
+// lse and dsum: (batch, heads_q, seqlen_q); dq_out (batch, heads_q, seqlen_q, head_dim).
+extern "C" __global__ void __launch_bounds__(256, 1)
+attn_reference_bwd_dq(const BwdParams bp, int head_dim, int head_dim_v, int bf16, int causal, int lowp,
+                      const float* lse, const float* dsum, float* dq_out) {
+  const AttnParams& p = bp.fwd;
+  __shared__ float srow[kBwdRows][kCols];
+  __shared__ elem_t schunk[kBwdChunk][kCols + kPad];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int head = blockIdx.y, batch = blockIdx.z, kv_head = head / p.q_per_kv;
+  const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
+  const int row = blockIdx.x * kBwdRows + warp;
+  const bool active = row < seqlen_q;
+  const int diag = seqlen_k - seqlen_q;
+  const int left = p.variant.window_left, right = causal ? 0 : p.variant.window_right;
+  auto visible = [&](int r) { return right >= 0 ? min(seqlen_k, max(0, r + diag + right + 1)) : seqlen_k; };
+  auto first = [&](int r) { return left >= 0 ? min(seqlen_k, max(0, r + diag - left)) : 0; };
+  const int limit = active ? visible(row) : 0, start = active ? first(row) : 0;
+  const int block_limit = visible(min(seqlen_q - 1, int(blockIdx.x) * kBwdRows + kBwdRows - 1));
+  const int block_start = first(int(blockIdx.x) * kBwdRows) / kBwdChunk * kBwdChunk;
+
+  const elem_t* q = static_cast<const elem_t*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1];
+  const elem_t* k = static_cast<const elem_t*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[1];
+  const elem_t* v = static_cast<const elem_t*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[1];
+  const elem_t* d_o = static_cast<const elem_t*>(bp.dout) + batch * bp.do_stride[0] + head * bp.do_stride[1];
+  const long long r = (static_cast<long long>(batch) * p.heads_q + head) * seqlen_q + row;
+  const float lse_r = active ? lse[r] : 0.f, d_r = active ? dsum[r] : 0.f;
+  const int a_row = active ? row : -1;
+
+  for (int ob = 0; ob < head_dim; ob += kCols) {
+    const int ow = min(kCols, head_dim - ob);
+    float acc[kCols / 32];
+#pragma unroll
+    for (int t = 0; t < kCols / 32; ++t) acc[t] = 0.f;
+    for (int c0 = block_start; c0 < block_limit; c0 += kBwdChunk) {
+      float s = warp_row_dot(srow, schunk, q, p.q_stride[2], a_row, k, p.k_stride[2], seqlen_k, c0, head_dim, bf16);
+      s *= p.scale;
+      if (lowp) s = round_to(s, bf16);
+      float dp = warp_row_dot(srow, schunk, d_o, bp.do_stride[2], a_row, v, p.v_stride[2], seqlen_k, c0, head_dim_v, bf16);
+      if (lowp) dp = round_to(dp, bf16);
+      const int key = c0 + lane;
+      float ds = 0.f;
+      if (key >= start && key < limit) {
+        float pj = expf(s - lse_r);
+        if (lowp) pj = round_to(pj, bf16);
+        ds = pj * (dp - d_r);
+        if (lowp) ds = round_to(ds, bf16);
+      }
+      // dQ_i += dS_ij k_j over the chunk's keys, in key order, columns [ob, ob + ow).
+      load_chunk(schunk, k + ob, p.k_stride[2], seqlen_k, c0, 0, ow);
+      for (int kk = 0; kk < kBwdChunk; ++kk) {
+        const float dsk = __shfl_sync(0xffffffffu, ds, kk);
+#pragma unroll
+        for (int t = 0; t < kCols / 32; ++t) {
+          const int c = lane + 32 * t;
+          if (c < ow) acc[t] = fmaf(dsk, to_float(schunk[kk][c], bf16), acc[t]);
+        }
+      }
+    }
+    if (active) {
+#pragma unroll
+      for (int t = 0; t < kCols / 32; ++t) {
+        const int c = lane + 32 * t;
+        if (c < ow) {
+          const float x = acc[t] * p.scale;
+          dq_out[r * head_dim + ob + c] = lowp ? round_to(x, bf16) : x;
+        }
+      }
+    }
+  }
+}
+
+// dK and dV. grid (ceil(seqlen_k / 8), heads_kv, batch), block 256: a warp per key row, the query
+// rows of each of the KV head's query heads 32 at a time (chunks no key of the CTA is seen from are
+// skipped), the columns kCols at a time (dK's of head_dim, dV's of head_dim_v; a pass each). lse and
+// dsum: (batch, heads_q, seqlen_q); dk_out (batch, heads_kv, seqlen_k, head_dim), dv_out (batch,
+// heads_kv, seqlen_k, head_dim_v).
+extern "C" __global__ void __launch_bounds__(256, 1)
+attn_reference_bwd_dkdv(const BwdParams bp, int head_dim, int head_dim_v, int bf16, int causal, int lowp,
+                        const float* lse, const float* dsum, float* dk_out, float* dv_out) {
+  const AttnParams& p = bp.fwd;
+  __shared__ float srow[kBwdRows][kCols];
+  __shared__ elem_t schunk[kBwdChunk][kCols + kPad];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int kv_head = blockIdx.y, batch = blockIdx.z;
+  const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
+  const int key = blockIdx.x * kBwdRows + warp;
+  const bool active = key < seqlen_k;
+  const int diag = seqlen_k - seqlen_q;
+  const int left = p.variant.window_left, right = causal ? 0 : p.variant.window_right;
+  // Query row i sees keys [first(i), visible(i)); both grow with i.
+  auto visible = [&](int i) { return right >= 0 ? min(seqlen_k, max(0, i + diag + right + 1)) : seqlen_k; };
+  auto first = [&](int i) { return left >= 0 ? min(seqlen_k, max(0, i + diag - left)) : 0; };
+  const int j0 = blockIdx.x * kBwdRows, j1 = min(seqlen_k, j0 + kBwdRows);  // the CTA's keys
+
+  const elem_t* k = static_cast<const elem_t*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[1];
+  const elem_t* v = static_cast<const elem_t*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[1];
+  const long long out_row = (static_cast<long long>(batch) * p.heads_kv + kv_head) * seqlen_k + key;
+  const int a_row = active ? key : -1;
+  const int cols = max(head_dim, head_dim_v);
+
+  for (int ob = 0; ob < cols; ob += kCols) {
+    const int kw = max(0, min(kCols, head_dim - ob)), vw = max(0, min(kCols, head_dim_v - ob));
+    float dk[kCols / 32], dv[kCols / 32];
+#pragma unroll
+    for (int t = 0; t < kCols / 32; ++t) dk[t] = dv[t] = 0.f;
+    for (int g = 0; g < p.q_per_kv; ++g) {
+      const int head = kv_head * p.q_per_kv + g;
+      const elem_t* q = static_cast<const elem_t*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1];
+      const elem_t* d_o = static_cast<const elem_t*>(bp.dout) + batch * bp.do_stride[0] + head * bp.do_stride[1];
+      const long long row0 = (static_cast<long long>(batch) * p.heads_q + head) * seqlen_q;
+      float dkh[kCols / 32], dvh[kCols / 32];  // this query head's contribution
+#pragma unroll
+      for (int t = 0; t < kCols / 32; ++t) dkh[t] = dvh[t] = 0.f;
+      for (int i0 = 0; i0 < seqlen_q; i0 += kBwdChunk) {
+        // The chunk's rows see keys [first(i0), visible(last)): none of the CTA's, skip it (the same
+        // for the whole CTA).
+        if (!(first(i0) < j1 && visible(min(seqlen_q - 1, i0 + kBwdChunk - 1)) > j0)) continue;
+        float s = warp_row_dot(srow, schunk, k, p.k_stride[2], a_row, q, p.q_stride[2], seqlen_q, i0, head_dim, bf16);
+        s *= p.scale;
+        if (lowp) s = round_to(s, bf16);
+        float dp = warp_row_dot(srow, schunk, v, p.v_stride[2], a_row, d_o, bp.do_stride[2], seqlen_q, i0, head_dim_v,
+                                bf16);
+        if (lowp) dp = round_to(dp, bf16);
+        const int i = i0 + lane;
+        float pj = 0.f, ds = 0.f;
+        if (active && i < seqlen_q && key >= first(i) && key < visible(i)) {
+          pj = expf(s - lse[row0 + i]);
+          if (lowp) pj = round_to(pj, bf16);
+          ds = pj * (dp - dsum[row0 + i]);
+          if (lowp) ds = round_to(ds, bf16);
+        }
+        // dV_j += P_ij dO_i and dK_j += dS_ij q_i over the chunk's rows, in row order.
+        if (vw > 0) {
+          load_chunk(schunk, d_o + ob, bp.do_stride[2], seqlen_q, i0, 0, vw);
+          for (int ii = 0; ii < kBwdChunk; ++ii) {
+            const float pk = __shfl_sync(0xffffffffu, pj, ii);
+#pragma unroll
+            for (int t = 0; t < kCols / 32; ++t) {
+              const int c = lane + 32 * t;
+              if (c < vw) dvh[t] = fmaf(pk, to_float(schunk[ii][c], bf16), dvh[t]);
+            }
+          }
+        }
+        if (kw > 0) {
+          load_chunk(schunk, q + ob, p.q_stride[2], seqlen_q, i0, 0, kw);
+          for (int ii = 0; ii < kBwdChunk; ++ii) {
+            const float dsk = __shfl_sync(0xffffffffu, ds, ii);
+#pragma unroll
+            for (int t = 0; t < kCols / 32; ++t) {
+              const int c = lane + 32 * t;
+              if (c < kw) dkh[t] = fmaf(dsk, to_float(schunk[ii][c], bf16), dkh[t]);
+            }
+          }
+        }
+      }
+      // The head's contribution, rounded as a same-dtype framework's per-head gradient is before the
+      // group's sum.
+#pragma unroll
+      for (int t = 0; t < kCols / 32; ++t) {
+        const float kx = dkh[t] * p.scale, vx = dvh[t];
+        dk[t] += lowp ? round_to(kx, bf16) : kx;
+        dv[t] += lowp ? round_to(vx, bf16) : vx;
+      }
+    }
+    if (active) {
+#pragma unroll
+      for (int t = 0; t < kCols / 32; ++t) {
+        const int c = lane + 32 * t;
+        if (c < kw) dk_out[out_row * head_dim + ob + c] = lowp ? round_to(dk[t], bf16) : dk[t];
+        if (c < vw) dv_out[out_row * head_dim_v + ob + c] = lowp ? round_to(dv[t], bf16) : dv[t];
+      }
+    }
+  }
+}
+
+// Compares a candidate's strided 16-bit gradient x (batch, heads, len, dim; strides {batch, head, row}
+// in elements) with the fp32 and same-dtype references (contiguous): stats[0] = max|x - ref32| (finite
+// elements), stats[1] = max|lowp - ref32|, as float bits; counts[0] = non-finite elements of x.
+extern "C" __global__ void compare_grad(const elem_t* x, long long sb, long long sh, long long sr, int batch, int heads,
+                                        int len, int dim, int bf16, const float* ref32, const float* reflow,
+                                        unsigned* stats, unsigned* counts) {
+  const long long rows = static_cast<long long>(batch) * heads * len;
+  float e_out = 0.f, e_low = 0.f;
+  unsigned nonfinite = 0;
+  for (long long r = blockIdx.x * static_cast<long long>(blockDim.y) + threadIdx.y; r < rows;
+       r += static_cast<long long>(gridDim.x) * blockDim.y) {
+    const int row = static_cast<int>(r % len);
+    const long long bh = r / len;
+    const int head = static_cast<int>(bh % heads), b = static_cast<int>(bh / heads);
+    const elem_t* xr = x + b * sb + head * sh + row * sr;
+    for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+      const float v = to_float(xr[c], bf16), ref = ref32[r * dim + c];
+      if (!isfinite(v)) ++nonfinite;
+      else e_out = fmaxf(e_out, fabsf(v - ref));
+      e_low = fmaxf(e_low, fabsf(reflow[r * dim + c] - ref));
+    }
+  }
+  atomicMax(&stats[0], __float_as_uint(e_out));
+  atomicMax(&stats[1], __float_as_uint(e_low));
+  if (nonfinite) atomicAdd(&counts[0], nonfinite);
+}
+
+// src (batch, heads, len, dim) fp32 contiguous into dst in the dtype (round to nearest), through dst's
+// strides {batch, head, row} in elements: the forward's O as a backward call's input.
+extern "C" __global__ void store_rounded(const float* src, elem_t* dst, long long sb, long long sh, long long sr,
+                                         int batch, int heads, int len, int dim, int bf16) {
+  const long long n = static_cast<long long>(batch) * heads * len * dim;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>(i % dim);
+    const long long r = i / dim;
+    const int row = static_cast<int>(r % len);
+    const long long bh = r / len;
+    const int head = static_cast<int>(bh % heads), b = static_cast<int>(bh / heads);
+    dst[b * sb + head * sh + row * sr + c] = from_float(src[i], bf16);
+  }
 }
 
 }  // namespace att_ref

@@ -126,6 +126,13 @@ int run_export(const std::vector<std::string>& args) {
   ExportQuery q;
   if (vm.count("campaign")) q.campaign = campaign;
   if (vm.count("problem")) q.problem = Problem::parse(problem_spec);
+  // The export's entry points are the forward's (export.cpp refuses a backward result wherever it comes
+  // from); said before any database is read.
+  if (q.problem && q.problem->backward)
+    throw InputError(fmt::format("export: the problem {} is the backward pass (pass=bwd), which exports in a later "
+                                 "step (attntune_attention_backward in the C ABI, issue 45); `attntune best` shows "
+                                 "its results",
+                                 q.problem->str()));
   q.all_best = all_best;
   q.rank = rank;
   if (vm.count("dtype")) {
@@ -140,8 +147,15 @@ int run_export(const std::vector<std::string>& args) {
     if (!all_best) throw InputError("export: --plan applies to --all-best");
     plan = Plan::load(plan_path);
     q.only.emplace();
+    std::vector<std::string> backward;  // the plan's backward problems: not exported yet
     for (const PlanEntry& e : plan->entries)
-      if (!q.dtype || e.problem.dtype == *q.dtype) q.only->push_back(e.problem);
+      if (e.problem.backward) backward.push_back(e.problem.str());
+      else if (!q.dtype || e.problem.dtype == *q.dtype) q.only->push_back(e.problem);
+    if (!backward.empty())
+      std::cerr << fmt::format("attntune: note: the plan's {} backward problem{} (pass=bwd) {} not exported: the "
+                               "backward pass exports in a later step: {}\n",
+                               backward.size(), backward.size() == 1 ? "" : "s", backward.size() == 1 ? "is" : "are",
+                               fmt::join(backward, "; "));
   }
   if (vm.count("space")) q.space_file = space_file;
   const int modes = (q.campaign ? 1 : 0) + (q.problem ? 1 : 0) + (q.all_best ? 1 : 0);

@@ -128,6 +128,41 @@ void check_kv_fp8(const Problem& p, const char* where) {
                                  where, p.varlen));
 }
 
+// The backward pass (problem.hpp): dense tensors of one head dim, with causal masks and windows, for
+// now; the other entry points and variants come in later steps of issue 45. `where` as check_latent's.
+void check_backward(const Problem& p, const char* where) {
+  if (!p.backward) return;
+  auto refuse = [&](const std::string& what) {
+    throw InputError(fmt::format("{}: pass=bwd with {}: the backward pass is tuned over dense tensors of one head "
+                                 "dim (causal or not, windows too) for now; {} come in a later step",
+                                 where, what,
+                                 p.paged()        ? "paged KV caches"
+                                 : p.is_varlen()  ? "packed varlen batches"
+                                 : p.latent       ? "latent caches"
+                                 : p.kv_fp8       ? "FP8 KV caches"
+                                 : p.split_dims() ? "value head dims other than d"
+                                 : p.sinks        ? "attention sinks"
+                                                  : "soft-capped logits"));
+  };
+  if (p.paged()) refuse(fmt::format("page={}", p.page));
+  if (p.is_varlen()) refuse(fmt::format("varlen={}", p.varlen));
+  if (p.latent) refuse("latent=1");
+  if (p.kv_fp8) refuse("kv_dtype=fp8");
+  if (p.split_dims()) refuse(fmt::format("dv={} (d={})", p.dv, p.d));
+  if (p.sinks) refuse("sinks=1");
+  if (p.softcapped()) refuse(fmt::format("softcap={}", p.softcap));
+}
+
+// `pass=` (problem.hpp): bwd is the backward pass (true), fwd the forward (false); anything else is
+// refused with the accepted values. `where` starts the message.
+bool read_pass(const std::string& val, const char* where) {
+  if (val == "bwd") return true;
+  if (val == "fwd") return false;
+  throw InputError(fmt::format("{}: 'pass={}': expected fwd (the forward pass) or bwd (the backward pass: dQ, dK "
+                               "and dV)",
+                               where, val));
+}
+
 // `kv_dtype=` (problem.hpp): fp8 is an FP8 e4m3 cache (true); q's dtype is a cache of q's dtype (false);
 // the other 16-bit dtype is refused (a 16-bit cache is q's dtype), anything else with the accepted
 // values. `where` starts the message ("problem" or "problem JSON").
@@ -151,7 +186,7 @@ Problem Problem::parse(const std::string& spec) {
   static const std::vector<std::string> kKeys = {"b",    "h",      "hkv",       "s",      "sk",
                                                  "d",    "dtype",  "causal",    "page",   "varlen",
                                                  "lens_seed", "window", "softcap", "sinks", "dv",
-                                                 "latent", "kv_dtype"};
+                                                 "latent", "kv_dtype", "pass"};
   static const std::vector<std::string> kRequired = {"b", "h", "s", "d", "dtype", "causal"};
   if (spec.empty())
     throw InputError("problem: empty spec (expected e.g. b=4,h=16,s=4096,d=128,dtype=bf16,causal=0)");
@@ -210,6 +245,8 @@ Problem Problem::parse(const std::string& spec) {
       else throw InputError(fmt::format("problem: 'latent={}': expected 0 or 1", val));
     } else if (key == "kv_dtype") {
       kv_dtype = val;
+    } else if (key == "pass") {
+      p.backward = read_pass(val, "problem");
     } else if (key == "dtype") {
       if (val == "fp16") p.dtype = DType::kFp16;
       else if (val == "bf16") p.dtype = DType::kBf16;
@@ -251,6 +288,7 @@ Problem Problem::parse(const std::string& spec) {
   }
   check_latent(p, "problem");
   check_kv_fp8(p, "problem");
+  check_backward(p, "problem");
   return p;
 }
 
@@ -297,7 +335,7 @@ std::string Problem::str() const {
     out += fmt::format(",varlen={}", varlen);
     if (lens_seed != 0) out += fmt::format(",lens_seed={}", lens_seed);
   }
-  const std::string tail = variants_column();  // the variants, then latent=1, then kv_dtype=fp8
+  const std::string tail = variants_column();  // the variants, then latent=1, kv_dtype=fp8, pass=bwd
   if (!tail.empty()) out += "," + tail;
   return out;
 }
@@ -307,6 +345,7 @@ std::string Problem::variants_column() const {
   auto add = [&](const char* item) { out += (out.empty() ? "" : ",") + std::string(item); };
   if (latent) add("latent=1");
   if (kv_fp8) add("kv_dtype=fp8");
+  if (backward) add("pass=bwd");
   return out;
 }
 
@@ -319,7 +358,8 @@ void Problem::set_variants_column(const std::string& text) {
     return true;
   };
   std::string rest = text;
-  kv_fp8 = take_last(rest, "kv_dtype=fp8");  // the very end, then latent before it
+  backward = take_last(rest, "pass=bwd");  // the very end, then kv_dtype and latent before it
+  kv_fp8 = take_last(rest, "kv_dtype=fp8");
   latent = take_last(rest, "latent=1");
   set_variants(rest);
 }
@@ -340,7 +380,7 @@ void Problem::set_variants(const std::string& spec) {
   softcap = 0;
   sinks = false;
   if (spec.empty()) return;
-  // Variants only: a problem key that is not one (latent, kv_dtype out of place) is no variants text.
+  // Variants only: a problem key that is not one (latent, kv_dtype, pass out of place) is no variants text.
   for (std::size_t pos = 0; pos <= spec.size();) {
     const std::size_t end = std::min(spec.find(',', pos), spec.size());
     const std::string item = spec.substr(pos, end - pos);
@@ -383,6 +423,7 @@ nlohmann::json Problem::json() const {
   if (sinks) j["sinks"] = true;
   if (latent) j["latent"] = true;
   if (kv_fp8) j["kv_dtype"] = "fp8";
+  if (backward) j["pass"] = "bwd";
   return j;
 }
 
@@ -390,7 +431,7 @@ nlohmann::ordered_json Problem::ordered_json() const {
   const nlohmann::json j = json();
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const char* key : {"b", "h", "hkv", "s", "sk", "d", "dv", "dtype", "causal", "page", "varlen", "lens_seed",
-                          "window", "softcap", "sinks", "latent", "kv_dtype"})
+                          "window", "softcap", "sinks", "latent", "kv_dtype", "pass"})
     if (j.contains(key)) out[key] = j.at(key);
   return out;
 }
@@ -433,9 +474,14 @@ Problem Problem::from_json(const nlohmann::json& j) {
       if (!j.at("kv_dtype").is_string()) throw InputError("problem JSON: kv_dtype must be a string (\"fp8\")");
       p.kv_fp8 = read_kv_dtype(j.at("kv_dtype").get<std::string>(), p.dtype, "problem JSON");
     }
+    if (j.contains("pass")) {
+      if (!j.at("pass").is_string()) throw InputError("problem JSON: pass must be a string (\"fwd\" or \"bwd\")");
+      p.backward = read_pass(j.at("pass").get<std::string>(), "problem JSON");
+    }
     normalise_window(p);
     check_latent(p, "problem JSON");
     check_kv_fp8(p, "problem JSON");
+    check_backward(p, "problem JSON");
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw InputError(std::string("problem JSON: ") + e.what());
@@ -443,6 +489,13 @@ Problem Problem::from_json(const nlohmann::json& j) {
 }
 
 double Problem::flops() const {
+  // The backward pass: FlashAttention's 2.5x of the forward's (five products of the score matrix's
+  // size, QK^T, dO V^T, dS K, dS^T Q and P^T dO, against the forward's two).
+  if (backward) {
+    Problem fwd = *this;
+    fwd.backward = false;
+    return 2.5 * fwd.flops();
+  }
   if (is_varlen()) {
     // The sum over the batch's sequences, each bottom-right aligned on its own.
     double pairs = 0;
@@ -472,6 +525,11 @@ double Problem::bytes() const {
     return 2.0 * double(d + head_dim_v()) * (double(hkv) * keys + double(h) * double(total_q()));
   }
   const double keys = windowed() ? double(keys_read(s, sk, window_left, right_bound())) : double(sk);
+  if (backward) {  // dense, 16-bit, one head dim (parse refuses the rest): problem.hpp says what moves
+    const double rows_q = double(b) * double(h) * double(s);
+    return 2.0 * rows_q * double(d + 2 * head_dim_v() + d) + 4.0 * rows_q +  // Q, O, dO, dQ; the LSE
+           2.0 * double(b) * double(hkv) * (keys + double(sk)) * double(d + head_dim_v());  // K, V; dK, dV
+  }
   if (kv_fp8)  // K and V one byte an element (a latent cache once, at d), Q and O two
     return double(b) * double(hkv) * keys * double(latent ? d : d + head_dim_v()) +
            2.0 * double(b) * double(h) * double(s) * double(d + head_dim_v());

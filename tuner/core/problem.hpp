@@ -47,6 +47,15 @@ struct Problem {
   // (variants_column()), builds get ATT_KV_FP8, and bytes() counts K and V at one byte an element.
   // Not with varlen (a packed K/V has no per-sequence cache scales there yet).
   bool kv_fp8 = false;
+  // `pass=bwd` (issue 45): the backward pass of the problem's attention, dQ, dK and dV given Q, K, V,
+  // the forward's O and LSE, and dO (attntune_attention_backward; launch_plan.h's kEntryBackward).
+  // `pass=fwd` (or absent) is the forward pass: false. Not a variant: str() adds ",pass=bwd" at its
+  // very end (after kv_dtype), json() "pass": "bwd" only when set, the database keeps it in the
+  // `variants` column after kv_dtype (variants_column()), builds get ATT_BWD, flops() is 2.5x the
+  // forward's and bytes() counts what a backward call moves. Dense tensors only for now: parse() and
+  // from_json() refuse it with page, varlen, latent, kv_dtype=fp8, dv != d, sinks and softcap, with the
+  // reason (causal and windows are masks, and are served).
+  bool backward = false;
   DType dtype = DType::kFp16;
   bool causal = false;
   // 0: dense tensors (attntune_attention_forward). N > 0: a KV cache of pages of N rows, read
@@ -106,10 +115,10 @@ struct Problem {
   std::string variant_spec() const;
   void set_variants(const std::string& spec);
   // The database's `variants` column: variant_spec(), then "latent=1" for a latent problem (",latent=1"
-  // after variants), then "kv_dtype=fp8" for an FP8 cache (",kv_dtype=fp8" after either): str()'s tail
-  // after page and varlen. "" for every problem without any, so no earlier row changes.
-  // set_variants_column reads it back (kv_dtype, latent, then set_variants on the rest, which refuses
-  // any key that is not a variant).
+  // after variants), then "kv_dtype=fp8" for an FP8 cache (",kv_dtype=fp8" after either), then
+  // "pass=bwd" for the backward pass (last): str()'s tail after page and varlen. "" for every problem
+  // without any, so no earlier row changes. set_variants_column reads it back (pass, kv_dtype, latent,
+  // then set_variants on the rest, which refuses any key that is not a variant).
   std::string variants_column() const;
   void set_variants_column(const std::string& text);
   std::vector<int> q_lens() const;  // b lengths when varlen, else empty
@@ -122,19 +131,25 @@ struct Problem {
   std::string str() const;        // canonical spec, every key spelled out (page, varlen only when > 0), fixed order
   nlohmann::json json() const;    // {"b":..,"h":..,"hkv":..,"s":..,"sk":..,"d":..,"dtype":"bf16","causal":true}
   // The same keys in the spec's order (b, h, hkv, s, sk, d, dtype, causal, then page, varlen,
-  // lens_seed, window, softcap, sinks, latent, kv_dtype where json() has them): what the CLI and the
-  // export print.
+  // lens_seed, window, softcap, sinks, latent, kv_dtype, pass where json() has them): what the CLI
+  // and the export print.
   nlohmann::ordered_json ordered_json() const;
   static Problem from_json(const nlohmann::json& j);
   // Useful FLOPs: 2*b*h*s*sk*(d+dv) (4*b*h*s*sk*d with one head dim), counting only the unmasked part of the score matrix when causal
   // or windowed (exactly, including bottom-right alignment), as FlashAttention reports. Varlen: the
   // sum over the sequences of 4*h*len_q*len_k*d, each sequence bottom-right aligned on its own.
+  // The backward pass (pass=bwd): 2.5x the forward's (FlashAttention's convention: five matrix
+  // products of the score matrix's size against the forward's two).
   double flops() const;
   // Bytes an attention call must move at least: K (d) and V (dv) once, Q (d) read and O (dv) written (decode is
   // judged by bytes / time against the HBM peak). Varlen: the packed tensors' rows (total_q, total_k).
   // A window counts only the K/V rows some query of the sequence sees (a kernel that skips the
   // rest reads no more). Latent: V is K's first dv columns, not read separately (K, Q and O only).
   // kv_fp8: K and V (or the latent cache) at one byte an element, Q and O at two.
+  // The backward pass (pass=bwd; dense, one head dim): Q, O, dO and the LSE (fp32) read and dQ
+  // written, b*h*s rows each; K and V read (only the rows some query sees, as the forward) and dK
+  // and dV written (all b*hkv*sk rows: a key no query sees gets a zero gradient). Workspaces (dQ's
+  // fp32 accumulator, rowsum(dO * O)) are a kernel's choice and not counted.
   double bytes() const;
   bool operator==(const Problem&) const = default;
 };

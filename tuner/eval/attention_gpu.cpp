@@ -93,6 +93,9 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
     throw std::logic_error("AttnBuffers: a latent problem needs dv < d and no varlen (" + p.str() + ")");
   if (p.kv_fp8 && p.is_varlen())
     throw std::logic_error("AttnBuffers: an FP8 KV cache with varlen (" + p.str() + ")");
+  if (p.backward && (p.paged() || p.is_varlen() || p.latent || p.kv_fp8 || p.split_dims() || p.sinks || p.softcapped()))
+    throw std::logic_error("AttnBuffers: the backward pass of dense tensors of one head dim without sinks or a soft-cap "
+                           "only (" + p.str() + ")");
   if (p.sinks) {
     sink_values = sink_logits(p.h, table_seed);
     sinks = cuda::DeviceBuffer(sink_values.size() * sizeof(float));
@@ -147,6 +150,12 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
   if (!p.latent) v = cuda::DeviceBuffer(rows_of(p, true) * p.head_dim_v() * kv_bytes);
   o = cuda::DeviceBuffer(rows_of(p, false) * p.head_dim_v() * 2);
   lse = cuda::DeviceBuffer(rows_of(p, false) * sizeof(float));
+  if (p.backward) {  // dO as O; dQ, dK, dV as Q, K, V (dense, 16-bit)
+    dout = cuda::DeviceBuffer(rows_of(p, false) * p.head_dim_v() * 2);
+    dq = cuda::DeviceBuffer(rows_of(p, false) * p.d * 2);
+    dk = cuda::DeviceBuffer(rows_of(p, true) * p.d * 2);
+    dv = cuda::DeviceBuffer(rows_of(p, true) * p.head_dim_v() * 2);
+  }
   if (!p.paged()) {
     if (!seqlens.empty()) throw std::logic_error("AttnBuffers: per-sequence lengths of a dense problem");
     return;
@@ -218,6 +227,20 @@ AttnParams AttnBuffers::params() const {
   return a;
 }
 
+BwdParams AttnBuffers::bwd_params() const {
+  BwdParams bp{};
+  bp.fwd = params();
+  bp.dout = reinterpret_cast<const void*>(dout.ptr());
+  bp.dq = reinterpret_cast<void*>(dq.ptr());
+  bp.dk = reinterpret_cast<void*>(dk.ptr());
+  bp.dv = reinterpret_cast<void*>(dv.ptr());
+  set_strides(bp.do_stride, layout, problem.h, problem.s, problem.head_dim_v());
+  set_strides(bp.dq_stride, layout, problem.h, problem.s, problem.d);
+  set_strides(bp.dk_stride, layout, problem.hkv, problem.sk, problem.d);
+  set_strides(bp.dv_stride, layout, problem.hkv, problem.sk, problem.head_dim_v());
+  return bp;
+}
+
 KvScales AttnBuffers::kv_scales() const {
   KvScales s{};
   if (!problem.kv_fp8) return s;
@@ -255,6 +278,22 @@ attntune_plan::Call AttnBuffers::call() const {
       c.k_descale_stride[i] = s.k_descale_stride[i];
       c.v_descale_stride[i] = s.v_descale_stride[i];
     }
+  }
+  if (problem.backward) {
+    // attntune_attention_backward: out and lse (dense_call's) are the forward's O and LSE, read.
+    const BwdParams bp = bwd_params();
+    c.entry = attntune_plan::kEntryBackward;
+    c.dout = bp.dout;
+    c.dq = bp.dq;
+    c.dk = bp.dk;
+    c.dv = bp.dv;
+    for (int i = 0; i < 3; ++i) {
+      c.do_stride[i] = bp.do_stride[i];
+      c.dq_stride[i] = bp.dq_stride[i];
+      c.dk_stride[i] = bp.dk_stride[i];
+      c.dv_stride[i] = bp.dv_stride[i];
+    }
+    return c;
   }
   if (problem.paged()) {
     c.entry = attntune_plan::kEntryKvcache;
@@ -311,8 +350,25 @@ std::vector<int> varlen_ragged_lens(const Problem& p, std::uint64_t seed) {
   return {0, s, std::min(s, 1), std::min(cap, (cap / 2) | 1), r1, r2, 0};
 }
 
+Problem odd_lengths(const Problem& p) {
+  constexpr std::int64_t kMaxRows = 1531, kMaxExtraKeys = 1024;
+  Problem q = p;
+  q.b = 1;
+  q.s = std::min(p.s, kMaxRows) | 1;
+  const std::int64_t diff = p.sk - p.s;  // the keys' side of s, kept
+  q.sk = q.s + std::clamp(diff, -(q.s - 1), kMaxExtraKeys);
+  if (q.sk % 2 == 0) q.sk += diff > 0 ? 1 : -1;  // diff != 0 here: q.s is odd
+  return q;
+}
+
 std::vector<std::unique_ptr<AttnBuffers>> validation_inputs(const Problem& p, std::uint64_t seed) {
   std::vector<std::unique_ptr<AttnBuffers>> out;
+  if (p.backward) {
+    // The problem, then odd lengths (tails of every block size) unless it has them already.
+    out.push_back(std::make_unique<AttnBuffers>(p, Layout::kBHSD));
+    if (p.s % 2 == 0 || p.sk % 2 == 0) out.push_back(std::make_unique<AttnBuffers>(odd_lengths(p), Layout::kBHSD));
+    return out;
+  }
   if (p.is_varlen()) {
     out.push_back(std::make_unique<AttnBuffers>(p, Layout::kBSHD));
     std::vector<int> lens = varlen_ragged_lens(p, seed);
@@ -341,6 +397,19 @@ double criterion_atol(DType t) {
 }
 
 std::string Verdict::detail() const {
+  if (!grads.empty()) {
+    // The backward pass: each gradient's figures, the failing ones first.
+    std::string out = status + ":";
+    for (const bool failing : {true, false})
+      for (const GradVerdict& g : grads) {
+        if ((g.status != "ok") != failing) continue;
+        out += fmt::format(" {} {}: max|{}-ref|={:.3g} bound={:.3g} (2 x same-dtype error {:.3g} + atol), {} "
+                           "non-finite;",
+                           g.name, g.status, g.name, g.max_abs_err, g.err_bound, g.lowp_err, g.nonfinite);
+      }
+    out.pop_back();
+    return out;
+  }
   return fmt::format("{}: max|out-ref|={:.3g} bound={:.3g} (2 x same-dtype error {:.3g} + atol), lse error {:.3g}, "
                      "{} non-finite outputs, {} LSE mismatches",
                      status, max_abs_err, err_bound, lowp_err, lse_err, nonfinite, lse_mismatch);
@@ -363,6 +432,12 @@ Reference::Reference(const std::string& arch) : arch_(arch) {
   scatter_e4m3_ = module_.function("scatter_pages_e4m3");
   quantize_e4m3_ = module_.function("quantize_e4m3");
   dequantize_e4m3_ = module_.function("dequantize_e4m3");
+  // The backward pass's (the header's second part).
+  bwd_rowdot_ = module_.function("attn_bwd_rowdot");
+  bwd_dq_ = module_.function("attn_reference_bwd_dq");
+  bwd_dkdv_ = module_.function("attn_reference_bwd_dkdv");
+  compare_grad_ = module_.function("compare_grad");
+  store_rounded_ = module_.function("store_rounded");
 }
 
 void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
@@ -390,6 +465,15 @@ void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
     void* args[] = {&ptr, &n, &s, &bf16};
     cuda::launch(fill_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
   }
+  if (b.problem.backward) {
+    // dO: its own stream of draws (a tag, not seed * 3 + 4, which is the next seed's q).
+    CUdeviceptr ptr = b.dout.ptr();
+    long long n = static_cast<long long>(b.dout.bytes() / 2);
+    unsigned long long s = seed ^ 0x644f644f644f644full;
+    void* args[] = {&ptr, &n, &s, &bf16};
+    cuda::launch(fill_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
+    fill_forward(b, seed);
+  }
   if (b.problem.paged()) {
     // The pages: NaN, then every sequence's keys scattered through its table. An FP8 cache's NaN is
     // a byte, both of e4m3's (K's pages 0x7F, V's 0xFF).
@@ -412,8 +496,43 @@ void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
 }
 
 void Reference::poison_output(AttnBuffers& b) const {
+  if (b.problem.backward) {  // o and lse are inputs: the gradients are what a candidate writes
+    b.dq.fill_u16(0xFFFF);
+    b.dk.fill_u16(0xFFFF);
+    b.dv.fill_u16(0xFFFF);
+    return;
+  }
   b.o.fill_u16(0xFFFF);   // NaN in fp16 and bf16
   b.lse.fill_u32(0x7FC00000u);  // NaN
+}
+
+void Reference::fill_forward(AttnBuffers& b, std::uint64_t seed) const {
+  const Problem& p = b.problem;
+  const std::size_t rows = b.out_rows(), dv_elems = static_cast<std::size_t>(p.head_dim_v());
+  if (!b.forward_seed || *b.forward_seed != seed) {
+    // The fp32 reference forward of the inputs just drawn (its LSE straight into lse: [b, h, s]
+    // contiguous, as the call reads it), O rounded to the dtype through o's strides; both kept.
+    cuda::DeviceBuffer out(std::max<std::size_t>(rows, 1) * dv_elems * 4);
+    AttnParams a = b.params();
+    int d = static_cast<int>(p.d), dv = static_cast<int>(dv_elems), bf16 = p.dtype == DType::kBf16, causal = p.causal,
+        lowp = 0;
+    CUdeviceptr o32 = out.ptr(), l = b.lse.ptr(), lens = 0;
+    void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o32, &l, &lens};
+    cuda::launch(ref_, reference_grid(b), {256, 1, 1}, 0, nullptr, args);
+    CUdeviceptr dst = b.o.ptr();
+    long long sb = a.o_stride[0], sh = a.o_stride[1], sr = a.o_stride[2];
+    int batch = static_cast<int>(p.b), heads = static_cast<int>(p.h), len = static_cast<int>(p.s);
+    void* sargs[] = {&o32, &dst, &sb, &sh, &sr, &batch, &heads, &len, &dv, &bf16};
+    cuda::launch(store_rounded_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, sargs);
+    b.forward_o.resize(b.o.bytes() / 2);
+    b.forward_lse.resize(rows);
+    b.o.download(b.forward_o.data(), b.o.bytes());
+    b.lse.download(b.forward_lse.data(), rows * sizeof(float));
+    b.forward_seed = seed;
+    return;
+  }
+  b.o.upload(b.forward_o.data(), b.forward_o.size() * 2);
+  b.lse.upload(b.forward_lse.data(), b.forward_lse.size() * sizeof(float));
 }
 
 std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::vector<float>* lse) const {
@@ -435,6 +554,55 @@ std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::
     lse_buf.download(lse->data(), rows * 4);
   }
   return host;
+}
+
+void Reference::backward_reference(const AttnBuffers& b, bool lowp_flag, cuda::DeviceBuffer& o, cuda::DeviceBuffer& lse,
+                                   cuda::DeviceBuffer& dsum, cuda::DeviceBuffer& dq, cuda::DeviceBuffer& dk,
+                                   cuda::DeviceBuffer& dv) const {
+  const Problem& p = b.problem;
+  if (!p.backward) throw std::logic_error("Reference::backward_reference of a forward problem (" + p.str() + ")");
+  const std::size_t rows_q = b.out_rows(), rows_k = static_cast<std::size_t>(p.b * p.hkv * p.sk);
+  const std::size_t d_elems = static_cast<std::size_t>(p.d), dv_elems = static_cast<std::size_t>(p.head_dim_v());
+  auto sized = [](cuda::DeviceBuffer& buf, std::size_t bytes) {
+    if (buf.bytes() != std::max<std::size_t>(bytes, 4)) buf = cuda::DeviceBuffer(std::max<std::size_t>(bytes, 4));
+  };
+  sized(o, rows_q * dv_elems * 4);
+  sized(lse, rows_q * 4);
+  sized(dsum, rows_q * 4);
+  sized(dq, rows_q * d_elems * 4);
+  sized(dk, rows_k * d_elems * 4);
+  sized(dv, rows_k * dv_elems * 4);
+  // The reference's own forward of the inputs (never the candidate's o and lse inputs).
+  AttnParams a = b.params();
+  int d = static_cast<int>(d_elems), dvi = static_cast<int>(dv_elems), bf16 = p.dtype == DType::kBf16,
+      causal = p.causal, lowp = lowp_flag;
+  CUdeviceptr op = o.ptr(), lp = lse.ptr(), lens = 0;
+  void* fargs[] = {&a, &d, &dvi, &bf16, &causal, &lowp, &op, &lp, &lens};
+  cuda::launch(ref_, reference_grid(b), {256, 1, 1}, 0, nullptr, fargs);
+  BwdParams bp = b.bwd_params();
+  CUdeviceptr ds = dsum.ptr(), dqp = dq.ptr(), dkp = dk.ptr(), dvp = dv.ptr();
+  void* rargs[] = {&bp, &dvi, &bf16, &op, &ds};
+  cuda::launch(bwd_rowdot_, reference_grid(b), {256, 1, 1}, 0, nullptr, rargs);
+  void* qargs[] = {&bp, &d, &dvi, &bf16, &causal, &lowp, &lp, &ds, &dqp};
+  cuda::launch(bwd_dq_, reference_grid(b), {256, 1, 1}, 0, nullptr, qargs);
+  void* kargs[] = {&bp, &d, &dvi, &bf16, &causal, &lowp, &lp, &ds, &dkp, &dvp};
+  const cuda::Dim3 kv_grid = {static_cast<unsigned>(std::max<std::int64_t>(1, (p.sk + 7) / 8)),
+                              static_cast<unsigned>(p.hkv), static_cast<unsigned>(p.b)};
+  cuda::launch(bwd_dkdv_, kv_grid, {256, 1, 1}, 0, nullptr, kargs);
+}
+
+Reference::Gradients Reference::gradients(const AttnBuffers& b, bool lowp) const {
+  cuda::DeviceBuffer o, lse, dsum, dq, dk, dv;
+  backward_reference(b, lowp, o, lse, dsum, dq, dk, dv);
+  const Problem& p = b.problem;
+  Gradients g;
+  g.dq.resize(static_cast<std::size_t>(p.b * p.h * p.s * p.d));
+  g.dk.resize(static_cast<std::size_t>(p.b * p.hkv * p.sk * p.d));
+  g.dv.resize(static_cast<std::size_t>(p.b * p.hkv * p.sk * p.head_dim_v()));
+  dq.download(g.dq.data(), g.dq.size() * 4);
+  dk.download(g.dk.data(), g.dk.size() * 4);
+  dv.download(g.dv.data(), g.dv.size() * 4);
+  return g;
 }
 
 std::vector<std::uint8_t> Reference::to_e4m3(const std::vector<float>& x) const {
@@ -470,13 +638,33 @@ Verdict Reference::check(const AttnBuffers& b) const { return ReferenceCache(*th
 ReferenceCache::ReferenceCache(const Reference& ref, const AttnBuffers& b, bool keep_host_copy)
     : ref_(&ref), problem_(b.problem), seqlens_(b.seqlens), per_tensor_descale_(b.per_tensor_descale) {
   const Problem& p = b.problem;
+  stats_ = cuda::DeviceBuffer(32);
+  if (p.backward) {
+    // Each reference from its own forward (fp32, then same-dtype), the fp32 one timed.
+    cuda::DeviceBuffer o, lse, dsum;
+    cuda::Event start, stop, done;
+    start.record();
+    ref.backward_reference(b, false, o, lse, dsum, grad32_[0], grad32_[1], grad32_[2]);
+    stop.record();
+    ref.backward_reference(b, true, o, lse, dsum, gradlow_[0], gradlow_[1], gradlow_[2]);
+    done.record();
+    done.synchronize();  // before o, lse and dsum go
+    reference_us_ = cuda::elapsed_ms(start, stop) * 1000.0;
+    if (keep_host_copy)
+      for (int t = 0; t < 3; ++t) {
+        host_grad32_[t].resize(grad32_[t].bytes() / 4);
+        host_gradlow_[t].resize(gradlow_[t].bytes() / 4);
+        grad32_[t].download(host_grad32_[t].data(), grad32_[t].bytes());
+        gradlow_[t].download(host_gradlow_[t].data(), gradlow_[t].bytes());
+      }
+    return;
+  }
   AttnParams a = b.params();
   const std::size_t alloc_rows = std::max<std::size_t>(b.out_rows(), 1);
   const std::size_t dv_elems = static_cast<std::size_t>(p.head_dim_v());
   out32_ = cuda::DeviceBuffer(alloc_rows * dv_elems * 4);
   outlow_ = cuda::DeviceBuffer(alloc_rows * dv_elems * 4);
   lse32_ = cuda::DeviceBuffer(alloc_rows * 4);
-  stats_ = cuda::DeviceBuffer(32);
   cuda::DeviceBuffer lselow(alloc_rows * 4);
   int d = static_cast<int>(p.d), dv = static_cast<int>(dv_elems), bf16 = p.dtype == DType::kBf16, causal = p.causal;
   cuda::Event start, stop;
@@ -502,6 +690,14 @@ ReferenceCache::ReferenceCache(const Reference& ref, const AttnBuffers& b, bool 
 }
 
 void ReferenceCache::restore() {
+  if (problem_.backward) {
+    if (host_grad32_[0].empty()) throw std::logic_error("ReferenceCache::restore without a host copy");
+    for (int t = 0; t < 3; ++t) {
+      grad32_[t].upload(host_grad32_[t].data(), host_grad32_[t].size() * 4);
+      gradlow_[t].upload(host_gradlow_[t].data(), host_gradlow_[t].size() * 4);
+    }
+    return;
+  }
   if (host_out32_.empty()) throw std::logic_error("ReferenceCache::restore without a host copy");
   out32_.upload(host_out32_.data(), host_out32_.size() * 4);
   outlow_.upload(host_outlow_.data(), host_outlow_.size() * 4);
@@ -515,6 +711,7 @@ Verdict ReferenceCache::check(const AttnBuffers& b) const {
                                        !(p == problem_)          ? ""
                                        : b.seqlens != seqlens_ ? " with other lengths"
                                                                : " with the other form of descales"));
+  if (p.backward) return check_gradients(b);
   AttnParams a = b.params();
   int d = static_cast<int>(p.head_dim_v()), bf16 = p.dtype == DType::kBf16;  // O's columns
   CUdeviceptr o32 = out32_.ptr(), olow = outlow_.ptr(), l32 = lse32_.ptr(), st = stats_.ptr();
@@ -534,6 +731,57 @@ Verdict ReferenceCache::check(const AttnBuffers& b) const {
   if (v.nonfinite) v.status = "nan_or_unwritten";
   else if (v.max_abs_err > v.err_bound || v.lse_mismatch || v.lse_err > kLseTolerance) v.status = "wrong_result";
   else v.status = "ok";
+  return v;
+}
+
+Verdict ReferenceCache::check_gradients(const AttnBuffers& b) const {
+  const Problem& p = b.problem;
+  const BwdParams bp = b.bwd_params();
+  struct Tensor {
+    const char* name;
+    const void* ptr;
+    const long long* stride;
+    std::int64_t heads, len, dim;
+  };
+  const Tensor tensors[3] = {{"dq", bp.dq, bp.dq_stride, p.h, p.s, p.d},
+                             {"dk", bp.dk, bp.dk_stride, p.hkv, p.sk, p.d},
+                             {"dv", bp.dv, bp.dv_stride, p.hkv, p.sk, p.head_dim_v()}};
+  Verdict v;
+  const GradVerdict* worst = nullptr;  // the first failing, else the nearest its bound
+  for (int t = 0; t < 3; ++t) {
+    const Tensor& x = tensors[t];
+    CUdeviceptr xp = reinterpret_cast<CUdeviceptr>(x.ptr), r32 = grad32_[t].ptr(), rlow = gradlow_[t].ptr(),
+                st = stats_.ptr(), counts = st + 16;
+    long long sb = x.stride[0], sh = x.stride[1], sr = x.stride[2];
+    int batch = static_cast<int>(p.b), heads = static_cast<int>(x.heads), len = static_cast<int>(x.len),
+        dim = static_cast<int>(x.dim), bf16 = p.dtype == DType::kBf16;
+    stats_.fill_u32(0);
+    void* args[] = {&xp, &sb, &sh, &sr, &batch, &heads, &len, &dim, &bf16, &r32, &rlow, &st, &counts};
+    cuda::launch(ref_->compare_grad_, {256, 1, 1}, {32, 8, 1}, 0, nullptr, args);
+    unsigned host[8];
+    stats_.download(host, sizeof host);
+    GradVerdict g;
+    g.name = x.name;
+    g.max_abs_err = as_float(host[0]);
+    g.lowp_err = as_float(host[1]);
+    g.nonfinite = host[4];
+    g.err_bound = 2 * g.lowp_err + criterion_atol(p.dtype);
+    g.status = g.nonfinite ? "nan_or_unwritten" : g.max_abs_err > g.err_bound ? "wrong_result" : "ok";
+    v.nonfinite += g.nonfinite;
+    v.grads.push_back(g);
+  }
+  // The verdict's figures: the first gradient with non-finite elements (as a forward's non-finite output
+  // outranks a wrong one), else the first wrong one, else the one nearest its bound.
+  for (const char* status : {"nan_or_unwritten", "wrong_result"})
+    for (const GradVerdict& g : v.grads)
+      if (!worst && g.status == status) worst = &g;
+  if (!worst)
+    for (const GradVerdict& g : v.grads)
+      if (!worst || g.max_abs_err / g.err_bound > worst->max_abs_err / worst->err_bound) worst = &g;
+  v.status = worst->status;
+  v.max_abs_err = worst->max_abs_err;
+  v.err_bound = worst->err_bound;
+  v.lowp_err = worst->lowp_err;
   return v;
 }
 

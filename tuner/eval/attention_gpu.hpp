@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "eval/loaded_build.hpp"
 #include "families/family.hpp"
 #include "templates/common/attn_params.h"
+#include "templates/common/bwd_params.h"
 #include "templates/common/kv_scales.h"
 #include "templates/common/launch_plan.h"
 
@@ -45,6 +47,11 @@ const char* layout_name(Layout l);
 // (the reference's view, in variant) and call() with strides {hkv, 1}, or, with per_tensor_descale
 // set, strides {0, 0}: one scale a tensor, each table's entry 0 (FlashAttention-3's descale_k/v
 // expanded from one scale). FP8 problems need sm_89 or newer (Reference::fill refuses them below).
+// The backward pass (pass=bwd: dense, one head dim, no sinks or soft-cap) also holds dout (dO: o's
+// shape, in the dtype, drawn as q, k and v are) and its outputs dq, dk and dv (q's, k's and v's
+// shapes: dk and dv have hkv heads), all in the layout; o and lse are then inputs, the forward of q,
+// k and v as the fp32 reference computes it (Reference::fill: o rounded to the dtype, lse fp32, natural
+// log, [b, h, s] contiguous), and poison_output poisons dq, dk and dv instead.
 struct AttnBuffers {
   // seqlens: keys of each sequence of a paged problem (empty: sk each), query rows of each sequence
   // of a varlen problem (empty: its q_lens()); table_seed shuffles pages.
@@ -53,10 +60,14 @@ struct AttnBuffers {
   // An FP8 cache's scales as params() and call() pass them (the strides per per_tensor_descale); all
   // zero for a 16-bit cache. The reference's attn_reference_kv_fp8 takes them as its last argument.
   KvScales kv_scales() const;
+  // The backward pass's view (pass=bwd): params() as fwd, dout, dq, dk, dv and their strides (the
+  // workspaces null: the reference has none).
+  BwdParams bwd_params() const;
   // The call of the problem's entry point on these tensors: attntune_attention_forward,
-  // attntune_attention_forward_kvcache through the block table for a paged problem, or
+  // attntune_attention_forward_kvcache through the block table for a paged problem,
   // attntune_attention_forward_varlen (strides {0, head, row}, seqlen_q/k the longest sequence's,
-  // total_q/k the packed rows) for a varlen problem.
+  // total_q/k the packed rows) for a varlen problem, or attntune_attention_backward (kEntryBackward:
+  // out and lse the forward's O and LSE, read; dout, dq, dk, dv and their strides) for the backward pass.
   attntune_plan::Call call() const;
   const int* seqlens_device() const;  // null for a dense or varlen problem
   // Rows of the output and of lse: b * h * s, or h * total_q for a varlen problem.
@@ -86,6 +97,15 @@ struct AttnBuffers {
   bool per_tensor_descale = false;
   // Bytes of one K/V element: 1 for an FP8 cache, else 2 (Q's and O's are always 2).
   std::size_t kv_elem_bytes() const { return problem.kv_fp8 ? 1 : 2; }
+  // The backward pass's tensors (pass=bwd problems only): dO read, dQ, dK, dV written.
+  cuda::DeviceBuffer dout, dq, dk, dv;
+  // The forward's O (in the dtype, as o holds it) and LSE that Reference::fill computed for the inputs
+  // of `forward_seed`, on the host: a later fill with that seed draws the same q, k and v and uploads
+  // these rather than run the reference forward again (a candidate may have written over o and lse in
+  // device memory, but not here).
+  std::vector<std::uint16_t> forward_o;
+  std::vector<float> forward_lse;
+  std::optional<std::uint64_t> forward_seed;
 };
 
 // The dequantisation scales an FP8 cache is validated and timed with: n values uniform in [0.25, 2]
@@ -114,16 +134,35 @@ std::vector<int> varlen_ragged_lens(const Problem& p, std::uint64_t seed);
 // The inputs a candidate is validated on for problem p: p itself; a paged problem with ragged
 // lengths (ragged_seqlens) and, for a batch too small to hold every kind of length, a second
 // batch of five sequences (0, 1, odd, all and a random count of keys; sk at most 1531); a varlen
-// problem with its own lengths (packed, kBSHD), then a batch of varlen_ragged_lens.
+// problem with its own lengths (packed, kBSHD), then a batch of varlen_ragged_lens. The backward pass:
+// p, then (unless p's s and sk are both odd already) odd_lengths(p), so that the kernels' tails of
+// query and key blocks are exercised.
 std::vector<std::unique_ptr<AttnBuffers>> validation_inputs(const Problem& p, std::uint64_t seed);
 
+// A small problem of odd lengths beside p (the backward pass's second validation input): one sequence,
+// p's heads, head dim, dtype, causality and window; s odd and at most 1531 (p's when it is shorter, made
+// odd), and sk odd on the same side of s as p's (equal, longer by up to 1024, or shorter but at least 1).
+Problem odd_lengths(const Problem& p);
+
+// One gradient of the backward pass against FA2's criterion (Verdict::grads).
+struct GradVerdict {
+  std::string name;    // dq | dk | dv
+  std::string status;  // ok | wrong_result | nan_or_unwritten
+  double max_abs_err = 0, err_bound = 0, lowp_err = 0;
+  unsigned nonfinite = 0;
+};
+
 // FA2's criterion: max|out - ref32| <= 2 * max|lowp - ref32| + atol, every element written and
-// finite, LSE within lse_tol of the reference's (and -inf exactly where no key is visible).
+// finite, LSE within lse_tol of the reference's (and -inf exactly where no key is visible). The
+// backward pass: the same for each of dQ, dK and dV (grads, in that order; no LSE), ok only when all
+// three are; status, max_abs_err, err_bound, lowp_err are then the first failing gradient's (else the
+// one nearest its bound) and nonfinite the three's sum.
 struct Verdict {
   std::string status;  // ok | wrong_result | nan_or_unwritten
   double max_abs_err = 0, err_bound = 0, lowp_err = 0, lse_err = 0;
   unsigned nonfinite = 0, lse_mismatch = 0;
-  std::string detail() const;  // one line for logs
+  std::vector<GradVerdict> grads;  // the backward pass only
+  std::string detail() const;  // one line for logs; the backward pass: the failing gradients first, by name
 };
 double criterion_atol(DType t);
 constexpr double kLseTolerance = 1e-3;
@@ -135,14 +174,24 @@ class Reference {
   // Fresh normal random inputs (mean 0, std 1) from `seed`, the KV cache's pages scattered from
   // them; poisons o and lse with NaN. An FP8 cache's K and V are the same draws rounded to e4m3
   // (fill_normal_e4m3), its pages' rows past each length NaN bytes (K's 0x7F, V's 0xFF); InputError
-  // (check_device_serves) on a device older than sm_89.
+  // (check_device_serves) on a device older than sm_89. The backward pass: q, k, v and dout drawn,
+  // then o and lse the fp32 reference forward's of them (o rounded to the dtype; AttnBuffers keeps
+  // them for the next fill of the seed), and dq, dk, dv poisoned.
   void fill(AttnBuffers& b, std::uint64_t seed) const;
+  // NaN into what a candidate writes: o and lse, or the backward pass's dq, dk and dv.
   void poison_output(AttnBuffers& b) const;
   // Runs the fp32 and same-dtype references on b's inputs, then compares b's output with them.
   Verdict check(const AttnBuffers& b) const;
   // The reference output itself, (batch, heads, seq, dim) contiguous, and its LSE (for tests); for a
-  // varlen problem (heads, total_q, dim) and (heads, total_q), as the packed LSE.
+  // varlen problem (heads, total_q, dim) and (heads, total_q), as the packed LSE. The forward of the
+  // inputs for a backward problem too.
   std::vector<float> output(const AttnBuffers& b, bool lowp, std::vector<float>* lse = nullptr) const;
+  // The backward pass's reference gradients of b's inputs (tests): the fp32 or same-dtype forward, then
+  // the backward on it; dq (b, h, s, d), dk (b, hkv, sk, d), dv (b, hkv, sk, dv), contiguous.
+  struct Gradients {
+    std::vector<float> dq, dk, dv;
+  };
+  Gradients gradients(const AttnBuffers& b, bool lowp) const;
   // The e4m3 conversions of the FP8 path (tests): floats rounded as fill rounds K and V (to nearest
   // even, saturated to +-448; InputError below sm_89), and bytes read as the reference reads them.
   std::vector<std::uint8_t> to_e4m3(const std::vector<float>& x) const;
@@ -152,15 +201,26 @@ class Reference {
   friend class ReferenceCache;
   // attn_reference, or attn_reference_kv_fp8 for an FP8 cache.
   const cuda::Function& reference_kernel(const Problem& p) const { return p.kv_fp8 ? ref_fp8_ : ref_; }
+  // The backward pass's o and lse inputs: the fp32 reference forward of b's inputs (drawn from `seed`),
+  // or b's host copy of it when b holds that seed's.
+  void fill_forward(AttnBuffers& b, std::uint64_t seed) const;
+  // The backward pass's references of b's inputs into dq, dk, dv (fp32, contiguous): the forward
+  // (fp32 or same-dtype) into o and lse (the reference's own), D, then the gradients. o: (b, h, s, dv)
+  // fp32, lse and dsum (b, h, s).
+  void backward_reference(const AttnBuffers& b, bool lowp, cuda::DeviceBuffer& o, cuda::DeviceBuffer& lse,
+                          cuda::DeviceBuffer& dsum, cuda::DeviceBuffer& dq, cuda::DeviceBuffer& dk,
+                          cuda::DeviceBuffer& dv) const;
   std::string arch_;
   cuda::Module module_;
   cuda::Function fill_, ref_, compare_, scatter_;
   cuda::Function fill_e4m3_, ref_fp8_, scatter_e4m3_, quantize_e4m3_, dequantize_e4m3_;
+  cuda::Function bwd_rowdot_, bwd_dq_, bwd_dkdv_, compare_grad_, store_rounded_;
 };
 
 // The fp32 and same-dtype reference outputs of one set of inputs, computed once and then compared
 // with any number of candidate outputs on those inputs (the evaluator's worker keeps one per
-// problem). The naive reference is the slow part of a check; this runs it once per problem.
+// problem). The naive reference is the slow part of a check; this runs it once per problem. The
+// backward pass: dQ, dK and dV of both references (each from its own forward).
 class ReferenceCache {
  public:
   // Runs both references on `inputs` (the fp32 one timed with events). With keep_host_copy, the
@@ -168,13 +228,16 @@ class ReferenceCache {
   ReferenceCache(const Reference& ref, const AttnBuffers& inputs, bool keep_host_copy = true);
   // Compares b's output with the cached results; b must hold the same problem and inputs.
   Verdict check(const AttnBuffers& b) const;
-  // One launch of the fp32 reference kernel, in microseconds (a yardstick for deadlines).
+  // One launch of the fp32 reference kernel, in microseconds (a yardstick for deadlines); the backward
+  // pass: its forward and backward kernels together.
   double reference_us() const { return reference_us_; }
   // Re-uploads the results from the host copy: after a candidate that may have written outside its
   // output (a failed check), so later candidates are not compared with what it scribbled.
   void restore();
 
  private:
+  // check() of a backward problem: dq, dk and dv each by the criterion.
+  Verdict check_gradients(const AttnBuffers& b) const;
   const Reference* ref_;
   Problem problem_;
   std::vector<int> seqlens_;
@@ -182,6 +245,9 @@ class ReferenceCache {
   cuda::DeviceBuffer out32_, outlow_, lse32_;
   mutable cuda::DeviceBuffer stats_;
   std::vector<float> host_out32_, host_outlow_, host_lse32_;
+  // The backward pass: dq, dk, dv of the fp32 and the same-dtype references, and their host copies.
+  cuda::DeviceBuffer grad32_[3], gradlow_[3];
+  std::vector<float> host_grad32_[3], host_gradlow_[3];
   double reference_us_ = 0;
 };
 

@@ -207,9 +207,13 @@ class GpuWorker {
         rep.record.status = v.status;
         const Problem& on = c.inputs->problem;
         const std::string lens = on.is_varlen() ? fmt::format(" {}", fmt::join(c.inputs->seqlens, ",")) : "";
-        rep.record.error = (on.paged() || on.is_varlen()) && c.inputs != st.checks.front().inputs
+        // Which inputs failed, past the problem's own: a paged or varlen problem's ragged lengths, the
+        // backward pass's odd ones.
+        const bool other = c.inputs != st.checks.front().inputs;
+        rep.record.error = other && (on.paged() || on.is_varlen())
                                ? fmt::format("{} (on {}, ragged lengths{})", v.detail(), on.str(), lens)
-                               : v.detail();
+                           : other ? fmt::format("{} (on {}, odd lengths)", v.detail(), on.str())
+                                   : v.detail();
         try {
           for (Check& r : st.checks) r.refs->restore();  // it may have written outside its output too
         } catch (const cuda::CudaError& e) {

@@ -134,6 +134,12 @@ LibraryPlan plan(const std::vector<ExportItem>& items) {
   for (const ExportItem& it : items) {
     if (!it.space) throw std::logic_error("export: an item without its space");
     const BestRow& r = it.row;
+    // The export's C entry points, dispatcher and PyTorch ops are the forward's.
+    if (r.problem.backward)
+      throw InputError(fmt::format("export: {} is the backward pass (pass=bwd), which exports in a later step "
+                                   "(attntune_attention_backward in the C ABI, issue 45); `attntune best` shows its "
+                                   "results",
+                                   json_quoted(r.problem.str())));
     if (it.space->family() != r.family)
       throw InputError(fmt::format("export: the search space is for {}, the result for {}", json_quoted(it.space->family()),
                                    json_quoted(r.family)));

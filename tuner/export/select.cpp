@@ -95,6 +95,7 @@ std::string where(const ExportQuery& q, const ResultReader& results) {
 std::vector<BestRow> all_best_rows(ResultReader& results, const ExportQuery& q) {
   std::vector<Problem> problems;
   for (const CampaignRow& c : results.campaigns()) {
+    if (c.spec.problem.backward) continue;  // the backward pass exports in a later step (export.cpp)
     if (q.dtype && c.spec.problem.dtype != *q.dtype) continue;
     if (q.only && std::find(q.only->begin(), q.only->end(), c.spec.problem) == q.only->end()) continue;
     if (std::find(problems.begin(), problems.end(), c.spec.problem) == problems.end())

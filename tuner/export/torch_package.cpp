@@ -88,6 +88,13 @@ Tuned tuned(const SearchSpace& space) {
   return out;
 }
 
+// Whether `space` tunes the forward pass (its problem section's `pass` lists fwd, or is absent).
+bool serves_forward(const SearchSpace& space) {
+  for (const auto& [field, values] : space.problem_support())
+    if (field == "pass") return std::find(values.begin(), values.end(), "fwd") != values.end();
+  return true;
+}
+
 }  // namespace
 
 std::string tuner_support_json() {
@@ -96,6 +103,8 @@ std::string tuner_support_json() {
   for (const std::string& family : known_families()) {
     const std::optional<SearchSpace> space = SearchSpace::shipped(family);
     if (!space) continue;
+    // The ops are the forward's: a family that tunes the backward pass alone tunes none of their calls.
+    if (!serves_forward(*space)) continue;
     nlohmann::ordered_json support = nlohmann::ordered_json::object();
     // The problem fields the family restricts: d, dtype, causal where it matters, and each variant
     // (window, softcap, sinks: ["0"] or ["0", "1"], from its problem section).

@@ -96,15 +96,24 @@ void check_family(const std::string& name) {
   if (!find_builtin(name) && !find_test_family(name)) builtin_family(name);  // throws, naming the known ones
 }
 
+int problem_entry(const Problem& p) {
+  return p.backward     ? attntune_plan::kEntryBackward
+         : p.paged()    ? attntune_plan::kEntryKvcache
+         : p.is_varlen() ? attntune_plan::kEntryVarlen
+                         : attntune_plan::kEntryDense;
+}
+
 void check_family_serves(const std::string& name, const Problem& p) {
   if (find_test_family(name)) return;
-  const int entry = p.paged()       ? attntune_plan::kEntryKvcache
-                    : p.is_varlen() ? attntune_plan::kEntryVarlen
-                                    : attntune_plan::kEntryDense;
+  const int entry = problem_entry(p);
   if (builtin_family(name).plan->entries & entry) return;
   std::vector<std::string> serving;
   for (const Family* f : builtin_families())
     if (f->plan->entries & entry) serving.push_back(f->name);
+  if (p.backward)
+    throw InputError(fmt::format("{} does not serve the backward pass of attention (attntune_attention_backward: dQ, "
+                                 "dK, dV), which the problem {} is; families that do: {}",
+                                 name, p.str(), serving.empty() ? "none yet" : fmt::format("{}", fmt::join(serving, ", "))));
   const char* what = p.paged()       ? "a paged KV cache (attntune_attention_forward_kvcache)"
                      : p.is_varlen() ? "packed batches of different lengths (attntune_attention_forward_varlen)"
                                      : "dense tensors (attntune_attention_forward)";
@@ -114,8 +123,10 @@ void check_family_serves(const std::string& name, const Problem& p) {
 
 int served_entries(const Family& family, const Problem& p) {
   using namespace attntune_plan;
-  if (!family.build_per_entry) return family.plan->entries & ~kEntryVarlen;
-  return family.plan->entries & (p.is_varlen() ? kEntryVarlen : p.paged() ? kEntryKvcache : kEntryDense);
+  // A backward problem's build (ATT_BWD) serves the backward entry alone; a forward one's never it.
+  if (p.backward) return family.plan->entries & kEntryBackward;
+  if (!family.build_per_entry) return family.plan->entries & ~kEntryVarlen & ~kEntryBackward;
+  return family.plan->entries & problem_entry(p);
 }
 
 std::vector<std::string> family_nvrtc_options(const std::string& name) {
@@ -159,6 +170,9 @@ Defines kernel_defines(const SearchSpace& space, const Config& config, const Pro
   // An FP8 e4m3 KV cache (`kv_dtype=fp8`): only then, so that every other build renders as before. Such a
   // build reads its cache as FP8 only, and serves only calls that say so (attntune_plan::check_kv_dtype).
   if (problem.kv_fp8) defs.emplace_back("ATT_KV_FP8", 1);
+  // The backward pass (`pass=bwd`): only then, so that every forward build renders as before. Such a
+  // build computes dQ, dK and dV and serves attntune_attention_backward alone (served_entries).
+  if (problem.backward) defs.emplace_back("ATT_BWD", 1);
   // A packed batch (the varlen entry point); only then, so that every other build renders as before.
   if (problem.is_varlen()) defs.emplace_back("ATT_VARLEN", 1);
   // A KV cache (the kvcache entry point), for a family that builds per entry point: only then.
@@ -199,13 +213,13 @@ RenderedKernel render_kernel(const SearchSpace& space, const Config& config, con
   if (const TestFamily* t = find_test_family(space.family())) return t->render(space, config, problem, arch);
   const Family& fam = builtin_family(space.family());
   Defines defines = kernel_defines(space, config, problem, arch);
-  std::string src = fmt::format("// attntune candidate: {} {} (d={}{}, dtype={}, causal={}{}{}{})\n", fam.name,
+  std::string src = fmt::format("// attntune candidate: {} {} (d={}{}, dtype={}, causal={}{}{}{}{})\n", fam.name,
                                 config_str(config), problem.d,
                                 problem.split_dims() ? fmt::format(", dv={}{}", problem.dv, problem.latent ? ", latent=1" : "")
                                                      : std::string(),
                                 dtype_name(problem.dtype), problem.causal ? 1 : 0,
                                 problem.has_variant() ? ", " : "", problem.variant_words(),
-                                problem.kv_fp8 ? ", kv_dtype=fp8" : "");
+                                problem.kv_fp8 ? ", kv_dtype=fp8" : "", problem.backward ? ", pass=bwd" : "");
   for (const auto& [name, value] : defines) src += fmt::format("#define {} {}\n", name, value);
   src += flatten_includes(fam.main_file);
   RenderedKernel r;

@@ -64,11 +64,17 @@ std::vector<std::string> known_families();
 // InputError naming the known families unless `name` is one.
 void check_family(const std::string& name);
 
+// The entry point (attntune_plan::Entry bit) of problem p: kEntryBackward for the backward pass
+// (pass=bwd), else kEntryKvcache for a paged problem, kEntryVarlen for a packed batch, kEntryDense.
+int problem_entry(const Problem& p);
+
 // InputError unless family `name` serves p's entry point (a paged problem: the kvcache entry; a
-// dense one: attntune_attention_forward), naming the families that do. Test families serve all.
+// dense one: attntune_attention_forward; the backward pass: attntune_attention_backward), naming the
+// families that do. Test families serve all.
 void check_family_serves(const std::string& name, const Problem& p);
 
-// The entry points (attntune_plan::Entry bits) a build of `family` for problem p serves.
+// The entry points (attntune_plan::Entry bits) a build of `family` for problem p serves: a backward
+// problem's build the backward entry alone, a forward problem's never it.
 int served_entries(const Family& family, const Problem& p);
 
 // A family's NVRTC options (a test family's: those of the family it launches as).

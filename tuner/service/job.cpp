@@ -147,7 +147,9 @@ double problem_distance(const Problem& a, const Problem& b) {
   // a window against none like a causal flag); a soft-cap or sinks change only the softmax's cost.
   // A latent cache (V is K's columns) against separate K and V counts like a dtype: the same tiles,
   // other traffic. So does an FP8 KV cache against one of q's dtype (kv_dtype=fp8: other loads and
-  // conversions, half the cache's bytes).
+  // conversions, half the cache's bytes). The backward pass against the forward counts more than any
+  // of those (2.0): other kernels altogether, whose configs say little of each other's (a space that
+  // lists both passes).
   auto lg = [](double x, double y) { return std::abs(std::log2(x / y)); };
   auto span = [](const Problem& p) { return p.window_left < 0 ? double(p.sk) : double(p.window_left + 1); };
   return lg(a.s, b.s) + lg(a.sk, b.sk) + 0.5 * lg(double(a.b) * a.h, double(b.b) * b.h) + 0.5 * lg(a.hkv, b.hkv) +
@@ -156,7 +158,8 @@ double problem_distance(const Problem& a, const Problem& b) {
          (a.is_varlen() && b.is_varlen() ? lg(double(a.varlen), double(b.varlen)) : 0.0) +
          (a.windowed() != b.windowed() ? 2.0 : a.windowed() ? lg(span(a), span(b)) : 0.0) +
          (a.softcapped() != b.softcapped() ? 0.5 : 0.0) + (a.sinks != b.sinks ? 0.25 : 0.0) +
-         (a.latent != b.latent ? 1.0 : 0.0) + (a.kv_fp8 != b.kv_fp8 ? 1.0 : 0.0);
+         (a.latent != b.latent ? 1.0 : 0.0) + (a.kv_fp8 != b.kv_fp8 ? 1.0 : 0.0) +
+         (a.backward != b.backward ? 2.0 : 0.0);
 }
 
 std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& results, const std::string& family,

@@ -146,6 +146,7 @@ void SearchSpace::bind_problem(const Problem& p, const std::string& arch, std::v
   slots[15] = p.head_dim_v();
   slots[16] = p.latent;
   slots[17] = p.kv_fp8;
+  slots[18] = p.backward;
   const auto& limits = limit_values_[static_cast<std::size_t>(it - archs_.begin())];
   std::copy(limits.begin(), limits.end(), slots.begin() + limit_base_);
 }
@@ -214,6 +215,23 @@ void SearchSpace::check_problem(const Problem& p, const std::string& arch) const
                                [](const auto& f) { return f.first == "kv_fp8"; }))
     throw InputError(fmt::format("{} does not support an FP8 KV cache (the problem {} has kv_dtype=fp8; its space's "
                                  "problem section does not list `kv_fp8`)",
+                                 family_, p.str()));
+  // The passes the problem section lists (`pass: [fwd, bwd]`); without `pass`, the forward alone. A
+  // backward problem only where it lists bwd, a forward one only where it lists fwd.
+  const auto pass = std::find_if(problem_support_text_.begin(), problem_support_text_.end(),
+                                 [](const auto& f) { return f.first == "pass"; });
+  const auto lists = [&](const char* name) {
+    return pass == problem_support_text_.end() ? std::string(name) == "fwd"
+                                               : std::find(pass->second.begin(), pass->second.end(), name) !=
+                                                     pass->second.end();
+  };
+  if (p.backward && !lists("bwd"))
+    throw InputError(fmt::format("{} does not support the backward pass (the problem {} has pass=bwd; its space's "
+                                 "problem section does not list `pass: [bwd]`)",
+                                 family_, p.str()));
+  if (!p.backward && !lists("fwd"))
+    throw InputError(fmt::format("{} does not support the forward pass (the problem {} is a forward one; its space's "
+                                 "problem section lists `pass: [bwd]` only: add pass=bwd to tune the backward pass)",
                                  family_, p.str()));
   for (std::size_t i = 0; i < problem_rules_.size(); ++i) {
     const ProblemRule& r = problem_rules_[i];

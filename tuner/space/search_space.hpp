@@ -3,7 +3,8 @@
 // (search_spaces/README.md documents the format).
 //
 // Every name an expression can use lives in one flat slot array, in this order:
-//   problem fields (b h hkv s sk d dtype causal page varlen window window_left window_right softcap sinks dv latent kv_fp8) |
+//   problem fields (b h hkv s sk d dtype causal page varlen window window_left window_right softcap sinks dv latent kv_fp8
+//   bwd) |
 //   device limits | params | derived
 // Enumeration binds params one at a time (depth-first, in declaration order) and checks each
 // constraint, and computes each derived quantity a constraint needs, as soon as every param it

@@ -26,9 +26,9 @@ namespace {
 
 constexpr std::size_t kMaxDomain = std::size_t{1} << 20;
 constexpr std::size_t kMaxParams = 256;
-// b h hkv s sk d dtype causal page varlen window window_left window_right softcap sinks dv latent kv_fp8:
-// slots 0..17
-constexpr int kProblemFields = 18;
+// b h hkv s sk d dtype causal page varlen window window_left window_right softcap sinks dv latent kv_fp8 bwd:
+// slots 0..18
+constexpr int kProblemFields = 19;
 
 const std::vector<std::string> kTopKeys = {"family", "description", "archs", "device_limits",
                                            "problem", "params", "derived", "constraints"};
@@ -38,12 +38,13 @@ const std::vector<std::string> kProblemInts = {"b", "h", "hkv", "s", "sk", "d"};
 // window_right its sides as the kernel applies them, -1 unbounded, 0 right when causal; softcap;
 // sinks), then dv (V's head dim: d unless the problem names another; added with `dv=N`), then latent
 // (V is K's first dv columns; added with `latent=1`), then kv_fp8 (an FP8 e4m3 KV cache; added with
-// `kv_dtype=fp8`).
+// `kv_dtype=fp8`), then pass (slot `bwd`: the backward pass, `pass=bwd`; the section lists the passes
+// a space tunes, `pass: [fwd, bwd]`, and without it the forward alone).
 const std::vector<std::string> kProblemKeys = {"b",           "h",           "hkv",          "s",
                                                "sk",          "d",           "dtype",        "causal",
                                                "page",        "varlen",      "window",       "window_left",
                                                "window_right", "softcap",    "sinks",        "dv",
-                                               "latent",       "kv_fp8",     "constraints"};
+                                               "latent",       "kv_fp8",     "pass",         "constraints"};
 // The variants a space serves only where its problem section says so (`window: [false, true]`): a
 // space that does not name one refuses problems with it.
 const std::vector<std::string> kVariantKeys = {"window", "softcap", "sinks"};
@@ -261,7 +262,8 @@ void SpaceLoader::check_name(const Entry& e, const std::string& what) {
   if (!is_lower_name(n))
     fail(e.key, fmt::format("{}: '{}' is not a valid {} name (lowercase letters, digits and '_', starting with a letter)",
                             e.path, n, what));
-  if (contains(kProblemKeys, n) && n != "constraints")
+  // `bwd` is the slot of the problem section's `pass` (the one key whose field has another name).
+  if ((contains(kProblemKeys, n) && n != "constraints") || n == "bwd")
     fail(e.key, fmt::format("{}: '{}' is reserved: it is a problem field", e.path, n));
   if (contains(kKeywords, n)) fail(e.key, fmt::format("{}: '{}' is reserved: it is a keyword", e.path, n));
   if (contains(kFunctionNames, n)) fail(e.key, fmt::format("{}: '{}' is reserved: it is a function", e.path, n));
@@ -381,6 +383,12 @@ void SpaceLoader::read_problem(const Entry& e) {
         t = scalar(f, n, "fp16 or bf16");
         if (t != "fp16" && t != "bf16") fail(n, fmt::format("{}: '{}' is not a dtype (fp16, bf16)", f.path, t));
         v = *sp_.scope_.symbol_id(t);
+      } else if (f.name == "pass") {
+        // The passes the space tunes, by name (slot `bwd`: 1 for the backward pass).
+        t = scalar(f, n, "fwd or bwd");
+        if (!is_plain(n) || (t != "fwd" && t != "bwd"))
+          fail(n, fmt::format("{}: expected fwd (the forward pass) or bwd (the backward pass), got '{}'", f.path, t));
+        v = t == "bwd";
       } else if (f.name == "causal" || f.name == "latent" || f.name == "kv_fp8" || contains(kVariantKeys, f.name)) {
         const std::string s = scalar(f, n, "true, false, 1 or 0");
         if (!is_plain(n) || (s != "true" && s != "false" && s != "1" && s != "0"))
@@ -531,7 +539,7 @@ void SpaceLoader::read_constraint(const Entry& e, const YAML::Node& item) {
   const bool problem = e.path != "constraints";
   Expr x = compile(c, expr, problem ? kProblemFields : -1,
                    "problem constraints may use only problem fields (b, h, hkv, s, sk, d, dtype, causal, page, varlen, "
-                   "window, window_left, window_right, softcap, sinks, dv, latent, kv_fp8)");
+                   "window, window_left, window_right, softcap, sinks, dv, latent, kv_fp8, bwd)");
   if (x.type() != ExprType::kBool)
     fail(expr_pos(expr, 1), fmt::format("{}: must be a bool expression, got {}", c.path, expr_type_name(x.type())));
   if (problem) {
@@ -590,6 +598,7 @@ SearchSpace SpaceLoader::run() {
   sp_.scope_.add("dv", ExprType::kInt);
   sp_.scope_.add("latent", ExprType::kBool);
   sp_.scope_.add("kv_fp8", ExprType::kBool);
+  sp_.scope_.add("bwd", ExprType::kBool);  // the problem section's `pass` (kProblemKeys)
 
   read_archs(top.at("archs"));
   read_device_limits(top.at("device_limits"));

@@ -1,7 +1,7 @@
 // What an FP8 e4m3 KV cache (kv_dtype=fp8) is validated with, decided without a GPU: the devices
 // that can run it (sm_89 and newer: a clear refusal below, not a crash), its dequantisation scales
-// (fixed seeds, in [0.25, 2], K's not V's), and that the reference kernels, FP8 ones included,
-// compile for every target the tuner builds for.
+// (fixed seeds, in [0.25, 2], K's not V's), and that the reference kernels, FP8 ones included (and the
+// backward pass's), compile for every target the tuner builds for.
 #include <algorithm>
 #include <string>
 
@@ -83,5 +83,15 @@ TEST(KvFp8Inputs, ReferenceKernelsCompileForEveryTarget) {
     ASSERT_TRUE(plain && fp8);
     EXPECT_EQ(fp8->smem, plain->smem);
     EXPECT_EQ(fp8->spill_stores + fp8->spill_loads, 0);
+    // The backward pass's (pass=bwd, issue 45), compiled in the same module: every kernel there, the
+    // two that hold a warp's accumulators without spills.
+    for (const char* kernel : {"attn_bwd_rowdot", "attn_reference_bwd_dq", "attn_reference_bwd_dkdv", "compare_grad",
+                               "store_rounded"})
+      EXPECT_NE(out.ptxas.entry(kernel), nullptr) << kernel;
+    for (const char* kernel : {"attn_reference_bwd_dq", "attn_reference_bwd_dkdv"}) {
+      const cuda::PtxasFunction* f = out.ptxas.entry(kernel);
+      ASSERT_TRUE(f) << kernel;
+      EXPECT_EQ(f->spill_stores + f->spill_loads, 0) << kernel;
+    }
   }
 }

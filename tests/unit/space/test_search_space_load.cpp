@@ -77,7 +77,7 @@ const BadCase kBadCases[] = {
      "and earlier derived names"},
     {"problem_constraint_uses_param.yaml", "6:21",
      "problem constraint: 'block_m' cannot be used here: problem constraints may use only problem fields "
-     "(b, h, hkv, s, sk, d, dtype, causal, page, varlen, window, window_left, window_right, softcap, sinks, dv, latent, kv_fp8)"},
+     "(b, h, hkv, s, sk, d, dtype, causal, page, varlen, window, window_left, window_right, softcap, sinks, dv, latent, kv_fp8, bwd)"},
     {"yaml_tag.yaml", "9:5", "constraint: '!q_in_regs' was read as a YAML tag; quote the expression (or write 'not' for '!')"},
     {"unquoted_ternary.yaml", "8:26", "YAML: illegal map value (quote an expression that contains ': ', such as a ternary)"},
 };
@@ -185,7 +185,7 @@ TEST(SearchSpaceLoad, InlineCases) {
   EXPECT_EQ(parse_error(kHead + "problem:\n  d: [64, 64]\nparams: {x: [1]}\n"),
             "inline.yaml:6:11: problem.d: 64 is listed twice");
   EXPECT_EQ(parse_error(kHead + "problem:\n  seq: [64]\nparams: {x: [1]}\n"),
-            "inline.yaml:6:3: problem: unknown key 'seq'; expected one of: b, h, hkv, s, sk, d, dtype, causal, page, varlen, window, window_left, window_right, softcap, sinks, dv, latent, kv_fp8, constraints");
+            "inline.yaml:6:3: problem: unknown key 'seq'; expected one of: b, h, hkv, s, sk, d, dtype, causal, page, varlen, window, window_left, window_right, softcap, sinks, dv, latent, kv_fp8, pass, constraints");
   EXPECT_EQ(parse_error(kHead + "params:\n  x: {range: [0, 2000000]}\n"),
             "inline.yaml:6:14: params.x.range: more than 1048576 values");
 }
