@@ -119,6 +119,32 @@ __device__ __forceinline__ float half_to_float(unsigned short x) {
   return y;
 }
 
+// Adds two consecutive floats into global memory (fire and forget): atomicAdds before sm_90.
+__device__ __forceinline__ void add_pair(float* p, float a, float b) {
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+}
+// The same by one vector reduction on sm_90 (REDG.ADD.F32x2: half the instructions; run 182: d=128
+// from 216 to 267 TFLOP/s).
+__device__ __forceinline__ void add_pair2(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+  add_pair(p, a, b);
+#endif
+}
+// Adds four consecutive floats (16-byte aligned) by one vector reduction, sm_90's REDG.ADD.F32x4:
+// a quarter of the instructions of scalar atomicAdds, after two shuffles (run 183: d=64 +9%; d=128
+// -7%, where the shuffles' registers spill). The space's dq_reduce picks it, on sm_90 only.
+__device__ __forceinline__ void add_quad(float* p, float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+#else
+  add_pair(p, a, b);
+  add_pair(p + 2, c, d);
+#endif
+}
+
 // ---- preprocessing ----------------------------------------------------------------------------
 // grid (seqlen_q_rounded / kBlockM, heads_q, batch): rows [m0, m0 + kBlockM) of one (batch, head).
 extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_preprocess(const BwdParams p) {
@@ -353,7 +379,11 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
     __syncthreads();  // dS^T complete
 
     // dQ (rows 16 * (warp % kDqRowTiles), columns kDqCols from (warp / kDqRowTiles) * kDqCols) over
-    // every key of the block, added into the accumulator.
+    // every key of the block, added into the accumulator. (ATT_BWD_ABLATE, harness builds only:
+    // 1 leaves dQ out, 2 its additions; wrong results, for timing where the step's time goes.)
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 1
+    if (false)
+#endif
     {
       float acc_dq[T::kDqTiles][4];
 #pragma unroll
@@ -377,10 +407,26 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
                   dq_col0 + 2 * t;
 #pragma unroll
       for (int dt = 0; dt < T::kDqTiles; ++dt) {
-        atomicAdd(dq + dt * 8, acc_dq[dt][0]);
-        atomicAdd(dq + dt * 8 + 1, acc_dq[dt][1]);
-        atomicAdd(dq + 8 * T::kHeadDim + dt * 8, acc_dq[dt][2]);
-        atomicAdd(dq + 8 * T::kHeadDim + dt * 8 + 1, acc_dq[dt][3]);
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 2
+        if (acc_dq[dt][0] != 12345.f) continue;
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        if constexpr (!T::kDqQuad) {
+          add_pair2(dq + dt * 8, acc_dq[dt][0], acc_dq[dt][1]);
+          add_pair2(dq + 8 * T::kHeadDim + dt * 8, acc_dq[dt][2], acc_dq[dt][3]);
+          continue;
+        }
+        // Lanes t and t ^ 1 trade halves so that each holds 4 consecutive columns of one row (the
+        // even lane row g, the odd row g + 8): one 16-byte reduction a tile instead of two of 8.
+        const bool even = (t & 1) == 0;
+        const float x = __shfl_xor_sync(0xffffffffu, even ? acc_dq[dt][2] : acc_dq[dt][0], 1);
+        const float y = __shfl_xor_sync(0xffffffffu, even ? acc_dq[dt][3] : acc_dq[dt][1], 1);
+        if (even) add_quad(dq + dt * 8, acc_dq[dt][0], acc_dq[dt][1], x, y);
+        else add_quad(dq + 8 * T::kHeadDim + dt * 8 - 2, x, y, acc_dq[dt][2], acc_dq[dt][3]);
+#else
+        add_pair(dq + dt * 8, acc_dq[dt][0], acc_dq[dt][1]);
+        add_pair(dq + 8 * T::kHeadDim + dt * 8, acc_dq[dt][2], acc_dq[dt][3]);
+#endif
       }
     }
     __syncthreads();  // every read of this stage's tiles and of dS^T done

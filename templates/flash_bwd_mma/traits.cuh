@@ -21,6 +21,10 @@ struct Traits {
   static constexpr int kKeyTiles = KEY_TILES;  // 16-key MMA row tiles a warp (its dK/dV rows)
   static constexpr int kStages = Q_STAGES;     // Q/dO tiles in flight (2: the next loads during this step)
   static constexpr int kMinBlocks = MIN_BLOCKS;  // __launch_bounds__ min blocks per SM (caps registers)
+  // How dQ's share of a step is added into its fp32 accumulator on sm_90: pairs of floats (one
+  // REDG.F32x2 each) or, after two shuffles between lane pairs, quads (one REDG.F32x4 each). Before
+  // sm_90 atomicAdds either way (the space offers quad on sm_90 only).
+  static constexpr bool kDqQuad = DQ_REDUCE == DQ_REDUCE_QUAD;
 
   // Derived.
   static constexpr int kThreads = kWarps * 32;

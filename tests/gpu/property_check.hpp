@@ -41,6 +41,7 @@ struct PropertyRun {
   bool latent = false;    // `latent=1`: V is K's first dv columns (the buffers pass v = k)
   bool kv_fp8 = false;    // `kv_dtype=fp8`: an FP8 e4m3 cache with per-(sequence, KV head) scales
   bool per_tensor_descale = false;  // kv_fp8: one scale a tensor (strides 0) instead
+  std::string extra;      // appended to every shape's spec (",pass=bwd": the backward pass)
 };
 
 // The configs a property test samples per problem kind: ATTNTUNE_PROPERTY_SAMPLE, else `fallback`
@@ -139,7 +140,7 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
                                              run.dv ? fmt::format(",dv={}", run.dv) : std::string(),
                                              dtype_name(v.dtype), v.causal ? 1 : 0,
                                              std::string(run.latent ? ",latent=1" : "") +
-                                                 (run.kv_fp8 ? ",kv_dtype=fp8" : "")));
+                                                 (run.kv_fp8 ? ",kv_dtype=fp8" : "") + run.extra));
       const LoadedBuild kernel(o->build.cubin, o->job.kernel.launch);
       ++seed;
       // A varlen problem: the worker's inputs (its own lengths packed, then a ragged batch with

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Builds bwd_harness shared libraries for a list of configs: NAME:D:BF16:CAUSAL:WINDOW:BM:W:KT:ST:MB
-# (flash_bwd_mma's tunables: block_m, warps, key_tiles, q_stages, min_blocks; ARCH=sm_80.. picks the
+# Builds bwd_harness shared libraries for a list of configs: NAME:D:BF16:CAUSAL:WINDOW:BM:W:KT:ST:MB[:QUAD]
+# (flash_bwd_mma's tunables: block_m, warps, key_tiles, q_stages, min_blocks, dq_reduce 0 pair / 1 quad; ARCH=sm_80.. picks the
 # target, default sm_90). tests/harness/bwd_check.py loads them.
 set -e
 out=${OUT_DIR:-build-harness}; mkdir -p $out
 here=$(dirname "$0")
 build_one() {
-  IFS=: read name d bf causal window bm w kt st mb <<<"$1"
+  IFS=: read name d bf causal window bm w kt st mb quad <<<"$1"
   local bn=$((w * 16 * kt))
-  nvcc -std=c++17 -O3 -arch=${ARCH:-sm_90} -shared -Xcompiler -fPIC -Xptxas -v \
+  nvcc -std=c++17 -O3 $EXTRA -arch=${ARCH:-sm_90} -shared -Xcompiler -fPIC -Xptxas -v \
     -DATT_HEAD_DIM=$d -DATT_DTYPE_BF16=$bf -DATT_CAUSAL=$causal -DATT_WINDOW=$window \
-    -DBLOCK_M=$bm -DWARPS=$w -DKEY_TILES=$kt -DQ_STAGES=$st -DMIN_BLOCKS=$mb -DTHREADS=$((w * 32)) \
+    -DBLOCK_M=$bm -DWARPS=$w -DKEY_TILES=$kt -DQ_STAGES=$st -DMIN_BLOCKS=$mb -DDQ_REDUCE_PAIR=0 -DDQ_REDUCE_QUAD=1 -DDQ_REDUCE=${quad:-0} -DTHREADS=$((w * 32)) \
     -DSMEM_BYTES=$(((2 * bn * d + 2 * st * bm * d + bn * bm) * 2 + 2 * st * bm * 4)) \
     $here/bwd_harness.cu -o $out/lib$name.so 2> $out/$name.ptxas
   echo "$name: $(awk '/Function properties for flash_bwd_mma$/{f=1} f&&/spill stores/{printf "%s spilled, ", $5} f&&/Used/{print $5, "registers"; f=0}' $out/$name.ptxas)"
 }
-export -f build_one; export out here ARCH
+export -f build_one; export out here ARCH EXTRA
 printf '%s\n' "$@" | xargs -P ${JOBS:-2} -I{} bash -c 'build_one {}'
