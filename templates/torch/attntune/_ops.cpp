@@ -883,12 +883,22 @@ void sdpa_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at
   }
   out.copy_(o);
   if (lse) {
-    at::Tensor kk = H != Hkv ? k.repeat_interleave(H / Hkv, 1) : k;
-    at::Tensor scores = at::matmul(q.to(at::kFloat), kk.to(at::kFloat).transpose(-2, -1)) * scale;
+    // The LSE in fp32 by chunks of query rows (a chunk's scores under 2^25 values, as variant_into's):
+    // autograd asks every forward for it, long sequences included.
+    const at::Tensor kk = (H != Hkv ? k.repeat_interleave(H / Hkv, 1) : k).to(at::kFloat).transpose(-2, -1);
     if (flag)
       visible = at::ones({S, Sk}, q.options().dtype(at::kBool)).tril();
-    if (visible.defined()) scores.masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity());
-    lse->copy_(at::logsumexp(scores, -1));
+    const int64_t B = q.size(0);
+    const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(S, (int64_t{1} << 25) / std::max<int64_t>(1, B * H * Sk)));
+    for (int64_t r0 = 0; r0 < S; r0 += rows) {
+      const int64_t n = std::min(rows, S - r0);
+      at::Tensor scores = at::matmul(q.narrow(2, r0, n).to(at::kFloat), kk) * scale;
+      if (visible.defined()) {
+        const at::Tensor vis = visible.dim() >= 2 && visible.size(-2) == S ? visible.narrow(-2, r0, n) : visible;
+        scores.masked_fill_(vis.logical_not(), -std::numeric_limits<float>::infinity());
+      }
+      lse->narrow(2, r0, n).copy_(at::logsumexp(scores, -1));
+    }
   }
 }
 
