@@ -1938,9 +1938,10 @@ def bwd_checks(pkg, namespace, device, gpu):
         window = (window[0], -1)
     scale = 1 / math.sqrt(D)
 
-    def inputs(seed):
-        return [randn(B, H, S, D, seed=seed), randn(B, Hkv, Sk, D, seed=seed + 1),
-                randn(B, Hkv, Sk, D, seed=seed + 2), randn(B, H, S, D, seed=seed + 3)]
+    def inputs(seed, extra=0):
+        """q, k, v, dO of the kernel's tuned problem (extra: more query rows and keys, off its lengths)."""
+        return [randn(B, H, S + extra, D, seed=seed), randn(B, Hkv, Sk + extra, D, seed=seed + 1),
+                randn(B, Hkv, Sk + extra, D, seed=seed + 2), randn(B, H, S + extra, D, seed=seed + 3)]
 
     def step(q, k, v, dout):
         return (lib.attention(q, k, v, is_causal=causal, window_size=window).float() * dout.float()).sum()
@@ -1967,9 +1968,10 @@ def bwd_checks(pkg, namespace, device, gpu):
         record(False, f"torch.compile(fullgraph=True) of a training step, kernel {i}",
                f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
 
-    for name, ratio in ((f"kernel {i}", 1e9), ("the fallback", 1.0)):
+    # The fallback's graph: 7 more rows and keys than the kernel's problem at max_length_ratio 1.
+    for name, ratio, extra in ((f"kernel {i}", 1e9, 0), ("the fallback", 1.0, 7)):
         lib.set_policy("sdpa", ratio)
-        static = [t.clone() for t in inputs(5000)]
+        static = [t.clone() for t in inputs(5000, extra)]
         leaves = [t.requires_grad_() for t in static[:3]]
         try:
             side = torch.cuda.Stream()
@@ -1979,17 +1981,25 @@ def bwd_checks(pkg, namespace, device, gpu):
                     torch.autograd.grad(step(*leaves, static[3]), leaves)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
+            lib.reset_coverage()
             with torch.cuda.graph(graph):
                 graph_grads = torch.autograd.grad(step(*leaves, static[3]), leaves)
-            fresh = inputs(6000)
+            captured = [r["kernel"] for r in lib.coverage() if r["entry"] == "attention_backward"]
+            fresh = inputs(6000, extra)
             with torch.no_grad():
                 for dst, src in zip(static, fresh):
                     dst.copy_(src)
+            lib.reset_coverage()
             graph.replay()
             torch.cuda.synchronize()
             ref64, lowp, _ = references(*fresh, scale, causal, window)
             ok, msg = compare_grads(graph_grads, ref64, lowp)
-            record(ok, f"CUDA graph of forward and backward (capture, new inputs, replay), {name}", msg)
+            want = [i] if extra == 0 else [None]
+            replay_counted = lib.coverage() != []  # a replay runs no host code: nothing is counted
+            ok = ok and captured == want and not replay_counted
+            record(ok, f"CUDA graph of forward and backward (capture, new inputs, replay), {name}",
+                   msg + f", the captured backward ran {captured} (expected {want})" +
+                   (", a replay counted a call" if replay_counted else ""))
         except RuntimeError as e:
             record(False, f"CUDA graph of forward and backward, {name}", str(e).splitlines()[0][:300])
 
