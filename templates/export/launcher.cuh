@@ -27,6 +27,10 @@
 //   - softmax_scale finite and > 0 (the online softmax tracks the row maximum of the raw scores);
 //   - what the kernel's launch plan adds (TMA: strides under 2^40 bytes, work tiles in an int);
 //   - the device: the kernel has code for it and fits its shared memory and registers.
+// attntune_attention_backward (the backward pass, kEntryBackward) checks the same of its eight tensors
+// (q, k, v, out, dout read; dq, dk, dv written: three tensors, none with two positions sharing an
+// element), softmax_lse 4-byte aligned, and takes of the options a window only; backward kernels
+// serve it alone.
 // The element type cannot be checked through void pointers: it is the "dtype" of
 // attntune_kernel_info() (and a kernel's problem's "kv_dtype" for an FP8 cache).
 
