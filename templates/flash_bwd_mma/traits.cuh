@@ -19,7 +19,7 @@ struct Traits {
   static constexpr int kBlockM = BLOCK_M;      // query rows a step of the main loop (one Q/dO tile)
   static constexpr int kWarps = WARPS;         // warps a CTA; each owns kKeyTiles * 16 keys
   static constexpr int kKeyTiles = KEY_TILES;  // 16-key MMA row tiles a warp (its dK/dV rows)
-  static constexpr int kStages = Q_STAGES;     // Q/dO tiles in flight (2: the next loads during this step)
+  static constexpr int kStages = Q_STAGES;     // Q/dO tiles in a ring: kStages - 1 steps' loads ahead
   static constexpr int kMinBlocks = MIN_BLOCKS;  // __launch_bounds__ min blocks per SM (caps registers)
   // How dQ's share of a step is added into its fp32 accumulator on sm_90: pairs of floats (one
   // REDG.F32x2 each) or, after two shuffles between lane pairs, quads (one REDG.F32x4 each). Before
@@ -55,7 +55,7 @@ struct Traits {
   static_assert(kDqRowTiles <= kWarps && kWarps % kDqRowTiles == 0 && kDqCols % 16 == 0,
                 "dQ's 16-row tiles must divide among the warps, in column groups of whole 16-dim pairs");
   static_assert(kKeyTiles >= 1 && kKeyTiles <= 2, "1 or 2 key tiles a warp");
-  static_assert(kStages >= 1 && kStages <= 2, "1 or 2 Q/dO stages");
+  static_assert(kStages >= 2 && kStages <= 3, "2 or 3 Q/dO stages");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes formula disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with warps * 32");
   static_assert(!ATT_SOFTCAP && !ATT_SINKS, "flash_bwd_mma has no soft-cap or sinks backward yet");

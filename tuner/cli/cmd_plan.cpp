@@ -155,6 +155,7 @@ int run_plan(const std::vector<std::string>& args) {
   if (o.dtype == "model" && !model.dtype_note.empty()) notes.push_back(model.dtype_note);
   notes.insert(notes.end(), model.notes.begin(), model.notes.end());
   if (const std::string n = kv_dtype_note(o, plan); !n.empty()) notes.push_back(n);
+  if (const std::string n = train_note(model, o); !n.empty()) notes.push_back(n);
   std::int64_t longest = 0;
   for (const auto& e : plan.entries) longest = std::max(longest, e.problem.sk);
   if (model.max_context > 0 && longest > model.max_context)

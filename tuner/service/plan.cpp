@@ -433,7 +433,7 @@ bool is_regime(const std::string& r) {
 int regime_index(const std::string& r) {
   return static_cast<int>(std::find(std::begin(kRegimes), std::end(kRegimes), r) - std::begin(kRegimes));
 }
-std::string known_regimes() { return "prefill, decode, chunk, varlen"; }
+std::string known_regimes() { return "prefill, decode, chunk, varlen, train"; }
 
 // A YAML scalar: plain when that reads back as the same string, else double-quoted (JSON's
 // escapes are YAML's).
@@ -547,7 +547,7 @@ class PlanReader {
       }
     }
     if (!has_problem) fail(item, where + ": no problem");
-    if (!has_regime) fail(item, where + ": no regime (prefill, decode, chunk or varlen)");
+    if (!has_regime) fail(item, where + ": no regime (prefill, decode, chunk, varlen or train)");
     PlanEntry e;
     const std::string spec = scalar(problem, problem_key, where + ".problem", "a problem spec like \"b=1,h=32,...\"");
     try {
@@ -555,7 +555,7 @@ class PlanReader {
     } catch (const InputError& err) {
       fail(problem, fmt::format("{}: {}", where, err.what()));
     }
-    e.regime = scalar(regime, regime_key, where + ".regime", "prefill, decode, chunk or varlen");
+    e.regime = scalar(regime, regime_key, where + ".regime", "prefill, decode, chunk, varlen or train");
     if (!is_regime(e.regime))
       fail(regime, fmt::format("{}.regime: unknown regime '{}' (known: {})", where, e.regime, known_regimes()));
     // Optional: which of the model's layers run the problem (plan writes it for models with
@@ -863,6 +863,30 @@ std::vector<std::string> parse_regimes(const std::string& text) {
   return out;
 }
 
+// Whether a training step's backward of layer kind k is a problem attntune tunes: the backward pass
+// (Problem::backward) has no soft-cap or sinks gradient yet and one head dim for Q, K and V.
+bool train_backward(const ModelAttention& m, const LayerKind& k) {
+  return k.softcap == 0 && !k.sinks && (m.head_dim_v == 0 || m.head_dim_v == m.head_dim);
+}
+
+std::string train_note(const ModelAttention& m, const PlanOptions& o) {
+  if (std::find(o.regimes.begin(), o.regimes.end(), "train") == o.regimes.end()) return "";
+  std::vector<LayerKind> kinds = m.layer_kinds;
+  if (kinds.empty()) kinds.push_back(LayerKind{"full_attention", -1, 0, false, m.layers});
+  std::vector<std::string> left;
+  for (const LayerKind& k : kinds)
+    if (!train_backward(m, k)) left.push_back(k.name);
+  if (left.empty()) return "";
+  const bool split = m.head_dim_v != 0 && m.head_dim_v != m.head_dim;
+  std::string names;
+  for (const auto& n : left) names += (names.empty() ? "" : ", ") + n;
+  return fmt::format("train: the backward of {} is not planned ({}: no backward family serves it yet); the forward "
+                     "is",
+                     left.size() == kinds.size() ? std::string("every layer") : names,
+                     split ? fmt::format("V's head dim {} is not Q's and K's {}", m.head_dim_v, m.head_dim)
+                           : std::string("a logit soft-cap or attention sinks"));
+}
+
 Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
   // The model, as read_model_config checks it, for callers that fill it in themselves.
   if (m.heads < 1 || m.kv_heads < 1 || m.heads % m.kv_heads != 0)
@@ -995,7 +1019,7 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
     const LayerKind& kind = kinds[ki];
     const std::string layers = layers_text(kind);
     auto add = [&](const std::string& regime, DType dt, std::int64_t b, std::int64_t s, std::int64_t sk,
-                   std::int64_t page, std::int64_t varlen = 0) {
+                   std::int64_t page, std::int64_t varlen = 0, bool backward = false) {
       Problem p;
       p.b = b, p.h = h, p.hkv = hkv, p.s = s, p.sk = sk, p.d = m.head_dim, p.dtype = dt, p.causal = true;
       p.dv = m.head_dim_v;
@@ -1015,6 +1039,7 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
       }
       // An FP8 cache where a decode step reads one (chunked prefill keeps q's dtype: kv_dtype_note).
       if (kv_fp8 && regime == "decode" && s <= kPlanDecodeMaxQ) p.kv_fp8 = true;
+      p.backward = backward;
       made.push_back({ki, {p, regime, layers}});
     };
     for (DType dt : dtypes) {
@@ -1032,12 +1057,21 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
       if (regimes.count("varlen"))
         for (auto b : batch)
           for (auto len : seqlen) add("varlen", dt, b, len, len, 0, varlen_shortest(len));
+      // A training step: the forward (the prefill problem: under prefill when both are asked, a
+      // plan listing each problem once) and its backward, where a backward family can serve the
+      // layer kind (train_note says what is left out).
+      if (regimes.count("train"))
+        for (auto b : batch)
+          for (auto len : seqlen) {
+            add("train", dt, b, len, len, 0);
+            if (train_backward(m, kind)) add("train", dt, b, len, len, 0, 0, true);
+          }
     }
   }
   auto key = [](const std::pair<std::size_t, PlanEntry>& m) {
     const PlanEntry& e = m.second;
     return std::make_tuple(regime_index(e.regime), std::string(dtype_name(e.problem.dtype)), m.first, e.problem.b,
-                           e.problem.s, e.problem.sk);
+                           e.problem.s, e.problem.sk, e.problem.backward);
   };
   std::stable_sort(made.begin(), made.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
   Plan plan;

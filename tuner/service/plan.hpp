@@ -82,8 +82,10 @@ const std::vector<int>& decode_only_head_dims();
 std::string describe_head_dims(const std::vector<int>& dims);
 
 // The regimes, in the order a plan lists them. varlen: prefill as serving engines run it, a packed
-// batch of prompts of different lengths (`varlen=N`); opt-in, as chunk.
-inline constexpr const char* kRegimes[] = {"prefill", "decode", "chunk", "varlen"};
+// batch of prompts of different lengths (`varlen=N`); opt-in, as chunk. train (issue 45): a training
+// step's attention over --batch micro-batches of --seqlen tokens, its forward (the prefill problem;
+// listed once, under prefill when both are asked) and its backward (`pass=bwd`); opt-in.
+inline constexpr const char* kRegimes[] = {"prefill", "decode", "chunk", "varlen", "train"};
 
 // The shortest prompt of the varlen regime's packed batch of longest prompt `s`: s / 16, at least 1
 // (lengths s/16..s, the spread of a serving batch's prompts).
@@ -94,10 +96,10 @@ inline constexpr std::int64_t varlen_shortest(std::int64_t s) { return s / 16 > 
 inline constexpr std::int64_t kLatentPage = 64;
 
 struct PlanOptions {
-  std::vector<std::string> regimes = {"prefill", "decode"};  // prefill | decode | chunk | varlen
+  std::vector<std::string> regimes = {"prefill", "decode"};  // prefill | decode | chunk | varlen | train
   std::string dtype = "model";                               // bf16 | fp16 | both | model
-  std::vector<std::int64_t> batch = {1, 8};                  // prefill, varlen and chunk
-  std::vector<std::int64_t> seqlen = {512, 2048, 8192};      // prefill: s = sk; varlen: the longest prompt
+  std::vector<std::int64_t> batch = {1, 8};                  // prefill, varlen, chunk and train
+  std::vector<std::int64_t> seqlen = {512, 2048, 8192};      // prefill, train: s = sk; varlen: the longest prompt
   std::vector<std::int64_t> decode_batch = {1, 16, 64};      // decode
   std::vector<std::int64_t> context = {2048, 8192, 32768};   // decode: sk; chunk: keys before the chunk
   std::vector<std::int64_t> q_len = {1};                     // decode: s (more than 1: speculative decoding)
@@ -128,7 +130,7 @@ std::vector<std::string> parse_regimes(const std::string& text);
 
 struct PlanEntry {
   Problem problem;
-  std::string regime;  // prefill | decode | chunk | varlen
+  std::string regime;  // prefill | decode | chunk | varlen | train
   // The layers whose calls the problem is ("sliding_attention, 21 of 42 layers"); "" when every
   // layer of the model runs it (plain attention): the plan file's optional `layers`.
   std::string layers;
@@ -170,5 +172,9 @@ Plan make_plan(const ModelAttention& model, const PlanOptions& opts);
 // fp8 asked for an FP8 one (chunked prefill, decode steps of more than kPlanDecodeMaxQ rows: no family
 // serves them over an FP8 cache yet); "" for every other plan.
 std::string kv_dtype_note(const PlanOptions& opts, const Plan& plan);
+// What --regimes train leaves out, for stderr ("" when nothing): the backward of layers with a
+// soft-cap or sinks, and of a model whose V head dim is not its Q/K one (no backward family serves
+// them yet; their forward is planned).
+std::string train_note(const ModelAttention& m, const PlanOptions& opts);
 
 }  // namespace attntune

@@ -772,9 +772,9 @@ TEST(PlanMake, NonsenseOptionsAreInputErrors) {
   EXPECT_EQ(error([](PlanOptions& o) {
               o.regimes = {"prefill", "training"};
             }),
-            "--regimes: unknown regime 'training' (known: prefill, decode, chunk, varlen)");
+            "--regimes: unknown regime 'training' (known: prefill, decode, chunk, varlen, train)");
   EXPECT_EQ(error([](PlanOptions& o) { o.regimes.clear(); }),
-            "--regimes: empty list (known: prefill, decode, chunk, varlen)");
+            "--regimes: empty list (known: prefill, decode, chunk, varlen, train)");
   EXPECT_EQ(error([](PlanOptions& o) { o.dtype = "fp8"; }),
             "--dtype: unknown dtype 'fp8' (expected bf16, fp16, both or model)");
   EXPECT_TRUE(error([](PlanOptions& o) {
@@ -843,7 +843,7 @@ TEST(PlanMake, ListOptionsParseWholeNumbersOnly) {
   EXPECT_EQ(parse_regimes("prefill, chunk"), (std::vector<std::string>{"prefill", "chunk"}));
   EXPECT_EQ(parse_regimes("varlen,prefill"), (std::vector<std::string>{"varlen", "prefill"}));
   EXPECT_EQ(input_error_of([] { parse_regimes("prefil"); }),
-            "--regimes: unknown regime 'prefil' (known: prefill, decode, chunk, varlen)");
+            "--regimes: unknown regime 'prefil' (known: prefill, decode, chunk, varlen, train)");
   EXPECT_TRUE(has(input_error_of([] { parse_regimes(""); }), "empty list"));
 }
 
@@ -947,13 +947,13 @@ TEST(PlanFile, BadEntriesAreReportedAtLineAndColumn) {
   EXPECT_EQ(error(head + good + good),
             f + ":5:5: problems[1]: b=1,h=32,hkv=8,s=1,sk=4096,d=128,dtype=bf16,causal=1,page=16 is listed twice "
                 "(first as problems[0], line 4)");
-  EXPECT_EQ(error(head + good + "  - {problem: \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\", regime: train}\n"),
-            f + ":5:65: problems[1].regime: unknown regime 'train' (known: prefill, decode, chunk, varlen)");
+  EXPECT_EQ(error(head + good + "  - {problem: \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\", regime: training}\n"),
+            f + ":5:65: problems[1].regime: unknown regime 'training' (known: prefill, decode, chunk, varlen, train)");
   EXPECT_EQ(error(head + "  - {problem: \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\", regime: decode, gpu: 0}\n"),
             f + ":4:73: problems[0]: unknown key 'gpu' (expected problem, regime, layers)");
   EXPECT_EQ(error(head + "  - {regime: decode}\n"), f + ":4:5: problems[0]: no problem");
   EXPECT_EQ(error(head + "  - {problem: \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\"}\n"),
-            f + ":4:5: problems[0]: no regime (prefill, decode, chunk or varlen)");
+            f + ":4:5: problems[0]: no regime (prefill, decode, chunk, varlen or train)");
   EXPECT_EQ(error("model: m\nsource: s\n"), f + ":1:1: no problems: a plan lists its problems");
   EXPECT_EQ(error(head + "  - \"b=2,h=32,s=1,d=128,dtype=bf16,causal=1\"\n"),
             f + ":4:5: problems[0]: expected {problem: \"b=...,h=...\", regime: prefill|decode|chunk}");
@@ -1174,7 +1174,7 @@ TEST(PlanCli, BadInputsAreOneLineAndExit2) {
       dir.write("seven.json", R"({"num_attention_heads": 32, "num_key_value_heads": 7, "hidden_size": 4096})");
   expect_input_error("plan --model " + seven,
                      "seven.json: num_key_value_heads (7) does not divide num_attention_heads (32)");
-  expect_input_error("plan" + llama + " --regimes prefill,train", "unknown regime 'train'");
+  expect_input_error("plan" + llama + " --regimes prefill,training", "unknown regime 'training'");
   expect_input_error("plan" + llama + " --batch nan", "--batch: 'nan' is not a whole number");
   expect_input_error("plan" + llama + " --seqlen=-512", "--seqlen: -512 is out of range");
   expect_input_error("plan" + llama + " --decode-batch 0", "--decode-batch: 0 is out of range");
@@ -1517,4 +1517,62 @@ TEST(PlanCli, KvDtypeFp8PlansFp8DecodeAndSaysChunkedPrefillKeepsA16BitCache) {
             "family serves it over an FP8 cache yet); decode steps of up to 16 query rows plan kv_dtype=fp8\n");
   EXPECT_TRUE(has(run_attntune("plan --help").out, "--kv-dtype arg (=model)"));
   expect_input_error("plan --model " + model_file("qwen2_7b.json") + " --kv-dtype int8", "--kv-dtype: unknown dtype 'int8'");
+}
+
+// --regimes train (issue 45): a training step's forward and backward over --batch x --seqlen, the
+// forward listed once (under prefill when both are asked), the backward only where a backward
+// family can serve the layers, and a note for what is left out.
+TEST(PlanTrain, PlansEachStepsForwardAndBackward) {
+  PlanOptions o;
+  o.regimes = {"train"};
+  o.batch = {1, 4};
+  o.seqlen = {4096};
+  const Plan p = make_plan(llama3(), o);
+  EXPECT_EQ(specs(p), (std::vector<std::string>{
+                          "b=1,h=32,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1",
+                          "b=1,h=32,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1,pass=bwd",
+                          "b=4,h=32,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1",
+                          "b=4,h=32,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1,pass=bwd",
+                      }));
+  for (const PlanEntry& e : p.entries) {
+    EXPECT_EQ(e.regime, "train");
+    EXPECT_EQ(Problem::parse(e.problem.str()), e.problem);
+  }
+  EXPECT_EQ(train_note(llama3(), o), "");
+  // With prefill the forward is prefill's, once; the backward stays train's.
+  o.regimes = {"prefill", "train"};
+  const Plan both = make_plan(llama3(), o);
+  EXPECT_EQ(specs(both, "prefill").size(), 2u);
+  EXPECT_EQ(specs(both, "train"), (std::vector<std::string>{
+                                      "b=1,h=32,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1,pass=bwd",
+                                      "b=4,h=32,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1,pass=bwd",
+                                  }));
+  // A plan file of train problems reads back as written.
+  TempDir dir;
+  const std::string path = dir.file("train.yaml");
+  both.save(path);
+  EXPECT_EQ(Plan::load(path), both);
+}
+
+TEST(PlanTrain, LayersWithoutABackwardFamilyPlanTheForwardAndSaySo) {
+  PlanOptions o;
+  o.regimes = {"train"};
+  o.batch = {2};
+  o.seqlen = {4096};
+  // Mistral's window: its backward is planned, windowed.
+  const ModelAttention mistral = read_model_config(model_file("mistral_7b_v01.json"));
+  const auto mistral_specs = specs(make_plan(mistral, o));
+  ASSERT_EQ(mistral_specs.size(), 2u);
+  EXPECT_NE(mistral_specs[1].find("window=4095,pass=bwd"), std::string::npos) << mistral_specs[1];
+  // Gemma 2's soft-cap: forward only, and the note names why.
+  const ModelAttention gemma = read_model_config(model_file("gemma2_9b.json"));
+  for (const std::string& s : specs(make_plan(gemma, o))) EXPECT_EQ(s.find("pass=bwd"), std::string::npos) << s;
+  EXPECT_NE(train_note(gemma, o).find("soft-cap"), std::string::npos) << train_note(gemma, o);
+  // DeepSeek's MLA prefill (d=192, dv=128): forward only.
+  const ModelAttention ds = read_model_config(model_file("deepseek_v3.json"));
+  for (const std::string& s : specs(make_plan(ds, o))) EXPECT_EQ(s.find("pass=bwd"), std::string::npos) << s;
+  EXPECT_NE(train_note(ds, o).find("V's head dim 128"), std::string::npos) << train_note(ds, o);
+  // Without train, no note.
+  o.regimes = {"prefill"};
+  EXPECT_EQ(train_note(gemma, o), "");
 }
