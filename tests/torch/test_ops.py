@@ -1996,7 +1996,7 @@ class Backward(unittest.TestCase):
         self.assertIn("fp32 fallback: tensors on cpu", attntune.coverage_table())
         row = dict(rows["attention_backward"], tunable=True)
         plan = attntune.plan_from_coverage([row], "train")
-        self.assertEqual(plan["problems"], [{"problem": spec + ",pass=bwd", "regime": "prefill"}])
+        self.assertEqual(plan["problems"], [{"problem": spec + ",pass=bwd", "regime": "train"}])
         # attntune reads the spec back as a backward problem (the shipped flash_bwd_mma space tunes it).
         db = os.path.join(WORK, "bwd-queue.db")
         r = run("submit", "--db", db, "--problem", plan["problems"][0]["problem"], "--format", "json")
@@ -2006,7 +2006,7 @@ class Backward(unittest.TestCase):
             support = json.load(fh)
         fams = {f["family"]: f for f in support["families"]}
         self.assertEqual(fams["flash_bwd_mma"]["support"]["pass"], ["bwd"])
-        self.assertEqual(fams["flash_bwd_mma"]["regimes"], ["prefill"])
+        self.assertEqual(fams["flash_bwd_mma"]["regimes"], ["train"])
         self.assertEqual(attntune.untunable(row, support), "")
         row96 = json.loads(json.dumps(row))
         row96["problem"]["d"] = 96  # flash_fwd_mma tunes d=96 forward; no backward family does

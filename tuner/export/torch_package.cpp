@@ -79,12 +79,14 @@ Tuned tuned(const SearchSpace& space) {
     }
     std::vector<std::string> regimes;
     for (const auto& [dims, tail] : forms) {
-      // Each pass it tunes: a backward problem's spec ends in ,pass=bwd (its regime is the dense
-      // shape's, prefill).
+      // Each pass it tunes: a backward problem's spec ends in ,pass=bwd, and its regime is `train`
+      // (plan's word for a training step's problems; the backward's are dense, prefill's shapes).
       for (const std::string& pass : passes)
-        for (const auto& [regime, spec] : regime_problems(dims, dtype, tail + (pass == "bwd" ? ",pass=bwd" : "")))
-          if (std::find(regimes.begin(), regimes.end(), regime) == regimes.end() && tunes(space, spec))
-            regimes.push_back(regime);
+        for (const auto& [regime, spec] : regime_problems(dims, dtype, tail + (pass == "bwd" ? ",pass=bwd" : ""))) {
+          const std::string name = pass == "bwd" ? "train" : regime;
+          if (std::find(regimes.begin(), regimes.end(), name) == regimes.end() && tunes(space, spec))
+            regimes.push_back(name);
+        }
       if (!regimes.empty()) break;
     }
     if (regimes.empty()) continue;

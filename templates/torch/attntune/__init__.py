@@ -568,9 +568,10 @@ def _variants_of(p):
 def _regime(row):
     """The regime a coverage() row's problem is tuned as (coverage_plan's, and tuner.json's
     "regimes"): decode for seqlen_q <= 16; chunk for the kvcache entry with more rows; varlen; prefill.
-    The backward pass (attention_backward) is a dense problem of any length: prefill."""
+    attention's backward (attention_backward) is a training step's: train (plan's regime word; a dense
+    problem of any length, pass=bwd)."""
     if row["entry"] == "attention_backward":
-        return "prefill"
+        return "train"
     if row["problem"]["s"] <= 16:
         return "decode"
     return {"attention_kvcache": "chunk", "attention_varlen": "varlen"}.get(row["entry"], "prefill")
@@ -678,13 +679,14 @@ def plan_from_coverage(rows, model="attntune coverage"):
     """The plan (docs/design/plan.md: {model, source, problems: [{problem, regime}]}) of the rows of
     coverage() that fell back for want of a tuned kernel: regime decode for seqlen_q <= DECODE_MAX_SEQLEN_Q, chunk
     for the kvcache entry with more rows (chunked prefill, tuned paged), prefill for the dense and
-    varlen entries and for attention's backward (its specs end in ,pass=bwd)."""
+    varlen entries, train for attention's backward (its specs end in ,pass=bwd)."""
     problems, seen = [], set()
     for r in rows:
         if not r.get("tunable"):
             continue
-        decode = r["problem"]["s"] <= DECODE_MAX_SEQLEN_Q and r["entry"] != "attention_backward"
-        regime = "decode" if decode else "chunk" if r["entry"] == "attention_kvcache" else "prefill"
+        decode = r["problem"]["s"] <= DECODE_MAX_SEQLEN_Q
+        regime = ("train" if r["entry"] == "attention_backward" else "decode" if decode else
+                  "chunk" if r["entry"] == "attention_kvcache" else "prefill")
         spec = problem_spec(r)
         if spec and spec not in seen:
             seen.add(spec)

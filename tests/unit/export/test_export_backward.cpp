@@ -47,9 +47,9 @@ TEST(ExportBackward, APlanOfForwardAndBackwardProblemsExportsBoth) {
     f << nlohmann::json{{"model", "train"},
                         {"source", "test"},
                         {"problems",
-                         {{{"problem", kFwd}, {"regime", "prefill"}},
-                          {{"problem", kBwd}, {"regime", "prefill"}},
-                          {{"problem", kUntuned}, {"regime", "prefill"}}}}}
+                         {{{"problem", kFwd}, {"regime", "train"}},
+                          {{"problem", kBwd}, {"regime", "train"}},
+                          {{"problem", kUntuned}, {"regime", "train"}}}}}
              .dump();
   }
   const std::string out = dir.file("train.cu");
@@ -92,7 +92,7 @@ TEST(ExportBackward, TunerJsonListsEveryFamilyWithItsPasses) {
   }
   EXPECT_GE(shipped, 5);
   EXPECT_EQ(listed.at("flash_bwd_mma").at("support").at("pass"), nlohmann::json::array({"bwd"}));
-  EXPECT_EQ(listed.at("flash_bwd_mma").at("regimes"), nlohmann::json::array({"prefill"}));
+  EXPECT_EQ(listed.at("flash_bwd_mma").at("regimes"), nlohmann::json::array({"train"}));
 }
 
 }  // namespace

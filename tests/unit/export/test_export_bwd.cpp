@@ -143,7 +143,7 @@ TEST(ExportBackward, AllBestHoldsForwardAndBackwardKernelsAndTorchPackagesThem) 
       found = true;
       EXPECT_EQ(support.at("pass"), nlohmann::json::array({"bwd"})) << fam.dump();
       EXPECT_EQ(support.at("d"), nlohmann::json::array({"64", "128"})) << fam.dump();
-      EXPECT_EQ(fam.at("regimes"), nlohmann::json::array({"prefill"})) << fam.dump();
+      EXPECT_EQ(fam.at("regimes"), nlohmann::json::array({"train"})) << fam.dump();
     } else {
       EXPECT_FALSE(support.contains("pass")) << fam.dump();  // the forward families: as before
     }
