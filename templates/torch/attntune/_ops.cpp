@@ -972,7 +972,7 @@ void variant_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       at::Tensor mx = std::get<0>(s.max(-1, /*keepdim=*/true));
       mx = at::where(at::isneginf(mx), at::zeros_like(mx), mx);  // a row without keys: exp(-inf) = 0
       s.sub_(mx).exp_();
-      l = s.sum(-1, /*keepdim=*/true);
+      l = s.sum(at::IntArrayRef{-1}, /*keepdim=*/true);
       o = at::matmul(s.view({B, Hkv, G * n, m}), vf.narrow(2, j0, m)).view({B, Hkv, G, n, Dv});
       o = at::where(l > 0, o / l, at::zeros({}, f32));
       l = l.log_().add_(mx);  // -inf where no key is seen
@@ -1085,7 +1085,7 @@ void backward_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     if (dsinks.numel()) dsinks.zero_();
     if (sinks.defined() && q.numel() > 0 && Sk == 0 && H > 0) {
       // No keys: every row's weight is its sink's (P_sink = 1): dsink_h = -sum_i D_i, D_i = dO_i . 0 - dlse_i.
-      if (dlse.defined()) dsinks.copy_(dlse.to(ct).sum({0, 2}));
+      if (dlse.defined()) dsinks.copy_(dlse.to(ct).sum(at::IntArrayRef{0, 2}));
     }
     return;
   }
@@ -1106,7 +1106,7 @@ void backward_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     at::Tensor dl = dlse.defined() ? dlse.narrow(2, r0, n).to(ct).reshape({B, Hkv, G, n, 1}) : at::Tensor();
     if (j1 <= j0) {  // no row of the chunk sees a key
       dq.narrow(2, r0, n).zero_();
-      if (ds_acc.defined() && dl.defined()) ds_acc.add_(dl.sum({0, 3, 4}));  // P_sink = 1, D = -dlse
+      if (ds_acc.defined() && dl.defined()) ds_acc.add_(dl.sum(at::IntArrayRef{0, 3, 4}));  // P_sink = 1, D = -dlse
       continue;
     }
     const int64_t m = j1 - j0;
@@ -1129,7 +1129,7 @@ void backward_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     if (sink5.defined()) mx = at::maximum(mx, sink5.expand_as(mx));
     mx = at::where(at::isneginf(mx), at::zeros_like(mx), mx);
     at::Tensor p = (s - mx).exp_();
-    at::Tensor l = p.sum(-1, /*keepdim=*/true);
+    at::Tensor l = p.sum(at::IntArrayRef{-1}, /*keepdim=*/true);
     at::Tensor psink;
     if (sink5.defined()) {
       psink = (sink5 - mx).exp();
@@ -1138,7 +1138,7 @@ void backward_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     const at::Tensor linv = at::where(l > 0, l.reciprocal(), at::zeros({}, copts));
     p.mul_(linv);
     const at::Tensor dp = at::matmul(go, vc.transpose(-2, -1)).view({B, Hkv, G, n, m});
-    at::Tensor dd = (p * dp).sum(-1, /*keepdim=*/true);  // D_i = dO_i . o_i
+    at::Tensor dd = (p * dp).sum(at::IntArrayRef{-1}, /*keepdim=*/true);  // D_i = dO_i . o_i
     if (dl.defined()) dd = dd - dl;
     at::Tensor ds = p * (dp - dd);
     if (t.defined()) ds.mul_(1 - t * t);
@@ -1146,7 +1146,7 @@ void backward_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     dq.narrow(2, r0, n).copy_(at::matmul(ds3, kc).mul_(scale).view({B, H, n, D}));
     dk_acc.narrow(2, j0, m).add_(at::matmul(ds3.transpose(-2, -1), qc).mul_(scale));
     dv_acc.narrow(2, j0, m).add_(at::matmul(p3.transpose(-2, -1), go));
-    if (ds_acc.defined()) ds_acc.sub_((psink * linv * dd).sum({0, 3, 4}));
+    if (ds_acc.defined()) ds_acc.sub_((psink * linv * dd).sum(at::IntArrayRef{0, 3, 4}));
   }
   dk.copy_(dk_acc);
   dv.copy_(dv_acc);
