@@ -173,8 +173,8 @@ std::vector<Case> corpus() {
        "is a directory"},
       {"an empty space (no valid config)", edited_space("block_m: [64, 128]", "block_m: [32]"), 1,
        "no valid config in"},
-      {"unknown template", edited_space("family: flash_fwd_mma", "family: flash_bwd_mma"), 2,
-       "unknown template family 'flash_bwd_mma'"},
+      {"unknown template", edited_space("family: flash_fwd_mma", "family: flash_bwd_wgmma_v9"), 2,
+       "unknown template family 'flash_bwd_wgmma_v9'"},
       // Problems.
       {"unsupported head_dim", [P](const Env& e) {
          return std::vector<std::string>{"compile", "--space", e.rec->space, "--problem",

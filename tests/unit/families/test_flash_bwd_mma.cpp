@@ -47,7 +47,7 @@ TEST(FlashBwdMmaSpace, ServesTheBackwardOfHeadDims64And128OnEveryArch) {
                              "b=2,h=32,hkv=8,s=2048,d=64,dtype=fp16,causal=1,pass=bwd",
                              "b=1,h=8,s=4096,d=128,dtype=bf16,causal=1,window=1024,pass=bwd"}) {
       const auto configs = space.enumerate(Problem::parse(spec), arch);
-      EXPECT_GE(configs.size(), 4u) << arch << " " << spec;
+      EXPECT_GE(configs.size(), 2u) << arch << " " << spec;  // sm_86/89 at d=128: 99 KB of shared memory
       for (const Config& c : configs) {
         // Two key tiles a warp only where dK, dV, S^T and dP^T fit the registers (d=64, 32-row steps).
         if (get(c, "key_tiles") == 2) EXPECT_EQ(Problem::parse(spec).d, 64) << config_str(c);
