@@ -48,6 +48,9 @@ struct FlashBwdMmaLaunch {
     if ((call.causal != 0) != (causal != 0))
       return refuse(why, "this flash_bwd_mma kernel was built for %s attention; the call is %s",
                     causal ? "causal" : "non-causal", call.causal ? "causal" : "non-causal");
+    if (call.deterministic)
+      return refuse(why, "flash_bwd_mma adds dQ's shares with floating-point atomics, whose order varies from run to "
+                    "run: it has no deterministic mode yet (bit-identical gradients need dQ by a separate pass)");
     if (!call.lse || !call.out || !call.dout || !call.dq || !call.dk || !call.dv)
       return refuse(why, "the backward pass needs out, softmax_lse, dout, dq, dk and dv (none may be NULL)");
     if (call.heads_kv < 1 || call.heads_q % call.heads_kv != 0)

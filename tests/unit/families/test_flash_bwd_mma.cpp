@@ -157,6 +157,9 @@ TEST(FlashBwdMmaPlan, EmptyLengthsAndWrongCallsAreHandled) {
   c = backward_call_of(p);
   c.heads_kv = 3;
   refused(c, "multiple of heads_kv");
+  c = backward_call_of(p);
+  c.deterministic = 1;  // dQ's atomics: never served silently
+  refused(c, "no deterministic mode");
 }
 
 // A spread of configs of each head dim, causal and windowed, builds for each arch; the configs the
