@@ -401,12 +401,9 @@ static int check_common(const Call& a) {
   return 0;
 }
 
-// What every entry point checks once a kernel serves the call: heads, lengths, scale, pointers,
-// alignment, strides, out without overlaps. `kv_rows` is what k's and v's strides index by row
-// (the keys per sequence, or a page's rows).
-static int check_tensors(const Call& a) {
-  if (a.heads_q > 0 && (a.heads_kv <= 0 || a.heads_q % a.heads_kv != 0))
-    return unsupported("heads_q (%d) must be a positive multiple of heads_kv (%d)", a.heads_q, a.heads_kv);
+// The grid's and the lengths' limits and the scale, which every entry point checks once a kernel
+// serves the call (check_tensors, check_backward_tensors).
+static int check_limits(const Call& a) {
   if (a.batch > 65535 || a.heads_q > 65535)
     return unsupported("batch (%d) and heads_q (%d) must be at most 65535 (grid limits)", a.batch, a.heads_q);
   if (a.seqlen_q > (1 << 30) || a.seqlen_k > (1 << 30))
@@ -415,6 +412,16 @@ static int check_tensors(const Call& a) {
   if (!(a.scale > 0.f && a.scale <= 3.402823466e+38f))
     return unsupported("softmax_scale must be finite and > 0 (got %g); the usual value is 1/sqrt(head_dim)",
                        static_cast<double>(a.scale));
+  return 0;
+}
+
+// What every entry point checks once a kernel serves the call: heads, lengths, scale, pointers,
+// alignment, strides, out without overlaps. `kv_rows` is what k's and v's strides index by row
+// (the keys per sequence, or a page's rows).
+static int check_tensors(const Call& a) {
+  if (a.heads_q > 0 && (a.heads_kv <= 0 || a.heads_q % a.heads_kv != 0))
+    return unsupported("heads_q (%d) must be a positive multiple of heads_kv (%d)", a.heads_q, a.heads_kv);
+  if (const int r = check_limits(a)) return r;
   if (a.batch == 0 || a.heads_q == 0 || a.seqlen_q == 0) return 0;  // nothing to compute
   const bool has_keys = a.seqlen_k > 0;
   if (!a.q || !a.out || (has_keys && (!a.k || !a.v)))
@@ -663,14 +670,7 @@ alignas(16) static unsigned char kNothing[16];
 static int check_backward_tensors(const Call& a) {
   if ((a.heads_q > 0 || a.heads_kv > 0) && (a.heads_q <= 0 || a.heads_kv <= 0 || a.heads_q % a.heads_kv != 0))
     return unsupported("heads_q (%d) must be a positive multiple of heads_kv (%d)", a.heads_q, a.heads_kv);
-  if (a.batch > 65535 || a.heads_q > 65535)
-    return unsupported("batch (%d) and heads_q (%d) must be at most 65535 (grid limits)", a.batch, a.heads_q);
-  if (a.seqlen_q > (1 << 30) || a.seqlen_k > (1 << 30))
-    return unsupported("sequence lengths must be at most 2^30 (got seqlen_q=%d seqlen_k=%d)", a.seqlen_q,
-                       a.seqlen_k);
-  if (!(a.scale > 0.f && a.scale <= 3.402823466e+38f))
-    return unsupported("softmax_scale must be finite and > 0 (got %g); the usual value is 1/sqrt(head_dim)",
-                       static_cast<double>(a.scale));
+  if (const int r = check_limits(a)) return r;
   if (a.batch == 0 || a.heads_q == 0) return 0;  // no gradient element: nothing to compute
   const bool has_q = a.seqlen_q > 0, has_k = a.seqlen_k > 0;
   if (has_q && (!a.q || !a.out || !a.lse || !a.dout || !a.dq))

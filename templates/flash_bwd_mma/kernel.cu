@@ -269,58 +269,59 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_dk[kt][dt][e] = acc_dv[kt][dt][e] = 0.f;
 
-    // dQ (rows 16 * (warp % kDqRowTiles), columns kDqCols from (warp / kDqRowTiles) * kDqCols) over
-    // every key of the block, added into the accumulator. (ATT_BWD_ABLATE, harness builds only:
-    // 1 leaves dQ out, 2 its additions; wrong results, for timing where the step's time goes.)
+  // dQ of step j (its query head and block as the loop's): rows 16 * (warp % kDqRowTiles), columns
+  // kDqCols from (warp / kDqRowTiles) * kDqCols, over every key of the block, from dS^T in shared
+  // memory, added into the accumulator. (ATT_BWD_ABLATE, harness builds only: 1 leaves dQ out, 2 its
+  // additions; wrong results, for timing where the step's time goes.)
   auto dq_step = [&](int j) {
 #if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 1
-    if (true) return;
+    return;
 #endif
+    // (Recomputed from j rather than passed: passing the loop's values changes d=128's register
+    // allocation, 24 -> 12 bytes spilled, in a form not timed.)
     const int head = hk * f.q_per_kv + j / m_blocks, m0 = (m_first + j % m_blocks) * T::kBlockM;
-    {
-      float acc_dq[T::kDqTiles][4];
+    float acc_dq[T::kDqTiles][4];
 #pragma unroll
-      for (int dt = 0; dt < T::kDqTiles; ++dt)
+    for (int dt = 0; dt < T::kDqTiles; ++dt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc_dq[dt][e] = 0.f;
+      for (int e = 0; e < 4; ++e) acc_dq[dt][e] = 0.f;
 #pragma unroll
-      for (int ks = 0; ks < T::kKSteps; ++ks) {
-        u32 a[4];
-        ldsm_t(LM::at(ds_a, ks * 16, 0), a);
+    for (int ks = 0; ks < T::kKSteps; ++ks) {
+      u32 a[4];
+      ldsm_t(LM::at(ds_a, ks * 16, 0), a);
 #pragma unroll
-        for (int dp = 0; dp < T::kDqTiles / 2; ++dp) {
-          u32 bk[4];
-          ldsm_t(LD::at(k_dq, ks * 16, 2 * dp), bk);
-          mma_16816<T::kBf16>(acc_dq[2 * dp], a, bk[0], bk[1]);
-          mma_16816<T::kBf16>(acc_dq[2 * dp + 1], a, bk[2], bk[3]);
-        }
+      for (int dp = 0; dp < T::kDqTiles / 2; ++dp) {
+        u32 bk[4];
+        ldsm_t(LD::at(k_dq, ks * 16, 2 * dp), bk);
+        mma_16816<T::kBf16>(acc_dq[2 * dp], a, bk[0], bk[1]);
+        mma_16816<T::kBf16>(acc_dq[2 * dp + 1], a, bk[2], bk[3]);
       }
-      float* dq = p.dq_accum +
-                  ((static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0 + dq_mt * 16 + g) * T::kHeadDim +
-                  dq_col0 + 2 * t;
+    }
+    float* dq = p.dq_accum +
+                ((static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0 + dq_mt * 16 + g) * T::kHeadDim +
+                dq_col0 + 2 * t;
 #pragma unroll
-      for (int dt = 0; dt < T::kDqTiles; ++dt) {
+    for (int dt = 0; dt < T::kDqTiles; ++dt) {
 #if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 2
-        if (acc_dq[dt][0] != 12345.f) continue;
+      if (acc_dq[dt][0] != 12345.f) continue;
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        if constexpr (!T::kDqQuad) {
-          add_pair2(dq + dt * 8, acc_dq[dt][0], acc_dq[dt][1]);
-          add_pair2(dq + 8 * T::kHeadDim + dt * 8, acc_dq[dt][2], acc_dq[dt][3]);
-          continue;
-        }
-        // Lanes t and t ^ 1 trade halves so that each holds 4 consecutive columns of one row (the
-        // even lane row g, the odd row g + 8): one 16-byte reduction a tile instead of two of 8.
-        const bool even = (t & 1) == 0;
-        const float x = __shfl_xor_sync(0xffffffffu, even ? acc_dq[dt][2] : acc_dq[dt][0], 1);
-        const float y = __shfl_xor_sync(0xffffffffu, even ? acc_dq[dt][3] : acc_dq[dt][1], 1);
-        if (even) add_quad(dq + dt * 8, acc_dq[dt][0], acc_dq[dt][1], x, y);
-        else add_quad(dq + 8 * T::kHeadDim + dt * 8 - 2, x, y, acc_dq[dt][2], acc_dq[dt][3]);
-#else
-        add_pair(dq + dt * 8, acc_dq[dt][0], acc_dq[dt][1]);
-        add_pair(dq + 8 * T::kHeadDim + dt * 8, acc_dq[dt][2], acc_dq[dt][3]);
-#endif
+      if constexpr (!T::kDqQuad) {
+        add_pair2(dq + dt * 8, acc_dq[dt][0], acc_dq[dt][1]);
+        add_pair2(dq + 8 * T::kHeadDim + dt * 8, acc_dq[dt][2], acc_dq[dt][3]);
+        continue;
       }
+      // Lanes t and t ^ 1 trade halves so that each holds 4 consecutive columns of one row (the
+      // even lane row g, the odd row g + 8): one 16-byte reduction a tile instead of two of 8.
+      const bool even = (t & 1) == 0;
+      const float x = __shfl_xor_sync(0xffffffffu, even ? acc_dq[dt][2] : acc_dq[dt][0], 1);
+      const float y = __shfl_xor_sync(0xffffffffu, even ? acc_dq[dt][3] : acc_dq[dt][1], 1);
+      if (even) add_quad(dq + dt * 8, acc_dq[dt][0], acc_dq[dt][1], x, y);
+      else add_quad(dq + 8 * T::kHeadDim + dt * 8 - 2, x, y, acc_dq[dt][2], acc_dq[dt][3]);
+#else
+      add_pair(dq + dt * 8, acc_dq[dt][0], acc_dq[dt][1]);
+      add_pair(dq + 8 * T::kHeadDim + dt * 8, acc_dq[dt][2], acc_dq[dt][3]);
+#endif
     }
   };
 
@@ -339,7 +340,6 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
     cp_async_wait<T::kStages - 2>();
     __syncthreads();
     issue(i + T::kStages - 1);
-    elem_t* ds_w = s_ds;
 
     // S^T = K Q^T and dP^T = V dO^T for the warp's keys.
     float acc_s[T::kKeyTiles][T::kQTiles][4], acc_dp[T::kKeyTiles][T::kQTiles][4];
@@ -419,10 +419,10 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
         acc_to_a(acc_dp[kt][2 * qs], acc_dp[kt][2 * qs + 1], ads[kt]);
         // dS^T rows (keys) g and g + 8 of the tile, queries 16 qs + 2t (+1) and + 8.
         const int r0 = warp_key0 + kt * 16 + g;
-        *reinterpret_cast<u32*>(ds_w + swz<T::kBlockM>(r0, 2 * qs) + 2 * t) = ads[kt][0];
-        *reinterpret_cast<u32*>(ds_w + swz<T::kBlockM>(r0 + 8, 2 * qs) + 2 * t) = ads[kt][1];
-        *reinterpret_cast<u32*>(ds_w + swz<T::kBlockM>(r0, 2 * qs + 1) + 2 * t) = ads[kt][2];
-        *reinterpret_cast<u32*>(ds_w + swz<T::kBlockM>(r0 + 8, 2 * qs + 1) + 2 * t) = ads[kt][3];
+        *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0, 2 * qs) + 2 * t) = ads[kt][0];
+        *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0 + 8, 2 * qs) + 2 * t) = ads[kt][1];
+        *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0, 2 * qs + 1) + 2 * t) = ads[kt][2];
+        *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0 + 8, 2 * qs + 1) + 2 * t) = ads[kt][3];
       }
 #pragma unroll
       for (int dp = 0; dp < T::kDTiles / 2; ++dp) {

@@ -513,12 +513,10 @@ void Reference::fill_forward(AttnBuffers& b, std::uint64_t seed) const {
     // The fp32 reference forward of the inputs just drawn (its LSE straight into lse: [b, h, s]
     // contiguous, as the call reads it), O rounded to the dtype through o's strides; both kept.
     cuda::DeviceBuffer out(std::max<std::size_t>(rows, 1) * dv_elems * 4);
-    AttnParams a = b.params();
-    int d = static_cast<int>(p.d), dv = static_cast<int>(dv_elems), bf16 = p.dtype == DType::kBf16, causal = p.causal,
-        lowp = 0;
-    CUdeviceptr o32 = out.ptr(), l = b.lse.ptr(), lens = 0;
-    void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o32, &l, &lens};
-    cuda::launch(ref_, reference_grid(b), {256, 1, 1}, 0, nullptr, args);
+    CUdeviceptr o32 = out.ptr();
+    launch_forward(b, false, o32, b.lse.ptr());
+    const AttnParams a = b.params();
+    int dv = static_cast<int>(dv_elems), bf16 = p.dtype == DType::kBf16;
     CUdeviceptr dst = b.o.ptr();
     long long sb = a.o_stride[0], sh = a.o_stride[1], sr = a.o_stride[2];
     int batch = static_cast<int>(p.b), heads = static_cast<int>(p.h), len = static_cast<int>(p.s);
@@ -535,18 +533,23 @@ void Reference::fill_forward(AttnBuffers& b, std::uint64_t seed) const {
   b.lse.upload(b.forward_lse.data(), b.forward_lse.size() * sizeof(float));
 }
 
-std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::vector<float>* lse) const {
+void Reference::launch_forward(const AttnBuffers& b, bool lowp_flag, CUdeviceptr o, CUdeviceptr l) const {
   const Problem& p = b.problem;
   AttnParams a = b.params();
-  const std::size_t rows = b.out_rows();
-  const std::size_t dv_elems = static_cast<std::size_t>(p.head_dim_v());
-  cuda::DeviceBuffer out(std::max<std::size_t>(rows, 1) * dv_elems * 4), lse_buf(std::max<std::size_t>(rows, 1) * 4);
-  int d = static_cast<int>(p.d), dv = static_cast<int>(dv_elems), bf16 = p.dtype == DType::kBf16, causal = p.causal,
-      lowp = lowp_flag;
-  CUdeviceptr o = out.ptr(), l = lse_buf.ptr(), lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
+  int d = static_cast<int>(p.d), dv = static_cast<int>(p.head_dim_v()), bf16 = p.dtype == DType::kBf16,
+      causal = p.causal, lowp = lowp_flag;
+  CUdeviceptr lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
   KvScales kv = b.kv_scales();
   void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o, &l, &lens, &kv};  // kv: attn_reference_kv_fp8's only
   cuda::launch(reference_kernel(p), reference_grid(b), {256, 1, 1}, 0, nullptr, args);
+}
+
+std::vector<float> Reference::output(const AttnBuffers& b, bool lowp_flag, std::vector<float>* lse) const {
+  const Problem& p = b.problem;
+  const std::size_t rows = b.out_rows();
+  const std::size_t dv_elems = static_cast<std::size_t>(p.head_dim_v());
+  cuda::DeviceBuffer out(std::max<std::size_t>(rows, 1) * dv_elems * 4), lse_buf(std::max<std::size_t>(rows, 1) * 4);
+  launch_forward(b, lowp_flag, out.ptr(), lse_buf.ptr());
   std::vector<float> host(rows * dv_elems);
   out.download(host.data(), host.size() * 4);
   if (lse) {
@@ -573,12 +576,10 @@ void Reference::backward_reference(const AttnBuffers& b, bool lowp_flag, cuda::D
   sized(dk, rows_k * d_elems * 4);
   sized(dv, rows_k * dv_elems * 4);
   // The reference's own forward of the inputs (never the candidate's o and lse inputs).
-  AttnParams a = b.params();
+  CUdeviceptr op = o.ptr(), lp = lse.ptr();
+  launch_forward(b, lowp_flag, op, lp);
   int d = static_cast<int>(d_elems), dvi = static_cast<int>(dv_elems), bf16 = p.dtype == DType::kBf16,
       causal = p.causal, lowp = lowp_flag;
-  CUdeviceptr op = o.ptr(), lp = lse.ptr(), lens = 0;
-  void* fargs[] = {&a, &d, &dvi, &bf16, &causal, &lowp, &op, &lp, &lens};
-  cuda::launch(ref_, reference_grid(b), {256, 1, 1}, 0, nullptr, fargs);
   BwdParams bp = b.bwd_params();
   CUdeviceptr ds = dsum.ptr(), dqp = dq.ptr(), dkp = dk.ptr(), dvp = dv.ptr();
   void* rargs[] = {&bp, &dvi, &bf16, &op, &ds};
@@ -659,22 +660,16 @@ ReferenceCache::ReferenceCache(const Reference& ref, const AttnBuffers& b, bool 
       }
     return;
   }
-  AttnParams a = b.params();
   const std::size_t alloc_rows = std::max<std::size_t>(b.out_rows(), 1);
   const std::size_t dv_elems = static_cast<std::size_t>(p.head_dim_v());
   out32_ = cuda::DeviceBuffer(alloc_rows * dv_elems * 4);
   outlow_ = cuda::DeviceBuffer(alloc_rows * dv_elems * 4);
   lse32_ = cuda::DeviceBuffer(alloc_rows * 4);
   cuda::DeviceBuffer lselow(alloc_rows * 4);
-  int d = static_cast<int>(p.d), dv = static_cast<int>(dv_elems), bf16 = p.dtype == DType::kBf16, causal = p.causal;
   cuda::Event start, stop;
   for (int lowp = 0; lowp < 2; ++lowp) {
-    CUdeviceptr o = lowp ? outlow_.ptr() : out32_.ptr(), l = lowp ? lselow.ptr() : lse32_.ptr();
-    CUdeviceptr lens = reinterpret_cast<CUdeviceptr>(b.seqlens_device());
-    KvScales kv = b.kv_scales();
-    void* args[] = {&a, &d, &dv, &bf16, &causal, &lowp, &o, &l, &lens, &kv};  // kv: attn_reference_kv_fp8's only
     if (!lowp) start.record();
-    cuda::launch(ref.reference_kernel(p), reference_grid(b), {256, 1, 1}, 0, nullptr, args);
+    ref.launch_forward(b, lowp, lowp ? outlow_.ptr() : out32_.ptr(), lowp ? lselow.ptr() : lse32_.ptr());
     if (!lowp) stop.record();
   }
   stop.synchronize();

@@ -201,6 +201,9 @@ class Reference {
   friend class ReferenceCache;
   // attn_reference, or attn_reference_kv_fp8 for an FP8 cache.
   const cuda::Function& reference_kernel(const Problem& p) const { return p.kv_fp8 ? ref_fp8_ : ref_; }
+  // One launch of it on b's inputs (its lengths and scales as b holds them): o, (rows, dv) fp32, and
+  // lse, (rows), device addresses; lowp rounds as a same-dtype framework would.
+  void launch_forward(const AttnBuffers& b, bool lowp, CUdeviceptr o, CUdeviceptr lse) const;
   // The backward pass's o and lse inputs: the fp32 reference forward of b's inputs (drawn from `seed`),
   // or b's host copy of it when b holds that seed's.
   void fill_forward(AttnBuffers& b, std::uint64_t seed) const;
