@@ -1,0 +1,93 @@
+// ---- templates/common/bwd_prepost.cuh: the backward families' preprocessing and conversion kernels
+// (flash_bwd_mma, flash_bwd_wgmma), the steps before and after their main loops. Included after the
+// family's traits, inside nothing: it reads the including kernel's `att::T` (kHeadDim, kBf16,
+// kBlockM, kThreads) and BwdParams' workspaces, and defines
+//   flash_bwd_preprocess  D_i = rowsum(dO_i * O_i), LSE_i * log2(e) and dQ's zeroed fp32 accumulator;
+//   flash_bwd_convert     dQ = scale * accumulator, in the input dtype.
+#ifndef ATTNTUNE_BWD_PREPOST_CUH
+#define ATTNTUNE_BWD_PREPOST_CUH
+
+#include "bwd_params.h"
+#include "ptx.cuh"
+
+namespace att {
+
+// An fp16 value's bits as fp32 (exact).
+__device__ __forceinline__ float half_to_float(unsigned short x) {
+  float y;
+  asm("cvt.f32.f16 %0, %1;\n" : "=f"(y) : "h"(x));
+  return y;
+}
+
+// ---- preprocessing ----------------------------------------------------------------------------
+// grid (seqlen_q_rounded / kBlockM, heads_q, batch): rows [m0, m0 + kBlockM) of one (batch, head).
+extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_preprocess(const BwdParams p) {
+  const AttnParams& f = p.fwd;
+  const int head = blockIdx.y, b = blockIdx.z, m0 = blockIdx.x * T::kBlockM;
+  const long long row_base = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded;
+  constexpr int kChunks = T::kHeadDim / 8;  // 8 or 16 lanes a row
+  constexpr int kRowsPerPass = T::kThreads / kChunks;
+  const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+  const elem_t* o = static_cast<const elem_t*>(f.o) + b * f.o_stride[0] + head * f.o_stride[1];
+  const elem_t* d_o = static_cast<const elem_t*>(p.dout) + b * p.do_stride[0] + head * p.do_stride[1];
+  for (int row = m0 + r; row < m0 + T::kBlockM; row += kRowsPerPass) {
+    float dot = 0.f;
+    if (row < f.seqlen_q) {
+      const uint4 x = *reinterpret_cast<const uint4*>(o + row * f.o_stride[2] + c * 8);
+      const uint4 y = *reinterpret_cast<const uint4*>(d_o + row * p.do_stride[2] + c * 8);
+      const u32 xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float x0, x1, y0, y1;
+        if (T::kBf16) {
+          x0 = __uint_as_float(xs[i] << 16), x1 = __uint_as_float(xs[i] & 0xffff0000u);
+          y0 = __uint_as_float(ys[i] << 16), y1 = __uint_as_float(ys[i] & 0xffff0000u);
+        } else {
+          x0 = half_to_float(static_cast<unsigned short>(xs[i] & 0xffff));
+          x1 = half_to_float(static_cast<unsigned short>(xs[i] >> 16));
+          y0 = half_to_float(static_cast<unsigned short>(ys[i] & 0xffff));
+          y1 = half_to_float(static_cast<unsigned short>(ys[i] >> 16));
+        }
+        dot = fmaf(x0, y0, dot);
+        dot = fmaf(x1, y1, dot);
+      }
+    }
+#pragma unroll
+    for (int s = kChunks / 2; s >= 1; s >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, s);
+    if (c == 0) {
+      p.dpsum[row_base + row] = row < f.seqlen_q ? dot : 0.f;
+      const float lse = row < f.seqlen_q ? f.lse[(static_cast<long long>(b) * f.heads_q + head) * f.seqlen_q + row]
+                                         : __int_as_float(0x7f800000);
+      p.lse_log2[row_base + row] = lse * 1.4426950408889634f;
+    }
+    float4* acc = reinterpret_cast<float4*>(p.dq_accum + (row_base + row) * T::kHeadDim + c * 8);
+    acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+// ---- conversion -------------------------------------------------------------------------------
+// grid (ceil(seqlen_q / kBlockM), heads_q, batch): dQ = scale * accumulator for rows < seqlen_q.
+extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_convert(const BwdParams p) {
+  const AttnParams& f = p.fwd;
+  const int head = blockIdx.y, b = blockIdx.z, m0 = blockIdx.x * T::kBlockM;
+  constexpr int kChunks = T::kHeadDim / 8;
+  constexpr int kRowsPerPass = T::kThreads / kChunks;
+  const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+  const long long row_base = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded;
+  elem_t* dq = static_cast<elem_t*>(p.dq) + b * p.dq_stride[0] + head * p.dq_stride[1];
+  for (int row = m0 + r; row < min(m0 + T::kBlockM, f.seqlen_q); row += kRowsPerPass) {
+    const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + (row_base + row) * T::kHeadDim + c * 8);
+    const float4 x = acc[0], y = acc[1];
+    uint4 out;
+    out.x = pack2<T::kBf16>(x.x * f.scale, x.y * f.scale);
+    out.y = pack2<T::kBf16>(x.z * f.scale, x.w * f.scale);
+    out.z = pack2<T::kBf16>(y.x * f.scale, y.y * f.scale);
+    out.w = pack2<T::kBf16>(y.z * f.scale, y.w * f.scale);
+    *reinterpret_cast<uint4*>(dq + row * p.dq_stride[2] + c * 8) = out;
+  }
+}
+
+}  // namespace att
+
+#endif  // ATTNTUNE_BWD_PREPOST_CUH
