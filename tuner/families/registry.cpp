@@ -8,6 +8,7 @@ const Family& flash_fwd_wgmma_family();
 const Family& flash_decode_family();
 const Family& flash_decode_wgmma_family();
 const Family& flash_bwd_mma_family();
+const Family& flash_bwd_wgmma_family();
 
 const std::vector<const Family*>& builtin_families() {
   static const std::vector<const Family*> families = {
@@ -16,6 +17,7 @@ const std::vector<const Family*>& builtin_families() {
       &flash_decode_family(),
       &flash_decode_wgmma_family(),
       &flash_bwd_mma_family(),
+      &flash_bwd_wgmma_family(),
   };
   return families;
 }

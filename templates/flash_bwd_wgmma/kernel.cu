@@ -1,0 +1,409 @@
+// flash_bwd_wgmma: attention backward (dQ, dK, dV) for Hopper (sm_90a) with wgmma: the algorithm of
+// flash_bwd_mma (templates/flash_bwd_mma/kernel.cu: K and V resident a key block, the transposed
+// score tile, dQ by fp32 reductions), its five matrix products a step as warpgroup MMAs
+// (wgmma.mma_async m64nNk16) reading Q, dO, K, V and dS^T from 128-byte-swizzled shared memory by
+// descriptor, P^T and dS^T from registers. Three kernels, launched in order by launch.h:
+//   flash_bwd_preprocess  (templates/common/bwd_prepost.cuh) D = rowsum(dO * O), LSE * log2(e), dQ's
+//                         fp32 accumulator zeroed;
+//   flash_bwd_wgmma       one CTA per (block of kBlockN keys, KV head, batch), one warpgroup per 64
+//                         keys (wgmma's M): it walks the query blocks of every query head of its KV
+//                         head, dK and dV of its keys in registers;
+//   flash_bwd_convert     dQ = scale * accumulator, in the input dtype.
+//
+// A step (one query block of one query head), per warpgroup w (keys 64w .. 64w + 63 of the block):
+//   S^T  = K_w Q^T       wgmma SS, A = K (K-major), B = Q (K-major)          [64 x kBlockM]
+//   dP^T = V_w dO^T      wgmma SS, A = V, B = dO                             [64 x kBlockM]
+//   P^T = exp2(S^T * scale * log2(e) - LSE * log2(e)),  dS^T = P^T o (dP^T - D)   (registers)
+//   dV_w += P^T dO       wgmma RS, A = P^T from registers, B = dO (N-major: head dims contiguous)
+//   dK_w += dS^T Q       wgmma RS, A = dS^T, B = Q
+//   dS^T -> shared memory (the block's keys x the step's queries), then, after a barrier,
+//   dQ += dS K           wgmma SS with both operands transposed (dS^T and K as stored), each
+//                        warpgroup a share of dQ's columns, added into the fp32 accumulator by
+//                        red.global.add.v2.f32.
+// Tiles come by cp.async (kStages - 1 steps ahead), written in the 128-byte swizzle the descriptors
+// read (and TMA would write): the simplest Hopper form, without TMA or warp specialisation yet.
+// Masked pairs (causal, window) have P = 0; rows past seqlen_q have LSE +inf and zero dO; keys past
+// seqlen_k are zero rows whose dK/dV are not stored (and whose P is masked: exp2(-LSE) can overflow).
+#include "../common/bwd_params.h"
+#include "../common/ptx_sm90.cuh"
+#include "../flash_fwd_wgmma/args.h"   // wgmma_tile: descriptors and k-step offsets
+#include "../flash_fwd_wgmma/wgmma.cuh"
+#include "traits.cuh"
+
+namespace att {
+
+using T = Traits;
+
+}  // namespace att
+
+#include "../common/bwd_prepost.cuh"  // flash_bwd_preprocess, flash_bwd_convert
+
+namespace att {
+
+namespace bwd_wg {
+
+// Byte offset of 16-byte chunk j of row `row` in a tile of kRows rows: column block j / 8 (64
+// elements), rows of 128 bytes, the chunk XORed with row % 8 (the 128-byte swizzle).
+template <int kRows>
+__device__ __forceinline__ u32 tile_off(int row, int j) {
+  return static_cast<u32>((j >> 3) * (kRows * T::kRowBytes) + row * T::kRowBytes + (((j & 7) ^ (row & 7)) << 4));
+}
+
+// cp.async of rows [row0, row0 + kRows) of a (rows, kHeadDim) slice into the tile at `tile`; rows at
+// or past row_end are zero-filled.
+template <int kRows>
+__device__ __forceinline__ void load_rows(u32 tile, const elem_t* gmem, long long row_stride, int row0, int row_end) {
+  constexpr int kChunks = T::kHeadDim / 8;
+  static_assert((kRows * kChunks) % T::kThreads == 0, "whole passes of the CTA's threads");
+#pragma unroll
+  for (int it = 0; it < kRows * kChunks / T::kThreads; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * T::kThreads;
+    const int row = idx / kChunks, c = idx % kChunks;
+    const bool valid = row0 + row < row_end;
+    const elem_t* src = valid ? gmem + (row0 + row) * row_stride + c * 8 : gmem;
+    cp_async_16(tile + tile_off<kRows>(row, c), src, valid);
+  }
+}
+
+// kBlockM floats (a 16-byte-aligned workspace row) into shared memory, by threads lane0 ..
+// lane0 + kBlockM / 4.
+__device__ __forceinline__ void load_floats(u32 dst, const float* src, int lane0) {
+  const int t = static_cast<int>(threadIdx.x) - lane0;
+  if (t >= 0 && t < T::kBlockM / 4) cp_async_16(dst + t * 16, src + t * 4, true);
+}
+
+// Orders this thread's shared-memory writes (st.shared, cp.async) before wgmma's reads of them
+// (the async proxy); a barrier then makes every thread's visible.
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+// Adds two consecutive floats into global memory, one REDG.ADD.F32x2.
+__device__ __forceinline__ void red_add2(float* p, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+
+// Adds `bytes` of fp32 values from shared memory into global memory, by the TMA unit (a bulk
+// reduction of this thread's bulk group), and commits the group.
+__device__ __forceinline__ void bulk_reduce_add(float* dst, u32 src, int bytes) {
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 3
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+               "cp.async.bulk.commit_group;\n" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+  return;
+#endif
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               "cp.async.bulk.commit_group;\n" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
+// Waits until this thread's bulk groups have read their shared-memory sources.
+__device__ __forceinline__ void bulk_wait_read() {
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 4
+  return;
+#endif
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+__device__ __forceinline__ u64 desc(u32 addr, u32 lead, u32 stride) {
+  return wgmma_tile::desc(addr, lead, stride, T::kRowBytes);
+}
+
+}  // namespace bwd_wg
+
+// ---- the main loop ----------------------------------------------------------------------------
+// grid (ceil(seqlen_k / kBlockN), heads_kv, batch), kThreads = 128 a warpgroup.
+extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(const BwdParams p) {
+  using namespace bwd_wg;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 raw = smem_addr(smem_raw);
+  const u32 base = (raw + 1023) & ~1023u;
+  const u32 s_k = base, s_v = base + T::kOffV, s_q = base + T::kOffQ, s_do = base + T::kOffDo, s_ds = base + T::kOffDs;
+  const float* lse_s = reinterpret_cast<const float*>(smem_raw + (base - raw) + T::kOffLse);
+  const float* dp_s = reinterpret_cast<const float*>(smem_raw + (base - raw) + T::kOffDp);
+
+  const AttnParams& f = p.fwd;
+  const int hk = blockIdx.y, b = blockIdx.z, n0 = blockIdx.x * T::kBlockN;
+  const int len_q = f.seqlen_q, len_k = f.seqlen_k, diag = len_k - len_q;
+  const int wg = warp_uniform(static_cast<int>(threadIdx.x) / 128);
+  const int wi = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int key_w = wg * 64 + wi * 16 + g;  // the thread's accumulator rows: keys key_w and key_w + 8 of the block
+
+  // The query rows that see any key of the block: causal and windows bound them.
+  int row_begin = 0, row_end = len_q;
+  if (T::kCausal) row_begin = max(row_begin, n0 - diag);
+  if constexpr (T::kWindow) {
+    if (f.variant.window_left >= 0) row_end = min(row_end, n0 + T::kBlockN - diag + f.variant.window_left);
+    if (!T::kCausal && f.variant.window_right >= 0) row_begin = max(row_begin, n0 - diag - f.variant.window_right);
+  }
+  const int m_first = max(row_begin, 0) / T::kBlockM;
+  const int m_blocks = row_end > row_begin ? (row_end - 1) / T::kBlockM + 1 - m_first : 0;
+  const int steps = m_blocks * f.q_per_kv;  // (query head of the group, query block) pairs
+
+  // K and V of the block's keys, once.
+  load_rows<T::kBlockN>(s_k, static_cast<const elem_t*>(f.k) + b * f.k_stride[0] + hk * f.k_stride[1], f.k_stride[2],
+                        n0, len_k);
+  load_rows<T::kBlockN>(s_v, static_cast<const elem_t*>(f.v) + b * f.v_stride[0] + hk * f.v_stride[1], f.v_stride[2],
+                        n0, len_k);
+  cp_async_commit();
+
+  // Step i: query head hk * q_per_kv + i / m_blocks, query block m_first + i % m_blocks.
+  auto issue = [&](int i) {
+    if (i < steps) {
+      const int head = hk * f.q_per_kv + i / m_blocks, m0 = (m_first + i % m_blocks) * T::kBlockM;
+      const int st = i % T::kStages;
+      load_rows<T::kBlockM>(s_q + st * T::kQBytes,
+                            static_cast<const elem_t*>(f.q) + b * f.q_stride[0] + head * f.q_stride[1], f.q_stride[2],
+                            m0, len_q);
+      load_rows<T::kBlockM>(s_do + st * T::kQBytes,
+                            static_cast<const elem_t*>(p.dout) + b * p.do_stride[0] + head * p.do_stride[1],
+                            p.do_stride[2], m0, len_q);
+      const long long row_base = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0;
+      load_floats(base + T::kOffLse + st * T::kBlockM * 4, p.lse_log2 + row_base, 0);
+      load_floats(base + T::kOffDp + st * T::kBlockM * 4, p.dpsum + row_base, T::kBlockM / 4);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int i = 0; i < T::kStages - 1; ++i) issue(i);
+
+  float acc_dk[T::kHeadDim / 2], acc_dv[T::kHeadDim / 2];
+#pragma unroll
+  for (int e = 0; e < T::kHeadDim / 2; ++e) acc_dk[e] = acc_dv[e] = 0.f;
+
+  // Descriptors: K and V K-major as S^T's and dP^T's A (the warpgroup's 64 rows); Q and dO
+  // K-major as their B (N = the step's queries) and N-major as dK's and dV's B (N = head dims
+  // across the column blocks: the leading offset steps a column block, the stride an atom).
+  const u64 k_desc = desc(s_k + wg * 64 * T::kRowBytes, 16, T::kAtomBytes);
+  const u64 v_desc = desc(s_v + wg * 64 * T::kRowBytes, 16, T::kAtomBytes);
+
+  for (int i = 0; i < steps; ++i) {
+    const int head = hk * f.q_per_kv + i / m_blocks, m0 = (m_first + i % m_blocks) * T::kBlockM;
+    const int st = i % T::kStages;
+    const u32 q_t = s_q + st * T::kQBytes, do_t = s_do + st * T::kQBytes;
+    // Step i's tiles complete and visible to wgmma, and every warpgroup past step i - 1 (its
+    // wgmmas waited for), whose stage then takes step i + kStages - 1's loads.
+    cp_async_wait<T::kStages - 2>();
+    fence_async_smem();
+    __syncthreads();
+    issue(i + T::kStages - 1);
+
+    // S^T = K_w Q^T and dP^T = V_w dO^T.
+    float acc_s[T::kBlockM / 2], acc_dp[T::kBlockM / 2];
+    {
+      const u64 q_desc = desc(q_t, 16, T::kAtomBytes), do_desc = desc(do_t, 16, T::kAtomBytes);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
+        const u64 a_off = wgmma_tile::qk_step_bytes(kk, T::kCols, T::kKColBlockBytes) >> 4;
+        const u64 b_off = wgmma_tile::qk_step_bytes(kk, T::kCols, T::kQColBlockBytes) >> 4;
+        Wgmma<T::kBlockM>::ss(acc_s, k_desc + a_off, q_desc + b_off, kk > 0);
+      }
+#pragma unroll
+      for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
+        const u64 a_off = wgmma_tile::qk_step_bytes(kk, T::kCols, T::kKColBlockBytes) >> 4;
+        const u64 b_off = wgmma_tile::qk_step_bytes(kk, T::kCols, T::kQColBlockBytes) >> 4;
+        Wgmma<T::kBlockM>::ss(acc_dp, v_desc + a_off, do_desc + b_off, kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      reg_fence(acc_s);
+      reg_fence(acc_dp);
+    }
+
+    // P^T (in acc_s) and dS^T (in acc_dp): accumulator element 4c + e is key key_w + 8 (e / 2),
+    // query 8c + 2t + e % 2 of the step. Masked only in a tile that crosses the diagonal, a
+    // window's bound or the last keys.
+    bool masked = n0 + T::kBlockN > len_k;
+    if (T::kCausal) masked = masked || n0 + T::kBlockN - 1 > m0 + diag;
+    if constexpr (T::kWindow) {
+      if (f.variant.window_left >= 0) masked = masked || n0 < m0 + T::kBlockM - 1 + diag - f.variant.window_left;
+      if (!T::kCausal && f.variant.window_right >= 0)
+        masked = masked || n0 + T::kBlockN - 1 > m0 + diag + f.variant.window_right;
+    }
+    const float* lse_t = lse_s + st * T::kBlockM;
+    const float* dp_t = dp_s + st * T::kBlockM;
+#pragma unroll
+    for (int c = 0; c < T::kBlockM / 8; ++c) {
+      const float2 lse2 = *reinterpret_cast<const float2*>(lse_t + c * 8 + 2 * t);
+      const float2 dp2 = *reinterpret_cast<const float2*>(dp_t + c * 8 + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float lse = (e & 1) ? lse2.y : lse2.x, dsum = (e & 1) ? dp2.y : dp2.x;
+        float pv = ex2(fmaf(acc_s[4 * c + e], f.scale_log2, -lse));
+        if (masked) {
+          const int key = n0 + key_w + (e >> 1) * 8;
+          const int row = m0 + c * 8 + 2 * t + (e & 1);
+          const int off = key - row;  // visible when lo <= off <= hi
+          bool visible = key < len_k;
+          if (T::kCausal) visible = visible && off <= diag;
+          if constexpr (T::kWindow) {
+            if (f.variant.window_left >= 0) visible = visible && off >= diag - f.variant.window_left;
+            if (!T::kCausal && f.variant.window_right >= 0) visible = visible && off <= diag + f.variant.window_right;
+          }
+          pv = visible ? pv : 0.f;
+        }
+        acc_s[4 * c + e] = pv;
+        acc_dp[4 * c + e] = pv * (acc_dp[4 * c + e] - dsum);
+      }
+    }
+
+    // P^T and dS^T as wgmma A fragments (k-step kk: queries 16kk .. 16kk + 15, the accumulator's
+    // 8-column chunks 2kk and 2kk + 1), in the dtype.
+    u32 ap[T::kBlockM / 16][4], ads[T::kBlockM / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < T::kBlockM / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        ap[kk][r] = pack2<T::kBf16>(acc_s[8 * kk + 2 * r], acc_s[8 * kk + 2 * r + 1]);
+        ads[kk][r] = pack2<T::kBf16>(acc_dp[8 * kk + 2 * r], acc_dp[8 * kk + 2 * r + 1]);
+      }
+
+    // dV += P^T dO, dK += dS^T Q (scaled at the end): k-step kk is 16 query rows of the N-major tiles.
+    {
+      const u64 do_mn = desc(do_t, T::kQColBlockBytes, T::kAtomBytes), q_mn = desc(q_t, T::kQColBlockBytes, T::kAtomBytes);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < T::kBlockM / 16; ++kk)
+        Wgmma<T::kHeadDim>::rs(acc_dv, ap[kk], do_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
+#pragma unroll
+      for (int kk = 0; kk < T::kBlockM / 16; ++kk)
+        Wgmma<T::kHeadDim>::rs(acc_dk, ads[kk], q_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
+      wgmma_commit();
+    }
+
+    // dS^T to shared memory, [query block of 64][key][64 queries] swizzled, while they run: a[0]
+    // and a[2] are key key_w, a[1] and a[3] key key_w + 8; a[0], a[1] queries 16kk + 2t (+1), a[2],
+    // a[3] 8 further.
+#pragma unroll
+    for (int kk = 0; kk < T::kBlockM / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int key = key_w + (r & 1) * 8, q = kk * 16 + (r >> 1) * 8 + 2 * t;
+        st_shared_u32(s_ds + (q >> 6) * T::kKColBlockBytes + key * T::kRowBytes + ((((q & 63) >> 3) ^ (key & 7)) << 4) +
+                          (q & 7) * 2,
+                      ads[kk][r]);
+      }
+    fence_async_smem();
+    if (T::kDqBulk && threadIdx.x % 128 == 0) bulk_wait_read();  // the last step's dQ staging read
+    wgmma_wait<0>();
+    reg_fence(acc_dv);
+    reg_fence(acc_dk);
+    reg_fence(ap);
+    reg_fence(ads);
+    __syncthreads();  // dS^T complete
+
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 1
+    continue;  // (harness builds only: dQ left out, for timing where the step's time goes)
+#endif
+    // dQ += dS K: unit u of the warpgroup is query group qg (64 rows: wgmma's M, dS^T's column
+    // block qg, M-major) times kDqN head dims from cg * kDqN (K's column blocks, N-major); k-steps
+    // over the block's keys.
+#pragma unroll
+    for (int u = 0; u < T::kDqUnits; ++u) {
+      const int unit = wg * T::kDqUnits + u, qg = unit / T::kDqSplit, cg = unit % T::kDqSplit;
+      const u64 a_desc = desc(s_ds + qg * T::kKColBlockBytes, T::kKColBlockBytes, T::kAtomBytes);
+      const u64 b_desc = desc(s_k + (cg * T::kDqN / T::kCols) * T::kKColBlockBytes, T::kKColBlockBytes, T::kAtomBytes);
+      float acc_dq[T::kDqN / 2];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+        const u64 off = (kk * 16 * T::kRowBytes) >> 4;
+        Wgmma<T::kDqN>::ss_tt(acc_dq, a_desc + off, b_desc + off, kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      reg_fence(acc_dq);
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 2
+      if (acc_dq[0] != 12345.f) continue;
+#endif
+      const long long row0 = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0 + qg * 64;
+      if constexpr (T::kDqBulk) {
+        // Stage the unit in fragment order (float4 j4 of thread r at (j4 * 128 + r) * 16 bytes:
+        // a warp's stores are 512 consecutive bytes), then one thread adds it, 64 * kDqN floats, to
+        // the unit's place in the accumulator (dq_offset).
+        const u32 stage = base + T::kOffDqStage + (wg * T::kDqUnits + u) * T::kDqStageBytes;
+        const int r = threadIdx.x % 128;
+#pragma unroll
+        for (int j4 = 0; j4 < T::kDqN / 8; ++j4)
+          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(stage + (j4 * 128 + r) * 16),
+                       "f"(acc_dq[4 * j4]), "f"(acc_dq[4 * j4 + 1]), "f"(acc_dq[4 * j4 + 2]), "f"(acc_dq[4 * j4 + 3])
+                       : "memory");
+        fence_async_smem();
+        named_bar_sync(1 + wg, 128);
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 5
+        if (r == 1000)
+#else
+        if (r == 0)
+#endif
+          bulk_reduce_add(p.dq_accum + (row0 - qg * 64) * T::kHeadDim + (qg * T::kDqSplit + cg) * 64 * T::kDqN, stage,
+                          T::kDqStageBytes);
+      } else {
+        float* dq = p.dq_accum + (row0 + wi * 16 + g) * T::kHeadDim + cg * T::kDqN + 2 * t;
+#pragma unroll
+        for (int c = 0; c < T::kDqN / 8; ++c) {
+          red_add2(dq + c * 8, acc_dq[4 * c], acc_dq[4 * c + 1]);
+          red_add2(dq + 8 * T::kHeadDim + c * 8, acc_dq[4 * c + 2], acc_dq[4 * c + 3]);
+        }
+      }
+    }
+  }
+
+  if (T::kDqBulk && threadIdx.x % 128 == 0) bulk_wait_read();  // the staging outlives its reads
+
+  // dK (scaled) and dV of the block's keys, in the dtype: element 4c + e is key key_w + 8 (e / 2),
+  // head dims 8c + 2t (+1).
+  elem_t* dk = static_cast<elem_t*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[1];
+  elem_t* dv = static_cast<elem_t*>(p.dv) + b * p.dv_stride[0] + hk * p.dv_stride[1];
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    const int key = n0 + key_w + h2 * 8;
+    if (key < len_k) {
+#pragma unroll
+      for (int c = 0; c < T::kHeadDim / 8; ++c) {
+        const int col = c * 8 + 2 * t;
+        *reinterpret_cast<u32*>(dk + key * p.dk_stride[2] + col) =
+            pack2<T::kBf16>(acc_dk[4 * c + 2 * h2] * f.scale, acc_dk[4 * c + 2 * h2 + 1] * f.scale);
+        *reinterpret_cast<u32*>(dv + key * p.dv_stride[2] + col) =
+            pack2<T::kBf16>(acc_dv[4 * c + 2 * h2], acc_dv[4 * c + 2 * h2 + 1]);
+      }
+    }
+  }
+}
+
+// ---- conversion -------------------------------------------------------------------------------
+// Where dQ's accumulator keeps (row, col) of a (batch, head)'s rows from row_base: row-major (red), or
+// (bulk) in blocks of kBlockM rows, each kQGroups x kDqSplit units of 64 rows x kDqN columns in the
+// order the main kernel's threads stage their accumulators: float4 j4 of thread r at j4 * 128 + r.
+__device__ __forceinline__ long long dq_offset(long long row_base, int row, int col) {
+  if constexpr (!T::kDqBulk) return (row_base + row) * T::kHeadDim + col;
+  const int m0 = row / T::kBlockM * T::kBlockM, rr = row - m0;
+  const int qg = rr / 64, r = rr % 64, cg = col / T::kDqN, cc = col % T::kDqN;
+  // Accumulator element j = 4c + 2h + e of thread (warp wi, lane 4g + t): row 16wi + 8h + g, column 8c + 2t + e.
+  const int wi = r / 16, h = (r / 8) % 2, g = r % 8, c = cc / 8, t = (cc % 8) / 2, e = cc % 2;
+  const int j = 4 * c + 2 * h + e, thread = wi * 32 + g * 4 + t;
+  return (row_base + m0) * T::kHeadDim + (qg * T::kDqSplit + cg) * 64 * T::kDqN + ((j / 4) * 128 + thread) * 4 + j % 4;
+}
+
+// grid (ceil(seqlen_q / kBlockM), heads_q, batch): dQ = scale * accumulator for rows < seqlen_q.
+extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_wgmma_convert(const BwdParams p) {
+  const AttnParams& f = p.fwd;
+  const int head = blockIdx.y, b = blockIdx.z, m0 = blockIdx.x * T::kBlockM;
+  constexpr int kChunks = T::kHeadDim / 8;
+  constexpr int kRowsPerPass = T::kThreads / kChunks;
+  const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+  const long long row_base = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded;
+  elem_t* dq = static_cast<elem_t*>(p.dq) + b * p.dq_stride[0] + head * p.dq_stride[1];
+  for (int row = m0 + r; row < min(m0 + T::kBlockM, f.seqlen_q); row += kRowsPerPass) {
+    u32 out[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 x = *reinterpret_cast<const float2*>(p.dq_accum + dq_offset(row_base, row, c * 8 + 2 * i));
+      out[i] = pack2<T::kBf16>(x.x * f.scale, x.y * f.scale);
+    }
+    *reinterpret_cast<uint4*>(dq + row * p.dq_stride[2] + c * 8) = make_uint4(out[0], out[1], out[2], out[3]);
+  }
+}
+
+}  // namespace att

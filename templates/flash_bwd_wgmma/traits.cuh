@@ -1,0 +1,79 @@
+// Every tunable of flash_bwd_wgmma and everything derived from it. The renderer defines the macros
+// (one spelling per tunable: block_n in YAML is BLOCK_N here and kBlockN below); the kernels read
+// only Traits::k*.
+#ifndef ATTNTUNE_FLASH_BWD_WGMMA_TRAITS_CUH
+#define ATTNTUNE_FLASH_BWD_WGMMA_TRAITS_CUH
+
+#include "../common/variants.cuh"  // ATT_WINDOW, ATT_SOFTCAP, ATT_SINKS (0 when the renderer left them out)
+
+namespace att {
+
+struct Traits {
+  // Problem fields baked into the kernels.
+  static constexpr int kHeadDim = ATT_HEAD_DIM;
+  static constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
+  static constexpr bool kCausal = ATT_CAUSAL != 0;
+  static constexpr bool kWindow = ATT_WINDOW != 0;  // a sliding window: its sides are run-time values
+
+  // Tunables (search_spaces/flash_bwd_wgmma.yaml).
+  static constexpr int kBlockN = BLOCK_N;   // keys a CTA: 64 per warpgroup (wgmma's M), dK/dV in its registers
+  static constexpr int kBlockM = BLOCK_M;   // query rows a step of the main loop (one Q/dO tile)
+  static constexpr int kStages = Q_STAGES;  // Q/dO tiles in a ring: kStages - 1 steps' loads ahead
+  // How dQ's share of a step reaches its fp32 accumulator: each thread's red.global.add.v2.f32 of
+  // its accumulator pairs into the row-major accumulator (red), or the warpgroup's share staged in
+  // shared memory in the accumulator fragments' order and added by the TMA unit, one bulk reduction
+  // (cp.reduce.async.bulk .add.f32) of 64 x kDqN floats, into an accumulator in that order (bulk:
+  // the conversion kernel reads it back, dq_offset).
+  static constexpr bool kDqBulk = DQ_REDUCE == DQ_REDUCE_BULK;
+
+  // Derived.
+  static constexpr int kWarpgroups = kBlockN / 64;
+  static constexpr int kThreads = kWarpgroups * 128;
+  // Tiles in shared memory are [column block][row][64 elements], rows of 128 bytes swizzled in
+  // 16-byte chunks (chunk ^ row % 8, TMA's and wgmma's 128-byte swizzle), in atoms of 8 rows: Q,
+  // dO (rows: queries, column blocks: head dims), K, V (keys, head dims) and dS^T (keys, queries).
+  static constexpr int kCols = 64;
+  static constexpr int kRowBytes = 128;
+  static constexpr int kAtomBytes = 1024;
+  static constexpr int kDBlocks = kHeadDim / kCols;  // column blocks of a head-dim row
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kKBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kQColBlockBytes = kBlockM * kRowBytes;
+  static constexpr int kKColBlockBytes = kBlockN * kRowBytes;
+  static constexpr int kDsBytes = kBlockN * kBlockM * 2;
+  // dQ = dS K: (kBlockM / 64) query groups of 64 (wgmma's M) times kHeadDim / kDqN column groups,
+  // shared out over the warpgroups (kDqUnits each).
+  static constexpr int kQGroups = kBlockM / 64;
+  static constexpr int kDqSplit = kWarpgroups / kQGroups > 1 ? kWarpgroups / kQGroups : 1;
+  static constexpr int kDqN = kHeadDim / kDqSplit;
+  static constexpr int kDqUnits = kQGroups * kDqSplit / kWarpgroups;
+
+  // Shared memory from a 1024-byte aligned start: K, V, kStages Q and dO tiles, dS^T, then kStages
+  // rows of LSE * log2(e) and of D = rowsum(dO * O) (fp32); 1024 bytes of slack for the alignment.
+  static constexpr int kOffV = kKBytes;
+  static constexpr int kOffQ = 2 * kKBytes;
+  static constexpr int kOffDo = kOffQ + kStages * kQBytes;
+  static constexpr int kOffDs = kOffDo + kStages * kQBytes;
+  static constexpr int kOffLse = kOffDs + kDsBytes;
+  static constexpr int kOffDp = kOffLse + kStages * kBlockM * 4;
+  // Bulk dQ: one staging area a unit, 64 x kDqN floats in fragment order.
+  static constexpr int kDqStageBytes = 64 * kDqN * 4;
+  static constexpr int kOffDqStage = kOffDp + kStages * kBlockM * 4;
+  static constexpr int kSmemBytes = kOffDqStage + (kDqBulk ? kWarpgroups * kDqUnits * kDqStageBytes : 0) + 1024;
+
+  static_assert(kHeadDim == 64 || kHeadDim == 128,
+                "flash_bwd_wgmma serves head dims 64 and 128 (a warpgroup keeps dK and dV of its 64 keys over every "
+                "head dim in registers)");
+  static_assert(kBlockN == 64 || kBlockN == 128, "block_n is 64 or 128 (one or two warpgroups)");
+  static_assert(kBlockM == 64 || kBlockM == 128, "block_m is 64 or 128");
+  static_assert(kDqN % 64 == 0 && kDqUnits >= 1 && kDqUnits * kWarpgroups == kQGroups * kDqSplit,
+                "dQ's column groups must be whole 64-column blocks of K, one or more a warpgroup");
+  static_assert(kStages >= 2 && kStages <= 3, "2 or 3 Q/dO stages");
+  static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes formula disagrees with the kernel's layout");
+  static_assert(kThreads == THREADS, "search space's threads disagrees with block_n / 64 * 128");
+  static_assert(!ATT_SOFTCAP && !ATT_SINKS, "flash_bwd_wgmma has no soft-cap or sinks backward yet");
+};
+
+}  // namespace att
+
+#endif  // ATTNTUNE_FLASH_BWD_WGMMA_TRAITS_CUH

@@ -1,0 +1,190 @@
+// flash_bwd_wgmma on CI (no GPU): its space (which problems, sm_90a only, no config that spills),
+// its render, its launch plan (three kernels, their grids, the shared memory the layout needs, the
+// workspaces, the refusals) and NVRTC builds of every config of d=64 and d=128 for sm_90a, without
+// spills. The GPU property test (tests/gpu/test_flash_bwd_wgmma.cpp) runs them against the reference.
+#include <gtest/gtest.h>
+
+#include "cuda/nvrtc.hpp"
+#include "eval/build_pool.hpp"
+#include "tests/common/input_error.hpp"
+#include "tests/common/plan_call.hpp"
+#include "tests/common/run_attntune.hpp"
+
+using namespace attntune;
+using attntune::testing::dense_call_of;
+using attntune::testing::FakeDevice;
+using attntune::testing::space_of;
+
+namespace {
+
+attntune_plan::Call backward_call_of(const Problem& p) {
+  attntune_plan::Call c = dense_call_of(p);
+  c.entry = attntune_plan::kEntryBackward;
+  c.lse = reinterpret_cast<float*>(3ll << 40);
+  c.dout = reinterpret_cast<const void*>(4ll << 40);
+  c.dq = reinterpret_cast<void*>(5ll << 40);
+  c.dk = reinterpret_cast<void*>(6ll << 40);
+  c.dv = reinterpret_cast<void*>(7ll << 40);
+  for (int i = 0; i < 3; ++i) {
+    c.do_stride[i] = c.dq_stride[i] = c.q_stride[i];
+    c.dk_stride[i] = c.k_stride[i];
+    c.dv_stride[i] = c.v_stride[i];
+  }
+  return c;
+}
+
+std::int64_t get(const Config& c, const char* name) { return std::get<std::int64_t>(c.at(name)); }
+
+// The shared memory the kernel's layout takes (templates/flash_bwd_wgmma/traits.cuh), computed here
+// independently of the space's formula.
+long long smem_of(const Config& c, long long d) {
+  const long long bn = get(c, "block_n"), bm = get(c, "block_m"), st = get(c, "q_stages");
+  const bool bulk = std::get<std::string>(c.at("dq_reduce")) == "bulk";
+  // dQ's staging: the whole (block_m x d) fp32 tile of a step, when bulk.
+  return 2 * bn * d * 2 + 2 * st * bm * d * 2 + bn * bm * 2 + 2 * st * bm * 4 + (bulk ? bm * d * 4 : 0) + 1024;
+}
+
+}  // namespace
+
+TEST(FlashBwdWgmmaSpace, ServesTheBackwardOfHeadDims64And128OnHopperOnly) {
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  for (const char* spec : {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=0,pass=bwd",
+                           "b=2,h=32,hkv=8,s=2048,d=64,dtype=fp16,causal=1,pass=bwd",
+                           "b=1,h=8,s=4096,d=128,dtype=bf16,causal=1,window=1024,pass=bwd"}) {
+    const Problem p = Problem::parse(spec);
+    const auto configs = space.enumerate(p, "sm_90a");
+    EXPECT_GE(configs.size(), 4u) << spec;
+    for (const Config& c : configs) {
+      // d=128 with 128-row steps: S^T, dP^T, dK and dV would need 256 registers a thread.
+      if (p.d == 128) EXPECT_EQ(get(c, "block_m"), 64) << config_str(c);
+      EXPECT_LE(smem_of(c, p.d), 232448) << config_str(c);
+    }
+  }
+  EXPECT_NE(attntune::testing::input_error_of([&] {
+              space.enumerate(Problem::parse("b=1,h=16,s=8192,d=128,dtype=bf16,causal=0"), "sm_90a");
+            }).find("pass=bwd"),
+            std::string::npos);
+  EXPECT_NE(attntune::testing::input_error_of([&] {
+              space.enumerate(Problem::parse("b=1,h=16,s=8192,d=256,dtype=bf16,causal=0,pass=bwd"), "sm_90a");
+            }).find("head dims 64 and 128"),
+            std::string::npos);
+  EXPECT_NE(attntune::testing::input_error_of([&] {
+              space.enumerate(Problem::parse("b=1,h=16,s=8192,d=128,dtype=bf16,causal=0,pass=bwd"), "sm_80");
+            }).find("does not support arch sm_80"),
+            std::string::npos);
+}
+
+TEST(FlashBwdWgmmaRender, SourceIsFlatWithThreeKernelsAndEveryTunable) {
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  const Problem p = Problem::parse("b=2,h=8,hkv=2,s=1000,sk=777,d=128,dtype=bf16,causal=1,pass=bwd");
+  const Config c = space.enumerate(p, "sm_90a").front();
+  const RenderedKernel k = render_kernel(space, c, p, "sm_90a");
+  EXPECT_EQ(k.source.find("#include \""), std::string::npos) << "includes must be inlined";
+  for (const auto& param : space.params())
+    EXPECT_NE(k.source.find("#define " + macro_name(param.name) + " "), std::string::npos) << param.name;
+  for (const char* name : {"flash_bwd_preprocess(", "flash_bwd_wgmma(", "flash_bwd_wgmma_convert("})
+    EXPECT_NE(k.source.find(name), std::string::npos) << name;
+  const Problem other = Problem::parse("b=7,h=3,hkv=1,s=77,sk=5000,d=128,dtype=bf16,causal=1,pass=bwd");
+  EXPECT_EQ(render_kernel(space, c, other, "sm_90a").source_hash, k.source_hash);
+}
+
+TEST(FlashBwdWgmmaPlan, ThreeKernelsWithTheirGridsSharedMemoryAndWorkspaces) {
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  for (int d : {64, 128}) {
+    const Problem p = Problem::parse(
+        "b=2,h=8,hkv=2,s=1000,sk=777,d=" + std::to_string(d) + ",dtype=bf16,causal=0,pass=bwd");
+    for (const Config& c : space.enumerate(p, "sm_90a")) {
+      const LaunchSpec spec = render_kernel(space, c, p, "sm_90a").launch;
+      const auto plan = plan_call(spec, backward_call_of(p), FakeDevice{}.device());
+      ASSERT_TRUE(plan) << config_str(c);
+      const long long bm = get(c, "block_m"), bn = get(c, "block_n");
+      const long long rounded = (1000 + bm - 1) / bm * bm;
+      ASSERT_EQ(plan->launches, 3);
+      EXPECT_EQ(plan->launch[0].grid[0], static_cast<unsigned>(rounded / bm));
+      EXPECT_EQ(plan->launch[1].kernel, 1);
+      EXPECT_EQ(plan->launch[1].grid[0], static_cast<unsigned>((777 + bn - 1) / bn));
+      EXPECT_EQ(plan->launch[1].grid[1], 2u);  // KV heads: GQA's group is summed inside a CTA
+      EXPECT_EQ(plan->launch[1].block, static_cast<unsigned>(bn / 64 * 128));
+      EXPECT_EQ(plan->launch[1].smem, static_cast<unsigned>(smem_of(c, d))) << config_str(c);
+      EXPECT_EQ(plan->launch[2].kernel, 2);
+      EXPECT_EQ(plan->launch[2].grid[0], static_cast<unsigned>((1000 + bm - 1) / bm));
+      ASSERT_EQ(plan->workspaces, 3);
+      EXPECT_EQ(plan->workspace[0].bytes, static_cast<unsigned long long>(2 * 8 * rounded * d * 4));
+      EXPECT_EQ(plan->workspace[1].bytes, static_cast<unsigned long long>(2 * 8 * rounded * 4));
+    }
+  }
+}
+
+TEST(FlashBwdWgmmaPlan, WrongCallsAreRefusedWithTheReason) {
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  const Problem p = Problem::parse("b=1,h=4,s=300,sk=300,d=64,dtype=fp16,causal=1,pass=bwd");
+  const LaunchSpec spec = render_kernel(space, space.enumerate(p, "sm_90a").front(), p, "sm_90a").launch;
+  const auto device = FakeDevice{}.device();
+  attntune_plan::Call c = backward_call_of(p);
+  c.seqlen_q = 0;
+  auto plan = plan_call(spec, c, device);
+  ASSERT_TRUE(plan);
+  ASSERT_EQ(plan->launches, 1);
+  EXPECT_EQ(plan->launch[0].kernel, 1);
+  auto refused = [&](attntune_plan::Call call, const char* words) {
+    std::string why;
+    EXPECT_FALSE(plan_call(spec, call, device, &why)) << words;
+    EXPECT_NE(why.find(words), std::string::npos) << why;
+  };
+  refused(dense_call_of(p), "attntune_attention_backward only");
+  c = backward_call_of(p);
+  c.head_dim = 128;
+  refused(c, "head_dim 64");
+  c = backward_call_of(p);
+  c.causal = 0;
+  refused(c, "causal");
+  c = backward_call_of(p);
+  c.dq = nullptr;
+  refused(c, "none may be NULL");
+  c = backward_call_of(p);
+  c.window_left = 64;
+  refused(c, "sliding window");
+  c = backward_call_of(p);
+  c.deterministic = 1;
+  refused(c, "no deterministic mode");
+}
+
+// Every config of d=64 and d=128 (causal; a window build of each head dim) builds for sm_90a
+// without wgmma serialisation, d=128's without spills (the space's register floor is what keeps
+// its 128-row steps out), d=64's 128-row steps with at most 48 bytes (4-48 at 255 registers, the
+// fastest d=64 build among them: 354 TFLOP/s, run 191).
+TEST(FlashBwdWgmmaBuild, EveryConfigBuildsWithoutSpills) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_bwd_wgmma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::size_t submitted = 0;
+  for (const char* spec : {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd",
+                           "b=1,h=16,s=8192,d=64,dtype=fp16,causal=1,pass=bwd"}) {
+    const Problem p = Problem::parse(spec);
+    for (const Config& c : space.enumerate(p, "sm_90a")) {
+      pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
+      ++submitted;
+    }
+  }
+  for (const char* spec : {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=0,window=256,256,pass=bwd",
+                           "b=1,h=16,s=8192,d=64,dtype=bf16,causal=1,window=512,pass=bwd"}) {
+    const Problem p = Problem::parse(spec);
+    const Config c = space.enumerate(p, "sm_90a").back();
+    pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
+    ++submitted;
+  }
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    const bool d128 = o->job.kernel.source.find("#define ATT_HEAD_DIM 128\n") != std::string::npos;
+    EXPECT_LE(o->build.spill_stores, d128 ? 0 : 48)
+        << config_str(o->job.config) << ": " << o->build.registers << " registers";
+    EXPECT_EQ(o->build.log.find("Potential Performance Loss"), std::string::npos) << o->build.log;
+  }
+  EXPECT_EQ(built, submitted);
+}
