@@ -67,6 +67,41 @@ extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_preprocess(c
 }
 
 // ---- conversion -------------------------------------------------------------------------------
+// dQ's accumulator is row-major ([rows][head_dim] fp32) unless the family's traits say otherwise:
+// a Traits with kDqFragmentOrder true keeps some rows in another order and gives each (row, column)
+// its place by Traits::dq_offset(row_base, row, col) (flash_bwd_wgmma's bulk reductions).
+template <class Tr, class = void>
+struct DqFragmentOrder {
+  static constexpr bool value = false;
+};
+template <class Tr>
+struct DqFragmentOrder<Tr, decltype(void(Tr::kDqFragmentOrder))> {
+  static constexpr bool value = Tr::kDqFragmentOrder;
+};
+
+// Eight consecutive columns from col of a row of the accumulator, scaled, in the dtype.
+template <class Tr>
+__device__ __forceinline__ uint4 dq_row_chunk(const float* acc, long long row_base, int row, int col, float scale) {
+  uint4 out;
+  if constexpr (!DqFragmentOrder<Tr>::value) {
+    const float4* a = reinterpret_cast<const float4*>(acc + (row_base + row) * Tr::kHeadDim + col);
+    const float4 x = a[0], y = a[1];
+    out.x = pack2<Tr::kBf16>(x.x * scale, x.y * scale);
+    out.y = pack2<Tr::kBf16>(x.z * scale, x.w * scale);
+    out.z = pack2<Tr::kBf16>(y.x * scale, y.y * scale);
+    out.w = pack2<Tr::kBf16>(y.z * scale, y.w * scale);
+  } else {
+    u32 o[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 x = *reinterpret_cast<const float2*>(acc + Tr::dq_offset(row_base, row, col + 2 * i));
+      o[i] = pack2<Tr::kBf16>(x.x * scale, x.y * scale);
+    }
+    out = make_uint4(o[0], o[1], o[2], o[3]);
+  }
+  return out;
+}
+
 // grid (ceil(seqlen_q / kBlockM), heads_q, batch): dQ = scale * accumulator for rows < seqlen_q.
 extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_convert(const BwdParams p) {
   const AttnParams& f = p.fwd;
@@ -76,16 +111,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_convert(cons
   const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
   const long long row_base = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded;
   elem_t* dq = static_cast<elem_t*>(p.dq) + b * p.dq_stride[0] + head * p.dq_stride[1];
-  for (int row = m0 + r; row < min(m0 + T::kBlockM, f.seqlen_q); row += kRowsPerPass) {
-    const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + (row_base + row) * T::kHeadDim + c * 8);
-    const float4 x = acc[0], y = acc[1];
-    uint4 out;
-    out.x = pack2<T::kBf16>(x.x * f.scale, x.y * f.scale);
-    out.y = pack2<T::kBf16>(x.z * f.scale, x.w * f.scale);
-    out.z = pack2<T::kBf16>(y.x * f.scale, y.y * f.scale);
-    out.w = pack2<T::kBf16>(y.z * f.scale, y.w * f.scale);
-    *reinterpret_cast<uint4*>(dq + row * p.dq_stride[2] + c * 8) = out;
-  }
+  for (int row = m0 + r; row < min(m0 + T::kBlockM, f.seqlen_q); row += kRowsPerPass)
+    *reinterpret_cast<uint4*>(dq + row * p.dq_stride[2] + c * 8) = dq_row_chunk<T>(p.dq_accum, row_base, row, c * 8, f.scale);
 }
 
 }  // namespace att

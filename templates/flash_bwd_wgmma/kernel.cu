@@ -8,7 +8,8 @@
 //   flash_bwd_wgmma       one CTA per (block of kBlockN keys, KV head, batch), one warpgroup per 64
 //                         keys (wgmma's M): it walks the query blocks of every query head of its KV
 //                         head, dK and dV of its keys in registers;
-//   flash_bwd_convert     dQ = scale * accumulator, in the input dtype.
+//   flash_bwd_convert     (bwd_prepost.cuh) dQ = scale * accumulator, in the input dtype (bulk
+//                         builds: from the fragment order, Traits::dq_offset).
 //
 // A step (one query block of one query head), per warpgroup w (keys 64w .. 64w + 63 of the block):
 //   S^T  = K_w Q^T       wgmma SS, A = K (K-major), B = Q (K-major)          [64 x kBlockM]
@@ -369,40 +370,6 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
             pack2<T::kBf16>(acc_dv[4 * c + 2 * h2], acc_dv[4 * c + 2 * h2 + 1]);
       }
     }
-  }
-}
-
-// ---- conversion -------------------------------------------------------------------------------
-// Where dQ's accumulator keeps (row, col) of a (batch, head)'s rows from row_base: row-major (red), or
-// (bulk) in blocks of kBlockM rows, each kQGroups x kDqSplit units of 64 rows x kDqN columns in the
-// order the main kernel's threads stage their accumulators: float4 j4 of thread r at j4 * 128 + r.
-__device__ __forceinline__ long long dq_offset(long long row_base, int row, int col) {
-  if constexpr (!T::kDqBulk) return (row_base + row) * T::kHeadDim + col;
-  const int m0 = row / T::kBlockM * T::kBlockM, rr = row - m0;
-  const int qg = rr / 64, r = rr % 64, cg = col / T::kDqN, cc = col % T::kDqN;
-  // Accumulator element j = 4c + 2h + e of thread (warp wi, lane 4g + t): row 16wi + 8h + g, column 8c + 2t + e.
-  const int wi = r / 16, h = (r / 8) % 2, g = r % 8, c = cc / 8, t = (cc % 8) / 2, e = cc % 2;
-  const int j = 4 * c + 2 * h + e, thread = wi * 32 + g * 4 + t;
-  return (row_base + m0) * T::kHeadDim + (qg * T::kDqSplit + cg) * 64 * T::kDqN + ((j / 4) * 128 + thread) * 4 + j % 4;
-}
-
-// grid (ceil(seqlen_q / kBlockM), heads_q, batch): dQ = scale * accumulator for rows < seqlen_q.
-extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_wgmma_convert(const BwdParams p) {
-  const AttnParams& f = p.fwd;
-  const int head = blockIdx.y, b = blockIdx.z, m0 = blockIdx.x * T::kBlockM;
-  constexpr int kChunks = T::kHeadDim / 8;
-  constexpr int kRowsPerPass = T::kThreads / kChunks;
-  const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
-  const long long row_base = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded;
-  elem_t* dq = static_cast<elem_t*>(p.dq) + b * p.dq_stride[0] + head * p.dq_stride[1];
-  for (int row = m0 + r; row < min(m0 + T::kBlockM, f.seqlen_q); row += kRowsPerPass) {
-    u32 out[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 x = *reinterpret_cast<const float2*>(p.dq_accum + dq_offset(row_base, row, c * 8 + 2 * i));
-      out[i] = pack2<T::kBf16>(x.x * f.scale, x.y * f.scale);
-    }
-    *reinterpret_cast<uint4*>(dq + row * p.dq_stride[2] + c * 8) = make_uint4(out[0], out[1], out[2], out[3]);
   }
 }
 

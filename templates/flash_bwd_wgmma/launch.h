@@ -4,7 +4,7 @@
 //   0 flash_bwd_preprocess  grid (seqlen_q_rounded / BLOCK_M, heads_q, batch), THREADS threads;
 //   1 flash_bwd_wgmma       grid (ceil(seqlen_k / BLOCK_N), heads_kv, batch), THREADS threads
 //                           (BLOCK_N / 64 warpgroups), SMEM_BYTES of dynamic shared memory;
-//   2 flash_bwd_wgmma_convert grid (ceil(seqlen_q / BLOCK_M), heads_q, batch), THREADS threads.
+//   2 flash_bwd_convert     grid (ceil(seqlen_q / BLOCK_M), heads_q, batch), THREADS threads.
 // Workspaces as flash_bwd_mma's (none zeroed: the preprocessing kernel writes them every call): 0
 // dq_accum (fp32, [batch, heads_q, seqlen_q_rounded, head_dim]), 1 dpsum and 2 lse_log2 (fp32,
 // [batch, heads_q, seqlen_q_rounded]); seqlen_q_rounded is seqlen_q rounded up to BLOCK_M.
@@ -104,7 +104,7 @@ struct FlashBwdWgmmaLaunch {
 
 inline constexpr LaunchFamily kFlashBwdWgmma =
     make_family<FlashBwdWgmmaLaunch>("flash_bwd_wgmma", kEntryBackward, 3, "flash_bwd_preprocess", "flash_bwd_wgmma",
-                                     "flash_bwd_wgmma_convert");
+                                     "flash_bwd_convert");
 
 }  // namespace attntune_plan
 

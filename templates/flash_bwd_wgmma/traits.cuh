@@ -59,6 +59,19 @@ struct Traits {
   // Bulk dQ: one staging area a unit, 64 x kDqN floats in fragment order.
   static constexpr int kDqStageBytes = 64 * kDqN * 4;
   static constexpr int kOffDqStage = kOffDp + kStages * kBlockM * 4;
+  // Where the accumulator keeps (row, col) of a (batch, head)'s rows from row_base (the conversion
+  // kernel's reads, bwd_prepost.cuh): row-major (red), or (bulk) in blocks of kBlockM rows, each
+  // kQGroups x kDqSplit units of 64 rows x kDqN columns in the order the main kernel's threads stage
+  // their accumulators: float4 j4 of thread r at j4 * 128 + r.
+  static constexpr bool kDqFragmentOrder = kDqBulk;
+  static __device__ __forceinline__ long long dq_offset(long long row_base, int row, int col) {
+    const int m0 = row / kBlockM * kBlockM, rr = row - m0;
+    const int qg = rr / 64, r = rr % 64, cg = col / kDqN, cc = col % kDqN;
+    // Element j = 4c + 2h + e of thread (warp wi, lane 4g + t): row 16wi + 8h + g, column 8c + 2t + e.
+    const int wi = r / 16, h = (r / 8) % 2, g = r % 8, c = cc / 8, t = (cc % 8) / 2, e = cc % 2;
+    const int j = 4 * c + 2 * h + e, thread = wi * 32 + g * 4 + t;
+    return (row_base + m0) * kHeadDim + (qg * kDqSplit + cg) * 64 * kDqN + ((j / 4) * 128 + thread) * 4 + j % 4;
+  }
   static constexpr int kSmemBytes = kOffDqStage + (kDqBulk ? kWarpgroups * kDqUnits * kDqStageBytes : 0) + 1024;
 
   static_assert(kHeadDim == 64 || kHeadDim == 128,

@@ -35,7 +35,7 @@ extern "C" int bwd_run(const void* q, const void* k, const void* v, const void* 
   if (!loaded && attntune_plan::normalise_variants(&c, &why) == 0) {
     const void* funcs[] = {reinterpret_cast<const void*>(&att::flash_bwd_preprocess),
                            reinterpret_cast<const void*>(&att::flash_bwd_wgmma),
-                           reinterpret_cast<const void*>(&att::flash_bwd_wgmma_convert)};
+                           reinterpret_cast<const void*>(&att::flash_bwd_convert)};
     if (attntune_run::run_plan(attntune_plan::kFlashBwdWgmma, consts.bytes, funcs, c,
                                static_cast<cudaStream_t>(stream), &why) == 0)
       return 0;

@@ -82,7 +82,7 @@ TEST(FlashBwdWgmmaRender, SourceIsFlatWithThreeKernelsAndEveryTunable) {
   EXPECT_EQ(k.source.find("#include \""), std::string::npos) << "includes must be inlined";
   for (const auto& param : space.params())
     EXPECT_NE(k.source.find("#define " + macro_name(param.name) + " "), std::string::npos) << param.name;
-  for (const char* name : {"flash_bwd_preprocess(", "flash_bwd_wgmma(", "flash_bwd_wgmma_convert("})
+  for (const char* name : {"flash_bwd_preprocess(", "flash_bwd_wgmma(", "flash_bwd_convert("})
     EXPECT_NE(k.source.find(name), std::string::npos) << name;
   const Problem other = Problem::parse("b=7,h=3,hkv=1,s=77,sk=5000,d=128,dtype=bf16,causal=1,pass=bwd");
   EXPECT_EQ(render_kernel(space, c, other, "sm_90a").source_hash, k.source_hash);
