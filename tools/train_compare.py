@@ -250,7 +250,8 @@ class Block(nn.Module):
 
 class Decoder(nn.Module):
     """The Llama-style decoder; forward(tokens, attn) -> fp32 logits, attn(q, k, v) the attention
-    ([B, H, S, D] q, [B, Hkv, S, D] k and v, causal) under test."""
+    ([B, H, S, D] q, [B, Hkv, S, D] k and v, causal) under test. With dtype bf16 the forward runs under
+    torch.autocast(bf16) of its own."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -284,11 +285,12 @@ class Decoder(nn.Module):
     def forward(self, tokens, attn):
         cos, sin = self.rope(tokens.shape[1], tokens.device)
         dtype = self.cfg.compute_dtype
-        x = self.embed(tokens)
-        for blk in self.blocks:
-            x = blk(x, cos, sin, attn, dtype)
-        x = self.norm(x)
-        logits = F.linear(x, self.embed.weight) if self.lm_head is None else self.lm_head(x)
+        with torch.autocast(device_type=tokens.device.type, dtype=torch.bfloat16, enabled=self.cfg.dtype == "bf16"):
+            x = self.embed(tokens)
+            for blk in self.blocks:
+                x = blk(x, cos, sin, attn, dtype)
+            x = self.norm(x)
+            logits = F.linear(x, self.embed.weight) if self.lm_head is None else self.lm_head(x)
         return logits.float()
 
 
@@ -475,17 +477,11 @@ class Run:
         self.grad_clip = grad_clip
         self.losses, self.times, self.grad_norms, self.lrs = [], [], [], []
 
-    def autocast(self):
-        if self.cfg.dtype != "bf16":
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
-
     def step(self, x, y, grad_hook=None):
         self.lrs.append(self.opt.param_groups[0]["lr"])
         sync(self.device)
         t0 = time.perf_counter()
-        with self.autocast():
-            logits = self.model(x, self.attn)
+        logits = self.model(x, self.attn)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
         loss.backward()
         if grad_hook is not None:
@@ -533,10 +529,7 @@ def reference_grads(cfg, state, tokens, device):
     (the rest of the model in its mixed precision, as in every run)."""
     model = build_model(cfg, state, device)
     tokens = tokens.to(device)
-    ctx = torch.autocast(device_type=device.type, dtype=torch.bfloat16) if cfg.dtype == "bf16" else \
-        contextlib.nullcontext()
-    with ctx:
-        logits = model(tokens[:, :-1], Fp32Attention())
+    logits = model(tokens[:, :-1], Fp32Attention())
     F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
     return {n: p.grad for n, p in model.named_parameters()}
 
