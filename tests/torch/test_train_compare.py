@@ -10,8 +10,11 @@ What runs on a CPU, in well under 30 s on two cores:
     rejected; no noise floor inconclusive; NaNs), judge_grads() likewise, and the whole comparison
     end to end with stand-ins for attntune: a second correct implementation accepted, a backward
     with dK 10 % off and a non-causal mask rejected (exit status 1);
+  - --package's path over a stand-in package (SDPA underneath): loading it, explain() stopping a
+    fallback before training, the raise policy stopping one during it, --allow-fallback counting them
+    (coverage), and layers x steps kernel calls of each pass for a match;
   - the command line: a run with --json and --csv, --smoke's defaults, and the argument errors.
-attntune's own side (--package) needs a GPU: docs/design/training_run.md says how to run it.
+attntune's real kernels need a GPU: docs/design/training_run.md says how to run it.
 
     python3 tests/torch/test_train_compare.py     (or pytest tests/torch/test_train_compare.py)
 """
@@ -290,6 +293,123 @@ class EndToEndTest(unittest.TestCase):
         s = self.compare(non_causal)
         self.assertEqual((s["verdict"], s["exit"]), ("mismatch", 1))
         self.assertFalse(s["comparison"]["match"])  # the curves too, not only the gradients
+
+
+# A stand-in for an exported package (`attntune export --torch DIR` writes DIR/attntune/): the calls
+# train_compare makes (default(), explain, set_policy, reset_coverage, coverage, attention with autograd),
+# SDPA underneath, its kernels or fallbacks as FAKE_MODE says, so that --package's path runs on a CPU.
+FAKE_PACKAGE = '''
+import torch
+import torch.nn.functional as F
+
+FAKE_MODE = "kernels"  # "kernels", "explain_bwd_falls_back", "bwd_falls_back"
+
+
+class _Lib:
+    def __init__(self):
+        self.calls, self.policy = {}, "sdpa"
+
+    def explain(self, entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, **kw):
+        if entry == "attention_backward" and FAKE_MODE == "explain_bwd_falls_back":
+            return -1, "no kernel for pass=bwd"
+        return (0 if entry == "attention" else 1), "fake"
+
+    def set_policy(self, fallback="sdpa", max_length_ratio=16.0):
+        self.policy = fallback
+
+    def reset_coverage(self):
+        self.calls = {}
+
+    def count(self, entry, q, k, kernel):
+        b, h, s, d = q.shape
+        key = (entry, b, h, k.shape[1], s, d, kernel)
+        self.calls[key] = self.calls.get(key, 0) + 1
+
+    def coverage(self):
+        return [dict(entry=e, dtype="bf16", problem=dict(b=b, h=h, hkv=hkv, s=s, sk=s, d=d), calls=n, kernel=kernel,
+                     label=None, fallback=None if kernel is not None else "fake fallback", tunable=kernel is None)
+                for (e, b, h, hkv, s, d, kernel), n in self.calls.items()]
+
+
+_LIB = _Lib()
+
+
+def default():
+    return _LIB
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        _LIB.count("attention", q, k, 0)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v = ctx.saved_tensors
+        if FAKE_MODE == "bwd_falls_back":
+            if _LIB.policy == "raise":
+                raise RuntimeError("attntune.attention_backward: no tuned kernel for b=2,...,pass=bwd: fake")
+            _LIB.count("attention_backward", q, k, None)
+        else:
+            _LIB.count("attention_backward", q, k, 1)
+        xs = [t.detach().requires_grad_() for t in (q, k, v)]
+        with torch.enable_grad():
+            o = F.scaled_dot_product_attention(*xs, is_causal=True, enable_gqa=True)
+            return torch.autograd.grad(o, xs, do)
+
+
+def attention(q, k, v, *, is_causal=False, **kw):
+    assert is_causal
+    return _Attention.apply(q, k, v)
+'''
+
+
+class PackageTest(unittest.TestCase):
+    """--package's path (load, explain, the raise policy, coverage, the verdict) over FAKE_PACKAGE."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        os.makedirs(os.path.join(cls.dir.name, "attntune"))
+        with open(os.path.join(cls.dir.name, "attntune", "__init__.py"), "w") as f:
+            f.write(FAKE_PACKAGE)
+        cls.module = tc.load_attntune(os.path.join(cls.dir.name, "attntune"))  # DIR/attntune is taken too
+
+    @classmethod
+    def tearDownClass(cls):
+        sys.modules.pop("attntune", None)
+        sys.path.remove(cls.dir.name)
+        cls.dir.cleanup()
+
+    def compare(self, mode, *extra):
+        self.module.FAKE_MODE = mode
+        args = tc.resolve(tc.parser().parse_args(TINY + ["--package", self.dir.name, *extra]))
+        return tc.compare(args, torch.device("cpu"), out=quiet)  # validate() wants CUDA for --package
+
+    def test_kernels_everywhere(self):
+        s = self.compare("kernels")
+        self.assertEqual((s["verdict"], s["exit"]), ("match", 0), s.get("comparison", {}).get("reasons"))
+        cov = s["attntune"]["coverage"]
+        self.assertEqual(cov["kernel_calls"], {"attention": 2 * 4, "attention_backward": 2 * 4})  # layers x steps
+        self.assertEqual((cov["fallback_calls"], cov["problems"]), (0, []))
+        self.assertEqual(s["attntune"]["explain"]["attention_backward"]["kernel"], 1)
+        self.assertEqual(self.module.default().policy, "raise")
+
+    def test_explain_stops_a_fallback_before_training(self):
+        s = self.compare("explain_bwd_falls_back")
+        self.assertEqual((s["verdict"], s["exit"]), ("fallback", 1))
+        self.assertNotIn("runs", s)
+
+    def test_fallback_during_training(self):
+        s = self.compare("bwd_falls_back")  # policy raise: the first backward stops the run
+        self.assertEqual((s["verdict"], s["exit"]), ("fallback", 1))
+        self.assertIn("no tuned kernel", s["attntune"]["failed"])
+        s = self.compare("bwd_falls_back", "--allow-fallback")  # policy sdpa: counted, the curves still compared
+        self.assertEqual((s["verdict"], s["exit"]), ("fallback", 1))
+        self.assertEqual(s["attntune"]["coverage"]["fallback_calls"], 2 * 4)
+        self.assertTrue(s["comparison"]["match"])
 
 
 class CommandLineTest(unittest.TestCase):
