@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs tests/torch/test_ops.py (`cpu`) or test_ops_gpu.py (`gpu`) with a Python that has torch:
+# Runs tests/torch/test_ops.py (`cpu`), test_ops_gpu.py (`gpu`) or test_train_compare.py (`train`: tools/
+# train_compare.py on the CPU) with a Python that has torch:
 # $ATTNTUNE_PYTHON, else the repository's .venv (tools/setup_torch.sh makes it), else python3. Exits 77
 # (ctest: skipped) when none has torch, saying so.
-#   tests/torch/run.sh cpu|gpu path/to/attntune
+#   tests/torch/run.sh cpu|gpu|train path/to/attntune
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$(dirname "$here")")
-which=${1:?cpu or gpu}
+which=${1:?cpu, gpu or train}
 export ATTNTUNE_BIN=${2:?the attntune binary}
 py=""
 for cand in "${ATTNTUNE_PYTHON:-}" "$root/.venv/bin/python" python3; do
@@ -23,5 +24,6 @@ export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
 case $which in
   cpu) exec "$py" "$here/test_ops.py" ;;
   gpu) exec "$py" "$here/test_ops_gpu.py" ;;
-  *) echo "run.sh: cpu or gpu, not '$which'" >&2; exit 2 ;;
+  train) exec "$py" "$here/test_train_compare.py" ;;
+  *) echo "run.sh: cpu, gpu or train, not '$which'" >&2; exit 2 ;;
 esac

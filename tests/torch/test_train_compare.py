@@ -1,0 +1,496 @@
+"""tools/train_compare.py without a GPU (ctest `torch_train_compare`, label cpu;torch; issue 45's training run).
+
+What runs on a CPU, in well under 30 s on two cores:
+  - the model: forward and backward at a tiny size (shapes, finite gradients everywhere, causality,
+    tied embeddings, the parameter count, a meta-built copy equal to the original); the attention sides
+    (SDPA with enable_gqa, with K/V repeated, in fp32) against float64 attention;
+  - the data: the same batches for a seed whatever the order they are asked in, other steps and seeds
+    other batches, the Markov and copy structure, and a loss that falls in a few CPU steps with SDPA;
+  - the verdict: judge() on synthetic curves (a matching one accepted; a drift and a late spike
+    rejected; no noise floor inconclusive; NaNs), judge_grads() likewise, and the whole comparison
+    end to end with stand-ins for attntune: a second correct implementation accepted, a backward
+    with dK 10 % off and a non-causal mask rejected (exit status 1);
+  - --package's path over a stand-in package (SDPA underneath): loading it, explain() stopping a
+    fallback before training, the raise policy stopping one during it, --allow-fallback counting them
+    (coverage), and layers x steps kernel calls of each pass for a match;
+  - the command line: a run with --json and --csv, --smoke's defaults, and the argument errors.
+attntune's real kernels need a GPU: docs/design/training_run.md says how to run it.
+
+    python3 tests/torch/test_train_compare.py     (or pytest tests/torch/test_train_compare.py)
+"""
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import train_compare as tc  # noqa: E402
+
+# One thread: tiny ops, and a shared CI machine where two OpenMP threads oversubscribed ran 15x slower.
+torch.set_num_threads(1)
+
+# 2 layers, d_model 64, 4/2 heads at 16, vocab 64, 2 x 32 tokens, 4 steps: a comparison in a few seconds.
+TINY = ["--layers", "2", "--d-model", "64", "--heads", "4", "--kv-heads", "2", "--vocab", "64", "--seqlen", "32",
+        "--batch", "2", "--steps", "4", "--warmup", "1", "--lr", "3e-3", "--lr-warmup", "2", "--log-every", "100",
+        "--no-bench", "--device", "cpu"]
+
+
+def tiny(*extra):
+    args = tc.resolve(tc.parser().parse_args(TINY + list(extra)))
+    return args, tc.validate(args)
+
+
+def quiet(*_):
+    pass
+
+
+def reference_attention(q, k, v):
+    """Causal GQA attention in float64, by its definition."""
+    rep = q.shape[1] // k.shape[1]
+    q, k, v = q.double(), k.double().repeat_interleave(rep, 1), v.double().repeat_interleave(rep, 1)
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    n = s.shape[-1]
+    s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def wrong_backward(dq=1.0, dk=1.0, dv=1.0):
+    """SDPA's forward, its backward with dQ, dK, dV scaled: a stand-in for a wrong backward kernel."""
+    class Wrong(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            ctx.save_for_backward(q, k, v)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+        @staticmethod
+        def backward(ctx, do):
+            xs = [t.detach().requires_grad_() for t in ctx.saved_tensors]
+            with torch.enable_grad():
+                o = F.scaled_dot_product_attention(*xs, is_causal=True, enable_gqa=True)
+                gq, gk, gv = torch.autograd.grad(o, xs, do)
+            return gq * dq, gk * dk, gv * dv
+    return lambda q, k, v: Wrong.apply(q, k, v)
+
+
+def non_causal(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=True)
+
+
+class ModelTest(unittest.TestCase):
+    def setUp(self):
+        self.cfg = tc.Config(vocab=64, d_model=64, layers=2, heads=4, kv_heads=2)
+        self.model = tc.Decoder(self.cfg).init_weights(0)
+        self.tokens = torch.randint(0, 64, (2, 24), generator=torch.Generator().manual_seed(1))
+
+    def test_forward_backward(self):
+        logits = self.model(self.tokens, tc.SdpaAttention())  # under its own autocast (bf16)
+        self.assertEqual(logits.shape, (2, 24, 64))
+        self.assertEqual(logits.dtype, torch.float32)
+        F.cross_entropy(logits[:, :-1].flatten(0, 1), self.tokens[:, 1:].flatten()).backward()
+        for name, p in self.model.named_parameters():
+            self.assertIsNotNone(p.grad, name)
+            self.assertTrue(torch.isfinite(p.grad).all(), name)
+            self.assertGreater(p.grad.abs().sum().item(), 0, name)
+
+    def test_causal(self):
+        other = self.tokens.clone()
+        other[:, 12:] = (other[:, 12:] + 1) % 64
+        with torch.no_grad():
+            a, b = self.model(self.tokens, tc.SdpaAttention()), self.model(other, tc.SdpaAttention())
+        self.assertTrue(torch.equal(a[:, :12], b[:, :12]))
+        self.assertFalse(torch.equal(a[:, 12:], b[:, 12:]))
+
+    def test_attention_sides_against_float64(self):
+        g = torch.Generator().manual_seed(2)
+        q, k, v = (torch.randn(2, h, 40, 16, generator=g) for h in (4, 2, 2))
+        ref = reference_attention(q, k, v)
+        for attn in (tc.SdpaAttention(), tc.SdpaAttention(gqa="repeat"), tc.SdpaAttention("math"), tc.Fp32Attention()):
+            out = attn(q, k, v)
+            self.assertEqual(out.shape, q.shape, tc.describe(attn))
+            self.assertLess((out.double() - ref).abs().max().item(), 1e-5, tc.describe(attn))
+        self.assertEqual(tc.SdpaAttention("math").picked, None)  # a pinned backend records on its first call
+        picked = tc.SdpaAttention()
+        picked(q, k, v)
+        self.assertIn(picked.picked, ("flash", "math", "efficient", "cudnn", "unknown"))
+
+    def test_meta_build_and_tied(self):
+        state = {k: v.clone() for k, v in self.model.state_dict().items()}
+        copy = tc.build_model(self.cfg, state, torch.device("cpu"))
+        with torch.no_grad():
+            self.assertTrue(torch.equal(copy(self.tokens, tc.SdpaAttention()),
+                                        self.model(self.tokens, tc.SdpaAttention())))
+        self.assertEqual(tc.param_count(self.cfg), sum(p.numel() for p in self.model.parameters()))
+        tied = tc.Config(vocab=64, d_model=64, layers=2, heads=4, kv_heads=2, tie_embeddings=True)
+        m = tc.Decoder(tied).init_weights(0)
+        self.assertIsNone(m.lm_head)
+        self.assertEqual(tc.param_count(tied), sum(p.numel() for p in m.parameters()))
+        with torch.no_grad():
+            self.assertEqual(m(self.tokens, tc.SdpaAttention()).shape, (2, 24, 64))
+
+    def test_full_size(self):
+        cfg = tc.Config(vocab=32000, d_model=2048, layers=8, heads=16, kv_heads=4)
+        self.assertEqual((cfg.head_dim, cfg.ffn), (128, 5632))
+        self.assertTrue(0.4e9 < tc.param_count(cfg) < 0.6e9)
+
+    def test_param_kind(self):
+        self.assertEqual(tc.param_kind("blocks.3.attn.wq.weight"), "wq")
+        self.assertEqual(tc.param_kind("blocks.0.mlp_norm.weight"), "mlp_norm")
+        self.assertEqual(tc.param_kind("embed.weight"), "embed")
+        self.assertEqual(tc.param_kind("norm.weight"), "final_norm")
+        self.assertEqual(tc.param_kind("lm_head.weight"), "lm_head")
+
+
+class DataTest(unittest.TestCase):
+    def test_deterministic(self):
+        a, b = tc.TokenStream(500, 300, 3, seed=7), tc.TokenStream(500, 300, 3, seed=7)
+        x = a.batch_at(5)
+        b.batch_at(0)  # asked in another order: the same batches
+        self.assertTrue(torch.equal(x, b.batch_at(5)))
+        self.assertEqual(x.shape, (3, 301))
+        self.assertEqual(x.dtype, torch.long)
+        self.assertTrue(0 <= x.min().item() and x.max().item() < 500)
+        self.assertFalse(torch.equal(x, a.batch_at(6)))
+        self.assertFalse(torch.equal(x, tc.TokenStream(500, 300, 3, seed=8).batch_at(5)))
+        self.assertFalse(torch.equal(x[0], x[1]))
+
+    def test_structure(self):
+        markov = tc.TokenStream(500, 400, 1, seed=3, copy=0.0)
+        seq = markov.sequence(0, 0)
+        self.assertTrue(all(b in markov.table[a] for a, b in zip(seq, seq[1:])))
+        copying = tc.TokenStream(500, 2000, 1, seed=3, copy=0.5)
+        seq = copying.sequence(0, 0)
+        earlier = set()
+        repeated = 0
+        for i in range(8, len(seq)):  # 8-grams seen before: copies (a Markov chain of 4 successors rarely repeats one)
+            gram = tuple(seq[i - 8:i])
+            repeated += gram in earlier
+            earlier.add(gram)
+        self.assertGreater(repeated / len(seq), 0.25)
+
+    def test_learnable(self):
+        cfg = tc.Config(vocab=64, d_model=64, layers=2, heads=4, kv_heads=2)
+        stream = tc.TokenStream(64, 64, 4, seed=0)
+        run = tc.Run("sdpa", tc.SdpaAttention(), cfg, tc.initial_state(cfg, 0), torch.device("cpu"), lr=1e-2,
+                     lr_warmup=1, weight_decay=0.0, grad_clip=1.0)
+        tc.train([run], [stream.batch_at(i) for i in range(10)], torch.device("cpu"))
+        self.assertAlmostEqual(run.losses[0], math.log(64), delta=0.3)
+        self.assertLess(sum(run.losses[-3:]) / 3, run.losses[0] - 0.5, run.losses)
+
+
+def curve(seed, size=1e-3, steps=200):
+    """A falling loss curve plus bf16-like noise of `size` that grows along the run (seeded)."""
+    rng = random.Random(seed)
+    base = [6.0 - 3.0 * (1 - math.exp(-t / 40)) + 0.05 * math.sin(t / 3) for t in range(steps)]
+    return base, [x + size * (1 + t / 50) * rng.uniform(-1, 1) for t, x in enumerate(base)]
+
+
+class VerdictTest(unittest.TestCase):
+    def setUp(self):
+        self.base, self.ref = curve(1)
+        self.noise = curve(2)[1]
+
+    def test_matching_accepted(self):
+        j = tc.judge(self.ref, curve(3)[1], [self.noise])
+        self.assertTrue(j["match"], j["reasons"])
+        self.assertFalse(j["inconclusive"])
+        self.assertLess(j["candidate"]["mean"], j["tolerance"]["mean"])
+        self.assertEqual(j["tolerance"]["mean"], 3.0 * j["noise"]["mean"])
+
+    def test_drift_rejected(self):
+        cand = [x + 0.03 * t / 200 for t, x in enumerate(curve(3)[1])]
+        j = tc.judge(self.ref, cand, [self.noise])
+        self.assertFalse(j["match"])
+        self.assertTrue(any("mean" in r for r in j["reasons"]))
+        self.assertTrue(any("max" in r for r in j["reasons"]))
+
+    def test_late_spike_rejected(self):
+        cand = curve(3)[1]
+        cand[180] += 0.1
+        j = tc.judge(self.ref, cand, [self.noise])
+        self.assertFalse(j["match"])
+        self.assertEqual(j["candidate"]["argmax"], 180)
+        self.assertTrue(any("step 180" in r for r in j["reasons"]))
+
+    def test_several_noise_runs_take_the_larger(self):
+        big = curve(4, size=8e-3)[1]
+        cand = curve(3, size=6e-3)[1]
+        self.assertFalse(tc.judge(self.ref, cand, [self.noise])["match"])
+        self.assertTrue(tc.judge(self.ref, cand, [self.noise, big])["match"])
+
+    def test_no_floor_and_nans(self):
+        j = tc.judge(self.ref, curve(3)[1], [list(self.ref)])
+        self.assertTrue(j["inconclusive"])
+        self.assertFalse(j["match"])
+        cand = curve(3)[1]
+        cand[50] = float("nan")
+        j = tc.judge(self.ref, cand, [self.noise])
+        self.assertFalse(j["match"])
+        self.assertFalse(j["inconclusive"])
+        ref = list(self.ref)
+        ref[10] = float("inf")
+        j = tc.judge(ref, curve(3)[1], [self.noise])
+        self.assertTrue(j["inconclusive"])
+        with self.assertRaises(ValueError):
+            tc.judge(self.ref, self.ref[:-1], [self.noise])
+        with self.assertRaises(ValueError):
+            tc.judge(self.ref, self.ref, [])
+        with self.assertRaises(ValueError):
+            tc.judge(self.ref, self.ref, [self.noise], factor=0)
+
+    def test_judge_grads(self):
+        errors = {"sdpa": {"wq": 4e-3, "wk": 5e-3}, "sdpa-math": {"wq": 6e-3, "wk": 4e-3},
+                  "ok": {"wq": 1.5e-2, "wk": 1e-2}, "bad": {"wq": 2e-2, "wk": 5e-3},
+                  "nan": {"wq": float("nan"), "wk": 5e-3}, "zero": {"wq": 0.0, "wk": 0.0}}
+        g = tc.judge_grads(errors, "ok", ["sdpa", "sdpa-math"])
+        self.assertTrue(g["match"], g["reasons"])
+        self.assertEqual(g["peers"], {"wq": 6e-3, "wk": 5e-3})
+        self.assertEqual(g["worst_kind"], "wq")
+        g = tc.judge_grads(errors, "bad", ["sdpa", "sdpa-math"])
+        self.assertFalse(g["match"])
+        self.assertTrue(g["reasons"][0].startswith("step 0's wq gradients"))
+        self.assertFalse(tc.judge_grads(errors, "nan", ["sdpa"])["match"])
+        self.assertTrue(tc.judge_grads(errors, "ok", ["zero"])["inconclusive"])
+        with self.assertRaises(ValueError):
+            tc.judge_grads(errors, "missing", ["sdpa"])
+
+
+class EndToEndTest(unittest.TestCase):
+    """The whole comparison on a CPU, stand-ins in attntune's place (the summary calls them attntune)."""
+
+    def compare(self, candidate):
+        args, device = tiny()
+        return tc.compare(args, device, candidate=candidate, out=quiet)
+
+    def test_correct_implementation_accepted(self):
+        s = self.compare(tc.SdpaAttention("math", "repeat"))
+        self.assertEqual(list(s["runs"]), ["sdpa", "sdpa-math", "attntune"])
+        self.assertEqual((s["verdict"], s["exit"]), ("match", 0), s["comparison"]["reasons"])
+        self.assertLess(s["comparison"]["gradients"]["worst_ratio"], 1.5)
+        self.assertEqual(len(s["runs"]["attntune"]["losses"]), 4)
+        # Step 0's weights are the same everywhere: the forward alone differs.
+        losses0 = [r["losses"][0] for r in s["runs"].values()]
+        self.assertLess(max(losses0) - min(losses0), 1e-2)
+
+    def test_wrong_backward_rejected(self):
+        s = self.compare(wrong_backward(dk=0.9))
+        self.assertEqual((s["verdict"], s["exit"]), ("mismatch", 1))
+        g = s["comparison"]["gradients"]
+        self.assertFalse(g["match"])
+        self.assertEqual(g["worst_kind"], "wk")
+        self.assertGreater(g["worst_ratio"], 6)
+
+    def test_wrong_mask_rejected(self):
+        s = self.compare(non_causal)
+        self.assertEqual((s["verdict"], s["exit"]), ("mismatch", 1))
+        self.assertFalse(s["comparison"]["match"])  # the curves too, not only the gradients
+
+
+# A stand-in for an exported package (`attntune export --torch DIR` writes DIR/attntune/): the calls
+# train_compare makes (default(), explain, set_policy, reset_coverage, coverage, attention with autograd),
+# SDPA underneath, its kernels or fallbacks as FAKE_MODE says, so that --package's path runs on a CPU.
+FAKE_PACKAGE = '''
+import torch
+import torch.nn.functional as F
+
+FAKE_MODE = "kernels"  # "kernels", "explain_bwd_falls_back", "bwd_falls_back"
+
+
+class _Lib:
+    def __init__(self):
+        self.calls, self.policy = {}, "sdpa"
+
+    def explain(self, entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, **kw):
+        if entry == "attention_backward" and FAKE_MODE == "explain_bwd_falls_back":
+            return -1, "no kernel for pass=bwd"
+        return (0 if entry == "attention" else 1), "fake"
+
+    def set_policy(self, fallback="sdpa", max_length_ratio=16.0):
+        self.policy = fallback
+
+    def reset_coverage(self):
+        self.calls = {}
+
+    def count(self, entry, q, k, kernel):
+        b, h, s, d = q.shape
+        key = (entry, b, h, k.shape[1], s, d, kernel)
+        self.calls[key] = self.calls.get(key, 0) + 1
+
+    def coverage(self):
+        return [dict(entry=e, dtype="bf16", problem=dict(b=b, h=h, hkv=hkv, s=s, sk=s, d=d), calls=n, kernel=kernel,
+                     label=None, fallback=None if kernel is not None else "fake fallback", tunable=kernel is None)
+                for (e, b, h, hkv, s, d, kernel), n in self.calls.items()]
+
+
+_LIB = _Lib()
+
+
+def default():
+    return _LIB
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        _LIB.count("attention", q, k, 0)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v = ctx.saved_tensors
+        if FAKE_MODE == "bwd_falls_back":
+            if _LIB.policy == "raise":
+                raise RuntimeError("attntune.attention_backward: no tuned kernel for b=2,...,pass=bwd: fake")
+            _LIB.count("attention_backward", q, k, None)
+        else:
+            _LIB.count("attention_backward", q, k, 1)
+        xs = [t.detach().requires_grad_() for t in (q, k, v)]
+        with torch.enable_grad():
+            o = F.scaled_dot_product_attention(*xs, is_causal=True, enable_gqa=True)
+            return torch.autograd.grad(o, xs, do)
+
+
+def attention(q, k, v, *, is_causal=False, **kw):
+    assert is_causal
+    return _Attention.apply(q, k, v)
+'''
+
+
+class PackageTest(unittest.TestCase):
+    """--package's path (load, explain, the raise policy, coverage, the verdict) over FAKE_PACKAGE."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        os.makedirs(os.path.join(cls.dir.name, "attntune"))
+        with open(os.path.join(cls.dir.name, "attntune", "__init__.py"), "w") as f:
+            f.write(FAKE_PACKAGE)
+        cls.module = tc.load_attntune(os.path.join(cls.dir.name, "attntune"))  # DIR/attntune is taken too
+
+    @classmethod
+    def tearDownClass(cls):
+        sys.modules.pop("attntune", None)
+        sys.path.remove(cls.dir.name)
+        cls.dir.cleanup()
+
+    def compare(self, mode, *extra):
+        self.module.FAKE_MODE = mode
+        args = tc.resolve(tc.parser().parse_args(TINY + ["--package", self.dir.name, *extra]))
+        return tc.compare(args, torch.device("cpu"), out=quiet)  # validate() wants CUDA for --package
+
+    def test_kernels_everywhere(self):
+        s = self.compare("kernels")
+        self.assertEqual((s["verdict"], s["exit"]), ("match", 0), s.get("comparison", {}).get("reasons"))
+        cov = s["attntune"]["coverage"]
+        self.assertEqual(cov["kernel_calls"], {"attention": 2 * 4, "attention_backward": 2 * 4})  # layers x steps
+        self.assertEqual((cov["fallback_calls"], cov["problems"]), (0, []))
+        self.assertEqual(s["attntune"]["explain"]["attention_backward"]["kernel"], 1)
+        self.assertEqual(self.module.default().policy, "raise")
+
+    def test_explain_stops_a_fallback_before_training(self):
+        s = self.compare("explain_bwd_falls_back")
+        self.assertEqual((s["verdict"], s["exit"]), ("fallback", 1))
+        self.assertNotIn("runs", s)
+
+    def test_fallback_during_training(self):
+        s = self.compare("bwd_falls_back")  # policy raise: the first backward stops the run
+        self.assertEqual((s["verdict"], s["exit"]), ("fallback", 1))
+        self.assertIn("no tuned kernel", s["attntune"]["failed"])
+        s = self.compare("bwd_falls_back", "--allow-fallback")  # policy sdpa: counted, the curves still compared
+        self.assertEqual((s["verdict"], s["exit"]), ("fallback", 1))
+        self.assertEqual(s["attntune"]["coverage"]["fallback_calls"], 2 * 4)
+        self.assertTrue(s["comparison"]["match"])
+
+
+class CommandLineTest(unittest.TestCase):
+    def main(self, *argv):
+        err, out = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                code = tc.main(list(argv))
+            except SystemExit as e:
+                code = e.code
+        return code, out.getvalue(), err.getvalue()
+
+    def test_run_json_csv(self):
+        with tempfile.TemporaryDirectory() as d:
+            js, cs = os.path.join(d, "s.json"), os.path.join(d, "s.csv")
+            argv = [a for a in TINY if a != "--no-bench"]
+            code, out, err = self.main(*argv, "--steps", "3", "--json", js, "--csv", cs, "--bench-rounds", "1",
+                                       "--bench-seconds", "0.01", "--log-every", "1")
+            self.assertEqual(code, 0, err)
+            with open(js) as f:
+                summary = json.load(f)
+            self.assertEqual(summary["verdict"], "sdpa only (no attntune run)")
+            self.assertEqual(sorted(summary["runs"]), ["sdpa", "sdpa-math"])
+            self.assertEqual(summary["config"]["params"], tc.param_count(tc.Config(64, 64, 2, 4, 2)))
+            self.assertGreater(summary["attention_time"]["sdpa"]["fwd_bwd_ms"], 0)
+            self.assertIn("wq", summary["grad_check"]["sdpa"])
+            with open(cs) as f:
+                rows = list(csv.DictReader(f))
+            self.assertEqual([r["step"] for r in rows], ["0", "1", "2"])
+            self.assertIn("absdiff_sdpa-math", rows[0])
+            self.assertAlmostEqual(float(rows[2]["loss_sdpa"]), summary["runs"]["sdpa"]["losses"][2], places=5)
+        self.assertIn("verdict: sdpa only", out)
+        self.assertIn("|sdpa-math - sdpa|", out)
+
+    def test_smoke_defaults(self):
+        args = tc.resolve(tc.parser().parse_args(["--smoke", "--layers", "3"]))
+        self.assertEqual((args.layers, args.d_model, args.seqlen, args.steps), (3, 256, 256, 10))
+        args = tc.resolve(tc.parser().parse_args([]))
+        self.assertEqual((args.layers, args.d_model, args.heads, args.kv_heads, args.seqlen, args.steps, args.vocab),
+                         (8, 2048, 16, 4, 4096, 200, 32000))
+
+    def test_argument_errors(self):
+        cases = [(["--heads", "6", "--kv-heads", "4"], "must be a multiple of --kv-heads 4"),
+                 (["--steps", "4", "--warmup", "4"], "leaves no timed step"),
+                 (["--d-model", "100", "--heads", "3", "--kv-heads", "1"], "not a multiple of --heads 3"),
+                 (["--head-dim", "15"], "must be even"),
+                 (["--noise-backend", "flash,bogus"], "unknown backend(s) bogus"),
+                 (["--package", "/nonexistent"], "run on a CUDA device"),
+                 (["--lr", "0"], "--lr must be a positive number"),
+                 (["--steps", "0"], "--steps must be >= 1"),
+                 (["--seqlen", "1"], "--seqlen must be >= 2"),
+                 (["--data-copy", "1"], "--data-copy must be in [0, 1)"),
+                 (["--noise-backend", "none", "--package", "/nonexistent"], "no noise floor")]
+        for extra, message in cases:
+            code, _, err = self.main(*TINY, *extra)
+            self.assertEqual(code, 2, extra)
+            self.assertIn(message, err, extra)
+
+    def test_package_errors(self):
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaisesRegex(ValueError, "no attntune package there"):
+                tc.load_attntune(d)
+
+    def test_coverage_count(self):
+        class Lib:
+            def __init__(self, rows):
+                self.rows = rows
+
+            def coverage(self):
+                return self.rows
+        p = {"b": 1, "h": 16, "hkv": 4, "s": 4096, "sk": 4096, "d": 128}
+        good = [dict(entry="attention", dtype="bf16", problem=p, calls=16, kernel=0, fallback=None),
+                dict(entry="attention_backward", dtype="bf16", problem=p, calls=16, kernel=1, fallback=None)]
+        c = tc.attntune_coverage(Lib(good), layers=8, steps=2)
+        self.assertEqual((c["fallback_calls"], c["problems"]), (0, []))
+        bad = [good[0], dict(good[1], kernel=None, fallback="no kernel for pass=bwd")]
+        c = tc.attntune_coverage(Lib(bad), layers=8, steps=2)
+        self.assertEqual(c["fallback_calls"], 16)
+        self.assertEqual(len(c["problems"]), 2)  # the fallback, and 0 of 16 backward calls on a kernel
+        self.assertIn("no kernel for pass=bwd", c["problems"][0])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
