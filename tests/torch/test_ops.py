@@ -1997,11 +1997,11 @@ class Backward(unittest.TestCase):
         row = dict(rows["attention_backward"], tunable=True)
         plan = attntune.plan_from_coverage([row], "train")
         self.assertEqual(plan["problems"], [{"problem": spec + ",pass=bwd", "regime": "train"}])
-        # attntune reads the spec back as a backward problem (the shipped flash_bwd_mma space tunes it).
+        # attntune reads the spec back as a backward problem (the shipped backward spaces tune it).
         db = os.path.join(WORK, "bwd-queue.db")
         r = run("submit", "--db", db, "--problem", plan["problems"][0]["problem"], "--format", "json")
         self.assertTrue(json.loads(r.stdout)[0]["campaign"].endswith(":" + spec + ",pass=bwd"), r.stdout)
-        # tuner.json: flash_bwd_mma tunes the backward pass alone; untunable reads it.
+        # tuner.json: flash_bwd_mma (and flash_bwd_wgmma) tune the backward pass alone; untunable reads it.
         with open(os.path.join(PKG, "attntune", "tuner.json")) as fh:
             support = json.load(fh)
         fams = {f["family"]: f for f in support["families"]}
@@ -2013,7 +2013,7 @@ class Backward(unittest.TestCase):
         self.assertIn("no attntune family tunes head_dim=96 bf16 (head dims: 64, 128)", attntune.untunable(row96, support))
         fwd96 = dict(row96, entry="attention")
         self.assertEqual(attntune.untunable(fwd96, support), "")
-        no_bwd = {"families": [f for f in support["families"] if f["family"] != "flash_bwd_mma"]}
+        no_bwd = {"families": [f for f in support["families"] if "bwd" not in f["support"].get("pass", [])]}
         self.assertEqual(attntune.untunable(row, no_bwd), "no attntune family tunes the backward pass (pass=bwd)")
         # The raise policy: the backward's own message.
         o = attntune.attention(q, k, v, is_causal=True)

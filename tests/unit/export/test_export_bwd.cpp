@@ -130,7 +130,8 @@ TEST(ExportBackward, AllBestHoldsForwardAndBackwardKernelsAndTorchPackagesThem) 
   EXPECT_NE(cu.find("// Dispatch: the kernels of the call's entry point (a backward call runs backward kernels only"),
             std::string::npos);
 
-  // The package: the same file and info, and tuner.json says flash_bwd_mma tunes the backward pass.
+  // The package: the same file and info, and tuner.json says the backward families (flash_bwd_mma,
+  // flash_bwd_wgmma) tune the backward pass.
   const std::string pkg = f.dir.file("pkg");
   const auto r = run_attntune("export --db " + shq(f.db) + " --all-best --torch " + shq(pkg));
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -139,8 +140,9 @@ TEST(ExportBackward, AllBestHoldsForwardAndBackwardKernelsAndTorchPackagesThem) 
   bool found = false;
   for (const auto& fam : tuner.at("families")) {
     const auto& support = fam.at("support");
-    if (fam.at("family") == "flash_bwd_mma") {
-      found = true;
+    const std::string name = fam.at("family");
+    if (name.rfind("flash_bwd_", 0) == 0) {
+      found = found || name == "flash_bwd_mma";
       EXPECT_EQ(support.at("pass"), nlohmann::json::array({"bwd"})) << fam.dump();
       EXPECT_EQ(support.at("d"), nlohmann::json::array({"64", "128"})) << fam.dump();
       EXPECT_EQ(fam.at("regimes"), nlohmann::json::array({"train"})) << fam.dump();
