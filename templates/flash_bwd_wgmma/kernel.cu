@@ -89,21 +89,12 @@ __device__ __forceinline__ void red_add2(float* p, float a, float b) {
 // Adds `bytes` of fp32 values from shared memory into global memory, by the TMA unit (a bulk
 // reduction of this thread's bulk group), and commits the group.
 __device__ __forceinline__ void bulk_reduce_add(float* dst, u32 src, int bytes) {
-#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 3
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
-               "cp.async.bulk.commit_group;\n" ::"l"(dst), "r"(src), "r"(bytes)
-               : "memory");
-  return;
-#endif
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
                "cp.async.bulk.commit_group;\n" ::"l"(dst), "r"(src), "r"(bytes)
                : "memory");
 }
 // Waits until this thread's bulk groups have read their shared-memory sources.
 __device__ __forceinline__ void bulk_wait_read() {
-#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 4
-  return;
-#endif
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 
@@ -179,6 +170,57 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   const u64 k_desc = desc(s_k + wg * 64 * T::kRowBytes, 16, T::kAtomBytes);
   const u64 v_desc = desc(s_v + wg * 64 * T::kRowBytes, 16, T::kAtomBytes);
 
+  // dQ += dS K: unit u of the warpgroup is query group qg (64 rows: wgmma's M, dS^T's column block
+  // qg, M-major) times kDqN head dims from cg * kDqN (K's column blocks, N-major); k-steps over the
+  // block's keys. dq_issue starts it (one wgmma group); dq_finish, after the wait, adds it into the
+  // accumulator.
+  auto dq_issue = [&](int u, u32 ds_t, float (&acc_dq)[T::kDqN / 2]) {
+    const int unit = wg * T::kDqUnits + u, qg = unit / T::kDqSplit, cg = unit % T::kDqSplit;
+    const u64 a_desc = desc(ds_t + qg * T::kKColBlockBytes, T::kKColBlockBytes, T::kAtomBytes);
+    const u64 b_desc = desc(s_k + (cg * T::kDqN / T::kCols) * T::kKColBlockBytes, T::kKColBlockBytes, T::kAtomBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+      const u64 off = (kk * 16 * T::kRowBytes) >> 4;
+      Wgmma<T::kDqN>::ss_tt(acc_dq, a_desc + off, b_desc + off, kk > 0);
+    }
+    wgmma_commit();
+  };
+  auto dq_finish = [&](int u, int head, int m0, const float (&acc_dq)[T::kDqN / 2]) {
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 2
+    if (acc_dq[0] != 12345.f) return;
+#endif
+    const int unit = wg * T::kDqUnits + u, qg = unit / T::kDqSplit, cg = unit % T::kDqSplit;
+    const long long row0 = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0 + qg * 64;
+    if constexpr (T::kDqBulk) {
+      // Stage the unit in fragment order (float4 j4 of thread r at (j4 * 128 + r) * 16 bytes: a
+      // warp's stores are 512 consecutive bytes), then one thread adds it, 64 * kDqN floats, to the
+      // unit's place in the accumulator (Traits::dq_offset).
+      const u32 stage = base + T::kOffDqStage + (wg * T::kDqUnits + u) * T::kDqStageBytes;
+      const int r = threadIdx.x % 128;
+#pragma unroll
+      for (int j4 = 0; j4 < T::kDqN / 8; ++j4)
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(stage + (j4 * 128 + r) * 16),
+                     "f"(acc_dq[4 * j4]), "f"(acc_dq[4 * j4 + 1]), "f"(acc_dq[4 * j4 + 2]), "f"(acc_dq[4 * j4 + 3])
+                     : "memory");
+      fence_async_smem();
+      named_bar_sync(1 + wg, 128);
+      if (r == 0)
+        bulk_reduce_add(p.dq_accum + (row0 - qg * 64) * T::kHeadDim + (qg * T::kDqSplit + cg) * 64 * T::kDqN, stage,
+                        T::kDqStageBytes);
+    } else {
+      float* dq = p.dq_accum + (row0 + wi * 16 + g) * T::kHeadDim + cg * T::kDqN + 2 * t;
+#pragma unroll
+      for (int c = 0; c < T::kDqN / 8; ++c) {
+        red_add2(dq + c * 8, acc_dq[4 * c], acc_dq[4 * c + 1]);
+        red_add2(dq + 8 * T::kHeadDim + c * 8, acc_dq[4 * c + 2], acc_dq[4 * c + 3]);
+      }
+    }
+  };
+  // Deferred dQ (Traits::kDqDefer): the step whose dQ is in flight, and its accumulators.
+  float acc_dq_next[T::kDqN / 2];
+  int dq_head = -1, dq_m0 = 0;
+
   for (int i = 0; i < steps; ++i) {
     const int head = hk * f.q_per_kv + i / m_blocks, m0 = (m_first + i % m_blocks) * T::kBlockM;
     const int st = i % T::kStages;
@@ -209,6 +251,15 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       }
       wgmma_commit();
       wgmma_wait<0>();
+      if constexpr (T::kDqDefer) {
+        // Step i - 1's dQ (the group before S^T's and dP^T's), done with them. (Waiting for it alone,
+        // wait_group 1, would leave S^T and dP^T running through its addition, but ptxas then
+        // serialises the kernel's wgmmas: 417 against 460 TFLOP/s, run 196.)
+        if (i > 0) {
+          reg_fence(acc_dq_next);
+          dq_finish(0, dq_head, dq_m0, acc_dq_next);
+        }
+      }
       reg_fence(acc_s);
       reg_fence(acc_dp);
     }
@@ -276,18 +327,19 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
 
     // dS^T to shared memory, [query block of 64][key][64 queries] swizzled, while they run: a[0]
     // and a[2] are key key_w, a[1] and a[3] key key_w + 8; a[0], a[1] queries 16kk + 2t (+1), a[2],
-    // a[3] 8 further.
+    // a[3] 8 further. (Deferred dQ: buffer i % 2, the other one still read by step i - 1's dQ.)
+    const u32 ds_t = s_ds + (T::kDqDefer ? (i & 1) * T::kDsBytes : 0);
 #pragma unroll
     for (int kk = 0; kk < T::kBlockM / 16; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int key = key_w + (r & 1) * 8, q = kk * 16 + (r >> 1) * 8 + 2 * t;
-        st_shared_u32(s_ds + (q >> 6) * T::kKColBlockBytes + key * T::kRowBytes + ((((q & 63) >> 3) ^ (key & 7)) << 4) +
+        st_shared_u32(ds_t + (q >> 6) * T::kKColBlockBytes + key * T::kRowBytes + ((((q & 63) >> 3) ^ (key & 7)) << 4) +
                           (q & 7) * 2,
                       ads[kk][r]);
       }
     fence_async_smem();
-    if (T::kDqBulk && threadIdx.x % 128 == 0) bulk_wait_read();  // the last step's dQ staging read
+    if (T::kDqBulk && threadIdx.x % 128 == 0) bulk_wait_read();  // the dQ staging's last bulk read
     wgmma_wait<0>();
     reg_fence(acc_dv);
     reg_fence(acc_dk);
@@ -298,56 +350,28 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
 #if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 1
     continue;  // (harness builds only: dQ left out, for timing where the step's time goes)
 #endif
-    // dQ += dS K: unit u of the warpgroup is query group qg (64 rows: wgmma's M, dS^T's column
-    // block qg, M-major) times kDqN head dims from cg * kDqN (K's column blocks, N-major); k-steps
-    // over the block's keys.
+    if constexpr (T::kDqDefer) {
+      // Issued now, finished in step i + 1 after its S^T and dP^T (or after the loop): the MMA runs
+      // through the barrier, the loads' issue and the next products' issue (run 196: +7.8%).
+      dq_issue(0, ds_t, acc_dq_next);
+      dq_head = head;
+      dq_m0 = m0;
+    } else {
 #pragma unroll
-    for (int u = 0; u < T::kDqUnits; ++u) {
-      const int unit = wg * T::kDqUnits + u, qg = unit / T::kDqSplit, cg = unit % T::kDqSplit;
-      const u64 a_desc = desc(s_ds + qg * T::kKColBlockBytes, T::kKColBlockBytes, T::kAtomBytes);
-      const u64 b_desc = desc(s_k + (cg * T::kDqN / T::kCols) * T::kKColBlockBytes, T::kKColBlockBytes, T::kAtomBytes);
-      float acc_dq[T::kDqN / 2];
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
-        const u64 off = (kk * 16 * T::kRowBytes) >> 4;
-        Wgmma<T::kDqN>::ss_tt(acc_dq, a_desc + off, b_desc + off, kk > 0);
+      for (int u = 0; u < T::kDqUnits; ++u) {
+        float acc_dq[T::kDqN / 2];
+        dq_issue(u, ds_t, acc_dq);
+        wgmma_wait<0>();
+        reg_fence(acc_dq);
+        dq_finish(u, head, m0, acc_dq);
       }
-      wgmma_commit();
+    }
+  }
+  if constexpr (T::kDqDefer) {
+    if (steps > 0) {
       wgmma_wait<0>();
-      reg_fence(acc_dq);
-#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 2
-      if (acc_dq[0] != 12345.f) continue;
-#endif
-      const long long row0 = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0 + qg * 64;
-      if constexpr (T::kDqBulk) {
-        // Stage the unit in fragment order (float4 j4 of thread r at (j4 * 128 + r) * 16 bytes:
-        // a warp's stores are 512 consecutive bytes), then one thread adds it, 64 * kDqN floats, to
-        // the unit's place in the accumulator (dq_offset).
-        const u32 stage = base + T::kOffDqStage + (wg * T::kDqUnits + u) * T::kDqStageBytes;
-        const int r = threadIdx.x % 128;
-#pragma unroll
-        for (int j4 = 0; j4 < T::kDqN / 8; ++j4)
-          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(stage + (j4 * 128 + r) * 16),
-                       "f"(acc_dq[4 * j4]), "f"(acc_dq[4 * j4 + 1]), "f"(acc_dq[4 * j4 + 2]), "f"(acc_dq[4 * j4 + 3])
-                       : "memory");
-        fence_async_smem();
-        named_bar_sync(1 + wg, 128);
-#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 5
-        if (r == 1000)
-#else
-        if (r == 0)
-#endif
-          bulk_reduce_add(p.dq_accum + (row0 - qg * 64) * T::kHeadDim + (qg * T::kDqSplit + cg) * 64 * T::kDqN, stage,
-                          T::kDqStageBytes);
-      } else {
-        float* dq = p.dq_accum + (row0 + wi * 16 + g) * T::kHeadDim + cg * T::kDqN + 2 * t;
-#pragma unroll
-        for (int c = 0; c < T::kDqN / 8; ++c) {
-          red_add2(dq + c * 8, acc_dq[4 * c], acc_dq[4 * c + 1]);
-          red_add2(dq + 8 * T::kHeadDim + c * 8, acc_dq[4 * c + 2], acc_dq[4 * c + 3]);
-        }
-      }
+      reg_fence(acc_dq_next);
+      dq_finish(0, dq_head, dq_m0, acc_dq_next);
     }
   }
 

@@ -25,6 +25,10 @@ struct Traits {
   // (cp.reduce.async.bulk .add.f32) of 64 x kDqN floats, into an accumulator in that order (bulk:
   // the conversion kernel reads it back, dq_offset).
   static constexpr bool kDqBulk = DQ_REDUCE == DQ_REDUCE_BULK;
+  // dQ's wgmma of step i left in flight and finished (the wait, the addition) in step i + 1 while
+  // its S^T and dP^T run, instead of waited for at once; dS^T then has two buffers (the one being
+  // written, the one step i - 1's dQ reads). One dQ unit a warpgroup only.
+  static constexpr bool kDqDefer = DQ_DEFER != 0;
 
   // Derived.
   static constexpr int kWarpgroups = kBlockN / 64;
@@ -40,7 +44,7 @@ struct Traits {
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;
   static constexpr int kQColBlockBytes = kBlockM * kRowBytes;
   static constexpr int kKColBlockBytes = kBlockN * kRowBytes;
-  static constexpr int kDsBytes = kBlockN * kBlockM * 2;
+  static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // one dS^T buffer
   // dQ = dS K: (kBlockM / 64) query groups of 64 (wgmma's M) times kHeadDim / kDqN column groups,
   // shared out over the warpgroups (kDqUnits each).
   static constexpr int kQGroups = kBlockM / 64;
@@ -54,7 +58,7 @@ struct Traits {
   static constexpr int kOffQ = 2 * kKBytes;
   static constexpr int kOffDo = kOffQ + kStages * kQBytes;
   static constexpr int kOffDs = kOffDo + kStages * kQBytes;
-  static constexpr int kOffLse = kOffDs + kDsBytes;
+  static constexpr int kOffLse = kOffDs + (kDqDefer ? 2 : 1) * kDsBytes;
   static constexpr int kOffDp = kOffLse + kStages * kBlockM * 4;
   // Bulk dQ: one staging area a unit, 64 x kDqN floats in fragment order.
   static constexpr int kDqStageBytes = 64 * kDqN * 4;
@@ -82,6 +86,7 @@ struct Traits {
   static_assert(kDqN % 64 == 0 && kDqUnits >= 1 && kDqUnits * kWarpgroups == kQGroups * kDqSplit,
                 "dQ's column groups must be whole 64-column blocks of K, one or more a warpgroup");
   static_assert(kStages >= 2 && kStages <= 3, "2 or 3 Q/dO stages");
+  static_assert(!kDqDefer || kDqUnits == 1, "a deferred dQ is one unit a warpgroup");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes formula disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with block_n / 64 * 128");
   static_assert(!ATT_SOFTCAP && !ATT_SINKS, "flash_bwd_wgmma has no soft-cap or sinks backward yet");

