@@ -513,15 +513,25 @@ def param_kind(name):
 class Fp32Attention:
     """The gradient check's reference attention: SDPA over q, k, v upcast to fp32 (K/V repeated to
     heads_q, which every backend takes; torch picks it: the efficient kernel or math on a GPU), the
-    output rounded back to q's dtype as every side's is."""
+    output rounded back to q's dtype as every side's is.
+
+    Autocast is off inside: the model calls attention under its torch.autocast(bf16), and SDPA is on
+    autocast's lower-precision list (CUDA and CPU), so without that the fp32 inputs would be cast back
+    to bf16 and this would be bf16 SDPA with K/V repeated, not fp32 attention (run 194: the reference
+    run's final_norm and lm_head gradients equalled this model's bit for bit)."""
 
     def describe(self):
         return "SDPA in fp32"
 
     def __call__(self, q, k, v):
         rep = q.shape[1] // k.shape[1]
-        qf, kf, vf = q.float(), k.float().repeat_interleave(rep, 1), v.float().repeat_interleave(rep, 1)
-        return F.scaled_dot_product_attention(qf, kf, vf, is_causal=True).to(q.dtype)
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            qf, kf, vf = q.float(), k.float().repeat_interleave(rep, 1), v.float().repeat_interleave(rep, 1)
+            o = F.scaled_dot_product_attention(qf, kf, vf, is_causal=True)
+        if o.dtype != torch.float32:
+            raise RuntimeError(f"Fp32Attention: SDPA returned {o.dtype}, not float32: the gradient check's reference "
+                               "would not be fp32 attention")
+        return o.to(q.dtype)
 
 
 def reference_grads(cfg, state, tokens, device):

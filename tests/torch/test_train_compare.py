@@ -28,6 +28,7 @@ import random
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -185,6 +186,76 @@ class DataTest(unittest.TestCase):
         tc.train([run], [stream.batch_at(i) for i in range(10)], torch.device("cpu"))
         self.assertAlmostEqual(run.losses[0], math.log(64), delta=0.3)
         self.assertLess(sum(run.losses[-3:]) / 3, run.losses[0] - 0.5, run.losses)
+
+
+class GradCheckTest(unittest.TestCase):
+    """Step 0's gradient check, and the runs' independence (run 194: the "fp32" reference was bf16 SDPA,
+    because SDPA under the model's autocast casts fp32 inputs back to bf16)."""
+
+    def setUp(self):
+        self.cfg = tc.Config(vocab=64, d_model=64, layers=2, heads=4, kv_heads=2)
+        self.state = tc.initial_state(self.cfg, 0)
+        stream = tc.TokenStream(64, 32, 2, seed=0)
+        self.batches = [stream.batch_at(i) for i in range(3)]
+        self.cpu = torch.device("cpu")
+
+    def run_of(self, name, attn):
+        return tc.Run(name, attn, self.cfg, self.state, self.cpu, 3e-3, 2, 0.1, 1.0)
+
+    def test_fp32_attention_is_fp32_under_autocast(self):
+        g = torch.Generator().manual_seed(3)
+        q, k, v = (torch.randn(1, 24, h, 16, generator=g).to(torch.bfloat16).transpose(1, 2) for h in (4, 2, 2))
+        plain = tc.Fp32Attention()(q, k, v)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            under = tc.Fp32Attention()(q, k, v)
+            low = tc.SdpaAttention(gqa="repeat")(q, k, v)
+        self.assertEqual(under.dtype, torch.bfloat16)
+        self.assertTrue(torch.equal(under, plain))  # autocast changes nothing inside
+        self.assertFalse(torch.equal(under, low))  # and it is not bf16 SDPA
+
+    def test_zero_error_only_for_an_fp32_run(self):
+        check = tc.GradCheck(tc.reference_grads(self.cfg, self.state, self.batches[0], self.cpu))
+        sides = {"fp32": tc.Fp32Attention(), "auto": tc.SdpaAttention(), "repeat": tc.SdpaAttention(gqa="repeat"),
+                 "math": tc.SdpaAttention("math")}
+        tc.train([self.run_of(n, a) for n, a in sides.items()], self.batches[:1], self.cpu, grad_check=check)
+        self.assertEqual(set(check.errors), set(sides))
+        self.assertEqual(set(check.errors["fp32"].values()), {0.0}, check.errors["fp32"])
+        for name in ("auto", "repeat"):  # bf16 kernels (the math backend computes in fp32 inside: near zero)
+            for kind, err in check.errors[name].items():
+                self.assertGreater(err, 1e-4, (name, kind))  # final_norm and lm_head too: the forward differs
+                self.assertLess(err, 0.05, (name, kind))
+        self.assertLess(max(check.errors["math"].values()), 0.05)
+
+    def test_runs_independent(self):
+        """Every run of a comparison whose sides all run one attention (SDPA math) has the step-0 gradients
+        and the losses of a fresh run of its own: nothing leaks between runs, the fp32 model and the
+        probes, whichever goes first."""
+        baseline = self.run_of("baseline", tc.SdpaAttention("math"))
+        grads = {}
+
+        class Keep:
+            def __call__(self, run):
+                grads[run.name] = {n: p.grad.clone() for n, p in run.model.named_parameters()}
+
+            def release(self):
+                pass
+        args, device = tiny("--sdpa-backend", "math", "--noise-backend", "math", "--repeat-reference",
+                            "--steps", "3", "--warmup", "1")
+        stream = tc.TokenStream(args.vocab, args.seqlen, args.batch, args.seed)
+        tc.train([baseline], [stream.batch_at(i) for i in range(3)], device, grad_check=Keep())
+        original = tc.GradCheck.__call__
+
+        def record(check, run):
+            Keep()(run)
+            original(check, run)
+        with mock.patch.object(tc.GradCheck, "__call__", record):
+            s = tc.compare(args, device, candidate=tc.SdpaAttention("math"), out=quiet)
+        self.assertEqual(list(s["runs"]), ["sdpa", "sdpa-math", "sdpa-repeat", "attntune"])
+        for name, r in s["runs"].items():
+            self.assertEqual(r["losses"], baseline.losses, name)
+            for n, g in grads["baseline"].items():
+                self.assertTrue(torch.equal(grads[name][n], g), (name, n))
+        self.assertEqual(len({json.dumps(s["grad_check"][n], sort_keys=True) for n in s["runs"]}), 1)
 
 
 def curve(seed, size=1e-3, steps=200):
