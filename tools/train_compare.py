@@ -399,16 +399,24 @@ def describe(attn):
 
 def probe_sdpa(attn, shape, dtype, device):
     """The backend `attn` (an SdpaAttention) runs at the model's attention shape, forward and backward
-    ("unknown" where torch does not say), or None where it refuses the shape."""
+    ("unknown" where torch does not say), or None where it refuses the shape.
+
+    Every tensor has the training's layout, dO included: [B, H, S, D] views of [B, S, H, D]. torch's
+    cuDNN SDPA caches its backward graph per q, k, v layout, and the graph it builds at the first call
+    may keep that call's dO strides (torch's aten/src/ATen/native/cudnn/MHA.cpp, in the versions whose
+    cache key holds q, k and v's layouts but not dO's): a later call with another dO layout would reuse
+    it and read dO wrongly. The likely cause of run 194's broken reference, probed with the contiguous
+    dO of `o.float().sum().backward()` (docs/design/training_run.md)."""
     b, h, hkv, s, d = shape
     q = torch.randn(b, s, h, d, device=device, dtype=dtype, requires_grad=True)
     k = torch.randn(b, s, hkv, d, device=device, dtype=dtype, requires_grad=True)
     v = torch.randn(b, s, hkv, d, device=device, dtype=dtype, requires_grad=True)
+    do = torch.randn(b, s, h, d, device=device, dtype=dtype)
     try:
         with warnings.catch_warnings():  # a refusing backend warns why, then raises
             warnings.simplefilter("ignore")
             o = attn(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-            o.float().sum().backward()
+            torch.autograd.grad(o, (q, k, v), do.transpose(1, 2))
         return attn.picked or "unknown"
     except RuntimeError:
         return None

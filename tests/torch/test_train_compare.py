@@ -226,6 +226,27 @@ class GradCheckTest(unittest.TestCase):
                 self.assertLess(err, 0.05, (name, kind))
         self.assertLess(max(check.errors["math"].values()), 0.05)
 
+    def test_probe_has_the_training_layouts(self):
+        """probe_sdpa calls a side with q, k, v and dO of the training's strides: torch's cuDNN SDPA may
+        keep the first call's dO strides in the backward graph it caches per q, k, v layout."""
+        class Recording(tc.SdpaAttention):
+            def __init__(self):
+                super().__init__()
+                self.seen = []
+
+            def __call__(self, q, k, v):
+                o = super().__call__(q, k, v)
+                o.register_hook(lambda g: self.seen.append(tuple(t.stride() for t in (q, k, v, o, g))))
+                return o
+        training, probe = Recording(), Recording()
+        model = tc.build_model(self.cfg, self.state, self.cpu)
+        tokens = self.batches[0]
+        F.cross_entropy(model(tokens[:, :-1], training).flatten(0, 1), tokens[:, 1:].flatten()).backward()
+        b, s = tokens.shape[0], tokens.shape[1] - 1
+        self.assertEqual(tc.probe_sdpa(probe, (b, 4, 2, s, 16), torch.bfloat16, self.cpu), "flash")
+        self.assertEqual(len(training.seen), 2)
+        self.assertEqual(probe.seen, training.seen[:1])
+
     def test_runs_independent(self):
         """Every run of a comparison whose sides all run one attention (SDPA math) has the step-0 gradients
         and the losses of a fresh run of its own: nothing leaks between runs, the fp32 model and the
