@@ -35,6 +35,19 @@ state_dict and fresh AdamW (betas 0.9/0.95, weight decay, linear LR warm-up, gra
     kernel calls for the forward and as many for the backward, and no fallback, for the verdict to be
     attntune's.
 
+The sides are validated before any training, the reference included (run 194's was broken): the
+in-situ check runs every side (and the gradient check's fp32 attention) on the model's own layer-0
+attention call, q, k, v and dO as the initial model's forward and backward on batch 0 made them,
+their strides too, after every probe (so that what the probes left behind, a cached cuDNN graph, is
+what the check meets). Each side's O, dQ, dK and dV are held to FlashAttention-2's criterion against
+float64 attention: max |x - x_64| <= 2 x max |x_same - x_64| + atol, x_same attention by its
+definition in bf16 (P rounded to bf16; not SDPA's math backend, which computes in fp32 inside), atol
+2^-9 x max |x_64|, dO scaled by a power of two to unit scale. The table says which side failed. A
+failing reference is replaced, under --sdpa-backend auto, by the first valid SDPA side (a noise run
+that passed, else another backend), said so; pinned, or with none valid, the run stops (inconclusive).
+A failing noise run is dropped (under auto: replaced by another valid backend); with attntune and no
+noise run left, the run stops. attntune failing it makes the verdict mismatch.
+
 The tolerance, measured rather than assumed. Two correct attention implementations in bf16 differ
 per call by a few bf16 ulps: they accumulate in other orders and round P (and dS) to bf16 at other
 places. A training run compounds those differences chaotically, so two runs from the same seed,
@@ -50,10 +63,19 @@ on this very run, and attntune is held to two criteria, both with K = --tol-fact
    The mean tests the whole curve, the max a divergence late in the run; step 0 (identical weights)
    shows the forward alone.
 2. Step 0's gradients, where every run has the same weights and batch: each run's gradients against
-   those of the same model with its attention computed in fp32 (SDPA over upcast q, k, v; the rest
-   of the model as in every run), as ||g - g_fp32|| / ||g_fp32|| per parameter kind (wq, wk, wv, wo,
-   the MLP's, norms, embeddings) over the layers. attntune's error of each kind must be at most K x
-   the largest of the SDPA runs' (FlashAttention-2's criterion, over the whole model's backward).
+   those of the same model with its attention computed in fp32 (SDPA over upcast q, k, v with
+   autocast off inside: SDPA is on autocast's bf16 list; the rest of the model as in every run), as
+   ||g - g_fp32|| / ||g_fp32|| per parameter kind (wq, wk, wv, wo, the MLP's, norms, embeddings) over
+   the layers. attntune's error of each kind must be at most K x the largest of the SDPA runs'
+   (FlashAttention-2's criterion, over the whole model's backward).
+
+The reference is held to step 0's gradients too, against a scale that does not trust it: an SDPA run
+whose error of some kind exceeds 10 x the largest of the other SDPA backends' runs' and of the same
+model's with attention by its definition in bf16 (the same-dtype column: what bf16 rounding alone
+does; it keeps the scale honest when the only other run is the math backend, fp32 inside), is broken,
+not noisy. A broken reference makes the verdict inconclusive ("the reference
+disagrees with fp32 attention"), never match, in an SDPA-only run too; a broken noise run is left out of
+the floor and of the gradient peers.
 
 Why K = 3 and not 1: the envelope of one pair of chaotic trajectories is itself a noisy estimate (its
 max especially), and a correct kernel may round somewhat worse than the peers: FlashAttention-2's
@@ -67,7 +89,8 @@ dQ scaled by 0.98 gives 4x the peers' wq-gradient error, the softmax scale off b
 6.5x, dK by 10 % 19x, a dropped dQ 200x: all rejected by the gradients, while their loss curves stay
 within 3x the noise over those few steps; a non-causal mask is rejected by both (300x). A noise run
 identical to the reference bit for bit gives no floor: the verdict is then inconclusive (pick another
---noise-backend). A non-finite loss of attntune's fails; of SDPA's, the verdict is inconclusive.
+--noise-backend). A non-finite loss of attntune's fails; of SDPA's, the verdict is inconclusive. The
+in-situ check rejects each of those stand-ins before training as well (tests/torch/).
 
 Times: step time is the median over the steps after --warmup of the wall time of one training step
 (forward, loss, backward, clipping, AdamW) between two device synchronisations. Attention time is the
@@ -75,12 +98,13 @@ attention op alone at the model's shape, forward and forward+backward (torch.aut
 dO), of every side, timed with CUDA events in interleaved rounds after the training (--bench-rounds
 rounds of >= --bench-seconds each, medians); per step it is layers x forward+backward.
 
-Output: a table every --log-every steps (losses, |differences|, step times), the summary (max and mean
-|loss difference|, tolerance, verdict, step and attention times side by side, attntune's coverage),
-step 0's gradient errors, --csv (per step: every run's loss, LR, step time, gradient norm, deviations)
-and --json (everything). Exit status 0 when the curves and gradients match and every attntune call ran
-a kernel, or when there is no --package (an SDPA-only run, e.g. the CPU smoke); 1 when they do not
-match, a call fell back, or the verdict is inconclusive; 2 for bad arguments.
+Output: the in-situ check's table, a table every --log-every steps (losses, |differences|, step
+times), the summary (max and mean |loss difference|, tolerance, verdict and why, step and attention
+times side by side, attntune's coverage), step 0's gradient errors, --csv (per step: every run's loss,
+LR, step time, gradient norm, deviations) and --json (everything). Exit status 0 when the curves and
+gradients match and every attntune call ran a kernel, or in an SDPA-only run (no --package, e.g. the
+CPU smoke) whose reference is sound; 1 when they do not match, a call fell back, or the verdict is
+inconclusive; 2 for bad arguments.
 
     # on a GPU with an exported package (docs/design/training_run.md has the whole recipe)
     python3 tools/train_compare.py --package train_pkg --csv train.csv --json train.json
@@ -110,6 +134,9 @@ DEFAULTS = dict(layers=8, d_model=2048, heads=16, kv_heads=4, head_dim=None, ffn
 SMOKE = dict(layers=2, d_model=256, heads=4, kv_heads=1, vocab=2048, seqlen=256, steps=10, warmup=2, lr=1e-3,
              lr_warmup=2, log_every=1)
 BACKENDS = ("flash", "cudnn", "efficient", "math")
+# An SDPA run whose step-0 gradient error of some kind exceeds this many times the other SDPA runs' and
+# the same-dtype reference's is broken (check_sdpa_runs): bf16 rounding differs by a few x, not 10.
+REFERENCE_FACTOR = 10.0
 
 
 # ----------------------------------------------------------------------------------------------- config
@@ -399,16 +426,24 @@ def describe(attn):
 
 def probe_sdpa(attn, shape, dtype, device):
     """The backend `attn` (an SdpaAttention) runs at the model's attention shape, forward and backward
-    ("unknown" where torch does not say), or None where it refuses the shape."""
+    ("unknown" where torch does not say), or None where it refuses the shape.
+
+    Every tensor has the training's layout, dO included: [B, H, S, D] views of [B, S, H, D]. torch's
+    cuDNN SDPA caches its backward graph per q, k, v layout, and the graph it builds at the first call
+    may keep that call's dO strides (torch's aten/src/ATen/native/cudnn/MHA.cpp, in the versions whose
+    cache key holds q, k and v's layouts but not dO's): a later call with another dO layout would reuse
+    it and read dO wrongly. The likely cause of run 194's broken reference, probed with the contiguous
+    dO of `o.float().sum().backward()` (docs/design/training_run.md)."""
     b, h, hkv, s, d = shape
     q = torch.randn(b, s, h, d, device=device, dtype=dtype, requires_grad=True)
     k = torch.randn(b, s, hkv, d, device=device, dtype=dtype, requires_grad=True)
     v = torch.randn(b, s, hkv, d, device=device, dtype=dtype, requires_grad=True)
+    do = torch.randn(b, s, h, d, device=device, dtype=dtype)
     try:
         with warnings.catch_warnings():  # a refusing backend warns why, then raises
             warnings.simplefilter("ignore")
             o = attn(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-            o.float().sum().backward()
+            torch.autograd.grad(o, (q, k, v), do.transpose(1, 2))
         return attn.picked or "unknown"
     except RuntimeError:
         return None
@@ -513,23 +548,118 @@ def param_kind(name):
 class Fp32Attention:
     """The gradient check's reference attention: SDPA over q, k, v upcast to fp32 (K/V repeated to
     heads_q, which every backend takes; torch picks it: the efficient kernel or math on a GPU), the
-    output rounded back to q's dtype as every side's is."""
+    output rounded back to q's dtype as every side's is.
+
+    Autocast is off inside: the model calls attention under its torch.autocast(bf16), and SDPA is on
+    autocast's lower-precision list (CUDA and CPU), so without that the fp32 inputs would be cast back
+    to bf16 and this would be bf16 SDPA with K/V repeated, not fp32 attention (run 194: the reference
+    run's final_norm and lm_head gradients equalled this model's bit for bit)."""
 
     def describe(self):
         return "SDPA in fp32"
 
     def __call__(self, q, k, v):
         rep = q.shape[1] // k.shape[1]
-        qf, kf, vf = q.float(), k.float().repeat_interleave(rep, 1), v.float().repeat_interleave(rep, 1)
-        return F.scaled_dot_product_attention(qf, kf, vf, is_causal=True).to(q.dtype)
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            qf, kf, vf = q.float(), k.float().repeat_interleave(rep, 1), v.float().repeat_interleave(rep, 1)
+            o = F.scaled_dot_product_attention(qf, kf, vf, is_causal=True)
+        if o.dtype != torch.float32:
+            raise RuntimeError(f"Fp32Attention: SDPA returned {o.dtype}, not float32: the gradient check's reference "
+                               "would not be fp32 attention")
+        return o.to(q.dtype)
 
 
-def reference_grads(cfg, state, tokens, device):
-    """Step 0's gradients {name: tensor} of the model with Fp32Attention, from `state` on batch `tokens`
-    (the rest of the model in its mixed precision, as in every run)."""
+def plain_attention(q, k, v, dtype):
+    """Causal attention of [B, H, S, D] q over [B, Hkv, S, D] k and v (K/V repeated to H) by its
+    definition, in `dtype`, with autograd: scores and P rounded to `dtype`, the softmax in fp32 (fp64 for
+    fp64), as FlashAttention-2's tests and tests/harness/bwd_check.py write the same-dtype reference.
+    Autocast off."""
+    rep = q.shape[1] // k.shape[1]
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        qq, kk, vv = q.to(dtype), k.to(dtype), v.to(dtype)
+        if rep > 1:
+            kk, vv = kk.repeat_interleave(rep, 1), vv.repeat_interleave(rep, 1)
+        s = (qq @ kk.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+        n, m = s.shape[-2:]
+        visible = torch.ones(n, m, dtype=torch.bool, device=q.device).tril(m - n)
+        p = torch.softmax(s.masked_fill(~visible, float("-inf")).to(torch.promote_types(dtype, torch.float32)), -1)
+        return p.to(dtype) @ vv
+
+
+def _groups(q, k):
+    """The query heads of each KV head: [(slice of q's heads, slice of k's heads)]."""
+    rep = q.shape[1] // k.shape[1]
+    return [(slice(g * rep, (g + 1) * rep), slice(g, g + 1)) for g in range(k.shape[1])]
+
+
+def plain_grads(q, k, v, do, dtype):
+    """[o, dq, dk, dv] of plain_attention in `dtype` at output gradient `do`, one KV head's group of
+    query heads at a time (one group's S x S scores in memory at once, not every head's)."""
+    outs = [[], [], [], []]
+    for hq, hk in _groups(q, k):
+        xs = [t.detach().to(dtype).requires_grad_() for t in (q[:, hq], k[:, hk], v[:, hk])]
+        with torch.enable_grad():
+            o = plain_attention(*xs, dtype)
+            grads = torch.autograd.grad(o, xs, do[:, hq].to(dtype))
+        for acc, t in zip(outs, (o.detach(),) + grads):
+            acc.append(t)
+    return [torch.cat(acc, dim=1) for acc in outs]
+
+
+class _SameDtype(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        with torch.no_grad():
+            return torch.cat([plain_attention(q[:, hq], k[:, hk], v[:, hk], q.dtype) for hq, hk in _groups(q, k)],
+                             dim=1)
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v = ctx.saved_tensors
+        _, dq, dk, dv = plain_grads(q, k, v, do, q.dtype)
+        return dq, dk, dv
+
+
+class SameDtypeAttention:
+    """Attention by its definition in q's dtype (plain_attention: FlashAttention-2's same-dtype
+    reference), a KV group at a time, recomputed in the backward: the scale of the gradient check
+    (what a bf16 attention's rounding alone does to the model's gradients)."""
+
+    def describe(self):
+        return "attention by its definition in the compute dtype"
+
+    def __call__(self, q, k, v):
+        return _SameDtype.apply(q, k, v)
+
+
+class Capture:
+    """`attn`, keeping its first call's q, k, v and output gradient dO (layer 0's, with their strides)."""
+
+    def __init__(self, attn):
+        self.attn, self.saved = attn, None
+
+    def describe(self):
+        return describe(self.attn)
+
+    def __call__(self, q, k, v):
+        o = self.attn(q, k, v)
+        if self.saved is None:
+            self.saved = [q.detach(), k.detach(), v.detach(), None]
+            if o.requires_grad:
+                o.register_hook(self._keep)
+        return o
+
+    def _keep(self, grad):
+        self.saved[3] = grad.detach()
+
+
+def reference_grads(cfg, state, tokens, device, attn=None):
+    """Step 0's gradients {name: tensor} of the model with `attn` (default Fp32Attention), from `state` on
+    batch `tokens` (the rest of the model in its mixed precision, as in every run)."""
     model = build_model(cfg, state, device)
     tokens = tokens.to(device)
-    logits = model(tokens[:, :-1], Fp32Attention())
+    logits = model(tokens[:, :-1], Fp32Attention() if attn is None else attn)
     F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
     return {n: p.grad for n, p in model.named_parameters()}
 
@@ -543,7 +673,10 @@ class GradCheck:
         self.truth, self.errors = truth, {}
 
     def __call__(self, run):
-        grads = {n: p.grad for n, p in run.model.named_parameters()}
+        self.add(run.name, {n: p.grad for n, p in run.model.named_parameters()})
+
+    def add(self, name, grads):
+        """errors[name] for the gradients {parameter name: tensor or None} of one model."""
         acc = {}
         for n, r in self.truth.items():
             g = grads.get(n)
@@ -552,11 +685,194 @@ class GradCheck:
             a = acc.setdefault(param_kind(n), [0.0, 0.0])
             a[0] += d2
             a[1] += rf.pow(2).sum().item()
-        self.errors[run.name] = {k: (math.sqrt(d / r) if r > 0 else (0.0 if d == 0 else float("inf")))
-                                 for k, (d, r) in acc.items()}
+        self.errors[name] = {k: (math.sqrt(d / r) if r > 0 else (0.0 if d == 0 else float("inf")))
+                             for k, (d, r) in acc.items()}
 
     def release(self):
         self.truth = None
+
+
+# atol of the in-situ check, times the largest |entry| of the float64 result: a quarter to a half of a ulp
+# of that entry in the dtype, what storing it alone may cost (tests/harness/bwd_check.py's 1/512 for bf16
+# and 1/4096 for fp16, whose random tensors are of unit scale).
+IN_SITU_ATOL = {torch.bfloat16: 2.0 ** -9, torch.float16: 2.0 ** -12, torch.float32: 2.0 ** -25}
+IN_SITU_TENSORS = ("o", "dq", "dk", "dv")
+
+
+def strided_like(t, values):
+    """`values` in a new tensor of t's shape, dtype and strides."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(values)
+
+
+class InSituCheck:
+    """Each attention side on the model's own layer-0 attention call, before training: q, k, v and dO as
+    the initial model's forward and backward on batch 0 made them (Capture: their strides too), against
+    float64 attention by FlashAttention-2's criterion, max |x - x_64| <= 2 x max |x_same - x_64| + atol
+    for O, dQ, dK and dV (x_same: plain_attention in the inputs' dtype; atol IN_SITU_ATOL x max |x_64|).
+    dO is scaled by a power of two to an RMS in [0.5, 1) (exact; the backward is linear in it),
+    so that atol means what it does in the kernel tests. check(attn) -> {ok, err, bound, error}."""
+
+    def __init__(self, q, k, v, do, autocast):
+        if do is None:
+            raise ValueError("InSituCheck: no dO was captured (the capture's output did not require grad)")
+        rms = do.double().pow(2).mean().sqrt().item()
+        self.scale = 2.0 ** -(math.floor(math.log2(rms)) + 1) if rms > 0 and math.isfinite(rms) else 1.0
+        self.q, self.k, self.v, self.autocast = q, k, v, autocast
+        self.do = strided_like(do, do * self.scale)
+        self.truth = plain_grads(q, k, v, self.do, torch.float64)
+        same = plain_grads(q, k, v, self.do, q.dtype)
+        eps = IN_SITU_ATOL.get(q.dtype, 0.0)
+        self.same_dtype = {n: (x.double() - t).abs().max().item() for n, x, t in zip(IN_SITU_TENSORS, same, self.truth)}
+        self.atol = {n: eps * t.abs().max().item() for n, t in zip(IN_SITU_TENSORS, self.truth)}
+        self.bound = {n: 2 * self.same_dtype[n] + self.atol[n] for n in IN_SITU_TENSORS}
+
+    def describe(self):
+        def lay(t):
+            return f"{list(t.shape)} {t.dtype} strides {list(t.stride())}".replace("torch.", "")
+        return f"q {lay(self.q)}, k {lay(self.k)}, v {lay(self.v)}, dO {lay(self.do)} (x 2^{math.log2(self.scale):g})"
+
+    def check(self, attn):
+        xs = [t.detach().requires_grad_() for t in (self.q, self.k, self.v)]
+        try:
+            with torch.autocast(device_type=self.q.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+                o = attn(*xs)
+            grads = torch.autograd.grad(o, xs, self.do)
+        except (RuntimeError, ValueError) as e:  # a backend that refuses, a policy that raises
+            return dict(ok=False, err={}, bound=dict(self.bound), error=f"{type(e).__name__}: {str(e)[:300]}")
+        err = {}
+        for n, x, t in zip(IN_SITU_TENSORS, (o,) + tuple(grads), self.truth):
+            err[n] = (x.double() - t).abs().max().item() if x.shape == t.shape else float("inf")
+        ok = all(err[n] <= self.bound[n] for n in IN_SITU_TENSORS)  # NaN fails
+        return dict(ok=ok, err=err, bound=dict(self.bound), error=None)
+
+
+def backend_of(attn):
+    """An SdpaAttention's backend (its pin, else torch's pick at its first call), else None."""
+    if not isinstance(attn, SdpaAttention):
+        return None
+    return attn.backend or attn.picked or "unknown"
+
+
+def sdpa_label(attn):
+    return f"sdpa-{attn.backend}" + ("-repeat" if attn.gqa == "repeat" else "")
+
+
+def choose_sides(check, ref, noises, candidate, args, shape, dtype, device, out=print):
+    """The in-situ check (InSituCheck) of every side, and the reference and noise runs it leaves: a side
+    that fails is reported; a failing reference is replaced, when --sdpa-backend is auto, by the first
+    valid SDPA side (a noise run's backend that passed, else another backend, in BACKENDS' order), else
+    the run stops; a failing noise run is dropped, and with --noise-backend auto replaced by another
+    valid backend than the reference's. Returns {ref, noises, rows (the table), stop (why the run
+    stops, or None), fp32_ok, candidate_ok}."""
+    rows = []
+
+    def run(name, attn, used):
+        r = check.check(attn)
+        rows.append(dict(side=name, attention=describe(attn), used=used, **r))
+        return r
+
+    ref_ok = run("sdpa", ref, "reference")["ok"]
+    noise_ok = [run(f"sdpa-{n.backend}", n, "noise")["ok"] for n in noises]
+    fp32_ok = run("fp32", Fp32Attention(), "gradient check's truth")["ok"]
+    candidate_ok = run("attntune", candidate, "candidate")["ok"] if candidate is not None else None
+    failed = {backend_of(ref)} if not ref_ok else set()
+    failed |= {n.backend for n, ok in zip(noises, noise_ok) if not ok}
+
+    def alternative(exclude):
+        """The first backend not in `exclude` that runs the shape and passes (native GQA, else K/V repeated)."""
+        for backend in BACKENDS:
+            if backend in exclude:
+                continue
+            for gqa in ("native", "repeat"):
+                cand = SdpaAttention(backend, gqa)
+                if probe_sdpa(cand, shape, dtype, device) is None:
+                    continue
+                if run(sdpa_label(cand), cand, "-")["ok"]:
+                    return cand, rows[-1]
+                failed.add(backend)
+                break
+        return None, None
+
+    stop = None
+    if not ref_ok:
+        rows[0]["used"] = "- (fails)"
+        out(f"train_compare: IN-SITU CHECK FAILED: the reference ({describe(ref)}) is wrong on layer 0's attention "
+            "call (table below)")
+        if args.sdpa_backend != "auto":
+            stop = (f"the reference, pinned by --sdpa-backend {args.sdpa_backend}, fails the in-situ check: pick "
+                    "another --sdpa-backend (or auto)")
+        else:
+            new = next((i for i, ok in enumerate(noise_ok) if ok), None)
+            if new is not None:
+                ref, row = noises[new], rows[1 + new]
+            else:
+                ref, row = alternative(failed | {n.backend for n in noises})
+            if ref is None:
+                stop = "the reference fails the in-situ check and no other SDPA backend passes it"
+            else:
+                row["used"] = "reference"
+                out(f"train_compare: the reference is {describe(ref)} instead, the first valid SDPA side")
+    kept = []
+    if stop is None:
+        for i, (n, ok) in enumerate(zip(noises, noise_ok)):
+            row = rows[1 + i]
+            if n is ref:
+                continue
+            if not ok:
+                row["used"] = "- (fails)"
+                out(f"train_compare: IN-SITU CHECK FAILED: the noise run ({describe(n)}) is wrong on layer 0's "
+                    "attention call: dropped (table below)")
+            else:
+                kept.append(n)
+        if not kept and noises and args.noise_backend == "auto":
+            alt, row = alternative(failed | {backend_of(ref)})
+            if alt is not None:
+                row["used"] = "noise"
+                kept.append(alt)
+                out(f"train_compare: the noise run is {describe(alt)} instead")
+    if candidate_ok is False:
+        out("train_compare: IN-SITU CHECK FAILED: attntune's attention is wrong on layer 0's attention call, or "
+            "raised (table below)")
+    if not fp32_ok:
+        out("train_compare: IN-SITU CHECK FAILED: fp32 attention, the gradient check's truth, is wrong on layer 0's "
+            "attention call (table below)")
+    return dict(ref=ref, noises=kept, rows=rows, stop=stop, fp32_ok=fp32_ok, candidate_ok=candidate_ok)
+
+
+def in_situ_table(check, rows, out=print):
+    out(f"in-situ check, layer 0's attention call of the initial model on batch 0: {check.describe()}. Max "
+        "|x - x_fp64| of each side, at most 2 x the same-dtype reference's + atol (FlashAttention-2's criterion):")
+    widths = [11, 34] + [9] * len(IN_SITU_TENSORS) + [7, 4, 0]
+    out(fmt_row(["side", "attention"] + list(IN_SITU_TENSORS) + ["worst", "", "used as"], widths))
+    out(fmt_row(["bound", "2 x same-dtype + atol"] + [f"{check.bound[n]:.2e}" for n in IN_SITU_TENSORS] + ["", "", ""],
+                widths))
+    for r in rows:
+        errs = [f"{r['err'][n]:.2e}" if n in r["err"] else "-" for n in IN_SITU_TENSORS]
+        worst = max((r["err"][n] / check.bound[n] for n in r["err"] if check.bound[n] > 0), default=float("nan"))
+        out(fmt_row([r["side"], r["attention"][:34]] + errs + [f"{worst:.2f}x", "ok" if r["ok"] else "FAIL", r["used"]],
+                    widths))
+        if r["error"]:
+            out(f"{'':>13}{r['error']}")
+
+
+def check_sdpa_runs(errors, backends, floor="same-dtype", factor=10.0):
+    """Step 0's gradient errors of the SDPA runs (`backends`: {run name: its backend}) against fp32
+    attention (GradCheck.errors), each held to factor x the largest of the SDPA runs' on other
+    backends and the same-dtype reference's (errors[floor]; it keeps the scale honest when the only
+    other run computes in fp32 inside, as the math backend does), kind by kind. Returns {run name:
+    ["kind error > factor x scale", ...], the worst first} for the runs far above it: not bf16 rounding,
+    a broken run."""
+    flagged = {}
+    for name, backend in backends.items():
+        others = [o for o, b in backends.items() if o != name and b != backend] + ([floor] if floor in errors else [])
+        over = []
+        for kind, e in errors[name].items():
+            scale = max((errors[o].get(kind, 0.0) for o in others), default=0.0)
+            if scale > 0 and not e <= factor * scale:  # NaN is flagged
+                over.append((e / scale if e == e else float("inf"), f"{kind} {e:.3g} > {factor:g} x {scale:.3g}"))
+        if over:
+            flagged[name] = [why for _, why in sorted(over, key=lambda x: -x[0])]
+    return flagged
 
 
 def train(runs, batches, device, log=None, grad_check=None):
@@ -912,26 +1228,54 @@ def compare(args, device, candidate=None, out=print):
         if ref_backend is None:
             raise ValueError(f"--sdpa-backend {args.sdpa_backend}: SDPA refuses the model's attention on {device}")
     noises = pick_noise_backends(args.noise_backend, ref_backend, shape, dtype, device)
-    sides = [("sdpa", ref)] + [(f"sdpa-{n.backend}", n) for n in noises]
-    if args.repeat_reference:
-        sides.append(("sdpa-repeat", SdpaAttention(ref.backend, ref.gqa)))
-    if candidate is not None:
-        sides.append(("attntune", candidate))
-    for name, attn in sides[1:]:
-        if isinstance(attn, SdpaAttention) and attn.backend == ref_backend and name != "sdpa-repeat":
-            out(f"train_compare: warning: {name} uses the reference's own backend ({ref_backend}): its deviation "
-                "measures nondeterminism only, not a second implementation")
 
-    # Data, weights, runs.
+    # Data, weights, and step 0's references: the model with fp32 attention (the gradient check's truth,
+    # and layer 0's attention inputs and dO for the in-situ check) and with attention by its definition
+    # in the compute dtype (the gradient errors' scale).
     t0 = time.perf_counter()
     stream = TokenStream(cfg.vocab, args.seqlen, args.batch, args.seed, branch=args.data_branch, copy=args.data_copy)
     batches = [stream.batch_at(i) for i in range(args.steps)]
     state = initial_state(cfg, args.seed)
+    capture = Capture(Fp32Attention())
+    grad_check = GradCheck(reference_grads(cfg, state, batches[0], device, capture))
+    grad_check.add("same-dtype", reference_grads(cfg, state, batches[0], device, SameDtypeAttention()))
+
+    # Every side on layer 0's own attention call against float64, before any training (after the probes:
+    # what they left behind, a cached cuDNN graph, is what training would meet).
+    check = InSituCheck(*capture.saved, autocast=cfg.dtype == "bf16")
+    del capture
+    chosen = choose_sides(check, ref, noises, candidate, args, shape, dtype, device, out)
+    ref, noises = chosen["ref"], chosen["noises"]
+    sides = [("sdpa", ref)] + [(f"sdpa-{n.backend}", n) for n in noises]
+    if args.repeat_reference and chosen["stop"] is None:
+        repeat = SdpaAttention(ref.backend, ref.gqa)
+        r = check.check(repeat)
+        chosen["rows"].append(dict(side="sdpa-repeat", attention=describe(repeat), used="noise", **r))
+        sides.append(("sdpa-repeat", repeat))
+    if candidate is not None:
+        sides.append(("attntune", candidate))
+    in_situ_table(check, chosen["rows"], out)
+    summary["in_situ"] = dict(inputs=check.describe(), bound=check.bound, same_dtype=check.same_dtype,
+                              atol=check.atol, sides=chosen["rows"])
+    if chosen["stop"] is None and candidate is not None and len(sides) == 2 and not args.repeat_reference:
+        chosen["stop"] = ("no noise run passes the in-situ check: no noise floor (name another --noise-backend, or "
+                          "--repeat-reference)")
+    if chosen["stop"] is not None:
+        summary.update(verdict="inconclusive", verdict_reasons=[chosen["stop"]], exit=1)
+        out(f"train_compare: stopped before training: {chosen['stop']}")
+        out(f"verdict: inconclusive ({chosen['stop']})")
+        return summary
+    ref_backend = backend_of(ref)
+    for name, attn in sides[1:]:
+        if isinstance(attn, SdpaAttention) and backend_of(attn) == ref_backend and name != "sdpa-repeat":
+            out(f"train_compare: warning: {name} uses the reference's own backend ({ref_backend}): its deviation "
+                "measures nondeterminism only, not a second implementation")
+
     runs = [Run(name, attn, cfg, state, device, args.lr, args.lr_warmup, args.weight_decay, args.grad_clip)
             for name, attn in sides]
-    grad_check = GradCheck(reference_grads(cfg, state, batches[0], device))
     del state
-    out(f"train_compare: data and {len(runs)} copies of the model in {time.perf_counter() - t0:.1f} s")
+    out(f"train_compare: data, step 0's references and {len(runs)} copies of the model in "
+        f"{time.perf_counter() - t0:.1f} s")
 
     names = [r.name for r in runs]
     widths = [5] + [max(9, len(n)) for n in names] + [max(9, len(n) + 3) for n in names[1:]] + \
@@ -967,9 +1311,10 @@ def compare(args, device, candidate=None, out=print):
                                        step_ms_median=statistics.median(timed) * 1e3 if timed else None,
                                        first_loss=r.losses[0] if r.losses else None,
                                        last_loss=r.losses[-1] if r.losses else None)
-    summary["reference_backend"] = ref.picked or ref_backend
+    summary["reference_backend"] = backend_of(ref)
     exit_code = 0
     verdict = "sdpa only (no attntune run)"
+    reasons = []  # why the verdict is inconclusive, or why attntune's failed before the curves
     if lib is not None:
         cov = attntune_coverage(lib, cfg.layers, args.steps) if failed is None else None
         summary["attntune"]["coverage"] = cov
@@ -983,33 +1328,62 @@ def compare(args, device, candidate=None, out=print):
             out(f"attntune coverage: forward {cov['kernel_calls']['attention']} and backward "
                 f"{cov['kernel_calls']['attention_backward']} calls ran kernels, {cov['fallback_calls']} fell back "
                 f"(expected {cfg.layers * args.steps} each)")
-    if failed is None and len(runs) > 1:
+    if failed is None:
         curves = {r.name: r.losses for r in runs}
-        noise_names = [n for n in names[1:] if n != "attntune"]
+        sdpa_runs = {r.name: backend_of(r.attn) for r in runs
+                     if r.name != "attntune" and isinstance(r.attn, SdpaAttention)}
+        noise_names = [n for n in sdpa_runs if n != "sdpa"]
         for n in names[1:]:
             dv = deviation(curves[n], curves["sdpa"])
             out(f"|{n} - sdpa|: max {dv['max']:.3g} (step {dv['argmax']}), mean {dv['mean']:.3g}, "
                 f"final {dv['final']:.3g}")
         if grad_check.errors:
-            kinds = list(next(iter(grad_check.errors.values())))
+            cols = [n for n in names if n in grad_check.errors] + ["same-dtype"]
+            kinds = list(grad_check.errors[cols[0]])
+            widths = [10] + [max(10, len(n)) for n in cols]
             out("step 0's gradients against the model's with fp32 attention, ||g - g_fp32|| / ||g_fp32|| per "
-                "parameter kind over the layers:")
-            out(fmt_row(["kind"] + list(grad_check.errors), [10] + [max(10, len(n)) for n in grad_check.errors]))
+                "parameter kind over the layers (same-dtype: attention by its definition in the compute dtype):")
+            out(fmt_row(["kind"] + cols, widths))
             for k in kinds:
-                out(fmt_row([k] + [f"{e[k]:.2e}" for e in grad_check.errors.values()],
-                            [10] + [max(10, len(n)) for n in grad_check.errors]))
+                out(fmt_row([k] + [f"{grad_check.errors[n][k]:.2e}" for n in cols], widths))
             summary["grad_check"] = grad_check.errors
-        if "attntune" in curves and noise_names:
-            j = judge(curves["sdpa"], curves["attntune"], [curves[n] for n in noise_names], args.tol_factor)
-            g = judge_grads(grad_check.errors, "attntune", ["sdpa"] + noise_names, args.tol_factor)
-            summary["comparison"] = dict(j, sides=dict(reference="sdpa", candidate="attntune", noise=noise_names),
-                                         gradients=g)
-            out(f"tolerance: mean {j['tolerance']['mean']:.3g}, max {j['tolerance']['max']:.3g} "
-                f"({args.tol_factor:g} x the noise's {j['noise']['mean']:.3g}, {j['noise']['max']:.3g}); step 0's "
-                f"gradients: attntune's error at most {g['worst_ratio']:.2g} x SDPA's ({g['worst_kind']})")
+            # The SDPA runs themselves: one far off fp32 attention is broken, not bf16 noise.
+            flagged = check_sdpa_runs(grad_check.errors, sdpa_runs, factor=REFERENCE_FACTOR)
+            summary["reference_check"] = dict(factor=REFERENCE_FACTOR, flagged=flagged)
+            for n, why in flagged.items():
+                out(f"train_compare: WARNING: step 0's gradients of {n} ({describe(dict(sides)[n])}) are far from fp32 "
+                    f"attention's, more than {REFERENCE_FACTOR:g} x those of the other SDPA runs and of the same-dtype "
+                    f"reference: {'; '.join(why)}")
+            if "sdpa" in flagged:
+                more = len(flagged["sdpa"]) - 1
+                reasons.append(f"the reference disagrees with fp32 attention: step 0's {flagged['sdpa'][0]}"
+                               + (f" and {more} more parameter kind(s)" if more else ""))
+            noise_names = [n for n in noise_names if n not in flagged]
+        if not chosen["fp32_ok"]:
+            reasons.append("fp32 attention, the gradient check's truth, fails the in-situ check")
+        if "attntune" in curves:
+            if not noise_names and "sdpa" not in flagged:
+                reasons.append("no noise run agrees with fp32 attention: no noise floor")
+            j = g = None
+            if noise_names:
+                j = judge(curves["sdpa"], curves["attntune"], [curves[n] for n in noise_names], args.tol_factor)
+                g = judge_grads(grad_check.errors, "attntune", ["sdpa"] + noise_names, args.tol_factor)
+                summary["comparison"] = dict(j, sides=dict(reference="sdpa", candidate="attntune", noise=noise_names),
+                                             gradients=g)
+                out(f"tolerance: mean {j['tolerance']['mean']:.3g}, max {j['tolerance']['max']:.3g} "
+                    f"({args.tol_factor:g} x the noise's {j['noise']['mean']:.3g}, {j['noise']['max']:.3g}); step 0's "
+                    f"gradients: attntune's error at most {g['worst_ratio']:.2g} x SDPA's ({g['worst_kind']})")
+                for why in j["reasons"] + g["reasons"]:
+                    out(f"  {why}")
             cov = summary.get("attntune", {}).get("coverage")
             kernels_only = cov is None or (cov["fallback_calls"] == 0 and not cov["problems"])
-            if j["match"] and g["match"] and kernels_only:
+            if chosen["candidate_ok"] is False:
+                # Measured against float64 on the model's own tensors: whatever the reference did.
+                verdict, exit_code = "mismatch", 1
+                reasons = ["attntune fails the in-situ check (layer 0's attention against float64)"]
+            elif reasons:
+                verdict, exit_code = "inconclusive", 1
+            elif j["match"] and g["match"] and kernels_only:
                 verdict = "match"
             elif j["inconclusive"] or g["inconclusive"]:
                 verdict, exit_code = "inconclusive", 1
@@ -1017,8 +1391,8 @@ def compare(args, device, candidate=None, out=print):
                 verdict, exit_code = "mismatch", 1
             else:
                 verdict, exit_code = "fallback", 1
-            for why in j["reasons"] + g["reasons"]:
-                out(f"  {why}")
+        elif reasons:
+            verdict, exit_code = "inconclusive", 1
     first, last = runs[0].losses[0], runs[0].losses[-1]
     out(f"sdpa loss {first:.4f} -> {last:.4f}" + ("" if last < first else "  (warning: the loss did not fall)"))
 
@@ -1057,8 +1431,8 @@ def compare(args, device, candidate=None, out=print):
         out(line)
     if device.type == "cuda":
         summary["gpu_state_after"] = gpu_state()
-    summary.update(verdict=verdict, exit=exit_code)
-    out(f"verdict: {verdict}")
+    summary.update(verdict=verdict, verdict_reasons=reasons, exit=exit_code)
+    out(f"verdict: {verdict}" + (f" ({'; '.join(reasons)})" if reasons else ""))
     if args.csv:
         write_csv(args.csv, runs)
     return summary

@@ -1,15 +1,24 @@
 """tools/train_compare.py without a GPU (ctest `torch_train_compare`, label cpu;torch; issue 45's training run).
 
-What runs on a CPU, in well under 30 s on two cores:
+What runs on a CPU, in well under 30 s on two cores (about 10 s):
   - the model: forward and backward at a tiny size (shapes, finite gradients everywhere, causality,
     tied embeddings, the parameter count, a meta-built copy equal to the original); the attention sides
     (SDPA with enable_gqa, with K/V repeated, in fp32) against float64 attention;
   - the data: the same batches for a seed whatever the order they are asked in, other steps and seeds
     other batches, the Markov and copy structure, and a loss that falls in a few CPU steps with SDPA;
+  - step 0's gradient check (run 194): fp32 attention really fp32 under the model's autocast, zero
+    error only for an fp32 run, every run of a comparison equal to a fresh run of its own (nothing
+    shared between runs, probes and the reference models), the probe's dO of the training's layout;
+  - the in-situ check: layer 0's captured q, k, v, dO (their strides), correct sides passing and
+    wrong ones (dK, dV off, no mask, a scrambled dO, a raise) failing FlashAttention-2's criterion;
+    the same-dtype attention against float64; check_sdpa_runs() on synthetic errors;
   - the verdict: judge() on synthetic curves (a matching one accepted; a drift and a late spike
     rejected; no noise floor inconclusive; NaNs), judge_grads() likewise, and the whole comparison
     end to end with stand-ins for attntune: a second correct implementation accepted, a backward
-    with dK 10 % off and a non-causal mask rejected (exit status 1);
+    with dK 10 % off and a non-causal mask rejected (exit status 1), a candidate failing the in-situ
+    check; a broken reference (the backend torch picks, scrambling dO) replaced by a valid side or
+    stopping the run, and one broken only after the in-situ check making the verdict inconclusive,
+    as a broken noise run does;
   - --package's path over a stand-in package (SDPA underneath): loading it, explain() stopping a
     fallback before training, the raise policy stopping one during it, --allow-fallback counting them
     (coverage), and layers x steps kernel calls of each pass for a match;
@@ -28,6 +37,7 @@ import random
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -84,6 +94,48 @@ def wrong_backward(dq=1.0, dk=1.0, dv=1.0):
 
 def non_causal(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=True)
+
+
+class _Scrambled(torch.autograd.Function):
+    """SDPA's forward; its backward reads dO in the wrong order (the sequence reversed), as a backward
+    that takes dO with another layout's strides does (run 194's reference, likely)."""
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    @staticmethod
+    def backward(ctx, do):
+        xs = [t.detach().requires_grad_() for t in ctx.saved_tensors]
+        with torch.enable_grad():
+            o = F.scaled_dot_product_attention(*xs, is_causal=True, enable_gqa=True)
+            return torch.autograd.grad(o, xs, do.flip(2))
+
+
+def scrambled(q, k, v):
+    return _Scrambled.apply(q, k, v)
+
+
+@contextlib.contextmanager
+def broken_sdpa(which, after_choice=False):
+    """SdpaAttention with a scrambled backward where which(attn) says so (e.g. the auto reference: the
+    backend torch picks broken, as cuDNN was in run 194); after_choice: only once choose_sides is done
+    (broken in training but not in the in-situ check, as a state-dependent fault would be)."""
+    state = {"on": not after_choice}
+    call, choose = tc.SdpaAttention.__call__, tc.choose_sides
+
+    def broken_call(self, q, k, v):
+        if state["on"] and which(self):
+            call(self, q, k, v)  # records the pick
+            return scrambled(q, k, v)
+        return call(self, q, k, v)
+
+    def chosen(*a, **kw):
+        r = choose(*a, **kw)
+        state["on"] = True
+        return r
+    with mock.patch.object(tc.SdpaAttention, "__call__", broken_call), mock.patch.object(tc, "choose_sides", chosen):
+        yield
 
 
 class ModelTest(unittest.TestCase):
@@ -185,6 +237,161 @@ class DataTest(unittest.TestCase):
         tc.train([run], [stream.batch_at(i) for i in range(10)], torch.device("cpu"))
         self.assertAlmostEqual(run.losses[0], math.log(64), delta=0.3)
         self.assertLess(sum(run.losses[-3:]) / 3, run.losses[0] - 0.5, run.losses)
+
+
+class GradCheckTest(unittest.TestCase):
+    """Step 0's gradient check, and the runs' independence (run 194: the "fp32" reference was bf16 SDPA,
+    because SDPA under the model's autocast casts fp32 inputs back to bf16)."""
+
+    def setUp(self):
+        self.cfg = tc.Config(vocab=64, d_model=64, layers=2, heads=4, kv_heads=2)
+        self.state = tc.initial_state(self.cfg, 0)
+        stream = tc.TokenStream(64, 32, 2, seed=0)
+        self.batches = [stream.batch_at(i) for i in range(3)]
+        self.cpu = torch.device("cpu")
+
+    def run_of(self, name, attn):
+        return tc.Run(name, attn, self.cfg, self.state, self.cpu, 3e-3, 2, 0.1, 1.0)
+
+    def test_fp32_attention_is_fp32_under_autocast(self):
+        g = torch.Generator().manual_seed(3)
+        q, k, v = (torch.randn(1, 24, h, 16, generator=g).to(torch.bfloat16).transpose(1, 2) for h in (4, 2, 2))
+        plain = tc.Fp32Attention()(q, k, v)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            under = tc.Fp32Attention()(q, k, v)
+            low = tc.SdpaAttention(gqa="repeat")(q, k, v)
+        self.assertEqual(under.dtype, torch.bfloat16)
+        self.assertTrue(torch.equal(under, plain))  # autocast changes nothing inside
+        self.assertFalse(torch.equal(under, low))  # and it is not bf16 SDPA
+
+    def test_zero_error_only_for_an_fp32_run(self):
+        check = tc.GradCheck(tc.reference_grads(self.cfg, self.state, self.batches[0], self.cpu))
+        sides = {"fp32": tc.Fp32Attention(), "auto": tc.SdpaAttention(), "repeat": tc.SdpaAttention(gqa="repeat"),
+                 "math": tc.SdpaAttention("math")}
+        tc.train([self.run_of(n, a) for n, a in sides.items()], self.batches[:1], self.cpu, grad_check=check)
+        self.assertEqual(set(check.errors), set(sides))
+        self.assertEqual(set(check.errors["fp32"].values()), {0.0}, check.errors["fp32"])
+        for name in ("auto", "repeat"):  # bf16 kernels (the math backend computes in fp32 inside: near zero)
+            for kind, err in check.errors[name].items():
+                self.assertGreater(err, 1e-4, (name, kind))  # final_norm and lm_head too: the forward differs
+                self.assertLess(err, 0.05, (name, kind))
+        self.assertLess(max(check.errors["math"].values()), 0.05)
+
+    def test_probe_has_the_training_layouts(self):
+        """probe_sdpa calls a side with q, k, v and dO of the training's strides: torch's cuDNN SDPA may
+        keep the first call's dO strides in the backward graph it caches per q, k, v layout."""
+        class Recording(tc.SdpaAttention):
+            def __init__(self):
+                super().__init__()
+                self.seen = []
+
+            def __call__(self, q, k, v):
+                o = super().__call__(q, k, v)
+                o.register_hook(lambda g: self.seen.append(tuple(t.stride() for t in (q, k, v, o, g))))
+                return o
+        training, probe = Recording(), Recording()
+        model = tc.build_model(self.cfg, self.state, self.cpu)
+        tokens = self.batches[0]
+        F.cross_entropy(model(tokens[:, :-1], training).flatten(0, 1), tokens[:, 1:].flatten()).backward()
+        b, s = tokens.shape[0], tokens.shape[1] - 1
+        self.assertEqual(tc.probe_sdpa(probe, (b, 4, 2, s, 16), torch.bfloat16, self.cpu), "flash")
+        self.assertEqual(len(training.seen), 2)
+        self.assertEqual(probe.seen, training.seen[:1])
+
+    def capture(self):
+        cap = tc.Capture(tc.Fp32Attention())
+        tc.reference_grads(self.cfg, self.state, self.batches[0], self.cpu, cap)
+        return cap.saved
+
+    def test_in_situ_check(self):
+        q, k, v, do = self.capture()
+        b, s = self.batches[0].shape[0], self.batches[0].shape[1] - 1
+        self.assertEqual((q.shape, k.shape), ((b, 4, s, 16), (b, 2, s, 16)))
+        self.assertEqual((q.stride(), do.stride()), ((s * 64, 16, 64, 1),) * 2)  # [B, H, S, D] of [B, S, H, D]
+        check = tc.InSituCheck(q, k, v, do, autocast=True)
+        self.assertEqual(check.do.stride(), do.stride())
+        self.assertTrue(0.5 <= check.do.double().pow(2).mean().sqrt().item() < 1)
+        for name in tc.IN_SITU_TENSORS:
+            self.assertGreater(check.same_dtype[name], 0)
+            self.assertGreater(check.bound[name], 2 * check.same_dtype[name])
+        for attn in (tc.SdpaAttention(), tc.SdpaAttention(gqa="repeat"), tc.SdpaAttention("math"), tc.Fp32Attention(),
+                     tc.SameDtypeAttention()):
+            r = check.check(attn)
+            self.assertTrue(r["ok"], (tc.describe(attn), r))
+        for attn in (wrong_backward(dk=0.9), wrong_backward(dv=1.1), non_causal, scrambled):
+            r = check.check(attn)
+            self.assertFalse(r["ok"], r)
+        self.assertEqual([n for n, e in check.check(wrong_backward(dk=0.9))["err"].items()
+                          if e > check.bound[n]], ["dk"])
+
+        def raises(q, k, v):
+            raise RuntimeError("no kernel")
+        r = check.check(raises)
+        self.assertEqual((r["ok"], r["error"]), (False, "RuntimeError: no kernel"))
+
+    def test_same_dtype_attention(self):
+        g = torch.Generator().manual_seed(4)
+        q, k, v, do = (torch.randn(2, h, 40, 16, generator=g, dtype=torch.float64) for h in (4, 2, 2, 4))
+        xs = [t.clone().requires_grad_() for t in (q, k, v)]
+        o = tc.SameDtypeAttention()(*xs)
+        self.assertLess((o - reference_attention(q, k, v)).abs().max().item(), 1e-12)
+        grads = torch.autograd.grad(o, xs, do)
+        ys = [t.clone().requires_grad_() for t in (q, k, v)]
+        want = torch.autograd.grad(reference_attention(*ys), ys, do)
+        for a, b in zip(grads, want):
+            self.assertLess((a - b).abs().max().item(), 1e-12)
+
+    def test_check_sdpa_runs(self):
+        kinds = ("wq", "lm_head")
+        errors = {"sdpa": dict(zip(kinds, (5e-3, 3e-3))), "sdpa-flash": dict(zip(kinds, (6e-3, 2e-3))),
+                  "sdpa-math": dict(zip(kinds, (1e-6, 0.0))), "same-dtype": dict(zip(kinds, (6e-3, 4e-3))),
+                  "broken": dict(zip(kinds, (1.1, 3e-3)))}
+        backends = {"sdpa": "cudnn", "sdpa-flash": "flash", "sdpa-math": "math"}
+        self.assertEqual(tc.check_sdpa_runs(errors, backends), {})
+        flagged = tc.check_sdpa_runs(errors, dict(backends, broken="efficient"))
+        self.assertEqual(list(flagged), ["broken"])
+        self.assertEqual(flagged["broken"], ["wq 1.1 > 10 x 0.006"])
+        # the math backend alone (fp32 inside) does not make a bf16 kernel look broken: the same-dtype floor
+        only = {n: errors[n] for n in ("sdpa", "sdpa-math", "same-dtype")}
+        self.assertEqual(tc.check_sdpa_runs(only, {"sdpa": "flash", "sdpa-math": "math"}), {})
+        self.assertIn("sdpa", tc.check_sdpa_runs(only, {"sdpa": "flash", "sdpa-math": "math"}, floor=None))
+        # a run on the same backend is no check of it (the same fault)
+        same = dict(errors, repeat=errors["broken"])
+        self.assertEqual(set(tc.check_sdpa_runs(same, {"broken": "cudnn", "repeat": "cudnn", "sdpa-flash": "flash"})),
+                         {"broken", "repeat"})
+        nan = dict(errors, sdpa={"wq": float("nan"), "lm_head": 3e-3})
+        self.assertIn("sdpa", tc.check_sdpa_runs(nan, backends))
+
+    def test_runs_independent(self):
+        """Every run of a comparison whose sides all run one attention (SDPA math) has the step-0 gradients
+        and the losses of a fresh run of its own: nothing leaks between runs, the fp32 model and the
+        probes, whichever goes first."""
+        baseline = self.run_of("baseline", tc.SdpaAttention("math"))
+        grads = {}
+
+        class Keep:
+            def __call__(self, run):
+                grads[run.name] = {n: p.grad.clone() for n, p in run.model.named_parameters()}
+
+            def release(self):
+                pass
+        args, device = tiny("--sdpa-backend", "math", "--noise-backend", "math", "--repeat-reference",
+                            "--steps", "3", "--warmup", "1")
+        stream = tc.TokenStream(args.vocab, args.seqlen, args.batch, args.seed)
+        tc.train([baseline], [stream.batch_at(i) for i in range(3)], device, grad_check=Keep())
+        original = tc.GradCheck.__call__
+
+        def record(check, run):
+            Keep()(run)
+            original(check, run)
+        with mock.patch.object(tc.GradCheck, "__call__", record):
+            s = tc.compare(args, device, candidate=tc.SdpaAttention("math"), out=quiet)
+        self.assertEqual(list(s["runs"]), ["sdpa", "sdpa-math", "sdpa-repeat", "attntune"])
+        for name, r in s["runs"].items():
+            self.assertEqual(r["losses"], baseline.losses, name)
+            for n, g in grads["baseline"].items():
+                self.assertTrue(torch.equal(grads[name][n], g), (name, n))
+        self.assertEqual(len({json.dumps(s["grad_check"][n], sort_keys=True) for n in s["runs"]}), 1)
 
 
 def curve(seed, size=1e-3, steps=200):
@@ -293,6 +500,89 @@ class EndToEndTest(unittest.TestCase):
         s = self.compare(non_causal)
         self.assertEqual((s["verdict"], s["exit"]), ("mismatch", 1))
         self.assertFalse(s["comparison"]["match"])  # the curves too, not only the gradients
+
+    def test_in_situ_table(self):
+        lines = []
+        args, device = tiny()
+        s = tc.compare(args, device, candidate=tc.SdpaAttention("math", "repeat"), out=lines.append)
+        rows = {r["side"]: r for r in s["in_situ"]["sides"]}
+        self.assertEqual(list(rows), ["sdpa", "sdpa-math", "fp32", "attntune"])
+        self.assertTrue(all(r["ok"] for r in rows.values()), rows)
+        self.assertEqual([rows[n]["used"] for n in rows], ["reference", "noise", "gradient check's truth", "candidate"])
+        text = "\n".join(lines)
+        self.assertIn("in-situ check, layer 0's attention call", text)
+        self.assertNotIn("IN-SITU CHECK FAILED", text)
+        self.assertEqual(s["verdict_reasons"], [])
+        self.assertIn("same-dtype", s["grad_check"])
+        self.assertEqual(s["reference_check"]["flagged"], {})
+
+    def test_candidate_failing_in_situ(self):
+        lines = []
+        args, device = tiny()
+        s = tc.compare(args, device, candidate=wrong_backward(dk=0.9), out=lines.append)
+        self.assertFalse(s["in_situ"]["sides"][-1]["ok"])
+        self.assertEqual((s["verdict"], s["exit"]), ("mismatch", 1))
+        self.assertIn("attntune fails the in-situ check", s["verdict_reasons"][0])
+        self.assertIn("IN-SITU CHECK FAILED: attntune's attention is wrong", "\n".join(lines))
+
+    def test_broken_reference_replaced(self):
+        """The backend torch picks (CPU flash here, cuDNN in run 194) broken: the in-situ check says so
+        before training and the first valid SDPA side, a noise run that passed, becomes the reference."""
+        lines = []
+        args, device = tiny("--noise-backend", "flash,math")
+        with broken_sdpa(lambda a: a.backend is None):
+            s = tc.compare(args, device, candidate=tc.SdpaAttention("math", "repeat"), out=lines.append)
+        text = "\n".join(lines)
+        self.assertIn("IN-SITU CHECK FAILED: the reference (SDPA auto -> flash, enable_gqa)", text)
+        self.assertIn("the reference is SDPA flash, enable_gqa instead", text)
+        rows = s["in_situ"]["sides"]
+        self.assertEqual([(r["side"], r["ok"], r["used"]) for r in rows[:3]],
+                         [("sdpa", False, "- (fails)"), ("sdpa-flash", True, "reference"),
+                          ("sdpa-math", True, "noise")])
+        self.assertEqual(list(s["runs"]), ["sdpa", "sdpa-math", "attntune"])
+        self.assertEqual(s["runs"]["sdpa"]["attention"], "SDPA flash, enable_gqa")
+        self.assertEqual((s["verdict"], s["exit"]), ("match", 0), s.get("comparison", {}).get("reasons"))
+
+    def test_broken_reference_stops(self):
+        # auto: no other valid backend than math on a CPU, and math is then the reference: no noise floor
+        with broken_sdpa(lambda a: a.backend is None):
+            s = self.compare(tc.SdpaAttention("math", "repeat"))
+        self.assertEqual((s["verdict"], s["exit"]), ("inconclusive", 1))
+        self.assertIn("no noise floor", s["verdict_reasons"][0])
+        self.assertNotIn("runs", s)
+        # pinned: no substitute
+        args, device = tiny("--sdpa-backend", "math", "--noise-backend", "flash")
+        with broken_sdpa(lambda a: a.backend == "math"):
+            s = tc.compare(args, device, candidate=tc.SdpaAttention("math", "repeat"), out=quiet)
+        self.assertEqual((s["verdict"], s["exit"]), ("inconclusive", 1))
+        self.assertIn("pinned by --sdpa-backend math", s["verdict_reasons"][0])
+
+    def test_reference_disagreeing_with_fp32_is_inconclusive(self):
+        """A reference that passes the in-situ check but is broken in training (a state-dependent fault):
+        step 0's gradients say so, and the verdict is inconclusive, never match (run 194's was match)."""
+        lines = []
+        args, device = tiny()
+        with broken_sdpa(lambda a: a.backend is None, after_choice=True):
+            s = tc.compare(args, device, candidate=tc.SdpaAttention("math", "repeat"), out=lines.append)
+        self.assertTrue(s["in_situ"]["sides"][0]["ok"])
+        self.assertEqual(list(s["reference_check"]["flagged"]), ["sdpa"])
+        self.assertEqual((s["verdict"], s["exit"]), ("inconclusive", 1))
+        self.assertTrue(s["verdict_reasons"][0].startswith("the reference disagrees with fp32 attention"))
+        text = "\n".join(lines)
+        self.assertIn("WARNING: step 0's gradients of sdpa", text)
+        self.assertIn("verdict: inconclusive (the reference disagrees with fp32 attention: step 0's wk 1.1", text)
+        # an SDPA-only run too
+        args, device = tiny()
+        with broken_sdpa(lambda a: a.backend is None, after_choice=True):
+            s = tc.compare(args, device, out=quiet)
+        self.assertEqual((s["verdict"], s["exit"]), ("inconclusive", 1))
+
+    def test_noise_disagreeing_with_fp32_is_dropped(self):
+        with broken_sdpa(lambda a: a.backend == "math", after_choice=True):
+            s = self.compare(wrong_backward())  # SDPA, unchanged
+        self.assertEqual(list(s["reference_check"]["flagged"]), ["sdpa-math"])
+        self.assertEqual((s["verdict"], s["exit"]), ("inconclusive", 1))
+        self.assertIn("no noise run agrees with fp32 attention", s["verdict_reasons"][0])
 
 
 # A stand-in for an exported package (`attntune export --torch DIR` writes DIR/attntune/): the calls
