@@ -24,6 +24,7 @@
 // (their dS times a zero K row adds nothing to dQ).
 #include "../common/bwd_params.h"
 #include "../common/ptx.cuh"
+#include "blocks.h"
 #include "traits.cuh"
 
 namespace att {
@@ -175,15 +176,11 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   const u32 k_dq = smem_addr(s_k) + LD::base(lane_row_kn(), dq_col0 / 8 + lane_chunk_kn());
   const u32 ds_a = smem_addr(s_ds) + LM::base(lane_row_nk(), dq_mt * 2 + lane_chunk_nk());
 
-  // The query rows that see any key of the block: causal and windows bound them.
-  int row_begin = 0, row_end = len_q;
-  if (T::kCausal) row_begin = max(row_begin, n0 - diag);
-  if constexpr (T::kWindow) {
-    if (f.variant.window_left >= 0) row_end = min(row_end, n0 + T::kBlockN - diag + f.variant.window_left);
-    if (!T::kCausal && f.variant.window_right >= 0) row_begin = max(row_begin, n0 - diag - f.variant.window_right);
-  }
-  const int m_first = max(row_begin, 0) / T::kBlockM;
-  const int m_blocks = row_end > row_begin ? (row_end - 1) / T::kBlockM + 1 - m_first : 0;
+  // The query rows that see any key of the block (causal and windows bound them), and their query
+  // blocks (blocks.h).
+  int row_begin, row_end, m_first, m_blocks;
+  att_bwd::key_block_rows<T::kCausal, T::kWindow>(n0, T::kBlockN, len_q, diag, f.variant, &row_begin, &row_end);
+  att_bwd::query_blocks(row_begin, row_end, T::kBlockM, &m_first, &m_blocks);
   const int steps = m_blocks * f.q_per_kv;  // (query head of the group, query block) pairs
 
   // K and V of the block's keys, once.
