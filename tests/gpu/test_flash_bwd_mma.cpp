@@ -180,7 +180,8 @@ TEST(FlashBwdMmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
     const std::string name = config_str(o->job.config);
     for (const char* dims : kDeterministicShapes) {
       const Problem p = problem(dims);
-      AttnBuffers buf(p, ++seed % 2 ? Layout::kBSHD : Layout::kBHSD, {}, seed);
+      ++seed;
+      AttnBuffers buf(p, seed % 2 ? Layout::kBSHD : Layout::kBHSD, {}, seed);
       ref.fill(buf, seed);
       attntune_plan::Call call = buf.call();
       call.deterministic = 1;
