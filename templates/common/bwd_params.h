@@ -27,6 +27,15 @@ struct BwdParams {
   float* dpsum;
   float* lse_log2;
   int seqlen_q_rounded;
+  // Fields added after the ones above (the backward families read those at their offsets; new ones
+  // go at the end).
+  // deterministic: 1, bit-identical gradients run to run (Call::deterministic): the CTAs that add
+  // into a query block's dQ take turns in a fixed order through dq_semaphore, int [batch, heads_q,
+  // seqlen_q_rounded / the query block], zeroed by the preprocessing kernel whenever it is given
+  // (null: a call that is not deterministic; the workspace is the plan's only then). 0: dQ's shares
+  // are added in whatever order the CTAs reach them.
+  int deterministic;
+  int* dq_semaphore;
 };
 
 #endif  // ATTNTUNE_BWD_PARAMS_H

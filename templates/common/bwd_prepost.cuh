@@ -2,7 +2,9 @@
 // (flash_bwd_mma, flash_bwd_wgmma), the steps before and after their main loops. Included after the
 // family's traits, inside nothing: it reads the including kernel's `att::T` (kHeadDim, kBf16,
 // kBlockM, kThreads) and BwdParams' workspaces, and defines
-//   flash_bwd_preprocess  D_i = rowsum(dO_i * O_i), LSE_i * log2(e) and dQ's zeroed fp32 accumulator;
+//   flash_bwd_preprocess  D_i = rowsum(dO_i * O_i), LSE_i * log2(e) and dQ's zeroed fp32 accumulator
+//                         (and, when BwdParams::dq_semaphore is given, the deterministic mode's
+//                         semaphore of each query block, zeroed);
 //   flash_bwd_convert     dQ = scale * accumulator, in the input dtype.
 #ifndef ATTNTUNE_BWD_PREPOST_CUH
 #define ATTNTUNE_BWD_PREPOST_CUH
@@ -28,6 +30,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_preprocess(c
   constexpr int kChunks = T::kHeadDim / 8;  // 8 or 16 lanes a row
   constexpr int kRowsPerPass = T::kThreads / kChunks;
   const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+  // The deterministic mode's turn counter of this query block (one CTA here a block): 0, no CTA of
+  // the main kernel has added its share yet.
+  if (p.dq_semaphore && threadIdx.x == 0) p.dq_semaphore[(row_base + m0) / T::kBlockM] = 0;
   const elem_t* o = static_cast<const elem_t*>(f.o) + b * f.o_stride[0] + head * f.o_stride[1];
   const elem_t* d_o = static_cast<const elem_t*>(p.dout) + b * p.do_stride[0] + head * p.do_stride[1];
   for (int row = m0 + r; row < m0 + T::kBlockM; row += kRowsPerPass) {

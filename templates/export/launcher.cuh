@@ -29,8 +29,8 @@
 //   - the device: the kernel has code for it and fits its shared memory and registers.
 // attntune_attention_backward (the backward pass, kEntryBackward) checks the same of its eight tensors
 // (q, k, v, out, dout read; dq, dk, dv written: three tensors, none with two positions sharing an
-// element), softmax_lse 4-byte aligned, and takes of the options a window only; backward kernels
-// serve it alone.
+// element), softmax_lse 4-byte aligned, and takes of the options a window and `deterministic` only;
+// backward kernels serve it alone.
 // The element type cannot be checked through void pointers: it is the "dtype" of
 // attntune_kernel_info() (and a kernel's problem's "kv_dtype" for an FP8 cache).
 
@@ -75,6 +75,11 @@ typedef struct attntune_options {
   const float* v_descale;  // the device through the strides below; NULL: 1. V's likewise. Both NULL for kv_dtype 0
   long long k_descale_stride[2];  // {batch, head} in elements, 0 .. 2^31 - 1; {0, 0}: one scale for the tensor
   long long v_descale_stride[2];
+  int deterministic;    // 1: the backward pass's gradients are bit-identical run to run (dQ's shares are added in a
+                        // fixed order, at some cost in time; FlashAttention's deterministic=True); 0: they may differ in
+                        // the last bits. The forward entry points accept it and need nothing of it: their kernels write
+                        // each output by one fixed sequence of operations. A library before it refuses 1 (a byte past
+                        // its struct set), so a caller that asks is never served nondeterministically
 } attntune_options;
 }
 
@@ -564,6 +569,8 @@ static int apply_options(Call* a, const attntune_options* opts, int* latent = nu
                          static_cast<unsigned long long>(i), static_cast<unsigned long long>(opts->size),
                          static_cast<unsigned long long>(sizeof o));
   if (o.window != 0 && o.window != 1) return unsupported("attntune_options: window must be 0 or 1 (got %d)", o.window);
+  if (o.deterministic != 0 && o.deterministic != 1)
+    return unsupported("attntune_options: deterministic must be 0 or 1 (got %d)", o.deterministic);
   if (o.head_dim_v < 0) return unsupported("attntune_options: head_dim_v must be 0 (head_dim) or positive (got %d)", o.head_dim_v);
   if (o.latent != 0 && o.latent != 1)
     return unsupported("attntune_options: latent must be 0 or 1 (got %d)", o.latent);
@@ -601,6 +608,8 @@ static int apply_options(Call* a, const attntune_options* opts, int* latent = nu
   a->window_right = o.window ? o.window_right : -1;
   a->softcap = o.softcap;
   a->sinks = o.sinks;
+  // The backward's kernels read it (their launch plans); the forward's are deterministic whatever it says.
+  a->deterministic = a->entry == attntune_plan::kEntryBackward ? o.deterministic : 0;
   return 0;
 }
 
@@ -646,7 +655,8 @@ static int varlen(const void* q, const void* k, const void* v, void* out, float*
 
 // ---- the backward pass (attntune_attention_backward; docs/CONTRACT.md "The backward pass")
 
-// What the backward entry points take of attntune_options: windows. The other options have no
+// What the backward entry points take of attntune_options: windows and `deterministic` (the call's
+// Call::deterministic: a kernel whose plan refuses it is not chosen). The other options have no
 // backward kernel family yet, and are refused with the reason rather than run as plain attention.
 static int check_backward_options(const Call& a, int latent) {
   const char* what = a.softcap > 0                                          ? "softcap (a logit soft-cap)"
@@ -910,8 +920,9 @@ ATTNTUNE_API int attntune_attention_backward(
                                         nullptr, stream);
 }
 
-// attntune_attention_backward with options (attntune_options: a sliding window; the other options
-// are refused with the reason for now; NULL: plain attention).
+// attntune_attention_backward with options (attntune_options: a sliding window, deterministic
+// gradients; the other options are refused with the reason for now; NULL: plain attention, gradients
+// that may differ in the last bits run to run).
 ATTNTUNE_API int attntune_attention_backward_ex(
     const void* q, const void* k, const void* v, const void* out, const float* softmax_lse, const void* dout,
     void* dq, void* dk, void* dv, int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k, int head_dim,
@@ -969,7 +980,7 @@ ATTNTUNE_API int attntune_select_kernel_entry(int entry, int head_dim, int is_ca
 // will pass them, so latent kernels are weighed beside those over separate K and V (which read V
 // through the aliasing pointer and serve the call too). Entry 8 (the backward pass) sizes a call whose
 // eight tensors are contiguous [B, H, S, D] (fake, never read), weighing the backward kernels only; its
-// options are the backward's (a window; the others answer -1).
+// options are the backward's (a window, deterministic; the others answer -1).
 ATTNTUNE_API int attntune_select_kernel_ex(int entry, int head_dim, int is_causal, int batch, int heads_q,
                                            int heads_kv, int seqlen_q, int seqlen_k, const attntune_options* opts) {
   if (is_causal != 0 && is_causal != 1) return -1;

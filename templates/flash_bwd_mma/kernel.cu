@@ -6,7 +6,8 @@
 //                         stay in shared memory and dK, dV in registers while it walks the query
 //                         blocks of every query head of its KV head (GQA's sum over the group is a
 //                         sum in registers), recomputing P from the LSE; dQ's share of each step is
-//                         added into the fp32 accumulator with atomics;
+//                         added into the fp32 accumulator with atomics (in a deterministic call,
+//                         the key blocks' CTAs take turns on each query block: dq_step);
 //   flash_bwd_convert     dQ = scale * accumulator, in the input dtype.
 //
 // The main loop works on the transposed score tile: warp w owns keys [w, w + 1) * 16 * kKeyTiles of
@@ -24,6 +25,7 @@
 // (their dS times a zero K row adds nothing to dQ).
 #include "../common/bwd_params.h"
 #include "../common/ptx.cuh"
+#include "blocks.h"
 #include "traits.cuh"
 
 namespace att {
@@ -144,6 +146,17 @@ __device__ __forceinline__ void add_quad(float* p, float a, float b, float c, fl
 #endif
 }
 
+// The deterministic mode's semaphore: a load that acquires (the adds of the CTAs that raised it are
+// visible after it) and an increment that releases (this CTA's adds, fenced, before it), gpu scope.
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
 // ---- the main loop ----------------------------------------------------------------------------
 // grid (ceil(seqlen_k / kBlockN), heads_kv, batch).
 extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_bwd_mma(const BwdParams p) {
@@ -175,15 +188,11 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   const u32 k_dq = smem_addr(s_k) + LD::base(lane_row_kn(), dq_col0 / 8 + lane_chunk_kn());
   const u32 ds_a = smem_addr(s_ds) + LM::base(lane_row_nk(), dq_mt * 2 + lane_chunk_nk());
 
-  // The query rows that see any key of the block: causal and windows bound them.
-  int row_begin = 0, row_end = len_q;
-  if (T::kCausal) row_begin = max(row_begin, n0 - diag);
-  if constexpr (T::kWindow) {
-    if (f.variant.window_left >= 0) row_end = min(row_end, n0 + T::kBlockN - diag + f.variant.window_left);
-    if (!T::kCausal && f.variant.window_right >= 0) row_begin = max(row_begin, n0 - diag - f.variant.window_right);
-  }
-  const int m_first = max(row_begin, 0) / T::kBlockM;
-  const int m_blocks = row_end > row_begin ? (row_end - 1) / T::kBlockM + 1 - m_first : 0;
+  // The query rows that see any key of the block (causal and windows bound them), and their query
+  // blocks (blocks.h: the deterministic mode's order is derived from the same bounds).
+  int row_begin, row_end, m_first, m_blocks;
+  att_bwd::key_block_rows<T::kCausal, T::kWindow>(n0, T::kBlockN, len_q, diag, f.variant, &row_begin, &row_end);
+  att_bwd::query_blocks(row_begin, row_end, T::kBlockM, &m_first, &m_blocks);
   const int steps = m_blocks * f.q_per_kv;  // (query head of the group, query block) pairs
 
   // K and V of the block's keys, once.
@@ -193,10 +202,18 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   load_rows<T::kBlockN>(s_v, v_g, f.v_stride[2], n0, len_k);
   cp_async_commit();
 
-  // Step i: query head hk * q_per_kv + i / m_blocks, query block m_first + i % m_blocks.
+  // Step i's query head and first query row (blocks.h's walk: up, heads outer; down, query blocks
+  // outer, in the deterministic mode).
+  auto step_at = [&](int i, int& head, int& m0) {
+    int h, m;
+    att_bwd::walk_step(i, p.deterministic, f.q_per_kv, m_first, m_blocks, &h, &m);
+    head = hk * f.q_per_kv + h;
+    m0 = m * T::kBlockM;
+  };
   auto issue = [&](int i) {
     if (i < steps) {
-      const int head = hk * f.q_per_kv + i / m_blocks, m0 = (m_first + i % m_blocks) * T::kBlockM;
+      int head, m0;
+      step_at(i, head, m0);
       const int st = i % T::kStages;
       load_rows<T::kBlockM>(s_q + st * T::kQElems,
                             static_cast<const elem_t*>(f.q) + b * f.q_stride[0] + head * f.q_stride[1], f.q_stride[2],
@@ -231,7 +248,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
 #endif
     // (Recomputed from j rather than passed: passing the loop's values changes d=128's register
     // allocation, 24 -> 12 bytes spilled, in a form not timed.)
-    const int head = hk * f.q_per_kv + j / m_blocks, m0 = (m_first + j % m_blocks) * T::kBlockM;
+    int head, m0;
+    step_at(j, head, m0);
     float acc_dq[T::kDqTiles][4];
 #pragma unroll
     for (int dt = 0; dt < T::kDqTiles; ++dt)
@@ -252,6 +270,26 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
     float* dq = p.dq_accum +
                 ((static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0 + dq_mt * 16 + g) * T::kHeadDim +
                 dq_col0 + 2 * t;
+    // The deterministic mode (p.deterministic: uniform, so a call without it pays a branch): the CTAs
+    // that add into this query block's dQ take turns in key-block order, so that every element's sum
+    // is the same sequence of fp32 additions every run (FlashAttention-3's technique). Its semaphore
+    // counts the CTAs that have added; this one waits until all those of lower key blocks that walk
+    // the block have (blockIdx.x minus the first that does, blocks.h; with GQA the counter is the
+    // query head's, and the CTAs of that head's KV head are the ones counted), adds, and raises it.
+    // No deadlock: a CTA waits only for CTAs of the same KV head and batch with a lower blockIdx.x,
+    // launched before it (blocks are dispatched in increasing linear index) and so resident or
+    // done, and those wait only for lower ones in turn; the first waits for nothing.
+    int* sem = nullptr;
+    if (p.deterministic) {
+      sem = p.dq_semaphore + ((static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0) / T::kBlockM;
+      if (threadIdx.x == 0) {
+        const int turn = static_cast<int>(blockIdx.x) -
+                         att_bwd::first_key_block<T::kWindow>(m0, T::kBlockN, diag, f.variant.window_left);
+        while (ld_acquire(sem) < turn) {
+        }
+      }
+      __syncthreads();
+    }
 #pragma unroll
     for (int dt = 0; dt < T::kDqTiles; ++dt) {
 #if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 2
@@ -275,10 +313,16 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
       add_pair(dq + 8 * T::kHeadDim + dt * 8, acc_dq[dt][2], acc_dq[dt][3]);
 #endif
     }
+    if (p.deterministic) {
+      __threadfence();  // this thread's adds performed before the turn passes on,
+      __syncthreads();  // every thread's,
+      if (threadIdx.x == 0) add_release(sem, 1);  // then the next CTA's turn
+    }
   };
 
   for (int i = 0; i < steps; ++i) {
-    const int head = hk * f.q_per_kv + i / m_blocks, m0 = (m_first + i % m_blocks) * T::kBlockM;
+    int head, m0;
+    step_at(i, head, m0);
     const int st = i % T::kStages;
     const u32 q_nk = smem_addr(s_q + st * T::kQElems) + nk, q_kn = smem_addr(s_q + st * T::kQElems) + kn;
     const u32 do_nk = smem_addr(s_do + st * T::kQElems) + nk, do_kn = smem_addr(s_do + st * T::kQElems) + kn;

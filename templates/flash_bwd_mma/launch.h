@@ -7,8 +7,11 @@
 //   2 flash_bwd_convert     grid (ceil(seqlen_q / BLOCK_M), heads_q, batch), THREADS threads.
 // Workspaces (none zeroed: the preprocessing kernel writes them every call): 0 dq_accum (fp32,
 // [batch, heads_q, seqlen_q_rounded, head_dim]), 1 dpsum and 2 lse_log2 (fp32, [batch, heads_q,
-// seqlen_q_rounded]); seqlen_q_rounded is seqlen_q rounded up to BLOCK_M. A call without queries
-// launches the main kernel only (dK = dV = 0), one without keys the other two (dQ = 0).
+// seqlen_q_rounded]); a deterministic call (Call::deterministic) also 3 dq_semaphore (int32,
+// [batch, heads_q, seqlen_q_rounded / BLOCK_M]: the turns of the CTAs that add into each query
+// block's dQ, kernel.cu), after those every call has, so that an index holds the same thing in
+// every plan. seqlen_q_rounded is seqlen_q rounded up to BLOCK_M. A call without queries launches
+// the main kernel only (dK = dV = 0), one without keys the other two (dQ = 0).
 #ifndef ATTNTUNE_FLASH_BWD_MMA_LAUNCH_H
 #define ATTNTUNE_FLASH_BWD_MMA_LAUNCH_H
 
@@ -48,9 +51,6 @@ struct FlashBwdMmaLaunch {
     if ((call.causal != 0) != (causal != 0))
       return refuse(why, "this flash_bwd_mma kernel was built for %s attention; the call is %s",
                     causal ? "causal" : "non-causal", call.causal ? "causal" : "non-causal");
-    if (call.deterministic)
-      return refuse(why, "flash_bwd_mma adds dQ's shares with floating-point atomics, whose order varies from run to "
-                    "run: it has no deterministic mode yet (bit-identical gradients need dQ by a separate pass)");
     if (!call.lse || !call.out || !call.dout || !call.dq || !call.dk || !call.dv)
       return refuse(why, "the backward pass needs out, softmax_lse, dout, dq, dk and dv (none may be NULL)");
     if (call.heads_kv < 1 || call.heads_q % call.heads_kv != 0)
@@ -59,10 +59,11 @@ struct FlashBwdMmaLaunch {
     if (check_grid(rounded_q(call) / block_m, call.heads_q, call.batch, why) ||
         check_grid(ceil_div(call.seqlen_k, block_n), call.heads_kv, call.batch, why))
       return 1;
-    p->workspaces = 3;
+    p->workspaces = call.deterministic ? 4 : 3;
     p->workspace[0] = Workspace{static_cast<unsigned long long>(rows) * head_dim * 4, 0, 0};
     p->workspace[1] = Workspace{static_cast<unsigned long long>(rows) * 4, 0, 0};
     p->workspace[2] = Workspace{static_cast<unsigned long long>(rows) * 4, 0, 0};
+    if (call.deterministic) p->workspace[3] = Workspace{static_cast<unsigned long long>(rows / block_m) * 4, 0, 0};
     const unsigned hq = static_cast<unsigned>(call.heads_q), bt = static_cast<unsigned>(call.batch);
     if (call.seqlen_q > 0)
       p->launch[p->launches++] =
@@ -101,6 +102,10 @@ struct FlashBwdMmaLaunch {
     p.dpsum = static_cast<float*>(res.workspace[1]);
     p.lse_log2 = static_cast<float*>(res.workspace[2]);
     p.seqlen_q_rounded = static_cast<int>(rounded_q(call));
+    p.deterministic = call.deterministic ? 1 : 0;
+    p.dq_semaphore = call.deterministic ? static_cast<int*>(res.workspace[3]) : nullptr;
+    if (p.deterministic && rounded_q(call) > 0 && call.batch > 0 && call.heads_q > 0 && !p.dq_semaphore)
+      return refuse(why, "flash_bwd_mma: a deterministic call without its semaphore workspace");
     if (!args->add(p)) return refuse(why, "flash_bwd_mma: the arguments do not fit");
     return 0;
   }

@@ -7,8 +7,15 @@ lengths, the outputs poisoned with NaN before each call. The forward's O and LSE
 are PyTorch's float32 ones (O rounded to the dtype).
 Timing: the backward call alone, ours against SDPA's backward (cuDNN and flash backends) on the
 same inputs in this process, interleaved rounds of CUDA-graph replays.
+--deterministic: also the deterministic mode (Call::deterministic, dQ's shares added in key-block
+order): on each check's inputs it must pass the same criterion and give the same bits of dQ, dK and
+dV run after run (three runs, a call of another size between the second and the third); two normal
+runs must give the same dK and dV (register sums), and whether their dQ differs is reported (the
+atomics' order: if it never does, these shapes could not tell the modes apart). With --time, the
+deterministic mode is timed beside the normal one (det/normal: its cost).
 
-  python3 bwd_check.py --lib DIR NAME:D:BF16:CAUSAL:WINDOW [...] [--time SHAPES]
+  python3 bwd_check.py --lib DIR NAME:D:BF16:CAUSAL:WINDOW [...] [--time SHAPES] [--deterministic]
+      [--window L,R]   (the window of timed calls, for window builds)
 """
 import argparse
 import ctypes
@@ -54,7 +61,7 @@ def grads(q, k, v, do, causal, left, right, dtype):
     return [x.double() for x in g], o.detach(), lse.detach()
 
 
-def run_ours(lib, q, k, v, o, lse, do, left, right):
+def run_ours(lib, q, k, v, o, lse, do, left, right, deterministic=0):
     b, s, h, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     dq = torch.full_like(q, float("nan"))
@@ -62,46 +69,95 @@ def run_ours(lib, q, k, v, o, lse, do, left, right):
     dv = torch.full_like(v, float("nan"))
     ptr = lambda x: ctypes.c_void_p(x.data_ptr())
     args = (ptr(q), ptr(k), ptr(v), ptr(o), ptr(lse), ptr(do), ptr(dq), ptr(dk), ptr(dv), b, h, hkv, s, sk, 1, left,
-            right)
+            right, int(deterministic))
 
     def call():
-        if lib.bwd_run(*args, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)) != 0:
-            raise RuntimeError("bwd_run refused")
+        if lib.bwd_run_ex(*args, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)) != 0:
+            raise RuntimeError("bwd_run_ex refused")
     return call, (dq, dk, dv)
 
 
-def check(lib, name, d, bf16, causal, window, shape, seed):
+def bits(outs):
+    """The gradients' bytes (bitwise comparison: NaN == NaN, -0 != +0)."""
+    return [x.view(torch.int16).clone() for x in outs]
+
+
+def same_bits(a, b):
+    return [nm for nm, x, y in zip(("dq", "dk", "dv"), a, b) if not torch.equal(x, y)]
+
+
+def inputs(d, bf16, causal, left, right, shape, seed):
+    """Random q, k, v, dO ([b, s, h, d], the dtype) and the forward's O (rounded) and LSE of them."""
     b, h, hkv, s, sk = shape
-    left, right = (window if window else (-1, -1))
     dt = torch.bfloat16 if bf16 else torch.float16
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(b, s, h, d, device="cuda", generator=g).to(dt)
     k = torch.randn(b, sk, hkv, d, device="cuda", generator=g).to(dt)
     v = torch.randn(b, sk, hkv, d, device="cuda", generator=g).to(dt)
     do = torch.randn(b, s, h, d, device="cuda", generator=g).to(dt)
-    ref, _, _ = grads(q, k, v, do, causal, left, right, torch.float64)
-    low, _, _ = grads(q, k, v, do, causal, left, right, dt)
     with torch.no_grad():
         o32, lse32 = attention64(q, k, v, causal, left, right, torch.float32)
-    o = o32.to(dt).contiguous()
-    lse = lse32.contiguous()
-    call, outs = run_ours(lib, q, k, v, o, lse, do.contiguous(), left, right)
-    call()
-    torch.cuda.synchronize()
+    return q, k, v, do.contiguous(), o32.to(dt).contiguous(), lse32.contiguous()
+
+
+def check(lib, name, d, bf16, causal, window, shape, seed, deterministic=False):
+    b, h, hkv, s, sk = shape
+    left, right = (window if window else (-1, -1))
+    dt = torch.bfloat16 if bf16 else torch.float16
+    q, k, v, do, o, lse = inputs(d, bf16, causal, left, right, shape, seed)
+    ref, _, _ = grads(q, k, v, do, causal, left, right, torch.float64)
+    low, _, _ = grads(q, k, v, do, causal, left, right, dt)
     atol = 1 / 512 if bf16 else 1 / 4096
-    verdicts = []
-    ok = True
-    for nm, x, r, lo in zip(("dq", "dk", "dv"), outs, ref, low):
-        nonfinite = int((~torch.isfinite(x)).sum())
-        err = (x.double() - r).abs().max().item()
-        lerr = (lo - r).abs().max().item()
-        bound = 2 * lerr + atol
-        good = nonfinite == 0 and err <= bound
-        ok &= good
-        verdicts.append(f"{nm} {err:.3g}/{bound:.3g}" + (f" nonfinite {nonfinite}" if nonfinite else ""))
-    print(f"{'ok  ' if ok else 'FAIL'} {name} b{b} h{h}/{hkv} s{s} sk{sk} w{left},{right}: " + ", ".join(verdicts),
-          flush=True)
-    return ok
+
+    def verdict(outs):
+        verdicts = []
+        ok = True
+        for nm, x, r, lo in zip(("dq", "dk", "dv"), outs, ref, low):
+            nonfinite = int((~torch.isfinite(x)).sum())
+            err = (x.double() - r).abs().max().item()
+            lerr = (lo - r).abs().max().item()
+            bound = 2 * lerr + atol
+            good = nonfinite == 0 and err <= bound
+            ok &= good
+            verdicts.append(f"{nm} {err:.3g}/{bound:.3g}" + (f" nonfinite {nonfinite}" if nonfinite else ""))
+        return ok, ", ".join(verdicts)
+
+    def run(call, outs):
+        for x in outs:
+            x.fill_(float("nan"))
+        call()
+        torch.cuda.synchronize()
+        return bits(outs)
+
+    call, outs = run_ours(lib, q, k, v, o, lse, do, left, right)
+    normal = run(call, outs)
+    ok, words = verdict(outs)
+    print(f"{'ok  ' if ok else 'FAIL'} {name} b{b} h{h}/{hkv} s{s} sk{sk} w{left},{right}: {words}", flush=True)
+    if not deterministic:
+        return ok
+    # The deterministic mode: three runs (another size between the second and the third) of the same bits.
+    again = run(call, outs)
+    normal_differs = same_bits(normal, again)
+    dcall, douts = run_ours(lib, q, k, v, o, lse, do, left, right, deterministic=1)
+    first = run(dcall, douts)
+    dok, dwords = verdict(douts)
+    second = run(dcall, douts)
+    ob, oh, ohkv, os_, osk = 3, 4, 4, 300, 2222  # another size: other workspaces' layout, other turns
+    oq, ok_, ov, odo, oo, olse = inputs(d, bf16, causal, left, right, (ob, oh, ohkv, os_, osk), seed + 1000)
+    ocall, _ = run_ours(lib, oq, ok_, ov, oo, olse, odo, left, right, deterministic=1)
+    ocall()
+    torch.cuda.synchronize()
+    third = run(dcall, douts)
+    # (The normal mode's dK and dV are register sums in its own walk's order: the same bits run to run,
+    # though not necessarily the mode's, whose walk goes the other way.)
+    differ = [f"second run: {' '.join(x)}" for x in [same_bits(first, second)] if x] + \
+             [f"after another size: {' '.join(x)}" for x in [same_bits(first, third)] if x] + \
+             [f"normal mode's two runs: {x}" for x in ("dk", "dv") if x in normal_differs]
+    good = dok and not differ
+    print(f"{'ok  ' if good else 'FAIL'} {name} b{b} h{h}/{hkv} s{s} sk{sk} w{left},{right} deterministic: {dwords}; "
+          + ("3 runs bit-identical" if not differ else "differ: " + "; ".join(differ))
+          + f" (normal mode, two runs: {'dq differs' if 'dq' in normal_differs else 'same bits'})", flush=True)
+    return ok and good
 
 
 def timed(fns, seconds=0.5, rounds=3):
@@ -132,7 +188,7 @@ def timed(fns, seconds=0.5, rounds=3):
     return [sorted(x)[len(x) // 2] for x in samples]
 
 
-def time_shape(lib, d, bf16, causal, shape, seconds):
+def time_shape(lib, d, bf16, causal, shape, seconds, deterministic=False, window=(-1, -1)):
     b, h, hkv, s, sk = shape
     dt = torch.bfloat16 if bf16 else torch.float16
     q = torch.randn(b, s, h, d, device="cuda", dtype=dt)
@@ -154,24 +210,36 @@ def time_shape(lib, d, bf16, causal, shape, seconds):
             peers[nm] = fn
         except Exception as e:  # a backend that refuses the shape
             print(f"  {nm}: {type(e).__name__}: {str(e)[:100]}")
+    left, right = window
     with torch.no_grad():
-        o32, lse32 = attention64(q, k, v, causal, -1, -1, torch.float32) if b * h * s * sk <= 2**31 else (None, None)
+        o32, lse32 = attention64(q, k, v, causal, left, right, torch.float32) if b * h * s * sk <= 2**31 else \
+            (None, None)
     if o32 is None:
         o = torch.randn_like(q)
         lse = torch.full((b, h, s), float(sk), device="cuda")
     else:
         o, lse = o32.to(dt).contiguous(), lse32.contiguous()
-    call, _ = run_ours(lib, q, k, v, o, lse, do, -1, -1)
-    names = ["ours"] + list(peers)
-    us = timed([call] + list(peers.values()), seconds=seconds)
+    call, _ = run_ours(lib, q, k, v, o, lse, do, left, right)
+    ours = {"ours": call}
+    if deterministic:
+        ours["ours-det"] = run_ours(lib, q, k, v, o, lse, do, left, right, deterministic=1)[0]
+    if left >= 0 or right >= 0:
+        peers = {}  # SDPA's backends take no window
+    names = list(ours) + list(peers)
+    us = timed(list(ours.values()) + list(peers.values()), seconds=seconds)
     fwd = 4 * b * h * s * sk * d
-    if causal:
-        fwd = 4 * b * h * d * sum(min(sk, max(0, i + sk - s + 1)) for i in range(s))
+    if causal or left >= 0 or right >= 0:
+        lo = [0 if left < 0 else max(0, i + sk - s - left) for i in range(s)]
+        hi = [min(sk - 1, i + sk - s + (0 if causal else right if right >= 0 else sk)) for i in range(s)]
+        fwd = 4 * b * h * d * sum(max(0, y - x + 1) for x, y in zip(lo, hi))
     flops = 2.5 * fwd
     cells = "  ".join(f"{n} {t:.0f}us {flops / t / 1e6:.0f}TF" for n, t in zip(names, us))
-    best_peer = min(us[1:]) if len(us) > 1 else float("nan")
-    print(f"time b{b} h{h}/{hkv} s{s} sk{sk} d{d} {'bf16' if bf16 else 'fp16'} {'causal' if causal else 'full'}: "
-          f"{cells}  ours/best-peer {best_peer / us[0]:.3f}x", flush=True)
+    n_ours = len(ours)
+    best_peer = min(us[n_ours:]) if len(us) > n_ours else float("nan")
+    det = f"  det/normal {us[1] / us[0]:.3f}x" if deterministic else ""
+    wtxt = f" w{left},{right}" if left >= 0 or right >= 0 else ""
+    print(f"time b{b} h{h}/{hkv} s{s} sk{sk} d{d} {'bf16' if bf16 else 'fp16'} {'causal' if causal else 'full'}{wtxt}: "
+          f"{cells}  ours/best-peer {best_peer / us[0]:.3f}x{det}", flush=True)
 
 
 def main():
@@ -181,7 +249,11 @@ def main():
     ap.add_argument("--time", default="", help="b,h,hkv,s,sk;...")
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="also check (bit-identical runs) and time the deterministic mode")
+    ap.add_argument("--window", default="-1,-1", help="L,R: the window of timed calls (window builds)")
     a = ap.parse_args()
+    window_timed = tuple(int(x) for x in a.window.split(","))
     torch.backends.cuda.matmul.allow_tf32 = False
     failures = 0
     for spec in a.builds:
@@ -198,10 +270,11 @@ def main():
                                                  [(64, 64), (17, 129), (-1, 100)])
             for i, sh in enumerate(shapes):
                 for w in windows:
-                    if not check(lib, name, d, bf16, causal, w, sh, 1000 + i):
+                    if not check(lib, name, d, bf16, causal, w, sh, 1000 + i, a.deterministic):
                         failures += 1
         for tok in filter(None, a.time.split(";")):
-            time_shape(lib, d, bf16, causal, tuple(int(x) for x in tok.split(",")), a.seconds)
+            time_shape(lib, d, bf16, causal, tuple(int(x) for x in tok.split(",")), a.seconds, a.deterministic,
+                       window_timed if window else (-1, -1))
     print(f"failures: {failures}")
     sys.exit(1 if failures else 0)
 

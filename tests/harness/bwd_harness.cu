@@ -10,11 +10,12 @@
 #include "../../templates/export/run_plan.cuh"
 
 // Tensors [batch, seq, heads, dim] (layout 1, FlashAttention's) or [batch, heads, seq, dim]
-// (layout 0), contiguous; lse [batch, heads_q, seqlen_q]. Returns 0, or prints the reason and
-// returns 1.
-extern "C" int bwd_run(const void* q, const void* k, const void* v, const void* o, const float* lse, const void* dout,
-                       void* dq, void* dk, void* dv, int b, int h, int hkv, int s, int sk, int layout, int window_left,
-                       int window_right, void* stream) {
+// (layout 0), contiguous; lse [batch, heads_q, seqlen_q]. deterministic: 1, the deterministic mode
+// (Call::deterministic: dQ's shares added in key-block order, bit-identical gradients). Returns 0, or
+// prints the reason and returns 1.
+extern "C" int bwd_run_ex(const void* q, const void* k, const void* v, const void* o, const float* lse,
+                          const void* dout, void* dq, void* dk, void* dv, int b, int h, int hkv, int s, int sk,
+                          int layout, int window_left, int window_right, int deterministic, void* stream) {
   const int d = ATT_HEAD_DIM;
   static const attntune_plan::Define defines[] = {
       {"ATT_HEAD_DIM", ATT_HEAD_DIM}, {"ATT_CAUSAL", ATT_CAUSAL},  {"BLOCK_M", BLOCK_M},
@@ -36,6 +37,7 @@ extern "C" int bwd_run(const void* q, const void* k, const void* v, const void* 
   c.scale = 1.f / sqrtf((float)d);
   c.causal = ATT_CAUSAL;
   c.window_left = window_left; c.window_right = window_right;
+  c.deterministic = deterministic;
   attntune_plan::Why why;
   if (!loaded && attntune_plan::normalise_variants(&c, &why) == 0) {
     const void* funcs[] = {reinterpret_cast<const void*>(&att::flash_bwd_preprocess),
@@ -47,6 +49,13 @@ extern "C" int bwd_run(const void* q, const void* k, const void* v, const void* 
   }
   std::printf("bwd_run: %s\n", loaded ? "the constants do not load" : why.text);
   return 1;
+}
+
+// bwd_run_ex without the deterministic mode (the harness's first entry point, as before it).
+extern "C" int bwd_run(const void* q, const void* k, const void* v, const void* o, const float* lse, const void* dout,
+                       void* dq, void* dk, void* dv, int b, int h, int hkv, int s, int sk, int layout, int window_left,
+                       int window_right, void* stream) {
+  return bwd_run_ex(q, k, v, o, lse, dout, dq, dk, dv, b, h, hkv, s, sk, layout, window_left, window_right, 0, stream);
 }
 
 // The build's registers, spills and smem, for the check's table.

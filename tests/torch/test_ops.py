@@ -28,7 +28,9 @@ here the kernels are only built, never run. Then checks what runs without a GPU:
     and their gradient, a used LSE, [B,S,H,D]) and torch.autograd.gradcheck, .sum().backward(), the
     forward-only ops' errors, coverage, specs, plans (`submit` reads them back), tuner.json's "pass",
     untunable and the raise policy with pass=bwd, opcheck of attention_backward and of attention with
-    grads, torch.compile(fullgraph=True) of a training step;
+    grads, torch.compile(fullgraph=True) of a training step; deterministic=True (the ops' last
+    argument, which autograd hands to attention_backward; deterministic backward calls dispatched to
+    the kernels, whose plans serve them; the fallback's gradients the same bits with and without it);
   - value head dims (v's last dim Dv != D, DeepSeek's MLA prefill): the dispatch (a split kernel
     serves only calls of its two dims, and no one-dim call), the fallback's values with Dv != D on
     every entry (variants too) against float64, out's shape and strides, the refusals of mismatched
@@ -2022,6 +2024,80 @@ class Backward(unittest.TestCase):
                                                   "sk=8,d=64,causal=1,pass=bwd: tensors on cpu .*the gradients by "
                                                   "explicit math"):
             o.sum().backward()
+
+    # -- deterministic=True (flash_attn_func's argument)
+
+    def test_deterministic(self):
+        ops = torch.ops.attntune
+        # The ops take it last, defaulted (calls without it mean what they did).
+        for op in (ops.attention.default, ops.attention_backward.default):
+            arg = op._schema.arguments[-1]
+            self.assertEqual((arg.name, str(arg.type), arg.default_value), ("deterministic", "bool", False), op)
+        # The dispatch: the package's backward kernels (flash_bwd_mma) serve deterministic calls too (the
+        # flag reaches the library's dispatcher through attntune_options.deterministic, and their plans
+        # take it); the forward's entry takes no such flag.
+        bwd = {vr.spec_of(k["problem"]): i for i, k in enumerate(self.kernels) if k["problem"].get("pass") == "bwd"}
+        for spec, i in bwd.items():
+            p = self.kernels[i]["problem"]
+            args = (p["dtype"], p["d"], p["causal"], p["b"], p["h"], p["hkv"], p["s"], p["sk"])
+            window = tuple(p.get("window", (-1, -1)))
+            self.assertEqual(attntune.explain("attention_backward", *args, window_size=window, deterministic=True),
+                             (i, ""), spec)
+        with self.assertRaisesRegex(RuntimeError, "deterministic is the backward pass's"):
+            attntune.explain("attention", "bf16", 128, True, 2, 32, 8, 4096, 4096, deterministic=True)
+        with self.assertRaisesRegex(ValueError, "deterministic must be True or False"):
+            attntune.attention(rand(1, 2, 8, 64), rand(1, 2, 8, 64), rand(1, 2, 8, 64), deterministic="yes")
+
+        # Autograd hands it to attention_backward (recorded under a dispatch mode), and the gradients
+        # (here the fallback's explicit math, deterministic either way) are the same bits with and
+        # without it, run after run.
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Calls(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.seen = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                if func is ops.attention_backward.default:
+                    names = [a.name for a in func._schema.arguments]
+                    full = dict(zip(names, args), **kwargs)
+                    self.seen.append(full.get("deterministic", False))
+                return func(*args, **kwargs)
+
+        q, k, v = rand(1, 4, 37, 64), rand(1, 2, 53, 64), rand(1, 2, 53, 64)
+        g = rand(1, 4, 37, 64)
+        results = {}
+        for det in (False, True, True):
+            xs = [t.clone().requires_grad_() for t in (q, k, v)]
+            calls = Calls()
+            with calls:
+                out = attntune.attention(*xs, is_causal=True, window_size=(20, 0), deterministic=det)
+                grads = torch.autograd.grad(out, xs, g)
+            self.assertEqual(calls.seen, [det])
+            results.setdefault(det, []).append(grads)
+        for a, b, c in zip(results[False][0], results[True][0], results[True][1]):
+            self.assertTrue(torch.equal(a.view(torch.int16), b.view(torch.int16)))
+            self.assertTrue(torch.equal(b.view(torch.int16), c.view(torch.int16)))
+        # The op's own checks and fake with it, and a compiled training step.
+        out, lse = ops.attention(q, k, k, None, True, True, deterministic=True)
+        torch.library.opcheck(ops.attention_backward.default, (g, q, k, k, out, lse, None, None, True),
+                              {"deterministic": True})
+        qg = q.clone().requires_grad_()
+        torch.library.opcheck(ops.attention.default, (qg, k, k, None, True, True), {"deterministic": True})
+        torch._dynamo.reset()
+
+        def step(q, k, v):
+            return attntune.attention(q, k, v, is_causal=True, deterministic=True).float().square().sum()
+
+        compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+        got, want = [], []
+        for fn, into in ((compiled, got), (step, want)):
+            xs = [t.clone().requires_grad_() for t in (q, k, v)]
+            into.extend(torch.autograd.grad(fn(*xs), xs))
+        for a, b in zip(got, want):
+            self.assertTrue(torch.equal(a, b))
 
     # -- the fake and torch.compile
 

@@ -30,7 +30,8 @@ const Family& flash_bwd_mma_family() {
           "three kernels: preprocessing, grid (ceil(seqlen_q / {0}), heads_q, batch); the main loop, grid "
           "(ceil(seqlen_k / {1}), heads_kv, batch), {2} threads, {3} bytes of dynamic shared memory; dQ's conversion, "
           "grid (ceil(seqlen_q / {0}), heads_q, batch); three fp32 workspaces of ceil(seqlen_q / {0}) * {0} rows a "
-          "(batch, head) that this file keeps per device and stream",
+          "(batch, head) that this file keeps per device and stream (a deterministic call also an int32 counter a "
+          "query block of {0} rows: the order in which the key blocks add their share of its dQ)",
           c.block_m, c.block_n, c.threads, c.smem_bytes);
     };
     f.launch_json = [](const Defines& d) {

@@ -27,7 +27,10 @@ attention has a backward pass (torch.library.register_autograd): `attntune.atten
 in CUDA graphs too. The forward keeps its LSE; the backward (the op attention_backward) runs the kernel
 tuned for the backward pass of the nearest problem (a problem spec's `pass=bwd`; coverage() counts its
 calls under "attention_backward") or computes the gradients by PyTorch (explicit math in fp32, the
-exact gradient of the fallback's forward), so no call fails for want of a kernel. attention_kvcache,
+exact gradient of the fallback's forward), so no call fails for want of a kernel.
+`attntune.attention(..., deterministic=True)` (flash_attn_func's argument) asks for gradients that are
+bit-identical run to run: the kernel adds dQ's shares in a fixed order (at some cost in time), and a
+library that cannot falls back to the explicit math, which is deterministic. attention_kvcache,
 attention_varlen, mla_decode and FP8 caches are forward-only: a gradient through them raises, saying so,
 and so does attention(..., out=) (it writes into a tensor).
 
@@ -98,6 +101,7 @@ def _attention_setup(ctx, inputs, output):
     ctx.set_materialize_grads(False)
     ctx.save_for_backward(q, k, v, out, lse, sinks)
     ctx.attrs = (scale, bool(is_causal), [int(w) for w in window_size], float(softcap))
+    ctx.deterministic = bool(inputs[11]) if len(inputs) > 11 else False  # the op's last argument
     ctx.fp8 = _is_fp8_cache(k, v)
 
 
@@ -108,17 +112,17 @@ def _attention_backward(ns):
                                "backward pass")
         q, k, v, out, lse, sinks = ctx.saved_tensors
         if dout is None and dlse is None:
-            return (None,) * 11
+            return (None,) * 12
         if dout is None:
             dout = torch.zeros_like(out)
         if dlse is not None and dlse.numel() == 0:
             dlse = None  # the LSE of a call without return_lse: [0], nothing to differentiate
         scale, is_causal, window, softcap = ctx.attrs
         dq, dk, dv, dsinks = getattr(torch.ops, ns).attention_backward(dout, q, k, v, out, lse, dlse, scale, is_causal,
-                                                                       window, softcap, sinks)
+                                                                       window, softcap, sinks, ctx.deterministic)
         need = ctx.needs_input_grad
         return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None, None, None, None, None,
-                None, dsinks if sinks is not None and need[8] else None, None, None)
+                None, dsinks if sinks is not None and need[8] else None, None, None, None)
     return backward
 
 
@@ -143,7 +147,7 @@ def _register_python_parts(ns):
 
     @torch.library.register_fake(lib + "attention")
     def _(q, k, v, scale=None, is_causal=False, return_lse=False, window_size=(-1, -1), softcap=0.0, sinks=None,
-          k_descale=None, v_descale=None):
+          k_descale=None, v_descale=None, deterministic=False):
         _check_variants("attention", q, q.shape[1], is_causal, window_size, softcap, sinks)
         _check_kv("attention", q, k, v, k_descale, v_descale, q.shape[0], k.shape[1])
         lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]) if return_lse else (0,), dtype=torch.float32)
@@ -188,7 +192,7 @@ def _register_python_parts(ns):
 
     @torch.library.register_fake(lib + "attention_backward")
     def _(dout, q, k, v, out, lse, dlse=None, scale=None, is_causal=False, window_size=(-1, -1), softcap=0.0,
-          sinks=None):
+          sinks=None, deterministic=False):
         _check_variants("attention_backward", q, q.shape[1], is_causal, window_size, softcap, sinks)
         if k.dtype in _FLOAT8 or v.dtype in _FLOAT8:
             raise ValueError("attntune.attention_backward: attention over an FP8 (float8_e4m3fn) cache is "
@@ -351,13 +355,17 @@ class Library:
     # (FlashAttention's arguments and semantics; the module's docstring).
     def attention(self, q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None,
                   window_size=(-1, -1), softcap=0.0, sinks=None, k_descale=None, v_descale=None, k_scale=None,
-                  v_scale=None):
+                  v_scale=None, deterministic=False):
         """SDPA's call: q [B, H, S, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] (layout="bshd": [B, S, H,
         D] tensors, as flash_attn_func takes them; no copies either way). GQA when Hkv < H; Dv, v's
         last dim, may differ from D. Returns out (q's shape with Dv last), or (out, lse [B, H, S] fp32)
         with return_lse. `out`: write into this tensor instead. k and v float8_e4m3fn: an FP8 cache,
         dequantised by k_descale / v_descale (float32 [B, Hkv], [1] or 0-d; None: 1; vLLM's names
-        k_scale / v_scale are the same arguments)."""
+        k_scale / v_scale are the same arguments). deterministic=True (flash_attn_func's): the backward
+        pass's gradients are bit-identical run to run (the forward is already)."""
+        if deterministic not in (True, False):
+            raise ValueError(f"attntune.attention: deterministic must be True or False (got {deterministic!r})")
+        deterministic = bool(deterministic)
         k_descale, v_descale = _descales("attention", k_descale, v_descale, k_scale, v_scale)
         # Under autograd the forward keeps its LSE for the backward (attention_backward), asked for
         # whether or not the caller wants it; what cannot be differentiated is refused here.
@@ -388,7 +396,7 @@ class Library:
             o = out
         else:
             o, lse = self.ops.attention(q, k, v, scale, is_causal, return_lse or grad, window, float(softcap), sinks,
-                                        k_descale, v_descale)
+                                        k_descale, v_descale, deterministic)
         if layout == "bshd":
             o = o.transpose(1, 2)
         return (o, lse) if return_lse else o
@@ -532,13 +540,14 @@ class Library:
         self.ops.set_policy(fallback, float(max_length_ratio))
 
     def explain(self, entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, *, window_size=(-1, -1), softcap=0.0,
-                sinks=False, head_dim_v=None, latent=False, kv_dtype=None):
+                sinks=False, head_dim_v=None, latent=False, kv_dtype=None, deterministic=False):
         """(kernel index or -1, reason): what a call of `entry` ("attention", "attention_kvcache",
         "attention_varlen", or "attention_backward": attention's backward pass) with this problem would
         run, on a GPU, and why. The variants as the
         calls take them (sinks: whether the call passes any); head_dim_v: v's head dim (None:
         head_dim); latent: v is k's first head_dim_v columns (a view of one cache, mla_decode's);
-        kv_dtype: "fp8" for an FP8 e4m3 cache (None: a cache of q's dtype)."""
+        kv_dtype: "fp8" for an FP8 e4m3 cache (None: a cache of q's dtype); deterministic: a backward
+        call of attention(..., deterministic=True) (bit-identical gradients)."""
         if entry not in ENTRY:
             raise ValueError(f"attntune.explain: entry must be one of {', '.join(ENTRY)} (got {entry!r})")
         if kv_dtype is not None and kv_dtype not in ("fp8", dtype):
@@ -548,7 +557,7 @@ class Library:
         _check_variants("explain", None, None, is_causal, window, softcap, None)
         args = (ENTRY[entry], dtype, head_dim, bool(is_causal), b, h, hkv, s, sk, window, float(softcap),
                 sinks is not None and sinks is not False, 0 if head_dim_v is None else head_dim_v, bool(latent))
-        return tuple(self.ops.explain(*args, "fp8" if kv_dtype == "fp8" else None))
+        return tuple(self.ops.explain(*args, "fp8" if kv_dtype == "fp8" else None, bool(deterministic)))
 
     def kernels(self):
         """The kernels of the library: attntune_kernel_info()'s "kernels"."""
@@ -722,10 +731,10 @@ if os.path.exists(_KERNELS) and not os.environ.get("ATTNTUNE_TORCH_NO_AUTOLOAD")
 
 def attention(q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None,
               window_size=(-1, -1), softcap=0.0, sinks=None, k_descale=None, v_descale=None, k_scale=None,
-              v_scale=None):
+              v_scale=None, deterministic=False):
     return default().attention(q, k, v, scale=scale, is_causal=is_causal, layout=layout, return_lse=return_lse,
                                out=out, window_size=window_size, softcap=softcap, sinks=sinks, k_descale=k_descale,
-                               v_descale=v_descale, k_scale=k_scale, v_scale=v_scale)
+                               v_descale=v_descale, k_scale=k_scale, v_scale=v_scale, deterministic=deterministic)
 
 
 def attention_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, scale=None, is_causal=False,
@@ -771,9 +780,10 @@ def set_policy(fallback="sdpa", max_length_ratio=16.0):
 
 
 def explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, *, window_size=(-1, -1), softcap=0.0, sinks=False,
-            head_dim_v=None, latent=False, kv_dtype=None):
+            head_dim_v=None, latent=False, kv_dtype=None, deterministic=False):
     return default().explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, window_size=window_size,
-                             softcap=softcap, sinks=sinks, head_dim_v=head_dim_v, latent=latent, kv_dtype=kv_dtype)
+                             softcap=softcap, sinks=sinks, head_dim_v=head_dim_v, latent=latent, kv_dtype=kv_dtype,
+                             deterministic=deterministic)
 
 
 def kernels():

@@ -6,8 +6,9 @@
 // with TORCH_LIBRARY under ATTNTUNE_TORCH_NAMESPACE (default `attntune`; compare_sdpa.py loads
 // several libraries side by side under namespaces of their own):
 //
-//   attention(q, k, v, scale, is_causal, return_lse, window_size, softcap, sinks, k_descale, v_descale)
-//       -> (out, lse)
+//   attention(q, k, v, scale, is_causal, return_lse, window_size, softcap, sinks, k_descale, v_descale,
+//       deterministic) -> (out, lse)   (deterministic: the forward ignores it; attention's autograd
+//       hands it to attention_backward, as flash_attn_func(..., deterministic=) does)
 //       q [B, H, S, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] (SDPA's layout; any strides with the
 //       last dim contiguous, so [B, S, H, D] storage passes as a transposed view, no copy); out
 //       [B, H, S, Dv]
@@ -21,12 +22,14 @@
 //       [total_q, H, Dv]
 //   ..._into(..., out, lse, scale, is_causal, window_size, softcap, sinks[, k_descale, v_descale])   the
 //       same, writing into the caller's tensors
-//   attention_backward(dout, q, k, v, out, lse, dlse, scale, is_causal, window_size, softcap, sinks)
-//       -> (dq, dk, dv, dsinks)   attention's backward pass, its autograd formula (__init__.py): a
-//       kernel tuned for the backward (attntune_attention_backward) when one serves the call and the
-//       forward's LSE was saved, else the gradients by explicit math (backward_into)
+//   attention_backward(dout, q, k, v, out, lse, dlse, scale, is_causal, window_size, softcap, sinks,
+//       deterministic) -> (dq, dk, dv, dsinks)   attention's backward pass, its autograd formula
+//       (__init__.py): a kernel tuned for the backward (attntune_attention_backward) when one serves
+//       the call and the forward's LSE was saved, else the gradients by explicit math (backward_into).
+//       deterministic: bit-identical gradients run to run (attntune_options.deterministic; the
+//       explicit math is deterministic already)
 //   explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, window_size, softcap, sinks,
-//       head_dim_v, latent, kv_dtype) -> (kernel, reason)
+//       head_dim_v, latent, kv_dtype, deterministic) -> (kernel, reason)
 //   coverage() -> str (JSON), reset_coverage(), set_policy(fallback, max_length_ratio), kernel_info()
 //
 // The variants are FlashAttention's arguments (docs/CONTRACT.md "Variants"): window_size (left,
@@ -148,6 +151,9 @@ typedef struct attntune_options {
   const float* v_descale;
   long long k_descale_stride[2];  // {batch, head} in elements; {0, 0}: one scale
   long long v_descale_stride[2];
+  int deterministic;   // 1: the backward's gradients bit-identical run to run (docs/CONTRACT.md "The backward
+                       // pass"). Set only for backward calls that ask, so only they depend on it (an export
+                       // before it refuses them, and they fall back to the explicit math, deterministic).
 } attntune_options;
 
 // The entry points with options, weak: a kernels file exported before the variants lacks them, and
@@ -275,6 +281,9 @@ struct Shape {
   int kv_fp8 = 0;
   // The value head dim where it is not d (attntune_options.head_dim_v, the spec's dv=N), else 0.
   int split_dv() const { return dv != d ? dv : 0; }
+  // 1: a backward call that asks for bit-identical gradients (attntune_options.deterministic). Not
+  // part of the problem (coverage, specs): the kernels tuned for it serve both kinds of call.
+  int deterministic = 0;
   bool operator<(const Shape& o) const {
     return std::tie(entry, bf16, d, dv, causal, b, h, hkv, s, sk, paged, v, latent, kv_fp8) <
            std::tie(o.entry, o.bf16, o.d, o.dv, o.causal, o.b, o.h, o.hkv, o.s, o.sk, o.paged, o.v, o.latent,
@@ -336,6 +345,7 @@ attntune_options options_of(const Shape& c, const float* sinks, const Descales& 
   o.head_dim_v = c.split_dv();
   o.latent = c.latent;
   o.kv_dtype = c.kv_fp8 ? 1 : 0;
+  o.deterministic = c.deterministic;
   if (c.kv_fp8) {
     o.k_descale = ds.k;
     o.v_descale = ds.v;
@@ -377,6 +387,15 @@ int select_kernel(const Shape& c, std::string* why) {
   static const float any_sinks = 0.0f;
   attntune_options o = options_of(c, &any_sinks);
   const int k = attntune_select_kernel_ex(c.entry, c.d, c.causal, c.b, c.h, c.hkv, c.s, c.sk, &o);
+  if (k < 0 && c.deterministic) {
+    // A kernel for the same call without the flag: the library cannot order dQ's additions (an
+    // export before attntune_options.deterministic refuses its byte; or its kernels refuse it).
+    o.deterministic = 0;
+    if (attntune_select_kernel_ex(c.entry, c.d, c.causal, c.b, c.h, c.hkv, c.s, c.sk, &o) >= 0)
+      *why = "no kernel of the library gives deterministic gradients (deterministic=True; an export before "
+             "attntune_options.deterministic: export it again)";
+    return -1;
+  }
   if (k >= 0 || !c.latent) return k;
   // A latent call's options weigh every kernel the same call without them would (and latent ones
   // too), so -1 with them and a kernel without them is an export before `latent`, which refuses the
@@ -687,11 +706,12 @@ at::Tensor gather_pages(const at::Tensor& t, const at::Tensor& idx) {
 
 // head_dim_v: V's head dim, 0 (or head_dim) for one head dim. latent: V is K's first head_dim_v
 // columns (a call whose v is a view k[..., :head_dim_v]; head_dim_v below head_dim). kv_dtype: "fp8"
-// for an FP8 e4m3 cache; None, "" or q's dtype for a cache of q's dtype.
+// for an FP8 e4m3 cache; None, "" or q's dtype for a cache of q's dtype. deterministic: a backward
+// call that asks for bit-identical gradients (entry 8 only).
 std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64_t d, bool causal, int64_t b,
                                          int64_t h, int64_t hkv, int64_t s, int64_t sk, at::IntArrayRef window_size,
                                          double softcap, bool sinks, int64_t head_dim_v, bool latent,
-                                         std::optional<std::string> kv_dtype) {
+                                         std::optional<std::string> kv_dtype, bool deterministic) {
   TORCH_CHECK(entry == kEntryDense || entry == kEntryKvcache || entry == kEntryVarlen || entry == kEntryBackward,
               "attntune.explain: entry must be 1 (attention), 2 (kvcache), 4 (varlen) or 8 (attention's backward)");
   TORCH_CHECK(dtype == "fp16" || dtype == "bf16", "attntune.explain: dtype must be fp16 or bf16");
@@ -711,6 +731,9 @@ std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64
   TORCH_CHECK(entry != kEntryBackward || (!latent && kv != "fp8"),
               "attntune.explain: the backward pass (entry 8) is attention's over separate K and V of q's dtype (no "
               "latent or FP8 cache: those calls are forward-only)");
+  TORCH_CHECK(!deterministic || entry == kEntryBackward,
+              "attntune.explain: deterministic is the backward pass's (entry 8): the forward kernels are deterministic "
+              "already");
   TORCH_CHECK(kv != "fp8" || entry != kEntryVarlen,
               "attntune.explain: kv_dtype 'fp8' is for attention and attention_kvcache (an FP8 cache is read by the "
               "dense and kvcache entry points only)");
@@ -720,6 +743,7 @@ std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64
           static_cast<int>(h), static_cast<int>(hkv), static_cast<int>(s), static_cast<int>(sk), 0, v};
   c.latent = latent ? 1 : 0;
   c.kv_fp8 = kv == "fp8" ? 1 : 0;
+  c.deterministic = deterministic ? 1 : 0;
   const Decision dec = decide(c, "", policy_now().max_ratio);
   return {dec.kernel, dec.reason};
 }
@@ -1041,12 +1065,14 @@ void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     sdpa_into(q, k, v, at::Tensor(), is_causal, sc, out, lse);
 }
 
+// `deterministic` is not the forward's (its kernels are deterministic): the op carries it so that its
+// autograd formula (__init__.py) can hand it to attention_backward, as flash_attn_func's does.
 std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                              std::optional<double> scale, bool is_causal, bool return_lse,
                                              at::IntArrayRef window_size, double softcap,
                                              const std::optional<at::Tensor>& sinks,
                                              const std::optional<at::Tensor>& k_descale,
-                                             const std::optional<at::Tensor>& v_descale) {
+                                             const std::optional<at::Tensor>& v_descale, bool /*deterministic*/) {
   at::Tensor out = out_like(q, v);
   at::Tensor lse = return_lse && q.dim() == 4 ? at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat))
                                               : at::empty({0}, q.options().dtype(at::kFloat));
@@ -1166,10 +1192,13 @@ at::Tensor kernel_layout(const at::Tensor& t) {
 // the gradients dout (out's shape) and dlse (None: the LSE was not used). A kernel of the library
 // serves it (attntune_attention_backward) when one was tuned for its problem (pass=bwd) and the LSE was
 // saved and not used; else the fallback (backward_into), counted in coverage as the forward is.
+// deterministic: bit-identical gradients run to run, FlashAttention's deterministic=True: the kernel
+// is asked for them (attntune_options.deterministic) and one that cannot give them is not chosen; the
+// fallback's explicit math gives them whatever the flag.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
     const at::Tensor& lse, const std::optional<at::Tensor>& dlse, std::optional<double> scale, bool is_causal,
-    at::IntArrayRef window_size, double softcap, const std::optional<at::Tensor>& sinks) {
+    at::IntArrayRef window_size, double softcap, const std::optional<at::Tensor>& sinks, bool deterministic) {
   const char* e = "attention_backward";
   ATTNTUNE_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, e,
                  "q, k and v must be 4-d: [batch, heads, seqlen, head_dim] (v's last dim: the value head dim)");
@@ -1205,6 +1234,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
   Shape c{kEntryBackward, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), as_int(Dv, e, "head_dim_v"),
           is_causal ? 1 : 0, as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"),
           as_int(S, e, "seqlen_q"), as_int(Sk, e, "seqlen_k"), 0, var};
+  c.deterministic = deterministic ? 1 : 0;
   const at::Tensor g = dout.numel() ? kernel_layout(dout) : dout;
   bool ran = false;
   if (!have_lse && q.numel() > 0) {
@@ -1487,8 +1517,9 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen(const at::Tensor& q, const a
 #define ATTNTUNE_DESCALE_ARGS ", Tensor? k_descale=None, Tensor? v_descale=None"
 
 TORCH_LIBRARY(ATTNTUNE_TORCH_NAMESPACE, m) {
+  // deterministic (last, defaulted: earlier calls mean what they did): for attention's backward.
   m.def("attention(Tensor q, Tensor k, Tensor v, float? scale=None, bool is_causal=False, bool return_lse=False, "
-        ATTNTUNE_VARIANT_ARGS ATTNTUNE_DESCALE_ARGS ") -> (Tensor, Tensor)");
+        ATTNTUNE_VARIANT_ARGS ATTNTUNE_DESCALE_ARGS ", bool deterministic=False) -> (Tensor, Tensor)");
   m.def("attention_into(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, float? scale=None, "
         "bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ATTNTUNE_DESCALE_ARGS ") -> ()");
   m.def("attention_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor? cache_seqlens=None, "
@@ -1505,12 +1536,13 @@ TORCH_LIBRARY(ATTNTUNE_TORCH_NAMESPACE, m) {
         "bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ") -> ()");
   // attention's backward pass (its autograd formula; docs/CONTRACT.md "The backward pass"): dq, dk, dv,
   // dsinks ([heads] float32; [0] without sinks) from the forward's inputs, out and lse ([0]: not saved),
-  // dout and dlse (None: the LSE's gradient is not wanted).
+  // dout and dlse (None: the LSE's gradient is not wanted); deterministic: bit-identical gradients.
   m.def("attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse=None, "
-        "float? scale=None, bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ") -> (Tensor, Tensor, Tensor, Tensor)");
+        "float? scale=None, bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ", bool deterministic=False) -> "
+        "(Tensor, Tensor, Tensor, Tensor)");
   m.def("explain(int entry, str dtype, int head_dim, bool is_causal, int b, int h, int hkv, int s, int sk, "
         "int[2] window_size=[-1, -1], float softcap=0.0, bool sinks=False, int head_dim_v=0, bool latent=False, "
-        "str? kv_dtype=None) -> (int, str)",
+        "str? kv_dtype=None, bool deterministic=False) -> (int, str)",
         &explain);
   m.def("coverage() -> str", &coverage_json);
   m.def("reset_coverage() -> ()", &reset_coverage);

@@ -75,7 +75,8 @@ attntune_options window(int left) {
 }
 
 // The dispatcher's choice for a call of `entry` (1 forward, 8 backward) with these sizes.
-int chosen(int entry, int b, int h, int hkv, int s, int sk, int d, int causal, int window_left = -1) {
+int chosen(int entry, int b, int h, int hkv, int s, int sk, int d, int causal, int window_left = -1,
+           int deterministic = 0) {
   attntune_plan::Call c = attntune_plan::empty_call();
   c.entry = entry;
   const Bwd t = bwd_call(b, h, hkv, s, sk, d, causal);
@@ -84,6 +85,7 @@ int chosen(int entry, int b, int h, int hkv, int s, int sk, int d, int causal, i
   c.scale = t.scale;
   for (int i = 0; i < 3; ++i) c.q_stride[i] = t.qs[i], c.k_stride[i] = t.ks[i], c.v_stride[i] = t.vs[i], c.o_stride[i] = t.os[i];
   if (window_left >= 0) c.window_left = window_left, c.window_right = -1;
+  c.deterministic = deterministic;
   if (entry == attntune_plan::kEntryBackward) {
     c.dout = t.dout, c.dq = t.dq, c.dk = t.dk, c.dv = t.dv;
     for (int i = 0; i < 3; ++i)
@@ -111,6 +113,9 @@ int main() {
   std::printf("bwd_d64_window -> %d\n", chosen(8, 1, 8, 8, 2048, 2048, 64, 1, 255));
   std::printf("bwd_d64_no_window -> %d\n", chosen(8, 1, 8, 8, 2048, 2048, 64, 1));
   std::printf("fwd_d64_window -> %d\n", chosen(1, 1, 8, 8, 2048, 2048, 64, 1, 255));
+  // Deterministic backward calls: flash_bwd_mma's plans serve them (their semaphore workspace).
+  std::printf("bwd_d128_causal_deterministic -> %d\n", chosen(8, 2, 8, 2, 1024, 1024, 128, 1, -1, 1));
+  std::printf("bwd_d64_window_deterministic -> %d\n", chosen(8, 1, 8, 8, 2048, 2048, 64, 1, 255, 1));
 
   // Sizes only.
   std::printf("sizes_bwd -> %d\n", attntune_select_kernel_ex(8, 128, 1, 2, 8, 2, 1000, 1000, nullptr));
@@ -126,6 +131,24 @@ int main() {
   std::printf("sizes_bwd_dv -> %d\n", attntune_select_kernel_ex(8, 128, 1, 2, 8, 2, 1000, 1000, &o));
   std::printf("sizes_bwd_d96 -> %d\n", attntune_select_kernel_ex(8, 96, 1, 2, 8, 2, 1000, 1000, nullptr));
   std::printf("sizes_entry_16 -> %d\n", attntune_select_kernel_ex(16, 128, 1, 2, 8, 2, 1000, 1000, nullptr));
+  // attntune_options.deterministic: the backward's kernels serve it, the forward's take it (they are
+  // deterministic already); another value than 0 and 1 answers -1.
+  o = options();
+  o.deterministic = 1;
+  std::printf("sizes_bwd_deterministic -> %d\n", attntune_select_kernel_ex(8, 128, 1, 2, 8, 2, 1000, 1000, &o));
+  std::printf("sizes_fwd_deterministic -> %d\n", attntune_select_kernel_ex(1, 128, 1, 2, 8, 2, 1000, 1000, &o));
+  o = window(300);
+  o.deterministic = 1;
+  std::printf("sizes_bwd_window_deterministic -> %d\n", attntune_select_kernel_ex(8, 64, 1, 1, 8, 8, 2048, 2048, &o));
+  o = options();
+  o.deterministic = 2;
+  std::printf("sizes_bwd_deterministic_2 -> %d\n", attntune_select_kernel_ex(8, 128, 1, 2, 8, 2, 1000, 1000, &o));
+  // A caller compiled before `deterministic` (its size ends before it): the bytes past it are not its
+  // own, never read (the call is the default, not deterministic).
+  o = options();
+  o.deterministic = 7;
+  o.size = offsetof(attntune_options, deterministic);
+  std::printf("sizes_bwd_before_deterministic -> %d\n", attntune_select_kernel_ex(8, 128, 1, 2, 8, 2, 1000, 1000, &o));
 
   // Refusals, before any CUDA call.
   const Bwd ok = bwd_call(2, 8, 2, 1000, 1000, 128, 1);
@@ -178,6 +201,21 @@ int main() {
   o = window(255);
   c = bwd_call(1, 8, 8, 2048, 2048, 128, 1);
   refusal("window_no_kernel", backward(c, &o));
+  o = options();
+  o.deterministic = 2;
+  refusal("opt_deterministic_2", backward(ok, &o));
+  {  // A newer caller's option past this file's struct, set: refused, never ignored.
+    struct Newer {
+      attntune_options o;
+      int later;
+    } n;
+    std::memset(&n, 0, sizeof n);
+    n.o = options();
+    n.o.size = sizeof n;
+    n.o.deterministic = 1;
+    n.later = 1;
+    refusal("opt_newer_than_deterministic", backward(ok, &n.o));
+  }
   // The forward's entry point never runs a backward kernel: a d=64 windowed forward has none here.
   {
     o = window(255);
@@ -203,6 +241,12 @@ int main() {
   reached("valid", backward(ok, nullptr));
   o = window(255);
   reached("valid_window", backward(bwd_call(1, 8, 8, 2048, 2048, 64, 1), &o));
+  o = options();
+  o.deterministic = 1;
+  reached("valid_deterministic", backward(ok, &o));
+  o = window(255);
+  o.deterministic = 1;
+  reached("valid_window_deterministic", backward(bwd_call(1, 8, 8, 2048, 2048, 64, 1), &o));
   c = ok, c.sk = 0, c.k = c.v = nullptr, c.dk = c.dv = nullptr;  // dQ = 0 only: k, v, dk, dv may be NULL
   reached("no_keys", backward(c, nullptr));
   c = ok, c.s = 0, c.q = c.out = c.dout = nullptr, c.lse = nullptr, c.dq = nullptr;  // dK = dV = 0 only

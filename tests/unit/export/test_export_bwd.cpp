@@ -4,7 +4,8 @@
 // labels and entry bits, and the header say which kernels are backward. No GPU: the campaigns are
 // recorded through the Store (export_db.hpp). ExportBackwardNvcc compiles the all-best file into a
 // host program of checks (bwd_dispatch_checks.cu, PTX only) and asks its dispatcher which kernel each
-// call of each entry point runs, and its backward entry points what they refuse.
+// call of each entry point runs (deterministic backward calls too: attntune_options.deterministic),
+// and its backward entry points what they refuse.
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -178,6 +179,9 @@ TEST(ExportBackwardNvcc, EachEntryPointRunsItsOwnKernelsAndBadCallsAreRefused) {
   EXPECT_NE(o.find(line("bwd_d64_window", at(kBwdWindow))), std::string::npos) << o;
   EXPECT_NE(o.find(line("bwd_d64_no_window", -1)), std::string::npos) << o;
   EXPECT_NE(o.find(line("fwd_d64_window", -1)), std::string::npos) << o;
+  // Deterministic backward calls run the same kernels (flash_bwd_mma serves the mode).
+  EXPECT_NE(o.find(line("bwd_d128_causal_deterministic", at(kBwd))), std::string::npos) << o;
+  EXPECT_NE(o.find(line("bwd_d64_window_deterministic", at(kBwdWindow))), std::string::npos) << o;
   // Sizes only: entry 8 weighs the backward kernels; options other than a window answer -1.
   EXPECT_NE(o.find(line("sizes_bwd", at(kBwd))), std::string::npos) << o;
   EXPECT_NE(o.find(line("sizes_bwd_entry", at(kBwd))), std::string::npos) << o;
@@ -187,6 +191,11 @@ TEST(ExportBackwardNvcc, EachEntryPointRunsItsOwnKernelsAndBadCallsAreRefused) {
   EXPECT_NE(o.find(line("sizes_bwd_dv", -1)), std::string::npos) << o;
   EXPECT_NE(o.find(line("sizes_bwd_d96", -1)), std::string::npos) << o;
   EXPECT_NE(o.find(line("sizes_entry_16", -1)), std::string::npos) << o;
+  EXPECT_NE(o.find(line("sizes_bwd_deterministic", at(kBwd))), std::string::npos) << o;
+  EXPECT_NE(o.find(line("sizes_fwd_deterministic", at(kFwd))), std::string::npos) << o;
+  EXPECT_NE(o.find(line("sizes_bwd_window_deterministic", at(kBwdWindow))), std::string::npos) << o;
+  EXPECT_NE(o.find(line("sizes_bwd_deterministic_2", -1)), std::string::npos) << o;
+  EXPECT_NE(o.find(line("sizes_bwd_before_deterministic", at(kBwd))), std::string::npos) << o;
   const auto refused = [&](const std::string& what, const std::string& why) {  // its line has both
     const std::size_t p = o.find(what + ": 1000 ");
     ASSERT_NE(p, std::string::npos) << what << "\n" << o;
@@ -218,12 +227,15 @@ TEST(ExportBackwardNvcc, EachEntryPointRunsItsOwnKernelsAndBadCallsAreRefused) {
   refused("opt_kv_dtype", "attntune_options.kv_dtype (an FP8 KV cache)" + only);
   refused("window_no_kernel", "no kernel in this file for head_dim=128 is_causal=1 with a sliding window serves "
                               "attntune_attention_backward");
+  refused("opt_deterministic_2", "attntune_options: deterministic must be 0 or 1 (got 2)");
+  refused("opt_newer_than_deterministic", "an option of a newer attntune");
   refused("fwd_window_d64", "no kernel in this file for head_dim=64 is_causal=1 with a sliding window serves "
                             "attntune_attention_forward;");
   EXPECT_NE(o.find("batch_0: 0\n"), std::string::npos) << o;
   EXPECT_NE(o.find("lengths_0: 0\n"), std::string::npos) << o;
   if (o.find("a GPU is present") == std::string::npos) {
-    for (const char* what : {"valid", "valid_window", "no_keys", "no_queries", "bshd"})
+    for (const char* what : {"valid", "valid_window", "valid_deterministic", "valid_window_deterministic", "no_keys",
+                             "no_queries", "bshd"})
       EXPECT_NE(o.find(std::string(what) + ": past the checks\n"), std::string::npos) << what << "\n" << o;
   }
 }

@@ -1,13 +1,22 @@
 // flash_bwd_mma on CI (no GPU): its space (which problems and archs), its render, its launch plan
-// (three kernels, their grids, the workspaces, the refusals) and NVRTC builds of a spread of its
+// (three kernels, their grids, the workspaces, the refusals; the deterministic mode's semaphore
+// workspace and arguments), the order the deterministic mode gives the CTAs that add into a query
+// block's dQ (blocks.h, over many lengths, blocks and windows), and NVRTC builds of a spread of its
 // configs for sm_80, sm_89 and sm_90. The GPU property test (tests/gpu/test_flash_bwd_mma.cpp) runs
-// them against the reference.
+// them against the reference, and runs the deterministic mode twice for bit-identical gradients.
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <set>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "cuda/nvrtc.hpp"
 #include "eval/build_pool.hpp"
+#include "templates/common/bwd_params.h"
+#include "templates/flash_bwd_mma/blocks.h"
+#include "templates/flash_bwd_mma/launch.h"
 #include "tests/common/input_error.hpp"
 #include "tests/common/plan_call.hpp"
 #include "tests/common/run_attntune.hpp"
@@ -37,6 +46,41 @@ attntune_plan::Call backward_call_of(const Problem& p) {
 }
 
 std::int64_t get(const Config& c, const char* name) { return std::get<std::int64_t>(c.at(name)); }
+
+struct Planned {
+  attntune_plan::Plan plan{};
+  attntune_plan::Resources res{};
+  BwdParams params[3];  // what bind gives each launch (zeroed where it gave nothing)
+  std::string why;      // a refusal's reason
+};
+
+// Plans and binds `call` for the build of (config, built) on sm_90, workspaces at fake addresses.
+Planned plan_and_bind(const SearchSpace& space, const Config& config, const Problem& built,
+                      const attntune_plan::Call& call) {
+  Planned out;
+  std::memset(out.params, 0, sizeof out.params);
+  const Defines named = kernel_defines(space, config, built, "sm_90");
+  const auto defs = plan_defines(named);  // names point into `named`
+  attntune_plan::Consts consts{};
+  attntune_plan::Why why{};
+  if (attntune_plan::kFlashBwdMma.load(defs.data(), static_cast<int>(defs.size()), consts.bytes, &why) ||
+      attntune_plan::kFlashBwdMma.plan(consts.bytes, call, FakeDevice{}.device(), &out.plan, &why)) {
+    out.why = why.text;
+    return out;
+  }
+  for (int i = 0; i < out.plan.workspaces; ++i)
+    out.res.workspace[i] = reinterpret_cast<void*>((std::uintptr_t{1} << 41) * (i + 1));
+  for (int l = 0; l < out.plan.launches; ++l) {
+    attntune_plan::Args args;
+    if (attntune_plan::kFlashBwdMma.bind(consts.bytes, call, out.plan, out.res, l, &args, &why)) {
+      out.why = why.text;
+      return out;
+    }
+    EXPECT_EQ(args.count, 1);
+    if (args.count > 0) std::memcpy(&out.params[l], args.ptr[0], sizeof(BwdParams));
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -157,9 +201,171 @@ TEST(FlashBwdMmaPlan, EmptyLengthsAndWrongCallsAreHandled) {
   c = backward_call_of(p);
   c.heads_kv = 3;
   refused(c, "multiple of heads_kv");
-  c = backward_call_of(p);
-  c.deterministic = 1;  // dQ's atomics: never served silently
-  refused(c, "no deterministic mode");
+}
+
+// The deterministic mode: the plan of a call that asks for it is the same three launches with a
+// fourth workspace, an int32 turn counter a (batch, query head, query block), after the three every
+// call has (the executor keeps a build's workspaces by index); bind hands it to every kernel with
+// the flag, and a call without the flag gets neither (the kernels' uniform branch skips the turns).
+TEST(FlashBwdMmaPlan, ADeterministicCallGetsItsSemaphoreWorkspace) {
+  const SearchSpace space = space_of("flash_bwd_mma");
+  for (const char* spec : {"b=2,h=8,hkv=2,s=1000,sk=777,d=128,dtype=bf16,causal=0,pass=bwd",
+                           "b=3,h=6,hkv=3,s=333,sk=4000,d=64,dtype=fp16,causal=1,window=100,pass=bwd"}) {
+    const Problem p = Problem::parse(spec);
+    const auto configs = space.enumerate(p, "sm_90");
+    ASSERT_FALSE(configs.empty()) << spec;
+    for (const Config& c : {configs.front(), configs[configs.size() / 2], configs.back()}) {
+      attntune_plan::Call call = backward_call_of(p);
+      if (p.window_left >= 0) call.window_left = static_cast<int>(p.window_left);
+      const Planned normal = plan_and_bind(space, c, p, call);
+      call.deterministic = 1;
+      const Planned det = plan_and_bind(space, c, p, call);
+      ASSERT_EQ(normal.why, "") << config_str(c);
+      ASSERT_EQ(det.why, "") << config_str(c);
+      const long long bm = get(c, "block_m"), rounded = (p.s + bm - 1) / bm * bm;
+      ASSERT_EQ(normal.plan.workspaces, 3);
+      ASSERT_EQ(det.plan.workspaces, 4);
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(det.plan.workspace[i].bytes, normal.plan.workspace[i].bytes) << i;
+        EXPECT_EQ(det.plan.workspace[i].zeroed, 0) << i;
+      }
+      EXPECT_EQ(det.plan.workspace[3].bytes, static_cast<unsigned long long>(p.b * p.h * (rounded / bm) * 4));
+      EXPECT_EQ(det.plan.workspace[3].zeroed, 0);  // the preprocessing kernel zeroes it every call
+      EXPECT_EQ(det.plan.workspace[3].optional, 0);
+      // The same launches, grids and shared memory: the turns cost no launch.
+      ASSERT_EQ(det.plan.launches, normal.plan.launches);
+      for (int l = 0; l < det.plan.launches; ++l)
+        EXPECT_EQ(std::memcmp(&det.plan.launch[l], &normal.plan.launch[l], sizeof(attntune_plan::Launch)), 0) << l;
+      for (int l = 0; l < det.plan.launches; ++l) {
+        EXPECT_EQ(det.params[l].deterministic, 1) << l;
+        EXPECT_EQ(det.params[l].dq_semaphore, static_cast<int*>(det.res.workspace[3])) << l;
+        EXPECT_EQ(det.params[l].dq_accum, static_cast<float*>(det.res.workspace[0])) << l;
+        EXPECT_EQ(det.params[l].seqlen_q_rounded, rounded) << l;  // the rows of every workspace, as before
+        EXPECT_EQ(normal.params[l].deterministic, 0) << l;
+        EXPECT_EQ(normal.params[l].dq_semaphore, nullptr) << l;
+      }
+    }
+  }
+  // Empty sides: no queries (the main kernel alone, no query block to take turns on) and no keys.
+  const Problem p = Problem::parse("b=1,h=4,s=300,sk=300,d=64,dtype=fp16,causal=1,pass=bwd");
+  const Config c = space.enumerate(p, "sm_90").front();
+  attntune_plan::Call call = backward_call_of(p);
+  call.deterministic = 1;
+  call.seqlen_q = 0;
+  Planned det = plan_and_bind(space, c, p, call);
+  ASSERT_EQ(det.why, "");
+  ASSERT_EQ(det.plan.launches, 1);
+  EXPECT_EQ(det.plan.workspace[3].bytes, 0u);
+  call = backward_call_of(p);
+  call.deterministic = 1;
+  call.seqlen_k = 0;
+  det = plan_and_bind(space, c, p, call);
+  ASSERT_EQ(det.why, "");
+  EXPECT_EQ(det.plan.launches, 2);
+  EXPECT_EQ(det.plan.workspaces, 4);
+}
+
+// BwdParams keeps the fields the backward families read at their offsets (flash_bwd_wgmma shares
+// it and bwd_prepost.cuh): the deterministic mode's are appended after seqlen_q_rounded.
+TEST(FlashBwdMmaPlan, TheDeterministicFieldsFollowTheEarlierOnes) {
+  EXPECT_GT(offsetof(BwdParams, deterministic), offsetof(BwdParams, seqlen_q_rounded));
+  EXPECT_GT(offsetof(BwdParams, dq_semaphore), offsetof(BwdParams, deterministic));
+  EXPECT_EQ(offsetof(BwdParams, seqlen_q_rounded), offsetof(BwdParams, lse_log2) + sizeof(float*));
+}
+
+// The deterministic mode's order (blocks.h), brute force against the kernel's own bounds: for every
+// query block, the key blocks whose CTA walks it (key_block_rows, query_blocks: what the main loop
+// walks) are consecutive, and first_key_block names the first, so that the CTA of key block n waits
+// for exactly the n - first_key_block CTAs before it (a wrong count waits for a turn that never
+// comes, or adds beside another CTA). Bottom-right causal with s < sk, s > sk (rows that see no
+// key), left, right and two-sided windows (0, narrower and wider than a block, wider than the keys),
+// every block shape the space has, GQA groups of 1 and 3. Both walks (walk_step) visit each of a
+// CTA's (head, query block) pairs once, and in the deterministic one a CTA's predecessor reaches each
+// pair no later than it. And the bounds hold every visible (row, key) pair.
+TEST(FlashBwdMmaDeterministic, TheCtasOfAQueryBlockAreConsecutiveKeyBlocks) {
+  struct Window {
+    int left, right;
+  };
+  const int lengths[] = {1, 7, 31, 64, 65, 200, 333, 1000};
+  const Window windows[] = {{-1, -1}, {0, -1}, {1, -1}, {17, -1}, {63, -1}, {64, -1}, {300, -1}, {5000, -1},
+                            {-1, 0},  {-1, 9}, {-1, 130}, {0, 0}, {17, 129}, {100, 50}, {64, 64}};
+  long long checked = 0;
+  for (int bm : {32, 64, 128})
+    for (int bn : {64, 128, 256})
+      for (int len_q : lengths)
+        for (int len_k : lengths)
+          for (int causal = 0; causal < 2; ++causal)
+            for (const Window& w : windows) {
+              if (causal && w.right >= 0) continue;  // a causal call keeps window_right -1
+              const bool windowed = w.left >= 0 || w.right >= 0;
+              VariantParams v{};
+              v.window_left = w.left;
+              v.window_right = w.right;
+              const int diag = len_k - len_q, key_blocks = (len_k + bn - 1) / bn, q_blocks = (len_q + bm - 1) / bm;
+              const int group = (len_q + len_k) % 3 == 0 ? 3 : 1;  // query heads a KV head (GQA), some of each
+              std::vector<std::vector<int>> walkers(q_blocks);  // per query block, the key blocks that walk it
+              std::vector<int> first_row(key_blocks), end_row(key_blocks);
+              // Per key block, the deterministic walk's step at each (head, query block); -1: not walked.
+              std::vector<std::vector<int>> det_step(key_blocks, std::vector<int>(group * q_blocks, -1));
+              for (int n = 0; n < key_blocks; ++n) {
+                int rb, re, m_first, m_blocks;
+                if (causal && windowed) att_bwd::key_block_rows<true, true>(n * bn, bn, len_q, diag, v, &rb, &re);
+                else if (causal) att_bwd::key_block_rows<true, false>(n * bn, bn, len_q, diag, v, &rb, &re);
+                else if (windowed) att_bwd::key_block_rows<false, true>(n * bn, bn, len_q, diag, v, &rb, &re);
+                else att_bwd::key_block_rows<false, false>(n * bn, bn, len_q, diag, v, &rb, &re);
+                att_bwd::query_blocks(rb, re, bm, &m_first, &m_blocks);
+                first_row[n] = rb, end_row[n] = re;
+                // Both walks visit every (head, query block) of the CTA once.
+                for (int det = 0; det < 2; ++det) {
+                  std::vector<int> seen(group * q_blocks, 0);
+                  for (int i = 0; i < group * m_blocks; ++i) {
+                    int h, m;
+                    att_bwd::walk_step(i, det, group, m_first, m_blocks, &h, &m);
+                    ASSERT_TRUE(h >= 0 && h < group && m >= m_first && m < m_first + m_blocks) << i;
+                    ASSERT_EQ(seen[h * q_blocks + m]++, 0) << "step " << i << " walks a pair twice";
+                    if (det) det_step[n][h * q_blocks + m] = i;
+                  }
+                }
+                for (int m = m_first; m < m_first + m_blocks; ++m) {
+                  ASSERT_GE(m, 0);
+                  ASSERT_LT(m, q_blocks) << "a CTA walks a query block past seqlen_q";
+                  walkers[m].push_back(n);
+                }
+              }
+              const std::string what = "bm " + std::to_string(bm) + " bn " + std::to_string(bn) + " s " +
+                                       std::to_string(len_q) + " sk " + std::to_string(len_k) + " causal " +
+                                       std::to_string(causal) + " window " + std::to_string(w.left) + "," +
+                                       std::to_string(w.right);
+              for (int m = 0; m < q_blocks; ++m) {
+                const auto& ns = walkers[m];
+                for (std::size_t i = 0; i < ns.size(); ++i) {
+                  ASSERT_EQ(ns[i], ns[0] + static_cast<int>(i)) << what << " query block " << m << ": not consecutive";
+                  const int first = windowed ? att_bwd::first_key_block<true>(m * bm, bn, diag, w.left)
+                                             : att_bwd::first_key_block<false>(m * bm, bn, diag, w.left);
+                  // The turn the kernel waits for: the CTAs before it that add into this block.
+                  ASSERT_EQ(ns[i] - first, static_cast<int>(i)) << what << " query block " << m << " key block " << ns[i];
+                  // The CTA before it reaches the block (each head's) no later in its walk: no CTA
+                  // waits on one that has most of its walk still ahead.
+                  if (i > 0)
+                    for (int h = 0; h < group; ++h)
+                      ASSERT_LE(det_step[ns[i - 1]][h * q_blocks + m], det_step[ns[i]][h * q_blocks + m])
+                          << what << " query block " << m << " head " << h << " key block " << ns[i];
+                }
+              }
+              // Every visible pair is walked (the bounds are the kernel's masks' superset): a row sees
+              // the keys [lo, hi] (off = key - row within the masks' bounds), each in a block whose
+              // rows include it.
+              for (int row = 0; row < len_q; ++row) {
+                int lo = 0, hi = len_k - 1;
+                if (causal) hi = std::min(hi, row + diag);
+                if (w.left >= 0) lo = std::max(lo, row + diag - w.left);
+                if (!causal && w.right >= 0) hi = std::min(hi, row + diag + w.right);
+                for (int n = lo >= 0 ? lo / bn : 0; lo <= hi && n <= hi / bn; ++n)
+                  ASSERT_TRUE(row >= first_row[n] && row < end_row[n]) << what << " row " << row << " block " << n;
+              }
+              ++checked;
+            }
+  EXPECT_GT(checked, 10000);
 }
 
 // A spread of configs of each head dim, causal and windowed, builds for each arch; the configs the
