@@ -5,7 +5,8 @@
 //   flash_bwd_preprocess  D_i = rowsum(dO_i * O_i), LSE_i * log2(e) and dQ's zeroed fp32 accumulator
 //                         (and, when BwdParams::dq_semaphore is given, the deterministic mode's
 //                         semaphore of each query block, zeroed);
-//   flash_bwd_convert     dQ = scale * accumulator, in the input dtype.
+//   flash_bwd_convert     dQ = scale * accumulator, in the input dtype;
+// and the deterministic mode's semaphore operations (ld_acquire, add_release).
 #ifndef ATTNTUNE_BWD_PREPOST_CUH
 #define ATTNTUNE_BWD_PREPOST_CUH
 
@@ -19,6 +20,18 @@ __device__ __forceinline__ float half_to_float(unsigned short x) {
   float y;
   asm("cvt.f32.f16 %0, %1;\n" : "=f"(y) : "h"(x));
   return y;
+}
+
+// A semaphore (the deterministic mode's turns, bwd_blocks.h): a load that acquires (the adds of the
+// CTAs that raised it are visible after it) and an increment that releases (this CTA's adds, fenced,
+// before it), gpu scope.
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
 // ---- preprocessing ----------------------------------------------------------------------------

@@ -25,7 +25,7 @@
 // (their dS times a zero K row adds nothing to dQ).
 #include "../common/bwd_params.h"
 #include "../common/ptx.cuh"
-#include "blocks.h"
+#include "../common/bwd_blocks.h"
 #include "traits.cuh"
 
 namespace att {
@@ -146,17 +146,6 @@ __device__ __forceinline__ void add_quad(float* p, float a, float b, float c, fl
 #endif
 }
 
-// The deterministic mode's semaphore: a load that acquires (the adds of the CTAs that raised it are
-// visible after it) and an increment that releases (this CTA's adds, fenced, before it), gpu scope.
-__device__ __forceinline__ int ld_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void add_release(int* p, int v) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-
 // ---- the main loop ----------------------------------------------------------------------------
 // grid (ceil(seqlen_k / kBlockN), heads_kv, batch).
 extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_bwd_mma(const BwdParams p) {
@@ -189,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   const u32 ds_a = smem_addr(s_ds) + LM::base(lane_row_nk(), dq_mt * 2 + lane_chunk_nk());
 
   // The query rows that see any key of the block (causal and windows bound them), and their query
-  // blocks (blocks.h: the deterministic mode's order is derived from the same bounds).
+  // blocks (bwd_blocks.h: the deterministic mode's order is derived from the same bounds).
   int row_begin, row_end, m_first, m_blocks;
   att_bwd::key_block_rows<T::kCausal, T::kWindow>(n0, T::kBlockN, len_q, diag, f.variant, &row_begin, &row_end);
   att_bwd::query_blocks(row_begin, row_end, T::kBlockM, &m_first, &m_blocks);
@@ -202,7 +191,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   load_rows<T::kBlockN>(s_v, v_g, f.v_stride[2], n0, len_k);
   cp_async_commit();
 
-  // Step i's query head and first query row (blocks.h's walk: up, heads outer; down, query blocks
+  // Step i's query head and first query row (bwd_blocks.h's walk: up, heads outer; down, query blocks
   // outer, in the deterministic mode).
   auto step_at = [&](int i, int& head, int& m0) {
     int h, m;
@@ -274,7 +263,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
     // that add into this query block's dQ take turns in key-block order, so that every element's sum
     // is the same sequence of fp32 additions every run (FlashAttention-3's technique). Its semaphore
     // counts the CTAs that have added; this one waits until all those of lower key blocks that walk
-    // the block have (blockIdx.x minus the first that does, blocks.h; with GQA the counter is the
+    // the block have (blockIdx.x minus the first that does, bwd_blocks.h; with GQA the counter is the
     // query head's, and the CTAs of that head's KV head are the ones counted), adds, and raises it.
     // No deadlock: a CTA waits only for CTAs of the same KV head and batch with a lower blockIdx.x,
     // launched before it (blocks are dispatched in increasing linear index) and so resident or

@@ -25,6 +25,7 @@
 // read (and TMA would write): the simplest Hopper form, without TMA or warp specialisation yet.
 // Masked pairs (causal, window) have P = 0; rows past seqlen_q have LSE +inf and zero dO; keys past
 // seqlen_k are zero rows whose dK/dV are not stored (and whose P is masked: exp2(-LSE) can overflow).
+#include "../common/bwd_blocks.h"
 #include "../common/bwd_params.h"
 #include "../common/ptx_sm90.cuh"
 #include "../flash_fwd_wgmma/args.h"   // wgmma_tile: descriptors and k-step offsets
@@ -85,6 +86,10 @@ __device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
 __device__ __forceinline__ void red_add2(float* p, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
+// Four consecutive floats (16-byte aligned), one REDG.ADD.F32x4.
+__device__ __forceinline__ void red_add4(float* p, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
 
 // Adds `bytes` of fp32 values from shared memory into global memory, by the TMA unit (a bulk
 // reduction of this thread's bulk group), and commits the group.
@@ -123,15 +128,18 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   const int key_w = wg * 64 + wi * 16 + g;  // the thread's accumulator rows: keys key_w and key_w + 8 of the block
 
   // The query rows that see any key of the block: causal and windows bound them.
-  int row_begin = 0, row_end = len_q;
-  if (T::kCausal) row_begin = max(row_begin, n0 - diag);
-  if constexpr (T::kWindow) {
-    if (f.variant.window_left >= 0) row_end = min(row_end, n0 + T::kBlockN - diag + f.variant.window_left);
-    if (!T::kCausal && f.variant.window_right >= 0) row_begin = max(row_begin, n0 - diag - f.variant.window_right);
-  }
-  const int m_first = max(row_begin, 0) / T::kBlockM;
-  const int m_blocks = row_end > row_begin ? (row_end - 1) / T::kBlockM + 1 - m_first : 0;
+  int row_begin, row_end, m_first, m_blocks;
+  att_bwd::key_block_rows<T::kCausal, T::kWindow>(n0, T::kBlockN, len_q, diag, f.variant, &row_begin, &row_end);
+  att_bwd::query_blocks(row_begin, row_end, T::kBlockM, &m_first, &m_blocks);
   const int steps = m_blocks * f.q_per_kv;  // (query head of the group, query block) pairs
+  // Step i's query head and first query row (bwd_blocks.h's walk: up, heads outer; down, query
+  // blocks outer, in the deterministic mode).
+  auto step_at = [&](int i, int* head, int* m0) {
+    int h, m;
+    att_bwd::walk_step(i, p.deterministic, f.q_per_kv, m_first, m_blocks, &h, &m);
+    *head = hk * f.q_per_kv + h;
+    *m0 = m * T::kBlockM;
+  };
 
   // K and V of the block's keys, once.
   load_rows<T::kBlockN>(s_k, static_cast<const elem_t*>(f.k) + b * f.k_stride[0] + hk * f.k_stride[1], f.k_stride[2],
@@ -140,10 +148,10 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
                         n0, len_k);
   cp_async_commit();
 
-  // Step i: query head hk * q_per_kv + i / m_blocks, query block m_first + i % m_blocks.
   auto issue = [&](int i) {
     if (i < steps) {
-      const int head = hk * f.q_per_kv + i / m_blocks, m0 = (m_first + i % m_blocks) * T::kBlockM;
+      int head, m0;
+      step_at(i, &head, &m0);
       const int st = i % T::kStages;
       load_rows<T::kBlockM>(s_q + st * T::kQBytes,
                             static_cast<const elem_t*>(f.q) + b * f.q_stride[0] + head * f.q_stride[1], f.q_stride[2],
@@ -192,12 +200,32 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
 #endif
     const int unit = wg * T::kDqUnits + u, qg = unit / T::kDqSplit, cg = unit % T::kDqSplit;
     const long long row0 = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0 + qg * 64;
-    if constexpr (T::kDqBulk) {
+    const int r = threadIdx.x % 128;
+    // The deterministic mode (p.deterministic, uniform): the CTAs that add into this query block's
+    // dQ take turns in key-block order (bwd_blocks.h, as flash_bwd_mma's), each of its units (a
+    // warpgroup's columns) adding once a turn, so every element's sum is the same sequence of fp32
+    // additions every run. The counter counts units: this one waits until all kUnits of every lower
+    // CTA that walks the block have added. No deadlock: a CTA waits only for lower blockIdx.x of its
+    // KV head, launched before it and so resident or done, which wait only for lower ones in turn.
+    // The additions are reductions then (red.v4 into the accumulator's own order for bulk builds:
+    // a bulk reduction's completion is not a release the next CTA could acquire).
+    constexpr int kUnits = T::kWarpgroups * T::kDqUnits;
+    int* sem = nullptr;
+    if (p.deterministic) {
+      sem = p.dq_semaphore + ((static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0) / T::kBlockM;
+      if (r == 0) {
+        const int turn = static_cast<int>(blockIdx.x) -
+                         att_bwd::first_key_block<T::kWindow>(m0, T::kBlockN, diag, f.variant.window_left);
+        while (ld_acquire(sem) < turn * kUnits) {
+        }
+      }
+      named_bar_sync(1 + wg, 128);
+    }
+    if (T::kDqBulk && !p.deterministic) {
       // Stage the unit in fragment order (float4 j4 of thread r at (j4 * 128 + r) * 16 bytes: a
       // warp's stores are 512 consecutive bytes), then one thread adds it, 64 * kDqN floats, to the
       // unit's place in the accumulator (Traits::dq_offset).
       const u32 stage = base + T::kOffDqStage + (wg * T::kDqUnits + u) * T::kDqStageBytes;
-      const int r = threadIdx.x % 128;
 #pragma unroll
       for (int j4 = 0; j4 < T::kDqN / 8; ++j4)
         asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(stage + (j4 * 128 + r) * 16),
@@ -208,6 +236,12 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       if (r == 0)
         bulk_reduce_add(p.dq_accum + (row0 - qg * 64) * T::kHeadDim + (qg * T::kDqSplit + cg) * 64 * T::kDqN, stage,
                         T::kDqStageBytes);
+    } else if (T::kDqBulk) {
+      float* unit_acc = p.dq_accum + (row0 - qg * 64) * T::kHeadDim + (qg * T::kDqSplit + cg) * 64 * T::kDqN;
+#pragma unroll
+      for (int j4 = 0; j4 < T::kDqN / 8; ++j4)
+        red_add4(unit_acc + (j4 * 128 + r) * 4, acc_dq[4 * j4], acc_dq[4 * j4 + 1], acc_dq[4 * j4 + 2],
+                 acc_dq[4 * j4 + 3]);
     } else {
       float* dq = p.dq_accum + (row0 + wi * 16 + g) * T::kHeadDim + cg * T::kDqN + 2 * t;
 #pragma unroll
@@ -216,13 +250,19 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
         red_add2(dq + 8 * T::kHeadDim + c * 8, acc_dq[4 * c + 2], acc_dq[4 * c + 3]);
       }
     }
+    if (p.deterministic) {
+      __threadfence();                  // this thread's additions performed before the turn passes on,
+      named_bar_sync(1 + wg, 128);      // every thread's of the unit,
+      if (r == 0) add_release(sem, 1);  // then one more unit of the turn done
+    }
   };
   // Deferred dQ (Traits::kDqDefer): the step whose dQ is in flight, and its accumulators.
   float acc_dq_next[T::kDqN / 2];
   int dq_head = -1, dq_m0 = 0;
 
   for (int i = 0; i < steps; ++i) {
-    const int head = hk * f.q_per_kv + i / m_blocks, m0 = (m_first + i % m_blocks) * T::kBlockM;
+    int head, m0;
+    step_at(i, &head, &m0);
     const int st = i % T::kStages;
     const u32 q_t = s_q + st * T::kQBytes, do_t = s_do + st * T::kQBytes;
     // Step i's tiles complete and visible to wgmma, and every warpgroup past step i - 1 (its

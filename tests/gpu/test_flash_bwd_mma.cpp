@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "gpu_env.hpp"
+#include "bwd_determinism.hpp"
 #include "property_check.hpp"
 
 using namespace attntune;
@@ -93,139 +94,10 @@ TEST(FlashBwdMmaProperty, WindowsTwoSided) {
   }
 }
 
-namespace {
-
-// The bytes of the backward's outputs after the last call on `b`.
-struct GradBits {
-  std::vector<unsigned char> dq, dk, dv;
-  bool operator==(const GradBits& o) const { return dq == o.dq && dk == o.dk && dv == o.dv; }
-  std::string differs(const GradBits& o) const {  // which differ, for messages
-    std::string w;
-    for (const auto& [name, a, b] : {std::tuple{"dq", &dq, &o.dq}, std::tuple{"dk", &dk, &o.dk},
-                                     std::tuple{"dv", &dv, &o.dv}})
-      if (a->size() != b->size() || std::memcmp(a->data(), b->data(), a->size()) != 0) w += std::string(" ") + name;
-    return w;
-  }
-};
-GradBits grad_bits(const AttnBuffers& b) {
-  auto get = [](const cuda::DeviceBuffer& x) {
-    std::vector<unsigned char> h(x.bytes());
-    x.download(h.data(), x.bytes());
-    return h;
-  };
-  return {get(b.dq), get(b.dk), get(b.dv)};
-}
-
-// Shapes of several key blocks (64 to 256 keys a CTA: 4 to 40 a KV head) and query blocks, GQA
-// groups whose CTAs walk every query head, s < sk and s > sk (bottom-right causal: rows that see no
-// key). Windowed builds get the windows in `window` appended.
-const char* const kDeterministicShapes[] = {
-    "b=2,h=6,hkv=2,s=777,sk=1001",   // GQA 3, odd lengths
-    "b=1,h=8,hkv=2,s=1024,sk=2500",  // GQA 4, sk > s
-    "b=1,h=4,hkv=1,s=1531,sk=700",   // MQA, s > sk
-};
-// The call of another size between the second and third runs: a larger workspace of other layout,
-// so that a semaphore left over (not zeroed) would let the third run's CTAs add out of turn.
-const char* const kOtherShape = "b=3,h=4,hkv=4,s=300,sk=2222";
-
-}  // namespace
-
-// The deterministic mode: each build on each shape runs the same backward call twice, then a call of
-// another size, then the first again: the three runs' dQ, dK and dV are the same bits (memcmp), and
-// each passes FlashAttention-2's criterion against the reference (outputs NaN-poisoned before each
-// run). The same inputs without the mode are run twice too: their dK and dV must be the same bits
-// (register sums), their dQ may differ (the atomics' order), and the count of pairs whose dQ did
-// says whether these shapes would have caught a mode that did not order the additions. A spread of d=64 and d=128 builds, non-causal, causal, a causal window and a
-// two-sided one (ATTNTUNE_PROPERTY_SAMPLE=N: N configs a kind, default 2; ATTNTUNE_TEST_PROGRESS=1: a
-// line before each launch, to name a build that hangs).
+// The deterministic mode: tests/gpu/bwd_determinism.hpp (both backward families run it).
 TEST(FlashBwdMmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
   ATTNTUNE_REQUIRE_GPU();
   cuda::Context ctx(0);
   const std::string arch = cuda::device_props(0).arch;
-  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_bwd_mma.yaml");
-  std::vector<Config> configs;
-  std::vector<Problem> variants;
-  std::vector<std::string> windows;  // each config's window suffix for its shapes
-  for (int d : {64, 128})
-    for (const char* kind : {"causal=0", "causal=1", "causal=1,window=100", "causal=0,window=100,50"}) {
-      const Problem p = Problem::parse(fmt::format("b=1,h=4,s=512,d={},dtype=bf16,{},pass=bwd", d, kind));
-      ASSERT_TRUE(attntune::testing::spread_configs(space, p, arch, attntune::testing::property_sample(2), configs,
-                                                    variants))
-          << p.str();
-      const std::string w = std::string(kind).find("window") == std::string::npos
-                                ? std::string()
-                                : std::string(kind).substr(std::string(kind).find(",window"));
-      windows.resize(configs.size(), w);
-    }
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_bwd_mma");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
-  std::map<std::uint64_t, std::size_t> index_of;  // ticket -> configs[i]
-  for (std::size_t i = 0; i < configs.size(); ++i)
-    index_of[pool.submit({configs[i], render_kernel(space, configs[i], variants[i], arch), arch})] = i;
-  const Reference ref(arch);
-  const bool progress = std::getenv("ATTNTUNE_TEST_PROGRESS") != nullptr;
-  std::uint64_t seed = 5100;
-  int runs = 0, nondeterministic_differed = 0, nondeterministic_pairs = 0;
-  while (auto o = pool.next()) {
-    ASSERT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
-    const std::size_t i = index_of.at(o->ticket);
-    const Problem& v = variants[i];
-    const LoadedBuild kernel(o->build.cubin, o->job.kernel.launch);
-    auto problem = [&](const char* dims) {
-      return Problem::parse(fmt::format("{},d={},dtype={},causal={}{},pass=bwd", dims, v.d, dtype_name(v.dtype),
-                                        v.causal ? 1 : 0, windows[i]));
-    };
-    const std::string name = config_str(o->job.config);
-    for (const char* dims : kDeterministicShapes) {
-      const Problem p = problem(dims);
-      ++seed;
-      AttnBuffers buf(p, seed % 2 ? Layout::kBSHD : Layout::kBHSD, {}, seed);
-      ref.fill(buf, seed);
-      attntune_plan::Call call = buf.call();
-      call.deterministic = 1;
-      auto run = [&](const char* which) {
-        ref.poison_output(buf);
-        if (progress) std::fprintf(stderr, "[progress] %s on %s: %s\n", name.c_str(), p.str().c_str(), which);
-        kernel.launch(call);
-        ctx.synchronize();
-        const Verdict verdict = ref.check(buf);
-        EXPECT_EQ(verdict.status, "ok") << name << " on " << p.str() << ", " << which << ": " << verdict.detail();
-        ++runs;
-        return grad_bits(buf);
-      };
-      const GradBits first = run("deterministic, first run");
-      const GradBits second = run("deterministic, second run");
-      EXPECT_TRUE(second == first) << name << " on " << p.str() << ": the second run's" << second.differs(first)
-                                   << " differ from the first's";
-      {  // Another size between: its own workspaces' layout, its own turns.
-        const Problem q = problem(kOtherShape);
-        AttnBuffers other(q, Layout::kBSHD, {}, seed + 1000);
-        ref.fill(other, seed + 1000);
-        attntune_plan::Call oc = other.call();
-        oc.deterministic = 1;
-        if (progress) std::fprintf(stderr, "[progress] %s on %s: deterministic, between\n", name.c_str(), q.str().c_str());
-        kernel.launch(oc);
-        ctx.synchronize();
-        const Verdict verdict = ref.check(other);
-        EXPECT_EQ(verdict.status, "ok") << name << " on " << q.str() << " (between): " << verdict.detail();
-      }
-      const GradBits third = run("deterministic, after another size");
-      EXPECT_TRUE(third == first) << name << " on " << p.str() << ": the run after a call of another size has"
-                                  << third.differs(first) << " differ from the first's";
-      // For the record: the mode off, twice, on the same inputs. Its dK and dV are sums in registers
-      // in a fixed order (the walk's, another than the mode's: their bits may differ from the mode's)
-      // and must be the same bits run to run; its dQ may differ.
-      call.deterministic = 0;
-      const GradBits a = run("not deterministic"), b = run("not deterministic, again");
-      ++nondeterministic_pairs;
-      if (a.dq != b.dq) ++nondeterministic_differed;
-      EXPECT_TRUE(a.dk == b.dk && a.dv == b.dv) << name << " on " << p.str()
-                                                << ": without the mode, dK or dV differ run to run";
-    }
-  }
-  std::printf("flash_bwd_mma deterministic: %zu configs, %d runs; without the mode, %d of %d pairs of runs "
-              "differed\n",
-              configs.size(), runs, nondeterministic_differed, nondeterministic_pairs);
+  attntune::testing::check_determinism(ctx, "flash_bwd_mma", arch, 5100);
 }

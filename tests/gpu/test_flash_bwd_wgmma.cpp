@@ -4,8 +4,10 @@
 // reference's gradients, NaN-poisoned outputs) on the shapes of flash_bwd_mma's test: GQA and MQA,
 // odd lengths, sk > s, sk < s, one query or key row; then window builds on windowed shapes.
 // ATTNTUNE_PROPERTY_SAMPLE=N: N configs per (d, kind) (default 8; 0: all).
+// FlashBwdWgmmaDeterministic: the deterministic mode's bits run to run (tests/gpu/bwd_determinism.hpp).
 #include <fmt/format.h>
 
+#include "bwd_determinism.hpp"
 #include "gpu_env.hpp"
 #include "property_check.hpp"
 
@@ -87,4 +89,11 @@ TEST(FlashBwdWgmmaProperty, WindowsTwoSided) {
     run.extra = ",pass=bwd";
     attntune::testing::check_configs(space, configs, variants, kTwoSidedShapes, run);
   }
+}
+
+TEST(FlashBwdWgmmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
+  ATTNTUNE_REQUIRE_GPU();
+  cuda::Context ctx(0);
+  if (cuda::device_props(0).arch < "sm_90") GTEST_SKIP() << "flash_bwd_wgmma needs sm_90";
+  attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 6100);
 }

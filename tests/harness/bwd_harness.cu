@@ -1,12 +1,23 @@
-// Development harness for templates/flash_bwd_mma, independent of the tuner: nvcc-compiled into a
-// shared library with the tunables as -D flags (tests/harness/bwd_build.sh), whose one C function
+// Development harness for the backward families, independent of the tuner: templates/flash_bwd_mma
+// (tests/harness/bwd_build.sh), or templates/flash_bwd_wgmma with -DBWD_WGMMA
+// (tests/harness/bwd_wgmma_build.sh). nvcc-compiled into a shared library with the tunables as -D
+// flags, whose one C function
 // runs a backward call through the family's launch plan and run_plan.cuh, as the exported library
 // does. tests/harness/bwd_check.py loads it with ctypes and checks it against PyTorch's float64
 // autograd (FlashAttention-2's criterion, NaN-poisoned outputs) and times it beside SDPA's backward.
 #include <cuda_runtime.h>
 
+#if defined(BWD_WGMMA)
+#include "../../templates/flash_bwd_wgmma/kernel.cu"
+#include "../../templates/flash_bwd_wgmma/launch.h"
+#define BWD_FAMILY attntune_plan::kFlashBwdWgmma
+#define BWD_MAIN att::flash_bwd_wgmma
+#else
 #include "../../templates/flash_bwd_mma/kernel.cu"
 #include "../../templates/flash_bwd_mma/launch.h"
+#define BWD_FAMILY attntune_plan::kFlashBwdMma
+#define BWD_MAIN att::flash_bwd_mma
+#endif
 #include "../../templates/export/run_plan.cuh"
 
 // Tensors [batch, seq, heads, dim] (layout 1, FlashAttention's) or [batch, heads, seq, dim]
@@ -18,11 +29,17 @@ extern "C" int bwd_run_ex(const void* q, const void* k, const void* v, const voi
                           int layout, int window_left, int window_right, int deterministic, void* stream) {
   const int d = ATT_HEAD_DIM;
   static const attntune_plan::Define defines[] = {
-      {"ATT_HEAD_DIM", ATT_HEAD_DIM}, {"ATT_CAUSAL", ATT_CAUSAL},  {"BLOCK_M", BLOCK_M},
-      {"WARPS", WARPS},               {"KEY_TILES", KEY_TILES},    {"THREADS", att::Traits::kThreads},
-      {"SMEM_BYTES", att::Traits::kSmemBytes}, {"ATT_WINDOW", ATT_WINDOW}};
+      {"ATT_HEAD_DIM", ATT_HEAD_DIM}, {"ATT_CAUSAL", ATT_CAUSAL}, {"BLOCK_M", BLOCK_M},
+      {"THREADS", att::Traits::kThreads}, {"SMEM_BYTES", att::Traits::kSmemBytes}, {"ATT_WINDOW", ATT_WINDOW},
+#if defined(BWD_WGMMA)
+      {"BLOCK_N", BLOCK_N},
+#else
+      {"WARPS", WARPS}, {"KEY_TILES", KEY_TILES},
+#endif
+  };
   static attntune_plan::Consts consts;
-  static const int loaded = attntune_plan::kFlashBwdMma.load(defines, 8, consts.bytes, nullptr);
+  static const int loaded =
+      BWD_FAMILY.load(defines, static_cast<int>(sizeof defines / sizeof defines[0]), consts.bytes, nullptr);
   attntune_plan::Call c = attntune_plan::empty_call();
   c.entry = attntune_plan::kEntryBackward;
   auto strides = [&](long long* x, int heads, int len) {
@@ -41,9 +58,9 @@ extern "C" int bwd_run_ex(const void* q, const void* k, const void* v, const voi
   attntune_plan::Why why;
   if (!loaded && attntune_plan::normalise_variants(&c, &why) == 0) {
     const void* funcs[] = {reinterpret_cast<const void*>(&att::flash_bwd_preprocess),
-                           reinterpret_cast<const void*>(&att::flash_bwd_mma),
+                           reinterpret_cast<const void*>(&BWD_MAIN),
                            reinterpret_cast<const void*>(&att::flash_bwd_convert)};
-    if (attntune_run::run_plan(attntune_plan::kFlashBwdMma, consts.bytes, funcs, c,
+    if (attntune_run::run_plan(BWD_FAMILY, consts.bytes, funcs, c,
                                static_cast<cudaStream_t>(stream), &why) == 0)
       return 0;
   }
@@ -61,7 +78,7 @@ extern "C" int bwd_run(const void* q, const void* k, const void* v, const void* 
 // The build's registers, spills and smem, for the check's table.
 extern "C" int bwd_attrs(int* regs, int* local_bytes, int* smem) {
   cudaFuncAttributes fa;
-  if (cudaFuncGetAttributes(&fa, att::flash_bwd_mma) != cudaSuccess) return 1;
+  if (cudaFuncGetAttributes(&fa, BWD_MAIN) != cudaSuccess) return 1;
   *regs = fa.numRegs;
   *local_bytes = (int)fa.localSizeBytes;
   *smem = att::Traits::kSmemBytes;

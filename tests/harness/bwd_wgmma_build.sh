@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds bwd_wgmma_harness shared libraries for a list of configs: NAME:D:BF16:CAUSAL:WINDOW:BN:BM:ST[:BULK[:DEFER]]
+# Builds bwd_harness.cu -DBWD_WGMMA shared libraries for a list of configs: NAME:D:BF16:CAUSAL:WINDOW:BN:BM:ST[:BULK[:DEFER]]
 # (flash_bwd_wgmma's tunables: block_n, block_m, q_stages, dq_reduce 0 red / 1 bulk, dq_defer 0/1; sm_90a; EXTRA=-DATT_BWD_ABLATE=1|2). tests/harness/bwd_check.py loads them.
 set -e
 out=${OUT_DIR:-build-harness}; mkdir -p $out
@@ -13,7 +13,7 @@ build_one() {
   nvcc -std=c++17 -O3 $EXTRA -gencode=arch=compute_90a,code=sm_90a -shared -Xcompiler -fPIC -Xptxas -v \
     -DATT_HEAD_DIM=$d -DATT_DTYPE_BF16=$bf -DATT_CAUSAL=$causal -DATT_WINDOW=$window \
     -DBLOCK_N=$bn -DBLOCK_M=$bm -DQ_STAGES=$st -DDQ_REDUCE_RED=0 -DDQ_REDUCE_BULK=1 -DDQ_REDUCE=$bulk -DDQ_DEFER=$defer -DTHREADS=$((bn / 64 * 128)) -DSMEM_BYTES=$smem \
-    $here/bwd_wgmma_harness.cu -o $out/lib$name.so 2> $out/$name.ptxas || { cat $out/$name.ptxas; exit 1; }
+    -DBWD_WGMMA $here/bwd_harness.cu -o $out/lib$name.so 2> $out/$name.ptxas || { cat $out/$name.ptxas; exit 1; }
   echo "$name: $(awk '/Function properties for flash_bwd_wgmma$/{f=1} f&&/spill stores/{printf "%s spilled, ", $5} f&&/Used/{print $5, "registers"; f=0}' $out/$name.ptxas) $(grep -c 'Potential Performance Loss' $out/$name.ptxas) serialisation warnings"
 }
 export -f build_one; export out here EXTRA

@@ -1,7 +1,7 @@
 // flash_bwd_mma on CI (no GPU): its space (which problems and archs), its render, its launch plan
 // (three kernels, their grids, the workspaces, the refusals; the deterministic mode's semaphore
 // workspace and arguments), the order the deterministic mode gives the CTAs that add into a query
-// block's dQ (blocks.h, over many lengths, blocks and windows), and NVRTC builds of a spread of its
+// block's dQ (bwd_blocks.h, over many lengths, blocks and windows), and NVRTC builds of a spread of its
 // configs for sm_80, sm_89 and sm_90. The GPU property test (tests/gpu/test_flash_bwd_mma.cpp) runs
 // them against the reference, and runs the deterministic mode twice for bit-identical gradients.
 #include <algorithm>
@@ -15,7 +15,7 @@
 #include "cuda/nvrtc.hpp"
 #include "eval/build_pool.hpp"
 #include "templates/common/bwd_params.h"
-#include "templates/flash_bwd_mma/blocks.h"
+#include "templates/common/bwd_blocks.h"
 #include "templates/flash_bwd_mma/launch.h"
 #include "tests/common/input_error.hpp"
 #include "tests/common/plan_call.hpp"
@@ -273,7 +273,7 @@ TEST(FlashBwdMmaPlan, TheDeterministicFieldsFollowTheEarlierOnes) {
   EXPECT_EQ(offsetof(BwdParams, seqlen_q_rounded), offsetof(BwdParams, lse_log2) + sizeof(float*));
 }
 
-// The deterministic mode's order (blocks.h), brute force against the kernel's own bounds: for every
+// The deterministic mode's order (bwd_blocks.h), brute force against the kernel's own bounds: for every
 // query block, the key blocks whose CTA walks it (key_block_rows, query_blocks: what the main loop
 // walks) are consecutive, and first_key_block names the first, so that the CTA of key block n waits
 // for exactly the n - first_key_block CTAs before it (a wrong count waits for a turn that never

@@ -153,15 +153,20 @@ TEST(FlashBwdWgmmaPlan, WrongCallsAreRefusedWithTheReason) {
   c = backward_call_of(p);
   c.window_left = 64;
   refused(c, "sliding window");
+  // A deterministic call: the turns' semaphores, one int a query block, as a fourth workspace.
   c = backward_call_of(p);
   c.deterministic = 1;
-  refused(c, "no deterministic mode");
+  plan = plan_call(spec, c, device);
+  ASSERT_TRUE(plan);
+  ASSERT_EQ(plan->workspaces, 4);
+  const long long bm = get(space.enumerate(p, "sm_90a").front(), "block_m");
+  EXPECT_EQ(plan->workspace[3].bytes, static_cast<unsigned long long>(1 * 4 * ((300 + bm - 1) / bm) * 4));
 }
 
 // Every config of d=64 and d=128 (causal; a window build of each head dim) builds for sm_90a
 // without wgmma serialisation and with few spilled bytes at 255 registers: d=128 at most 16 (its
 // deferred-dQ builds, 4-12 bytes under NVRTC, none under nvcc; the space's register floor keeps its
-// 128-row steps, which spill hundreds, out), d=64's 128-row steps at most 48.
+// 128-row steps, which spill hundreds, out), d=64's 128-row steps at most 64.
 TEST(FlashBwdWgmmaBuild, EveryConfigBuildsWithFewSpills) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
@@ -191,7 +196,7 @@ TEST(FlashBwdWgmmaBuild, EveryConfigBuildsWithFewSpills) {
     ++built;
     EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
     const bool d128 = o->job.kernel.source.find("#define ATT_HEAD_DIM 128\n") != std::string::npos;
-    EXPECT_LE(o->build.spill_stores, d128 ? 16 : 48)
+    EXPECT_LE(o->build.spill_stores, d128 ? 16 : 64)
         << config_str(o->job.config) << ": " << o->build.registers << " registers";
     EXPECT_EQ(o->build.log.find("Potential Performance Loss"), std::string::npos) << o->build.log;
   }

@@ -1,14 +1,14 @@
-// ---- templates/flash_bwd_mma/blocks.h: which query blocks a key block's CTA walks and in which
+// ---- templates/common/bwd_blocks.h: which query blocks a key block's CTA walks and in which
 // order, and, for the deterministic mode, how many CTAs add into a query block's dQ before a given
-// one. Plain C++ shared by the main kernel (NVRTC, nvcc) and the host's unit tests
-// (tests/unit/families/test_flash_bwd_mma.cpp checks by brute force, over lengths, block shapes,
-// causal bounds and windows, that the CTAs walking a query block are consecutive key blocks and
+// one. Plain C++ shared by the main kernels of both backward families (flash_bwd_mma,
+// flash_bwd_wgmma; NVRTC, nvcc) and the host's unit tests (tests/unit/families/test_flash_bwd_mma.cpp
+// checks by brute force, over lengths, block shapes, causal bounds and windows, that the CTAs walking a query block are consecutive key blocks and
 // first_key_block names the first, and the walks' order), so the turn the kernel waits for is the
 // one the test checked, not a copy of it.
-#ifndef ATTNTUNE_FLASH_BWD_MMA_BLOCKS_H
-#define ATTNTUNE_FLASH_BWD_MMA_BLOCKS_H
+#ifndef ATTNTUNE_BWD_BLOCKS_H
+#define ATTNTUNE_BWD_BLOCKS_H
 
-#include "../common/variant_params.h"
+#include "variant_params.h"
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define ATT_BWD_HD __host__ __device__ __forceinline__
@@ -87,4 +87,4 @@ ATT_BWD_HD int first_key_block(int m0, int block_n, int diag, int window_left) {
 
 }  // namespace att_bwd
 
-#endif  // ATTNTUNE_FLASH_BWD_MMA_BLOCKS_H
+#endif  // ATTNTUNE_BWD_BLOCKS_H
