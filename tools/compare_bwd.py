@@ -17,7 +17,10 @@ launch gaps are noise, and autograd does not capture into CUDA graphs from the d
 median of each. TFLOP/s count 2.5x the forward's FLOPs (FlashAttention's convention), causal halved
 exactly (bottom-right).
 
-    PYTHONPATH=PKG python3 tools/compare_bwd.py --shapes 1,16,16,8192,128,0;... [--dtype bf16]
+    PYTHONPATH=PKG python3 tools/compare_bwd.py --shapes 1,16,16,8192,128,0;... [--dtype bf16] [--deterministic]
+
+--deterministic times ours in the backward's deterministic mode (bit-identical gradients; a package
+kernel must serve a deterministic call, else the row is refused).
 """
 import argparse
 import math
@@ -70,6 +73,8 @@ def main():
     ap.add_argument("--min-seconds", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="ours with attention(..., deterministic=True): the backward's deterministic mode, timed")
     a = ap.parse_args()
     import attntune
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -87,12 +92,13 @@ def main():
         v = torch.randn(b, s, hkv, d, device="cuda", dtype=dt, generator=g).requires_grad_()
         do = torch.randn(b, s, h, d, device="cuda", dtype=dt, generator=g)
         name = f"b{b} h{h}/{hkv} s{s} d{d} {a.dtype}{' causal' if causal else ''}"
-        kernel, why = attntune.default().explain("attention_backward", a.dtype, d, bool(causal), b, h, hkv, s, s)
+        kernel, why = attntune.default().explain("attention_backward", a.dtype, d, bool(causal), b, h, hkv, s, s,
+                                                 deterministic=a.deterministic)
         if kernel < 0:
             print(f"{name}: no backward kernel of the package serves it ({why})", flush=True)
             failures += 1
             continue
-        out = attntune.attention(q, k, v, is_causal=bool(causal), layout="bshd")
+        out = attntune.attention(q, k, v, is_causal=bool(causal), layout="bshd", deterministic=a.deterministic)
         ours = lambda out=out: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)  # noqa: E731
         check = ""
         if not a.no_check and b * h * s * s <= 2**31:
