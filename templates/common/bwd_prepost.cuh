@@ -6,7 +6,8 @@
 //                         (and, when BwdParams::dq_semaphore is given, the deterministic mode's
 //                         semaphore of each query block, zeroed);
 //   flash_bwd_convert     dQ = scale * accumulator, in the input dtype;
-// and the deterministic mode's semaphore operations (ld_acquire, add_release).
+// and what both main loops use for dQ's fp32 additions (add_pair, add_pair2, add_quad) and the
+// deterministic mode's semaphore (ld_acquire, add_release).
 #ifndef ATTNTUNE_BWD_PREPOST_CUH
 #define ATTNTUNE_BWD_PREPOST_CUH
 
@@ -20,6 +21,32 @@ __device__ __forceinline__ float half_to_float(unsigned short x) {
   float y;
   asm("cvt.f32.f16 %0, %1;\n" : "=f"(y) : "h"(x));
   return y;
+}
+
+// Adds two consecutive floats into global memory (fire and forget): atomicAdds before sm_90.
+__device__ __forceinline__ void add_pair(float* p, float a, float b) {
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+}
+// The same by one vector reduction on sm_90 (REDG.ADD.F32x2: half the instructions; run 182: d=128
+// from 216 to 267 TFLOP/s).
+__device__ __forceinline__ void add_pair2(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+  add_pair(p, a, b);
+#endif
+}
+// Adds four consecutive floats (16-byte aligned) by one vector reduction, sm_90's REDG.ADD.F32x4:
+// a quarter of the instructions of scalar atomicAdds, after two shuffles (run 183: d=64 +9%; d=128
+// -7%, where the shuffles' registers spill). The space's dq_reduce picks it, on sm_90 only.
+__device__ __forceinline__ void add_quad(float* p, float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+#else
+  add_pair(p, a, b);
+  add_pair(p + 2, c, d);
+#endif
 }
 
 // A semaphore (the deterministic mode's turns, bwd_blocks.h): a load that acquires (the adds of the

@@ -82,15 +82,6 @@ __device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 
-// Adds two consecutive floats into global memory, one REDG.ADD.F32x2.
-__device__ __forceinline__ void red_add2(float* p, float a, float b) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
-}
-// Four consecutive floats (16-byte aligned), one REDG.ADD.F32x4.
-__device__ __forceinline__ void red_add4(float* p, float a, float b, float c, float d) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-}
-
 // Adds `bytes` of fp32 values from shared memory into global memory, by the TMA unit (a bulk
 // reduction of this thread's bulk group), and commits the group.
 __device__ __forceinline__ void bulk_reduce_add(float* dst, u32 src, int bytes) {
@@ -240,14 +231,14 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       float* unit_acc = p.dq_accum + (row0 - qg * 64) * T::kHeadDim + (qg * T::kDqSplit + cg) * 64 * T::kDqN;
 #pragma unroll
       for (int j4 = 0; j4 < T::kDqN / 8; ++j4)
-        red_add4(unit_acc + (j4 * 128 + r) * 4, acc_dq[4 * j4], acc_dq[4 * j4 + 1], acc_dq[4 * j4 + 2],
+        add_quad(unit_acc + (j4 * 128 + r) * 4, acc_dq[4 * j4], acc_dq[4 * j4 + 1], acc_dq[4 * j4 + 2],
                  acc_dq[4 * j4 + 3]);
     } else {
       float* dq = p.dq_accum + (row0 + wi * 16 + g) * T::kHeadDim + cg * T::kDqN + 2 * t;
 #pragma unroll
       for (int c = 0; c < T::kDqN / 8; ++c) {
-        red_add2(dq + c * 8, acc_dq[4 * c], acc_dq[4 * c + 1]);
-        red_add2(dq + 8 * T::kHeadDim + c * 8, acc_dq[4 * c + 2], acc_dq[4 * c + 3]);
+        add_pair2(dq + c * 8, acc_dq[4 * c], acc_dq[4 * c + 1]);
+        add_pair2(dq + 8 * T::kHeadDim + c * 8, acc_dq[4 * c + 2], acc_dq[4 * c + 3]);
       }
     }
     if (p.deterministic) {
