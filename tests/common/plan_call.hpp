@@ -51,6 +51,23 @@ inline attntune_plan::Call dense_call_of(const Problem& p, long long base = 1ll 
   return c;
 }
 
+// The backward call of p on fake addresses: the dense call's tensors and dO, dQ, dK, dV beside them.
+inline attntune_plan::Call backward_call_of(const Problem& p) {
+  attntune_plan::Call c = dense_call_of(p);
+  c.entry = attntune_plan::kEntryBackward;
+  c.lse = reinterpret_cast<float*>(3ll << 40);
+  c.dout = reinterpret_cast<const void*>(4ll << 40);
+  c.dq = reinterpret_cast<void*>(5ll << 40);
+  c.dk = reinterpret_cast<void*>(6ll << 40);
+  c.dv = reinterpret_cast<void*>(7ll << 40);
+  for (int i = 0; i < 3; ++i) {
+    c.do_stride[i] = c.dq_stride[i] = c.q_stride[i];
+    c.dk_stride[i] = c.k_stride[i];
+    c.dv_stride[i] = c.v_stride[i];
+  }
+  return c;
+}
+
 // The varlen call of a packed batch of p.b sequences of up to p.s rows (totals: p.b * p.s and
 // p.b * p.sk unless given; -1: not given), [total, heads, d] tensors, prefix sums at fake addresses.
 inline attntune_plan::Call varlen_call_of(const Problem& p, long long total_q = -2, long long total_k = -2) {

@@ -11,27 +11,12 @@
 #include "tests/common/run_attntune.hpp"
 
 using namespace attntune;
+using attntune::testing::backward_call_of;
 using attntune::testing::dense_call_of;
 using attntune::testing::FakeDevice;
 using attntune::testing::space_of;
 
 namespace {
-
-attntune_plan::Call backward_call_of(const Problem& p) {
-  attntune_plan::Call c = dense_call_of(p);
-  c.entry = attntune_plan::kEntryBackward;
-  c.lse = reinterpret_cast<float*>(3ll << 40);
-  c.dout = reinterpret_cast<const void*>(4ll << 40);
-  c.dq = reinterpret_cast<void*>(5ll << 40);
-  c.dk = reinterpret_cast<void*>(6ll << 40);
-  c.dv = reinterpret_cast<void*>(7ll << 40);
-  for (int i = 0; i < 3; ++i) {
-    c.do_stride[i] = c.dq_stride[i] = c.q_stride[i];
-    c.dk_stride[i] = c.k_stride[i];
-    c.dv_stride[i] = c.v_stride[i];
-  }
-  return c;
-}
 
 std::int64_t get(const Config& c, const char* name) { return std::get<std::int64_t>(c.at(name)); }
 

@@ -1,13 +1,17 @@
-// The backward families' deterministic mode (Call::deterministic), one check for both
-// (tests/gpu/test_flash_bwd_mma.cpp, test_flash_bwd_wgmma.cpp): dQ, dK and dV are the same bits run to
-// run, on shapes of several key blocks (GQA, causal, windows), within FlashAttention-2's criterion.
-#ifndef ATTNTUNE_TESTS_GPU_BWD_DETERMINISM_HPP
-#define ATTNTUNE_TESTS_GPU_BWD_DETERMINISM_HPP
+// The backward families' GPU checks, one for both (tests/gpu/test_flash_bwd_mma.cpp,
+// test_flash_bwd_wgmma.cpp): a spread of a family's configs through the worker's validation (dQ, dK
+// and dV each by FlashAttention-2's criterion against the reference's gradients, NaN-poisoned
+// outputs) on the shapes below, and the deterministic mode (Call::deterministic): dQ, dK and dV the
+// same bits run to run, on shapes of several key blocks (GQA, causal, windows), within the criterion.
+#ifndef ATTNTUNE_TESTS_GPU_BWD_CHECKS_HPP
+#define ATTNTUNE_TESTS_GPU_BWD_CHECKS_HPP
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <map>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -18,6 +22,45 @@
 #include "property_check.hpp"
 
 namespace attntune::testing {
+
+// The property shapes: GQA and MQA, odd lengths, sk > s, sk < s (causal rows that see no key: dQ =
+// 0), one query or key row; windows one-sided (one wider than the keys) and two-sided.
+inline const PropertyShape kBwdShapes[] = {
+    {"b=2,h=6,hkv=2,s=777,sk=1001", Layout::kBSHD},  // GQA, sk > s, odd lengths
+    {"b=1,h=4,hkv=4,s=333,sk=129", Layout::kBHSD},   // sk < s: causal rows that see no key
+    {"b=1,h=3,hkv=1,s=100,sk=300", Layout::kBSHD},   // MQA, s shorter than a block
+    {"b=2,h=2,hkv=2,s=257,sk=257", Layout::kBHSD},   // one past a tile
+    {"b=1,h=2,hkv=1,s=1,sk=77", Layout::kBHSD},      // one query row
+    {"b=1,h=2,hkv=2,s=77,sk=1", Layout::kBSHD},      // one key
+};
+inline const PropertyShape kBwdWindowShapes[] = {
+    {"b=2,h=6,hkv=2,s=777,sk=1001,window=100", Layout::kBSHD},
+    {"b=1,h=4,hkv=4,s=333,sk=129,window=17", Layout::kBHSD},
+    {"b=1,h=4,hkv=2,s=1000,sk=1000,window=5000", Layout::kBSHD},
+};
+inline const PropertyShape kBwdTwoSidedShapes[] = {
+    {"b=2,h=6,hkv=2,s=777,sk=1001,window=100,50", Layout::kBSHD},
+    {"b=1,h=4,hkv=4,s=333,sk=129,window=-1,40", Layout::kBHSD},
+};
+
+// A spread of `family`'s configs (`sample` per causal kind in `causals`; `window`: the problem's
+// window suffix, "" for none) built for `arch`, each checked on `shapes` (pass=bwd).
+inline void check_backward_spread(const char* family, const std::string& arch, int d, std::initializer_list<int> causals,
+                                  const char* window, std::span<const PropertyShape> shapes, std::uint64_t seed,
+                                  std::size_t sample = 8) {
+  cuda::Context ctx(0);
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/" + family + ".yaml");
+  std::vector<Config> configs;
+  std::vector<Problem> variants;
+  for (int causal : causals) {
+    const Problem p =
+        Problem::parse(fmt::format("b=1,h=4,s=512,d={},dtype=bf16,causal={}{},pass=bwd", d, causal, window));
+    ASSERT_TRUE(spread_configs(space, p, arch, property_sample(sample), configs, variants)) << p.str();
+  }
+  PropertyRun run{family, d, arch, seed};
+  run.extra = ",pass=bwd";
+  check_configs(space, configs, variants, shapes, run);
+}
 
 // The bytes of the backward's outputs after the last call on `b`.
 struct GradBits {
@@ -149,4 +192,4 @@ inline void check_determinism(cuda::Context& ctx, const char* family, const std:
 
 }  // namespace attntune::testing
 
-#endif  // ATTNTUNE_TESTS_GPU_BWD_DETERMINISM_HPP
+#endif  // ATTNTUNE_TESTS_GPU_BWD_CHECKS_HPP
