@@ -18,9 +18,23 @@ median of each. TFLOP/s count 2.5x the forward's FLOPs (FlashAttention's convent
 exactly (bottom-right).
 
     PYTHONPATH=PKG python3 tools/compare_bwd.py --shapes 1,16,16,8192,128,0;... [--dtype bf16] [--deterministic]
+        [--fa4-aot .fa4/aot [--fa4-kit .fa4]] [--dry-run]
 
 --deterministic times ours in the backward's deterministic mode (bit-identical gradients; a package
 kernel must serve a deterministic call, else the row is refused).
+
+FlashAttention-4 (--fa4-aot DIR, repeatable, or FA4_AOT=DIR[:DIR]): FA4's sm90 backward as a fourth
+contender, AOT-built by the FA4 kit with tools/fa4_bwd.patch applied (`.fa4/build_aot.py --out
+.fa4/aot --suite none --bwd-problem SPEC [--bwd-deterministic]`; docs/design/backward.md "Peers")
+and run through tvm_ffi: on the same q, k, v and dO ([B,S,H,D], contiguous), FA4's own forward
+(the kernel its training path runs, which writes the LSE) gives O and the LSE once, outside the
+timing; each timed call runs FA4's backward kernels as its interface does (preprocess, main, dQ
+postprocess, GQA's dK/dV postprocesses; dq, dk, dv and the workspaces allocated per call, zeroed
+where FA4 zeroes them). It is checked against float64 by the same criterion before timing, and a
+wrong one is not timed. With --deterministic, FA4's deterministic mode. A shape the kit has no
+kernels for prints "fa4: not built for this shape" and runs without it. Without --fa4-aot or
+FA4_AOT nothing changes. --dry-run prints each shape's FA4 kernels in launch order, the arguments
+checked against each kernel's parameter list, and the workspaces, without torch or a GPU.
 """
 import argparse
 import math
@@ -29,14 +43,13 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_timing import gpu_state  # noqa: E402
+import peer_common  # noqa: E402  (no torch at import)
 
 
 def sample(fn, min_seconds):
+    import torch
+
     fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -54,6 +67,8 @@ def sample(fn, min_seconds):
 
 def reference_grads(q, k, v, do, causal, dtype):
     """Plain attention's gradients in `dtype` ([B, S, H, D]; GQA by repeating K/V)."""
+    import torch
+
     xs = [x.detach().to(dtype).requires_grad_() for x in (q, k, v)]
     qq, kk, vv = (x.transpose(1, 2) for x in xs)
     rep = qq.shape[1] // kk.shape[1]
@@ -66,6 +81,65 @@ def reference_grads(q, k, v, do, causal, dtype):
     return torch.autograd.grad(o, xs, do.to(dtype))
 
 
+def parse_shapes(text):
+    out = []
+    for tok in filter(None, text.split(";")):
+        try:
+            b, h, hkv, s, d, causal = (int(x) for x in tok.split(","))
+        except ValueError:
+            sys.exit(f"compare_bwd.py: --shapes: {tok!r} is not b,h,hkv,s,d,causal")
+        out.append((b, h, hkv, s, d, causal))
+    return out
+
+
+def fa4_dirs(a):
+    """The FA4 kernel folders asked for: --fa4-aot, else FA4_AOT (colon-separated); [] = no FA4."""
+    return a.fa4_aot or [d for d in os.environ.get("FA4_AOT", "").split(":") if d]
+
+
+def fa4_problem(K, b, h, hkv, s, d, causal, dtype):
+    return K.parse_problem(f"b={b},h={h},hkv={hkv},s={s},d={d},dtype={dtype},causal={causal}")
+
+
+def load_fa4(a):
+    """(fa4kit, None) or (None, why not) for the kit beside the --fa4-aot folders (or --fa4-kit)."""
+    kit_args = argparse.Namespace(fa4_aot=fa4_dirs(a), fa4_kit=a.fa4_kit)
+    K, _, why = peer_common.load_kit(kit_args, lambda K: hasattr(K, "find_bwd") and hasattr(K.FA4Aot, "make_bwd"),
+                                     "{kit}/fa4kit.py has no backward (apply tools/fa4_bwd.patch to the kit copy)")
+    return K, why
+
+
+def dry_run(a, shapes):
+    """Each shape's FA4 backward: its kernels in launch order, checked against their parameter lists."""
+    K, why, ok = None, "not asked for (--fa4-aot DIR or FA4_AOT)", True
+    if fa4_dirs(a):
+        K, why = load_fa4(a)
+    mans = []
+    if K is not None:
+        mans, errs = K.load_manifests(fa4_dirs(a))
+        for e in errs:
+            print(f"fa4: {e}")
+    for b, h, hkv, s, d, causal in shapes:
+        name = f"b{b} h{h}/{hkv} s{s} d{d} {a.dtype}{' causal' if causal else ''}"
+        if K is None:
+            print(f"{name}: fa4: {why}")
+            continue
+        p = fa4_problem(K, b, h, hkv, s, d, causal, a.dtype)
+        man, ent, how = K.find_bwd(mans, p, a.deterministic)
+        if ent is None:
+            print(f"{name}: fa4: not built for this shape ({how})")
+            continue
+        good, lines = K.plan_fa4_bwd(man, ent)
+        ok &= good
+        f = ent["fa4"]
+        print(f"{name}: fa4 ({man['_dir']}): tile {f['m_block_size']}x{f['n_block_size']}, {f['num_threads']} threads"
+              + (", deterministic" if ent.get("deterministic") else ""))
+        for x in lines:
+            print("    " + x)
+    print("plan only (--dry-run): ours is the package's attention_backward (PYTHONPATH), cudnn and flash SDPA's")
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", required=True, help="b,h,hkv,s,d,causal;...")
@@ -75,7 +149,17 @@ def main():
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--deterministic", action="store_true",
                     help="ours with attention(..., deterministic=True): the backward's deterministic mode, timed")
+    ap.add_argument("--fa4-aot", action="append", default=[],
+                    help="FA4 kit kernel folder with backward entries (repeatable; default $FA4_AOT, else no FA4)")
+    ap.add_argument("--fa4-kit", help="folder with the kit's fa4kit.py (default: beside --fa4-aot, else .fa4)")
+    ap.add_argument("--dry-run", action="store_true", help="print the FA4 plan of each shape; no torch, no GPU")
     a = ap.parse_args()
+    shapes = parse_shapes(a.shapes)
+    if a.dry_run:
+        sys.exit(dry_run(a, shapes))
+    import torch
+    import torch.nn.functional as F
+    from gpu_timing import gpu_state
     import attntune
     from torch.nn.attention import SDPBackend, sdpa_kernel
     # The forward may fall back to SDPA (a package of backward kernels alone); the backward must run
@@ -83,9 +167,18 @@ def main():
     attntune.default().set_policy("sdpa", 1e9)
     dt = torch.bfloat16 if a.dtype == "bf16" else torch.float16
     print(f"GPU: {torch.cuda.get_device_name()} ({gpu_state()}); torch {torch.__version__}", flush=True)
+    fa, K = None, None
+    if fa4_dirs(a):
+        K, why = load_fa4(a)
+        if K is not None:
+            try:
+                fa = K.FA4Aot(fa4_dirs(a))
+            except Exception as e:  # noqa: BLE001  no manifest, no runtime, no tvm_ffi wheel for this Python
+                why = f"{type(e).__name__}: {e}"
+        if fa is None:
+            print(f"fa4: skipped: {why}", flush=True)
     rows, failures = [], 0
-    for tok in filter(None, a.shapes.split(";")):
-        b, h, hkv, s, d, causal = (int(x) for x in tok.split(","))
+    for b, h, hkv, s, d, causal in shapes:
         g = torch.Generator(device="cuda").manual_seed(b * 7 + s)
         q = torch.randn(b, s, h, d, device="cuda", dtype=dt, generator=g).requires_grad_()
         k = torch.randn(b, s, hkv, d, device="cuda", dtype=dt, generator=g).requires_grad_()
@@ -100,19 +193,47 @@ def main():
             continue
         out = attntune.attention(q, k, v, is_causal=bool(causal), layout="bshd", deterministic=a.deterministic)
         ours = lambda out=out: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)  # noqa: E731
+        fa4, fa4_note = None, ""
+        if fa is not None:
+            p4 = fa4_problem(K, b, h, hkv, s, d, causal, a.dtype)
+            _, ent, how = fa.lookup_bwd(p4, a.deterministic)
+            if ent is None:
+                fa4_note = f"fa4: not built for this shape ({how})"
+            else:
+                try:
+                    qf, kf, vf = (x.detach() for x in (q, k, v))  # [B,S,H,D] contiguous, FA4's layout
+                    o4, lse4 = fa.make_fwd_lse(p4, qf, kf, vf, deterministic=a.deterministic)()
+                    fa4 = fa.make_bwd(p4, qf, kf, vf, o4, do, lse4, deterministic=a.deterministic)
+                    fa4()
+                except Exception as e:  # noqa: BLE001  a kit that cannot run its kernels here: say so, time the rest
+                    fa4, fa4_note = None, f"fa4: failed to run ({type(e).__name__}: {str(e)[:160]})"
+                    failures += 1
+            if fa4_note:
+                print(f"  {name}: {fa4_note}", flush=True)
         check = ""
         if not a.no_check and b * h * s * s <= 2**31:
-            got = ours()
             ref = reference_grads(q, k, v, do, causal, torch.float64)
             low = reference_grads(q, k, v, do, causal, dt)
             atol = 1 / 512 if a.dtype == "bf16" else 1 / 4096
-            bad = [n for n, x, r, lo in zip(("dq", "dk", "dv"), got, ref, low)
-                   if not torch.isfinite(x).all() or
-                   (x.double() - r).abs().max() > 2 * (lo.double() - r).abs().max() + atol]
+
+            def wrong(got):
+                return [n for n, x, r, lo in zip(("dq", "dk", "dv"), got, ref, low)
+                        if not torch.isfinite(x).all() or
+                        (x.double() - r).abs().max() > 2 * (lo.double() - r).abs().max() + atol]
+
+            bad = wrong(ours())
             check = "ok" if not bad else "WRONG " + ",".join(bad)
             failures += bool(bad)
-            del got, ref, low
+            if fa4 is not None:
+                bad4 = wrong(fa4())
+                check += " fa4 " + ("ok" if not bad4 else "WRONG " + ",".join(bad4))
+                if bad4:  # a wrong peer is not timed
+                    failures += 1
+                    fa4 = None
+            del ref, low
         fns = {"ours": ours}
+        if fa4 is not None:
+            fns["fa4"] = fa4
         qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
         dot = do.transpose(1, 2)
         for peer, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
@@ -136,10 +257,12 @@ def main():
         tf = {n: 2.5 * fwd / t / 1e6 for n, t in med.items()}
         best = min((t for n, t in med.items() if n != "ours"), default=float("nan"))
         line = f"{name}: " + "  ".join(f"{n} {med[n]:.0f} us {tf[n]:.0f} TF" for n in med) + \
-               f"  ours/best-peer {best / med['ours']:.3f}x" + (f"  check {check}" if check else "")
+               f"  ours/best-peer {best / med['ours']:.3f}x" + \
+               (f"  ours/fa4 {med['fa4'] / med['ours']:.3f}x" if "fa4" in med else "") + \
+               (f"  check {check}" if check else "") + (f"  ({fa4_note})" if fa4_note else "")
         print(line, flush=True)
         rows.append(line)
-        del q, k, v, do, out, qt, kt, vt
+        del q, k, v, do, out, qt, kt, vt, fns, fa4
         torch.cuda.empty_cache()
     print(f"GPU after: {gpu_state()}")
     print("\n".join(rows))
