@@ -16,6 +16,10 @@ usage: tools/build_shipped_db.sh [options] [-- attntune-submit-args...]
   --work DIR          where the working database and plan live (a new temporary folder); run the
                       same command with the same --work again to resume after an interruption
   --gpus LIST         passed to `attntune serve --gpus` (all)
+  --serve-seconds N   stop serving after N seconds (SIGTERM: each worker records its candidate in
+                      flight and puts its campaign back in the queue), then write --out from what
+                      is done; the same command again continues where it stopped (the plan is in
+                      spread order, so a part-built database covers every family and regime)
   --limit N           only the plan's first N problems (a rehearsal)
   --fresh             do not merge the campaigns of the current --out file in first
   --simulate          `attntune serve --simulate` (synthetic results, no GPU): rehearses the
@@ -34,13 +38,14 @@ die() { echo "build_shipped_db.sh: error: $*" >&2; exit 2; }
 
 bin=${ATTNTUNE_BIN:-build/attntune}
 default_out=db/shipped/attntune-shipped.db
-out=$default_out work="" gpus=all limit="" fresh=0 simulate=0 sim_delay="" check=0
+out=$default_out work="" gpus=all limit="" fresh=0 simulate=0 sim_delay="" check=0 serve_seconds=""
 submit_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=${2:?}; shift 2 ;;
     --work) work=${2:?}; shift 2 ;;
     --gpus) gpus=${2:?}; shift 2 ;;
+    --serve-seconds) serve_seconds=${2:?}; shift 2 ;;
     --limit) limit=${2:?}; shift 2 ;;
     --fresh) fresh=1; shift ;;
     --simulate) simulate=1; shift ;;
@@ -72,6 +77,8 @@ if [ "$check" = 1 ]; then
   exit 0
 fi
 [ -z "$limit" ] || [[ $limit =~ ^[1-9][0-9]*$ ]] || die "--limit must be a positive number (got '$limit')"
+[ -z "$serve_seconds" ] || [[ $serve_seconds =~ ^[1-9][0-9]*$ ]] ||
+  die "--serve-seconds must be a positive number of seconds (got '$serve_seconds')"
 if [ "$simulate" = 1 ] && [ "$(realpath -m "$out")" = "$(realpath -m "$default_out")" ]; then
   die "--simulate makes synthetic results: give --out another file (they must never ship)"
 fi
@@ -102,8 +109,29 @@ if [ "$simulate" = 1 ]; then
   serve_args+=(--simulate)
   [ -z "$sim_delay" ] || serve_args+=(--simulate-delay-ms "$sim_delay")
 fi
-"$bin" serve "${serve_args[@]}" >&2
+# serve exits 1 when some campaigns failed (no valid config: a recorded result, not a reason to
+# throw away the others) and 3 when no GPU could serve; either way what is done is written below
+# and the script exits with serve's code.
+serve_rc=0
+if [ -n "$serve_seconds" ]; then
+  "$bin" serve "${serve_args[@]}" >&2 &
+  serve_pid=$!
+  deadline=$((SECONDS + serve_seconds))
+  while kill -0 "$serve_pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 1; done
+  if kill -0 "$serve_pid" 2>/dev/null; then
+    echo "build_shipped_db.sh: --serve-seconds $serve_seconds reached: stopping serve (campaigns in flight go back to the queue)" >&2
+    kill -TERM "$serve_pid" 2>/dev/null || true
+  fi
+  wait "$serve_pid" || serve_rc=$?
+else
+  "$bin" serve "${serve_args[@]}" >&2 || serve_rc=$?
+fi
+case "$serve_rc" in
+  0|1|3) ;;
+  *) die "attntune serve exited $serve_rc; the working database stays in $db (the same command resumes)" ;;
+esac
 "$bin" status --db "$db" >&2 || true
+left=$(python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT COUNT(*) FROM queue WHERE state IN (\x27queued\x27, \x27running\x27)").fetchone()[0])' "$db")
 
 # The shipped file holds results only: no compile cache (rebuilt on the user's machine as needed),
 # no queue, leases or GPUs of the machine that made it. Written beside --out, then renamed.
@@ -129,3 +157,7 @@ PY
 mv -f "$tmp" "$out"
 rm -f "$tmp-wal" "$tmp-shm"
 echo "wrote $out ($(du -h "$out" | cut -f1)); the working database stays in $db" >&2
+if [ "$left" != 0 ]; then
+  echo "build_shipped_db.sh: $left campaigns of the plan not done yet: the same command again continues (with --work $work, or from $out)" >&2
+fi
+exit "$serve_rc"

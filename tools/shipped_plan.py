@@ -58,31 +58,55 @@ def spec(b, h, hkv, s, sk, d, dtype, causal, page=0, dv=0, latent=False):
     return out + (f",page={page}" if page else "") + (",latent=1" if latent else "")
 
 
-def problems(dtypes):
+def spread(items):
+    """items reordered so that any prefix spans their range: the middle one, then the middles of
+    the two halves, and so on (breadth first over the bisection)."""
+    out, spans = [], [(0, len(items))]
+    while spans:
+        lo, hi = spans.pop(0)
+        if lo >= hi:
+            continue
+        mid = (lo + hi) // 2
+        out.append(items[mid])
+        spans += [(lo, mid), (mid + 1, hi)]
+    return out
+
+
+def interleave(*lists):
     out = []
-    for dtype in dtypes:
-        for _, h, hkv, d in FAMILIES:
-            for s in PREFILL_SEQLENS:
-                out.append((spec(1, h, hkv, s, s, d, dtype, True), "prefill"))
-            for s in NONCAUSAL_SEQLENS:
-                out.append((spec(1, h, hkv, s, s, d, dtype, False), "prefill"))
-            for b, s in PREFILL_BATCHED:
-                out.append((spec(b, h, hkv, s, s, d, dtype, True), "prefill"))
-        for i, (_, h, hkv, d) in enumerate(FAMILIES):
-            # Each family gets both page sizes, alternating over its batches, so the plan holds
-            # every (batch, page) pair across families without doubling every decode problem.
-            for j, b in enumerate(DECODE_BATCHES):
-                page = PAGES[(i + j) % len(PAGES)]
-                for sk in DECODE_CONTEXTS:
-                    if b * sk > MAX_DECODE_TOKENS:
-                        continue
-                    out.append((spec(b, h, hkv, 1, sk, d, dtype, True, page), "decode"))
-        for h in MLA_DECODE_HEADS:
-            for b in MLA_DECODE_BATCHES:
-                for sk in DECODE_CONTEXTS:
-                    if b * sk > MAX_DECODE_TOKENS:
-                        continue
-                    out.append((spec(b, h, 1, 1, sk, 576, dtype, True, 64, dv=512, latent=True), "decode"))
+    for i in range(max(len(x) for x in lists)):
+        out += [x[i] for x in lists if i < len(x)]
+    return out
+
+
+def blocks(dtype):
+    """The plan as blocks of related problems (a family's prefill, its decode, an MLA head count),
+    each in spread order."""
+    out = []
+    for _, h, hkv, d in FAMILIES:
+        causal = [(spec(1, h, hkv, s, s, d, dtype, True), "prefill") for s in spread(PREFILL_SEQLENS)]
+        other = interleave([(spec(1, h, hkv, s, s, d, dtype, False), "prefill") for s in spread(NONCAUSAL_SEQLENS)],
+                           [(spec(b, h, hkv, s, s, d, dtype, True), "prefill") for b, s in PREFILL_BATCHED])
+        out.append(interleave(causal, other))
+    for i, (_, h, hkv, d) in enumerate(FAMILIES):
+        # Each family gets both page sizes, alternating over its batches, so the plan holds every
+        # (batch, page) pair across families without doubling every decode problem.
+        page = {b: PAGES[(i + j) % len(PAGES)] for j, b in enumerate(DECODE_BATCHES)}
+        out.append([(spec(b, h, hkv, 1, sk, d, dtype, True, page[b]), "decode")
+                    for sk in spread(DECODE_CONTEXTS) for b in spread(DECODE_BATCHES) if b * sk <= MAX_DECODE_TOKENS])
+    for h in MLA_DECODE_HEADS:
+        out.append([(spec(b, h, 1, 1, sk, 576, dtype, True, 64, dv=512, latent=True), "decode")
+                    for sk in spread(DECODE_CONTEXTS) for b in spread(MLA_DECODE_BATCHES)
+                    if b * sk <= MAX_DECODE_TOKENS])
+    return out
+
+
+def problems(dtypes):
+    """Every problem once, in round-robin order over the blocks (the first problem of each block,
+    then the second of each, ...): `serve` claims in plan order, so a build stopped part-way
+    (tools/build_shipped_db.sh --serve-seconds) has covered every family, regime and head dim at a
+    spread of lengths and batches, not the first families completely and the rest not at all."""
+    out = interleave(*[b for dtype in dtypes for b in blocks(dtype)])
     seen, unique = set(), []
     for p, regime in out:
         if p not in seen:

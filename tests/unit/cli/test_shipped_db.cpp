@@ -401,7 +401,8 @@ TEST(ShippedPlan, TheBuildScriptRehearsesWithoutAGpuAndNeverOverwritesTheShipped
   }
   // The file answers as a shipped database.
   ShippedEnv env(out);
-  const auto r = run_attntune("best --problem b=1,h=32,hkv=8,s=512,d=128,dtype=bf16,causal=1 --db " +
+  // The plan's first problem (tools/shipped_plan.py's spread order: the middle length first).
+  const auto r = run_attntune("best --problem b=1,h=32,hkv=8,s=4096,d=128,dtype=bf16,causal=1 --db " +
                               dir.file("absent.db") + " --format json");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)[0]["source"], "shipped");
@@ -412,6 +413,42 @@ TEST(ShippedPlan, TheBuildScriptRehearsesWithoutAGpuAndNeverOverwritesTheShipped
   EXPECT_EQ(WEXITSTATUS(refused), 2);
   EXPECT_NE(read_bytes(log).find("--simulate makes synthetic results"), std::string::npos) << read_bytes(log);
   EXPECT_EQ(read_bytes(repo_shipped()), shipped_before);
+}
+
+// build_shipped_db.sh --serve-seconds: a build stopped by its time box writes what is done (the
+// campaign in flight goes back to the queue, its evaluations kept), says how much is left, and the
+// same command from the written file (a new --work: the GPU machine that ran the first part is gone)
+// finishes the plan without evaluating anything twice.
+TEST(ShippedPlan, ATimeBoxedBuildWritesWhatIsDoneAndTheSameCommandFinishesIt) {
+  TempDir dir;
+  const std::string script = testing::source_dir() + "/tools/build_shipped_db.sh";
+  const std::string bin = "ATTNTUNE_BIN=" + testing::attntune_bin() + " ";
+  const std::string out = dir.file("partial.db");
+  const std::string log = dir.file("log");
+  // 4 problems x 6 evaluations x 300 ms on one worker: over 7 s of serving, stopped after 3.
+  const auto build = [&](const std::string& work, const std::string& seconds) {
+    const std::string cmd = bin + script + " --simulate --simulate-delay-ms 300 --limit 4 --gpus 0 --work " + work +
+                            " --out " + out + (seconds.empty() ? "" : " --serve-seconds " + seconds) +
+                            " -- --budget-evals 6 --final-top 0 >" + log + " 2>&1";
+    return WEXITSTATUS(std::system(cmd.c_str()));
+  };
+  const auto evaluations = [&] {
+    sqlite::Connection c = sqlite::Connection::open(out, SQLITE_OPEN_READONLY);
+    sqlite::Statement st(c, "SELECT COUNT(*), COUNT(DISTINCT campaign_id || ':' || candidate_id) FROM evaluations");
+    EXPECT_TRUE(st.step());
+    return std::make_pair(st.int64(0), st.int64(1));
+  };
+  ASSERT_EQ(build(dir.file("w1"), "3"), 0) << read_bytes(log);
+  EXPECT_NE(read_bytes(log).find("--serve-seconds 3 reached"), std::string::npos) << read_bytes(log);
+  EXPECT_NE(read_bytes(log).find("campaigns of the plan not done yet"), std::string::npos) << read_bytes(log);
+  EXPECT_LT(evaluations().first, 24);  // written, part-way
+  ASSERT_EQ(build(dir.file("w2"), ""), 0) << read_bytes(log);
+  EXPECT_EQ(read_bytes(log).find("not done yet"), std::string::npos) << read_bytes(log);
+  Store store = Store::open(out, Store::Mode::kReadOnly);
+  EXPECT_EQ(store.campaigns().size(), 4u);
+  const auto [total, distinct] = evaluations();
+  EXPECT_EQ(total, distinct);  // nothing evaluated twice
+  EXPECT_EQ(total, 24);        // every campaign's budget, once
 }
 
 // build_shipped_db.sh --check: the campaigns whose kernel source changed since they were measured
