@@ -6,7 +6,11 @@
     evaluation whose median is within 2% of the best median its search found (the same timing as
     the evaluations it is compared with; the final re-timing samples longer and is not used);
   * the warm-start figure of issue 27: the first campaign's time-to-2% over the median of the
-    last ten campaigns' (those warm-start from finished neighbours).
+    last ten campaigns' (those warm-start from finished neighbours);
+  * per template, the search evaluations a campaign needed to come within 2% (median, how many at
+    the first, how many within 5: issue 43's transfer figure).
+A database without a queue (`tune` runs; the shipped database, whose queue is dropped) is read
+from its campaigns, in the order they started.
 
   tools/service_report.py DB [--json]
 """
@@ -33,6 +37,13 @@ def main():
         "SELECT q.campaign, q.state, q.started_at, q.ended_at, c.id, c.started_at, d.name "
         "FROM queue q LEFT JOIN campaigns c ON c.name = q.campaign LEFT JOIN devices d ON d.id = c.device_id "
         "ORDER BY q.started_at IS NULL, q.started_at").fetchall()
+    if not rows:
+        # No queue: a database of `tune` runs, or one whose queue was dropped (the shipped database,
+        # tools/build_shipped_db.sh): the campaigns themselves, in the order they started.
+        rows = db.execute(
+            "SELECT c.name, CASE c.status WHEN 'completed' THEN 'done' ELSE c.status END, c.started_at, "
+            "c.ended_at, c.id, c.started_at, d.name FROM campaigns c LEFT JOIN devices d ON d.id = c.device_id "
+            "ORDER BY c.started_at").fetchall()
     out = []
     for name, state, q_start, q_end, cid, c_start, gpu in rows:
         if cid is None:
@@ -70,6 +81,18 @@ def main():
         summary["first_over_last10"] = first / last10 if last10 > 0 else None
         summary["first_evals_to_2pct"] = timed[0]["evals_to_2pct"]
         summary["last10_median_evals_to_2pct"] = statistics.median(r["evals_to_2pct"] for r in timed[-10:])
+    # Per template (the campaign name's part before ':', a plan's campaigns; else the campaigns'
+    # own names are one group): how many search evaluations a campaign needed to come within 2% of
+    # its search's best, which with warm starts is what the seeds from its neighbours are worth.
+    groups = {}
+    for r in timed:
+        groups.setdefault(r["campaign"].split(":")[0] if ":" in r["campaign"] else "(unplanned)", []).append(
+            r["evals_to_2pct"])
+    if timed:
+        groups["all"] = [r["evals_to_2pct"] for r in timed]
+    summary["evals_to_2pct"] = {
+        k: {"campaigns": len(v), "median": statistics.median(v), "at_1": sum(1 for e in v if e <= 1),
+            "within_5": sum(1 for e in v if e <= 5)} for k, v in groups.items()}
     if a.json:
         json.dump({"summary": summary, "campaigns": out}, sys.stdout, indent=2)
         print()
@@ -79,6 +102,11 @@ def main():
         print(f"{r['campaign'][:80]:<80} {r.get('state',''):<7} {r.get('evaluations',0):>5} "
               f"{r.get('seconds',0):>6.1f} {r.get('seconds_to_2pct',0):>6.1f} {r.get('evals_to_2pct',0):>3}")
     for k, v in summary.items():
+        if k == "evals_to_2pct":
+            for g, f in v.items():
+                print(f"evaluations to within 2% [{g}]: median {f['median']}, at the first {f['at_1']} "
+                      f"of {f['campaigns']}, within 5 {f['within_5']}")
+            continue
         print(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}")
 
 
