@@ -91,7 +91,7 @@ plan="$work/plan.yaml"
 # the environment cannot matter.
 export ATTNTUNE_SHIPPED_DB=
 
-python3 tools/shipped_plan.py -o "$plan.all"
+python3 tools/shipped_plan.py --bin "$bin" -o "$plan.all"
 if [ -n "$limit" ]; then
   # The header (4 lines) and the first N problems: one problem a line (docs/design/plan.md).
   head -n $((4 + limit)) "$plan.all" > "$plan"

@@ -3,18 +3,34 @@
 common model families, prefill and decode, written as an `attntune plan` file (docs/design/plan.md,
 "The plan file") that `attntune submit` queues and `attntune serve` tunes.
 
-usage: tools/shipped_plan.py [-o PLAN.yaml] [--dtype bf16|fp16|both] [--count]
+usage: tools/shipped_plan.py [-o PLAN.yaml] [--dtype bf16|fp16|both] [--bin ATTNTUNE] [--no-models] [--count]
 
-Why these shapes: a user's problem is most often a published model's attention at some length and
-batch, so the families below span what such models run (query heads 8..128, GQA groups 1..16, head
-dims 64, 128 and 256) at the lengths (512..32k) and decode batches (1..256, pages of 16 and 64)
-that serving uses; the warm start of `tune` then finds a shipped neighbour within a factor of 2 of
-any length for the same head dim and layout. Only plain attention: windowed, soft-capped and sink
-layers are planned by `attntune plan --model` for the model that has them. And multi-head latent
-attention's decode over its latent cache (d=576, dv=512, one KV head, `latent=1`), DeepSeek's.
+Two parts, in this order:
+1. What a user's `attntune plan --model config.json` asks for: the default plan (its default
+   batches, lengths, contexts and pages; the model's dtype; windows, soft-caps, sinks and MLA as
+   the model has them) of each model in MODELS, made by `attntune plan` itself, so that `export
+   --all-best --plan` answers such a user's whole plan from the shipped database on day one.
+2. A grid for the warm starts and for problems no plan names: the families below span what such
+   models run (query heads 8..128, GQA groups 1..16, head dims 64, 128 and 256) at the lengths
+   (512..32k) and decode batches (1..256, pages of 16 and 64) that serving uses, so `tune` finds a
+   shipped neighbour within a factor of 2 of any length for the same head dim and layout; and
+   multi-head latent attention's decode over its latent cache (d=576, dv=512, one KV head,
+   `latent=1`), DeepSeek's. Plain attention only (part 1 has the variants).
+Each part in spread order (round robin over its blocks, each block from the middle of its range
+outwards), so that a build stopped part-way has covered every model, family and regime.
 """
 import argparse
+import json
+import os
+import subprocess
 import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Part 1's models: configs with the published models' attention keys (tests/data/models/README.md
+# says where each number comes from). Not falcon_rw_1b (ALiBi: refused by plan) nor
+# qwen25_1p5b_swa (a published config with its window switched on, which no checkpoint ships).
+MODELS = ["llama3_8b", "qwen2_7b", "mistral_7b_v01", "gpt_oss_20b", "gemma3_4b", "gemma2_9b",
+          "deepseek_v3", "llama2_7b", "falcon_7b"]
 
 # name, query heads, KV heads, head dim. Each family's heads are as its config.json has them
 # (tests/data/models/ holds some); the names are for the reader, the plan keeps only the shapes.
@@ -101,12 +117,27 @@ def blocks(dtype):
     return out
 
 
-def problems(dtypes):
+def model_blocks(binary, models):
+    """Each model's default plan, as `attntune plan --model` makes it (part 1), a block per model."""
+    out = []
+    for m in models:
+        path = os.path.join(ROOT, "tests", "data", "models", m + ".json")
+        r = subprocess.run([binary, "plan", "--model", path, "--format", "json"], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"shipped_plan.py: attntune plan --model {path} failed ({r.returncode}): {r.stderr.strip()}")
+        entries = [(e["problem"], e["regime"]) for e in json.loads(r.stdout)["problems"]]
+        out.append(spread(entries))
+    return out
+
+
+def problems(dtypes, binary=None, models=()):
     """Every problem once, in round-robin order over the blocks (the first problem of each block,
-    then the second of each, ...): `serve` claims in plan order, so a build stopped part-way
-    (tools/build_shipped_db.sh --serve-seconds) has covered every family, regime and head dim at a
-    spread of lengths and batches, not the first families completely and the rest not at all."""
-    out = interleave(*[b for dtype in dtypes for b in blocks(dtype)])
+    then the second of each, ...), the models' plans first: `serve` claims in plan order, so a build
+    stopped part-way (tools/build_shipped_db.sh --serve-seconds) has covered every model, family,
+    regime and head dim at a spread of lengths and batches, not the first families completely and
+    the rest not at all."""
+    out = interleave(*model_blocks(binary, models)) if models else []
+    out += interleave(*[b for dtype in dtypes for b in blocks(dtype)])
     seen, unique = set(), []
     for p, regime in out:
         if p not in seen:
@@ -126,11 +157,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--output", help="the plan file to write (default: stdout)")
     ap.add_argument("--dtype", choices=["bf16", "fp16", "both"], default="bf16",
-                    help="bf16 (default: what the models' checkpoints use), fp16, or both")
+                    help="the grid's dtype: bf16 (default: what most checkpoints use), fp16, or both (the models' plans keep each model's own)")
+    ap.add_argument("--bin", default=os.environ.get("ATTNTUNE_BIN", os.path.join(ROOT, "build", "attntune")),
+                    help="the attntune binary that plans the models ($ATTNTUNE_BIN, else build/attntune)")
+    ap.add_argument("--no-models", action="store_true", help="the grid only (part 2): no binary needed")
     ap.add_argument("--count", action="store_true", help="print the number of problems only")
     a = ap.parse_args()
     dtypes = ["bf16", "fp16"] if a.dtype == "both" else [a.dtype]
-    entries = problems(dtypes)
+    models = [] if a.no_models else MODELS
+    if models and not os.access(a.bin, os.X_OK):
+        sys.exit(f"shipped_plan.py: no attntune binary at '{a.bin}' to plan the models (--bin, $ATTNTUNE_BIN; "
+                 "--no-models for the grid alone)")
+    entries = problems(dtypes, a.bin, models)
     if a.count:
         print(len(entries))
         return 0

@@ -330,9 +330,26 @@ TEST_F(ShippedDb, TuneWarmStartsFromItWhenTheDatabaseHasNoNeighbour) {
 TEST(ShippedPlan, HoldsAtLeast200DistinctProblemsThatTheShippedSpacesServe) {
   TempDir dir;
   const std::string plan_path = dir.file("plan.yaml");
-  ASSERT_EQ(std::system(("python3 " + testing::source_dir() + "/tools/shipped_plan.py -o " + plan_path).c_str()), 0);
+  ASSERT_EQ(std::system(("python3 " + testing::source_dir() + "/tools/shipped_plan.py --bin " +
+                          testing::attntune_bin() + " -o " + plan_path)
+                             .c_str()),
+            0);
   const Plan plan = Plan::load(plan_path);  // refuses a problem listed twice
   ASSERT_GE(plan.entries.size(), 200u);
+  // Day one: every problem of a user's default `plan --model` for the shipped models is in it, the
+  // variants of the windowed, soft-capped, sink and MLA models included, so `export --all-best
+  // --plan` can answer the whole plan from the shipped database.
+  std::set<std::string> listed;
+  for (const PlanEntry& e : plan.entries) listed.insert(e.problem.str());
+  for (const char* model : {"llama3_8b", "mistral_7b_v01", "gpt_oss_20b", "gemma2_9b", "deepseek_v3", "llama2_7b"}) {
+    const auto r = run_attntune(fmt::format("plan --model {}/tests/data/models/{}.json --format json",
+                                            testing::source_dir(), model));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto problems = nlohmann::json::parse(r.out)["problems"];
+    ASSERT_FALSE(problems.empty()) << model;
+    for (const auto& p : problems)
+      EXPECT_TRUE(listed.count(p["problem"].get<std::string>())) << model << ": " << p["problem"];
+  }
   std::set<std::int64_t> heads, groups, dims, seqlens, batches, pages;
   std::set<bool> causal;
   for (const PlanEntry& e : plan.entries) {
@@ -401,9 +418,12 @@ TEST(ShippedPlan, TheBuildScriptRehearsesWithoutAGpuAndNeverOverwritesTheShipped
   }
   // The file answers as a shipped database.
   ShippedEnv env(out);
-  // The plan's first problem (tools/shipped_plan.py's spread order: the middle length first).
-  const auto r = run_attntune("best --problem b=1,h=32,hkv=8,s=4096,d=128,dtype=bf16,causal=1 --db " +
-                              dir.file("absent.db") + " --format json");
+  // The plan's first problem, as the script wrote the plan into its working folder.
+  const std::string plan_text = read_bytes(dir.file("work") + "/plan.yaml");
+  const std::size_t at = plan_text.find("{problem: \"");
+  ASSERT_NE(at, std::string::npos) << plan_text;
+  const std::string first = plan_text.substr(at + 11, plan_text.find('"', at + 11) - at - 11);
+  const auto r = run_attntune("best --problem " + first + " --db " + dir.file("absent.db") + " --format json");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)[0]["source"], "shipped");
 
