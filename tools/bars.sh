@@ -16,7 +16,9 @@
 # kernels built for these problems in $FA4_AOT (default .fa4var/aot):
 #   ~/.cache/fa4kit/venv/bin/python .fa4/build_aot.py --out .fa4var/aot --suite none \
 #     --problem b=1,h=64,hkv=8,s=8192,sk=8192,d=64,dtype=bf16,causal=1,wl=127,sinks=1 ...
-# (the kit spells a window wl=L and wr=R). Prefill campaigns go in DB, decode ones in DB-decode.db
+# (the kit spells a window wl=L and wr=R). The kit's compare.py skips ours on variant problems and has no
+# flex contender: apply tools/fa4_variants.patch to the copy first (patch -d .fa4 -p1 < tools/fa4_variants.patch;
+# docs/EXPORT.md lists the kit patches). Prefill campaigns go in DB, decode ones in DB-decode.db
 # (DB without its .db); re-running resumes each campaign. Writes OUT_DIR/bars.cu,
 # OUT_DIR/compare.log and prints a short table last.
 set -euo pipefail

@@ -17,11 +17,15 @@ Contenders (--contenders, a comma list of these groups; default all that apply):
                max_seqlen_k, is_causal=...) of the PyTorch package `attntune export --torch DIR`
                wrote (DIR holds attntune/), fallback policy "raise": a call no kernel serves fails.
   fa4          FlashAttention-4's varlen forward (flash_attn_varlen_func's kernel, sm90), AOT-built
-               by the FA4 kit with tools/fa4_varlen.patch applied (.fa4/build_aot.py --varlen-problem SPEC;
-               docs/EXPORT.md says how) and called through tvm_ffi with
-               cu_seqlens_q/k; its output [total_q,H,D] is allocated per call, as FA4's interface does.
+               by the FA4 kit (../shared/peers/fa4 wires only dense calls; tools/fa4_varlen.patch adds
+               varlen), on the CPU machine:
+                 mkdir -p .fa4 && cp -r ../shared/peers/fa4/. .fa4/ && patch -d .fa4 -p1 < tools/fa4_varlen.patch
+                 ~/.cache/fa4kit/venv/bin/python .fa4/build_aot.py --out .fa4/aot --suite none --varlen-problem SPEC
+               (docs/EXPORT.md; tools/fa4_bwd.patch may be applied too, before or after). Called through
+               tvm_ffi with cu_seqlens_q/k, the arguments checked against the kernel's parameter list
+               first; its output [total_q,H,D] is allocated per call, as FA4's interface does.
                Skipped, saying why, when there is no kit, no tvm_ffi wheel for this Python, or no
-               kernel for SPEC's signature.
+               kernel for SPEC's signature. --dry-run prints the kernel and that check.
   sdpa_padded  F.scaled_dot_product_attention on the batch right-padded to [B, H, max_len, D]
                (K/V to max_len + sk - s), under each of the cuDNN, flash and efficient backends.
                Causal: every sequence has len_k - len_q = sk - s, so one bottom-right causal mask
@@ -131,18 +135,29 @@ def dense_flops(p):
 def load_kit(args):
     """(fa4kit module, aot dirs, None) or (None, dirs, why not): a kit with the varlen wiring."""
     return peer_common.load_kit(args, lambda K: hasattr(K, "varlen_lens") and hasattr(K.FA4Aot, "make_varlen"),
-                                "{kit}/fa4kit.py has no varlen support (a kit copy older than the varlen wiring)")
+                                "{kit}/fa4kit.py has no varlen support (the kit wires only dense calls: "
+                                "apply tools/fa4_varlen.patch to a copy of it, docs/EXPORT.md)")
 
 
 def fa4_lookup(K, dirs, spec):
-    """(manifest entry, how) or (None, why) for the varlen problem spec."""
+    """(manifest entry, how) or (None, why) for the varlen problem spec; `how` adds the kit's check of
+    the call it would make (the 18 arguments with cu_seqlens_q/k) against the kernel's parameter list,
+    read from its .so, where the kit has one (fa4kit.plan_fa4_call), and says when the kit draws other
+    lengths than this tool (it should not: both are attntune's generator)."""
     mans, errs = K.load_manifests(dirs)
     if not mans:
         return None, "no FA4 manifest: " + "; ".join(errs)
     p = K.parse_problem(spec, allow_varlen=True)
-    _, ent, how = K.find_kernel(mans, p)
+    man, ent, how = K.find_kernel(mans, p)
     if ent is None:
         return None, how
+    if not ent.get("varlen"):
+        return None, f"{ent['kernel']} is not a varlen kernel"
+    if hasattr(K, "plan_fa4_call"):
+        ok, text = K.plan_fa4_call(man, ent, p)
+        how += f"; {text}"
+    if K.varlen_lens(p)[0] != q_lens(parse_spec(spec)):
+        how += "; WARNING: the kit's lengths differ from this tool's"
     return ent, how
 
 
