@@ -275,10 +275,19 @@ TEST_F(ShippedDb, TuneWarmStartsFromItWhenTheDatabaseHasNoNeighbour) {
   // What the warm start should take: the nearest shipped campaign's best configs (same template,
   // same head dim and layout, service::problem_distance).
   Store shipped_store = Store::open(shipped_, Store::Mode::kReadOnly);
-  const auto [nearest, warm] = service::warm_start(shipped_store, "flash_fwd_mma", Problem::parse(spec), 8);
+  double warm_us = 0;
+  const auto [nearest, warm] = service::warm_start(shipped_store, "flash_fwd_mma", Problem::parse(spec), 8, &warm_us);
   ASSERT_TRUE(nearest);
   EXPECT_EQ(nearest->str(), kShippedProblem);
   ASSERT_FALSE(warm.empty());
+  {  // and the time of its first config there, the best (the warm-up's priors, AllocationOptions)
+    BestQuery q;
+    q.problem = *nearest;
+    const std::vector<BestRow> best = shipped_store.best(q);
+    ASSERT_FALSE(best.empty());
+    EXPECT_EQ(config_str(best[0].config), config_str(warm[0]));
+    EXPECT_DOUBLE_EQ(warm_us, best[0].median_us);
+  }
 
   ShippedEnv env(shipped_);
   const auto r = tune(db(), "");
@@ -376,8 +385,9 @@ TEST(ShippedPlan, HoldsAtLeast200DistinctProblemsThatTheShippedSpacesServe) {
   EXPECT_EQ(*heads.begin(), 8);
   EXPECT_EQ(*heads.rbegin(), 128);
   EXPECT_EQ(*groups.begin(), 1);
-  EXPECT_EQ(*groups.rbegin(), 16);
-  EXPECT_EQ(dims, (std::set<std::int64_t>{64, 128, 256}));
+  EXPECT_EQ(*groups.rbegin(), 71);  // Falcon-7B's multi-query attention (the grid's largest: 16)
+  EXPECT_TRUE(groups.count(16));
+  EXPECT_EQ(dims, (std::set<std::int64_t>{64, 128, 192, 256}));  // 192: DeepSeek-V3's MLA prefill
   EXPECT_EQ(causal.size(), 2u);
   EXPECT_EQ(*seqlens.begin(), 512);
   EXPECT_EQ(*seqlens.rbegin(), 32768);
