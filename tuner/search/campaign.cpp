@@ -138,8 +138,10 @@ class CampaignRun {
     if (mixed_) {
       std::vector<FamilySpace> fs;
       for (const SearchSpace* s : spaces_) fs.push_back({s->family(), s, runner_.arch_for(s->family())});
+      AllocationOptions allocation;
+      allocation.prior_us = options_.warm_start_best_us;
       auto multi = std::make_unique<MultiFamily>(options_.strategy, std::move(fs), spec_.problem, options_.seed,
-                                                 options_.warm_start);
+                                                 options_.warm_start, allocation);
       families_ = multi.get();
       strategy_ = std::move(multi);
     } else {

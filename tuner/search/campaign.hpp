@@ -10,6 +10,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct TuneOptions {
   // 0.3 s, runs 53, 57), and 8 x 6 ranks as steadily.
   int final_top = 8, final_rounds = 6;
   std::vector<Config> warm_start;       // for the strategy (the nearest tuned problem's best)
+  // Per template, its best time on that problem where every template's nearest problem is the
+  // same one (several templates: the warm-up's order and length follow it, AllocationOptions).
+  std::map<std::string, double> warm_start_best_us;
 };
 
 // The signals a run watches: `stop` (first Ctrl-C / SIGTERM): submit nothing more, finish the

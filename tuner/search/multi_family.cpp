@@ -74,6 +74,22 @@ MultiFamily::MultiFamily(const std::string& strategy, std::vector<FamilySpace> f
     arm.space = std::move(f);
     arms_.push_back(std::move(arm));
   }
+  warmup_.assign(arms_.size(), options_.warmup);
+  rank_.assign(arms_.size(), 0);
+  // The warm start's times count only when every family has one (on the same problem).
+  const bool priors = std::all_of(arms_.begin(), arms_.end(), [&](const Arm& a) {
+    const auto it = options_.prior_us.find(a.stats.family);
+    return it != options_.prior_us.end() && it->second > 0;
+  });
+  if (priors) {
+    double fastest = std::numeric_limits<double>::infinity();
+    for (const Arm& a : arms_) fastest = std::min(fastest, options_.prior_us.at(a.stats.family));
+    for (std::size_t i = 0; i < arms_.size(); ++i) {
+      const double mine = options_.prior_us.at(arms_[i].stats.family);
+      for (const Arm& a : arms_) rank_[i] += options_.prior_us.at(a.stats.family) < mine ? 1 : 0;
+      if (mine >= options_.behind * fastest) warmup_[i] = std::min(options_.warmup, options_.behind_warmup);
+    }
+  }
 }
 
 std::size_t MultiFamily::index_of(const std::string& family) const {
@@ -84,8 +100,10 @@ std::size_t MultiFamily::index_of(const std::string& family) const {
 
 double MultiFamily::score(std::size_t i, std::size_t total) const {
   const FamilyStats& s = arms_[i].stats;
-  // Warm-up: above any bound (the most behind first, ties to the first family).
-  if (s.proposed < options_.warmup) return 1e9 + static_cast<double>(options_.warmup - s.proposed);
+  // Warm-up: above any bound (the most behind first, ties to the fastest by the warm start, then
+  // to the first family).
+  if (s.proposed < warmup_[i])
+    return 1e9 + static_cast<double>(warmup_[i] - s.proposed) - 1e-3 * static_cast<double>(rank_[i]);
   const double value = s.best_us && best_us_ ? *best_us_ / *s.best_us : 0.0;
   const double n = static_cast<double>(std::max<std::size_t>(1, s.proposed));
   const double bonus = options_.exploration * std::sqrt(std::log(std::max<double>(2, total)) / n);

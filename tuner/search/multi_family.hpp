@@ -6,7 +6,9 @@
 //
 // Who gets each proposal (deterministic: the same propose/observe sequence gives the same split):
 //  1. warm-up: each family gets proposals until it has had `warmup` (evo's first batch is 8), the
-//     family with the fewest first, so every family is explored;
+//     family with the fewest first, so every family is explored; with the warm start's times
+//     (AllocationOptions::prior_us) the fastest family first on ties, and a family far behind
+//     gets a shorter warm-up (its best seeds: enough to see whether this problem differs);
 //  2. then the family with the highest upper confidence bound on its value, where a family's value
 //     is the overall best time over its own best time (1 for the family that holds the best, 0 for
 //     one with no ok result yet, 0.5 for one whose best is twice as slow) and the bound adds
@@ -19,6 +21,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -50,6 +53,15 @@ struct FamilySpace {
 struct AllocationOptions {
   std::size_t warmup = 8;
   double exploration = 0.75;
+  // What the warm start says of each template: its best time on the nearest tuned problem, where
+  // that problem is the same for every template (service::add_warm_starts), else empty. The
+  // warm-up then takes the templates fastest first, and one at least `behind` times slower than
+  // the fastest gets `behind_warmup` proposals (its best seeds) instead of `warmup`: on an H200,
+  // flash_fwd_mma took half of 104 prefill campaigns' evaluations and won 2 of them (run 200,
+  // its best 1.53x flash_fwd_wgmma's at the median, within 1.25x only where it won or nearly did).
+  std::map<std::string, double> prior_us;
+  double behind = 1.25;
+  std::size_t behind_warmup = 2;
 };
 
 class MultiFamily final : public Strategy {
@@ -86,6 +98,8 @@ class MultiFamily final : public Strategy {
 
   AllocationOptions options_;
   std::vector<Arm> arms_;
+  std::vector<std::size_t> warmup_;  // per arm: options_.warmup, or behind_warmup for one far behind
+  std::vector<std::size_t> rank_;    // per arm: its place by prior_us (fastest 0; none: all 0)
   std::set<std::string> pending_;  // config_str of tagged proposals not yet observed
   std::optional<double> best_us_;  // over all families
 };

@@ -4,8 +4,10 @@
 
 namespace attntune::search {
 
-std::vector<Config> warm_start_configs(ResultReader& results, BestQuery where, const std::string& family, std::size_t count) {
+std::vector<Config> warm_start_configs(ResultReader& results, BestQuery where, const std::string& family, std::size_t count,
+                                       double* best_us) {
   std::vector<Config> out;
+  if (best_us) *best_us = 0;
   if (count == 0) return out;
   // best() counts distinct configs per campaign over every template: ask for more until `count` of
   // this template are in, or the results run out.
@@ -16,6 +18,7 @@ std::vector<Config> warm_start_configs(ResultReader& results, BestQuery where, c
     std::set<std::string> taken;
     for (const BestRow& r : rows)
       if (r.family == family && taken.insert(config_str(r.config)).second) {
+        if (out.empty() && best_us) *best_us = r.median_us;
         out.push_back(r.config);
         if (out.size() == count) return out;
       }

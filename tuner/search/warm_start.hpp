@@ -18,8 +18,8 @@ namespace attntune::search {
 inline constexpr std::size_t kWarmStartConfigs = 8;
 
 // The fastest `count` distinct configs of template `family` among the results `where` selects (its
-// `top` is ignored), fastest first.
+// `top` is ignored), fastest first; `best_us`, when given, gets the first one's time (0: none).
 std::vector<Config> warm_start_configs(ResultReader& results, BestQuery where, const std::string& family,
-                                       std::size_t count = kWarmStartConfigs);
+                                       std::size_t count = kWarmStartConfigs, double* best_us = nullptr);
 
 }  // namespace attntune::search

@@ -163,7 +163,8 @@ double problem_distance(const Problem& a, const Problem& b) {
 }
 
 std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& results, const std::string& family,
-                                                                  const Problem& problem, int count) {
+                                                                  const Problem& problem, int count, double* best_us) {
+  if (best_us) *best_us = 0;
   std::optional<Problem> nearest;
   double best = std::numeric_limits<double>::infinity();
   for (const Problem& p : results.problems_with_results(family)) {
@@ -178,7 +179,7 @@ std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& 
   if (nearest) {
     BestQuery q;
     q.problem = nearest;
-    configs = search::warm_start_configs(results, q, family, static_cast<std::size_t>(count));
+    configs = search::warm_start_configs(results, q, family, static_cast<std::size_t>(count), best_us);
   }
   return {nearest, configs};
 }
@@ -188,21 +189,47 @@ void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const Jo
                      const WarmStartFallback* fallback) {
   ResultReader* other = nullptr;
   bool opened = false;
+  // Per family: where its warm start came from and its best time there.
+  struct Source {
+    std::string family, problem;
+    const ResultReader* reader = nullptr;
+    double best_us = 0;
+  };
+  std::vector<Source> sources;
   for (const SearchSpace* s : spaces.sorted) {
-    auto [nearest, configs] = warm_start(results, s->family(), problem, count);
+    double best_us = 0;
+    ResultReader* reader = &results;
+    auto [nearest, configs] = warm_start(results, s->family(), problem, count, &best_us);
     std::string from;
     if ((!nearest || configs.empty()) && fallback) {
       if (!opened) other = fallback->open(), opened = true;
       if (other) {
-        std::tie(nearest, configs) = warm_start(*other, s->family(), problem, count);
+        reader = other;
+        std::tie(nearest, configs) = warm_start(*other, s->family(), problem, count, &best_us);
         from = fmt::format(" of {} '{}'", fallback->label, other->path());
       }
     }
     if (!nearest || configs.empty()) continue;
+    sources.push_back({s->family(), nearest->str(), reader, best_us});
     for (Config& c : configs)
       topts.warm_start.push_back(spaces.mixed() ? search::tag_family(s->family(), std::move(c)) : c);
     progress.event(fmt::format("warm start: {} configs from {}{}{}", configs.size(), nearest->str(), from,
                                spaces.mixed() ? fmt::format(" ({})", s->family()) : ""));
+  }
+  // Times compare only on one problem of one database, and only when every family has one.
+  if (!spaces.mixed() || sources.size() != spaces.sorted.size()) return;
+  double fastest = 0;
+  std::string fastest_family;
+  for (const Source& s : sources) {
+    if (s.problem != sources[0].problem || s.reader != sources[0].reader || s.best_us <= 0) return;
+    if (fastest == 0 || s.best_us < fastest) fastest = s.best_us, fastest_family = s.family;
+  }
+  const search::AllocationOptions allocation;
+  for (const Source& s : sources) {
+    topts.warm_start_best_us[s.family] = s.best_us;
+    if (s.best_us >= allocation.behind * fastest)
+      progress.event(fmt::format("warm start: {} was {:.2f}x {}'s time there: its warm-up is its best {} configs",
+                                 s.family, s.best_us / fastest, fastest_family, allocation.behind_warmup));
   }
 }
 

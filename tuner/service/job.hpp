@@ -62,9 +62,10 @@ GpuRunnerOptions gpu_runner_options(const JobRequest& request, const RunnerSetti
 double problem_distance(const Problem& a, const Problem& b);
 // The best configs of the nearest problem of `family` already tuned (this one included). A paged
 // problem and a dense one never warm-start each other: their kernels read K and V apart; nor a packed
-// batch (varlen) and any other problem.
+// batch (varlen) and any other problem. `best_us`, when given, gets the first config's time there.
 std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& results, const std::string& family,
-                                                                  const Problem& problem, int count);
+                                                                  const Problem& problem, int count,
+                                                                  double* best_us = nullptr);
 // Where a family's warm start comes from when `results` has no tuned neighbour for it: tune's
 // shipped database (docs/design/shipped_db.md), opened on first use; it returns nullptr when there
 // is none. `label` names it in the progress line ("the shipped database").
@@ -73,7 +74,9 @@ struct WarmStartFallback {
   std::string label;
 };
 // Each family's warm start into topts, said on `progress` as it is found (with where it came from
-// when that is the fallback).
+// when that is the fallback). Several families whose nearest tuned problem is the same one, in the
+// same database: their best times there go to topts.warm_start_best_us (the warm-up's order and
+// length, search::AllocationOptions), and a family it puts far behind is said.
 void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const JobSpaces& spaces,
                      const Problem& problem, int count, search::Progress& progress,
                      const WarmStartFallback* fallback = nullptr);

@@ -4,6 +4,7 @@
 // template they belong to, and the same seed gives the same proposals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -171,6 +172,45 @@ TEST(MultiFamily, WarmStartGoesToItsTemplate) {
   bool found = false;
   for (const Config& c : s.propose(16)) found = found || c == tag_family("flash_fwd_mma", good);
   EXPECT_TRUE(found) << "evo seeds its first population with the warm start";
+}
+
+// The warm start's times (AllocationOptions::prior_us): the fastest template's seeds first, and a
+// template far behind (>= 1.25x) warms up on its best 2 seeds instead of 8; without times, or with
+// one template's missing, the warm-up is as before (the templates in turn, the first one first).
+TEST(MultiFamily, AWarmStartFarBehindShortensThatTemplatesWarmUp) {
+  std::vector<Config> warm;
+  for (const Config& c : mma().enumerate(problem(), "sm_90")) {
+    warm.push_back(tag_family("flash_fwd_mma", c));
+    if (warm.size() == 8) break;
+  }
+  for (const Config& c : wgmma().enumerate(problem(), "sm_90a")) {
+    warm.push_back(tag_family("flash_fwd_wgmma", c));
+    if (warm.size() == 16) break;
+  }
+  const auto first_ten = [&](std::map<std::string, double> prior) {
+    AllocationOptions o;
+    o.prior_us = std::move(prior);
+    MultiFamily s("evo", both(), problem(), 1, warm, o);
+    std::vector<std::string> order;
+    for (const Config& c : s.propose(10)) order.push_back(untag_family(c).first);
+    return order;
+  };
+  const std::string m = "flash_fwd_mma", w = "flash_fwd_wgmma";
+  const auto behind = first_ten({{m, 150.0}, {w, 100.0}});
+  ASSERT_EQ(behind.size(), 10u);
+  EXPECT_EQ(behind.front(), w) << "the fastest template's best seed first";
+  EXPECT_EQ(std::count(behind.begin(), behind.end(), m), 2) << "two seeds of the one far behind";
+  EXPECT_EQ(std::count(behind.begin(), behind.end(), w), 8);
+
+  const auto close = first_ten({{m, 110.0}, {w, 100.0}});
+  EXPECT_EQ(close.front(), w);
+  EXPECT_EQ(std::count(close.begin(), close.end(), m), 5) << "within 1.25x: the templates in turn";
+
+  for (const auto& none : {std::map<std::string, double>{}, std::map<std::string, double>{{m, 150.0}}}) {
+    const auto plain = first_ten(none);
+    EXPECT_EQ(plain.front(), m) << "no times for every template: the first template first, as before";
+    EXPECT_EQ(std::count(plain.begin(), plain.end(), m), 5);
+  }
 }
 
 TEST(MultiFamily, RefusesUnknownTemplatesAndDuplicates) {

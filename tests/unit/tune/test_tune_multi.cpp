@@ -6,6 +6,7 @@
 // best, campaigns, report and replay reading the mixed campaign.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <random>
@@ -164,6 +165,29 @@ TEST_F(TuneMulti, SearchesBothTemplatesAndRanksThemTogether) {
   ASSERT_EQ(top.size(), 1u);
   EXPECT_EQ(top[0].family, "flash_fwd_wgmma");
   EXPECT_EQ(top[0].median_us, ranking.front().entry.median_us);
+}
+
+// A warm start where both templates' nearest tuned problem is the same: the campaign's warm-up
+// follows their times there (search::AllocationOptions): flash_fwd_mma, 1.4x flash_fwd_wgmma's
+// time in the recordings, gets its best 2 seeds, not 8, and the progress says so.
+TEST_F(TuneMulti, AWarmStartThatPutsATemplateFarBehindShortensItsWarmUp) {
+  ASSERT_EQ(run_attntune(args(40, work)).rc, 0);
+  std::vector<std::string> a = args(12, work);
+  a[std::find(a.begin(), a.end(), "k") - a.begin()] = "k2";
+  const auto r = run_attntune(a);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("warm start: flash_fwd_mma was 1."), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("x flash_fwd_wgmma's time there: its warm-up is its best 2 configs"), std::string::npos)
+      << r.err;
+  Store s = Store::open(work, Store::Mode::kReadOnly);
+  const auto id = s.find_campaign("k2");
+  ASSERT_TRUE(id);
+  std::map<std::string, int> first10;
+  const auto evals = s.campaign_evaluations(*id);
+  ASSERT_GE(evals.size(), 10u);
+  for (std::size_t i = 0; i < 10; ++i) ++first10[evals[i].family];
+  EXPECT_EQ(first10["flash_fwd_mma"], 2) << "before: 5 of the first 10 (the templates in turn)";
+  EXPECT_EQ(first10["flash_fwd_wgmma"], 8);
 }
 
 TEST_F(TuneMulti, JsonResultNamesTheTemplateOfEachRankedConfig) {
