@@ -76,8 +76,11 @@ MultiFamily::MultiFamily(const std::string& strategy, std::vector<FamilySpace> f
   }
   warmup_.assign(arms_.size(), options_.warmup);
   rank_.assign(arms_.size(), 0);
-  // The warm start's times count only when every family has one (on the same problem).
-  const bool priors = std::all_of(arms_.begin(), arms_.end(), [&](const Arm& a) {
+  // The warm start's times count only when every family has one (on the same problem), and only for
+  // the strategy that takes a warm start (evo): exhaustive and random take none, and a resumed
+  // campaign of theirs evaluates what an uninterrupted one does, which times read again at the
+  // resume (then from the campaign's own results) would break.
+  const bool priors = strategy == "evo" && std::all_of(arms_.begin(), arms_.end(), [&](const Arm& a) {
     const auto it = options_.prior_us.find(a.stats.family);
     return it != options_.prior_us.end() && it->second > 0;
   });

@@ -54,8 +54,8 @@ struct AllocationOptions {
   std::size_t warmup = 8;
   double exploration = 0.75;
   // What the warm start says of each template: its best time on the nearest tuned problem, where
-  // that problem is the same for every template (service::add_warm_starts), else empty. The
-  // warm-up then takes the templates fastest first, and one at least `behind` times slower than
+  // that problem is the same for every template (service::add_warm_starts), else empty; evo only
+  // (the strategy that takes a warm start). The warm-up then takes the templates fastest first, and one at least `behind` times slower than
   // the fastest gets `behind_warmup` proposals (its best seeds) instead of `warmup`: on an H200,
   // flash_fwd_mma took half of 104 prefill campaigns' evaluations and won 2 of them (run 200,
   // its best 1.53x flash_fwd_wgmma's at the median, within 1.25x only where it won or nearly did).

@@ -211,6 +211,14 @@ TEST(MultiFamily, AWarmStartFarBehindShortensThatTemplatesWarmUp) {
     EXPECT_EQ(plain.front(), m) << "no times for every template: the first template first, as before";
     EXPECT_EQ(std::count(plain.begin(), plain.end(), m), 5);
   }
+  // Exhaustive takes no warm start, nor its times: resumed, it must evaluate what it would have.
+  AllocationOptions o;
+  o.prior_us = {{m, 150.0}, {w, 100.0}};
+  MultiFamily exhaustive("exhaustive", both(), problem(), 1, warm, o);
+  std::vector<std::string> order;
+  for (const Config& c : exhaustive.propose(10)) order.push_back(untag_family(c).first);
+  EXPECT_EQ(order.front(), m);
+  EXPECT_EQ(std::count(order.begin(), order.end(), m), 5);
 }
 
 TEST(MultiFamily, RefusesUnknownTemplatesAndDuplicates) {
