@@ -74,9 +74,10 @@ def reference_attention(q, k, v):
     return torch.softmax(s, -1) @ v
 
 
-def wrong_backward(dq=1.0, dk=1.0, dv=1.0):
-    """SDPA's forward, its backward with dQ, dK, dV scaled: a stand-in for a wrong backward kernel."""
-    class Wrong(torch.autograd.Function):
+def wrong_backward(dq=1.0, dk=1.0, dv=1.0, read_do=lambda do: do):
+    """SDPA's forward, its backward with dQ, dK, dV scaled and dO read through read_do: a stand-in
+    for a wrong backward kernel."""
+    class Faulty(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v):
             ctx.save_for_backward(q, k, v)
@@ -87,33 +88,18 @@ def wrong_backward(dq=1.0, dk=1.0, dv=1.0):
             xs = [t.detach().requires_grad_() for t in ctx.saved_tensors]
             with torch.enable_grad():
                 o = F.scaled_dot_product_attention(*xs, is_causal=True, enable_gqa=True)
-                gq, gk, gv = torch.autograd.grad(o, xs, do)
+                gq, gk, gv = torch.autograd.grad(o, xs, read_do(do))
             return gq * dq, gk * dk, gv * dv
-    return lambda q, k, v: Wrong.apply(q, k, v)
+    return lambda q, k, v: Faulty.apply(q, k, v)
 
 
 def non_causal(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=True)
 
 
-class _Scrambled(torch.autograd.Function):
-    """SDPA's forward; its backward reads dO in the wrong order (the sequence reversed), as a backward
-    that takes dO with another layout's strides does (run 194's reference, likely)."""
-    @staticmethod
-    def forward(ctx, q, k, v):
-        ctx.save_for_backward(q, k, v)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-
-    @staticmethod
-    def backward(ctx, do):
-        xs = [t.detach().requires_grad_() for t in ctx.saved_tensors]
-        with torch.enable_grad():
-            o = F.scaled_dot_product_attention(*xs, is_causal=True, enable_gqa=True)
-            return torch.autograd.grad(o, xs, do.flip(2))
-
-
-def scrambled(q, k, v):
-    return _Scrambled.apply(q, k, v)
+# A backward that reads dO in the wrong order (the sequence reversed), as a backward that takes dO
+# with another layout's strides does (run 194's reference, likely).
+scrambled = wrong_backward(read_do=lambda do: do.flip(2))
 
 
 @contextlib.contextmanager
