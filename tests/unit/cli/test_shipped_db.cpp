@@ -33,6 +33,10 @@ const std::string kOtherProblem = "b=2,h=8,hkv=8,s=1024,sk=1024,d=64,dtype=bf16,
 
 std::string repo_shipped() { return testing::source_dir() + "/db/shipped/attntune-shipped.db"; }
 std::string recorded_suite() { return testing::source_dir() + "/tests/data/campaigns/h100-suite.db"; }
+// tools/build_shipped_db.sh as the tests run it: with this build's binary.
+std::string build_script() {
+  return "ATTNTUNE_BIN=" + testing::attntune_bin() + " " + testing::source_dir() + "/tools/build_shipped_db.sh";
+}
 
 // Sets $ATTNTUNE_SHIPPED_DB for the commands a test runs (the test binary sets it to "" for all
 // others: tests/common/no_shipped_db.cpp); nullptr unsets it (the default locations).
@@ -407,11 +411,9 @@ TEST(ShippedPlan, HoldsAtLeast200DistinctProblemsThatTheShippedSpacesServe) {
 // then a file of results only. Synthetic results never go to the shipped file itself.
 TEST(ShippedPlan, TheBuildScriptRehearsesWithoutAGpuAndNeverOverwritesTheShippedFile) {
   TempDir dir;
-  const std::string script = testing::source_dir() + "/tools/build_shipped_db.sh";
-  const std::string bin = "ATTNTUNE_BIN=" + testing::attntune_bin() + " ";
   const std::string out = dir.file("rehearsal.db");
   const std::string log = dir.file("log");
-  ASSERT_EQ(std::system((bin + script + " --simulate --simulate-delay-ms 1 --limit 3 --gpus 0 --work " +
+  ASSERT_EQ(std::system((build_script() + " --simulate --simulate-delay-ms 1 --limit 3 --gpus 0 --work " +
                          dir.file("work") + " --out " + out + " -- --budget-evals 4 --final-top 0 >" + log + " 2>&1")
                             .c_str()),
             0)
@@ -438,7 +440,7 @@ TEST(ShippedPlan, TheBuildScriptRehearsesWithoutAGpuAndNeverOverwritesTheShipped
   EXPECT_EQ(nlohmann::json::parse(r.out)[0]["source"], "shipped");
 
   const std::string shipped_before = read_bytes(repo_shipped());
-  const int refused = std::system((bin + script + " --simulate --limit 1 --work " + dir.file("w2") + " >" + log +
+  const int refused = std::system((build_script() + " --simulate --limit 1 --work " + dir.file("w2") + " >" + log +
                                    " 2>&1").c_str());
   EXPECT_EQ(WEXITSTATUS(refused), 2);
   EXPECT_NE(read_bytes(log).find("--simulate makes synthetic results"), std::string::npos) << read_bytes(log);
@@ -451,13 +453,11 @@ TEST(ShippedPlan, TheBuildScriptRehearsesWithoutAGpuAndNeverOverwritesTheShipped
 // finishes the plan without evaluating anything twice.
 TEST(ShippedPlan, ATimeBoxedBuildWritesWhatIsDoneAndTheSameCommandFinishesIt) {
   TempDir dir;
-  const std::string script = testing::source_dir() + "/tools/build_shipped_db.sh";
-  const std::string bin = "ATTNTUNE_BIN=" + testing::attntune_bin() + " ";
   const std::string out = dir.file("partial.db");
   const std::string log = dir.file("log");
   // 4 problems x 6 evaluations x 300 ms on one worker: over 7 s of serving, stopped after 3.
   const auto build = [&](const std::string& work, const std::string& seconds) {
-    const std::string cmd = bin + script + " --simulate --simulate-delay-ms 300 --limit 4 --gpus 0 --work " + work +
+    const std::string cmd = build_script() + " --simulate --simulate-delay-ms 300 --limit 4 --gpus 0 --work " + work +
                             " --out " + out + (seconds.empty() ? "" : " --serve-seconds " + seconds) +
                             " -- --budget-evals 6 --final-top 0 >" + log + " 2>&1";
     return WEXITSTATUS(std::system(cmd.c_str()));
@@ -486,12 +486,10 @@ TEST(ShippedPlan, ATimeBoxedBuildWritesWhatIsDoneAndTheSameCommandFinishesIt) {
 // one once their stored source hashes no longer match what this tree renders.
 TEST(ShippedPlan, TheCheckListsCampaignsWhoseTemplateChanged) {
   TempDir dir;
-  const std::string script = testing::source_dir() + "/tools/build_shipped_db.sh";
-  const std::string bin = "ATTNTUNE_BIN=" + testing::attntune_bin() + " ";
   const std::string db = dir.file("shipped.db");
   const std::string log = dir.file("log");
   fs::copy_file(recorded_suite(), db);
-  const auto check = [&] { return WEXITSTATUS(std::system((bin + script + " --check --out " + db + " >" + log + " 2>&1").c_str())); };
+  const auto check = [&] { return WEXITSTATUS(std::system((build_script() + " --check --out " + db + " >" + log + " 2>&1").c_str())); };
   EXPECT_EQ(check(), 0) << read_bytes(log);
   EXPECT_NE(read_bytes(log).find("16 campaigns with results, 0 stale"), std::string::npos) << read_bytes(log);
   {
