@@ -216,8 +216,9 @@ void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const Jo
     progress.event(fmt::format("warm start: {} configs from {}{}{}", configs.size(), nearest->str(), from,
                                spaces.mixed() ? fmt::format(" ({})", s->family()) : ""));
   }
-  // Times compare only on one problem of one database, and only when every family has one.
-  if (!spaces.mixed() || sources.size() != spaces.sorted.size()) return;
+  // Times compare only on one problem of one database, and only when every family has one; and only
+  // evo's warm-up takes them (MultiFamily: exhaustive and random take no warm start).
+  if (!spaces.mixed() || sources.size() != spaces.sorted.size() || topts.strategy != "evo") return;
   double fastest = 0;
   std::string fastest_family;
   for (const Source& s : sources) {
