@@ -185,7 +185,7 @@ Defines kernel_defines(const SearchSpace& space, const Config& config, const Pro
   if (problem.softcapped()) defs.emplace_back("ATT_SOFTCAP", 1);
   if (problem.sinks) defs.emplace_back("ATT_SINKS", 1);
   for (const auto& param : space.params()) {
-    const Value& v = config.at(param.name);
+    const Value& v = *param_value(config, param);  // check() above: named or defaulted
     const std::string macro = macro_name(param.name);
     switch (param.kind) {
       case ParamKind::kInt: defs.emplace_back(macro, std::get<std::int64_t>(v)); break;
@@ -214,7 +214,7 @@ RenderedKernel render_kernel(const SearchSpace& space, const Config& config, con
   const Family& fam = builtin_family(space.family());
   Defines defines = kernel_defines(space, config, problem, arch);
   std::string src = fmt::format("// attntune candidate: {} {} (d={}{}, dtype={}, causal={}{}{}{}{})\n", fam.name,
-                                config_str(config), problem.d,
+                                config_str(space.complete(config)), problem.d,
                                 problem.split_dims() ? fmt::format(", dv={}{}", problem.dv, problem.latent ? ", latent=1" : "")
                                                      : std::string(),
                                 dtype_name(problem.dtype), problem.causal ? 1 : 0,

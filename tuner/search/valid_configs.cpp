@@ -21,9 +21,9 @@ std::optional<Genome> ValidConfigs::genome_of(const Config& c) const {
   Genome g;
   g.reserve(domain_sizes_.size());
   for (const Param& p : space_->params()) {
-    auto it = c.find(p.name);
-    if (it == c.end()) return std::nullopt;
-    auto pos = std::find(p.values.begin(), p.values.end(), it->second);
+    const Value* value = param_value(c, p);
+    if (!value) return std::nullopt;
+    auto pos = std::find(p.values.begin(), p.values.end(), *value);
     if (pos == p.values.end()) return std::nullopt;
     g.push_back(static_cast<int>(pos - p.values.begin()));
   }

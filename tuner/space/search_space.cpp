@@ -40,6 +40,12 @@ std::string trim(std::string_view s) {
 
 }  // namespace
 
+const Value* param_value(const Config& c, const Param& p) {
+  const auto it = c.find(p.name);
+  if (it != c.end()) return &it->second;
+  return p.default_value ? &*p.default_value : nullptr;
+}
+
 const char* param_kind_name(ParamKind k) {
   switch (k) {
     case ParamKind::kInt: return "int";
@@ -159,11 +165,11 @@ std::optional<std::string> SearchSpace::bind_config(const Config& c, std::vector
   }
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Param& p = params_[i];
-    auto it = c.find(p.name);
-    if (it == c.end()) return fmt::format("missing parameter {}", p.name);
-    auto pos = std::find(p.values.begin(), p.values.end(), it->second);
+    const Value* value = param_value(c, p);
+    if (!value) return fmt::format("missing parameter {}", p.name);
+    auto pos = std::find(p.values.begin(), p.values.end(), *value);
     if (pos == p.values.end())
-      return fmt::format("{}={} is not in the domain of {} ({})", p.name, value_str(it->second), p.name, domain_text(p));
+      return fmt::format("{}={} is not in the domain of {} ({})", p.name, value_str(*value), p.name, domain_text(p));
     slots[static_cast<std::size_t>(param_base_) + i] = encoded_[i][static_cast<std::size_t>(pos - p.values.begin())];
   }
   return std::nullopt;
@@ -383,8 +389,15 @@ Config SearchSpace::parse_config(const std::string& text) const {
     if (end == text.size()) break;
     pos = end + 1;
   }
+  c = complete(std::move(c));
   for (const auto& n : names)
     if (!c.count(n)) throw InputError(fmt::format("config: missing parameter '{}' (parameters of {}: {})", n, family_, join(names)));
+  return c;
+}
+
+Config SearchSpace::complete(Config c) const {
+  for (const Param& p : params_)
+    if (!c.count(p.name) && p.default_value) c.emplace(p.name, *p.default_value);
   return c;
 }
 

@@ -31,7 +31,14 @@ struct Param {
   ParamKind kind;
   std::vector<Value> values;  // domain in declared order
   std::string doc;            // optional one-line description
+  // The value of a config that does not name the param (YAML `default:`): what a build did before
+  // the param existed, so that results recorded then (a database, the shipped one, warm starts)
+  // still name a config of this space. None: every config must name it.
+  std::optional<Value> default_value;
 };
+
+// The value config `c` gives param `p`: its own, else p's default; null when it has neither.
+const Value* param_value(const Config& c, const Param& p);
 
 struct DerivedDef {
   std::string name;
@@ -103,6 +110,9 @@ class SearchSpace {
   // constraints need not hold), in declaration order, bools as 0/1.
   std::vector<std::pair<std::string, std::int64_t>> derive(const Config& c, const Problem& p,
                                                            const std::string& arch) const;
+  // `c` with every param it does not name that has a default (Param::default_value) set to it:
+  // the config a result recorded before those params existed names in this space.
+  Config complete(Config c) const;
   // "block_m=64,warps=4,..." against the declared params: each given once, values in the domain.
   Config parse_config(const std::string& text) const;
 

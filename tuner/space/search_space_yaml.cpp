@@ -461,12 +461,14 @@ void SpaceLoader::read_param(const Entry& e) {
     read_list(e);
   } else if (e.value.IsMap()) {
     static const std::vector<std::string> kForms = {"values", "range", "pow2", "enum"};
-    std::vector<Entry> keys = entries(e, {"values", "range", "step", "pow2", "enum", "doc"});
+    std::vector<Entry> keys = entries(e, {"values", "range", "step", "pow2", "enum", "doc", "default"});
     const Entry* form = nullptr;
     const Entry* step = nullptr;
+    const Entry* fallback = nullptr;
     for (const Entry& k : keys) {
       if (k.name == "doc") p.doc = scalar(k, k.value, "a string");
       else if (k.name == "step") step = &k;
+      else if (k.name == "default") fallback = &k;
       else if (form) fail(k.key, fmt::format("{}: both '{}' and '{}'; give one of {}", e.path, form->name, k.name, join(kForms)));
       else form = &k;
     }
@@ -509,6 +511,19 @@ void SpaceLoader::read_param(const Entry& e) {
       }
       for (const auto& v : names) encoded.push_back(sp_.scope_.intern(v));
       sp_.scope_.add(e.name, ExprType::kString, names);
+    }
+    if (fallback) {
+      // One of the domain's values, written as the domain's are.
+      const std::string text = scalar(*fallback, fallback->value, "a value of the domain");
+      for (const Value& v : p.values)
+        if (value_str(v) == text || (p.kind == ParamKind::kBool && (text == "1" ? std::get<bool>(v) : text == "0" && !std::get<bool>(v))))
+          p.default_value = v;
+      if (!p.default_value)
+        fail(fallback->value, fmt::format("{}: default {} is not in the domain ({})", fallback->path, text, [&] {
+               std::vector<std::string> all;
+               for (const Value& v : p.values) all.push_back(value_str(v));
+               return join(all);
+             }()));
     }
   } else {
     fail(e, "expected a list [a, b], bool, or a mapping with one of values, range, pow2, enum");

@@ -58,7 +58,7 @@ const BadCase kBadCases[] = {
      "device_limits.sm_90: 'smem_per_block' is not a limit of sm_89; all archs must have the same keys "
      "(max_smem_per_block, smem_per_sm)"},
     {"unknown_param_key.yaml", "6:30",
-     "params.kv_stages: unknown key 'stp' (did you mean 'step'?); expected one of: values, range, step, pow2, enum, doc"},
+     "params.kv_stages: unknown key 'stp' (did you mean 'step'?); expected one of: values, range, step, pow2, enum, doc, default"},
     {"reserved_name.yaml", "7:3", "params.hkv: 'hkv' is reserved: it is a problem field"},
     {"bad_dtype.yaml", "7:17", "problem.dtype: 'fp32' is not a dtype (fp16, bf16)"},
     // Expressions: the column is that of the offending token inside the YAML line.
@@ -235,4 +235,47 @@ TEST(SearchSpaceLoad, ValidSpaceReadsEveryForm) {
   // The hash is of the bytes: a comment changes it.
   EXPECT_NE(SearchSpace::parse(kHead + "params: {x: [1]}\n", "a").hash(),
             SearchSpace::parse(kHead + "params: {x: [1]}\n# note\n", "a").hash());
+}
+
+// A param's `default:` is the value of a config that does not name it (one recorded before the
+// param existed): check, derive, parse_config and the domain accept such a config as that value.
+TEST(SearchSpaceLoad, ParamDefaultNamesConfigsRecordedBeforeIt) {
+  const SearchSpace sp = SearchSpace::parse(kHead +
+                                                "params:\n"
+                                                "  a: [64, 128]\n"
+                                                "  packed: {values: [false, true], default: false}\n"
+                                                "  mode: {enum: [x, y], default: y, doc: a mode}\n"
+                                                "  n: {range: [1, 3], default: 2}\n"
+                                                "derived:\n  rows: \"packed ? a * 2 : a\"\n"
+                                                "constraints:\n  - {expr: \"!packed || a == 64\", why: w}\n",
+                                            "toy.yaml");
+  ASSERT_EQ(sp.params().size(), 4u);
+  EXPECT_FALSE(sp.params()[0].default_value);
+  EXPECT_EQ(sp.params()[1].default_value, Value{false});
+  EXPECT_EQ(sp.params()[2].default_value, Value{std::string("y")});
+  EXPECT_EQ(sp.params()[2].doc, "a mode");
+  EXPECT_EQ(sp.params()[3].default_value, Value{std::int64_t{2}});
+  const Problem p = Problem::parse("b=1,h=1,s=128,d=64,dtype=bf16,causal=0");
+  const std::string arch = sp.default_arch();
+  // An old config (a alone): valid, and derived as packed=false.
+  const Config old = {{"a", std::int64_t{128}}};
+  EXPECT_EQ(sp.check(old, p, arch), std::nullopt);
+  EXPECT_EQ(sp.derive(old, p, arch).front(), (std::pair<std::string, std::int64_t>{"rows", 128}));
+  // A default is a value like any other: a config naming another is checked as ever.
+  EXPECT_EQ(sp.check({{"a", std::int64_t{128}}, {"packed", true}}, p, arch), std::optional<std::string>("w"));
+  // a has no default: a config without it is refused as before.
+  EXPECT_EQ(sp.check({{"packed", false}}, p, arch), std::optional<std::string>("missing parameter a"));
+  // parse_config fills the defaults in.
+  EXPECT_EQ(sp.parse_config("a=64"),
+            (Config{{"a", std::int64_t{64}}, {"packed", false}, {"mode", std::string("y")}, {"n", std::int64_t{2}}}));
+  EXPECT_EQ(sp.parse_config("a=64,mode=x").at("mode"), Value{std::string("x")});
+  // Enumerated configs name every param.
+  for (const Config& c : sp.enumerate(p, arch)) EXPECT_EQ(c.size(), 4u);
+  // A default must be a value of the domain, written as the domain's are.
+  EXPECT_EQ(parse_error(kHead + "params:\n  x: {values: [1, 2], default: 5}\n"),
+            "inline.yaml:6:32: params.x.default: default 5 is not in the domain (1, 2)");
+  EXPECT_EQ(parse_error(kHead + "params:\n  x: {default: 1}\n"),
+            "inline.yaml:6:6: params.x: expected one of: values, range, pow2, enum");
+  EXPECT_EQ(SearchSpace::parse(kHead + "params:\n  x: {values: [false, true], default: 1}\n", "t").params()[0].default_value,
+            Value{true});
 }
