@@ -7,7 +7,9 @@ binary is a version of the templates) NVRTC-compiles the same fixed sample of a 
 configs for a problem (`attntune compile --sample N --seed S --db`), the cubins come out of the
 build cache by source hash, and `cuobjdump --dump-sass` of each pair is compared after dropping
 what only names the source (addresses in comments, the file's own name). Exit 0 when every pair
-is identical, 1 otherwise (the first differing lines of each are printed).
+is identical, 1 otherwise (the first differing lines of each are printed). A tunable the new space
+adds at its old value (--new-param pack_gqa=false) is left out of the new configs' names, so that
+they pair with the old ones.
 
     tools/sass_diff.py --before /tmp/attntune-before --after build/attntune \
         --space search_spaces/flash_fwd_mma.yaml --problem b=1,h=8,s=256,d=64,dtype=bf16,causal=1 \
@@ -35,7 +37,12 @@ def build(binary, args, workdir, tag):
     con = sqlite3.connect(db)
     result = {}
     for r in rows:
-        key = json.dumps(r["config"], sort_keys=True)
+        config = dict(r["config"])
+        if tag == "after":  # a tunable the new space adds, at the value the old builds had
+            for name, value in args.new_param:
+                if str(config.get(name)).lower() == value.lower():
+                    del config[name]
+        key = json.dumps(config, sort_keys=True)
         if r["status"] != "ok":
             result[key] = (r["status"], None, r)
             continue
@@ -66,6 +73,10 @@ def main():
     ap.add_argument("--space", required=True)
     ap.add_argument("--space-before", help="the old binary's space file where the new one has keys it cannot read "
                     "(a new problem key: the configs must be the same); default --space")
+    ap.add_argument("--new-param", action="append", default=[], type=lambda t: tuple(t.split("=", 1)),
+                    metavar="NAME=VALUE", help="a tunable the new space adds (with its `default:`, the old builds' "
+                    "value): the new configs that give it VALUE are compared with the old ones that lack it; "
+                    "sample a problem where it takes no other value (repeatable)")
     ap.add_argument("--problem", required=True)
     ap.add_argument("--arch", required=True)
     ap.add_argument("--sample", type=int, default=8)

@@ -165,6 +165,52 @@ __device__ __forceinline__ void load_tile_paged(u32 tile, const elem_t* head_bas
   }
 }
 
+// Pass f of load_tile_packed: packed row r = row + it * kRowsPerIter is query row r / group of the
+// group's query head r % group, looked up in the row's first panel pass and kept for the others;
+// zero-filled at or past row_end (the sequence's packed rows).
+template <int kRows, int kDim>
+struct CopyPackedRows {
+  using S = CopyPasses<kRows, kDim>;
+  u32 dst0, dst1;
+  const elem_t* base;  // the group's first query head, row 0, this thread's chunk
+  long long row_stride, head_stride;
+  int row, row_end, group;
+  const elem_t* src;  // the row pass's row (base past row_end)
+  bool valid;         // ... is one of the sequence's
+  template <int f>
+  __device__ __forceinline__ void run() {
+    constexpr int it = S::row_pass(f), pi = S::panel_pass(f);
+    constexpr int kOff = S::off(f);
+    const u32 dst = S::odd(f) ? dst1 : dst0;
+    if constexpr (pi == 0) {
+      const int r = row + it * S::kRowsPerIter;
+      valid = r < row_end;
+      src = base;
+      if (valid) {
+        const int q_row = r / group;
+        src += q_row * row_stride + (r - q_row * group) * head_stride;
+      }
+    }
+    if (S::all_copy(f) || S::thread_tail(threadIdx.x)) cp_async_16_at<kOff>(dst, src + pi * S::kPanelElems, valid);
+  }
+};
+
+// load_tile of GQA-packed rows (kPackGqa): packed rows [row0, row0 + kRows) of a query group whose
+// first head's row 0 is `group_base`, each at its query row and head; rows at or past row_end
+// zero-filled (they are not stored). Per row a division by the group size, once a CTA.
+template <int kRows, int kDim = T::kHeadDim>
+__device__ __forceinline__ void load_tile_packed(u32 tile, const elem_t* group_base, long long row_stride,
+                                                 long long head_stride, int group, int row0, int row_end) {
+  using S = CopyPasses<kRows, kDim>;
+  const int r = S::thread_row(threadIdx.x);
+  const int chunk = S::thread_chunk(threadIdx.x);
+  const u32 dst0 = tile + swizzled<kDim>(r, chunk) * 2;
+  const u32 dst1 = S::kRowsPerIter % 8 == 0 ? dst0 : tile + swizzled<kDim>(r + S::kRowsPerIter, chunk) * 2;
+  CopyPackedRows<kRows, kDim> copy{dst0,    dst1,  group_base + chunk * 8, row_stride, head_stride, row0 + r,
+                                   row_end, group, nullptr,                false};
+  unroll<0, S::kPasses>(copy);
+}
+
 // Per-warp state and the four steps of one sub-tile of kSubN keys: scores, mask, softmax, P.V.
 // Thread (lane) holds rows (m, h) = warp_row0 + m*16 + g + 8h of the block, g = lane/4, h in {0,1}.
 //
@@ -341,6 +387,32 @@ __device__ __forceinline__ void mask_scores(float (&acc_s)[T::kMTiles][T::kSubTi
       }
 }
 
+// GQA-packed builds (kPackGqa): the rows of a tile are not consecutive queries (packed row r is
+// query r / group), so each of this thread's rows gets its query position, one division a row and
+// masked tile, and every key outside the row's visible range gets -inf: keys at or past seqlen_k,
+// (causal) right of its diagonal, (window builds) outside its window. row0: this warp's first
+// packed row in the sequence.
+__device__ __forceinline__ void mask_packed(float (&acc_s)[T::kMTiles][T::kSubTiles][4], int row0, int group,
+                                            int n0, int seqlen_k, int diag, int lane, const VariantParams& v) {
+  const int g = lane >> 2, tig = lane & 3;
+  const mma_tiles::Offsets o = mma_tiles::visible_offsets<T::kCausal>(
+      diag, T::kWindow ? v.window_left : -1, T::kWindow ? v.window_right : -1);
+#pragma unroll
+  for (int m = 0; m < T::kMTiles; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int q_row = (row0 + m * 16 + g + 8 * h) / group;
+#pragma unroll
+      for (int n = 0; n < T::kSubTiles; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = n0 + n * 8 + tig * 2 + e;
+          const int offset = col - q_row;
+          if (col >= seqlen_k || offset < o.lo || offset > o.hi) acc_s[m][n][2 * h + e] = neg_inf();
+        }
+    }
+}
+
 // Soft-cap builds: each raw score s becomes tanh(x), x = s * softcap_scale (the cap c itself is in
 // exp2_scale), before masking, which sets -inf after the cap. Two forms (traits.cuh picks one,
 // kSoftcapNewton), both exact to ~3e-7 absolute (c * 3e-7 in the capped score):
@@ -496,8 +568,13 @@ flash_fwd_mma(const AttnParams p) {
   const u32 sk = sq + T::kQElems * 2;                 // (kStages, kBlockN, kHeadDim)
   const u32 sv = sk + T::kStages * T::kKElems * 2;    // (kStages, kBlockN, kHeadDimV)
 
-  const int head = blockIdx.y, batch = blockIdx.z;
-  const int kv_head = head / p.q_per_kv;
+  // GQA packing (kPackGqa): grid y is the KV head, and the CTA's rows are packed rows of its
+  // `group` query heads (packed row r: query row r / group of head `head` + r % group), seqlen_q *
+  // group of them a sequence; else grid y is the query head, group 1.
+  const int group = T::kPackGqa ? p.q_per_kv : 1;
+  const int head = T::kPackGqa ? static_cast<int>(blockIdx.y) * group : static_cast<int>(blockIdx.y);
+  const int batch = blockIdx.z;
+  const int kv_head = T::kPackGqa ? static_cast<int>(blockIdx.y) : head / p.q_per_kv;
   // The sequence this block's rows belong to: batch entry `batch`, or (varlen) the packed
   // sequence `batch`, rows [cu_seqlens[batch], cu_seqlens[batch + 1]) of q/o and k/v.
   const elem_t* q;
@@ -506,6 +583,7 @@ flash_fwd_mma(const AttnParams p) {
   elem_t* o;
   float* lse;
   int seqlen_q, seqlen_k, m_block;
+  long long lse_head_stride;  // packed builds: from one query head's LSE row to the next
   // The sequence's bounds, its query blocks and which of them this CTA computes: tiles.h, the
   // launch plan's view too.
   if constexpr (T::kVarlen) {
@@ -514,7 +592,7 @@ flash_fwd_mma(const AttnParams p) {
     seqlen_q = seq.len_q;
     seqlen_k = seq.len_k;
     // The grid covers the longest sequence; this one may end before this block.
-    const int m_blocks = mma_tiles::query_blocks(seqlen_q, T::kBlockM);
+    const int m_blocks = mma_tiles::query_blocks(seqlen_q * group, T::kBlockM);
     if (static_cast<int>(blockIdx.x) >= m_blocks) return;
     m_block = mma_tiles::query_block<T::kCausal>(int(blockIdx.x), m_blocks);
     q = static_cast<const elem_t*>(p.q) + q0 * p.q_stride[2] + head * p.q_stride[1];
@@ -522,6 +600,7 @@ flash_fwd_mma(const AttnParams p) {
     v = static_cast<const elem_t*>(p.v) + k0 * p.v_stride[2] + kv_head * p.v_stride[1];
     o = static_cast<elem_t*>(p.o) + q0 * p.o_stride[2] + head * p.o_stride[1];
     // LSE [heads_q, total_q].
+    lse_head_stride = T::kPackGqa ? p.cu_seqlens_q[p.batch] : 0;
     lse = p.lse ? p.lse + static_cast<long long>(head) * p.cu_seqlens_q[p.batch] + q0 : nullptr;
   } else {
     seqlen_q = p.seqlen_q;
@@ -535,9 +614,16 @@ flash_fwd_mma(const AttnParams p) {
     k = static_cast<const elem_t*>(p.k) + (paged ? 0 : batch * p.k_stride[0]) + kv_head * p.k_stride[1];
     v = static_cast<const elem_t*>(p.v) + (paged ? 0 : batch * p.v_stride[0]) + kv_head * p.v_stride[1];
     o = static_cast<elem_t*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[1];
+    lse_head_stride = p.seqlen_q;
     lse = p.lse ? p.lse + (static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q : nullptr;
   }
   const int m0 = m_block * T::kBlockM;
+  // The block's rows in the sequence (packed builds: packed rows, seqlen_q * group of them), and
+  // the query rows its rows and this warp's hold: [q_lo, q_hi) (packed: rows r..r_end hold queries
+  // r / group..(r_end - 1) / group).
+  const int rows_end = T::kPackGqa ? seqlen_q * group : seqlen_q;
+  const int q_lo = T::kPackGqa ? m0 / group : m0;
+  const int q_hi = T::kPackGqa ? (m0 + T::kBlockM - 1) / group + 1 : m0 + T::kBlockM;
   // Bottom-right causal alignment: query i sees keys j <= i + diag, diag = seqlen_k - seqlen_q.
   const int diag = seqlen_k - seqlen_q;
   // A window's sides (-1: unbounded), read by window builds only.
@@ -546,7 +632,7 @@ flash_fwd_mma(const AttnParams p) {
   // The K/V tiles holding the keys this block's rows see (tiles.h): n_blocks tiles from key
   // first_key on; a window's block skips every tile outside it.
   const mma_tiles::KeyRange keys =
-      mma_tiles::block_keys<T::kCausal, T::kWindow>(m0, m0 + T::kBlockM, seqlen_k, diag, window_left, window_right);
+      mma_tiles::block_keys<T::kCausal, T::kWindow>(q_lo, q_hi, seqlen_k, diag, window_left, window_right);
   const int n_blocks = mma_tiles::tile_count(keys, T::kBlockN);
   // From here on keys count from first_key: the K/V loop, the loads, the masks and the unmasked
   // ranges see the keys [first_key, seqlen_k) as keys [0, len_k) whose diagonal is diag_k, and the
@@ -562,9 +648,11 @@ flash_fwd_mma(const AttnParams p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tig = lane & 3;
   const int warp_row0 = warp * T::kWarpRows;
+  const int warp_q_lo = T::kPackGqa ? (m0 + warp_row0) / group : m0 + warp_row0;
+  const int warp_q_hi = T::kPackGqa ? (m0 + warp_row0 + T::kWarpRows - 1) / group + 1 : m0 + warp_row0 + T::kWarpRows;
   // Window builds: the keys every row of this warp sees; a tile inside them is not masked.
   const mma_tiles::KeyRange unmasked = mma_tiles::unmasked_keys<T::kCausal, T::kWindow>(
-      m0 + warp_row0, m0 + warp_row0 + T::kWarpRows, len_k, diag_k, window_left, window_right);
+      warp_q_lo, warp_q_hi, len_k, diag_k, window_left, window_right);
 
   WarpState st;
   init_frag_addrs(st, sq, warp_row0, lane);
@@ -628,11 +716,17 @@ flash_fwd_mma(const AttnParams p) {
   // Does key range [n0, n0 + n) need masking for any row of this warp?
   auto needs_mask = [&](int n0, int n) {
     if constexpr (T::kWindow) return n0 < unmasked.begin || n0 + n > unmasked.end;
-    return n0 + n > len_k || (T::kCausal && n0 + n - 1 > m0 + warp_row0 + diag_k);
+    return n0 + n > len_k || (T::kCausal && n0 + n - 1 > warp_q_lo + diag_k);
+  };
+  auto mask = [&](float (&acc_s)[T::kMTiles][T::kSubTiles][4], int n0) {
+    if constexpr (T::kPackGqa) mask_packed(acc_s, m0 + warp_row0, group, n0, len_k, diag_k, lane, p.variant);
+    else mask_scores(acc_s, m0 + warp_row0, n0, len_k, diag_k, lane, p.variant);
   };
 
   if (n_blocks > 0) {
-    load_tile<T::kBlockM>(sq, q, p.q_stride[2], m0, seqlen_q);  // joins the first group
+    // Q joins the first group.
+    if constexpr (T::kPackGqa) load_tile_packed<T::kBlockM>(sq, q, p.q_stride[2], p.q_stride[1], group, m0, rows_end);
+    else load_tile<T::kBlockM>(sq, q, p.q_stride[2], m0, seqlen_q);
 #pragma unroll
     for (int t = 0; t < T::kLookahead; ++t) issue(t);
   }
@@ -656,8 +750,7 @@ flash_fwd_mma(const AttnParams p) {
         float acc_s[T::kMTiles][T::kSubTiles][4];
         compute_scores(acc_s, st, k_base + key0 * kRowBytes);
         if constexpr (T::kSoftcap) softcap_scores(acc_s, p.variant);  // before masking
-        if (needs_mask(n0 + key0, T::kSubN))
-          mask_scores(acc_s, m0 + warp_row0, n0 + key0, len_k, diag_k, lane, p.variant);
+        if (needs_mask(n0 + key0, T::kSubN)) mask(acc_s, n0 + key0);
         u32 p_frag[T::kMTiles][T::kSubSteps][4];
         softmax_step(st, acc_s, p_frag, exp2_scale(p));
         accumulate_pv(st, p_frag, v_base + key0 * kRowBytesV);
@@ -671,7 +764,7 @@ flash_fwd_mma(const AttnParams p) {
       float acc_s[T::kMTiles][T::kSubTiles][4];
       compute_scores(acc_s, st, k_base);
       if constexpr (T::kSoftcap) softcap_scores(acc_s, p.variant);  // before masking
-      if (needs_mask(n0, T::kBlockN)) mask_scores(acc_s, m0 + warp_row0, n0, len_k, diag_k, lane, p.variant);
+      if (needs_mask(n0, T::kBlockN)) mask(acc_s, n0);
       u32 p_frag[T::kMTiles][T::kSubSteps][4];
       softmax_step(st, acc_s, p_frag, exp2_scale(p));
       cp_async_wait<T::kLookahead - 1>();  // V_j landed
@@ -683,7 +776,7 @@ flash_fwd_mma(const AttnParams p) {
   cp_async_wait<0>();
 
   // Sinks: the head's logit joins each row's denominator (sink_finish).
-  const float sink = T::kSinks ? p.variant.sinks[head] : 0.f;
+  const float sink = T::kSinks && !T::kPackGqa ? p.variant.sinks[head] : 0.f;
 
   // Epilogue: finish the row sums across the 4 threads of a row, normalise, store.
 #pragma unroll
@@ -696,15 +789,20 @@ flash_fwd_mma(const AttnParams p) {
       float inv;  // a row that saw no key outputs zeros
       float row_lse;
       if constexpr (T::kSinks) {
-        const SinkFinish f = sink_finish(st.row_max[m][h] * exp2_scale(p), sum, sink);
+        // Packed builds: the sink of the row's head.
+        const float row_sink = T::kPackGqa ? p.variant.sinks[head + (m0 + warp_row0 + m * 16 + g + 8 * h) % group] : sink;
+        const SinkFinish f = sink_finish(st.row_max[m][h] * exp2_scale(p), sum, row_sink);
         inv = f.o_scale;
         row_lse = f.lse;
       } else {
         inv = sum > 0.f ? 1.f / sum : 0.f;
       }
+      // The row (packed builds: its query row and head in the group).
       const int row = m0 + warp_row0 + m * 16 + g + 8 * h;
-      if (row < seqlen_q) {
-        elem_t* orow = o + row * p.o_stride[2];
+      const int q_row = T::kPackGqa ? row / group : row;
+      const int in_group = T::kPackGqa ? row - q_row * group : 0;
+      if (row < rows_end) {
+        elem_t* orow = T::kPackGqa ? o + q_row * p.o_stride[2] + in_group * p.o_stride[1] : o + row * p.o_stride[2];
 #pragma unroll
         for (int d = 0; d < T::kDTiles; ++d) {
           *reinterpret_cast<u32*>(orow + d * 8 + tig * 2) =
@@ -714,7 +812,8 @@ flash_fwd_mma(const AttnParams p) {
           // log(sum exp(scale*s)) = (scale_log2 * max + log2(sum)) * ln(2)
           if constexpr (!T::kSinks)
             row_lse = sum > 0.f ? (st.row_max[m][h] * exp2_scale(p) + lg2(sum)) * 0.6931471805599453f : neg_inf();
-          lse[row] = row_lse;
+          if constexpr (T::kPackGqa) lse[q_row + in_group * lse_head_stride] = row_lse;
+          else lse[row] = row_lse;
         }
       }
     }

@@ -58,6 +58,16 @@ struct Traits {
   // softmax steps of kSubN keys (fewer barriers per key without more score registers).
   static constexpr bool kBlockwise = KV_SCHEDULE == KV_SCHEDULE_BLOCKWISE;
   static constexpr int kSubN = SUB_N;
+  // GQA packing: a CTA's rows are the packed rows of one KV head's query heads (packed row r is
+  // query row r / G of the group's query head r % G, G = q_per_kv), so a short query sequence
+  // fills a tile with the group's heads instead of leaving it part empty, and K/V are read once
+  // for them (FlashAttention-3's and -4's pack_gqa). A tunable with a default: a config recorded
+  // before it existed (no PACK_GQA) is a build without it.
+#if defined(PACK_GQA)
+  static constexpr bool kPackGqa = PACK_GQA != 0;
+#else
+  static constexpr bool kPackGqa = false;
+#endif
   // The soft-cap's tanh (kernel.cu, softcap_scores): by MUFU (an ex2 and an rcp a score: with the
   // softmax's ex2, three MUFU ops where a plain build has one) or, with ATT_SOFTCAP_NEWTON=1, its
   // reciprocal by Newton steps on the FMA pipe (two MUFU ops, ~6 more instructions and a live sign

@@ -81,6 +81,62 @@ TEST(FlashFwdMmaRender, GeometryFollowsTheSpace) {
   }
 }
 
+// GQA packing (pack_gqa): one CTA per block_m packed rows of a (batch, KV head), seqlen_q *
+// q_per_kv of them; offered only with GQA where packing needs fewer tiles (or a packed batch).
+TEST(FlashFwdMmaRender, PackedGeometryAndWhereItIsOffered) {
+  const SearchSpace space = load_space();
+  auto packs = [](const Config& c) { return std::get<bool>(c.at("pack_gqa")); };
+  const Problem p = Problem::parse("b=3,h=28,hkv=4,s=40,sk=4096,d=64,dtype=bf16,causal=1");
+  std::size_t packed = 0;
+  for (const Config& c : spread(space.enumerate(p, "sm_90"), 40)) {
+    const auto plan = plan_call(render_kernel(space, c, p, "sm_90").launch, attntune::testing::dense_call_of(p),
+                                attntune::testing::FakeDevice{}.device());
+    ASSERT_TRUE(plan);
+    const auto bm = std::get<std::int64_t>(c.at("block_m"));
+    const attntune_plan::Launch& g = plan->launch[0];
+    if (packs(c)) {
+      ++packed;
+      EXPECT_EQ(g.grid[0], static_cast<unsigned>((40 * 7 + bm - 1) / bm));
+      EXPECT_EQ(g.grid[1], 4u);
+    } else {
+      EXPECT_EQ(g.grid[0], 1u);
+      EXPECT_EQ(g.grid[1], 28u);
+    }
+    EXPECT_EQ(g.grid[2], 3u);
+  }
+  EXPECT_GT(packed, 0u);
+  // Not without GQA, nor where block_m divides s (no tile to fill); always for a packed batch with GQA.
+  auto any_pack = [&](const char* spec) {
+    bool any = false;
+    space.for_each_valid(Problem::parse(spec), "sm_90", [&](const Config& c) { any = any || packs(c); });
+    return any;
+  };
+  EXPECT_FALSE(any_pack("b=1,h=8,s=40,d=64,dtype=bf16,causal=1"));
+  EXPECT_FALSE(any_pack("b=1,h=32,hkv=8,s=4096,d=64,dtype=bf16,causal=1"));
+  EXPECT_TRUE(any_pack("b=1,h=32,hkv=8,s=1000,d=64,dtype=bf16,causal=1"));
+  EXPECT_TRUE(any_pack("b=4,h=32,hkv=8,s=4096,d=64,dtype=bf16,causal=1,varlen=1"));
+  EXPECT_FALSE(any_pack("b=4,h=8,s=4096,d=64,dtype=bf16,causal=1,varlen=1"));
+  // A packed build refuses a call whose query heads are not a multiple of its KV heads.
+  Config c = attntune::testing::first_config(space, p, "sm_90", packs);
+  attntune_plan::Call call = attntune::testing::dense_call_of(p);
+  call.heads_q = 30;
+  std::string why;
+  EXPECT_FALSE(plan_call(render_kernel(space, c, p, "sm_90").launch, call, attntune::testing::FakeDevice{}.device(), &why));
+  EXPECT_NE(why.find("not a multiple"), std::string::npos) << why;
+}
+
+// A config recorded before pack_gqa existed (no pack_gqa) renders as pack_gqa=false: the same source.
+TEST(FlashFwdMmaRender, AConfigWithoutPackGqaIsAnUnpackedBuild) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=1,h=32,hkv=8,s=1000,d=128,dtype=bf16,causal=1");
+  Config c = space.enumerate(p, "sm_90").front();
+  ASSERT_FALSE(std::get<bool>(c.at("pack_gqa")));
+  Config old = c;
+  old.erase("pack_gqa");
+  EXPECT_EQ(render_kernel(space, old, p, "sm_90").source_hash, render_kernel(space, c, p, "sm_90").source_hash);
+  EXPECT_EQ(space.check(old, p, "sm_90"), std::nullopt);
+}
+
 TEST(FlashFwdMmaRender, InvalidConfigIsRejectedBeforeRendering) {
   const SearchSpace space = load_space();
   const Problem p = Problem::parse("b=1,h=1,s=128,d=128,dtype=bf16,causal=0");
