@@ -4,7 +4,8 @@
 # families' prefill and decode shapes) is queued with `attntune submit` and tuned with `attntune
 # serve` on every GPU, as tools/slurm/ does on a cluster; then the compile cache and the service's
 # bookkeeping are dropped and the file is vacuumed into place. The campaigns already shipped are
-# merged in first: they are kept, and they warm-start the new ones.
+# merged in first: they are kept, and they warm-start the new ones; those whose kernel source has
+# changed since they were measured (a template change: export refuses them) are measured again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,7 +22,10 @@ usage: tools/build_shipped_db.sh [options] [-- attntune-submit-args...]
                       is done; the same command again continues where it stopped (the plan is in
                       spread order, so a part-built database covers every family and regime)
   --limit N           only the plan's first N problems (a rehearsal)
-  --fresh             do not merge the campaigns of the current --out file in first
+  --fresh             do not merge the campaigns of the current --out file in first (merged, a
+                      campaign of the plan whose template changed since it was measured is
+                      measured again, warm-started from its own best configs; it keeps answering
+                      until its new measurement is done)
   --simulate          `attntune serve --simulate` (synthetic results, no GPU): rehearses the
                       pipeline; refused with the default --out, so made-up results never ship
   --simulate-delay-ms N
@@ -57,22 +61,34 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -x "$bin" ] || die "no attntune binary at '$bin' (build it, or set ATTNTUNE_BIN)"
-if [ "$check" = 1 ]; then
-  [ -e "$out" ] || die "no database at '$out'"
+# The campaigns of database $1 with results whose kernel source has changed since they were measured
+# (export refuses them: "template has changed"), found by exporting each as this tree renders it:
+# "stale NAME" a line, then "total N".
+stale_campaigns() {
+  local scratch total=0 name
   scratch=$(mktemp -d "${TMPDIR:-/tmp}/attntune-shipped-check-XXXXXX")
-  trap 'rm -rf "$scratch"' EXIT
-  total=0 stale=0
   while IFS= read -r name; do
     total=$((total + 1))
-    if ! ATTNTUNE_SHIPPED_DB= "$bin" export --db "$out" --campaign "$name" -o "$scratch/k.cu" > /dev/null 2> "$scratch/err"; then
+    if ! ATTNTUNE_SHIPPED_DB= "$bin" export --db "$1" --campaign "$name" -o "$scratch/k.cu" > /dev/null 2> "$scratch/err"; then
       if grep -q "template has changed" "$scratch/err"; then
-        stale=$((stale + 1)); echo "stale: $name" >&2
+        echo "stale $name"
       else
-        die "export of campaign '$name' failed: $(tail -1 "$scratch/err")"
+        echo "build_shipped_db.sh: error: export of campaign '$name' failed: $(tail -1 "$scratch/err")" >&2
+        rm -rf "$scratch"
+        return 2
       fi
     fi
-  done < <("$bin" campaigns --db "$out" --format json | python3 -c 'import json, sys; [print(c["name"]) for c in json.load(sys.stdin) if c.get("ok")]')
-  echo "$out: $total campaigns with results, $stale stale" >&2
+  done < <("$bin" campaigns --db "$1" --format json | python3 -c 'import json, sys; [print(c["name"]) for c in json.load(sys.stdin) if c.get("ok")]')
+  rm -rf "$scratch"
+  echo "total $total"
+}
+
+if [ "$check" = 1 ]; then
+  [ -e "$out" ] || die "no database at '$out'"
+  report=$(stale_campaigns "$out") || exit 2
+  stale=$(grep -c '^stale ' <<< "$report" || true)
+  sed -n 's/^stale /stale: /p' <<< "$report" >&2
+  echo "$out: $(sed -n 's/^total //p' <<< "$report") campaigns with results, $stale stale" >&2
   [ "$stale" = 0 ] || exit 1
   exit 0
 fi
@@ -102,6 +118,25 @@ echo "plan: $(grep -c '^  - ' "$plan") problems ($plan)" >&2
 
 if [ ! -e "$db" ] && [ "$fresh" = 0 ] && [ -e "$out" ]; then
   "$bin" merge "$out" -o "$db" >&2
+  # A campaign measured before its template changed is measured again: renamed NAME@stale, so that
+  # submit queues its problem anew under NAME and serve warm-starts that from NAME@stale's best
+  # configs (the same problem: the nearest). Written out, NAME@stale gives way to NAME once NAME
+  # has results, and takes its name back otherwise (a campaign outside the plan, such as the
+  # suite's: tools/rerecord_suite.sh; or a time box): nothing answers less than before.
+  report=$(stale_campaigns "$db") || exit 2
+  stale=$(sed -n 's/^stale //p' <<< "$report")
+  if [ -n "$stale" ]; then
+    printf '%s\n' "$stale" > "$work/stale.txt"
+    python3 - "$db" "$work/stale.txt" <<'PY'
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1])
+names = [line for line in open(sys.argv[2]).read().splitlines() if line]
+for name in names:
+    con.execute("UPDATE campaigns SET name = ? WHERE name = ?", (name + "@stale", name))
+con.commit()
+print(f"{len(names)} campaigns measured before their template changed: measured again", file=sys.stderr)
+PY
+  fi
 fi
 "$bin" submit "$plan" --db "$db" "${submit_args[@]}" >&2
 serve_args=(--db "$db" --gpus "$gpus")
@@ -142,6 +177,21 @@ python3 - "$tmp" <<'PY'
 import sqlite3, sys
 con = sqlite3.connect(sys.argv[1])
 con.execute("PRAGMA foreign_keys = ON")
+# A stale campaign (renamed NAME@stale when merged in) gives way to NAME measured again, or takes
+# its name back.
+has_results = "SELECT 1 FROM campaigns c WHERE c.name = ? AND EXISTS (SELECT 1 FROM rankings r WHERE r.campaign_id = c.id UNION ALL SELECT 1 FROM evaluations e WHERE e.campaign_id = c.id AND e.status = 'ok')"
+replaced = kept = 0
+for (stale,) in con.execute("SELECT name FROM campaigns WHERE name LIKE '%@stale'").fetchall():
+    name = stale[: -len("@stale")]
+    if con.execute(has_results, (name,)).fetchone():
+        con.execute("DELETE FROM campaigns WHERE name = ?", (stale,))
+        replaced += 1
+    else:
+        con.execute("DELETE FROM campaigns WHERE name = ?", (name,))
+        con.execute("UPDATE campaigns SET name = ? WHERE name = ?", (name, stale))
+        kept += 1
+if replaced or kept:
+    print(f"campaigns measured before their template changed: {replaced} measured again, {kept} kept as they were", file=sys.stderr)
 for table in ("builds", "queue", "leases", "gpus"):
     con.execute(f"DELETE FROM {table}")
 con.commit()

@@ -102,7 +102,7 @@ TEST_F(ShippedDb, BestAnswersFromItWhenTheDatabaseHasNoResultAndSaysSoInOneLine)
     ASSERT_EQ(testing::lines(r.err).size(), 1u) << r.err;
     for (const std::string& part :
          {"attntune: note: no result for problem " + kShippedProblem + " in database '" + database + "'",
-          "the shipped database '" + shipped_ + "'", std::string("NVIDIA H200"), std::string("2026-11-28"),
+          "the shipped database '" + shipped_ + "'", std::string("NVIDIA H200"), std::string("2026-11-29"),
           "attntune tune --problem " + kShippedProblem + " to measure on your GPU"})
       EXPECT_NE(r.err.find(part), std::string::npos) << part << " is not in: " << r.err;
 
@@ -499,6 +499,60 @@ TEST(ShippedPlan, TheCheckListsCampaignsWhoseTemplateChanged) {
   EXPECT_EQ(check(), 1) << read_bytes(log);
   EXPECT_NE(read_bytes(log).find("16 campaigns with results, 16 stale"), std::string::npos) << read_bytes(log);
   EXPECT_NE(read_bytes(log).find("stale: b4-s4k-d128-bf16\n"), std::string::npos) << read_bytes(log);
+}
+
+// A template change: the next build measures again each campaign of its plan whose kernel source
+// changed (warm-started from the stale campaign's own best configs) and writes it under its name; a
+// stale campaign outside the plan (here: past --limit) keeps its results and its name. No
+// "@stale" name reaches the file, nothing is lost.
+TEST(ShippedPlan, ABuildMeasuresAgainTheCampaignsATemplateChangeMadeStale) {
+  TempDir dir;
+  const std::string out = dir.file("out.db");
+  const std::string log = dir.file("log");
+  const auto build = [&](const std::string& work, int limit) {
+    return WEXITSTATUS(std::system((build_script() + " --simulate --simulate-delay-ms 1 --gpus 0 --limit " +
+                                    std::to_string(limit) + " --work " + dir.file(work) + " --out " + out +
+                                    " -- --budget-evals 4 --final-top 0 >" + log + " 2>&1")
+                                       .c_str()));
+  };
+  const auto check = [&] { return read_bytes(log); };
+  const auto stale_count = [&] {
+    std::system((build_script() + " --check --out " + out + " >" + log + " 2>&1").c_str());
+    const std::string text = read_bytes(log);
+    const std::size_t at = text.find("campaigns with results, ");
+    return at == std::string::npos ? -1 : std::atoi(text.c_str() + at + 24);
+  };
+  const auto names = [&] {
+    std::vector<std::string> v;
+    sqlite::Connection c = sqlite::Connection::open(out, SQLITE_OPEN_READONLY);
+    sqlite::Statement st(c, "SELECT name FROM campaigns ORDER BY name");
+    while (st.step()) v.push_back(st.text(0));
+    return v;
+  };
+  ASSERT_EQ(build("w1", 2), 0) << check();
+  const std::vector<std::string> before = names();
+  ASSERT_EQ(before.size(), 2u);
+  EXPECT_EQ(stale_count(), 0);
+  {
+    sqlite::Connection c = sqlite::Connection::open(out, SQLITE_OPEN_READWRITE);
+    c.exec("UPDATE candidates SET source_hash = 'measured-before-a-change-' || id");
+  }
+  EXPECT_EQ(stale_count(), 2);
+  // The plan's first problem only: it is measured again; the other keeps its stale results.
+  ASSERT_EQ(build("w2", 1), 0) << check();
+  EXPECT_NE(check().find("2 campaigns measured before their template changed: measured again"), std::string::npos)
+      << check();
+  EXPECT_NE(check().find("1 measured again, 1 kept as they were"), std::string::npos) << check();
+  EXPECT_EQ(names(), before);
+  EXPECT_EQ(stale_count(), 1);
+  // The whole plan: both measured under the current template.
+  ASSERT_EQ(build("w3", 2), 0) << check();
+  EXPECT_EQ(names(), before);
+  EXPECT_EQ(stale_count(), 0);
+  sqlite::Connection c = sqlite::Connection::open(out, SQLITE_OPEN_READONLY);
+  sqlite::Statement st(c, "SELECT COUNT(*) FROM evaluations e JOIN campaigns c ON c.id = e.campaign_id");
+  ASSERT_TRUE(st.step());
+  EXPECT_EQ(st.int64(0), 8);  // each campaign's budget once, under the current template
 }
 
 }  // namespace
