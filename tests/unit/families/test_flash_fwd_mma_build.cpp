@@ -10,6 +10,7 @@
 
 #include "cuda/nvrtc.hpp"
 #include "eval/build_pool.hpp"
+#include "search/valid_configs.hpp"
 #include "tests/common/plan_call.hpp"
 #include "tests/common/run_attntune.hpp"
 
@@ -135,6 +136,10 @@ TEST(FlashFwdMmaRender, AConfigWithoutPackGqaIsAnUnpackedBuild) {
   old.erase("pack_gqa");
   EXPECT_EQ(render_kernel(space, old, p, "sm_90").source_hash, render_kernel(space, c, p, "sm_90").source_hash);
   EXPECT_EQ(space.check(old, p, "sm_90"), std::nullopt);
+  // ... and the strategies' warm starts find it (evo seeds with ValidConfigs::genome_of).
+  const search::ValidConfigs valid(space, p, "sm_90");
+  ASSERT_TRUE(valid.find(c));
+  EXPECT_EQ(valid.find(old), valid.find(c));
 }
 
 TEST(FlashFwdMmaRender, InvalidConfigIsRejectedBeforeRendering) {
