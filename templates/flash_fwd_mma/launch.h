@@ -41,9 +41,10 @@ struct FlashFwdMmaLaunch {
       return refuse(why, "flash_fwd_mma: heads_q %d is not a multiple of heads_kv %d", call.heads_q, call.heads_kv);
     const int group = pack_gqa ? call.heads_q / call.heads_kv : 1;
     const int heads = pack_gqa ? call.heads_kv : call.heads_q;
-    const long long blocks = att::mma_tiles::query_blocks<long long>(static_cast<long long>(call.seqlen_q) * group, block_m);
-    if (static_cast<long long>(call.seqlen_q) * group > 0x7fffffffLL)
+    const long long rows = static_cast<long long>(call.seqlen_q) * group;
+    if (rows > 0x7fffffffLL)
       return refuse(why, "flash_fwd_mma: seqlen_q %d times %d packed query heads exceeds 2^31 rows", call.seqlen_q, group);
+    const long long blocks = att::mma_tiles::query_blocks<long long>(rows, block_m);
     if (check_grid(blocks, heads, call.batch, why)) return 1;
     p->launches = 1;
     p->launch[0] = Launch{0,

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "eval/attention_gpu.hpp"
+#include "cuda/driver.hpp"
 #include "eval/build_pool.hpp"
 #include "tests/common/run_attntune.hpp"
 
@@ -190,6 +191,37 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
               run.dv ? fmt::format(" dv={}", run.dv).c_str() : "", run.latent ? " latent" : "",
               run.kv_fp8 ? (run.per_tensor_descale ? " kv fp8 (per-tensor scales)" : " kv fp8") : "", configs.size(),
               checked, failures);
+}
+
+
+// The attention variants a build is compiled with (`kind`: its causality and variants, their sizes
+// and values being run-time arguments) and the shapes that carry the values: b,h,hkv,s,sk (page=N,
+// varlen=N) and the variants' values.
+struct VariantGroup {
+  const char* kind;
+  std::vector<PropertyShape> shapes;
+};
+
+// For each group in turn: a spread of `sample` configs (ATTNTUNE_PROPERTY_SAMPLE overrides it) of
+// `family`'s space that `keep` accepts (none given: all), for the problem `base` ("{d}" for the head
+// dim) with the group's kind, checked on the group's shapes; group g's inputs seeded from seed +
+// 1000 g. The caller need not hold a CUDA context.
+inline void check_variant_groups(const std::string& family, const char* label, const char* base,
+                                 std::span<const VariantGroup> groups, int d, std::uint64_t seed, std::size_t sample,
+                                 const std::function<bool(const Config&)>& keep = {}) {
+  cuda::Context ctx(0);
+  const std::string arch = cuda::device_props(0).arch;
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/" + family + ".yaml");
+  const std::size_t n = property_sample(sample);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const Problem kind = Problem::parse(fmt::format(fmt::runtime(base), fmt::arg("d", d)) + "," + groups[g].kind);
+    std::vector<Config> configs;
+    std::vector<Problem> variants;
+    ASSERT_TRUE(spread_configs(space, kind, arch, n, configs, variants, keep)) << kind.str();
+    SCOPED_TRACE(kind.str());
+    check_configs(space, configs, variants, groups[g].shapes,
+                  {label, d, arch, seed + 1000 * g, /*require_no_spills=*/false});
+  }
 }
 
 }  // namespace attntune::testing

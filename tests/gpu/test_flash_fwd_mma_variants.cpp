@@ -25,10 +25,7 @@ namespace {
 
 using attntune::testing::PropertyShape;
 
-struct Group {
-  const char* kind;                   // the build's causality and variants (their values are the shapes')
-  std::vector<PropertyShape> shapes;  // b,h,hkv,s,sk (page=N, varlen=N) and the variants' values
-};
+using Group = attntune::testing::VariantGroup;
 
 // Dense tensors.
 const Group kDense[] = {
@@ -101,19 +98,8 @@ const Group kVarlen[] = {
 // `base`: the entry point's problem kind ("{d}" for the head dim).
 void check_groups(const char* base, const Group* groups, std::size_t n_groups, int d, std::uint64_t seed,
                   std::size_t sample = 2) {
-  cuda::Context ctx(0);
-  const std::string arch = cuda::device_props(0).arch;
-  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_fwd_mma.yaml");
-  const std::size_t n = attntune::testing::property_sample(sample);
-  for (std::size_t g = 0; g < n_groups; ++g) {
-    const Problem kind = Problem::parse(fmt::format(fmt::runtime(base), fmt::arg("d", d)) + "," + groups[g].kind);
-    std::vector<Config> configs;
-    std::vector<Problem> variants;
-    ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, n, configs, variants)) << kind.str();
-    SCOPED_TRACE(kind.str());
-    attntune::testing::check_configs(space, configs, variants, groups[g].shapes,
-                                     {"flash_fwd_mma variants", d, arch, seed + 1000 * g, /*require_no_spills=*/false});
-  }
+  attntune::testing::check_variant_groups("flash_fwd_mma", "flash_fwd_mma variants", base, {groups, n_groups}, d, seed,
+                                          sample);
 }
 
 }  // namespace

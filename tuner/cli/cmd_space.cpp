@@ -29,12 +29,6 @@ std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
   return out;
 }
 
-std::string domain_text(const Param& p) {
-  std::vector<std::string> v;
-  for (const auto& x : p.values) v.push_back(value_str(x));
-  return join(v);
-}
-
 std::string percent(std::uint64_t part, std::uint64_t whole) {
   return whole ? fmt::format("{:.1f}%", 100.0 * double(part) / double(whole)) : "-";
 }

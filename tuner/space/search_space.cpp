@@ -19,12 +19,6 @@ std::string join(const std::vector<std::string>& v) {
   return out;
 }
 
-std::string domain_text(const Param& p) {
-  std::vector<std::string> v;
-  for (const auto& x : p.values) v.push_back(value_str(x));
-  return join(v);
-}
-
 // sm_90a -> (90, 1); used to pick the highest arch.
 std::pair<int, int> arch_rank(const std::string& arch) {
   int n = 0;
@@ -39,6 +33,12 @@ std::string trim(std::string_view s) {
 }
 
 }  // namespace
+
+std::string domain_text(const Param& p) {
+  std::vector<std::string> v;
+  for (const auto& x : p.values) v.push_back(value_str(x));
+  return join(v);
+}
 
 const Value* param_value(const Config& c, const Param& p) {
   const auto it = c.find(p.name);

@@ -39,6 +39,8 @@ struct Param {
 
 // The value config `c` gives param `p`: its own, else p's default; null when it has neither.
 const Value* param_value(const Config& c, const Param& p);
+// p's domain as a message names it: "64, 128".
+std::string domain_text(const Param& p);
 
 struct DerivedDef {
   std::string name;

@@ -519,11 +519,7 @@ void SpaceLoader::read_param(const Entry& e) {
         if (value_str(v) == text || (p.kind == ParamKind::kBool && (text == "1" ? std::get<bool>(v) : text == "0" && !std::get<bool>(v))))
           p.default_value = v;
       if (!p.default_value)
-        fail(fallback->value, fmt::format("{}: default {} is not in the domain ({})", fallback->path, text, [&] {
-               std::vector<std::string> all;
-               for (const Value& v : p.values) all.push_back(value_str(v));
-               return join(all);
-             }()));
+        fail(fallback->value, fmt::format("{}: default {} is not in the domain ({})", fallback->path, text, domain_text(p)));
     }
   } else {
     fail(e, "expected a list [a, b], bool, or a mapping with one of values, range, pow2, enum");
