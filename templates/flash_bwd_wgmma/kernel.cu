@@ -101,7 +101,8 @@ __device__ __forceinline__ u64 desc(u32 addr, u32 lead, u32 stride) {
 }  // namespace bwd_wg
 
 // ---- the main loop ----------------------------------------------------------------------------
-// grid (ceil(seqlen_k / kBlockN), heads_kv, batch), kThreads = 128 a warpgroup.
+// grid (ceil(seqlen_k / kBlockN), heads_kv, batch), kThreads = 128 a warpgroup; the order the CTAs
+// take its blocks in: Traits::kLongestFirst.
 extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(const BwdParams p) {
   using namespace bwd_wg;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -112,7 +113,27 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   const float* dp_s = reinterpret_cast<const float*>(smem_raw + (base - raw) + T::kOffDp);
 
   const AttnParams& f = p.fwd;
-  const int hk = blockIdx.y, b = blockIdx.z, n0 = blockIdx.x * T::kBlockN;
+  // The CTA's key block, KV head and batch: the grid's (key blocks fastest), or (longest_first, causal)
+  // a linear order with key blocks slowest within groups of kLongestFirst (batch, KV head) pairs,
+  // so that the longest walks (the first key blocks') start first and the last wave is short ones.
+  // Either way a pair's lower key blocks come earlier in the launch order, which the deterministic
+  // mode's turns rely on.
+  int key_block, hk, b;
+  if constexpr (T::kLongestFirst > 0) {
+    const int pairs = gridDim.y * gridDim.z;
+    const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const int group = lin / (gridDim.x * T::kLongestFirst), in_group = lin % (gridDim.x * T::kLongestFirst);
+    const int group_pairs = min(T::kLongestFirst, pairs - group * T::kLongestFirst);  // the last group's may be fewer
+    const int pair = group * T::kLongestFirst + in_group % group_pairs;
+    key_block = in_group / group_pairs;
+    hk = pair % gridDim.y;
+    b = pair / gridDim.y;
+  } else {
+    key_block = blockIdx.x;
+    hk = blockIdx.y;
+    b = blockIdx.z;
+  }
+  const int n0 = key_block * T::kBlockN;
   const int len_q = f.seqlen_q, len_k = f.seqlen_k, diag = len_k - len_q;
   const int wg = warp_uniform(static_cast<int>(threadIdx.x) / 128);
   const int wi = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -196,8 +217,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     // dQ take turns in key-block order (bwd_blocks.h, as flash_bwd_mma's), each of its units (a
     // warpgroup's columns) adding once a turn, so every element's sum is the same sequence of fp32
     // additions every run. The counter counts units: this one waits until all kUnits of every lower
-    // CTA that walks the block have added. No deadlock: a CTA waits only for lower blockIdx.x of its
-    // KV head, launched before it and so resident or done, which wait only for lower ones in turn.
+    // CTA that walks the block have added. No deadlock: a CTA waits only for lower key blocks of its
+    // (batch, KV head), launched before it (in either order) and so resident or done, which wait
+    // only for lower ones in turn.
     // The additions are reductions then (red.v4 into the accumulator's own order for bulk builds:
     // a bulk reduction's completion is not a release the next CTA could acquire).
     constexpr int kUnits = T::kWarpgroups * T::kDqUnits;
@@ -205,7 +227,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     if (p.deterministic) {
       sem = p.dq_semaphore + ((static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0) / T::kBlockM;
       if (r == 0) {
-        const int turn = static_cast<int>(blockIdx.x) -
+        const int turn = key_block -
                          att_bwd::first_key_block<T::kWindow>(m0, T::kBlockN, diag, f.variant.window_left);
         while (ld_acquire(sem) < turn * kUnits) {
         }

@@ -29,6 +29,10 @@ struct Traits {
   // its S^T and dP^T run, instead of waited for at once; dS^T then has two buffers (the one being
   // written, the one step i - 1's dQ reads). One dQ unit a warpgroup only.
   static constexpr bool kDqDefer = DQ_DEFER != 0;
+  // The order the CTAs take their key blocks in: 0, the grid's (key blocks fastest); g > 0, (batch,
+  // KV head) pairs in groups of g, each group's key blocks from the first (causal: the longest
+  // walk) to the last, so that the last wave is short walks (longest-processing-time first).
+  static constexpr int kLongestFirst = LONGEST_FIRST;
 
   // Derived.
   static constexpr int kWarpgroups = kBlockN / 64;
@@ -87,6 +91,7 @@ struct Traits {
                 "dQ's column groups must be whole 64-column blocks of K, one or more a warpgroup");
   static_assert(kStages >= 2 && kStages <= 3, "2 or 3 Q/dO stages");
   static_assert(!kDqDefer || kDqUnits == 1, "a deferred dQ is one unit a warpgroup");
+  static_assert(kLongestFirst >= 0, "longest_first is a group of (batch, KV head) pairs, or 0");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes formula disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with block_n / 64 * 128");
   static_assert(!ATT_SOFTCAP && !ATT_SINKS, "flash_bwd_wgmma has no soft-cap or sinks backward yet");

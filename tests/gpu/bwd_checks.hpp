@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <span>
@@ -47,7 +48,7 @@ inline const PropertyShape kBwdTwoSidedShapes[] = {
 // window suffix, "" for none) built for `arch`, each checked on `shapes` (pass=bwd).
 inline void check_backward_spread(const char* family, const std::string& arch, int d, std::initializer_list<int> causals,
                                   const char* window, std::span<const PropertyShape> shapes, std::uint64_t seed,
-                                  std::size_t sample = 8) {
+                                  std::size_t sample = 8, const std::function<bool(const Config&)>& keep = {}) {
   cuda::Context ctx(0);
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/" + family + ".yaml");
   std::vector<Config> configs;
@@ -55,7 +56,7 @@ inline void check_backward_spread(const char* family, const std::string& arch, i
   for (int causal : causals) {
     const Problem p =
         Problem::parse(fmt::format("b=1,h=4,s=512,d={},dtype=bf16,causal={}{},pass=bwd", d, causal, window));
-    ASSERT_TRUE(spread_configs(space, p, arch, property_sample(sample), configs, variants)) << p.str();
+    ASSERT_TRUE(spread_configs(space, p, arch, property_sample(sample), configs, variants, keep)) << p.str();
   }
   PropertyRun run{family, d, arch, seed};
   run.extra = ",pass=bwd";
@@ -102,8 +103,10 @@ inline const char* const kOtherShape = "b=3,h=4,hkv=4,s=300,sk=2222";
 // (register sums), their dQ may differ (the atomics' order), and the count of pairs whose dQ did
 // says whether these shapes would have caught a mode that did not order the additions. A spread of d=64 and d=128 builds, non-causal, causal, a causal window and a
 // two-sided one (ATTNTUNE_PROPERTY_SAMPLE=N: N configs a kind, default 2; ATTNTUNE_TEST_PROGRESS=1: a
-// line before each launch, to name a build that hangs).
-inline void check_determinism(cuda::Context& ctx, const char* family, const std::string& arch, std::uint64_t seed) {
+// line before each launch, to name a build that hangs). `also`: for each filter, one more config of
+// each kind that it accepts (a family's newest paths, which an even spread may miss).
+inline void check_determinism(cuda::Context& ctx, const char* family, const std::string& arch, std::uint64_t seed,
+                              const std::vector<std::function<bool(const Config&)>>& also = {}) {
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/" + family + ".yaml");
   std::vector<Config> configs;
   std::vector<Problem> variants;
@@ -114,6 +117,7 @@ inline void check_determinism(cuda::Context& ctx, const char* family, const std:
       ASSERT_TRUE(attntune::testing::spread_configs(space, p, arch, attntune::testing::property_sample(2), configs,
                                                     variants))
           << p.str();
+      for (const auto& keep : also) attntune::testing::spread_configs(space, p, arch, 1, configs, variants, keep);
       const std::string w = std::string(kind).find("window") == std::string::npos
                                 ? std::string()
                                 : std::string(kind).substr(std::string(kind).find(",window"));

@@ -5,7 +5,11 @@
 // odd lengths, sk > s, sk < s, one query or key row; then window builds on windowed shapes.
 // ATTNTUNE_PROPERTY_SAMPLE=N: N configs per (d, kind) (default 8; 0: all).
 // FlashBwdWgmmaDeterministic: the deterministic mode's bits run to run (tests/gpu/bwd_checks.hpp).
+// LongestFirst: every config of the longest-first order.
 #include <fmt/format.h>
+
+#include <iterator>
+#include <vector>
 
 #include "bwd_checks.hpp"
 #include "gpu_env.hpp"
@@ -48,8 +52,28 @@ TEST(FlashBwdWgmmaProperty, WindowsTwoSided) {
                           5900u + static_cast<unsigned>(d), 4);
 }
 
+// The longest-first order of causal key blocks (longest_first: (batch, KV head) pairs in groups,
+// each group's key blocks first to last), every such config of the space at d=64 and 128, on the
+// backward shapes and two of several groups whose last has fewer pairs (6 and 5 pairs: groups of 4
+// take 4 + 2 and 4 + 1).
+TEST(FlashBwdWgmmaProperty, LongestFirst) {
+  REQUIRE_SM90();
+  std::vector<attntune::testing::PropertyShape> shapes(std::begin(attntune::testing::kBwdShapes),
+                                                       std::end(attntune::testing::kBwdShapes));
+  shapes.push_back({"b=3,h=4,hkv=2,s=300,sk=700", Layout::kBSHD});
+  shapes.push_back({"b=5,h=2,hkv=1,s=513,sk=513", Layout::kBHSD});
+  for (int d : {64, 128})
+    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {1}, "", shapes,
+                          6200u + static_cast<unsigned>(d), 0,
+                          [](const Config& c) { return std::get<std::int64_t>(c.at("longest_first")) != 0; });
+}
+
 TEST(FlashBwdWgmmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
   REQUIRE_SM90();
   cuda::Context ctx(0);
-  attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 6100);
+  // Beside the spread, a longest-first build of the causal kind: the turns must hold in either order
+  // of the key blocks.
+  attntune::testing::check_determinism(
+      ctx, "flash_bwd_wgmma", "sm_90a", 6100,
+      {[](const Config& c) { return std::get<std::int64_t>(c.at("longest_first")) != 0; }});
 }
