@@ -5,7 +5,8 @@
 # serve` on every GPU, as tools/slurm/ does on a cluster; then the compile cache and the service's
 # bookkeeping are dropped and the file is vacuumed into place. The campaigns already shipped are
 # merged in first: they are kept, and they warm-start the new ones; those whose kernel source has
-# changed since they were measured (a template change: export refuses them) are measured again.
+# changed since they were measured (a template change: export refuses them), and those left
+# unfinished whose search space has changed since (tune cannot resume them), are measured again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -83,6 +84,29 @@ stale_campaigns() {
   echo "total $total"
 }
 
+# The campaigns of database $1 not completed whose search space for some template is not the
+# space file of this tree (search_spaces/FAMILY.yaml): one name a line.
+unfinished_with_changed_space() {
+  local hashes="" family hash
+  for family in $(python3 -c 'import sqlite3, sys; [print(r[0]) for r in sqlite3.connect(sys.argv[1]).execute("SELECT DISTINCT s.family FROM campaign_spaces s JOIN campaigns c ON c.id = s.campaign_id WHERE c.status != \x27completed\x27")]' "$1"); do
+    [ -e "search_spaces/$family.yaml" ] || continue  # a template this tree no longer has: left as it is
+    hash=$("$bin" space --space "search_spaces/$family.yaml" --format json | python3 -c 'import json, sys; print(json.load(sys.stdin)["hash"])') || {
+      echo "build_shipped_db.sh: error: cannot load search_spaces/$family.yaml" >&2
+      return 2
+    }
+    hashes+="$family=$hash "
+  done
+  python3 - "$1" $hashes <<'PY'
+import sqlite3, sys
+now = dict(arg.split("=", 1) for arg in sys.argv[2:])
+con = sqlite3.connect(sys.argv[1])
+rows = con.execute("SELECT DISTINCT c.name, s.family, s.space_hash FROM campaigns c JOIN campaign_spaces s "
+                   "ON s.campaign_id = c.id WHERE c.status != 'completed'").fetchall()
+for name in sorted({name for name, family, h in rows if family in now and now[family] != h}):
+    print(name)
+PY
+}
+
 if [ "$check" = 1 ]; then
   [ -e "$out" ] || die "no database at '$out'"
   report=$(stale_campaigns "$out") || exit 2
@@ -118,13 +142,18 @@ echo "plan: $(grep -c '^  - ' "$plan") problems ($plan)" >&2
 
 if [ ! -e "$db" ] && [ "$fresh" = 0 ] && [ -e "$out" ]; then
   "$bin" merge "$out" -o "$db" >&2
-  # A campaign measured before its template changed is measured again: renamed NAME@stale, so that
+  # A campaign measured before its template changed, or left unfinished before its search space
+  # changed, is measured again: renamed NAME@stale, so that
   # submit queues its problem anew under NAME and serve warm-starts that from NAME@stale's best
   # configs (the same problem: the nearest). Written out, NAME@stale gives way to NAME once NAME
   # has results, and takes its name back otherwise (a campaign outside the plan, such as the
   # suite's: tools/rerecord_suite.sh; or a time box): nothing answers less than before.
   report=$(stale_campaigns "$db") || exit 2
   stale=$(sed -n 's/^stale //p' <<< "$report")
+  # So is a campaign left unfinished (a time box stopped it) whose search space has changed since it
+  # was started: `tune` refuses to resume it with another space, so serve would fail it.
+  unfinished=$(unfinished_with_changed_space "$db") || exit 2
+  stale=$(printf '%s\n%s\n' "$stale" "$unfinished" | sed '/^$/d' | sort -u)
   if [ -n "$stale" ]; then
     printf '%s\n' "$stale" > "$work/stale.txt"
     python3 - "$db" "$work/stale.txt" <<'PY'
@@ -134,7 +163,7 @@ names = [line for line in open(sys.argv[2]).read().splitlines() if line]
 for name in names:
     con.execute("UPDATE campaigns SET name = ? WHERE name = ?", (name + "@stale", name))
 con.commit()
-print(f"{len(names)} campaigns measured before their template changed: measured again", file=sys.stderr)
+print(f"{len(names)} campaigns measured before their template or space changed: measured again", file=sys.stderr)
 PY
   fi
 fi

@@ -481,6 +481,52 @@ TEST(ShippedPlan, ATimeBoxedBuildWritesWhatIsDoneAndTheSameCommandFinishesIt) {
   EXPECT_EQ(total, 24);        // every campaign's budget, once
 }
 
+// A campaign a time box left unfinished, whose search space then changed (a tunable added: run 209,
+// where serve failed it because `tune` cannot resume a campaign with another space): the next build
+// measures it again under its name, as a stale one, and completes the plan with nothing failed,
+// lost or evaluated twice.
+TEST(ShippedPlan, ABuildMeasuresAgainAnUnfinishedCampaignWhoseSpaceChanged) {
+  TempDir dir;
+  const std::string out = dir.file("partial.db");
+  const std::string log = dir.file("log");
+  const auto build = [&](const std::string& work, const std::string& seconds) {
+    const std::string cmd = build_script() + " --simulate --simulate-delay-ms 300 --limit 4 --gpus 0 --work " + work +
+                            " --out " + out + (seconds.empty() ? "" : " --serve-seconds " + seconds) +
+                            " -- --budget-evals 6 --final-top 0 >" + log + " 2>&1";
+    return WEXITSTATUS(std::system(cmd.c_str()));
+  };
+  ASSERT_EQ(build(dir.file("w1"), "3"), 0) << read_bytes(log);
+  std::string unfinished;
+  {
+    sqlite::Connection c = sqlite::Connection::open(out, SQLITE_OPEN_READWRITE);
+    sqlite::Statement st(c, "SELECT name FROM campaigns WHERE status != 'completed'");
+    ASSERT_TRUE(st.step()) << "the time box left no campaign unfinished";
+    unfinished = st.text(0);
+    c.exec("UPDATE campaign_spaces SET space_hash = 'before-a-change' WHERE campaign_id IN (SELECT id FROM campaigns "
+           "WHERE status != 'completed')");
+    c.exec("UPDATE campaigns SET space_hash = 'before-a-change' WHERE status != 'completed'");
+  }
+  ASSERT_EQ(build(dir.file("w2"), ""), 0) << read_bytes(log);  // 1: serve failed the campaign
+  EXPECT_NE(read_bytes(log).find("1 campaigns measured before their template or space changed: measured again"),
+            std::string::npos)
+      << read_bytes(log);
+  EXPECT_EQ(read_bytes(log).find("not done yet"), std::string::npos) << read_bytes(log);
+  sqlite::Connection c = sqlite::Connection::open(out, SQLITE_OPEN_READONLY);
+  sqlite::Statement names(c, "SELECT name, status, space_hash FROM campaigns ORDER BY name");
+  int n = 0;
+  while (names.step()) {
+    ++n;
+    EXPECT_EQ(names.text(1), "completed") << names.text(0);
+    EXPECT_EQ(names.text(0).find("@stale"), std::string::npos);
+    if (names.text(0) == unfinished) EXPECT_NE(names.text(2), "before-a-change");
+  }
+  EXPECT_EQ(n, 4);
+  sqlite::Statement evals(c, "SELECT COUNT(*), COUNT(DISTINCT campaign_id || ':' || candidate_id) FROM evaluations");
+  ASSERT_TRUE(evals.step());
+  EXPECT_EQ(evals.int64(0), evals.int64(1));  // nothing evaluated twice
+  EXPECT_EQ(evals.int64(0), 24);              // every campaign's budget, once: the unfinished one's measured anew
+}
+
 // build_shipped_db.sh --check: the campaigns whose kernel source changed since they were measured
 // (export refuses them), found by exporting each; none in a fresh copy of the recorded suite, every
 // one once their stored source hashes no longer match what this tree renders.
@@ -540,7 +586,8 @@ TEST(ShippedPlan, ABuildMeasuresAgainTheCampaignsATemplateChangeMadeStale) {
   EXPECT_EQ(stale_count(), 2);
   // The plan's first problem only: it is measured again; the other keeps its stale results.
   ASSERT_EQ(build("w2", 1), 0) << check();
-  EXPECT_NE(check().find("2 campaigns measured before their template changed: measured again"), std::string::npos)
+  EXPECT_NE(check().find("2 campaigns measured before their template or space changed: measured again"),
+            std::string::npos)
       << check();
   EXPECT_NE(check().find("1 measured again, 1 kept as they were"), std::string::npos) << check();
   EXPECT_EQ(names(), before);
