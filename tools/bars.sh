@@ -7,10 +7,27 @@
 #             soft-caps; the floor of a windowed decode is the same call over the window's keys.
 #   headdims  issue 44's (docs/design/head_dims.md): Phi-3-mini-like d=96 prefill (causal and not)
 #             and decode.
+#   unseen    issue 43's (docs/design/shipped_db.md): 10 prefill shapes outside the suite and the
+#             shipped plan (odd head counts, lengths 512-32k, causal and not, chunked prefill), each
+#             tuned by the default main job (`tune` without --space: every template, warm-started
+#             from the shipped database, --budget-evals 200, the default final re-timing) once a
+#             seed; seed 1's winners exported and timed against FA4 and cuDNN; for every campaign
+#             the evaluations it took to come within 2% of its final best (`report`: the transfer
+#             from the shipped database) and its pick re-timed beside its top 20 (`retime`: within
+#             1%?). Seeds run in parallel over --devices (a two-GPU machine halves the wall time);
+#             re-running resumes the campaigns and skips the re-timings done.
 #
-#   tools/bars.sh DB OUT_DIR [--set variants|headdims] [--prefill-seconds N] [--decode-seconds N]
-#                 [--only prefill|decode]
+#   tools/bars.sh DB OUT_DIR [--set variants|headdims|unseen] [--prefill-seconds N] [--decode-seconds N]
+#                 [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S]
+#                 [--phase tune|retime|compare|table|all]
 #
+# unseen, on the GPU machine: the FA4 kernels for its problems built on the CPU machine first
+# (FA4_AOT=.fa4un/aot; ATTNTUNE_BARS_LIST=1 lists the set's problems, one a line):
+#   ~/.cache/fa4kit/venv/bin/python .fa4/build_aot.py --out .fa4un/aot --suite none \
+#     $(ATTNTUNE_BARS_LIST=1 tools/bars.sh - - --set unseen | sed 's/^/--problem /')
+# --phase splits the work over GPU calls (tune, then retime, then compare; each resumes what is
+# done); table prints the table from what OUT_DIR holds. --retime-seconds: each re-timing's least
+# sampling time (retime's --min-seconds; default 1).
 # On the GPU machine: ATTNTUNE_BIN picks the binary (default build/attntune); the FA4 peer needs the
 # kit (../shared/peers/fa4, README "Variants") with its scripts in $FA4_KIT (default .fa4) and the
 # kernels built for these problems in $FA4_AOT (default .fa4var/aot):
@@ -23,16 +40,21 @@
 # OUT_DIR/compare.log and prints a short table last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: tools/bars.sh DB OUT_DIR [--set variants|headdims] [--prefill-seconds N] [--decode-seconds N] [--only prefill|decode]"
+usage="usage: tools/bars.sh DB OUT_DIR [--set variants|headdims|unseen] [--prefill-seconds N] [--decode-seconds N] [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--phase tune|retime|compare|table|all]"
 db=${1:?$usage}
 out=${2:?$usage}
 shift 2
 A=${ATTNTUNE_BIN:-build/attntune}
 kit=${FA4_KIT:-.fa4}
 aot=${FA4_AOT:-.fa4var/aot}
-pre_s=60 dec_s=15 only="" set=variants
+pre_s=60 dec_s=15 only="" set=variants seeds=2 devices=0 budget=200 retime_s=1 phase=all
 while (($#)); do
   case $1 in
+    --seeds) seeds=${2:?$usage}; shift 2 ;;
+    --devices) devices=${2:?$usage}; shift 2 ;;
+    --budget) budget=${2:?$usage}; shift 2 ;;
+    --retime-seconds) retime_s=${2:?$usage}; shift 2 ;;
+    --phase) phase=${2:?$usage}; shift 2 ;;
     --prefill-seconds) pre_s=${2:?$usage}; shift 2 ;;
     --decode-seconds) dec_s=${2:?$usage}; shift 2 ;;
     --only) only=${2:?$usage}; shift 2 ;;
@@ -40,7 +62,7 @@ while (($#)); do
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
-mkdir -p "$out"
+[[ ${ATTNTUNE_BARS_LIST:-} == 1 ]] || mkdir -p "$out"
 # The decode campaigns in a database of their own, so that the prefill one exports (--all-best) the
 # prefill winners alone.
 decode_db=${db%.db}-decode.db
@@ -81,8 +103,133 @@ headdims)
     "phi3-dec-8k|b=16,h=32,hkv=32,s=1,sk=8192,d=96,dtype=bf16,causal=0,page=16"
   )
   ;;
+unseen)
+  # Not in the suite nor in tools/shipped_plan.py's plan (checked by tests/unit/cli/test_bars.cpp):
+  # Qwen2.5-7B-like 28/4, 40/8 and 56/8 GQA, 20/20 MHA at d=64, 24/8; odd lengths; two chunked
+  # prefills (a chunk of queries over a longer cache, bottom-right causal).
+  prefill=(
+    "u-q28-6k|b=1,h=28,hkv=4,s=6000,sk=6000,d=128,dtype=bf16,causal=1"
+    "u-40-4k-b2|b=2,h=40,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1"
+    "u-20-1000-b4|b=4,h=20,hkv=20,s=1000,sk=1000,d=64,dtype=bf16,causal=0"
+    "u-40-32k|b=1,h=40,hkv=8,s=32768,sk=32768,d=128,dtype=bf16,causal=1"
+    "u-q28-2k-b8|b=8,h=28,hkv=4,s=2048,sk=2048,d=128,dtype=bf16,causal=0"
+    "u-20-12k|b=1,h=20,hkv=20,s=12000,sk=12000,d=64,dtype=bf16,causal=1"
+    "u-56-6k-b2|b=2,h=56,hkv=8,s=6000,sk=6000,d=128,dtype=bf16,causal=1"
+    "u-q28-chunk|b=1,h=28,hkv=4,s=1536,sk=9728,d=128,dtype=bf16,causal=1"
+    "u-40-chunk-b4|b=4,h=40,hkv=8,s=512,sk=4608,d=128,dtype=bf16,causal=1"
+    "u-24-16k|b=1,h=24,hkv=8,s=16384,sk=16384,d=128,dtype=bf16,causal=0"
+  )
+  decode=()
+  only=prefill
+  ;;
 *) echo "$usage" >&2; exit 2 ;;
 esac
+[[ $seeds =~ ^[1-9][0-9]*$ && $budget =~ ^[1-9][0-9]*$ ]] || { echo "$usage" >&2; exit 2; }
+case $phase in tune|retime|compare|table|all) ;; *) echo "$usage" >&2; exit 2 ;; esac
+if [[ ${ATTNTUNE_BARS_LIST:-} == 1 ]]; then  # the set's problems, one a line (tests/unit/cli/test_bars.cpp)
+  for e in "${prefill[@]}" "${decode[@]}"; do echo "${e#*|}"; done
+  exit 0
+fi
+
+# The unseen set: seed N's campaigns in DB-sN.db (seed 1's in DB itself, what a new user's database
+# would hold), one background job a device running its seeds in turn.
+seed_db() { if (($1 == 1)); then echo "$db"; else echo "${db%.db}-s$1.db"; fi; }
+IFS=, read -r -a devs <<<"$devices"
+on_devices() {  # fn: run "fn seed device" for every seed, the seeds of a device in turn, devices at once
+  local k pids=()
+  for k in "${!devs[@]}"; do
+    (
+      for ((sd = k + 1; sd <= seeds; sd += ${#devs[@]})); do "$1" "$sd" "${devs[$k]}"; done
+    ) &
+    pids+=($!)
+  done
+  for k in "${pids[@]}"; do wait "$k" || true; done
+}
+main_job() {  # seed device: the default main job of tools/run.sh for each problem
+  local e
+  for e in "${prefill[@]}"; do
+    "$A" tune --db "$(seed_db "$1")" --problem "${e#*|}" --campaign "${e%%|*}" --seed "$1" --budget-evals "$budget" \
+      --device "$2" --log-interval 60 > "$out/tune_${e%%|*}_s$1.log" 2>&1 ||
+      echo "tune ${e%%|*} seed $1 failed (exit $?): $(tail -1 "$out/tune_${e%%|*}_s$1.log")" >&2
+  done
+}
+retime_all() {  # seed device: each campaign's pick beside its top 20, long (skipped when done)
+  local e f
+  for e in "${prefill[@]}"; do
+    f="$out/retime_${e%%|*}_s$1.json"
+    [[ -s $f ]] && continue
+    "$A" retime --db "$(seed_db "$1")" --campaign "${e%%|*}" --top 20 --rounds 2 --min-seconds "$retime_s" \
+      --device "$2" --format json > "$f.tmp" 2> "$out/retime_${e%%|*}_s$1.log" && mv "$f.tmp" "$f" ||
+      echo "retime ${e%%|*} seed $1 failed: $(tail -1 "$out/retime_${e%%|*}_s$1.log")" >&2
+  done
+}
+# The table: per campaign, the evaluations to within 2% of its final best and whether the warm start
+# came from the shipped database (its tune log says so), and the pick's distance from the re-timed
+# fastest of its top 20; then the medians and counts the issue's bars read.
+unseen_table() {
+  local e sd
+  for e in "${prefill[@]}"; do
+    for ((sd = 1; sd <= seeds; sd++)); do
+      "$A" report --db "$(seed_db "$sd")" --campaign "${e%%|*}" --format json > "$out/report.tmp" 2>/dev/null &&
+        mv "$out/report.tmp" "$out/report_${e%%|*}_s$sd.json" || rm -f "$out/report.tmp"
+    done
+  done
+  python3 - "$out" "$seeds" "${prefill[@]}" <<'PY'
+import json, os, statistics, sys
+out, seeds, entries = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+rows, to2, holds = [], [], []
+for e in entries:
+    name = e.split("|", 1)[0]
+    cells = [name]
+    for sd in range(1, seeds + 1):
+        rep = load(f"{out}/report_{name}_s{sd}.json")
+        n2 = None
+        if rep and rep.get("convergence"):
+            final = rep["convergence"][-1]["best_us"]
+            n2 = next(c["eval"] for c in rep["convergence"] if c["best_us"] <= final * 1.02)
+            if sd == 1:
+                to2.append(n2)
+        log = f"{out}/tune_{name}_s{sd}.log"
+        shipped = os.path.exists(log) and "of the shipped database" in open(log, errors="replace").read()
+        rt = load(f"{out}/retime_{name}_s{sd}.json")
+        behind = rt.get("pick_behind_pct") if isinstance(rt, dict) else None
+        if behind is not None:
+            holds.append(behind <= 1.0)
+        cells.append(f"{'-' if n2 is None else n2}{'*' if shipped else ''}")
+        cells.append("-" if behind is None else f"{behind:.2f}%")
+    rows.append(cells)
+head = ["campaign"] + [c for sd in range(1, seeds + 1) for c in (f"to 2% s{sd}", f"pick behind s{sd}")]
+width = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+for r in [head] + rows:
+    print("  ".join(str(c).rjust(w) for c, w in zip(r, width)))
+print("(* warm-started from the shipped database; 'to 2%': evaluations until the best came within 2% of the final best;")
+print(" 'pick behind': the exported pick re-timed beside the fastest of its top 20)")
+if to2:
+    print(f"transfer (seed 1): median {statistics.median(to2):g} evaluations to within 2% over {len(to2)} shapes (bar: <= 5)")
+if holds:
+    print(f"robust pick: {sum(holds)} of {len(holds)} campaigns within 1% of their re-timed best (bar: >= 19 of 20)")
+PY
+}
+
+if [[ $set == unseen ]]; then
+  [[ $phase == tune || $phase == all ]] && on_devices main_job
+  [[ $phase == retime || $phase == all ]] && on_devices retime_all
+  if [[ $phase == compare || $phase == all ]]; then
+    "$A" export --db "$db" --all-best -o "$out/bars.cu"
+    python3 "$kit/compare.py" "$out/bars.cu" --aot "$aot" --contenders ours,fa4,cudnn \
+      > "$out/compare.log" 2>&1 || echo "compare.py failed: $(tail -3 "$out/compare.log")" >&2
+    grep -A14 '=== forward' "$out/compare.log" || true
+    echo
+  fi
+  unseen_table
+  exit 0
+fi
 
 tune() {  # space seconds name problem
   "$A" tune --db "$db" --space "$1" --problem "$4" --campaign "$3" --budget-time "$2s" \

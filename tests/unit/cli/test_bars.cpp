@@ -1,0 +1,132 @@
+// tools/bars.sh's `unseen` set (issue 43): its problems are outside the suite and the shipped plan
+// (a transfer measured on shapes the shipped database holds would measure nothing), and its table
+// reads the transfer (evaluations to within 2% of the final best) and the robust pick (the pick
+// re-timed beside its top 20) from what the GPU runs left in OUT_DIR.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "../tune/tune_test_util.hpp"
+#include "core/problem.hpp"
+#include "db/store.hpp"
+#include "service/plan.hpp"
+
+namespace attntune::test {
+namespace {
+
+std::string bars() {
+  return "ATTNTUNE_BIN=" + testing::attntune_bin() + " " + testing::source_dir() + "/tools/bars.sh";
+}
+
+// Runs `cmd`, returns its stdout (stderr to the test's), and its exit code in `rc`.
+std::string output_of(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  *rc = WEXITSTATUS(::pclose(p));
+  return out;
+}
+
+std::vector<std::string> unseen_problems() {
+  int rc = -1;
+  const std::string text = output_of("ATTNTUNE_BARS_LIST=1 " + bars() + " - - --set unseen", &rc);
+  EXPECT_EQ(rc, 0);
+  std::vector<std::string> lines;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t nl = text.find('\n', at);
+    lines.push_back(text.substr(at, nl - at));
+    at = nl == std::string::npos ? text.size() : nl + 1;
+  }
+  return lines;
+}
+
+TEST(BarsUnseen, TenPrefillShapesOutsideTheSuiteAndTheShippedPlan) {
+  const std::vector<std::string> problems = unseen_problems();
+  ASSERT_EQ(problems.size(), 10u);
+  TempDir dir;
+  const std::string plan_path = dir.file("plan.yaml");
+  ASSERT_EQ(std::system(("python3 " + testing::source_dir() + "/tools/shipped_plan.py --bin " +
+                         testing::attntune_bin() + " -o " + plan_path)
+                            .c_str()),
+            0);
+  std::set<std::string> known;
+  for (const PlanEntry& e : Plan::load(plan_path).entries) known.insert(e.problem.str());
+  Store suite = Store::open(testing::source_dir() + "/tests/data/campaigns/h100-suite.db", Store::Mode::kReadOnly);
+  const std::vector<CampaignRow> recorded = suite.campaigns();
+  ASSERT_EQ(recorded.size(), 16u);
+  for (const CampaignRow& c : recorded) known.insert(c.spec.problem.str());
+  std::set<std::int64_t> heads, groups;
+  std::set<bool> causal;
+  bool chunked = false;
+  std::int64_t shortest = 1 << 30, longest = 0;
+  for (const std::string& spec : problems) {
+    const Problem p = Problem::parse(spec);  // InputError: not a problem
+    EXPECT_FALSE(known.count(p.str())) << spec << " is in the suite or the shipped plan";
+    heads.insert(p.h);
+    groups.insert(p.h / p.hkv);
+    causal.insert(p.causal);
+    chunked = chunked || p.sk > p.s;
+    shortest = std::min(shortest, p.s);
+    longest = std::max(longest, p.s);
+  }
+  // The issue's kinds: odd head counts (28/4, 40/8, 20/20), s from 1000 or less to 32k, causal and
+  // not, chunked prefill.
+  for (std::int64_t h : {28, 40, 20}) EXPECT_TRUE(heads.count(h)) << h;
+  EXPECT_TRUE(groups.count(1) && groups.count(7) && groups.count(5));
+  EXPECT_EQ(causal.size(), 2u);
+  EXPECT_TRUE(chunked);
+  EXPECT_LE(shortest, 1000);
+  EXPECT_GE(longest, 32768);
+}
+
+// The table from what OUT_DIR holds (--phase table: no GPU, no campaign): seed 1's median of the
+// evaluations to within 2% of each campaign's final best, and how many picks of both seeds lie
+// within 1% of their re-timed fastest.
+TEST(BarsUnseen, TheTableReadsTheTransferAndTheRobustPickFromOutDir) {
+  TempDir dir;
+  const std::string out = dir.file("out");
+  ASSERT_EQ(std::system(("mkdir -p " + out).c_str()), 0);
+  // The campaign names are the script's: the test reads them from the table of an empty OUT_DIR,
+  // writes the files a GPU run would for them, and reads the table again.
+  int rc = -1;
+  const std::string empty = output_of(bars() + " " + dir.file("none.db") + " " + out + " --set unseen --phase table", &rc);
+  ASSERT_EQ(rc, 0) << empty;
+  std::vector<std::string> names;
+  for (std::size_t at = empty.find('\n') + 1; at < empty.size() && empty[at] != '('; at = empty.find('\n', at) + 1) {
+    std::size_t start = empty.find_first_not_of(' ', at);
+    names.push_back(empty.substr(start, empty.find(' ', start) - start));
+  }
+  ASSERT_EQ(names.size(), 10u) << empty;
+  EXPECT_EQ(empty.find("transfer"), std::string::npos) << "no report, no median";
+  // Seed 1: to within 2% after 1, 2, ..., 10 evaluations (median 5.5); one pick of the 20 1.5% behind.
+  for (int i = 0; i < 10; ++i)
+    for (int seed : {1, 2}) {
+      const double final_us = 100;
+      std::ofstream(fmt::format("{}/report_{}_s{}.json", out, names[i], seed))
+          << fmt::format(R"({{"convergence": [{{"eval": 0, "best_us": 150}}, {{"eval": {}, "best_us": 101.9}},
+                              {{"eval": 90, "best_us": {}}}]}})",
+                         i + 1, final_us);
+      std::ofstream(fmt::format("{}/retime_{}_s{}.json", out, names[i], seed))
+          << fmt::format(R"({{"pick_behind_pct": {}}})", i == 3 && seed == 2 ? 1.5 : 0.25);
+    }
+  std::ofstream(fmt::format("{}/tune_{}_s1.log", out, names[0])) << "warm start: 8 configs from x of the shipped database 'y'\n";
+  const std::string table = output_of(bars() + " " + dir.file("none.db") + " " + out + " --set unseen --phase table", &rc);
+  ASSERT_EQ(rc, 0) << table;
+  EXPECT_NE(table.find("transfer (seed 1): median 5.5 evaluations to within 2% over 10 shapes"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("robust pick: 19 of 20 campaigns within 1%"), std::string::npos) << table;
+  EXPECT_NE(table.find("1*"), std::string::npos) << "the shipped warm start is marked: " << table;
+  EXPECT_NE(table.find("1.50%"), std::string::npos) << table;
+}
+
+}  // namespace
+}  // namespace attntune::test
