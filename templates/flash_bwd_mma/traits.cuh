@@ -58,7 +58,9 @@ struct Traits {
   static_assert(kStages >= 2 && kStages <= 3, "2 or 3 Q/dO stages");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes formula disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with warps * 32");
-  static_assert(!ATT_SOFTCAP && !ATT_SINKS, "flash_bwd_mma has no soft-cap or sinks backward yet");
+  // Sinks need nothing here: P = exp(S - LSE) with the forward's LSE, which holds the sink (the sinks'
+  // gradient is the ops' arithmetic: docs/design/backward.md "Sinks").
+  static_assert(!ATT_SOFTCAP, "flash_bwd_mma has no soft-cap backward yet");
 };
 
 }  // namespace att

@@ -94,7 +94,9 @@ struct Traits {
   static_assert(kLongestFirst >= 0, "longest_first is a group of (batch, KV head) pairs, or 0");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes formula disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with block_n / 64 * 128");
-  static_assert(!ATT_SOFTCAP && !ATT_SINKS, "flash_bwd_wgmma has no soft-cap or sinks backward yet");
+  // Sinks need nothing here: P = exp(S - LSE) with the forward's LSE, which holds the sink (the sinks'
+  // gradient is the ops' arithmetic: docs/design/backward.md "Sinks").
+  static_assert(!ATT_SOFTCAP, "flash_bwd_wgmma has no soft-cap backward yet");
 };
 
 }  // namespace att

@@ -60,8 +60,9 @@
 // deterministic, one thread writes each output. With lowp=1 they round what a same-dtype framework's
 // autograd rounds: s, P, dP and dS to the dtype, each query head's dK and dV contribution (the
 // backward of repeating K and V over the group) and the outputs; D and the LSE are then the lowp
-// forward's (its O rounded to the dtype). A softmax sink or a soft-cap is not applied (the problem
-// refuses them with pass=bwd). Outputs are fp32 and contiguous: dQ (batch, heads_q, seqlen_q,
+// forward's (its O rounded to the dtype). A softmax sink needs nothing more: the forward's LSE and O
+// hold it, so P and D above are the sink problem's (the sink's own gradient is not the kernels': the
+// ops compute it). A soft-cap is not applied (the problem refuses it with pass=bwd). Outputs are fp32 and contiguous: dQ (batch, heads_q, seqlen_q,
 // head_dim), dK (batch, heads_kv, seqlen_k, head_dim), dV (batch, heads_kv, seqlen_k, head_dim_v).
 // compare_grad compares one strided 16-bit gradient with them, store_rounded writes the forward's O
 // to a candidate's input in the dtype.

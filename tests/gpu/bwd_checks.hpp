@@ -43,6 +43,19 @@ inline const PropertyShape kBwdTwoSidedShapes[] = {
     {"b=2,h=6,hkv=2,s=777,sk=1001,window=100,50", Layout::kBSHD},
     {"b=1,h=4,hkv=4,s=333,sk=129,window=-1,40", Layout::kBHSD},
 };
+// Sinks (a sink build serves sink calls only): AttnBuffers' logits by head (moderate; -1e4: none of
+// the weight; 1e3: all of it) on GQA, MQA, rows that see no key (sk < s, causal: their LSE is the
+// sink), one query row; and with a window.
+inline const PropertyShape kBwdSinkShapes[] = {
+    {"b=2,h=6,hkv=2,s=777,sk=1001,sinks=1", Layout::kBSHD},
+    {"b=1,h=4,hkv=4,s=333,sk=129,sinks=1", Layout::kBHSD},
+    {"b=1,h=3,hkv=1,s=100,sk=300,sinks=1", Layout::kBSHD},
+    {"b=1,h=2,hkv=1,s=1,sk=77,sinks=1", Layout::kBHSD},
+};
+inline const PropertyShape kBwdWindowSinkShapes[] = {
+    {"b=2,h=6,hkv=2,s=777,sk=1001,window=100,sinks=1", Layout::kBSHD},
+    {"b=1,h=4,hkv=4,s=333,sk=129,window=17,sinks=1", Layout::kBHSD},
+};
 
 // A spread of `family`'s configs (`sample` per causal kind in `causals`; `window`: the problem's
 // window suffix, "" for none) built for `arch`, each checked on `shapes` (pass=bwd).

@@ -36,6 +36,17 @@ TEST(FlashBwdMmaProperty, SpreadD128) {
   check_backward_spread("flash_bwd_mma", gpu_arch(), 128, {0, 1}, "", attntune::testing::kBwdShapes, 4600);
 }
 
+// Sinks: the plain kernels built with ATT_SINKS, reading the forward's LSE (which holds the sink)
+// against the reference's gradients of the sink problem; causal and not, and a causal window.
+TEST(FlashBwdMmaProperty, Sinks) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (int d : {64, 128})
+    check_backward_spread("flash_bwd_mma", gpu_arch(), d, {0, 1}, ",sinks=1", attntune::testing::kBwdSinkShapes,
+                          6400u + static_cast<unsigned>(d), 4);
+  check_backward_spread("flash_bwd_mma", gpu_arch(), 128, {1}, ",window=64,sinks=1",
+                        attntune::testing::kBwdWindowSinkShapes, 6500, 2);
+}
+
 TEST(FlashBwdMmaProperty, WindowsCausal) {
   ATTNTUNE_REQUIRE_GPU();
   check_backward_spread("flash_bwd_mma", gpu_arch(), 64, {1}, ",window=64", attntune::testing::kBwdWindowShapes, 4700);

@@ -44,6 +44,17 @@ TEST(FlashBwdWgmmaProperty, WindowsCausal) {
   check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {1}, ",window=64", attntune::testing::kBwdWindowShapes, 5800);
 }
 
+// Sinks: the plain kernels built with ATT_SINKS, reading the forward's LSE (which holds the sink)
+// against the reference's gradients of the sink problem; causal and not, and a causal window.
+TEST(FlashBwdWgmmaProperty, Sinks) {
+  REQUIRE_SM90();
+  for (int d : {64, 128})
+    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, ",sinks=1", attntune::testing::kBwdSinkShapes,
+                          6600u + static_cast<unsigned>(d), 4);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {1}, ",window=64,sinks=1",
+                        attntune::testing::kBwdWindowSinkShapes, 6700, 2);
+}
+
 TEST(FlashBwdWgmmaProperty, WindowsTwoSided) {
   REQUIRE_SM90();
   // Non-causal window builds only (a causal build bounds the right side itself).

@@ -1715,7 +1715,8 @@ def fp8_phase(work, device="cuda"):
 # ------------------------------------------------------------------ the backward phase
 
 # What the backward phase tunes when it is given no package or database (issue 45): flash_bwd_mma's
-# backward problems (pass=bwd) at d=64 and 128, causal and not, GQA, a causal window, in bf16 and fp16
+# backward problems (pass=bwd) at d=64 and 128, causal and not, GQA, a causal window, a causal window
+# with learnable sinks (the kernel gives dq, dk, dv; the op adds the sinks' gradient), in bf16 and fp16
 # (one package each), and the forward of two of them, so that a training step runs kernels both ways.
 BWD_SHAPES = [
     "b=2,h=8,hkv=8,s=1024,sk=1024,d=128,dtype={dt},causal=0,pass=bwd",
@@ -1723,6 +1724,7 @@ BWD_SHAPES = [
     "b=2,h=8,hkv=8,s=1024,sk=1024,d=64,dtype={dt},causal=1,pass=bwd",
     "b=2,h=8,hkv=2,s=1024,sk=1024,d=64,dtype={dt},causal=0,pass=bwd",
     "b=1,h=8,hkv=4,s=1024,sk=1024,d=64,dtype={dt},causal=1,window=255,pass=bwd",
+    "b=2,h=8,hkv=2,s=1024,sk=1024,d=64,dtype={dt},causal=1,window=127,sinks=1,pass=bwd",  # gpt-oss-like
     "b=2,h=8,hkv=2,s=1024,sk=1024,d=128,dtype={dt},causal=1",
     "b=2,h=8,hkv=8,s=1024,sk=1024,d=64,dtype={dt},causal=1",
 ]
@@ -1844,8 +1846,10 @@ def bwd_checks(pkg, namespace, device, gpu):
         ok, parts = True, []
         for name, a, r, lo in zip(("dq", "dk", "dv", "dsinks"), got, ref64, lowp):
             if name == "dsinks":
+                # The fallback's (float32 math) within 1e-3; a kernel's, whose D = dO . O reads the
+                # forward's O in the dtype, within FA2's bound of the dtype's own autograd.
                 err = (a.double() - r).abs().max().item()
-                bound = 1e-3 * max(1.0, r.abs().max().item())
+                bound = max(1e-3 * max(1.0, r.abs().max().item()), vr.fa2_bound(lo, r, dtype))
             else:
                 err = (a.double() - r).abs().max().nan_to_num(float("inf")).item() if a.numel() else 0.0
                 bound = vr.fa2_bound(lo, r, dtype)
@@ -1853,26 +1857,31 @@ def bwd_checks(pkg, namespace, device, gpu):
             parts.append(f"{name} {err:.2e}<={bound:.2e}")
         return ok, ", ".join(parts)
 
-    def check(B, H, Hkv, S, Sk, D, causal, window, layout, seed, tag, want_kernel):
-        """One training call: attention(q, k, v) and torch.autograd.grad with a random dO."""
+    def check(B, H, Hkv, S, Sk, D, causal, window, layout, seed, tag, want_kernel, sinks=None):
+        """One training call: attention(q, k, v) and torch.autograd.grad with a random dO (and with
+        learnable `sinks`, their gradient too)."""
         scale = 1 / math.sqrt(D)
         q, k, v = randn(B, H, S, D, seed=seed), randn(B, Hkv, Sk, D, seed=seed + 1), randn(B, Hkv, Sk, D, seed=seed + 2)
         dout = randn(B, H, S, D, seed=seed + 3)
         if layout == "BSHD":  # [B, S, H, D] storage seen as [B, H, S, D]
             q, k, v, dout = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v, dout))
         leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-        what = f"{tag} b={B} h={H} hkv={Hkv} s={S} sk={Sk} d={D} causal={int(causal)} window={window} {layout}"
+        if sinks is not None:
+            leaves.append(sinks.detach().clone().requires_grad_())
+        what = (f"{tag} b={B} h={H} hkv={Hkv} s={S} sk={Sk} d={D} causal={int(causal)} window={window} {layout}"
+                + (" sinks" if sinks is not None else ""))
         lib.reset_coverage()
         try:
             poison(q.numel() + 2 * k.numel())
-            o = lib.attention(*leaves, is_causal=causal, window_size=window)
+            o = lib.attention(*leaves[:3], is_causal=causal, window_size=window,
+                              sinks=leaves[3] if sinks is not None else None)
             got = torch.autograd.grad(o, leaves, dout)
             if gpu:
                 torch.cuda.synchronize()
         except RuntimeError as e:
             record(False, what, str(e).splitlines()[0][:300])
             return
-        ref64, lowp, from_sdpa = references(q, k, v, dout, scale, causal, window)
+        ref64, lowp, from_sdpa = references(q, k, v, dout, scale, causal, window, sinks=sinks)
         ok, msg = compare_grads(got, ref64, lowp)
         msg += " (bound from SDPA)" if from_sdpa else " (bound from the reference in the dtype)"
         rows = [r for r in lib.coverage() if r["entry"] == "attention_backward"]
@@ -1900,11 +1909,12 @@ def bwd_checks(pkg, namespace, device, gpu):
                   (1, 533, 200, "BSHD"), (1, 1, 77, "BHSD"), (1, 77, 1, "BHSD"), (1, 1531, 1531, "BHSD")]
         for j, (b, s, sk, layout) in enumerate(shapes):
             window = windows[j % len(windows)]
+            sinks = vr.sink_logits(H, 40 + j, device) if p.get("sinks") else None
             want = lib.explain("attention_backward", lib.info["dtype"], D, causal, b, H, Hkv, s, sk,
-                               window_size=window)[0] if gpu else None
+                               window_size=window, sinks=sinks is not None)[0] if gpu else None
             if gpu and want != i and j == 0:
                 record(False, f"explain on kernel {i}'s own problem", f"names {want}")
-            check(b, H, Hkv, s, sk, D, causal, window, layout, 1000 + 20 * i + j, f"k{i}", want)
+            check(b, H, Hkv, s, sk, D, causal, window, layout, 1000 + 20 * i + j, f"k{i}", want, sinks=sinks)
 
     # -- the fallback on the GPU: max_length_ratio 1 (kernels at their tuned lengths only), and d=96
     lib.set_policy("sdpa", 1.0)

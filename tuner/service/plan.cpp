@@ -864,9 +864,10 @@ std::vector<std::string> parse_regimes(const std::string& text) {
 }
 
 // Whether a training step's backward of layer kind k is a problem attntune tunes: the backward pass
-// (Problem::backward) has no soft-cap or sinks gradient yet and one head dim for Q, K and V.
+// (Problem::backward) has no soft-cap gradient yet and one head dim for Q, K and V (sinks are served:
+// the kernels read the forward's LSE, which holds them).
 bool train_backward(const ModelAttention& m, const LayerKind& k) {
-  return k.softcap == 0 && !k.sinks && (m.head_dim_v == 0 || m.head_dim_v == m.head_dim);
+  return k.softcap == 0 && (m.head_dim_v == 0 || m.head_dim_v == m.head_dim);
 }
 
 std::string train_note(const ModelAttention& m, const PlanOptions& o) {
@@ -884,7 +885,7 @@ std::string train_note(const ModelAttention& m, const PlanOptions& o) {
                      "is",
                      left.size() == kinds.size() ? std::string("every layer") : names,
                      split ? fmt::format("V's head dim {} is not Q's and K's {}", m.head_dim_v, m.head_dim)
-                           : std::string("a logit soft-cap or attention sinks"));
+                           : std::string("a logit soft-cap"));
 }
 
 Plan make_plan(const ModelAttention& m, const PlanOptions& o) {

@@ -173,8 +173,8 @@ Plan make_plan(const ModelAttention& model, const PlanOptions& opts);
 // serves them over an FP8 cache yet); "" for every other plan.
 std::string kv_dtype_note(const PlanOptions& opts, const Plan& plan);
 // What --regimes train leaves out, for stderr ("" when nothing): the backward of layers with a
-// soft-cap or sinks, and of a model whose V head dim is not its Q/K one (no backward family serves
-// them yet; their forward is planned).
+// soft-cap, and of a model whose V head dim is not its Q/K one (no backward family serves them yet;
+// their forward is planned).
 std::string train_note(const ModelAttention& m, const PlanOptions& opts);
 
 }  // namespace attntune

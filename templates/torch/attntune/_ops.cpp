@@ -1258,7 +1258,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
                                             dks, dvs, static_cast<float>(sc), c.causal, &o, stream);
     });
   }
-  if (!ran) backward_into(q, k, v, g, dl, is_causal, var, sk_logits, sc, dq, dk, dv, dsinks);
+  if (!ran) {
+    backward_into(q, k, v, g, dl, is_causal, var, sk_logits, sc, dq, dk, dv, dsinks);
+  } else if (dsinks.numel() > 0) {
+    // The kernel gave dq, dk and dv (its P = exp(S - lse) with the forward's LSE, which holds the
+    // sink); the sinks' own gradient is this: dsink_h = -sum_{b,i} P_sink_{b,h,i} D_{b,h,i}, with
+    // P_sink = exp(sink_h - lse) and D_i = dO_i . O_i in float32 (the kernels' D).
+    const at::Tensor d = (dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1);
+    const at::Tensor psink = (sk_logits.to(at::kFloat).view({1, H, 1}) - lse).exp();
+    dsinks.copy_((psink * d).sum(at::IntArrayRef{0, 2}).neg());
+  }
   return {dq, dk, dv, dsinks};
 }
 

@@ -1564,6 +1564,13 @@ TEST(PlanTrain, LayersWithoutABackwardFamilyPlanTheForwardAndSaySo) {
   const auto mistral_specs = specs(make_plan(mistral, o));
   ASSERT_EQ(mistral_specs.size(), 2u);
   EXPECT_NE(mistral_specs[1].find("window=4095,pass=bwd"), std::string::npos) << mistral_specs[1];
+  // gpt-oss's sinks: planned backward too, on both layer kinds (windowed and full), no note.
+  const ModelAttention goss = read_model_config(model_file("gpt_oss_20b.json"));
+  int sink_bwd = 0;
+  for (const std::string& s : specs(make_plan(goss, o)))
+    if (s.find("sinks=1,pass=bwd") != std::string::npos) ++sink_bwd;
+  EXPECT_EQ(sink_bwd, 2);
+  EXPECT_EQ(train_note(goss, o), "");
   // Gemma 2's soft-cap: forward only, and the note names why.
   const ModelAttention gemma = read_model_config(model_file("gemma2_9b.json"));
   for (const std::string& s : specs(make_plan(gemma, o))) EXPECT_EQ(s.find("pass=bwd"), std::string::npos) << s;

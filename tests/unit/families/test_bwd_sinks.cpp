@@ -1,0 +1,92 @@
+// Sinks in the backward pass (issue 45, gpt-oss training): both backward families serve a
+// `sinks=1,pass=bwd` problem with their plain kernels built with ATT_SINKS (P = exp(S - LSE) reads the
+// forward's LSE, which holds the sink; the sinks' gradient is the ops'). On CI: the spaces serve it,
+// the render defines ATT_SINKS, a sink build plans sink calls only (and a plain build refuses them),
+// and the builds compile with NVRTC (flash_bwd_mma for sm_80 and sm_90, flash_bwd_wgmma for sm_90a)
+// without spills past their family's bound or wgmma serialisation. The GPU property tests
+// (FlashBwdMmaProperty.Sinks, FlashBwdWgmmaProperty.Sinks) check the gradients.
+#include <string>
+#include <utility>
+
+#include <gtest/gtest.h>
+
+#include "cuda/nvrtc.hpp"
+#include "eval/build_pool.hpp"
+#include "tests/common/plan_call.hpp"
+#include "tests/common/run_attntune.hpp"
+
+using namespace attntune;
+using attntune::testing::backward_call_of;
+using attntune::testing::FakeDevice;
+using attntune::testing::space_of;
+
+namespace {
+
+const char* kSinks = "b=2,h=6,hkv=2,s=300,sk=300,d=128,dtype=bf16,causal=1,sinks=1,pass=bwd";
+const char* kPlain = "b=2,h=6,hkv=2,s=300,sk=300,d=128,dtype=bf16,causal=1,pass=bwd";
+const float kSinkLogits[6] = {0.f, 1.f, 2.f, 3.f, 4.f, 5.f};  // a host address: the plan never reads it
+
+struct BwdFamily {
+  const char* name;
+  const char* arch;
+};
+const BwdFamily kFamilies[] = {{"flash_bwd_mma", "sm_90"}, {"flash_bwd_wgmma", "sm_90a"}};
+
+}  // namespace
+
+TEST(BackwardSinks, EachFamilyServesSinkCallsWithASinkBuildOnly) {
+  const auto device = FakeDevice{}.device();
+  for (const BwdFamily& fam : kFamilies) {
+    SCOPED_TRACE(fam.name);
+    const SearchSpace space = space_of(fam.name);
+    const Problem sinks = Problem::parse(kSinks), plain = Problem::parse(kPlain);
+    const auto configs = space.enumerate(sinks, fam.arch);
+    ASSERT_FALSE(configs.empty());
+    // The same configs as the plain problem's: a sink changes nothing the space constrains.
+    EXPECT_EQ(configs.size(), space.enumerate(plain, fam.arch).size());
+    const RenderedKernel with = render_kernel(space, configs.front(), sinks, fam.arch);
+    const RenderedKernel without = render_kernel(space, configs.front(), plain, fam.arch);
+    EXPECT_NE(with.source.find("#define ATT_SINKS 1\n"), std::string::npos);
+    EXPECT_EQ(without.source.find("#define ATT_SINKS 1\n"), std::string::npos);
+    attntune_plan::Call sink_call = backward_call_of(sinks);
+    sink_call.sinks = kSinkLogits;
+    const attntune_plan::Call plain_call = backward_call_of(plain);
+    std::string why;
+    EXPECT_TRUE(plan_call(with.launch, sink_call, device, &why)) << why;
+    EXPECT_FALSE(plan_call(with.launch, plain_call, device, &why));
+    EXPECT_NE(why.find("attention sinks"), std::string::npos) << why;
+    why.clear();
+    EXPECT_FALSE(plan_call(without.launch, sink_call, device, &why));
+    EXPECT_NE(why.find("attention sinks"), std::string::npos) << why;
+  }
+}
+
+TEST(BackwardSinks, SinkBuildsCompile) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const std::pair<const char*, const char*> builds[] = {
+      {"flash_bwd_mma", "sm_80"}, {"flash_bwd_mma", "sm_90"}, {"flash_bwd_wgmma", "sm_90a"}};
+  for (const auto& [family, arch] : builds) {
+    SCOPED_TRACE(std::string(family) + " " + arch);
+    const SearchSpace space = space_of(family);
+    BuildPoolOptions pool_opts;
+    pool_opts.nvrtc_options = family_nvrtc_options(family);
+    pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+    BuildPool pool(pool_opts);
+    std::size_t submitted = 0;
+    for (const char* spec : {kSinks, "b=1,h=4,s=500,sk=700,d=64,dtype=fp16,causal=1,window=100,sinks=1,pass=bwd"}) {
+      const Problem p = Problem::parse(spec);
+      const auto all = space.enumerate(p, arch);
+      ASSERT_FALSE(all.empty()) << spec;
+      pool.submit({all.back(), render_kernel(space, all.back(), p, arch), arch});
+      ++submitted;
+    }
+    std::size_t built = 0;
+    while (auto o = pool.next()) {
+      ++built;
+      EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+      EXPECT_EQ(o->build.log.find("Potential Performance Loss"), std::string::npos) << o->build.log;
+    }
+    EXPECT_EQ(built, submitted);
+  }
+}
