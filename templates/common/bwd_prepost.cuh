@@ -61,6 +61,23 @@ __device__ __forceinline__ void add_release(int* p, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
+// ---- the main loops' recomputed probabilities --------------------------------------------------
+// P of a raw score x = q.k whose row has lse2 = LSE * log2(e): 2^(x scale log2(e) - lse2), or under
+// a soft-cap C (the forward's score C tanh(scale x / C)) 2^(C log2(e) tanh(x softcap_scale) - lse2);
+// `dcap` is dS's extra factor, the cap's derivative 1 - tanh^2 (1 without a cap). The accurate tanh
+// whatever the forward used: the gradient of the score the reference defines.
+template <bool kSoftcap>
+__device__ __forceinline__ float bwd_prob(float x, float lse2, const AttnParams& f, float& dcap) {
+  if constexpr (kSoftcap) {
+    const float th = tanh_accurate(x * f.variant.softcap_scale);
+    dcap = fmaf(-th, th, 1.f);
+    return ex2(fmaf(th, f.variant.softcap * 1.4426950408889634f, -lse2));
+  } else {
+    dcap = 1.f;
+    return ex2(fmaf(x, f.scale_log2, -lse2));
+  }
+}
+
 // ---- preprocessing ----------------------------------------------------------------------------
 // grid (seqlen_q_rounded / kBlockM, heads_q, batch): rows [m0, m0 + kBlockM) of one (batch, head).
 extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_preprocess(const BwdParams p) {

@@ -350,7 +350,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float lse = (e & 1) ? lse2.y : lse2.x, dsum = (e & 1) ? dp2.y : dp2.x;
-          float pv = ex2(fmaf(acc_s[kt][qt][e], f.scale_log2, -lse));
+          float dcap;
+          float pv = bwd_prob<T::kSoftcap>(acc_s[kt][qt][e], lse, f, dcap);
           if (masked) {
             const int key = n0 + warp_key0 + kt * 16 + g + (e >> 1) * 8;
             const int row = m0 + qt * 8 + 2 * t + (e & 1);
@@ -364,7 +365,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
             pv = visible ? pv : 0.f;
           }
           acc_s[kt][qt][e] = pv;
-          acc_dp[kt][qt][e] = pv * (acc_dp[kt][qt][e] - dsum);
+          acc_dp[kt][qt][e] = T::kSoftcap ? pv * (acc_dp[kt][qt][e] - dsum) * dcap : pv * (acc_dp[kt][qt][e] - dsum);
         }
     }
 

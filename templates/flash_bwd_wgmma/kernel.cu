@@ -336,7 +336,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float lse = (e & 1) ? lse2.y : lse2.x, dsum = (e & 1) ? dp2.y : dp2.x;
-        float pv = ex2(fmaf(acc_s[4 * c + e], f.scale_log2, -lse));
+        float dcap;
+        float pv = bwd_prob<T::kSoftcap>(acc_s[4 * c + e], lse, f, dcap);
         if (masked) {
           const int key = n0 + key_w + (e >> 1) * 8;
           const int row = m0 + c * 8 + 2 * t + (e & 1);
@@ -350,7 +351,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
           pv = visible ? pv : 0.f;
         }
         acc_s[4 * c + e] = pv;
-        acc_dp[4 * c + e] = pv * (acc_dp[4 * c + e] - dsum);
+        acc_dp[4 * c + e] = T::kSoftcap ? pv * (acc_dp[4 * c + e] - dsum) * dcap : pv * (acc_dp[4 * c + e] - dsum);
       }
     }
 

@@ -14,6 +14,7 @@ struct Traits {
   static constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
   static constexpr bool kCausal = ATT_CAUSAL != 0;
   static constexpr bool kWindow = ATT_WINDOW != 0;  // a sliding window: its sides are run-time values
+  static constexpr bool kSoftcap = ATT_SOFTCAP != 0;  // a logit soft-cap: its value is a run-time value
 
   // Tunables (search_spaces/flash_bwd_wgmma.yaml).
   static constexpr int kBlockN = BLOCK_N;   // keys a CTA: 64 per warpgroup (wgmma's M), dK/dV in its registers
@@ -95,8 +96,8 @@ struct Traits {
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes formula disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with block_n / 64 * 128");
   // Sinks need nothing here: P = exp(S - LSE) with the forward's LSE, which holds the sink (the sinks'
-  // gradient is the ops' arithmetic: docs/design/backward.md "Sinks").
-  static_assert(!ATT_SOFTCAP, "flash_bwd_wgmma has no soft-cap backward yet");
+  // gradient is the ops' arithmetic: docs/design/backward.md "Sinks"). A soft-cap recomputes the
+  // capped score and multiplies dS by its derivative (bwd_prepost.cuh, bwd_prob).
 };
 
 }  // namespace att

@@ -62,7 +62,8 @@
 // backward of repeating K and V over the group) and the outputs; D and the LSE are then the lowp
 // forward's (its O rounded to the dtype). A softmax sink needs nothing more: the forward's LSE and O
 // hold it, so P and D above are the sink problem's (the sink's own gradient is not the kernels': the
-// ops compute it). A soft-cap is not applied (the problem refuses it with pass=bwd). Outputs are fp32 and contiguous: dQ (batch, heads_q, seqlen_q,
+// ops compute it). A soft-cap C makes s_ij = C tanh(scale <q_i, k_j> / C) (the forward's) and
+// multiplies dS_ij by 1 - tanh^2 (its derivative; softcap_bwd). Outputs are fp32 and contiguous: dQ (batch, heads_q, seqlen_q,
 // head_dim), dK (batch, heads_kv, seqlen_k, head_dim), dV (batch, heads_kv, seqlen_k, head_dim_v).
 // compare_grad compares one strided 16-bit gradient with them, store_rounded writes the forward's O
 // to a candidate's input in the dtype.
@@ -453,6 +454,21 @@ extern "C" __global__ void compare_outputs(const AttnParams p, int head_dim, int
 constexpr int kBwdRows = 8;    // rows per CTA, a warp each: query rows (dQ, D) or key rows (dK, dV)
 constexpr int kBwdChunk = 32;  // keys (dQ) or query rows (dK, dV) a step, a lane each
 
+// The score of a raw dot product s = q.k, in place (scale * s; soft-capped: C tanh(scale * s / C),
+// the forward's; rounded to the dtype with lowp), and its derivative's factor beyond the scale: 1 -
+// tanh^2 under a soft-cap (dS with respect to scale * q.k is P (dP - D) (1 - tanh^2)), else 1.
+__device__ __forceinline__ float softcap_bwd(float& s, const AttnParams& p, int lowp, int bf16) {
+  s *= p.scale;
+  float d = 1.f;
+  if (p.variant.softcap > 0.f) {
+    const float t = tanhf(s / p.variant.softcap);
+    s = p.variant.softcap * t;
+    d = 1.f - t * t;
+  }
+  if (lowp) s = round_to(s, bf16);
+  return d;
+}
+
 // The lane's dot product of this warp's row `a_row` of A (a row per warp; a_row < 0: none, the lane's
 // value unused) with row r0 + lane of B (rows at and past b_rows read as zeros), over `cols` columns
 // in blocks of kCols, each block in column order: sum_c fmaf(a_c, b_c, acc), the forward's order. Every
@@ -544,8 +560,7 @@ attn_reference_bwd_dq(const BwdParams bp, int head_dim, int head_dim_v, int bf16
     for (int t = 0; t < kCols / 32; ++t) acc[t] = 0.f;
     for (int c0 = block_start; c0 < block_limit; c0 += kBwdChunk) {
       float s = warp_row_dot(srow, schunk, q, p.q_stride[2], a_row, k, p.k_stride[2], seqlen_k, c0, head_dim, bf16);
-      s *= p.scale;
-      if (lowp) s = round_to(s, bf16);
+      const float dcap = softcap_bwd(s, p, lowp, bf16);
       float dp = warp_row_dot(srow, schunk, d_o, bp.do_stride[2], a_row, v, p.v_stride[2], seqlen_k, c0, head_dim_v, bf16);
       if (lowp) dp = round_to(dp, bf16);
       const int key = c0 + lane;
@@ -553,7 +568,7 @@ attn_reference_bwd_dq(const BwdParams bp, int head_dim, int head_dim_v, int bf16
       if (key >= start && key < limit) {
         float pj = expf(s - lse_r);
         if (lowp) pj = round_to(pj, bf16);
-        ds = pj * (dp - d_r);
+        ds = pj * (dp - d_r) * dcap;
         if (lowp) ds = round_to(ds, bf16);
       }
       // dQ_i += dS_ij k_j over the chunk's keys, in key order, columns [ob, ob + ow).
@@ -627,8 +642,7 @@ attn_reference_bwd_dkdv(const BwdParams bp, int head_dim, int head_dim_v, int bf
         // for the whole CTA).
         if (!(first(i0) < j1 && visible(min(seqlen_q - 1, i0 + kBwdChunk - 1)) > j0)) continue;
         float s = warp_row_dot(srow, schunk, k, p.k_stride[2], a_row, q, p.q_stride[2], seqlen_q, i0, head_dim, bf16);
-        s *= p.scale;
-        if (lowp) s = round_to(s, bf16);
+        const float dcap = softcap_bwd(s, p, lowp, bf16);
         float dp = warp_row_dot(srow, schunk, v, p.v_stride[2], a_row, d_o, bp.do_stride[2], seqlen_q, i0, head_dim_v,
                                 bf16);
         if (lowp) dp = round_to(dp, bf16);
@@ -637,7 +651,7 @@ attn_reference_bwd_dkdv(const BwdParams bp, int head_dim, int head_dim_v, int bf
         if (active && i < seqlen_q && key >= first(i) && key < visible(i)) {
           pj = expf(s - lse[row0 + i]);
           if (lowp) pj = round_to(pj, bf16);
-          ds = pj * (dp - dsum[row0 + i]);
+          ds = pj * (dp - dsum[row0 + i]) * dcap;
           if (lowp) ds = round_to(ds, bf16);
         }
         // dV_j += P_ij dO_i and dK_j += dS_ij q_i over the chunk's rows, in row order.

@@ -56,6 +56,19 @@ inline const PropertyShape kBwdWindowSinkShapes[] = {
     {"b=2,h=6,hkv=2,s=777,sk=1001,window=100,sinks=1", Layout::kBSHD},
     {"b=1,h=4,hkv=4,s=333,sk=129,window=17,sinks=1", Layout::kBHSD},
 };
+// Soft-caps (a soft-cap build serves every cap value): Gemma 2's 50, a tighter 5 (scores near the
+// cap, where 1 - tanh^2 is small), GQA, MQA, rows that see no key, one query row; and with a window
+// and sinks.
+inline const PropertyShape kBwdSoftcapShapes[] = {
+    {"b=2,h=6,hkv=2,s=777,sk=1001,softcap=50", Layout::kBSHD},
+    {"b=1,h=4,hkv=4,s=333,sk=129,softcap=5", Layout::kBHSD},
+    {"b=1,h=3,hkv=1,s=100,sk=300,softcap=50", Layout::kBSHD},
+    {"b=1,h=2,hkv=1,s=1,sk=77,softcap=5", Layout::kBHSD},
+};
+inline const PropertyShape kBwdWindowSinkSoftcapShapes[] = {
+    {"b=2,h=6,hkv=2,s=777,sk=1001,window=100,softcap=50,sinks=1", Layout::kBSHD},
+    {"b=1,h=4,hkv=4,s=333,sk=129,window=17,softcap=5,sinks=1", Layout::kBHSD},
+};
 
 // A spread of `family`'s configs (`sample` per causal kind in `causals`; `window`: the problem's
 // window suffix, "" for none) built for `arch`, each checked on `shapes` (pass=bwd).

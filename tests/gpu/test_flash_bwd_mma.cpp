@@ -47,6 +47,17 @@ TEST(FlashBwdMmaProperty, Sinks) {
                         attntune::testing::kBwdWindowSinkShapes, 6500, 2);
 }
 
+// Soft-caps: the capped score recomputed and dS times its derivative, against the reference's
+// gradients; causal and not, and a causal window with sinks.
+TEST(FlashBwdMmaProperty, Softcap) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (int d : {64, 128})
+    check_backward_spread("flash_bwd_mma", gpu_arch(), d, {0, 1}, ",softcap=50", attntune::testing::kBwdSoftcapShapes,
+                          6800u + static_cast<unsigned>(d), 4);
+  check_backward_spread("flash_bwd_mma", gpu_arch(), 64, {1}, ",window=64,softcap=50,sinks=1",
+                        attntune::testing::kBwdWindowSinkSoftcapShapes, 6900, 2);
+}
+
 TEST(FlashBwdMmaProperty, WindowsCausal) {
   ATTNTUNE_REQUIRE_GPU();
   check_backward_spread("flash_bwd_mma", gpu_arch(), 64, {1}, ",window=64", attntune::testing::kBwdWindowShapes, 4700);

@@ -55,6 +55,17 @@ TEST(FlashBwdWgmmaProperty, Sinks) {
                         attntune::testing::kBwdWindowSinkShapes, 6700, 2);
 }
 
+// Soft-caps: the capped score recomputed and dS times its derivative, against the reference's
+// gradients; causal and not, and a causal window with sinks.
+TEST(FlashBwdWgmmaProperty, Softcap) {
+  REQUIRE_SM90();
+  for (int d : {64, 128})
+    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, ",softcap=50", attntune::testing::kBwdSoftcapShapes,
+                          7000u + static_cast<unsigned>(d), 4);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 64, {1}, ",window=64,softcap=50,sinks=1",
+                        attntune::testing::kBwdWindowSinkSoftcapShapes, 7100, 2);
+}
+
 TEST(FlashBwdWgmmaProperty, WindowsTwoSided) {
   REQUIRE_SM90();
   // Non-causal window builds only (a causal build bounds the right side itself).

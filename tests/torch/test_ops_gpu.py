@@ -1716,7 +1716,8 @@ def fp8_phase(work, device="cuda"):
 
 # What the backward phase tunes when it is given no package or database (issue 45): flash_bwd_mma's
 # backward problems (pass=bwd) at d=64 and 128, causal and not, GQA, a causal window, a causal window
-# with learnable sinks (the kernel gives dq, dk, dv; the op adds the sinks' gradient), in bf16 and fp16
+# with learnable sinks (the kernel gives dq, dk, dv; the op adds the sinks' gradient), a soft-cap, in
+# bf16 and fp16
 # (one package each), and the forward of two of them, so that a training step runs kernels both ways.
 BWD_SHAPES = [
     "b=2,h=8,hkv=8,s=1024,sk=1024,d=128,dtype={dt},causal=0,pass=bwd",
@@ -1725,6 +1726,7 @@ BWD_SHAPES = [
     "b=2,h=8,hkv=2,s=1024,sk=1024,d=64,dtype={dt},causal=0,pass=bwd",
     "b=1,h=8,hkv=4,s=1024,sk=1024,d=64,dtype={dt},causal=1,window=255,pass=bwd",
     "b=2,h=8,hkv=2,s=1024,sk=1024,d=64,dtype={dt},causal=1,window=127,sinks=1,pass=bwd",  # gpt-oss-like
+    "b=1,h=8,hkv=4,s=1024,sk=1024,d=128,dtype={dt},causal=1,softcap=50,pass=bwd",         # Gemma-2-like
     "b=2,h=8,hkv=2,s=1024,sk=1024,d=128,dtype={dt},causal=1",
     "b=2,h=8,hkv=8,s=1024,sk=1024,d=64,dtype={dt},causal=1",
 ]
@@ -1857,7 +1859,7 @@ def bwd_checks(pkg, namespace, device, gpu):
             parts.append(f"{name} {err:.2e}<={bound:.2e}")
         return ok, ", ".join(parts)
 
-    def check(B, H, Hkv, S, Sk, D, causal, window, layout, seed, tag, want_kernel, sinks=None):
+    def check(B, H, Hkv, S, Sk, D, causal, window, layout, seed, tag, want_kernel, sinks=None, softcap=0.0):
         """One training call: attention(q, k, v) and torch.autograd.grad with a random dO (and with
         learnable `sinks`, their gradient too)."""
         scale = 1 / math.sqrt(D)
@@ -1869,11 +1871,11 @@ def bwd_checks(pkg, namespace, device, gpu):
         if sinks is not None:
             leaves.append(sinks.detach().clone().requires_grad_())
         what = (f"{tag} b={B} h={H} hkv={Hkv} s={S} sk={Sk} d={D} causal={int(causal)} window={window} {layout}"
-                + (" sinks" if sinks is not None else ""))
+                + (" sinks" if sinks is not None else "") + (f" softcap={softcap:g}" if softcap else ""))
         lib.reset_coverage()
         try:
             poison(q.numel() + 2 * k.numel())
-            o = lib.attention(*leaves[:3], is_causal=causal, window_size=window,
+            o = lib.attention(*leaves[:3], is_causal=causal, window_size=window, softcap=softcap,
                               sinks=leaves[3] if sinks is not None else None)
             got = torch.autograd.grad(o, leaves, dout)
             if gpu:
@@ -1881,7 +1883,7 @@ def bwd_checks(pkg, namespace, device, gpu):
         except RuntimeError as e:
             record(False, what, str(e).splitlines()[0][:300])
             return
-        ref64, lowp, from_sdpa = references(q, k, v, dout, scale, causal, window, sinks=sinks)
+        ref64, lowp, from_sdpa = references(q, k, v, dout, scale, causal, window, softcap=softcap, sinks=sinks)
         ok, msg = compare_grads(got, ref64, lowp)
         msg += " (bound from SDPA)" if from_sdpa else " (bound from the reference in the dtype)"
         rows = [r for r in lib.coverage() if r["entry"] == "attention_backward"]
@@ -1910,11 +1912,13 @@ def bwd_checks(pkg, namespace, device, gpu):
         for j, (b, s, sk, layout) in enumerate(shapes):
             window = windows[j % len(windows)]
             sinks = vr.sink_logits(H, 40 + j, device) if p.get("sinks") else None
+            cap = float(p.get("softcap", 0.0))
             want = lib.explain("attention_backward", lib.info["dtype"], D, causal, b, H, Hkv, s, sk,
-                               window_size=window, sinks=sinks is not None)[0] if gpu else None
+                               window_size=window, softcap=cap, sinks=sinks is not None)[0] if gpu else None
             if gpu and want != i and j == 0:
                 record(False, f"explain on kernel {i}'s own problem", f"names {want}")
-            check(b, H, Hkv, s, sk, D, causal, window, layout, 1000 + 20 * i + j, f"k{i}", want, sinks=sinks)
+            check(b, H, Hkv, s, sk, D, causal, window, layout, 1000 + 20 * i + j, f"k{i}", want, sinks=sinks,
+                  softcap=cap)
 
     # -- the fallback on the GPU: max_length_ratio 1 (kernels at their tuned lengths only), and d=96
     lib.set_policy("sdpa", 1.0)

@@ -53,8 +53,9 @@ struct Problem {
   // very end (after kv_dtype), json() "pass": "bwd" only when set, the database keeps it in the
   // `variants` column after kv_dtype (variants_column()), builds get ATT_BWD, flops() is 2.5x the
   // forward's and bytes() counts what a backward call moves. Dense tensors only for now: parse() and
-  // from_json() refuse it with page, varlen, latent, kv_dtype=fp8, dv != d and softcap, with the
-  // reason (causal and windows are masks, and are served; sinks too: the forward's LSE holds them).
+  // from_json() refuse it with page, varlen, latent, kv_dtype=fp8 and dv != d, with the reason
+  // (causal and windows are masks, and are served; sinks too, the forward's LSE holds them; and
+  // soft-caps, whose derivative multiplies dS).
   bool backward = false;
   DType dtype = DType::kFp16;
   bool causal = false;

@@ -93,9 +93,8 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
     throw std::logic_error("AttnBuffers: a latent problem needs dv < d and no varlen (" + p.str() + ")");
   if (p.kv_fp8 && p.is_varlen())
     throw std::logic_error("AttnBuffers: an FP8 KV cache with varlen (" + p.str() + ")");
-  if (p.backward && (p.paged() || p.is_varlen() || p.latent || p.kv_fp8 || p.split_dims() || p.softcapped()))
-    throw std::logic_error("AttnBuffers: the backward pass of dense tensors of one head dim without a soft-cap only (" +
-                           p.str() + ")");
+  if (p.backward && (p.paged() || p.is_varlen() || p.latent || p.kv_fp8 || p.split_dims()))
+    throw std::logic_error("AttnBuffers: the backward pass of dense tensors of one head dim only (" + p.str() + ")");
   if (p.sinks) {
     sink_values = sink_logits(p.h, table_seed);
     sinks = cuda::DeviceBuffer(sink_values.size() * sizeof(float));

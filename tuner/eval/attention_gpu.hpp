@@ -47,7 +47,7 @@ const char* layout_name(Layout l);
 // (the reference's view, in variant) and call() with strides {hkv, 1}, or, with per_tensor_descale
 // set, strides {0, 0}: one scale a tensor, each table's entry 0 (FlashAttention-3's descale_k/v
 // expanded from one scale). FP8 problems need sm_89 or newer (Reference::fill refuses them below).
-// The backward pass (pass=bwd: dense, one head dim, no soft-cap) also holds dout (dO: o's
+// The backward pass (pass=bwd: dense, one head dim) also holds dout (dO: o's
 // shape, in the dtype, drawn as q, k and v are) and its outputs dq, dk and dv (q's, k's and v's
 // shapes: dk and dv have hkv heads), all in the layout; o and lse are then inputs, the forward of q,
 // k and v as the fp32 reference computes it (Reference::fill: o rounded to the dtype, lse fp32, natural

@@ -863,29 +863,16 @@ std::vector<std::string> parse_regimes(const std::string& text) {
   return out;
 }
 
-// Whether a training step's backward of layer kind k is a problem attntune tunes: the backward pass
-// (Problem::backward) has no soft-cap gradient yet and one head dim for Q, K and V (sinks are served:
-// the kernels read the forward's LSE, which holds them).
-bool train_backward(const ModelAttention& m, const LayerKind& k) {
-  return k.softcap == 0 && (m.head_dim_v == 0 || m.head_dim_v == m.head_dim);
-}
+// Whether a training step's backward of a model's layers is a problem attntune tunes: the backward
+// pass (Problem::backward) has one head dim for Q, K and V (windows, sinks and soft-caps are served).
+bool train_backward(const ModelAttention& m) { return m.head_dim_v == 0 || m.head_dim_v == m.head_dim; }
 
 std::string train_note(const ModelAttention& m, const PlanOptions& o) {
   if (std::find(o.regimes.begin(), o.regimes.end(), "train") == o.regimes.end()) return "";
-  std::vector<LayerKind> kinds = m.layer_kinds;
-  if (kinds.empty()) kinds.push_back(LayerKind{"full_attention", -1, 0, false, m.layers});
-  std::vector<std::string> left;
-  for (const LayerKind& k : kinds)
-    if (!train_backward(m, k)) left.push_back(k.name);
-  if (left.empty()) return "";
-  const bool split = m.head_dim_v != 0 && m.head_dim_v != m.head_dim;
-  std::string names;
-  for (const auto& n : left) names += (names.empty() ? "" : ", ") + n;
-  return fmt::format("train: the backward of {} is not planned ({}: no backward family serves it yet); the forward "
-                     "is",
-                     left.size() == kinds.size() ? std::string("every layer") : names,
-                     split ? fmt::format("V's head dim {} is not Q's and K's {}", m.head_dim_v, m.head_dim)
-                           : std::string("a logit soft-cap"));
+  if (train_backward(m)) return "";
+  return fmt::format("train: the backward of every layer is not planned (V's head dim {} is not Q's and K's {}: no "
+                     "backward family serves it yet); the forward is",
+                     m.head_dim_v, m.head_dim);
 }
 
 Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
@@ -1065,7 +1052,7 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
         for (auto b : batch)
           for (auto len : seqlen) {
             add("train", dt, b, len, len, 0);
-            if (train_backward(m, kind)) add("train", dt, b, len, len, 0, 0, true);
+            if (train_backward(m)) add("train", dt, b, len, len, 0, 0, true);
           }
     }
   }

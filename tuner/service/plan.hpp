@@ -172,9 +172,8 @@ Plan make_plan(const ModelAttention& model, const PlanOptions& opts);
 // fp8 asked for an FP8 one (chunked prefill, decode steps of more than kPlanDecodeMaxQ rows: no family
 // serves them over an FP8 cache yet); "" for every other plan.
 std::string kv_dtype_note(const PlanOptions& opts, const Plan& plan);
-// What --regimes train leaves out, for stderr ("" when nothing): the backward of layers with a
-// soft-cap, and of a model whose V head dim is not its Q/K one (no backward family serves them yet;
-// their forward is planned).
+// What --regimes train leaves out, for stderr ("" when nothing): the backward of a model whose V
+// head dim is not its Q/K one (no backward family serves it yet; its forward is planned).
 std::string train_note(const ModelAttention& m, const PlanOptions& opts);
 
 }  // namespace attntune

@@ -1,5 +1,5 @@
 // The backward pass as a problem (`pass=bwd`: dQ, dK, dV of a dense attention; issue 45): parsing and
-// its refusals (pass is fwd or bwd; dense tensors of one head dim, no soft-cap for now), the
+// its refusals (pass is fwd or bwd; dense tensors of one head dim for now), the
 // text and JSON round trips (every forward problem reads as it always did), the variants column that
 // carries it after kv_dtype, FLOPs at 2.5x the forward's and the bytes a backward call moves, warm
 // starts, and the database, which never mixes it with the forward problem of the same shape.
@@ -27,15 +27,21 @@ using attntune::testing::input_error_of;
 const char* kBwd = "b=2,h=16,hkv=4,s=4096,sk=4096,d=128,dtype=bf16,causal=1,pass=bwd";
 const char* kFwd = "b=2,h=16,hkv=4,s=4096,sk=4096,d=128,dtype=bf16,causal=1";
 
-// Sinks are served backward (the kernels' P = exp(S - LSE) with the forward's LSE, which holds the
-// sink; the ops add the sinks' own gradient): parsed, printed and read back with the window and GQA.
-TEST(ProblemBackward, SinksAreServedWithWindowsAndGqa) {
+// Sinks and soft-caps are served backward (the kernels' P = exp(S - LSE) with the forward's LSE,
+// which holds the sink, and dS times the cap's derivative; the ops add the sinks' own gradient):
+// parsed, printed and read back with the window and GQA.
+TEST(ProblemBackward, SinksAndSoftcapsAreServedWithWindowsAndGqa) {
   const Problem p = Problem::parse("b=1,h=16,hkv=2,s=64,d=128,dtype=bf16,causal=1,window=32,sinks=1,pass=bwd");
   EXPECT_TRUE(p.backward);
   EXPECT_TRUE(p.sinks);
   EXPECT_EQ(p.str(), "b=1,h=16,hkv=2,s=64,sk=64,d=128,dtype=bf16,causal=1,window=32,sinks=1,pass=bwd");
   EXPECT_EQ(Problem::parse(p.str()), p);
   EXPECT_EQ(Problem::from_json(p.json()), p);
+  const Problem c = Problem::parse("b=1,h=16,hkv=8,s=64,d=128,dtype=bf16,causal=1,softcap=50,sinks=1,pass=bwd");
+  EXPECT_TRUE(c.backward);
+  EXPECT_TRUE(c.softcapped());
+  EXPECT_EQ(Problem::parse(c.str()), c);
+  EXPECT_EQ(Problem::from_json(c.json()), c);
 }
 
 TEST(ProblemBackward, ParsesPrintsAndRoundTrips) {
@@ -119,12 +125,10 @@ TEST(ProblemBackward, RefusesOtherPassesAndWhatTheBackwardDoesNotServeYetWithThe
       {"b=1,h=16,hkv=1,s=64,sk=64,d=192,dv=128,dtype=bf16,causal=1,latent=1,pass=bwd", "pass=bwd with latent=1: "},
       {"b=1,h=16,hkv=2,s=64,d=128,dtype=bf16,causal=1,kv_dtype=fp8,pass=bwd", "pass=bwd with kv_dtype=fp8: "},
       {"b=1,h=16,s=64,d=192,dv=128,dtype=bf16,causal=1,pass=bwd", "pass=bwd with dv=128 (d=192): "},
-      {"b=1,h=16,s=64,d=128,dtype=bf16,causal=1,softcap=30,pass=bwd", "pass=bwd with softcap=30: "},
   };
   const char* later[] = {"paged KV caches come in a later step", "packed varlen batches come in a later step",
                          "latent caches come in a later step",   "FP8 KV caches come in a later step",
-                         "value head dims other than d come",
-                         "soft-capped logits come in a later step"};
+                         "value head dims other than d come"};
   for (std::size_t i = 0; i < std::size(refused); ++i) {
     const auto& [spec, why] = refused[i];
     const std::string e = input_error_of([&] { Problem::parse(spec); });

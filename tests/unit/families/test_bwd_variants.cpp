@@ -1,10 +1,12 @@
-// Sinks in the backward pass (issue 45, gpt-oss training): both backward families serve a
-// `sinks=1,pass=bwd` problem with their plain kernels built with ATT_SINKS (P = exp(S - LSE) reads the
-// forward's LSE, which holds the sink; the sinks' gradient is the ops'). On CI: the spaces serve it,
-// the render defines ATT_SINKS, a sink build plans sink calls only (and a plain build refuses them),
-// and the builds compile with NVRTC (flash_bwd_mma for sm_80 and sm_90, flash_bwd_wgmma for sm_90a)
-// without spills past their family's bound or wgmma serialisation. The GPU property tests
-// (FlashBwdMmaProperty.Sinks, FlashBwdWgmmaProperty.Sinks) check the gradients.
+// Sinks and soft-caps in the backward pass (issue 45: gpt-oss and Gemma 2 training): both backward
+// families serve `sinks=1` and `softcap=C` with `pass=bwd`. Sinks: the plain kernels built with
+// ATT_SINKS (P = exp(S - LSE) reads the forward's LSE, which holds the sink; the sinks' gradient is
+// the ops'). Soft-caps: the capped score recomputed and dS times its derivative (ATT_SOFTCAP). On CI:
+// the spaces serve them, the render defines the variant, a variant build plans its variant's calls
+// only (and a plain build refuses them), and the builds compile with NVRTC (flash_bwd_mma for sm_80
+// and sm_90, flash_bwd_wgmma for sm_90a) without wgmma serialisation and within the spill bounds of
+// FlashBwd*Build. The GPU property tests (FlashBwd{Mma,Wgmma}Property.Sinks and .Softcap) check the
+// gradients.
 #include <string>
 #include <utility>
 
@@ -23,6 +25,7 @@ using attntune::testing::space_of;
 namespace {
 
 const char* kSinks = "b=2,h=6,hkv=2,s=300,sk=300,d=128,dtype=bf16,causal=1,sinks=1,pass=bwd";
+const char* kCapped = "b=2,h=6,hkv=2,s=300,sk=300,d=128,dtype=bf16,causal=1,softcap=30,pass=bwd";
 const char* kPlain = "b=2,h=6,hkv=2,s=300,sk=300,d=128,dtype=bf16,causal=1,pass=bwd";
 const float kSinkLogits[6] = {0.f, 1.f, 2.f, 3.f, 4.f, 5.f};  // a host address: the plan never reads it
 
@@ -34,7 +37,7 @@ const BwdFamily kFamilies[] = {{"flash_bwd_mma", "sm_90"}, {"flash_bwd_wgmma", "
 
 }  // namespace
 
-TEST(BackwardSinks, EachFamilyServesSinkCallsWithASinkBuildOnly) {
+TEST(BackwardVariants, EachFamilyServesSinkCallsWithASinkBuildOnly) {
   const auto device = FakeDevice{}.device();
   for (const BwdFamily& fam : kFamilies) {
     SCOPED_TRACE(fam.name);
@@ -61,7 +64,30 @@ TEST(BackwardSinks, EachFamilyServesSinkCallsWithASinkBuildOnly) {
   }
 }
 
-TEST(BackwardSinks, SinkBuildsCompile) {
+TEST(BackwardVariants, EachFamilyServesSoftcapCallsWithASoftcapBuildOnly) {
+  const auto device = FakeDevice{}.device();
+  for (const BwdFamily& fam : kFamilies) {
+    SCOPED_TRACE(fam.name);
+    const SearchSpace space = space_of(fam.name);
+    const Problem capped = Problem::parse(kCapped), plain = Problem::parse(kPlain);
+    const auto configs = space.enumerate(capped, fam.arch);
+    ASSERT_FALSE(configs.empty());
+    const RenderedKernel with = render_kernel(space, configs.front(), capped, fam.arch);
+    const RenderedKernel without = render_kernel(space, configs.front(), plain, fam.arch);
+    EXPECT_NE(with.source.find("#define ATT_SOFTCAP 1\n"), std::string::npos);
+    attntune_plan::Call cap_call = backward_call_of(capped);
+    cap_call.softcap = 30.f;
+    std::string why;
+    EXPECT_TRUE(plan_call(with.launch, cap_call, device, &why)) << why;
+    EXPECT_FALSE(plan_call(with.launch, backward_call_of(plain), device, &why));
+    EXPECT_NE(why.find("soft-cap"), std::string::npos) << why;
+    why.clear();
+    EXPECT_FALSE(plan_call(without.launch, cap_call, device, &why));
+    EXPECT_NE(why.find("soft-cap"), std::string::npos) << why;
+  }
+}
+
+TEST(BackwardVariants, VariantBuildsCompile) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const std::pair<const char*, const char*> builds[] = {
@@ -74,18 +100,26 @@ TEST(BackwardSinks, SinkBuildsCompile) {
     pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
     BuildPool pool(pool_opts);
     std::size_t submitted = 0;
-    for (const char* spec : {kSinks, "b=1,h=4,s=500,sk=700,d=64,dtype=fp16,causal=1,window=100,sinks=1,pass=bwd"}) {
+    // Each variant's first and last config (the smallest and largest tiles), d=128 and d=64.
+    for (const char* spec : {kSinks, kCapped, "b=1,h=4,s=500,sk=700,d=64,dtype=fp16,causal=1,window=100,sinks=1,pass=bwd",
+                             "b=1,h=4,s=500,sk=700,d=64,dtype=bf16,causal=0,softcap=50,sinks=1,pass=bwd"}) {
       const Problem p = Problem::parse(spec);
       const auto all = space.enumerate(p, arch);
       ASSERT_FALSE(all.empty()) << spec;
-      pool.submit({all.back(), render_kernel(space, all.back(), p, arch), arch});
-      ++submitted;
+      for (const Config* c : {&all.front(), &all.back()}) {
+        pool.submit({*c, render_kernel(space, *c, p, arch), arch});
+        ++submitted;
+      }
     }
     std::size_t built = 0;
     while (auto o = pool.next()) {
       ++built;
       EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
       EXPECT_EQ(o->build.log.find("Potential Performance Loss"), std::string::npos) << o->build.log;
+      // FlashBwdWgmmaBuild's and FlashBwdMmaBuild's bounds: d=128 at most 16 bytes, d=64 64.
+      const bool d128 = o->job.kernel.source.find("#define ATT_HEAD_DIM 128\n") != std::string::npos;
+      EXPECT_LE(o->build.spill_stores, d128 ? 16 : 64)
+          << config_str(o->job.config) << ": " << o->build.registers << " registers";
     }
     EXPECT_EQ(built, submitted);
   }
