@@ -655,20 +655,21 @@ static int varlen(const void* q, const void* k, const void* v, void* out, float*
 
 // ---- the backward pass (attntune_attention_backward; docs/CONTRACT.md "The backward pass")
 
-// What the backward entry points take of attntune_options: windows and `deterministic` (the call's
-// Call::deterministic: a kernel whose plan refuses it is not chosen). The other options have no
-// backward kernel family yet, and are refused with the reason rather than run as plain attention.
+// What the backward entry points take of attntune_options: windows, soft-caps, sinks (the logits the
+// forward took: a sink kernel reads the LSE, which holds them; the caller computes the sinks' own
+// gradient, -sum_i exp(sink - lse_i) dout_i . out_i, as the attntune ops do) and `deterministic`
+// (the call's Call::deterministic: a kernel whose plan refuses it is not chosen), each served by the
+// kernels built for it. The other options have no backward kernel family yet, and are refused with
+// the reason rather than run as plain attention.
 static int check_backward_options(const Call& a, int latent) {
-  const char* what = a.softcap > 0                                          ? "softcap (a logit soft-cap)"
-                     : a.sinks                                              ? "sinks (attention sinks)"
-                     : a.split_head_dim_v()                                 ? "head_dim_v (a value head dim other than head_dim)"
+  const char* what = a.split_head_dim_v()                                 ? "head_dim_v (a value head dim other than head_dim)"
                      : latent                                               ? "latent (a latent cache)"
                      : a.kv_fp8 || a.k_descale || a.v_descale               ? "kv_dtype (an FP8 KV cache)"
                                                                             : nullptr;
   if (!what) return 0;
-  return unsupported("attntune_attention_backward_ex: attntune_options.%s: the backward pass serves plain attention "
-                     "and sliding windows (attntune_options.window) for now; no kernel family computes these "
-                     "gradients yet (compute them with PyTorch: the attntune ops fall back so)", what);
+  return unsupported("attntune_attention_backward_ex: attntune_options.%s: the backward pass serves plain attention, "
+                     "sliding windows, soft-caps and sinks for now; no kernel family computes these gradients yet "
+                     "(compute them with PyTorch: the attntune ops fall back so)", what);
 }
 
 // A placeholder for a pointer the caller may leave NULL (a tensor without elements), which a launch
@@ -920,9 +921,9 @@ ATTNTUNE_API int attntune_attention_backward(
                                         nullptr, stream);
 }
 
-// attntune_attention_backward with options (attntune_options: a sliding window, deterministic
-// gradients; the other options are refused with the reason for now; NULL: plain attention, gradients
-// that may differ in the last bits run to run).
+// attntune_attention_backward with options (attntune_options: a sliding window, a soft-cap, sinks,
+// deterministic gradients; the other options are refused with the reason for now; NULL: plain
+// attention, gradients that may differ in the last bits run to run).
 ATTNTUNE_API int attntune_attention_backward_ex(
     const void* q, const void* k, const void* v, const void* out, const float* softmax_lse, const void* dout,
     void* dq, void* dk, void* dv, int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k, int head_dim,

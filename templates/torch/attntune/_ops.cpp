@@ -1251,7 +1251,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
       };
       long long qs[3], ks[3], vs[3], os[3], gs[3], dqs[3], dks[3], dvs[3];
       st(q, qs), st(k, ks), st(v, vs), st(out, os), st(g, gs), st(dq, dqs), st(dk, dks), st(dv, dvs);
-      const attntune_options o = options_of(c, nullptr);
+      // The sinks' logits as the forward's call passed them: a sink build serves calls that name
+      // them (its kernels read the LSE, which holds them, not the logits).
+      const attntune_options o = options_of(c, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
       return attntune_attention_backward_ex(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
                                             lse.data_ptr<float>(), g.data_ptr(), dq.data_ptr(), dk.data_ptr(),
                                             dv.data_ptr(), c.b, c.h, c.hkv, c.s, c.sk, c.d, qs, ks, vs, os, gs, dqs,
