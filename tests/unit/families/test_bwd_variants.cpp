@@ -37,54 +37,44 @@ const BwdFamily kFamilies[] = {{"flash_bwd_mma", "sm_90"}, {"flash_bwd_wgmma", "
 
 }  // namespace
 
-TEST(BackwardVariants, EachFamilyServesSinkCallsWithASinkBuildOnly) {
+// For each family and variant (sinks, a soft-cap): the space serves it with the plain problem's
+// configs (a variant changes nothing the space constrains), the render defines it, and a build with
+// it plans that variant's calls only, a plain build refusing them, both naming the variant.
+TEST(BackwardVariants, EachFamilyServesAVariantsCallsWithItsBuildOnly) {
   const auto device = FakeDevice{}.device();
-  for (const BwdFamily& fam : kFamilies) {
-    SCOPED_TRACE(fam.name);
-    const SearchSpace space = space_of(fam.name);
-    const Problem sinks = Problem::parse(kSinks), plain = Problem::parse(kPlain);
-    const auto configs = space.enumerate(sinks, fam.arch);
-    ASSERT_FALSE(configs.empty());
-    // The same configs as the plain problem's: a sink changes nothing the space constrains.
-    EXPECT_EQ(configs.size(), space.enumerate(plain, fam.arch).size());
-    const RenderedKernel with = render_kernel(space, configs.front(), sinks, fam.arch);
-    const RenderedKernel without = render_kernel(space, configs.front(), plain, fam.arch);
-    EXPECT_NE(with.source.find("#define ATT_SINKS 1\n"), std::string::npos);
-    EXPECT_EQ(without.source.find("#define ATT_SINKS 1\n"), std::string::npos);
-    attntune_plan::Call sink_call = backward_call_of(sinks);
-    sink_call.sinks = kSinkLogits;
-    const attntune_plan::Call plain_call = backward_call_of(plain);
-    std::string why;
-    EXPECT_TRUE(plan_call(with.launch, sink_call, device, &why)) << why;
-    EXPECT_FALSE(plan_call(with.launch, plain_call, device, &why));
-    EXPECT_NE(why.find("attention sinks"), std::string::npos) << why;
-    why.clear();
-    EXPECT_FALSE(plan_call(without.launch, sink_call, device, &why));
-    EXPECT_NE(why.find("attention sinks"), std::string::npos) << why;
-  }
-}
-
-TEST(BackwardVariants, EachFamilyServesSoftcapCallsWithASoftcapBuildOnly) {
-  const auto device = FakeDevice{}.device();
-  for (const BwdFamily& fam : kFamilies) {
-    SCOPED_TRACE(fam.name);
-    const SearchSpace space = space_of(fam.name);
-    const Problem capped = Problem::parse(kCapped), plain = Problem::parse(kPlain);
-    const auto configs = space.enumerate(capped, fam.arch);
-    ASSERT_FALSE(configs.empty());
-    const RenderedKernel with = render_kernel(space, configs.front(), capped, fam.arch);
-    const RenderedKernel without = render_kernel(space, configs.front(), plain, fam.arch);
-    EXPECT_NE(with.source.find("#define ATT_SOFTCAP 1\n"), std::string::npos);
-    attntune_plan::Call cap_call = backward_call_of(capped);
-    cap_call.softcap = 30.f;
-    std::string why;
-    EXPECT_TRUE(plan_call(with.launch, cap_call, device, &why)) << why;
-    EXPECT_FALSE(plan_call(with.launch, backward_call_of(plain), device, &why));
-    EXPECT_NE(why.find("soft-cap"), std::string::npos) << why;
-    why.clear();
-    EXPECT_FALSE(plan_call(without.launch, cap_call, device, &why));
-    EXPECT_NE(why.find("soft-cap"), std::string::npos) << why;
-  }
+  struct Case {
+    const char* spec;
+    const char* define;
+    const char* words;                       // how a refusal names the variant
+    void (*set)(attntune_plan::Call&);       // the call's variant field
+  };
+  const Case cases[] = {
+      {kSinks, "#define ATT_SINKS 1\n", "attention sinks", [](attntune_plan::Call& c) { c.sinks = kSinkLogits; }},
+      {kCapped, "#define ATT_SOFTCAP 1\n", "soft-cap", [](attntune_plan::Call& c) { c.softcap = 30.f; }},
+  };
+  const Problem plain = Problem::parse(kPlain);
+  for (const BwdFamily& fam : kFamilies)
+    for (const Case& v : cases) {
+      SCOPED_TRACE(std::string(fam.name) + " " + v.spec);
+      const SearchSpace space = space_of(fam.name);
+      const Problem variant = Problem::parse(v.spec);
+      const auto configs = space.enumerate(variant, fam.arch);
+      ASSERT_FALSE(configs.empty());
+      EXPECT_EQ(configs.size(), space.enumerate(plain, fam.arch).size());
+      const RenderedKernel with = render_kernel(space, configs.front(), variant, fam.arch);
+      const RenderedKernel without = render_kernel(space, configs.front(), plain, fam.arch);
+      EXPECT_NE(with.source.find(v.define), std::string::npos);
+      EXPECT_EQ(without.source.find(v.define), std::string::npos);
+      attntune_plan::Call call = backward_call_of(variant);
+      v.set(call);
+      std::string why;
+      EXPECT_TRUE(plan_call(with.launch, call, device, &why)) << why;
+      EXPECT_FALSE(plan_call(with.launch, backward_call_of(plain), device, &why));
+      EXPECT_NE(why.find(v.words), std::string::npos) << why;
+      why.clear();
+      EXPECT_FALSE(plan_call(without.launch, call, device, &why));
+      EXPECT_NE(why.find(v.words), std::string::npos) << why;
+    }
 }
 
 TEST(BackwardVariants, VariantBuildsCompile) {
