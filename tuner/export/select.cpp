@@ -152,7 +152,7 @@ std::vector<ExportItem> select_for_export(ResultReader& results, const ExportQue
   std::vector<ExportItem> items;
   for (BestRow& r : rows) {
     auto space = spaces.of(r.campaign, r.family);
-    items.push_back({std::move(r), std::move(space)});
+    items.push_back({std::move(r), std::move(space), {}});
   }
   return items;
 }

@@ -423,7 +423,7 @@ void SpaceLoader::add_variant_defaults() {
 
 void SpaceLoader::read_param(const Entry& e) {
   check_name(e, "parameter");
-  Param p{e.name, ParamKind::kInt, {}, ""};
+  Param p{e.name, ParamKind::kInt, {}, "", std::nullopt};
   std::vector<std::int64_t> encoded;
   auto add_int = [&](std::int64_t v, const YAML::Node& at) {
     if (std::find(encoded.begin(), encoded.end(), v) != encoded.end()) fail(at, fmt::format("{}: {} is listed twice", e.path, v));

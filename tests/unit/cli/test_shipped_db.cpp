@@ -518,7 +518,9 @@ TEST(ShippedPlan, ABuildMeasuresAgainAnUnfinishedCampaignWhoseSpaceChanged) {
     ++n;
     EXPECT_EQ(names.text(1), "completed") << names.text(0);
     EXPECT_EQ(names.text(0).find("@stale"), std::string::npos);
-    if (names.text(0) == unfinished) EXPECT_NE(names.text(2), "before-a-change");
+    if (names.text(0) == unfinished) {
+      EXPECT_NE(names.text(2), "before-a-change");
+    }
   }
   EXPECT_EQ(n, 4);
   sqlite::Statement evals(c, "SELECT COUNT(*), COUNT(DISTINCT campaign_id || ':' || candidate_id) FROM evaluations");
