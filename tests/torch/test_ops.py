@@ -1379,6 +1379,24 @@ class LatentCaches(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "kv_cache must be a 4-d tensor"):
             attntune.mla_decode(q, kv[:, :, 0], table, lens)
 
+    def test_mla_decode_over_an_fp8_latent_cache_takes_one_descale_for_k_and_v(self):
+        B, S, H = 3, 1, 8
+        q = rand(B, S, H, 576)
+        kv = fp8(10, 16, 1, 576)
+        table = torch.tensor([[0, 4, 7], [9, 1, 2], [3, 5, 6]], dtype=torch.int32)
+        lens = torch.tensor([40, 1, 33], dtype=torch.int32)
+        scales = torch.tensor([[0.5], [2.0], [0.25]], dtype=torch.float32)  # [B, Hkv]
+        for name in ("kv_descale", "kv_scale"):
+            out, lse = attntune.mla_decode(q, kv, table, lens, return_lse=True, **{name: scales})
+            want, want_lse = attntune.attention_kvcache(q, kv, kv[..., :512], cache_seqlens=lens, block_table=table,
+                                                        return_lse=True, k_descale=scales, v_descale=scales)
+            self.assertTrue(torch.equal(out, want), name)
+            self.assertTrue(torch.equal(lse, want_lse), name)
+        # The scales matter: without them (1) the result differs.
+        self.assertFalse(torch.equal(attntune.mla_decode(q, kv, table, lens), out))
+        with self.assertRaisesRegex(ValueError, "give kv_descale or kv_scale"):
+            attntune.mla_decode(q, kv, table, lens, kv_descale=scales, kv_scale=scales)
+
     # -- the fallback's values over the view (CPU tensors fall back)
 
     def test_fallback_values(self):

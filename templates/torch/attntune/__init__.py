@@ -430,7 +430,7 @@ class Library:
         return (o, lse) if return_lse else o
 
     def mla_decode(self, q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, scale=None, is_causal=False,
-                   return_lse=False, out=None):
+                   return_lse=False, out=None, kv_descale=None, kv_scale=None):
         """Multi-head latent attention's decode over its latent cache, as FlashMLA's
         flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, ..., softmax_scale,
         causal) takes it: q [B, S, H, D] (the absorbed queries, D = kv_lora_rank + qk_rope_head_dim = 576
@@ -440,7 +440,10 @@ class Library:
         [B, Sk, Hkv, D], one contiguous cache per sequence. Exactly
         attention_kvcache(q, kv_cache, kv_cache[..., :head_dim_v], cache_seqlens=, block_table=, ...):
         a latent call. scale None: 1/sqrt(D) (FlashMLA's default too). Returns out [B, S, H, head_dim_v],
-        or (out, lse [B, H, S] fp32) with return_lse, as FlashMLA returns them."""
+        or (out, lse [B, H, S] fp32) with return_lse, as FlashMLA returns them. A float8_e4m3fn cache
+        (an FP8 latent cache) is dequantised by kv_descale (float32 [B, Hkv] per sequence and KV head,
+        [1] or 0-d; vLLM's name kv_scale is the same argument; None: 1): one scale for K and for V,
+        which is K's first head_dim_v dims."""
         if not isinstance(kv_cache, torch.Tensor) or kv_cache.dim() != 4:
             raise ValueError("attntune.mla_decode: kv_cache must be a 4-d tensor: [num_blocks, page_size, heads_kv, "
                              "head_dim] pages (FlashMLA's), or [batch, seqlen_k, heads_kv, head_dim] without a "
@@ -449,9 +452,13 @@ class Library:
                 not 0 < head_dim_v < kv_cache.shape[-1]:
             raise ValueError(f"attntune.mla_decode: head_dim_v must be an int from 1 to below the cache's head dim "
                              f"({kv_cache.shape[-1]}): V is each row's first head_dim_v dims (got {head_dim_v!r})")
+        if kv_descale is not None and kv_scale is not None:
+            raise ValueError("attntune.mla_decode: give kv_descale or kv_scale (the same argument, vLLM's name), "
+                             "not both")
+        descale = kv_descale if kv_descale is not None else kv_scale
         return self.attention_kvcache(q, kv_cache, kv_cache[..., :int(head_dim_v)], cache_seqlens=cache_seqlens,
                                       block_table=block_table, scale=scale, is_causal=is_causal,
-                                      return_lse=return_lse, out=out)
+                                      return_lse=return_lse, out=out, k_descale=descale, v_descale=descale)
 
     def attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None,
                          is_causal=False, return_lse=False, out=None, window_size=(-1, -1), softcap=0.0, sinks=None):
@@ -754,9 +761,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, scale=None, is_causal=False,
-               return_lse=False, out=None):
+               return_lse=False, out=None, kv_descale=None, kv_scale=None):
     return default().mla_decode(q, kv_cache, block_table, cache_seqlens, head_dim_v=head_dim_v, scale=scale,
-                                is_causal=is_causal, return_lse=return_lse, out=out)
+                                is_causal=is_causal, return_lse=return_lse, out=out, kv_descale=kv_descale,
+                                kv_scale=kv_scale)
 
 
 def coverage(reset=False):
