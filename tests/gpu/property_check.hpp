@@ -42,7 +42,7 @@ struct PropertyRun {
   bool latent = false;    // `latent=1`: V is K's first dv columns (the buffers pass v = k)
   bool kv_fp8 = false;    // `kv_dtype=fp8`: an FP8 e4m3 cache with per-(sequence, KV head) scales
   bool per_tensor_descale = false;  // kv_fp8: one scale a tensor (strides 0) instead
-  std::string extra;      // appended to every shape's spec (",pass=bwd": the backward pass)
+  std::string extra = {};  // appended to every shape's spec (",pass=bwd": the backward pass)
 };
 
 // The configs a property test samples per problem kind: ATTNTUNE_PROPERTY_SAMPLE, else `fallback`

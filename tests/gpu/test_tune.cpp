@@ -186,7 +186,9 @@ TEST(TuneGpu, RetimeReRanksTheTopAroundThePick) {
                                       "--tolerance 0 --format csv");
   EXPECT_EQ(r.rc == 0 || r.rc == 1, true) << r.err;
   EXPECT_EQ(r.out.rfind("rank,re-timed µs,spread,behind,search µs,pick,config\n", 0), 0u) << r.out;
-  if (r.rc == 1) EXPECT_NE(r.err.find("beyond the 0% tolerance"), std::string::npos) << r.err;
+  if (r.rc == 1) {
+    EXPECT_NE(r.err.find("beyond the 0% tolerance"), std::string::npos) << r.err;
+  }
 
   Store s = Store::open(db, Store::Mode::kReadOnly);
   EXPECT_EQ(s.campaign_evaluations(*s.find_campaign("rt")).size(), evals);  // retime records nothing of the campaign

@@ -197,14 +197,17 @@ TEST(ReliabilityCraftedDatabases, CraftedRowsNeverReachGeneratedCodeAndNeverCras
       } else if (!cmd.out_file.empty()) {
         const std::string cu = read_bytes(cmd.out_file);
         try {
-          if (code_shape(cu) != cmd.shape) bad = "the export's code differs from the clean export's";
-          else (void)nlohmann::json::parse(kernel_info(cu));
+          if (code_shape(cu) != cmd.shape) {
+            bad = "the export's code differs from the clean export's";
+          } else {
+            [[maybe_unused]] const auto info = nlohmann::json::parse(kernel_info(cu));  // throws if not JSON
+          }
         } catch (const std::exception& e) {
           bad = std::string("the export does not parse: ") + e.what();
         }
       } else if (cmd.json) {
         try {
-          (void)nlohmann::json::parse(r.out);
+          [[maybe_unused]] const auto parsed = nlohmann::json::parse(r.out);  // throws if not JSON
         } catch (const std::exception& e) {
           bad = std::string("its JSON does not parse: ") + e.what();
         }

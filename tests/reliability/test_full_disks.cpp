@@ -128,7 +128,7 @@ std::vector<std::string> leftovers(const fs::path& dir) {
   std::vector<std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    if (name.find(".tmp") != std::string::npos || name.size() > 8 && name.compare(name.size() - 8, 8, "-journal") == 0)
+    if (name.find(".tmp") != std::string::npos || (name.size() > 8 && name.compare(name.size() - 8, 8, "-journal") == 0))
       out.push_back(name);
   }
   return out;

@@ -38,9 +38,9 @@ const char* kind_name(StdoutKind k) {
 
 struct Spawn {
   std::vector<std::string> args;
-  std::vector<std::pair<std::string, std::string>> env;
+  std::vector<std::pair<std::string, std::string>> env = {};
   StdoutKind out = StdoutKind::kFile;
-  std::optional<rlim_t> file_size_limit;
+  std::optional<rlim_t> file_size_limit = {};
   bool drop_dac = false;  // as root: no CAP_DAC_OVERRIDE, so a mode-0555 directory is read-only
 };
 
@@ -160,7 +160,7 @@ struct Destination {
   // Makes the destination in `dir` for database `db` (ext: the writer's), returns its path.
   std::function<std::string(const fs::path& dir, const std::string& db, const std::string& ext)> make;
   bool fresh = true;  // the destination did not exist before: it must not exist after either
-  std::optional<rlim_t> limit;
+  std::optional<rlim_t> limit = {};
   bool drop_dac = false;
 };
 
@@ -285,7 +285,9 @@ TEST(ReliabilityHostileOutputs, EveryFileWriterTimesEveryHostileDestinationRefus
       EXPECT_TRUE(lines_ok) << w.name << " -> " << d.name << ": " << r.err;
       EXPECT_NE(last.find(says), std::string::npos) << w.name << " -> " << d.name << ": " << r.err;
       EXPECT_EQ(read_bytes(db), before) << w.name << " -> " << d.name << ": the database changed";
-      if (d.fresh) EXPECT_FALSE(fs::exists(dest)) << w.name << " -> " << d.name << ": left " << dest;
+      if (d.fresh) {
+        EXPECT_FALSE(fs::exists(dest)) << w.name << " -> " << d.name << ": left " << dest;
+      }
       EXPECT_EQ(leftovers(wdir), std::vector<std::string>{}) << w.name << " -> " << d.name;
       EXPECT_EQ(integrity_check(db), "ok");
       const bool ok = r.rc == d.rc && lines_ok && last.find(says) != std::string::npos;

@@ -82,7 +82,8 @@ struct EvalRecord {
   // ok | compile_error | compile_timeout | resources | launch_error | crashed | timeout |
   // wrong_result | nan_or_unwritten. An ok record must carry median_us, tflops and max_abs_err.
   std::string status, error;
-  std::optional<double> median_us, min_us, max_us, stdev_us, tflops, max_abs_err, err_bound;
+  std::optional<double> median_us = {}, min_us = {}, max_us = {}, stdev_us = {}, tflops = {}, max_abs_err = {},
+                        err_bound = {};
   std::int64_t count = 0;
 };
 
@@ -134,7 +135,7 @@ struct BestQuery {
   int top = 1;
   // Only results measured on this GPU model (DeviceInfo::name, "NVIDIA H100 80GB HBM3"): times of
   // two models never rank together (an H200 is not a faster H100).
-  std::optional<std::string> gpu;
+  std::optional<std::string> gpu = {};
 };
 
 }  // namespace attntune

@@ -39,7 +39,7 @@ struct ExportItem {
   // Where the result came from when it is not the database exported from: "shipped database
   // attntune-shipped.db" (docs/design/shipped_db.md). The provenance then says so (`source`, in the
   // comment and in attntune_kernel_info()'s kernel); empty: the database, and no such field.
-  std::string source;
+  std::string source = {};
 };
 
 enum class ExportMode {

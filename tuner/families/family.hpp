@@ -84,7 +84,7 @@ struct RenderedKernel {
   std::string source;       // flattened: no #include left
   std::string kernel_name;  // the first entry point (NVRTC names the program after it)
   std::string source_hash;  // content_hash(source): the candidate's identity and cache key
-  LaunchSpec launch;
+  LaunchSpec launch = {};
 };
 
 // Problem fields that the kernel bakes in (head dim, dtype, causal) and the config as #defines,

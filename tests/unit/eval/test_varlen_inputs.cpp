@@ -26,7 +26,9 @@ TEST(VarlenInputs, TheRaggedBatchHoldsEveryKindOfLength) {
     const int cap = static_cast<int>(std::min<std::int64_t>(p.s, 1531));
     for (std::size_t i = 0; i < lens.size(); ++i) {
       EXPECT_GE(lens[i], 0);
-      if (i != 1) EXPECT_LE(lens[i], cap) << "length " << i;
+      if (i != 1) {
+        EXPECT_LE(lens[i], cap) << "length " << i;
+      }
     }
     EXPECT_EQ(lens, varlen_ragged_lens(p, 17)) << "a seed's draw";
   }

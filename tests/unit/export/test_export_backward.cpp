@@ -88,7 +88,9 @@ TEST(ExportBackward, TunerJsonListsEveryFamilyWithItsPasses) {
         named = true;
         EXPECT_EQ(support.at("pass"), nlohmann::json(values)) << family;
       }
-    if (!named) EXPECT_FALSE(support.contains("pass")) << family;
+    if (!named) {
+      EXPECT_FALSE(support.contains("pass")) << family;
+    }
   }
   EXPECT_GE(shipped, 5);
   EXPECT_EQ(listed.at("flash_bwd_mma").at("support").at("pass"), nlohmann::json::array({"bwd"}));

@@ -71,7 +71,7 @@ std::map<std::string, int> indices(const nlohmann::json& info) {
 
 TEST(ExportBackward, ABackwardResultExportsByProblemAndByCampaign) {
   Fixture f;
-  for (const std::string how : {"--problem " + kBwd, std::string("--campaign bwd")}) {
+  for (const std::string& how : {"--problem " + kBwd, std::string("--campaign bwd")}) {
     const std::string out = f.dir.file("one.cu");
     const auto r = run_attntune("export --db " + shq(f.db) + " " + how + " -o " + shq(out) + " --no-shipped");
     ASSERT_EQ(r.rc, 0) << how << ": " << r.err;

@@ -66,7 +66,9 @@ TEST(ExportDecode, AllBestListsEachEntryPointWithItsProblems) {
   EXPECT_NE(cu.find("extern \"C\" __global__ void attntune_k0_flash_decode_combine(const att::DecodeParams p, const __grid_constant__ att::DecodeMaps maps);"),
             std::string::npos);
   for (const auto& k : info["kernels"])
-    if (k["template"] == "flash_decode") EXPECT_TRUE(k["launch"].contains("combine")) << k.dump();
+    if (k["template"] == "flash_decode") {
+      EXPECT_TRUE(k["launch"].contains("combine")) << k.dump();
+    }
   // The paged problem keeps its page in the provenance, also in each kernel's problem object, so a
   // caller (tools/compare_sdpa.py) matches the kernel with its entry in entry_points.
   EXPECT_NE(cu.find("page=16"), std::string::npos);

@@ -78,9 +78,13 @@ TEST(FlashBwdMmaSpace, ServesTheBackwardOfHeadDims64And128OnEveryArch) {
       EXPECT_GE(configs.size(), 2u) << arch << " " << spec;  // sm_86/89 at d=128: 99 KB of shared memory
       for (const Config& c : configs) {
         // Two key tiles a warp only where dK, dV, S^T and dP^T fit the registers (d=64, 32-row steps).
-        if (get(c, "key_tiles") == 2) EXPECT_EQ(Problem::parse(spec).d, 64) << config_str(c);
+        if (get(c, "key_tiles") == 2) {
+          EXPECT_EQ(Problem::parse(spec).d, 64) << config_str(c);
+        }
         // Vector reductions from sm_90 only.
-        if (std::get<std::string>(c.at("dq_reduce")) == "quad") EXPECT_EQ(std::string(arch), "sm_90");
+        if (std::get<std::string>(c.at("dq_reduce")) == "quad") {
+          EXPECT_EQ(std::string(arch), "sm_90");
+        }
       }
     }
   // The forward pass and other head dims are refused with the reason.
@@ -330,10 +334,12 @@ TEST(FlashBwdMmaDeterministic, TheCtasOfAQueryBlockAreConsecutiveKeyBlocks) {
                   ASSERT_EQ(ns[i] - first, static_cast<int>(i)) << what << " query block " << m << " key block " << ns[i];
                   // The CTA before it reaches the block (each head's) no later in its walk: no CTA
                   // waits on one that has most of its walk still ahead.
-                  if (i > 0)
-                    for (int h = 0; h < group; ++h)
+                  if (i > 0) {
+                    for (int h = 0; h < group; ++h) {
                       ASSERT_LE(det_step[ns[i - 1]][h * q_blocks + m], det_step[ns[i]][h * q_blocks + m])
                           << what << " query block " << m << " head " << h << " key block " << ns[i];
+                    }
+                  }
                 }
               }
               // Every visible pair is walked (the bounds are the kernel's masks' superset): a row sees

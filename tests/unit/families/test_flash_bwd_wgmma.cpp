@@ -45,7 +45,9 @@ TEST(FlashBwdWgmmaSpace, ServesTheBackwardOfHeadDims64And128OnHopperOnly) {
     EXPECT_GE(configs.size(), 4u) << spec;
     for (const Config& c : configs) {
       // d=128 with 128-row steps: S^T, dP^T, dK and dV would need 256 registers a thread.
-      if (p.d == 128) EXPECT_EQ(get(c, "block_m"), 64) << config_str(c);
+      if (p.d == 128) {
+        EXPECT_EQ(get(c, "block_m"), 64) << config_str(c);
+      }
       // A deferred dQ only where each warpgroup has one dQ unit of at most 64 columns (its
       // accumulators live into the next step).
       if (std::get<bool>(c.at("dq_defer"))) {

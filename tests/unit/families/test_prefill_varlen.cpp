@@ -275,7 +275,9 @@ TEST(PrefillVarlen, ThePackedIndexSpaceHoldsEveryBlockOnce) {
     std::vector<int> owner(static_cast<std::size_t>(space), -1);
     for (int b = 0; b < batch; ++b) {
       const int start = cu[b] / bm + b, blocks = (cu[b + 1] - cu[b] + bm - 1) / bm;
-      if (b > 0) ASSERT_GT(start, cu[b - 1] / bm + b - 1);
+      if (b > 0) {
+        ASSERT_GT(start, cu[b - 1] / bm + b - 1);
+      }
       for (int x = 0; x < blocks; ++x) {
         ASSERT_LT(start + x, space) << "trial " << trial;
         ASSERT_EQ(owner[static_cast<std::size_t>(start + x)], -1) << "trial " << trial;
