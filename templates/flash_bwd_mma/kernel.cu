@@ -365,7 +365,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
             pv = visible ? pv : 0.f;
           }
           acc_s[kt][qt][e] = pv;
-          acc_dp[kt][qt][e] = T::kSoftcap ? pv * (acc_dp[kt][qt][e] - dsum) * dcap : pv * (acc_dp[kt][qt][e] - dsum);
+          acc_dp[kt][qt][e] = pv * (acc_dp[kt][qt][e] - dsum) * dcap;  // dcap 1 without a soft-cap
         }
     }
 

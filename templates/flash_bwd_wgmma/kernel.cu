@@ -351,7 +351,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
           pv = visible ? pv : 0.f;
         }
         acc_s[4 * c + e] = pv;
-        acc_dp[4 * c + e] = T::kSoftcap ? pv * (acc_dp[4 * c + e] - dsum) * dcap : pv * (acc_dp[4 * c + e] - dsum);
+        acc_dp[4 * c + e] = pv * (acc_dp[4 * c + e] - dsum) * dcap;  // dcap 1 without a soft-cap
       }
     }
 

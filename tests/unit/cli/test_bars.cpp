@@ -2,7 +2,6 @@
 // (a transfer measured on shapes the shipped database holds would measure nothing), and its table
 // reads the transfer (evaluations to within 2% of the final best) and the robust pick (the pick
 // re-timed beside its top 20) from what the GPU runs left in OUT_DIR.
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -12,6 +11,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "../export/nvcc_util.hpp"  // sh()
 #include "../tune/tune_test_util.hpp"
 #include "core/problem.hpp"
 #include "db/store.hpp"
@@ -24,21 +24,10 @@ std::string bars() {
   return "ATTNTUNE_BIN=" + testing::attntune_bin() + " " + testing::source_dir() + "/tools/bars.sh";
 }
 
-// Runs `cmd`, returns its stdout (stderr to the test's), and its exit code in `rc`.
-std::string output_of(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  *rc = WEXITSTATUS(::pclose(p));
-  return out;
-}
-
 std::vector<std::string> unseen_problems() {
-  int rc = -1;
-  const std::string text = output_of("ATTNTUNE_BARS_LIST=1 " + bars() + " - - --set unseen", &rc);
-  EXPECT_EQ(rc, 0);
+  const Shell r = sh("ATTNTUNE_BARS_LIST=1 " + bars() + " - - --set unseen");
+  EXPECT_EQ(r.status, 0) << r.output;
+  const std::string& text = r.output;
   std::vector<std::string> lines;
   std::size_t at = 0;
   while (at < text.size()) {
@@ -97,9 +86,9 @@ TEST(BarsUnseen, TheTableReadsTheTransferAndTheRobustPickFromOutDir) {
   ASSERT_EQ(std::system(("mkdir -p " + out).c_str()), 0);
   // The campaign names are the script's: the test reads them from the table of an empty OUT_DIR,
   // writes the files a GPU run would for them, and reads the table again.
-  int rc = -1;
-  const std::string empty = output_of(bars() + " " + dir.file("none.db") + " " + out + " --set unseen --phase table", &rc);
-  ASSERT_EQ(rc, 0) << empty;
+  const Shell first = sh(bars() + " " + dir.file("none.db") + " " + out + " --set unseen --phase table");
+  ASSERT_EQ(first.status, 0) << first.output;
+  const std::string& empty = first.output;
   std::vector<std::string> names;
   for (std::size_t at = empty.find('\n') + 1; at < empty.size() && empty[at] != '('; at = empty.find('\n', at) + 1) {
     std::size_t start = empty.find_first_not_of(' ', at);
@@ -119,8 +108,9 @@ TEST(BarsUnseen, TheTableReadsTheTransferAndTheRobustPickFromOutDir) {
           << fmt::format(R"({{"pick_behind_pct": {}}})", i == 3 && seed == 2 ? 1.5 : 0.25);
     }
   std::ofstream(fmt::format("{}/tune_{}_s1.log", out, names[0])) << "warm start: 8 configs from x of the shipped database 'y'\n";
-  const std::string table = output_of(bars() + " " + dir.file("none.db") + " " + out + " --set unseen --phase table", &rc);
-  ASSERT_EQ(rc, 0) << table;
+  const Shell second = sh(bars() + " " + dir.file("none.db") + " " + out + " --set unseen --phase table");
+  ASSERT_EQ(second.status, 0) << second.output;
+  const std::string& table = second.output;
   EXPECT_NE(table.find("transfer (seed 1): median 5.5 evaluations to within 2% over 10 shapes"), std::string::npos)
       << table;
   EXPECT_NE(table.find("robust pick: 19 of 20 campaigns within 1%"), std::string::npos) << table;

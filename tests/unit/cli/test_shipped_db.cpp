@@ -38,6 +38,17 @@ std::string build_script() {
   return "ATTNTUNE_BIN=" + testing::attntune_bin() + " " + testing::source_dir() + "/tools/build_shipped_db.sh";
 }
 
+// The build script's plan of 4 problems on a simulated GPU (6 evaluations of 300 ms each), into `out`
+// with the working database in `work`, its output in `log`; `seconds`: --serve-seconds ("": none).
+// Its exit code.
+int simulated_build(const std::string& work, const std::string& out, const std::string& log,
+                    const std::string& seconds) {
+  const std::string cmd = build_script() + " --simulate --simulate-delay-ms 300 --limit 4 --gpus 0 --work " + work +
+                          " --out " + out + (seconds.empty() ? "" : " --serve-seconds " + seconds) +
+                          " -- --budget-evals 6 --final-top 0 >" + log + " 2>&1";
+  return WEXITSTATUS(std::system(cmd.c_str()));
+}
+
 // Sets $ATTNTUNE_SHIPPED_DB for the commands a test runs (the test binary sets it to "" for all
 // others: tests/common/no_shipped_db.cpp); nullptr unsets it (the default locations).
 class ShippedEnv {
@@ -457,10 +468,7 @@ TEST(ShippedPlan, ATimeBoxedBuildWritesWhatIsDoneAndTheSameCommandFinishesIt) {
   const std::string log = dir.file("log");
   // 4 problems x 6 evaluations x 300 ms on one worker: over 7 s of serving, stopped after 3.
   const auto build = [&](const std::string& work, const std::string& seconds) {
-    const std::string cmd = build_script() + " --simulate --simulate-delay-ms 300 --limit 4 --gpus 0 --work " + work +
-                            " --out " + out + (seconds.empty() ? "" : " --serve-seconds " + seconds) +
-                            " -- --budget-evals 6 --final-top 0 >" + log + " 2>&1";
-    return WEXITSTATUS(std::system(cmd.c_str()));
+    return simulated_build(work, out, log, seconds);
   };
   const auto evaluations = [&] {
     sqlite::Connection c = sqlite::Connection::open(out, SQLITE_OPEN_READONLY);
@@ -490,10 +498,7 @@ TEST(ShippedPlan, ABuildMeasuresAgainAnUnfinishedCampaignWhoseSpaceChanged) {
   const std::string out = dir.file("partial.db");
   const std::string log = dir.file("log");
   const auto build = [&](const std::string& work, const std::string& seconds) {
-    const std::string cmd = build_script() + " --simulate --simulate-delay-ms 300 --limit 4 --gpus 0 --work " + work +
-                            " --out " + out + (seconds.empty() ? "" : " --serve-seconds " + seconds) +
-                            " -- --budget-evals 6 --final-top 0 >" + log + " 2>&1";
-    return WEXITSTATUS(std::system(cmd.c_str()));
+    return simulated_build(work, out, log, seconds);
   };
   ASSERT_EQ(build(dir.file("w1"), "3"), 0) << read_bytes(log);
   std::string unfinished;
