@@ -1,5 +1,8 @@
 // ---- templates/common/bwd_launch.h: the launch plan of the backward families (flash_bwd_mma,
-// flash_bwd_wgmma), once. Three kernels, each with BwdParams as its one argument:
+// flash_bwd_wgmma), once, for attntune_attention_backward (kEntryBackward) and, a build with
+// ATT_VARLEN, attntune_attention_backward_varlen (kEntryBackwardVarlen: seqlen_q/seqlen_k are the
+// longest sequence's, the workspaces a run of rows a head, bwd_prepost.cuh's bwd_seq). Three kernels,
+// each with BwdParams as its one argument:
 //   0 flash_bwd_preprocess  grid (seqlen_q_rounded / BLOCK_M, heads_q, batch), THREADS threads;
 //   1 the main loop         grid (ceil(seqlen_k / block_n), heads_kv, batch), THREADS threads,
 //                           SMEM_BYTES of dynamic shared memory;
@@ -24,23 +27,53 @@ namespace attntune_plan {
 template <class Family>
 struct BwdLaunch {
   int head_dim, causal, block_m, block_n, threads, smem_bytes;
-  Variants variants;  // the variants the build serves (exactly): a window only, for now
+  int varlen;         // ATT_VARLEN: the build serves attntune_attention_backward_varlen alone
+  Variants variants;  // the variants the build serves (exactly)
 
   // The defines every backward build has; the family's load() adds block_n.
   static int load_common(const Define* d, int n, BwdLaunch* c, Why* why) {
     c->variants = Variants::load(d, n);
     c->causal = static_cast<int>(define_or(d, n, "ATT_CAUSAL", 0));
+    c->varlen = define_or(d, n, "ATT_VARLEN", 0) ? 1 : 0;
     return define_int(d, n, "ATT_HEAD_DIM", &c->head_dim, why) || define_int(d, n, "BLOCK_M", &c->block_m, why) ||
            define_int(d, n, "THREADS", &c->threads, why) || define_int(d, n, "SMEM_BYTES", &c->smem_bytes, why);
   }
 
-  long long rounded_q(const Call& call) const { return ceil_div(call.seqlen_q, block_m) * block_m; }
+  // The rows of a run of the workspaces (BwdParams::seqlen_q_rounded): dense, seqlen_q rounded up
+  // to the query block (one run a (batch, head)); varlen, one run a head holding every sequence
+  // from its own multiple of the query block (bwd_prepost.cuh's bwd_seq): (total_q + batch *
+  // block_m) rounded down to it.
+  long long rounded_q(const Call& call) const {
+    if (varlen) return (call.total_q + static_cast<long long>(call.batch) * block_m) / block_m * block_m;
+    return ceil_div(call.seqlen_q, block_m) * block_m;
+  }
+  // The workspaces' rows in all.
+  long long workspace_rows(const Call& call) const {
+    return varlen ? call.heads_q * rounded_q(call)
+                  : static_cast<long long>(call.batch) * call.heads_q * rounded_q(call);
+  }
 
   int plan(const Call& call, const Device&, Plan* p, Why* why) const {
     const char* name = Family::kName;
-    if (call.entry != kEntryBackward)
-      return refuse(why, "this %s kernel computes the backward pass: it serves attntune_attention_backward only (tune "
-                    "a problem with pass=bwd)", name);
+    const int entry = varlen ? kEntryBackwardVarlen : kEntryBackward;
+    if (call.entry != entry) {
+      if (call.entry == kEntryBackward || call.entry == kEntryBackwardVarlen)
+        return refuse(why, "this %s kernel was built for the backward pass of %s (%s); the call is %s", name,
+                      varlen ? "packed varlen batches" : "dense tensors",
+                      varlen ? "attntune_attention_backward_varlen" : "attntune_attention_backward",
+                      call.entry == kEntryBackwardVarlen ? "a packed varlen batch's" : "of dense tensors");
+      return refuse(why, "this %s kernel computes the backward pass: it serves %s only (tune a problem with pass=bwd)",
+                    name, varlen ? "attntune_attention_backward_varlen" : "attntune_attention_backward");
+    }
+    if (varlen) {
+      if (!call.cu_seqlens_q || !call.cu_seqlens_k)
+        return refuse(why, "cu_seqlens_q and cu_seqlens_k must not be NULL");
+      if (call.total_q < 0 || call.total_k < 0)
+        return refuse(why, "the backward pass of a packed batch needs total_q and total_k (the packed rows)");
+      if (rounded_q(call) > 2147483647LL)
+        return refuse(why, "total_q %lld with batch %d exceeds the workspaces' row index (2^31 - 1)", call.total_q,
+                      call.batch);
+    }
     if (check_variants(name, variants, call, why) || check_value_dim(name, call, 0, why) ||
         check_kv_dtype(name, call, 0, why))
       return 1;
@@ -53,8 +86,10 @@ struct BwdLaunch {
       return refuse(why, "the backward pass needs out, softmax_lse, dout, dq, dk and dv (none may be NULL)");
     if (call.heads_kv < 1 || call.heads_q % call.heads_kv != 0)
       return refuse(why, "heads_q %d is not a multiple of heads_kv %d", call.heads_q, call.heads_kv);
-    const long long rows = static_cast<long long>(call.batch) * call.heads_q * rounded_q(call);
-    if (check_grid(rounded_q(call) / block_m, call.heads_q, call.batch, why) ||
+    const long long rows = workspace_rows(call);
+    // The preprocessing kernel's query blocks: a run's, dense; the longest sequence's, varlen.
+    const long long pre_blocks = varlen ? ceil_div(call.seqlen_q, block_m) : rounded_q(call) / block_m;
+    if (check_grid(pre_blocks, call.heads_q, call.batch, why) ||
         check_grid(ceil_div(call.seqlen_k, block_n), call.heads_kv, call.batch, why))
       return 1;
     p->workspaces = call.deterministic ? 4 : 3;
@@ -65,7 +100,7 @@ struct BwdLaunch {
     const unsigned hq = static_cast<unsigned>(call.heads_q), bt = static_cast<unsigned>(call.batch);
     if (call.seqlen_q > 0)
       p->launch[p->launches++] =
-          Launch{0, {static_cast<unsigned>(rounded_q(call) / block_m), hq, bt}, static_cast<unsigned>(threads), 0, 1};
+          Launch{0, {static_cast<unsigned>(pre_blocks), hq, bt}, static_cast<unsigned>(threads), 0, 1};
     if (call.seqlen_k > 0)
       p->launch[p->launches++] = Launch{1,
                                         {static_cast<unsigned>(ceil_div(call.seqlen_k, block_n)),
@@ -83,7 +118,7 @@ struct BwdLaunch {
     BwdParams p;
     std::memset(&p, 0, sizeof p);
     Call fwd = call;
-    fwd.entry = kEntryDense;  // the forward's half: the dense tensors
+    fwd.entry = varlen ? kEntryVarlen : kEntryDense;  // the forward's half: its tensors (varlen: prefix sums)
     p.fwd = dense_params(fwd);
     p.fwd.o = call.out;
     p.dout = call.dout;
@@ -102,7 +137,7 @@ struct BwdLaunch {
     p.seqlen_q_rounded = static_cast<int>(rounded_q(call));
     p.deterministic = call.deterministic ? 1 : 0;
     p.dq_semaphore = call.deterministic ? static_cast<int*>(res.workspace[3]) : nullptr;
-    if (p.deterministic && rounded_q(call) > 0 && call.batch > 0 && call.heads_q > 0 && !p.dq_semaphore)
+    if (p.deterministic && workspace_rows(call) > 0 && !p.dq_semaphore)
       return refuse(why, "%s: a deterministic call without its semaphore workspace", Family::kName);
     if (!args->add(p)) return refuse(why, "%s: the arguments do not fit", Family::kName);
     return 0;

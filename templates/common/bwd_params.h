@@ -23,6 +23,9 @@ struct BwdParams {
   // backward term (0 past seqlen_q); lse_log2, the same shape, LSE_i * log2(e) (+inf past seqlen_q,
   // so that a padded row's probabilities are 0). seqlen_q_rounded: seqlen_q rounded up to the query
   // block, so that a block's rows are always in the workspaces and their rows 16-byte aligned.
+  // A varlen build (ATT_VARLEN; fwd's cu_seqlens set, its seqlens the longest): the workspaces are
+  // [heads_q, seqlen_q_rounded(, head_dim)], one run of rows a head holding each sequence from its
+  // own multiple of the query block (bwd_prepost.cuh's bwd_seq, bwd_launch.h's rounded_q).
   float* dq_accum;
   float* dpsum;
   float* lse_log2;

@@ -61,6 +61,60 @@ __device__ __forceinline__ void add_release(int* p, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
+// ---- the sequence of a CTA ---------------------------------------------------------------------
+// Dense tensors (attntune_attention_backward): every sequence has seqlen_q query rows and seqlen_k
+// keys, sequence b at b * stride[0]. A varlen build (ATT_VARLEN: attntune_attention_backward_varlen,
+// packed tensors with strides {0, head, row}) reads sequence b's rows from cu_seqlens_q[b] and its
+// keys from cu_seqlens_k[b], its lengths their differences; the grids cover the longest (seqlen_q,
+// seqlen_k are max_seqlen_q, max_seqlen_k), and a CTA past its sequence's rows or keys does nothing.
+// The workspaces (dq_accum, dpsum, lse_log2, dq_semaphore) are runs of seqlen_q_rounded rows: one
+// a (batch, query head), dense; one a query head, varlen, holding every sequence's rows from
+// ws0 = floor((cu_seqlens_q[b] + b * kBlockM) / kBlockM) * kBlockM, a multiple of the query block at
+// least round_up(len, kBlockM) past the previous sequence's (so a query block's rows are the
+// sequence's own), seqlen_q_rounded = floor((total_q + batch * kBlockM) / kBlockM) * kBlockM rows in all
+// (bwd_launch.h). The forward's varlen LSE is [heads_q, total_q].
+#if defined(ATT_VARLEN) && ATT_VARLEN
+constexpr bool kBwdVarlen = true;
+#else
+constexpr bool kBwdVarlen = false;
+#endif
+
+struct BwdSeq {
+  int len_q, len_k;
+  long long q0, k0;  // the sequence's first query row and key in the packed tensors (0: dense)
+  long long ws0;     // its first row in a head's run of the workspaces (0: dense)
+};
+
+__device__ __forceinline__ BwdSeq bwd_seq(const BwdParams& p, int b) {
+  BwdSeq s;
+  if constexpr (kBwdVarlen) {
+    const int* cq = p.fwd.cu_seqlens_q;
+    const int* ck = p.fwd.cu_seqlens_k;
+    s.q0 = cq[b];
+    s.k0 = ck[b];
+    s.len_q = cq[b + 1] - cq[b];
+    s.len_k = ck[b + 1] - ck[b];
+    s.ws0 = (s.q0 + static_cast<long long>(b) * T::kBlockM) / T::kBlockM * T::kBlockM;
+  } else {
+    s.len_q = p.fwd.seqlen_q;
+    s.len_k = p.fwd.seqlen_k;
+    s.q0 = s.k0 = s.ws0 = 0;
+  }
+  return s;
+}
+
+// The workspaces' first row of (sequence b, query head `head`): its query row i is this + i.
+__device__ __forceinline__ long long bwd_ws_row(const BwdParams& p, const BwdSeq& s, int b, int head) {
+  if constexpr (kBwdVarlen) return static_cast<long long>(head) * p.seqlen_q_rounded + s.ws0;
+  return (static_cast<long long>(b) * p.fwd.heads_q + head) * p.seqlen_q_rounded;
+}
+
+// Row 0 of (sequence b, head) in a tensor with strides {batch, head, row} (varlen: {0, head, row}),
+// first row row0 (the sequence's q0 or k0), as an element offset.
+__device__ __forceinline__ long long bwd_offset(const long long (&stride)[3], int b, int head, long long row0) {
+  return b * stride[0] + head * stride[1] + row0 * stride[2];
+}
+
 // ---- the main loops' recomputed probabilities --------------------------------------------------
 // P of a raw score x = q.k whose row has lse2 = LSE * log2(e): 2^(x scale log2(e) - lse2), or under
 // a soft-cap C (the forward's score C tanh(scale x / C)) 2^(C log2(e) tanh(x softcap_scale) - lse2);
@@ -79,22 +133,29 @@ __device__ __forceinline__ float bwd_prob(float x, float lse2, const AttnParams&
 }
 
 // ---- preprocessing ----------------------------------------------------------------------------
-// grid (seqlen_q_rounded / kBlockM, heads_q, batch): rows [m0, m0 + kBlockM) of one (batch, head).
+// grid (seqlen_q_rounded / kBlockM, heads_q, batch), varlen (ceil(max_seqlen_q / kBlockM), heads_q,
+// batch): rows [m0, m0 + kBlockM) of one (sequence, head).
 extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_preprocess(const BwdParams p) {
   const AttnParams& f = p.fwd;
   const int head = blockIdx.y, b = blockIdx.z, m0 = blockIdx.x * T::kBlockM;
-  const long long row_base = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded;
+  const BwdSeq seq = bwd_seq(p, b);
+  // Varlen: the blocks past the sequence's rows (the grid covers the longest) own no rows of it.
+  if (kBwdVarlen && m0 >= seq.len_q) return;
+  const long long row_base = bwd_ws_row(p, seq, b, head);
   constexpr int kChunks = T::kHeadDim / 8;  // 8 or 16 lanes a row
   constexpr int kRowsPerPass = T::kThreads / kChunks;
   const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
   // The deterministic mode's turn counter of this query block (one CTA here a block): 0, no CTA of
   // the main kernel has added its share yet.
   if (p.dq_semaphore && threadIdx.x == 0) p.dq_semaphore[(row_base + m0) / T::kBlockM] = 0;
-  const elem_t* o = static_cast<const elem_t*>(f.o) + b * f.o_stride[0] + head * f.o_stride[1];
-  const elem_t* d_o = static_cast<const elem_t*>(p.dout) + b * p.do_stride[0] + head * p.do_stride[1];
+  const elem_t* o = static_cast<const elem_t*>(f.o) + bwd_offset(f.o_stride, b, head, seq.q0);
+  const elem_t* d_o = static_cast<const elem_t*>(p.dout) + bwd_offset(p.do_stride, b, head, seq.q0);
+  // The LSE of the sequence's row 0: [batch, heads_q, seqlen_q], or varlen [heads_q, total_q].
+  const long long lse0 = kBwdVarlen ? static_cast<long long>(head) * f.cu_seqlens_q[f.batch] + seq.q0
+                                    : (static_cast<long long>(b) * f.heads_q + head) * f.seqlen_q;
   for (int row = m0 + r; row < m0 + T::kBlockM; row += kRowsPerPass) {
     float dot = 0.f;
-    if (row < f.seqlen_q) {
+    if (row < seq.len_q) {
       const uint4 x = *reinterpret_cast<const uint4*>(o + row * f.o_stride[2] + c * 8);
       const uint4 y = *reinterpret_cast<const uint4*>(d_o + row * p.do_stride[2] + c * 8);
       const u32 xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
@@ -117,9 +178,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_preprocess(c
 #pragma unroll
     for (int s = kChunks / 2; s >= 1; s >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, s);
     if (c == 0) {
-      p.dpsum[row_base + row] = row < f.seqlen_q ? dot : 0.f;
-      const float lse = row < f.seqlen_q ? f.lse[(static_cast<long long>(b) * f.heads_q + head) * f.seqlen_q + row]
-                                         : __int_as_float(0x7f800000);
+      p.dpsum[row_base + row] = row < seq.len_q ? dot : 0.f;
+      const float lse = row < seq.len_q ? f.lse[lse0 + row] : __int_as_float(0x7f800000);
       p.lse_log2[row_base + row] = lse * 1.4426950408889634f;
     }
     float4* acc = reinterpret_cast<float4*>(p.dq_accum + (row_base + row) * T::kHeadDim + c * 8);
@@ -164,16 +224,17 @@ __device__ __forceinline__ uint4 dq_row_chunk(const float* acc, long long row_ba
   return out;
 }
 
-// grid (ceil(seqlen_q / kBlockM), heads_q, batch): dQ = scale * accumulator for rows < seqlen_q.
+// grid (ceil(seqlen_q / kBlockM), heads_q, batch): dQ = scale * accumulator for the sequence's rows.
 extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_convert(const BwdParams p) {
   const AttnParams& f = p.fwd;
   const int head = blockIdx.y, b = blockIdx.z, m0 = blockIdx.x * T::kBlockM;
   constexpr int kChunks = T::kHeadDim / 8;
   constexpr int kRowsPerPass = T::kThreads / kChunks;
   const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
-  const long long row_base = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded;
-  elem_t* dq = static_cast<elem_t*>(p.dq) + b * p.dq_stride[0] + head * p.dq_stride[1];
-  for (int row = m0 + r; row < min(m0 + T::kBlockM, f.seqlen_q); row += kRowsPerPass)
+  const BwdSeq seq = bwd_seq(p, b);
+  const long long row_base = bwd_ws_row(p, seq, b, head);
+  elem_t* dq = static_cast<elem_t*>(p.dq) + bwd_offset(p.dq_stride, b, head, seq.q0);
+  for (int row = m0 + r; row < min(m0 + T::kBlockM, seq.len_q); row += kRowsPerPass)
     *reinterpret_cast<uint4*>(dq + row * p.dq_stride[2] + c * 8) = dq_row_chunk<T>(p.dq_accum, row_base, row, c * 8, f.scale);
 }
 

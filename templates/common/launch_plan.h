@@ -32,6 +32,7 @@ enum Entry : int {
   kEntryKvcache = 2,  // attntune_attention_forward_kvcache
   kEntryVarlen = 4,   // attntune_attention_forward_varlen
   kEntryBackward = 8, // attntune_attention_backward (issue 45: dQ, dK, dV of a dense call)
+  kEntryBackwardVarlen = 16,  // attntune_attention_backward_varlen (dQ, dK, dV of a varlen call)
 };
 
 // One call of an entry point, as its C arguments arrived, after the launcher's shared checks
@@ -80,7 +81,10 @@ struct Call {
   const float* k_descale;
   const float* v_descale;
   long long k_descale_stride[2], v_descale_stride[2];
-  // The backward pass (kEntryBackward, attntune_attention_backward; issue 45). q, k, v are the
+  // The backward pass (kEntryBackward, attntune_attention_backward; issue 45; and
+  // kEntryBackwardVarlen, attntune_attention_backward_varlen: the varlen fields above as the forward
+  // varlen call's, total_q and total_k given, lse [heads_q, total_q], every tensor's strides {0,
+  // head, row}). q, k, v are the
   // forward's inputs; out is the forward's O (read, not written) and lse its LSE ([batch, heads_q,
   // seqlen_q] fp32 contiguous, natural log, read; required). dout is dO (out's shape, its own
   // strides); dq, dk, dv are written (q's, k's and v's shapes, their own strides; with GQA dk and dv

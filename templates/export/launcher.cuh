@@ -27,7 +27,8 @@
 //   - softmax_scale finite and > 0 (the online softmax tracks the row maximum of the raw scores);
 //   - what the kernel's launch plan adds (TMA: strides under 2^40 bytes, work tiles in an int);
 //   - the device: the kernel has code for it and fits its shared memory and registers.
-// attntune_attention_backward (the backward pass, kEntryBackward) checks the same of its eight tensors
+// attntune_attention_backward (the backward pass, kEntryBackward; and of a packed batch,
+// attntune_attention_backward_varlen, kEntryBackwardVarlen, with the varlen checks too) checks the same of its eight tensors
 // (q, k, v, out, dout read; dq, dk, dv written: three tensors, none with two positions sharing an
 // element), softmax_lse 4-byte aligned, and takes of the options a window and `deterministic` only;
 // backward kernels serve it alone.
@@ -294,6 +295,7 @@ static const char* entry_name(int entry) {
   return entry == attntune_plan::kEntryKvcache    ? "attntune_attention_forward_kvcache"
          : entry == attntune_plan::kEntryVarlen   ? "attntune_attention_forward_varlen"
          : entry == attntune_plan::kEntryBackward ? "attntune_attention_backward"
+         : entry == attntune_plan::kEntryBackwardVarlen ? "attntune_attention_backward_varlen"
                                                   : "attntune_attention_forward";
 }
 
@@ -609,7 +611,8 @@ static int apply_options(Call* a, const attntune_options* opts, int* latent = nu
   a->softcap = o.softcap;
   a->sinks = o.sinks;
   // The backward's kernels read it (their launch plans); the forward's are deterministic whatever it says.
-  a->deterministic = a->entry == attntune_plan::kEntryBackward ? o.deterministic : 0;
+  a->deterministic =
+      a->entry == attntune_plan::kEntryBackward || a->entry == attntune_plan::kEntryBackwardVarlen ? o.deterministic : 0;
   return 0;
 }
 
@@ -667,9 +670,9 @@ static int check_backward_options(const Call& a, int latent) {
                      : a.kv_fp8 || a.k_descale || a.v_descale               ? "kv_dtype (an FP8 KV cache)"
                                                                             : nullptr;
   if (!what) return 0;
-  return unsupported("attntune_attention_backward_ex: attntune_options.%s: the backward pass serves plain attention, "
-                     "sliding windows, soft-caps and sinks for now; no kernel family computes these gradients yet "
-                     "(compute them with PyTorch: the attntune ops fall back so)", what);
+  return unsupported("%s_ex: attntune_options.%s: the backward pass serves plain attention, sliding windows, soft-caps "
+                     "and sinks for now; no kernel family computes these gradients yet (compute them with PyTorch: the "
+                     "attntune ops fall back so)", entry_name(a.entry), what);
 }
 
 // A placeholder for a pointer the caller may leave NULL (a tensor without elements), which a launch
@@ -704,19 +707,27 @@ static int check_backward_tensors(const Call& a) {
     if (const char* why = check_strides(t.stride, 2))
       return unsupported("%s {%lld, %lld, %lld}: %s", t.name, t.stride[0], t.stride[1], t.stride[2], why);
   // The gradients are written: none may have two positions sharing an element, nor share its start
-  // with another (dq, dk and dv are three tensors).
+  // with another (dq, dk and dv are three tensors). A packed batch's are one sequence of its rows.
+  const bool packed = a.entry == attntune_plan::kEntryBackwardVarlen;
+  const long long rows_q = packed ? a.total_q : a.seqlen_q, rows_k = packed ? a.total_k : a.seqlen_k;
+  if (rows_q > 2147483647LL || rows_k > 2147483647LL)
+    return unsupported("total_q (%lld) and total_k (%lld) must be at most 2^31 - 1", rows_q, rows_k);
   const struct {
     const char* name;
     const long long* stride;
     int heads, rows;
     const void* ptr;
-  } written[] = {{"dq_strides", a.dq_stride, a.heads_q, a.seqlen_q, a.dq},
-                 {"dk_strides", a.dk_stride, a.heads_kv, a.seqlen_k, a.dk},
-                 {"dv_strides", a.dv_stride, a.heads_kv, a.seqlen_k, a.dv}};
+  } written[] = {{"dq_strides", a.dq_stride, a.heads_q, static_cast<int>(rows_q), a.dq},
+                 {"dk_strides", a.dk_stride, a.heads_kv, static_cast<int>(rows_k), a.dk},
+                 {"dv_strides", a.dv_stride, a.heads_kv, static_cast<int>(rows_k), a.dv}};
   for (const auto& t : written)
-    if (t.rows > 0 && out_overlaps(t.stride, a.batch, t.heads, t.rows, a.head_dim))
+    if (t.rows > 0 && out_overlaps(t.stride, packed ? 1 : a.batch, t.heads, t.rows, a.head_dim)) {
+      if (packed)
+        return unsupported("%s {row %lld, head %lld} make gradients overlap for heads=%d rows=%d head_dim=%d", t.name,
+                           t.stride[2], t.stride[1], t.heads, t.rows, a.head_dim);
       return unsupported("%s {%lld, %lld, %lld} make gradients overlap for batch=%d heads=%d rows=%d head_dim=%d",
                          t.name, t.stride[0], t.stride[1], t.stride[2], a.batch, t.heads, t.rows, a.head_dim);
+    }
   if ((has_q && has_k && (a.dq == a.dk || a.dq == a.dv)) || (has_k && a.dk == a.dv))
     return unsupported("dq, dk and dv must be three tensors (dq=%p dk=%p dv=%p)", a.dq, a.dk, a.dv);
   return 0;
@@ -731,6 +742,8 @@ static int backward(Call a, int latent, cudaStream_t stream) {
   refused.text[0] = 0;
   if (!built_for(a)) return no_kernel(a, refused);
   if (const int r = check_backward_tensors(a)) return r;
+  if (a.entry == attntune_plan::kEntryBackwardVarlen)
+    if (const int r = check_packing(a)) return r;
   if (a.batch == 0 || a.heads_q == 0 || (a.seqlen_q == 0 && a.seqlen_k == 0)) return 0;  // no gradient element
   // An empty side's tensors may be NULL; the plan asks every pointer to be set and launches no
   // kernel that reads them (seqlen_q 0: dK = dV = 0 only; seqlen_k 0: dQ = 0 only).
@@ -945,6 +958,72 @@ ATTNTUNE_API int attntune_attention_backward_ex(
   return backward(a, latent, stream);
 }
 
+// The backward pass of attntune_attention_forward_varlen (docs/CONTRACT.md "The backward pass of a
+// packed batch"): dQ, dK and dV of packed q [total_q, heads_q, head_dim], k and v [total_k, heads_kv,
+// head_dim], from the forward's output `out` and its softmax_lse ([heads_q, total_q] fp32, as the
+// varlen forward writes it; read) and dout (out's shape). Strides {row, head} in elements, two each
+// (the last dim contiguous), as the varlen forward takes them; total_q and total_k the packed rows
+// (cu_seqlens_q[batch] and cu_seqlens_k[batch], which the caller knows from its tensors' shapes),
+// max_seqlen_q and max_seqlen_k the longest sequence's. Causal is bottom-right per sequence. The
+// same returns, checks and workspaces as attntune_attention_backward; backward kernels built for
+// packed batches serve it alone.
+ATTNTUNE_API int attntune_attention_backward_varlen_ex(
+    const void* q, const void* k, const void* v, const void* out, const float* softmax_lse, const void* dout,
+    void* dq, void* dk, void* dv, const int* cu_seqlens_q, const int* cu_seqlens_k, int batch, long long total_q,
+    long long total_k, int max_seqlen_q, int max_seqlen_k, int heads_q, int heads_kv, int head_dim,
+    const long long* q_strides, const long long* k_strides, const long long* v_strides, const long long* o_strides,
+    const long long* do_strides, const long long* dq_strides, const long long* dk_strides,
+    const long long* dv_strides, float softmax_scale, int is_causal, const attntune_options* opts,
+    cudaStream_t stream) {
+  using namespace attntune_export;
+  if (!q_strides || !k_strides || !v_strides || !o_strides || !do_strides || !dq_strides || !dk_strides || !dv_strides)
+    return unsupported("q_strides, k_strides, v_strides, o_strides, do_strides, dq_strides, dk_strides and dv_strides "
+                       "must not be NULL (2 strides each: {row, head})");
+  if (total_q < 0 || total_k < 0)
+    return unsupported("total_q (%lld) and total_k (%lld) must not be negative: the packed rows (cu_seqlens_q[batch], "
+                       "cu_seqlens_k[batch])", total_q, total_k);
+  // {row, head} strides; the batch dimension is the packing (cu_seqlens).
+  const auto packed = [](const long long* s2, long long (&s3)[3]) {
+    s3[0] = 0;
+    s3[1] = s2[1];
+    s3[2] = s2[0];
+  };
+  long long qs[3], ks[3], vs[3], os[3], dos[3], dqs[3], dks[3], dvs[3];
+  packed(q_strides, qs);
+  packed(k_strides, ks);
+  packed(v_strides, vs);
+  packed(o_strides, os);
+  packed(do_strides, dos);
+  packed(dq_strides, dqs);
+  packed(dk_strides, dks);
+  packed(dv_strides, dvs);
+  Call a = make_call(attntune_plan::kEntryBackwardVarlen, q, k, v, const_cast<void*>(out),
+                     const_cast<float*>(softmax_lse), batch, heads_q, heads_kv, max_seqlen_q, max_seqlen_k, head_dim, qs,
+                     ks, vs, os, softmax_scale, is_causal);
+  set_backward(&a, dout, dq, dk, dv, dos, dqs, dks, dvs);
+  a.cu_seqlens_q = cu_seqlens_q;
+  a.cu_seqlens_k = cu_seqlens_k;
+  a.total_q = total_q;
+  a.total_k = total_k;
+  int latent = 0;
+  if (const int r = apply_options(&a, opts, &latent)) return r;
+  return backward(a, latent, stream);
+}
+
+ATTNTUNE_API int attntune_attention_backward_varlen(
+    const void* q, const void* k, const void* v, const void* out, const float* softmax_lse, const void* dout,
+    void* dq, void* dk, void* dv, const int* cu_seqlens_q, const int* cu_seqlens_k, int batch, long long total_q,
+    long long total_k, int max_seqlen_q, int max_seqlen_k, int heads_q, int heads_kv, int head_dim,
+    const long long* q_strides, const long long* k_strides, const long long* v_strides, const long long* o_strides,
+    const long long* do_strides, const long long* dq_strides, const long long* dk_strides,
+    const long long* dv_strides, float softmax_scale, int is_causal, cudaStream_t stream) {
+  return attntune_attention_backward_varlen_ex(q, k, v, out, softmax_lse, dout, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+                                               batch, total_q, total_k, max_seqlen_q, max_seqlen_k, heads_q, heads_kv,
+                                               head_dim, q_strides, k_strides, v_strides, o_strides, do_strides,
+                                               dq_strides, dk_strides, dv_strides, softmax_scale, is_causal, nullptr,
+                                               stream);
+}
+
 // The variants kernel `index` was built with (it serves calls with exactly these), into
 // variants[3]: {window, softcap, sinks}, each 0 or 1. 0, or -1 for an index out of range.
 ATTNTUNE_API int attntune_kernel_variants(int index, int* variants) {
@@ -981,12 +1060,14 @@ ATTNTUNE_API int attntune_select_kernel_entry(int entry, int head_dim, int is_ca
 // will pass them, so latent kernels are weighed beside those over separate K and V (which read V
 // through the aliasing pointer and serve the call too). Entry 8 (the backward pass) sizes a call whose
 // eight tensors are contiguous [B, H, S, D] (fake, never read), weighing the backward kernels only; its
-// options are the backward's (a window, deterministic; the others answer -1).
+// options are the backward's (a window, deterministic; the others answer -1). Entry 16 (the backward
+// of a packed batch) the same over packed tensors of `batch` sequences of seqlen_q rows, as entry 4.
 ATTNTUNE_API int attntune_select_kernel_ex(int entry, int head_dim, int is_causal, int batch, int heads_q,
                                            int heads_kv, int seqlen_q, int seqlen_k, const attntune_options* opts) {
   if (is_causal != 0 && is_causal != 1) return -1;
   if (entry != attntune_plan::kEntryDense && entry != attntune_plan::kEntryKvcache &&
-      entry != attntune_plan::kEntryVarlen && entry != attntune_plan::kEntryBackward)
+      entry != attntune_plan::kEntryVarlen && entry != attntune_plan::kEntryBackward &&
+      entry != attntune_plan::kEntryBackwardVarlen)
     return -1;
   if (batch < 0 || heads_q < 0 || heads_kv < 0 || seqlen_q < 0 || seqlen_k < 0 || head_dim <= 0) return -1;
   // The call these sizes make, on contiguous [B, H, S, D] tensors (kvcache: a contiguous cache).
@@ -998,7 +1079,8 @@ ATTNTUNE_API int attntune_select_kernel_ex(int entry, int head_dim, int is_causa
   // given (as the PyTorch op gives them).
   const long long packed_q[3] = {0, head_dim, static_cast<long long>(heads_q) * head_dim},
                   packed_kv[3] = {0, head_dim, static_cast<long long>(heads_kv) * head_dim};
-  const bool packed = entry == attntune_plan::kEntryVarlen;
+  const bool packed = entry == attntune_plan::kEntryVarlen || entry == attntune_plan::kEntryBackwardVarlen;
+  const bool backward = entry == attntune_plan::kEntryBackward || entry == attntune_plan::kEntryBackwardVarlen;
   attntune_plan::Call a = attntune_export::make_call(
       entry, nullptr, nullptr, nullptr, nullptr, nullptr, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim,
       packed ? packed_q : q_str, packed ? packed_kv : kv_str, packed ? packed_kv : kv_str, packed ? packed_q : q_str,
@@ -1011,15 +1093,16 @@ ATTNTUNE_API int attntune_select_kernel_ex(int entry, int head_dim, int is_causa
   }
   int latent = 0;
   if (attntune_export::apply_options(&a, opts, &latent)) return -1;
-  if (entry == attntune_plan::kEntryBackward) {
-    // The backward's own tensors on the same contiguous layouts (fake, never read: a plan only asks
-    // that they be set), and its options' refusals.
+  if (backward) {
+    // The backward's own tensors on the same contiguous (or packed) layouts (fake, never read: a plan
+    // only asks that they be set), and its options' refusals.
     if (attntune_export::check_backward_options(a, latent)) return -1;
     void* any = attntune_export::kNothing;
     a.q = a.k = a.v = any;
     a.out = any;
     a.lse = static_cast<float*>(any);
-    attntune_export::set_backward(&a, any, any, any, any, q_str, q_str, kv_str, kv_str);
+    attntune_export::set_backward(&a, any, any, any, any, packed ? packed_q : q_str, packed ? packed_q : q_str,
+                                  packed ? packed_kv : kv_str, packed ? packed_kv : kv_str);
   }
   if (latent) {
     alignas(16) static const unsigned char kCache[16] = {0};  // stands in for the cache: a plan never reads it

@@ -121,7 +121,7 @@ __device__ __forceinline__ void acc_to_a(const float (&lo)[4], const float (&hi)
 }
 
 // ---- the main loop ----------------------------------------------------------------------------
-// grid (ceil(seqlen_k / kBlockN), heads_kv, batch).
+// grid (ceil(seqlen_k / kBlockN), heads_kv, batch); varlen, seqlen_k is max_seqlen_k (bwd_seq).
 extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_bwd_mma(const BwdParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   elem_t* s_k = reinterpret_cast<elem_t*>(smem);
@@ -134,7 +134,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
 
   const AttnParams& f = p.fwd;
   const int hk = blockIdx.y, b = blockIdx.z, n0 = blockIdx.x * T::kBlockN;
-  const int len_q = f.seqlen_q, len_k = f.seqlen_k, diag = len_k - len_q;
+  const BwdSeq seq = bwd_seq(p, b);  // bwd_prepost.cuh: the sequence's lengths and offsets
+  const int len_q = seq.len_q, len_k = seq.len_k, diag = len_k - len_q;
+  if (kBwdVarlen && n0 >= len_k) return;  // past the sequence's keys (the grid covers the longest)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int warp_key0 = warp * 16 * T::kKeyTiles;  // the warp's first key in the block
   using LD = Lanes<T::kHeadDim>;
@@ -159,8 +161,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   const int steps = m_blocks * f.q_per_kv;  // (query head of the group, query block) pairs
 
   // K and V of the block's keys, once.
-  const elem_t* k_g = static_cast<const elem_t*>(f.k) + b * f.k_stride[0] + hk * f.k_stride[1];
-  const elem_t* v_g = static_cast<const elem_t*>(f.v) + b * f.v_stride[0] + hk * f.v_stride[1];
+  const elem_t* k_g = static_cast<const elem_t*>(f.k) + bwd_offset(f.k_stride, b, hk, seq.k0);
+  const elem_t* v_g = static_cast<const elem_t*>(f.v) + bwd_offset(f.v_stride, b, hk, seq.k0);
   load_rows<T::kBlockN>(s_k, k_g, f.k_stride[2], n0, len_k);
   load_rows<T::kBlockN>(s_v, v_g, f.v_stride[2], n0, len_k);
   cp_async_commit();
@@ -179,12 +181,12 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
       step_at(i, head, m0);
       const int st = i % T::kStages;
       load_rows<T::kBlockM>(s_q + st * T::kQElems,
-                            static_cast<const elem_t*>(f.q) + b * f.q_stride[0] + head * f.q_stride[1], f.q_stride[2],
+                            static_cast<const elem_t*>(f.q) + bwd_offset(f.q_stride, b, head, seq.q0), f.q_stride[2],
                             m0, len_q);
       load_rows<T::kBlockM>(s_do + st * T::kQElems,
-                            static_cast<const elem_t*>(p.dout) + b * p.do_stride[0] + head * p.do_stride[1],
+                            static_cast<const elem_t*>(p.dout) + bwd_offset(p.do_stride, b, head, seq.q0),
                             p.do_stride[2], m0, len_q);
-      const long long row_base = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0;
+      const long long row_base = bwd_ws_row(p, seq, b, head) + m0;
       load_floats(s_lse + st * T::kBlockM, p.lse_log2 + row_base, 0);
       load_floats(s_dp + st * T::kBlockM, p.dpsum + row_base, T::kBlockM / 4);
     }
@@ -231,7 +233,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
       }
     }
     float* dq = p.dq_accum +
-                ((static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0 + dq_mt * 16 + g) * T::kHeadDim +
+                (bwd_ws_row(p, seq, b, head) + m0 + dq_mt * 16 + g) * T::kHeadDim +
                 dq_col0 + 2 * t;
     // The deterministic mode (p.deterministic: uniform, so a call without it pays a branch): the CTAs
     // that add into this query block's dQ take turns in key-block order, so that every element's sum
@@ -244,7 +246,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
     // done, and those wait only for lower ones in turn; the first waits for nothing.
     int* sem = nullptr;
     if (p.deterministic) {
-      sem = p.dq_semaphore + ((static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0) / T::kBlockM;
+      sem = p.dq_semaphore + (bwd_ws_row(p, seq, b, head) + m0) / T::kBlockM;
       if (threadIdx.x == 0) {
         const int turn = static_cast<int>(blockIdx.x) -
                          att_bwd::first_key_block<T::kWindow>(m0, T::kBlockN, diag, f.variant.window_left);
@@ -403,8 +405,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   }
 
   // dK (scaled) and dV of the block's keys, in the dtype.
-  elem_t* dk = static_cast<elem_t*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[1];
-  elem_t* dv = static_cast<elem_t*>(p.dv) + b * p.dv_stride[0] + hk * p.dv_stride[1];
+  elem_t* dk = static_cast<elem_t*>(p.dk) + bwd_offset(p.dk_stride, b, hk, seq.k0);
+  elem_t* dv = static_cast<elem_t*>(p.dv) + bwd_offset(p.dv_stride, b, hk, seq.k0);
 #pragma unroll
   for (int kt = 0; kt < T::kKeyTiles; ++kt)
 #pragma unroll

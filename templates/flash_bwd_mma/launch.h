@@ -33,7 +33,7 @@ struct FlashBwdMmaLaunch : BwdLaunch<FlashBwdMmaLaunch> {
 };
 
 inline constexpr LaunchFamily kFlashBwdMma =
-    make_family<FlashBwdMmaLaunch>("flash_bwd_mma", kEntryBackward, 3, "flash_bwd_preprocess", "flash_bwd_mma",
+    make_family<FlashBwdMmaLaunch>("flash_bwd_mma", kEntryBackward | kEntryBackwardVarlen, 3, "flash_bwd_preprocess", "flash_bwd_mma",
                                    "flash_bwd_convert");
 
 }  // namespace attntune_plan

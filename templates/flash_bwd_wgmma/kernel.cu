@@ -134,7 +134,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     b = blockIdx.z;
   }
   const int n0 = key_block * T::kBlockN;
-  const int len_q = f.seqlen_q, len_k = f.seqlen_k, diag = len_k - len_q;
+  const BwdSeq seq = bwd_seq(p, b);  // bwd_prepost.cuh: the sequence's lengths and offsets
+  const int len_q = seq.len_q, len_k = seq.len_k, diag = len_k - len_q;
+  if (kBwdVarlen && n0 >= len_k) return;  // past the sequence's keys (the grid covers the longest)
   const int wg = warp_uniform(static_cast<int>(threadIdx.x) / 128);
   const int wi = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int key_w = wg * 64 + wi * 16 + g;  // the thread's accumulator rows: keys key_w and key_w + 8 of the block
@@ -154,9 +156,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   };
 
   // K and V of the block's keys, once.
-  load_rows<T::kBlockN>(s_k, static_cast<const elem_t*>(f.k) + b * f.k_stride[0] + hk * f.k_stride[1], f.k_stride[2],
+  load_rows<T::kBlockN>(s_k, static_cast<const elem_t*>(f.k) + bwd_offset(f.k_stride, b, hk, seq.k0), f.k_stride[2],
                         n0, len_k);
-  load_rows<T::kBlockN>(s_v, static_cast<const elem_t*>(f.v) + b * f.v_stride[0] + hk * f.v_stride[1], f.v_stride[2],
+  load_rows<T::kBlockN>(s_v, static_cast<const elem_t*>(f.v) + bwd_offset(f.v_stride, b, hk, seq.k0), f.v_stride[2],
                         n0, len_k);
   cp_async_commit();
 
@@ -166,12 +168,12 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       step_at(i, &head, &m0);
       const int st = i % T::kStages;
       load_rows<T::kBlockM>(s_q + st * T::kQBytes,
-                            static_cast<const elem_t*>(f.q) + b * f.q_stride[0] + head * f.q_stride[1], f.q_stride[2],
+                            static_cast<const elem_t*>(f.q) + bwd_offset(f.q_stride, b, head, seq.q0), f.q_stride[2],
                             m0, len_q);
       load_rows<T::kBlockM>(s_do + st * T::kQBytes,
-                            static_cast<const elem_t*>(p.dout) + b * p.do_stride[0] + head * p.do_stride[1],
+                            static_cast<const elem_t*>(p.dout) + bwd_offset(p.do_stride, b, head, seq.q0),
                             p.do_stride[2], m0, len_q);
-      const long long row_base = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0;
+      const long long row_base = bwd_ws_row(p, seq, b, head) + m0;
       load_floats(base + T::kOffLse + st * T::kBlockM * 4, p.lse_log2 + row_base, 0);
       load_floats(base + T::kOffDp + st * T::kBlockM * 4, p.dpsum + row_base, T::kBlockM / 4);
     }
@@ -211,7 +213,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     if (acc_dq[0] != 12345.f) return;
 #endif
     const int unit = wg * T::kDqUnits + u, qg = unit / T::kDqSplit, cg = unit % T::kDqSplit;
-    const long long row0 = (static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0 + qg * 64;
+    const long long row0 = bwd_ws_row(p, seq, b, head) + m0 + qg * 64;
     const int r = threadIdx.x % 128;
     // The deterministic mode (p.deterministic, uniform): the CTAs that add into this query block's
     // dQ take turns in key-block order (bwd_blocks.h, as flash_bwd_mma's), each of its units (a
@@ -225,7 +227,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     constexpr int kUnits = T::kWarpgroups * T::kDqUnits;
     int* sem = nullptr;
     if (p.deterministic) {
-      sem = p.dq_semaphore + ((static_cast<long long>(b) * f.heads_q + head) * p.seqlen_q_rounded + m0) / T::kBlockM;
+      sem = p.dq_semaphore + (bwd_ws_row(p, seq, b, head) + m0) / T::kBlockM;
       if (r == 0) {
         const int turn = key_block -
                          att_bwd::first_key_block<T::kWindow>(m0, T::kBlockN, diag, f.variant.window_left);
@@ -433,8 +435,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
 
   // dK (scaled) and dV of the block's keys, in the dtype: element 4c + e is key key_w + 8 (e / 2),
   // head dims 8c + 2t (+1).
-  elem_t* dk = static_cast<elem_t*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[1];
-  elem_t* dv = static_cast<elem_t*>(p.dv) + b * p.dv_stride[0] + hk * p.dv_stride[1];
+  elem_t* dk = static_cast<elem_t*>(p.dk) + bwd_offset(p.dk_stride, b, hk, seq.k0);
+  elem_t* dv = static_cast<elem_t*>(p.dv) + bwd_offset(p.dv_stride, b, hk, seq.k0);
 #pragma unroll
   for (int h2 = 0; h2 < 2; ++h2) {
     const int key = n0 + key_w + h2 * 8;

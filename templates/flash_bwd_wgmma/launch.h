@@ -19,7 +19,7 @@ struct FlashBwdWgmmaLaunch : BwdLaunch<FlashBwdWgmmaLaunch> {
 };
 
 inline constexpr LaunchFamily kFlashBwdWgmma =
-    make_family<FlashBwdWgmmaLaunch>("flash_bwd_wgmma", kEntryBackward, 3, "flash_bwd_preprocess", "flash_bwd_wgmma",
+    make_family<FlashBwdWgmmaLaunch>("flash_bwd_wgmma", kEntryBackward | kEntryBackwardVarlen, 3, "flash_bwd_preprocess", "flash_bwd_wgmma",
                                      "flash_bwd_convert");
 
 }  // namespace attntune_plan

@@ -44,7 +44,8 @@
 // run there only, the host refuses them on older devices, where the conversion returns NaN bytes).
 // quantize_e4m3 and dequantize_e4m3 expose both conversions for tests.
 //
-// The backward pass (a `pass=bwd` problem, issue 45; dense tensors, one batch offset a sequence) is
+// The backward pass (a `pass=bwd` problem, issue 45; dense tensors, one batch offset a sequence, or a
+// varlen batch's packed ones, each sequence from its prefix sums' rows, BwdSeqRef) is
 // three kernels over the forward's inputs (bp.fwd: q, k, v through their strides) and dO (bp.dout
 // through bp.do_stride), after attn_reference has given the forward's O (fp32, as its `out`) and LSE
 // of the same inputs: the reference's own forward, never the candidate's. Per (batch, query head h,
@@ -64,7 +65,9 @@
 // hold it, so P and D above are the sink problem's (the sink's own gradient is not the kernels': the
 // ops compute it). A soft-cap C makes s_ij = C tanh(scale <q_i, k_j> / C) (the forward's) and
 // multiplies dS_ij by 1 - tanh^2 (its derivative; softcap_bwd). Outputs are fp32 and contiguous: dQ (batch, heads_q, seqlen_q,
-// head_dim), dK (batch, heads_kv, seqlen_k, head_dim), dV (batch, heads_kv, seqlen_k, head_dim_v).
+// head_dim), dK (batch, heads_kv, seqlen_k, head_dim), dV (batch, heads_kv, seqlen_k, head_dim_v);
+// varlen, the packed rows: dQ (heads_q, total_q, head_dim), dK and dV (heads_kv, total_k, ...), as
+// the forward's varlen LSE and O.
 // compare_grad compares one strided 16-bit gradient with them, store_rounded writes the forward's O
 // to a candidate's input in the dtype.
 #include "../common/attn_params.h"
@@ -505,6 +508,30 @@ __device__ __forceinline__ void load_chunk(elem_t (*schunk)[kCols + kPad], const
   __syncthreads();
 }
 
+// The backward kernels' sequence `batch`: its lengths, first packed rows (varlen: bp.fwd.cu_seqlens_q
+// set; 0 dense) and the row index of (head, row 0) in the [batch, heads, len] (varlen: [heads,
+// total]) layout of the LSE, D and the gradients (q_rows: heads_q's; k_rows: heads_kv's).
+struct BwdSeqRef {
+  int len_q, len_k, q0, k0;
+  __device__ long long q_rows(const AttnParams& p, int batch, int head) const {
+    return p.cu_seqlens_q ? static_cast<long long>(head) * p.cu_seqlens_q[p.batch] + q0
+                          : (static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q;
+  }
+  __device__ long long k_rows(const AttnParams& p, int batch, int kv_head) const {
+    return p.cu_seqlens_k ? static_cast<long long>(kv_head) * p.cu_seqlens_k[p.batch] + k0
+                          : (static_cast<long long>(batch) * p.heads_kv + kv_head) * p.seqlen_k;
+  }
+};
+__device__ __forceinline__ BwdSeqRef bwd_seq_ref(const AttnParams& p, int batch) {
+  BwdSeqRef s;
+  const bool varlen = p.cu_seqlens_q != 0;
+  s.q0 = varlen ? p.cu_seqlens_q[batch] : 0;
+  s.k0 = varlen ? p.cu_seqlens_k[batch] : 0;
+  s.len_q = varlen ? p.cu_seqlens_q[batch + 1] - s.q0 : p.seqlen_q;
+  s.len_k = varlen ? p.cu_seqlens_k[batch + 1] - s.k0 : p.seqlen_k;
+  return s;
+}
+
 // D_i = sum_c dO_ic O_ic (o: the forward's fp32 output, (batch, heads_q, seqlen_q, head_dim_v)
 // contiguous), into dsum (batch, heads_q, seqlen_q). grid (ceil(seqlen_q / 8), heads_q, batch), block
 // 256, a warp a row.
@@ -513,10 +540,11 @@ attn_bwd_rowdot(const BwdParams bp, int head_dim_v, int bf16, const float* o, fl
   const AttnParams& p = bp.fwd;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int head = blockIdx.y, batch = blockIdx.z, row = blockIdx.x * kBwdRows + warp;
-  if (row >= p.seqlen_q) return;  // no barrier below
-  const long long r = (static_cast<long long>(batch) * p.heads_q + head) * p.seqlen_q + row;
+  const BwdSeqRef sq = bwd_seq_ref(p, batch);
+  if (row >= sq.len_q) return;  // no barrier below
+  const long long r = sq.q_rows(p, batch, head) + row;
   const elem_t* d_o = static_cast<const elem_t*>(bp.dout) + batch * bp.do_stride[0] + head * bp.do_stride[1] +
-                      row * bp.do_stride[2];
+                      (sq.q0 + row) * bp.do_stride[2];
   float acc = 0.f;
   for (int c = lane; c < head_dim_v; c += 32) acc = fmaf(to_float(d_o[c], bf16), o[r * head_dim_v + c], acc);
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
@@ -534,7 +562,10 @@ attn_reference_bwd_dq(const BwdParams bp, int head_dim, int head_dim_v, int bf16
   __shared__ elem_t schunk[kBwdChunk][kCols + kPad];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int head = blockIdx.y, batch = blockIdx.z, kv_head = head / p.q_per_kv;
-  const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
+  const BwdSeqRef sq = bwd_seq_ref(p, batch);
+  const int seqlen_q = sq.len_q, seqlen_k = sq.len_k;
+  // A CTA past a varlen sequence's rows has nothing to do (the whole CTA leaves: no barrier waits).
+  if (int(blockIdx.x) * kBwdRows >= seqlen_q) return;
   const int row = blockIdx.x * kBwdRows + warp;
   const bool active = row < seqlen_q;
   const int diag = seqlen_k - seqlen_q;
@@ -545,11 +576,14 @@ attn_reference_bwd_dq(const BwdParams bp, int head_dim, int head_dim_v, int bf16
   const int block_limit = visible(min(seqlen_q - 1, int(blockIdx.x) * kBwdRows + kBwdRows - 1));
   const int block_start = first(int(blockIdx.x) * kBwdRows) / kBwdChunk * kBwdChunk;
 
-  const elem_t* q = static_cast<const elem_t*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1];
-  const elem_t* k = static_cast<const elem_t*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[1];
-  const elem_t* v = static_cast<const elem_t*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[1];
-  const elem_t* d_o = static_cast<const elem_t*>(bp.dout) + batch * bp.do_stride[0] + head * bp.do_stride[1];
-  const long long r = (static_cast<long long>(batch) * p.heads_q + head) * seqlen_q + row;
+  const elem_t* q = static_cast<const elem_t*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1] + sq.q0 * p.q_stride[2];
+  const elem_t* k = static_cast<const elem_t*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[1] +
+                    sq.k0 * p.k_stride[2];
+  const elem_t* v = static_cast<const elem_t*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[1] +
+                    sq.k0 * p.v_stride[2];
+  const elem_t* d_o = static_cast<const elem_t*>(bp.dout) + batch * bp.do_stride[0] + head * bp.do_stride[1] +
+                      sq.q0 * bp.do_stride[2];
+  const long long r = sq.q_rows(p, batch, head) + row;
   const float lse_r = active ? lse[r] : 0.f, d_r = active ? dsum[r] : 0.f;
   const int a_row = active ? row : -1;
 
@@ -608,7 +642,9 @@ attn_reference_bwd_dkdv(const BwdParams bp, int head_dim, int head_dim_v, int bf
   __shared__ elem_t schunk[kBwdChunk][kCols + kPad];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kv_head = blockIdx.y, batch = blockIdx.z;
-  const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
+  const BwdSeqRef sq = bwd_seq_ref(p, batch);
+  const int seqlen_q = sq.len_q, seqlen_k = sq.len_k;
+  if (int(blockIdx.x) * kBwdRows >= seqlen_k) return;  // past a varlen sequence's keys (no barrier waits)
   const int key = blockIdx.x * kBwdRows + warp;
   const bool active = key < seqlen_k;
   const int diag = seqlen_k - seqlen_q;
@@ -618,9 +654,11 @@ attn_reference_bwd_dkdv(const BwdParams bp, int head_dim, int head_dim_v, int bf
   auto first = [&](int i) { return left >= 0 ? min(seqlen_k, max(0, i + diag - left)) : 0; };
   const int j0 = blockIdx.x * kBwdRows, j1 = min(seqlen_k, j0 + kBwdRows);  // the CTA's keys
 
-  const elem_t* k = static_cast<const elem_t*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[1];
-  const elem_t* v = static_cast<const elem_t*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[1];
-  const long long out_row = (static_cast<long long>(batch) * p.heads_kv + kv_head) * seqlen_k + key;
+  const elem_t* k = static_cast<const elem_t*>(p.k) + batch * p.k_stride[0] + kv_head * p.k_stride[1] +
+                    sq.k0 * p.k_stride[2];
+  const elem_t* v = static_cast<const elem_t*>(p.v) + batch * p.v_stride[0] + kv_head * p.v_stride[1] +
+                    sq.k0 * p.v_stride[2];
+  const long long out_row = sq.k_rows(p, batch, kv_head) + key;
   const int a_row = active ? key : -1;
   const int cols = max(head_dim, head_dim_v);
 
@@ -631,9 +669,11 @@ attn_reference_bwd_dkdv(const BwdParams bp, int head_dim, int head_dim_v, int bf
     for (int t = 0; t < kCols / 32; ++t) dk[t] = dv[t] = 0.f;
     for (int g = 0; g < p.q_per_kv; ++g) {
       const int head = kv_head * p.q_per_kv + g;
-      const elem_t* q = static_cast<const elem_t*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1];
-      const elem_t* d_o = static_cast<const elem_t*>(bp.dout) + batch * bp.do_stride[0] + head * bp.do_stride[1];
-      const long long row0 = (static_cast<long long>(batch) * p.heads_q + head) * seqlen_q;
+      const elem_t* q = static_cast<const elem_t*>(p.q) + batch * p.q_stride[0] + head * p.q_stride[1] +
+                        sq.q0 * p.q_stride[2];
+      const elem_t* d_o = static_cast<const elem_t*>(bp.dout) + batch * bp.do_stride[0] + head * bp.do_stride[1] +
+                          sq.q0 * bp.do_stride[2];
+      const long long row0 = sq.q_rows(p, batch, head);
       float dkh[kCols / 32], dvh[kCols / 32];  // this query head's contribution
 #pragma unroll
       for (int t = 0; t < kCols / 32; ++t) dkh[t] = dvh[t] = 0.f;

@@ -84,6 +84,25 @@ inline attntune_plan::Call varlen_call_of(const Problem& p, long long total_q = 
   return c;
 }
 
+// The backward call of a packed batch (attntune_attention_backward_varlen): varlen_call_of's
+// tensors and totals, and dO, dQ, dK, dV (packed as q, k, v) beside them.
+inline attntune_plan::Call backward_varlen_call_of(const Problem& p, long long total_q = -2, long long total_k = -2) {
+  attntune_plan::Call c = varlen_call_of(p, total_q, total_k);
+  const attntune_plan::Call b = backward_call_of(p);
+  c.entry = attntune_plan::kEntryBackwardVarlen;
+  c.lse = b.lse;
+  c.dout = b.dout;
+  c.dq = b.dq;
+  c.dk = b.dk;
+  c.dv = b.dv;
+  for (int i = 0; i < 3; ++i) {
+    c.do_stride[i] = c.dq_stride[i] = c.q_stride[i];
+    c.dk_stride[i] = c.k_stride[i];
+    c.dv_stride[i] = c.v_stride[i];
+  }
+  return c;
+}
+
 // A device of `sms` SMs on which `clusters` clusters fit at once (0: unknown).
 struct FakeDevice {
   int sms = 132, clusters = 0;

@@ -70,6 +70,21 @@ inline const PropertyShape kBwdWindowSinkSoftcapShapes[] = {
     {"b=1,h=4,hkv=4,s=333,sk=129,window=17,softcap=5,sinks=1", Layout::kBHSD},
 };
 
+// Packed varlen batches (attntune_attention_backward_varlen; the builds of `varlen=1` problems):
+// the worker's inputs (each problem's own lengths, drawn from varlen..s, then a ragged batch with
+// empty, one-row, odd and longest sequences) and the ragged batch in the shape's layout: GQA with
+// more keys than rows a sequence, one head a KV head (head-major packing), MQA; and with a window,
+// sinks and a soft-cap.
+inline const PropertyShape kBwdVarlenShapes[] = {
+    {"b=5,h=6,hkv=2,s=777,sk=1001,varlen=1", Layout::kBSHD},
+    {"b=4,h=4,hkv=4,s=333,sk=333,varlen=100", Layout::kBHSD},
+    {"b=3,h=3,hkv=1,s=100,sk=300,varlen=1", Layout::kBSHD},
+};
+inline const PropertyShape kBwdVarlenVariantShapes[] = {
+    {"b=5,h=6,hkv=2,s=777,sk=1001,varlen=1,window=100,softcap=50,sinks=1", Layout::kBSHD},
+    {"b=3,h=4,hkv=1,s=300,sk=300,varlen=1,window=17,softcap=5,sinks=1", Layout::kBHSD},
+};
+
 // A spread of `family`'s configs (`sample` per causal kind in `causals`; `window`: the problem's
 // window suffix, "" for none) built for `arch`, each checked on `shapes` (pass=bwd).
 inline void check_backward_spread(const char* family, const std::string& arch, int d, std::initializer_list<int> causals,
@@ -118,6 +133,12 @@ inline const char* const kDeterministicShapes[] = {
     "b=1,h=8,hkv=2,s=1024,sk=2500",  // GQA 4, sk > s
     "b=1,h=4,hkv=1,s=1531,sk=700",   // MQA, s > sk
 };
+// Packed varlen batches (the varlen kinds' builds): each problem's lengths drawn from varlen=1..s,
+// GQA groups, sk > s (varlen needs sk >= s); their workspaces are one run of rows a head.
+inline const char* const kDeterministicVarlenShapes[] = {
+    "b=3,h=6,hkv=2,s=777,sk=1001,varlen=1",
+    "b=2,h=8,hkv=2,s=1024,sk=2500,varlen=1",
+};
 // The call of another size between the second and third runs: a larger workspace of other layout,
 // so that a semaphore left over (not zeroed) would let the third run's CTAs add out of turn.
 inline const char* const kOtherShape = "b=3,h=4,hkv=4,s=300,sk=2222";
@@ -127,8 +148,8 @@ inline const char* const kOtherShape = "b=3,h=4,hkv=4,s=300,sk=2222";
 // each passes FlashAttention-2's criterion against the reference (outputs NaN-poisoned before each
 // run). The same inputs without the mode are run twice too: their dK and dV must be the same bits
 // (register sums), their dQ may differ (the atomics' order), and the count of pairs whose dQ did
-// says whether these shapes would have caught a mode that did not order the additions. A spread of d=64 and d=128 builds, non-causal, causal, a causal window and a
-// two-sided one (ATTNTUNE_PROPERTY_SAMPLE=N: N configs a kind, default 2; ATTNTUNE_TEST_PROGRESS=1: a
+// says whether these shapes would have caught a mode that did not order the additions. A spread of d=64 and d=128 builds, non-causal, causal, a causal window, a
+// two-sided one and packed varlen batches causal and not (ATTNTUNE_PROPERTY_SAMPLE=N: N configs a kind, default 2; ATTNTUNE_TEST_PROGRESS=1: a
 // line before each launch, to name a build that hangs). `also`: for each filter, one more config of
 // each kind that it accepts (a family's newest paths, which an even spread may miss).
 inline void check_determinism(cuda::Context& ctx, const char* family, const std::string& arch, std::uint64_t seed,
@@ -138,15 +159,17 @@ inline void check_determinism(cuda::Context& ctx, const char* family, const std:
   std::vector<Problem> variants;
   std::vector<std::string> windows;  // each config's window suffix for its shapes
   for (int d : {64, 128})
-    for (const char* kind : {"causal=0", "causal=1", "causal=1,window=100", "causal=0,window=100,50"}) {
+    for (const char* kind :
+         {"causal=0", "causal=1", "causal=1,window=100", "causal=0,window=100,50", "causal=1,varlen=1", "causal=0,varlen=1"}) {
       const Problem p = Problem::parse(fmt::format("b=1,h=4,s=512,d={},dtype=bf16,{},pass=bwd", d, kind));
       ASSERT_TRUE(attntune::testing::spread_configs(space, p, arch, attntune::testing::property_sample(2), configs,
                                                     variants))
           << p.str();
       for (const auto& keep : also) attntune::testing::spread_configs(space, p, arch, 1, configs, variants, keep);
-      const std::string w = std::string(kind).find("window") == std::string::npos
-                                ? std::string()
-                                : std::string(kind).substr(std::string(kind).find(",window"));
+      const std::string k = kind;
+      const std::string w = k.find(",window") != std::string::npos   ? k.substr(k.find(",window"))
+                            : k.find(",varlen") != std::string::npos ? k.substr(k.find(",varlen"))
+                                                                     : std::string();
       windows.resize(configs.size(), w);
     }
   BuildPoolOptions pool_opts;
@@ -164,12 +187,16 @@ inline void check_determinism(cuda::Context& ctx, const char* family, const std:
     const std::size_t i = index_of.at(o->ticket);
     const Problem& v = variants[i];
     const LoadedBuild kernel(o->build.cubin, o->job.kernel.launch);
+    // A varlen build's shapes carry their own varlen=N (its suffix is the build's only).
+    const bool varlen = v.is_varlen();
     auto problem = [&](const char* dims) {
       return Problem::parse(fmt::format("{},d={},dtype={},causal={}{},pass=bwd", dims, v.d, dtype_name(v.dtype),
-                                        v.causal ? 1 : 0, windows[i]));
+                                        v.causal ? 1 : 0, varlen ? "" : windows[i].c_str()));
     };
     const std::string name = config_str(o->job.config);
-    for (const char* dims : kDeterministicShapes) {
+    const std::span<const char* const> shapes =
+        varlen ? std::span<const char* const>(kDeterministicVarlenShapes) : std::span<const char* const>(kDeterministicShapes);
+    for (const char* dims : shapes) {
       const Problem p = problem(dims);
       ++seed;
       AttnBuffers buf(p, seed % 2 ? Layout::kBSHD : Layout::kBHSD, {}, seed);
@@ -191,7 +218,7 @@ inline void check_determinism(cuda::Context& ctx, const char* family, const std:
       EXPECT_TRUE(second == first) << name << " on " << p.str() << ": the second run's" << second.differs(first)
                                    << " differ from the first's";
       {  // Another size between: its own workspaces' layout, its own turns.
-        const Problem q = problem(kOtherShape);
+        const Problem q = problem(varlen ? "b=4,h=4,hkv=4,s=300,sk=2222,varlen=1" : kOtherShape);
         AttnBuffers other(q, Layout::kBSHD, {}, seed + 1000);
         ref.fill(other, seed + 1000);
         attntune_plan::Call oc = other.call();

@@ -47,6 +47,18 @@ TEST(FlashBwdMmaProperty, Sinks) {
                         attntune::testing::kBwdWindowSinkShapes, 6500, 2);
 }
 
+// Packed varlen batches (attntune_attention_backward_varlen): each sequence from its prefix sums,
+// the grids over the longest, the workspaces one run a head (bwd_prepost.cuh's bwd_seq); causal and
+// not, and a causal window with a soft-cap and sinks.
+TEST(FlashBwdMmaProperty, Varlen) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (int d : {64, 128})
+    check_backward_spread("flash_bwd_mma", gpu_arch(), d, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenShapes,
+                          7400u + static_cast<unsigned>(d), 4);
+  check_backward_spread("flash_bwd_mma", gpu_arch(), 64, {1}, ",window=64,softcap=30,sinks=1,varlen=1",
+                        attntune::testing::kBwdVarlenVariantShapes, 7500, 2);
+}
+
 // Soft-caps: the capped score recomputed and dS times its derivative, against the reference's
 // gradients; causal and not, and a causal window with sinks.
 TEST(FlashBwdMmaProperty, Softcap) {

@@ -128,25 +128,24 @@ void check_kv_fp8(const Problem& p, const char* where) {
                                  where, p.varlen));
 }
 
-// The backward pass (problem.hpp): dense tensors of one head dim, with causal masks, windows, sinks
-// (the kernels' P = exp(S - LSE) with the forward's LSE, which holds the sink; the sinks' own
-// gradient is the ops' arithmetic) and soft-caps (dS times the cap's derivative), for now; the other
-// entry points come in later steps of issue 45. `where` as check_latent's.
+// The backward pass (problem.hpp): dense tensors and packed varlen batches of one head dim, with
+// causal masks, windows, sinks (the kernels' P = exp(S - LSE) with the forward's LSE, which holds the
+// sink; the sinks' own gradient is the ops' arithmetic) and soft-caps (dS times the cap's
+// derivative), for now; the other entry points come in later steps of issue 45. `where` as
+// check_latent's.
 void check_backward(const Problem& p, const char* where) {
   if (!p.backward) return;
   auto refuse = [&](const std::string& what) {
-    throw InputError(fmt::format("{}: pass=bwd with {}: the backward pass is tuned over dense tensors of one head "
-                                 "dim (causal or not, windows, sinks and soft-caps too) for now; {} come in a later "
-                                 "step",
+    throw InputError(fmt::format("{}: pass=bwd with {}: the backward pass is tuned over dense tensors and packed "
+                                 "varlen batches of one head dim (causal or not, windows, sinks and soft-caps too) "
+                                 "for now; {} come in a later step",
                                  where, what,
                                  p.paged()        ? "paged KV caches"
-                                 : p.is_varlen()  ? "packed varlen batches"
                                  : p.latent       ? "latent caches"
                                  : p.kv_fp8       ? "FP8 KV caches"
                                                   : "value head dims other than d"));
   };
   if (p.paged()) refuse(fmt::format("page={}", p.page));
-  if (p.is_varlen()) refuse(fmt::format("varlen={}", p.varlen));
   if (p.latent) refuse("latent=1");
   if (p.kv_fp8) refuse("kv_dtype=fp8");
   if (p.split_dims()) refuse(fmt::format("dv={} (d={})", p.dv, p.d));
@@ -520,6 +519,11 @@ double Problem::bytes() const {
     if (windowed()) {
       keys = 0;
       for (int lq : q_lens()) keys += double(keys_read(lq, lq + sk - s, window_left, right_bound()));
+    }
+    if (backward) {  // as the dense backward's below, over the packed rows
+      const double rows_q = double(h) * double(total_q());
+      return 2.0 * rows_q * double(d + 2 * head_dim_v() + d) + 4.0 * rows_q +
+             2.0 * double(hkv) * (keys + double(total_k())) * double(d + head_dim_v());
     }
     return 2.0 * double(d + head_dim_v()) * (double(hkv) * keys + double(h) * double(total_q()));
   }

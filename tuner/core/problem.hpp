@@ -48,12 +48,13 @@ struct Problem {
   // Not with varlen (a packed K/V has no per-sequence cache scales there yet).
   bool kv_fp8 = false;
   // `pass=bwd` (issue 45): the backward pass of the problem's attention, dQ, dK and dV given Q, K, V,
-  // the forward's O and LSE, and dO (attntune_attention_backward; launch_plan.h's kEntryBackward).
+  // the forward's O and LSE, and dO (attntune_attention_backward; launch_plan.h's kEntryBackward;
+  // with varlen, attntune_attention_backward_varlen, kEntryBackwardVarlen).
   // `pass=fwd` (or absent) is the forward pass: false. Not a variant: str() adds ",pass=bwd" at its
   // very end (after kv_dtype), json() "pass": "bwd" only when set, the database keeps it in the
   // `variants` column after kv_dtype (variants_column()), builds get ATT_BWD, flops() is 2.5x the
-  // forward's and bytes() counts what a backward call moves. Dense tensors only for now: parse() and
-  // from_json() refuse it with page, varlen, latent, kv_dtype=fp8 and dv != d, with the reason
+  // forward's and bytes() counts what a backward call moves. Dense tensors and packed varlen batches
+  // for now: parse() and from_json() refuse it with page, latent, kv_dtype=fp8 and dv != d, with the reason
   // (causal and windows are masks, and are served; sinks too, the forward's LSE holds them; and
   // soft-caps, whose derivative multiplies dS).
   bool backward = false;
@@ -147,8 +148,8 @@ struct Problem {
   // A window counts only the K/V rows some query of the sequence sees (a kernel that skips the
   // rest reads no more). Latent: V is K's first dv columns, not read separately (K, Q and O only).
   // kv_fp8: K and V (or the latent cache) at one byte an element, Q and O at two.
-  // The backward pass (pass=bwd; dense, one head dim): Q, O, dO and the LSE (fp32) read and dQ
-  // written, b*h*s rows each; K and V read (only the rows some query sees, as the forward) and dK
+  // The backward pass (pass=bwd; one head dim): Q, O, dO and the LSE (fp32) read and dQ
+  // written, b*h*s rows each (varlen: h*total_q); K and V read (only the rows some query sees, as the forward) and dK
   // and dV written (all b*hkv*sk rows: a key no query sees gets a zero gradient). Workspaces (dQ's
   // fp32 accumulator, rowsum(dO * O)) are a kernel's choice and not counted.
   double bytes() const;

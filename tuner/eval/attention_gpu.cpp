@@ -93,8 +93,9 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
     throw std::logic_error("AttnBuffers: a latent problem needs dv < d and no varlen (" + p.str() + ")");
   if (p.kv_fp8 && p.is_varlen())
     throw std::logic_error("AttnBuffers: an FP8 KV cache with varlen (" + p.str() + ")");
-  if (p.backward && (p.paged() || p.is_varlen() || p.latent || p.kv_fp8 || p.split_dims()))
-    throw std::logic_error("AttnBuffers: the backward pass of dense tensors of one head dim only (" + p.str() + ")");
+  if (p.backward && (p.paged() || p.latent || p.kv_fp8 || p.split_dims()))
+    throw std::logic_error("AttnBuffers: the backward pass of dense or packed tensors of one head dim only (" + p.str() +
+                           ")");
   if (p.sinks) {
     sink_values = sink_logits(p.h, table_seed);
     sinks = cuda::DeviceBuffer(sink_values.size() * sizeof(float));
@@ -135,6 +136,12 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
     v = cuda::DeviceBuffer(bytes(total_k, p.hkv, p.head_dim_v()));
     o = cuda::DeviceBuffer(std::max<std::size_t>(out_rows(), 1) * p.head_dim_v() * 2);
     lse = cuda::DeviceBuffer(std::max<std::size_t>(out_rows(), 1) * sizeof(float));
+    if (p.backward) {  // dO as O; dQ, dK, dV as Q, K, V (the packed rows and the guard rows)
+      dout = cuda::DeviceBuffer(std::max<std::size_t>(out_rows(), 1) * p.head_dim_v() * 2);
+      dq = cuda::DeviceBuffer(bytes(total_q, p.h, p.d));
+      dk = cuda::DeviceBuffer(bytes(total_k, p.hkv, p.d));
+      dv = cuda::DeviceBuffer(bytes(total_k, p.hkv, p.head_dim_v()));
+    }
     cu_seqlens_q = cuda::DeviceBuffer(cu_q.size() * sizeof(int));
     cu_seqlens_q.upload(cu_q.data(), cu_q.size() * sizeof(int));
     cu_seqlens_k = cuda::DeviceBuffer(cu_k.size() * sizeof(int));
@@ -233,6 +240,14 @@ BwdParams AttnBuffers::bwd_params() const {
   bp.dq = reinterpret_cast<void*>(dq.ptr());
   bp.dk = reinterpret_cast<void*>(dk.ptr());
   bp.dv = reinterpret_cast<void*>(dv.ptr());
+  if (problem.is_varlen()) {  // the packed rows, stride[0] unused (0), as params()'
+    set_strides(bp.do_stride, layout, problem.h, total_q, problem.head_dim_v());
+    set_strides(bp.dq_stride, layout, problem.h, total_q, problem.d);
+    set_strides(bp.dk_stride, layout, problem.hkv, total_k, problem.d);
+    set_strides(bp.dv_stride, layout, problem.hkv, total_k, problem.head_dim_v());
+    bp.do_stride[0] = bp.dq_stride[0] = bp.dk_stride[0] = bp.dv_stride[0] = 0;
+    return bp;
+  }
   set_strides(bp.do_stride, layout, problem.h, problem.s, problem.head_dim_v());
   set_strides(bp.dq_stride, layout, problem.h, problem.s, problem.d);
   set_strides(bp.dk_stride, layout, problem.hkv, problem.sk, problem.d);
@@ -253,6 +268,11 @@ KvScales AttnBuffers::kv_scales() const {
 
 const int* AttnBuffers::seqlens_device() const {
   return problem.paged() ? reinterpret_cast<const int*>(cache_seqlens.ptr()) : nullptr;
+}
+
+std::size_t AttnBuffers::key_rows() const {
+  return problem.is_varlen() ? static_cast<std::size_t>(problem.hkv) * static_cast<std::size_t>(total_k)
+                             : static_cast<std::size_t>(problem.b * problem.hkv * problem.sk);
 }
 
 std::size_t AttnBuffers::out_rows() const {
@@ -279,9 +299,16 @@ attntune_plan::Call AttnBuffers::call() const {
     }
   }
   if (problem.backward) {
-    // attntune_attention_backward: out and lse (dense_call's) are the forward's O and LSE, read.
+    // attntune_attention_backward(_varlen): out and lse (dense_call's) are the forward's O and LSE, read.
     const BwdParams bp = bwd_params();
     c.entry = attntune_plan::kEntryBackward;
+    if (problem.is_varlen()) {  // params() already holds the packed strides and the longest lengths
+      c.entry = attntune_plan::kEntryBackwardVarlen;
+      c.cu_seqlens_q = reinterpret_cast<const int*>(cu_seqlens_q.ptr());
+      c.cu_seqlens_k = reinterpret_cast<const int*>(cu_seqlens_k.ptr());
+      c.total_q = total_q;
+      c.total_k = total_k;
+    }
     c.dout = bp.dout;
     c.dq = bp.dq;
     c.dk = bp.dk;
@@ -362,6 +389,15 @@ Problem odd_lengths(const Problem& p) {
 
 std::vector<std::unique_ptr<AttnBuffers>> validation_inputs(const Problem& p, std::uint64_t seed) {
   std::vector<std::unique_ptr<AttnBuffers>> out;
+  if (p.backward && p.is_varlen()) {
+    // The packed batch, then ragged lengths (empty sequences, one row, odd tails), as the forward's.
+    out.push_back(std::make_unique<AttnBuffers>(p, Layout::kBSHD));
+    std::vector<int> lens = varlen_ragged_lens(p, seed);
+    Problem q = p;
+    q.b = static_cast<std::int64_t>(lens.size());
+    out.push_back(std::make_unique<AttnBuffers>(q, Layout::kBSHD, std::move(lens)));
+    return out;
+  }
   if (p.backward) {
     // The problem, then odd lengths (tails of every block size) unless it has them already.
     out.push_back(std::make_unique<AttnBuffers>(p, Layout::kBHSD));
@@ -519,6 +555,11 @@ void Reference::fill_forward(AttnBuffers& b, std::uint64_t seed) const {
     CUdeviceptr dst = b.o.ptr();
     long long sb = a.o_stride[0], sh = a.o_stride[1], sr = a.o_stride[2];
     int batch = static_cast<int>(p.b), heads = static_cast<int>(p.h), len = static_cast<int>(p.s);
+    if (p.is_varlen()) {  // the packed rows as one sequence ([heads, total_q] as the reference writes them)
+      batch = 1;
+      len = static_cast<int>(b.total_q);
+      sb = 0;
+    }
     void* sargs[] = {&o32, &dst, &sb, &sh, &sr, &batch, &heads, &len, &dv, &bf16};
     cuda::launch(store_rounded_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, sargs);
     b.forward_o.resize(b.o.bytes() / 2);
@@ -563,7 +604,7 @@ void Reference::backward_reference(const AttnBuffers& b, bool lowp_flag, cuda::D
                                    cuda::DeviceBuffer& dv) const {
   const Problem& p = b.problem;
   if (!p.backward) throw std::logic_error("Reference::backward_reference of a forward problem (" + p.str() + ")");
-  const std::size_t rows_q = b.out_rows(), rows_k = static_cast<std::size_t>(p.b * p.hkv * p.sk);
+  const std::size_t rows_q = b.out_rows(), rows_k = b.key_rows();
   const std::size_t d_elems = static_cast<std::size_t>(p.d), dv_elems = static_cast<std::size_t>(p.head_dim_v());
   auto sized = [](cuda::DeviceBuffer& buf, std::size_t bytes) {
     if (buf.bytes() != std::max<std::size_t>(bytes, 4)) buf = cuda::DeviceBuffer(std::max<std::size_t>(bytes, 4));
@@ -586,7 +627,8 @@ void Reference::backward_reference(const AttnBuffers& b, bool lowp_flag, cuda::D
   void* qargs[] = {&bp, &d, &dvi, &bf16, &causal, &lowp, &lp, &ds, &dqp};
   cuda::launch(bwd_dq_, reference_grid(b), {256, 1, 1}, 0, nullptr, qargs);
   void* kargs[] = {&bp, &d, &dvi, &bf16, &causal, &lowp, &lp, &ds, &dkp, &dvp};
-  const cuda::Dim3 kv_grid = {static_cast<unsigned>(std::max<std::int64_t>(1, (p.sk + 7) / 8)),
+  const std::int64_t keys = p.is_varlen() ? b.max_k : p.sk;  // varlen: the longest sequence's
+  const cuda::Dim3 kv_grid = {static_cast<unsigned>(std::max<std::int64_t>(1, (keys + 7) / 8)),
                               static_cast<unsigned>(p.hkv), static_cast<unsigned>(p.b)};
   cuda::launch(bwd_dkdv_, kv_grid, {256, 1, 1}, 0, nullptr, kargs);
 }
@@ -596,9 +638,9 @@ Reference::Gradients Reference::gradients(const AttnBuffers& b, bool lowp) const
   backward_reference(b, lowp, o, lse, dsum, dq, dk, dv);
   const Problem& p = b.problem;
   Gradients g;
-  g.dq.resize(static_cast<std::size_t>(p.b * p.h * p.s * p.d));
-  g.dk.resize(static_cast<std::size_t>(p.b * p.hkv * p.sk * p.d));
-  g.dv.resize(static_cast<std::size_t>(p.b * p.hkv * p.sk * p.head_dim_v()));
+  g.dq.resize(b.out_rows() * static_cast<std::size_t>(p.d));
+  g.dk.resize(b.key_rows() * static_cast<std::size_t>(p.d));
+  g.dv.resize(b.key_rows() * static_cast<std::size_t>(p.head_dim_v()));
   dq.download(g.dq.data(), g.dq.size() * 4);
   dk.download(g.dk.data(), g.dk.size() * 4);
   dv.download(g.dv.data(), g.dv.size() * 4);
@@ -749,6 +791,11 @@ Verdict ReferenceCache::check_gradients(const AttnBuffers& b) const {
     long long sb = x.stride[0], sh = x.stride[1], sr = x.stride[2];
     int batch = static_cast<int>(p.b), heads = static_cast<int>(x.heads), len = static_cast<int>(x.len),
         dim = static_cast<int>(x.dim), bf16 = p.dtype == DType::kBf16;
+    if (p.is_varlen()) {  // the packed rows as one sequence, as the references hold them ([heads, total])
+      batch = 1;
+      len = static_cast<int>(t == 0 ? b.total_q : b.total_k);
+      sb = 0;
+    }
     stats_.fill_u32(0);
     void* args[] = {&xp, &sb, &sh, &sr, &batch, &heads, &len, &dim, &bf16, &r32, &rlow, &st, &counts};
     cuda::launch(ref_->compare_grad_, {256, 1, 1}, {32, 8, 1}, 0, nullptr, args);

@@ -67,11 +67,14 @@ struct AttnBuffers {
   // attntune_attention_forward_kvcache through the block table for a paged problem,
   // attntune_attention_forward_varlen (strides {0, head, row}, seqlen_q/k the longest sequence's,
   // total_q/k the packed rows) for a varlen problem, or attntune_attention_backward (kEntryBackward:
-  // out and lse the forward's O and LSE, read; dout, dq, dk, dv and their strides) for the backward pass.
+  // out and lse the forward's O and LSE, read; dout, dq, dk, dv and their strides) for the backward pass
+  // (attntune_attention_backward_varlen, kEntryBackwardVarlen, with varlen's fields, for a varlen one).
   attntune_plan::Call call() const;
   const int* seqlens_device() const;  // null for a dense or varlen problem
   // Rows of the output and of lse: b * h * s, or h * total_q for a varlen problem.
   std::size_t out_rows() const;
+  // Rows of K's (and dK's) heads: b * hkv * sk, or hkv * total_k for a varlen problem.
+  std::size_t key_rows() const;
   static constexpr int kGuardRows = 256;  // varlen: NaN rows after the packed q, k and v
   Problem problem;
   Layout layout;

@@ -29,6 +29,7 @@ const std::pair<int, const char*> kEntryPoints[] = {
     {attntune_plan::kEntryKvcache, "attntune_attention_forward_kvcache"},
     {attntune_plan::kEntryVarlen, "attntune_attention_forward_varlen"},
     {attntune_plan::kEntryBackward, "attntune_attention_backward"},
+    {attntune_plan::kEntryBackwardVarlen, "attntune_attention_backward_varlen"},
 };
 
 
@@ -107,9 +108,10 @@ struct Prepared {
 };
 
 // Whether an item's kernel computes the backward pass: its build serves attntune_attention_backward
-// (a `pass=bwd` problem's), and no forward entry point.
+// or _varlen (a `pass=bwd` problem's), and no forward entry point.
 bool is_backward(const Prepared& p) {
-  return (served_entries(*p.family, p.item->row.problem) & attntune_plan::kEntryBackward) != 0;
+  return (served_entries(*p.family, p.item->row.problem) &
+          (attntune_plan::kEntryBackward | attntune_plan::kEntryBackwardVarlen)) != 0;
 }
 
 struct LibraryPlan {  // the library a set of export items becomes (not attntune_plan::Plan, one launch's plan)
@@ -360,7 +362,9 @@ std::string header(const LibraryPlan& plan, ExportMode mode) {
          "// its q, k, v, its out and its softmax_lse ([batch, heads_q, seqlen_q] fp32, contiguous: the\n"
          "// forward's lse, which the forward must be asked for), and dout (out's shape). dq, dk, dv have\n"
          "// q's, k's and v's shapes (with GQA each KV head's gradient is summed over its query heads), any\n"
-         "// strides as the other tensors take them, and are overwritten. Forward kernels never serve it.\n//\n";
+         "// strides as the other tensors take them, and are overwritten. Forward kernels never serve it.\n"
+         "// Those tuned on a packed batch (varlen=N) serve attntune_attention_backward_varlen alone: the\n"
+         "// same for a call of attntune_attention_forward_varlen (softmax_lse [heads_q, total_q]).\n//\n";
   h += "// C entry points (extern \"C\", at the end of this file):\n"
        "//   int attntune_attention_forward(q, k, v, out, lse, batch, heads_q, heads_kv, seqlen_q, seqlen_k,\n"
        "//       head_dim, q_strides, k_strides, v_strides, o_strides, softmax_scale, is_causal, stream)\n"
@@ -381,18 +385,24 @@ std::string header(const LibraryPlan& plan, ExportMode mode) {
        "//       do_strides, dq_strides, dk_strides, dv_strides, softmax_scale, is_causal, stream)\n"
        "//     the backward pass of attntune_attention_forward: dq, dk, dv from its inputs, its out and its\n"
        "//     softmax_lse (read), and dout; the same returns\n"
+       "//   int attntune_attention_backward_varlen(q, k, v, out, softmax_lse, dout, dq, dk, dv, cu_seqlens_q,\n"
+       "//       cu_seqlens_k, batch, total_q, total_k, max_seqlen_q, max_seqlen_k, heads_q, heads_kv,\n"
+       "//       head_dim, q/k/v/o/do/dq/dk/dv_strides ({row, head}), softmax_scale, is_causal, stream)\n"
+       "//     the same for attntune_attention_forward_varlen's packed tensors\n"
        "//   int attntune_attention_forward_ex(..., is_causal, const attntune_options* opts, stream), and\n"
        "//     attntune_attention_forward_kvcache_ex, attntune_attention_forward_varlen_ex (the _packed\n"
        "//     arguments): the same with options (struct attntune_options below: sliding window, soft-cap,\n"
        "//     sinks; versioned by its size field; NULL is plain attention). A kernel serves exactly the\n"
        "//     variants it was built with (kernel_info's \"variants\"); a call with others is refused.\n"
        "//     attntune_attention_backward_ex(..., is_causal, opts, stream): its options (a window)\n"
+       "//     and attntune_attention_backward_varlen_ex the same\n"
        "//   const char* attntune_kernel_info(void)   this provenance as JSON\n"
        "//   const char* attntune_last_error(void)    reason for the last nonzero return (per thread)\n"
        "//   int attntune_select_kernel(head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q, seqlen_k)\n"
        "//     -> index in kernel_info's \"kernels\" of the kernel those sizes run, or -1\n"
        "//   int attntune_select_kernel_entry(entry, head_dim, is_causal, batch, heads_q, heads_kv, seqlen_q,\n"
-       "//       seqlen_k)   the same for entry point 1 (forward), 2 (kvcache), 4 (varlen) or 8 (backward)\n"
+       "//       seqlen_k)   the same for entry point 1 (forward), 2 (kvcache), 4 (varlen), 8 (backward)\n"
+       "//     or 16 (backward of a packed batch)\n"
        "//   int attntune_kernel_problem(index, int problem[9], const char** label)   what kernel `index`\n"
        "//     was tuned for: {b, h, hkv, s, sk, d, causal, bf16, entry bits}; 0, or -1 out of range\n"
        "//   int attntune_kernel_variants(index, int variants[3])   its {window, softcap, sinks} (0 or 1)\n"

@@ -97,8 +97,8 @@ void check_family(const std::string& name) {
 }
 
 int problem_entry(const Problem& p) {
-  return p.backward     ? attntune_plan::kEntryBackward
-         : p.paged()    ? attntune_plan::kEntryKvcache
+  if (p.backward) return p.is_varlen() ? attntune_plan::kEntryBackwardVarlen : attntune_plan::kEntryBackward;
+  return p.paged()       ? attntune_plan::kEntryKvcache
          : p.is_varlen() ? attntune_plan::kEntryVarlen
                          : attntune_plan::kEntryDense;
 }
@@ -111,9 +111,10 @@ void check_family_serves(const std::string& name, const Problem& p) {
   for (const Family* f : builtin_families())
     if (f->plan->entries & entry) serving.push_back(f->name);
   if (p.backward)
-    throw InputError(fmt::format("{} does not serve the backward pass of attention (attntune_attention_backward: dQ, "
-                                 "dK, dV), which the problem {} is; families that do: {}",
-                                 name, p.str(), serving.empty() ? "none yet" : fmt::format("{}", fmt::join(serving, ", "))));
+    throw InputError(fmt::format("{} does not serve the backward pass of attention ({}: dQ, dK, dV), which the "
+                                 "problem {} is; families that do: {}",
+                                 name, p.is_varlen() ? "attntune_attention_backward_varlen" : "attntune_attention_backward",
+                                 p.str(), serving.empty() ? "none yet" : fmt::format("{}", fmt::join(serving, ", "))));
   const char* what = p.paged()       ? "a paged KV cache (attntune_attention_forward_kvcache)"
                      : p.is_varlen() ? "packed batches of different lengths (attntune_attention_forward_varlen)"
                                      : "dense tensors (attntune_attention_forward)";
@@ -124,8 +125,8 @@ void check_family_serves(const std::string& name, const Problem& p) {
 int served_entries(const Family& family, const Problem& p) {
   using namespace attntune_plan;
   // A backward problem's build (ATT_BWD) serves the backward entry alone; a forward one's never it.
-  if (p.backward) return family.plan->entries & kEntryBackward;
-  if (!family.build_per_entry) return family.plan->entries & ~kEntryVarlen & ~kEntryBackward;
+  if (p.backward) return family.plan->entries & problem_entry(p);
+  if (!family.build_per_entry) return family.plan->entries & ~kEntryVarlen & ~kEntryBackward & ~kEntryBackwardVarlen;
   return family.plan->entries & problem_entry(p);
 }
 

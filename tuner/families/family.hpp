@@ -65,7 +65,7 @@ std::vector<std::string> known_families();
 void check_family(const std::string& name);
 
 // The entry point (attntune_plan::Entry bit) of problem p: kEntryBackward for the backward pass
-// (pass=bwd), else kEntryKvcache for a paged problem, kEntryVarlen for a packed batch, kEntryDense.
+// (pass=bwd; kEntryBackwardVarlen with varlen), else kEntryKvcache for a paged problem, kEntryVarlen for a packed batch, kEntryDense.
 int problem_entry(const Problem& p);
 
 // InputError unless family `name` serves p's entry point (a paged problem: the kvcache entry; a

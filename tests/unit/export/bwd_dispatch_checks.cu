@@ -1,5 +1,5 @@
 // Which kernel an exported all-best library of forward and backward kernels runs for each entry point,
-// and what attntune_attention_backward(_ex) refuses, asked on the host with no GPU:
+// and what attntune_attention_backward(_ex) and _varlen(_ex) refuse, asked on the host with no GPU:
 // tests/unit/export/test_export_bwd.cpp compiles this with the exported file included (nvcc -include
 // FILE.cu, PTX only), so that the dispatcher (attntune_export::select_kernel, which plans each
 // candidate dry), the kernel table and attntune_options are the file's own. The file holds flash_fwd_mma
@@ -58,6 +58,19 @@ int backward(const Bwd& c, const attntune_options* o) {
                                         c.causal, o, nullptr);
 }
 
+// The same tensors packed ([total, heads, d], 2 strides {row, head}) for
+// attntune_attention_backward_varlen(_ex): `b` sequences of up to s rows (sk keys), total_q and
+// total_k rows, prefix sums at fake device addresses.
+int backward_varlen(const Bwd& c, long long total_q, long long total_k, const attntune_options* o,
+                    const int* cu_q = reinterpret_cast<const int*>(kBase + (9ll << 28)),
+                    const int* cu_k = reinterpret_cast<const int*>(kBase + (10ll << 28)), long long dk_row = -1) {
+  const long long q2[2] = {1ll * c.h * c.d, c.d}, kv2[2] = {1ll * c.hkv * c.d, c.d},
+                  dk2[2] = {dk_row < 0 ? 1ll * c.hkv * c.d : dk_row, c.d};
+  return attntune_attention_backward_varlen_ex(c.q, c.k, c.v, c.out, c.lse, c.dout, c.dq, c.dk, c.dv, cu_q, cu_k, c.b,
+                                               total_q, total_k, c.s, c.sk, c.h, c.hkv, c.d, q2, kv2, kv2, q2, q2, q2,
+                                               dk2, kv2, c.scale, c.causal, o, nullptr);
+}
+
 attntune_options options() {
   attntune_options o;
   std::memset(&o, 0, sizeof o);
@@ -86,10 +99,21 @@ int chosen(int entry, int b, int h, int hkv, int s, int sk, int d, int causal, i
   for (int i = 0; i < 3; ++i) c.q_stride[i] = t.qs[i], c.k_stride[i] = t.ks[i], c.v_stride[i] = t.vs[i], c.o_stride[i] = t.os[i];
   if (window_left >= 0) c.window_left = window_left, c.window_right = -1;
   c.deterministic = deterministic;
-  if (entry == attntune_plan::kEntryBackward) {
+  if (entry == attntune_plan::kEntryBackward || entry == attntune_plan::kEntryBackwardVarlen) {
     c.dout = t.dout, c.dq = t.dq, c.dk = t.dk, c.dv = t.dv;
     for (int i = 0; i < 3; ++i)
       c.do_stride[i] = t.dos[i], c.dq_stride[i] = t.dqs[i], c.dk_stride[i] = t.dks[i], c.dv_stride[i] = t.dvs[i];
+  }
+  if (entry == attntune_plan::kEntryBackwardVarlen) {  // packed: strides {0, head, row}, b * s rows
+    const long long q3[3] = {0, d, 1ll * h * d}, kv3[3] = {0, d, 1ll * hkv * d};
+    for (int i = 0; i < 3; ++i) {
+      c.q_stride[i] = c.o_stride[i] = c.do_stride[i] = c.dq_stride[i] = q3[i];
+      c.k_stride[i] = c.v_stride[i] = c.dk_stride[i] = c.dv_stride[i] = kv3[i];
+    }
+    c.cu_seqlens_q = reinterpret_cast<const int*>(kBase + (9ll << 28));
+    c.cu_seqlens_k = reinterpret_cast<const int*>(kBase + (10ll << 28));
+    c.total_q = 1ll * b * s;
+    c.total_k = 1ll * b * sk;
   }
   attntune_plan::Why why;
   return attntune_export::select_kernel(c, &why);
@@ -112,6 +136,10 @@ int main() {
   std::printf("bwd_d128_full -> %d\n", chosen(8, 2, 8, 2, 1024, 1024, 128, 0));
   std::printf("bwd_d64_window -> %d\n", chosen(8, 1, 8, 8, 2048, 2048, 64, 1, 255));
   std::printf("bwd_d64_no_window -> %d\n", chosen(8, 1, 8, 8, 2048, 2048, 64, 1));
+  // A packed batch's backward runs the varlen backward kernel, and a dense one never it.
+  std::printf("bwd_varlen_d128_causal -> %d\n", chosen(16, 4, 8, 2, 1024, 1024, 128, 1));
+  std::printf("bwd_varlen_d128_full -> %d\n", chosen(16, 4, 8, 2, 1024, 1024, 128, 0));
+  std::printf("bwd_varlen_d128_causal_deterministic -> %d\n", chosen(16, 4, 8, 2, 1024, 1024, 128, 1, -1, 1));
   std::printf("fwd_d64_window -> %d\n", chosen(1, 1, 8, 8, 2048, 2048, 64, 1, 255));
   // Deterministic backward calls: flash_bwd_mma's plans serve them (their semaphore workspace).
   std::printf("bwd_d128_causal_deterministic -> %d\n", chosen(8, 2, 8, 2, 1024, 1024, 128, 1, -1, 1));
@@ -131,6 +159,8 @@ int main() {
   std::printf("sizes_bwd_dv -> %d\n", attntune_select_kernel_ex(8, 128, 1, 2, 8, 2, 1000, 1000, &o));
   std::printf("sizes_bwd_d96 -> %d\n", attntune_select_kernel_ex(8, 96, 1, 2, 8, 2, 1000, 1000, nullptr));
   std::printf("sizes_entry_16 -> %d\n", attntune_select_kernel_ex(16, 128, 1, 2, 8, 2, 1000, 1000, nullptr));
+  std::printf("sizes_entry_16_full -> %d\n", attntune_select_kernel_ex(16, 128, 0, 2, 8, 2, 1000, 1000, nullptr));
+  std::printf("sizes_entry_32 -> %d\n", attntune_select_kernel_ex(32, 128, 1, 2, 8, 2, 1000, 1000, nullptr));
   // attntune_options.deterministic: the backward's kernels serve it, the forward's take it (they are
   // deterministic already); another value than 0 and 1 answers -1.
   o = options();
@@ -216,6 +246,31 @@ int main() {
     n.later = 1;
     refusal("opt_newer_than_deterministic", backward(ok, &n.o));
   }
+  // attntune_attention_backward_varlen's own refusals, before any CUDA call.
+  const Bwd vl = bwd_call(4, 8, 2, 1024, 1024, 128, 1);
+  {
+    const long long q2[2] = {1ll * vl.h * vl.d, vl.d};
+    refusal("varlen_null_strides",
+            attntune_attention_backward_varlen(vl.q, vl.k, vl.v, vl.out, vl.lse, vl.dout, vl.dq, vl.dk, vl.dv,
+                                               reinterpret_cast<const int*>(kBase + (9ll << 28)),
+                                               reinterpret_cast<const int*>(kBase + (10ll << 28)), vl.b, 3000, 3000,
+                                               vl.s, vl.sk, vl.h, vl.hkv, vl.d, q2, q2, q2, q2, q2, q2, nullptr, q2,
+                                               vl.scale, vl.causal, nullptr));
+  }
+  refusal("varlen_negative_total", backward_varlen(vl, -1, 3000, nullptr));
+  refusal("varlen_null_cu", backward_varlen(vl, 3000, 3000, nullptr, nullptr));
+  refusal("varlen_misaligned_cu",
+          backward_varlen(vl, 3000, 3000, nullptr, reinterpret_cast<const int*>(kBase + (9ll << 28) + 2)));
+  refusal("varlen_dk_overlaps", backward_varlen(vl, 3000, 3000, nullptr, reinterpret_cast<const int*>(kBase + (9ll << 28)),
+                                                reinterpret_cast<const int*>(kBase + (10ll << 28)), 64));
+  {
+    Bwd c64 = bwd_call(4, 8, 2, 1024, 1024, 64, 1);
+    refusal("varlen_no_kernel_d64", backward_varlen(c64, 3000, 3000, nullptr));
+  }
+  o = options();
+  o.head_dim_v = 64;
+  refusal("varlen_opt_head_dim_v", backward_varlen(vl, 3000, 3000, &o));
+
   // The forward's entry point never runs a backward kernel: a d=64 windowed forward has none here.
   {
     o = window(255);
@@ -258,6 +313,11 @@ int main() {
     c.qs[2] = c.os[2] = c.dos[2] = c.dqs[2] = 1ll * c.h * c.d;
   }
   reached("bshd", backward(c, nullptr));
+  reached("varlen_valid", backward_varlen(vl, 3000, 3100, nullptr));
+  o = options();
+  o.deterministic = 1;
+  reached("varlen_valid_deterministic", backward_varlen(vl, 3000, 3100, &o));
+  reached("varlen_no_queries", backward_varlen(vl, 0, 3100, nullptr));
   return 0;
 }
 

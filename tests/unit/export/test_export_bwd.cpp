@@ -39,6 +39,7 @@ const std::string kBwd = kFwd + ",pass=bwd";
 const std::string kBwdLong = "b=1,h=16,hkv=16,s=8192,sk=8192,d=128,dtype=bf16,causal=1,pass=bwd";
 const std::string kBwdFull = "b=2,h=8,hkv=2,s=1024,sk=1024,d=128,dtype=bf16,causal=0,pass=bwd";
 const std::string kBwdWindow = "b=1,h=8,hkv=8,s=2048,sk=2048,d=64,dtype=bf16,causal=1,window=255,pass=bwd";
+const std::string kBwdVarlen = "b=4,h=8,hkv=2,s=1024,sk=1024,d=128,dtype=bf16,causal=1,varlen=64,pass=bwd";
 
 struct Fixture {
   TempDir dir;
@@ -50,6 +51,7 @@ struct Fixture {
     d.campaign("flash_bwd_mma", "bwd-long", kBwdLong, {d.config("flash_bwd_mma", kBwdLong, {})}, {9000});
     d.campaign("flash_bwd_mma", "bwd-full", kBwdFull, {d.config("flash_bwd_mma", kBwdFull, {})}, {400});
     d.campaign("flash_bwd_mma", "bwd-window", kBwdWindow, {d.config("flash_bwd_mma", kBwdWindow, {})}, {300});
+    d.campaign("flash_bwd_mma", "bwd-varlen", kBwdVarlen, {d.config("flash_bwd_mma", kBwdVarlen, {})}, {500});
   }
   std::string export_all() {
     const std::string out = dir.file("all.cu");
@@ -117,7 +119,7 @@ TEST(ExportBackward, AllBestHoldsForwardAndBackwardKernelsAndTorchPackagesThem) 
   const std::string cu = read_bytes(f.export_all());
   const nlohmann::json info = info_from_source(cu);
   const auto index = indices(info);
-  ASSERT_EQ(index.size(), 5u) << info.dump(2);
+  ASSERT_EQ(index.size(), 6u) << info.dump(2);
   const auto& entries = info.at("entry_points");
   EXPECT_EQ(entries.at("attntune_attention_forward"), nlohmann::json::array({Problem::parse(kFwd).str()}));
   std::vector<std::string> bwd = entries.at("attntune_attention_backward").get<std::vector<std::string>>();
@@ -126,6 +128,12 @@ TEST(ExportBackward, AllBestHoldsForwardAndBackwardKernelsAndTorchPackagesThem) 
                                    Problem::parse(kBwdFull).str(), Problem::parse(kBwdWindow).str()};
   std::sort(want.begin(), want.end());
   EXPECT_EQ(bwd, want);
+  // The packed batch's backward kernel: its own entry point, its table bits 16.
+  EXPECT_EQ(entries.at("attntune_attention_backward_varlen"), nlohmann::json::array({Problem::parse(kBwdVarlen).str()}));
+  EXPECT_NE(cu.find("varlen=64 pass=bwd\", \"sm_90\", 128, 1, 1, 4, 8, 2, 1024, 1024, 16,"), std::string::npos);
+  EXPECT_NE(cu.find("{\"ATT_VARLEN\", 1LL}"), std::string::npos);
+  EXPECT_NE(cu.find("//   int attntune_attention_backward_varlen(q, k, v, out, softmax_lse, dout, dq, dk, dv,"),
+            std::string::npos);
   for (const auto& k : info.at("kernels"))
     EXPECT_EQ(k.at("problem").value("pass", "fwd") == "bwd", k.at("template") == "flash_bwd_mma") << k.dump();
   EXPECT_NE(cu.find("// Dispatch: the kernels of the call's entry point (a backward call runs backward kernels only"),
@@ -178,6 +186,9 @@ TEST(ExportBackwardNvcc, EachEntryPointRunsItsOwnKernelsAndBadCallsAreRefused) {
   EXPECT_NE(o.find(line("bwd_d128_full", at(kBwdFull))), std::string::npos) << o;
   EXPECT_NE(o.find(line("bwd_d64_window", at(kBwdWindow))), std::string::npos) << o;
   EXPECT_NE(o.find(line("bwd_d64_no_window", -1)), std::string::npos) << o;
+  EXPECT_NE(o.find(line("bwd_varlen_d128_causal", at(kBwdVarlen))), std::string::npos) << o;
+  EXPECT_NE(o.find(line("bwd_varlen_d128_full", -1)), std::string::npos) << o;
+  EXPECT_NE(o.find(line("bwd_varlen_d128_causal_deterministic", at(kBwdVarlen))), std::string::npos) << o;
   EXPECT_NE(o.find(line("fwd_d64_window", -1)), std::string::npos) << o;
   // Deterministic backward calls run the same kernels (flash_bwd_mma serves the mode).
   EXPECT_NE(o.find(line("bwd_d128_causal_deterministic", at(kBwd))), std::string::npos) << o;
@@ -190,7 +201,9 @@ TEST(ExportBackwardNvcc, EachEntryPointRunsItsOwnKernelsAndBadCallsAreRefused) {
   EXPECT_NE(o.find(line("sizes_bwd_softcap", -1)), std::string::npos) << o;
   EXPECT_NE(o.find(line("sizes_bwd_dv", -1)), std::string::npos) << o;
   EXPECT_NE(o.find(line("sizes_bwd_d96", -1)), std::string::npos) << o;
-  EXPECT_NE(o.find(line("sizes_entry_16", -1)), std::string::npos) << o;
+  EXPECT_NE(o.find(line("sizes_entry_16", at(kBwdVarlen))), std::string::npos) << o;
+  EXPECT_NE(o.find(line("sizes_entry_16_full", -1)), std::string::npos) << o;
+  EXPECT_NE(o.find(line("sizes_entry_32", -1)), std::string::npos) << o;
   EXPECT_NE(o.find(line("sizes_bwd_deterministic", at(kBwd))), std::string::npos) << o;
   EXPECT_NE(o.find(line("sizes_fwd_deterministic", at(kFwd))), std::string::npos) << o;
   EXPECT_NE(o.find(line("sizes_bwd_window_deterministic", at(kBwdWindow))), std::string::npos) << o;
@@ -231,6 +244,16 @@ TEST(ExportBackwardNvcc, EachEntryPointRunsItsOwnKernelsAndBadCallsAreRefused) {
   refused("window_no_kernel", "no kernel in this file for head_dim=128 is_causal=1 with a sliding window serves "
                               "attntune_attention_backward");
   refused("opt_deterministic_2", "attntune_options: deterministic must be 0 or 1 (got 2)");
+  refused("varlen_null_strides", "do_strides, dq_strides, dk_strides and dv_strides must not be NULL (2 strides each: "
+                                 "{row, head})");
+  refused("varlen_negative_total", "total_q (-1) and total_k (3000) must not be negative");
+  refused("varlen_null_cu", "cu_seqlens_q and cu_seqlens_k must not be NULL");
+  refused("varlen_misaligned_cu", "cu_seqlens_q and cu_seqlens_k must be 4-byte aligned");
+  refused("varlen_dk_overlaps", "dk_strides {row 64, head 128} make gradients overlap for heads=2 rows=3000 head_dim=128");
+  refused("varlen_no_kernel_d64", "no kernel in this file for head_dim=64 is_causal=1 serves "
+                                  "attntune_attention_backward_varlen");
+  refused("varlen_opt_head_dim_v", "attntune_attention_backward_varlen_ex: attntune_options.head_dim_v (a value head "
+                                   "dim other than head_dim)" + only);
   refused("opt_newer_than_deterministic", "an option of a newer attntune");
   refused("fwd_window_d64", "no kernel in this file for head_dim=64 is_causal=1 with a sliding window serves "
                             "attntune_attention_forward;");
@@ -238,7 +261,7 @@ TEST(ExportBackwardNvcc, EachEntryPointRunsItsOwnKernelsAndBadCallsAreRefused) {
   EXPECT_NE(o.find("lengths_0: 0\n"), std::string::npos) << o;
   if (o.find("a GPU is present") == std::string::npos) {
     for (const char* what : {"valid", "valid_window", "valid_deterministic", "valid_window_deterministic", "no_keys",
-                             "no_queries", "bshd"})
+                             "no_queries", "bshd", "varlen_valid", "varlen_valid_deterministic", "varlen_no_queries"})
       EXPECT_NE(o.find(std::string(what) + ": past the checks\n"), std::string::npos) << what << "\n" << o;
   }
 }
