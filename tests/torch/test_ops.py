@@ -1,7 +1,7 @@
 """The PyTorch package of `attntune export --torch`, without a GPU (ctest `torch_ops`, label cpu;torch).
 
 Builds a real package with the real torch and nvcc from a database this test makes: `submit` and
-`serve --simulate` (the synthetic GPU: real renders and source hashes, made-up timings) over 18
+`serve --simulate` (the synthetic GPU: real renders and source hashes, made-up timings) over 19
 problems, plain, with FlashAttention's variants, with a value head dim other than d, over a latent
 cache, over an FP8 cache and of the backward pass, in copies of the shipped flash_fwd_mma and flash_decode spaces
 that list the variants (a family's own YAML lists them once its kernels serve them) and in the shipped
@@ -31,6 +31,13 @@ here the kernels are only built, never run. Then checks what runs without a GPU:
     grads, torch.compile(fullgraph=True) of a training step; deterministic=True (the ops' last
     argument, which autograd hands to attention_backward; deterministic backward calls dispatched to
     the kernels, whose plans serve them; the fallback's gradients the same bits with and without it);
+  - attention_varlen's backward pass (the op attention_backward_varlen; a flash_bwd_mma kernel at d=128,
+    varlen=64,pass=bwd): the dispatch (the varlen backward kernel for attention_backward_varlen alone,
+    the dense one never for it), the fallback's gradients per sequence against float64 autograd on
+    ragged packings (empty sequences, one row, no keys, GQA, windows, soft-caps, sinks and their
+    gradient, a used LSE, Dv != D) and gradcheck, the op's argument checks, coverage, specs
+    (`varlen=1,pass=bwd`), plans (`submit` reads them back), untunable and the raise policy,
+    deterministic, opcheck, no double backward and torch.compile(fullgraph=True) of a training step;
   - value head dims (v's last dim Dv != D, DeepSeek's MLA prefill): the dispatch (a split kernel
     serves only calls of its two dims, and no one-dim call), the fallback's values with Dv != D on
     every entry (variants too) against float64, out's shape and strides, the refusals of mismatched
@@ -101,8 +108,12 @@ LATENT = ["b=4,h=16,hkv=1,s=1,sk=1000,d=576,dv=512,dtype=bf16,causal=0,page=64,l
 FP8 = ["b=16,h=32,hkv=8,s=1,sk=8192,d=128,dtype=bf16,causal=0,page=16,kv_dtype=fp8"]
 # flash_bwd_mma (the backward pass, pass=bwd; issue 45): attention_backward's kernels, plain GQA at d=128
 # and a causal window at d=64 (the shipped space, which lists windows).
+# And attention_backward_varlen's: a packed batch's backward (varlen=N,pass=bwd), GQA causal at d=128, which
+# serves the varlen backward entry alone (the dense d=128 kernel never serves it, nor it a dense call).
 BWD = ["b=2,h=32,hkv=8,s=4096,sk=4096,d=128,dtype=bf16,causal=1,pass=bwd",
-       "b=1,h=8,hkv=1,s=4096,sk=4096,d=64,dtype=bf16,causal=1,window=128,pass=bwd"]
+       "b=1,h=8,hkv=1,s=4096,sk=4096,d=64,dtype=bf16,causal=1,window=128,pass=bwd",
+       "b=3,h=8,hkv=2,s=512,sk=512,d=128,dtype=bf16,causal=1,varlen=64,pass=bwd"]
+BWD_VARLEN = BWD[2]
 VARIANT_KEYS = ("window", "softcap", "sinks")
 
 
@@ -200,8 +211,10 @@ sink_logits = vr.sink_logits
 # ------------------------------------------------------------------ the rule, restated
 
 ENTRY_BIT = {"attntune_attention_forward": 1, "attntune_attention_forward_kvcache": 2,
-             "attntune_attention_forward_varlen": 4, "attntune_attention_backward": 8}
-ENTRY_OF_BIT = {1: "attention", 2: "attention_kvcache", 4: "attention_varlen", 8: "attention_backward"}
+             "attntune_attention_forward_varlen": 4, "attntune_attention_backward": 8,
+             "attntune_attention_backward_varlen": 16}
+ENTRY_OF_BIT = {1: "attention", 2: "attention_kvcache", 4: "attention_varlen", 8: "attention_backward",
+                16: "attention_backward_varlen"}
 
 
 def normalise(causal, window):
@@ -1837,18 +1850,24 @@ class Backward(unittest.TestCase):
         self.assertEqual(sorted(bwd), sorted(BWD))
         for i, k in enumerate(self.kernels):
             p = k["problem"]
-            self.assertEqual(k["entries"], 8 if p.get("pass") == "bwd" else k["entries"] & 7, vr.spec_of(p))
+            # A backward kernel serves its own entry alone: a packed batch's (16) or dense tensors' (8).
+            want = (16 if p.get("varlen") else 8) if p.get("pass") == "bwd" else k["entries"] & 7
+            self.assertEqual(k["entries"], want, vr.spec_of(p))
             self.assertEqual(k["problem"].get("pass") == "bwd", k["template"] == "flash_bwd_mma", vr.spec_of(p))
         for spec, i in bwd.items():
             p = self.kernels[i]["problem"]
             args = (p["dtype"], p["d"], p["causal"], p["b"], p["h"], p["hkv"], p["s"], p["sk"])
             window = tuple(p.get("window", (-1, -1)))
-            self.assertEqual(attntune.explain("attention_backward", *args, window_size=window), (i, ""), spec)
+            entry, other = (("attention_backward_varlen", "attention_backward") if p.get("varlen") else
+                            ("attention_backward", "attention_backward_varlen"))
+            self.assertEqual(attntune.explain(entry, *args, window_size=window), (i, ""), spec)
             # Odd lengths near it (no regime rule for the backward: s=1 too, within the ratio).
-            self.assertEqual(attntune.explain("attention_backward", p["dtype"], p["d"], p["causal"], 3, p["h"],
+            self.assertEqual(attntune.explain(entry, p["dtype"], p["d"], p["causal"], 3, p["h"],
                                               p["hkv"], p["s"] // 3 + 1, p["sk"] // 2 - 7, window_size=window)[0], i)
-            # The forward never runs it.
+            # The forward never runs it, nor the other backward entry (dense / packed).
             self.assertNotEqual(attntune.explain("attention", *args, window_size=window)[0], i, spec)
+            self.assertNotEqual(attntune.explain("attention_varlen", *args, window_size=window)[0], i, spec)
+            self.assertNotEqual(attntune.explain(other, *args, window_size=window)[0], i, spec)
         # Nothing else has a backward kernel: another head dim, a soft-cap, sinks, another window kind.
         base = ("bf16", 128, True, 2, 32, 8, 4096, 4096)
         self.assertEqual(attntune.explain("attention_backward", *base)[0], bwd[BWD[0]])
@@ -1983,8 +2002,10 @@ class Backward(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "attention_kvcache has no backward pass: it is forward-only"):
             attntune.attention_kvcache(xt, xt, xt)
         cu = torch.tensor([0, 8], dtype=torch.int32)
-        with self.assertRaisesRegex(RuntimeError, "attention_varlen has no backward pass"):
-            attntune.attention_varlen(x[0].transpose(0, 1), x[0].transpose(0, 1), x[0].transpose(0, 1), cu, cu, 8, 8)
+        with self.assertRaisesRegex(RuntimeError, "attention_varlen: out= writes into a tensor and is not "
+                                                  "differentiable"):
+            attntune.attention_varlen(x[0].transpose(0, 1), x[0].transpose(0, 1), x[0].transpose(0, 1), cu, cu, 8, 8,
+                                      out=torch.empty(8, 2, 64, dtype=torch.bfloat16))
         with self.assertRaisesRegex(RuntimeError, "out= writes into a tensor and is not differentiable"):
             attntune.attention(x, x, x, out=torch.empty(1, 2, 8, 64, dtype=torch.bfloat16))
         kc = torch.zeros(1, 2, 8, 64).to(torch.float8_e4m3fn)
@@ -2048,7 +2069,8 @@ class Backward(unittest.TestCase):
     def test_deterministic(self):
         ops = torch.ops.attntune
         # The ops take it last, defaulted (calls without it mean what they did).
-        for op in (ops.attention.default, ops.attention_backward.default):
+        for op in (ops.attention.default, ops.attention_backward.default, ops.attention_varlen.default,
+                   ops.attention_backward_varlen.default):
             arg = op._schema.arguments[-1]
             self.assertEqual((arg.name, str(arg.type), arg.default_value), ("deterministic", "bool", False), op)
         # The dispatch: the package's backward kernels (flash_bwd_mma) serve deterministic calls too (the
@@ -2059,8 +2081,8 @@ class Backward(unittest.TestCase):
             p = self.kernels[i]["problem"]
             args = (p["dtype"], p["d"], p["causal"], p["b"], p["h"], p["hkv"], p["s"], p["sk"])
             window = tuple(p.get("window", (-1, -1)))
-            self.assertEqual(attntune.explain("attention_backward", *args, window_size=window, deterministic=True),
-                             (i, ""), spec)
+            entry = "attention_backward_varlen" if p.get("varlen") else "attention_backward"
+            self.assertEqual(attntune.explain(entry, *args, window_size=window, deterministic=True), (i, ""), spec)
         with self.assertRaisesRegex(RuntimeError, "deterministic is the backward pass's"):
             attntune.explain("attention", "bf16", 128, True, 2, 32, 8, 4096, 4096, deterministic=True)
         with self.assertRaisesRegex(ValueError, "deterministic must be True or False"):
@@ -2147,6 +2169,353 @@ class Backward(unittest.TestCase):
         for fn in (compiled, step):
             xs = [t.clone().requires_grad_() for t in leaves]
             loss = fn(*xs)
+            results.append([loss] + list(torch.autograd.grad(loss, xs)))
+        for got, want in zip(*results):
+            self.assertEqual(got.shape, want.shape)
+            self.assertTrue(torch.equal(got, want))
+
+
+def packed_batch(lens_q, lens_k, H, Hkv, D, dtype, Dv=None, seed=0):
+    """A packed batch as flash_attn_varlen_func takes it: cu_seqlens_q/k (int32 prefix sums of the
+    lengths) and q [total_q, H, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] (seeded)."""
+    g = torch.Generator().manual_seed(seed)
+    cu_q = torch.tensor([0] + list(itertools.accumulate(lens_q)), dtype=torch.int32)
+    cu_k = torch.tensor([0] + list(itertools.accumulate(lens_k)), dtype=torch.int32)
+    Tq, Tk = int(cu_q[-1]), int(cu_k[-1])
+    q = torch.randn(Tq, H, D, generator=g).to(dtype)
+    k = torch.randn(Tk, Hkv, D, generator=g).to(dtype)
+    v = torch.randn(Tk, Hkv, Dv or D, generator=g).to(dtype)
+    return cu_q, cu_k, q, k, v
+
+
+class BackwardVarlen(unittest.TestCase):
+    """attention_varlen's backward pass (flash_attn_varlen_func's training call; docs/design/torch.md
+    "The backward pass"): autograd through attntune.attention_varlen, the op attention_backward_varlen
+    (the package's varlen flash_bwd_mma kernel, BWD_VARLEN, built and never run here; CPU tensors fall
+    back to the explicit gradients per sequence), against float64 autograd of variant_reference.attention
+    per sequence on ragged packings (empty sequences, one row, one key, rows without keys, GQA, windows,
+    soft-caps, sinks and their gradient, a used LSE, Dv != D); gradcheck; the dispatch (the varlen
+    backward kernel for attention_backward_varlen alone); coverage, specs, plans and the raise policy with
+    varlen=1,pass=bwd; deterministic; opcheck of the op and of attention_varlen with grads; no double
+    backward; torch.compile(fullgraph=True) of a training step."""
+
+    def setUp(self):
+        attntune.set_policy("sdpa", 16.0)
+        attntune.reset_coverage()
+        torch.manual_seed(0)
+        self.kernels = kernels_with_entries()
+
+    # -- dispatch
+
+    def test_the_varlen_backward_kernel_serves_the_varlen_backward_alone(self):
+        specs = [vr.spec_of(k["problem"]) for k in self.kernels]
+        kv, kd = specs.index(BWD_VARLEN), specs.index(BWD[0])
+        self.assertEqual(self.kernels[kv]["entries"], 16)
+        self.assertIn(BWD_VARLEN, attntune.default().info["entry_points"]["attntune_attention_backward_varlen"])
+        self.assertEqual(attntune.default().info["entry_points"]["attntune_attention_backward_varlen"], [BWD_VARLEN])
+        # A packed batch's backward: the varlen kernel, at its problem and lengths near it (any count of
+        # sequences; no regime rule for the backward: a few rows too, within the ratio); a dense backward
+        # of the same shapes: the dense kernel (tuned at s=4096: none past 16x off); the reverse never.
+        for b, h, hkv, s, sk, dense in ((3, 8, 2, 512, 512, kd), (7, 8, 2, 333, 600, kd), (1, 32, 8, 4096, 4096, kd),
+                                        (2, 8, 2, 40, 40, -1)):
+            self.assertEqual(attntune.explain("attention_backward_varlen", "bf16", 128, True, b, h, hkv, s, sk),
+                             (kv, ""), (b, h, hkv, s, sk))
+            self.assertEqual(attntune.explain("attention_backward", "bf16", 128, True, b, h, hkv, s, sk)[0], dense)
+            self.assertNotEqual(attntune.explain("attention_varlen", "bf16", 128, True, b, h, hkv, s, sk)[0], kv)
+        self.assertEqual(attntune.explain("attention_backward_varlen", "bf16", 128, True, 3, 8, 2, 512, 512,
+                                          deterministic=True), (kv, ""))
+        # Nothing else: not causal, d=64, variants, fp16, lengths far off.
+        for args, kw, words in (((128, False), {}, "attention_backward_varlen with head_dim=128 is_causal=0"),
+                                ((64, True), {}, "attention_backward_varlen with head_dim=64 is_causal=1"),
+                                ((128, True), dict(window_size=(64, 0)), "with a sliding window (64, -1)"),
+                                ((128, True), dict(sinks=True), "with attention sinks"),
+                                ((128, True), dict(softcap=30.0), "with a logit soft-cap 30")):
+            k, why = attntune.explain("attention_backward_varlen", "bf16", *args, 3, 8, 2, 512, 512, **kw)
+            self.assertEqual(k, -1, (args, kw))
+            self.assertIn(words, why)
+        k, why = attntune.explain("attention_backward_varlen", "fp16", 128, True, 3, 8, 2, 512, 512)
+        self.assertEqual(k, -1)
+        self.assertIn("tuned for bf16", why)
+        k, why = attntune.explain("attention_backward_varlen", "bf16", 128, True, 3, 8, 2, 16384, 16384)
+        self.assertEqual(k, -1)
+        self.assertIn("max_length_ratio", why)
+        with self.assertRaisesRegex(RuntimeError, "latent is for attention and attention_kvcache"):
+            attntune.explain("attention_backward_varlen", "bf16", 576, False, 1, 16, 1, 1, 1000, head_dim_v=512,
+                             latent=True)
+        with self.assertRaisesRegex(RuntimeError, "forward-only"):
+            attntune.explain("attention_backward_varlen", "bf16", 128, False, 1, 16, 1, 100, 1000, kv_dtype="fp8")
+
+    # -- the gradients (CPU: the fallback) against float64, per sequence
+
+    def grads(self, lens_q, lens_k, H, Hkv, D, dtype, causal=False, window=(-1, -1), softcap=0.0, sinks=None,
+              lse_weight=False, Dv=None, seed=0):
+        """attention_varlen's gradients of sum(out * g) (+ sum(lse * w)) for q, k, v (and sinks) on a packed
+        batch: (ours, ref64, lowp), the references by autograd of variant_reference.attention over each
+        sequence alone (lowp: in q's dtype; None in float64); an empty sequence contributes nothing."""
+        cu_q, cu_k, q, k, v = packed_batch(lens_q, lens_k, H, Hkv, D, dtype, Dv, seed)
+        gen = torch.Generator().manual_seed(seed + 7)
+        g = torch.randn(q.shape[0], H, v.shape[-1], generator=gen).to(dtype)
+        w = torch.randn(H, q.shape[0], generator=gen) if lse_weight else None
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        sk = sinks.detach().clone().requires_grad_() if sinks is not None else None
+        ins = leaves + ([sk] if sk is not None else [])
+        res = attntune.attention_varlen(*leaves, cu_q, cu_k, max(lens_q), max(lens_k), is_causal=causal,
+                                        window_size=window, softcap=softcap, sinks=sk, return_lse=lse_weight)
+        out, lse = res if lse_weight else (res, None)
+        self.assertEqual(out.shape, g.shape)
+        loss = (out.float() * g.float()).sum() + ((lse * w).sum() if lse_weight else 0)
+        ours = list(torch.autograd.grad(loss, ins))
+        scale = 1 / math.sqrt(D)
+
+        def ref(dt):
+            xs = [t.detach().to(torch.float64 if dt == torch.float64 else dtype).requires_grad_() for t in (q, k, v)]
+            s64 = sinks.detach().double().requires_grad_() if sinks is not None else None
+            gg = g.double() if dt == torch.float64 else g
+            total = xs[0].sum() * 0
+            for b in range(len(lens_q)):
+                if lens_q[b] == 0:
+                    continue
+                qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+                qb, kb, vb = (t[sl][None].transpose(1, 2) for t, sl in zip(xs, (qs, ks, ks)))
+                o, lb = vr.attention(qb, kb, vb, scale, causal=causal, window=window, softcap=softcap, sinks=s64,
+                                     dtype=dt)
+                total = total + (o * gg[qs][None].transpose(1, 2)).sum()
+                if lse_weight:  # rows without keys (and sinks) have LSE -inf: their weight does nothing
+                    lf = torch.where(torch.isfinite(lb), lb, torch.zeros_like(lb))
+                    total = total + (lf * w[:, qs][None].double()).sum()
+            wrt = xs + ([s64] if s64 is not None else [])
+            got = torch.autograd.grad(total, wrt, allow_unused=True)
+            return [torch.zeros_like(t) if d is None else d for d, t in zip(got, wrt)]
+        return ours, ref(torch.float64), (None if dtype == torch.float64 else ref(dtype))
+
+    def check(self, lens_q, lens_k, what, H=4, Hkv=2, D=64, dtype=torch.bfloat16, **args):
+        ours, ref64, lowp = self.grads(lens_q, lens_k, H, Hkv, D, dtype, **args)
+        names = ("dq", "dk", "dv", "dsinks")
+        for i, (a, r) in enumerate(zip(ours, ref64)):
+            self.assertEqual(a.shape, r.shape, f"{what} {names[i]}")
+            self.assertFalse(torch.isnan(a).any().item(), f"{what} {names[i]}: NaN")
+            err = (a.double() - r).abs().max().item() if a.numel() else 0.0
+            if names[i] == "dsinks":  # float32 logits, float32 gradients
+                bound = 1e-4 * max(1.0, r.abs().max().item())
+            elif lowp is None:
+                bound = 1e-10 * max(1.0, r.abs().max().item())
+            else:
+                bound = vr.fa2_bound(lowp[i], r, dtype)
+            self.assertLessEqual(err, bound, f"{what} {names[i]}: max error {err:.3g} over the bound {bound:.3g}")
+
+    # Ragged packings: an empty sequence (with keys: their gradient is 0), one row, one key, no keys,
+    # rows that see no key (causal, fewer keys than rows), more keys than rows.
+    LENS_Q = [0, 1, 17, 64, 33, 5, 3]
+    LENS_K = [4, 0, 17, 80, 20, 1, 9]
+
+    def test_plain_against_float64(self):
+        for dtype in (torch.bfloat16, torch.float16, torch.float64):
+            for causal in (False, True):
+                self.check(self.LENS_Q, self.LENS_K, f"{dtype} causal={causal}", dtype=dtype, causal=causal)
+        self.check([7, 0, 30], [7, 12, 30], "MHA d=128", H=2, Hkv=2, D=128, causal=True)
+        self.check([1], [1], "one row, one key", H=8, Hkv=1, causal=True)
+        self.check([0, 0], [3, 0], "no query rows at all", causal=True)
+
+    def test_variants_against_float64(self):
+        lq, lk = self.LENS_Q, self.LENS_K
+        for window in ((0, 0), (3, 5), (7, -1), (-1, 2)):
+            self.check(lq, lk, f"window {window}", window=window)
+        self.check(lq, lk, "causal window", causal=True, window=(10, -1))
+        self.check(lq, lk, "softcap 30", softcap=30.0)
+        self.check(lq, lk, "sinks", causal=True, sinks=sink_logits(4, seed=3))
+        self.check(lq, lk, "sinks, no keys and empty rows", sinks=torch.tensor([0.5, -3.0, 2.0, 1.0]),
+                   lse_weight=True)
+        self.check(lq, lk, "everything", causal=True, window=(20, -1), softcap=50.0,
+                   sinks=torch.tensor([0.5, -3.0, 2.0, 1.0]))
+        self.check(lq, lk, "everything float64", dtype=torch.float64, window=(6, 3), softcap=5.0,
+                   sinks=torch.tensor([0.5, -3.0, 2.0, 1.0]), lse_weight=True)
+        self.check(lq, lk, "Dv != D", dtype=torch.float64, causal=True, Dv=32)
+        self.check(lq, lk, "Dv != D, window", causal=True, window=(5, -1), Dv=128)
+
+    def test_the_lse_has_a_gradient(self):
+        self.check(self.LENS_Q, self.LENS_K, "lse", causal=True, lse_weight=True)
+        self.check(self.LENS_Q, self.LENS_K, "lse float64", dtype=torch.float64, causal=True, window=(5, -1),
+                   lse_weight=True)
+        rows = {r["entry"]: r for r in attntune.coverage()}
+        self.assertIn("the forward's LSE has a gradient (return_lse=True and the LSE used): the kernels take dout "
+                      "alone", rows["attention_backward_varlen"]["fallback"])
+        self.assertFalse(rows["attention_backward_varlen"]["tunable"])
+
+    def test_gradcheck(self):
+        cu_q, cu_k, q, k, v = packed_batch([3, 0, 1, 4], [2, 3, 1, 5], 4, 2, 8, torch.float64, seed=5)
+        leaves = [t.requires_grad_() for t in (q, k, v)]
+        sinks = torch.tensor([0.5, -3.0, 2.0, 1.0])
+        for args in (dict(is_causal=True), dict(is_causal=False), dict(window_size=(2, 1), softcap=3.0),
+                     dict(is_causal=True, window_size=(1, 0), sinks=sinks)):
+            self.assertTrue(torch.autograd.gradcheck(
+                lambda q, k, v: attntune.attention_varlen(q, k, v, cu_q, cu_k, 4, 5, **args), leaves), str(args))
+
+    def test_sum_backward_partial_grads_and_no_lse(self):
+        cu_q, cu_k, q, k, v = packed_batch([5, 0, 9], [5, 2, 9], 4, 2, 64, torch.bfloat16)
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        attntune.attention_varlen(q, k, v, cu_q, cu_k, 9, 9, is_causal=True).sum().backward()
+        for t in (q, k, v):
+            self.assertEqual(t.grad.shape, t.shape)
+            self.assertTrue(torch.isfinite(t.grad.float()).all().item())
+        self.assertTrue(torch.equal(k.grad[5:7].float(), torch.zeros(2, 2, 64)))  # an empty sequence's keys
+        # Only k requires grad; learnable sinks get theirs (float32).
+        kk = k.detach().clone().requires_grad_()
+        sinks = torch.zeros(4, requires_grad=True)
+        attntune.attention_varlen(q.detach(), kk, v.detach(), cu_q, cu_k, 9, 9, sinks=sinks).square().sum().backward()
+        self.assertIsNotNone(kk.grad)
+        self.assertEqual(sinks.grad.dtype, torch.float32)
+        # The op itself without return_lse (no LSE kept): its backward falls back, saying so.
+        attntune.reset_coverage()
+        out, _ = torch.ops.attntune.attention_varlen(q, k, v, cu_q, cu_k, 9, 9, None, True, False)
+        out.sum().backward()
+        rows = [r for r in attntune.coverage() if r["entry"] == "attention_backward_varlen"]
+        self.assertEqual(len(rows), 1)
+        self.assertIn("the forward's LSE was not saved (torch.ops.attntune.attention_varlen called with "
+                      "return_lse=False", rows[0]["fallback"])
+        with torch.no_grad():  # no autograd, no backward
+            attntune.attention_varlen(q, k, v, cu_q, cu_k, 9, 9)
+        # No double backward.
+        q64 = q.detach().double().requires_grad_()
+        (gq,) = torch.autograd.grad(attntune.attention_varlen(q64, q64[:, :2], q64[:, :2], cu_q, cu_q, 9, 9).sum(), q64,
+                                    create_graph=True)
+        with self.assertRaisesRegex(RuntimeError, "attention_varlen has no double backward"):
+            gq.sum().backward()
+
+    def test_the_op_checks_its_arguments(self):
+        ops = torch.ops.attntune
+        cu_q, cu_k, q, k, v = packed_batch([5, 3], [5, 3], 4, 2, 64, torch.bfloat16)
+        out, lse = ops.attention_varlen(q, k, v, cu_q, cu_k, 5, 5, None, True, True)
+        g = torch.randn_like(out)
+        for args, pattern in (((g[:4], q, k, v, out, lse, cu_q, cu_k, 5, 5), "dout must have out's shape"),
+                              ((g, q, k, v, out, lse[:, :3], cu_q, cu_k, 5, 5), "lse has the wrong shape"),
+                              ((g, q, k, v, out, lse, cu_q[:2], cu_k, 5, 5), r"must be \[batch \+ 1\]"),
+                              ((g, q, k, v, out, lse, cu_q, cu_k, 5, 5, torch.zeros(3)), r"dlse must be \[heads, "
+                                                                                         r"total_q\]"),
+                              ((g, q, k[:, :1].expand(8, 3, 64), v, out, lse, cu_q, cu_k, 5, 5), "v must have k's")):
+            with self.assertRaisesRegex(RuntimeError, "attntune.attention_backward_varlen: .*" + pattern, msg=pattern):
+                ops.attention_backward_varlen(*args)
+        with self.assertRaisesRegex(RuntimeError, r"attention_backward_varlen: is_causal with window_size \(2, 2\)"):
+            ops.attention_backward_varlen(g, q, k, v, out, lse, cu_q, cu_k, 5, 5, None, None, True, [2, 2])
+
+    # -- coverage, plans, the raise policy
+
+    def test_coverage_plans_and_raises_varlen_backward_problems(self):
+        cu_q, cu_k, q, k, v = packed_batch([5, 0, 9], [6, 2, 12], 4, 2, 64, torch.bfloat16)
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        attntune.attention_varlen(q, k, v, cu_q, cu_k, 9, 12, is_causal=True, window_size=(4, 0)).sum().backward()
+        rows = {r["entry"]: r for r in attntune.coverage()}
+        self.assertEqual(sorted(rows), ["attention_backward_varlen", "attention_varlen"])
+        spec = "b=3,h=4,hkv=2,s=9,sk=12,d=64,dtype=bf16,causal=1,varlen=1,window=4"
+        self.assertEqual(attntune.problem_spec(rows["attention_varlen"]), spec)
+        self.assertEqual(attntune.problem_spec(rows["attention_backward_varlen"]), spec + ",pass=bwd")
+        table = attntune.coverage_table()
+        self.assertIn("attention_backward_varlen bf16", table)
+        self.assertIn("fp32 fallback: tensors on cpu", table)
+        row = dict(rows["attention_backward_varlen"], tunable=True)
+        plan = attntune.plan_from_coverage([row], "train")
+        self.assertEqual(plan["problems"], [{"problem": spec + ",pass=bwd", "regime": "train"}])
+        # attntune reads the spec back as a packed batch's backward problem (the shipped backward spaces).
+        db = os.path.join(WORK, "bwd-varlen-queue.db")
+        r = run("submit", "--db", db, "--problem", plan["problems"][0]["problem"], "--format", "json")
+        self.assertTrue(json.loads(r.stdout)[0]["campaign"].endswith(":" + spec + ",pass=bwd"), r.stdout)
+        with open(os.path.join(PKG, "attntune", "tuner.json")) as fh:
+            support = json.load(fh)
+        self.assertEqual(attntune.untunable(row, support), "")
+        row96 = json.loads(json.dumps(row))
+        row96["problem"]["d"] = 96
+        self.assertIn("no attntune family tunes head_dim=96 bf16 (head dims: 64, 128)", attntune.untunable(row96, support))
+        no_bwd = {"families": [f for f in support["families"] if "bwd" not in f["support"].get("pass", [])]}
+        self.assertEqual(attntune.untunable(row, no_bwd), "no attntune family tunes the backward pass (pass=bwd)")
+        # The raise policy: the varlen backward's own message.
+        o = attntune.attention_varlen(q, k, v, cu_q, cu_k, 9, 12, is_causal=True)
+        attntune.set_policy("raise", 16.0)
+        with self.assertRaisesRegex(RuntimeError, "attntune.attention_backward_varlen: no tuned kernel for b=3,h=4,hkv=2,"
+                                                  "s=9,sk=12,d=64,causal=1,pass=bwd: tensors on cpu .*the gradients by "
+                                                  "explicit math"):
+            o.sum().backward()
+
+    # -- deterministic=True (flash_attn_varlen_func's argument)
+
+    def test_deterministic(self):
+        ops = torch.ops.attntune
+        cu, _, x, y, _ = packed_batch([4], [4], 2, 2, 64, torch.bfloat16)
+        with self.assertRaisesRegex(ValueError, "attention_varlen: deterministic must be True or False"):
+            attntune.attention_varlen(x, y, y, cu, cu, 4, 4, deterministic=1.5)
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Calls(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.seen = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                if func is ops.attention_backward_varlen.default:
+                    names = [a.name for a in func._schema.arguments]
+                    self.seen.append(dict(zip(names, args), **kwargs).get("deterministic", False))
+                return func(*args, **kwargs)
+
+        cu_q, cu_k, q, k, v = packed_batch(self.LENS_Q, self.LENS_K, 4, 2, 64, torch.bfloat16)
+        g = torch.randn(q.shape[0], 4, 64).to(torch.bfloat16)
+        results = {}
+        for det in (False, True, True):
+            xs = [t.clone().requires_grad_() for t in (q, k, v)]
+            calls = Calls()
+            with calls:
+                out = attntune.attention_varlen(*xs, cu_q, cu_k, 64, 80, is_causal=True, window_size=(20, 0),
+                                                deterministic=det)
+                grads = torch.autograd.grad(out, xs, g)
+            self.assertEqual(calls.seen, [det])
+            results.setdefault(det, []).append(grads)
+        for a, b, c in zip(results[False][0], results[True][0], results[True][1]):
+            self.assertTrue(torch.equal(a.view(torch.int16), b.view(torch.int16)))
+            self.assertTrue(torch.equal(b.view(torch.int16), c.view(torch.int16)))
+
+    # -- the fake and torch.compile
+
+    def test_opcheck_and_fullgraph(self):
+        ops = torch.ops.attntune
+        cu_q, cu_k, q, k, v = packed_batch([3, 0, 7], [4, 2, 7], 4, 2, 64, torch.bfloat16)
+        out, lse = ops.attention_varlen(q, k, v, cu_q, cu_k, 7, 7, None, True, True)
+        g = torch.randn_like(out)
+        torch.library.opcheck(ops.attention_backward_varlen.default, (g, q, k, v, out, lse, cu_q, cu_k, 7, 7, None,
+                                                                      None, True))
+        torch.library.opcheck(ops.attention_backward_varlen.default, (g, q, k, v, out, lse, cu_q, cu_k, 7, 7,
+                                                                      torch.randn(4, 10), None, False, [3, 2], 30.0,
+                                                                      torch.randn(4)))
+        torch.library.opcheck(ops.attention_backward_varlen.default, (g, q, k, v, out, torch.empty(0), cu_q, cu_k, 7, 7,
+                                                                      None, None, True), {"deterministic": True})
+        # The forward with grads: its autograd registration and the fake's AOT path.
+        qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
+        torch.library.opcheck(ops.attention_varlen.default, (qg, kg, kg, cu_q, cu_k, 7, 7, None, True, True))
+        torch.library.opcheck(ops.attention_varlen.default, (qg, kg, kg, cu_q, cu_k, 7, 7, None, False, True, [4, 0],
+                                                             30.0, torch.zeros(4, requires_grad=True)))
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        with FakeTensorMode():
+            fq, fk = torch.empty(10, 4, 64, dtype=torch.bfloat16), torch.empty(13, 2, 64, dtype=torch.bfloat16)
+            fv = torch.empty(13, 2, 32, dtype=torch.bfloat16)
+            fcu = torch.empty(3, dtype=torch.int32)
+            dq, dk, dv, ds = ops.attention_backward_varlen(torch.empty(10, 4, 32, dtype=torch.bfloat16), fq, fk, fv,
+                                                           torch.empty(10, 4, 32, dtype=torch.bfloat16),
+                                                           torch.empty(4, 10), fcu, fcu, 7, 7, None, None, True,
+                                                           [-1, -1], 0.0, torch.empty(4))
+            self.assertEqual((dq.shape, dk.shape, dv.shape, ds.shape, ds.dtype),
+                             (fq.shape, fk.shape, fv.shape, torch.Size([4]), torch.float32))
+
+        torch._dynamo.reset()
+
+        def step(q, k, v, sinks, cu_q, cu_k):
+            a = attntune.attention_varlen(q, k, v, cu_q, cu_k, 7, 7, is_causal=True)
+            b, lse = attntune.attention_varlen(q, k, v, cu_q, cu_k, 7, 7, window_size=(3, 0), softcap=30.0,
+                                               sinks=sinks, return_lse=True)
+            return (a.float() * 2).sum() + b.float().square().sum() + lse.sum()
+
+        leaves = [q, k, v, torch.tensor([0.5, -3.0, 2.0, 1e3])]
+        compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+        results = []
+        for fn in (compiled, step):
+            xs = [t.clone().requires_grad_() for t in leaves]
+            loss = fn(*xs, cu_q, cu_k)
             results.append([loss] + list(torch.autograd.grad(loss, xs)))
         for got, want in zip(*results):
             self.assertEqual(got.shape, want.shape)

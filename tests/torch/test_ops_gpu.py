@@ -87,7 +87,8 @@ $ATTNTUNE_TORCH_FP8_TUNE_DB or a temporary database). Then, policy "raise":
 The backward pass (attention's autograd through flash_bwd_mma kernels; issue 45, docs/design/torch.md
 "The backward pass"): the packages are $ATTNTUNE_TORCH_BWD_PKG (its dtype alone), else exports (bf16 and
 fp16) of $ATTNTUNE_TORCH_BWD_DB, else of BWD_PROBLEMS tuned here (backward problems, pass=bwd, at d=64
-and 128, causal and not, GQA, a causal window, and two forward problems, in both dtypes;
+and 128, causal and not, GQA, a causal window, and two forward problems; packed batches' backward,
+varlen=64,pass=bwd, at d=128 with its forward and at d=64 with a causal window and sinks; in both dtypes;
 $ATTNTUNE_TORCH_BWD_BUDGET evaluations each, default 2, into $ATTNTUNE_TORCH_BWD_TUNE_DB or a temporary
 database). Then, for each package:
   - every backward kernel through attntune.attention and torch.autograd.grad on its tuned shape and
@@ -96,11 +97,16 @@ database). Then, for each package:
     SDPA's gradients (a boolean mask where S != Sk or a window) or, where a row sees no key, from the
     reference in the dtype; the allocator's free memory NaN-poisoned first; each call ran the kernel
     explain("attention_backward") names (coverage);
+  - every varlen backward kernel through attntune.attention_varlen and torch.autograd.grad on ragged
+    packings (its own draw of lengths, lengths 0 and 1, no keys, fewer and more keys than rows, 32 short
+    sequences; its window and others, its sinks learnable), each sequence's gradients against float64
+    autograd of that sequence alone (of the forward's saved output where a kernel runs), the same
+    criterion; each call ran the kernel explain("attention_backward_varlen") names (coverage);
   - the fallback on the GPU (max_length_ratio 1, and d=96), its gradients against float64, and a
-    causal window with a soft-cap and learnable sinks (their gradient too);
+    causal window with a soft-cap and learnable sinks (their gradient too); packed batches likewise;
   - torch.compile(fullgraph=True) (inductor) of a training step (its backward ran the kernel), and CUDA
     graphs of forward and backward (capture, new inputs, replay) through a kernel and through the
-    fallback, against float64;
+    fallback, against float64; the same through a varlen backward kernel for a packed batch;
   - informational: forward + backward time against SDPA's on the kernels' tuned problems.
 
 Prints a table last.
@@ -1718,7 +1724,9 @@ def fp8_phase(work, device="cuda"):
 # backward problems (pass=bwd) at d=64 and 128, causal and not, GQA, a causal window, a causal window
 # with learnable sinks (the kernel gives dq, dk, dv; the op adds the sinks' gradient), a soft-cap, in
 # bf16 and fp16
-# (one package each), and the forward of two of them, so that a training step runs kernels both ways.
+# (one package each), and the forward of two of them, so that a training step runs kernels both ways;
+# and packed varlen batches' backward (varlen=N,pass=bwd: attention_varlen's autograd,
+# attention_backward_varlen), GQA causal at d=128 (with its forward) and a causal window with sinks at d=64.
 BWD_SHAPES = [
     "b=2,h=8,hkv=8,s=1024,sk=1024,d=128,dtype={dt},causal=0,pass=bwd",
     "b=2,h=8,hkv=2,s=1024,sk=1024,d=128,dtype={dt},causal=1,pass=bwd",
@@ -1729,6 +1737,9 @@ BWD_SHAPES = [
     "b=1,h=8,hkv=4,s=1024,sk=1024,d=128,dtype={dt},causal=1,softcap=50,pass=bwd",         # Gemma-2-like
     "b=2,h=8,hkv=2,s=1024,sk=1024,d=128,dtype={dt},causal=1",
     "b=2,h=8,hkv=8,s=1024,sk=1024,d=64,dtype={dt},causal=1",
+    "b=4,h=8,hkv=2,s=1024,sk=1024,d=128,dtype={dt},causal=1,varlen=64,pass=bwd",
+    "b=4,h=8,hkv=2,s=1024,sk=1024,d=64,dtype={dt},causal=1,varlen=64,window=127,sinks=1,pass=bwd",
+    "b=4,h=8,hkv=2,s=1024,sk=1024,d=128,dtype={dt},causal=1,varlen=64",
 ]
 BWD_PROBLEMS = [p.format(dt=dt) for dt in ("bf16", "fp16") for p in BWD_SHAPES]
 
@@ -1763,10 +1774,13 @@ def bwd_phase(work, device="cuda"):
     autograd by FlashAttention-2's criterion, the bound from SDPA's gradients in the dtype (a boolean
     mask where S != Sk or a window; variant_reference's low-precision autograd where a row sees no key,
     where SDPA gives NaN), the gradients' memory poisoned with NaN first; every such call ran the kernel
-    explain("attention_backward") names (coverage). Then the fallback on the GPU (max_length_ratio 1,
-    and d=96: no kernel), a learnable sink's gradient, torch.compile(fullgraph=True) (inductor) of a
-    training step, and a CUDA graph of forward and backward (capture, new inputs, replay), against
-    float64; last, informational: forward+backward time against SDPA's. device "cpu" rehearses it
+    explain("attention_backward") names (coverage). The varlen backward kernels the same through
+    attntune.attention_varlen on ragged packed batches (lengths 0 and 1 among them), per sequence
+    against float64, each call run by the kernel explain("attention_backward_varlen") names. Then the
+    fallback on the GPU (max_length_ratio 1, and d=96: no kernel; dense and packed), a learnable sink's
+    gradient, torch.compile(fullgraph=True) (inductor) of a training step, and a CUDA graph of forward
+    and backward (capture, new inputs, replay), dense and packed, against float64; last,
+    informational: forward+backward time against SDPA's. device "cpu" rehearses it
     without a GPU (ATTNTUNE_TORCH_BWD_DEVICE=cpu, with a package or a database): every call falls back
     there, so the kernel checks check the fallback, and graphs, inductor and times are left out."""
     print("\n==== the backward pass: attention's gradients through the backward kernels")
@@ -1779,12 +1793,17 @@ def bwd_phase(work, device="cuda"):
     for n in notes:
         print(f"  {n}")
     failures = []
+    # Packages tuned here hold varlen backward kernels (unless submit refused their problems): their
+    # absence is then a failure; a given package or database may predate them.
+    env = "ATTNTUNE_TORCH_BWD"
+    expect_varlen = not os.environ.get(env + "_PKG") and not os.environ.get(env + "_DB") and \
+        not any("varlen=" in n and "pass=bwd" in n for n in notes)
     for n, (dt_name, pkg) in enumerate(pkgs.items()):
-        failures += bwd_checks(pkg, f"attntune_bwd{n}", device, gpu)
+        failures += bwd_checks(pkg, f"attntune_bwd{n}", device, gpu, expect_varlen)
     return [f"backward: {f}" for f in failures]
 
 
-def bwd_checks(pkg, namespace, device, gpu):
+def bwd_checks(pkg, namespace, device, gpu, expect_varlen=False):
     if "attntune" not in sys.modules:
         sys.path.insert(0, pkg)
     import attntune  # noqa: E402
@@ -1831,15 +1850,32 @@ def bwd_checks(pkg, namespace, device, gpu):
             enable_gqa=k.shape[1] != H)
         return torch.autograd.grad(o, xs, dout)
 
-    def references(q, k, v, dout, scale, causal, window, softcap=0.0, sinks=None):
+    def references(q, k, v, dout, scale, causal, window, softcap=0.0, sinks=None, saved=None):
         """float64 autograd of variant_reference.attention, and the low-precision gradients whose error
-        sets FA2's bound (SDPA's where it can, else variant_reference's in the dtype)."""
+        sets FA2's bound (SDPA's where it can, else variant_reference's in the dtype).
+
+        saved: the output the forward returned (in the dtype), which a FlashAttention-style backward
+        reads for D = rowsum(dO * O). The float64 reference is then the exact backward of the saved
+        output: D's part in dS is -P * D, and D_i = dO_i . O_i enters every gradient as
+        -D_i d(LSE_i) (the sink's column included), so the saved output's rounding is the exact
+        gradient plus -sum_i delta_i d(LSE_i), delta_i = dO_i . (saved_i - O_i). The check then measures
+        the backward's own error, not the forward's rounding: in a row whose softmax is nearly one
+        column (one key, or one key and a sink) dP - D cancels, and O's rounding alone can exceed
+        the dtype's autograd bound, which derives D from dP instead."""
         def grads(dt):
             xs = [t.detach().to(torch.float64 if dt == torch.float64 else dtype).requires_grad_() for t in (q, k, v)]
             sk = sinks.detach().double().requires_grad_() if sinks is not None else None
-            o, _ = vr.attention(*xs, scale, causal=causal, window=window, softcap=softcap, sinks=sk, dtype=dt)
-            return torch.autograd.grad(o, xs + ([sk] if sk is not None else []),
-                                       dout.double() if dt == torch.float64 else dout)
+            o, lse = vr.attention(*xs, scale, causal=causal, window=window, softcap=softcap, sinks=sk, dtype=dt)
+            if dt != torch.float64:
+                return torch.autograd.grad(o, xs + ([sk] if sk is not None else []), dout)
+            dout64 = dout.double()
+            loss = (o * dout64).sum()
+            if saved is not None:
+                delta = ((saved.detach().double() - o.detach()) * dout64).sum(-1)
+                finite = torch.isfinite(lse)
+                loss = loss - (torch.where(finite, delta, torch.zeros_like(delta))
+                               * torch.where(finite, lse, torch.zeros_like(lse))).sum()
+            return torch.autograd.grad(loss, xs + ([sk] if sk is not None else []), allow_unused=True)
         ref64 = grads(torch.float64)
         lowp = sdpa_grads(q, k, v, dout, scale, causal, window) if softcap == 0 and sinks is None else None
         return ref64, (lowp if lowp is not None else grads(dtype)), lowp is not None
@@ -1883,7 +1919,8 @@ def bwd_checks(pkg, namespace, device, gpu):
         except RuntimeError as e:
             record(False, what, str(e).splitlines()[0][:300])
             return
-        ref64, lowp, from_sdpa = references(q, k, v, dout, scale, causal, window, softcap=softcap, sinks=sinks)
+        ref64, lowp, from_sdpa = references(q, k, v, dout, scale, causal, window, softcap=softcap, sinks=sinks,
+                                                saved=o)
         ok, msg = compare_grads(got, ref64, lowp)
         msg += " (bound from SDPA)" if from_sdpa else " (bound from the reference in the dtype)"
         rows = [r for r in lib.coverage() if r["entry"] == "attention_backward"]
@@ -1896,11 +1933,20 @@ def bwd_checks(pkg, namespace, device, gpu):
         record(ok and shapes, what, msg + ("" if shapes else ", shapes differ"))
 
     kernels = lib.kernels()
-    bwd = [(i, k["problem"]) for i, k in enumerate(kernels) if k["problem"].get("pass") == "bwd"]
+    # Dense backward kernels (attention_backward) here; packed batches' (varlen=N, attention_backward_varlen)
+    # below.
+    bwd = [(i, k["problem"]) for i, k in enumerate(kernels)
+           if k["problem"].get("pass") == "bwd" and not k["problem"].get("varlen")]
+    bwd_varlen = [(i, k["problem"]) for i, k in enumerate(kernels)
+                  if k["problem"].get("pass") == "bwd" and k["problem"].get("varlen")]
     print(f"backward: {len(bwd)} kernels built for the backward pass: "
           + ("; ".join(vr.spec_of(p) for _, p in bwd) or "none"))
+    print(f"backward: {len(bwd_varlen)} kernels built for the backward pass of packed batches: "
+          + ("; ".join(vr.spec_of(p) for _, p in bwd_varlen) or "none"))
     if not bwd:
         failures.append(f"{lib.info['dtype']}: the package holds no backward kernel")
+    if not bwd_varlen and expect_varlen:
+        failures.append(f"{lib.info['dtype']}: the package holds no varlen backward kernel")
     lib.set_policy("sdpa", 1e9)
     for i, p in bwd:
         B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
@@ -1940,6 +1986,205 @@ def bwd_checks(pkg, namespace, device, gpu):
         record(ok, "fallback: causal window 31, soft-cap 30, sinks (their gradient too)", msg)
     except RuntimeError as e:
         record(False, "fallback: causal window, soft-cap, sinks", str(e).splitlines()[0][:300])
+
+    # -- attention_varlen's backward (attention_backward_varlen): ragged packed batches through the varlen
+    # backward kernels, each sequence's gradients against float64 autograd of that sequence alone (the
+    # forward's saved output's, as references()), assembled into the packing.
+    import random  # noqa: E402
+
+    def packed(lens_q, lens_k, H, Hkv, D, seed):
+        """cu_seqlens_q/k (int32 on the device) and packed q, k, v, dO."""
+        cu_q = torch.tensor([0] + list(itertools.accumulate(lens_q)), dtype=torch.int32, device=device)
+        cu_k = torch.tensor([0] + list(itertools.accumulate(lens_k)), dtype=torch.int32, device=device)
+        Tq, Tk = sum(lens_q), sum(lens_k)
+        return (cu_q, cu_k, randn(Tq, H, D, seed=seed), randn(Tk, Hkv, D, seed=seed + 1),
+                randn(Tk, Hkv, D, seed=seed + 2), randn(Tq, H, D, seed=seed + 3))
+
+    def varlen_references(q, k, v, dout, o, lens_q, lens_k, scale, causal, window, softcap, sinks):
+        """references() of each sequence as packed gradients: (ref64, lowp, from_sdpa). o: the forward's
+        saved output, for a kernel's backward (references()' saved=; it reads D = dO . O from it), or None
+        for the fallback's (exact: it recomputes D from P and dP). A sequence without query rows has none
+        (its keys' gradients are 0)."""
+        ref64 = [torch.zeros(t.shape, dtype=torch.float64, device=device) for t in (q, k, v)]
+        lowp = [torch.zeros_like(t) for t in (q, k, v)]
+        if sinks is not None:
+            ref64.append(torch.zeros(sinks.shape, dtype=torch.float64, device=device))
+            lowp.append(torch.zeros(sinks.shape, dtype=torch.float64, device=device))
+        from_sdpa, q0, k0 = True, 0, 0
+        for lq, lk in zip(lens_q, lens_k):
+            qs, ks = slice(q0, q0 + lq), slice(k0, k0 + lk)
+            q0, k0 = q0 + lq, k0 + lk
+            if lq == 0:
+                continue
+            per = [t[sl][None].transpose(1, 2) for t, sl in ((q, qs), (k, ks), (v, ks), (dout, qs))]
+            saved = o[qs][None].transpose(1, 2) if o is not None else None
+            r64, lo, sd = references(*per, scale, causal, window, softcap=softcap, sinks=sinks, saved=saved)
+            from_sdpa = from_sdpa and sd
+            for j, sl in enumerate((qs, ks, ks)):
+                if r64[j] is not None:
+                    ref64[j][sl] = r64[j][0].transpose(0, 1)
+                lowp[j][sl] = lo[j][0].transpose(0, 1)
+            if sinks is not None:
+                if r64[3] is not None:
+                    ref64[3] += r64[3]
+                lowp[3] += lo[3].double()
+        return ref64, lowp, from_sdpa
+
+    def lens_words(lens):
+        return f"{len(lens)} seqs {min(lens)}..{max(lens)} ({sum(1 for x in lens if x == 0)} empty)"
+
+    def check_varlen(lens_q, lens_k, H, Hkv, D, causal, window, seed, tag, want_kernel, sinks=None, softcap=0.0):
+        """One training call of a packed batch: attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k) and
+        torch.autograd.grad with a random dO (learnable `sinks` too)."""
+        scale = 1 / math.sqrt(D)
+        cu_q, cu_k, q, k, v, dout = packed(lens_q, lens_k, H, Hkv, D, seed)
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        if sinks is not None:
+            leaves.append(sinks.detach().clone().requires_grad_())
+        what = (f"{tag} varlen h={H} hkv={Hkv} d={D} causal={int(causal)} window={window} q: {lens_words(lens_q)}, "
+                f"k: {lens_words(lens_k)}" + (" sinks" if sinks is not None else "") +
+                (f" softcap={softcap:g}" if softcap else ""))
+        lib.reset_coverage()
+        try:
+            poison(q.numel() + 2 * k.numel())
+            o = lib.attention_varlen(*leaves[:3], cu_q, cu_k, max(lens_q), max(lens_k), is_causal=causal,
+                                     window_size=window, softcap=softcap,
+                                     sinks=leaves[3] if sinks is not None else None)
+            got = torch.autograd.grad(o, leaves, dout)
+            if gpu:
+                torch.cuda.synchronize()
+        except RuntimeError as e:
+            record(False, what, str(e).splitlines()[0][:300])
+            return
+        # The saved output's reference where a kernel runs the backward (it reads D from that output); the
+        # exact one where the fallback does (the rehearsal's every call).
+        saved = o.detach() if want_kernel is not None and want_kernel >= 0 else None
+        ref64, lowp, from_sdpa = varlen_references(q, k, v, dout, saved, lens_q, lens_k, scale, causal, window,
+                                                   softcap, sinks)
+        ok, msg = compare_grads(got, ref64, lowp)
+        msg += " (bound from SDPA)" if from_sdpa else " (bound from the reference in the dtype)"
+        rows = [r for r in lib.coverage() if r["entry"] == "attention_backward_varlen"]
+        ran = rows[0]["kernel"] if rows else None
+        if want_kernel is not None and ran != (None if want_kernel < 0 else want_kernel):
+            ok = False
+            msg += f"; ran {ran if ran is not None else 'the fallback: ' + (rows[0]['fallback'] if rows else '?')}, " \
+                   f"expected {'the fallback' if want_kernel < 0 else 'kernel ' + str(want_kernel)}"
+        shapes = all(g.shape == t.shape for g, t in zip(got, leaves))
+        record(ok and shapes, what, msg + ("" if shapes else ", shapes differ"))
+
+    def varlen_batches(p, rng):
+        """(lens_q, lens_k) of a kernel's problem: its own draw (lengths varlen..s, keys sk - s more, the
+        longest s), ragged ones with empty sequences, one row, one key and no keys, fewer keys than rows
+        (rows without keys when causal), more keys than rows, and many short sequences."""
+        B, S, Sk, lo = p["b"], p["s"], p["sk"], p.get("varlen", 1)
+        own = [S] + [rng.randint(lo, S) for _ in range(B - 1)]
+        yield own, [x + Sk - S for x in own]
+        lq = [0, 1, 1, 7, 300, S] + [rng.randint(1, S) for _ in range(B)]
+        lk = [5, 1, 0, 7, 100, Sk] + [x + rng.randint(0, 64) for x in lq[6:]]
+        yield lq, lk
+        lq = [rng.randint(0, S) for _ in range(B + 3)]
+        yield lq, [rng.randint(0, Sk) for _ in lq]
+        lq = [rng.randint(0, 40) for _ in range(32)]
+        yield lq, [x + rng.randint(0, 3) for x in lq]
+
+    lib.set_policy("sdpa", 1e9)
+    for i, p in bwd_varlen:
+        H, Hkv, D, causal = p["h"], p["hkv"], p["d"], bool(p["causal"])
+        left, right = p.get("window", [-1, -1])
+        windows = [(-1, -1)] if left < 0 and right < 0 else list(dict.fromkeys(
+            [(left, -1), (17, -1), (0, 0)] if causal else [(left, right), (64, 64), (17, 129)]))
+        cap = float(p.get("softcap", 0.0))
+        rng = random.Random(700 + i)
+        for j, (lens_q, lens_k) in enumerate(varlen_batches(p, rng)):
+            window = windows[j % len(windows)]
+            sinks = vr.sink_logits(H, 60 + j, device) if p.get("sinks") else None
+            want = lib.explain("attention_backward_varlen", lib.info["dtype"], D, causal, len(lens_q), H, Hkv,
+                               max(lens_q), max(lens_k), window_size=window, softcap=cap,
+                               sinks=sinks is not None)[0] if gpu else None
+            if gpu and want != i and j == 0:
+                record(False, f"explain on varlen kernel {i}'s own problem", f"names {want}")
+            check_varlen(lens_q, lens_k, H, Hkv, D, causal, window, 1500 + 20 * i + j, f"k{i}", want, sinks=sinks,
+                         softcap=cap)
+    # The fallback of packed batches on the GPU: max_length_ratio 1 (lengths off every kernel's), and d=96.
+    lib.set_policy("sdpa", 1.0)
+    for j, (lens_q, lens_k, h, hkv, d, causal, window) in enumerate((
+            ([0, 1, 77, 333], [3, 1, 90, 333], 8, 2, 128, True, (-1, -1)),
+            ([5, 0, 129], [0, 7, 200], 4, 4, 64, False, (32, 16)),
+            ([1, 64, 100], [1, 64, 80], 8, 2, 96, True, (-1, -1)))):
+        check_varlen(lens_q, lens_k, h, hkv, d, causal, window, 2500 + 10 * j, "fallback", -1 if gpu else None)
+    # torch.compile(fullgraph=True) (inductor) of a packed batch's training step, and a CUDA graph of its
+    # forward and backward (capture, new inputs, replay), through the first varlen backward kernel.
+    if gpu and bwd_varlen:
+        lib.set_policy("sdpa", 1e9)
+        i, p = bwd_varlen[0]
+        H, Hkv, D, causal = p["h"], p["hkv"], p["d"], bool(p["causal"])
+        window = tuple(p.get("window", (-1, -1)))
+        if causal and window[0] >= 0:
+            window = (window[0], -1)
+        cap = float(p.get("softcap", 0.0))
+        vsinks = vr.sink_logits(H, 77, device) if p.get("sinks") else None
+        lens_q = [0, 1, 200, p["s"], 37]
+        lens_k = [3, 1, 200 + p["sk"] - p["s"], p["sk"], 37 + p["sk"] - p["s"]]
+        mq, mk = max(lens_q), max(lens_k)
+        vscale = 1 / math.sqrt(D)
+
+        def vstep(q, k, v, dout, cu_q, cu_k):
+            return (lib.attention_varlen(q, k, v, cu_q, cu_k, mq, mk, is_causal=causal, window_size=window,
+                                         softcap=cap, sinks=vsinks).float() * dout.float()).sum()
+
+        def vrefs(q, k, v, dout):
+            with torch.no_grad():
+                o = lib.attention_varlen(q, k, v, cu_q, cu_k, mq, mk, is_causal=causal, window_size=window,
+                                         softcap=cap, sinks=vsinks)
+            return varlen_references(q, k, v, dout, o, lens_q, lens_k, vscale, causal, window, cap, vsinks)[:2]
+
+        cu_q, cu_k, q, k, v, dout = packed(lens_q, lens_k, H, Hkv, D, 4500)
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        eager = torch.autograd.grad(vstep(*leaves, dout, cu_q, cu_k), leaves)
+        torch._dynamo.reset()
+        lib.reset_coverage()
+        compiled = torch.compile(vstep, fullgraph=True)
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        try:
+            got = torch.autograd.grad(compiled(*leaves, dout, cu_q, cu_k), leaves)
+            torch.cuda.synchronize()
+            ok, msg = compare_grads(got, *vrefs(q, k, v, dout))
+            ran = [r["kernel"] for r in lib.coverage() if r["entry"] == "attention_backward_varlen"]
+            ok = ok and ran == [i]
+            same = all(torch.equal(a, b) for a, b in zip(got, eager))
+            record(ok, f"torch.compile(fullgraph=True) of a packed batch's training step, kernel {i}",
+                   msg + f", backward ran {ran}" + (", bit-identical to eager" if same else
+                                                    ", not bit-identical to eager (dQ's atomics)"))
+        except Exception as e:  # noqa: BLE001 - a compile error is a failure to report
+            record(False, f"torch.compile(fullgraph=True) of a packed batch's training step, kernel {i}",
+                   f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+        try:
+            static = [t.clone() for t in (q, k, v, dout)]
+            leaves = [t.requires_grad_() for t in static[:3]]
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up: workspaces, the ops' first calls
+                for _ in range(2):
+                    torch.autograd.grad(vstep(*leaves, static[3], cu_q, cu_k), leaves)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            lib.reset_coverage()
+            with torch.cuda.graph(graph):
+                graph_grads = torch.autograd.grad(vstep(*leaves, static[3], cu_q, cu_k), leaves)
+            captured = [r["kernel"] for r in lib.coverage() if r["entry"] == "attention_backward_varlen"]
+            fresh = list(packed(lens_q, lens_k, H, Hkv, D, 4600)[2:])
+            with torch.no_grad():
+                for dst, src in zip(static, fresh):
+                    dst.copy_(src)
+            graph.replay()
+            torch.cuda.synchronize()
+            ok, msg = compare_grads(graph_grads, *vrefs(*fresh))
+            ok = ok and captured == [i]
+            record(ok, f"CUDA graph of a packed batch's forward and backward (capture, new inputs, replay), kernel {i}",
+                   msg + f", the captured backward ran {captured} (expected {[i]})")
+        except RuntimeError as e:
+            record(False, f"CUDA graph of a packed batch's forward and backward, kernel {i}",
+                   str(e).splitlines()[0][:300])
 
     if not gpu or not bwd:
         return failures

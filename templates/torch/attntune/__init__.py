@@ -22,17 +22,20 @@ CUDA graph. Each call runs the kernel tuned for the nearest problem of its kind,
 PyTorch (counted in coverage(); set_policy(fallback="raise") raises instead): plain calls to
 F.scaled_dot_product_attention, calls with variants to an explicit fp32 path of the same semantics.
 
-attention has a backward pass (torch.library.register_autograd): `attntune.attention(q, k, v).sum()
-.backward()` gives q, k, v (and learnable sinks) their gradients, under torch.compile(fullgraph=True) and
-in CUDA graphs too. The forward keeps its LSE; the backward (the op attention_backward) runs the kernel
-tuned for the backward pass of the nearest problem (a problem spec's `pass=bwd`; coverage() counts its
-calls under "attention_backward") or computes the gradients by PyTorch (explicit math in fp32, the
-exact gradient of the fallback's forward), so no call fails for want of a kernel.
-`attntune.attention(..., deterministic=True)` (flash_attn_func's argument) asks for gradients that are
+attention and attention_varlen have a backward pass (torch.library.register_autograd):
+`attntune.attention(q, k, v).sum().backward()` gives q, k, v (and learnable sinks) their gradients, under
+torch.compile(fullgraph=True) and in CUDA graphs too, and so does attntune.attention_varlen over a packed
+batch (flash_attn_varlen_func's training call). The forward keeps its LSE; the backward (the op
+attention_backward, or attention_backward_varlen for a packed batch) runs the kernel tuned for the
+backward pass of the nearest problem (a problem spec's `pass=bwd`, with `varlen=N` for packed batches;
+coverage() counts its calls under "attention_backward" and "attention_backward_varlen") or computes the
+gradients by PyTorch (explicit math in fp32, per sequence for a packed batch: the exact gradient of the
+fallback's forward), so no call fails for want of a kernel. `attntune.attention(..., deterministic=True)`
+(flash_attn_func's argument; attention_varlen's too, flash_attn_varlen_func's) asks for gradients that are
 bit-identical run to run: the kernel adds dQ's shares in a fixed order (at some cost in time), and a
 library that cannot falls back to the explicit math, which is deterministic. attention_kvcache,
-attention_varlen, mla_decode and FP8 caches are forward-only: a gradient through them raises, saying so,
-and so does attention(..., out=) (it writes into a tensor).
+mla_decode and FP8 caches are forward-only: a gradient through them raises, saying so, and so does
+attention(..., out=) or attention_varlen(..., out=) (they write into a tensor).
 
 Causal is bottom-right (query i sees keys j <= i + Sk - S), FlashAttention's convention; for
 S == Sk it is SDPA's is_causal. The variants are FlashAttention's arguments: window_size=(left,
@@ -74,7 +77,10 @@ __all__ = ["attention", "attention_kvcache", "attention_varlen", "mla_decode", "
            "coverage_plan",
            "reset_coverage", "set_policy", "explain", "kernels", "load", "Library", "plan_from_coverage", "untunable"]
 
-ENTRY = {"attention": 1, "attention_kvcache": 2, "attention_varlen": 4, "attention_backward": 8}
+ENTRY = {"attention": 1, "attention_kvcache": 2, "attention_varlen": 4, "attention_backward": 8,
+         "attention_backward_varlen": 16}
+# The backward pass's entries (their problems' specs end in ,pass=bwd; regime train).
+BACKWARD_ENTRIES = ("attention_backward", "attention_backward_varlen")
 # seqlen_q up to this is the decode regime (flash_decode's launch plan, kDecodeMaxSeqlenQ; _ops.cpp's
 # kDecodeMaxQ; a unit test holds them together).
 DECODE_MAX_SEQLEN_Q = 16
@@ -84,12 +90,15 @@ _REGISTERED = set()
 def _no_backward(name):
     def backward(ctx, *grads):
         raise RuntimeError(f"attntune.{name} has no backward pass: it is forward-only (inference; attntune.attention "
-                           "has one). Use F.scaled_dot_product_attention where you need gradients.")
+                           "and attntune.attention_varlen have one). Use F.scaled_dot_product_attention where you need "
+                           "gradients.")
     return backward
 
 
-def _no_double_backward(ctx, *grads):
-    raise RuntimeError("attntune.attention has no double backward (a gradient of its gradients)")
+def _no_double_backward(name):
+    def backward(ctx, *grads):
+        raise RuntimeError(f"attntune.{name} has no double backward (a gradient of its gradients)")
+    return backward
 
 
 def _attention_setup(ctx, inputs, output):
@@ -123,6 +132,37 @@ def _attention_backward(ns):
         need = ctx.needs_input_grad
         return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None, None, None, None, None,
                 None, dsinks if sinks is not None and need[8] else None, None, None, None)
+    return backward
+
+
+def _attention_varlen_setup(ctx, inputs, output):
+    """attention_varlen's autograd context, as attention's: the forward's inputs (cu_seqlens and the
+    maximum lengths too), out and lse ([heads, total_q], which attntune.attention_varlen always asks for
+    under autograd) and its arguments; unwanted gradients arrive as None."""
+    q, k, v, cu_q, cu_k, max_q, max_k, scale, is_causal, _, window_size, softcap, sinks = inputs[:13]
+    out, lse = output
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, sinks)
+    ctx.attrs = (max_q, max_k, scale, bool(is_causal), [int(w) for w in window_size], float(softcap))
+    ctx.deterministic = bool(inputs[13]) if len(inputs) > 13 else False  # the op's last argument
+
+
+def _attention_varlen_backward(ns):
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse, cu_q, cu_k, sinks = ctx.saved_tensors
+        if dout is None and dlse is None:
+            return (None,) * 14
+        if dout is None:
+            dout = torch.zeros_like(out)
+        if dlse is not None and dlse.numel() == 0:
+            dlse = None  # the LSE of a call without return_lse: [0], nothing to differentiate
+        max_q, max_k, scale, is_causal, window, softcap = ctx.attrs
+        dq, dk, dv, dsinks = getattr(torch.ops, ns).attention_backward_varlen(
+            dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, dlse, scale, is_causal, window, softcap, sinks,
+            ctx.deterministic)
+        need = ctx.needs_input_grad
+        return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None) + (None,) * 9 + \
+            (dsinks if sinks is not None and need[12] else None, None)
     return backward
 
 
@@ -179,7 +219,7 @@ def _register_python_parts(ns):
 
     @torch.library.register_fake(lib + "attention_varlen")
     def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None, is_causal=False,
-          return_lse=False, window_size=(-1, -1), softcap=0.0, sinks=None):
+          return_lse=False, window_size=(-1, -1), softcap=0.0, sinks=None, deterministic=False):
         _check_variants("attention_varlen", q, q.shape[1], is_causal, window_size, softcap, sinks)
         lse = q.new_empty((q.shape[1], q.shape[0]) if return_lse else (0,), dtype=torch.float32)
         return _out_like(q, v), lse
@@ -200,13 +240,27 @@ def _register_python_parts(ns):
         dsinks = q.new_empty((sinks.shape[0] if sinks is not None else 0,), dtype=torch.float32)
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
 
-    # attention's backward: the op above (a tuned backward kernel, or the gradients by PyTorch).
+    @torch.library.register_fake(lib + "attention_backward_varlen")
+    def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dlse=None, scale=None,
+          is_causal=False, window_size=(-1, -1), softcap=0.0, sinks=None, deterministic=False):
+        _check_variants("attention_backward_varlen", q, q.shape[1], is_causal, window_size, softcap, sinks)
+        if k.dtype in _FLOAT8 or v.dtype in _FLOAT8:
+            raise ValueError("attntune.attention_backward_varlen: FP8 caches are read by attention and "
+                             "attention_kvcache only (no varlen problem has one): k and v must be q's dtype here")
+        dsinks = q.new_empty((sinks.shape[0] if sinks is not None else 0,), dtype=torch.float32)
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
+
+    # attention's and attention_varlen's backward: the ops above (a tuned backward kernel, or the
+    # gradients by PyTorch).
     torch.library.register_autograd(lib + "attention", _attention_backward(ns), setup_context=_attention_setup)
-    # The cache and packed-batch ops are forward-only (their problems have no backward pass).
-    for name in ("attention_kvcache", "attention_varlen"):
-        torch.library.register_autograd(lib + name, _no_backward(name), setup_context=lambda ctx, inputs, output: None)
-    torch.library.register_autograd(lib + "attention_backward", _no_double_backward,
+    torch.library.register_autograd(lib + "attention_varlen", _attention_varlen_backward(ns),
+                                    setup_context=_attention_varlen_setup)
+    # The cache op is forward-only (its problems have no backward pass).
+    torch.library.register_autograd(lib + "attention_kvcache", _no_backward("attention_kvcache"),
                                     setup_context=lambda ctx, inputs, output: None)
+    for name, fwd in (("attention_backward", "attention"), ("attention_backward_varlen", "attention_varlen")):
+        torch.library.register_autograd(lib + name, _no_double_backward(fwd),
+                                        setup_context=lambda ctx, inputs, output: None)
 
 
 def _window(name, window_size):
@@ -329,8 +383,8 @@ def _needs_grad(*tensors):
 def _check_grad(name, *tensors):
     if _needs_grad(*tensors):
         raise RuntimeError(f"attntune.{name} has no backward pass: it is forward-only (inference; attntune.attention "
-                           "has one). Call it under torch.no_grad() / inference_mode(), or use "
-                           "F.scaled_dot_product_attention where you need gradients.")
+                           "and attntune.attention_varlen have one). Call it under torch.no_grad() / "
+                           "inference_mode(), or use F.scaled_dot_product_attention where you need gradients.")
 
 
 class Library:
@@ -461,14 +515,24 @@ class Library:
                                       return_lse=return_lse, out=out, k_descale=descale, v_descale=descale)
 
     def attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None,
-                         is_causal=False, return_lse=False, out=None, window_size=(-1, -1), softcap=0.0, sinks=None):
+                         is_causal=False, return_lse=False, out=None, window_size=(-1, -1), softcap=0.0, sinks=None,
+                         deterministic=False):
         """flash_attn_varlen_func's call: q [total_q, H, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv]
-        (Dv may differ from D), cu_seqlens [B + 1] (int32, on the device), max lengths as ints.
-        Returns out [total_q, H, Dv], or (out, lse [H, total_q])."""
-        _check_grad("attention_varlen", q, k, v, sinks)
+        (Dv may differ from D), cu_seqlens [B + 1] (int32, on the device; total_q = cu_seqlens_q[B], as
+        flash_attn_varlen_func packs them), max lengths as ints. Returns out [total_q, H, Dv], or (out, lse
+        [H, total_q]). Differentiable (attention_backward_varlen); deterministic=True
+        (flash_attn_varlen_func's): the backward pass's gradients are bit-identical run to run."""
+        if deterministic not in (True, False):
+            raise ValueError(f"attntune.attention_varlen: deterministic must be True or False (got {deterministic!r})")
+        deterministic = bool(deterministic)
         if any(isinstance(t, torch.Tensor) and t.dtype in _FLOAT8 for t in (k, v)):
             raise ValueError("attntune.attention_varlen: FP8 caches are read by attention and attention_kvcache only "
                              "(no varlen problem has one): k and v must be q's dtype here")
+        # Under autograd the forward keeps its LSE for the backward (attention_backward_varlen).
+        grad = _needs_grad(q, k, v, sinks)
+        if grad and out is not None:
+            raise RuntimeError("attntune.attention_varlen: out= writes into a tensor and is not differentiable; drop "
+                               "out= (or call it under torch.no_grad())")
         window = _window("attention_varlen", window_size)
         _check_variants("attention_varlen", q, q.shape[1] if q.dim() == 3 else None, is_causal, window,
                         softcap, sinks)
@@ -479,7 +543,8 @@ class Library:
             o = out
         else:
             o, lse = self.ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                               scale, is_causal, return_lse, window, float(softcap), sinks)
+                                               scale, is_causal, return_lse or grad, window, float(softcap), sinks,
+                                               deterministic)
         return (o, lse) if return_lse else o
 
     # -- what ran where
@@ -509,16 +574,17 @@ class Library:
             return "attntune: no calls yet"
         specs = [problem_spec(r) for r in rows]
         width = max([44] + [len(s) for s in specs])
-        lines = [f"{'entry':<18} {'dtype':<5} {'problem':<{width}} {'calls':>7}  served by"]
+        ew = max([18] + [len(r["entry"]) for r in rows])  # "attention_backward_varlen" is longer
+        lines = [f"{'entry':<{ew}} {'dtype':<5} {'problem':<{width}} {'calls':>7}  served by"]
         todo = []
         for r, spec in zip(rows, specs):
             # Calls with variants or an FP8 cache fall back to the explicit fp32 path, plain ones to SDPA.
-            # attention's backward falls back to explicit fp32 gradients.
+            # attention's and attention_varlen's backward fall back to explicit fp32 gradients.
             fp32 = _variant_spec(r["problem"]) or r["problem"].get("kv_dtype") == "fp8" or \
-                r["entry"] == "attention_backward"
+                r["entry"] in BACKWARD_ENTRIES
             path = "fp32 fallback" if fp32 else "SDPA fallback"
             served = r["label"] if r["kernel"] is not None else f"{path}: {r['fallback']}"
-            lines.append(f"{r['entry']:<18} {r['dtype']:<5} {spec:<{width}} {r['calls']:>7}  {served}")
+            lines.append(f"{r['entry']:<{ew}} {r['dtype']:<5} {spec:<{width}} {r['calls']:>7}  {served}")
             if r["tunable"] and spec:
                 todo.append(spec)
         if todo:
@@ -549,12 +615,14 @@ class Library:
     def explain(self, entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, *, window_size=(-1, -1), softcap=0.0,
                 sinks=False, head_dim_v=None, latent=False, kv_dtype=None, deterministic=False):
         """(kernel index or -1, reason): what a call of `entry` ("attention", "attention_kvcache",
-        "attention_varlen", or "attention_backward": attention's backward pass) with this problem would
-        run, on a GPU, and why. The variants as the
+        "attention_varlen", "attention_backward": attention's backward pass, or "attention_backward_varlen":
+        attention_varlen's, b sequences of up to s rows) with this problem would run, on a GPU, and why.
+        The variants as the
         calls take them (sinks: whether the call passes any); head_dim_v: v's head dim (None:
         head_dim); latent: v is k's first head_dim_v columns (a view of one cache, mla_decode's);
         kv_dtype: "fp8" for an FP8 e4m3 cache (None: a cache of q's dtype); deterministic: a backward
-        call of attention(..., deterministic=True) (bit-identical gradients)."""
+        call of attention(..., deterministic=True) or attention_varlen(..., deterministic=True)
+        (bit-identical gradients)."""
         if entry not in ENTRY:
             raise ValueError(f"attntune.explain: entry must be one of {', '.join(ENTRY)} (got {entry!r})")
         if kv_dtype is not None and kv_dtype not in ("fp8", dtype):
@@ -584,9 +652,9 @@ def _variants_of(p):
 def _regime(row):
     """The regime a coverage() row's problem is tuned as (coverage_plan's, and tuner.json's
     "regimes"): decode for seqlen_q <= 16; chunk for the kvcache entry with more rows; varlen; prefill.
-    attention's backward (attention_backward) is a training step's: train (plan's regime word; a dense
-    problem of any length, pass=bwd)."""
-    if row["entry"] == "attention_backward":
+    attention's and attention_varlen's backward (attention_backward, attention_backward_varlen) are a
+    training step's: train (plan's regime word; a dense or packed problem of any length, pass=bwd)."""
+    if row["entry"] in BACKWARD_ENTRIES:
         return "train"
     if row["problem"]["s"] <= 16:
         return "decode"
@@ -594,9 +662,9 @@ def _regime(row):
 
 
 def _pass(row):
-    """The pass of a coverage() row's problem: "bwd" for attention's backward, else "fwd" (tuner.json's
-    "pass": the passes a family tunes; a family without it tunes the forward alone)."""
-    return "bwd" if row["entry"] == "attention_backward" else "fwd"
+    """The pass of a coverage() row's problem: "bwd" for attention's and attention_varlen's backward, else
+    "fwd" (tuner.json's "pass": the passes a family tunes; a family without it tunes the forward alone)."""
+    return "bwd" if row["entry"] in BACKWARD_ENTRIES else "fwd"
 
 
 def untunable(row, support):
@@ -662,8 +730,9 @@ def _variant_spec(p):
 
 def problem_spec(row):
     """attntune's problem spec of one coverage() row ("b=..,h=..,...,d=..[,dv=N],dtype=..,causal=..
-    [,page=N][,window=L[,R]][,softcap=C][,sinks=1][,latent=1][,kv_dtype=fp8][,pass=bwd]"); pass=bwd for
-    attention's backward (entry "attention_backward")."""
+    [,page=N|,varlen=1][,window=L[,R]][,softcap=C][,sinks=1][,latent=1][,kv_dtype=fp8][,pass=bwd]"); varlen=1
+    for a packed batch (entries "attention_varlen" and "attention_backward_varlen"), pass=bwd for the backward
+    pass (entries "attention_backward" and "attention_backward_varlen")."""
     p = row["problem"]
     dv = f",dv={p['dv']}" if p.get("dv") is not None and p["dv"] != p["d"] else ""
     spec = (f"b={p['b']},h={p['h']},hkv={p['hkv']},s={p['s']},sk={p['sk']},d={p['d']}{dv},dtype={row['dtype']},"
@@ -675,9 +744,10 @@ def problem_spec(row):
         # when tuned on a paged problem, and that build serves contiguous caches too (pages of 64
         # are what it is timed on).
         spec += ",page=64"
-    if row["entry"] == "attention_varlen":
+    if row["entry"] in ("attention_varlen", "attention_backward_varlen"):
         # A packed batch of b sequences up to max_seqlen_q (s) rows: tuned on lengths drawn from 1..s
-        # (`varlen=1`), keys sk - s more than queries. "" when that cannot be said (sk < s).
+        # (`varlen=1`), keys sk - s more than queries. "" when that cannot be said (sk < s). Its backward
+        # pass the same, with pass=bwd.
         if p["sk"] < p["s"] or p["s"] < 1:
             return ""
         spec += ",varlen=1"
@@ -688,20 +758,21 @@ def problem_spec(row):
     # The backward pass: `pass=bwd` at the very end, as attntune prints it.
     return spec + _variant_spec(p) + (",latent=1" if p.get("latent") else "") + \
         (",kv_dtype=fp8" if p.get("kv_dtype") == "fp8" else "") + \
-        (",pass=bwd" if row["entry"] == "attention_backward" else "")
+        (",pass=bwd" if row["entry"] in BACKWARD_ENTRIES else "")
 
 
 def plan_from_coverage(rows, model="attntune coverage"):
     """The plan (docs/design/plan.md: {model, source, problems: [{problem, regime}]}) of the rows of
     coverage() that fell back for want of a tuned kernel: regime decode for seqlen_q <= DECODE_MAX_SEQLEN_Q, chunk
     for the kvcache entry with more rows (chunked prefill, tuned paged), prefill for the dense and
-    varlen entries, train for attention's backward (its specs end in ,pass=bwd)."""
+    varlen entries, train for attention's and attention_varlen's backward (their specs end in ,pass=bwd;
+    attention_varlen's, ,varlen=1,pass=bwd)."""
     problems, seen = [], set()
     for r in rows:
         if not r.get("tunable"):
             continue
         decode = r["problem"]["s"] <= DECODE_MAX_SEQLEN_Q
-        regime = ("train" if r["entry"] == "attention_backward" else "decode" if decode else
+        regime = ("train" if r["entry"] in BACKWARD_ENTRIES else "decode" if decode else
                   "chunk" if r["entry"] == "attention_kvcache" else "prefill")
         spec = problem_spec(r)
         if spec and spec not in seen:
@@ -754,10 +825,11 @@ def attention_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_table=No
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None,
-                     is_causal=False, return_lse=False, out=None, window_size=(-1, -1), softcap=0.0, sinks=None):
+                     is_causal=False, return_lse=False, out=None, window_size=(-1, -1), softcap=0.0, sinks=None,
+                     deterministic=False):
     return default().attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=scale,
                                       is_causal=is_causal, return_lse=return_lse, out=out, window_size=window_size,
-                                      softcap=softcap, sinks=sinks)
+                                      softcap=softcap, sinks=sinks, deterministic=deterministic)
 
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, scale=None, is_causal=False,

@@ -17,9 +17,9 @@
 //       q [B, S, H, D]; caches [B, Sk, Hkv, D] or pages [num_blocks, page_size, Hkv, D], v_cache's
 //       last dim Dv (flash_attn_with_kvcache's layout); out [B, S, H, Dv]
 //   attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
-//       is_causal, return_lse, window_size, softcap, sinks)
+//       is_causal, return_lse, window_size, softcap, sinks, deterministic)
 //       q [total_q, H, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] (flash_attn_varlen_func's); out
-//       [total_q, H, Dv]
+//       [total_q, H, Dv], lse [H, total_q] (deterministic: as attention's, for attention_backward_varlen)
 //   ..._into(..., out, lse, scale, is_causal, window_size, softcap, sinks[, k_descale, v_descale])   the
 //       same, writing into the caller's tensors
 //   attention_backward(dout, q, k, v, out, lse, dlse, scale, is_causal, window_size, softcap, sinks,
@@ -28,6 +28,11 @@
 //       the call and the forward's LSE was saved, else the gradients by explicit math (backward_into).
 //       deterministic: bit-identical gradients run to run (attntune_options.deterministic; the
 //       explicit math is deterministic already)
+//   attention_backward_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+//       max_seqlen_k, dlse, scale, is_causal, window_size, softcap, sinks, deterministic)
+//       -> (dq, dk, dv, dsinks)   attention_varlen's backward pass, the same over a packed batch: a kernel
+//       tuned for it (attntune_attention_backward_varlen; a problem's varlen=N,pass=bwd), else the
+//       explicit math per sequence (backward_varlen_into)
 //   explain(entry, dtype, head_dim, is_causal, b, h, hkv, s, sk, window_size, softcap, sinks,
 //       head_dim_v, latent, kv_dtype, deterministic) -> (kernel, reason)
 //   coverage() -> str (JSON), reset_coverage(), set_policy(fallback, max_length_ratio), kernel_info()
@@ -188,6 +193,17 @@ __attribute__((weak)) int attntune_attention_backward_ex(
     const long long* do_strides, const long long* dq_strides, const long long* dk_strides,
     const long long* dv_strides, float softmax_scale, int is_causal, const attntune_options* opts,
     cudaStream_t stream);
+// The backward pass of a packed batch (attntune_attention_forward_varlen's), weak likewise: an export
+// before it lacks it (and its dispatcher names no kernel for entry 16). Strides {row, head}, two each;
+// softmax_lse [heads_q, total_q] as the varlen forward writes it.
+__attribute__((weak)) int attntune_attention_backward_varlen_ex(
+    const void* q, const void* k, const void* v, const void* out, const float* softmax_lse, const void* dout,
+    void* dq, void* dk, void* dv, const int* cu_seqlens_q, const int* cu_seqlens_k, int batch, long long total_q,
+    long long total_k, int max_seqlen_q, int max_seqlen_k, int heads_q, int heads_kv, int head_dim,
+    const long long* q_strides, const long long* k_strides, const long long* v_strides, const long long* o_strides,
+    const long long* do_strides, const long long* dq_strides, const long long* dk_strides,
+    const long long* dv_strides, float softmax_scale, int is_causal, const attntune_options* opts,
+    cudaStream_t stream);
 }
 
 namespace {
@@ -195,14 +211,20 @@ namespace {
 constexpr int kUnsupported = 1000;
 constexpr int kEntryDense = 1, kEntryKvcache = 2, kEntryVarlen = 4;
 constexpr int kEntryBackward = 8;  // attention's backward pass (attention_backward; attntune_attention_backward)
+// attention_varlen's backward pass (attention_backward_varlen; attntune_attention_backward_varlen)
+constexpr int kEntryBackwardVarlen = 16;
 constexpr int kDecodeMaxQ = 16;  // seqlen_q up to this is the decode regime (flash_decode's kDecodeMaxSeqlenQ)
 
 const char* entry_name(int entry) {
-  return entry == kEntryKvcache    ? "attention_kvcache"
-         : entry == kEntryVarlen   ? "attention_varlen"
-         : entry == kEntryBackward ? "attention_backward"
-                                   : "attention";
+  return entry == kEntryKvcache          ? "attention_kvcache"
+         : entry == kEntryVarlen         ? "attention_varlen"
+         : entry == kEntryBackward       ? "attention_backward"
+         : entry == kEntryBackwardVarlen ? "attention_backward_varlen"
+                                         : "attention";
 }
+
+// The backward pass's entries (attention_backward, attention_backward_varlen): problems with pass=bwd.
+bool is_backward(int entry) { return entry == kEntryBackward || entry == kEntryBackwardVarlen; }
 
 std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
 std::string fmt(const char* format, ...) {
@@ -365,6 +387,11 @@ int select_kernel(const Shape& c, std::string* why) {
            "export it again";
     return -1;
   }
+  if (c.entry == kEntryBackwardVarlen && (!attntune_attention_backward_varlen_ex || !attntune_select_kernel_ex)) {
+    *why = "the library was exported before attntune served the backward pass of packed batches "
+           "(attntune_attention_backward_varlen): export it again";
+    return -1;
+  }
   if (!attntune_select_kernel_ex) {
     if (c.split_dv()) {
       *why = "the library was exported before attntune served a value head dim other than head_dim: export it "
@@ -442,9 +469,9 @@ Decision decide(const Shape& c, const std::string& dtype_name, double max_ratio)
   const char* label = "";
   attntune_kernel_problem(k, p, &label);
   // The regimes are the forward's (flash_decode's few query rows against prefill); the backward's
-  // kernels serve dense calls of any length, judged by the ratio below alone.
+  // kernels serve calls of any length (dense or packed), judged by the ratio below alone.
   const bool decode = c.s <= kDecodeMaxQ, tuned_decode = p[3] <= kDecodeMaxQ;
-  if (c.entry != kEntryBackward && decode != tuned_decode) {
+  if (!is_backward(c.entry) && decode != tuned_decode) {
     d.reason = fmt("the nearest kernel (%s) was tuned for %s (seqlen_q=%d); this call is %s (seqlen_q=%d)", label,
                    tuned_decode ? "decode" : "prefill", p[3], decode ? "decode" : "prefill", c.s);
     return d;
@@ -490,9 +517,9 @@ void fall_back(const Shape& c, const at::Tensor& q, const std::string& reason, b
     TORCH_CHECK(false, fmt("attntune.%s: no tuned kernel for b=%d,h=%d,hkv=%d,s=%d,sk=%d,d=%d%s,causal=%d",
                            entry_name(c.entry), c.b, c.h, c.hkv, c.s, c.sk, c.d,
                            c.split_dv() ? fmt(",dv=%d", c.dv).c_str() : "", c.causal) +
-                           c.v.spec() + c.latent_spec() + (c.entry == kEntryBackward ? ",pass=bwd" : "") + ": " +
+                           c.v.spec() + c.latent_spec() + (is_backward(c.entry) ? ",pass=bwd" : "") + ": " +
                            reason + " (fallback policy 'raise'; attntune.set_policy(fallback='sdpa') falls back to " +
-                           (c.entry == kEntryBackward
+                           (is_backward(c.entry)
                                 ? "PyTorch: the gradients by explicit math in fp32)"
                                 : "PyTorch: scaled_dot_product_attention, or the explicit path for variants)"));
 }
@@ -707,13 +734,15 @@ at::Tensor gather_pages(const at::Tensor& t, const at::Tensor& idx) {
 // head_dim_v: V's head dim, 0 (or head_dim) for one head dim. latent: V is K's first head_dim_v
 // columns (a call whose v is a view k[..., :head_dim_v]; head_dim_v below head_dim). kv_dtype: "fp8"
 // for an FP8 e4m3 cache; None, "" or q's dtype for a cache of q's dtype. deterministic: a backward
-// call that asks for bit-identical gradients (entry 8 only).
+// call that asks for bit-identical gradients (entries 8 and 16 only).
 std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64_t d, bool causal, int64_t b,
                                          int64_t h, int64_t hkv, int64_t s, int64_t sk, at::IntArrayRef window_size,
                                          double softcap, bool sinks, int64_t head_dim_v, bool latent,
                                          std::optional<std::string> kv_dtype, bool deterministic) {
-  TORCH_CHECK(entry == kEntryDense || entry == kEntryKvcache || entry == kEntryVarlen || entry == kEntryBackward,
-              "attntune.explain: entry must be 1 (attention), 2 (kvcache), 4 (varlen) or 8 (attention's backward)");
+  TORCH_CHECK(entry == kEntryDense || entry == kEntryKvcache || entry == kEntryVarlen || entry == kEntryBackward ||
+                  entry == kEntryBackwardVarlen,
+              "attntune.explain: entry must be 1 (attention), 2 (kvcache), 4 (varlen), 8 (attention's backward) or 16 "
+              "(attention_varlen's backward)");
   TORCH_CHECK(dtype == "fp16" || dtype == "bf16", "attntune.explain: dtype must be fp16 or bf16");
   TORCH_CHECK(head_dim_v >= 0 && head_dim_v <= std::numeric_limits<int>::max(),
               fmt("attntune.explain: head_dim_v must be 0 (head_dim) or V's head dim (got %lld)",
@@ -721,20 +750,20 @@ std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64
   TORCH_CHECK(!latent || (head_dim_v > 0 && head_dim_v < d),
               fmt("attntune.explain: latent (V is K's first head_dim_v columns) needs head_dim_v below head_dim (got "
                   "head_dim %lld, head_dim_v %lld)", static_cast<long long>(d), static_cast<long long>(head_dim_v)));
-  TORCH_CHECK(!latent || entry != kEntryVarlen,
+  TORCH_CHECK(!latent || (entry != kEntryVarlen && entry != kEntryBackwardVarlen),
               "attntune.explain: latent is for attention and attention_kvcache (attntune tunes no varlen latent "
               "problem; varlen calls whose v is k's view run as calls over separate K and V)");
   const std::string kv = kv_dtype ? *kv_dtype : "";
   TORCH_CHECK(kv.empty() || kv == "fp8" || kv == dtype,
               "attntune.explain: kv_dtype must be None (a cache of q's dtype), 'fp8' (an FP8 e4m3 cache) or the "
               "dtype, " + dtype + " (got '" + kv + "')");
-  TORCH_CHECK(entry != kEntryBackward || (!latent && kv != "fp8"),
-              "attntune.explain: the backward pass (entry 8) is attention's over separate K and V of q's dtype (no "
-              "latent or FP8 cache: those calls are forward-only)");
-  TORCH_CHECK(!deterministic || entry == kEntryBackward,
-              "attntune.explain: deterministic is the backward pass's (entry 8): the forward kernels are deterministic "
-              "already");
-  TORCH_CHECK(kv != "fp8" || entry != kEntryVarlen,
+  TORCH_CHECK(!is_backward(static_cast<int>(entry)) || (!latent && kv != "fp8"),
+              "attntune.explain: the backward pass (entries 8 and 16) is attention's and attention_varlen's over "
+              "separate K and V of q's dtype (no latent or FP8 cache: those calls are forward-only)");
+  TORCH_CHECK(!deterministic || is_backward(static_cast<int>(entry)),
+              "attntune.explain: deterministic is the backward pass's (entries 8 and 16): the forward kernels are "
+              "deterministic already");
+  TORCH_CHECK(kv != "fp8" || (entry != kEntryVarlen && entry != kEntryBackwardVarlen),
               "attntune.explain: kv_dtype 'fp8' is for attention and attention_kvcache (an FP8 cache is read by the "
               "dense and kvcache entry points only)");
   const Variants v = variants_of("explain", window_size, softcap, sinks, causal);
@@ -1092,11 +1121,15 @@ std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tens
 //   denominator; dP = dO V^T; D_i = sum_j P_ij dP_ij - dlse_i; dS = P (dP - D), times 1 - tanh^2
 //   under a soft-cap; dQ = scale dS K, dK = scale dS^T Q and dV = P^T dO, each K/V head summed over its
 //   query heads; dsink_h = -sum_i P_sink_i D_i.
-// A row that sees no key (and has no sink) has P = 0 and contributes nothing. No device sync: shapes
-// come from the host, so it can be captured in a CUDA graph.
+// A row that sees no key (and has no sink) has P = 0 and contributes nothing. len_q / len_k: [B] int64,
+// each sequence's query rows and keys (a packed batch padded to its longest, backward_varlen_into: rows
+// bottom-right aligned per sequence, keys past len_k masked and zeroed), or undefined (S and Sk); the
+// rows past len_q must come with zero dout and dlse (they then contribute nothing). No device sync:
+// shapes come from the host, so it can be captured in a CUDA graph.
 void backward_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
                    const at::Tensor& dlse, bool causal, const Variants& var, const at::Tensor& sinks, double scale,
-                   at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, at::Tensor& dsinks) {
+                   at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, at::Tensor& dsinks,
+                   const at::Tensor& len_q = at::Tensor(), const at::Tensor& len_k = at::Tensor()) {
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
   const int64_t Dv = v.size(3);
   const at::ScalarType ct = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -1115,7 +1148,17 @@ void backward_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     }
     return;
   }
-  const at::Tensor kf = k.to(ct), vf = v.to(ct);
+  at::Tensor kf = k.to(ct), vf = v.to(ct);
+  at::Tensor lk5, diag5;  // [B, 1, 1, 1, 1]: each sequence's keys, and its diagonal len_k - len_q
+  if (len_k.defined()) {
+    // Keys past a sequence's length (another sequence's, or anything): masked, and zeroed, so that no
+    // NaN there reaches dP (0 * NaN is NaN).
+    lk5 = len_k.view({B, 1, 1, 1, 1});
+    const at::Tensor stale = at::arange(Sk, i64).view({1, 1, Sk, 1}) >= len_k.view({B, 1, 1, 1});
+    kf = kf.masked_fill(stale, 0.0);
+    vf = vf.masked_fill(stale, 0.0);
+    diag5 = (len_k - (len_q.defined() ? len_q : at::full({B}, S, i64))).view({B, 1, 1, 1, 1});
+  }
   const float inf = std::numeric_limits<float>::infinity();
   const int64_t right = causal ? 0 : var.right;
   const at::Tensor sink5 = sinks.defined() ? sinks.to(ct).view({1, Hkv, G, 1, 1}) : at::Tensor();
@@ -1125,9 +1168,11 @@ void backward_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   const int64_t diag = Sk - S;
   for (int64_t r0 = 0; r0 < S; r0 += rows) {
     const int64_t n = std::min(rows, S - r0);
-    int64_t j0 = 0, j1 = Sk;  // the keys the chunk's rows can see
-    if (var.left >= 0) j0 = std::max<int64_t>(0, r0 + diag - var.left);
-    if (right >= 0) j1 = std::min<int64_t>(Sk, r0 + n - 1 + diag + right + 1);
+    int64_t j0 = 0, j1 = Sk;  // the keys the chunk's rows can see (per-sequence lengths: all, masked)
+    if (!diag5.defined()) {
+      if (var.left >= 0) j0 = std::max<int64_t>(0, r0 + diag - var.left);
+      if (right >= 0) j1 = std::min<int64_t>(Sk, r0 + n - 1 + diag + right + 1);
+    }
     at::Tensor go = dout.narrow(2, r0, n).to(ct).reshape({B, Hkv, G * n, Dv});
     at::Tensor dl = dlse.defined() ? dlse.narrow(2, r0, n).to(ct).reshape({B, Hkv, G, n, 1}) : at::Tensor();
     if (j1 <= j0) {  // no row of the chunk sees a key
@@ -1145,9 +1190,10 @@ void backward_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
       s = t * var.softcap;
     }
     const at::Tensor i = at::arange(r0, r0 + n, i64).view({n, 1}), j = at::arange(j0, j1, i64).view({1, m});
-    const at::Tensor row = i + diag;
+    const at::Tensor row = diag5.defined() ? i + diag5 : i + diag;  // the row's diagonal key
     at::Tensor visible;
     auto also = [&](const at::Tensor& x) { visible = visible.defined() ? visible.logical_and(x) : x; };
+    if (lk5.defined()) also(j < lk5);
     if (var.left >= 0) also(j >= row - var.left);
     if (right >= 0) also(j <= row + right);
     if (visible.defined()) s.masked_fill_(visible.logical_not(), -inf);
@@ -1502,12 +1548,14 @@ void attention_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::T
   if (lse) lse->copy_(lp->permute({0, 2, 1}).index({seqc, rowc}).t());
 }
 
+// `deterministic`, as attention's: not the forward's; its autograd formula (__init__.py) hands it to
+// attention_backward_varlen.
 std::tuple<at::Tensor, at::Tensor> attention_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                     const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
                                                     int64_t max_seqlen_q, int64_t max_seqlen_k,
                                                     std::optional<double> scale, bool is_causal, bool return_lse,
                                                     at::IntArrayRef window_size, double softcap,
-                                                    const std::optional<at::Tensor>& sinks) {
+                                                    const std::optional<at::Tensor>& sinks, bool /*deterministic*/) {
   at::Tensor out = out_like(q, v);
   at::Tensor lse = return_lse && q.dim() == 3 ? at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat))
                                               : at::empty({0}, q.options().dtype(at::kFloat));
@@ -1515,6 +1563,168 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen(const at::Tensor& q, const a
                         return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal, window_size,
                         softcap, sinks);
   return {out, lse};
+}
+
+// ------------------------------------------------------------------ the backward pass (packed batches)
+
+// The gradients by PyTorch of a packed batch (attention_backward_varlen's fallback): each sequence padded
+// to the longest (gathers, as attention_varlen_into's fallback), the padded rows' dout and dlse zero and
+// their q zeroed (whatever the packing holds there), backward_into over the padded batch with each
+// sequence's lengths (rows bottom-right aligned per sequence, keys past its length masked), then the
+// gradients gathered back to the packed rows; rows of no sequence (before cu_seqlens[0] or past
+// cu_seqlens[batch]) get zeros. g: dout [Tq, H, Dv]; dl: dlse [H, Tq] or undefined. No device sync.
+void backward_varlen_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
+                          const at::Tensor& dl, const at::Tensor& cq, const at::Tensor& ck, int64_t max_seqlen_q,
+                          int64_t max_seqlen_k, bool causal, const Variants& var, const at::Tensor& sinks,
+                          double scale, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, at::Tensor& dsinks) {
+  const int64_t Tq = q.size(0), H = q.size(1), D = q.size(2), Tk = k.size(0), Hkv = k.size(1), Dv = v.size(2);
+  const int64_t B = cq.size(0) - 1;
+  if (B == 0 || Tq == 0 || H == 0) {  // no query row of any sequence: no gradient
+    dq.zero_();
+    dk.zero_();
+    dv.zero_();
+    if (dsinks.numel()) dsinks.zero_();
+    return;
+  }
+  auto lopts = q.options().dtype(at::kLong);
+  const at::Tensor cq64 = cq.to(at::kLong), ck64 = ck.to(at::kLong);
+  const at::Tensor start_q = cq64.narrow(0, 0, B), start_k = ck64.narrow(0, 0, B);
+  const at::Tensor len_q = cq64.narrow(0, 1, B) - start_q, len_k = ck64.narrow(0, 1, B) - start_k;
+  const int64_t Sq = std::max<int64_t>(max_seqlen_q, 1), Sk = std::max<int64_t>(max_seqlen_k, 1);
+  const at::Tensor iq = (start_q.view({B, 1}) + at::arange(Sq, lopts).view({1, Sq})).clamp(0, Tq - 1).flatten();
+  const at::Tensor pad_q = (at::arange(Sq, lopts).view({1, Sq}) >= len_q.view({B, 1})).view({B, 1, Sq, 1});
+  const at::Tensor qp = q.index_select(0, iq).view({B, Sq, H, D}).transpose(1, 2).masked_fill(pad_q, 0.0);
+  const at::Tensor gp = g.index_select(0, iq).view({B, Sq, H, Dv}).transpose(1, 2).masked_fill(pad_q, 0.0);
+  at::Tensor dlp;  // [B, H, Sq]
+  if (dl.defined())
+    dlp = dl.index_select(1, iq).view({H, B, Sq}).permute({1, 0, 2}).masked_fill(pad_q.view({B, 1, Sq}), 0.0);
+  at::Tensor kp, vp;
+  if (Tk > 0) {
+    const at::Tensor ik = (start_k.view({B, 1}) + at::arange(Sk, lopts).view({1, Sk})).clamp(0, Tk - 1).flatten();
+    kp = k.index_select(0, ik).view({B, Sk, Hkv, D}).transpose(1, 2);
+    vp = v.index_select(0, ik).view({B, Sk, Hkv, Dv}).transpose(1, 2);
+  } else {
+    kp = at::zeros({B, Hkv, Sk, D}, q.options());
+    vp = at::zeros({B, Hkv, Sk, Dv}, q.options());
+  }
+  at::Tensor dqp = at::empty({B, H, Sq, D}, q.options()), dkp = at::empty({B, Hkv, Sk, D}, q.options()),
+             dvp = at::empty({B, Hkv, Sk, Dv}, q.options());
+  backward_into(qp, kp, vp, gp, dlp, causal, var, sinks, scale, dqp, dkp, dvp, dsinks, len_q, len_k);
+  // Packed row t is row t - cu_seqlens[seq] of sequence seq (searchsorted), or of none.
+  auto back = [&](const at::Tensor& padded, at::Tensor& packed, const at::Tensor& cu, const at::Tensor& start,
+                  int64_t rows_padded) {
+    const int64_t T = packed.size(0);
+    if (T == 0) return;
+    const at::Tensor t = at::arange(T, lopts);
+    const at::Tensor seq = at::searchsorted(cu.narrow(0, 1, B), t, /*out_int32=*/false, /*right=*/true);
+    const at::Tensor seqc = seq.clamp_max(B - 1);
+    const at::Tensor row = t - start.index_select(0, seqc);
+    const at::Tensor valid = (seq < B).logical_and(row >= 0).logical_and(row < rows_padded);
+    const at::Tensor got = padded.permute({0, 2, 1, 3}).index({seqc, row.clamp(0, rows_padded - 1)});
+    packed.copy_(at::where(valid.view({T, 1, 1}), got, at::zeros({}, got.options())));
+  };
+  back(dqp, dq, cq64, start_q, Sq);
+  back(dkp, dk, ck64, start_k, Sk);
+  back(dvp, dv, ck64, start_k, Sk);
+}
+
+// The backward of `attention_varlen` (its autograd formula, __init__.py), as attention_backward's over a
+// packed batch: dq [total_q, H, D], dk, dv [total_k, Hkv, D / Dv] and dsinks ([H] float32, [0] without
+// sinks) from the forward's inputs, its out and lse ([H, total_q] float32, the varlen forward's; [0]:
+// not saved), dout (out's shape) and dlse (None: the LSE was not used). A kernel of the library serves
+// it (attntune_attention_backward_varlen; total_q = q.size(0), total_k = k.size(0): the packing's rows,
+// cu_seqlens[batch] in flash_attn_varlen_func's packing) when one was tuned for its problem
+// (varlen=N,pass=bwd) and the LSE was saved and not used; else the fallback (backward_varlen_into),
+// counted in coverage under attention_backward_varlen. deterministic: as attention_backward's.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward_varlen(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& lse, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+    int64_t max_seqlen_k, const std::optional<at::Tensor>& dlse, std::optional<double> scale, bool is_causal,
+    at::IntArrayRef window_size, double softcap, const std::optional<at::Tensor>& sinks, bool deterministic) {
+  const char* e = "attention_backward_varlen";
+  ATTNTUNE_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, e,
+                 "q, k and v must be 3-d: [total, heads, head_dim] (v's last dim: the value head dim)");
+  const int64_t Dv = value_dim(k, v, e, "k", "v");
+  ATTNTUNE_CHECK(!is_float8(k.scalar_type()) && !is_float8(v.scalar_type()), e,
+                 "FP8 caches are read by attention and attention_kvcache only (no varlen problem has one): k and v "
+                 "must be q's dtype here");
+  ATTNTUNE_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e,
+                 "q, k and v must share a dtype");
+  ATTNTUNE_CHECK(cu_seqlens_q.dim() == 1 && cu_seqlens_k.dim() == 1 && cu_seqlens_q.size(0) == cu_seqlens_k.size(0) &&
+                     cu_seqlens_q.size(0) >= 1,
+                 e, "cu_seqlens_q and cu_seqlens_k must be [batch + 1]");
+  for (const at::Tensor* t : {&cu_seqlens_q, &cu_seqlens_k}) {
+    ATTNTUNE_CHECK(t->scalar_type() == at::kInt || t->scalar_type() == at::kLong, e,
+                   "cu_seqlens must be int32 (or int64)");
+    ATTNTUNE_CHECK(t->device() == q.device(), e, "cu_seqlens must be on q's device");
+  }
+  const int64_t Tq = q.size(0), H = q.size(1), D = q.size(2), Tk = k.size(0), Hkv = k.size(1);
+  const int64_t B = cu_seqlens_q.size(0) - 1;
+  check_qk_dim(q, k, e, "k");
+  ATTNTUNE_CHECK(Hkv > 0 ? H % Hkv == 0 : H == 0, e, fmt("heads of q (%lld) must be a multiple of k's (%lld)",
+                                                         static_cast<long long>(H), static_cast<long long>(Hkv)));
+  ATTNTUNE_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0, e, "max_seqlen_q and max_seqlen_k must be >= 0");
+  check_out(out, q, Dv, e);
+  ATTNTUNE_CHECK(dout.sizes() == out.sizes(), e,
+                 "dout must have out's shape (" + dims(out.sizes()) + "; got " + dims(dout.sizes()) + ")");
+  ATTNTUNE_CHECK(dout.scalar_type() == q.scalar_type() && dout.device() == q.device(), e,
+                 "dout must have q's dtype and device");
+  const bool have_lse = lse.numel() > 0;
+  if (have_lse) check_lse(lse, {H, Tq}, q, e);
+  at::Tensor dl;
+  if (dlse && dlse->defined() && dlse->numel() > 0) {
+    ATTNTUNE_CHECK(dlse->sizes() == at::IntArrayRef({H, Tq}) && dlse->device() == q.device(), e,
+                   "dlse must be [heads, total_q] (" + dims({H, Tq}) + "; got " + dims(dlse->sizes()) +
+                       ") on q's device");
+    dl = *dlse;
+  }
+  const Variants var = variants_of(e, window_size, softcap, sinks.has_value() && sinks->defined(), is_causal);
+  const at::Tensor sk_logits = sinks_of(e, sinks, H, q);
+  const double sc = scale_of(scale, D);
+  at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+  at::Tensor dsinks = at::empty({sk_logits.defined() ? H : 0}, q.options().dtype(at::kFloat));
+  Shape c{kEntryBackwardVarlen, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"),
+          as_int(Dv, e, "head_dim_v"), is_causal ? 1 : 0, as_int(B, e, "batch"), as_int(H, e, "heads"),
+          as_int(Hkv, e, "heads_kv"), as_int(max_seqlen_q, e, "max_seqlen_q"),
+          as_int(max_seqlen_k, e, "max_seqlen_k"), 0, var};
+  c.deterministic = deterministic ? 1 : 0;
+  const at::Tensor cq = cu_seqlens_q.to(at::kInt).contiguous(), ck = cu_seqlens_k.to(at::kInt).contiguous();
+  const at::Tensor g = dout.numel() ? kernel_layout(dout) : dout;
+  bool ran = false;
+  if (!have_lse && q.numel() > 0) {
+    fall_back(c, q, "the forward's LSE was not saved (torch.ops." ATTNTUNE_STR(ATTNTUNE_TORCH_NAMESPACE)
+                    ".attention_varlen called with return_lse=False under autograd; attntune.attention_varlen asks "
+                    "for it)",
+              false);
+  } else if (dl.defined()) {
+    fall_back(c, q, "the forward's LSE has a gradient (return_lse=True and the LSE used): the kernels take dout "
+                    "alone", false);
+  } else {
+    ran = ran_kernel(e, c, q, {&q, &k, &v, &out, &g, &lse, &sk_logits, &cq, &ck}, [&](cudaStream_t stream) {
+      auto st = [](const at::Tensor& t, long long* x) {  // {row, head}
+        for (int i = 0; i < 2; ++i) x[i] = t.stride(i);
+      };
+      long long qs[2], ks[2], vs[2], os[2], gs[2], dqs[2], dks[2], dvs[2];
+      st(q, qs), st(k, ks), st(v, vs), st(out, os), st(g, gs), st(dq, dqs), st(dk, dks), st(dv, dvs);
+      // The sinks' logits as the forward's call passed them (attention_backward's note).
+      const attntune_options o = options_of(c, sk_logits.defined() ? sk_logits.data_ptr<float>() : nullptr);
+      return attntune_attention_backward_varlen_ex(
+          q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr<float>(), g.data_ptr(),
+          dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), cq.data_ptr<int>(), ck.data_ptr<int>(), c.b, Tq, Tk, c.s,
+          c.sk, c.h, c.hkv, c.d, qs, ks, vs, os, gs, dqs, dks, dvs, static_cast<float>(sc), c.causal, &o, stream);
+    });
+  }
+  if (!ran) {
+    backward_varlen_into(q, k, v, g, dl, cq, ck, max_seqlen_q, max_seqlen_k, is_causal, var, sk_logits, sc, dq, dk,
+                         dv, dsinks);
+  } else if (dsinks.numel() > 0) {
+    // The sinks' own gradient, as attention_backward's: dsink_h = -sum_i exp(sink_h - lse_{h,i}) D_{h,i},
+    // D = dO . O in float32, over the packed rows (lse [H, total_q]).
+    const at::Tensor d = (dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1);  // [total_q, H]
+    const at::Tensor psink = (sk_logits.to(at::kFloat).view({H, 1}) - lse).exp();  // [H, total_q]
+    dsinks.copy_((psink * d.t()).sum(1).neg());
+  }
+  return {dq, dk, dv, dsinks};
 }
 
 }  // namespace
@@ -1528,7 +1738,8 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen(const at::Tensor& q, const a
 #define ATTNTUNE_DESCALE_ARGS ", Tensor? k_descale=None, Tensor? v_descale=None"
 
 TORCH_LIBRARY(ATTNTUNE_TORCH_NAMESPACE, m) {
-  // deterministic (last, defaulted: earlier calls mean what they did): for attention's backward.
+  // deterministic (last, defaulted: earlier calls mean what they did): for attention's backward (and
+  // attention_varlen's).
   m.def("attention(Tensor q, Tensor k, Tensor v, float? scale=None, bool is_causal=False, bool return_lse=False, "
         ATTNTUNE_VARIANT_ARGS ATTNTUNE_DESCALE_ARGS ", bool deterministic=False) -> (Tensor, Tensor)");
   m.def("attention_into(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, float? scale=None, "
@@ -1541,7 +1752,7 @@ TORCH_LIBRARY(ATTNTUNE_TORCH_NAMESPACE, m) {
         ATTNTUNE_DESCALE_ARGS ") -> ()");
   m.def("attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
         "int max_seqlen_k, float? scale=None, bool is_causal=False, bool return_lse=False, " ATTNTUNE_VARIANT_ARGS
-        ") -> (Tensor, Tensor)");
+        ", bool deterministic=False) -> (Tensor, Tensor)");
   m.def("attention_varlen_into(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
         "int max_seqlen_q, int max_seqlen_k, Tensor(a!) out, Tensor(b!)? lse, float? scale=None, "
         "bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ") -> ()");
@@ -1549,6 +1760,12 @@ TORCH_LIBRARY(ATTNTUNE_TORCH_NAMESPACE, m) {
   // dsinks ([heads] float32; [0] without sinks) from the forward's inputs, out and lse ([0]: not saved),
   // dout and dlse (None: the LSE's gradient is not wanted); deterministic: bit-identical gradients.
   m.def("attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse=None, "
+        "float? scale=None, bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ", bool deterministic=False) -> "
+        "(Tensor, Tensor, Tensor, Tensor)");
+  // attention_varlen's backward pass, the same over a packed batch: the forward's cu_seqlens and maximum
+  // lengths after its lse ([heads, total_q] float32; [0]: not saved), then attention_backward's arguments.
+  m.def("attention_backward_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+        "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, Tensor? dlse=None, "
         "float? scale=None, bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ", bool deterministic=False) -> "
         "(Tensor, Tensor, Tensor, Tensor)");
   m.def("explain(int entry, str dtype, int head_dim, bool is_causal, int b, int h, int hkv, int s, int sk, "
@@ -1571,6 +1788,7 @@ void impl_tensor_ops(torch::Library& m) {
   m.impl("attention_varlen", &attention_varlen);
   m.impl("attention_varlen_into", &attention_varlen_into);
   m.impl("attention_backward", &attention_backward);
+  m.impl("attention_backward_varlen", &attention_backward_varlen);
 }
 }  // namespace
 TORCH_LIBRARY_IMPL(ATTNTUNE_TORCH_NAMESPACE, CUDA, m) { impl_tensor_ops(m); }
