@@ -125,6 +125,66 @@ int print_rows(const std::vector<BestRow>& rows, Format fmt_kind, bool shipped) 
   return 0;
 }
 
+// The rows of query (its problem set) from the user's database, else the shipped one's (said on
+// stderr); empty when neither has any. `shipped_answer`: whether the shipped database answered.
+std::vector<BestRow> answer(const std::string& db_path, const BestQuery& query, ShippedDb& shipped,
+                            bool* shipped_answer) {
+  *shipped_answer = false;
+  const bool may_ship = query.problem && !query.campaign;
+  std::error_code ec;
+  std::vector<BestRow> rows;
+  if (std::filesystem::exists(db_path, ec)) {
+    Store store = Store::open(db_path, Store::Mode::kReadOnly);
+    rows = ranked_rows(store, query);
+  }
+  if (rows.empty() && may_ship)
+    if (std::optional<std::vector<BestRow>> s = shipped_rows(shipped, query, db_path)) {
+      *shipped_answer = true;
+      return *s;
+    }
+  return rows;
+}
+
+// `--problem P,pass=fwdbwd`: a training step's two problems, each answered as `best --problem`
+// answers one (the user's database, else the shipped one's), the forward's rows first (JSON and
+// CSV: one list of both, each row naming its problem); a table ends with the step: the best
+// forward's time plus the best backward's. A pass without any result fails the command, naming it.
+int best_of_step(const std::string& db_path, BestQuery query, const std::vector<Problem>& passes, Format fmt_kind,
+                 bool no_shipped) {
+  ShippedDb shipped(!no_shipped);
+  std::vector<BestRow> all;
+  std::vector<std::string> missing;
+  double step_us = 0;
+  bool any_shipped = false;
+  for (const Problem& p : passes) {
+    query.problem = p;
+    bool from_shipped = false;
+    const std::vector<BestRow> rows = answer(db_path, query, shipped, &from_shipped);
+    any_shipped = any_shipped || from_shipped;
+    if (rows.empty()) missing.push_back(p.str());
+    else step_us += rows.front().median_us;
+    all.insert(all.end(), rows.begin(), rows.end());
+  }
+  if (fmt_kind == Format::kTable) {
+    for (const Problem& p : passes) {  // one table a pass
+      std::vector<BestRow> mine;
+      for (const BestRow& r : all)
+        if (r.problem == p) mine.push_back(r);
+      if (!mine.empty()) print_table(std::cout, mine);
+    }
+    if (missing.empty())
+      std::cout << fmt::format("training step (forward + backward): {} µs\n", format_us(step_us));
+    std::cout.flush();
+  } else {
+    print_rows(all, fmt_kind, any_shipped);
+  }
+  if (!missing.empty())
+    throw WorkError(fmt::format("no valid results for {} in database '{}' (pass=fwdbwd is two problems: tune them "
+                                "with attntune tune --problem ...,pass=fwdbwd)",
+                                fmt::join(missing, " nor "), db_path));
+  return 0;
+}
+
 int run_best(const std::vector<std::string>& args) {
   std::string db_path, problem_spec, campaign, format, gpu;
   int top = 1;
@@ -149,9 +209,13 @@ int run_best(const std::vector<std::string>& args) {
 
   BestQuery query;
   query.top = top;
-  if (vm.count("problem")) query.problem = Problem::parse(problem_spec);
   if (vm.count("campaign")) query.campaign = campaign;
   if (vm.count("gpu")) query.gpu = gpu;
+  if (vm.count("problem")) {
+    const std::vector<Problem> passes = Problem::parse_passes(problem_spec);
+    if (passes.size() > 1) return best_of_step(db_path, query, passes, fmt_kind, no_shipped);
+    query.problem = passes.front();
+  }
 
   // A problem of no campaign of the user's (the database is empty or absent on day one) is
   // answered from the shipped database, when it has one.

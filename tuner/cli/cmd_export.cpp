@@ -89,8 +89,11 @@ std::vector<ExportItem> select_items(const std::string& db_path, const ExportQue
                               fmt::format("attntune tune --problem {}", q.problem->str()));
   else
     std::cerr << shipped_note(shipped.path(), db_path,
-                              fmt::format("for {} of the plan's {} problems", items.size(), wanted.size()), rows,
-                              fmt::format("attntune submit {} and attntune serve", plan_path));
+                              fmt::format("for {} of the {}'s {} problems", items.size(),
+                                          plan_path.empty() ? "training step" : "plan", wanted.size()),
+                              rows,
+                              plan_path.empty() ? std::string("attntune tune --problem ...,pass=fwdbwd")
+                                                : fmt::format("attntune submit {} and attntune serve", plan_path));
   own.insert(own.end(), std::make_move_iterator(items.begin()), std::make_move_iterator(items.end()));
   return own;
 }
@@ -125,7 +128,23 @@ int run_export(const std::vector<std::string>& args) {
 
   ExportQuery q;
   if (vm.count("campaign")) q.campaign = campaign;
-  if (vm.count("problem")) q.problem = Problem::parse(problem_spec);
+  // pass=fwdbwd: a training step's pair, the forward's and the backward's best, in one file with the
+  // dispatcher (an --all-best of those two problems): attntune.attention and its autograd both run
+  // tuned kernels.
+  std::vector<Problem> step;
+  if (vm.count("problem")) {
+    std::vector<Problem> passes = Problem::parse_passes(problem_spec);
+    if (passes.size() > 1) {
+      if (all_best || vm.count("campaign") || vm.count("plan"))
+        throw InputError("export: --problem ...,pass=fwdbwd is an export of two problems: not with --all-best, "
+                         "--campaign or --plan");
+      if (rank != 1) throw InputError("export: --rank applies to one problem, not pass=fwdbwd's two");
+      step = std::move(passes);
+      all_best = true;
+    } else {
+      q.problem = passes.front();
+    }
+  }
   q.all_best = all_best;
   q.rank = rank;
   if (vm.count("dtype")) {
@@ -143,6 +162,10 @@ int run_export(const std::vector<std::string>& args) {
     for (const PlanEntry& e : plan->entries)
       if (!q.dtype || e.problem.dtype == *q.dtype) q.only->push_back(e.problem);
   }
+  if (!step.empty()) {
+    q.dtype = step.front().dtype;
+    q.only = step;
+  }
   if (vm.count("space")) q.space_file = space_file;
   const int modes = (q.campaign ? 1 : 0) + (q.problem ? 1 : 0) + (q.all_best ? 1 : 0);
   if (modes != 1) throw InputError("export: give exactly one of --campaign, --problem or --all-best");
@@ -153,6 +176,11 @@ int run_export(const std::vector<std::string>& args) {
 
   ShippedDb shipped(!no_shipped);
   const std::vector<ExportItem> items = select_items(db_path, q, shipped, plan_path);
+  for (const Problem& p : step)  // both passes, or nothing written
+    if (std::none_of(items.begin(), items.end(), [&](const ExportItem& it) { return it.row.problem == p; }))
+      throw WorkError(fmt::format("export: pass=fwdbwd: no valid result for {} in database '{}': tune it (attntune "
+                                  "tune --problem {}), then export the pair",
+                                  p.str(), db_path, p.str()));
   const ExportMode mode = q.all_best ? ExportMode::kAllBest : ExportMode::kSingle;
   const std::string source = export_source(items, mode);
 

@@ -70,7 +70,9 @@ int run_submit(const std::vector<std::string>& args) {
     plan_name = plan.model;
     for (const PlanEntry& e : plan.entries) entries.push_back({e.problem, e.regime});
   } else {
-    for (const std::string& p : a.problems) entries.push_back({Problem::parse(p), ""});
+    // pass=fwdbwd: a training step's forward and backward, two campaigns.
+    for (const std::string& p : a.problems)
+      for (const Problem& one : Problem::parse_passes(p)) entries.push_back({one, ""});
   }
   if (shard) {
     std::vector<Entry> mine;

@@ -328,12 +328,10 @@ class TuneLease {
   std::optional<service::Heartbeat> heartbeat_;
 };
 
-int run_tune(const std::vector<std::string>& args) {
-  TuneArgs a;
-  po::variables_map vm;
-  if (parse_tune_args(args, a, vm)) return 0;
-  check_tune_args(a, vm);
-  const Problem problem = Problem::parse(a.problem_spec);
+// One campaign of `problem` (run_tune's, once per pass of pass=fwdbwd). `json`: where a JSON result
+// goes instead of stdout (null: printed); `best_us`: the re-timed best's time (0: none).
+int tune_one(TuneArgs a, const Problem& problem, nlohmann::ordered_json* json, double* best_us) {
+  *best_us = 0;
   const service::JobSpaces spaces = load_spaces(a, problem);
   a.request.spaces = service::campaign_spaces(spaces);
   check_before_starting(a, spaces, problem);
@@ -393,13 +391,50 @@ int run_tune(const std::vector<std::string>& args) {
       search::run_campaign(store, *r.runner, spaces.sorted, spec, topts, progress, {&g_stop, &g_abandon});
   r.runner.reset();  // workers end before the summary
 
-  if (a.out_format == Format::kJson)
-    print_json(std::cout, result_json(spec.name, result, problem, spec, gpu));
-  else
+  if (a.out_format == Format::kJson) {
+    if (json) json->push_back(result_json(spec.name, result, problem, spec, gpu));
+    else print_json(std::cout, result_json(spec.name, result, problem, spec, gpu));
+  } else {
     print_result_table(result, spec.name, spaces.mixed());
+  }
+  if (!result.ranking.empty()) *best_us = result.ranking.front().entry.median_us;
   if (result.status == "stopped") return 130;
   if (result.ok == 0)
     throw WorkError(fmt::format("tune: no valid config found for {} in {} evaluations", problem.str(), result.evaluations));
+  return 0;
+}
+
+int run_tune(const std::vector<std::string>& args) {
+  TuneArgs a;
+  po::variables_map vm;
+  if (parse_tune_args(args, a, vm)) return 0;
+  check_tune_args(a, vm);
+  const std::vector<Problem> passes = Problem::parse_passes(a.problem_spec);
+  double best_us = 0;
+  if (passes.size() == 1) return tune_one(a, passes.front(), nullptr, &best_us);
+  // pass=fwdbwd: a training step's two campaigns, the forward's then the backward's (each over every
+  // template that serves its pass; --campaign NAME names them NAME:fwd and NAME:bwd). An interrupted
+  // or failed forward stops before the backward. JSON: an array of the two results.
+  if (!a.space_paths.empty())
+    throw InputError("tune: --space with pass=fwdbwd: the passes are tuned by different templates; leave --space out "
+                     "(each pass's own), or tune pass=fwd and pass=bwd one at a time");
+  nlohmann::ordered_json results = nlohmann::ordered_json::array();
+  double step_us = 0;
+  bool timed = true;
+  for (const Problem& p : passes) {
+    TuneArgs one = a;
+    if (!a.campaign.empty()) one.campaign = a.campaign + (p.backward ? ":bwd" : ":fwd");
+    if (const int rc = tune_one(one, p, &results, &best_us)) {
+      if (a.out_format == Format::kJson) print_json(std::cout, results);
+      return rc;
+    }
+    step_us += best_us;
+    timed = timed && best_us > 0;
+  }
+  if (a.out_format == Format::kJson) print_json(std::cout, results);
+  else if (timed)
+    std::cout << fmt::format("training step (forward + backward) of {}: {} µs\n", passes.front().str(),
+                             format_us(step_us));
   return 0;
 }
 

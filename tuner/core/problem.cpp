@@ -156,6 +156,11 @@ void check_backward(const Problem& p, const char* where) {
 bool read_pass(const std::string& val, const char* where) {
   if (val == "bwd") return true;
   if (val == "fwd") return false;
+  if (val == "fwdbwd")
+    throw InputError(fmt::format("{}: 'pass=fwdbwd' is the pair a training step runs, two problems (pass=fwd and "
+                                 "pass=bwd): tune, submit, best and export take it; this takes one: give pass=fwd or "
+                                 "pass=bwd",
+                                 where));
   throw InputError(fmt::format("{}: 'pass={}': expected fwd (the forward pass) or bwd (the backward pass: dQ, dK "
                                "and dV)",
                                where, val));
@@ -322,6 +327,35 @@ std::int64_t Problem::total_q() const {
 std::int64_t Problem::total_k() const {
   if (!is_varlen()) return b * sk;
   return total_q() + b * (sk - s);
+}
+
+std::vector<Problem> Problem::parse_passes(const std::string& spec) {
+  // The spec's keys as parse() reads them; only `pass=fwdbwd` is rewritten (once per pass).
+  std::vector<std::string> keys;
+  std::size_t start = 0;
+  int fwdbwd = -1;
+  for (;;) {
+    const std::size_t comma = spec.find(',', start);
+    std::string item = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (item == "pass=fwdbwd") fwdbwd = static_cast<int>(keys.size());
+    keys.push_back(std::move(item));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (fwdbwd < 0) return {parse(spec)};
+  std::vector<Problem> out;
+  for (const char* pass : {"fwd", "bwd"}) {
+    keys[static_cast<std::size_t>(fwdbwd)] = std::string("pass=") + pass;
+    std::string one;
+    for (std::size_t i = 0; i < keys.size(); ++i) one += (i ? "," : "") + keys[i];
+    try {
+      out.push_back(parse(one));
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("pass=fwdbwd: its {} pass: {}", pass == std::string("fwd") ? "forward" : "backward",
+                                   e.what()));
+    }
+  }
+  return out;
 }
 
 std::string Problem::str() const {

@@ -130,6 +130,12 @@ struct Problem {
 
   // Parses and validates a spec; throws InputError naming the offending key and why.
   static Problem parse(const std::string& spec);
+  // `pass=fwdbwd` (issue 45): the pair a training step runs, the forward and the backward of one
+  // problem, each its own problem and campaign (their best kernels are independent: the backward
+  // reads whatever O and LSE the forward wrote). A spec with it reads as {forward, backward} (the
+  // backward's refusals, such as a paged cache's, said as its own); any other spec as {parse(spec)}.
+  // tune, submit, best and export take it; parse() refuses it, naming them.
+  static std::vector<Problem> parse_passes(const std::string& spec);
   std::string str() const;        // canonical spec, every key spelled out (page, varlen only when > 0), fixed order
   nlohmann::json json() const;    // {"b":..,"h":..,"hkv":..,"s":..,"sk":..,"d":..,"dtype":"bf16","causal":true}
   // The same keys in the spec's order (b, h, hkv, s, sk, d, dtype, causal, then page, varlen,

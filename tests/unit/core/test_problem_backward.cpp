@@ -110,11 +110,14 @@ TEST(ProblemBackward, IsNotAVariantButTheVariantsColumnKeepsItLast) {
 }
 
 TEST(ProblemBackward, RefusesOtherPassesAndWhatTheBackwardDoesNotServeYetWithTheReason) {
-  const std::string unknown = input_error_of([] { Problem::parse(std::string(kFwd) + ",pass=fwdbwd"); });
-  EXPECT_NE(unknown.find("problem: 'pass=fwdbwd': expected fwd (the forward pass) or bwd (the backward pass: dQ, dK "
+  const std::string unknown = input_error_of([] { Problem::parse(std::string(kFwd) + ",pass=both"); });
+  EXPECT_NE(unknown.find("problem: 'pass=both': expected fwd (the forward pass) or bwd (the backward pass: dQ, dK "
                          "and dV)"),
             std::string::npos)
       << unknown;
+  // A training step's pair is two problems: Problem::parse_passes reads it (tests/unit/cli/test_fwdbwd.cpp).
+  const std::string step = input_error_of([] { Problem::parse(std::string(kFwd) + ",pass=fwdbwd"); });
+  EXPECT_NE(step.find("problem: 'pass=fwdbwd' is the pair a training step runs"), std::string::npos) << step;
   EXPECT_NE(input_error_of([] { Problem::parse(std::string(kFwd) + ",pass="); }).find("'pass='"), std::string::npos);
   EXPECT_NE(input_error_of([] { Problem::parse(std::string(kBwd) + ",pass=bwd"); }).find("key 'pass' given twice"),
             std::string::npos);
