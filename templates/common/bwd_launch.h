@@ -4,7 +4,7 @@
 // longest sequence's, the workspaces a run of rows a head, bwd_prepost.cuh's bwd_seq). Three kernels,
 // each with BwdParams as its one argument:
 //   0 flash_bwd_preprocess  grid (seqlen_q_rounded / BLOCK_M, heads_q, batch), THREADS threads;
-//   1 the main loop         grid (ceil(seqlen_k / block_n), heads_kv, batch), THREADS threads,
+//   1 the main loop         grid (ceil(seqlen_k / block_n), heads_kv * DKV_SPLIT, batch), THREADS threads,
 //                           SMEM_BYTES of dynamic shared memory;
 //   2 flash_bwd_convert     grid (ceil(seqlen_q / BLOCK_M), heads_q, batch), THREADS threads.
 // Workspaces (none zeroed: the preprocessing kernel writes them every call): 0 dq_accum (fp32,
@@ -28,6 +28,7 @@ template <class Family>
 struct BwdLaunch {
   int head_dim, causal, block_m, block_n, threads, smem_bytes;
   int varlen;         // ATT_VARLEN: the build serves attntune_attention_backward_varlen alone
+  int dkv_split;      // DKV_SPLIT (flash_bwd_mma): CTAs a key block, each a part of dK's and dV's head dims
   Variants variants;  // the variants the build serves (exactly)
 
   // The defines every backward build has; the family's load() adds block_n.
@@ -35,6 +36,7 @@ struct BwdLaunch {
     c->variants = Variants::load(d, n);
     c->causal = static_cast<int>(define_or(d, n, "ATT_CAUSAL", 0));
     c->varlen = define_or(d, n, "ATT_VARLEN", 0) ? 1 : 0;
+    c->dkv_split = static_cast<int>(define_or(d, n, "DKV_SPLIT", 1));
     return define_int(d, n, "ATT_HEAD_DIM", &c->head_dim, why) || define_int(d, n, "BLOCK_M", &c->block_m, why) ||
            define_int(d, n, "THREADS", &c->threads, why) || define_int(d, n, "SMEM_BYTES", &c->smem_bytes, why);
   }
@@ -90,7 +92,8 @@ struct BwdLaunch {
     // The preprocessing kernel's query blocks: a run's, dense; the longest sequence's, varlen.
     const long long pre_blocks = varlen ? ceil_div(call.seqlen_q, block_m) : rounded_q(call) / block_m;
     if (check_grid(pre_blocks, call.heads_q, call.batch, why) ||
-        check_grid(ceil_div(call.seqlen_k, block_n), call.heads_kv, call.batch, why))
+        check_grid(ceil_div(call.seqlen_k, block_n), static_cast<long long>(call.heads_kv) * dkv_split, call.batch,
+                   why))
       return 1;
     p->workspaces = call.deterministic ? 4 : 3;
     p->workspace[0] = Workspace{static_cast<unsigned long long>(rows) * head_dim * 4, 0, 0};
@@ -104,7 +107,7 @@ struct BwdLaunch {
     if (call.seqlen_k > 0)
       p->launch[p->launches++] = Launch{1,
                                         {static_cast<unsigned>(ceil_div(call.seqlen_k, block_n)),
-                                         static_cast<unsigned>(call.heads_kv), bt},
+                                         static_cast<unsigned>(call.heads_kv * dkv_split), bt},
                                         static_cast<unsigned>(threads),
                                         static_cast<unsigned>(smem_bytes),
                                         1};

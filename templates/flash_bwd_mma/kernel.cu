@@ -133,7 +133,10 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   float* s_dp = s_lse + T::kStages * T::kBlockM;
 
   const AttnParams& f = p.fwd;
-  const int hk = blockIdx.y, b = blockIdx.z, n0 = blockIdx.x * T::kBlockN;
+  // blockIdx.y: the KV head and (dkv_split) the part of the head dims of dK, dV and dQ this CTA writes.
+  const int hk = blockIdx.y / T::kDkvSplit, part = blockIdx.y % T::kDkvSplit, b = blockIdx.z,
+            n0 = blockIdx.x * T::kBlockN;
+  const int col0 = part * T::kAccDim;  // the part's first head dim
   const BwdSeq seq = bwd_seq(p, b);  // bwd_prepost.cuh: the sequence's lengths and offsets
   const int len_q = seq.len_q, len_k = seq.len_k, diag = len_k - len_q;
   if (kBwdVarlen && n0 >= len_k) return;  // past the sequence's keys (the grid covers the longest)
@@ -142,7 +145,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   using LD = Lanes<T::kHeadDim>;
   using LM = Lanes<T::kBlockM>;
   // dQ's share of warp w: 16 query rows from 16 * dq_mt, kDqCols head dims from dq_col0.
-  const int dq_mt = warp % T::kDqRowTiles, dq_col0 = (warp / T::kDqRowTiles) * T::kDqCols;
+  const int dq_mt = warp % T::kDqRowTiles, dq_col0 = col0 + (warp / T::kDqRowTiles) * T::kDqCols;
   // The lanes' fragment-0 addresses (Lanes): K's and V's rows of the warp as A operands, Q's and
   // dO's as N-major and K-major B operands, K's as dQ's K-major B operand at the warp's head dims,
   // dS^T's as dQ's transposed A operand at the warp's query rows.
@@ -250,7 +253,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
       if (threadIdx.x == 0) {
         const int turn = static_cast<int>(blockIdx.x) -
                          att_bwd::first_key_block<T::kWindow>(m0, T::kBlockN, diag, f.variant.window_left);
-        while (ld_acquire(sem) < turn) {
+        // (dkv_split: the key block's kDkvSplit CTAs each add their part and raise the counter once.)
+        while (ld_acquire(sem) < turn * T::kDkvSplit) {
         }
       }
       __syncthreads();
@@ -289,8 +293,12 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
     int head, m0;
     step_at(i, head, m0);
     const int st = i % T::kStages;
-    const u32 q_nk = smem_addr(s_q + st * T::kQElems) + nk, q_kn = smem_addr(s_q + st * T::kQElems) + kn;
-    const u32 do_nk = smem_addr(s_do + st * T::kQElems) + nk, do_kn = smem_addr(s_do + st * T::kQElems) + kn;
+    // (The K-major bases of dK's and dV's B operands start at the part's first head dim: col0 is a
+    // multiple of 64 columns, whole swizzle spans, so it is a byte offset.)
+    const u32 q_nk = smem_addr(s_q + st * T::kQElems) + nk,
+              q_kn = smem_addr(s_q + st * T::kQElems) + kn + static_cast<u32>(col0 * 2);
+    const u32 do_nk = smem_addr(s_do + st * T::kQElems) + nk,
+              do_kn = smem_addr(s_do + st * T::kQElems) + kn + static_cast<u32>(col0 * 2);
     const float* lse_t = s_lse + st * T::kBlockM;
     const float* dp_t = s_dp + st * T::kBlockM;
     // Step i's tiles complete and every warp past step i - 1, whose stage then takes step
@@ -415,7 +423,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
       if (key < len_k) {
 #pragma unroll
         for (int dt = 0; dt < T::kDTiles; ++dt) {
-          const int col = dt * 8 + 2 * t;
+          const int col = col0 + dt * 8 + 2 * t;
           *reinterpret_cast<u32*>(dk + key * p.dk_stride[2] + col) =
               pack2<T::kBf16>(acc_dk[kt][dt][2 * h2] * f.scale, acc_dk[kt][dt][2 * h2 + 1] * f.scale);
           *reinterpret_cast<u32*>(dv + key * p.dv_stride[2] + col) =

@@ -6,6 +6,11 @@
 
 #include "../common/variants.cuh"  // ATT_WINDOW, ATT_SOFTCAP, ATT_SINKS (0 when the renderer left them out)
 
+// Builds rendered before dkv_split (and the nvcc harness's) have one part.
+#ifndef DKV_SPLIT
+#define DKV_SPLIT 1
+#endif
+
 namespace att {
 
 struct Traits {
@@ -26,6 +31,11 @@ struct Traits {
   // REDG.F32x2 each) or, after two shuffles between lane pairs, quads (one REDG.F32x4 each). Before
   // sm_90 atomicAdds either way (the space offers quad on sm_90 only).
   static constexpr bool kDqQuad = DQ_REDUCE == DQ_REDUCE_QUAD;
+  // dK's and dV's head dims in kDkvSplit parts, one a CTA: the CTAs of a key block's parts
+  // (blockIdx.y % kDkvSplit) each recompute S^T and dP^T over every head dim and accumulate their
+  // part of dK, dV and dQ (d=256: 128 fp32 values a thread, d=128's count, where all of them would
+  // be 256; two of the five products twice, 7/5 of the FLOPs).
+  static constexpr int kDkvSplit = DKV_SPLIT;
 
   // Derived.
   static constexpr int kThreads = kWarps * 32;
@@ -33,13 +43,14 @@ struct Traits {
   static constexpr int kQTiles = kBlockM / 8;    // 8-query MMA tiles of S^T and dP^T
   static constexpr int kQSteps = kBlockM / 16;   // k16 steps over the queries (dV, dK)
   static constexpr int kDSteps = kHeadDim / 16;  // k16 steps over the head dim (S^T, dP^T)
-  static constexpr int kDTiles = kHeadDim / 8;   // 8-dim output tiles (dK, dV, dQ)
+  static constexpr int kAccDim = kHeadDim / kDkvSplit;  // the head dims of dK, dV and dQ a CTA writes
+  static constexpr int kDTiles = kAccDim / 8;    // 8-dim output tiles of dK and dV
   static constexpr int kKSteps = kBlockN / 16;   // k16 steps over the keys (dQ)
   // dQ = dS K: warp w computes query rows 16 * (w % kDqRowTiles) .. + 16 and kDqCols of the head
   // dims from (w / kDqRowTiles) * kDqCols, then adds them into the fp32 accumulator.
   static constexpr int kDqRowTiles = kBlockM / 16;
   static constexpr int kDqGroups = kWarps / kDqRowTiles;
-  static constexpr int kDqCols = kHeadDim / kDqGroups;
+  static constexpr int kDqCols = kAccDim / kDqGroups;
   static constexpr int kDqTiles = kDqCols / 8;
 
   // Shared memory: K and V of the CTA's keys, kStages Q and dO tiles, dS^T (keys x queries, 16-bit),
@@ -49,9 +60,11 @@ struct Traits {
   static constexpr int kDsElems = kBlockN * kBlockM;
   static constexpr int kSmemBytes = (2 * kKElems + 2 * kStages * kQElems + kDsElems) * 2 + 2 * kStages * kBlockM * 4;
 
-  static_assert(kHeadDim == 64 || kHeadDim == 128,
-                "flash_bwd_mma serves head dims 64 and 128 (a warp keeps dK and dV of its keys over every head "
-                "dim in registers: 128 fp32 values a thread at d=128)");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || (kHeadDim == 256 && kDkvSplit == 2),
+                "flash_bwd_mma serves head dims 64 and 128, and 256 with dkv_split 2 (a warp keeps dK and dV of "
+                "its keys over its part of the head dims in registers: 128 fp32 values a thread at d=128)");
+  static_assert(kDkvSplit == 1 || (kDkvSplit == 2 && kAccDim % 64 == 0),
+                "dkv_split 2 splits at a multiple of 64 head dims (the swizzle's span: a part is a byte offset)");
   static_assert(kBlockM == 32 || kBlockM == 64 || kBlockM == 128, "block_m is 32, 64 or 128");
   static_assert(kDqRowTiles <= kWarps && kWarps % kDqRowTiles == 0 && kDqCols % 16 == 0,
                 "dQ's 16-row tiles must divide among the warps, in column groups of whole 16-dim pairs");

@@ -153,12 +153,13 @@ inline const char* const kOtherShape = "b=3,h=4,hkv=4,s=300,sk=2222";
 // line before each launch, to name a build that hangs). `also`: for each filter, one more config of
 // each kind that it accepts (a family's newest paths, which an even spread may miss).
 inline void check_determinism(cuda::Context& ctx, const char* family, const std::string& arch, std::uint64_t seed,
-                              const std::vector<std::function<bool(const Config&)>>& also = {}) {
+                              const std::vector<std::function<bool(const Config&)>>& also = {},
+                              std::initializer_list<int> head_dims = {64, 128}) {
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/" + family + ".yaml");
   std::vector<Config> configs;
   std::vector<Problem> variants;
   std::vector<std::string> windows;  // each config's window suffix for its shapes
-  for (int d : {64, 128})
+  for (int d : head_dims)
     for (const char* kind :
          {"causal=0", "causal=1", "causal=1,window=100", "causal=0,window=100,50", "causal=1,varlen=1", "causal=0,varlen=1"}) {
       const Problem p = Problem::parse(fmt::format("b=1,h=4,s=512,d={},dtype=bf16,{},pass=bwd", d, kind));

@@ -59,6 +59,18 @@ TEST(FlashBwdMmaProperty, Varlen) {
                         attntune::testing::kBwdVarlenVariantShapes, 7500, 2);
 }
 
+// d=256 (Gemma 2 and 3): dkv_split 2, each of a key block's two CTAs computing S^T and dP^T over all
+// 256 head dims and writing half of dK, dV and dQ; causal and not, a causal window with a soft-cap
+// and sinks, and a packed batch.
+TEST(FlashBwdMmaProperty, HeadDim256) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_backward_spread("flash_bwd_mma", gpu_arch(), 256, {0, 1}, "", attntune::testing::kBwdShapes, 8400, 4);
+  check_backward_spread("flash_bwd_mma", gpu_arch(), 256, {1}, ",window=64,softcap=30,sinks=1",
+                        attntune::testing::kBwdWindowSinkSoftcapShapes, 8500, 2);
+  check_backward_spread("flash_bwd_mma", gpu_arch(), 256, {1}, ",varlen=1", attntune::testing::kBwdVarlenShapes, 8600,
+                        2);
+}
+
 // Soft-caps: the capped score recomputed and dS times its derivative, against the reference's
 // gradients; causal and not, and a causal window with sinks.
 TEST(FlashBwdMmaProperty, Softcap) {
@@ -89,5 +101,5 @@ TEST(FlashBwdMmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
   ATTNTUNE_REQUIRE_GPU();
   cuda::Context ctx(0);
   const std::string arch = cuda::device_props(0).arch;
-  attntune::testing::check_determinism(ctx, "flash_bwd_mma", arch, 5100);
+  attntune::testing::check_determinism(ctx, "flash_bwd_mma", arch, 5100, {}, {64, 128, 256});
 }

@@ -93,9 +93,46 @@ TEST(FlashBwdMmaSpace, ServesTheBackwardOfHeadDims64And128OnEveryArch) {
             }).find("pass=bwd"),
             std::string::npos);
   EXPECT_NE(attntune::testing::input_error_of([&] {
-              space.enumerate(Problem::parse("b=1,h=16,s=8192,d=256,dtype=bf16,causal=0,pass=bwd"), "sm_90");
-            }).find("head dims 64 and 128"),
+              space.enumerate(Problem::parse("b=1,h=16,s=8192,d=96,dtype=bf16,causal=0,pass=bwd"), "sm_90");
+            }).find("head dims 64, 128 and 256"),
             std::string::npos);
+}
+
+// d=256 (Gemma 2 and 3): only with dkv_split 2, each of a key block's two CTAs writing half of dK's,
+// dV's and dQ's head dims (128 fp32 values a thread, d=128's count), on sm_80 (32-row steps in its
+// 163 KB) and sm_90; sm_86/89's 99 KB hold no config (K and V of 64 keys and two Q/dO tiles of 32
+// rows: 133 KB; `attntune space` names the shared-memory constraint). Below 256 one part only.
+TEST(FlashBwdMmaSpace, HeadDim256SplitsDkAndDvInTwo) {
+  const SearchSpace space = space_of("flash_bwd_mma");
+  for (const char* arch : {"sm_86", "sm_89"})
+    EXPECT_TRUE(space.enumerate(Problem::parse("b=1,h=8,s=8192,d=256,dtype=bf16,causal=1,pass=bwd"), arch).empty())
+        << arch;
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    const auto configs = space.enumerate(Problem::parse("b=1,h=8,s=8192,d=256,dtype=bf16,causal=1,pass=bwd"), arch);
+    EXPECT_FALSE(configs.empty()) << arch;
+    for (const Config& c : configs) {
+      EXPECT_EQ(get(c, "dkv_split"), 2) << config_str(c);
+      EXPECT_EQ(get(c, "key_tiles"), 1) << config_str(c);
+    }
+  }
+  for (const char* spec : {"b=1,h=8,s=4096,d=128,dtype=bf16,causal=1,pass=bwd", "b=1,h=8,s=4096,d=64,dtype=fp16,causal=0,pass=bwd"})
+    for (const Config& c : space.enumerate(Problem::parse(spec), "sm_90")) EXPECT_EQ(get(c, "dkv_split"), 1) << spec;
+}
+
+// The main kernel's grid has a CTA a part: heads_kv * dkv_split rows of y; the workspaces and the
+// other two kernels are d=256's as any head dim's.
+TEST(FlashBwdMmaPlan, HeadDim256LaunchesACtaAPart) {
+  const SearchSpace space = space_of("flash_bwd_mma");
+  const Problem p = Problem::parse("b=2,h=8,hkv=2,s=1000,sk=777,d=256,dtype=bf16,causal=0,pass=bwd");
+  for (const Config& c : space.enumerate(p, "sm_90")) {
+    const auto plan = plan_call(render_kernel(space, c, p, "sm_90").launch, backward_call_of(p), FakeDevice{}.device());
+    ASSERT_TRUE(plan) << config_str(c);
+    ASSERT_EQ(plan->launches, 3);
+    EXPECT_EQ(plan->launch[1].grid[1], 4u) << config_str(c);  // 2 KV heads x 2 parts
+    EXPECT_EQ(plan->launch[0].grid[1], 8u);
+    const long long bm = get(c, "block_m"), rounded = (1000 + bm - 1) / bm * bm;
+    EXPECT_EQ(plan->workspace[0].bytes, static_cast<unsigned long long>(2 * 8 * rounded * 256 * 4));
+  }
 }
 
 TEST(FlashBwdMmaRender, SourceIsFlatWithThreeKernelsAndEveryTunable) {
@@ -375,6 +412,9 @@ TEST(FlashBwdMmaBuild, ASpreadBuildsOnEveryArch) {
       {"sm_90", "b=1,h=16,s=8192,d=64,dtype=fp16,causal=1,window=512,pass=bwd"},
       {"sm_89", "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd"},
       {"sm_80", "b=1,h=16,s=8192,d=64,dtype=bf16,causal=0,pass=bwd"},
+      // d=256 (dkv_split 2): nvcc-free NVRTC builds of 247-255 registers and no spills (2026-11-29).
+      {"sm_90", "b=1,h=8,s=8192,d=256,dtype=bf16,causal=1,pass=bwd"},
+      {"sm_80", "b=1,h=8,s=8192,d=256,dtype=fp16,causal=0,pass=bwd"},
   };
   for (const auto& [arch, spec] : kinds) {
     const Problem p = Problem::parse(spec);
