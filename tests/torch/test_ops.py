@@ -2051,7 +2051,7 @@ class Backward(unittest.TestCase):
         self.assertEqual(attntune.untunable(row, support), "")
         row96 = json.loads(json.dumps(row))
         row96["problem"]["d"] = 96  # flash_fwd_mma tunes d=96 forward; no backward family does
-        self.assertIn("no attntune family tunes head_dim=96 bf16 (head dims: 64, 128)", attntune.untunable(row96, support))
+        self.assertIn("no attntune family tunes head_dim=96 bf16 (head dims: 64, 128, 256)", attntune.untunable(row96, support))
         fwd96 = dict(row96, entry="attention")
         self.assertEqual(attntune.untunable(fwd96, support), "")
         no_bwd = {"families": [f for f in support["families"] if "bwd" not in f["support"].get("pass", [])]}
@@ -2423,7 +2423,7 @@ class BackwardVarlen(unittest.TestCase):
         self.assertEqual(attntune.untunable(row, support), "")
         row96 = json.loads(json.dumps(row))
         row96["problem"]["d"] = 96
-        self.assertIn("no attntune family tunes head_dim=96 bf16 (head dims: 64, 128)", attntune.untunable(row96, support))
+        self.assertIn("no attntune family tunes head_dim=96 bf16 (head dims: 64, 128, 256)", attntune.untunable(row96, support))
         no_bwd = {"families": [f for f in support["families"] if "bwd" not in f["support"].get("pass", [])]}
         self.assertEqual(attntune.untunable(row, no_bwd), "no attntune family tunes the backward pass (pass=bwd)")
         # The raise policy: the varlen backward's own message.
