@@ -632,6 +632,22 @@ static int check_latent_option(const Call& a) {
   return 0;
 }
 
+// A packed tensor's {row, head} strides (the varlen entry points' two) as a Call's {batch, head, row}:
+// the batch dimension is the packing (cu_seqlens), its stride 0.
+struct PackedStrides {
+  long long s[3];
+  explicit PackedStrides(const long long* row_head) : s{0, row_head[1], row_head[0]} {}
+};
+
+// What every packed call carries beside its tensors: the prefix sums and the packed rows.
+static void set_packing(Call* a, const int* cu_seqlens_q, const int* cu_seqlens_k, long long total_q,
+                        long long total_k) {
+  a->cu_seqlens_q = cu_seqlens_q;
+  a->cu_seqlens_k = cu_seqlens_k;
+  a->total_q = total_q;
+  a->total_k = total_k;
+}
+
 // Both varlen entry points: the rows of the packed tensors, or -1 when not given.
 static int varlen(const void* q, const void* k, const void* v, void* out, float* lse, const int* cu_seqlens_q,
                   const int* cu_seqlens_k, int batch, long long total_q, long long total_k, int max_seqlen_q,
@@ -640,15 +656,10 @@ static int varlen(const void* q, const void* k, const void* v, void* out, float*
                   float softmax_scale, int is_causal, const attntune_options* opts, cudaStream_t stream) {
   if (!q_strides || !k_strides || !v_strides || !o_strides)
     return unsupported("q_strides, k_strides, v_strides and o_strides must not be NULL (2 strides each)");
-  // {row, head} strides; the batch dimension is the packing (cu_seqlens).
-  const long long qs[3] = {0, q_strides[1], q_strides[0]}, ks[3] = {0, k_strides[1], k_strides[0]},
-                  vs[3] = {0, v_strides[1], v_strides[0]}, os[3] = {0, o_strides[1], o_strides[0]};
   Call a = make_call(attntune_plan::kEntryVarlen, q, k, v, out, lse, batch, heads_q, heads_kv, max_seqlen_q,
-                     max_seqlen_k, head_dim, qs, ks, vs, os, softmax_scale, is_causal);
-  a.cu_seqlens_q = cu_seqlens_q;
-  a.cu_seqlens_k = cu_seqlens_k;
-  a.total_q = total_q;
-  a.total_k = total_k;
+                     max_seqlen_k, head_dim, PackedStrides(q_strides).s, PackedStrides(k_strides).s,
+                     PackedStrides(v_strides).s, PackedStrides(o_strides).s, softmax_scale, is_causal);
+  set_packing(&a, cu_seqlens_q, cu_seqlens_k, total_q, total_k);
   int latent = 0;
   if (const int r = apply_options(&a, opts, &latent)) return r;
   if (latent)
@@ -982,29 +993,13 @@ ATTNTUNE_API int attntune_attention_backward_varlen_ex(
   if (total_q < 0 || total_k < 0)
     return unsupported("total_q (%lld) and total_k (%lld) must not be negative: the packed rows (cu_seqlens_q[batch], "
                        "cu_seqlens_k[batch])", total_q, total_k);
-  // {row, head} strides; the batch dimension is the packing (cu_seqlens).
-  const auto packed = [](const long long* s2, long long (&s3)[3]) {
-    s3[0] = 0;
-    s3[1] = s2[1];
-    s3[2] = s2[0];
-  };
-  long long qs[3], ks[3], vs[3], os[3], dos[3], dqs[3], dks[3], dvs[3];
-  packed(q_strides, qs);
-  packed(k_strides, ks);
-  packed(v_strides, vs);
-  packed(o_strides, os);
-  packed(do_strides, dos);
-  packed(dq_strides, dqs);
-  packed(dk_strides, dks);
-  packed(dv_strides, dvs);
   Call a = make_call(attntune_plan::kEntryBackwardVarlen, q, k, v, const_cast<void*>(out),
-                     const_cast<float*>(softmax_lse), batch, heads_q, heads_kv, max_seqlen_q, max_seqlen_k, head_dim, qs,
-                     ks, vs, os, softmax_scale, is_causal);
-  set_backward(&a, dout, dq, dk, dv, dos, dqs, dks, dvs);
-  a.cu_seqlens_q = cu_seqlens_q;
-  a.cu_seqlens_k = cu_seqlens_k;
-  a.total_q = total_q;
-  a.total_k = total_k;
+                     const_cast<float*>(softmax_lse), batch, heads_q, heads_kv, max_seqlen_q, max_seqlen_k, head_dim,
+                     PackedStrides(q_strides).s, PackedStrides(k_strides).s, PackedStrides(v_strides).s,
+                     PackedStrides(o_strides).s, softmax_scale, is_causal);
+  set_backward(&a, dout, dq, dk, dv, PackedStrides(do_strides).s, PackedStrides(dq_strides).s,
+               PackedStrides(dk_strides).s, PackedStrides(dv_strides).s);
+  set_packing(&a, cu_seqlens_q, cu_seqlens_k, total_q, total_k);
   int latent = 0;
   if (const int r = apply_options(&a, opts, &latent)) return r;
   return backward(a, latent, stream);
@@ -1086,11 +1081,9 @@ ATTNTUNE_API int attntune_select_kernel_ex(int entry, int head_dim, int is_causa
       packed ? packed_q : q_str, packed ? packed_kv : kv_str, packed ? packed_kv : kv_str, packed ? packed_q : q_str,
       1.0f, is_causal);
   static const int kPrefixSums[1] = {0};  // stands in for cu_seqlens: a plan never reads them
-  if (packed) {
-    a.total_q = static_cast<long long>(batch) * seqlen_q;
-    a.total_k = static_cast<long long>(batch) * seqlen_k;
-    a.cu_seqlens_q = a.cu_seqlens_k = kPrefixSums;
-  }
+  if (packed)
+    attntune_export::set_packing(&a, kPrefixSums, kPrefixSums, static_cast<long long>(batch) * seqlen_q,
+                                 static_cast<long long>(batch) * seqlen_k);
   int latent = 0;
   if (attntune_export::apply_options(&a, opts, &latent)) return -1;
   if (backward) {

@@ -1830,6 +1830,24 @@ class Compile(unittest.TestCase):
                 self.assertTrue(torch.equal(got, want), fn.__name__)
 
 
+def assert_grads(tc, ours, ref64, lowp, dtype, what):
+    """The backward tests' check of gradients (dq, dk, dv, dsinks) against float64: shapes, no NaN, and
+    FlashAttention-2's criterion from the same-dtype gradients `lowp` (None: float64 inputs, within
+    1e-10); the sinks' float32 gradient within 1e-4."""
+    names = ("dq", "dk", "dv", "dsinks")
+    for i, (a, r) in enumerate(zip(ours, ref64)):
+        tc.assertEqual(a.shape, r.shape, f"{what} {names[i]}")
+        tc.assertFalse(torch.isnan(a).any().item(), f"{what} {names[i]}: NaN")
+        err = (a.double() - r).abs().max().item() if a.numel() else 0.0
+        if names[i] == "dsinks":  # float32 logits, float32 gradients
+            bound = 1e-4 * max(1.0, r.abs().max().item())
+        elif lowp is None:
+            bound = 1e-10 * max(1.0, r.abs().max().item())
+        else:
+            bound = vr.fa2_bound(lowp[i], r, dtype)
+        tc.assertLessEqual(err, bound, f"{what} {names[i]}: max error {err:.3g} over the bound {bound:.3g}")
+
+
 class Backward(unittest.TestCase):
     """attention's backward pass (issue 45; docs/design/torch.md "The backward pass"): autograd through
     attntune.attention, the op attention_backward (the package's flash_bwd_mma kernels for BWD, built
@@ -1914,18 +1932,7 @@ class Backward(unittest.TestCase):
 
     def check(self, q, k, v, what, **args):
         ours, ref64, lowp = self.grads(q, k, v, **args)
-        names = ("dq", "dk", "dv", "dsinks")
-        for i, (a, r) in enumerate(zip(ours, ref64)):
-            self.assertEqual(a.shape, r.shape, f"{what} {names[i]}")
-            self.assertFalse(torch.isnan(a).any().item(), f"{what} {names[i]}: NaN")
-            err = (a.double() - r).abs().max().item() if a.numel() else 0.0
-            if names[i] == "dsinks":  # float32 logits, float32 gradients
-                bound = 1e-4 * max(1.0, r.abs().max().item())
-            elif lowp is None:
-                bound = 1e-10 * max(1.0, r.abs().max().item())
-            else:
-                bound = vr.fa2_bound(lowp[i], r, q.dtype)
-            self.assertLessEqual(err, bound, f"{what} {names[i]}: max error {err:.3g} over the bound {bound:.3g}")
+        assert_grads(self, ours, ref64, lowp, q.dtype, what)
 
     def test_dense_against_float64(self):
         for dtype in (torch.bfloat16, torch.float16, torch.float64):
@@ -2290,18 +2297,7 @@ class BackwardVarlen(unittest.TestCase):
 
     def check(self, lens_q, lens_k, what, H=4, Hkv=2, D=64, dtype=torch.bfloat16, **args):
         ours, ref64, lowp = self.grads(lens_q, lens_k, H, Hkv, D, dtype, **args)
-        names = ("dq", "dk", "dv", "dsinks")
-        for i, (a, r) in enumerate(zip(ours, ref64)):
-            self.assertEqual(a.shape, r.shape, f"{what} {names[i]}")
-            self.assertFalse(torch.isnan(a).any().item(), f"{what} {names[i]}: NaN")
-            err = (a.double() - r).abs().max().item() if a.numel() else 0.0
-            if names[i] == "dsinks":  # float32 logits, float32 gradients
-                bound = 1e-4 * max(1.0, r.abs().max().item())
-            elif lowp is None:
-                bound = 1e-10 * max(1.0, r.abs().max().item())
-            else:
-                bound = vr.fa2_bound(lowp[i], r, dtype)
-            self.assertLessEqual(err, bound, f"{what} {names[i]}: max error {err:.3g} over the bound {bound:.3g}")
+        assert_grads(self, ours, ref64, lowp, dtype, what)
 
     # Ragged packings: an empty sequence (with keys: their gradient is 0), one row, one key, no keys,
     # rows that see no key (causal, fewer keys than rows), more keys than rows.

@@ -1895,6 +1895,20 @@ def bwd_checks(pkg, namespace, device, gpu, expect_varlen=False):
             parts.append(f"{name} {err:.2e}<={bound:.2e}")
         return ok, ", ".join(parts)
 
+    def judge(what, got, leaves, ref64, lowp, from_sdpa, entry, want_kernel):
+        """Records one backward check: the gradients by compare_grads, the kernel coverage() says ran
+        for `entry` against want_kernel (None: either; < 0: the fallback), and their shapes."""
+        ok, msg = compare_grads(got, ref64, lowp)
+        msg += " (bound from SDPA)" if from_sdpa else " (bound from the reference in the dtype)"
+        rows = [r for r in lib.coverage() if r["entry"] == entry]
+        ran = rows[0]["kernel"] if rows else None
+        if want_kernel is not None and ran != (None if want_kernel < 0 else want_kernel):
+            ok = False
+            msg += f"; ran {ran if ran is not None else 'the fallback: ' + (rows[0]['fallback'] if rows else '?')}, " \
+                   f"expected {'the fallback' if want_kernel < 0 else 'kernel ' + str(want_kernel)}"
+        shapes = all(g.shape == t.shape for g, t in zip(got, leaves))
+        record(ok and shapes, what, msg + ("" if shapes else ", shapes differ"))
+
     def check(B, H, Hkv, S, Sk, D, causal, window, layout, seed, tag, want_kernel, sinks=None, softcap=0.0):
         """One training call: attention(q, k, v) and torch.autograd.grad with a random dO (and with
         learnable `sinks`, their gradient too)."""
@@ -1921,16 +1935,7 @@ def bwd_checks(pkg, namespace, device, gpu, expect_varlen=False):
             return
         ref64, lowp, from_sdpa = references(q, k, v, dout, scale, causal, window, softcap=softcap, sinks=sinks,
                                                 saved=o)
-        ok, msg = compare_grads(got, ref64, lowp)
-        msg += " (bound from SDPA)" if from_sdpa else " (bound from the reference in the dtype)"
-        rows = [r for r in lib.coverage() if r["entry"] == "attention_backward"]
-        ran = rows[0]["kernel"] if rows else None
-        if want_kernel is not None and ran != (None if want_kernel < 0 else want_kernel):
-            ok = False
-            msg += f"; ran {ran if ran is not None else 'the fallback: ' + (rows[0]['fallback'] if rows else '?')}, " \
-                   f"expected {'the fallback' if want_kernel < 0 else 'kernel ' + str(want_kernel)}"
-        shapes = all(g.shape == t.shape for g, t in zip(got, leaves))
-        record(ok and shapes, what, msg + ("" if shapes else ", shapes differ"))
+        judge(what, got, leaves, ref64, lowp, from_sdpa, "attention_backward", want_kernel)
 
     kernels = lib.kernels()
     # Dense backward kernels (attention_backward) here; packed batches' (varlen=N, attention_backward_varlen)
@@ -2061,16 +2066,7 @@ def bwd_checks(pkg, namespace, device, gpu, expect_varlen=False):
         saved = o.detach() if want_kernel is not None and want_kernel >= 0 else None
         ref64, lowp, from_sdpa = varlen_references(q, k, v, dout, saved, lens_q, lens_k, scale, causal, window,
                                                    softcap, sinks)
-        ok, msg = compare_grads(got, ref64, lowp)
-        msg += " (bound from SDPA)" if from_sdpa else " (bound from the reference in the dtype)"
-        rows = [r for r in lib.coverage() if r["entry"] == "attention_backward_varlen"]
-        ran = rows[0]["kernel"] if rows else None
-        if want_kernel is not None and ran != (None if want_kernel < 0 else want_kernel):
-            ok = False
-            msg += f"; ran {ran if ran is not None else 'the fallback: ' + (rows[0]['fallback'] if rows else '?')}, " \
-                   f"expected {'the fallback' if want_kernel < 0 else 'kernel ' + str(want_kernel)}"
-        shapes = all(g.shape == t.shape for g, t in zip(got, leaves))
-        record(ok and shapes, what, msg + ("" if shapes else ", shapes differ"))
+        judge(what, got, leaves, ref64, lowp, from_sdpa, "attention_backward_varlen", want_kernel)
 
     def varlen_batches(p, rng):
         """(lens_q, lens_k) of a kernel's problem: its own draw (lengths varlen..s, keys sk - s more, the

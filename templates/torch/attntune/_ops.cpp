@@ -1241,6 +1241,21 @@ at::Tensor kernel_layout(const at::Tensor& t) {
 // deterministic: bit-identical gradients run to run, FlashAttention's deterministic=True: the kernel
 // is asked for them (attntune_options.deterministic) and one that cannot give them is not chosen; the
 // fallback's explicit math gives them whatever the flag.
+// The sinks' gradient after a kernel gave dq, dk and dv (its P = exp(S - lse) with the forward's LSE,
+// which holds the sink): dsink_h = -sum_{rows i} P_sink_i D_i, P_sink = exp(sink_h - lse_i) and
+// D_i = dO_i . O_i in float32 (the kernels' D). dout and out are viewed so that their leading dims are
+// the LSE's (the head at `head_axis`, the head dim last); written into dsinks [H].
+void sinks_grad(const at::Tensor& dout, const at::Tensor& out, const at::Tensor& lse, const at::Tensor& logits,
+                int64_t head_axis, at::Tensor& dsinks) {
+  const at::Tensor d = (dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1);  // lse's shape
+  std::vector<int64_t> shape(static_cast<std::size_t>(lse.dim()), 1), rows;
+  shape[static_cast<std::size_t>(head_axis)] = logits.numel();
+  for (int64_t a = 0; a < lse.dim(); ++a)
+    if (a != head_axis) rows.push_back(a);
+  const at::Tensor psink = (logits.to(at::kFloat).view(shape) - lse).exp();
+  dsinks.copy_((psink * d).sum(rows).neg());
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
     const at::Tensor& lse, const std::optional<at::Tensor>& dlse, std::optional<double> scale, bool is_causal,
@@ -1310,11 +1325,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward(
     backward_into(q, k, v, g, dl, is_causal, var, sk_logits, sc, dq, dk, dv, dsinks);
   } else if (dsinks.numel() > 0) {
     // The kernel gave dq, dk and dv (its P = exp(S - lse) with the forward's LSE, which holds the
-    // sink); the sinks' own gradient is this: dsink_h = -sum_{b,i} P_sink_{b,h,i} D_{b,h,i}, with
-    // P_sink = exp(sink_h - lse) and D_i = dO_i . O_i in float32 (the kernels' D).
-    const at::Tensor d = (dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1);
-    const at::Tensor psink = (sk_logits.to(at::kFloat).view({1, H, 1}) - lse).exp();
-    dsinks.copy_((psink * d).sum(at::IntArrayRef{0, 2}).neg());
+    // sink); the sinks' own gradient is the ops' (sinks_grad): D = dO . O over [B, H, S], as the LSE.
+    sinks_grad(dout, out, lse, sk_logits, 1, dsinks);
   }
   return {dq, dk, dv, dsinks};
 }
@@ -1718,11 +1730,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward_va
     backward_varlen_into(q, k, v, g, dl, cq, ck, max_seqlen_q, max_seqlen_k, is_causal, var, sk_logits, sc, dq, dk,
                          dv, dsinks);
   } else if (dsinks.numel() > 0) {
-    // The sinks' own gradient, as attention_backward's: dsink_h = -sum_i exp(sink_h - lse_{h,i}) D_{h,i},
-    // D = dO . O in float32, over the packed rows (lse [H, total_q]).
-    const at::Tensor d = (dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1);  // [total_q, H]
-    const at::Tensor psink = (sk_logits.to(at::kFloat).view({H, 1}) - lse).exp();  // [H, total_q]
-    dsinks.copy_((psink * d.t()).sum(1).neg());
+    // The sinks' own gradient, as attention_backward's, over the packed rows: D = dO . O is
+    // [total_q, H], the LSE [H, total_q].
+    sinks_grad(dout.transpose(0, 1), out.transpose(0, 1), lse, sk_logits, 0, dsinks);
   }
   return {dq, dk, dv, dsinks};
 }

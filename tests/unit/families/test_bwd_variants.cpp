@@ -12,10 +12,8 @@
 
 #include <gtest/gtest.h>
 
-#include "cuda/nvrtc.hpp"
-#include "eval/build_pool.hpp"
 #include "tests/common/plan_call.hpp"
-#include "tests/common/run_attntune.hpp"
+#include "tests/unit/families/bwd_builds.hpp"
 
 using namespace attntune;
 using attntune::testing::backward_call_of;
@@ -78,39 +76,8 @@ TEST(BackwardVariants, EachFamilyServesAVariantsCallsWithItsBuildOnly) {
 }
 
 TEST(BackwardVariants, VariantBuildsCompile) {
-  std::string why;
-  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
-  const std::pair<const char*, const char*> builds[] = {
-      {"flash_bwd_mma", "sm_80"}, {"flash_bwd_mma", "sm_90"}, {"flash_bwd_wgmma", "sm_90a"}};
-  for (const auto& [family, arch] : builds) {
-    SCOPED_TRACE(std::string(family) + " " + arch);
-    const SearchSpace space = space_of(family);
-    BuildPoolOptions pool_opts;
-    pool_opts.nvrtc_options = family_nvrtc_options(family);
-    pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-    BuildPool pool(pool_opts);
-    std::size_t submitted = 0;
-    // Each variant's first and last config (the smallest and largest tiles), d=128 and d=64.
-    for (const char* spec : {kSinks, kCapped, "b=1,h=4,s=500,sk=700,d=64,dtype=fp16,causal=1,window=100,sinks=1,pass=bwd",
-                             "b=1,h=4,s=500,sk=700,d=64,dtype=bf16,causal=0,softcap=50,sinks=1,pass=bwd"}) {
-      const Problem p = Problem::parse(spec);
-      const auto all = space.enumerate(p, arch);
-      ASSERT_FALSE(all.empty()) << spec;
-      for (const Config* c : {&all.front(), &all.back()}) {
-        pool.submit({*c, render_kernel(space, *c, p, arch), arch});
-        ++submitted;
-      }
-    }
-    std::size_t built = 0;
-    while (auto o = pool.next()) {
-      ++built;
-      EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
-      EXPECT_EQ(o->build.log.find("Potential Performance Loss"), std::string::npos) << o->build.log;
-      // FlashBwdWgmmaBuild's and FlashBwdMmaBuild's bounds: d=128 at most 16 bytes, d=64 64.
-      const bool d128 = o->job.kernel.source.find("#define ATT_HEAD_DIM 128\n") != std::string::npos;
-      EXPECT_LE(o->build.spill_stores, d128 ? 16 : 64)
-          << config_str(o->job.config) << ": " << o->build.registers << " registers";
-    }
-    EXPECT_EQ(built, submitted);
-  }
+  // Each variant's first and last config (the smallest and largest tiles), d=128 and d=64.
+  attntune::testing::expect_backward_builds(
+      {kSinks, kCapped, "b=1,h=4,s=500,sk=700,d=64,dtype=fp16,causal=1,window=100,sinks=1,pass=bwd",
+       "b=1,h=4,s=500,sk=700,d=64,dtype=bf16,causal=0,softcap=50,sinks=1,pass=bwd"});
 }
