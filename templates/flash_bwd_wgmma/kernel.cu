@@ -31,6 +31,7 @@
 #include "../flash_fwd_wgmma/args.h"   // wgmma_tile: descriptors and k-step offsets
 #include "../flash_fwd_wgmma/wgmma.cuh"
 #include "traits.cuh"
+#include "wgmma_kn.cuh"  // head dim 256: dV's and dK's products with P^T and dS^T from shared memory
 
 namespace att {
 
@@ -108,7 +109,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 raw = smem_addr(smem_raw);
   const u32 base = (raw + 1023) & ~1023u;
-  const u32 s_k = base, s_v = base + T::kOffV, s_q = base + T::kOffQ, s_do = base + T::kOffDo, s_ds = base + T::kOffDs;
+  const u32 s_k = base, s_v = base + T::kOffV, s_q = base + T::kOffQ, s_do = base + T::kOffDo, s_ds = base + T::kOffDs,
+            s_p = base + T::kOffP;
   const float* lse_s = reinterpret_cast<const float*>(smem_raw + (base - raw) + T::kOffLse);
   const float* dp_s = reinterpret_cast<const float*>(smem_raw + (base - raw) + T::kOffDp);
 
@@ -139,7 +141,13 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   if (kBwdVarlen && n0 >= len_k) return;  // past the sequence's keys (the grid covers the longest)
   const int wg = warp_uniform(static_cast<int>(threadIdx.x) / 128);
   const int wi = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int key_w = wg * 64 + wi * 16 + g;  // the thread's accumulator rows: keys key_w and key_w + 8 of the block
+  // The thread's accumulator rows: keys key_w and key_w + 8 of the block. Head dim 256 (kColSplit 2):
+  // both warpgroups hold the block's 64 keys, warpgroup wg the step's queries q_w .. q_w + kSdpN - 1
+  // in S^T and dP^T and the head dims col_w .. col_w + kDkvN - 1 of dK and dV.
+  const int key_wg = T::kColSplit > 1 ? 0 : wg * 64;  // the warpgroup's first key of the block
+  const int key_w = key_wg + wi * 16 + g;
+  const int q_w = T::kColSplit > 1 ? wg * T::kSdpN : 0;
+  const int col_w = T::kColSplit > 1 ? wg * T::kDkvN : 0;
 
   // The query rows that see any key of the block: causal and windows bound them.
   int row_begin, row_end, m_first, m_blocks;
@@ -182,15 +190,15 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
 #pragma unroll
   for (int i = 0; i < T::kStages - 1; ++i) issue(i);
 
-  float acc_dk[T::kHeadDim / 2], acc_dv[T::kHeadDim / 2];
+  float acc_dk[T::kDkvN / 2], acc_dv[T::kDkvN / 2];
 #pragma unroll
-  for (int e = 0; e < T::kHeadDim / 2; ++e) acc_dk[e] = acc_dv[e] = 0.f;
+  for (int e = 0; e < T::kDkvN / 2; ++e) acc_dk[e] = acc_dv[e] = 0.f;
 
   // Descriptors: K and V K-major as S^T's and dP^T's A (the warpgroup's 64 rows); Q and dO
   // K-major as their B (N = the step's queries) and N-major as dK's and dV's B (N = head dims
   // across the column blocks: the leading offset steps a column block, the stride an atom).
-  const u64 k_desc = desc(s_k + wg * 64 * T::kRowBytes, 16, T::kAtomBytes);
-  const u64 v_desc = desc(s_v + wg * 64 * T::kRowBytes, 16, T::kAtomBytes);
+  const u64 k_desc = desc(s_k + key_wg * T::kRowBytes, 16, T::kAtomBytes);
+  const u64 v_desc = desc(s_v + key_wg * T::kRowBytes, 16, T::kAtomBytes);
 
   // dQ += dS K: unit u of the warpgroup is query group qg (64 rows: wgmma's M, dS^T's column block
   // qg, M-major) times kDqN head dims from cg * kDqN (K's column blocks, N-major); k-steps over the
@@ -288,21 +296,23 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     issue(i + T::kStages - 1);
 
     // S^T = K_w Q^T and dP^T = V_w dO^T.
-    float acc_s[T::kBlockM / 2], acc_dp[T::kBlockM / 2];
+    float acc_s[T::kSdpN / 2], acc_dp[T::kSdpN / 2];
     {
-      const u64 q_desc = desc(q_t, 16, T::kAtomBytes), do_desc = desc(do_t, 16, T::kAtomBytes);
+      // (Head dim 256: the warpgroup's kSdpN query rows, from a whole atom of the tiles.)
+      const u64 q_desc = desc(q_t + q_w * T::kRowBytes, 16, T::kAtomBytes),
+                do_desc = desc(do_t + q_w * T::kRowBytes, 16, T::kAtomBytes);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
         const u64 a_off = wgmma_tile::qk_step_bytes(kk, T::kCols, T::kKColBlockBytes) >> 4;
         const u64 b_off = wgmma_tile::qk_step_bytes(kk, T::kCols, T::kQColBlockBytes) >> 4;
-        Wgmma<T::kBlockM>::ss(acc_s, k_desc + a_off, q_desc + b_off, kk > 0);
+        Wgmma<T::kSdpN>::ss(acc_s, k_desc + a_off, q_desc + b_off, kk > 0);
       }
 #pragma unroll
       for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
         const u64 a_off = wgmma_tile::qk_step_bytes(kk, T::kCols, T::kKColBlockBytes) >> 4;
         const u64 b_off = wgmma_tile::qk_step_bytes(kk, T::kCols, T::kQColBlockBytes) >> 4;
-        Wgmma<T::kBlockM>::ss(acc_dp, v_desc + a_off, do_desc + b_off, kk > 0);
+        Wgmma<T::kSdpN>::ss(acc_dp, v_desc + a_off, do_desc + b_off, kk > 0);
       }
       wgmma_commit();
       wgmma_wait<0>();
@@ -320,7 +330,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     }
 
     // P^T (in acc_s) and dS^T (in acc_dp): accumulator element 4c + e is key key_w + 8 (e / 2),
-    // query 8c + 2t + e % 2 of the step. Masked only in a tile that crosses the diagonal, a
+    // query q_w + 8c + 2t + e % 2 of the step. Masked only in a tile that crosses the diagonal, a
     // window's bound or the last keys.
     bool masked = n0 + T::kBlockN > len_k;
     if (T::kCausal) masked = masked || n0 + T::kBlockN - 1 > m0 + diag;
@@ -329,10 +339,10 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       if (!T::kCausal && f.variant.window_right >= 0)
         masked = masked || n0 + T::kBlockN - 1 > m0 + diag + f.variant.window_right;
     }
-    const float* lse_t = lse_s + st * T::kBlockM;
-    const float* dp_t = dp_s + st * T::kBlockM;
+    const float* lse_t = lse_s + st * T::kBlockM + q_w;
+    const float* dp_t = dp_s + st * T::kBlockM + q_w;
 #pragma unroll
-    for (int c = 0; c < T::kBlockM / 8; ++c) {
+    for (int c = 0; c < T::kSdpN / 8; ++c) {
       const float2 lse2 = *reinterpret_cast<const float2*>(lse_t + c * 8 + 2 * t);
       const float2 dp2 = *reinterpret_cast<const float2*>(dp_t + c * 8 + 2 * t);
 #pragma unroll
@@ -342,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
         float pv = bwd_prob<T::kSoftcap>(acc_s[4 * c + e], lse, f, dcap);
         if (masked) {
           const int key = n0 + key_w + (e >> 1) * 8;
-          const int row = m0 + c * 8 + 2 * t + (e & 1);
+          const int row = m0 + q_w + c * 8 + 2 * t + (e & 1);
           const int off = key - row;  // visible when lo <= off <= hi
           bool visible = key < len_k;
           if (T::kCausal) visible = visible && off <= diag;
@@ -359,14 +369,66 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
 
     // P^T and dS^T as wgmma A fragments (k-step kk: queries 16kk .. 16kk + 15, the accumulator's
     // 8-column chunks 2kk and 2kk + 1), in the dtype.
-    u32 ap[T::kBlockM / 16][4], ads[T::kBlockM / 16][4];
+    u32 ap[T::kSdpN / 16][4], ads[T::kSdpN / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < T::kBlockM / 16; ++kk)
+    for (int kk = 0; kk < T::kSdpN / 16; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         ap[kk][r] = pack2<T::kBf16>(acc_s[8 * kk + 2 * r], acc_s[8 * kk + 2 * r + 1]);
         ads[kk][r] = pack2<T::kBf16>(acc_dp[8 * kk + 2 * r], acc_dp[8 * kk + 2 * r + 1]);
       }
+
+    // A tile of P^T or dS^T to shared memory, [query block of 64][key][64 queries] swizzled: a[0]
+    // and a[2] are key key_w, a[1] and a[3] key key_w + 8; a[0], a[1] queries q_w + 16kk + 2t (+1),
+    // a[2], a[3] 8 further.
+    auto store_t = [&](u32 tile, const u32 (&a)[T::kSdpN / 16][4]) {
+#pragma unroll
+      for (int kk = 0; kk < T::kSdpN / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int key = key_w + (r & 1) * 8, q = q_w + kk * 16 + (r >> 1) * 8 + 2 * t;
+          st_shared_u32(tile + (q >> 6) * T::kKColBlockBytes + key * T::kRowBytes + ((((q & 63) >> 3) ^ (key & 7)) << 4) +
+                            (q & 7) * 2,
+                        a[kk][r]);
+        }
+    };
+    // dS^T's buffer (deferred dQ: buffer i % 2, the other one still read by step i - 1's dQ).
+    const u32 ds_t = s_ds + (T::kDqDefer ? (i & 1) * T::kDsBytes : 0);
+
+    if constexpr (T::kColSplit > 1) {
+      // Head dim 256: P^T and dS^T of both warpgroups' queries through shared memory, then each
+      // warpgroup's half of the head dims: dV += P^T dO and dK += dS^T Q with A K-major (keys x
+      // queries, as stored) and B N-major, and dQ += dS K (its half of dQ's columns) in the same
+      // wait. The barrier at the next step's top keeps P^T and dS^T until every warpgroup's wgmmas
+      // have read them.
+      store_t(s_p, ap);
+      store_t(ds_t, ads);
+      fence_async_smem();
+      __syncthreads();  // P^T and dS^T complete
+      {
+        const u64 p_desc = desc(s_p, 16, T::kAtomBytes), ds_desc = desc(ds_t, 16, T::kAtomBytes);
+        const u64 do_mn = desc(do_t + col_w / T::kCols * T::kQColBlockBytes, T::kQColBlockBytes, T::kAtomBytes);
+        const u64 q_mn = desc(q_t + col_w / T::kCols * T::kQColBlockBytes, T::kQColBlockBytes, T::kAtomBytes);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < T::kBlockM / 16; ++kk)
+          WgmmaKN<T::kDkvN>::ss(acc_dv, p_desc + (wgmma_tile::qk_step_bytes(kk, T::kCols, T::kKColBlockBytes) >> 4),
+                                do_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
+#pragma unroll
+        for (int kk = 0; kk < T::kBlockM / 16; ++kk)
+          WgmmaKN<T::kDkvN>::ss(acc_dk, ds_desc + (wgmma_tile::qk_step_bytes(kk, T::kCols, T::kKColBlockBytes) >> 4),
+                                q_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
+        wgmma_commit();
+      }
+      float acc_dq[T::kDqN / 2];
+      dq_issue(0, ds_t, acc_dq);
+      wgmma_wait<0>();
+      reg_fence(acc_dv);
+      reg_fence(acc_dk);
+      reg_fence(acc_dq);
+      dq_finish(0, head, m0, acc_dq);
+      continue;
+    }
 
     // dV += P^T dO, dK += dS^T Q (scaled at the end): k-step kk is 16 query rows of the N-major tiles.
     {
@@ -374,26 +436,15 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < T::kBlockM / 16; ++kk)
-        Wgmma<T::kHeadDim>::rs(acc_dv, ap[kk], do_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
+        Wgmma<T::kDkvN>::rs(acc_dv, ap[kk], do_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
 #pragma unroll
       for (int kk = 0; kk < T::kBlockM / 16; ++kk)
-        Wgmma<T::kHeadDim>::rs(acc_dk, ads[kk], q_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
+        Wgmma<T::kDkvN>::rs(acc_dk, ads[kk], q_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
       wgmma_commit();
     }
 
-    // dS^T to shared memory, [query block of 64][key][64 queries] swizzled, while they run: a[0]
-    // and a[2] are key key_w, a[1] and a[3] key key_w + 8; a[0], a[1] queries 16kk + 2t (+1), a[2],
-    // a[3] 8 further. (Deferred dQ: buffer i % 2, the other one still read by step i - 1's dQ.)
-    const u32 ds_t = s_ds + (T::kDqDefer ? (i & 1) * T::kDsBytes : 0);
-#pragma unroll
-    for (int kk = 0; kk < T::kBlockM / 16; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int key = key_w + (r & 1) * 8, q = kk * 16 + (r >> 1) * 8 + 2 * t;
-        st_shared_u32(ds_t + (q >> 6) * T::kKColBlockBytes + key * T::kRowBytes + ((((q & 63) >> 3) ^ (key & 7)) << 4) +
-                          (q & 7) * 2,
-                      ads[kk][r]);
-      }
+    // dS^T to shared memory while they run.
+    store_t(ds_t, ads);
     fence_async_smem();
     if (T::kDqBulk && threadIdx.x % 128 == 0) bulk_wait_read();  // the dQ staging's last bulk read
     wgmma_wait<0>();
@@ -442,8 +493,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     const int key = n0 + key_w + h2 * 8;
     if (key < len_k) {
 #pragma unroll
-      for (int c = 0; c < T::kHeadDim / 8; ++c) {
-        const int col = c * 8 + 2 * t;
+      for (int c = 0; c < T::kDkvN / 8; ++c) {
+        const int col = col_w + c * 8 + 2 * t;
         *reinterpret_cast<u32*>(dk + key * p.dk_stride[2] + col) =
             pack2<T::kBf16>(acc_dk[4 * c + 2 * h2] * f.scale, acc_dk[4 * c + 2 * h2 + 1] * f.scale);
         *reinterpret_cast<u32*>(dv + key * p.dv_stride[2] + col) =

@@ -36,8 +36,16 @@ struct Traits {
   static constexpr int kLongestFirst = LONGEST_FIRST;
 
   // Derived.
-  static constexpr int kWarpgroups = kBlockN / 64;
+  // Head dim 256 splits the head dims between two warpgroups of the same 64 keys (kColSplit 2): dK
+  // and dV over all 256 dims would be 256 fp32 registers a thread. Each warpgroup scores half the
+  // step's queries (S^T and dP^T over all 256 dims, N = kBlockM / 2), P^T and dS^T go to shared
+  // memory, and each accumulates its half of dK's, dV's and dQ's head dims with both operands from
+  // shared memory (WgmmaKN): no product computed twice (flash_bwd_mma's dkv_split recomputes two).
+  static constexpr int kColSplit = kHeadDim == 256 ? 2 : 1;
+  static constexpr int kWarpgroups = kBlockN / 64 * kColSplit;
   static constexpr int kThreads = kWarpgroups * 128;
+  static constexpr int kDkvN = kHeadDim / kColSplit;  // dK's and dV's head dims a warpgroup holds
+  static constexpr int kSdpN = kBlockM / kColSplit;   // the step's queries a warpgroup scores
   // Tiles in shared memory are [column block][row][64 elements], rows of 128 bytes swizzled in
   // 16-byte chunks (chunk ^ row % 8, TMA's and wgmma's 128-byte swizzle), in atoms of 8 rows: Q,
   // dO (rows: queries, column blocks: head dims), K, V (keys, head dims) and dS^T (keys, queries).
@@ -63,7 +71,9 @@ struct Traits {
   static constexpr int kOffQ = 2 * kKBytes;
   static constexpr int kOffDo = kOffQ + kStages * kQBytes;
   static constexpr int kOffDs = kOffDo + kStages * kQBytes;
-  static constexpr int kOffLse = kOffDs + (kDqDefer ? 2 : 1) * kDsBytes;
+  // Head dim 256: P^T beside dS^T (the other warpgroup's queries are read from there).
+  static constexpr int kOffP = kOffDs + (kDqDefer ? 2 : 1) * kDsBytes;
+  static constexpr int kOffLse = kOffP + (kColSplit > 1 ? kDsBytes : 0);
   static constexpr int kOffDp = kOffLse + kStages * kBlockM * 4;
   // Bulk dQ: one staging area a unit, 64 x kDqN floats in fragment order.
   static constexpr int kDqStageBytes = 64 * kDqN * 4;
@@ -83,9 +93,12 @@ struct Traits {
   }
   static constexpr int kSmemBytes = kOffDqStage + (kDqBulk ? kWarpgroups * kDqUnits * kDqStageBytes : 0) + 1024;
 
-  static_assert(kHeadDim == 64 || kHeadDim == 128,
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "flash_bwd_wgmma serves head dims 64 and 128 (a warpgroup keeps dK and dV of its 64 keys over every "
-                "head dim in registers)");
+                "head dim in registers) and 256 (two warpgroups a half each)");
+  static_assert(kColSplit == 1 || (kBlockN == 64 && kBlockM == 64 && !kDqBulk && !kDqDefer),
+                "head dim 256: 64 keys and 64-row steps (K, V, two Q/dO stages, P^T and dS^T take 210 KB), dQ by red "
+                "and not deferred");
   static_assert(kBlockN == 64 || kBlockN == 128, "block_n is 64 or 128 (one or two warpgroups)");
   static_assert(kBlockM == 64 || kBlockM == 128, "block_m is 64 or 128");
   static_assert(kDqN % 64 == 0 && kDqUnits >= 1 && kDqUnits * kWarpgroups == kQGroups * kDqSplit,

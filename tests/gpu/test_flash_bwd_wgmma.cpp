@@ -1,5 +1,5 @@
 // Property test of flash_bwd_wgmma (the Hopper backward, issue 45): a spread of its configs (both dQ
-// reductions, one and two warpgroups, 64- and 128-row steps) at d=64 and d=128, causal and not,
+// reductions, one and two warpgroups, 64- and 128-row steps) at d=64 and d=128 (and d=256's), causal and not,
 // through the worker's validation (dQ, dK and dV each by FlashAttention-2's criterion against the
 // reference's gradients, NaN-poisoned outputs) on the backward families' shapes (bwd_checks.hpp): GQA and MQA,
 // odd lengths, sk > s, sk < s, one query or key row; then window builds on windowed shapes.
@@ -78,6 +78,20 @@ TEST(FlashBwdWgmmaProperty, Softcap) {
                         attntune::testing::kBwdWindowSinkSoftcapShapes, 7100, 2);
 }
 
+// d=256 (Gemma 2 and 3): two warpgroups of the same 64 keys, each scoring half of a step's queries
+// and accumulating half of dK's, dV's and dQ's head dims, P^T and dS^T shared through shared memory;
+// causal and not, a causal window with a soft-cap and sinks, a two-sided window, and a packed batch.
+TEST(FlashBwdWgmmaProperty, HeadDim256) {
+  REQUIRE_SM90();
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 256, {0, 1}, "", attntune::testing::kBwdShapes, 8700, 0);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 256, {1}, ",window=64,softcap=30,sinks=1",
+                        attntune::testing::kBwdWindowSinkSoftcapShapes, 8800, 1);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 256, {0}, ",window=64,64", attntune::testing::kBwdTwoSidedShapes,
+                        8850, 1);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 256, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenShapes,
+                        8900, 1);
+}
+
 TEST(FlashBwdWgmmaProperty, WindowsTwoSided) {
   REQUIRE_SM90();
   // Non-causal window builds only (a causal build bounds the right side itself).
@@ -109,5 +123,5 @@ TEST(FlashBwdWgmmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
   // of the key blocks.
   attntune::testing::check_determinism(
       ctx, "flash_bwd_wgmma", "sm_90a", 6100,
-      {[](const Config& c) { return std::get<std::int64_t>(c.at("longest_first")) != 0; }});
+      {[](const Config& c) { return std::get<std::int64_t>(c.at("longest_first")) != 0; }}, {64, 128, 256});
 }

@@ -28,9 +28,10 @@ long long smem_of(const Config& c, long long d) {
   const long long bn = get(c, "block_n"), bm = get(c, "block_m"), st = get(c, "q_stages");
   const bool bulk = std::get<std::string>(c.at("dq_reduce")) == "bulk";
   const bool defer = std::get<bool>(c.at("dq_defer"));
-  // dQ's staging: the whole (block_m x d) fp32 tile of a step, when bulk; a second dS^T when deferred.
-  return 2 * bn * d * 2 + 2 * st * bm * d * 2 + (defer ? 2 : 1) * bn * bm * 2 + 2 * st * bm * 4 +
-         (bulk ? bm * d * 4 : 0) + 1024;
+  // dQ's staging: the whole (block_m x d) fp32 tile of a step, when bulk; a second dS^T when deferred;
+  // P^T beside dS^T at d=256.
+  return 2 * bn * d * 2 + 2 * st * bm * d * 2 + (defer ? 2 : 1) * bn * bm * 2 + (d == 256 ? bn * bm * 2 : 0) +
+         2 * st * bm * 4 + (bulk ? bm * d * 4 : 0) + 1024;
 }
 
 }  // namespace
@@ -63,13 +64,36 @@ TEST(FlashBwdWgmmaSpace, ServesTheBackwardOfHeadDims64And128OnHopperOnly) {
             }).find("pass=bwd"),
             std::string::npos);
   EXPECT_NE(attntune::testing::input_error_of([&] {
-              space.enumerate(Problem::parse("b=1,h=16,s=8192,d=256,dtype=bf16,causal=0,pass=bwd"), "sm_90a");
-            }).find("head dims 64 and 128"),
+              space.enumerate(Problem::parse("b=1,h=16,s=8192,d=96,dtype=bf16,causal=0,pass=bwd"), "sm_90a");
+            }).find("head dims 64, 128 and 256"),
             std::string::npos);
   EXPECT_NE(attntune::testing::input_error_of([&] {
               space.enumerate(Problem::parse("b=1,h=16,s=8192,d=128,dtype=bf16,causal=0,pass=bwd"), "sm_80");
             }).find("does not support arch sm_80"),
             std::string::npos);
+}
+
+// d=256 (Gemma 2 and 3): two warpgroups of the same 64 keys, each scoring half of a step's 64 queries
+// and holding half of dK's and dV's head dims; 64-row steps in two stages, dQ by red, not deferred:
+// one config a problem, three causal ones (longest_first).
+TEST(FlashBwdWgmmaSpace, HeadDim256TakesTwoWarpgroupsAHalf) {
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  for (const bool causal : {false, true}) {
+    const Problem p = Problem::parse(std::string("b=1,h=16,s=8192,d=256,dtype=bf16,pass=bwd,causal=") + (causal ? "1" : "0"));
+    const auto configs = space.enumerate(p, "sm_90a");
+    EXPECT_EQ(configs.size(), causal ? 3u : 1u);
+    for (const Config& c : configs) {
+      EXPECT_EQ(get(c, "block_n"), 64) << config_str(c);
+      EXPECT_EQ(get(c, "block_m"), 64) << config_str(c);
+      EXPECT_EQ(get(c, "q_stages"), 2) << config_str(c);
+      EXPECT_EQ(std::get<std::string>(c.at("dq_reduce")), "red");
+      EXPECT_FALSE(std::get<bool>(c.at("dq_defer")));
+      EXPECT_EQ(smem_of(c, 256), 215040);
+      const LaunchSpec spec = render_kernel(space, c, p, "sm_90a").launch;
+      EXPECT_EQ(attntune::define_value(spec.defines, "THREADS"), 256);
+      EXPECT_EQ(attntune::define_value(spec.defines, "SMEM_BYTES"), 215040);
+    }
+  }
 }
 
 TEST(FlashBwdWgmmaRender, SourceIsFlatWithThreeKernelsAndEveryTunable) {
@@ -88,7 +112,7 @@ TEST(FlashBwdWgmmaRender, SourceIsFlatWithThreeKernelsAndEveryTunable) {
 
 TEST(FlashBwdWgmmaPlan, ThreeKernelsWithTheirGridsSharedMemoryAndWorkspaces) {
   const SearchSpace space = space_of("flash_bwd_wgmma");
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     const Problem p = Problem::parse(
         "b=2,h=8,hkv=2,s=1000,sk=777,d=" + std::to_string(d) + ",dtype=bf16,causal=0,pass=bwd");
     for (const Config& c : space.enumerate(p, "sm_90a")) {
@@ -102,7 +126,7 @@ TEST(FlashBwdWgmmaPlan, ThreeKernelsWithTheirGridsSharedMemoryAndWorkspaces) {
       EXPECT_EQ(plan->launch[1].kernel, 1);
       EXPECT_EQ(plan->launch[1].grid[0], static_cast<unsigned>((777 + bn - 1) / bn));
       EXPECT_EQ(plan->launch[1].grid[1], 2u);  // KV heads: GQA's group is summed inside a CTA
-      EXPECT_EQ(plan->launch[1].block, static_cast<unsigned>(bn / 64 * 128));
+      EXPECT_EQ(plan->launch[1].block, static_cast<unsigned>(bn / 64 * 128 * (d == 256 ? 2 : 1)));
       EXPECT_EQ(plan->launch[1].smem, static_cast<unsigned>(smem_of(c, d))) << config_str(c);
       EXPECT_EQ(plan->launch[2].kernel, 2);
       EXPECT_EQ(plan->launch[2].grid[0], static_cast<unsigned>((1000 + bm - 1) / bm));
@@ -153,10 +177,10 @@ TEST(FlashBwdWgmmaPlan, WrongCallsAreRefusedWithTheReason) {
 }
 
 // Every config of d=64 and d=128 (causal, in the grid's order, and two longest-first ones; a window
-// build of each head dim) builds for sm_90a
-// without wgmma serialisation and with few spilled bytes at 255 registers: d=128 at most 16 (its
-// deferred-dQ builds, 4-12 bytes under NVRTC, none under nvcc; the space's register floor keeps its
-// 128-row steps, which spill hundreds, out), d=64's 128-row steps at most 64.
+// build of each head dim) and d=256's (non-causal; causal with a window, soft-cap and sinks) builds
+// for sm_90a without wgmma serialisation and with few spilled bytes at 255 registers: d=128 at most
+// 16 (its deferred-dQ builds, 4-12 bytes under NVRTC, none under nvcc; the space's register floor
+// keeps its 128-row steps, which spill hundreds, out), d=64's 128-row steps at most 64, d=256 none.
 TEST(FlashBwdWgmmaBuild, EveryConfigBuildsWithFewSpills) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
@@ -188,7 +212,9 @@ TEST(FlashBwdWgmmaBuild, EveryConfigBuildsWithFewSpills) {
     }
   }
   for (const char* spec : {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=0,window=256,256,pass=bwd",
-                           "b=1,h=16,s=8192,d=64,dtype=bf16,causal=1,window=512,pass=bwd"}) {
+                           "b=1,h=16,s=8192,d=64,dtype=bf16,causal=1,window=512,pass=bwd",
+                           "b=1,h=16,s=8192,d=256,dtype=bf16,causal=0,pass=bwd",
+                           "b=1,h=16,s=8192,d=256,dtype=fp16,causal=1,window=512,softcap=30,sinks=1,pass=bwd"}) {
     const Problem p = Problem::parse(spec);
     const Config c = space.enumerate(p, "sm_90a").back();
     pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
@@ -199,7 +225,8 @@ TEST(FlashBwdWgmmaBuild, EveryConfigBuildsWithFewSpills) {
     ++built;
     EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
     const bool d128 = o->job.kernel.source.find("#define ATT_HEAD_DIM 128\n") != std::string::npos;
-    EXPECT_LE(o->build.spill_stores, d128 ? 16 : 64)
+    const bool d256 = o->job.kernel.source.find("#define ATT_HEAD_DIM 256\n") != std::string::npos;
+    EXPECT_LE(o->build.spill_stores, d256 ? 0 : d128 ? 16 : 64)
         << config_str(o->job.config) << ": " << o->build.registers << " registers";
     EXPECT_EQ(o->build.log.find("Potential Performance Loss"), std::string::npos) << o->build.log;
   }
