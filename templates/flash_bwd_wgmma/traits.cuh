@@ -26,6 +26,14 @@ struct Traits {
   // (cp.reduce.async.bulk .add.f32) of 64 x kDqN floats, into an accumulator in that order (bulk:
   // the conversion kernel reads it back, dq_offset).
   static constexpr bool kDqBulk = DQ_REDUCE == DQ_REDUCE_BULK;
+  // quad: each thread's red.global.add.v4.f32 of its accumulator quads (rows g and g + 8, two
+  // columns each) into the fragment-ordered accumulator that bulk builds use: half red's
+  // instructions, no shared memory.
+#if defined(DQ_REDUCE_QUAD)
+  static constexpr bool kDqQuad = DQ_REDUCE == DQ_REDUCE_QUAD;
+#else
+  static constexpr bool kDqQuad = false;
+#endif
   // dQ's wgmma of step i left in flight and finished (the wait, the addition) in step i + 1 while
   // its S^T and dP^T run, instead of waited for at once; dS^T then has two buffers (the one being
   // written, the one step i - 1's dQ reads). One dQ unit a warpgroup only.
@@ -79,10 +87,10 @@ struct Traits {
   static constexpr int kDqStageBytes = 64 * kDqN * 4;
   static constexpr int kOffDqStage = kOffDp + kStages * kBlockM * 4;
   // Where the accumulator keeps (row, col) of a (batch, head)'s rows from row_base (the conversion
-  // kernel's reads, bwd_prepost.cuh): row-major (red), or (bulk) in blocks of kBlockM rows, each
+  // kernel's reads, bwd_prepost.cuh): row-major (red), or (bulk, quad) in blocks of kBlockM rows, each
   // kQGroups x kDqSplit units of 64 rows x kDqN columns in the order the main kernel's threads stage
   // their accumulators: float4 j4 of thread r at j4 * 128 + r.
-  static constexpr bool kDqFragmentOrder = kDqBulk;
+  static constexpr bool kDqFragmentOrder = kDqBulk || kDqQuad;
   static __device__ __forceinline__ long long dq_offset(long long row_base, int row, int col) {
     const int m0 = row / kBlockM * kBlockM, rr = row - m0;
     const int qg = rr / 64, r = rr % 64, cg = col / kDqN, cc = col % kDqN;
@@ -98,7 +106,7 @@ struct Traits {
                 "head dim in registers) and 256 (two warpgroups a half each)");
   static_assert(kColSplit == 1 || (kBlockN == 64 && kBlockM == 64 && !kDqBulk && !kDqDefer),
                 "head dim 256: 64 keys and 64-row steps (K, V, two Q/dO stages, P^T and dS^T take 210 KB), dQ by red "
-                "and not deferred");
+                "or quad (no room for bulk's staging) and not deferred");
   static_assert(kBlockN == 64 || kBlockN == 128, "block_n is 64 or 128 (one or two warpgroups)");
   static_assert(kBlockM == 64 || kBlockM == 128, "block_m is 64 or 128");
   static_assert(kDqN % 64 == 0 && kDqUnits >= 1 && kDqUnits * kWarpgroups == kQGroups * kDqSplit,

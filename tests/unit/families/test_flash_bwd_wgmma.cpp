@@ -74,19 +74,20 @@ TEST(FlashBwdWgmmaSpace, ServesTheBackwardOfHeadDims64And128OnHopperOnly) {
 }
 
 // d=256 (Gemma 2 and 3): two warpgroups of the same 64 keys, each scoring half of a step's 64 queries
-// and holding half of dK's and dV's head dims; 64-row steps in two stages, dQ by red, not deferred:
-// one config a problem, three causal ones (longest_first).
+// and holding half of dK's and dV's head dims; 64-row steps in two stages, dQ by red or quad (red.v4
+// into the fragment order), not deferred: two configs a problem, six causal ones (longest_first).
+// quad is d=256's alone.
 TEST(FlashBwdWgmmaSpace, HeadDim256TakesTwoWarpgroupsAHalf) {
   const SearchSpace space = space_of("flash_bwd_wgmma");
   for (const bool causal : {false, true}) {
     const Problem p = Problem::parse(std::string("b=1,h=16,s=8192,d=256,dtype=bf16,pass=bwd,causal=") + (causal ? "1" : "0"));
     const auto configs = space.enumerate(p, "sm_90a");
-    EXPECT_EQ(configs.size(), causal ? 3u : 1u);
+    EXPECT_EQ(configs.size(), causal ? 6u : 2u);
     for (const Config& c : configs) {
       EXPECT_EQ(get(c, "block_n"), 64) << config_str(c);
       EXPECT_EQ(get(c, "block_m"), 64) << config_str(c);
       EXPECT_EQ(get(c, "q_stages"), 2) << config_str(c);
-      EXPECT_EQ(std::get<std::string>(c.at("dq_reduce")), "red");
+      EXPECT_NE(std::get<std::string>(c.at("dq_reduce")), "bulk");
       EXPECT_FALSE(std::get<bool>(c.at("dq_defer")));
       EXPECT_EQ(smem_of(c, 256), 215040);
       const LaunchSpec spec = render_kernel(space, c, p, "sm_90a").launch;
@@ -94,6 +95,8 @@ TEST(FlashBwdWgmmaSpace, HeadDim256TakesTwoWarpgroupsAHalf) {
       EXPECT_EQ(attntune::define_value(spec.defines, "SMEM_BYTES"), 215040);
     }
   }
+  for (const Config& c : space.enumerate(Problem::parse("b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd"), "sm_90a"))
+    EXPECT_NE(std::get<std::string>(c.at("dq_reduce")), "quad") << config_str(c);
 }
 
 TEST(FlashBwdWgmmaRender, SourceIsFlatWithThreeKernelsAndEveryTunable) {
@@ -213,11 +216,16 @@ TEST(FlashBwdWgmmaBuild, EveryConfigBuildsWithFewSpills) {
   }
   for (const char* spec : {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=0,window=256,256,pass=bwd",
                            "b=1,h=16,s=8192,d=64,dtype=bf16,causal=1,window=512,pass=bwd",
-                           "b=1,h=16,s=8192,d=256,dtype=bf16,causal=0,pass=bwd",
                            "b=1,h=16,s=8192,d=256,dtype=fp16,causal=1,window=512,softcap=30,sinks=1,pass=bwd"}) {
     const Problem p = Problem::parse(spec);
     const Config c = space.enumerate(p, "sm_90a").back();
     pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
+    ++submitted;
+  }
+  // d=256: both of its dQ additions (red, quad).
+  const Problem d256 = Problem::parse("b=1,h=16,s=8192,d=256,dtype=bf16,causal=0,pass=bwd");
+  for (const Config& c : space.enumerate(d256, "sm_90a")) {
+    pool.submit({c, render_kernel(space, c, d256, "sm_90a"), "sm_90a"});
     ++submitted;
   }
   std::size_t built = 0;
