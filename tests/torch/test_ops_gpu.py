@@ -1720,10 +1720,10 @@ def fp8_phase(work, device="cuda"):
 
 # ------------------------------------------------------------------ the backward phase
 
-# What the backward phase tunes when it is given no package or database (issue 45): flash_bwd_mma's
-# backward problems (pass=bwd) at d=64 and 128, causal and not, GQA, a causal window, a causal window
-# with learnable sinks (the kernel gives dq, dk, dv; the op adds the sinks' gradient), a soft-cap, in
-# bf16 and fp16
+# What the backward phase tunes when it is given no package or database (issue 45): the backward
+# families' problems (pass=bwd) at d=64 and 128, causal and not, GQA, a causal window, a causal window
+# with learnable sinks (the kernel gives dq, dk, dv; the op adds the sinks' gradient), a soft-cap, and
+# Gemma 2's local layer at its head dim 256 (a causal window with a soft-cap), in bf16 and fp16
 # (one package each), and the forward of two of them, so that a training step runs kernels both ways;
 # and packed varlen batches' backward (varlen=N,pass=bwd: attention_varlen's autograd,
 # attention_backward_varlen), GQA causal at d=128 (with its forward) and a causal window with sinks at d=64.
@@ -1735,6 +1735,7 @@ BWD_SHAPES = [
     "b=1,h=8,hkv=4,s=1024,sk=1024,d=64,dtype={dt},causal=1,window=255,pass=bwd",
     "b=2,h=8,hkv=2,s=1024,sk=1024,d=64,dtype={dt},causal=1,window=127,sinks=1,pass=bwd",  # gpt-oss-like
     "b=1,h=8,hkv=4,s=1024,sk=1024,d=128,dtype={dt},causal=1,softcap=50,pass=bwd",         # Gemma-2-like
+    "b=1,h=8,hkv=4,s=1024,sk=1024,d=256,dtype={dt},causal=1,window=255,softcap=50,pass=bwd",  # Gemma 2's own d
     "b=2,h=8,hkv=2,s=1024,sk=1024,d=128,dtype={dt},causal=1",
     "b=2,h=8,hkv=8,s=1024,sk=1024,d=64,dtype={dt},causal=1",
     "b=4,h=8,hkv=2,s=1024,sk=1024,d=128,dtype={dt},causal=1,varlen=64,pass=bwd",
