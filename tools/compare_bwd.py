@@ -19,6 +19,18 @@ exactly (bottom-right).
 
     PYTHONPATH=PKG python3 tools/compare_bwd.py --shapes 1,16,16,8192,128,0;... [--dtype bf16] [--deterministic]
         [--fa4-aot .fa4/aot [--fa4-kit .fa4]] [--dry-run]
+    PYTHONPATH=PKG python3 tools/compare_bwd.py --varlen b=8,h=16,hkv=4,s=2048,d=128,dtype=bf16,causal=1,varlen=256 [...]
+
+--varlen SPEC (repeatable; beside or instead of --shapes): a packed batch's backward, attntune's varlen
+problem spec (the lengths attntune's generator draws: tools/compare_varlen.py), [total, H, D] tensors
+and cu_seqlens. Ours: attntune.attention_varlen through autograd (attention_backward_varlen's kernel;
+a batch no backward kernel serves is refused). Peers, each through autograd, backward only timed:
+torch's own varlen_attn (torch.nn.attention.varlen, FlashAttention-2's varlen kernels; GQA by repeated
+K/V heads when it takes no enable_gqa), SDPA one call per sequence on views of the packed tensors
+(cuDNN; the backward runs B kernels), and SDPA on the right-padded batch (cuDNN, causal with sk = s
+only, where one causal mask is each sequence's own on its rows; padding not timed). Checked first
+against a float64 reference per sequence (FlashAttention-2's criterion against the dtype's own).
+TFLOP/s count the visible pairs of the sequences (2.5x the forward's).
 
 --deterministic times ours in the backward's deterministic mode (bit-identical gradients; a package
 kernel must serve a deterministic call, else the row is refused).
@@ -140,9 +152,130 @@ def dry_run(a, shapes):
     return 0 if ok else 1
 
 
+def varlen_row(a, spec, dt):
+    """One packed batch (--varlen SPEC): ours and the peers' backward, checked, then timed. Returns (line,
+    failures)."""
+    import inspect
+
+    import torch
+    import torch.nn.functional as F
+    import attntune
+    from compare_varlen import Batch, parse_spec
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    p = parse_spec(spec)
+    if not p["varlen"]:
+        sys.exit(f"compare_bwd.py: --varlen {spec!r}: the spec names no varlen=N (a packed batch)")
+    bt = Batch(p)
+    h, hkv, d, causal = p["h"], p["hkv"], p["d"], p["causal"]
+    g = torch.Generator(device="cuda").manual_seed(p["b"] * 7 + p["s"])
+    q = torch.randn(bt.total_q, h, d, device="cuda", dtype=dt, generator=g).requires_grad_()
+    k = torch.randn(bt.total_k, hkv, d, device="cuda", dtype=dt, generator=g).requires_grad_()
+    v = torch.randn(bt.total_k, hkv, d, device="cuda", dtype=dt, generator=g).requires_grad_()
+    do = torch.randn(bt.total_q, h, d, device="cuda", dtype=dt, generator=g)
+    cu_q = torch.tensor(bt.cq, dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor(bt.ck, dtype=torch.int32, device="cuda")
+    name = f"varlen b{p['b']} h{h}/{hkv} d{d} {a.dtype}{' causal' if causal else ''} (q {min(bt.lq)}..{bt.max_q}, total {bt.total_q})"
+    kernel, why = attntune.default().explain("attention_backward_varlen", a.dtype, d, causal, p["b"], h, hkv,
+                                             bt.max_q, bt.max_k, deterministic=a.deterministic)
+    if kernel < 0:
+        return f"{name}: no backward kernel of the package serves it ({why})", 1
+    out = attntune.attention_varlen(q, k, v, cu_q, cu_k, bt.max_q, bt.max_k, is_causal=causal,
+                                    deterministic=a.deterministic)
+    ours = lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)  # noqa: E731
+    fns, notes, failures = {"ours": ours}, [], 0
+    check = ""
+    if not a.no_check:
+        atol = 1 / 512 if a.dtype == "bf16" else 1 / 4096
+        got = ours()
+        bad = set()
+        for i in range(p["b"]):
+            sq, sk_ = slice(bt.cq[i], bt.cq[i + 1]), slice(bt.ck[i], bt.ck[i + 1])
+            args = [x[sl][None] for x, sl in ((q, sq), (k, sk_), (v, sk_), (do, sq))]
+            ref = reference_grads(*args, causal, torch.float64)
+            low = reference_grads(*args, causal, dt)
+            for n, x, sl, r, lo in zip(("dq", "dk", "dv"), got, (sq, sk_, sk_), ref, low):
+                xs = x[sl][None].double()
+                if not torch.isfinite(xs).all() or (xs - r).abs().max() > 2 * (lo.double() - r).abs().max() + atol:
+                    bad.add(n)
+        check = "ok" if not bad else "WRONG " + ",".join(sorted(bad))
+        failures += bool(bad)
+    # torch's varlen_attn (FlashAttention-2's varlen kernels), where this torch has it.
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+        params = inspect.signature(varlen_attn).parameters
+        kw, kq, vq, label = {}, k, v, "torch_varlen"
+        if "is_causal" in params:
+            kw["is_causal"] = causal
+        elif causal:
+            kw["window_size"] = (-1, 0)
+        if hkv != h:
+            if "enable_gqa" in params:
+                kw["enable_gqa"] = True
+            else:
+                kq, vq, label = k.repeat_interleave(h // hkv, 1), v.repeat_interleave(h // hkv, 1), "torch_varlen+kvrep"
+        o_tv = varlen_attn(q, kq, vq, cu_q, cu_k, bt.max_q, bt.max_k, **kw)
+        fns[label] = lambda: torch.autograd.grad(o_tv, (q, k, v), do, retain_graph=True)  # noqa: E731
+        fns[label]()
+    except Exception as e:  # noqa: BLE001  not in this torch, or it refuses the batch
+        fns.pop("torch_varlen", None)
+        fns.pop("torch_varlen+kvrep", None)
+        notes.append(f"torch_varlen: {type(e).__name__}: {str(e)[:100]}")
+    # SDPA one call a sequence ([1, H, len, D] views of the packed tensors), cuDNN.
+    try:
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            outs = []
+            for i in range(p["b"]):
+                sq, sk_ = slice(bt.cq[i], bt.cq[i + 1]), slice(bt.ck[i], bt.ck[i + 1])
+                outs.append(F.scaled_dot_product_attention(
+                    q[sq].transpose(0, 1)[None], k[sk_].transpose(0, 1)[None], v[sk_].transpose(0, 1)[None],
+                    is_causal=causal and bt.lq[i] == bt.lk[i], enable_gqa=hkv != h,
+                    attn_mask=None if not causal or bt.lq[i] == bt.lk[i] else torch.ones(
+                        bt.lq[i], bt.lk[i], dtype=torch.bool, device="cuda").tril(bt.lk[i] - bt.lq[i])))
+        dos = [do[bt.cq[i]:bt.cq[i + 1]].transpose(0, 1)[None] for i in range(p["b"])]
+        fns["sdpa_loop_cudnn"] = lambda: torch.autograd.grad(outs, (q, k, v), dos, retain_graph=True)  # noqa: E731
+        fns["sdpa_loop_cudnn"]()
+    except Exception as e:  # noqa: BLE001
+        fns.pop("sdpa_loop_cudnn", None)
+        notes.append(f"sdpa_loop_cudnn: {type(e).__name__}: {str(e)[:100]}")
+    # SDPA on the right-padded batch, cuDNN: causal with sk = s only (one causal mask is each
+    # sequence's own on its valid rows, and hides the padded keys from them).
+    if causal and p["sk"] == p["s"]:
+        try:
+            def pad(x, c, lens, m):
+                y = x.new_zeros(p["b"], m, x.shape[1], d)
+                for i in range(p["b"]):
+                    y[i, :lens[i]] = x[c[i]:c[i + 1]]
+                return y.transpose(1, 2).detach().requires_grad_()
+            qp, kp, vp = pad(q, bt.cq, bt.lq, bt.max_q), pad(k, bt.ck, bt.lk, bt.max_k), pad(v, bt.ck, bt.lk, bt.max_k)
+            dop = pad(do, bt.cq, bt.lq, bt.max_q).detach()
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                o_p = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, enable_gqa=hkv != h)
+            fns["sdpa_padded_cudnn"] = lambda: torch.autograd.grad(o_p, (qp, kp, vp), dop, retain_graph=True)  # noqa: E731
+            fns["sdpa_padded_cudnn"]()
+        except Exception as e:  # noqa: BLE001
+            fns.pop("sdpa_padded_cudnn", None)
+            notes.append(f"sdpa_padded_cudnn: {type(e).__name__}: {str(e)[:100]}")
+    times = {n: [] for n in fns}
+    order = list(fns)
+    for r in range(a.rounds + 1):
+        for n in (order if r % 2 == 0 else order[::-1]):
+            t = sample(fns[n], a.min_seconds)
+            if r > 0:
+                times[n].append(t)
+    med = {n: statistics.median(x) for n, x in times.items()}
+    tf = {n: 2.5 * bt.flops / t / 1e6 for n, t in med.items()}
+    best = min((t for n, t in med.items() if n != "ours"), default=float("nan"))
+    line = f"{name}: " + "  ".join(f"{n} {med[n]:.0f} us {tf[n]:.0f} TF" for n in med) + \
+           f"  ours/best-peer {best / med['ours']:.3f}x" + (f"  check {check}" if check else "") + \
+           ("".join(f"  ({x})" for x in notes))
+    return line, failures
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", required=True, help="b,h,hkv,s,d,causal;...")
+    ap.add_argument("--shapes", default="", help="b,h,hkv,s,d,causal;...")
+    ap.add_argument("--varlen", action="append", default=[], help="a packed batch's problem spec (repeatable)")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--min-seconds", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=3)
@@ -155,6 +288,8 @@ def main():
     ap.add_argument("--dry-run", action="store_true", help="print the FA4 plan of each shape; no torch, no GPU")
     a = ap.parse_args()
     shapes = parse_shapes(a.shapes)
+    if not shapes and not a.varlen:
+        ap.error("give --shapes or --varlen")
     if a.dry_run:
         sys.exit(dry_run(a, shapes))
     import torch
@@ -263,6 +398,12 @@ def main():
         print(line, flush=True)
         rows.append(line)
         del q, k, v, do, out, qt, kt, vt, fns, fa4
+        torch.cuda.empty_cache()
+    for spec in a.varlen:
+        line, bad = varlen_row(a, spec, dt)
+        print(line, flush=True)
+        rows.append(line)
+        failures += bad
         torch.cuda.empty_cache()
     print(f"GPU after: {gpu_state()}")
     print("\n".join(rows))

@@ -153,10 +153,8 @@ TEST(ExportBackward, AllBestHoldsForwardAndBackwardKernelsAndTorchPackagesThem) 
     if (name.rfind("flash_bwd_", 0) == 0) {
       found = found || name == "flash_bwd_mma";
       EXPECT_EQ(support.at("pass"), nlohmann::json::array({"bwd"})) << fam.dump();
-      // d=256: flash_bwd_mma with dkv_split 2.
-      EXPECT_EQ(support.at("d"), name == "flash_bwd_mma" ? nlohmann::json::array({"64", "128", "256"})
-                                                         : nlohmann::json::array({"64", "128"}))
-          << fam.dump();
+      // d=256: flash_bwd_mma with dkv_split 2, flash_bwd_wgmma with two warpgroups a half.
+      EXPECT_EQ(support.at("d"), nlohmann::json::array({"64", "128", "256"})) << fam.dump();
       EXPECT_EQ(fam.at("regimes"), nlohmann::json::array({"train"})) << fam.dump();
     } else {
       EXPECT_FALSE(support.contains("pass")) << fam.dump();  // the forward families: as before
