@@ -99,7 +99,7 @@ def parse_shapes(text):
         try:
             b, h, hkv, s, d, causal = (int(x) for x in tok.split(","))
         except ValueError:
-            sys.exit(f"compare_bwd.py: --shapes: {tok!r} is not b,h,hkv,s,d,causal")
+            raise ValueError(f"--shapes: {tok!r} is not b,h,hkv,s,d,causal") from None
         out.append((b, h, hkv, s, d, causal))
     return out
 
@@ -121,7 +121,7 @@ def load_fa4(a):
     return K, why
 
 
-def dry_run(a, shapes):
+def dry_run(a, shapes, batches):
     """Each shape's FA4 backward: its kernels in launch order, checked against their parameter lists."""
     K, why, ok = None, "not asked for (--fa4-aot DIR or FA4_AOT)", True
     if fa4_dirs(a):
@@ -148,11 +148,29 @@ def dry_run(a, shapes):
               + (", deterministic" if ent.get("deterministic") else ""))
         for x in lines:
             print("    " + x)
+    for bt in batches:
+        p = bt.p
+        print(f"varlen b{p['b']} h{p['h']}/{p['hkv']} d{p['d']} {p['dtype']}{' causal' if p['causal'] else ''}: "
+              f"query lengths {min(bt.lq)}..{bt.max_q} (total {bt.total_q}), key lengths {min(bt.lk)}..{bt.max_k} "
+              f"(total {bt.total_k}); peers torch_varlen, sdpa_loop_cudnn"
+              + (", sdpa_padded_cudnn" if p["causal"] and p["sk"] == p["s"] else ""))
     print("plan only (--dry-run): ours is the package's attention_backward (PYTHONPATH), cudnn and flash SDPA's")
     return 0 if ok else 1
 
 
-def varlen_row(a, spec, dt):
+def varlen_batch(spec):
+    """--varlen SPEC: compare_varlen's Batch (the lengths attntune draws), or ValueError saying why not."""
+    from compare_varlen import Batch, parse_spec
+
+    p = parse_spec(spec)
+    if not p["varlen"]:
+        raise ValueError(f"problem {spec!r}: names no varlen=N (a packed batch)")
+    if p["hkv"] != p["h"] and p["h"] % p["hkv"]:
+        raise ValueError(f"problem {spec!r}: h is not a multiple of hkv")
+    return Batch(p)
+
+
+def varlen_row(a, bt, dt):
     """One packed batch (--varlen SPEC): ours and the peers' backward, checked, then timed. Returns (line,
     failures)."""
     import inspect
@@ -160,13 +178,9 @@ def varlen_row(a, spec, dt):
     import torch
     import torch.nn.functional as F
     import attntune
-    from compare_varlen import Batch, parse_spec
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    p = parse_spec(spec)
-    if not p["varlen"]:
-        sys.exit(f"compare_bwd.py: --varlen {spec!r}: the spec names no varlen=N (a packed batch)")
-    bt = Batch(p)
+    p = bt.p
     h, hkv, d, causal = p["h"], p["hkv"], p["d"], p["causal"]
     g = torch.Generator(device="cuda").manual_seed(p["b"] * 7 + p["s"])
     q = torch.randn(bt.total_q, h, d, device="cuda", dtype=dt, generator=g).requires_grad_()
@@ -273,7 +287,7 @@ def varlen_row(a, spec, dt):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = peer_common.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="", help="b,h,hkv,s,d,causal;...")
     ap.add_argument("--varlen", action="append", default=[], help="a packed batch's problem spec (repeatable)")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
@@ -287,11 +301,22 @@ def main():
     ap.add_argument("--fa4-kit", help="folder with the kit's fa4kit.py (default: beside --fa4-aot, else .fa4)")
     ap.add_argument("--dry-run", action="store_true", help="print the FA4 plan of each shape; no torch, no GPU")
     a = ap.parse_args()
-    shapes = parse_shapes(a.shapes)
+    try:
+        shapes = parse_shapes(a.shapes)
+    except ValueError as e:
+        ap.error(str(e))
     if not shapes and not a.varlen:
         ap.error("give --shapes or --varlen")
+    batches = []
+    for spec in a.varlen:
+        try:
+            batches.append(varlen_batch(spec))
+        except ValueError as e:
+            ap.error(f"--varlen: {e}")
+        if batches[-1].p["dtype"] != a.dtype:
+            ap.error(f"--varlen {spec!r}: dtype {batches[-1].p['dtype']} is not --dtype {a.dtype}")
     if a.dry_run:
-        sys.exit(dry_run(a, shapes))
+        sys.exit(dry_run(a, shapes, batches))
     import torch
     import torch.nn.functional as F
     from gpu_timing import gpu_state
@@ -399,8 +424,8 @@ def main():
         rows.append(line)
         del q, k, v, do, out, qt, kt, vt, fns, fa4
         torch.cuda.empty_cache()
-    for spec in a.varlen:
-        line, bad = varlen_row(a, spec, dt)
+    for bt in batches:
+        line, bad = varlen_row(a, bt, dt)
         print(line, flush=True)
         rows.append(line)
         failures += bad

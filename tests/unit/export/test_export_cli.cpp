@@ -432,7 +432,7 @@ TEST(ComparePy, CompilesWithPython3) {
   ASSERT_EQ(std::system("command -v python3 >/dev/null 2>&1"), 0) << "python3 is missing";
   TempDir dir;
   for (const char* tool : {"compare_sdpa.py", "compare_chunked.py", "compare_varlen.py", "peer_common.py",
-                           "gpu_timing.py"}) {
+                           "gpu_timing.py", "compare_bwd.py"}) {
     const std::string cmd = "PYTHONPYCACHEPREFIX=" + shq(dir.path().string()) + " python3 -m py_compile " +
                             shq(source_dir() + "/tools/" + tool);
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -458,8 +458,21 @@ TEST(ComparePy, PeerToolsDryRunsAndRefuseBadInput) {
   EXPECT_NE(r.output.find("problem b=4,h=8,hkv=2,s=1024,sk=1024,d=128,dtype=bf16,causal=1,varlen=1"),
             std::string::npos)
       << r.output;
+  // compare_bwd.py --varlen: the packed batch's lengths as attntune draws them (compare_varlen's
+  // generator), and which peers a causal batch with sk = s gets.
+  r = sh(py + "compare_bwd.py --dry-run --varlen b=8,h=16,hkv=4,s=2048,d=128,dtype=bf16,causal=1,varlen=256");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("varlen b8 h16/4 d128 bf16 causal: query lengths 384..1733 (total 8065), key lengths "
+                          "384..1733 (total 8065); peers torch_varlen, sdpa_loop_cudnn, sdpa_padded_cudnn"),
+            std::string::npos)
+      << r.output;
   for (const auto& [tool, args, says] :
-       {std::tuple{"compare_chunked.py", "--problem b=2,h=8,s=512,d=128,dtype=bf16,causal=1,page=64,page=3",
+       {std::tuple{"compare_bwd.py", "--varlen b=8,h=16,s=2048,d=128,dtype=bf16,causal=1", "names no varlen=N"},
+        std::tuple{"compare_bwd.py", "--varlen b=8,h=16,s=2048,d=128,dtype=fp16,causal=1,varlen=9",
+                   "is not --dtype bf16"},
+        std::tuple{"compare_bwd.py", "--shapes 1,16,16,x,128,0", "is not b,h,hkv,s,d,causal"},
+        std::tuple{"compare_bwd.py", "", "give --shapes or --varlen"},
+        std::tuple{"compare_chunked.py", "--problem b=2,h=8,s=512,d=128,dtype=bf16,causal=1,page=64,page=3",
                    "key 'page' given twice"},
         std::tuple{"compare_varlen.py", "--problem b=2,h=8,s=x,d=128,dtype=bf16,causal=1,varlen=1",
                    "s='x' is not an integer"},
