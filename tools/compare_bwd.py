@@ -25,8 +25,10 @@ exactly (bottom-right).
 problem spec (the lengths attntune's generator draws: tools/compare_varlen.py), [total, H, D] tensors
 and cu_seqlens. Ours: attntune.attention_varlen through autograd (attention_backward_varlen's kernel;
 a batch no backward kernel serves is refused). Peers, each through autograd, backward only timed:
-torch's own varlen_attn (torch.nn.attention.varlen, FlashAttention-2's varlen kernels; GQA by repeated
-K/V heads when it takes no enable_gqa), SDPA one call per sequence on views of the packed tensors
+FlashAttention-4's varlen backward (--fa4-aot: a kit folder whose backward entries were built with
+tools/fa4_bwd_varlen.patch, `--bwd-problem SPEC` with varlen=N), torch's own varlen_attn
+(torch.nn.attention.varlen, FlashAttention-2's varlen kernels; GQA by repeated K/V heads when it
+takes no enable_gqa), SDPA one call per sequence on views of the packed tensors
 (cuDNN; the backward runs B kernels), and SDPA on the right-padded batch (cuDNN, causal with sk = s
 only, where one causal mask is each sequence's own on its rows; padding not timed). Checked first
 against a float64 reference per sequence (FlashAttention-2's criterion against the dtype's own).
@@ -150,16 +152,32 @@ def dry_run(a, shapes, batches):
             print("    " + x)
     for bt in batches:
         p = bt.p
-        print(f"varlen b{p['b']} h{p['h']}/{p['hkv']} d{p['d']} {p['dtype']}{' causal' if p['causal'] else ''}: "
-              f"query lengths {min(bt.lq)}..{bt.max_q} (total {bt.total_q}), key lengths {min(bt.lk)}..{bt.max_k} "
-              f"(total {bt.total_k}); peers torch_varlen, sdpa_loop_cudnn"
+        name = f"varlen b{p['b']} h{p['h']}/{p['hkv']} d{p['d']} {p['dtype']}{' causal' if p['causal'] else ''}"
+        print(f"{name}: query lengths {min(bt.lq)}..{bt.max_q} (total {bt.total_q}), key lengths "
+              f"{min(bt.lk)}..{bt.max_k} (total {bt.total_k}); peers torch_varlen, sdpa_loop_cudnn"
               + (", sdpa_padded_cudnn" if p["causal"] and p["sk"] == p["s"] else ""))
+        if K is None:
+            print(f"{name}: fa4: {why}")
+            continue
+        if not hasattr(K, "bwd_input_names"):
+            print(f"{name}: fa4: the kit builds no varlen backward (apply tools/fa4_bwd_varlen.patch to it)")
+            continue
+        man, ent, how = K.find_bwd(mans, K.parse_problem(bt.spec, allow_varlen=True), a.deterministic)
+        if ent is None:
+            print(f"{name}: fa4: not built for this batch ({how})")
+            continue
+        good, lines = K.plan_fa4_bwd(man, ent)
+        ok &= good
+        print(f"{name}: fa4 ({man['_dir']}): tile {ent['fa4']['m_block_size']}x{ent['fa4']['n_block_size']}")
+        for x in lines:
+            print("    " + x)
     print("plan only (--dry-run): ours is the package's attention_backward (PYTHONPATH), cudnn and flash SDPA's")
     return 0 if ok else 1
 
 
 def varlen_batch(spec):
-    """--varlen SPEC: compare_varlen's Batch (the lengths attntune draws), or ValueError saying why not."""
+    """--varlen SPEC: compare_varlen's Batch (the lengths attntune draws; .spec the text), or ValueError
+    saying why not."""
     from compare_varlen import Batch, parse_spec
 
     p = parse_spec(spec)
@@ -167,11 +185,14 @@ def varlen_batch(spec):
         raise ValueError(f"problem {spec!r}: names no varlen=N (a packed batch)")
     if p["hkv"] != p["h"] and p["h"] % p["hkv"]:
         raise ValueError(f"problem {spec!r}: h is not a multiple of hkv")
-    return Batch(p)
+    bt = Batch(p)
+    bt.spec = spec
+    return bt
 
 
-def varlen_row(a, bt, dt):
-    """One packed batch (--varlen SPEC): ours and the peers' backward, checked, then timed. Returns (line,
+def varlen_row(a, bt, dt, fa=None, K=None):
+    """One packed batch (--varlen SPEC): ours and the peers' backward, checked, then timed (fa: the FA4
+    kit's FA4Aot, whose varlen backward entries tools/fa4_bwd_varlen.patch builds). Returns (line,
     failures)."""
     import inspect
 
@@ -198,22 +219,56 @@ def varlen_row(a, bt, dt):
                                     deterministic=a.deterministic)
     ours = lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)  # noqa: E731
     fns, notes, failures = {"ours": ours}, [], 0
+    # FA4's varlen backward (the kit, with tools/fa4_bwd_varlen.patch): its own varlen forward gives O and
+    # the LSE ([H, total_q]) once, outside the timing; each call runs its backward's kernels.
+    fa4 = None
+    if fa is not None:
+        try:
+            if not hasattr(K, "bwd_input_names"):
+                raise RuntimeError("the kit builds no varlen backward (apply tools/fa4_bwd_varlen.patch to it)")
+            p4 = K.parse_problem(bt.spec, allow_varlen=True)
+            _, ent, how = fa.lookup_bwd(p4, a.deterministic)
+            if ent is None:
+                raise RuntimeError(f"not built for this batch ({how})")
+            qf, kf, vf = (x.detach() for x in (q, k, v))
+            cus = {"cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k}
+            o4, lse4 = fa.make_fwd_lse(p4, qf, kf, vf, deterministic=a.deterministic, **cus)()
+            fa4 = fa.make_bwd(p4, qf, kf, vf, o4, do, lse4, deterministic=a.deterministic, **cus)
+            fa4()
+        except Exception as e:  # noqa: BLE001  no entry for the batch, or a kit that cannot run here: say so
+            fa4 = None
+            notes.append(f"fa4: {type(e).__name__}: {str(e)[:160]}")
     check = ""
     if not a.no_check:
         atol = 1 / 512 if a.dtype == "bf16" else 1 / 4096
-        got = ours()
-        bad = set()
+        refs = []
         for i in range(p["b"]):
             sq, sk_ = slice(bt.cq[i], bt.cq[i + 1]), slice(bt.ck[i], bt.ck[i + 1])
             args = [x[sl][None] for x, sl in ((q, sq), (k, sk_), (v, sk_), (do, sq))]
-            ref = reference_grads(*args, causal, torch.float64)
-            low = reference_grads(*args, causal, dt)
-            for n, x, sl, r, lo in zip(("dq", "dk", "dv"), got, (sq, sk_, sk_), ref, low):
-                xs = x[sl][None].double()
-                if not torch.isfinite(xs).all() or (xs - r).abs().max() > 2 * (lo.double() - r).abs().max() + atol:
-                    bad.add(n)
+            refs.append(((sq, sk_, sk_), reference_grads(*args, causal, torch.float64),
+                         reference_grads(*args, causal, dt)))
+
+        def wrong(got):
+            bad = set()
+            for sls, ref, low in refs:
+                for n, x, sl, r, lo in zip(("dq", "dk", "dv"), got, sls, ref, low):
+                    xs = x[sl][None].double()
+                    if not torch.isfinite(xs).all() or (xs - r).abs().max() > 2 * (lo.double() - r).abs().max() + atol:
+                        bad.add(n)
+            return bad
+
+        bad = wrong(ours())
         check = "ok" if not bad else "WRONG " + ",".join(sorted(bad))
         failures += bool(bad)
+        if fa4 is not None:
+            bad4 = wrong(fa4())
+            check += " fa4 " + ("ok" if not bad4 else "WRONG " + ",".join(sorted(bad4)))
+            if bad4:  # a wrong peer is not timed
+                failures += 1
+                fa4 = None
+        del refs
+    if fa4 is not None:
+        fns["fa4"] = fa4
     # torch's varlen_attn (FlashAttention-2's varlen kernels), where this torch has it.
     try:
         from torch.nn.attention.varlen import varlen_attn
@@ -425,7 +480,7 @@ def main():
         del q, k, v, do, out, qt, kt, vt, fns, fa4
         torch.cuda.empty_cache()
     for bt in batches:
-        line, bad = varlen_row(a, bt, dt)
+        line, bad = varlen_row(a, bt, dt, fa, K)
         print(line, flush=True)
         rows.append(line)
         failures += bad
