@@ -27,6 +27,7 @@ namespace attntune_plan {
 template <class Family>
 struct BwdLaunch {
   int head_dim, causal, block_m, block_n, threads, smem_bytes;
+  int d_pad;          // D_PAD: the head dim the kernels compute over (the call's, zero-padded to 64, 128 or 256)
   int varlen;         // ATT_VARLEN: the build serves attntune_attention_backward_varlen alone
   int dkv_split;      // DKV_SPLIT (flash_bwd_mma): CTAs a key block, each a part of dK's and dV's head dims
   Variants variants;  // the variants the build serves (exactly)
@@ -37,7 +38,9 @@ struct BwdLaunch {
     c->causal = static_cast<int>(define_or(d, n, "ATT_CAUSAL", 0));
     c->varlen = define_or(d, n, "ATT_VARLEN", 0) ? 1 : 0;
     c->dkv_split = static_cast<int>(define_or(d, n, "DKV_SPLIT", 1));
-    return define_int(d, n, "ATT_HEAD_DIM", &c->head_dim, why) || define_int(d, n, "BLOCK_M", &c->block_m, why) ||
+    if (define_int(d, n, "ATT_HEAD_DIM", &c->head_dim, why)) return 1;
+    c->d_pad = static_cast<int>(define_or(d, n, "D_PAD", c->head_dim));
+    return define_int(d, n, "BLOCK_M", &c->block_m, why) ||
            define_int(d, n, "THREADS", &c->threads, why) || define_int(d, n, "SMEM_BYTES", &c->smem_bytes, why);
   }
 
@@ -96,7 +99,7 @@ struct BwdLaunch {
                    why))
       return 1;
     p->workspaces = call.deterministic ? 4 : 3;
-    p->workspace[0] = Workspace{static_cast<unsigned long long>(rows) * head_dim * 4, 0, 0};
+    p->workspace[0] = Workspace{static_cast<unsigned long long>(rows) * d_pad * 4, 0, 0};  // dQ's fp32 accumulator
     p->workspace[1] = Workspace{static_cast<unsigned long long>(rows) * 4, 0, 0};
     p->workspace[2] = Workspace{static_cast<unsigned long long>(rows) * 4, 0, 0};
     if (call.deterministic) p->workspace[3] = Workspace{static_cast<unsigned long long>(rows / block_m) * 4, 0, 0};

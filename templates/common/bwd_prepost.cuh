@@ -155,7 +155,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_preprocess(c
                                     : (static_cast<long long>(b) * f.heads_q + head) * f.seqlen_q;
   for (int row = m0 + r; row < m0 + T::kBlockM; row += kRowsPerPass) {
     float dot = 0.f;
-    if (row < seq.len_q) {
+    if (row < seq.len_q && (!T::kPadded || c * 8 < T::kHeadDimReal)) {  // (a padded column adds nothing)
       const uint4 x = *reinterpret_cast<const uint4*>(o + row * f.o_stride[2] + c * 8);
       const uint4 y = *reinterpret_cast<const uint4*>(d_o + row * p.do_stride[2] + c * 8);
       const u32 xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
@@ -234,6 +234,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_convert(cons
   const BwdSeq seq = bwd_seq(p, b);
   const long long row_base = bwd_ws_row(p, seq, b, head);
   elem_t* dq = static_cast<elem_t*>(p.dq) + bwd_offset(p.dq_stride, b, head, seq.q0);
+  if (T::kPadded && c * 8 >= T::kHeadDimReal) return;  // a padded column: not stored
   for (int row = m0 + r; row < min(m0 + T::kBlockM, seq.len_q); row += kRowsPerPass)
     *reinterpret_cast<uint4*>(dq + row * p.dq_stride[2] + c * 8) = dq_row_chunk<T>(p.dq_accum, row_base, row, c * 8, f.scale);
 }

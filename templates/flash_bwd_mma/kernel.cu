@@ -52,7 +52,7 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 }
 
 // cp.async of rows [row0, row0 + kRows) of a (rows, kHeadDim) slice into a tile; rows at or past
-// row_end are zero-filled.
+// row_end, and the columns past the problem's head dim (Traits::kPadded), are zero-filled.
 template <int kRows>
 __device__ __forceinline__ void load_rows(elem_t* tile, const elem_t* gmem, long long row_stride, int row0,
                                           int row_end) {
@@ -64,7 +64,7 @@ __device__ __forceinline__ void load_rows(elem_t* tile, const elem_t* gmem, long
   for (int it = 0; it < (kRows + kRowsPerPass - 1) / kRowsPerPass; ++it) {
     const int row = r + it * kRowsPerPass;
     if (kRows % kRowsPerPass == 0 || row < kRows) {
-      const bool valid = row0 + row < row_end;
+      const bool valid = row0 + row < row_end && (!T::kPadded || c * 8 < T::kHeadDimReal);
       const elem_t* src = valid ? gmem + (row0 + row) * row_stride + c * 8 : gmem;
       cp_async_16(smem_addr(tile + swz<T::kHeadDim>(row, c)), src, valid);
     }
@@ -424,6 +424,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
 #pragma unroll
         for (int dt = 0; dt < T::kDTiles; ++dt) {
           const int col = col0 + dt * 8 + 2 * t;
+          if (T::kPadded && col >= T::kHeadDimReal) continue;  // a padded column
           *reinterpret_cast<u32*>(dk + key * p.dk_stride[2] + col) =
               pack2<T::kBf16>(acc_dk[kt][dt][2 * h2] * f.scale, acc_dk[kt][dt][2 * h2 + 1] * f.scale);
           *reinterpret_cast<u32*>(dv + key * p.dv_stride[2] + col) =

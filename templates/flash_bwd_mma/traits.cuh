@@ -15,7 +15,16 @@ namespace att {
 
 struct Traits {
   // Problem fields baked into the kernels.
+  // The head dim the kernels compute over: the problem's (kHeadDimReal) zero-padded to 64, 128 or
+  // 256 (the space's d_pad): the padded columns of Q, K, V and dO load as zeros, so S^T, dP^T and
+  // the gradients' real columns are the unpadded ones, and the padded columns are not stored.
+  static constexpr int kHeadDimReal = ATT_HEAD_DIM;
+#if defined(D_PAD)
+  static constexpr int kHeadDim = D_PAD;
+#else
   static constexpr int kHeadDim = ATT_HEAD_DIM;
+#endif
+  static constexpr bool kPadded = kHeadDimReal != kHeadDim;
   static constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
   static constexpr bool kCausal = ATT_CAUSAL != 0;
   static constexpr bool kWindow = ATT_WINDOW != 0;  // a sliding window: its sides are run-time values
@@ -60,6 +69,8 @@ struct Traits {
   static constexpr int kDsElems = kBlockN * kBlockM;
   static constexpr int kSmemBytes = (2 * kKElems + 2 * kStages * kQElems + kDsElems) * 2 + 2 * kStages * kBlockM * 4;
 
+  static_assert(kHeadDimReal % 16 == 0 && kHeadDimReal <= kHeadDim && kHeadDimReal > kHeadDim / 2 - (kHeadDim == 64 ? 32 : 0),
+                "the head dim is a multiple of 16, padded to the next of 64, 128 and 256");
   static_assert(kHeadDim == 64 || kHeadDim == 128 || (kHeadDim == 256 && kDkvSplit == 2),
                 "flash_bwd_mma serves head dims 64 and 128, and 256 with dkv_split 2 (a warp keeps dK and dV of "
                 "its keys over its part of the head dims in registers: 128 fp32 values a thread at d=128)");

@@ -53,7 +53,7 @@ __device__ __forceinline__ u32 tile_off(int row, int j) {
 }
 
 // cp.async of rows [row0, row0 + kRows) of a (rows, kHeadDim) slice into the tile at `tile`; rows at
-// or past row_end are zero-filled.
+// or past row_end, and the columns past the problem's head dim (Traits::kPadded), are zero-filled.
 template <int kRows>
 __device__ __forceinline__ void load_rows(u32 tile, const elem_t* gmem, long long row_stride, int row0, int row_end) {
   constexpr int kChunks = T::kHeadDim / 8;
@@ -62,7 +62,7 @@ __device__ __forceinline__ void load_rows(u32 tile, const elem_t* gmem, long lon
   for (int it = 0; it < kRows * kChunks / T::kThreads; ++it) {
     const int idx = static_cast<int>(threadIdx.x) + it * T::kThreads;
     const int row = idx / kChunks, c = idx % kChunks;
-    const bool valid = row0 + row < row_end;
+    const bool valid = row0 + row < row_end && (!T::kPadded || c * 8 < T::kHeadDimReal);
     const elem_t* src = valid ? gmem + (row0 + row) * row_stride + c * 8 : gmem;
     cp_async_16(tile + tile_off<kRows>(row, c), src, valid);
   }
@@ -505,6 +505,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
 #pragma unroll
       for (int c = 0; c < T::kDkvN / 8; ++c) {
         const int col = col_w + c * 8 + 2 * t;
+        if (T::kPadded && col >= T::kHeadDimReal) continue;  // a padded column
         *reinterpret_cast<u32*>(dk + key * p.dk_stride[2] + col) =
             pack2<T::kBf16>(acc_dk[4 * c + 2 * h2] * f.scale, acc_dk[4 * c + 2 * h2 + 1] * f.scale);
         *reinterpret_cast<u32*>(dv + key * p.dv_stride[2] + col) =

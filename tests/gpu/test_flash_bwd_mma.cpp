@@ -71,6 +71,20 @@ TEST(FlashBwdMmaProperty, HeadDim256) {
                         2);
 }
 
+// Head dims between 64, 128 and 256 (Phi-3's 96, 48, 80, 160, 192), computed over the next of them
+// with zero columns (D_PAD): causal and not on the backward shapes, a causal window with a soft-cap
+// and sinks, and a packed batch.
+TEST(FlashBwdMmaProperty, PaddedHeadDims) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (int d : {48, 80, 96, 160, 192})
+    check_backward_spread("flash_bwd_mma", gpu_arch(), d, {0, 1}, "", attntune::testing::kBwdShapes,
+                          9000u + static_cast<unsigned>(d), 2);
+  check_backward_spread("flash_bwd_mma", gpu_arch(), 96, {1}, ",window=64,softcap=30,sinks=1",
+                        attntune::testing::kBwdWindowSinkSoftcapShapes, 9300, 1);
+  check_backward_spread("flash_bwd_mma", gpu_arch(), 96, {1}, ",varlen=1", attntune::testing::kBwdVarlenShapes, 9400,
+                        1);
+}
+
 // Soft-caps: the capped score recomputed and dS times its derivative, against the reference's
 // gradients; causal and not, and a causal window with sinks.
 TEST(FlashBwdMmaProperty, Softcap) {

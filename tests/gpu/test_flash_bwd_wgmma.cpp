@@ -92,6 +92,20 @@ TEST(FlashBwdWgmmaProperty, HeadDim256) {
                         8900, 1);
 }
 
+// Head dims between 64, 128 and 256 (48, 80, Phi-3's 96, 160, 192), computed over the next of them
+// with zero columns (D_PAD; 160 and 192 in d=256's two warpgroups): causal and not on the backward
+// shapes, a causal window with a soft-cap and sinks, and a packed batch.
+TEST(FlashBwdWgmmaProperty, PaddedHeadDims) {
+  REQUIRE_SM90();
+  for (int d : {48, 80, 96, 160, 192})
+    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, "", attntune::testing::kBwdShapes,
+                          9500u + static_cast<unsigned>(d), 2);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 96, {1}, ",window=64,softcap=30,sinks=1",
+                        attntune::testing::kBwdWindowSinkSoftcapShapes, 9800, 1);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 192, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenShapes,
+                        9900, 1);
+}
+
 TEST(FlashBwdWgmmaProperty, WindowsTwoSided) {
   REQUIRE_SM90();
   // Non-causal window builds only (a causal build bounds the right side itself).

@@ -7,11 +7,11 @@ out=${OUT_DIR:-build-harness}; mkdir -p $out
 here=$(dirname "$0")
 build_one() {
   IFS=: read name d bf causal window bm w kt st mb quad <<<"$1"
-  local bn=$((w * 16 * kt))
+  local bn=$((w * 16 * kt)) dp=$((d <= 64 ? 64 : d <= 128 ? 128 : 256))  # the padded head dim (D_PAD)
   nvcc -std=c++17 -O3 $EXTRA -arch=${ARCH:-sm_90} -shared -Xcompiler -fPIC -Xptxas -v \
-    -DATT_HEAD_DIM=$d -DATT_DTYPE_BF16=$bf -DATT_CAUSAL=$causal -DATT_WINDOW=$window \
+    -DATT_HEAD_DIM=$d -DD_PAD=$dp -DATT_DTYPE_BF16=$bf -DATT_CAUSAL=$causal -DATT_WINDOW=$window \
     -DBLOCK_M=$bm -DWARPS=$w -DKEY_TILES=$kt -DQ_STAGES=$st -DMIN_BLOCKS=$mb -DDQ_REDUCE_PAIR=0 -DDQ_REDUCE_QUAD=1 -DDQ_REDUCE=${quad:-0} -DTHREADS=$((w * 32)) \
-    -DSMEM_BYTES=$(((2 * bn * d + 2 * st * bm * d + bn * bm) * 2 + 2 * st * bm * 4)) \
+    -DSMEM_BYTES=$(((2 * bn * dp + 2 * st * bm * dp + bn * bm) * 2 + 2 * st * bm * 4)) \
     $here/bwd_harness.cu -o $out/lib$name.so 2> $out/$name.ptxas
   echo "$name: $(awk '/Function properties for flash_bwd_mma$/{f=1} f&&/spill stores/{printf "%s spilled, ", $5} f&&/Used/{print $5, "registers"; f=0}' $out/$name.ptxas)"
 }

@@ -2057,8 +2057,11 @@ class Backward(unittest.TestCase):
         self.assertEqual(fams["flash_bwd_mma"]["regimes"], ["train"])
         self.assertEqual(attntune.untunable(row, support), "")
         row96 = json.loads(json.dumps(row))
-        row96["problem"]["d"] = 96  # flash_fwd_mma tunes d=96 forward; no backward family does
-        self.assertIn("no attntune family tunes head_dim=96 bf16 (head dims: 64, 128, 256)", attntune.untunable(row96, support))
+        row96["problem"]["d"] = 96  # the backward families compute it padded to 128 (D_PAD)
+        self.assertEqual(attntune.untunable(row96, support), "")
+        row72 = json.loads(json.dumps(row))
+        row72["problem"]["d"] = 72  # head dims step by 16 in the backward: none tunes 72
+        self.assertIn("no attntune family tunes head_dim=72 bf16", attntune.untunable(row72, support))
         fwd96 = dict(row96, entry="attention")
         self.assertEqual(attntune.untunable(fwd96, support), "")
         no_bwd = {"families": [f for f in support["families"] if "bwd" not in f["support"].get("pass", [])]}
@@ -2418,8 +2421,11 @@ class BackwardVarlen(unittest.TestCase):
             support = json.load(fh)
         self.assertEqual(attntune.untunable(row, support), "")
         row96 = json.loads(json.dumps(row))
-        row96["problem"]["d"] = 96
-        self.assertIn("no attntune family tunes head_dim=96 bf16 (head dims: 64, 128, 256)", attntune.untunable(row96, support))
+        row96["problem"]["d"] = 96  # padded to 128 by the backward families (D_PAD)
+        self.assertEqual(attntune.untunable(row96, support), "")
+        row72 = json.loads(json.dumps(row))
+        row72["problem"]["d"] = 72  # head dims step by 16 in the backward
+        self.assertIn("no attntune family tunes head_dim=72 bf16", attntune.untunable(row72, support))
         no_bwd = {"families": [f for f in support["families"] if "bwd" not in f["support"].get("pass", [])]}
         self.assertEqual(attntune.untunable(row, no_bwd), "no attntune family tunes the backward pass (pass=bwd)")
         # The raise policy: the varlen backward's own message.

@@ -1736,6 +1736,7 @@ BWD_SHAPES = [
     "b=2,h=8,hkv=2,s=1024,sk=1024,d=64,dtype={dt},causal=1,window=127,sinks=1,pass=bwd",  # gpt-oss-like
     "b=1,h=8,hkv=4,s=1024,sk=1024,d=128,dtype={dt},causal=1,softcap=50,pass=bwd",         # Gemma-2-like
     "b=1,h=8,hkv=4,s=1024,sk=1024,d=256,dtype={dt},causal=1,window=255,softcap=50,pass=bwd",  # Gemma 2's own d
+    "b=2,h=8,hkv=8,s=1024,sk=1024,d=96,dtype={dt},causal=1,pass=bwd",                      # Phi-3 (padded to 128)
     "b=2,h=8,hkv=2,s=1024,sk=1024,d=128,dtype={dt},causal=1",
     "b=2,h=8,hkv=8,s=1024,sk=1024,d=64,dtype={dt},causal=1",
     "b=4,h=8,hkv=2,s=1024,sk=1024,d=128,dtype={dt},causal=1,varlen=64,pass=bwd",

@@ -87,14 +87,14 @@ TEST(FlashBwdMmaSpace, ServesTheBackwardOfHeadDims64And128OnEveryArch) {
         }
       }
     }
-  // The forward pass and other head dims are refused with the reason.
+  // The forward pass and head dims that are not multiples of 16 are refused with the reason.
   EXPECT_NE(attntune::testing::input_error_of([&] {
               space.enumerate(Problem::parse("b=1,h=16,s=8192,d=128,dtype=bf16,causal=0"), "sm_90");
             }).find("pass=bwd"),
             std::string::npos);
   EXPECT_NE(attntune::testing::input_error_of([&] {
-              space.enumerate(Problem::parse("b=1,h=16,s=8192,d=96,dtype=bf16,causal=0,pass=bwd"), "sm_90");
-            }).find("head dims 64, 128 and 256"),
+              space.enumerate(Problem::parse("b=1,h=16,s=8192,d=72,dtype=bf16,causal=0,pass=bwd"), "sm_90");
+            }).find("head dims step by 16"),
             std::string::npos);
 }
 
@@ -117,6 +117,45 @@ TEST(FlashBwdMmaSpace, HeadDim256SplitsDkAndDvInTwo) {
   }
   for (const char* spec : {"b=1,h=8,s=4096,d=128,dtype=bf16,causal=1,pass=bwd", "b=1,h=8,s=4096,d=64,dtype=fp16,causal=0,pass=bwd"})
     for (const Config& c : space.enumerate(Problem::parse(spec), "sm_90")) EXPECT_EQ(get(c, "dkv_split"), 1) << spec;
+}
+
+// Head dims between 64, 128 and 256 (Phi-3's 96, DeepSeek's 192 for Q and K where V's is 192 too):
+// the kernels compute over the next of them with zero columns (D_PAD), so a config is the padded head
+// dim's, its shared memory and dQ's accumulator the padded width's; 192 and 240 split dK and dV as
+// 256 does; sm_86/89 have no config past 128 (256's shared memory).
+TEST(FlashBwdMmaSpace, OtherHeadDimsRunPaddedTo64128Or256) {
+  const SearchSpace space = space_of("flash_bwd_mma");
+  for (const int d : {32, 48, 80, 96, 112, 160, 192, 240}) {
+    const int pad = d <= 64 ? 64 : d <= 128 ? 128 : 256;
+    const Problem p = Problem::parse("b=2,h=8,hkv=2,s=1000,sk=777,d=" + std::to_string(d) + ",dtype=bf16,causal=1,pass=bwd");
+    for (const char* arch : {"sm_80", "sm_89", "sm_90"}) {
+      const auto configs = space.enumerate(p, arch);
+      if (pad == 256 && std::string(arch) == "sm_89") {
+        EXPECT_TRUE(configs.empty()) << d;
+        continue;
+      }
+      ASSERT_FALSE(configs.empty()) << d << " " << arch;
+      for (const Config& c : configs) {
+        const LaunchSpec spec = render_kernel(space, c, p, arch).launch;
+        EXPECT_EQ(attntune::define_value(spec.defines, "D_PAD"), pad) << d;
+        EXPECT_EQ(attntune::define_value(spec.defines, "ATT_HEAD_DIM"), d);
+        EXPECT_EQ(get(c, "dkv_split"), pad == 256 ? 2 : 1) << d;
+        const long long bm = get(c, "block_m"), bn = get(c, "warps") * 16 * get(c, "key_tiles");
+        EXPECT_EQ(attntune::define_value(spec.defines, "SMEM_BYTES"),
+                  (2 * bn * pad + 2 * get(c, "q_stages") * bm * pad + bn * bm) * 2 + 2 * get(c, "q_stages") * bm * 4);
+        const auto plan = plan_call(spec, backward_call_of(p), FakeDevice{}.device());
+        ASSERT_TRUE(plan) << config_str(c);
+        const long long rounded = (1000 + bm - 1) / bm * bm;
+        EXPECT_EQ(plan->workspace[0].bytes, static_cast<unsigned long long>(2 * 8 * rounded * pad * 4)) << d;
+        // The call's head dim is the problem's, not the padded one.
+        attntune_plan::Call call = backward_call_of(p);
+        call.head_dim = pad;
+        if (pad != d) {
+          EXPECT_FALSE(plan_call(spec, call, FakeDevice{}.device())) << d;
+        }
+      }
+    }
+  }
 }
 
 // The main kernel's grid has a CTA a part: heads_kv * dkv_split rows of y; the workspaces and the
@@ -415,6 +454,9 @@ TEST(FlashBwdMmaBuild, ASpreadBuildsOnEveryArch) {
       // d=256 (dkv_split 2): nvcc-free NVRTC builds of 247-255 registers and no spills (2026-11-29).
       {"sm_90", "b=1,h=8,s=8192,d=256,dtype=bf16,causal=1,pass=bwd"},
       {"sm_80", "b=1,h=8,s=8192,d=256,dtype=fp16,causal=0,pass=bwd"},
+      // Padded head dims (D_PAD 128 and 256: zero columns loaded, padded columns not stored).
+      {"sm_89", "b=1,h=8,s=8192,d=96,dtype=bf16,causal=1,pass=bwd"},
+      {"sm_90", "b=1,h=8,s=8192,d=192,dtype=bf16,causal=0,pass=bwd"},
   };
   for (const auto& [arch, spec] : kinds) {
     const Problem p = Problem::parse(spec);

@@ -25,6 +25,7 @@ std::int64_t get(const Config& c, const char* name) { return std::get<std::int64
 // The shared memory the kernel's layout takes (templates/flash_bwd_wgmma/traits.cuh), computed here
 // independently of the space's formula.
 long long smem_of(const Config& c, long long d) {
+  d = d <= 64 ? 64 : d <= 128 ? 128 : 256;  // the padded head dim the kernels compute over (D_PAD)
   const long long bn = get(c, "block_n"), bm = get(c, "block_m"), st = get(c, "q_stages");
   const bool bulk = std::get<std::string>(c.at("dq_reduce")) == "bulk";
   const bool defer = std::get<bool>(c.at("dq_defer"));
@@ -64,8 +65,8 @@ TEST(FlashBwdWgmmaSpace, ServesTheBackwardOfHeadDims64And128OnHopperOnly) {
             }).find("pass=bwd"),
             std::string::npos);
   EXPECT_NE(attntune::testing::input_error_of([&] {
-              space.enumerate(Problem::parse("b=1,h=16,s=8192,d=96,dtype=bf16,causal=0,pass=bwd"), "sm_90a");
-            }).find("head dims 64, 128 and 256"),
+              space.enumerate(Problem::parse("b=1,h=16,s=8192,d=72,dtype=bf16,causal=0,pass=bwd"), "sm_90a");
+            }).find("head dims step by 16"),
             std::string::npos);
   EXPECT_NE(attntune::testing::input_error_of([&] {
               space.enumerate(Problem::parse("b=1,h=16,s=8192,d=128,dtype=bf16,causal=0,pass=bwd"), "sm_80");
@@ -97,6 +98,30 @@ TEST(FlashBwdWgmmaSpace, HeadDim256TakesTwoWarpgroupsAHalf) {
   }
   for (const Config& c : space.enumerate(Problem::parse("b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd"), "sm_90a"))
     EXPECT_NE(std::get<std::string>(c.at("dq_reduce")), "quad") << config_str(c);
+}
+
+// Head dims between 64, 128 and 256: the kernels compute over the next of them with zero columns
+// (D_PAD), so the configs are the padded head dim's (160..240 take d=256's two warpgroups), and dQ's
+// accumulator is the padded width's.
+TEST(FlashBwdWgmmaSpace, OtherHeadDimsRunPaddedTo64128Or256) {
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  for (const int d : {32, 48, 80, 96, 112, 160, 192, 240}) {
+    const int pad = d <= 64 ? 64 : d <= 128 ? 128 : 256;
+    const Problem p = Problem::parse("b=2,h=8,hkv=2,s=1000,sk=777,d=" + std::to_string(d) + ",dtype=bf16,causal=0,pass=bwd");
+    const Problem padded = Problem::parse("b=2,h=8,hkv=2,s=1000,sk=777,d=" + std::to_string(pad) + ",dtype=bf16,causal=0,pass=bwd");
+    const auto configs = space.enumerate(p, "sm_90a");
+    EXPECT_EQ(configs.size(), space.enumerate(padded, "sm_90a").size()) << d;
+    for (const Config& c : configs) {
+      const LaunchSpec spec = render_kernel(space, c, p, "sm_90a").launch;
+      EXPECT_EQ(attntune::define_value(spec.defines, "D_PAD"), pad) << d;
+      EXPECT_EQ(attntune::define_value(spec.defines, "THREADS"), get(c, "block_n") / 64 * 128 * (pad == 256 ? 2 : 1));
+      EXPECT_EQ(attntune::define_value(spec.defines, "SMEM_BYTES"), smem_of(c, d)) << config_str(c);
+      const auto plan = plan_call(spec, backward_call_of(p), FakeDevice{}.device());
+      ASSERT_TRUE(plan) << config_str(c);
+      const long long bm = get(c, "block_m"), rounded = (1000 + bm - 1) / bm * bm;
+      EXPECT_EQ(plan->workspace[0].bytes, static_cast<unsigned long long>(2 * 8 * rounded * pad * 4)) << d;
+    }
+  }
 }
 
 TEST(FlashBwdWgmmaRender, SourceIsFlatWithThreeKernelsAndEveryTunable) {
@@ -222,18 +247,25 @@ TEST(FlashBwdWgmmaBuild, EveryConfigBuildsWithFewSpills) {
     pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
     ++submitted;
   }
-  // d=256: both of its dQ additions (red, quad).
+  // d=256: both of its dQ additions (red, quad); and padded head dims' first configs.
   const Problem d256 = Problem::parse("b=1,h=16,s=8192,d=256,dtype=bf16,causal=0,pass=bwd");
   for (const Config& c : space.enumerate(d256, "sm_90a")) {
     pool.submit({c, render_kernel(space, c, d256, "sm_90a"), "sm_90a"});
+    ++submitted;
+  }
+  for (const char* spec : {"b=1,h=16,s=8192,d=96,dtype=bf16,causal=1,pass=bwd",
+                           "b=1,h=16,s=8192,d=192,dtype=fp16,causal=0,pass=bwd"}) {
+    const Problem p = Problem::parse(spec);
+    const Config c = space.enumerate(p, "sm_90a").front();
+    pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
     ++submitted;
   }
   std::size_t built = 0;
   while (auto o = pool.next()) {
     ++built;
     EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
-    const bool d128 = o->job.kernel.source.find("#define ATT_HEAD_DIM 128\n") != std::string::npos;
-    const bool d256 = o->job.kernel.source.find("#define ATT_HEAD_DIM 256\n") != std::string::npos;
+    const bool d128 = o->job.kernel.source.find("#define D_PAD 128\n") != std::string::npos;
+    const bool d256 = o->job.kernel.source.find("#define D_PAD 256\n") != std::string::npos;
     EXPECT_LE(o->build.spill_stores, d256 ? 0 : d128 ? 16 : 64)
         << config_str(o->job.config) << ": " << o->build.registers << " registers";
     EXPECT_EQ(o->build.log.find("Potential Performance Loss"), std::string::npos) << o->build.log;
