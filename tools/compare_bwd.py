@@ -79,6 +79,29 @@ def sample(fn, min_seconds):
     return start.elapsed_time(stop) * 1e3 / reps
 
 
+def time_rows(fns, a):
+    """The median of each contender's samples over a.rounds interleaved rounds after a warm-up round (the
+    order reversed every other round)."""
+    times = {n: [] for n in fns}
+    order = list(fns)
+    for r in range(a.rounds + 1):
+        for n in (order if r % 2 == 0 else order[::-1]):
+            t = sample(fns[n], a.min_seconds)
+            if r > 0:
+                times[n].append(t)
+    return {n: statistics.median(x) for n, x in times.items()}
+
+
+def row_line(name, med, fwd_flops, tail=""):
+    """A row: each contender's time and TFLOP/s (2.5x the forward's FLOPs), ours against the best peer
+    (and FA4 where it ran), then `tail`."""
+    tf = {n: 2.5 * fwd_flops / t / 1e6 for n, t in med.items()}
+    best = min((t for n, t in med.items() if n != "ours"), default=float("nan"))
+    return (f"{name}: " + "  ".join(f"{n} {med[n]:.0f} us {tf[n]:.0f} TF" for n in med) +
+            f"  ours/best-peer {best / med['ours']:.3f}x" +
+            (f"  ours/fa4 {med['fa4'] / med['ours']:.3f}x" if "fa4" in med else "") + tail)
+
+
 def reference_grads(q, k, v, do, causal, dtype):
     """Plain attention's gradients in `dtype` ([B, S, H, D]; GQA by repeating K/V)."""
     import torch
@@ -325,19 +348,8 @@ def varlen_row(a, bt, dt, fa=None, K=None):
         except Exception as e:  # noqa: BLE001
             fns.pop("sdpa_padded_cudnn", None)
             notes.append(f"sdpa_padded_cudnn: {type(e).__name__}: {str(e)[:100]}")
-    times = {n: [] for n in fns}
-    order = list(fns)
-    for r in range(a.rounds + 1):
-        for n in (order if r % 2 == 0 else order[::-1]):
-            t = sample(fns[n], a.min_seconds)
-            if r > 0:
-                times[n].append(t)
-    med = {n: statistics.median(x) for n, x in times.items()}
-    tf = {n: 2.5 * bt.flops / t / 1e6 for n, t in med.items()}
-    best = min((t for n, t in med.items() if n != "ours"), default=float("nan"))
-    line = f"{name}: " + "  ".join(f"{n} {med[n]:.0f} us {tf[n]:.0f} TF" for n in med) + \
-           f"  ours/best-peer {best / med['ours']:.3f}x" + (f"  check {check}" if check else "") + \
-           ("".join(f"  ({x})" for x in notes))
+    line = row_line(name, time_rows(fns, a), bt.flops,
+                    (f"  check {check}" if check else "") + "".join(f"  ({x})" for x in notes))
     return line, failures
 
 
@@ -460,21 +472,9 @@ def main():
                 fns[peer] = fn
             except Exception as e:  # a backend that refuses the shape
                 print(f"  {name}: {peer} refused ({type(e).__name__}: {str(e)[:80]})")
-        times = {n: [] for n in fns}
-        order = list(fns)
-        for r in range(a.rounds + 1):
-            for n in (order if r % 2 == 0 else order[::-1]):
-                t = sample(fns[n], a.min_seconds)
-                if r > 0:
-                    times[n].append(t)
-        med = {n: statistics.median(x) for n, x in times.items()}
         fwd = 4 * b * h * d * (sum(min(s, i + 1) for i in range(s)) if causal else s * s)
-        tf = {n: 2.5 * fwd / t / 1e6 for n, t in med.items()}
-        best = min((t for n, t in med.items() if n != "ours"), default=float("nan"))
-        line = f"{name}: " + "  ".join(f"{n} {med[n]:.0f} us {tf[n]:.0f} TF" for n in med) + \
-               f"  ours/best-peer {best / med['ours']:.3f}x" + \
-               (f"  ours/fa4 {med['fa4'] / med['ours']:.3f}x" if "fa4" in med else "") + \
-               (f"  check {check}" if check else "") + (f"  ({fa4_note})" if fa4_note else "")
+        line = row_line(name, time_rows(fns, a), fwd,
+                        (f"  check {check}" if check else "") + (f"  ({fa4_note})" if fa4_note else ""))
         print(line, flush=True)
         rows.append(line)
         del q, k, v, do, out, qt, kt, vt, fns, fa4

@@ -38,11 +38,7 @@ struct Traits {
   // quad: each thread's red.global.add.v4.f32 of its accumulator quads (rows g and g + 8, two
   // columns each) into the fragment-ordered accumulator that bulk builds use: half red's
   // instructions, no shared memory.
-#if defined(DQ_REDUCE_QUAD)
   static constexpr bool kDqQuad = DQ_REDUCE == DQ_REDUCE_QUAD;
-#else
-  static constexpr bool kDqQuad = false;
-#endif
   // dQ's wgmma of step i left in flight and finished (the wait, the addition) in step i + 1 while
   // its S^T and dP^T run, instead of waited for at once; dS^T then has two buffers (the one being
   // written, the one step i - 1's dQ reads). One dQ unit a warpgroup only.

@@ -1848,6 +1848,22 @@ def assert_grads(tc, ours, ref64, lowp, dtype, what):
         tc.assertLessEqual(err, bound, f"{what} {names[i]}: max error {err:.3g} over the bound {bound:.3g}")
 
 
+def assert_backward_support(tc, row, support):
+    """What untunable says of a backward coverage row (a d=64 call) by head dim: tunable; d=96 too (the
+    backward families compute it padded to 128, D_PAD); 72 not (head dims step by 16 in the backward);
+    and nothing without a backward family. Returns the d=96 row."""
+    tc.assertEqual(attntune.untunable(row, support), "")
+    row96 = json.loads(json.dumps(row))
+    row96["problem"]["d"] = 96
+    tc.assertEqual(attntune.untunable(row96, support), "")
+    row72 = json.loads(json.dumps(row))
+    row72["problem"]["d"] = 72
+    tc.assertIn("no attntune family tunes head_dim=72 bf16", attntune.untunable(row72, support))
+    no_bwd = {"families": [f for f in support["families"] if "bwd" not in f["support"].get("pass", [])]}
+    tc.assertEqual(attntune.untunable(row, no_bwd), "no attntune family tunes the backward pass (pass=bwd)")
+    return row96
+
+
 class Backward(unittest.TestCase):
     """attention's backward pass (issue 45; docs/design/torch.md "The backward pass"): autograd through
     attntune.attention, the op attention_backward (the package's flash_bwd_mma kernels for BWD, built
@@ -2055,17 +2071,8 @@ class Backward(unittest.TestCase):
         fams = {f["family"]: f for f in support["families"]}
         self.assertEqual(fams["flash_bwd_mma"]["support"]["pass"], ["bwd"])
         self.assertEqual(fams["flash_bwd_mma"]["regimes"], ["train"])
-        self.assertEqual(attntune.untunable(row, support), "")
-        row96 = json.loads(json.dumps(row))
-        row96["problem"]["d"] = 96  # the backward families compute it padded to 128 (D_PAD)
-        self.assertEqual(attntune.untunable(row96, support), "")
-        row72 = json.loads(json.dumps(row))
-        row72["problem"]["d"] = 72  # head dims step by 16 in the backward: none tunes 72
-        self.assertIn("no attntune family tunes head_dim=72 bf16", attntune.untunable(row72, support))
-        fwd96 = dict(row96, entry="attention")
-        self.assertEqual(attntune.untunable(fwd96, support), "")
-        no_bwd = {"families": [f for f in support["families"] if "bwd" not in f["support"].get("pass", [])]}
-        self.assertEqual(attntune.untunable(row, no_bwd), "no attntune family tunes the backward pass (pass=bwd)")
+        row96 = assert_backward_support(self, row, support)
+        self.assertEqual(attntune.untunable(dict(row96, entry="attention"), support), "")
         # The raise policy: the backward's own message.
         o = attntune.attention(q, k, v, is_causal=True)
         attntune.set_policy("raise", 16.0)
@@ -2419,15 +2426,7 @@ class BackwardVarlen(unittest.TestCase):
         self.assertTrue(json.loads(r.stdout)[0]["campaign"].endswith(":" + spec + ",pass=bwd"), r.stdout)
         with open(os.path.join(PKG, "attntune", "tuner.json")) as fh:
             support = json.load(fh)
-        self.assertEqual(attntune.untunable(row, support), "")
-        row96 = json.loads(json.dumps(row))
-        row96["problem"]["d"] = 96  # padded to 128 by the backward families (D_PAD)
-        self.assertEqual(attntune.untunable(row96, support), "")
-        row72 = json.loads(json.dumps(row))
-        row72["problem"]["d"] = 72  # head dims step by 16 in the backward
-        self.assertIn("no attntune family tunes head_dim=72 bf16", attntune.untunable(row72, support))
-        no_bwd = {"families": [f for f in support["families"] if "bwd" not in f["support"].get("pass", [])]}
-        self.assertEqual(attntune.untunable(row, no_bwd), "no attntune family tunes the backward pass (pass=bwd)")
+        assert_backward_support(self, row, support)
         # The raise policy: the varlen backward's own message.
         o = attntune.attention_varlen(q, k, v, cu_q, cu_k, 9, 12, is_causal=True)
         attntune.set_policy("raise", 16.0)
