@@ -21,8 +21,10 @@
 //   dQ += dS K           wgmma SS with both operands transposed (dS^T and K as stored), each
 //                        warpgroup a share of dQ's columns, added into the fp32 accumulator by
 //                        red.global.add.v2.f32.
-// Tiles come by cp.async (kStages - 1 steps ahead), written in the 128-byte swizzle the descriptors
-// read (and TMA would write): the simplest Hopper form, without TMA or warp specialisation yet.
+// Tiles come by cp.async, written in the 128-byte swizzle the descriptors read (and TMA would
+// write): issued by every thread kStages - 1 steps ahead, a CTA barrier at each step's top; or
+// (Traits::kProducer) by a producer warpgroup that publishes each stage on an mbarrier, the
+// consumer warpgroups meeting only where dQ needs both's dS^T.
 // Masked pairs (causal, window) have P = 0; rows past seqlen_q have LSE +inf and zero dO; keys past
 // seqlen_k are zero rows whose dK/dV are not stored (and whose P is masked: exp2(-LSE) can overflow).
 #include "../common/bwd_blocks.h"
@@ -52,15 +54,17 @@ __device__ __forceinline__ u32 tile_off(int row, int j) {
   return static_cast<u32>((j >> 3) * (kRows * T::kRowBytes) + row * T::kRowBytes + (((j & 7) ^ (row & 7)) << 4));
 }
 
-// cp.async of rows [row0, row0 + kRows) of a (rows, kHeadDim) slice into the tile at `tile`; rows at
-// or past row_end, and the columns past the problem's head dim (Traits::kPadded), are zero-filled.
-template <int kRows>
-__device__ __forceinline__ void load_rows(u32 tile, const elem_t* gmem, long long row_stride, int row0, int row_end) {
+// cp.async of rows [row0, row0 + kRows) of a (rows, kHeadDim) slice into the tile at `tile` by
+// kLoaders threads (this one is `tid` of them); rows at or past row_end, and the columns past the
+// problem's head dim (Traits::kPadded), are zero-filled.
+template <int kRows, int kLoaders>
+__device__ __forceinline__ void load_rows(u32 tile, const elem_t* gmem, long long row_stride, int row0, int row_end,
+                                          int tid) {
   constexpr int kChunks = T::kHeadDim / 8;
-  static_assert((kRows * kChunks) % T::kThreads == 0, "whole passes of the CTA's threads");
+  static_assert((kRows * kChunks) % kLoaders == 0, "whole passes of the loading threads");
 #pragma unroll
-  for (int it = 0; it < kRows * kChunks / T::kThreads; ++it) {
-    const int idx = static_cast<int>(threadIdx.x) + it * T::kThreads;
+  for (int it = 0; it < kRows * kChunks / kLoaders; ++it) {
+    const int idx = tid + it * kLoaders;
     const int row = idx / kChunks, c = idx % kChunks;
     const bool valid = row0 + row < row_end && (!T::kPadded || c * 8 < T::kHeadDimReal);
     const elem_t* src = valid ? gmem + (row0 + row) * row_stride + c * 8 : gmem;
@@ -68,10 +72,39 @@ __device__ __forceinline__ void load_rows(u32 tile, const elem_t* gmem, long lon
   }
 }
 
-// kBlockM floats (a 16-byte-aligned workspace row) into shared memory, by threads lane0 ..
-// lane0 + kBlockM / 4.
-__device__ __forceinline__ void load_floats(u32 dst, const float* src, int lane0) {
-  const int t = static_cast<int>(threadIdx.x) - lane0;
+// load_rows for the producer warpgroup, whose threads have 24 registers: the thread keeps one
+// chunk column (tid % kChunks) and steps down the rows 128 / kChunks at a time (a multiple of 8, so
+// the swizzle's row % 8 stays put), one source pointer advanced a pass, not a pointer a copy.
+template <int kRows>
+__device__ __forceinline__ void load_rows_lean(u32 tile, const elem_t* gmem, long long row_stride, int row0, int row_end,
+                                               int tid) {
+  constexpr int kChunks = T::kHeadDim / 8, kPass = 128 / kChunks;
+  static_assert(kPass % 8 == 0 && kRows % kPass == 0, "whole passes of 8-row swizzle atoms");
+  const int c = tid % kChunks, r = tid / kChunks;
+  const u32 dst = tile + tile_off<kRows>(r, c);
+  const elem_t* src = gmem + (row0 + r) * row_stride + c * 8;
+  const int rows_left = row_end - row0 - r;
+  const bool col_ok = !T::kPadded || c * 8 < T::kHeadDimReal;
+#pragma unroll 1
+  for (int it = 0; it < kRows / kPass; ++it) {
+    const bool valid = col_ok && it * kPass < rows_left;
+    cp_async_16(dst + it * kPass * T::kRowBytes, valid ? src : gmem, valid);
+    src += kPass * row_stride;
+  }
+}
+
+// A tile's rows by the kernel's loaders: the producer warpgroup's (lean) or every thread's.
+template <int kRows, int kLoaders>
+__device__ __forceinline__ void tile_rows(u32 tile, const elem_t* gmem, long long row_stride, int row0, int row_end,
+                                          int tid) {
+  if constexpr (T::kProducer) load_rows_lean<kRows>(tile, gmem, row_stride, row0, row_end, tid);
+  else load_rows<kRows, kLoaders>(tile, gmem, row_stride, row0, row_end, tid);
+}
+
+// kBlockM floats (a 16-byte-aligned workspace row) into shared memory, by the loading threads
+// lane0 .. lane0 + kBlockM / 4 (this one is `tid`).
+__device__ __forceinline__ void load_floats(u32 dst, const float* src, int lane0, int tid) {
+  const int t = tid - lane0;
   if (t >= 0 && t < T::kBlockM / 4) cp_async_16(dst + t * 16, src + t * 4, true);
 }
 
@@ -163,32 +196,71 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     *m0 = m * T::kBlockM;
   };
 
-  // K and V of the block's keys, once.
-  load_rows<T::kBlockN>(s_k, static_cast<const elem_t*>(f.k) + bwd_offset(f.k_stride, b, hk, seq.k0), f.k_stride[2],
-                        n0, len_k);
-  load_rows<T::kBlockN>(s_v, static_cast<const elem_t*>(f.v) + bwd_offset(f.v_stride, b, hk, seq.k0), f.v_stride[2],
-                        n0, len_k);
-  cp_async_commit();
-
+  // The loads, by kLoaders threads (this one is `tid`): K and V of the block's keys once, then step
+  // i's Q, dO, LSE and D rows into stage i % kStages. The loaders are the producer warpgroup's 128
+  // threads, or without one every thread of the CTA.
+  constexpr int kLoaders = T::kProducer ? 128 : T::kThreads;
+  auto load_kv = [&](int tid) {
+    tile_rows<T::kBlockN, kLoaders>(s_k, static_cast<const elem_t*>(f.k) + bwd_offset(f.k_stride, b, hk, seq.k0),
+                              f.k_stride[2], n0, len_k, tid);
+    tile_rows<T::kBlockN, kLoaders>(s_v, static_cast<const elem_t*>(f.v) + bwd_offset(f.v_stride, b, hk, seq.k0),
+                              f.v_stride[2], n0, len_k, tid);
+  };
+  auto load_step = [&](int tid, int i) {
+    int head, m0;
+    step_at(i, &head, &m0);
+    const int st = i % T::kStages;
+    tile_rows<T::kBlockM, kLoaders>(s_q + st * T::kQBytes, static_cast<const elem_t*>(f.q) + bwd_offset(f.q_stride, b, head, seq.q0),
+                              f.q_stride[2], m0, len_q, tid);
+    tile_rows<T::kBlockM, kLoaders>(s_do + st * T::kQBytes,
+                              static_cast<const elem_t*>(p.dout) + bwd_offset(p.do_stride, b, head, seq.q0),
+                              p.do_stride[2], m0, len_q, tid);
+    const long long row_base = bwd_ws_row(p, seq, b, head) + m0;
+    load_floats(base + T::kOffLse + st * T::kBlockM * 4, p.lse_log2 + row_base, 0, tid);
+    load_floats(base + T::kOffDp + st * T::kBlockM * 4, p.dpsum + row_base, T::kBlockM / 4, tid);
+  };
+  // Without a producer every thread loads, kStages - 1 steps ahead (a cp.async group a step).
   auto issue = [&](int i) {
-    if (i < steps) {
-      int head, m0;
-      step_at(i, &head, &m0);
-      const int st = i % T::kStages;
-      load_rows<T::kBlockM>(s_q + st * T::kQBytes,
-                            static_cast<const elem_t*>(f.q) + bwd_offset(f.q_stride, b, head, seq.q0), f.q_stride[2],
-                            m0, len_q);
-      load_rows<T::kBlockM>(s_do + st * T::kQBytes,
-                            static_cast<const elem_t*>(p.dout) + bwd_offset(p.do_stride, b, head, seq.q0),
-                            p.do_stride[2], m0, len_q);
-      const long long row_base = bwd_ws_row(p, seq, b, head) + m0;
-      load_floats(base + T::kOffLse + st * T::kBlockM * 4, p.lse_log2 + row_base, 0);
-      load_floats(base + T::kOffDp + st * T::kBlockM * 4, p.dpsum + row_base, T::kBlockM / 4);
-    }
+    if (i < steps) load_step(static_cast<int>(threadIdx.x), i);
     cp_async_commit();
   };
+  // With one (Traits::kProducer), stage st is published on full[st] (the producer's 128 threads, each
+  // once its loads have landed) and released on empty[st] (each consumer warp once it is done with it).
+  const u32 bar_full = base + T::kOffBar, bar_empty = bar_full + T::kStages * 8;
+  if constexpr (T::kProducer) {
+    if (threadIdx.x == 0) {
 #pragma unroll
-  for (int i = 0; i < T::kStages - 1; ++i) issue(i);
+      for (int st = 0; st < T::kStages; ++st) {
+        mbar_init(bar_full + st * 8, 128);
+        mbar_init(bar_empty + st * 8, T::kWarpgroups * 4);
+      }
+      mbar_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x >= T::kConsumerThreads) {
+      if constexpr (T::kSetMaxNReg) setmaxnreg_dec<T::kProducerRegs>();
+      const int tid = static_cast<int>(threadIdx.x) - T::kConsumerThreads;
+      load_kv(tid);  // landed with step 0's loads
+      // One step's loads in flight at a time, the ring ahead as far as the consumers let it: a step's
+      // loads land in well under a step's products, and each is published the moment it has.
+      for (int i = 0; i < steps; ++i) {
+        const int st = i % T::kStages;
+        if (i >= T::kStages) mbar_wait(bar_empty + st * 8, (i / T::kStages - 1) & 1);  // step i - kStages done
+        load_step(tid, i);
+        cp_async_commit();
+        cp_async_wait<0>();
+        fence_async_smem();  // this thread's copies, before the consumers' wgmmas read them
+        mbar_arrive(bar_full + st * 8);
+      }
+      return;
+    }
+    if constexpr (T::kSetMaxNReg) setmaxnreg_inc<T::kConsumerRegs>();
+  } else {
+    load_kv(static_cast<int>(threadIdx.x));
+    cp_async_commit();
+#pragma unroll
+    for (int i = 0; i < T::kStages - 1; ++i) issue(i);
+  }
 
   float acc_dk[T::kDkvN / 2], acc_dv[T::kDkvN / 2];
 #pragma unroll
@@ -288,12 +360,16 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     step_at(i, &head, &m0);
     const int st = i % T::kStages;
     const u32 q_t = s_q + st * T::kQBytes, do_t = s_do + st * T::kQBytes;
-    // Step i's tiles complete and visible to wgmma, and every warpgroup past step i - 1 (its
-    // wgmmas waited for), whose stage then takes step i + kStages - 1's loads.
-    cp_async_wait<T::kStages - 2>();
-    fence_async_smem();
-    __syncthreads();
-    issue(i + T::kStages - 1);
+    if constexpr (T::kProducer) {
+      mbar_wait(bar_full + st * 8, (i / T::kStages) & 1);  // step i's tiles landed (the producer fenced them)
+    } else {
+      // Step i's tiles complete and visible to wgmma, and every warpgroup past step i - 1 (its
+      // wgmmas waited for), whose stage then takes step i + kStages - 1's loads.
+      cp_async_wait<T::kStages - 2>();
+      fence_async_smem();
+      __syncthreads();
+      issue(i + T::kStages - 1);
+    }
 
     // S^T = K_w Q^T and dP^T = V_w dO^T.
     float acc_s[T::kSdpN / 2], acc_dp[T::kSdpN / 2];
@@ -392,8 +468,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
                         a[kk][r]);
         }
     };
-    // dS^T's buffer (deferred dQ: buffer i % 2, the other one still read by step i - 1's dQ).
-    const u32 ds_t = s_ds + (T::kDqDefer ? (i & 1) * T::kDsBytes : 0);
+    // dS^T's buffer (two: buffer i % 2, the other one still read by step i - 1's dQ, deferred, or
+    // by the other warpgroup's, where no CTA barrier at the step's top waits for it).
+    const u32 ds_t = s_ds + (T::kTwoDs ? (i & 1) * T::kDsBytes : 0);
 
     if constexpr (T::kColSplit > 1) {
       // Head dim 256: P^T and dS^T of both warpgroups' queries through shared memory, then each
@@ -462,7 +539,13 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     reg_fence(acc_dk);
     reg_fence(ap);
     reg_fence(ads);
-    __syncthreads();  // dS^T complete
+    if constexpr (T::kProducer) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar_empty + st * 8);  // this warp is done with the stage
+      named_bar_sync(T::kBarConsumers, T::kConsumerThreads);  // dS^T complete
+    } else {
+      __syncthreads();  // dS^T complete
+    }
 
 #if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 1
     continue;  // (harness builds only: dQ left out, for timing where the step's time goes)
@@ -485,7 +568,12 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     }
   }
   if constexpr (T::kDqDefer) {
-    if (steps > 0) {
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 1
+    const bool issued = dq_head >= 0;  // (the ablation issued no dQ)
+#else
+    constexpr bool issued = true;
+#endif
+    if (steps > 0 && issued) {
       wgmma_wait<0>();
       reg_fence(acc_dq_next);
       dq_finish(0, dq_head, dq_m0, acc_dq_next);

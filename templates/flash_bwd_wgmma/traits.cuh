@@ -47,6 +47,12 @@ struct Traits {
   // KV head) pairs in groups of g, each group's key blocks from the first (causal: the longest
   // walk) to the last, so that the last wave is short walks (longest-processing-time first).
   static constexpr int kLongestFirst = LONGEST_FIRST;
+  // A producer warpgroup (warp specialisation): its 128 threads issue every load (K and V once, then
+  // each step's Q, dO, LSE and D rows by cp.async into the ring) and publish a stage on its "full"
+  // mbarrier once the loads have landed; the consumer warpgroups wait on that barrier alone (no CTA
+  // barrier at a step's top, no loads' issue on their path) and release a stage on its "empty"
+  // mbarrier once their products have read it. setmaxnreg moves the producer's registers to them.
+  static constexpr bool kProducer = PRODUCER != 0;
 
   // Derived.
   // Head dim 256 splits the head dims between two warpgroups of the same 64 keys (kColSplit 2): dK
@@ -55,8 +61,17 @@ struct Traits {
   // memory, and each accumulates its half of dK's, dV's and dQ's head dims with both operands from
   // shared memory (WgmmaKN): no product computed twice (flash_bwd_mma's dkv_split recomputes two).
   static constexpr int kColSplit = kHeadDim == 256 ? 2 : 1;
-  static constexpr int kWarpgroups = kBlockN / 64 * kColSplit;
-  static constexpr int kThreads = kWarpgroups * 128;
+  static constexpr int kWarpgroups = kBlockN / 64 * kColSplit;  // the consumers (the products)
+  static constexpr int kConsumerThreads = kWarpgroups * 128;
+  static constexpr int kThreads = kConsumerThreads + (kProducer ? 128 : 0);  // the producer warpgroup last
+  // setmaxnreg targets with two consumer warpgroups: 128 * (24 + 2 * 240) of the SM's 65536
+  // registers. With one (256 threads) every thread has 255 already, and none is moved.
+  static constexpr bool kSetMaxNReg = kProducer && kWarpgroups > 1;
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  // Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (dQ's staging, the turns),
+  // kBarConsumers the consumer warpgroups' (dS^T complete) where a producer keeps out of __syncthreads.
+  static constexpr int kBarConsumers = 1 + kWarpgroups;
   static constexpr int kDkvN = kHeadDim / kColSplit;  // dK's and dV's head dims a warpgroup holds
   static constexpr int kSdpN = kBlockM / kColSplit;   // the step's queries a warpgroup scores
   // Tiles in shared memory are [column block][row][64 elements], rows of 128 bytes swizzled in
@@ -85,7 +100,8 @@ struct Traits {
   static constexpr int kOffDo = kOffQ + kStages * kQBytes;
   static constexpr int kOffDs = kOffDo + kStages * kQBytes;
   // Head dim 256: P^T beside dS^T (the other warpgroup's queries are read from there).
-  static constexpr int kOffP = kOffDs + (kDqDefer ? 2 : 1) * kDsBytes;
+  static constexpr bool kTwoDs = kDqDefer || kProducer;  // two dS^T buffers (kernel.cu: ds_t)
+  static constexpr int kOffP = kOffDs + (kTwoDs ? 2 : 1) * kDsBytes;
   static constexpr int kOffLse = kOffP + (kColSplit > 1 ? kDsBytes : 0);
   static constexpr int kOffDp = kOffLse + kStages * kBlockM * 4;
   // Bulk dQ: one staging area a unit, 64 x kDqN floats in fragment order.
@@ -104,7 +120,9 @@ struct Traits {
     const int j = 4 * c + 2 * h + e, thread = wi * 32 + g * 4 + t;
     return (row_base + m0) * kHeadDim + (qg * kDqSplit + cg) * 64 * kDqN + ((j / 4) * 128 + thread) * 4 + j % 4;
   }
-  static constexpr int kSmemBytes = kOffDqStage + (kDqBulk ? kWarpgroups * kDqUnits * kDqStageBytes : 0) + 1024;
+  // The producer's mbarriers: kStages "full" then kStages "empty" (8 bytes each).
+  static constexpr int kOffBar = kOffDqStage + (kDqBulk ? kWarpgroups * kDqUnits * kDqStageBytes : 0);
+  static constexpr int kSmemBytes = kOffBar + (kProducer ? 2 * kStages * 8 : 0) + 1024;
 
   static_assert(kHeadDimReal % 16 == 0 && kHeadDimReal <= kHeadDim && kHeadDimReal > kHeadDim / 2 - (kHeadDim == 64 ? 32 : 0),
                 "the head dim is a multiple of 16, padded to the next of 64, 128 and 256");
@@ -121,8 +139,11 @@ struct Traits {
   static_assert(kStages >= 2 && kStages <= 3, "2 or 3 Q/dO stages");
   static_assert(!kDqDefer || kDqUnits == 1, "a deferred dQ is one unit a warpgroup");
   static_assert(kLongestFirst >= 0, "longest_first is a group of (batch, KV head) pairs, or 0");
+  static_assert(!kProducer || kColSplit == 1, "a producer warpgroup at head dims up to 128");
+  static_assert(!kProducer || 128 * (kProducerRegs + kWarpgroups * kConsumerRegs) <= 65536,
+                "setmaxnreg's targets exceed the SM's registers");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes formula disagrees with the kernel's layout");
-  static_assert(kThreads == THREADS, "search space's threads disagrees with block_n / 64 * 128");
+  static_assert(kThreads == THREADS, "search space's threads disagrees with (warpgroups + producer) * 128");
   // Sinks need nothing here: P = exp(S - LSE) with the forward's LSE, which holds the sink (the sinks'
   // gradient is the ops' arithmetic: docs/design/backward.md "Sinks"). A soft-cap recomputes the
   // capped score and multiplies dS by its derivative (bwd_prepost.cuh, bwd_prob).

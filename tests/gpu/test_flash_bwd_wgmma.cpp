@@ -130,12 +130,31 @@ TEST(FlashBwdWgmmaProperty, LongestFirst) {
                           [](const Config& c) { return std::get<std::int64_t>(c.at("longest_first")) != 0; });
 }
 
+// The producer warpgroup (producer: cp.async loads published on mbarriers, the consumers released
+// by the stage): a spread of its configs at d=64 and 128, causal and not, then causal windows, sinks
+// and a packed varlen batch, where a step may have no rows and a CTA no steps.
+TEST(FlashBwdWgmmaProperty, Producer) {
+  REQUIRE_SM90();
+  const auto producer = [](const Config& c) { return std::get<bool>(c.at("producer")); };
+  for (int d : {64, 128})
+    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, "", attntune::testing::kBwdShapes,
+                          6300u + static_cast<unsigned>(d), 6, producer);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {1}, ",window=64", attntune::testing::kBwdWindowShapes, 6400,
+                        3, producer);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 64, {1}, ",window=64,sinks=1",
+                        attntune::testing::kBwdWindowSinkShapes, 6500, 2, producer);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenShapes, 6550,
+                        2, producer);
+}
+
 TEST(FlashBwdWgmmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
   REQUIRE_SM90();
   cuda::Context ctx(0);
-  // Beside the spread, a longest-first build of the causal kind: the turns must hold in either order
-  // of the key blocks.
+  // Beside the spread, a longest-first build of the causal kind (the turns must hold in either order
+  // of the key blocks) and a build with a producer warpgroup.
   attntune::testing::check_determinism(
       ctx, "flash_bwd_wgmma", "sm_90a", 6100,
-      {[](const Config& c) { return std::get<std::int64_t>(c.at("longest_first")) != 0; }}, {64, 128, 256});
+      {[](const Config& c) { return std::get<std::int64_t>(c.at("longest_first")) != 0; },
+       [](const Config& c) { return std::get<bool>(c.at("producer")); }},
+      {64, 128, 256});
 }
