@@ -927,6 +927,21 @@ void sdpa_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at
     visible = (at::arange(Sk, opts).view({1, Sk}) <= at::arange(S, opts).view({S, 1}) + (Sk - S)).view({1, 1, S, Sk});
   }
   const bool flag = causal && !visible.defined();  // S == Sk: SDPA's own causal
+  if (lse && q.is_cuda() && !visible.defined() && (q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16) &&
+      q.size(3) % 8 == 0 && q.size(3) <= 256 && v.size(3) == q.size(3)) {
+    // Autograd asks every forward for the LSE: SDPA's flash kernel (FlashAttention-2) returns it with
+    // the output in one pass, where the explicit fp32 scores below cost several times the attention.
+    // Its K/V heads must be Q's (repeated for GQA). A refusal (the arch, a stride) takes the general path.
+    try {
+      const at::Tensor kr = H != Hkv ? k.repeat_interleave(H / Hkv, 1) : k;
+      const at::Tensor vr = H != Hkv ? v.repeat_interleave(H / Hkv, 1) : v;
+      const auto res = at::_scaled_dot_product_flash_attention(q, kr, vr, 0.0, flag, false, scale);
+      out.copy_(std::get<0>(res));
+      lse->copy_(std::get<1>(res));
+      return;
+    } catch (const c10::Error&) {
+    }
+  }
   std::optional<at::Tensor> mask;
   if (visible.defined()) mask = visible;
   at::Tensor o = at::scaled_dot_product_attention(q, k, v, mask, 0.0, flag, scale, /*enable_gqa=*/H != Hkv);
