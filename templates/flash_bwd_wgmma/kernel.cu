@@ -202,19 +202,20 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   constexpr int kLoaders = T::kProducer ? 128 : T::kThreads;
   auto load_kv = [&](int tid) {
     tile_rows<T::kBlockN, kLoaders>(s_k, static_cast<const elem_t*>(f.k) + bwd_offset(f.k_stride, b, hk, seq.k0),
-                              f.k_stride[2], n0, len_k, tid);
+                                    f.k_stride[2], n0, len_k, tid);
     tile_rows<T::kBlockN, kLoaders>(s_v, static_cast<const elem_t*>(f.v) + bwd_offset(f.v_stride, b, hk, seq.k0),
-                              f.v_stride[2], n0, len_k, tid);
+                                    f.v_stride[2], n0, len_k, tid);
   };
   auto load_step = [&](int tid, int i) {
     int head, m0;
     step_at(i, &head, &m0);
     const int st = i % T::kStages;
-    tile_rows<T::kBlockM, kLoaders>(s_q + st * T::kQBytes, static_cast<const elem_t*>(f.q) + bwd_offset(f.q_stride, b, head, seq.q0),
-                              f.q_stride[2], m0, len_q, tid);
+    tile_rows<T::kBlockM, kLoaders>(s_q + st * T::kQBytes,
+                                    static_cast<const elem_t*>(f.q) + bwd_offset(f.q_stride, b, head, seq.q0),
+                                    f.q_stride[2], m0, len_q, tid);
     tile_rows<T::kBlockM, kLoaders>(s_do + st * T::kQBytes,
-                              static_cast<const elem_t*>(p.dout) + bwd_offset(p.do_stride, b, head, seq.q0),
-                              p.do_stride[2], m0, len_q, tid);
+                                    static_cast<const elem_t*>(p.dout) + bwd_offset(p.do_stride, b, head, seq.q0),
+                                    p.do_stride[2], m0, len_q, tid);
     const long long row_base = bwd_ws_row(p, seq, b, head) + m0;
     load_floats(base + T::kOffLse + st * T::kBlockM * 4, p.lse_log2 + row_base, 0, tid);
     load_floats(base + T::kOffDp + st * T::kBlockM * 4, p.dpsum + row_base, T::kBlockM / 4, tid);
@@ -252,6 +253,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
         fence_async_smem();  // this thread's copies, before the consumers' wgmmas read them
         mbar_arrive(bar_full + st * 8);
       }
+      cp_async_wait<0>();  // (K and V's copies, where the block has no step to wait for them)
       return;
     }
     if constexpr (T::kSetMaxNReg) setmaxnreg_inc<T::kConsumerRegs>();
