@@ -7,6 +7,15 @@
 #             soft-caps; the floor of a windowed decode is the same call over the window's keys.
 #   headdims  issue 44's (docs/design/head_dims.md): Phi-3-mini-like d=96 prefill (causal and not)
 #             and decode.
+#   backward  issue 45's (docs/design/backward.md): the backward pass (pass=bwd) of the prefill suite's
+#             shapes with s >= 2048 (d=64 and 128, causal and not) in bf16 and fp16, and d=256 at b1
+#             s8k; each tuned over every backward family (`tune` without --space), the winners
+#             exported as a PyTorch package a dtype and timed through autograd beside FA4's sm90
+#             backward, SDPA's cuDNN and flash backends (tools/compare_bwd.py, one process, checked
+#             against float64 first). FA4's kernels (FA4_AOT, default .fa4/aotbars; FA4_KIT's
+#             fa4kit.py with tools/fa4_bwd.patch applied) are built on the CPU machine first:
+#   ~/.cache/fa4kit/venv/bin/python .fa4/build_aot.py --out .fa4/aotbars --suite none \
+#     $(ATTNTUNE_BARS_LIST=1 tools/bars.sh - - --set backward | sed 's/,pass=bwd//; s/^/--bwd-problem /')
 #   unseen    issue 43's (docs/design/shipped_db.md): 10 prefill shapes outside the suite and the
 #             shipped plan (odd head counts, lengths 512-32k, causal and not, chunked prefill), each
 #             tuned by the default main job (`tune` without --space: every template, warm-started
@@ -17,7 +26,7 @@
 #             1%?). Seeds run in parallel over --devices (a two-GPU machine halves the wall time);
 #             re-running resumes the campaigns and skips the re-timings done.
 #
-#   tools/bars.sh DB OUT_DIR [--set variants|headdims|unseen] [--prefill-seconds N] [--decode-seconds N]
+#   tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|unseen] [--prefill-seconds N] [--decode-seconds N]
 #                 [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S]
 #                 [--phase tune|retime|compare|table|all]
 #
@@ -40,7 +49,7 @@
 # OUT_DIR/compare.log and prints a short table last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: tools/bars.sh DB OUT_DIR [--set variants|headdims|unseen] [--prefill-seconds N] [--decode-seconds N] [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--phase tune|retime|compare|table|all]"
+usage="usage: tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|unseen] [--prefill-seconds N] [--decode-seconds N] [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--phase tune|retime|compare|table|all]"
 db=${1:?$usage}
 out=${2:?$usage}
 shift 2
@@ -102,6 +111,22 @@ headdims)
   decode=(
     "phi3-dec-8k|b=16,h=32,hkv=32,s=1,sk=8192,d=96,dtype=bf16,causal=0,page=16"
   )
+  ;;
+backward)
+  # The prefill suite's shapes with s >= 2048 (../shared/peers), both dtypes; Gemma-2/3's d=256.
+  prefill=()
+  for dt in bf16 fp16; do
+    for c in 0 1; do
+      prefill+=("bwd-b8-s2k-d64-c$c-$dt|b=8,h=16,hkv=16,s=2048,sk=2048,d=64,dtype=$dt,causal=$c,pass=bwd"
+                "bwd-b4-s4k-d128-c$c-$dt|b=4,h=16,hkv=16,s=4096,sk=4096,d=128,dtype=$dt,causal=$c,pass=bwd"
+                "bwd-b1-s16k-d128-c$c-$dt|b=1,h=16,hkv=16,s=16384,sk=16384,d=128,dtype=$dt,causal=$c,pass=bwd")
+    done
+  done
+  prefill+=("bwd-b1-s8k-d256-c0-bf16|b=1,h=16,hkv=16,s=8192,sk=8192,d=256,dtype=bf16,causal=0,pass=bwd"
+            "bwd-b1-s8k-d256-c1-bf16|b=1,h=16,hkv=16,s=8192,sk=8192,d=256,dtype=bf16,causal=1,pass=bwd")
+  decode=()
+  only=prefill
+  aot=${FA4_AOT:-.fa4/aotbars}
   ;;
 unseen)
   # Not in the suite nor in tools/shipped_plan.py's plan (checked by tests/unit/cli/test_bars.cpp):
@@ -228,6 +253,41 @@ if [[ $set == unseen ]]; then
     echo
   fi
   unseen_table
+  exit 0
+fi
+
+if [[ $set == backward ]]; then
+  # tune: each problem over every backward family (the default spaces), --prefill-seconds each;
+  # compare: a package a dtype, timed by compare_bwd.py beside FA4, cuDNN and FA2 (its table last).
+  if [[ $phase == tune || $phase == all ]]; then
+    for e in "${prefill[@]}"; do
+      "$A" tune --db "$db" --problem "${e#*|}" --campaign "${e%%|*}" --budget-time "${pre_s}s" --final-top 4 \
+        --final-rounds 3 --final-min-seconds 0.5 --log-interval 60 > "$out/tune_${e%%|*}.log" 2>&1 ||
+        echo "tune ${e%%|*} failed (exit $?): $(tail -1 "$out/tune_${e%%|*}.log")" >&2
+    done
+  fi
+  if [[ $phase == compare || $phase == all ]]; then
+    for dt in bf16 fp16; do
+      shapes=$(for e in "${prefill[@]}"; do echo "${e#*|}"; done | python3 -c '
+import sys
+rows = []
+for line in sys.stdin:
+    kv = dict(x.split("=", 1) for x in line.strip().split(","))
+    if kv["dtype"] == sys.argv[1]:
+        rows.append(",".join(kv[k] for k in ("b", "h", "hkv", "s", "d", "causal")))
+print(";".join(rows))' "$dt")
+      [[ -n $shapes ]] || continue
+      rm -rf "$out/pkg_$dt"
+      "$A" export --db "$db" --all-best --dtype "$dt" --torch "$out/pkg_$dt" > "$out/export_$dt.log" 2>&1 ||
+        { echo "export $dt failed: $(tail -1 "$out/export_$dt.log")" >&2; continue; }
+      PYTHONPATH="$out/pkg_$dt" "${PYTHON:-python3}" tools/compare_bwd.py --shapes "$shapes" --dtype "$dt" \
+        --fa4-aot "$aot" --fa4-kit "$kit" > "$out/compare_bwd_$dt.log" 2>&1 ||
+        echo "compare_bwd.py $dt failed: $(tail -3 "$out/compare_bwd_$dt.log")" >&2
+    done
+    for dt in bf16 fp16; do
+      [[ -f $out/compare_bwd_$dt.log ]] && sed -n '/^GPU after/,$p' "$out/compare_bwd_$dt.log"
+    done
+  fi
   exit 0
 fi
 

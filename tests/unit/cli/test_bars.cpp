@@ -2,6 +2,7 @@
 // (a transfer measured on shapes the shipped database holds would measure nothing), and its table
 // reads the transfer (evaluations to within 2% of the final best) and the robust pick (the pick
 // re-timed beside its top 20) from what the GPU runs left in OUT_DIR.
+// Its `backward` set (issue 45): the backward bars' problems.
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -24,8 +25,8 @@ std::string bars() {
   return "ATTNTUNE_BIN=" + testing::attntune_bin() + " " + testing::source_dir() + "/tools/bars.sh";
 }
 
-std::vector<std::string> unseen_problems() {
-  const Shell r = sh("ATTNTUNE_BARS_LIST=1 " + bars() + " - - --set unseen");
+std::vector<std::string> set_problems(const std::string& set) {
+  const Shell r = sh("ATTNTUNE_BARS_LIST=1 " + bars() + " - - --set " + set);
   EXPECT_EQ(r.status, 0) << r.output;
   const std::string& text = r.output;
   std::vector<std::string> lines;
@@ -39,7 +40,7 @@ std::vector<std::string> unseen_problems() {
 }
 
 TEST(BarsUnseen, TenPrefillShapesOutsideTheSuiteAndTheShippedPlan) {
-  const std::vector<std::string> problems = unseen_problems();
+  const std::vector<std::string> problems = set_problems("unseen");
   ASSERT_EQ(problems.size(), 10u);
   TempDir dir;
   const std::string plan_path = dir.file("plan.yaml");
@@ -116,6 +117,33 @@ TEST(BarsUnseen, TheTableReadsTheTransferAndTheRobustPickFromOutDir) {
   EXPECT_NE(table.find("robust pick: 19 of 20 campaigns within 1%"), std::string::npos) << table;
   EXPECT_NE(table.find("1*"), std::string::npos) << "the shipped warm start is marked: " << table;
   EXPECT_NE(table.find("1.50%"), std::string::npos) << table;
+}
+
+// The `backward` set (issue 45's bars): the backward pass of the prefill suite's shapes with s >= 2048
+// (d=64 and 128, causal and not) in both dtypes, each shape in both, and d=256 at b1 s8k.
+TEST(BarsBackward, TheSuitesLongShapesInBothDtypesAndHeadDim256) {
+  const std::vector<std::string> problems = set_problems("backward");
+  ASSERT_EQ(problems.size(), 14u);
+  std::set<std::string> seen, per_dtype[2];
+  std::set<std::int64_t> dims;
+  std::set<bool> causal;
+  for (const std::string& spec : problems) {
+    const Problem p = Problem::parse(spec);  // InputError: not a problem
+    EXPECT_TRUE(p.backward) << spec;
+    EXPECT_GE(p.s, 2048) << spec;
+    EXPECT_TRUE(seen.insert(p.str()).second) << spec << " twice";
+    dims.insert(p.d);
+    causal.insert(p.causal);
+    if (p.d != 256) {
+      Problem other = p;
+      other.dtype = DType::kBf16;
+      per_dtype[p.dtype == DType::kBf16 ? 0 : 1].insert(other.str());
+    }
+  }
+  EXPECT_EQ(dims, (std::set<std::int64_t>{64, 128, 256}));
+  EXPECT_EQ(causal.size(), 2u);
+  EXPECT_EQ(per_dtype[0].size(), 6u);
+  EXPECT_EQ(per_dtype[0], per_dtype[1]) << "every shape in bf16 and fp16";
 }
 
 }  // namespace
