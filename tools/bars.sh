@@ -256,15 +256,17 @@ if [[ $set == unseen ]]; then
   exit 0
 fi
 
+tune() {  # space seconds name problem (space "": every template's default space that serves it)
+  "$A" tune --db "$db" ${1:+--space "$1"} --problem "$4" --campaign "$3" --budget-time "$2s" \
+    --final-top 4 --final-rounds 3 --final-min-seconds 0.5 --log-interval 30 > "$out/tune_$3.log" 2>&1 ||
+    echo "tune $3 failed (exit $?): $(tail -1 "$out/tune_$3.log")" >&2
+}
+
 if [[ $set == backward ]]; then
   # tune: each problem over every backward family (the default spaces), --prefill-seconds each;
   # compare: a package a dtype, timed by compare_bwd.py beside FA4, cuDNN and FA2 (its table last).
   if [[ $phase == tune || $phase == all ]]; then
-    for e in "${prefill[@]}"; do
-      "$A" tune --db "$db" --problem "${e#*|}" --campaign "${e%%|*}" --budget-time "${pre_s}s" --final-top 4 \
-        --final-rounds 3 --final-min-seconds 0.5 --log-interval 60 > "$out/tune_${e%%|*}.log" 2>&1 ||
-        echo "tune ${e%%|*} failed (exit $?): $(tail -1 "$out/tune_${e%%|*}.log")" >&2
-    done
+    for e in "${prefill[@]}"; do tune "" "$pre_s" "${e%%|*}" "${e#*|}"; done
   fi
   if [[ $phase == compare || $phase == all ]]; then
     for dt in bf16 fp16; do
@@ -290,12 +292,6 @@ print(";".join(rows))' "$dt")
   fi
   exit 0
 fi
-
-tune() {  # space seconds name problem
-  "$A" tune --db "$db" --space "$1" --problem "$4" --campaign "$3" --budget-time "$2s" \
-    --final-top 4 --final-rounds 3 --final-min-seconds 0.5 --log-interval 30 > "$out/tune_$3.log" 2>&1 ||
-    echo "tune $3 failed (exit $?): $(tail -1 "$out/tune_$3.log")" >&2
-}
 
 summary=()
 if [[ $only != decode ]]; then

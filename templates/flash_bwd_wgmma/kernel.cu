@@ -72,13 +72,14 @@ __device__ __forceinline__ void load_rows(u32 tile, const elem_t* gmem, long lon
   }
 }
 
-// load_rows for the producer warpgroup, whose threads have 24 registers: the thread keeps one
-// chunk column (tid % kChunks) and steps down the rows 128 / kChunks at a time (a multiple of 8, so
-// the swizzle's row % 8 stays put), one source pointer advanced a pass, not a pointer a copy.
-template <int kRows>
+// load_rows for the producer warpgroup's kLoaders threads, which have 24 registers: the thread
+// keeps one chunk column (tid % kChunks) and steps down the rows kLoaders / kChunks at a time (a
+// multiple of 8, so the swizzle's row % 8 stays put), one source pointer advanced a pass, not a
+// pointer a copy.
+template <int kRows, int kLoaders>
 __device__ __forceinline__ void load_rows_lean(u32 tile, const elem_t* gmem, long long row_stride, int row0, int row_end,
                                                int tid) {
-  constexpr int kChunks = T::kHeadDim / 8, kPass = 128 / kChunks;
+  constexpr int kChunks = T::kHeadDim / 8, kPass = kLoaders / kChunks;
   static_assert(kPass % 8 == 0 && kRows % kPass == 0, "whole passes of 8-row swizzle atoms");
   const int c = tid % kChunks, r = tid / kChunks;
   const u32 dst = tile + tile_off<kRows>(r, c);
@@ -97,7 +98,7 @@ __device__ __forceinline__ void load_rows_lean(u32 tile, const elem_t* gmem, lon
 template <int kRows, int kLoaders>
 __device__ __forceinline__ void tile_rows(u32 tile, const elem_t* gmem, long long row_stride, int row0, int row_end,
                                           int tid) {
-  if constexpr (T::kProducer) load_rows_lean<kRows>(tile, gmem, row_stride, row0, row_end, tid);
+  if constexpr (T::kProducer) load_rows_lean<kRows, kLoaders>(tile, gmem, row_stride, row0, row_end, tid);
   else load_rows<kRows, kLoaders>(tile, gmem, row_stride, row0, row_end, tid);
 }
 
@@ -225,14 +226,14 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     if (i < steps) load_step(static_cast<int>(threadIdx.x), i);
     cp_async_commit();
   };
-  // With one (Traits::kProducer), stage st is published on full[st] (the producer's 128 threads, each
-  // once its loads have landed) and released on empty[st] (each consumer warp once it is done with it).
+  // With one (Traits::kProducer), stage st is published on full[st] (the kLoaders threads, each once
+  // its loads have landed) and released on empty[st] (each consumer warp once it is done with it).
   const u32 bar_full = base + T::kOffBar, bar_empty = bar_full + T::kStages * 8;
   if constexpr (T::kProducer) {
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int st = 0; st < T::kStages; ++st) {
-        mbar_init(bar_full + st * 8, 128);
+        mbar_init(bar_full + st * 8, kLoaders);
         mbar_init(bar_empty + st * 8, T::kWarpgroups * 4);
       }
       mbar_init_fence();
