@@ -499,6 +499,26 @@ inline TensorMap operand_map(const char* name, const void* base, const long long
   return m;
 }
 
+// The same operand with its heads inside its rows: dims (head_dim, heads, len, batch), boxes of
+// (box_cols, box_heads, rows), which land in shared memory as box_heads * rows rows, row r being
+// row r / box_heads of head r % box_heads (a GQA-packed tile: flash_fwd_wgmma's pack_gqa).
+inline TensorMap operand_map_heads_inner(const char* name, const void* base, const long long* stride, int len,
+                                         int heads, int batch, int head_dim, unsigned box_cols, unsigned box_heads,
+                                         unsigned rows, int bf16, int swizzle_bytes = 128) {
+  TensorMap m = operand_map(name, base, stride, len, heads, batch, head_dim, box_cols, rows, bf16, swizzle_bytes);
+  const unsigned long long dims[4] = {static_cast<unsigned long long>(head_dim), static_cast<unsigned long long>(heads),
+                                      static_cast<unsigned long long>(len), static_cast<unsigned long long>(batch)};
+  const long long steps[3] = {stride[1], stride[2], stride[0]};  // head, row, batch (elements)
+  for (int i = 0; i < 4; ++i) m.dims[i] = dims[i];
+  for (int i = 0; i < 3; ++i)
+    m.strides[i] = dims[i + 1] > 1 ? static_cast<unsigned long long>(steps[i]) * 2 : dims[0] * 2;
+  m.box[0] = box_cols;
+  m.box[1] = box_heads;
+  m.box[2] = rows;
+  m.box[3] = 1;
+  return m;
+}
+
 }  // namespace attntune_plan
 
 #endif  // ATTNTUNE_LAUNCH_PLAN_H

@@ -82,6 +82,10 @@ struct TmaMaps {
   // A varlen build: the work tiles of the packed index space, (total_q / BLOCK_M + batch) * heads_q
   // (the grid of a launch of one CTA a tile; a persistent grid is smaller).
   int varlen_tiles;
+  // A GQA-packed build (Traits::kPackGqa): the query rows of a work tile, scheduler.h's
+  // pack_rows(BLOCK_M, heads_q / heads_kv) (Q's map is then (head_dim, heads_q, seqlen, batch) in
+  // boxes of (cols, heads_q / heads_kv, pack_rows)). Unused otherwise.
+  int pack_rows;
 };
 
 // The order kernel's block (one CTA) and the most sequences it orders: a larger batch runs in the

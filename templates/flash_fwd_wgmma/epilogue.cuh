@@ -38,6 +38,7 @@ struct OutRows {
   float lse[2];
   int row0, head, batch;  // this thread's first row, and row0 + 8
   int q0, len_q;          // varlen: the sequence's first packed row and its length
+  int row1, head1;        // a GQA-packed build: the second row's query row and head (row0's: head)
 };
 
 // The epilogue's arithmetic: O / l packed to the output dtype for 16-byte stores. Thread t of a
@@ -46,10 +47,13 @@ struct OutRows {
 // full 32-byte sectors (those took ~2 us of a 56 us work tile at s=4096, docs/log/WGMMA.md run 30).
 // A head dim of 16 mod 32 (48, 80, 112, ...) ends in a group of two chunks: transposed with zeros
 // for the missing two, so that threads 0 and 1 of the quad hold them (epilogue_store stores theirs).
-// Sinks (Traits::kSinks): the head's logit `sink` joins each row's denominator (variants.cuh,
-// sink_finish), and a row that saw no key outputs zeros with LSE = sink.
+// Sinks (Traits::kSinks): the head's logit (sink_a for the first row, sink_b for the second) joins
+// each row's denominator (variants.cuh, sink_finish), and a row that saw no key outputs zeros with
+// LSE = sink. ra, rb: the rows' query rows (1 << 30: not stored), ha, hb their heads; rb = ra + 8
+// and hb = ha but in a GQA-packed build.
 __device__ __forceinline__ void epilogue_pack(const float (&o)[T::kHeadDimV / 2], const float (&m)[2], float (&l)[2],
-                                              float sink, int row0, int head, int batch, OutRows& out) {
+                                              float sink_a, float sink_b, int ra, int rb, int ha, int hb, int batch,
+                                              OutRows& out) {
   const int t = threadIdx.x % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -57,7 +61,7 @@ __device__ __forceinline__ void epilogue_pack(const float (&o)[T::kHeadDimV / 2]
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     float inv;
     if constexpr (T::kSinks) {
-      const SinkFinish f = sink_finish(m[h], l[h], sink);
+      const SinkFinish f = sink_finish(m[h], l[h], h ? sink_b : sink_a);
       inv = f.o_scale;
       out.lse[h] = f.lse;
     } else {
@@ -80,9 +84,13 @@ __device__ __forceinline__ void epilogue_pack(const float (&o)[T::kHeadDimV / 2]
       out.vec[h][q] = make_uint4(v[0], v[1], v[2], v[3]);
     }
   }
-  out.row0 = row0;
-  out.head = head;
+  out.row0 = ra;
+  out.head = ha;
   out.batch = batch;
+  if constexpr (T::kPackGqa) {
+    out.row1 = rb;
+    out.head1 = hb;
+  }
 }
 
 // Varlen: where the rows go, the sequence's (after epilogue_pack).
@@ -104,18 +112,25 @@ __device__ __forceinline__ void epilogue_store(const AttnParams& p, const OutRow
   elem_t* base;
   long long lse_row;  // LSE of the tile's row 0
   int rows;           // rows of the sequence: those at or past it are not stored
-  if constexpr (T::kVarlen) {
-    base = static_cast<elem_t*>(p.o) + static_cast<long long>(out.q0) * p.o_stride[2] + out.head * p.o_stride[1];
-    lse_row = static_cast<long long>(out.head) * (p.lse ? p.cu_seqlens_q[p.batch] : 0) + out.q0;
-    rows = out.len_q;
-  } else {
-    base = static_cast<elem_t*>(p.o) + out.batch * p.o_stride[0] + out.head * p.o_stride[1];
-    lse_row = (static_cast<long long>(out.batch) * p.heads_q + out.head) * p.seqlen_q;
-    rows = p.seqlen_q;
-  }
+  // A GQA-packed build's two rows have heads of their own (OutRows::head1): `where` for each.
+  auto where = [&](int head) {
+    if constexpr (T::kVarlen) {
+      base = static_cast<elem_t*>(p.o) + static_cast<long long>(out.q0) * p.o_stride[2] + head * p.o_stride[1];
+      lse_row = static_cast<long long>(head) * (p.lse ? p.cu_seqlens_q[p.batch] : 0) + out.q0;
+      rows = out.len_q;
+    } else {
+      base = static_cast<elem_t*>(p.o) + out.batch * p.o_stride[0] + head * p.o_stride[1];
+      lse_row = (static_cast<long long>(out.batch) * p.heads_q + head) * p.seqlen_q;
+      rows = p.seqlen_q;
+    }
+  };
+  where(out.head);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = out.row0 + 8 * h;
+    if constexpr (T::kPackGqa) {
+      if (h == 1) where(out.head1);
+    }
+    const int row = T::kPackGqa && h == 1 ? out.row1 : out.row0 + 8 * h;
     const bool in = any && row < rows;
     elem_t* orow = base + row * p.o_stride[2] + 8 * t;
 #pragma unroll

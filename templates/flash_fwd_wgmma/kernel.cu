@@ -24,7 +24,8 @@
 
 namespace att {
 
-// Grid: one CTA per work tile, (ceil(seqlen_q / block_m), heads_q, batch); or persistent, any
+// Grid: one CTA per work tile, (ceil(seqlen_q / block_m), heads_q, batch) (GQA-packed:
+// (ceil(seqlen_q / pack_rows), heads_kv, batch), work_tiles.cuh); or persistent, any
 // number of CTAs (the SM count): CTA c then takes work tiles c, c + CTAs, ... in turn, and the
 // producer loads the next tile's Q and K/V while the consumers finish the current one.
 // Block T::kThreads, dynamic smem T::kSmemBytes. With kKvMulticast the grid runs in clusters of
@@ -39,9 +40,9 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const Smem sm = Smem::at(smem_raw);
 
-  const int m_blocks = sched::query_blocks(p.seqlen_q, T::kBlockM, T::kCluster);
+  const int m_blocks = sched::query_blocks(p.seqlen_q, tile_rows(maps), T::kCluster);
   // Varlen: the packed index space's tiles (launch.h), one CTA each or a persistent grid.
-  const int tiles = T::kVarlen ? maps.varlen_tiles : m_blocks * p.heads_q * p.batch;
+  const int tiles = T::kVarlen ? maps.varlen_tiles : m_blocks * tile_heads(p) * p.batch;
   const int ctas = gridDim.x * gridDim.y * gridDim.z;
   const int first_tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
 
@@ -68,7 +69,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
   // Dynamic tiles: tile index `index` goes to the consumers before the Q load; with count 0 (a
   // tile without keys, or the end mark) q_full gets a plain arrive instead. Else index is unused.
   auto produce_tile = [&](const WorkTile& w, int it_base, u32 q_phase, int count, int index) {
-    const int kv_head = w.head / p.q_per_kv;
+    const int kv_head = T::kPackGqa ? w.head : w.head / p.q_per_kv;
     it_base -= w.lo;
     const bool loads = !T::kDynamicTiles || count > 0;  // the static schedules pass no empty tile
     const int kv_batch = T::kVarlen ? w.k0 : w.batch;  // varlen: the sequence's first key row
@@ -188,7 +189,10 @@ flash_fwd_wgmma_varlen_order(const AttnParams p, int* order) {
     const int i = threadIdx.x, n = p.batch;
     if (!order || n < 1 || n > kVarlenOrderThreads) return;
     const int key = i < n ? p.cu_seqlens_k[i + 1] - p.cu_seqlens_k[i] : 0;
-    const int tiles = i < n ? (p.cu_seqlens_q[i + 1] - p.cu_seqlens_q[i] + T::kBlockM - 1) / T::kBlockM * p.heads_q : 0;
+    // A GQA-packed build's tiles: pack_rows query rows of a KV head's group (scheduler.h).
+    const int rows = T::kPackGqa ? sched::pack_rows(T::kBlockM, p.q_per_kv) : T::kBlockM;
+    const int heads = T::kPackGqa ? p.heads_kv : p.heads_q;
+    const int tiles = i < n ? (p.cu_seqlens_q[i + 1] - p.cu_seqlens_q[i] + rows - 1) / rows * heads : 0;
     keys[i] = key;
     scan[i] = 0;
     __syncthreads();

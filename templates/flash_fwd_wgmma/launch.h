@@ -44,6 +44,7 @@ struct FlashFwdWgmmaLaunch {
   int consumer_warps;
   int entry;          // the entry point the build serves (prefill_entry: dense, varlen or kvcache)
   int varlen;         // entry == kEntryVarlen: built for packed batches
+  int pack_gqa;       // PACK_GQA: a KV head's query heads packed into the rows of its tiles
   Variants variants;  // the variants the build serves (exactly)
 
   static int load(const Define* d, int n, FlashFwdWgmmaLaunch* c, Why* why) {
@@ -59,6 +60,7 @@ struct FlashFwdWgmmaLaunch {
     c->entry = prefill_entry(d, n);
     c->value_dim = static_cast<int>(define_or(d, n, "ATT_HEAD_DIM_V", 0));
     c->varlen = c->entry == kEntryVarlen;
+    c->pack_gqa = define_or(d, n, "PACK_GQA", 0) != 0;  // configs recorded before it: unpacked
     c->variants = Variants::load(d, n);
     // A varlen build's tiles are its sequences': no split tail, no pairs (the space says so).
     c->split_tail = c->persistent && !c->causal && !c->varlen && split;
@@ -68,12 +70,30 @@ struct FlashFwdWgmmaLaunch {
     return 0;
   }
 
+  // A work tile's query rows and the heads the tiles run over (scheduler.h, pack_rows): a packed
+  // build's pack_rows of every query head of a KV head, else block_m of one query head.
+  int tile_rows(const Call& c) const {
+    return pack_gqa ? att::sched::pack_rows(block_m, c.heads_kv > 0 ? c.heads_q / c.heads_kv : 0) : block_m;
+  }
+  int tile_heads(const Call& c) const { return pack_gqa ? c.heads_kv : c.heads_q; }
+
   long long work_tiles(const Call& c) const {
-    return att::sched::query_blocks(static_cast<long long>(c.seqlen_q), block_m, cluster) * c.heads_q * c.batch;
+    return att::sched::query_blocks(static_cast<long long>(c.seqlen_q), tile_rows(c), cluster) * tile_heads(c) *
+           c.batch;
   }
 
   int plan(const Call& call, const Device& device, Plan* p, Why* why) const {
     if (const int r = check_prefill_entry("flash_fwd_wgmma", call, entry, variants, value_dim, why)) return r;
+    if (pack_gqa) {
+      if (call.heads_kv < 1 || call.heads_q % call.heads_kv != 0)
+        return refuse(why, "a GQA-packed flash_fwd_wgmma kernel needs heads_q (%d) to be a multiple of heads_kv (%d)",
+                      call.heads_q, call.heads_kv);
+      if (tile_rows(call) < 1)
+        return refuse(why,
+                      "a GQA-packed flash_fwd_wgmma kernel holds a query row of every head of a KV head's group "
+                      "in its %d rows: %d query heads per KV head do not fit",
+                      block_m, call.heads_q / call.heads_kv);
+    }
     if (varlen && (call.total_q <= 0 || call.total_k < 0 || call.total_q > 2147483647LL || call.total_k > 2147483647LL))
       return refuse(why,
                     "a flash_fwd_wgmma kernel reads the packed rows through TMA tensor maps, whose extents are the "
@@ -129,26 +149,27 @@ struct FlashFwdWgmmaLaunch {
       // counter.
       const long long tiles = varlen_tiles(call);
       if (tiles > 2147483647LL)
-        return refuse(why, "%lld work tiles ((total_q / %d + batch) * heads_q) exceed a grid of 2^31 - 1 CTAs",
-                      tiles, block_m);
+        return refuse(why, "%lld work tiles ((total_q / %d + batch) * %s) exceed a grid of 2^31 - 1 CTAs", tiles,
+                      tile_rows(call), pack_gqa ? "heads_kv" : "heads_q");
       const unsigned sms = static_cast<unsigned>(device.sm_count > 0 ? device.sm_count : 1);
       const unsigned ctas = persistent ? att::sched::persistent_ctas(static_cast<unsigned long long>(tiles), sms, 0, 1)
                                        : static_cast<unsigned>(tiles);
       l = Launch{0, {ctas, 1, 1}, static_cast<unsigned>(threads), static_cast<unsigned>(smem_bytes), 1};
     } else {
-      const long long blocks = att::sched::query_blocks(static_cast<long long>(call.seqlen_q), block_m, cluster);
+      const long long blocks =
+          att::sched::query_blocks(static_cast<long long>(call.seqlen_q), tile_rows(call), cluster);
       const long long tiles = work_tiles(call);
       if (tiles > 2147483647LL)
         return refuse(why,
-                      "%lld work tiles (ceil(seqlen_q / %d), in whole clusters of %d, * heads_q * batch) is more "
+                      "%lld work tiles (ceil(seqlen_q / %d), in whole clusters of %d, * %s * batch) is more "
                       "than the kernel numbers (2^31 - 1): split the batch",
-                      tiles, block_m, cluster);
+                      tiles, tile_rows(call), cluster, pack_gqa ? "heads_kv" : "heads_q");
       l = Launch{0,
-                 {static_cast<unsigned>(blocks), static_cast<unsigned>(call.heads_q),
+                 {static_cast<unsigned>(blocks), static_cast<unsigned>(tile_heads(call)),
                   static_cast<unsigned>(call.batch)},
                  static_cast<unsigned>(threads), static_cast<unsigned>(smem_bytes), static_cast<unsigned>(cluster)};
       if (!persistent) {
-        if (check_grid(blocks, call.heads_q, call.batch, why)) return 1;
+        if (check_grid(blocks, tile_heads(call), call.batch, why)) return 1;
       } else {
         const unsigned sms = static_cast<unsigned>(device.sm_count > 0 ? device.sm_count : 1);
         const int fit = cluster > 1 ? device.clusters(0, sms / cluster * cluster, cluster, l.block, l.smem) : 0;
@@ -173,8 +194,14 @@ struct FlashFwdWgmmaLaunch {
     const unsigned v_cols = static_cast<unsigned>(att::wgmma_tile::cols(head_dim_v()));
     const int v_swizzle = att::wgmma_tile::swizzle_bytes(head_dim_v());
     p->maps = 3;
-    p->map[0] = operand_map("q", call.q, call.q_stride, static_cast<int>(q_rows), call.heads_q, map_batch,
-                            call.head_dim, cols, static_cast<unsigned>(block_m), bf16, swizzle);
+    // GQA-packed: (head_dim, heads_q, rows, batch) in boxes of (cols, group, pack_rows), which fill a
+    // tile's rows in packed order (mainloop.cuh, load_q).
+    p->map[0] = pack_gqa ? operand_map_heads_inner("q (GQA-packed)", call.q, call.q_stride, static_cast<int>(q_rows),
+                                                   call.heads_q, map_batch, call.head_dim, cols,
+                                                   static_cast<unsigned>(call.heads_q / call.heads_kv),
+                                                   static_cast<unsigned>(tile_rows(call)), bf16, swizzle)
+                         : operand_map("q", call.q, call.q_stride, static_cast<int>(q_rows), call.heads_q, map_batch,
+                                       call.head_dim, cols, static_cast<unsigned>(block_m), bf16, swizzle);
     if (kv_rows > 0 && paged) {
       const unsigned rows = static_cast<unsigned>(kv_box_rows(call));
       p->map[1] = operand_map("k (pages)", call.k, call.k_stride, call.page_size, call.heads_kv, kMaxPages,
@@ -237,7 +264,7 @@ struct FlashFwdWgmmaLaunch {
 
   // A varlen call's work tiles: the packed index space (scheduler.h, work_tiles.cuh's varlen_tile).
   long long varlen_tiles(const Call& call) const {
-    return att::sched::varlen_index_tiles(call.total_q, call.batch, call.heads_q, block_m);
+    return att::sched::varlen_index_tiles(call.total_q, call.batch, tile_heads(call), tile_rows(call));
   }
 
   // Kvcache with a page table: K/V rows per TMA box, gcd(page_size, block_n) (args.h); else 0.
@@ -268,6 +295,7 @@ struct FlashFwdWgmmaLaunch {
     maps.kv_box_rows = kv_box_rows(call);
     if (ordered) maps.varlen_order = static_cast<const int*>(res.workspace[at.order]);  // null: the packed order
     if (varlen) maps.varlen_tiles = static_cast<int>(varlen_tiles(call));
+    if (pack_gqa) maps.pack_rows = tile_rows(call);
     if (at.counter >= 0) {
       maps.tile_count = static_cast<int*>(res.workspace[at.counter]);  // null: round-robin
     } else if (plan.workspaces == 2 && res.workspace[0] && res.workspace[1]) {

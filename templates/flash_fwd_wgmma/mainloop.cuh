@@ -75,8 +75,22 @@ struct KvTile {
 // fill, and branching around the load spilled the producer's 24 registers at d=64.
 // Varlen: the map spans the packed rows (batch 0) and the tile's rows start at its sequence's
 // first, q_start; a tile that runs past its sequence loads the next one's rows, which nobody stores.
+// GQA-packed (Traits::kPackGqa): `head` is the KV head, and each column block is one box of (its
+// group's query heads, maps.pack_rows query rows) over Q's (head_dim, heads_q, rows, batch) map,
+// which fills the tile's first heads * pack_rows rows in packed order (row r: query row r / group
+// of head r % group; TMA's swizzle follows the shared-memory address, so the rows swizzle as a
+// plain box's); the tile's rows past them keep whatever they held, and nobody stores them.
 __device__ __forceinline__ void load_q(const Smem& sm, const TmaMaps& maps, const AttnParams& p, int m_block, int head,
                                        int batch, int q_start = 0) {
+  if constexpr (T::kPackGqa) {
+    const int group = p.q_per_kv, rows = maps.pack_rows;
+    mbar_arrive_expect_tx(sm.q_full(), static_cast<u32>(group * rows * T::kHeadDim * 2));
+    for_col_blocks([&](int cb) {
+      tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * T::kCols, head * group,
+                  q_start + m_block * rows, T::kVarlen ? 0 : batch);
+    });
+    return;
+  }
   const int row0 = T::kKvMulticast ? min(m_block * T::kBlockM, p.seqlen_q - 1) : m_block * T::kBlockM;
   mbar_arrive_expect_tx(sm.q_full(), T::kQBytes);
   for_col_blocks([&](int cb) {
@@ -216,11 +230,12 @@ __device__ __forceinline__ void gemm_pv_w(bool narrow, float (&o)[T::kHeadDimV /
 }
 
 // Scores of keys a row may not see become -inf: keys past seqlen_k, and for causal keys past
-// the row's diagonal (bottom-right aligned: row r sees keys < r + diag + 1).
+// the row's diagonal (bottom-right aligned: row r sees keys < r + diag + 1). ra and rb: the query
+// rows of the thread's two rows (row0 and row0 + 8; a GQA-packed build's, their packed rows' own).
 template <int W = T::kBlockN>
-__device__ __forceinline__ void mask_tile(float (&s)[T::kBlockN / 2], int tile, int row0, int t, int sk, int diag) {
-  const int lim0 = T::kCausal ? min(sk, row0 + diag + 1) : sk;
-  const int lim1 = T::kCausal ? min(sk, row0 + 8 + diag + 1) : sk;
+__device__ __forceinline__ void mask_tile(float (&s)[T::kBlockN / 2], int tile, int ra, int rb, int t, int sk, int diag) {
+  const int lim0 = T::kCausal ? min(sk, ra + diag + 1) : sk;
+  const int lim1 = T::kCausal ? min(sk, rb + diag + 1) : sk;
 #pragma unroll
   for (int c = 0; c < W / 8; ++c)
 #pragma unroll
@@ -235,10 +250,10 @@ __device__ __forceinline__ void mask_tile(float (&s)[T::kBlockN / 2], int tile, 
 // row + diag - left to row + diag + right, causal right 0) or past seqlen_k become -inf. Only tiles
 // that cross a bound of some row of the CTA come here (consume, needs_mask), as causal ones do.
 template <int W = T::kBlockN>
-__device__ __forceinline__ void mask_window(float (&s)[T::kBlockN / 2], int tile, int row0, int t, int sk, int diag,
+__device__ __forceinline__ void mask_window(float (&s)[T::kBlockN / 2], int tile, int ra, int rb, int t, int sk, int diag,
                                             const VariantParams& v) {
-  const int beg0 = key_begin<true>(row0, diag, sk, v), lim0 = key_end<T::kCausal, true>(row0, diag, sk, v);
-  const int beg1 = key_begin<true>(row0 + 8, diag, sk, v), lim1 = key_end<T::kCausal, true>(row0 + 8, diag, sk, v);
+  const int beg0 = key_begin<true>(ra, diag, sk, v), lim0 = key_end<T::kCausal, true>(ra, diag, sk, v);
+  const int beg1 = key_begin<true>(rb, diag, sk, v), lim1 = key_end<T::kCausal, true>(rb, diag, sk, v);
 #pragma unroll
   for (int c = 0; c < W / 8; ++c)
 #pragma unroll
@@ -261,12 +276,12 @@ __device__ __forceinline__ void cap_tile(float (&s)[T::kBlockN / 2], const Varia
 // S of K/V tile `tile` ready for the softmax: capped (soft-cap builds), then masked where `masked`
 // (a tile that crosses the keys' end, the causal diagonal or a window's bound for some row).
 template <int W = T::kBlockN>
-__device__ __forceinline__ void finish_scores(float (&s)[T::kBlockN / 2], bool masked, int tile, int row0, int t, int sk,
-                                              int diag, const VariantParams& v) {
+__device__ __forceinline__ void finish_scores(float (&s)[T::kBlockN / 2], bool masked, int tile, int ra, int rb, int t,
+                                              int sk, int diag, const VariantParams& v) {
   if constexpr (T::kSoftcap) cap_tile<W>(s, v);
   if (masked) {
-    if constexpr (T::kWindow) mask_window<W>(s, tile, row0, t, sk, diag, v);
-    else mask_tile<W>(s, tile, row0, t, sk, diag);
+    if constexpr (T::kWindow) mask_window<W>(s, tile, ra, rb, t, sk, diag, v);
+    else mask_tile<W>(s, tile, ra, rb, t, sk, diag);
   }
 }
 
@@ -373,7 +388,26 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   const int m_block = w.m_block, head = w.head, batch = w.batch, n = w.n, lo = w.lo, end = w.hi;
   it_base -= lo;  // ring slot of iteration it: it_base + it
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int row0 = m_block * T::kBlockM + cw * 64 + warp * 16 + g;  // and row0 + 8
+  // The tile's query rows from q_first, and the thread's two rows: query rows ra and rb (row0 and
+  // row0 + 8). A GQA-packed build's packed row r is query row q_first + r / group of head
+  // head * group + r % group (`head` the KV head; rows_of), and its rows at or past group * pack_rows
+  // idle: they mask as its last row and store nothing.
+  const int q_rows = T::kPackGqa ? maps.pack_rows : T::kBlockM;
+  const int q_first = m_block * q_rows;
+  // A packed row's query row (clamped to the tile's live rows), head, and whether it is live: worked
+  // out again for the epilogue rather than held through the loop (one consumer warpgroup at d=128
+  // spilled with them held).
+  struct PackedRow {
+    int q, head;
+    bool live;
+  };
+  auto rows_of = [&](int r) {
+    const int group = p.q_per_kv, packed = group * q_rows;
+    return PackedRow{q_first + min(r, packed - 1) / group, head * group + r % group, r < packed};
+  };
+  const int prow = cw * 64 + warp * 16 + g;
+  const int ra = T::kPackGqa ? rows_of(prow).q : q_first + prow;
+  const int rb = T::kPackGqa ? rows_of(prow + 8).q : ra + 8;
   const int len_q = T::kSeqLens ? w.len_q : p.seqlen_q;
   const int sk = T::kSeqLens ? w.len_k : p.seqlen_k, diag = T::kSeqLens ? w.len_k - w.len_q : p.seqlen_k - p.seqlen_q;
   // Iteration it visits K/V tile kv_end_tile - 1 - it. (Plain builds: n itself; a second read of
@@ -381,17 +415,20 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   const int kv_end_tile = T::kWindow ? w.kv_end_tile() : n;
   // Tiles at or past this key need masking for some row of the CTA (its first row's end); with a
   // window, tiles before kv_left too (its last row's first key).
-  const int kv_min = T::kWindow   ? key_end<T::kCausal, true>(m_block * T::kBlockM, diag, sk, p.variant)
-                     : T::kCausal ? min(sk, m_block * T::kBlockM + diag + 1)
+  const int kv_min = T::kWindow   ? key_end<T::kCausal, true>(q_first, diag, sk, p.variant)
+                     : T::kCausal ? min(sk, q_first + diag + 1)
                                   : sk;
-  const int kv_left = T::kWindow ? key_begin<true>(m_block * T::kBlockM + T::kBlockM - 1, diag, sk, p.variant) : 0;
+  const int kv_left = T::kWindow ? key_begin<true>(q_first + q_rows - 1, diag, sk, p.variant) : 0;
 
   float o[T::kHeadDimV / 2];  // (64 rows, head_dim_v) accumulator, this thread's part
 #pragma unroll
   for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] = 0.f;
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f}, factor[2];
-  float sink = 0.f;  // sinks: the head's logit, read now for the epilogue (a load there stalls it)
-  if constexpr (T::kSinks) sink = __ldg(p.variant.sinks + head);
+  float sink_a = 0.f, sink_b = 0.f;  // sinks: the rows' heads' logits, read now for the epilogue (a load there stalls it)
+  if constexpr (T::kSinks) {
+    sink_a = __ldg(p.variant.sinks + (T::kPackGqa ? rows_of(prow).head : head));
+    sink_b = T::kPackGqa ? __ldg(p.variant.sinks + rows_of(prow + 8).head) : sink_a;
+  }
   ATT_MARK(trace_k, 0, clock64());
   ATT_MARK(trace_k, 7, global_ns());
   epilogue_store(p, out, had);
@@ -459,19 +496,29 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     // tiles are the cluster's).
     // A window: the tiles the warpgroup's rows' windows reach are a range inside the CTA's, so the
     // iterations [cend, end) past its first tile idle too.
-    const int wg_row0 = m_block * T::kBlockM + cw * 64;
+    // The warpgroup's query rows [wg_q0, wg_q1): a GQA-packed build's, those of its live packed rows
+    // (none: wg_q0 = len_q, as rows past the sequence).
+    int wg_q0, wg_q1;
+    if constexpr (T::kPackGqa) {
+      const int group = p.q_per_kv;
+      wg_q0 = cw * 64 < group * q_rows ? q_first + cw * 64 / group : len_q;
+      wg_q1 = q_first + min(q_rows, (cw * 64 + 63) / group + 1);
+    } else {
+      wg_q0 = q_first + cw * 64;
+      wg_q1 = wg_q0 + 64;
+    }
     int wg_kv_end, skip, cend;  // the first key none of its rows sees; iterations [skip, cend) computed
     if constexpr (T::kWindow) {
       constexpr bool kTrim = T::kWarpSpecialize && (T::kConsumerWgs > 1 || T::kKvMulticast);
-      const sched::KeyRange wk = sched::window_keys<T::kCausal>(wg_row0, wg_row0 + 64, sk, diag, p.variant.window_left,
+      const sched::KeyRange wk = sched::window_keys<T::kCausal>(wg_q0, wg_q1, sk, diag, p.variant.window_left,
                                                                 p.variant.window_right);
       const sched::KvTiles wt = sched::window_tiles(wk, T::kBlockN);
-      const bool none = wg_row0 >= len_q || wt.n == 0;
+      const bool none = wg_q0 >= len_q || wt.n == 0;
       wg_kv_end = none ? 0 : wk.end;
       skip = kTrim ? warp_uniform(none ? n : kv_end_tile - (wt.first + wt.n)) : lo;
       cend = kTrim ? warp_uniform(none ? n : kv_end_tile - wt.first) : end;
     } else {
-      wg_kv_end = wg_row0 >= len_q ? 0 : T::kCausal ? min(sk, wg_row0 + 64 + diag) : sk;
+      wg_kv_end = wg_q0 >= len_q ? 0 : T::kCausal ? min(sk, wg_q1 + diag) : sk;
       const int skip_all = T::kWarpSpecialize && T::kConsumerWgs > 1
                            ? warp_uniform(n - (wg_kv_end > 0 ? (wg_kv_end + T::kBlockN - 1) / T::kBlockN : 0))
                            : 0;
@@ -504,11 +551,11 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     // Mask, softmax and pack of S for tile `tile`, narrow or full width (called with constants).
     auto s_tile = [&](int tile, bool nar) {
       if (nar) {
-        finish_scores<T::kNarrowW>(s, needs_mask(tile), tile, row0, t, sk, diag, p.variant);
+        finish_scores<T::kNarrowW>(s, needs_mask(tile), tile, ra, rb, t, sk, diag, p.variant);
         softmax_tile<T::kNarrowW>(s, m, l, factor, p.scale_log2);
         pack_p<T::kNarrowW>(pa, s);
       } else {
-        finish_scores(s, needs_mask(tile), tile, row0, t, sk, diag, p.variant);
+        finish_scores(s, needs_mask(tile), tile, ra, rb, t, sk, diag, p.variant);
         softmax_tile(s, m, l, factor, p.scale_log2);
         pack_p(pa, s);
       }
@@ -534,7 +581,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         reg_fence(o);
         release_kv(sm.v_empty(sl.stage));
         if (!T::kWarpSpecialize && threadIdx.x == 0 && it + T::kStages < n)
-          produce(sm, maps, p, it_base, it + T::kStages, kv_end_tile, head / p.q_per_kv, T::kVarlen ? w.k0 : batch, sk);
+          produce(sm, maps, p, it_base, it + T::kStages, kv_end_tile, T::kPackGqa ? head : head / p.q_per_kv,
+                  T::kVarlen ? w.k0 : batch, sk);
       };
       int it = skip;
       if (narrow) step(it++, true);
@@ -570,7 +618,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         reg_fence(s);
         q_done(it == cend - 1);
         release_kv(sm.k_empty(sl.stage));
-        finish_scores(s, needs_mask(tile), tile, row0, t, sk, diag, p.variant);
+        finish_scores(s, needs_mask(tile), tile, ra, rb, t, sk, diag, p.variant);
         softmax_tile(s, m, l, factor, p.scale_log2);  // ... while this runs
         wgmma_wait<0>();
         reg_fence(o);
@@ -605,7 +653,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   }
 
   if (w.u >= 0) split_combine(maps, w, cw, o, m, l);
-  epilogue_pack(o, m, l, sink, row0, head, batch, out);
+  if constexpr (T::kPackGqa) {
+    const PackedRow a = rows_of(prow), b = rows_of(prow + 8);
+    epilogue_pack(o, m, l, sink_a, sink_b, a.live ? a.q : 1 << 30, b.live ? b.q : 1 << 30, a.head, b.head, batch, out);
+  } else {
+    epilogue_pack(o, m, l, sink_a, sink_b, ra, rb, head, head, batch, out);
+  }
   epilogue_sequence(w, out);
   if (w.u >= 0 && m[0] != m[0]) out.row0 = 1 << 30;  // not the last piece: nothing to store (NaN mark)
   ATT_MARK(trace_k, 5, clock64());

@@ -72,6 +72,15 @@ ATT_SCHED_FN TileCoord tile_coord(int t, int m_blocks, int pairs, int head_group
   return c;
 }
 
+// GQA packing (pack_gqa): a work tile of a packed build holds pack_rows(block_m, group) query rows of
+// every query head of one KV head (group = heads_q / heads_kv of them), packed row r being query row
+// r / group of the group's head r % group: one TMA box of (group heads, pack_rows rows) fills the
+// tile's first group * pack_rows <= block_m rows (the rest idle when group does not divide block_m).
+// Its work tiles are then (query blocks of pack_rows rows, heads_kv, batch): few query rows a head
+// (chunked prefill, speculative decoding) fill a tile, and a tile's diagonal spans fewer keys.
+// 0 (refused by the launch plan): a group larger than block_m.
+ATT_SCHED_FN constexpr int pack_rows(int block_m, int group) { return group > 0 ? block_m / group : 0; }
+
 // The K/V tiles a work tile visits: [0, kv_tiles(kv_end)) where kv_end is the first key no row of
 // it sees: every key, or causal (bottom-right aligned: row r's diagonal key is r + diag, diag =
 // len_k - len_q) the last row's diagonal + 1.

@@ -110,6 +110,16 @@ struct Traits {
   static_assert(!kKvcache || !(SPLIT_TAIL || KV_MULTICAST),
                 "a kvcache build's tiles differ in keys per sequence (no split tail) and load pages one CTA at a "
                 "time (no multicast)");
+  // GQA packing (scheduler.h, pack_rows): a work tile's rows are TmaMaps::pack_rows query rows of
+  // every query head of one KV head (heads_q / heads_kv, run time), loaded as one TMA box a column
+  // block. A tunable with a default: a config recorded before it existed is a build without it.
+#if defined(PACK_GQA)
+  static constexpr bool kPackGqa = PACK_GQA != 0;
+#else
+  static constexpr bool kPackGqa = false;
+#endif
+  static_assert(!kPackGqa || !(SPLIT_TAIL || KV_MULTICAST),
+                "pack_gqa: the split tail and the cluster pairs index the tiles of unpacked heads");
   static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
   static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
 

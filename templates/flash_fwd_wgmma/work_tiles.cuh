@@ -11,7 +11,8 @@
 
 namespace att {
 
-// A work tile: query block m_block of (batch, head), visiting n K/V tiles: kv_end_tile() - 1 down
+// A work tile: query block m_block of (batch, head) (a GQA-packed build: of every query head of KV
+// head `head`), visiting n K/V tiles: kv_end_tile() - 1 down
 // to kv_end_tile() - n (iteration it visits kv_end_tile() - 1 - it).
 struct WorkTile {
   int m_block, head, batch, n;
@@ -30,14 +31,21 @@ struct WorkTile {
   __device__ int kv_end_tile() const { return T::kWindow ? first + n : n; }
 };
 
+// A work tile's query rows, and the heads the work tiles run over: a GQA-packed build's are
+// TmaMaps::pack_rows query rows of every query head of one KV head (scheduler.h, pack_rows), the
+// others' block_m rows of one query head.
+__device__ __forceinline__ int tile_rows(const TmaMaps& maps) { return T::kPackGqa ? maps.pack_rows : T::kBlockM; }
+__device__ __forceinline__ int tile_heads(const AttnParams& p) { return T::kPackGqa ? p.heads_kv : p.heads_q; }
+
 // A window build: the K/V tiles of a work tile's rows (scheduler.h, window_tiles) into w.first and
 // w.n. With kv_multicast both CTAs of a cluster load the same K/V tiles (rank 0 issues them): the
 // tiles of the cluster's rows, which each CTA's warpgroups trim to their own (consume).
-__device__ __forceinline__ void window_tiles(const AttnParams& p, WorkTile& w, int len_q, int len_k) {
-  constexpr int kRows = T::kBlockM * T::kCluster;
-  const int r0 = w.m_block / T::kCluster * kRows;
+__device__ __forceinline__ void window_tiles(const AttnParams& p, const TmaMaps& maps, WorkTile& w, int len_q,
+                                             int len_k) {
+  const int rows = T::kPackGqa ? maps.pack_rows : T::kBlockM * T::kCluster;
+  const int r0 = w.m_block / T::kCluster * rows;
   const sched::KvTiles t = sched::window_tiles(
-      sched::window_keys<T::kCausal>(r0, r0 + kRows, len_k, len_k - len_q, p.variant.window_left, p.variant.window_right),
+      sched::window_keys<T::kCausal>(r0, r0 + rows, len_k, len_k - len_q, p.variant.window_left, p.variant.window_right),
       T::kBlockN);
   w.first = t.first;
   w.n = t.n;
@@ -65,34 +73,35 @@ __device__ __forceinline__ WorkTile varlen_tile(const AttnParams& p, const TmaMa
     seq = order[min(lo, p.batch - 1)];
     r = lo < p.batch ? t - start[lo] : 1 << 30;
   } else {
-    const int i = t / p.heads_q;
+    const int i = t / tile_heads(p);
     int lo = 0, hi = p.batch - 1;  // the last sequence starting at or before i
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (sched::varlen_block_start(p.cu_seqlens_q[mid], mid, T::kBlockM) <= i) lo = mid;
+      if (sched::varlen_block_start(p.cu_seqlens_q[mid], mid, tile_rows(maps)) <= i) lo = mid;
       else hi = mid - 1;
     }
     seq = lo;
-    r = t - sched::varlen_block_start(p.cu_seqlens_q[lo], lo, T::kBlockM) * p.heads_q;
+    r = t - sched::varlen_block_start(p.cu_seqlens_q[lo], lo, tile_rows(maps)) * tile_heads(p);
   }
   w.batch = seq;
   w.q0 = p.cu_seqlens_q[seq];
   w.k0 = p.cu_seqlens_k[seq];
   w.len_q = p.cu_seqlens_q[seq + 1] - w.q0;
   w.len_k = p.cu_seqlens_k[seq + 1] - w.k0;
-  const int mb = sched::query_blocks(w.len_q, T::kBlockM, 1);
-  if (r >= mb * p.heads_q) {  // between two sequences, or past the last: no keys, rows nobody stores
+  const int mb = sched::query_blocks(w.len_q, tile_rows(maps), 1);
+  if (r >= mb * tile_heads(p)) {  // between two sequences, or past the last: no keys, rows nobody stores
     w.head = 0;
     w.m_block = mb;
     w.n = 0;
     if constexpr (T::kWindow) w.first = 0;
     return w;
   }
-  const sched::TileCoord c = sched::tile_coord<T::kCausal>(r, mb, p.heads_q, T::kHeadGroup);
+  const sched::TileCoord c = sched::tile_coord<T::kCausal>(r, mb, tile_heads(p), T::kHeadGroup);
   w.m_block = c.m_block;
   w.head = c.pair;
-  if constexpr (T::kWindow) window_tiles(p, w, w.len_q, w.len_k);
-  else w.n = sched::kv_tiles(sched::kv_end<T::kCausal>(w.m_block, T::kBlockM, w.len_k, w.len_k - w.len_q), T::kBlockN);
+  if constexpr (T::kWindow) window_tiles(p, maps, w, w.len_q, w.len_k);
+  else
+    w.n = sched::kv_tiles(sched::kv_end<T::kCausal>(w.m_block, tile_rows(maps), w.len_k, w.len_k - w.len_q), T::kBlockN);
   return w;
 }
 
@@ -100,11 +109,11 @@ __device__ __forceinline__ WorkTile varlen_tile(const AttnParams& p, const TmaMa
 __device__ __forceinline__ WorkTile work_tile(const AttnParams& p, const TmaMaps& maps, int t, int m_blocks) {
   if constexpr (T::kVarlen) return varlen_tile(p, maps, t);
   WorkTile w;
-  const sched::TileCoord c = sched::tile_coord<T::kCausal>(t, m_blocks, p.heads_q * p.batch, T::kHeadGroup);
+  const sched::TileCoord c = sched::tile_coord<T::kCausal>(t, m_blocks, tile_heads(p) * p.batch, T::kHeadGroup);
   w.m_block = c.m_block;
   const int bh = c.pair;
-  w.head = bh % p.heads_q;
-  w.batch = bh / p.heads_q;
+  w.head = bh % tile_heads(p);  // a packed build's: the KV head
+  w.batch = bh / tile_heads(p);
   int len_k = p.seqlen_k;
   if constexpr (T::kKvcache) {  // the sequence's keys: cache_seqlens, clamped to 0..seqlen_k
     if (p.cache_seqlens) len_k = max(0, min(p.seqlen_k, p.cache_seqlens[w.batch]));
@@ -112,8 +121,9 @@ __device__ __forceinline__ WorkTile work_tile(const AttnParams& p, const TmaMaps
     w.len_q = p.seqlen_q;
     w.len_k = len_k;
   }
-  if constexpr (T::kWindow) window_tiles(p, w, p.seqlen_q, len_k);
-  else w.n = sched::kv_tiles(sched::kv_end<T::kCausal>(w.m_block, T::kBlockM, len_k, len_k - p.seqlen_q), T::kBlockN);
+  if constexpr (T::kWindow) window_tiles(p, maps, w, p.seqlen_q, len_k);
+  else
+    w.n = sched::kv_tiles(sched::kv_end<T::kCausal>(w.m_block, tile_rows(maps), len_k, len_k - p.seqlen_q), T::kBlockN);
   return w;
 }
 

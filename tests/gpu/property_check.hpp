@@ -20,6 +20,7 @@
 #include "eval/attention_gpu.hpp"
 #include "cuda/driver.hpp"
 #include "eval/build_pool.hpp"
+#include "families/family.hpp"
 #include "tests/common/run_attntune.hpp"
 
 namespace attntune::testing {
@@ -210,8 +211,9 @@ inline void check_variant_groups(const std::string& family, const char* label, c
                                  std::span<const VariantGroup> groups, int d, std::uint64_t seed, std::size_t sample,
                                  const std::function<bool(const Config&)>& keep = {}) {
   cuda::Context ctx(0);
-  const std::string arch = cuda::device_props(0).arch;
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/" + family + ".yaml");
+  // The build target: the device's arch, or the space's arch-specific form of it (sm_90a).
+  const std::string arch = space_arch_for_device(space, cuda::device_props(0).arch);
   const std::size_t n = property_sample(sample);
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const Problem kind = Problem::parse(fmt::format(fmt::runtime(base), fmt::arg("d", d)) + "," + groups[g].kind);

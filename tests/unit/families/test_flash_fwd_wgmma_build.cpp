@@ -2,6 +2,7 @@
 // 3-6 s on one core and CI has 2 cores and little time left, so a fixed, deterministic spread of
 // the valid configs is built: ATTNTUNE_BUILD_SAMPLE per head dim, default 4, which with the named
 // configs below covers every option on and off; 0 builds all. Dtype and causal alternate.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -12,6 +13,7 @@
 
 #include "cuda/nvrtc.hpp"
 #include "eval/build_pool.hpp"
+#include "search/valid_configs.hpp"
 #include "tests/common/plan_call.hpp"
 #include "tests/common/run_attntune.hpp"
 #include "templates/flash_fwd_wgmma/launch.h"
@@ -724,4 +726,134 @@ TEST(FlashFwdWgmmaBuild, KvMulticastPtxUsesClusters) {
                               "barrier.cluster.arrive", ".reqnctapercluster 2, 1, 1"})
       EXPECT_EQ(out.ptx.find(instr) != std::string::npos, mc) << instr << " kv_multicast=" << mc;
   }
+}
+
+// GQA packing (pack_gqa): a tile holds block_m / G whole query rows of a KV head's G query heads, so
+// the grid is (ceil(s / rows), hkv, b) and Q's map is (d, h, s, b) in boxes of (cols, G, rows), which
+// TMA writes as G * rows rows in packed order; the kernel's tiles learn rows from TmaMaps::pack_rows.
+// Offered with GQA only, G at most block_m, never with the split tail or the cluster pairs.
+TEST(FlashFwdWgmmaRender, PackedGeometryAndWhereItIsOffered) {
+  const SearchSpace space = load_space();
+  auto packs = [](const Config& c) { return flag(c, "pack_gqa"); };
+  const Problem p = Problem::parse("b=3,h=28,hkv=4,s=40,sk=4096,d=64,dtype=bf16,causal=1");
+  std::size_t packed = 0;
+  std::vector<Config> with, without;
+  for (const Config& c : space.enumerate(p, kArch)) (packs(c) ? with : without).push_back(c);
+  std::vector<Config> sample = spread(with, 40);
+  for (const Config& c : spread(without, 20)) sample.push_back(c);
+  for (const Config& c : sample) {
+    const attntune_plan::Plan plan = plan_of(space, c, p);
+    const unsigned bm = static_cast<unsigned>(num(c, "block_m"));
+    const attntune_plan::Launch& g = plan.launch[0];
+    const attntune_plan::TensorMap& q = plan.map[0];
+    if (packs(c)) {
+      ++packed;
+      const unsigned rows = bm / 7;
+      if (!flag(c, "persistent")) {
+        EXPECT_EQ(g.grid[0], (40 + rows - 1) / rows) << config_str(c);
+        EXPECT_EQ(g.grid[1], 4u);
+        EXPECT_EQ(g.grid[2], 3u);
+      } else {
+        EXPECT_EQ(g.grid[0], std::min(132u, (40 + rows - 1) / rows * 4 * 3)) << config_str(c);
+      }
+      // (d, heads, rows, batch): heads one head apart (d elements), rows a sequence's row apart (d,
+      // [B,H,S,D] here: the heads a sequence apart), boxes of the group's 7 heads and `rows` rows.
+      EXPECT_EQ(q.dims[1], 28u);
+      EXPECT_EQ(q.dims[2], 40u);
+      EXPECT_EQ(q.dims[3], 3u);
+      EXPECT_EQ(q.strides[0], 40u * 64 * 2);  // head
+      EXPECT_EQ(q.strides[1], 64u * 2);       // row
+      EXPECT_EQ(q.strides[2], 28u * 40 * 64 * 2);
+      EXPECT_EQ(q.box[1], 7u);
+      EXPECT_EQ(q.box[2], rows);
+      EXPECT_EQ(q.box[3], 1u);
+      EXPECT_FALSE(flag(c, "split_tail") || flag(c, "kv_multicast"));
+    } else {
+      EXPECT_EQ(q.dims[1], 40u);
+      EXPECT_EQ(q.box[1], bm);
+      if (!flag(c, "persistent")) {
+        EXPECT_EQ(g.grid[1], 28u);
+      }
+    }
+  }
+  EXPECT_GT(packed, 0u);
+  auto any_pack = [&](const char* spec) {
+    bool any = false;
+    space.for_each_valid(Problem::parse(spec), kArch, [&](const Config& c) { any = any || packs(c); });
+    return any;
+  };
+  EXPECT_FALSE(any_pack("b=1,h=8,s=40,d=64,dtype=bf16,causal=1"));                      // no GQA
+  EXPECT_TRUE(any_pack("b=1,h=64,hkv=8,s=8192,d=64,dtype=bf16,causal=1,sinks=1"));     // long sequences too
+  EXPECT_TRUE(any_pack("b=4,h=32,hkv=8,s=40,sk=8192,d=128,dtype=bf16,causal=1,page=16"));
+  EXPECT_TRUE(any_pack("b=4,h=32,hkv=8,s=4096,d=128,dtype=bf16,causal=1,varlen=1"));
+  // Only the blocks that hold a row of every head (G = 128: 128 and 192), and never one consumer
+  // warpgroup (its packed builds spilled).
+  space.for_each_valid(Problem::parse("b=1,h=128,hkv=1,s=64,sk=4096,d=64,dtype=bf16,causal=1"), kArch,
+                       [&](const Config& c) {
+                         if (packs(c)) {
+                           EXPECT_GE(num(c, "block_m"), 128) << config_str(c);
+                         }
+                       });
+  EXPECT_FALSE(any_pack("b=1,h=256,hkv=1,s=64,sk=4096,d=64,dtype=bf16,causal=1"));
+  // A packed build refuses a call whose query heads are not a multiple of its KV heads, or whose
+  // group does not fit its block_m.
+  const Config c = first_valid(space, p, [&](const Config& x) { return packs(x) && num(x, "block_m") == 128; });
+  ASSERT_FALSE(c.empty());
+  const RenderedKernel k = render_kernel(space, c, p, kArch);
+  EXPECT_EQ(define_value(k.launch.defines, "PACK_GQA"), 1);
+  attntune_plan::Call call = attntune::testing::dense_call_of(p);
+  call.heads_q = 30;
+  std::string why;
+  EXPECT_FALSE(plan_call(k.launch, call, attntune::testing::FakeDevice{}.device(), &why));
+  EXPECT_NE(why.find("a multiple of heads_kv"), std::string::npos) << why;
+  call = attntune::testing::dense_call_of(Problem::parse("b=1,h=256,hkv=1,s=64,sk=4096,d=64,dtype=bf16,causal=1"));
+  EXPECT_FALSE(plan_call(k.launch, call, attntune::testing::FakeDevice{}.device(), &why));
+  EXPECT_NE(why.find("do not fit"), std::string::npos) << why;
+}
+
+// A config recorded before pack_gqa existed (no pack_gqa) renders as pack_gqa=false: the same source,
+// and the warm starts find it.
+TEST(FlashFwdWgmmaRender, AConfigWithoutPackGqaIsAnUnpackedBuild) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=1,h=32,hkv=8,s=1000,d=128,dtype=bf16,causal=1");
+  const Config c = first_valid(space, p, [](const Config& x) { return !flag(x, "pack_gqa"); });
+  ASSERT_FALSE(c.empty());
+  Config old = c;
+  old.erase("pack_gqa");
+  EXPECT_EQ(render_kernel(space, old, p, kArch).source_hash, render_kernel(space, c, p, kArch).source_hash);
+  EXPECT_EQ(space.check(old, p, kArch), std::nullopt);
+  const search::ValidConfigs valid(space, p, kArch);
+  ASSERT_TRUE(valid.find(c));
+  EXPECT_EQ(valid.find(old), valid.find(c));
+}
+
+// Packed builds at the register edges compile clean (no spills, no serialised wgmma): the dynamic
+// tile counter's producer at 24 registers, three consumer warpgroups with sinks at d=64, a window
+// over KV-cache pages, packed batches, and head dims of each swizzle span.
+TEST(FlashFwdWgmmaBuild, PackedBuildsAreClean) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  std::vector<std::pair<Config, Problem>> jobs;
+  auto add = [&](const char* spec, auto pred) {
+    const Problem p = Problem::parse(spec);
+    const Config c = last_valid(space, p, [&](const Config& x) { return flag(x, "pack_gqa") && pred(x); });
+    ASSERT_FALSE(c.empty()) << spec;
+    jobs.emplace_back(c, p);
+  };
+  auto any = [](const Config&) { return true; };
+  auto ring = [](const Config& x) {
+    return num(x, "block_m") == 192 && flag(x, "persistent") && flag(x, "ping_pong") && flag(x, "intra_wg_overlap") &&
+           num(x, "producer_regs") == 24;
+  };
+  add("b=1,h=64,hkv=8,s=8192,d=64,dtype=bf16,causal=1,sinks=1", ring);
+  add("b=1,h=32,hkv=8,s=16384,d=128,dtype=bf16,causal=1,window=4095", [](const Config& x) {
+    return flag(x, "persistent") && num(x, "producer_regs") == 24;
+  });
+  add("b=8,h=32,hkv=8,s=32,sk=8192,d=128,dtype=bf16,causal=1,page=16,window=127,sinks=1", any);
+  add("b=4,h=32,hkv=8,s=1024,d=128,dtype=bf16,causal=1,varlen=1", [](const Config& x) { return flag(x, "persistent"); });
+  add("b=4,h=40,hkv=8,s=1000,d=96,dtype=fp16,causal=0", any);
+  add("b=4,h=28,hkv=4,s=100,sk=4096,d=80,dtype=bf16,causal=1,softcap=30", any);
+  add("b=2,h=16,hkv=8,s=2048,d=256,dtype=bf16,causal=1,softcap=50,sinks=1", any);
+  expect_clean_builds(space, jobs);
 }
