@@ -1,0 +1,130 @@
+// tools/rehash_db.py: results a template or space edit left stale move to the new source only where
+// the machine code is the same. Real binaries and NVRTC (this tree's attntune on both sides) over the
+// suite fixture (flash_fwd_mma campaigns measured with this tree's templates): as they are, every
+// result is fresh; a space that gains a tunable the template does not read renders other sources
+// with the same machine code, and they move (then read as fresh); a stored hash the old binary does
+// not render (not the tree that measured it) stays, and the script exits 1.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "../export/nvcc_util.hpp"  // sh()
+#include "../tune/tune_test_util.hpp"
+#include "cuda/nvrtc.hpp"
+
+namespace attntune::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kCampaign = "b4-s4k-d128-bf16";
+
+struct Fixture {
+  fs::path dir, db;
+  Fixture() {
+    dir = fs::temp_directory_path() / fmt::format("rehash-test-{}", ::getpid());
+    fs::create_directories(dir);
+    db = dir / "suite.db";
+    fs::copy_file(testing::source_dir() + "/tests/data/campaigns/h100-suite.db", db,
+                  fs::copy_options::overwrite_existing);
+  }
+  ~Fixture() { fs::remove_all(dir); }
+  Shell rehash(const std::string& extra = "") const {
+    return sh(fmt::format("python3 {}/tools/rehash_db.py --db {} --before {} --after {} --family flash_fwd_mma "
+                          "--campaign {} --jobs 2 {}",
+                          testing::source_dir(), db.string(), testing::attntune_bin(), testing::attntune_bin(),
+                          kCampaign, extra));
+  }
+  // The stored source hashes of the campaign's ranked candidates, in rank order.
+  std::string hashes() const {
+    const Shell r = sh(fmt::format(
+        "python3 -c \"import sqlite3; c = sqlite3.connect('{}'); print(','.join(h for (h,) in c.execute("
+        "'SELECT k.source_hash FROM rankings r JOIN campaigns c ON c.id = r.campaign_id JOIN candidates k "
+        "ON k.id = r.candidate_id WHERE c.name = ? ORDER BY r.rank', ('{}',))))\"",
+        db.string(), kCampaign));
+    EXPECT_EQ(r.status, 0) << r.output;
+    return r.output;
+  }
+};
+
+bool have_nvrtc() {
+  std::string why;
+  return cuda::nvrtc_available(&why);
+}
+
+TEST(RehashDb, TheFixtureIsFreshAndNothingMoves) {
+  if (!have_nvrtc()) GTEST_SKIP() << "no NVRTC";
+  Fixture f;
+  const std::string before = f.hashes();
+  const Shell r = f.rehash();
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("5 results looked at: 0 moved to the new source, 5 fresh"), std::string::npos) << r.output;
+  EXPECT_EQ(f.hashes(), before);
+}
+
+TEST(RehashDb, ASpaceWithATunableTheTemplateDoesNotReadMovesTheResults) {
+  if (!have_nvrtc()) GTEST_SKIP() << "no NVRTC";
+  Fixture f;
+  // This tree's space plus a parameter no template line reads: every config renders another source
+  // (its #define and the header's config), which compiles to the same machine code.
+  std::ifstream in(testing::source_dir() + "/search_spaces/flash_fwd_mma.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string yaml = text.str();
+  const std::size_t at = yaml.find("\nparams:\n");
+  ASSERT_NE(at, std::string::npos);
+  yaml.insert(at + 9, "  unread_knob: {values: [0, 1], default: 0}\n");
+  const fs::path space = f.dir / "flash_fwd_mma.yaml";
+  std::ofstream(space) << yaml;
+  const std::string before = f.hashes();
+  Shell r = f.rehash("--space flash_fwd_mma=" + space.string() + " --dry-run");
+  if (r.output.find("no cuobjdump") != std::string::npos) GTEST_SKIP() << "no cuobjdump: " << r.output;
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("5 moved to the new source (dry run: not written)"), std::string::npos) << r.output;
+  EXPECT_EQ(f.hashes(), before);
+  r = f.rehash("--space flash_fwd_mma=" + space.string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("5 moved to the new source"), std::string::npos) << r.output;
+  const std::string after = f.hashes();
+  EXPECT_NE(after, before);
+  // Moved, they are what the new space renders: fresh under it.
+  r = f.rehash("--space flash_fwd_mma=" + space.string());
+  EXPECT_NE(r.output.find("0 moved to the new source, 5 fresh"), std::string::npos) << r.output;
+  EXPECT_EQ(f.hashes(), after);
+}
+
+TEST(RehashDb, AResultTheOldBinaryDoesNotRenderStays) {
+  if (!have_nvrtc()) GTEST_SKIP() << "no NVRTC";
+  Fixture f;
+  const Shell set = sh(fmt::format(
+      "python3 -c \"import sqlite3; c = sqlite3.connect('{}'); c.execute("
+      "'UPDATE candidates SET source_hash = ? WHERE id = (SELECT r.candidate_id FROM rankings r JOIN campaigns c "
+      "ON c.id = r.campaign_id WHERE c.name = ? AND r.rank = 1)', ('0' * 32, '{}')); c.commit()\"",
+      f.db.string(), kCampaign));
+  ASSERT_EQ(set.status, 0) << set.output;
+  const std::string before = f.hashes();
+  const Shell r = f.rehash();
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("not-the-tree " + std::string(kCampaign)), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("4 fresh, 1 not-the-tree"), std::string::npos) << r.output;
+  EXPECT_EQ(f.hashes(), before);
+}
+
+TEST(RehashDb, BadInputIsRefused) {
+  Fixture f;
+  Shell r = sh(fmt::format("python3 {}/tools/rehash_db.py --db {} --before {} --after {} --campaign nope",
+                           testing::source_dir(), f.db.string(), testing::attntune_bin(), testing::attntune_bin()));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("no campaign 'nope'"), std::string::npos) << r.output;
+  r = sh(fmt::format("python3 {}/tools/rehash_db.py --db {}/missing.db --before {} --after {}", testing::source_dir(),
+                     f.dir.string(), testing::attntune_bin(), testing::attntune_bin()));
+  EXPECT_EQ(r.status, 2) << r.output;
+}
+
+}  // namespace
+}  // namespace attntune::test
