@@ -36,7 +36,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import re
 import shutil
 import sqlite3
 import subprocess
@@ -44,6 +43,8 @@ import sys
 import tempfile
 
 import yaml
+
+from sass_diff import sass  # the machine code's comparison, one definition for both tools
 
 
 def fixed_space(text, config):
@@ -84,21 +85,6 @@ def problem_spec(problem):
             v = ",".join(str(x) for x in v)
         parts.append(f"{k}={v}")
     return ",".join(parts)
-
-
-def sass(blob, workdir, cuobjdump):
-    fd, path = tempfile.mkstemp(suffix=".cubin", dir=workdir)
-    with os.fdopen(fd, "wb") as f:
-        f.write(blob)
-    text = subprocess.run([cuobjdump, "--dump-sass", path], check=True, capture_output=True, text=True).stdout
-    os.unlink(path)
-    lines = []
-    for line in text.splitlines():
-        line = re.sub(r"/\*[0-9a-f]{4,}\*/", "", line)  # instruction addresses
-        if "Fatbin" in line or "code for" in line:
-            continue
-        lines.append(line.rstrip())
-    return lines
 
 
 def find_cuobjdump(root):

@@ -53,10 +53,15 @@ def build(binary, args, workdir, tag):
 
 
 def sass(blob, workdir, cuobjdump):
-    path = os.path.join(workdir, "k.cubin")
-    with open(path, "wb") as f:
+    """A cubin's SASS as lines, without what only names the source (instruction addresses, the
+    file's name). Safe to call from several threads (tools/rehash_db.py does)."""
+    fd, path = tempfile.mkstemp(suffix=".cubin", dir=workdir)
+    with os.fdopen(fd, "wb") as f:
         f.write(blob)
-    text = subprocess.run([cuobjdump, "--dump-sass", path], check=True, capture_output=True, text=True).stdout
+    try:
+        text = subprocess.run([cuobjdump, "--dump-sass", path], check=True, capture_output=True, text=True).stdout
+    finally:
+        os.unlink(path)
     lines = []
     for line in text.splitlines():
         line = re.sub(r"/\*[0-9a-f]{4,}\*/", "", line)  # instruction addresses
