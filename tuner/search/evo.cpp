@@ -82,6 +82,7 @@ class Evo final : public Strategy {
     for (int size : valid_.domain_sizes()) values_.emplace_back(static_cast<std::size_t>(size));
     for (const Config& w : c.warm_start)
       if (auto g = valid_.genome_of(w)) warm_.push_back(std::move(*g));
+    seed_new_tunables(*c.space, c.warm_start);
   }
 
   std::vector<Config> propose(std::size_t n) override {
@@ -146,6 +147,31 @@ class Evo final : public Strategy {
 
   ValueStats& value(std::size_t p, const Genome& g) { return values_[p][static_cast<std::size_t>(g[p])]; }
   const ValueStats& value(std::size_t p, const Genome& g) const { return values_[p][static_cast<std::size_t>(g[p])]; }
+
+  // A tunable the space gained after the warm start's configs were recorded (they name no value for
+  // it; its `default:`, the old builds' value, stands in) gets its other values tried on the best of
+  // those configs, after the warm start itself: children change what the model has seen pay, so a
+  // short warm-started campaign hardly ever reached them (the shipped database's rebuild after
+  // flash_fwd_wgmma's pack_gqa: 2021 evaluations, none packed; docs/design/search.md "Warm start").
+  // An invalid combination is repaired as any warm start is.
+  void seed_new_tunables(const SearchSpace& space, const std::vector<Config>& warm) {
+    const std::vector<Param>& params = space.params();
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      if (!params[p].default_value) continue;
+      for (const Config& w : warm) {
+        if (w.count(params[p].name)) continue;  // recorded with it
+        const std::optional<Genome> g = valid_.genome_of(w);
+        if (!g) continue;
+        for (int v = 0; v < valid_.domain_sizes()[p]; ++v) {
+          if (v == (*g)[p]) continue;
+          Genome h = *g;
+          h[p] = v;
+          warm_.push_back(std::move(h));
+        }
+        break;  // the best such config only
+      }
+    }
+  }
 
   // One proposal (some config is unseen): the warm start, then initial configs until there is an
   // ok result to breed from, then children, immigrants among them.

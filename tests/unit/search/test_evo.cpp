@@ -136,3 +136,41 @@ TEST(EvoStrategy, LearnsFromObservedFailuresBeforeProposing) {
 }
 
 }  // namespace
+
+// A tunable the space gained after the warm start was recorded (its configs name no value for it:
+// flash_fwd_mma's pack_gqa) has its other value tried on the best warm config right after the warm
+// start; a short campaign left it to mutation and hardly ever reached it.
+TEST(EvoStrategy, ANewTunableIsTriedOnTheBestWarmConfig) {
+  const SearchSpace& space = flash_space();
+  StrategyContext c;
+  c.space = &space;
+  c.problem = Problem::parse("b=1,h=32,hkv=8,s=1000,d=64,dtype=bf16,causal=1");
+  c.arch = "sm_90";
+  c.seed = 3;
+  // Two valid unpacked configs whose packed twins are valid too.
+  std::vector<Config> unpacked;
+  space.for_each_valid(c.problem, c.arch, [&](const Config& x) {
+    if (unpacked.size() >= 2 || std::get<bool>(x.at("pack_gqa"))) return;
+    Config twin = x;
+    twin["pack_gqa"] = true;
+    if (space.check(twin, c.problem, c.arch) == std::nullopt) unpacked.push_back(x);
+  });
+  ASSERT_EQ(unpacked.size(), 2u);
+  Config packed = unpacked[0];
+  packed["pack_gqa"] = true;
+  std::vector<Config> recorded = unpacked;  // as recorded before pack_gqa existed
+  for (Config& x : recorded) x.erase("pack_gqa");
+  c.warm_start = recorded;
+  auto evo = make_strategy("evo", c);
+  const std::vector<Config> first = evo->propose(3);
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(config_str(first[0]), config_str(unpacked[0]));
+  EXPECT_EQ(config_str(first[1]), config_str(unpacked[1]));
+  EXPECT_EQ(config_str(first[2]), config_str(packed));
+  // Recorded with the tunable, the warm start is taken as it is.
+  c.warm_start = unpacked;
+  auto plain = make_strategy("evo", c);
+  const std::vector<Config> again = plain->propose(3);
+  ASSERT_EQ(again.size(), 3u);
+  EXPECT_NE(config_str(again[2]), config_str(packed));
+}
