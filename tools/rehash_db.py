@@ -34,6 +34,7 @@ result did not carry over (its machine code changed, or a build failed), 2 on ba
 """
 import argparse
 import concurrent.futures
+import functools
 import json
 import os
 import shutil
@@ -182,6 +183,7 @@ def main():
         key = (r["family"], r["problem"], r["config_key"], r["source_hash"])
         jobs.setdefault(key, []).append(r)
 
+    @functools.lru_cache(maxsize=None)  # a campaign space's text parsed once, not once a job
     def arch_of(space_text):
         archs = yaml.safe_load(space_text).get("archs") or []
         return archs[-1] if archs else "sm_90"

@@ -471,13 +471,12 @@ inline void page_divisor(int page_size, unsigned* mul, int* shift) {
   *shift = l - 1;
 }
 
-// A 4-d tensor map over one operand of [batch, heads, len, head_dim] with strides {batch, head,
-// row} in elements: dims (head_dim, len, heads, batch), box (box_cols, rows, 1, 1). A dimension of
-// extent 1 is never stepped along: its stride (which may be 0, or anything a framework left on a
-// size-1 dimension) is replaced by one the encoder accepts.
-inline TensorMap operand_map(const char* name, const void* base, const long long* stride, int len, int heads,
-                             int batch, int head_dim, unsigned box_cols, unsigned rows, int bf16,
-                             int swizzle_bytes = 128) {
+// A 4-d tensor map of 2-byte elements: dims innermost first, the byte steps of dims 1..3 from
+// `steps` (elements), box `box`. A dimension of extent 1 is never stepped along: its stride (which
+// may be 0, or anything a framework left on a size-1 dimension) is replaced by one the encoder accepts.
+inline TensorMap tensor_map4(const char* name, const void* base, int bf16, int swizzle_bytes,
+                             const unsigned long long (&dims)[4], const long long (&steps)[3],
+                             const unsigned (&box)[4]) {
   TensorMap m;
   std::memset(&m, 0, sizeof m);
   m.name = name;
@@ -485,18 +484,24 @@ inline TensorMap operand_map(const char* name, const void* base, const long long
   m.rank = 4;
   m.bf16 = bf16;
   m.swizzle_bytes = swizzle_bytes;
+  for (int i = 0; i < 4; ++i) {
+    m.dims[i] = dims[i];
+    m.box[i] = box[i];
+  }
+  for (int i = 0; i < 3; ++i) m.strides[i] = dims[i + 1] > 1 ? static_cast<unsigned long long>(steps[i]) * 2 : dims[0] * 2;
+  return m;
+}
+
+// One operand of [batch, heads, len, head_dim] with strides {batch, head, row} in elements: dims
+// (head_dim, len, heads, batch), box (box_cols, rows, 1, 1).
+inline TensorMap operand_map(const char* name, const void* base, const long long* stride, int len, int heads,
+                             int batch, int head_dim, unsigned box_cols, unsigned rows, int bf16,
+                             int swizzle_bytes = 128) {
   const unsigned long long dims[4] = {static_cast<unsigned long long>(head_dim), static_cast<unsigned long long>(len),
                                       static_cast<unsigned long long>(heads), static_cast<unsigned long long>(batch)};
-  for (int i = 0; i < 4; ++i) m.dims[i] = dims[i];
-  for (int i = 0; i < 3; ++i) {
-    const bool stepped = dims[i + 1] > 1;
-    m.strides[i] = stepped ? static_cast<unsigned long long>(stride[2 - i]) * 2 : dims[0] * 2;
-  }
-  m.box[0] = box_cols;
-  m.box[1] = rows;
-  m.box[2] = 1;
-  m.box[3] = 1;
-  return m;
+  const long long steps[3] = {stride[2], stride[1], stride[0]};  // row, head, batch
+  const unsigned box[4] = {box_cols, rows, 1, 1};
+  return tensor_map4(name, base, bf16, swizzle_bytes, dims, steps, box);
 }
 
 // The same operand with its heads inside its rows: dims (head_dim, heads, len, batch), boxes of
@@ -505,18 +510,11 @@ inline TensorMap operand_map(const char* name, const void* base, const long long
 inline TensorMap operand_map_heads_inner(const char* name, const void* base, const long long* stride, int len,
                                          int heads, int batch, int head_dim, unsigned box_cols, unsigned box_heads,
                                          unsigned rows, int bf16, int swizzle_bytes = 128) {
-  TensorMap m = operand_map(name, base, stride, len, heads, batch, head_dim, box_cols, rows, bf16, swizzle_bytes);
   const unsigned long long dims[4] = {static_cast<unsigned long long>(head_dim), static_cast<unsigned long long>(heads),
                                       static_cast<unsigned long long>(len), static_cast<unsigned long long>(batch)};
-  const long long steps[3] = {stride[1], stride[2], stride[0]};  // head, row, batch (elements)
-  for (int i = 0; i < 4; ++i) m.dims[i] = dims[i];
-  for (int i = 0; i < 3; ++i)
-    m.strides[i] = dims[i + 1] > 1 ? static_cast<unsigned long long>(steps[i]) * 2 : dims[0] * 2;
-  m.box[0] = box_cols;
-  m.box[1] = box_heads;
-  m.box[2] = rows;
-  m.box[3] = 1;
-  return m;
+  const long long steps[3] = {stride[1], stride[2], stride[0]};  // head, row, batch
+  const unsigned box[4] = {box_cols, box_heads, rows, 1};
+  return tensor_map4(name, base, bf16, swizzle_bytes, dims, steps, box);
 }
 
 }  // namespace attntune_plan
