@@ -41,6 +41,8 @@ TEST(TuneGpu, SmallCampaignRanksAndResumes) {
       sqlite::Statement st(conn, sql);
       return st.step() ? st.int64(0) : -1;
     };
+    // The screening (--final-screen, default 24) stores only its failures: the ok final rows are the
+    // 3 finalists' 2 rounds.
     EXPECT_EQ(scalar("SELECT count(*) FROM evaluations WHERE phase = 'final' AND status = 'ok'"), 6);
     EXPECT_GE(scalar("SELECT min(count) FROM evaluations WHERE phase = 'final' AND status = 'ok'"), 100);
     EXPECT_LT(scalar("SELECT min(count) FROM evaluations WHERE phase = 'search' AND status = 'ok'"), 100);

@@ -257,6 +257,7 @@ std::vector<Case> corpus() {
        "unknown strategy 'annealing'"},
       {"bad duration", [](const Env& e) { return tune(e, {{"--budget-time", "5x"}}); }, 2, "--budget-time"},
       {"negative budget", [](const Env& e) { return tune(e, {{"--budget-evals", "-3"}}); }, 2, "must not be negative"},
+      {"negative screening", [](const Env& e) { return tune(e, {{"--final-screen", "-1"}}); }, 2, "--final-screen"},
       {"unknown option", [](const Env& e) { return tune(e, {}, {"--turbo"}); }, 2, "unrecognised option '--turbo'"},
       {"unknown command", [](const Env&) { return std::vector<std::string>{"tuen"}; }, 2, "unknown command 'tuen'"},
       {"unknown format", [](const Env& e) {

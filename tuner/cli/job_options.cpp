@@ -38,6 +38,7 @@ void add_job_options(po::options_description& opts, JobOptionValues& v) {
   const search::TuneOptions defaults;  // the final re-timing's defaults live there, with their reason
   v.final_top = defaults.final_top;
   v.final_rounds = defaults.final_rounds;
+  v.final_screen = defaults.final_screen;
   v.warm = static_cast<int>(search::kWarmStartConfigs);
   v.final_min_seconds = GpuRunnerOptions{}.final_timing.min_seconds;
   opts.add_options()
@@ -52,6 +53,9 @@ void add_job_options(po::options_description& opts, JobOptionValues& v) {
        fmt::format("re-time this many of the best at the end (default {}; 0: skip)", v.final_top).c_str())
       ("final-rounds", po::value(&v.final_rounds),
        fmt::format("interleaved rounds of that re-timing (default {})", v.final_rounds).c_str())
+      ("final-screen", po::value(&v.final_screen),
+       fmt::format("first re-time this many of the best once each (>= 0.3 s), and take the --final-top fastest of "
+                   "them to the rounds (default {}; at most --final-top: none)", v.final_screen).c_str())
       ("warm-start", po::value(&v.warm),
        fmt::format("seed evo with this many best configs of the nearest tuned problem (default {}; 0: none)", v.warm)
            .c_str())
@@ -67,8 +71,8 @@ void add_job_options(po::options_description& opts, JobOptionValues& v) {
 JobRequest check_job_options(const JobOptionValues& v, const po::variables_map& vm, const std::string& command) {
   if (v.budget_evals < 0) throw InputError(fmt::format("{}: --budget-evals must not be negative", command));
   if (v.patience < -1) throw InputError(fmt::format("{}: --patience must not be negative", command));
-  if (v.final_top < 0 || v.warm < 0)
-    throw InputError(fmt::format("{}: --final-top and --warm-start must not be negative", command));
+  if (v.final_top < 0 || v.final_screen < 0 || v.warm < 0)
+    throw InputError(fmt::format("{}: --final-top, --final-screen and --warm-start must not be negative", command));
   if (v.final_rounds < 1) throw InputError(fmt::format("{}: --final-rounds must be at least 1", command));
   if (v.max_seconds <= 0 || v.min_gain < 0)
     throw InputError(fmt::format("{}: --max-seconds must be positive, --min-gain >= 0", command));
@@ -90,6 +94,7 @@ JobRequest check_job_options(const JobOptionValues& v, const po::variables_map& 
   r.min_gain_pct = v.min_gain;
   r.final_top = v.final_top;
   r.final_rounds = v.final_rounds;
+  r.final_screen = v.final_screen;
   r.warm = v.warm;
   r.max_seconds = v.max_seconds;
   r.min_seconds = v.min_seconds;

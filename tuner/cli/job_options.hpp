@@ -14,7 +14,7 @@ struct JobOptionValues {
   std::string strategy = "evo", budget_time;
   std::int64_t budget_evals = 0, patience = -1;
   std::uint64_t seed = 1;
-  int final_top = 8, final_rounds = 6, warm = 8;
+  int final_top = 8, final_rounds = 6, final_screen = 24, warm = 8;
   double max_seconds = 1.0, min_gain = 0.5, min_seconds = 0, final_min_seconds = 1.0;
 };
 

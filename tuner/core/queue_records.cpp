@@ -22,6 +22,7 @@ std::string job_request_json(const JobRequest& r) {
                               {"min_gain_pct", r.min_gain_pct},
                               {"final_top", r.final_top},
                               {"final_rounds", r.final_rounds},
+                              {"final_screen", r.final_screen},
                               {"warm", r.warm},
                               {"max_seconds", r.max_seconds},
                               {"min_seconds", r.min_seconds},
@@ -44,6 +45,8 @@ JobRequest job_request_from_json(const std::string& text) {
     r.min_gain_pct = j.at("min_gain_pct").get<double>();
     r.final_top = j.at("final_top").get<int>();
     r.final_rounds = j.at("final_rounds").get<int>();
+    // Requests queued before the screening existed run without it, as they were submitted.
+    r.final_screen = j.contains("final_screen") ? j.at("final_screen").get<int>() : 0;
     r.warm = j.at("warm").get<int>();
     r.max_seconds = j.at("max_seconds").get<double>();
     r.min_seconds = j.at("min_seconds").get<double>();

@@ -24,6 +24,7 @@ struct JobRequest {
   std::int64_t patience = -1;     // -1: tune's default rule
   double min_gain_pct = 0.5;
   int final_top = 8, final_rounds = 6;
+  int final_screen = 24;          // the screening before the rounds (search::TuneOptions::final_screen)
   int warm = 8;                   // warm-start configs from the nearest tuned problem
   double max_seconds = 1.0, min_seconds = 0, final_min_seconds = 1.0;
 };

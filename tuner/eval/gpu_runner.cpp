@@ -86,7 +86,9 @@ std::optional<search::RunResult> GpuRunner::next() {
   req.problem = problem_;
   req.validation_seed = options_.validation_seed;
   req.timing_seed = options_.validation_seed + 0x9e3779b97f4a7c15ull;  // far from any validation seed
-  req.timing = final_ ? options_.final_timing : options_.timing;
+  req.timing = mode_ == Mode::kFinal    ? options_.final_timing
+               : mode_ == Mode::kScreen ? options_.screen_timing
+                                        : options_.timing;
   const auto started = std::chrono::steady_clock::now();
   EvalOutcome r = evaluator_->evaluate(req);
   depth_.evaluation_done(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());

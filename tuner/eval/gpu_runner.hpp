@@ -30,6 +30,11 @@ struct GpuRunnerOptions {
   // 0.7-4.3% per campaign and the gaps agree within 1.5% (runs 69-72). The cost is ~35 s a
   // campaign (8 finalists x 6 rounds).
   TimingLimits final_timing{200, 2.0, 1.0};
+  // The screening before the ranking (TuneOptions::final_screen): one re-timing of each of the wider
+  // set of finalists, >= 0.3 s each (a finalist's rounds spread 0.6-3.3% at 0.3 s, run 53), where
+  // search timings of the same configs read 4-13% fast and rank them only loosely among themselves
+  // (run 244: the re-timed winners were the search's 2nd, 6th, 7th, 3rd, 1st and 1st).
+  TimingLimits screen_timing{200, 2.0, 0.3};
   std::uint64_t validation_seed = 1;
   const std::atomic<bool>* cancel = nullptr;  // abandons the candidate on the GPU (second Ctrl-C)
 };
@@ -52,7 +57,8 @@ class GpuRunner : public search::Runner {
   std::size_t outstanding() const override { return pool_->outstanding(); }
   void submit(const Config& config) override;
   std::optional<search::RunResult> next() override;
-  void begin_final_timing() override { final_ = true; }
+  void begin_final_timing() override { mode_ = Mode::kFinal; }
+  void begin_screen_timing() override { mode_ = Mode::kScreen; }
   const std::string& arch() const { return device_.arch; }
 
  private:
@@ -71,7 +77,8 @@ class GpuRunner : public search::Runner {
   DeviceInfo device_;
   std::unique_ptr<BuildPool> pool_;
   PipelineDepth depth_{0};  // capacity(): from the measured build and evaluation times
-  bool final_ = false;      // timing the final ranking (begin_final_timing)
+  enum class Mode { kSearch, kScreen, kFinal };
+  Mode mode_ = Mode::kSearch;  // what submit() times: search candidates, the screening, the ranking's rounds
 };
 
 }  // namespace attntune

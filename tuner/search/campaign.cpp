@@ -269,10 +269,13 @@ class CampaignRun {
   // The fastest distinct ok configs (final_top of them) and, with several families, each one's
   // best too (beyond the top if need be), so the ranking says how the best of each compares,
   // measured alike.
+  // With a screening (screened() > final_top), the fastest screened() of them instead.
+  int screened() const { return std::max(options_.final_top, options_.final_screen); }
   std::vector<Retimed> finalists() {
     const std::vector<EvaluationRow> rows = entry_.log().campaign_evaluations(entry_.id());
     auto as_seen = [this](const EvaluationRow& e) { return entry_.as_seen(e.family, e.config); };
-    std::vector<Retimed> top = fastest_distinct(rows, options_.final_top, as_seen);
+    std::vector<Retimed> top = fastest_distinct(rows, screened(), as_seen);
+    fastest_count_ = top.size();
     if (mixed_) {
       std::set<std::string> families_in;
       for (const Retimed& t : top) families_in.insert(t.family);
@@ -284,14 +287,16 @@ class CampaignRun {
   }
 
   // One re-timing of each finalist, interleaved; a finalist that fails is dropped. Sets
-  // interrupted_ on a stop or an abandoned candidate.
-  void retime_round(std::vector<Retimed>& top) {
+  // interrupted_ on a stop or an abandoned candidate. The screening's (`screening`) stores only
+  // its failures: its timings choose the finalists and are not results, so a campaign's ok final
+  // rows stay its ranking's rounds, one a finalist a round.
+  void retime_round(std::vector<Retimed>& top, bool screening = false) {
     const bool done = search::retime_round(
         runner_, top, [this] { return raised(flags_.stop); },
-        [this](Retimed& t, const RunResult& r) {
+        [this, screening](Retimed& t, const RunResult& r) {
           // Kept until the ranking is decided, then written with it in one transaction: a kill or a
           // stop before that leaves no final rows without a ranking, and a resume re-times afresh.
-          finals_.push_back(entry_.final_row(r));
+          if (!screening || r.record.status != "ok") finals_.push_back(entry_.final_row(r));
           if (r.record.status != "ok")  // flaky: it failed where it once passed, so it cannot be the result
             progress_.event(fmt::format("re-timing: {} failed this time ({}: {}); dropped from the ranking",
                                         tagged_str(t.config), r.record.status, one_line(r.record.error)));
@@ -338,6 +343,39 @@ class CampaignRun {
     entry_.log().put_final(entry_.id(), entry_.device_id(), finals_, entries);
   }
 
+  // The screening (TuneOptions::final_screen): each of `top` re-timed once, interleaved; those
+  // that failed are dropped, and the final_top fastest of the others stay (with several families,
+  // each family's fastest too, as finalists() keeps them), their screening medians cleared for the
+  // rounds. Of its re-timings only the failures are stored (with the ranking's rows). Sets
+  // interrupted_ on a stop.
+  void screen(std::vector<Retimed>& top) {
+    progress_.done();
+    progress_.event(fmt::format("screening the top {} by search time: one re-timing each, interleaved", top.size()));
+    runner_.begin_screen_timing();
+    retime_round(top, true);
+    if (interrupted_) return;
+    std::vector<std::size_t> order;  // search rank (top's order) of each screened config, fastest screening first
+    for (std::size_t i = 0; i < top.size(); ++i)
+      if (!top[i].failed && !top[i].medians.empty()) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return top[a].medians[0] < top[b].medians[0]; });
+    std::vector<Retimed> kept;
+    std::set<std::string> families_in;
+    std::vector<std::string> ranks;
+    for (std::size_t i : order) {
+      const bool in_top = static_cast<int>(kept.size()) < options_.final_top;
+      if (!in_top && !(mixed_ && families_in.count(top[i].family) == 0)) continue;
+      families_in.insert(top[i].family);
+      ranks.push_back(std::to_string(i + 1));
+      kept.push_back(std::move(top[i]));
+      kept.back().medians.clear();
+      kept.back().max_err = 0;
+    }
+    progress_.event(fmt::format("screening kept {} of {} (their search ranks: {})", kept.size(), top.size(),
+                                fmt::join(ranks, ", ")));
+    top = std::move(kept);
+  }
+
   // The result: the top candidates re-timed interleaved, unless nothing changed since the last
   // ranking (or the run was interrupted, or nothing passed).
   std::vector<RankedRow> final_ranking() {
@@ -346,6 +384,13 @@ class CampaignRun {
         options_.final_top <= 0)
       return ranking;
     std::vector<Retimed> top = finalists();
+    if (options_.final_screen > options_.final_top && static_cast<int>(fastest_count_) > options_.final_top)
+      screen(top);
+    if (interrupted_) {
+      stop_reason_ += stop_reason_.empty() ? "interrupted during the final re-timing"
+                                           : "; interrupted during the final re-timing";
+      return ranking;
+    }
     progress_.done();
     progress_.event(fmt::format("re-timing the top {} interleaved, {} rounds", top.size(), options_.final_rounds));
     runner_.begin_final_timing();
@@ -376,6 +421,7 @@ class CampaignRun {
   Tally tally_;
   std::set<std::string> seen_;  // config_str of everything evaluated or submitted: never twice
   std::vector<FinalEvaluation> finals_;  // the final re-timing's results, until put_final
+  std::size_t fastest_count_ = 0;        // finalists(): how many came by search time (the rest: families' bests)
   bool interrupted_ = false;
   std::string stop_reason_;
   std::size_t last_capacity_ = 0;  // the runner's pipeline depth last reported

@@ -36,6 +36,15 @@ struct TuneOptions {
   // (GpuRunnerOptions::final_timing) a finalist's rounds spread 0.2-4.3% (run 72; 0.6-7% at
   // 0.3 s, runs 53, 57), and 8 x 6 ranks as steadily.
   int final_top = 8, final_rounds = 6;
+  // Before those rounds, the fastest `final_screen` distinct configs by search time (more than
+  // final_top; 0 or fewer: none) are re-timed once each, interleaved, for >= 0.3 s
+  // (GpuRunnerOptions::screen_timing), and the final_top fastest of that screening go on to the
+  // rounds. Search timings (~20 ms, the clock boosted after each idle gap) read 4-13% fast and
+  // differently so from config to config: in run 244 the re-timed winners were the search's 2nd,
+  // 6th, 7th, 3rd, 1st and 1st, and the search's 7th and 8th were the final's top two once: among
+  // the fastest the search's order is weak, so the true best may rank past the 8th. One screening
+  // of 24 costs ~10 s a campaign beside the rounds' ~50.
+  int final_screen = 24;
   std::vector<Config> warm_start;       // for the strategy (the nearest tuned problem's best)
   // Per template, its best time on that problem where every template's nearest problem is the
   // same one (several templates: the warm-up's order and length follow it, AllocationOptions).

@@ -45,6 +45,11 @@ class Runner {
   // The campaign's final ranking starts: from here on `submit` re-times its top candidates, which
   // a runner may time longer than search candidates (GpuRunner: GpuRunnerOptions::final_timing).
   virtual void begin_final_timing() {}
+  // The final ranking's screening starts (TuneOptions::final_screen): from here until
+  // begin_final_timing, `submit` re-times the wider set of finalists once each, which a runner may
+  // time longer than search candidates and shorter than the ranking's rounds (GpuRunner:
+  // GpuRunnerOptions::screen_timing).
+  virtual void begin_screen_timing() {}
 };
 
 // Sleeps `total`, waking every few milliseconds to look at `flag` (may be null): false, early, once

@@ -121,6 +121,7 @@ search::TuneOptions tune_options(const JobRequest& r, std::uint64_t space_size) 
   topts.min_gain_pct = r.min_gain_pct;
   topts.final_top = r.final_top;
   topts.final_rounds = r.final_rounds;
+  topts.final_screen = r.final_screen;
   return topts;
 }
 
@@ -135,6 +136,9 @@ GpuRunnerOptions gpu_runner_options(const JobRequest& r, const RunnerSettings& s
   ropts.timing.min_seconds = r.min_seconds;
   ropts.final_timing.max_seconds = r.max_seconds;
   ropts.final_timing.min_seconds = std::min(r.final_min_seconds, r.max_seconds);
+  // The screening samples 0.3 s, or less where the rounds' timings are shorter still.
+  ropts.screen_timing.max_seconds = r.max_seconds;
+  ropts.screen_timing.min_seconds = std::min(ropts.screen_timing.min_seconds, ropts.final_timing.min_seconds);
   ropts.validation_seed = r.seed;
   ropts.cancel = cancel;
   return ropts;

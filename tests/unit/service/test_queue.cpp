@@ -3,6 +3,8 @@
 // `submit` and `status` on them.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "service/job.hpp"
 #include "service/lease.hpp"
 #include "tests/common/run_attntune.hpp"
@@ -42,6 +44,22 @@ TEST(ServiceQueue, SubmitIsIdempotentAndKeepsTheRequest) {
   EXPECT_EQ(rows[0].job.request.budget_evals, 10);
   ASSERT_EQ(rows[0].job.request.spaces.size(), j.request.spaces.size());
   EXPECT_EQ(rows[0].job.request.spaces[0].text, j.request.spaces[0].text);
+}
+
+// The screening's size travels with the request; a request queued before it existed (no
+// "final_screen" in its JSON) runs without one, as it was submitted.
+TEST(ServiceQueue, TheScreeningTravelsWithTheRequestAndOldRequestsRunWithoutIt) {
+  JobRequest r = job("b=2,h=8,s=512,d=64,dtype=bf16,causal=1").request;
+  EXPECT_EQ(r.final_screen, 24);
+  r.final_screen = 40;
+  EXPECT_EQ(job_request_from_json(job_request_json(r)).final_screen, 40);
+  nlohmann::json old = nlohmann::json::parse(job_request_json(r));
+  old.erase("final_screen");
+  const JobRequest before = job_request_from_json(old.dump());
+  EXPECT_EQ(before.final_screen, 0);
+  EXPECT_EQ(before.final_top, r.final_top);
+  EXPECT_EQ(service::tune_options(before, 100).final_screen, 0);
+  EXPECT_EQ(service::tune_options(r, 100).final_screen, 40);
 }
 
 TEST(ServiceQueue, DefaultSpacesAreTheTemplatesThatServeTheProblem) {
