@@ -366,7 +366,8 @@ class CampaignRun {
       const bool in_top = static_cast<int>(kept.size()) < options_.final_top;
       if (!in_top && !(mixed_ && families_in.count(top[i].family) == 0)) continue;
       families_in.insert(top[i].family);
-      ranks.push_back(std::to_string(i + 1));
+      // A template's best beyond the fastest (finalists()): its rank among all is not counted.
+      ranks.push_back(i < fastest_count_ ? std::to_string(i + 1) : top[i].family + "'s best");
       kept.push_back(std::move(top[i]));
       kept.back().medians.clear();
       kept.back().max_err = 0;
