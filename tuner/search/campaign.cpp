@@ -21,6 +21,21 @@ using Clock = std::chrono::steady_clock;
 
 bool raised(const std::atomic<bool>* flag) { return flag && flag->load(); }
 
+// Of `count` candidates in order (fastest first; family_of(k): the k-th one's template), the
+// positions of the first `n` and, with several families, after them each family's first that is
+// not among them: the finalists' rule, by search time (finalists()) and again by the screening.
+template <class FamilyOf>
+std::vector<std::size_t> top_and_family_bests(std::size_t count, int n, bool mixed, FamilyOf family_of) {
+  std::vector<std::size_t> out;
+  std::set<std::string> families_in;
+  for (std::size_t k = 0; k < count; ++k) {
+    if (static_cast<int>(k) >= n && (!mixed || families_in.count(family_of(k)))) continue;
+    families_in.insert(family_of(k));
+    out.push_back(k);
+  }
+  return out;
+}
+
 // What the campaign knows so far: counts, the best, and when it last improved enough to matter.
 struct Tally {
   ProgressState progress;
@@ -266,24 +281,25 @@ class CampaignRun {
     progress_.event(fmt::format("evaluations by template: {}", fmt::join(parts, ", ")));
   }
 
-  // The fastest distinct ok configs (final_top of them) and, with several families, each one's
-  // best too (beyond the top if need be), so the ranking says how the best of each compares,
-  // measured alike.
-  // With a screening (screened() > final_top), the fastest screened() of them instead.
-  int screened() const { return std::max(options_.final_top, options_.final_screen); }
-  std::vector<Retimed> finalists() {
+  // The fastest distinct ok configs (final_top of them; with a screening, the fastest
+  // max(final_top, final_screen)) and, with several families, each one's best too (beyond the top
+  // if need be), so the ranking says how the best of each compares, measured alike. `by_search`:
+  // how many came by search time (the first of `top`; the rest are families' bests).
+  struct Finalists {
+    std::vector<Retimed> top;
+    std::size_t by_search = 0;
+  };
+  Finalists finalists() {
+    const int n = std::max(options_.final_top, options_.final_screen);
     const std::vector<EvaluationRow> rows = entry_.log().campaign_evaluations(entry_.id());
     auto as_seen = [this](const EvaluationRow& e) { return entry_.as_seen(e.family, e.config); };
-    std::vector<Retimed> top = fastest_distinct(rows, screened(), as_seen);
-    fastest_count_ = top.size();
-    if (mixed_) {
-      std::set<std::string> families_in;
-      for (const Retimed& t : top) families_in.insert(t.family);
-      // Each family's fastest: the first of its rows in a ranking of all of them.
-      for (Retimed& t : fastest_distinct(rows, static_cast<int>(rows.size()), as_seen))
-        if (families_in.insert(t.family).second) top.push_back(std::move(t));
-    }
-    return top;
+    // With several families, all of them in order: each family's fastest is its first.
+    std::vector<Retimed> ordered = fastest_distinct(rows, mixed_ ? static_cast<int>(rows.size()) : n, as_seen);
+    Finalists f;
+    f.by_search = std::min(ordered.size(), static_cast<std::size_t>(n));
+    for (std::size_t k : top_and_family_bests(ordered.size(), n, mixed_, [&](std::size_t i) { return ordered[i].family; }))
+      f.top.push_back(std::move(ordered[k]));
+    return f;
   }
 
   // One re-timing of each finalist, interleaved; a finalist that fails is dropped. Sets
@@ -348,7 +364,7 @@ class CampaignRun {
   // each family's fastest too, as finalists() keeps them), their screening medians cleared for the
   // rounds. Of its re-timings only the failures are stored (with the ranking's rows). Sets
   // interrupted_ on a stop.
-  void screen(std::vector<Retimed>& top) {
+  void screen(std::vector<Retimed>& top, std::size_t by_search) {
     progress_.done();
     progress_.event(fmt::format("screening the top {} by search time: one re-timing each, interleaved", top.size()));
     runner_.begin_screen_timing();
@@ -360,14 +376,12 @@ class CampaignRun {
     std::stable_sort(order.begin(), order.end(),
                      [&](std::size_t a, std::size_t b) { return top[a].medians[0] < top[b].medians[0]; });
     std::vector<Retimed> kept;
-    std::set<std::string> families_in;
     std::vector<std::string> ranks;
-    for (std::size_t i : order) {
-      const bool in_top = static_cast<int>(kept.size()) < options_.final_top;
-      if (!in_top && !(mixed_ && families_in.count(top[i].family) == 0)) continue;
-      families_in.insert(top[i].family);
+    for (std::size_t k : top_and_family_bests(order.size(), options_.final_top, mixed_,
+                                              [&](std::size_t j) { return top[order[j]].family; })) {
+      const std::size_t i = order[k];
       // A template's best beyond the fastest (finalists()): its rank among all is not counted.
-      ranks.push_back(i < fastest_count_ ? std::to_string(i + 1) : top[i].family + "'s best");
+      ranks.push_back(i < by_search ? std::to_string(i + 1) : top[i].family + "'s best");
       kept.push_back(std::move(top[i]));
       kept.back().medians.clear();
       kept.back().max_err = 0;
@@ -384,17 +398,15 @@ class CampaignRun {
     if (interrupted_ || tally_.ok() == 0 || (tally_.progress.this_run == 0 && !ranking.empty()) ||
         options_.final_top <= 0)
       return ranking;
-    std::vector<Retimed> top = finalists();
-    if (options_.final_screen > options_.final_top && static_cast<int>(fastest_count_) > options_.final_top)
-      screen(top);
-    if (interrupted_) {
-      stop_reason_ += stop_reason_.empty() ? "interrupted during the final re-timing"
-                                           : "; interrupted during the final re-timing";
-      return ranking;
+    Finalists f = finalists();
+    std::vector<Retimed>& top = f.top;
+    if (options_.final_screen > options_.final_top && static_cast<int>(f.by_search) > options_.final_top)
+      screen(top, f.by_search);
+    if (!interrupted_) {
+      progress_.done();
+      progress_.event(fmt::format("re-timing the top {} interleaved, {} rounds", top.size(), options_.final_rounds));
+      runner_.begin_final_timing();
     }
-    progress_.done();
-    progress_.event(fmt::format("re-timing the top {} interleaved, {} rounds", top.size(), options_.final_rounds));
-    runner_.begin_final_timing();
     for (int round = 0; round < options_.final_rounds && !interrupted_; ++round) {
       retime_round(top);
       if (interrupted_) break;
@@ -422,7 +434,6 @@ class CampaignRun {
   Tally tally_;
   std::set<std::string> seen_;  // config_str of everything evaluated or submitted: never twice
   std::vector<FinalEvaluation> finals_;  // the final re-timing's results, until put_final
-  std::size_t fastest_count_ = 0;        // finalists(): how many came by search time (the rest: families' bests)
   bool interrupted_ = false;
   std::string stop_reason_;
   std::size_t last_capacity_ = 0;  // the runner's pipeline depth last reported

@@ -122,14 +122,7 @@ TEST(BarsUnseen, TheTableReadsTheTransferAndTheRobustPickFromOutDir) {
     Store store = Store::open(seed == 1 ? db : dir.file("u-s2.db"), Store::Mode::kCreate);
     const std::int64_t dev = store.upsert_device({"NVIDIA H200", "sm_90", "GPU-x", 132, "580"});
     for (int i = 0; i < 10; ++i) {
-      CampaignSpec spec;
-      spec.name = names[i];
-      spec.problem = Problem::parse(kProblem);
-      spec.space_path = space.path();
-      spec.space_hash = space.hash();
-      spec.space_text = space.text();
-      spec.family = space.family();
-      spec.strategy = "evo";
+      const CampaignSpec spec = campaign_spec(space, Problem::parse(kProblem), names[i], "evo");
       const std::int64_t c = store.open_campaign(spec, dev);
       auto eval = [&](const Config& cfg, double us) {
         store.record_evaluation(c, store.upsert_candidate(space.family(), cfg, "h"), dev, recorded_ok(us, spec.problem));

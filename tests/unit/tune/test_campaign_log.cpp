@@ -132,16 +132,8 @@ struct CampaignLogTest : ::testing::Test {
   }
 
   search::TuneResult run(CampaignLog& log, std::int64_t budget) {
-    CampaignSpec spec;
-    spec.name = "k";
-    spec.problem = Problem::parse(kProblem);
-    spec.space_path = space.path();
-    spec.space_hash = space.hash();
-    spec.space_text = space.text();
-    spec.family = space.family();
-    spec.strategy = "evo";
+    CampaignSpec spec = campaign_spec(space, Problem::parse(kProblem), "k", "evo", budget);
     spec.seed = 3;
-    spec.budget_evals = budget;
     search::TuneOptions to;
     to.seed = 3;
     to.budget_evals = budget;

@@ -54,15 +54,7 @@ TEST(FinalTiming, TheRunnerHearsWhenTheFinalRankingStarts) {
   const SearchSpace space = SearchSpace::load(space_file());
 
   Store store = Store::open(dir.file("work.db"), Store::Mode::kCreate);
-  CampaignSpec spec;
-  spec.name = "k";
-  spec.problem = Problem::parse(kProblem);
-  spec.space_path = space.path();
-  spec.space_hash = space.hash();
-  spec.space_text = space.text();
-  spec.family = space.family();
-  spec.strategy = "evo";
-  spec.budget_evals = 20;
+  const CampaignSpec spec = campaign_spec(space, Problem::parse(kProblem), "k", "evo", 20);
   search::TuneOptions to;
   to.budget_evals = 20;
   to.final_top = 3;
@@ -137,15 +129,7 @@ TEST(FinalTiming, TheScreeningFindsTheBestThatSearchTimingsRankPastTheTop) {
   int db_count = 0;
   auto run = [&](int final_screen, std::uint64_t seed, NoisySearchRunner& runner, std::string& log_text) {
     Store store = Store::open(dir.file("screen" + std::to_string(db_count++) + ".db"), Store::Mode::kCreate);
-    CampaignSpec spec;
-    spec.name = "k";
-    spec.problem = problem;
-    spec.space_path = space.path();
-    spec.space_hash = space.hash();
-    spec.space_text = space.text();
-    spec.family = space.family();
-    spec.strategy = "random";
-    spec.budget_evals = 60;
+    const CampaignSpec spec = campaign_spec(space, problem, "k", "random", 60);
     search::TuneOptions to;
     to.strategy = "random";
     to.seed = seed;

@@ -26,6 +26,21 @@ namespace attntune::test {
 inline std::string space_file() { return std::string(ATTNTUNE_SOURCE_DIR) + "/search_spaces/flash_fwd_mma.yaml"; }
 inline const char* kProblem = "b=4,h=16,s=4096,d=128,dtype=bf16,causal=0";
 
+// A campaign of `space` for `problem` named `name`, as the tune tests open one.
+inline CampaignSpec campaign_spec(const SearchSpace& space, const Problem& problem, const std::string& name,
+                                  const std::string& strategy, std::int64_t budget_evals = 0) {
+  CampaignSpec spec;
+  spec.name = name;
+  spec.problem = problem;
+  spec.space_path = space.path();
+  spec.space_hash = space.hash();
+  spec.space_text = space.text();
+  spec.family = space.family();
+  spec.strategy = strategy;
+  spec.budget_evals = budget_evals;
+  return spec;
+}
+
 // A recorded ok result of `t` µs for `problem`, as the synthetic recordings file it.
 inline EvalRecord recorded_ok(double t, const Problem& problem) {
   EvalRecord r;
