@@ -4,6 +4,7 @@
 #ifndef ATTNTUNE_FLASH_FWD_WGMMA_ARGS_H
 #define ATTNTUNE_FLASH_FWD_WGMMA_ARGS_H
 
+#include "../common/kv_scales.h"
 #include "../common/tma_desc.h"
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -86,6 +87,8 @@ struct TmaMaps {
   // pack_rows(BLOCK_M, heads_q / heads_kv) (Q's map is then (head_dim, heads_q, seqlen, batch) in
   // boxes of (cols, heads_q / heads_kv, pack_rows)). Unused otherwise.
   int pack_rows;
+  // An FP8 cache (Traits::kKvFp8): its dequantisation scales (common/kv_scales.h). Unused otherwise.
+  KvScales kv;
 };
 
 // The order kernel's block (one CTA) and the most sequences it orders: a larger batch runs in the

@@ -51,10 +51,18 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     mbar_init(sm.q_empty(), T::kConsumerWgs * 4);  // one arrive per consumer warp
     if constexpr (T::kScheduleInSmem) split_pieces(p, maps, sm, first_tile, ctas, tiles, m_blocks);
     for (int st = 0; st < T::kStages; ++st) {
-      mbar_init(sm.k_full(st), 1);
-      mbar_init(sm.v_full(st), 1);
+      // An FP8 cache's stages fill by the converters' warps (an arrive each), not by TMA.
+      mbar_init(sm.k_full(st), T::kKvFp8 ? T::kConverters / 32 : 1);
+      mbar_init(sm.v_full(st), T::kKvFp8 ? T::kConverters / 32 : 1);
       mbar_init(sm.k_empty(st), T::kConsumerWgs * 4 * T::kCluster);  // and the peer's warps (kKvMulticast)
       mbar_init(sm.v_empty(st), T::kConsumerWgs * 4 * T::kCluster);
+    }
+    if constexpr (T::kKvFp8) {
+      for (int v = 0; v < 2; ++v) {
+        mbar_init(sm.raw_full(v), 1);
+        mbar_init(sm.raw_empty(v), T::kConverters / 32);
+      }
+      st_shared_s32(sm.raw_end(), 0);
     }
     mbar_init_fence();
   }
@@ -110,6 +118,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
             t = counter ? ctas + atomicAdd(counter, 1) : ld_shared_s32(sm.sched()) + ctas;
           }
           produce_tile(w, it_base, q_phase, 0, tiles);  // the end mark
+          if constexpr (T::kKvFp8) raw_end_mark(sm, it_base);  // and the converters'
           // The last CTA to be done with the counter resets both for the next launch.
           if (counter) {
             __threadfence();
@@ -125,7 +134,10 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
             it_base += w.hi - w.lo;
             q_phase ^= 1;
           }
+          if constexpr (T::kKvFp8) raw_end_mark(sm, it_base);
         }
+      } else if (T::kKvFp8 && threadIdx.x >= 32) {
+        convert_loop(sm, static_cast<int>(threadIdx.x) - 32);
       }
     } else {
       setmaxnreg_inc<T::kConsumerRegs>();

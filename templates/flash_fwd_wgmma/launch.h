@@ -45,6 +45,7 @@ struct FlashFwdWgmmaLaunch {
   int entry;          // the entry point the build serves (prefill_entry: dense, varlen or kvcache)
   int varlen;         // entry == kEntryVarlen: built for packed batches
   int pack_gqa;       // PACK_GQA: a KV head's query heads packed into the rows of its tiles
+  int kv_fp8;         // ATT_KV_FP8: an FP8 e4m3 cache (kvcache builds), viewed as rows of d / 2 16-bit elements
   Variants variants;  // the variants the build serves (exactly)
 
   static int load(const Define* d, int n, FlashFwdWgmmaLaunch* c, Why* why) {
@@ -61,6 +62,7 @@ struct FlashFwdWgmmaLaunch {
     c->value_dim = static_cast<int>(define_or(d, n, "ATT_HEAD_DIM_V", 0));
     c->varlen = c->entry == kEntryVarlen;
     c->pack_gqa = define_or(d, n, "PACK_GQA", 0) != 0;  // configs recorded before it: unpacked
+    c->kv_fp8 = static_cast<int>(define_or(d, n, "ATT_KV_FP8", 0));
     c->variants = Variants::load(d, n);
     // A varlen build's tiles are its sequences': no split tail, no pairs (the space says so).
     c->split_tail = c->persistent && !c->causal && !c->varlen && split;
@@ -83,7 +85,17 @@ struct FlashFwdWgmmaLaunch {
   }
 
   int plan(const Call& call, const Device& device, Plan* p, Why* why) const {
-    if (const int r = check_prefill_entry("flash_fwd_wgmma", call, entry, variants, value_dim, why)) return r;
+    if (const int r = check_prefill_entry("flash_fwd_wgmma", call, entry, variants, value_dim, why, kv_fp8)) return r;
+    // An FP8 cache: TMA reads its rows as d / 2 16-bit elements, so every byte stride must be even
+    // (and TMA's 16-byte multiple, checked below as for any map).
+    if (kv_fp8)
+      for (int i = 0; i < 3; ++i)
+        if (call.k_stride[i] % 16 != 0 || call.v_stride[i] % 16 != 0)
+          return refuse(why,
+                        "an FP8 cache's byte strides must be multiples of 16 (TMA reads its rows as 16-bit "
+                        "elements): k {%lld, %lld, %lld}, v {%lld, %lld, %lld}",
+                        call.k_stride[0], call.k_stride[1], call.k_stride[2], call.v_stride[0], call.v_stride[1],
+                        call.v_stride[2]);
     if (pack_gqa) {
       if (call.heads_kv < 1 || call.heads_q % call.heads_kv != 0)
         return refuse(why, "a GQA-packed flash_fwd_wgmma kernel needs heads_q (%d) to be a multiple of heads_kv (%d)",
@@ -190,9 +202,6 @@ struct FlashFwdWgmmaLaunch {
     // must still be valid descriptors and k and v may be NULL: q stands in.
     const unsigned cols = static_cast<unsigned>(att::wgmma_tile::cols(head_dim));
     const int swizzle = att::wgmma_tile::swizzle_bytes(head_dim);
-    // V's (head_dim_v: another value head dim): its own column blocks and swizzle.
-    const unsigned v_cols = static_cast<unsigned>(att::wgmma_tile::cols(head_dim_v()));
-    const int v_swizzle = att::wgmma_tile::swizzle_bytes(head_dim_v());
     p->maps = 3;
     // GQA-packed: (head_dim, heads_q, rows, batch) in boxes of (cols, group, pack_rows), which fill a
     // tile's rows in packed order (mainloop.cuh, load_q).
@@ -202,17 +211,28 @@ struct FlashFwdWgmmaLaunch {
                                                    static_cast<unsigned>(tile_rows(call)), bf16, swizzle)
                          : operand_map("q", call.q, call.q_stride, static_cast<int>(q_rows), call.heads_q, map_batch,
                                        call.head_dim, cols, static_cast<unsigned>(block_m), bf16, swizzle);
+    // K and V (V at head_dim_v, another value head dim: its own column blocks and swizzle). An FP8
+    // cache: rows of d bytes as d / 2 16-bit elements (strides halved), in the staging buffers'
+    // column blocks and swizzle (traits.cuh, kColsRawK).
+    const long long half_k[3] = {call.k_stride[0] / 2, call.k_stride[1] / 2, call.k_stride[2] / 2};
+    const long long half_v[3] = {call.v_stride[0] / 2, call.v_stride[1] / 2, call.v_stride[2] / 2};
+    const long long* k_stride = kv_fp8 ? half_k : call.k_stride;
+    const long long* v_stride = kv_fp8 ? half_v : call.v_stride;
+    const int k_dim = kv_fp8 ? call.head_dim / 2 : call.head_dim, v_dim = kv_fp8 ? head_dim_v() / 2 : head_dim_v();
+    const unsigned k_cols = static_cast<unsigned>(att::wgmma_tile::cols(k_dim));
+    const unsigned kv_v_cols = static_cast<unsigned>(att::wgmma_tile::cols(v_dim));
+    const int k_swizzle = att::wgmma_tile::swizzle_bytes(k_dim), kv_v_swizzle = att::wgmma_tile::swizzle_bytes(v_dim);
     if (kv_rows > 0 && paged) {
       const unsigned rows = static_cast<unsigned>(kv_box_rows(call));
-      p->map[1] = operand_map("k (pages)", call.k, call.k_stride, call.page_size, call.heads_kv, kMaxPages,
-                              call.head_dim, cols, rows, bf16, swizzle);
-      p->map[2] = operand_map("v (pages)", call.v, call.v_stride, call.page_size, call.heads_kv, kMaxPages,
-                              head_dim_v(), v_cols, rows, bf16, v_swizzle);
+      p->map[1] = operand_map("k (pages)", call.k, k_stride, call.page_size, call.heads_kv, kMaxPages, k_dim, k_cols,
+                              rows, bf16, k_swizzle);
+      p->map[2] = operand_map("v (pages)", call.v, v_stride, call.page_size, call.heads_kv, kMaxPages, v_dim,
+                              kv_v_cols, rows, bf16, kv_v_swizzle);
     } else if (kv_rows > 0) {
-      p->map[1] = operand_map("k", call.k, call.k_stride, static_cast<int>(kv_rows), call.heads_kv, map_batch,
-                              call.head_dim, cols, static_cast<unsigned>(block_n), bf16, swizzle);
-      p->map[2] = operand_map("v", call.v, call.v_stride, static_cast<int>(kv_rows), call.heads_kv, map_batch,
-                              head_dim_v(), v_cols, static_cast<unsigned>(block_n), bf16, v_swizzle);
+      p->map[1] = operand_map("k", call.k, k_stride, static_cast<int>(kv_rows), call.heads_kv, map_batch, k_dim, k_cols,
+                              static_cast<unsigned>(block_n), bf16, k_swizzle);
+      p->map[2] = operand_map("v", call.v, v_stride, static_cast<int>(kv_rows), call.heads_kv, map_batch, v_dim,
+                              kv_v_cols, static_cast<unsigned>(block_n), bf16, kv_v_swizzle);
     } else {
       p->map[1] = operand_map("k (q standing in: seqlen_k is 0)", call.q, call.q_stride, static_cast<int>(q_rows),
                               call.heads_q, map_batch, call.head_dim, cols, static_cast<unsigned>(block_n), bf16,
@@ -296,6 +316,7 @@ struct FlashFwdWgmmaLaunch {
     if (ordered) maps.varlen_order = static_cast<const int*>(res.workspace[at.order]);  // null: the packed order
     if (varlen) maps.varlen_tiles = static_cast<int>(varlen_tiles(call));
     if (pack_gqa) maps.pack_rows = tile_rows(call);
+    fill_kv_scales(call, &maps.kv);
     if (at.counter >= 0) {
       maps.tile_count = static_cast<int*>(res.workspace[at.counter]);  // null: round-robin
     } else if (plan.workspaces == 2 && res.workspace[0] && res.workspace[1]) {

@@ -10,6 +10,7 @@
 #define ATTNTUNE_FLASH_FWD_WGMMA_MAINLOOP_CUH
 
 #include "../common/attn_params.h"
+#include "../common/fp8.cuh"
 #include "../common/ptx_sm90.cuh"
 #include "args.h"
 #include "epilogue.cuh"
@@ -61,14 +62,18 @@ __device__ __forceinline__ void for_col_blocks(F&& f) {
     for (int cb = 0; cb < kBlocks; ++cb) f(cb);
   }
 }
-// The geometry of a K tile (kV false) or a V tile (true): V's differs where kHeadDimV != kHeadDim.
-template <bool kV>
+// The geometry of a K tile (kV false) or a V tile (true) as TMA loads it: V's differs where
+// kHeadDimV != kHeadDim. An FP8 cache's is its staging buffer's (kRaw): rows of head_dim bytes,
+// head_dim / 2 16-bit elements to the maps.
+template <bool kV, bool kRaw = T::kKvFp8>
 struct KvTile {
-  static constexpr int kBytes = kV ? T::kVBytes : T::kKVBytes;
-  static constexpr int kCols = kV ? T::kColsV : T::kCols;
-  static constexpr int kRowBytes = kV ? T::kRowBytesV : T::kRowBytes;
-  static constexpr int kColBlocks = kV ? T::kColBlocksV : T::kColBlocks;
-  static constexpr int kColBlockBytes = kV ? T::kVColBlockBytes : T::kKVColBlockBytes;
+  static constexpr int kBytes = kRaw ? (kV ? T::kRawVBytes : T::kRawKBytes) : kV ? T::kVBytes : T::kKVBytes;
+  static constexpr int kCols = kRaw ? (kV ? T::kColsRawV : T::kColsRawK) : kV ? T::kColsV : T::kCols;
+  static constexpr int kRowBytes = kRaw ? (kV ? T::kRowBytesRawV : T::kRowBytesRawK) : kV ? T::kRowBytesV : T::kRowBytes;
+  static constexpr int kColBlocks = kRaw ? (kV ? T::kColBlocksRawV : T::kColBlocksRawK)
+                                         : kV ? T::kColBlocksV : T::kColBlocks;
+  static constexpr int kColBlockBytes = kRaw ? (kV ? T::kRawVColBlockBytes : T::kRawKColBlockBytes)
+                                             : kV ? T::kVColBlockBytes : T::kKVColBlockBytes;
 };
 // Q rows from row0. kKvMulticast's padding block (past seqlen_q, rows nobody stores) loads from
 // the last row on instead: a box that starts past the tensor's end is not one TMA promises to
@@ -156,12 +161,94 @@ __device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, con
   const Slot sl(it_base + it);
   const int tile = tile_end - 1 - it;
   const bool paged = T::kKvcache && p.block_table != nullptr;
+  if constexpr (T::kKvFp8) {  // into the staging buffers (one each: phase by the iteration's parity)
+    const u32 ph = static_cast<u32>(it_base + it) & 1;
+    mbar_wait(sm.raw_empty(false), ph ^ 1);
+    if (paged) load_kv_paged<false>(sm.raw_k, sm.raw_full(false), &maps.k, p, maps, tile, kv_head, batch, len_k);
+    else load_kv_tile<false>(sm.raw_k, sm.raw_full(false), &maps.k, tile, kv_head, batch);
+    mbar_wait(sm.raw_empty(true), ph ^ 1);
+    if (paged) load_kv_paged<true>(sm.raw_v, sm.raw_full(true), &maps.v, p, maps, tile, kv_head, batch, len_k);
+    else load_kv_tile<true>(sm.raw_v, sm.raw_full(true), &maps.v, tile, kv_head, batch);
+    return;
+  }
   mbar_wait(sm.k_empty(sl.stage), sl.phase ^ 1);
   if (paged) load_kv_paged<false>(sm.k + sl.stage * T::kKVBytes, sm.k_full(sl.stage), &maps.k, p, maps, tile, kv_head, batch, len_k);
   else load_kv_tile<false>(sm.k + sl.stage * T::kKVBytes, sm.k_full(sl.stage), &maps.k, tile, kv_head, batch);
   mbar_wait(sm.v_empty(sl.stage), sl.phase ^ 1);
   if (paged) load_kv_paged<true>(sm.v + sl.stage * T::kVBytes, sm.v_full(sl.stage), &maps.v, p, maps, tile, kv_head, batch, len_k);
   else load_kv_tile<true>(sm.v + sl.stage * T::kVBytes, sm.v_full(sl.stage), &maps.v, tile, kv_head, batch);
+}
+
+// ---- FP8 caches: the converters (the producer warpgroup's warps 1-3) ----
+// The producer's end mark after its last tile (it_end: the CTA's K/V iterations): K's staging
+// buffer, once free, gets a plain arrive with the end word set.
+__device__ __forceinline__ void raw_end_mark(const Smem& sm, int it_end) {
+  mbar_wait(sm.raw_empty(false), (static_cast<u32>(it_end) & 1) ^ 1);
+  st_shared_s32(sm.raw_end(), 1);
+  mbar_arrive(sm.raw_full(false));
+}
+// A 16-byte chunk's byte offset in a tile of rows of `row_bytes` (128, 64 or 32: the swizzle span),
+// as TMA's swizzle places it: the chunk index XOR the row's bits above the span (args.h).
+template <int kRowBytes>
+__device__ __forceinline__ int swizzled(int row, int chunk) {
+  const int off = row * kRowBytes + chunk * 16;
+  return off ^ (((off >> 7) & (kRowBytes / 16 - 1)) << 4);
+}
+// The staged bytes of a K (kV false) or V tile into the 16-bit stage at `dst`, by converter ctid
+// (0..95): each 16-byte chunk (16 keys' bytes of a row) to two 16-byte chunks of the row, exactly
+// (common/fp8.cuh). A quarter warp takes one chunk of 8 consecutive rows, so that its loads and
+// stores each cover the 8 swizzle positions of a span: conflict-free on both sides.
+template <bool kV>
+__device__ __forceinline__ void convert_tile(u32 raw, u32 dst, int ctid) {
+  using R = KvTile<kV, true>;
+  using D = KvTile<kV, false>;
+  constexpr int kChunks = (kV ? T::kHeadDimV : T::kHeadDim) / 16;  // a row's 16-byte chunks of bytes
+#pragma unroll 1
+  for (int i = ctid; i < T::kBlockN * kChunks; i += T::kConverters) {
+    const int row = (i & 7) + (i >> 3) / kChunks * 8, c = (i >> 3) % kChunks;
+    // Bytes 16c..16c+15 of the row: the staging tile's 16-bit elements 8c..8c+7, the stage's 16c..16c+15.
+    const u32 src = raw + (8 * c / R::kCols) * R::kColBlockBytes + swizzled<R::kRowBytes>(row, 8 * c % R::kCols / 8);
+    u32 x[4], y[8];
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                 : "r"(src));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) e4m3x4_to_pairs<T::kBf16>(x[j], y[2 * j], y[2 * j + 1]);
+    const u32 base = dst + (16 * c / D::kCols) * D::kColBlockBytes;
+    const int chunk = 16 * c % D::kCols / 8;
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(base + swizzled<D::kRowBytes>(row, chunk)),
+                 "r"(y[0]), "r"(y[1]), "r"(y[2]), "r"(y[3])
+                 : "memory");
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(base + swizzled<D::kRowBytes>(row, chunk + 1)),
+                 "r"(y[4]), "r"(y[5]), "r"(y[6]), "r"(y[7])
+                 : "memory");
+  }
+}
+// The converters' loop: for each K/V iteration of the CTA, in order (the ring's), K's staged bytes
+// into K's stage once the consumers freed it, then V's; each warp fences its stores to the async
+// proxy and arrives on the stage's full barrier (3 arrivals) and on the staging buffer's empty one.
+// Ends at the producer's end mark.
+__device__ __forceinline__ void convert_loop(const Smem& sm, int ctid) {
+  const int lane = threadIdx.x % 32;
+  for (int g = 0;; ++g) {
+    const Slot sl(g);
+    const u32 ph = static_cast<u32>(g) & 1;
+    mbar_wait(sm.raw_full(false), ph);
+    if (ld_shared_s32(sm.raw_end())) break;
+#pragma unroll
+    for (int v = 0; v < 2; ++v) {
+      if (v) mbar_wait(sm.raw_full(true), ph);
+      mbar_wait(v ? sm.v_empty(sl.stage) : sm.k_empty(sl.stage), sl.phase ^ 1);
+      if (v) convert_tile<true>(sm.raw_v, sm.v + sl.stage * T::kVBytes, ctid);
+      else convert_tile<false>(sm.raw_k, sm.k + sl.stage * T::kKVBytes, ctid);
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      __syncwarp();
+      if (lane == 0) {
+        mbar_arrive(v ? sm.v_full(sl.stage) : sm.k_full(sl.stage));
+        mbar_arrive(sm.raw_empty(v));
+      }
+    }
+  }
 }
 
 // ---- consumer side ----
@@ -420,6 +507,20 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
                                   : sk;
   const int kv_left = T::kWindow ? key_begin<true>(q_first + q_rows - 1, diag, sk, p.variant) : 0;
 
+  // An FP8 cache: its K scale (the sequence's and KV head's) joins the softmax's; its V scale
+  // multiplies O before the epilogue (the space offers no soft-cap with it: the cap's scale is the
+  // call's).
+  // (Other builds read p.scale_log2 where they use it, as before: a copy held from here changed
+  // their machine code.)
+  float fp8_scale_log2 = 0.f, v_scale = 1.f;
+  if constexpr (T::kKvFp8) {
+    const int kv_head = T::kPackGqa ? head : head / p.q_per_kv;
+    const KvScales& kv = maps.kv;
+    fp8_scale_log2 = p.scale_log2;
+    if (kv.k_descale)
+      fp8_scale_log2 *= __ldg(kv.k_descale + batch * kv.k_descale_stride[0] + kv_head * kv.k_descale_stride[1]);
+    if (kv.v_descale) v_scale = __ldg(kv.v_descale + batch * kv.v_descale_stride[0] + kv_head * kv.v_descale_stride[1]);
+  }
   float o[T::kHeadDimV / 2];  // (64 rows, head_dim_v) accumulator, this thread's part
 #pragma unroll
   for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] = 0.f;
@@ -552,11 +653,11 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     auto s_tile = [&](int tile, bool nar) {
       if (nar) {
         finish_scores<T::kNarrowW>(s, needs_mask(tile), tile, ra, rb, t, sk, diag, p.variant);
-        softmax_tile<T::kNarrowW>(s, m, l, factor, p.scale_log2);
+        softmax_tile<T::kNarrowW>(s, m, l, factor, T::kKvFp8 ? fp8_scale_log2 : p.scale_log2);
         pack_p<T::kNarrowW>(pa, s);
       } else {
         finish_scores(s, needs_mask(tile), tile, ra, rb, t, sk, diag, p.variant);
-        softmax_tile(s, m, l, factor, p.scale_log2);
+        softmax_tile(s, m, l, factor, T::kKvFp8 ? fp8_scale_log2 : p.scale_log2);
         pack_p(pa, s);
       }
     };
@@ -619,7 +720,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         q_done(it == cend - 1);
         release_kv(sm.k_empty(sl.stage));
         finish_scores(s, needs_mask(tile), tile, ra, rb, t, sk, diag, p.variant);
-        softmax_tile(s, m, l, factor, p.scale_log2);  // ... while this runs
+        softmax_tile(s, m, l, factor, T::kKvFp8 ? fp8_scale_log2 : p.scale_log2);  // ... while this runs
         wgmma_wait<0>();
         reg_fence(o);
         release_kv(sm.v_empty(prev.stage));
@@ -653,6 +754,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   }
 
   if (w.u >= 0) split_combine(maps, w, cw, o, m, l);
+  if constexpr (T::kKvFp8) {
+#pragma unroll
+    for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] *= v_scale;
+  }
   if constexpr (T::kPackGqa) {
     const PackedRow a = rows_of(prow), b = rows_of(prow + 8);
     epilogue_pack(o, m, l, sink_a, sink_b, a.live ? a.q : 1 << 30, b.live ? b.q : 1 << 30, a.head, b.head, batch, out);

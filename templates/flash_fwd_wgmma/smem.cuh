@@ -12,6 +12,7 @@ namespace att {
 // tiles), the barrier area.
 struct Smem {
   u32 q, k, v, bars;
+  u32 raw_k, raw_v;  // FP8 caches (Traits::kKvFp8): the staging buffers of K's and V's bytes
   __device__ u32 q_full() const { return bars + T::kBarQFull; }
   __device__ u32 k_full(int st) const { return bars + T::kBarKFull + 8 * st; }
   __device__ u32 v_full(int st) const { return bars + T::kBarVFull + 8 * st; }
@@ -25,6 +26,10 @@ struct Smem {
   // Dynamic tiles (Traits::kDynamicTiles): the producer's next work tile, written before that
   // tile's Q arrives on q_full (a plain arrive when it loads no Q).
   __device__ u32 sched() const { return bars + T::kWordSched; }
+  // FP8 caches: the staging buffers' barriers and the end word.
+  __device__ u32 raw_full(bool v) const { return bars + (v ? T::kBarRawVFull : T::kBarRawKFull); }
+  __device__ u32 raw_empty(bool v) const { return bars + (v ? T::kBarRawVEmpty : T::kBarRawKEmpty); }
+  __device__ u32 raw_end() const { return bars + T::kWordRawEnd; }
 
   // The layout from the dynamic shared memory's start (aligned up to 1024 bytes).
   static __device__ Smem at(const unsigned char* smem_raw) {
@@ -33,6 +38,8 @@ struct Smem {
     sm.k = sm.q + T::kOffK;
     sm.v = sm.q + T::kOffV;
     sm.bars = sm.q + T::kOffBars;
+    sm.raw_k = sm.q + T::kOffRawK;
+    sm.raw_v = sm.q + T::kOffRawV;
     return sm;
   }
 };

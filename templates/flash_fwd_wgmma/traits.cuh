@@ -42,6 +42,16 @@ struct Traits {
 #else
   static constexpr bool kKvcache = false;
 #endif
+  // An FP8 e4m3 KV cache (`kv_dtype=fp8`, kvcache builds; the renderer defines ATT_KV_FP8 for such
+  // problems only): the producer's TMA thread loads each K and V tile's bytes into a staging buffer
+  // (a tile of head_dim / 2 16-bit elements a row, as the maps view the cache), and the producer
+  // warpgroup's other three warps convert it, exactly, into the 16-bit stage the consumers read
+  // (mainloop.cuh, convert_tile). K's scale joins the softmax scale, V's multiplies O.
+#ifdef ATT_KV_FP8
+  static constexpr bool kKvFp8 = ATT_KV_FP8 != 0;
+#else
+  static constexpr bool kKvFp8 = false;
+#endif
   // Work tiles carry their sequence's lengths (varlen, kvcache); else every sequence is AttnParams'.
   static constexpr bool kSeqLens = kVarlen || kKvcache;
   // Attention variants (docs/CONTRACT.md; the renderer defines ATT_WINDOW, ATT_SOFTCAP and ATT_SINKS
@@ -159,7 +169,17 @@ struct Traits {
   static constexpr int kVColBlockBytes = kBlockN * kRowBytesV;
   static constexpr int kOffK = kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
-  static constexpr int kOffBars = kOffV + kStages * kVBytes;
+  // FP8 caches: one staging buffer for K's bytes and one for V's (a tile of kBlockN rows of head_dim
+  // bytes each, laid out as a 16-bit tile of head_dim / 2 columns: its own column blocks and swizzle
+  // span), after the rings, each 1024-aligned.
+  static constexpr int kColsRawK = wgmma_tile::cols(kHeadDim / 2), kColsRawV = wgmma_tile::cols(kHeadDimV / 2);
+  static constexpr int kRowBytesRawK = 2 * kColsRawK, kRowBytesRawV = 2 * kColsRawV;
+  static constexpr int kColBlocksRawK = kHeadDim / 2 / kColsRawK, kColBlocksRawV = kHeadDimV / 2 / kColsRawV;
+  static constexpr int kRawKBytes = kKvFp8 ? kBlockN * kHeadDim : 0, kRawVBytes = kKvFp8 ? kBlockN * kHeadDimV : 0;
+  static constexpr int kRawKColBlockBytes = kBlockN * kRowBytesRawK, kRawVColBlockBytes = kBlockN * kRowBytesRawV;
+  static constexpr int kOffRawK = (kOffV + kStages * kVBytes + 1023) / 1024 * 1024;
+  static constexpr int kOffRawV = (kOffRawK + kRawKBytes + 1023) / 1024 * 1024;
+  static constexpr int kOffBars = kKvFp8 ? (kOffRawV + kRawVBytes + 1023) / 1024 * 1024 : kOffV + kStages * kVBytes;
   static constexpr int kBarBytes = 256;
   static constexpr int kAlignSlack = 1024;  // dynamic smem is only 16-byte aligned
   static constexpr int kSmemBytes = kOffBars + kBarBytes + kAlignSlack;
@@ -181,7 +201,14 @@ struct Traits {
   static constexpr int kWordPlainEnd = kWordPieces + 2 * kPieceBytes;
   static constexpr int kWordMBlocks = kWordPlainEnd + 4;
   static constexpr int kWordSched = kWordMBlocks + 4;
-  static_assert(kBarsEnd <= kWordPieces && kWordSched + 4 <= kBarBytes, "the barrier area overflows");
+  // FP8 caches: the staging buffers' mbarriers (K full, V full, K empty, V empty) and the end word
+  // (the producer's last plain arrive on K's full barrier carries it: no more tiles).
+  static constexpr int kBarRawKFull = 168, kBarRawVFull = 176, kBarRawKEmpty = 184, kBarRawVEmpty = 192;
+  static constexpr int kWordRawEnd = 200;
+  static_assert(kBarsEnd <= kWordPieces && kWordSched + 4 <= kBarRawKFull && kWordRawEnd + 4 <= kBarBytes,
+                "the barrier area overflows");
+  // The converters: the producer warpgroup's warps 1-3.
+  static constexpr int kConverters = 96;
   static_assert(sizeof(sched::SplitPiece) == kPieceBytes, "a piece is three ints");
   // Named barriers (bar.sync ids; 0 is __syncthreads): ping-pong's ring, one per consumer
   // warpgroup (warpgroup cw issues its GEMMs between a sync on kNamedPingPong + cw and an arrive on
@@ -219,6 +246,11 @@ struct Traits {
                 "the register split exceeds the register file");
   static_assert(!kKvMulticast || (!kCausal && kWarpSpecialize && PERSISTENT),
                 "kv_multicast: non-causal persistent grids with a producer");
+  static_assert(!kKvFp8 || (kKvcache && kWarpSpecialize && kHeadDim % 32 == 0 && kHeadDimV % 32 == 0 &&
+                             kProducerRegs >= 40 && !kKvMulticast && !kSplitTail && !kSoftcap),
+                "an FP8 cache: kvcache builds with a producer warpgroup (its warps convert the tiles, at 40 "
+                "registers or more), no soft-cap, head dims multiples of 32 (a staging row of d bytes is a 16-bit row of d / 2 "
+                "elements, a multiple of 16)");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with the kernel's");
 };

@@ -191,16 +191,20 @@ constraints:
   EXPECT_NE(input_error_of([&] { SearchSpace::parse(head + "  kv_fp8: [fp8]\n" + params, "bad.yaml"); })
                 .find("problem.kv_fp8: expected true, false, 1 or 0, got 'fp8'"),
             std::string::npos);
-  // The prefill families do not list it.
-  for (const char* family : {"flash_fwd_mma", "flash_fwd_wgmma"}) {
-    const auto space = SearchSpace::shipped(family);
-    ASSERT_TRUE(space) << family;
-    const Problem prefill = Problem::parse("b=2,h=16,s=512,d=128,dtype=bf16,causal=1,kv_dtype=fp8");
-    EXPECT_NE(input_error_of([&] { space->check_problem(prefill, space->default_arch()); })
-                  .find("does not support an FP8 KV cache"),
-              std::string::npos)
-        << family;
-  }
+  // flash_fwd_mma does not list it; flash_fwd_wgmma serves it over KV-cache pages (chunked prefill)
+  // and says why not without them.
+  const Problem prefill = Problem::parse("b=2,h=16,s=512,d=128,dtype=bf16,causal=1,kv_dtype=fp8");
+  const auto mma = SearchSpace::shipped("flash_fwd_mma"), wgmma = SearchSpace::shipped("flash_fwd_wgmma");
+  ASSERT_TRUE(mma && wgmma);
+  EXPECT_NE(input_error_of([&] { mma->check_problem(prefill, mma->default_arch()); })
+                .find("does not support an FP8 KV cache"),
+            std::string::npos);
+  EXPECT_NE(input_error_of([&] { wgmma->check_problem(prefill, wgmma->default_arch()); })
+                .find("an FP8 cache is read through the KV-cache entry point's pages"),
+            std::string::npos);
+  EXPECT_NO_THROW(wgmma->check_problem(Problem::parse("b=2,h=16,s=512,sk=4096,d=128,dtype=bf16,causal=1,page=16,"
+                                                      "kv_dtype=fp8"),
+                                       wgmma->default_arch()));
 }
 
 TEST(ProblemKvFp8, WarmStartsPreferTheSameCacheDtype) {

@@ -830,6 +830,35 @@ TEST(FlashFwdWgmmaRender, AConfigWithoutPackGqaIsAnUnpackedBuild) {
 // Packed builds at the register edges compile clean (no spills, no serialised wgmma): the dynamic
 // tile counter's producer at 24 registers, three consumer warpgroups with sinks at d=64, a window
 // over KV-cache pages, packed batches, and head dims of each swizzle span.
+// FP8 caches (kv_dtype=fp8, issue 42): builds whose producer warpgroup converts the staged tiles
+// compile clean at the edges: the converters' loop at the producer's 40 registers beside a persistent
+// grid's tile counter and page lookups, packed tiles, three consumer warpgroups, each staging span
+// (head dims 64: 64-byte rows, 96: 32-byte, 128 and 256: 128-byte), windows and sinks, both dtypes.
+TEST(FlashFwdWgmmaBuild, Fp8CacheBuildsAreClean) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  std::vector<std::pair<Config, Problem>> jobs;
+  auto add = [&](const char* spec, auto pred) {
+    const Problem p = Problem::parse(spec);
+    const Config c = last_valid(space, p, pred);
+    ASSERT_FALSE(c.empty()) << spec;
+    jobs.emplace_back(c, p);
+  };
+  auto any = [](const Config&) { return true; };
+  auto persistent = [](const Config& x) { return flag(x, "persistent"); };
+  auto packed = [](const Config& x) { return flag(x, "pack_gqa") && flag(x, "persistent"); };
+  auto three = [](const Config& x) { return num(x, "block_m") == 192; };
+  add("b=4,h=32,hkv=8,s=2048,sk=10240,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8", persistent);
+  add("b=4,h=32,hkv=8,s=2048,sk=10240,d=128,dtype=fp16,causal=0,page=16,kv_dtype=fp8", packed);
+  add("b=8,h=32,hkv=8,s=32,sk=8192,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8", packed);
+  add("b=4,h=32,hkv=8,s=2048,sk=10240,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8", three);
+  add("b=4,h=64,hkv=8,s=1024,sk=8192,d=64,dtype=bf16,causal=1,page=16,window=127,sinks=1,kv_dtype=fp8", persistent);
+  add("b=4,h=32,hkv=8,s=1024,sk=8192,d=96,dtype=fp16,causal=1,page=16,kv_dtype=fp8", any);
+  add("b=2,h=16,hkv=8,s=1024,sk=8192,d=256,dtype=bf16,causal=1,page=64,kv_dtype=fp8", any);
+  expect_clean_builds(space, jobs);
+}
+
 TEST(FlashFwdWgmmaBuild, PackedBuildsAreClean) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
