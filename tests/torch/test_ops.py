@@ -1694,15 +1694,19 @@ class Fp8Caches(unittest.TestCase):
         self.assertEqual((row["calls"], row["problem"]["kv_dtype"], row["dtype"]), (2, "fp8", "bf16"))
         self.assertNotIn("kv_dtype", rows[spec.replace(",kv_dtype=fp8", "")]["problem"])
         self.assertIn(spec + "       2  fp32 fallback: tensors on cpu", attntune.coverage_table())
-        # A GPU's row (tunable): flash_decode tunes FP8 decode; no family FP8 chunked prefill.
+        # A GPU's row (tunable): flash_decode tunes FP8 decode, flash_fwd_wgmma FP8 chunked prefill
+        # (flash_fwd_mma does not).
         support = json.load(open(os.path.join(PKG, "attntune", "tuner.json")))
         fams = {f["family"]: f["support"] for f in support["families"]}
         self.assertEqual(fams["flash_decode"]["kv_fp8"], ["0", "1"])
+        self.assertEqual(fams["flash_fwd_wgmma"]["kv_fp8"], ["0", "1"])
         self.assertNotIn("1", fams["flash_fwd_mma"].get("kv_fp8", []))
         row = dict(row, tunable=True, fallback="no kernel")
         self.assertEqual(attntune.untunable(row, support), "")
         chunk = dict(row, problem=dict(row["problem"], s=512, sk=4096))
-        self.assertIn("flash_fwd_mma tunes no FP8 KV cache", attntune.untunable(chunk, support))
+        self.assertEqual(attntune.untunable(chunk, support), "")
+        without_wgmma = dict(support, families=[f for f in support["families"] if f["family"] != "flash_fwd_wgmma"])
+        self.assertIn("flash_fwd_mma tunes no FP8 KV cache", attntune.untunable(chunk, without_wgmma))
         old = {"families": [{"family": "flash_decode", "regimes": ["decode"],
                              "support": {"d": ["128"], "dtype": ["bf16"]}}]}
         self.assertEqual(attntune.untunable(row, old),
