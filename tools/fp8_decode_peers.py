@@ -38,6 +38,8 @@ ROWS = {
     "spec4": (32, 64, 8, 4, 4096, 128),
     "q8": (32, 32, 8, 8, 4096, 128),
     "q16": (32, 32, 8, 16, 4096, 128),
+    # issue 42's chunked prefill over an FP8 cache: a chunk of 2048 queries after 8192 cached keys
+    "chunk": (4, 32, 8, 2048, 10240, 128),
 }
 
 

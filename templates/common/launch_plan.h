@@ -192,7 +192,7 @@ struct Device {
 constexpr int kMaxKernels = 4;      // entry points of one build
 constexpr int kMaxLaunches = 4;     // kernels one call launches
 constexpr int kMaxWorkspaces = 4;
-constexpr int kMaxTensorMaps = 4;
+constexpr int kMaxTensorMaps = 6;
 constexpr int kTensorMapBytes = 128;  // sizeof(CUtensorMap)
 
 // One TMA tensor map, as cuTensorMapEncodeTiled takes it. The rest of the recipe is the same for
@@ -200,6 +200,10 @@ constexpr int kTensorMapBytes = 128;  // sizeof(CUtensorMap)
 struct TensorMap {
   const char* name;  // for messages: "q", "k", ...
   const void* base;
+  // > 0: a map over workspace `workspace - 1` of the plan, `base` then being the byte offset into
+  // it: the executor encodes it once the workspace is there, and not at all when an optional one
+  // is left out (Resources::map null; the family's bind then does without it). 0: base is the address.
+  int workspace;
   int rank;   // 1..5
   int bf16;   // element type: bf16, else fp16 (2 bytes either way)
   int swizzle_bytes;  // TMA's swizzle span: 128, 64 or 32 bytes (box_cols * 2 at most), 0: none

@@ -138,11 +138,23 @@ class Executor {
     if (const int r = plan_on(family, consts, funcs, call, &out->plan, &out->device, why)) return r;
     const Plan& plan = out->plan;
     for (int i = 0; i < kMaxTensorMaps; ++i) out->res.map[i] = nullptr;
+    // The maps over the call's tensors, then the workspaces, then the maps over those
+    // (TensorMap::workspace; none over a workspace left out).
     for (int i = 0; i < plan.maps; ++i) {
+      if (plan.map[i].workspace > 0) continue;
       if (const int r = api_.encode_map(plan.map[i], out->maps[i].bytes, why)) return r;
       out->res.map[i] = out->maps[i].bytes;
     }
-    return workspaces(consts, out->device, stream, plan, options, out->res.workspace, why);
+    if (const int r = workspaces(consts, out->device, stream, plan, options, out->res.workspace, why)) return r;
+    for (int i = 0; i < plan.maps; ++i) {
+      TensorMap m = plan.map[i];
+      const int w = m.workspace - 1;
+      if (w < 0 || w >= plan.workspaces || !out->res.workspace[w]) continue;
+      m.base = static_cast<const char*>(out->res.workspace[w]) + reinterpret_cast<unsigned long long>(m.base);
+      if (const int r = api_.encode_map(m, out->maps[i].bytes, why)) return r;
+      out->res.map[i] = out->maps[i].bytes;
+    }
+    return 0;
   }
 
   // Step 3: the prepared call's kernels, in order, on `stream`.

@@ -89,7 +89,19 @@ struct TmaMaps {
   int pack_rows;
   // An FP8 cache (Traits::kKvFp8): its dequantisation scales (common/kv_scales.h). Unused otherwise.
   KvScales kv;
+  // An FP8 cache converted before the main kernel (flash_fwd_wgmma_kv_dequant, launch 0, into a
+  // workspace): k and v are then maps over that 16-bit copy, contiguous ((head_dim, seqlen_k,
+  // heads_kv, batch), unscaled: the scales still apply), and the producer loads them into the stages
+  // as for a 16-bit cache. 0: the kernel converts each staged tile itself (mainloop.cuh).
+  int kv_dequantised;
 };
+// The dequantising kernel's block, and where the V copy starts in its workspace (after K's,
+// 1024-aligned): K [batch][heads_kv][seqlen_k][head_dim], V the same at head_dim_v, 16-bit.
+constexpr int kKvDequantThreads = 256;
+ATT_WGMMA_FN constexpr unsigned long long kv_dequant_v_offset(long long batch, long long heads_kv, long long seqlen_k,
+                                                              long long head_dim) {
+  return static_cast<unsigned long long>((batch * heads_kv * seqlen_k * head_dim * 2 + 1023) / 1024 * 1024);
+}
 
 // The order kernel's block (one CTA) and the most sequences it orders: a larger batch runs in the
 // packed order.

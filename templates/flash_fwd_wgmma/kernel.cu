@@ -51,17 +51,20 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     mbar_init(sm.q_empty(), T::kConsumerWgs * 4);  // one arrive per consumer warp
     if constexpr (T::kScheduleInSmem) split_pieces(p, maps, sm, first_tile, ctas, tiles, m_blocks);
     for (int st = 0; st < T::kStages; ++st) {
-      // An FP8 cache's stages fill by the converters' warps (an arrive each), not by TMA.
-      mbar_init(sm.k_full(st), T::kKvFp8 ? T::kConverters / 32 : 1);
-      mbar_init(sm.v_full(st), T::kKvFp8 ? T::kConverters / 32 : 1);
+      // An FP8 cache's stages fill by the converters' warps (an arrive each), not by TMA (unless
+      // it was converted before this kernel: maps.kv_dequantised).
+      const bool converted = T::kKvFp8 && !maps.kv_dequantised;
+      mbar_init(sm.k_full(st), converted ? T::kConverters / 32 : 1);
+      mbar_init(sm.v_full(st), converted ? T::kConverters / 32 : 1);
       mbar_init(sm.k_empty(st), T::kConsumerWgs * 4 * T::kCluster);  // and the peer's warps (kKvMulticast)
       mbar_init(sm.v_empty(st), T::kConsumerWgs * 4 * T::kCluster);
     }
     if constexpr (T::kKvFp8) {
-      for (int v = 0; v < 2; ++v) {
-        mbar_init(sm.raw_full(v), 1);
-        mbar_init(sm.raw_empty(v), T::kConverters / 32);
-      }
+      for (int v = 0; v < 2; ++v)
+        for (int st = 0; st < T::kRawStages; ++st) {
+          mbar_init(sm.raw_full(v, st), 1);
+          mbar_init(sm.raw_empty(v, st), T::kConverters / 32);
+        }
       st_shared_s32(sm.raw_end(), 0);
     }
     mbar_init_fence();
@@ -118,7 +121,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
             t = counter ? ctas + atomicAdd(counter, 1) : ld_shared_s32(sm.sched()) + ctas;
           }
           produce_tile(w, it_base, q_phase, 0, tiles);  // the end mark
-          if constexpr (T::kKvFp8) raw_end_mark(sm, it_base);  // and the converters'
+          if (T::kKvFp8 && !maps.kv_dequantised) raw_end_mark(sm, it_base);  // and the converters'
           // The last CTA to be done with the counter resets both for the next launch.
           if (counter) {
             __threadfence();
@@ -134,9 +137,9 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
             it_base += w.hi - w.lo;
             q_phase ^= 1;
           }
-          if constexpr (T::kKvFp8) raw_end_mark(sm, it_base);
+          if (T::kKvFp8 && !maps.kv_dequantised) raw_end_mark(sm, it_base);
         }
-      } else if (T::kKvFp8 && threadIdx.x >= 32) {
+      } else if (T::kKvFp8 && !maps.kv_dequantised && threadIdx.x >= 32) {
         convert_loop(sm, static_cast<int>(threadIdx.x) - 32);
       }
     } else {
@@ -225,6 +228,60 @@ flash_fwd_wgmma_varlen_order(const AttnParams p, int* order) {
     }
     if (i < n) order[n + i] = i == 0 ? 0 : scan[i - 1];
     if (i == 0) order[2 * n] = scan[n - 1];
+  }
+}
+
+// ---- an FP8 cache converted once, before the main kernel (launch.h: launch 0) ----
+// A call with several query tiles a KV head would have each tile's producer warps convert every
+// K/V tile it reads again (the whole cache once per query tile: 0.61x the bf16 cache's time at
+// b4 h32/8 s2048 sk10240, H200 2026-11-30). This kernel converts the keys each sequence has
+// (cache_seqlens; through the page table) once, exactly (common/fp8.cuh), into a 16-bit copy in the
+// plan's workspace, K [batch][heads_kv][seqlen_k][head_dim] then V (args.h, kv_dequant_v_offset),
+// unscaled: the main kernel reads it as a contiguous cache and applies the scales as before. Rows
+// past a sequence's keys are not written (the main kernel masks them). Grid (ceil(seqlen_k *
+// heads_kv * chunks / kKvDequantThreads), batch), a thread per 16 bytes of a cache row (the row's
+// K chunks, then its V chunks). Every build has this entry point; it does something in an FP8
+// build only, and only with its workspace.
+extern "C" __global__ void __launch_bounds__(kKvDequantThreads)
+flash_fwd_wgmma_kv_dequant(const AttnParams p, unsigned char* ws) {
+  if constexpr (T::kKvFp8) {
+    if (!ws) return;
+    constexpr int kKChunks = T::kHeadDim / 16, kChunks = kKChunks + T::kHeadDimV / 16;
+    const int b = blockIdx.y;
+    const long long idx = static_cast<long long>(blockIdx.x) * kKvDequantThreads + threadIdx.x;
+    const int c = static_cast<int>(idx % kChunks);
+    const long long rest = idx / kChunks;
+    const int h = static_cast<int>(rest % p.heads_kv);
+    const long long j = rest / p.heads_kv;
+    const int len = p.cache_seqlens ? min(max(__ldg(p.cache_seqlens + b), 0), p.seqlen_k) : p.seqlen_k;
+    if (j >= len) return;
+    const bool v = c >= kKChunks;
+    const int cc = v ? c - kKChunks : c;
+    const long long* stride = v ? p.v_stride : p.k_stride;  // bytes (an FP8 element is one)
+    long long row;
+    if (p.block_table) {
+      const int page = static_cast<int>(j / p.page_size);
+      row = static_cast<long long>(__ldg(p.block_table + static_cast<long long>(b) * p.max_blocks_per_seq + page)) *
+                stride[0] +
+            (j - static_cast<long long>(page) * p.page_size) * stride[2];
+    } else {
+      row = static_cast<long long>(b) * stride[0] + j * stride[2];
+    }
+    const unsigned char* src = static_cast<const unsigned char*>(v ? p.v : p.k) + row + h * stride[1] + cc * 16;
+    u32 x[4], y[8];
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                 : "l"(src));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) e4m3x4_to_pairs<T::kBf16>(x[i], y[2 * i], y[2 * i + 1]);
+    const int dim = v ? T::kHeadDimV : T::kHeadDim;
+    unsigned char* dst = ws + (v ? kv_dequant_v_offset(p.batch, p.heads_kv, p.seqlen_k, T::kHeadDim) : 0) +
+                         ((static_cast<long long>(b) * p.heads_kv + h) * p.seqlen_k + j) * dim * 2 + cc * 32;
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(y[0]), "r"(y[1]), "r"(y[2]), "r"(y[3])
+                 : "memory");
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst + 16), "r"(y[4]), "r"(y[5]), "r"(y[6]),
+                 "r"(y[7])
+                 : "memory");
   }
 }
 

@@ -146,15 +146,25 @@ struct FlashFwdWgmmaLaunch {
     // Varlen, longest first: the order kernel runs first (launch 0) and fills a workspace the
     // main kernel reads (varlen_orders says when).
     const bool order = varlen && varlen_orders(call);
-    const Places at = places(order);
+    const bool dequant = !varlen && dequant_first(call);
+    const Places at = places(order, dequant);
     if (at.counter >= 0) p->workspace[at.counter] = Workspace{2 * sizeof(int), 1, 1};
     if (order) {
       p->launch[0] = Launch{1, {1, 1, 1}, static_cast<unsigned>(att::kVarlenOrderThreads), 0, 1};
       p->workspace[at.order] = Workspace{(2ull * call.batch + 1) * sizeof(int), 0, 1};
     }
+    if (dequant) {
+      const long long threads_per_seq =
+          static_cast<long long>(call.seqlen_k) * call.heads_kv * ((call.head_dim + head_dim_v()) / 16);
+      p->launch[0] = Launch{2,
+                            {static_cast<unsigned>(ceil_div(threads_per_seq, att::kKvDequantThreads)),
+                             static_cast<unsigned>(call.batch), 1},
+                            static_cast<unsigned>(att::kKvDequantThreads), 0, 1};
+      p->workspace[at.dequant] = Workspace{dequant_bytes(call), 0, 1};
+    }
     p->workspaces = at.count;
-    Launch& l = p->launch[order ? 1 : 0];
-    p->launches = order ? 2 : 1;
+    Launch& l = p->launch[order || dequant ? 1 : 0];
+    p->launches = order || dequant ? 2 : 1;
     if (varlen) {
       // One CTA per tile of the packed index space (scheduler.h, work_tiles.cuh's varlen_tile): floor(total_q / block_m)
       // + batch indices, times heads_q. Persistent: one CTA per SM at most, the tiles from the
@@ -239,7 +249,42 @@ struct FlashFwdWgmmaLaunch {
                               swizzle);
       p->map[2] = p->map[1];
     }
+    if (dequant) {
+      // The converted copy in the workspace (args.h): K [batch][heads_kv][seqlen_k][d], V after it,
+      // maps as over a contiguous 16-bit cache; encoded only when the workspace is there.
+      const long long sk = call.seqlen_k, hkv = call.heads_kv, dv = head_dim_v();
+      const long long ks[3] = {hkv * sk * call.head_dim, sk * call.head_dim, call.head_dim};
+      const long long vs[3] = {hkv * sk * dv, sk * dv, dv};
+      const unsigned v_cols = static_cast<unsigned>(att::wgmma_tile::cols(head_dim_v()));
+      p->map[3] = operand_map("k (dequantised)", nullptr, ks, call.seqlen_k, call.heads_kv, call.batch, call.head_dim,
+                              cols, static_cast<unsigned>(block_n), bf16, swizzle);
+      p->map[4] = operand_map("v (dequantised)",
+                              reinterpret_cast<const void*>(static_cast<unsigned long long>(
+                                  att::kv_dequant_v_offset(call.batch, call.heads_kv, call.seqlen_k, call.head_dim))),
+                              vs, call.seqlen_k, call.heads_kv, call.batch, head_dim_v(), v_cols,
+                              static_cast<unsigned>(block_n), bf16, att::wgmma_tile::swizzle_bytes(head_dim_v()));
+      p->map[3].workspace = p->map[4].workspace = at.dequant + 1;
+      p->maps = 5;
+    }
     return 0;
+  }
+
+  // An FP8 cache read by several query tiles of each KV head (chunked prefill) is converted once,
+  // before the main kernel, into a 16-bit copy in a workspace (kernel.cu, flash_fwd_wgmma_kv_dequant):
+  // converted in the kernel, each query tile's producer warps convert the whole cache again, and
+  // that conversion, not the MMAs, set the time (0.61x the bf16 cache's time at b4 h32/8 s2048
+  // sk10240, H200 2026-11-30; converting a pass twice added its cost again). One query tile a KV
+  // head (short chunks) converts in the kernel, as does a call whose copy would pass
+  // kDequantMaxBytes, or whose workspace is left out.
+  static constexpr unsigned long long kDequantMaxBytes = 1ull << 30;
+  unsigned long long dequant_bytes(const Call& call) const {
+    const unsigned long long rows = static_cast<unsigned long long>(call.batch) * call.heads_kv * call.seqlen_k;
+    return att::kv_dequant_v_offset(call.batch, call.heads_kv, call.seqlen_k, call.head_dim) + rows * head_dim_v() * 2;
+  }
+  bool dequant_first(const Call& call) const {
+    if (!kv_fp8 || entry != kEntryKvcache || call.seqlen_k < 1 || call.batch < 1 || call.heads_kv < 1) return false;
+    if (work_tiles(call) < 2LL * call.heads_kv * call.batch) return false;
+    return dequant_bytes(call) <= kDequantMaxBytes;
   }
 
   // Whether a varlen call orders its sequences longest first (scheduler.h, work_tiles.cuh's
@@ -273,12 +318,13 @@ struct FlashFwdWgmmaLaunch {
   // the counter at index 1 or 0 from one call to the next, and an ordered call's order then
   // served the next call as its counter: tiles went unprocessed.) The split tail's two come alone.
   struct Places {
-    int counter = -1, order = -1, count = 0;
+    int counter = -1, order = -1, dequant = -1, count = 0;
   };
-  Places places(bool ordered) const {
+  Places places(bool ordered, bool dequant) const {
     Places at;
     if (persistent && dynamic_tiles) at.counter = at.count++;
     if (ordered) at.order = at.count++;
+    if (dequant) at.dequant = at.count++;  // an FP8 build's (never varlen), after the counter
     return at;
   }
 
@@ -301,18 +347,29 @@ struct FlashFwdWgmmaLaunch {
 
   int bind(const Call& call, const Plan& plan, const Resources& res, int launch, Args* args, Why* why) const {
     const bool ordered = plan.launches == 2 && plan.launch[0].kernel == 1;
-    const Places at = places(ordered);
+    const bool dequant = plan.launches == 2 && plan.launch[0].kernel == 2;
+    const Places at = places(ordered, dequant);
     if (plan.launch[launch].kernel == 1) {  // the varlen order kernel; without its workspace, a no-op
       if (!args->add(dense_params(call)) || !args->add(static_cast<int*>(res.workspace[at.order])))
+        return refuse(why, "flash_fwd_wgmma: the arguments do not fit");
+      return 0;
+    }
+    // The FP8 cache's conversion; without its workspace (or its maps), a no-op, and the main
+    // kernel converts each tile itself.
+    const bool converted = dequant && res.workspace[at.dequant] && res.map[3] && res.map[4];
+    if (plan.launch[launch].kernel == 2) {
+      if (!args->add(dense_params(call)) ||
+          !args->add(converted ? static_cast<unsigned char*>(res.workspace[at.dequant]) : nullptr))
         return refuse(why, "flash_fwd_wgmma: the arguments do not fit");
       return 0;
     }
     att::TmaMaps maps;
     std::memset(&maps, 0, sizeof maps);
     std::memcpy(&maps.q, res.map[0], sizeof maps.q);
-    std::memcpy(&maps.k, res.map[1], sizeof maps.k);
-    std::memcpy(&maps.v, res.map[2], sizeof maps.v);
-    maps.kv_box_rows = kv_box_rows(call);
+    std::memcpy(&maps.k, res.map[converted ? 3 : 1], sizeof maps.k);
+    std::memcpy(&maps.v, res.map[converted ? 4 : 2], sizeof maps.v);
+    maps.kv_box_rows = converted ? 0 : kv_box_rows(call);  // the copy is contiguous
+    maps.kv_dequantised = converted ? 1 : 0;
     if (ordered) maps.varlen_order = static_cast<const int*>(res.workspace[at.order]);  // null: the packed order
     if (varlen) maps.varlen_tiles = static_cast<int>(varlen_tiles(call));
     if (pack_gqa) maps.pack_rows = tile_rows(call);
@@ -325,8 +382,9 @@ struct FlashFwdWgmmaLaunch {
       maps.split_count = static_cast<int*>(res.workspace[1]);
       maps.split_tail = static_cast<int>(tail_tiles(call, plan.launch[0].grid[0]));
     }
-    if (!args->add(dense_params(call)) || !args->add(maps))
-      return refuse(why, "flash_fwd_wgmma: the arguments do not fit");
+    AttnParams params = dense_params(call);
+    if (converted) params.block_table = nullptr;  // the copy is [batch][heads_kv][seqlen_k]
+    if (!args->add(params) || !args->add(maps)) return refuse(why, "flash_fwd_wgmma: the arguments do not fit");
     return 0;
   }
 };
@@ -334,8 +392,8 @@ struct FlashFwdWgmmaLaunch {
 static_assert(sizeof(att::TmaDesc) == kTensorMapBytes, "a TmaDesc is a CUtensorMap");
 
 inline constexpr LaunchFamily kFlashFwdWgmma =
-    make_family<FlashFwdWgmmaLaunch>("flash_fwd_wgmma", kEntryDense | kEntryKvcache | kEntryVarlen, 2, "flash_fwd_wgmma",
-                                     "flash_fwd_wgmma_varlen_order");
+    make_family<FlashFwdWgmmaLaunch>("flash_fwd_wgmma", kEntryDense | kEntryKvcache | kEntryVarlen, 3, "flash_fwd_wgmma",
+                                     "flash_fwd_wgmma_varlen_order", "flash_fwd_wgmma_kv_dequant");
 
 }  // namespace attntune_plan
 

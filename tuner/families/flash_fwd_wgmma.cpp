@@ -60,7 +60,8 @@ const Family& flash_fwd_wgmma_family() {
     f.plan = &attntune_plan::kFlashFwdWgmma;
     f.plan_symbol = "attntune_plan::kFlashFwdWgmma";
     f.build_per_entry = true;
-    f.kernel_params = {"const AttnParams p, const __grid_constant__ att::TmaMaps maps", "const AttnParams p, int* order"};
+    f.kernel_params = {"const AttnParams p, const __grid_constant__ att::TmaMaps maps", "const AttnParams p, int* order",
+                       "const AttnParams p, unsigned char* ws"};
     f.tma = true;
     f.describe_launch = describe;
     f.launch_json = launch_json;

@@ -129,8 +129,8 @@ struct Scenario {
     }
     for (int i = 0; i < p.maps; ++i) {
       const void* base = nullptr;
-      std::memcpy(&base, res.map[i], sizeof base);
-      ws += fmt::format(" m{}={}", i, base);
+      if (res.map[i]) std::memcpy(&base, res.map[i], sizeof base);
+      ws += res.map[i] ? fmt::format(" m{}={}", i, base) : fmt::format(" m{}=none", i);
     }
     if (log) log->push_back(fmt::format("bind {}{}", launch, ws));
     if (launch == refuse_bind) return refuse(why, "the fake family cannot bind launch %d", launch);
@@ -381,6 +381,29 @@ TEST_F(RunPlan, EncodesTheMapsForBind) {
   s.planned.map[1].base = reinterpret_cast<const void*>(0x200);
   ASSERT_EQ(run(), 0) << why.text;
   EXPECT_EQ(take(), (Log{"sm_count 0", "encode q", "encode k", "bind 0 m0=0x100 m1=0x200", "launch k0 (1,2,1) s1"}));
+}
+
+// A map over a workspace (TensorMap::workspace, the byte offset in base) is encoded after the
+// workspaces, at the workspace's address plus the offset; over an optional workspace left out, it is
+// not encoded at all (Resources::map null: bind does without it).
+TEST_F(RunPlan, EncodesAMapOverAWorkspaceAtItsAddressOrNotAtAll) {
+  s.planned.launches = 1;
+  s.planned.launch[0] = launch_of(0, 1);
+  s.planned.workspaces = 1;
+  s.planned.workspace[0] = Workspace{0x800, 0, 1};
+  s.planned.maps = 2;
+  s.planned.map[0].name = "q";
+  s.planned.map[0].base = reinterpret_cast<const void*>(0x100);
+  s.planned.map[1].name = "copy";
+  s.planned.map[1].base = reinterpret_cast<const void*>(0x40);  // offset into workspace 0
+  s.planned.map[1].workspace = 1;
+  ASSERT_EQ(run(), 0) << why.text;
+  EXPECT_EQ(take(), (Log{"sm_count 0", "encode q", "relax_capture", "allocate 2048", "restore_capture 0", "encode copy",
+                         "bind 0 w0=0x1000 m0=0x100 m1=0x1040", "launch k0 (1,2,1) s1"}));
+  RunOptions without;
+  without.optional_workspaces = 0;
+  ASSERT_EQ(run(1, nullptr, without), 0) << why.text;
+  EXPECT_EQ(take(), (Log{"encode q", "bind 0 w0=null m0=0x100 m1=none", "launch k0 (1,2,1) s1"}));
 }
 
 TEST_F(RunPlan, PassesOnRefusalsAndErrorsWithNothingLaunchedAfterThem) {

@@ -214,3 +214,27 @@ TEST(ExportFp8Nvcc, OnlyFp8CallsRunTheFp8KernelAndBadOptionsAreRefused) {
     EXPECT_NE(o.find("bf16_stride_8_elements: past the checks\n"), std::string::npos) << o;
   }
 }
+
+// Chunked prefill over an FP8 cache (flash_fwd_wgmma, issue 42): its file carries the kernel that
+// converts the cache once before the main kernel (launch 0 of a call with several query tiles a KV
+// head), under the file's namespace as the other entry points, and builds for sm_90a.
+TEST(ExportFp8Nvcc, ChunkedPrefillOverAnFp8CacheCarriesItsConversionKernelAndBuilds) {
+  const std::string nvcc = attntune::test::find_nvcc();
+  ASSERT_FALSE(nvcc.empty()) << "nvcc not found ($CUDACXX, $CUDA_HOME, PATH, /usr/local/cuda/bin): CI has the toolkit";
+  const std::string chunk = "b=4,h=32,hkv=8,s=2048,sk=10240,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8";
+  TempDir dir;
+  const std::string db = dir.file("chunk.db");
+  ExportDb d{db, source_dir()};
+  d.campaign("flash_fwd_wgmma", "chunk-fp8", chunk,
+             {d.config_if("flash_fwd_wgmma", chunk, [](const Config& c) { return std::get<bool>(c.at("pack_gqa")); })},
+             {1950.0});
+  const std::string one = dir.file("chunk.cu");
+  const auto r = run_attntune("export --db " + shq(db) + " --campaign chunk-fp8 -o " + shq(one));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string src = read_bytes(one);
+  for (const char* k : {"flash_fwd_wgmma", "flash_fwd_wgmma_varlen_order", "flash_fwd_wgmma_kv_dequant"})
+    EXPECT_NE(src.find(std::string("#define ") + k + " attntune_k0_" + k + "\n"), std::string::npos) << k;
+  EXPECT_NE(src.find("const AttnParams p, unsigned char* ws"), std::string::npos);
+  const Shell b = sh(attntune::test::nvcc_shared_command(nvcc, "sm_90a", one, dir.file("libchunk.so")));
+  EXPECT_EQ(b.status, 0) << b.output;
+}

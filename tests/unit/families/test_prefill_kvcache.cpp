@@ -473,3 +473,102 @@ TEST(PrefillKvcache, KvcacheBuildsCompileForEveryArch) {
     EXPECT_EQ(out.spill_stores, 0) << j.what;
   }
 }
+
+// An FP8 cache that several query tiles of each KV head read (chunked prefill) is converted once,
+// before the main kernel: launch 0 is flash_fwd_wgmma_kv_dequant over every sequence's rows (a
+// thread per 16 bytes of a K and V row), into an optional workspace that two more tensor maps lie
+// over (K [batch][heads_kv][seqlen_k][d] then V, 16-bit); bind hands the main kernel those maps,
+// no page table and kv_dequantised 1, and without the workspace the raw maps, the table and 0 (the
+// kernel converts each tile). One query tile a KV head, or a copy past 1 GiB, converts in the kernel.
+TEST(PrefillKvcache, WgmmaConvertsAnFp8CacheOnceWhenSeveralQueryTilesReadIt) {
+  const Problem fp8 = Problem::parse("b=4,h=32,hkv=8,s=2048,sk=10240,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8");
+  const SearchSpace space = space_of("flash_fwd_wgmma");
+  const Config c = first_config(space, fp8, "sm_90a", [](const Config& x) {
+    return std::get<bool>(x.at("pack_gqa")) && !std::get<bool>(x.at("persistent"));
+  });
+  ASSERT_FALSE(c.empty());
+  const RenderedKernel k = render_kernel(space, c, fp8, "sm_90a");
+  const auto dev = FakeDevice{}.device();
+  std::string why;
+  auto fp8_call = [&](int batch, int seqlen_q) {
+    attntune_plan::Call call = kvcache_call_of(fp8, true, 16);
+    call.kv_fp8 = 1;
+    call.batch = batch;
+    call.seqlen_q = seqlen_q;
+    return call;
+  };
+  const auto plan = plan_call(k.launch, fp8_call(4, 2048), dev, &why);
+  ASSERT_TRUE(plan) << why;
+  ASSERT_EQ(plan->launches, 2);
+  EXPECT_EQ(plan->launch[0].kernel, 2);
+  EXPECT_EQ(plan->launch[0].block, static_cast<unsigned>(att::kKvDequantThreads));
+  EXPECT_EQ(plan->launch[0].grid[0], static_cast<unsigned>(10240ll * 8 * 16 / att::kKvDequantThreads));
+  EXPECT_EQ(plan->launch[0].grid[1], 4u);
+  EXPECT_EQ(plan->launch[1].kernel, 0);
+  ASSERT_EQ(plan->workspaces, 1);
+  const unsigned long long k_bytes = 4ull * 8 * 10240 * 128 * 2;
+  EXPECT_EQ(plan->workspace[0].bytes, 2 * k_bytes);
+  EXPECT_TRUE(plan->workspace[0].optional);
+  EXPECT_FALSE(plan->workspace[0].zeroed);
+  ASSERT_EQ(plan->maps, 5);
+  for (int m : {3, 4}) {
+    EXPECT_EQ(plan->map[m].workspace, 1) << m;
+    EXPECT_EQ(plan->map[m].dims[0], 128u) << m;
+    EXPECT_EQ(plan->map[m].dims[1], 10240u) << m;
+    EXPECT_EQ(plan->map[m].dims[2], 8u) << m;
+    EXPECT_EQ(plan->map[m].dims[3], 4u) << m;
+    EXPECT_EQ(plan->map[m].strides[0], 128u * 2) << m;  // a row of the 16-bit copy
+  }
+  EXPECT_EQ(reinterpret_cast<unsigned long long>(plan->map[3].base), 0u);
+  EXPECT_EQ(reinterpret_cast<unsigned long long>(plan->map[4].base), k_bytes);
+  EXPECT_EQ(plan->map[1].workspace, 0);
+
+  // Bind: with the workspace the main kernel reads the copy; without it, the pages.
+  const auto consts =
+      launch_constants<attntune_plan::FlashFwdWgmmaLaunch>(k.launch.defines, "flash_fwd_wgmma");
+  alignas(64) static unsigned char map_bytes[attntune_plan::kMaxTensorMaps][attntune_plan::kTensorMapBytes];
+  for (int m = 0; m < attntune_plan::kMaxTensorMaps; ++m) std::memset(map_bytes[m], m + 1, sizeof map_bytes[m]);
+  unsigned char ws_byte = 0;
+  for (bool with_ws : {true, false}) {
+    attntune_plan::Resources res;
+    std::memset(&res, 0, sizeof res);
+    for (int m = 0; m < 3; ++m) res.map[m] = map_bytes[m];
+    if (with_ws) {
+      res.map[3] = map_bytes[3];
+      res.map[4] = map_bytes[4];
+      res.workspace[0] = &ws_byte;
+    }
+    const attntune_plan::Call call = fp8_call(4, 2048);
+    attntune_plan::Why w;
+    w.text[0] = 0;
+    attntune_plan::Args first, main;
+    ASSERT_EQ(consts.bind(call, *plan, res, 0, &first, &w), 0) << w.text;
+    unsigned char* ws_arg = nullptr;
+    std::memcpy(&ws_arg, first.ptr[1], sizeof ws_arg);
+    EXPECT_EQ(ws_arg, with_ws ? &ws_byte : nullptr);
+    ASSERT_EQ(consts.bind(call, *plan, res, 1, &main, &w), 0) << w.text;
+    AttnParams p;
+    std::memcpy(&p, main.ptr[0], sizeof p);
+    att::TmaMaps maps;
+    std::memcpy(&maps, main.ptr[1], sizeof maps);
+    EXPECT_EQ(p.block_table, with_ws ? nullptr : call.block_table);
+    EXPECT_EQ(maps.kv_dequantised, with_ws ? 1 : 0);
+    EXPECT_EQ(maps.kv_box_rows, with_ws ? 0 : 16);
+    EXPECT_EQ(reinterpret_cast<const unsigned char*>(&maps.k)[0], with_ws ? 4 : 2);  // map 3 or map 1
+    EXPECT_EQ(reinterpret_cast<const unsigned char*>(&maps.v)[0], with_ws ? 5 : 3);
+  }
+
+  // One query tile a KV head (16 rows of 4 heads, packed) or a copy past 1 GiB: no conversion first.
+  for (const auto& call : {fp8_call(4, 16), fp8_call(64, 2048)}) {
+    const auto one = plan_call(k.launch, call, dev, &why);
+    ASSERT_TRUE(one) << why;
+    EXPECT_EQ(one->launches, 1) << call.batch << " " << call.seqlen_q;
+    EXPECT_EQ(one->workspaces, 0);
+    EXPECT_EQ(one->maps, 3);
+  }
+  // A cache of q's dtype never converts.
+  const RenderedKernel bf16 = render_kernel(space, c, kPaged, "sm_90a");
+  const auto plain = plan_call(bf16.launch, kvcache_call_of(kPaged, true, 16), dev, &why);
+  ASSERT_TRUE(plain) << why;
+  EXPECT_EQ(plain->launches, 1);
+}
