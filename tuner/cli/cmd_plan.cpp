@@ -102,8 +102,8 @@ int run_plan(const std::vector<std::string>& args) {
        "batch of prompts of lengths seqlen/16..seqlen: varlen=max(1, seqlen/16))")
       ("dtype", po::value(&dtype)->default_value(defaults.dtype), "bf16, fp16, both, or model (the config's torch_dtype)")
       ("kv-dtype", po::value(&kv_dtype)->default_value(defaults.kv_dtype),
-       "the KV cache's dtype: fp8 (FP8 e4m3: decode problems get kv_dtype=fp8; chunked prefill keeps a 16-bit "
-       "cache), or fp16, bf16, model: a cache of q's dtype (--dtype)")
+       "the KV cache's dtype: fp8 (FP8 e4m3: decode and chunked prefill problems get kv_dtype=fp8; beyond 16 "
+       "query rows on Hopper only), or fp16, bf16, model: a cache of q's dtype (--dtype)")
       ("batch", po::value(&batch)->default_value(list_text(defaults.batch)), "prefill, varlen and chunk: batch sizes")
       ("seqlen", po::value(&seqlen)->default_value(list_text(defaults.seqlen)),
        "prefill: prompt lengths (s = sk); varlen: the longest prompt")

@@ -1025,8 +1025,13 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
         p.hkv = 1;
         p.latent = true;
       }
-      // An FP8 cache where a decode step reads one (chunked prefill keeps q's dtype: kv_dtype_note).
+      // An FP8 cache where a decode step reads one (flash_decode), and where chunked prefill and
+      // longer decode steps read one through flash_fwd_wgmma (Hopper): head dims multiples of 32, no
+      // soft-cap (its space's rules); those keep q's dtype (kv_dtype_note says so).
       if (kv_fp8 && regime == "decode" && s <= kPlanDecodeMaxQ) p.kv_fp8 = true;
+      if (kv_fp8 && (regime == "chunk" || regime == "decode") && s > kPlanDecodeMaxQ && !p.latent &&
+          p.d % 32 == 0 && (p.dv ? p.dv : p.d) % 32 == 0 && p.softcap <= 0)
+        p.kv_fp8 = true;
       p.backward = backward;
       made.push_back({ki, {p, regime, layers}});
     };
@@ -1076,21 +1081,27 @@ Plan make_plan(const ModelAttention& m, const PlanOptions& o) {
 
 std::string kv_dtype_note(const PlanOptions& o, const Plan& plan) {
   if (o.kv_dtype != "fp8") return "";
-  bool chunk = false, long_decode = false;
+  // Problems of more than kPlanDecodeMaxQ query rows over a cache: planned FP8 (flash_fwd_wgmma, on
+  // Hopper only), or left 16-bit (a soft-cap, a head dim not a multiple of 32).
+  bool fp8 = false, kept = false;
   for (const PlanEntry& e : plan.entries) {
-    if (e.problem.kv_fp8) continue;
-    chunk = chunk || e.regime == "chunk";
-    long_decode = long_decode || e.regime == "decode";
+    if (e.regime != "chunk" && e.regime != "decode") continue;
+    if (e.problem.s <= kPlanDecodeMaxQ) continue;
+    (e.problem.kv_fp8 ? fp8 : kept) = true;
   }
-  if (!chunk && !long_decode) return "";
-  const std::string what = chunk && long_decode
-                               ? fmt::format("chunked prefill and decode steps of more than {} query rows still plan",
-                                             kPlanDecodeMaxQ)
-                           : chunk ? std::string("chunked prefill still plans")
-                                   : fmt::format("decode steps of more than {} query rows still plan", kPlanDecodeMaxQ);
-  return fmt::format("--kv-dtype fp8: {} a 16-bit KV cache of q's dtype (no kernel family serves {} over an FP8 "
-                     "cache yet); decode steps of up to {} query rows plan kv_dtype=fp8",
-                     what, chunk && !long_decode ? "it" : "them", kPlanDecodeMaxQ);
+  std::string note;
+  if (fp8)
+    note = fmt::format("--kv-dtype fp8: chunked prefill and decode steps of more than {} query rows read the FP8 "
+                       "cache through flash_fwd_wgmma, on Hopper (sm_90) only: for other GPUs plan them with "
+                       "--kv-dtype model",
+                       kPlanDecodeMaxQ);
+  const std::string why16 = "a soft-cap or a head dim that is not a multiple of 32 still plan a 16-bit KV cache of "
+                            "q's dtype (no kernel family serves them over an FP8 cache)";
+  if (kept && fp8) note += "; those with " + why16;
+  else if (kept)
+    note = fmt::format("--kv-dtype fp8: chunked prefill and decode steps of more than {} query rows with {}",
+                       kPlanDecodeMaxQ, why16);
+  return note;
 }
 
 std::string Plan::yaml() const {

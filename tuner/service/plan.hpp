@@ -106,10 +106,10 @@ struct PlanOptions {
   std::int64_t chunk = 2048;                                 // chunk: s; sk = context + chunk
   std::int64_t page = 16;                                    // decode and chunk: KV cache page rows; 0 contiguous
   int tp = 1;  // tensor parallelism: each GPU runs heads / tp query heads and max(1, kv_heads / tp) KV heads
-  // The KV cache's dtype: fp8 (FP8 e4m3: decode problems of up to kPlanDecodeMaxQ query rows get
-  // kv_dtype=fp8), or fp16, bf16, model: a cache of q's dtype (every problem as without the option).
-  // Chunked prefill (and a decode step of more rows) keeps a 16-bit cache: no family serves it over an
-  // FP8 cache yet (kv_dtype_note says so).
+  // The KV cache's dtype: fp8 (FP8 e4m3: decode problems get kv_dtype=fp8, and so do chunked
+  // prefill and decode steps of more than kPlanDecodeMaxQ rows, which flash_fwd_wgmma serves on
+  // Hopper, where their head dims are multiples of 32 and there is no soft-cap; kv_dtype_note says
+  // so), or fp16, bf16, model: a cache of q's dtype (every problem as without the option).
   std::string kv_dtype = "model";
 };
 
@@ -168,9 +168,10 @@ struct Plan {
 // of more rows than cu_seqlens' int holds).
 Plan make_plan(const ModelAttention& model, const PlanOptions& opts);
 
-// The note `plan` prints for a plan of `opts` whose problems read a 16-bit cache although --kv-dtype
-// fp8 asked for an FP8 one (chunked prefill, decode steps of more than kPlanDecodeMaxQ rows: no family
-// serves them over an FP8 cache yet); "" for every other plan.
+// The note `plan` prints for --kv-dtype fp8 where chunked prefill or decode steps of more than
+// kPlanDecodeMaxQ rows are in the plan: those planned over the FP8 cache run on Hopper only
+// (flash_fwd_wgmma), and those that keep a 16-bit cache (a soft-cap, a head dim not a multiple of
+// 32) say why; "" for every other plan.
 std::string kv_dtype_note(const PlanOptions& opts, const Plan& plan);
 // What --regimes train leaves out, for stderr ("" when nothing): the backward of a model whose V
 // head dim is not its Q/K one (no backward family serves it yet; its forward is planned).

@@ -1445,7 +1445,7 @@ TEST(PlanModelConfig, ALatentCacheWiderThanAProblemsHeadDimIsRefused) {
 // An FP8 KV cache: decode steps (up to 16 query rows) read it (kv_dtype=fp8); chunked prefill and
 // longer decode steps keep a 16-bit cache (no family serves them over FP8 yet, and the note says so);
 // prefill and varlen read no cache.
-TEST(PlanKvFp8, DecodeProblemsReadAnFp8CacheAndChunkedPrefillKeepsQsDtype) {
+TEST(PlanKvFp8, DecodeAndChunkedPrefillReadAnFp8CacheWhereAFamilyServesIt) {
   PlanOptions o;
   o.regimes = {"prefill", "decode", "chunk", "varlen"};
   o.batch = {4};
@@ -1459,18 +1459,27 @@ TEST(PlanKvFp8, DecodeProblemsReadAnFp8CacheAndChunkedPrefillKeepsQsDtype) {
   EXPECT_EQ(specs(p, "decode"),
             (std::vector<std::string>{"b=16,h=32,hkv=8,s=1,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8",
                                       "b=16,h=32,hkv=8,s=16,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8",
-                                      "b=16,h=32,hkv=8,s=32,sk=4096,d=128,dtype=bf16,causal=1,page=16"}));
-  EXPECT_EQ(specs(p, "chunk"), (std::vector<std::string>{"b=4,h=32,hkv=8,s=2048,sk=6144,d=128,dtype=bf16,causal=1,page=16"}));
+                                      "b=16,h=32,hkv=8,s=32,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8"}));
+  EXPECT_EQ(specs(p, "chunk"),
+            (std::vector<std::string>{"b=4,h=32,hkv=8,s=2048,sk=6144,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8"}));
   EXPECT_EQ(specs(p, "varlen"),
             (std::vector<std::string>{"b=4,h=32,hkv=8,s=2048,sk=2048,d=128,dtype=bf16,causal=1,varlen=128"}));
-  EXPECT_EQ(kv_dtype_note(o, p),
-            "--kv-dtype fp8: chunked prefill and decode steps of more than 16 query rows still plan a 16-bit KV cache "
-            "of q's dtype (no kernel family serves them over an FP8 cache yet); decode steps of up to 16 query rows "
-            "plan kv_dtype=fp8");
+  const std::string hopper =
+      "--kv-dtype fp8: chunked prefill and decode steps of more than 16 query rows read the FP8 cache through "
+      "flash_fwd_wgmma, on Hopper (sm_90) only: for other GPUs plan them with --kv-dtype model";
+  EXPECT_EQ(kv_dtype_note(o, p), hopper);
   o.q_len = {1};
-  EXPECT_EQ(kv_dtype_note(o, make_plan(llama3(), o)),
-            "--kv-dtype fp8: chunked prefill still plans a 16-bit KV cache of q's dtype (no kernel family serves it "
-            "over an FP8 cache yet); decode steps of up to 16 query rows plan kv_dtype=fp8");
+  EXPECT_EQ(kv_dtype_note(o, make_plan(llama3(), o)), hopper);
+  // A soft-capped model (Gemma-2): no family serves its chunks over an FP8 cache; its decode steps
+  // of up to 16 rows read one (flash_decode).
+  PlanOptions g = o;
+  g.regimes = {"decode", "chunk"};
+  const Plan gp = make_plan(read_model_config(model_file("gemma2_9b.json")), g);
+  for (const PlanEntry& e : gp.entries) EXPECT_EQ(e.problem.kv_fp8, e.regime == "decode") << e.problem.str();
+  EXPECT_EQ(kv_dtype_note(g, gp),
+            "--kv-dtype fp8: chunked prefill and decode steps of more than 16 query rows with a soft-cap or a head "
+            "dim that is not a multiple of 32 still plan a 16-bit KV cache of q's dtype (no kernel family serves "
+            "them over an FP8 cache)");
   // Without chunks, nothing to say; every problem parses back and a plan file keeps them.
   o.regimes = {"decode"};
   const Plan d = make_plan(llama3(), o);
@@ -1503,7 +1512,7 @@ TEST(PlanKvFp8, DecodeProblemsReadAnFp8CacheAndChunkedPrefillKeepsQsDtype) {
                 "b=16,h=128,hkv=1,s=1,sk=4096,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1,kv_dtype=fp8"}));
 }
 
-TEST(PlanCli, KvDtypeFp8PlansFp8DecodeAndSaysChunkedPrefillKeepsA16BitCache) {
+TEST(PlanCli, KvDtypeFp8PlansFp8DecodeAndChunkedPrefillAndSaysWhereTheChunksRun) {
   const auto r = run_attntune("plan --model " + model_file("qwen2_7b.json") +
                               " --regimes decode,chunk --batch 1 --decode-batch 1 --context 4096 --kv-dtype fp8 "
                               "--format json");
@@ -1511,10 +1520,11 @@ TEST(PlanCli, KvDtypeFp8PlansFp8DecodeAndSaysChunkedPrefillKeepsA16BitCache) {
   const auto j = nlohmann::ordered_json::parse(r.out);
   ASSERT_EQ(j["problems"].size(), 2u) << r.out;
   EXPECT_EQ(j["problems"][0]["problem"], "b=1,h=28,hkv=4,s=1,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8");
-  EXPECT_EQ(j["problems"][1]["problem"], "b=1,h=28,hkv=4,s=2048,sk=6144,d=128,dtype=bf16,causal=1,page=16");
+  EXPECT_EQ(j["problems"][1]["problem"],
+            "b=1,h=28,hkv=4,s=2048,sk=6144,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8");
   EXPECT_EQ(r.err,
-            "attntune: note: --kv-dtype fp8: chunked prefill still plans a 16-bit KV cache of q's dtype (no kernel "
-            "family serves it over an FP8 cache yet); decode steps of up to 16 query rows plan kv_dtype=fp8\n");
+            "attntune: note: --kv-dtype fp8: chunked prefill and decode steps of more than 16 query rows read the FP8 "
+            "cache through flash_fwd_wgmma, on Hopper (sm_90) only: for other GPUs plan them with --kv-dtype model\n");
   EXPECT_TRUE(has(run_attntune("plan --help").out, "--kv-dtype arg (=model)"));
   expect_input_error("plan --model " + model_file("qwen2_7b.json") + " --kv-dtype int8", "--kv-dtype: unknown dtype 'int8'");
 }
