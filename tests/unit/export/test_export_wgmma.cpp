@@ -109,17 +109,22 @@ TEST(ExportWgmma, LaunchesThroughTensorMapsWithTheTunedGridAndBuildsForSm90a) {
 
   // The kernel verbatim, in the device passes that can hold sm_90a code (and the host pass), with
   // the TMA signature declared where the launcher looks.
-  // Both entry points: the main kernel and the varlen order kernel (empty in a dense build).
+  // Every entry point: the main kernel, the varlen order kernel and the FP8 cache's conversion
+  // kernel (both empty in a dense build).
   EXPECT_NE(cu.find("#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
                     "#define flash_fwd_wgmma attntune_k0_flash_fwd_wgmma\n"
-                    "#define flash_fwd_wgmma_varlen_order attntune_k0_flash_fwd_wgmma_varlen_order\n" +
+                    "#define flash_fwd_wgmma_varlen_order attntune_k0_flash_fwd_wgmma_varlen_order\n"
+                    "#define flash_fwd_wgmma_kv_dequant attntune_k0_flash_fwd_wgmma_kv_dequant\n" +
                     k.source +
                     "#undef flash_fwd_wgmma\n"
                     "extern \"C\" __global__ void attntune_k0_flash_fwd_wgmma(const AttnParams p, const "
                     "__grid_constant__ att::TmaMaps maps);\n"
                     "#undef flash_fwd_wgmma_varlen_order\n"
                     "extern \"C\" __global__ void attntune_k0_flash_fwd_wgmma_varlen_order(const AttnParams p, "
-                    "int* order);\n#endif\n}  // namespace attntune_k0\n"),
+                    "int* order);\n"
+                    "#undef flash_fwd_wgmma_kv_dequant\n"
+                    "extern \"C\" __global__ void attntune_k0_flash_fwd_wgmma_kv_dequant(const AttnParams p, "
+                    "unsigned char* ws);\n#endif\n}  // namespace attntune_k0\n"),
             std::string::npos);
   // The table row: sm_90a, bf16, the tuned problem, the family's launch plan with the constants the
   // kernel was built with, its entry point.
@@ -127,7 +132,8 @@ TEST(ExportWgmma, LaunchesThroughTensorMapsWithTheTunedGridAndBuildsForSm90a) {
                     "     &attntune_plan::kFlashFwdWgmma, kDefines_k0, "
                     "static_cast<int>(sizeof kDefines_k0 / sizeof kDefines_k0[0]),\n"
                     "     {reinterpret_cast<const void*>(&attntune_k0::attntune_k0_flash_fwd_wgmma), "
-                    "reinterpret_cast<const void*>(&attntune_k0::attntune_k0_flash_fwd_wgmma_varlen_order)}},"),
+                    "reinterpret_cast<const void*>(&attntune_k0::attntune_k0_flash_fwd_wgmma_varlen_order), "
+                    "reinterpret_cast<const void*>(&attntune_k0::attntune_k0_flash_fwd_wgmma_kv_dequant)}},"),
             std::string::npos);
   EXPECT_NE(cu.find("static const attntune_plan::Define kDefines_k0[] = {\n    {\"ATT_HEAD_DIM\", 128LL},\n"),
             std::string::npos);
