@@ -131,7 +131,9 @@ struct RuntimeApi {
 
   int allocate(unsigned long long bytes, void** out, Why* why) {
     const cudaError_t e = cudaMalloc(out, bytes);
-    return e == cudaSuccess ? 0 : cuda_error(e, "cudaMalloc (workspace)", why);
+    if (e == cudaSuccess) return 0;
+    cudaGetLastError();  // not sticky: cleared, so that a call going on without it is not blamed for it
+    return cuda_error(e, "cudaMalloc (workspace)", why);
   }
 
   void release(void* p) { cudaFree(p); }

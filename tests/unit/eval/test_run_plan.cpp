@@ -338,6 +338,33 @@ TEST_F(RunPlan, ReleasesAWorkspaceItCouldNotZeroAndRestoresTheMode) {
   EXPECT_EQ(api().allocated.size(), 2u);
 }
 
+// An optional workspace that cannot be allocated is left out (the call runs without it, and so do the
+// maps over it); a required one's failure is the call's error.
+TEST_F(RunPlan, LeavesOutAnOptionalWorkspaceItCannotAllocate) {
+  s.planned.launches = 1;
+  s.planned.launch[0] = launch_of(0, 1);
+  s.planned.workspaces = 2;
+  s.planned.workspace[0] = Workspace{100, 1, 0};
+  s.planned.workspace[1] = Workspace{1 << 20, 0, 1};
+  s.planned.maps = 1;
+  s.planned.map[0].name = "copy";
+  s.planned.map[0].workspace = 2;
+  api().fail = "allocate 1048576";
+  ASSERT_EQ(run(), 0) << why.text;
+  EXPECT_EQ(take(), (Log{"sm_count 0", "relax_capture", "allocate 100", "zero new 100", "restore_capture 0",
+                         "relax_capture", "allocate 1048576", "restore_capture 0", "bind 0 w0=0x1000 w1=null m0=none",
+                         "launch k0 (1,2,1) s1"}));
+  api().fail.clear();  // the next call has it
+  ASSERT_EQ(run(), 0) << why.text;
+  EXPECT_EQ(take(), (Log{"relax_capture", "allocate 1048576", "restore_capture 0", "encode copy",
+                         "bind 0 w0=0x1000 w1=0x2000 m0=0x2000", "launch k0 (1,2,1) s1"}));
+  s.planned.workspace[1].optional = 0;
+  s.planned.workspace[1].bytes = 2 << 20;
+  api().fail = "allocate 2097152";
+  EXPECT_EQ(run(), kFakeError);
+  EXPECT_STREQ(why.text, "allocate 2097152 failed");
+}
+
 TEST_F(RunPlan, WithholdsOptionalWorkspacesOnRequest) {
   s.planned.launches = 1;
   s.planned.launch[0] = launch_of(0, 1);
