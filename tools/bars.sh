@@ -16,6 +16,14 @@
 #             fa4kit.py with tools/fa4_bwd.patch applied) are built on the CPU machine first:
 #   ~/.cache/fa4kit/venv/bin/python .fa4/build_aot.py --out .fa4/aotbars --suite none \
 #     $(ATTNTUNE_BARS_LIST=1 tools/bars.sh - - --set backward | sed 's/,pass=bwd//; s/^/--bwd-problem /')
+#   fp8       issue 42's (docs/design/flash_fwd_wgmma.md, flash_decode's README "FP8 caches"): the
+#             decode rows of tools/fp8_decode_peers.py (b16-8k, b64-8k, b128-2k, b1-32k, spec4, q8,
+#             q16; pages of 16) and its chunked-prefill row (b4 h32/8 s2048 sk10240), each tuned twice
+#             (`tune` without --space: every family that serves it), over an FP8 cache (kv_dtype=fp8)
+#             and over a bf16 one, --decode-seconds / --prefill-seconds each; the winners exported as
+#             one PyTorch package and timed by fp8_decode_peers.py --check (one process, FP8 beside
+#             our bf16 kernel and SDPA's backends; its table last). PYTHON picks the interpreter that
+#             has torch.
 #   unseen    issue 43's (docs/design/shipped_db.md): 10 prefill shapes outside the suite and the
 #             shipped plan (odd head counts, lengths 512-32k, causal and not, chunked prefill), each
 #             tuned by the default main job (`tune` without --space: every template, warm-started
@@ -30,7 +38,7 @@
 #             to bring them back from a GPU machine, copy them, delete the copies' `builds` rows
 #             and VACUUM (resuming re-compiles what it needs).
 #
-#   tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|unseen] [--prefill-seconds N] [--decode-seconds N]
+#   tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|unseen] [--prefill-seconds N] [--decode-seconds N]
 #                 [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S]
 #                 [--phase tune|retime|compare|table|all]
 #
@@ -53,7 +61,7 @@
 # OUT_DIR/compare.log and prints a short table last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|unseen] [--prefill-seconds N] [--decode-seconds N] [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--phase tune|retime|compare|table|all]"
+usage="usage: tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|unseen] [--prefill-seconds N] [--decode-seconds N] [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--phase tune|retime|compare|table|all]"
 db=${1:?$usage}
 out=${2:?$usage}
 shift 2
@@ -131,6 +139,20 @@ backward)
   decode=()
   only=prefill
   aot=${FA4_AOT:-.fa4/aotbars}
+  ;;
+fp8)
+  # name|problem (the bf16 cache's twin is the problem without ,kv_dtype=fp8): fp8_decode_peers.py's
+  # rows, names and shapes as there (tests/unit/cli/test_bars.cpp holds them to it).
+  prefill=("chunk|b=4,h=32,hkv=8,s=2048,sk=10240,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8")
+  decode=(
+    "b16-8k|b=16,h=32,hkv=8,s=1,sk=8192,d=128,dtype=bf16,causal=0,page=16,kv_dtype=fp8"
+    "b64-8k|b=64,h=32,hkv=8,s=1,sk=8192,d=128,dtype=bf16,causal=0,page=16,kv_dtype=fp8"
+    "b128-2k|b=128,h=32,hkv=8,s=1,sk=2048,d=128,dtype=bf16,causal=0,page=16,kv_dtype=fp8"
+    "b1-32k|b=1,h=32,hkv=8,s=1,sk=32768,d=128,dtype=bf16,causal=0,page=16,kv_dtype=fp8"
+    "spec4|b=32,h=64,hkv=8,s=4,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8"
+    "q8|b=32,h=32,hkv=8,s=8,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8"
+    "q16|b=32,h=32,hkv=8,s=16,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8"
+  )
   ;;
 unseen)
   # Not in the suite nor in tools/shipped_plan.py's plan (checked by tests/unit/cli/test_bars.cpp):
@@ -284,6 +306,33 @@ tune() {  # space seconds name problem (space "": every template's default space
     --final-top 4 --final-rounds 3 --final-min-seconds 0.5 --log-interval 30 > "$out/tune_$3.log" 2>&1 ||
     echo "tune $3 failed (exit $?): $(tail -1 "$out/tune_$3.log")" >&2
 }
+
+if [[ $set == fp8 ]]; then
+  # tune: each row over an FP8 cache and over a bf16 one (every family that serves it); compare: one
+  # package of every winner, fp8_decode_peers.py over the rows asked (--only prefill|decode).
+  rows=()
+  [[ $only != decode ]] && rows+=("${prefill[@]}")
+  [[ $only != prefill ]] && rows+=("${decode[@]}")
+  if [[ $phase == tune || $phase == all ]]; then
+    for e in "${rows[@]}"; do
+      n=${e%%|*} p=${e#*|}
+      secs=$dec_s
+      [[ $n == chunk ]] && secs=$pre_s
+      tune "" "$secs" "$n-fp8" "$p"
+      tune "" "$secs" "$n-bf16" "${p%,kv_dtype=fp8}"
+    done
+  fi
+  if [[ $phase == compare || $phase == all ]]; then
+    names=$(for e in "${rows[@]}"; do echo "${e%%|*}"; done | paste -sd,)
+    rm -rf "$out/pkg"
+    "$A" export --db "$db" --all-best --dtype bf16 --no-shipped --torch "$out/pkg" > "$out/export.log" 2>&1 ||
+      { echo "export failed: $(tail -1 "$out/export.log")" >&2; exit 1; }
+    PYTHONPATH="$out/pkg" "${PYTHON:-python3}" tools/fp8_decode_peers.py --rows "$names" --check \
+      > "$out/peers.log" 2>&1 || echo "fp8_decode_peers.py failed: $(tail -3 "$out/peers.log")" >&2
+    sed -n '/^row /,$p' "$out/peers.log"
+  fi
+  exit 0
+fi
 
 if [[ $set == backward ]]; then
   # tune: each problem over every backward family (the default spaces), --prefill-seconds each;

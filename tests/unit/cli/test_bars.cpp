@@ -2,7 +2,9 @@
 // (a transfer measured on shapes the shipped database holds would measure nothing), and its table
 // reads the transfer (evaluations to within 2% of the final best) and the robust pick (the pick
 // re-timed beside its top 20) from what the GPU runs left in OUT_DIR.
-// Its `backward` set (issue 45): the backward bars' problems.
+// Its `backward` set (issue 45): the backward bars' problems. Its `fp8` set (issue 42): the rows
+// tools/fp8_decode_peers.py times, over an FP8 cache.
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -178,6 +180,39 @@ TEST(BarsBackward, TheSuitesLongShapesInBothDtypesAndHeadDim256) {
   EXPECT_EQ(causal.size(), 2u);
   EXPECT_EQ(per_dtype[0].size(), 6u);
   EXPECT_EQ(per_dtype[0], per_dtype[1]) << "every shape in bf16 and fp16";
+}
+
+// The fp8 set tunes each of fp8_decode_peers.py's rows (its ROWS: b, h, hkv, s, sk, d; pages of 16,
+// causal when s > 1) over an FP8 cache, so that the peers' script finds a kernel for every row it
+// times: the same shapes, in the same order, each parsing as an FP8-cache problem.
+TEST(BarsFp8, TheRowsOfFp8DecodePeersOverAnFp8Cache) {
+  const std::vector<std::string> problems = set_problems("fp8");
+  std::ifstream in(testing::source_dir() + "/tools/fp8_decode_peers.py");
+  ASSERT_TRUE(in.good());
+  std::vector<std::string> rows;
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("ROWS = {", 0) == 0) inside = true;
+    else if (inside && line.rfind("}", 0) == 0) break;
+    else if (inside) {
+      long long b, h, hkv, s, sk, d;
+      char name[64];
+      if (std::sscanf(line.c_str(), " \"%63[^\"]\": (%lld, %lld, %lld, %lld, %lld, %lld)", name, &b, &h, &hkv, &s, &sk,
+                      &d) == 7)
+        rows.push_back(fmt::format("b={},h={},hkv={},s={},sk={},d={},dtype=bf16,causal={},page=16,kv_dtype=fp8", b, h,
+                                   hkv, s, sk, d, s > 1 ? 1 : 0));
+    }
+  }
+  ASSERT_EQ(rows.size(), 8u) << "fp8_decode_peers.py's ROWS changed: tools/bars.sh's fp8 set follows it";
+  std::set<std::string> want(rows.begin(), rows.end()), got;
+  for (const std::string& spec : problems) {
+    const Problem p = Problem::parse(spec);
+    EXPECT_TRUE(p.kv_fp8) << spec;
+    got.insert(p.str());
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(problems.size(), rows.size());
 }
 
 }  // namespace
