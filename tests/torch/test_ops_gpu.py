@@ -70,7 +70,7 @@ FP8 KV caches (k and v float8_e4m3fn, q bf16, FlashAttention-3's k_descale / v_d
 docs/design/torch.md "FP8 KV caches"): compute capability 8.9 or newer, else SKIP. The package is
 $ATTNTUNE_TORCH_FP8_PKG, else one exported from $ATTNTUNE_TORCH_FP8_DB, else one this test tunes
 (FP8_PROBLEMS: paged decode d=128, 32/8 heads, pages of 16, s=1 and causal s=2, and dense decode d=64,
-kv_dtype=fp8, which flash_decode tunes; $ATTNTUNE_TORCH_FP8_BUDGET evaluations each, default 2, into
+kv_dtype=fp8, which flash_decode tunes; on sm_90, FP8_PROBLEMS_SM90's chunked prefill, flash_fwd_wgmma's; $ATTNTUNE_TORCH_FP8_BUDGET evaluations each, default 2, into
 $ATTNTUNE_TORCH_FP8_TUNE_DB or a temporary database). Then, policy "raise":
   - every FP8 kernel through its entry points (attention_kvcache paged with shuffled pages of its own
     size and of 16, ragged lengths with NaN bytes past each, a contiguous cache; the dense entry in
@@ -1437,11 +1437,20 @@ FP8_PROBLEMS = [
     "b=4,h=32,hkv=8,s=2,sk=2048,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8",
     "b=2,h=8,hkv=2,s=1,sk=4096,d=64,dtype=bf16,causal=0,kv_dtype=fp8",
 ]
+# And on Hopper, chunked prefill over an FP8 cache (flash_fwd_wgmma; 64 queries of 4 heads a KV head:
+# two query tiles, so the call converts the cache into its workspace first, then reads the copy).
+FP8_PROBLEMS_SM90 = [
+    "b=2,h=8,hkv=2,s=64,sk=1024,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8",
+]
 
 
 def fp8_package(work):
-    """The FP8 phase's package (tuned_package: $ATTNTUNE_TORCH_FP8_*, FP8_PROBLEMS)."""
-    return tuned_package(work, "ATTNTUNE_TORCH_FP8", FP8_PROBLEMS, "fp8", "fp8")
+    """The FP8 phase's package (tuned_package: $ATTNTUNE_TORCH_FP8_*, FP8_PROBLEMS, and
+    FP8_PROBLEMS_SM90 on sm_90 and newer)."""
+    problems = FP8_PROBLEMS
+    if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0):
+        problems = problems + FP8_PROBLEMS_SM90
+    return tuned_package(work, "ATTNTUNE_TORCH_FP8", problems, "fp8", "fp8")
 
 
 def fp8_phase(work, device="cuda"):
