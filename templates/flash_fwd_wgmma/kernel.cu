@@ -60,11 +60,10 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
       mbar_init(sm.v_empty(st), T::kConsumerWgs * 4 * T::kCluster);
     }
     if constexpr (T::kKvFp8) {
-      for (int v = 0; v < 2; ++v)
-        for (int st = 0; st < T::kRawStages; ++st) {
-          mbar_init(sm.raw_full(v, st), 1);
-          mbar_init(sm.raw_empty(v, st), T::kConverters / 32);
-        }
+      for (int v = 0; v < 2; ++v) {
+        mbar_init(sm.raw_full(v), 1);
+        mbar_init(sm.raw_empty(v), T::kConverters / 32);
+      }
       st_shared_s32(sm.raw_end(), 0);
     }
     mbar_init_fence();

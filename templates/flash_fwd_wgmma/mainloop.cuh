@@ -161,14 +161,14 @@ __device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, con
   const Slot sl(it_base + it);
   const int tile = tile_end - 1 - it;
   const bool paged = T::kKvcache && p.block_table != nullptr;
-  if (T::kKvFp8 && !maps.kv_dequantised) {  // into the staging rings (RawSlot: the iteration's buffer and phase)
-    const RawSlot r(it_base + it);
-    mbar_wait(sm.raw_empty(false, r.stage), r.phase ^ 1);
-    if (paged) load_kv_paged<false, true>(sm.raw(false, r.stage), sm.raw_full(false, r.stage), &maps.k, p, maps, tile, kv_head, batch, len_k);
-    else load_kv_tile<false, true>(sm.raw(false, r.stage), sm.raw_full(false, r.stage), &maps.k, tile, kv_head, batch);
-    mbar_wait(sm.raw_empty(true, r.stage), r.phase ^ 1);
-    if (paged) load_kv_paged<true, true>(sm.raw(true, r.stage), sm.raw_full(true, r.stage), &maps.v, p, maps, tile, kv_head, batch, len_k);
-    else load_kv_tile<true, true>(sm.raw(true, r.stage), sm.raw_full(true, r.stage), &maps.v, tile, kv_head, batch);
+  if (T::kKvFp8 && !maps.kv_dequantised) {  // into the staging buffers (phase: the iteration's parity)
+    const u32 ph = static_cast<u32>(it_base + it) & 1;
+    mbar_wait(sm.raw_empty(false), ph ^ 1);
+    if (paged) load_kv_paged<false, true>(sm.raw_k, sm.raw_full(false), &maps.k, p, maps, tile, kv_head, batch, len_k);
+    else load_kv_tile<false, true>(sm.raw_k, sm.raw_full(false), &maps.k, tile, kv_head, batch);
+    mbar_wait(sm.raw_empty(true), ph ^ 1);
+    if (paged) load_kv_paged<true, true>(sm.raw_v, sm.raw_full(true), &maps.v, p, maps, tile, kv_head, batch, len_k);
+    else load_kv_tile<true, true>(sm.raw_v, sm.raw_full(true), &maps.v, tile, kv_head, batch);
     return;
   }
   mbar_wait(sm.k_empty(sl.stage), sl.phase ^ 1);
@@ -182,15 +182,12 @@ __device__ __forceinline__ void produce(const Smem& sm, const TmaMaps& maps, con
 // ---- FP8 caches: the converters (the producer warpgroup's warps 1-3) ----
 // The producer's end mark after its last tile (it_end: the CTA's K/V iterations): once the
 // converters are done with the last K tile (so that they have read the end word for every tile
-// before: they read it after each full barrier, in order), the next K buffer's full barrier gets a
-// plain arrive with the end word set.
+// before: they read it after each full barrier, in order), K's full barrier gets a plain arrive
+// with the end word set.
 __device__ __forceinline__ void raw_end_mark(const Smem& sm, int it_end) {
-  if (it_end > 0) {
-    const RawSlot last(it_end - 1);
-    mbar_wait(sm.raw_empty(false, last.stage), last.phase);
-  }
+  if (it_end > 0) mbar_wait(sm.raw_empty(false), static_cast<u32>(it_end - 1) & 1);
   st_shared_s32(sm.raw_end(), 1);
-  mbar_arrive(sm.raw_full(false, RawSlot(it_end).stage));
+  mbar_arrive(sm.raw_full(false));
 }
 // A 16-byte chunk's byte offset in a tile of rows of `row_bytes` (128, 64 or 32: the swizzle span),
 // as TMA's swizzle places it: the chunk index XOR the row's bits above the span (args.h).
@@ -210,20 +207,15 @@ __device__ __forceinline__ void convert_tile(u32 raw, u32 dst, int ctid) {
   using R = KvTile<kV, true>;
   using D = KvTile<kV, false>;
   constexpr int kChunks = (kV ? T::kHeadDimV : T::kHeadDim) / 16;  // a row's 16-byte chunks of bytes
-  constexpr int kItems = T::kBlockN * kChunks;
-  // Bytes 16c..16c+15 of a row: the staging tile's 16-bit elements 8c..8c+7, the stage's 16c..16c+15.
-  auto src_of = [&](int i) {
+#pragma unroll 1
+  for (int i = ctid; i < T::kBlockN * kChunks; i += T::kConverters) {
     const int row = (i & 7) + (i >> 3) / kChunks * 8, c = (i >> 3) % kChunks;
-    return raw + (8 * c / R::kCols) * R::kColBlockBytes + swizzled<R::kRowBytes>(row, 8 * c % R::kCols / 8);
-  };
-  auto load = [](u32 src, u32 (&x)[4]) {
+    // Bytes 16c..16c+15 of the row: the staging tile's 16-bit elements 8c..8c+7, the stage's 16c..16c+15.
+    const u32 src = raw + (8 * c / R::kCols) * R::kColBlockBytes + swizzled<R::kRowBytes>(row, 8 * c % R::kCols / 8);
+    u32 x[4], y[8];
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
                  : "r"(src));
-  };
-  auto store = [&](int i, const u32 (&x)[4]) {
-    const int row = (i & 7) + (i >> 3) / kChunks * 8, c = (i >> 3) % kChunks;
-    u32 y[8];
 #pragma unroll
     for (int j = 0; j < 4; ++j) e4m3x4_to_pairs<T::kBf16>(x[j], y[2 * j], y[2 * j + 1]);
     const u32 base = dst + (16 * c / D::kCols) * D::kColBlockBytes;
@@ -234,12 +226,6 @@ __device__ __forceinline__ void convert_tile(u32 raw, u32 dst, int ctid) {
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(base + swizzled<D::kRowBytes>(row, chunk + 1)),
                  "r"(y[4]), "r"(y[5]), "r"(y[6]), "r"(y[7])
                  : "memory");
-  };
-#pragma unroll 1
-  for (int i = ctid; i < kItems; i += T::kConverters) {
-    u32 x[4];
-    load(src_of(i), x);
-    store(i, x);
   }
 }
 
@@ -251,20 +237,20 @@ __device__ __forceinline__ void convert_loop(const Smem& sm, int ctid) {
   const int lane = threadIdx.x % 32;
   for (int g = 0;; ++g) {
     const Slot sl(g);
-    const RawSlot r(g);
-    mbar_wait(sm.raw_full(false, r.stage), r.phase);
+    const u32 ph = static_cast<u32>(g) & 1;
+    mbar_wait(sm.raw_full(false), ph);
     if (ld_shared_s32(sm.raw_end())) break;
 #pragma unroll
     for (int v = 0; v < 2; ++v) {
-      if (v) mbar_wait(sm.raw_full(true, r.stage), r.phase);
+      if (v) mbar_wait(sm.raw_full(true), ph);
       mbar_wait(v ? sm.v_empty(sl.stage) : sm.k_empty(sl.stage), sl.phase ^ 1);
-      if (v) convert_tile<true>(sm.raw(true, r.stage), sm.v + sl.stage * T::kVBytes, ctid);
-      else convert_tile<false>(sm.raw(false, r.stage), sm.k + sl.stage * T::kKVBytes, ctid);
+      if (v) convert_tile<true>(sm.raw_v, sm.v + sl.stage * T::kVBytes, ctid);
+      else convert_tile<false>(sm.raw_k, sm.k + sl.stage * T::kKVBytes, ctid);
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       __syncwarp();
       if (lane == 0) {
         mbar_arrive(v ? sm.v_full(sl.stage) : sm.k_full(sl.stage));
-        mbar_arrive(sm.raw_empty(v, r.stage));
+        mbar_arrive(sm.raw_empty(v));
       }
     }
   }

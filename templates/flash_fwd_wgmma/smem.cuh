@@ -12,7 +12,7 @@ namespace att {
 // tiles), the barrier area.
 struct Smem {
   u32 q, k, v, bars;
-  u32 raw_k, raw_v;  // FP8 caches (Traits::kKvFp8): the staging rings of K's and V's bytes
+  u32 raw_k, raw_v;  // FP8 caches (Traits::kKvFp8): the staging buffers of K's and V's bytes
   __device__ u32 q_full() const { return bars + T::kBarQFull; }
   __device__ u32 k_full(int st) const { return bars + T::kBarKFull + 8 * st; }
   __device__ u32 v_full(int st) const { return bars + T::kBarVFull + 8 * st; }
@@ -26,10 +26,10 @@ struct Smem {
   // Dynamic tiles (Traits::kDynamicTiles): the producer's next work tile, written before that
   // tile's Q arrives on q_full (a plain arrive when it loads no Q).
   __device__ u32 sched() const { return bars + T::kWordSched; }
-  // FP8 caches: the staging buffers (the ring's slot `st`), their barriers and the end word.
-  __device__ u32 raw(bool v, int st) const { return v ? raw_v + st * T::kRawVBytes : raw_k + st * T::kRawKBytes; }
-  __device__ u32 raw_full(bool v, int st) const { return bars + (v ? T::kBarRawVFull : T::kBarRawKFull) + 8 * st; }
-  __device__ u32 raw_empty(bool v, int st) const { return bars + (v ? T::kBarRawVEmpty : T::kBarRawKEmpty) + 8 * st; }
+  // FP8 caches: the staging buffers' barriers (K's: v false; a use per K/V iteration, the phase its
+  // parity) and the end word.
+  __device__ u32 raw_full(bool v) const { return bars + (v ? T::kBarRawVFull : T::kBarRawKFull); }
+  __device__ u32 raw_empty(bool v) const { return bars + (v ? T::kBarRawVEmpty : T::kBarRawKEmpty); }
   __device__ u32 raw_end() const { return bars + T::kWordRawEnd; }
 
   // The layout from the dynamic shared memory's start (aligned up to 1024 bytes).
@@ -50,12 +50,6 @@ struct Slot {
   int stage;
   u32 phase;
   __device__ explicit Slot(int it) : stage(it % T::kStages), phase((it / T::kStages) & 1) {}
-};
-// The same for the FP8 staging rings (Traits::kRawStages).
-struct RawSlot {
-  int stage;
-  u32 phase;
-  __device__ explicit RawSlot(int it) : stage(it % T::kRawStages), phase((it / T::kRawStages) & 1) {}
 };
 
 }  // namespace att

@@ -169,9 +169,9 @@ struct Traits {
   static constexpr int kVColBlockBytes = kBlockN * kRowBytesV;
   static constexpr int kOffK = kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
-  // FP8 caches: a ring of kRawStages staging buffers for K's bytes and one for V's (a tile of kBlockN
-  // rows of head_dim bytes each, laid out as a 16-bit tile of head_dim / 2 columns: its own column
-  // blocks and swizzle span), after the rings, each buffer 1024-aligned. One: two (the next tile's
+  // FP8 caches: a staging buffer for K's bytes and one for V's (a tile of kBlockN rows of head_dim
+  // bytes each, laid out as a 16-bit tile of head_dim / 2 columns: its own column blocks and swizzle
+  // span), after the rings, each 1024-aligned. One each: two (the next tile's
   // load in flight during this one's conversion) made no gain, since the conversion itself, not its
   // loads, set the time (3663 us with one, 4067 with two and two chunks a converter step, b4 h32/8
   // s2048 sk10240, H200 2026-11-30), and left d=256 no config with two consumer warpgroups. Calls
@@ -179,13 +179,12 @@ struct Traits {
   static constexpr int kColsRawK = wgmma_tile::cols(kHeadDim / 2), kColsRawV = wgmma_tile::cols(kHeadDimV / 2);
   static constexpr int kRowBytesRawK = 2 * kColsRawK, kRowBytesRawV = 2 * kColsRawV;
   static constexpr int kColBlocksRawK = kHeadDim / 2 / kColsRawK, kColBlocksRawV = kHeadDimV / 2 / kColsRawV;
-  static constexpr int kRawStages = 1;
   static constexpr int kRawKBytes = kKvFp8 ? (kBlockN * kHeadDim + 1023) / 1024 * 1024 : 0;
   static constexpr int kRawVBytes = kKvFp8 ? (kBlockN * kHeadDimV + 1023) / 1024 * 1024 : 0;
   static constexpr int kRawKColBlockBytes = kBlockN * kRowBytesRawK, kRawVColBlockBytes = kBlockN * kRowBytesRawV;
   static constexpr int kOffRawK = (kOffV + kStages * kVBytes + 1023) / 1024 * 1024;
-  static constexpr int kOffRawV = kOffRawK + kRawStages * kRawKBytes;
-  static constexpr int kOffBars = kKvFp8 ? kOffRawV + kRawStages * kRawVBytes : kOffV + kStages * kVBytes;
+  static constexpr int kOffRawV = kOffRawK + kRawKBytes;
+  static constexpr int kOffBars = kKvFp8 ? kOffRawV + kRawVBytes : kOffV + kStages * kVBytes;
   static constexpr int kBarBytes = 256;
   static constexpr int kAlignSlack = 1024;  // dynamic smem is only 16-byte aligned
   static constexpr int kSmemBytes = kOffBars + kBarBytes + kAlignSlack;
@@ -207,11 +206,10 @@ struct Traits {
   static constexpr int kWordPlainEnd = kWordPieces + 2 * kPieceBytes;
   static constexpr int kWordMBlocks = kWordPlainEnd + 4;
   static constexpr int kWordSched = kWordMBlocks + 4;
-  // FP8 caches: the staging buffers' mbarriers (K full, V full, K empty, V empty; one a buffer) and
-  // the end word (the producer's last plain arrive on a K full barrier carries it: no more tiles).
-  static constexpr int kBarRawKFull = 168, kBarRawVFull = kBarRawKFull + 8 * kRawStages;
-  static constexpr int kBarRawKEmpty = kBarRawVFull + 8 * kRawStages, kBarRawVEmpty = kBarRawKEmpty + 8 * kRawStages;
-  static constexpr int kWordRawEnd = kBarRawVEmpty + 8 * kRawStages;
+  // FP8 caches: the staging buffers' mbarriers (K full, V full, K empty, V empty) and the end word
+  // (the producer's last plain arrive on K's full barrier carries it: no more tiles).
+  static constexpr int kBarRawKFull = 168, kBarRawVFull = 176, kBarRawKEmpty = 184, kBarRawVEmpty = 192;
+  static constexpr int kWordRawEnd = 200;
   static_assert(kBarsEnd <= kWordPieces && kWordSched + 4 <= kBarRawKFull && kWordRawEnd + 4 <= kBarBytes,
                 "the barrier area overflows");
   // The converters: the producer warpgroup's warps 1-3.
