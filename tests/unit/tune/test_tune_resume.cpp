@@ -186,14 +186,7 @@ TEST_F(TuneResume, APagedProblemDoesNotWarmStartADenseOne) {
   auto tuned = [&](const std::string& db, const std::string& name, const Problem& p) {
     Store s = Store::open(db, Store::Mode::kCreate);
     const std::int64_t dev = s.upsert_device({"NVIDIA H200", "sm_90", "GPU-rec", 132, "580"});
-    CampaignSpec spec;
-    spec.name = name;
-    spec.problem = p;
-    spec.space_path = space.path();
-    spec.space_hash = space.hash();
-    spec.family = space.family();
-    spec.strategy = "evo";
-    const std::int64_t c = s.open_campaign(spec, dev);
+    const std::int64_t c = s.open_campaign(campaign_spec(space, p, name, "evo"), dev);
     for (std::size_t i = 0; i < 8; ++i)
       s.record_evaluation(c, s.upsert_candidate(space.family(), configs[i], "src" + std::to_string(i)), dev,
                           recorded_ok(500.0 + double(i), p));
