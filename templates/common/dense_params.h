@@ -69,13 +69,13 @@ inline int prefill_entry(const Define* d, int n) {
 // can hold seqlen_k_max keys; every call the build's variants exactly.
 // value_dim: the build's ATT_HEAD_DIM_V (0: one head dim), check_value_dim.
 inline int check_prefill_entry(const char* family, const Call& call, int entry, const Variants& variants, int value_dim,
-                               Why* why, int kv_fp8 = 0) {
+                               Why* why, int kv_fp8 = 0, int qkv_fp8 = 0) {
   if (call.entry == entry) {
     // A call's cache dtype must be the build's (kv_fp8: an FP8 cache build, flash_fwd_wgmma's
     // kvcache only): refused with the reason here, for every prefill family, rather than by the
     // export's table alone.
     if (check_variants(family, variants, call, why) || check_value_dim(family, call, value_dim, why) ||
-        check_kv_dtype(family, call, kv_fp8, why))
+        check_kv_dtype(family, call, kv_fp8, why, qkv_fp8))
       return 1;
     if (entry == kEntryVarlen && (!call.cu_seqlens_q || !call.cu_seqlens_k))
       return refuse(why, "cu_seqlens_q and cu_seqlens_k must not be NULL");

@@ -97,6 +97,14 @@ struct Call {
   void* dv;
   long long do_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];
   int deterministic;
+  // An FP8 forward (`dtype=fp8`; issue 42): q, k and v hold FP8 e4m3 (one byte an element, their
+  // strides counting bytes), out the 16-bit dtype, and v is given transposed: v_stride is {batch,
+  // head, value dim} with the keys contiguous (V^T, [batch, heads_kv, head_dim_v, seqlen_k]; FP8
+  // wgmma reads both operands K-major). q_descale, FlashAttention-3's descale_q, as k_descale
+  // (whose fields, with v_descale's, hold K's and V's scales). 0: 16-bit q, k, v.
+  int qkv_fp8;
+  const float* q_descale;
+  long long q_descale_stride[2];
   bool windowed() const { return window_left >= 0 || window_right >= 0; }
   // V's and O's head dim where it is not head_dim, else 0 (as a build's ATT_HEAD_DIM_V reads).
   int split_head_dim_v() const { return head_dim_v != 0 && head_dim_v != head_dim ? head_dim_v : 0; }
@@ -168,7 +176,12 @@ inline int check_latent(const char* family, const Call& c, int build_latent, Why
 // An FP8-cache build against a call: build_fp8 is the build's ATT_KV_FP8 (0: absent, a cache of q's
 // dtype). A build reads its cache in the dtype it was compiled for only, so a call with the other
 // is refused with the reason (the export's dispatcher then tries another kernel).
-inline int check_kv_dtype(const char* family, const Call& c, int build_fp8, Why* why) {
+inline int check_kv_dtype(const char* family, const Call& c, int build_fp8, Why* why, int build_qkv_fp8 = 0) {
+  // An FP8 forward's q, k, v (Call::qkv_fp8) against the build's.
+  if ((c.qkv_fp8 != 0) != (build_qkv_fp8 != 0))
+    return refuse(why, "this %s kernel was built for %s q, k and v; the call's are %s (tune a problem with dtype=%s)",
+                  family, build_qkv_fp8 ? "FP8 e4m3" : "16-bit", c.qkv_fp8 ? "FP8 e4m3" : "16-bit",
+                  c.qkv_fp8 ? "fp8" : "fp16 or bf16");
   if ((c.kv_fp8 != 0) == (build_fp8 != 0)) return 0;
   return refuse(why, "this %s kernel was built for a KV cache of %s; the call's cache is %s (tune a problem %s)",
                 family, build_fp8 ? "FP8 e4m3" : "q's dtype", c.kv_fp8 ? "FP8 e4m3" : "q's dtype",
@@ -205,7 +218,7 @@ struct TensorMap {
   // is left out (Resources::map null; the family's bind then does without it). 0: base is the address.
   int workspace;
   int rank;   // 1..5
-  int bf16;   // element type: bf16, else fp16 (2 bytes either way)
+  int bf16;   // element type: 1 bf16, 0 fp16 (2 bytes either way), kMapBytes (2) one byte (uint8: FP8 e4m3)
   int swizzle_bytes;  // TMA's swizzle span: 128, 64 or 32 bytes (box_cols * 2 at most), 0: none
   unsigned long long dims[5];     // elements, innermost first
   unsigned long long strides[4];  // bytes, of dims 1..rank-1
@@ -450,7 +463,7 @@ void fill_tensor_args(const Call& c, P* p) {
 // [batch, heads_kv] table has fewer than 2^31 entries, and the plans refuse strides past it.
 inline void fill_kv_scales(const Call& c, KvScales* s) {
   std::memset(s, 0, sizeof *s);
-  if (!c.kv_fp8) return;
+  if (!c.kv_fp8 && !c.qkv_fp8) return;  // an FP8 forward's K and V scales are here too
   s->k_descale = c.k_descale;
   s->v_descale = c.v_descale;
   for (int i = 0; i < 2; ++i) {
@@ -478,6 +491,9 @@ inline void page_divisor(int page_size, unsigned* mul, int* shift) {
 // A 4-d tensor map of 2-byte elements: dims innermost first, the byte steps of dims 1..3 from
 // `steps` (elements), box `box`. A dimension of extent 1 is never stepped along: its stride (which
 // may be 0, or anything a framework left on a size-1 dimension) is replaced by one the encoder accepts.
+// TensorMap::bf16's value for a map of bytes (an FP8 forward's q, k and v).
+constexpr int kMapBytes = 2;
+
 inline TensorMap tensor_map4(const char* name, const void* base, int bf16, int swizzle_bytes,
                              const unsigned long long (&dims)[4], const long long (&steps)[3],
                              const unsigned (&box)[4]) {
@@ -492,7 +508,11 @@ inline TensorMap tensor_map4(const char* name, const void* base, int bf16, int s
     m.dims[i] = dims[i];
     m.box[i] = box[i];
   }
-  for (int i = 0; i < 3; ++i) m.strides[i] = dims[i + 1] > 1 ? static_cast<unsigned long long>(steps[i]) * 2 : dims[0] * 2;
+  const unsigned long long elem = bf16 == kMapBytes ? 1 : 2;
+  for (int i = 0; i < 3; ++i)
+    m.strides[i] = dims[i + 1] > 1 ? static_cast<unsigned long long>(steps[i]) * elem
+                   : elem == 2    ? dims[0] * 2
+                                  : (dims[0] + 15) / 16 * 16;  // unused (extent 1), but TMA's multiple of 16
   return m;
 }
 

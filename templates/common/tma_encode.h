@@ -35,7 +35,10 @@ inline CUresult encode_tensor_map(EncodeTiledFn encode, const TensorMap& m, void
     elem[i] = 1;
     if (i + 1 < m.rank) strides[i] = m.strides[i];
   }
-  return encode(static_cast<CUtensorMap*>(out), m.bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+  const CUtensorMapDataType type = m.bf16 == kMapBytes ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : m.bf16               ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                          : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(static_cast<CUtensorMap*>(out), type,
                 static_cast<cuuint32_t>(m.rank), const_cast<void*>(m.base), dims, strides, box, elem,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, tma_swizzle(m.swizzle_bytes),
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

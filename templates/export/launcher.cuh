@@ -43,6 +43,9 @@
 // attntune_options.kv_dtype: the K/V cache's element type (docs/CONTRACT.md "FP8 KV caches").
 #define ATTNTUNE_KV_DTYPE_Q 0     // q's dtype (fp16 or bf16), two bytes an element: every call before kv_dtype
 #define ATTNTUNE_KV_FP8_E4M3 1    // FP8 e4m3, one byte an element, with dequantisation scales (k_descale, v_descale)
+// attntune_options.qkv_dtype: q's, k's and v's element type (docs/CONTRACT.md "FP8 forward").
+#define ATTNTUNE_QKV_16BIT 0      // the kernels' fp16 or bf16, two bytes an element: every call before qkv_dtype
+#define ATTNTUNE_QKV_FP8_E4M3 1   // FP8 e4m3 q, k and v (v transposed), with q_descale, k_descale, v_descale; out bf16
 #if defined(_WIN32)
 #define ATTNTUNE_API __declspec(dllexport)
 #else
@@ -81,6 +84,13 @@ typedef struct attntune_options {
                         // the last bits. The forward entry points accept it and need nothing of it: their kernels write
                         // each output by one fixed sequence of operations. A library before it refuses 1 (a byte past
                         // its struct set), so a caller that asks is never served nondeterministically
+  int qkv_dtype;        // ATTNTUNE_QKV_16BIT (0): q, k, v (and out) in the kernels' fp16/bf16. ATTNTUNE_QKV_FP8_E4M3 (1):
+                        // the FP8 forward (attntune_attention_forward_ex only): q, k and v FP8 e4m3, one byte an element,
+                        // their strides counting those (multiples of 16), v TRANSPOSED: [batch, heads_kv, head_dim_v,
+                        // seqlen_k] with the keys contiguous, v_strides {batch, head, value dim}; out bf16. Only kernels
+                        // built for dtype=fp8 run it. k_descale/v_descale (above) hold K's and V's scales; kv_dtype stays 0
+  const float* q_descale;         // FP8 forward: Q's scales (FlashAttention-3's descale_q), [batch, heads_kv] fp32 on the
+  long long q_descale_stride[2];  // device through {batch, head} strides in elements ({0, 0}: one scale); NULL: 1
 } attntune_options;
 }
 
@@ -104,6 +114,7 @@ struct Kernel {
                                // serves only calls with v = k, check_latent), else 0
   int kv_fp8;                  // 1: built for an FP8 e4m3 KV cache (ATT_KV_FP8): it serves calls with kv_dtype 1
                                // only; 0: a cache of q's dtype, calls with kv_dtype 0 only
+  int qkv_fp8;                 // 1: built for the FP8 forward (ATT_QKV_FP8): it serves calls with qkv_dtype 1 only
   const attntune_plan::LaunchFamily* family;
   const attntune_plan::Define* defines;  // the #defines it was built with
   int define_count;
@@ -229,7 +240,7 @@ static bool built_for_call(const Kernel& k, const Call& a) {
   const attntune_plan::Variants v = attntune_plan::Variants::of(a);
   return (k.entries & a.entry) && k.head_dim == a.head_dim && k.head_dim_v == a.split_head_dim_v() &&
          k.causal == (a.causal ? 1 : 0) && k.window == v.window && k.softcap == v.softcap && k.sinks == v.sinks &&
-         k.kv_fp8 == (a.kv_fp8 ? 1 : 0);
+         k.kv_fp8 == (a.kv_fp8 ? 1 : 0) && k.qkv_fp8 == (a.qkv_fp8 ? 1 : 0);
 }
 
 // The kernel for call `a` (of any entry point): among those whose family serves the entry point,
@@ -312,6 +323,10 @@ static int no_kernel(const Call& a, const attntune_plan::Why& refused) {
   if (a.kv_fp8) {  // the cache dtype last: " kv_dtype=fp8"
     const size_t used = std::strlen(variants);
     std::snprintf(variants + used, sizeof variants - used, " kv_dtype=fp8");
+  }
+  if (a.qkv_fp8) {  // the FP8 forward: " dtype=fp8"
+    const size_t used = std::strlen(variants);
+    std::snprintf(variants + used, sizeof variants - used, " dtype=fp8");
   }
   char built[600] = "";
   size_t used = 0;
@@ -437,13 +452,14 @@ static int check_tensors(const Call& a) {
     return unsupported("q, k, v and out must be 16-byte aligned (q=%p k=%p v=%p out=%p)", a.q, a.k, a.v, a.out);
   if (a.lse && reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0)
     return unsupported("lse must be 4-byte aligned (got %p)", static_cast<void*>(a.lse));
-  // K's and V's elements are the cache's: one byte for an FP8 cache (their strides count bytes).
-  const int kv_bytes = a.kv_fp8 ? 1 : 2;
+  // K's and V's elements are the cache's: one byte for an FP8 cache (their strides count bytes); an FP8
+  // forward's q, k and v one byte each (v transposed: its strides are {batch, head, value dim}).
+  const int kv_bytes = a.kv_fp8 || a.qkv_fp8 ? 1 : 2, q_bytes = a.qkv_fp8 ? 1 : 2;
   const struct {
     const char* name;
     const long long* stride;
     int element_bytes;
-  } tensors[] = {{"q_strides", a.q_stride, 2}, {"k_strides", a.k_stride, kv_bytes}, {"v_strides", a.v_stride, kv_bytes},
+  } tensors[] = {{"q_strides", a.q_stride, q_bytes}, {"k_strides", a.k_stride, kv_bytes}, {"v_strides", a.v_stride, kv_bytes},
                  {"o_strides", a.o_stride, 2}};
   for (const auto& t : tensors)
     if (const char* why = check_strides(t.stride, t.element_bytes))
@@ -582,9 +598,28 @@ static int apply_options(Call* a, const attntune_options* opts, int* latent = nu
   if (o.kv_dtype != ATTNTUNE_KV_DTYPE_Q && o.kv_dtype != ATTNTUNE_KV_FP8_E4M3)
     return unsupported("attntune_options: kv_dtype must be 0 (ATTNTUNE_KV_DTYPE_Q: the cache is q's dtype) or 1 "
                        "(ATTNTUNE_KV_FP8_E4M3: an FP8 e4m3 cache) (got %d)", o.kv_dtype);
+  if (o.qkv_dtype != ATTNTUNE_QKV_16BIT && o.qkv_dtype != ATTNTUNE_QKV_FP8_E4M3)
+    return unsupported("attntune_options: qkv_dtype must be 0 (ATTNTUNE_QKV_16BIT) or 1 (ATTNTUNE_QKV_FP8_E4M3: the FP8 "
+                       "forward) (got %d)", o.qkv_dtype);
+  const bool qkv_fp8 = o.qkv_dtype == ATTNTUNE_QKV_FP8_E4M3;
+  if (qkv_fp8 && o.kv_dtype != ATTNTUNE_KV_DTYPE_Q)
+    return unsupported("attntune_options: qkv_dtype 1 (the FP8 forward) makes k and v FP8 e4m3 already: leave kv_dtype 0");
+  if (qkv_fp8 && a->entry != attntune_plan::kEntryDense)
+    return unsupported("attntune_options: qkv_dtype 1 (the FP8 forward) is served by attntune_attention_forward_ex "
+                       "only, over dense q, k and v");
+  if (!qkv_fp8 && (o.q_descale || o.q_descale_stride[0] || o.q_descale_stride[1]))
+    return unsupported("attntune_options: q_descale (and its strides) dequantises the FP8 forward's q, and qkv_dtype "
+                       "is 0: set qkv_dtype 1 (ATTNTUNE_QKV_FP8_E4M3), or leave it NULL (strides 0)");
+  if (reinterpret_cast<std::uintptr_t>(o.q_descale) % 4 != 0)
+    return unsupported("attntune_options: q_descale must be a 4-byte aligned fp32 array (got %p)",
+                       static_cast<const void*>(o.q_descale));
+  for (int i = 0; i < 2; ++i)
+    if (o.q_descale_stride[i] < 0 || o.q_descale_stride[i] > 2147483647LL)
+      return unsupported("attntune_options: q_descale_stride {%lld, %lld}: {batch, head} in elements, 0 .. 2^31 - 1",
+                         o.q_descale_stride[0], o.q_descale_stride[1]);
   const bool descale_strides = o.k_descale_stride[0] || o.k_descale_stride[1] || o.v_descale_stride[0] ||
                                o.v_descale_stride[1];
-  if (o.kv_dtype != ATTNTUNE_KV_FP8_E4M3 && (o.k_descale || o.v_descale || descale_strides))
+  if (o.kv_dtype != ATTNTUNE_KV_FP8_E4M3 && !qkv_fp8 && (o.k_descale || o.v_descale || descale_strides))
     return unsupported("attntune_options: k_descale and v_descale (and their strides) dequantise an FP8 cache, and "
                        "kv_dtype is 0 (a cache of q's dtype): set kv_dtype 1 (ATTNTUNE_KV_FP8_E4M3) for an FP8 cache, "
                        "or leave them NULL (strides 0)");
@@ -600,6 +635,10 @@ static int apply_options(Call* a, const attntune_options* opts, int* latent = nu
   a->head_dim_v = o.head_dim_v;
   if (latent) *latent = o.latent;
   a->kv_fp8 = o.kv_dtype == ATTNTUNE_KV_FP8_E4M3 ? 1 : 0;
+  a->qkv_fp8 = qkv_fp8 ? 1 : 0;
+  a->q_descale = o.q_descale;
+  a->q_descale_stride[0] = o.q_descale_stride[0];
+  a->q_descale_stride[1] = o.q_descale_stride[1];
   a->k_descale = o.k_descale;
   a->v_descale = o.v_descale;
   for (int i = 0; i < 2; ++i) {
@@ -679,6 +718,7 @@ static int check_backward_options(const Call& a, int latent) {
   const char* what = a.split_head_dim_v()                                 ? "head_dim_v (a value head dim other than head_dim)"
                      : latent                                               ? "latent (a latent cache)"
                      : a.kv_fp8 || a.k_descale || a.v_descale               ? "kv_dtype (an FP8 KV cache)"
+                     : a.qkv_fp8 || a.q_descale                             ? "qkv_dtype (the FP8 forward)"
                                                                             : nullptr;
   if (!what) return 0;
   return unsupported("%s_ex: attntune_options.%s: the backward pass serves plain attention, sliding windows, soft-caps "

@@ -94,6 +94,11 @@ struct TmaMaps {
   // heads_kv, batch), unscaled: the scales still apply), and the producer loads them into the stages
   // as for a 16-bit cache. 0: the kernel converts each staged tile itself (mainloop.cuh).
   int kv_dequantised;
+  // An FP8 forward (Traits::kQkvFp8): Q's dequantisation scales, FlashAttention-3's descale_q
+  // ([batch, heads_kv] fp32 through {batch, head} strides in elements; {0, 0}: one for the tensor;
+  // null: 1). K's and V's are kv's. Unused otherwise.
+  const float* q_descale;
+  int q_descale_stride[2];
 };
 // The dequantising kernel's block, and where the V copy starts in its workspace (after K's,
 // 1024-aligned): K [batch][heads_kv][seqlen_k][head_dim], V the same at head_dim_v, 16-bit.

@@ -46,6 +46,7 @@ struct FlashFwdWgmmaLaunch {
   int varlen;         // entry == kEntryVarlen: built for packed batches
   int pack_gqa;       // PACK_GQA: a KV head's query heads packed into the rows of its tiles
   int kv_fp8;         // ATT_KV_FP8: an FP8 e4m3 cache (kvcache builds), viewed as rows of d / 2 16-bit elements
+  int qkv_fp8;        // ATT_QKV_FP8: an FP8 forward (dense; q, k and v^T e4m3, maps over bytes)
   Variants variants;  // the variants the build serves (exactly)
 
   static int load(const Define* d, int n, FlashFwdWgmmaLaunch* c, Why* why) {
@@ -63,6 +64,7 @@ struct FlashFwdWgmmaLaunch {
     c->varlen = c->entry == kEntryVarlen;
     c->pack_gqa = define_or(d, n, "PACK_GQA", 0) != 0;  // configs recorded before it: unpacked
     c->kv_fp8 = static_cast<int>(define_or(d, n, "ATT_KV_FP8", 0));
+    c->qkv_fp8 = static_cast<int>(define_or(d, n, "ATT_QKV_FP8", 0));
     c->variants = Variants::load(d, n);
     // A varlen build's tiles are its sequences': no split tail, no pairs (the space says so).
     c->split_tail = c->persistent && !c->causal && !c->varlen && split;
@@ -85,7 +87,18 @@ struct FlashFwdWgmmaLaunch {
   }
 
   int plan(const Call& call, const Device& device, Plan* p, Why* why) const {
-    if (const int r = check_prefill_entry("flash_fwd_wgmma", call, entry, variants, value_dim, why, kv_fp8)) return r;
+    if (const int r = check_prefill_entry("flash_fwd_wgmma", call, entry, variants, value_dim, why, kv_fp8, qkv_fp8))
+      return r;
+    // An FP8 forward: TMA reads q, k and v^T as bytes, every stride a multiple of 16 bytes (v^T's
+    // rows are the value dims: its keys contiguous).
+    if (qkv_fp8)
+      for (int i = 0; i < 3; ++i)
+        if (call.q_stride[i] % 16 != 0 || call.k_stride[i] % 16 != 0 || call.v_stride[i] % 16 != 0)
+          return refuse(why,
+                        "an FP8 forward's byte strides must be multiples of 16 (TMA): q {%lld, %lld, %lld}, k {%lld, "
+                        "%lld, %lld}, v (transposed: batch, head, value dim) {%lld, %lld, %lld}",
+                        call.q_stride[0], call.q_stride[1], call.q_stride[2], call.k_stride[0], call.k_stride[1],
+                        call.k_stride[2], call.v_stride[0], call.v_stride[1], call.v_stride[2]);
     // An FP8 cache: TMA reads its rows as d / 2 16-bit elements, so every byte stride must be even
     // (and TMA's 16-byte multiple, checked below as for any map).
     if (kv_fp8)
@@ -249,6 +262,26 @@ struct FlashFwdWgmmaLaunch {
                               swizzle);
       p->map[2] = p->map[1];
     }
+    if (qkv_fp8) {
+      // An FP8 forward: maps over bytes (kMapBytes), a column block's width in bytes, as the kernel's
+      // tiles (traits.cuh: rows of d bytes as d / 2 16-bit columns); V transposed, (seqlen_k,
+      // head_dim_v, heads_kv, batch) in boxes of (a span of the tile's keys, head_dim_v rows).
+      const int row_bytes = att::wgmma_tile::swizzle_bytes(call.head_dim / 2);
+      const int v_row_bytes = att::wgmma_tile::swizzle_bytes(block_n / 2);
+      p->map[0] = operand_map("q (fp8)", call.q, call.q_stride, static_cast<int>(q_rows), call.heads_q, map_batch,
+                              call.head_dim, static_cast<unsigned>(row_bytes), static_cast<unsigned>(block_m),
+                              kMapBytes, row_bytes);
+      if (kv_rows > 0) {
+        p->map[1] = operand_map("k (fp8)", call.k, call.k_stride, static_cast<int>(kv_rows), call.heads_kv, map_batch,
+                                call.head_dim, static_cast<unsigned>(row_bytes), static_cast<unsigned>(block_n),
+                                kMapBytes, row_bytes);
+        p->map[2] = operand_map("v (fp8, transposed)", call.v, call.v_stride, head_dim_v(), call.heads_kv, map_batch,
+                                static_cast<int>(kv_rows), static_cast<unsigned>(v_row_bytes),
+                                static_cast<unsigned>(head_dim_v()), kMapBytes, v_row_bytes);
+      } else {  // no keys: q stands in (nothing loads them)
+        p->map[1] = p->map[2] = p->map[0];
+      }
+    }
     if (dequant) {
       // The converted copy in the workspace (args.h): K [batch][heads_kv][seqlen_k][d], V after it,
       // maps as over a contiguous 16-bit cache; encoded only when the workspace is there.
@@ -374,6 +407,11 @@ struct FlashFwdWgmmaLaunch {
     if (varlen) maps.varlen_tiles = static_cast<int>(varlen_tiles(call));
     if (pack_gqa) maps.pack_rows = tile_rows(call);
     fill_kv_scales(call, &maps.kv);
+    if (qkv_fp8) {
+      maps.q_descale = call.q_descale;
+      maps.q_descale_stride[0] = static_cast<int>(call.q_descale_stride[0]);
+      maps.q_descale_stride[1] = static_cast<int>(call.q_descale_stride[1]);
+    }
     if (at.counter >= 0) {
       maps.tile_count = static_cast<int*>(res.workspace[at.counter]);  // null: round-robin
     } else if (plan.workspaces == 2 && res.workspace[0] && res.workspace[1]) {

@@ -17,6 +17,7 @@
 #include "smem.cuh"
 #include "traits.cuh"
 #include "wgmma.cuh"
+#include "wgmma_e4m3.cuh"
 #include "work_tiles.cuh"
 
 namespace att {
@@ -74,6 +75,10 @@ struct KvTile {
                                          : kV ? T::kColBlocksV : T::kColBlocks;
   static constexpr int kColBlockBytes = kRaw ? (kV ? T::kRawVColBlockBytes : T::kRawKColBlockBytes)
                                              : kV ? T::kVColBlockBytes : T::kKVColBlockBytes;
+  // A column block's width in the map's elements (an FP8 forward's maps count bytes: Traits::kColCoord).
+  static constexpr int kColCoord = kRaw ? kCols : kV ? T::kColCoordV : T::kColCoord;
+  // An FP8 forward's V^T tile: its columns are the tile's keys, its rows the value dims.
+  static constexpr bool kKeysInRow = kV && T::kQkvFp8;
 };
 // Q rows from row0. kKvMulticast's padding block (past seqlen_q, rows nobody stores) loads from
 // the last row on instead: a box that starts past the tensor's end is not one TMA promises to
@@ -100,9 +105,9 @@ __device__ __forceinline__ void load_q(const Smem& sm, const TmaMaps& maps, cons
   mbar_arrive_expect_tx(sm.q_full(), T::kQBytes);
   for_col_blocks([&](int cb) {
     if constexpr (T::kVarlen)
-      tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * T::kCols, q_start + row0, head, 0);
+      tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * T::kColCoord, q_start + row0, head, 0);
     else
-      tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * T::kCols, row0, head, batch);
+      tma_load_4d(sm.q + cb * T::kQColBlockBytes, &maps.q, sm.q_full(), cb * T::kColCoord, row0, head, batch);
   });
 }
 
@@ -110,19 +115,27 @@ __device__ __forceinline__ void load_q(const Smem& sm, const TmaMaps& maps, cons
 // barrier expects the whole tile. (Each CTA loading half of the tile's column blocks put rank-
 // dependent offsets in the producer's loop, which spilled its 24 registers.)
 // Varlen: `batch` is the sequence's first key row in the packed K/V (the maps' batch is 0).
+// An FP8 forward's V^T (G::kKeysInRow): the map is (keys, head_dim_v, heads_kv, batch), a column
+// block a span of the tile's keys, all head_dim_v rows.
 template <bool kV, bool kRaw = false>
 __device__ __forceinline__ void load_kv_tile(u32 dst, u32 full, const TmaDesc* desc, int tile, int kv_head, int batch) {
   using G = KvTile<kV, kRaw>;
   mbar_arrive_expect_tx(full, G::kBytes);
   if (T::kKvMulticast && cluster_ctarank() != 0) return;
   for_col_blocks<G::kColBlocks>([&](int cb) {
-    if constexpr (T::kVarlen)
+    if constexpr (G::kKeysInRow) {
+      if (T::kKvMulticast)
+        tma_load_4d_multicast(dst + cb * G::kColBlockBytes, desc, full, (1 << T::kCluster) - 1,
+                              tile * T::kBlockN + cb * G::kColCoord, 0, kv_head, batch);
+      else
+        tma_load_4d(dst + cb * G::kColBlockBytes, desc, full, tile * T::kBlockN + cb * G::kColCoord, 0, kv_head, batch);
+    } else if constexpr (T::kVarlen)
       tma_load_4d(dst + cb * G::kColBlockBytes, desc, full, cb * G::kCols, batch + tile * T::kBlockN, kv_head, 0);
     else if (T::kKvMulticast)
-      tma_load_4d_multicast(dst + cb * G::kColBlockBytes, desc, full, (1 << T::kCluster) - 1, cb * G::kCols,
+      tma_load_4d_multicast(dst + cb * G::kColBlockBytes, desc, full, (1 << T::kCluster) - 1, cb * G::kColCoord,
                             tile * T::kBlockN, kv_head, batch);
     else
-      tma_load_4d(dst + cb * G::kColBlockBytes, desc, full, cb * G::kCols, tile * T::kBlockN, kv_head, batch);
+      tma_load_4d(dst + cb * G::kColBlockBytes, desc, full, cb * G::kColCoord, tile * T::kBlockN, kv_head, batch);
   });
 }
 
@@ -294,18 +307,26 @@ __device__ __forceinline__ void gemm_qk(float (&s)[T::kBlockN / 2], u64 q_desc, 
     // k-step kk: column block 16kk / kCols, 32 bytes per 16 elements inside the row (args.h).
     const u64 q_off = wgmma_tile::qk_step_bytes(kk, T::kCols, T::kQColBlockBytes) >> 4;
     const u64 k_off = wgmma_tile::qk_step_bytes(kk, T::kCols, T::kKVColBlockBytes) >> 4;
-    Wgmma<W>::ss(first_cols<W>(s), q_desc + q_off, k_desc + k_off, kk > 0);
+    if constexpr (T::kQkvFp8) WgmmaE4m3<W>::ss(first_cols<W>(s), q_desc + q_off, k_desc + k_off, kk > 0);
+    else Wgmma<W>::ss(first_cols<W>(s), q_desc + q_off, k_desc + k_off, kk > 0);
   }
   wgmma_commit();
 }
 
 // O += P V for one V stage; P's k-step kk covers keys 16kk..16kk+15, V rows of kRowBytesV.
+// An FP8 forward: o = P V (the tile's own accumulator, added to O in fp32 by add_pv), k-steps of 32
+// keys, each 32 bytes into V^T's K-major rows (its steps are Q.K^T's).
 template <int W = T::kBlockN>
 __device__ __forceinline__ void gemm_pv(float (&o)[T::kHeadDimV / 2], const u32 (&pa)[T::kPSteps][4], u64 v_desc) {
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < W / 16; ++kk)
-    Wgmma<T::kHeadDimV>::rs(o, pa[kk], v_desc + (wgmma_tile::pv_step_bytes(kk, T::kColsV) >> 4), 1);
+  for (int kk = 0; kk < W / T::kPKeys; ++kk) {
+    if constexpr (T::kQkvFp8)
+      WgmmaE4m3<T::kHeadDimV>::rs(o, pa[kk], v_desc + (wgmma_tile::qk_step_bytes(kk, T::kColsV, T::kVColBlockBytes) >> 4),
+                                  kk > 0);
+    else
+      Wgmma<T::kHeadDimV>::rs(o, pa[kk], v_desc + (wgmma_tile::pv_step_bytes(kk, T::kColsV) >> 4), 1);
+  }
   wgmma_commit();
 }
 
@@ -392,6 +413,9 @@ __device__ __forceinline__ float exp2_fma(float x) {
   return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
 }
 
+// An FP8 forward's P offset (log2 units): see softmax_tile.
+constexpr float kFp8POffset = 8.f;
+
 // Online softmax of one S tile, in place (S becomes P, fp32), in the log2 domain: m is the
 // row's base, the running max of scale_log2 * s (with kLazyRescale, at most that much below it),
 // l the thread's partial row sum relative to it (reduced over the quad at the end), factor what
@@ -425,7 +449,10 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kBlockN / 2], float (
       const float base = m_new == neg_inf() ? 0.f : m_new;  // a row that saw no key yet
       factor[r] = ex2(m[r] - base);
       m[r] = m_new;
-      neg_base[r] = -base;
+      // An FP8 forward's P is 2^kFp8POffset times the row's: up to 256 in e4m3 (whose largest is 448),
+      // so that small P stay normal (e4m3's smallest normal is 2^-6); l holds the same factor, and
+      // consume takes it out of m at the end (FlashAttention-3's max_offset).
+      neg_base[r] = T::kQkvFp8 ? kFp8POffset - base : -base;
     }
   }
   float sum[2] = {0.f, 0.f};
@@ -466,6 +493,59 @@ __device__ __forceinline__ void pack_p(u32 (&pa)[T::kPSteps][4], const float (&s
     pa[kk][1] = pack2<T::kBf16>(s[8 * kk + 2], s[8 * kk + 3]);  // row g+8, keys 16kk+2t
     pa[kk][2] = pack2<T::kBf16>(s[8 * kk + 4], s[8 * kk + 5]);  // row g,   keys 16kk+8+2t
     pa[kk][3] = pack2<T::kBf16>(s[8 * kk + 6], s[8 * kk + 7]);  // row g+8, keys 16kk+8+2t
+  }
+}
+
+// fp32 x, y to e4m3 bytes (x in byte 0, y in byte 1): round to nearest even, saturated to +-448.
+__device__ __forceinline__ u32 e4m3x2(float x, float y) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(y), "f"(x));  // the first operand: the high byte
+  return r;
+}
+
+// An FP8 forward's P (fp32 accumulator layout) -> the k32 A fragments of FP8 wgmma: per k-step kk
+// (keys 32kk..32kk+31) register 0 holds row g's keys 4t..4t+3, register 1 row g+8's, registers 2
+// and 3 the same at keys 16 + 4t.. (4 bytes each, the lowest key first). The accumulator gives
+// thread t the pairs of keys 8c + 2t, 8c + 2t + 1 of each 8-key chunk c, so a register takes a pair
+// from each of two threads of its quad: threads A = 2 (t % 2) and A + 1 hold keys 4t..4t+3 of chunk
+// t / 2 (and of chunk 2 + t / 2). Each thread packs its chunks 0 and 2 into one word, 1 and 3 into
+// another; two shuffles a row bring each thread the word it needs from A and from A + 1 (each
+// thread offers the word its readers of that shuffle want: readers t = 0, 1, 2, 3 read lanes 0, 2,
+// 1, 3 first, then 1, 3, 0, 2), and byte permutes place the pairs (FlashAttention-3's
+// permute_Aregs_fp8 does this for its column-major V; the derivation here is our own).
+template <int W = T::kBlockN>
+__device__ __forceinline__ void pack_p_e4m3(u32 (&pa)[T::kPSteps][4], const float (&s)[T::kBlockN / 2]) {
+  const int lane = threadIdx.x % 32, t = lane % 4;
+  const int src1 = (lane & ~3) | (t >> 1) | ((t & 1) << 1), src2 = src1 ^ 1;
+  const u32 sel_lo = t < 2 ? 0x5410u : 0x1054u, sel_hi = t < 2 ? 0x7632u : 0x3276u;
+#pragma unroll
+  for (int kk = 0; kk < W / 32; ++kk)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      u32 c[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) c[i] = e4m3x2(s[4 * (4 * kk + i) + 2 * r], s[4 * (4 * kk + i) + 2 * r + 1]);
+      const u32 w0 = c[0] | (c[2] << 16), w1 = c[1] | (c[3] << 16);
+      const u32 x1 = __shfl_sync(0xffffffffu, (t & 1) ? w1 : w0, src1);
+      const u32 x2 = __shfl_sync(0xffffffffu, (t & 1) ? w0 : w1, src2);
+      pa[kk][r] = __byte_perm(x1, x2, sel_lo);
+      pa[kk][2 + r] = __byte_perm(x1, x2, sel_hi);
+    }
+}
+
+// P into the P.V operand: 16-bit A fragments, or an FP8 forward's e4m3 ones.
+template <int W = T::kBlockN>
+__device__ __forceinline__ void pack_p_any(u32 (&pa)[T::kPSteps][4], const float (&s)[T::kBlockN / 2]) {
+  if constexpr (T::kQkvFp8) pack_p_e4m3<W>(pa, s);
+  else pack_p<W>(pa, s);
+}
+
+// An FP8 forward: the tile's P.V (ot) into O, in fp32 (two-level accumulation).
+__device__ __forceinline__ void add_pv(float (&o)[T::kHeadDimV / 2], float (&ot)[T::kHeadDimV / 2]) {
+  if constexpr (T::kQkvFp8) {
+    reg_fence(ot);
+#pragma unroll
+    for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] += ot[i];
   }
 }
 
@@ -517,16 +597,21 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
   // call's).
   // (Other builds read p.scale_log2 where they use it, as before: a copy held from here changed
   // their machine code.)
+  // An FP8 forward: Q's scale joins them too (maps.q_descale, the same shape as K's).
+  constexpr bool kScaled = T::kKvFp8 || T::kQkvFp8;
   float fp8_scale_log2 = 0.f, v_scale = 1.f;
-  if constexpr (T::kKvFp8) {
+  if constexpr (kScaled) {
     const int kv_head = T::kPackGqa ? head : head / p.q_per_kv;
     const KvScales& kv = maps.kv;
     fp8_scale_log2 = p.scale_log2;
+    if (T::kQkvFp8 && maps.q_descale)
+      fp8_scale_log2 *= __ldg(maps.q_descale + batch * maps.q_descale_stride[0] + kv_head * maps.q_descale_stride[1]);
     if (kv.k_descale)
       fp8_scale_log2 *= __ldg(kv.k_descale + batch * kv.k_descale_stride[0] + kv_head * kv.k_descale_stride[1]);
     if (kv.v_descale) v_scale = __ldg(kv.v_descale + batch * kv.v_descale_stride[0] + kv_head * kv.v_descale_stride[1]);
   }
   float o[T::kHeadDimV / 2];  // (64 rows, head_dim_v) accumulator, this thread's part
+  float ot[T::kHeadDimV / 2];  // an FP8 forward's P.V of one tile, added to o in fp32 (add_pv; unused otherwise)
 #pragma unroll
   for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] = 0.f;
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f}, factor[2];
@@ -577,8 +662,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     // start cw * 64 rows into each column block.
     const u64 q_desc = wgmma_tile::desc(sm.q + cw * 64 * T::kRowBytes, 16, T::kAtomBytes, T::kRowBytes);
     auto k_desc = [&](int st) { return wgmma_tile::desc(sm.k + st * T::kKVBytes, 16, T::kAtomBytes, T::kRowBytes); };
+    // An FP8 forward's V^T: K-major as K (the keys along its rows).
     auto v_desc = [&](int st) {
-      return wgmma_tile::desc(sm.v + st * T::kVBytes, T::kVColBlockBytes, T::kAtomBytesV, T::kRowBytesV);
+      if constexpr (T::kQkvFp8) return wgmma_tile::desc(sm.v + st * T::kVBytes, 16, T::kAtomBytesV, T::kRowBytesV);
+      else return wgmma_tile::desc(sm.v + st * T::kVBytes, T::kVColBlockBytes, T::kAtomBytesV, T::kRowBytesV);
     };
     auto needs_mask = [&](int tile) {
       return (tile + 1) * T::kBlockN > kv_min || (T::kWindow && tile * T::kBlockN < kv_left);
@@ -658,12 +745,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     auto s_tile = [&](int tile, bool nar) {
       if (nar) {
         finish_scores<T::kNarrowW>(s, needs_mask(tile), tile, ra, rb, t, sk, diag, p.variant);
-        softmax_tile<T::kNarrowW>(s, m, l, factor, T::kKvFp8 ? fp8_scale_log2 : p.scale_log2);
-        pack_p<T::kNarrowW>(pa, s);
+        softmax_tile<T::kNarrowW>(s, m, l, factor, kScaled ? fp8_scale_log2 : p.scale_log2);
+        pack_p_any<T::kNarrowW>(pa, s);
       } else {
         finish_scores(s, needs_mask(tile), tile, ra, rb, t, sk, diag, p.variant);
-        softmax_tile(s, m, l, factor, T::kKvFp8 ? fp8_scale_log2 : p.scale_log2);
-        pack_p(pa, s);
+        softmax_tile(s, m, l, factor, kScaled ? fp8_scale_log2 : p.scale_log2);
+        pack_p_any(pa, s);
       }
     };
 
@@ -682,9 +769,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         s_tile(tile, nar);
         rescale_o(o, factor);
         wait_v(sl, it);
-        gemm_pv_w(nar, o, pa, v_desc(sl.stage));
+        gemm_pv_w(nar, T::kQkvFp8 ? ot : o, pa, v_desc(sl.stage));
         wgmma_wait<0>();
         reg_fence(o);
+        add_pv(o, ot);
         release_kv(sm.v_empty(sl.stage));
         if (!T::kWarpSpecialize && threadIdx.x == 0 && it + T::kStages < n)
           produce(sm, maps, p, it_base, it + T::kStages, kv_end_tile, T::kPackGqa ? head : head / p.q_per_kv,
@@ -718,28 +806,30 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pp_sync();
         gemm_qk(s, q_desc, k_desc(sl.stage));          // S_j
         wait_v(prev, it - 1);
-        gemm_pv_w(pv_nar, o, pa, v_desc(prev.stage));  // O += P_{j-1} V_{j-1}, in flight ...
+        gemm_pv_w(pv_nar, T::kQkvFp8 ? ot : o, pa, v_desc(prev.stage));  // O += P_{j-1} V_{j-1}, in flight ...
         pp_arrive();
         wgmma_wait<1>();
         reg_fence(s);
         q_done(it == cend - 1);
         release_kv(sm.k_empty(sl.stage));
         finish_scores(s, needs_mask(tile), tile, ra, rb, t, sk, diag, p.variant);
-        softmax_tile(s, m, l, factor, T::kKvFp8 ? fp8_scale_log2 : p.scale_log2);  // ... while this runs
+        softmax_tile(s, m, l, factor, kScaled ? fp8_scale_log2 : p.scale_log2);  // ... while this runs
         wgmma_wait<0>();
         reg_fence(o);
+        add_pv(o, ot);
         release_kv(sm.v_empty(prev.stage));
         rescale_o(o, factor);
-        pack_p(pa, s);
+        pack_p_any(pa, s);
       };
       auto last_pv = [&](bool nar) {
         const Slot last(it_base + cend - 1);
         wait_v(last, cend - 1);
         pp_sync();
-        gemm_pv_w(nar, o, pa, v_desc(last.stage));
+        gemm_pv_w(nar, T::kQkvFp8 ? ot : o, pa, v_desc(last.stage));
         pp_arrive();
         wgmma_wait<0>();
         reg_fence(o);
+        add_pv(o, ot);
         release_kv(sm.v_empty(last.stage));
       };
       if (narrow) prologue(true);
@@ -758,8 +848,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       for (int it = cend; it < end; ++it) idle_turn(it);  // tiles left of the warpgroup's window
   }
 
+  if constexpr (T::kQkvFp8) {  // P and l held 2^kFp8POffset: the rows' bases as the epilogue reads them
+    m[0] -= kFp8POffset;
+    m[1] -= kFp8POffset;
+  }
   if (w.u >= 0) split_combine(maps, w, cw, o, m, l);
-  if constexpr (T::kKvFp8) {
+  if constexpr (kScaled) {
 #pragma unroll
     for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] *= v_scale;
   }

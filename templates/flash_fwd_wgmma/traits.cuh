@@ -52,6 +52,21 @@ struct Traits {
 #else
   static constexpr bool kKvFp8 = false;
 #endif
+  // An FP8 forward (`dtype=fp8`; the renderer defines ATT_QKV_FP8 for such problems only): Q, K and
+  // V in e4m3, one byte an element, O in the 16-bit dtype (ATT_DTYPE_BF16). Both GEMMs are FP8 wgmma
+  // (m64nNk32, e4m3 x e4m3 -> fp32), whose operands from shared memory are K-major only: V arrives
+  // transposed (V^T: (batch, heads_kv, head_dim_v, keys), keys contiguous; launch.h), so its tile is
+  // head_dim_v rows of block_n bytes. Q's and K's tiles are rows of head_dim bytes. Every tile is
+  // laid out as the 16-bit tiles are, at half the columns (a row of d bytes is d / 2 16-bit
+  // columns: the same swizzle spans, atoms and k-steps of 32 bytes). P goes to e4m3 A fragments
+  // (mainloop.cuh, pack_p_e4m3); each tile's P.V accumulates into registers of its own and is
+  // added to O in fp32 (two-level accumulation: Hopper's FP8 wgmma keeps too few bits of a long
+  // running sum). Descales: Q's and K's join the softmax scale, V's multiplies O.
+#ifdef ATT_QKV_FP8
+  static constexpr bool kQkvFp8 = ATT_QKV_FP8 != 0;
+#else
+  static constexpr bool kQkvFp8 = false;
+#endif
   // Work tiles carry their sequence's lengths (varlen, kvcache); else every sequence is AttnParams'.
   static constexpr bool kSeqLens = kVarlen || kKvcache;
   // Attention variants (docs/CONTRACT.md; the renderer defines ATT_WINDOW, ATT_SOFTCAP and ATT_SINKS
@@ -146,27 +161,37 @@ struct Traits {
   // kRowBytes swizzled by TMA over that span (128, 64 or 32 bytes: d % 64 == 0, d % 32 == 0, else),
   // in atoms of 8 rows (kAtomBytes); the wgmma descriptors take the same span. The first tile starts
   // 1024-aligned and every tile and column block at a multiple of the atom. Barriers after the tiles.
-  static constexpr int kCols = wgmma_tile::cols(kHeadDim);  // elements per column block (a TMA box's width)
+  // An FP8 forward's tiles in 16-bit columns: a row of d bytes is d / 2 of them (kQkvFp8, above).
+  static constexpr int kHeadDimCols = kQkvFp8 ? kHeadDim / 2 : kHeadDim;
+  static constexpr int kCols = wgmma_tile::cols(kHeadDimCols);  // 16-bit columns per column block (a TMA box's width)
   static constexpr int kRowBytes = 2 * kCols;             // = the swizzle span
   static constexpr int kAtomBytes = 8 * kRowBytes;        // the swizzle pattern's period: 8 rows
-  static constexpr int kColBlocks = kHeadDim / kCols;     // swizzled column blocks per row
-  static constexpr int kKSteps = kHeadDim / 16;     // k16 steps of Q.K^T
-  static constexpr int kPSteps = kBlockN / 16;      // k16 steps of P.V
+  static constexpr int kColBlocks = kHeadDimCols / kCols;  // swizzled column blocks per row
+  // A column block's width in the tensor maps' elements (TMA coordinates): an FP8 forward's maps
+  // are over bytes (launch.h), the others over 16-bit elements.
+  static constexpr int kColCoord = kQkvFp8 ? kRowBytes : kCols;
+  static constexpr int kKSteps = kHeadDimCols / 16;  // k-steps of Q.K^T (k16; FP8: k32, 32 bytes either way)
+  static constexpr int kPKeys = kQkvFp8 ? 32 : 16;   // keys per k-step of P.V
+  static constexpr int kPSteps = kBlockN / kPKeys;   // k-steps of P.V
   static constexpr int kNarrowW = kNarrowN > 0 ? kNarrowN : kBlockN;  // the narrow tile's width
   // The epilogue's 16-byte stores: a quad's 4 threads store 32 columns, so head_dim / 32 groups and,
   // when head_dim % 32 == 16, a last group of 16 columns that threads 0 and 1 store.
   static constexpr int kOutGroups = (kHeadDimV + 31) / 32;
-  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
-  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K stage (and V's when kHeadDimV == kHeadDim)
+  static constexpr int kQBytes = kBlockM * kHeadDimCols * 2;
+  static constexpr int kKVBytes = kBlockN * kHeadDimCols * 2;  // one K stage (and V's when kHeadDimV == kHeadDim)
   static constexpr int kQColBlockBytes = kBlockM * kRowBytes;
   static constexpr int kKVColBlockBytes = kBlockN * kRowBytes;
-  // V's tiles, laid out as K's at V's head dim: its own column blocks and span.
-  static constexpr int kColsV = wgmma_tile::cols(kHeadDimV);
+  // V's tiles, laid out as K's at V's head dim: its own column blocks and span. An FP8 forward's V^T
+  // tile: kHeadDimV rows of kBlockN bytes (kBlockN / 2 16-bit columns), K-major as K's.
+  static constexpr int kVRowCols = kQkvFp8 ? kBlockN / 2 : kHeadDimV;  // a V tile row's 16-bit columns
+  static constexpr int kVRows = kQkvFp8 ? kHeadDimV : kBlockN;         // its rows
+  static constexpr int kColsV = wgmma_tile::cols(kVRowCols);
   static constexpr int kRowBytesV = 2 * kColsV;
   static constexpr int kAtomBytesV = 8 * kRowBytesV;
-  static constexpr int kColBlocksV = kHeadDimV / kColsV;
-  static constexpr int kVBytes = kBlockN * kHeadDimV * 2;  // one V stage
-  static constexpr int kVColBlockBytes = kBlockN * kRowBytesV;
+  static constexpr int kColBlocksV = kVRowCols / kColsV;
+  static constexpr int kColCoordV = kQkvFp8 ? kRowBytesV : kColsV;  // in the map's elements (kColCoord)
+  static constexpr int kVBytes = kVRows * kVRowCols * 2;  // one V stage
+  static constexpr int kVColBlockBytes = kVRows * kRowBytesV;
   static constexpr int kOffK = kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
   // FP8 caches: a staging buffer for K's bytes and one for V's (a tile of kBlockN rows of head_dim
@@ -256,6 +281,10 @@ struct Traits {
                 "an FP8 cache: kvcache builds with a producer warpgroup (its warps convert the tiles, at 40 "
                 "registers or more), no soft-cap, head dims multiples of 32 (a staging row of d bytes is a 16-bit row of d / 2 "
                 "elements, a multiple of 16)");
+  static_assert(!kQkvFp8 || (!kKvcache && !kVarlen && !kKvFp8 && !kPackGqa && !kSoftcap && kLazyRescale == 0 &&
+                             kHeadDim % 32 == 0 && kBlockN % 32 == 0 && kBf16),
+                "an FP8 forward: dense tensors (no KV cache, varlen, GQA packing), no soft-cap or lazy rescale, head "
+                "dims and block_n multiples of 32 (k32 steps), bf16 output");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with the kernel's");
 };

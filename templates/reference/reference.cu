@@ -44,6 +44,18 @@
 // run there only, the host refuses them on older devices, where the conversion returns NaN bytes).
 // quantize_e4m3 and dequantize_e4m3 expose both conversions for tests.
 //
+// An FP8 forward (a `dtype=fp8` problem: docs/CONTRACT.md "FP8 forward") is read by
+// attn_reference_qkv_fp8, reference_rows<true, true>: Q's bytes too, each q(i, c) = e4m3(byte) * qd
+// with qd = q_descale[batch * q_descale_stride0 + kv_head * q_descale_stride1] (the kernel argument
+// after `kv`; FlashAttention-3's descale_q, [batch, heads_kv]), O in bf16 (bf16 1). V is read as
+// [batch, heads_kv, seqlen_k, head_dim_v] through p's strides, as always; the kernel reads a
+// transposed copy (transpose_e4m3). With lowp=1 it is the baseline a good FP8 kernel's error is
+// measured against: s rounded to bf16 as for a 16-bit problem (FP8 wgmma's own accumulation keeps
+// about 13-14 bits of its running sum, not fp32's 24: a kernel's scores carry errors of that order,
+// which the bf16 rounding bounds), P into P.V as e4m3 (each exp(s_j - max s) rounded to e4m3, then
+// divided by the exact fp32 sum, which saw P unrounded), O rounded to bf16. Its LSE is the bound of
+// the kernel's (compare_outputs' lse_low: FlashAttention-2's criterion on the LSE too).
+//
 // The backward pass (a `pass=bwd` problem, issue 45; dense tensors, one batch offset a sequence, or a
 // varlen batch's packed ones, each sequence from its prefix sums' rows, BwdSeqRef) is
 // three kernels over the forward's inputs (bp.fwd: q, k, v through their strides) and dO (bp.dout
@@ -155,10 +167,11 @@ constexpr int kPad = 2;  // odd word stride per smem row: lanes reading differen
 // seqlen_q) fp32; seqlens_k: [batch] or null. A varlen batch: out (heads_q, total_q, head_dim_v),
 // lse_out (heads_q, total_q). attn_reference and attn_reference_kv_fp8 (the header) are its two
 // instantiations: K and V in Q's dtype, or FP8 e4m3 bytes with their descales.
-template <bool kKvFp8>
+template <bool kKvFp8, bool kQFp8 = false>
 __device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim, int head_dim_v, int bf16, int causal,
                                                int lowp, float* out, float* lse_out, const int* seqlens_k,
-                                               const KvScales& kv) {
+                                               const KvScales& kv, const float* q_descale = nullptr,
+                                               int q_descale_stride0 = 0, int q_descale_stride1 = 0) {
   typedef typename KvElem<kKvFp8>::type kv_t;
   __shared__ float sq[kRowsPerBlock][kCols];
   __shared__ elem_t sk[kKeysPerChunk][kCols + kPad];
@@ -195,6 +208,9 @@ __device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim
   // An FP8 cache's scales for this sequence and KV head (unused with a 16-bit cache).
   const float k_scale = kKvFp8 ? descale_of(kv.k_descale, kv.k_descale_stride, batch, kv_head) : 1.f;
   const float v_scale = kKvFp8 ? descale_of(kv.v_descale, kv.v_descale_stride, batch, kv_head) : 1.f;
+  // An FP8 forward's Q scale (its table's strides as K's).
+  const int q_stride_pair[2] = {q_descale_stride0, q_descale_stride1};
+  const float q_scale = kQFp8 ? descale_of(q_descale, q_stride_pair, batch, kv_head) : 1.f;
   // The scaled score of this warp's row against key c0 + lane (keys past seqlen_k score zeros; an
   // inactive warp's is never used). Q and the chunk's K rows come in column blocks of kCols; every
   // thread calls it (it holds the block's barriers).
@@ -204,7 +220,14 @@ __device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim
       const int w = min(kCols, head_dim - cb);
       __syncthreads();  // the previous block (or chunk) fully consumed
       if (active)
-        for (int c = lane; c < w; c += 32) sq[warp][c] = to_float(q[row * p.q_stride[2] + cb + c], bf16);
+        for (int c = lane; c < w; c += 32) {
+          if (kQFp8)  // Q's bytes (q_base and the head's offset count bytes: its strides do)
+            sq[warp][c] = e4m3_to_float(reinterpret_cast<const fp8_t*>(p.q)[q_base + head * p.q_stride[1] +
+                                                                             row * p.q_stride[2] + cb + c]) *
+                          q_scale;
+          else
+            sq[warp][c] = to_float(q[row * p.q_stride[2] + cb + c], bf16);
+        }
       for (int i = threadIdx.x; i < kKeysPerChunk * w; i += blockDim.x) {
         const int r = i / w, c = i % w, key = c0 + r;
         sk[r][c] = key < seqlen_k ? elem_t(k[key * p.k_stride[2] + cb + c]) : elem_t(0);
@@ -259,8 +282,9 @@ __device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim
     const int key = c0 + lane;
     float pj = 0.f;
     if (key >= start && key < limit) {
-      pj = expf(s - m) / l;
-      if (lowp) pj = round_to(pj, bf16);
+      if (kQFp8 && lowp) pj = e4m3_to_float(float_to_e4m3(expf(s - m))) / l;  // P into P.V as e4m3
+      else pj = expf(s - m) / l;
+      if (lowp && !kQFp8) pj = round_to(pj, bf16);
     }
 #pragma unroll
     for (int vb = 0; vb < kMaxDim / kCols; ++vb) {
@@ -306,6 +330,34 @@ extern "C" __global__ void __launch_bounds__(256)
 attn_reference_kv_fp8(const AttnParams p, int head_dim, int head_dim_v, int bf16, int causal, int lowp, float* out,
                       float* lse_out, const int* seqlens_k, const KvScales kv) {
   reference_rows<true>(p, head_dim, head_dim_v, bf16, causal, lowp, out, lse_out, seqlens_k, kv);
+}
+
+// The FP8 forward's reference (the header): Q, K and V e4m3 with their descales, O bf16. (256, 1): with
+// 256 alone NVRTC 13's ptxas held it to 64 registers and spilled 144 bytes (Q's bytes and scale beside
+// the FP8 cache's path).
+extern "C" __global__ void __launch_bounds__(256, 1)
+attn_reference_qkv_fp8(const AttnParams p, int head_dim, int head_dim_v, int bf16, int causal, int lowp, float* out,
+                       float* lse_out, const int* seqlens_k, const KvScales kv, const float* q_descale,
+                       int q_descale_stride0, int q_descale_stride1) {
+  reference_rows<true, true>(p, head_dim, head_dim_v, bf16, causal, lowp, out, lse_out, seqlens_k, kv, q_descale,
+                             q_descale_stride0, q_descale_stride1);
+}
+
+// An FP8 forward's V as its kernels read it: v [batch, heads, rows, dim] bytes through its {batch,
+// head, row} strides (the last dim contiguous) to vt [batch][heads][dim][ld] (ld >= rows, the keys
+// contiguous; the bytes past rows are left as they were).
+extern "C" __global__ void transpose_e4m3(const fp8_t* v, long long s0, long long s1, long long s2, fp8_t* vt, int batch,
+                                          int heads, int rows, int dim, int ld) {
+  const long long n = static_cast<long long>(batch) * heads * rows * dim;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>(i % dim);
+    const long long r = i / dim;
+    const int key = static_cast<int>(r % rows);
+    const long long bh = r / rows;
+    const int h = static_cast<int>(bh % heads), b = static_cast<int>(bh / heads);
+    vt[(bh * dim + c) * ld + key] = v[b * s0 + h * s1 + key * s2 + c];
+  }
 }
 
 // Counter-based normal random numbers (splitmix64 + Box-Muller), so every launch with a new seed
@@ -405,14 +457,17 @@ extern "C" __global__ void scatter_pages_e4m3(const AttnParams p, int head_dim, 
 // counts[0] = non-finite output elements, counts[1] = LSE mismatches in finiteness. A varlen
 // batch's rows are (head, packed row), as attn_reference wrote them: every packed row is some
 // sequence's. head_dim is O's (the problem's value head dim).
+// lse_low (nullable): the same-dtype reference's LSE, whose error stats[3] gets (the FP8 forward's LSE
+// bound; other problems' LSE is checked against a fixed tolerance).
 extern "C" __global__ void compare_outputs(const AttnParams p, int head_dim, int bf16,
                                            const float* ref32, const float* reflow,
-                                           const float* lse_ref, unsigned* stats, unsigned* counts) {
+                                           const float* lse_ref, unsigned* stats, unsigned* counts,
+                                           const float* lse_low) {
   const bool varlen = p.cu_seqlens_q != 0;
   const long long total_q = varlen ? p.cu_seqlens_q[p.batch] : 0;
   const long long rows = varlen ? p.heads_q * total_q : static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
   const elem_t* o = static_cast<const elem_t*>(p.o);
-  float e_out = 0.f, e_low = 0.f, e_lse = 0.f;
+  float e_out = 0.f, e_low = 0.f, e_lse = 0.f, e_lse_low = 0.f;
   unsigned nonfinite = 0, lse_bad = 0;
   for (long long r = blockIdx.x * static_cast<long long>(blockDim.y) + threadIdx.y; r < rows;
        r += static_cast<long long>(gridDim.x) * blockDim.y) {
@@ -433,6 +488,8 @@ extern "C" __global__ void compare_outputs(const AttnParams p, int head_dim, int
       else e_out = fmaxf(e_out, fabsf(x - ref));
       e_low = fmaxf(e_low, fabsf(reflow[r * head_dim + c] - ref));
     }
+    if (lse_low && threadIdx.x == 0 && isfinite(lse_ref[r]) && isfinite(lse_low[r]))
+      e_lse_low = fmaxf(e_lse_low, fabsf(lse_low[r] - lse_ref[r]));
     if (p.lse && threadIdx.x == 0) {
       const float a = p.lse[r], b = lse_ref[r];
       if (isfinite(b)) {
@@ -446,6 +503,7 @@ extern "C" __global__ void compare_outputs(const AttnParams p, int head_dim, int
   atomicMax(&stats[0], __float_as_uint(e_out));
   atomicMax(&stats[1], __float_as_uint(e_low));
   atomicMax(&stats[2], __float_as_uint(e_lse));
+  if (lse_low) atomicMax(&stats[3], __float_as_uint(e_lse_low));
   if (nonfinite) atomicAdd(&counts[0], nonfinite);
   if (lse_bad) atomicAdd(&counts[1], lse_bad);
 }

@@ -42,7 +42,8 @@ struct PropertyRun {
   int dv = 0;             // V's head dim when it is not d (`dv=N`)
   bool latent = false;    // `latent=1`: V is K's first dv columns (the buffers pass v = k)
   bool kv_fp8 = false;    // `kv_dtype=fp8`: an FP8 e4m3 cache with per-(sequence, KV head) scales
-  bool per_tensor_descale = false;  // kv_fp8: one scale a tensor (strides 0) instead
+  bool per_tensor_descale = false;  // kv_fp8 (or dtype=fp8): one scale a tensor (strides 0) instead
+  bool qkv_fp8 = false;   // `dtype=fp8`: the FP8 forward (Q, K, V e4m3, O bf16; the problems' dtype ignored)
   std::string extra = {};  // appended to every shape's spec (",pass=bwd": the backward pass)
 };
 
@@ -66,7 +67,7 @@ inline bool spread_configs(const SearchSpace& space, const Problem& kind, const 
   const std::size_t m = n == 0 || n >= all.size() ? all.size() : n;
   for (std::size_t i = 0; i < m; ++i) {
     Problem p = kind;
-    p.dtype = configs.size() % 2 ? DType::kFp16 : DType::kBf16;
+    if (!p.qkv_fp8) p.dtype = configs.size() % 2 ? DType::kFp16 : DType::kBf16;  // an FP8 forward's O is bf16
     configs.push_back(all[i * all.size() / m]);
     variants.push_back(p);
   }
@@ -140,7 +141,7 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
     for (const PropertyShape& sh : shapes) {
       Problem p = Problem::parse(fmt::format("{},d={}{},dtype={},causal={}{}", sh.dims, run.d,
                                              run.dv ? fmt::format(",dv={}", run.dv) : std::string(),
-                                             dtype_name(v.dtype), v.causal ? 1 : 0,
+                                             run.qkv_fp8 ? "fp8" : dtype_name(v.dtype), v.causal ? 1 : 0,
                                              std::string(run.latent ? ",latent=1" : "") +
                                                  (run.kv_fp8 ? ",kv_dtype=fp8" : "") + run.extra));
       const LoadedBuild kernel(o->build.cubin, o->job.kernel.launch);
@@ -190,7 +191,10 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
   }
   std::printf("%s d=%d%s%s%s: %zu configs, %d checks, %d failures\n", run.label, run.d,
               run.dv ? fmt::format(" dv={}", run.dv).c_str() : "", run.latent ? " latent" : "",
-              run.kv_fp8 ? (run.per_tensor_descale ? " kv fp8 (per-tensor scales)" : " kv fp8") : "", configs.size(),
+              run.kv_fp8    ? (run.per_tensor_descale ? " kv fp8 (per-tensor scales)" : " kv fp8")
+              : run.qkv_fp8 ? (run.per_tensor_descale ? " fp8 (per-tensor scales)" : " fp8")
+                            : "",
+              configs.size(),
               checked, failures);
 }
 

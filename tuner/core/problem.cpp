@@ -128,6 +128,24 @@ void check_kv_fp8(const Problem& p, const char* where) {
                                  where, p.varlen));
 }
 
+// An FP8 forward (problem.hpp): the dense entry point's (its extended form takes the descales), so
+// refused with a KV cache, a packed batch, a latent cache, an FP8 cache (already FP8) and the
+// backward pass. `where` as check_latent's.
+void check_qkv_fp8(const Problem& p, const char* where) {
+  if (!p.qkv_fp8) return;
+  auto refuse = [&](const std::string& what, const char* why) {
+    throw InputError(fmt::format("{}: dtype=fp8 with {}: {}", where, what, why));
+  };
+  if (p.paged())
+    refuse(fmt::format("page={}", p.page),
+           "the FP8 forward is dense prefill (attntune_attention_forward_ex); for an FP8 KV cache under 16-bit "
+           "queries give dtype=bf16,kv_dtype=fp8");
+  if (p.is_varlen()) refuse(fmt::format("varlen={}", p.varlen), "the FP8 forward serves dense tensors, not packed batches, for now");
+  if (p.latent) refuse("latent=1", "a latent cache is decode's (MLA), over 16-bit queries");
+  if (p.kv_fp8) refuse("kv_dtype=fp8", "dtype=fp8 already makes K and V FP8 e4m3 (leave kv_dtype out)");
+  if (p.backward) refuse("pass=bwd", "the backward pass is tuned in fp16 and bf16");
+}
+
 // The backward pass (problem.hpp): dense tensors and packed varlen batches of one head dim, with
 // causal masks, windows, sinks (the kernels' P = exp(S - LSE) with the forward's LSE, which holds the
 // sink; the sinks' own gradient is the ops' arithmetic) and soft-caps (dS times the cap's
@@ -184,6 +202,8 @@ bool read_kv_dtype(const std::string& val, DType dtype, const char* where) {
 }  // namespace
 
 const char* dtype_name(DType t) { return t == DType::kFp16 ? "fp16" : "bf16"; }
+
+const char* Problem::dtype_spec() const { return qkv_fp8 ? "fp8" : dtype_name(dtype); }
 
 Problem Problem::parse(const std::string& spec) {
   static const std::vector<std::string> kKeys = {"b",    "h",      "hkv",       "s",      "sk",
@@ -253,7 +273,8 @@ Problem Problem::parse(const std::string& spec) {
     } else if (key == "dtype") {
       if (val == "fp16") p.dtype = DType::kFp16;
       else if (val == "bf16") p.dtype = DType::kBf16;
-      else throw InputError(fmt::format("problem: 'dtype={}': expected fp16 or bf16", val));
+      else if (val == "fp8") p.dtype = DType::kBf16, p.qkv_fp8 = true;  // O's dtype; Q, K, V e4m3
+      else throw InputError(fmt::format("problem: 'dtype={}': expected fp16, bf16 or fp8 (e4m3 Q, K, V; bf16 O)", val));
     } else if (key == "causal") {
       if (val == "1" || val == "true") p.causal = true;
       else if (val == "0" || val == "false") p.causal = false;
@@ -262,7 +283,13 @@ Problem Problem::parse(const std::string& spec) {
   }
   for (const auto& k : kRequired)
     if (!seen.count(k)) throw InputError(fmt::format("problem: missing key '{}' in '{}'", k, spec));
-  if (seen.count("kv_dtype")) p.kv_fp8 = read_kv_dtype(kv_dtype, p.dtype, "problem");
+  if (seen.count("kv_dtype")) {
+    if (p.qkv_fp8)
+      throw InputError(fmt::format("problem: kv_dtype={} with dtype=fp8: dtype=fp8 makes Q, K and V FP8 e4m3 "
+                                   "already (leave kv_dtype out)",
+                                   kv_dtype));
+    p.kv_fp8 = read_kv_dtype(kv_dtype, p.dtype, "problem");
+  }
   if (!seen.count("hkv")) p.hkv = p.h;
   if (!seen.count("sk")) p.sk = p.s;
   if (p.dv == p.d) p.dv = 0;  // one head dim, one form
@@ -291,6 +318,7 @@ Problem Problem::parse(const std::string& spec) {
   }
   check_latent(p, "problem");
   check_kv_fp8(p, "problem");
+  check_qkv_fp8(p, "problem");
   check_backward(p, "problem");
   return p;
 }
@@ -361,13 +389,16 @@ std::vector<Problem> Problem::parse_passes(const std::string& spec) {
 std::string Problem::str() const {
   std::string out = fmt::format("b={},h={},hkv={},s={},sk={},d={}", b, h, hkv, s, sk, d);
   if (split_dims()) out += fmt::format(",dv={}", dv);  // one head dim reads as it always did
-  out += fmt::format(",dtype={},causal={}", dtype_name(dtype), causal ? 1 : 0);
+  out += fmt::format(",dtype={},causal={}", dtype_spec(), causal ? 1 : 0);
   if (paged()) out += fmt::format(",page={}", page);  // dense problems read as they always did
   if (is_varlen()) {
     out += fmt::format(",varlen={}", varlen);
     if (lens_seed != 0) out += fmt::format(",lens_seed={}", lens_seed);
   }
-  const std::string tail = variants_column();  // the variants, then latent=1, kv_dtype=fp8, pass=bwd
+  // The variants, then latent=1, kv_dtype=fp8, pass=bwd (dtype=fp8 is said above, where the dtype goes).
+  Problem tail_of = *this;
+  tail_of.qkv_fp8 = false;
+  const std::string tail = tail_of.variants_column();
   if (!tail.empty()) out += "," + tail;
   return out;
 }
@@ -377,6 +408,7 @@ std::string Problem::variants_column() const {
   auto add = [&](const char* item) { out += (out.empty() ? "" : ",") + std::string(item); };
   if (latent) add("latent=1");
   if (kv_fp8) add("kv_dtype=fp8");
+  if (qkv_fp8) add("dtype=fp8");  // the dtype column holds O's, bf16
   if (backward) add("pass=bwd");
   return out;
 }
@@ -390,7 +422,8 @@ void Problem::set_variants_column(const std::string& text) {
     return true;
   };
   std::string rest = text;
-  backward = take_last(rest, "pass=bwd");  // the very end, then kv_dtype and latent before it
+  backward = take_last(rest, "pass=bwd");  // the very end, then dtype, kv_dtype and latent before it
+  qkv_fp8 = take_last(rest, "dtype=fp8");
   kv_fp8 = take_last(rest, "kv_dtype=fp8");
   latent = take_last(rest, "latent=1");
   set_variants(rest);
@@ -443,7 +476,7 @@ std::string Problem::variant_words() const {
 
 nlohmann::json Problem::json() const {
   nlohmann::json j = {{"b", b}, {"h", h}, {"hkv", hkv}, {"s", s}, {"sk", sk}, {"d", d},
-                      {"dtype", dtype_name(dtype)}, {"causal", causal}};
+                      {"dtype", dtype_spec()}, {"causal", causal}};
   if (split_dims()) j["dv"] = dv;
   if (paged()) j["page"] = page;
   if (is_varlen()) {  // only here: every other problem's JSON is what it always was
@@ -478,8 +511,9 @@ Problem Problem::from_json(const nlohmann::json& j) {
       throw InputError(fmt::format("problem JSON: head dims must be 1..{}", kMaxDim));
     if (p.dv == p.d) p.dv = 0;
     const std::string dt = j.at("dtype");
-    if (dt != "fp16" && dt != "bf16") throw InputError("problem JSON: bad dtype '" + dt + "'");
-    p.dtype = dt == "fp16" ? DType::kFp16 : DType::kBf16;
+    if (dt != "fp16" && dt != "bf16" && dt != "fp8") throw InputError("problem JSON: bad dtype '" + dt + "'");
+    p.dtype = dt == "fp16" ? DType::kFp16 : DType::kBf16;  // fp8: O is bf16
+    p.qkv_fp8 = dt == "fp8";
     p.causal = j.at("causal").is_boolean() ? j.at("causal").get<bool>() : j.at("causal").get<int>() != 0;
     p.page = j.value("page", std::int64_t{0});
     if (p.page < 0) throw InputError("problem JSON: negative page");
@@ -504,6 +538,7 @@ Problem Problem::from_json(const nlohmann::json& j) {
     p.latent = j.value("latent", false);
     if (j.contains("kv_dtype")) {
       if (!j.at("kv_dtype").is_string()) throw InputError("problem JSON: kv_dtype must be a string (\"fp8\")");
+      if (p.qkv_fp8) throw InputError("problem JSON: kv_dtype with dtype fp8 (Q, K and V are FP8 already)");
       p.kv_fp8 = read_kv_dtype(j.at("kv_dtype").get<std::string>(), p.dtype, "problem JSON");
     }
     if (j.contains("pass")) {
@@ -513,6 +548,7 @@ Problem Problem::from_json(const nlohmann::json& j) {
     normalise_window(p);
     check_latent(p, "problem JSON");
     check_kv_fp8(p, "problem JSON");
+    check_qkv_fp8(p, "problem JSON");
     check_backward(p, "problem JSON");
     return p;
   } catch (const nlohmann::json::exception& e) {
@@ -567,6 +603,9 @@ double Problem::bytes() const {
     return 2.0 * rows_q * double(d + 2 * head_dim_v() + d) + 4.0 * rows_q +  // Q, O, dO, dQ; the LSE
            2.0 * double(b) * double(hkv) * (keys + double(sk)) * double(d + head_dim_v());  // K, V; dK, dV
   }
+  if (qkv_fp8)  // Q, K and V one byte an element, O two
+    return double(b) * double(hkv) * keys * double(d + head_dim_v()) + double(b) * double(h) * double(s) * double(d) +
+           2.0 * double(b) * double(h) * double(s) * double(head_dim_v());
   if (kv_fp8)  // K and V one byte an element (a latent cache once, at d), Q and O two
     return double(b) * double(hkv) * keys * double(latent ? d : d + head_dim_v()) +
            2.0 * double(b) * double(h) * double(s) * double(d + head_dim_v());

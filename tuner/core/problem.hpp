@@ -47,6 +47,18 @@ struct Problem {
   // (variants_column()), builds get ATT_KV_FP8, and bytes() counts K and V at one byte an element.
   // Not with varlen (a packed K/V has no per-sequence cache scales there yet).
   bool kv_fp8 = false;
+  // `dtype=fp8` (issue 42; docs/CONTRACT.md "FP8 forward"): Q, K and V are FP8 e4m3 (one byte an
+  // element) with dequantisation scales per (sequence, KV head) (FlashAttention-3's descale_q/k/v),
+  // V given transposed ([b, hkv, dv, sk], keys contiguous: FP8 wgmma reads both operands K-major),
+  // and O is bf16: `dtype` holds bf16 (O's, which every 16-bit path reads), this flag the inputs'.
+  // str() and json() say dtype=fp8 where the dtype goes; the database keeps bf16 in its dtype column
+  // and "dtype=fp8" in the `variants` column after kv_dtype (variants_column()), builds get
+  // ATT_QKV_FP8 (and ATT_DTYPE_BF16 1), and a space serves it where its problem section's dtype list
+  // has fp8. Dense tensors only: parse() and from_json() refuse it with page, varlen, latent,
+  // kv_dtype and pass=bwd, with the reason.
+  bool qkv_fp8 = false;
+  // The problem's dtype as a spec names it: "fp8" for an FP8 forward, else dtype_name(dtype).
+  const char* dtype_spec() const;
   // `pass=bwd` (issue 45): the backward pass of the problem's attention, dQ, dK and dV given Q, K, V,
   // the forward's O and LSE, and dO (attntune_attention_backward; launch_plan.h's kEntryBackward;
   // with varlen, attntune_attention_backward_varlen, kEntryBackwardVarlen).
@@ -118,7 +130,7 @@ struct Problem {
   void set_variants(const std::string& spec);
   // The database's `variants` column: variant_spec(), then "latent=1" for a latent problem (",latent=1"
   // after variants), then "kv_dtype=fp8" for an FP8 cache (",kv_dtype=fp8" after either), then
-  // "pass=bwd" for the backward pass (last): str()'s tail after page and varlen. "" for every problem
+  // "dtype=fp8" for an FP8 forward, "pass=bwd" for the backward pass (last): str()'s tail after page and varlen. "" for every problem
   // without any, so no earlier row changes. set_variants_column reads it back (pass, kv_dtype, latent,
   // then set_variants on the rest, which refuses any key that is not a variant).
   std::string variants_column() const;
@@ -153,7 +165,8 @@ struct Problem {
   // judged by bytes / time against the HBM peak). Varlen: the packed tensors' rows (total_q, total_k).
   // A window counts only the K/V rows some query of the sequence sees (a kernel that skips the
   // rest reads no more). Latent: V is K's first dv columns, not read separately (K, Q and O only).
-  // kv_fp8: K and V (or the latent cache) at one byte an element, Q and O at two.
+  // kv_fp8: K and V (or the latent cache) at one byte an element, Q and O at two. qkv_fp8: Q, K and
+  // V at one byte, O at two.
   // The backward pass (pass=bwd; one head dim): Q, O, dO and the LSE (fp32) read and dQ
   // written, b*h*s rows each (varlen: h*total_q); K and V read (only the rows some query sees, as the forward) and dK
   // and dV written (all b*hkv*sk rows: a key no query sees gets a zero gradient). Workspaces (dQ's

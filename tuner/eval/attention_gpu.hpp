@@ -47,6 +47,11 @@ const char* layout_name(Layout l);
 // (the reference's view, in variant) and call() with strides {hkv, 1}, or, with per_tensor_descale
 // set, strides {0, 0}: one scale a tensor, each table's entry 0 (FlashAttention-3's descale_k/v
 // expanded from one scale). FP8 problems need sm_89 or newer (Reference::fill refuses them below).
+// An FP8 forward (qkv_fp8, `dtype=fp8`: dense, kBHSD) holds Q, K and V in e4m3 too (q, k, v one byte an
+// element: the reference reads them), V also transposed as the kernels take it (vt: [b, hkv, dv,
+// vt_ld] bytes, vt_ld = sk rounded up to 16, TMA's stride unit; the bytes past sk NaN), O in bf16,
+// and Q's scales beside K's and V's (q_descale, [b, hkv], from kDescaleSeedQ; per_tensor_descale
+// applies to all three). call() passes vt and the three tables.
 // The backward pass (pass=bwd: dense, one head dim) also holds dout (dO: o's
 // shape, in the dtype, drawn as q, k and v are) and its outputs dq, dk and dv (q's, k's and v's
 // shapes: dk and dv have hkv heads), all in the layout; o and lse are then inputs, the forward of q,
@@ -98,8 +103,18 @@ struct AttnBuffers {
   // with); true: one scale per tensor, strides {0, 0} (entry 0 of each table). Read by params() and
   // call(); a ReferenceCache holds the form its references were computed with.
   bool per_tensor_descale = false;
-  // Bytes of one K/V element: 1 for an FP8 cache, else 2 (Q's and O's are always 2).
-  std::size_t kv_elem_bytes() const { return problem.kv_fp8 ? 1 : 2; }
+  // Bytes of one K/V element: 1 for an FP8 cache or an FP8 forward, else 2; Q's 1 for an FP8
+  // forward, else 2; O's always 2.
+  std::size_t kv_elem_bytes() const { return problem.kv_fp8 || problem.qkv_fp8 ? 1 : 2; }
+  std::size_t q_elem_bytes() const { return problem.qkv_fp8 ? 1 : 2; }
+  // An FP8 forward: V transposed (above), its row pitch in bytes, and Q's scales.
+  cuda::DeviceBuffer vt;
+  long long vt_ld = 0;
+  std::vector<float> q_descale_values;
+  cuda::DeviceBuffer q_descale;
+  // Q's scale table and its {batch, head} strides as call() and the reference take them (null, {0, 0}
+  // unless an FP8 forward).
+  const float* q_scale_table(long long (&stride)[2]) const;
   // The backward pass's tensors (pass=bwd problems only): dO read, dQ, dK, dV written.
   cuda::DeviceBuffer dout, dq, dk, dv;
   // The forward's O (in the dtype, as o holds it) and LSE that Reference::fill computed for the inputs
@@ -115,7 +130,7 @@ struct AttnBuffers {
 // from `seed` (AttnBuffers draws K's from kDescaleSeedK, V's from kDescaleSeedV). Not 1, so that a
 // kernel that ignores them, or swaps K's and V's, or reads another sequence's or head's, fails.
 std::vector<float> kv_descales(std::int64_t n, std::uint64_t seed);
-constexpr std::uint64_t kDescaleSeedK = 0x6b64, kDescaleSeedV = 0x7664;
+constexpr std::uint64_t kDescaleSeedK = 0x6b64, kDescaleSeedV = 0x7664, kDescaleSeedQ = 0x7164;
 
 // Whether a device of `arch` ("sm_80", "sm_90a") can validate and time `p`: an FP8 KV cache needs
 // sm_89 or newer (its inputs are rounded to e4m3 by cvt.rn.satfinite.e4m3x2.f32). InputError with
@@ -163,6 +178,10 @@ struct GradVerdict {
 struct Verdict {
   std::string status;  // ok | wrong_result | nan_or_unwritten
   double max_abs_err = 0, err_bound = 0, lowp_err = 0, lse_err = 0;
+  // The LSE's bound: kLseTolerance, or for the FP8 forward (dtype=fp8, whose FP8 MMAs keep fewer bits
+  // of Q.K^T's sums than fp32) FlashAttention-2's criterion on the LSE: 2 x the same-dtype reference's
+  // LSE error (scores rounded to bf16) + kLseTolerance.
+  double lse_bound = 0, lse_lowp_err = 0;
   unsigned nonfinite = 0, lse_mismatch = 0;
   std::vector<GradVerdict> grads;  // the backward pass only
   std::string detail() const;  // one line for logs; the backward pass: the failing gradients first, by name
@@ -203,7 +222,9 @@ class Reference {
  private:
   friend class ReferenceCache;
   // attn_reference, or attn_reference_kv_fp8 for an FP8 cache.
-  const cuda::Function& reference_kernel(const Problem& p) const { return p.kv_fp8 ? ref_fp8_ : ref_; }
+  const cuda::Function& reference_kernel(const Problem& p) const {
+    return p.qkv_fp8 ? ref_qkv_fp8_ : p.kv_fp8 ? ref_fp8_ : ref_;
+  }
   // One launch of it on b's inputs (its lengths and scales as b holds them): o, (rows, dv) fp32, and
   // lse, (rows), device addresses; lowp rounds as a same-dtype framework would.
   void launch_forward(const AttnBuffers& b, bool lowp, CUdeviceptr o, CUdeviceptr lse) const;
@@ -220,6 +241,7 @@ class Reference {
   cuda::Module module_;
   cuda::Function fill_, ref_, compare_, scatter_;
   cuda::Function fill_e4m3_, ref_fp8_, scatter_e4m3_, quantize_e4m3_, dequantize_e4m3_;
+  cuda::Function ref_qkv_fp8_, transpose_e4m3_;  // the FP8 forward's
   cuda::Function bwd_rowdot_, bwd_dq_, bwd_dkdv_, compare_grad_, store_rounded_;
 };
 
@@ -248,9 +270,9 @@ class ReferenceCache {
   Problem problem_;
   std::vector<int> seqlens_;
   bool per_tensor_descale_ = false;
-  cuda::DeviceBuffer out32_, outlow_, lse32_;
+  cuda::DeviceBuffer out32_, outlow_, lse32_, lselow_;  // lselow_: the FP8 forward's LSE bound
   mutable cuda::DeviceBuffer stats_;
-  std::vector<float> host_out32_, host_outlow_, host_lse32_;
+  std::vector<float> host_out32_, host_outlow_, host_lse32_, host_lselow_;
   // The backward pass: dq, dk, dv of the fp32 and the same-dtype references, and their host copies.
   cuda::DeviceBuffer grad32_[3], gradlow_[3];
   std::vector<float> host_grad32_[3], host_gradlow_[3];

@@ -355,6 +355,15 @@ std::string header(const LibraryPlan& plan, ExportMode mode) {
          "// tensor; NULL: 1). Calls without kv_dtype 1 (the contract's entry points) are a cache of q's dtype\n"
          "// and never run them, nor do FP8 calls run another kernel. They convert e4m3 on the device: -arch\n"
          "// sm_89 or newer.\n//\n";
+  // Only a file with an FP8 forward kernel says how it is called (every other file's text is as before).
+  if (std::any_of(plan.items.begin(), plan.items.end(), [](const Prepared& p) { return p.item->row.problem.qkv_fp8; }))
+    h += "// The FP8 forward (label \"dtype=fp8\"): q, k and v hold FP8 e4m3, one byte an element, their\n"
+         "// strides counting those bytes (multiples of 16), and v is TRANSPOSED: [batch, heads_kv, head_dim_v,\n"
+         "// seqlen_k], the keys contiguous, v_strides {batch, head, value dim}; out is bf16. Call it through\n"
+         "// attntune_attention_forward_ex with attntune_options.qkv_dtype = ATTNTUNE_QKV_FP8_E4M3 (1) and the\n"
+         "// dequantisation scales q_descale, k_descale, v_descale (FlashAttention-3's descale_q/k/v: [batch,\n"
+         "// heads_kv] fp32 on the device through {batch, head} strides in elements; {0, 0}: one scale; NULL: 1).\n"
+         "// Calls without qkv_dtype 1 never run it, nor do FP8 calls run another kernel. sm_90a only.\n//\n";
   // Only a file with a backward kernel says how it is called (every other file's text is as before).
   if (std::any_of(plan.items.begin(), plan.items.end(), [](const Prepared& p) { return is_backward(p); }))
     h += "// Backward kernels (label \"pass=bwd\"; tuned on a problem with pass=bwd) serve\n"
@@ -491,6 +500,7 @@ std::string kernel_table(const LibraryPlan& plan) {
     if (pr.split_dims()) label += fmt::format(" dv={}", pr.dv);
     if (pr.latent) label += " latent";  // serves only calls with v = k (its plan's check_latent)
     if (pr.kv_fp8) label += " kv_dtype=fp8";  // serves only calls with attntune_options.kv_dtype 1
+    if (pr.qkv_fp8) label += " dtype=fp8";    // serves only calls with attntune_options.qkv_dtype 1
     if (is_backward(p)) label += " pass=bwd";  // serves attntune_attention_backward only
     std::vector<std::string> funcs;
     for (int k = 0; k < p.family->plan->kernels; ++k)
@@ -498,7 +508,7 @@ std::string kernel_table(const LibraryPlan& plan) {
     // The arch passed arch_number: "sm_", digits and at most an "a".
     rows += fmt::format(
         "    {{\"{label}\", \"{arch}\", {d}, {causal}, {bf16}, {b}, {h}, {hkv}, {s}, {sk}, {entries}, {window}, "
-        "{softcap}, {sinks}, {dv}, {latent}, {kv_fp8},\n"
+        "{softcap}, {sinks}, {dv}, {latent}, {kv_fp8}, {qkv_fp8},\n"
         "     &{plan}, kDefines_k{index}, static_cast<int>(sizeof kDefines_k{index} / sizeof kDefines_k{index}[0]),\n"
         "     {{{funcs}}}}},\n",
         fmt::arg("label", label), fmt::arg("arch", p.kernel_arch), fmt::arg("d", pr.d),
@@ -507,6 +517,7 @@ std::string kernel_table(const LibraryPlan& plan) {
         fmt::arg("entries", served_entries(*p.family, pr)), fmt::arg("window", pr.windowed() ? 1 : 0),
         fmt::arg("softcap", pr.softcapped() ? 1 : 0), fmt::arg("sinks", pr.sinks ? 1 : 0),
         fmt::arg("dv", pr.split_dims() ? pr.dv : 0), fmt::arg("latent", pr.latent ? 1 : 0), fmt::arg("kv_fp8", pr.kv_fp8 ? 1 : 0),
+        fmt::arg("qkv_fp8", pr.qkv_fp8 ? 1 : 0),
         fmt::arg("plan", p.family->plan_symbol), fmt::arg("index", p.source_index),
         fmt::arg("funcs", fmt::join(funcs, ", ")));
   }

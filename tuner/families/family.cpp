@@ -171,6 +171,9 @@ Defines kernel_defines(const SearchSpace& space, const Config& config, const Pro
   // An FP8 e4m3 KV cache (`kv_dtype=fp8`): only then, so that every other build renders as before. Such a
   // build reads its cache as FP8 only, and serves only calls that say so (attntune_plan::check_kv_dtype).
   if (problem.kv_fp8) defs.emplace_back("ATT_KV_FP8", 1);
+  // An FP8 forward (`dtype=fp8`: e4m3 Q, K and V^T, O bf16, so ATT_DTYPE_BF16 1): only then. Such a build
+  // serves only calls that say so (attntune_plan::check_kv_dtype).
+  if (problem.qkv_fp8) defs.emplace_back("ATT_QKV_FP8", 1);
   // The backward pass (`pass=bwd`): only then, so that every forward build renders as before. Such a
   // build computes dQ, dK and dV and serves attntune_attention_backward alone (served_entries).
   if (problem.backward) defs.emplace_back("ATT_BWD", 1);
@@ -218,7 +221,7 @@ RenderedKernel render_kernel(const SearchSpace& space, const Config& config, con
                                 config_str(space.complete(config)), problem.d,
                                 problem.split_dims() ? fmt::format(", dv={}{}", problem.dv, problem.latent ? ", latent=1" : "")
                                                      : std::string(),
-                                dtype_name(problem.dtype), problem.causal ? 1 : 0,
+                                problem.dtype_spec(), problem.causal ? 1 : 0,
                                 problem.has_variant() ? ", " : "", problem.variant_words(),
                                 problem.kv_fp8 ? ", kv_dtype=fp8" : "", problem.backward ? ", pass=bwd" : "");
   for (const auto& [name, value] : defines) src += fmt::format("#define {} {}\n", name, value);

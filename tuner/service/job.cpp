@@ -153,7 +153,8 @@ double problem_distance(const Problem& a, const Problem& b) {
   // other traffic. So does an FP8 KV cache against one of q's dtype (kv_dtype=fp8: other loads and
   // conversions, half the cache's bytes). The backward pass against the forward counts more than any
   // of those (2.0): other kernels altogether, whose configs say little of each other's (a space that
-  // lists both passes).
+  // lists both passes). The FP8 forward against a 16-bit one counts as much (2.0): FP8 MMAs at twice
+  // the rate, another register budget (P.V's own accumulator), block_n in steps of 32.
   auto lg = [](double x, double y) { return std::abs(std::log2(x / y)); };
   auto span = [](const Problem& p) { return p.window_left < 0 ? double(p.sk) : double(p.window_left + 1); };
   return lg(a.s, b.s) + lg(a.sk, b.sk) + 0.5 * lg(double(a.b) * a.h, double(b.b) * b.h) + 0.5 * lg(a.hkv, b.hkv) +
@@ -163,7 +164,7 @@ double problem_distance(const Problem& a, const Problem& b) {
          (a.windowed() != b.windowed() ? 2.0 : a.windowed() ? lg(span(a), span(b)) : 0.0) +
          (a.softcapped() != b.softcapped() ? 0.5 : 0.0) + (a.sinks != b.sinks ? 0.25 : 0.0) +
          (a.latent != b.latent ? 1.0 : 0.0) + (a.kv_fp8 != b.kv_fp8 ? 1.0 : 0.0) +
-         (a.backward != b.backward ? 2.0 : 0.0);
+         (a.backward != b.backward ? 2.0 : 0.0) + (a.qkv_fp8 != b.qkv_fp8 ? 2.0 : 0.0);
 }
 
 std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& results, const std::string& family,

@@ -140,7 +140,7 @@ void SearchSpace::bind_problem(const Problem& p, const std::string& arch, std::v
   slots[3] = p.s;
   slots[4] = p.sk;
   slots[5] = p.d;
-  slots[6] = *scope_.symbol_id(dtype_name(p.dtype));
+  slots[6] = *scope_.symbol_id(p.dtype_spec());  // fp16, bf16, or fp8 (an FP8 forward)
   slots[7] = p.causal;
   slots[8] = p.page;
   slots[9] = p.varlen;
@@ -249,7 +249,7 @@ void SearchSpace::check_problem(const Problem& p, const std::string& arch) const
                                      "does not list `{}: [true]`)",
                                      family_, what, p.str(), p.variant_words(), key));
       }
-      const std::string value = key == "dtype" ? dtype_name(p.dtype)
+      const std::string value = key == "dtype" ? p.dtype_spec()
                                 : key == "causal" ? (p.causal ? "1" : "0")
                                                   : std::to_string(slots[static_cast<std::size_t>(r.field)]);
       throw InputError(fmt::format("{} does not support {}={} (supported: {})", family_, key, value, join(text)));

@@ -380,8 +380,9 @@ void SpaceLoader::read_problem(const Entry& e) {
       std::int64_t v;
       std::string t;
       if (f.name == "dtype") {
-        t = scalar(f, n, "fp16 or bf16");
-        if (t != "fp16" && t != "bf16") fail(n, fmt::format("{}: '{}' is not a dtype (fp16, bf16)", f.path, t));
+        t = scalar(f, n, "fp16, bf16 or fp8");
+        if (t != "fp16" && t != "bf16" && t != "fp8")
+          fail(n, fmt::format("{}: '{}' is not a dtype (fp16, bf16, fp8)", f.path, t));
         v = *sp_.scope_.symbol_id(t);
       } else if (f.name == "pass") {
         // The passes the space tunes, by name (slot `bwd`: 1 for the backward pass).
@@ -597,7 +598,8 @@ SearchSpace SpaceLoader::run() {
 
   // Slots: problem fields, then device limits, params, derived (search_space.hpp).
   for (const auto& k : kProblemInts) sp_.scope_.add(k, ExprType::kInt);
-  sp_.scope_.add("dtype", ExprType::kString, {"fp16", "bf16"});
+  // fp8: an FP8 forward (`dtype=fp8`: e4m3 Q, K, V; O bf16), offered where a space's dtype list has it.
+  sp_.scope_.add("dtype", ExprType::kString, {"fp16", "bf16", "fp8"});
   sp_.scope_.add("causal", ExprType::kBool);
   sp_.scope_.add("page", ExprType::kInt);
   sp_.scope_.add("varlen", ExprType::kInt);

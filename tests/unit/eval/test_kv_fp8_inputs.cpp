@@ -95,3 +95,37 @@ TEST(KvFp8Inputs, ReferenceKernelsCompileForEveryTarget) {
     }
   }
 }
+
+// The FP8 forward (dtype=fp8): older devices refuse it with the reason, Q's descales are a third fixed
+// draw (not K's or V's), and its reference kernels (attn_reference_qkv_fp8, transpose_e4m3) compile
+// for every target without spills, in the 16-bit reference's shared memory.
+TEST(KvFp8Inputs, TheFp8ForwardsInputsAndReference) {
+  const Problem p = Problem::parse("b=1,h=16,s=4096,d=128,dtype=fp8,causal=0");
+  try {
+    check_device_serves(p, "sm_86");
+    ADD_FAILURE() << "no refusal";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("FP8 forward (dtype=fp8)"), std::string::npos) << what;
+    EXPECT_NE(what.find("sm_89"), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW(check_device_serves(p, "sm_90a"));
+  const std::vector<float> q = kv_descales(64, kDescaleSeedQ);
+  EXPECT_NE(q, kv_descales(64, kDescaleSeedK));
+  EXPECT_NE(q, kv_descales(64, kDescaleSeedV));
+  const std::string source = flatten_includes("templates/reference/reference.cu");
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    SCOPED_TRACE(arch);
+    cuda::CompileOptions opts;
+    opts.arch = arch;
+    opts.extra = {"-std=c++17"};
+    const cuda::CompileOutput out = cuda::nvrtc_compile(source, "reference.cu", opts);
+    ASSERT_TRUE(out.ok) << out.log;
+    const cuda::PtxasFunction* plain = out.ptxas.entry("attn_reference");
+    const cuda::PtxasFunction* fwd8 = out.ptxas.entry("attn_reference_qkv_fp8");
+    ASSERT_TRUE(plain && fwd8);
+    EXPECT_EQ(fwd8->smem, plain->smem);
+    EXPECT_EQ(fwd8->spill_stores + fwd8->spill_loads, 0);
+    EXPECT_NE(out.ptxas.entry("transpose_e4m3"), nullptr);
+  }
+}

@@ -79,9 +79,9 @@ TEST(ExportFp8, TheTableInfoAndHeaderSayFp8AndOnlyAnFp8FileExplainsIt) {
     const auto& specs = info.at("entry_points").at(entry);
     EXPECT_NE(std::find(specs.begin(), specs.end(), kFp8), specs.end()) << entry << ": " << specs.dump();
   }
-  // The rows: ..., head_dim_v, latent, kv_fp8; the label names it.
-  EXPECT_NE(cu.find(", 0, 0, 1,\n     &attntune_plan::kFlashDecode"), std::string::npos);
-  EXPECT_NE(cu.find(", 0, 0, 0,\n     &attntune_plan::kFlashDecode"), std::string::npos);
+  // The rows: ..., head_dim_v, latent, kv_fp8, qkv_fp8 (the FP8 forward's: 0 here); the label names it.
+  EXPECT_NE(cu.find(", 0, 0, 1, 0,\n     &attntune_plan::kFlashDecode"), std::string::npos);
+  EXPECT_NE(cu.find(", 0, 0, 0, 0,\n     &attntune_plan::kFlashDecode"), std::string::npos);
   EXPECT_NE(cu.find("tuned for b=16,h=32,hkv=8,s=1,sk=2048,page=16 kv_dtype=fp8\""), std::string::npos);
   EXPECT_NE(cu.find("tuned for b=16,h=32,hkv=8,s=1,sk=8192,page=16\""), std::string::npos);
   EXPECT_NE(cu.find("// FP8 KV caches (label \"kv_dtype=fp8\"): k and v (k_cache and v_cache) hold FP8 e4m3"),
@@ -105,7 +105,7 @@ TEST(ExportFp8, TheTableInfoAndHeaderSayFp8AndOnlyAnFp8FileExplainsIt) {
   EXPECT_EQ(pcu.find("{\"ATT_KV_FP8\", "), std::string::npos);
   EXPECT_NE(pcu.find("__CUDA_ARCH__ < 800\n"), std::string::npos);
   for (const auto& k : info_from_source(pcu).at("kernels")) EXPECT_FALSE(k.at("problem").contains("kv_dtype"));
-  EXPECT_NE(pcu.find(", 0, 0, 0,\n     &attntune_plan::kFlashDecode"), std::string::npos);
+  EXPECT_NE(pcu.find(", 0, 0, 0, 0,\n     &attntune_plan::kFlashDecode"), std::string::npos);
 }
 
 // The contract's build line for sm_90 and sm_89 (FP8's first arch, cp.async without TMA); for sm_80 the

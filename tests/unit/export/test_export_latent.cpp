@@ -67,8 +67,8 @@ TEST(ExportLatent, TheTableAndInfoSayLatentAndOnlyALatentFilesHeaderExplainsIt) 
   EXPECT_FALSE(problems["mla-split"].contains("latent"));
   EXPECT_EQ(Problem::from_json(problems["mla-latent"]).str(), kLatent);
   // The rows: ..., head_dim_v, latent; the labels name it.
-  EXPECT_NE(cu.find(", 128, 1, 0,\n     &attntune_plan::kFlashDecode"), std::string::npos);
-  EXPECT_NE(cu.find(", 128, 0, 0,\n     &attntune_plan::kFlashDecode"), std::string::npos);
+  EXPECT_NE(cu.find(", 128, 1, 0, 0,\n     &attntune_plan::kFlashDecode"), std::string::npos);
+  EXPECT_NE(cu.find(", 128, 0, 0, 0,\n     &attntune_plan::kFlashDecode"), std::string::npos);
   EXPECT_NE(cu.find("tuned for b=16,h=16,hkv=1,s=1,sk=4096 dv=128 latent\""), std::string::npos);
   EXPECT_NE(cu.find("tuned for b=16,h=16,hkv=1,s=1,sk=16384 dv=128\""), std::string::npos);
   EXPECT_NE(cu.find("// Latent kernels (label \"latent\"; multi-head latent attention's decode): V is the first "
@@ -88,7 +88,7 @@ TEST(ExportLatent, TheTableAndInfoSayLatentAndOnlyALatentFilesHeaderExplainsIt) 
   EXPECT_EQ(pcu.find("Latent kernels"), std::string::npos);
   EXPECT_EQ(pcu.find(" latent\""), std::string::npos);
   for (const auto& k : info_from_source(pcu).at("kernels")) EXPECT_FALSE(k.at("problem").contains("latent"));
-  EXPECT_NE(pcu.find(", 128, 0, 0,\n     &attntune_plan::kFlashDecode"), std::string::npos);
+  EXPECT_NE(pcu.find(", 128, 0, 0, 0,\n     &attntune_plan::kFlashDecode"), std::string::npos);
 }
 
 TEST(ExportLatentNvcc, ALatentKernelRunsOnlyCallsWhoseVIsK) {

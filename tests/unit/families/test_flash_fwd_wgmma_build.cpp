@@ -859,6 +859,76 @@ TEST(FlashFwdWgmmaBuild, Fp8CacheBuildsAreClean) {
   expect_clean_builds(space, jobs);
 }
 
+// The FP8 forward (dtype=fp8, issue 42): both GEMMs FP8 wgmma (k32), P to e4m3 fragments by quad
+// shuffles, each tile's P.V in an accumulator of its own. Its builds at the register edges compile
+// clean: the largest tiles est_regs admits at d=128 (two consumer warpgroups, 128x128), three consumer
+// warpgroups at d=64, one at d=96 (32-byte rows), persistent grids with the split tail, multicast
+// pairs and narrow first tiles, causal with the tile counter, windows and sinks.
+TEST(FlashFwdWgmmaBuild, Fp8ForwardBuildsAreClean) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  std::vector<std::pair<Config, Problem>> jobs;
+  auto add = [&](const char* spec, auto pred) {
+    const Problem p = Problem::parse(spec);
+    const Config c = last_valid(space, p, pred);
+    ASSERT_FALSE(c.empty()) << spec;
+    jobs.emplace_back(c, p);
+  };
+  auto any = [](const Config&) { return true; };
+  auto big = [](const Config& x) { return num(x, "block_m") == 128 && num(x, "block_n") == 128; };
+  auto split = [](const Config& x) { return flag(x, "split_tail"); };
+  auto pairs = [](const Config& x) { return flag(x, "kv_multicast") && num(x, "narrow_n") > 0; };
+  auto persistent = [](const Config& x) { return flag(x, "persistent"); };
+  auto three = [](const Config& x) { return num(x, "block_m") == 192; };
+  auto one = [](const Config& x) { return num(x, "block_m") == 64; };
+  add("b=1,h=16,s=16384,d=128,dtype=fp8,causal=0", big);
+  add("b=1,h=16,s=16384,d=128,dtype=fp8,causal=0", split);
+  add("b=1,h=16,s=16384,d=128,dtype=fp8,causal=0", pairs);
+  add("b=1,h=16,s=16384,d=128,dtype=fp8,causal=1", persistent);
+  add("b=2,h=32,hkv=8,s=8192,d=64,dtype=fp8,causal=1,window=127,sinks=1", three);
+  add("b=2,h=32,s=4096,d=96,dtype=fp8,causal=0", one);
+  add("b=2,h=32,s=4096,d=64,dtype=fp8,causal=0", any);
+  expect_clean_builds(space, jobs);
+}
+
+// The FP8 forward is offered where its kernel is written: dense problems of head dims multiples of
+// 32 up to 128, without a soft-cap, block_n a multiple of 32, no lazy rescale or GQA packing; the
+// other families refuse dtype=fp8 by their dtype lists.
+TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardWhereItIsWritten) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=1,h=32,hkv=8,s=4096,d=128,dtype=fp8,causal=1");
+  std::size_t n = 0;
+  space.for_each_valid(p, kArch, [&](const Config& c) {
+    ++n;
+    EXPECT_EQ(num(c, "block_n") % 32, 0) << config_str(c);
+    EXPECT_EQ(num(c, "lazy_rescale"), 0) << config_str(c);
+    EXPECT_FALSE(flag(c, "pack_gqa")) << config_str(c);
+  });
+  EXPECT_GT(n, 0u);
+  const Config c = last_valid(space, p, [](const Config&) { return true; });
+  const RenderedKernel k = render_kernel(space, c, p, kArch);
+  EXPECT_NE(k.source.find("#define ATT_QKV_FP8 1\n"), std::string::npos);
+  EXPECT_NE(k.source.find("#define ATT_DTYPE_BF16 1\n"), std::string::npos);  // O is bf16
+  EXPECT_NE(k.source.find(", dtype=fp8, causal=1"), std::string::npos) << k.source.substr(0, 200);
+  // The same shape in bf16 renders no FP8 define.
+  const RenderedKernel plain =
+      render_kernel(space, c, Problem::parse("b=1,h=32,hkv=8,s=4096,d=128,dtype=bf16,causal=1"), kArch);
+  EXPECT_EQ(plain.source.find("#define ATT_QKV_FP8"), std::string::npos);
+  for (const char* spec : {"b=1,h=16,s=4096,d=256,dtype=fp8,causal=0", "b=1,h=16,s=4096,d=80,dtype=fp8,causal=0",
+                           "b=1,h=16,s=4096,d=128,dtype=fp8,causal=0,softcap=30"}) {
+    const Problem q = Problem::parse(spec);
+    EXPECT_THROW(space.check_problem(q, kArch), InputError) << spec;
+  }
+  const SearchSpace mma = SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/flash_fwd_mma.yaml");
+  try {
+    mma.check_problem(p, "sm_90");
+    ADD_FAILURE() << "flash_fwd_mma served dtype=fp8";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("dtype=fp8"), std::string::npos) << e.what();
+  }
+}
+
 TEST(FlashFwdWgmmaBuild, PackedBuildsAreClean) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;

@@ -1,0 +1,105 @@
+// Property test of flash_fwd_wgmma's FP8 forward (`dtype=fp8`, issue 42): Q, K and V in e4m3 with
+// per-(sequence, KV head) descales (Q's and K's join the softmax scale, V's multiplies O), V given
+// transposed (the call's v is [b, hkv, dv, sk] with the keys contiguous), O in bf16. Both GEMMs are
+// FP8 wgmma; P goes to e4m3 A fragments through the quad shuffles of mainloop.cuh's pack_p_e4m3, and
+// each tile's P.V is added to O in fp32. A spread of the configs that serve it (block_m 64-192,
+// block_n multiples of 32, stages, persistent grids, the split tail, multicast pairs, the overlap
+// and ping-pong schedules, narrow first tiles), against the float64-checked reference over the
+// dequantised inputs with FlashAttention-2's criterion, its baseline rounding P to e4m3 as a good FP8
+// kernel does: odd lengths, more queries than keys (causal rows that see nothing), GQA groups 1-8,
+// both layouts (V^T from either), one query row, windows and sinks (builds with them), per-tensor
+// scales (strides 0), head dims 64, 96 and 128, and a long key range (sk 65537: the LSE and O over 64k
+// keys, where FP8 wgmma's own accumulation alone would drift). ATTNTUNE_PROPERTY_SAMPLE configs a
+// kind (causal or not; default 6 at d=128, 2 at the others).
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "gpu_env.hpp"
+#include "property_check.hpp"
+
+using namespace attntune;
+
+namespace {
+
+using attntune::testing::PropertyShape;
+
+std::vector<PropertyShape> fp8_forward_shapes() {
+  return {
+      {"b=2,h=8,hkv=2,s=1000,sk=1000", Layout::kBHSD},
+      {"b=1,h=6,hkv=6,s=257,sk=4099", Layout::kBSHD},
+      {"b=3,h=8,hkv=1,s=129,sk=65", Layout::kBHSD},
+      {"b=2,h=4,hkv=4,s=1,sk=333", Layout::kBSHD},
+      {"b=1,h=2,hkv=1,s=130,sk=65537", Layout::kBHSD},
+  };
+}
+
+// A window and sinks need builds with those variants (a plain build refuses such a call).
+std::vector<PropertyShape> fp8_forward_variant_shapes() {
+  return {
+      {"b=2,h=8,hkv=2,s=700,sk=1500,window=255,sinks=1", Layout::kBHSD},
+      {"b=1,h=4,hkv=1,s=513,sk=513,window=63,sinks=1", Layout::kBSHD},
+  };
+}
+
+void check_fp8_forward(int d, std::size_t sample, bool per_tensor, const std::function<bool(const Config&)>& keep,
+                       const char* variants, const std::vector<PropertyShape>& shapes) {
+  cuda::Context ctx(0);
+  const auto props = cuda::device_props(0);
+  if (props.arch < "sm_90") GTEST_SKIP() << "flash_fwd_wgmma needs sm_90; this GPU is " << props.arch;
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_fwd_wgmma.yaml");
+  const std::string arch = space_arch_for_device(space, props.arch);  // sm_90a
+  std::vector<Config> configs;
+  std::vector<Problem> problems;
+  for (const char* kind : {"causal=1", "causal=0"}) {
+    const Problem base =
+        Problem::parse(fmt::format("b=2,h=16,hkv=4,s=4096,sk=4096,d={},dtype=fp8,{}{}", d, kind, variants));
+    ASSERT_TRUE(attntune::testing::spread_configs(space, base, arch, sample, configs, problems, keep)) << base.str();
+  }
+  attntune::testing::PropertyRun run;
+  run.label = "flash_fwd_wgmma fp8 forward";
+  run.d = d;
+  run.arch = arch;
+  run.seed = 9300 + d + (per_tensor ? 1 : 0) + (*variants ? 2 : 0);
+  run.require_no_spills = true;
+  run.without_workspaces = true;  // the split tail's workspace withheld: the same kernel, unsplit
+  run.qkv_fp8 = true;
+  run.per_tensor_descale = per_tensor;
+  attntune::testing::check_configs(space, configs, problems, shapes, run);
+}
+
+bool flag(const Config& c, const char* name) { return std::get<bool>(c.at(name)); }
+
+}  // namespace
+
+TEST(FlashFwdWgmmaFp8ForwardProperty, SpreadD128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8_forward(128, attntune::testing::property_sample(6), false, {}, "", fp8_forward_shapes());
+}
+
+TEST(FlashFwdWgmmaFp8ForwardProperty, PersistentSplitAndPairsD128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8_forward(128, attntune::testing::property_sample(4), false,
+                    [](const Config& c) {
+                      return flag(c, "persistent") && (flag(c, "split_tail") || flag(c, "kv_multicast") ||
+                                                        std::get<std::int64_t>(c.at("narrow_n")) > 0);
+                    },
+                    "", fp8_forward_shapes());
+}
+
+TEST(FlashFwdWgmmaFp8ForwardProperty, PerTensorScales) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8_forward(128, attntune::testing::property_sample(2), true, {}, "", fp8_forward_shapes());
+}
+
+TEST(FlashFwdWgmmaFp8ForwardProperty, WindowAndSinksD128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8_forward(128, attntune::testing::property_sample(3), false, {}, ",window=127,sinks=1",
+                    fp8_forward_variant_shapes());
+}
+
+TEST(FlashFwdWgmmaFp8ForwardProperty, OtherHeadDims) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (int d : {64, 96}) check_fp8_forward(d, attntune::testing::property_sample(2), false, {}, "", fp8_forward_shapes());
+}
