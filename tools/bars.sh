@@ -32,7 +32,10 @@
 #             its pick re-timed beside its top 20 (`retime`: within 1%?), and the evaluations until
 #             the search's best so far, as re-timed there, came within 2% of the fastest of them
 #             (the transfer from the shipped database; judged by re-timed times, since search
-#             medians read 4-13% fast and unevenly). Seeds run in parallel over --devices (a
+#             medians read 4-13% fast and unevenly). Each campaign has a database of its own
+#             (DB-NAME-sN.db: a new user's, with the shipped file alone to warm-start from; the
+#             compare phase merges seed 1's for the export), and its tune log is appended to, so a
+#             resumed campaign keeps its warm start's line. Seeds run in parallel over --devices (a
 #             two-GPU machine halves the wall time); re-running resumes the campaigns and skips the
 #             re-timings done. The databases hold each build's cubin (80+ MB after a tune phase):
 #             to bring them back from a GPU machine, copy them, delete the copies' `builds` rows
@@ -182,9 +185,17 @@ if [[ ${ATTNTUNE_BARS_LIST:-} == 1 ]]; then  # the set's problems, one a line (t
   exit 0
 fi
 
-# The unseen set: seed N's campaigns in DB-sN.db (seed 1's in DB itself, what a new user's database
-# would hold), one background job a device running its seeds in turn.
+# The unseen set: each campaign in a database of its own, DB-NAME-sN.db (seed N), which holds what a
+# new user's database would: nothing but the shipped file to warm-start from. (Runs 251-253 kept a
+# seed's campaigns in one database, DB-sN.db, seed 1's in DB itself; then every shape but the first of
+# its head dim warm-started from the set's own earlier campaigns, and the transfer from the shipped
+# file was measured on 2 shapes of 10. Such databases are still read: campaign_db falls back to them.)
+# One background job a device runs its seeds in turn.
 seed_db() { if (($1 == 1)); then echo "$db"; else echo "${db%.db}-s$1.db"; fi; }
+own_db() { echo "${db%.db}-$2-s$1.db"; }  # seed name
+campaign_db() {  # seed name: the campaign's own database, else (an older run's) its seed's
+  if [[ -e $(own_db "$1" "$2") || ! -e $(seed_db "$1") ]]; then own_db "$1" "$2"; else seed_db "$1"; fi
+}
 IFS=, read -r -a devs <<<"$devices"
 on_devices() {  # fn: run "fn seed device" for every seed, the seeds of a device in turn, devices at once
   local k pids=()
@@ -199,8 +210,9 @@ on_devices() {  # fn: run "fn seed device" for every seed, the seeds of a device
 main_job() {  # seed device: the default main job of tools/run.sh for each problem
   local e
   for e in "${prefill[@]}"; do
-    "$A" tune --db "$(seed_db "$1")" --problem "${e#*|}" --campaign "${e%%|*}" --seed "$1" --budget-evals "$budget" \
-      --device "$2" --log-interval 60 > "$out/tune_${e%%|*}_s$1.log" 2>&1 ||
+    # The log is appended to: a resumed campaign's first lines (its warm start's source) stay.
+    "$A" tune --db "$(campaign_db "$1" "${e%%|*}")" --problem "${e#*|}" --campaign "${e%%|*}" --seed "$1" \
+      --budget-evals "$budget" --device "$2" --log-interval 60 >> "$out/tune_${e%%|*}_s$1.log" 2>&1 ||
       echo "tune ${e%%|*} seed $1 failed (exit $?): $(tail -1 "$out/tune_${e%%|*}_s$1.log")" >&2
   done
 }
@@ -209,7 +221,7 @@ retime_all() {  # seed device: each campaign's pick beside its top 20, long (ski
   for e in "${prefill[@]}"; do
     f="$out/retime_${e%%|*}_s$1.json"
     [[ -s $f ]] && continue
-    "$A" retime --db "$(seed_db "$1")" --campaign "${e%%|*}" --top 20 --rounds 2 --min-seconds "$retime_s" \
+    "$A" retime --db "$(campaign_db "$1" "${e%%|*}")" --campaign "${e%%|*}" --top 20 --rounds 2 --min-seconds "$retime_s" \
       --device "$2" --format json > "$f.tmp" 2> "$out/retime_${e%%|*}_s$1.log" && mv "$f.tmp" "$f" ||
       echo "retime ${e%%|*} seed $1 failed: $(tail -1 "$out/retime_${e%%|*}_s$1.log")" >&2
   done
@@ -229,6 +241,9 @@ def load(path):
         return None
 def seed_db(sd):
     return db if sd == 1 else (db[:-3] if db.endswith(".db") else db) + f"-s{sd}.db"
+def campaign_db(sd, name):  # as the script's: the campaign's own database, else its seed's
+    own = (db[:-3] if db.endswith(".db") else db) + f"-{name}-s{sd}.db"
+    return own if os.path.exists(own) or not os.path.exists(seed_db(sd)) else seed_db(sd)
 def canonical(family, config):
     return family + "|" + json.dumps(config, sort_keys=True, separators=(",", ":"))
 # Transfer, judged by re-timed times: the search's best so far after each evaluation (by its search
@@ -262,7 +277,7 @@ for e in entries:
     cells = [name]
     for sd in range(1, seeds + 1):
         rt = load(f"{out}/retime_{name}_s{sd}.json")
-        n2 = evals_to_2pct(seed_db(sd), name, rt if isinstance(rt, dict) else None)
+        n2 = evals_to_2pct(campaign_db(sd, name), name, rt if isinstance(rt, dict) else None)
         if n2 is not None and sd == 1:
             to2.append(n2)
         log = f"{out}/tune_{name}_s{sd}.log"
@@ -291,7 +306,17 @@ if [[ $set == unseen ]]; then
   [[ $phase == tune || $phase == all ]] && on_devices main_job
   [[ $phase == retime || $phase == all ]] && on_devices retime_all
   if [[ $phase == compare || $phase == all ]]; then
-    "$A" export --db "$db" --all-best -o "$out/bars.cu"
+    # Seed 1's campaigns in one database for the export (merged from their own; an older run's are
+    # in DB already).
+    merged=$db
+    own=()
+    for e in "${prefill[@]}"; do [[ -e $(own_db 1 "${e%%|*}") ]] && own+=("$(own_db 1 "${e%%|*}")"); done
+    if ((${#own[@]})); then
+      merged="$out/seed1-merged.db"
+      rm -f "$merged"
+      "$A" merge "${own[@]}" -o "$merged" > /dev/null
+    fi
+    "$A" export --db "$merged" --all-best -o "$out/bars.cu"
     python3 "$kit/compare.py" "$out/bars.cu" --aot "$aot" --contenders ours,fa4,cudnn \
       > "$out/compare.log" 2>&1 || echo "compare.py failed: $(tail -3 "$out/compare.log")" >&2
     grep -A14 '=== forward' "$out/compare.log" || true

@@ -120,10 +120,12 @@ TEST(BarsUnseen, TheTableReadsTheTransferAndTheRobustPickFromOutDir) {
     }
     return s + "}";
   };
+  // Seed 1's campaigns share one database (the layout of runs 251-253, still read); seed 2's each have
+  // their own (DB-NAME-s2.db: the script's layout since, a new user's database per shape).
   for (int seed : {1, 2}) {
-    Store store = Store::open(seed == 1 ? db : dir.file("u-s2.db"), Store::Mode::kCreate);
-    const std::int64_t dev = store.upsert_device({"NVIDIA H200", "sm_90", "GPU-x", 132, "580"});
     for (int i = 0; i < 10; ++i) {
+      Store store = Store::open(seed == 1 ? db : dir.file(fmt::format("u-{}-s2.db", names[i])), Store::Mode::kCreate);
+      const std::int64_t dev = store.upsert_device({"NVIDIA H200", "sm_90", "GPU-x", 132, "580"});
       const CampaignSpec spec = campaign_spec(space, Problem::parse(kProblem), names[i], "evo");
       const std::int64_t c = store.open_campaign(spec, dev);
       auto eval = [&](const Config& cfg, double us) {
