@@ -432,7 +432,7 @@ TEST(ComparePy, CompilesWithPython3) {
   ASSERT_EQ(std::system("command -v python3 >/dev/null 2>&1"), 0) << "python3 is missing";
   TempDir dir;
   for (const char* tool : {"compare_sdpa.py", "compare_chunked.py", "compare_varlen.py", "peer_common.py",
-                           "gpu_timing.py", "compare_bwd.py"}) {
+                           "gpu_timing.py", "compare_bwd.py", "compare_fp8_forward.py"}) {
     const std::string cmd = "PYTHONPYCACHEPREFIX=" + shq(dir.path().string()) + " python3 -m py_compile " +
                             shq(source_dir() + "/tools/" + tool);
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -458,6 +458,13 @@ TEST(ComparePy, PeerToolsDryRunsAndRefuseBadInput) {
   EXPECT_NE(r.output.find("problem b=4,h=8,hkv=2,s=1024,sk=1024,d=128,dtype=bf16,causal=1,varlen=1"),
             std::string::npos)
       << r.output;
+  // compare_fp8_forward.py: the FP8 forward's problem (dtype given or not) and its contenders.
+  r = sh(py + "compare_fp8_forward.py --dry-run --cu x.cu --problem b=1,h=16,s=16384,d=128,causal=0");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("problem b=1,h=16,hkv=16,s=16384,sk=16384,d=128,dtype=fp8,causal=0: 2.199 TFLOP; "
+                          "contenders fp8, ours, fa4, sdpa"),
+            std::string::npos)
+      << r.output;
   // compare_bwd.py --varlen: the packed batch's lengths as attntune draws them (compare_varlen's
   // generator), and which peers a causal batch with sk = s gets.
   r = sh(py + "compare_bwd.py --dry-run --varlen b=8,h=16,hkv=4,s=2048,d=128,dtype=bf16,causal=1,varlen=256");
@@ -479,7 +486,10 @@ TEST(ComparePy, PeerToolsDryRunsAndRefuseBadInput) {
         std::tuple{"compare_varlen.py", "--problem b=2,h=8,s=512,d=128,dtype=bf16,causal=1,varlen=1 --contenders fa4,x",
                    "--contenders: unknown 'x'"},
         std::tuple{"compare_chunked.py", "--problem b=2,h=8,s=512,d=128,dtype=bf16,causal=1,page=64 --rounds 0",
-                   "--rounds and --calls must be >= 1"}}) {
+                   "--rounds and --calls must be >= 1"},
+        std::tuple{"compare_fp8_forward.py", "--problem b=1,h=16,s=4096,d=256,causal=0 --contenders sdpa",
+                   "head dims multiples of 32 up to 128"},
+        std::tuple{"compare_fp8_forward.py", "--problem b=1,h=16,s=4096,d=128,causal=0", "--cu is needed"}}) {
     r = sh(py + tool + " --dry-run " + args);
     EXPECT_EQ(r.status, 2) << tool << " " << args << ": " << r.output;
     EXPECT_NE(r.output.find(says), std::string::npos) << tool << " " << args << ": " << r.output;
