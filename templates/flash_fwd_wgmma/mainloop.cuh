@@ -318,12 +318,15 @@ __device__ __forceinline__ void gemm_qk(float (&s)[T::kBlockN / 2], u64 q_desc, 
 // keys, each 32 bytes into V^T's K-major rows (its steps are Q.K^T's).
 template <int W = T::kBlockN>
 __device__ __forceinline__ void gemm_pv(float (&o)[T::kHeadDimV / 2], const u32 (&pa)[T::kPSteps][4], u64 v_desc) {
+  // P.V's N as a value that depends on W, so that a 16-bit build (whose head dim need not be a multiple
+  // of 32, nor have a WgmmaE4m3) never instantiates the FP8 wrapper in the discarded branch.
+  constexpr int kFp8N = W > 0 ? T::kHeadDimV : 0;
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < W / T::kPKeys; ++kk) {
     if constexpr (T::kQkvFp8)
-      WgmmaE4m3<T::kHeadDimV>::rs(o, pa[kk], v_desc + (wgmma_tile::qk_step_bytes(kk, T::kColsV, T::kVColBlockBytes) >> 4),
-                                  kk > 0);
+      WgmmaE4m3<kFp8N>::rs(o, pa[kk], v_desc + (wgmma_tile::qk_step_bytes(kk, T::kColsV, T::kVColBlockBytes) >> 4),
+                           kk > 0);
     else
       Wgmma<T::kHeadDimV>::rs(o, pa[kk], v_desc + (wgmma_tile::pv_step_bytes(kk, T::kColsV) >> 4), 1);
   }

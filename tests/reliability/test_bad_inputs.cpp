@@ -183,7 +183,7 @@ std::vector<Case> corpus() {
       {"unsupported head_dim, no database yet (tune)", [P](const Env& e) {
          return tune(e, {{"--problem", replace_all(P, "d=128", "d=100")}, {"--db", e.file("new.db")}});
        }, 2, "does not support d=100"},
-      {"unsupported dtype", problem(replace_all(P, "bf16", "fp32")), 2, "'dtype=fp32': expected fp16 or bf16"},
+      {"unsupported dtype", problem(replace_all(P, "bf16", "fp32")), 2, "'dtype=fp32': expected fp16, bf16 or fp8"},
       {"problem: missing key", problem("b=4,h=16,s=4096,dtype=bf16,causal=0"), 2, "missing key 'd'"},
       {"problem: unknown key", problem(P + ",heads=3"), 2, "unknown key 'heads'"},
       {"problem: not an integer", problem(replace_all(P, "b=4", "b=four")), 2, "'b=four': expected an integer"},

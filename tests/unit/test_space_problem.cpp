@@ -26,7 +26,7 @@ static std::string error_of(const std::string& spec) {
 
 TEST(Problem, RejectsBadSpecsWithReasons) {
   EXPECT_NE(error_of("b=4,h=16,s=4096,d=128,dtype=bf16").find("missing key 'causal'"), std::string::npos);
-  EXPECT_NE(error_of("b=4,h=16,s=4096,d=128,dtype=fp32,causal=0").find("expected fp16 or bf16"), std::string::npos);
+  EXPECT_NE(error_of("b=4,h=16,s=4096,d=128,dtype=fp32,causal=0").find("expected fp16, bf16 or fp8"), std::string::npos);
   EXPECT_NE(error_of("b=4,h=16,s=4096,d=128,dtype=bf16,causal=0,x=1").find("unknown key 'x'"), std::string::npos);
   EXPECT_NE(error_of("b=4,h=16,hkv=5,s=4096,d=128,dtype=bf16,causal=0").find("not a multiple of hkv=5"), std::string::npos);
   EXPECT_NE(error_of("b=0,h=16,s=4096,d=128,dtype=bf16,causal=0").find("out of range"), std::string::npos);

@@ -248,8 +248,8 @@ TEST(Protocol, MessagesRoundTrip) {
   bad_defines.header["launch"]["defines"] = nlohmann::json::array({nlohmann::json::array({"BLOCK_M", "x"})});
   EXPECT_TRUE(contains(error_of([&] { eval_request(bad_defines); }), "message 'eval': a field has the wrong type"));
   Frame bad_problem = to_frame(r);
-  bad_problem.header["problem"]["dtype"] = "fp8";
-  EXPECT_TRUE(contains(error_of([&] { eval_request(bad_problem); }), "bad dtype 'fp8'"));
+  bad_problem.header["problem"]["dtype"] = "fp4";
+  EXPECT_TRUE(contains(error_of([&] { eval_request(bad_problem); }), "bad dtype 'fp4'"));
 
   EvalReply rep;
   rep.record.status = "wrong_result";

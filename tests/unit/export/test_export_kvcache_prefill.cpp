@@ -188,10 +188,10 @@ TEST(ExportKvcachePrefill, AllBestListsChunkedPrefillUnderTheKvcacheEntryOnly) {
 
   // The dispatcher's table says the same per kernel: entries 2 (kvcache) for the chunked builds,
   // 1 for the dense one, 3 for flash_decode.
-  EXPECT_NE(cu.find(", 128, 1, 1, 4, 32, 8, 2048, 10240, 2, 0, 0, 0, 0, 0, 0,\n"), std::string::npos);
-  EXPECT_NE(cu.find(", 128, 1, 1, 8, 32, 8, 512, 8192, 2, 0, 0, 0, 0, 0, 0,\n"), std::string::npos);
-  EXPECT_NE(cu.find(", 128, 1, 1, 4, 32, 8, 4096, 4096, 1, 0, 0, 0, 0, 0, 0,\n"), std::string::npos);
-  EXPECT_NE(cu.find(", 128, 1, 1, 16, 32, 8, 1, 8192, 3, 0, 0, 0, 0, 0, 0,\n"), std::string::npos);
+  EXPECT_NE(cu.find(", 128, 1, 1, 4, 32, 8, 2048, 10240, 2, 0, 0, 0, 0, 0, 0, 0,\n"), std::string::npos);
+  EXPECT_NE(cu.find(", 128, 1, 1, 8, 32, 8, 512, 8192, 2, 0, 0, 0, 0, 0, 0, 0,\n"), std::string::npos);
+  EXPECT_NE(cu.find(", 128, 1, 1, 4, 32, 8, 4096, 4096, 1, 0, 0, 0, 0, 0, 0, 0,\n"), std::string::npos);
+  EXPECT_NE(cu.find(", 128, 1, 1, 16, 32, 8, 1, 8192, 3, 0, 0, 0, 0, 0, 0, 0,\n"), std::string::npos);
   // The chunked builds are the kvcache ones: their constants carry ATT_KVCACHE, the dense one's not.
   EXPECT_NE(cu.find("&attntune_plan::kFlashFwdWgmma, kDefines_k"), std::string::npos);
   std::size_t count = 0;

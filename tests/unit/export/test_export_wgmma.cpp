@@ -128,7 +128,7 @@ TEST(ExportWgmma, LaunchesThroughTensorMapsWithTheTunedGridAndBuildsForSm90a) {
             std::string::npos);
   // The table row: sm_90a, bf16, the tuned problem, the family's launch plan with the constants the
   // kernel was built with, its entry point.
-  EXPECT_NE(cu.find("\"sm_90a\", 128, 0, 1, 4, 16, 16, 4096, 4096, 1, 0, 0, 0, 0, 0, 0,\n"
+  EXPECT_NE(cu.find("\"sm_90a\", 128, 0, 1, 4, 16, 16, 4096, 4096, 1, 0, 0, 0, 0, 0, 0, 0,\n"
                     "     &attntune_plan::kFlashFwdWgmma, kDefines_k0, "
                     "static_cast<int>(sizeof kDefines_k0 / sizeof kDefines_k0[0]),\n"
                     "     {reinterpret_cast<const void*>(&attntune_k0::attntune_k0_flash_fwd_wgmma), "

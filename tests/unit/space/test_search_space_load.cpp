@@ -60,11 +60,11 @@ const BadCase kBadCases[] = {
     {"unknown_param_key.yaml", "6:30",
      "params.kv_stages: unknown key 'stp' (did you mean 'step'?); expected one of: values, range, step, pow2, enum, doc, default"},
     {"reserved_name.yaml", "7:3", "params.hkv: 'hkv' is reserved: it is a problem field"},
-    {"bad_dtype.yaml", "7:17", "problem.dtype: 'fp32' is not a dtype (fp16, bf16)"},
+    {"bad_dtype.yaml", "7:17", "problem.dtype: 'fp32' is not a dtype (fp16, bf16, fp8)"},
     // Expressions: the column is that of the offending token inside the YAML line.
     {"unknown_name.yaml", "10:16", "constraint: unknown name 'wraps' (did you mean 'warps'?)"},
     {"type_error.yaml", "9:17", "derived.rows: '+' needs int operands, got int and bool"},
-    {"enum_typo.yaml", "8:22", "constraint: 'bf61' is not a value of dtype (fp16, bf16)"},
+    {"enum_typo.yaml", "8:22", "constraint: 'bf61' is not a value of dtype (fp16, bf16, fp8)"},
     {"quoted_parse_error.yaml", "8:39", "constraint: unexpected ')' after a complete expression"},
     {"folded_expr.yaml", "9:8", "constraint: unknown name 'max_smem_per_blok' (did you mean 'max_smem_per_block'?)"},
     {"block_scalar_expr.yaml", "10:7",
