@@ -283,8 +283,7 @@ __device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim
     float pj = 0.f;
     if (key >= start && key < limit) {
       if (kQFp8 && lowp) pj = e4m3_to_float(float_to_e4m3(expf(s - m))) / l;  // P into P.V as e4m3
-      else pj = expf(s - m) / l;
-      if (lowp && !kQFp8) pj = round_to(pj, bf16);
+      else pj = lowp ? round_to(expf(s - m) / l, bf16) : expf(s - m) / l;
     }
 #pragma unroll
     for (int vb = 0; vb < kMaxDim / kCols; ++vb) {

@@ -67,14 +67,12 @@ std::vector<float> kv_descales(std::int64_t n, std::uint64_t seed) {
 }
 
 void check_device_serves(const Problem& p, const std::string& arch) {
-  if (p.qkv_fp8 && arch_number(arch) < 89)
-    throw InputError(fmt::format("{}: an FP8 forward (dtype=fp8) needs a GPU of compute capability 8.9 or newer (sm_89+: "
-                                 "the e4m3 conversions); this device is {}",
-                                 p.str(), arch));
-  if (p.kv_fp8 && arch_number(arch) < 89)
-    throw InputError(fmt::format("{}: an FP8 e4m3 KV cache (kv_dtype=fp8) needs a GPU of compute capability 8.9 or "
-                                 "newer (sm_89+: the e4m3 conversions); this device is {}",
-                                 p.str(), arch));
+  if ((p.kv_fp8 || p.qkv_fp8) && arch_number(arch) < 89)
+    throw InputError(fmt::format("{}: {} needs a GPU of compute capability 8.9 or newer (sm_89+: the e4m3 "
+                                 "conversions); this device is {}",
+                                 p.str(),
+                                 p.qkv_fp8 ? "an FP8 forward (dtype=fp8)" : "an FP8 e4m3 KV cache (kv_dtype=fp8)",
+                                 arch));
 }
 
 std::vector<float> sink_logits(std::int64_t heads, std::uint64_t seed) {
@@ -270,11 +268,19 @@ BwdParams AttnBuffers::bwd_params() const {
   return bp;
 }
 
+// Every descale table's {batch, head} strides: {hkv, 1}, or {0, 0} with per_tensor_descale.
+static void descale_strides(const AttnBuffers& b, int (&stride)[2]) {
+  stride[0] = b.per_tensor_descale ? 0 : static_cast<int>(b.problem.hkv);
+  stride[1] = b.per_tensor_descale ? 0 : 1;
+}
+
 const float* AttnBuffers::q_scale_table(long long (&stride)[2]) const {
   stride[0] = stride[1] = 0;
   if (!problem.qkv_fp8) return nullptr;
-  stride[0] = per_tensor_descale ? 0 : problem.hkv;
-  stride[1] = per_tensor_descale ? 0 : 1;
+  int st[2];
+  descale_strides(*this, st);
+  stride[0] = st[0];
+  stride[1] = st[1];
   return reinterpret_cast<const float*>(q_descale.ptr());
 }
 
@@ -283,9 +289,8 @@ KvScales AttnBuffers::kv_scales() const {
   if (!problem.kv_fp8 && !problem.qkv_fp8) return s;
   s.k_descale = reinterpret_cast<const float*>(k_descale.ptr());
   s.v_descale = reinterpret_cast<const float*>(v_descale.ptr());
-  const int head_stride = per_tensor_descale ? 0 : 1, batch_stride = per_tensor_descale ? 0 : static_cast<int>(problem.hkv);
-  s.k_descale_stride[0] = s.v_descale_stride[0] = batch_stride;
-  s.k_descale_stride[1] = s.v_descale_stride[1] = head_stride;
+  descale_strides(*this, s.k_descale_stride);
+  descale_strides(*this, s.v_descale_stride);
   return s;
 }
 
@@ -310,34 +315,26 @@ attntune_plan::Call AttnBuffers::call() const {
   c.window_right = static_cast<int>(problem.window_right);
   c.softcap = static_cast<float>(problem.softcap);
   c.sinks = problem.sinks ? reinterpret_cast<const float*>(sinks.ptr()) : nullptr;
-  if (problem.qkv_fp8) {
-    // Q, K and V in bytes (their strides count one-byte elements); V transposed: vt, strides {batch,
-    // head, value dim}.
+  if (problem.kv_fp8 || problem.qkv_fp8) {
+    // K and V in bytes: their strides (below, and dense_call's) count one-byte elements; their scales.
     const KvScales s = kv_scales();
+    c.kv_fp8 = problem.kv_fp8 ? 1 : 0;
+    c.k_descale = s.k_descale;
+    c.v_descale = s.v_descale;
+    for (int i = 0; i < 2; ++i) {
+      c.k_descale_stride[i] = s.k_descale_stride[i];
+      c.v_descale_stride[i] = s.v_descale_stride[i];
+    }
+  }
+  if (problem.qkv_fp8) {
+    // Q in bytes too, with its scales; V transposed: vt, strides {batch, head, value dim}.
     c.qkv_fp8 = 1;
+    c.q_descale = q_scale_table(c.q_descale_stride);
     c.v = reinterpret_cast<const void*>(vt.ptr());
     c.v_stride[0] = problem.hkv * problem.head_dim_v() * vt_ld;
     c.v_stride[1] = problem.head_dim_v() * vt_ld;
     c.v_stride[2] = vt_ld;
-    c.k_descale = s.k_descale;
-    c.v_descale = s.v_descale;
-    c.q_descale = q_scale_table(c.q_descale_stride);
-    for (int i = 0; i < 2; ++i) {
-      c.k_descale_stride[i] = s.k_descale_stride[i];
-      c.v_descale_stride[i] = s.v_descale_stride[i];
-    }
     return c;
-  }
-  if (problem.kv_fp8) {
-    // K and V in bytes: their strides (below, and dense_call's) count one-byte elements.
-    const KvScales s = kv_scales();
-    c.kv_fp8 = 1;
-    c.k_descale = s.k_descale;
-    c.v_descale = s.v_descale;
-    for (int i = 0; i < 2; ++i) {
-      c.k_descale_stride[i] = s.k_descale_stride[i];
-      c.v_descale_stride[i] = s.v_descale_stride[i];
-    }
   }
   if (problem.backward) {
     // attntune_attention_backward(_varlen): out and lse (dense_call's) are the forward's O and LSE, read.
