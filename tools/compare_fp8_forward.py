@@ -145,7 +145,7 @@ class Fp8Inputs:
 
 def attention32(torch, q, k, v, causal, scale, lowp=False):
     """float32 attention with GQA and bottom-right causal, per (batch, head): (out, lse natural log). lowp:
-    scores rounded to bf16, P (relative to the row max) to e4m3 over the exact sum, out to bf16."""
+    scores rounded to bf16, 2^8 P (relative to the row max) to e4m3 over the exact sum, out to bf16."""
     B, H, S, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
     out = torch.empty(B, H, S, D, device=q.device)
@@ -164,7 +164,9 @@ def attention32(torch, q, k, v, causal, scale, lowp=False):
             m = s.max(dim=1, keepdim=True).values
             e = torch.exp(s - m)
             l = e.sum(dim=1, keepdim=True)
-            p = (e.to(torch.float8_e4m3fn).float() if lowp else e) / l
+            # P scaled by 2^8 before e4m3 (FlashAttention-3's max_offset, as the kernel does): small P
+            # stay out of e4m3's subnormals
+            p = ((e * 256).to(torch.float8_e4m3fn).float() / 256 if lowp else e) / l
             o = p @ v[b, h // (H // Hkv)]
             out[b, h] = o.to(torch.bfloat16).float() if lowp else o
             lse[b, h] = (m + torch.log(l)).squeeze(1)

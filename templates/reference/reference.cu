@@ -39,7 +39,8 @@
 // A kernel that applies the scales to the dot products (s = scale * kd * <q, e4m3(k)>, o = vd *
 // sum_j p_j e4m3(v_j)) computes the same values up to fp32 rounding. NaN bytes (0x7F, 0xFF: a stale
 // cache past a sequence's length) read as NaN, so a kernel that lets one reach an output fails.
-// fill_normal_e4m3 draws K and V from fill_normal's distribution, each value rounded to e4m3 (round
+// fill_normal_e4m3 draws K and V from fill_normal's distribution (V around a mean a test may set),
+// each value rounded to e4m3 (round
 // to nearest even, saturated to +-448: cvt.rn.satfinite.e4m3x2.f32, sm_89 and newer; FP8 problems
 // run there only, the host refuses them on older devices, where the conversion returns NaN bytes).
 // quantize_e4m3 and dequantize_e4m3 expose both conversions for tests.
@@ -52,8 +53,8 @@
 // transposed copy (transpose_e4m3). With lowp=1 it is the baseline a good FP8 kernel's error is
 // measured against: s rounded to bf16 as for a 16-bit problem (FP8 wgmma's own accumulation keeps
 // about 13-14 bits of its running sum, not fp32's 24: a kernel's scores carry errors of that order,
-// which the bf16 rounding bounds), P into P.V as e4m3 (each exp(s_j - max s) rounded to e4m3, then
-// divided by the exact fp32 sum, which saw P unrounded), O rounded to bf16. Its LSE is the bound of
+// which the bf16 rounding bounds), P into P.V as e4m3 (each 2^8 exp(s_j - max s) rounded to e4m3, then
+// divided by 2^8 times the exact fp32 sum, which saw P unrounded), O rounded to bf16. Its LSE is the bound of
 // the kernel's (compare_outputs' lse_low: FlashAttention-2's criterion on the LSE too).
 //
 // The backward pass (a `pass=bwd` problem, issue 45; dense tensors, one batch offset a sequence, or a
@@ -282,7 +283,9 @@ __device__ __forceinline__ void reference_rows(const AttnParams& p, int head_dim
     const int key = c0 + lane;
     float pj = 0.f;
     if (key >= start && key < limit) {
-      if (kQFp8 && lowp) pj = e4m3_to_float(float_to_e4m3(expf(s - m))) / l;  // P into P.V as e4m3
+      // P into P.V as e4m3, scaled by 2^8 first (FlashAttention-3's max_offset: a good FP8 kernel keeps
+      // the small P out of e4m3's subnormals, which would flush them and bias O as the keys grow).
+      if (kQFp8 && lowp) pj = e4m3_to_float(float_to_e4m3(256.f * expf(s - m))) / (256.f * l);
       else pj = lowp ? round_to(expf(s - m) / l, bf16) : expf(s - m) / l;
     }
 #pragma unroll
@@ -383,11 +386,12 @@ extern "C" __global__ void fill_normal(elem_t* x, long long n, unsigned long lon
   }
 }
 
-// fill_normal's draws rounded to FP8 e4m3 (float_to_e4m3: sm_89 and newer), one byte an element.
-extern "C" __global__ void fill_normal_e4m3(fp8_t* x, long long n, unsigned long long seed) {
+// fill_normal's draws plus `mean` rounded to FP8 e4m3 (float_to_e4m3: sm_89 and newer), one byte an
+// element.
+extern "C" __global__ void fill_normal_e4m3(fp8_t* x, long long n, unsigned long long seed, float mean) {
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    x[i] = float_to_e4m3(normal_at(seed, i));
+    x[i] = float_to_e4m3(normal_at(seed, i) + mean);
   }
 }
 

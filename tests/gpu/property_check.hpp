@@ -45,6 +45,7 @@ struct PropertyRun {
   bool per_tensor_descale = false;  // kv_fp8 (or dtype=fp8): one scale a tensor (strides 0) instead
   bool qkv_fp8 = false;   // `dtype=fp8`: the FP8 forward (Q, K, V e4m3, O bf16; the problems' dtype ignored)
   std::string extra = {};  // appended to every shape's spec (",pass=bwd": the backward pass)
+  float v_mean = 0.f;     // kv_fp8 or qkv_fp8: V drawn around this mean (AttnBuffers::v_mean)
 };
 
 // The configs a property test samples per problem kind: ATTNTUNE_PROPERTY_SAMPLE, else `fallback`
@@ -130,6 +131,8 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
   int checked = 0, failures = 0;
   // ATTNTUNE_TEST_PROGRESS=1: a line before each launch, to name a kernel that hangs.
   const bool progress = std::getenv("ATTNTUNE_TEST_PROGRESS") != nullptr;
+  // ATTNTUNE_TEST_ERRORS=1: each check's errors and bounds, passed or not (how close a kernel runs).
+  const bool errors = std::getenv("ATTNTUNE_TEST_ERRORS") != nullptr;
   std::uint64_t seed = run.seed;
   while (auto o = pool.next()) {
     EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
@@ -158,6 +161,7 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
       }
       for (auto& buf : bufs) {
         buf->per_tensor_descale = run.per_tensor_descale;
+        buf->v_mean = run.v_mean;
         ref.fill(*buf, seed);
         if (progress)
           std::fprintf(stderr, "[progress] %s on %s\n", config_str(o->job.config).c_str(), p.str().c_str());
@@ -165,6 +169,9 @@ inline void check_configs(const SearchSpace& space, const std::vector<Config>& c
           kernel.launch(call, nullptr, workspaces);
           const Verdict verdict = ref.check(*buf);
           ++checked;
+          if (errors)
+            std::printf("[errors] %s on %s%s: %s\n", config_str(o->job.config).c_str(), p.str().c_str(), how,
+                        verdict.detail().c_str());
           if (verdict.status != "ok") {
             ++failures;
             ADD_FAILURE() << config_str(o->job.config) << " on " << p.str() << " " << layout_name(buf->layout) << how

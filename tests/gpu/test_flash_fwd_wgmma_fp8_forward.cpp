@@ -8,8 +8,9 @@
 // dequantised inputs with FlashAttention-2's criterion, its baseline rounding P to e4m3 as a good FP8
 // kernel does: odd lengths, more queries than keys (causal rows that see nothing), GQA groups 1-8,
 // both layouts (V^T from either), one query row, windows and sinks (builds with them), per-tensor
-// scales (strides 0), head dims 64, 96 and 128, and a long key range (sk 65537: the LSE and O over 64k
-// keys, where FP8 wgmma's own accumulation alone would drift). ATTNTUNE_PROPERTY_SAMPLE configs a
+// scales (strides 0), head dims 64, 96 and 128, and long key ranges (sk 65537 and 131101, V also
+// around a nonzero mean: the LSE and O over 64k-128k keys, where FP8 wgmma's own accumulation alone
+// would drift). ATTNTUNE_PROPERTY_SAMPLE configs a
 // kind (causal or not; default 6 at d=128, 2 at the others).
 #include <string>
 #include <vector>
@@ -44,7 +45,7 @@ std::vector<PropertyShape> fp8_forward_variant_shapes() {
 }
 
 void check_fp8_forward(int d, std::size_t sample, bool per_tensor, const std::function<bool(const Config&)>& keep,
-                       const char* variants, const std::vector<PropertyShape>& shapes) {
+                       const char* variants, const std::vector<PropertyShape>& shapes, float v_mean = 0.f) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   if (props.arch < "sm_90") GTEST_SKIP() << "flash_fwd_wgmma needs sm_90; this GPU is " << props.arch;
@@ -66,6 +67,8 @@ void check_fp8_forward(int d, std::size_t sample, bool per_tensor, const std::fu
   run.without_workspaces = true;  // the split tail's workspace withheld: the same kernel, unsplit
   run.qkv_fp8 = true;
   run.per_tensor_descale = per_tensor;
+  run.v_mean = v_mean;
+  if (v_mean != 0.f) run.seed += 10;
   attntune::testing::check_configs(space, configs, problems, shapes, run);
 }
 
@@ -102,4 +105,17 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, WindowAndSinksD128) {
 TEST(FlashFwdWgmmaFp8ForwardProperty, OtherHeadDims) {
   ATTNTUNE_REQUIRE_GPU();
   for (int d : {64, 96}) check_fp8_forward(d, attntune::testing::property_sample(2), false, {}, "", fp8_forward_shapes());
+}
+
+// The two-level accumulation's check: V around a mean of 2 makes O's running sum grow with the keys
+// (a zero-mean V's stays small), 64k and 128k keys, where FP8 wgmma's own accumulation (about 14
+// bits of its running sum) alone would drift by several of bf16's units: each tile's P.V must reach
+// O in fp32. The outputs and the LSE against the float64 reference, as above.
+TEST(FlashFwdWgmmaFp8ForwardProperty, LongKeysNonzeroMeanV) {
+  ATTNTUNE_REQUIRE_GPU();
+  const std::vector<PropertyShape> shapes = {
+      {"b=1,h=2,hkv=1,s=130,sk=65537", Layout::kBHSD},
+      {"b=1,h=1,hkv=1,s=64,sk=131101", Layout::kBSHD},
+  };
+  check_fp8_forward(128, attntune::testing::property_sample(2), false, {}, "", shapes, 2.f);
 }

@@ -530,7 +530,8 @@ void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
       // e4m3 (no varlen here).
       long long n = static_cast<long long>(bufs[i]->bytes());
       unsigned long long s = seed * 3 + i + 1;
-      void* args[] = {&ptr, &n, &s};
+      float mean = i == 2 ? b.v_mean : 0.f;
+      void* args[] = {&ptr, &n, &s, &mean};
       cuda::launch(fill_e4m3_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
       continue;
     }

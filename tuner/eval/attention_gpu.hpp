@@ -103,6 +103,10 @@ struct AttnBuffers {
   // with); true: one scale per tensor, strides {0, 0} (entry 0 of each table). Read by params() and
   // call(); a ReferenceCache holds the form its references were computed with.
   bool per_tensor_descale = false;
+  // FP8 V (an FP8 cache's or an FP8 forward's) drawn around this mean instead of 0 (tests: O's
+  // running sum then grows with the keys, where an accumulator of reduced precision drifts; a
+  // zero-mean V keeps it small). Read by Reference::fill.
+  float v_mean = 0.f;
   // Bytes of one K/V element: 1 for an FP8 cache or an FP8 forward, else 2; Q's 1 for an FP8
   // forward, else 2; O's always 2.
   std::size_t kv_elem_bytes() const { return problem.kv_fp8 || problem.qkv_fp8 ? 1 : 2; }
