@@ -106,6 +106,8 @@ LATENT = ["b=4,h=16,hkv=1,s=1,sk=1000,d=576,dv=512,dtype=bf16,causal=0,page=64,l
 # flash_decode over an FP8 e4m3 cache (kv_dtype=fp8): the package's only d=128 plain decode kernel, so a
 # 16-bit call of its shape has none (an FP8 kernel never serves one).
 FP8 = ["b=16,h=32,hkv=8,s=1,sk=8192,d=128,dtype=bf16,causal=0,page=16,kv_dtype=fp8"]
+# flash_fwd_wgmma's FP8 forward (dtype=fp8: q, k and v e4m3, out bf16; sm_90a): attention's with FP8 queries.
+FP8_FWD = ["b=1,h=16,hkv=4,s=4096,sk=4096,d=128,dtype=fp8,causal=1"]
 # flash_bwd_mma (the backward pass, pass=bwd; issue 45): attention_backward's kernels, plain GQA at d=128
 # and a causal window at d=64 (the shipped space, which lists windows).
 # And attention_backward_varlen's: a packed batch's backward (varlen=N,pass=bwd), GQA causal at d=128, which
@@ -154,6 +156,7 @@ def setUpModule():
     for space, problems in ((variant_space("flash_fwd_mma"), PREFILL),
                             (variant_space("flash_decode"), DECODE + FP8),
                             (os.path.join(ROOT, "search_spaces", "flash_decode_wgmma.yaml"), LATENT),
+                            (os.path.join(ROOT, "search_spaces", "flash_fwd_wgmma.yaml"), FP8_FWD),
                             (os.path.join(ROOT, "search_spaces", "flash_bwd_mma.yaml"), BWD)):
         run("submit", "--db", DB, "--space", space, *[a for p in problems for a in ("--problem", p)],
             "--budget-evals", "2", "--final-top", "0", "--warm-start", "0")
@@ -1468,6 +1471,160 @@ class LatentCaches(unittest.TestCase):
 def fp8(*shape, scale=2.0):
     """Random e4m3 values (float8_e4m3fn) of `shape`: normal values times `scale`, rounded to e4m3."""
     return (torch.randn(*shape) * scale).to(torch.float8_e4m3fn)
+
+
+class Fp8Forward(unittest.TestCase):
+    """The FP8 forward (docs/CONTRACT.md "FP8 forward"; FlashAttention-3's FP8 call): attention with q, k
+    and v float8_e4m3fn, q_descale / k_descale / v_descale float32 [batch, heads_kv] (or one scale), out
+    bf16, V read transposed. The package holds FP8_FWD: flash_fwd_wgmma's d=128 causal FP8 forward
+    (built, never run here: CPU tensors fall back to the fp32 path over the dequantised inputs)."""
+
+    def setUp(self):
+        attntune.set_policy("sdpa", 16.0)
+        attntune.reset_coverage()
+        torch.manual_seed(42)
+        self.kernels = kernels_with_entries()
+        self.specs = [vr.spec_of(k["problem"]) for k in self.kernels]
+        self.fwd = self.specs.index(FP8_FWD[0])
+
+    def test_the_kernel_says_dtype_fp8(self):
+        k = self.kernels[self.fwd]
+        self.assertEqual((k["template"], k["problem"]["dtype"], k["entries"]), ("flash_fwd_wgmma", "fp8", 1))
+        for other in self.kernels[:self.fwd] + self.kernels[self.fwd + 1:]:
+            self.assertNotEqual(other["problem"]["dtype"], "fp8")
+
+    def test_only_fp8_forward_calls_run_it(self):
+        ex = attntune.explain
+        self.assertEqual(ex("attention", "fp8", 128, True, 1, 16, 4, 4096, 4096), (self.fwd, ""))
+        self.assertEqual(ex("attention", "fp8", 128, True, 2, 16, 4, 1000, 3000)[0], self.fwd)
+        # A bf16 call of its shape never runs it, nor an FP8 cache's.
+        self.assertNotEqual(ex("attention", "bf16", 128, True, 1, 16, 4, 4096, 4096)[0], self.fwd)
+        self.assertNotEqual(ex("attention", "bf16", 128, True, 1, 16, 4, 4096, 4096, kv_dtype="fp8")[0], self.fwd)
+        self.assertEqual(ex("attention", "fp8", 64, True, 1, 16, 4, 4096, 4096),
+                         (-1, "no kernel of the library serves attention with head_dim=64 is_causal=1 with FP8 e4m3 "
+                              "q, k and v (the FP8 forward, dtype=fp8)"))
+        self.assertEqual(ex("attention", "fp8", 128, False, 1, 16, 4, 4096, 4096)[0], -1)
+        for entry in ("attention_kvcache", "attention_varlen"):
+            with self.assertRaisesRegex(RuntimeError, r"dtype fp8 \(the FP8 forward.*\) is attention's \(entry 1\)"):
+                ex(entry, "fp8", 128, True, 1, 16, 4, 4096, 4096)
+
+    def test_opcheck_and_fullgraph(self):
+        ops = torch.ops.attntune
+        q, k, v, qd, kd, vd = self.inputs(S=5, Sk=9)
+        # The fake and AOT-dispatch checks against the real op (test_schema perturbs the inputs
+        # arithmetically, which torch has no FP8 kernels for on the CPU).
+        tests = ("test_faketensor", "test_aot_dispatch_dynamic")
+        torch.library.opcheck(ops.attention.default, (q, k, v, None, True, True, [-1, -1], 0.0, None, kd, vd, False,
+                                                      qd), test_utils=tests)
+        out = torch.empty(q.shape, dtype=torch.bfloat16)
+        torch.library.opcheck(ops.attention_into.default, (q, k, v, out, None, None, False, [-1, -1], 0.0, None, kd,
+                                                           vd, qd), test_utils=tests)
+        torch._dynamo.reset()
+
+        def f(q, k, v, qd, kd, vd):
+            out, lse = attntune.attention(q, k, v, is_causal=True, return_lse=True, q_descale=qd, k_descale=kd,
+                                          v_descale=vd)
+            return out * 2, lse
+
+        compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+        for got, want in zip(compiled(q, k, v, qd, kd, vd), f(q, k, v, qd, kd, vd)):
+            self.assertEqual((got.shape, got.dtype), (want.shape, want.dtype))
+            self.assertTrue(torch.equal(got, want))
+
+    def inputs(self, B=2, H=4, Hkv=2, S=37, Sk=53, D=128, per_head=True):
+        q, k, v = fp8(B, H, S, D, scale=1.0), fp8(B, Hkv, Sk, D, scale=1.0), fp8(B, Hkv, Sk, D)
+        if per_head:
+            qd, kd, vd = torch.rand(B, Hkv) + 0.25, torch.rand(B, Hkv) + 0.25, torch.rand(B, Hkv) * 0.5 + 0.1
+        else:
+            qd, kd, vd = torch.tensor(0.7), torch.tensor([1.3]), None
+        return q, k, v, qd, kd, vd
+
+    @staticmethod
+    def reference(q, k, v, qd, kd, vd, causal):
+        """float64 attention over the dequantised inputs (q_descale per (sequence, KV head))."""
+        B, H, Hkv = q.shape[0], q.shape[1], k.shape[1]
+
+        def deq(t, d, heads):
+            f = t.double()
+            if d is None:
+                return f
+            d = d.double()
+            if d.numel() == 1:
+                return f * d.reshape(1, 1, 1, 1)
+            return f * d.reshape(B, Hkv, 1, 1).repeat_interleave(heads // Hkv, 1)
+        return ref_attention(deq(q, qd, H), deq(k, kd, Hkv), deq(v, vd, Hkv), q.shape[-1] ** -0.5, causal)
+
+    def test_values_and_coverage(self):
+        for causal, per_head, window in ((True, True, (-1, -1)), (False, False, (-1, -1)), (True, True, (16, 0))):
+            q, k, v, qd, kd, vd = self.inputs(per_head=per_head)
+            out, lse = attntune.attention(q, k, v, is_causal=causal, return_lse=True, q_descale=qd, k_descale=kd,
+                                          v_descale=vd, window_size=window)
+            self.assertEqual((out.shape, out.dtype), (q.shape, torch.bfloat16))
+            visible = None
+            if window[0] >= 0:
+                S, Sk = q.shape[2], k.shape[2]
+                visible = (torch.arange(Sk)[None, :] >= torch.arange(S)[:, None] + (Sk - S) - window[0])[None, None]
+            ref, ref_lse = self.reference(q, k, v, qd, kd, vd, causal) if visible is None else \
+                ref_window(self, q, k, v, qd, kd, vd, causal, visible)
+            assert_fa2(self, out, ref, ref.to(torch.bfloat16), torch.bfloat16, f"fp8 forward causal={causal}")
+            self.assertLess((lse.double() - ref_lse).abs().max().item(), 1e-4)
+            (row,) = attntune.coverage(reset=True)
+            self.assertEqual((row["entry"], row["dtype"], row["kernel"]), ("attention", "fp8", None))
+            self.assertIn("tensors on cpu", row["fallback"])
+            self.assertIn(",dtype=fp8,", attntune.problem_spec(row))
+
+    def test_transposed_v_storage_gives_the_same_values(self):
+        q, k, v, qd, kd, vd = self.inputs(Sk=40)
+        vt = torch.empty(v.shape[0], v.shape[1], v.shape[3], 48, dtype=v.dtype)  # rows of 48 bytes, keys contiguous
+        vt.view(torch.uint8)[..., :40] = v.view(torch.uint8).transpose(2, 3)
+        a = attntune.attention(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd)
+        b = attntune.attention(q, k, vt[..., :40].transpose(2, 3), q_descale=qd, k_descale=kd, v_descale=vd)
+        # The same values (the fallback's matmuls over other strides may round the last bit otherwise).
+        self.assertLessEqual((a.float() - b.float()).abs().max().item(), 1 / 64)
+        # layout="bshd" (flash_attn_func's tensors) gives the same too.
+        c = attntune.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), layout="bshd",
+                               q_descale=qd, k_descale=kd, v_descale=vd)
+        self.assertLessEqual((a.float() - c.transpose(1, 2).float()).abs().max().item(), 1 / 64)
+
+    def test_out_and_arguments(self):
+        q, k, v, qd, kd, vd = self.inputs()
+        out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16)
+        r = attntune.attention(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, out=out)
+        self.assertIs(r, out)
+        self.assertFalse(out.isnan().any())
+        with self.assertRaisesRegex(RuntimeError, "attntune.attention: out must be bfloat16 \\(the FP8 forward's"):
+            attntune.attention(q, k, v, out=torch.empty(q.shape, dtype=torch.float16))
+        bq = rand(*q.shape)
+        bad = [((bq, k, v), dict(q_descale=qd), r"q_descale dequantises the FP8 forward's q \(q, k and v "
+                                                r"float8_e4m3fn\); q is bfloat16"),
+               ((q, k, v), dict(q_descale=qd.double()), r"q_descale must be float32 \(got float64\)"),
+               ((q, k, v), dict(q_descale=torch.ones(2, 4)), r"q_descale must be \[batch, heads_kv\] \(\[2, 2\]"),
+               ((q, k, v), dict(q_descale=0.5), r"q_descale must be a float32 tensor")]
+        for args, kw, pattern in bad:
+            with self.assertRaisesRegex(ValueError, "attntune.attention: " + pattern, msg=pattern):
+                attntune.attention(*args, **kw)
+        # The op says the same (RuntimeError).
+        with self.assertRaisesRegex(RuntimeError, r"attntune.attention: q_descale dequantises the FP8 forward's q"):
+            torch.ops.attntune.attention(bq, rand(*k.shape), rand(*v.shape), None, False, False, [-1, -1], 0.0, None,
+                                         None, None, False, qd)
+        with self.assertRaisesRegex(RuntimeError, "attntune.attention: q, k and v must share a dtype"):
+            torch.ops.attntune.attention(q, rand(*k.shape), rand(*v.shape))
+        # FP8 queries are attention's: the cache entry refuses them, saying where they go.
+        kc = fp8(2, 53, 2, 128)
+        with self.assertRaisesRegex(ValueError, r"attention_kvcache: .*FP8 queries are not supported here "
+                                                r"\(attention takes them: the FP8 forward\)"):
+            attntune.attention_kvcache(q.transpose(1, 2), kc, kc)
+        # Forward-only: scales that ask for a gradient are refused.
+        with self.assertRaisesRegex(RuntimeError, "forward-only"):
+            attntune.attention(q, k, v, q_descale=qd.clone().requires_grad_())
+
+
+def ref_window(test, q, k, v, qd, kd, vd, causal, visible):
+    """Fp8Forward.reference with an extra visibility mask (a window)."""
+    B, H, Hkv = q.shape[0], q.shape[1], k.shape[1]
+    f = [t.double() * d.double().reshape(B, Hkv, 1, 1).repeat_interleave(n // Hkv, 1)
+         for t, d, n in ((q, qd, H), (k, kd, Hkv), (v, vd, Hkv))]
+    return ref_attention(f[0], f[1], f[2], q.shape[-1] ** -0.5, causal, visible)
 
 
 class Fp8Caches(unittest.TestCase):

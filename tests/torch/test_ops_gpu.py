@@ -117,8 +117,21 @@ Prints a table last.
   python3 tests/torch/test_ops_gpu.py --latent-only       # or ATTNTUNE_TORCH_LATENT_ONLY=1: latent caches
   python3 tests/torch/test_ops_gpu.py --fp8-only          # or ATTNTUNE_TORCH_FP8_ONLY=1: FP8 KV caches
   python3 tests/torch/test_ops_gpu.py --bwd-only          # or ATTNTUNE_TORCH_BWD_ONLY=1: the backward pass
+  python3 tests/torch/test_ops_gpu.py --fp8-forward-only  # or ATTNTUNE_TORCH_FP8FWD_ONLY=1: the FP8 forward
   ATTNTUNE_TORCH_VARIANTS=0, ATTNTUNE_TORCH_DV=0, ATTNTUNE_TORCH_LATENT=0, ATTNTUNE_TORCH_FP8=0,
-  ATTNTUNE_TORCH_BWD=0: leave that phase out
+  ATTNTUNE_TORCH_BWD=0, ATTNTUNE_TORCH_FP8FWD=0: leave that phase out
+
+The FP8 forward (q, k and v float8_e4m3fn, q_descale / k_descale / v_descale, out bf16; issue 42,
+docs/design/torch.md "The FP8 forward"): sm_90 only, else SKIP. The package is
+$ATTNTUNE_TORCH_FP8FWD_PKG, else one exported from $ATTNTUNE_TORCH_FP8FWD_DB, else one this test tunes
+(FP8_FWD_PROBLEMS, flash_fwd_wgmma's dtype=fp8; $ATTNTUNE_TORCH_FP8FWD_BUDGET evaluations each). Then,
+policy "raise": every FP8-forward kernel through attention on its tuned and odd shapes, v given
+contiguous (the op's transposed copy), as a view of transposed storage (read in place) and in
+layout="bshd", per-(sequence, KV head), single and no scales, NaN-poisoned out and LSE, against float64
+over the dequantised inputs (FlashAttention-2's criterion against a baseline that rounds as an FP8
+kernel does: scores bf16, 2^8 P e4m3, out bf16; the LSE within 2 x that baseline's LSE error + 1e-3);
+every call ran an FP8-forward kernel (coverage), explain(..., dtype="fp8") names it and "bf16" does
+not; and a captured CUDA graph of a call (the transposed copy inside it) replayed on new inputs.
 """
 import argparse
 import ctypes
@@ -159,6 +172,10 @@ def main():
     ap.add_argument("--no-fp8", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_FP8", "1") == "0")
     ap.add_argument("--bwd-only", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_BWD_ONLY", "0") == "1")
     ap.add_argument("--no-bwd", action="store_true", default=os.environ.get("ATTNTUNE_TORCH_BWD", "1") == "0")
+    ap.add_argument("--fp8-forward-only", action="store_true",
+                    default=os.environ.get("ATTNTUNE_TORCH_FP8FWD_ONLY", "0") == "1")
+    ap.add_argument("--no-fp8-forward", action="store_true",
+                    default=os.environ.get("ATTNTUNE_TORCH_FP8FWD", "1") == "0")
     args = ap.parse_args()
     device = os.environ.get("ATTNTUNE_TORCH_VARIANTS_DEVICE", "cuda")  # "cpu": a rehearsal of the variants phase
     dv_device = os.environ.get("ATTNTUNE_TORCH_DV_DEVICE", "cuda")  # "cpu": a rehearsal of the value-dims phase
@@ -181,7 +198,9 @@ def main():
     os.environ.setdefault("ATTNTUNE_TORCH_CACHE", os.path.join(work, "cache"))
     os.environ["ATTNTUNE_TORCH_NO_AUTOLOAD"] = "1"
     failures = []
-    if args.bwd_only:
+    if args.fp8_forward_only:
+        failures += fp8_forward_phase(work)
+    elif args.bwd_only:
         failures += bwd_phase(work, bwd_device)
     elif args.fp8_only:
         failures += fp8_phase(work, fp8_device)
@@ -202,6 +221,8 @@ def main():
             failures += fp8_phase(work, fp8_device)
         if not args.variants_only and not args.no_bwd:
             failures += bwd_phase(work, bwd_device)
+        if not args.variants_only and not args.no_fp8_forward:
+            failures += fp8_forward_phase(work)
     print(f"\n{'PASSED' if not failures else 'FAILED'}: {len(failures)} failure(s)")
     for m in failures:
         print(f"  {m}")
@@ -1725,6 +1746,191 @@ def fp8_phase(work, device="cuda"):
                 record(False, f"CUDA graph (capture, new cache and scales, replay) fp8 {name}",
                        str(e).splitlines()[0][:300])
     return [f"fp8: {f}" for f in failures]
+
+
+# ------------------------------------------------------------------ the FP8-forward phase
+
+# What the FP8-forward phase tunes when it is given no package or database: flash_fwd_wgmma's dtype=fp8
+# (sm_90a), GQA causal at d=128 and MHA non-causal at d=64.
+FP8_FWD_PROBLEMS = [
+    "b=1,h=8,hkv=2,s=1024,sk=1024,d=128,dtype=fp8,causal=1",
+    "b=2,h=4,hkv=4,s=512,sk=768,d=64,dtype=fp8,causal=0",
+]
+
+
+def fp8_forward_reference(q, k, v, qd, kd, vd, scale, causal):
+    """(out64, lse64, out_lowp, lse_lowp) of the FP8 forward over the dequantised q, k, v [B, H|Hkv, S|Sk, D]
+    (float8_e4m3fn; scales [B, Hkv], one, or None; query head h takes KV head h / G's): float64, and the
+    baseline of the tuner's criterion (scores rounded to bf16, 2^8 P rounded to e4m3 over the exact sum,
+    out rounded to bf16; reference.cu's attn_reference_qkv_fp8 with lowp), bottom-right causal."""
+    B, H, S, D = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
+    G = H // Hkv
+
+    def deq(t, d, heads):
+        f = t.float().double()
+        if d is None:
+            return f
+        d = d.double()
+        if d.numel() == 1:
+            return f * d.reshape(1, 1, 1, 1)
+        return f * d.reshape(B, Hkv, 1, 1).repeat_interleave(heads // Hkv, 1)
+    qf, kf, vf = deq(q, qd, H), deq(k, kd, Hkv).repeat_interleave(G, 1), deq(v, vd, Hkv).repeat_interleave(G, 1)
+    s = qf @ kf.transpose(-2, -1) * scale
+    if causal:
+        mask = torch.arange(Sk, device=q.device)[None, :] > torch.arange(S, device=q.device)[:, None] + (Sk - S)
+        s = s.masked_fill(mask, float("-inf"))
+    out, lse = [], []
+    for lowp in (False, True):
+        x = s.to(torch.bfloat16).double() if lowp else s
+        m = x.amax(-1, keepdim=True)
+        m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+        e = torch.exp(x - m)
+        l = e.sum(-1, keepdim=True)
+        p = ((e * 256).float().to(torch.float8_e4m3fn).double() / 256) if lowp else e
+        o = torch.where(l > 0, (p @ vf) / l, torch.zeros((), dtype=torch.float64, device=q.device))
+        out.append(o.to(torch.bfloat16).double() if lowp else o)
+        lse.append((torch.log(l) + m).squeeze(-1))
+    return out[0], lse[0], out[1], lse[1]
+
+
+def fp8_forward_phase(work):
+    """The FP8-forward phase (the module's docstring); returns its failures."""
+    print("\n==== the FP8 forward: float8_e4m3fn q, k and v, q_descale / k_descale / v_descale, out bf16")
+    if torch.cuda.get_device_capability() < (9, 0):
+        major, minor = torch.cuda.get_device_capability()
+        print(f"  SKIP the FP8 forward: flash_fwd_wgmma is sm_90a's; this GPU is sm_{major}{minor}")
+        return []
+    try:
+        pkg, notes = tuned_package(work, "ATTNTUNE_TORCH_FP8FWD", FP8_FWD_PROBLEMS, "fp8 forward", "fp8fwd")
+    except RuntimeError as e:
+        print(f"  FAIL {e}")
+        return [f"fp8 forward: {e}"]
+    if "attntune" not in sys.modules:
+        sys.path.insert(0, pkg)
+    import attntune  # noqa: E402
+    import variant_reference as vr  # noqa: E402
+    t0 = time.time()
+    lib = attntune.load(os.path.join(pkg, "attntune", "kernels.cu"), namespace="attntune_fp8fwd")
+    print(f"loaded {pkg} in {time.time() - t0:.0f} s: {len(lib.kernels())} kernels")
+    for n in notes:
+        print(f"  {n}")
+    fp8, dev = torch.float8_e4m3fn, "cuda"
+    failures = []
+    gen = torch.Generator(device=dev)
+
+    def record(ok, what, msg):
+        print(f"  {'ok  ' if ok else 'FAIL'} {what:<100} {msg}")
+        if not ok:
+            failures.append(what)
+
+    def values(*shape, seed, scale=1.0):
+        gen.manual_seed(seed)
+        return (torch.randn(*shape, device=dev, generator=gen) * scale).to(fp8)
+
+    def bytes_of(t):
+        return t.view(torch.uint8)  # float8 moved as bytes (no float8 kernels needed for copies)
+
+    def contig(t):
+        return bytes_of(t).contiguous().view(fp8)
+
+    def scales(kind, B, Hkv, seed):
+        g = torch.Generator().manual_seed(seed)
+        if kind is None:
+            return None, None, None
+        if kind == "one":
+            return tuple(torch.tensor(0.25 + 1.5 * float(torch.rand((), generator=g)), device=dev) for _ in range(3))
+        return tuple((torch.rand(B, Hkv, generator=g) * 1.75 + 0.25).to(dev) for _ in range(3))
+
+    def check(B, H, Hkv, S, Sk, D, causal, v_form, kind, seed, tag):
+        scale = 1 / math.sqrt(D)
+        q, k, v = values(B, H, S, D, seed=seed), values(B, Hkv, Sk, D, seed=seed + 1), values(B, Hkv, Sk, D, seed=seed + 2)
+        qd, kd, vd = scales(kind, B, Hkv, seed)
+        vt = None
+        if v_form == "transposed":  # storage [B, Hkv, D, Sk padded to 16], read in place
+            vt = torch.full((B, Hkv, D, (Sk + 15) // 16 * 16), float("nan"), device=dev).to(fp8)
+            bytes_of(vt)[..., :Sk] = bytes_of(v).transpose(2, 3)
+            v_arg = vt[..., :Sk].transpose(2, 3)
+        else:
+            v_arg = v
+        what = f"{tag} b={B} h={H} hkv={Hkv} s={S} sk={Sk} d={D} causal={int(causal)} v={v_form} scales={kind}"
+        try:
+            if v_form == "bshd":
+                out, lse = lib.attention(contig(q.transpose(1, 2)), contig(k.transpose(1, 2)),
+                                         contig(v.transpose(1, 2)), is_causal=causal, layout="bshd",
+                                         return_lse=True, q_descale=qd, k_descale=kd, v_descale=vd)
+                out = out.transpose(1, 2)
+            else:
+                out = torch.full((B, H, S, D), float("nan"), device=dev, dtype=torch.bfloat16)
+                lse = torch.full((B, H, S), float("nan"), device=dev)
+                lib.ops.attention_into(q, k, v_arg, out, lse, scale, causal, [-1, -1], 0.0, None, kd, vd, qd)
+            torch.cuda.synchronize()
+        except RuntimeError as e:
+            record(False, what, str(e).splitlines()[0][:300])
+            return
+        ref, lse64, lowp, lse_lowp = fp8_forward_reference(q, k, v, qd, kd, vd, scale, causal)
+        lse_bound = 2 * (lse_lowp - lse64)[torch.isfinite(lse64)].abs().max().item() + 1e-3
+        ok, msg = vr.compare(out, lse, ref, lse64, lowp, torch.bfloat16, lse_atol=lse_bound)
+        record(ok and out.dtype == torch.bfloat16, what, msg + f" (lse bound {lse_bound:.1e})")
+
+    kernels = lib.kernels()
+    fwd = [k for k in kernels if k["problem"]["dtype"] == "fp8"]
+    print(f"fp8 forward: {len(fwd)} kernels: " + ("; ".join(vr.spec_of(k["problem"]) for k in fwd) or "none"))
+    if not fwd:
+        failures.append("fp8 forward: the package holds no dtype=fp8 kernel")
+    lib.set_policy("raise", 1e9)
+    lib.reset_coverage()
+    for i, kinfo in enumerate(fwd):
+        p = kinfo["problem"]
+        B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+        tag = f"k{i}"
+        for j, (b, s, sk, form, kind) in enumerate(((B, S, Sk, "contiguous", "per_head"),
+                                                    (B, S, Sk, "transposed", "one"),
+                                                    (3, (S // 2) | 1, (Sk * 3 // 4) | 1, "contiguous", None),
+                                                    (2, 77, (Sk // 2) | 1, "transposed", "per_head"),
+                                                    (2, 129, 257, "bshd", "per_head"))):
+            check(b, H, Hkv, s, sk, D, causal, form, kind, 300 + 10 * i + j, tag)
+        got = lib.explain("attention", "fp8", D, causal, B, H, Hkv, S, Sk)
+        plain = lib.explain("attention", "bf16", D, causal, B, H, Hkv, S, Sk)
+        ok = got[0] >= 0 and kernels[got[0]]["problem"]["dtype"] == "fp8" and (
+            plain[0] < 0 or kernels[plain[0]]["problem"]["dtype"] != "fp8")
+        record(bool(ok), f"{tag} explain: dtype 'fp8' names the FP8-forward kernel, 'bf16' does not", f"{got} / {plain}")
+    for r in lib.coverage():
+        if r["kernel"] is None:
+            record(False, f"{r['entry']} {attntune.problem_spec(r)} fell back", r["fallback"])
+        else:
+            ok = r["dtype"] == "fp8" and kernels[r["kernel"]]["problem"]["dtype"] == "fp8"
+            record(ok, f"{r['entry']} {attntune.problem_spec(r)} ran an FP8-forward kernel", r["label"])
+
+    # -- a captured CUDA graph (v contiguous: the transposed copy is captured too), replayed on new inputs
+    if fwd:
+        p = fwd[0]["problem"]
+        B, H, Hkv, S, Sk, D, causal = p["b"], p["h"], p["hkv"], p["s"], p["sk"], p["d"], bool(p["causal"])
+        scale = 1 / math.sqrt(D)
+        q, k, v = values(B, H, S, D, seed=800), values(B, Hkv, Sk, D, seed=801), values(B, Hkv, Sk, D, seed=802)
+        qd, kd, vd = scales("per_head", B, Hkv, 800)
+        try:
+            lib.attention(q, k, v, is_causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)  # warm-up
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out, lse = lib.attention(q, k, v, is_causal=causal, return_lse=True, q_descale=qd, k_descale=kd,
+                                         v_descale=vd)
+            q2, k2, v2 = values(B, H, S, D, seed=810), values(B, Hkv, Sk, D, seed=811), values(B, Hkv, Sk, D, seed=812)
+            qd2, kd2, vd2 = scales("per_head", B, Hkv, 810)
+            for dst, src in ((q, q2), (k, k2), (v, v2)):
+                bytes_of(dst).copy_(bytes_of(src))
+            for dst, src in ((qd, qd2), (kd, kd2), (vd, vd2)):
+                dst.copy_(src)
+            graph.replay()
+            torch.cuda.synchronize()
+            ref, lse64, lowp, lse_lowp = fp8_forward_reference(q2, k2, v2, qd2, kd2, vd2, scale, causal)
+            lse_bound = 2 * (lse_lowp - lse64)[torch.isfinite(lse64)].abs().max().item() + 1e-3
+            ok, msg = vr.compare(out, lse, ref, lse64, lowp, torch.bfloat16, lse_atol=lse_bound)
+            record(ok, "CUDA graph of an FP8-forward call (v's transposed copy inside), replayed on new inputs", msg)
+        except RuntimeError as e:
+            record(False, "CUDA graph of an FP8-forward call", str(e).splitlines()[0][:300])
+    return failures
 
 
 # ------------------------------------------------------------------ the backward phase

@@ -14,6 +14,7 @@ under $ATTNTUNE_TORCH_CACHE or ~/.cache/attntune/torch), later imports load the 
     out = attntune.mla_decode(q, kv_cache, block_table, cache_seqlens)  # MLA decode, FlashMLA's call
     out = attntune.attention_kvcache(q, k_fp8, v_fp8, cache_seqlens=lens, block_table=table,
                                      k_descale=k_scales, v_descale=v_scales)  # an FP8 cache, FA3's descales
+    out = attntune.attention(q_fp8, k_fp8, v_fp8, q_descale=qs, k_descale=ks, v_descale=vs)  # FP8 forward, bf16 out
     print(attntune.coverage_table())                              # what ran where; what to tune next
 
 The ops are torch.ops.attntune.* (TORCH_LIBRARY), with fake implementations, so torch.compile
@@ -61,7 +62,16 @@ sequence and KV head), or [1] / 0-d tensors (one scale), or None (1), on q's dev
 python float is refused: pass torch.tensor(x)). The values attended are k.float() * k_descale and
 v.float() * v_descale per (sequence, KV head). Such a call runs only a kernel tuned for an FP8 cache (a
 problem spec's `kv_dtype=fp8`; kv_dtype=fp8 in coverage), else falls back to the fp32 path over the
-dequantised cache. attention_varlen takes no FP8 cache, and FP8 queries are not supported.
+dequantised cache. attention_varlen takes no FP8 cache.
+
+The FP8 forward (FlashAttention-3's FP8 call): attention with q, k and v all float8_e4m3fn, q_descale= /
+k_descale= / v_descale= their scales as above (q_descale [batch, heads_kv]: query head h takes KV head
+h / (heads / heads_kv)'s), out bfloat16. The values attended are q.float() * q_descale and so on. The
+kernels read V transposed ([B, Hkv, Dv, Sk], the keys contiguous): a v whose storage already is so (v =
+vt.transpose(2, 3) of such a tensor, each row a multiple of 16 bytes) is read in place, any other through
+a transposed copy made in the call. Such a call runs only a kernel tuned for the FP8 forward (a problem
+spec's dtype=fp8; dtype "fp8" in coverage and explain), else falls back to the fp32 path over the
+dequantised inputs. Forward-only, dense (attention_kvcache and attention_varlen take no FP8 queries).
 """
 import json
 import math
@@ -117,11 +127,11 @@ def _attention_setup(ctx, inputs, output):
 def _attention_backward(ns):
     def backward(ctx, dout, dlse):
         if ctx.fp8:
-            raise RuntimeError("attntune.attention over an FP8 (float8_e4m3fn) cache is forward-only: it has no "
+            raise RuntimeError("attntune.attention over FP8 (float8_e4m3fn) k and v is forward-only: it has no "
                                "backward pass")
         q, k, v, out, lse, sinks = ctx.saved_tensors
         if dout is None and dlse is None:
-            return (None,) * 12
+            return (None,) * 13
         if dout is None:
             dout = torch.zeros_like(out)
         if dlse is not None and dlse.numel() == 0:
@@ -131,7 +141,7 @@ def _attention_backward(ns):
                                                                        window, softcap, sinks, ctx.deterministic)
         need = ctx.needs_input_grad
         return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None, None, None, None, None,
-                None, dsinks if sinks is not None and need[8] else None, None, None, None)
+                None, dsinks if sinks is not None and need[8] else None, None, None, None, None)
     return backward
 
 
@@ -170,6 +180,8 @@ def _out_like(q, v):
     """The ops' own out (_ops.cpp's out_like): torch.empty_like(q) for one head dim; with v's last dim
     another, q's dims in the order of its strides (largest first, ties in dim order), the head dim
     innermost and v's, so the fake's strides are the op's."""
+    if q.dtype == FP8:  # the FP8 forward: out in bf16, as the op's
+        q = torch.empty_like(q, dtype=torch.bfloat16)
     if q.dim() == 0 or v.dim() == 0 or v.shape[-1] == q.shape[-1]:
         return torch.empty_like(q)
     n = q.dim()
@@ -187,17 +199,19 @@ def _register_python_parts(ns):
 
     @torch.library.register_fake(lib + "attention")
     def _(q, k, v, scale=None, is_causal=False, return_lse=False, window_size=(-1, -1), softcap=0.0, sinks=None,
-          k_descale=None, v_descale=None, deterministic=False):
+          k_descale=None, v_descale=None, deterministic=False, q_descale=None):
         _check_variants("attention", q, q.shape[1], is_causal, window_size, softcap, sinks)
-        _check_kv("attention", q, k, v, k_descale, v_descale, q.shape[0], k.shape[1])
+        _check_kv("attention", q, k, v, k_descale, v_descale, q.shape[0], k.shape[1], fp8_queries=True,
+                  q_descale=q_descale)
         lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]) if return_lse else (0,), dtype=torch.float32)
         return _out_like(q, v), lse
 
     @torch.library.register_fake(lib + "attention_into")
     def _(q, k, v, out, lse, scale=None, is_causal=False, window_size=(-1, -1), softcap=0.0, sinks=None,
-          k_descale=None, v_descale=None):
+          k_descale=None, v_descale=None, q_descale=None):
         _check_variants("attention", q, q.shape[1], is_causal, window_size, softcap, sinks)
-        _check_kv("attention", q, k, v, k_descale, v_descale, q.shape[0], k.shape[1])
+        _check_kv("attention", q, k, v, k_descale, v_descale, q.shape[0], k.shape[1], fp8_queries=True,
+                  q_descale=q_descale)
         return None
 
     @torch.library.register_fake(lib + "attention_kvcache")
@@ -339,24 +353,32 @@ def _descales(name, k_descale, v_descale, k_scale, v_scale):
     return k_descale, v_descale
 
 
-def _check_kv(name, q, k, v, k_descale, v_descale, batch, heads_kv, kn="k", vn="v"):
+def _check_kv(name, q, k, v, k_descale, v_descale, batch, heads_kv, kn="k", vn="v", fp8_queries=False,
+              q_descale=None):
     """The ops' checks of an FP8 cache and its scales (_ops.cpp's kv_fp8_of and descale_of), in their
     words (ValueError; the op itself raises RuntimeError): k and v both float8_e4m3fn or neither, q
-    fp16/bf16 over one, scales only with one, float32 [batch, heads_kv], [1] or 0-d on q's device.
+    fp16/bf16 over one (or, where fp8_queries: attention's, float8_e4m3fn too: the FP8 forward, whose
+    q_descale is Q's scales), scales only with one, float32 [batch, heads_kv], [1] or 0-d on q's device.
     batch, heads_kv: the call's (None when the shapes are wrong: the op says so)."""
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
         return
     kf, vf = k.dtype in _FLOAT8, v.dtype in _FLOAT8
+    qkv = fp8_queries and q.dtype == FP8 and k.dtype == FP8 and v.dtype == FP8  # the FP8 forward
+    if q_descale is not None and not qkv:
+        raise ValueError(f"attntune.{name}: q_descale dequantises the FP8 forward's q (q, k and v float8_e4m3fn); "
+                         f"q is {_dtype_name(q.dtype)}")
     if kf or vf:
         if not (kf and vf):
             raise ValueError(f"attntune.{name}: {kn} and {vn} must both be float8_e4m3fn (an FP8 cache) or neither "
                              f"({kn} {_dtype_name(k.dtype)}, {vn} {_dtype_name(v.dtype)})")
         if k.dtype != FP8 or v.dtype != FP8:
             raise ValueError(f"attntune.{name}: an FP8 cache is float8_e4m3fn (got {kn} {_dtype_name(k.dtype)})")
-        if q.dtype not in (torch.float16, torch.bfloat16):
+        if q.dtype not in (torch.float16, torch.bfloat16) and not qkv:
             raise ValueError(f"attntune.{name}: an FP8 (float8_e4m3fn) cache takes fp16 or bf16 queries (q is "
-                             f"{_dtype_name(q.dtype)}): FP8 queries are not supported")
-    for what, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+                             f"{_dtype_name(q.dtype)}): " +
+                             ("FP8 queries are float8_e4m3fn (the FP8 forward: q, k and v float8_e4m3fn)" if fp8_queries
+                              else "FP8 queries are not supported here (attention takes them: the FP8 forward)"))
+    for what, t in (("k_descale", k_descale), ("v_descale", v_descale), ("q_descale", q_descale)):
         if t is None:
             continue
         if not isinstance(t, torch.Tensor):
@@ -409,28 +431,33 @@ class Library:
     # (FlashAttention's arguments and semantics; the module's docstring).
     def attention(self, q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None,
                   window_size=(-1, -1), softcap=0.0, sinks=None, k_descale=None, v_descale=None, k_scale=None,
-                  v_scale=None, deterministic=False):
+                  v_scale=None, deterministic=False, q_descale=None):
         """SDPA's call: q [B, H, S, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] (layout="bshd": [B, S, H,
         D] tensors, as flash_attn_func takes them; no copies either way). GQA when Hkv < H; Dv, v's
         last dim, may differ from D. Returns out (q's shape with Dv last), or (out, lse [B, H, S] fp32)
         with return_lse. `out`: write into this tensor instead. k and v float8_e4m3fn: an FP8 cache,
         dequantised by k_descale / v_descale (float32 [B, Hkv], [1] or 0-d; None: 1; vLLM's names
-        k_scale / v_scale are the same arguments). deterministic=True (flash_attn_func's): the backward
-        pass's gradients are bit-identical run to run (the forward is already)."""
+        k_scale / v_scale are the same arguments). q, k and v all float8_e4m3fn: the FP8 forward
+        (FlashAttention-3's FP8 call), dequantised by q_descale / k_descale / v_descale (as above), out
+        bfloat16; v is read transposed, in place when its storage already is ([B, Hkv, Dv, Sk] seen as
+        vt.transpose(2, 3), rows of a multiple of 16 bytes), else through a transposed copy.
+        deterministic=True (flash_attn_func's): the backward pass's gradients are bit-identical run to
+        run (the forward is already)."""
         if deterministic not in (True, False):
             raise ValueError(f"attntune.attention: deterministic must be True or False (got {deterministic!r})")
         deterministic = bool(deterministic)
         k_descale, v_descale = _descales("attention", k_descale, v_descale, k_scale, v_scale)
         # Under autograd the forward keeps its LSE for the backward (attention_backward), asked for
         # whether or not the caller wants it; what cannot be differentiated is refused here.
-        grad = _needs_grad(q, k, v, sinks, k_descale, v_descale)
+        grad = _needs_grad(q, k, v, sinks, k_descale, v_descale, q_descale)
         if grad:
             if out is not None:
                 raise RuntimeError("attntune.attention: out= writes into a tensor and is not differentiable; drop "
                                    "out= (or call it under torch.no_grad())")
-            if _is_fp8_cache(k, v) or _needs_grad(k_descale, v_descale):
-                raise RuntimeError("attntune.attention over an FP8 (float8_e4m3fn) cache is forward-only: it has no "
-                                   "backward pass (call it under torch.no_grad() / inference_mode())")
+            if _is_fp8_cache(k, v) or _needs_grad(k_descale, v_descale, q_descale):
+                raise RuntimeError("attntune.attention over FP8 (float8_e4m3fn) k and v (an FP8 cache, or the FP8 "
+                                   "forward) is forward-only: it has no backward pass (call it under torch.no_grad() / "
+                                   "inference_mode())")
         if layout not in ("bhsd", "bshd"):
             raise ValueError(f"attntune.attention: layout must be 'bhsd' or 'bshd' (got {layout!r})")
         if layout == "bshd":
@@ -442,15 +469,15 @@ class Library:
                         sinks)
         four = q.dim() == 4 and k.dim() == 4
         _check_kv("attention", q, k, v, k_descale, v_descale, q.shape[0] if four else None,
-                  k.shape[1] if four else None)
+                  k.shape[1] if four else None, fp8_queries=True, q_descale=q_descale)
         if out is not None:
             lse = q.new_empty(q.shape[:3], dtype=torch.float32) if return_lse else None
             self.ops.attention_into(q, k, v, out, lse, scale, is_causal, window, float(softcap), sinks, k_descale,
-                                    v_descale)
+                                    v_descale, q_descale)
             o = out
         else:
             o, lse = self.ops.attention(q, k, v, scale, is_causal, return_lse or grad, window, float(softcap), sinks,
-                                        k_descale, v_descale, deterministic)
+                                        k_descale, v_descale, deterministic, q_descale)
         if layout == "bshd":
             o = o.transpose(1, 2)
         return (o, lse) if return_lse else o
@@ -580,7 +607,7 @@ class Library:
         for r, spec in zip(rows, specs):
             # Calls with variants or an FP8 cache fall back to the explicit fp32 path, plain ones to SDPA.
             # attention's and attention_varlen's backward fall back to explicit fp32 gradients.
-            fp32 = _variant_spec(r["problem"]) or r["problem"].get("kv_dtype") == "fp8" or \
+            fp32 = _variant_spec(r["problem"]) or r["problem"].get("kv_dtype") == "fp8" or r["dtype"] == "fp8" or \
                 r["entry"] in BACKWARD_ENTRIES
             path = "fp32 fallback" if fp32 else "SDPA fallback"
             served = r["label"] if r["kernel"] is not None else f"{path}: {r['fallback']}"
@@ -620,7 +647,8 @@ class Library:
         The variants as the
         calls take them (sinks: whether the call passes any); head_dim_v: v's head dim (None:
         head_dim); latent: v is k's first head_dim_v columns (a view of one cache, mla_decode's);
-        kv_dtype: "fp8" for an FP8 e4m3 cache (None: a cache of q's dtype); deterministic: a backward
+        kv_dtype: "fp8" for an FP8 e4m3 cache (None: a cache of q's dtype); dtype "fp8": the FP8 forward
+        (attention with q, k and v float8_e4m3fn, out bf16); deterministic: a backward
         call of attention(..., deterministic=True) or attention_varlen(..., deterministic=True)
         (bit-identical gradients)."""
         if entry not in ENTRY:
@@ -809,10 +837,11 @@ if os.path.exists(_KERNELS) and not os.environ.get("ATTNTUNE_TORCH_NO_AUTOLOAD")
 
 def attention(q, k, v, *, scale=None, is_causal=False, layout="bhsd", return_lse=False, out=None,
               window_size=(-1, -1), softcap=0.0, sinks=None, k_descale=None, v_descale=None, k_scale=None,
-              v_scale=None, deterministic=False):
+              v_scale=None, deterministic=False, q_descale=None):
     return default().attention(q, k, v, scale=scale, is_causal=is_causal, layout=layout, return_lse=return_lse,
                                out=out, window_size=window_size, softcap=softcap, sinks=sinks, k_descale=k_descale,
-                               v_descale=v_descale, k_scale=k_scale, v_scale=v_scale, deterministic=deterministic)
+                               v_descale=v_descale, k_scale=k_scale, v_scale=v_scale, deterministic=deterministic,
+                               q_descale=q_descale)
 
 
 def attention_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, scale=None, is_causal=False,

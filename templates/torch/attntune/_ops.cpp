@@ -7,8 +7,9 @@
 // several libraries side by side under namespaces of their own):
 //
 //   attention(q, k, v, scale, is_causal, return_lse, window_size, softcap, sinks, k_descale, v_descale,
-//       deterministic) -> (out, lse)   (deterministic: the forward ignores it; attention's autograd
-//       hands it to attention_backward, as flash_attn_func(..., deterministic=) does)
+//       deterministic, q_descale) -> (out, lse)   (deterministic: the forward ignores it; attention's
+//       autograd hands it to attention_backward, as flash_attn_func(..., deterministic=) does;
+//       q_descale: the FP8 forward's, below)
 //       q [B, H, S, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] (SDPA's layout; any strides with the
 //       last dim contiguous, so [B, S, H, D] storage passes as a transposed view, no copy); out
 //       [B, H, S, Dv]
@@ -20,8 +21,8 @@
 //       is_causal, return_lse, window_size, softcap, sinks, deterministic)
 //       q [total_q, H, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] (flash_attn_varlen_func's); out
 //       [total_q, H, Dv], lse [H, total_q] (deterministic: as attention's, for attention_backward_varlen)
-//   ..._into(..., out, lse, scale, is_causal, window_size, softcap, sinks[, k_descale, v_descale])   the
-//       same, writing into the caller's tensors
+//   ..._into(..., out, lse, scale, is_causal, window_size, softcap, sinks[, k_descale, v_descale[,
+//       q_descale]])   the same, writing into the caller's tensors
 //   attention_backward(dout, q, k, v, out, lse, dlse, scale, is_causal, window_size, softcap, sinks,
 //       deterministic) -> (dq, dk, dv, dsinks)   attention's backward pass, its autograd formula
 //       (__init__.py): a kernel tuned for the backward (attntune_attention_backward) when one serves
@@ -68,6 +69,15 @@
 // (kv_dtype=fp8 in coverage, its spec and the raise policy's message). The fallback dequantises the
 // cache (k.float() * k_descale per sequence and KV head; V likewise) and runs the fp32 path
 // (variant_into) over it: the scales are never dropped. attention_varlen takes no FP8 cache.
+//
+// The FP8 forward (docs/CONTRACT.md "FP8 forward"; FlashAttention-3's FP8 call): attention with q, k and
+// v all float8_e4m3fn and q_descale beside k_descale / v_descale (the same shapes; query head h takes KV
+// head h / (H / Hkv)'s), out bf16. It passes attntune_options.qkv_dtype = 1 and the scales, so only
+// kernels built for dtype=fp8 serve it (dtype "fp8" in coverage, its spec and the raise policy's
+// message). The kernels read V transposed ([B, Hkv, Dv, Sk], keys contiguous, rows of a multiple of 16
+// bytes): a v whose strides already are so (vt.transpose(2, 3)) is passed in place, any other is copied
+// transposed in the call (a byte copy on the stream). The fallback dequantises q, k and v and runs the
+// fp32 path. attention_kvcache and attention_varlen take no FP8 queries.
 //
 // Each call is decided on the host from shapes alone (no device sync, so it is capturable in a CUDA
 // graph): the library's own dispatcher names the kernel tuned for the nearest problem; the call
@@ -159,6 +169,11 @@ typedef struct attntune_options {
   int deterministic;   // 1: the backward's gradients bit-identical run to run (docs/CONTRACT.md "The backward
                        // pass"). Set only for backward calls that ask, so only they depend on it (an export
                        // before it refuses them, and they fall back to the explicit math, deterministic).
+  int qkv_dtype;       // 1: the FP8 forward (docs/CONTRACT.md "FP8 forward"): q, k, v FP8 e4m3, v transposed
+                       // ([b, hkv, dv, sk], keys contiguous), out bf16; k_descale/v_descale above and q_descale
+                       // below hold the scales. Set only for FP8-forward calls (an export before it refuses them).
+  const float* q_descale;         // [batch, heads_kv] fp32 (device) through q_descale_stride; NULL: 1
+  long long q_descale_stride[2];  // {batch, head} in elements; {0, 0}: one scale
 } attntune_options;
 
 // The entry points with options, weak: a kernels file exported before the variants lacks them, and
@@ -301,15 +316,18 @@ struct Shape {
   int latent = 0;
   // 1: an FP8 e4m3 cache (k and v float8_e4m3fn; attntune_options.kv_dtype), the spec's kv_dtype=fp8.
   int kv_fp8 = 0;
+  // 1: the FP8 forward (q, k and v float8_e4m3fn, out bf16; attntune_options.qkv_dtype), the spec's
+  // dtype=fp8 (bf16 1: the library's dtype it matches is its out's).
+  int qkv_fp8 = 0;
   // The value head dim where it is not d (attntune_options.head_dim_v, the spec's dv=N), else 0.
   int split_dv() const { return dv != d ? dv : 0; }
   // 1: a backward call that asks for bit-identical gradients (attntune_options.deterministic). Not
   // part of the problem (coverage, specs): the kernels tuned for it serve both kinds of call.
   int deterministic = 0;
   bool operator<(const Shape& o) const {
-    return std::tie(entry, bf16, d, dv, causal, b, h, hkv, s, sk, paged, v, latent, kv_fp8) <
+    return std::tie(entry, bf16, d, dv, causal, b, h, hkv, s, sk, paged, v, latent, kv_fp8, qkv_fp8) <
            std::tie(o.entry, o.bf16, o.d, o.dv, o.causal, o.b, o.h, o.hkv, o.s, o.sk, o.paged, o.v, o.latent,
-                    o.kv_fp8);
+                    o.kv_fp8, o.qkv_fp8);
   }
   // ",latent=1" for a latent call (the spec's key, after the variants), "" else; then ",kv_dtype=fp8"
   // for an FP8 cache (the spec's very end).
@@ -348,6 +366,8 @@ struct Descales {
   const float* k = nullptr;
   const float* v = nullptr;
   long long k_stride[2] = {0, 0}, v_stride[2] = {0, 0};
+  const float* q = nullptr;  // the FP8 forward's Q scales
+  long long q_stride[2] = {0, 0};
 };
 
 // The options struct of a call's variants, value head dim, latent cache and cache dtype
@@ -368,13 +388,18 @@ attntune_options options_of(const Shape& c, const float* sinks, const Descales& 
   o.latent = c.latent;
   o.kv_dtype = c.kv_fp8 ? 1 : 0;
   o.deterministic = c.deterministic;
-  if (c.kv_fp8) {
+  o.qkv_dtype = c.qkv_fp8 ? 1 : 0;
+  if (c.kv_fp8 || c.qkv_fp8) {
     o.k_descale = ds.k;
     o.v_descale = ds.v;
     for (int i = 0; i < 2; ++i) {
       o.k_descale_stride[i] = ds.k_stride[i];
       o.v_descale_stride[i] = ds.v_stride[i];
     }
+  }
+  if (c.qkv_fp8) {
+    o.q_descale = ds.q;
+    for (int i = 0; i < 2; ++i) o.q_descale_stride[i] = ds.q_stride[i];
   }
   return o;
 }
@@ -405,6 +430,10 @@ int select_kernel(const Shape& c, std::string* why) {
     }
     if (c.kv_fp8) {
       *why = "the library was exported before attntune served FP8 KV caches: export it again";
+      return -1;
+    }
+    if (c.qkv_fp8) {
+      *why = "the library was exported before attntune served the FP8 forward (dtype=fp8): export it again";
       return -1;
     }
     return attntune_select_kernel_entry(c.entry, c.d, c.causal, c.b, c.h, c.hkv, c.s, c.sk);
@@ -462,7 +491,8 @@ Decision decide(const Shape& c, const std::string& dtype_name, double max_ratio)
                                   entry_name(c.entry), c.d, dv_words(c).c_str(), c.causal) +
                                   c.v.words() +
                                   (c.latent ? " over a latent cache (v is k's first head_dim_v columns)" : "") +
-                                  (c.kv_fp8 ? " over an FP8 e4m3 cache (kv_dtype=fp8)" : "");
+                                  (c.kv_fp8 ? " over an FP8 e4m3 cache (kv_dtype=fp8)" : "") +
+                                  (c.qkv_fp8 ? " with FP8 e4m3 q, k and v (the FP8 forward, dtype=fp8)" : "");
     return d;
   }
   int p[9];
@@ -504,6 +534,9 @@ std::string other_dtype(const at::Tensor& q) {
   return std::string(c10::toString(q.scalar_type()));
 }
 
+// other_dtype of a call: "" for an FP8 forward's float8_e4m3fn q too (its kernels are dtype=fp8's).
+std::string call_dtype(const Shape& c, const at::Tensor& q) { return c.qkv_fp8 ? "" : other_dtype(q); }
+
 Policy policy_now() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_policy;
@@ -512,12 +545,13 @@ Policy policy_now() {
 // A call that does not run a kernel: counted with `reason`, then under the "raise" policy an
 // error naming the problem; under "sdpa" the caller falls back.
 void fall_back(const Shape& c, const at::Tensor& q, const std::string& reason, bool tunable) {
-  count(c, -1, reason, other_dtype(q), tunable);
+  count(c, -1, reason, call_dtype(c, q), tunable);
   if (policy_now().raise)
     TORCH_CHECK(false, fmt("attntune.%s: no tuned kernel for b=%d,h=%d,hkv=%d,s=%d,sk=%d,d=%d%s,causal=%d",
                            entry_name(c.entry), c.b, c.h, c.hkv, c.s, c.sk, c.d,
                            c.split_dv() ? fmt(",dv=%d", c.dv).c_str() : "", c.causal) +
-                           c.v.spec() + c.latent_spec() + (is_backward(c.entry) ? ",pass=bwd" : "") + ": " +
+                           c.v.spec() + c.latent_spec() + (c.qkv_fp8 ? ",dtype=fp8" : "") +
+                           (is_backward(c.entry) ? ",pass=bwd" : "") + ": " +
                            reason + " (fallback policy 'raise'; attntune.set_policy(fallback='sdpa') falls back to " +
                            (is_backward(c.entry)
                                 ? "PyTorch: the gradients by explicit math in fp32)"
@@ -545,7 +579,8 @@ std::string coverage_json() {
     // attntune's problems carry them.
     j += fmt("{\"entry\":\"%s\",\"dtype\":\"%s\",\"problem\":{\"b\":%d,\"h\":%d,\"hkv\":%d,\"s\":%d,\"sk\":%d,"
              "\"d\":%d,%s\"causal\":%d,\"paged\":%d,\"window\":[%d,%d],\"softcap\":%s,\"sinks\":%d%s%s},\"calls\":%lld,",
-             entry_name(c.entry), n.dtype.empty() ? (c.bf16 ? "bf16" : "fp16") : json_escape(n.dtype).c_str(), c.b,
+             entry_name(c.entry),
+             n.dtype.empty() ? (c.qkv_fp8 ? "fp8" : c.bf16 ? "bf16" : "fp16") : json_escape(n.dtype).c_str(), c.b,
              c.h, c.hkv, c.s, c.sk, c.d, c.split_dv() ? fmt("\"dv\":%d,", c.dv).c_str() : "", c.causal, c.paged,
              c.v.left, c.v.right, shortest(c.v.softcap).c_str(), c.v.sinks ? 1 : 0, c.latent ? ",\"latent\":1" : "",
              c.kv_fp8 ? ",\"kv_dtype\":\"fp8\"" : "", n.calls);
@@ -664,11 +699,11 @@ bool is_float8(at::ScalarType t) {
   return t == at::kFloat8_e4m3fn || t == at::kFloat8_e5m2 || t == at::kFloat8_e4m3fnuz || t == at::kFloat8_e5m2fnuz;
 }
 
-// The cache's dtype: 1 for an FP8 e4m3 cache (k and v float8_e4m3fn, q fp16 or bf16), else 0 with q, k
-// and v of one dtype (`same`: the message that says so). kn, vn: the caches' names. Python's _check_kv
-// says the same in the same words.
+// The cache's dtype: 1 for an FP8 e4m3 cache (k and v float8_e4m3fn, q fp16 or bf16), 2 for the FP8
+// forward (q too, where `fp8_queries`: attention's), else 0 with q, k and v of one dtype (`same`: the
+// message that says so). kn, vn: the caches' names. Python's _check_kv says the same in the same words.
 int kv_fp8_of(const char* e, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const char* kn,
-              const char* vn, const char* same) {
+              const char* vn, const char* same, bool fp8_queries = false) {
   const bool kf = is_float8(k.scalar_type()), vf = is_float8(v.scalar_type());
   if (!kf && !vf) {
     ATTNTUNE_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), e, same);
@@ -679,9 +714,12 @@ int kv_fp8_of(const char* e, const at::Tensor& q, const at::Tensor& k, const at:
                      py_dtype(k.scalar_type()) + ", " + vn + " " + py_dtype(v.scalar_type()) + ")");
   ATTNTUNE_CHECK(k.scalar_type() == at::kFloat8_e4m3fn && v.scalar_type() == at::kFloat8_e4m3fn, e,
                  fmt("an FP8 cache is float8_e4m3fn (got %s ", kn) + py_dtype(k.scalar_type()) + ")");
+  if (fp8_queries && q.scalar_type() == at::kFloat8_e4m3fn) return 2;
   ATTNTUNE_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16, e,
                  std::string("an FP8 (float8_e4m3fn) cache takes fp16 or bf16 queries (q is ") +
-                     py_dtype(q.scalar_type()) + "): FP8 queries are not supported");
+                     py_dtype(q.scalar_type()) +
+                     (fp8_queries ? "): FP8 queries are float8_e4m3fn (the FP8 forward: q, k and v float8_e4m3fn)"
+                                  : "): FP8 queries are not supported here (attention takes them: the FP8 forward)"));
   return 1;
 }
 
@@ -725,6 +763,15 @@ at::Tensor dequantised(const at::Tensor& t, const at::Tensor& descale, at::IntAr
   return f * descale.reshape(shape);
 }
 
+// The FP8 forward's q (float8_e4m3fn [B, H, S, D]) in float32 times its scales, one per (sequence, KV
+// head) (q_descale [B, Hkv], query head h taking KV head h / (H / Hkv)'s) or one: the fallback's Q.
+at::Tensor dequantised_q(const at::Tensor& q, const at::Tensor& descale, int64_t B, int64_t Hkv) {
+  at::Tensor f = q.to(at::kFloat);
+  if (!descale.defined()) return f;
+  if (descale.numel() == 1) return f * descale.reshape({1, 1, 1, 1});
+  return f * descale.reshape({B, Hkv, 1, 1}).repeat_interleave(q.size(1) / Hkv, 1);
+}
+
 // Rows of `t` (pages: dim 0) at `idx`, for any dtype (index_select takes no FP8: its bytes are taken).
 at::Tensor gather_pages(const at::Tensor& t, const at::Tensor& idx) {
   if (!is_float8(t.scalar_type())) return t.index_select(0, idx);
@@ -743,7 +790,11 @@ std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64
                   entry == kEntryBackwardVarlen,
               "attntune.explain: entry must be 1 (attention), 2 (kvcache), 4 (varlen), 8 (attention's backward) or 16 "
               "(attention_varlen's backward)");
-  TORCH_CHECK(dtype == "fp16" || dtype == "bf16", "attntune.explain: dtype must be fp16 or bf16");
+  TORCH_CHECK(dtype == "fp16" || dtype == "bf16" || dtype == "fp8",
+              "attntune.explain: dtype must be fp16, bf16 or fp8 (the FP8 forward: q, k and v float8_e4m3fn)");
+  TORCH_CHECK(dtype != "fp8" || (entry == kEntryDense && !latent && (!kv_dtype || kv_dtype->empty())),
+              "attntune.explain: dtype fp8 (the FP8 forward: q, k and v float8_e4m3fn, out bf16) is attention's "
+              "(entry 1), over separate K and V, with kv_dtype None");
   TORCH_CHECK(head_dim_v >= 0 && head_dim_v <= std::numeric_limits<int>::max(),
               fmt("attntune.explain: head_dim_v must be 0 (head_dim) or V's head dim (got %lld)",
                   static_cast<long long>(head_dim_v)));
@@ -767,11 +818,12 @@ std::tuple<int64_t, std::string> explain(int64_t entry, std::string dtype, int64
               "attntune.explain: kv_dtype 'fp8' is for attention and attention_kvcache (an FP8 cache is read by the "
               "dense and kvcache entry points only)");
   const Variants v = variants_of("explain", window_size, softcap, sinks, causal);
-  Shape c{static_cast<int>(entry), dtype == "bf16", static_cast<int>(d),
+  Shape c{static_cast<int>(entry), dtype != "fp16", static_cast<int>(d),
           static_cast<int>(head_dim_v ? head_dim_v : d), causal ? 1 : 0, static_cast<int>(b),
           static_cast<int>(h), static_cast<int>(hkv), static_cast<int>(s), static_cast<int>(sk), 0, v};
   c.latent = latent ? 1 : 0;
   c.kv_fp8 = kv == "fp8" ? 1 : 0;
+  c.qkv_fp8 = dtype == "fp8" ? 1 : 0;
   c.deterministic = deterministic ? 1 : 0;
   const Decision dec = decide(c, "", policy_now().max_ratio);
   return {dec.kernel, dec.reason};
@@ -836,13 +888,17 @@ void check_qk_dim(const at::Tensor& q, const at::Tensor& k, const char* entry, c
 }
 
 // out: q's shape with the value head dim last (q's shape when there is one head dim).
-void check_out(const at::Tensor& out, const at::Tensor& like, int64_t dv, const char* entry) {
+void check_out(const at::Tensor& out, const at::Tensor& like, int64_t dv, const char* entry, bool fp8_forward = false) {
   const std::vector<int64_t> want = sizes_with_dv(like, dv);
   ATTNTUNE_CHECK(out.sizes() == at::IntArrayRef(want), entry,
                  dv == like.size(-1) ? "out must have q's shape (" + dims(want) + "; got " + dims(out.sizes()) + ")"
                                      : "out must have q's shape with v's head dim last (" + dims(want) + "; got " +
                                            dims(out.sizes()) + ")");
-  ATTNTUNE_CHECK(out.scalar_type() == like.scalar_type(), entry, "out must have q's dtype");
+  if (fp8_forward) {
+    ATTNTUNE_CHECK(out.scalar_type() == at::kBFloat16, entry, "out must be bfloat16 (the FP8 forward's output)");
+  } else {
+    ATTNTUNE_CHECK(out.scalar_type() == like.scalar_type(), entry, "out must have q's dtype");
+  }
   ATTNTUNE_CHECK(out.device() == like.device(), entry, "out must be on q's device");
 }
 
@@ -851,6 +907,8 @@ void check_out(const at::Tensor& out, const at::Tensor& like, int64_t dv, const 
 // order; the head dim innermost), so [B, S, H, D] storage seen as [B, H, S, D] gives [B, S, H, Dv]
 // storage. The fake implementations (__init__.py's _out_like) allocate the same strides.
 at::Tensor out_like(const at::Tensor& q, const at::Tensor& v) {
+  // The FP8 forward (float8_e4m3fn q): out in bf16, q's shape and strides' order.
+  if (q.scalar_type() == at::kFloat8_e4m3fn) return out_like(at::empty_like(q, q.options().dtype(at::kBFloat16)), v);
   if (q.dim() == 0 || v.dim() == 0 || v.size(-1) == q.size(-1)) return at::empty_like(q);
   const int64_t n = q.dim();
   std::vector<int64_t> order(n - 1);
@@ -890,7 +948,7 @@ bool ran_kernel(const char* e, const Shape& c, const at::Tensor& q, std::initial
     fall_back(c, q, why_not, false);
     return false;
   }
-  const Decision d = decide(c, other_dtype(q), policy_now().max_ratio);
+  const Decision d = decide(c, call_dtype(c, q), policy_now().max_ratio);
   if (d.kernel < 0) {
     fall_back(c, q, d.reason, d.tunable);
     return false;
@@ -1059,7 +1117,8 @@ void variant_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor out,
                     std::optional<at::Tensor> lse, std::optional<double> scale, bool is_causal,
                     at::IntArrayRef window_size, double softcap, const std::optional<at::Tensor>& sinks,
-                    const std::optional<at::Tensor>& k_descale, const std::optional<at::Tensor>& v_descale) {
+                    const std::optional<at::Tensor>& k_descale, const std::optional<at::Tensor>& v_descale,
+                    const std::optional<at::Tensor>& q_descale) {
   const char* e = "attention";
   ATTNTUNE_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, e,
                  "q, k and v must be 4-d: [batch, heads, seqlen, head_dim] (v's last dim: the value head dim)");
@@ -1069,27 +1128,51 @@ void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   check_qk_dim(q, k, e, "k");
   ATTNTUNE_CHECK(Hkv > 0 ? H % Hkv == 0 : H == 0, e, fmt("heads of q (%lld) must be a multiple of k's (%lld)",
                                                 static_cast<long long>(H), static_cast<long long>(Hkv)));
-  const int kv_fp8 = kv_fp8_of(e, q, k, v, "k", "v", "q, k and v must share a dtype");
-  check_out(out, q, Dv, e);
+  const int fp8 = kv_fp8_of(e, q, k, v, "k", "v", "q, k and v must share a dtype", /*fp8_queries=*/true);
+  const int kv_fp8 = fp8 == 1, qkv_fp8 = fp8 == 2;  // an FP8 cache, or the FP8 forward
+  check_out(out, q, Dv, e, qkv_fp8);
   check_lse(lse, {B, H, S}, q, e);
   const Variants var = variants_of(e, window_size, softcap, sinks.has_value() && sinks->defined(), is_causal);
   const at::Tensor sk_logits = sinks_of(e, sinks, H, q);
   Descales ds;
-  const at::Tensor kd = descale_of(e, "k_descale", k_descale, kv_fp8, k, B, Hkv, q, ds.k_stride),
-                   vd = descale_of(e, "v_descale", v_descale, kv_fp8, k, B, Hkv, q, ds.v_stride);
+  const at::Tensor kd = descale_of(e, "k_descale", k_descale, fp8, k, B, Hkv, q, ds.k_stride),
+                   vd = descale_of(e, "v_descale", v_descale, fp8, k, B, Hkv, q, ds.v_stride);
+  ATTNTUNE_CHECK(qkv_fp8 || !q_descale || !q_descale->defined(), e,
+                 "q_descale dequantises the FP8 forward's q (q, k and v float8_e4m3fn); q is " +
+                     py_dtype(q.scalar_type()));
+  const at::Tensor qd = descale_of(e, "q_descale", q_descale, fp8, k, B, Hkv, q, ds.q_stride);
   ds.k = kd.defined() ? kd.data_ptr<float>() : nullptr;
   ds.v = vd.defined() ? vd.data_ptr<float>() : nullptr;
+  ds.q = qd.defined() ? qd.data_ptr<float>() : nullptr;
   const double sc = scale_of(scale, D);
-  Shape c{kEntryDense, q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), as_int(Dv, e, "head_dim_v"),
+  Shape c{kEntryDense, qkv_fp8 || q.scalar_type() == at::kBFloat16, as_int(D, e, "head_dim"), as_int(Dv, e, "head_dim_v"),
           is_causal ? 1 : 0, as_int(B, e, "batch"), as_int(H, e, "heads"), as_int(Hkv, e, "heads_kv"),
           as_int(S, e, "seqlen_q"), as_int(Sk, e, "seqlen_k"), 0, var};
-  c.latent = latent_view(k, v) ? 1 : 0;  // v = k[..., :Dv]: one buffer, passed as k (its pointer and strides)
+  c.latent = !qkv_fp8 && latent_view(k, v) ? 1 : 0;  // v = k[..., :Dv]: one buffer, passed as k (its pointer and strides)
   c.kv_fp8 = kv_fp8;
-  const bool ran = ran_kernel(e, c, q, {&q, &k, &v, &out, &sk_logits}, [&](cudaStream_t stream) {
+  c.qkv_fp8 = qkv_fp8;
+  // The FP8 forward reads V transposed, [B, Hkv, Dv, Sk] with the keys contiguous (docs/CONTRACT.md "FP8
+  // forward"): a v whose own strides are so ([B, Hkv, Sk, Dv] seen over such storage: v = vt.transpose(2,
+  // 3), each row's stride a multiple of 16 bytes) is read in place; any other is copied so, in the call.
+  // Its layout is checked here, not by layout_problem (its last dim is the strided one): a 1-element view
+  // stands in for v's device.
+  const bool v_transposed = qkv_fp8 && v.stride(2) == 1 && v.stride(3) % 16 == 0 && v.stride(0) % 16 == 0 &&
+                            v.stride(1) % 16 == 0;
+  const at::Tensor v_where = qkv_fp8 ? v.as_strided({1}, {1}) : v;
+  const bool ran = ran_kernel(e, c, q, {&q, &k, &v_where, &out, &sk_logits}, [&](cudaStream_t stream) {
     const long long qs[3] = {q.stride(0), q.stride(1), q.stride(2)}, ks[3] = {k.stride(0), k.stride(1), k.stride(2)},
-                    vs[3] = {v.stride(0), v.stride(1), v.stride(2)},
                     os[3] = {out.stride(0), out.stride(1), out.stride(2)};
+    long long vs[3] = {v.stride(0), v.stride(1), v.stride(2)};
     const void* vp = c.latent ? k.data_ptr() : v.data_ptr();
+    at::Tensor vt;  // the FP8 forward's transposed copy of v (rows padded to 16 bytes), when v is not one
+    if (qkv_fp8 && v_transposed) {
+      vs[2] = v.stride(3);  // {batch, head, value dim}
+    } else if (qkv_fp8) {
+      vt = at::empty({B, Hkv, Dv, (Sk + 15) / 16 * 16}, v.options());
+      if (Sk > 0) vt.view(at::kByte).narrow(3, 0, Sk).copy_(v.view(at::kByte).transpose(2, 3));
+      for (int i = 0; i < 3; ++i) vs[i] = vt.stride(i);
+      vp = vt.data_ptr();
+    }
     float* l = lse ? lse->data_ptr<float>() : nullptr;
     if (!attntune_attention_forward_ex)  // an export before the variants: plain one-dim calls only reach here
       return attntune_attention_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), l, c.b, c.h, c.hkv,
@@ -1100,7 +1183,10 @@ void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
                                          &o, stream);
   });
   if (ran) return;
-  if (kv_fp8)  // the cache dequantised as the kernels read it, through the fp32 path (SDPA takes no FP8)
+  if (qkv_fp8)  // q, k and v dequantised as the kernels read them, through the fp32 path; out bf16
+    variant_into(dequantised_q(q, qd, B, Hkv), dequantised(k, kd, {B, Hkv, 1, 1}), dequantised(v, vd, {B, Hkv, 1, 1}),
+                 at::Tensor(), at::Tensor(), is_causal, var, sk_logits, sc, out, lse);
+  else if (kv_fp8)  // the cache dequantised as the kernels read it, through the fp32 path (SDPA takes no FP8)
     variant_into(q, dequantised(k, kd, {B, Hkv, 1, 1}), dequantised(v, vd, {B, Hkv, 1, 1}), at::Tensor(),
                  at::Tensor(), is_causal, var, sk_logits, sc, out, lse);
   else if (var.any())
@@ -1116,12 +1202,13 @@ std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tens
                                              at::IntArrayRef window_size, double softcap,
                                              const std::optional<at::Tensor>& sinks,
                                              const std::optional<at::Tensor>& k_descale,
-                                             const std::optional<at::Tensor>& v_descale, bool /*deterministic*/) {
+                                             const std::optional<at::Tensor>& v_descale, bool /*deterministic*/,
+                                             const std::optional<at::Tensor>& q_descale) {
   at::Tensor out = out_like(q, v);
   at::Tensor lse = return_lse && q.dim() == 4 ? at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat))
                                               : at::empty({0}, q.options().dtype(at::kFloat));
   attention_into(q, k, v, out, return_lse ? std::optional<at::Tensor>(lse) : std::nullopt, scale, is_causal,
-                 window_size, softcap, sinks, k_descale, v_descale);
+                 window_size, softcap, sinks, k_descale, v_descale, q_descale);
   return {out, lse};
 }
 
@@ -1765,10 +1852,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_backward_va
 TORCH_LIBRARY(ATTNTUNE_TORCH_NAMESPACE, m) {
   // deterministic (last, defaulted: earlier calls mean what they did): for attention's backward (and
   // attention_varlen's).
+  // q_descale (last, defaulted): the FP8 forward's Q scales (q, k and v float8_e4m3fn; out bf16).
   m.def("attention(Tensor q, Tensor k, Tensor v, float? scale=None, bool is_causal=False, bool return_lse=False, "
-        ATTNTUNE_VARIANT_ARGS ATTNTUNE_DESCALE_ARGS ", bool deterministic=False) -> (Tensor, Tensor)");
+        ATTNTUNE_VARIANT_ARGS ATTNTUNE_DESCALE_ARGS ", bool deterministic=False, Tensor? q_descale=None) -> "
+        "(Tensor, Tensor)");
   m.def("attention_into(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, float? scale=None, "
-        "bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ATTNTUNE_DESCALE_ARGS ") -> ()");
+        "bool is_causal=False, " ATTNTUNE_VARIANT_ARGS ATTNTUNE_DESCALE_ARGS ", Tensor? q_descale=None) -> ()");
   m.def("attention_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor? cache_seqlens=None, "
         "Tensor? block_table=None, float? scale=None, bool is_causal=False, bool return_lse=False, "
         ATTNTUNE_VARIANT_ARGS ATTNTUNE_DESCALE_ARGS ") -> (Tensor, Tensor)");
