@@ -907,9 +907,9 @@ void check_out(const at::Tensor& out, const at::Tensor& like, int64_t dv, const 
 // order; the head dim innermost), so [B, S, H, D] storage seen as [B, H, S, D] gives [B, S, H, Dv]
 // storage. The fake implementations (__init__.py's _out_like) allocate the same strides.
 at::Tensor out_like(const at::Tensor& q, const at::Tensor& v) {
-  // The FP8 forward (float8_e4m3fn q): out in bf16, q's shape and strides' order.
-  if (q.scalar_type() == at::kFloat8_e4m3fn) return out_like(at::empty_like(q, q.options().dtype(at::kBFloat16)), v);
-  if (q.dim() == 0 || v.dim() == 0 || v.size(-1) == q.size(-1)) return at::empty_like(q);
+  // The FP8 forward's (float8_e4m3fn q) out is bf16, else q's dtype.
+  const auto opts = q.options().dtype(q.scalar_type() == at::kFloat8_e4m3fn ? at::kBFloat16 : q.scalar_type());
+  if (q.dim() == 0 || v.dim() == 0 || v.size(-1) == q.size(-1)) return at::empty_like(q, opts);
   const int64_t n = q.dim();
   std::vector<int64_t> order(n - 1);
   for (int64_t i = 0; i + 1 < n; ++i) order[i] = i;
@@ -920,7 +920,7 @@ at::Tensor out_like(const at::Tensor& q, const at::Tensor& v) {
     sizes[i] = order[i] == n - 1 ? v.size(-1) : q.size(order[i]);
     inverse[order[i]] = i;
   }
-  return at::empty(sizes, q.options()).permute(inverse);
+  return at::empty(sizes, opts).permute(inverse);
 }
 
 void check_lse(const std::optional<at::Tensor>& lse, at::IntArrayRef shape, const at::Tensor& q, const char* entry) {
