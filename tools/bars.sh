@@ -24,6 +24,13 @@
 #             one PyTorch package and timed by fp8_decode_peers.py --check (one process, FP8 beside
 #             our bf16 kernel and SDPA's backends; its table last). PYTHON picks the interpreter that
 #             has torch.
+#   fp8fwd    issue 42's FP8 forward (docs/design/flash_fwd_wgmma.md "The FP8 forward"): b1 h16 s16k at
+#             d=128 and d=256, causal and not, each tuned twice over flash_fwd_wgmma (dtype=fp8 and its
+#             bf16 twin), --prefill-seconds each; the winners exported in one file and timed by
+#             tools/compare_fp8_forward.py a row (correctness at s=sk=777 first; FP8 beside our bf16
+#             kernel, FA4's bf16 and SDPA in one process; FA4's kernels from $FA4_AOT, default the
+#             kit's .fa4/aot, whose prefill suite has these d=128 shapes). A row the space does not
+#             serve yet (d=256) is reported by its failed tune and skipped. Run 255 ran this by hand.
 #   unseen    issue 43's (docs/design/shipped_db.md): 10 prefill shapes outside the suite and the
 #             shipped plan (odd head counts, lengths 512-32k, causal and not, chunked prefill), each
 #             tuned by the default main job (`tune` without --space: every template, warm-started
@@ -41,7 +48,7 @@
 #             to bring them back from a GPU machine, copy them, delete the copies' `builds` rows
 #             and VACUUM (resuming re-compiles what it needs).
 #
-#   tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|unseen] [--prefill-seconds N] [--decode-seconds N]
+#   tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|fp8fwd|unseen] [--prefill-seconds N] [--decode-seconds N]
 #                 [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S]
 #                 [--phase tune|retime|compare|table|all]
 #
@@ -64,7 +71,7 @@
 # OUT_DIR/compare.log and prints a short table last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|unseen] [--prefill-seconds N] [--decode-seconds N] [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--phase tune|retime|compare|table|all]"
+usage="usage: tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|fp8fwd|unseen] [--prefill-seconds N] [--decode-seconds N] [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--phase tune|retime|compare|table|all]"
 db=${1:?$usage}
 out=${2:?$usage}
 shift 2
@@ -156,6 +163,18 @@ fp8)
     "q8|b=32,h=32,hkv=8,s=8,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8"
     "q16|b=32,h=32,hkv=8,s=16,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8"
   )
+  ;;
+fp8fwd)
+  # name|problem (its bf16 twin: dtype=bf16): issue 42's FP8-forward rows.
+  prefill=(
+    "fwd8-d128|b=1,h=16,hkv=16,s=16384,sk=16384,d=128,dtype=fp8,causal=0"
+    "fwd8-d128-causal|b=1,h=16,hkv=16,s=16384,sk=16384,d=128,dtype=fp8,causal=1"
+    "fwd8-d256|b=1,h=16,hkv=16,s=16384,sk=16384,d=256,dtype=fp8,causal=0"
+    "fwd8-d256-causal|b=1,h=16,hkv=16,s=16384,sk=16384,d=256,dtype=fp8,causal=1"
+  )
+  decode=()
+  only=prefill
+  aot=${FA4_AOT:-.fa4/aot}
   ;;
 unseen)
   # Not in the suite nor in tools/shipped_plan.py's plan (checked by tests/unit/cli/test_bars.cpp):
@@ -355,6 +374,32 @@ if [[ $set == fp8 ]]; then
     PYTHONPATH="$out/pkg" "${PYTHON:-python3}" tools/fp8_decode_peers.py --rows "$names" --check \
       > "$out/peers.log" 2>&1 || echo "fp8_decode_peers.py failed: $(tail -3 "$out/peers.log")" >&2
     sed -n '/^row /,$p' "$out/peers.log"
+  fi
+  exit 0
+fi
+
+if [[ $set == fp8fwd ]]; then
+  # tune: each row in dtype=fp8 and in bf16 (flash_fwd_wgmma, its default space); compare: one file of
+  # every winner, compare_fp8_forward.py a row (its table last), the rows whose FP8 tune has a result.
+  sp=search_spaces/flash_fwd_wgmma.yaml
+  if [[ $phase == tune || $phase == all ]]; then
+    for e in "${prefill[@]}"; do
+      n=${e%%|*} p=${e#*|}
+      tune "$sp" "$pre_s" "$n" "$p"
+      tune "$sp" "$pre_s" "$n-bf16" "${p/dtype=fp8/dtype=bf16}"
+    done
+  fi
+  if [[ $phase == compare || $phase == all ]]; then
+    "$A" export --db "$db" --all-best --no-shipped -o "$out/bars.cu" > "$out/export.log" 2>&1 ||
+      { echo "export failed: $(tail -1 "$out/export.log")" >&2; exit 1; }
+    for e in "${prefill[@]}"; do
+      n=${e%%|*} p=${e#*|}
+      "$A" best --db "$db" --campaign "$n" --format csv > /dev/null 2>&1 || { echo "$n: no FP8 result (see $out/tune_$n.log)"; continue; }
+      "${PYTHON:-python3}" tools/compare_fp8_forward.py --cu "$out/bars.cu" --problem "$p" --fa4-aot "$aot" \
+        --fa4-kit "$kit" --json "$out/compare_$n.json" > "$out/compare_$n.log" 2>&1 ||
+        echo "compare_fp8_forward.py $n failed: $(tail -3 "$out/compare_$n.log")" >&2
+      sed -n '/^=== FP8 forward/,$p' "$out/compare_$n.log"
+    done
   fi
   exit 0
 fi

@@ -234,11 +234,12 @@ def flags(window, softcap, sinks):
 
 
 def nearest(kernels, entry_bit, d, causal, b, h, hkv, s, sk, window=(-1, -1), softcap=0.0, sinks=False, dv=None,
-            kv_dtype=None):
+            kv_dtype=None, fp8_forward=False):
     """The library's rule as its header states it: of the kernels serving the entry and built for
-    (d, dv, causal, variants, the cache dtype), the nearest lengths by |log ratio| sum, then the same GQA
-    group, then the nearest batch * heads, then the first. (For seqlen_q > 16, as here: flash_decode's
-    plan refuses those, so its kernels never win.) dv None: one head dim; kv_dtype None: a 16-bit cache."""
+    (d, dv, causal, variants, the cache dtype, the FP8 forward or not), the nearest lengths by |log ratio|
+    sum, then the same GQA group, then the nearest batch * heads, then the first. (For seqlen_q > 16, as
+    here: flash_decode's plan refuses those, so its kernels never win.) dv None: one head dim; kv_dtype
+    None: a 16-bit cache; fp8_forward: q, k and v float8_e4m3fn (dtype=fp8 kernels serve those alone)."""
     causal, window = normalise(causal, window)
     dv = d if dv is None else dv
 
@@ -252,6 +253,8 @@ def nearest(kernels, entry_bit, d, causal, b, h, hkv, s, sk, window=(-1, -1), so
         if p.get("latent"):  # serves latent calls alone (explain(..., latent=True)): LatentCaches
             continue
         if p.get("kv_dtype") != kv_dtype:  # an FP8 cache's kernels serve FP8 calls alone: Fp8Caches
+            continue
+        if (p["dtype"] == "fp8") != fp8_forward:  # an FP8 forward's kernels serve FP8-forward calls alone
             continue
         if flags(p.get("window", (-1, -1)), p.get("softcap", 0), p.get("sinks")) != flags(window, softcap, sinks):
             continue
@@ -291,7 +294,7 @@ class Dispatch(unittest.TestCase):
 
     def test_the_package_holds_what_was_tuned(self):
         self.assertEqual(sorted(vr.spec_of(k["problem"]) for k in self.kernels),
-                         sorted(PREFILL + DECODE + LATENT + FP8 + BWD))
+                         sorted(PREFILL + DECODE + LATENT + FP8 + FP8_FWD + BWD))
         for k in self.kernels:
             p = k["problem"]
             want = [key for key, on in zip(VARIANT_KEYS, flags(p.get("window", (-1, -1)), p.get("softcap", 0),
@@ -965,7 +968,8 @@ class ValueHeadDims(unittest.TestCase):
             p = kern["problem"]
             if (p["d"], p.get("dv", p["d"]), bool(p["causal"])) != (d, dv, causal) or not kern["entries"] & bit:
                 continue
-            if kern["variants"] or p.get("kv_dtype") or (kern["template"] == "flash_decode" and s > 16):
+            if kern["variants"] or p.get("kv_dtype") or p["dtype"] == "fp8" or \
+                    (kern["template"] == "flash_decode" and s > 16):
                 continue
             k = (round(lr(s, p["s"]) + lr(sk, p["sk"]), 9), 0 if h // hkv == p["h"] // p["hkv"] else 1,
                  round(lr(b * h, p["b"] * p["h"]), 9))
@@ -2246,11 +2250,17 @@ class Backward(unittest.TestCase):
 
     def test_deterministic(self):
         ops = torch.ops.attntune
-        # The ops take it last, defaulted (calls without it mean what they did).
+        # The ops take it last, defaulted (calls without it mean what they did); attention's is followed by
+        # q_descale (the FP8 forward's, later), defaulted too.
         for op in (ops.attention.default, ops.attention_backward.default, ops.attention_varlen.default,
                    ops.attention_backward_varlen.default):
-            arg = op._schema.arguments[-1]
+            args = op._schema.arguments
+            last = -2 if op is ops.attention.default else -1
+            arg = args[last]
             self.assertEqual((arg.name, str(arg.type), arg.default_value), ("deterministic", "bool", False), op)
+        q_descale = ops.attention.default._schema.arguments[-1]
+        self.assertEqual((q_descale.name, str(q_descale.type), q_descale.default_value),
+                         ("q_descale", "Optional[Tensor]", None))
         # The dispatch: the package's backward kernels (flash_bwd_mma) serve deterministic calls too (the
         # flag reaches the library's dispatcher through attntune_options.deterministic, and their plans
         # take it); the forward's entry takes no such flag.

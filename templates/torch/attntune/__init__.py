@@ -127,7 +127,7 @@ def _attention_setup(ctx, inputs, output):
 def _attention_backward(ns):
     def backward(ctx, dout, dlse):
         if ctx.fp8:
-            raise RuntimeError("attntune.attention over FP8 (float8_e4m3fn) k and v is forward-only: it has no "
+            raise RuntimeError("attntune.attention over an FP8 (float8_e4m3fn) cache is forward-only: it has no "
                                "backward pass")
         q, k, v, out, lse, sinks = ctx.saved_tensors
         if dout is None and dlse is None:
@@ -454,10 +454,12 @@ class Library:
             if out is not None:
                 raise RuntimeError("attntune.attention: out= writes into a tensor and is not differentiable; drop "
                                    "out= (or call it under torch.no_grad())")
-            if _is_fp8_cache(k, v) or _needs_grad(k_descale, v_descale, q_descale):
-                raise RuntimeError("attntune.attention over FP8 (float8_e4m3fn) k and v (an FP8 cache, or the FP8 "
-                                   "forward) is forward-only: it has no backward pass (call it under torch.no_grad() / "
-                                   "inference_mode())")
+            if (isinstance(q, torch.Tensor) and q.dtype == FP8) or _needs_grad(q_descale):
+                raise RuntimeError("attntune.attention: the FP8 forward (float8_e4m3fn q, k and v) is forward-only: "
+                                   "it has no backward pass (call it under torch.no_grad() / inference_mode())")
+            if _is_fp8_cache(k, v) or _needs_grad(k_descale, v_descale):
+                raise RuntimeError("attntune.attention over an FP8 (float8_e4m3fn) cache is forward-only: it has no "
+                                   "backward pass (call it under torch.no_grad() / inference_mode())")
         if layout not in ("bhsd", "bshd"):
             raise ValueError(f"attntune.attention: layout must be 'bhsd' or 'bshd' (got {layout!r})")
         if layout == "bshd":

@@ -3,7 +3,7 @@
 // reads the transfer (evaluations to within 2% of the final best) and the robust pick (the pick
 // re-timed beside its top 20) from what the GPU runs left in OUT_DIR.
 // Its `backward` set (issue 45): the backward bars' problems. Its `fp8` set (issue 42): the rows
-// tools/fp8_decode_peers.py times, over an FP8 cache.
+// tools/fp8_decode_peers.py times, over an FP8 cache; its `fp8fwd` set, the FP8 forward's rows.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -215,6 +215,22 @@ TEST(BarsFp8, TheRowsOfFp8DecodePeersOverAnFp8Cache) {
   }
   EXPECT_EQ(got, want);
   EXPECT_EQ(problems.size(), rows.size());
+}
+
+// Its `fp8fwd` set (issue 42's FP8 forward): b1 h16 s16k at d=128 and 256, causal and not, all
+// dtype=fp8 (each also tuned in bf16 by the script, the twin the comparison needs).
+TEST(BarsFp8Forward, TheIssuesRowsInDtypeFp8) {
+  const std::vector<std::string> problems = set_problems("fp8fwd");
+  ASSERT_EQ(problems.size(), 4u);
+  std::set<std::pair<std::int64_t, bool>> rows;
+  for (const std::string& spec : problems) {
+    const Problem p = Problem::parse(spec);
+    EXPECT_TRUE(p.qkv_fp8) << spec;
+    EXPECT_EQ(p.b * p.h * p.s, 16 * 16384) << spec;
+    EXPECT_EQ(p.s, p.sk) << spec;
+    rows.insert({p.d, p.causal});
+  }
+  EXPECT_EQ(rows, (std::set<std::pair<std::int64_t, bool>>{{128, false}, {128, true}, {256, false}, {256, true}}));
 }
 
 }  // namespace
