@@ -1590,6 +1590,16 @@ class Fp8Forward(unittest.TestCase):
                                q_descale=qd, k_descale=kd, v_descale=vd)
         self.assertLessEqual((a.float() - c.transpose(1, 2).float()).abs().max().item(), 1 / 64)
 
+    def test_empty_keys_and_rows(self):
+        # No keys: zeros and LSE -inf (as attention's); no query rows: an empty bf16 out.
+        q, k, v, qd, kd, vd = self.inputs(Sk=0)
+        out, lse = attntune.attention(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True)
+        self.assertEqual(out.dtype, torch.bfloat16)
+        self.assertTrue(torch.equal(out, torch.zeros_like(out)))
+        self.assertTrue(torch.isneginf(lse).all())
+        q, k, v, qd, kd, vd = self.inputs(S=0)
+        self.assertEqual(attntune.attention(q, k, v, q_descale=qd).shape, q.shape)
+
     def test_out_and_arguments(self):
         q, k, v, qd, kd, vd = self.inputs()
         out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16)

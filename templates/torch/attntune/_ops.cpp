@@ -1158,7 +1158,7 @@ void attention_into(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   // stands in for v's device.
   const bool v_transposed = qkv_fp8 && v.stride(2) == 1 && v.stride(3) % 16 == 0 && v.stride(0) % 16 == 0 &&
                             v.stride(1) % 16 == 0;
-  const at::Tensor v_where = qkv_fp8 ? v.as_strided({1}, {1}) : v;
+  const at::Tensor v_where = qkv_fp8 && v.numel() > 0 ? v.as_strided({1}, {1}) : v;
   const bool ran = ran_kernel(e, c, q, {&q, &k, &v_where, &out, &sk_logits}, [&](cudaStream_t stream) {
     const long long qs[3] = {q.stride(0), q.stride(1), q.stride(2)}, ks[3] = {k.stride(0), k.stride(1), k.stride(2)},
                     os[3] = {out.stride(0), out.stride(1), out.stride(2)};
