@@ -1544,8 +1544,9 @@ class Fp8Forward(unittest.TestCase):
         return q, k, v, qd, kd, vd
 
     @staticmethod
-    def reference(q, k, v, qd, kd, vd, causal):
-        """float64 attention over the dequantised inputs (q_descale per (sequence, KV head))."""
+    def reference(q, k, v, qd, kd, vd, causal, visible=None):
+        """float64 attention over the dequantised inputs (q_descale per (sequence, KV head)); `visible` an
+        extra mask (a window), as ref_attention's."""
         B, H, Hkv = q.shape[0], q.shape[1], k.shape[1]
 
         def deq(t, d, heads):
@@ -1556,7 +1557,7 @@ class Fp8Forward(unittest.TestCase):
             if d.numel() == 1:
                 return f * d.reshape(1, 1, 1, 1)
             return f * d.reshape(B, Hkv, 1, 1).repeat_interleave(heads // Hkv, 1)
-        return ref_attention(deq(q, qd, H), deq(k, kd, Hkv), deq(v, vd, Hkv), q.shape[-1] ** -0.5, causal)
+        return ref_attention(deq(q, qd, H), deq(k, kd, Hkv), deq(v, vd, Hkv), q.shape[-1] ** -0.5, causal, visible)
 
     def test_values_and_coverage(self):
         for causal, per_head, window in ((True, True, (-1, -1)), (False, False, (-1, -1)), (True, True, (16, 0))):
@@ -1568,8 +1569,7 @@ class Fp8Forward(unittest.TestCase):
             if window[0] >= 0:
                 S, Sk = q.shape[2], k.shape[2]
                 visible = (torch.arange(Sk)[None, :] >= torch.arange(S)[:, None] + (Sk - S) - window[0])[None, None]
-            ref, ref_lse = self.reference(q, k, v, qd, kd, vd, causal) if visible is None else \
-                ref_window(self, q, k, v, qd, kd, vd, causal, visible)
+            ref, ref_lse = self.reference(q, k, v, qd, kd, vd, causal, visible)
             assert_fa2(self, out, ref, ref.to(torch.bfloat16), torch.bfloat16, f"fp8 forward causal={causal}")
             self.assertLess((lse.double() - ref_lse).abs().max().item(), 1e-4)
             (row,) = attntune.coverage(reset=True)
@@ -1631,14 +1631,6 @@ class Fp8Forward(unittest.TestCase):
         # Forward-only: scales that ask for a gradient are refused.
         with self.assertRaisesRegex(RuntimeError, "forward-only"):
             attntune.attention(q, k, v, q_descale=qd.clone().requires_grad_())
-
-
-def ref_window(test, q, k, v, qd, kd, vd, causal, visible):
-    """Fp8Forward.reference with an extra visibility mask (a window)."""
-    B, H, Hkv = q.shape[0], q.shape[1], k.shape[1]
-    f = [t.double() * d.double().reshape(B, Hkv, 1, 1).repeat_interleave(n // Hkv, 1)
-         for t, d, n in ((q, qd, H), (k, kd, Hkv), (v, vd, Hkv))]
-    return ref_attention(f[0], f[1], f[2], q.shape[-1] ** -0.5, causal, visible)
 
 
 class Fp8Caches(unittest.TestCase):

@@ -766,10 +766,9 @@ at::Tensor dequantised(const at::Tensor& t, const at::Tensor& descale, at::IntAr
 // The FP8 forward's q (float8_e4m3fn [B, H, S, D]) in float32 times its scales, one per (sequence, KV
 // head) (q_descale [B, Hkv], query head h taking KV head h / (H / Hkv)'s) or one: the fallback's Q.
 at::Tensor dequantised_q(const at::Tensor& q, const at::Tensor& descale, int64_t B, int64_t Hkv) {
-  at::Tensor f = q.to(at::kFloat);
-  if (!descale.defined()) return f;
-  if (descale.numel() == 1) return f * descale.reshape({1, 1, 1, 1});
-  return f * descale.reshape({B, Hkv, 1, 1}).repeat_interleave(q.size(1) / Hkv, 1);
+  const int64_t H = q.size(1), S = q.size(2), D = q.size(3), G = Hkv > 0 ? H / Hkv : 1;
+  // q's heads as [Hkv, G], the KV head's scale over its group: dequantised's per-(sequence, KV head) view.
+  return dequantised(q.reshape({B, Hkv, G, S, D}), descale, {B, Hkv, 1, 1, 1}).reshape({B, H, S, D});
 }
 
 // Rows of `t` (pages: dim 0) at `idx`, for any dtype (index_select takes no FP8: its bytes are taken).
