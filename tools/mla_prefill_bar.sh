@@ -20,7 +20,9 @@
 #   ATTNTUNE_BIN=.gpubin/attntune tools/mla_prefill_bar.sh "$OUT"
 # Environment: ATTNTUNE_BIN (default .gpubin/attntune where it exists, else build/attntune),
 # ATTNTUNE_SOURCE_DIR (default the current directory), FA4_KIT (.fa4), FA4_AOT ($FA4_KIT/aot),
-# MLA_PROBLEM (the problem), TUNE_SECONDS (60), PYTHON (python3).
+# MLA_PROBLEM (the problem), TUNE_SECONDS (60), PYTHON (python3), MLA_DB (the tuning database; default
+# OUT_DIR/mla.db; elsewhere, OUT_DIR/mla.db gets a copy without the builds' cubins, which resuming
+# compiles again: a GPU call's OUT then stays small).
 # Writes OUT_DIR/mla.db, tune.log, mla.cu, export.log, compare.log, compare.json.
 set -uo pipefail
 
@@ -38,20 +40,21 @@ kit=${FA4_KIT:-.fa4}
 aot=${FA4_AOT:-$kit/aot}
 py=${PYTHON:-python3}
 secs=${TUNE_SECONDS:-60}
+db=${MLA_DB:-$out/mla.db}
 mkdir -p "$out" || exit 1
 [[ -x $A ]] || { echo "no attntune binary at $A (ATTNTUNE_BIN)" >&2; exit 1; }
 [[ -f $kit/compare.py ]] || { echo "no FA4 kit at $kit (FA4_KIT; see this script's header)" >&2; exit 1; }
 grep -q head_dim_v "$kit/fa4kit.py" ||
   { echo "$kit is not patched with tools/fa4_headdim_v.patch (see this script's header)" >&2; exit 1; }
 
-tune=("$A" tune --db "$out/mla.db" --space search_spaces/flash_fwd_wgmma.yaml --problem "$P"
+tune=("$A" tune --db "$db" --space search_spaces/flash_fwd_wgmma.yaml --problem "$P"
       --budget-time "${secs}s" --final-top 4 --final-rounds 3 --final-min-seconds 0.5 --log-interval 30)
 compare=("$py" "$kit/compare.py" "$out/mla.cu" --aot "$aot" --contenders ours,fa4,cudnn,flash
          --json "$out/compare.json")
 
 if (( dry )); then
   echo "== $A tune (no GPU here: expect exit 3 after the flags and the problem are read)"
-  rm -f "$out/mla.db"
+  rm -f "$db"
   "${tune[@]}" > "$out/tune.log" 2>&1
   rc=$?
   tail -2 "$out/tune.log"
@@ -71,9 +74,19 @@ t0=$SECONDS
 "${tune[@]}" > "$out/tune.log" 2>&1 || { echo "tune failed (exit $?):" >&2; tail -5 "$out/tune.log" >&2; exit 1; }
 echo "tune: $((SECONDS - t0)) s; $(grep -c . "$out/tune.log") log lines; its last:"
 tail -4 "$out/tune.log"
-"$A" export --db "$out/mla.db" --all-best --no-shipped -o "$out/mla.cu" > "$out/export.log" 2>&1 ||
+"$A" export --db "$db" --all-best --no-shipped -o "$out/mla.cu" > "$out/export.log" 2>&1 ||
   { echo "export failed:" >&2; cat "$out/export.log" >&2; exit 1; }
 tail -1 "$out/export.log"
+if [[ $db != "$out/mla.db" ]]; then  # the results without the cubins (tens of MB)
+  "$py" - "$db" "$out/mla.db" <<'EOF' || echo "no copy of $db in $out" >&2
+import sqlite3, sys
+src, dst = sqlite3.connect(sys.argv[1]), sqlite3.connect(sys.argv[2])
+src.backup(dst)
+dst.execute("delete from builds")
+dst.commit()
+dst.execute("vacuum")
+EOF
+fi
 t0=$SECONDS
 "${compare[@]}" > "$out/compare.log" 2>&1 || echo "compare.py failed (exit $?): $(tail -3 "$out/compare.log")" >&2
 echo "compare: $((SECONDS - t0)) s"
