@@ -41,6 +41,7 @@ aot=${FA4_AOT:-$kit/aot}
 py=${PYTHON:-python3}
 secs=${TUNE_SECONDS:-60}
 db=${MLA_DB:-$out/mla.db}
+(( dry )) && db=$out/dry-run.db  # never a real database: tune stops before writing, the file goes after
 mkdir -p "$out" || exit 1
 [[ -x $A ]] || { echo "no attntune binary at $A (ATTNTUNE_BIN)" >&2; exit 1; }
 [[ -f $kit/compare.py ]] || { echo "no FA4 kit at $kit (FA4_KIT; see this script's header)" >&2; exit 1; }
@@ -54,9 +55,9 @@ compare=("$py" "$kit/compare.py" "$out/mla.cu" --aot "$aot" --contenders ours,fa
 
 if (( dry )); then
   echo "== $A tune (no GPU here: expect exit 3 after the flags and the problem are read)"
-  rm -f "$db"
   "${tune[@]}" > "$out/tune.log" 2>&1
   rc=$?
+  rm -f "$db"
   tail -2 "$out/tune.log"
   [[ $rc == 3 ]] || { echo "tune: exit $rc (3 expected without a GPU)" >&2; exit 1; }
   echo "== export of $P from the shipped database (the tuned database's stand-in)"
