@@ -41,9 +41,6 @@ struct Traits {
   // Who scores a tile's keys (README.md): split, each warpgroup half of them; single, warpgroup 0
   // all of them (wgmma N = BLOCK_N), warpgroup 1 P.V alone.
   static constexpr bool kSingle = SCORES == SCORES_SINGLE;
-  // seesaw (FlashMLA's schedule, README.md): tiles in pairs, warpgroup 0 scores the even tile and
-  // warpgroup 1 the odd one, each accumulating its half of O's columns over both; latent caches.
-  static constexpr bool kSeesaw = SCORES == SCORES_SEESAW;
   static constexpr int kL2Ahead = L2_AHEAD;  // tiles past the ring prefetched into L2 (0: none)
   // multicast: the unit's two row blocks (adjacent CTAs of one split) run as a cluster of 2, each
   // producer loading half of a tile's column blocks into both CTAs' rings (one L2 read for both).
@@ -71,17 +68,9 @@ struct Traits {
   static constexpr int kStageBytes = kKBytes + kVBytes;
   static constexpr int kRing = kQBytes;
   static constexpr int kXchg = kRing + kStages * kStageBytes;  // [warpgroup][k-step][thread] uint4
-  // seesaw: one 64-row P tile in wgmma's K-major 128-byte swizzle (BLOCK_N 32 uses half of each row).
-  static constexpr int kXchgBytes = kSeesaw ? 64 * 128 : 2 * kPSteps * 128 * 16;
-  static constexpr int kStats = kXchg + kXchgBytes;  // [max, sum][warpgroup][64 rows] floats
-  static constexpr int kBars = kStats + 4 * 64 * 4;              // full[kFullBars], empty[kEmptyBars]
-  // seesaw: a full barrier a (stage, column block), so that a tile's scores start on its first
-  // column block, and an empty one a (stage, column group): V's left half, its right half, the rest
-  // (a group frees when its last product is done, not the whole tile). Else one of each a stage.
-  static constexpr int kGroups = 3;
-  static constexpr int kFullBars = kSeesaw ? kStages * kColBlocks : kStages;
-  static constexpr int kEmptyBars = kSeesaw ? kStages * kGroups : kStages;
-  static constexpr int kSmemBytes = kBars + (kFullBars + kEmptyBars) * 8;
+  static constexpr int kStats = kXchg + 2 * kPSteps * 128 * 16;  // [max, sum][warpgroup][64 rows] floats
+  static constexpr int kBars = kStats + 4 * 64 * 4;              // full[kStages], empty[kStages]
+  static constexpr int kSmemBytes = kBars + 2 * kStages * 8;
 };
 typedef Traits T;
 static_assert(T::kBlockM == 64, "one wgmma M of rows");
@@ -93,17 +82,6 @@ static_assert(T::kHeadDim % 64 == 0 && T::kHeadDimV % 128 == 0 && T::kHeadDimV <
               "column blocks of 64; V's half a multiple of 64 columns");
 static_assert(T::kLatent ? T::kHeadDimV < T::kHeadDim : true, "a latent V is K's first columns");
 static_assert(T::kHalfN == 16 || T::kHalfN == 32, "block_n 32 or 64");
-static_assert(!T::kSeesaw || (T::kLatent && T::kStages % 2 == 0 && T::kColBlocksV % 2 == 0),
-              "seesaw: latent caches (V read from K's tiles), pairs of stages");
-
-// seesaw's column groups of a tile: 0 V's left half (warpgroup 0's columns), 1 its right half, 2 the
-// rest of K (the rope part). Their first and last column block.
-__host__ __device__ constexpr int group_begin(int g) { return g == 0 ? 0 : g == 1 ? T::kColBlocksV / 2 : T::kColBlocksV; }
-__host__ __device__ constexpr int group_end(int g) { return g == 0 ? T::kColBlocksV / 2 : g == 1 ? T::kColBlocksV : T::kColBlocks; }
-// The order a tile's groups load and are scored in: the rest first (freed first), then an even
-// tile's left half (its V products run mid-pair) and right half, an odd tile's right half and left
-// half (warpgroup 0's P.V of the odd tile is the pair's last product).
-__host__ __device__ constexpr int group_order(bool odd, int i) { return i == 0 ? 2 : (i == 1) != odd ? 0 : 1; }
 
 typedef unsigned short elem_bits;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -123,18 +101,6 @@ struct ScoreMma<16> {
                  " {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0; }\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
                  : "l"(a), "l"(b), "r"(scale_d));
-  }
-};
-
-// seesaw's P.V of the partner's P: A (P, K-major, 128-byte swizzle) and B (V, MN-major) from shared
-// memory, m64n256k16 (wgmma.cuh's ss takes a K-major B, its ss_tt an MN-major A).
-struct PvSs {
-  __device__ __forceinline__ static void ss(float (&d)[128], u64 desc_a, u64 desc_b) {
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." ATT_WGMMA_AB " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 1;\n"
-                 "}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "l"(desc_a), "l"(desc_b), "r"(1));
   }
 };
 
@@ -217,43 +183,6 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
       }
     }
   };
-  if constexpr (T::kSeesaw) {
-    // A tile's column groups in group_order, each once its stage's group is free, each column block
-    // on its own full barrier (multicast: this CTA announces every block's bytes, loads its half).
-    for (int t = 0; t < n; ++t) {
-      const int stage = t % T::kStages, round = t / T::kStages;
-      const int j0 = (t_begin + t) * T::kBlockN;
-      const u32 sk = ring + stage * T::kStageBytes, full0 = bars + 8 * (stage * T::kColBlocks);
-      if constexpr (T::kL2Ahead > 0) {
-        const int tt = t + T::kL2Ahead;
-        if (tt >= T::kStages && tt < n) prefetch(tt);
-      }
-      const int here = paged ? min(T::kBlockN, len - j0) : T::kBlockN;
-      const int issued = paged ? (here + rows - 1) / rows : 1;
-      const u32 block_bytes = paged ? static_cast<u32>(issued * rows * 128) : static_cast<u32>(T::kColBlock);
-#pragma unroll
-      for (int i = 0; i < T::kGroups; ++i) {
-        const int g = group_order(t & 1, i);
-        if (round > 0) mbar_wait(bars + 8 * (T::kFullBars + stage * T::kGroups + g), (round - 1) & 1);
-        const int gb = group_begin(g), ge = group_end(g), lb = max(gb, c0), le = min(ge, c1);
-        if (lane == 0)
-          for (int c = gb; c < ge; ++c) mbar_arrive_expect_tx(full0 + 8 * c, block_bytes);
-        __syncwarp();
-        if (!paged) {
-          if (lane == 0)
-            for (int c = lb; c < le; ++c) kv_load(sk + c * T::kColBlock, &maps.k, full0 + 8 * c, c * 64, j0, kvh, b);
-        } else {
-          for (int x = lane; x < issued; x += 32) {
-            const int j = j0 + x * rows, page = page_index(j, p);
-            const int pg = __ldg(bt + page), pr = j - page * p.page_size;
-            for (int c = lb; c < le; ++c)
-              kv_load(sk + c * T::kColBlock + x * rows * 128, &maps.k, full0 + 8 * c, c * 64, pr, kvh, pg);
-          }
-        }
-      }
-    }
-    return;
-  }
   for (int t = 0; t < n; ++t) {
     const int stage = t % T::kStages, round = t / T::kStages;
     const int j0 = (t_begin + t) * T::kBlockN;
@@ -343,31 +272,6 @@ __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int 
     out.y = pack2<T::kBf16>(a2 * inv, a3 * inv);
     *reinterpret_cast<uint2*>(dst) = out;
   }
-}
-
-// seesaw: S = Q K^T over all of a tile's keys (N = BLOCK_N) into acc, in group_order, each column
-// block's k-steps issued once its full barrier completes (the first block's before the last lands).
-template <bool kOdd>
-__device__ __forceinline__ void seesaw_scores(float (&acc)[T::kBlockN / 2], u64 q_desc, u32 tile, u32 full0, u32 parity) {
-  const u64 k_desc = smem_desc_sw128(tile, 16, 1024);
-  u64 qd;  // opaque a tile, as issue_s's
-  asm volatile("mov.b64 %0, %1;\n" : "=l"(qd) : "l"(q_desc));
-#pragma unroll
-  for (int i = 0; i < T::kGroups; ++i) {
-    const int g = group_order(kOdd, i);
-#pragma unroll
-    for (int c = group_begin(g); c < group_end(g); ++c) {
-      mbar_wait(full0 + 8 * c, parity);
-      wgmma_fence();  // after the wait's loop, where ptxas would inject one and serialize every wgmma (C7519, C7520)
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const u32 qo = c * (T::kBlockM * 128) + ks * 32;
-        const u32 ko = c * T::kColBlock + ks * 32;
-        ScoreMma<T::kBlockN>::ss(acc, qd + (qo >> 4), k_desc + (ko >> 4), i > 0 || c > group_begin(g) || ks > 0);
-      }
-    }
-  }
-  wgmma_commit();
 }
 
 __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring, u32 bars, u32 xchg, u32 stats,
@@ -535,228 +439,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
     wgmma_commit();
   };
 
-  if constexpr (T::kSeesaw) {
-    // scores: seesaw (FlashMLA's schedule; README.md "Who scores"). Tiles in pairs, A = 2k and
-    // B = 2k + 1; warpgroup 0 scores A and warpgroup 1 B (N = BLOCK_N each), and each accumulates its
-    // half of O's columns (O_0, O_1) over both. The running max goes m, then m0 = max(m, A's), then
-    // m1 = max(m0, B's); f0 = 2^(m - m0), f1 = 2^(m0 - m1). A pair:
-    //   wg 0: S_A; P_A against m0; [A: m0, P_A out] O_0 = O_0 f0 + P_A V_A0; [B: m1, P_B in]
-    //         O_0 = O_0 f1 + P_B V_B0
-    //   wg 1: S_B; [A in] O_1 = O_1 f0 + P_A V_A1; P_B against m1; [B out] O_1 = O_1 f1 + P_B V_B1
-    // so that one warpgroup's softmax runs beside the other's products, and A's column groups free
-    // mid-pair (its products follow A's softmax), B's at the pair's end. Named barriers (one side
-    // arrives, the other syncs): 1 = A, 2 = B. A warpgroup's own P.V takes P from registers; the
-    // partner's reads P from the exchange, one 64 x BLOCK_N K-major tile in wgmma's 128-byte swizzle
-    // (P_A, then P_B once warpgroup 1's read of P_A is done); the maxima sit in the stats' rows.
-    static_assert(T::kHalfV == 256, "seesaw: O's halves are wgmma N = 256");
-    constexpr int kSteps = T::kBlockN / 16;
-    const u32 x_m0 = s_max, x_m1 = s_max + 64 * 4;
-    float sc[T::kBlockN / 2];
-    u32 pf[kSteps][4];
-    auto full0 = [&](int t) { return bars + 8 * ((t % T::kStages) * T::kColBlocks); };
-    auto parity = [&](int t) { return static_cast<u32>((t / T::kStages) & 1); };
-    // Every consumer thread arrives once a tile on each of its groups (and, multicast, the peer's).
-    auto release_g = [&](int t, int g) {
-      const u32 e = bars + 8 * (T::kFullBars + (t % T::kStages) * T::kGroups + g);
-      mbar_arrive(e);
-      if constexpr (T::kMulticast) mbar_arrive_cluster(e, cluster_ctarank() ^ 1u);
-    };
-    auto wait_group = [&](int t, int g) {
-#pragma unroll
-      for (int c = group_begin(g); c < group_end(g); ++c) mbar_wait(full0(t) + 8 * c, parity(t));
-    };
-    // Tile t's S complete (its scorer): mask, the rows' max from m_from to m_to, f = 2^(m_from -
-    // m_to), P, packed into pf, and its rows' partial sums in rs.
-    // P from S in x: warpgroup 0's sc itself (nothing in flight), warpgroup 1's a copy of sc, made
-    // while its P_A V_A1 runs (a register write to sc, a wgmma's accumulator, between another
-    // wgmma's issue and wait serializes every wgmma, C7515; as the split schedule's s and pr).
-    // Copying in warpgroup 0 too spilled causal builds at 224 registers.
-    // Tile t's V rows past len zeroed (P = 0 times a stale NaN is NaN) by its scorer once its S is
-    // complete (every column block landed), before the barrier that hands P to the partner; then the
-    // async proxy sees the stores. Warpgroup 1 does it before its P_A V_A1, where O is not in flight
-    // (inside the softmax it spilled causal builds at 224 registers).
-    auto zero_tail = [&](int t) {
-      const int j0 = (t_begin + t) * T::kBlockN;
-      if (j0 + T::kBlockN > len) {
-        const u32 sv = stage_k(t);
-        const int first = max(0, len - j0);
-        const int items = (T::kBlockN - first) * T::kColBlocksV * 8;
-        for (int it = t128; it < items; it += 128) {
-          const int r = first + it / (T::kColBlocksV * 8), rest = it % (T::kColBlocksV * 8);
-          st_shared_v4(sv + (rest >> 3) * T::kColBlock + r * 128 + (rest & 7) * 16, make_uint4(0, 0, 0, 0));
-        }
-        fence_proxy_async();
-      }
-    };
-    auto probs = [&](float (&pr)[T::kBlockN / 2], int t, const float (&m_from)[2], float (&m_to)[2], float (&f)[2],
-                     float (&rs)[2]) {
-      const int j0 = (t_begin + t) * T::kBlockN;
-      if (j0 + T::kBlockN > min(lim[0], lim[1])) {
-#pragma unroll
-        for (int i = 0; i < T::kBlockN / 2; ++i) {
-          const int j = j0 + 8 * (i / 4) + 2 * q4 + (i & 1);
-          if (j >= lim[(i >> 1) & 1]) pr[i] = neg_inf();
-        }
-      }
-      float mx[2] = {neg_inf(), neg_inf()}, m_use[2];
-#pragma unroll
-      for (int i = 0; i < T::kBlockN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], pr[i]);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        m_to[h] = fmaxf(m_from[h], mx[h] * scale_log2);
-        m_use[h] = m_to[h] == neg_inf() ? 0.f : m_to[h];
-        f[h] = ex2(m_from[h] - m_use[h]);
-        rs[h] = 0.f;
-      }
-#pragma unroll
-      for (int i = 0; i < T::kBlockN / 2; ++i) {
-        const int h = (i >> 1) & 1;
-        pr[i] = ex2(fmaf(pr[i], scale_log2, -m_use[h]));
-        rs[h] += pr[i];
-      }
-#pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk) {
-        pf[kk][0] = pack2<T::kBf16>(pr[8 * kk], pr[8 * kk + 1]);      // row r_lo,     keys 16kk + 2 q4
-        pf[kk][1] = pack2<T::kBf16>(pr[8 * kk + 2], pr[8 * kk + 3]);  // row r_lo + 8
-        pf[kk][2] = pack2<T::kBf16>(pr[8 * kk + 4], pr[8 * kk + 5]);  // row r_lo,     keys 16kk + 8 + 2 q4
-        pf[kk][3] = pack2<T::kBf16>(pr[8 * kk + 6], pr[8 * kk + 7]);  // row r_lo + 8
-      }
-    };
-    // pf into the exchange's P tile (row r at r * 128 bytes, 16-byte chunk c at (c ^ (r & 7)) * 16:
-    // the 128-byte swizzle; conflict-free), then the async proxy sees it; the rows' max beside it.
-    auto hand_over = [&](u32 x_m, const float (&m)[2]) {
-      const u32 row0 = xchg + r_lo * 128 + 4 * q4, row8 = row0 + 8 * 128, sw = r_lo & 7;
-#pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk) {
-        const u32 c0 = ((2 * kk) ^ sw) * 16, c1 = ((2 * kk + 1) ^ sw) * 16;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(row0 + c0), "r"(pf[kk][0]) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(row8 + c0), "r"(pf[kk][1]) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(row0 + c1), "r"(pf[kk][2]) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(row8 + c1), "r"(pf[kk][3]) : "memory");
-      }
-      fence_proxy_async();
-      if (q4 == 0) {
-        st_shared_f32(x_m + 4 * r_lo, m[0]);
-        st_shared_f32(x_m + 4 * (r_lo + 8), m[1]);
-      }
-    };
-    auto take_max = [&](u32 x_m, float (&m)[2]) {
-      m[0] = ld_shared_f32(x_m + 4 * r_lo);
-      m[1] = ld_shared_f32(x_m + 4 * (r_lo + 8));
-    };
-    // O += P V over tile t's keys, this warpgroup's columns, the partner's P from the exchange.
-    auto issue_pv_xchg = [&](int t) {
-      u32 xa;  // opaque: made each call, not a loop invariant held in a register (it spilled, causal builds)
-      asm volatile("mov.u32 %0, %1;\n" : "=r"(xa) : "r"(xchg));
-      const u64 p_desc = smem_desc_sw128(xa, 16, 1024);
-      const u64 v_desc = smem_desc_sw128(stage_k(t) + wg * (T::kHalfV / 64) * T::kColBlock, T::kColBlock, 1024);
-      reg_fence(o);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk) PvSs::ss(o, p_desc + ((kk * 32) >> 4), v_desc + ((16 * kk * 128) >> 4));
-      wgmma_commit();
-    };
-    auto scale_o = [&](const float (&f)[2]) {
-#pragma unroll
-      for (int i = 0; i < T::kHalfV / 2; ++i) o[i] *= f[(i >> 1) & 1];
-    };
-    // A pair an iteration; an odd last tile is an A without its B. Every wgmma issued under a
-    // condition is waited before the paths join, or is followed by a wait<0> (ptxas serialized every
-    // wgmma when a group's count differed between joining paths, C7517/C7518).
-    const int pairs = (n + 1) / 2;
-    if (wg == 0) {
-      for (int k = 0; k < pairs; ++k) {
-        const int ta = 2 * k, tb = ta + 1;
-        seesaw_scores<false>(sc, q_desc, stage_k(ta), full0(ta), parity(ta));
-        wgmma_wait<0>();  // S_A
-        float m0[2], f0[2], rs[2], m1[2], f1[2];
-        reg_fence(sc);
-        zero_tail(ta);
-        probs(sc, ta, m_run, m0, f0, rs);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) l_run[h] = fmaf(l_run[h], f0[h], rs[h]);
-        hand_over(x_m0, m0);
-        named_bar_arrive(1, T::kConsumers);  // A: m0 and P_A
-        release_g(ta, 1);
-        release_g(ta, 2);
-        scale_o(f0);
-        issue_pv_frags(ta, pf);  // O_0 += P_A V_A0
-        if (tb < n) {
-          named_bar_sync(2, T::kConsumers);  // B: m1 and P_B
-          take_max(x_m1, m1);
-          release_g(tb, 1);
-          release_g(tb, 2);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) f1[h] = ex2(m0[h] - (m1[h] == neg_inf() ? 0.f : m1[h])), l_run[h] *= f1[h];
-          wgmma_wait<0>();  // P_A V_A0
-          reg_fence(o);
-          release_g(ta, 0);
-          scale_o(f1);
-          wait_group(tb, 0);
-          issue_pv_xchg(tb);  // O_0 += P_B V_B0
-          // Waited here, not beside the next S_A: issued across the loop's back edge either way,
-          // ptxas serialized every wgmma (C7514/C7515).
-          wgmma_wait<0>();
-          reg_fence(o);
-          release_g(tb, 0);
-        } else {
-          wgmma_wait<0>();
-          reg_fence(o);
-          release_g(ta, 0);
-          m1[0] = m0[0], m1[1] = m0[1];
-        }
-        m_run[0] = m1[0], m_run[1] = m1[1];
-      }
-    } else {
-      for (int k = 0; k < pairs; ++k) {
-        const int ta = 2 * k, tb = ta + 1;
-        if (tb < n) seesaw_scores<true>(sc, q_desc, stage_k(tb), full0(tb), parity(tb));  // S_B while warpgroup 0 makes P_A
-        float m0[2], f0[2], m1[2], f1[2], rs[2];
-        named_bar_sync(1, T::kConsumers);  // A: m0 and P_A
-        take_max(x_m0, m0);
-        release_g(ta, 0);
-        release_g(ta, 2);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) f0[h] = ex2(m_run[h] - (m0[h] == neg_inf() ? 0.f : m0[h]));
-        // S_B complete before O_1 is scaled: a register write to an accumulator between a wgmma's
-        // issue and its wait serializes every wgmma (C7514). S_B had A's softmax to run.
-        wgmma_wait<0>();
-        if (tb < n) zero_tail(tb);
-        scale_o(f0);
-        wait_group(ta, 1);
-        issue_pv_xchg(ta);  // O_1 += P_A V_A1
-        if (tb < n) {
-          reg_fence(sc);
-          float pr[T::kBlockN / 2];
-#pragma unroll
-          for (int i = 0; i < T::kBlockN / 2; ++i) pr[i] = sc[i];
-          probs(pr, tb, m0, m1, f1, rs);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) l_run[h] = fmaf(l_run[h], f0[h] * f1[h], rs[h]);
-        } else {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) l_run[h] *= f0[h], m1[h] = m0[h];
-        }
-        wgmma_wait<0>();  // P_A V_A1: the exchange is free for P_B
-        reg_fence(o);
-        release_g(ta, 1);
-        if (tb < n) {
-          hand_over(x_m1, m1);
-          named_bar_arrive(2, T::kConsumers);  // B: m1 and P_B
-          release_g(tb, 0);
-          release_g(tb, 2);
-          scale_o(f1);
-          issue_pv_frags(tb, pf);  // O_1 += P_B V_B1
-          wgmma_wait<0>();
-          reg_fence(o);
-          release_g(tb, 1);
-        }
-        m_run[0] = m1[0], m_run[1] = m1[1];
-      }
-    }
-  } else if constexpr (T::kSingle) {
+  if constexpr (T::kSingle) {
     // scores: single (FlashMLA's division of the work): warpgroup 0 scores all of a tile's keys
     // (wgmma N = BLOCK_N: Q's 2 KB read once a 16-column step for all the keys, not once per half),
     // makes P, l and O's factor, and leaves P's fragments and the factors in the exchange; both
@@ -1004,14 +687,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) ATT_DECODE_WGMMA_CL
     return;  // launched without its workspace: split 0 does it all
   if (tid == 0) {
     const u32 bars = smem_addr(smem) + T::kBars;
-    if constexpr (T::kSeesaw) {
-      for (int i = 0; i < T::kFullBars; ++i) mbar_init(bars + 8 * i, 1);
-      for (int i = 0; i < T::kEmptyBars; ++i) mbar_init(bars + 8 * (T::kFullBars + i), T::kConsumers * T::kPeers);
-    } else {
-      for (int i = 0; i < T::kStages; ++i) {
-        mbar_init(bars + 8 * i, 1);
-        mbar_init(bars + 8 * (T::kStages + i), T::kConsumers * T::kPeers);
-      }
+    for (int i = 0; i < T::kStages; ++i) {
+      mbar_init(bars + 8 * i, 1);
+      mbar_init(bars + 8 * (T::kStages + i), T::kConsumers * T::kPeers);
     }
     mbar_init_fence();
   }

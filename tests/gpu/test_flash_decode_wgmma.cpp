@@ -39,9 +39,8 @@ const PropertyShape kEvenShapes[] = {
 };
 
 // latent: `latent=1` (V is K's first dv columns, one buffer: the buffers pass v = k).
-// multicast: the multicast configs on kEvenShapes, else the others on kShapes. scores: only the
-// configs of that schedule (and every one of them), else a spread of all.
-void check_space(int d, int dv, bool latent = false, bool multicast = false, const char* scores = nullptr) {
+// multicast: the multicast configs on kEvenShapes, else the others on kShapes.
+void check_space(int d, int dv, bool latent = false, bool multicast = false) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   if (props.arch < "sm_90") GTEST_SKIP() << "flash_decode_wgmma needs sm_90 (wgmma, TMA); this GPU is " << props.arch;
@@ -52,12 +51,9 @@ void check_space(int d, int dv, bool latent = false, bool multicast = false, con
   for (const char* kind : {"s=1,causal=0", "s=4,causal=1"}) {
     const Problem base =
         Problem::parse(fmt::format("b=1,h=128,hkv=1,{},sk=4096,d={}{},dtype=bf16,page=64", kind, d, dvs));
-    ASSERT_TRUE(attntune::testing::spread_configs(
-                    space, base, "sm_90a", scores ? 0 : attntune::testing::property_sample(32), configs, variants,
-                    [&](const Config& c) {
-                      return std::get<bool>(c.at("multicast")) == multicast &&
-                             (!scores || std::get<std::string>(c.at("scores")) == scores);
-                    }))
+    ASSERT_TRUE(attntune::testing::spread_configs(space, base, "sm_90a", attntune::testing::property_sample(32),
+                                                  configs, variants,
+                                                  [&](const Config& c) { return std::get<bool>(c.at("multicast")) == multicast; }))
         << base.str();
   }
   attntune::testing::PropertyRun run;
@@ -92,19 +88,6 @@ TEST(FlashDecodeWgmmaProperty, MlaLatent) {
 TEST(FlashDecodeWgmmaProperty, MlaLatentMulticast) {
   ATTNTUNE_REQUIRE_GPU();
   check_space(576, 512, true, true);
-}
-
-// The seesaw schedule (FlashMLA's: warpgroups scoring alternate tiles of a pair, each stage freed by
-// column group, the partner's P read from shared memory): every config, with and without multicast.
-// The shapes' splits give CTAs odd tile counts (a pair's A alone), one tile, and none.
-TEST(FlashDecodeWgmmaProperty, MlaLatentSeesaw) {
-  ATTNTUNE_REQUIRE_GPU();
-  check_space(576, 512, true, false, "seesaw");
-}
-
-TEST(FlashDecodeWgmmaProperty, MlaLatentSeesawMulticast) {
-  ATTNTUNE_REQUIRE_GPU();
-  check_space(576, 512, true, true, "seesaw");
 }
 
 TEST(FlashDecodeWgmmaProperty, D512) {
