@@ -42,9 +42,6 @@ struct Traits {
   // all of them (wgmma N = BLOCK_N), warpgroup 1 P.V alone.
   static constexpr bool kSingle = SCORES == SCORES_SINGLE;
   static constexpr int kL2Ahead = L2_AHEAD;  // tiles past the ring prefetched into L2 (0: none)
-  // fine_wait (scores single, latent caches): a full barrier a (stage, column block), so that a tile's
-  // scores start on its first 64 columns while the rest still land (FlashMLA's TMA-GEMM pipelining).
-  static constexpr bool kFine = FINE_WAIT != 0;
   // multicast: the unit's two row blocks (adjacent CTAs of one split) run as a cluster of 2, each
   // producer loading half of a tile's column blocks into both CTAs' rings (one L2 read for both).
   static constexpr bool kMulticast = MULTICAST != 0;
@@ -72,9 +69,8 @@ struct Traits {
   static constexpr int kRing = kQBytes;
   static constexpr int kXchg = kRing + kStages * kStageBytes;  // [warpgroup][k-step][thread] uint4
   static constexpr int kStats = kXchg + 2 * kPSteps * 128 * 16;  // [max, sum][warpgroup][64 rows] floats
-  static constexpr int kBars = kStats + 4 * 64 * 4;              // full[kFullBars], empty[kStages]
-  static constexpr int kFullBars = kFine ? kStages * kColBlocks : kStages;
-  static constexpr int kSmemBytes = kBars + (kFullBars + kStages) * 8;
+  static constexpr int kBars = kStats + 4 * 64 * 4;              // full[kStages], empty[kStages]
+  static constexpr int kSmemBytes = kBars + 2 * kStages * 8;
 };
 typedef Traits T;
 static_assert(T::kBlockM == 64, "one wgmma M of rows");
@@ -86,7 +82,6 @@ static_assert(T::kHeadDim % 64 == 0 && T::kHeadDimV % 128 == 0 && T::kHeadDimV <
               "column blocks of 64; V's half a multiple of 64 columns");
 static_assert(T::kLatent ? T::kHeadDimV < T::kHeadDim : true, "a latent V is K's first columns");
 static_assert(T::kHalfN == 16 || T::kHalfN == 32, "block_n 32 or 64");
-static_assert(!T::kFine || (T::kSingle && T::kLatent), "fine_wait: scores single over a latent cache");
 
 typedef unsigned short elem_bits;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -191,7 +186,7 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
   for (int t = 0; t < n; ++t) {
     const int stage = t % T::kStages, round = t / T::kStages;
     const int j0 = (t_begin + t) * T::kBlockN;
-    const u32 full = bars + 8 * stage, empty = bars + 8 * (T::kFullBars + stage);
+    const u32 full = bars + 8 * stage, empty = bars + 8 * (T::kStages + stage);
     const u32 sk = ring + stage * T::kStageBytes, sv = sk + T::kKBytes;
     if constexpr (T::kL2Ahead > 0) {
       // Before this stage's wait: tile t + l2_ahead, if its load will wait for a stage (the first
@@ -200,29 +195,6 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
       if (tt >= T::kStages && tt < n) prefetch(tt);
     }
     if (round > 0) mbar_wait(empty, (round - 1) & 1);
-    if constexpr (T::kFine) {
-      // Each column block on its own full barrier (multicast: this CTA announces every block's
-      // bytes and loads its half), in column order: the order the scores' k-steps read them.
-      const int here = paged ? min(T::kBlockN, len - j0) : T::kBlockN;
-      const int issued = paged ? (here + rows - 1) / rows : 1;
-      const u32 block_bytes = paged ? static_cast<u32>(issued * rows * 128) : static_cast<u32>(T::kColBlock);
-      const u32 full0 = bars + 8 * (stage * T::kColBlocks);
-      if (lane == 0)
-        for (int c = 0; c < T::kColBlocks; ++c) mbar_arrive_expect_tx(full0 + 8 * c, block_bytes);
-      __syncwarp();
-      if (!paged) {
-        if (lane == 0)
-          for (int c = c0; c < c1; ++c) kv_load(sk + c * T::kColBlock, &maps.k, full0 + 8 * c, c * 64, j0, kvh, b);
-      } else {
-        for (int x = lane; x < issued; x += 32) {
-          const int j = j0 + x * rows, page = page_index(j, p);
-          const int pg = __ldg(bt + page), pr = j - page * p.page_size;
-          for (int c = c0; c < c1; ++c)
-            kv_load(sk + c * T::kColBlock + x * rows * 128, &maps.k, full0 + 8 * c, c * 64, pr, kvh, pg);
-        }
-      }
-      continue;
-    }
     if (!paged) {
       if (lane == 0) {
         mbar_arrive_expect_tx(full, T::kStageBytes);
@@ -451,7 +423,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
   // A stage is free once both products of its tile are done here (and, multicast, in the peer too:
   // either producer writes into both CTAs' rings, so each waits for both CTAs' consumers).
   auto release = [&](int t) {
-    const u32 empty = bars + 8 * (T::kFullBars + t % T::kStages);
+    const u32 empty = bars + 8 * (T::kStages + t % T::kStages);
     mbar_arrive(empty);
     if constexpr (T::kMulticast) mbar_arrive_cluster(empty, cluster_ctarank() ^ 1u);
   };
@@ -481,20 +453,13 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
     if (wg == 0) {
       float sc[T::kBlockN / 2];
       auto issue_full = [&](int t) {
-        if constexpr (!T::kFine) mbar_wait(bars + 8 * (t % T::kStages), (t / T::kStages) & 1);
+        mbar_wait(bars + 8 * (t % T::kStages), (t / T::kStages) & 1);
         const u64 k_desc = smem_desc_sw128(stage_k(t), 16, 1024);
         u64 qd;
         asm volatile("mov.b64 %0, %1;\n" : "=l"(qd) : "l"(q_desc));
-        if constexpr (!T::kFine) wgmma_fence();
+        wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < T::kKSteps; ++kk) {
-          if constexpr (T::kFine) {
-            if (kk % 4 == 0) {  // a column block's first k-step: it has landed; then the fence ptxas would
-              // otherwise inject after the wait's loop, serializing every wgmma (C7519/C7520)
-              mbar_wait(bars + 8 * ((t % T::kStages) * T::kColBlocks + kk / 4), (t / T::kStages) & 1);
-              wgmma_fence();
-            }
-          }
           const u32 qo = (kk / 4) * (T::kBlockM * 128) + (kk % 4) * 32;
           const u32 ko = (kk / 4) * T::kColBlock + (kk % 4) * 32;
           ScoreMma<T::kBlockN>::ss(sc, qd + (qo >> 4), k_desc + (ko >> 4), kk > 0);
@@ -722,14 +687,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) ATT_DECODE_WGMMA_CL
     return;  // launched without its workspace: split 0 does it all
   if (tid == 0) {
     const u32 bars = smem_addr(smem) + T::kBars;
-    if constexpr (T::kFine) {
-      for (int i = 0; i < T::kFullBars; ++i) mbar_init(bars + 8 * i, 1);
-      for (int i = 0; i < T::kStages; ++i) mbar_init(bars + 8 * (T::kFullBars + i), T::kConsumers * T::kPeers);
-    } else {
-      for (int i = 0; i < T::kStages; ++i) {
-        mbar_init(bars + 8 * i, 1);
-        mbar_init(bars + 8 * (T::kStages + i), T::kConsumers * T::kPeers);
-      }
+    for (int i = 0; i < T::kStages; ++i) {
+      mbar_init(bars + 8 * i, 1);
+      mbar_init(bars + 8 * (T::kStages + i), T::kConsumers * T::kPeers);
     }
     mbar_init_fence();
   }
