@@ -6,7 +6,8 @@ set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libyaml-cpp-dev libboost-program-options-dev libsqlite3-dev
           nlohmann-json3-dev libfmt-dev libxxhash-dev libgtest-dev libgmock-dev sqlite3
           librsvg2-bin   # rsvg-convert: `report --plot x.png`
-          munge slurmctld slurmd slurm-client jq)  # tests/service/slurm_test.sh: a real Slurm
+          munge slurmctld slurmd slurm-client jq  # tests/service/slurm_test.sh: a real Slurm
+          patch)  # tools/check_fa4_patches.py (the fa4_kit_patches test)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
