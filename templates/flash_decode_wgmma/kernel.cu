@@ -42,11 +42,6 @@ struct Traits {
   // all of them (wgmma N = BLOCK_N), warpgroup 1 P.V alone.
   static constexpr bool kSingle = SCORES == SCORES_SINGLE;
   static constexpr int kL2Ahead = L2_AHEAD;  // tiles past the ring prefetched into L2 (0: none)
-  // group_release (scores single, latent caches): an empty barrier a (stage, column group: V's left
-  // half, its right half, the rope part), each freed when its last reader is done, so that tile
-  // t+2's rope part and left half load while warpgroup 1's P_t V_t still reads the right half.
-  static constexpr bool kGroupRelease = GROUP_RELEASE != 0;
-  static constexpr int kGroups = kGroupRelease ? 3 : 1;
   // multicast: the unit's two row blocks (adjacent CTAs of one split) run as a cluster of 2, each
   // producer loading half of a tile's column blocks into both CTAs' rings (one L2 read for both).
   static constexpr bool kMulticast = MULTICAST != 0;
@@ -74,8 +69,8 @@ struct Traits {
   static constexpr int kRing = kQBytes;
   static constexpr int kXchg = kRing + kStages * kStageBytes;  // [warpgroup][k-step][thread] uint4
   static constexpr int kStats = kXchg + 2 * kPSteps * 128 * 16;  // [max, sum][warpgroup][64 rows] floats
-  static constexpr int kBars = kStats + 4 * 64 * 4;              // full[kStages], empty[kStages][kGroups]
-  static constexpr int kSmemBytes = kBars + (1 + kGroups) * kStages * 8;
+  static constexpr int kBars = kStats + 4 * 64 * 4;              // full[kStages], empty[kStages]
+  static constexpr int kSmemBytes = kBars + 2 * kStages * 8;
 };
 typedef Traits T;
 static_assert(T::kBlockM == 64, "one wgmma M of rows");
@@ -87,12 +82,6 @@ static_assert(T::kHeadDim % 64 == 0 && T::kHeadDimV % 128 == 0 && T::kHeadDimV <
               "column blocks of 64; V's half a multiple of 64 columns");
 static_assert(T::kLatent ? T::kHeadDimV < T::kHeadDim : true, "a latent V is K's first columns");
 static_assert(T::kHalfN == 16 || T::kHalfN == 32, "block_n 32 or 64");
-static_assert(!T::kGroupRelease || (T::kSingle && T::kLatent && T::kColBlocksV % 2 == 0),
-              "group_release: scores single over a latent cache");
-// group_release's column groups: 0 V's left half (warpgroup 0's P.V), 1 its right half (warpgroup
-// 1's), 2 the rest of K (the rope part, read by the scores alone); their first and last column block.
-__host__ __device__ constexpr int group_begin(int g) { return g == 0 ? 0 : g == 1 ? T::kColBlocksV / 2 : T::kColBlocksV; }
-__host__ __device__ constexpr int group_end(int g) { return g == 0 ? T::kColBlocksV / 2 : g == 1 ? T::kColBlocksV : T::kColBlocks; }
 
 typedef unsigned short elem_bits;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -204,35 +193,6 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
       // kStages tiles load at once).
       const int tt = t + T::kL2Ahead;
       if (tt >= T::kStages && tt < n) prefetch(tt);
-    }
-    if constexpr (T::kGroupRelease) {
-      // The tile's bytes announced once; each column group loaded once its group is free, in the
-      // order they free: the rope part (after warpgroup 0's S), V's left half (its P.V), the right half.
-      const int here = paged ? min(T::kBlockN, len - j0) : T::kBlockN;
-      const int issued = paged ? (here + rows - 1) / rows : 1;
-#pragma unroll
-      for (int i = 0; i < 3; ++i) {
-        const int g = i == 0 ? 2 : i - 1;
-        if (round > 0) mbar_wait(bars + 8 * (T::kStages + stage * T::kGroups + g), (round - 1) & 1);
-        if (i == 0) {
-          if (lane == 0)
-            mbar_arrive_expect_tx(full, paged ? static_cast<u32>(issued * rows * 2 * T::kHeadDim) : T::kStageBytes);
-          __syncwarp();
-        }
-        const int lb = max(group_begin(g), c0), le = min(group_end(g), c1);
-        if (!paged) {
-          if (lane == 0)
-            for (int c = lb; c < le; ++c) kv_load(sk + c * T::kColBlock, &maps.k, full, c * 64, j0, kvh, b);
-        } else {
-          for (int x = lane; x < issued; x += 32) {
-            const int j = j0 + x * rows, page = page_index(j, p);
-            const int pg = __ldg(bt + page), pr = j - page * p.page_size;
-            for (int c = lb; c < le; ++c)
-              kv_load(sk + c * T::kColBlock + x * rows * 128, &maps.k, full, c * 64, pr, kvh, pg);
-          }
-        }
-      }
-      continue;
     }
     if (round > 0) mbar_wait(empty, (round - 1) & 1);
     if (!paged) {
@@ -488,12 +448,6 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
     // exchange; barrier 1 (warpgroup 1 arrives, 0 waits): P_t was read, the exchange is free.
     constexpr int kSteps = T::kBlockN / 16;
     const u32 xf = s_max;  // O's factors by row (64 floats; the maxima's place, which single leaves unused)
-    // group_release: this thread's arrival on tile t's group g (and, multicast, the peer's).
-    auto release_g = [&](int t, int g) {
-      const u32 e = bars + 8 * (T::kStages + (t % T::kStages) * T::kGroups + g);
-      mbar_arrive(e);
-      if constexpr (T::kMulticast) mbar_arrive_cluster(e, cluster_ctarank() ^ 1u);
-    };
     u32 pf[kSteps][4];
     float fo[2] = {1.f, 1.f};
     if (wg == 0) {
@@ -572,7 +526,6 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
       if (n > 0) {
         issue_full(0);
         wgmma_wait<0>();
-        if constexpr (T::kGroupRelease) release_g(0, 2), release_g(0, 1);  // S_0 read them last here
         softmax_full(0);
       }
       for (int t = 0; t < n; ++t) {
@@ -583,16 +536,13 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
           issue_full(t + 1);
           wgmma_wait<1>();
           reg_fence(o);
-          if constexpr (T::kGroupRelease) release_g(t, 0);  // P_t V_t read the left half last
-          else release(t);
+          release(t);
           wgmma_wait<0>();
-          if constexpr (T::kGroupRelease) release_g(t + 1, 2), release_g(t + 1, 1);
           softmax_full(t + 1);
         } else {
           wgmma_wait<0>();
           reg_fence(o);
-          if constexpr (T::kGroupRelease) release_g(t, 0);
-          else release(t);
+          release(t);
         }
       }
     } else {
@@ -606,14 +556,12 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
         fo[0] = ld_shared_f32(xf + 4 * r_lo);
         fo[1] = ld_shared_f32(xf + 4 * (r_lo + 8));
         if (t + 1 < n) named_bar_arrive(1, T::kConsumers);  // read: warpgroup 0 may write P_{t+1}
-        if constexpr (T::kGroupRelease) release_g(t, 0), release_g(t, 2);  // warpgroup 1 reads neither
 #pragma unroll
         for (int i = 0; i < T::kHalfV / 2; ++i) o[i] *= fo[(i >> 1) & 1];
         issue_pv_frags(t, pf);
         wgmma_wait<0>();
         reg_fence(o);
-        if constexpr (T::kGroupRelease) release_g(t, 1);
-        else release(t);
+        release(t);
       }
     }
   } else if constexpr (T::kPipe == 0) {
@@ -739,14 +687,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) ATT_DECODE_WGMMA_CL
     return;  // launched without its workspace: split 0 does it all
   if (tid == 0) {
     const u32 bars = smem_addr(smem) + T::kBars;
-    if constexpr (T::kGroupRelease) {
-      for (int i = 0; i < T::kStages; ++i) mbar_init(bars + 8 * i, 1);
-      for (int i = 0; i < T::kStages * T::kGroups; ++i) mbar_init(bars + 8 * (T::kStages + i), T::kConsumers * T::kPeers);
-    } else {
-      for (int i = 0; i < T::kStages; ++i) {
-        mbar_init(bars + 8 * i, 1);
-        mbar_init(bars + 8 * (T::kStages + i), T::kConsumers * T::kPeers);
-      }
+    for (int i = 0; i < T::kStages; ++i) {
+      mbar_init(bars + 8 * i, 1);
+      mbar_init(bars + 8 * (T::kStages + i), T::kConsumers * T::kPeers);
     }
     mbar_init_fence();
   }

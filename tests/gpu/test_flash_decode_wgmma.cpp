@@ -39,9 +39,8 @@ const PropertyShape kEvenShapes[] = {
 };
 
 // latent: `latent=1` (V is K's first dv columns, one buffer: the buffers pass v = k).
-// multicast: the multicast configs on kEvenShapes, else the others on kShapes. group_release: only
-// the configs with group_release (and every one of them), else a spread of all.
-void check_space(int d, int dv, bool latent = false, bool multicast = false, bool group_release = false) {
+// multicast: the multicast configs on kEvenShapes, else the others on kShapes.
+void check_space(int d, int dv, bool latent = false, bool multicast = false) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   if (props.arch < "sm_90") GTEST_SKIP() << "flash_decode_wgmma needs sm_90 (wgmma, TMA); this GPU is " << props.arch;
@@ -52,13 +51,9 @@ void check_space(int d, int dv, bool latent = false, bool multicast = false, boo
   for (const char* kind : {"s=1,causal=0", "s=4,causal=1"}) {
     const Problem base =
         Problem::parse(fmt::format("b=1,h=128,hkv=1,{},sk=4096,d={}{},dtype=bf16,page=64", kind, d, dvs));
-    ASSERT_TRUE(attntune::testing::spread_configs(
-                    space, base, "sm_90a", group_release ? 0 : attntune::testing::property_sample(32), configs,
-                    variants,
-                    [&](const Config& c) {
-                      return std::get<bool>(c.at("multicast")) == multicast &&
-                             (!group_release || std::get<bool>(c.at("group_release")));
-                    }))
+    ASSERT_TRUE(attntune::testing::spread_configs(space, base, "sm_90a", attntune::testing::property_sample(32),
+                                                  configs, variants,
+                                                  [&](const Config& c) { return std::get<bool>(c.at("multicast")) == multicast; }))
         << base.str();
   }
   attntune::testing::PropertyRun run;
@@ -93,15 +88,6 @@ TEST(FlashDecodeWgmmaProperty, MlaLatent) {
 TEST(FlashDecodeWgmmaProperty, MlaLatentMulticast) {
   ATTNTUNE_REQUIRE_GPU();
   check_space(576, 512, true, true);
-}
-
-// group_release (an empty barrier a stage's column group, scores single over a latent cache): every
-// config, with and without multicast, on the shapes above (odd lengths, partial and empty tiles,
-// many splits, pages of 16 and 64).
-TEST(FlashDecodeWgmmaProperty, MlaLatentGroupRelease) {
-  ATTNTUNE_REQUIRE_GPU();
-  check_space(576, 512, true, false, true);
-  check_space(576, 512, true, true, true);
 }
 
 TEST(FlashDecodeWgmmaProperty, D512) {

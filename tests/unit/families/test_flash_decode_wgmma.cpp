@@ -64,17 +64,6 @@ TEST(FlashDecodeWgmmaSpace, MlaAndWideHeadsHaveConfigsOnHopperOnly) {
   }
   EXPECT_EQ(latent_pipes, (std::set<std::string>{"serial", "fused", "overlap"}));
   EXPECT_EQ(latent_blocks, (std::set<std::int64_t>{32, 64}));
-  // group_release: scores single over a latent cache only (its groups are that schedule's readers).
-  std::size_t grouped = 0;
-  for (const Config& c : space.enumerate(Problem::parse(kMla[5]), "sm_90a")) {
-    if (!std::get<bool>(c.at("group_release"))) continue;
-    ++grouped;
-    EXPECT_EQ(std::get<std::string>(c.at("scores")), "single") << config_str(c);
-  }
-  EXPECT_GT(grouped, 0u);
-  for (const char* apart : {kMla[0], kMla[4]})
-    for (const Config& c : space.enumerate(Problem::parse(apart), "sm_90a"))
-      EXPECT_FALSE(std::get<bool>(c.at("group_release"))) << apart << ": " << config_str(c);
   // Only the Hopper target; flash_decode's mma.sync space stops at 256.
   EXPECT_THROW(space.check_problem(Problem::parse(kMla[0]), "sm_90"), InputError);
   EXPECT_THROW(SearchSpace::load(ATTNTUNE_SOURCE_DIR "/search_spaces/flash_decode.yaml")
