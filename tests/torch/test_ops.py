@@ -1547,17 +1547,10 @@ class Fp8Forward(unittest.TestCase):
     def reference(q, k, v, qd, kd, vd, causal, visible=None):
         """float64 attention over the dequantised inputs (q_descale per (sequence, KV head)); `visible` an
         extra mask (a window), as ref_attention's."""
-        B, H, Hkv = q.shape[0], q.shape[1], k.shape[1]
-
-        def deq(t, d, heads):
-            f = t.double()
-            if d is None:
-                return f
-            d = d.double()
-            if d.numel() == 1:
-                return f * d.reshape(1, 1, 1, 1)
-            return f * d.reshape(B, Hkv, 1, 1).repeat_interleave(heads // Hkv, 1)
-        return ref_attention(deq(q, qd, H), deq(k, kd, Hkv), deq(v, vd, Hkv), q.shape[-1] ** -0.5, causal, visible)
+        def deq(t, d, group=1):  # [B, heads, S, D]: vr.dequantised's heads second to last
+            return vr.dequantised(t.transpose(1, 2), d, group).transpose(1, 2)
+        G = q.shape[1] // k.shape[1]
+        return ref_attention(deq(q, qd, G), deq(k, kd), deq(v, vd), q.shape[-1] ** -0.5, causal, visible)
 
     def test_values_and_coverage(self):
         for causal, per_head, window in ((True, True, (-1, -1)), (False, False, (-1, -1)), (True, True, (16, 0))):

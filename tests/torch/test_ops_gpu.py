@@ -600,6 +600,21 @@ def variant_package(work):
     return tuned_package(work, "ATTNTUNE_TORCH_VARIANTS", [PLAIN_PROBLEM] + VARIANT_PROBLEMS, "variants", "variants")
 
 
+def load_package(pkg, namespace, notes=()):
+    """An exported package's kernels.cu loaded as torch ops under `namespace` (the package put first on
+    sys.path for the first phase: one attntune module serves every library); prints how long it took
+    and the package's notes. Returns the attntune module and the library."""
+    if "attntune" not in sys.modules:
+        sys.path.insert(0, pkg)
+    import attntune  # noqa: E402
+    t0 = time.time()
+    lib = attntune.load(os.path.join(pkg, "attntune", "kernels.cu"), namespace=namespace)
+    print(f"loaded {pkg} in {time.time() - t0:.0f} s: {len(lib.kernels())} kernels")
+    for n in notes:
+        print(f"  {n}")
+    return attntune, lib
+
+
 def variants_phase(work, device="cuda"):
     """The variants phase (the module's docstring); returns its failures. device "cpu" rehearses it
     without a GPU (ATTNTUNE_TORCH_VARIANTS_DEVICE=cpu, with ATTNTUNE_TORCH_VARIANTS_PKG): every call
@@ -610,16 +625,9 @@ def variants_phase(work, device="cuda"):
     except RuntimeError as e:
         print(f"  FAIL {e}")
         return [f"variants: {e}"]
-    if "attntune" not in sys.modules:
-        sys.path.insert(0, pkg)
-    import attntune  # noqa: E402
+    attntune, lib = load_package(pkg, "attntune_variants", notes)
     import variant_reference as vr  # noqa: E402
     gpu = device == "cuda"
-    t0 = time.time()
-    lib = attntune.load(os.path.join(pkg, "attntune", "kernels.cu"), namespace="attntune_variants")
-    print(f"loaded {pkg} in {time.time() - t0:.0f} s: {len(lib.kernels())} kernels")
-    for n in notes:
-        print(f"  {n}")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[lib.info["dtype"]]
     failures = []
     gen = torch.Generator(device=device)
@@ -886,16 +894,9 @@ def dv_phase(work, device="cuda"):
     except RuntimeError as e:
         print(f"  FAIL {e}")
         return [f"value dims: {e}"]
-    if "attntune" not in sys.modules:
-        sys.path.insert(0, pkg)
-    import attntune  # noqa: E402
+    attntune, lib = load_package(pkg, "attntune_dv", notes)
     import variant_reference as vr  # noqa: E402
     gpu = device == "cuda"
-    t0 = time.time()
-    lib = attntune.load(os.path.join(pkg, "attntune", "kernels.cu"), namespace="attntune_dv")
-    print(f"loaded {pkg} in {time.time() - t0:.0f} s: {len(lib.kernels())} kernels")
-    for n in notes:
-        print(f"  {n}")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[lib.info["dtype"]]
     failures = []
     gen = torch.Generator(device=device)
@@ -1231,15 +1232,8 @@ def latent_phase(work, device="cuda"):
     except RuntimeError as e:
         print(f"  FAIL {e}")
         return [f"latent: {e}"]
-    if "attntune" not in sys.modules:
-        sys.path.insert(0, pkg)
-    import attntune  # noqa: E402
+    attntune, lib = load_package(pkg, "attntune_latent", notes)
     import variant_reference as vr  # noqa: E402
-    t0 = time.time()
-    lib = attntune.load(os.path.join(pkg, "attntune", "kernels.cu"), namespace="attntune_latent")
-    print(f"loaded {pkg} in {time.time() - t0:.0f} s: {len(lib.kernels())} kernels")
-    for n in notes:
-        print(f"  {n}")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[lib.info["dtype"]]
     failures = []
     gen = torch.Generator(device=device)
@@ -1490,15 +1484,8 @@ def fp8_phase(work, device="cuda"):
     except RuntimeError as e:
         print(f"  FAIL {e}")
         return [f"fp8: {e}"]
-    if "attntune" not in sys.modules:
-        sys.path.insert(0, pkg)
-    import attntune  # noqa: E402
+    attntune, lib = load_package(pkg, "attntune_fp8", notes)
     import variant_reference as vr  # noqa: E402
-    t0 = time.time()
-    lib = attntune.load(os.path.join(pkg, "attntune", "kernels.cu"), namespace="attntune_fp8")
-    print(f"loaded {pkg} in {time.time() - t0:.0f} s: {len(lib.kernels())} kernels")
-    for n in notes:
-        print(f"  {n}")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[lib.info["dtype"]]
     fp8 = torch.float8_e4m3fn
     failures = []
@@ -1763,19 +1750,13 @@ def fp8_forward_reference(q, k, v, qd, kd, vd, scale, causal):
     (float8_e4m3fn; scales [B, Hkv], one, or None; query head h takes KV head h / G's): float64, and the
     baseline of the tuner's criterion (scores rounded to bf16, 2^8 P rounded to e4m3 over the exact sum,
     out rounded to bf16; reference.cu's attn_reference_qkv_fp8 with lowp), bottom-right causal."""
-    B, H, S, D = q.shape
-    Hkv, Sk = k.shape[1], k.shape[2]
-    G = H // Hkv
+    import variant_reference as vr  # noqa: E402
+    S, Sk = q.shape[2], k.shape[2]
+    G = q.shape[1] // k.shape[1]
 
-    def deq(t, d, heads):
-        f = t.float().double()
-        if d is None:
-            return f
-        d = d.double()
-        if d.numel() == 1:
-            return f * d.reshape(1, 1, 1, 1)
-        return f * d.reshape(B, Hkv, 1, 1).repeat_interleave(heads // Hkv, 1)
-    qf, kf, vf = deq(q, qd, H), deq(k, kd, Hkv).repeat_interleave(G, 1), deq(v, vd, Hkv).repeat_interleave(G, 1)
+    def deq(t, d, group=1):  # [B, heads, S, D]: vr.dequantised's heads second to last
+        return vr.dequantised(t.transpose(1, 2), d, group).transpose(1, 2)
+    qf, kf, vf = deq(q, qd, G), deq(k, kd).repeat_interleave(G, 1), deq(v, vd).repeat_interleave(G, 1)
     s = qf @ kf.transpose(-2, -1) * scale
     if causal:
         mask = torch.arange(Sk, device=q.device)[None, :] > torch.arange(S, device=q.device)[:, None] + (Sk - S)
@@ -1806,15 +1787,8 @@ def fp8_forward_phase(work):
     except RuntimeError as e:
         print(f"  FAIL {e}")
         return [f"fp8 forward: {e}"]
-    if "attntune" not in sys.modules:
-        sys.path.insert(0, pkg)
-    import attntune  # noqa: E402
+    attntune, lib = load_package(pkg, "attntune_fp8fwd", notes)
     import variant_reference as vr  # noqa: E402
-    t0 = time.time()
-    lib = attntune.load(os.path.join(pkg, "attntune", "kernels.cu"), namespace="attntune_fp8fwd")
-    print(f"loaded {pkg} in {time.time() - t0:.0f} s: {len(lib.kernels())} kernels")
-    for n in notes:
-        print(f"  {n}")
     fp8, dev = torch.float8_e4m3fn, "cuda"
     failures = []
     gen = torch.Generator(device=dev)

@@ -150,14 +150,16 @@ def spec_of(p):
     return s
 
 
-def dequantised(cache, descale):
+def dequantised(cache, descale, group=1):
     """An FP8 cache [.., Hkv, D] (float8_e4m3fn, the heads second to last: [B, Sk, Hkv, D] or pages) as
     float64 values times its scales (FlashAttention-3's descale: [B, Hkv] per sequence and KV head with
-    the batch first, [1] / 0-d one, None 1): what the kernels and the fallback attend to."""
+    the batch first, [1] / 0-d one, None 1): what the kernels and the fallback attend to. `group`: the
+    FP8 forward's q ([B, S, H, D], H = Hkv * group), query head h taking KV head h / group's scale."""
     x = cache.double()
     if descale is None:
         return x
     d = descale.double()
     if d.numel() == 1:
         return x * d.reshape(())
+    d = d.repeat_interleave(group, 1)
     return x * d.view(d.shape[0], *([1] * (cache.dim() - 3)), d.shape[1], 1)
