@@ -6,9 +6,7 @@
 #             151-153 the first measurement): gpt-oss, Mistral and Gemma-2-like windows, sinks and
 #             soft-caps; the floor of a windowed decode is the same call over the window's keys.
 #   headdims  issue 44's (docs/design/head_dims.md): Phi-3-mini-like d=96 prefill (causal and not)
-#             and decode; DeepSeek-V3-like MLA prefill (128 heads, d=192 with dv=128, s=8192, causal),
-#             whose FA4 kernel needs the kit patched with tools/fa4_headdim_v.patch (checked first:
-#             an unpatched kit reads the export's dv=128 as 192 and would time another problem).
+#             and decode.
 #   backward  issue 45's (docs/design/backward.md): the backward pass (pass=bwd) of the prefill suite's
 #             shapes with s >= 2048 (d=64 and 128, causal and not) in bf16 and fp16, and d=256 at b1
 #             s8k; each tuned over every backward family (`tune` without --space), the winners
@@ -131,7 +129,6 @@ headdims)
   prefill=(
     "phi3-d96-causal|b=1,h=32,hkv=32,s=4096,sk=4096,d=96,dtype=bf16,causal=1"
     "phi3-d96|b=1,h=32,hkv=32,s=4096,sk=4096,d=96,dtype=bf16,causal=0"
-    "mla-prefill|b=1,h=128,hkv=128,s=8192,sk=8192,d=192,dv=128,dtype=bf16,causal=1"
   )
   decode=(
     "phi3-dec-8k|b=16,h=32,hkv=32,s=1,sk=8192,d=96,dtype=bf16,causal=0,page=16"
@@ -205,15 +202,6 @@ case $phase in tune|retime|compare|table|all) ;; *) echo "$usage" >&2; exit 2 ;;
 if [[ ${ATTNTUNE_BARS_LIST:-} == 1 ]]; then  # the set's problems, one a line (tests/unit/cli/test_bars.cpp)
   for e in "${prefill[@]}" "${decode[@]}"; do echo "${e#*|}"; done
   exit 0
-fi
-# A value head dim apart from d: the kit's compare.py must take it (tools/fa4_headdim_v.patch), else
-# it reads the export's dv as d and times FA4 and cuDNN on another problem. Checked before any tuning.
-if [[ $only != decode ]] && printf '%s\n' "${prefill[@]}" | grep -q ',dv='; then
-  grep -qs head_dim_v "$kit/fa4kit.py" || {
-    echo "tools/bars.sh --set $set: the FA4 kit at $kit (FA4_KIT) does not take value head dims (dv=N);" \
-      "apply tools/fa4_headdim_v.patch to it first (patch -d $kit -p1 < tools/fa4_headdim_v.patch; docs/EXPORT.md)" >&2
-    exit 2
-  }
 fi
 
 # The unseen set: each campaign in a database of its own, DB-NAME-sN.db (seed N), which holds what a

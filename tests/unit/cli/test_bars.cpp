@@ -233,28 +233,5 @@ TEST(BarsFp8Forward, TheIssuesRowsInDtypeFp8) {
   EXPECT_EQ(rows, (std::set<std::pair<std::int64_t, bool>>{{128, false}, {128, true}, {256, false}, {256, true}}));
 }
 
-// Its `headdims` set (issue 44): Phi-3-mini-like d=96 prefill and decode, and DeepSeek-V3-like MLA
-// prefill at d=192 with dv=128, whose FA4 comparison needs the kit's value-head-dim patch: bars.sh
-// refuses (exit 2, before tuning anything) a kit without it.
-TEST(BarsHeadDims, Phi3AndTheMlaPrefillWhoseKitMustTakeDv) {
-  const std::vector<std::string> problems = set_problems("headdims");
-  std::set<std::string> dims;
-  for (const std::string& spec : problems) {
-    const Problem p = Problem::parse(spec);
-    dims.insert(fmt::format("{}/{}", p.d, p.head_dim_v()));
-  }
-  EXPECT_EQ(dims, (std::set<std::string>{"96/96", "192/128"}));
-  TempDir tmp;
-  const std::string dir = tmp.path().string();
-  std::ofstream(dir + "/fa4kit.py") << "# an unpatched kit\n";
-  const Shell r = sh("FA4_KIT=" + dir + " " + bars() + " " + dir + "/x.db " + dir + "/out --set headdims 2>&1");
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("fa4_headdim_v.patch"), std::string::npos) << r.output;
-  EXPECT_FALSE(std::ifstream(dir + "/x.db").good()) << "nothing tuned";
-  // Decode alone needs no FA4 prefill kernel: no refusal then (listing stands in for the run).
-  const Shell d = sh("ATTNTUNE_BARS_LIST=1 FA4_KIT=" + dir + " " + bars() + " - - --set headdims --only decode");
-  EXPECT_EQ(d.status, 0) << d.output;
-}
-
 }  // namespace
 }  // namespace attntune::test
