@@ -76,6 +76,7 @@ MultiFamily::MultiFamily(const std::string& strategy, std::vector<FamilySpace> f
   }
   warmup_.assign(arms_.size(), options_.warmup);
   rank_.assign(arms_.size(), 0);
+  prior_value_.assign(arms_.size(), 0.0);
   // The warm start's times count only when every family has one (on the same problem), and only for
   // the strategy that takes a warm start (evo): exhaustive and random take none, and a resumed
   // campaign of theirs evaluates what an uninterrupted one does, which times read again at the
@@ -90,6 +91,7 @@ MultiFamily::MultiFamily(const std::string& strategy, std::vector<FamilySpace> f
     for (std::size_t i = 0; i < arms_.size(); ++i) {
       const double mine = options_.prior_us.at(arms_[i].stats.family);
       for (const Arm& a : arms_) rank_[i] += options_.prior_us.at(a.stats.family) < mine ? 1 : 0;
+      prior_value_[i] = fastest / mine;
       if (mine >= options_.behind * fastest) warmup_[i] = std::min(options_.warmup, options_.behind_warmup);
     }
   }
@@ -107,7 +109,9 @@ double MultiFamily::score(std::size_t i, std::size_t total) const {
   // to the first family).
   if (s.proposed < warmup_[i])
     return 1e9 + static_cast<double>(warmup_[i] - s.proposed) - 1e-3 * static_cast<double>(rank_[i]);
-  const double value = s.best_us && best_us_ ? *best_us_ / *s.best_us : 0.0;
+  // Its own results once it has any (a family whose every config failed is worth 0), else the warm
+  // start's word.
+  const double value = s.best_us && best_us_ ? *best_us_ / *s.best_us : s.observed == 0 ? prior_value_[i] : 0.0;
   const double n = static_cast<double>(std::max<std::size_t>(1, s.proposed));
   const double bonus = options_.exploration * std::sqrt(std::log(std::max<double>(2, total)) / n);
   return value + bonus;

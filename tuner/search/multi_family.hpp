@@ -14,6 +14,11 @@
 //     one with no ok result yet, 0.5 for one whose best is twice as slow) and the bound adds
 //     `exploration * sqrt(ln(proposals of all families) / proposals of this family)`: a family that
 //     fails, or is slower, gets fewer proposals, but never none while the bonus can outgrow the gap;
+//     until a family has a result of its own, its value is what the warm start's times say (the
+//     fastest template's time over its own; 0 without them): tune keeps ~34 proposals in flight, so
+//     the first batch is allocated before any result, and with value 0 for all the bound alone split
+//     it evenly (runs 271-273: 15-19 of each campaign's first 34 evaluations went to flash_fwd_mma,
+//     1.6-1.75x behind by the warm start, and came first, its kernels compiling faster);
 //  3. a family whose strategy is exhausted (or proposes nothing now) drops out, and its share goes to
 //     the others.
 // Proposals count when they are made (results may lag: tune keeps the compile pool full), and a
@@ -100,6 +105,7 @@ class MultiFamily final : public Strategy {
   std::vector<Arm> arms_;
   std::vector<std::size_t> warmup_;  // per arm: options_.warmup, or behind_warmup for one far behind
   std::vector<std::size_t> rank_;    // per arm: its place by prior_us (fastest 0; none: all 0)
+  std::vector<double> prior_value_;  // per arm: fastest prior_us over its own (no times: all 0)
   std::set<std::string> pending_;  // config_str of tagged proposals not yet observed
   std::optional<double> best_us_;  // over all families
 };

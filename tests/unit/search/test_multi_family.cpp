@@ -221,6 +221,50 @@ TEST(MultiFamily, AWarmStartFarBehindShortensThatTemplatesWarmUp) {
   EXPECT_EQ(std::count(order.begin(), order.end(), m), 5);
 }
 
+// tune keeps ~34 proposals in flight, so its first batch is allocated before any result. Until a
+// template has a result of its own its value is the warm start's word (the fastest time over its
+// own): one far behind gets a few of the batch beyond its warm-up, not half (runs 271-273: 15-19 of
+// 34 went to flash_fwd_mma at 1.6-1.75x behind); without times, the batch is split as before. Once
+// results come, they decide, and a template whose configs all failed is worth nothing.
+TEST(MultiFamily, BeforeAnyResultTheWarmStartsTimesAllocateTheFirstBatch) {
+  std::vector<Config> warm;
+  for (const Config& c : mma().enumerate(problem(), "sm_90")) {
+    warm.push_back(tag_family("flash_fwd_mma", c));
+    if (warm.size() == 8) break;
+  }
+  for (const Config& c : wgmma().enumerate(problem(), "sm_90a")) {
+    warm.push_back(tag_family("flash_fwd_wgmma", c));
+    if (warm.size() == 16) break;
+  }
+  const std::string m = "flash_fwd_mma", w = "flash_fwd_wgmma";
+  const auto first_batch = [&](std::map<std::string, double> prior) {
+    AllocationOptions o;
+    o.prior_us = std::move(prior);
+    MultiFamily s("evo", both(), problem(), 1, warm, o);
+    return per_family(s.propose(34));
+  };
+  const auto behind = first_batch({{m, 170.0}, {w, 100.0}});
+  EXPECT_EQ(behind.at(m) + behind.at(w), 34u);
+  EXPECT_GE(behind.at(m), 2u) << "its warm-up at least";
+  EXPECT_LE(behind.at(m), 6u) << "1.7x behind: a few of the batch, not half";
+  const auto close = first_batch({{m, 105.0}, {w, 100.0}});
+  EXPECT_GE(close.at(m), 12u) << "within 1.25x: nearly its share";
+  const auto none = first_batch({});
+  EXPECT_GE(none.at(m), 15u) << "no times: the bound alone, as before";
+  EXPECT_LE(none.at(m), 19u);
+
+  // Results decide once they come: flash_fwd_mma measured faster than the warm start said gets most
+  // of what follows; and one whose every config fails gets little beyond its warm-up.
+  AllocationOptions o;
+  o.prior_us = {{m, 170.0}, {w, 100.0}};
+  MultiFamily turned("evo", both(), problem(), 1, warm, o);
+  const auto n_turned = per_family(drive(turned, Landscape{{{m, 50.0}, {w, 100.0}}}, 120, 8));
+  EXPECT_GT(n_turned.at(m), n_turned.at(w)) << "the landscape, not the warm start, has the last word";
+  MultiFamily failing("evo", both(), problem(), 1, warm, o);
+  const auto n_failing = per_family(drive(failing, Landscape{{{m, 0.0}, {w, 100.0}}}, 120, 8));
+  EXPECT_LE(n_failing.at(m), 12u) << "every config failed: worth 0, the warm start's word no longer counts";
+}
+
 TEST(MultiFamily, RefusesUnknownTemplatesAndDuplicates) {
   MultiFamily s("random", both(), problem(), 1, {});
   EXPECT_THROW(s.observe({mma().enumerate(problem(), "sm_90").front(), "ok", 1.0}), std::logic_error)
