@@ -30,6 +30,15 @@ usage: tools/build_shipped_db.sh [options] [-- attntune-submit-args...]
   --simulate          `attntune serve --simulate` (synthetic results, no GPU): rehearses the
                       pipeline; refused with the default --out, so made-up results never ship
   --simulate-delay-ms N
+  --remeasure WHERE   measure again the campaigns of --out that an SQL condition over the campaigns
+                      table selects (its columns: b, h, hkv, s, sk, d, dv, dtype, causal, page,
+                      varlen, variants, budget_evals, status, ...), as a stale one is: renamed
+                      NAME@stale, queued anew under NAME with this build's submit arguments,
+                      warm-started from NAME@stale, replaced by the new result once there is one.
+                      Deepens a part of the file at a larger budget, and resumes across sessions
+                      when the condition excludes what is done (docs/design/shipped_db.md), e.g.
+                      "variants = '' AND page = 0 AND varlen = 0 AND s > 1 AND d IN (64, 128)
+                      AND COALESCE(budget_evals, 0) < 64" -- --budget-evals 64
   --check             build nothing: export each campaign of --out as this tree renders its
                       template, and list those whose kernel source has changed since they were
                       measured (their `export` is refused until a rebuild); exit 1 if any
@@ -43,7 +52,7 @@ die() { echo "build_shipped_db.sh: error: $*" >&2; exit 2; }
 
 bin=${ATTNTUNE_BIN:-build/attntune}
 default_out=db/shipped/attntune-shipped.db
-out=$default_out work="" gpus=all limit="" fresh=0 simulate=0 sim_delay="" check=0 serve_seconds=""
+out=$default_out work="" gpus=all limit="" fresh=0 simulate=0 sim_delay="" check=0 serve_seconds="" remeasure=""
 submit_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -56,6 +65,7 @@ while [ $# -gt 0 ]; do
     --simulate) simulate=1; shift ;;
     --simulate-delay-ms) sim_delay=${2:?}; shift 2 ;;
     --check) check=1; shift ;;
+    --remeasure) remeasure=${2:?}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; submit_args=("$@"); break ;;
     *) die "unknown argument '$1' (--help lists them)" ;;
@@ -117,6 +127,9 @@ if [ "$check" = 1 ]; then
   exit 0
 fi
 [ -z "$limit" ] || [[ $limit =~ ^[1-9][0-9]*$ ]] || die "--limit must be a positive number (got '$limit')"
+if [ -n "$remeasure" ] && { [ "$fresh" = 1 ] || [ ! -e "$out" ]; }; then
+  die "--remeasure takes its campaigns from the --out file ('$out'): it needs that file, and no --fresh"
+fi
 [ -z "$serve_seconds" ] || [[ $serve_seconds =~ ^[1-9][0-9]*$ ]] ||
   die "--serve-seconds must be a positive number of seconds (got '$serve_seconds')"
 if [ "$simulate" = 1 ] && [ "$(realpath -m "$out")" = "$(realpath -m "$default_out")" ]; then
@@ -141,6 +154,23 @@ fi
 echo "plan: $(grep -c '^  - ' "$plan") problems ($plan)" >&2
 
 if [ ! -e "$db" ] && [ "$fresh" = 0 ] && [ -e "$out" ]; then
+  # The campaigns --remeasure selects (completed or not; not one already renamed), read from --out
+  # before anything is written, so that a bad condition leaves no half-made working database.
+  chosen=""
+  if [ -n "$remeasure" ]; then
+    chosen=$(python3 - "$out" "$remeasure" <<'PY'
+import sqlite3, sys
+try:
+    rows = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True).execute(
+        f"SELECT name FROM campaigns WHERE name NOT LIKE '%@stale' AND ({sys.argv[2]}) ORDER BY name").fetchall()
+except sqlite3.Error as e:
+    sys.exit(f"build_shipped_db.sh: error: --remeasure '{sys.argv[2]}': {e}")
+for (name,) in rows:
+    print(name)
+PY
+) || exit 2
+    echo "--remeasure selects $(printf '%s' "$chosen" | grep -c . || true) campaigns" >&2
+  fi
   "$bin" merge "$out" -o "$db" >&2
   # A campaign measured before its template changed, or left unfinished before its search space
   # changed, is measured again: renamed NAME@stale, so that
@@ -154,16 +184,21 @@ if [ ! -e "$db" ] && [ "$fresh" = 0 ] && [ -e "$out" ]; then
   # was started: `tune` refuses to resume it with another space, so serve would fail it.
   unfinished=$(unfinished_with_changed_space "$db") || exit 2
   stale=$(printf '%s\n%s\n' "$stale" "$unfinished" | sed '/^$/d' | sort -u)
-  if [ -n "$stale" ]; then
+  if [ -n "$stale" ] || [ -n "$chosen" ]; then
     printf '%s\n' "$stale" > "$work/stale.txt"
-    python3 - "$db" "$work/stale.txt" <<'PY'
+    printf '%s\n' "$chosen" > "$work/remeasure.txt"
+    python3 - "$db" "$work/stale.txt" "$work/remeasure.txt" <<'PY'
 import sqlite3, sys
 con = sqlite3.connect(sys.argv[1])
-names = [line for line in open(sys.argv[2]).read().splitlines() if line]
-for name in names:
+stale = [line for line in open(sys.argv[2]).read().splitlines() if line]
+chosen = [line for line in open(sys.argv[3]).read().splitlines() if line and line not in stale]
+for name in stale + chosen:
     con.execute("UPDATE campaigns SET name = ? WHERE name = ?", (name + "@stale", name))
 con.commit()
-print(f"{len(names)} campaigns measured before their template or space changed: measured again", file=sys.stderr)
+if stale:
+    print(f"{len(stale)} campaigns measured before their template or space changed: measured again", file=sys.stderr)
+if chosen:
+    print(f"{len(chosen)} campaigns chosen by --remeasure: measured again", file=sys.stderr)
 PY
   fi
 fi

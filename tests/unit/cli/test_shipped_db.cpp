@@ -8,6 +8,7 @@
 // is the point (`best` only: it answers from stale kernels too, export refuses them).
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include <sqlite3.h>
@@ -607,6 +608,71 @@ TEST(ShippedPlan, ABuildMeasuresAgainTheCampaignsATemplateChangeMadeStale) {
   sqlite::Statement st(c, "SELECT COUNT(*) FROM evaluations e JOIN campaigns c ON c.id = e.campaign_id");
   ASSERT_TRUE(st.step());
   EXPECT_EQ(st.int64(0), 8);  // each campaign's budget once, under the current template
+}
+
+// build_shipped_db.sh --remeasure WHERE: the campaigns an SQL condition selects are measured again
+// at this build's budget (deepening a part of the file), under their names, each evaluated once; the
+// same command again selects nothing the condition now excludes; a bad condition is refused before
+// anything is written.
+TEST(ShippedPlan, RemeasureDeepensTheCampaignsAConditionSelects) {
+  TempDir dir;
+  const std::string out = dir.file("out.db");
+  const std::string log = dir.file("log");
+  const auto build = [&](const std::string& work, const std::string& extra, int budget) {
+    return WEXITSTATUS(std::system((build_script() + " --simulate --simulate-delay-ms 1 --gpus 0 --limit 2 --work " +
+                                    dir.file(work) + " --out " + out + " " + extra + " -- --budget-evals " +
+                                    std::to_string(budget) + " --final-top 0 >" + log + " 2>&1")
+                                       .c_str()));
+  };
+  const auto per_campaign = [&] {
+    std::map<std::string, std::pair<std::int64_t, std::int64_t>> m;  // name: evaluations, budget
+    sqlite::Connection c = sqlite::Connection::open(out, SQLITE_OPEN_READONLY);
+    sqlite::Statement st(c, "SELECT c.name, (SELECT COUNT(*) FROM evaluations e WHERE e.campaign_id = c.id), "
+                            "COALESCE(c.budget_evals, 0) FROM campaigns c");
+    while (st.step()) m[st.text(0)] = {st.int64(1), st.int64(2)};
+    return m;
+  };
+  ASSERT_EQ(build("w1", "", 4), 0) << read_bytes(log);
+  const auto before = per_campaign();
+  ASSERT_EQ(before.size(), 2u);
+  std::string first;
+  {  // the condition picks one of the two by its problem
+    sqlite::Connection c = sqlite::Connection::open(out, SQLITE_OPEN_READONLY);
+    sqlite::Statement st(c, "SELECT name FROM campaigns ORDER BY s, name LIMIT 1");
+    ASSERT_TRUE(st.step());
+    first = st.text(0);
+  }
+  const std::string where = "\"name = '" + first + "' AND COALESCE(budget_evals, 0) < 7\"";
+  ASSERT_EQ(build("w2", "--remeasure " + where, 7), 0) << read_bytes(log);
+  EXPECT_NE(read_bytes(log).find("1 campaigns chosen by --remeasure: measured again"), std::string::npos)
+      << read_bytes(log);
+  const auto after = per_campaign();
+  ASSERT_EQ(after.size(), 2u);  // the same names, no @stale left
+  for (const auto& [name, v] : after) {
+    if (name == first) {
+      EXPECT_EQ(v.first, 7) << "measured again at the new budget: " << name;
+      EXPECT_EQ(v.second, 7);
+    } else {
+      EXPECT_EQ(v, before.at(name)) << "not selected: as it was";
+    }
+  }
+  {
+    sqlite::Connection c = sqlite::Connection::open(out, SQLITE_OPEN_READONLY);
+    sqlite::Statement st(c, "SELECT COUNT(*), COUNT(DISTINCT campaign_id || ':' || candidate_id) FROM evaluations");
+    ASSERT_TRUE(st.step());
+    EXPECT_EQ(st.int64(0), st.int64(1)) << "nothing evaluated twice";
+  }
+  // The same command again: the condition now excludes it; nothing is measured.
+  ASSERT_EQ(build("w3", "--remeasure " + where, 7), 0) << read_bytes(log);
+  EXPECT_NE(read_bytes(log).find("--remeasure selects 0 campaigns"), std::string::npos) << read_bytes(log);
+  EXPECT_EQ(per_campaign(), after);
+  // A bad condition: refused (exit 2) before a working database exists; the file untouched.
+  const std::string file_before = read_bytes(out);
+  EXPECT_EQ(build("w4", "--remeasure \"no_such_column < 3\"", 7), 2) << read_bytes(log);
+  EXPECT_NE(read_bytes(log).find("--remeasure 'no_such_column < 3'"), std::string::npos) << read_bytes(log);
+  EXPECT_FALSE(fs::exists(dir.file("w4") + "/attntune.db"));
+  EXPECT_EQ(read_bytes(out), file_before);
+  EXPECT_EQ(build("w5", "--fresh --remeasure \"1\"", 7), 2) << read_bytes(log);
 }
 
 }  // namespace
