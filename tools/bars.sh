@@ -46,7 +46,13 @@
 #             two-GPU machine halves the wall time); re-running resumes the campaigns and skips the
 #             re-timings done. The databases hold each build's cubin (80+ MB after a tune phase):
 #             to bring them back from a GPU machine, copy them, delete the copies' `builds` rows
-#             and VACUUM (resuming re-compiles what it needs).
+#             and VACUUM (resuming re-compiles what it needs). On the GPU machine keep DB and OUT_DIR
+#             under a folder git ignores (.gpu-work/): between calls the machine's copy of the tree
+#             drops untracked files that git does not ignore (run 273 lost its logs that way, and
+#             would have lost its re-timings). Runs 271-273's tuned databases and logs are committed:
+#               mkdir -p .gpu-work && tar -C .gpu-work -xJf docs/log/data/unseen-271-273.tar.xz
+#               tools/bars.sh .gpu-work/unseen/u.db .gpu-work/unseen --set unseen --seeds 2 \
+#                 --devices 0,1 --phase retime     # then --phase compare (FA4_AOT: below)
 #
 #   tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|fp8fwd|unseen] [--prefill-seconds N] [--decode-seconds N]
 #                 [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S]

@@ -57,7 +57,7 @@ void add_job_options(po::options_description& opts, JobOptionValues& v) {
        fmt::format("first re-time this many of the best once each (>= 0.3 s), and take the --final-top fastest of "
                    "them to the rounds (default {}; at most --final-top: none)", v.final_screen).c_str())
       ("warm-start", po::value(&v.warm),
-       fmt::format("seed evo with this many best configs of the nearest tuned problem (default {}; 0: none)", v.warm)
+       fmt::format("seed evo with this many best configs of the nearest tuned problems (default {}; 0: none)", v.warm)
            .c_str())
       ("max-seconds", po::value(&v.max_seconds), "cap on each candidate's timing, in seconds (default 1)")
       ("min-seconds", po::value(&v.min_seconds), "least time each search candidate's timing samples, in seconds "

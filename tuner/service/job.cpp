@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -168,25 +169,45 @@ double problem_distance(const Problem& a, const Problem& b) {
 }
 
 std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& results, const std::string& family,
-                                                                  const Problem& problem, int count, double* best_us) {
+                                                                  const Problem& problem, int count, double* best_us,
+                                                                  std::size_t* problems) {
   if (best_us) *best_us = 0;
-  std::optional<Problem> nearest;
-  double best = std::numeric_limits<double>::infinity();
+  if (problems) *problems = 0;
+  std::vector<std::pair<double, Problem>> near;
   for (const Problem& p : results.problems_with_results(family)) {
     // The same head dims (a config's tiles are sized by them), entry point and packing.
     if (p.d != problem.d || p.head_dim_v() != problem.head_dim_v() || p.paged() != problem.paged() ||
         p.is_varlen() != problem.is_varlen())
       continue;
-    const double d = problem_distance(p, problem);
-    if (d < best) best = d, nearest = p;
+    near.emplace_back(problem_distance(p, problem), p);
   }
-  std::vector<Config> configs;
-  if (nearest) {
+  if (near.empty() || count <= 0) return {std::nullopt, {}};
+  // Nearest first; among equals, the results' own order (as before: the first one found).
+  std::stable_sort(near.begin(), near.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<std::vector<Config>> tops;
+  for (const auto& [d, p] : near) {
+    if (tops.size() == kWarmStartProblems || d > near.front().first + kWarmStartReach) break;
     BestQuery q;
-    q.problem = nearest;
-    configs = search::warm_start_configs(results, q, family, static_cast<std::size_t>(count), best_us);
+    q.problem = p;
+    tops.push_back(search::warm_start_configs(results, q, family, static_cast<std::size_t>(count),
+                                              tops.empty() ? best_us : nullptr));
   }
-  return {nearest, configs};
+  // In turns: each problem's best, nearest first, then each one's second, ...; a config already
+  // taken is skipped, so where the neighbours agree the nearest gives more of its own.
+  std::vector<Config> configs;
+  std::set<std::string> taken;
+  std::vector<bool> gave(tops.size(), false);
+  for (std::size_t r = 0; configs.size() < static_cast<std::size_t>(count); ++r) {
+    bool more = false;
+    for (std::size_t i = 0; i < tops.size() && configs.size() < static_cast<std::size_t>(count); ++i) {
+      if (r >= tops[i].size()) continue;
+      more = true;
+      if (taken.insert(config_str(tops[i][r])).second) configs.push_back(tops[i][r]), gave[i] = true;
+    }
+    if (!more) break;
+  }
+  if (problems) *problems = static_cast<std::size_t>(std::count(gave.begin(), gave.end(), true));
+  return {near.front().second, configs};
 }
 
 void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const JobSpaces& spaces,
@@ -204,13 +225,14 @@ void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const Jo
   for (const SearchSpace* s : spaces.sorted) {
     double best_us = 0;
     ResultReader* reader = &results;
-    auto [nearest, configs] = warm_start(results, s->family(), problem, count, &best_us);
+    std::size_t problems = 0;
+    auto [nearest, configs] = warm_start(results, s->family(), problem, count, &best_us, &problems);
     std::string from;
     if ((!nearest || configs.empty()) && fallback) {
       if (!opened) other = fallback->open(), opened = true;
       if (other) {
         reader = other;
-        std::tie(nearest, configs) = warm_start(*other, s->family(), problem, count, &best_us);
+        std::tie(nearest, configs) = warm_start(*other, s->family(), problem, count, &best_us, &problems);
         from = fmt::format(" of {} '{}'", fallback->label, other->path());
       }
     }
@@ -218,7 +240,8 @@ void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const Jo
     sources.push_back({s->family(), nearest->str(), reader, best_us});
     for (Config& c : configs)
       topts.warm_start.push_back(spaces.mixed() ? search::tag_family(s->family(), std::move(c)) : c);
-    progress.event(fmt::format("warm start: {} configs from {}{}{}", configs.size(), nearest->str(), from,
+    progress.event(fmt::format("warm start: {} configs from {}{}{}{}", configs.size(), nearest->str(),
+                               problems > 1 ? fmt::format(" and {} problems near it", problems - 1) : "", from,
                                spaces.mixed() ? fmt::format(" ({})", s->family()) : ""));
   }
   // Times compare only on one problem of one database, and only when every family has one; and only

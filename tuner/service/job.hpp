@@ -60,12 +60,24 @@ GpuRunnerOptions gpu_runner_options(const JobRequest& request, const RunnerSetti
 
 // How far apart two problems of the same head dim are, for warm starts.
 double problem_distance(const Problem& a, const Problem& b);
-// The best configs of the nearest problem of `family` already tuned (this one included). A paged
-// problem and a dense one never warm-start each other: their kernels read K and V apart; nor a packed
-// batch (varlen) and any other problem. `best_us`, when given, gets the first config's time there.
+// The best configs of the problems of `family` already tuned nearest to `problem` (this one
+// included), and the nearest of them: up to kWarmStartProblems problems within kWarmStartReach of the
+// nearest, their configs taken in turns (each one's best, nearest first, then each one's second, ...;
+// duplicates skipped), `count` in all. A paged problem and a dense one never warm-start each other:
+// their kernels read K and V apart; nor a packed batch (varlen) and any other problem. `best_us`, when
+// given, gets the nearest's best time; `problems`, how many problems gave a config.
 std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& results, const std::string& family,
                                                                   const Problem& problem, int count,
-                                                                  double* best_us = nullptr);
+                                                                  double* best_us = nullptr,
+                                                                  std::size_t* problems = nullptr);
+// Why more than the nearest: a neighbour's best is one search's pick, and where the neighbours were
+// searched shallowly (the shipped file's 16-evaluation campaigns, runs 271-273) they all hold the same
+// few configs, so the nearest alone hands on whatever its own warm start was; a build that measures
+// some problems again at a larger budget (build_shipped_db.sh --remeasure) reaches the problems
+// around them only if their bests are taken too, beside the nearest's (its own earlier result, at
+// distance 0). Reach 2.0: a neighbour at twice or half the length, or at the other causality.
+inline constexpr std::size_t kWarmStartProblems = 3;
+inline constexpr double kWarmStartReach = 2.0;
 // Where a family's warm start comes from when `results` has no tuned neighbour for it: tune's
 // shipped database (docs/design/shipped_db.md), opened on first use; it returns nullptr when there
 // is none. `label` names it in the progress line ("the shipped database").

@@ -292,7 +292,9 @@ TEST_F(ShippedDb, TuneWarmStartsFromItWhenTheDatabaseHasNoNeighbour) {
   // same head dim and layout, service::problem_distance).
   Store shipped_store = Store::open(shipped_, Store::Mode::kReadOnly);
   double warm_us = 0;
-  const auto [nearest, warm] = service::warm_start(shipped_store, "flash_fwd_mma", Problem::parse(spec), 8, &warm_us);
+  std::size_t problems = 0;
+  const auto [nearest, warm] =
+      service::warm_start(shipped_store, "flash_fwd_mma", Problem::parse(spec), 8, &warm_us, &problems);
   ASSERT_TRUE(nearest);
   EXPECT_EQ(nearest->str(), kShippedProblem);
   ASSERT_FALSE(warm.empty());
@@ -308,8 +310,10 @@ TEST_F(ShippedDb, TuneWarmStartsFromItWhenTheDatabaseHasNoNeighbour) {
   ShippedEnv env(shipped_);
   const auto r = tune(db(), "");
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(r.err.find(fmt::format("warm start: {} configs from {} of the shipped database '{}'", warm.size(),
-                                   kShippedProblem, shipped_)),
+  EXPECT_NE(r.err.find(fmt::format("warm start: {} configs from {}{} of the shipped database '{}'", warm.size(),
+                                   kShippedProblem,
+                                   problems > 1 ? fmt::format(" and {} problems near it", problems - 1) : "",
+                                   shipped_)),
             std::string::npos)
       << r.err;
   // Evo's first batch is the warm start: the campaign's first evaluations are those configs.

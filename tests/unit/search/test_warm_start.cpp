@@ -5,6 +5,7 @@
 
 #include "../db/db_test_util.hpp"
 #include "search/warm_start.hpp"
+#include "service/job.hpp"
 
 using namespace attntune;
 using namespace attntune::test;
@@ -95,6 +96,46 @@ BestRow row(const std::string& family, const Config& c) {
   r.family = family;
   r.config = c;
   return r;
+}
+
+// service::warm_start, what tune hands the search: the nearest problems' bests in turns (each one's
+// best, nearest first, then each one's second; a config already taken skipped), from at most
+// kWarmStartProblems problems within kWarmStartReach of the nearest; the time is the nearest's best.
+TEST_F(WarmStartTest, TheNearestProblemsBestsInTurns) {
+  const auto tuned = [&](const std::string& name, const std::string& spec_text,
+                         const std::vector<std::pair<Config, double>>& results) {
+    CampaignSpec s = spec(name, Problem::parse(spec_text));
+    s.family = "flash_fwd_mma";
+    const std::int64_t id = store.open_campaign(s, device);
+    for (const auto& [c, us] : results) result(id, "flash_fwd_mma", c, us);
+  };
+  const Problem target = Problem::parse("b=1,h=16,s=4096,d=128,dtype=bf16,causal=0");
+  tuned("same", target.str(), {{config(128, 64), 100}, {config(64, 64), 110}, {config(128, 32), 120}});
+  tuned("heads", "b=1,h=32,s=4096,d=128,dtype=bf16,causal=0", {{config(64, 32), 200}, {config(128, 64), 210}});
+  tuned("kv", "b=1,h=16,hkv=4,s=4096,d=128,dtype=bf16,causal=0", {{config(32, 32), 90}});
+  tuned("twice", "b=1,h=16,s=8192,d=128,dtype=bf16,causal=0", {{config(64, 128), 400}});   // a 4th within reach
+  tuned("far", "b=1,h=16,s=32768,d=128,dtype=bf16,causal=0", {{config(32, 64), 900}});     // beyond it
+  tuned("d64", "b=1,h=16,s=4096,d=64,dtype=bf16,causal=0", {{config(32, 128), 10}});       // another head dim
+
+  double best_us = 0;
+  std::size_t problems = 0;
+  const auto [nearest, configs] = service::warm_start(store, "flash_fwd_mma", target, 5, &best_us, &problems);
+  ASSERT_TRUE(nearest);
+  EXPECT_EQ(*nearest, target);
+  EXPECT_DOUBLE_EQ(best_us, 100);
+  EXPECT_EQ(problems, 3u);
+  EXPECT_EQ(keys(configs), keys({config(128, 64), config(64, 32), config(32, 32), config(64, 64), config(128, 32)}))
+      << "same's best, heads', kv's, then same's second (heads' second is same's best: skipped), same's third";
+  const auto two = service::warm_start(store, "flash_fwd_mma", target, 2, nullptr, &problems);
+  EXPECT_EQ(keys(two.second), keys({config(128, 64), config(64, 32)}));
+  EXPECT_EQ(problems, 2u);
+  // Beyond reach of the nearest: the nearest alone.
+  const Problem long_one = Problem::parse("b=1,h=16,s=32768,d=128,dtype=bf16,causal=0");
+  const auto alone = service::warm_start(store, "flash_fwd_mma", long_one, 8, &best_us, &problems);
+  EXPECT_EQ(*alone.first, long_one);
+  EXPECT_EQ(keys(alone.second), keys({config(32, 64)}));
+  EXPECT_EQ(problems, 1u);
+  EXPECT_DOUBLE_EQ(best_us, 900);
 }
 
 TEST(WarmStartReader, AsksForMoreRowsUntilTheTemplateHasEnough) {
