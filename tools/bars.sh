@@ -56,14 +56,17 @@
 #
 #   tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|fp8fwd|unseen] [--prefill-seconds N] [--decode-seconds N]
 #                 [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S]
-#                 [--phase tune|retime|compare|table|all]
+#                 [--phase tune|retime|compare|table|transfer|all]
 #
 # unseen, on the GPU machine: the FA4 kernels for its problems built on the CPU machine first
 # (FA4_AOT=.fa4un/aot; ATTNTUNE_BARS_LIST=1 lists the set's problems, one a line):
 #   ~/.cache/fa4kit/venv/bin/python .fa4/build_aot.py --out .fa4un/aot --suite none \
 #     $(ATTNTUNE_BARS_LIST=1 tools/bars.sh - - --set unseen | sed 's/^/--problem /')
 # --phase splits the work over GPU calls (tune, then retime, then compare; each resumes what is
-# done); table prints the table from what OUT_DIR holds. --retime-seconds: each re-timing's least
+# done); table prints the table from what OUT_DIR holds. unseen's `--phase transfer` (not in `all`)
+# measures the transfer bar again after the shipped file or the warm start changed, without a main
+# job a shape: tools/transfer_check.py, each shape's 5-evaluation campaign from the shipped file
+# alone timed beside seed 1's pick of the tune phase (~1 GPU minute a shape, split over --devices). --retime-seconds: each re-timing's least
 # sampling time (retime's --min-seconds; default 1).
 # On the GPU machine: ATTNTUNE_BIN picks the binary (default build/attntune); the FA4 peer needs the
 # kit (../shared/peers/fa4, README "Variants") with its scripts in $FA4_KIT (default .fa4) and the
@@ -77,7 +80,7 @@
 # OUT_DIR/compare.log and prints a short table last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|fp8fwd|unseen] [--prefill-seconds N] [--decode-seconds N] [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--phase tune|retime|compare|table|all]"
+usage="usage: tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|fp8fwd|unseen] [--prefill-seconds N] [--decode-seconds N] [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--phase tune|retime|compare|table|transfer|all]"
 db=${1:?$usage}
 out=${2:?$usage}
 shift 2
@@ -204,7 +207,7 @@ unseen)
 *) echo "$usage" >&2; exit 2 ;;
 esac
 [[ $seeds =~ ^[1-9][0-9]*$ && $budget =~ ^[1-9][0-9]*$ ]] || { echo "$usage" >&2; exit 2; }
-case $phase in tune|retime|compare|table|all) ;; *) echo "$usage" >&2; exit 2 ;; esac
+case $phase in tune|retime|compare|table|transfer|all) ;; *) echo "$usage" >&2; exit 2 ;; esac
 if [[ ${ATTNTUNE_BARS_LIST:-} == 1 ]]; then  # the set's problems, one a line (tests/unit/cli/test_bars.cpp)
   for e in "${prefill[@]}" "${decode[@]}"; do echo "${e#*|}"; done
   exit 0
@@ -327,6 +330,36 @@ if holds:
 PY
 }
 
+if [[ $set == unseen && $phase == transfer ]]; then
+  # The transfer bar again after a change to the shipped file or to the warm start, without a main
+  # job a shape (tools/transfer_check.py): each shape's short campaign of 5 evaluations from the
+  # shipped file alone, timed beside seed 1's pick (its campaign tuned by the tune phase), the shapes
+  # split over --devices. Not part of `all`.
+  pids=() k=0
+  for dev in "${devs[@]}"; do
+    args=()
+    for i in "${!prefill[@]}"; do
+      e=${prefill[$i]}
+      ((i % ${#devs[@]} == k)) && args+=(--shape "${e%%|*}" "${e#*|}" "$(campaign_db 1 "${e%%|*}")")
+    done
+    ((${#args[@]})) && { ATTNTUNE_BIN=$A python3 tools/transfer_check.py "${args[@]}" --out "$out/transfer" \
+      --device "$dev" --json "$out/transfer_d$dev.json" > "$out/transfer_d$dev.log" 2>&1 & pids+=($!); }
+    k=$((k + 1))
+  done
+  for p in "${pids[@]}"; do wait "$p" || echo "transfer_check.py on a device exited $? (its log in $out)" >&2; done
+  python3 - "$out" <<'PY'
+import glob, json, statistics, sys
+rows = [r for f in sorted(glob.glob(f"{sys.argv[1]}/transfer_d*.json")) for r in json.load(open(f))]
+for r in rows:
+    n = r.get("evals_to_within")
+    print(f"{r['name']:<16s} " + ("not measured" if not r.get("measured") else
+          f"reference {r['reference']['median_us']:.1f} us, to within 2%: {'-' if n is None else n}"))
+figs = [r["evals_to_within"] or 6 for r in rows if r.get("measured")]
+if figs:
+    print(f"transfer: median {statistics.median(figs):g} evaluations to within 2% over {len(figs)} shapes (6: not within 5; bar: <= 5)")
+PY
+  exit 0
+fi
 if [[ $set == unseen ]]; then
   [[ $phase == tune || $phase == all ]] && on_devices main_job
   [[ $phase == retime || $phase == all ]] && on_devices retime_all

@@ -157,6 +157,68 @@ TEST(BarsUnseen, TheTableReadsTheTransferAndTheRobustPickFromOutDir) {
   EXPECT_NE(table.find("1.50%"), std::string::npos) << table;
 }
 
+// --phase transfer (tools/transfer_check.py over the set): each shape's short campaign timed beside
+// seed 1's pick, read from the shape's own database (DB-NAME-s1.db), the shapes split over --devices,
+// and one summary over all of them. The GPU is stood in for: `tune` runs the real binary on a recorded
+// landscape of the shape's problem, and `eval` times every config at 100 us (each shape within 2% at
+// its first evaluation).
+TEST(BarsUnseen, TheTransferPhaseTimesEachShapeBesideSeed1sPickOverTheDevices) {
+  TempDir dir;
+  const std::string out = dir.file("out"), db = dir.file("u.db");
+  ASSERT_EQ(std::system(("mkdir -p " + out).c_str()), 0);
+  const Shell empty = sh(bars() + " " + db + " " + out + " --set unseen --phase table");
+  ASSERT_EQ(empty.status, 0) << empty.output;
+  std::vector<std::string> names;
+  for (std::size_t at = empty.output.find('\n') + 1; at < empty.output.size() && empty.output[at] != '(';
+       at = empty.output.find('\n', at) + 1) {
+    const std::size_t start = empty.output.find_first_not_of(' ', at);
+    names.push_back(empty.output.substr(start, empty.output.find(' ', start) - start));
+  }
+  const std::vector<std::string> problems = set_problems("unseen");
+  ASSERT_EQ(names.size(), 10u);
+  ASSERT_EQ(problems.size(), 10u);
+  const SearchSpace space = SearchSpace::load(space_file());
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    std::string key = problems[i];
+    for (char& c : key) c = (c == ',' || c == '=') ? '_' : c;
+    make_recording(dir.file("rec-" + key + ".db"), problems[i].c_str());
+    const Problem problem = Problem::parse(problems[i]);
+    Store store = Store::open(dir.file("u-" + names[i] + "-s1.db"), Store::Mode::kCreate);
+    const std::int64_t dev = store.upsert_device({"NVIDIA H200", "sm_90", "GPU-x", 132, "580"});
+    const std::int64_t c = store.open_campaign(campaign_spec(space, problem, names[i], "evo", 200), dev);
+    const std::int64_t cand = store.upsert_candidate(space.family(), space.enumerate(problem, "sm_90").at(3), "h");
+    store.record_evaluation(c, cand, dev, recorded_ok(100, problem));
+    RankingEntry e;
+    e.candidate_id = cand;
+    e.median_us = 100;
+    e.rounds = 6;
+    store.put_ranking(c, dev, {e});
+    store.finish_campaign(c, "completed", "budget");
+  }
+  {
+    std::ofstream f(dir.file("attntune"));
+    f << "#!/bin/sh\n"
+      << "if [ \"$1\" = eval ]; then echo '{\"status\": \"ok\", \"median_us\": 100}'; exit 0; fi\n"
+      << "if [ \"$1\" = tune ]; then\n"
+      << "  prev=''; problem=''; for a in \"$@\"; do [ \"$prev\" = --problem ] && problem=$a; prev=$a; done\n"
+      << "  exec " << testing::attntune_bin() << " \"$@\" --space " << space_file() << " --simulate-db " << dir.file("rec-")
+      << "$(echo \"$problem\" | tr ',=' '__').db --simulate-campaign rec --simulate-delay-ms 0\n"
+      << "fi\n"
+      << "exec " << testing::attntune_bin() << " \"$@\"\n";
+  }
+  ASSERT_EQ(std::system(("chmod +x " + dir.file("attntune")).c_str()), 0);
+  const Shell r = sh("ATTNTUNE_SHIPPED_DB= ATTNTUNE_BIN=" + dir.file("attntune") + " " + testing::source_dir() +
+                     "/tools/bars.sh " + db + " " + out + " --set unseen --devices 0,1 --phase transfer");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("transfer: median 1 evaluations to within 2% over 10 shapes"), std::string::npos) << r.output;
+  for (const char* dev : {"0", "1"}) {
+    const Shell n = sh(std::string("python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' ") + out +
+                       "/transfer_d" + dev + ".json");
+    EXPECT_EQ(n.output, "5\n") << "half of the shapes on device " << dev << ": " << n.output;
+  }
+  for (const std::string& name : names) EXPECT_NE(r.output.find(name + " "), std::string::npos) << r.output;
+}
+
 // The `backward` set (issue 45's bars): the backward pass of the prefill suite's shapes with s >= 2048
 // (d=64 and 128, causal and not) in both dtypes, each shape in both, and d=256 at b1 s8k.
 TEST(BarsBackward, TheSuitesLongShapesInBothDtypesAndHeadDim256) {
