@@ -520,40 +520,6 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       continue;
     }
 
-    if constexpr (T::kFa4Order) {
-      // FA4's order: each product waited for alone, the barrier and dQ's addition under the others.
-      // Groups in flight: dV; then dV, dQ; dQ, dK; dK.
-      const u64 do_mn = desc(do_t, T::kQColBlockBytes, T::kAtomBytes), q_mn = desc(q_t, T::kQColBlockBytes, T::kAtomBytes);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < T::kBlockM / 16; ++kk)
-        Wgmma<T::kDkvN>::rs(acc_dv, ap[kk], do_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
-      wgmma_commit();
-      store_t(ds_t, ads);  // dS^T while dV runs
-      fence_async_smem();
-      if (T::kDqBulk && threadIdx.x % 128 == 0) bulk_wait_read();  // the dQ staging's last bulk read
-      named_bar_sync(T::kBarConsumers, T::kConsumerThreads);      // every warpgroup's dS^T complete
-      float acc_dq[T::kDqN / 2];
-      dq_issue(0, ds_t, acc_dq);
-      wgmma_wait<1>();  // dV
-      reg_fence(acc_dv);
-      reg_fence(ap);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < T::kBlockM / 16; ++kk)
-        Wgmma<T::kDkvN>::rs(acc_dk, ads[kk], q_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
-      wgmma_commit();
-      wgmma_wait<1>();  // dQ
-      reg_fence(acc_dq);
-      dq_finish(0, head, m0, acc_dq);  // staged and added while dK runs
-      wgmma_wait<0>();  // dK
-      reg_fence(acc_dk);
-      reg_fence(ads);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(bar_empty + st * 8);  // this warp is done with the stage
-      continue;
-    }
-
     // dV += P^T dO, dK += dS^T Q (scaled at the end): k-step kk is 16 query rows of the N-major tiles.
     {
       const u64 do_mn = desc(do_t, T::kQColBlockBytes, T::kAtomBytes), q_mn = desc(q_t, T::kQColBlockBytes, T::kAtomBytes);
