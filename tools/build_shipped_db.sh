@@ -255,7 +255,8 @@ for (stale,) in con.execute("SELECT name FROM campaigns WHERE name LIKE '%@stale
         con.execute("UPDATE campaigns SET name = ? WHERE name = ?", (name, stale))
         kept += 1
 if replaced or kept:
-    print(f"campaigns measured before their template changed: {replaced} measured again, {kept} kept as they were", file=sys.stderr)
+    print(f"campaigns renamed NAME@stale (measured before a template or space change, or chosen by --remeasure): "
+          f"{replaced} measured again, {kept} kept as they were (outside the plan, or not reached)", file=sys.stderr)
 for table in ("builds", "queue", "leases", "gpus"):
     con.execute(f"DELETE FROM {table}")
 con.commit()
