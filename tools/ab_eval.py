@@ -25,9 +25,11 @@ import subprocess
 import sys
 
 
-def evaluate(binary, space, problem, config, min_s, max_s):
+def evaluate(binary, space, problem, config, min_s, max_s, extra=()):
+    """`attntune eval` of one config (`extra`: more of eval's arguments); its JSON document, or a
+    status and the error's last line when it printed none."""
     cmd = [binary, "eval", "--space", space, "--problem", problem, "--config", config,
-           "--min-seconds", str(min_s), "--max-seconds", str(max_s), "--format", "json"]
+           "--min-seconds", str(min_s), "--max-seconds", str(max_s), "--format", "json", *extra]
     r = subprocess.run(cmd, capture_output=True, text=True)
     try:
         doc = json.loads(r.stdout)

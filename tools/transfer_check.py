@@ -30,6 +30,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import ab_eval  # noqa: E402  (its eval call)
 
 
 def config_arg(config):
@@ -78,15 +80,9 @@ def problem_json_of(db, name):
 
 
 def evaluate(binary, family, problem, config, db, a):
-    cmd = [binary, "eval", "--space", os.path.join(ROOT, "search_spaces", family + ".yaml"), "--problem", problem,
-           "--config", config_arg(config), "--db", db, "--device", str(a.device), "--min-seconds", str(a.min_seconds),
-           "--max-seconds", str(a.max_seconds), "--format", "json"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    try:
-        doc = json.loads(r.stdout)
-        return doc[0] if isinstance(doc, list) else doc
-    except ValueError:
-        return {"status": f"exit {r.returncode}", "error": (r.stderr.strip().splitlines() or ["no output"])[-1]}
+    # ab_eval's call of eval, with the campaign's database (its builds reused) and the device.
+    return ab_eval.evaluate(binary, os.path.join(ROOT, "search_spaces", family + ".yaml"), problem,
+                            config_arg(config), a.min_seconds, a.max_seconds, ("--db", db, "--device", str(a.device)))
 
 
 def main():

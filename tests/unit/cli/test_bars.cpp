@@ -27,6 +27,21 @@ std::string bars() {
   return "ATTNTUNE_BIN=" + testing::attntune_bin() + " " + testing::source_dir() + "/tools/bars.sh";
 }
 
+// The unseen set's table over OUT_DIR (--phase table: no GPU).
+Shell unseen_table(const std::string& db, const std::string& out) {
+  return sh(bars() + " " + db + " " + out + " --set unseen --phase table");
+}
+
+// Its campaign names, as the script names them: the first column of the table over an empty OUT_DIR.
+std::vector<std::string> unseen_names(const std::string& text) {
+  std::vector<std::string> names;
+  for (std::size_t at = text.find('\n') + 1; at < text.size() && text[at] != '('; at = text.find('\n', at) + 1) {
+    const std::size_t start = text.find_first_not_of(' ', at);
+    names.push_back(text.substr(start, text.find(' ', start) - start));
+  }
+  return names;
+}
+
 std::vector<std::string> set_problems(const std::string& set) {
   const Shell r = sh("ATTNTUNE_BARS_LIST=1 " + bars() + " - - --set " + set);
   EXPECT_EQ(r.status, 0) << r.output;
@@ -91,14 +106,10 @@ TEST(BarsUnseen, TheTableReadsTheTransferAndTheRobustPickFromOutDir) {
   ASSERT_EQ(std::system(("mkdir -p " + out).c_str()), 0);
   // The campaign names are the script's: the test reads them from the table of an empty OUT_DIR,
   // writes the files and the campaigns a GPU run would for them, and reads the table again.
-  const Shell first = sh(bars() + " " + db + " " + out + " --set unseen --phase table");
+  const Shell first = unseen_table(db, out);
   ASSERT_EQ(first.status, 0) << first.output;
   const std::string& empty = first.output;
-  std::vector<std::string> names;
-  for (std::size_t at = empty.find('\n') + 1; at < empty.size() && empty[at] != '('; at = empty.find('\n', at) + 1) {
-    std::size_t start = empty.find_first_not_of(' ', at);
-    names.push_back(empty.substr(start, empty.find(' ', start) - start));
-  }
+  const std::vector<std::string> names = unseen_names(empty);
   ASSERT_EQ(names.size(), 10u) << empty;
   EXPECT_EQ(empty.find("transfer"), std::string::npos) << "no campaign, no median";
   // Campaign i of each seed: evaluations 1..i at 150-160 us by search time (config 0 first), then
@@ -166,14 +177,9 @@ TEST(BarsUnseen, TheTransferPhaseTimesEachShapeBesideSeed1sPickOverTheDevices) {
   TempDir dir;
   const std::string out = dir.file("out"), db = dir.file("u.db");
   ASSERT_EQ(std::system(("mkdir -p " + out).c_str()), 0);
-  const Shell empty = sh(bars() + " " + db + " " + out + " --set unseen --phase table");
+  const Shell empty = unseen_table(db, out);
   ASSERT_EQ(empty.status, 0) << empty.output;
-  std::vector<std::string> names;
-  for (std::size_t at = empty.output.find('\n') + 1; at < empty.output.size() && empty.output[at] != '(';
-       at = empty.output.find('\n', at) + 1) {
-    const std::size_t start = empty.output.find_first_not_of(' ', at);
-    names.push_back(empty.output.substr(start, empty.output.find(' ', start) - start));
-  }
+  const std::vector<std::string> names = unseen_names(empty.output);
   const std::vector<std::string> problems = set_problems("unseen");
   ASSERT_EQ(names.size(), 10u);
   ASSERT_EQ(problems.size(), 10u);
@@ -183,17 +189,8 @@ TEST(BarsUnseen, TheTransferPhaseTimesEachShapeBesideSeed1sPickOverTheDevices) {
     for (char& c : key) c = (c == ',' || c == '=') ? '_' : c;
     make_recording(dir.file("rec-" + key + ".db"), problems[i].c_str());
     const Problem problem = Problem::parse(problems[i]);
-    Store store = Store::open(dir.file("u-" + names[i] + "-s1.db"), Store::Mode::kCreate);
-    const std::int64_t dev = store.upsert_device({"NVIDIA H200", "sm_90", "GPU-x", 132, "580"});
-    const std::int64_t c = store.open_campaign(campaign_spec(space, problem, names[i], "evo", 200), dev);
-    const std::int64_t cand = store.upsert_candidate(space.family(), space.enumerate(problem, "sm_90").at(3), "h");
-    store.record_evaluation(c, cand, dev, recorded_ok(100, problem));
-    RankingEntry e;
-    e.candidate_id = cand;
-    e.median_us = 100;
-    e.rounds = 6;
-    store.put_ranking(c, dev, {e});
-    store.finish_campaign(c, "completed", "budget");
+    ranked_campaign(dir.file("u-" + names[i] + "-s1.db"), space, problem, names[i],
+                    space.enumerate(problem, "sm_90").at(3), 100);
   }
   {
     std::ofstream f(dir.file("attntune"));

@@ -43,17 +43,7 @@ struct TransferCheck : ::testing::Test {
     // The reference: a finished campaign of kProblem whose rank 1 is one config of the space.
     const Problem problem = Problem::parse(kProblem);
     ref_config = space.enumerate(problem, "sm_90").at(5);
-    Store store = Store::open(dir.file("ref.db"), Store::Mode::kCreate);
-    const std::int64_t dev = store.upsert_device({"NVIDIA H200", "sm_90", "GPU-ref", 132, "580"});
-    const std::int64_t c = store.open_campaign(campaign_spec(space, problem, "ref", "evo", 200), dev);
-    const std::int64_t cand = store.upsert_candidate(space.family(), ref_config, "src-ref");
-    store.record_evaluation(c, cand, dev, recorded_ok(100.0, problem));
-    RankingEntry e;
-    e.candidate_id = cand;
-    e.median_us = 100;
-    e.rounds = 6;
-    store.put_ranking(c, dev, {e});
-    store.finish_campaign(c, "completed", "budget");
+    ranked_campaign(dir.file("ref.db"), space, problem, "ref", ref_config, 100.0);
     std::ofstream(dir.file("ref.txt")) << config_str(ref_config) << "\n";
     std::ofstream f(dir.file("attntune"));
     f << "#!/bin/sh\n"

@@ -63,6 +63,20 @@ std::vector<Config> drive(MultiFamily& s, const Landscape& land, std::size_t eva
   return done;
 }
 
+// A warm start of both templates: the first 8 valid configs of each, tagged.
+std::vector<Config> warm_of_both() {
+  std::vector<Config> warm;
+  for (const Config& c : mma().enumerate(problem(), "sm_90")) {
+    warm.push_back(tag_family("flash_fwd_mma", c));
+    if (warm.size() == 8) break;
+  }
+  for (const Config& c : wgmma().enumerate(problem(), "sm_90a")) {
+    warm.push_back(tag_family("flash_fwd_wgmma", c));
+    if (warm.size() == 16) break;
+  }
+  return warm;
+}
+
 std::map<std::string, std::size_t> per_family(const std::vector<Config>& configs) {
   std::map<std::string, std::size_t> n;
   for (const Config& c : configs) ++n[untag_family(c).first];
@@ -178,15 +192,7 @@ TEST(MultiFamily, WarmStartGoesToItsTemplate) {
 // template far behind (>= 1.25x) warms up on its best 2 seeds instead of 8; without times, or with
 // one template's missing, the warm-up is as before (the templates in turn, the first one first).
 TEST(MultiFamily, AWarmStartFarBehindShortensThatTemplatesWarmUp) {
-  std::vector<Config> warm;
-  for (const Config& c : mma().enumerate(problem(), "sm_90")) {
-    warm.push_back(tag_family("flash_fwd_mma", c));
-    if (warm.size() == 8) break;
-  }
-  for (const Config& c : wgmma().enumerate(problem(), "sm_90a")) {
-    warm.push_back(tag_family("flash_fwd_wgmma", c));
-    if (warm.size() == 16) break;
-  }
+  const std::vector<Config> warm = warm_of_both();
   const auto first_ten = [&](std::map<std::string, double> prior) {
     AllocationOptions o;
     o.prior_us = std::move(prior);
@@ -227,15 +233,7 @@ TEST(MultiFamily, AWarmStartFarBehindShortensThatTemplatesWarmUp) {
 // 34 went to flash_fwd_mma at 1.6-1.75x behind); without times, the batch is split as before. Once
 // results come, they decide, and a template whose configs all failed is worth nothing.
 TEST(MultiFamily, BeforeAnyResultTheWarmStartsTimesAllocateTheFirstBatch) {
-  std::vector<Config> warm;
-  for (const Config& c : mma().enumerate(problem(), "sm_90")) {
-    warm.push_back(tag_family("flash_fwd_mma", c));
-    if (warm.size() == 8) break;
-  }
-  for (const Config& c : wgmma().enumerate(problem(), "sm_90a")) {
-    warm.push_back(tag_family("flash_fwd_wgmma", c));
-    if (warm.size() == 16) break;
-  }
+  const std::vector<Config> warm = warm_of_both();
   const std::string m = "flash_fwd_mma", w = "flash_fwd_wgmma";
   const auto first_batch = [&](std::map<std::string, double> prior) {
     AllocationOptions o;

@@ -94,6 +94,23 @@ inline void make_recording(const std::string& path, const char* problem_spec = k
   store.finish_campaign(c, "completed", "space exhausted");
 }
 
+// A finished campaign `name` of `problem` in `db` (created if missing) whose rank 1 is `config` at
+// `us` µs (one ok evaluation, a ranking of 6 rounds), as a tuned campaign's pick reads.
+inline void ranked_campaign(const std::string& db, const SearchSpace& space, const Problem& problem,
+                            const std::string& name, const Config& config, double us) {
+  Store store = Store::open(db, Store::Mode::kCreate);
+  const std::int64_t dev = store.upsert_device({"NVIDIA H200", "sm_90", "GPU-ref", 132, "580"});
+  const std::int64_t c = store.open_campaign(campaign_spec(space, problem, name, "evo", 200), dev);
+  const std::int64_t cand = store.upsert_candidate(space.family(), config, "src-" + name);
+  store.record_evaluation(c, cand, dev, recorded_ok(us, problem));
+  RankingEntry e;
+  e.candidate_id = cand;
+  e.median_us = us;
+  e.rounds = 6;
+  store.put_ranking(c, dev, {e});
+  store.finish_campaign(c, "completed", "budget");
+}
+
 // `attntune ARGS...` as a child process (no shell), stdout and stderr to files.
 class TuneProcess {
  public:
