@@ -458,7 +458,10 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kBlockN / 2], float (
       neg_base[r] = T::kQkvFp8 ? kFp8POffset - base : -base;
     }
   }
-  float sum[2] = {0.f, 0.f};
+  // kFa4Loop: the sum starts from l * factor (l = sum at the end), so ex2 of the factor is needed
+  // first and ptxas interleaves O's rescale with the scores' ex2 instead of queueing its 64 FMULs
+  // behind them, ahead of the next Q.K^T (FA4's order; SASS read on 2026-11-30).
+  float sum[2] = {T::kFa4Loop ? l[0] * factor[0] : 0.f, T::kFa4Loop ? l[1] * factor[1] : 0.f};
 #pragma unroll
   for (int c = 0; c < W / 8; ++c)
 #pragma unroll
@@ -472,7 +475,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[T::kBlockN / 2], float (
       sum[1] += s[4 * c + 2 + e];
     }
 #pragma unroll
-  for (int r = 0; r < 2; ++r) l[r] = l[r] * factor[r] + sum[r];
+  for (int r = 0; r < 2; ++r) l[r] = T::kFa4Loop ? sum[r] : l[r] * factor[r] + sum[r];
 }
 
 __device__ __forceinline__ void rescale_o(float (&o)[T::kHeadDimV / 2], const float (&factor)[2]) {
@@ -802,7 +805,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         s_tile(kv_end_tile - 1 - skip, nar);
       };
       // Iteration it: S_j of tile kv_end_tile-1-it beside P.V of the previous tile (narrow if pv_nar).
-      auto step = [&](int it, bool pv_nar) {
+      // `may_mask` false (a constant, kFa4Loop's middle loop): the tile needs no mask, so the step has
+      // no test and no masked code, and ptxas keeps the P.V wait behind the first ex2s instead of
+      // hoisting it above the branch.
+      auto step = [&](int it, bool pv_nar, bool may_mask) {
         const Slot sl(it_base + it), prev(it_base + it - 1);
         const int tile = kv_end_tile - 1 - it;
         mbar_wait(sm.k_full(sl.stage), sl.phase);
@@ -815,7 +821,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         reg_fence(s);
         q_done(it == cend - 1);
         release_kv(sm.k_empty(sl.stage));
-        finish_scores(s, needs_mask(tile), tile, ra, rb, t, sk, diag, p.variant);
+        finish_scores(s, may_mask && needs_mask(tile), tile, ra, rb, t, sk, diag, p.variant);
         softmax_tile(s, m, l, factor, kScaled ? fp8_scale_log2 : p.scale_log2);  // ... while this runs
         wgmma_wait<0>();
         reg_fence(o);
@@ -839,8 +845,20 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       else prologue(false);
       ATT_MARK(trace_k, 2, clock64());
       int it = skip + 1;
-      if (narrow && it < cend) step(it++, true);
-      for (; it < cend; ++it) step(it, false);
+      if (narrow && it < cend) step(it++, true, true);
+      if constexpr (T::kFa4Loop) {
+        // Tiles go from the keys' end down: those that need the mask (the ragged end, the causal
+        // diagonal) first, then the unmasked ones in a loop of their own, then a window's left edge.
+        for (; it < cend && needs_mask(kv_end_tile - 1 - it); ++it) step(it, false, true);
+        int unmasked_end = cend;
+        if constexpr (T::kWindow)
+          while (unmasked_end > it && needs_mask(kv_end_tile - unmasked_end)) --unmasked_end;
+        for (; it < unmasked_end; ++it) step(it, false, false);
+        if constexpr (T::kWindow)
+          for (; it < cend; ++it) step(it, false, true);
+      } else {
+        for (; it < cend; ++it) step(it, false, true);
+      }
       ATT_MARK(trace_k, 3, clock64());
       if (narrow && skip == cend - 1) last_pv(true);
       else last_pv(false);

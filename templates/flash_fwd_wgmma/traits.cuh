@@ -110,6 +110,10 @@ struct Traits {
   // base moves only when its max grows by more than T (log2 units, so P < 2^T), and a warp skips
   // O's rescale while none of its rows moved.
   static constexpr int kLazyRescale = LAZY_RESCALE;
+  // FlashAttention-4's loop shape (the overlapped schedule): the tiles that need no mask run in a
+  // loop of their own, with no mask test, and a row's sum starts from l * factor, so that ex2 of
+  // the factor comes first and O's rescale interleaves with the scores' ex2 (mainloop.cuh).
+  static constexpr bool kFa4Loop = FA4_LOOP;
   // Persistent non-causal grids with a producer: the last partial round of work tiles is shared
   // out by K/V iterations, an equal share per CTA (stream-K), when the launcher passes a
   // workspace (TmaMaps::split_tail > 0); pieces are combined by the last warp to arrive.

@@ -12,6 +12,7 @@
 // packed batches (varlen), causal and not, persistent and per-tile grids.
 // Skips on GPUs without sm_90a (wgmma).
 #include <cstdlib>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -90,12 +91,32 @@ void check_space(int d, std::size_t fallback = 24, int dv = 0) {
   attntune::testing::check_configs(space, configs, variants, kShapes, run);
 }
 
+// The configs `keep` keeps, dense (non-causal and causal, both dtypes) on kShapes: a spread of n each.
+void check_kept(int d, int dv, std::size_t n, const std::function<bool(const Config&)>& keep) {
+  cuda::Context ctx(0);
+  if (cuda::device_props(0).arch != "sm_90") GTEST_SKIP() << "flash_fwd_wgmma needs sm_90a (Hopper)";
+  const std::string arch = "sm_90a";
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_fwd_wgmma.yaml");
+  std::vector<Config> configs;
+  std::vector<Problem> variants;
+  for (int causal : {0, 1}) {
+    const Problem kind = Problem::parse(fmt::format("b=1,h=1,s=128,d={}{},dtype=bf16,causal={}", d,
+                                                    dv ? fmt::format(",dv={}", dv) : std::string(), causal));
+    ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, n, configs, variants, keep)) << kind.str();
+  }
+  for (std::size_t i = 0; i < variants.size(); ++i) variants[i].dtype = i % 2 ? DType::kFp16 : DType::kBf16;
+  attntune::testing::PropertyRun run{"flash_fwd_wgmma kept", d, arch, 2000, /*require_no_spills=*/true};
+  run.dv = dv;
+  attntune::testing::check_configs(space, configs, variants, kShapes, run);
+}
+
 }  // namespace
 
 // The KV cache (paged with ragged lengths and shuffled pages, each checked again contiguous) and
 // packed ragged batches at head dim d: a spread of each kind's configs plus a persistent grid (tiles
-// from the counter) and the plain schedule (no producer).
-void check_entry_points(int d, int dv = 0) {
+// from the counter) and the plain schedule (no producer); `keep`, when given, of the configs it keeps
+// (and the persistent grid only).
+void check_entry_points(int d, int dv = 0, const std::function<bool(const Config&)>& keep = {}) {
   cuda::Context ctx(0);
   if (cuda::device_props(0).arch != "sm_90") GTEST_SKIP() << "flash_fwd_wgmma needs sm_90a (Hopper)";
   const std::string arch = "sm_90a";
@@ -120,12 +141,20 @@ void check_entry_points(int d, int dv = 0) {
         fmt::format("{},d={}{},dtype=bf16", k.kind, d, dv ? fmt::format(",dv={}", dv) : std::string()));
     std::vector<Config> configs;
     std::vector<Problem> variants;
-    ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, attntune::testing::property_sample(4), configs,
-                                                  variants))
-        << kind.str();
+    if (keep) {
+      ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, attntune::testing::property_sample(4), configs,
+                                                    variants, keep))
+          << kind.str();
+    } else {
+      ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, attntune::testing::property_sample(4), configs,
+                                                    variants))
+          << kind.str();
+    }
     for (bool persistent : {true, false}) {
+      if (keep && !persistent) continue;
       ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, 1, configs, variants, [&](const Config& c) {
-        return persistent ? flag(c, "persistent") && flag(c, "warp_specialize") : !flag(c, "warp_specialize");
+        return (!keep || keep(c)) &&
+               (persistent ? flag(c, "persistent") && flag(c, "warp_specialize") : !flag(c, "warp_specialize"));
       })) << kind.str();
     }
     attntune::testing::PropertyRun run{"flash_fwd_wgmma entry points", d, arch, 17000, /*require_no_spills=*/true};
@@ -243,4 +272,17 @@ TEST(FlashFwdWgmmaSplitDims, SampledConfigsD64V128) {
 TEST(FlashFwdWgmmaSplitDims, EntryPointsD192V128) {
   ATTNTUNE_REQUIRE_GPU();
   check_entry_points(192, 128);
+}
+
+// fa4_loop (FlashAttention-4's loop shape: the tiles that need a mask first, the unmasked ones in a
+// loop of their own, a window's left edge last; the row sum from l * factor): dense at d=64, 128 and
+// 192/128 (odd lengths, sk != s, rows that see no key), and every entry point at d=128. Its windows:
+// FlashFwdWgmmaVariants.Fa4Loop.
+TEST(FlashFwdWgmmaProperty, Fa4Loop) {
+  ATTNTUNE_REQUIRE_GPU();
+  const auto fa4 = [](const Config& c) { return flag(c, "fa4_loop"); };
+  check_kept(64, 0, 6, fa4);
+  check_kept(128, 0, 6, fa4);
+  check_kept(192, 128, 4, fa4);
+  check_entry_points(128, 0, fa4);
 }

@@ -61,25 +61,37 @@ struct Case {
   std::vector<std::function<bool(const Config&)>> modes;  // one config of each (the first valid), besides the spread
 };
 
-void check_case(int d, const Case& k) {
+// `only`, when given: the spread and every mode of the configs it keeps.
+void check_case(int d, const Case& k, const std::function<bool(const Config&)>& only = {}) {
   const std::string arch = "sm_90a";
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_fwd_wgmma.yaml");
   const Problem kind = Problem::parse(fmt::format("{},d={},dtype=bf16", k.kind, d));
   std::vector<Config> configs;
   std::vector<Problem> variants;
-  ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, attntune::testing::property_sample(1), configs,
-                                                variants))
-      << kind.str();
+  if (only) {
+    ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, attntune::testing::property_sample(1), configs,
+                                                  variants, only))
+        << kind.str();
+  } else {
+    ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, attntune::testing::property_sample(1), configs,
+                                                  variants))
+        << kind.str();
+  }
   const std::vector<Config> all = space.enumerate(kind, arch);
-  for (const auto& mode : k.modes) {
+  for (const auto& each : k.modes) {
+    const std::function<bool(const Config&)> mode = [&](const Config& c) { return each(c) && (!only || only(c)); };
     const auto it = std::find_if(all.begin(), all.end(), mode);
     if (it == all.end()) {
       // A mode the space serves at other head dims only (the split tail is refused at d=64):
       // skipped here, but a mode no head dim serves is a broken case.
       const Problem at128 = Problem::parse(fmt::format("{},d=128,dtype=bf16", k.kind));
       const std::vector<Config> others = space.enumerate(at128, arch);
-      ASSERT_NE(std::find_if(others.begin(), others.end(), mode), others.end())
-          << "no config of a mode for " << kind.str() << ", nor at d=128";
+      // (With `only`, a mode it rules out, such as the plain schedule for a tunable of the overlap, is
+      // skipped too.)
+      if (!only) {
+        ASSERT_NE(std::find_if(others.begin(), others.end(), mode), others.end())
+            << "no config of a mode for " << kind.str() << ", nor at d=128";
+      }
       std::printf("flash_fwd_wgmma variants d=%d: a mode of %s is not served at this head dim; skipped\n", d,
                   k.kind.c_str());
       continue;
@@ -103,7 +115,8 @@ std::vector<Layout> layouts_of(std::span<const PropertyShape> shapes) {
   return out;
 }
 
-void check_head_dim(int d) {
+// `only`, when given: each case's configs of it alone (a tunable's own check).
+void check_head_dim(int d, const std::function<bool(const Config&)>& only = {}) {
   cuda::Context ctx(0);
   if (cuda::device_props(0).arch != "sm_90") GTEST_SKIP() << "flash_fwd_wgmma needs sm_90a (Hopper)";
   auto persistent = [](const Config& c) { return flag(c, "persistent") && flag(c, "warp_specialize"); };
@@ -160,7 +173,7 @@ void check_head_dim(int d) {
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.kind);
-    check_case(d, k);
+    check_case(d, k, only);
   }
 }
 
@@ -210,4 +223,14 @@ TEST(FlashFwdWgmmaVariants, D160) {
 TEST(FlashFwdWgmmaVariants, D32) {
   ATTNTUNE_REQUIRE_GPU();
   check_head_dim(32);
+}
+
+// fa4_loop's three loops on every variant and entry point: causal and two-sided windows (the masked
+// front, the unmasked middle, the window's masked left edge), soft-caps, sinks, KV caches and packed
+// batches.
+TEST(FlashFwdWgmmaVariants, Fa4Loop) {
+  ATTNTUNE_REQUIRE_GPU();
+  const auto fa4 = [](const Config& c) { return flag(c, "fa4_loop"); };
+  check_head_dim(128, fa4);
+  check_head_dim(64, fa4);
 }

@@ -929,6 +929,52 @@ TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardWhereItIsWritten) {
   }
 }
 
+// fa4_loop (FlashAttention-4's loop shape: unmasked tiles in a loop of their own, the row sum from
+// l * factor) reshapes the overlapped schedule only: offered with intra_wg_overlap, both ways.
+TEST(FlashFwdWgmmaSpace, Fa4LoopIsOfferedWithTheOverlapOnly) {
+  const SearchSpace space = load_space();
+  for (const char* spec : {"b=1,h=128,s=8192,d=192,dv=128,dtype=bf16,causal=1", "b=4,h=20,s=1000,d=64,dtype=bf16,causal=0",
+                           "b=4,h=8,s=2048,d=128,dtype=bf16,causal=1,window=127"}) {
+    std::set<bool> with_overlap, without;
+    space.for_each_valid(Problem::parse(spec), kArch, [&](const Config& c) {
+      (flag(c, "intra_wg_overlap") ? with_overlap : without).insert(flag(c, "fa4_loop"));
+    });
+    EXPECT_EQ(with_overlap, (std::set<bool>{false, true})) << spec;
+    EXPECT_EQ(without, (std::set<bool>{false})) << spec;
+  }
+}
+
+// fa4_loop's builds on every entry point and variant (its three loops: the masked front, the
+// unmasked middle, a window's masked left edge) build without spills or serialised wgmma.
+TEST(FlashFwdWgmmaBuild, Fa4LoopBuildsAreClean) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  std::vector<std::pair<Config, Problem>> jobs;
+  auto add = [&](const char* spec, auto pred) {
+    const Problem p = Problem::parse(spec);
+    const Config c = last_valid(space, p, [&](const Config& x) { return flag(x, "fa4_loop") && pred(x); });
+    ASSERT_FALSE(c.empty()) << spec;
+    jobs.emplace_back(c, p);
+  };
+  auto any = [](const Config&) { return true; };
+  auto fa4_tile = [](const Config& x) {
+    return num(x, "block_m") == 128 && num(x, "block_n") == 128 && !flag(x, "ping_pong") && flag(x, "persistent");
+  };
+  auto ring = [](const Config& x) { return num(x, "block_m") == 192 && flag(x, "ping_pong"); };
+  add("b=1,h=128,s=8192,d=192,dv=128,dtype=bf16,causal=1", fa4_tile);
+  add("b=1,h=128,s=8192,d=192,dv=128,dtype=bf16,causal=1", ring);
+  add("b=1,h=28,hkv=4,s=6000,d=128,dtype=bf16,causal=1", fa4_tile);
+  add("b=4,h=20,s=1000,d=64,dtype=bf16,causal=0", ring);
+  add("b=1,h=32,hkv=8,s=16384,d=128,dtype=bf16,causal=1,window=4095", any);
+  add("b=4,h=8,s=2048,d=128,dtype=bf16,causal=0,window=127,sinks=1", any);
+  add("b=8,h=32,hkv=8,s=32,sk=8192,d=128,dtype=bf16,causal=1,page=16,window=127,sinks=1", any);
+  add("b=4,h=32,hkv=8,s=1024,d=128,dtype=bf16,causal=1,varlen=1", [](const Config& x) { return flag(x, "pack_gqa"); });
+  add("b=2,h=16,hkv=8,s=2048,d=256,dtype=bf16,causal=1,softcap=50", any);
+  add("b=1,h=16,s=16384,d=128,dtype=fp8,causal=1", any);
+  expect_clean_builds(space, jobs);
+}
+
 TEST(FlashFwdWgmmaBuild, PackedBuildsAreClean) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
