@@ -387,6 +387,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
         const u64 b_off = wgmma_tile::qk_step_bytes(kk, T::kCols, T::kQColBlockBytes) >> 4;
         Wgmma<T::kSdpN>::ss(acc_s, k_desc + a_off, q_desc + b_off, kk > 0);
       }
+      if constexpr (T::kSdpSplit) wgmma_commit();  // S^T's own group
 #pragma unroll
       for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
         const u64 a_off = wgmma_tile::qk_step_bytes(kk, T::kCols, T::kKColBlockBytes) >> 4;
@@ -394,7 +395,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
         Wgmma<T::kSdpN>::ss(acc_dp, v_desc + a_off, do_desc + b_off, kk > 0);
       }
       wgmma_commit();
-      wgmma_wait<0>();
+      if constexpr (!T::kSdpSplit) wgmma_wait<0>();  // (kSdpSplit: waited for one at a time below)
       if constexpr (T::kDqDefer) {
         // Step i - 1's dQ (the group before S^T's and dP^T's), done with them. (Waiting for it alone,
         // wait_group 1, would leave S^T and dP^T running through its addition, but ptxas then
@@ -404,8 +405,10 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
           dq_finish(0, dq_head, dq_m0, acc_dq_next);
         }
       }
-      reg_fence(acc_s);
-      reg_fence(acc_dp);
+      if constexpr (!T::kSdpSplit) {
+        reg_fence(acc_s);
+        reg_fence(acc_dp);
+      }
     }
 
     // P^T (in acc_s) and dS^T (in acc_dp): accumulator element 4c + e is key key_w + 8 (e / 2),
@@ -420,6 +423,44 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     }
     const float* lse_t = lse_s + st * T::kBlockM + q_w;
     const float* dp_t = dp_s + st * T::kBlockM + q_w;
+    if constexpr (T::kSdpSplit) {
+      // P^T once S^T is done (dP^T still running), then dS^T. (LSE and D read into arrays ahead of
+      // the waits spilled 16 bytes at q_stages 2.)
+      wgmma_wait<1>();  // S^T
+      reg_fence(acc_s);
+#pragma unroll
+      for (int c = 0; c < T::kSdpN / 8; ++c) {
+        const float2 lse2 = *reinterpret_cast<const float2*>(lse_t + c * 8 + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float dcap;
+          float pv = bwd_prob<false>(acc_s[4 * c + e], (e & 1) ? lse2.y : lse2.x, f, dcap);
+          if (masked) {
+            const int key = n0 + key_w + (e >> 1) * 8;
+            const int row = m0 + q_w + c * 8 + 2 * t + (e & 1);
+            const int off = key - row;  // visible when lo <= off <= hi
+            bool visible = key < len_k;
+            if (T::kCausal) visible = visible && off <= diag;
+            if constexpr (T::kWindow) {
+              if (f.variant.window_left >= 0) visible = visible && off >= diag - f.variant.window_left;
+              if (!T::kCausal && f.variant.window_right >= 0) visible = visible && off <= diag + f.variant.window_right;
+            }
+            pv = visible ? pv : 0.f;
+          }
+          acc_s[4 * c + e] = pv;
+        }
+      }
+      // (ptxas places dP^T's wait after ~3 of the 32 ex2s, here and with each way of the mask in a
+      // branch of its own alike: CUDA 13.0, 2026-11-30.)
+      wgmma_wait<0>();  // dP^T
+      reg_fence(acc_dp);
+#pragma unroll
+      for (int c = 0; c < T::kSdpN / 8; ++c) {
+        const float2 dp2 = *reinterpret_cast<const float2*>(dp_t + c * 8 + 2 * t);  // (an array of them spilled)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_dp[4 * c + e] = acc_s[4 * c + e] * (acc_dp[4 * c + e] - ((e & 1) ? dp2.y : dp2.x));
+      }
+    } else
 #pragma unroll
     for (int c = 0; c < T::kSdpN / 8; ++c) {
       const float2 lse2 = *reinterpret_cast<const float2*>(lse_t + c * 8 + 2 * t);
@@ -517,6 +558,40 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       wgmma_wait<0>();
       reg_fence(acc_dv);
       reg_fence(acc_dk);
+      continue;
+    }
+
+    if constexpr (T::kFa4Order) {
+      // FA4's order: each product waited for alone, the barrier and dQ's addition under the others.
+      // Groups in flight: dV; then dV, dQ; dQ, dK; dK.
+      const u64 do_mn = desc(do_t, T::kQColBlockBytes, T::kAtomBytes), q_mn = desc(q_t, T::kQColBlockBytes, T::kAtomBytes);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < T::kBlockM / 16; ++kk)
+        Wgmma<T::kDkvN>::rs(acc_dv, ap[kk], do_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
+      wgmma_commit();
+      store_t(ds_t, ads);  // dS^T while dV runs
+      fence_async_smem();
+      if (T::kDqBulk && threadIdx.x % 128 == 0) bulk_wait_read();  // the dQ staging's last bulk read
+      named_bar_sync(T::kBarConsumers, T::kConsumerThreads);      // every warpgroup's dS^T complete
+      float acc_dq[T::kDqN / 2];
+      dq_issue(0, ds_t, acc_dq);
+      wgmma_wait<1>();  // dV
+      reg_fence(acc_dv);
+      reg_fence(ap);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < T::kBlockM / 16; ++kk)
+        Wgmma<T::kDkvN>::rs(acc_dk, ads[kk], q_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
+      wgmma_commit();
+      wgmma_wait<1>();  // dQ
+      reg_fence(acc_dq);
+      dq_finish(0, head, m0, acc_dq);  // staged and added while dK runs
+      wgmma_wait<0>();  // dK
+      reg_fence(acc_dk);
+      reg_fence(ads);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar_empty + st * 8);  // this warp is done with the stage
       continue;
     }
 

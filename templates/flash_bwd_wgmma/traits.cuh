@@ -53,6 +53,14 @@ struct Traits {
   // barrier at a step's top, no loads' issue on their path) and release a stage on its "empty"
   // mbarrier once their products have read it. setmaxnreg moves the producer's registers to them.
   static constexpr bool kProducer = PRODUCER != 0;
+  // FlashAttention-4's step order (a producer build, one dQ unit a warpgroup): dV issued alone as soon
+  // as P^T is packed, dS^T stored and the consumers' barrier passed under it, dQ issued, dK issued
+  // once dV is done, dQ's staging and reduction under dK; waits one group at a time instead of
+  // draining the pipe before the barrier and before dQ's addition (kernel.cu).
+  static constexpr bool kFa4Order = FA4_ORDER != 0;
+  // With kFa4Order: S^T and dP^T in two wgmma groups, P^T computed once S^T is done while dP^T runs,
+  // dS^T once dP^T is done (FA4 has 11 ex2 under dP^T).
+  static constexpr bool kSdpSplit = SDP_SPLIT != 0;
 
   // Derived.
   // Head dim 256 splits the head dims between two warpgroups of the same 64 keys (kColSplit 2): dK
@@ -140,6 +148,8 @@ struct Traits {
   static_assert(!kDqDefer || kDqUnits == 1, "a deferred dQ is one unit a warpgroup");
   static_assert(kLongestFirst >= 0, "longest_first is a group of (batch, KV head) pairs, or 0");
   static_assert(!kProducer || kColSplit == 1, "a producer warpgroup at head dims up to 128");
+  static_assert(!kFa4Order || (kProducer && kDqUnits == 1 && !kDqDefer), "fa4_order: a producer build, one dQ unit a warpgroup");
+  static_assert(!kSdpSplit || (kFa4Order && !kSoftcap && kColSplit == 1), "sdp_split: with fa4_order, no soft-cap");
   static_assert(!kProducer || 128 * (kProducerRegs + kWarpgroups * kConsumerRegs) <= 65536,
                 "setmaxnreg's targets exceed the SM's registers");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes formula disagrees with the kernel's layout");

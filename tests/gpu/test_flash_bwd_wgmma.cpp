@@ -147,6 +147,30 @@ TEST(FlashBwdWgmmaProperty, Producer) {
                         2, producer);
 }
 
+// fa4_order (FA4's step order on a producer build: a wait a product, the consumers' barrier under dV,
+// dQ's addition under dK): as the producer's spread, and the deterministic mode's bits.
+TEST(FlashBwdWgmmaProperty, Fa4Order) {
+  REQUIRE_SM90();
+  const auto fa4 = [](const Config& c) { return std::get<bool>(c.at("fa4_order")); };
+  // (Offered at head dims padded to 128: d=128 and d=96, its zero columns.)
+  for (int d : {128, 96})
+    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, "", attntune::testing::kBwdShapes,
+                          6600u + static_cast<unsigned>(d), 4, fa4);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {1}, ",window=64", attntune::testing::kBwdWindowShapes, 6700,
+                        3, fa4);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {1}, ",window=64,sinks=1",
+                        attntune::testing::kBwdWindowSinkShapes, 6750, 2, fa4);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenShapes, 6800,
+                        2, fa4);
+  // sdp_split (S^T and dP^T waited for one at a time, P^T under dP^T), on fa4_order's step.
+  const auto split = [](const Config& c) { return std::get<bool>(c.at("sdp_split")); };
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {0, 1}, "", attntune::testing::kBwdShapes, 6850, 2, split);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {1}, ",window=64,sinks=1",
+                        attntune::testing::kBwdWindowSinkShapes, 6860, 1, split);
+  cuda::Context ctx(0);
+  attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 6900, {fa4, split}, {128});
+}
+
 TEST(FlashBwdWgmmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
   REQUIRE_SM90();
   cuda::Context ctx(0);

@@ -4,6 +4,7 @@
 // spills. The GPU property test (tests/gpu/test_flash_bwd_wgmma.cpp) runs them against the reference.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <vector>
 
 #include "cuda/nvrtc.hpp"
@@ -127,6 +128,37 @@ TEST(FlashBwdWgmmaSpace, ProducerWarpgroup) {
     }
     if (d == 256) EXPECT_EQ(with, 0);
     else EXPECT_GE(with, 8) << d;
+  }
+}
+
+// fa4_order (FlashAttention-4's step order): producer builds of two consumer warpgroups and 64-row
+// steps only (head dims padded to 128, no soft-cap: elsewhere it spilled), both ways there.
+TEST(FlashBwdWgmmaSpace, Fa4OrderIsTwoWarpgroupProducerBuildsOf64RowSteps) {
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  for (const char* spec : {"b=1,h=16,s=16384,d=128,dtype=bf16,causal=0,pass=bwd",
+                           "b=2,h=8,s=2048,d=96,dtype=fp16,causal=1,window=100,sinks=1,pass=bwd",
+                           "b=1,h=16,s=8192,d=64,dtype=bf16,causal=1,pass=bwd",
+                           "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,softcap=30,pass=bwd"}) {
+    const Problem p = Problem::parse(spec);
+    std::set<bool> where_offered;
+    for (const Config& c : space.enumerate(p, "sm_90a")) {
+      const bool fa4 = std::get<bool>(c.at("fa4_order"));
+      if (std::get<bool>(c.at("producer")) && get(c, "block_n") == 128 && get(c, "block_m") == 64 && !p.softcapped())
+        where_offered.insert(fa4);
+      else
+        EXPECT_FALSE(fa4) << spec << ": " << config_str(c);
+    }
+    const bool offered = p.d > 64 && !p.softcapped();
+    const std::set<bool> want = offered ? std::set<bool>{false, true} : std::set<bool>{};
+    EXPECT_EQ(where_offered, want) << spec;
+    // sdp_split (S^T and dP^T one wait each) on fa4_order's step, at three stages (two spilled).
+    std::set<bool> split_offered;
+    for (const Config& c : space.enumerate(p, "sm_90a")) {
+      const bool split = std::get<bool>(c.at("sdp_split"));
+      if (std::get<bool>(c.at("fa4_order")) && get(c, "q_stages") == 3) split_offered.insert(split);
+      else EXPECT_FALSE(split) << spec << ": " << config_str(c);
+    }
+    EXPECT_EQ(split_offered, want) << spec;
   }
 }
 
