@@ -3,8 +3,10 @@
 // the valid configs is built: ATTNTUNE_BUILD_SAMPLE per head dim, default 4, which with the named
 // configs below covers every option on and off; 0 builds all. Dtype and causal alternate.
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -941,6 +943,74 @@ TEST(FlashFwdWgmmaSpace, Fa4LoopIsOfferedWithTheOverlapOnly) {
     });
     EXPECT_EQ(with_overlap, (std::set<bool>{false, true})) << spec;
     EXPECT_EQ(without, (std::set<bool>{false})) << spec;
+  }
+}
+
+// fa4_loop's second copy of the step needs registers past est_regs, and over KV-cache pages a
+// persistent grid needs the producer's 40 (the space's whys: ptxas spilled there, 2026-11-30). The
+// H200 property test's spilling config (36 bytes, fa4_loop or not) and the edge tiles that spilled
+// with fa4_loop only are refused with it and kept without it; the H200's measured picks with
+// registers to spare (and the FP8 forward's 128x128) keep it.
+TEST(FlashFwdWgmmaSpace, Fa4LoopLeavesTheRegisterEdgeAndThePagedProducer) {
+  const SearchSpace space = load_space();
+  const auto config = [](const std::string& spec) {
+    Config c;
+    for (std::size_t at = 0; at < spec.size();) {
+      const std::size_t end = std::min(spec.find(',', at), spec.size()), eq = spec.find('=', at);
+      const std::string k = spec.substr(at, eq - at), v = spec.substr(eq + 1, end - eq - 1);
+      if (v == "true" || v == "false") c[k] = v == "true";
+      else if (std::isdigit(static_cast<unsigned char>(v[0]))) c[k] = static_cast<std::int64_t>(std::stoll(v));
+      else c[k] = v;
+      at = end + 1;
+    }
+    return c;
+  };
+  const std::string plain = "exp2_emu=0,kv_multicast=false,lazy_rescale=0,softcap_tanh=accurate,split_tail=false,warp_specialize=true";
+  const auto why = [&](const std::string& spec, bool fa4, const char* problem) {
+    return space.check(config(fmt::format("{},{},fa4_loop={}", spec, plain, fa4)), Problem::parse(problem), kArch);
+  };
+  struct Case {
+    std::string spec;
+    const char* problem;
+    const char* refused;  // nullptr: fa4_loop kept
+  };
+  const Case cases[] = {
+      // FlashFwdWgmmaProperty.Fa4Loop's kvcache entry point on the H200: 36 bytes, fa4_loop or not.
+      {"block_m=64,block_n=64,head_group=1,intra_wg_overlap=true,narrow_n=0,pack_gqa=false,persistent=true,"
+       "ping_pong=false,producer_regs=24,stages=2",
+       "b=4,h=8,s=512,sk=4096,d=128,dtype=bf16,causal=1,page=64", "producer"},
+      // d=128 64x192 (100 bytes with fa4_loop, none without) and the MLA prefill pick (80 bytes).
+      {"block_m=64,block_n=192,head_group=1,intra_wg_overlap=true,narrow_n=0,pack_gqa=false,persistent=false,"
+       "ping_pong=false,producer_regs=24,stages=2",
+       "b=4,h=8,s=2048,d=128,dtype=bf16,causal=1", "fa4_loop's second copy"},
+      {"block_m=192,block_n=80,head_group=4,intra_wg_overlap=true,narrow_n=0,pack_gqa=false,persistent=true,"
+       "ping_pong=true,producer_regs=24,stages=2",
+       "b=1,h=128,s=8192,d=192,dv=128,dtype=bf16,causal=1", "fa4_loop's second copy"},
+      // Measured on the H200 with and without fa4_loop: MLA prefill's 128x128, the d=64 ring of three,
+      // gpt-oss-like sinks, the FP8 forward.
+      {"block_m=128,block_n=128,head_group=4,intra_wg_overlap=true,narrow_n=0,pack_gqa=false,persistent=true,"
+       "ping_pong=false,producer_regs=24,stages=2",
+       "b=1,h=128,s=8192,d=192,dv=128,dtype=bf16,causal=1", nullptr},
+      {"block_m=192,block_n=128,head_group=4,intra_wg_overlap=true,narrow_n=64,pack_gqa=false,persistent=true,"
+       "ping_pong=true,producer_regs=24,stages=2",
+       "b=4,h=16,s=4096,d=64,dtype=bf16,causal=1", nullptr},
+      {"block_m=192,block_n=112,head_group=4,intra_wg_overlap=true,narrow_n=64,pack_gqa=false,persistent=true,"
+       "ping_pong=true,producer_regs=24,stages=2",
+       "b=1,h=64,hkv=8,s=8192,d=64,dtype=bf16,causal=1,sinks=1", nullptr},
+      {"block_m=128,block_n=128,head_group=1,intra_wg_overlap=true,narrow_n=0,pack_gqa=false,persistent=true,"
+       "ping_pong=false,producer_regs=24,stages=2",
+       "b=1,h=16,s=16384,d=128,dtype=fp8,causal=0", nullptr},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(fmt::format("{} on {}", k.spec, k.problem));
+    EXPECT_EQ(why(k.spec, false, k.problem), std::nullopt);
+    const std::optional<std::string> fa4 = why(k.spec, true, k.problem);
+    if (!k.refused) {
+      EXPECT_EQ(fa4, std::nullopt);
+    } else {
+      ASSERT_TRUE(fa4.has_value());
+      EXPECT_NE(fa4->find(k.refused), std::string::npos) << *fa4;
+    }
   }
 }
 
