@@ -36,7 +36,7 @@ const BwdFamily kFamilies[] = {{"flash_bwd_mma", "sm_90"}, {"flash_bwd_wgmma", "
 }  // namespace
 
 // For each family and variant (sinks, a soft-cap): the space serves it with the plain problem's
-// configs (a variant changes nothing the space constrains), the render defines it, and a build with
+// configs (a variant changes nothing the space constrains but fa4_order, which a soft-cap leaves out), the render defines it, and a build with
 // it plans that variant's calls only, a plain build refusing them, both naming the variant.
 TEST(BackwardVariants, EachFamilyServesAVariantsCallsWithItsBuildOnly) {
   const auto device = FakeDevice{}.device();
@@ -58,7 +58,14 @@ TEST(BackwardVariants, EachFamilyServesAVariantsCallsWithItsBuildOnly) {
       const Problem variant = Problem::parse(v.spec);
       const auto configs = space.enumerate(variant, fam.arch);
       ASSERT_FALSE(configs.empty());
-      EXPECT_EQ(configs.size(), space.enumerate(plain, fam.arch).size());
+      // The plain problem's configs, but flash_bwd_wgmma's fa4_order with a soft-cap (the cap's
+      // derivative beside its reordered step spilled 32-72 bytes: the space's why).
+      std::size_t plain_configs = 0;
+      space.for_each_valid(plain, fam.arch, [&](const Config& c) {
+        const auto fa4 = c.find("fa4_order");
+        plain_configs += !(variant.softcap > 0 && fa4 != c.end() && std::get<bool>(fa4->second));
+      });
+      EXPECT_EQ(configs.size(), plain_configs);
       const RenderedKernel with = render_kernel(space, configs.front(), variant, fam.arch);
       const RenderedKernel without = render_kernel(space, configs.front(), plain, fam.arch);
       EXPECT_NE(with.source.find(v.define), std::string::npos);
