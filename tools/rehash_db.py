@@ -18,9 +18,12 @@ OLD_BIN is an attntune binary built from the tree the results were measured with
 embedded, so a binary is a version of the templates), NEW_BIN one of this tree. For each campaign,
 the candidates of its final ranking and its N fastest search results (default 0), of the families
 asked (default: every family with a candidate to look at):
-  1. NEW_BIN renders and NVRTC-compiles the config for the campaign's problem through this tree's
-     space (search_spaces/FAMILY.yaml, or --space) with a constraint pinning every parameter to
-     the config's value (one the config lacks at its `default:`): the stored hash: nothing to move;
+  1. NEW_BIN renders and NVRTC-compiles the config for the campaign's problem through the space the
+     campaign stored (campaign_spaces.space_text), as `export` renders it, with a constraint pinning
+     every parameter to the config's value: the stored hash: nothing to move. (--space FAMILY=YAML
+     renders this side through another space instead, a parameter the config lacks at its
+     `default:`; the hash moved to is then that space's, which `export` checks only against a
+     campaign that stored it: for tests and for spaces rewritten in a database);
   2. OLD_BIN does the same through the space the campaign stored (campaign_spaces.space_text):
      the source hash must be the stored one, else the binary is not the measured tree and nothing
      is moved;
@@ -134,7 +137,7 @@ def main():
     ap.add_argument("--family", action="append", default=[], help="only these families (repeatable)")
     ap.add_argument("--campaign", action="append", default=[], help="only these campaigns (repeatable)")
     ap.add_argument("--space", action="append", default=[], metavar="FAMILY=YAML",
-                    help="this tree's space of a family (default search_spaces/FAMILY.yaml)")
+                    help="render the new side through this space instead of the campaign's stored one (tests; spaces rewritten in a database)")
     ap.add_argument("--top", type=int, default=0, help="also each campaign's N fastest search results")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--dry-run", action="store_true")
@@ -196,20 +199,27 @@ def main():
             config = json.loads(r["config"])
             spec = problem_spec(json.loads(problem))
             old_space = fixed_space(r["space_text"], config)
-            new_path = spaces.get(fam, os.path.join(root, "search_spaces", f"{fam}.yaml"))
-            if old_space is None or not os.path.exists(new_path):
-                return "input", "the stored space does not hold the config, or this tree has no space for it"
-            with open(new_path) as f:
-                new_space = fixed_space(f.read(), config)
-            if new_space is None:
-                return "input", "this tree's space does not hold the config (a parameter gone, or new without a default)"
+            if old_space is None:
+                return "input", "the stored space does not hold the config"
+            # `export` renders a result through the space its campaign stored, so the hash it checks
+            # is NEW_BIN's rendering through that space (a tunable the campaign's space lacks is the
+            # template's default). Through this tree's space, a new tunable's #define would give a
+            # hash no export renders: run 278's first rehash moved 370 results and left 186
+            # campaigns stale that way.
+            new_space = old_space
+            if fam in spaces:
+                with open(spaces[fam]) as f:
+                    new_space = fixed_space(f.read(), config)
+                if new_space is None:
+                    return "input", "the --space file does not hold the config (a parameter gone, or new without a default)"
             arch = arch_of(r["space_text"])
             # A build cache of its own a job (SQLite takes one writer at a time).
             job = tempfile.mkdtemp(dir=tmp)
             before_db, after_db = os.path.join(job, "before.db"), os.path.join(job, "after.db")
             s1, h1, c1, m1 = compile_one(args.after, new_space, spec, arch, after_db, tmp)
             if h1 == stored:
-                return "fresh", ""
+                # The stored source, but does it still build (export would hand it over)?
+                return ("fresh", "") if s1 == "ok" else ("build", f"the stored source no longer builds: {m1 or s1}")
             s0, h0, c0, m0 = compile_one(args.before, old_space, spec, arch, before_db, tmp)
             if h0 != stored:
                 return "not-the-tree", f"--before renders {h0 and h0[:12]} ({m0 or s0}), the result {stored[:12]}"

@@ -57,10 +57,18 @@ struct Traits {
   // as P^T is packed, dS^T stored and the consumers' barrier passed under it, dQ issued, dK issued
   // once dV is done, dQ's staging and reduction under dK; waits one group at a time instead of
   // draining the pipe before the barrier and before dQ's addition (kernel.cu).
+#if defined(FA4_ORDER)  // a tunable with a default: a config recorded before it existed is a build without it
   static constexpr bool kFa4Order = FA4_ORDER != 0;
+#else
+  static constexpr bool kFa4Order = false;
+#endif
   // With kFa4Order: S^T and dP^T in two wgmma groups, P^T computed once S^T is done while dP^T runs,
   // dS^T once dP^T is done (FA4 has 11 ex2 under dP^T).
+#if defined(SDP_SPLIT)  // a tunable with a default: a config recorded before it existed is a build without it
   static constexpr bool kSdpSplit = SDP_SPLIT != 0;
+#else
+  static constexpr bool kSdpSplit = false;
+#endif
 
   // Derived.
   // Head dim 256 splits the head dims between two warpgroups of the same 64 keys (kColSplit 2): dK

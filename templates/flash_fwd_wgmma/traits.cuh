@@ -113,7 +113,13 @@ struct Traits {
   // FlashAttention-4's loop shape (the overlapped schedule): the tiles that need no mask run in a
   // loop of their own, with no mask test, and a row's sum starts from l * factor, so that ex2 of
   // the factor comes first and O's rescale interleaves with the scores' ex2 (mainloop.cuh).
-  static constexpr bool kFa4Loop = FA4_LOOP;
+  // A tunable with a default: a config recorded before it existed (its campaign's stored space has
+  // no FA4_LOOP) is a build without it, as `export` renders it from that space.
+#if defined(FA4_LOOP)
+  static constexpr bool kFa4Loop = FA4_LOOP != 0;
+#else
+  static constexpr bool kFa4Loop = false;
+#endif
   // Persistent non-causal grids with a producer: the last partial round of work tiles is shared
   // out by K/V iterations, an equal share per CTA (stream-K), when the launcher passes a
   // workspace (TmaMaps::split_tail > 0); pieces are combined by the last warp to arrive.

@@ -115,6 +115,35 @@ TEST(RehashDb, AResultTheOldBinaryDoesNotRenderStays) {
   EXPECT_EQ(f.hashes(), before);
 }
 
+// A shipped flash_fwd_wgmma result whose campaign's stored space predates a tunable (fa4_loop):
+// `export` renders it through that space, so the template must build without the tunable's #define,
+// and the shipped hash must be that rendering. Found 2026-11-30: FA4_LOOP had no default in the
+// template (the old space's source did not compile) and the first rehash moved the results to the
+// tree space's hash, which no export renders (186 campaigns stale). This fails again when a template
+// edit leaves the shipped file stale (tools/rehash_db.py, then tools/build_shipped_db.sh --check).
+TEST(RehashDb, AShippedResultFromBeforeATunableBuildsAsExportRendersIt) {
+  if (!have_nvrtc()) GTEST_SKIP() << "no NVRTC";
+  Fixture f;
+  const fs::path shipped = f.dir / "shipped.db";
+  fs::copy_file(testing::source_dir() + "/db/shipped/attntune-shipped.db", shipped, fs::copy_options::overwrite_existing);
+  const char* campaign = "flash_fwd_mma+flash_fwd_wgmma:b=1,h=16,hkv=16,s=32768,sk=32768,d=64,dtype=bf16,causal=1";
+  const Shell space = sh(fmt::format(
+      "python3 -c \"import sqlite3; c = sqlite3.connect('{}'); print(c.execute('SELECT s.space_text FROM "
+      "campaign_spaces s JOIN campaigns c ON c.id = s.campaign_id WHERE c.name = ? AND s.family = ?', "
+      "('{}', 'flash_fwd_wgmma')).fetchone()[0])\"",
+      shipped.string(), campaign));
+  ASSERT_EQ(space.status, 0) << space.output;
+  ASSERT_EQ(space.output.find("fa4_loop"), std::string::npos) << "the campaign's space should predate fa4_loop";
+  const Shell r = sh(fmt::format(
+      "python3 {}/tools/rehash_db.py --db {} --before {} --after {} --family flash_fwd_wgmma --campaign '{}' --jobs 2 "
+      "--dry-run",
+      testing::source_dir(), shipped.string(), testing::attntune_bin(), testing::attntune_bin(), campaign));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("results looked at: 0 moved to the new source"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("build"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("not-the-tree"), std::string::npos) << r.output;
+}
+
 TEST(RehashDb, BadInputIsRefused) {
   Fixture f;
   Shell r = sh(fmt::format("python3 {}/tools/rehash_db.py --db {} --before {} --after {} --campaign nope",
