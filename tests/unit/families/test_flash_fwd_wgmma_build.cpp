@@ -78,6 +78,21 @@ Config last_valid(const SearchSpace& space, const Problem& p, Pred pred) {
   return found;
 }
 
+// The (config, problem) pairs a build test compiles: for each problem spec, the last valid config a
+// predicate picks (and, given `flag`, that has that tunable on).
+struct EdgeJobs {
+  const SearchSpace& space;
+  const char* flag_name = nullptr;
+  std::vector<std::pair<Config, Problem>> jobs;
+  template <class Pred>
+  void add(const char* spec, Pred pred) {
+    const Problem p = Problem::parse(spec);
+    const Config c = last_valid(space, p, [&](const Config& x) { return (!flag_name || flag(x, flag_name)) && pred(x); });
+    ASSERT_FALSE(c.empty()) << spec;
+    jobs.emplace_back(c, p);
+  }
+};
+
 // Builds every (config, problem) for kArch: each one ok, without spills or serialised wgmmas; prints
 // its registers.
 void expect_clean_builds(const SearchSpace& space, const std::vector<std::pair<Config, Problem>>& jobs) {
@@ -840,13 +855,8 @@ TEST(FlashFwdWgmmaBuild, Fp8CacheBuildsAreClean) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
-  std::vector<std::pair<Config, Problem>> jobs;
-  auto add = [&](const char* spec, auto pred) {
-    const Problem p = Problem::parse(spec);
-    const Config c = last_valid(space, p, pred);
-    ASSERT_FALSE(c.empty()) << spec;
-    jobs.emplace_back(c, p);
-  };
+  EdgeJobs edge{space};
+  auto add = [&](const char* spec, auto pred) { edge.add(spec, pred); };
   auto any = [](const Config&) { return true; };
   auto persistent = [](const Config& x) { return flag(x, "persistent"); };
   auto packed = [](const Config& x) { return flag(x, "pack_gqa") && flag(x, "persistent"); };
@@ -858,7 +868,7 @@ TEST(FlashFwdWgmmaBuild, Fp8CacheBuildsAreClean) {
   add("b=4,h=64,hkv=8,s=1024,sk=8192,d=64,dtype=bf16,causal=1,page=16,window=127,sinks=1,kv_dtype=fp8", persistent);
   add("b=4,h=32,hkv=8,s=1024,sk=8192,d=96,dtype=fp16,causal=1,page=16,kv_dtype=fp8", any);
   add("b=2,h=16,hkv=8,s=1024,sk=8192,d=256,dtype=bf16,causal=1,page=64,kv_dtype=fp8", any);
-  expect_clean_builds(space, jobs);
+  expect_clean_builds(space, edge.jobs);
 }
 
 // The FP8 forward (dtype=fp8, issue 42): both GEMMs FP8 wgmma (k32), P to e4m3 fragments by quad
@@ -870,13 +880,8 @@ TEST(FlashFwdWgmmaBuild, Fp8ForwardBuildsAreClean) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
-  std::vector<std::pair<Config, Problem>> jobs;
-  auto add = [&](const char* spec, auto pred) {
-    const Problem p = Problem::parse(spec);
-    const Config c = last_valid(space, p, pred);
-    ASSERT_FALSE(c.empty()) << spec;
-    jobs.emplace_back(c, p);
-  };
+  EdgeJobs edge{space};
+  auto add = [&](const char* spec, auto pred) { edge.add(spec, pred); };
   auto any = [](const Config&) { return true; };
   auto big = [](const Config& x) { return num(x, "block_m") == 128 && num(x, "block_n") == 128; };
   auto split = [](const Config& x) { return flag(x, "split_tail"); };
@@ -891,7 +896,7 @@ TEST(FlashFwdWgmmaBuild, Fp8ForwardBuildsAreClean) {
   add("b=2,h=32,hkv=8,s=8192,d=64,dtype=fp8,causal=1,window=127,sinks=1", three);
   add("b=2,h=32,s=4096,d=96,dtype=fp8,causal=0", one);
   add("b=2,h=32,s=4096,d=64,dtype=fp8,causal=0", any);
-  expect_clean_builds(space, jobs);
+  expect_clean_builds(space, edge.jobs);
 }
 
 // The FP8 forward is offered where its kernel is written: dense problems of head dims multiples of
@@ -1025,13 +1030,8 @@ TEST(FlashFwdWgmmaBuild, Fa4LoopBuildsAreClean) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
-  std::vector<std::pair<Config, Problem>> jobs;
-  auto add = [&](const char* spec, auto pred) {
-    const Problem p = Problem::parse(spec);
-    const Config c = last_valid(space, p, [&](const Config& x) { return flag(x, "fa4_loop") && pred(x); });
-    ASSERT_FALSE(c.empty()) << spec;
-    jobs.emplace_back(c, p);
-  };
+  EdgeJobs edge{space, "fa4_loop"};
+  auto add = [&](const char* spec, auto pred) { edge.add(spec, pred); };
   auto any = [](const Config&) { return true; };
   auto fa4_tile = [](const Config& x) {
     return num(x, "block_m") == 128 && num(x, "block_n") == 128 && !flag(x, "ping_pong") && flag(x, "persistent");
@@ -1048,20 +1048,15 @@ TEST(FlashFwdWgmmaBuild, Fa4LoopBuildsAreClean) {
   // d=256: block_n 64 (32 registers to spare; with a soft-cap none: the space's why).
   add("b=2,h=16,hkv=8,s=2048,d=256,dtype=bf16,causal=1,sinks=1", any);
   add("b=1,h=16,s=16384,d=128,dtype=fp8,causal=1", any);
-  expect_clean_builds(space, jobs);
+  expect_clean_builds(space, edge.jobs);
 }
 
 TEST(FlashFwdWgmmaBuild, PackedBuildsAreClean) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
-  std::vector<std::pair<Config, Problem>> jobs;
-  auto add = [&](const char* spec, auto pred) {
-    const Problem p = Problem::parse(spec);
-    const Config c = last_valid(space, p, [&](const Config& x) { return flag(x, "pack_gqa") && pred(x); });
-    ASSERT_FALSE(c.empty()) << spec;
-    jobs.emplace_back(c, p);
-  };
+  EdgeJobs edge{space, "pack_gqa"};
+  auto add = [&](const char* spec, auto pred) { edge.add(spec, pred); };
   auto any = [](const Config&) { return true; };
   auto ring = [](const Config& x) {
     return num(x, "block_m") == 192 && flag(x, "persistent") && flag(x, "ping_pong") && flag(x, "intra_wg_overlap") &&
@@ -1076,5 +1071,5 @@ TEST(FlashFwdWgmmaBuild, PackedBuildsAreClean) {
   add("b=4,h=40,hkv=8,s=1000,d=96,dtype=fp16,causal=0", any);
   add("b=4,h=28,hkv=4,s=100,sk=4096,d=80,dtype=bf16,causal=1,softcap=30", any);
   add("b=2,h=16,hkv=8,s=2048,d=256,dtype=bf16,causal=1,softcap=50,sinks=1", any);
-  expect_clean_builds(space, jobs);
+  expect_clean_builds(space, edge.jobs);
 }
