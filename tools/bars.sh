@@ -213,6 +213,15 @@ if [[ ${ATTNTUNE_BARS_LIST:-} == 1 ]]; then  # the set's problems, one a line (t
   exit 0
 fi
 
+# The variants set's prefill compare needs the kit's compare.py with tools/fa4_variants.patch applied:
+# unpatched, it skips ours on every variant problem and prints a table of dashes after the tuning has
+# spent the GPU time (run 279's first call). Refused before anything runs.
+if [[ $set == variants && $only != decode ]] && ! grep -q "def make_flex" "$kit/compare.py" 2>/dev/null; then
+  echo "bars.sh: error: $kit/compare.py (FA4_KIT) has no variants support: apply tools/fa4_variants.patch to the kit's" \
+    "copy first (patch -d $kit -p1 < tools/fa4_variants.patch), or point FA4_KIT at a patched copy" >&2
+  exit 2
+fi
+
 # The unseen set: each campaign in a database of its own, DB-NAME-sN.db (seed N), which holds what a
 # new user's database would: nothing but the shipped file to warm-start from. (Runs 251-253 kept a
 # seed's campaigns in one database, DB-sN.db, seed 1's in DB itself; then every shape but the first of

@@ -292,5 +292,30 @@ TEST(BarsFp8Forward, TheIssuesRowsInDtypeFp8) {
   EXPECT_EQ(rows, (std::set<std::pair<std::int64_t, bool>>{{128, false}, {128, true}, {256, false}, {256, true}}));
 }
 
+// The `variants` set's prefill compare needs the kit's compare.py patched with tools/fa4_variants.patch
+// (ours on variant problems, the flex contender). An unpatched kit is refused before any tuning: run
+// 279's first call tuned six campaigns, then compared nothing of ours.
+TEST(BarsVariants, AnUnpatchedKitIsRefusedBeforeAnythingRuns) {
+  TempDir dir;
+  ASSERT_EQ(std::system(("mkdir -p " + dir.file("kit")).c_str()), 0);
+  std::ofstream(dir.file("kit/compare.py")) << "# the kit's compare.py, unpatched\n";
+  {
+    std::ofstream f(dir.file("attntune"));
+    f << "#!/bin/sh\necho ran >> " << dir.file("calls") << "\nexit 1\n";
+  }
+  ASSERT_EQ(std::system(("chmod +x " + dir.file("attntune")).c_str()), 0);
+  const std::string run = "ATTNTUNE_BIN=" + dir.file("attntune") + " FA4_KIT=" + dir.file("kit") + " " +
+                          testing::source_dir() + "/tools/bars.sh " + dir.file("v.db") + " " + dir.file("out") +
+                          " --set variants";
+  const Shell r = sh(run + " --only prefill");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("fa4_variants.patch"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::ifstream(dir.file("calls")).good()) << "attntune ran before the refusal";
+  // Patched (the function the patch adds), the check lets it through to the tuning.
+  std::ofstream(dir.file("kit/compare.py")) << "def make_flex(p, q, k, v, scale, sinks):\n    pass\n";
+  const Shell ok = sh(run + " --only prefill");
+  EXPECT_TRUE(std::ifstream(dir.file("calls")).good()) << ok.output;
+}
+
 }  // namespace
 }  // namespace attntune::test
