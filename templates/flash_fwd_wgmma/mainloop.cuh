@@ -345,6 +345,69 @@ __device__ __forceinline__ void gemm_pv_w(bool narrow, float (&o)[T::kHeadDimV /
   else gemm_pv(o, pa, v_desc);
 }
 
+// An FP8 forward's P.V in column chunks (Traits::kPvChunks > 1): chunk c, value dims c * kPvCols on,
+// of one tile's P.V into its accumulator in ot (chunk_acc: buffer c % kPvBuffers, kPvCols / 2
+// registers each; scale_d 0 on the first k-step), from V^T's rows c * kPvCols on (whole swizzle atoms
+// into each column block, so the descriptor moves by their bytes alone; traits.cuh). ot's registers
+// past the buffers are never touched.
+__device__ __forceinline__ float (&chunk_acc(float (&ot)[T::kHeadDimV / 2], int c))[T::kPvCols / 2] {
+  return *reinterpret_cast<float(*)[T::kPvCols / 2]>(&ot[c % T::kPvBuffers * (T::kPvCols / 2)]);
+}
+template <int W = T::kBlockN>
+__device__ __forceinline__ void gemm_pv_chunk(float (&ot)[T::kHeadDimV / 2], const u32 (&pa)[T::kPSteps][4], u64 v_desc,
+                                              int c) {
+  if constexpr (T::kPvChunks > 1) {
+    constexpr int kN = W > 0 ? T::kPvCols : 0;  // dependent: instantiated only in a chunked build
+    const u64 rows = static_cast<u64>(c * T::kPvCols * T::kRowBytesV) >> 4;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < W / T::kPKeys; ++kk)
+      WgmmaE4m3<kN>::rs(chunk_acc(ot, c), pa[kk],
+                        v_desc + rows + (wgmma_tile::qk_step_bytes(kk, T::kColsV, T::kVColBlockBytes) >> 4), kk > 0);
+    wgmma_commit();
+  }
+}
+// Chunk c's P.V, waited for, added to O's value dims c * kPvCols.. in fp32 (two-level accumulation).
+__device__ __forceinline__ void add_pv_chunk(float (&o)[T::kHeadDimV / 2], float (&ot)[T::kHeadDimV / 2], int c) {
+  float(&acc)[T::kPvCols / 2] = chunk_acc(ot, c);
+  reg_fence(acc);
+#pragma unroll
+  for (int i = 0; i < T::kPvCols / 2; ++i) o[c * (T::kPvCols / 2) + i] += acc[i];
+}
+// One tile's P.V chunks from kFrom on into O: kFrom 0 issues chunk 0 first; kFrom > 0 finds chunk
+// kFrom - 1 issued and in flight (the overlapped schedule issues chunk 0 beside Q.K^T). Each chunk is
+// added to O once its wgmma is done and before a later chunk reuses its buffer: with one buffer the
+// next chunk is issued after the add; with two (pv_buffers) before it, so the tensor cores have the
+// next chunk while the last one is added. Narrow (kNarrowW keys) or full, as gemm_pv_w.
+template <int kFrom, int W = T::kBlockN>
+__device__ __forceinline__ void pv_chunks(float (&o)[T::kHeadDimV / 2], float (&ot)[T::kHeadDimV / 2],
+                                          const u32 (&pa)[T::kPSteps][4], u64 v_desc) {
+  if constexpr (kFrom == 0) gemm_pv_chunk<W>(ot, pa, v_desc, 0);
+#pragma unroll
+  for (int c = kFrom > 0 ? kFrom - 1 : 0; c < T::kPvChunks; ++c) {  // chunk c in flight
+    if (T::kPvBuffers == 2 && c + 1 < T::kPvChunks) {
+      gemm_pv_chunk<W>(ot, pa, v_desc, c + 1);
+      wgmma_wait<1>();
+      add_pv_chunk(o, ot, c);
+    } else {
+      wgmma_wait<0>();
+      add_pv_chunk(o, ot, c);
+      if (c + 1 < T::kPvChunks) gemm_pv_chunk<W>(ot, pa, v_desc, c + 1);
+    }
+  }
+}
+template <int kFrom>
+__device__ __forceinline__ void pv_chunks_w(bool narrow, float (&o)[T::kHeadDimV / 2], float (&ot)[T::kHeadDimV / 2],
+                                            const u32 (&pa)[T::kPSteps][4], u64 v_desc) {
+  if (narrow) pv_chunks<kFrom, T::kNarrowW>(o, ot, pa, v_desc);
+  else pv_chunks<kFrom>(o, ot, pa, v_desc);
+}
+__device__ __forceinline__ void gemm_pv_chunk_w(bool narrow, float (&ot)[T::kHeadDimV / 2],
+                                                const u32 (&pa)[T::kPSteps][4], u64 v_desc, int c) {
+  if (narrow) gemm_pv_chunk<T::kNarrowW>(ot, pa, v_desc, c);
+  else gemm_pv_chunk(ot, pa, v_desc, c);
+}
+
 // Scores of keys a row may not see become -inf: keys past seqlen_k, and for causal keys past
 // the row's diagonal (bottom-right aligned: row r sees keys < r + diag + 1). ra and rb: the query
 // rows of the thread's two rows (row0 and row0 + 8; a GQA-packed build's, their packed rows' own).
@@ -617,7 +680,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     if (kv.v_descale) v_scale = __ldg(kv.v_descale + batch * kv.v_descale_stride[0] + kv_head * kv.v_descale_stride[1]);
   }
   float o[T::kHeadDimV / 2];  // (64 rows, head_dim_v) accumulator, this thread's part
-  float ot[T::kHeadDimV / 2];  // an FP8 forward's P.V of one tile, added to o in fp32 (add_pv; unused otherwise)
+  // An FP8 forward's P.V of one tile, added to o in fp32 (add_pv; unused otherwise); with pv_chunks, of
+  // one column chunk of it, in the first kPvCols / 2 registers (the rest never touched).
+  float ot[T::kHeadDimV / 2];
 #pragma unroll
   for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] = 0.f;
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f}, factor[2];
@@ -775,10 +840,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         s_tile(tile, nar);
         rescale_o(o, factor);
         wait_v(sl, it);
-        gemm_pv_w(nar, T::kQkvFp8 ? ot : o, pa, v_desc(sl.stage));
-        wgmma_wait<0>();
-        reg_fence(o);
-        add_pv(o, ot);
+        if constexpr (T::kPvChunks > 1) {
+          pv_chunks_w<0>(nar, o, ot, pa, v_desc(sl.stage));
+        } else {
+          gemm_pv_w(nar, T::kQkvFp8 ? ot : o, pa, v_desc(sl.stage));
+          wgmma_wait<0>();
+          reg_fence(o);
+          add_pv(o, ot);
+        }
         release_kv(sm.v_empty(sl.stage));
         if (!T::kWarpSpecialize && threadIdx.x == 0 && it + T::kStages < n)
           produce(sm, maps, p, it_base, it + T::kStages, kv_end_tile, T::kPackGqa ? head : head / p.q_per_kv,
@@ -815,7 +884,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pp_sync();
         gemm_qk(s, q_desc, k_desc(sl.stage));          // S_j
         wait_v(prev, it - 1);
-        gemm_pv_w(pv_nar, T::kQkvFp8 ? ot : o, pa, v_desc(prev.stage));  // O += P_{j-1} V_{j-1}, in flight ...
+        // O += P_{j-1} V_{j-1}, in flight ... (in column chunks: the first)
+        if constexpr (T::kPvChunks > 1) gemm_pv_chunk_w(pv_nar, ot, pa, v_desc(prev.stage), 0);
+        else gemm_pv_w(pv_nar, T::kQkvFp8 ? ot : o, pa, v_desc(prev.stage));
         pp_arrive();
         wgmma_wait<1>();
         reg_fence(s);
@@ -823,9 +894,13 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         release_kv(sm.k_empty(sl.stage));
         finish_scores(s, may_mask && needs_mask(tile), tile, ra, rb, t, sk, diag, p.variant);
         softmax_tile(s, m, l, factor, kScaled ? fp8_scale_log2 : p.scale_log2);  // ... while this runs
-        wgmma_wait<0>();
-        reg_fence(o);
-        add_pv(o, ot);
+        if constexpr (T::kPvChunks > 1) {
+          pv_chunks_w<1>(pv_nar, o, ot, pa, v_desc(prev.stage));  // chunk 0 waited for, the others after it
+        } else {
+          wgmma_wait<0>();
+          reg_fence(o);
+          add_pv(o, ot);
+        }
         release_kv(sm.v_empty(prev.stage));
         rescale_o(o, factor);
         pack_p_any(pa, s);
@@ -834,11 +909,17 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         const Slot last(it_base + cend - 1);
         wait_v(last, cend - 1);
         pp_sync();
-        gemm_pv_w(nar, T::kQkvFp8 ? ot : o, pa, v_desc(last.stage));
-        pp_arrive();
-        wgmma_wait<0>();
-        reg_fence(o);
-        add_pv(o, ot);
+        if constexpr (T::kPvChunks > 1) {
+          gemm_pv_chunk_w(nar, ot, pa, v_desc(last.stage), 0);
+          pp_arrive();
+          pv_chunks_w<1>(nar, o, ot, pa, v_desc(last.stage));
+        } else {
+          gemm_pv_w(nar, T::kQkvFp8 ? ot : o, pa, v_desc(last.stage));
+          pp_arrive();
+          wgmma_wait<0>();
+          reg_fence(o);
+          add_pv(o, ot);
+        }
         release_kv(sm.v_empty(last.stage));
       };
       if (narrow) prologue(true);

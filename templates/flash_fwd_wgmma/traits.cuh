@@ -155,6 +155,24 @@ struct Traits {
 #endif
   static_assert(!kPackGqa || !(SPLIT_TAIL || KV_MULTICAST),
                 "pack_gqa: the split tail and the cluster pairs index the tiles of unpacked heads");
+  // An FP8 forward's P.V in column chunks (pv_chunks): each tile's P.V is computed kPvCols value dims
+  // at a time into ot, a chunk's accumulator, and each chunk is added to O in fp32 before the next
+  // chunk's wgmma reuses ot (two-level accumulation kept, at kPvCols / 2 registers instead of dv / 2:
+  // at dv=256, O and a whole tile's ot alone would take 256). 1: the whole tile at once, as before.
+  // A tunable with a default: a config recorded before it existed is a build with 1.
+#if defined(PV_CHUNKS)
+  static constexpr int kPvChunks = PV_CHUNKS;
+#else
+  static constexpr int kPvChunks = 1;
+#endif
+  static constexpr int kPvCols = kHeadDimV / kPvChunks;  // value dims a chunk (P.V's wgmma N)
+  // The chunks' accumulators (pv_buffers): 1, each chunk issued once the one before is added to O; 2,
+  // the next chunk issued before the last one's add, so the tensor cores are not left waiting for it.
+#if defined(PV_BUFFERS)
+  static constexpr int kPvBuffers = PV_BUFFERS;
+#else
+  static constexpr int kPvBuffers = 1;
+#endif
   static constexpr int kProducerRegs = PRODUCER_REGS;  // setmaxnreg.dec target (producer)
   static constexpr int kConsumerRegs = CONSUMER_REGS;  // setmaxnreg.inc target (consumers)
 
@@ -295,6 +313,11 @@ struct Traits {
                              kHeadDim % 32 == 0 && kBlockN % 32 == 0 && kBf16),
                 "an FP8 forward: dense tensors (no KV cache, varlen, GQA packing), no soft-cap or lazy rescale, head "
                 "dims and block_n multiples of 32 (k32 steps), bf16 output");
+  static_assert(kPvChunks == 1 || (kQkvFp8 && kPvChunks >= 2 && kPvChunks <= 4 && kHeadDimV % (32 * kPvChunks) == 0),
+                "pv_chunks: an FP8 forward's P.V in 2 to 4 column chunks of a multiple of 32 value dims (FP8 wgmma's "
+                "N; V^T's rows from chunk * kPvCols on start at whole swizzle atoms)");
+  static_assert(kPvBuffers == 1 || (kPvBuffers == 2 && kPvChunks > 2),
+                "pv_buffers: 1, or 2 with more than two chunks (two halves' accumulators are a whole tile's)");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with the kernel's");
 };
