@@ -8,10 +8,13 @@
 // dequantised inputs with FlashAttention-2's criterion, its baseline rounding P to e4m3 as a good FP8
 // kernel does: odd lengths, more queries than keys (causal rows that see nothing), GQA groups 1-8,
 // both layouts (V^T from either), one query row, windows and sinks (builds with them), per-tensor
-// scales (strides 0), head dims 64, 96 and 128, and long key ranges (sk 65537 and 131101, V also
+// scales (strides 0), head dims 64, 96, 128 and 256, and long key ranges (sk 65537 and 131101, V also
 // around a nonzero mean: the LSE and O over 64k-128k keys, where FP8 wgmma's own accumulation alone
-// would drift). ATTNTUNE_PROPERTY_SAMPLE configs a
-// kind (causal or not; default 6 at d=128, 2 at the others).
+// would drift). At d=256 each tile's P.V runs in column chunks (pv_chunks: halves or quarters of the
+// value dims, one chunk's accumulator or two, pv_buffers), each chunk added to O in fp32 before the
+// next reuses its accumulator: every chunking and schedule the space offers there is checked, with the
+// long keys too. ATTNTUNE_PROPERTY_SAMPLE configs a kind (causal or not; default 6 at d=128 and 256,
+// 2 at the others).
 #include <string>
 #include <vector>
 
@@ -73,6 +76,7 @@ void check_fp8_forward(int d, std::size_t sample, bool per_tensor, const std::fu
 }
 
 bool flag(const Config& c, const char* name) { return std::get<bool>(c.at(name)); }
+std::int64_t num(const Config& c, const char* name) { return std::get<std::int64_t>(c.at(name)); }
 
 }  // namespace
 
@@ -118,4 +122,58 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, LongKeysNonzeroMeanV) {
       {"b=1,h=1,hkv=1,s=64,sk=131101", Layout::kBSHD},
   };
   check_fp8_forward(128, attntune::testing::property_sample(2), false, {}, "", shapes, 2.f);
+}
+
+// ---- d=256: P.V in column chunks (pv_chunks, pv_buffers) ----
+TEST(FlashFwdWgmmaFp8ForwardProperty, SpreadD256) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8_forward(256, attntune::testing::property_sample(6), false, {}, "", fp8_forward_shapes());
+}
+
+// Each chunking the space offers at d=256, in each schedule that takes it: halves and quarters with
+// one accumulator, quarters with two (the next chunk issued before the last is added), with and
+// without the overlap (whose first chunk runs beside the next tile's Q.K^T) and ping-pong.
+TEST(FlashFwdWgmmaFp8ForwardProperty, EveryChunkingD256) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (auto [chunks, buffers] : {std::pair{2, 1}, {4, 1}, {4, 2}})
+    for (bool overlap : {false, true}) {
+      if (overlap && (chunks != 4 || buffers != 1)) continue;  // the overlap fits quarters in one accumulator only
+      SCOPED_TRACE(fmt::format("pv_chunks={} pv_buffers={} intra_wg_overlap={}", chunks, buffers, overlap));
+      check_fp8_forward(256, attntune::testing::property_sample(2), false,
+                        [&](const Config& c) {
+                          return num(c, "pv_chunks") == chunks && num(c, "pv_buffers") == buffers &&
+                                 flag(c, "intra_wg_overlap") == overlap;
+                        },
+                        "", fp8_forward_shapes());
+    }
+}
+
+TEST(FlashFwdWgmmaFp8ForwardProperty, PersistentSplitAndPairsD256) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8_forward(256, attntune::testing::property_sample(4), false,
+                    [](const Config& c) {
+                      return flag(c, "persistent") && (flag(c, "split_tail") || flag(c, "kv_multicast") ||
+                                                        std::get<std::int64_t>(c.at("narrow_n")) > 0);
+                    },
+                    "", fp8_forward_shapes());
+}
+
+TEST(FlashFwdWgmmaFp8ForwardProperty, WindowAndSinksAndPerTensorScalesD256) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8_forward(256, attntune::testing::property_sample(3), false, {}, ",window=127,sinks=1",
+                    fp8_forward_variant_shapes());
+  check_fp8_forward(256, attntune::testing::property_sample(2), true, {}, "", fp8_forward_shapes());
+}
+
+// The two-level accumulation's check at d=256: every chunk of every tile must reach O in fp32 (a
+// chunk added twice, or left out, or accumulated across tiles in FP8 wgmma, shows here first).
+TEST(FlashFwdWgmmaFp8ForwardProperty, LongKeysNonzeroMeanVD256) {
+  ATTNTUNE_REQUIRE_GPU();
+  const std::vector<PropertyShape> shapes = {
+      {"b=1,h=2,hkv=1,s=130,sk=65537", Layout::kBHSD},
+      {"b=1,h=1,hkv=1,s=64,sk=131101", Layout::kBSHD},
+  };
+  for (int chunks : {2, 4})
+    check_fp8_forward(256, attntune::testing::property_sample(2), false,
+                      [&](const Config& c) { return num(c, "pv_chunks") == chunks; }, "", shapes, 2.f);
 }

@@ -899,9 +899,62 @@ TEST(FlashFwdWgmmaBuild, Fp8ForwardBuildsAreClean) {
   expect_clean_builds(space, edge.jobs);
 }
 
+// The FP8 forward at d=256: P.V in column chunks (pv_chunks, pv_buffers). Its builds at the register
+// edges compile clean: the widest tiles without the overlap in halves and in quarters, quarters with
+// two accumulators, the overlap's widest (quarters, one accumulator, 128x64, on 240 registers and on
+// 232), persistent grids with the split tail and multicast pairs, causal with the counter, windows
+// and sinks.
+TEST(FlashFwdWgmmaBuild, Fp8ForwardD256BuildsAreClean) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  std::vector<std::pair<Config, Problem>> jobs;
+  auto add = [&](const char* spec, auto pred) {
+    const Problem p = Problem::parse(spec);
+    const Config c = last_valid(space, p, pred);
+    ASSERT_FALSE(c.empty()) << spec;
+    jobs.emplace_back(c, p);
+  };
+  auto chunking = [](std::int64_t chunks, std::int64_t buffers, bool overlap) {
+    return [=](const Config& x) {
+      return num(x, "pv_chunks") == chunks && num(x, "pv_buffers") == buffers && flag(x, "intra_wg_overlap") == overlap;
+    };
+  };
+  const char* nc = "b=1,h=16,s=16384,d=256,dtype=fp8,causal=0";
+  add(nc, chunking(2, 1, false));
+  add(nc, chunking(4, 1, false));
+  add(nc, chunking(4, 2, false));
+  add(nc, chunking(4, 1, true));
+  add(nc, [](const Config& x) { return flag(x, "intra_wg_overlap") && num(x, "producer_regs") == 40; });
+  add(nc, [](const Config& x) { return flag(x, "split_tail") && !flag(x, "intra_wg_overlap"); });
+  add(nc, [](const Config& x) { return flag(x, "kv_multicast") && num(x, "narrow_n") > 0 && flag(x, "ping_pong"); });
+  add(nc, [](const Config& x) { return flag(x, "kv_multicast") && flag(x, "intra_wg_overlap"); });
+  add("b=1,h=16,s=16384,d=256,dtype=fp8,causal=1", [](const Config& x) { return flag(x, "persistent"); });
+  add("b=2,h=16,hkv=4,s=8192,d=256,dtype=fp8,causal=1,window=127,sinks=1",
+      [](const Config& x) { return flag(x, "persistent") && flag(x, "intra_wg_overlap"); });
+  expect_clean_builds(space, jobs);
+}
+
+// Every FP8 d=256 config of a problem, or a spread: ATTNTUNE_BUILD_SAMPLE per problem (default 4; 0
+// builds all: 310 non-causal and 552 causal configs, ~6 min on two cores, how the space's d=256
+// rules were checked, with the windowed and sinks problems' configs too).
+TEST(FlashFwdWgmmaBuild, Fp8ForwardD256SpreadCompiles) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
+  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 4;
+  std::vector<std::pair<Config, Problem>> jobs;
+  for (const char* spec : {"b=1,h=16,s=16384,d=256,dtype=fp8,causal=0", "b=1,h=16,s=16384,d=256,dtype=fp8,causal=1"}) {
+    const Problem p = Problem::parse(spec);
+    for (const Config& c : spread(space.enumerate(p, kArch), n)) jobs.emplace_back(c, p);
+  }
+  expect_clean_builds(space, jobs);
+}
+
 // The FP8 forward is offered where its kernel is written: dense problems of head dims multiples of
-// 32 up to 128, without a soft-cap, block_n a multiple of 32, no lazy rescale or GQA packing; the
-// other families refuse dtype=fp8 by their dtype lists.
+// 32 up to 128 and 256, without a soft-cap, block_n a multiple of 32, no lazy rescale or GQA packing;
+// the other families refuse dtype=fp8 by their dtype lists.
 TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardWhereItIsWritten) {
   const SearchSpace space = load_space();
   const Problem p = Problem::parse("b=1,h=32,hkv=8,s=4096,d=128,dtype=fp8,causal=1");
@@ -922,7 +975,8 @@ TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardWhereItIsWritten) {
   const RenderedKernel plain =
       render_kernel(space, c, Problem::parse("b=1,h=32,hkv=8,s=4096,d=128,dtype=bf16,causal=1"), kArch);
   EXPECT_EQ(plain.source.find("#define ATT_QKV_FP8"), std::string::npos);
-  for (const char* spec : {"b=1,h=16,s=4096,d=256,dtype=fp8,causal=0", "b=1,h=16,s=4096,d=80,dtype=fp8,causal=0",
+  for (const char* spec : {"b=1,h=16,s=4096,d=192,dtype=fp8,causal=0", "b=1,h=16,s=4096,d=80,dtype=fp8,causal=0",
+                           "b=1,h=16,s=4096,d=256,dv=128,dtype=fp8,causal=0", "b=1,h=16,s=4096,d=224,dtype=fp8,causal=1",
                            "b=1,h=16,s=4096,d=128,dtype=fp8,causal=0,softcap=30"}) {
     const Problem q = Problem::parse(spec);
     EXPECT_THROW(space.check_problem(q, kArch), InputError) << spec;
@@ -934,6 +988,62 @@ TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardWhereItIsWritten) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("dtype=fp8"), std::string::npos) << e.what();
   }
+}
+
+// The FP8 forward at d=256 runs P.V in column chunks, one chunk's accumulator (or two) beside O: the
+// space offers it with two consumer warpgroups and a producer, in halves or quarters (two
+// accumulators for quarters only) up to 128x160, the overlap in quarters with one accumulator at
+// 128x64 (its S, P, chunk and O live together) and without fa4_loop; and chunks nowhere else (16-bit problems, FP8 at d <= 128:
+// their configs as before, pv_chunks 1). A config recorded before the tunables existed renders as
+// pv_chunks=1, pv_buffers=1.
+TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardAtD256InColumnChunks) {
+  const SearchSpace space = load_space();
+  for (const char* spec : {"b=1,h=16,s=16384,d=256,dtype=fp8,causal=0", "b=2,h=16,hkv=2,s=4096,d=256,dtype=fp8,causal=1",
+                           "b=2,h=8,s=3000,d=256,dtype=fp8,causal=1,window=255,sinks=1"}) {
+    std::set<std::tuple<std::int64_t, std::int64_t, bool>> chunkings;
+    std::int64_t widest = 0, widest_overlap = 0;
+    std::size_t n = 0;
+    space.for_each_valid(Problem::parse(spec), kArch, [&](const Config& c) {
+      ++n;
+      EXPECT_EQ(num(c, "block_m"), 128) << config_str(c);
+      EXPECT_TRUE(flag(c, "warp_specialize")) << config_str(c);
+      EXPECT_FALSE(flag(c, "fa4_loop")) << config_str(c);
+      EXPECT_EQ(num(c, "exp2_emu"), 0) << config_str(c);
+      chunkings.insert({num(c, "pv_chunks"), num(c, "pv_buffers"), flag(c, "intra_wg_overlap")});
+      (flag(c, "intra_wg_overlap") ? widest_overlap : widest) =
+          std::max(flag(c, "intra_wg_overlap") ? widest_overlap : widest, num(c, "block_n"));
+    });
+    EXPECT_GT(n, 100u) << spec;
+    const std::set<std::tuple<std::int64_t, std::int64_t, bool>> want = {
+        {2, 1, false}, {4, 1, false}, {4, 2, false}, {4, 1, true}};
+    EXPECT_EQ(chunkings, want) << spec;
+    EXPECT_EQ(widest, 160) << spec;
+    EXPECT_EQ(widest_overlap, 64) << spec;
+  }
+  for (const char* spec : {"b=1,h=16,s=16384,d=128,dtype=fp8,causal=0", "b=1,h=16,s=4096,d=256,dtype=bf16,causal=1",
+                           "b=1,h=16,s=4096,d=64,dtype=fp8,causal=1"}) {
+    std::size_t n = 0;
+    space.for_each_valid(Problem::parse(spec), kArch, [&](const Config& c) {
+      ++n;
+      EXPECT_EQ(num(c, "pv_chunks"), 1) << spec << ": " << config_str(c);
+      EXPECT_EQ(num(c, "pv_buffers"), 1) << spec << ": " << config_str(c);
+    });
+    EXPECT_GT(n, 0u) << spec;
+  }
+  const Problem p = Problem::parse("b=1,h=16,s=16384,d=256,dtype=fp8,causal=0");
+  const Config c = last_valid(space, p, [](const Config& x) { return num(x, "pv_buffers") == 2; });
+  ASSERT_FALSE(c.empty());
+  const RenderedKernel k = render_kernel(space, c, p, kArch);
+  EXPECT_NE(k.source.find("#define PV_CHUNKS 4\n"), std::string::npos);
+  EXPECT_NE(k.source.find("#define PV_BUFFERS 2\n"), std::string::npos);
+  const Problem q = Problem::parse("b=1,h=16,s=16384,d=128,dtype=fp8,causal=0");
+  const Config one = last_valid(space, q, [](const Config&) { return true; });
+  ASSERT_FALSE(one.empty());
+  Config old = one;
+  old.erase("pv_chunks");
+  old.erase("pv_buffers");
+  EXPECT_EQ(render_kernel(space, old, q, kArch).source_hash, render_kernel(space, one, q, kArch).source_hash);
+  EXPECT_EQ(space.check(old, q, kArch), std::nullopt);
 }
 
 // fa4_loop (FlashAttention-4's loop shape: unmasked tiles in a loop of their own, the row sum from
