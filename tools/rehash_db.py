@@ -16,8 +16,9 @@ This script proves it result by result and moves what it proves:
 
 OLD_BIN is an attntune binary built from the tree the results were measured with (templates are
 embedded, so a binary is a version of the templates), NEW_BIN one of this tree. For each campaign,
-the candidates of its final ranking and its N fastest search results (default 0), of the families
-asked (default: every family with a candidate to look at):
+the candidates of its final ranking and its N fastest search results (default 0; a campaign with no
+final ranking, one a time box stopped, its max(N, 10) fastest, since `best` and `export` answer
+from its search results), of the families asked (default: every family with a candidate to look at):
   1. NEW_BIN renders and NVRTC-compiles the config for the campaign's problem through the space the
      campaign stored (campaign_spaces.space_text), as `export` renders it, with a constraint pinning
      every parameter to the config's value: the stored hash: nothing to move. (--space FAMILY=YAML
@@ -49,6 +50,9 @@ import tempfile
 import yaml
 
 from sass_diff import sass  # the machine code's comparison, one definition for both tools
+
+
+UNRANKED_TOP = 10  # the fastest search results looked at in a campaign with no final ranking
 
 
 def fixed_space(text, config):
@@ -158,9 +162,10 @@ def main():
 
     con = sqlite3.connect(args.db)
     con.row_factory = sqlite3.Row
-    # The candidates to look at: each campaign's ranked ones and its --top fastest ok search results.
-    rows = con.execute(
-        """SELECT c.id AS campaign_id, c.name, c.problem, k.id AS candidate_id, k.family, k.config, k.config_key,
+    # The candidates to look at: each campaign's ranked ones and its --top fastest ok search results;
+    # a campaign with no final ranking (stopped by a time box: `best` answers from its search) its
+    # UNRANKED_TOP fastest at least (SQLite's LIMIT cannot see the outer row: a second query).
+    query = """SELECT c.id AS campaign_id, c.name, c.problem, k.id AS candidate_id, k.family, k.config, k.config_key,
                   k.source_hash, cs.space_text
            FROM campaigns c
            JOIN candidates k ON k.id IN (
@@ -170,7 +175,10 @@ def main():
                    SELECT candidate_id, MIN(median_us) AS t FROM evaluations
                    WHERE campaign_id = c.id AND status = 'ok' GROUP BY candidate_id ORDER BY t LIMIT ?))
            JOIN campaign_spaces cs ON cs.campaign_id = c.id AND cs.family = k.family
-           ORDER BY c.id""", (args.top,)).fetchall()
+           WHERE EXISTS (SELECT 1 FROM rankings r WHERE r.campaign_id = c.id) = ?
+           ORDER BY c.id"""
+    rows = con.execute(query, (args.top, 1)).fetchall() + con.execute(query, (max(args.top, UNRANKED_TOP), 0)).fetchall()
+    rows.sort(key=lambda r: r["campaign_id"])
     if args.family:
         rows = [r for r in rows if r["family"] in args.family]
     if args.campaign:

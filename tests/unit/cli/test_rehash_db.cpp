@@ -126,7 +126,23 @@ TEST(RehashDb, AShippedResultFromBeforeATunableBuildsAsExportRendersIt) {
   Fixture f;
   const fs::path shipped = f.dir / "shipped.db";
   fs::copy_file(testing::source_dir() + "/db/shipped/attntune-shipped.db", shipped, fs::copy_options::overwrite_existing);
-  const char* campaign = "flash_fwd_mma+flash_fwd_wgmma:b=1,h=16,hkv=16,s=32768,sk=32768,d=64,dtype=bf16,causal=1";
+  // A ranked campaign whose stored flash_fwd_wgmma space predates fa4_loop, the one of d=64 s=32k
+  // causal where there is still one (the shipped file's deepening measures campaigns again with the
+  // tree's space: which ones are older changes as it goes).
+  {
+    std::ofstream py(f.dir / "pick.py");
+    py << "import sqlite3, sys\n"
+          "c = sqlite3.connect(sys.argv[1])\n"
+          "rows = [n for (n,) in c.execute(\"SELECT c.name FROM campaigns c JOIN campaign_spaces s ON s.campaign_id = "
+          "c.id AND s.family = 'flash_fwd_wgmma' WHERE instr(s.space_text, 'fa4_loop') = 0 AND EXISTS (SELECT 1 FROM "
+          "rankings r JOIN candidates k ON k.id = r.candidate_id WHERE r.campaign_id = c.id AND k.family = "
+          "'flash_fwd_wgmma') ORDER BY c.name\")]\n"
+          "want = 'flash_fwd_mma+flash_fwd_wgmma:b=1,h=16,hkv=16,s=32768,sk=32768,d=64,dtype=bf16,causal=1'\n"
+          "print(want if want in rows else rows[0], end='')\n";
+  }
+  const Shell pick = sh(fmt::format("python3 {} {}", (f.dir / "pick.py").string(), shipped.string()));
+  ASSERT_EQ(pick.status, 0) << "no shipped flash_fwd_wgmma result from before fa4_loop: " << pick.output;
+  const std::string campaign = pick.output;
   const Shell space = sh(fmt::format(
       "python3 -c \"import sqlite3; c = sqlite3.connect('{}'); print(c.execute('SELECT s.space_text FROM "
       "campaign_spaces s JOIN campaigns c ON c.id = s.campaign_id WHERE c.name = ? AND s.family = ?', "
@@ -142,6 +158,24 @@ TEST(RehashDb, AShippedResultFromBeforeATunableBuildsAsExportRendersIt) {
   EXPECT_NE(r.output.find("results looked at: 0 moved to the new source"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("build"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("not-the-tree"), std::string::npos) << r.output;
+}
+
+// A campaign a time box stopped has no final ranking, and `best` and `export` answer from its search
+// results: rehash looks at its fastest ones without --top. Found 2026-11-30: the deepening's second
+// box stopped two shipped campaigns, the rehash after the FP8 d=256 merge looked at none of their
+// results, and --check then found both stale.
+TEST(RehashDb, ACampaignWithNoFinalRankingIsLookedAtThroughItsSearchResults) {
+  if (!have_nvrtc()) GTEST_SKIP() << "no NVRTC";
+  Fixture f;
+  const Shell stop = sh(fmt::format(
+      "python3 -c \"import sqlite3; c = sqlite3.connect('{}'); i = c.execute('SELECT id FROM campaigns WHERE name = ?', "
+      "('{}',)).fetchone()[0]; c.execute('DELETE FROM rankings WHERE campaign_id = ?', (i,)); c.execute('UPDATE "
+      "campaigns SET status = \\'stopped\\' WHERE id = ?', (i,)); c.commit()\"",
+      f.db.string(), kCampaign));
+  ASSERT_EQ(stop.status, 0) << stop.output;
+  const Shell r = f.rehash();
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("5 results looked at: 0 moved to the new source, 5 fresh"), std::string::npos) << r.output;
 }
 
 TEST(RehashDb, BadInputIsRefused) {
