@@ -423,6 +423,22 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     }
     const float* lse_t = lse_s + st * T::kBlockM + q_w;
     const float* dp_t = dp_s + st * T::kBlockM + q_w;
+    // P^T's element 4c + e zeroed in a masked tile where its key is out of its query's sight. A macro,
+    // not a lambda: a lambda over the same test built other machine code (register allocation,
+    // sass_diff), and both of sdp_split's ways share it.
+#define ATT_BWD_MASK_PV(pv, c, e)                                                                   \
+  if (masked) {                                                                                     \
+    const int key = n0 + key_w + ((e) >> 1) * 8;                                                    \
+    const int row = m0 + q_w + (c) * 8 + 2 * t + ((e) & 1);                                         \
+    const int off = key - row; /* visible when lo <= off <= hi */                                   \
+    bool visible = key < len_k;                                                                     \
+    if (T::kCausal) visible = visible && off <= diag;                                               \
+    if constexpr (T::kWindow) {                                                                     \
+      if (f.variant.window_left >= 0) visible = visible && off >= diag - f.variant.window_left;     \
+      if (!T::kCausal && f.variant.window_right >= 0) visible = visible && off <= diag + f.variant.window_right; \
+    }                                                                                               \
+    pv = visible ? pv : 0.f;                                                                        \
+  }
     if constexpr (T::kSdpSplit) {
       // P^T once S^T is done (dP^T still running), then dS^T. (LSE and D read into arrays ahead of
       // the waits spilled 16 bytes at q_stages 2.)
@@ -435,18 +451,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
         for (int e = 0; e < 4; ++e) {
           float dcap;
           float pv = bwd_prob<false>(acc_s[4 * c + e], (e & 1) ? lse2.y : lse2.x, f, dcap);
-          if (masked) {
-            const int key = n0 + key_w + (e >> 1) * 8;
-            const int row = m0 + q_w + c * 8 + 2 * t + (e & 1);
-            const int off = key - row;  // visible when lo <= off <= hi
-            bool visible = key < len_k;
-            if (T::kCausal) visible = visible && off <= diag;
-            if constexpr (T::kWindow) {
-              if (f.variant.window_left >= 0) visible = visible && off >= diag - f.variant.window_left;
-              if (!T::kCausal && f.variant.window_right >= 0) visible = visible && off <= diag + f.variant.window_right;
-            }
-            pv = visible ? pv : 0.f;
-          }
+          ATT_BWD_MASK_PV(pv, c, e);
           acc_s[4 * c + e] = pv;
         }
       }
@@ -470,22 +475,13 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
         const float lse = (e & 1) ? lse2.y : lse2.x, dsum = (e & 1) ? dp2.y : dp2.x;
         float dcap;
         float pv = bwd_prob<T::kSoftcap>(acc_s[4 * c + e], lse, f, dcap);
-        if (masked) {
-          const int key = n0 + key_w + (e >> 1) * 8;
-          const int row = m0 + q_w + c * 8 + 2 * t + (e & 1);
-          const int off = key - row;  // visible when lo <= off <= hi
-          bool visible = key < len_k;
-          if (T::kCausal) visible = visible && off <= diag;
-          if constexpr (T::kWindow) {
-            if (f.variant.window_left >= 0) visible = visible && off >= diag - f.variant.window_left;
-            if (!T::kCausal && f.variant.window_right >= 0) visible = visible && off <= diag + f.variant.window_right;
-          }
-          pv = visible ? pv : 0.f;
-        }
+        ATT_BWD_MASK_PV(pv, c, e);
         acc_s[4 * c + e] = pv;
         acc_dp[4 * c + e] = pv * (acc_dp[4 * c + e] - dsum) * dcap;  // dcap 1 without a soft-cap
       }
     }
+
+#undef ATT_BWD_MASK_PV
 
     // P^T and dS^T as wgmma A fragments (k-step kk: queries 16kk .. 16kk + 15, the accumulator's
     // 8-column chunks 2kk and 2kk + 1), in the dtype.
