@@ -12,10 +12,12 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include "../export/nvcc_util.hpp"  // sh()
 #include "../tune/tune_test_util.hpp"
 #include "cuda/nvrtc.hpp"
+#include "db/sqlite.hpp"
 
 namespace attntune::test {
 namespace {
@@ -42,13 +44,17 @@ struct Fixture {
   }
   // The stored source hashes of the campaign's ranked candidates, in rank order.
   std::string hashes() const {
-    const Shell r = sh(fmt::format(
-        "python3 -c \"import sqlite3; c = sqlite3.connect('{}'); print(','.join(h for (h,) in c.execute("
-        "'SELECT k.source_hash FROM rankings r JOIN campaigns c ON c.id = r.campaign_id JOIN candidates k "
-        "ON k.id = r.candidate_id WHERE c.name = ? ORDER BY r.rank', ('{}',))))\"",
-        db.string(), kCampaign));
-    EXPECT_EQ(r.status, 0) << r.output;
-    return r.output;
+    sqlite::Connection c = sqlite::Connection::open(db.string(), SQLITE_OPEN_READONLY);
+    sqlite::Statement st(c, "SELECT k.source_hash FROM rankings r JOIN campaigns c ON c.id = r.campaign_id JOIN "
+                            "candidates k ON k.id = r.candidate_id WHERE c.name = ? ORDER BY r.rank");
+    st.bind(kCampaign);
+    std::string out;
+    while (st.step()) out += (out.empty() ? "" : ",") + st.text(0);
+    return out;
+  }
+  // Runs statements on the fixture's database (the test's edit of what a campaign left).
+  void sql(std::string_view statements) const {
+    sqlite::Connection::open(db.string(), SQLITE_OPEN_READWRITE).exec(statements);
   }
 };
 
@@ -101,12 +107,9 @@ TEST(RehashDb, ASpaceWithATunableTheTemplateDoesNotReadMovesTheResults) {
 TEST(RehashDb, AResultTheOldBinaryDoesNotRenderStays) {
   if (!have_nvrtc()) GTEST_SKIP() << "no NVRTC";
   Fixture f;
-  const Shell set = sh(fmt::format(
-      "python3 -c \"import sqlite3; c = sqlite3.connect('{}'); c.execute("
-      "'UPDATE candidates SET source_hash = ? WHERE id = (SELECT r.candidate_id FROM rankings r JOIN campaigns c "
-      "ON c.id = r.campaign_id WHERE c.name = ? AND r.rank = 1)', ('0' * 32, '{}')); c.commit()\"",
-      f.db.string(), kCampaign));
-  ASSERT_EQ(set.status, 0) << set.output;
+  f.sql(fmt::format("UPDATE candidates SET source_hash = '{}' WHERE id = (SELECT r.candidate_id FROM rankings r JOIN "
+                    "campaigns c ON c.id = r.campaign_id WHERE c.name = '{}' AND r.rank = 1)",
+                    std::string(32, '0'), kCampaign));
   const std::string before = f.hashes();
   const Shell r = f.rehash();
   EXPECT_EQ(r.status, 1) << r.output;
@@ -129,27 +132,23 @@ TEST(RehashDb, AShippedResultFromBeforeATunableBuildsAsExportRendersIt) {
   // A ranked campaign whose stored flash_fwd_wgmma space predates fa4_loop, the one of d=64 s=32k
   // causal where there is still one (the shipped file's deepening measures campaigns again with the
   // tree's space: which ones are older changes as it goes).
+  std::string campaign, space;
   {
-    std::ofstream py(f.dir / "pick.py");
-    py << "import sqlite3, sys\n"
-          "c = sqlite3.connect(sys.argv[1])\n"
-          "rows = [n for (n,) in c.execute(\"SELECT c.name FROM campaigns c JOIN campaign_spaces s ON s.campaign_id = "
-          "c.id AND s.family = 'flash_fwd_wgmma' WHERE instr(s.space_text, 'fa4_loop') = 0 AND EXISTS (SELECT 1 FROM "
-          "rankings r JOIN candidates k ON k.id = r.candidate_id WHERE r.campaign_id = c.id AND k.family = "
-          "'flash_fwd_wgmma') ORDER BY c.name\")]\n"
-          "want = 'flash_fwd_mma+flash_fwd_wgmma:b=1,h=16,hkv=16,s=32768,sk=32768,d=64,dtype=bf16,causal=1'\n"
-          "print(want if want in rows else rows[0], end='')\n";
+    sqlite::Connection c = sqlite::Connection::open(shipped.string(), SQLITE_OPEN_READONLY);
+    sqlite::Statement st(c, "SELECT c.name, s.space_text FROM campaigns c JOIN campaign_spaces s ON s.campaign_id = c.id "
+                            "AND s.family = 'flash_fwd_wgmma' WHERE instr(s.space_text, 'fa4_loop') = 0 AND EXISTS "
+                            "(SELECT 1 FROM rankings r JOIN candidates k ON k.id = r.candidate_id WHERE r.campaign_id = "
+                            "c.id AND k.family = 'flash_fwd_wgmma') ORDER BY c.name");
+    const std::string want = "flash_fwd_mma+flash_fwd_wgmma:b=1,h=16,hkv=16,s=32768,sk=32768,d=64,dtype=bf16,causal=1";
+    while (st.step()) {
+      if (campaign.empty() || st.text(0) == want) {
+        campaign = st.text(0);
+        space = st.text(1);
+      }
+    }
   }
-  const Shell pick = sh(fmt::format("python3 {} {}", (f.dir / "pick.py").string(), shipped.string()));
-  ASSERT_EQ(pick.status, 0) << "no shipped flash_fwd_wgmma result from before fa4_loop: " << pick.output;
-  const std::string campaign = pick.output;
-  const Shell space = sh(fmt::format(
-      "python3 -c \"import sqlite3; c = sqlite3.connect('{}'); print(c.execute('SELECT s.space_text FROM "
-      "campaign_spaces s JOIN campaigns c ON c.id = s.campaign_id WHERE c.name = ? AND s.family = ?', "
-      "('{}', 'flash_fwd_wgmma')).fetchone()[0])\"",
-      shipped.string(), campaign));
-  ASSERT_EQ(space.status, 0) << space.output;
-  ASSERT_EQ(space.output.find("fa4_loop"), std::string::npos) << "the campaign's space should predate fa4_loop";
+  ASSERT_FALSE(campaign.empty()) << "no shipped flash_fwd_wgmma result from before fa4_loop";
+  ASSERT_EQ(space.find("fa4_loop"), std::string::npos) << "the campaign's space should predate fa4_loop";
   const Shell r = sh(fmt::format(
       "python3 {}/tools/rehash_db.py --db {} --before {} --after {} --family flash_fwd_wgmma --campaign '{}' --jobs 2 "
       "--dry-run",
@@ -167,12 +166,9 @@ TEST(RehashDb, AShippedResultFromBeforeATunableBuildsAsExportRendersIt) {
 TEST(RehashDb, ACampaignWithNoFinalRankingIsLookedAtThroughItsSearchResults) {
   if (!have_nvrtc()) GTEST_SKIP() << "no NVRTC";
   Fixture f;
-  const Shell stop = sh(fmt::format(
-      "python3 -c \"import sqlite3; c = sqlite3.connect('{}'); i = c.execute('SELECT id FROM campaigns WHERE name = ?', "
-      "('{}',)).fetchone()[0]; c.execute('DELETE FROM rankings WHERE campaign_id = ?', (i,)); c.execute('UPDATE "
-      "campaigns SET status = \\'stopped\\' WHERE id = ?', (i,)); c.commit()\"",
-      f.db.string(), kCampaign));
-  ASSERT_EQ(stop.status, 0) << stop.output;
+  f.sql(fmt::format("DELETE FROM rankings WHERE campaign_id = (SELECT id FROM campaigns WHERE name = '{0}'); "
+                    "UPDATE campaigns SET status = 'stopped' WHERE name = '{0}'",
+                    kCampaign));
   const Shell r = f.rehash();
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("5 results looked at: 0 moved to the new source, 5 fresh"), std::string::npos) << r.output;
