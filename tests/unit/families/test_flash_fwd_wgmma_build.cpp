@@ -1068,21 +1068,9 @@ TEST(FlashFwdWgmmaSpace, Fa4LoopIsOfferedWithTheOverlapOnly) {
 // registers to spare (and the FP8 forward's 128x128) keep it.
 TEST(FlashFwdWgmmaSpace, Fa4LoopLeavesTheRegisterEdgeAndThePagedProducer) {
   const SearchSpace space = load_space();
-  const auto config = [](const std::string& spec) {
-    Config c;
-    for (std::size_t at = 0; at < spec.size();) {
-      const std::size_t end = std::min(spec.find(',', at), spec.size()), eq = spec.find('=', at);
-      const std::string k = spec.substr(at, eq - at), v = spec.substr(eq + 1, end - eq - 1);
-      if (v == "true" || v == "false") c[k] = v == "true";
-      else if (std::isdigit(static_cast<unsigned char>(v[0]))) c[k] = static_cast<std::int64_t>(std::stoll(v));
-      else c[k] = v;
-      at = end + 1;
-    }
-    return c;
-  };
   const std::string plain = "exp2_emu=0,kv_multicast=false,lazy_rescale=0,softcap_tanh=accurate,split_tail=false,warp_specialize=true";
   const auto why = [&](const std::string& spec, bool fa4, const char* problem) {
-    return space.check(config(fmt::format("{},{},fa4_loop={}", spec, plain, fa4)), Problem::parse(problem), kArch);
+    return space.check(space.parse_config(fmt::format("{},{},fa4_loop={}", spec, plain, fa4)), Problem::parse(problem), kArch);
   };
   struct Case {
     std::string spec;
