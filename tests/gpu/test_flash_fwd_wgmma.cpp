@@ -141,15 +141,9 @@ void check_entry_points(int d, int dv = 0, const std::function<bool(const Config
         fmt::format("{},d={}{},dtype=bf16", k.kind, d, dv ? fmt::format(",dv={}", dv) : std::string()));
     std::vector<Config> configs;
     std::vector<Problem> variants;
-    if (keep) {
-      ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, attntune::testing::property_sample(4), configs,
-                                                    variants, keep))
-          << kind.str();
-    } else {
-      ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, attntune::testing::property_sample(4), configs,
-                                                    variants))
-          << kind.str();
-    }
+    ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, attntune::testing::property_sample(4), configs,
+                                                  variants, keep))  // an empty `keep` keeps every config
+        << kind.str();
     for (bool persistent : {true, false}) {
       if (keep && !persistent) continue;
       ASSERT_TRUE(attntune::testing::spread_configs(space, kind, arch, 1, configs, variants, [&](const Config& c) {

@@ -78,6 +78,17 @@ void check_fp8_forward(int d, std::size_t sample, bool per_tensor, const std::fu
 bool flag(const Config& c, const char* name) { return std::get<bool>(c.at(name)); }
 std::int64_t num(const Config& c, const char* name) { return std::get<std::int64_t>(c.at(name)); }
 
+// Persistent grids with the split tail, multicast pairs or a narrow first tile.
+bool persistent_split_or_pair(const Config& c) {
+  return flag(c, "persistent") &&
+         (flag(c, "split_tail") || flag(c, "kv_multicast") || std::get<std::int64_t>(c.at("narrow_n")) > 0);
+}
+
+// 64k and 128k keys: where a reduced-precision accumulation of O would drift.
+std::vector<PropertyShape> long_key_shapes() {
+  return {{"b=1,h=2,hkv=1,s=130,sk=65537", Layout::kBHSD}, {"b=1,h=1,hkv=1,s=64,sk=131101", Layout::kBSHD}};
+}
+
 }  // namespace
 
 TEST(FlashFwdWgmmaFp8ForwardProperty, SpreadD128) {
@@ -88,10 +99,7 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, SpreadD128) {
 TEST(FlashFwdWgmmaFp8ForwardProperty, PersistentSplitAndPairsD128) {
   ATTNTUNE_REQUIRE_GPU();
   check_fp8_forward(128, attntune::testing::property_sample(4), false,
-                    [](const Config& c) {
-                      return flag(c, "persistent") && (flag(c, "split_tail") || flag(c, "kv_multicast") ||
-                                                        std::get<std::int64_t>(c.at("narrow_n")) > 0);
-                    },
+                    persistent_split_or_pair,
                     "", fp8_forward_shapes());
 }
 
@@ -117,10 +125,7 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, OtherHeadDims) {
 // O in fp32. The outputs and the LSE against the float64 reference, as above.
 TEST(FlashFwdWgmmaFp8ForwardProperty, LongKeysNonzeroMeanV) {
   ATTNTUNE_REQUIRE_GPU();
-  const std::vector<PropertyShape> shapes = {
-      {"b=1,h=2,hkv=1,s=130,sk=65537", Layout::kBHSD},
-      {"b=1,h=1,hkv=1,s=64,sk=131101", Layout::kBSHD},
-  };
+  const std::vector<PropertyShape> shapes = long_key_shapes();
   check_fp8_forward(128, attntune::testing::property_sample(2), false, {}, "", shapes, 2.f);
 }
 
@@ -151,10 +156,7 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, EveryChunkingD256) {
 TEST(FlashFwdWgmmaFp8ForwardProperty, PersistentSplitAndPairsD256) {
   ATTNTUNE_REQUIRE_GPU();
   check_fp8_forward(256, attntune::testing::property_sample(4), false,
-                    [](const Config& c) {
-                      return flag(c, "persistent") && (flag(c, "split_tail") || flag(c, "kv_multicast") ||
-                                                        std::get<std::int64_t>(c.at("narrow_n")) > 0);
-                    },
+                    persistent_split_or_pair,
                     "", fp8_forward_shapes());
 }
 
@@ -169,10 +171,7 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, WindowAndSinksAndPerTensorScalesD256) {
 // chunk added twice, or left out, or accumulated across tiles in FP8 wgmma, shows here first).
 TEST(FlashFwdWgmmaFp8ForwardProperty, LongKeysNonzeroMeanVD256) {
   ATTNTUNE_REQUIRE_GPU();
-  const std::vector<PropertyShape> shapes = {
-      {"b=1,h=2,hkv=1,s=130,sk=65537", Layout::kBHSD},
-      {"b=1,h=1,hkv=1,s=64,sk=131101", Layout::kBSHD},
-  };
+  const std::vector<PropertyShape> shapes = long_key_shapes();
   for (int chunks : {2, 4})
     check_fp8_forward(256, attntune::testing::property_sample(2), false,
                       [&](const Config& c) { return num(c, "pv_chunks") == chunks; }, "", shapes, 2.f);
