@@ -226,42 +226,61 @@ fi
 # new user's database would: nothing but the shipped file to warm-start from. (Runs 251-253 kept a
 # seed's campaigns in one database, DB-sN.db, seed 1's in DB itself; then every shape but the first of
 # its head dim warm-started from the set's own earlier campaigns, and the transfer from the shipped
-# file was measured on 2 shapes of 10. Such databases are still read: campaign_db falls back to them.)
-# One background job a device runs its seeds in turn.
+# file was measured on 2 shapes of 10. Such databases are still read: campaign_db falls back to them;
+# two devices may then write one database at once, which SQLite's locking serialises.)
 seed_db() { if (($1 == 1)); then echo "$db"; else echo "${db%.db}-s$1.db"; fi; }
 own_db() { echo "${db%.db}-$2-s$1.db"; }  # seed name
 campaign_db() {  # seed name: the campaign's own database, else (an older run's) its seed's
   if [[ -e $(own_db "$1" "$2") || ! -e $(seed_db "$1") ]]; then own_db "$1" "$2"; else seed_db "$1"; fi
 }
 IFS=, read -r -a devs <<<"$devices"
-on_devices() {  # fn: run "fn seed device" for every seed, the seeds of a device in turn, devices at once
-  local k pids=()
+# A shape's work, roughly: one unit for the compiles of a campaign, and one more for each 10^12
+# multiply-adds of a call (its timings). Only the balance between the devices reads it.
+shape_cost() {  # problem
+  local kv b=1 h=1 s=1 sk="" d=1 causal=0
+  for kv in ${1//,/ }; do
+    case ${kv%%=*} in b) b=${kv#*=} ;; h) h=${kv#*=} ;; s) s=${kv#*=} ;; sk) sk=${kv#*=} ;; d) d=${kv#*=} ;;
+                      causal) causal=${kv#*=} ;; esac
+  done
+  echo $((1000 + b * h * s * ${sk:-$s} * d / (causal ? 2 : 1) / 1000000000))
+}
+on_devices() {  # fn: run "fn seed device entry" for every (seed, shape), spread over the devices at once
+  # Each (seed, shape) goes to the device with the least work so far, the costliest first (shape_cost),
+  # so one seed keeps every device busy (a device used to run whole seeds: a one-seed run left
+  # the second GPU idle) and the long shapes do not pile up on one device. Each campaign has a
+  # database of its own, so any split is safe; a device runs its share in turn.
+  local k i j sd pids=() items=() load=()
+  for ((sd = 1; sd <= seeds; sd++)); do
+    for i in "${!prefill[@]}"; do items+=("$(shape_cost "${prefill[$i]#*|}") $sd $i"); done
+  done
+  local -a share
+  for k in "${!devs[@]}"; do load[k]=0; share[k]=""; done
+  while read -r c sd i; do
+    j=0
+    for k in "${!devs[@]}"; do ((load[k] < load[j])) && j=$k; done
+    load[j]=$((load[j] + c)); share[j]+="$sd:$i "
+  done < <(printf '%s\n' "${items[@]}" | sort -k1,1nr -k2,2n -k3,3n)
   for k in "${!devs[@]}"; do
     (
-      for ((sd = k + 1; sd <= seeds; sd += ${#devs[@]})); do "$1" "$sd" "${devs[$k]}"; done
+      for i in ${share[k]}; do "$1" "${i%%:*}" "${devs[$k]}" "${prefill[${i#*:}]}"; done
     ) &
     pids+=($!)
   done
   for k in "${pids[@]}"; do wait "$k" || true; done
 }
-main_job() {  # seed device: the default main job of tools/run.sh for each problem
-  local e
-  for e in "${prefill[@]}"; do
-    # The log is appended to: a resumed campaign's first lines (its warm start's source) stay.
-    "$A" tune --db "$(campaign_db "$1" "${e%%|*}")" --problem "${e#*|}" --campaign "${e%%|*}" --seed "$1" \
-      --budget-evals "$budget" --device "$2" --log-interval 60 >> "$out/tune_${e%%|*}_s$1.log" 2>&1 ||
-      echo "tune ${e%%|*} seed $1 failed (exit $?): $(tail -1 "$out/tune_${e%%|*}_s$1.log")" >&2
-  done
+main_job() {  # seed device entry: the default main job of tools/run.sh for the shape
+  local e=$3
+  # The log is appended to: a resumed campaign's first lines (its warm start's source) stay.
+  "$A" tune --db "$(campaign_db "$1" "${e%%|*}")" --problem "${e#*|}" --campaign "${e%%|*}" --seed "$1" \
+    --budget-evals "$budget" --device "$2" --log-interval 60 >> "$out/tune_${e%%|*}_s$1.log" 2>&1 ||
+    echo "tune ${e%%|*} seed $1 failed (exit $?): $(tail -1 "$out/tune_${e%%|*}_s$1.log")" >&2
 }
-retime_all() {  # seed device: each campaign's pick beside its top 20, long (skipped when done)
-  local e f
-  for e in "${prefill[@]}"; do
-    f="$out/retime_${e%%|*}_s$1.json"
-    [[ -s $f ]] && continue
-    "$A" retime --db "$(campaign_db "$1" "${e%%|*}")" --campaign "${e%%|*}" --top 20 --rounds 2 --min-seconds "$retime_s" \
-      --device "$2" --format json > "$f.tmp" 2> "$out/retime_${e%%|*}_s$1.log" && mv "$f.tmp" "$f" ||
-      echo "retime ${e%%|*} seed $1 failed: $(tail -1 "$out/retime_${e%%|*}_s$1.log")" >&2
-  done
+retime_all() {  # seed device entry: the campaign's pick beside its top 20, long (skipped when done)
+  local e=$3 f="$out/retime_${3%%|*}_s$1.json"
+  [[ -s $f ]] && return 0
+  "$A" retime --db "$(campaign_db "$1" "${e%%|*}")" --campaign "${e%%|*}" --top 20 --rounds 2 --min-seconds "$retime_s" \
+    --device "$2" --format json > "$f.tmp" 2> "$out/retime_${e%%|*}_s$1.log" && mv "$f.tmp" "$f" ||
+    echo "retime ${e%%|*} seed $1 failed: $(tail -1 "$out/retime_${e%%|*}_s$1.log")" >&2
 }
 # The table: per campaign, the evaluations to within 2% of its final best and whether the warm start
 # came from the shipped database (its tune log says so), and the pick's distance from the re-timed

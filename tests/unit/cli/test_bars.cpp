@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -214,6 +215,54 @@ TEST(BarsUnseen, TheTransferPhaseTimesEachShapeBesideSeed1sPickOverTheDevices) {
     EXPECT_EQ(n.output, "5\n") << "half of the shapes on device " << dev << ": " << n.output;
   }
   for (const std::string& name : names) EXPECT_NE(r.output.find(name + " "), std::string::npos) << r.output;
+}
+
+// The tune and retime phases spread every (seed, shape) over --devices, the costliest shapes first,
+// each to the device with the least work so far: one seed keeps both GPUs busy (a device used to run
+// whole seeds, so a one-seed run left the second idle) and at one seed the two long shapes
+// (40/8 at 32k, 24/8 at 16k) go to different devices. A stand-in binary records each call.
+TEST(BarsUnseen, TheTuneAndRetimePhasesSpreadEverySeedsShapesOverTheDevices) {
+  for (const int seeds : {1, 2}) {
+    TempDir dir;
+    const std::string out = dir.file("out"), calls = dir.file("calls");
+    ASSERT_EQ(std::system(("mkdir -p " + out).c_str()), 0);
+    {
+      std::ofstream f(dir.file("attntune"));
+      f << "#!/bin/sh\necho \"$@\" >> " << calls << "\n";
+    }
+    ASSERT_EQ(std::system(("chmod +x " + dir.file("attntune")).c_str()), 0);
+    for (const char* phase : {"tune", "retime"}) {
+      std::remove(calls.c_str());
+      const Shell r = sh("ATTNTUNE_BIN=" + dir.file("attntune") + " " + testing::source_dir() + "/tools/bars.sh " +
+                         dir.file("u.db") + " " + out + " --set unseen --seeds " + std::to_string(seeds) +
+                         " --devices 0,1 --phase " + phase);
+      ASSERT_EQ(r.status, 0) << r.output;
+      // "device seed campaign", one line a call
+      const Shell list = sh("awk '{for (i = 1; i < NF; i++) { if ($i == \"--device\") d = $(i+1); if ($i == \"--campaign\") "
+                            "c = $(i+1); if ($i == \"--seed\") s = $(i+1); if ($i == \"--db\") b = $(i+1) } "
+                            "print d, (s == \"\" ? b : s), c; s = \"\" }' " + calls + " | sort");
+      std::set<std::string> seen;
+      std::map<std::string, std::string> device_of;
+      int per_device[2] = {0, 0};
+      std::size_t at = 0;
+      while (at < list.output.size()) {
+        const std::size_t nl = list.output.find('\n', at);
+        const std::string line = list.output.substr(at, nl - at);
+        at = nl + 1;
+        const std::string dev = line.substr(0, line.find(' ')), rest = line.substr(line.find(' ') + 1);
+        EXPECT_TRUE(seen.insert(rest).second) << phase << ": called twice: " << rest;
+        ASSERT_TRUE(dev == "0" || dev == "1") << line;
+        ++per_device[dev == "1"];
+        device_of[rest.substr(rest.find(' ') + 1) + "/" + rest.substr(0, rest.find(' '))] = dev;
+      }
+      EXPECT_EQ(seen.size(), 10u * seeds) << phase << ":\n" << list.output;
+      EXPECT_GE(per_device[0], 3 * seeds) << phase << ":\n" << list.output;
+      EXPECT_GE(per_device[1], 3 * seeds) << phase << ":\n" << list.output;
+      if (seeds == 1 && std::string(phase) == "tune") {
+        EXPECT_NE(device_of["u-40-32k/1"], device_of["u-24-16k/1"]) << list.output;
+      }
+    }
+  }
 }
 
 // The `backward` set (issue 45's bars): the backward pass of the prefill suite's shapes with s >= 2048
