@@ -44,7 +44,8 @@
 #             compare phase merges seed 1's for the export), and its tune log is appended to, so a
 #             resumed campaign keeps its warm start's line. Its (seed, shape) campaigns are spread over
 #             --devices, costliest first (a two-GPU machine halves the wall time, at one seed
-#             too); re-running resumes the campaigns and skips the re-timings done. The databases hold each build's cubin (80+ MB after a tune phase):
+#             too); re-running resumes the campaigns and skips the re-timings done. The
+#             databases hold each build's cubin (80+ MB after a tune phase):
 #             to bring them back from a GPU machine, copy them, delete the copies' `builds` rows
 #             and VACUUM (resuming re-compiles what it needs). On the GPU machine keep DB and OUT_DIR
 #             under a folder git ignores (.gpu-work/): between calls the machine's copy of the tree
