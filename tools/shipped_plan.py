@@ -12,8 +12,9 @@ Two parts, in this order:
    --all-best --plan` answers such a user's whole plan from the shipped database on day one.
 2. A grid for the warm starts and for problems no plan names: the families below span what such
    models run (query heads 8..128, GQA groups 1..16, head dims 64, 128 and 256) at the lengths
-   (512..32k) and decode batches (1..256, pages of 16 and 64) that serving uses, so `tune` finds a
-   shipped neighbour within a factor of 2 of any length for the same head dim and layout; and
+   (512..32k; chunked prefills of 512 and 2048 queries over 4k and 8k keys) and decode batches
+   (1..256, pages of 16 and 64) that serving uses, so `tune` finds a shipped neighbour within a
+   factor of 2 of any length for the same head dim and layout; and
    multi-head latent attention's decode over its latent cache (d=576, dv=512, one KV head,
    `latent=1`), DeepSeek's. Plain attention only (part 1 has the variants).
 Each part in spread order (round robin over its blocks, each block from the middle of its range
@@ -53,6 +54,12 @@ PREFILL_SEQLENS = [512, 1024, 2048, 4096, 8192, 16384, 32768]
 NONCAUSAL_SEQLENS = [512, 4096, 16384]
 # Batches of short prompts: the same work as one long prompt, laid out across the grid.
 PREFILL_BATCHED = [(8, 512), (4, 2048)]
+# Chunked prefill (a chunk of a long prompt's queries over the keys cached before it and its own,
+# bottom-right causal: what serving engines run for long prompts): (batch, chunk, keys). The warm
+# starts of such shapes had no neighbour of their kind (run 284: a 512-query chunk over 4608 keys
+# stayed 1.10x behind its pick after 5 evaluations). Dense here; `plan --regimes chunk` plans a
+# model's over its paged cache.
+CHUNKED_PREFILL = [(1, 2048, 8192), (4, 512, 4096)]
 DECODE_BATCHES = [1, 8, 32, 64, 128, 256]
 DECODE_CONTEXTS = [2048, 8192, 32768]
 PAGES = [16, 64]
@@ -102,7 +109,8 @@ def blocks(dtype):
     for _, h, hkv, d in FAMILIES:
         causal = [(spec(1, h, hkv, s, s, d, dtype, True), "prefill") for s in spread(PREFILL_SEQLENS)]
         other = interleave([(spec(1, h, hkv, s, s, d, dtype, False), "prefill") for s in spread(NONCAUSAL_SEQLENS)],
-                           [(spec(b, h, hkv, s, s, d, dtype, True), "prefill") for b, s in PREFILL_BATCHED])
+                           [(spec(b, h, hkv, s, s, d, dtype, True), "prefill") for b, s in PREFILL_BATCHED],
+                           [(spec(b, h, hkv, s, sk, d, dtype, True), "prefill") for b, s, sk in CHUNKED_PREFILL])
         out.append(interleave(causal, other))
     for i, (_, h, hkv, d) in enumerate(FAMILIES):
         # Each family gets both page sizes, alternating over its batches, so the plan holds every

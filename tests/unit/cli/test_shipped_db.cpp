@@ -379,7 +379,7 @@ TEST(ShippedPlan, HoldsAtLeast200DistinctProblemsThatTheShippedSpacesServe) {
     for (const auto& p : problems)
       EXPECT_TRUE(listed.count(p["problem"].get<std::string>())) << model << ": " << p["problem"];
   }
-  std::set<std::int64_t> heads, groups, dims, seqlens, batches, pages;
+  std::set<std::int64_t> heads, groups, dims, seqlens, batches, pages, chunked_dims;
   std::set<bool> causal;
   for (const PlanEntry& e : plan.entries) {
     const Problem& p = e.problem;
@@ -389,6 +389,7 @@ TEST(ShippedPlan, HoldsAtLeast200DistinctProblemsThatTheShippedSpacesServe) {
       dims.insert(p.d);
       seqlens.insert(p.s);
       causal.insert(p.causal);
+      if (p.s < p.sk) chunked_dims.insert(p.d);
     } else {
       ASSERT_EQ(e.regime, "decode");
       batches.insert(p.b);
@@ -414,6 +415,9 @@ TEST(ShippedPlan, HoldsAtLeast200DistinctProblemsThatTheShippedSpacesServe) {
   EXPECT_EQ(*batches.begin(), 1);
   EXPECT_EQ(*batches.rbegin(), 256);
   EXPECT_EQ(pages, (std::set<std::int64_t>{16, 64}));
+  // Chunked prefills (fewer queries than keys, bottom-right causal) at every head dim of the grid:
+  // the warm start of a user's chunk had no neighbour of its kind (run 284).
+  for (const std::int64_t d : {64, 128, 256}) EXPECT_TRUE(chunked_dims.count(d)) << d;
 
   // And the service takes it: `submit` queues every problem (what tools/build_shipped_db.sh runs).
   const auto r = run_attntune("submit " + plan_path + " --db " + dir.file("q.db") + " --format json");
