@@ -28,6 +28,13 @@ inline std::string source_dir() {
   return env && *env ? env : ATTNTUNE_SOURCE_DIR;
 }
 
+// How many configs an NVRTC build test compiles per problem (or per what it says):
+// $ATTNTUNE_BUILD_SAMPLE when set (0 meaning what each test says: often all), else `fallback`.
+inline std::size_t build_sample(std::size_t fallback) {
+  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
+  return env ? std::strtoul(env, nullptr, 10) : fallback;
+}
+
 // A command's output split at newlines (a final newline ends the last line; no empty line after it).
 inline std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;

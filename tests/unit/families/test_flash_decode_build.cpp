@@ -295,8 +295,7 @@ TEST_P(FlashDecodeBuild, SampledValidConfigsCompileWithoutSpills) {
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const auto [d, arch] = GetParam();
   const SearchSpace space = load_space();
-  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
-  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 6;
+  const std::size_t n = attntune::testing::build_sample(6);
   BuildPoolOptions pool_opts;
   pool_opts.nvrtc_options = family_nvrtc_options("flash_decode");
   pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
@@ -528,8 +527,7 @@ TEST(FlashDecodeBuild, SplitHeadDimsCompileWithoutSpills) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
-  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
-  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 1;  // 18 builds (CI time); the sweep is in the space's comments
+  const std::size_t n = attntune::testing::build_sample(1);  // 18 builds (CI time); the sweep is in the space's comments
   BuildPoolOptions pool_opts;
   pool_opts.nvrtc_options = family_nvrtc_options("flash_decode");
   pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
@@ -638,8 +636,7 @@ TEST(FlashDecodeBuild, Fp8CachesCompileWithoutSpills) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
-  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
-  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 1;
+  const std::size_t n = attntune::testing::build_sample(1);
   BuildPoolOptions pool_opts;
   pool_opts.nvrtc_options = family_nvrtc_options("flash_decode");
   pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};

@@ -302,8 +302,7 @@ TEST_P(FlashDecodeVariantBuild, ConfigsWithEveryVariantCompileWithoutSpills) {
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const auto [d, arch] = GetParam();
   const SearchSpace space = load_space();
-  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
-  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 2;
+  const std::size_t n = attntune::testing::build_sample(2);
   BuildPoolOptions pool_opts;
   pool_opts.nvrtc_options = family_nvrtc_options("flash_decode");
   pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};

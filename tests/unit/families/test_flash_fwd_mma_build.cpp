@@ -2,6 +2,7 @@
 // and sm_90, and of every other head dim (multiples of 16 from 32 to 256) on every entry point. Every valid config would take CI past its budget on 2 cores (about 2,300
 // builds of 2-4 s), so a fixed, deterministic spread is built: ATTNTUNE_BUILD_SAMPLE configs per
 // (d, arch), default 10; 0 builds all. The GPU property test covers every config on sm_90.
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 
@@ -159,8 +160,7 @@ TEST_P(FlashFwdMmaBuild, SampledValidConfigsCompile) {
   const auto [d, arch] = GetParam();
   const SearchSpace space = load_space();
   const Problem p = Problem::parse(fmt::format("b=1,h=1,s=128,d={},dtype=bf16,causal=0", d));
-  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
-  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 10;
+  const std::size_t n = attntune::testing::build_sample(10);
   BuildPoolOptions pool_opts;
   pool_opts.nvrtc_options = family_nvrtc_options("flash_fwd_mma");
   pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
@@ -247,8 +247,7 @@ TEST(FlashFwdMmaRender, HeadDimsAreMultiplesOf16From32To256) {
 TEST(FlashFwdMmaBuild, EveryHeadDimCompilesOnEveryEntryPointWithoutSpills) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
-  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
-  const std::size_t n = env && std::strtoul(env, nullptr, 10) ? std::strtoul(env, nullptr, 10) : 1;
+  const std::size_t n = std::max<std::size_t>(attntune::testing::build_sample(1), 1);  // 0: 1 as well
   const SearchSpace space = load_space();
   const char* const entries[] = {
       "b=2,h=8,hkv=2,s=1000,d={d},dtype={t}",                  // dense

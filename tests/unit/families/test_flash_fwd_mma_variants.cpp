@@ -217,8 +217,7 @@ TEST_P(FlashFwdMmaVariantBuild, CompilesWithoutNewSpills) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const std::string arch = GetParam();
-  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
-  std::size_t n = env ? std::strtoul(env, nullptr, 10) : 1;
+  std::size_t n = attntune::testing::build_sample(1);
   if (n == 0) n = 4;
   const SearchSpace space = space_of("flash_fwd_mma");
   BuildPoolOptions pool_opts;

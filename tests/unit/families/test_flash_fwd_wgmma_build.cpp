@@ -83,7 +83,7 @@ Config last_valid(const SearchSpace& space, const Problem& p, Pred pred) {
 struct EdgeJobs {
   const SearchSpace& space;
   const char* flag_name = nullptr;
-  std::vector<std::pair<Config, Problem>> jobs;
+  std::vector<std::pair<Config, Problem>> jobs = {};
   template <class Pred>
   void add(const char* spec, Pred pred) {
     const Problem p = Problem::parse(spec);
@@ -503,8 +503,7 @@ TEST_P(FlashFwdWgmmaBuild, SampledValidConfigsCompile) {
   const int d = GetParam();
   const SearchSpace space = load_space();
   const Problem p = Problem::parse(fmt::format("b=1,h=1,s=128,d={},dtype=bf16,causal=0", d));
-  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
-  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 4;
+  const std::size_t n = attntune::testing::build_sample(4);
   std::vector<Config> configs = spread(space.enumerate(p, kArch), n);
   if (d == 128 && n != 0) {  // each ablation step once: plain, producer, ping-pong, overlap, both
     for (auto [bm, ws, pp, ov] : {std::tuple{64, false, false, false}, {128, true, false, false},
@@ -942,8 +941,7 @@ TEST(FlashFwdWgmmaBuild, Fp8ForwardD256SpreadCompiles) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
-  const char* env = std::getenv("ATTNTUNE_BUILD_SAMPLE");
-  const std::size_t n = env ? std::strtoul(env, nullptr, 10) : 4;
+  const std::size_t n = attntune::testing::build_sample(4);
   std::vector<std::pair<Config, Problem>> jobs;
   for (const char* spec : {"b=1,h=16,s=16384,d=256,dtype=fp8,causal=0", "b=1,h=16,s=16384,d=256,dtype=fp8,causal=1"}) {
     const Problem p = Problem::parse(spec);
