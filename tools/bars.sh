@@ -56,7 +56,7 @@
 #                 --devices 0,1 --phase retime     # then --phase compare (FA4_AOT: below)
 #
 #   tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|fp8fwd|unseen] [--prefill-seconds N] [--decode-seconds N]
-#                 [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S]
+#                 [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--shapes NAME,...]
 #                 [--phase tune|retime|compare|table|transfer|all]
 #
 # unseen, on the GPU machine: the FA4 kernels for its problems built on the CPU machine first
@@ -81,14 +81,14 @@
 # OUT_DIR/compare.log and prints a short table last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|fp8fwd|unseen] [--prefill-seconds N] [--decode-seconds N] [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--phase tune|retime|compare|table|transfer|all]"
+usage="usage: tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|fp8fwd|unseen] [--prefill-seconds N] [--decode-seconds N] [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--shapes NAME,...] [--phase tune|retime|compare|table|transfer|all]"
 db=${1:?$usage}
 out=${2:?$usage}
 shift 2
 A=${ATTNTUNE_BIN:-build/attntune}
 kit=${FA4_KIT:-.fa4}
 aot=${FA4_AOT:-.fa4var/aot}
-pre_s=60 dec_s=15 only="" set=variants seeds=2 devices=0 budget=200 retime_s=1 phase=all
+pre_s=60 dec_s=15 only="" set=variants seeds=2 devices=0 budget=200 retime_s=1 phase=all shapes=""
 while (($#)); do
   case $1 in
     --seeds) seeds=${2:?$usage}; shift 2 ;;
@@ -100,6 +100,7 @@ while (($#)); do
     --decode-seconds) dec_s=${2:?$usage}; shift 2 ;;
     --only) only=${2:?$usage}; shift 2 ;;
     --set) set=${2:?$usage}; shift 2 ;;
+    --shapes) shapes=${2:?$usage}; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -208,6 +209,19 @@ unseen)
 *) echo "$usage" >&2; exit 2 ;;
 esac
 [[ $seeds =~ ^[1-9][0-9]*$ && $budget =~ ^[1-9][0-9]*$ ]] || { echo "$usage" >&2; exit 2; }
+# --shapes: only the named rows of the set (a session with one GPU takes the set in parts; each phase
+# resumes what is done). An unknown name is refused with the set's names, before anything runs.
+if [[ -n $shapes ]]; then
+  keep_p=() keep_d=()
+  IFS=, read -r -a want <<<"$shapes"
+  for w in "${want[@]}"; do
+    hit=0
+    for e in "${prefill[@]}"; do [[ ${e%%|*} == "$w" ]] && keep_p+=("$e") && hit=1; done
+    for e in "${decode[@]}"; do [[ ${e%%|*} == "$w" ]] && keep_d+=("$e") && hit=1; done
+    ((hit)) || { echo "bars.sh: error: --shapes: no row named '$w' in set $set (its rows:$(for e in "${prefill[@]}" "${decode[@]}"; do printf ' %s' "${e%%|*}"; done))" >&2; exit 2; }
+  done
+  prefill=("${keep_p[@]}") decode=("${keep_d[@]}")
+fi
 case $phase in tune|retime|compare|table|transfer|all) ;; *) echo "$usage" >&2; exit 2 ;; esac
 if [[ ${ATTNTUNE_BARS_LIST:-} == 1 ]]; then  # the set's problems, one a line (tests/unit/cli/test_bars.cpp)
   for e in "${prefill[@]}" "${decode[@]}"; do echo "${e#*|}"; done

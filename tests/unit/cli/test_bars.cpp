@@ -265,6 +265,32 @@ TEST(BarsUnseen, TheTuneAndRetimePhasesSpreadEverySeedsShapesOverTheDevices) {
   }
 }
 
+// --shapes takes part of a set (a one-GPU session tunes the unseen set in parts, each phase resuming
+// what is done): the tune phase calls `tune` for the named rows alone; a name the set lacks is
+// refused before anything runs, with the set's names.
+TEST(BarsUnseen, ShapesPicksNamedRowsAndRefusesAnUnknownOne) {
+  TempDir dir;
+  const std::string out = dir.file("out"), calls = dir.file("calls");
+  {
+    std::ofstream f(dir.file("attntune"));
+    f << "#!/bin/sh\necho \"$@\" >> " << calls << "\n";
+  }
+  ASSERT_EQ(std::system(("chmod +x " + dir.file("attntune")).c_str()), 0);
+  const std::string run = "ATTNTUNE_BIN=" + dir.file("attntune") + " " + testing::source_dir() + "/tools/bars.sh " +
+                          dir.file("u.db") + " " + out + " --set unseen --seeds 1 --devices 0 --phase tune";
+  const Shell r = sh(run + " --shapes u-q28-chunk,u-40-32k");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const Shell names = sh("grep -o -- '--campaign [^ ]*' " + calls + " | sort");
+  EXPECT_EQ(names.output, "--campaign u-40-32k\n--campaign u-q28-chunk\n");
+
+  std::remove(calls.c_str());
+  const Shell bad = sh(run + " --shapes u-q28-chunk,u-nope");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("no row named 'u-nope'"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("u-24-16k"), std::string::npos) << "the set's names: " << bad.output;
+  EXPECT_NE(std::system(("test -e " + calls).c_str()), 0) << "nothing runs before the refusal";
+}
+
 // The `backward` set (issue 45's bars): the backward pass of the prefill suite's shapes with s >= 2048
 // (d=64 and 128, causal and not) in both dtypes, each shape in both, and d=256 at b1 s8k.
 TEST(BarsBackward, TheSuitesLongShapesInBothDtypesAndHeadDim256) {
