@@ -380,6 +380,10 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       // (Head dim 256: the warpgroup's kSdpN query rows, from a whole atom of the tiles.)
       const u64 q_desc = desc(q_t + q_w * T::kRowBytes, 16, T::kAtomBytes),
                 do_desc = desc(do_t + q_w * T::kRowBytes, 16, T::kAtomBytes);
+      // wg_skew: the turn after the other warpgroup's dQ of step i - 1 (warpgroup 0's first is free).
+      if constexpr (T::kWgSkew) {
+        if (wg == 1 || i > 0) named_bar_sync(T::kBarTurn + wg, T::kConsumerThreads);
+      }
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
@@ -395,6 +399,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
         Wgmma<T::kSdpN>::ss(acc_dp, v_desc + a_off, do_desc + b_off, kk > 0);
       }
       wgmma_commit();
+      if constexpr (T::kWgSkew) named_bar_arrive(T::kBarTurn + (wg ^ 1), T::kConsumerThreads);  // the other's turn
       if constexpr (!T::kSdpSplit) wgmma_wait<0>();  // (kSdpSplit: waited for one at a time below)
       if constexpr (T::kDqDefer) {
         // Step i - 1's dQ (the group before S^T's and dP^T's), done with them. (Waiting for it alone,
@@ -588,6 +593,45 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       reg_fence(ads);
       __syncwarp();
       if (lane == 0) mbar_arrive(bar_empty + st * 8);  // this warp is done with the stage
+      continue;
+    }
+
+    if constexpr (T::kWgSkew) {
+      // The skewed step: dV and dK in this warpgroup's turn (after the other's S^T and dP^T), dS^T
+      // stored while they run and the turn passed on; dQ in the next turn, which the other gives
+      // once its dV and dK are issued and its dS^T stored (so dQ reads both); then one wait for the
+      // three. On the tensor pipe: S^T, dP^T of warpgroup 0, of 1, dV, dK of 0, of 1, dQ of 0, of 1,
+      // and while one's run the other computes P^T and dS^T (or stages its dQ). The turns order the
+      // dS^T buffers too: a warpgroup stores step i + 1's after the other has issued its S^T and dP^T
+      // of step i + 1, so after it waited for its dQ of step i.
+      const u64 do_mn = desc(do_t, T::kQColBlockBytes, T::kAtomBytes), q_mn = desc(q_t, T::kQColBlockBytes, T::kAtomBytes);
+      named_bar_sync(T::kBarTurn + wg, T::kConsumerThreads);  // the other's S^T and dP^T issued
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < T::kBlockM / 16; ++kk)
+        Wgmma<T::kDkvN>::rs(acc_dv, ap[kk], do_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
+#pragma unroll
+      for (int kk = 0; kk < T::kBlockM / 16; ++kk)
+        Wgmma<T::kDkvN>::rs(acc_dk, ads[kk], q_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
+      wgmma_commit();
+      store_t(ds_t, ads);
+      fence_async_smem();
+      named_bar_arrive(T::kBarTurn + (wg ^ 1), T::kConsumerThreads);  // dV, dK issued and dS^T stored
+      if (T::kDqBulk && threadIdx.x % 128 == 0) bulk_wait_read();     // the dQ staging's last bulk read
+      named_bar_sync(T::kBarTurn + wg, T::kConsumerThreads);  // the other's dV, dK issued and its dS^T stored
+      float acc_dq[T::kDqN / 2];
+      dq_issue(0, ds_t, acc_dq);
+      // The other's S^T and dP^T of step i + 1 next (none after the last step: no arrival left over).
+      if (wg == 0 || i + 1 < steps) named_bar_arrive(T::kBarTurn + (wg ^ 1), T::kConsumerThreads);
+      wgmma_wait<0>();
+      reg_fence(acc_dv);
+      reg_fence(acc_dk);
+      reg_fence(ap);
+      reg_fence(ads);
+      reg_fence(acc_dq);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar_empty + st * 8);  // this warp is done with the stage
+      dq_finish(0, head, m0, acc_dq);
       continue;
     }
 

@@ -69,6 +69,17 @@ struct Traits {
 #else
   static constexpr bool kSdpSplit = false;
 #endif
+  // The two consumer warpgroups skewed (a producer build, FlashAttention-3's forward ping-pong): they
+  // take turns to issue their products, S^T and dP^T, then dV and dK, then dQ, warpgroup 0 first,
+  // each turn passed on by a named barrier (kBarTurn + the warpgroup that waits). The tensor pipe
+  // then runs one warpgroup's products while the other computes P^T and dS^T or stages its dQ,
+  // instead of both waiting for theirs together. The turns also order dS^T: a warpgroup issues dQ
+  // once the other has stored its dS^T (the turn after its dV and dK), so no consumers' barrier.
+#if defined(WG_SKEW)  // a tunable with a default: a config recorded before it existed is a build without it
+  static constexpr bool kWgSkew = WG_SKEW != 0;
+#else
+  static constexpr bool kWgSkew = false;
+#endif
 
   // Derived.
   // Head dim 256 splits the head dims between two warpgroups of the same 64 keys (kColSplit 2): dK
@@ -88,6 +99,9 @@ struct Traits {
   // Named barriers: 0 is __syncthreads, 1 + wg a consumer warpgroup's own (dQ's staging, the turns),
   // kBarConsumers the consumer warpgroups' (dS^T complete) where a producer keeps out of __syncthreads.
   static constexpr int kBarConsumers = 1 + kWarpgroups;
+  // kWgSkew: warpgroup wg waits for its turn on kBarTurn + wg (bar.sync), and passes the turn on by
+  // arriving on the other's (bar.arrive), both of all the consumers' threads.
+  static constexpr int kBarTurn = kBarConsumers + 1;
   static constexpr int kDkvN = kHeadDim / kColSplit;  // dK's and dV's head dims a warpgroup holds
   static constexpr int kSdpN = kBlockM / kColSplit;   // the step's queries a warpgroup scores
   // Tiles in shared memory are [column block][row][64 elements], rows of 128 bytes swizzled in
@@ -158,6 +172,9 @@ struct Traits {
   static_assert(!kProducer || kColSplit == 1, "a producer warpgroup at head dims up to 128");
   static_assert(!kFa4Order || (kProducer && kDqUnits == 1 && !kDqDefer), "fa4_order: a producer build, one dQ unit a warpgroup");
   static_assert(!kSdpSplit || (kFa4Order && !kSoftcap && kColSplit == 1), "sdp_split: with fa4_order, no soft-cap");
+  static_assert(!kWgSkew || (kProducer && kWarpgroups == 2 && kColSplit == 1 && kDqUnits == 1 && !kFa4Order && !kDqDefer),
+                "wg_skew: a producer build of two consumer warpgroups, one dQ unit each, the step's own order");
+  static_assert(kBarTurn + 1 < 16, "16 named barriers");
   static_assert(!kProducer || 128 * (kProducerRegs + kWarpgroups * kConsumerRegs) <= 65536,
                 "setmaxnreg's targets exceed the SM's registers");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes formula disagrees with the kernel's layout");

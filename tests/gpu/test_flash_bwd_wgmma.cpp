@@ -5,7 +5,7 @@
 // odd lengths, sk > s, sk < s, one query or key row; then window builds on windowed shapes.
 // ATTNTUNE_PROPERTY_SAMPLE=N: N configs per (d, kind) (default 8; 0: all).
 // FlashBwdWgmmaDeterministic: the deterministic mode's bits run to run (tests/gpu/bwd_checks.hpp).
-// LongestFirst: every config of the longest-first order.
+// LongestFirst: every config of the longest-first order. WgSkew: the skewed consumer warpgroups.
 #include <fmt/format.h>
 
 #include <iterator>
@@ -169,6 +169,29 @@ TEST(FlashBwdWgmmaProperty, Fa4Order) {
                         attntune::testing::kBwdWindowSinkShapes, 6860, 1, split);
   cuda::Context ctx(0);
   attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 6900, {fa4, split}, {128});
+}
+
+// wg_skew (the two consumer warpgroups of a producer build take turns to issue their products, on
+// named barriers that also order dS^T for dQ): a spread at d=128, 64 and 96 (zero columns), causal and
+// not, on the backward shapes (GQA, MQA, odd lengths, CTAs with no step), then causal windows with
+// sinks, a two-sided window, a soft-cap (d=128: d=64's 128-row steps do not offer it), packed varlen
+// batches, and the deterministic mode's bits.
+TEST(FlashBwdWgmmaProperty, WgSkew) {
+  REQUIRE_SM90();
+  const auto skew = [](const Config& c) { return std::get<bool>(c.at("wg_skew")); };
+  for (int d : {128, 64, 96})
+    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, "", attntune::testing::kBwdShapes,
+                          7200u + static_cast<unsigned>(d), 4, skew);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {1}, ",window=64,sinks=1",
+                        attntune::testing::kBwdWindowSinkShapes, 7300, 2, skew);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {0}, ",window=64,64", attntune::testing::kBwdTwoSidedShapes,
+                        7320, 1, skew);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {0, 1}, ",softcap=50", attntune::testing::kBwdSoftcapShapes,
+                        7340, 1, skew);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenShapes, 7360,
+                        2, skew);
+  cuda::Context ctx(0);
+  attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 7400, {skew}, {128});
 }
 
 TEST(FlashBwdWgmmaDeterministic, TwoRunsGiveBitIdenticalGradients) {

@@ -162,6 +162,62 @@ TEST(FlashBwdWgmmaSpace, Fa4OrderIsTwoWarpgroupProducerBuildsOf64RowSteps) {
   }
 }
 
+// wg_skew (the two consumer warpgroups take turns to issue their products): producer builds of two
+// consumer warpgroups in the step's own order (not fa4_order's), both ways there, at every head dim a
+// producer serves (d=64 and 96 too) and with every variant but a soft-cap at 128-row steps (d=64:
+// it spilled); a config recorded before wg_skew existed renders as wg_skew=false, the same source,
+// and the render defines it.
+TEST(FlashBwdWgmmaSpace, WgSkewIsTwoWarpgroupProducerBuildsInTheStepsOwnOrder) {
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  bool has_default = false;
+  for (const Param& q : space.params())
+    if (q.name == "wg_skew") has_default = q.default_value.has_value();
+  EXPECT_TRUE(has_default);
+  for (const char* spec : {"b=1,h=16,s=16384,d=128,dtype=bf16,causal=0,pass=bwd",
+                           "b=1,h=16,s=8192,d=64,dtype=bf16,causal=0,pass=bwd",
+                           "b=2,h=8,s=2048,d=96,dtype=fp16,causal=1,window=100,sinks=1,pass=bwd",
+                           "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,softcap=30,pass=bwd",
+                           "b=1,h=16,s=8192,d=64,dtype=bf16,causal=1,softcap=30,pass=bwd",
+                           "b=3,h=8,hkv=2,s=1000,sk=1000,d=128,dtype=bf16,causal=1,varlen=1,pass=bwd",
+                           "b=1,h=16,s=8192,d=256,dtype=bf16,causal=1,pass=bwd"}) {
+    const Problem p = Problem::parse(spec);
+    std::set<bool> where_offered;
+    for (const Config& c : space.enumerate(p, "sm_90a")) {
+      const bool skew = std::get<bool>(c.at("wg_skew"));
+      if (std::get<bool>(c.at("producer")) && get(c, "block_n") == 128 && !std::get<bool>(c.at("fa4_order")) &&
+          !(p.softcapped() && get(c, "block_m") == 128))
+        where_offered.insert(skew);
+      else
+        EXPECT_FALSE(skew) << spec << ": " << config_str(c);
+      const LaunchSpec launch = render_kernel(space, c, p, "sm_90a").launch;
+      EXPECT_EQ(attntune::define_value(launch.defines, "WG_SKEW"), skew ? 1 : 0) << config_str(c);
+      if (!skew) continue;
+      // Nothing else of the build moves: the threads and the shared memory are the producer build's
+      // (its two dS^T buffers are what the turns need).
+      Config off = c;
+      off["wg_skew"] = false;
+      const LaunchSpec plain = render_kernel(space, off, p, "sm_90a").launch;
+      EXPECT_EQ(attntune::define_value(launch.defines, "THREADS"), attntune::define_value(plain.defines, "THREADS"));
+      EXPECT_EQ(attntune::define_value(launch.defines, "SMEM_BYTES"), smem_of(c, p.d)) << config_str(c);
+    }
+    // (d=64's two-warpgroup producer builds are all of 128-row steps: none with a soft-cap.)
+    const bool offered = p.d <= 128 && !(p.d <= 64 && p.softcapped());
+    const std::set<bool> want = offered ? std::set<bool>{false, true} : std::set<bool>{};
+    EXPECT_EQ(where_offered, want) << spec;
+  }
+  // A config recorded before wg_skew existed (no wg_skew) is wg_skew=false: the same source.
+  const Problem p = Problem::parse("b=1,h=16,s=16384,d=128,dtype=bf16,causal=0,pass=bwd");
+  for (const Config& c : space.enumerate(p, "sm_90a")) {
+    if (std::get<bool>(c.at("wg_skew")) || !std::get<bool>(c.at("producer"))) continue;
+    Config old = c;
+    old.erase("wg_skew");
+    EXPECT_EQ(space.check(old, p, "sm_90a"), std::nullopt) << config_str(c);
+    const RenderedKernel k = render_kernel(space, c, p, "sm_90a");
+    EXPECT_EQ(render_kernel(space, old, p, "sm_90a").source_hash, k.source_hash) << config_str(c);
+    EXPECT_NE(k.source.find("#define WG_SKEW 0\n"), std::string::npos);
+  }
+}
+
 // Head dims between 64, 128 and 256: the kernels compute over the next of them with zero columns
 // (D_PAD), so the configs are the padded head dim's (160..240 take d=256's two warpgroups), and dQ's
 // accumulator is the padded width's.
@@ -332,6 +388,67 @@ TEST(FlashBwdWgmmaBuild, EveryConfigBuildsWithFewSpills) {
     const bool d256 = o->job.kernel.source.find("#define D_PAD 256\n") != std::string::npos;
     EXPECT_LE(o->build.spill_stores, d256 ? 0 : d128 ? 16 : 64)
         << config_str(o->job.config) << ": " << o->build.registers << " registers";
+    EXPECT_EQ(o->build.log.find("Potential Performance Loss"), std::string::npos)
+        << config_str(o->job.config) << "\n" << o->build.log;
+  }
+  EXPECT_EQ(built, submitted);
+}
+
+// wg_skew's builds: every one of the plain d=128 and d=64 problems (non-causal and causal, in the
+// grid's order) and the first and last of each variant's (windows, sinks, a soft-cap, a packed
+// batch, d=96's zero columns) build for sm_90a without wgmma serialisation and without spills where
+// the head dim pads to 128 (64-row steps) and no soft-cap is compiled in; elsewhere at most 8 bytes,
+// what the same builds without the skew spill (a word kept over setmaxnreg and reloaded a step: 4
+// bytes at d=64's 128-row steps and the soft-cap's two stages, either way; CUDA 13.0, 2026-12-01).
+TEST(FlashBwdWgmmaBuild, WgSkewBuildsWithoutSpills) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_bwd_wgmma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::size_t submitted = 0;
+  const auto skewed = [&](const Problem& p) {
+    std::vector<Config> out;
+    for (const Config& c : space.enumerate(p, "sm_90a"))
+      if (std::get<bool>(c.at("wg_skew")) && get(c, "longest_first") == 0) out.push_back(c);
+    return out;
+  };
+  for (const char* spec : {"b=1,h=16,s=16384,d=128,dtype=bf16,causal=0,pass=bwd",
+                           "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd",
+                           "b=1,h=16,s=8192,d=64,dtype=bf16,causal=0,pass=bwd",
+                           "b=1,h=16,s=8192,d=64,dtype=fp16,causal=1,pass=bwd"}) {
+    const Problem p = Problem::parse(spec);
+    const auto configs = skewed(p);
+    EXPECT_GE(configs.size(), 2u) << spec;
+    for (const Config& c : configs) {
+      pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
+      ++submitted;
+    }
+  }
+  for (const char* spec : {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,window=512,sinks=1,pass=bwd",
+                           "b=1,h=16,s=8192,d=128,dtype=bf16,causal=0,window=256,256,pass=bwd",
+                           "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,softcap=30,pass=bwd",
+                           "b=1,h=16,s=8192,d=64,dtype=bf16,causal=1,window=512,sinks=1,pass=bwd",
+                           "b=3,h=8,hkv=2,s=1000,sk=1000,d=128,dtype=bf16,causal=1,varlen=1,pass=bwd",
+                           "b=1,h=16,s=8192,d=96,dtype=fp16,causal=0,pass=bwd"}) {
+    const Problem p = Problem::parse(spec);
+    const auto configs = skewed(p);
+    ASSERT_FALSE(configs.empty()) << spec;
+    for (const Config* c : {&configs.front(), &configs.back()}) {
+      pool.submit({*c, render_kernel(space, *c, p, "sm_90a"), "sm_90a"});
+      ++submitted;
+    }
+  }
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    const std::string& src = o->job.kernel.source;
+    const bool clean = src.find("#define D_PAD 128\n") != std::string::npos &&
+                       src.find("#define ATT_SOFTCAP 1\n") == std::string::npos;
+    EXPECT_LE(o->build.spill_stores, clean ? 0 : 8) << config_str(o->job.config) << ": " << o->build.registers << " registers";
     EXPECT_EQ(o->build.log.find("Potential Performance Loss"), std::string::npos)
         << config_str(o->job.config) << "\n" << o->build.log;
   }
