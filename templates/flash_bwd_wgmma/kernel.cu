@@ -596,16 +596,10 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       continue;
     }
 
-    if constexpr (T::kWgSkew) {
-      // The skewed step: dV and dK in this warpgroup's turn (after the other's S^T and dP^T), dS^T
-      // stored while they run and the turn passed on; dQ in the next turn, which the other gives
-      // once its dV and dK are issued and its dS^T stored (so dQ reads both); then one wait for the
-      // three. On the tensor pipe: S^T, dP^T of warpgroup 0, of 1, dV, dK of 0, of 1, dQ of 0, of 1,
-      // and while one's run the other computes P^T and dS^T (or stages its dQ). The turns order the
-      // dS^T buffers too: a warpgroup stores step i + 1's after the other has issued its S^T and dP^T
-      // of step i + 1, so after it waited for its dQ of step i.
+    // dV += P^T dO, dK += dS^T Q (scaled at the end), P^T and dS^T from registers: k-step kk is 16
+    // query rows of the N-major tiles. One wgmma group (the plain step's, and the skewed step's turn).
+    auto dkv_issue_rs = [&] {
       const u64 do_mn = desc(do_t, T::kQColBlockBytes, T::kAtomBytes), q_mn = desc(q_t, T::kQColBlockBytes, T::kAtomBytes);
-      named_bar_sync(T::kBarTurn + wg, T::kConsumerThreads);  // the other's S^T and dP^T issued
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < T::kBlockM / 16; ++kk)
@@ -614,6 +608,18 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       for (int kk = 0; kk < T::kBlockM / 16; ++kk)
         Wgmma<T::kDkvN>::rs(acc_dk, ads[kk], q_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
       wgmma_commit();
+    };
+
+    if constexpr (T::kWgSkew) {
+      // The skewed step: dV and dK in this warpgroup's turn (after the other's S^T and dP^T), dS^T
+      // stored while they run and the turn passed on; dQ in the next turn, which the other gives
+      // once its dV and dK are issued and its dS^T stored (so dQ reads both); then one wait for the
+      // three. On the tensor pipe: S^T, dP^T of warpgroup 0, of 1, dV, dK of 0, of 1, dQ of 0, of 1,
+      // and while one's run the other computes P^T and dS^T (or stages its dQ). The turns order the
+      // dS^T buffers too: a warpgroup stores step i + 1's after the other has issued its S^T and dP^T
+      // of step i + 1, so after it waited for its dQ of step i.
+      named_bar_sync(T::kBarTurn + wg, T::kConsumerThreads);  // the other's S^T and dP^T issued
+      dkv_issue_rs();
       store_t(ds_t, ads);
       fence_async_smem();
       named_bar_arrive(T::kBarTurn + (wg ^ 1), T::kConsumerThreads);  // dV, dK issued and dS^T stored
@@ -635,18 +641,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       continue;
     }
 
-    // dV += P^T dO, dK += dS^T Q (scaled at the end): k-step kk is 16 query rows of the N-major tiles.
-    {
-      const u64 do_mn = desc(do_t, T::kQColBlockBytes, T::kAtomBytes), q_mn = desc(q_t, T::kQColBlockBytes, T::kAtomBytes);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < T::kBlockM / 16; ++kk)
-        Wgmma<T::kDkvN>::rs(acc_dv, ap[kk], do_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
-#pragma unroll
-      for (int kk = 0; kk < T::kBlockM / 16; ++kk)
-        Wgmma<T::kDkvN>::rs(acc_dk, ads[kk], q_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
-      wgmma_commit();
-    }
+    dkv_issue_rs();
 
     // dS^T to shared memory while they run.
     store_t(ds_t, ads);
