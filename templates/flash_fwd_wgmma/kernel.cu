@@ -143,7 +143,7 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
       }
     } else {
       setmaxnreg_inc<T::kConsumerRegs>();
-      const int cw = wg - 1;
+      const int cw = T::kWgUniform ? warp_uniform(wg - 1) : wg - 1;  // (traits.cuh: kWgUniform)
       if (T::kPingPong && cw == T::kConsumerWgs - 1)  // warpgroup 0 goes first
         named_bar_arrive(T::kNamedPingPong, T::kPingPongThreads);
       int it_base = 0, trace_k = 0;
@@ -178,7 +178,8 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
     WorkTile w;
     for (int next = first_tile; next_item(p, maps, sm, first_tile, ctas, tiles, m_blocks, next, w);) {
       if (threadIdx.x == 0 && w.n > 0) produce_tile(w, it_base, q_phase, min(w.n, T::kStages), -1);
-      consume(p, sm, maps, threadIdx.x / 128, w, it_base, q_phase, out, had);
+      consume(p, sm, maps, T::kWgUniform ? warp_uniform(threadIdx.x / 128) : threadIdx.x / 128, w, it_base, q_phase, out,
+              had);
       had = true;
       it_base += w.n;
       q_phase ^= w.n > 0;

@@ -120,6 +120,17 @@ struct Traits {
 #else
   static constexpr bool kFa4Loop = false;
 #endif
+  // The consumer warpgroup's index broadcast from lane 0 (shfl), so that ptxas sees it warp-uniform
+  // and keeps what derives from it in uniform registers: Q's wgmma descriptors (one a k16 step of
+  // Q.K^T, each warpgroup's rows start cw * 64 rows into Q) stay in URs through the K/V loop
+  // instead of vector registers moved by R2UR before every Q.K^T wgmma (16 R2UR a tile at d=128,
+  // on the wgmma issue path; FlashAttention-4's loop has none there). A tunable with a default, as
+  // FA4_LOOP: a config recorded before it is a build without it.
+#if defined(WG_UNIFORM)
+  static constexpr bool kWgUniform = WG_UNIFORM != 0;
+#else
+  static constexpr bool kWgUniform = false;
+#endif
   // Persistent non-causal grids with a producer: the last partial round of work tiles is shared
   // out by K/V iterations, an equal share per CTA (stream-K), when the launcher passes a
   // workspace (TmaMaps::split_tail > 0); pieces are combined by the last warp to arrive.

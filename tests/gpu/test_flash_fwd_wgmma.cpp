@@ -280,3 +280,15 @@ TEST(FlashFwdWgmmaProperty, Fa4Loop) {
   check_kept(192, 128, 4, fa4);
   check_entry_points(128, 0, fa4);
 }
+
+// wg_uniform (the consumer warpgroup's index broadcast from lane 0, Q's descriptors in uniform
+// registers): dense at d=64 (three warpgroups among the sample), 128 and 192/128, with and without
+// fa4_loop, and every entry point at d=128. Its FP8 forward: FlashFwdWgmmaFp8ForwardProperty.WgUniform.
+TEST(FlashFwdWgmmaProperty, WgUniform) {
+  ATTNTUNE_REQUIRE_GPU();
+  const auto uniform = [](const Config& c) { return flag(c, "wg_uniform"); };
+  check_kept(64, 0, 6, uniform);
+  check_kept(128, 0, 6, uniform);
+  check_kept(192, 128, 4, uniform);
+  check_entry_points(128, 0, uniform);
+}

@@ -129,6 +129,18 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, LongKeysNonzeroMeanV) {
   check_fp8_forward(128, attntune::testing::property_sample(2), false, {}, "", shapes, 2.f);
 }
 
+// wg_uniform on the FP8 forward (Q's descriptors in uniform registers): d=128 plain and with a window
+// and sinks, the long keys, and d=256's chunked schedules.
+TEST(FlashFwdWgmmaFp8ForwardProperty, WgUniform) {
+  ATTNTUNE_REQUIRE_GPU();
+  const auto uniform = [](const Config& c) { return flag(c, "wg_uniform"); };
+  check_fp8_forward(128, attntune::testing::property_sample(6), false, uniform, "", fp8_forward_shapes());
+  check_fp8_forward(128, attntune::testing::property_sample(2), false, uniform, ",window=127,sinks=1",
+                    fp8_forward_variant_shapes());
+  check_fp8_forward(128, attntune::testing::property_sample(2), false, uniform, "", long_key_shapes(), 2.f);
+  check_fp8_forward(256, attntune::testing::property_sample(4), false, uniform, "", fp8_forward_shapes());
+}
+
 // ---- d=256: P.V in column chunks (pv_chunks, pv_buffers) ----
 TEST(FlashFwdWgmmaFp8ForwardProperty, SpreadD256) {
   ATTNTUNE_REQUIRE_GPU();

@@ -6,11 +6,18 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <optional>
+#include <regex>
 #include <set>
 #include <tuple>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "cuda/nvrtc.hpp"
@@ -1168,4 +1175,152 @@ TEST(FlashFwdWgmmaBuild, PackedBuildsAreClean) {
   add("b=4,h=28,hkv=4,s=100,sk=4096,d=80,dtype=bf16,causal=1,softcap=30", any);
   add("b=2,h=16,hkv=8,s=2048,d=256,dtype=bf16,causal=1,softcap=50,sinks=1", any);
   expect_clean_builds(space, edge.jobs);
+}
+
+// wg_uniform (the consumer warpgroup's index broadcast from lane 0) is offered where there are two or
+// more consumer warpgroups: with one, the index is the constant 0 and the build is the same kernel.
+TEST(FlashFwdWgmmaSpace, WgUniformNeedsTwoOrMoreConsumerWarpgroups) {
+  const SearchSpace space = load_space();
+  for (const char* spec : {"b=1,h=28,hkv=4,s=6000,d=128,dtype=bf16,causal=1", "b=4,h=20,s=1000,d=64,dtype=bf16,causal=0",
+                           "b=1,h=16,s=16384,d=128,dtype=fp8,causal=0"}) {
+    std::map<std::int64_t, std::set<bool>> by_rows;
+    space.for_each_valid(Problem::parse(spec), kArch,
+                         [&](const Config& c) { by_rows[num(c, "block_m")].insert(flag(c, "wg_uniform")); });
+    for (const auto& [rows, values] : by_rows)
+      EXPECT_EQ(values, rows == 64 ? std::set<bool>{false} : (std::set<bool>{false, true})) << spec << " block_m " << rows;
+    EXPECT_GE(by_rows.size(), 2u) << spec;
+  }
+}
+
+namespace {
+
+// cuobjdump: $ATTNTUNE_CUOBJDUMP, on PATH, in $CUDA_HOME/bin, or triton's copy in the tree's .venv
+// (tools/test.sh installs torch there), as tools/rehash_db.py looks for it. "" when none.
+std::string find_cuobjdump() {
+  namespace fs = std::filesystem;
+  if (const char* e = std::getenv("ATTNTUNE_CUOBJDUMP"); e && *e) return e;
+  std::vector<fs::path> cands;
+  if (const char* path = std::getenv("PATH")) {
+    std::string all = path;
+    for (std::size_t at = 0; at <= all.size();) {
+      const std::size_t end = std::min(all.find(':', at), all.size());
+      if (end > at) cands.push_back(fs::path(all.substr(at, end - at)) / "cuobjdump");
+      at = end + 1;
+    }
+  }
+  cands.push_back(fs::path(std::getenv("CUDA_HOME") ? std::getenv("CUDA_HOME") : "/usr/local/cuda") / "bin" / "cuobjdump");
+  std::error_code ec;
+  const fs::path lib = fs::path(ATTNTUNE_SOURCE_DIR) / ".venv" / "lib";
+  if (fs::is_directory(lib, ec))
+    for (const auto& py : fs::directory_iterator(lib, ec))
+      cands.push_back(py.path() / "site-packages" / "triton" / "backends" / "nvidia" / "bin" / "cuobjdump");
+  for (const auto& c : cands)
+    if (fs::exists(c, ec) && ::access(c.c_str(), X_OK) == 0) return c.string();
+  return "";
+}
+
+// R2UR instructions in each innermost loop of a cubin's SASS that issues wgmmas (HGMMA, or QGMMA for
+// FP8): a loop is a backward branch's span, innermost when it holds no other.
+std::vector<int> r2ur_in_wgmma_loops(const std::string& cuobjdump, const std::string& cubin) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("attntune-sass-{}", ::getpid());
+  fs::create_directories(dir);
+  const fs::path bin = dir / "k.cubin", txt = dir / "k.sass";
+  std::ofstream(bin, std::ios::binary) << cubin;
+  const int rc = std::system(fmt::format("'{}' --dump-sass '{}' > '{}' 2>&1", cuobjdump, bin.string(), txt.string()).c_str());
+  EXPECT_EQ(rc, 0) << "cuobjdump failed";
+  std::ifstream in(txt);
+  std::vector<std::pair<long, std::string>> ins;
+  static const std::regex line(R"(^\s*/\*([0-9a-f]{4,})\*/\s+(.*?);)");
+  for (std::string l; std::getline(in, l);) {
+    std::smatch m;
+    if (std::regex_search(l, m, line)) ins.emplace_back(std::stol(m[1].str(), nullptr, 16), m[2].str());
+  }
+  fs::remove_all(dir);
+  static const std::regex bra(R"(BRA\S*\s+(?:.*?)0x([0-9a-f]+))");
+  std::vector<std::pair<std::size_t, std::size_t>> loops;
+  for (std::size_t i = 0; i < ins.size(); ++i) {
+    std::smatch m;
+    if (!std::regex_search(ins[i].second, m, bra)) continue;
+    const long target = std::stol(m[1].str(), nullptr, 16);
+    if (target >= ins[i].first) continue;
+    for (std::size_t j = 0; j < i; ++j)
+      if (ins[j].first == target) loops.emplace_back(j, i);
+  }
+  std::vector<int> counts;
+  for (const auto& [b, e] : loops) {
+    const bool inner = std::none_of(loops.begin(), loops.end(), [&, b = b, e = e](const auto& o) {
+      return o != std::make_pair(b, e) && o.first >= b && o.second <= e;
+    });
+    int wgmma = 0, r2ur = 0;
+    for (std::size_t k = b; k <= e; ++k) {
+      wgmma += ins[k].second.find("GMMA") != std::string::npos;
+      r2ur += ins[k].second.rfind("R2UR", 0) == 0;
+    }
+    if (inner && wgmma > 0) counts.push_back(r2ur);
+  }
+  return counts;
+}
+
+}  // namespace
+
+// wg_uniform's builds: each measured pick's tile with and without it builds clean (no spills, no
+// serialised wgmma); without it every K/V loop moves Q's descriptors from vector registers before
+// its Q.K^T wgmmas (8 R2UR a loop at d=64, 16 at d=128: ptxas cannot see that the warpgroup index
+// is warp-uniform), with it none (their descriptors stay in uniform registers). The SASS half
+// needs cuobjdump (tools/test.sh's .venv has triton's), and skips, saying so, without one.
+TEST(FlashFwdWgmmaBuild, WgUniformKeepsQsDescriptorsInUniformRegisters) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  const std::string rest = "exp2_emu=0,kv_multicast=false,softcap_tanh=accurate,split_tail=false,warp_specialize=true,"
+                           "pv_buffers=1,pv_chunks=1,lazy_rescale=0,producer_regs=24,intra_wg_overlap=true,persistent=true";
+  const std::vector<std::pair<std::string, std::string>> picks = {
+      // runs 289-290's picks: u-q28-6k (no fa4_loop), u-40-32k, u-20-12k (three warpgroups, d=64); FA4's tile
+      // on u-q28-chunk (run 292); the FP8 forward's d=128 pick (run 274)
+      {"b=1,h=28,hkv=4,s=6000,sk=6000,d=128,dtype=bf16,causal=1",
+       "block_m=128,block_n=192,fa4_loop=false,head_group=16,narrow_n=64,pack_gqa=false,ping_pong=true,stages=2"},
+      {"b=1,h=40,hkv=8,s=32768,sk=32768,d=128,dtype=bf16,causal=1",
+       "block_m=128,block_n=176,fa4_loop=true,head_group=1,narrow_n=64,pack_gqa=false,ping_pong=false,stages=2"},
+      {"b=1,h=20,hkv=20,s=12000,sk=12000,d=64,dtype=bf16,causal=1",
+       "block_m=192,block_n=128,fa4_loop=true,head_group=4,narrow_n=64,pack_gqa=false,ping_pong=true,stages=3"},
+      {"b=1,h=28,hkv=4,s=1536,sk=9728,d=128,dtype=bf16,causal=1",
+       "block_m=128,block_n=128,fa4_loop=true,head_group=1,narrow_n=0,pack_gqa=true,ping_pong=false,stages=2"},
+      {"b=1,h=16,s=16384,d=128,dtype=fp8,causal=0",
+       "block_m=128,block_n=128,fa4_loop=true,head_group=1,narrow_n=0,pack_gqa=false,ping_pong=false,stages=2"},
+  };
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_fwd_wgmma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  for (const auto& [spec, cfg] : picks)
+    for (const bool on : {false, true}) {
+      const Problem p = Problem::parse(spec);
+      const Config c = space.parse_config(fmt::format("{},{},wg_uniform={}", rest, cfg, on));
+      ASSERT_EQ(space.check(c, p, kArch), std::nullopt) << spec << " " << config_str(c);
+      pool.submit({c, render_kernel(space, c, p, kArch), kArch});
+    }
+  std::map<std::string, std::map<bool, std::string>> cubins;  // config without wg_uniform -> on -> cubin
+  while (auto o = pool.next()) {
+    ASSERT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
+    EXPECT_EQ(o->build.log.find("C751"), std::string::npos) << "wgmma serialised: " << o->build.log;
+    Config key = o->job.config;
+    const bool on = flag(key, "wg_uniform");
+    key.erase("wg_uniform");
+    cubins[config_str(key) + " d=" + std::to_string(define_value(o->job.kernel.launch.defines, "ATT_HEAD_DIM"))][on] =
+        o->build.cubin;
+  }
+  ASSERT_EQ(cubins.size(), picks.size());
+  const std::string cuobjdump = find_cuobjdump();
+  if (cuobjdump.empty()) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  for (const auto& [name, by] : cubins) {
+    const std::vector<int> off = r2ur_in_wgmma_loops(cuobjdump, by.at(false)), on = r2ur_in_wgmma_loops(cuobjdump, by.at(true));
+    ASSERT_FALSE(off.empty()) << name;
+    ASSERT_EQ(on.size(), off.size()) << name;
+    for (const int n : off) EXPECT_GE(n, 8) << "without wg_uniform, Q's descriptors moved in the loop: " << name;
+    for (const int n : on) EXPECT_EQ(n, 0) << "with wg_uniform: " << name;
+    std::printf("%s: R2UR in the wgmma loops %s -> %s\n", name.c_str(), fmt::format("{}", fmt::join(off, "/")).c_str(),
+                fmt::format("{}", fmt::join(on, "/")).c_str());
+  }
 }
