@@ -46,6 +46,17 @@ struct Traits {
   // producer loading half of a tile's column blocks into both CTAs' rings (one L2 read for both).
   static constexpr bool kMulticast = MULTICAST != 0;
   static constexpr int kPeers = kMulticast ? 2 : 1;
+  // wg_uniform: the warpgroup index and Q's descriptor made warp-uniform by a shfl from lane 0, so
+  // that ptxas keeps the descriptors (Q's k-step values, the wg-dependent K and V ones) in uniform
+  // registers; without it each tile's Q descriptor comes out of an opaque `mov` (which keeps ptxas
+  // from holding all d/16 k-step values across the loop) as a per-thread value, and every wgmma
+  // waits for an R2UR pair (80 a tile in the MLA scorer's loop). A tunable with a default, as
+  // flash_fwd_wgmma's: a config recorded before it is a build without it.
+#if defined(WG_UNIFORM)
+  static constexpr bool kWgUniform = WG_UNIFORM != 0;
+#else
+  static constexpr bool kWgUniform = false;
+#endif
 
 
   static constexpr int kBlockM = BLOCK_M;  // 64
@@ -276,7 +287,7 @@ __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int 
 
 __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring, u32 bars, u32 xchg, u32 stats,
                                         int b, int kvh, int split, int rb, int t_begin, int n, int len, int tid) {
-  const int wg = tid >> 7, t128 = tid & 127, lane = tid & 31;
+  const int wg = T::kWgUniform ? warp_uniform(tid >> 7) : tid >> 7, t128 = tid & 127, lane = tid & 31;
   const int r_lo = (t128 >> 5) * 16 + (lane >> 2), q4 = lane & 3;  // rows r_lo, r_lo + 8 of the 64
   const int row0 = rb * T::kBlockM, rows_here = min(T::kBlockM, p.rows - row0);
 
@@ -323,7 +334,8 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
     // Q's descriptor made opaque each tile: otherwise ptxas keeps all d/16 of its k-step values in
     // registers across the loop (loop invariants), and the consumers spilled at their 224.
     u64 qd;
-    asm volatile("mov.b64 %0, %1;\n" : "=l"(qd) : "l"(q_desc));
+    if constexpr (T::kWgUniform) qd = __shfl_sync(0xffffffffu, q_desc, 0);  // opaque, and uniform
+    else asm volatile("mov.b64 %0, %1;\n" : "=l"(qd) : "l"(q_desc));
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < T::kKSteps; ++kk) {
@@ -456,7 +468,8 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
         mbar_wait(bars + 8 * (t % T::kStages), (t / T::kStages) & 1);
         const u64 k_desc = smem_desc_sw128(stage_k(t), 16, 1024);
         u64 qd;
-        asm volatile("mov.b64 %0, %1;\n" : "=l"(qd) : "l"(q_desc));
+        if constexpr (T::kWgUniform) qd = __shfl_sync(0xffffffffu, q_desc, 0);
+        else asm volatile("mov.b64 %0, %1;\n" : "=l"(qd) : "l"(q_desc));
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < T::kKSteps; ++kk) {

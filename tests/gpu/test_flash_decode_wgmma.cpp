@@ -40,7 +40,8 @@ const PropertyShape kEvenShapes[] = {
 
 // latent: `latent=1` (V is K's first dv columns, one buffer: the buffers pass v = k).
 // multicast: the multicast configs on kEvenShapes, else the others on kShapes.
-void check_space(int d, int dv, bool latent = false, bool multicast = false) {
+// uniform: only wg_uniform builds (the warpgroup index and Q's descriptor broadcast from lane 0).
+void check_space(int d, int dv, bool latent = false, bool multicast = false, bool uniform = false) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   if (props.arch < "sm_90") GTEST_SKIP() << "flash_decode_wgmma needs sm_90 (wgmma, TMA); this GPU is " << props.arch;
@@ -53,7 +54,10 @@ void check_space(int d, int dv, bool latent = false, bool multicast = false) {
         Problem::parse(fmt::format("b=1,h=128,hkv=1,{},sk=4096,d={}{},dtype=bf16,page=64", kind, d, dvs));
     ASSERT_TRUE(attntune::testing::spread_configs(space, base, "sm_90a", attntune::testing::property_sample(32),
                                                   configs, variants,
-                                                  [&](const Config& c) { return std::get<bool>(c.at("multicast")) == multicast; }))
+                                                  [&](const Config& c) {
+                                                    return std::get<bool>(c.at("multicast")) == multicast &&
+                                                           (!uniform || std::get<bool>(c.at("wg_uniform")));
+                                                  }))
         << base.str();
   }
   attntune::testing::PropertyRun run;
@@ -93,4 +97,13 @@ TEST(FlashDecodeWgmmaProperty, MlaLatentMulticast) {
 TEST(FlashDecodeWgmmaProperty, D512) {
   ATTNTUNE_REQUIRE_GPU();
   check_space(512, 512);
+}
+
+// wg_uniform: the latent cache with and without multicast, and MLA's separate V, each build with the
+// warpgroup index and Q's descriptor in uniform registers.
+TEST(FlashDecodeWgmmaProperty, WgUniform) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_space(576, 512, true, false, true);
+  check_space(576, 512, true, true, true);
+  check_space(576, 512, false, false, true);
 }

@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iterator>
+#include <map>
 #include <set>
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "cuda/nvrtc.hpp"
@@ -19,6 +21,7 @@
 #include "templates/flash_decode_wgmma/launch.h"
 #include "tests/common/plan_call.hpp"
 #include "tests/common/run_attntune.hpp"
+#include "tests/common/sass.hpp"
 
 using namespace attntune;
 
@@ -183,4 +186,56 @@ TEST(FlashDecodeWgmmaBuild, EveryScheduleCompilesWithoutSpills) {
         << config_str(o->job.config) << ": " << o->build.registers << " registers";
   }
   EXPECT_EQ(built, submitted);
+}
+
+// wg_uniform (the warpgroup index and Q's descriptor broadcast from lane 0): the MLA decode picks
+// (scores single, block_n 64, two stages, multicast, l2_ahead 1; the latent cache at q-len 1 and 2)
+// and a split schedule build clean with and without it; without it the scorer's K/V loop moves its
+// wgmma descriptors from vector registers (80 R2UR a 64-key tile: Q's 36 k-steps and K's), with it
+// none. The SASS half needs cuobjdump (tools/test.sh's .venv has triton's) and skips without one.
+TEST(FlashDecodeWgmmaBuild, WgUniformKeepsTheDescriptorsInUniformRegisters) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode_wgmma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  const std::vector<std::pair<const char*, const char*>> jobs = {
+      {kMla[5], "block_n=64,stages=2,scores=single,l2_ahead=1,multicast=true,pipe=serial,combine=kernel,kv_load=tma"},
+      {"b=128,h=128,hkv=1,s=2,sk=8192,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1",
+       "block_n=64,stages=2,scores=single,l2_ahead=1,multicast=true,pipe=serial,combine=kernel,kv_load=tma"},
+      {kMla[5], "block_n=64,stages=3,scores=split,l2_ahead=0,multicast=false,pipe=fused,combine=last_cta,kv_load=tma"},
+  };
+  for (const auto& [spec, cfg] : jobs)
+    for (const bool on : {false, true}) {
+      const Problem p = Problem::parse(spec);
+      const Config c = space.parse_config(fmt::format("{},wg_uniform={}", cfg, on));
+      ASSERT_EQ(space.check(c, p, "sm_90a"), std::nullopt) << spec << " " << config_str(c);
+      pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
+    }
+  std::map<std::string, std::map<bool, std::string>> cubins;
+  while (auto o = pool.next()) {
+    ASSERT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
+    EXPECT_EQ(o->build.log.find("C751"), std::string::npos) << "wgmma serialised: " << o->build.log;
+    Config key = o->job.config;
+    const bool on = std::get<bool>(key.at("wg_uniform"));
+    key.erase("wg_uniform");
+    cubins[config_str(key) + (o->job.kernel.source.find("ATT_CAUSAL 1") != std::string::npos ? " causal" : "")][on] =
+        o->build.cubin;
+  }
+  ASSERT_EQ(cubins.size(), jobs.size());
+  const std::string cuobjdump = attntune::testing::find_cuobjdump();
+  if (cuobjdump.empty()) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  for (const auto& [name, by] : cubins) {
+    const std::vector<int> off = attntune::testing::r2ur_in_wgmma_loops(cuobjdump, by.at(false));
+    const std::vector<int> on = attntune::testing::r2ur_in_wgmma_loops(cuobjdump, by.at(true));
+    ASSERT_FALSE(off.empty()) << name;
+    ASSERT_EQ(on.size(), off.size()) << name;
+    EXPECT_GE(*std::max_element(off.begin(), off.end()), 8) << "without wg_uniform, descriptors moved in a loop: " << name;
+    for (const int n : on) EXPECT_EQ(n, 0) << "with wg_uniform: " << name;
+    std::printf("%s: R2UR in the wgmma loops %s -> %s\n", name.c_str(), fmt::format("{}", fmt::join(off, "/")).c_str(),
+                fmt::format("{}", fmt::join(on, "/")).c_str());
+  }
 }

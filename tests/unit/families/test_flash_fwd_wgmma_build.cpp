@@ -6,15 +6,11 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <regex>
 #include <set>
 #include <tuple>
 
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -25,6 +21,7 @@
 #include "search/valid_configs.hpp"
 #include "tests/common/plan_call.hpp"
 #include "tests/common/run_attntune.hpp"
+#include "tests/common/sass.hpp"
 #include "templates/flash_fwd_wgmma/launch.h"
 
 using namespace attntune;
@@ -1192,78 +1189,6 @@ TEST(FlashFwdWgmmaSpace, WgUniformNeedsTwoOrMoreConsumerWarpgroups) {
   }
 }
 
-namespace {
-
-// cuobjdump: $ATTNTUNE_CUOBJDUMP, on PATH, in $CUDA_HOME/bin, or triton's copy in the tree's .venv
-// (tools/test.sh installs torch there), as tools/rehash_db.py looks for it. "" when none.
-std::string find_cuobjdump() {
-  namespace fs = std::filesystem;
-  if (const char* e = std::getenv("ATTNTUNE_CUOBJDUMP"); e && *e) return e;
-  std::vector<fs::path> cands;
-  if (const char* path = std::getenv("PATH")) {
-    std::string all = path;
-    for (std::size_t at = 0; at <= all.size();) {
-      const std::size_t end = std::min(all.find(':', at), all.size());
-      if (end > at) cands.push_back(fs::path(all.substr(at, end - at)) / "cuobjdump");
-      at = end + 1;
-    }
-  }
-  cands.push_back(fs::path(std::getenv("CUDA_HOME") ? std::getenv("CUDA_HOME") : "/usr/local/cuda") / "bin" / "cuobjdump");
-  std::error_code ec;
-  const fs::path lib = fs::path(ATTNTUNE_SOURCE_DIR) / ".venv" / "lib";
-  if (fs::is_directory(lib, ec))
-    for (const auto& py : fs::directory_iterator(lib, ec))
-      cands.push_back(py.path() / "site-packages" / "triton" / "backends" / "nvidia" / "bin" / "cuobjdump");
-  for (const auto& c : cands)
-    if (fs::exists(c, ec) && ::access(c.c_str(), X_OK) == 0) return c.string();
-  return "";
-}
-
-// R2UR instructions in each innermost loop of a cubin's SASS that issues wgmmas (HGMMA, or QGMMA for
-// FP8): a loop is a backward branch's span, innermost when it holds no other.
-std::vector<int> r2ur_in_wgmma_loops(const std::string& cuobjdump, const std::string& cubin) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / fmt::format("attntune-sass-{}", ::getpid());
-  fs::create_directories(dir);
-  const fs::path bin = dir / "k.cubin", txt = dir / "k.sass";
-  std::ofstream(bin, std::ios::binary) << cubin;
-  const int rc = std::system(fmt::format("'{}' --dump-sass '{}' > '{}' 2>&1", cuobjdump, bin.string(), txt.string()).c_str());
-  EXPECT_EQ(rc, 0) << "cuobjdump failed";
-  std::ifstream in(txt);
-  std::vector<std::pair<long, std::string>> ins;
-  static const std::regex line(R"(^\s*/\*([0-9a-f]{4,})\*/\s+(.*?);)");
-  for (std::string l; std::getline(in, l);) {
-    std::smatch m;
-    if (std::regex_search(l, m, line)) ins.emplace_back(std::stol(m[1].str(), nullptr, 16), m[2].str());
-  }
-  fs::remove_all(dir);
-  static const std::regex bra(R"(BRA\S*\s+(?:.*?)0x([0-9a-f]+))");
-  std::vector<std::pair<std::size_t, std::size_t>> loops;
-  for (std::size_t i = 0; i < ins.size(); ++i) {
-    std::smatch m;
-    if (!std::regex_search(ins[i].second, m, bra)) continue;
-    const long target = std::stol(m[1].str(), nullptr, 16);
-    if (target >= ins[i].first) continue;
-    for (std::size_t j = 0; j < i; ++j)
-      if (ins[j].first == target) loops.emplace_back(j, i);
-  }
-  std::vector<int> counts;
-  for (const auto& [b, e] : loops) {
-    const bool inner = std::none_of(loops.begin(), loops.end(), [&, b = b, e = e](const auto& o) {
-      return o != std::make_pair(b, e) && o.first >= b && o.second <= e;
-    });
-    int wgmma = 0, r2ur = 0;
-    for (std::size_t k = b; k <= e; ++k) {
-      wgmma += ins[k].second.find("GMMA") != std::string::npos;
-      r2ur += ins[k].second.rfind("R2UR", 0) == 0;
-    }
-    if (inner && wgmma > 0) counts.push_back(r2ur);
-  }
-  return counts;
-}
-
-}  // namespace
-
 // wg_uniform's builds: each measured pick's tile with and without it builds clean (no spills, no
 // serialised wgmma); without it every K/V loop moves Q's descriptors from vector registers before
 // its Q.K^T wgmmas (8 R2UR a loop at d=64, 16 at d=128: ptxas cannot see that the warpgroup index
@@ -1312,10 +1237,10 @@ TEST(FlashFwdWgmmaBuild, WgUniformKeepsQsDescriptorsInUniformRegisters) {
         o->build.cubin;
   }
   ASSERT_EQ(cubins.size(), picks.size());
-  const std::string cuobjdump = find_cuobjdump();
+  const std::string cuobjdump = attntune::testing::find_cuobjdump();
   if (cuobjdump.empty()) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
   for (const auto& [name, by] : cubins) {
-    const std::vector<int> off = r2ur_in_wgmma_loops(cuobjdump, by.at(false)), on = r2ur_in_wgmma_loops(cuobjdump, by.at(true));
+    const std::vector<int> off = attntune::testing::r2ur_in_wgmma_loops(cuobjdump, by.at(false)), on = attntune::testing::r2ur_in_wgmma_loops(cuobjdump, by.at(true));
     ASSERT_FALSE(off.empty()) << name;
     ASSERT_EQ(on.size(), off.size()) << name;
     for (const int n : off) EXPECT_GE(n, 8) << "without wg_uniform, Q's descriptors moved in the loop: " << name;
