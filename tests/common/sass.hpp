@@ -8,7 +8,6 @@
 #include <fstream>
 #include <regex>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -44,9 +43,10 @@ inline std::string find_cuobjdump() {
   return "";
 }
 
-// R2UR instructions in each innermost loop of a cubin's SASS that issues wgmmas (HGMMA, or QGMMA for
-// FP8): a loop is a backward branch's span, innermost when it holds no other.
-inline std::vector<int> r2ur_in_wgmma_loops(const std::string& cuobjdump, const std::string& cubin) {
+// R2UR instructions on the wgmma issue path of a cubin's SASS: between a batch's fence
+// (WARPGROUP.ARRIVE) and its commit (the HGMMA, or QGMMA for FP8, marked gsb0), where each one is a
+// descriptor moved from a vector register before the next wgmma can issue.
+inline int r2ur_in_wgmma_batches(const std::string& cuobjdump, const std::string& cubin) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / fmt::format("attntune-sass-{}", ::getpid());
   fs::create_directories(dir);
@@ -55,36 +55,25 @@ inline std::vector<int> r2ur_in_wgmma_loops(const std::string& cuobjdump, const 
   const int rc = std::system(fmt::format("'{}' --dump-sass '{}' > '{}' 2>&1", cuobjdump, bin.string(), txt.string()).c_str());
   EXPECT_EQ(rc, 0) << "cuobjdump failed";
   std::ifstream in(txt);
-  std::vector<std::pair<long, std::string>> ins;
-  static const std::regex line(R"(^\s*/\*([0-9a-f]{4,})\*/\s+(.*?);)");
+  static const std::regex line(R"(^\s*/\*[0-9a-f]{4,}\*/\s+(.*?);)");
+  int batches = 0, r2ur = 0;
+  bool in_batch = false;
   for (std::string l; std::getline(in, l);) {
     std::smatch m;
-    if (std::regex_search(l, m, line)) ins.emplace_back(std::stol(m[1].str(), nullptr, 16), m[2].str());
+    if (!std::regex_search(l, m, line)) continue;
+    const std::string op = m[1].str();
+    if (op.find("WARPGROUP.ARRIVE") != std::string::npos) {
+      in_batch = true;
+      ++batches;
+    } else if (in_batch && op.find("R2UR") != std::string::npos) {
+      ++r2ur;
+    } else if (in_batch && op.find("GMMA") != std::string::npos && op.find("gsb0") != std::string::npos) {
+      in_batch = false;
+    }
   }
   fs::remove_all(dir);
-  static const std::regex bra(R"(BRA\S*\s+(?:.*?)0x([0-9a-f]+))");
-  std::vector<std::pair<std::size_t, std::size_t>> loops;
-  for (std::size_t i = 0; i < ins.size(); ++i) {
-    std::smatch m;
-    if (!std::regex_search(ins[i].second, m, bra)) continue;
-    const long target = std::stol(m[1].str(), nullptr, 16);
-    if (target >= ins[i].first) continue;
-    for (std::size_t j = 0; j < i; ++j)
-      if (ins[j].first == target) loops.emplace_back(j, i);
-  }
-  std::vector<int> counts;
-  for (const auto& [b, e] : loops) {
-    const bool inner = std::none_of(loops.begin(), loops.end(), [&, b = b, e = e](const auto& o) {
-      return o != std::make_pair(b, e) && o.first >= b && o.second <= e;
-    });
-    int wgmma = 0, r2ur = 0;
-    for (std::size_t k = b; k <= e; ++k) {
-      wgmma += ins[k].second.find("GMMA") != std::string::npos;
-      r2ur += ins[k].second.rfind("R2UR", 0) == 0;
-    }
-    if (inner && wgmma > 0) counts.push_back(r2ur);
-  }
-  return counts;
+  EXPECT_GT(batches, 0) << "no wgmma batch in the SASS";
+  return r2ur;
 }
 
 }  // namespace attntune::testing
