@@ -12,7 +12,8 @@ Two parts, in this order:
    --all-best --plan` answers such a user's whole plan from the shipped database on day one.
 2. A grid for the warm starts and for problems no plan names: the families below span what such
    models run (query heads 8..128, GQA groups 1..16, head dims 64, 128 and 256) at the lengths
-   (512..32k; chunked prefills of 512 and 2048 queries over 4k and 8k keys) and decode batches
+   (512..32k; chunked prefills of 512 and 2048 queries over 4k and 8k keys; batches of 1k
+   non-causal sequences) and decode batches
    (1..256, pages of 16 and 64) that serving uses, so `tune` finds a shipped neighbour within a
    factor of 2 of any length for the same head dim and layout; and
    multi-head latent attention's decode over its latent cache (d=576, dv=512, one KV head,
@@ -54,6 +55,10 @@ PREFILL_SEQLENS = [512, 1024, 2048, 4096, 8192, 16384, 32768]
 NONCAUSAL_SEQLENS = [512, 4096, 16384]
 # Batches of short prompts: the same work as one long prompt, laid out across the grid.
 PREFILL_BATCHED = [(8, 512), (4, 2048)]
+# Batches of short non-causal sequences (encoders, bidirectional prefixes run batched): the warm start
+# of a batched non-causal shape had only single-sequence non-causal and batched causal neighbours
+# (runs 284 and 295: b4 h20 s=1000 d=64 stayed 1.023x behind its pick at its 4th evaluation).
+NONCAUSAL_BATCHED = [(4, 1024)]
 # Chunked prefill (a chunk of a long prompt's queries over the keys cached before it and its own,
 # bottom-right causal: what serving engines run for long prompts): (batch, chunk, keys). The warm
 # starts of such shapes had no neighbour of their kind (run 284: a 512-query chunk over 4608 keys
@@ -110,6 +115,7 @@ def blocks(dtype):
         causal = [(spec(1, h, hkv, s, s, d, dtype, True), "prefill") for s in spread(PREFILL_SEQLENS)]
         other = interleave([(spec(1, h, hkv, s, s, d, dtype, False), "prefill") for s in spread(NONCAUSAL_SEQLENS)],
                            [(spec(b, h, hkv, s, s, d, dtype, True), "prefill") for b, s in PREFILL_BATCHED],
+                           [(spec(b, h, hkv, s, s, d, dtype, False), "prefill") for b, s in NONCAUSAL_BATCHED],
                            [(spec(b, h, hkv, s, sk, d, dtype, True), "prefill") for b, s, sk in CHUNKED_PREFILL])
         out.append(interleave(causal, other))
     for i, (_, h, hkv, d) in enumerate(FAMILIES):
