@@ -1,11 +1,15 @@
 // SASS of a build's cubin for the tests that check what ptxas made of a template (no GPU): where
-// cuobjdump is, and what the K/V loops that issue wgmmas hold.
+// cuobjdump is, its instructions, what the K/V loops that issue wgmmas hold, and a tunable's builds
+// with and without it.
 #pragma once
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
+#include <utility>
 #include <regex>
 #include <string>
 #include <vector>
@@ -14,7 +18,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "tests/common/run_attntune.hpp"  // testing::source_dir()
+#include "eval/build_pool.hpp"
+#include "families/family.hpp"
+#include "tests/common/run_attntune.hpp"  // testing::source_dir(), attntune_bin()
 
 namespace attntune::testing {
 
@@ -43,10 +49,9 @@ inline std::string find_cuobjdump() {
   return "";
 }
 
-// R2UR instructions on the wgmma issue path of a cubin's SASS: between a batch's fence
-// (WARPGROUP.ARRIVE) and its commit (the HGMMA, or QGMMA for FP8, marked gsb0), where each one is a
-// descriptor moved from a vector register before the next wgmma can issue.
-inline int r2ur_in_wgmma_batches(const std::string& cuobjdump, const std::string& cubin) {
+// The instructions of a cubin's SASS (cuobjdump --dump-sass), each as its text without the address
+// and the encoding: "R2UR UR4, R2", "@!P0 BRA 0x1c0".
+inline std::vector<std::string> sass_instructions(const std::string& cuobjdump, const std::string& cubin) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / fmt::format("attntune-sass-{}", ::getpid());
   fs::create_directories(dir);
@@ -56,12 +61,22 @@ inline int r2ur_in_wgmma_batches(const std::string& cuobjdump, const std::string
   EXPECT_EQ(rc, 0) << "cuobjdump failed";
   std::ifstream in(txt);
   static const std::regex line(R"(^\s*/\*[0-9a-f]{4,}\*/\s+(.*?);)");
-  int batches = 0, r2ur = 0;
-  bool in_batch = false;
+  std::vector<std::string> out;
   for (std::string l; std::getline(in, l);) {
     std::smatch m;
-    if (!std::regex_search(l, m, line)) continue;
-    const std::string op = m[1].str();
+    if (std::regex_search(l, m, line)) out.push_back(m[1].str());
+  }
+  fs::remove_all(dir);
+  return out;
+}
+
+// R2UR instructions on the wgmma issue path of a cubin's SASS: between a batch's fence
+// (WARPGROUP.ARRIVE) and its commit (the HGMMA, or QGMMA for FP8, marked gsb0), where each one is a
+// descriptor moved from a vector register before the next wgmma can issue.
+inline int r2ur_in_wgmma_batches(const std::string& cuobjdump, const std::string& cubin) {
+  int batches = 0, r2ur = 0;
+  bool in_batch = false;
+  for (const std::string& op : sass_instructions(cuobjdump, cubin)) {
     if (op.find("WARPGROUP.ARRIVE") != std::string::npos) {
       in_batch = true;
       ++batches;
@@ -71,9 +86,40 @@ inline int r2ur_in_wgmma_batches(const std::string& cuobjdump, const std::string
       in_batch = false;
     }
   }
-  fs::remove_all(dir);
   EXPECT_GT(batches, 0) << "no wgmma batch in the SASS";
   return r2ur;
+}
+
+// The build tests of a tunable flag: each (problem spec, config) of `jobs` built for `arch` with the
+// flag false and true, each checked to build ok, without spills or serialised wgmmas (C751x); the
+// cubins by "spec config" and the flag's value.
+inline std::map<std::string, std::map<bool, std::string>> clean_builds_off_and_on(
+    const SearchSpace& space, const std::string& arch,
+    const std::vector<std::pair<std::string, std::string>>& jobs, const std::string& flag) {
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options(space.family());
+  pool_opts.worker_argv = {attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::map<std::uint64_t, std::pair<std::string, bool>> job_of;  // ticket -> (name, flag)
+  for (const auto& [spec, cfg] : jobs)
+    for (const bool on : {false, true}) {
+      const Problem p = Problem::parse(spec);
+      const Config c = space.parse_config(fmt::format("{},{}={}", cfg, flag, on));
+      const std::optional<std::string> why = space.check(c, p, arch);
+      EXPECT_EQ(why, std::nullopt) << spec << " " << config_str(c);
+      if (why) continue;
+      job_of[pool.submit({c, render_kernel(space, c, p, arch), arch})] = {spec + " " + cfg, on};
+    }
+  std::map<std::string, std::map<bool, std::string>> cubins;
+  while (auto o = pool.next()) {
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    if (o->build.status != "ok") continue;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
+    EXPECT_EQ(o->build.log.find("C751"), std::string::npos) << "wgmma serialised: " << o->build.log;
+    const auto& [name, on] = job_of.at(o->ticket);
+    cubins[name][on] = o->build.cubin;
+  }
+  return cubins;
 }
 
 }  // namespace attntune::testing

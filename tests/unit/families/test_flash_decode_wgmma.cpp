@@ -196,34 +196,13 @@ TEST(FlashDecodeWgmmaBuild, WgUniformKeepsTheDescriptorsInUniformRegisters) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode_wgmma");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
-  const std::vector<std::pair<const char*, const char*>> jobs = {
+  const std::vector<std::pair<std::string, std::string>> jobs = {
       {kMla[5], "block_n=64,stages=2,scores=single,l2_ahead=1,multicast=true,pipe=serial,combine=kernel,kv_load=tma"},
       {"b=128,h=128,hkv=1,s=2,sk=8192,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1",
        "block_n=64,stages=2,scores=single,l2_ahead=1,multicast=true,pipe=serial,combine=kernel,kv_load=tma"},
       {kMla[5], "block_n=64,stages=2,scores=split,l2_ahead=0,multicast=false,pipe=fused,combine=last_cta,kv_load=tma"},
   };
-  for (const auto& [spec, cfg] : jobs)
-    for (const bool on : {false, true}) {
-      const Problem p = Problem::parse(spec);
-      const Config c = space.parse_config(fmt::format("{},wg_uniform={}", cfg, on));
-      ASSERT_EQ(space.check(c, p, "sm_90a"), std::nullopt) << spec << " " << config_str(c);
-      pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
-    }
-  std::map<std::string, std::map<bool, std::string>> cubins;
-  while (auto o = pool.next()) {
-    ASSERT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
-    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
-    EXPECT_EQ(o->build.log.find("C751"), std::string::npos) << "wgmma serialised: " << o->build.log;
-    Config key = o->job.config;
-    const bool on = std::get<bool>(key.at("wg_uniform"));
-    key.erase("wg_uniform");
-    cubins[config_str(key) + (o->job.kernel.source.find("ATT_CAUSAL 1") != std::string::npos ? " causal" : "")][on] =
-        o->build.cubin;
-  }
+  const auto cubins = attntune::testing::clean_builds_off_and_on(space, "sm_90a", jobs, "wg_uniform");
   ASSERT_EQ(cubins.size(), jobs.size());
   const std::string cuobjdump = attntune::testing::find_cuobjdump();
   if (cuobjdump.empty()) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";

@@ -415,6 +415,21 @@ TEST(PrefillKvcache, ServedEntriesFollowTheProblemKind) {
   EXPECT_EQ(served_entries(decode, kVarlen) & kEntryVarlen, 0);
 }
 
+namespace {
+
+// An NVRTC compile of a rendered source, started now on a thread of its own; `what` names it.
+struct Job {
+  std::string what;
+  std::future<cuda::CompileOutput> out;
+};
+Job compile_job(std::string what, std::string source, cuda::CompileOptions opts) {
+  return {std::move(what), std::async(std::launch::async, [src = std::move(source), opts] {
+            return cuda::nvrtc_compile(src, "k.cu", opts);
+          })};
+}
+
+}  // namespace
+
 // A spread of kvcache configs compiles for each arch the spaces list (sm_80 and sm_89: the L4),
 // without spills.
 TEST(PrefillKvcache, KvcacheBuildsCompileForEveryArch) {
@@ -441,10 +456,6 @@ TEST(PrefillKvcache, KvcacheBuildsCompileForEveryArch) {
       {"flash_fwd_wgmma", "sm_90a", "b=4,h=32,hkv=8,s=2048,sk=10240,d=128,dtype=bf16,causal=1,page=32",
        {{"warp_specialize", 0}, {"block_m", 128}, {"block_n", 128}}},
   };
-  struct Job {
-    std::string what;
-    std::future<cuda::CompileOutput> out;
-  };
   std::vector<Job> jobs;
   for (const Case& k : cases) {
     const SearchSpace space = space_of(k.family);
@@ -463,8 +474,7 @@ TEST(PrefillKvcache, KvcacheBuildsCompileForEveryArch) {
     const RenderedKernel r = render_kernel(space, c, p, k.arch);
     ASSERT_NE(r.source.find("#define ATT_KVCACHE 1\n"), std::string::npos) << k.problem;
     cuda::CompileOptions opts{k.arch, family_nvrtc_options(k.family), true, 0};
-    jobs.push_back({fmt::format("{} {} {} {}", k.family, k.arch, k.problem, config_str(c)),
-                    std::async(std::launch::async, [src = r.source, opts] { return cuda::nvrtc_compile(src, "k.cu", opts); })});
+    jobs.push_back(compile_job(fmt::format("{} {} {} {}", k.family, k.arch, k.problem, config_str(c)), r.source, opts));
   }
   for (Job& j : jobs) {
     const cuda::CompileOutput out = j.out.get();
@@ -481,10 +491,6 @@ TEST(PrefillKvcache, CausalPersistentPagedBuildsDoNotSpill) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = space_of("flash_fwd_wgmma");
-  struct Job {
-    std::string what;
-    std::future<cuda::CompileOutput> out;
-  };
   std::vector<Job> jobs;
   for (const char* spec : {"b=4,h=8,s=512,sk=4096,d=128,dtype=bf16,causal=1,page=64",
                            "b=4,h=8,s=512,sk=4096,d=64,dtype=fp16,causal=1,page=16"}) {
@@ -513,8 +519,7 @@ TEST(PrefillKvcache, CausalPersistentPagedBuildsDoNotSpill) {
     for (const Config& c : pick) {
       const RenderedKernel r = render_kernel(space, c, p, "sm_90a");
       cuda::CompileOptions opts{"sm_90a", family_nvrtc_options("flash_fwd_wgmma"), true, 0};
-      jobs.push_back({fmt::format("{} {}", spec, config_str(c)),
-                      std::async(std::launch::async, [src = r.source, opts] { return cuda::nvrtc_compile(src, "k.cu", opts); })});
+      jobs.push_back(compile_job(fmt::format("{} {}", spec, config_str(c)), r.source, opts));
     }
   }
   for (Job& j : jobs) {
