@@ -618,6 +618,19 @@ __device__ __forceinline__ void add_pv(float (&o)[T::kHeadDimV / 2], float (&ot)
   }
 }
 
+// fold_fma: the tile's P.V (ot) into O with O's rescale, o = o * factor + ot (one FFMA an element).
+__device__ __forceinline__ void add_pv_rescaled(float (&o)[T::kHeadDimV / 2], float (&ot)[T::kHeadDimV / 2],
+                                                const float (&factor)[2]) {
+  reg_fence(ot);
+#pragma unroll
+  for (int c = 0; c < T::kHeadDimV / 8; ++c) {
+    o[4 * c] = fmaf(o[4 * c], factor[0], ot[4 * c]);
+    o[4 * c + 1] = fmaf(o[4 * c + 1], factor[0], ot[4 * c + 1]);
+    o[4 * c + 2] = fmaf(o[4 * c + 2], factor[1], ot[4 * c + 2]);
+    o[4 * c + 3] = fmaf(o[4 * c + 3], factor[1], ot[4 * c + 3]);
+  }
+}
+
 // One consumer warpgroup (cw) over the n K/V tiles of one work tile; its rows end packed in
 // `out`, which holds the CTA's previous work tile's rows on entry (stored first when `had`; the
 // kernel stores the last tile's after its loop).
@@ -838,7 +851,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         pp_arrive();
         release_kv(sm.k_empty(sl.stage));
         s_tile(tile, nar);
-        rescale_o(o, factor);
+        if constexpr (!T::kFoldFma) rescale_o(o, factor);  // fold_fma: with the tile's P.V, below
         wait_v(sl, it);
         if constexpr (T::kPvChunks > 1) {
           pv_chunks_w<0>(nar, o, ot, pa, v_desc(sl.stage));
@@ -846,7 +859,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
           gemm_pv_w(nar, T::kQkvFp8 ? ot : o, pa, v_desc(sl.stage));
           wgmma_wait<0>();
           reg_fence(o);
-          add_pv(o, ot);
+          if constexpr (T::kFoldFma) add_pv_rescaled(o, ot, factor);
+          else add_pv(o, ot);
         }
         release_kv(sm.v_empty(sl.stage));
         if (!T::kWarpSpecialize && threadIdx.x == 0 && it + T::kStages < n)
@@ -860,6 +874,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       pp_sync();  // the turn of the last P.V
       pp_arrive();
     } else {
+      // fold_fma: the factor O's next addition rescales it by (O is at the base of the tile whose
+      // P.V is in flight; 1 before the first, when O is 0).
+      float pend[2] = {1.f, 1.f};
       // Prologue: S and P of the first tile.
       auto prologue = [&](bool nar) {
         const Slot first(it_base + skip);
@@ -899,10 +916,16 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         } else {
           wgmma_wait<0>();
           reg_fence(o);
-          add_pv(o, ot);
+          if constexpr (T::kFoldFma) add_pv_rescaled(o, ot, pend);
+          else add_pv(o, ot);
         }
         release_kv(sm.v_empty(prev.stage));
-        rescale_o(o, factor);
+        if constexpr (T::kFoldFma) {  // O's rescale waits for the next tile's P.V
+          pend[0] = factor[0];
+          pend[1] = factor[1];
+        } else {
+          rescale_o(o, factor);
+        }
         pack_p_any(pa, s);
       };
       auto last_pv = [&](bool nar) {
@@ -918,7 +941,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
           pp_arrive();
           wgmma_wait<0>();
           reg_fence(o);
-          add_pv(o, ot);
+          if constexpr (T::kFoldFma) add_pv_rescaled(o, ot, pend);
+          else add_pv(o, ot);
         }
         release_kv(sm.v_empty(last.stage));
       };

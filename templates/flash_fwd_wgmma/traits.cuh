@@ -131,6 +131,17 @@ struct Traits {
 #else
   static constexpr bool kWgUniform = false;
 #endif
+  // An FP8 forward (two-level accumulation, pv_chunks 1): O's rescale joins the addition of each
+  // tile's P.V, o = o * factor + ot, one FFMA an element of O where the rescale's FMUL and the
+  // addition's FADD were two. O is written by no wgmma there (the tile's P.V has its own
+  // accumulator), so its rescale can wait for that addition: in the overlapped schedule O stays at
+  // the base of the tile whose P.V comes next, and that tile's factor is held until then. A tunable
+  // with a default, as FA4_LOOP: a config recorded before it is a build without it.
+#if defined(FOLD_FMA)
+  static constexpr bool kFoldFma = FOLD_FMA != 0;
+#else
+  static constexpr bool kFoldFma = false;
+#endif
   // Persistent non-causal grids with a producer: the last partial round of work tiles is shared
   // out by K/V iterations, an equal share per CTA (stream-K), when the launcher passes a
   // workspace (TmaMaps::split_tail > 0); pieces are combined by the last warp to arrive.
@@ -324,6 +335,7 @@ struct Traits {
                              kHeadDim % 32 == 0 && kBlockN % 32 == 0 && kBf16),
                 "an FP8 forward: dense tensors (no KV cache, varlen, GQA packing), no soft-cap or lazy rescale, head "
                 "dims and block_n multiples of 32 (k32 steps), bf16 output");
+  static_assert(!kFoldFma || (kQkvFp8 && kPvChunks == 1), "fold_fma: the FP8 forward's tile accumulator, whole (pv_chunks 1)");
   static_assert(kPvChunks == 1 || (kQkvFp8 && kPvChunks >= 2 && kPvChunks <= 4 && kHeadDimV % (32 * kPvChunks) == 0),
                 "pv_chunks: an FP8 forward's P.V in 2 to 4 column chunks of a multiple of 32 value dims (FP8 wgmma's "
                 "N; V^T's rows from chunk * kPvCols on start at whole swizzle atoms)");

@@ -90,6 +90,20 @@ inline int r2ur_in_wgmma_batches(const std::string& cuobjdump, const std::string
   return r2ur;
 }
 
+// Instructions of a cubin's SASS whose opcode (after an optional predicate, @P0 or @!UP1) is `op` or
+// starts with `op.`: FMUL counts FMUL and FMUL.FTZ, not FMUL2 or FMNMX.
+inline int sass_op_count(const std::string& cuobjdump, const std::string& cubin, const std::string& op) {
+  static const std::regex opcode(R"(^(?:@!?U?P[0-9T]\s+)?([A-Z0-9_.]+))");
+  int n = 0;
+  for (const std::string& ins : sass_instructions(cuobjdump, cubin)) {
+    std::smatch m;
+    if (!std::regex_search(ins, m, opcode)) continue;
+    const std::string code = m[1].str();
+    n += code == op || code.rfind(op + ".", 0) == 0;
+  }
+  return n;
+}
+
 // The build tests of a tunable flag: each (problem spec, config) of `jobs` built for `arch` with the
 // flag false and true, each checked to build ok, without spills or serialised wgmmas (C751x); the
 // cubins by "spec config" and the flag's value.

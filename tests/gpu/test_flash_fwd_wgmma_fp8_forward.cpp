@@ -141,6 +141,21 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, WgUniform) {
   check_fp8_forward(256, attntune::testing::property_sample(4), false, uniform, "", fp8_forward_shapes());
 }
 
+// fold_fma (O's rescale joined to the addition of each tile's P.V, its factor held a tile in the
+// overlapped schedule): d=128 in both schedules, causal and not (fp8_forward_shapes), a window with
+// sinks (rows that see no key of a tile, and tiles a row sees none of), the long keys, and d=64.
+TEST(FlashFwdWgmmaFp8ForwardProperty, FoldFma) {
+  ATTNTUNE_REQUIRE_GPU();
+  const auto fold = [](const Config& c) { return flag(c, "fold_fma"); };
+  const auto fold_plain = [](const Config& c) { return flag(c, "fold_fma") && !flag(c, "intra_wg_overlap"); };
+  check_fp8_forward(128, attntune::testing::property_sample(6), false, fold, "", fp8_forward_shapes());
+  check_fp8_forward(128, attntune::testing::property_sample(2), false, fold_plain, "", fp8_forward_shapes());
+  check_fp8_forward(128, attntune::testing::property_sample(2), false, fold, ",window=127,sinks=1",
+                    fp8_forward_variant_shapes());
+  check_fp8_forward(128, attntune::testing::property_sample(2), false, fold, "", long_key_shapes(), 2.f);
+  check_fp8_forward(64, attntune::testing::property_sample(2), false, fold, "", fp8_forward_shapes());
+}
+
 // ---- d=256: P.V in column chunks (pv_chunks, pv_buffers) ----
 TEST(FlashFwdWgmmaFp8ForwardProperty, SpreadD256) {
   ATTNTUNE_REQUIRE_GPU();

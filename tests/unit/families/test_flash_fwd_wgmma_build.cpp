@@ -1235,3 +1235,72 @@ TEST(FlashFwdWgmmaBuild, WgUniformKeepsQsDescriptorsInUniformRegisters) {
     std::printf("%s: R2UR between the wgmmas %d -> %d\n", name.c_str(), off, on);
   }
 }
+
+// fold_fma is the FP8 forward's with its tile accumulator whole (pv_chunks 1): never a 16-bit
+// problem's (its P.V adds into O in the tensor cores), both values at d=128, none at d=256 (chunks).
+TEST(FlashFwdWgmmaSpace, FoldFmaIsTheFp8ForwardsWithAWholeTileAccumulator) {
+  const SearchSpace space = load_space();
+  const auto values = [&](const char* spec) {
+    std::set<bool> v;
+    space.for_each_valid(Problem::parse(spec), kArch, [&](const Config& c) {
+      v.insert(flag(c, "fold_fma"));
+      if (flag(c, "fold_fma")) EXPECT_EQ(num(c, "pv_chunks"), 1) << spec << " " << config_str(c);
+    });
+    return v;
+  };
+  EXPECT_EQ(values("b=1,h=16,s=16384,d=128,dtype=fp8,causal=0"), (std::set<bool>{false, true}));
+  EXPECT_EQ(values("b=1,h=16,s=4096,d=64,dtype=fp8,causal=1"), (std::set<bool>{false, true}));
+  EXPECT_EQ(values("b=1,h=16,s=16384,d=256,dtype=fp8,causal=0"), std::set<bool>{false});
+  EXPECT_EQ(values("b=1,h=28,hkv=4,s=6000,d=128,dtype=bf16,causal=1"), std::set<bool>{false});
+  EXPECT_EQ(values("b=4,h=32,hkv=8,s=2048,sk=10240,d=128,dtype=bf16,causal=1,page=64,kv_dtype=fp8"), std::set<bool>{false});
+}
+
+// fold_fma's builds: the FP8 forward's d=128 pick (the overlapped schedule) and its plain and
+// ping-pong forms build clean either way, and with it O's rescale is gone from the loops as FMULs:
+// at least 64 fewer a build (dv=128: 64 elements of O a thread, one loop copy at least), the
+// addition now an FFMA. The SASS half needs cuobjdump, and skips, saying so, without one.
+TEST(FlashFwdWgmmaBuild, FoldFmaJoinsOsRescaleToTheTileAddition) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  const std::string rest = "exp2_emu=0,kv_multicast=false,softcap_tanh=accurate,split_tail=false,warp_specialize=true,"
+                           "pv_buffers=1,pv_chunks=1,lazy_rescale=0,producer_regs=24,persistent=true,head_group=1,"
+                           "pack_gqa=false,stages=2,wg_uniform=true,block_m=128";
+  const std::vector<std::pair<std::string, std::string>> picks = {
+      {"b=1,h=16,s=16384,d=128,dtype=fp8,causal=0", "intra_wg_overlap=true,block_n=128,fa4_loop=true,narrow_n=0,ping_pong=false"},
+      {"b=1,h=16,s=16384,d=128,dtype=fp8,causal=1", "intra_wg_overlap=false,block_n=128,fa4_loop=false,narrow_n=0,ping_pong=true"},
+      {"b=1,h=16,s=16384,d=128,dtype=fp8,causal=1", "intra_wg_overlap=true,block_n=96,fa4_loop=false,narrow_n=64,ping_pong=true"},
+  };
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_fwd_wgmma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  for (const auto& [spec, cfg] : picks)
+    for (const bool on : {false, true}) {
+      const Problem p = Problem::parse(spec);
+      const Config c = space.parse_config(fmt::format("{},{},fold_fma={}", rest, cfg, on));
+      ASSERT_EQ(space.check(c, p, kArch), std::nullopt) << spec << " " << config_str(c);
+      pool.submit({c, render_kernel(space, c, p, kArch), kArch});
+    }
+  std::map<std::string, std::map<bool, std::string>> cubins;  // config without fold_fma -> on -> cubin
+  while (auto o = pool.next()) {
+    ASSERT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
+    EXPECT_EQ(o->build.log.find("C751"), std::string::npos) << "wgmma serialised: " << o->build.log;
+    Config key = o->job.config;
+    const bool on = flag(key, "fold_fma");
+    key.erase("fold_fma");
+    cubins[config_str(key) + (define_value(o->job.kernel.launch.defines, "ATT_CAUSAL") ? " causal" : "")][on] =
+        o->build.cubin;
+  }
+  ASSERT_EQ(cubins.size(), picks.size());
+  const std::string cuobjdump = attntune::testing::find_cuobjdump();
+  if (cuobjdump.empty()) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  for (const auto& [name, by] : cubins) {
+    const int off = attntune::testing::sass_op_count(cuobjdump, by.at(false), "FMUL");
+    const int on = attntune::testing::sass_op_count(cuobjdump, by.at(true), "FMUL");
+    EXPECT_GE(off - on, 64) << "fold_fma's builds keep O's rescale as FMULs: " << name;
+    std::printf("%s: FMUL %d -> %d\n", name.c_str(), off, on);
+  }
+}
+
