@@ -1272,28 +1272,9 @@ TEST(FlashFwdWgmmaBuild, FoldFmaJoinsOsRescaleToTheTileAddition) {
       {"b=1,h=16,s=16384,d=128,dtype=fp8,causal=1", "intra_wg_overlap=false,block_n=128,fa4_loop=false,narrow_n=0,ping_pong=true"},
       {"b=1,h=16,s=16384,d=128,dtype=fp8,causal=1", "intra_wg_overlap=true,block_n=96,fa4_loop=false,narrow_n=64,ping_pong=true"},
   };
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_fwd_wgmma");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
-  for (const auto& [spec, cfg] : picks)
-    for (const bool on : {false, true}) {
-      const Problem p = Problem::parse(spec);
-      const Config c = space.parse_config(fmt::format("{},{},fold_fma={}", rest, cfg, on));
-      ASSERT_EQ(space.check(c, p, kArch), std::nullopt) << spec << " " << config_str(c);
-      pool.submit({c, render_kernel(space, c, p, kArch), kArch});
-    }
-  std::map<std::string, std::map<bool, std::string>> cubins;  // config without fold_fma -> on -> cubin
-  while (auto o = pool.next()) {
-    ASSERT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
-    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
-    EXPECT_EQ(o->build.log.find("C751"), std::string::npos) << "wgmma serialised: " << o->build.log;
-    Config key = o->job.config;
-    const bool on = flag(key, "fold_fma");
-    key.erase("fold_fma");
-    cubins[config_str(key) + (define_value(o->job.kernel.launch.defines, "ATT_CAUSAL") ? " causal" : "")][on] =
-        o->build.cubin;
-  }
+  std::vector<std::pair<std::string, std::string>> jobs;
+  for (const auto& [spec, cfg] : picks) jobs.emplace_back(spec, rest + "," + cfg);
+  const auto cubins = attntune::testing::clean_builds_off_and_on(space, kArch, jobs, "fold_fma");
   ASSERT_EQ(cubins.size(), picks.size());
   const std::string cuobjdump = attntune::testing::find_cuobjdump();
   if (cuobjdump.empty()) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
