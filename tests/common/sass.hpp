@@ -9,9 +9,9 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <utility>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -115,15 +115,16 @@ inline std::map<std::string, std::map<bool, std::string>> clean_builds_off_and_o
   pool_opts.worker_argv = {attntune_bin(), "build-worker"};
   BuildPool pool(pool_opts);
   std::map<std::uint64_t, std::pair<std::string, bool>> job_of;  // ticket -> (name, flag)
-  for (const auto& [spec, cfg] : jobs)
+  for (const auto& [spec, cfg] : jobs) {
+    const Problem p = Problem::parse(spec);
     for (const bool on : {false, true}) {
-      const Problem p = Problem::parse(spec);
       const Config c = space.parse_config(fmt::format("{},{}={}", cfg, flag, on));
       const std::optional<std::string> why = space.check(c, p, arch);
       EXPECT_EQ(why, std::nullopt) << spec << " " << config_str(c);
       if (why) continue;
       job_of[pool.submit({c, render_kernel(space, c, p, arch), arch})] = {spec + " " + cfg, on};
     }
+  }
   std::map<std::string, std::map<bool, std::string>> cubins;
   while (auto o = pool.next()) {
     EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
