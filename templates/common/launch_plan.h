@@ -528,6 +528,39 @@ inline TensorMap operand_map(const char* name, const void* base, const long long
   return tensor_map4(name, base, bf16, swizzle_bytes, dims, steps, box);
 }
 
+// One operand of bytes ([batch, heads, len, head_dim], strides {batch, head, row} in bytes) whose
+// tiles of `rows` rows load in two boxes of row pairs: dims (head_dim, 4, ceil(len / 4), heads, batch),
+// the row split as r = b + 4u (b in 0..3 at one row's stride, u at four rows'), boxes of (box_cols,
+// 2, rows / 4). The box at (c, 2h, u0) lands rows 4 (u0 + i) + 2h + e (i below rows / 4, e in 0..1) as
+// its rows 2i + e: the tile's rows whose index has bit 1 equal to h, in pairs. TMA checks u against
+// ceil(len / 4) and b against 4, so where len % 4 != 0 the last box reads up to 3 rows past the
+// tensor; the caller refuses such lengths (flash_fwd_wgmma's k_perm).
+inline TensorMap key_pairs_map(const char* name, const void* base, const long long* stride, long long len, int heads,
+                               int batch, int head_dim, unsigned box_cols, unsigned rows, int swizzle_bytes) {
+  TensorMap m;
+  std::memset(&m, 0, sizeof m);
+  m.name = name;
+  m.base = base;
+  m.rank = 5;
+  m.bf16 = kMapBytes;
+  m.swizzle_bytes = swizzle_bytes;
+  const unsigned long long dims[5] = {static_cast<unsigned long long>(head_dim), 4,
+                                      static_cast<unsigned long long>((len + 3) / 4),
+                                      static_cast<unsigned long long>(heads), static_cast<unsigned long long>(batch)};
+  const unsigned box[5] = {box_cols, 2, rows / 4, 1, 1};
+  const unsigned long long pad = (static_cast<unsigned long long>(head_dim) + 15) / 16 * 16;
+  const unsigned long long steps[4] = {static_cast<unsigned long long>(stride[2]),
+                                       static_cast<unsigned long long>(stride[2]) * 4,
+                                       static_cast<unsigned long long>(stride[1]),
+                                       static_cast<unsigned long long>(stride[0])};
+  for (int i = 0; i < 5; ++i) {
+    m.dims[i] = dims[i];
+    m.box[i] = box[i];
+  }
+  for (int i = 0; i < 4; ++i) m.strides[i] = dims[i + 1] > 1 || i == 0 ? steps[i] : pad;  // extent 1: unused
+  return m;
+}
+
 // The same operand with its heads inside its rows: dims (head_dim, heads, len, batch), boxes of
 // (box_cols, box_heads, rows), which land in shared memory as box_heads * rows rows, row r being
 // row r / box_heads of head r % box_heads (a GQA-packed tile: flash_fwd_wgmma's pack_gqa).

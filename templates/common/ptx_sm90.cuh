@@ -84,6 +84,15 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TmaDesc* desc, u32 ba
       : "memory");
 }
 
+// The same over a 5-d map (flash_fwd_wgmma's k_perm: K's rows in pairs, launch_plan.h key_pairs_map).
+__device__ __forceinline__ void tma_load_5d(u32 dst, const TmaDesc* desc, u32 bar, int c0, int c1, int c2, int c3,
+                                            int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n"
+      ::"r"(dst), "l"(reinterpret_cast<u64>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
+      : "memory");
+}
+
 // ---- clusters (sm_90): TMA multicast, remote mbarrier arrives ----
 // This CTA's rank in its cluster.
 __device__ __forceinline__ u32 cluster_ctarank() {

@@ -47,6 +47,7 @@ struct FlashFwdWgmmaLaunch {
   int pack_gqa;       // PACK_GQA: a KV head's query heads packed into the rows of its tiles
   int kv_fp8;         // ATT_KV_FP8: an FP8 e4m3 cache (kvcache builds), viewed as rows of d / 2 16-bit elements
   int qkv_fp8;        // ATT_QKV_FP8: an FP8 forward (dense; q, k and v^T e4m3, maps over bytes)
+  int k_perm;         // K_PERM: an FP8 forward whose K tiles load as two boxes of key pairs (key_pairs_map)
   Variants variants;  // the variants the build serves (exactly)
 
   static int load(const Define* d, int n, FlashFwdWgmmaLaunch* c, Why* why) {
@@ -65,6 +66,7 @@ struct FlashFwdWgmmaLaunch {
     c->pack_gqa = define_or(d, n, "PACK_GQA", 0) != 0;  // configs recorded before it: unpacked
     c->kv_fp8 = static_cast<int>(define_or(d, n, "ATT_KV_FP8", 0));
     c->qkv_fp8 = static_cast<int>(define_or(d, n, "ATT_QKV_FP8", 0));
+    c->k_perm = c->qkv_fp8 && define_or(d, n, "K_PERM", 0) != 0;  // configs recorded before it: key order
     c->variants = Variants::load(d, n);
     // A varlen build's tiles are its sequences': no split tail, no pairs (the space says so).
     c->split_tail = c->persistent && !c->causal && !c->varlen && split;
@@ -99,6 +101,13 @@ struct FlashFwdWgmmaLaunch {
                         "%lld, %lld}, v (transposed: batch, head, value dim) {%lld, %lld, %lld}",
                         call.q_stride[0], call.q_stride[1], call.q_stride[2], call.k_stride[0], call.k_stride[1],
                         call.k_stride[2], call.v_stride[0], call.v_stride[1], call.v_stride[2]);
+    // k_perm: K's map splits the keys in fours, and TMA bounds-checks the fours, not the keys: at
+    // seqlen_k % 4 != 0 the last box would read up to 3 rows past the tensor.
+    if (k_perm && call.seqlen_k % 4 != 0)
+      return refuse(why,
+                    "this FP8 forward kernel loads K in groups of 4 keys (k_perm): seqlen_k %d is not a multiple of 4 "
+                    "(a kernel tuned with k_perm=false serves it)",
+                    call.seqlen_k);
     // An FP8 cache: TMA reads its rows as d / 2 16-bit elements, so every byte stride must be even
     // (and TMA's 16-byte multiple, checked below as for any map).
     if (kv_fp8)
@@ -272,9 +281,12 @@ struct FlashFwdWgmmaLaunch {
                               call.head_dim, static_cast<unsigned>(row_bytes), static_cast<unsigned>(block_m),
                               kMapBytes, row_bytes);
       if (kv_rows > 0) {
-        p->map[1] = operand_map("k (fp8)", call.k, call.k_stride, static_cast<int>(kv_rows), call.heads_kv, map_batch,
-                                call.head_dim, static_cast<unsigned>(row_bytes), static_cast<unsigned>(block_n),
-                                kMapBytes, row_bytes);
+        p->map[1] = k_perm ? key_pairs_map("k (fp8, key pairs)", call.k, call.k_stride, kv_rows, call.heads_kv,
+                                           map_batch, call.head_dim, static_cast<unsigned>(row_bytes),
+                                           static_cast<unsigned>(block_n), row_bytes)
+                           : operand_map("k (fp8)", call.k, call.k_stride, static_cast<int>(kv_rows), call.heads_kv,
+                                         map_batch, call.head_dim, static_cast<unsigned>(row_bytes),
+                                         static_cast<unsigned>(block_n), kMapBytes, row_bytes);
         p->map[2] = operand_map("v (fp8, transposed)", call.v, call.v_stride, head_dim_v(), call.heads_kv, map_batch,
                                 static_cast<int>(kv_rows), static_cast<unsigned>(v_row_bytes),
                                 static_cast<unsigned>(head_dim_v()), kMapBytes, v_row_bytes);

@@ -122,6 +122,19 @@ __device__ __forceinline__ void load_kv_tile(u32 dst, u32 full, const TmaDesc* d
   using G = KvTile<kV, kRaw>;
   mbar_arrive_expect_tx(full, G::kBytes);
   if (T::kKvMulticast && cluster_ctarank() != 0) return;
+  if constexpr (!kV && !kRaw && T::kKPerm) {
+    // k_perm: two boxes over the 5-d map (head_dim, 4, keys / 4, heads_kv, batch), one per h in 0..1,
+    // of (2, block_n / 4) at (2h, the tile's first four): the tile's keys 16g + 4t + 2h + e (g its
+    // 16-key groups, t in 0..3, e in 0..1) land as rows h * block_n / 2 + 8g + 2t + e (traits.cuh,
+    // kKPerm).
+    for_col_blocks<G::kColBlocks>([&](int cb) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        tma_load_5d(dst + cb * G::kColBlockBytes + h * (T::kBlockN / 2) * G::kRowBytes, desc, full, cb * G::kColCoord,
+                    2 * h, tile * (T::kBlockN / 4), kv_head, batch);
+    });
+    return;
+  }
   for_col_blocks<G::kColBlocks>([&](int cb) {
     if constexpr (G::kKeysInRow) {
       if (T::kKvMulticast)
@@ -408,6 +421,14 @@ __device__ __forceinline__ void gemm_pv_chunk_w(bool narrow, float (&ot)[T::kHea
   else gemm_pv_chunk(ot, pa, v_desc, c);
 }
 
+// The key (from the tile's first) of S's column 8c + 2t + e: that column itself, or with k_perm the
+// key K's permuted rows put there, 16 (c % C) + 4t + 2 (c / C) + e with C = block_n / 16 (traits.cuh,
+// kKPerm).
+__device__ __forceinline__ int tile_key(int c, int t, int e) {
+  constexpr int C = T::kBlockN / 16;
+  return T::kKPerm ? 16 * (c % C) + 4 * t + 2 * (c / C) + e : 8 * c + 2 * t + e;
+}
+
 // Scores of keys a row may not see become -inf: keys past seqlen_k, and for causal keys past
 // the row's diagonal (bottom-right aligned: row r sees keys < r + diag + 1). ra and rb: the query
 // rows of the thread's two rows (row0 and row0 + 8; a GQA-packed build's, their packed rows' own).
@@ -419,7 +440,7 @@ __device__ __forceinline__ void mask_tile(float (&s)[T::kBlockN / 2], int tile, 
   for (int c = 0; c < W / 8; ++c)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int col = tile * T::kBlockN + 8 * c + 2 * t + e;
+      const int col = tile * T::kBlockN + tile_key(c, t, e);
       if (col >= lim0) s[4 * c + e] = neg_inf();
       if (col >= lim1) s[4 * c + 2 + e] = neg_inf();
     }
@@ -437,7 +458,7 @@ __device__ __forceinline__ void mask_window(float (&s)[T::kBlockN / 2], int tile
   for (int c = 0; c < W / 8; ++c)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int col = tile * T::kBlockN + 8 * c + 2 * t + e;
+      const int col = tile * T::kBlockN + tile_key(c, t, e);
       if (col >= lim0 || col < beg0) s[4 * c + e] = neg_inf();
       if (col >= lim1 || col < beg1) s[4 * c + 2 + e] = neg_inf();
     }
@@ -582,8 +603,25 @@ __device__ __forceinline__ u32 e4m3x2(float x, float y) {
 // thread offers the word its readers of that shuffle want: readers t = 0, 1, 2, 3 read lanes 0, 2,
 // 1, 3 first, then 1, 3, 0, 2), and byte permutes place the pairs (FlashAttention-3's
 // permute_Aregs_fp8 does this for its column-major V; the derivation here is our own).
+// With k_perm, S's column chunk c holds keys 16 (c % C) + 4t + 2 (c / C) + e (tile_key; C = block_n /
+// 16): the A operand's keys 4t..4t+3 of 16-key group j are chunks j (the low two) and j + C (the high
+// two), so each register is two conversions and a merge.
 template <int W = T::kBlockN>
 __device__ __forceinline__ void pack_p_e4m3(u32 (&pa)[T::kPSteps][4], const float (&s)[T::kBlockN / 2]) {
+  if constexpr (T::kKPerm) {
+    constexpr int C = T::kBlockN / 16;
+#pragma unroll
+    for (int kk = 0; kk < W / 32; ++kk)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int lo = 2 * kk + j, hi = lo + C;  // group 2kk + j: keys 4t, 4t + 1 and 4t + 2, 4t + 3
+          pa[kk][2 * j + r] =
+              e4m3x2(s[4 * lo + 2 * r], s[4 * lo + 2 * r + 1]) | (e4m3x2(s[4 * hi + 2 * r], s[4 * hi + 2 * r + 1]) << 16);
+        }
+    return;
+  }
   const int lane = threadIdx.x % 32, t = lane % 4;
   const int src1 = (lane & ~3) | (t >> 1) | ((t & 1) << 1), src2 = src1 ^ 1;
   const u32 sel_lo = t < 2 ? 0x5410u : 0x1054u, sel_hi = t < 2 ? 0x7632u : 0x3276u;

@@ -142,6 +142,19 @@ struct Traits {
 #else
   static constexpr bool kFoldFma = false;
 #endif
+  // An FP8 forward: K's rows land permuted, the tile's key 16g + 4t + 2h + e (g its 16-key groups, t
+  // in 0..3, h and e in 0..1) in shared-memory row h * block_n / 2 + 8g + 2t + e (two TMA boxes a tile
+  // over a 5-d map that splits the keys in fours, launch_plan.h key_pairs_map), so that S's column
+  // chunk c holds keys 16 (c % C) + 4t + 2 (c / C) + e (C = block_n / 16): the four keys of each 16
+  // that FP8 wgmma's A operand wants of a thread are in chunks g and g + C, and P packs with
+  // conversions alone (no shuffles: pack_p_e4m3). P.V sums over keys in any order, so V^T stays as it
+  // is; the mask takes the same order. The narrow first tile (the first narrow_n columns) is not
+  // written for it. A tunable with a default: a config recorded before it is a build without it.
+#if defined(K_PERM)
+  static constexpr bool kKPerm = K_PERM != 0;
+#else
+  static constexpr bool kKPerm = false;
+#endif
   // Persistent non-causal grids with a producer: the last partial round of work tiles is shared
   // out by K/V iterations, an equal share per CTA (stream-K), when the launcher passes a
   // workspace (TmaMaps::split_tail > 0); pieces are combined by the last warp to arrive.
@@ -336,6 +349,9 @@ struct Traits {
                 "an FP8 forward: dense tensors (no KV cache, varlen, GQA packing), no soft-cap or lazy rescale, head "
                 "dims and block_n multiples of 32 (k32 steps), bf16 output");
   static_assert(!kFoldFma || (kQkvFp8 && kPvChunks == 1), "fold_fma: the FP8 forward's tile accumulator, whole (pv_chunks 1)");
+  static_assert(!kKPerm || (kQkvFp8 && !kKvMulticast && kNarrowN == 0 && kBlockN % 32 == 0),
+                "k_perm: the FP8 forward's K tiles in two TMA boxes of key pairs, without multicast pairs or a narrow "
+                "first tile");
   static_assert(kPvChunks == 1 || (kQkvFp8 && kPvChunks >= 2 && kPvChunks <= 4 && kHeadDimV % (32 * kPvChunks) == 0),
                 "pv_chunks: an FP8 forward's P.V in 2 to 4 column chunks of a multiple of 32 value dims (FP8 wgmma's "
                 "N; V^T's rows from chunk * kPvCols on start at whole swizzle atoms)");

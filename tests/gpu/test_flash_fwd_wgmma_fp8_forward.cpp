@@ -56,10 +56,15 @@ void check_fp8_forward(int d, std::size_t sample, bool per_tensor, const std::fu
   const std::string arch = space_arch_for_device(space, props.arch);  // sm_90a
   std::vector<Config> configs;
   std::vector<Problem> problems;
+  // k_perm kernels serve key counts of fours only (their launch refuses others): a spread over shapes
+  // with other key counts leaves them out (the KPerm test checks them on shapes they serve).
+  bool fours = true;
+  for (const PropertyShape& sh : shapes) fours = fours && Problem::parse(fmt::format("{},d={},dtype=fp8,causal=0", sh.dims, d)).sk % 4 == 0;
+  const auto served = [&](const Config& c) { return (fours || !std::get<bool>(c.at("k_perm"))) && (!keep || keep(c)); };
   for (const char* kind : {"causal=1", "causal=0"}) {
     const Problem base =
         Problem::parse(fmt::format("b=2,h=16,hkv=4,s=4096,sk=4096,d={},dtype=fp8,{}{}", d, kind, variants));
-    ASSERT_TRUE(attntune::testing::spread_configs(space, base, arch, sample, configs, problems, keep)) << base.str();
+    ASSERT_TRUE(attntune::testing::spread_configs(space, base, arch, sample, configs, problems, served)) << base.str();
   }
   attntune::testing::PropertyRun run;
   run.label = "flash_fwd_wgmma fp8 forward";
@@ -154,6 +159,37 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, FoldFma) {
                     fp8_forward_variant_shapes());
   check_fp8_forward(128, attntune::testing::property_sample(2), false, fold, "", long_key_shapes(), 2.f);
   check_fp8_forward(64, attntune::testing::property_sample(2), false, fold, "", fp8_forward_shapes());
+}
+
+// k_perm (K's rows permuted in pairs within each 16-key group, P packed without shuffles) serves key
+// counts of fours only (the launch refuses others): the shapes above with their key counts moved to
+// multiples of 4 that are not of 16 (a last 16-key group part past the keys, zero-filled by TMA in
+// whole fours) nor of the tiles (more queries than keys, one query row, 64k keys).
+std::vector<PropertyShape> key_four_shapes() {
+  return {
+      {"b=2,h=8,hkv=2,s=1000,sk=1000", Layout::kBHSD},
+      {"b=1,h=6,hkv=6,s=257,sk=4100", Layout::kBSHD},
+      {"b=3,h=8,hkv=1,s=129,sk=68", Layout::kBHSD},
+      {"b=2,h=4,hkv=4,s=1,sk=332", Layout::kBSHD},
+      {"b=1,h=2,hkv=1,s=130,sk=65540", Layout::kBHSD},
+  };
+}
+
+// k_perm: d=128 in every schedule (fp8_forward's spread, causal and not), a window with sinks (its
+// bounds through the permuted keys), 64k and 128k keys around a nonzero mean, per-tensor scales, d=64
+// and d=96 (three 32-byte column blocks a row: a box each).
+TEST(FlashFwdWgmmaFp8ForwardProperty, KPerm) {
+  ATTNTUNE_REQUIRE_GPU();
+  const auto perm = [](const Config& c) { return flag(c, "k_perm"); };
+  check_fp8_forward(128, attntune::testing::property_sample(6), false, perm, "", key_four_shapes());
+  check_fp8_forward(128, attntune::testing::property_sample(2), false, perm, ",window=127,sinks=1",
+                    {{"b=2,h=8,hkv=2,s=700,sk=1500,window=255,sinks=1", Layout::kBHSD},
+                     {"b=1,h=4,hkv=1,s=513,sk=516,window=63,sinks=1", Layout::kBSHD}});
+  check_fp8_forward(128, attntune::testing::property_sample(2), false, perm, "",
+                    {{"b=1,h=2,hkv=1,s=130,sk=65540", Layout::kBHSD}, {"b=1,h=1,hkv=1,s=64,sk=131100", Layout::kBSHD}},
+                    2.f);
+  check_fp8_forward(128, attntune::testing::property_sample(2), true, perm, "", key_four_shapes());
+  for (int d : {64, 96}) check_fp8_forward(d, attntune::testing::property_sample(2), false, perm, "", key_four_shapes());
 }
 
 // ---- d=256: P.V in column chunks (pv_chunks, pv_buffers) ----

@@ -1286,3 +1286,104 @@ TEST(FlashFwdWgmmaBuild, FoldFmaJoinsOsRescaleToTheTileAddition) {
   }
 }
 
+
+// k_perm is the FP8 forward's (16-bit P packs without shuffles already), at key counts of fours
+// (K's map splits the keys in fours, which TMA bounds-checks as fours), never with multicast pairs
+// (their K is one box) or a narrow first tile (its first columns are not the tile's first keys); every
+// FP8 head dim up to 128 has both values, d=256 none (little to save, and its picks spilled).
+TEST(FlashFwdWgmmaSpace, KPermIsTheFp8ForwardsAtKeyCountsOfFours) {
+  const SearchSpace space = load_space();
+  const auto values = [&](const char* spec) {
+    std::set<bool> v;
+    space.for_each_valid(Problem::parse(spec), kArch, [&](const Config& c) {
+      v.insert(flag(c, "k_perm"));
+      if (flag(c, "k_perm")) EXPECT_FALSE(flag(c, "kv_multicast")) << spec << " " << config_str(c);
+    });
+    return v;
+  };
+  EXPECT_EQ(values("b=1,h=16,s=16384,d=128,dtype=fp8,causal=0"), (std::set<bool>{false, true}));
+  EXPECT_EQ(values("b=2,h=8,hkv=2,s=1000,sk=1000,d=64,dtype=fp8,causal=1"), (std::set<bool>{false, true}));
+  EXPECT_EQ(values("b=1,h=16,s=16384,d=96,dtype=fp8,causal=1"), (std::set<bool>{false, true}));
+  EXPECT_EQ(values("b=1,h=16,s=16384,d=256,dtype=fp8,causal=1"), std::set<bool>{false});
+  EXPECT_EQ(values("b=2,h=8,hkv=2,s=1000,sk=1001,d=128,dtype=fp8,causal=0"), std::set<bool>{false});
+  EXPECT_EQ(values("b=1,h=16,s=16384,d=128,dtype=bf16,causal=0"), std::set<bool>{false});
+  EXPECT_EQ(values("b=4,h=32,hkv=8,s=2048,sk=10240,d=128,dtype=bf16,causal=1,page=64,kv_dtype=fp8"), std::set<bool>{false});
+}
+
+// k_perm's K map: (head_dim, 4, keys / 4, heads_kv, batch) in byte strides (a row, four rows, a head, a
+// batch), boxes of (a column block, 2, block_n / 4): half a tile, a pair of each 4-key unit. Q's and
+// V^T's maps are as without it. A call whose seqlen_k is not a multiple of 4 is refused, saying why.
+TEST(FlashFwdWgmmaPlan, KPermLoadsKInBoxesOfKeyPairs) {
+  const SearchSpace space = load_space();
+  const Problem p = Problem::parse("b=2,h=16,hkv=4,s=4096,sk=4096,d=128,dtype=fp8,causal=1");
+  for (const bool on : {false, true}) {
+    const Config c = first_valid(space, p, [&](const Config& x) { return flag(x, "k_perm") == on; });
+    ASSERT_FALSE(c.empty()) << on;
+    const attntune_plan::Plan plan = plan_of(space, c, p);
+    ASSERT_EQ(plan.maps, 3);
+    const attntune_plan::TensorMap& k = plan.map[1];
+    EXPECT_EQ(plan.map[0].rank, 4);
+    EXPECT_EQ(plan.map[2].rank, 4);
+    if (!on) {
+      EXPECT_EQ(k.rank, 4);
+      continue;
+    }
+    ASSERT_EQ(k.rank, 5);
+    EXPECT_EQ(k.bf16, attntune_plan::kMapBytes);
+    EXPECT_EQ(k.swizzle_bytes, 128);
+    const unsigned long long dims[5] = {128, 4, 1024, 4, 2};
+    const unsigned box[5] = {128, 2, static_cast<unsigned>(num(c, "block_n") / 4), 1, 1};
+    // dense_call_of's [b, hkv, sk, d] strides, in bytes for FP8: a row d, a head sk * d, a batch hkv * sk * d.
+    const unsigned long long strides[4] = {128, 512, 4096ull * 128, 4ull * 4096 * 128};
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(k.dims[i], dims[i]) << i;
+      EXPECT_EQ(k.box[i], box[i]) << i;
+    }
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(k.strides[i], strides[i]) << i;
+
+    const Problem odd = Problem::parse("b=2,h=16,hkv=4,s=4096,sk=4097,d=128,dtype=fp8,causal=1");
+    std::string why;
+    const auto refused = plan_call(render_kernel(space, c, p, kArch).launch, attntune::testing::dense_call_of(odd),
+                                   attntune::testing::FakeDevice{}.device(), &why);
+    EXPECT_FALSE(refused);
+    EXPECT_NE(why.find("seqlen_k 4097 is not a multiple of 4"), std::string::npos) << why;
+  }
+}
+
+// k_perm's builds: the FP8 forward's d=128 pick (overlapped, fa4_loop) and its causal forms (ping-pong;
+// 96-key tiles), d=64 and d=96 (three 32-byte column blocks a row) build clean either way (the
+// producer's two boxes a tile on its 24 registers too), and with it P's pack has no shuffles: at least
+// 12 SHFLs fewer a build (two a k-step of 32 keys and row, one loop copy at least). The SASS half
+// needs cuobjdump, and skips, saying so, without one.
+TEST(FlashFwdWgmmaBuild, KPermPacksPWithoutShuffles) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  const std::string rest = "exp2_emu=0,kv_multicast=false,softcap_tanh=accurate,split_tail=false,warp_specialize=true,"
+                           "pv_buffers=1,lazy_rescale=0,producer_regs=24,persistent=true,head_group=1,"
+                           "pack_gqa=false,stages=2,wg_uniform=true,block_m=128,fold_fma=false";
+  const std::vector<std::pair<std::string, std::string>> picks = {
+      {"b=1,h=16,s=16384,d=128,dtype=fp8,causal=0",
+       "pv_chunks=1,intra_wg_overlap=true,block_n=128,fa4_loop=true,narrow_n=0,ping_pong=false"},
+      {"b=1,h=16,s=16384,d=128,dtype=fp8,causal=1",
+       "pv_chunks=1,intra_wg_overlap=false,block_n=128,fa4_loop=false,narrow_n=0,ping_pong=true"},
+      {"b=1,h=16,s=16384,d=128,dtype=fp8,causal=1",
+       "pv_chunks=1,intra_wg_overlap=true,block_n=96,fa4_loop=false,narrow_n=0,ping_pong=true"},
+      {"b=1,h=32,s=16384,d=64,dtype=fp8,causal=0",
+       "pv_chunks=1,intra_wg_overlap=true,block_n=128,fa4_loop=true,narrow_n=0,ping_pong=false"},
+      {"b=1,h=16,s=16384,d=96,dtype=fp8,causal=0",
+       "pv_chunks=1,intra_wg_overlap=true,block_n=96,fa4_loop=true,narrow_n=0,ping_pong=false"},
+  };
+  std::vector<std::pair<std::string, std::string>> jobs;
+  for (const auto& [spec, cfg] : picks) jobs.emplace_back(spec, rest + "," + cfg);
+  const auto cubins = attntune::testing::clean_builds_off_and_on(space, kArch, jobs, "k_perm");
+  ASSERT_EQ(cubins.size(), picks.size());
+  const std::string cuobjdump = attntune::testing::find_cuobjdump();
+  if (cuobjdump.empty()) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  for (const auto& [name, by] : cubins) {
+    const int off = attntune::testing::sass_op_count(cuobjdump, by.at(false), "SHFL");
+    const int on = attntune::testing::sass_op_count(cuobjdump, by.at(true), "SHFL");
+    EXPECT_GE(off - on, 12) << "k_perm's builds still shuffle P: " << name;
+    std::printf("%s: SHFL %d -> %d\n", name.c_str(), off, on);
+  }
+}
