@@ -1316,10 +1316,21 @@ TEST(FlashFwdWgmmaSpace, KPermIsTheFp8ForwardsAtKeyCountsOfFours) {
 TEST(FlashFwdWgmmaPlan, KPermLoadsKInBoxesOfKeyPairs) {
   const SearchSpace space = load_space();
   const Problem p = Problem::parse("b=2,h=16,hkv=4,s=4096,sk=4096,d=128,dtype=fp8,causal=1");
+  // The FP8 forward's call: q, k and v^T e4m3 (dense_call_of's element strides are bytes).
+  const auto fp8_call = [](const Problem& x) {
+    attntune_plan::Call call = attntune::testing::dense_call_of(x);
+    call.qkv_fp8 = 1;
+    return call;
+  };
+  const auto dev = attntune::testing::FakeDevice{}.device();
   for (const bool on : {false, true}) {
     const Config c = first_valid(space, p, [&](const Config& x) { return flag(x, "k_perm") == on; });
     ASSERT_FALSE(c.empty()) << on;
-    const attntune_plan::Plan plan = plan_of(space, c, p);
+    const RenderedKernel kernel = render_kernel(space, c, p, kArch);
+    std::string why;
+    const auto planned = plan_call(kernel.launch, fp8_call(p), dev, &why);
+    ASSERT_TRUE(planned) << config_str(c) << ": " << why;
+    const attntune_plan::Plan& plan = *planned;
     ASSERT_EQ(plan.maps, 3);
     const attntune_plan::TensorMap& k = plan.map[1];
     EXPECT_EQ(plan.map[0].rank, 4);
@@ -1342,9 +1353,7 @@ TEST(FlashFwdWgmmaPlan, KPermLoadsKInBoxesOfKeyPairs) {
     for (int i = 0; i < 4; ++i) EXPECT_EQ(k.strides[i], strides[i]) << i;
 
     const Problem odd = Problem::parse("b=2,h=16,hkv=4,s=4096,sk=4097,d=128,dtype=fp8,causal=1");
-    std::string why;
-    const auto refused = plan_call(render_kernel(space, c, p, kArch).launch, attntune::testing::dense_call_of(odd),
-                                   attntune::testing::FakeDevice{}.device(), &why);
+    const auto refused = plan_call(kernel.launch, fp8_call(odd), dev, &why);
     EXPECT_FALSE(refused);
     EXPECT_NE(why.find("seqlen_k 4097 is not a multiple of 4"), std::string::npos) << why;
   }
