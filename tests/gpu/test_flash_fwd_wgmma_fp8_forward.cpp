@@ -59,7 +59,8 @@ void check_fp8_forward(int d, std::size_t sample, bool per_tensor, const std::fu
   // k_perm kernels serve key counts of fours only (their launch refuses others): a spread over shapes
   // with other key counts leaves them out (the KPerm test checks them on shapes they serve).
   bool fours = true;
-  for (const PropertyShape& sh : shapes) fours = fours && Problem::parse(fmt::format("{},d={},dtype=fp8,causal=0", sh.dims, d)).sk % 4 == 0;
+  for (const PropertyShape& sh : shapes)
+    fours = fours && Problem::parse(fmt::format("{},d={},dtype=fp8,causal=0", sh.dims, d)).sk % 4 == 0;
   const auto served = [&](const Config& c) { return (fours || !std::get<bool>(c.at("k_perm"))) && (!keep || keep(c)); };
   for (const char* kind : {"causal=1", "causal=0"}) {
     const Problem base =
