@@ -213,10 +213,12 @@ int run_export(const std::vector<std::string>& args) {
                                missing.size(), q.only->size(), fmt::join(missing, "; "));
   }
   for (const ExportItem& it : items)
-    report << fmt::format("  {}  {} µs  {} TFLOP/s  {} {}  (campaign {}, {}{})\n", it.row.problem.str(),
+    report << fmt::format("  {}  {} µs  {} TFLOP/s  {} {}  (campaign {}, {}{}){}\n", it.row.problem.str(),
                           format_us(it.row.median_us), format_tflops(it.row.tflops), it.row.family,
                           config_str(it.row.config), it.row.campaign, it.row.gpu,
-                          it.source.empty() ? "" : ", " + it.source);
+                          it.source.empty() ? "" : ", " + it.source,
+                          it.companion_for.empty() ? ""
+                                                   : "\n    for the calls the kernel above refuses: " + it.companion_for);
   return 0;
 }
 

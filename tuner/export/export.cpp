@@ -244,6 +244,7 @@ nlohmann::ordered_json item_json(const Prepared& p) {
           {"source_hash", p.kernel.source_hash},
           {"launch", p.family->launch_json(p.kernel.launch.defines)}};
   if (!p.item->source.empty()) j["source"] = p.item->source;
+  if (!p.item->companion_for.empty()) j["companion_for"] = p.item->companion_for;
   return j;
 }
 
@@ -296,6 +297,8 @@ std::string provenance_lines(const Prepared& p) {
   line("source_hash", json_quoted(p.kernel.source_hash));
   line("launch", p.family->describe_launch(p.kernel.launch.defines));
   if (!p.item->source.empty()) line("source", json_quoted(p.item->source));
+  if (!p.item->companion_for.empty())
+    line("companion_for", json_quoted(p.item->companion_for + ": the calls the kernel before it refuses"));
   return out;
 }
 

@@ -40,6 +40,9 @@ struct ExportItem {
   // attntune-shipped.db" (docs/design/shipped_db.md). The provenance then says so (`source`, in the
   // comment and in attntune_kernel_info()'s kernel); empty: the database, and no such field.
   std::string source = {};
+  // A companion: the calls the item before it refuses (its family's narrowed_calls), which this one
+  // serves; empty for an item the query selected.
+  std::string companion_for = {};
 };
 
 enum class ExportMode {

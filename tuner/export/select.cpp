@@ -123,6 +123,37 @@ std::vector<BestRow> all_best_rows(ResultReader& results, const ExportQuery& q) 
   return rows;
 }
 
+// A kernel whose config narrows the calls it serves (Family::narrowed_calls: flash_fwd_wgmma's k_perm,
+// key counts of fours) is followed by the best result of its problem that serves them (of its campaign
+// with --campaign), measured on the same GPU model and arch: the dispatcher ranks the two alike and
+// tries them in the file's order, so a call the first refuses runs the second. None where the problem
+// has no such result (the file then refuses those calls, saying why).
+std::vector<ExportItem> add_companions(ResultReader& results, const ExportQuery& q, SpaceCache& spaces,
+                                       std::vector<ExportItem> items) {
+  std::vector<ExportItem> out;
+  for (ExportItem& it : items) {
+    const Family& family = builtin_family(it.row.family);
+    const std::string narrowed = family.narrowed_calls ? family.narrowed_calls(it.row.config) : "";
+    const BestRow row = it.row;
+    out.push_back(std::move(it));
+    if (narrowed.empty()) continue;
+    BestQuery bq;
+    bq.problem = row.problem;
+    bq.campaign = q.campaign;
+    bq.gpu = row.gpu;
+    bq.top = kArchFilterRows;
+    for (BestRow& r : results.best(bq)) {
+      if (r.arch != row.arch) continue;
+      const Family& f = builtin_family(r.family);
+      if (f.narrowed_calls && !f.narrowed_calls(r.config).empty()) continue;
+      auto space = spaces.of(r.campaign, r.family);
+      out.push_back({std::move(r), std::move(space), {}, narrowed});
+      break;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<ExportItem> select_for_export(ResultReader& results, const ExportQuery& q) {
@@ -154,7 +185,7 @@ std::vector<ExportItem> select_for_export(ResultReader& results, const ExportQue
     auto space = spaces.of(r.campaign, r.family);
     items.push_back({std::move(r), std::move(space), {}});
   }
-  return items;
+  return add_companions(results, q, spaces, std::move(items));
 }
 
 std::vector<Problem> problems_without_results(ResultReader& results, const ExportQuery& q,

@@ -51,6 +51,11 @@ struct Family {
   // What the export's header says of a build's launch, and its "launch" JSON, from its constants.
   std::function<std::string(const Defines&)> describe_launch;
   std::function<nlohmann::ordered_json(const Defines&)> launch_json;
+  // The calls of its problem's shape that a config's launch refuses because of a tunable, said as a
+  // phrase ("" where no tunable narrows them; unset: none does): flash_fwd_wgmma's k_perm serves key
+  // counts of fours only. `export` follows such a kernel with its problem's best result that serves
+  // them (select.cpp, add_companions), so that the dispatcher falls through to it.
+  std::function<std::string(const Config&)> narrowed_calls;
 };
 
 // The built-in families (registry.cpp), in registration order.

@@ -65,6 +65,12 @@ const Family& flash_fwd_wgmma_family() {
     f.tma = true;
     f.describe_launch = describe;
     f.launch_json = launch_json;
+    // k_perm: K's rows load in fours, and the launch refuses a seqlen_k that is not a multiple of 4
+    // (templates/flash_fwd_wgmma/launch.h; docs/design/flash_fwd_wgmma.md).
+    f.narrowed_calls = [](const Config& c) -> std::string {
+      const auto it = c.find("k_perm");
+      return it != c.end() && std::get<bool>(it->second) ? "seqlen_k not a multiple of 4 (k_perm)" : "";
+    };
     return f;
   }();
   return f;

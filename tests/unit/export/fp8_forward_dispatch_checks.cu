@@ -4,7 +4,7 @@
 // exported file included (nvcc -include FILE.cu). The file holds a flash_fwd_wgmma FP8-forward kernel
 // (tuned at s=16384) and a bf16 one (s=4096), both d=128, non-causal, 16 heads. The calls are at fake
 // device addresses (a dry plan never reads them). Prints one line each:
-//   fp8 INDEX                   the table's FP8-forward kernel
+//   fp8 INDEX                   the table's FP8-forward kernel (the last, where there are several)
 //   NAME -> INDEX               the kernel select_kernel (calls) or attntune_select_kernel_ex (sizes) names
 //   plain_refuses: WHY          the 16-bit kernel's plan on an FP8 call
 //   fp8_refuses: WHY            the FP8 kernel's plan on a 16-bit call
@@ -79,6 +79,8 @@ int main() {
   attntune_plan::Why why;
   std::printf("fp8_near -> %d\n", attntune_export::select_kernel(dense_call(true, 16384), &why));
   std::printf("fp8_far -> %d\n", attntune_export::select_kernel(dense_call(true, 4096), &why));
+  // A key count that is not a multiple of 4: a k_perm kernel refuses it, its companion serves it.
+  std::printf("fp8_ragged -> %d\n", attntune_export::select_kernel(dense_call(true, 16383), &why));
   std::printf("bf16_near_fp8 -> %d\n", attntune_export::select_kernel(dense_call(false, 16384), &why));
   std::printf("bf16_far -> %d\n", attntune_export::select_kernel(dense_call(false, 4096), &why));
 

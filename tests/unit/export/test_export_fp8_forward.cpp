@@ -136,3 +136,59 @@ TEST(ExportFp8ForwardNvcc, OnlyFp8CallsRunTheFp8KernelAndBadOptionsAreRefused) {
   refused("qkv_on_kvcache", "is served by attntune_attention_forward_ex only");
   refused("no_fp8_kernel_d64", "no kernel in this file for head_dim=64 is_causal=0 dtype=fp8 serves");
 }
+
+// A kernel tuned with k_perm (K loaded in fours: its launch refuses a seqlen_k that is not a multiple
+// of 4) is followed in the file by its problem's best k_perm=false result, for --problem, --campaign
+// and --all-best alike: the info marks it ("companion_for") and the report says it, and the
+// dispatcher (ExportFp8ForwardNvcc's checks, on the host) runs the k_perm kernel at 16384 keys and the
+// companion at 16383. A problem with k_perm results only exports the one kernel.
+TEST(ExportFp8Forward, AKPermKernelIsFollowedByACompanionForOtherKeyCounts) {
+  TempDir dir;
+  const std::string db = dir.file("kperm.db");
+  const std::string kOnly = "b=1,h=16,hkv=16,s=8192,sk=8192,d=128,dtype=fp8,causal=0";
+  {
+    ExportDb d{db, source_dir()};
+    const auto perm = [](const Config& c) { return std::get<bool>(c.at("k_perm")); };
+    const auto plain = [](const Config& c) { return !std::get<bool>(c.at("k_perm")); };
+    const Config p = d.config_if("flash_fwd_wgmma", kFp8, perm), q = d.config_if("flash_fwd_wgmma", kFp8, plain);
+    d.campaign("flash_fwd_wgmma", "fp8-kperm", kFp8, {q, p}, {2600.0, 2500.0});
+    d.campaign("flash_fwd_wgmma", "fp8-only-kperm", kOnly, {d.config_if("flash_fwd_wgmma", kOnly, perm)}, {1300.0});
+  }
+  const auto kernels = [&](const std::string& how, const std::string& name, std::string* report) {
+    const std::string out = dir.file(name + ".cu");
+    const auto r = run_attntune("export --db " + shq(db) + " " + how + " -o " + shq(out));
+    EXPECT_EQ(r.rc, 0) << r.err;
+    if (report) *report = r.out;
+    return info_from_source(read_bytes(out)).at("kernels");
+  };
+  for (const std::string& how : {"--problem " + kFp8, std::string("--campaign fp8-kperm")}) {
+    std::string report;
+    const nlohmann::json ks = kernels(how, "one", &report);
+    ASSERT_EQ(ks.size(), 2u) << how << "\n" << ks.dump(1);
+    EXPECT_EQ(ks[0].at("config").at("k_perm"), true) << how;
+    EXPECT_FALSE(ks[0].contains("companion_for")) << how;
+    EXPECT_EQ(ks[1].at("config").at("k_perm"), false) << how;
+    EXPECT_EQ(ks[1].at("companion_for"), "seqlen_k not a multiple of 4 (k_perm)") << how;
+    EXPECT_NE(report.find("for the calls the kernel above refuses: seqlen_k not a multiple of 4 (k_perm)"),
+              std::string::npos)
+        << report;
+  }
+  EXPECT_EQ(kernels("--problem " + kOnly, "only", nullptr).size(), 1u);
+  const nlohmann::json all = kernels("--all-best", "all", nullptr);
+  ASSERT_EQ(all.size(), 3u) << all.dump(1);
+  int companions = 0;
+  for (const auto& k : all) companions += k.contains("companion_for");
+  EXPECT_EQ(companions, 1);
+
+  const std::string nvcc = attntune::test::find_nvcc();
+  ASSERT_FALSE(nvcc.empty()) << "nvcc not found ($CUDACXX, $CUDA_HOME, PATH, /usr/local/cuda/bin): CI has the toolkit";
+  const std::string out = dir.file("one.cu"), exe = dir.file("checks");
+  kernels("--problem " + kFp8, "one", nullptr);
+  const Shell built = sh(shq(nvcc) + " -std=c++17 -gencode arch=compute_90a,code=sm_90a -include " + shq(out) + " " +
+                         shq(source_dir() + "/tests/unit/export/fp8_forward_dispatch_checks.cu") + " -o " + shq(exe));
+  ASSERT_EQ(built.status, 0) << built.output;
+  const Shell ran = sh(shq(exe));
+  ASSERT_EQ(ran.status, 0) << ran.output;
+  EXPECT_NE(ran.output.find("fp8_near -> 0\n"), std::string::npos) << ran.output;
+  EXPECT_NE(ran.output.find("fp8_ragged -> 1\n"), std::string::npos) << ran.output;
+}
