@@ -25,11 +25,12 @@ Contenders (--contenders, a comma list; default all):
 
 Correctness first, on a smaller problem of the same heads and head dim (s = 777, sk = 780: odd query
 rows, keys a multiple of 4 but not of 16, so a last tile part-full and a kernel tuned with k_perm, which
-refuses other key counts, served): our FP8 output against a float32 reference over the dequantised inputs, FlashAttention-2's
+refuses other key counts, served; --check-sk 781 checks the k_perm=false companion the export adds
+after such a kernel for those): our FP8 output against a float32 reference over the dequantised inputs, FlashAttention-2's
 criterion against a baseline that rounds as a good FP8 kernel does (scores in bf16, P in e4m3, out in
 bf16): max|out - ref| <= 2 x max|base - ref| + 2^-9, and its LSE within 2 x the baseline's LSE error +
-1e-3 (the tuner's criterion for dtype=fp8); ours bf16 against the reference within 2e-2 (peer_common's
-ATOL). The output and LSE are poisoned with NaN before each call. Any failure: exit 1.
+1e-3 (the tuner's criterion for dtype=fp8); ours bf16 (when a contender) against the reference within
+2e-2 (peer_common's ATOL). The output and LSE are poisoned with NaN before each call. Any failure: exit 1.
 
 Timing (peer_common.time_contenders, as compare_chunked.py): --calls calls a CUDA graph, one untimed
 warm-up sample each, SDPA screened, then --rounds interleaved rounds of >= --min-seconds, order rotated;
@@ -174,8 +175,9 @@ def attention32(torch, q, k, v, causal, scale, lowp=False):
     return out, lse
 
 
-def check(torch, lib, p, scale):
-    """The FP8 and the bf16 call on a small problem against float32; (ok, lines)."""
+def check(torch, lib, p, scale, small_k, with_bf16):
+    """The FP8 call (and the bf16 one, with_bf16) on a small problem against float32; (ok, lines)."""
+    SMALL_K = small_k
     B, H, Hkv, D, causal = p["b"], p["h"], p["hkv"], p["d"], p["causal"]
     gen = torch.Generator(device="cuda").manual_seed(1234)
     x = Fp8Inputs(torch, 1, H, Hkv, SMALL_Q, SMALL_K, D, gen)
@@ -189,8 +191,10 @@ def check(torch, lib, p, scale):
     err, base_err = (out.float() - ref).abs().max().item(), (base - ref).abs().max().item()
     lse_err, base_lse_err = (lse - ref_lse).abs().max().item(), (base_lse - ref_lse).abs().max().item()
     ok8 = err == err and err <= 2 * base_err + 2.0 ** -9 and lse_err <= 2 * base_lse_err + 1e-3
-    lines = [f"fp8: max|out-ref| {err:.3g} (bound {2 * base_err + 2.0 ** -9:.3g}), LSE {lse_err:.3g} (bound "
-             f"{2 * base_lse_err + 1e-3:.3g}): {'ok' if ok8 else 'FAIL'}"]
+    lines = [f"fp8 (s={SMALL_Q}, sk={SMALL_K}): max|out-ref| {err:.3g} (bound {2 * base_err + 2.0 ** -9:.3g}), LSE "
+             f"{lse_err:.3g} (bound {2 * base_lse_err + 1e-3:.3g}): {'ok' if ok8 else 'FAIL'}"]
+    if not with_bf16:
+        return ok8, lines
     q16, k16, v16 = (torch.randn(1, n, rows, D, device="cuda", generator=gen, dtype=torch.bfloat16)
                      for n, rows in ((H, SMALL_Q), (Hkv, SMALL_K), (Hkv, SMALL_K)))
     out16 = torch.full_like(out, float("nan"))
@@ -207,6 +211,9 @@ def main():
     ap = Parser(description=__doc__.split("\n\n")[0], formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     ap.add_argument("--cu", help="the exported file (FP8 and bf16 kernels for the problem)")
     ap.add_argument("--problem", required=True, help="b=..,h=..,s=..,d=..,causal=.. (hkv, sk optional)")
+    ap.add_argument("--check-sk", type=int, default=SMALL_K,
+                    help=f"the correctness check's key count (default {SMALL_K}; one that is not a multiple of 4 "
+                         "checks a k_perm kernel's companion, which the export adds after it)")
     peer_common.add_run_args(ap, GROUPS, "time every SDPA backend in the rounds", "print the plan and exit")
     args = ap.parse_args()
     groups, backends = peer_common.check_run_args(ap, args, GROUPS)
@@ -231,7 +238,7 @@ def main():
     lib = Library(build(args.cu)) if args.cu else None
     res, cands, skipped = {}, {}, {}
     if lib is not None:
-        ok, lines = check(torch, lib, p, scale)
+        ok, lines = check(torch, lib, p, scale, args.check_sk, "ours" in groups)
         for line in lines:
             log(line)
         if not ok:
