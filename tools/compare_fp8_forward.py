@@ -176,11 +176,11 @@ def attention32(torch, q, k, v, causal, scale, lowp=False):
 
 
 def check(torch, lib, p, scale, small_k, with_bf16):
-    """The FP8 call (and the bf16 one, with_bf16) on a small problem against float32; (ok, lines)."""
-    SMALL_K = small_k
+    """The FP8 call (and the bf16 one, with_bf16) on a small problem (SMALL_Q queries, small_k keys)
+    against float32; (ok, lines)."""
     B, H, Hkv, D, causal = p["b"], p["h"], p["hkv"], p["d"], p["causal"]
     gen = torch.Generator(device="cuda").manual_seed(1234)
-    x = Fp8Inputs(torch, 1, H, Hkv, SMALL_Q, SMALL_K, D, gen)
+    x = Fp8Inputs(torch, 1, H, Hkv, SMALL_Q, small_k, D, gen)
     out = torch.full((1, H, SMALL_Q, D), float("nan"), device="cuda", dtype=torch.bfloat16)
     lse = torch.full((1, H, SMALL_Q), float("nan"), device="cuda")
     lib.forward(torch, x.q, x.k, x.vt, out, lse, x.vt_strides, scale, causal, x.opts)
@@ -191,12 +191,12 @@ def check(torch, lib, p, scale, small_k, with_bf16):
     err, base_err = (out.float() - ref).abs().max().item(), (base - ref).abs().max().item()
     lse_err, base_lse_err = (lse - ref_lse).abs().max().item(), (base_lse - ref_lse).abs().max().item()
     ok8 = err == err and err <= 2 * base_err + 2.0 ** -9 and lse_err <= 2 * base_lse_err + 1e-3
-    lines = [f"fp8 (s={SMALL_Q}, sk={SMALL_K}): max|out-ref| {err:.3g} (bound {2 * base_err + 2.0 ** -9:.3g}), LSE "
+    lines = [f"fp8 (s={SMALL_Q}, sk={small_k}): max|out-ref| {err:.3g} (bound {2 * base_err + 2.0 ** -9:.3g}), LSE "
              f"{lse_err:.3g} (bound {2 * base_lse_err + 1e-3:.3g}): {'ok' if ok8 else 'FAIL'}"]
     if not with_bf16:
         return ok8, lines
     q16, k16, v16 = (torch.randn(1, n, rows, D, device="cuda", generator=gen, dtype=torch.bfloat16)
-                     for n, rows in ((H, SMALL_Q), (Hkv, SMALL_K), (Hkv, SMALL_K)))
+                     for n, rows in ((H, SMALL_Q), (Hkv, small_k), (Hkv, small_k)))
     out16 = torch.full_like(out, float("nan"))
     lib.forward(torch, q16, k16, v16, out16, None, v16.stride()[:3], scale, causal, None)
     torch.cuda.synchronize()

@@ -312,11 +312,10 @@ class Dispatch(unittest.TestCase):
             p = k["problem"]
             # A companion runs the calls the kernel before it refuses (k_perm's: a key count not a
             # multiple of 4); its problem's own shape runs that kernel.
-            companion = "companion_for" in k
+            sk = p["sk"] - 1 if "companion_for" in k else p["sk"]
             for bit, entry in ENTRY_OF_BIT.items():
                 if not k["entries"] & bit:
                     continue
-                sk = p["sk"] - 1 if companion else p["sk"]
                 got = attntune.explain(entry, p["dtype"], p["d"], p["causal"], p["b"], p["h"], p["hkv"], p["s"],
                                        sk, **variant_args(p))
                 self.assertEqual(got, (i, ""), f"kernel {i} ({vr.spec_of(p)}, sk {sk}) through {entry}")

@@ -128,24 +128,26 @@ std::vector<BestRow> all_best_rows(ResultReader& results, const ExportQuery& q) 
 // with --campaign), measured on the same GPU model and arch: the dispatcher ranks the two alike and
 // tries them in the file's order, so a call the first refuses runs the second. None where the problem
 // has no such result (the file then refuses those calls, saying why).
+std::string narrowed_calls(const BestRow& r) {
+  const Family& f = builtin_family(r.family);
+  return f.narrowed_calls ? f.narrowed_calls(r.config) : "";
+}
+
 std::vector<ExportItem> add_companions(ResultReader& results, const ExportQuery& q, SpaceCache& spaces,
                                        std::vector<ExportItem> items) {
   std::vector<ExportItem> out;
   for (ExportItem& it : items) {
-    const Family& family = builtin_family(it.row.family);
-    const std::string narrowed = family.narrowed_calls ? family.narrowed_calls(it.row.config) : "";
-    const BestRow row = it.row;
+    const std::string narrowed = narrowed_calls(it.row);
+    BestQuery bq;
+    bq.problem = it.row.problem;
+    bq.campaign = q.campaign;
+    bq.gpu = it.row.gpu;
+    bq.top = kArchFilterRows;
+    const std::string arch = it.row.arch;
     out.push_back(std::move(it));
     if (narrowed.empty()) continue;
-    BestQuery bq;
-    bq.problem = row.problem;
-    bq.campaign = q.campaign;
-    bq.gpu = row.gpu;
-    bq.top = kArchFilterRows;
     for (BestRow& r : results.best(bq)) {
-      if (r.arch != row.arch) continue;
-      const Family& f = builtin_family(r.family);
-      if (f.narrowed_calls && !f.narrowed_calls(r.config).empty()) continue;
+      if (r.arch != arch || !narrowed_calls(r).empty()) continue;
       auto space = spaces.of(r.campaign, r.family);
       out.push_back({std::move(r), std::move(space), {}, narrowed});
       break;
