@@ -61,12 +61,38 @@ ATT_BWD_HD void query_blocks(int row_begin, int row_end, int block_m, int* m_fir
 // causal key block would start at its diagonal, which key block 0 reaches only after walking every
 // query block above it, and each CTA would wait about as long as the longest runs; with heads outer
 // the same would happen at each head after the first (lower key blocks' walks are longer).
+//
+// Walk is the same walk as a cursor: step i = a * div + r, carried from one step to the next
+// (walk_next) by loops that take every step in order, where walk_step divides i by a count known only
+// at run time (flash_bwd_wgmma's consumer loop: ~50 instructions with a MUFU.RCP chain at the top of
+// each step, ahead of its first MMA). walk_step is walk_at of the cursor it would reach, so the two
+// cannot disagree.
+struct Walk {
+  int a, r;                                    // step a * div + r
+  int div, deterministic, m_first, m_blocks;  // the walk's constants
+};
+ATT_BWD_HD Walk walk_begin(int deterministic, int q_per_kv, int m_first, int m_blocks) {
+  return Walk{0, 0, deterministic ? q_per_kv : m_blocks, deterministic, m_first, m_blocks};
+}
+ATT_BWD_HD void walk_next(Walk& w) {
+  if (++w.r == w.div) {
+    w.r = 0;
+    ++w.a;
+  }
+}
+ATT_BWD_HD void walk_at(const Walk& w, int* head, int* m_block) {
+  *head = w.deterministic ? w.r : w.a;
+  *m_block = w.deterministic ? w.m_first + w.m_blocks - 1 - w.a : w.m_first + w.r;
+}
+// The cursor at step i of the walk w begins (a divide).
+ATT_BWD_HD Walk walk_seek(Walk w, int i) {
+  w.a = i / w.div;
+  w.r = i % w.div;
+  return w;
+}
 ATT_BWD_HD void walk_step(int i, int deterministic, int q_per_kv, int m_first, int m_blocks, int* head,
                           int* m_block) {
-  const int div = deterministic ? q_per_kv : m_blocks;
-  const int a = i / div, r = i % div;
-  *head = deterministic ? r : a;
-  *m_block = deterministic ? m_first + m_blocks - 1 - a : m_first + r;
+  walk_at(walk_seek(walk_begin(deterministic, q_per_kv, m_first, m_blocks), i), head, m_block);
 }
 
 // The first key block whose CTA walks the query block from row m0 (the deterministic mode's order:

@@ -344,8 +344,9 @@ TEST(FlashBwdMmaPlan, TheDeterministicFieldsFollowTheEarlierOnes) {
 // comes, or adds beside another CTA). Bottom-right causal with s < sk, s > sk (rows that see no
 // key), left, right and two-sided windows (0, narrower and wider than a block, wider than the keys),
 // every block shape the space has, GQA groups of 1 and 3. Both walks (walk_step) visit each of a
-// CTA's (head, query block) pairs once, and in the deterministic one a CTA's predecessor reaches each
-// pair no later than it. And the bounds hold every visible (row, key) pair.
+// CTA's (head, query block) pairs once (walk_step, and the cursor the Hopper kernel carries, at the
+// same pair every step), and in the deterministic one a CTA's predecessor reaches each pair no later
+// than it. And the bounds hold every visible (row, key) pair.
 TEST(FlashBwdMmaDeterministic, TheCtasOfAQueryBlockAreConsecutiveKeyBlocks) {
   struct Window {
     int left, right;
@@ -380,11 +381,17 @@ TEST(FlashBwdMmaDeterministic, TheCtasOfAQueryBlockAreConsecutiveKeyBlocks) {
                 att_bwd::query_blocks(rb, re, bm, &m_first, &m_blocks);
                 first_row[n] = rb, end_row[n] = re;
                 // Both walks visit every (head, query block) of the CTA once.
+                // The cursor flash_bwd_wgmma's loops carry (Walk, walk_next) is at walk_step's pair at
+                // every step.
                 for (int det = 0; det < 2; ++det) {
                   std::vector<int> seen(group * q_blocks, 0);
-                  for (int i = 0; i < group * m_blocks; ++i) {
-                    int h, m;
+                  att_bwd::Walk cursor = att_bwd::walk_begin(det, group, m_first, m_blocks);
+                  for (int i = 0; i < group * m_blocks; ++i, att_bwd::walk_next(cursor)) {
+                    int h, m, ch, cm;
                     att_bwd::walk_step(i, det, group, m_first, m_blocks, &h, &m);
+                    att_bwd::walk_at(cursor, &ch, &cm);
+                    ASSERT_TRUE(ch == h && cm == m) << "step " << i << ": the cursor is at (" << ch << ", " << cm
+                                                    << "), walk_step at (" << h << ", " << m << ")";
                     ASSERT_TRUE(h >= 0 && h < group && m >= m_first && m < m_first + m_blocks) << i;
                     ASSERT_EQ(seen[h * q_blocks + m]++, 0) << "step " << i << " walks a pair twice";
                     if (det) det_step[n][h * q_blocks + m] = i;
