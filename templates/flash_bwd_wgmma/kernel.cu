@@ -188,8 +188,16 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   att_bwd::key_block_rows<T::kCausal, T::kWindow>(n0, T::kBlockN, len_q, diag, f.variant, &row_begin, &row_end);
   att_bwd::query_blocks(row_begin, row_end, T::kBlockM, &m_first, &m_blocks);
   const int steps = m_blocks * f.q_per_kv;  // (query head of the group, query block) pairs
-  // Step i's query head and first query row (bwd_blocks.h's walk: up, heads outer; down, query
-  // blocks outer, in the deterministic mode).
+  // A step's query head and first query row (bwd_blocks.h's walk: up, heads outer; down, query
+  // blocks outer, in the deterministic mode): from a cursor each loop carries through its steps in
+  // order (att_bwd::Walk, step_of; Traits::kWalkCursor), or by a divide a step (step_at).
+  const att_bwd::Walk walk0 = att_bwd::walk_begin(p.deterministic, f.q_per_kv, m_first, m_blocks);
+  auto step_of = [&](const att_bwd::Walk& w, int* head, int* m0) {
+    int h, m;
+    att_bwd::walk_at(w, &h, &m);
+    *head = hk * f.q_per_kv + h;
+    *m0 = m * T::kBlockM;
+  };
   auto step_at = [&](int i, int* head, int* m0) {
     int h, m;
     att_bwd::walk_step(i, p.deterministic, f.q_per_kv, m_first, m_blocks, &h, &m);
@@ -198,8 +206,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   };
 
   // The loads, by kLoaders threads (this one is `tid`): K and V of the block's keys once, then step
-  // i's Q, dO, LSE and D rows into stage i % kStages. The loaders are the producer warpgroup's 128
-  // threads, or without one every thread of the CTA.
+  // i's (query head, first row) Q, dO, LSE and D rows into stage i % kStages. The loaders are the producer
+  // warpgroup's 128 threads, or without one every thread of the CTA.
   constexpr int kLoaders = T::kProducer ? 128 : T::kThreads;
   auto load_kv = [&](int tid) {
     tile_rows<T::kBlockN, kLoaders>(s_k, static_cast<const elem_t*>(f.k) + bwd_offset(f.k_stride, b, hk, seq.k0),
@@ -207,9 +215,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     tile_rows<T::kBlockN, kLoaders>(s_v, static_cast<const elem_t*>(f.v) + bwd_offset(f.v_stride, b, hk, seq.k0),
                                     f.v_stride[2], n0, len_k, tid);
   };
-  auto load_step = [&](int tid, int i) {
-    int head, m0;
-    step_at(i, &head, &m0);
+  auto load_step = [&](int tid, int i, int head, int m0) {
     const int st = i % T::kStages;
     tile_rows<T::kBlockM, kLoaders>(s_q + st * T::kQBytes,
                                     static_cast<const elem_t*>(f.q) + bwd_offset(f.q_stride, b, head, seq.q0),
@@ -222,8 +228,20 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     load_floats(base + T::kOffDp + st * T::kBlockM * 4, p.dpsum + row_base, T::kBlockM / 4, tid);
   };
   // Without a producer every thread loads, kStages - 1 steps ahead (a cp.async group a step).
+  // (T::kWalkCursor: load_walk is at step i when issue(i) is called, for steps 0, 1, 2, ... in order;
+  // otherwise step i is sought by a divide.)
+  att_bwd::Walk load_walk = walk0;
   auto issue = [&](int i) {
-    if (i < steps) load_step(static_cast<int>(threadIdx.x), i);
+    if (i < steps) {
+      int head, m0;
+      if constexpr (T::kWalkCursor) {
+        step_of(load_walk, &head, &m0);
+        att_bwd::walk_next(load_walk);
+      } else {
+        step_at(i, &head, &m0);
+      }
+      load_step(static_cast<int>(threadIdx.x), i, head, m0);
+    }
     cp_async_commit();
   };
   // With one (Traits::kProducer), stage st is published on full[st] (the kLoaders threads, each once
@@ -245,10 +263,13 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       load_kv(tid);  // landed with step 0's loads
       // One step's loads in flight at a time, the ring ahead as far as the consumers let it: a step's
       // loads land in well under a step's products, and each is published the moment it has.
-      for (int i = 0; i < steps; ++i) {
+      att_bwd::Walk w = walk0;
+      for (int i = 0; i < steps; ++i, att_bwd::walk_next(w)) {
         const int st = i % T::kStages;
         if (i >= T::kStages) mbar_wait(bar_empty + st * 8, (i / T::kStages - 1) & 1);  // step i - kStages done
-        load_step(tid, i);
+        int head, m0;
+        step_of(w, &head, &m0);
+        load_step(tid, i, head, m0);
         cp_async_commit();
         cp_async_wait<0>();
         fence_async_smem();  // this thread's copies, before the consumers' wgmmas read them
@@ -358,9 +379,11 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   float acc_dq_next[T::kDqN / 2];
   int dq_head = -1, dq_m0 = 0;
 
-  for (int i = 0; i < steps; ++i) {
+  att_bwd::Walk walk = walk0;
+  for (int i = 0; i < steps; ++i, att_bwd::walk_next(walk)) {
     int head, m0;
-    step_at(i, &head, &m0);
+    if constexpr (T::kWalkCursor) step_of(walk, &head, &m0);
+    else step_at(i, &head, &m0);
     const int st = i % T::kStages;
     const u32 q_t = s_q + st * T::kQBytes, do_t = s_do + st * T::kQBytes;
     if constexpr (T::kProducer) {
@@ -371,7 +394,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       cp_async_wait<T::kStages - 2>();
       fence_async_smem();
       __syncthreads();
-      issue(i + T::kStages - 1);
+      if constexpr (!T::kLateLoads) issue(i + T::kStages - 1);
     }
 
     // S^T = K_w Q^T and dP^T = V_w dO^T.
@@ -400,6 +423,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       }
       wgmma_commit();
       if constexpr (T::kWgSkew) named_bar_arrive(T::kBarTurn + (wg ^ 1), T::kConsumerThreads);  // the other's turn
+      // late_loads (head dim 256): the stage of step i - 1 (every thread is past it: the barrier
+      // above) takes step i + kStages - 1's loads while S^T and dP^T run.
+      if constexpr (!T::kProducer && T::kLateLoads) issue(i + T::kStages - 1);
       if constexpr (!T::kSdpSplit) wgmma_wait<0>();  // (kSdpSplit: waited for one at a time below)
       if constexpr (T::kDqDefer) {
         // Step i - 1's dQ (the group before S^T's and dP^T's), done with them. (Waiting for it alone,

@@ -80,6 +80,15 @@ struct Traits {
 #else
   static constexpr bool kWgSkew = false;
 #endif
+  // Head dim 256 (no producer): step i + kStages - 1's loads issued after step i's S^T and dP^T
+  // (which read another stage), so that the products start right after the step's barrier and the
+  // loads' address arithmetic and copies run under them; otherwise before them, as the step's first
+  // work.
+#if defined(LATE_LOADS)  // a tunable with a default: a config recorded before it existed is a build without it
+  static constexpr bool kLateLoads = LATE_LOADS != 0;
+#else
+  static constexpr bool kLateLoads = false;
+#endif
 
   // Derived.
   // Head dim 256 splits the head dims between two warpgroups of the same 64 keys (kColSplit 2): dK
@@ -88,6 +97,11 @@ struct Traits {
   // memory, and each accumulates its half of dK's, dV's and dQ's head dims with both operands from
   // shared memory (WgmmaKN): no product computed twice (flash_bwd_mma's dkv_split recomputes two).
   static constexpr int kColSplit = kHeadDim == 256 ? 2 : 1;
+  // A step's (query head, query block) from a cursor carried through the loops (att_bwd::Walk) in
+  // producer builds and at head dim 256, where it was measured faster than a divide a step (+2.6-4.2%,
+  // H200 runs 314-315); builds without a producer at head dims up to 128 divide (walk_seek), as they
+  // did: there the cursor ran 2-3% slower (the deferred dQ's causal picks, runs 314-315).
+  static constexpr bool kWalkCursor = kProducer || kColSplit > 1;
   static constexpr int kWarpgroups = kBlockN / 64 * kColSplit;  // the consumers (the products)
   static constexpr int kConsumerThreads = kWarpgroups * 128;
   static constexpr int kThreads = kConsumerThreads + (kProducer ? 128 : 0);  // the producer warpgroup last
@@ -172,6 +186,7 @@ struct Traits {
   static_assert(!kProducer || kColSplit == 1, "a producer warpgroup at head dims up to 128");
   static_assert(!kFa4Order || (kProducer && kDqUnits == 1 && !kDqDefer), "fa4_order: a producer build, one dQ unit a warpgroup");
   static_assert(!kSdpSplit || (kFa4Order && !kSoftcap && kColSplit == 1), "sdp_split: with fa4_order, no soft-cap");
+  static_assert(!kLateLoads || (!kProducer && kColSplit > 1), "late_loads: head dim 256 (its builds have no producer)");
   static_assert(!kWgSkew || (kProducer && kWarpgroups == 2 && kColSplit == 1 && kDqUnits == 1 && !kFa4Order && !kDqDefer),
                 "wg_skew: a producer build of two consumer warpgroups, one dQ unit each, the step's own order");
   static_assert(kBarTurn + 1 < 16, "16 named barriers");

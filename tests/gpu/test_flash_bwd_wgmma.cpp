@@ -6,6 +6,7 @@
 // ATTNTUNE_PROPERTY_SAMPLE=N: N configs per (d, kind) (default 8; 0: all).
 // FlashBwdWgmmaDeterministic: the deterministic mode's bits run to run (tests/gpu/bwd_checks.hpp).
 // LongestFirst: every config of the longest-first order. WgSkew: the skewed consumer warpgroups.
+// LateLoads: head dim 256's loads issued under S^T and dP^T.
 #include <fmt/format.h>
 
 #include <iterator>
@@ -192,6 +193,26 @@ TEST(FlashBwdWgmmaProperty, WgSkew) {
                         2, skew);
   cuda::Context ctx(0);
   attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 7400, {skew}, {128});
+}
+
+// late_loads (head dim 256's builds issue the next stage's loads after S^T and dP^T instead of
+// before them): a spread at d=256 and 192 (zero columns), causal and not, on the backward shapes (GQA,
+// MQA, odd lengths, CTAs with no step), then causal windows with sinks, a soft-cap, packed varlen
+// batches, and the deterministic mode's bits.
+TEST(FlashBwdWgmmaProperty, LateLoads) {
+  REQUIRE_SM90();
+  const auto late = [](const Config& c) { return std::get<bool>(c.at("late_loads")); };
+  for (int d : {256, 192})
+    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, "", attntune::testing::kBwdShapes,
+                          7500u + static_cast<unsigned>(d), 4, late);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 256, {1}, ",window=64,sinks=1",
+                        attntune::testing::kBwdWindowSinkShapes, 7600, 2, late);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 256, {0, 1}, ",softcap=50", attntune::testing::kBwdSoftcapShapes,
+                        7640, 1, late);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 256, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenShapes, 7660,
+                        2, late);
+  cuda::Context ctx(0);
+  attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 7700, {late}, {256});
 }
 
 TEST(FlashBwdWgmmaDeterministic, TwoRunsGiveBitIdenticalGradients) {

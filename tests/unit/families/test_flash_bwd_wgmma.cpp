@@ -218,6 +218,52 @@ TEST(FlashBwdWgmmaSpace, WgSkewIsTwoWarpgroupProducerBuildsInTheStepsOwnOrder) {
   }
 }
 
+// late_loads (head dim 256's builds, which have no producer, issue the next stage's loads after S^T
+// and dP^T): offered both ways at head dims padded to 256 and nowhere else; the threads and shared
+// memory are the build's without it; a config recorded before late_loads existed renders as
+// late_loads=false, the same source.
+TEST(FlashBwdWgmmaSpace, LateLoadsIsHeadDim256s) {
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  for (const char* spec : {"b=1,h=16,s=16384,d=128,dtype=bf16,causal=0,pass=bwd",
+                           "b=1,h=16,s=8192,d=64,dtype=bf16,causal=1,pass=bwd",
+                           "b=2,h=8,s=2048,d=96,dtype=fp16,causal=1,window=100,sinks=1,pass=bwd",
+                           "b=1,h=16,s=8192,d=256,dtype=bf16,causal=1,pass=bwd",
+                           "b=3,h=8,hkv=2,s=1000,sk=1000,d=256,dtype=bf16,causal=0,varlen=1,pass=bwd",
+                           "b=1,h=16,s=8192,d=192,dtype=bf16,causal=0,softcap=30,pass=bwd"}) {
+    const Problem p = Problem::parse(spec);
+    std::set<bool> offered;
+    for (const Config& c : space.enumerate(p, "sm_90a")) {
+      const bool late = std::get<bool>(c.at("late_loads"));
+      offered.insert(late);
+      if (!late) continue;
+      const LaunchSpec launch = render_kernel(space, c, p, "sm_90a").launch;
+      EXPECT_EQ(attntune::define_value(launch.defines, "LATE_LOADS"), 1) << config_str(c);
+      Config top = c;
+      top["late_loads"] = false;
+      ASSERT_EQ(space.check(top, p, "sm_90a"), std::nullopt) << config_str(c);
+      const LaunchSpec plain = render_kernel(space, top, p, "sm_90a").launch;
+      EXPECT_EQ(attntune::define_value(launch.defines, "THREADS"), attntune::define_value(plain.defines, "THREADS"));
+      EXPECT_EQ(attntune::define_value(launch.defines, "SMEM_BYTES"), smem_of(c, p.d)) << config_str(c);
+    }
+    const std::set<bool> want = p.d > 128 ? std::set<bool>{false, true} : std::set<bool>{false};
+    EXPECT_EQ(offered, want) << spec;
+  }
+  // A config recorded before late_loads existed (none) is late_loads=false: the same source.
+  for (const char* spec : {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd",
+                           "b=1,h=16,s=8192,d=256,dtype=bf16,causal=1,pass=bwd"}) {
+    const Problem p = Problem::parse(spec);
+    for (const Config& c : space.enumerate(p, "sm_90a")) {
+      if (std::get<bool>(c.at("late_loads"))) continue;
+      Config old = c;
+      old.erase("late_loads");
+      EXPECT_EQ(space.check(old, p, "sm_90a"), std::nullopt) << config_str(c);
+      const RenderedKernel k = render_kernel(space, c, p, "sm_90a");
+      EXPECT_EQ(render_kernel(space, old, p, "sm_90a").source_hash, k.source_hash) << config_str(c);
+      EXPECT_NE(k.source.find("#define LATE_LOADS 0\n"), std::string::npos);
+    }
+  }
+}
+
 // Head dims between 64, 128 and 256: the kernels compute over the next of them with zero columns
 // (D_PAD), so the configs are the padded head dim's (160..240 take d=256's two warpgroups), and dQ's
 // accumulator is the padded width's.
