@@ -190,7 +190,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   const int steps = m_blocks * f.q_per_kv;  // (query head of the group, query block) pairs
   // A step's query head and first query row (bwd_blocks.h's walk: up, heads outer; down, query
   // blocks outer, in the deterministic mode): from a cursor each loop carries through its steps in
-  // order (att_bwd::Walk, step_of; Traits::kWalkCursor), or by a divide a step (step_at).
+  // order (att_bwd::Walk, step_of; Traits::kWalkCursorLoads and kWalkCursorSteps), or by a divide a step (step_at).
   const att_bwd::Walk walk0 = att_bwd::walk_begin(p.deterministic, f.q_per_kv, m_first, m_blocks);
   auto step_of = [&](const att_bwd::Walk& w, int* head, int* m0) {
     int h, m;
@@ -228,13 +228,13 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     load_floats(base + T::kOffDp + st * T::kBlockM * 4, p.dpsum + row_base, T::kBlockM / 4, tid);
   };
   // Without a producer every thread loads, kStages - 1 steps ahead (a cp.async group a step).
-  // (T::kWalkCursor: load_walk is at step i when issue(i) is called, for steps 0, 1, 2, ... in order;
-  // otherwise step i is sought by a divide.)
+  // (T::kWalkCursorLoads: load_walk is at step i when issue(i) is called, for steps 0, 1, 2, ... in
+  // order; otherwise step i is sought by a divide.)
   att_bwd::Walk load_walk = walk0;
   auto issue = [&](int i) {
     if (i < steps) {
       int head, m0;
-      if constexpr (T::kWalkCursor) {
+      if constexpr (T::kWalkCursorLoads) {
         step_of(load_walk, &head, &m0);
         att_bwd::walk_next(load_walk);
       } else {
@@ -382,7 +382,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   att_bwd::Walk walk = walk0;
   for (int i = 0; i < steps; ++i, att_bwd::walk_next(walk)) {
     int head, m0;
-    if constexpr (T::kWalkCursor) step_of(walk, &head, &m0);
+    if constexpr (T::kWalkCursorSteps) step_of(walk, &head, &m0);
     else step_at(i, &head, &m0);
     const int st = i % T::kStages;
     const u32 q_t = s_q + st * T::kQBytes, do_t = s_do + st * T::kQBytes;

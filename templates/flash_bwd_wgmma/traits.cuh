@@ -98,10 +98,14 @@ struct Traits {
   // shared memory (WgmmaKN): no product computed twice (flash_bwd_mma's dkv_split recomputes two).
   static constexpr int kColSplit = kHeadDim == 256 ? 2 : 1;
   // A step's (query head, query block) from a cursor carried through the loops (att_bwd::Walk) in
-  // producer builds and at head dim 256, where it was measured faster than a divide a step (+2.6-4.2%,
-  // H200 runs 314-315); builds without a producer at head dims up to 128 divide (walk_seek), as they
-  // did: there the cursor ran 2-3% slower (the deferred dQ's causal picks, runs 314-315).
-  static constexpr bool kWalkCursor = kProducer || kColSplit > 1;
+  // producer builds and at head dim 256, where it was measured faster than a divide a step (+2.2-4.2%,
+  // H200 runs 314-316); builds without a producer at head dims up to 128 divide (walk_step), as they
+  // did: there the cursor ran 2-3% slower (the deferred dQ's causal picks, runs 314-315). The loads'
+  // loop (kWalkCursorLoads) and the consumers' (kWalkCursorSteps) apart: consumers of 128-row steps
+  // (d <= 64: S^T and dP^T of 128 queries, 240 registers) keep the divide, as the cursor's two
+  // registers there spilled up to 108 bytes where main spilled none (red dQ; ptxas, CUDA 13.0).
+  static constexpr bool kWalkCursorLoads = kProducer || kColSplit > 1;
+  static constexpr bool kWalkCursorSteps = (kProducer && kBlockM / kColSplit <= 64) || kColSplit > 1;
   static constexpr int kWarpgroups = kBlockN / 64 * kColSplit;  // the consumers (the products)
   static constexpr int kConsumerThreads = kWarpgroups * 128;
   static constexpr int kThreads = kConsumerThreads + (kProducer ? 128 : 0);  // the producer warpgroup last

@@ -78,14 +78,14 @@ TEST(FlashBwdWgmmaSpace, ServesTheBackwardOfHeadDims64And128OnHopperOnly) {
 
 // d=256 (Gemma 2 and 3): two warpgroups of the same 64 keys, each scoring half of a step's 64 queries
 // and holding half of dK's and dV's head dims; 64-row steps in two stages, dQ by red or quad (red.v4
-// into the fragment order), not deferred: two configs a problem, six causal ones (longest_first).
-// quad is d=256's alone.
+// into the fragment order), not deferred, the loads before or after S^T and dP^T (late_loads): four
+// configs a problem, twelve causal ones (longest_first). quad is d=256's alone.
 TEST(FlashBwdWgmmaSpace, HeadDim256TakesTwoWarpgroupsAHalf) {
   const SearchSpace space = space_of("flash_bwd_wgmma");
   for (const bool causal : {false, true}) {
     const Problem p = Problem::parse(std::string("b=1,h=16,s=8192,d=256,dtype=bf16,pass=bwd,causal=") + (causal ? "1" : "0"));
     const auto configs = space.enumerate(p, "sm_90a");
-    EXPECT_EQ(configs.size(), causal ? 6u : 2u);
+    EXPECT_EQ(configs.size(), causal ? 12u : 4u);
     for (const Config& c : configs) {
       EXPECT_EQ(get(c, "block_n"), 64) << config_str(c);
       EXPECT_EQ(get(c, "block_m"), 64) << config_str(c);
