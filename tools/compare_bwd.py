@@ -94,12 +94,12 @@ def time_rows(fns, a):
 
 def row_line(name, med, fwd_flops, tail=""):
     """A row: each contender's time and TFLOP/s (2.5x the forward's FLOPs), ours against the best peer
-    (and FA4 where it ran), then `tail`."""
+    (and against FA4 and cuDNN where they ran: issue 45's bars name both), then `tail`."""
     tf = {n: 2.5 * fwd_flops / t / 1e6 for n, t in med.items()}
     best = min((t for n, t in med.items() if n != "ours"), default=float("nan"))
     return (f"{name}: " + "  ".join(f"{n} {med[n]:.0f} us {tf[n]:.0f} TF" for n in med) +
             f"  ours/best-peer {best / med['ours']:.3f}x" +
-            (f"  ours/fa4 {med['fa4'] / med['ours']:.3f}x" if "fa4" in med else "") + tail)
+            "".join(f"  ours/{n} {med[n] / med['ours']:.3f}x" for n in ("fa4", "cudnn") if n in med) + tail)
 
 
 def reference_grads(q, k, v, do, causal, dtype):
