@@ -198,6 +198,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     *head = hk * f.q_per_kv + h;
     *m0 = m * T::kBlockM;
   };
+  // (step_at is not step_of(walk_seek(walk0, i)): that form, the same values, builds other machine
+  // code for the builds that keep the divide, whose timing is main's: tools/sass_diff.py, 2026-12-02.)
   auto step_at = [&](int i, int* head, int* m0) {
     int h, m;
     att_bwd::walk_step(i, p.deterministic, f.q_per_kv, m_first, m_blocks, &h, &m);
@@ -425,7 +427,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       if constexpr (T::kWgSkew) named_bar_arrive(T::kBarTurn + (wg ^ 1), T::kConsumerThreads);  // the other's turn
       // late_loads (head dim 256): the stage of step i - 1 (every thread is past it: the barrier
       // above) takes step i + kStages - 1's loads while S^T and dP^T run.
-      if constexpr (!T::kProducer && T::kLateLoads) issue(i + T::kStages - 1);
+      if constexpr (T::kLateLoads) issue(i + T::kStages - 1);
       if constexpr (!T::kSdpSplit) wgmma_wait<0>();  // (kSdpSplit: waited for one at a time below)
       if constexpr (T::kDqDefer) {
         // Step i - 1's dQ (the group before S^T's and dP^T's), done with them. (Waiting for it alone,
