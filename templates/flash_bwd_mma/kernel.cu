@@ -16,6 +16,9 @@
 // layout of dV += P^T dO and dK += dS^T Q without leaving registers (two n8 accumulator tiles are
 // one k16 A fragment, as the forward's P is). Only dQ = dS K needs another warp's keys: dS^T goes
 // through shared memory once, and each warp computes 16 query rows of dQ over all the block's keys.
+// With kv_pairs (Traits::kPairs) two warps share 2 * kKeyTiles key tiles: each scores them against half
+// of the step's queries, both write P^T and dS^T to shared memory, and each accumulates dK and dV of
+// the shared keys over half of the head dims from there (FlashAttention-2's split).
 //
 // Per step and per key, the softmax backward of FlashAttention-2:
 //   P_ij = exp2(scale * log2(e) * q_i.k_j - LSE_i * log2(e)),   dP_ij = dO_i.v_j,
@@ -129,7 +132,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   elem_t* s_q = s_v + T::kKElems;                // kStages tiles
   elem_t* s_do = s_q + T::kStages * T::kQElems;  // kStages tiles
   elem_t* s_ds = s_do + T::kStages * T::kQElems;
-  float* s_lse = reinterpret_cast<float*>(s_ds + T::kDsElems);  // kStages rows of kBlockM
+  elem_t* s_p = s_ds + T::kDsElems;  // kPairs: P^T (keys x queries, as dS^T)
+  float* s_lse = reinterpret_cast<float*>(s_ds + T::kPairWays * T::kDsElems);  // kStages rows of kBlockM
   float* s_dp = s_lse + T::kStages * T::kBlockM;
 
   const AttnParams& f = p.fwd;
@@ -141,20 +145,30 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   const int len_q = seq.len_q, len_k = seq.len_k, diag = len_k - len_q;
   if (kBwdVarlen && n0 >= len_k) return;  // past the sequence's keys (the grid covers the longest)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int warp_key0 = warp * 16 * T::kKeyTiles;  // the warp's first key in the block
+  // The warp's first key in the block; kPairs, its pair's, and (half) which half of a step's queries
+  // it scores and of the head dims of dK and dV it accumulates.
+  const int half = warp % T::kPairWays, warp_key0 = warp / T::kPairWays * 16 * T::kRowTiles;
+  const int q_row0 = half * T::kSQueries, dkv_col0 = col0 + half * T::kDkvDim;
   using LD = Lanes<T::kHeadDim>;
   using LM = Lanes<T::kBlockM>;
-  // dQ's share of warp w: 16 query rows from 16 * dq_mt, kDqCols head dims from dq_col0.
+  // dQ's share of warp w: kDqRows query rows from kDqRows * dq_mt, kDqCols head dims from dq_col0.
   const int dq_mt = warp % T::kDqRowTiles, dq_col0 = col0 + (warp / T::kDqRowTiles) * T::kDqCols;
   // The lanes' fragment-0 addresses (Lanes): K's and V's rows of the warp as A operands, Q's and
   // dO's as N-major and K-major B operands, K's as dQ's K-major B operand at the warp's head dims,
   // dS^T's as dQ's transposed A operand at the warp's query rows.
   const u32 k_a = smem_addr(s_k) + LD::base(warp_key0 + lane_row_a(), lane_chunk_a());
   const u32 v_a = smem_addr(s_v) + LD::base(warp_key0 + lane_row_a(), lane_chunk_a());
-  const u32 nk = LD::base(lane_row_nk(), lane_chunk_nk());
-  const u32 kn = LD::base(lane_row_kn(), lane_chunk_kn());
+  const u32 nk = LD::base(q_row0 + lane_row_nk(), lane_chunk_nk());
+  // (dK's and dV's B operands: unpaired, at the part's first head dim, a multiple of 64 columns, whole
+  // swizzle spans, so a byte offset below; paired, a half of 32 columns at d=64 is not, so it is a
+  // chunk of the lane's base, whose bits do not overlap the fragments' chunk steps.)
+  const u32 kn = T::kPairs ? LD::base(lane_row_kn(), dkv_col0 / 8 + lane_chunk_kn())
+                           : LD::base(lane_row_kn(), lane_chunk_kn());
+  // kPairs: P^T's and dS^T's rows of the pair's keys as dV's and dK's A operands.
+  const u32 p_a = smem_addr(s_p) + LM::base(warp_key0 + lane_row_a(), lane_chunk_a());
+  const u32 ds_aa = smem_addr(s_ds) + LM::base(warp_key0 + lane_row_a(), lane_chunk_a());
   const u32 k_dq = smem_addr(s_k) + LD::base(lane_row_kn(), dq_col0 / 8 + lane_chunk_kn());
-  const u32 ds_a = smem_addr(s_ds) + LM::base(lane_row_nk(), dq_mt * 2 + lane_chunk_nk());
+  const u32 ds_a = smem_addr(s_ds) + LM::base(lane_row_nk(), dq_mt * (T::kDqRows / 8) + lane_chunk_nk());
 
   // The query rows that see any key of the block (causal and windows bound them), and their query
   // blocks (bwd_blocks.h: the deterministic mode's order is derived from the same bounds).
@@ -170,18 +184,21 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   load_rows<T::kBlockN>(s_v, v_g, f.v_stride[2], n0, len_k);
   cp_async_commit();
 
-  // Step i's query head and first query row (bwd_blocks.h's walk: up, heads outer; down, query blocks
-  // outer, in the deterministic mode).
-  auto step_at = [&](int i, int& head, int& m0) {
+  // A step's query head and first query row (bwd_blocks.h's walk: up, heads outer; down, query blocks
+  // outer, in the deterministic mode), from cursors carried through the loops, the loads' kStages - 1
+  // steps ahead of the products': no divide by a run-time count a step (a divide twice a step, the
+  // loads' and the products' that dQ shared, ran 2-6.5% slower: H200, 2026-12-02).
+  att_bwd::Walk walk_ld = att_bwd::walk_begin(p.deterministic, f.q_per_kv, m_first, m_blocks), walk_st = walk_ld;
+  auto cursor_at = [&](const att_bwd::Walk& w, int& head, int& m0) {
     int h, m;
-    att_bwd::walk_step(i, p.deterministic, f.q_per_kv, m_first, m_blocks, &h, &m);
+    att_bwd::walk_at(w, &h, &m);
     head = hk * f.q_per_kv + h;
     m0 = m * T::kBlockM;
   };
   auto issue = [&](int i) {
     if (i < steps) {
       int head, m0;
-      step_at(i, head, m0);
+      cursor_at(walk_ld, head, m0);
       const int st = i % T::kStages;
       load_rows<T::kBlockM>(s_q + st * T::kQElems,
                             static_cast<const elem_t*>(f.q) + bwd_offset(f.q_stride, b, head, seq.q0), f.q_stride[2],
@@ -194,50 +211,53 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
       load_floats(s_dp + st * T::kBlockM, p.dpsum + row_base, T::kBlockM / 4);
     }
     cp_async_commit();
+    att_bwd::walk_next(walk_ld);
   };
 #pragma unroll
   for (int i = 0; i < T::kStages - 1; ++i) issue(i);
 
-  float acc_dk[T::kKeyTiles][T::kDTiles][4], acc_dv[T::kKeyTiles][T::kDTiles][4];
+  float acc_dk[T::kRowTiles][T::kDTiles][4], acc_dv[T::kRowTiles][T::kDTiles][4];
 #pragma unroll
-  for (int kt = 0; kt < T::kKeyTiles; ++kt)
+  for (int kt = 0; kt < T::kRowTiles; ++kt)
 #pragma unroll
     for (int dt = 0; dt < T::kDTiles; ++dt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_dk[kt][dt][e] = acc_dv[kt][dt][e] = 0.f;
 
-  // dQ of step j (its query head and block as the loop's): rows 16 * (warp % kDqRowTiles), columns
+  // dQ of a step (its query head and first row as the loop's): rows kDqRows * (warp % kDqRowTiles), columns
   // kDqCols from (warp / kDqRowTiles) * kDqCols, over every key of the block, from dS^T in shared
   // memory, added into the accumulator. (ATT_BWD_ABLATE, harness builds only: 1 leaves dQ out, 2 its
   // additions; wrong results, for timing where the step's time goes.)
-  auto dq_step = [&](int j) {
+  auto dq_step = [&](int head, int m0) {
 #if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 1
     return;
 #endif
-    // (Recomputed from j rather than passed: passing the loop's values changes d=128's register
-    // allocation, 24 -> 12 bytes spilled, in a form not timed.)
-    int head, m0;
-    step_at(j, head, m0);
-    float acc_dq[T::kDqTiles][4];
+    float acc_dq[T::kDqMTiles][T::kDqTiles][4];
 #pragma unroll
-    for (int dt = 0; dt < T::kDqTiles; ++dt)
+    for (int mt = 0; mt < T::kDqMTiles; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc_dq[dt][e] = 0.f;
+      for (int dt = 0; dt < T::kDqTiles; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_dq[mt][dt][e] = 0.f;
 #pragma unroll
     for (int ks = 0; ks < T::kKSteps; ++ks) {
-      u32 a[4];
-      ldsm_t(LM::at(ds_a, ks * 16, 0), a);
+      u32 a[T::kDqMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < T::kDqMTiles; ++mt) ldsm_t(LM::at(ds_a, ks * 16, 2 * mt), a[mt]);
 #pragma unroll
       for (int dp = 0; dp < T::kDqTiles / 2; ++dp) {
         u32 bk[4];
         ldsm_t(LD::at(k_dq, ks * 16, 2 * dp), bk);
-        mma_16816<T::kBf16>(acc_dq[2 * dp], a, bk[0], bk[1]);
-        mma_16816<T::kBf16>(acc_dq[2 * dp + 1], a, bk[2], bk[3]);
+#pragma unroll
+        for (int mt = 0; mt < T::kDqMTiles; ++mt) {
+          mma_16816<T::kBf16>(acc_dq[mt][2 * dp], a[mt], bk[0], bk[1]);
+          mma_16816<T::kBf16>(acc_dq[mt][2 * dp + 1], a[mt], bk[2], bk[3]);
+        }
       }
     }
     float* dq = p.dq_accum +
-                (bwd_ws_row(p, seq, b, head) + m0 + dq_mt * 16 + g) * T::kHeadDim +
-                dq_col0 + 2 * t;
+                (bwd_ws_row(p, seq, b, head) + m0 + dq_mt * T::kDqRows + g) * T::kHeadDim +
+                dq_col0 + (T::kDqVec4 ? 4 : 2) * t;  // (vec4: Traits::dq_offset's order)
     // The deterministic mode (p.deterministic: uniform, so a call without it pays a branch): the CTAs
     // that add into this query block's dQ take turns in key-block order, so that every element's sum
     // is the same sequence of fp32 additions every run (FlashAttention-3's technique). Its semaphore
@@ -260,27 +280,42 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
       __syncthreads();
     }
 #pragma unroll
-    for (int dt = 0; dt < T::kDqTiles; ++dt) {
+    for (int mt = 0; mt < T::kDqMTiles; ++mt) {
+#pragma unroll
+      for (int dt = 0; dt < T::kDqTiles; ++dt) {
+        float* dq_m = dq + mt * 16 * T::kHeadDim;
 #if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 2
-      if (acc_dq[dt][0] != 12345.f) continue;
+        if (acc_dq[mt][dt][0] != 12345.f) continue;
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if constexpr (!T::kDqQuad) {
-        add_pair2(dq + dt * 8, acc_dq[dt][0], acc_dq[dt][1]);
-        add_pair2(dq + 8 * T::kHeadDim + dt * 8, acc_dq[dt][2], acc_dq[dt][3]);
-        continue;
-      }
-      // Lanes t and t ^ 1 trade halves so that each holds 4 consecutive columns of one row (the
-      // even lane row g, the odd row g + 8): one 16-byte reduction a tile instead of two of 8.
-      const bool even = (t & 1) == 0;
-      const float x = __shfl_xor_sync(0xffffffffu, even ? acc_dq[dt][2] : acc_dq[dt][0], 1);
-      const float y = __shfl_xor_sync(0xffffffffu, even ? acc_dq[dt][3] : acc_dq[dt][1], 1);
-      if (even) add_quad(dq + dt * 8, acc_dq[dt][0], acc_dq[dt][1], x, y);
-      else add_quad(dq + 8 * T::kHeadDim + dt * 8 - 2, x, y, acc_dq[dt][2], acc_dq[dt][3]);
+        if constexpr (T::kDqVec4) {  // tiles dt and dt + 1 at once, rows g and g + 8
+          if (dt % 2 == 0) {
+            add_quad(dq_m + dt * 8, acc_dq[mt][dt][0], acc_dq[mt][dt][1], acc_dq[mt][dt + 1][0], acc_dq[mt][dt + 1][1]);
+            add_quad(dq_m + 8 * T::kHeadDim + dt * 8, acc_dq[mt][dt][2], acc_dq[mt][dt][3], acc_dq[mt][dt + 1][2],
+                     acc_dq[mt][dt + 1][3]);
+          }
+          continue;
+        }
+        if constexpr (!T::kDqQuad) {
+          add_pair2(dq_m + dt * 8, acc_dq[mt][dt][0], acc_dq[mt][dt][1]);
+          add_pair2(dq_m + 8 * T::kHeadDim + dt * 8, acc_dq[mt][dt][2], acc_dq[mt][dt][3]);
+          continue;
+        }
+        // Lanes t and t ^ 1 trade halves so that each holds 4 consecutive columns of one row (the
+        // even lane row g, the odd row g + 8): one 16-byte reduction a tile instead of two of 8.
+        const bool even = (t & 1) == 0;
+        const float x = __shfl_xor_sync(0xffffffffu, even ? acc_dq[mt][dt][2] : acc_dq[mt][dt][0], 1);
+        const float y = __shfl_xor_sync(0xffffffffu, even ? acc_dq[mt][dt][3] : acc_dq[mt][dt][1], 1);
+        if (even) add_quad(dq_m + dt * 8, acc_dq[mt][dt][0], acc_dq[mt][dt][1], x, y);
+        else add_quad(dq_m + 8 * T::kHeadDim + dt * 8 - 2, x, y, acc_dq[mt][dt][2], acc_dq[mt][dt][3]);
 #else
-      add_pair(dq + dt * 8, acc_dq[dt][0], acc_dq[dt][1]);
-      add_pair(dq + 8 * T::kHeadDim + dt * 8, acc_dq[dt][2], acc_dq[dt][3]);
+#if defined(__CUDA_ARCH__)
+        static_assert(!T::kDqVec4, "vec4 is sm_90's (the space offers it there only)");
 #endif
+        add_pair(dq_m + dt * 8, acc_dq[mt][dt][0], acc_dq[mt][dt][1]);
+        add_pair(dq_m + 8 * T::kHeadDim + dt * 8, acc_dq[mt][dt][2], acc_dq[mt][dt][3]);
+#endif
+      }
     }
     if (p.deterministic) {
       __threadfence();  // this thread's adds performed before the turn passes on,
@@ -291,16 +326,18 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
 
   for (int i = 0; i < steps; ++i) {
     int head, m0;
-    step_at(i, head, m0);
+    cursor_at(walk_st, head, m0);
+    att_bwd::walk_next(walk_st);
     const int st = i % T::kStages;
     // (The K-major bases of dK's and dV's B operands start at the part's first head dim: col0 is a
     // multiple of 64 columns, whole swizzle spans, so it is a byte offset.)
+    constexpr bool kColBytes = !T::kPairs;  // dK's and dV's first head dim as a byte offset (above)
     const u32 q_nk = smem_addr(s_q + st * T::kQElems) + nk,
-              q_kn = smem_addr(s_q + st * T::kQElems) + kn + static_cast<u32>(col0 * 2);
+              q_kn = smem_addr(s_q + st * T::kQElems) + kn + static_cast<u32>(kColBytes ? col0 * 2 : 0);
     const u32 do_nk = smem_addr(s_do + st * T::kQElems) + nk,
-              do_kn = smem_addr(s_do + st * T::kQElems) + kn + static_cast<u32>(col0 * 2);
-    const float* lse_t = s_lse + st * T::kBlockM;
-    const float* dp_t = s_dp + st * T::kBlockM;
+              do_kn = smem_addr(s_do + st * T::kQElems) + kn + static_cast<u32>(kColBytes ? col0 * 2 : 0);
+    const float* lse_t = s_lse + st * T::kBlockM + q_row0;
+    const float* dp_t = s_dp + st * T::kBlockM + q_row0;
     // Step i's tiles complete and every warp past step i - 1, whose stage then takes step
     // i + kStages - 1's loads: two barriers a step (this one, and dS^T's before dQ), none to retire a
     // stage (run 185: 2% faster than a third at the end of the step; dQ deferred to the next step
@@ -311,18 +348,18 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
     issue(i + T::kStages - 1);
 
     // S^T = K Q^T and dP^T = V dO^T for the warp's keys.
-    float acc_s[T::kKeyTiles][T::kQTiles][4], acc_dp[T::kKeyTiles][T::kQTiles][4];
+    float acc_s[T::kRowTiles][T::kQTiles][4], acc_dp[T::kRowTiles][T::kQTiles][4];
 #pragma unroll
-    for (int kt = 0; kt < T::kKeyTiles; ++kt)
+    for (int kt = 0; kt < T::kRowTiles; ++kt)
 #pragma unroll
       for (int qt = 0; qt < T::kQTiles; ++qt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_s[kt][qt][e] = acc_dp[kt][qt][e] = 0.f;
 #pragma unroll
     for (int ds = 0; ds < T::kDSteps; ++ds) {
-      u32 ak[T::kKeyTiles][4], av[T::kKeyTiles][4];
+      u32 ak[T::kRowTiles][4], av[T::kRowTiles][4];
 #pragma unroll
-      for (int kt = 0; kt < T::kKeyTiles; ++kt) {
+      for (int kt = 0; kt < T::kRowTiles; ++kt) {
         ldsm(LD::at(k_a, kt * 16, 2 * ds), ak[kt]);
         ldsm(LD::at(v_a, kt * 16, 2 * ds), av[kt]);
       }
@@ -332,7 +369,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
         ldsm(LD::at(q_nk, qp * 16, 2 * ds), bq);
         ldsm(LD::at(do_nk, qp * 16, 2 * ds), bd);
 #pragma unroll
-        for (int kt = 0; kt < T::kKeyTiles; ++kt) {
+        for (int kt = 0; kt < T::kRowTiles; ++kt) {
           mma_16816<T::kBf16>(acc_s[kt][2 * qp], ak[kt], bq[0], bq[1]);
           mma_16816<T::kBf16>(acc_s[kt][2 * qp + 1], ak[kt], bq[2], bq[3]);
           mma_16816<T::kBf16>(acc_dp[kt][2 * qp], av[kt], bd[0], bd[1]);
@@ -356,7 +393,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
       const float2 lse2 = *reinterpret_cast<const float2*>(lse_t + qt * 8 + 2 * t);
       const float2 dp2 = *reinterpret_cast<const float2*>(dp_t + qt * 8 + 2 * t);
 #pragma unroll
-      for (int kt = 0; kt < T::kKeyTiles; ++kt)
+      for (int kt = 0; kt < T::kRowTiles; ++kt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float lse = (e & 1) ? lse2.y : lse2.x, dsum = (e & 1) ? dp2.y : dp2.x;
@@ -364,7 +401,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
           float pv = bwd_prob<T::kSoftcap>(acc_s[kt][qt][e], lse, f, dcap);
           if (masked) {
             const int key = n0 + warp_key0 + kt * 16 + g + (e >> 1) * 8;
-            const int row = m0 + qt * 8 + 2 * t + (e & 1);
+            const int row = m0 + q_row0 + qt * 8 + 2 * t + (e & 1);
             const int off = key - row;  // visible when lo <= off <= hi
             bool visible = key < len_k;
             if (T::kCausal) visible = visible && off <= diag;
@@ -380,50 +417,95 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
     }
 
     // dV += P^T dO, dK += dS^T Q (scaled at the end); dS^T to shared memory for dQ.
+    if constexpr (T::kPairs) {
+      // P^T and dS^T of the warp's queries to shared memory; once the pair's partner has written its
+      // half, dV and dK over every query, their A operands read back from there.
 #pragma unroll
-    for (int qs = 0; qs < T::kQSteps; ++qs) {
-      u32 ap[T::kKeyTiles][4], ads[T::kKeyTiles][4];
+      for (int qs = 0; qs < T::kSQueries / 16; ++qs)
 #pragma unroll
-      for (int kt = 0; kt < T::kKeyTiles; ++kt) {
-        acc_to_a(acc_s[kt][2 * qs], acc_s[kt][2 * qs + 1], ap[kt]);
-        acc_to_a(acc_dp[kt][2 * qs], acc_dp[kt][2 * qs + 1], ads[kt]);
-        // dS^T rows (keys) g and g + 8 of the tile, queries 16 qs + 2t (+1) and + 8.
-        const int r0 = warp_key0 + kt * 16 + g;
-        *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0, 2 * qs) + 2 * t) = ads[kt][0];
-        *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0 + 8, 2 * qs) + 2 * t) = ads[kt][1];
-        *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0, 2 * qs + 1) + 2 * t) = ads[kt][2];
-        *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0 + 8, 2 * qs + 1) + 2 * t) = ads[kt][3];
-      }
+        for (int kt = 0; kt < T::kRowTiles; ++kt) {
+          u32 ap[4], ads[4];
+          acc_to_a(acc_s[kt][2 * qs], acc_s[kt][2 * qs + 1], ap);
+          acc_to_a(acc_dp[kt][2 * qs], acc_dp[kt][2 * qs + 1], ads);
+          const int r0 = warp_key0 + kt * 16 + g, c0 = q_row0 / 8 + 2 * qs;
 #pragma unroll
-      for (int dp = 0; dp < T::kDTiles / 2; ++dp) {
-        u32 bdo[4], bq[4];
-        ldsm_t(LD::at(do_kn, qs * 16, 2 * dp), bdo);
-        ldsm_t(LD::at(q_kn, qs * 16, 2 * dp), bq);
+          for (int j = 0; j < 4; ++j) {
+            const int o = swz<T::kBlockM>(r0 + (j & 1) * 8, c0 + (j >> 1)) + 2 * t;
+            *reinterpret_cast<u32*>(s_p + o) = ap[j];
+            *reinterpret_cast<u32*>(s_ds + o) = ads[j];
+          }
+        }
+      __syncthreads();  // P^T and dS^T complete (dQ reads dS^T too)
 #pragma unroll
-        for (int kt = 0; kt < T::kKeyTiles; ++kt) {
-          mma_16816<T::kBf16>(acc_dv[kt][2 * dp], ap[kt], bdo[0], bdo[1]);
-          mma_16816<T::kBf16>(acc_dv[kt][2 * dp + 1], ap[kt], bdo[2], bdo[3]);
-          mma_16816<T::kBf16>(acc_dk[kt][2 * dp], ads[kt], bq[0], bq[1]);
-          mma_16816<T::kBf16>(acc_dk[kt][2 * dp + 1], ads[kt], bq[2], bq[3]);
+      for (int qs = 0; qs < T::kQSteps; ++qs) {
+        u32 ap[T::kRowTiles][4], ads[T::kRowTiles][4];
+#pragma unroll
+        for (int kt = 0; kt < T::kRowTiles; ++kt) {
+          ldsm(LM::at(p_a, kt * 16, 2 * qs), ap[kt]);
+          ldsm(LM::at(ds_aa, kt * 16, 2 * qs), ads[kt]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < T::kDTiles / 2; ++dp) {
+          u32 bdo[4], bq[4];
+          ldsm_t(LD::at(do_kn, qs * 16, 2 * dp), bdo);
+          ldsm_t(LD::at(q_kn, qs * 16, 2 * dp), bq);
+#pragma unroll
+          for (int kt = 0; kt < T::kRowTiles; ++kt) {
+            mma_16816<T::kBf16>(acc_dv[kt][2 * dp], ap[kt], bdo[0], bdo[1]);
+            mma_16816<T::kBf16>(acc_dv[kt][2 * dp + 1], ap[kt], bdo[2], bdo[3]);
+            mma_16816<T::kBf16>(acc_dk[kt][2 * dp], ads[kt], bq[0], bq[1]);
+            mma_16816<T::kBf16>(acc_dk[kt][2 * dp + 1], ads[kt], bq[2], bq[3]);
+          }
         }
       }
+      dq_step(head, m0);
+    } else {
+      // P^T and dS^T stay in registers as the A operands; dS^T goes to shared memory for dQ.
+#pragma unroll
+      for (int qs = 0; qs < T::kQSteps; ++qs) {
+        u32 ap[T::kKeyTiles][4], ads[T::kKeyTiles][4];
+#pragma unroll
+        for (int kt = 0; kt < T::kKeyTiles; ++kt) {
+          acc_to_a(acc_s[kt][2 * qs], acc_s[kt][2 * qs + 1], ap[kt]);
+          acc_to_a(acc_dp[kt][2 * qs], acc_dp[kt][2 * qs + 1], ads[kt]);
+          // dS^T rows (keys) g and g + 8 of the tile, queries 16 qs + 2t (+1) and + 8.
+          const int r0 = warp_key0 + kt * 16 + g;
+          *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0, 2 * qs) + 2 * t) = ads[kt][0];
+          *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0 + 8, 2 * qs) + 2 * t) = ads[kt][1];
+          *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0, 2 * qs + 1) + 2 * t) = ads[kt][2];
+          *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0 + 8, 2 * qs + 1) + 2 * t) = ads[kt][3];
+        }
+#pragma unroll
+        for (int dp = 0; dp < T::kDTiles / 2; ++dp) {
+          u32 bdo[4], bq[4];
+          ldsm_t(LD::at(do_kn, qs * 16, 2 * dp), bdo);
+          ldsm_t(LD::at(q_kn, qs * 16, 2 * dp), bq);
+#pragma unroll
+          for (int kt = 0; kt < T::kKeyTiles; ++kt) {
+            mma_16816<T::kBf16>(acc_dv[kt][2 * dp], ap[kt], bdo[0], bdo[1]);
+            mma_16816<T::kBf16>(acc_dv[kt][2 * dp + 1], ap[kt], bdo[2], bdo[3]);
+            mma_16816<T::kBf16>(acc_dk[kt][2 * dp], ads[kt], bq[0], bq[1]);
+            mma_16816<T::kBf16>(acc_dk[kt][2 * dp + 1], ads[kt], bq[2], bq[3]);
+          }
+        }
+      }
+      __syncthreads();  // dS^T complete
+      dq_step(head, m0);
     }
-    __syncthreads();  // dS^T complete
-    dq_step(i);
   }
 
   // dK (scaled) and dV of the block's keys, in the dtype.
   elem_t* dk = static_cast<elem_t*>(p.dk) + bwd_offset(p.dk_stride, b, hk, seq.k0);
   elem_t* dv = static_cast<elem_t*>(p.dv) + bwd_offset(p.dv_stride, b, hk, seq.k0);
 #pragma unroll
-  for (int kt = 0; kt < T::kKeyTiles; ++kt)
+  for (int kt = 0; kt < T::kRowTiles; ++kt)
 #pragma unroll
     for (int h2 = 0; h2 < 2; ++h2) {
       const int key = n0 + warp_key0 + kt * 16 + g + h2 * 8;
       if (key < len_k) {
 #pragma unroll
         for (int dt = 0; dt < T::kDTiles; ++dt) {
-          const int col = col0 + dt * 8 + 2 * t;
+          const int col = dkv_col0 + dt * 8 + 2 * t;
           if (T::kPadded && col >= T::kHeadDimReal) continue;  // a padded column
           *reinterpret_cast<u32*>(dk + key * p.dk_stride[2] + col) =
               pack2<T::kBf16>(acc_dk[kt][dt][2 * h2] * f.scale, acc_dk[kt][dt][2 * h2 + 1] * f.scale);

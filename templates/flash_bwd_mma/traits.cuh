@@ -40,34 +40,81 @@ struct Traits {
   // REDG.F32x2 each) or, after two shuffles between lane pairs, quads (one REDG.F32x4 each). Before
   // sm_90 atomicAdds either way (the space offers quad on sm_90 only).
   static constexpr bool kDqQuad = DQ_REDUCE == DQ_REDUCE_QUAD;
+  // vec4: the accumulator keeps each 16-column group of a row in the order of the MMA's two 8-column
+  // tiles' fragments (lane t's columns 2t, 2t + 1 of the first and of the second side by side), so
+  // that a lane's four columns of a row are 16 consecutive bytes: one REDG.F32x4 a row and tile pair,
+  // half pair's instructions, without quad's shuffles (sm_90; flash_bwd_convert reads it back
+  // through dq_offset).
+#if defined(DQ_REDUCE_VEC4)
+  static constexpr bool kDqVec4 = DQ_REDUCE == DQ_REDUCE_VEC4;
+#else
+  static constexpr bool kDqVec4 = false;
+#endif
+  static constexpr bool kDqFragmentOrder = kDqVec4;
   // dK's and dV's head dims in kDkvSplit parts, one a CTA: the CTAs of a key block's parts
   // (blockIdx.y % kDkvSplit) each recompute S^T and dP^T over every head dim and accumulate their
   // part of dK, dV and dQ (d=256: 128 fp32 values a thread, d=128's count, where all of them would
   // be 256; two of the five products twice, 7/5 of the FLOPs).
   static constexpr int kDkvSplit = DKV_SPLIT;
+  // Warps in pairs (FlashAttention-2's split of dK and dV over keys and head dims): a pair owns
+  // 2 * kKeyTiles 16-key tiles; each of its warps scores the pair's keys against half of a step's
+  // queries (S^T and dP^T), writes P^T and dS^T to shared memory, and accumulates dK and dV of the
+  // pair's keys over half of the head dims, reading P^T and dS^T of every query back from there.
+  // Each warp then reads Q and dO fragments of half the queries (S^T, dP^T) and of half the head
+  // dims (dV, dK) rather than all of them: a step's shared-memory reads fall by a fifth at d=128
+  // (ncu, run 181: the unpaired layout is latency-bound on them), for one more 16-bit tile of
+  // shared memory (P^T beside dS^T) and its stores.
+#if defined(KV_PAIRS)  // a tunable with a default: a config recorded before it existed is a build without it
+  static constexpr bool kPairs = KV_PAIRS != 0;
+#else
+  static constexpr bool kPairs = false;
+#endif
+
+  // The query rows of a warp's share of dQ = dS K (16 or 32: one or two m16 tiles), the rest of the
+  // step's rows going to other warps and the head dims shared out among the warps of the same rows.
+  // 32 rows read each K fragment for two tiles and half as many head dims of K a warp
+  // (FlashAttention-2's dQ split at d=128: 32 x 32 a warp).
+#if defined(DQ_ROWS)  // a tunable with a default: a config recorded before it existed is a build without it
+  static constexpr int kDqRows = DQ_ROWS;
+#else
+  static constexpr int kDqRows = 16;
+#endif
 
   // Derived.
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kBlockN = kWarps * 16 * kKeyTiles;  // keys a CTA (its dK/dV rows)
-  static constexpr int kQTiles = kBlockM / 8;    // 8-query MMA tiles of S^T and dP^T
+  static constexpr int kPairWays = kPairs ? 2 : 1;  // warps that share a set of keys
+  static constexpr int kRowTiles = kKeyTiles * kPairWays;  // 16-key tiles of a warp's S^T and dK/dV rows
+  static constexpr int kSQueries = kBlockM / kPairWays;    // the step's queries a warp scores
+  static constexpr int kQTiles = kSQueries / 8;  // 8-query MMA tiles of a warp's S^T and dP^T
   static constexpr int kQSteps = kBlockM / 16;   // k16 steps over the queries (dV, dK)
   static constexpr int kDSteps = kHeadDim / 16;  // k16 steps over the head dim (S^T, dP^T)
   static constexpr int kAccDim = kHeadDim / kDkvSplit;  // the head dims of dK, dV and dQ a CTA writes
-  static constexpr int kDTiles = kAccDim / 8;    // 8-dim output tiles of dK and dV
+  static constexpr int kDkvDim = kAccDim / kPairWays;   // the head dims of dK and dV a warp accumulates
+  static constexpr int kDTiles = kDkvDim / 8;    // 8-dim output tiles of a warp's dK and dV
   static constexpr int kKSteps = kBlockN / 16;   // k16 steps over the keys (dQ)
-  // dQ = dS K: warp w computes query rows 16 * (w % kDqRowTiles) .. + 16 and kDqCols of the head
-  // dims from (w / kDqRowTiles) * kDqCols, then adds them into the fp32 accumulator.
-  static constexpr int kDqRowTiles = kBlockM / 16;
+  // dQ = dS K: warp w computes query rows kDqRows * (w % kDqRowTiles) .. + kDqRows (kDqMTiles m16
+  // tiles) and kDqCols of the head dims from (w / kDqRowTiles) * kDqCols, then adds them into the
+  // fp32 accumulator.
+  static constexpr int kDqMTiles = kDqRows / 16;
+  static constexpr int kDqRowTiles = kBlockM / kDqRows;
   static constexpr int kDqGroups = kWarps / kDqRowTiles;
   static constexpr int kDqCols = kAccDim / kDqGroups;
   static constexpr int kDqTiles = kDqCols / 8;
 
+  // Where the accumulator keeps (row, col) of a (batch, head)'s rows from row_base (vec4; the
+  // conversion kernel's reads, bwd_prepost.cuh): column 16 j + 8 h + 2 t + e at 16 j + 4 t + 2 h + e.
+  static __device__ __forceinline__ long long dq_offset(long long row_base, int row, int col) {
+    return (row_base + row) * kHeadDim + (col & ~15) + 4 * ((col & 7) >> 1) + 2 * ((col >> 3) & 1) + (col & 1);
+  }
+
   // Shared memory: K and V of the CTA's keys, kStages Q and dO tiles, dS^T (keys x queries, 16-bit),
-  // and kStages rows of LSE * log2(e) and D = rowsum(dO * O) (fp32).
+  // with kPairs P^T beside it, and kStages rows of LSE * log2(e) and D = rowsum(dO * O) (fp32).
   static constexpr int kKElems = kBlockN * kHeadDim;
   static constexpr int kQElems = kBlockM * kHeadDim;
   static constexpr int kDsElems = kBlockN * kBlockM;
-  static constexpr int kSmemBytes = (2 * kKElems + 2 * kStages * kQElems + kDsElems) * 2 + 2 * kStages * kBlockM * 4;
+  static constexpr int kSmemBytes =
+      (2 * kKElems + 2 * kStages * kQElems + kPairWays * kDsElems) * 2 + 2 * kStages * kBlockM * 4;
 
   static_assert(kHeadDimReal % 16 == 0 && kHeadDimReal <= kHeadDim && kHeadDimReal > kHeadDim / 2 - (kHeadDim == 64 ? 32 : 0),
                 "the head dim is a multiple of 16, padded to the next of 64, 128 and 256");
@@ -77,9 +124,13 @@ struct Traits {
   static_assert(kDkvSplit == 1 || (kDkvSplit == 2 && kAccDim % 64 == 0),
                 "dkv_split 2 splits at a multiple of 64 head dims (the swizzle's span: a part is a byte offset)");
   static_assert(kBlockM == 32 || kBlockM == 64 || kBlockM == 128, "block_m is 32, 64 or 128");
+  static_assert((kDqRows == 16 || kDqRows == 32) && kBlockM % kDqRows == 0, "dq_rows is 16 or 32, at most block_m");
   static_assert(kDqRowTiles <= kWarps && kWarps % kDqRowTiles == 0 && kDqCols % 16 == 0,
                 "dQ's 16-row tiles must divide among the warps, in column groups of whole 16-dim pairs");
   static_assert(kKeyTiles >= 1 && kKeyTiles <= 2, "1 or 2 key tiles a warp");
+  static_assert(!kPairs || (kWarps % 2 == 0 && kSQueries % 16 == 0 && kDkvDim % 16 == 0),
+                "kv_pairs: warps in pairs, each scoring whole 16-query pairs of tiles and accumulating whole 16-dim "
+                "pairs of dK and dV");
   static_assert(kStages >= 2 && kStages <= 3, "2 or 3 Q/dO stages");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes formula disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with warps * 32");

@@ -110,6 +110,33 @@ TEST(FlashBwdMmaProperty, WindowsTwoSided) {
                           4900u + static_cast<unsigned>(d), 4);
 }
 
+// kv_pairs (a pair of warps sharing keys: each scores half the step's queries, P^T and dS^T through
+// shared memory, dK and dV over half the head dims), dq_rows 32 (two m16 tiles of dQ a warp),
+// and dq_reduce vec4 (the accumulator in the fragments' column order, flash_bwd_convert reading it
+// back): pairs at d=128 causal and not, with a causal window, at d=256's halves and at d=96 (padded)
+// with a window, a soft-cap and sinks; dq_rows 32 at d=64; vec4 at d=64 and 128 and in a packed
+// varlen batch.
+TEST(FlashBwdMmaProperty, PairedWarpsDqRowsAndVec4) {
+  ATTNTUNE_REQUIRE_GPU();
+  const auto pairs = [](const Config& c) { return std::get<bool>(c.at("kv_pairs")); };
+  const auto rows32 = [](const Config& c) { return std::get<std::int64_t>(c.at("dq_rows")) == 32; };
+  const auto vec4 = [](const Config& c) { return std::get<std::string>(c.at("dq_reduce")) == "vec4"; };
+  const std::string arch = gpu_arch();
+  check_backward_spread("flash_bwd_mma", arch, 128, {0, 1}, "", attntune::testing::kBwdShapes, 9600, 6, pairs);
+  check_backward_spread("flash_bwd_mma", arch, 128, {1}, ",window=64", attntune::testing::kBwdWindowShapes, 9610, 2,
+                        pairs);
+  check_backward_spread("flash_bwd_mma", arch, 256, {0, 1}, "", attntune::testing::kBwdShapes, 9620, 2, pairs);
+  check_backward_spread("flash_bwd_mma", arch, 96, {1}, ",window=64,softcap=30,sinks=1",
+                        attntune::testing::kBwdWindowSinkSoftcapShapes, 9630, 2, pairs);
+  check_backward_spread("flash_bwd_mma", arch, 64, {0, 1}, "", attntune::testing::kBwdShapes, 9640, 4, rows32);
+  if (arch != "sm_90") GTEST_SKIP() << "vec4 is sm_90's";
+  for (int d : {64, 128})
+    check_backward_spread("flash_bwd_mma", arch, d, {0, 1}, "", attntune::testing::kBwdShapes,
+                          9650u + static_cast<unsigned>(d), 4, vec4);
+  check_backward_spread("flash_bwd_mma", arch, 128, {1}, ",varlen=1", attntune::testing::kBwdVarlenShapes, 9660, 2,
+                        vec4);
+}
+
 // The deterministic mode: tests/gpu/bwd_checks.hpp (both backward families run it).
 TEST(FlashBwdMmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
   ATTNTUNE_REQUIRE_GPU();

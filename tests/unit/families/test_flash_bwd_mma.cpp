@@ -119,6 +119,41 @@ TEST(FlashBwdMmaSpace, HeadDim256SplitsDkAndDvInTwo) {
     for (const Config& c : space.enumerate(Problem::parse(spec), "sm_90")) EXPECT_EQ(get(c, "dkv_split"), 1) << spec;
 }
 
+// kv_pairs (FlashAttention-2's split of dK and dV over a pair of warps) where a warp's part of the
+// head dims is 128 (d=128, and d=256's halves), not at d=64 (measured slower); its P^T tile beside
+// dS^T's in the shared memory the space counts. dq_rows 32 (two m16 tiles of dQ a warp) wherever
+// the step's rows divide among the warps so.
+TEST(FlashBwdMmaSpace, KvPairsAtHeadDim128PartsAndDqRowsOf32) {
+  const SearchSpace space = space_of("flash_bwd_mma");
+  for (const auto& [spec, pairs] : {std::pair{"b=1,h=16,s=8192,d=128,dtype=bf16,causal=0,pass=bwd", true},
+                                    std::pair{"b=1,h=8,s=8192,d=256,dtype=bf16,causal=1,pass=bwd", true},
+                                    std::pair{"b=1,h=16,s=8192,d=96,dtype=fp16,causal=1,pass=bwd", true},
+                                    std::pair{"b=1,h=16,s=8192,d=64,dtype=bf16,causal=0,pass=bwd", false}}) {
+    const Problem p = Problem::parse(spec);
+    std::size_t paired = 0, rows32 = 0;
+    for (const Config& c : space.enumerate(p, "sm_90")) {
+      const bool kv_pairs = std::get<bool>(c.at("kv_pairs"));
+      paired += kv_pairs;
+      rows32 += get(c, "dq_rows") == 32;
+      const std::int64_t bm = get(c, "block_m"), st = get(c, "q_stages"), bn = get(c, "warps") * 16 * get(c, "key_tiles");
+      const std::int64_t dp = p.d <= 64 ? 64 : p.d <= 128 ? 128 : 256;
+      std::int64_t smem = -1;
+      for (const auto& [name, value] : space.derive(c, p, "sm_90"))
+        if (name == "smem_bytes") smem = value;
+      // (The kernel's static_assert holds the rendered SMEM_BYTES to its layout: the build test.)
+      EXPECT_EQ(smem, (2 * bn * dp + 2 * st * bm * dp + (kv_pairs ? 2 : 1) * bn * bm) * 2 + 2 * st * bm * 4)
+          << config_str(c);
+      if (kv_pairs) {
+        EXPECT_EQ(dp / get(c, "dkv_split"), 128) << config_str(c);
+        EXPECT_GE(bm, 32) << config_str(c);
+      }
+      EXPECT_EQ(get(c, "warps") % (bm / get(c, "dq_rows")), 0) << config_str(c);
+    }
+    EXPECT_EQ(paired > 0, pairs) << spec;
+    EXPECT_GT(rows32, 0u) << spec;
+  }
+}
+
 // Head dims between 64, 128 and 256 (Phi-3's 96, DeepSeek's 192 for Q and K where V's is 192 too):
 // the kernels compute over the next of them with zero columns (D_PAD), so a config is the padded head
 // dim's, its shared memory and dQ's accumulator the padded width's; 192 and 240 split dK and dV as
@@ -142,7 +177,8 @@ TEST(FlashBwdMmaSpace, OtherHeadDimsRunPaddedTo64128Or256) {
         EXPECT_EQ(get(c, "dkv_split"), pad == 256 ? 2 : 1) << d;
         const long long bm = get(c, "block_m"), bn = get(c, "warps") * 16 * get(c, "key_tiles");
         EXPECT_EQ(attntune::define_value(spec.defines, "SMEM_BYTES"),
-                  (2 * bn * pad + 2 * get(c, "q_stages") * bm * pad + bn * bm) * 2 + 2 * get(c, "q_stages") * bm * 4);
+                  (2 * bn * pad + 2 * get(c, "q_stages") * bm * pad + (std::get<bool>(c.at("kv_pairs")) ? 2 : 1) * bn * bm) * 2 +
+                      2 * get(c, "q_stages") * bm * 4);
         const auto plan = plan_call(spec, backward_call_of(p), FakeDevice{}.device());
         ASSERT_TRUE(plan) << config_str(c);
         const long long rounded = (1000 + bm - 1) / bm * bm;
@@ -209,7 +245,9 @@ TEST(FlashBwdMmaPlan, ThreeKernelsWithTheirGridsAndWorkspaces) {
     EXPECT_EQ(plan->launch[1].grid[2], 2u);
     EXPECT_EQ(plan->launch[1].block, static_cast<unsigned>(get(c, "warps") * 32));
     const long long st = get(c, "q_stages");
-    EXPECT_EQ(plan->launch[1].smem, static_cast<unsigned>((2 * bn * 128 + 2 * st * bm * 128 + bn * bm) * 2 + 2 * st * bm * 4));
+    const long long tiles_ds = std::get<bool>(c.at("kv_pairs")) ? 2 : 1;  // kv_pairs: P^T's tile beside dS^T's
+    EXPECT_EQ(plan->launch[1].smem,
+              static_cast<unsigned>((2 * bn * 128 + 2 * st * bm * 128 + tiles_ds * bn * bm) * 2 + 2 * st * bm * 4));
     EXPECT_EQ(plan->launch[2].kernel, 2);
     EXPECT_EQ(plan->launch[2].grid[0], static_cast<unsigned>((1000 + bm - 1) / bm));
     EXPECT_EQ(plan->launch[2].grid[1], 8u);
@@ -471,6 +509,17 @@ TEST(FlashBwdMmaBuild, ASpreadBuildsOnEveryArch) {
     for (std::size_t i = 0; i < 2; ++i) {
       const Config& c = all[(i * 2 + 1) * all.size() / 4];
       pool.submit({c, render_kernel(space, c, p, arch), arch});
+      ++submitted;
+    }
+    // And the first config with kv_pairs and dq_rows 32 together, where the space has one, the first
+    // with dq_rows 32 alone, and the first with dq_reduce vec4 (sm_90).
+    for (const int kind : {0, 1, 2}) {
+      const auto it = std::find_if(all.begin(), all.end(), [&](const Config& c) {
+        if (kind == 2) return std::get<std::string>(c.at("dq_reduce")) == "vec4";
+        return std::get<bool>(c.at("kv_pairs")) == (kind == 0) && get(c, "dq_rows") == 32;
+      });
+      if (it == all.end()) continue;
+      pool.submit({*it, render_kernel(space, *it, p, arch), arch});
       ++submitted;
     }
   }
