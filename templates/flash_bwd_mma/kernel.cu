@@ -159,14 +159,14 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   const u32 k_a = smem_addr(s_k) + LD::base(warp_key0 + lane_row_a(), lane_chunk_a());
   const u32 v_a = smem_addr(s_v) + LD::base(warp_key0 + lane_row_a(), lane_chunk_a());
   const u32 nk = LD::base(q_row0 + lane_row_nk(), lane_chunk_nk());
-  // (dK's and dV's B operands: unpaired, at the part's first head dim, a multiple of 64 columns, whole
-  // swizzle spans, so a byte offset below; paired, a half of 32 columns at d=64 is not, so it is a
-  // chunk of the lane's base, whose bits do not overlap the fragments' chunk steps.)
+  // (dK's and dV's B operands start at the warp's first head dim: unpaired, the part's, a multiple of
+  // 64 columns, whole swizzle spans, so a byte offset; paired, a half of 32 columns at d=64 is not,
+  // so it is a chunk of the lane's base, whose bits do not overlap the fragments' chunk steps.)
   const u32 kn = T::kPairs ? LD::base(lane_row_kn(), dkv_col0 / 8 + lane_chunk_kn())
-                           : LD::base(lane_row_kn(), lane_chunk_kn());
+                           : LD::base(lane_row_kn(), lane_chunk_kn()) + static_cast<u32>(col0 * 2);
   // kPairs: P^T's and dS^T's rows of the pair's keys as dV's and dK's A operands.
-  const u32 p_a = smem_addr(s_p) + LM::base(warp_key0 + lane_row_a(), lane_chunk_a());
-  const u32 ds_aa = smem_addr(s_ds) + LM::base(warp_key0 + lane_row_a(), lane_chunk_a());
+  const u32 p_key_a = smem_addr(s_p) + LM::base(warp_key0 + lane_row_a(), lane_chunk_a());
+  const u32 ds_key_a = smem_addr(s_ds) + LM::base(warp_key0 + lane_row_a(), lane_chunk_a());
   const u32 k_dq = smem_addr(s_k) + LD::base(lane_row_kn(), dq_col0 / 8 + lane_chunk_kn());
   const u32 ds_a = smem_addr(s_ds) + LM::base(lane_row_nk(), dq_mt * (T::kDqRows / 8) + lane_chunk_nk());
 
@@ -329,13 +329,8 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
     cursor_at(walk_st, head, m0);
     att_bwd::walk_next(walk_st);
     const int st = i % T::kStages;
-    // (The K-major bases of dK's and dV's B operands start at the part's first head dim: col0 is a
-    // multiple of 64 columns, whole swizzle spans, so it is a byte offset.)
-    constexpr bool kColBytes = !T::kPairs;  // dK's and dV's first head dim as a byte offset (above)
-    const u32 q_nk = smem_addr(s_q + st * T::kQElems) + nk,
-              q_kn = smem_addr(s_q + st * T::kQElems) + kn + static_cast<u32>(kColBytes ? col0 * 2 : 0);
-    const u32 do_nk = smem_addr(s_do + st * T::kQElems) + nk,
-              do_kn = smem_addr(s_do + st * T::kQElems) + kn + static_cast<u32>(kColBytes ? col0 * 2 : 0);
+    const u32 q_nk = smem_addr(s_q + st * T::kQElems) + nk, q_kn = smem_addr(s_q + st * T::kQElems) + kn;
+    const u32 do_nk = smem_addr(s_do + st * T::kQElems) + nk, do_kn = smem_addr(s_do + st * T::kQElems) + kn;
     const float* lse_t = s_lse + st * T::kBlockM + q_row0;
     const float* dp_t = s_dp + st * T::kBlockM + q_row0;
     // Step i's tiles complete and every warp past step i - 1, whose stage then takes step
@@ -416,7 +411,23 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
         }
     }
 
-    // dV += P^T dO, dK += dS^T Q (scaled at the end); dS^T to shared memory for dQ.
+    // dV += P^T dO, dK += dS^T Q (scaled at the end) over the queries of k16 step qs, from the A
+    // operands of the warp's key tiles; dS^T to shared memory for dQ.
+    auto dkv_products = [&](int qs, const u32 (&ap)[T::kRowTiles][4], const u32 (&ads)[T::kRowTiles][4]) {
+#pragma unroll
+      for (int dp = 0; dp < T::kDTiles / 2; ++dp) {
+        u32 bdo[4], bq[4];
+        ldsm_t(LD::at(do_kn, qs * 16, 2 * dp), bdo);
+        ldsm_t(LD::at(q_kn, qs * 16, 2 * dp), bq);
+#pragma unroll
+        for (int kt = 0; kt < T::kRowTiles; ++kt) {
+          mma_16816<T::kBf16>(acc_dv[kt][2 * dp], ap[kt], bdo[0], bdo[1]);
+          mma_16816<T::kBf16>(acc_dv[kt][2 * dp + 1], ap[kt], bdo[2], bdo[3]);
+          mma_16816<T::kBf16>(acc_dk[kt][2 * dp], ads[kt], bq[0], bq[1]);
+          mma_16816<T::kBf16>(acc_dk[kt][2 * dp + 1], ads[kt], bq[2], bq[3]);
+        }
+      }
+    };
     if constexpr (T::kPairs) {
       // P^T and dS^T of the warp's queries to shared memory; once the pair's partner has written its
       // half, dV and dK over every query, their A operands read back from there.
@@ -441,31 +452,19 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
         u32 ap[T::kRowTiles][4], ads[T::kRowTiles][4];
 #pragma unroll
         for (int kt = 0; kt < T::kRowTiles; ++kt) {
-          ldsm(LM::at(p_a, kt * 16, 2 * qs), ap[kt]);
-          ldsm(LM::at(ds_aa, kt * 16, 2 * qs), ads[kt]);
+          ldsm(LM::at(p_key_a, kt * 16, 2 * qs), ap[kt]);
+          ldsm(LM::at(ds_key_a, kt * 16, 2 * qs), ads[kt]);
         }
-#pragma unroll
-        for (int dp = 0; dp < T::kDTiles / 2; ++dp) {
-          u32 bdo[4], bq[4];
-          ldsm_t(LD::at(do_kn, qs * 16, 2 * dp), bdo);
-          ldsm_t(LD::at(q_kn, qs * 16, 2 * dp), bq);
-#pragma unroll
-          for (int kt = 0; kt < T::kRowTiles; ++kt) {
-            mma_16816<T::kBf16>(acc_dv[kt][2 * dp], ap[kt], bdo[0], bdo[1]);
-            mma_16816<T::kBf16>(acc_dv[kt][2 * dp + 1], ap[kt], bdo[2], bdo[3]);
-            mma_16816<T::kBf16>(acc_dk[kt][2 * dp], ads[kt], bq[0], bq[1]);
-            mma_16816<T::kBf16>(acc_dk[kt][2 * dp + 1], ads[kt], bq[2], bq[3]);
-          }
-        }
+        dkv_products(qs, ap, ads);
       }
       dq_step(head, m0);
     } else {
       // P^T and dS^T stay in registers as the A operands; dS^T goes to shared memory for dQ.
 #pragma unroll
       for (int qs = 0; qs < T::kQSteps; ++qs) {
-        u32 ap[T::kKeyTiles][4], ads[T::kKeyTiles][4];
+        u32 ap[T::kRowTiles][4], ads[T::kRowTiles][4];
 #pragma unroll
-        for (int kt = 0; kt < T::kKeyTiles; ++kt) {
+        for (int kt = 0; kt < T::kRowTiles; ++kt) {
           acc_to_a(acc_s[kt][2 * qs], acc_s[kt][2 * qs + 1], ap[kt]);
           acc_to_a(acc_dp[kt][2 * qs], acc_dp[kt][2 * qs + 1], ads[kt]);
           // dS^T rows (keys) g and g + 8 of the tile, queries 16 qs + 2t (+1) and + 8.
@@ -475,19 +474,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
           *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0, 2 * qs + 1) + 2 * t) = ads[kt][2];
           *reinterpret_cast<u32*>(s_ds + swz<T::kBlockM>(r0 + 8, 2 * qs + 1) + 2 * t) = ads[kt][3];
         }
-#pragma unroll
-        for (int dp = 0; dp < T::kDTiles / 2; ++dp) {
-          u32 bdo[4], bq[4];
-          ldsm_t(LD::at(do_kn, qs * 16, 2 * dp), bdo);
-          ldsm_t(LD::at(q_kn, qs * 16, 2 * dp), bq);
-#pragma unroll
-          for (int kt = 0; kt < T::kKeyTiles; ++kt) {
-            mma_16816<T::kBf16>(acc_dv[kt][2 * dp], ap[kt], bdo[0], bdo[1]);
-            mma_16816<T::kBf16>(acc_dv[kt][2 * dp + 1], ap[kt], bdo[2], bdo[3]);
-            mma_16816<T::kBf16>(acc_dk[kt][2 * dp], ads[kt], bq[0], bq[1]);
-            mma_16816<T::kBf16>(acc_dk[kt][2 * dp + 1], ads[kt], bq[2], bq[3]);
-          }
-        }
+        dkv_products(qs, ap, ads);
       }
       __syncthreads();  // dS^T complete
       dq_step(head, m0);

@@ -45,11 +45,7 @@ struct Traits {
   // that a lane's four columns of a row are 16 consecutive bytes: one REDG.F32x4 a row and tile pair,
   // half pair's instructions, without quad's shuffles (sm_90; flash_bwd_convert reads it back
   // through dq_offset).
-#if defined(DQ_REDUCE_VEC4)
   static constexpr bool kDqVec4 = DQ_REDUCE == DQ_REDUCE_VEC4;
-#else
-  static constexpr bool kDqVec4 = false;
-#endif
   static constexpr bool kDqFragmentOrder = kDqVec4;
   // dK's and dV's head dims in kDkvSplit parts, one a CTA: the CTAs of a key block's parts
   // (blockIdx.y % kDkvSplit) each recompute S^T and dP^T over every head dim and accumulate their
