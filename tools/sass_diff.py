@@ -16,6 +16,7 @@ they pair with the old ones.
         --arch sm_90 --sample 8
 """
 import argparse
+import difflib
 import json
 import os
 import re
@@ -125,8 +126,13 @@ def main():
                 same += 1
                 print(f"same {key} ({ra['registers']} registers, {len(la)} SASS lines)")
             else:
+                # How much differs, and from which line: a prologue's renamed registers differ in a
+                # few lines near the top, a changed loop in many.
+                ops = [o for o in difflib.SequenceMatcher(None, la, lb, autojunk=False).get_opcodes() if o[0] != "equal"]
+                changed = sum(max(i2 - i1, j2 - j1) for _, i1, i2, j1, j2 in ops)
                 print(f"DIFF {key}: registers {ra['registers']} -> {rb['registers']}, spills "
-                      f"{ra['spill_stores']} -> {rb['spill_stores']}")
+                      f"{ra['spill_stores']} -> {rb['spill_stores']}; {changed} of {len(la)} lines differ, "
+                      f"lines {ops[0][1] + 1}-{ops[-1][2]} of the old")
                 shown = 0
                 for x, y in zip(la, lb):
                     if x != y and shown < 5:

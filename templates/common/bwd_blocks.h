@@ -26,6 +26,33 @@ ATT_BWD_HD int imax(int a, int b) { return a > b ? a : b; }
 ATT_BWD_HD int imin(int a, int b) { return a < b ? a : b; }
 #endif
 
+// The CTA's key block and the (y, z) of its grid row (the KV head, with flash_bwd_mma's dkv_split
+// part, and the batch), from its block index in a grid (key blocks, ky, kz): the grid's own order
+// (kLongestFirst 0: key blocks fastest), or the launch's linear order taken as (y, z) pairs in groups
+// of kLongestFirst, each group's key blocks slowest, so that under a causal bound every pair's first
+// key block (the longest walk) starts in the first wave and the last wave holds the short walks
+// (longest-processing-time first: +10% causal in flash_bwd_wgmma, H200 run 208). Either way a pair's
+// lower key blocks come earlier in the linear order, which the deterministic mode's turns rely on;
+// tests/unit/families/test_flash_bwd_mma.cpp checks both by brute force.
+struct CtaBlock {
+  int key_block, y, z;
+};
+// (The grid's dims stay unsigned, as blockIdx's and gridDim's are: the divides by them are unsigned
+// ones, fewer instructions than signed.)
+template <int kLongestFirst>
+ATT_BWD_HD CtaBlock cta_block(unsigned bx, unsigned by, unsigned bz, unsigned gx, unsigned gy, unsigned gz) {
+  if constexpr (kLongestFirst > 0) {
+    const int pairs = static_cast<int>(gy * gz);
+    const int lin = static_cast<int>(bx + gx * (by + gy * bz));
+    const int group = static_cast<int>(lin / (gx * kLongestFirst)), in_group = static_cast<int>(lin % (gx * kLongestFirst));
+    const int group_pairs = imin(kLongestFirst, pairs - group * kLongestFirst);  // the last group's may be fewer
+    const int pair = group * kLongestFirst + in_group % group_pairs;
+    return CtaBlock{in_group / group_pairs, static_cast<int>(pair % gy), static_cast<int>(pair / gy)};
+  } else {
+    return CtaBlock{static_cast<int>(bx), static_cast<int>(by), static_cast<int>(bz)};
+  }
+}
+
 // The query rows [*row_begin, *row_end) that see any key of the block of block_n keys from n0:
 // causal (bottom-right, diag = len_k - len_q) and windows bound them (v's window_left/right, -1:
 // unbounded; read by window builds only; a causal build ignores window_right, as the causal bound is

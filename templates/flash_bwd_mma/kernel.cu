@@ -124,7 +124,8 @@ __device__ __forceinline__ void acc_to_a(const float (&lo)[4], const float (&hi)
 }
 
 // ---- the main loop ----------------------------------------------------------------------------
-// grid (ceil(seqlen_k / kBlockN), heads_kv, batch); varlen, seqlen_k is max_seqlen_k (bwd_seq).
+// grid (ceil(seqlen_k / kBlockN), heads_kv * kDkvSplit, batch); varlen, seqlen_k is max_seqlen_k
+// (bwd_seq); the order the CTAs take its blocks in: Traits::kLongestFirst.
 extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_bwd_mma(const BwdParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   elem_t* s_k = reinterpret_cast<elem_t*>(smem);
@@ -137,9 +138,13 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   float* s_dp = s_lse + T::kStages * T::kBlockM;
 
   const AttnParams& f = p.fwd;
-  // blockIdx.y: the KV head and (dkv_split) the part of the head dims of dK, dV and dQ this CTA writes.
-  const int hk = blockIdx.y / T::kDkvSplit, part = blockIdx.y % T::kDkvSplit, b = blockIdx.z,
-            n0 = blockIdx.x * T::kBlockN;
+  // The CTA's key block, its grid row and batch (bwd_blocks.h's cta_block: the grid's order, or
+  // longest first); the row is the KV head and (dkv_split) the part of the head dims of dK, dV and
+  // dQ this CTA writes.
+  const att_bwd::CtaBlock cta =
+      att_bwd::cta_block<T::kLongestFirst>(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z);
+  const int key_block = cta.key_block, hk = cta.y / T::kDkvSplit, part = cta.y % T::kDkvSplit, b = cta.z,
+            n0 = key_block * T::kBlockN;
   const int col0 = part * T::kAccDim;  // the part's first head dim
   const BwdSeq seq = bwd_seq(p, b);  // bwd_prepost.cuh: the sequence's lengths and offsets
   const int len_q = seq.len_q, len_k = seq.len_k, diag = len_k - len_q;
@@ -262,16 +267,17 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
     // that add into this query block's dQ take turns in key-block order, so that every element's sum
     // is the same sequence of fp32 additions every run (FlashAttention-3's technique). Its semaphore
     // counts the CTAs that have added; this one waits until all those of lower key blocks that walk
-    // the block have (blockIdx.x minus the first that does, bwd_blocks.h; with GQA the counter is the
-    // query head's, and the CTAs of that head's KV head are the ones counted), adds, and raises it.
-    // No deadlock: a CTA waits only for CTAs of the same KV head and batch with a lower blockIdx.x,
-    // launched before it (blocks are dispatched in increasing linear index) and so resident or
-    // done, and those wait only for lower ones in turn; the first waits for nothing.
+    // the block have (its key block minus the first that does, bwd_blocks.h; with GQA the counter is
+    // the query head's, and the CTAs of that head's KV head are the ones counted), adds, and raises
+    // it. No deadlock: a CTA waits only for CTAs of the same KV head and batch with a lower key block,
+    // launched before it (blocks are dispatched in increasing linear index, and cta_block puts a
+    // pair's lower key blocks first in either order) and so resident or done, and those wait only
+    // for lower ones in turn; the first waits for nothing.
     int* sem = nullptr;
     if (p.deterministic) {
       sem = p.dq_semaphore + (bwd_ws_row(p, seq, b, head) + m0) / T::kBlockM;
       if (threadIdx.x == 0) {
-        const int turn = static_cast<int>(blockIdx.x) -
+        const int turn = key_block -
                          att_bwd::first_key_block<T::kWindow>(m0, T::kBlockN, diag, f.variant.window_left);
         // (dkv_split: the key block's kDkvSplit CTAs each add their part and raise the counter once.)
         while (ld_acquire(sem) < turn * T::kDkvSplit) {

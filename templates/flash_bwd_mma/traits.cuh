@@ -76,6 +76,15 @@ struct Traits {
   static constexpr int kDqRows = 16;
 #endif
 
+  // The order the CTAs take their key blocks in: 0, the grid's (key blocks fastest); g > 0, (batch,
+  // KV head) rows in groups of g, each group's key blocks from the first (causal: the longest walk)
+  // to the last, so that the last wave is short walks (bwd_blocks.h, cta_block).
+#if defined(LONGEST_FIRST)  // a tunable with a default: a config recorded before it existed is a build without it
+  static constexpr int kLongestFirst = LONGEST_FIRST;
+#else
+  static constexpr int kLongestFirst = 0;
+#endif
+
   // Derived.
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kBlockN = kWarps * 16 * kKeyTiles;  // keys a CTA (its dK/dV rows)
@@ -128,6 +137,7 @@ struct Traits {
                 "kv_pairs: warps in pairs, each scoring whole 16-query pairs of tiles and accumulating whole 16-dim "
                 "pairs of dK and dV");
   static_assert(kStages >= 2 && kStages <= 3, "2 or 3 Q/dO stages");
+  static_assert(kLongestFirst >= 0, "longest_first is a group of (batch, KV head) rows, or 0");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes formula disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with warps * 32");
   // Sinks need nothing here: P = exp(S - LSE) with the forward's LSE, which holds the sink (the sinks'

@@ -149,26 +149,11 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   const float* dp_s = reinterpret_cast<const float*>(smem_raw + (base - raw) + T::kOffDp);
 
   const AttnParams& f = p.fwd;
-  // The CTA's key block, KV head and batch: the grid's (key blocks fastest), or (longest_first, causal)
-  // a linear order with key blocks slowest within groups of kLongestFirst (batch, KV head) pairs,
-  // so that the longest walks (the first key blocks') start first and the last wave is short ones.
-  // Either way a pair's lower key blocks come earlier in the launch order, which the deterministic
-  // mode's turns rely on.
-  int key_block, hk, b;
-  if constexpr (T::kLongestFirst > 0) {
-    const int pairs = gridDim.y * gridDim.z;
-    const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    const int group = lin / (gridDim.x * T::kLongestFirst), in_group = lin % (gridDim.x * T::kLongestFirst);
-    const int group_pairs = min(T::kLongestFirst, pairs - group * T::kLongestFirst);  // the last group's may be fewer
-    const int pair = group * T::kLongestFirst + in_group % group_pairs;
-    key_block = in_group / group_pairs;
-    hk = pair % gridDim.y;
-    b = pair / gridDim.y;
-  } else {
-    key_block = blockIdx.x;
-    hk = blockIdx.y;
-    b = blockIdx.z;
-  }
+  // The CTA's key block, KV head and batch (bwd_blocks.h's cta_block: the grid's order, or longest
+  // first).
+  const att_bwd::CtaBlock cta =
+      att_bwd::cta_block<T::kLongestFirst>(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z);
+  const int key_block = cta.key_block, hk = cta.y, b = cta.z;
   const int n0 = key_block * T::kBlockN;
   const BwdSeq seq = bwd_seq(p, b);  // bwd_prepost.cuh: the sequence's lengths and offsets
   const int len_q = seq.len_q, len_k = seq.len_k, diag = len_k - len_q;

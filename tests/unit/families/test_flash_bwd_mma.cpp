@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstring>
 #include <set>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -122,7 +123,7 @@ TEST(FlashBwdMmaSpace, HeadDim256SplitsDkAndDvInTwo) {
 // kv_pairs (FlashAttention-2's split of dK and dV over a pair of warps) where a warp's part of the
 // head dims is 128 (d=128, and d=256's halves), not at d=64 (measured slower); its P^T tile beside
 // dS^T's in the shared memory the space counts. dq_rows 32 (two m16 tiles of dQ a warp) wherever
-// the step's rows divide among the warps so.
+// the step's rows divide among the warps so. longest_first on causal problems only.
 TEST(FlashBwdMmaSpace, KvPairsAtHeadDim128PartsAndDqRowsOf32) {
   const SearchSpace space = space_of("flash_bwd_mma");
   for (const auto& [spec, pairs] : {std::pair{"b=1,h=16,s=8192,d=128,dtype=bf16,causal=0,pass=bwd", true},
@@ -130,7 +131,7 @@ TEST(FlashBwdMmaSpace, KvPairsAtHeadDim128PartsAndDqRowsOf32) {
                                     std::pair{"b=1,h=16,s=8192,d=96,dtype=fp16,causal=1,pass=bwd", true},
                                     std::pair{"b=1,h=16,s=8192,d=64,dtype=bf16,causal=0,pass=bwd", false}}) {
     const Problem p = Problem::parse(spec);
-    std::size_t paired = 0, rows32 = 0;
+    std::size_t paired = 0, rows32 = 0, longest = 0;
     for (const Config& c : space.enumerate(p, "sm_90")) {
       const bool kv_pairs = std::get<bool>(c.at("kv_pairs"));
       paired += kv_pairs;
@@ -148,7 +149,10 @@ TEST(FlashBwdMmaSpace, KvPairsAtHeadDim128PartsAndDqRowsOf32) {
         EXPECT_GE(bm, 32) << config_str(c);
       }
       EXPECT_EQ(get(c, "warps") % (bm / get(c, "dq_rows")), 0) << config_str(c);
+      longest += get(c, "longest_first") != 0;
     }
+    // Longest first where the first key block's walk is the longest: causal problems.
+    EXPECT_EQ(longest > 0, p.causal) << spec;
     EXPECT_EQ(paired > 0, pairs) << spec;
     EXPECT_GT(rows32, 0u) << spec;
   }
@@ -479,6 +483,50 @@ TEST(FlashBwdMmaDeterministic, TheCtasOfAQueryBlockAreConsecutiveKeyBlocks) {
   EXPECT_GT(checked, 10000);
 }
 
+// The CTAs' order (bwd_blocks.h's cta_block, both backward families): the grid's, or longest first in
+// groups of (y, z) rows. Every block index names one (key block, y, z) of the grid and no two the
+// same; in either order a row's lower key blocks come at lower linear indices (the deterministic
+// mode's turns wait on them, so they must be dispatched first); longest first puts every row of a
+// group's key block k before any of its key block k + 1, the first wave the first key blocks'.
+TEST(FlashBwdBlocks, LongestFirstIsAPermutationThatKeepsEachRowsKeyBlocksInOrder) {
+  long long checked = 0;
+  for (int gx : {1, 2, 7, 16, 33})
+    for (int gy : {1, 2, 3, 8, 64})
+      for (int gz : {1, 2, 5})
+        for (int lf : {0, 1, 4, 16}) {
+          const int n = gx * gy * gz;
+          std::vector<int> seen(n, 0), last_kb(gy * gz, -1);
+          for (int lin = 0; lin < n; ++lin) {
+            const int bx = lin % gx, by = lin / gx % gy, bz = lin / (gx * gy);
+            att_bwd::CtaBlock c{};
+            switch (lf) {
+              case 0: c = att_bwd::cta_block<0>(bx, by, bz, gx, gy, gz); break;
+              case 1: c = att_bwd::cta_block<1>(bx, by, bz, gx, gy, gz); break;
+              case 4: c = att_bwd::cta_block<4>(bx, by, bz, gx, gy, gz); break;
+              default: c = att_bwd::cta_block<16>(bx, by, bz, gx, gy, gz); break;
+            }
+            const std::string what = "grid " + std::to_string(gx) + "x" + std::to_string(gy) + "x" +
+                                     std::to_string(gz) + " longest_first " + std::to_string(lf) + " block " +
+                                     std::to_string(lin);
+            ASSERT_TRUE(c.key_block >= 0 && c.key_block < gx && c.y >= 0 && c.y < gy && c.z >= 0 && c.z < gz) << what;
+            ASSERT_EQ(seen[c.key_block + gx * (c.y + gy * c.z)]++, 0) << what << ": named twice";
+            const int row = c.y + gy * c.z;
+            ASSERT_EQ(c.key_block, last_kb[row] + 1) << what << ": a row's key blocks out of order";
+            last_kb[row] = c.key_block;
+            if (lf == 0) {
+              ASSERT_TRUE(c.key_block == bx && c.y == by && c.z == bz) << what << ": the grid's own order";
+            } else {
+              // A group's key block k comes before its key block k + 1 for every row of the group:
+              // the rows of a group are consecutive, and the linear index runs over them fastest.
+              const int group = row / lf, group_rows = std::min(lf, gy * gz - group * lf);
+              ASSERT_EQ(lin, group * lf * gx + c.key_block * group_rows + (row - group * lf)) << what;
+            }
+            ++checked;
+          }
+        }
+  EXPECT_GT(checked, 10000);
+}
+
 // A spread of configs of each head dim, causal and windowed, builds for each arch; the configs the
 // GPU runs (sm_90) build without spills beyond the few bytes d=128's single key tile leaves (4-24
 // bytes of 255 registers, run 180-183), d=64 without any.
@@ -512,9 +560,10 @@ TEST(FlashBwdMmaBuild, ASpreadBuildsOnEveryArch) {
       ++submitted;
     }
     // And the first config with kv_pairs and dq_rows 32 together, where the space has one, the first
-    // with dq_rows 32 alone, and the first with dq_reduce vec4 (sm_90).
-    for (const int kind : {0, 1, 2}) {
+    // with dq_rows 32 alone, the first with dq_reduce vec4 (sm_90) and the first longest first (causal).
+    for (const int kind : {0, 1, 2, 3}) {
       const auto it = std::find_if(all.begin(), all.end(), [&](const Config& c) {
+        if (kind == 3) return get(c, "longest_first") != 0;
         if (kind == 2) return std::get<std::string>(c.at("dq_reduce")) == "vec4";
         return std::get<bool>(c.at("kv_pairs")) == (kind == 0) && get(c, "dq_rows") == 32;
       });
