@@ -74,6 +74,42 @@ __device__ __forceinline__ void load_rows(elem_t* tile, const elem_t* gmem, long
   }
 }
 
+// A step's Q or dO tile (kBlockM rows): the thread copies chunk chunk() of rows row() + kRowsPerPass
+// * it, so its source is the step's row 0 (uniform) plus its own offset (row() * stride + chunk() *
+// 8: a few instructions a step; held in registers across the loop it spilled) plus it times a
+// uniform stride, and its destination a constant offset in the stage's tile. load_rows recomputes
+// (row0 + row) * row_stride in 64 bits for every row: at d=128 ~250 instructions a step between the
+// step's barrier and its first MMA, ~180 this way (SASS); 4401 -> 4289 us at b1 h16 s8k d=128 with
+// the stage cursors (H200 runs 324, 327); level at d=64.
+struct StepLoads {
+  static constexpr int kChunks = T::kHeadDim / 8;
+  static constexpr int kRowsPerPass = T::kThreads / kChunks;
+  static constexpr int kPasses = (T::kBlockM + kRowsPerPass - 1) / kRowsPerPass;
+  static_assert(T::kBlockM % kRowsPerPass == 0 || T::kBlockM < kRowsPerPass, "whole passes of rows");
+  static __device__ __forceinline__ int row() { return static_cast<int>(threadIdx.x) / kChunks; }
+  static __device__ __forceinline__ int chunk() { return static_cast<int>(threadIdx.x) % kChunks; }
+  // The thread's element of a tile from its row 0, in elements.
+  static __device__ __forceinline__ long long thread_offset(long long row_stride) {
+    return row() * row_stride + chunk() * 8;
+  }
+  // Rows [0, rows) of the tile at shared address `tile` from `thr` (this thread's element of the
+  // tile's row 0: the row's pointer plus thread_offset; `safe` an address in bounds that rows past
+  // `rows`, zero-filled, name instead).
+  static __device__ __forceinline__ void load(u32 tile, const elem_t* thr, const elem_t* safe, long long row_stride,
+                                              int rows) {
+    const bool col = !T::kPadded || chunk() * 8 < T::kHeadDimReal;
+#pragma unroll
+    for (int it = 0; it < kPasses; ++it) {
+      const int r = row() + it * kRowsPerPass;
+      if (T::kBlockM % kRowsPerPass == 0 || r < T::kBlockM) {
+        const bool valid = col && r < rows;
+        const elem_t* src = thr + it * (kRowsPerPass * row_stride);
+        cp_async_16(tile + static_cast<u32>(swz<T::kHeadDim>(r, chunk()) * 2), valid ? src : safe, valid);
+      }
+    }
+  }
+};
+
 // kBlockM floats (a 16-byte-aligned workspace row) into shared memory, by the first kBlockM / 4
 // threads from `lane0` on.
 __device__ __forceinline__ void load_floats(float* dst, const float* src, int lane0) {
@@ -200,23 +236,29 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
     head = hk * f.q_per_kv + h;
     m0 = m * T::kBlockM;
   };
+  // The step loads' sources: the sequence's row 0 of head 0 (uniform), and this thread's element of
+  // it (StepLoads).
+  const elem_t* q_seq = static_cast<const elem_t*>(f.q) + bwd_offset(f.q_stride, b, 0, seq.q0);
+  const elem_t* do_seq = static_cast<const elem_t*>(p.dout) + bwd_offset(p.do_stride, b, 0, seq.q0);
+  int st_ld = 0;  // the stage step i's loads fill, i % kStages, carried as the walk is
   auto issue = [&](int i) {
     if (i < steps) {
       int head, m0;
       cursor_at(walk_ld, head, m0);
-      const int st = i % T::kStages;
-      load_rows<T::kBlockM>(s_q + st * T::kQElems,
-                            static_cast<const elem_t*>(f.q) + bwd_offset(f.q_stride, b, head, seq.q0), f.q_stride[2],
-                            m0, len_q);
-      load_rows<T::kBlockM>(s_do + st * T::kQElems,
-                            static_cast<const elem_t*>(p.dout) + bwd_offset(p.do_stride, b, head, seq.q0),
-                            p.do_stride[2], m0, len_q);
+      const int st = st_ld;
+      StepLoads::load(smem_addr(s_q + st * T::kQElems),
+                      q_seq + (head * f.q_stride[1] + m0 * f.q_stride[2]) + StepLoads::thread_offset(f.q_stride[2]),
+                      q_seq, f.q_stride[2], len_q - m0);
+      StepLoads::load(smem_addr(s_do + st * T::kQElems),
+                      do_seq + (head * p.do_stride[1] + m0 * p.do_stride[2]) + StepLoads::thread_offset(p.do_stride[2]),
+                      do_seq, p.do_stride[2], len_q - m0);
       const long long row_base = bwd_ws_row(p, seq, b, head) + m0;
       load_floats(s_lse + st * T::kBlockM, p.lse_log2 + row_base, 0);
       load_floats(s_dp + st * T::kBlockM, p.dpsum + row_base, T::kBlockM / 4);
     }
     cp_async_commit();
     att_bwd::walk_next(walk_ld);
+    st_ld = st_ld == T::kStages - 1 ? 0 : st_ld + 1;
   };
 #pragma unroll
   for (int i = 0; i < T::kStages - 1; ++i) issue(i);
@@ -330,11 +372,13 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
     }
   };
 
+  int st_at = 0;  // the stage step i's products read, i % kStages
   for (int i = 0; i < steps; ++i) {
     int head, m0;
     cursor_at(walk_st, head, m0);
     att_bwd::walk_next(walk_st);
-    const int st = i % T::kStages;
+    const int st = st_at;
+    st_at = st_at == T::kStages - 1 ? 0 : st_at + 1;
     const u32 q_nk = smem_addr(s_q + st * T::kQElems) + nk, q_kn = smem_addr(s_q + st * T::kQElems) + kn;
     const u32 do_nk = smem_addr(s_do + st * T::kQElems) + nk, do_kn = smem_addr(s_do + st * T::kQElems) + kn;
     const float* lse_t = s_lse + st * T::kBlockM + q_row0;
