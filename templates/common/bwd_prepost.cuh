@@ -201,6 +201,17 @@ struct DqFragmentOrder<Tr, decltype(void(Tr::kDqFragmentOrder))> {
   static constexpr bool value = Tr::kDqFragmentOrder;
 };
 
+// Floats between a row's columns col and col + 1 (even col) in the accumulator: 1 unless the traits
+// say otherwise (kDqPairStride: flash_bwd_mma's frag order keeps them 32 apart).
+template <class Tr, class = void>
+struct DqPairStride {
+  static constexpr int value = 1;
+};
+template <class Tr>
+struct DqPairStride<Tr, decltype(void(Tr::kDqPairStride))> {
+  static constexpr int value = Tr::kDqPairStride;
+};
+
 // Eight consecutive columns from col of a row of the accumulator, scaled, in the dtype.
 template <class Tr>
 __device__ __forceinline__ uint4 dq_row_chunk(const float* acc, long long row_base, int row, int col, float scale) {
@@ -216,7 +227,10 @@ __device__ __forceinline__ uint4 dq_row_chunk(const float* acc, long long row_ba
     u32 o[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float2 x = *reinterpret_cast<const float2*>(acc + Tr::dq_offset(row_base, row, col + 2 * i));
+      const float* a = acc + Tr::dq_offset(row_base, row, col + 2 * i);
+      float2 x;
+      if constexpr (DqPairStride<Tr>::value == 1) x = *reinterpret_cast<const float2*>(a);
+      else x = make_float2(a[0], a[DqPairStride<Tr>::value]);
       o[i] = pack2<Tr::kBf16>(x.x * scale, x.y * scale);
     }
     out = make_uint4(o[0], o[1], o[2], o[3]);

@@ -302,9 +302,13 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
         }
       }
     }
-    float* dq = p.dq_accum +
-                (bwd_ws_row(p, seq, b, head) + m0 + dq_mt * T::kDqRows + g) * T::kHeadDim +
-                dq_col0 + (T::kDqVec4 ? 4 : 2) * t;  // (vec4: Traits::dq_offset's order)
+    // The lane's first float of its share: row g and columns 2t (row-major; vec4's order, 4t), or
+    // (frag, frag4) its place in the first tile (Traits::dq_offset's orders).
+    float* dq = T::kDqTileOrder
+                    ? p.dq_accum + (bwd_ws_row(p, seq, b, head) + m0 + dq_mt * T::kDqRows) * T::kHeadDim +
+                          dq_col0 * 16 + lane * (T::kDqFrag4 ? 4 : 1)
+                    : p.dq_accum + (bwd_ws_row(p, seq, b, head) + m0 + dq_mt * T::kDqRows + g) * T::kHeadDim +
+                          dq_col0 + (T::kDqVec4 ? 4 : 2) * t;
     // The deterministic mode (p.deterministic: uniform, so a call without it pays a branch): the CTAs
     // that add into this query block's dQ take turns in key-block order, so that every element's sum
     // is the same sequence of fp32 additions every run (FlashAttention-3's technique). Its semaphore
@@ -335,6 +339,16 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
 #if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 2
         if (acc_dq[mt][dt][0] != 12345.f) continue;
 #endif
+        if constexpr (T::kDqTileOrder) {  // the tile's 128 floats: its 16-row block's, 128 dt floats on
+          float* at = dq_m + dt * 128;
+          if constexpr (T::kDqFrag4) {
+            add_quad(at, acc_dq[mt][dt][0], acc_dq[mt][dt][1], acc_dq[mt][dt][2], acc_dq[mt][dt][3]);
+          } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) atomicAdd(at + 32 * e, acc_dq[mt][dt][e]);
+          }
+          continue;
+        }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
         if constexpr (T::kDqVec4) {  // tiles dt and dt + 1 at once, rows g and g + 8
           if (dt % 2 == 0) {
@@ -358,7 +372,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
         else add_quad(dq_m + 8 * T::kHeadDim + dt * 8 - 2, x, y, acc_dq[mt][dt][2], acc_dq[mt][dt][3]);
 #else
 #if defined(__CUDA_ARCH__)
-        static_assert(!T::kDqVec4, "vec4 is sm_90's (the space offers it there only)");
+        static_assert(!T::kDqVec4 && !T::kDqFrag4, "vec4 and frag4 are sm_90's (the space offers them there only)");
 #endif
         add_pair(dq_m + dt * 8, acc_dq[mt][dt][0], acc_dq[mt][dt][1]);
         add_pair(dq_m + 8 * T::kHeadDim + dt * 8, acc_dq[mt][dt][2], acc_dq[mt][dt][3]);

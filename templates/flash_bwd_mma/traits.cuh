@@ -46,7 +46,24 @@ struct Traits {
   // half pair's instructions, without quad's shuffles (sm_90; flash_bwd_convert reads it back
   // through dq_offset).
   static constexpr bool kDqVec4 = DQ_REDUCE == DQ_REDUCE_VEC4;
-  static constexpr bool kDqFragmentOrder = kDqVec4;
+  // frag (every arch) and frag4 (sm_90): the accumulator keeps each 16-row, 8-column MMA tile of dQ
+  // (128 floats) in the fragments' own order, so that what a warp adds at once is contiguous. frag:
+  // element e of every lane's fragment is one run of 32 floats in lane order, so each of a tile's four
+  // scalar atomicAdds a warp issues covers one 128-byte line (FlashAttention-2's dQaccum order; pair's
+  // scalar adds touch 8 rows' 32 bytes each). frag4: a lane's four elements side by side, so the tile
+  // is one REDG.F32x4 a lane over 512 contiguous bytes (vec4's covers 8 rows' 64 bytes).
+#if defined(DQ_REDUCE_FRAG)  // values a space rendered before them did not define
+  static constexpr bool kDqFrag = DQ_REDUCE == DQ_REDUCE_FRAG;
+  static constexpr bool kDqFrag4 = DQ_REDUCE == DQ_REDUCE_FRAG4;
+#else
+  static constexpr bool kDqFrag = false;
+  static constexpr bool kDqFrag4 = false;
+#endif
+  static constexpr bool kDqTileOrder = kDqFrag || kDqFrag4;
+  static constexpr bool kDqFragmentOrder = kDqVec4 || kDqTileOrder;
+  // Floats between columns col and col + 1 (even col) of a row in the accumulator (flash_bwd_convert
+  // reads a pair at once where they are adjacent).
+  static constexpr int kDqPairStride = kDqFrag ? 32 : 1;
   // dK's and dV's head dims in kDkvSplit parts, one a CTA: the CTAs of a key block's parts
   // (blockIdx.y % kDkvSplit) each recompute S^T and dP^T over every head dim and accumulate their
   // part of dK, dV and dQ (d=256: 128 fp32 values a thread, d=128's count, where all of them would
@@ -107,10 +124,20 @@ struct Traits {
   static constexpr int kDqCols = kAccDim / kDqGroups;
   static constexpr int kDqTiles = kDqCols / 8;
 
-  // Where the accumulator keeps (row, col) of a (batch, head)'s rows from row_base (vec4; the
-  // conversion kernel's reads, bwd_prepost.cuh): column 16 j + 8 h + 2 t + e at 16 j + 4 t + 2 h + e.
+  // Where the accumulator keeps (row, col) of a (batch, head)'s rows from row_base (the conversion
+  // kernel's reads, bwd_prepost.cuh). vec4: column 16 j + 8 h + 2 t + e of a row at 16 j + 4 t + 2 h + e.
+  // frag, frag4: the 16-row block's 8-column tile (col / 8) at 128 (col / 8) floats, in it the MMA
+  // fragment's lane g * 4 + t (row g or g + 8, columns 2t, 2t + 1) and element e (row half * 2 +
+  // column parity): e * 32 + lane (frag) or lane * 4 + e (frag4). (row_base + row) / 16 blocks are
+  // whole: a run of the workspaces starts at a multiple of block_m.
   static __device__ __forceinline__ long long dq_offset(long long row_base, int row, int col) {
-    return (row_base + row) * kHeadDim + (col & ~15) + 4 * ((col & 7) >> 1) + 2 * ((col >> 3) & 1) + (col & 1);
+    if constexpr (kDqTileOrder) {
+      const long long r = row_base + row;
+      const int lane = static_cast<int>(r & 7) * 4 + ((col & 7) >> 1), e = static_cast<int>((r >> 3) & 1) * 2 + (col & 1);
+      return (r & ~15LL) * kHeadDim + (col & ~7) * 16 + (kDqFrag ? e * 32 + lane : lane * 4 + e);
+    } else {
+      return (row_base + row) * kHeadDim + (col & ~15) + 4 * ((col & 7) >> 1) + 2 * ((col >> 3) & 1) + (col & 1);
+    }
   }
 
   // Shared memory: K and V of the CTA's keys, kStages Q and dO tiles, dS^T (keys x queries, 16-bit),

@@ -7,7 +7,9 @@
 // FlashBwdMmaDeterministic: the deterministic mode (Call::deterministic) gives the same bits of dQ, dK
 // and dV run to run, on shapes of several key blocks (GQA, causal, windows), within the criterion.
 // The checks and shapes are both backward families': tests/gpu/bwd_checks.hpp.
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "bwd_checks.hpp"
 #include "gpu_env.hpp"
@@ -137,10 +139,53 @@ TEST(FlashBwdMmaProperty, PairedWarpsDqRowsAndVec4) {
                         vec4);
 }
 
+// dq_reduce frag (scalar atomicAdds, every arch) and frag4 (one REDG.F32x4 a lane and tile, sm_90):
+// the accumulator in the MMA fragments' order, each 16-row block's 8-column tiles of 128 floats
+// (Traits::dq_offset), read back by flash_bwd_convert: d=64 and 128 causal and not, d=256's halves
+// (each CTA's part starts at a tile), d=96 (padded) with a window, a soft-cap and sinks, and packed
+// varlen batches (each sequence's run of the workspaces from a multiple of block_m).
+TEST(FlashBwdMmaProperty, FragmentOrderDq) {
+  ATTNTUNE_REQUIRE_GPU();
+  const std::string arch = gpu_arch();
+  for (const char* mode : {"frag", "frag4"}) {
+    if (std::string(mode) == "frag4" && arch != "sm_90") continue;  // (frag4 is sm_90's)
+    const auto pick = [mode](const Config& c) { return std::get<std::string>(c.at("dq_reduce")) == mode; };
+    const unsigned seed = std::string(mode) == "frag" ? 9800 : 9900;
+    for (int d : {64, 128})
+      check_backward_spread("flash_bwd_mma", arch, d, {0, 1}, "", attntune::testing::kBwdShapes,
+                            seed + static_cast<unsigned>(d), 4, pick);
+    check_backward_spread("flash_bwd_mma", arch, 256, {0, 1}, "", attntune::testing::kBwdShapes, seed + 1, 2, pick);
+    check_backward_spread("flash_bwd_mma", arch, 96, {1}, ",window=64,softcap=30,sinks=1",
+                          attntune::testing::kBwdWindowSinkSoftcapShapes, seed + 2, 2, pick);
+    check_backward_spread("flash_bwd_mma", arch, 128, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenShapes,
+                          seed + 3, 2, pick);
+  }
+}
+
+// longest_first (causal: the CTAs take their key blocks first to last within groups of (batch, KV
+// head) rows, bwd_blocks.h's cta_block): every such config at d=64 and 128 on the backward shapes,
+// plus grids whose rows do not fill the last group (3 x 2 and 5 x 1 rows in groups of 4 and 16).
+TEST(FlashBwdMmaProperty, LongestFirst) {
+  ATTNTUNE_REQUIRE_GPU();
+  std::vector<attntune::testing::PropertyShape> shapes(std::begin(attntune::testing::kBwdShapes),
+                                                       std::end(attntune::testing::kBwdShapes));
+  shapes.push_back({"b=3,h=4,hkv=2,s=300,sk=700", Layout::kBSHD});
+  shapes.push_back({"b=5,h=2,hkv=1,s=513,sk=513", Layout::kBHSD});
+  for (int d : {64, 128})
+    check_backward_spread("flash_bwd_mma", gpu_arch(), d, {1}, "", shapes, 9700u + static_cast<unsigned>(d), 6,
+                          [](const Config& c) { return std::get<std::int64_t>(c.at("longest_first")) != 0; });
+}
+
 // The deterministic mode: tests/gpu/bwd_checks.hpp (both backward families run it).
 TEST(FlashBwdMmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
   ATTNTUNE_REQUIRE_GPU();
   cuda::Context ctx(0);
   const std::string arch = cuda::device_props(0).arch;
-  attntune::testing::check_determinism(ctx, "flash_bwd_mma", arch, 5100, {}, {64, 128, 256});
+  // (And of each kind a longest-first config, where there is one: its CTAs' turns follow cta_block's
+  // order; and one adding dQ in the fragments' order, frag or frag4.)
+  attntune::testing::check_determinism(
+      ctx, "flash_bwd_mma", arch, 5100,
+      {[](const Config& c) { return std::get<std::int64_t>(c.at("longest_first")) != 0; },
+       [](const Config& c) { return std::get<std::string>(c.at("dq_reduce")).rfind("frag", 0) == 0; }},
+      {64, 128, 256});
 }

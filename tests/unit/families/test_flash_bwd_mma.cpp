@@ -77,16 +77,21 @@ TEST(FlashBwdMmaSpace, ServesTheBackwardOfHeadDims64And128OnEveryArch) {
                              "b=1,h=8,s=4096,d=128,dtype=bf16,causal=1,window=1024,pass=bwd"}) {
       const auto configs = space.enumerate(Problem::parse(spec), arch);
       EXPECT_GE(configs.size(), 2u) << arch << " " << spec;  // sm_86/89 at d=128: 99 KB of shared memory
+      std::set<std::string> reduces;
       for (const Config& c : configs) {
         // Two key tiles a warp only where dK, dV, S^T and dP^T fit the registers (d=64, 32-row steps).
         if (get(c, "key_tiles") == 2) {
           EXPECT_EQ(Problem::parse(spec).d, 64) << config_str(c);
         }
-        // Vector reductions from sm_90 only.
-        if (std::get<std::string>(c.at("dq_reduce")) == "quad") {
-          EXPECT_EQ(std::string(arch), "sm_90");
+        // Vector reductions from sm_90 only; before it pair's and frag's scalar atomicAdds.
+        const std::string reduce = std::get<std::string>(c.at("dq_reduce"));
+        if (reduce != "pair" && reduce != "frag") {
+          EXPECT_EQ(std::string(arch), "sm_90") << config_str(c);
         }
+        reduces.insert(reduce);
       }
+      EXPECT_EQ(reduces.count("frag"), 1u) << arch << " " << spec;  // every arch's coalesced scalar adds
+      EXPECT_EQ(reduces.size(), std::string(arch) == "sm_90" ? 5u : 2u) << arch << " " << spec;
     }
   // The forward pass and head dims that are not multiples of 16 are refused with the reason.
   EXPECT_NE(attntune::testing::input_error_of([&] {
@@ -560,9 +565,12 @@ TEST(FlashBwdMmaBuild, ASpreadBuildsOnEveryArch) {
       ++submitted;
     }
     // And the first config with kv_pairs and dq_rows 32 together, where the space has one, the first
-    // with dq_rows 32 alone, the first with dq_reduce vec4 (sm_90) and the first longest first (causal).
-    for (const int kind : {0, 1, 2, 3}) {
+    // with dq_rows 32 alone, the first with dq_reduce vec4 (sm_90), the first longest first (causal),
+    // and the first with dq_reduce frag (every arch) and frag4 (sm_90).
+    for (const int kind : {0, 1, 2, 3, 4, 5}) {
       const auto it = std::find_if(all.begin(), all.end(), [&](const Config& c) {
+        if (kind == 5) return std::get<std::string>(c.at("dq_reduce")) == "frag4";
+        if (kind == 4) return std::get<std::string>(c.at("dq_reduce")) == "frag";
         if (kind == 3) return get(c, "longest_first") != 0;
         if (kind == 2) return std::get<std::string>(c.at("dq_reduce")) == "vec4";
         return std::get<bool>(c.at("kv_pairs")) == (kind == 0) && get(c, "dq_rows") == 32;
