@@ -27,7 +27,7 @@ ATT_BWD_HD int imin(int a, int b) { return a < b ? a : b; }
 #endif
 
 // The CTA's key block and the (y, z) of its grid row (the KV head, with flash_bwd_mma's dkv_split
-// part, and the batch), from its block index in a grid (key blocks, ky, kz): the grid's own order
+// part, and the batch), from its block index in a grid (key blocks, gy, gz): the grid's own order
 // (kLongestFirst 0: key blocks fastest), or the launch's linear order taken as (y, z) pairs in groups
 // of kLongestFirst, each group's key blocks slowest, so that under a causal bound every pair's first
 // key block (the longest walk) starts in the first wave and the last wave holds the short walks
