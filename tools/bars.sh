@@ -16,6 +16,12 @@
 #             fa4kit.py with tools/fa4_bwd.patch applied) are built on the CPU machine first:
 #   ~/.cache/fa4kit/venv/bin/python .fa4/build_aot.py --out .fa4/aotbars --suite none \
 #     $(ATTNTUNE_BARS_LIST=1 tools/bars.sh - - --set backward | sed 's/,pass=bwd//; s/^/--bwd-problem /')
+#   fa2bwd    issue 45's bar for the FlashAttention-2-class family (flash_bwd_mma, the L4's and A100's
+#             backward): the backward set's d=64 and d=128 shapes in both dtypes, each tuned over
+#             flash_bwd_mma alone (--space), the winners exported a dtype and timed through autograd
+#             beside SDPA's flash backend (FlashAttention-2, the bar's 1.1x) and cuDNN by
+#             tools/compare_bwd.py (no FA4). Give it a database of its own: the export takes every
+#             backward winner the database holds.
 #   fp8       issue 42's (docs/design/flash_fwd_wgmma.md, flash_decode's README "FP8 caches"): the
 #             decode rows of tools/fp8_decode_peers.py (b16-8k, b64-8k, b128-2k, b1-32k, spec4, q8,
 #             q16; pages of 16) and its chunked-prefill row (b4 h32/8 s2048 sk10240), each tuned twice
@@ -55,7 +61,7 @@
 #               tools/bars.sh .gpu-work/unseen/u.db .gpu-work/unseen --set unseen --seeds 2 \
 #                 --devices 0,1 --phase retime     # then --phase compare (FA4_AOT: below)
 #
-#   tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|fp8fwd|unseen] [--prefill-seconds N] [--decode-seconds N]
+#   tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fa2bwd|fp8|fp8fwd|unseen] [--prefill-seconds N] [--decode-seconds N]
 #                 [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--shapes NAME,...]
 #                 [--phase tune|retime|compare|table|transfer|all]
 #
@@ -81,7 +87,7 @@
 # OUT_DIR/compare.log and prints a short table last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fp8|fp8fwd|unseen] [--prefill-seconds N] [--decode-seconds N] [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--shapes NAME,...] [--phase tune|retime|compare|table|transfer|all]"
+usage="usage: tools/bars.sh DB OUT_DIR [--set variants|headdims|backward|fa2bwd|fp8|fp8fwd|unseen] [--prefill-seconds N] [--decode-seconds N] [--only prefill|decode] [--seeds N] [--devices LIST] [--budget N] [--retime-seconds S] [--shapes NAME,...] [--phase tune|retime|compare|table|transfer|all]"
 db=${1:?$usage}
 out=${2:?$usage}
 shift 2
@@ -145,8 +151,9 @@ headdims)
     "phi3-dec-8k|b=16,h=32,hkv=32,s=1,sk=8192,d=96,dtype=bf16,causal=0,page=16"
   )
   ;;
-backward)
-  # The prefill suite's shapes with s >= 2048 (../shared/peers), both dtypes; Gemma-2/3's d=256.
+backward|fa2bwd)
+  # The prefill suite's shapes with s >= 2048 (../shared/peers), both dtypes; Gemma-2/3's d=256 (the
+  # backward set's: the FA2-class bar names d=64 and 128).
   prefill=()
   for dt in bf16 fp16; do
     for c in 0 1; do
@@ -155,8 +162,9 @@ backward)
                 "bwd-b1-s16k-d128-c$c-$dt|b=1,h=16,hkv=16,s=16384,sk=16384,d=128,dtype=$dt,causal=$c,pass=bwd")
     done
   done
-  prefill+=("bwd-b1-s8k-d256-c0-bf16|b=1,h=16,hkv=16,s=8192,sk=8192,d=256,dtype=bf16,causal=0,pass=bwd"
-            "bwd-b1-s8k-d256-c1-bf16|b=1,h=16,hkv=16,s=8192,sk=8192,d=256,dtype=bf16,causal=1,pass=bwd")
+  [[ $set == backward ]] &&
+    prefill+=("bwd-b1-s8k-d256-c0-bf16|b=1,h=16,hkv=16,s=8192,sk=8192,d=256,dtype=bf16,causal=0,pass=bwd"
+              "bwd-b1-s8k-d256-c1-bf16|b=1,h=16,hkv=16,s=8192,sk=8192,d=256,dtype=bf16,causal=1,pass=bwd")
   decode=()
   only=prefill
   aot=${FA4_AOT:-.fa4/aotbars}
@@ -486,11 +494,14 @@ if [[ $set == fp8fwd ]]; then
   exit 0
 fi
 
-if [[ $set == backward ]]; then
-  # tune: each problem over every backward family (the default spaces), --prefill-seconds each;
-  # compare: a package a dtype, timed by compare_bwd.py beside FA4, cuDNN and FA2 (its table last).
+if [[ $set == backward || $set == fa2bwd ]]; then
+  # tune: each problem over every backward family (the default spaces; fa2bwd: flash_bwd_mma's
+  # alone), --prefill-seconds each; compare: a package a dtype, timed by compare_bwd.py beside FA4
+  # (not for fa2bwd), cuDNN and FA2 (its table last).
+  space="" peers=(--fa4-aot "$aot" --fa4-kit "$kit")
+  [[ $set == fa2bwd ]] && space=search_spaces/flash_bwd_mma.yaml peers=()
   if [[ $phase == tune || $phase == all ]]; then
-    for e in "${prefill[@]}"; do tune "" "$pre_s" "${e%%|*}" "${e#*|}"; done
+    for e in "${prefill[@]}"; do tune "$space" "$pre_s" "${e%%|*}" "${e#*|}"; done
   fi
   if [[ $phase == compare || $phase == all ]]; then
     for dt in bf16 fp16; do
@@ -507,7 +518,7 @@ print(";".join(rows))' "$dt")
       "$A" export --db "$db" --all-best --dtype "$dt" --torch "$out/pkg_$dt" > "$out/export_$dt.log" 2>&1 ||
         { echo "export $dt failed: $(tail -1 "$out/export_$dt.log")" >&2; continue; }
       PYTHONPATH="$out/pkg_$dt" "${PYTHON:-python3}" tools/compare_bwd.py --shapes "$shapes" --dtype "$dt" \
-        --fa4-aot "$aot" --fa4-kit "$kit" > "$out/compare_bwd_$dt.log" 2>&1 ||
+        "${peers[@]}" > "$out/compare_bwd_$dt.log" 2>&1 ||
         echo "compare_bwd.py $dt failed: $(tail -3 "$out/compare_bwd_$dt.log")" >&2
     done
     for dt in bf16 fp16; do

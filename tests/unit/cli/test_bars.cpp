@@ -318,6 +318,35 @@ TEST(BarsBackward, TheSuitesLongShapesInBothDtypesAndHeadDim256) {
   EXPECT_EQ(per_dtype[0], per_dtype[1]) << "every shape in bf16 and fp16";
 }
 
+// The `fa2bwd` set (issue 45's bar for the FlashAttention-2-class family): the backward set's d=64
+// and d=128 shapes in both dtypes, each tuned over flash_bwd_mma's space alone.
+TEST(BarsFa2Backward, TheBackwardSetsHeadDims64And128TunedOverFlashBwdMmaAlone) {
+  const std::vector<std::string> problems = set_problems("fa2bwd");
+  ASSERT_EQ(problems.size(), 12u);
+  std::set<std::string> backward;
+  for (const std::string& spec : set_problems("backward")) backward.insert(spec);
+  for (const std::string& spec : problems) {
+    const Problem p = Problem::parse(spec);
+    EXPECT_TRUE(p.backward) << spec;
+    EXPECT_TRUE(p.d == 64 || p.d == 128) << spec;
+    EXPECT_EQ(backward.count(spec), 1u) << spec << " is not the backward set's";
+  }
+  TempDir dir;
+  const std::string out = dir.file("out"), calls = dir.file("calls");
+  {
+    std::ofstream f(dir.file("attntune"));
+    f << "#!/bin/sh\necho \"$@\" >> " << calls << "\n";
+  }
+  ASSERT_EQ(std::system(("chmod +x " + dir.file("attntune")).c_str()), 0);
+  const Shell r = sh("ATTNTUNE_BIN=" + dir.file("attntune") + " " + testing::source_dir() + "/tools/bars.sh " +
+                     dir.file("f.db") + " " + out + " --set fa2bwd --phase tune");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const Shell tunes = sh("grep -c -- '^tune .*--space search_spaces/flash_bwd_mma.yaml ' " + calls);
+  EXPECT_EQ(tunes.output, "12\n") << sh("cat " + calls).output;
+  const Shell others = sh("grep -vc -- '--space search_spaces/flash_bwd_mma.yaml ' " + calls + " || true");
+  EXPECT_EQ(others.output, "0\n") << "every call tunes flash_bwd_mma alone";
+}
+
 // The fp8 set tunes each of fp8_decode_peers.py's rows (its ROWS: b, h, hkv, s, sk, d; pages of 16,
 // causal when s > 1) over an FP8 cache, so that the peers' script finds a kernel for every row it
 // times: the same shapes, in the same order, each parsing as an FP8-cache problem.
