@@ -77,6 +77,16 @@ ATT_BWD_HD void query_blocks(int row_begin, int row_end, int block_m, int* m_fir
   *m_blocks = row_end > row_begin ? (row_end - 1) / block_m + 1 - *m_first : 0;
 }
 
+// The query blocks key block kb (of block_n keys) of a sequence walks: its CTA's steps a query head,
+// the work a varlen batch's CTAs are ordered by (bwd_prepost.cuh, build_cta_order).
+template <bool kCausal, bool kWindow>
+ATT_BWD_HD int walk_blocks(int kb, int block_n, int block_m, int len_q, int len_k, const VariantParams& v) {
+  int row_begin, row_end, m_first, m_blocks;
+  key_block_rows<kCausal, kWindow>(kb * block_n, block_n, len_q, len_k - len_q, v, &row_begin, &row_end);
+  query_blocks(row_begin, row_end, block_m, &m_first, &m_blocks);
+  return m_blocks;
+}
+
 // Step i of a key block's CTA, over its q_per_kv query heads and m_blocks query blocks from m_first:
 // the head within the group (*head) and the query block (*m_block). Normally upwards, heads outer
 // (under a causal or windowed bound the CTAs of a KV head start on different query blocks, so their

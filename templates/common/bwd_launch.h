@@ -5,12 +5,14 @@
 // each with BwdParams as its one argument:
 //   0 flash_bwd_preprocess  grid (seqlen_q_rounded / BLOCK_M, heads_q, batch), THREADS threads;
 //   1 the main loop         grid (ceil(seqlen_k / block_n), heads_kv * DKV_SPLIT, batch), THREADS threads,
-//                           SMEM_BYTES of dynamic shared memory;
+//                           SMEM_BYTES of dynamic shared memory; a packed batch's sorted order
+//                           (VARLEN_LPT, a call not in the deterministic mode) grid (heads_kv *
+//                           DKV_SPLIT, slots), slots = total_k / block_n + batch;
 //   2 flash_bwd_convert     grid (ceil(seqlen_q / BLOCK_M), heads_q, batch), THREADS threads.
 // Workspaces (none zeroed: the preprocessing kernel writes them every call): 0 dq_accum (fp32,
 // [batch, heads_q, seqlen_q_rounded, head_dim]), 1 dpsum and 2 lse_log2 (fp32, [batch, heads_q,
 // seqlen_q_rounded]), and for a deterministic call 3 dq_semaphore (int, one a query block: the turns
-// of bwd_blocks.h); seqlen_q_rounded is seqlen_q rounded up to BLOCK_M. A call without queries
+// of bwd_blocks.h), for a sorted order instead 3 cta_order (two ints a slot); seqlen_q_rounded is seqlen_q rounded up to BLOCK_M. A call without queries
 // launches the main kernel only (dK = dV = 0), one without keys the other two (dQ = 0).
 //
 // A family's launch struct derives from BwdLaunch<Itself> and gives its name (kName) and load(),
@@ -30,6 +32,7 @@ struct BwdLaunch {
   int d_pad;          // D_PAD: the head dim the kernels compute over (the call's, zero-padded to 64, 128 or 256)
   int varlen;         // ATT_VARLEN: the build serves attntune_attention_backward_varlen alone
   int dkv_split;      // DKV_SPLIT (flash_bwd_mma): CTAs a key block, each a part of dK's and dV's head dims
+  int varlen_lpt;     // VARLEN_LPT (varlen builds): the main kernel's CTAs in the preprocessing kernel's order
   Variants variants;  // the variants the build serves (exactly)
 
   // The defines every backward build has; the family's load() adds block_n.
@@ -38,6 +41,7 @@ struct BwdLaunch {
     c->causal = static_cast<int>(define_or(d, n, "ATT_CAUSAL", 0));
     c->varlen = define_or(d, n, "ATT_VARLEN", 0) ? 1 : 0;
     c->dkv_split = static_cast<int>(define_or(d, n, "DKV_SPLIT", 1));
+    c->varlen_lpt = c->varlen && define_or(d, n, "VARLEN_LPT", 0) ? 1 : 0;
     if (define_int(d, n, "ATT_HEAD_DIM", &c->head_dim, why)) return 1;
     c->d_pad = static_cast<int>(define_or(d, n, "D_PAD", c->head_dim));
     return define_int(d, n, "BLOCK_M", &c->block_m, why) ||
@@ -51,6 +55,16 @@ struct BwdLaunch {
   long long rounded_q(const Call& call) const {
     if (varlen) return (call.total_q + static_cast<long long>(call.batch) * block_m) / block_m * block_m;
     return ceil_div(call.seqlen_q, block_m) * block_m;
+  }
+  // A packed batch's CTA order (varlen_lpt; bwd_prepost.cuh's build_cta_order): its slots, at least
+  // the batch's (sequence, key block) pairs (ceil(len_k / block_n) a sequence, so at most
+  // total_k / block_n + 1 each), or 0 where the call keeps the grid's order: the deterministic mode
+  // (its turns need a sequence's lower key blocks launched first) and calls the preprocessing kernel
+  // does not run for (no queries) or with no keys.
+  long long order_slots(const Call& call) const {
+    if (!varlen_lpt || call.deterministic || call.seqlen_q <= 0 || call.seqlen_k <= 0) return 0;
+    const long long slots = call.total_k / block_n + call.batch;
+    return slots <= 65535 ? slots : 0;  // a grid's y (past it, more keys than a sort pays for: the grid's order)
   }
   // The workspaces' rows in all.
   long long workspace_rows(const Call& call) const {
@@ -94,23 +108,29 @@ struct BwdLaunch {
     const long long rows = workspace_rows(call);
     // The preprocessing kernel's query blocks: a run's, dense; the longest sequence's, varlen.
     const long long pre_blocks = varlen ? ceil_div(call.seqlen_q, block_m) : rounded_q(call) / block_m;
+    const long long slots = order_slots(call), grid_rows = static_cast<long long>(call.heads_kv) * dkv_split;
     if (check_grid(pre_blocks, call.heads_q, call.batch, why) ||
-        check_grid(ceil_div(call.seqlen_k, block_n), static_cast<long long>(call.heads_kv) * dkv_split, call.batch,
-                   why))
+        (slots > 0 ? check_grid(grid_rows, slots, 1, why)
+                   : check_grid(ceil_div(call.seqlen_k, block_n), grid_rows, call.batch, why)))
       return 1;
-    p->workspaces = call.deterministic ? 4 : 3;
+    p->workspaces = call.deterministic || slots > 0 ? 4 : 3;
     p->workspace[0] = Workspace{static_cast<unsigned long long>(rows) * d_pad * 4, 0, 0};  // dQ's fp32 accumulator
     p->workspace[1] = Workspace{static_cast<unsigned long long>(rows) * 4, 0, 0};
     p->workspace[2] = Workspace{static_cast<unsigned long long>(rows) * 4, 0, 0};
     if (call.deterministic) p->workspace[3] = Workspace{static_cast<unsigned long long>(rows / block_m) * 4, 0, 0};
+    if (slots > 0) p->workspace[3] = Workspace{static_cast<unsigned long long>(slots) * 8, 0, 0};  // two ints a slot
     const unsigned hq = static_cast<unsigned>(call.heads_q), bt = static_cast<unsigned>(call.batch);
     if (call.seqlen_q > 0)
       p->launch[p->launches++] =
           Launch{0, {static_cast<unsigned>(pre_blocks), hq, bt}, static_cast<unsigned>(threads), 0, 1};
-    if (call.seqlen_k > 0)
+    if (call.seqlen_k > 0 && slots > 0)
+      p->launch[p->launches++] = Launch{
+          1, {static_cast<unsigned>(grid_rows), static_cast<unsigned>(slots), 1}, static_cast<unsigned>(threads),
+          static_cast<unsigned>(smem_bytes), 1};
+    else if (call.seqlen_k > 0)
       p->launch[p->launches++] = Launch{1,
                                         {static_cast<unsigned>(ceil_div(call.seqlen_k, block_n)),
-                                         static_cast<unsigned>(call.heads_kv * dkv_split), bt},
+                                         static_cast<unsigned>(grid_rows), bt},
                                         static_cast<unsigned>(threads),
                                         static_cast<unsigned>(smem_bytes),
                                         1};
@@ -145,6 +165,10 @@ struct BwdLaunch {
     p.dq_semaphore = call.deterministic ? static_cast<int*>(res.workspace[3]) : nullptr;
     if (p.deterministic && workspace_rows(call) > 0 && !p.dq_semaphore)
       return refuse(why, "%s: a deterministic call without its semaphore workspace", Family::kName);
+    p.cta_slots = static_cast<int>(order_slots(call));
+    p.cta_order = p.cta_slots > 0 ? static_cast<int*>(res.workspace[3]) : nullptr;
+    if (p.cta_slots > 0 && !p.cta_order)
+      return refuse(why, "%s: a packed batch's CTA order without its workspace", Family::kName);
     if (!args->add(p)) return refuse(why, "%s: the arguments do not fit", Family::kName);
     return 0;
   }

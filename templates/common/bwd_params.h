@@ -39,6 +39,13 @@ struct BwdParams {
   // are added in whatever order the CTAs reach them.
   int deterministic;
   int* dq_semaphore;
+  // The CTAs' order over a packed batch (a varlen build with varlen_lpt; null otherwise, and in the
+  // deterministic mode): cta_slots (sequence, key block) slots, two ints each, written by the
+  // preprocessing kernel sorted by the key block's walk, longest first (bwd_prepost.cuh,
+  // build_cta_order), a sequence of -1 past the batch's key blocks; the main kernel's grid is then
+  // (heads_kv * dkv_split, cta_slots): blockIdx.x the grid row, blockIdx.y the slot.
+  int* cta_order;
+  int cta_slots;
 };
 
 #endif  // ATTNTUNE_BWD_PARAMS_H

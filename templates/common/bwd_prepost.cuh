@@ -4,13 +4,15 @@
 // kBlockM, kThreads) and BwdParams' workspaces, and defines
 //   flash_bwd_preprocess  D_i = rowsum(dO_i * O_i), LSE_i * log2(e) and dQ's zeroed fp32 accumulator
 //                         (and, when BwdParams::dq_semaphore is given, the deterministic mode's
-//                         semaphore of each query block, zeroed);
+//                         semaphore of each query block, zeroed; when cta_order is, a packed batch's
+//                         CTA order, build_cta_order);
 //   flash_bwd_convert     dQ = scale * accumulator, in the input dtype;
 // and what both main loops use for dQ's fp32 additions (add_pair, add_pair2, add_quad) and the
 // deterministic mode's semaphore (ld_acquire, add_release).
 #ifndef ATTNTUNE_BWD_PREPOST_CUH
 #define ATTNTUNE_BWD_PREPOST_CUH
 
+#include "bwd_blocks.h"
 #include "bwd_params.h"
 #include "ptx.cuh"
 
@@ -115,6 +117,100 @@ __device__ __forceinline__ long long bwd_offset(const long long (&stride)[3], in
   return b * stride[0] + head * stride[1] + row0 * stride[2];
 }
 
+// ---- a packed batch's CTA order (varlen_lpt) -------------------------------------------------------
+// A varlen grid sized by the longest sequence idles where the others are shorter, and its order
+// (key blocks fastest, then KV heads, then sequences) can leave a long sequence's walks for the last
+// wave. With the traits' kVarlenLpt and BwdParams::cta_order given (bwd_launch.h: a call that is not
+// deterministic), block (0, 0, 0) of the preprocessing kernel lists the batch's (sequence, key block)
+// pairs sorted by their walks (bwd_blocks.h's walk_blocks: the query blocks the pair's CTAs step
+// through a query head), longest first, and the main kernel's grid is (grid rows, slots), one CTA a
+// slot and grid row (the KV head, with flash_bwd_mma's dkv_split part), a slot's rows side by side:
+// the hardware hands out CTAs in that order as SMs free up, longest-processing-time-first list
+// scheduling over every sequence. A counting sort: walks in kOrderBuckets buckets (longer walks share
+// the last, where the order no longer matters), each pair's place from a shared-memory atomicAdd on
+// its bucket's start, so ties land in any order (the deterministic mode needs a sequence's lower key
+// blocks first and does not take this order). Slots past the batch's pairs read -1: their CTAs end
+// at once.
+constexpr int kOrderBuckets = 1024;
+// Every (sequence, key block) pair of the batch once, a warp a sequence and a lane a key block, into
+// its bucket: counted (kPlace false), or given the bucket's next place in the order (true).
+template <class Tr, bool kPlace>
+__device__ __forceinline__ void sort_pairs(const BwdParams& p, int* bucket) {
+  constexpr int kWarps = Tr::kThreads / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int* cq = p.fwd.cu_seqlens_q;
+  const int* ck = p.fwd.cu_seqlens_k;
+  for (int b = warp; b < p.fwd.batch; b += kWarps) {
+    const int len_q = cq[b + 1] - cq[b], len_k = ck[b + 1] - ck[b];
+    for (int kb = lane; kb * Tr::kBlockN < len_k; kb += 32) {
+      const int w =
+          att_bwd::walk_blocks<Tr::kCausal, Tr::kWindow>(kb, Tr::kBlockN, Tr::kBlockM, len_q, len_k, p.fwd.variant);
+      const int at = atomicAdd(&bucket[kOrderBuckets - 1 - min(w, kOrderBuckets - 1)], 1);  // bucket 0: the longest
+      if constexpr (kPlace) {
+        p.cta_order[2 * at] = b;
+        p.cta_order[2 * at + 1] = kb;
+      }
+    }
+  }
+}
+template <class Tr>
+__device__ __forceinline__ void build_cta_order(const BwdParams& p) {
+  __shared__ int bucket[kOrderBuckets];  // counts, then each bucket's next place
+  __shared__ int warp_total[32];
+  __shared__ int pairs;
+  constexpr int kPer = (kOrderBuckets + Tr::kThreads - 1) / Tr::kThreads;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int i = tid; i < kOrderBuckets; i += Tr::kThreads) bucket[i] = 0;
+  __syncthreads();
+  sort_pairs<Tr, false>(p, bucket);
+  __syncthreads();
+  // Each bucket's first place: an exclusive scan over the buckets (a thread's kPer, then its warp's
+  // threads, then the warps).
+  int mine[kPer], sum = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = tid * kPer + k;
+    mine[k] = i < kOrderBuckets ? bucket[i] : 0;
+    sum += mine[k];
+  }
+  int incl = sum;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int x = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += x;
+  }
+  if (lane == 31) warp_total[warp] = incl;
+  __syncthreads();
+  int base = incl - sum;
+  for (int w = 0; w < warp; ++w) base += warp_total[w];
+  if (tid == Tr::kThreads - 1) pairs = base + sum;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = tid * kPer + k;
+    if (i < kOrderBuckets) bucket[i] = base;
+    base += mine[k];
+  }
+  __syncthreads();
+  sort_pairs<Tr, true>(p, bucket);
+  for (int i = pairs + tid; i < p.cta_slots; i += Tr::kThreads) p.cta_order[2 * i] = -1;
+}
+
+// The main kernel's CTA: its key block, grid row (y: the KV head, with flash_bwd_mma's dkv_split
+// part) and sequence. From the preprocessing kernel's order where the call has one (above; *none: a
+// slot past the batch's pairs, nothing to do), else from its block index (bwd_blocks.h's cta_block).
+template <class Tr>
+__device__ __forceinline__ att_bwd::CtaBlock bwd_cta(const BwdParams& p, bool* none) {
+  *none = false;
+  if constexpr (kBwdVarlen && Tr::kVarlenLpt) {
+    if (p.cta_order) {  // grid (rows, slots): a slot's rows side by side, the slots in the sorted order
+      const int b = p.cta_order[2 * blockIdx.y];
+      *none = b < 0;
+      return att_bwd::CtaBlock{*none ? 0 : p.cta_order[2 * blockIdx.y + 1], static_cast<int>(blockIdx.x), *none ? 0 : b};
+    }
+  }
+  return att_bwd::cta_block<Tr::kLongestFirst>(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z);
+}
+
 // ---- the main loops' recomputed probabilities --------------------------------------------------
 // P of a raw score x = q.k whose row has lse2 = LSE * log2(e): 2^(x scale log2(e) - lse2), or under
 // a soft-cap C (the forward's score C tanh(scale x / C)) 2^(C log2(e) tanh(x softcap_scale) - lse2);
@@ -138,6 +234,9 @@ __device__ __forceinline__ float bwd_prob(float x, float lse2, const AttnParams&
 extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_preprocess(const BwdParams p) {
   const AttnParams& f = p.fwd;
   const int head = blockIdx.y, b = blockIdx.z, m0 = blockIdx.x * T::kBlockM;
+  if constexpr (kBwdVarlen && T::kVarlenLpt) {
+    if (p.cta_order && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) build_cta_order<T>(p);
+  }
   const BwdSeq seq = bwd_seq(p, b);
   // Varlen: the blocks past the sequence's rows (the grid covers the longest) own no rows of it.
   if (kBwdVarlen && m0 >= seq.len_q) return;

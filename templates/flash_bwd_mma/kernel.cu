@@ -174,11 +174,12 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) flash_b
   float* s_dp = s_lse + T::kStages * T::kBlockM;
 
   const AttnParams& f = p.fwd;
-  // The CTA's key block, its grid row and batch (bwd_blocks.h's cta_block: the grid's order, or
-  // longest first); the row is the KV head and (dkv_split) the part of the head dims of dK, dV and
+  // The CTA's key block, its grid row and batch (bwd_prepost.cuh's bwd_cta: the grid's order, longest
+  // first, or a packed batch's sorted order); the row is the KV head and (dkv_split) the part of the head dims of dK, dV and
   // dQ this CTA writes.
-  const att_bwd::CtaBlock cta =
-      att_bwd::cta_block<T::kLongestFirst>(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z);
+  bool none;
+  const att_bwd::CtaBlock cta = bwd_cta<T>(p, &none);
+  if (none) return;  // a slot past a packed batch's key blocks
   const int key_block = cta.key_block, hk = cta.y / T::kDkvSplit, part = cta.y % T::kDkvSplit, b = cta.z,
             n0 = key_block * T::kBlockN;
   const int col0 = part * T::kAccDim;  // the part's first head dim

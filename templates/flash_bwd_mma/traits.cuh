@@ -101,6 +101,14 @@ struct Traits {
 #else
   static constexpr int kLongestFirst = 0;
 #endif
+  // A packed batch (varlen builds): the CTAs in the order the preprocessing kernel sorts the batch's
+  // (sequence, key block) pairs into, longest walk first (bwd_prepost.cuh, build_cta_order; a call in
+  // the deterministic mode keeps the grid's order).
+#if defined(VARLEN_LPT)  // a tunable with a default: a config recorded before it existed is a build without it
+  static constexpr bool kVarlenLpt = VARLEN_LPT != 0;
+#else
+  static constexpr bool kVarlenLpt = false;
+#endif
 
   // Derived.
   static constexpr int kThreads = kWarps * 32;

@@ -149,10 +149,11 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   const float* dp_s = reinterpret_cast<const float*>(smem_raw + (base - raw) + T::kOffDp);
 
   const AttnParams& f = p.fwd;
-  // The CTA's key block, KV head and batch (bwd_blocks.h's cta_block: the grid's order, or longest
-  // first).
-  const att_bwd::CtaBlock cta =
-      att_bwd::cta_block<T::kLongestFirst>(blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z);
+  // The CTA's key block, KV head and batch (bwd_prepost.cuh's bwd_cta: the grid's order, longest
+  // first, or a packed batch's sorted order).
+  bool none;
+  const att_bwd::CtaBlock cta = bwd_cta<T>(p, &none);
+  if (none) return;  // a slot past a packed batch's key blocks
   const int key_block = cta.key_block, hk = cta.y, b = cta.z;
   const int n0 = key_block * T::kBlockN;
   const BwdSeq seq = bwd_seq(p, b);  // bwd_prepost.cuh: the sequence's lengths and offsets

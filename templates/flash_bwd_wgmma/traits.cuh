@@ -47,6 +47,14 @@ struct Traits {
   // KV head) pairs in groups of g, each group's key blocks from the first (causal: the longest
   // walk) to the last, so that the last wave is short walks (longest-processing-time first).
   static constexpr int kLongestFirst = LONGEST_FIRST;
+  // A packed batch (varlen builds): the CTAs in the order the preprocessing kernel sorts the batch's
+  // (sequence, key block) pairs into, longest walk first (bwd_prepost.cuh, build_cta_order; a call in
+  // the deterministic mode keeps the grid's order).
+#if defined(VARLEN_LPT)  // a tunable with a default: a config recorded before it existed is a build without it
+  static constexpr bool kVarlenLpt = VARLEN_LPT != 0;
+#else
+  static constexpr bool kVarlenLpt = false;
+#endif
   // A producer warpgroup (warp specialisation): its 128 threads issue every load (K and V once, then
   // each step's Q, dO, LSE and D rows by cp.async into the ring) and publish a stage on its "full"
   // mbarrier once the loads have landed; the consumer warpgroups wait on that barrier alone (no CTA

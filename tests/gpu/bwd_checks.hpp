@@ -84,6 +84,15 @@ inline const PropertyShape kBwdVarlenVariantShapes[] = {
     {"b=5,h=6,hkv=2,s=777,sk=1001,varlen=1,window=100,softcap=50,sinks=1", Layout::kBSHD},
     {"b=3,h=4,hkv=1,s=300,sk=300,varlen=1,window=17,softcap=5,sinks=1", Layout::kBHSD},
 };
+// The sorted order of a packed batch's CTAs (varlen_lpt: bwd_prepost.cuh's build_cta_order): more
+// sequences than a CTA has warps (the sort's warps loop), a sequence of more than 32 key blocks (its
+// lanes loop) beside a short one, odd lengths with GQA; each with the worker's ragged batch too
+// (empty and one-row sequences: no pairs, and pairs whose walk is empty).
+inline const PropertyShape kBwdVarlenLptShapes[] = {
+    {"b=40,h=4,hkv=2,s=300,sk=300,varlen=1", Layout::kBSHD},
+    {"b=2,h=8,hkv=2,s=1024,sk=2500,varlen=1", Layout::kBHSD},
+    {"b=5,h=6,hkv=2,s=777,sk=1001,varlen=1", Layout::kBSHD},
+};
 
 // A spread of `family`'s configs (`sample` per causal kind in `causals`; `window`: the problem's
 // window suffix, "" for none) built for `arch`, each checked on `shapes` (pass=bwd).

@@ -61,6 +61,19 @@ TEST(FlashBwdMmaProperty, Varlen) {
                         attntune::testing::kBwdVarlenVariantShapes, 7500, 2);
 }
 
+// A packed batch's CTAs in the sorted order (varlen_lpt): every varlen_lpt config of the spread, d=64
+// and 128, causal and not, and a causal window with a soft-cap and sinks (the sort's walks are the
+// windowed ones).
+TEST(FlashBwdMmaProperty, VarlenLpt) {
+  ATTNTUNE_REQUIRE_GPU();
+  const auto lpt = [](const Config& c) { return std::get<bool>(c.at("varlen_lpt")); };
+  for (int d : {64, 128})
+    check_backward_spread("flash_bwd_mma", gpu_arch(), d, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenLptShapes,
+                          9400u + static_cast<unsigned>(d), 4, lpt);
+  check_backward_spread("flash_bwd_mma", gpu_arch(), 64, {1}, ",window=64,softcap=30,sinks=1,varlen=1",
+                        attntune::testing::kBwdVarlenVariantShapes, 9500, 2, lpt);
+}
+
 // d=256 (Gemma 2 and 3): dkv_split 2, each of a key block's two CTAs computing S^T and dP^T over all
 // 256 head dims and writing half of dK, dV and dQ; causal and not, a causal window with a soft-cap
 // and sinks, and a packed batch.
@@ -182,10 +195,12 @@ TEST(FlashBwdMmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
   cuda::Context ctx(0);
   const std::string arch = cuda::device_props(0).arch;
   // (And of each kind a longest-first config, where there is one: its CTAs' turns follow cta_block's
-  // order; and one adding dQ in the fragments' order, frag or frag4.)
+  // order; one adding dQ in the fragments' order, frag or frag4; and a packed batch's sorted-order
+  // build, whose deterministic calls keep the grid's order.)
   attntune::testing::check_determinism(
       ctx, "flash_bwd_mma", arch, 5100,
       {[](const Config& c) { return std::get<std::int64_t>(c.at("longest_first")) != 0; },
-       [](const Config& c) { return std::get<std::string>(c.at("dq_reduce")).rfind("frag", 0) == 0; }},
+       [](const Config& c) { return std::get<std::string>(c.at("dq_reduce")).rfind("frag", 0) == 0; },
+       [](const Config& c) { return std::get<bool>(c.at("varlen_lpt")); }},
       {64, 128, 256});
 }

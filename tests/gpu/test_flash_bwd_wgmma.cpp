@@ -6,7 +6,7 @@
 // ATTNTUNE_PROPERTY_SAMPLE=N: N configs per (d, kind) (default 8; 0: all).
 // FlashBwdWgmmaDeterministic: the deterministic mode's bits run to run (tests/gpu/bwd_checks.hpp).
 // LongestFirst: every config of the longest-first order. WgSkew: the skewed consumer warpgroups.
-// LateLoads: head dim 256's loads issued under S^T and dP^T.
+// LateLoads: head dim 256's loads issued under S^T and dP^T. VarlenLpt: a packed batch's sorted CTA order.
 #include <fmt/format.h>
 
 #include <iterator>
@@ -66,6 +66,18 @@ TEST(FlashBwdWgmmaProperty, Varlen) {
                           7600u + static_cast<unsigned>(d), 4);
   check_backward_spread("flash_bwd_wgmma", "sm_90a", 64, {1}, ",window=64,softcap=30,sinks=1,varlen=1",
                         attntune::testing::kBwdVarlenVariantShapes, 7700, 2);
+}
+
+// A packed batch's CTAs in the sorted order (varlen_lpt): every varlen_lpt config of the spread, d=64
+// and 128, causal and not, and a causal window with a soft-cap and sinks.
+TEST(FlashBwdWgmmaProperty, VarlenLpt) {
+  REQUIRE_SM90();
+  const auto lpt = [](const Config& c) { return std::get<bool>(c.at("varlen_lpt")); };
+  for (int d : {64, 128})
+    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenLptShapes,
+                          9600u + static_cast<unsigned>(d), 4, lpt);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 64, {1}, ",window=64,softcap=30,sinks=1,varlen=1",
+                        attntune::testing::kBwdVarlenVariantShapes, 9700, 2, lpt);
 }
 
 // Soft-caps: the capped score recomputed and dS times its derivative, against the reference's
@@ -219,10 +231,12 @@ TEST(FlashBwdWgmmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
   REQUIRE_SM90();
   cuda::Context ctx(0);
   // Beside the spread, a longest-first build of the causal kind (the turns must hold in either order
-  // of the key blocks) and a build with a producer warpgroup.
+  // of the key blocks), a build with a producer warpgroup, and a packed batch's sorted-order build
+  // (its deterministic calls keep the grid's order).
   attntune::testing::check_determinism(
       ctx, "flash_bwd_wgmma", "sm_90a", 6100,
       {[](const Config& c) { return std::get<std::int64_t>(c.at("longest_first")) != 0; },
-       [](const Config& c) { return std::get<bool>(c.at("producer")); }},
+       [](const Config& c) { return std::get<bool>(c.at("producer")); },
+       [](const Config& c) { return std::get<bool>(c.at("varlen_lpt")); }},
       {64, 128, 256});
 }

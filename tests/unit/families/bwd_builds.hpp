@@ -3,9 +3,11 @@
 // flash_bwd_mma on sm_80 and sm_90 and flash_bwd_wgmma on sm_90a, without wgmma serialisation and
 // within FlashBwdWgmmaBuild's and FlashBwdMmaBuild's spill bounds (d=128 at most 16 bytes, d=64 64).
 #pragma once
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -16,7 +18,9 @@
 
 namespace attntune::testing {
 
-inline void expect_backward_builds(std::initializer_list<const char*> specs) {
+// keep (optional): the configs of each problem's space to take the smallest and largest of.
+inline void expect_backward_builds(std::initializer_list<const char*> specs,
+                                   const std::function<bool(const Config&)>& keep = {}) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const std::pair<const char*, const char*> builds[] = {
@@ -31,7 +35,9 @@ inline void expect_backward_builds(std::initializer_list<const char*> specs) {
     std::size_t submitted = 0;
     for (const char* spec : specs) {
       const Problem p = Problem::parse(spec);
-      const auto all = space.enumerate(p, arch);
+      std::vector<Config> all;
+      for (const Config& c : space.enumerate(p, arch))
+        if (!keep || keep(c)) all.push_back(c);
       ASSERT_FALSE(all.empty()) << spec;
       for (const Config* c : {&all.front(), &all.back()}) {
         pool.submit({*c, render_kernel(space, *c, p, arch), arch});
