@@ -146,7 +146,7 @@ __device__ __forceinline__ void sort_pairs(const BwdParams& p, int* bucket) {
       const int w =
           att_bwd::walk_blocks<Tr::kCausal, Tr::kWindow>(kb, Tr::kBlockN, Tr::kBlockM, len_q, len_k, p.fwd.variant);
       const int at = atomicAdd(&bucket[kOrderBuckets - 1 - min(w, kOrderBuckets - 1)], 1);  // bucket 0: the longest
-      if constexpr (kPlace) {
+      if (kPlace && at < p.cta_slots) {  // (always, where total_k is the batch's: bwd_launch.h sizes the slots)
         p.cta_order[2 * at] = b;
         p.cta_order[2 * at + 1] = kb;
       }
