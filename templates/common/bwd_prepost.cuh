@@ -120,18 +120,21 @@ __device__ __forceinline__ long long bwd_offset(const long long (&stride)[3], in
 // ---- a packed batch's CTA order (varlen_lpt) -------------------------------------------------------
 // A varlen grid sized by the longest sequence idles where the others are shorter, and its order
 // (key blocks fastest, then KV heads, then sequences) can leave a long sequence's walks for the last
-// wave. With the traits' kVarlenLpt and BwdParams::cta_order given (bwd_launch.h: a call that is not
-// deterministic), block (0, 0, 0) of the preprocessing kernel lists the batch's (sequence, key block)
-// pairs sorted by their walks (bwd_blocks.h's walk_blocks: the query blocks the pair's CTAs step
-// through a query head), longest first, and the main kernel's grid is (grid rows, slots), one CTA a
-// slot and grid row (the KV head, with flash_bwd_mma's dkv_split part), a slot's rows side by side:
-// the hardware hands out CTAs in that order as SMs free up, longest-processing-time-first list
-// scheduling over every sequence. A counting sort: walks in kOrderBuckets buckets (longer walks share
-// the last, where the order no longer matters), each pair's place from a shared-memory atomicAdd on
-// its bucket's start, so ties land in any order (the deterministic mode needs a sequence's lower key
-// blocks first and does not take this order). Slots past the batch's pairs read -1: their CTAs end
-// at once.
-constexpr int kOrderBuckets = 1024;
+// wave. With the traits' kVarlenLpt (g sequences a group) and BwdParams::cta_order given (bwd_launch.h:
+// a call that is not deterministic), block (0, 0, 0) of the preprocessing kernel lists the batch's
+// (sequence, key block) pairs group by group (sequences [0, g), [g, 2g), ...), each group's sorted
+// by their walks (bwd_blocks.h's walk_blocks: the query blocks the pair's CTAs step through a query
+// head), longest first, and the main kernel's grid is (grid rows, slots), one CTA a slot and grid row
+// (the KV head, with flash_bwd_mma's dkv_split part), a slot's rows side by side: the hardware hands
+// out CTAs in that order as SMs free up, longest-processing-time-first list scheduling within a group
+// of sequences. Groups keep the CTAs in flight on a few sequences' Q, dO and dQ (L2's reuse: one
+// group of every pair lost 1-19% on dense causal shapes and 3-8% on a b16 batch, runs 335-336); a
+// group as large as the batch sorts it whole (+11-22% on a b8 one, run 332). A counting sort:
+// kOrderGroups x kWalkBuckets buckets (groups past the last share it, walks past the last bucket
+// share that), each pair's place from a shared-memory atomicAdd on its bucket's start, so ties land
+// in any order (the deterministic mode needs a sequence's lower key blocks first and does not take
+// this order). Slots past the batch's pairs read -1: their CTAs end at once.
+constexpr int kOrderGroups = 16, kWalkBuckets = 256, kOrderBuckets = kOrderGroups * kWalkBuckets;
 // Every (sequence, key block) pair of the batch once, a warp a sequence and a lane a key block, into
 // its bucket: counted (kPlace false), or given the bucket's next place in the order (true).
 template <class Tr, bool kPlace>
@@ -142,10 +145,12 @@ __device__ __forceinline__ void sort_pairs(const BwdParams& p, int* bucket) {
   const int* ck = p.fwd.cu_seqlens_k;
   for (int b = warp; b < p.fwd.batch; b += kWarps) {
     const int len_q = cq[b + 1] - cq[b], len_k = ck[b + 1] - ck[b];
+    const int group = min(b / Tr::kVarlenLpt, kOrderGroups - 1);
     for (int kb = lane; kb * Tr::kBlockN < len_k; kb += 32) {
       const int w =
           att_bwd::walk_blocks<Tr::kCausal, Tr::kWindow>(kb, Tr::kBlockN, Tr::kBlockM, len_q, len_k, p.fwd.variant);
-      const int at = atomicAdd(&bucket[kOrderBuckets - 1 - min(w, kOrderBuckets - 1)], 1);  // bucket 0: the longest
+      // The group's bucket 0: its longest walks.
+      const int at = atomicAdd(&bucket[group * kWalkBuckets + kWalkBuckets - 1 - min(w, kWalkBuckets - 1)], 1);
       if (kPlace && at < p.cta_slots) {  // (always, where total_k is the batch's: bwd_launch.h sizes the slots)
         p.cta_order[2 * at] = b;
         p.cta_order[2 * at + 1] = kb;
@@ -201,7 +206,7 @@ __device__ __forceinline__ void build_cta_order(const BwdParams& p) {
 template <class Tr>
 __device__ __forceinline__ att_bwd::CtaBlock bwd_cta(const BwdParams& p, bool* none) {
   *none = false;
-  if constexpr (kBwdVarlen && Tr::kVarlenLpt) {
+  if constexpr (kBwdVarlen && Tr::kVarlenLpt > 0) {
     if (p.cta_order) {  // grid (rows, slots): a slot's rows side by side, the slots in the sorted order
       const int b = p.cta_order[2 * blockIdx.y];
       *none = b < 0;
@@ -234,7 +239,7 @@ __device__ __forceinline__ float bwd_prob(float x, float lse2, const AttnParams&
 extern "C" __global__ void __launch_bounds__(T::kThreads) flash_bwd_preprocess(const BwdParams p) {
   const AttnParams& f = p.fwd;
   const int head = blockIdx.y, b = blockIdx.z, m0 = blockIdx.x * T::kBlockM;
-  if constexpr (kBwdVarlen && T::kVarlenLpt) {
+  if constexpr (kBwdVarlen && T::kVarlenLpt > 0) {
     if (p.cta_order && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) build_cta_order<T>(p);
   }
   const BwdSeq seq = bwd_seq(p, b);

@@ -101,13 +101,14 @@ struct Traits {
 #else
   static constexpr int kLongestFirst = 0;
 #endif
-  // A packed batch (varlen builds): the CTAs in the order the preprocessing kernel sorts the batch's
-  // (sequence, key block) pairs into, longest walk first (bwd_prepost.cuh, build_cta_order; a call in
-  // the deterministic mode keeps the grid's order).
+  // A packed batch (varlen builds): g > 0, the CTAs in the order the preprocessing kernel sorts the
+  // batch's (sequence, key block) pairs into, groups of g sequences in turn, each longest walk first
+  // (bwd_prepost.cuh, build_cta_order; a call in the deterministic mode keeps the grid's order); 0,
+  // the grid's order.
 #if defined(VARLEN_LPT)  // a tunable with a default: a config recorded before it existed is a build without it
-  static constexpr bool kVarlenLpt = VARLEN_LPT != 0;
+  static constexpr int kVarlenLpt = VARLEN_LPT;
 #else
-  static constexpr bool kVarlenLpt = false;
+  static constexpr int kVarlenLpt = 0;
 #endif
 
   // Derived.
@@ -172,6 +173,7 @@ struct Traits {
                 "kv_pairs: warps in pairs, each scoring whole 16-query pairs of tiles and accumulating whole 16-dim "
                 "pairs of dK and dV");
   static_assert(kStages >= 2 && kStages <= 3, "2 or 3 Q/dO stages");
+  static_assert(kVarlenLpt >= 0, "varlen_lpt is a group of sequences, or 0");
   static_assert(kLongestFirst >= 0, "longest_first is a group of (batch, KV head) rows, or 0");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes formula disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with warps * 32");

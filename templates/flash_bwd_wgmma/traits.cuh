@@ -47,13 +47,14 @@ struct Traits {
   // KV head) pairs in groups of g, each group's key blocks from the first (causal: the longest
   // walk) to the last, so that the last wave is short walks (longest-processing-time first).
   static constexpr int kLongestFirst = LONGEST_FIRST;
-  // A packed batch (varlen builds): the CTAs in the order the preprocessing kernel sorts the batch's
-  // (sequence, key block) pairs into, longest walk first (bwd_prepost.cuh, build_cta_order; a call in
-  // the deterministic mode keeps the grid's order).
+  // A packed batch (varlen builds): g > 0, the CTAs in the order the preprocessing kernel sorts the
+  // batch's (sequence, key block) pairs into, groups of g sequences in turn, each longest walk first
+  // (bwd_prepost.cuh, build_cta_order; a call in the deterministic mode keeps the grid's order); 0,
+  // the grid's order.
 #if defined(VARLEN_LPT)  // a tunable with a default: a config recorded before it existed is a build without it
-  static constexpr bool kVarlenLpt = VARLEN_LPT != 0;
+  static constexpr int kVarlenLpt = VARLEN_LPT;
 #else
-  static constexpr bool kVarlenLpt = false;
+  static constexpr int kVarlenLpt = 0;
 #endif
   // A producer warpgroup (warp specialisation): its 128 threads issue every load (K and V once, then
   // each step's Q, dO, LSE and D rows by cp.async into the ring) and publish a stage on its "full"
@@ -194,6 +195,7 @@ struct Traits {
                 "dQ's column groups must be whole 64-column blocks of K, one or more a warpgroup");
   static_assert(kStages >= 2 && kStages <= 3, "2 or 3 Q/dO stages");
   static_assert(!kDqDefer || kDqUnits == 1, "a deferred dQ is one unit a warpgroup");
+  static_assert(kVarlenLpt >= 0, "varlen_lpt is a group of sequences, or 0");
   static_assert(kLongestFirst >= 0, "longest_first is a group of (batch, KV head) pairs, or 0");
   static_assert(!kProducer || kColSplit == 1, "a producer warpgroup at head dims up to 128");
   static_assert(!kFa4Order || (kProducer && kDqUnits == 1 && !kDqDefer), "fa4_order: a producer build, one dQ unit a warpgroup");

@@ -66,7 +66,7 @@ TEST(FlashBwdMmaProperty, Varlen) {
 // windowed ones).
 TEST(FlashBwdMmaProperty, VarlenLpt) {
   ATTNTUNE_REQUIRE_GPU();
-  const auto lpt = [](const Config& c) { return std::get<bool>(c.at("varlen_lpt")); };
+  const auto lpt = [](const Config& c) { return std::get<std::int64_t>(c.at("varlen_lpt")) != 0; };
   for (int d : {64, 128})
     check_backward_spread("flash_bwd_mma", gpu_arch(), d, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenLptShapes,
                           9400u + static_cast<unsigned>(d), 4, lpt);
@@ -201,6 +201,6 @@ TEST(FlashBwdMmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
       ctx, "flash_bwd_mma", arch, 5100,
       {[](const Config& c) { return std::get<std::int64_t>(c.at("longest_first")) != 0; },
        [](const Config& c) { return std::get<std::string>(c.at("dq_reduce")).rfind("frag", 0) == 0; },
-       [](const Config& c) { return std::get<bool>(c.at("varlen_lpt")); }},
+       [](const Config& c) { return std::get<std::int64_t>(c.at("varlen_lpt")) != 0; }},
       {64, 128, 256});
 }

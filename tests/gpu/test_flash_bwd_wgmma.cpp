@@ -72,7 +72,7 @@ TEST(FlashBwdWgmmaProperty, Varlen) {
 // and 128, causal and not, and a causal window with a soft-cap and sinks.
 TEST(FlashBwdWgmmaProperty, VarlenLpt) {
   REQUIRE_SM90();
-  const auto lpt = [](const Config& c) { return std::get<bool>(c.at("varlen_lpt")); };
+  const auto lpt = [](const Config& c) { return std::get<std::int64_t>(c.at("varlen_lpt")) != 0; };
   for (int d : {64, 128})
     check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenLptShapes,
                           9600u + static_cast<unsigned>(d), 4, lpt);
@@ -237,6 +237,6 @@ TEST(FlashBwdWgmmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
       ctx, "flash_bwd_wgmma", "sm_90a", 6100,
       {[](const Config& c) { return std::get<std::int64_t>(c.at("longest_first")) != 0; },
        [](const Config& c) { return std::get<bool>(c.at("producer")); },
-       [](const Config& c) { return std::get<bool>(c.at("varlen_lpt")); }},
+       [](const Config& c) { return std::get<std::int64_t>(c.at("varlen_lpt")) != 0; }},
       {64, 128, 256});
 }

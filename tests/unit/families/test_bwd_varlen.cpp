@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "templates/common/bwd_blocks.h"
@@ -38,7 +39,7 @@ struct BwdFamily {
 const BwdFamily kFamilies[] = {{"flash_bwd_mma", "sm_90"}, {"flash_bwd_wgmma", "sm_90a"}};
 
 long long param(const Config& c, const char* name) { return std::get<std::int64_t>(c.at(name)); }
-bool sorted_order(const Config& c) { return std::get<bool>(c.at("varlen_lpt")); }
+bool sorted_order(const Config& c) { return std::get<std::int64_t>(c.at("varlen_lpt")) != 0; }
 long long block_n_of(const BwdFamily& fam, const Config& c) {
   return std::string(fam.name) == "flash_bwd_mma" ? param(c, "warps") * 16 * param(c, "key_tiles")
                                                   : param(c, "block_n");
@@ -212,7 +213,8 @@ TEST(BackwardVarlen, ASortedOrderLaunchesACtaASlotAndGridRow) {
     for (const Config& c : space.enumerate(dense, fam.arch)) EXPECT_FALSE(sorted_order(c)) << config_str(c);
     for (const Config* c : {&sorted.front(), &sorted.back()}) {
       SCOPED_TRACE(config_str(*c));
-      EXPECT_NE(render_kernel(space, *c, varlen, fam.arch).source.find("#define VARLEN_LPT 1\n"), std::string::npos);
+      EXPECT_NE(render_kernel(space, *c, varlen, fam.arch).source.find(fmt::format("#define VARLEN_LPT {}\n", param(*c, "varlen_lpt"))),
+                std::string::npos);
       const long long bn = block_n_of(fam, *c), slots = total_k / bn + 3;
       // The most key blocks three sequences of 517 keys can have: 300 + 217 (+ 0), 300 + 216 + 1, ...
       EXPECT_GE(slots, (300 + bn - 1) / bn + (216 + bn - 1) / bn + 1);
