@@ -123,17 +123,13 @@ struct BwdLaunch {
     if (call.seqlen_q > 0)
       p->launch[p->launches++] =
           Launch{0, {static_cast<unsigned>(pre_blocks), hq, bt}, static_cast<unsigned>(threads), 0, 1};
-    if (call.seqlen_k > 0 && slots > 0)
-      p->launch[p->launches++] = Launch{
-          1, {static_cast<unsigned>(grid_rows), static_cast<unsigned>(slots), 1}, static_cast<unsigned>(threads),
-          static_cast<unsigned>(smem_bytes), 1};
-    else if (call.seqlen_k > 0)
-      p->launch[p->launches++] = Launch{1,
-                                        {static_cast<unsigned>(ceil_div(call.seqlen_k, block_n)),
-                                         static_cast<unsigned>(grid_rows), bt},
-                                        static_cast<unsigned>(threads),
-                                        static_cast<unsigned>(smem_bytes),
-                                        1};
+    if (call.seqlen_k > 0) {
+      // (grid rows, slots) in the sorted order; else (key blocks of the longest, grid rows, batch).
+      const unsigned kx = static_cast<unsigned>(ceil_div(call.seqlen_k, block_n)), gr = static_cast<unsigned>(grid_rows);
+      p->launch[p->launches++] =
+          Launch{1, {slots > 0 ? gr : kx, slots > 0 ? static_cast<unsigned>(slots) : gr, slots > 0 ? 1u : bt},
+                 static_cast<unsigned>(threads), static_cast<unsigned>(smem_bytes), 1};
+    }
     if (call.seqlen_q > 0)
       p->launch[p->launches++] = Launch{
           2, {static_cast<unsigned>(ceil_div(call.seqlen_q, block_m)), hq, bt}, static_cast<unsigned>(threads), 0, 1};

@@ -20,6 +20,7 @@
 #include "templates/common/bwd_params.h"
 #include "tests/common/plan_call.hpp"
 #include "tests/unit/families/bwd_builds.hpp"
+#include "tests/unit/families/bwd_plan.hpp"
 
 using namespace attntune;
 using attntune::testing::backward_call_of;
@@ -45,39 +46,10 @@ long long block_n_of(const BwdFamily& fam, const Config& c) {
                                                   : param(c, "block_n");
 }
 
-// Plans `call` for the build of (config, built) and binds each launch, workspaces at fake addresses;
-// the launches' BwdParams (zeroed where bind gave nothing), or the refusal's reason.
-struct Bound {
-  attntune_plan::Plan plan{};
-  attntune_plan::Resources res{};
-  BwdParams params[3];
-  std::string why;
-};
+using Bound = attntune::testing::BwdBound;
 Bound plan_and_bind(const BwdFamily& fam, const SearchSpace& space, const Config& config, const Problem& built,
                     const attntune_plan::Call& call) {
-  Bound out;
-  std::memset(out.params, 0, sizeof out.params);
-  const attntune_plan::LaunchFamily& lf = *builtin_family(fam.name).plan;
-  const Defines named = kernel_defines(space, config, built, fam.arch);
-  const auto defs = plan_defines(named);
-  attntune_plan::Consts consts{};
-  attntune_plan::Why why{};
-  if (lf.load(defs.data(), static_cast<int>(defs.size()), consts.bytes, &why) ||
-      lf.plan(consts.bytes, call, FakeDevice{}.device(), &out.plan, &why)) {
-    out.why = why.text;
-    return out;
-  }
-  for (int i = 0; i < out.plan.workspaces; ++i)
-    out.res.workspace[i] = reinterpret_cast<void*>((std::uintptr_t{1} << 41) * (i + 1));
-  for (int l = 0; l < out.plan.launches; ++l) {
-    attntune_plan::Args args;
-    if (lf.bind(consts.bytes, call, out.plan, out.res, l, &args, &why)) {
-      out.why = why.text;
-      return out;
-    }
-    if (args.count > 0) std::memcpy(&out.params[l], args.ptr[0], sizeof(BwdParams));
-  }
-  return out;
+  return attntune::testing::bwd_plan_and_bind(fam.name, fam.arch, space, config, built, call);
 }
 
 }  // namespace

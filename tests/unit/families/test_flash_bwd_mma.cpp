@@ -21,6 +21,7 @@
 #include "tests/common/input_error.hpp"
 #include "tests/common/plan_call.hpp"
 #include "tests/common/run_attntune.hpp"
+#include "tests/unit/families/bwd_plan.hpp"
 
 using namespace attntune;
 using attntune::testing::backward_call_of;
@@ -32,39 +33,12 @@ namespace {
 
 std::int64_t get(const Config& c, const char* name) { return std::get<std::int64_t>(c.at(name)); }
 
-struct Planned {
-  attntune_plan::Plan plan{};
-  attntune_plan::Resources res{};
-  BwdParams params[3];  // what bind gives each launch (zeroed where it gave nothing)
-  std::string why;      // a refusal's reason
-};
+using Planned = attntune::testing::BwdBound;
 
-// Plans and binds `call` for the build of (config, built) on sm_90, workspaces at fake addresses.
+// Plans and binds `call` for the build of (config, built) on sm_90 (bwd_plan.hpp).
 Planned plan_and_bind(const SearchSpace& space, const Config& config, const Problem& built,
                       const attntune_plan::Call& call) {
-  Planned out;
-  std::memset(out.params, 0, sizeof out.params);
-  const Defines named = kernel_defines(space, config, built, "sm_90");
-  const auto defs = plan_defines(named);  // names point into `named`
-  attntune_plan::Consts consts{};
-  attntune_plan::Why why{};
-  if (attntune_plan::kFlashBwdMma.load(defs.data(), static_cast<int>(defs.size()), consts.bytes, &why) ||
-      attntune_plan::kFlashBwdMma.plan(consts.bytes, call, FakeDevice{}.device(), &out.plan, &why)) {
-    out.why = why.text;
-    return out;
-  }
-  for (int i = 0; i < out.plan.workspaces; ++i)
-    out.res.workspace[i] = reinterpret_cast<void*>((std::uintptr_t{1} << 41) * (i + 1));
-  for (int l = 0; l < out.plan.launches; ++l) {
-    attntune_plan::Args args;
-    if (attntune_plan::kFlashBwdMma.bind(consts.bytes, call, out.plan, out.res, l, &args, &why)) {
-      out.why = why.text;
-      return out;
-    }
-    EXPECT_EQ(args.count, 1);
-    if (args.count > 0) std::memcpy(&out.params[l], args.ptr[0], sizeof(BwdParams));
-  }
-  return out;
+  return attntune::testing::bwd_plan_and_bind("flash_bwd_mma", "sm_90", space, config, built, call);
 }
 
 }  // namespace
