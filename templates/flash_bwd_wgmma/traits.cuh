@@ -111,10 +111,15 @@ struct Traits {
   // H200 runs 314-316); builds without a producer at head dims up to 128 divide (walk_step), as they
   // did: there the cursor ran 2-3% slower (the deferred dQ's causal picks, runs 314-315). The loads'
   // loop (kWalkCursorLoads) and the consumers' (kWalkCursorSteps) apart: consumers of 128-row steps
-  // (d <= 64: S^T and dP^T of 128 queries, 240 registers) keep the divide, as the cursor's two
-  // registers there spilled up to 108 bytes where main spilled none (red dQ; ptxas, CUDA 13.0).
+  // (d <= 64: S^T and dP^T of 128 queries) take the cursor only in two consumer warpgroups (240
+  // registers each) with dQ's bulk reductions and no skew. With red dQ its two registers spilled
+  // 100-108 bytes where the divide spilled none, with wg_skew 16 (ptxas, CUDA 13.0, 2026-12-02), and
+  // one warpgroup's 255 (block_n 64) 8-24 bytes more than the divide in packed causal builds
+  // (2026-12-03); two warpgroups with bulk dQ build as clean as with the divide.
+  static constexpr bool kWalkCursorSteps =
+      (kProducer && (kBlockM / kColSplit <= 64 || (kDqBulk && !kWgSkew && kBlockN == 128))) ||
+      kColSplit > 1;
   static constexpr bool kWalkCursorLoads = kProducer || kColSplit > 1;
-  static constexpr bool kWalkCursorSteps = (kProducer && kBlockM / kColSplit <= 64) || kColSplit > 1;
   static constexpr int kWarpgroups = kBlockN / 64 * kColSplit;  // the consumers (the products)
   static constexpr int kConsumerThreads = kWarpgroups * 128;
   static constexpr int kThreads = kConsumerThreads + (kProducer ? 128 : 0);  // the producer warpgroup last

@@ -7,6 +7,7 @@
 // FlashBwdWgmmaDeterministic: the deterministic mode's bits run to run (tests/gpu/bwd_checks.hpp).
 // LongestFirst: every config of the longest-first order. WgSkew: the skewed consumer warpgroups.
 // LateLoads: head dim 256's loads issued under S^T and dP^T. VarlenLpt: a packed batch's sorted CTA order.
+// WalkCursor128RowSteps: the consumers' cursor at d <= 64's 128-row steps.
 #include <fmt/format.h>
 
 #include <iterator>
@@ -225,6 +226,30 @@ TEST(FlashBwdWgmmaProperty, LateLoads) {
                         2, late);
   cuda::Context ctx(0);
   attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 7700, {late}, {256});
+}
+
+// The walk's cursor in the consumers of 128-row steps (d <= 64): producer builds of two consumer
+// warpgroups with dQ's bulk reductions and no skew (traits.cuh kWalkCursorSteps), every such config
+// at d=64 and a padded d=48, causal and not, longest first, windows with sinks, a soft-cap, packed
+// batches in either order; then their deterministic bits.
+TEST(FlashBwdWgmmaProperty, WalkCursor128RowSteps) {
+  REQUIRE_SM90();
+  const auto cursor = [](const Config& c) {
+    return std::get<bool>(c.at("producer")) && std::get<std::int64_t>(c.at("block_m")) == 128 &&
+           std::get<std::int64_t>(c.at("block_n")) == 128 && std::get<std::string>(c.at("dq_reduce")) == "bulk" &&
+           !std::get<bool>(c.at("wg_skew"));
+  };
+  for (int d : {64, 48})
+    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, "", attntune::testing::kBwdShapes,
+                          7800u + static_cast<unsigned>(d), 0, cursor);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 64, {1}, ",window=64,sinks=1",
+                        attntune::testing::kBwdWindowSinkShapes, 7900, 0, cursor);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 64, {0, 1}, ",softcap=50", attntune::testing::kBwdSoftcapShapes,
+                        7940, 0, cursor);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 64, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenLptShapes,
+                        7960, 0, cursor);
+  cuda::Context ctx(0);
+  attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 7990, {cursor}, {64});
 }
 
 TEST(FlashBwdWgmmaDeterministic, TwoRunsGiveBitIdenticalGradients) {

@@ -10,10 +10,10 @@
 // both layouts (V^T from either), one query row, windows and sinks (builds with them), per-tensor
 // scales (strides 0), head dims 64, 96, 128 and 256, and long key ranges (sk 65537 and 131101, V also
 // around a nonzero mean: the LSE and O over 64k-128k keys, where FP8 wgmma's own accumulation alone
-// would drift). At d=256 each tile's P.V runs in column chunks (pv_chunks: halves or quarters of the
-// value dims, one chunk's accumulator or two, pv_buffers), each chunk added to O in fp32 before the
-// next reuses its accumulator: every chunking and schedule the space offers there is checked, with the
-// long keys too. ATTNTUNE_PROPERTY_SAMPLE configs a kind (causal or not; default 6 at d=128 and 256,
+// would drift). At d=256, and at d=128 with key tiles past 128, each tile's P.V runs in column chunks
+// (pv_chunks: halves or quarters of the value dims, one chunk's accumulator or two, pv_buffers), each
+// chunk added to O in fp32 before the next reuses its accumulator: every chunking and schedule the
+// space offers there is checked, with the long keys too. ATTNTUNE_PROPERTY_SAMPLE configs a kind (causal or not; default 6 at d=128 and 256,
 // 2 at the others).
 #include <string>
 #include <vector>
@@ -215,6 +215,27 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, EveryChunkingD256) {
                         },
                         "", fp8_forward_shapes());
     }
+}
+
+// At d=128 the chunks make room for key tiles past 128 (block_n 144-256; a whole tile's accumulator
+// fits up to 128): every chunking in each schedule, then a window with sinks, and the long keys
+// around a nonzero mean (every chunk of every tile must reach O in fp32).
+TEST(FlashFwdWgmmaFp8ForwardProperty, EveryChunkingD128) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (auto [chunks, buffers] : {std::pair{2, 1}, {4, 1}, {4, 2}})
+    for (bool overlap : {false, true}) {
+      SCOPED_TRACE(fmt::format("pv_chunks={} pv_buffers={} intra_wg_overlap={}", chunks, buffers, overlap));
+      check_fp8_forward(128, attntune::testing::property_sample(2), false,
+                        [&](const Config& c) {
+                          return num(c, "pv_chunks") == chunks && num(c, "pv_buffers") == buffers &&
+                                 flag(c, "intra_wg_overlap") == overlap;
+                        },
+                        "", fp8_forward_shapes());
+    }
+  const auto chunked = [](const Config& c) { return num(c, "pv_chunks") > 1; };
+  check_fp8_forward(128, attntune::testing::property_sample(2), false, chunked, ",window=127,sinks=1",
+                    fp8_forward_variant_shapes());
+  check_fp8_forward(128, attntune::testing::property_sample(2), false, chunked, "", long_key_shapes(), 2.f);
 }
 
 TEST(FlashFwdWgmmaFp8ForwardProperty, PersistentSplitAndPairsD256) {
