@@ -967,8 +967,10 @@ TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardWhereItIsWritten) {
     EXPECT_FALSE(flag(c, "pack_gqa")) << config_str(c);
   });
   EXPECT_GT(n, 0u);
-  // (fold_fma is the FP8 forward's alone: a config without it, so that the bf16 shape below takes it too.)
-  const Config c = last_valid(space, p, [](const Config& x) { return !flag(x, "fold_fma"); });
+  // (fold_fma and pv_chunks are the FP8 forward's alone: a config without them, so that the bf16 shape
+  // below takes it too.)
+  const Config c =
+      last_valid(space, p, [](const Config& x) { return !flag(x, "fold_fma") && num(x, "pv_chunks") == 1; });
   const RenderedKernel k = render_kernel(space, c, p, kArch);
   EXPECT_NE(k.source.find("#define ATT_QKV_FP8 1\n"), std::string::npos);
   EXPECT_NE(k.source.find("#define ATT_DTYPE_BF16 1\n"), std::string::npos);  // O is bf16
@@ -995,8 +997,8 @@ TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardWhereItIsWritten) {
 // The FP8 forward at d=256 runs P.V in column chunks, one chunk's accumulator (or two) beside O: the
 // space offers it with two consumer warpgroups and a producer, in halves or quarters (two
 // accumulators for quarters only) up to 128x160, the overlap in quarters with one accumulator at
-// 128x64 (its S, P, chunk and O live together) and without fa4_loop; and chunks nowhere else (16-bit problems, FP8 at d <= 128:
-// their configs as before, pv_chunks 1). A config recorded before the tunables existed renders as
+// 128x64 (its S, P, chunk and O live together) and without fa4_loop; at d=128 past key tiles of 128
+// (below); nowhere else (16-bit problems, FP8 below d=128: their configs as before, pv_chunks 1). A config recorded before the tunables existed renders as
 // pv_chunks=1, pv_buffers=1.
 TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardAtD256InColumnChunks) {
   const SearchSpace space = load_space();
@@ -1022,8 +1024,22 @@ TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardAtD256InColumnChunks) {
     EXPECT_EQ(widest, 160) << spec;
     EXPECT_EQ(widest_overlap, 64) << spec;
   }
-  for (const char* spec : {"b=1,h=16,s=16384,d=128,dtype=fp8,causal=0", "b=1,h=16,s=4096,d=256,dtype=bf16,causal=1",
-                           "b=1,h=16,s=4096,d=64,dtype=fp8,causal=1"}) {
+  // At d=128 chunks only past key tiles of 128 (a whole tile's accumulator fits up to 128), with two
+  // consumer warpgroups beside a producer, and not with fa4_loop (run 338).
+  {
+    const char* spec = "b=1,h=16,s=16384,d=128,dtype=fp8,causal=0";
+    std::size_t chunked = 0;
+    space.for_each_valid(Problem::parse(spec), kArch, [&](const Config& c) {
+      if (num(c, "pv_chunks") == 1) return;
+      ++chunked;
+      EXPECT_GT(num(c, "block_n"), 128) << config_str(c);
+      EXPECT_EQ(num(c, "block_m"), 128) << config_str(c);
+      EXPECT_TRUE(flag(c, "warp_specialize")) << config_str(c);
+      EXPECT_FALSE(flag(c, "fa4_loop")) << config_str(c);
+    });
+    EXPECT_GT(chunked, 100u) << spec;
+  }
+  for (const char* spec : {"b=1,h=16,s=4096,d=256,dtype=bf16,causal=1", "b=1,h=16,s=4096,d=64,dtype=fp8,causal=1"}) {
     std::size_t n = 0;
     space.for_each_valid(Problem::parse(spec), kArch, [&](const Config& c) {
       ++n;
@@ -1039,7 +1055,7 @@ TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardAtD256InColumnChunks) {
   EXPECT_NE(k.source.find("#define PV_CHUNKS 4\n"), std::string::npos);
   EXPECT_NE(k.source.find("#define PV_BUFFERS 2\n"), std::string::npos);
   const Problem q = Problem::parse("b=1,h=16,s=16384,d=128,dtype=fp8,causal=0");
-  const Config one = last_valid(space, q, [](const Config&) { return true; });
+  const Config one = last_valid(space, q, [](const Config& x) { return num(x, "pv_chunks") == 1; });
   ASSERT_FALSE(one.empty());
   Config old = one;
   old.erase("pv_chunks");
