@@ -13,8 +13,8 @@
 // would drift). At d=256, and at d=128 with key tiles past 128, each tile's P.V runs in column chunks
 // (pv_chunks: halves or quarters of the value dims, one chunk's accumulator or two, pv_buffers), each
 // chunk added to O in fp32 before the next reuses its accumulator: every chunking and schedule the
-// space offers there is checked, with the long keys too. ATTNTUNE_PROPERTY_SAMPLE configs a kind (causal or not; default 6 at d=128 and 256,
-// 2 at the others).
+// space offers there is checked, with the long keys too. ATTNTUNE_PROPERTY_SAMPLE configs a kind
+// (causal or not; default 6 at d=128 and 256, 2 at the others).
 #include <string>
 #include <vector>
 
@@ -93,6 +93,22 @@ bool persistent_split_or_pair(const Config& c) {
 // 64k and 128k keys: where a reduced-precision accumulation of O would drift.
 std::vector<PropertyShape> long_key_shapes() {
   return {{"b=1,h=2,hkv=1,s=130,sk=65537", Layout::kBHSD}, {"b=1,h=1,hkv=1,s=64,sk=131101", Layout::kBSHD}};
+}
+
+// Each chunking (halves and quarters with one accumulator, quarters with two), without the overlap and,
+// where `overlap_fits(chunks, buffers)`, with it, on the spread's shapes at head dim d.
+void check_every_chunking(int d, const std::function<bool(int, int)>& overlap_fits) {
+  for (auto [chunks, buffers] : {std::pair{2, 1}, {4, 1}, {4, 2}})
+    for (bool overlap : {false, true}) {
+      if (overlap && !overlap_fits(chunks, buffers)) continue;
+      SCOPED_TRACE(fmt::format("pv_chunks={} pv_buffers={} intra_wg_overlap={}", chunks, buffers, overlap));
+      check_fp8_forward(d, attntune::testing::property_sample(2), false,
+                        [&](const Config& c) {
+                          return num(c, "pv_chunks") == chunks && num(c, "pv_buffers") == buffers &&
+                                 flag(c, "intra_wg_overlap") == overlap;
+                        },
+                        "", fp8_forward_shapes());
+    }
 }
 
 }  // namespace
@@ -204,17 +220,8 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, SpreadD256) {
 // without the overlap (whose first chunk runs beside the next tile's Q.K^T) and ping-pong.
 TEST(FlashFwdWgmmaFp8ForwardProperty, EveryChunkingD256) {
   ATTNTUNE_REQUIRE_GPU();
-  for (auto [chunks, buffers] : {std::pair{2, 1}, {4, 1}, {4, 2}})
-    for (bool overlap : {false, true}) {
-      if (overlap && (chunks != 4 || buffers != 1)) continue;  // the overlap fits quarters in one accumulator only
-      SCOPED_TRACE(fmt::format("pv_chunks={} pv_buffers={} intra_wg_overlap={}", chunks, buffers, overlap));
-      check_fp8_forward(256, attntune::testing::property_sample(2), false,
-                        [&](const Config& c) {
-                          return num(c, "pv_chunks") == chunks && num(c, "pv_buffers") == buffers &&
-                                 flag(c, "intra_wg_overlap") == overlap;
-                        },
-                        "", fp8_forward_shapes());
-    }
+  // The overlap fits quarters in one accumulator only at d=256.
+  check_every_chunking(256, [](int chunks, int buffers) { return chunks == 4 && buffers == 1; });
 }
 
 // At d=128 the chunks make room for key tiles past 128 (block_n 144-256; a whole tile's accumulator
@@ -222,16 +229,7 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, EveryChunkingD256) {
 // around a nonzero mean (every chunk of every tile must reach O in fp32).
 TEST(FlashFwdWgmmaFp8ForwardProperty, EveryChunkingD128) {
   ATTNTUNE_REQUIRE_GPU();
-  for (auto [chunks, buffers] : {std::pair{2, 1}, {4, 1}, {4, 2}})
-    for (bool overlap : {false, true}) {
-      SCOPED_TRACE(fmt::format("pv_chunks={} pv_buffers={} intra_wg_overlap={}", chunks, buffers, overlap));
-      check_fp8_forward(128, attntune::testing::property_sample(2), false,
-                        [&](const Config& c) {
-                          return num(c, "pv_chunks") == chunks && num(c, "pv_buffers") == buffers &&
-                                 flag(c, "intra_wg_overlap") == overlap;
-                        },
-                        "", fp8_forward_shapes());
-    }
+  check_every_chunking(128, [](int, int) { return true; });
   const auto chunked = [](const Config& c) { return num(c, "pv_chunks") > 1; };
   check_fp8_forward(128, attntune::testing::property_sample(2), false, chunked, ",window=127,sinks=1",
                     fp8_forward_variant_shapes());
