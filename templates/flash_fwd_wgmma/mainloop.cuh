@@ -381,39 +381,49 @@ __device__ __forceinline__ void gemm_pv_chunk(float (&ot)[T::kHeadDimV / 2], con
   }
 }
 // Chunk c's P.V, waited for, added to O's value dims c * kPvCols.. in fp32 (two-level accumulation).
-__device__ __forceinline__ void add_pv_chunk(float (&o)[T::kHeadDimV / 2], float (&ot)[T::kHeadDimV / 2], int c) {
+// fold_fma: with O's rescale by the tile's factor, o = o * factor + acc (one FFMA an element); the
+// chunks cover O's columns once each, so every element of O is rescaled once a tile. A chunk's
+// registers are whole groups of four (kPvCols / 2 a multiple of 16), so element i's row is
+// factor[(i / 2) % 2] as in rescale_o.
+__device__ __forceinline__ void add_pv_chunk(float (&o)[T::kHeadDimV / 2], float (&ot)[T::kHeadDimV / 2], int c,
+                                             const float (&factor)[2]) {
   float(&acc)[T::kPvCols / 2] = chunk_acc(ot, c);
   reg_fence(acc);
 #pragma unroll
-  for (int i = 0; i < T::kPvCols / 2; ++i) o[c * (T::kPvCols / 2) + i] += acc[i];
+  for (int i = 0; i < T::kPvCols / 2; ++i) {
+    float& oi = o[c * (T::kPvCols / 2) + i];
+    if constexpr (T::kFoldFma) oi = fmaf(oi, factor[(i / 2) % 2], acc[i]);
+    else oi += acc[i];
+  }
 }
 // One tile's P.V chunks from kFrom on into O: kFrom 0 issues chunk 0 first; kFrom > 0 finds chunk
 // kFrom - 1 issued and in flight (the overlapped schedule issues chunk 0 beside Q.K^T). Each chunk is
 // added to O once its wgmma is done and before a later chunk reuses its buffer: with one buffer the
 // next chunk is issued after the add; with two (pv_buffers) before it, so the tensor cores have the
 // next chunk while the last one is added. Narrow (kNarrowW keys) or full, as gemm_pv_w.
+// `factor`: the tile's rescale of O, which fold_fma joins to the chunks' additions (unused otherwise).
 template <int kFrom, int W = T::kBlockN>
 __device__ __forceinline__ void pv_chunks(float (&o)[T::kHeadDimV / 2], float (&ot)[T::kHeadDimV / 2],
-                                          const u32 (&pa)[T::kPSteps][4], u64 v_desc) {
+                                          const u32 (&pa)[T::kPSteps][4], u64 v_desc, const float (&factor)[2]) {
   if constexpr (kFrom == 0) gemm_pv_chunk<W>(ot, pa, v_desc, 0);
 #pragma unroll
   for (int c = kFrom > 0 ? kFrom - 1 : 0; c < T::kPvChunks; ++c) {  // chunk c in flight
     if (T::kPvBuffers == 2 && c + 1 < T::kPvChunks) {
       gemm_pv_chunk<W>(ot, pa, v_desc, c + 1);
       wgmma_wait<1>();
-      add_pv_chunk(o, ot, c);
+      add_pv_chunk(o, ot, c, factor);
     } else {
       wgmma_wait<0>();
-      add_pv_chunk(o, ot, c);
+      add_pv_chunk(o, ot, c, factor);
       if (c + 1 < T::kPvChunks) gemm_pv_chunk<W>(ot, pa, v_desc, c + 1);
     }
   }
 }
 template <int kFrom>
 __device__ __forceinline__ void pv_chunks_w(bool narrow, float (&o)[T::kHeadDimV / 2], float (&ot)[T::kHeadDimV / 2],
-                                            const u32 (&pa)[T::kPSteps][4], u64 v_desc) {
-  if (narrow) pv_chunks<kFrom, T::kNarrowW>(o, ot, pa, v_desc);
-  else pv_chunks<kFrom>(o, ot, pa, v_desc);
+                                            const u32 (&pa)[T::kPSteps][4], u64 v_desc, const float (&factor)[2]) {
+  if (narrow) pv_chunks<kFrom, T::kNarrowW>(o, ot, pa, v_desc, factor);
+  else pv_chunks<kFrom>(o, ot, pa, v_desc, factor);
 }
 __device__ __forceinline__ void gemm_pv_chunk_w(bool narrow, float (&ot)[T::kHeadDimV / 2],
                                                 const u32 (&pa)[T::kPSteps][4], u64 v_desc, int c) {
@@ -892,7 +902,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         if constexpr (!T::kFoldFma) rescale_o(o, factor);  // fold_fma: with the tile's P.V, below
         wait_v(sl, it);
         if constexpr (T::kPvChunks > 1) {
-          pv_chunks_w<0>(nar, o, ot, pa, v_desc(sl.stage));
+          pv_chunks_w<0>(nar, o, ot, pa, v_desc(sl.stage), factor);
         } else {
           gemm_pv_w(nar, T::kQkvFp8 ? ot : o, pa, v_desc(sl.stage));
           wgmma_wait<0>();
@@ -950,7 +960,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         finish_scores(s, may_mask && needs_mask(tile), tile, ra, rb, t, sk, diag, p.variant);
         softmax_tile(s, m, l, factor, kScaled ? fp8_scale_log2 : p.scale_log2);  // ... while this runs
         if constexpr (T::kPvChunks > 1) {
-          pv_chunks_w<1>(pv_nar, o, ot, pa, v_desc(prev.stage));  // chunk 0 waited for, the others after it
+          pv_chunks_w<1>(pv_nar, o, ot, pa, v_desc(prev.stage), pend);  // chunk 0 waited for, the others after it
         } else {
           wgmma_wait<0>();
           reg_fence(o);
@@ -973,7 +983,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
         if constexpr (T::kPvChunks > 1) {
           gemm_pv_chunk_w(nar, ot, pa, v_desc(last.stage), 0);
           pp_arrive();
-          pv_chunks_w<1>(nar, o, ot, pa, v_desc(last.stage));
+          pv_chunks_w<1>(nar, o, ot, pa, v_desc(last.stage), pend);
         } else {
           gemm_pv_w(nar, T::kQkvFp8 ? ot : o, pa, v_desc(last.stage));
           pp_arrive();

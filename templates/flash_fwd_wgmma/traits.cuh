@@ -131,9 +131,9 @@ struct Traits {
 #else
   static constexpr bool kWgUniform = false;
 #endif
-  // An FP8 forward (two-level accumulation, pv_chunks 1): O's rescale joins the addition of each
-  // tile's P.V, o = o * factor + ot, one FFMA an element of O where the rescale's FMUL and the
-  // addition's FADD were two. O is written by no wgmma there (the tile's P.V has its own
+  // An FP8 forward (two-level accumulation): O's rescale joins the addition of each tile's P.V (of
+  // each chunk's, with pv_chunks: O's columns of that chunk), o = o * factor + ot, one FFMA an
+  // element of O where the rescale's FMUL and the addition's FADD were two. O is written by no wgmma there (the tile's P.V has its own
   // accumulator), so its rescale can wait for that addition: in the overlapped schedule O stays at
   // the base of the tile whose P.V comes next, and that tile's factor is held until then. A tunable
   // with a default, as FA4_LOOP: a config recorded before it is a build without it.
@@ -348,7 +348,7 @@ struct Traits {
                              kHeadDim % 32 == 0 && kBlockN % 32 == 0 && kBf16),
                 "an FP8 forward: dense tensors (no KV cache, varlen, GQA packing), no soft-cap or lazy rescale, head "
                 "dims and block_n multiples of 32 (k32 steps), bf16 output");
-  static_assert(!kFoldFma || (kQkvFp8 && kPvChunks == 1), "fold_fma: the FP8 forward's tile accumulator, whole (pv_chunks 1)");
+  static_assert(!kFoldFma || kQkvFp8, "fold_fma: the FP8 forward's tile accumulator (whole, or in pv_chunks)");
   static_assert(!kKPerm || (kQkvFp8 && !kKvMulticast && kNarrowN == 0 && kBlockN % 32 == 0),
                 "k_perm: the FP8 forward's K tiles in two TMA boxes of key pairs, without multicast pairs or a narrow "
                 "first tile");

@@ -96,8 +96,10 @@ std::vector<PropertyShape> long_key_shapes() {
 }
 
 // Each chunking (halves and quarters with one accumulator, quarters with two), without the overlap and,
-// where `overlap_fits(chunks, buffers)`, with it, on the spread's shapes at head dim d.
-void check_every_chunking(int d, const std::function<bool(int, int)>& overlap_fits) {
+// where `overlap_fits(chunks, buffers)`, with it, on the spread's shapes at head dim d; of the configs
+// `also` keeps, where given.
+void check_every_chunking(int d, const std::function<bool(int, int)>& overlap_fits,
+                          const std::function<bool(const Config&)>& also = {}) {
   for (auto [chunks, buffers] : {std::pair{2, 1}, {4, 1}, {4, 2}})
     for (bool overlap : {false, true}) {
       if (overlap && !overlap_fits(chunks, buffers)) continue;
@@ -105,7 +107,7 @@ void check_every_chunking(int d, const std::function<bool(int, int)>& overlap_fi
       check_fp8_forward(d, attntune::testing::property_sample(2), false,
                         [&](const Config& c) {
                           return num(c, "pv_chunks") == chunks && num(c, "pv_buffers") == buffers &&
-                                 flag(c, "intra_wg_overlap") == overlap;
+                                 flag(c, "intra_wg_overlap") == overlap && (!also || also(c));
                         },
                         "", fp8_forward_shapes());
     }
@@ -234,6 +236,23 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, EveryChunkingD128) {
   check_fp8_forward(128, attntune::testing::property_sample(2), false, chunked, ",window=127,sinks=1",
                     fp8_forward_variant_shapes());
   check_fp8_forward(128, attntune::testing::property_sample(2), false, chunked, "", long_key_shapes(), 2.f);
+}
+
+// fold_fma with P.V in column chunks: each chunk's addition rescales O's columns of that chunk (the
+// tile's factor in the plain schedule, the held one of the tile whose P.V is in flight in the
+// overlapped one), so every element of O is rescaled once a tile. Every chunking in each schedule
+// at d=128 and d=256, a window with sinks (rows that see no key of a tile), and the long keys
+// around a nonzero mean at both head dims.
+TEST(FlashFwdWgmmaFp8ForwardProperty, FoldFmaChunked) {
+  ATTNTUNE_REQUIRE_GPU();
+  const auto fold = [](const Config& c) { return flag(c, "fold_fma"); };
+  const auto fold_chunked = [](const Config& c) { return flag(c, "fold_fma") && num(c, "pv_chunks") > 1; };
+  check_every_chunking(128, [](int, int) { return true; }, fold);
+  check_every_chunking(256, [](int chunks, int buffers) { return chunks == 4 && buffers == 1; }, fold);
+  check_fp8_forward(128, attntune::testing::property_sample(2), false, fold_chunked, ",window=127,sinks=1",
+                    fp8_forward_variant_shapes());
+  for (int d : {128, 256})
+    check_fp8_forward(d, attntune::testing::property_sample(2), false, fold_chunked, "", long_key_shapes(), 2.f);
 }
 
 TEST(FlashFwdWgmmaFp8ForwardProperty, PersistentSplitAndPairsD256) {
