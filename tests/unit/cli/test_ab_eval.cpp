@@ -19,9 +19,10 @@ namespace {
 // A fake `attntune eval` at `path`: appends "LABEL PROBLEM" to `log` and prints eval's JSON with a
 // median of `us` (and TFLOP/s 100 at 10 us, as the same problem's FLOPs), or status `status`.
 void fake_bin(const std::string& path, const std::string& log, const std::string& label, double us,
-              const std::string& status = "ok") {
+              const std::string& status = "ok", double sleep_s = 0) {
   std::ofstream f(path);
   f << "#!/bin/sh\n"
+    << (sleep_s > 0 ? "sleep " + std::to_string(sleep_s) + "\n" : "")
     << "problem=''; while [ $# -gt 0 ]; do [ \"$1\" = --problem ] && problem=$2; shift; done\n"
     << "echo \"" << label << " $problem\" >> " << log << "\n"
     << "echo '{\"status\": \"" << status << "\", \"error\": \"" << (status == "ok" ? "" : "wrong values")
@@ -74,6 +75,36 @@ TEST(AbEval, AFailingRunShowsItsStatusTheOthersGoOnAndItExitsOne) {
   const Shell dup = sh("python3 " + testing::source_dir() + "/tools/ab_eval.py --problem P --run x " +
                        dir.file("base") + " s a=1 --run x " + dir.file("base") + " s a=2 2>&1");
   EXPECT_EQ(dup.status, 2) << dup.output;
+}
+
+// Device time is boxed: --budget-seconds starts no round the last one's duration says would end past
+// it (whole rounds: both runs keep one round each here), and a SIGTERM mid-run prints the tables of
+// what was measured and exits 3.
+TEST(AbEval, ABudgetOrASigtermStillReportsTheRoundsMeasured) {
+  TempDir dir;
+  const std::string log = dir.file("calls.log");
+  fake_bin(dir.file("a"), log, "a", 10.0, "ok", 0.4);
+  fake_bin(dir.file("b"), log, "b", 8.0, "ok", 0.4);
+  const std::string runs = " --run a " + dir.file("a") + " s.yaml x=1 --run b " + dir.file("b") + " s.yaml x=2";
+  const std::string tool = "python3 " + testing::source_dir() + "/tools/ab_eval.py --problem P";
+  // Rounds of ~0.8 s against a budget of 1.2 s: one round, then no other.
+  const Shell r = sh(tool + " --rounds 5 --budget-seconds 1.2" + runs + " --json " + dir.file("o.json") + " 2>/dev/null");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(read(log), "a P\nb P\n");
+  EXPECT_NE(r.output.find("stopped after 1 of 5 rounds: --budget-seconds"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1.250"), std::string::npos) << r.output;
+  const auto j = nlohmann::json::parse(read(dir.file("o.json")));
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[1]["evaluations"].size(), 1u);
+  // A SIGTERM after a round or more of 10 (~3 rounds' time): the tables of what is done, exit 3.
+  const Shell t = sh(tool + " --rounds 10" + runs + " 2>/dev/null & pid=$!; sleep 2.5; kill -TERM $pid; wait $pid; "
+                     "echo rc=$?");
+  EXPECT_NE(t.output.find("rc=3"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find(" of 10 rounds: SIGTERM"), std::string::npos) << t.output;
+  EXPECT_EQ(t.output.find("stopped after 0 of"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("1.250"), std::string::npos) << t.output;
+  // Bad budgets are refused before any eval.
+  EXPECT_EQ(sh(tool + " --budget-seconds 0" + runs + " 2>&1").status, 2);
 }
 
 }  // namespace
