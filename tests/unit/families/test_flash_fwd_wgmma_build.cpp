@@ -1025,7 +1025,8 @@ TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardAtD256InColumnChunks) {
     EXPECT_EQ(widest_overlap, 64) << spec;
   }
   // At d=128 chunks only past key tiles of 128 (a whole tile's accumulator fits up to 128), with two
-  // consumer warpgroups beside a producer, and not with fa4_loop (run 338).
+  // consumer warpgroups beside a producer, and not with fa4_loop (run 338); multicast pairs at key
+  // tiles of 256 with a producer of 40 registers (on 24 it spilled).
   {
     const char* spec = "b=1,h=16,s=16384,d=128,dtype=fp8,causal=0";
     std::size_t chunked = 0;
@@ -1036,6 +1037,7 @@ TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardAtD256InColumnChunks) {
       EXPECT_EQ(num(c, "block_m"), 128) << config_str(c);
       EXPECT_TRUE(flag(c, "warp_specialize")) << config_str(c);
       EXPECT_FALSE(flag(c, "fa4_loop")) << config_str(c);
+      if (flag(c, "kv_multicast") && num(c, "block_n") == 256) EXPECT_EQ(num(c, "producer_regs"), 40) << config_str(c);
     });
     EXPECT_GT(chunked, 100u) << spec;
   }
