@@ -80,6 +80,7 @@ def main():
 
     results = {(p, r[0]): [] for p in a.problem for r in a.run}
     stopped = None  # why the rounds ended early
+    terminated = False  # by a SIGTERM
     done = 0  # whole rounds
     start = time.monotonic()
     last_round = 0.0
@@ -101,6 +102,7 @@ def main():
             last_round = time.monotonic() - t0
             done = rnd
     except Stopped:
+        terminated = True
         stopped = "SIGTERM" + (f" in round {done + 1} (part done)" if any(
             len(v) > done for v in results.values()) else "")
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -137,7 +139,7 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
-    if stopped and stopped.startswith("SIGTERM"):
+    if terminated:
         return 3
     return 0 if all_ok else 1
 

@@ -21,6 +21,33 @@ using namespace attntune;
 
 using attntune::testing::check_backward_spread;
 
+namespace {
+
+// A tunable's builds (those `keep` keeps): a spread at each head dim of `dims`, causal and not, on the
+// backward shapes (seed plain + d, `sample` configs a kind); then at head dim d causal windows with
+// sinks (`variant_sample`), soft-caps (`softcap_sample`) and packed batches (`varlen_shapes`,
+// `variant_sample`), and the deterministic mode's bits. Sample 0: every config.
+struct SweepSeeds {
+  unsigned plain, window, softcap, varlen, determinism;
+};
+void check_tunable_sweep(std::initializer_list<int> dims, int d, std::size_t sample, std::size_t variant_sample,
+                         std::size_t softcap_sample, const std::function<bool(const Config&)>& keep,
+                         std::span<const attntune::testing::PropertyShape> varlen_shapes, SweepSeeds seeds) {
+  for (int dd : dims)
+    check_backward_spread("flash_bwd_wgmma", "sm_90a", dd, {0, 1}, "", attntune::testing::kBwdShapes,
+                          seeds.plain + static_cast<unsigned>(dd), sample, keep);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {1}, ",window=64,sinks=1",
+                        attntune::testing::kBwdWindowSinkShapes, seeds.window, variant_sample, keep);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, ",softcap=50", attntune::testing::kBwdSoftcapShapes,
+                        seeds.softcap, softcap_sample, keep);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, ",varlen=1", varlen_shapes, seeds.varlen,
+                        variant_sample, keep);
+  cuda::Context ctx(0);
+  attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", seeds.determinism, {keep}, {d});
+}
+
+}  // namespace
+
 // The checks skip before sm_90 (wgmma); the builds are sm_90a's.
 #define REQUIRE_SM90()                                                                                  \
   do {                                                                                                 \
@@ -215,17 +242,7 @@ TEST(FlashBwdWgmmaProperty, WgSkew) {
 TEST(FlashBwdWgmmaProperty, LateLoads) {
   REQUIRE_SM90();
   const auto late = [](const Config& c) { return std::get<bool>(c.at("late_loads")); };
-  for (int d : {256, 192})
-    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, "", attntune::testing::kBwdShapes,
-                          7500u + static_cast<unsigned>(d), 4, late);
-  check_backward_spread("flash_bwd_wgmma", "sm_90a", 256, {1}, ",window=64,sinks=1",
-                        attntune::testing::kBwdWindowSinkShapes, 7600, 2, late);
-  check_backward_spread("flash_bwd_wgmma", "sm_90a", 256, {0, 1}, ",softcap=50", attntune::testing::kBwdSoftcapShapes,
-                        7640, 1, late);
-  check_backward_spread("flash_bwd_wgmma", "sm_90a", 256, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenShapes, 7660,
-                        2, late);
-  cuda::Context ctx(0);
-  attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 7700, {late}, {256});
+  check_tunable_sweep({256, 192}, 256, 4, 2, 1, late, attntune::testing::kBwdVarlenShapes, {7500, 7600, 7640, 7660, 7700});
 }
 
 // The walk's cursor in the consumers of 128-row steps (d <= 64): producer builds of two consumer
@@ -239,17 +256,7 @@ TEST(FlashBwdWgmmaProperty, WalkCursor128RowSteps) {
            std::get<std::int64_t>(c.at("block_n")) == 128 && std::get<std::string>(c.at("dq_reduce")) == "bulk" &&
            !std::get<bool>(c.at("wg_skew"));
   };
-  for (int d : {64, 48})
-    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, "", attntune::testing::kBwdShapes,
-                          7800u + static_cast<unsigned>(d), 0, cursor);
-  check_backward_spread("flash_bwd_wgmma", "sm_90a", 64, {1}, ",window=64,sinks=1",
-                        attntune::testing::kBwdWindowSinkShapes, 7900, 0, cursor);
-  check_backward_spread("flash_bwd_wgmma", "sm_90a", 64, {0, 1}, ",softcap=50", attntune::testing::kBwdSoftcapShapes,
-                        7940, 0, cursor);
-  check_backward_spread("flash_bwd_wgmma", "sm_90a", 64, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenLptShapes,
-                        7960, 0, cursor);
-  cuda::Context ctx(0);
-  attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 7990, {cursor}, {64});
+  check_tunable_sweep({64, 48}, 64, 0, 0, 0, cursor, attntune::testing::kBwdVarlenLptShapes, {7800, 7900, 7940, 7960, 7990});
 }
 
 TEST(FlashBwdWgmmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
