@@ -1025,8 +1025,8 @@ TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardAtD256InColumnChunks) {
     EXPECT_EQ(widest_overlap, 64) << spec;
   }
   // At d=128 chunks only past key tiles of 128 (a whole tile's accumulator fits up to 128), with two
-  // consumer warpgroups beside a producer, and not with fa4_loop (run 338); multicast pairs at key
-  // tiles of 256 with a producer of 40 registers (on 24 it spilled), and exp2 on the FMA pipe there
+  // consumer warpgroups beside a producer, and not with fa4_loop (run 338); multicast pairs with a
+  // producer of 40 registers (on 24 it spilled: at 256 and, in the plain schedule, at 160-224), and exp2 on the FMA pipe there
   // with k_perm and wg_uniform (but fold_fma) with one of 24 (on 40 it spilled).
   {
     const char* spec = "b=1,h=16,s=16384,d=128,dtype=fp8,causal=0";
@@ -1038,7 +1038,7 @@ TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardAtD256InColumnChunks) {
       EXPECT_EQ(num(c, "block_m"), 128) << config_str(c);
       EXPECT_TRUE(flag(c, "warp_specialize")) << config_str(c);
       EXPECT_FALSE(flag(c, "fa4_loop")) << config_str(c);
-      if (flag(c, "kv_multicast") && num(c, "block_n") == 256) EXPECT_EQ(num(c, "producer_regs"), 40) << config_str(c);
+      if (flag(c, "kv_multicast")) EXPECT_EQ(num(c, "producer_regs"), 40) << config_str(c);
       if (num(c, "exp2_emu") > 0 && num(c, "block_n") == 256 && flag(c, "k_perm") && flag(c, "wg_uniform") &&
           !flag(c, "fold_fma"))
         EXPECT_EQ(num(c, "producer_regs"), 24) << config_str(c);
