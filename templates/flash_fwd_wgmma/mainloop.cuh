@@ -887,20 +887,24 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     };
 
     if constexpr (!T::kIntraWgOverlap) {
+      // The turn: Q.K^T's issue and completion; with pp_pv, P.V and the next Q.K^T's issue (a turn
+      // opened before the first Q.K^T and closed after the last P.V, one more a work tile).
       auto step = [&](int it, bool nar) {
         const Slot sl(it_base + it);
         const int tile = kv_end_tile - 1 - it;
         mbar_wait(sm.k_full(sl.stage), sl.phase);
-        pp_sync();
+        if constexpr (!T::kPpPv) pp_sync();
         gemm_qk_w(nar, s, q_desc, k_desc(sl.stage));
+        if constexpr (T::kPpPv) pp_arrive();
         wgmma_wait<0>();
         reg_fence(s);
         q_done(it == cend - 1);
-        pp_arrive();
+        if constexpr (!T::kPpPv) pp_arrive();
         release_kv(sm.k_empty(sl.stage));
         s_tile(tile, nar);
         if constexpr (!T::kFoldFma) rescale_o(o, factor);  // fold_fma: with the tile's P.V, below
         wait_v(sl, it);
+        if constexpr (T::kPpPv) pp_sync();
         if constexpr (T::kPvChunks > 1) {
           pv_chunks_w<0>(nar, o, ot, pa, v_desc(sl.stage), factor);
         } else {
@@ -916,8 +920,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
                   T::kVarlen ? w.k0 : batch, sk);
       };
       int it = skip;
+      if constexpr (T::kPpPv) pp_sync();  // the first Q.K^T's turn (idle when nothing is computed)
       if (narrow) step(it++, true);
       for (; it < cend; ++it) step(it, false);
+      if constexpr (T::kPpPv) pp_arrive();  // the last P.V's
     } else if (skip == cend) {
       pp_sync();  // the turn of the last P.V
       pp_arrive();

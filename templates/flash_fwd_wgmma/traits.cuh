@@ -142,6 +142,18 @@ struct Traits {
 #else
   static constexpr bool kFoldFma = false;
 #endif
+  // Ping-pong's turn in the plain schedule as FlashAttention-3 takes it there (its schedule without
+  // the intra-warpgroup overlap, hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp): a warpgroup's turn is its
+  // P.V (issued and waited for; with pv_chunks every chunk and its addition) and its next Q.K^T's
+  // issue, so that the tensor pipe sees the two back to back while the other warpgroup's softmax
+  // runs under them. Off: the turn is Q.K^T's issue and completion, P.V outside any turn. One turn
+  // more a work tile (the first Q.K^T's, the last P.V's), which a warpgroup that computes nothing
+  // takes idle. A tunable with a default, as FA4_LOOP: a config recorded before it is a build without.
+#if defined(PP_PV)
+  static constexpr bool kPpPv = PP_PV != 0;
+#else
+  static constexpr bool kPpPv = false;
+#endif
   // An FP8 forward: K's rows land permuted, the tile's key 16g + 4t + 2h + e (g its 16-key groups, t
   // in 0..3, h and e in 0..1) in shared-memory row h * block_n / 2 + 8g + 2t + e (two TMA boxes a tile
   // over a 5-d map that splits the keys in fours, launch_plan.h key_pairs_map), so that S's column
@@ -348,6 +360,8 @@ struct Traits {
                              kHeadDim % 32 == 0 && kBlockN % 32 == 0 && kBf16),
                 "an FP8 forward: dense tensors (no KV cache, varlen, GQA packing), no soft-cap or lazy rescale, head "
                 "dims and block_n multiples of 32 (k32 steps), bf16 output");
+  static_assert(!kPpPv || (kPingPong && !kIntraWgOverlap),
+                "pp_pv: ping-pong's turn around P.V and the next Q.K^T, in the plain schedule");
   static_assert(!kFoldFma || kQkvFp8, "fold_fma: the FP8 forward's tile accumulator (whole, or in pv_chunks)");
   static_assert(!kKPerm || (kQkvFp8 && !kKvMulticast && kNarrowN == 0 && kBlockN % 32 == 0),
                 "k_perm: the FP8 forward's K tiles in two TMA boxes of key pairs, without multicast pairs or a narrow "

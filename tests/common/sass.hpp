@@ -90,6 +90,20 @@ inline int r2ur_in_wgmma_batches(const std::string& cuobjdump, const std::string
   return r2ur;
 }
 
+// Named-barrier arrives (BAR.ARV) issued while a wgmma batch is in flight: after a batch's commit
+// (the HGMMA or QGMMA marked gsb0) and before the wait for it (WARPGROUP.DEPBAR). Ping-pong hands its
+// turn on there when the turn ends with a GEMM's issue, not its completion.
+inline int bar_arrives_under_wgmma(const std::string& cuobjdump, const std::string& cubin) {
+  int arrives = 0;
+  bool in_flight = false;
+  for (const std::string& op : sass_instructions(cuobjdump, cubin)) {
+    if (op.find("GMMA") != std::string::npos && op.find("gsb0") != std::string::npos) in_flight = true;
+    else if (op.find("WARPGROUP.DEPBAR") != std::string::npos) in_flight = false;
+    else if (in_flight && op.find("BAR.ARV") != std::string::npos) ++arrives;
+  }
+  return arrives;
+}
+
 // Instructions of a cubin's SASS whose opcode (after an optional predicate, @P0 or @!UP1) is `op` or
 // starts with `op.`: FMUL counts FMUL and FMUL.FTZ, not FMUL2 or FMNMX.
 inline int sass_op_count(const std::string& cuobjdump, const std::string& cubin, const std::string& op) {

@@ -292,3 +292,17 @@ TEST(FlashFwdWgmmaProperty, WgUniform) {
   check_kept(192, 128, 4, uniform);
   check_entry_points(128, 0, uniform);
 }
+
+// pp_pv (ping-pong's turn around P.V and the next Q.K^T's issue, one turn more a work tile): dense at
+// d=64 (three warpgroups among the sample), 128 and 256, causal and not (warpgroups that skip tiles
+// past their diagonal, or compute nothing in the last query block, take the extra turn idle), and
+// every entry point at d=128 (pages, packed batches, persistent grids). Windows:
+// FlashFwdWgmmaVariants.PpPv; the FP8 forward's chunks: FlashFwdWgmmaFp8ForwardProperty.PpPv.
+TEST(FlashFwdWgmmaProperty, PpPv) {
+  ATTNTUNE_REQUIRE_GPU();
+  const auto pv = [](const Config& c) { return flag(c, "pp_pv"); };
+  check_kept(64, 0, 6, pv);
+  check_kept(128, 0, 6, pv);
+  check_kept(256, 0, 4, pv);
+  check_entry_points(128, 0, pv);
+}

@@ -255,6 +255,21 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, FoldFmaChunked) {
     check_fp8_forward(d, attntune::testing::property_sample(2), false, fold_chunked, "", long_key_shapes(), 2.f);
 }
 
+// pp_pv in the FP8 forward: the turn holds P.V's every chunk and addition (fold_fma or not) and the next
+// Q.K^T's issue. d=128 with a whole tile's accumulator and every chunking, d=256's chunkings, a window
+// with sinks (idle iterations after the extra turn), and the long keys around a nonzero mean.
+TEST(FlashFwdWgmmaFp8ForwardProperty, PpPv) {
+  ATTNTUNE_REQUIRE_GPU();
+  const auto pv = [](const Config& c) { return flag(c, "pp_pv"); };
+  const auto pv_whole = [](const Config& c) { return flag(c, "pp_pv") && num(c, "pv_chunks") == 1; };
+  check_fp8_forward(128, attntune::testing::property_sample(4), false, pv_whole, "", fp8_forward_shapes());
+  check_every_chunking(128, [](int, int) { return false; }, pv);
+  check_every_chunking(256, [](int, int) { return false; }, pv);
+  check_fp8_forward(128, attntune::testing::property_sample(2), false, pv, ",window=127,sinks=1",
+                    fp8_forward_variant_shapes());
+  check_fp8_forward(128, attntune::testing::property_sample(2), false, pv, "", long_key_shapes(), 2.f);
+}
+
 TEST(FlashFwdWgmmaFp8ForwardProperty, PersistentSplitAndPairsD256) {
   ATTNTUNE_REQUIRE_GPU();
   check_fp8_forward(256, attntune::testing::property_sample(4), false,

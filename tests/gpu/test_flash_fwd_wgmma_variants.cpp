@@ -228,3 +228,13 @@ TEST(FlashFwdWgmmaVariants, Fa4Loop) {
   check_head_dim(128, fa4);
   check_head_dim(64, fa4);
 }
+
+// pp_pv on every variant and entry point: a window's idle iterations after the warpgroup's last
+// computed tile come after its extra turn (the last P.V's), and rows that see no key take the extra
+// turn idle; soft-caps, sinks, KV caches and packed batches.
+TEST(FlashFwdWgmmaVariants, PpPv) {
+  ATTNTUNE_REQUIRE_GPU();
+  const auto pv = [](const Config& c) { return flag(c, "pp_pv"); };
+  check_head_dim(128, pv);
+  check_head_dim(64, pv);
+}

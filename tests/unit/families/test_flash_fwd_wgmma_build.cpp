@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -1328,6 +1329,82 @@ TEST(FlashFwdWgmmaBuild, FoldFmaJoinsOsRescaleToTheTileAddition) {
   }
 }
 
+
+// pp_pv is a tunable of the plain schedule with ping-pong (the overlapped schedule's turn already holds
+// P.V and the next Q.K^T): both values there, at 16 bits and in the FP8 forward whole or chunked; only
+// false without ping-pong or with the overlap.
+TEST(FlashFwdWgmmaSpace, PpPvIsThePlainSchedulesPingPongTurn) {
+  const SearchSpace space = load_space();
+  const auto values = [&](const char* spec, const std::function<bool(const Config&)>& which) {
+    std::set<bool> v;
+    space.for_each_valid(Problem::parse(spec), kArch, [&](const Config& c) {
+      if (which(c)) v.insert(flag(c, "pp_pv"));
+    });
+    return v;
+  };
+  const auto plain_pp = [](const Config& c) { return flag(c, "ping_pong") && !flag(c, "intra_wg_overlap"); };
+  const auto other = [](const Config& c) { return !flag(c, "ping_pong") || flag(c, "intra_wg_overlap"); };
+  for (const char* spec : {"b=1,h=16,s=16384,d=128,dtype=bf16,causal=0", "b=1,h=16,s=4096,d=64,dtype=fp16,causal=1",
+                           "b=1,h=16,s=16384,d=256,dtype=fp8,causal=0", "b=1,h=16,s=16384,d=128,dtype=fp8,causal=1",
+                           "b=4,h=32,hkv=8,s=2048,sk=10240,d=128,dtype=bf16,causal=1,page=64"}) {
+    EXPECT_EQ(values(spec, plain_pp), (std::set<bool>{false, true})) << spec;
+    EXPECT_EQ(values(spec, other), std::set<bool>{false}) << spec;
+  }
+  EXPECT_EQ(values("b=1,h=16,s=16384,d=128,dtype=fp8,causal=0",
+                   [&](const Config& c) { return plain_pp(c) && num(c, "pv_chunks") == 4; }),
+            (std::set<bool>{false, true}));
+  // Its spilling corners (ptxas, 2026-12-03): a narrow first tile with the split tail on the 24-register
+  // producer, and at d=128 chunked key tiles of 224 with exp2 on the FMA pipe, k_perm and wg_uniform
+  // on 40 without fold_fma.
+  space.for_each_valid(Problem::parse("b=2,h=16,s=4096,d=128,dtype=bf16,causal=0"), kArch, [&](const Config& c) {
+    if (flag(c, "pp_pv") && num(c, "narrow_n") > 0 && flag(c, "split_tail"))
+      EXPECT_EQ(num(c, "producer_regs"), 40) << config_str(c);
+  });
+  space.for_each_valid(Problem::parse("b=1,h=16,s=16384,d=128,dtype=fp8,causal=0"), kArch, [&](const Config& c) {
+    EXPECT_FALSE(flag(c, "pp_pv") && num(c, "pv_chunks") > 1 && num(c, "block_n") == 224 && num(c, "exp2_emu") > 0 &&
+                 flag(c, "k_perm") && flag(c, "wg_uniform") && num(c, "producer_regs") == 40 && !flag(c, "fold_fma"))
+        << config_str(c);
+  });
+}
+
+// pp_pv's builds: bf16 d=128 and d=64 (three warpgroups), the FP8 forward's d=128 picks (a whole tile,
+// and 128x256 in quarters with two buffers) and d=256's (128x160 in halves) build clean both ways, and
+// with it the turn is handed on while Q.K^T is in flight (a BAR.ARV between a wgmma batch's commit and
+// its wait: every loop copy has one), which without it comes after the wait (none in flight). The SASS
+// half needs cuobjdump, and skips, saying so, without one.
+TEST(FlashFwdWgmmaBuild, PpPvPassesTheTurnOnUnderQk) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  const std::string rest = "exp2_emu=0,kv_multicast=false,softcap_tanh=accurate,split_tail=false,warp_specialize=true,"
+                           "lazy_rescale=0,producer_regs=24,persistent=true,head_group=1,pack_gqa=false,wg_uniform=true,"
+                           "intra_wg_overlap=false,ping_pong=true,fa4_loop=false,k_perm=false,";
+  const std::string whole = "pv_buffers=1,pv_chunks=1,fold_fma=false,";
+  const std::vector<std::pair<std::string, std::string>> jobs = {
+      {"b=1,h=16,s=16384,d=128,dtype=bf16,causal=0", whole + "block_m=128,block_n=128,stages=2,narrow_n=0"},
+      {"b=1,h=16,s=4096,d=64,dtype=bf16,causal=1", whole + "block_m=192,block_n=128,stages=2,narrow_n=0"},
+      {"b=1,h=16,s=16384,d=128,dtype=fp8,causal=1", whole + "block_m=128,block_n=128,stages=2,narrow_n=0"},
+      {"b=1,h=16,s=16384,d=128,dtype=fp8,causal=0",
+       "pv_buffers=2,pv_chunks=4,fold_fma=true,block_m=128,block_n=256,stages=3,narrow_n=0"},
+      {"b=1,h=16,s=16384,d=256,dtype=fp8,causal=0",
+       "pv_buffers=1,pv_chunks=2,fold_fma=true,block_m=128,block_n=160,stages=2,narrow_n=0"},
+  };
+  std::vector<std::pair<std::string, std::string>> full;
+  for (const auto& [spec, cfg] : jobs) full.emplace_back(spec, rest + cfg);
+  const auto cubins = attntune::testing::clean_builds_off_and_on(space, kArch, full, "pp_pv");
+  ASSERT_EQ(cubins.size(), jobs.size());
+  const std::string cuobjdump = attntune::testing::find_cuobjdump();
+  if (cuobjdump.empty()) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  for (const auto& [spec, cfg] : full) {
+    const std::string name = spec + " " + cfg;
+    const auto& by = cubins.at(name);
+    const int off = attntune::testing::bar_arrives_under_wgmma(cuobjdump, by.at(false));
+    const int on = attntune::testing::bar_arrives_under_wgmma(cuobjdump, by.at(true));
+    EXPECT_EQ(off, 0) << "without pp_pv the turn ends after Q.K^T's wait: " << name;
+    EXPECT_GE(on, 1) << "with pp_pv the turn ends under Q.K^T: " << name;
+    std::printf("%s: BAR.ARV under a wgmma %d -> %d\n", name.c_str(), off, on);
+  }
+}
 
 // k_perm is the FP8 forward's (16-bit P packs without shuffles already), at key counts of fours
 // (K's map splits the keys in fours, which TMA bounds-checks as fours), never with multicast pairs
