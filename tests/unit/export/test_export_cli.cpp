@@ -465,6 +465,8 @@ TEST(ComparePy, PeerToolsDryRunsAndRefuseBadInput) {
                           "contenders fp8, ours, fa4, sdpa"),
             std::string::npos)
       << r.output;
+  r = sh(py + "compare_fp8_forward.py --dry-run --cu x.cu --problem b=1,h=16,s=16384,d=256,causal=1 --contenders fp8,sdpa");
+  EXPECT_EQ(r.status, 0) << r.output;
   // compare_bwd.py --varlen: the packed batch's lengths as attntune draws them (compare_varlen's
   // generator), and which peers a causal batch with sk = s gets.
   r = sh(py + "compare_bwd.py --dry-run --varlen b=8,h=16,hkv=4,s=2048,d=128,dtype=bf16,causal=1,varlen=256");
@@ -487,8 +489,8 @@ TEST(ComparePy, PeerToolsDryRunsAndRefuseBadInput) {
                    "--contenders: unknown 'x'"},
         std::tuple{"compare_chunked.py", "--problem b=2,h=8,s=512,d=128,dtype=bf16,causal=1,page=64 --rounds 0",
                    "--rounds and --calls must be >= 1"},
-        std::tuple{"compare_fp8_forward.py", "--problem b=1,h=16,s=4096,d=256,causal=0 --contenders sdpa",
-                   "head dims multiples of 32 up to 128"},
+        std::tuple{"compare_fp8_forward.py", "--problem b=1,h=16,s=4096,d=192,causal=0 --contenders sdpa",
+                   "head dims multiples of 32 up to 128, and 256"},
         std::tuple{"compare_fp8_forward.py", "--problem b=1,h=16,s=4096,d=128,causal=0", "--cu is needed"}}) {
     r = sh(py + tool + " --dry-run " + args);
     EXPECT_EQ(r.status, 2) << tool << " " << args << ": " << r.output;
