@@ -1153,6 +1153,12 @@ TEST(FlashFwdWgmmaSpace, Fa4LoopLeavesTheRegisterEdgeAndThePagedProducer) {
       EXPECT_NE(fa4->find(k.refused), std::string::npos) << *fa4;
     }
   }
+  // With multicast pairs and wg_uniform at d >= 128 on 40 producer registers (on 24 it spilled).
+  for (const char* spec : {"b=2,h=16,s=4096,d=128,dtype=bf16,causal=0", "b=2,h=16,s=4096,d=192,dv=128,dtype=bf16,causal=0"})
+    space.for_each_valid(Problem::parse(spec), kArch, [&](const Config& c) {
+      if (flag(c, "fa4_loop") && flag(c, "kv_multicast") && flag(c, "wg_uniform"))
+        EXPECT_EQ(num(c, "producer_regs"), 40) << spec << ": " << config_str(c);
+    });
 }
 
 // fa4_loop's builds on every entry point and variant (its three loops: the masked front, the
