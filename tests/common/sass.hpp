@@ -4,8 +4,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -149,6 +151,27 @@ inline std::map<std::string, std::map<bool, std::string>> clean_builds_off_and_o
     cubins[name][on] = o->build.cubin;
   }
   return cubins;
+}
+
+// The SASS test of a tunable flag: each (spec, config) of `jobs` built off and on
+// (clean_builds_off_and_on, which checks the builds), then `count` of each cubin's SASS, printed as
+// "spec config: WHAT off -> on"; (off, on) by "spec config". nullopt when no cuobjdump is found: the
+// caller skips the SASS half, saying so.
+inline std::optional<std::map<std::string, std::pair<int, int>>> sass_counts_off_and_on(
+    const SearchSpace& space, const std::string& arch, const std::vector<std::pair<std::string, std::string>>& jobs,
+    const std::string& flag, const std::string& what,
+    const std::function<int(const std::string& cuobjdump, const std::string& cubin)>& count) {
+  const auto cubins = clean_builds_off_and_on(space, arch, jobs, flag);
+  EXPECT_EQ(cubins.size(), jobs.size());
+  const std::string cuobjdump = find_cuobjdump();
+  if (cuobjdump.empty()) return std::nullopt;
+  std::map<std::string, std::pair<int, int>> out;
+  for (const auto& [name, by] : cubins) {
+    const std::pair<int, int> n{count(cuobjdump, by.at(false)), count(cuobjdump, by.at(true))};
+    std::printf("%s: %s %d -> %d\n", name.c_str(), what.c_str(), n.first, n.second);
+    out[name] = n;
+  }
+  return out;
 }
 
 }  // namespace attntune::testing

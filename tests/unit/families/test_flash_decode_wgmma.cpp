@@ -202,15 +202,12 @@ TEST(FlashDecodeWgmmaBuild, WgUniformKeepsTheDescriptorsInUniformRegisters) {
        "block_n=64,stages=2,scores=single,l2_ahead=1,multicast=true,pipe=serial,combine=kernel,kv_load=tma"},
       {kMla[5], "block_n=64,stages=2,scores=split,l2_ahead=0,multicast=false,pipe=fused,combine=last_cta,kv_load=tma"},
   };
-  const auto cubins = attntune::testing::clean_builds_off_and_on(space, "sm_90a", jobs, "wg_uniform");
-  ASSERT_EQ(cubins.size(), jobs.size());
-  const std::string cuobjdump = attntune::testing::find_cuobjdump();
-  if (cuobjdump.empty()) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
-  for (const auto& [name, by] : cubins) {
-    const int off = attntune::testing::r2ur_in_wgmma_batches(cuobjdump, by.at(false));
-    const int on = attntune::testing::r2ur_in_wgmma_batches(cuobjdump, by.at(true));
-    EXPECT_GE(off, 8) << "without wg_uniform, descriptors moved between the wgmmas: " << name;
-    EXPECT_EQ(on, 0) << "with wg_uniform: " << name;
-    std::printf("%s: R2UR between the wgmmas %d -> %d\n", name.c_str(), off, on);
+  const auto counts = attntune::testing::sass_counts_off_and_on(space, "sm_90a", jobs, "wg_uniform",
+                                                                "R2UR between the wgmmas",
+                                                                attntune::testing::r2ur_in_wgmma_batches);
+  if (!counts) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  for (const auto& [name, n] : *counts) {
+    EXPECT_GE(n.first, 8) << "without wg_uniform, descriptors moved between the wgmmas: " << name;
+    EXPECT_EQ(n.second, 0) << "with wg_uniform: " << name;
   }
 }

@@ -1257,16 +1257,13 @@ TEST(FlashFwdWgmmaBuild, WgUniformKeepsQsDescriptorsInUniformRegisters) {
   };
   std::vector<std::pair<std::string, std::string>> jobs;
   for (const auto& [spec, cfg] : picks) jobs.emplace_back(spec, rest + "," + cfg);
-  const auto cubins = attntune::testing::clean_builds_off_and_on(space, kArch, jobs, "wg_uniform");
-  ASSERT_EQ(cubins.size(), picks.size());
-  const std::string cuobjdump = attntune::testing::find_cuobjdump();
-  if (cuobjdump.empty()) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
-  for (const auto& [name, by] : cubins) {
-    const int off = attntune::testing::r2ur_in_wgmma_batches(cuobjdump, by.at(false));
-    const int on = attntune::testing::r2ur_in_wgmma_batches(cuobjdump, by.at(true));
-    EXPECT_GE(off, 8) << "without wg_uniform, descriptors moved between the wgmmas: " << name;
-    EXPECT_EQ(on, 0) << "with wg_uniform: " << name;
-    std::printf("%s: R2UR between the wgmmas %d -> %d\n", name.c_str(), off, on);
+  const auto counts = attntune::testing::sass_counts_off_and_on(space, kArch, jobs, "wg_uniform",
+                                                                "R2UR between the wgmmas",
+                                                                attntune::testing::r2ur_in_wgmma_batches);
+  if (!counts) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  for (const auto& [name, n] : *counts) {
+    EXPECT_GE(n.first, 8) << "without wg_uniform, descriptors moved between the wgmmas: " << name;
+    EXPECT_EQ(n.second, 0) << "with wg_uniform: " << name;
   }
 }
 
@@ -1325,17 +1322,14 @@ TEST(FlashFwdWgmmaBuild, FoldFmaJoinsOsRescaleToTheTileAddition) {
   };
   std::vector<std::pair<std::string, std::string>> jobs;
   for (const Pick& pk : picks) jobs.emplace_back(pk.spec, rest + "," + pk.cfg);
-  const auto cubins = attntune::testing::clean_builds_off_and_on(space, kArch, jobs, "fold_fma");
-  ASSERT_EQ(cubins.size(), picks.size());
-  const std::string cuobjdump = attntune::testing::find_cuobjdump();
-  if (cuobjdump.empty()) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  const auto counts = attntune::testing::sass_counts_off_and_on(
+      space, kArch, jobs, "fold_fma", "FMUL",
+      [](const std::string& cuobjdump, const std::string& cubin) { return attntune::testing::sass_op_count(cuobjdump, cubin, "FMUL"); });
+  if (!counts) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
   for (const Pick& pk : picks) {
     const std::string name = pk.spec + " " + rest + "," + pk.cfg;
-    const auto& by = cubins.at(name);
-    const int off = attntune::testing::sass_op_count(cuobjdump, by.at(false), "FMUL");
-    const int on = attntune::testing::sass_op_count(cuobjdump, by.at(true), "FMUL");
+    const auto& [off, on] = counts->at(name);
     EXPECT_GE(off - on, pk.fewer) << "fold_fma's builds keep O's rescale as FMULs: " << name;
-    std::printf("%s: FMUL %d -> %d\n", name.c_str(), off, on);
   }
 }
 
@@ -1401,18 +1395,12 @@ TEST(FlashFwdWgmmaBuild, PpPvPassesTheTurnOnUnderQk) {
   };
   std::vector<std::pair<std::string, std::string>> full;
   for (const auto& [spec, cfg] : jobs) full.emplace_back(spec, rest + cfg);
-  const auto cubins = attntune::testing::clean_builds_off_and_on(space, kArch, full, "pp_pv");
-  ASSERT_EQ(cubins.size(), jobs.size());
-  const std::string cuobjdump = attntune::testing::find_cuobjdump();
-  if (cuobjdump.empty()) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
-  for (const auto& [spec, cfg] : full) {
-    const std::string name = spec + " " + cfg;
-    const auto& by = cubins.at(name);
-    const int off = attntune::testing::bar_arrives_under_wgmma(cuobjdump, by.at(false));
-    const int on = attntune::testing::bar_arrives_under_wgmma(cuobjdump, by.at(true));
-    EXPECT_EQ(off, 0) << "without pp_pv the turn ends after Q.K^T's wait: " << name;
-    EXPECT_GE(on, 1) << "with pp_pv the turn ends under Q.K^T: " << name;
-    std::printf("%s: BAR.ARV under a wgmma %d -> %d\n", name.c_str(), off, on);
+  const auto counts = attntune::testing::sass_counts_off_and_on(space, kArch, full, "pp_pv", "BAR.ARV under a wgmma",
+                                                                attntune::testing::bar_arrives_under_wgmma);
+  if (!counts) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  for (const auto& [name, n] : *counts) {
+    EXPECT_EQ(n.first, 0) << "without pp_pv the turn ends after Q.K^T's wait: " << name;
+    EXPECT_GE(n.second, 1) << "with pp_pv the turn ends under Q.K^T: " << name;
   }
 }
 
@@ -1514,14 +1502,9 @@ TEST(FlashFwdWgmmaBuild, KPermPacksPWithoutShuffles) {
   };
   std::vector<std::pair<std::string, std::string>> jobs;
   for (const auto& [spec, cfg] : picks) jobs.emplace_back(spec, rest + "," + cfg);
-  const auto cubins = attntune::testing::clean_builds_off_and_on(space, kArch, jobs, "k_perm");
-  ASSERT_EQ(cubins.size(), picks.size());
-  const std::string cuobjdump = attntune::testing::find_cuobjdump();
-  if (cuobjdump.empty()) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
-  for (const auto& [name, by] : cubins) {
-    const int off = attntune::testing::sass_op_count(cuobjdump, by.at(false), "SHFL");
-    const int on = attntune::testing::sass_op_count(cuobjdump, by.at(true), "SHFL");
-    EXPECT_GE(off - on, 12) << "k_perm's builds still shuffle P: " << name;
-    std::printf("%s: SHFL %d -> %d\n", name.c_str(), off, on);
-  }
+  const auto counts = attntune::testing::sass_counts_off_and_on(
+      space, kArch, jobs, "k_perm", "SHFL",
+      [](const std::string& cuobjdump, const std::string& cubin) { return attntune::testing::sass_op_count(cuobjdump, cubin, "SHFL"); });
+  if (!counts) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  for (const auto& [name, n] : *counts) EXPECT_GE(n.first - n.second, 12) << "k_perm's builds still shuffle P: " << name;
 }
