@@ -38,7 +38,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // The campaigns columns merge copies, in this order (everything but the id).
-constexpr const char* kCampaignColumns =
+constexpr const char* kMergedCampaignColumns =
     "name, problem, b, h, hkv, s, sk, d, dtype, causal, page, varlen, lens_seed, space_path, space_hash, family, "
     "strategy, seed, status, stop_reason, budget_evals, budget_seconds, device_id, started_at, ended_at, space_text, "
     "variants, dv";
@@ -366,10 +366,10 @@ class InputMerger {
 
   // A campaign new here, under `name`: the row, its spaces, evaluations and ranking.
   void add_campaign(std::int64_t theirs, const std::string& name) {
-    Statement row(in_, fmt::format("SELECT {} FROM campaigns WHERE id = ?1", kCampaignColumns));
+    Statement row(in_, fmt::format("SELECT {} FROM campaigns WHERE id = ?1", kMergedCampaignColumns));
     row.bind(theirs);
     if (!row.step()) throw std::logic_error("merge: a campaign vanished inside a read transaction");
-    Statement insert(out_, fmt::format("INSERT INTO campaigns ({}) VALUES ({})", kCampaignColumns,
+    Statement insert(out_, fmt::format("INSERT INTO campaigns ({}) VALUES ({})", kMergedCampaignColumns,
                                        placeholders(kCampaignColumnCount)));
     for (int c = 0; c < kCampaignColumnCount; ++c) {
       if (c == kCampaignName)

@@ -264,8 +264,8 @@ std::vector<BestRow> Store::best(const BestQuery& q) {
 
 namespace {
 
-// The campaign columns every CampaignRow query reads (read_campaign_row), by name.
-const std::string kCampaignColumns =
+// The SELECT of the campaign columns every CampaignRow query reads (read_campaign_row), by name.
+const std::string kCampaignRowSelect =
     "SELECT c.id AS id, c.name AS name, " + store_rows::problem_columns("c") +
     ", c.space_path AS space_path, c.space_hash AS space_hash, c.family AS family, c.strategy AS strategy, "
     "c.seed AS seed, c.budget_evals AS budget_evals, c.budget_seconds AS budget_seconds, c.status AS status, "
@@ -310,7 +310,7 @@ CampaignRow read_campaign_row(Statement& st) {
 }  // namespace
 
 std::vector<CampaignRow> Store::campaigns() {
-  Statement st(db(), kCampaignColumns + "ORDER BY c.id");
+  Statement st(db(), kCampaignRowSelect + "ORDER BY c.id");
   std::vector<CampaignRow> out;
   while (st.step()) out.push_back(read_campaign_row(st));
   for (CampaignRow& r : out) r.spec.spaces = read_campaign_spaces(db(), r.id);
@@ -318,7 +318,7 @@ std::vector<CampaignRow> Store::campaigns() {
 }
 
 std::optional<CampaignRow> Store::campaign_row(const std::string& name) {
-  Statement st(db(), kCampaignColumns + "WHERE c.name = ?1");
+  Statement st(db(), kCampaignRowSelect + "WHERE c.name = ?1");
   st.bind(name);
   if (!st.step()) return std::nullopt;
   CampaignRow row = read_campaign_row(st);

@@ -15,7 +15,7 @@
 #include "core/error.hpp"
 #include "db/store.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_best {
 
 namespace {
 
@@ -247,4 +247,4 @@ const bool registered = register_command({"best", kSummary, false, run_best});
 
 }  // namespace
 
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_best

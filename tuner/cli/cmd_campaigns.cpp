@@ -10,7 +10,7 @@
 #include "cli/format.hpp"
 #include "db/store.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_campaigns {
 
 namespace {
 
@@ -95,4 +95,4 @@ const bool registered = register_command({"campaigns", kSummary, false, run_camp
 
 }  // namespace
 
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_campaigns

@@ -16,7 +16,7 @@
 #include "db/store.hpp"
 #include "eval/build_pool.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_compile {
 namespace {
 
 // Every k-th config from a seeded offset: a fixed, deterministic spread over the enumeration.
@@ -136,4 +136,4 @@ const bool registered = register_command(
     {"compile", "NVRTC-compile valid configs of a space for an arch; report failures and resource use", false, run_compile});
 
 }  // namespace
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_compile

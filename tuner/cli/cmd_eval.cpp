@@ -15,7 +15,7 @@
 #include "eval/build_pool.hpp"
 #include "eval/evaluator.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_eval {
 namespace {
 
 std::string opt_str(const std::optional<double>& v, std::string (*fmt_fn)(double)) { return v ? fmt_fn(*v) : "-"; }
@@ -172,4 +172,4 @@ const bool registered = register_command(
     {"eval", "validate and time one config on the GPU; print (and record) the result", false, run_eval});
 
 }  // namespace
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_eval

@@ -27,7 +27,7 @@
 #include "export/torch_package.hpp"
 #include "families/family.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_export {
 
 namespace {
 
@@ -226,4 +226,4 @@ const bool registered = register_command({"export", kSummary, false, run_export}
 
 }  // namespace
 
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_export

@@ -13,7 +13,7 @@
 #include "core/error.hpp"
 #include "db/merge.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_merge {
 namespace {
 
 constexpr const char* kSummary = "combine databases from several hosts into one, without duplicates";
@@ -102,4 +102,4 @@ int run_merge(const std::vector<std::string>& args) {
 const bool registered = register_command({"merge", kSummary, false, run_merge});
 
 }  // namespace
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_merge

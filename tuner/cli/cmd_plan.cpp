@@ -14,7 +14,7 @@
 #include "core/text.hpp"
 #include "service/plan.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_plan {
 
 namespace {
 
@@ -186,4 +186,4 @@ const bool registered = register_command({"plan", kSummary, false, run_plan});
 
 }  // namespace
 
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_plan

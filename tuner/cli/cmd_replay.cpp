@@ -18,7 +18,7 @@
 #include "search/strategy.hpp"
 #include "search/warm_start.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_replay {
 
 namespace {
 
@@ -150,4 +150,4 @@ const bool registered = register_command({"replay", kSummary, false, run_replay}
 
 }  // namespace
 
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_replay

@@ -20,7 +20,7 @@
 #include "report/plot_file.hpp"
 #include "search/multi_family.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_report {
 
 namespace {
 
@@ -480,4 +480,4 @@ const bool registered = register_command({"report", kSummary, false, run_report}
 
 }  // namespace
 
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_report

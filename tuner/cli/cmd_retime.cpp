@@ -23,7 +23,7 @@
 #include "search/retime.hpp"
 #include "service/job.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_retime {
 namespace {
 
 constexpr const char* kSummary = "re-time a campaign's best configs side by side: does its pick hold up?";
@@ -238,4 +238,4 @@ int run_retime(const std::vector<std::string>& args) {
 const bool registered = register_command({"retime", kSummary, false, run_retime});
 
 }  // namespace
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_retime

@@ -26,7 +26,7 @@
 #include "db/store.hpp"
 #include "service/worker.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_serve {
 namespace {
 
 constexpr const char* kSummary = "run the queued campaigns on every GPU (a process each) until the queue is empty";
@@ -264,4 +264,4 @@ int run_serve(const std::vector<std::string>& args) {
 const bool registered = register_command({"serve", kSummary, false, run_serve});
 
 }  // namespace
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_serve

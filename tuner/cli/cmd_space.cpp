@@ -13,21 +13,16 @@
 #include "cli/command.hpp"
 #include "core/error.hpp"
 #include "core/problem.hpp"
+#include "core/text.hpp"
 #include "space/search_space.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_space {
 
 namespace {
 
 using ojson = nlohmann::ordered_json;
 
 const char* kSummary = "load a search space; count, list or summarize its valid configs for a problem";
-
-std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
-  return out;
-}
 
 std::string percent(std::uint64_t part, std::uint64_t whole) {
   return whole ? fmt::format("{:.1f}%", 100.0 * double(part) / double(whole)) : "-";
@@ -323,4 +318,4 @@ const bool registered = register_command({"space", kSummary, false, run_space});
 
 }  // namespace
 
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_space

@@ -16,7 +16,7 @@
 #include "search/progress.hpp"
 #include "service/lease.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_status {
 namespace {
 
 constexpr const char* kSummary = "the queue: queued, running (where, since when, how far), done, failed, ETA";
@@ -163,4 +163,4 @@ int run_status(const std::vector<std::string>& args) {
 const bool registered = register_command({"status", kSummary, false, run_status});
 
 }  // namespace
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_status

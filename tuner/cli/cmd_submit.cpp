@@ -15,7 +15,7 @@
 #include "service/job.hpp"
 #include "service/plan.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_submit {
 namespace {
 
 constexpr const char* kSummary = "queue campaigns (a plan's problems, or --problem) for `serve`";
@@ -140,4 +140,4 @@ int run_submit(const std::vector<std::string>& args) {
 const bool registered = register_command({"submit", kSummary, false, run_submit});
 
 }  // namespace
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_submit

@@ -33,7 +33,7 @@
 #include "search/simulated_runner.hpp"
 #include "search/strategy.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_tune {
 namespace {
 
 constexpr const char* kSummary = "run (or resume) a tuning campaign on the GPU";
@@ -441,4 +441,4 @@ int run_tune(const std::vector<std::string>& args) {
 const bool registered = register_command({"tune", kSummary, false, run_tune});
 
 }  // namespace
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_tune

@@ -6,7 +6,7 @@
 #include "core/error.hpp"
 #include "eval/worker.hpp"
 
-namespace attntune::cli {
+namespace attntune::cli::cmd_worker {
 namespace {
 
 int run_worker(const std::vector<std::string>& args) {
@@ -32,4 +32,4 @@ const bool registered_build =
     register_command({"build-worker", "NVRTC build worker process (internal)", true, run_build});
 
 }  // namespace
-}  // namespace attntune::cli
+}  // namespace attntune::cli::cmd_worker

@@ -10,6 +10,15 @@
 
 namespace attntune {
 
+std::string join(const std::vector<std::string>& items, std::string_view sep) {
+  std::string out;
+  for (const std::string& s : items) {
+    if (!out.empty()) out += sep;
+    out += s;
+  }
+  return out;
+}
+
 std::string one_line(std::string_view text) {
   std::string out;
   for (char c : text) {

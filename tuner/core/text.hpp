@@ -3,8 +3,12 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace attntune {
+// The items with `sep` between them: {"a", "b"} -> "a, b".
+std::string join(const std::vector<std::string>& items, std::string_view sep = ", ");
+
 // Folds a multi-line log (a JIT or compile log) into one line for an error message: line breaks
 // become "; ", carriage returns are dropped, trailing separators trimmed.
 std::string one_line(std::string_view text);

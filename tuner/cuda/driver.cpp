@@ -20,7 +20,7 @@ constexpr const char* kNeedsGpu =
 
 std::string cuda_version_str(int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); }
 
-struct LoadResult {
+struct DriverLoad {
   Driver table;
   std::string error;  // "" when loaded
 };
@@ -34,8 +34,8 @@ std::string bootstrap_name(decltype(&::cuGetErrorName) get_name, CUresult r) {
 
 // dlopen, check the driver is new enough, cuInit, resolve every entry point, count devices. Never
 // throws: the outcome, good or bad, is what every later driver() call sees.
-LoadResult load_driver(const std::string& soname) {
-  LoadResult out;
+DriverLoad load_driver(const std::string& soname) {
+  DriverLoad out;
   std::string why;
   SharedLibrary lib = SharedLibrary::open(soname, &why);
   if (!lib) {
@@ -123,10 +123,10 @@ LoadResult load_driver(const std::string& soname) {
 // which must never trigger a load.
 std::atomic<const Driver*> g_loaded{nullptr};
 
-const LoadResult& process_driver() {
+const DriverLoad& process_driver() {
   // Built once, thread-safe; never destroyed, so handles destroyed at exit can still use it.
-  static const LoadResult* result = [] {
-    auto* r = new LoadResult(load_driver(kDriverSoname));
+  static const DriverLoad* result = [] {
+    auto* r = new DriverLoad(load_driver(kDriverSoname));
     if (r->error.empty()) g_loaded.store(&r->table, std::memory_order_release);
     return r;
   }();
@@ -142,7 +142,7 @@ std::string describe(CUresult r) {
 }
 
 // "driver().cuMemAlloc(&p, n)" reads better in a message as "cuMemAlloc(&p, n)".
-std::string tidy_call(std::string_view call) {
+std::string tidy_driver_call(std::string_view call) {
   constexpr std::string_view prefix = "driver().";
   if (call.substr(0, prefix.size()) == prefix) call.remove_prefix(prefix.size());
   return std::string(call);
@@ -159,13 +159,13 @@ std::string format_error(CUresult r, const std::string& call, const std::string&
 }  // namespace
 
 const Driver& driver() {
-  const LoadResult& r = process_driver();
+  const DriverLoad& r = process_driver();
   if (!r.error.empty()) throw EnvError(r.error);
   return r.table;
 }
 
 bool driver_available(std::string* why) {
-  const LoadResult& r = process_driver();
+  const DriverLoad& r = process_driver();
   if (why) *why = r.error;
   return r.error.empty();
 }
@@ -241,7 +241,7 @@ CudaError::CudaError(CUresult result, std::string call, std::string detail)
 bool CudaError::sticky() const noexcept { return is_sticky(result_); }
 
 void throw_cuda_error(CUresult r, std::string_view call, std::string_view detail) {
-  throw CudaError(r, tidy_call(call), std::string(detail));
+  throw CudaError(r, tidy_driver_call(call), std::string(detail));
 }
 
 // ---- Device properties --------------------------------------------------------------------------

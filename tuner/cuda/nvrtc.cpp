@@ -20,14 +20,14 @@ namespace {
 
 constexpr int kMajor = 13;  // the toolkit whose nvrtc.h we compile against
 
-struct LoadResult {
+struct NvrtcLoad {
   Nvrtc table;
   std::string error;
 };
 
 // Loads one candidate; "" and a filled table when it is NVRTC 13.x with every entry point, else
 // why not (kept for the message when no candidate fits).
-std::string try_load(const std::string& candidate, LoadResult& out) {
+std::string try_load(const std::string& candidate, NvrtcLoad& out) {
   std::string why;
   SharedLibrary lib = SharedLibrary::open(candidate, &why);
   if (!lib) return why;
@@ -54,8 +54,8 @@ std::string try_load(const std::string& candidate, LoadResult& out) {
   return "";
 }
 
-LoadResult load_nvrtc(const std::vector<std::string>& candidates) {
-  LoadResult out;
+NvrtcLoad load_nvrtc(const std::vector<std::string>& candidates) {
+  NvrtcLoad out;
   std::string wrong;  // a library that loaded but is not usable says more than "not found"
   for (const auto& c : candidates) {
     std::string why = try_load(c, out);
@@ -68,13 +68,13 @@ LoadResult load_nvrtc(const std::vector<std::string>& candidates) {
   return out;
 }
 
-const LoadResult& process_nvrtc() {
-  static const LoadResult* result = new LoadResult(load_nvrtc(detail::nvrtc_candidates()));
+const NvrtcLoad& process_nvrtc() {
+  static const NvrtcLoad* result = new NvrtcLoad(load_nvrtc(detail::nvrtc_candidates()));
   return *result;
 }
 
 std::string error_name(nvrtcResult r) {
-  const LoadResult& l = process_nvrtc();
+  const NvrtcLoad& l = process_nvrtc();
   if (l.error.empty()) {
     if (const char* s = l.table.nvrtcGetErrorString(r)) return s;
   }
@@ -82,7 +82,7 @@ std::string error_name(nvrtcResult r) {
 }
 
 
-std::string tidy_call(std::string_view call) {
+std::string tidy_nvrtc_call(std::string_view call) {
   constexpr std::string_view prefix = "nvrtc().";
   if (call.substr(0, prefix.size()) == prefix) call.remove_prefix(prefix.size());
   return std::string(call);
@@ -116,13 +116,13 @@ std::string detail::probe_nvrtc(const std::vector<std::string>& candidates) {
 }
 
 const Nvrtc& nvrtc() {
-  const LoadResult& r = process_nvrtc();
+  const NvrtcLoad& r = process_nvrtc();
   if (!r.error.empty()) throw EnvError(r.error);
   return r.table;
 }
 
 bool nvrtc_available(std::string* why) {
-  const LoadResult& r = process_nvrtc();
+  const NvrtcLoad& r = process_nvrtc();
   if (why) *why = r.error;
   return r.error.empty();
 }
@@ -145,7 +145,7 @@ NvrtcError::NvrtcError(nvrtcResult result, std::string call, std::string log)
       log_(std::move(log)) {}
 
 void throw_nvrtc_error(nvrtcResult r, std::string_view call, std::string_view log) {
-  throw NvrtcError(r, tidy_call(call), std::string(log));
+  throw NvrtcError(r, tidy_nvrtc_call(call), std::string(log));
 }
 
 // ---- Program ------------------------------------------------------------------------------------

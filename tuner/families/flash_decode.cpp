@@ -9,17 +9,17 @@ namespace attntune {
 
 namespace {
 
-attntune_plan::FlashDecodeLaunch constants(const Defines& defines) {
+attntune_plan::FlashDecodeLaunch decode_constants(const Defines& defines) {
   return launch_constants<attntune_plan::FlashDecodeLaunch>(defines, "flash_decode");
 }
 
 // The split merge, as the space's combine names it.
-std::string combine_name(const attntune_plan::FlashDecodeLaunch& c) {
+std::string decode_combine_name(const attntune_plan::FlashDecodeLaunch& c) {
   return c.cluster > 1 ? fmt::format("cluster{}", c.cluster) : c.last_cta ? "last_cta" : "kernel";
 }
 
-std::string describe(const Defines& d) {
-  const auto c = constants(d);
+std::string describe_decode(const Defines& d) {
+  const auto c = decode_constants(d);
   if (c.cluster > 1)
     return fmt::format(
         "grid ({} * ceil(heads_q / heads_kv * seqlen_q / {}), heads_kv, batch) in clusters of {}, {} threads, {} bytes "
@@ -34,11 +34,11 @@ std::string describe(const Defines& d) {
       c.last_cta ? "the last CTA of each (sequence, kv head)" : "a second kernel");
 }
 
-nlohmann::ordered_json launch_json(const Defines& d) {
-  const auto c = constants(d);
+nlohmann::ordered_json decode_launch_json(const Defines& d) {
+  const auto c = decode_constants(d);
   return {{"block_m", c.block_m},         {"block_n", c.block_n},
           {"threads", c.threads},         {"smem_bytes", c.smem_bytes},
-          {"ctas_per_sm", c.ctas_per_sm}, {"combine", combine_name(c)},
+          {"ctas_per_sm", c.ctas_per_sm}, {"combine", decode_combine_name(c)},
           {"kv_load", c.kv_tma ? "tma" : "cp_async"}};
 }
 
@@ -55,8 +55,8 @@ const Family& flash_decode_family() {
     f.kernel_params = {"const att::DecodeParams p, const __grid_constant__ att::DecodeMaps maps",
                        "const att::DecodeParams p, const __grid_constant__ att::DecodeMaps maps"};
     f.tma = true;  // kv_load: tma builds take K/V tensor maps (the export needs CUDA 12)
-    f.describe_launch = describe;
-    f.launch_json = launch_json;
+    f.describe_launch = describe_decode;
+    f.launch_json = decode_launch_json;
     return f;
   }();
   return f;

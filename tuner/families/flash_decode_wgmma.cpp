@@ -11,12 +11,12 @@ namespace attntune {
 
 namespace {
 
-attntune_plan::FlashDecodeWgmmaLaunch constants(const Defines& defines) {
+attntune_plan::FlashDecodeWgmmaLaunch decode_wgmma_constants(const Defines& defines) {
   return launch_constants<attntune_plan::FlashDecodeWgmmaLaunch>(defines, "flash_decode_wgmma");
 }
 
-std::string describe(const Defines& d) {
-  const auto c = constants(d);
+std::string describe_decode_wgmma(const Defines& d) {
+  const auto c = decode_wgmma_constants(d);
   return fmt::format(
       "grid (splits * ceil(heads_q / heads_kv * seqlen_q / {}), heads_kv, batch), {} threads (two consumer "
       "warpgroups, a TMA producer warp), {} bytes of dynamic shared memory; the keys of each (sequence, kv head) "
@@ -29,8 +29,8 @@ std::string describe(const Defines& d) {
                   : "");
 }
 
-nlohmann::ordered_json launch_json(const Defines& d) {
-  const auto c = constants(d);
+nlohmann::ordered_json decode_wgmma_launch_json(const Defines& d) {
+  const auto c = decode_wgmma_constants(d);
   return {{"block_m", c.block_m},
           {"block_n", c.block_n},
           {"threads", c.threads},
@@ -54,8 +54,8 @@ const Family& flash_decode_wgmma_family() {
     f.kernel_params = {"const att::DecodeParams p, const __grid_constant__ att::DecodeMaps maps",
                        "const att::DecodeParams p, const __grid_constant__ att::DecodeMaps maps"};
     f.tma = true;
-    f.describe_launch = describe;
-    f.launch_json = launch_json;
+    f.describe_launch = describe_decode_wgmma;
+    f.launch_json = decode_wgmma_launch_json;
     return f;
   }();
   return f;

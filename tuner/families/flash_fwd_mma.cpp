@@ -9,7 +9,7 @@ namespace attntune {
 
 namespace {
 
-attntune_plan::FlashFwdMmaLaunch constants(const Defines& defines) {
+attntune_plan::FlashFwdMmaLaunch fwd_mma_constants(const Defines& defines) {
   return launch_constants<attntune_plan::FlashFwdMmaLaunch>(defines, "flash_fwd_mma");
 }
 
@@ -26,12 +26,12 @@ const Family& flash_fwd_mma_family() {
     f.build_per_entry = true;
     f.kernel_params = {"const AttnParams p"};
     f.describe_launch = [](const Defines& d) {
-      const auto c = constants(d);
+      const auto c = fwd_mma_constants(d);
       return fmt::format("grid (ceil(seqlen_q / {}), heads_q, batch), {} threads, {} bytes of dynamic shared memory",
                          c.block_m, c.threads, c.smem_bytes);
     };
     f.launch_json = [](const Defines& d) {
-      const auto c = constants(d);
+      const auto c = fwd_mma_constants(d);
       return nlohmann::ordered_json{{"block_m", c.block_m}, {"threads", c.threads}, {"smem_bytes", c.smem_bytes}};
     };
     return f;

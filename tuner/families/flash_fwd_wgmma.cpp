@@ -9,12 +9,12 @@ namespace attntune {
 
 namespace {
 
-attntune_plan::FlashFwdWgmmaLaunch constants(const Defines& defines) {
+attntune_plan::FlashFwdWgmmaLaunch fwd_wgmma_constants(const Defines& defines) {
   return launch_constants<attntune_plan::FlashFwdWgmmaLaunch>(defines, "flash_fwd_wgmma");
 }
 
-std::string describe(const Defines& d) {
-  const auto c = constants(d);
+std::string describe_fwd_wgmma(const Defines& d) {
+  const auto c = fwd_wgmma_constants(d);
   const std::string tiles =
       c.cluster > 1
           ? fmt::format("(ceil(seqlen_q / {}) rounded up to a multiple of {}, heads_q, batch)", c.block_m, c.cluster)
@@ -38,8 +38,8 @@ std::string describe(const Defines& d) {
   return s;
 }
 
-nlohmann::ordered_json launch_json(const Defines& d) {
-  const auto c = constants(d);
+nlohmann::ordered_json fwd_wgmma_launch_json(const Defines& d) {
+  const auto c = fwd_wgmma_constants(d);
   nlohmann::ordered_json j = {{"block_m", c.block_m},
                               {"threads", c.threads},
                               {"smem_bytes", c.smem_bytes},
@@ -63,8 +63,8 @@ const Family& flash_fwd_wgmma_family() {
     f.kernel_params = {"const AttnParams p, const __grid_constant__ att::TmaMaps maps", "const AttnParams p, int* order",
                        "const AttnParams p, unsigned char* ws"};
     f.tma = true;
-    f.describe_launch = describe;
-    f.launch_json = launch_json;
+    f.describe_launch = describe_fwd_wgmma;
+    f.launch_json = fwd_wgmma_launch_json;
     // k_perm: K's rows load in fours, and the launch refuses a seqlen_k that is not a multiple of 4
     // (templates/flash_fwd_wgmma/launch.h; docs/design/flash_fwd_wgmma.md).
     f.narrowed_calls = [](const Config& c) -> std::string {

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "core/text.hpp"
+
 namespace attntune {
 
 const char* expr_type_name(ExprType t) {
@@ -168,12 +170,6 @@ std::string describe(const Token& t) {
     case Tok::kString: return "string '" + t.text + "'";
     default: return "'" + t.text + "'";
   }
-}
-
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out;
 }
 
 }  // namespace

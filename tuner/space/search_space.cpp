@@ -8,16 +8,11 @@
 #include <fmt/format.h>
 
 #include "core/embedded.hpp"
+#include "core/text.hpp"
 
 namespace attntune {
 
 namespace {
-
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
 
 // sm_90a -> (90, 1); used to pick the highest arch.
 std::pair<int, int> arch_rank(const std::string& arch) {

@@ -55,12 +55,6 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
-
 std::string did_you_mean(const std::string& name, const std::vector<std::string>& known) {
   auto hint = closest_name(name, known);
   return hint ? fmt::format(" (did you mean '{}'?)", *hint) : "";
