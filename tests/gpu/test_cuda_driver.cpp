@@ -15,6 +15,7 @@
 #include "cuda/driver.hpp"
 #include "cuda/nvrtc.hpp"
 
+namespace test_cuda_driver {
 using namespace attntune;
 using namespace attntune::cuda;
 using attntune::testing::kMmaTile;
@@ -466,3 +467,4 @@ TEST(CudaDriverGpu, OutOfBoundsKernelGivesStickyError) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(fault_and_report(), ::testing::ExitedWithCode(0), "fault: CUDA_ERROR_[A-Z_]+ sticky=1");
 }
+}  // namespace test_cuda_driver

@@ -18,6 +18,7 @@
 #include "tests/common/run_attntune.hpp"
 #include "tests/unit/eval/fault_kernels.hpp"
 
+namespace test_evaluator {
 using namespace attntune;
 
 namespace {
@@ -194,3 +195,4 @@ TEST(EvaluatorGpu, EvalCommandRecordsTheResult) {
   std::filesystem::remove(cu);
   std::filesystem::remove(db);
 }
+}  // namespace test_evaluator

@@ -37,6 +37,7 @@
 #include "tests/unit/db/db_test_util.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_executor_ab {
 using namespace attntune;
 using attntune::test::Shell;
 using attntune::test::TempDir;
@@ -368,3 +369,4 @@ TEST(ExecutorGraphGpu, AKernelCapturedOnItsFirstCallThroughEitherExecutorReplays
   }
   if (!skipped.empty()) std::printf("skipped:%s\n", skipped.c_str());
 }
+}  // namespace test_executor_ab

@@ -27,6 +27,7 @@
 #include "tests/unit/export/export_db.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_export_wgmma {
 using namespace attntune;
 using attntune::test::ExportDb;
 using attntune::test::sh;
@@ -321,3 +322,4 @@ TEST(ExportWgmmaGpu, ExportedKernelsMatchTheReference) {
 }
 
 }  // namespace
+}  // namespace test_export_wgmma

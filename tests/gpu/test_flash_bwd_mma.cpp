@@ -14,6 +14,7 @@
 #include "bwd_checks.hpp"
 #include "gpu_env.hpp"
 
+namespace test_flash_bwd_mma {
 using namespace attntune;
 
 using attntune::testing::check_backward_spread;
@@ -204,3 +205,4 @@ TEST(FlashBwdMmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
        [](const Config& c) { return std::get<std::int64_t>(c.at("varlen_lpt")) != 0; }},
       {64, 128, 256});
 }
+}  // namespace test_flash_bwd_mma

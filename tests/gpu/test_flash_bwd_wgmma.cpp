@@ -17,6 +17,7 @@
 #include "gpu_env.hpp"
 #include "property_check.hpp"
 
+namespace test_flash_bwd_wgmma {
 using namespace attntune;
 
 using attntune::testing::check_backward_spread;
@@ -272,3 +273,4 @@ TEST(FlashBwdWgmmaDeterministic, TwoRunsGiveBitIdenticalGradients) {
        [](const Config& c) { return std::get<std::int64_t>(c.at("varlen_lpt")) != 0; }},
       {64, 128, 256});
 }
+}  // namespace test_flash_bwd_wgmma

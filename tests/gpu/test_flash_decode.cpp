@@ -32,6 +32,7 @@
 #include "cuda/nvrtc.hpp"
 #include "families/family.hpp"
 
+namespace test_flash_decode {
 using namespace attntune;
 
 namespace {
@@ -442,3 +443,4 @@ TEST(FlashDecodeFp8Property, SpreadOtherHeadDims) {
   ATTNTUNE_REQUIRE_GPU();
   for (int d : {96, 192}) check_fp8(d, attntune::testing::property_sample(4));
 }
+}  // namespace test_flash_decode

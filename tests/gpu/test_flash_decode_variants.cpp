@@ -34,6 +34,7 @@
 #include "property_check.hpp"
 #include "templates/flash_decode/split.h"
 
+namespace test_flash_decode_variants {
 using namespace attntune;
 
 namespace {
@@ -289,3 +290,4 @@ INSTANTIATE_TEST_SUITE_P(Dv, FlashDecodeVariantsSplitDims,
                          ::testing::Values(SplitDims{192, 128, 2}, SplitDims{64, 128, 1}, SplitDims{128, 64, 1},
                                            SplitDims{128, 96, 1}),
                          [](const auto& info) { return fmt::format("D{}V{}", info.param.d, info.param.dv); });
+}  // namespace test_flash_decode_variants

@@ -16,6 +16,7 @@
 #include "gpu_env.hpp"
 #include "property_check.hpp"
 
+namespace test_flash_decode_wgmma {
 using namespace attntune;
 
 namespace {
@@ -107,3 +108,4 @@ TEST(FlashDecodeWgmmaProperty, WgUniform) {
   check_space(576, 512, true, true, true);
   check_space(576, 512, false, false, true);
 }
+}  // namespace test_flash_decode_wgmma

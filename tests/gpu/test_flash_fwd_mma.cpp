@@ -14,6 +14,7 @@
 #include "gpu_env.hpp"
 #include "property_check.hpp"
 
+namespace test_flash_fwd_mma {
 using namespace attntune;
 
 namespace {
@@ -165,3 +166,4 @@ INSTANTIATE_TEST_SUITE_P(Dv, FlashFwdMmaSplitDims,
                          ::testing::Values(SplitDims{192, 128}, SplitDims{64, 128}, SplitDims{128, 80},
                                            SplitDims{192, 96}),
                          [](const auto& info) { return fmt::format("D{}V{}", info.param.d, info.param.dv); });
+}  // namespace test_flash_fwd_mma

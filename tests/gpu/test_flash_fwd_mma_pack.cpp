@@ -16,6 +16,7 @@
 #include "gpu_env.hpp"
 #include "property_check.hpp"
 
+namespace test_flash_fwd_mma_pack {
 using namespace attntune;
 
 namespace {
@@ -105,3 +106,4 @@ TEST(FlashFwdMmaPackGqa, OtherHeadDims) {
                  55000 + d, 1);
   }
 }
+}  // namespace test_flash_fwd_mma_pack

@@ -19,6 +19,7 @@
 #include "gpu_env.hpp"
 #include "property_check.hpp"
 
+namespace test_flash_fwd_mma_variants {
 using namespace attntune;
 
 namespace {
@@ -135,3 +136,4 @@ TEST(FlashFwdMmaVariantsProperty, NewHeadDims) {
     check_groups("b=4,h=4,s=1024,d={d},dtype=bf16,varlen=1", kVarlen, std::size(kVarlen), d, 48000 + d, 1);
   }
 }
+}  // namespace test_flash_fwd_mma_variants

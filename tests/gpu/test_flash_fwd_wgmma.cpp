@@ -19,6 +19,7 @@
 #include "gpu_env.hpp"
 #include "property_check.hpp"
 
+namespace test_flash_fwd_wgmma {
 using namespace attntune;
 
 namespace {
@@ -306,3 +307,4 @@ TEST(FlashFwdWgmmaProperty, PpPv) {
   check_kept(256, 0, 4, pv);
   check_entry_points(128, 0, pv);
 }
+}  // namespace test_flash_fwd_wgmma

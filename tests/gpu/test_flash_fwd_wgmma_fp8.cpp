@@ -22,6 +22,7 @@
 #include "gpu_env.hpp"
 #include "property_check.hpp"
 
+namespace test_flash_fwd_wgmma_fp8 {
 using namespace attntune;
 
 namespace {
@@ -107,3 +108,4 @@ TEST(FlashFwdWgmmaFp8Property, OtherHeadDims) {
   ATTNTUNE_REQUIRE_GPU();
   for (int d : {64, 96, 256}) check_fp8(d, attntune::testing::property_sample(2));
 }
+}  // namespace test_flash_fwd_wgmma_fp8

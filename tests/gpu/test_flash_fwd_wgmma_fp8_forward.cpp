@@ -23,6 +23,7 @@
 #include "gpu_env.hpp"
 #include "property_check.hpp"
 
+namespace test_flash_fwd_wgmma_fp8_forward {
 using namespace attntune;
 
 namespace {
@@ -293,3 +294,4 @@ TEST(FlashFwdWgmmaFp8ForwardProperty, LongKeysNonzeroMeanVD256) {
     check_fp8_forward(256, attntune::testing::property_sample(2), false,
                       [&](const Config& c) { return num(c, "pv_chunks") == chunks; }, "", shapes, 2.f);
 }
+}  // namespace test_flash_fwd_wgmma_fp8_forward

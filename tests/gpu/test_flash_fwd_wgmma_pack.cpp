@@ -20,6 +20,7 @@
 #include "gpu_env.hpp"
 #include "property_check.hpp"
 
+namespace test_flash_fwd_wgmma_pack {
 using namespace attntune;
 
 namespace {
@@ -112,3 +113,4 @@ TEST(FlashFwdWgmmaPackGqa, OtherHeadDims) {
                  55000 + d, 1);
   }
 }
+}  // namespace test_flash_fwd_wgmma_pack

@@ -22,6 +22,7 @@
 #include "gpu_env.hpp"
 #include "property_check.hpp"
 
+namespace test_flash_fwd_wgmma_variants {
 using namespace attntune;
 
 namespace {
@@ -238,3 +239,4 @@ TEST(FlashFwdWgmmaVariants, PpPv) {
   check_head_dim(128, pv);
   check_head_dim(64, pv);
 }
+}  // namespace test_flash_fwd_wgmma_variants

@@ -13,6 +13,7 @@
 #include "gpu_env.hpp"
 #include "property_check.hpp"
 
+namespace test_prefill_kvcache {
 using namespace attntune;
 
 namespace {
@@ -75,3 +76,4 @@ TEST(PrefillKvcachePersistent, FlashFwdWgmma) {
   ATTNTUNE_REQUIRE_GPU();
   for (int d : {64, 128}) check_family("flash_fwd_wgmma", "sm_90a", d, /*persistent_only=*/true);
 }
+}  // namespace test_prefill_kvcache

@@ -15,6 +15,7 @@
 #include "gpu_env.hpp"
 #include "property_check.hpp"
 
+namespace test_prefill_varlen {
 using namespace attntune;
 
 namespace {
@@ -80,3 +81,4 @@ TEST(PrefillVarlenProperty, FlashFwdWgmmaLongestFirst) {
   ATTNTUNE_REQUIRE_GPU();
   for (int d : {64, 128, 256}) check_family("flash_fwd_wgmma", "sm_90a", d, kOrdered, 2);
 }
+}  // namespace test_prefill_varlen

@@ -13,6 +13,7 @@
 #include "eval/attention_gpu.hpp"
 #include "gpu_env.hpp"
 
+namespace test_reference {
 using namespace attntune;
 
 namespace {
@@ -690,3 +691,4 @@ TEST(ReferenceFp8, CriterionFailsWhatIgnoresTheScales) {
   buf.per_tensor_descale = true;
   EXPECT_THROW(cache.check(buf), std::logic_error);
 }
+}  // namespace test_reference

@@ -13,6 +13,7 @@
 #include "eval/attention_gpu.hpp"
 #include "gpu_env.hpp"
 
+namespace test_reference_backward {
 using namespace attntune;
 
 namespace {
@@ -374,3 +375,4 @@ TEST(ReferenceBackward, ValidationInputsAddOddLengths) {
 }
 
 }  // namespace
+}  // namespace test_reference_backward

@@ -12,6 +12,7 @@
 #include "gpu_env.hpp"
 #include "tests/common/run_attntune.hpp"
 
+namespace test_tune {
 using namespace attntune;
 namespace fs = std::filesystem;
 
@@ -196,3 +197,4 @@ TEST(TuneGpu, RetimeReRanksTheTopAroundThePick) {
   EXPECT_EQ(s.campaign_evaluations(*s.find_campaign("rt")).size(), evals);  // retime records nothing of the campaign
   fs::remove_all(dir);
 }
+}  // namespace test_tune

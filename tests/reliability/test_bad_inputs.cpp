@@ -17,6 +17,7 @@
 #include "reliability_util.hpp"
 
 namespace attntune::reliability {
+namespace test_bad_inputs {
 namespace {
 
 using namespace std::chrono_literals;
@@ -372,9 +373,11 @@ TEST(ReliabilityBadInputs, EachIsOneLineTheDocumentedExitCodeAndChangesNothing) 
 }
 
 }  // namespace
+}  // namespace test_bad_inputs
 }  // namespace attntune::reliability
 
 namespace attntune::reliability {
+namespace test_bad_inputs {
 namespace {
 
 // The disk fills in the middle of a campaign (a 64 KiB file-size limit: the write-ahead log reaches it
@@ -426,4 +429,5 @@ TEST(ReliabilityBadInputs, ADiskThatFillsMidCampaignStopsCleanlyAndTheResumeComp
 }
 
 }  // namespace
+}  // namespace test_bad_inputs
 }  // namespace attntune::reliability

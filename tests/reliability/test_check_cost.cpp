@@ -18,6 +18,7 @@
 #include "fault_util.hpp"
 
 namespace attntune::reliability {
+namespace test_check_cost {
 namespace {
 
 double median_of(std::vector<double> v) { return percentile(std::move(v), 50); }
@@ -193,4 +194,5 @@ TEST(ReliabilityCheckCost, TheIntegrityChecksCostLittleOnALargeDatabase) {
 }
 
 }  // namespace
+}  // namespace test_check_cost
 }  // namespace attntune::reliability

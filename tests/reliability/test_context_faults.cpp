@@ -37,6 +37,7 @@
 #include "tests/unit/eval/fault_kernels.hpp"
 
 namespace attntune::reliability {
+namespace test_context_faults {
 namespace {
 
 using namespace std::chrono_literals;
@@ -270,4 +271,5 @@ TEST(ReliabilityContextFaultsGpu, AWorkerWhoseContextDiesAtEachPhaseLosesNothing
 }
 
 }  // namespace
+}  // namespace test_context_faults
 }  // namespace attntune::reliability

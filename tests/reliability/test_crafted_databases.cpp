@@ -24,6 +24,7 @@
 #include "space/search_space.hpp"
 
 namespace attntune::reliability {
+namespace test_crafted_databases {
 namespace {
 
 const std::string kEvilLine = "#include \"/etc/passwd\"";
@@ -296,4 +297,5 @@ TEST(ReliabilityCraftedDatabases, CraftedRowsNeverReachGeneratedCodeAndNeverCras
 }
 
 }  // namespace
+}  // namespace test_crafted_databases
 }  // namespace attntune::reliability

@@ -20,6 +20,7 @@
 #include "fault_util.hpp"
 
 namespace attntune::reliability {
+namespace test_damaged_databases {
 namespace {
 
 constexpr std::size_t kPage = 4096;
@@ -355,4 +356,5 @@ TEST(ReliabilityDamage, EveryCommandOnEveryDamagedDatabaseRefusesOrAnswersRight)
 }
 
 }  // namespace
+}  // namespace test_damaged_databases
 }  // namespace attntune::reliability

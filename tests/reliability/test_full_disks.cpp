@@ -24,6 +24,7 @@
 #include "fault_util.hpp"
 
 namespace attntune::reliability {
+namespace test_full_disks {
 namespace {
 
 using namespace std::chrono_literals;
@@ -312,4 +313,5 @@ TEST(ReliabilityFullDisk, FiftyPointsOfTuneServeMergeExportAndReportLoseNothingA
 }
 
 }  // namespace
+}  // namespace test_full_disks
 }  // namespace attntune::reliability

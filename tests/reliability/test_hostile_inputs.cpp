@@ -33,6 +33,7 @@
 #include "reliability_util.hpp"
 
 namespace attntune::reliability {
+namespace test_hostile_inputs {
 namespace {
 
 using Rng = std::mt19937_64;
@@ -758,4 +759,5 @@ TEST(ReliabilityHostileInputs, GeneratedInputsNeverCrashHangChangeTheDatabaseOrF
 }
 
 }  // namespace
+}  // namespace test_hostile_inputs
 }  // namespace attntune::reliability

@@ -21,6 +21,7 @@
 #include "tests/reliability/reliability_util.hpp"
 
 namespace attntune::reliability {
+namespace test_hostile_outputs {
 namespace {
 
 enum class StdoutKind { kFile, kClosed, kPipeGone, kDevFull, kFileOverLimit };
@@ -494,4 +495,5 @@ TEST(ReliabilityFinalKills, AResumeWithOtherBudgetsKeepsEachRunsBudgets) {
 }
 
 }  // namespace
+}  // namespace test_hostile_outputs
 }  // namespace attntune::reliability

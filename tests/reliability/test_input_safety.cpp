@@ -24,6 +24,7 @@
 #include "space/search_space.hpp"
 
 namespace attntune::reliability {
+namespace test_input_safety {
 namespace {
 
 // Strings that end comments, strings and statements in C, CUDA and SQL.
@@ -365,4 +366,5 @@ TEST(ReliabilityInputSafety, CraftedCampaignNamesSpacePathsDeviceNamesAndErrorsT
 }
 
 }  // namespace
+}  // namespace test_input_safety
 }  // namespace attntune::reliability

@@ -23,6 +23,7 @@
 #include "reliability_util.hpp"
 
 namespace attntune::reliability {
+namespace test_kills_and_readers {
 namespace {
 
 using namespace std::chrono_literals;
@@ -330,4 +331,5 @@ TEST(ReliabilityReaders, BestAndCampaignsWhileTuneWritesAreFastAndSeeOnlyWholeRo
 }
 
 }  // namespace
+}  // namespace test_kills_and_readers
 }  // namespace attntune::reliability

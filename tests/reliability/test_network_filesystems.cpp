@@ -9,6 +9,7 @@
 #include "fault_util.hpp"
 
 namespace attntune::reliability {
+namespace test_network_filesystems {
 namespace {
 
 TEST(ReliabilityNetworkFs, ServeSubmitAndTuneRefuseANetworkFilesystemUnlessAllowed) {
@@ -74,4 +75,5 @@ TEST(ReliabilityNetworkFs, ServeSubmitAndTuneRefuseANetworkFilesystemUnlessAllow
 }
 
 }  // namespace
+}  // namespace test_network_filesystems
 }  // namespace attntune::reliability

@@ -35,6 +35,7 @@
 #include "tests/gpu/gpu_env.hpp"
 
 namespace attntune::reliability {
+namespace test_planted_faults_and_gpu_kills {
 namespace {
 
 using namespace std::chrono_literals;
@@ -358,6 +359,7 @@ TEST(ReliabilityKillsGpu, TwentySigkillsDuringCompileEvaluationAndCommitThenResu
 }
 
 }  // namespace
+}  // namespace test_planted_faults_and_gpu_kills
 }  // namespace attntune::reliability
 
 // The GPU and build workers of the in-process campaign are this executable (see the top).

@@ -19,6 +19,7 @@
 #include "fault_util.hpp"
 
 namespace attntune::reliability {
+namespace test_serve_kills {
 namespace {
 
 using namespace std::chrono_literals;
@@ -225,4 +226,5 @@ TEST(ReliabilityServeKills, SigkillAndSigtermOfServeAndItsWorkerAtEveryPhaseLose
 }
 
 }  // namespace
+}  // namespace test_serve_kills
 }  // namespace attntune::reliability

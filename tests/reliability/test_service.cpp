@@ -9,6 +9,7 @@
 #include "tests/reliability/reliability_util.hpp"
 
 namespace attntune::reliability {
+namespace test_service {
 namespace {
 
 constexpr int kBudget = 30;
@@ -221,4 +222,5 @@ TEST(ReliabilityService, ReadersBesideServeNeverCostAWrite) {
 }
 
 }  // namespace
+}  // namespace test_service
 }  // namespace attntune::reliability

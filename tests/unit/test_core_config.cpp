@@ -3,6 +3,7 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 
+namespace test_core_config {
 using namespace attntune;
 
 TEST(Config, CanonicalTextIsSortedByName) {
@@ -18,3 +19,4 @@ TEST(Config, JsonRoundTripKeepsTypes) {
   EXPECT_EQ(config_from_json(j), c);
   EXPECT_THROW(config_from_json(nlohmann::json::parse(R"({"a":1.5})")), InputError);
 }
+}  // namespace test_core_config

@@ -16,6 +16,7 @@
 #include "space/expr.hpp"
 #include "tests/unit/db/db_test_util.hpp"
 
+namespace test_input_limits {
 using namespace attntune;
 
 namespace {
@@ -151,3 +152,4 @@ TEST(InputLimits, DurationsAreBounded) {
 }
 
 }  // namespace
+}  // namespace test_input_limits

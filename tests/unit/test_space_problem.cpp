@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "core/problem.hpp"
 
+namespace test_space_problem {
 using namespace attntune;
 
 TEST(Problem, ParsesAndDefaults) {
@@ -47,3 +48,4 @@ TEST(Problem, FlopsCountVisiblePairs) {
   auto r = Problem::parse("b=1,h=1,s=5,sk=2,d=8,dtype=fp16,causal=1");  // rows see 0,0,0,1,2
   EXPECT_DOUBLE_EQ(r.flops(), 4.0 * 8 * 3);
 }
+}  // namespace test_space_problem

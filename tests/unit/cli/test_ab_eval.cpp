@@ -14,6 +14,7 @@
 #include "../tune/tune_test_util.hpp"
 
 namespace attntune::test {
+namespace test_ab_eval {
 namespace {
 
 // A fake `attntune eval` at `path`: appends "LABEL PROBLEM" to `log` and prints eval's JSON with a
@@ -108,4 +109,5 @@ TEST(AbEval, ABudgetOrASigtermStillReportsTheRoundsMeasured) {
 }
 
 }  // namespace
+}  // namespace test_ab_eval
 }  // namespace attntune::test

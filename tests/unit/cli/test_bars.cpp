@@ -22,6 +22,7 @@
 #include "service/plan.hpp"
 
 namespace attntune::test {
+namespace test_bars {
 namespace {
 
 std::string bars() {
@@ -422,4 +423,5 @@ TEST(BarsVariants, AnUnpatchedKitIsRefusedBeforeAnythingRuns) {
 }
 
 }  // namespace
+}  // namespace test_bars
 }  // namespace attntune::test

@@ -18,6 +18,7 @@
 #include "tests/unit/export/export_db.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_fwdbwd {
 using namespace attntune;
 using attntune::test::ExportDb;
 using attntune::test::info_from_source;
@@ -167,3 +168,4 @@ TEST(FwdBwd, TuneRefusesASpaceForTwoPasses) {
             std::string::npos)
       << r.err;
 }
+}  // namespace test_fwdbwd

@@ -20,6 +20,7 @@
 #include "db/sqlite.hpp"
 
 namespace attntune::test {
+namespace test_rehash_db {
 namespace {
 
 namespace fs = std::filesystem;
@@ -186,4 +187,5 @@ TEST(RehashDb, BadInputIsRefused) {
 }
 
 }  // namespace
+}  // namespace test_rehash_db
 }  // namespace attntune::test

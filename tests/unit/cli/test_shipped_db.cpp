@@ -23,6 +23,7 @@
 #include "service/plan.hpp"
 
 namespace attntune::test {
+namespace test_shipped_db {
 namespace {
 
 namespace fs = std::filesystem;
@@ -684,4 +685,5 @@ TEST(ShippedPlan, RemeasureDeepensTheCampaignsAConditionSelects) {
 }
 
 }  // namespace
+}  // namespace test_shipped_db
 }  // namespace attntune::test

@@ -17,6 +17,7 @@
 #include "../tune/tune_test_util.hpp"
 
 namespace attntune::test {
+namespace test_transfer_check {
 namespace {
 
 std::string read(const std::string& path) {
@@ -121,4 +122,5 @@ TEST_F(TransferCheck, AShapeWithoutAReferenceIsNamedAndTheRunExitsOne) {
 }
 
 }  // namespace
+}  // namespace test_transfer_check
 }  // namespace attntune::test

@@ -20,6 +20,7 @@
 #include "tests/unit/db/db_test_util.hpp"
 
 namespace attntune::test {
+namespace test_problem_backward {
 namespace {
 
 using attntune::testing::input_error_of;
@@ -230,4 +231,5 @@ TEST(ProblemBackwardDb, TheStoreKeepsItApartFromTheForwardProblem) {
 }
 
 }  // namespace
+}  // namespace test_problem_backward
 }  // namespace attntune::test

@@ -19,6 +19,7 @@
 #include "tests/unit/db/db_test_util.hpp"
 
 namespace attntune::test {
+namespace test_problem_dv {
 namespace {
 
 using attntune::testing::input_error_of;
@@ -178,4 +179,5 @@ TEST(ProblemDvDb, TheStoreKeepsItApartFromItsSquareShape) {
 }
 
 }  // namespace
+}  // namespace test_problem_dv
 }  // namespace attntune::test

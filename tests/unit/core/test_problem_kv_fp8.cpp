@@ -21,6 +21,7 @@
 #include "tests/unit/db/db_test_util.hpp"
 
 namespace attntune::test {
+namespace test_problem_kv_fp8 {
 namespace {
 
 using attntune::testing::input_error_of;
@@ -265,4 +266,5 @@ TEST(ProblemKvFp8Db, TheStoreKeepsItApartFromACacheOfQsDtype) {
 }
 
 }  // namespace
+}  // namespace test_problem_kv_fp8
 }  // namespace attntune::test

@@ -23,6 +23,7 @@
 #include "tests/unit/db/db_test_util.hpp"
 
 namespace attntune::test {
+namespace test_problem_latent {
 namespace {
 
 using attntune::testing::input_error_of;
@@ -259,4 +260,5 @@ TEST(ProblemLatentDb, TheStoreKeepsItApartFromSeparateKAndV) {
 }
 
 }  // namespace
+}  // namespace test_problem_latent
 }  // namespace attntune::test

@@ -15,6 +15,7 @@
 #include "tests/common/input_error.hpp"
 
 namespace attntune::test {
+namespace test_problem_qkv_fp8 {
 namespace {
 
 using attntune::testing::input_error_of;
@@ -102,4 +103,5 @@ TEST(ProblemQkvFp8, OnlyFlashFwdWgmmaServesIt) {
 }
 
 }  // namespace
+}  // namespace test_problem_qkv_fp8
 }  // namespace attntune::test

@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/problem.hpp"
 
+namespace test_problem_variants {
 using namespace attntune;
 
 namespace {
@@ -168,3 +169,4 @@ TEST(ProblemVariants, VarlenSequencesAreEachWindowedOnTheirOwn) {
   for (int lq : p.q_lens()) want += brute_pairs(lq, lq + 40, 17, 0);
   EXPECT_DOUBLE_EQ(p.flops(), 4.0 * 2 * 16 * want);
 }
+}  // namespace test_problem_variants

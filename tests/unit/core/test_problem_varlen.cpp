@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/problem.hpp"
 
+namespace test_problem_varlen {
 using namespace attntune;
 
 namespace {
@@ -150,3 +151,4 @@ TEST(ProblemVarlen, FlopsSumEachSequenceBottomRightAligned) {
     EXPECT_DOUBLE_EQ(v.bytes(), d.bytes()) << dims;
   }
 }
+}  // namespace test_problem_varlen

@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/process.hpp"
 
+namespace test_process {
 using namespace attntune;
 
 namespace {
@@ -80,3 +81,4 @@ TEST(Process, SaysWhichProgramCouldNotStart) {
 }
 
 }  // namespace
+}  // namespace test_process

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "cuda/driver.hpp"
 
+namespace test_driver {
 using namespace attntune;
 using namespace attntune::cuda;
 
@@ -127,3 +128,4 @@ TEST(Driver, CuCheckNamesTheCallAsWritten) {
     EXPECT_EQ(e.call(), "cuMemAlloc(&p, n)");
   }
 }
+}  // namespace test_driver

@@ -13,6 +13,7 @@
 #include "tests/common/mma_tile_kernel.hpp"
 #include "cuda/nvrtc.hpp"
 
+namespace test_nvrtc {
 using namespace attntune;
 using namespace attntune::cuda;
 using attntune::testing::kMmaTile;
@@ -285,3 +286,4 @@ TEST(Nvrtc, SearchesCudaHome) {
   EXPECT_NE(std::find(c.begin(), c.end(), "/opt/cuda-test-home/lib64/libnvrtc.so.13"), c.end());
   EXPECT_NE(std::find(c.begin(), c.end(), "/usr/local/cuda/lib64/libnvrtc.so.13"), c.end());
 }
+}  // namespace test_nvrtc

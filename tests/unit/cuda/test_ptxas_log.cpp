@@ -4,6 +4,7 @@
 
 #include "cuda/ptxas_log.hpp"
 
+namespace test_ptxas_log {
 using namespace attntune::cuda;
 
 namespace {
@@ -145,3 +146,4 @@ TEST(PtxasLog, EmptyOrErrorLogsHaveNoFunctions) {
   EXPECT_TRUE(err.functions.empty());
   EXPECT_EQ(err.max_registers(), 0);
 }
+}  // namespace test_ptxas_log

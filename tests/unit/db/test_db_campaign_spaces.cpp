@@ -12,6 +12,7 @@
 #include "tests/common/input_error.hpp"
 
 namespace attntune::test {
+namespace test_db_campaign_spaces {
 namespace {
 
 using sqlite::Connection;
@@ -168,4 +169,5 @@ TEST(CampaignSpaces, Version3DatabasesGetTheirOneSpaceAndStillResume) {
 }
 
 }  // namespace
+}  // namespace test_db_campaign_spaces
 }  // namespace attntune::test

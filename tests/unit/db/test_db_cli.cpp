@@ -6,6 +6,7 @@
 #include "db_test_util.hpp"
 #include "tests/common/run_attntune.hpp"
 
+namespace test_db_cli {
 using namespace attntune;
 using namespace attntune::test;
 using attntune::testing::lines;
@@ -254,3 +255,4 @@ TEST_F(CliTest, HelpListsTheOptions) {
   }
   EXPECT_NE(attntune("best --help").out.find("--top"), std::string::npos);
 }
+}  // namespace test_db_cli

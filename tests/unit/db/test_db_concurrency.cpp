@@ -13,6 +13,7 @@
 #include "db/sqlite.hpp"
 #include "db_test_util.hpp"
 
+namespace test_db_concurrency {
 using namespace attntune;
 using namespace attntune::test;
 using sqlite::Connection;
@@ -204,3 +205,4 @@ TEST_F(ConcurrencyTest, SecondWriterWaitsThenFailsClearly) {
   ASSERT_EQ(evals.size(), 3u);
   EXPECT_EQ(evals[2].record.median_us, 70);
 }
+}  // namespace test_db_concurrency

@@ -16,6 +16,7 @@
 #include "db/sqlite.hpp"
 #include "db_test_util.hpp"
 
+namespace test_db_damage {
 using namespace attntune;
 using namespace attntune::test;
 using sqlite::Connection;
@@ -299,3 +300,4 @@ TEST(NetworkFilesystem, AWriterThatAsksIsRefusedOnOneAndCreatesNothing) {
   }
   EXPECT_NO_THROW(Store::open(fresh, Store::Mode::kCreate, refuse)) << "this machine's disk is local";
 }
+}  // namespace test_db_damage

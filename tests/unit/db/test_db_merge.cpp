@@ -23,6 +23,7 @@
 #include "service/job.hpp"
 #include "tests/common/run_attntune.hpp"
 
+namespace test_db_merge {
 using namespace attntune;
 using namespace attntune::test;
 using attntune::testing::lines;
@@ -770,3 +771,4 @@ TEST_F(MergeTest, CliCopiesADatabaseWhileServeWritesIt) {
 }
 
 }  // namespace
+}  // namespace test_db_merge

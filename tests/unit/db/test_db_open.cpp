@@ -10,6 +10,7 @@
 #include "db/sqlite.hpp"
 #include "db_test_util.hpp"
 
+namespace test_db_open {
 using namespace attntune;
 using namespace attntune::test;
 using sqlite::Connection;
@@ -430,3 +431,4 @@ TEST(StoreMigration, MigrationsAreNumberedFromOne) {
   }
   EXPECT_EQ(expected - 1, Store::current_schema_version());
 }
+}  // namespace test_db_open

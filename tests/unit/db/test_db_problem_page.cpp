@@ -14,6 +14,7 @@
 #include "tests/common/run_attntune.hpp"
 
 namespace attntune::test {
+namespace test_db_problem_page {
 namespace {
 
 using attntune::testing::input_error_of;
@@ -168,4 +169,5 @@ TEST_F(PagedAndDense, BestProblemKeepsThemApart) {
 }
 
 }  // namespace
+}  // namespace test_db_problem_page
 }  // namespace attntune::test

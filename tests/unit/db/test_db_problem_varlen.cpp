@@ -19,6 +19,7 @@
 #include "tests/common/run_attntune.hpp"
 
 namespace attntune::test {
+namespace test_db_problem_varlen {
 namespace {
 
 using attntune::testing::input_error_of;
@@ -265,4 +266,5 @@ TEST(ProblemVarlenDb, MergeRenamesASameNamedCampaignOfThePackedBatch) {
 }
 
 }  // namespace
+}  // namespace test_db_problem_varlen
 }  // namespace attntune::test

@@ -9,6 +9,7 @@
 
 #include "db/sqlite.hpp"
 
+namespace test_db_sqlite {
 using namespace attntune;
 using sqlite::Connection;
 using sqlite::Statement;
@@ -155,3 +156,4 @@ TEST(Sqlite, ReadsAColumnByTheNameTheQueryGivesIt) {
     EXPECT_NE(std::string(e.what()).find("(extra, x, name, data, missing)"), std::string::npos) << e.what();
   }
 }
+}  // namespace test_db_sqlite

@@ -7,6 +7,7 @@
 #include "db/sqlite.hpp"
 #include "db_test_util.hpp"
 
+namespace test_db_store {
 using namespace attntune;
 using namespace attntune::test;
 
@@ -348,3 +349,4 @@ TEST_F(StoreTest, StoreIsMovable) {
   EXPECT_EQ(assigned.upsert_device(h100()), device);
   EXPECT_EQ(assigned.path(), path);
 }
+}  // namespace test_db_store

@@ -13,6 +13,7 @@
 #include "eval/build_pool.hpp"
 #include "tests/unit/db/db_test_util.hpp"
 
+namespace test_build_pool {
 using namespace attntune;
 
 namespace {
@@ -270,3 +271,4 @@ TEST(BuildPool, DestroyingThePoolKillsRunningCompiles) {
   }
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
 }
+}  // namespace test_build_pool

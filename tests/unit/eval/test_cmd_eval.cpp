@@ -9,6 +9,7 @@
 #include "cuda/driver.hpp"
 #include "tests/common/run_attntune.hpp"
 
+namespace test_cmd_eval {
 using attntune::testing::run_attntune;
 
 namespace {
@@ -60,3 +61,4 @@ TEST(CmdEval, HiddenWorkersAreNotListedButAnswer) {
   EXPECT_EQ(garbage.rc, 1) << garbage.err;
   EXPECT_TRUE(contains(garbage.err, "expected magic 'ATF1', got 'not '")) << garbage.err;
 }
+}  // namespace test_cmd_eval

@@ -23,6 +23,7 @@
 #include "eval/evaluator.hpp"
 #include "eval/protocol.hpp"
 
+namespace test_evaluator_watchdog {
 using namespace attntune;
 
 namespace {
@@ -261,3 +262,4 @@ TEST(EvaluatorWatchdog, BuildFailuresBecomeRecords) {
   b.status = "ok";
   EXPECT_THROW(build_failure_record(b), std::logic_error);
 }
+}  // namespace test_evaluator_watchdog

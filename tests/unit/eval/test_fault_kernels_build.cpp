@@ -6,6 +6,7 @@
 #include "eval/build_pool.hpp"
 #include "fault_kernels.hpp"
 
+namespace test_fault_kernels_build {
 using namespace attntune;
 
 TEST(FaultKernels, BuildAsIntended) {
@@ -38,3 +39,4 @@ TEST(FaultKernels, BuildAsIntended) {
   }
   EXPECT_EQ(n, static_cast<int>(attntune::testing::fault_kernels().size()));
 }
+}  // namespace test_fault_kernels_build

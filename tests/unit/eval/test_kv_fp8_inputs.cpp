@@ -12,6 +12,7 @@
 #include "eval/attention_gpu.hpp"
 #include "families/family.hpp"
 
+namespace test_kv_fp8_inputs {
 using namespace attntune;
 
 namespace {
@@ -129,3 +130,4 @@ TEST(KvFp8Inputs, TheFp8ForwardsInputsAndReference) {
     EXPECT_NE(out.ptxas.entry("transpose_e4m3"), nullptr);
   }
 }
+}  // namespace test_kv_fp8_inputs

@@ -3,6 +3,7 @@
 
 #include "eval/pipeline_depth.hpp"
 
+namespace test_pipeline_depth {
 using attntune::PipelineDepth;
 
 TEST(PipelineDepth, AllTheBuildPoolCanUseUntilBothTimesAreKnown) {
@@ -35,3 +36,4 @@ TEST(PipelineDepth, NeverMoreThanTheBuildPoolNorFewerThanTwo) {
   for (int i = 0; i < 5; ++i) odd.build_done(-1), odd.evaluation_done(std::nan(""));  // ignored
   EXPECT_EQ(odd.value(), 10u);
 }
+}  // namespace test_pipeline_depth

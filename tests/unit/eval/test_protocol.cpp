@@ -13,6 +13,7 @@
 
 #include "eval/protocol.hpp"
 
+namespace test_protocol {
 using namespace attntune;
 using namespace attntune::proto;
 
@@ -355,3 +356,4 @@ TEST(Protocol, ChildExitStatusAndGroupKill) {
   }
   EXPECT_THROW(Child::spawn({"/nonexistent/attntune-worker"}), Error);
 }
+}  // namespace test_protocol

@@ -17,6 +17,7 @@
 #include "templates/common/launch_plan.h"
 #include "templates/common/run_plan.h"
 
+namespace test_run_plan {
 using namespace attntune_plan;
 
 namespace {
@@ -505,3 +506,4 @@ TEST_F(RunPlan, PlansWithoutLaunching) {
 }
 
 }  // namespace
+}  // namespace test_run_plan

@@ -7,6 +7,7 @@
 
 #include "eval/attention_gpu.hpp"
 
+namespace test_varlen_inputs {
 using namespace attntune;
 
 TEST(VarlenInputs, TheRaggedBatchHoldsEveryKindOfLength) {
@@ -35,3 +36,4 @@ TEST(VarlenInputs, TheRaggedBatchHoldsEveryKindOfLength) {
   const Problem p = Problem::parse("b=2,h=8,s=4096,d=128,dtype=bf16,causal=1,varlen=1024");
   EXPECT_NE(varlen_ragged_lens(p, 1), varlen_ragged_lens(p, 2)) << "random lengths change with the seed";
 }
+}  // namespace test_varlen_inputs

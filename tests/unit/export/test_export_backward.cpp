@@ -22,6 +22,7 @@
 #include "tests/unit/export/export_db.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_export_backward {
 using namespace attntune;
 using attntune::test::ExportDb;
 using attntune::test::info_from_source;
@@ -98,3 +99,4 @@ TEST(ExportBackward, TunerJsonListsEveryFamilyWithItsPasses) {
 }
 
 }  // namespace
+}  // namespace test_export_backward

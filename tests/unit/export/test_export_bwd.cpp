@@ -21,6 +21,7 @@
 #include "tests/unit/export/export_db.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_export_bwd {
 using namespace attntune;
 using attntune::test::ExportDb;
 using attntune::test::info_from_source;
@@ -268,3 +269,4 @@ TEST(ExportBackwardNvcc, EachEntryPointRunsItsOwnKernelsAndBadCallsAreRefused) {
       EXPECT_NE(o.find(std::string(what) + ": past the checks\n"), std::string::npos) << what << "\n" << o;
   }
 }
+}  // namespace test_export_bwd

@@ -20,6 +20,7 @@
 #include "tests/unit/db/db_test_util.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_export_cli {
 using namespace attntune;
 using attntune::test::read_bytes;
 using attntune::test::TempDir;
@@ -499,3 +500,4 @@ TEST(ComparePy, PeerToolsDryRunsAndRefuseBadInput) {
 }
 
 }  // namespace
+}  // namespace test_export_cli

@@ -18,6 +18,7 @@
 #include "tests/unit/export/export_db.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_export_decode {
 using namespace attntune;
 using attntune::test::ExportDb;
 using attntune::test::info_from_source;
@@ -190,3 +191,4 @@ TEST(ExportDecodeNvcc, ClusterCombineBuildsForSm90) {
   ASSERT_EQ(ptx.status, 0) << ptx.output;
   EXPECT_NE(ptx.output.find(".reqnctapercluster 16, 1, 1"), std::string::npos);
 }
+}  // namespace test_export_decode

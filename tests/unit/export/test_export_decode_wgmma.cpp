@@ -13,6 +13,7 @@
 #include "tests/unit/export/export_db.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_export_decode_wgmma {
 using namespace attntune;
 using attntune::test::ExportDb;
 using attntune::test::info_from_source;
@@ -69,3 +70,4 @@ TEST(ExportDecodeWgmmaNvcc, MlaAndWideKernelsExportAndBuildForSm90a) {
   ASSERT_EQ(ptx.status, 0) << ptx.output;
   EXPECT_NE(ptx.output.find(".reqnctapercluster 2, 1, 1"), std::string::npos);
 }
+}  // namespace test_export_decode_wgmma

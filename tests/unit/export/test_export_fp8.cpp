@@ -20,6 +20,7 @@
 #include "tests/unit/export/export_db.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_export_fp8 {
 using namespace attntune;
 using attntune::test::ExportDb;
 using attntune::test::info_from_source;
@@ -238,3 +239,4 @@ TEST(ExportFp8Nvcc, ChunkedPrefillOverAnFp8CacheCarriesItsConversionKernelAndBui
   const Shell b = sh(attntune::test::nvcc_shared_command(nvcc, "sm_90a", one, dir.file("libchunk.so")));
   EXPECT_EQ(b.status, 0) << b.output;
 }
+}  // namespace test_export_fp8

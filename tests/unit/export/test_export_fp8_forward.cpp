@@ -15,6 +15,7 @@
 #include "tests/unit/export/export_db.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_export_fp8_forward {
 using namespace attntune;
 using attntune::test::ExportDb;
 using attntune::test::info_from_source;
@@ -192,3 +193,4 @@ TEST(ExportFp8Forward, AKPermKernelIsFollowedByACompanionForOtherKeyCounts) {
   EXPECT_NE(ran.output.find("fp8_near -> 0\n"), std::string::npos) << ran.output;
   EXPECT_NE(ran.output.find("fp8_ragged -> 1\n"), std::string::npos) << ran.output;
 }
+}  // namespace test_export_fp8_forward

@@ -20,6 +20,7 @@
 #include "tests/unit/export/export_db.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_export_kvcache_prefill {
 using namespace attntune;
 using attntune::test::ExportDb;
 using attntune::test::info_from_source;
@@ -299,3 +300,4 @@ TEST(ExportKvcachePrefillNvcc, SingleKernelFilesRefuseWhatTheirKernelCannotServe
     }
   }
 }
+}  // namespace test_export_kvcache_prefill

@@ -19,6 +19,7 @@
 #include "tests/unit/export/export_db.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_export_latent {
 using namespace attntune;
 using attntune::test::ExportDb;
 using attntune::test::info_from_source;
@@ -137,3 +138,4 @@ TEST(ExportLatentNvcc, ALatentKernelRunsOnlyCallsWhoseVIsK) {
             std::string::npos)
       << ran.output;
 }
+}  // namespace test_export_latent

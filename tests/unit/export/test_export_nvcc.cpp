@@ -20,6 +20,7 @@
 #include "tests/unit/db/db_test_util.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_export_nvcc {
 using namespace attntune;
 using attntune::test::find_nvcc;
 using attntune::test::read_bytes;
@@ -96,3 +97,4 @@ TEST(ExportNvcc, CompilesAsSharedLibraryWithCSymbolsAndChecksArguments) {
 }
 
 }  // namespace
+}  // namespace test_export_nvcc

@@ -23,6 +23,7 @@
 #include "tests/unit/export/export_db.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_export_plan_variants {
 using namespace attntune;
 using attntune::test::ExportDb;
 using attntune::test::info_from_source;
@@ -179,3 +180,4 @@ TEST(ExportPlanVariantsNvcc, TheModelsCallsRunTheirTunedKernels) {
   }
   EXPECT_EQ(i, cases.size()) << ran.output;
 }
+}  // namespace test_export_plan_variants

@@ -17,6 +17,7 @@
 #include "tests/unit/export/export_db.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_export_varlen {
 using namespace attntune;
 using attntune::test::ExportDb;
 using attntune::test::info_from_source;
@@ -141,3 +142,4 @@ TEST(ExportVarlenNvcc, VarlenKernelsServeTheVarlenEntryPointsOnly) {
     EXPECT_EQ(alone.find("packed 1000"), std::string::npos) << alone;
   }
 }
+}  // namespace test_export_varlen

@@ -25,6 +25,7 @@
 #include "tests/unit/export/export_db.hpp"
 #include "tests/unit/export/nvcc_util.hpp"
 
+namespace test_export_wgmma {
 using namespace attntune;
 using attntune::test::ExportDb;
 using attntune::test::read_bytes;
@@ -394,8 +395,11 @@ TEST(ExportWgmmaNvcc, CompilesForSm90aWithCSymbolsAndChecksArguments) {
 }
 
 }  // namespace
+}  // namespace test_export_wgmma
 
 namespace attntune {
+namespace test_export_wgmma {
+using namespace ::test_export_wgmma;
 namespace {
 
 // export --all-best --plan: one library for a model holds the plan's tuned problems only, and says
@@ -420,4 +424,5 @@ TEST(ExportWgmma, AllBestOverAPlanHoldsThePlansProblemsAndNamesTheMissing) {
 }
 
 }  // namespace
+}  // namespace test_export_wgmma
 }  // namespace attntune

@@ -15,6 +15,7 @@
 #include "tests/common/plan_call.hpp"
 #include "tests/unit/families/bwd_builds.hpp"
 
+namespace test_bwd_variants {
 using namespace attntune;
 using attntune::testing::backward_call_of;
 using attntune::testing::FakeDevice;
@@ -88,3 +89,4 @@ TEST(BackwardVariants, VariantBuildsCompile) {
       {kSinks, kCapped, "b=1,h=4,s=500,sk=700,d=64,dtype=fp16,causal=1,window=100,sinks=1,pass=bwd",
        "b=1,h=4,s=500,sk=700,d=64,dtype=bf16,causal=0,softcap=50,sinks=1,pass=bwd"});
 }
+}  // namespace test_bwd_variants

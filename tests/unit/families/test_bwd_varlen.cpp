@@ -22,6 +22,7 @@
 #include "tests/unit/families/bwd_builds.hpp"
 #include "tests/unit/families/bwd_plan.hpp"
 
+namespace test_bwd_varlen {
 using namespace attntune;
 using attntune::testing::backward_call_of;
 using attntune::testing::backward_varlen_call_of;
@@ -296,3 +297,4 @@ TEST(BackwardVarlen, SortedOrderBuildsCompile) {
       {kVarlen, "b=4,h=4,s=700,sk=900,d=64,dtype=fp16,causal=1,window=100,sinks=1,varlen=1,pass=bwd"},
       [](const Config& c) { return sorted_order(c); });
 }
+}  // namespace test_bwd_varlen

@@ -9,6 +9,7 @@
 
 #include "tests/common/run_attntune.hpp"
 
+namespace test_cmd_compile {
 namespace {
 
 attntune::testing::Outcome run(const std::string& args) {
@@ -54,3 +55,4 @@ TEST(CmdCompile, UnsupportedProblemIsRejectedBeforeCompiling) {
   auto usage = run(kSpace + " --arch sm_90");
   EXPECT_EQ(usage.rc, 2) << usage.out;
 }
+}  // namespace test_cmd_compile

@@ -27,6 +27,7 @@
 #include "templates/flash_fwd_mma/launch.h"
 #include "tests/common/plan_call.hpp"
 
+namespace test_family_facts {
 using namespace attntune;
 
 namespace {
@@ -315,3 +316,4 @@ TEST(DecodeBoundary, TheOpsAndToolsSayTheSameNumber) {
 }
 
 }  // namespace
+}  // namespace test_family_facts

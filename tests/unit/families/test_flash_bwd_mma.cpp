@@ -23,6 +23,7 @@
 #include "tests/common/run_attntune.hpp"
 #include "tests/unit/families/bwd_plan.hpp"
 
+namespace test_flash_bwd_mma {
 using namespace attntune;
 using attntune::testing::backward_call_of;
 using attntune::testing::dense_call_of;
@@ -562,3 +563,4 @@ TEST(FlashBwdMmaBuild, ASpreadBuildsOnEveryArch) {
   }
   EXPECT_EQ(built, submitted);
 }
+}  // namespace test_flash_bwd_mma

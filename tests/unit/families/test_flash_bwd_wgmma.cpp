@@ -13,6 +13,7 @@
 #include "tests/common/plan_call.hpp"
 #include "tests/common/run_attntune.hpp"
 
+namespace test_flash_bwd_wgmma {
 using namespace attntune;
 using attntune::testing::backward_call_of;
 using attntune::testing::dense_call_of;
@@ -500,3 +501,4 @@ TEST(FlashBwdWgmmaBuild, WgSkewBuildsWithoutSpills) {
   }
   EXPECT_EQ(built, submitted);
 }
+}  // namespace test_flash_bwd_wgmma

@@ -20,6 +20,7 @@
 #include "tests/common/run_attntune.hpp"
 #include "templates/flash_decode/launch.h"
 
+namespace test_flash_decode_build {
 using namespace attntune;
 
 namespace {
@@ -669,3 +670,4 @@ TEST(FlashDecodeBuild, Fp8CachesCompileWithoutSpills) {
   }
   EXPECT_EQ(built, submitted);
 }
+}  // namespace test_flash_decode_build

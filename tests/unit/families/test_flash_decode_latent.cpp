@@ -14,6 +14,7 @@
 #include "tests/common/plan_call.hpp"
 #include "templates/flash_decode/launch.h"
 
+namespace test_flash_decode_latent {
 using namespace attntune;
 
 namespace {
@@ -172,3 +173,4 @@ TEST(FlashDecodeLatent, TmaReadsVAsTheFirstDvColumnsOfKsRowsPagedOrNot) {
     }
   }
 }
+}  // namespace test_flash_decode_latent

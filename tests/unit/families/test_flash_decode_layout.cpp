@@ -11,6 +11,7 @@
 
 #include "templates/flash_decode/args.h"
 
+namespace test_flash_decode_layout {
 namespace {
 
 std::vector<int> head_dims() {
@@ -113,3 +114,4 @@ TEST(FlashDecodeLayout, LoadsCoverEveryChunkOnceAndRevisitTheirRows) {
                                 << " of row " << k / chunks;
       }
 }
+}  // namespace test_flash_decode_layout

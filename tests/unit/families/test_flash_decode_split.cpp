@@ -12,6 +12,7 @@
 
 #include "templates/flash_decode/launch.h"
 
+namespace test_flash_decode_split {
 namespace {
 
 // The keys row i of seqlen_q rows sees in a sequence of len keys, bottom-right aligned (the
@@ -186,3 +187,4 @@ TEST(FlashDecodeSplit, TheWorkspaceHoldsEveryPieceAndEachUnitHasACounter) {
   EXPECT_EQ(*counters.begin(), 0);
   EXPECT_EQ(*counters.rbegin() + 1, static_cast<long long>(att::counters_bytes(batch * heads_kv * row_blocks) / 4));
 }
+}  // namespace test_flash_decode_split

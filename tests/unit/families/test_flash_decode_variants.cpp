@@ -20,6 +20,7 @@
 #include "tests/common/run_attntune.hpp"
 #include "templates/flash_decode/launch.h"
 
+namespace test_flash_decode_variants {
 using namespace attntune;
 
 namespace {
@@ -338,3 +339,4 @@ INSTANTIATE_TEST_SUITE_P(DimsAndArchs, FlashDecodeVariantBuild,
                          [](const auto& info) {
                            return fmt::format("d{}_{}", std::get<0>(info.param), std::get<1>(info.param));
                          });
+}  // namespace test_flash_decode_variants

@@ -22,6 +22,7 @@
 #include "tests/common/run_attntune.hpp"
 #include "tests/common/sass.hpp"
 
+namespace test_flash_decode_wgmma {
 using namespace attntune;
 
 namespace {
@@ -211,3 +212,4 @@ TEST(FlashDecodeWgmmaBuild, WgUniformKeepsTheDescriptorsInUniformRegisters) {
     EXPECT_EQ(n.second, 0) << "with wg_uniform: " << name;
   }
 }
+}  // namespace test_flash_decode_wgmma

@@ -15,6 +15,7 @@
 #include "tests/common/plan_call.hpp"
 #include "tests/common/run_attntune.hpp"
 
+namespace test_flash_fwd_mma_build {
 using namespace attntune;
 
 namespace {
@@ -290,3 +291,4 @@ TEST(FlashFwdMmaBuild, EveryHeadDimCompilesOnEveryEntryPointWithoutSpills) {
   }
   EXPECT_EQ(built, turn);
 }
+}  // namespace test_flash_fwd_mma_build

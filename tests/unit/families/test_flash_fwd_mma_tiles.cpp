@@ -14,6 +14,7 @@
 #include "templates/flash_fwd_mma/launch.h"
 #include "tests/common/plan_call.hpp"
 
+namespace test_flash_fwd_mma_tiles {
 namespace tiles = att::mma_tiles;
 
 namespace {
@@ -385,3 +386,4 @@ TEST(FlashFwdMmaTiles, MultiplesOf64KeepTheirLayout) {
   check.operator()<256, 128, 64>();
   check.operator()<256, 256, 32>();
 }
+}  // namespace test_flash_fwd_mma_tiles

@@ -19,6 +19,7 @@
 #include "tests/common/plan_call.hpp"
 #include "tests/common/run_attntune.hpp"
 
+namespace test_flash_fwd_mma_variants {
 using namespace attntune;
 using attntune::testing::dense_call_of;
 using attntune::testing::FakeDevice;
@@ -303,3 +304,4 @@ TEST(FlashFwdMmaVariants, TheSoftcapsTanhTakesTheFormTheTraitsPick) {
     EXPECT_EQ(out.ptx.find("rcp.approx.ftz.f32") == std::string::npos, k.newton) << k.arch << " d=" << k.d << " " << k.force;
   }
 }
+}  // namespace test_flash_fwd_mma_variants

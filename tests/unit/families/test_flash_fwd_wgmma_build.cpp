@@ -24,6 +24,7 @@
 #include "tests/common/sass.hpp"
 #include "templates/flash_fwd_wgmma/launch.h"
 
+namespace test_flash_fwd_wgmma_build {
 using namespace attntune;
 
 namespace {
@@ -1508,3 +1509,4 @@ TEST(FlashFwdWgmmaBuild, KPermPacksPWithoutShuffles) {
   if (!counts) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
   for (const auto& [name, n] : *counts) EXPECT_GE(n.first - n.second, 12) << "k_perm's builds still shuffle P: " << name;
 }
+}  // namespace test_flash_fwd_wgmma_build

@@ -18,6 +18,7 @@
 #include "tests/common/plan_call.hpp"
 #include "templates/flash_fwd_wgmma/launch.h"
 
+namespace test_flash_fwd_wgmma_layout {
 using namespace attntune;
 namespace wt = att::wgmma_tile;
 
@@ -247,3 +248,4 @@ TEST(FlashFwdWgmmaLayout, TensorMapsTakeTheColumnBlock) {
     }
   }
 }
+}  // namespace test_flash_fwd_wgmma_layout

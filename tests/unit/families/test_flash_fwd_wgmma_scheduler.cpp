@@ -11,6 +11,7 @@
 
 #include "templates/flash_fwd_wgmma/scheduler.h"
 
+namespace test_flash_fwd_wgmma_scheduler {
 namespace sched = att::sched;
 
 // Every (query block, pair) is one work tile; causal tiles go longest first inside each head group
@@ -178,3 +179,4 @@ TEST(FlashFwdWgmmaScheduler, WindowTilesHoldExactlyTheRowsWindows) {
   EXPECT_EQ(t.first, 9);
   EXPECT_EQ(t.n, 2);
 }
+}  // namespace test_flash_fwd_wgmma_scheduler

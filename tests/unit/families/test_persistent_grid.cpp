@@ -11,6 +11,7 @@
 #include "families/family.hpp"
 #include "templates/flash_fwd_wgmma/launch.h"
 
+namespace test_persistent_grid {
 using namespace attntune;
 using attntune::testing::dense_call_of;
 using attntune::testing::FakeDevice;
@@ -143,3 +144,4 @@ TEST(PersistentGrid, FlashFwdMmaLaunchesOneCtaPerQueryBlock) {
   EXPECT_FALSE(plan_call(k.launch, kv, FakeDevice{}.device(), &why));
   EXPECT_NE(why.find("attntune_attention_forward"), std::string::npos) << why;
 }
+}  // namespace test_persistent_grid

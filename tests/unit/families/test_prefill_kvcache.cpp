@@ -19,6 +19,7 @@
 #include "templates/flash_fwd_mma/launch.h"
 #include "templates/flash_fwd_wgmma/launch.h"
 
+namespace test_prefill_kvcache {
 using namespace attntune;
 using attntune::testing::dense_call_of;
 using attntune::testing::FakeDevice;
@@ -627,3 +628,4 @@ TEST(PrefillKvcache, WgmmaConvertsAnFp8CacheOnceWhenSeveralQueryTilesReadIt) {
   ASSERT_TRUE(plain) << why;
   EXPECT_EQ(plain->launches, 1);
 }
+}  // namespace test_prefill_kvcache

@@ -13,6 +13,7 @@
 #include "templates/flash_fwd_wgmma/launch.h"
 #include "tests/common/plan_call.hpp"
 
+namespace test_prefill_varlen {
 using namespace attntune;
 using attntune::testing::dense_call_of;
 using attntune::testing::FakeDevice;
@@ -298,3 +299,4 @@ TEST(PrefillVarlen, ThePackedIndexSpaceHoldsEveryBlockOnce) {
     }
   }
 }
+}  // namespace test_prefill_varlen

@@ -13,6 +13,7 @@
 #include "space/search_space.hpp"
 #include "tests/common/input_error.hpp"
 
+namespace test_render_backward {
 using namespace attntune;
 using attntune::testing::input_error_of;
 
@@ -118,3 +119,4 @@ TEST(RenderBackward, ABackwardProblemsEntryIsTheBackwardOne) {
 }
 
 }  // namespace
+}  // namespace test_render_backward

@@ -10,6 +10,7 @@
 #include "families/family.hpp"
 #include "space/search_space.hpp"
 
+namespace test_render_kv_fp8 {
 using namespace attntune;
 
 namespace {
@@ -74,3 +75,4 @@ TEST(RenderKvFp8, OnlyAnFp8CachesBuildHasAttKvFp8AndItsSourceDiffersByThatAlone)
 }
 
 }  // namespace
+}  // namespace test_render_kv_fp8

@@ -5,6 +5,7 @@
 
 #include "report/analysis.hpp"
 
+namespace test_report_analysis {
 using namespace attntune;
 using namespace attntune::report;
 
@@ -264,3 +265,4 @@ TEST(ReportAnalysis, DurationsForPeople) {
   EXPECT_EQ(format_duration(725), "12m05s");
   EXPECT_EQ(format_duration(3 * 3600 + 4 * 60 + 10), "3h04m");
 }
+}  // namespace test_report_analysis

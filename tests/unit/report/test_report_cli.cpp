@@ -11,6 +11,7 @@
 
 #include "tests/unit/db/db_test_util.hpp"
 
+namespace test_report_cli {
 using namespace attntune;
 using namespace attntune::test;
 
@@ -391,3 +392,4 @@ TEST_F(ReportCli, TheDatabaseComesFromTheEnvironment) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("Campaign 'main'"), std::string::npos);
 }
+}  // namespace test_report_cli

@@ -8,6 +8,7 @@
 #include "search/strategy.hpp"
 #include "synthetic.hpp"
 
+namespace test_evo {
 using namespace attntune;
 using namespace attntune::search;
 using namespace attntune::test;
@@ -174,3 +175,4 @@ TEST(EvoStrategy, ANewTunableIsTriedOnTheBestWarmConfig) {
   ASSERT_EQ(again.size(), 3u);
   EXPECT_NE(config_str(again[2]), config_str(packed));
 }
+}  // namespace test_evo

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "search/multi_family.hpp"
 
+namespace test_multi_family {
 using namespace attntune;
 using namespace attntune::search;
 
@@ -274,3 +275,4 @@ TEST(MultiFamily, RefusesUnknownTemplatesAndDuplicates) {
 }
 
 }  // namespace
+}  // namespace test_multi_family

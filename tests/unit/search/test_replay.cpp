@@ -8,6 +8,7 @@
 #include "search/replay.hpp"
 #include "synthetic.hpp"
 
+namespace test_replay {
 using namespace attntune;
 using namespace attntune::search;
 using namespace attntune::test;
@@ -142,3 +143,4 @@ TEST(ReplayEngine, EvoBeatsRandomOnSyntheticLandscapes) {
 }
 
 }  // namespace
+}  // namespace test_replay

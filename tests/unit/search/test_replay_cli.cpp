@@ -14,6 +14,7 @@
 #include "search/warm_start.hpp"
 #include "synthetic.hpp"
 
+namespace test_replay_cli {
 using namespace attntune;
 using namespace attntune::test;
 using attntune::testing::run_attntune;
@@ -147,3 +148,4 @@ TEST_F(ReplayCli, WarmFromAnotherCampaign) {
 }
 
 }  // namespace
+}  // namespace test_replay_cli

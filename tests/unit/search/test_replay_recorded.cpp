@@ -32,6 +32,7 @@
 #include "search/warm_start.hpp"
 #include "synthetic.hpp"
 
+namespace test_replay_recorded {
 using namespace attntune;
 using namespace attntune::search;
 
@@ -164,3 +165,4 @@ TEST(ReplayRecorded, H100WarmStartFromTheOtherD128Campaign) {
 }
 
 }  // namespace
+}  // namespace test_replay_recorded

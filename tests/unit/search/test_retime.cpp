@@ -9,6 +9,7 @@
 #include "search/retime.hpp"
 
 namespace attntune::test {
+namespace test_retime {
 namespace {
 
 EvaluationRow row(const std::string& family, int block, const std::string& status, double us) {
@@ -128,4 +129,5 @@ TEST(Retime, ARoundStopsShortOnAStopOrAnAbandonedCandidate) {
 }
 
 }  // namespace
+}  // namespace test_retime
 }  // namespace attntune::test

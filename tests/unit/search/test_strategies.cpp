@@ -8,6 +8,7 @@
 #include "search/strategy.hpp"
 #include "synthetic.hpp"
 
+namespace test_strategies {
 using namespace attntune;
 using namespace attntune::search;
 using namespace attntune::test;
@@ -103,3 +104,4 @@ TEST(RandomStrategy, FirstProposalIsUniform) {
 }
 
 }  // namespace
+}  // namespace test_strategies

@@ -8,6 +8,7 @@
 #include "search/rng.hpp"
 #include "search/surrogate.hpp"
 
+namespace test_surrogate {
 using namespace attntune::search;
 
 namespace {
@@ -86,3 +87,4 @@ TEST(Surrogate, SameObservationsSamePredictions) {
 }
 
 }  // namespace
+}  // namespace test_surrogate

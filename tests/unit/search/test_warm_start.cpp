@@ -7,6 +7,7 @@
 #include "search/warm_start.hpp"
 #include "service/job.hpp"
 
+namespace test_warm_start {
 using namespace attntune;
 using namespace attntune::test;
 
@@ -150,3 +151,4 @@ TEST(WarmStartReader, AsksForMoreRowsUntilTheTemplateHasEnough) {
 }
 
 }  // namespace
+}  // namespace test_warm_start

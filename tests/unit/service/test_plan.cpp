@@ -23,6 +23,7 @@
 #include "core/error.hpp"
 #include "service/plan.hpp"
 
+namespace test_plan {
 using namespace attntune;
 using attntune::testing::input_error_of;
 using attntune::testing::run_attntune;
@@ -1596,3 +1597,4 @@ TEST(PlanTrain, LayersWithoutABackwardFamilyPlanTheForwardAndSaySo) {
   o.regimes = {"prefill"};
   EXPECT_EQ(train_note(ds, o), "");
 }
+}  // namespace test_plan

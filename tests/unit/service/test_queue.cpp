@@ -11,6 +11,7 @@
 #include "tests/unit/db/db_test_util.hpp"
 
 namespace attntune {
+namespace test_queue {
 namespace {
 
 using test::TempDir;
@@ -259,9 +260,11 @@ TEST(ServiceCli, BadInputIsOneLineAndLeavesTheDatabaseAlone) {
 }
 
 }  // namespace
+}  // namespace test_queue
 }  // namespace attntune
 
 namespace attntune {
+namespace test_queue {
 namespace {
 
 // Results are per GPU model: an H200's time never ranks against an H100's (issue 30).
@@ -301,4 +304,5 @@ TEST(ServiceResults, BestRanksOneGpuModelAndSaysWhenResultsSpanSeveral) {
 }
 
 }  // namespace
+}  // namespace test_queue
 }  // namespace attntune

@@ -13,6 +13,7 @@
 #include "space/search_space.hpp"
 #include "tests/common/run_attntune.hpp"
 
+namespace test_cmd_space {
 using namespace attntune;
 using attntune::testing::lines;
 using attntune::testing::Outcome;
@@ -163,3 +164,4 @@ TEST(CmdSpace, VarlenSummaryShowsTheDrawnLengths) {
   EXPECT_FALSE(nlohmann::json::parse(d.out).contains("lens_q"));
   EXPECT_EQ(run_attntune("space --space " + kFlash + " --problem " + kProblem).out.find("sequences"), std::string::npos);
 }
+}  // namespace test_cmd_space

@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 #include "space/expr.hpp"
 
+namespace test_expr {
 using namespace attntune;
 
 namespace {
@@ -228,3 +229,4 @@ TEST(Expr, ClosestNameIsNilForDistantNames) {
   EXPECT_EQ(closest_name("block_n", {"block_m", "block_k"}), "block_m");
   EXPECT_EQ(closest_name("xyz", {"warps", "block_m"}), std::nullopt);
 }
+}  // namespace test_expr

@@ -11,6 +11,7 @@
 #include "space/search_space.hpp"
 #include "tests/common/input_error.hpp"
 
+namespace test_search_space {
 using namespace attntune;
 
 namespace {
@@ -331,3 +332,4 @@ TEST(SearchSpace, LargeSpaceEnumeratesFastWithEarlyPruning) {
   RecordProperty("count_seconds", std::to_string(seconds));
   EXPECT_LT(seconds, 5.0) << "counting 2^20 raw points should take well under a second";
 }
+}  // namespace test_search_space

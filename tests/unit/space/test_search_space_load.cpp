@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "space/search_space.hpp"
 
+namespace test_search_space_load {
 using namespace attntune;
 
 namespace {
@@ -279,3 +280,4 @@ TEST(SearchSpaceLoad, ParamDefaultNamesConfigsRecordedBeforeIt) {
   EXPECT_EQ(SearchSpace::parse(kHead + "params:\n  x: {values: [false, true], default: 1}\n", "t").params()[0].default_value,
             Value{true});
 }
+}  // namespace test_search_space_load

@@ -10,6 +10,7 @@
 #include "space/search_space.hpp"
 #include "tests/common/input_error.hpp"
 
+namespace test_space_backward {
 using namespace attntune;
 using attntune::testing::input_error_of;
 
@@ -118,3 +119,4 @@ TEST(SpaceBackward, TheShippedForwardSpacesRefuseIt) {
 }
 
 }  // namespace
+}  // namespace test_space_backward

@@ -6,6 +6,7 @@
 #include "space/search_space.hpp"
 #include "tests/common/input_error.hpp"
 
+namespace test_space_varlen {
 using namespace attntune;
 using attntune::testing::input_error_of;
 
@@ -52,3 +53,4 @@ TEST(SpaceVarlen, VarlenIsAReservedName) {
   });
   EXPECT_NE(err.find("'varlen' is reserved: it is a problem field"), std::string::npos) << err;
 }
+}  // namespace test_space_varlen

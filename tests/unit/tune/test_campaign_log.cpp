@@ -15,6 +15,7 @@
 #include "tune_test_util.hpp"
 
 namespace attntune::test {
+namespace test_campaign_log {
 namespace {
 
 using namespace std::chrono_literals;
@@ -221,4 +222,5 @@ TEST_F(CampaignLogTest, AFailureToRecordMarksTheCampaignFailed) {
 }
 
 }  // namespace
+}  // namespace test_campaign_log
 }  // namespace attntune::test

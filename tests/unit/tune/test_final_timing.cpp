@@ -14,6 +14,7 @@
 #include "tune_test_util.hpp"
 
 namespace attntune::test {
+namespace test_final_timing {
 namespace {
 
 using namespace std::chrono_literals;
@@ -182,4 +183,5 @@ TEST(FinalTiming, TheScreeningFindsTheBestThatSearchTimingsRankPastTheTop) {
 }
 
 }  // namespace
+}  // namespace test_final_timing
 }  // namespace attntune::test

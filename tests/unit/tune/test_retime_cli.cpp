@@ -10,6 +10,7 @@
 #include "tune_test_util.hpp"
 
 namespace attntune::test {
+namespace test_retime_cli {
 namespace {
 
 namespace fs = std::filesystem;
@@ -65,4 +66,5 @@ TEST(RetimeCli, WithoutADriverAGoodRequestIsExit3AndLeavesTheCampaign) {
 }
 
 }  // namespace
+}  // namespace test_retime_cli
 }  // namespace attntune::test

@@ -11,6 +11,7 @@
 #include "tune_test_util.hpp"
 
 namespace attntune::test {
+namespace test_tune_default_spaces {
 namespace {
 
 TEST(TuneDefaultSpaces, AProblemNoTemplateServesNamesEachReason) {
@@ -49,4 +50,5 @@ TEST(TuneDefaultSpaces, ASimulatedRunNeedsOneRecordingPerServingTemplate) {
 }
 
 }  // namespace
+}  // namespace test_tune_default_spaces
 }  // namespace attntune::test

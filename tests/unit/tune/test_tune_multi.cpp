@@ -19,6 +19,7 @@
 #include "tune_test_util.hpp"
 
 namespace attntune::test {
+namespace test_tune_multi {
 namespace {
 
 // `attntune ARGS...`, each argument quoted for the shell.
@@ -356,4 +357,5 @@ TEST_F(TuneMulti, ReadersShowTheMixedCampaign) {
 }
 
 }  // namespace
+}  // namespace test_tune_multi
 }  // namespace attntune::test

@@ -11,6 +11,7 @@
 #include "tune_test_util.hpp"
 
 namespace attntune::test {
+namespace test_tune_resume {
 namespace {
 
 using namespace std::chrono_literals;
@@ -241,4 +242,5 @@ TEST_F(TuneResume, BadArgumentsAreOneClearLineAndCreateNothing) {
 }
 
 }  // namespace
+}  // namespace test_tune_resume
 }  // namespace attntune::test

@@ -8,6 +8,7 @@
 #include "tests/common/run_attntune.hpp"
 #include "tests/unit/db/db_test_util.hpp"
 
+namespace test_tune_suite_script {
 using attntune::test::CommandResult;
 using attntune::test::read_bytes;
 using attntune::test::run_shell;
@@ -98,3 +99,4 @@ TEST_F(TuneSuiteScript, RefusesBadArgumentsWithoutTuning) {
 }
 
 }  // namespace
+}  // namespace test_tune_suite_script
