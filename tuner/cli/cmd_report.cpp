@@ -57,12 +57,6 @@ nlohmann::ordered_json optional_json(const std::optional<double>& v) {
   return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
 }
 
-nlohmann::ordered_json value_json(const Value& v) {
-  nlohmann::ordered_json j;
-  std::visit([&](const auto& x) { j = x; }, v);
-  return j;
-}
-
 std::string ratio_text(double r) { return r < 1.01 ? fmt::format("{:.3f}x", r) : fmt::format("{:.2f}x", r); }
 
 std::string status_line(const CampaignRow& c) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/format.hpp"
 #include "core/error.hpp"
 #include "core/problem.hpp"
 #include "core/text.hpp"
@@ -43,10 +44,6 @@ void print_table(const std::vector<std::vector<std::string>>& rows, const std::s
     while (!line.empty() && line.back() == ' ') line.pop_back();
     std::printf("%s\n", line.c_str());
   }
-}
-
-ojson value_json(const Value& v) {
-  return std::visit([](const auto& x) { return ojson(x); }, v);
 }
 
 // ---- without a problem: the space itself ------------------------------------------------------

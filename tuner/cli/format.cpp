@@ -136,4 +136,8 @@ void print_json(std::ostream& out, const nlohmann::ordered_json& j) { out << j.d
 
 nlohmann::ordered_json problem_json(const Problem& p) { return p.ordered_json(); }
 
+nlohmann::ordered_json value_json(const Value& v) {
+  return std::visit([](const auto& x) { return nlohmann::ordered_json(x); }, v);
+}
+
 }  // namespace attntune::cli

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/config.hpp"
 #include "core/problem.hpp"
 
 namespace attntune::cli {
@@ -50,5 +51,7 @@ void print_json(std::ostream& out, const nlohmann::ordered_json& j);
 // Problem::ordered_json(): the keys in the order of docs/CONTRACT.md, b, h, hkv, s, sk, d, dtype,
 // causal (and page, varlen, lens_seed, window, softcap, sinks where the problem has them).
 nlohmann::ordered_json problem_json(const Problem& p);
+// A config value as JSON: 64, true, "interleaved".
+nlohmann::ordered_json value_json(const Value& v);
 
 }  // namespace attntune::cli
