@@ -9,6 +9,9 @@ namespace attntune {
 // The items with `sep` between them: {"a", "b"} -> "a, b".
 std::string join(const std::vector<std::string>& items, std::string_view sep = ", ");
 
+// The text with ASCII letters in lower case ("Qwen2" -> "qwen2"); other bytes unchanged.
+std::string ascii_lower(std::string text);
+
 // Folds a multi-line log (a JIT or compile log) into one line for an error message: line breaks
 // become "; ", carriage returns are dropped, trailing separators trimmed.
 std::string one_line(std::string_view text);

@@ -8,7 +8,7 @@ namespace attntune::cuda {
 
 namespace {
 
-std::string_view trim(std::string_view s) {
+std::string_view trim_space(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   return s;
@@ -19,13 +19,13 @@ bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.
 // One item of a line: "Used 32 registers" -> (32, "registers"), "4096 bytes smem" -> (4096,
 // "smem"), "360 bytes cmem[0]" -> (360, "cmem[0]"), "used 1 barriers" -> (1, "barriers").
 bool parse_item(std::string_view item, long& value, std::string_view& kind) {
-  item = trim(item);
-  if (starts_with(item, "Used ") || starts_with(item, "used ")) item = trim(item.substr(5));
+  item = trim_space(item);
+  if (starts_with(item, "Used ") || starts_with(item, "used ")) item = trim_space(item.substr(5));
   const char* end = item.data() + item.size();
   auto [p, ec] = std::from_chars(item.data(), end, value);
   if (ec != std::errc() || p == item.data()) return false;
-  item = trim(item.substr(static_cast<std::size_t>(p - item.data())));
-  if (starts_with(item, "bytes ")) item = trim(item.substr(6));
+  item = trim_space(item.substr(static_cast<std::size_t>(p - item.data())));
+  if (starts_with(item, "bytes ")) item = trim_space(item.substr(6));
   kind = item;
   return !kind.empty();
 }
@@ -55,7 +55,7 @@ void apply_item(PtxasFunction& f, std::string_view kind, int v) {
 }
 
 // The text between the first pair of single quotes.
-std::string_view quoted(std::string_view s) {
+std::string_view first_quoted(std::string_view s) {
   const std::size_t a = s.find('\'');
   if (a == std::string_view::npos) return {};
   const std::size_t b = s.find('\'', a + 1);
@@ -77,10 +77,10 @@ PtxasInfo parse_ptxas_log(std::string_view log) {
 
   while (!log.empty()) {
     const std::size_t nl = log.find('\n');
-    std::string_view line = trim(log.substr(0, nl));
+    std::string_view line = trim_space(log.substr(0, nl));
     log.remove_prefix(nl == std::string_view::npos ? log.size() : nl + 1);
     if (!starts_with(line, "ptxas")) continue;
-    std::string_view rest = trim(line.substr(5));
+    std::string_view rest = trim_space(line.substr(5));
 
     if (starts_with(rest, ".")) {  // continuation: "ptxas . 0 bytes stack frame, ..."
       if (target >= 0)
@@ -92,10 +92,10 @@ PtxasInfo parse_ptxas_log(std::string_view log) {
     if (!starts_with(rest, "info")) continue;  // warnings, errors, fatal
     const std::size_t colon = rest.find(':');
     if (colon == std::string_view::npos) continue;
-    const std::string_view msg = trim(rest.substr(colon + 1));
+    const std::string_view msg = trim_space(rest.substr(colon + 1));
 
     if (starts_with(msg, "Compiling entry function")) {
-      const std::string_view name = quoted(msg);
+      const std::string_view name = first_quoted(msg);
       entry = find(name);
       if (entry < 0) {
         info.functions.push_back(PtxasFunction{std::string(name), true});
@@ -104,7 +104,7 @@ PtxasInfo parse_ptxas_log(std::string_view log) {
       info.functions[static_cast<std::size_t>(entry)].entry = true;
       target = -1;
     } else if (starts_with(msg, "Function properties for")) {
-      const std::string_view name = trim(msg.substr(std::string_view("Function properties for").size()));
+      const std::string_view name = trim_space(msg.substr(std::string_view("Function properties for").size()));
       target = find(name);
       if (target < 0) {
         info.functions.push_back(PtxasFunction{std::string(name), false});

@@ -39,7 +39,7 @@ bool is_identifier(std::string_view s) {
 }
 
 // "sm_90" -> 90, "sm_90a" -> 90; InputError for anything else (the arch reaches the build line).
-int arch_number(const std::string& arch) {
+int checked_arch_number(const std::string& arch) {
   std::size_t i = 3;
   int n = 0;
   if (arch.rfind("sm_", 0) != 0) i = arch.size() + 1;
@@ -147,7 +147,7 @@ LibraryPlan plan(const std::vector<ExportItem>& items) {
     if (it.space->family() != r.family)
       throw InputError(fmt::format("export: the search space is for {}, the result for {}", json_quoted(it.space->family()),
                                    json_quoted(r.family)));
-    arch_number(r.arch);
+    checked_arch_number(r.arch);
     // What the tuner built the kernel for: the device's arch, or its arch-specific variant where the
     // space lists only that (a campaign of several templates files results under one arch, sm_90,
     // while it builds flash_fwd_wgmma for sm_90a).
@@ -179,7 +179,7 @@ LibraryPlan plan(const std::vector<ExportItem>& items) {
     bool all_specific = !it.space->archs().empty();
     std::vector<std::string> defined;  // the device passes that hold arch-specific code of the space
     for (const std::string& a : it.space->archs()) {
-      const int n = arch_number(a);
+      const int n = checked_arch_number(a);
       all_specific = all_specific && is_arch_specific(a);
       defined.push_back(fmt::format("defined(__CUDA_ARCH_FEAT_SM{}_ALL)", n));
       // An FP8-cache kernel converts e4m3 (sm_89 and newer): only the archs whose limits say fp8

@@ -31,10 +31,6 @@ constexpr int kConvertTimeoutSeconds = 120;
 constexpr std::size_t kMaxLog = 4096;
 constexpr std::string_view kPngSignature = "\x89PNG\r\n\x1a\n";
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
 
 bool executable_file(const fs::path& p) {
   struct stat st {};
@@ -116,7 +112,7 @@ std::string read_all(const fs::path& p) {
 }  // namespace
 
 PlotFormat plot_format(const std::string& path) {
-  const std::string ext = lower(fs::path(path).extension().string());
+  const std::string ext = ascii_lower(fs::path(path).extension().string());
   if (ext == ".svg") return PlotFormat::kSvg;
   if (ext == ".png") return PlotFormat::kPng;
   throw InputError(fmt::format("--plot {}: unknown image type '{}' (use a .svg or .png name)", path, ext));

@@ -38,10 +38,6 @@ namespace {
 constexpr std::int64_t kMaxHeads = 1 << 16;  // Problem::parse's limit on h and hkv
 constexpr std::int64_t kMaxLatentDim = 1024;   // Problem::parse's limit on d
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 // "64, 128 and 256"
 std::string and_list(const std::vector<int>& v) {
@@ -421,7 +417,7 @@ std::string model_name_from(const std::string& name_or_path) {
 enum class FileKind { kYaml, kJson };
 
 FileKind file_kind(const std::string& path) {
-  const std::string ext = lower(fs::path(path).extension().string());
+  const std::string ext = ascii_lower(fs::path(path).extension().string());
   if (ext == ".yaml" || ext == ".yml") return FileKind::kYaml;
   if (ext == ".json") return FileKind::kJson;
   throw InputError(fmt::format("{}: unknown plan file type '{}' (use a .yaml, .yml or .json name)", path, ext));
@@ -440,7 +436,7 @@ std::string known_regimes() { return "prefill, decode, chunk, varlen, train"; }
 std::string yaml_scalar(const std::string& s) {
   static const std::set<std::string> kReserved = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~"};
   bool plain =
-      !s.empty() && (std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_') && !kReserved.count(lower(s));
+      !s.empty() && (std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_') && !kReserved.count(ascii_lower(s));
   for (char c : s)
     if (!std::isalnum(static_cast<unsigned char>(c)) && !std::strchr("._/+-", c)) plain = false;
   return plain ? s : json(s).dump(-1, ' ', false, json::error_handler_t::replace);
