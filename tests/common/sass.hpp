@@ -153,6 +153,9 @@ inline std::map<std::string, std::map<bool, std::string>> clean_builds_off_and_o
   return cubins;
 }
 
+// What a SASS test says when it skips its SASS half (sass_counts_off_and_on found no cuobjdump).
+inline constexpr const char* kNoSassHalf = "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+
 // The SASS test of a tunable flag: each (spec, config) of `jobs` built off and on
 // (clean_builds_off_and_on, which checks the builds), then `count` of each cubin's SASS, printed as
 // "spec config: WHAT off -> on"; (off, on) by "spec config". nullopt when no cuobjdump is found: the

@@ -206,7 +206,7 @@ TEST(FlashDecodeWgmmaBuild, WgUniformKeepsTheDescriptorsInUniformRegisters) {
   const auto counts = attntune::testing::sass_counts_off_and_on(space, "sm_90a", jobs, "wg_uniform",
                                                                 "R2UR between the wgmmas",
                                                                 attntune::testing::r2ur_in_wgmma_batches);
-  if (!counts) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  if (!counts) GTEST_SKIP() << attntune::testing::kNoSassHalf;
   for (const auto& [name, n] : *counts) {
     EXPECT_GE(n.first, 8) << "without wg_uniform, descriptors moved between the wgmmas: " << name;
     EXPECT_EQ(n.second, 0) << "with wg_uniform: " << name;

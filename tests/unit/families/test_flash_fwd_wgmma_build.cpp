@@ -1261,7 +1261,7 @@ TEST(FlashFwdWgmmaBuild, WgUniformKeepsQsDescriptorsInUniformRegisters) {
   const auto counts = attntune::testing::sass_counts_off_and_on(space, kArch, jobs, "wg_uniform",
                                                                 "R2UR between the wgmmas",
                                                                 attntune::testing::r2ur_in_wgmma_batches);
-  if (!counts) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  if (!counts) GTEST_SKIP() << attntune::testing::kNoSassHalf;
   for (const auto& [name, n] : *counts) {
     EXPECT_GE(n.first, 8) << "without wg_uniform, descriptors moved between the wgmmas: " << name;
     EXPECT_EQ(n.second, 0) << "with wg_uniform: " << name;
@@ -1326,7 +1326,7 @@ TEST(FlashFwdWgmmaBuild, FoldFmaJoinsOsRescaleToTheTileAddition) {
   const auto counts = attntune::testing::sass_counts_off_and_on(
       space, kArch, jobs, "fold_fma", "FMUL",
       [](const std::string& cuobjdump, const std::string& cubin) { return attntune::testing::sass_op_count(cuobjdump, cubin, "FMUL"); });
-  if (!counts) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  if (!counts) GTEST_SKIP() << attntune::testing::kNoSassHalf;
   for (const Pick& pk : picks) {
     const std::string name = pk.spec + " " + rest + "," + pk.cfg;
     const auto& [off, on] = counts->at(name);
@@ -1398,7 +1398,7 @@ TEST(FlashFwdWgmmaBuild, PpPvPassesTheTurnOnUnderQk) {
   for (const auto& [spec, cfg] : jobs) full.emplace_back(spec, rest + cfg);
   const auto counts = attntune::testing::sass_counts_off_and_on(space, kArch, full, "pp_pv", "BAR.ARV under a wgmma",
                                                                 attntune::testing::bar_arrives_under_wgmma);
-  if (!counts) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  if (!counts) GTEST_SKIP() << attntune::testing::kNoSassHalf;
   for (const auto& [name, n] : *counts) {
     EXPECT_EQ(n.first, 0) << "without pp_pv the turn ends after Q.K^T's wait: " << name;
     EXPECT_GE(n.second, 1) << "with pp_pv the turn ends under Q.K^T: " << name;
@@ -1506,7 +1506,7 @@ TEST(FlashFwdWgmmaBuild, KPermPacksPWithoutShuffles) {
   const auto counts = attntune::testing::sass_counts_off_and_on(
       space, kArch, jobs, "k_perm", "SHFL",
       [](const std::string& cuobjdump, const std::string& cubin) { return attntune::testing::sass_op_count(cuobjdump, cubin, "SHFL"); });
-  if (!counts) GTEST_SKIP() << "builds clean; no cuobjdump for the SASS half (ATTNTUNE_CUOBJDUMP, PATH, .venv)";
+  if (!counts) GTEST_SKIP() << attntune::testing::kNoSassHalf;
   for (const auto& [name, n] : *counts) EXPECT_GE(n.first - n.second, 12) << "k_perm's builds still shuffle P: " << name;
 }
 }  // namespace test_flash_fwd_wgmma_build
