@@ -33,6 +33,8 @@ struct BwdLaunch {
   int varlen;         // ATT_VARLEN: the build serves attntune_attention_backward_varlen alone
   int dkv_split;      // DKV_SPLIT (flash_bwd_mma): CTAs a key block, each a part of dK's and dV's head dims
   int varlen_lpt;     // VARLEN_LPT (varlen builds): the main kernel's CTAs in the preprocessing kernel's order
+  int bf16;           // ATT_DTYPE_BF16: the maps' element type (tma_loads)
+  int tma_loads;      // TMA_LOADS (flash_bwd_wgmma, dense builds): Q and dO by TMA, their maps the main kernel's second argument
   Variants variants;  // the variants the build serves (exactly)
 
   // The defines every backward build has; the family's load() adds block_n.
@@ -42,6 +44,8 @@ struct BwdLaunch {
     c->varlen = define_or(d, n, "ATT_VARLEN", 0) ? 1 : 0;
     c->dkv_split = static_cast<int>(define_or(d, n, "DKV_SPLIT", 1));
     c->varlen_lpt = c->varlen && define_or(d, n, "VARLEN_LPT", 0) ? 1 : 0;
+    c->tma_loads = define_or(d, n, "TMA_LOADS", 0) ? 1 : 0;
+    c->bf16 = define_or(d, n, "ATT_DTYPE_BF16", 0) ? 1 : 0;
     if (define_int(d, n, "ATT_HEAD_DIM", &c->head_dim, why)) return 1;
     c->d_pad = static_cast<int>(define_or(d, n, "D_PAD", c->head_dim));
     return define_int(d, n, "BLOCK_M", &c->block_m, why) ||
@@ -105,6 +109,7 @@ struct BwdLaunch {
       return refuse(why, "the backward pass needs out, softmax_lse, dout, dq, dk and dv (none may be NULL)");
     if (call.heads_kv < 1 || call.heads_q % call.heads_kv != 0)
       return refuse(why, "heads_q %d is not a multiple of heads_kv %d", call.heads_q, call.heads_kv);
+    if (tma_loads && refuse_tma(call, why)) return 1;
     const long long rows = workspace_rows(call);
     // The preprocessing kernel's query blocks: a run's, dense; the longest sequence's, varlen.
     const long long pre_blocks = varlen ? ceil_div(call.seqlen_q, block_m) : rounded_q(call) / block_m;
@@ -133,10 +138,42 @@ struct BwdLaunch {
     if (call.seqlen_q > 0)
       p->launch[p->launches++] = Launch{
           2, {static_cast<unsigned>(ceil_div(call.seqlen_q, block_m)), hq, bt}, static_cast<unsigned>(threads), 0, 1};
+    if (tma_loads) {
+      // Q's and dO's maps: boxes of 64 columns (zeros past head_dim: a padded build's columns) by
+      // block_m rows (zeros past seqlen_q), in the 128-byte swizzle the kernel's tiles have.
+      const int len = call.seqlen_q > 0 ? call.seqlen_q : 1;
+      p->maps = 2;
+      p->map[0] = operand_map("q", call.q, call.q_stride, len, call.heads_q, call.batch, call.head_dim, 64,
+                              static_cast<unsigned>(block_m), bf16);
+      p->map[1] = operand_map("dout", call.dout, call.do_stride, len, call.heads_q, call.batch, call.head_dim, 64,
+                              static_cast<unsigned>(block_m), bf16);
+    }
     return 0;
   }
 
-  int bind(const Call& call, const Plan&, const Resources& res, int, Args* args, Why* why) const {
+  // A TMA-loading build (tma_loads) against a call: its maps need q's and dout's rows 16-byte aligned
+  // (base and every stride of an extent past 1 a multiple of 8 elements) and strides below 2^40 bytes.
+  static int refuse_tma(const Call& call, Why* why) {
+    const struct {
+      const char* name;
+      const void* base;
+      const long long* stride;
+    } tensors[] = {{"q", call.q, call.q_stride}, {"dout", call.dout, call.do_stride}};
+    const long long extent[3] = {call.batch, call.heads_q, call.seqlen_q};
+    for (const auto& t : tensors) {
+      if (reinterpret_cast<unsigned long long>(t.base) % 16 != 0)
+        return refuse(why, "this kernel loads %s by TMA, which needs a 16-byte aligned base (%p)", t.name, t.base);
+      for (int i = 0; i < 3; ++i)
+        if (extent[i] > 1 && (t.stride[i] % 8 != 0 || t.stride[i] >= (1LL << 40) / 2))
+          return refuse(why,
+                        "this kernel loads %s by TMA, whose strides must be multiples of 8 elements (16 bytes) and "
+                        "below 2^40 bytes: %s strides {%lld, %lld, %lld}",
+                        t.name, t.name, t.stride[0], t.stride[1], t.stride[2]);
+    }
+    return 0;
+  }
+
+  int bind(const Call& call, const Plan& plan, const Resources& res, int launch, Args* args, Why* why) const {
     BwdParams p;
     std::memset(&p, 0, sizeof p);
     Call fwd = call;
@@ -166,6 +203,13 @@ struct BwdLaunch {
     if (p.cta_slots > 0 && !p.cta_order)
       return refuse(why, "%s: a packed batch's CTA order without its workspace", Family::kName);
     if (!args->add(p)) return refuse(why, "%s: the arguments do not fit", Family::kName);
+    if (tma_loads && plan.launch[launch].kernel == 1) {  // the main kernel's maps
+      if (!res.map[0] || !res.map[1]) return refuse(why, "%s: Q's and dO's tensor maps are missing", Family::kName);
+      BwdMaps maps;
+      std::memcpy(&maps.q, res.map[0], sizeof maps.q);
+      std::memcpy(&maps.dout, res.map[1], sizeof maps.dout);
+      if (!args->add(maps)) return refuse(why, "%s: the arguments do not fit", Family::kName);
+    }
     return 0;
   }
 };

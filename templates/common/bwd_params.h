@@ -7,6 +7,7 @@
 #define ATTNTUNE_BWD_PARAMS_H
 
 #include "attn_params.h"
+#include "tma_desc.h"
 
 struct BwdParams {
   // q, k, v: the forward's inputs; o: the forward's output (read); lse: its LSE, [batch, heads_q,
@@ -46,6 +47,13 @@ struct BwdParams {
   // (heads_kv * dkv_split, cta_slots): blockIdx.x the grid row, blockIdx.y the slot.
   int* cta_order;
   int cta_slots;
+};
+
+// The main kernel's second argument in builds that load Q and dO by TMA (flash_bwd_wgmma's tma_loads;
+// __grid_constant__): tensor maps over q and dout ([batch, heads_q, seqlen_q, head_dim], boxes of 64
+// columns by the query block's rows, the 128-byte swizzle), encoded by the launch plan's executor.
+struct BwdMaps {
+  att::TmaDesc q, dout;
 };
 
 #endif  // ATTNTUNE_BWD_PARAMS_H

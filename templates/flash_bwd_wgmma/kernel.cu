@@ -129,6 +129,14 @@ __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 
+// `bytes` (a multiple of 16) of contiguous global memory into shared memory (both 16-byte aligned) by
+// the TMA unit, a 1-d bulk copy completing `bytes` on mbarrier `bar` (tma_loads: the LSE and D rows).
+__device__ __forceinline__ void bulk_load_1d(u32 dst, const void* src, u32 bytes, u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(dst), "l"(reinterpret_cast<u64>(src)), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
 __device__ __forceinline__ u64 desc(u32 addr, u32 lead, u32 stride) {
   return wgmma_tile::desc(addr, lead, stride, T::kRowBytes);
 }
@@ -138,7 +146,13 @@ __device__ __forceinline__ u64 desc(u32 addr, u32 lead, u32 stride) {
 // ---- the main loop ----------------------------------------------------------------------------
 // grid (ceil(seqlen_k / kBlockN), heads_kv, batch), kThreads = 128 a warpgroup; the order the CTAs
 // take its blocks in: Traits::kLongestFirst.
-extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(const BwdParams p) {
+// Builds with TMA loads (Traits::kTmaLoads) take Q's and dO's tensor maps as a second argument.
+#if defined(TMA_LOADS) && TMA_LOADS
+#define ATT_BWD_MAPS_PARAM , const __grid_constant__ BwdMaps maps
+#else
+#define ATT_BWD_MAPS_PARAM
+#endif
+extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(const BwdParams p ATT_BWD_MAPS_PARAM) {
   using namespace bwd_wg;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 raw = smem_addr(smem_raw);
@@ -233,22 +247,55 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     cp_async_commit();
   };
   // With one (Traits::kProducer), stage st is published on full[st] (the kLoaders threads, each once
-  // its loads have landed) and released on empty[st] (each consumer warp once it is done with it).
-  const u32 bar_full = base + T::kOffBar, bar_empty = bar_full + T::kStages * 8;
+  // its loads have landed; with TMA loads the one issuing thread's expected bytes) and released on
+  // empty[st] (each consumer warp once it is done with it). With TMA loads K and V are published on
+  // kv_full.
+  const u32 bar_full = base + T::kOffBar, bar_empty = bar_full + T::kStages * 8, bar_kv = bar_empty + T::kStages * 8;
   if constexpr (T::kProducer) {
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int st = 0; st < T::kStages; ++st) {
-        mbar_init(bar_full + st * 8, kLoaders);
+        mbar_init(bar_full + st * 8, T::kTmaLoads ? 1 : kLoaders);
         mbar_init(bar_empty + st * 8, T::kWarpgroups * 4);
       }
+      if constexpr (T::kTmaLoads) mbar_init(bar_kv, kLoaders);
       mbar_init_fence();
     }
     __syncthreads();
     if (threadIdx.x >= T::kConsumerThreads) {
       if constexpr (T::kSetMaxNReg) setmaxnreg_dec<T::kProducerRegs>();
       const int tid = static_cast<int>(threadIdx.x) - T::kConsumerThreads;
-      load_kv(tid);  // landed with step 0's loads
+      load_kv(tid);  // landed with step 0's loads (TMA loads: published on kv_full)
+#if defined(TMA_LOADS) && TMA_LOADS
+      cp_async_commit();
+      cp_async_wait<0>();
+      fence_async_smem();
+      mbar_arrive(bar_kv);
+      if (tid == 0) {
+        // Step i's Q and dO boxes (column block c: 64 columns from 64c, kBlockM rows from m0, the
+        // query head, the batch) and its LSE and D rows (workspace rows, 16-byte aligned: the query
+        // block divides seqlen_q_rounded), on full[st] once step i - kStages has released the stage.
+        constexpr u32 kBytes = 2 * T::kQBytes + 2 * T::kBlockM * 4;
+        att_bwd::Walk w = walk0;
+        for (int i = 0; i < steps; ++i, att_bwd::walk_next(w)) {
+          const int st = i % T::kStages;
+          if (i >= T::kStages) mbar_wait(bar_empty + st * 8, (i / T::kStages - 1) & 1);
+          int head, m0;
+          step_of(w, &head, &m0);
+          const u32 full = bar_full + st * 8;
+          mbar_arrive_expect_tx(full, kBytes);
+#pragma unroll
+          for (int c = 0; c < T::kDBlocks; ++c) {
+            tma_load_4d(s_q + st * T::kQBytes + c * T::kQColBlockBytes, &maps.q, full, c * T::kCols, m0, head, b);
+            tma_load_4d(s_do + st * T::kQBytes + c * T::kQColBlockBytes, &maps.dout, full, c * T::kCols, m0, head, b);
+          }
+          const long long row_base = bwd_ws_row(p, seq, b, head) + m0;
+          bulk_load_1d(base + T::kOffLse + st * T::kBlockM * 4, p.lse_log2 + row_base, T::kBlockM * 4, full);
+          bulk_load_1d(base + T::kOffDp + st * T::kBlockM * 4, p.dpsum + row_base, T::kBlockM * 4, full);
+        }
+      }
+      return;
+#endif
       // One step's loads in flight at a time, the ring ahead as far as the consumers let it: a step's
       // loads land in well under a step's products, and each is published the moment it has.
       att_bwd::Walk w = walk0;
@@ -257,6 +304,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
         if (i >= T::kStages) mbar_wait(bar_empty + st * 8, (i / T::kStages - 1) & 1);  // step i - kStages done
         int head, m0;
         step_of(w, &head, &m0);
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 3
+        if (i < T::kStages)  // (harness builds only: the ring filled once, then no loads)
+#endif
         load_step(tid, i, head, m0);
         cp_async_commit();
         cp_async_wait<0>();
@@ -267,6 +317,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       return;
     }
     if constexpr (T::kSetMaxNReg) setmaxnreg_inc<T::kConsumerRegs>();
+    if constexpr (T::kTmaLoads) mbar_wait(bar_kv, 0);  // K and V landed (the producer fenced them)
   } else {
     load_kv(static_cast<int>(threadIdx.x));
     cp_async_commit();
@@ -333,6 +384,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       // warp's stores are 512 consecutive bytes), then one thread adds it, 64 * kDqN floats, to the
       // unit's place in the accumulator (Traits::dq_offset).
       const u32 stage = base + T::kOffDqStage + (wg * T::kDqUnits + u) * T::kDqStageBytes;
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 5
+      if (acc_dq[0] == 12345.f)  // (harness builds only: the bulk reduction of a stale staging)
+#endif
 #pragma unroll
       for (int j4 = 0; j4 < T::kDqN / 8; ++j4)
         asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(stage + (j4 * 128 + r) * 16),
@@ -340,6 +394,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
                      : "memory");
       fence_async_smem();
       named_bar_sync(1 + wg, 128);
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 4
+      if (acc_dq[0] == 12345.f)  // (harness builds only: staged, not added)
+#endif
       if (r == 0)
         bulk_reduce_add(p.dq_accum + (row0 - qg * 64) * T::kHeadDim + (qg * T::kDqSplit + cg) * 64 * T::kDqN, stage,
                         T::kDqStageBytes);

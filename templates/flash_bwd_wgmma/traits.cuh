@@ -62,6 +62,17 @@ struct Traits {
   // barrier at a step's top, no loads' issue on their path) and release a stage on its "empty"
   // mbarrier once their products have read it. setmaxnreg moves the producer's registers to them.
   static constexpr bool kProducer = PRODUCER != 0;
+  // Q's and dO's tiles by the TMA unit (a producer build; dense calls): one producer thread issues a
+  // step's boxes (64 columns by kBlockM rows, zeros past seqlen_q and past the head dim) and the 1-d
+  // bulk copies of its LSE and D rows, all completing on the stage's "full" mbarrier, in place of the
+  // producer warpgroup's cp.async copies (16-byte chunks through the load/store unit, which the
+  // consumers' shared-memory stores and fences share). K and V stay cp.async, once a CTA, published on
+  // an mbarrier of their own. The maps are the kernel's second argument (BwdMaps, bwd_params.h).
+#if defined(TMA_LOADS)  // a tunable with a default: a config recorded before it existed is a build without it
+  static constexpr bool kTmaLoads = TMA_LOADS != 0;
+#else
+  static constexpr bool kTmaLoads = false;
+#endif
   // FlashAttention-4's step order (a producer build, one dQ unit a warpgroup): dV issued alone as soon
   // as P^T is packed, dS^T stored and the consumers' barrier passed under it, dQ issued, dK issued
   // once dV is done, dQ's staging and reduction under dK; waits one group at a time instead of
@@ -182,9 +193,10 @@ struct Traits {
     const int j = 4 * c + 2 * h + e, thread = wi * 32 + g * 4 + t;
     return (row_base + m0) * kHeadDim + (qg * kDqSplit + cg) * 64 * kDqN + ((j / 4) * 128 + thread) * 4 + j % 4;
   }
-  // The producer's mbarriers: kStages "full" then kStages "empty" (8 bytes each).
+  // The producer's mbarriers: kStages "full" then kStages "empty" (8 bytes each), then with TMA
+  // loads K's and V's (kv_full).
   static constexpr int kOffBar = kOffDqStage + (kDqBulk ? kWarpgroups * kDqUnits * kDqStageBytes : 0);
-  static constexpr int kSmemBytes = kOffBar + (kProducer ? 2 * kStages * 8 : 0) + 1024;
+  static constexpr int kSmemBytes = kOffBar + (kProducer ? 2 * kStages * 8 : 0) + (kTmaLoads ? 8 : 0) + 1024;
 
   static_assert(kHeadDimReal % 16 == 0 && kHeadDimReal <= kHeadDim && kHeadDimReal > kHeadDim / 2 - (kHeadDim == 64 ? 32 : 0),
                 "the head dim is a multiple of 16, padded to the next of 64, 128 and 256");
@@ -203,6 +215,7 @@ struct Traits {
   static_assert(kVarlenLpt >= 0, "varlen_lpt is a group of sequences, or 0");
   static_assert(kLongestFirst >= 0, "longest_first is a group of (batch, KV head) pairs, or 0");
   static_assert(!kProducer || kColSplit == 1, "a producer warpgroup at head dims up to 128");
+  static_assert(!kTmaLoads || kProducer, "tma_loads: the producer warpgroup issues them");
   static_assert(!kFa4Order || (kProducer && kDqUnits == 1 && !kDqDefer), "fa4_order: a producer build, one dQ unit a warpgroup");
   static_assert(!kSdpSplit || (kFa4Order && !kSoftcap && kColSplit == 1), "sdp_split: with fa4_order, no soft-cap");
   static_assert(!kLateLoads || (!kProducer && kColSplit > 1), "late_loads: head dim 256 (its builds have no producer)");

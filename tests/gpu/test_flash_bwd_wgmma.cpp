@@ -7,7 +7,7 @@
 // FlashBwdWgmmaDeterministic: the deterministic mode's bits run to run (tests/gpu/bwd_checks.hpp).
 // LongestFirst: every config of the longest-first order. WgSkew: the skewed consumer warpgroups.
 // LateLoads: head dim 256's loads issued under S^T and dP^T. VarlenLpt: a packed batch's sorted CTA order.
-// WalkCursor128RowSteps: the consumers' cursor at d <= 64's 128-row steps.
+// WalkCursor128RowSteps: the consumers' cursor at d <= 64's 128-row steps. TmaLoads: Q and dO by TMA.
 #include <fmt/format.h>
 
 #include <iterator>
@@ -234,6 +234,27 @@ TEST(FlashBwdWgmmaProperty, WgSkew) {
                         2, skew);
   cuda::Context ctx(0);
   attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 7400, {skew}, {128});
+}
+
+// tma_loads (a producer build's Q and dO tiles, LSE and D rows by the TMA unit, over tensor maps of
+// dense q and dout): a spread at d=128, 64, 96 and 48 (zero columns past the head dim, inside a box),
+// causal and not, on the backward shapes (GQA, MQA, odd lengths: zero rows past seqlen_q; CTAs with no
+// step), then causal windows with sinks, a two-sided window, a soft-cap, and the deterministic mode's
+// bits.
+TEST(FlashBwdWgmmaProperty, TmaLoads) {
+  REQUIRE_SM90();
+  const auto tma = [](const Config& c) { return std::get<bool>(c.at("tma_loads")); };
+  for (int d : {128, 64, 96, 48})
+    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, "", attntune::testing::kBwdShapes,
+                          7600u + static_cast<unsigned>(d), 4, tma);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {1}, ",window=64,sinks=1",
+                        attntune::testing::kBwdWindowSinkShapes, 7700, 2, tma);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {0}, ",window=64,64", attntune::testing::kBwdTwoSidedShapes,
+                        7720, 1, tma);
+  check_backward_spread("flash_bwd_wgmma", "sm_90a", 64, {0, 1}, ",softcap=50", attntune::testing::kBwdSoftcapShapes,
+                        7740, 1, tma);
+  cuda::Context ctx(0);
+  attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 7800, {tma}, {128});
 }
 
 // late_loads (head dim 256's builds issue the next stage's loads after S^T and dP^T instead of

@@ -31,7 +31,10 @@ extern "C" int bwd_run_ex(const void* q, const void* k, const void* v, const voi
   static const attntune_plan::Define defines[] = {
       {"ATT_HEAD_DIM", ATT_HEAD_DIM}, {"ATT_CAUSAL", ATT_CAUSAL}, {"BLOCK_M", BLOCK_M},
       {"THREADS", att::Traits::kThreads}, {"SMEM_BYTES", att::Traits::kSmemBytes}, {"ATT_WINDOW", ATT_WINDOW},
-      {"D_PAD", att::Traits::kHeadDim},
+      {"D_PAD", att::Traits::kHeadDim}, {"ATT_DTYPE_BF16", ATT_DTYPE_BF16},
+#if defined(TMA_LOADS)
+      {"TMA_LOADS", TMA_LOADS},
+#endif
 #if defined(BWD_WGMMA)
       {"BLOCK_N", BLOCK_N},
 #else

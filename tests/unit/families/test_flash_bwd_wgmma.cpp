@@ -31,11 +31,13 @@ long long smem_of(const Config& c, long long d) {
   const long long bn = get(c, "block_n"), bm = get(c, "block_m"), st = get(c, "q_stages");
   const bool bulk = std::get<std::string>(c.at("dq_reduce")) == "bulk";
   const bool defer = std::get<bool>(c.at("dq_defer")), producer = std::get<bool>(c.at("producer"));
+  const bool tma = std::get<bool>(c.at("tma_loads"));
   // dQ's staging: the whole (block_m x d) fp32 tile of a step, when bulk; a second dS^T when deferred
   // or with a producer warpgroup (no CTA barrier at a step's top); P^T beside dS^T at d=256; the
-  // producer's full and empty mbarriers, one of each a stage.
+  // producer's full and empty mbarriers, one of each a stage, and with TMA loads K's and V's.
   return 2 * bn * d * 2 + 2 * st * bm * d * 2 + (defer || producer ? 2 : 1) * bn * bm * 2 +
-         (d == 256 ? bn * bm * 2 : 0) + 2 * st * bm * 4 + (bulk ? bm * d * 4 : 0) + (producer ? 2 * st * 8 : 0) + 1024;
+         (d == 256 ? bn * bm * 2 : 0) + 2 * st * bm * 4 + (bulk ? bm * d * 4 : 0) + (producer ? 2 * st * 8 : 0) +
+         (tma ? 8 : 0) + 1024;
 }
 
 }  // namespace
@@ -130,6 +132,55 @@ TEST(FlashBwdWgmmaSpace, ProducerWarpgroup) {
     if (d == 256) EXPECT_EQ(with, 0);
     else EXPECT_GE(with, 8) << d;
   }
+}
+
+// tma_loads: producer builds of dense calls only (a packed batch's sequences are no map's boxes), both
+// ways there; the build's plan has Q's and dO's maps (boxes of 64 columns by the query block's rows,
+// over the call's head dim and seqlen_q), and a call whose q or dout rows TMA cannot read is refused
+// with the reason.
+TEST(FlashBwdWgmmaSpace, TmaLoadsIsProducerBuildsOfDenseCalls) {
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  const Problem p = Problem::parse("b=2,h=8,hkv=2,s=1000,sk=777,d=96,dtype=bf16,causal=1,pass=bwd");
+  int with = 0, without = 0;
+  const auto device = FakeDevice{}.device();
+  for (const Config& c : space.enumerate(p, "sm_90a")) {
+    const bool tma = std::get<bool>(c.at("tma_loads"));
+    if (!std::get<bool>(c.at("producer"))) {
+      EXPECT_FALSE(tma) << config_str(c);
+      continue;
+    }
+    (tma ? with : without) += 1;
+    const LaunchSpec spec = render_kernel(space, c, p, "sm_90a").launch;
+    EXPECT_EQ(attntune::define_value(spec.defines, "TMA_LOADS"), tma ? 1 : 0) << config_str(c);
+    EXPECT_EQ(attntune::define_value(spec.defines, "SMEM_BYTES"), smem_of(c, 96)) << config_str(c);
+    const auto plan = plan_call(spec, backward_call_of(p), device);
+    ASSERT_TRUE(plan) << config_str(c);
+    ASSERT_EQ(plan->maps, tma ? 2 : 0) << config_str(c);
+    if (!tma) continue;
+    for (int m = 0; m < 2; ++m) {
+      EXPECT_EQ(plan->map[m].rank, 4);
+      EXPECT_EQ(plan->map[m].dims[0], 96u);  // the call's head dim: zeros past it, inside the second box
+      EXPECT_EQ(plan->map[m].dims[1], 1000u);
+      EXPECT_EQ(plan->map[m].dims[2], 8u);
+      EXPECT_EQ(plan->map[m].dims[3], 2u);
+      EXPECT_EQ(plan->map[m].box[0], 64u);
+      EXPECT_EQ(plan->map[m].box[1], static_cast<unsigned>(get(c, "block_m")));
+      EXPECT_EQ(plan->map[m].swizzle_bytes, 128);
+    }
+    attntune_plan::Call call = backward_call_of(p);
+    call.do_stride[2] = 100;  // rows of 200 bytes: not TMA's 16-byte multiple
+    std::string why;
+    EXPECT_FALSE(plan_call(spec, call, device, &why));
+    EXPECT_NE(why.find("loads dout by TMA"), std::string::npos) << why;
+    call = backward_call_of(p);
+    call.q = static_cast<const char*>(call.q) + 2;
+    EXPECT_FALSE(plan_call(spec, call, device, &why));
+    EXPECT_NE(why.find("16-byte aligned base"), std::string::npos) << why;
+  }
+  EXPECT_GE(with, 4);
+  EXPECT_EQ(with, without);
+  const Problem packed = Problem::parse("b=3,h=8,hkv=2,s=1000,sk=1000,d=128,dtype=bf16,causal=1,varlen=1,pass=bwd");
+  for (const Config& c : space.enumerate(packed, "sm_90a")) EXPECT_FALSE(std::get<bool>(c.at("tma_loads"))) << config_str(c);
 }
 
 // fa4_order (FlashAttention-4's step order): producer builds of two consumer warpgroups and 64-row
@@ -393,6 +444,7 @@ TEST(FlashBwdWgmmaBuild, EveryConfigBuildsWithFewSpills) {
     // test's compile time, CI's 2 cores).
     std::vector<Config> lpt;
     for (const Config& c : space.enumerate(p, "sm_90a")) {
+      if (std::get<bool>(c.at("tma_loads"))) continue;  // (TmaLoadsBuildsWithoutSpills)
       if (std::get<std::int64_t>(c.at("longest_first")) != 0) {
         lpt.push_back(c);
         continue;
@@ -435,6 +487,63 @@ TEST(FlashBwdWgmmaBuild, EveryConfigBuildsWithFewSpills) {
     const bool d256 = o->job.kernel.source.find("#define D_PAD 256\n") != std::string::npos;
     EXPECT_LE(o->build.spill_stores, d256 ? 0 : d128 ? 16 : 64)
         << config_str(o->job.config) << ": " << o->build.registers << " registers";
+    EXPECT_EQ(o->build.log.find("Potential Performance Loss"), std::string::npos)
+        << config_str(o->job.config) << "\n" << o->build.log;
+  }
+  EXPECT_EQ(built, submitted);
+}
+
+// tma_loads' builds: at d=128 (non-causal and causal) and d=64 (causal), every TMA-loading config in
+// the grid's order, and the first and last of a causal window with sinks, a soft-cap and d=96's zero
+// columns, build for sm_90a without wgmma serialisation and spilling what the same config without TMA
+// loads spills (0 bytes at head dims padded to 128 but for a soft-cap's, 4 at d=64's 128-row steps:
+// the producer's one TMA-issuing thread and its 24 registers take nothing from the consumers; a
+// soft-cap beside one consumer warpgroup, whose warps all hold 255 registers, spilled 12: ruled out).
+TEST(FlashBwdWgmmaBuild, TmaLoadsBuildsWithoutSpills) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_bwd_wgmma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::size_t submitted = 0;
+  const auto loading = [&](const Problem& p) {
+    std::vector<Config> out;
+    for (const Config& c : space.enumerate(p, "sm_90a"))
+      if (std::get<bool>(c.at("tma_loads")) && get(c, "longest_first") == 0) out.push_back(c);
+    return out;
+  };
+  for (const char* spec : {"b=1,h=16,s=16384,d=128,dtype=bf16,causal=0,pass=bwd",
+                           "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd",
+                           "b=1,h=16,s=8192,d=64,dtype=fp16,causal=1,pass=bwd"}) {
+    const Problem p = Problem::parse(spec);
+    const auto configs = loading(p);
+    EXPECT_GE(configs.size(), 4u) << spec;
+    for (const Config& c : configs) {
+      pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
+      ++submitted;
+    }
+  }
+  for (const char* spec : {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,window=512,sinks=1,pass=bwd",
+                           "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,softcap=30,pass=bwd",
+                           "b=1,h=16,s=8192,d=96,dtype=fp16,causal=0,pass=bwd"}) {
+    const Problem p = Problem::parse(spec);
+    const auto configs = loading(p);
+    ASSERT_FALSE(configs.empty()) << spec;
+    for (const Config* c : {&configs.front(), &configs.back()}) {
+      pool.submit({*c, render_kernel(space, *c, p, "sm_90a"), "sm_90a"});
+      ++submitted;
+    }
+  }
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    const std::string& src = o->job.kernel.source;
+    const bool clean = src.find("#define D_PAD 128\n") != std::string::npos &&
+                       src.find("#define ATT_SOFTCAP 1\n") == std::string::npos;
+    EXPECT_LE(o->build.spill_stores, clean ? 0 : 8) << config_str(o->job.config) << ": " << o->build.registers << " registers";
     EXPECT_EQ(o->build.log.find("Potential Performance Loss"), std::string::npos)
         << config_str(o->job.config) << "\n" << o->build.log;
   }
