@@ -520,6 +520,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       // the waits spilled 16 bytes at q_stages 2.)
       wgmma_wait<1>();  // S^T
       reg_fence(acc_s);
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 6
+      if (acc_s[0] == 12345.f)  // (harness builds only: no P^T arithmetic)
+#endif
 #pragma unroll
       for (int c = 0; c < T::kSdpN / 8; ++c) {
         const float2 lse2 = *reinterpret_cast<const float2*>(lse_t + c * 8 + 2 * t);
@@ -535,6 +538,9 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       // branch of its own alike: CUDA 13.0, 2026-11-30.)
       wgmma_wait<0>();  // dP^T
       reg_fence(acc_dp);
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 6
+      if (acc_dp[0] == 12345.f)  // (harness builds only: no dS^T arithmetic)
+#endif
 #pragma unroll
       for (int c = 0; c < T::kSdpN / 8; ++c) {
         const float2 dp2 = *reinterpret_cast<const float2*>(dp_t + c * 8 + 2 * t);  // (an array of them spilled)
@@ -645,7 +651,11 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       store_t(ds_t, ads);  // dS^T while dV runs
       fence_async_smem();
       if (T::kDqBulk && threadIdx.x % 128 == 0) bulk_wait_read();  // the dQ staging's last bulk read
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 7
+      named_bar_sync(1 + wg, 128);  // (harness builds only: no consumers' barrier, each warpgroup's own)
+#else
       named_bar_sync(T::kBarConsumers, T::kConsumerThreads);      // every warpgroup's dS^T complete
+#endif
       float acc_dq[T::kDqN / 2];
       dq_issue(0, ds_t, acc_dq);
       wgmma_wait<1>();  // dV
