@@ -423,24 +423,6 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
   // Deferred dQ (Traits::kDqDefer): the step whose dQ is in flight, and its accumulators.
   float acc_dq_next[T::kDqN / 2];
   int dq_head = -1, dq_m0 = 0;
-  // dk_late (Traits::kDkLate): the step before's dK += dS^T Q, issued behind this step's S^T and dP^T
-  // so that it runs while P^T and dS^T are computed, with dS^T from its shared-memory buffer (the
-  // warpgroup's 64 key rows, K-major; its fragments kept in registers instead serialised every wgmma:
-  // ptxas C7512, CUDA 13.0): that step's dS^T buffer, Q tile and stage.
-  u32 ds_prev = 0, q_prev = 0;
-  int st_prev = 0;
-  auto dk_issue = [&](u32 ds_tile, u32 q_tile) {
-    if constexpr (T::kDkLate) {
-      const u64 ds_desc = desc(ds_tile + key_wg * T::kRowBytes, 16, T::kAtomBytes);
-      const u64 q_mn = desc(q_tile, T::kQColBlockBytes, T::kAtomBytes);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < T::kBlockM / 16; ++kk)
-        WgmmaKN<T::kDkvN>::ss(acc_dk, ds_desc + (wgmma_tile::qk_step_bytes(kk, T::kCols, T::kKColBlockBytes) >> 4),
-                              q_mn + ((kk * 16 * T::kRowBytes) >> 4), 1);
-    }
-    wgmma_commit();
-  };
 
   att_bwd::Walk walk = walk0;
   for (int i = 0; i < steps; ++i, att_bwd::walk_next(walk)) {
@@ -485,12 +467,6 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
         Wgmma<T::kSdpN>::ss(acc_dp, v_desc + a_off, do_desc + b_off, kk > 0);
       }
       wgmma_commit();
-      if constexpr (T::kDkLate) {
-        // The step before's dK behind them (step 0: an empty group, so that the waits below count
-        // the same groups every step).
-        if (i > 0) dk_issue(ds_prev, q_prev);
-        else wgmma_commit();
-      }
       if constexpr (T::kWgSkew) named_bar_arrive(T::kBarTurn + (wg ^ 1), T::kConsumerThreads);  // the other's turn
       // late_loads (head dim 256): the stage of step i - 1 (every thread is past it: the barrier
       // above) takes step i + kStages - 1's loads while S^T and dP^T run.
@@ -542,7 +518,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     if constexpr (T::kSdpSplit) {
       // P^T once S^T is done (dP^T still running), then dS^T. (LSE and D read into arrays ahead of
       // the waits spilled 16 bytes at q_stages 2.)
-      wgmma_wait<T::kDkLate ? 2 : 1>();  // S^T (dk_late: dP^T and the step before's dK still running)
+      wgmma_wait<1>();  // S^T
       reg_fence(acc_s);
 #if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 6
       if (acc_s[0] == 12345.f)  // (harness builds only: no P^T arithmetic)
@@ -560,7 +536,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       }
       // (ptxas places dP^T's wait after ~3 of the 32 ex2s, here and with each way of the mask in a
       // branch of its own alike: CUDA 13.0, 2026-11-30.)
-      wgmma_wait<T::kDkLate ? 1 : 0>();  // dP^T (dk_late: the step before's dK still running)
+      wgmma_wait<0>();  // dP^T
       reg_fence(acc_dp);
 #if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 6
       if (acc_dp[0] == 12345.f)  // (harness builds only: no dS^T arithmetic)
@@ -682,23 +658,6 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
 #endif
       float acc_dq[T::kDqN / 2];
       dq_issue(0, ds_t, acc_dq);
-      if constexpr (T::kDkLate) {
-        // Groups in flight: the step before's dK, dV, dQ. This step's dK goes to the next step.
-        wgmma_wait<1>();  // the step before's dK and dV
-        reg_fence(acc_dv);
-        reg_fence(ap);
-        reg_fence(acc_dk);
-        reg_fence(ads);
-        __syncwarp();
-        if (i > 0 && lane == 0) mbar_arrive(bar_empty + st_prev * 8);  // this warp is done with that stage
-        ds_prev = ds_t;
-        q_prev = q_t;
-        st_prev = st;
-        wgmma_wait<0>();  // dQ
-        reg_fence(acc_dq);
-        dq_finish(0, head, m0, acc_dq);
-        continue;
-      }
       wgmma_wait<1>();  // dV
       reg_fence(acc_dv);
       reg_fence(ap);
@@ -815,13 +774,6 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     }
   }
 
-  if constexpr (T::kDkLate) {
-    if (steps > 0) {  // the last step's dK
-      dk_issue(ds_prev, q_prev);
-      wgmma_wait<0>();
-      reg_fence(acc_dk);
-    }
-  }
   if (T::kDqBulk && threadIdx.x % 128 == 0) bulk_wait_read();  // the staging outlives its reads
 
   // dK (scaled) and dV of the block's keys, in the dtype: element 4c + e is key key_w + 8 (e / 2),

@@ -89,15 +89,6 @@ struct Traits {
 #else
   static constexpr bool kSdpSplit = false;
 #endif
-  // With kSdpSplit: a step's dK += dS^T Q issued in the next step behind its S^T and dP^T, so that it
-  // runs while P^T and dS^T are computed (harness run 355: without that arithmetic a step is 10-12%
-  // shorter; the consumer warpgroups compute it together, the tensor pipe idle). The stage is
-  // released once it is done, and its dS^T fragments (kSdpN / 8 registers) live into the next step.
-#if defined(DK_LATE)  // a tunable with a default: a config recorded before it existed is a build without it
-  static constexpr bool kDkLate = DK_LATE != 0;
-#else
-  static constexpr bool kDkLate = false;
-#endif
   // The two consumer warpgroups skewed (a producer build, FlashAttention-3's forward ping-pong): they
   // take turns to issue their products, S^T and dP^T, then dV and dK, then dQ, warpgroup 0 first,
   // each turn passed on by a named barrier (kBarTurn + the warpgroup that waits). The tensor pipe
@@ -227,7 +218,6 @@ struct Traits {
   static_assert(!kTmaLoads || kProducer, "tma_loads: the producer warpgroup issues them");
   static_assert(!kFa4Order || (kProducer && kDqUnits == 1 && !kDqDefer), "fa4_order: a producer build, one dQ unit a warpgroup");
   static_assert(!kSdpSplit || (kFa4Order && !kSoftcap && kColSplit == 1), "sdp_split: with fa4_order, no soft-cap");
-  static_assert(!kDkLate || (kSdpSplit && kStages == 3), "dk_late: with sdp_split (three stages)");
   static_assert(!kLateLoads || (!kProducer && kColSplit > 1), "late_loads: head dim 256 (its builds have no producer)");
   static_assert(!kWgSkew || (kProducer && kWarpgroups == 2 && kColSplit == 1 && kDqUnits == 1 && !kFa4Order && !kDqDefer),
                 "wg_skew: a producer build of two consumer warpgroups, one dQ unit each, the step's own order");

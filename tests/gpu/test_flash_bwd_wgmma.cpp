@@ -8,7 +8,6 @@
 // LongestFirst: every config of the longest-first order. WgSkew: the skewed consumer warpgroups.
 // LateLoads: head dim 256's loads issued under S^T and dP^T. VarlenLpt: a packed batch's sorted CTA order.
 // WalkCursor128RowSteps: the consumers' cursor at d <= 64's 128-row steps. TmaLoads: Q and dO by TMA.
-// DkLate: fa4_order's dK a step late, under the next step's arithmetic.
 #include <fmt/format.h>
 
 #include <iterator>
@@ -256,25 +255,6 @@ TEST(FlashBwdWgmmaProperty, TmaLoads) {
                         7740, 1, tma);
   cuda::Context ctx(0);
   attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 7800, {tma}, {128});
-}
-
-// dk_late (fa4_order's dK of a step issued in the next, behind its S^T and dP^T, with dS^T from its
-// shared-memory buffer; the stage released a step later): a spread at d=128 and 96 (zero columns),
-// causal and not, on the backward shapes (GQA, MQA, odd lengths, CTAs with no step or one; with and
-// without TMA loads), then causal windows with sinks, packed varlen batches, and the deterministic
-// mode's bits.
-TEST(FlashBwdWgmmaProperty, DkLate) {
-  REQUIRE_SM90();
-  const auto late = [](const Config& c) { return std::get<bool>(c.at("dk_late")); };
-  for (int d : {128, 96})
-    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, "", attntune::testing::kBwdShapes,
-                          8000u + static_cast<unsigned>(d), 4, late);
-  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {1}, ",window=64,sinks=1",
-                        attntune::testing::kBwdWindowSinkShapes, 8100, 2, late);
-  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenShapes, 8120,
-                        1, late);
-  cuda::Context ctx(0);
-  attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 8200, {late}, {128});
 }
 
 // late_loads (head dim 256's builds issue the next stage's loads after S^T and dP^T instead of
