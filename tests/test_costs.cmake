@@ -23,6 +23,7 @@ foreach(entry
     "ReliabilityFullDisk.FiftyPointsOfTuneServeMergeExportAndReportLoseNothingAndTheNextRunCompletes=37"
     "FlashFwdWgmmaBuild.OtherHeadDimsCompileOnEveryEntryPoint=35"
     "FlashBwdWgmmaBuild.WgSkewBuildsWithoutSpills=35"
+    "FlashBwdWgmmaBuild.TmaLoadsBuildsWithoutSpills=32"
     "ExportWgmmaNvcc.CompilesForSm90aWithCSymbolsAndChecksArguments=35"
     "FlashFwdMmaBuild.EveryHeadDimCompilesOnEveryEntryPointWithoutSpills=32"
     "FlashFwdWgmmaBuild.FoldFmaJoinsOsRescaleToTheTileAddition=31"
