@@ -37,8 +37,9 @@ const BwdFamily kFamilies[] = {{"flash_bwd_mma", "sm_90"}, {"flash_bwd_wgmma", "
 }  // namespace
 
 // For each family and variant (sinks, a soft-cap): the space serves it with the plain problem's
-// configs (a variant changes nothing the space constrains but fa4_order, which a soft-cap leaves out), the render defines it, and a build with
-// it plans that variant's calls only, a plain build refusing them, both naming the variant.
+// configs (a variant changes nothing the space constrains but fa4_order, which a soft-cap leaves out,
+// and tma_loads beside one consumer warpgroup, likewise), the render defines it, and a build with it
+// plans that variant's calls only, a plain build refusing them, both naming the variant.
 TEST(BackwardVariants, EachFamilyServesAVariantsCallsWithItsBuildOnly) {
   const auto device = FakeDevice{}.device();
   struct Case {
@@ -60,11 +61,17 @@ TEST(BackwardVariants, EachFamilyServesAVariantsCallsWithItsBuildOnly) {
       const auto configs = space.enumerate(variant, fam.arch);
       ASSERT_FALSE(configs.empty());
       // The plain problem's configs, but flash_bwd_wgmma's fa4_order with a soft-cap (the cap's
-      // derivative beside its reordered step spilled 32-72 bytes: the space's why).
+      // derivative beside its reordered step spilled 32-72 bytes: the space's why), and its
+      // tma_loads with a soft-cap beside one consumer warpgroup (block_n 64: 12 bytes).
       std::size_t plain_configs = 0;
       space.for_each_valid(plain, fam.arch, [&](const Config& c) {
-        const auto fa4 = c.find("fa4_order");
-        plain_configs += !(variant.softcap > 0 && fa4 != c.end() && std::get<bool>(fa4->second));
+        const auto flag = [&](const char* name) {
+          const auto it = c.find(name);
+          return it != c.end() && std::get<bool>(it->second);
+        };
+        const auto bn = c.find("block_n");
+        const bool narrow = bn != c.end() && std::get<std::int64_t>(bn->second) == 64;
+        plain_configs += !(variant.softcap > 0 && (flag("fa4_order") || (flag("tma_loads") && narrow)));
       });
       EXPECT_EQ(configs.size(), plain_configs);
       const RenderedKernel with = render_kernel(space, configs.front(), variant, fam.arch);
