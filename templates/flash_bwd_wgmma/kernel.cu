@@ -137,19 +137,6 @@ __device__ __forceinline__ void bulk_load_1d(u32 dst, const void* src, u32 bytes
                : "memory");
 }
 
-// 2^x on the FMA pipe (ex2_poly): x = j + f with j = floor(x) (an FADD rounding down onto 1.5 * 2^23,
-// whose low mantissa bits are then j), 2^f on [0, 1) by a degree-3 polynomial (relative error below
-// 9e-5, against bf16's 3.9e-3), and j added to the exponent. x is clamped at -127 (2^x then a
-// denormal or less; P^T's values there are 0 in bf16 either way).
-__device__ __forceinline__ float ex2_fma(float x) {
-  x = fmaxf(x, -127.f);
-  const float t = __fadd_rd(x, 12582912.f);  // 1.5 * 2^23 + floor(x)
-  const float f = x - (t - 12582912.f);
-  const float p = fmaf(f, fmaf(f, fmaf(f, 0.077119089663028717041015625f, 0.227564394474029541015625f),
-                               0.695146143436431884765625f), 1.f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
 __device__ __forceinline__ u64 desc(u32 addr, u32 lead, u32 stride) {
   return wgmma_tile::desc(addr, lead, stride, T::kRowBytes);
 }
@@ -542,9 +529,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float dcap;
-          // ex2_poly (Traits::kEx2Poly): elements e < kEx2Poly of each four on the FMA pipe.
-          float pv = e < T::kEx2Poly ? ex2_fma(fmaf(acc_s[4 * c + e], f.scale_log2, -((e & 1) ? lse2.y : lse2.x)))
-                                     : bwd_prob<false>(acc_s[4 * c + e], (e & 1) ? lse2.y : lse2.x, f, dcap);
+          float pv = bwd_prob<false>(acc_s[4 * c + e], (e & 1) ? lse2.y : lse2.x, f, dcap);
           ATT_BWD_MASK_PV(pv, c, e);
           acc_s[4 * c + e] = pv;
         }

@@ -89,13 +89,6 @@ struct Traits {
 #else
   static constexpr bool kSdpSplit = false;
 #endif
-  // With kSdpSplit: this many of each four of P^T's exponentials by a polynomial on the FMA pipe
-  // (kernel.cu's ex2_fma) instead of MUFU.EX2 (run 355: P^T's arithmetic uncovered, 10-12% of a step).
-#if defined(EX2_POLY)  // a tunable with a default: a config recorded before it existed is a build without it
-  static constexpr int kEx2Poly = EX2_POLY;
-#else
-  static constexpr int kEx2Poly = 0;
-#endif
   // The two consumer warpgroups skewed (a producer build, FlashAttention-3's forward ping-pong): they
   // take turns to issue their products, S^T and dP^T, then dV and dK, then dQ, warpgroup 0 first,
   // each turn passed on by a named barrier (kBarTurn + the warpgroup that waits). The tensor pipe
@@ -225,7 +218,6 @@ struct Traits {
   static_assert(!kTmaLoads || kProducer, "tma_loads: the producer warpgroup issues them");
   static_assert(!kFa4Order || (kProducer && kDqUnits == 1 && !kDqDefer), "fa4_order: a producer build, one dQ unit a warpgroup");
   static_assert(!kSdpSplit || (kFa4Order && !kSoftcap && kColSplit == 1), "sdp_split: with fa4_order, no soft-cap");
-  static_assert(kEx2Poly == 0 || (kSdpSplit && kEx2Poly <= 4), "ex2_poly: with sdp_split, of each four");
   static_assert(!kLateLoads || (!kProducer && kColSplit > 1), "late_loads: head dim 256 (its builds have no producer)");
   static_assert(!kWgSkew || (kProducer && kWarpgroups == 2 && kColSplit == 1 && kDqUnits == 1 && !kFa4Order && !kDqDefer),
                 "wg_skew: a producer build of two consumer warpgroups, one dQ unit each, the step's own order");

@@ -8,7 +8,6 @@
 // LongestFirst: every config of the longest-first order. WgSkew: the skewed consumer warpgroups.
 // LateLoads: head dim 256's loads issued under S^T and dP^T. VarlenLpt: a packed batch's sorted CTA order.
 // WalkCursor128RowSteps: the consumers' cursor at d <= 64's 128-row steps. TmaLoads: Q and dO by TMA.
-// Ex2Poly: part of sdp_split's exponentials on the FMA pipe.
 #include <fmt/format.h>
 
 #include <iterator>
@@ -256,24 +255,6 @@ TEST(FlashBwdWgmmaProperty, TmaLoads) {
                         7740, 1, tma);
   cuda::Context ctx(0);
   attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 7800, {tma}, {128});
-}
-
-// ex2_poly (sdp_split's P^T exponentials, one or two of each four, by a polynomial on the FMA pipe):
-// a spread at d=128 and 96 (zero columns), causal and not, on the backward shapes (GQA, MQA, odd
-// lengths, CTAs with no step; with and without TMA loads), then causal windows with sinks (P^T's
-// zeros past the window and the sinks' share), packed varlen batches, and the deterministic bits.
-TEST(FlashBwdWgmmaProperty, Ex2Poly) {
-  REQUIRE_SM90();
-  const auto poly = [](const Config& c) { return std::get<std::int64_t>(c.at("ex2_poly")) > 0; };
-  for (int d : {128, 96})
-    check_backward_spread("flash_bwd_wgmma", "sm_90a", d, {0, 1}, "", attntune::testing::kBwdShapes,
-                          8300u + static_cast<unsigned>(d), 4, poly);
-  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {1}, ",window=64,sinks=1",
-                        attntune::testing::kBwdWindowSinkShapes, 8400, 2, poly);
-  check_backward_spread("flash_bwd_wgmma", "sm_90a", 128, {0, 1}, ",varlen=1", attntune::testing::kBwdVarlenShapes, 8420,
-                        1, poly);
-  cuda::Context ctx(0);
-  attntune::testing::check_determinism(ctx, "flash_bwd_wgmma", "sm_90a", 8500, {poly}, {128});
 }
 
 // late_loads (head dim 256's builds issue the next stage's loads after S^T and dP^T instead of
