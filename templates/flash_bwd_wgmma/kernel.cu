@@ -325,6 +325,15 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
     for (int i = 0; i < T::kStages - 1; ++i) issue(i);
   }
 
+#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 8
+  // (harness builds only: 7, and consumer warpgroup 1 starts ATT_BWD_SKEW_CYCLES later, so that the
+  // two run out of phase when no barrier brings them together)
+  if (threadIdx.x >= 128 && threadIdx.x < T::kConsumerThreads) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < ATT_BWD_SKEW_CYCLES) {
+    }
+  }
+#endif
   float acc_dk[T::kDkvN / 2], acc_dv[T::kDkvN / 2];
 #pragma unroll
   for (int e = 0; e < T::kDkvN / 2; ++e) acc_dk[e] = acc_dv[e] = 0.f;
@@ -651,7 +660,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
       store_t(ds_t, ads);  // dS^T while dV runs
       fence_async_smem();
       if (T::kDqBulk && threadIdx.x % 128 == 0) bulk_wait_read();  // the dQ staging's last bulk read
-#if defined(ATT_BWD_ABLATE) && ATT_BWD_ABLATE == 7
+#if defined(ATT_BWD_ABLATE) && (ATT_BWD_ABLATE == 7 || ATT_BWD_ABLATE == 8)
       named_bar_sync(1 + wg, 128);  // (harness builds only: no consumers' barrier, each warpgroup's own)
 #else
       named_bar_sync(T::kBarConsumers, T::kConsumerThreads);      // every warpgroup's dS^T complete

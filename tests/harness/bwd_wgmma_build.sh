@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds bwd_harness.cu -DBWD_WGMMA shared libraries for a list of configs: NAME:D:BF16:CAUSAL:WINDOW:BN:BM:ST[:BULK[:DEFER[:LPT[:PROD]]]]
 # (flash_bwd_wgmma's tunables: block_n, block_m, q_stages, dq_reduce 0 red / 1 bulk / 2 quad, dq_defer 0/1, longest_first
-# 0/4/16, producer 0/1; sm_90a; EXTRA=-DATT_BWD_ABLATE=1..7, -DTMA_LOADS=1 with PROD 1). tests/harness/bwd_check.py loads them.
+# 0/4/16, producer 0/1; sm_90a; EXTRA=-DATT_BWD_ABLATE=1..8 (8 with -DATT_BWD_SKEW_CYCLES=N), -DTMA_LOADS=1 with PROD 1). tests/harness/bwd_check.py loads them.
 set -e
 out=${OUT_DIR:-build-harness}; mkdir -p $out
 here=$(dirname "$0")
