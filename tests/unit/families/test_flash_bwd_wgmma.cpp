@@ -40,6 +40,57 @@ long long smem_of(const Config& c, long long d) {
          (tma ? 8 : 0) + 1024;
 }
 
+
+// A boolean tunable's builds (those with `flag` on, longest_first 0): every config of each `plain`
+// problem (at least `min_plain` of each) and the first and last of each `variants` problem build for
+// sm_90a without wgmma serialisation, spilling nothing where the head dim pads to 128 and no soft-cap
+// is compiled in, at most 8 bytes elsewhere.
+void check_flag_builds(const char* flag, std::initializer_list<const char*> plain, std::size_t min_plain,
+                       std::initializer_list<const char*> variants) {
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_bwd_wgmma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::size_t submitted = 0;
+  const auto flagged = [&](const Problem& p) {
+    std::vector<Config> out;
+    for (const Config& c : space.enumerate(p, "sm_90a"))
+      if (std::get<bool>(c.at(flag)) && get(c, "longest_first") == 0) out.push_back(c);
+    return out;
+  };
+  for (const char* spec : plain) {
+    const Problem p = Problem::parse(spec);
+    const auto configs = flagged(p);
+    EXPECT_GE(configs.size(), min_plain) << spec;
+    for (const Config& c : configs) {
+      pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
+      ++submitted;
+    }
+  }
+  for (const char* spec : variants) {
+    const Problem p = Problem::parse(spec);
+    const auto configs = flagged(p);
+    ASSERT_FALSE(configs.empty()) << spec;
+    for (const Config* c : {&configs.front(), &configs.back()}) {
+      pool.submit({*c, render_kernel(space, *c, p, "sm_90a"), "sm_90a"});
+      ++submitted;
+    }
+  }
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    const std::string& src = o->job.kernel.source;
+    const bool clean = src.find("#define D_PAD 128\n") != std::string::npos &&
+                       src.find("#define ATT_SOFTCAP 1\n") == std::string::npos;
+    EXPECT_LE(o->build.spill_stores, clean ? 0 : 8) << config_str(o->job.config) << ": " << o->build.registers << " registers";
+    EXPECT_EQ(o->build.log.find("Potential Performance Loss"), std::string::npos)
+        << config_str(o->job.config) << "\n" << o->build.log;
+  }
+  EXPECT_EQ(built, submitted);
+}
+
 }  // namespace
 
 TEST(FlashBwdWgmmaSpace, ServesTheBackwardOfHeadDims64And128OnHopperOnly) {
@@ -502,52 +553,14 @@ TEST(FlashBwdWgmmaBuild, EveryConfigBuildsWithFewSpills) {
 TEST(FlashBwdWgmmaBuild, TmaLoadsBuildsWithoutSpills) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
-  const SearchSpace space = space_of("flash_bwd_wgmma");
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_bwd_wgmma");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
-  std::size_t submitted = 0;
-  const auto loading = [&](const Problem& p) {
-    std::vector<Config> out;
-    for (const Config& c : space.enumerate(p, "sm_90a"))
-      if (std::get<bool>(c.at("tma_loads")) && get(c, "longest_first") == 0) out.push_back(c);
-    return out;
-  };
-  for (const char* spec : {"b=1,h=16,s=16384,d=128,dtype=bf16,causal=0,pass=bwd",
-                           "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd",
-                           "b=1,h=16,s=8192,d=64,dtype=fp16,causal=1,pass=bwd"}) {
-    const Problem p = Problem::parse(spec);
-    const auto configs = loading(p);
-    EXPECT_GE(configs.size(), 4u) << spec;
-    for (const Config& c : configs) {
-      pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
-      ++submitted;
-    }
-  }
-  for (const char* spec : {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,window=512,sinks=1,pass=bwd",
-                           "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,softcap=30,pass=bwd",
-                           "b=1,h=16,s=8192,d=96,dtype=fp16,causal=0,pass=bwd"}) {
-    const Problem p = Problem::parse(spec);
-    const auto configs = loading(p);
-    ASSERT_FALSE(configs.empty()) << spec;
-    for (const Config* c : {&configs.front(), &configs.back()}) {
-      pool.submit({*c, render_kernel(space, *c, p, "sm_90a"), "sm_90a"});
-      ++submitted;
-    }
-  }
-  std::size_t built = 0;
-  while (auto o = pool.next()) {
-    ++built;
-    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
-    const std::string& src = o->job.kernel.source;
-    const bool clean = src.find("#define D_PAD 128\n") != std::string::npos &&
-                       src.find("#define ATT_SOFTCAP 1\n") == std::string::npos;
-    EXPECT_LE(o->build.spill_stores, clean ? 0 : 8) << config_str(o->job.config) << ": " << o->build.registers << " registers";
-    EXPECT_EQ(o->build.log.find("Potential Performance Loss"), std::string::npos)
-        << config_str(o->job.config) << "\n" << o->build.log;
-  }
-  EXPECT_EQ(built, submitted);
+  check_flag_builds("tma_loads",
+                    {"b=1,h=16,s=16384,d=128,dtype=bf16,causal=0,pass=bwd",
+                     "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd",
+                     "b=1,h=16,s=8192,d=64,dtype=fp16,causal=1,pass=bwd"},
+                    4,
+                    {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,window=512,sinks=1,pass=bwd",
+                     "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,softcap=30,pass=bwd",
+                     "b=1,h=16,s=8192,d=96,dtype=fp16,causal=0,pass=bwd"});
 }
 
 // wg_skew's builds: every one of the plain d=128 and d=64 problems (non-causal and causal, in the
@@ -559,55 +572,17 @@ TEST(FlashBwdWgmmaBuild, TmaLoadsBuildsWithoutSpills) {
 TEST(FlashBwdWgmmaBuild, WgSkewBuildsWithoutSpills) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
-  const SearchSpace space = space_of("flash_bwd_wgmma");
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_bwd_wgmma");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
-  std::size_t submitted = 0;
-  const auto skewed = [&](const Problem& p) {
-    std::vector<Config> out;
-    for (const Config& c : space.enumerate(p, "sm_90a"))
-      if (std::get<bool>(c.at("wg_skew")) && get(c, "longest_first") == 0) out.push_back(c);
-    return out;
-  };
-  for (const char* spec : {"b=1,h=16,s=16384,d=128,dtype=bf16,causal=0,pass=bwd",
-                           "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd",
-                           "b=1,h=16,s=8192,d=64,dtype=bf16,causal=0,pass=bwd",
-                           "b=1,h=16,s=8192,d=64,dtype=fp16,causal=1,pass=bwd"}) {
-    const Problem p = Problem::parse(spec);
-    const auto configs = skewed(p);
-    EXPECT_GE(configs.size(), 2u) << spec;
-    for (const Config& c : configs) {
-      pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
-      ++submitted;
-    }
-  }
-  for (const char* spec : {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,window=512,sinks=1,pass=bwd",
-                           "b=1,h=16,s=8192,d=128,dtype=bf16,causal=0,window=256,256,pass=bwd",
-                           "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,softcap=30,pass=bwd",
-                           "b=1,h=16,s=8192,d=64,dtype=bf16,causal=1,window=512,sinks=1,pass=bwd",
-                           "b=3,h=8,hkv=2,s=1000,sk=1000,d=128,dtype=bf16,causal=1,varlen=1,pass=bwd",
-                           "b=1,h=16,s=8192,d=96,dtype=fp16,causal=0,pass=bwd"}) {
-    const Problem p = Problem::parse(spec);
-    const auto configs = skewed(p);
-    ASSERT_FALSE(configs.empty()) << spec;
-    for (const Config* c : {&configs.front(), &configs.back()}) {
-      pool.submit({*c, render_kernel(space, *c, p, "sm_90a"), "sm_90a"});
-      ++submitted;
-    }
-  }
-  std::size_t built = 0;
-  while (auto o = pool.next()) {
-    ++built;
-    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
-    const std::string& src = o->job.kernel.source;
-    const bool clean = src.find("#define D_PAD 128\n") != std::string::npos &&
-                       src.find("#define ATT_SOFTCAP 1\n") == std::string::npos;
-    EXPECT_LE(o->build.spill_stores, clean ? 0 : 8) << config_str(o->job.config) << ": " << o->build.registers << " registers";
-    EXPECT_EQ(o->build.log.find("Potential Performance Loss"), std::string::npos)
-        << config_str(o->job.config) << "\n" << o->build.log;
-  }
-  EXPECT_EQ(built, submitted);
+  check_flag_builds("wg_skew",
+                    {"b=1,h=16,s=16384,d=128,dtype=bf16,causal=0,pass=bwd",
+                     "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd",
+                     "b=1,h=16,s=8192,d=64,dtype=bf16,causal=0,pass=bwd",
+                     "b=1,h=16,s=8192,d=64,dtype=fp16,causal=1,pass=bwd"},
+                    2,
+                    {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,window=512,sinks=1,pass=bwd",
+                     "b=1,h=16,s=8192,d=128,dtype=bf16,causal=0,window=256,256,pass=bwd",
+                     "b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,softcap=30,pass=bwd",
+                     "b=1,h=16,s=8192,d=64,dtype=bf16,causal=1,window=512,sinks=1,pass=bwd",
+                     "b=3,h=8,hkv=2,s=1000,sk=1000,d=128,dtype=bf16,causal=1,varlen=1,pass=bwd",
+                     "b=1,h=16,s=8192,d=96,dtype=fp16,causal=0,pass=bwd"});
 }
 }  // namespace test_flash_bwd_wgmma
