@@ -117,6 +117,15 @@ __device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 
+// Four 8x8 matrices of 16-bit values into shared memory (stmatrix): register j of each thread is
+// matrix j's row lane / 4, columns 2 (lane % 4) and + 1; lane l gives the address of matrix l / 8's
+// row l % 8 (16 contiguous bytes).
+__device__ __forceinline__ void stmatrix_x4(u32 addr, const u32 (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 // Adds `bytes` of fp32 values from shared memory into global memory, by the TMA unit (a bulk
 // reduction of this thread's bulk group), and commits the group.
 __device__ __forceinline__ void bulk_reduce_add(float* dst, u32 src, int bytes) {
@@ -585,19 +594,36 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
         ads[kk][r] = pack2<T::kBf16>(acc_dp[8 * kk + 2 * r], acc_dp[8 * kk + 2 * r + 1]);
       }
 
-    // A tile of P^T or dS^T to shared memory, [query block of 64][key][64 queries] swizzled: a[0]
-    // and a[2] are key key_w, a[1] and a[3] key key_w + 8; a[0], a[1] queries q_w + 16kk + 2t (+1),
-    // a[2], a[3] 8 further.
+    // A tile of P^T or dS^T to shared memory, [query block of 64][key][64 queries] swizzled, by one
+    // stmatrix of four 8x8 matrices a k-step (the accumulator's fragment is stmatrix's): a[kk][0]
+    // and a[kk][2] are key key_w, a[kk][1] and a[kk][3] key key_w + 8; a[kk][0], a[kk][1] queries
+    // q_w + 16kk + 2t (+1), a[kk][2], a[kk][3] 8 further. Lane l gives the row address of matrix
+    // l / 8, row l % 8: key key_s (the warp's 16 keys, + 8 for matrices 1 and 3) and the 16-byte
+    // chunk of queries q_w + 16kk + 8 (l / 16). A k-step moves the chunk by 2 (bits 1-2 of its index,
+    // clear in the lane's base: q_w is 0 or, at head dim 256, 32 with kSdpN 32), so the swizzle's XOR
+    // is the base's XOR (kk & 3) << 5, and every 64 queries a column block further.
+    static_assert(T::kColSplit == 1 || T::kSdpN <= 32, "the chunk's k-step bits are clear in the base");
     auto store_t = [&](u32 tile, const u32 (&a)[T::kSdpN / 16][4]) {
+      if constexpr (T::kStoreStmatrix) {
+        // (From threadIdx.x here: a base held across the loop cost a register, and spills. The
+        // consumers are threads 0 .. kConsumerThreads - 1: key_s = key_wg + wi * 16 + lane % 16.)
+        const u32 x = threadIdx.x;
+        const u32 key_s = ((x >> 1) & (T::kColSplit > 1 ? 0x30u : ~15u)) | (x & 15);
+        const u32 st_base = key_s * T::kRowBytes + (((((q_w & 63) >> 3) + ((x >> 4) & 1)) ^ (x & 7)) << 4);
 #pragma unroll
-      for (int kk = 0; kk < T::kSdpN / 16; ++kk)
+        for (int kk = 0; kk < T::kSdpN / 16; ++kk)
+          stmatrix_x4(tile + ((st_base ^ ((kk & 3) << 5)) + (kk >> 2) * T::kKColBlockBytes), a[kk]);
+      } else {  // a soft-cap or red dQ: 32-bit stores (Traits::kStoreStmatrix)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int key = key_w + (r & 1) * 8, q = q_w + kk * 16 + (r >> 1) * 8 + 2 * t;
-          st_shared_u32(tile + (q >> 6) * T::kKColBlockBytes + key * T::kRowBytes + ((((q & 63) >> 3) ^ (key & 7)) << 4) +
-                            (q & 7) * 2,
-                        a[kk][r]);
-        }
+        for (int kk = 0; kk < T::kSdpN / 16; ++kk)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int key = key_w + (r & 1) * 8, q = q_w + kk * 16 + (r >> 1) * 8 + 2 * t;
+            st_shared_u32(tile + (q >> 6) * T::kKColBlockBytes + key * T::kRowBytes +
+                              ((((q & 63) >> 3) ^ (key & 7)) << 4) + (q & 7) * 2,
+                          a[kk][r]);
+          }
+      }
     };
     // dS^T's buffer (two: buffer i % 2, the other one still read by step i - 1's dQ, deferred, or
     // by the other warpgroup's, where no CTA barrier at the step's top waits for it).

@@ -158,6 +158,14 @@ struct Traits {
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;
   static constexpr int kQColBlockBytes = kBlockM * kRowBytes;
   static constexpr int kKColBlockBytes = kBlockN * kRowBytes;
+  // P^T and dS^T tiles stored by stmatrix (four a 64-query k-step group, from the fragments as
+  // they are) rather than 16 32-bit stores and their addresses: +1.1-2.8% at b1 h16 s16k d=128, +3.1% at
+  // d=64 s8k, +0.8-1.0% causal (H200, runs 361-362). Not beside a soft-cap, dQ's red reductions or
+  // the deferred dQ, where stmatrix's aligned register quads spilled 4-36 bytes more (the soft-cap's
+  // builds without setmaxnreg, red's and the deferred dQ's at 255 or 240 registers, the latter with
+  // windows; NVRTC, CUDA 13.0, 2026-12-04). Producer builds without TMA under a window spill 4 bytes
+  // more and still gain (+0.3-2.2%, run 363).
+  static constexpr bool kStoreStmatrix = !kSoftcap && !kDqDefer && (kDqBulk || kDqQuad);
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // one dS^T buffer
   // dQ = dS K: (kBlockM / 64) query groups of 64 (wgmma's M) times kHeadDim / kDqN column groups,
   // shared out over the warpgroups (kDqUnits each).

@@ -4,7 +4,9 @@
 // spills. The GPU property test (tests/gpu/test_flash_bwd_wgmma.cpp) runs them against the reference.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "cuda/nvrtc.hpp"
@@ -12,6 +14,7 @@
 #include "tests/common/input_error.hpp"
 #include "tests/common/plan_call.hpp"
 #include "tests/common/run_attntune.hpp"
+#include "tests/common/sass.hpp"
 
 namespace test_flash_bwd_wgmma {
 using namespace attntune;
@@ -584,5 +587,72 @@ TEST(FlashBwdWgmmaBuild, WgSkewBuildsWithoutSpills) {
                      "b=1,h=16,s=8192,d=64,dtype=bf16,causal=1,window=512,sinks=1,pass=bwd",
                      "b=3,h=8,hkv=2,s=1000,sk=1000,d=128,dtype=bf16,causal=1,varlen=1,pass=bwd",
                      "b=1,h=16,s=8192,d=96,dtype=fp16,causal=0,pass=bwd"});
+}
+
+// P^T and dS^T tiles go to shared memory by stmatrix (Traits::kStoreStmatrix): four a 64-query
+// k-step group of a tile, so 4 STSM in the d=128 pick (dS^T), 8 at d=64's 128-row steps, 4 at head
+// dim 256 (P^T and dS^T, 32 queries a warpgroup), and none where a soft-cap, red dQ reductions or the
+// deferred dQ keep the 32-bit stores (stmatrix's register quads spilled there). Each builds without spills or wgmma
+// serialisation. (The layout is checked on the GPU: FlashBwdWgmmaProperty.*.)
+TEST(FlashBwdWgmmaBuild, TilesStoredByStmatrixWhereTheyDoNotSpill) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = space_of("flash_bwd_wgmma");
+  const std::string pick =
+      "block_n=128,block_m=64,q_stages=3,dq_reduce=bulk,dq_defer=false,longest_first=0,varlen_lpt=0,producer=true,"
+      "late_loads=false,fa4_order=true,sdp_split=true,wg_skew=false";
+  const std::string d64 =
+      "block_n=128,block_m=128,q_stages=2,dq_reduce=bulk,dq_defer=false,longest_first=0,varlen_lpt=0,producer=true,"
+      "late_loads=false,fa4_order=false,sdp_split=false,wg_skew=false";
+  const std::string d256 =
+      "block_n=64,block_m=64,q_stages=2,dq_reduce=quad,dq_defer=false,longest_first=0,varlen_lpt=0,producer=false,"
+      "late_loads=true,fa4_order=false,sdp_split=false,wg_skew=false,tma_loads=false";
+  const std::string red =
+      "block_n=128,block_m=64,q_stages=3,dq_reduce=red,dq_defer=false,longest_first=0,varlen_lpt=0,producer=true,"
+      "late_loads=false,fa4_order=true,sdp_split=false,wg_skew=false";
+  const std::string softcap =
+      "block_n=128,block_m=64,q_stages=3,dq_reduce=bulk,dq_defer=false,longest_first=0,varlen_lpt=0,producer=true,"
+      "late_loads=false,fa4_order=false,sdp_split=false,wg_skew=false";
+  const std::string defer =
+      "block_n=128,block_m=64,q_stages=2,dq_reduce=bulk,dq_defer=true,longest_first=4,varlen_lpt=0,producer=false,"
+      "late_loads=false,fa4_order=false,sdp_split=false,wg_skew=false,tma_loads=false";
+  // (spec, config) -> the STSM count expected
+  const std::vector<std::tuple<std::string, std::string, int>> cases = {
+      {"b=1,h=16,s=16384,d=128,dtype=bf16,causal=0,pass=bwd", pick + ",tma_loads=true", 4},
+      {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd", pick + ",tma_loads=false", 4},
+      {"b=1,h=16,s=8192,d=64,dtype=bf16,causal=0,pass=bwd", d64 + ",tma_loads=true", 8},
+      {"b=1,h=16,s=8192,d=256,dtype=bf16,causal=1,pass=bwd", d256, 4},
+      {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=0,pass=bwd", red + ",tma_loads=true", 0},
+      {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,softcap=30,pass=bwd", softcap + ",tma_loads=true", 0},
+      {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd", defer, 0},
+  };
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_bwd_wgmma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::map<std::uint64_t, std::size_t> case_of;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& [spec, cfg, n] = cases[i];
+    const Problem p = Problem::parse(spec);
+    const Config c = space.parse_config(cfg);
+    const std::optional<std::string> invalid = space.check(c, p, "sm_90a");
+    ASSERT_EQ(invalid, std::nullopt) << spec << " " << cfg;
+    case_of[pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"})] = i;
+  }
+  std::map<std::size_t, std::string> cubins;
+  while (auto o = pool.next()) {
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    if (o->build.status != "ok") continue;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0) << config_str(o->job.config);
+    EXPECT_EQ(o->build.log.find("C751"), std::string::npos) << "wgmma serialised: " << o->build.log;
+    cubins[case_of.at(o->ticket)] = o->build.cubin;
+  }
+  ASSERT_EQ(cubins.size(), cases.size());
+  const std::string cuobjdump = attntune::testing::find_cuobjdump();
+  if (cuobjdump.empty()) GTEST_SKIP() << attntune::testing::kNoSassHalf;
+  for (const auto& [i, cubin] : cubins) {
+    const auto& [spec, cfg, n] = cases[i];
+    EXPECT_EQ(attntune::testing::sass_op_count(cuobjdump, cubin, "STSM"), n) << spec << " " << cfg;
+  }
 }
 }  // namespace test_flash_bwd_wgmma
