@@ -613,7 +613,7 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) flash_bwd_wgmma(con
 #pragma unroll
         for (int kk = 0; kk < T::kSdpN / 16; ++kk)
           stmatrix_x4(tile + ((st_base ^ ((kk & 3) << 5)) + (kk >> 2) * T::kKColBlockBytes), a[kk]);
-      } else {  // a soft-cap or red dQ: 32-bit stores (Traits::kStoreStmatrix)
+      } else {  // a soft-cap, red or deferred dQ: 32-bit stores (Traits::kStoreStmatrix)
 #pragma unroll
         for (int kk = 0; kk < T::kSdpN / 16; ++kk)
 #pragma unroll

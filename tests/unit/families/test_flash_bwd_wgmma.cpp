@@ -44,6 +44,14 @@ long long smem_of(const Config& c, long long d) {
 }
 
 
+// The family's builds in build-worker processes.
+BuildPoolOptions pool_options() {
+  BuildPoolOptions o;
+  o.nvrtc_options = family_nvrtc_options("flash_bwd_wgmma");
+  o.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  return o;
+}
+
 // A boolean tunable's builds (those with `flag` on, longest_first 0): every config of each `plain`
 // problem (at least `min_plain` of each) and the first and last of each `variants` problem build for
 // sm_90a without wgmma serialisation, spilling nothing where the head dim pads to 128 and no soft-cap
@@ -51,10 +59,7 @@ long long smem_of(const Config& c, long long d) {
 void check_flag_builds(const char* flag, std::initializer_list<const char*> plain, std::size_t min_plain,
                        std::initializer_list<const char*> variants) {
   const SearchSpace space = space_of("flash_bwd_wgmma");
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_bwd_wgmma");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
+  BuildPool pool(pool_options());
   std::size_t submitted = 0;
   const auto flagged = [&](const Problem& p) {
     std::vector<Config> out;
@@ -485,10 +490,7 @@ TEST(FlashBwdWgmmaBuild, EveryConfigBuildsWithFewSpills) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = space_of("flash_bwd_wgmma");
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_bwd_wgmma");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
+  BuildPool pool(pool_options());
   std::size_t submitted = 0;
   for (const char* spec : {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd",
                            "b=1,h=16,s=8192,d=64,dtype=fp16,causal=1,pass=bwd"}) {
@@ -626,10 +628,7 @@ TEST(FlashBwdWgmmaBuild, TilesStoredByStmatrixWhereTheyDoNotSpill) {
       {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,softcap=30,pass=bwd", softcap + ",tma_loads=true", 0},
       {"b=1,h=16,s=8192,d=128,dtype=bf16,causal=1,pass=bwd", defer, 0},
   };
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_bwd_wgmma");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
+  BuildPool pool(pool_options());
   std::map<std::uint64_t, std::size_t> case_of;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const auto& [spec, cfg, n] = cases[i];
