@@ -28,8 +28,10 @@
 #             (`tune` without --space: every family that serves it), over an FP8 cache (kv_dtype=fp8)
 #             and over a bf16 one, --decode-seconds / --prefill-seconds each; the winners exported as
 #             one PyTorch package and timed by fp8_decode_peers.py --check (one process, FP8 beside
-#             our bf16 kernel and SDPA's backends; its table last). PYTHON picks the interpreter that
-#             has torch.
+#             our bf16 kernel, SDPA's backends and FA4's dense kernels over the bf16 cache where
+#             $FA4_AOT, default .fa4/aot, has them: build them with the rows' problems,
+#               ATTNTUNE_BARS_LIST=1 tools/bars.sh - - --set fp8 | sed 's/,page=16,kv_dtype=fp8//; s/^/--problem /';
+#             its table last). PYTHON picks the interpreter that has torch.
 #   fp8fwd    issue 42's FP8 forward (docs/design/flash_fwd_wgmma.md "The FP8 forward"): b1 h16 s16k at
 #             d=128 and d=256, causal and not, each tuned twice over flash_fwd_wgmma (dtype=fp8 and its
 #             bf16 twin), --prefill-seconds each; the winners exported in one file and timed by
@@ -182,6 +184,7 @@ fp8)
     "q8|b=32,h=32,hkv=8,s=8,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8"
     "q16|b=32,h=32,hkv=8,s=16,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8"
   )
+  aot=${FA4_AOT:-.fa4/aot}
   ;;
 fp8fwd)
   # name|problem (its bf16 twin: dtype=bf16): issue 42's FP8-forward rows.
@@ -461,7 +464,9 @@ if [[ $set == fp8 ]]; then
     rm -rf "$out/pkg"
     "$A" export --db "$db" --all-best --dtype bf16 --no-shipped --torch "$out/pkg" > "$out/export.log" 2>&1 ||
       { echo "export failed: $(tail -1 "$out/export.log")" >&2; exit 1; }
-    PYTHONPATH="$out/pkg" "${PYTHON:-python3}" tools/fp8_decode_peers.py --rows "$names" --check \
+    fa4=(--no-fa4)
+    [[ -f $aot/manifest.json ]] && fa4=(--fa4-aot "$aot" --fa4-kit "$kit")
+    PYTHONPATH="$out/pkg" "${PYTHON:-python3}" tools/fp8_decode_peers.py --rows "$names" --check "${fa4[@]}" \
       > "$out/peers.log" 2>&1 || echo "fp8_decode_peers.py failed: $(tail -3 "$out/peers.log")" >&2
     sed -n '/^row /,$p' "$out/peers.log"
   fi

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """FP8 KV-cache decode (issue 42): attntune over an FP8 e4m3 cache against the same step over a bf16
-cache through attntune's own best kernel and PyTorch's SDPA (cuDNN, and the flash / efficient
-backends where they take the shape), in one process, interleaved.
+cache through attntune's own best kernel, PyTorch's SDPA (cuDNN, and the flash / efficient
+backends where they take the shape) and FlashAttention-4's sm90 forward (the kit's AOT kernels built for
+the rows' dense bf16 problems; --fa4-aot, default .fa4/aot; a row without its kernel is said and left
+out), in one process, interleaved.
 
 Each row of the suite is one decode step: q [b, s, h, d] bf16, a paged cache of pages of `page` rows
 ([pages, page, hkv, d], shuffled block table), every sequence `sk` keys, causal bottom-right when s > 1.
@@ -43,7 +45,7 @@ ROWS = {
 }
 
 
-def row(name, b, h, hkv, s, sk, d, page, args, attntune):
+def row(name, b, h, hkv, s, sk, d, page, args, attntune, fa4_kit=None, fa4_aot=None):
     dev = "cuda"
     torch.manual_seed(0)
     causal = s > 1
@@ -99,6 +101,17 @@ def row(name, b, h, hkv, s, sk, d, page, args, attntune):
             print(f"  SDPA {be_name}: refused ({str(e).splitlines()[0][:100]})")
             continue
         rows.append((f"SDPA {be_name}, bf16 cache", peer, b * sk * hkv * d * 4 + 2 * q.numel() * 2))
+    fa4 = None
+    if fa4_aot is not None:  # FlashAttention-4's dense sm90 forward over the bf16 cache, [b, sk, hkv, d]
+        spec = f"b={b},h={h},hkv={hkv},s={s},sk={sk},d={d},dtype=bf16,causal={int(causal)}"
+        try:
+            fa4 = fa4_aot.make(fa4_kit.parse_problem(spec), q, kc.transpose(1, 2).contiguous(),
+                               vc.transpose(1, 2).contiguous(), scale)
+            print(f"  FA4: {fa4.kernel} ({fa4.how})")
+            rows.append(("FA4, bf16 cache", fa4, b * sk * hkv * d * 4 + 2 * q.numel() * 2))
+        except Exception as e:  # noqa: BLE001  no kernel built for the row: said so, left out
+            print(f"  FA4: skipped ({str(e).splitlines()[0][:160]})")
+            fa4 = None
 
     ours_fp8()
     ours_bf16()
@@ -123,6 +136,9 @@ def row(name, b, h, hkv, s, sk, d, page, args, attntune):
         e8 = (out8.double() - ref(k8f, v8f)).abs().max().item()
         e16 = (out16.double() - ref(k16, v16)).abs().max().item()
         print(f"  check: FP8 max |err| {e8:.2e} against float64 over the dequantised cache; bf16 {e16:.2e}")
+        if fa4 is not None:
+            ea = (fa4().double() - ref(k16, v16)).abs().max().item()
+            print(f"  check: FA4 max |err| {ea:.2e} against float64 over the bf16 cache")
 
     times = {n: [] for n, *_ in rows}
     for r in range(args.rounds + 1):
@@ -146,7 +162,24 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--min-seconds", type=float, default=1.0)
     ap.add_argument("--check", action="store_true", help="each row's outputs against float64 first")
+    ap.add_argument("--fa4-aot", action="append", default=[],
+                    help="FA4 kernels built for the rows' dense bf16 problems (the kit's build_aot.py; "
+                         "repeatable; default .fa4/aot where it exists)")
+    ap.add_argument("--fa4-kit", default=None, help="the FA4 kit's folder (its fa4kit.py)")
+    ap.add_argument("--no-fa4", action="store_true", help="leave FlashAttention-4 out")
     args = ap.parse_args()
+    fa4_kit, fa4_dirs, fa4_aot = None, [], None
+    if not args.no_fa4:
+        import peer_common
+        fa4_kit, fa4_dirs, why = peer_common.load_kit(args, lambda K: hasattr(K, "FA4Aot"),
+                                                      "{kit}/fa4kit.py has no FA4Aot (not the FA4 kit?)")
+        if fa4_kit is None:
+            print(f"FA4: skipped: {why}")
+        else:
+            try:
+                fa4_aot = fa4_kit.FA4Aot(fa4_dirs)
+            except Exception as e:  # noqa: BLE001
+                print(f"FA4: skipped: {str(e).splitlines()[0][:160]}")
     import attntune  # the package of `attntune export --torch` on PYTHONPATH
 
     attntune.default().set_policy("raise", 1e9)
@@ -155,7 +188,7 @@ def main():
     for name in args.rows.split(","):
         b, h, hkv, s, sk, d = ROWS[name]
         print(f"{name}: b={b} h={h}/{hkv} s={s} sk={sk} d={d}")
-        table += row(name, b, h, hkv, s, sk, d, args.page, args, attntune)
+        table += row(name, b, h, hkv, s, sk, d, args.page, args, attntune, fa4_kit, fa4_aot)
     print(f"\n{'row':8s} {'contender':28s} {'us':>9s} {'GB/s':>7s} {'x FP8':>7s}")
     for name, n, t, gbs, x in table:
         print(f"{name:8s} {n:28s} {t:9.2f} {gbs:7.0f} {x:7.2f}")

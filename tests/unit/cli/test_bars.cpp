@@ -381,6 +381,39 @@ TEST(BarsFp8, TheRowsOfFp8DecodePeersOverAnFp8Cache) {
   EXPECT_EQ(problems.size(), rows.size());
 }
 
+// The fp8 set's compare phase times FlashAttention-4 beside the FP8 and bf16 rows where $FA4_AOT holds
+// the kit's kernels (a manifest), and says --no-fa4 where it does not, so the peers' script neither
+// looks for a kit that is not there nor drops FA4 silently when one is.
+TEST(BarsFp8, ComparePassesFa4KernelsWhereTheFolderHasThem) {
+  TempDir dir;
+  const std::string calls = dir.file("calls");
+  {
+    std::ofstream f(dir.file("attntune"));
+    f << "#!/bin/sh\nexit 0\n";
+    std::ofstream py(dir.file("python"));
+    py << "#!/bin/sh\necho \"$@\" >> " << calls << "\n";
+  }
+  ASSERT_EQ(std::system(("chmod +x " + dir.file("attntune") + " " + dir.file("python")).c_str()), 0);
+  const std::string run = "ATTNTUNE_BIN=" + dir.file("attntune") + " PYTHON=" + dir.file("python") + " FA4_KIT=" +
+                          dir.file("kit") + " FA4_AOT=" + dir.file("aot") + " " + testing::source_dir() +
+                          "/tools/bars.sh " + dir.file("f.db") + " " + dir.file("out") + " --set fp8 --phase compare";
+  Shell r = sh(run);
+  ASSERT_EQ(r.status, 0) << r.output;
+  Shell peers = sh("cat " + calls);
+  EXPECT_NE(peers.output.find("fp8_decode_peers.py"), std::string::npos) << peers.output;
+  EXPECT_NE(peers.output.find("--no-fa4"), std::string::npos) << peers.output;
+  EXPECT_EQ(peers.output.find("--fa4-aot"), std::string::npos) << peers.output;
+  ASSERT_EQ(std::system(("mkdir -p " + dir.file("aot") + " && echo '{}' > " + dir.file("aot/manifest.json")).c_str()),
+            0);
+  ASSERT_EQ(std::remove(calls.c_str()), 0);
+  r = sh(run);
+  ASSERT_EQ(r.status, 0) << r.output;
+  peers = sh("cat " + calls);
+  EXPECT_NE(peers.output.find("--fa4-aot " + dir.file("aot") + " --fa4-kit " + dir.file("kit")), std::string::npos)
+      << peers.output;
+  EXPECT_EQ(peers.output.find("--no-fa4"), std::string::npos) << peers.output;
+}
+
 // Its `fp8fwd` set (issue 42's FP8 forward): b1 h16 s16k at d=128 and 256, causal and not, all
 // dtype=fp8 (each also tuned in bf16 by the script, the twin the comparison needs).
 TEST(BarsFp8Forward, TheIssuesRowsInDtypeFp8) {
