@@ -78,14 +78,16 @@ def row(name, b, h, hkv, s, sk, d, page, args, attntune, fa4_kit=None, fa4_aot=N
                                    is_causal=causal, out=out16)
 
     qs = q.transpose(1, 2).contiguous()  # [b, h, s, d]
-    # The bf16 cache contiguous for SDPA: [b, hkv, sk, d] in the table's order.
-    kc = k16[table.long()].reshape(b, pages_per * page, hkv, d)[:, :sk].transpose(1, 2).contiguous()
-    vc = v16[table.long()].reshape(b, pages_per * page, hkv, d)[:, :sk].transpose(1, 2).contiguous()
+    # The bf16 cache contiguous in the table's order: [b, sk, hkv, d] for FA4, [b, hkv, sk, d] for SDPA.
+    kb = k16[table.long()].reshape(b, pages_per * page, hkv, d)[:, :sk].contiguous()
+    vb = v16[table.long()].reshape(b, pages_per * page, hkv, d)[:, :sk].contiguous()
+    kc, vc = kb.transpose(1, 2).contiguous(), vb.transpose(1, 2).contiguous()
+    bf16_bytes = b * sk * hkv * d * 4 + 2 * q.numel() * 2
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
     mask = causal_lower_right(s, sk) if causal else None
     rows = [("attntune, FP8 cache", ours_fp8, b * sk * hkv * d * 2 + 2 * q.numel() * 2),
-            ("attntune, bf16 cache", ours_bf16, b * sk * hkv * d * 4 + 2 * q.numel() * 2)]
+            ("attntune, bf16 cache", ours_bf16, bf16_bytes)]
     for be_name, be in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
                         ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
         def peer(be=be):
@@ -100,18 +102,16 @@ def row(name, b, h, hkv, s, sk, d, page, args, attntune, fa4_kit=None, fa4_aot=N
         except Exception as e:  # a backend that refuses the shape is left out, said so
             print(f"  SDPA {be_name}: refused ({str(e).splitlines()[0][:100]})")
             continue
-        rows.append((f"SDPA {be_name}, bf16 cache", peer, b * sk * hkv * d * 4 + 2 * q.numel() * 2))
+        rows.append((f"SDPA {be_name}, bf16 cache", peer, bf16_bytes))
     fa4 = None
     if fa4_aot is not None:  # FlashAttention-4's dense sm90 forward over the bf16 cache, [b, sk, hkv, d]
         spec = f"b={b},h={h},hkv={hkv},s={s},sk={sk},d={d},dtype=bf16,causal={int(causal)}"
         try:
-            fa4 = fa4_aot.make(fa4_kit.parse_problem(spec), q, kc.transpose(1, 2).contiguous(),
-                               vc.transpose(1, 2).contiguous(), scale)
+            fa4 = fa4_aot.make(fa4_kit.parse_problem(spec), q, kb, vb, scale)
             print(f"  FA4: {fa4.kernel} ({fa4.how})")
-            rows.append(("FA4, bf16 cache", fa4, b * sk * hkv * d * 4 + 2 * q.numel() * 2))
+            rows.append(("FA4, bf16 cache", fa4, bf16_bytes))
         except Exception as e:  # noqa: BLE001  no kernel built for the row: said so, left out
             print(f"  FA4: skipped ({str(e).splitlines()[0][:160]})")
-            fa4 = None
 
     ours_fp8()
     ours_bf16()
