@@ -76,6 +76,18 @@ struct Smem {
   static_assert(T::kColBlocks * kColBlock == T::kTileBytes && T::kColBlocksV * kColBlockV == T::kTileBytesV,
                 "a tile is its column blocks");
   static_assert(kRing + T::kStages * T::kStageBytes <= T::kSmemBytes, "Q and the ring fit the shared memory");
+  // fp8_convert group: the 16-bit stage after the ring, buffer i's K tile at k16(base, i), its V
+  // tile kV16 after it; rows of kRow16 (kRow16V) bytes, tile_bytes<kHeadDim> (<kHeadDimV>).
+  static constexpr int kStage16 = kRing + T::kRingBytes;
+  static constexpr int kV16 = T::kTile16Bytes;
+  static constexpr int kRow16 = decode_tile_cols(T::kHeadDim) * 2;
+  static constexpr int kRow16V = decode_tile_cols(T::kHeadDimV) * 2;
+  static __device__ __forceinline__ u32 k16(u32 ring, int buf) {
+    return ring - kRing + kStage16 + buf * (T::kTile16Bytes + T::kTile16BytesV);
+  }
+  static_assert(kStage16 + T::kStage16Bytes <= T::kSmemBytes, "the 16-bit stage fits the shared memory");
+  static_assert(!T::kFp8Group || (kStage16 % 1024 == 0 && T::kTile16Bytes % 1024 == 0 && T::kTile16BytesV % 128 == 0),
+                "the 16-bit stage's tiles start at multiples of their swizzle's repeat");
   static_assert(T::kStageBytes == kV + T::kTileBytesV, "a stage is a K tile and a V tile");
   // The V slice of the key group whose K slice (the same keys: kw rows from the stage's K tile) is
   // at k_slice.
@@ -261,7 +273,7 @@ __device__ __forceinline__ int q_exponent(u32 q_smem, int lane) {
 }
 
 __device__ __forceinline__ void load_q_frags(QFrags& qf, u32 q_smem, int wm, int lane, float qmul = 1.f) {
-  if constexpr (T::kQInRegs && T::kKvFp8) {
+  if constexpr (T::kQInRegs && T::kFp8Direct) {
 #pragma unroll
     for (int m = 0; m < T::kMw; ++m)
 #pragma unroll
@@ -275,6 +287,57 @@ __device__ __forceinline__ void load_q_frags(QFrags& qf, u32 q_smem, int wm, int
                     qf[m][ks][0],
                     qf[m][ks][1], qf[m][ks][2], qf[m][ks][3]);
   }
+}
+
+// fp8_convert group: key group wn's slice (its kWarpKeys rows) of a ring stage (K tile at k_ring, V
+// tile Smem::kV after it; rows of kKDim and kVDim 16-bit elements, each 16-byte chunk 16 e4m3
+// values; swizzled by row % 8 where swz, as the ring's loads wrote them) to the 16-bit stage buffer
+// at k16 (V at Smem::kV16 after it): the same values exactly, in fp16, in natural order, rows
+// swizzled by row % 8, so that process_tile reads them as a 16-bit cache's tile. Each of the group's
+// threads (gt: its index in the group) converts 16-byte chunks in turn. V rows of keys outside
+// [lo, len) (past the sequence; window builds, before the unit's first key) become zeros, whatever
+// the ring held: P is 0 there, but 0 * NaN is NaN (K's are masked in the scores). key0: the tile's
+// first key.
+template <int kDim16, int kDimRing>
+__device__ __forceinline__ void convert_rows(u32 ring, u32 dst, int r0, int gt, bool swz, int key0, int lo, int len,
+                                             bool zero_outside) {
+  constexpr int kGroupThreads = 32 * T::kWarpsM;
+  constexpr int kRowChunks = kDim16 / 16;  // 16-byte FP8 chunks a row
+  constexpr int kItems = T::kWarpKeys * kRowChunks;
+  // Unrolled whole where one key group is the CTA (warps_n 1), else two chunks at a time: TMA builds
+  // held to 168 registers spilled 8 bytes at 32 packed rows unrolled whole (every 64-key, 4-warp,
+  // 2-CTA config) and 20 bytes at 64 rows two at a time (4 of 12 such), none the other way round
+  // (ptxas sm_90, 2026-12-05).
+  constexpr int kUnroll = T::kWarpsN == 1 ? 16 : 2;
+#pragma unroll(kUnroll)
+  for (int i = 0; i < (kItems + kGroupThreads - 1) / kGroupThreads; ++i) {
+    const int c = gt + i * kGroupThreads;
+    if (kItems % kGroupThreads != 0 && c >= kItems) break;
+    const int r = r0 + c / kRowChunks, ch = c % kRowChunks;
+    u32 x[4], h[8];
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                 : "r"(ring + tile_bytes<kDimRing>(r, ch, T::kBlockN, swz ? (r & 7) : 0)));
+#pragma unroll
+    for (int w = 0; w < 4; ++w) e4m3x4_to_pairs<false>(x[w], h[2 * w], h[2 * w + 1]);
+    if (zero_outside) {
+      const int j = key0 + r;
+      if (j >= len || j < lo)
+#pragma unroll
+        for (int w = 0; w < 8; ++w) h[w] = 0u;
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + tile_bytes<kDim16>(r, 2 * ch + half, T::kBlockN, r & 7)),
+                   "r"(h[4 * half]), "r"(h[4 * half + 1]), "r"(h[4 * half + 2]), "r"(h[4 * half + 3])
+                   : "memory");
+  }
+}
+__device__ __forceinline__ void convert_slice(u32 k_ring, u32 k16, int wn, int gt, bool swz, int key0, int lo,
+                                              int len) {
+  const int r0 = wn * T::kWarpKeys;
+  convert_rows<T::kHeadDim, T::kKDim>(k_ring, k16, r0, gt, swz, key0, lo, len, false);
+  convert_rows<T::kHeadDimV, T::kVDim>(k_ring + Smem::kV, k16 + Smem::kV16, r0, gt, swz, key0, lo, len, true);
 }
 
 // One tile: S = Q K^T over this warp's kWarpKeys keys (first key kw0) of the tile at k_tile (the
@@ -292,7 +355,7 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
     for (int nt = 0; nt < T::kKeyTiles; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[m][nt][e] = 0.f;
-  if constexpr (T::kKvFp8) {
+  if constexpr (T::kFp8Direct) {
     // FP8 K (above): one ldmatrix_x4 is key tiles 2np, 2np + 1 of k16 steps ks, ks + 1.
 #pragma unroll
     for (int ks = 0; ks < T::kDSteps; ks += 2) {
@@ -340,12 +403,12 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
 #pragma unroll
     for (int np = 0; np < T::kKeyTiles / 2; ++np) {
       u32 b0, b1, b2, b3;
-      ldmatrix_x4(k_tile + tile_bytes<T::kKDim>(np * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1), T::kBlockN, xr),
+      ldmatrix_x4(k_tile + tile_bytes<T::kHeadDim>(np * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1), T::kBlockN, xr),
                   b0, b1, b2, b3);
 #pragma unroll
       for (int m = 0; m < T::kMw; ++m) {
-        mma_16816<T::kBf16>(s[m][2 * np], qa[m], b0, b1);
-        mma_16816<T::kBf16>(s[m][2 * np + 1], qa[m], b2, b3);
+        mma_16816<T::kMmaBf16>(s[m][2 * np], qa[m], b0, b1);
+        mma_16816<T::kMmaBf16>(s[m][2 * np + 1], qa[m], b2, b3);
       }
     }
   }
@@ -431,7 +494,7 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
     }
 
   // O += P V.
-  if constexpr (T::kKvFp8) {
+  if constexpr (T::kFp8Direct) {
     // FP8 V (above): one transposing ldmatrix_x4 is keys kk * 16 .. + 15 of dims 32 dq .. + 31: O's
     // tiles 4dq (dims 32dq + 2n), 4dq + 1 (+ 2n + 1), 4dq + 2 (+ 16 + 2n), 4dq + 3 (+ 16 + 2n + 1).
 #pragma unroll
@@ -460,12 +523,12 @@ __device__ __forceinline__ void process_tile(Acc& a, const QFrags& qf, u32 q_sme
 #pragma unroll
     for (int dp = 0; dp < T::kDTiles / 2; ++dp) {
       u32 b0, b1, b2, b3;
-      ldmatrix_x4_trans(v_tile + tile_bytes<T::kVDim>(kk * 16 + (lane & 15), 2 * dp + (lane >> 4), T::kBlockN, xr), b0,
+      ldmatrix_x4_trans(v_tile + tile_bytes<T::kHeadDimV>(kk * 16 + (lane & 15), 2 * dp + (lane >> 4), T::kBlockN, xr), b0,
                         b1, b2, b3);
 #pragma unroll
       for (int m = 0; m < T::kMw; ++m) {
-        mma_16816<T::kBf16>(a.o[m][2 * dp], pa[m][kk], b0, b1);
-        mma_16816<T::kBf16>(a.o[m][2 * dp + 1], pa[m][kk], b2, b3);
+        mma_16816<T::kMmaBf16>(a.o[m][2 * dp], pa[m][kk], b0, b1);
+        mma_16816<T::kMmaBf16>(a.o[m][2 * dp + 1], pa[m][kk], b2, b3);
       }
     }
 }
@@ -553,7 +616,7 @@ __device__ __forceinline__ void merge_warps(Acc& a, const MergeBuf& buf, int wm,
       const int r = (wm * T::kMw + m) * 16 + g + 8 * h;
       if (tq == 0) buf.m[wn * T::kBlockM + r] = a.m[m][h];
       if (kSlotMerge) {
-        if constexpr (T::kKvFp8) {  // O's columns in the FP8 V order (process_tile): 4 in a row a tile pair
+        if constexpr (T::kFp8Direct) {  // O's columns in the FP8 V order (process_tile): 4 in a row a tile pair
           float* orow = buf.o + (wn * T::kBlockM + r) * T::kOStride + 4 * tq;
 #pragma unroll
           for (int c = 0; c < T::kDTiles / 2; ++c)
@@ -591,7 +654,7 @@ __device__ __forceinline__ void merge_warps(Acc& a, const MergeBuf& buf, int wm,
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = (wm * T::kMw + m) * 16 + g + 8 * h;
-            if constexpr (T::kKvFp8) {  // the FP8 V order, as above
+            if constexpr (T::kFp8Direct) {  // the FP8 V order, as above
               float* orow = buf.o + r * T::kOStride + 4 * tq;
 #pragma unroll
               for (int c = 0; c < T::kDTiles / 2; ++c) {
@@ -1075,6 +1138,29 @@ __device__ __forceinline__ void q_fp16(u32 s_q, int lane, float& kds, float& qmu
   }
 }
 
+// fp8_convert group, bf16 problems: Q rewritten in shared memory as fp16 times qmul (exact: q_fp16),
+// which the 16-bit path's ldmatrix then reads as the fp16 MMAs' A operand; qmul becomes 1. Between
+// two syncs of every consumer (q_exponent reads the whole tile; every warp reads every row after).
+template <class Sync>
+__device__ __forceinline__ void q_rewrite_fp16(u32 s_q, float& qmul, int tid, Sync sync) {
+  if constexpr (T::kFp8Group && T::kBf16) {
+    sync();
+    for (int w = tid; w < T::kBlockM * T::kQRowBytes / 16; w += T::kConsumerThreads) {
+      u32 x[4];
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                   : "r"(s_q + 16 * w));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[e] = bf16x2_to_f16x2(x[e], qmul);
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(s_q + 16 * w), "r"(x[0]), "r"(x[1]), "r"(x[2]),
+                   "r"(x[3])
+                   : "memory");
+    }
+    sync();
+    qmul = 1.f;
+  }
+}
+
 __device__ __forceinline__ void decode_split(const DecodeParams& p, const DecodeMaps& maps, unsigned char* smem) {
   __shared__ float s_lse[T::kClusterMerge ? T::kBlockM : 1];  // clusterN: this split's piece's LSE
   __shared__ __align__(8) unsigned long long s_bars[T::kKvTma ? RingBars::kCount : 1];  // TMA: full, empty
@@ -1142,6 +1228,7 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
         cp_async_wait<0>();
         named_sync(T::kBarConsumers, T::kConsumerThreads);
         q_fp16(s_q, lane, kds, qmul);
+        q_rewrite_fp16(s_q, qmul, tid, [] { named_sync(T::kBarConsumers, T::kConsumerThreads); });
         load_q_frags(qf, s_q, wm, lane, qmul);
       }
       const int xr = p.tma_swizzle ? (lane & 7) : 0;
@@ -1150,6 +1237,23 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
         mbar_wait(bars.full(stage), (t / T::kStages) & 1);
         const int tile = *static_cast<volatile int*>(s_tags + stage);
         if (tile < 0) break;
+        if constexpr (T::kFp8Group) {
+          // Convert the group's slice once, release the stage, wait for the group, score the 16-bit
+          // copy (rows outside the sequence or window zeroed by the conversion).
+          const u32 k16 = Smem::k16(s_ring, T::kStage16Bufs == 2 ? t & 1 : 0);
+          convert_slice(Smem::k_tile(s_ring, stage), k16, wn, wm * 32 + lane, p.tma_swizzle != 0, tile * T::kBlockN,
+                        kb, len);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(bars.empty(stage));
+          named_sync(T::kBarConvert + wn, 32 * T::kWarpsM);
+          if (DECODE_X_SKIP_MATH != 1)
+            process_tile(acc, qf, s_q, k16 + wn * T::kWarpKeys * Smem::kRow16,
+                         k16 + Smem::kV16 + wn * T::kWarpKeys * Smem::kRow16V, tile * T::kBlockN + wn * T::kWarpKeys,
+                         lim, p.scale_log2, p.variant, wm, lane, lane & 7, kds, qmul);
+          // One buffer: the group has read it before anyone converts the next tile into it.
+          if constexpr (T::kStage16Bufs == 1) named_sync(T::kBarConvert + wn, 32 * T::kWarpsM);
+          continue;
+        }
         const u32 k_tile = Smem::k_tile(s_ring, stage) + wn * T::kWarpKeys * Smem::kRow;  // this warp's key slice
         const int kw0 = tile * T::kBlockN + wn * T::kWarpKeys;
         // Keys of this warp's slice past the sequence: their V rows may hold anything (rows the
@@ -1208,6 +1312,7 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
     cp_async_wait<T::kStages - 1>();  // Q landed (this thread's copies) ...
     __syncthreads();                  // ... and everyone's
     q_fp16(s_q, lane, kds, qmul);
+    q_rewrite_fp16(s_q, qmul, tid, [] { __syncthreads(); });
     load_q_frags(qf, s_q, wm, lane, qmul);
 
     int slot = 0, slot_issue = T::kStages - 1;
@@ -1219,10 +1324,21 @@ __device__ __forceinline__ void decode_split(const DecodeParams& p, const Decode
         if (paged && t + T::kStages < n) ld.lookup(p, b, t_begin + t + T::kStages, len, kb);
       }
       cp_async_commit();
+      if constexpr (T::kFp8Group) {  // the group's slice converted once, as in the TMA loop above
+        // (One buffer: the next iteration's tile_sync waits for the group's reads of it.)
+        const u32 k16 = Smem::k16(s_ring, T::kStage16Bufs == 2 ? t & 1 : 0);
+        convert_slice(Smem::k_tile(s_ring, slot), k16, wn, wm * 32 + lane, true, (t_begin + t) * T::kBlockN, kb, len);
+        named_sync(T::kBarConvert + wn, 32 * T::kWarpsM);
+        process_tile(acc, qf, s_q, k16 + wn * T::kWarpKeys * Smem::kRow16,
+                     k16 + Smem::kV16 + wn * T::kWarpKeys * Smem::kRow16V,
+                     (t_begin + t) * T::kBlockN + wn * T::kWarpKeys, lim, p.scale_log2, p.variant, wm, lane, lane & 7,
+                     kds, qmul);
+      } else {
       const u32 k_tile = Smem::k_tile(s_ring, slot) + wn * T::kWarpKeys * Smem::kRow;  // this warp's key slice
       process_tile(acc, qf, s_q, k_tile, Smem::v_slice(k_tile, wn * T::kWarpKeys),
                    (t_begin + t) * T::kBlockN + wn * T::kWarpKeys, lim,
                    p.scale_log2, p.variant, wm, lane, lane & 7, kds, qmul);
+      }
       slot = slot + 1 == T::kStages ? 0 : slot + 1;
       slot_issue = slot_issue + 1 == T::kStages ? 0 : slot_issue + 1;
     }

@@ -36,6 +36,23 @@ struct Traits {
 #else
   static constexpr bool kKvFp8 = false;
 #endif
+  // FP8 caches: who converts the bytes (tunable fp8_convert; kernel.cu, "FP8 caches"). warp (the
+  // default, the builds from before it): each warp converts what its MMAs read, in the MMAs' own
+  // byte order (kFp8Direct). group: a key group's kWarpsM row warps convert its slice of each tile
+  // once, in natural order, into a 16-bit stage (two tiles of d and dv elements a row, in
+  // tile_bytes' layout, always swizzled), one barrier a tile, and score it as a 16-bit cache's
+  // (fp16 MMAs).
+#if defined(FP8_CONVERT) && defined(FP8_CONVERT_WARP) && defined(FP8_CONVERT_GROUP2)
+  static constexpr bool kFp8Group = kKvFp8 && FP8_CONVERT != FP8_CONVERT_WARP;
+  static constexpr int kStage16Bufs = FP8_CONVERT == FP8_CONVERT_GROUP2 ? 2 : 1;  // group2: two buffers
+#else
+  static constexpr bool kFp8Group = false;
+  static constexpr int kStage16Bufs = 1;
+#endif
+  static constexpr bool kFp8Direct = kKvFp8 && !kFp8Group;
+  // The MMAs' 16-bit type: bf16 for a bf16 problem's 16-bit cache; fp16 over an FP8 cache (its
+  // values are exact in fp16, and a bf16 Q is made fp16 exactly: kernel.cu).
+  static constexpr bool kMmaBf16 = kBf16 && !kKvFp8;
 
   // Tunables (search_spaces/flash_decode.yaml).
   static constexpr int kBlockM = BLOCK_M;        // packed rows (query heads x queries) per CTA (derived)
@@ -96,6 +113,12 @@ struct Traits {
   static constexpr int kTileBytesV = kBlockN * kRowBytesV;  // one V tile
   static constexpr int kStageBytes = kTileBytes + kTileBytesV;
   static constexpr int kRingBytes = kStages * kStageBytes;
+  // fp8_convert group(2): the 16-bit stage after the ring, kStage16Bufs buffers (two: a tile's
+  // conversion may start while slower warps of the group still score the previous one) of a K and a
+  // V tile, kHeadDim and kHeadDimV elements a row.
+  static constexpr int kTile16Bytes = kBlockN * kHeadDim * 2;
+  static constexpr int kTile16BytesV = kBlockN * kHeadDimV * 2;
+  static constexpr int kStage16Bytes = kFp8Group ? kStage16Bufs * (kTile16Bytes + kTile16BytesV) : 0;
   // Epilogue (reuses Q and the ring): the key groups' merge buffer (kernel.cu, MergeBuf). Its
   // one-slot form needs kMergeBytes (O summed in fp32, every group's row maxima, the row sums, two
   // spare rows); the slot form, one O per key group, is used where Q and the ring hold it. Rows
@@ -103,7 +126,8 @@ struct Traits {
   static constexpr int kOStride = kHeadDimV + 4;
   static constexpr int kMergeBytes = kBlockM * kOStride * 4 + (kWarpsN + 3) * kBlockM * 4;
   static constexpr int kMaxSplits = kDecodeMaxSplits;  // the plan never splits more (split.h)
-  static constexpr int kSmemBytes = kQBytes + kRingBytes > kMergeBytes ? kQBytes + kRingBytes : kMergeBytes;
+  static constexpr int kSmemBytes =
+      kQBytes + kRingBytes + kStage16Bytes > kMergeBytes ? kQBytes + kRingBytes + kStage16Bytes : kMergeBytes;
 
   // Loads (args.h: decode_row_loads): the kLoadThreads threads of a load group copy kLoadRows rows
   // of each tile. cta: the whole CTA loads whole tiles; warp: each key group (kWarpsM warps) loads
@@ -140,6 +164,8 @@ struct Traits {
   // (never both: TMA loads whole tiles).
   static constexpr int kBarKeyGroup = 1;
   static constexpr int kBarConsumers = 1;
+  // fp8_convert group: key group wn's warps wait on kBarConvert + wn for its converted slice.
+  static constexpr int kBarConvert = 8;
 
   // (d=512 would need O's 16 x 512 fp32 accumulators of a row tile in one warp: 256 registers a
   // thread, more than there are.)
@@ -169,6 +195,8 @@ struct Traits {
 #endif
   static_assert(kStages >= 2 && kStages <= 8, "2 to 8 stages");
   static_assert(kBarKeyGroup + kWarpsN - 1 <= 15, "named barriers 1..15");
+  static_assert(!kFp8Group || (kWarpsM > 1 && kBarConvert + kWarpsN - 1 <= 15 && kBarKeyGroup + kWarpsN <= kBarConvert),
+                "fp8_convert group: several row warps a key group, and its barriers past the others'");
   static_assert(kSmemBytes == SMEM_BYTES, "search space's smem_bytes disagrees with the kernel's layout");
   static_assert(kThreads == THREADS, "search space's threads disagrees with warps * 32 (+ 32: TMA producer)");
   static_assert(!kKvTma || !kWarpTiles, "TMA loads whole tiles (tile_share: cta)");

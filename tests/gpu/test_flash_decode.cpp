@@ -51,6 +51,11 @@ const PropertyShape kShapes[] = {
 // combine: clusterN configs, or the others; kv_load tma configs.
 bool clustered(const Config& c) { return std::get<std::string>(c.at("combine")).rfind("cluster", 0) == 0; }
 bool tma(const Config& c) { return std::get<std::string>(c.at("kv_load")) == "tma"; }
+// An FP8 cache converted once a key group into the 16-bit stage (fp8_convert group, group2).
+bool group_convert(const Config& c) {
+  const auto it = c.find("fp8_convert");
+  return it != c.end() && std::get<std::string>(it->second) != "warp";
+}
 
 // The shapes at head dim d (and V's dv): kShapes, the odd page size 12 where d % 64 != 0 or dv %
 // 64 != 0 (the file's comment; V's boxes are V's column blocks).
@@ -298,17 +303,20 @@ std::vector<PropertyShape> fp8_shapes(int d) {
   return out;
 }
 
+// kinds: the configs' problems' seqlen_q and causality (s=8 and s=16 with 4 query heads a KV head:
+// 32 and 64 packed rows, 2 and 4 row warps); dtype: Q's and O's.
 void check_fp8(int d, std::size_t sample, const std::function<bool(const Config&)>& keep = {},
-               bool per_tensor = false) {
+               bool per_tensor = false, const std::vector<const char*>& kinds = {"s=1,causal=0", "s=4,causal=1"},
+               const char* dtype = "bf16") {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   if (props.arch < "sm_89") GTEST_SKIP() << "FP8 caches need sm_89 or later; this GPU is " << props.arch;
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_decode.yaml");
   std::vector<Config> configs;
   std::vector<Problem> variants;
-  for (const char* kind : {"s=1,causal=0", "s=4,causal=1"}) {
+  for (const char* kind : kinds) {
     const Problem base =
-        Problem::parse(fmt::format("b=1,h=32,hkv=8,{},sk=4096,d={},dtype=bf16,kv_dtype=fp8", kind, d));
+        Problem::parse(fmt::format("b=1,h=32,hkv=8,{},sk=4096,d={},dtype={},kv_dtype=fp8", kind, d, dtype));
     const bool any = attntune::testing::spread_configs(space, base, props.arch, sample, configs, variants, keep);
     if (!any && keep && props.arch < "sm_90") GTEST_SKIP() << "no thread-block clusters or TMA on " << props.arch;
     ASSERT_TRUE(any) << base.str();
@@ -317,7 +325,8 @@ void check_fp8(int d, std::size_t sample, const std::function<bool(const Config&
   run.label = "flash_decode";
   run.d = d;
   run.arch = props.arch;
-  run.seed = 8000 + d + (per_tensor ? 1 : 0);
+  run.seed = 8000 + d + (per_tensor ? 1 : 0) + (std::string(dtype) == "bf16" ? 0 : 2) +
+             (kinds.size() == 2 && std::string(kinds[0]) == "s=1,causal=0" ? 0 : 4);
   run.require_no_spills = true;
   run.without_workspaces = true;
   run.kv_fp8 = true;
@@ -345,6 +354,27 @@ TEST(FlashDecodeFp8Property, TmaSpreadD128) {
 TEST(FlashDecodeFp8Property, PerTensorScales) {
   ATTNTUNE_REQUIRE_GPU();
   check_fp8(128, attntune::testing::property_sample(4), {}, true);
+}
+
+// The conversion shared by a key group's row warps (fp8_convert group, group2: the 16-bit stage,
+// the 16-bit path's MMAs in fp16, V rows outside the sequence zeroed by the conversion, a bf16 Q
+// rewritten once as fp16 in shared memory), at 32 and 64 packed rows, bf16 and fp16, d=64 and 256
+// (Q re-read a tile), every shape of the file (their 1-row units too).
+TEST(FlashDecodeFp8Property, GroupConversionD128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8(128, attntune::testing::property_sample(12), group_convert, false, {"s=8,causal=1", "s=16,causal=1"});
+}
+
+TEST(FlashDecodeFp8Property, GroupConversionFp16D128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8(128, attntune::testing::property_sample(6), group_convert, false, {"s=8,causal=0", "s=16,causal=1"},
+            "fp16");
+}
+
+TEST(FlashDecodeFp8Property, GroupConversionOtherHeadDims) {
+  ATTNTUNE_REQUIRE_GPU();
+  for (int d : {64, 256})
+    check_fp8(d, attntune::testing::property_sample(4), group_convert, false, {"s=8,causal=1", "s=16,causal=1"});
 }
 
 TEST(FlashDecodeFp8Property, SpreadD64) {

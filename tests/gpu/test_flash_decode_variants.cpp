@@ -94,12 +94,13 @@ void poison_rows_before(AttnBuffers& buf, const std::vector<int>& until) {
     const bool is_v = t == &buf.v;
     const long long* st = is_v ? a.v_stride : a.k_stride;
     const std::int64_t d = is_v ? buf.problem.head_dim_v() : buf.problem.d;
-    std::vector<std::uint16_t> host(t->bytes() / 2);
+    const std::int64_t eb = static_cast<std::int64_t>(buf.kv_elem_bytes());  // 0xFF bytes: NaN in e4m3, fp16, bf16
+    std::vector<std::uint8_t> host(t->bytes());
     t->download(host.data(), t->bytes());
     for (std::int64_t i = 0; i < buf.problem.b; ++i)
       for (std::int64_t h = 0; h < hkv; ++h)
         for (std::int64_t j = 0; j < until[static_cast<std::size_t>(i)]; ++j)
-          std::fill_n(host.begin() + (i * st[0] + h * st[1] + j * st[2]), d, 0xFFFF);
+          std::fill_n(host.begin() + (i * st[0] + h * st[1] + j * st[2]) * eb, d * eb, 0xFF);
     t->upload(host.data(), t->bytes());
   }
 }
@@ -112,24 +113,27 @@ void poison_page_rows_before(AttnBuffers& buf, const std::vector<int>& until) {
   buf.block_table.download(table.data(), buf.block_table.bytes());
   for (cuda::DeviceBuffer* t : {&buf.k_pages, &buf.v_pages}) {
     const std::int64_t d = t == &buf.v_pages ? buf.problem.head_dim_v() : buf.problem.d;
-    std::vector<std::uint16_t> host(t->bytes() / 2);
+    const std::int64_t eb = static_cast<std::int64_t>(buf.kv_elem_bytes());
+    std::vector<std::uint8_t> host(t->bytes());
     t->download(host.data(), t->bytes());
     for (std::int64_t i = 0; i < buf.problem.b; ++i)
       for (std::int64_t j = 0; j < until[static_cast<std::size_t>(i)]; ++j) {
         const std::int64_t pg = table[static_cast<std::size_t>(i * buf.pages_per_seq + j / page)];
-        std::fill_n(host.begin() + ((pg * page + j % page) * hkv) * d, hkv * d, 0xFFFF);
+        std::fill_n(host.begin() + ((pg * page + j % page) * hkv) * d * eb, hkv * d * eb, 0xFF);
       }
     t->upload(host.data(), t->bytes());
   }
 }
 
-// dv: V's head dim when it is not d (0: d).
-void check_case(const VariantCase& vc, int d, std::size_t sample, std::uint64_t seed, int dv = 0) {
+// dv: V's head dim when it is not d (0: d). kv: "" or ",kv_dtype=fp8" (an FP8 cache: the configs
+// and the shapes; keep, where given, narrows each class's configs).
+void check_case(const VariantCase& vc, int d, std::size_t sample, std::uint64_t seed, int dv = 0,
+                const std::string& kv = "", const std::function<bool(const Config&)>& keep = {}) {
   const std::string dims_v = dv ? fmt::format(",dv={}", dv) : std::string();
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_decode.yaml");
-  const Problem base = Problem::parse(fmt::format("b=1,{},sk=4096,d={}{},dtype=bf16", vc.build, d, dims_v));
+  const Problem base = Problem::parse(fmt::format("b=1,{},sk=4096,d={}{},dtype=bf16{}", vc.build, d, dims_v, kv));
   // Every combine and kv_load the arch serves: `sample` configs spread over each (combine, kv_load)
   // class's valid ones (a class of clusterN on sm_90 takes them in turns: one cluster size a case).
   std::vector<Config> configs;
@@ -138,7 +142,8 @@ void check_case(const VariantCase& vc, int d, std::size_t sample, std::uint64_t 
   for (const char* combine : {"kernel", "last_cta", cluster})
     for (const char* kv_load : {"cp_async", "tma"})
       attntune::testing::spread_configs(space, base, props.arch, sample, configs, built, [&](const Config& c) {
-        return std::get<std::string>(c.at("combine")) == combine && std::get<std::string>(c.at("kv_load")) == kv_load;
+        return std::get<std::string>(c.at("combine")) == combine &&
+               std::get<std::string>(c.at("kv_load")) == kv_load && (!keep || keep(c));
       });
   ASSERT_FALSE(configs.empty()) << base.str();
 
@@ -160,10 +165,11 @@ void check_case(const VariantCase& vc, int d, std::size_t sample, std::uint64_t 
     const LoadedBuild kernel(o->build.cubin, o->job.kernel.launch);
     for (const PropertyShape& sh : vc.shapes) {
       std::string dims = sh.dims;
-      if (const auto at = dims.find(",page=7"); (d % 64 != 0 || dv % 64 != 0) && at != std::string::npos)
+      const int row_d = kv.empty() ? d : d / 2, row_dv = kv.empty() ? dv : dv / 2;  // TMA rows of 16-bit elements
+      if (const auto at = dims.find(",page=7"); (row_d % 64 != 0 || row_dv % 64 != 0) && at != std::string::npos)
         dims.replace(at, 7, ",page=12");
-      const Problem p = Problem::parse(
-          fmt::format("{},d={}{},dtype={},causal={}", dims, d, dims_v, dtype_name(v.dtype), v.causal ? 1 : 0));
+      const Problem p = Problem::parse(fmt::format("{},d={}{},dtype={},causal={}{}", dims, d, dims_v,
+                                                   dtype_name(v.dtype), v.causal ? 1 : 0, kv));
       ++seed;
       AttnBuffers buf(p, sh.layout, p.paged() ? ragged_seqlens(p, seed) : std::vector<int>{}, seed);
       ref.fill(buf, seed);
@@ -204,8 +210,8 @@ void check_case(const VariantCase& vc, int d, std::size_t sample, std::uint64_t 
       }
     }
   }
-  std::printf("flash_decode variants %s d=%d%s: %zu configs, %d checks, %d failures\n", vc.build, d, dims_v.c_str(),
-              configs.size(), checked, failures);
+  std::printf("flash_decode variants %s d=%d%s%s: %zu configs, %d checks, %d failures\n", vc.build, d, dims_v.c_str(),
+              kv.c_str(), configs.size(), checked, failures);
 }
 
 }  // namespace
@@ -233,6 +239,23 @@ TEST(FlashDecodeVariantsProperty, SoftcapD256) {
 TEST(FlashDecodeVariantsProperty, EveryVariantD128) {
   ATTNTUNE_REQUIRE_GPU();
   check_case(kCases[4], 128, attntune::testing::property_sample(2), 4500);
+}
+
+// Over an FP8 cache (issue 42): every variant together (32 packed rows: two row warps), each
+// combine and kv_load in both conversions (fp8_convert warp, and group / group2: the key group's
+// 16-bit stage, whose conversion zeroes the V rows outside each window), the keys before each
+// window poisoned with NaN bytes.
+TEST(FlashDecodeVariantsProperty, Fp8CacheEveryVariantBothConversions) {
+  ATTNTUNE_REQUIRE_GPU();
+  if (cuda::device_props(0).arch < "sm_89") GTEST_SKIP() << "FP8 caches need sm_89 or later";
+  auto converts = [](bool group) {
+    return [group](const Config& c) {
+      const auto it = c.find("fp8_convert");
+      return (it != c.end() && std::get<std::string>(it->second) != "warp") == group;
+    };
+  };
+  check_case(kCases[4], 128, attntune::testing::property_sample(1), 4900, 0, ",kv_dtype=fp8", converts(false));
+  check_case(kCases[4], 128, attntune::testing::property_sample(1), 4950, 0, ",kv_dtype=fp8", converts(true));
 }
 
 TEST(FlashDecodeVariantsProperty, CausalWindowsD96) {

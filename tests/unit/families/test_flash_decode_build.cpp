@@ -670,4 +670,64 @@ TEST(FlashDecodeBuild, Fp8CachesCompileWithoutSpills) {
   }
   EXPECT_EQ(built, submitted);
 }
+
+// fp8_convert (an FP8 cache converted once a key group into a 16-bit stage): offered only over an
+// FP8 cache and with several row warps (32 and 64 packed rows here, none at 16), both buffer
+// counts; a spread of such builds compiles without spills on sm_89 and sm_90 at d=128 (q-len 16,
+// 64 rows; q-len 8 with every variant) and d=64 / 256 (the space's register rules).
+TEST(FlashDecodeSpace, GroupConversionOnlyOverFp8CachesWithSeveralRowWarps) {
+  const SearchSpace space = load_space();
+  auto converts = [&](const char* problem, const char* arch) {
+    std::set<std::string> seen;
+    for (const Config& c : space.enumerate(Problem::parse(problem), arch)) {
+      const std::string v = std::get<std::string>(c.at("fp8_convert"));
+      seen.insert(v);
+      if (v != "warp") EXPECT_GT(std::get<std::int64_t>(c.at("warps_m")), 1) << config_str(c);
+    }
+    return seen;
+  };
+  EXPECT_EQ(converts("b=16,h=32,hkv=8,s=16,sk=8192,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8", "sm_90"),
+            (std::set<std::string>{"warp", "group", "group2"}));
+  EXPECT_EQ(converts("b=16,h=32,hkv=8,s=8,sk=8192,d=128,dtype=fp16,causal=1,kv_dtype=fp8", "sm_89"),
+            (std::set<std::string>{"warp", "group", "group2"}));
+  EXPECT_EQ(converts("b=16,h=32,hkv=8,s=1,sk=8192,d=128,dtype=bf16,causal=0,page=16,kv_dtype=fp8", "sm_90"),
+            (std::set<std::string>{"warp"}));  // 16 rows: one row warp
+  EXPECT_EQ(converts("b=16,h=32,hkv=8,s=16,sk=8192,d=128,dtype=bf16,causal=1,page=16", "sm_90"),
+            (std::set<std::string>{"warp"}));  // a 16-bit cache
+}
+
+TEST(FlashDecodeBuild, GroupConversionCompilesWithoutSpills) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  const std::size_t n = attntune::testing::build_sample(1);
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::size_t submitted = 0;
+  for (const char* arch : {"sm_89", "sm_90"})
+    for (const char* kind : {"b=4,h=32,hkv=8,s=16,sk=4096,d=128,causal=1,page=16,dtype=bf16,kv_dtype=fp8",
+                             "b=4,h=32,hkv=8,s=8,sk=4096,d=128,causal=1,page=16,dtype=fp16,window=127,softcap=30,"
+                             "sinks=1,kv_dtype=fp8",
+                             "b=4,h=32,hkv=8,s=16,sk=4096,d=64,causal=1,dtype=fp16,kv_dtype=fp8",
+                             "b=4,h=32,hkv=8,s=16,sk=4096,d=256,causal=1,page=16,dtype=bf16,kv_dtype=fp8"}) {
+      const Problem p = Problem::parse(kind);
+      std::vector<Config> all = space.enumerate(p, arch);
+      std::erase_if(all, [](const Config& c) { return std::get<std::string>(c.at("fp8_convert")) == "warp"; });
+      ASSERT_FALSE(all.empty()) << kind << " " << arch;
+      for (const Config& c : spread(all, n)) {
+        pool.submit({c, render_kernel(space, c, p, arch), arch});
+        ++submitted;
+      }
+    }
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0)
+        << o->job.arch << " " << config_str(o->job.config) << ": " << o->build.registers << " registers";
+  }
+  EXPECT_EQ(built, submitted);
+}
 }  // namespace test_flash_decode_build
