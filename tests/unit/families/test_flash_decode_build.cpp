@@ -49,6 +49,27 @@ attntune_plan::Plan plan_of(const SearchSpace& space, const Config& c, const Pro
   return plan ? *plan : attntune_plan::empty_plan();
 }
 
+// The tuner's build pool for flash_decode (NVRTC in worker processes).
+BuildPoolOptions decode_pool_options() {
+  BuildPoolOptions o;
+  o.nvrtc_options = family_nvrtc_options("flash_decode");
+  o.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  return o;
+}
+
+// Every build the pool returns compiled and spilled nothing (named by arch, config and registers),
+// and all `submitted` came back.
+void expect_clean_builds(BuildPool& pool, std::size_t submitted) {
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0)
+        << o->job.arch << " " << config_str(o->job.config) << ": " << o->build.registers << " registers";
+  }
+  EXPECT_EQ(built, submitted);
+}
+
 Config with(const SearchSpace& space, const Problem& p, const char* combine) {
   Config found;
   space.for_each_valid(p, "sm_90", [&](const Config& c) {
@@ -297,10 +318,7 @@ TEST_P(FlashDecodeBuild, SampledValidConfigsCompileWithoutSpills) {
   const auto [d, arch] = GetParam();
   const SearchSpace space = load_space();
   const std::size_t n = attntune::testing::build_sample(6);
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
+  BuildPool pool(decode_pool_options());
   std::size_t submitted = 0;
   for (const char* kind : {"h=32,hkv=8,s=1,causal=0", "h=64,hkv=8,s=4,causal=1"}) {
     const Problem p = Problem::parse(fmt::format("b=4,{},sk=4096,d={},dtype=bf16", kind, d));
@@ -329,10 +347,7 @@ TEST(FlashDecodeBuild, EveryOtherHeadDimsTightestConfigsCompileWithoutSpills) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
+  BuildPool pool(decode_pool_options());
   const char* const archs[] = {"sm_80", "sm_89", "sm_90"};
   std::size_t submitted = 0, i = 0;
   for (int d : kOtherDims) {
@@ -529,10 +544,7 @@ TEST(FlashDecodeBuild, SplitHeadDimsCompileWithoutSpills) {
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
   const std::size_t n = attntune::testing::build_sample(1);  // 18 builds (CI time); the sweep is in the space's comments
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
+  BuildPool pool(decode_pool_options());
   std::size_t submitted = 0;
   const char* const archs[] = {"sm_80", "sm_89", "sm_90"};
   std::size_t i = 0;
@@ -555,14 +567,7 @@ TEST(FlashDecodeBuild, SplitHeadDimsCompileWithoutSpills) {
       }
   }
   ASSERT_GT(submitted, 0u);
-  std::size_t built = 0;
-  while (auto o = pool.next()) {
-    ++built;
-    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
-    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0)
-        << o->job.arch << " " << config_str(o->job.config) << ": " << o->build.registers << " registers";
-  }
-  EXPECT_EQ(built, submitted);
+  expect_clean_builds(pool, submitted);
 }
 
 // FP8 caches (`kv_dtype=fp8`, issue 42): configs on sm_89 and sm_90 only (the e4m3 conversions), at
@@ -638,10 +643,7 @@ TEST(FlashDecodeBuild, Fp8CachesCompileWithoutSpills) {
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
   const std::size_t n = attntune::testing::build_sample(1);
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
+  BuildPool pool(decode_pool_options());
   std::size_t submitted = 0, i = 0;
   for (const char* arch : {"sm_89", "sm_90"})
     for (const char* kind : {"b=4,h=32,hkv=8,s=1,sk=4096,d=128,causal=0,dtype=bf16,kv_dtype=fp8",
@@ -661,14 +663,7 @@ TEST(FlashDecodeBuild, Fp8CachesCompileWithoutSpills) {
       }
     }
   ASSERT_EQ(submitted, 4u * n);
-  std::size_t built = 0;
-  while (auto o = pool.next()) {
-    ++built;
-    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
-    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0)
-        << o->job.arch << " " << config_str(o->job.config) << ": " << o->build.registers << " registers";
-  }
-  EXPECT_EQ(built, submitted);
+  expect_clean_builds(pool, submitted);
 }
 
 // fp8_convert (an FP8 cache converted once a key group into a 16-bit stage): offered only over an
@@ -682,7 +677,9 @@ TEST(FlashDecodeSpace, GroupConversionOnlyOverFp8CachesWithSeveralRowWarps) {
     for (const Config& c : space.enumerate(Problem::parse(problem), arch)) {
       const std::string v = std::get<std::string>(c.at("fp8_convert"));
       seen.insert(v);
-      if (v != "warp") EXPECT_GT(std::get<std::int64_t>(c.at("warps_m")), 1) << config_str(c);
+      if (v != "warp") {
+        EXPECT_GT(std::get<std::int64_t>(c.at("warps_m")), 1) << config_str(c);
+      }
     }
     return seen;
   };
@@ -701,10 +698,7 @@ TEST(FlashDecodeBuild, GroupConversionCompilesWithoutSpills) {
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
   const std::size_t n = attntune::testing::build_sample(1);
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
+  BuildPool pool(decode_pool_options());
   std::size_t submitted = 0;
   for (const char* arch : {"sm_89", "sm_90"})
     for (const char* kind : {"b=4,h=32,hkv=8,s=16,sk=4096,d=128,causal=1,page=16,dtype=bf16,kv_dtype=fp8",
@@ -721,13 +715,6 @@ TEST(FlashDecodeBuild, GroupConversionCompilesWithoutSpills) {
         ++submitted;
       }
     }
-  std::size_t built = 0;
-  while (auto o = pool.next()) {
-    ++built;
-    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
-    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0)
-        << o->job.arch << " " << config_str(o->job.config) << ": " << o->build.registers << " registers";
-  }
-  EXPECT_EQ(built, submitted);
+  expect_clean_builds(pool, submitted);
 }
 }  // namespace test_flash_decode_build
