@@ -58,7 +58,8 @@ inline std::size_t property_sample(std::size_t fallback = 6) {
 // A spread of `n` configs of `space` for problem `kind` on `arch` (0 or more than there are: all),
 // evenly over the valid ones that `keep` accepts (none given: every one), appended to `configs`
 // with their problems in `variants`: `kind`, its dtype alternating bf16 and fp16 over all that
-// `configs` holds. False when no config qualifies.
+// `configs` holds where the space holds the config in both (else `kind`'s). False when no config
+// qualifies.
 inline bool spread_configs(const SearchSpace& space, const Problem& kind, const std::string& arch, std::size_t n,
                            std::vector<Config>& configs, std::vector<Problem>& variants,
                            const std::function<bool(const Config&)>& keep = {}) {
@@ -67,9 +68,15 @@ inline bool spread_configs(const SearchSpace& space, const Problem& kind, const 
   if (all.empty()) return false;
   const std::size_t m = n == 0 || n >= all.size() ? all.size() : n;
   for (std::size_t i = 0; i < m; ++i) {
+    const Config& c = all[i * all.size() / m];
     Problem p = kind;
-    if (!p.qkv_fp8) p.dtype = configs.size() % 2 ? DType::kFp16 : DType::kBf16;  // an FP8 forward's O is bf16
-    configs.push_back(all[i * all.size() / m]);
+    if (!p.qkv_fp8) {  // an FP8 forward's O is bf16
+      p.dtype = configs.size() % 2 ? DType::kFp16 : DType::kBf16;
+      // A space may hold a config for one dtype and not the other (flash_decode's fp16 group
+      // conversion spills where bf16's does not): then the config keeps `kind`'s dtype.
+      if (space.check(c, p, arch)) p.dtype = kind.dtype;
+    }
+    configs.push_back(c);
     variants.push_back(p);
   }
   return true;

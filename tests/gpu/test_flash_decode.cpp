@@ -377,6 +377,29 @@ TEST(FlashDecodeFp8Property, GroupConversionOtherHeadDims) {
     check_fp8(d, attntune::testing::property_sample(4), group_convert, false, {"s=8,causal=1", "s=16,causal=1"});
 }
 
+// The property tests' spread gives every other config fp16 queries: never where the space refuses
+// the config for fp16 (flash_decode's fp16 group conversion at 64 packed rows, which spills where
+// bf16's does not; session 93's GPU call threw "is not valid for ... dtype=fp16" before any check
+// ran). No GPU: the space and the spread alone.
+TEST(FlashDecodeFp8Spread, NoConfigGetsADtypeTheSpaceRefuses) {
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_decode.yaml");
+  for (int d : {64, 128, 256}) {
+    std::vector<Config> configs;
+    std::vector<Problem> variants;
+    for (const char* kind : {"s=8,causal=1", "s=16,causal=1"}) {
+      const Problem base = Problem::parse(fmt::format("b=1,h=32,hkv=8,{},sk=4096,d={},dtype=bf16,kv_dtype=fp8", kind, d));
+      ASSERT_TRUE(attntune::testing::spread_configs(space, base, "sm_90", 0, configs, variants, group_convert)) << d;
+    }
+    std::size_t fp16 = 0;
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      const auto why = space.check(configs[i], variants[i], "sm_90");
+      EXPECT_FALSE(why.has_value()) << variants[i].str() << ": " << why.value_or("");
+      fp16 += variants[i].dtype == DType::kFp16;
+    }
+    EXPECT_GT(fp16, 0u) << "d=" << d << ": the spread still alternates where the space allows it";
+  }
+}
+
 TEST(FlashDecodeFp8Property, SpreadD64) {
   ATTNTUNE_REQUIRE_GPU();
   check_fp8(64, attntune::testing::property_sample(8));
