@@ -88,7 +88,7 @@ inline int unsupported(Why* why, const char* format, ...) {
   return kUnsupported;
 }
 
-// Dynamic shared memory a kernel may use without opting in.
+// Shared memory a kernel may use without opting in: static and dynamic together.
 constexpr unsigned kDefaultSmemBytes = 48 * 1024;
 // Clusters larger than this are non-portable: a kernel must opt in.
 constexpr unsigned kPortableClusterCtas = 8;
@@ -183,8 +183,12 @@ class Executor {
 
   // Readies kernel `f` on `device` for launches of `smem` bytes of dynamic shared memory in
   // clusters of `cluster` CTAs (step 3's opt-ins; once per device, kernel and need).
+  // Without an opt-in a kernel may launch with 48 KiB of shared memory in all, static and dynamic:
+  // 48 KiB dynamic beside 1 KiB static fails (invalid argument; an H100, 2026-12-06, flash_decode
+  // over an FP8 cache at 5 stages of 32 keys). So any dynamic shared memory is held against the
+  // kernel's own allowance, its static bytes asked once per device and kernel.
   int allow_launch(int device, Function f, unsigned smem, unsigned cluster, Why* why) {
-    if (smem <= kDefaultSmemBytes && cluster <= kPortableClusterCtas) return 0;
+    if (smem == 0 && cluster <= kPortableClusterCtas) return 0;
     std::lock_guard<std::mutex> lock(mutex_);
     return allow_locked(device, f, smem, cluster, why);
   }
@@ -193,7 +197,7 @@ class Executor {
   struct KernelState {
     int device;
     Function f;
-    unsigned smem;    // dynamic shared memory allowed
+    long long smem;   // dynamic shared memory allowed; -1 until the kernel's static bytes are known
     int nonportable;  // opted into clusters of more than kPortableClusterCtas
     int clusters;     // max active clusters; -1 not asked yet
   };
@@ -262,7 +266,7 @@ class Executor {
     KernelState& k = kernels_[kernels_used_++];
     k.device = device;
     k.f = f;
-    k.smem = kDefaultSmemBytes;
+    k.smem = -1;
     k.nonportable = 0;
     k.clusters = -1;
     return &k;
@@ -271,14 +275,20 @@ class Executor {
   int allow_locked(int device, Function f, unsigned smem, unsigned cluster, Why* why) {
     KernelState* k = kernel_state(device, f);
     const bool nonportable = cluster > kPortableClusterCtas;
-    if (smem > (k ? k->smem : kDefaultSmemBytes)) {
+    if (static_cast<long long>(smem) > (k ? k->smem : -1)) {
       long long optin = 0, static_bytes = 0;
       if (const int r = api_.smem_limits(device, f, &optin, &static_bytes, why)) return r;
-      if (static_cast<long long>(smem) + static_bytes > optin)
-        return unsupported(why, "a kernel needs %lld bytes of shared memory per block; device %d allows %lld",
-                           static_cast<long long>(smem) + static_bytes, device, optin);
-      if (const int r = api_.set_max_dynamic_smem(f, smem, why)) return r;
-      if (k) k->smem = smem;
+      // What the kernel may use without an opt-in, or what an earlier opt-in allowed.
+      long long allowed = static_cast<long long>(kDefaultSmemBytes) - static_bytes;
+      if (k && k->smem > allowed) allowed = k->smem;
+      if (static_cast<long long>(smem) > allowed) {
+        if (static_cast<long long>(smem) + static_bytes > optin)
+          return unsupported(why, "a kernel needs %lld bytes of shared memory per block; device %d allows %lld",
+                             static_cast<long long>(smem) + static_bytes, device, optin);
+        if (const int r = api_.set_max_dynamic_smem(f, smem, why)) return r;
+        allowed = smem;
+      }
+      if (k) k->smem = allowed;
     }
     if (nonportable && !(k && k->nonportable)) {
       if (const int r = api_.allow_nonportable_cluster(f, why)) return r;

@@ -153,7 +153,7 @@ const LaunchFamily kFake = make_family<Build>("fake", kEntryDense, 2, "k0", "k1"
 
 using Exec = Executor<FakeApi, 8, 4>;
 
-Launch launch_of(int kernel, unsigned x, unsigned smem = 1024, unsigned cluster = 1) {
+Launch launch_of(int kernel, unsigned x, unsigned smem = 0, unsigned cluster = 1) {
   return Launch{kernel, {x, 2, 1}, 128, smem, cluster};
 }
 
@@ -221,10 +221,10 @@ TEST_F(RunPlan, AsksTheSmCountOncePerDevice) {
 TEST_F(RunPlan, OptsKernelsIntoSharedMemoryAndLargeClustersOncePerDevice) {
   s.planned.launches = 2;
   s.planned.launch[0] = launch_of(0, 1, 100 * 1024, 16);
-  s.planned.launch[1] = launch_of(1, 1, 48 * 1024, 8);  // within the defaults: nothing to allow
+  s.planned.launch[1] = launch_of(1, 1, 48 * 1024, 8);  // within the defaults: asked, nothing to allow
   ASSERT_EQ(run(), 0) << why.text;
   EXPECT_EQ(take(), (Log{"sm_count 0", "smem_limits 0 k0", "set_max_dynamic_smem k0 102400", "allow_nonportable k0",
-                         "bind 0", "launch k0 (1,2,1) s1", "bind 1", "launch k1 (1,2,1) s1"}));
+                         "bind 0", "launch k0 (1,2,1) s1", "smem_limits 0 k1", "bind 1", "launch k1 (1,2,1) s1"}));
   ASSERT_EQ(run(2), 0);  // another stream: the same kernel on the same device
   EXPECT_EQ(take(), (Log{"bind 0", "launch k0 (1,2,1) s2", "bind 1", "launch k1 (1,2,1) s2"}));
   s.planned.launch[0].smem = 90 * 1024;  // less than allowed: nothing
@@ -237,7 +237,26 @@ TEST_F(RunPlan, OptsKernelsIntoSharedMemoryAndLargeClustersOncePerDevice) {
   api().device = 1;  // another device: its own opt-ins
   ASSERT_EQ(run(), 0);
   EXPECT_EQ(take(), (Log{"sm_count 1", "smem_limits 1 k0", "set_max_dynamic_smem k0 204800", "allow_nonportable k0",
-                         "bind 0", "launch k0 (1,2,1) s1", "bind 1", "launch k1 (1,2,1) s1"}));
+                         "bind 0", "launch k0 (1,2,1) s1", "smem_limits 1 k1", "bind 1", "launch k1 (1,2,1) s1"}));
+}
+
+// 48 KiB is static and dynamic shared memory together: a launch of 48 KiB dynamic beside 1 KiB
+// static opts in (without it the driver refused flash_decode's launch on an H100, 2026-12-06), one
+// of 47 KiB does not, and the static bytes are asked once.
+TEST_F(RunPlan, CountsStaticSharedMemoryAgainstTheDefaultAllowance) {
+  api().static_smem = 1024;
+  s.planned.launches = 1;
+  s.planned.launch[0] = launch_of(0, 1, 47 * 1024);
+  ASSERT_EQ(run(), 0) << why.text;
+  EXPECT_EQ(take(), (Log{"sm_count 0", "smem_limits 0 k0", "bind 0", "launch k0 (1,2,1) s1"}));
+  ASSERT_EQ(run(), 0);
+  EXPECT_EQ(take(), (Log{"bind 0", "launch k0 (1,2,1) s1"}));
+  s.planned.launch[0].smem = 48 * 1024;
+  ASSERT_EQ(run(), 0) << why.text;
+  EXPECT_EQ(take(), (Log{"smem_limits 0 k0", "set_max_dynamic_smem k0 49152", "bind 0", "launch k0 (1,2,1) s1"}));
+  s.planned.launch[0].smem = 0;  // static alone: never asked
+  ASSERT_EQ(run(), 0);
+  EXPECT_EQ(take(), (Log{"bind 0", "launch k0 (1,2,1) s1"}));
 }
 
 TEST_F(RunPlan, RefusesSharedMemoryBeyondTheDevicesOptInLimit) {
