@@ -14,11 +14,28 @@
 
 namespace attntune::testing {
 
+// Where a build carried to another machine has its `attntune` when $ATTNTUNE_BIN is not set:
+// `built` (the path these tests were built with) where it exists, else an `attntune` beside the
+// test binary `exe` (a carried folder of both) or one folder up (the build tree's tests/), else
+// `built`, so that the error names the path the tests were built with. (Session 93: a GPU call that
+// carried both binaries but left $ATTNTUNE_BIN unset lost three GPU tests to "cannot start".)
+inline std::string carried_attntune(const std::string& built, const std::filesystem::path& exe) {
+  std::error_code ec;
+  if (std::filesystem::exists(built, ec)) return built;
+  for (const std::filesystem::path& dir : {exe.parent_path(), exe.parent_path().parent_path()}) {
+    const std::filesystem::path beside = dir / "attntune";
+    if (!dir.empty() && std::filesystem::is_regular_file(beside, ec)) return beside.string();
+  }
+  return built;
+}
+
 // The binary under test: $ATTNTUNE_BIN when set (a build carried to another machine), else the
-// one these tests were built with.
+// one these tests were built with, else one carried beside them (carried_attntune).
 inline std::string attntune_bin() {
   const char* env = std::getenv("ATTNTUNE_BIN");
-  return env && *env ? env : ATTNTUNE_BIN;
+  if (env && *env) return env;
+  std::error_code ec;
+  return carried_attntune(ATTNTUNE_BIN, std::filesystem::read_symlink("/proc/self/exe", ec));
 }
 
 // The repository root: $ATTNTUNE_SOURCE_DIR when set (a build carried to another machine), else
