@@ -305,8 +305,9 @@ TEST(FlashFwdWgmmaSpace, KvMulticastNeedsAPairablePersistentGrid) {
         }
         // The launch's cluster: of every multicast config and every 16th other one (planning each of
         // the space's configs took most of CI's minute and a half here).
-        if (flag(c, "kv_multicast") || n++ % 16 == 0)
+        if (flag(c, "kv_multicast") || n++ % 16 == 0) {
           EXPECT_EQ(launch_of(space, c, p).cluster, flag(c, "kv_multicast") ? 2u : 1u) << config_str(c);
+        }
         if (refused.empty() && !flag(c, "persistent") && flag(c, "warp_specialize")) refused = c;
       });
       const bool want = !causal;
@@ -1044,10 +1045,11 @@ TEST(FlashFwdWgmmaSpace, ServesTheFp8ForwardAtD256InColumnChunks) {
       EXPECT_EQ(num(c, "block_m"), 128) << config_str(c);
       EXPECT_TRUE(flag(c, "warp_specialize")) << config_str(c);
       EXPECT_FALSE(flag(c, "fa4_loop")) << config_str(c);
-      if (flag(c, "kv_multicast")) EXPECT_EQ(num(c, "producer_regs"), 40) << config_str(c);
+      if (flag(c, "kv_multicast")) { EXPECT_EQ(num(c, "producer_regs"), 40) << config_str(c); }
       if (num(c, "exp2_emu") > 0 && num(c, "block_n") == 256 && flag(c, "k_perm") && flag(c, "wg_uniform") &&
-          !flag(c, "fold_fma"))
+          !flag(c, "fold_fma")) {
         EXPECT_EQ(num(c, "producer_regs"), 24) << config_str(c);
+      }
     });
     EXPECT_GT(chunked, 100u) << spec;
   }
@@ -1161,8 +1163,9 @@ TEST(FlashFwdWgmmaSpace, Fa4LoopLeavesTheRegisterEdgeAndThePagedProducer) {
   // With multicast pairs and wg_uniform at d >= 128 on 40 producer registers (on 24 it spilled).
   for (const char* spec : {"b=2,h=16,s=4096,d=128,dtype=bf16,causal=0", "b=2,h=16,s=4096,d=192,dv=128,dtype=bf16,causal=0"})
     space.for_each_valid(Problem::parse(spec), kArch, [&](const Config& c) {
-      if (flag(c, "fa4_loop") && flag(c, "kv_multicast") && flag(c, "wg_uniform"))
+      if (flag(c, "fa4_loop") && flag(c, "kv_multicast") && flag(c, "wg_uniform")) {
         EXPECT_EQ(num(c, "producer_regs"), 40) << spec << ": " << config_str(c);
+      }
     });
 }
 
@@ -1362,8 +1365,9 @@ TEST(FlashFwdWgmmaSpace, PpPvIsThePlainSchedulesPingPongTurn) {
   // producer, and at d=128 chunked key tiles of 224 with exp2 on the FMA pipe, k_perm and wg_uniform
   // on 40 without fold_fma.
   space.for_each_valid(Problem::parse("b=2,h=16,s=4096,d=128,dtype=bf16,causal=0"), kArch, [&](const Config& c) {
-    if (flag(c, "pp_pv") && num(c, "narrow_n") > 0 && flag(c, "split_tail"))
+    if (flag(c, "pp_pv") && num(c, "narrow_n") > 0 && flag(c, "split_tail")) {
       EXPECT_EQ(num(c, "producer_regs"), 40) << config_str(c);
+    }
   });
   space.for_each_valid(Problem::parse("b=1,h=16,s=16384,d=128,dtype=fp8,causal=0"), kArch, [&](const Config& c) {
     EXPECT_FALSE(flag(c, "pp_pv") && num(c, "pv_chunks") > 1 && num(c, "block_n") == 224 && num(c, "exp2_emu") > 0 &&
@@ -1415,7 +1419,7 @@ TEST(FlashFwdWgmmaSpace, KPermIsTheFp8ForwardsAtKeyCountsOfFours) {
     std::set<bool> v;
     space.for_each_valid(Problem::parse(spec), kArch, [&](const Config& c) {
       v.insert(flag(c, "k_perm"));
-      if (flag(c, "k_perm")) EXPECT_FALSE(flag(c, "kv_multicast")) << spec << " " << config_str(c);
+      if (flag(c, "k_perm")) { EXPECT_FALSE(flag(c, "kv_multicast")) << spec << " " << config_str(c); }
     });
     return v;
   };
