@@ -209,7 +209,7 @@ constexpr int kMaxTensorMaps = 6;
 constexpr int kTensorMapBytes = 128;  // sizeof(CUtensorMap)
 
 // One TMA tensor map, as cuTensorMapEncodeTiled takes it. The rest of the recipe is the same for
-// every map: no interleave, L2 promotion of 256 bytes, zeros past the tensor's ends.
+// every map: no interleave, zeros past the tensor's ends; L2 promotion 256 bytes unless the map says.
 struct TensorMap {
   const char* name;  // for messages: "q", "k", ...
   const void* base;
@@ -223,6 +223,9 @@ struct TensorMap {
   unsigned long long dims[5];     // elements, innermost first
   unsigned long long strides[4];  // bytes, of dims 1..rank-1
   unsigned box[5];                // elements per dim of one copy
+  // TMA's L2 promotion in bytes (64, 128, 256; 0: 256, the default): how much L2 fetches around each
+  // sector a box reads. flash_decode's K/V maps take 128 (launch.h says why).
+  int l2_promotion;
 };
 
 // Device memory a plan's kernels share. A zeroed workspace is zero before its first use and every

@@ -1,7 +1,8 @@
 // ---- templates/common/tma_encode.h: a launch plan's TensorMap (launch_plan.h) through
 // cuTensorMapEncodeTiled, for both adapters of the plan executor (run_plan.h): the tuner's (the
 // driver it loads) and the exported library's (the driver entry point the CUDA runtime hands over). The recipe's fixed parts are here
-// once: no interleave, 256-byte L2 promotion, zeros past the tensor's ends. Host code; needs
+// once: no interleave, zeros past the tensor's ends, the map's L2 promotion (256 bytes unless it
+// names another). Host code; needs
 // cuda.h's types (CUDA 12 or newer).
 #ifndef ATTNTUNE_TMA_ENCODE_H
 #define ATTNTUNE_TMA_ENCODE_H
@@ -24,6 +25,13 @@ inline CUtensorMapSwizzle tma_swizzle(int bytes) {
                        : CU_TENSOR_MAP_SWIZZLE_NONE;
 }
 
+// TMA's L2 promotion for a map's l2_promotion bytes (64, 128; anything else, 0 included: 256).
+inline CUtensorMapL2promotion tma_l2_promotion(int bytes) {
+  return bytes == 64 ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
+         : bytes == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                        : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+}
+
 // Encodes `m` into `out` (kTensorMapBytes, 64-byte aligned) with `encode`, cuTensorMapEncodeTiled.
 inline CUresult encode_tensor_map(EncodeTiledFn encode, const TensorMap& m, void* out) {
   static_assert(sizeof(CUtensorMap) == kTensorMapBytes, "a CUtensorMap is 128 bytes");
@@ -41,7 +49,7 @@ inline CUresult encode_tensor_map(EncodeTiledFn encode, const TensorMap& m, void
   return encode(static_cast<CUtensorMap*>(out), type,
                 static_cast<cuuint32_t>(m.rank), const_cast<void*>(m.base), dims, strides, box, elem,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, tma_swizzle(m.swizzle_bytes),
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                tma_l2_promotion(m.l2_promotion), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 }  // namespace attntune_plan

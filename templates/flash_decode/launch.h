@@ -31,6 +31,8 @@
 namespace attntune_plan {
 
 constexpr int kDecodeMaxSeqlenQ = 16;
+// TMA's L2 promotion of the K/V maps, in bytes (plan(), kv_load tma).
+constexpr int kDecodeL2Promotion = 128;
 
 // KV_LOAD tma: K/V rows per box: BLOCK_N contiguous; paged, gcd(page_size, block_n) (a box stays
 // within one page, and a tile is whole boxes).
@@ -237,6 +239,13 @@ struct FlashDecodeLaunch {
       }
       p->map[0].swizzle_bytes = rows % 8 == 0 ? static_cast<int>(cols) * 2 : 0;
       p->map[1].swizzle_bytes = rows % 8 == 0 ? static_cast<int>(cols_v) * 2 : 0;
+      // L2 promotion of 128 bytes, not 256: a cache row is one head's, its neighbours other CTAs',
+      // so where rows are not whole 256-byte blocks (d=96: 192 bytes) 256 fetches parts of the next
+      // head's row that are gone from L2 when that head's CTA comes. H100, one config over five
+      // shapes (docs/log/PERFORMANCE.md runs 377-378): d=96 MHA paged 1.0-1.1% faster, d=128 GQA
+      // 1.1%, the rest level (FP8 d=128, d=64 GQA, d=128 MHA); 64 bytes (or none) is 19-23% slower
+      // at d=96.
+      p->map[0].l2_promotion = p->map[1].l2_promotion = kDecodeL2Promotion;
     }
     // Partials merged through the workspace (split.h): the splits, or with clusters each cluster's
     // merge when a unit has several clusters. Merged by the combine kernel, or by the unit's last

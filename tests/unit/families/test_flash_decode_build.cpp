@@ -18,6 +18,7 @@
 #include "eval/build_pool.hpp"
 #include "tests/common/plan_call.hpp"
 #include "tests/common/run_attntune.hpp"
+#include "templates/common/tma_encode.h"
 #include "templates/flash_decode/launch.h"
 
 namespace test_flash_decode_build {
@@ -166,6 +167,7 @@ TEST(FlashDecodePlan, TmaBoxesAreTheColumnBlocksSwizzledByTheirSpan) {
       EXPECT_EQ(dense.map[m].box[0], static_cast<unsigned>(cols)) << d;
       EXPECT_EQ(dense.map[m].box[1], static_cast<unsigned>(block_n)) << d;
       EXPECT_EQ(dense.map[m].swizzle_bytes, 2 * cols) << d;
+      EXPECT_EQ(dense.map[m].l2_promotion, 128) << d;  // launch.h: kDecodeL2Promotion, runs 377-378
     }
     // Paged: boxes of gcd(page, block_n) rows, swizzled when they are a multiple of 8 rows; a box
     // of a column block must fill 128 bytes, else the plan refuses and says why.
@@ -187,8 +189,15 @@ TEST(FlashDecodePlan, TmaBoxesAreTheColumnBlocksSwizzledByTheirSpan) {
       EXPECT_EQ(plan.map[0].box[0], static_cast<unsigned>(cols));
       EXPECT_EQ(plan.map[0].box[1], static_cast<unsigned>(rows));
       EXPECT_EQ(plan.map[0].swizzle_bytes, rows % 8 == 0 ? 2 * cols : 0) << d << " page " << page;
+      EXPECT_EQ(plan.map[0].l2_promotion, 128) << d << " page " << page;
+      EXPECT_EQ(plan.map[1].l2_promotion, 128) << d << " page " << page;
     }
   }
+  // What the encoder passes TMA for a map's bytes: 0 (every other family's maps) stays 256.
+  EXPECT_EQ(attntune_plan::tma_l2_promotion(0), CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  EXPECT_EQ(attntune_plan::tma_l2_promotion(256), CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  EXPECT_EQ(attntune_plan::tma_l2_promotion(128), CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+  EXPECT_EQ(attntune_plan::tma_l2_promotion(64), CU_TENSOR_MAP_L2_PROMOTION_L2_64B);
 }
 
 TEST(FlashDecodePlan, SplitsFollowTheSmCountAndAskForTheirWorkspace) {
