@@ -242,9 +242,9 @@ struct FlashDecodeLaunch {
       // L2 promotion of 128 bytes, not 256: a cache row is one head's, its neighbours other CTAs',
       // so where rows are not whole 256-byte blocks (d=96: 192 bytes) 256 fetches parts of the next
       // head's row that are gone from L2 when that head's CTA comes. H100, one config over five
-      // shapes (docs/log/PERFORMANCE.md runs 377-378): d=96 MHA paged 1.0-1.1% faster, d=128 GQA
-      // 1.1%, the rest level (FP8 d=128, d=64 GQA, d=128 MHA); 64 bytes (or none) is 19-23% slower
-      // at d=96.
+      // shapes (docs/log/PERFORMANCE.md runs 377-379): d=96 MHA paged 1.0-1.1% faster, d=128 GQA
+      // 1.1%, the rest level (FP8 d=128, d=64 GQA, d=128 MHA); 64 bytes or none take 23-24% longer
+      // at d=96 (685-691 us against 558).
       p->map[0].l2_promotion = p->map[1].l2_promotion = kDecodeL2Promotion;
     }
     // Partials merged through the workspace (split.h): the splits, or with clusters each cluster's
