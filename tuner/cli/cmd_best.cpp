@@ -13,7 +13,9 @@
 #include "cli/format.hpp"
 #include "cli/shipped.hpp"
 #include "core/error.hpp"
+#include "cuda/driver.hpp"
 #include "db/store.hpp"
+#include "export/select.hpp"
 
 namespace attntune::cli::cmd_best {
 
@@ -104,7 +106,12 @@ std::optional<std::vector<BestRow>> shipped_rows(ShippedDb& shipped, const BestQ
                                                  const std::string& db_path) {
   Store* store = shipped.store();
   if (!store) return std::nullopt;
-  std::vector<BestRow> rows = ranked_rows(*store, query);
+  // A file with results of several GPU models answers for this machine's when it has them.
+  BestQuery q = query;
+  if (!q.gpu)
+    if (const std::vector<std::string> models = store->result_gpus(q); models.size() > 1)
+      q.gpu = pick_gpu_model(models, cuda::first_device_name());
+  std::vector<BestRow> rows = ranked_rows(*store, q);
   if (rows.empty()) return std::nullopt;
   std::cerr << shipped_note(shipped.path(), db_path, "for problem " + query.problem->str(), rows,
                             fmt::format("attntune tune --problem {}", query.problem->str()));

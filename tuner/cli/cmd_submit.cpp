@@ -1,6 +1,7 @@
 // attntune submit: queue campaigns for `serve` (docs/design/service.md). From a plan (`attntune
 // plan -o PLAN`) or --problem specs; each problem is one campaign over every template that serves
-// it (the spaces shipped with attntune, or --space), named TEMPLATES:PROBLEM. Idempotent: a
+// it (the spaces shipped with attntune, or --space), named TEMPLATES:PROBLEM (then --name-suffix's
+// text, for a second GPU model's campaigns in one database). Idempotent: a
 // campaign already queued, running, done or failed is not queued again (said, with its state).
 #include <iostream>
 
@@ -22,7 +23,7 @@ constexpr const char* kSummary = "queue campaigns (a plan's problems, or --probl
 
 struct SubmitArgs {
   std::vector<std::string> plan_paths, problems, space_paths;
-  std::string db_path, shard, format = "table";
+  std::string db_path, shard, format = "table", name_suffix;
   JobOptionValues job;
   bool allow_network_fs = false;
 };
@@ -36,6 +37,20 @@ std::pair<int, int> parse_shard(const std::string& text) {
   return {k, n};
 }
 
+// A suffix makes another set of campaign names, not another kind of name: printable, no spaces, and
+// not one of the endings the tools give names themselves (merge's NAME@STEM.2, the shipped build's
+// NAME@stale).
+void check_name_suffix(const std::string& suffix) {
+  if (suffix.empty()) return;
+  for (const char c : suffix)
+    if (static_cast<unsigned char>(c) <= ' ' || static_cast<unsigned char>(c) >= 0x7f)
+      throw InputError(fmt::format("submit: --name-suffix '{}' must be printable ASCII without spaces", suffix));
+  if (suffix.size() > 64) throw InputError("submit: --name-suffix is longer than 64 characters");
+  if (suffix.ends_with("@stale"))
+    throw InputError("submit: --name-suffix must not end in @stale (tools/build_shipped_db.sh's mark of a campaign "
+                     "to measure again)");
+}
+
 int run_submit(const std::vector<std::string>& args) {
   SubmitArgs a;
   po::options_description opts("options");
@@ -46,6 +61,9 @@ int run_submit(const std::vector<std::string>& args) {
       ("space", po::value(&a.space_paths), "search space YAML (repeat: one per template); default: the shipped space "
                                            "of every template that serves each problem")
       ("shard", po::value(&a.shard), "K/N: queue only the plan's entries i with i % N == K (one of N hosts)")
+      ("name-suffix", po::value(&a.name_suffix), "appended to each campaign's name (TEMPLATES:PROBLEM): one plan "
+                                                 "tuned again on another GPU model into the same database, e.g. "
+                                                 "@h100 (a campaign stays with the GPU model that started it)")
       ("format", po::value(&a.format), "table | json: what was queued");
   add_job_options(opts, a.job);
   add_network_fs_option(opts, a.allow_network_fs);
@@ -57,6 +75,7 @@ int run_submit(const std::vector<std::string>& args) {
     throw InputError("submit: give a plan file or --problem (one of them)");
   std::optional<std::pair<int, int>> shard;
   if (!a.shard.empty()) shard = parse_shard(a.shard);
+  check_name_suffix(a.name_suffix);
 
   // Everything is read and checked before the database is touched.
   struct Entry {
@@ -103,7 +122,7 @@ int run_submit(const std::vector<std::string>& args) {
       }
       job.request.spaces = given;
     }
-    job.campaign = service::default_campaign_name(job.request.spaces, e.problem);
+    job.campaign = service::default_campaign_name(job.request.spaces, e.problem) + a.name_suffix;
     jobs.push_back(std::move(job));
   }
 

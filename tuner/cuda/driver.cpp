@@ -280,6 +280,17 @@ void check_ordinal(int ordinal) {
 
 int device_count() { return driver().device_count; }
 
+std::optional<std::string> first_device_name() {
+  static const std::optional<std::string> name = []() -> std::optional<std::string> {
+    try {
+      if (device_count() > 0) return device_props(0).name;
+    } catch (const std::exception&) {  // no driver, no device, a driver too old for this build
+    }
+    return std::nullopt;
+  }();
+  return name;
+}
+
 DeviceProps device_props(int ordinal) {
   const Driver& d = driver();
   check_ordinal(ordinal);

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -129,6 +130,9 @@ struct DeviceProps {
 };
 
 int device_count();                      // EnvError when there is no driver or device
+// The model of this machine's first visible GPU (DeviceProps::name), asked of the driver once;
+// nullopt without a driver or a device (a CPU machine planning a deployment). Never throws.
+std::optional<std::string> first_device_name();
 DeviceProps device_props(int ordinal);   // InputError for an ordinal that does not exist
 // The device as results are filed under it (the driver's release, else the CUDA version it supports).
 DeviceInfo device_info(const DeviceProps& p);

@@ -17,6 +17,17 @@ namespace {
 // Enough rows to find `rank` of them on `arch` when some were measured elsewhere.
 constexpr int kArchFilterRows = 100000;
 
+}  // namespace
+
+std::optional<std::string> pick_gpu_model(const std::vector<std::string>& models,
+                                          const std::optional<std::string>& prefer) {
+  if (models.size() == 1) return models.front();
+  if (prefer && std::find(models.begin(), models.end(), *prefer) != models.end()) return prefer;
+  return std::nullopt;
+}
+
+namespace {
+
 std::vector<BestRow> best_rows(ResultReader& results, const std::optional<Problem>& problem,
                                const std::optional<std::string>& campaign, int top, const ExportQuery& q) {
   BestQuery bq;
@@ -25,7 +36,8 @@ std::vector<BestRow> best_rows(ResultReader& results, const std::optional<Proble
   bq.gpu = q.gpu;
   if (!q.gpu) {
     const std::vector<std::string> models = results.result_gpus(bq);
-    if (models.size() > 1)
+    if (models.size() > 1) bq.gpu = pick_gpu_model(models, q.prefer_gpu);
+    if (models.size() > 1 && !bq.gpu)
       throw InputError(fmt::format("the results{}{} in database '{}' were measured on several GPU models ({}): pass "
                                    "--gpu with one of them (times of two models never rank together)",
                                    campaign ? fmt::format(" of campaign '{}'", *campaign) : "",

@@ -23,10 +23,19 @@ struct ExportQuery {
   // Only results measured on this GPU model; needed when the selected results span several (an
   // H100's times never rank against an H200's).
   std::optional<std::string> gpu;
+  // Without `gpu`: the model taken for a problem whose results span several, when it is among them
+  // (the shipped database's answers: this machine's GPU); otherwise such a problem is refused.
+  std::optional<std::string> prefer_gpu;
   // all_best: only these problems (export --plan: a model's plan); nullopt: every problem.
   std::optional<std::vector<Problem>> only;
   std::optional<std::string> space_file;   // for campaigns stored without their space's YAML
 };
+
+// Which of `models` (the GPU models a problem's results were measured on, Store::result_gpus) answers
+// when the user named none: the only one; else `prefer` when it is among them (the shipped database:
+// this machine's GPU, cuda::first_device_name); else nullopt, and the caller refuses, naming them.
+std::optional<std::string> pick_gpu_model(const std::vector<std::string>& models,
+                                          const std::optional<std::string>& prefer);
 
 // InputError (exit 2): an unknown campaign, --rank < 1, an --all-best over two dtypes or archs
 // without --dtype/--arch, results of several GPU models without --gpu, a missing or mismatching --space. WorkError (exit 1): no ok result, or

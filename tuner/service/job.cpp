@@ -169,7 +169,7 @@ double problem_distance(const Problem& a, const Problem& b) {
 
 std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& results, const std::string& family,
                                                                   const Problem& problem, int count, double* best_us,
-                                                                  std::size_t* problems) {
+                                                                  std::size_t* problems, const std::string& gpu) {
   if (best_us) *best_us = 0;
   if (problems) *problems = 0;
   std::vector<std::pair<double, Problem>> near;
@@ -188,8 +188,15 @@ std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& 
     if (tops.size() == kWarmStartProblems || d > near.front().first + kWarmStartReach) break;
     BestQuery q;
     q.problem = p;
-    tops.push_back(search::warm_start_configs(results, q, family, static_cast<std::size_t>(count),
-                                              tops.empty() ? best_us : nullptr));
+    double* time = tops.empty() ? best_us : nullptr;
+    std::vector<Config> top;
+    if (!gpu.empty()) {  // this GPU model's own results first; another model's where it has none
+      q.gpu = gpu;
+      top = search::warm_start_configs(results, q, family, static_cast<std::size_t>(count), time);
+      q.gpu.reset();
+    }
+    if (top.empty()) top = search::warm_start_configs(results, q, family, static_cast<std::size_t>(count), time);
+    tops.push_back(std::move(top));
   }
   // In turns: each problem's best, nearest first, then each one's second, ...; a config already
   // taken is skipped, so where the neighbours agree the nearest gives more of its own.
@@ -211,7 +218,7 @@ std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& 
 
 void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const JobSpaces& spaces,
                      const Problem& problem, int count, search::Progress& progress,
-                     const WarmStartFallback* fallback) {
+                     const WarmStartFallback* fallback, const std::string& gpu) {
   ResultReader* other = nullptr;
   bool opened = false;
   // Per family: where its warm start came from and its best time there.
@@ -225,13 +232,13 @@ void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const Jo
     double best_us = 0;
     ResultReader* reader = &results;
     std::size_t problems = 0;
-    auto [nearest, configs] = warm_start(results, s->family(), problem, count, &best_us, &problems);
+    auto [nearest, configs] = warm_start(results, s->family(), problem, count, &best_us, &problems, gpu);
     std::string from;
     if ((!nearest || configs.empty()) && fallback) {
       if (!opened) other = fallback->open(), opened = true;
       if (other) {
         reader = other;
-        std::tie(nearest, configs) = warm_start(*other, s->family(), problem, count, &best_us, &problems);
+        std::tie(nearest, configs) = warm_start(*other, s->family(), problem, count, &best_us, &problems, gpu);
         from = fmt::format(" of {} '{}'", fallback->label, other->path());
       }
     }

@@ -65,11 +65,16 @@ double problem_distance(const Problem& a, const Problem& b);
 // nearest, their configs taken in turns (each one's best, nearest first, then each one's second, ...;
 // duplicates skipped), `count` in all. A paged problem and a dense one never warm-start each other:
 // their kernels read K and V apart; nor a packed batch (varlen) and any other problem. `best_us`, when
-// given, gets the nearest's best time; `problems`, how many problems gave a config.
+// given, gets the nearest's best time; `problems`, how many problems gave a config. `gpu`, the GPU
+// model the campaign runs on (DeviceInfo::name; "" for any): a problem whose template has results on
+// that model gives those alone, ranked by their own times (a database holding one problem tuned on
+// an H200 and an H100 seeds an H100 campaign with the H100's pick, not with the H200's, whose times
+// are all shorter); one with results on other models only gives theirs.
 std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& results, const std::string& family,
                                                                   const Problem& problem, int count,
                                                                   double* best_us = nullptr,
-                                                                  std::size_t* problems = nullptr);
+                                                                  std::size_t* problems = nullptr,
+                                                                  const std::string& gpu = "");
 // Why more than the nearest: a neighbour's best is one search's pick, and where the neighbours were
 // searched shallowly (the shipped file's 16-evaluation campaigns, runs 271-273) they all hold the same
 // few configs, so the nearest alone hands on whatever its own warm start was; a build that measures
@@ -89,9 +94,10 @@ struct WarmStartFallback {
 // when that is the fallback). Several families whose nearest tuned problem is the same one, in the
 // same database: their best times there go to topts.warm_start_best_us (the warm-up's order and
 // length, search::AllocationOptions), and a family it puts far behind is said.
+// `gpu`: the campaign's GPU model, as warm_start takes it.
 void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const JobSpaces& spaces,
                      const Problem& problem, int count, search::Progress& progress,
-                     const WarmStartFallback* fallback = nullptr);
+                     const WarmStartFallback* fallback = nullptr, const std::string& gpu = "");
 
 // Each space's valid configs for the problem on the runner's arch (WorkError when one has none);
 // `sizes` gets "family N" per space.

@@ -18,7 +18,9 @@
 #include <nlohmann/json.hpp>
 
 #include "../tune/tune_test_util.hpp"
+#include "cuda/driver.hpp"
 #include "db/sqlite.hpp"
+#include "export/select.hpp"
 #include "service/job.hpp"
 #include "service/plan.hpp"
 
@@ -276,6 +278,63 @@ TEST_F(ShippedDb, ExportAllBestOfAPlanTakesWhatTheDatabaseLacksFromIt) {
   const auto off = run_attntune("export --no-shipped --all-best --plan " + plan + " --db " + db() + " -o " + cu);
   ASSERT_EQ(off.rc, 0) << off.err;
   EXPECT_NE(off.out.find("exported 1 kernel "), std::string::npos) << off.out;
+}
+
+// Which GPU model answers a problem whose results span several: the only one, else the preferred
+// one (this machine's) when it is among them, else none (the command refuses, naming them).
+TEST(ShippedGpu, TheOnlyModelElseThisMachinesElseNone) {
+  const std::vector<std::string> both = {"NVIDIA H100 80GB HBM3", "NVIDIA H200"};
+  EXPECT_EQ(pick_gpu_model({"NVIDIA H200"}, std::nullopt), "NVIDIA H200");
+  EXPECT_EQ(pick_gpu_model({"NVIDIA H200"}, "NVIDIA L4"), "NVIDIA H200");
+  EXPECT_EQ(pick_gpu_model(both, "NVIDIA H100 80GB HBM3"), "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(pick_gpu_model(both, "NVIDIA H200"), "NVIDIA H200");
+  EXPECT_FALSE(pick_gpu_model(both, "NVIDIA L4"));
+  EXPECT_FALSE(pick_gpu_model(both, std::nullopt));
+  EXPECT_FALSE(pick_gpu_model({}, "NVIDIA H200"));
+}
+
+// A shipped file holding one problem measured on two GPU models (H200 and H100 builds in one file):
+// `best` and `export` answer for this machine's model when it is one of them; without a GPU (or on
+// another model) they refuse as for the user's own database, naming both, until --gpu picks one;
+// a problem shipped for one model only is answered by it whatever this machine is.
+TEST_F(ShippedDb, AProblemShippedForTwoGpuModelsIsAnsweredForThisMachinesOrNamesThem) {
+  add_result(shipped_, kShippedProblem, "b4-s4k-d128-bf16@h100", 800.0);  // the suite's is an H200's
+  const std::string h100 = "NVIDIA H100 80GB HBM3";
+  ShippedEnv env(shipped_);
+  const std::optional<std::string> here = cuda::first_device_name();
+  const std::optional<std::string> expected = pick_gpu_model({h100, "NVIDIA H200"}, here);
+  const auto r = run_attntune(best(db("absent.db")));
+  if (expected) {
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(parse(r.out)[0]["gpu"], *expected) << r.out;
+    EXPECT_NE(r.err.find("(measured on " + *expected), std::string::npos) << r.err;
+  } else {
+    EXPECT_EQ(r.rc, 2) << r.out;
+    for (const std::string& part : {std::string("several GPU models"), h100, std::string("NVIDIA H200"),
+                                    std::string("--gpu"), shipped_})
+      EXPECT_NE(r.err.find(part), std::string::npos) << part << " is not in: " << r.err;
+  }
+  // --gpu picks either, on any machine; best and export agree.
+  for (const auto& [gpu, campaign] : std::vector<std::pair<std::string, std::string>>{
+           {h100, "b4-s4k-d128-bf16@h100"}, {"NVIDIA H200", "b4-s4k-d128-bf16"}}) {
+    const auto one = run_attntune(best(db("absent.db"), "--gpu '" + gpu + "'"));
+    ASSERT_EQ(one.rc, 0) << one.err;
+    EXPECT_EQ(parse(one.out)[0]["campaign"], campaign);
+    EXPECT_EQ(parse(one.out)[0]["source"], "shipped");
+    const std::string cu = dir_.file("k.cu");
+    const auto e = run_attntune("export --problem " + kShippedProblem + " --gpu '" + gpu + "' --db " +
+                                db("absent.db") + " -o " + cu);
+    ASSERT_EQ(e.rc, 0) << e.err;
+    EXPECT_NE(read_bytes(cu).find("//   campaign      \"" + campaign + "\"\n"), std::string::npos) << campaign;
+  }
+  const auto e = run_attntune("export --problem " + kShippedProblem + " --db " + db("absent.db") + " -o " +
+                              dir_.file("k2.cu"));
+  EXPECT_EQ(e.rc, expected ? 0 : 2) << e.err;
+  // A problem the file holds for the H200 only: answered by it wherever this runs.
+  const auto other = run_attntune("best --format json --db " + db("absent.db") +
+                                  " --problem b=8,h=16,hkv=16,s=2048,sk=2048,d=64,dtype=bf16,causal=1");
+  ASSERT_EQ(other.rc, 0) << other.err;
+  EXPECT_EQ(parse(other.out)[0]["gpu"], "NVIDIA H200");
 }
 
 // `tune` on a problem its database has no neighbour for starts from the nearest shipped campaign of

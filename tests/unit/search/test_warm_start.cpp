@@ -139,6 +139,50 @@ TEST_F(WarmStartTest, TheNearestProblemsBestsInTurns) {
   EXPECT_DOUBLE_EQ(best_us, 900);
 }
 
+// A problem tuned on two GPU models (the shipped file once it holds H100 results beside the H200's):
+// a campaign on one of them starts from that model's own pick, ranked by its own times; the other
+// model's times are all shorter and would put its configs first. A neighbour tuned on the other
+// model only still gives its configs, and a template the campaign's model has no result of takes
+// the other model's.
+TEST_F(WarmStartTest, ACampaignsOwnGpuModelsResultsFirst) {
+  DeviceInfo h200 = h100();
+  h200.name = "NVIDIA H200";
+  h200.uuid = "GPU-other";
+  const std::int64_t other = store.upsert_device(h200);
+  const Problem target = Problem::parse("b=1,h=16,s=4096,d=128,dtype=bf16,causal=0");
+  const auto tuned = [&](const std::string& name, const Problem& prob, const std::string& family, std::int64_t dev,
+                         const std::vector<std::pair<Config, double>>& results) {
+    CampaignSpec s = spec(name, prob);
+    s.family = family;
+    const std::int64_t id = store.open_campaign(s, dev);
+    for (const auto& [c, us] : results)
+      store.record_evaluation(id, store.upsert_candidate(family, c, "src-" + config_str(c)), dev, ok_eval(us));
+  };
+  tuned("h200", target, "flash_fwd_mma", other, {{config(64, 64), 80}, {config(128, 32), 85}});
+  tuned("h100", target, "flash_fwd_mma", device, {{config(128, 64), 100}, {config(64, 64), 120}});
+  tuned("h200-wgmma", target, "flash_fwd_wgmma", other, {{config(128, 128), 70}});
+  tuned("h200-heads", Problem::parse("b=1,h=32,s=4096,d=128,dtype=bf16,causal=0"), "flash_fwd_mma", other,
+        {{config(32, 32), 150}});
+
+  double best_us = 0;
+  const std::string h100_name = h100().name;
+  auto [nearest, configs] = service::warm_start(store, "flash_fwd_mma", target, 3, &best_us, nullptr, h100_name);
+  ASSERT_TRUE(nearest);
+  EXPECT_EQ(keys(configs), keys({config(128, 64), config(32, 32), config(64, 64)}))
+      << "the H100's best (its own time), the neighbour's (H200 only), the H100's second";
+  EXPECT_DOUBLE_EQ(best_us, 100);
+  // For the H200, or for any model: the H200's times rank the problem's configs.
+  std::tie(nearest, configs) = service::warm_start(store, "flash_fwd_mma", target, 2, &best_us, nullptr, "NVIDIA H200");
+  EXPECT_EQ(keys(configs), keys({config(64, 64), config(32, 32)}));
+  EXPECT_DOUBLE_EQ(best_us, 80);
+  std::tie(nearest, configs) = service::warm_start(store, "flash_fwd_mma", target, 1, &best_us);
+  EXPECT_EQ(keys(configs), keys({config(64, 64)}));
+  // No H100 result of this template: the H200's.
+  std::tie(nearest, configs) = service::warm_start(store, "flash_fwd_wgmma", target, 2, &best_us, nullptr, h100_name);
+  EXPECT_EQ(keys(configs), keys({config(128, 128)}));
+  EXPECT_DOUBLE_EQ(best_us, 70);
+}
+
 TEST(WarmStartReader, AsksForMoreRowsUntilTheTemplateHasEnough) {
   ScriptedResults results;
   for (int i = 0; i < 10; ++i) results.rows.push_back(row("flash_fwd_wgmma", config(16 * (i + 1), 64)));

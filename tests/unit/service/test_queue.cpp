@@ -212,6 +212,36 @@ TEST(ServiceCli, SubmitQueuesOnceAndStatusCountsIt) {
   EXPECT_EQ(j["campaigns"][1]["budget_evals"], 20);
 }
 
+// --name-suffix: the same problems queued again under other names, beside the first ones (one plan
+// tuned on a second GPU model into the same database: a campaign stays with the model that started
+// it); idempotent under its own names; a suffix that is not a plain word is refused.
+TEST(ServiceCli, SubmitWithANameSuffixQueuesTheSameProblemsUnderOtherNames) {
+  TempDir dir;
+  const std::string db = dir.file("q.db");
+  using testing::run_attntune;
+  const std::string problem = " --problem b=16,h=32,hkv=8,s=1,sk=4096,d=128,dtype=bf16,causal=1,page=16";
+  const std::string name = "flash_decode:b=16,h=32,hkv=8,s=1,sk=4096,d=128,dtype=bf16,causal=1,page=16";
+  ASSERT_EQ(run_attntune("submit --db " + db + problem).rc, 0);
+  const auto suffixed = run_attntune("submit --db " + db + problem + " --name-suffix @h100 --format json");
+  ASSERT_EQ(suffixed.rc, 0) << suffixed.err;
+  EXPECT_EQ(nlohmann::json::parse(suffixed.out)[0]["campaign"], name + "@h100");
+  EXPECT_NE(suffixed.err.find("1 campaign queued, 0 already"), std::string::npos) << suffixed.err;
+  const auto again = run_attntune("submit --db " + db + problem + " --name-suffix @h100");
+  EXPECT_NE(again.err.find("0 campaigns queued, 1 already"), std::string::npos) << again.err;
+  const auto status = run_attntune("status --db " + db + " --format json");
+  const auto j = nlohmann::json::parse(status.out);
+  ASSERT_EQ(j["campaigns"].size(), 2u);
+  EXPECT_EQ(j["campaigns"][0]["campaign"], name);
+  EXPECT_EQ(j["campaigns"][1]["campaign"], name + "@h100");
+  const std::string before = test::read_bytes(db);
+  for (const std::string bad : {std::string("'@h 100'"), std::string("@x@stale"), std::string(65, 'x')}) {
+    const auto r = run_attntune("submit --db " + db + problem + " --name-suffix " + bad);
+    EXPECT_EQ(r.rc, 2) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find("--name-suffix"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(test::read_bytes(db), before);
+}
+
 // A plan's varlen regime (packed prefill batches) is queued and shown as it is: the queue's regime
 // column is free text (db/schema.sql: no CHECK), so no schema change is needed.
 TEST(ServiceCli, SubmitKeepsAPlansVarlenRegime) {
