@@ -44,6 +44,9 @@ usage: tools/build_shipped_db.sh [options] [-- attntune-submit-args...]
                       measured (their `export` is refused until a rebuild); exit 1 if any
   -h, --help          this text
 Arguments after `--` go to `attntune submit` (default: --budget-evals 200, the main job's budget).
+Another GPU model's build in the same file names its campaigns apart: `-- --name-suffix @h100 ...`
+on an H100 (a campaign stays with the model that started it; docs/design/shipped_db.md, "Several
+GPU models in one file").
 The binary is $ATTNTUNE_BIN, else build/attntune. Needs python3 (the plan, the final clean-up).
 USAGE
 }
