@@ -87,13 +87,16 @@ void print_table(std::ostream& out, const std::vector<BestRow>& rows) {
 }
 
 // One problem's (or campaign's) ranking never mixes GPU models: an H200's time is not a faster H100's.
-std::vector<BestRow> ranked_rows(Store& store, const BestQuery& query) {
+// `this_gpu_first` (the shipped database's answers): results of several models are ranked for this
+// machine's GPU model when it is one of them, instead of refused.
+std::vector<BestRow> ranked_rows(Store& store, BestQuery query, bool this_gpu_first = false) {
   if (query.campaign && !store.find_campaign(*query.campaign))
     throw InputError(
         fmt::format("no campaign '{}' in database '{}' (attntune campaigns lists them)", *query.campaign, store.path()));
   if (!query.gpu && (query.problem || query.campaign)) {
     const std::vector<std::string> models = store.result_gpus(query);
-    if (models.size() > 1)
+    if (models.size() > 1 && this_gpu_first) query.gpu = pick_gpu_model(models, cuda::first_device_name());
+    if (models.size() > 1 && !query.gpu)
       throw InputError(fmt::format("best: the results in database '{}' were measured on several GPU models ({}): "
                                    "pass --gpu with one of them",
                                    store.path(), fmt::join(models, ", ")));
@@ -106,12 +109,7 @@ std::optional<std::vector<BestRow>> shipped_rows(ShippedDb& shipped, const BestQ
                                                  const std::string& db_path) {
   Store* store = shipped.store();
   if (!store) return std::nullopt;
-  // A file with results of several GPU models answers for this machine's when it has them.
-  BestQuery q = query;
-  if (!q.gpu)
-    if (const std::vector<std::string> models = store->result_gpus(q); models.size() > 1)
-      q.gpu = pick_gpu_model(models, cuda::first_device_name());
-  std::vector<BestRow> rows = ranked_rows(*store, q);
+  std::vector<BestRow> rows = ranked_rows(*store, query, /*this_gpu_first=*/true);
   if (rows.empty()) return std::nullopt;
   std::cerr << shipped_note(shipped.path(), db_path, "for problem " + query.problem->str(), rows,
                             fmt::format("attntune tune --problem {}", query.problem->str()));

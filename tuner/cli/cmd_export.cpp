@@ -21,7 +21,6 @@
 #include "cli/shipped.hpp"
 #include "core/error.hpp"
 #include "core/output_file.hpp"
-#include "cuda/driver.hpp"
 #include "db/store.hpp"
 #include "export/export.hpp"
 #include "export/select.hpp"
@@ -66,7 +65,7 @@ std::vector<ExportItem> select_items(const std::string& db_path, const ExportQue
   // One library holds one dtype and one arch: the shipped results follow the user's own. A problem the
   // file holds for several GPU models is answered for this machine's when it is one of them.
   ExportQuery sq = q;
-  if (!sq.gpu) sq.prefer_gpu = cuda::first_device_name();
+  sq.this_gpu_first = true;
   if (!own.empty()) {
     const DType dtype = own.front().row.problem.dtype;
     served.erase(std::remove_if(served.begin(), served.end(), [&](const Problem& p) { return p.dtype != dtype; }),

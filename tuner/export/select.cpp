@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "cuda/driver.hpp"
 #include "families/family.hpp"
 
 namespace attntune {
@@ -36,7 +37,7 @@ std::vector<BestRow> best_rows(ResultReader& results, const std::optional<Proble
   bq.gpu = q.gpu;
   if (!q.gpu) {
     const std::vector<std::string> models = results.result_gpus(bq);
-    if (models.size() > 1) bq.gpu = pick_gpu_model(models, q.prefer_gpu);
+    if (models.size() > 1 && q.this_gpu_first) bq.gpu = pick_gpu_model(models, cuda::first_device_name());
     if (models.size() > 1 && !bq.gpu)
       throw InputError(fmt::format("the results{}{} in database '{}' were measured on several GPU models ({}): pass "
                                    "--gpu with one of them (times of two models never rank together)",

@@ -23,9 +23,10 @@ struct ExportQuery {
   // Only results measured on this GPU model; needed when the selected results span several (an
   // H100's times never rank against an H200's).
   std::optional<std::string> gpu;
-  // Without `gpu`: the model taken for a problem whose results span several, when it is among them
-  // (the shipped database's answers: this machine's GPU); otherwise such a problem is refused.
-  std::optional<std::string> prefer_gpu;
+  // Without `gpu`: a problem whose results span several models is answered for this machine's GPU
+  // model (cuda::first_device_name, asked only then) when it is among them, instead of refused (the
+  // shipped database's answers).
+  bool this_gpu_first = false;
   // all_best: only these problems (export --plan: a model's plan); nullopt: every problem.
   std::optional<std::vector<Problem>> only;
   std::optional<std::string> space_file;   // for campaigns stored without their space's YAML
