@@ -71,6 +71,9 @@ class Evaluator {
   double deadline_s(const EvalRequest& request);  // prepares the problem to know its reference time
   double reference_us() const { return reference_us_; }  // of the problem prepared last; 0 before
   int workers_started() const { return workers_started_; }
+  // The cancel flag (EvaluatorOptions::cancel) of the campaign now using this evaluator: one kept
+  // across campaigns (GpuRunnerOptions::evaluator) takes each campaign's in turn; null for none.
+  void set_cancel(const std::atomic<bool>* cancel) { options_.cancel = cancel; }
   pid_t worker_pid() const;  // -1 when no worker runs
 
  private:

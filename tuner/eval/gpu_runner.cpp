@@ -12,6 +12,14 @@
 
 namespace attntune {
 
+EvaluatorOptions evaluator_options(const GpuRunnerOptions& options) {
+  EvaluatorOptions eopts;
+  eopts.device = options.device;
+  eopts.deadline_floor_s = options.deadline_floor_s;
+  eopts.cancel = options.cancel;
+  return eopts;
+}
+
 GpuRunner::GpuRunner(const SearchSpace& space, const Problem& problem, BuildCache* cache, GpuRunnerOptions options)
     : GpuRunner(std::vector<const SearchSpace*>{&space}, problem, cache, options) {}
 
@@ -28,11 +36,13 @@ GpuRunner::GpuRunner(const std::vector<const SearchSpace*>& spaces, const Proble
     if (!families_.emplace(s->family(), SpaceOnArch{s, ""}).second)
       throw InputError(fmt::format("two search spaces of template '{}' in one campaign", s->family()));
   }
-  EvaluatorOptions eopts;
-  eopts.device = options.device;
-  eopts.deadline_floor_s = options.deadline_floor_s;
-  eopts.cancel = options.cancel;
-  evaluator_ = std::make_unique<Evaluator>(eopts);
+  if (options.evaluator) {
+    evaluator_ = kept_.evaluator = options.evaluator;
+    evaluator_->set_cancel(options.cancel);
+  } else {
+    own_evaluator_ = std::make_unique<Evaluator>(evaluator_options(options));
+    evaluator_ = own_evaluator_.get();
+  }
   device_ = evaluator_->device();
   for (auto& [name, f] : families_) f.arch = space_arch_for_device(*f.space, device_.arch);
   if (!tagged_) device_.arch = families_.begin()->second.arch;

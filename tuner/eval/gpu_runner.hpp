@@ -37,7 +37,16 @@ struct GpuRunnerOptions {
   TimingLimits screen_timing{200, 2.0, 0.3};
   std::uint64_t validation_seed = 1;
   const std::atomic<bool>* cancel = nullptr;  // abandons the candidate on the GPU (second Ctrl-C)
+  // A GPU worker kept across campaigns (the serve worker's, made with evaluator_options()): the
+  // runner uses it, with its own `cancel`, instead of starting one. A worker's start (the driver,
+  // a context and the reference kernels' NVRTC compile, ~2.7 s of CPU) was 3.2 s of a shipped-
+  // database campaign's median 9.9 on an H100 (docs/design/shipped_db.md). Null: the runner
+  // starts its own and stops it when it ends. The evaluator must outlive the runner.
+  Evaluator* evaluator = nullptr;
 };
+
+// The options of the GPU worker a runner with `options` starts (device, deadline floor, cancel).
+EvaluatorOptions evaluator_options(const GpuRunnerOptions& options);
 
 class GpuRunner : public search::Runner {
  public:
@@ -73,7 +82,20 @@ class GpuRunner : public search::Runner {
   bool tagged_ = false;  // several families: configs carry their family
   Problem problem_;
   GpuRunnerOptions options_;
-  std::unique_ptr<Evaluator> evaluator_;
+  // A kept evaluator (GpuRunnerOptions::evaluator) forgets this campaign's cancel flag when the
+  // runner ends, or when its constructor throws after taking it.
+  struct KeptEvaluator {
+    Evaluator* evaluator = nullptr;
+    KeptEvaluator() = default;
+    KeptEvaluator(const KeptEvaluator&) = delete;
+    KeptEvaluator& operator=(const KeptEvaluator&) = delete;
+    ~KeptEvaluator() {
+      if (evaluator) evaluator->set_cancel(nullptr);
+    }
+  };
+  std::unique_ptr<Evaluator> own_evaluator_;  // when GpuRunnerOptions::evaluator is null
+  KeptEvaluator kept_;
+  Evaluator* evaluator_ = nullptr;
   DeviceInfo device_;
   std::unique_ptr<BuildPool> pool_;
   PipelineDepth depth_{0};  // capacity(): from the measured build and evaluation times

@@ -106,12 +106,22 @@ int run_worker(WorkerStores stores, const WorkerOptions& options, const std::ato
       it = runnable.emplace(job.campaign, !runnable_spaces(job.request.spaces, job.problem, device.arch).empty()).first;
     return it->second;
   };
+  // One GPU worker process for all the campaigns this worker runs (each GpuRunner takes it in turn
+  // with its own cancel flag; a campaign's first evaluation prepares its problem), started at the
+  // first and dropped while the queue is empty, so an idle `serve --follow` holds no GPU memory.
+  std::unique_ptr<Evaluator> gpu_worker;
+  int gpu_worker_starts = 0;
+  const auto drop_gpu_worker = [&] {
+    if (gpu_worker) gpu_worker_starts += gpu_worker->workers_started();
+    gpu_worker.reset();
+  };
   int done = 0;
   while (!stop) {
     std::optional<QueuedJob> job =
         stores.queue.claim_job(owner, unix_now(), options.lease_seconds, lease_is_stale, accept);
     if (!job) {
       if (!options.follow) break;
+      drop_gpu_worker();
       if (!search::sleep_unless(&stop, options.poll)) break;
       continue;
     }
@@ -144,8 +154,10 @@ int run_worker(WorkerStores stores, const WorkerOptions& options, const std::ato
         } else {
           RunnerSettings settings = options.runner;
           settings.device = options.gpu;
-          runner = std::make_unique<GpuRunner>(spaces.sorted, job->problem, &stores.cache,
-                                               gpu_runner_options(request, settings, &job_abandon));
+          GpuRunnerOptions ropts = gpu_runner_options(request, settings, &job_abandon);
+          if (!gpu_worker) gpu_worker = std::make_unique<Evaluator>(evaluator_options(ropts));
+          ropts.evaluator = gpu_worker.get();
+          runner = std::make_unique<GpuRunner>(spaces.sorted, job->problem, &stores.cache, ropts);
         }
         std::vector<std::string> sizes;
         const std::uint64_t size = count_valid(spaces, job->problem, *runner, &sizes);
@@ -212,8 +224,10 @@ int run_worker(WorkerStores stores, const WorkerOptions& options, const std::ato
       return 3;
     }
   }
-  log << fmt::format("worker {} ends: {} campaign{} done{}", owner.pid, done, done == 1 ? "" : "s",
-                     stop ? " (stopped)" : ", queue empty")
+  drop_gpu_worker();
+  log << fmt::format("worker {} ends: {} campaign{} done{}{}", owner.pid, done, done == 1 ? "" : "s",
+                     stop ? " (stopped)" : ", queue empty",
+                     options.simulate ? "" : fmt::format("; GPU worker processes started: {}", gpu_worker_starts))
       << std::endl;
   return 0;
 }
