@@ -14,7 +14,9 @@ usage() {
   cat <<'USAGE'
 usage: tools/build_shipped_db.sh [options] [-- attntune-submit-args...]
 
-  --out FILE          the database to write (db/shipped/attntune-shipped.db)
+  --out FILE          the database to write (db/shipped/attntune-shipped.db, which is then packed
+                      into db/shipped/attntune-shipped.db.tar.xz, the form the repository keeps:
+                      commit that; tools/shipped_archive.py)
   --work DIR          where the working database and plan live (a new temporary folder); run the
                       same command with the same --work again to resume after an interruption
   --gpus LIST         passed to `attntune serve --gpus` (all)
@@ -120,6 +122,15 @@ for name in sorted({name for name, family, h in rows if family in now and now[fa
 PY
 }
 
+# The repository keeps the shipped file packed (tools/shipped_archive.py): the default --out is
+# unpacked from its archive when missing or older (a checkout without a build, as on a GPU machine),
+# and packed into it again once written.
+archive=$default_out.tar.xz
+is_default_out() { [ "$(realpath -m "$out")" = "$(realpath -m "$default_out")" ]; }
+if is_default_out && [ -e "$archive" ] && { [ ! -e "$out" ] || [ "$archive" -nt "$out" ]; }; then
+  python3 tools/shipped_archive.py unpack "$archive" "$out"
+fi
+
 if [ "$check" = 1 ]; then
   [ -e "$out" ] || die "no database at '$out'"
   report=$(stale_campaigns "$out") || exit 2
@@ -135,7 +146,7 @@ if [ -n "$remeasure" ] && { [ "$fresh" = 1 ] || [ ! -e "$out" ]; }; then
 fi
 [ -z "$serve_seconds" ] || [[ $serve_seconds =~ ^[1-9][0-9]*$ ]] ||
   die "--serve-seconds must be a positive number of seconds (got '$serve_seconds')"
-if [ "$simulate" = 1 ] && [ "$(realpath -m "$out")" = "$(realpath -m "$default_out")" ]; then
+if [ "$simulate" = 1 ] && is_default_out; then
   die "--simulate makes synthetic results: give --out another file (they must never ship)"
 fi
 [ ${#submit_args[@]} -gt 0 ] || submit_args=(--budget-evals 200)
@@ -275,6 +286,10 @@ PY
 mv -f "$tmp" "$out"
 rm -f "$tmp-wal" "$tmp-shm"
 echo "wrote $out ($(du -h "$out" | cut -f1)); the working database stays in $db" >&2
+if is_default_out; then
+  python3 tools/shipped_archive.py pack "$out" "$archive"
+  echo "commit $archive (the repository's form of $out; the build unpacks it)" >&2
+fi
 if [ "$left" != 0 ]; then
   echo "build_shipped_db.sh: $left campaigns of the plan not done yet: the same command again continues (with --work $work, or from $out)" >&2
 fi

@@ -8,6 +8,7 @@
 // is the point (`best` only: it answers from stale kernels too, export refuses them).
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -489,6 +490,38 @@ TEST(ShippedPlan, HoldsAtLeast200DistinctProblemsThatTheShippedSpacesServe) {
 
 // tools/build_shipped_db.sh end to end on simulated GPUs (`serve --simulate`): plan, submit, serve,
 // then a file of results only. Synthetic results never go to the shipped file itself.
+// The repository keeps the shipped file packed (db/shipped/attntune-shipped.db.tar.xz,
+// tools/shipped_archive.py); the build unpacks it where attntune and these tests read it.
+std::string archive_tool() { return "python3 " + testing::source_dir() + "/tools/shipped_archive.py"; }
+int sh(const std::string& cmd) { return WEXITSTATUS(std::system(cmd.c_str())); }
+
+TEST(ShippedArchive, TheBuildUnpackedTheTrackedArchive) {
+  EXPECT_EQ(sh(archive_tool() + " check " + repo_shipped() + ".tar.xz " + repo_shipped()), 0)
+      << "the shipped database is not what its archive holds";
+}
+
+TEST(ShippedArchive, PacksTheSameBytesTwiceUnpacksTheFileAndChecksIt) {
+  TempDir dir;
+  const std::string db = dir.file("x.db"), a1 = dir.file("a1.tar.xz"), a2 = dir.file("a2.tar.xz");
+  fs::copy_file(recorded_suite(), db);
+  ASSERT_EQ(sh(archive_tool() + " pack " + db + " " + a1 + " 2>/dev/null"), 0);
+  ASSERT_EQ(sh("touch -d '2001-01-01' " + db + " && " + archive_tool() + " pack " + db + " " + a2 + " 2>/dev/null"), 0);
+  EXPECT_EQ(read_bytes(a1), read_bytes(a2));  // no time of this machine in it
+  EXPECT_LT(fs::file_size(a1), fs::file_size(db));
+  const std::string back = dir.file("back.db");
+  ASSERT_EQ(sh(archive_tool() + " unpack " + a1 + " " + back + " 2>/dev/null"), 0);
+  EXPECT_EQ(read_bytes(back), read_bytes(db));
+  EXPECT_EQ(sh(archive_tool() + " check " + a1 + " " + back), 0);
+  // A file that differs, a missing one, and an archive that is not one.
+  { std::ofstream(back, std::ios::app) << "x"; }
+  EXPECT_EQ(sh(archive_tool() + " check " + a1 + " " + back + " 2>/dev/null"), 1);
+  EXPECT_EQ(sh(archive_tool() + " check " + a1 + " " + dir.file("none.db") + " 2>/dev/null"), 1);
+  { std::ofstream(dir.file("bad.tar.xz")) << "not an archive"; }
+  EXPECT_EQ(sh(archive_tool() + " check " + dir.file("bad.tar.xz") + " " + back + " 2>/dev/null"), 2);
+  EXPECT_EQ(sh(archive_tool() + " unpack " + dir.file("bad.tar.xz") + " " + back + " 2>/dev/null"), 2);
+  EXPECT_FALSE(fs::exists(back + ".tmp"));
+}
+
 TEST(ShippedPlan, TheBuildScriptRehearsesWithoutAGpuAndNeverOverwritesTheShippedFile) {
   TempDir dir;
   const std::string out = dir.file("rehearsal.db");
