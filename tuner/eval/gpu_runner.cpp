@@ -37,13 +37,12 @@ GpuRunner::GpuRunner(const std::vector<const SearchSpace*>& spaces, const Proble
       throw InputError(fmt::format("two search spaces of template '{}' in one campaign", s->family()));
   }
   if (options.evaluator) {
-    evaluator_ = kept_.evaluator = options.evaluator;
-    evaluator_->set_cancel(options.cancel);
+    kept_.evaluator = options.evaluator;
+    kept_.evaluator->set_cancel(options.cancel);
   } else {
     own_evaluator_ = std::make_unique<Evaluator>(evaluator_options(options));
-    evaluator_ = own_evaluator_.get();
   }
-  device_ = evaluator_->device();
+  device_ = evaluator().device();
   for (auto& [name, f] : families_) f.arch = space_arch_for_device(*f.space, device_.arch);
   if (!tagged_) device_.arch = families_.begin()->second.arch;
   BuildPoolOptions bopts;
@@ -100,7 +99,7 @@ std::optional<search::RunResult> GpuRunner::next() {
                : mode_ == Mode::kScreen ? options_.screen_timing
                                         : options_.timing;
   const auto started = std::chrono::steady_clock::now();
-  EvalOutcome r = evaluator_->evaluate(req);
+  EvalOutcome r = evaluator().evaluate(req);
   depth_.evaluation_done(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
   out.record = std::move(r.record);
   out.abandoned = r.abandoned;

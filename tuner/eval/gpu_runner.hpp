@@ -95,7 +95,7 @@ class GpuRunner : public search::Runner {
   };
   std::unique_ptr<Evaluator> own_evaluator_;  // when GpuRunnerOptions::evaluator is null
   KeptEvaluator kept_;
-  Evaluator* evaluator_ = nullptr;
+  Evaluator& evaluator() { return own_evaluator_ ? *own_evaluator_ : *kept_.evaluator; }
   DeviceInfo device_;
   std::unique_ptr<BuildPool> pool_;
   PipelineDepth depth_{0};  // capacity(): from the measured build and evaluation times
