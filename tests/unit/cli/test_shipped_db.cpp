@@ -488,8 +488,6 @@ TEST(ShippedPlan, HoldsAtLeast200DistinctProblemsThatTheShippedSpacesServe) {
   for (const auto& q : queued) EXPECT_EQ(q["queued"], true) << q.dump();
 }
 
-// tools/build_shipped_db.sh end to end on simulated GPUs (`serve --simulate`): plan, submit, serve,
-// then a file of results only. Synthetic results never go to the shipped file itself.
 // The repository keeps the shipped file packed (db/shipped/attntune-shipped.db.tar.xz,
 // tools/shipped_archive.py); the build unpacks it where attntune and these tests read it.
 std::string archive_tool() { return "python3 " + testing::source_dir() + "/tools/shipped_archive.py"; }
@@ -522,6 +520,8 @@ TEST(ShippedArchive, PacksTheSameBytesTwiceUnpacksTheFileAndChecksIt) {
   EXPECT_FALSE(fs::exists(back + ".tmp"));
 }
 
+// tools/build_shipped_db.sh end to end on simulated GPUs (`serve --simulate`): plan, submit, serve,
+// then a file of results only. Synthetic results never go to the shipped file itself.
 TEST(ShippedPlan, TheBuildScriptRehearsesWithoutAGpuAndNeverOverwritesTheShippedFile) {
   TempDir dir;
   const std::string out = dir.file("rehearsal.db");
