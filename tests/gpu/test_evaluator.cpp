@@ -195,4 +195,48 @@ TEST(EvaluatorGpu, EvalCommandRecordsTheResult) {
   std::filesystem::remove(cu);
   std::filesystem::remove(db);
 }
+
+// A paged decode whose K and V take 41% of the GPU's memory (on an 80 GB H100: b=64, 32 KV heads,
+// sk=32k, d=128, bf16, 34 GB, a problem of the shipped plan) prepares and validates: the worker keeps
+// the pages alone of its validation inputs once their references are computed, and its timing
+// inputs never had contiguous K and V (AttnBuffers::contiguous_kv). With both copies in both (137 GB)
+// its prepare ran out of memory on the H100 (run 383).
+TEST(EvaluatorGpu, APagedDecodeOfFortyPercentOfTheGpusMemoryPreparesAndPasses) {
+  ATTNTUNE_REQUIRE_GPU();
+  const std::string bin = attntune::testing::attntune_bin();
+  const cuda::DeviceProps props = cuda::device_props(0);
+  const std::size_t per_sequence = std::size_t{32} * 32768 * 128 * 2 * 2;  // K and V of one sequence
+  const long long b = static_cast<long long>(0.41 * static_cast<double>(props.total_mem) / per_sequence);
+  ASSERT_GE(b, 1);
+  const Problem problem =
+      Problem::parse(fmt::format("b={},h=32,hkv=32,s=1,sk=32768,d=128,dtype=bf16,causal=1,page=16", b));
+  EvaluatorOptions eo;
+  eo.worker_argv = {bin, "worker", "--device", "0"};
+  Evaluator ev(eo);
+  const DeviceInfo gpu = ev.device();
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_decode.yaml");
+  std::vector<Config> configs = space.enumerate(problem, gpu.arch);
+  ASSERT_FALSE(configs.empty());
+  BuildPoolOptions bo;
+  bo.worker_argv = {bin, "build-worker"};
+  bo.nvrtc_options = family_nvrtc_options(space.family());
+  BuildPool pool(bo);
+  // A few configs spread over the space: the first that builds and fits is validated and timed.
+  for (std::size_t i = 0; i < 4; ++i) {
+    const Config& c = configs[i * configs.size() / 4];
+    pool.submit(BuildJob{c, render_kernel(space, c, problem, gpu.arch), gpu.arch});
+  }
+  int ok = 0;
+  while (auto o = pool.next()) {
+    if (o->build.status != "ok") continue;
+    EvalRequest r = request(*o, o->job.kernel.launch, problem);
+    r.timing.max_seconds = 0.3;
+    const EvalOutcome e = ev.evaluate(r);
+    SCOPED_TRACE(config_str(o->job.config));
+    EXPECT_TRUE(e.record.status == "ok" || e.record.status == "resources") << e.record.status << ": " << e.record.error;
+    ok += e.record.status == "ok";
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_EQ(ev.workers_started(), 1);
+}
 }  // namespace test_evaluator

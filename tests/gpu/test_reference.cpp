@@ -691,4 +691,52 @@ TEST(ReferenceFp8, CriterionFailsWhatIgnoresTheScales) {
   buf.per_tensor_descale = true;
   EXPECT_THROW(cache.check(buf), std::logic_error);
 }
+
+// A paged problem's pages drawn straight into (AttnBuffers::contiguous_kv false: timing inputs, and
+// validation inputs once their references are computed) hold what fill then scatter_pages writes,
+// bit for bit: the keys of each sequence, NaN past its length and in the spare pages. A 16-bit
+// cache, a latent one (K's pages alone) and an FP8 one (V around a mean).
+TEST(ReferencePages, DrawnIntoThePagesAsFillThenScatterWould) {
+  ATTNTUNE_REQUIRE_GPU();
+  cuda::Context ctx(0);
+  Reference ref(cuda::device_props(0).arch);
+  struct Case {
+    const char* spec;
+    bool fp8;
+  };
+  for (const Case& c : {Case{"b=5,h=8,hkv=2,s=1,sk=77,d=128,dtype=bf16,causal=1,page=16", false},
+                        Case{"b=3,h=4,hkv=4,s=3,sk=300,d=64,dtype=fp16,causal=1,page=64", false},
+                        Case{"b=2,h=16,hkv=1,s=1,sk=129,d=576,dv=512,dtype=bf16,causal=1,page=64,latent=1", false},
+                        Case{"b=5,h=8,hkv=2,s=4,sk=200,d=128,dtype=bf16,causal=1,page=16", true}}) {
+    SCOPED_TRACE(std::string(c.spec) + (c.fp8 ? " fp8" : ""));
+    if (c.fp8 && device_arch_number() < 89) continue;
+    const Problem p = c.fp8 ? fp8_problem(c.spec) : Problem::parse(c.spec);
+    const std::vector<int> lens = ragged_seqlens(p, 3);
+    AttnBuffers scattered(p, Layout::kBHSD, lens, 3);
+    AttnBuffers drawn(p, Layout::kBHSD, lens, 3, /*contiguous_kv=*/false);
+    EXPECT_EQ(drawn.k.bytes(), 0u);
+    EXPECT_EQ(drawn.v.bytes(), 0u);
+    scattered.v_mean = drawn.v_mean = c.fp8 ? 0.75f : 0.f;
+    ref.fill(scattered, 9);
+    ref.fill(drawn, 9);
+    EXPECT_EQ(download_bytes(drawn.q), download_bytes(scattered.q));
+    EXPECT_EQ(download_bytes(drawn.k_pages), download_bytes(scattered.k_pages));
+    if (!p.latent) {
+      EXPECT_EQ(download_bytes(drawn.v_pages), download_bytes(scattered.v_pages));
+    }
+    // Another seed's draws differ; dropping the contiguous copy after a fill draws them alike.
+    const auto seed9 = download_bytes(drawn.k_pages);
+    scattered.drop_contiguous_kv();
+    EXPECT_FALSE(scattered.contiguous_kv);
+    ref.fill(scattered, 10);
+    ref.fill(drawn, 10);
+    EXPECT_EQ(download_bytes(drawn.k_pages), download_bytes(scattered.k_pages));
+    EXPECT_NE(download_bytes(drawn.k_pages), seed9);
+  }
+  // A dense problem's K and V are its only copy.
+  AttnBuffers dense(Problem::parse("b=1,h=2,s=5,d=64,dtype=bf16,causal=0"), Layout::kBHSD);
+  EXPECT_THROW(dense.drop_contiguous_kv(), std::logic_error);
+  EXPECT_THROW(AttnBuffers(Problem::parse("b=1,h=2,s=5,d=64,dtype=bf16,causal=0"), Layout::kBHSD, {}, 1, false),
+               std::logic_error);
+}
 }  // namespace test_reference

@@ -89,8 +89,11 @@ std::vector<float> sink_logits(std::int64_t heads, std::uint64_t seed) {
   return out;
 }
 
-AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std::uint64_t table_seed)
-    : problem(p), layout(l), seqlens(std::move(lens)) {
+AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std::uint64_t table_seed,
+                         bool contiguous)
+    : problem(p), layout(l), seqlens(std::move(lens)), contiguous_kv(contiguous) {
+  if (!contiguous_kv && !p.paged())
+    throw std::logic_error("AttnBuffers: only a paged problem's keys live in its pages alone (" + p.str() + ")");
   if (p.latent && (p.is_varlen() || !p.split_dims() || p.dv > p.d))
     throw std::logic_error("AttnBuffers: a latent problem needs dv < d and no varlen (" + p.str() + ")");
   if (p.kv_fp8 && p.is_varlen())
@@ -164,9 +167,11 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
     vt_ld = std::max<long long>(16, (p.sk + 15) / 16 * 16);
     vt = cuda::DeviceBuffer(static_cast<std::size_t>(p.b * p.hkv * p.head_dim_v()) * static_cast<std::size_t>(vt_ld));
   }
-  k = cuda::DeviceBuffer(rows_of(p, true) * p.d * kv_bytes);
-  // A latent problem has no V of its own: V is K's first dv columns (params() and call() pass k).
-  if (!p.latent) v = cuda::DeviceBuffer(rows_of(p, true) * p.head_dim_v() * kv_bytes);
+  if (contiguous_kv) {
+    k = cuda::DeviceBuffer(rows_of(p, true) * p.d * kv_bytes);
+    // A latent problem has no V of its own: V is K's first dv columns (params() and call() pass k).
+    if (!p.latent) v = cuda::DeviceBuffer(rows_of(p, true) * p.head_dim_v() * kv_bytes);
+  }
   o = cuda::DeviceBuffer(rows_of(p, false) * p.head_dim_v() * 2);
   lse = cuda::DeviceBuffer(rows_of(p, false) * sizeof(float));
   if (p.backward) {  // dO as O; dQ, dK, dV as Q, K, V (dense, 16-bit)
@@ -200,6 +205,13 @@ AttnBuffers::AttnBuffers(const Problem& p, Layout l, std::vector<int> lens, std:
   block_table.upload(table.data(), table.size() * sizeof(int));
   cache_seqlens = cuda::DeviceBuffer(seqlens.size() * sizeof(int));
   cache_seqlens.upload(seqlens.data(), seqlens.size() * sizeof(int));
+}
+
+void AttnBuffers::drop_contiguous_kv() {
+  if (!problem.paged()) throw std::logic_error("AttnBuffers: a dense problem's K and V are its only copy");
+  k = cuda::DeviceBuffer();
+  v = cuda::DeviceBuffer();
+  contiguous_kv = false;
 }
 
 AttnParams AttnBuffers::params() const {
@@ -503,6 +515,8 @@ Reference::Reference(const std::string& arch) : arch_(arch) {
   ref_ = module_.function("attn_reference");
   compare_ = module_.function("compare_outputs");
   scatter_ = module_.function("scatter_pages");
+  fill_pages_ = module_.function("fill_pages_normal");
+  fill_pages_e4m3_ = module_.function("fill_pages_normal_e4m3");
   // The FP8 cache's (templates/reference/reference.cu's header).
   fill_e4m3_ = module_.function("fill_normal_e4m3");
   ref_fp8_ = module_.function("attn_reference_kv_fp8");
@@ -523,7 +537,9 @@ void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
   check_device_serves(b.problem, arch_);
   int bf16 = b.problem.dtype == DType::kBf16;
   cuda::DeviceBuffer* bufs[3] = {&b.q, &b.k, &b.v};
-  for (int i = 0; i < (b.problem.latent ? 2 : 3); ++i) {  // a latent problem's V is K
+  // A latent problem's V is K; a paged problem without contiguous K and V draws them into its pages
+  // (below).
+  for (int i = 0; i < (!b.contiguous_kv ? 1 : b.problem.latent ? 2 : 3); ++i) {
     CUdeviceptr ptr = bufs[i]->ptr();
     if ((i > 0 && b.problem.kv_fp8) || b.problem.qkv_fp8) {
       // An FP8 cache's K or V (an FP8 forward's Q too): the draws a 16-bit one would hold, rounded to
@@ -582,8 +598,18 @@ void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
     // A latent cache scatters K alone (dv 0: no V pages; V is read from K's).
     int page = static_cast<int>(b.problem.page), pages_per_seq = b.pages_per_seq, d = static_cast<int>(b.problem.d),
         dv = b.problem.latent ? 0 : static_cast<int>(b.problem.head_dim_v());
-    void* args[] = {const_cast<AttnParams*>(&a), &d, &dv, &kp, &vp, &table, &lens, &page, &pages_per_seq};
-    cuda::launch(b.problem.kv_fp8 ? scatter_e4m3_ : scatter_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
+    if (b.contiguous_kv) {
+      void* args[] = {const_cast<AttnParams*>(&a), &d, &dv, &kp, &vp, &table, &lens, &page, &pages_per_seq};
+      cuda::launch(b.problem.kv_fp8 ? scatter_e4m3_ : scatter_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
+    } else {
+      // The same values, drawn where they go: K's and V's streams as the loop above draws them.
+      unsigned long long seed_k = seed * 3 + 2, seed_v = seed * 3 + 3;
+      float v_mean = b.v_mean;
+      void* args[] = {const_cast<AttnParams*>(&a), &d,       &dv,     &kp,     &vp,
+                      &table,                      &lens,    &page,   &pages_per_seq, &seed_k,
+                      &seed_v,                     b.problem.kv_fp8 ? static_cast<void*>(&v_mean) : static_cast<void*>(&bf16)};
+      cuda::launch(b.problem.kv_fp8 ? fill_pages_e4m3_ : fill_pages_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
+    }
   }
   poison_output(b);
 }
@@ -898,7 +924,7 @@ Verdict ReferenceCache::check_gradients(const AttnBuffers& b) const {
 
 // A varlen batch in its packed layout ([total, heads, d]), the problem's own lengths.
 TimingInputs::TimingInputs(const Reference& ref, const Problem& p, std::uint64_t seed)
-    : buffers_(p, p.is_varlen() ? Layout::kBSHD : Layout::kBHSD) {
+    : buffers_(p, p.is_varlen() ? Layout::kBSHD : Layout::kBHSD, {}, 1, /*contiguous_kv=*/!p.paged()) {
   ref.fill(buffers_, seed);
 }
 

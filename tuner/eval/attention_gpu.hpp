@@ -59,8 +59,13 @@ const char* layout_name(Layout l);
 // log, [b, h, s] contiguous), and poison_output poisons dq, dk and dv instead.
 struct AttnBuffers {
   // seqlens: keys of each sequence of a paged problem (empty: sk each), query rows of each sequence
-  // of a varlen problem (empty: its q_lens()); table_seed shuffles pages.
-  AttnBuffers(const Problem& p, Layout layout, std::vector<int> seqlens = {}, std::uint64_t table_seed = 1);
+  // of a varlen problem (empty: its q_lens()); table_seed shuffles pages. contiguous_kv false: a
+  // paged problem's pages alone, no contiguous K and V (see contiguous_kv below).
+  AttnBuffers(const Problem& p, Layout layout, std::vector<int> seqlens = {}, std::uint64_t table_seed = 1,
+              bool contiguous_kv = true);
+  // Frees a paged problem's contiguous K and V (the pages keep the keys; Reference::fill then draws
+  // straight into them): once its references are computed, nothing reads them.
+  void drop_contiguous_kv();
   AttnParams params() const;  // the reference's view: pointers, strides, sizes, scale 1/sqrt(d)
   // An FP8 cache's scales as params() and call() pass them (the strides per per_tensor_descale); all
   // zero for a 16-bit cache. The reference's attn_reference_kv_fp8 takes them as its last argument.
@@ -91,6 +96,13 @@ struct AttnBuffers {
   int max_q = 0, max_k = 0;
   cuda::DeviceBuffer q, k, v, o, lse;
   cuda::DeviceBuffer k_pages, v_pages, block_table, cache_seqlens;  // paged problems only
+  // A paged problem's keys in contiguous K and V too ([b, hkv, sk, d], what the reference reads;
+  // Reference::fill draws them there and scatters them into the pages), or in the pages alone
+  // (false: k and v empty, fill draws the same values straight into the pages; the entry point reads
+  // only the pages). Timing inputs never need them; validation inputs only until their references
+  // are computed. A decode of b=64, 32 KV heads, sk=32k, d=128 holds 34 GB of K and V: with both
+  // copies in the validation and the timing inputs (137 GB) it failed on an 80 GB H100 (run 383).
+  bool contiguous_kv = true;
   cuda::DeviceBuffer cu_seqlens_q, cu_seqlens_k;                     // varlen problems only
   // A problem with sinks: [h] fp32 logits (sink_logits), by head in turns: a random one in [-2, 10],
   // a very negative one (-1e4: no effect), a very large one (1e3: every row's output ~0, LSE 1e3).
@@ -243,7 +255,7 @@ class Reference {
                           cuda::DeviceBuffer& dv) const;
   std::string arch_;
   cuda::Module module_;
-  cuda::Function fill_, ref_, compare_, scatter_;
+  cuda::Function fill_, ref_, compare_, scatter_, fill_pages_, fill_pages_e4m3_;
   cuda::Function fill_e4m3_, ref_fp8_, scatter_e4m3_, quantize_e4m3_, dequantize_e4m3_;
   cuda::Function ref_qkv_fp8_, transpose_e4m3_;  // the FP8 forward's
   cuda::Function bwd_rowdot_, bwd_dq_, bwd_dkdv_, compare_grad_, store_rounded_;

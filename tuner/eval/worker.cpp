@@ -85,6 +85,9 @@ class GpuWorker {
     for (auto& inputs : validation_inputs(req.problem, req.validation_seed)) {
       reference_.fill(*inputs, req.validation_seed);
       auto refs = std::make_unique<ReferenceCache>(reference_, *inputs);
+      // A paged problem's contiguous K and V served the references; each candidate's refill draws
+      // the same values straight into the pages (AttnBuffers::contiguous_kv).
+      if (inputs->problem.paged()) inputs->drop_contiguous_kv();
       st->checks.push_back({std::move(inputs), std::move(refs)});
     }
     st->timing = std::make_unique<TimingInputs>(reference_, req.problem, req.timing_seed);
