@@ -238,5 +238,22 @@ TEST(EvaluatorGpu, APagedDecodeOfFortyPercentOfTheGpusMemoryPreparesAndPasses) {
   }
   EXPECT_GE(ok, 1);
   EXPECT_EQ(ev.workers_started(), 1);
+
+  // Twice that (82%: validation and timing inputs cannot both fit) fails to prepare, saying why.
+  const Problem too_big = Problem::parse(
+      fmt::format("b={},h=32,hkv=32,s=1,sk=32768,d=128,dtype=bf16,causal=1,page=16", 2 * b));
+  EvalRequest r;
+  r.problem = too_big;
+  r.validation_seed = 11;
+  r.timing_seed = 12;
+  try {
+    ev.deadline_s(r);  // prepares
+    ADD_FAILURE() << too_big.str() << " prepared";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << what;
+    EXPECT_NE(what.find("its K and V take"), std::string::npos) << what;
+    EXPECT_NE(what.find("GB are free: tune it on a GPU with more memory"), std::string::npos) << what;
+  }
 }
 }  // namespace test_evaluator

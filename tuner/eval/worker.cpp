@@ -98,6 +98,19 @@ class GpuWorker {
 
   bool poisoned() const { return poisoned_; }
 
+  // What a prepare that ran out of memory says besides the driver's error: what the problem's K and
+  // V take, how the worker holds them, and what was free (the failed prepare's buffers are freed).
+  std::string out_of_memory_hint(const Problem& p) const {
+    const double kv = double(p.b) * double(p.hkv) * double(p.sk) *
+                      double(p.d + (p.latent ? 0 : p.head_dim_v())) * (p.kv_fp8 || p.qkv_fp8 ? 1 : 2);
+    const cuda::Context::MemInfo m = ctx_.mem_info();
+    return fmt::format(
+        "; its K and V take {:.1f} GB, held once for validation and once for timing (a paged problem's "
+        "validation sets also in contiguous form while their references are computed), and {:.1f} of this "
+        "GPU's {:.1f} GB are free: tune it on a GPU with more memory, or at a smaller batch",
+        kv / 1e9, double(m.free) / 1e9, double(m.total) / 1e9);
+  }
+
   proto::EvalReply evaluate(const proto::EvalRequest& req) {
     const auto t0 = Clock::now();
     proto::EvalReply rep = run(req);
@@ -276,10 +289,14 @@ int run_gpu_worker(int device, int in_fd, int out_fd) {
       if (!req) return 0;  // the parent closed the stream: done
       if (req->type() == "prepare") {
         double ref_us = 0;
+        const proto::PrepareRequest prepare = proto::prepare_request(*req);
         try {
-          ref_us = w->prepare(proto::prepare_request(*req));
+          ref_us = w->prepare(prepare);
         } catch (const cuda::CudaError& e) {
-          return fail_fatal(out, fmt::format("cannot prepare the problem: {}", e.what()), e.sticky() ? kExitPoisoned : 1);
+          const std::string hint =
+              e.result() == CUDA_ERROR_OUT_OF_MEMORY ? w->out_of_memory_hint(prepare.problem) : std::string();
+          return fail_fatal(out, fmt::format("cannot prepare the problem: {}{}", e.what(), hint),
+                            e.sticky() ? kExitPoisoned : 1);
         }
         proto::write_frame(out, proto::prepared_frame(ref_us));
       } else if (req->type() == "eval") {
