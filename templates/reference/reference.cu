@@ -411,17 +411,16 @@ extern "C" __global__ void dequantize_e4m3(const fp8_t* x, float* out, long long
   }
 }
 
-// A KV cache's pages [num_pages, page, heads_kv, d] from the contiguous keys p.k, p.v ([batch,
-// heads_kv, seqlen_k, d] through p's strides; d is head_dim for K, head_dim_v for V): key j <
-// seqlens[b] of sequence b goes to row j % page of page block_table[b * pages_per_seq + j / page].
-// Rows past a sequence's length are left as they were (the caller fills the pages with NaN first).
-// head_dim_v 0 scatters no V (a latent cache: V is the first columns of K's pages).
-// scatter_pages moves 16-bit elements, scatter_pages_e4m3 an FP8 cache's bytes (strides in bytes).
-template <class T>
-__device__ __forceinline__ void scatter_pages_of(const AttnParams& p, int head_dim, int head_dim_v, T* k_pages,
-                                                 T* v_pages, const int* block_table, const int* seqlens, int page,
-                                                 int pages_per_seq) {
-  const T* src[2] = {static_cast<const T*>(p.k), static_cast<const T*>(p.v)};
+// A KV cache's pages [num_pages, page, heads_kv, d]: key j < seqlens[b] of sequence b (d is head_dim
+// for K, head_dim_v for V) goes to row j % page of page block_table[b * pages_per_seq + j / page],
+// with the value value(t, offset) gives (t 0 for K, 1 for V; offset = b * stride[0] + head *
+// stride[1] + j * stride[2] + c, the contiguous element through p's K or V strides). Rows past a
+// sequence's length are left as they were (the caller fills the pages with NaN first). head_dim_v 0
+// writes no V (a latent cache: V is the first columns of K's pages).
+template <class T, class Value>
+__device__ __forceinline__ void write_pages(const AttnParams& p, int head_dim, int head_dim_v, T* k_pages, T* v_pages,
+                                            const int* block_table, const int* seqlens, int page, int pages_per_seq,
+                                            Value value) {
   T* dst_pages[2] = {k_pages, v_pages};
   for (int t = 0; t < 2; ++t) {
     const int d = t ? head_dim_v : head_dim;
@@ -437,79 +436,66 @@ __device__ __forceinline__ void scatter_pages_of(const AttnParams& p, int head_d
       if (key >= seqlens[batch]) continue;
       const long long pg = block_table[static_cast<long long>(batch) * pages_per_seq + key / page];
       const long long dst = ((pg * page + key % page) * p.heads_kv + head) * d + c;
-      dst_pages[t][dst] = src[t][batch * stride[0] + head * stride[1] + key * stride[2] + c];
+      dst_pages[t][dst] = value(t, batch * stride[0] + head * stride[1] + key * stride[2] + c);
     }
   }
 }
 
+// scatter_pages moves the contiguous keys p.k, p.v ([batch, heads_kv, seqlen_k, d] through p's
+// strides) into the pages: 16-bit elements; scatter_pages_e4m3 an FP8 cache's bytes (strides in bytes).
+template <class T>
+struct ContiguousKv {
+  const T* src[2];
+  __device__ T operator()(int t, long long offset) const { return src[t][offset]; }
+};
+
 extern "C" __global__ void scatter_pages(const AttnParams p, int head_dim, int head_dim_v, elem_t* k_pages,
                                          elem_t* v_pages, const int* block_table, const int* seqlens, int page,
                                          int pages_per_seq) {
-  scatter_pages_of(p, head_dim, head_dim_v, k_pages, v_pages, block_table, seqlens, page, pages_per_seq);
+  write_pages(p, head_dim, head_dim_v, k_pages, v_pages, block_table, seqlens, page, pages_per_seq,
+              ContiguousKv<elem_t>{{static_cast<const elem_t*>(p.k), static_cast<const elem_t*>(p.v)}});
 }
 
 extern "C" __global__ void scatter_pages_e4m3(const AttnParams p, int head_dim, int head_dim_v, fp8_t* k_pages,
                                               fp8_t* v_pages, const int* block_table, const int* seqlens, int page,
                                               int pages_per_seq) {
-  scatter_pages_of(p, head_dim, head_dim_v, k_pages, v_pages, block_table, seqlens, page, pages_per_seq);
+  write_pages(p, head_dim, head_dim_v, k_pages, v_pages, block_table, seqlens, page, pages_per_seq,
+              ContiguousKv<fp8_t>{{static_cast<const fp8_t*>(p.k), static_cast<const fp8_t*>(p.v)}});
 }
 
-// scatter_pages' pages without the contiguous keys: key j < seqlens[b] of sequence b, column c, gets
-// the draw fill_normal (fill_normal_e4m3) gives the contiguous element (b, kv head, j, c) at
-// b * stride[0] + head * stride[1] + j * stride[2] + c through p's strides (K: seed_k; V: seed_v,
-// and an FP8 V's mean), so the pages hold what fill then scatter_pages would write, bit for bit; p.k
-// and p.v are not read. A paged problem's timing inputs, and its validation inputs once their
-// references are computed, hold no contiguous K and V (AttnBuffers::contiguous_kv): a KV cache of
-// 40% of the GPU's memory then fits twice, as validation and timing inputs. Rows past a sequence's
-// length are left as they were (the caller fills the pages with NaN first).
+// fill_pages_normal (fill_pages_normal_e4m3) writes the pages scatter_pages would after fill_normal
+// (fill_normal_e4m3) drew the contiguous keys, without them: each element the draw of its contiguous
+// offset (K from seed_k, V from seed_v and around v_mean), so the pages match bit for bit; p.k and
+// p.v are not read. A paged problem's timing inputs, and its validation inputs once their references
+// are computed, hold no contiguous K and V (AttnBuffers::contiguous_kv): a KV cache of 40% of the
+// GPU's memory then fits as validation and timing inputs both.
 struct DrawNormal {
+  unsigned long long seed[2];
   int bf16;
-  __device__ elem_t operator()(unsigned long long seed, long long i, int) const { return from_float(normal_at(seed, i), bf16); }
+  __device__ elem_t operator()(int t, long long offset) const { return from_float(normal_at(seed[t], offset), bf16); }
 };
 struct DrawE4m3 {
+  unsigned long long seed[2];
   float v_mean;
-  __device__ fp8_t operator()(unsigned long long seed, long long i, int t) const {
-    return float_to_e4m3(normal_at(seed, i) + (t ? v_mean : 0.f));
+  __device__ fp8_t operator()(int t, long long offset) const {
+    return float_to_e4m3(normal_at(seed[t], offset) + (t ? v_mean : 0.f));
   }
 };
-template <class T, class Draw>
-__device__ __forceinline__ void fill_pages_of(const AttnParams& p, int head_dim, int head_dim_v, T* k_pages, T* v_pages,
-                                              const int* block_table, const int* seqlens, int page, int pages_per_seq,
-                                              unsigned long long seed_k, unsigned long long seed_v, Draw draw) {
-  T* dst_pages[2] = {k_pages, v_pages};
-  for (int t = 0; t < 2; ++t) {
-    const int d = t ? head_dim_v : head_dim;
-    const long long* stride = t ? p.v_stride : p.k_stride;
-    const long long n = static_cast<long long>(p.batch) * p.heads_kv * p.seqlen_k * d;
-    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<long long>(gridDim.x) * blockDim.x) {
-      const int c = static_cast<int>(i % d);
-      const long long r = i / d;
-      const int key = static_cast<int>(r % p.seqlen_k);
-      const long long bh = r / p.seqlen_k;
-      const int head = static_cast<int>(bh % p.heads_kv), batch = static_cast<int>(bh / p.heads_kv);
-      if (key >= seqlens[batch]) continue;
-      const long long pg = block_table[static_cast<long long>(batch) * pages_per_seq + key / page];
-      const long long dst = ((pg * page + key % page) * p.heads_kv + head) * d + c;
-      dst_pages[t][dst] = draw(t ? seed_v : seed_k, batch * stride[0] + head * stride[1] + key * stride[2] + c, t);
-    }
-  }
-}
 
 extern "C" __global__ void fill_pages_normal(const AttnParams p, int head_dim, int head_dim_v, elem_t* k_pages,
                                              elem_t* v_pages, const int* block_table, const int* seqlens, int page,
                                              int pages_per_seq, unsigned long long seed_k, unsigned long long seed_v,
                                              int bf16) {
-  fill_pages_of(p, head_dim, head_dim_v, k_pages, v_pages, block_table, seqlens, page, pages_per_seq, seed_k, seed_v,
-                DrawNormal{bf16});
+  write_pages(p, head_dim, head_dim_v, k_pages, v_pages, block_table, seqlens, page, pages_per_seq,
+              DrawNormal{{seed_k, seed_v}, bf16});
 }
 
 extern "C" __global__ void fill_pages_normal_e4m3(const AttnParams p, int head_dim, int head_dim_v, fp8_t* k_pages,
                                                   fp8_t* v_pages, const int* block_table, const int* seqlens, int page,
                                                   int pages_per_seq, unsigned long long seed_k,
                                                   unsigned long long seed_v, float v_mean) {
-  fill_pages_of(p, head_dim, head_dim_v, k_pages, v_pages, block_table, seqlens, page, pages_per_seq, seed_k, seed_v,
-                DrawE4m3{v_mean});
+  write_pages(p, head_dim, head_dim_v, k_pages, v_pages, block_table, seqlens, page, pages_per_seq,
+              DrawE4m3{{seed_k, seed_v}, v_mean});
 }
 
 // Compares a candidate's strided output with the fp32 and same-dtype references.
