@@ -54,6 +54,9 @@ int arch_number(const std::string& arch) {
 // NaN in e4m3 (S.1111.111): what an FP8 cache's pages hold past each sequence's keys.
 constexpr std::uint8_t kE4m3NanK = 0x7F, kE4m3NanV = 0xFF;
 
+// The stream of draws of Q (0), K (1) or V (2) for inputs drawn from `seed` (Reference::fill).
+unsigned long long stream_seed(std::uint64_t seed, int tensor) { return seed * 3 + tensor + 1; }
+
 }  // namespace
 
 const char* layout_name(Layout l) { return l == Layout::kBHSD ? "BHSD" : "BSHD"; }
@@ -545,7 +548,7 @@ void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
       // An FP8 cache's K or V (an FP8 forward's Q too): the draws a 16-bit one would hold, rounded to
       // e4m3 (no varlen here).
       long long n = static_cast<long long>(bufs[i]->bytes());
-      unsigned long long s = seed * 3 + i + 1;
+      unsigned long long s = stream_seed(seed, i);
       float mean = i == 2 ? b.v_mean : 0.f;
       void* args[] = {&ptr, &n, &s, &mean};
       cuda::launch(fill_e4m3_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
@@ -558,7 +561,7 @@ void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
       n -= static_cast<long long>(AttnBuffers::kGuardRows) * (i == 0 ? b.problem.h : b.problem.hkv) *
            (i == 2 ? b.problem.head_dim_v() : b.problem.d);
     }
-    unsigned long long s = seed * 3 + i + 1;
+    unsigned long long s = stream_seed(seed, i);
     void* args[] = {&ptr, &n, &s, &bf16};
     cuda::launch(fill_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
   }
@@ -603,11 +606,11 @@ void Reference::fill(AttnBuffers& b, std::uint64_t seed) const {
       cuda::launch(b.problem.kv_fp8 ? scatter_e4m3_ : scatter_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
     } else {
       // The same values, drawn where they go: K's and V's streams as the loop above draws them.
-      unsigned long long seed_k = seed * 3 + 2, seed_v = seed * 3 + 3;
+      unsigned long long seed_k = stream_seed(seed, 1), seed_v = stream_seed(seed, 2);
       float v_mean = b.v_mean;
-      void* args[] = {const_cast<AttnParams*>(&a), &d,       &dv,     &kp,     &vp,
-                      &table,                      &lens,    &page,   &pages_per_seq, &seed_k,
-                      &seed_v,                     b.problem.kv_fp8 ? static_cast<void*>(&v_mean) : static_cast<void*>(&bf16)};
+      void* last = b.problem.kv_fp8 ? static_cast<void*>(&v_mean) : static_cast<void*>(&bf16);
+      void* args[] = {const_cast<AttnParams*>(&a), &d, &dv, &kp, &vp, &table, &lens, &page, &pages_per_seq,
+                      &seed_k, &seed_v, last};
       cuda::launch(b.problem.kv_fp8 ? fill_pages_e4m3_ : fill_pages_, {1024, 1, 1}, {256, 1, 1}, 0, nullptr, args);
     }
   }
