@@ -14,12 +14,17 @@
 // [w * dv / 2, (w + 1) * dv / 2) over all the tile's keys (wgmma m64n(dv/2) with P from registers:
 // its own fragments and its partner's, which have the same thread layout). O's 64 x 256 fp32 of a
 // warpgroup are 128 registers a thread, which is why d=512 needs two.
+#include "../common/fp8.cuh"
 #include "../common/ptx_sm90.cuh"
 #include "../flash_decode/args.h"
 #include "../flash_fwd_wgmma/wgmma.cuh"
+#include "../flash_fwd_wgmma/wgmma_e4m3.cuh"
 
 #ifndef ATT_LATENT
 #define ATT_LATENT 0
+#endif
+#ifndef ATT_KV_FP8
+#define ATT_KV_FP8 0
 #endif
 
 namespace att {
@@ -34,6 +39,14 @@ struct Traits {
   static constexpr bool kBf16 = ATT_DTYPE_BF16 != 0;
   static constexpr bool kCausal = ATT_CAUSAL != 0;
   static constexpr bool kLatent = ATT_LATENT != 0;  // V is K's first kHeadDimV columns (one buffer)
+  // An FP8 e4m3 cache (`kv_dtype=fp8`, head dim 128: fp8.cuh): rows of d bytes, which the host side
+  // (flash_decode's plan) hands over as rows of d / 2 16-bit elements (kKDim, kVDim); one consumer
+  // warpgroup whose FP8 wgmma read K and V as they lie, two CTAs an SM.
+  static constexpr bool kKvFp8 = ATT_KV_FP8 != 0;
+  static constexpr int kKDim = kKvFp8 ? kHeadDim / 2 : kHeadDim;    // a K row in 16-bit elements
+  static constexpr int kVDim = kKvFp8 ? kHeadDimV / 2 : kHeadDimV;  // a V row likewise
+  static constexpr int kElemBytes = kKvFp8 ? 1 : 2;                  // a cache element's bytes
+  static constexpr int kCtasPerSm = kKvFp8 ? 2 : 1;
   static constexpr bool kLastCta = COMBINE == COMBINE_LAST_CTA;
   // The consumers' schedule (README.md): 0 serial, 1 fused (P_t V_t and S_{t+1} back to back), 2
   // overlap (S_{t+1} then P_t V_t, the softmax of tile t+1 while P_t V_t runs; three stages or more).
@@ -63,31 +76,37 @@ struct Traits {
   static constexpr int kBlockN = BLOCK_N;
   static constexpr int kStages = STAGES;
   static constexpr int kThreads = THREADS;  // 2 consumer warpgroups + the producer warp
-  static constexpr int kConsumers = 256;
+  static constexpr int kConsumers = kKvFp8 ? 128 : 256;
   static constexpr int kHalfN = kBlockN / 2;     // keys a warpgroup scores
   static constexpr int kHalfV = kHeadDimV / 2;   // O's columns a warpgroup accumulates (wgmma N)
-  static constexpr int kColBlocks = kHeadDim / 64, kColBlocksV = kHeadDimV / 64;
+  static constexpr int kColBlocks = kKDim / 64, kColBlocksV = kVDim / 64;
   static constexpr int kHalfBlocks = (kColBlocks + 1) / 2, kHalfBlocksV = (kColBlocksV + 1) / 2;  // multicast's split
   static constexpr int kKSteps = kHeadDim / 16;  // Q.K^T's k16 steps
   static constexpr int kPSteps = kHalfN / 16;    // P.V's k16 steps over one warpgroup's keys
   static constexpr int kColBlock = kBlockN * 128;  // a K or V tile's column block: BLOCK_N rows of 128 bytes
 
   // Dynamic shared memory, in this order (search_spaces/flash_decode_wgmma.yaml's smem_bytes).
+  // (FP8: Q's two e4m3 pieces, kQPiece bytes each, hi then lo.)
+  static constexpr int kQPiece = kBlockM * kHeadDim;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
-  static constexpr int kKBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kVBytes = kLatent ? 0 : kBlockN * kHeadDimV * 2;
+  static constexpr int kKBytes = kBlockN * kHeadDim * kElemBytes;
+  static constexpr int kVBytes = kLatent ? 0 : kBlockN * kHeadDimV * kElemBytes;
   static constexpr int kStageBytes = kKBytes + kVBytes;
   static constexpr int kRing = kQBytes;
-  static constexpr int kXchg = kRing + kStages * kStageBytes;  // [warpgroup][k-step][thread] uint4
-  static constexpr int kStats = kXchg + 2 * kPSteps * 128 * 16;  // [max, sum][warpgroup][64 rows] floats
+  static constexpr int kXchg = kRing + kStages * kStageBytes;  // [warpgroup][k-step][thread] uint4 (FP8: the P tile)
+  static constexpr int kStats = kXchg + (kKvFp8 ? kBlockM * 128 : 2 * kPSteps * 128 * 16);  // [max, sum][warpgroup][64 rows] floats
   static constexpr int kBars = kStats + 4 * 64 * 4;              // full[kStages], empty[kStages]
   static constexpr int kSmemBytes = kBars + 2 * kStages * 8;
 };
 typedef Traits T;
 static_assert(T::kBlockM == 64, "one wgmma M of rows");
 static_assert(T::kThreads == T::kConsumers + 128, "two consumer warpgroups and a producer warpgroup");
-// Registers after setmaxnreg: 2 * 128 * 224 + 128 * 56 = 64512 of the SM's 65536 (one CTA an SM).
-constexpr int kConsumerRegs = 224, kProducerRegs = 56;
+// Registers after setmaxnreg: 2 * 128 * 224 + 128 * 56 = 64512 of the SM's 65536 (one CTA an SM);
+// FP8, two CTAs of one consumer warpgroup: 2 * (128 * 216 + 128 * 40) = 65536.
+constexpr int kConsumerRegs = T::kKvFp8 ? 216 : 224, kProducerRegs = T::kKvFp8 ? 40 : 56;
+static_assert(!T::kKvFp8 || (T::kHeadDim == 128 && T::kHeadDimV == 128 && !T::kLatent && T::kBlockN == 64 &&
+                             T::kPipe == 0 && !T::kSingle && !T::kMulticast),
+              "FP8 caches: head dim 128, V apart, 64-key tiles, the serial schedule of one warpgroup");
 static_assert(T::kSmemBytes == SMEM_BYTES, "the space's smem_bytes and the kernel's layout disagree");
 static_assert(T::kHeadDim % 64 == 0 && T::kHeadDimV % 128 == 0 && T::kHeadDimV <= T::kHeadDim,
               "column blocks of 64; V's half a multiple of 64 columns");
@@ -219,7 +238,7 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
     } else {
       const int here = min(T::kBlockN, len - j0), issued = (here + rows - 1) / rows;
       if (lane == 0)
-        mbar_arrive_expect_tx(full, static_cast<u32>(issued * rows * 2 * (T::kHeadDim + (T::kLatent ? 0 : T::kHeadDimV))));
+        mbar_arrive_expect_tx(full, static_cast<u32>(issued * rows * 2 * (T::kKDim + (T::kLatent ? 0 : T::kVDim))));
       __syncwarp();
       for (int x = lane; x < issued; x += 32) {
         const int j = j0 + x * rows, page = page_index(j, p);
@@ -691,7 +710,9 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
 #else
 #define ATT_DECODE_WGMMA_CLUSTER
 #endif
-extern "C" __global__ void __launch_bounds__(T::kThreads, 1) ATT_DECODE_WGMMA_CLUSTER
+#include "fp8.cuh"
+
+extern "C" __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm) ATT_DECODE_WGMMA_CLUSTER
     flash_decode_wgmma(const DecodeParams p, const __grid_constant__ DecodeMaps maps) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -738,8 +759,12 @@ extern "C" __global__ void __launch_bounds__(T::kThreads, 1) ATT_DECODE_WGMMA_CL
   setmaxnreg_inc<kConsumerRegs>();
   const u32 base = smem_addr(smem), bars = base + T::kBars;
   const Unit u = unit();
-  consume(p, base, base + T::kRing, bars, base + T::kXchg, base + T::kStats, u.b, u.kvh, u.cta.split, u.cta.rb,
-          u.share.begin, u.share.n, u.len, tid);
+  if constexpr (T::kKvFp8)
+    consume_fp8(p, base, base + T::kRing, bars, base + T::kXchg, base + T::kStats, u.b, u.kvh, u.cta.split, u.cta.rb,
+                u.share.begin, u.share.n, u.len, tid);
+  else
+    consume(p, base, base + T::kRing, bars, base + T::kXchg, base + T::kStats, u.b, u.kvh, u.cta.split, u.cta.rb,
+            u.share.begin, u.share.n, u.len, tid);
   if constexpr (T::kMulticast) cluster_sync();
 #endif
 }

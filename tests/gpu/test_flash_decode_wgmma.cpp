@@ -74,7 +74,56 @@ void check_space(int d, int dv, bool latent = false, bool multicast = false, boo
   else attntune::testing::check_configs(space, configs, variants, kShapes, run);
 }
 
+// The FP8 path (kv_dtype=fp8, d=128: templates/flash_decode_wgmma/fp8.cuh): every config of its
+// space (or a spread) over the decode rows it is for: 4, 32 and 64 packed rows (q-len 1, spec4, q8,
+// q16), GQA rows that do not fill a block, several row blocks a KV head, odd and long key counts
+// (65537: many splits, the LSE over a long range), pages of 16 and 64, per-(sequence, KV head) and
+// per-tensor scales; bf16 and fp16 queries alternating (Q's two e4m3 pieces from either).
+const PropertyShape kFp8Shapes[] = {
+    {"b=3,h=32,hkv=8,s=1,sk=1001", Layout::kBHSD},          // 4 rows, odd length
+    {"b=2,h=32,hkv=8,s=16,sk=777,page=16", Layout::kBSHD},  // q16: 64 rows, paged
+    {"b=1,h=8,hkv=2,s=1,sk=65537", Layout::kBHSD},          // one long sequence: many splits
+    {"b=4,h=64,hkv=8,s=4,sk=600,page=64", Layout::kBHSD},   // spec4: 32 rows
+    {"b=5,h=32,hkv=8,s=8,sk=300,page=16", Layout::kBSHD},   // q8: 32 rows
+    {"b=2,h=40,hkv=2,s=3,sk=500", Layout::kBSHD},           // 20:1 x 3 = 60 rows
+    {"b=1,h=16,hkv=1,s=16,sk=3000", Layout::kBHSD},         // 256 rows: four row blocks
+};
+
+void check_fp8(bool per_tensor, std::size_t sample) {
+  cuda::Context ctx(0);
+  const auto props = cuda::device_props(0);
+  if (props.arch < "sm_90") GTEST_SKIP() << "flash_decode_wgmma needs sm_90 (wgmma, TMA); this GPU is " << props.arch;
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_decode_wgmma.yaml");
+  std::vector<Config> configs;
+  std::vector<Problem> variants;
+  for (const char* kind : {"s=1,causal=0", "s=16,causal=1"}) {
+    const Problem base =
+        Problem::parse(fmt::format("b=4,h=32,hkv=8,{},sk=4096,d=128,dtype=bf16,page=16,kv_dtype=fp8", kind));
+    ASSERT_TRUE(attntune::testing::spread_configs(space, base, "sm_90a", sample, configs, variants)) << base.str();
+  }
+  attntune::testing::PropertyRun run;
+  run.label = "flash_decode_wgmma";
+  run.d = 128;
+  run.arch = "sm_90a";
+  run.seed = 5900 + (per_tensor ? 1 : 0);
+  run.require_no_spills = true;
+  run.without_workspaces = true;
+  run.kv_fp8 = true;
+  run.per_tensor_descale = per_tensor;
+  attntune::testing::check_configs(space, configs, variants, kFp8Shapes, run);
+}
+
 }  // namespace
+
+TEST(FlashDecodeWgmmaFp8Property, D128) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8(false, attntune::testing::property_sample(12));
+}
+
+TEST(FlashDecodeWgmmaFp8Property, PerTensorScales) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8(true, attntune::testing::property_sample(4));
+}
 
 TEST(FlashDecodeWgmmaProperty, MlaDims) {
   ATTNTUNE_REQUIRE_GPU();

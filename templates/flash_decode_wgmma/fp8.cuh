@@ -1,0 +1,322 @@
+// ---- templates/flash_decode_wgmma/fp8.cuh: flash_decode_wgmma over an FP8 e4m3 cache (ATT_KV_FP8,
+// head dim 128; issue 42), included by kernel.cu inside namespace att after the shared helpers.
+//
+// No byte of the cache is converted or transposed in shared memory: both products are FP8 wgmma
+// (m64nNk32 e4m3 x e4m3, fp32 accumulators) arranged so that K and V serve as they lie.
+//  - S = Q K^T: A = Q (64 packed rows), B = the K tile (a key's 128 bytes contiguous: K-major,
+//    which is all FP8 wgmma takes), both from shared memory. Q is bf16 or fp16, so it becomes two
+//    e4m3 pieces, hi = e4m3(q 2^-e) and lo = e4m3(q 2^-e - hi), each one more pass of the k-steps;
+//    e puts the CTA's largest |q| in [2^7, 2^8), and hi + lo is q 2^-e exactly for a bf16 q down
+//    to 2^-10 of the largest (8 significant bits, 4 a piece; an fp16 q to 9 bits). 2^e joins K's
+//    scale.
+//  - O^T = V^T P^T: A = V^T from registers, B = P from shared memory, where a row's keys are
+//    contiguous (K-major again). A warp's k32 A fragment holds, of its rows g and g + 8, 4 keys a
+//    register; a transposing ldmatrix of V (16-bit columns = pairs of dims) gives a lane keys 2t,
+//    2t + 1 at dims 2g, 2g + 1 of one 8-key matrix, and one prmt of two matrices (keys 0-7, 8-15 of
+//    the step) makes the 4 keys {2t, 2t + 1, 8 + 2t, 9 + 2t} at dim 2g (row g) or 2g + 1 (row g +
+//    8). P's bytes are stored in that key order (a k-step's byte 4t + i is key 2t + i, 4t + 2 + i
+//    key 8 + 2t + i, and 16 + the same for keys 16..31), so each thread's P stores are whole words
+//    of its own accumulator pairs. O^T's rows are dims (warp w of m-block mb: 16(4mb + w) + 2g + h),
+//    its columns the packed rows; a thread's output pair (dims 2g, 2g + 1 of a row) is one store.
+//  - P = 2^(x - m + 8) (up to 256, in e4m3's range), two e4m3 pieces as Q: its row sum and V's scale
+//    take the 2^-8 back. A row's P pieces are bytes 0-63 (hi) and 64-127 (lo) of its 128-byte P
+//    row, so O^T's four k-steps are hi, hi, lo, lo over the same two V^T fragments.
+//  - Accumulation: FP8 wgmma keeps fewer bits than fp32 in its sums (docs/design/flash_fwd_wgmma.md,
+//    "The FP8 forward"): each tile's O^T goes to fresh accumulators that one FFMA an element adds to
+//    O (O * the row's factor + the tile's).
+//  - V's bytes past the sequence (stale, NaN) are zeroed in the fragments of the last tile, so P = 0
+//    times them is 0; K's give scores that are masked.
+// One consumer warpgroup (128 threads) and the producer warpgroup; two CTAs an SM.
+
+// bf16 (fp16) pair x times qmul as fp16 (exact for a power of two that keeps it normal).
+__device__ __forceinline__ u32 fp8_q_pair(u32 x, float qmul) {
+  float lo, hi;
+  if constexpr (T::kBf16) {
+    lo = __uint_as_float(x << 16), hi = __uint_as_float(x & 0xffff0000u);
+  } else {
+    asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
+        : "=f"(lo), "=f"(hi)
+        : "r"(x));
+  }
+  return pack2<false>(lo * qmul, hi * qmul);
+}
+
+// Q's 64 rows (row0.., zeros past rows_here) as e4m3 pieces hi (at q) and lo (at q + kQPiece), each
+// 64 rows of 128 bytes in the 128-byte swizzle; K's scale times 2^e. The 128 consumer threads, one
+// barrier (1) inside and none after: the caller fences and syncs.
+__device__ __forceinline__ void fp8_load_q(const DecodeParams& p, u32 q, u32 stats, int b, int kvh, int row0,
+                                           int rows_here, int tid, float& kds) {
+  constexpr int kChunks = T::kHeadDim / 8;          // 16-byte chunks of a 16-bit row
+  constexpr int kPer = T::kBlockM * kChunks / 128;  // a thread's
+  const elem_bits* qg = static_cast<const elem_bits*>(p.q) + b * p.q_stride[0];
+  uint4 v[kPer];
+  u32 mx = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int c = tid + 128 * i, r = c / kChunks, ch = c - r * kChunks;
+    v[i] = make_uint4(0, 0, 0, 0);
+    if (r < rows_here) {
+      const int rr = row0 + r, gq = rr / p.seqlen_q, qi = rr - gq * p.seqlen_q;
+      v[i] = __ldg(reinterpret_cast<const uint4*>(qg + (kvh * p.group + gq) * p.q_stride[1] + qi * p.q_stride[2] + ch * 8));
+    }
+    const u32 w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) mx = max(mx, max(w[k] & 0x7fffu, (w[k] >> 16) & 0x7fffu));
+  }
+  // The CTA's largest magnitude (bf16 and fp16 magnitudes order as integers), then e.
+  mx = __reduce_max_sync(0xffffffffu, mx);
+  if ((tid & 31) == 0) asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(stats + 4 * (tid >> 5)), "r"(mx) : "memory");
+  named_bar_sync(1, 128);
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    u32 x;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(x) : "r"(stats + 4 * w) : "memory");
+    mx = max(mx, x);
+  }
+  int e = 0;
+  if (mx != 0) {
+    const int top = T::kBf16 ? static_cast<int>(mx >> 7) - 127 : static_cast<int>(mx >> 10) - 15;
+    e = min(max(top - 7, -100), 100);
+  }
+  const float qmul = __int_as_float((127 - e) << 23);
+  kds *= __int_as_float((127 + e) << 23);
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int c = tid + 128 * i, r = c / kChunks, ch = c - r * kChunks;
+    u32 hi[4], lo[4];
+    const u32 w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) f16x2_to_e4m3_pieces(fp8_q_pair(w[k], qmul), hi[k], lo[k]);
+    // 8 elements = 8 bytes: half of the 16-byte chunk ch / 2 of row r.
+    const u32 at = r * 128 + ((((ch >> 1) ^ (r & 7)) << 4) | ((ch & 1) << 3));
+    asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(q + at), "r"(hi[0] | (hi[1] << 16)), "r"(hi[2] | (hi[3] << 16))
+                 : "memory");
+    asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(q + T::kQPiece + at), "r"(lo[0] | (lo[1] << 16)),
+                 "r"(lo[2] | (lo[3] << 16))
+                 : "memory");
+  }
+}
+
+__device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 ring, u32 bars, u32 s_p, u32 stats,
+                                            int b, int kvh, int split, int rb, int t_begin, int n, int len, int tid) {
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, q4 = lane & 3;
+  const int r_lo = warp * 16 + g;  // S's rows r_lo, r_lo + 8
+  const int row0 = rb * T::kBlockM, rows_here = min(T::kBlockM, p.rows - row0);
+  // Stats (floats): [0, 64) O's factors by row, [64, 128) the rows' maxima, [128, 192) their sums.
+  const u32 s_f = stats, s_m = stats + 64 * 4, s_l = stats + 128 * 4;
+
+  // This unit's (sequence, KV head) dequantisation scales (1 without a table).
+  float kds = 1.f, vds = 1.f;
+  {
+    const KvScales& s = p.kv;
+    if (s.k_descale) kds = __ldg(s.k_descale + b * s.k_descale_stride[0] + kvh * s.k_descale_stride[1]);
+    if (s.v_descale) vds = __ldg(s.v_descale + b * s.v_descale_stride[0] + kvh * s.v_descale_stride[1]);
+  }
+  fp8_load_q(p, s_q, stats, b, kvh, row0, rows_here, tid, kds);
+  fence_proxy_async();  // Q's generic stores, then wgmma's reads through the async proxy
+  named_bar_sync(1, 128);
+
+  int lim[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    lim[h] = len;
+    if constexpr (T::kCausal) {
+      const int rr = row0 + r_lo + 8 * h;
+      lim[h] = min(len, len - p.seqlen_q + rr % p.seqlen_q + 1);
+    }
+  }
+  const float sl = p.scale_log2 * kds;
+  const u64 q_hi = smem_desc_sw128(s_q, 16, 1024), q_lo = smem_desc_sw128(s_q + T::kQPiece, 16, 1024);
+  const u64 p_desc = smem_desc_sw128(s_p, 16, 1024);
+
+  float o[2][32];  // O^T by m-block (dims 64mb ..): rows 16 warp + g (+ 8) of it, columns 8j + 2q4 (+ 1)
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i >> 5][i & 31] = 0.f;
+  float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.f, 0.f};
+
+  for (int t = 0; t < n; ++t) {
+    const u32 sk = ring + (t % T::kStages) * T::kStageBytes, sv = sk + T::kKBytes;
+    mbar_wait(bars + 8 * (t % T::kStages), (t / T::kStages) & 1);
+    // S = Q K^T, hi then lo (a chain of 8 k32 steps into one accumulator).
+    float s[32];
+    const u64 k_desc = smem_desc_sw128(sk, 16, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_hi + 2 * kk, k_desc + 2 * kk, kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_lo + 2 * kk, k_desc + 2 * kk, 1);
+    wgmma_commit();
+    // V^T's A fragments of this warp's dims (chunk 4mb + warp) over the tile's two k32 steps, while
+    // S runs; V's bytes past the sequence zeroed (keys of a fragment byte: above).
+    const int j0 = (t_begin + t) * T::kBlockN;
+    u32 va[2][2][4];
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const int row = 32 * kk + lane, ch = 4 * mb + warp;
+        u32 r0, r1, r2, r3;
+        ldmatrix_x4_trans(sv + row * 128 + ((ch ^ (row & 7)) << 4), r0, r1, r2, r3);
+        e4m3_key_quads(r0, r1, va[mb][kk][0], va[mb][kk][1]);
+        e4m3_key_quads(r2, r3, va[mb][kk][2], va[mb][kk][3]);
+      }
+    if (j0 + T::kBlockN > len) {
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int k = j0 + 32 * kk + 16 * half + 2 * q4;  // the register's keys k, k + 1, k + 8, k + 9
+          const u32 keep = (k < len ? 0xffu : 0u) | (k + 1 < len ? 0xff00u : 0u) | (k + 8 < len ? 0xff0000u : 0u) |
+                           (k + 9 < len ? 0xff000000u : 0u);
+#pragma unroll
+          for (int mb = 0; mb < 2; ++mb) {
+            va[mb][kk][2 * half] &= keep;
+            va[mb][kk][2 * half + 1] &= keep;
+          }
+        }
+    }
+    wgmma_wait<0>();
+    reg_fence(s);
+    // The stage is read: K by S, V into the fragments.
+    mbar_arrive(bars + 8 * (T::kStages + t % T::kStages));
+
+    // Mask, online softmax (log2 units), P's pieces into the P tile, O's factors by row.
+    if (j0 + T::kBlockN > min(lim[0], lim[1])) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int j = j0 + 8 * (i / 4) + 2 * q4 + (i & 1);
+        if (j >= lim[(i >> 1) & 1]) s[i] = neg_inf();
+      }
+    }
+    float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    float use8[2], sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float m_new = fmaxf(m_run[h], mx[h] * sl);
+      const float m_use = m_new == neg_inf() ? 0.f : m_new;
+      const float f = ex2(m_run[h] - m_use);
+      m_run[h] = m_new;
+      l_run[h] *= f;
+      use8[h] = m_use - 8.f;
+      if (q4 == 0) st_shared_f32(s_f + 4 * (r_lo + 8 * h), f);
+    }
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r_lo + 8 * h;
+        u32 hw[2] = {0, 0}, lw[2] = {0, 0};  // words at bytes 4q4 and 16 + 4q4 of k-step kk
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          const int i = 4 * (4 * kk + jj) + 2 * h;
+          const float p0 = ex2(fmaf(s[i], sl, -use8[h])), p1 = ex2(fmaf(s[i + 1], sl, -use8[h]));
+          sum[h] += p0 + p1;
+          u32 ph, pl;
+          f16x2_to_e4m3_pieces(pack2<false>(p0, p1), ph, pl);
+          hw[jj >> 1] |= ph << (16 * (jj & 1));
+          lw[jj >> 1] |= pl << (16 * (jj & 1));
+        }
+#pragma unroll
+        for (int w = 0; w < 2; ++w) {
+          const int off = 32 * kk + 16 * w + 4 * q4;  // hi; lo at + 64
+          const u32 at = s_p + r * 128 + (4 * q4 | ((((off >> 4)) ^ (r & 7)) << 4));
+          const u32 at_lo = s_p + r * 128 + (4 * q4 | ((((off + 64) >> 4) ^ (r & 7)) << 4));
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(hw[w]) : "memory");
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at_lo), "r"(lw[w]) : "memory");
+        }
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l_run[h] += sum[h] * (1.f / 256.f);  // this thread's part (the quad sums at the end)
+    fence_proxy_async();  // P's generic stores, then wgmma's reads
+    named_bar_sync(1, 128);
+
+    // O^T's tile: hi, hi, lo, lo k-steps over V^T's two fragments, into fresh accumulators.
+    float acc[2][32];
+    wgmma_fence();
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) WgmmaE4m3<64>::rs(acc[mb], va[mb][ks & 1], p_desc + 2 * ks, ks > 0);
+    wgmma_commit();
+    float f[16];  // O's factors of this thread's columns 8j + 2q4 + e
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      float2 x;
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(x.x), "=f"(x.y) : "r"(s_f + 4 * (8 * j + 2 * q4)) : "memory");
+      f[2 * j] = x.x, f[2 * j + 1] = x.y;
+    }
+    wgmma_wait<0>();
+    reg_fence(acc[0]);
+    reg_fence(acc[1]);
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+      for (int i = 0; i < 32; ++i) o[mb][i] = fmaf(o[mb][i], f[2 * (i >> 2) + (i & 1)], acc[mb][i]);
+    // The P tile and the factors are rewritten next tile: every warp is past its reads.
+    named_bar_sync(1, 128);
+  }
+
+  // The rows' sums and maxima by row, then O^T's threads write their columns' rows.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+  }
+  if (q4 == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      st_shared_f32(s_m + 4 * (r_lo + 8 * h), m_run[h]);
+      st_shared_f32(s_l + 4 * (r_lo + 8 * h), l_run[h]);
+    }
+  }
+  named_bar_sync(1, 128);
+  const int pieces = p.num_splits;
+  const float vd = vds * (1.f / 256.f);  // V's scale, and P's 2^8
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = 8 * j + 2 * q4 + e;
+      if (r >= rows_here) continue;
+      const float lt = ld_shared_f32(s_l + 4 * r), mr = ld_shared_f32(s_m + 4 * r);
+      const float inv = lt > 0.f ? vd / lt : 0.f;
+      const float lse = lt > 0.f ? (mr + lg2(lt)) * kLn2 : neg_inf();
+      const int rr = row0 + r, gq = rr / p.seqlen_q, qi = rr - gq * p.seqlen_q, head = kvh * p.group + gq;
+      const long long R = (static_cast<long long>(b) * p.heads_q + head) * p.seqlen_q + qi;
+      if (pieces <= 1) {
+        if (warp == 0 && g == 0 && p.lse) p.lse[R] = lse;
+        elem_bits* dst = static_cast<elem_bits*>(p.o) + b * p.o_stride[0] + head * p.o_stride[1] + qi * p.o_stride[2];
+#pragma unroll
+        for (int mb = 0; mb < 2; ++mb)
+          *reinterpret_cast<u32*>(dst + 16 * (4 * mb + warp) + 2 * g) =
+              pack2<T::kBf16>(o[mb][4 * j + e] * inv, o[mb][4 * j + 2 + e] * inv);
+      } else {
+        if (warp == 0 && g == 0) __stcg(p.part_lse + piece_lse(split, R, p.rows_total), lse);
+        float* dst = p.part_o + piece_o(split, R, p.rows_total, T::kHeadDimV);
+#pragma unroll
+        for (int mb = 0; mb < 2; ++mb)
+          __stcg(reinterpret_cast<float2*>(dst + 16 * (4 * mb + warp) + 2 * g),
+                 make_float2(o[mb][4 * j + e] * inv, o[mb][4 * j + 2 + e] * inv));
+      }
+    }
+  if (pieces <= 1 || !T::kLastCta) return;
+  // combine: last_cta (as consume's).
+  __threadfence();
+  named_bar_sync(1, 128);
+  const u32 s_last = s_m;  // read above
+  if (tid == 0) {
+    int* counter = p.counters + unit_counter(b, kvh, rb, p.heads_kv, p.row_blocks);
+    const int last = atomicAdd(counter, 1) == pieces - 1;
+    if (last) *counter = 0;
+    st_shared_f32(s_last, last ? 1.f : 0.f);
+  }
+  named_bar_sync(1, 128);
+  if (ld_shared_f32(s_last) == 0.f) return;
+  __threadfence();
+  const int r_base = (b * p.heads_q + kvh * p.group) * p.seqlen_q + row0;
+  combine_rows(p, r_base, rows_here, pieces, tid, 128);
+}
