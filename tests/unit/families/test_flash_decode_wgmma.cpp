@@ -188,6 +188,83 @@ TEST(FlashDecodeWgmmaBuild, EveryScheduleCompilesWithoutSpills) {
   EXPECT_EQ(built, submitted);
 }
 
+// The FP8 path (kv_dtype=fp8, d=128: templates/flash_decode_wgmma/fp8.cuh): issue 42's decode rows
+// have configs on sm_90a (64-key tiles, the serial schedule, 2-4 stages, two CTAs an SM), a 16-bit
+// cache at d=128 and an FP8 one at another head dim are refused with the reason, the plan launches
+// one consumer and one producer warpgroup (256 threads) over flash_decode's FP8 tensor maps, and
+// every config builds for sm_90a with no spill and no wgmma serialized (ptxas's C75xx warnings).
+const char* kFp8Rows[] = {
+    "b=16,h=32,hkv=8,s=1,sk=8192,d=128,dtype=bf16,causal=0,page=16,kv_dtype=fp8",   // b16-8k
+    "b=32,h=32,hkv=8,s=16,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8",  // q16
+    "b=32,h=64,hkv=8,s=4,sk=4096,d=128,dtype=fp16,causal=1,page=64,kv_dtype=fp8",   // spec4, fp16
+    "b=1,h=32,hkv=8,s=1,sk=32768,d=128,dtype=bf16,causal=0,kv_dtype=fp8",           // contiguous
+};
+
+TEST(FlashDecodeWgmmaFp8, SpaceAndPlan) {
+  const SearchSpace space = load_space();
+  for (const char* spec : kFp8Rows) {
+    const Problem p = Problem::parse(spec);
+    EXPECT_GE(space.count(p, "sm_90a"), 6u) << p.str();
+    for (const Config& c : space.enumerate(p, "sm_90a")) {
+      EXPECT_EQ(std::get<std::int64_t>(c.at("block_n")), 64) << config_str(c);
+      EXPECT_EQ(std::get<std::string>(c.at("pipe")), "serial") << config_str(c);
+    }
+  }
+  for (const char* bad : {"b=4,h=32,hkv=8,s=1,sk=1000,d=128,dtype=bf16,causal=0",
+                          "b=4,h=32,hkv=8,s=1,sk=1000,d=64,dtype=bf16,causal=0,kv_dtype=fp8",
+                          "b=4,h=16,hkv=1,s=1,sk=1000,d=576,dv=512,dtype=bf16,causal=0,kv_dtype=fp8"}) {
+    try {
+      space.check_problem(Problem::parse(bad), "sm_90a");
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_GT(std::string(e.what()).size(), 20u) << bad;
+    }
+  }
+  const Problem p = Problem::parse("b=1,h=32,hkv=8,s=1,sk=32768,d=128,dtype=bf16,causal=0,kv_dtype=fp8");
+  const Config c = attntune::testing::first_config(space, p, "sm_90a", [](const Config& x) {
+    return std::get<std::string>(x.at("combine")) == "kernel";
+  });
+  ASSERT_FALSE(c.empty());
+  const auto spec = render_kernel(space, c, p, "sm_90a").launch;
+  auto call = call_of(p);
+  call.kv_fp8 = 1;  // (strides in elements: e4m3's are bytes)
+  std::string why;
+  const auto plan = plan_call(spec, call, attntune::testing::FakeDevice{132}.device(), &why);
+  ASSERT_TRUE(plan) << why;
+  EXPECT_EQ(plan->launch[0].block, 256u);
+  EXPECT_EQ(plan->launch[0].grid[1], 8u);  // KV heads
+  EXPECT_GT(plan->launch[0].grid[0], 1u);  // b=1: split by the SM count
+  EXPECT_EQ(plan->maps, 2);
+}
+
+TEST(FlashDecodeWgmmaFp8, EveryConfigBuildsWithoutSpillsOrSerializedWgmma) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode_wgmma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  std::size_t submitted = 0;
+  for (const char* spec : {kFp8Rows[1], kFp8Rows[2]}) {  // bf16 and fp16 queries, causal, paged
+    const Problem p = Problem::parse(spec);
+    for (const Config& c : space.enumerate(p, "sm_90a")) {
+      pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
+      ++submitted;
+    }
+  }
+  ASSERT_GE(submitted, 12u);
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0)
+        << config_str(o->job.config) << ": " << o->build.registers << " registers";
+    EXPECT_EQ(o->build.log.find("C75"), std::string::npos) << config_str(o->job.config) << "\n" << o->build.log;
+  }
+  EXPECT_EQ(built, submitted);
+}
+
 // wg_uniform (the warpgroup index and Q's descriptor broadcast from lane 0): the MLA decode picks
 // (scores single, block_n 64, two stages, multicast, l2_ahead 1; the latent cache at q-len 1 and 2)
 // and a split schedule build clean with and without it; without it the descriptors are moved from
