@@ -18,11 +18,12 @@ attntune_plan::FlashDecodeWgmmaLaunch decode_wgmma_constants(const Defines& defi
 std::string describe_decode_wgmma(const Defines& d) {
   const auto c = decode_wgmma_constants(d);
   return fmt::format(
-      "grid (splits * ceil(heads_q / heads_kv * seqlen_q / {}), heads_kv, batch), {} threads (two consumer "
-      "warpgroups, a TMA producer warp), {} bytes of dynamic shared memory; the keys of each (sequence, kv head) "
-      "split over CTAs by the SM count, the splits merged by {} (a workspace this file keeps per device and "
-      "stream){}{}",
-      c.block_m, c.threads, c.smem_bytes, c.last_cta ? "the last CTA of each (sequence, kv head)" : "a second kernel",
+      "grid (splits * ceil(heads_q / heads_kv * seqlen_q / {}), heads_kv, batch), {} threads ({}, a TMA producer "
+      "warp), {} bytes of dynamic shared memory; the keys of each (sequence, kv head) split over CTAs by the SM "
+      "count, the splits merged by {} (a workspace this file keeps per device and stream){}{}",
+      c.block_m, c.threads,
+      c.kv_fp8 ? "one consumer warpgroup whose FP8 wgmma read the e4m3 cache as it lies" : "two consumer warpgroups",
+      c.smem_bytes, c.last_cta ? "the last CTA of each (sequence, kv head)" : "a second kernel",
       c.latent ? "; a latent cache: V is K's first head_dim_v columns (pass v = k)" : "",
       c.multicast ? "; a split's two row blocks run as a cluster of 2 sharing each K tile's load (TMA multicast): calls "
                     "of an even number of 64-row blocks"
@@ -38,6 +39,7 @@ nlohmann::ordered_json decode_wgmma_launch_json(const Defines& d) {
           {"combine", c.last_cta ? "last_cta" : "kernel"},
           {"kv_load", "tma"},
           {"latent", c.latent != 0},
+          {"kv_fp8", c.kv_fp8 != 0},
           {"multicast", c.multicast != 0}};
 }
 

@@ -70,4 +70,27 @@ TEST(ExportDecodeWgmmaNvcc, MlaAndWideKernelsExportAndBuildForSm90a) {
   ASSERT_EQ(ptx.status, 0) << ptx.output;
   EXPECT_NE(ptx.output.find(".reqnctapercluster 2, 1, 1"), std::string::npos);
 }
+
+// The FP8 path (kv_dtype=fp8, d=128): an export of its kernel carries the FP8 consumer
+// (templates/flash_decode_wgmma/fp8.cuh, ATT_KV_FP8), says 256 threads, and builds for sm_90a.
+TEST(ExportDecodeWgmmaNvcc, Fp8CacheKernelExportsAndBuildsForSm90a) {
+  const std::string nvcc = attntune::test::find_nvcc();
+  ASSERT_FALSE(nvcc.empty()) << "nvcc not found ($CUDACXX, $CUDA_HOME, PATH, /usr/local/cuda/bin): CI has the toolkit";
+  const std::string fp8 = "b=32,h=32,hkv=8,s=16,sk=4096,d=128,dtype=bf16,causal=1,page=16,kv_dtype=fp8";
+  TempDir dir;
+  const std::string db = dir.file("fp8.db");
+  ExportDb d{db, source_dir()};
+  d.campaign("flash_decode_wgmma", "fp8", fp8, {d.config("flash_decode_wgmma", fp8, {})}, {101.0});
+  const std::string cu = dir.file("fp8.cu"), lib = dir.file("libfp8.so");
+  const auto r = run_attntune("export --db " + shq(db) + " --all-best --dtype bf16 -o " + shq(cu));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string src = read_bytes(cu);
+  EXPECT_NE(src.find("#define ATT_KV_FP8 1"), std::string::npos);
+  EXPECT_NE(src.find("consume_fp8"), std::string::npos);
+  const nlohmann::json info = info_from_source(src);
+  ASSERT_EQ(info["kernels"].size(), 1u) << info.dump();
+  EXPECT_EQ(info["kernels"][0]["launch"]["threads"], 256) << info.dump();
+  const Shell b = sh(attntune::test::nvcc_shared_command(nvcc, "sm_90a", cu, lib));
+  ASSERT_EQ(b.status, 0) << b.output;
+}
 }  // namespace test_export_decode_wgmma
