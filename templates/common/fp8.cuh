@@ -54,38 +54,6 @@ __device__ __forceinline__ void e4m3_key_pairs(u32 x, u32& even, u32& odd) {
   odd = e4m3x2_to_f16x2(y >> 16);
 }
 
-// ---- FP8 operands of FP8 MMAs (flash_decode_wgmma's FP8 caches: its fp8.cuh) ----------------------
-// An fp16 pair to an e4m3 pair (round to nearest, saturating at 448; element 0 in bits 0..7).
-__device__ __forceinline__ u32 f16x2_to_e4m3x2(u32 x) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  unsigned short r;
-  asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;\n" : "=h"(r) : "r"(x));
-  return r;
-#else
-  return 0u * x;
-#endif
-}
-
-// An fp16 pair x as two e4m3 pairs, hi + lo: hi = e4m3(x), lo = e4m3(x - hi) (bits 0..15 of each).
-// The difference is exact in fp16 (x's 11 bits less hi's leading 4), and lo keeps its leading 4
-// bits: x = hi + lo exactly where x has at most 8 significant bits (a bf16 value) and its last bit
-// is no finer than e4m3's smallest subnormal (2^-9); else within 2^-9 of |x| (or 2^-10 absolute).
-__device__ __forceinline__ void f16x2_to_e4m3_pieces(u32 x, u32& hi, u32& lo) {
-  hi = f16x2_to_e4m3x2(x);
-  const u32 back = e4m3x2_to_f16x2(hi);
-  u32 r;
-  asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(x), "r"(back));
-  lo = f16x2_to_e4m3x2(r);
-}
-
-// Two transposing-ldmatrix registers a (keys 0-7 of a step) and b (keys 8-15) of e4m3 bytes (each:
-// 16-bit column g of key pair 2t, 2t + 1: key 2t dim 2g, key 2t dim 2g + 1, key 2t + 1 dim 2g, key
-// 2t + 1 dim 2g + 1) to keys 2t, 2t + 1, 8 + 2t, 9 + 2t at dim 2g (even) and at dim 2g + 1 (odd).
-__device__ __forceinline__ void e4m3_key_quads(u32 a, u32 b, u32& even, u32& odd) {
-  asm("prmt.b32 %0, %1, %2, 0x6420;\n" : "=r"(even) : "r"(a), "r"(b));
-  asm("prmt.b32 %0, %1, %2, 0x7531;\n" : "=r"(odd) : "r"(a), "r"(b));
-}
-
 }  // namespace att
 
 #endif  // ATTNTUNE_FP8_CUH

@@ -28,6 +28,34 @@
 //    times them is 0; K's give scores that are masked.
 // One consumer warpgroup (128 threads) and the producer warpgroup; two CTAs an SM.
 
+// An fp16 pair to an e4m3 pair (round to nearest, saturating at 448; element 0 in bits 0..7).
+__device__ __forceinline__ u32 f16x2_to_e4m3x2(u32 x) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;\n" : "=h"(r) : "r"(x));
+  return r;
+}
+
+// An fp16 pair x as two e4m3 pairs, hi + lo: hi = e4m3(x), lo = e4m3(x - hi) (bits 0..15 of each).
+// The difference is exact in fp16 (x's 11 bits less hi's leading 4), and lo keeps its leading 4
+// bits: x = hi + lo exactly where x has at most 8 significant bits (a bf16 value) and its last bit
+// is no finer than e4m3's smallest subnormal (2^-9); else within 2^-9 of |x| (or 2^-10 absolute).
+__device__ __forceinline__ void f16x2_to_e4m3_pieces(u32 x, u32& hi, u32& lo) {
+  hi = f16x2_to_e4m3x2(x);
+  u32 back, r;
+  const unsigned short h16 = static_cast<unsigned short>(hi);
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(back) : "h"(h16));
+  asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(x), "r"(back));
+  lo = f16x2_to_e4m3x2(r);
+}
+
+// Two transposing-ldmatrix registers a (keys 0-7 of a step) and b (keys 8-15) of e4m3 bytes (each:
+// 16-bit column g of key pair 2t, 2t + 1: key 2t dim 2g, key 2t dim 2g + 1, key 2t + 1 dim 2g, key
+// 2t + 1 dim 2g + 1) to keys 2t, 2t + 1, 8 + 2t, 9 + 2t at dim 2g (even) and at dim 2g + 1 (odd).
+__device__ __forceinline__ void e4m3_key_quads(u32 a, u32 b, u32& even, u32& odd) {
+  asm("prmt.b32 %0, %1, %2, 0x6420;\n" : "=r"(even) : "r"(a), "r"(b));
+  asm("prmt.b32 %0, %1, %2, 0x7531;\n" : "=r"(odd) : "r"(a), "r"(b));
+}
+
 // bf16 (fp16) pair x times qmul as fp16 (exact for a power of two that keeps it normal).
 __device__ __forceinline__ u32 fp8_q_pair(u32 x, float qmul) {
   float lo, hi;
