@@ -14,6 +14,9 @@
 // [w * dv / 2, (w + 1) * dv / 2) over all the tile's keys (wgmma m64n(dv/2) with P from registers:
 // its own fragments and its partner's, which have the same thread layout). O's 64 x 256 fp32 of a
 // warpgroup are 128 registers a thread, which is why d=512 needs two.
+//
+// An FP8 e4m3 cache at head dim 128 (ATT_KV_FP8; issue 42) runs another consumer, fp8.cuh's: one
+// warpgroup, S = Q K^T and O^T = V^T P^T as FP8 wgmma over the cache's bytes as they lie.
 #include "../common/ptx_sm90.cuh"
 #include "../flash_decode/args.h"
 #include "../flash_fwd_wgmma/wgmma.cuh"
