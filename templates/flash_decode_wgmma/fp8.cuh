@@ -18,8 +18,8 @@
 //    key 8 + 2t + i, and 16 + the same for keys 16..31), so each thread's P stores are whole words
 //    of its own accumulator pairs. O^T's rows are dims (warp w of m-block mb: 16(4mb + w) + 2g + h),
 //    its columns the packed rows; a thread's output pair (dims 2g, 2g + 1 of a row) is one store.
-//  - P = 2^(x - m + 8) (up to 256, in e4m3's range), two e4m3 pieces as Q: its row sum and V's scale
-//    take the 2^-8 back. A row's P pieces are bytes 0-63 (hi) and 64-127 (lo) of its 128-byte P
+//  - P = 2^(x - m + 8) (up to 256, in e4m3's range), two e4m3 pieces (p_pieces: hi rounded by its
+//    bits, two cvts a pair where Q's way takes four): its row sum and V's scale take the 2^-8 back. A row's P pieces are bytes 0-63 (hi) and 64-127 (lo) of its 128-byte P
 //    row, so O^T's four k-steps are hi, hi, lo, lo over the same two V^T fragments.
 //  - Accumulation: FP8 wgmma keeps fewer bits than fp32 in its sums (docs/design/flash_fwd_wgmma.md,
 //    "The FP8 forward"): each tile's O^T goes to fresh accumulators that one FFMA an element adds to
@@ -54,6 +54,25 @@ __device__ __forceinline__ void f16x2_to_e4m3_pieces(u32 x, u32& hi, u32& lo) {
 __device__ __forceinline__ void e4m3_key_quads(u32 a, u32 b, u32& even, u32& odd) {
   asm("prmt.b32 %0, %1, %2, 0x6420;\n" : "=r"(even) : "r"(a), "r"(b));
   asm("prmt.b32 %0, %1, %2, 0x7531;\n" : "=r"(odd) : "r"(a), "r"(b));
+}
+
+// fp32 x, y to e4m3 bytes (x in byte 0, y in byte 1): round to nearest even, saturated to +-448.
+__device__ __forceinline__ u32 fp8_e4m3x2(float x, float y) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(y), "f"(x));  // the first operand: the high byte
+  return r;
+}
+
+// P's two e4m3 pieces of a pair (p0 in byte 0): hi is p rounded to 4 significant bits by its bits
+// (add half of the dropped part, clear it: an integer add and a mask, not a conversion), lo = p -
+// hi exactly in fp32, and each pair is one cvt. hi is an e4m3 value where p >= 2^-6 (e4m3's smallest
+// normal; P is at most 256); below it the cvt rounds hi to e4m3's subnormal step, off by at most
+// 2^-10, which lo does not see: 2^-18 of the row's largest P, against bf16's 2^-9 a value.
+__device__ __forceinline__ void p_pieces(float p0, float p1, u32& hi, u32& lo) {
+  const float h0 = __uint_as_float((__float_as_uint(p0) + 0x80000u) & 0xfff00000u);
+  const float h1 = __uint_as_float((__float_as_uint(p1) + 0x80000u) & 0xfff00000u);
+  hi = fp8_e4m3x2(h0, h1);
+  lo = fp8_e4m3x2(p0 - h0, p1 - h1);
 }
 
 // bf16 (fp16) pair x times qmul as fp16 (exact for a power of two that keeps it normal).
@@ -244,7 +263,7 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
           const float p0 = ex2(fmaf(s[i], sl, -use8[h])), p1 = ex2(fmaf(s[i + 1], sl, -use8[h]));
           sum[h] += p0 + p1;
           u32 ph, pl;
-          f16x2_to_e4m3_pieces(pack2<false>(p0, p1), ph, pl);
+          p_pieces(p0, p1, ph, pl);
           hw[jj >> 1] |= ph << (16 * (jj & 1));
           lw[jj >> 1] |= pl << (16 * (jj & 1));
         }
