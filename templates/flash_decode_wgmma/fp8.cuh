@@ -149,8 +149,9 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, q4 = lane & 3;
   const int r_lo = warp * 16 + g;  // S's rows r_lo, r_lo + 8
   const int row0 = rb * T::kBlockM, rows_here = min(T::kBlockM, p.rows - row0);
-  // Stats (floats): [0, 64) O's factors by row, [64, 128) the rows' maxima, [128, 192) their sums.
-  const u32 s_f = stats, s_m = stats + 64 * 4, s_l = stats + 128 * 4;
+  // Stats (floats): [0, 128) O's factors by row of P tiles 0 and 1, [128, 192) the rows' maxima,
+  // [192, 256) their sums.
+  const u32 s_f = stats, s_m = stats + 128 * 4, s_l = stats + 192 * 4;
 
   // This unit's (sequence, KV head) dequantisation scales (1 without a table).
   float kds = 1.f, vds = 1.f;
@@ -181,11 +182,17 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
   for (int i = 0; i < 64; ++i) o[i >> 5][i & 31] = 0.f;
   float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.f, 0.f};
 
-  for (int t = 0; t < n; ++t) {
-    const u32 sk = ring + (t % T::kStages) * T::kStageBytes, sv = sk + T::kKBytes;
+  // One tile's steps (pipe serial or overlap, below). issue_s: wait for tile t's stage, then S =
+  // Q K^T, hi then lo (8 k32 steps into s; in flight until a wgmma wait). load_va: V^T's A fragments
+  // of this warp's dims (chunk 4mb + warp) over the tile's two k32 steps, V's bytes past the
+  // sequence zeroed (a fragment byte's keys: above). softmax: tile t's S complete in s, read only
+  // (a write to an accumulator while another wgmma is in flight makes ptxas serialize them): mask,
+  // online softmax (log2 units), P's pieces into P tile `buf` and O's factors by row beside it.
+  // issue_o: O^T's tile from P tile `buf` (hi, hi, lo, lo k-steps over the two V^T fragments) into
+  // fresh accumulators. fold: O = O * the rows' factors of `buf` + the tile.
+  auto issue_s = [&](int t, float (&s)[32]) {
+    const u32 sk = ring + (t % T::kStages) * T::kStageBytes;
     mbar_wait(bars + 8 * (t % T::kStages), (t / T::kStages) & 1);
-    // S = Q K^T, hi then lo (a chain of 8 k32 steps into one accumulator).
-    float s[32];
     const u64 k_desc = smem_desc_sw128(sk, 16, 1024);
     wgmma_fence();
 #pragma unroll
@@ -193,10 +200,10 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_lo + 2 * kk, k_desc + 2 * kk, 1);
     wgmma_commit();
-    // V^T's A fragments of this warp's dims (chunk 4mb + warp) over the tile's two k32 steps, while
-    // S runs; V's bytes past the sequence zeroed (keys of a fragment byte: above).
+  };
+  auto load_va = [&](int t, u32 (&va)[2][2][4]) {
+    const u32 sv = ring + (t % T::kStages) * T::kStageBytes + T::kKBytes;
     const int j0 = (t_begin + t) * T::kBlockN;
-    u32 va[2][2][4];
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
@@ -222,22 +229,31 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
           }
         }
     }
-    wgmma_wait<0>();
-    reg_fence(s);
-    // The stage is read: K by S, V into the fragments.
-    mbar_arrive(bars + 8 * (T::kStages + t % T::kStages));
-
-    // Mask, online softmax (log2 units), P's pieces into the P tile, O's factors by row.
-    if (j0 + T::kBlockN > min(lim[0], lim[1])) {
+  };
+  // The stage is read: K by S, V into the fragments.
+  auto release = [&](int t) { mbar_arrive(bars + 8 * (T::kStages + t % T::kStages)); };
+  // softmax: tile t's S complete in s, read only (a write to an accumulator while another wgmma is
+  // in flight makes ptxas serialize them): mask, online softmax (log2 units), P's pieces and the
+  // rows' factors into registers (pw); store_p then puts them in P tile `buf` and beside it. Apart,
+  // so that under the overlapped schedule no shared-memory store comes while O^T_t, which reads
+  // shared memory, is in flight: ptxas waited for it before the first such store.
+  struct PWords {
+    u32 w[2][2][2][2];  // [k-step][row h][word at 4q4 / 16 + 4q4][hi, lo]
+    float f[2];
+  };
+  auto softmax = [&](int t, const float (&s)[32], PWords& pw) {
+    const int j0 = (t_begin + t) * T::kBlockN;
+    const bool masked = j0 + T::kBlockN > min(lim[0], lim[1]);
+    float pr[32];  // S read once
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int j = j0 + 8 * (i / 4) + 2 * q4 + (i & 1);
-        if (j >= lim[(i >> 1) & 1]) s[i] = neg_inf();
-      }
-    }
+    for (int i = 0; i < 32; ++i) pr[i] = s[i];
+    auto x_of = [&](int i) {
+      const int j = j0 + 8 * (i / 4) + 2 * q4 + (i & 1);
+      return masked && j >= lim[(i >> 1) & 1] ? neg_inf() : pr[i];
+    };
     float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
-    for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x_of(i));
     float use8[2], sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -245,66 +261,159 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
       const float m_new = fmaxf(m_run[h], mx[h] * sl);
       const float m_use = m_new == neg_inf() ? 0.f : m_new;
-      const float f = ex2(m_run[h] - m_use);
+      pw.f[h] = ex2(m_run[h] - m_use);
       m_run[h] = m_new;
-      l_run[h] *= f;
+      l_run[h] *= pw.f[h];
       use8[h] = m_use - 8.f;
-      if (q4 == 0) st_shared_f32(s_f + 4 * (r_lo + 8 * h), f);
     }
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int r = r_lo + 8 * h;
-        u32 hw[2] = {0, 0}, lw[2] = {0, 0};  // words at bytes 4q4 and 16 + 4q4 of k-step kk
+#pragma unroll
+        for (int w = 0; w < 2; ++w) pw.w[kk][h][w][0] = pw.w[kk][h][w][1] = 0;
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
           const int i = 4 * (4 * kk + jj) + 2 * h;
-          const float p0 = ex2(fmaf(s[i], sl, -use8[h])), p1 = ex2(fmaf(s[i + 1], sl, -use8[h]));
+          const float p0 = ex2(fmaf(x_of(i), sl, -use8[h])), p1 = ex2(fmaf(x_of(i + 1), sl, -use8[h]));
           sum[h] += p0 + p1;
           u32 ph, pl;
           p_pieces(p0, p1, ph, pl);
-          hw[jj >> 1] |= ph << (16 * (jj & 1));
-          lw[jj >> 1] |= pl << (16 * (jj & 1));
-        }
-#pragma unroll
-        for (int w = 0; w < 2; ++w) {
-          const int off = 32 * kk + 16 * w + 4 * q4;  // hi; lo at + 64
-          const u32 at = s_p + r * 128 + (4 * q4 | ((((off >> 4)) ^ (r & 7)) << 4));
-          const u32 at_lo = s_p + r * 128 + (4 * q4 | ((((off + 64) >> 4) ^ (r & 7)) << 4));
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(hw[w]) : "memory");
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at_lo), "r"(lw[w]) : "memory");
+          pw.w[kk][h][jj >> 1][0] |= ph << (16 * (jj & 1));
+          pw.w[kk][h][jj >> 1][1] |= pl << (16 * (jj & 1));
         }
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h) l_run[h] += sum[h] * (1.f / 256.f);  // this thread's part (the quad sums at the end)
-    fence_proxy_async();  // P's generic stores, then wgmma's reads
-    named_bar_sync(1, 128);
-
-    // O^T's tile: hi, hi, lo, lo k-steps over V^T's two fragments, into fresh accumulators.
-    float acc[2][32];
+  };
+  // Pins pw's values before the next volatile asm (a wgmma wait): without it the compiler sinks the
+  // softmax's arithmetic below the wait to where store_p uses it, and nothing overlaps O^T_t.
+  auto pin = [](PWords& pw) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) asm volatile("" : "+r"((&pw.w[0][0][0][0])[i]));
+    asm volatile("" : "+f"(pw.f[0]), "+f"(pw.f[1]));
+  };
+  auto store_p = [&](const PWords& pw, int buf) {
+    const u32 pt = s_p + buf * T::kPTile, ft = s_f + buf * 64 * 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (q4 == 0) st_shared_f32(ft + 4 * (r_lo + 8 * h), pw.f[h]);
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r_lo + 8 * h;
+#pragma unroll
+        for (int w = 0; w < 2; ++w) {
+          const int off = 32 * kk + 16 * w + 4 * q4;  // hi; lo at + 64
+          const u32 at = pt + r * 128 + (4 * q4 | (((off >> 4) ^ (r & 7)) << 4));
+          const u32 at_lo = pt + r * 128 + (4 * q4 | ((((off + 64) >> 4) ^ (r & 7)) << 4));
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(pw.w[kk][h][w][0]) : "memory");
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at_lo), "r"(pw.w[kk][h][w][1]) : "memory");
+        }
+      }
+  };
+  auto issue_o = [&](const u32 (&va)[2][2][4], int buf, float (&acc)[2][32]) {
+    const u64 pd = p_desc + ((buf * T::kPTile) >> 4);
     wgmma_fence();
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) WgmmaE4m3<64>::rs(acc[mb], va[mb][ks & 1], p_desc + 2 * ks, ks > 0);
+      for (int ks = 0; ks < 4; ++ks) WgmmaE4m3<64>::rs(acc[mb], va[mb][ks & 1], pd + 2 * ks, ks > 0);
     wgmma_commit();
+  };
+  auto fold = [&](int buf, const float (&acc)[2][32]) {
     float f[16];  // O's factors of this thread's columns 8j + 2q4 + e
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       float2 x;
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(x.x), "=f"(x.y) : "r"(s_f + 4 * (8 * j + 2 * q4)) : "memory");
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                   : "=f"(x.x), "=f"(x.y)
+                   : "r"(s_f + buf * 64 * 4 + 4 * (8 * j + 2 * q4))
+                   : "memory");
       f[2 * j] = x.x, f[2 * j + 1] = x.y;
     }
-    wgmma_wait<0>();
-    reg_fence(acc[0]);
-    reg_fence(acc[1]);
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
       for (int i = 0; i < 32; ++i) o[mb][i] = fmaf(o[mb][i], f[2 * (i >> 2) + (i & 1)], acc[mb][i]);
-    // The P tile and the factors are rewritten next tile: every warp is past its reads.
+  };
+
+  if constexpr (T::kPipe == 0) {
+    // serial: S_t, its softmax, O^T_t, one tile after the other; one P tile.
+    for (int t = 0; t < n; ++t) {
+      float s[32];
+      u32 va[2][2][4];
+      issue_s(t, s);
+      load_va(t, va);  // while S runs
+      wgmma_wait<0>();
+      reg_fence(s);
+      release(t);
+      PWords pw;
+      softmax(t, s, pw);
+      store_p(pw, 0);
+      fence_proxy_async();  // P's generic stores, then wgmma's reads
+      named_bar_sync(1, 128);
+      float acc[2][32];
+      issue_o(va, 0, acc);
+      wgmma_wait<0>();
+      reg_fence(acc[0]);
+      reg_fence(acc[1]);
+      fold(0, acc);
+      named_bar_sync(1, 128);  // the P tile and the factors are rewritten next tile
+    }
+  } else if (n > 0) {
+    // overlap: S_{t+1} issued before O^T_t, the softmax of t+1 (into the other P tile) while O^T_t
+    // runs. Both issues and both waits in one iteration (ptxas tracks which group a wait<1> leaves
+    // in flight only there: consume's overlap). One barrier a tile: after it every warp's P_{t+1} is
+    // stored and every warp's O^T_t has read P_t, which P_{t+2} then overwrites.
+    float s[32];
+    u32 va[2][2][4];
+    issue_s(0, s);
+    load_va(0, va);
+    wgmma_wait<0>();
+    reg_fence(s);
+    release(0);
+    {
+      PWords pw;
+      softmax(0, s, pw);
+      store_p(pw, 0);
+    }
+    fence_proxy_async();
     named_bar_sync(1, 128);
+    // Every tile but the last: both issues and both waits with no condition between them (with
+    // them under `if (t + 1 < n)` ptxas could not tell which group wait<1> leaves in flight and
+    // serialized every wgmma, C7514). The last tile's O^T alone after the loop.
+    for (int t = 0; t + 1 < n; ++t) {
+      const int buf = t & 1;
+      issue_s(t + 1, s);
+      float acc[2][32];
+      issue_o(va, buf, acc);
+      wgmma_wait<1>();
+      reg_fence(s);
+      PWords pw;
+      softmax(t + 1, s, pw);
+      pin(pw);
+      wgmma_wait<0>();
+      reg_fence(acc[0]);
+      reg_fence(acc[1]);
+      fold(buf, acc);
+      store_p(pw, buf ^ 1);
+      // V^T's fragments of t+1 once O^T_t no longer reads va (16 registers fewer than loading
+      // them under S_{t+1}: at 232 that spilled), then the stage goes back.
+      load_va(t + 1, va);
+      release(t + 1);
+      fence_proxy_async();
+      named_bar_sync(1, 128);
+    }
+    {
+      float acc[2][32];
+      issue_o(va, (n - 1) & 1, acc);
+      wgmma_wait<0>();
+      reg_fence(acc[0]);
+      reg_fence(acc[1]);
+      fold((n - 1) & 1, acc);
+    }
   }
 
   // The rows' sums and maxima by row, then O^T's threads write their columns' rows.

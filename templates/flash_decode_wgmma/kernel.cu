@@ -96,7 +96,9 @@ struct Traits {
   static constexpr int kStageBytes = kKBytes + kVBytes;
   static constexpr int kRing = kQBytes;
   static constexpr int kXchg = kRing + kStages * kStageBytes;  // [warpgroup][k-step][thread] uint4 (FP8: the P tile)
-  static constexpr int kStats = kXchg + (kKvFp8 ? kBlockM * 128 : 2 * kPSteps * 128 * 16);  // [max, sum][warpgroup][64 rows] floats
+  // FP8: P tiles of 64 rows of 128 bytes, two with the overlapped schedule (fp8.cuh).
+  static constexpr int kPTile = kBlockM * 128;
+  static constexpr int kStats = kXchg + (kKvFp8 ? (kPipe ? 2 : 1) * kPTile : 2 * kPSteps * 128 * 16);  // [max, sum][warpgroup][64 rows] floats
   static constexpr int kBars = kStats + 4 * 64 * 4;              // full[kStages], empty[kStages]
   static constexpr int kSmemBytes = kBars + 2 * kStages * 8;
 };
@@ -104,11 +106,12 @@ typedef Traits T;
 static_assert(T::kBlockM == 64, "one wgmma M of rows");
 static_assert(T::kThreads == T::kConsumers + 128, "two consumer warpgroups and a producer warpgroup");
 // Registers after setmaxnreg: 2 * 128 * 224 + 128 * 56 = 64512 of the SM's 65536 (one CTA an SM);
-// FP8, two CTAs of one consumer warpgroup: 2 * (128 * 216 + 128 * 40) = 65536.
-constexpr int kConsumerRegs = T::kKvFp8 ? 216 : 224, kProducerRegs = T::kKvFp8 ? 40 : 56;
+// FP8, two CTAs of one consumer warpgroup: 2 * (128 * 216 + 128 * 40) = 65536, and with the
+// overlapped schedule 232 and 24 (its softmax runs beside O^T's accumulators: at 224 it spilled).
+constexpr int kConsumerRegs = T::kKvFp8 ? (T::kPipe ? 232 : 216) : 224, kProducerRegs = T::kKvFp8 ? (T::kPipe ? 24 : 40) : 56;
 static_assert(!T::kKvFp8 || (T::kHeadDim == 128 && T::kHeadDimV == 128 && !T::kLatent && T::kBlockN == 64 &&
-                             T::kPipe == 0 && !T::kSingle && !T::kMulticast),
-              "FP8 caches: head dim 128, V apart, 64-key tiles, the serial schedule of one warpgroup");
+                             T::kPipe != 1 && !T::kSingle && !T::kMulticast),
+              "FP8 caches: head dim 128, V apart, 64-key tiles, one warpgroup's serial or overlapped schedule");
 static_assert(T::kSmemBytes == SMEM_BYTES, "the space's smem_bytes and the kernel's layout disagree");
 static_assert(T::kHeadDim % 64 == 0 && T::kHeadDimV % 128 == 0 && T::kHeadDimV <= T::kHeadDim,
               "column blocks of 64; V's half a multiple of 64 columns");

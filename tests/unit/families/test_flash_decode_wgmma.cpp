@@ -189,7 +189,7 @@ TEST(FlashDecodeWgmmaBuild, EveryScheduleCompilesWithoutSpills) {
 }
 
 // The FP8 path (kv_dtype=fp8, d=128: templates/flash_decode_wgmma/fp8.cuh): issue 42's decode rows
-// have configs on sm_90a (64-key tiles, the serial schedule, 2-4 stages, two CTAs an SM), a 16-bit
+// have configs on sm_90a (64-key tiles, the serial or overlapped schedule, 2-4 stages, two CTAs an SM), a 16-bit
 // cache at d=128 and an FP8 one at another head dim are refused with the reason, the plan launches
 // one consumer and one producer warpgroup (256 threads) over flash_decode's FP8 tensor maps, and
 // every config builds for sm_90a with no spill and no wgmma serialized (ptxas's C75xx warnings).
@@ -207,7 +207,8 @@ TEST(FlashDecodeWgmmaFp8, SpaceAndPlan) {
     EXPECT_GE(space.count(p, "sm_90a"), 6u) << p.str();
     for (const Config& c : space.enumerate(p, "sm_90a")) {
       EXPECT_EQ(std::get<std::int64_t>(c.at("block_n")), 64) << config_str(c);
-      EXPECT_EQ(std::get<std::string>(c.at("pipe")), "serial") << config_str(c);
+      const std::string pipe = std::get<std::string>(c.at("pipe"));
+      EXPECT_TRUE(pipe == "serial" || pipe == "overlap") << config_str(c);
     }
   }
   for (const char* bad : {"b=4,h=32,hkv=8,s=1,sk=1000,d=128,dtype=bf16,causal=0",
