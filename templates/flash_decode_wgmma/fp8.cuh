@@ -190,15 +190,38 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
   // online softmax (log2 units), P's pieces into P tile `buf` and O's factors by row beside it.
   // issue_o: O^T's tile from P tile `buf` (hi, hi, lo, lo k-steps over the two V^T fragments) into
   // fresh accumulators. fold: O = O * the rows' factors of `buf` + the tile.
-  auto issue_s = [&](int t, float (&s)[32]) {
+  auto issue_s = [&](int t, float (&s)[32], float (&s2)[32]) {
     const u32 sk = ring + (t % T::kStages) * T::kStageBytes;
     mbar_wait(bars + 8 * (t % T::kStages), (t / T::kStages) & 1);
     const u64 k_desc = smem_desc_sw128(sk, 16, 1024);
     wgmma_fence();
+    if constexpr (T::kFp8Acc == 0) {  // hi_first: hi's k-steps, then lo's into the same sums
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_hi + 2 * kk, k_desc + 2 * kk, kk > 0);
+      for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_hi + 2 * kk, k_desc + 2 * kk, kk > 0);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_lo + 2 * kk, k_desc + 2 * kk, 1);
+      for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_lo + 2 * kk, k_desc + 2 * kk, 1);
+    } else if constexpr (T::kFp8Acc == 1) {  // lo_first: lo's small products before hi's
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_lo + 2 * kk, k_desc + 2 * kk, kk > 0);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_hi + 2 * kk, k_desc + 2 * kk, 1);
+    } else if constexpr (T::kFp8Acc == 2) {  // split: hi's sums in s, lo's in s2, added by the softmax's read
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_hi + 2 * kk, k_desc + 2 * kk, kk > 0);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s2, q_lo + 2 * kk, k_desc + 2 * kk, kk > 0);
+    } else {  // steps (serial only): each k-step's products in fresh sums, added in fp32 (lo's first)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (j > 0) wgmma_fence();
+        WgmmaE4m3<64>::ss(s2, (j < 4 ? q_lo : q_hi) + 2 * (j & 3), k_desc + 2 * (j & 3), false);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(s2);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] = j > 0 ? s[i] + s2[i] : s2[i];
+      }
+    }
     wgmma_commit();
   };
   auto load_va = [&](int t, u32 (&va)[2][2][4]) {
@@ -241,12 +264,12 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
     u32 w[2][2][2][2];  // [k-step][row h][word at 4q4 / 16 + 4q4][hi, lo]
     float f[2];
   };
-  auto softmax = [&](int t, const float (&s)[32], PWords& pw) {
+  auto softmax = [&](int t, const float (&s)[32], const float (&s2)[32], PWords& pw) {
     const int j0 = (t_begin + t) * T::kBlockN;
     const bool masked = j0 + T::kBlockN > min(lim[0], lim[1]);
     float pr[32];  // S read once
 #pragma unroll
-    for (int i = 0; i < 32; ++i) pr[i] = s[i];
+    for (int i = 0; i < 32; ++i) pr[i] = T::kFp8Acc == 2 ? s[i] + s2[i] : s[i];
     auto x_of = [&](int i) {
       const int j = j0 + 8 * (i / 4) + 2 * q4 + (i & 1);
       return masked && j >= lim[(i >> 1) & 1] ? neg_inf() : pr[i];
@@ -319,7 +342,10 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) WgmmaE4m3<64>::rs(acc[mb], va[mb][ks & 1], pd + 2 * ks, ks > 0);
+      for (int kq = 0; kq < 4; ++kq) {
+        const int ks = T::kFp8Acc == 0 ? kq : (kq + 2) & 3;  // P's lo k-steps (2, 3) first but in hi_first
+        WgmmaE4m3<64>::rs(acc[mb], va[mb][ks & 1], pd + 2 * ks, kq > 0);
+      }
     wgmma_commit();
   };
   auto fold = [&](int buf, const float (&acc)[2][32]) {
@@ -342,15 +368,16 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
   if constexpr (T::kPipe == 0) {
     // serial: S_t, its softmax, O^T_t, one tile after the other; one P tile.
     for (int t = 0; t < n; ++t) {
-      float s[32];
+      float s[32], s2[32];
       u32 va[2][2][4];
-      issue_s(t, s);
+      issue_s(t, s, s2);
       load_va(t, va);  // while S runs
       wgmma_wait<0>();
       reg_fence(s);
+      if constexpr (T::kFp8Acc == 2) reg_fence(s2);
       release(t);
       PWords pw;
-      softmax(t, s, pw);
+      softmax(t, s, s2, pw);
       store_p(pw, 0);
       fence_proxy_async();  // P's generic stores, then wgmma's reads
       named_bar_sync(1, 128);
@@ -367,16 +394,17 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
     // runs. Both issues and both waits in one iteration (ptxas tracks which group a wait<1> leaves
     // in flight only there: consume's overlap). One barrier a tile: after it every warp's P_{t+1} is
     // stored and every warp's O^T_t has read P_t, which P_{t+2} then overwrites.
-    float s[32];
+    float s[32], s2[32];
     u32 va[2][2][4];
-    issue_s(0, s);
+    issue_s(0, s, s2);
     load_va(0, va);
     wgmma_wait<0>();
     reg_fence(s);
+    if constexpr (T::kFp8Acc == 2) reg_fence(s2);
     release(0);
     {
       PWords pw;
-      softmax(0, s, pw);
+      softmax(0, s, s2, pw);
       store_p(pw, 0);
     }
     fence_proxy_async();
@@ -386,13 +414,14 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
     // serialized every wgmma, C7514). The last tile's O^T alone after the loop.
     for (int t = 0; t + 1 < n; ++t) {
       const int buf = t & 1;
-      issue_s(t + 1, s);
+      issue_s(t + 1, s, s2);
       float acc[2][32];
       issue_o(va, buf, acc);
       wgmma_wait<1>();
       reg_fence(s);
+      if constexpr (T::kFp8Acc == 2) reg_fence(s2);
       PWords pw;
-      softmax(t + 1, s, pw);
+      softmax(t + 1, s, s2, pw);
       pin(pw);
       wgmma_wait<0>();
       reg_fence(acc[0]);

@@ -49,6 +49,10 @@ struct Traits {
   static constexpr int kVDim = kKvFp8 ? kHeadDimV / 2 : kHeadDimV;  // a V row likewise
   static constexpr int kElemBytes = kKvFp8 ? 1 : 2;                  // a cache element's bytes
   static constexpr int kCtasPerSm = kKvFp8 ? 2 : 1;
+  // The FP8 path's order of S's and O^T's e4m3 pieces (fp8.cuh; Hopper's FP8 wgmma keeps fewer
+  // bits than fp32 in its sums): 0 hi_first, 1 lo_first, 2 split (S's lo pieces in sums of their own),
+  // 3 steps (each k-step's products in fresh sums, waited one by one: the precise one).
+  static constexpr int kFp8Acc = FP8_ACC;
   static constexpr bool kLastCta = COMBINE == COMBINE_LAST_CTA;
   // The consumers' schedule (README.md): 0 serial, 1 fused (P_t V_t and S_{t+1} back to back), 2
   // overlap (S_{t+1} then P_t V_t, the softmax of tile t+1 while P_t V_t runs; three stages or more).
