@@ -4,11 +4,11 @@
 // No byte of the cache is converted or transposed in shared memory: both products are FP8 wgmma
 // (m64nNk32 e4m3 x e4m3, fp32 accumulators) arranged so that K and V serve as they lie.
 //  - S = Q K^T: A = Q (64 packed rows), B = the K tile (a key's 128 bytes contiguous: K-major,
-//    which is all FP8 wgmma takes), both from shared memory. Q is bf16 or fp16, so it becomes two
-//    e4m3 pieces, hi = e4m3(q 2^-e) and lo = e4m3(q 2^-e - hi), each one more pass of the k-steps;
-//    e puts the CTA's largest |q| in [2^7, 2^8), and hi + lo is q 2^-e exactly for a bf16 q down
-//    to 2^-10 of the largest (8 significant bits, 4 a piece; an fp16 q to 9 bits). 2^e joins K's
-//    scale.
+//    which is all FP8 wgmma takes), both from shared memory. Q (bf16: the space serves no fp16
+//    query, whose pieces would keep 9 of its 11 bits) becomes two e4m3 pieces, hi = e4m3(q 2^-e)
+//    and lo = e4m3(q 2^-e - hi), each one more pass of the k-steps; e puts the CTA's largest |q| in
+//    [2^7, 2^8), and hi + lo is q 2^-e exactly down to 2^-10 of the largest (8 significant bits, 4
+//    a piece). 2^e joins K's scale.
 //  - O^T = V^T P^T: A = V^T from registers, B = P from shared memory, where a row's keys are
 //    contiguous (K-major again). A warp's k32 A fragment holds, of its rows g and g + 8, 4 keys a
 //    register; a transposing ldmatrix of V (16-bit columns = pairs of dims) gives a lane keys 2t,
@@ -19,11 +19,15 @@
 //    of its own accumulator pairs. O^T's rows are dims (warp w of m-block mb: 16(4mb + w) + 2g + h),
 //    its columns the packed rows; a thread's output pair (dims 2g, 2g + 1 of a row) is one store.
 //  - P = 2^(x - m + 8) (up to 256, in e4m3's range), two e4m3 pieces (p_pieces: hi rounded by its
-//    bits, two cvts a pair where Q's way takes four): its row sum and V's scale take the 2^-8 back. A row's P pieces are bytes 0-63 (hi) and 64-127 (lo) of its 128-byte P
-//    row, so O^T's four k-steps are hi, hi, lo, lo over the same two V^T fragments.
-//  - Accumulation: FP8 wgmma keeps fewer bits than fp32 in its sums (docs/design/flash_fwd_wgmma.md,
-//    "The FP8 forward"): each tile's O^T goes to fresh accumulators that one FFMA an element adds to
-//    O (O * the row's factor + the tile's).
+//    bits, two cvts a pair where Q's way takes four): its row sum and V's scale take the 2^-8 back.
+//    A row's P pieces are bytes 0-63 (hi) and 64-127 (lo) of its 128-byte P row, so O^T's four
+//    k-steps are lo, lo, hi, hi over the same two V^T fragments.
+//  - Sums: FP8 wgmma adds its products and the accumulator it is given at fewer bits than fp32
+//    (aligned to the largest of them; docs/design/flash_decode_wgmma.md, "FP8 caches"). S summed
+//    in one accumulator over its 8 wgmmas missed the LSE's 1e-3 (H100: 1.1e-3 to 4e-3), so S goes
+//    in fresh sums a k-step (fp8_sums k_step: lo's wgmma then hi's, 4 sums added in fp32) or a
+//    wgmma (piece: 8). Each tile's O^T goes to fresh accumulators, P's small lo products first,
+//    that one FFMA an element adds to O (O * the row's factor + the tile's).
 //  - V's bytes past the sequence (stale, NaN) are zeroed in the fragments of the last tile, so P = 0
 //    times them is 0; K's give scores that are masked.
 // One consumer warpgroup (128 threads) and the producer warpgroup; two CTAs an SM.
@@ -182,48 +186,16 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
   for (int i = 0; i < 64; ++i) o[i >> 5][i & 31] = 0.f;
   float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.f, 0.f};
 
-  // One tile's steps (pipe serial or overlap, below). issue_s: wait for tile t's stage, then S =
-  // Q K^T, hi then lo (8 k32 steps into s; in flight until a wgmma wait). load_va: V^T's A fragments
-  // of this warp's dims (chunk 4mb + warp) over the tile's two k32 steps, V's bytes past the
-  // sequence zeroed (a fragment byte's keys: above). softmax: tile t's S complete in s, read only
-  // (a write to an accumulator while another wgmma is in flight makes ptxas serialize them): mask,
-  // online softmax (log2 units), P's pieces into P tile `buf` and O's factors by row beside it.
-  // issue_o: O^T's tile from P tile `buf` (hi, hi, lo, lo k-steps over the two V^T fragments) into
-  // fresh accumulators. fold: O = O * the rows' factors of `buf` + the tile.
-  auto issue_s = [&](int t, float (&s)[32], float (&s2)[32]) {
-    const u32 sk = ring + (t % T::kStages) * T::kStageBytes;
-    mbar_wait(bars + 8 * (t % T::kStages), (t / T::kStages) & 1);
-    const u64 k_desc = smem_desc_sw128(sk, 16, 1024);
-    wgmma_fence();
-    if constexpr (T::kFp8Acc == 0) {  // hi_first: hi's k-steps, then lo's into the same sums
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_hi + 2 * kk, k_desc + 2 * kk, kk > 0);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_lo + 2 * kk, k_desc + 2 * kk, 1);
-    } else if constexpr (T::kFp8Acc == 1) {  // lo_first: lo's small products before hi's
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_lo + 2 * kk, k_desc + 2 * kk, kk > 0);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_hi + 2 * kk, k_desc + 2 * kk, 1);
-    } else if constexpr (T::kFp8Acc == 2) {  // split: hi's sums in s, lo's in s2, added by the softmax's read
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s, q_hi + 2 * kk, k_desc + 2 * kk, kk > 0);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) WgmmaE4m3<64>::ss(s2, q_lo + 2 * kk, k_desc + 2 * kk, kk > 0);
-    } else {  // steps (serial only): each k-step's products in fresh sums, added in fp32 (lo's first)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if (j > 0) wgmma_fence();
-        WgmmaE4m3<64>::ss(s2, (j < 4 ? q_lo : q_hi) + 2 * (j & 3), k_desc + 2 * (j & 3), false);
-        wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(s2);
-#pragma unroll
-        for (int i = 0; i < 32; ++i) s[i] = j > 0 ? s[i] + s2[i] : s2[i];
-      }
-    }
-    wgmma_commit();
-  };
+  // One tile's steps (the loop below). issue_s: wait for tile t's stage, then S = Q K^T in sums of
+  // a k-step or a wgmma each (fp8_sums, above), V^T's fragments loaded while the first are in flight;
+  // s holds S but for the last sums, left in flight in s2 (k_step), which the softmax adds.
+  // load_va: V^T's A fragments of this warp's dims (chunk 4mb + warp) over the tile's two k32
+  // steps, V's bytes past the sequence zeroed (a fragment byte's keys: above). softmax: tile t's S,
+  // read only (a write to an accumulator while another wgmma is in flight makes ptxas serialize
+  // them): mask, online softmax (log2 units), P's pieces and O's factors by row into registers,
+  // which store_p puts in the P tile and beside it. issue_o: O^T's tile from the P tile (lo, lo, hi,
+  // hi k-steps over the two V^T fragments) into fresh accumulators. fold: O = O * the rows' factors
+  // + the tile.
   auto load_va = [&](int t, u32 (&va)[2][2][4]) {
     const u32 sv = ring + (t % T::kStages) * T::kStageBytes + T::kKBytes;
     const int j0 = (t_begin + t) * T::kBlockN;
@@ -253,13 +225,51 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
         }
     }
   };
+  auto issue_s = [&](int t, float (&s)[32], float (&s2)[32], u32 (&va)[2][2][4]) {
+    const u32 sk = ring + (t % T::kStages) * T::kStageBytes;
+    mbar_wait(bars + 8 * (t % T::kStages), (t / T::kStages) & 1);
+    const u64 k_desc = smem_desc_sw128(sk, 16, 1024);
+    // Sum j's wgmma (lo's k-steps 0-3, then hi's 4-7) into acc, fresh if `fresh`.
+    auto mma = [&](float (&acc)[32], int j, bool fresh) {
+      WgmmaE4m3<64>::ss(acc, (j < 4 ? q_lo : q_hi) + 2 * (j & 3), k_desc + 2 * (j & 3), !fresh);
+    };
+    if constexpr (T::kFp8Sums == 0) {
+      // k_step: k-step kk's two pieces (lo, then hi) in fresh sums, added in fp32: kk 0 into s and
+      // 1 into s2, both in flight, then s += s2 and kk 2, then s += s2 and kk 3, whose sums the
+      // softmax adds to s once the caller's wait is done.
+      wgmma_fence();
+      mma(s, 0, true), mma(s, 4, false);
+      mma(s2, 1, true), mma(s2, 5, false);
+      wgmma_commit();
+      load_va(t, va);
+#pragma unroll
+      for (int kk = 2; kk < 4; ++kk) {
+        wgmma_wait<0>();
+        reg_fence(s);
+        reg_fence(s2);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] += s2[i];
+        wgmma_fence();
+        mma(s2, kk, true), mma(s2, 4 + kk, false);
+        wgmma_commit();
+      }
+    } else {
+      // piece: each wgmma's products in fresh sums (8 waits a tile), lo's first; s complete here.
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        wgmma_fence();
+        mma(s2, j, true);
+        wgmma_commit();
+        if (j == 0) load_va(t, va);
+        wgmma_wait<0>();
+        reg_fence(s2);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] = j > 0 ? s[i] + s2[i] : s2[i];
+      }
+    }
+  };
   // The stage is read: K by S, V into the fragments.
   auto release = [&](int t) { mbar_arrive(bars + 8 * (T::kStages + t % T::kStages)); };
-  // softmax: tile t's S complete in s, read only (a write to an accumulator while another wgmma is
-  // in flight makes ptxas serialize them): mask, online softmax (log2 units), P's pieces and the
-  // rows' factors into registers (pw); store_p then puts them in P tile `buf` and beside it. Apart,
-  // so that under the overlapped schedule no shared-memory store comes while O^T_t, which reads
-  // shared memory, is in flight: ptxas waited for it before the first such store.
   struct PWords {
     u32 w[2][2][2][2];  // [k-step][row h][word at 4q4 / 16 + 4q4][hi, lo]
     float f[2];
@@ -269,7 +279,7 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
     const bool masked = j0 + T::kBlockN > min(lim[0], lim[1]);
     float pr[32];  // S read once
 #pragma unroll
-    for (int i = 0; i < 32; ++i) pr[i] = T::kFp8Acc == 2 ? s[i] + s2[i] : s[i];
+    for (int i = 0; i < 32; ++i) pr[i] = T::kFp8Sums == 0 ? s[i] + s2[i] : s[i];
     auto x_of = [&](int i) {
       const int j = j0 + 8 * (i / 4) + 2 * q4 + (i & 1);
       return masked && j >= lim[(i >> 1) & 1] ? neg_inf() : pr[i];
@@ -309,13 +319,6 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
 #pragma unroll
     for (int h = 0; h < 2; ++h) l_run[h] += sum[h] * (1.f / 256.f);  // this thread's part (the quad sums at the end)
   };
-  // Pins pw's values before the next volatile asm (a wgmma wait): without it the compiler sinks the
-  // softmax's arithmetic below the wait to where store_p uses it, and nothing overlaps O^T_t.
-  auto pin = [](PWords& pw) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) asm volatile("" : "+r"((&pw.w[0][0][0][0])[i]));
-    asm volatile("" : "+f"(pw.f[0]), "+f"(pw.f[1]));
-  };
   auto store_p = [&](const PWords& pw, int buf) {
     const u32 pt = s_p + buf * T::kPTile, ft = s_f + buf * 64 * 4;
 #pragma unroll
@@ -343,7 +346,7 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
     for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
       for (int kq = 0; kq < 4; ++kq) {
-        const int ks = T::kFp8Acc == 0 ? kq : (kq + 2) & 3;  // P's lo k-steps (2, 3) first but in hi_first
+        const int ks = (kq + 2) & 3;  // P's lo k-steps (2, 3) before its hi ones: the small products first
         WgmmaE4m3<64>::rs(acc[mb], va[mb][ks & 1], pd + 2 * ks, kq > 0);
       }
     wgmma_commit();
@@ -365,84 +368,27 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
       for (int i = 0; i < 32; ++i) o[mb][i] = fmaf(o[mb][i], f[2 * (i >> 2) + (i & 1)], acc[mb][i]);
   };
 
-  if constexpr (T::kPipe == 0) {
-    // serial: S_t, its softmax, O^T_t, one tile after the other; one P tile.
-    for (int t = 0; t < n; ++t) {
-      float s[32], s2[32];
-      u32 va[2][2][4];
-      issue_s(t, s, s2);
-      load_va(t, va);  // while S runs
-      wgmma_wait<0>();
-      reg_fence(s);
-      if constexpr (T::kFp8Acc == 2) reg_fence(s2);
-      release(t);
-      PWords pw;
-      softmax(t, s, s2, pw);
-      store_p(pw, 0);
-      fence_proxy_async();  // P's generic stores, then wgmma's reads
-      named_bar_sync(1, 128);
-      float acc[2][32];
-      issue_o(va, 0, acc);
-      wgmma_wait<0>();
-      reg_fence(acc[0]);
-      reg_fence(acc[1]);
-      fold(0, acc);
-      named_bar_sync(1, 128);  // the P tile and the factors are rewritten next tile
-    }
-  } else if (n > 0) {
-    // overlap: S_{t+1} issued before O^T_t, the softmax of t+1 (into the other P tile) while O^T_t
-    // runs. Both issues and both waits in one iteration (ptxas tracks which group a wait<1> leaves
-    // in flight only there: consume's overlap). One barrier a tile: after it every warp's P_{t+1} is
-    // stored and every warp's O^T_t has read P_t, which P_{t+2} then overwrites.
+  // S_t, its softmax, O^T_t, one tile after the other; one P tile.
+  for (int t = 0; t < n; ++t) {
     float s[32], s2[32];
     u32 va[2][2][4];
-    issue_s(0, s, s2);
-    load_va(0, va);
+    issue_s(t, s, s2, va);  // and V^T's fragments while S's first sums run
     wgmma_wait<0>();
     reg_fence(s);
-    if constexpr (T::kFp8Acc == 2) reg_fence(s2);
-    release(0);
-    {
-      PWords pw;
-      softmax(0, s, s2, pw);
-      store_p(pw, 0);
-    }
-    fence_proxy_async();
+    if constexpr (T::kFp8Sums == 0) reg_fence(s2);
+    release(t);
+    PWords pw;
+    softmax(t, s, s2, pw);
+    store_p(pw, 0);
+    fence_proxy_async();  // P's generic stores, then wgmma's reads
     named_bar_sync(1, 128);
-    // Every tile but the last: both issues and both waits with no condition between them (with
-    // them under `if (t + 1 < n)` ptxas could not tell which group wait<1> leaves in flight and
-    // serialized every wgmma, C7514). The last tile's O^T alone after the loop.
-    for (int t = 0; t + 1 < n; ++t) {
-      const int buf = t & 1;
-      issue_s(t + 1, s, s2);
-      float acc[2][32];
-      issue_o(va, buf, acc);
-      wgmma_wait<1>();
-      reg_fence(s);
-      if constexpr (T::kFp8Acc == 2) reg_fence(s2);
-      PWords pw;
-      softmax(t + 1, s, s2, pw);
-      pin(pw);
-      wgmma_wait<0>();
-      reg_fence(acc[0]);
-      reg_fence(acc[1]);
-      fold(buf, acc);
-      store_p(pw, buf ^ 1);
-      // V^T's fragments of t+1 once O^T_t no longer reads va (16 registers fewer than loading
-      // them under S_{t+1}: at 232 that spilled), then the stage goes back.
-      load_va(t + 1, va);
-      release(t + 1);
-      fence_proxy_async();
-      named_bar_sync(1, 128);
-    }
-    {
-      float acc[2][32];
-      issue_o(va, (n - 1) & 1, acc);
-      wgmma_wait<0>();
-      reg_fence(acc[0]);
-      reg_fence(acc[1]);
-      fold((n - 1) & 1, acc);
-    }
+    float acc[2][32];
+    issue_o(va, 0, acc);
+    wgmma_wait<0>();
+    reg_fence(acc[0]);
+    reg_fence(acc[1]);
+    fold(0, acc);
+    named_bar_sync(1, 128);  // the P tile and the factors are rewritten next tile
   }
 
   // The rows' sums and maxima by row, then O^T's threads write their columns' rows.

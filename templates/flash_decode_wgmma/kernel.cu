@@ -49,10 +49,9 @@ struct Traits {
   static constexpr int kVDim = kKvFp8 ? kHeadDimV / 2 : kHeadDimV;  // a V row likewise
   static constexpr int kElemBytes = kKvFp8 ? 1 : 2;                  // a cache element's bytes
   static constexpr int kCtasPerSm = kKvFp8 ? 2 : 1;
-  // The FP8 path's order of S's and O^T's e4m3 pieces (fp8.cuh; Hopper's FP8 wgmma keeps fewer
-  // bits than fp32 in its sums): 0 hi_first, 1 lo_first, 2 split (S's lo pieces in sums of their own),
-  // 3 steps (each k-step's products in fresh sums, waited one by one: the precise one).
-  static constexpr int kFp8Acc = FP8_ACC;
+  // The FP8 path's sums of S (fp8.cuh): 0 k_step (a k-step's two pieces in fresh sums), 1 piece (a
+  // wgmma's products in fresh sums): FP8 wgmma keeps fewer bits than fp32 in an accumulator.
+  static constexpr int kFp8Sums = FP8_SUMS;
   static constexpr bool kLastCta = COMBINE == COMBINE_LAST_CTA;
   // The consumers' schedule (README.md): 0 serial, 1 fused (P_t V_t and S_{t+1} back to back), 2
   // overlap (S_{t+1} then P_t V_t, the softmax of tile t+1 while P_t V_t runs; three stages or more).
@@ -100,9 +99,9 @@ struct Traits {
   static constexpr int kStageBytes = kKBytes + kVBytes;
   static constexpr int kRing = kQBytes;
   static constexpr int kXchg = kRing + kStages * kStageBytes;  // [warpgroup][k-step][thread] uint4 (FP8: the P tile)
-  // FP8: P tiles of 64 rows of 128 bytes, two with the overlapped schedule (fp8.cuh).
+  // FP8: the P tile, 64 rows of 128 bytes (fp8.cuh).
   static constexpr int kPTile = kBlockM * 128;
-  static constexpr int kStats = kXchg + (kKvFp8 ? (kPipe ? 2 : 1) * kPTile : 2 * kPSteps * 128 * 16);  // [max, sum][warpgroup][64 rows] floats
+  static constexpr int kStats = kXchg + (kKvFp8 ? kPTile : 2 * kPSteps * 128 * 16);  // [max, sum][warpgroup][64 rows] floats
   static constexpr int kBars = kStats + 4 * 64 * 4;              // full[kStages], empty[kStages]
   static constexpr int kSmemBytes = kBars + 2 * kStages * 8;
 };
@@ -110,12 +109,11 @@ typedef Traits T;
 static_assert(T::kBlockM == 64, "one wgmma M of rows");
 static_assert(T::kThreads == T::kConsumers + 128, "two consumer warpgroups and a producer warpgroup");
 // Registers after setmaxnreg: 2 * 128 * 224 + 128 * 56 = 64512 of the SM's 65536 (one CTA an SM);
-// FP8, two CTAs of one consumer warpgroup: 2 * (128 * 216 + 128 * 40) = 65536, and with the
-// overlapped schedule 232 and 24 (its softmax runs beside O^T's accumulators: at 224 it spilled).
-constexpr int kConsumerRegs = T::kKvFp8 ? (T::kPipe ? 232 : 216) : 224, kProducerRegs = T::kKvFp8 ? (T::kPipe ? 24 : 40) : 56;
+// FP8, two CTAs of one consumer warpgroup: 2 * (128 * 216 + 128 * 40) = 65536.
+constexpr int kConsumerRegs = T::kKvFp8 ? 216 : 224, kProducerRegs = T::kKvFp8 ? 40 : 56;
 static_assert(!T::kKvFp8 || (T::kHeadDim == 128 && T::kHeadDimV == 128 && !T::kLatent && T::kBlockN == 64 &&
-                             T::kPipe != 1 && !T::kSingle && !T::kMulticast),
-              "FP8 caches: head dim 128, V apart, 64-key tiles, one warpgroup's serial or overlapped schedule");
+                             T::kPipe == 0 && !T::kSingle && !T::kMulticast),
+              "FP8 caches: head dim 128, V apart, 64-key tiles, one warpgroup's serial schedule");
 static_assert(T::kSmemBytes == SMEM_BYTES, "the space's smem_bytes and the kernel's layout disagree");
 static_assert(T::kHeadDim % 64 == 0 && T::kHeadDimV % 128 == 0 && T::kHeadDimV <= T::kHeadDim,
               "column blocks of 64; V's half a multiple of 64 columns");
