@@ -46,6 +46,7 @@ WAYS = {
     "one sum, hi first": [[("h", k) for k in range(4)] + [("l", k) for k in range(4)]],
     "one sum, lo first": [[("l", k) for k in range(4)] + [("h", k) for k in range(4)]],
     "hi and lo apart": [[("h", k) for k in range(4)], [("l", k) for k in range(4)]],
+    "k_pair (two k-steps a sum)": [[("l", 0), ("h", 0), ("l", 1), ("h", 1)], [("l", 2), ("h", 2), ("l", 3), ("h", 3)]],
     "k_step (lo, hi a k-step)": [[("l", k), ("h", k)] for k in range(4)],
     "piece (a wgmma each)": [[(p, k)] for p in "lh" for k in range(4)],
 }

@@ -25,8 +25,8 @@
 //  - Sums: FP8 wgmma adds its products and the accumulator it is given at fewer bits than fp32
 //    (aligned to the largest of them; docs/design/flash_decode_wgmma.md, "FP8 caches"). S summed
 //    in one accumulator over its 8 wgmmas missed the LSE's 1e-3 (H100: 1.1e-3 to 4e-3), so S goes
-//    in fresh sums a k-step (fp8_sums k_step: lo's wgmma then hi's, 4 sums added in fp32) or a
-//    wgmma (piece: 8). Each tile's O^T goes to fresh accumulators, P's small lo products first,
+//    in fresh sums a k-step (fp8_sums k_step: lo's wgmma then hi's, 4 sums added in fp32), two
+//    k-steps (k_pair: 2 sums) or a wgmma (piece: 8). Each tile's O^T goes to fresh accumulators, P's small lo products first,
 //    that one FFMA an element adds to O (O * the row's factor + the tile's).
 //  - V's bytes past the sequence (stale, NaN) are zeroed in the fragments of the last tile, so P = 0
 //    times them is 0; K's give scores that are masked.
@@ -187,7 +187,7 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
   float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.f, 0.f};
 
   // One tile's steps (the loop below). issue_s: wait for tile t's stage, then S = Q K^T in sums of
-  // a k-step or a wgmma each (fp8_sums, above), V^T's fragments loaded while the first are in flight;
+  // a k-step, two or a wgmma each (fp8_sums, above), V^T's fragments loaded while the first are in flight;
   // s holds S but for the last sums, left in flight in s2 (k_step), which the softmax adds.
   // load_va: V^T's A fragments of this warp's dims (chunk 4mb + warp) over the tile's two k32
   // steps, V's bytes past the sequence zeroed (a fragment byte's keys: above). softmax: tile t's S,
@@ -233,7 +233,7 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
     auto mma = [&](float (&acc)[32], int j, bool fresh) {
       WgmmaE4m3<64>::ss(acc, (j < 4 ? q_lo : q_hi) + 2 * (j & 3), k_desc + 2 * (j & 3), !fresh);
     };
-    if constexpr (T::kFp8Sums == 0) {
+    if constexpr (T::kSumsKStep) {
       // k_step: k-step kk's two pieces (lo, then hi) in fresh sums, added in fp32: kk 0 into s and
       // 1 into s2, both in flight, then s += s2 and kk 2, then s += s2 and kk 3, whose sums the
       // softmax adds to s once the caller's wait is done.
@@ -253,6 +253,14 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
         mma(s2, kk, true), mma(s2, 4 + kk, false);
         wgmma_commit();
       }
+    } else if constexpr (T::kSumsKPair) {
+      // k_pair: k-steps 0-1 (lo, hi, lo, hi) into s and 2-3 into s2, both fresh and in flight, no
+      // wait here: the softmax adds them (a float64 model: 2-3x the error of k_step's, no extra wait).
+      wgmma_fence();
+      mma(s, 0, true), mma(s, 4, false), mma(s, 1, false), mma(s, 5, false);
+      mma(s2, 2, true), mma(s2, 6, false), mma(s2, 3, false), mma(s2, 7, false);
+      wgmma_commit();
+      load_va(t, va);
     } else {
       // piece: each wgmma's products in fresh sums (8 waits a tile), lo's first; s complete here.
 #pragma unroll
@@ -279,7 +287,7 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
     const bool masked = j0 + T::kBlockN > min(lim[0], lim[1]);
     float pr[32];  // S read once
 #pragma unroll
-    for (int i = 0; i < 32; ++i) pr[i] = T::kFp8Sums == 0 ? s[i] + s2[i] : s[i];
+    for (int i = 0; i < 32; ++i) pr[i] = T::kSumsPiece ? s[i] : s[i] + s2[i];
     auto x_of = [&](int i) {
       const int j = j0 + 8 * (i / 4) + 2 * q4 + (i & 1);
       return masked && j >= lim[(i >> 1) & 1] ? neg_inf() : pr[i];
@@ -375,7 +383,7 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
     issue_s(t, s, s2, va);  // and V^T's fragments while S's first sums run
     wgmma_wait<0>();
     reg_fence(s);
-    if constexpr (T::kFp8Sums == 0) reg_fence(s2);
+    if constexpr (!T::kSumsPiece) reg_fence(s2);
     release(t);
     PWords pw;
     softmax(t, s, s2, pw);

@@ -49,9 +49,11 @@ struct Traits {
   static constexpr int kVDim = kKvFp8 ? kHeadDimV / 2 : kHeadDimV;  // a V row likewise
   static constexpr int kElemBytes = kKvFp8 ? 1 : 2;                  // a cache element's bytes
   static constexpr int kCtasPerSm = kKvFp8 ? 2 : 1;
-  // The FP8 path's sums of S (fp8.cuh): 0 k_step (a k-step's two pieces in fresh sums), 1 piece (a
-  // wgmma's products in fresh sums): FP8 wgmma keeps fewer bits than fp32 in an accumulator.
-  static constexpr int kFp8Sums = FP8_SUMS;
+  // The FP8 path's sums of S (fp8.cuh; FP8 wgmma keeps fewer bits than fp32 in an accumulator):
+  // fresh sums a k-step's two pieces (k_step), two k-steps' (k_pair) or a wgmma's products (piece).
+  static constexpr bool kSumsKStep = FP8_SUMS == FP8_SUMS_K_STEP;
+  static constexpr bool kSumsKPair = FP8_SUMS == FP8_SUMS_K_PAIR;
+  static constexpr bool kSumsPiece = FP8_SUMS == FP8_SUMS_PIECE;
   static constexpr bool kLastCta = COMBINE == COMBINE_LAST_CTA;
   // The consumers' schedule (README.md): 0 serial, 1 fused (P_t V_t and S_{t+1} back to back), 2
   // overlap (S_{t+1} then P_t V_t, the softmax of tile t+1 while P_t V_t runs; three stages or more).
