@@ -376,8 +376,11 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
       for (int i = 0; i < 32; ++i) o[mb][i] = fmaf(o[mb][i], f[2 * (i >> 2) + (i & 1)], acc[mb][i]);
   };
 
-  // S_t, its softmax, O^T_t, one tile after the other; one P tile.
+  // S_t, its softmax, O^T_t, one tile after the other, two P tiles (and their rows' factors) taken
+  // in turn: one barrier a tile, after P_t's stores. Past it every warp has also folded O^T_{t-1},
+  // so that tile is free for P_{t+1}. (The end's maxima and sums are other words.)
   for (int t = 0; t < n; ++t) {
+    const int buf = t & 1;
     float s[32], s2[32];
     u32 va[2][2][4];
     issue_s(t, s, s2, va);  // and V^T's fragments while S's first sums run
@@ -387,16 +390,15 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
     release(t);
     PWords pw;
     softmax(t, s, s2, pw);
-    store_p(pw, 0);
+    store_p(pw, buf);
     fence_proxy_async();  // P's generic stores, then wgmma's reads
     named_bar_sync(1, 128);
     float acc[2][32];
-    issue_o(va, 0, acc);
+    issue_o(va, buf, acc);
     wgmma_wait<0>();
     reg_fence(acc[0]);
     reg_fence(acc[1]);
-    fold(0, acc);
-    named_bar_sync(1, 128);  // the P tile and the factors are rewritten next tile
+    fold(buf, acc);
   }
 
   // The rows' sums and maxima by row, then O^T's threads write their columns' rows.

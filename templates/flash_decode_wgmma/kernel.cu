@@ -101,9 +101,9 @@ struct Traits {
   static constexpr int kStageBytes = kKBytes + kVBytes;
   static constexpr int kRing = kQBytes;
   static constexpr int kXchg = kRing + kStages * kStageBytes;  // [warpgroup][k-step][thread] uint4 (FP8: the P tile)
-  // FP8: the P tile, 64 rows of 128 bytes (fp8.cuh).
+  // FP8: two P tiles of 64 rows of 128 bytes, taken in turn (fp8.cuh).
   static constexpr int kPTile = kBlockM * 128;
-  static constexpr int kStats = kXchg + (kKvFp8 ? kPTile : 2 * kPSteps * 128 * 16);  // [max, sum][warpgroup][64 rows] floats
+  static constexpr int kStats = kXchg + (kKvFp8 ? 2 * kPTile : 2 * kPSteps * 128 * 16);  // [max, sum][warpgroup][64 rows] floats
   static constexpr int kBars = kStats + 4 * 64 * 4;              // full[kStages], empty[kStages]
   static constexpr int kSmemBytes = kBars + 2 * kStages * 8;
 };
