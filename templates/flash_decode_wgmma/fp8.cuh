@@ -285,13 +285,15 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
   auto softmax = [&](int t, const float (&s)[32], const float (&s2)[32], PWords& pw) {
     const int j0 = (t_begin + t) * T::kBlockN;
     const bool masked = j0 + T::kBlockN > min(lim[0], lim[1]);
-    float pr[32];  // S read once
+    float pr[32];  // S read once; keys past a row's limit masked on the tiles that have any
 #pragma unroll
     for (int i = 0; i < 32; ++i) pr[i] = T::kSumsPiece ? s[i] : s[i] + s2[i];
-    auto x_of = [&](int i) {
-      const int j = j0 + 8 * (i / 4) + 2 * q4 + (i & 1);
-      return masked && j >= lim[(i >> 1) & 1] ? neg_inf() : pr[i];
-    };
+    if (masked) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        if (j0 + 8 * (i / 4) + 2 * q4 + (i & 1) >= lim[(i >> 1) & 1]) pr[i] = neg_inf();
+    }
+    auto x_of = [&](int i) { return pr[i]; };
     float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
     for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x_of(i));
