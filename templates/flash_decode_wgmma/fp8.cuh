@@ -225,14 +225,32 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
         }
     }
   };
-  auto issue_s = [&](int t, float (&s)[32], float (&s2)[32], u32 (&va)[2][2][4]) {
-    const u32 sk = ring + (t % T::kStages) * T::kStageBytes;
-    mbar_wait(bars + 8 * (t % T::kStages), (t / T::kStages) & 1);
-    const u64 k_desc = smem_desc_sw128(sk, 16, 1024);
+  // S's wgmma descriptors of tile t's stage (K's k-steps) and Q's pieces, made before issue_s and
+  // pinned (an empty volatile asm), so that the fused schedule computes none of them while O^T_t
+  // is in flight (a non-wgmma instruction defining a wgmma input there serializes every wgmma:
+  // ptxas C7513).
+  struct SDescs {
+    u64 k[4], q[8];  // q: lo's k-steps 0-3, then hi's
+  };
+  auto s_descs = [&](int t, SDescs& d) {
+    const u64 k_desc = smem_desc_sw128(ring + (t % T::kStages) * T::kStageBytes, 16, 1024);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      d.k[kk] = k_desc + 2 * kk;
+      d.q[kk] = q_lo + 2 * kk;
+      d.q[4 + kk] = q_hi + 2 * kk;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+l"(d.k[i]));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) asm volatile("" : "+l"(d.q[i]));
+  };
+  // Tile t's stage is loaded (before issue_s; the fused schedule waits before issuing O^T_{t-1},
+  // so that no wait loop sits between two wgmma issues).
+  auto wait_tile = [&](int t) { mbar_wait(bars + 8 * (t % T::kStages), (t / T::kStages) & 1); };
+  auto issue_s = [&](int t, float (&s)[32], float (&s2)[32], u32 (&va)[2][2][4], const SDescs& d, bool with_va) {
     // Sum j's wgmma (lo's k-steps 0-3, then hi's 4-7) into acc, fresh if `fresh`.
-    auto mma = [&](float (&acc)[32], int j, bool fresh) {
-      WgmmaE4m3<64>::ss(acc, (j < 4 ? q_lo : q_hi) + 2 * (j & 3), k_desc + 2 * (j & 3), !fresh);
-    };
+    auto mma = [&](float (&acc)[32], int j, bool fresh) { WgmmaE4m3<64>::ss(acc, d.q[j], d.k[j & 3], !fresh); };
     if constexpr (T::kSumsKStep) {
       // k_step: k-step kk's two pieces (lo, then hi) in fresh sums, added in fp32: kk 0 into s and
       // 1 into s2, both in flight, then s += s2 and kk 2, then s += s2 and kk 3, whose sums the
@@ -241,7 +259,7 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
       mma(s, 0, true), mma(s, 4, false);
       mma(s2, 1, true), mma(s2, 5, false);
       wgmma_commit();
-      load_va(t, va);
+      if (with_va) load_va(t, va);
 #pragma unroll
       for (int kk = 2; kk < 4; ++kk) {
         wgmma_wait<0>();
@@ -260,7 +278,7 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
       mma(s, 0, true), mma(s, 4, false), mma(s, 1, false), mma(s, 5, false);
       mma(s2, 2, true), mma(s2, 6, false), mma(s2, 3, false), mma(s2, 7, false);
       wgmma_commit();
-      load_va(t, va);
+      if (with_va) load_va(t, va);
     } else {
       // piece: each wgmma's products in fresh sums (8 waits a tile), lo's first; s complete here.
 #pragma unroll
@@ -268,7 +286,7 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
         wgmma_fence();
         mma(s2, j, true);
         wgmma_commit();
-        if (j == 0) load_va(t, va);
+        if (j == 0 && with_va) load_va(t, va);
         wgmma_wait<0>();
         reg_fence(s2);
 #pragma unroll
@@ -378,29 +396,85 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
       for (int i = 0; i < 32; ++i) o[mb][i] = fmaf(o[mb][i], f[2 * (i >> 2) + (i & 1)], acc[mb][i]);
   };
 
-  // S_t, its softmax, O^T_t, one tile after the other, two P tiles (and their rows' factors) taken
-  // in turn: one barrier a tile, after P_t's stores. Past it every warp has also folded O^T_{t-1},
-  // so that tile is free for P_{t+1}. (The end's maxima and sums are other words.)
-  for (int t = 0; t < n; ++t) {
-    const int buf = t & 1;
+  // Two P tiles (and their rows' factors) taken in turn: one barrier a tile, after P_t's stores.
+  // Past it every warp has also folded O^T_{t-1}, so that tile is free for P_{t+1}. (The end's
+  // maxima and sums are other words.)
+  if constexpr (T::kPipe == 0) {
+    // serial: S_t, its softmax, O^T_t, one tile after the other.
+    for (int t = 0; t < n; ++t) {
+      const int buf = t & 1;
+      float s[32], s2[32];
+      u32 va[2][2][4];
+      SDescs d;
+      s_descs(t, d);
+      wait_tile(t);
+      issue_s(t, s, s2, va, d, true);  // and V^T's fragments while S's first sums run
+      wgmma_wait<0>();
+      reg_fence(s);
+      if constexpr (!T::kSumsPiece) reg_fence(s2);
+      release(t);
+      PWords pw;
+      softmax(t, s, s2, pw);
+      store_p(pw, buf);
+      fence_proxy_async();  // P's generic stores, then wgmma's reads
+      named_bar_sync(1, 128);
+      float acc[2][32];
+      issue_o(va, buf, acc);
+      wgmma_wait<0>();
+      reg_fence(acc[0]);
+      reg_fence(acc[1]);
+      fold(buf, acc);
+    }
+  } else if (n > 0) {
+    // fused: O^T_t and S_{t+1} issued back to back, in the tensor pipe together (one wait, or S's
+    // own with k_step and piece); then V^T's fragments of t+1 (O^T_t read t's until its wait),
+    // O^T_t's fold and the softmax of t+1. Every tile but the last issues both with no
+    // condition between them (ptxas serializes wgmmas issued under one across the loop's back
+    // edge); the last tile's O^T after the loop.
     float s[32], s2[32];
     u32 va[2][2][4];
-    issue_s(t, s, s2, va);  // and V^T's fragments while S's first sums run
+    SDescs d;
+    s_descs(0, d);
+    wait_tile(0);
+    issue_s(0, s, s2, va, d, true);
     wgmma_wait<0>();
     reg_fence(s);
     if constexpr (!T::kSumsPiece) reg_fence(s2);
-    release(t);
-    PWords pw;
-    softmax(t, s, s2, pw);
-    store_p(pw, buf);
-    fence_proxy_async();  // P's generic stores, then wgmma's reads
+    release(0);
+    {
+      PWords pw;
+      softmax(0, s, s2, pw);
+      store_p(pw, 0);
+    }
+    fence_proxy_async();
     named_bar_sync(1, 128);
+    for (int t = 0; t + 1 < n; ++t) {
+      const int buf = t & 1;
+      float acc[2][32];
+      s_descs(t + 1, d);
+      wait_tile(t + 1);
+      issue_o(va, buf, acc);
+      issue_s(t + 1, s, s2, va, d, false);
+      wgmma_wait<0>();
+      reg_fence(acc[0]);
+      reg_fence(acc[1]);
+      reg_fence(s);
+      if constexpr (!T::kSumsPiece) reg_fence(s2);
+      load_va(t + 1, va);  // O^T_t no longer reads them
+      release(t + 1);
+      fold(buf, acc);
+      PWords pw;
+      softmax(t + 1, s, s2, pw);
+      store_p(pw, buf ^ 1);
+      fence_proxy_async();
+      named_bar_sync(1, 128);
+    }
     float acc[2][32];
-    issue_o(va, buf, acc);
+    issue_o(va, (n - 1) & 1, acc);
     wgmma_wait<0>();
     reg_fence(acc[0]);
     reg_fence(acc[1]);
-    fold(buf, acc);
+    fold((n - 1) & 1, acc);
   }
 
   // The rows' sums and maxima by row, then O^T's threads write their columns' rows.

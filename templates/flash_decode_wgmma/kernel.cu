@@ -111,11 +111,12 @@ typedef Traits T;
 static_assert(T::kBlockM == 64, "one wgmma M of rows");
 static_assert(T::kThreads == T::kConsumers + 128, "two consumer warpgroups and a producer warpgroup");
 // Registers after setmaxnreg: 2 * 128 * 224 + 128 * 56 = 64512 of the SM's 65536 (one CTA an SM);
-// FP8, two CTAs of one consumer warpgroup: 2 * (128 * 216 + 128 * 40) = 65536.
-constexpr int kConsumerRegs = T::kKvFp8 ? 216 : 224, kProducerRegs = T::kKvFp8 ? 40 : 56;
+// FP8, two CTAs of one consumer warpgroup: 2 * (128 * 216 + 128 * 40) = 65536, and with the fused
+// schedule 232 and 24 (O^T_t's accumulators and fragments live beside S_{t+1}'s).
+constexpr int kConsumerRegs = T::kKvFp8 ? (T::kPipe ? 232 : 216) : 224, kProducerRegs = T::kKvFp8 ? (T::kPipe ? 24 : 40) : 56;
 static_assert(!T::kKvFp8 || (T::kHeadDim == 128 && T::kHeadDimV == 128 && !T::kLatent && T::kBlockN == 64 &&
-                             T::kPipe == 0 && !T::kSingle && !T::kMulticast),
-              "FP8 caches: head dim 128, V apart, 64-key tiles, one warpgroup's serial schedule");
+                             T::kPipe != 2 && !T::kSingle && !T::kMulticast),
+              "FP8 caches: head dim 128, V apart, 64-key tiles, one warpgroup's serial or fused schedule");
 static_assert(T::kSmemBytes == SMEM_BYTES, "the space's smem_bytes and the kernel's layout disagree");
 static_assert(T::kHeadDim % 64 == 0 && T::kHeadDimV % 128 == 0 && T::kHeadDimV <= T::kHeadDim,
               "column blocks of 64; V's half a multiple of 64 columns");
