@@ -51,9 +51,15 @@ struct Traits {
   static constexpr int kCtasPerSm = kKvFp8 ? 2 : 1;
   // The FP8 path's sums of S (fp8.cuh; FP8 wgmma keeps fewer bits than fp32 in an accumulator):
   // fresh sums a k-step's two pieces (k_step), two k-steps' (k_pair) or a wgmma's products (piece).
-  static constexpr bool kSumsKStep = FP8_SUMS == FP8_SUMS_K_STEP;
+  // A tunable with a default: a space stored before it (a 16-bit cache's campaign) renders k_step,
+  // which its builds do not read.
+#if defined(FP8_SUMS)
   static constexpr bool kSumsKPair = FP8_SUMS == FP8_SUMS_K_PAIR;
   static constexpr bool kSumsPiece = FP8_SUMS == FP8_SUMS_PIECE;
+#else
+  static constexpr bool kSumsKPair = false, kSumsPiece = false;
+#endif
+  static constexpr bool kSumsKStep = !kSumsKPair && !kSumsPiece;
   static constexpr bool kLastCta = COMBINE == COMBINE_LAST_CTA;
   // The consumers' schedule (README.md): 0 serial, 1 fused (P_t V_t and S_{t+1} back to back), 2
   // overlap (S_{t+1} then P_t V_t, the softmax of tile t+1 while P_t V_t runs; three stages or more).
