@@ -226,9 +226,9 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
     }
   };
   // S's wgmma descriptors of tile t's stage (K's k-steps) and Q's pieces, made before issue_s and
-  // pinned (an empty volatile asm), so that the fused schedule computes none of them while O^T_t
-  // is in flight (a non-wgmma instruction defining a wgmma input there serializes every wgmma:
-  // ptxas C7513).
+  // pinned (an empty volatile asm): none is computed between two wgmma issues (a non-wgmma
+  // instruction defining a wgmma input while wgmmas are in flight serializes them all: ptxas
+  // C7513). The form run 388 timed.
   struct SDescs {
     u64 k[4], q[8];  // q: lo's k-steps 0-3, then hi's
   };
@@ -245,10 +245,9 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
 #pragma unroll
     for (int i = 0; i < 8; ++i) asm volatile("" : "+l"(d.q[i]));
   };
-  // Tile t's stage is loaded (before issue_s; the fused schedule waits before issuing O^T_{t-1},
-  // so that no wait loop sits between two wgmma issues).
+  // Tile t's stage is loaded (before issue_s: no wait loop between two wgmma issues).
   auto wait_tile = [&](int t) { mbar_wait(bars + 8 * (t % T::kStages), (t / T::kStages) & 1); };
-  auto issue_s = [&](int t, float (&s)[32], float (&s2)[32], u32 (&va)[2][2][4], const SDescs& d, bool with_va) {
+  auto issue_s = [&](int t, float (&s)[32], float (&s2)[32], u32 (&va)[2][2][4], const SDescs& d) {
     // Sum j's wgmma (lo's k-steps 0-3, then hi's 4-7) into acc, fresh if `fresh`.
     auto mma = [&](float (&acc)[32], int j, bool fresh) { WgmmaE4m3<64>::ss(acc, d.q[j], d.k[j & 3], !fresh); };
     if constexpr (T::kSumsKStep) {
@@ -259,7 +258,7 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
       mma(s, 0, true), mma(s, 4, false);
       mma(s2, 1, true), mma(s2, 5, false);
       wgmma_commit();
-      if (with_va) load_va(t, va);
+      load_va(t, va);
 #pragma unroll
       for (int kk = 2; kk < 4; ++kk) {
         wgmma_wait<0>();
@@ -271,27 +270,14 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
         mma(s2, kk, true), mma(s2, 4 + kk, false);
         wgmma_commit();
       }
-    } else if constexpr (T::kSumsKPair) {
+    } else {
       // k_pair: k-steps 0-1 (lo, hi, lo, hi) into s and 2-3 into s2, both fresh and in flight, no
       // wait here: the softmax adds them (a float64 model: 2-3x the error of k_step's, no extra wait).
       wgmma_fence();
       mma(s, 0, true), mma(s, 4, false), mma(s, 1, false), mma(s, 5, false);
       mma(s2, 2, true), mma(s2, 6, false), mma(s2, 3, false), mma(s2, 7, false);
       wgmma_commit();
-      if (with_va) load_va(t, va);
-    } else {
-      // piece: each wgmma's products in fresh sums (8 waits a tile), lo's first; s complete here.
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        wgmma_fence();
-        mma(s2, j, true);
-        wgmma_commit();
-        if (j == 0 && with_va) load_va(t, va);
-        wgmma_wait<0>();
-        reg_fence(s2);
-#pragma unroll
-        for (int i = 0; i < 32; ++i) s[i] = j > 0 ? s[i] + s2[i] : s2[i];
-      }
+      load_va(t, va);
     }
   };
   // The stage is read: K by S, V into the fragments.
@@ -305,7 +291,7 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
     const bool masked = j0 + T::kBlockN > min(lim[0], lim[1]);
     float pr[32];  // S read once; keys past a row's limit masked on the tiles that have any
 #pragma unroll
-    for (int i = 0; i < 32; ++i) pr[i] = T::kSumsPiece ? s[i] : s[i] + s2[i];
+    for (int i = 0; i < 32; ++i) pr[i] = s[i] + s2[i];
     if (masked) {
 #pragma unroll
       for (int i = 0; i < 32; ++i)
@@ -399,8 +385,9 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
   // Two P tiles (and their rows' factors) taken in turn: one barrier a tile, after P_t's stores.
   // Past it every warp has also folded O^T_{t-1}, so that tile is free for P_{t+1}. (The end's
   // maxima and sums are other words.)
-  if constexpr (T::kPipe == 0) {
-    // serial: S_t, its softmax, O^T_t, one tile after the other.
+  {
+    // S_t, its softmax, O^T_t, one tile after the other (the fused schedule, O^T_t and S_{t+1}
+    // issued together with one wait, measured 2-4% slower in run 388: tag tried/fp8-wgmma-fused).
     for (int t = 0; t < n; ++t) {
       const int buf = t & 1;
       float s[32], s2[32];
@@ -408,10 +395,10 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
       SDescs d;
       s_descs(t, d);
       wait_tile(t);
-      issue_s(t, s, s2, va, d, true);  // and V^T's fragments while S's first sums run
+      issue_s(t, s, s2, va, d);  // and V^T's fragments while S's first sums run
       wgmma_wait<0>();
       reg_fence(s);
-      if constexpr (!T::kSumsPiece) reg_fence(s2);
+      reg_fence(s2);
       release(t);
       PWords pw;
       softmax(t, s, s2, pw);
@@ -425,56 +412,6 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
       reg_fence(acc[1]);
       fold(buf, acc);
     }
-  } else if (n > 0) {
-    // fused: O^T_t and S_{t+1} issued back to back, in the tensor pipe together (one wait, or S's
-    // own with k_step and piece); then V^T's fragments of t+1 (O^T_t read t's until its wait),
-    // O^T_t's fold and the softmax of t+1. Every tile but the last issues both with no
-    // condition between them (ptxas serializes wgmmas issued under one across the loop's back
-    // edge); the last tile's O^T after the loop.
-    float s[32], s2[32];
-    u32 va[2][2][4];
-    SDescs d;
-    s_descs(0, d);
-    wait_tile(0);
-    issue_s(0, s, s2, va, d, true);
-    wgmma_wait<0>();
-    reg_fence(s);
-    if constexpr (!T::kSumsPiece) reg_fence(s2);
-    release(0);
-    {
-      PWords pw;
-      softmax(0, s, s2, pw);
-      store_p(pw, 0);
-    }
-    fence_proxy_async();
-    named_bar_sync(1, 128);
-    for (int t = 0; t + 1 < n; ++t) {
-      const int buf = t & 1;
-      float acc[2][32];
-      s_descs(t + 1, d);
-      wait_tile(t + 1);
-      issue_o(va, buf, acc);
-      issue_s(t + 1, s, s2, va, d, false);
-      wgmma_wait<0>();
-      reg_fence(acc[0]);
-      reg_fence(acc[1]);
-      reg_fence(s);
-      if constexpr (!T::kSumsPiece) reg_fence(s2);
-      load_va(t + 1, va);  // O^T_t no longer reads them
-      release(t + 1);
-      fold(buf, acc);
-      PWords pw;
-      softmax(t + 1, s, s2, pw);
-      store_p(pw, buf ^ 1);
-      fence_proxy_async();
-      named_bar_sync(1, 128);
-    }
-    float acc[2][32];
-    issue_o(va, (n - 1) & 1, acc);
-    wgmma_wait<0>();
-    reg_fence(acc[0]);
-    reg_fence(acc[1]);
-    fold((n - 1) & 1, acc);
   }
 
   // The rows' sums and maxima by row, then O^T's threads write their columns' rows.

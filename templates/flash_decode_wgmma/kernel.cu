@@ -50,16 +50,13 @@ struct Traits {
   static constexpr int kElemBytes = kKvFp8 ? 1 : 2;                  // a cache element's bytes
   static constexpr int kCtasPerSm = kKvFp8 ? 2 : 1;
   // The FP8 path's sums of S (fp8.cuh; FP8 wgmma keeps fewer bits than fp32 in an accumulator):
-  // fresh sums a k-step's two pieces (k_step), two k-steps' (k_pair) or a wgmma's products (piece).
-  // A tunable with a default: a space stored before it (a 16-bit cache's campaign) renders k_step,
-  // which its builds do not read.
+  // fresh sums a k-step's two pieces (k_step) or two k-steps' (k_pair). A tunable with a default:
+  // a space stored before it (a 16-bit cache's campaign) renders k_step, which its builds do not read.
 #if defined(FP8_SUMS)
-  static constexpr bool kSumsKPair = FP8_SUMS == FP8_SUMS_K_PAIR;
-  static constexpr bool kSumsPiece = FP8_SUMS == FP8_SUMS_PIECE;
+  static constexpr bool kSumsKStep = FP8_SUMS == FP8_SUMS_K_STEP;
 #else
-  static constexpr bool kSumsKPair = false, kSumsPiece = false;
+  static constexpr bool kSumsKStep = true;
 #endif
-  static constexpr bool kSumsKStep = !kSumsKPair && !kSumsPiece;
   static constexpr bool kLastCta = COMBINE == COMBINE_LAST_CTA;
   // The consumers' schedule (README.md): 0 serial, 1 fused (P_t V_t and S_{t+1} back to back), 2
   // overlap (S_{t+1} then P_t V_t, the softmax of tile t+1 while P_t V_t runs; three stages or more).
@@ -117,12 +114,11 @@ typedef Traits T;
 static_assert(T::kBlockM == 64, "one wgmma M of rows");
 static_assert(T::kThreads == T::kConsumers + 128, "two consumer warpgroups and a producer warpgroup");
 // Registers after setmaxnreg: 2 * 128 * 224 + 128 * 56 = 64512 of the SM's 65536 (one CTA an SM);
-// FP8, two CTAs of one consumer warpgroup: 2 * (128 * 216 + 128 * 40) = 65536, and with the fused
-// schedule 232 and 24 (O^T_t's accumulators and fragments live beside S_{t+1}'s).
-constexpr int kConsumerRegs = T::kKvFp8 ? (T::kPipe ? 232 : 216) : 224, kProducerRegs = T::kKvFp8 ? (T::kPipe ? 24 : 40) : 56;
+// FP8, two CTAs of one consumer warpgroup: 2 * (128 * 216 + 128 * 40) = 65536.
+constexpr int kConsumerRegs = T::kKvFp8 ? 216 : 224, kProducerRegs = T::kKvFp8 ? 40 : 56;
 static_assert(!T::kKvFp8 || (T::kHeadDim == 128 && T::kHeadDimV == 128 && !T::kLatent && T::kBlockN == 64 &&
-                             T::kPipe != 2 && !T::kSingle && !T::kMulticast),
-              "FP8 caches: head dim 128, V apart, 64-key tiles, one warpgroup's serial or fused schedule");
+                             T::kPipe == 0 && !T::kSingle && !T::kMulticast),
+              "FP8 caches: head dim 128, V apart, 64-key tiles, one warpgroup's serial schedule");
 static_assert(T::kSmemBytes == SMEM_BYTES, "the space's smem_bytes and the kernel's layout disagree");
 static_assert(T::kHeadDim % 64 == 0 && T::kHeadDimV % 128 == 0 && T::kHeadDimV <= T::kHeadDim,
               "column blocks of 64; V's half a multiple of 64 columns");
