@@ -25,9 +25,9 @@
 //  - Sums: FP8 wgmma adds its products and the accumulator it is given at fewer bits than fp32
 //    (aligned to the largest of them; docs/design/flash_decode_wgmma.md, "FP8 caches"). S summed
 //    in one accumulator over its 8 wgmmas missed the LSE's 1e-3 (H100: 1.1e-3 to 4e-3), so S goes
-//    in fresh sums a k-step (fp8_sums k_step: lo's wgmma then hi's, 4 sums added in fp32), two
-//    k-steps (k_pair: 2 sums) or a wgmma (piece: 8). Each tile's O^T goes to fresh accumulators, P's small lo products first,
-//    that one FFMA an element adds to O (O * the row's factor + the tile's).
+//    in fresh sums a k-step (fp8_sums k_step: lo's wgmma then hi's, 4 sums added in fp32) or two
+//    k-steps (k_pair: 2 sums). Each tile's O^T goes to fresh accumulators, P's small lo products
+//    first, that one FFMA an element adds to O (O * the row's factor + the tile's).
 //  - V's bytes past the sequence (stale, NaN) are zeroed in the fragments of the last tile, so P = 0
 //    times them is 0; K's give scores that are masked.
 // One consumer warpgroup (128 threads) and the producer warpgroup; two CTAs an SM.
@@ -79,16 +79,9 @@ __device__ __forceinline__ void p_pieces(float p0, float p1, u32& hi, u32& lo) {
   lo = fp8_e4m3x2(p0 - h0, p1 - h1);
 }
 
-// bf16 (fp16) pair x times qmul as fp16 (exact for a power of two that keeps it normal).
+// A bf16 pair x times qmul as fp16 (exact for a power of two that keeps it normal).
 __device__ __forceinline__ u32 fp8_q_pair(u32 x, float qmul) {
-  float lo, hi;
-  if constexpr (T::kBf16) {
-    lo = __uint_as_float(x << 16), hi = __uint_as_float(x & 0xffff0000u);
-  } else {
-    asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
-        : "=f"(lo), "=f"(hi)
-        : "r"(x));
-  }
+  const float lo = __uint_as_float(x << 16), hi = __uint_as_float(x & 0xffff0000u);
   return pack2<false>(lo * qmul, hi * qmul);
 }
 
@@ -114,7 +107,7 @@ __device__ __forceinline__ void fp8_load_q(const DecodeParams& p, u32 q, u32 sta
 #pragma unroll
     for (int k = 0; k < 4; ++k) mx = max(mx, max(w[k] & 0x7fffu, (w[k] >> 16) & 0x7fffu));
   }
-  // The CTA's largest magnitude (bf16 and fp16 magnitudes order as integers), then e.
+  // The CTA's largest magnitude (bf16 magnitudes order as integers), then e.
   mx = __reduce_max_sync(0xffffffffu, mx);
   if ((tid & 31) == 0) asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(stats + 4 * (tid >> 5)), "r"(mx) : "memory");
   named_bar_sync(1, 128);
@@ -126,7 +119,7 @@ __device__ __forceinline__ void fp8_load_q(const DecodeParams& p, u32 q, u32 sta
   }
   int e = 0;
   if (mx != 0) {
-    const int top = T::kBf16 ? static_cast<int>(mx >> 7) - 127 : static_cast<int>(mx >> 10) - 15;
+    const int top = static_cast<int>(mx >> 7) - 127;
     e = min(max(top - 7, -100), 100);
   }
   const float qmul = __int_as_float((127 - e) << 23);
@@ -169,14 +162,7 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
   named_bar_sync(1, 128);
 
   int lim[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    lim[h] = len;
-    if constexpr (T::kCausal) {
-      const int rr = row0 + r_lo + 8 * h;
-      lim[h] = min(len, len - p.seqlen_q + rr % p.seqlen_q + 1);
-    }
-  }
+  key_limits(p, row0 + r_lo, len, lim);
   const float sl = p.scale_log2 * kds;
   const u64 q_hi = smem_desc_sw128(s_q, 16, 1024), q_lo = smem_desc_sw128(s_q + T::kQPiece, 16, 1024);
   const u64 p_desc = smem_desc_sw128(s_p, 16, 1024);
@@ -186,9 +172,9 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
   for (int i = 0; i < 64; ++i) o[i >> 5][i & 31] = 0.f;
   float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.f, 0.f};
 
-  // One tile's steps (the loop below). issue_s: wait for tile t's stage, then S = Q K^T in sums of
-  // a k-step, two or a wgmma each (fp8_sums, above), V^T's fragments loaded while the first are in flight;
-  // s holds S but for the last sums, left in flight in s2 (k_step), which the softmax adds.
+  // One tile's steps (the loop below). issue_s: S = Q K^T in sums of a k-step or two (fp8_sums,
+  // above), V^T's fragments loaded while the first are in flight; S is s + s2, whose last sums are
+  // left in flight for the softmax to add.
   // load_va: V^T's A fragments of this warp's dims (chunk 4mb + warp) over the tile's two k32
   // steps, V's bytes past the sequence zeroed (a fragment byte's keys: above). softmax: tile t's S,
   // read only (a write to an accumulator while another wgmma is in flight makes ptxas serialize
@@ -297,10 +283,9 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
       for (int i = 0; i < 32; ++i)
         if (j0 + 8 * (i / 4) + 2 * q4 + (i & 1) >= lim[(i >> 1) & 1]) pr[i] = neg_inf();
     }
-    auto x_of = [&](int i) { return pr[i]; };
     float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
-    for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x_of(i));
+    for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], pr[i]);
     float use8[2], sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -322,7 +307,7 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
           const int i = 4 * (4 * kk + jj) + 2 * h;
-          const float p0 = ex2(fmaf(x_of(i), sl, -use8[h])), p1 = ex2(fmaf(x_of(i + 1), sl, -use8[h]));
+          const float p0 = ex2(fmaf(pr[i], sl, -use8[h])), p1 = ex2(fmaf(pr[i + 1], sl, -use8[h]));
           sum[h] += p0 + p1;
           u32 ph, pl;
           p_pieces(p0, p1, ph, pl);

@@ -85,7 +85,7 @@ struct Traits {
   static constexpr int kBlockM = BLOCK_M;  // 64
   static constexpr int kBlockN = BLOCK_N;
   static constexpr int kStages = STAGES;
-  static constexpr int kThreads = THREADS;  // 2 consumer warpgroups + the producer warp
+  static constexpr int kThreads = THREADS;  // 2 consumer warpgroups (FP8: 1) + the producer warpgroup
   static constexpr int kConsumers = kKvFp8 ? 128 : 256;
   static constexpr int kHalfN = kBlockN / 2;     // keys a warpgroup scores
   static constexpr int kHalfV = kHeadDimV / 2;   // O's columns a warpgroup accumulates (wgmma N)
@@ -112,13 +112,13 @@ struct Traits {
 };
 typedef Traits T;
 static_assert(T::kBlockM == 64, "one wgmma M of rows");
-static_assert(T::kThreads == T::kConsumers + 128, "two consumer warpgroups and a producer warpgroup");
+static_assert(T::kThreads == T::kConsumers + 128, "the consumer warpgroups (two; FP8 one) and a producer warpgroup");
 // Registers after setmaxnreg: 2 * 128 * 224 + 128 * 56 = 64512 of the SM's 65536 (one CTA an SM);
 // FP8, two CTAs of one consumer warpgroup: 2 * (128 * 216 + 128 * 40) = 65536.
 constexpr int kConsumerRegs = T::kKvFp8 ? 216 : 224, kProducerRegs = T::kKvFp8 ? 40 : 56;
-static_assert(!T::kKvFp8 || (T::kHeadDim == 128 && T::kHeadDimV == 128 && !T::kLatent && T::kBlockN == 64 &&
-                             T::kPipe == 0 && !T::kSingle && !T::kMulticast),
-              "FP8 caches: head dim 128, V apart, 64-key tiles, one warpgroup's serial schedule");
+static_assert(!T::kKvFp8 || (T::kBf16 && T::kHeadDim == 128 && T::kHeadDimV == 128 && !T::kLatent &&
+                             T::kBlockN == 64 && T::kPipe == 0 && !T::kSingle && !T::kMulticast),
+              "FP8 caches: bf16 queries, head dim 128, V apart, 64-key tiles, one warpgroup's serial schedule");
 static_assert(T::kSmemBytes == SMEM_BYTES, "the space's smem_bytes and the kernel's layout disagree");
 static_assert(T::kHeadDim % 64 == 0 && T::kHeadDimV % 128 == 0 && T::kHeadDimV <= T::kHeadDim,
               "column blocks of 64; V's half a multiple of 64 columns");
@@ -316,6 +316,19 @@ __device__ __forceinline__ void combine_rows(const DecodeParams& p, int r0, int 
   }
 }
 
+// The keys rows r and r + 8 of a CTA's packed rows see: [0, len), causal rows bottom-right (query i
+// of seqlen_q sees keys < len - seqlen_q + i + 1). Both consumers' (consume, fp8.cuh's consume_fp8).
+__device__ __forceinline__ void key_limits(const DecodeParams& p, int r, int len, int (&lim)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    lim[h] = len;
+    if constexpr (T::kCausal) {
+      const int rr = r + 8 * h;
+      lim[h] = min(len, len - p.seqlen_q + rr % p.seqlen_q + 1);
+    }
+  }
+}
+
 __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring, u32 bars, u32 xchg, u32 stats,
                                         int b, int kvh, int split, int rb, int t_begin, int n, int len, int tid) {
   const int wg = T::kWgUniform ? warp_uniform(tid >> 7) : tid >> 7, t128 = tid & 127, lane = tid & 31;
@@ -326,17 +339,8 @@ __device__ __forceinline__ void consume(const DecodeParams& p, u32 s_q, u32 ring
   fence_proxy_async();  // Q's generic stores, then wgmma's reads through the async proxy
   named_bar_sync(1, T::kConsumers);
 
-  // The keys each of this thread's two rows sees: [0, len), causal rows bottom-right (query i of
-  // seqlen_q sees keys < len - seqlen_q + i + 1).
   int lim[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    lim[h] = len;
-    if constexpr (T::kCausal) {
-      const int rr = row0 + r_lo + 8 * h;
-      lim[h] = min(len, len - p.seqlen_q + rr % p.seqlen_q + 1);
-    }
-  }
+  key_limits(p, row0 + r_lo, len, lim);
 
   // Descriptors (K-major Q and K; V MN-major, this warpgroup's columns: column blocks wg * kHalfV / 64..).
   const u64 q_desc = smem_desc_sw128(s_q, 16, 1024);

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -47,6 +48,26 @@ attntune_plan::Call call_of(const Problem& p) {
     st[2] = p.head_dim_v();
   }
   return c;
+}
+
+// Builds each job for sm_90a through the tuner's pool (as `tune` does): every one ok and without
+// spills, and with no_c75 without ptxas's C75xx warnings (wgmma serialized).
+void expect_clean_builds(const std::vector<BuildJob>& jobs, bool no_c75 = false) {
+  BuildPoolOptions pool_opts;
+  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode_wgmma");
+  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
+  BuildPool pool(pool_opts);
+  for (const BuildJob& j : jobs) pool.submit(j);
+  std::size_t built = 0;
+  while (auto o = pool.next()) {
+    ++built;
+    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
+    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0)
+        << config_str(o->job.config) << ": " << o->build.registers << " registers";
+    if (no_c75)
+      EXPECT_EQ(o->build.log.find("C75"), std::string::npos) << config_str(o->job.config) << "\n" << o->build.log;
+  }
+  EXPECT_EQ(built, jobs.size());
 }
 
 }  // namespace
@@ -161,11 +182,7 @@ TEST(FlashDecodeWgmmaBuild, EveryScheduleCompilesWithoutSpills) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode_wgmma");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
-  std::size_t submitted = 0;
+  std::vector<BuildJob> jobs;
   for (const char* spec : {kMla[1], kMla[4], kMla[5]}) {
     const Problem p = Problem::parse(spec);
     std::set<std::string> pipes;
@@ -173,19 +190,11 @@ TEST(FlashDecodeWgmmaBuild, EveryScheduleCompilesWithoutSpills) {
       const std::string schedule = std::get<std::string>(c.at("scores")) + "/" + std::get<std::string>(c.at("pipe")) +
                                    (std::get<bool>(c.at("multicast")) ? "/multicast" : "");
       if (!pipes.insert(schedule).second) continue;
-      pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
-      ++submitted;
+      jobs.push_back({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
     }
   }
-  ASSERT_GE(submitted, 14u);
-  std::size_t built = 0;
-  while (auto o = pool.next()) {
-    ++built;
-    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
-    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0)
-        << config_str(o->job.config) << ": " << o->build.registers << " registers";
-  }
-  EXPECT_EQ(built, submitted);
+  ASSERT_GE(jobs.size(), 14u);
+  expect_clean_builds(jobs);
 }
 
 // The FP8 path (kv_dtype=fp8, d=128: templates/flash_decode_wgmma/fp8.cuh): issue 42's decode rows
@@ -247,28 +256,13 @@ TEST(FlashDecodeWgmmaFp8, EveryConfigBuildsWithoutSpillsOrSerializedWgmma) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
   const SearchSpace space = load_space();
-  BuildPoolOptions pool_opts;
-  pool_opts.nvrtc_options = family_nvrtc_options("flash_decode_wgmma");
-  pool_opts.worker_argv = {attntune::testing::attntune_bin(), "build-worker"};
-  BuildPool pool(pool_opts);
-  std::size_t submitted = 0;
+  std::vector<BuildJob> jobs;
   for (const char* spec : {kFp8Rows[1], kFp8Rows[2]}) {  // q16 and spec4: causal, pages of 16 and 64
     const Problem p = Problem::parse(spec);
-    for (const Config& c : space.enumerate(p, "sm_90a")) {
-      pool.submit({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
-      ++submitted;
-    }
+    for (const Config& c : space.enumerate(p, "sm_90a")) jobs.push_back({c, render_kernel(space, c, p, "sm_90a"), "sm_90a"});
   }
-  ASSERT_GE(submitted, 12u);
-  std::size_t built = 0;
-  while (auto o = pool.next()) {
-    ++built;
-    EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
-    EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0)
-        << config_str(o->job.config) << ": " << o->build.registers << " registers";
-    EXPECT_EQ(o->build.log.find("C75"), std::string::npos) << config_str(o->job.config) << "\n" << o->build.log;
-  }
-  EXPECT_EQ(built, submitted);
+  ASSERT_GE(jobs.size(), 12u);
+  expect_clean_builds(jobs, /*no_c75=*/true);
 }
 
 // wg_uniform (the warpgroup index and Q's descriptor broadcast from lane 0): the MLA decode picks
