@@ -64,8 +64,9 @@ void expect_clean_builds(const std::vector<BuildJob>& jobs, bool no_c75 = false)
     EXPECT_EQ(o->build.status, "ok") << config_str(o->job.config) << "\n" << o->build.log;
     EXPECT_EQ(o->build.spill_stores + o->build.spill_loads, 0)
         << config_str(o->job.config) << ": " << o->build.registers << " registers";
-    if (no_c75)
+    if (no_c75) {
       EXPECT_EQ(o->build.log.find("C75"), std::string::npos) << config_str(o->job.config) << "\n" << o->build.log;
+    }
   }
   EXPECT_EQ(built, jobs.size());
 }

@@ -234,7 +234,7 @@ TEST(ServiceCli, SubmitWithANameSuffixQueuesTheSameProblemsUnderOtherNames) {
   EXPECT_EQ(j["campaigns"][0]["campaign"], name);
   EXPECT_EQ(j["campaigns"][1]["campaign"], name + "@h100");
   const std::string before = test::read_bytes(db);
-  for (const std::string bad : {std::string("'@h 100'"), std::string("@x@stale"), std::string(65, 'x')}) {
+  for (const std::string& bad : {std::string("'@h 100'"), std::string("@x@stale"), std::string(65, 'x')}) {
     const auto r = run_attntune("submit --db " + db + problem + " --name-suffix " + bad);
     EXPECT_EQ(r.rc, 2) << bad << ": " << r.err;
     EXPECT_NE(r.err.find("--name-suffix"), std::string::npos) << r.err;
