@@ -25,8 +25,8 @@
 //  - Sums: FP8 wgmma adds its products and the accumulator it is given at fewer bits than fp32
 //    (aligned to the largest of them; docs/design/flash_decode_wgmma.md, "FP8 caches"). S summed
 //    in one accumulator over its 8 wgmmas missed the LSE's 1e-3 (H100: 1.1e-3 to 4e-3), so S goes
-//    in fresh sums a k-step (fp8_sums k_step: lo's wgmma then hi's, 4 sums added in fp32) or two
-//    k-steps (k_pair: 2 sums). Each tile's O^T goes to fresh accumulators, P's small lo products
+//    in fresh sums a k-step (lo's wgmma then hi's, 4 sums added in fp32; two k-steps a sum missed it
+//    too at 32 rows, run 390). Each tile's O^T goes to fresh accumulators, P's small lo products
 //    first, that one FFMA an element adds to O (O * the row's factor + the tile's).
 //  - V's bytes past the sequence (stale, NaN) are zeroed in the fragments of the last tile, so P = 0
 //    times them is 0; K's give scores that are masked.
@@ -172,9 +172,9 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
   for (int i = 0; i < 64; ++i) o[i >> 5][i & 31] = 0.f;
   float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.f, 0.f};
 
-  // One tile's steps (the loop below). issue_s: S = Q K^T in sums of a k-step or two (fp8_sums,
-  // above), V^T's fragments loaded while the first are in flight; S is s + s2, whose last sums are
-  // left in flight for the softmax to add.
+  // One tile's steps (the loop below). issue_s: S = Q K^T in sums of a k-step (above), V^T's
+  // fragments loaded while the first are in flight; S is s + s2, whose last sums are left in flight
+  // for the softmax to add.
   // load_va: V^T's A fragments of this warp's dims (chunk 4mb + warp) over the tile's two k32
   // steps, V's bytes past the sequence zeroed (a fragment byte's keys: above). softmax: tile t's S,
   // read only (a write to an accumulator while another wgmma is in flight makes ptxas serialize
@@ -236,34 +236,25 @@ __device__ __forceinline__ void consume_fp8(const DecodeParams& p, u32 s_q, u32 
   auto issue_s = [&](int t, float (&s)[32], float (&s2)[32], u32 (&va)[2][2][4], const SDescs& d) {
     // Sum j's wgmma (lo's k-steps 0-3, then hi's 4-7) into acc, fresh if `fresh`.
     auto mma = [&](float (&acc)[32], int j, bool fresh) { WgmmaE4m3<64>::ss(acc, d.q[j], d.k[j & 3], !fresh); };
-    if constexpr (T::kSumsKStep) {
-      // k_step: k-step kk's two pieces (lo, then hi) in fresh sums, added in fp32: kk 0 into s and
-      // 1 into s2, both in flight, then s += s2 and kk 2, then s += s2 and kk 3, whose sums the
-      // softmax adds to s once the caller's wait is done.
-      wgmma_fence();
-      mma(s, 0, true), mma(s, 4, false);
-      mma(s2, 1, true), mma(s2, 5, false);
-      wgmma_commit();
-      load_va(t, va);
+    // k-step kk's two pieces (lo, then hi) in fresh sums, added in fp32: kk 0 into s and 1 into
+    // s2, both in flight, then s += s2 and kk 2, then s += s2 and kk 3, whose sums the softmax adds
+    // to s once the caller's wait is done. (Two k-steps a sum, no wait here, ran 4% faster at q16
+    // but missed the LSE's bound on 32-row shapes: run 390.)
+    wgmma_fence();
+    mma(s, 0, true), mma(s, 4, false);
+    mma(s2, 1, true), mma(s2, 5, false);
+    wgmma_commit();
+    load_va(t, va);
 #pragma unroll
-      for (int kk = 2; kk < 4; ++kk) {
-        wgmma_wait<0>();
-        reg_fence(s);
-        reg_fence(s2);
+    for (int kk = 2; kk < 4; ++kk) {
+      wgmma_wait<0>();
+      reg_fence(s);
+      reg_fence(s2);
 #pragma unroll
-        for (int i = 0; i < 32; ++i) s[i] += s2[i];
-        wgmma_fence();
-        mma(s2, kk, true), mma(s2, 4 + kk, false);
-        wgmma_commit();
-      }
-    } else {
-      // k_pair: k-steps 0-1 (lo, hi, lo, hi) into s and 2-3 into s2, both fresh and in flight, no
-      // wait here: the softmax adds them (a float64 model: 2-3x the error of k_step's, no extra wait).
+      for (int i = 0; i < 32; ++i) s[i] += s2[i];
       wgmma_fence();
-      mma(s, 0, true), mma(s, 4, false), mma(s, 1, false), mma(s, 5, false);
-      mma(s2, 2, true), mma(s2, 6, false), mma(s2, 3, false), mma(s2, 7, false);
+      mma(s2, kk, true), mma(s2, 4 + kk, false);
       wgmma_commit();
-      load_va(t, va);
     }
   };
   // The stage is read: K by S, V into the fragments.

@@ -49,14 +49,6 @@ struct Traits {
   static constexpr int kVDim = kKvFp8 ? kHeadDimV / 2 : kHeadDimV;  // a V row likewise
   static constexpr int kElemBytes = kKvFp8 ? 1 : 2;                  // a cache element's bytes
   static constexpr int kCtasPerSm = kKvFp8 ? 2 : 1;
-  // The FP8 path's sums of S (fp8.cuh; FP8 wgmma keeps fewer bits than fp32 in an accumulator):
-  // fresh sums a k-step's two pieces (k_step) or two k-steps' (k_pair). A tunable with a default:
-  // a space stored before it (a 16-bit cache's campaign) renders k_step, which its builds do not read.
-#if defined(FP8_SUMS)
-  static constexpr bool kSumsKStep = FP8_SUMS == FP8_SUMS_K_STEP;
-#else
-  static constexpr bool kSumsKStep = true;
-#endif
   static constexpr bool kLastCta = COMBINE == COMBINE_LAST_CTA;
   // The consumers' schedule (README.md): 0 serial, 1 fused (P_t V_t and S_{t+1} back to back), 2
   // overlap (S_{t+1} then P_t V_t, the softmax of tile t+1 while P_t V_t runs; three stages or more).

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "eval/attention_gpu.hpp"
+#include "core/error.hpp"
 #include "cuda/driver.hpp"
 #include "eval/build_pool.hpp"
 #include "families/family.hpp"
@@ -73,8 +74,15 @@ inline bool spread_configs(const SearchSpace& space, const Problem& kind, const 
     if (!p.qkv_fp8) {  // an FP8 forward's O is bf16
       p.dtype = configs.size() % 2 ? DType::kFp16 : DType::kBf16;
       // A space may hold a config for one dtype and not the other (flash_decode's fp16 group
-      // conversion spills where bf16's does not): then the config keeps `kind`'s dtype.
-      if (space.check(c, p, arch)) p.dtype = kind.dtype;
+      // conversion spills where bf16's does not), or refuse the other dtype's problem outright
+      // (flash_decode_wgmma's FP8 path takes bf16 queries only): then the config keeps `kind`'s dtype.
+      bool served = true;
+      try {
+        space.check_problem(p, arch);
+      } catch (const InputError&) {
+        served = false;
+      }
+      if (!served || space.check(c, p, arch)) p.dtype = kind.dtype;
     }
     configs.push_back(c);
     variants.push_back(p);

@@ -78,8 +78,7 @@ void check_space(int d, int dv, bool latent = false, bool multicast = false, boo
 // space (or a spread) over the decode rows it is for: 4, 32 and 64 packed rows (q-len 1, spec4, q8,
 // q16), GQA rows that do not fill a block, several row blocks a KV head, odd and long key counts
 // (65537: many splits, the LSE over a long range), pages of 16 and 64, per-(sequence, KV head) and
-// per-tensor scales; bf16 queries (the space refuses fp16 ones: run 387), S's sums a k-step and two
-// (fp8_sums) among the configs.
+// per-tensor scales; bf16 queries (the space refuses fp16 ones: run 387).
 const PropertyShape kFp8Shapes[] = {
     {"b=3,h=32,hkv=8,s=1,sk=1001", Layout::kBHSD},          // 4 rows, odd length
     {"b=2,h=32,hkv=8,s=16,sk=777,page=16", Layout::kBSHD},  // q16: 64 rows, paged
