@@ -89,7 +89,7 @@ const PropertyShape kFp8Shapes[] = {
     {"b=1,h=16,hkv=1,s=16,sk=3000", Layout::kBHSD},         // 256 rows: four row blocks
 };
 
-void check_fp8(bool per_tensor, std::size_t sample) {
+void check_fp8(bool per_tensor, std::size_t sample, const std::function<bool(const Config&)>& keep = {}) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   if (props.arch < "sm_90") GTEST_SKIP() << "flash_decode_wgmma needs sm_90 (wgmma, TMA); this GPU is " << props.arch;
@@ -99,7 +99,7 @@ void check_fp8(bool per_tensor, std::size_t sample) {
   for (const char* kind : {"s=1,causal=0", "s=16,causal=1"}) {
     const Problem base =
         Problem::parse(fmt::format("b=4,h=32,hkv=8,{},sk=4096,d=128,dtype=bf16,page=16,kv_dtype=fp8", kind));
-    ASSERT_TRUE(attntune::testing::spread_configs(space, base, "sm_90a", sample, configs, variants)) << base.str();
+    ASSERT_TRUE(attntune::testing::spread_configs(space, base, "sm_90a", sample, configs, variants, keep)) << base.str();
   }
   attntune::testing::PropertyRun run;
   run.label = "flash_decode_wgmma";
@@ -123,6 +123,14 @@ TEST(FlashDecodeWgmmaFp8Property, D128) {
 TEST(FlashDecodeWgmmaFp8Property, PerTensorScales) {
   ATTNTUNE_REQUIRE_GPU();
   check_fp8(true, attntune::testing::property_sample(4));
+}
+
+// bt_ahead: the producer reads a paged tile's block-table entries before the stage's wait (the
+// shapes' pages of 16 and 64, ragged lengths with one-key and empty sequences, a tail tile of
+// fewer boxes than lanes); the contiguous shapes run the same build without a block table.
+TEST(FlashDecodeWgmmaFp8Property, BtAhead) {
+  ATTNTUNE_REQUIRE_GPU();
+  check_fp8(false, attntune::testing::property_sample(4), [](const Config& c) { return std::get<bool>(c.at("bt_ahead")); });
 }
 
 TEST(FlashDecodeWgmmaProperty, MlaDims) {
