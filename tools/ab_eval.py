@@ -17,7 +17,9 @@ on. Exit 0 when every evaluation was ok, 1 when some was not, 2 on bad arguments
 stopped it (after its tables).
 
 Each line: LABEL, the microseconds of each round, their median, TFLOP/s (eval's, from the median) and
-`vs first`: the first run's median over this run's (above 1: faster than the first run).
+`vs first`: the first run's median over this run's (above 1: faster than the first run). Under the
+table, each evaluation that was not ok, whole: its run, round, status and eval's error (the figures
+that failed a check are at its end, which a table column would cut off).
 
 Device time is boxed, so a comparison that runs out of it still reports what it measured:
 --budget-seconds S starts no round that the last round's duration says would end past S seconds
@@ -116,11 +118,13 @@ def main():
         width = 10 * max(1, max(len(results[(p, r[0])]) for r in a.run))  # the rounds measured
         print(f"  {'run':<16s} {'us by round':>{width}s} {'median':>10s} {'TFLOP/s':>8s} {'vs first':>9s}")
         first = None
+        failed = []  # (label, round, status, error) of each evaluation that was not ok
         for label, *_ in a.run:
             docs = results[(p, label)]
             ok = [d for d in docs if d.get("status") == "ok" and d.get("median_us") is not None]
             all_ok &= len(ok) == len(docs) and len(docs) > 0
             rounds = "".join(f"{d['median_us']:10.2f}" if d in ok else f"{str(d.get('status'))[:9]:>10s}" for d in docs)
+            failed += [(label, i + 1, d.get("status"), d.get("error") or "") for i, d in enumerate(docs) if d not in ok]
             if not ok:
                 why = next((d.get("error") for d in docs if d.get("error")), "")
                 print(f"  {label:<16s} {rounds:>{width}s} {'-':>10s} {'-':>8s} {'-':>9s}  {str(why)[:80]}")
@@ -136,6 +140,8 @@ def main():
                   f"{first / med:9.3f}")
             out.append({"problem": p, "run": label, "median_us": med, "tflops": tflops,
                         "vs_first": first / med, "evaluations": docs})
+        for label, rnd, status, error in failed:
+            print(f"  {label} round {rnd}: {status}{': ' + error if error else ''}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -20,13 +20,13 @@ namespace {
 // A fake `attntune eval` at `path`: appends "LABEL PROBLEM" to `log` and prints eval's JSON with a
 // median of `us` (and TFLOP/s 100 at 10 us, as the same problem's FLOPs), or status `status`.
 void fake_bin(const std::string& path, const std::string& log, const std::string& label, double us,
-              const std::string& status = "ok", double sleep_s = 0) {
+              const std::string& status = "ok", double sleep_s = 0, const std::string& error = "wrong values") {
   std::ofstream f(path);
   f << "#!/bin/sh\n"
     << (sleep_s > 0 ? "sleep " + std::to_string(sleep_s) + "\n" : "")
     << "problem=''; while [ $# -gt 0 ]; do [ \"$1\" = --problem ] && problem=$2; shift; done\n"
     << "echo \"" << label << " $problem\" >> " << log << "\n"
-    << "echo '{\"status\": \"" << status << "\", \"error\": \"" << (status == "ok" ? "" : "wrong values")
+    << "echo '{\"status\": \"" << status << "\", \"error\": \"" << (status == "ok" ? "" : error)
     << "\", \"median_us\": " << (status == "ok" ? std::to_string(us) : "null") << ", \"tflops\": "
     << (status == "ok" ? std::to_string(1000.0 / us) : "null") << "}'\n";
   f.close();
@@ -72,6 +72,16 @@ TEST(AbEval, AFailingRunShowsItsStatusTheOthersGoOnAndItExitsOne) {
   EXPECT_NE(r.output.find("wrong values"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("10.00"), std::string::npos) << r.output;
   EXPECT_EQ(read(log), "base P\nbad P\nbase P\nbad P\n");
+  // eval's whole error under the table, each round's: the failing figure is at its end (run 389's
+  // table cut "lse error 0.00117" off at 80 characters).
+  const std::string why = "wrong_result: max|out-ref|=0.0153 bound=0.0476 (2 x same-dtype error 0.0228 + atol), "
+                          "lse error 0.00117, 0 non-finite outputs, 0 LSE mismatches";
+  fake_bin(dir.file("lse"), log, "lse", 0, "wrong_result", 0, why);
+  const Shell l = sh("python3 " + testing::source_dir() + "/tools/ab_eval.py --problem P --rounds 2 --run base " +
+                     dir.file("base") + " s.yaml a=1 --run lse " + dir.file("lse") + " s.yaml a=2 2>/dev/null");
+  EXPECT_EQ(l.status, 1) << l.output;
+  EXPECT_NE(l.output.find("lse round 1: wrong_result: " + why), std::string::npos) << l.output;
+  EXPECT_NE(l.output.find("lse round 2: wrong_result: " + why), std::string::npos) << l.output;
   // Two runs with one label: refused before any eval.
   const Shell dup = sh("python3 " + testing::source_dir() + "/tools/ab_eval.py --problem P --run x " +
                        dir.file("base") + " s a=1 --run x " + dir.file("base") + " s a=2 2>&1");
