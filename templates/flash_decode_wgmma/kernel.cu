@@ -202,6 +202,8 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
     if constexpr (T::kMulticast) tma_load_4d_multicast(dst, desc, bar, 3, x0, x1, x2, x3);
     else tma_load_4d(dst, desc, bar, x0, x1, x2, x3);
   };
+  // A paged tile's boxes from key j0: those holding keys within the length.
+  auto boxes = [&](int j0) { return (min(T::kBlockN, len - j0) + rows - 1) / rows; };
   // l2_ahead: tile tt's boxes into L2 a tile or two before its stage frees, so that its load reads
   // L2 rather than DRAM (the ring holds only two 64-key tiles beside Q at d=576).
   auto prefetch = [&](int tt) {
@@ -214,7 +216,7 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
         }
       }
     } else {
-      const int here = min(T::kBlockN, len - j0), issued = (here + rows - 1) / rows;
+      const int issued = boxes(j0);
       for (int x = lane; x < issued; x += 32) {
         const int j = j0 + x * rows, page = page_index(j, p);
         const int pg = __ldg(bt + page), pr = j - page * p.page_size;
@@ -240,10 +242,7 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
     // the wait, not after it.
     int pg_ahead = 0;
     if constexpr (T::kBtAhead) {
-      if (paged) {
-        const int here = min(T::kBlockN, len - j0), issued = (here + rows - 1) / rows;
-        if (lane < issued) pg_ahead = __ldg(bt + page_index(j0 + lane * rows, p));
-      }
+      if (paged && lane < boxes(j0)) pg_ahead = __ldg(bt + page_index(j0 + lane * rows, p));
     }
     if (round > 0) mbar_wait(empty, (round - 1) & 1);
     if (!paged) {
@@ -257,7 +256,7 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
         }
       }
     } else {
-      const int here = min(T::kBlockN, len - j0), issued = (here + rows - 1) / rows;
+      const int issued = boxes(j0);
       if (lane == 0)
         mbar_arrive_expect_tx(full, static_cast<u32>(issued * rows * 2 * (T::kKDim + (T::kLatent ? 0 : T::kVDim))));
       __syncwarp();

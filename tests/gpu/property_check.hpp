@@ -76,13 +76,13 @@ inline bool spread_configs(const SearchSpace& space, const Problem& kind, const 
       // A space may hold a config for one dtype and not the other (flash_decode's fp16 group
       // conversion spills where bf16's does not), or refuse the other dtype's problem outright
       // (flash_decode_wgmma's FP8 path takes bf16 queries only): then the config keeps `kind`'s dtype.
-      bool served = true;
+      bool keep_kind;
       try {
-        space.check_problem(p, arch);
-      } catch (const InputError&) {
-        served = false;
+        keep_kind = space.check(c, p, arch).has_value();
+      } catch (const InputError&) {  // check() refuses the problem itself
+        keep_kind = true;
       }
-      if (!served || space.check(c, p, arch)) p.dtype = kind.dtype;
+      if (keep_kind) p.dtype = kind.dtype;
     }
     configs.push_back(c);
     variants.push_back(p);

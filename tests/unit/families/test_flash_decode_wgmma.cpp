@@ -200,7 +200,8 @@ TEST(FlashDecodeWgmmaBuild, EveryScheduleCompilesWithoutSpills) {
 
 // The FP8 path (kv_dtype=fp8, d=128: templates/flash_decode_wgmma/fp8.cuh): issue 42's decode rows
 // have configs on sm_90a (64-key tiles, the serial schedule, 2-4 stages, two CTAs an SM; the block
-// table read ahead of the stage's wait, bt_ahead, offered over paged caches only), a 16-bit cache at d=128, an FP8 one at another head dim and fp16 queries
+// table read ahead of the stage's wait, bt_ahead, offered over paged caches only), a 16-bit cache
+// at d=128, an FP8 one at another head dim and fp16 queries
 // (whose e4m3 pieces miss fp16's bound: run 387) are refused with the reason, the plan launches
 // one consumer and one producer warpgroup (256 threads) over flash_decode's FP8 tensor maps, and
 // every config builds for sm_90a with no spill and no wgmma serialized (ptxas's C75xx warnings).
