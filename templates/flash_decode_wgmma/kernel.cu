@@ -72,14 +72,6 @@ struct Traits {
 #else
   static constexpr bool kWgUniform = false;
 #endif
-  // bt_ahead: the producer reads a paged tile's block-table entries before it waits for the tile's
-  // stage to free, so that their latency runs under the wait instead of between the stage freeing
-  // and its load's issue (a tunable with a default: a config recorded before it is a build without).
-#if defined(BT_AHEAD)
-  static constexpr bool kBtAhead = BT_AHEAD != 0;
-#else
-  static constexpr bool kBtAhead = false;
-#endif
 
   static constexpr int kBlockM = BLOCK_M;  // 64
   static constexpr int kBlockN = BLOCK_N;
@@ -110,7 +102,6 @@ struct Traits {
   static constexpr int kSmemBytes = kBars + 2 * kStages * 8;
 };
 typedef Traits T;
-static_assert(T::kBlockN / 8 <= 32, "bt_ahead: a paged tile's boxes (gcd(page, block_n) >= 8 rows each), one a producer lane");
 static_assert(T::kBlockM == 64, "one wgmma M of rows");
 static_assert(T::kThreads == T::kConsumers + 128, "the consumer warpgroups (two; FP8 one) and a producer warpgroup");
 // Registers after setmaxnreg: 2 * 128 * 224 + 128 * 56 = 64512 of the SM's 65536 (one CTA an SM);
@@ -238,12 +229,6 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
       const int tt = t + T::kL2Ahead;
       if (tt >= T::kStages && tt < n) prefetch(tt);
     }
-    // bt_ahead: this tile's pages of the lane's box (one box a lane: block_n / 8 at most) read before
-    // the wait, not after it.
-    int pg_ahead = 0;
-    if constexpr (T::kBtAhead) {
-      if (paged && lane < boxes(j0)) pg_ahead = __ldg(bt + page_index(j0 + lane * rows, p));
-    }
     if (round > 0) mbar_wait(empty, (round - 1) & 1);
     if (!paged) {
       if (lane == 0) {
@@ -262,7 +247,7 @@ __device__ __forceinline__ void producer(const DecodeParams& p, const DecodeMaps
       __syncwarp();
       for (int x = lane; x < issued; x += 32) {
         const int j = j0 + x * rows, page = page_index(j, p);
-        const int pg = T::kBtAhead ? pg_ahead : __ldg(bt + page), pr = j - page * p.page_size;
+        const int pg = __ldg(bt + page), pr = j - page * p.page_size;
         for (int c = c0; c < c1; ++c)
           kv_load(sk + c * T::kColBlock + x * rows * 128, &maps.k, full, c * 64, pr, kvh, pg);
         if constexpr (!T::kLatent) {

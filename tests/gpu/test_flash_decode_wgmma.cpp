@@ -125,14 +125,6 @@ TEST(FlashDecodeWgmmaFp8Property, PerTensorScales) {
   check_fp8(true, attntune::testing::property_sample(4));
 }
 
-// bt_ahead: the producer reads a paged tile's block-table entries before the stage's wait (the
-// shapes' pages of 16 and 64, ragged lengths with one-key and empty sequences, a tail tile of
-// fewer boxes than lanes); the contiguous shapes run the same build without a block table.
-TEST(FlashDecodeWgmmaFp8Property, BtAhead) {
-  ATTNTUNE_REQUIRE_GPU();
-  check_fp8(false, attntune::testing::property_sample(4), [](const Config& c) { return std::get<bool>(c.at("bt_ahead")); });
-}
-
 TEST(FlashDecodeWgmmaProperty, MlaDims) {
   ATTNTUNE_REQUIRE_GPU();
   check_space(576, 512);
