@@ -89,7 +89,7 @@ const PropertyShape kFp8Shapes[] = {
     {"b=1,h=16,hkv=1,s=16,sk=3000", Layout::kBHSD},         // 256 rows: four row blocks
 };
 
-void check_fp8(bool per_tensor, std::size_t sample, const std::function<bool(const Config&)>& keep = {}) {
+void check_fp8(bool per_tensor, std::size_t sample) {
   cuda::Context ctx(0);
   const auto props = cuda::device_props(0);
   if (props.arch < "sm_90") GTEST_SKIP() << "flash_decode_wgmma needs sm_90 (wgmma, TMA); this GPU is " << props.arch;
@@ -99,7 +99,7 @@ void check_fp8(bool per_tensor, std::size_t sample, const std::function<bool(con
   for (const char* kind : {"s=1,causal=0", "s=16,causal=1"}) {
     const Problem base =
         Problem::parse(fmt::format("b=4,h=32,hkv=8,{},sk=4096,d=128,dtype=bf16,page=16,kv_dtype=fp8", kind));
-    ASSERT_TRUE(attntune::testing::spread_configs(space, base, "sm_90a", sample, configs, variants, keep)) << base.str();
+    ASSERT_TRUE(attntune::testing::spread_configs(space, base, "sm_90a", sample, configs, variants)) << base.str();
   }
   attntune::testing::PropertyRun run;
   run.label = "flash_decode_wgmma";
