@@ -44,6 +44,10 @@ usage: tools/build_shipped_db.sh [options] [-- attntune-submit-args...]
   --check             build nothing: export each campaign of --out as this tree renders its
                       template, and list those whose kernel source has changed since they were
                       measured (their `export` is refused until a rebuild); exit 1 if any
+  --coverage          build nothing: for each GPU model whose results --out holds, ask `attntune
+                      best --problem P --gpu MODEL` of each problem of this tree's plan (the first
+                      --limit N), as a user with no database of their own would, and say how many
+                      it answers, listing the others; exit 1 if some model misses one
   -h, --help          this text
 Arguments after `--` go to `attntune submit` (default: --budget-evals 200, the main job's budget).
 Another GPU model's build in the same file names its campaigns apart: `-- --name-suffix @h100 ...`
@@ -57,7 +61,7 @@ die() { echo "build_shipped_db.sh: error: $*" >&2; exit 2; }
 
 bin=${ATTNTUNE_BIN:-build/attntune}
 default_out=db/shipped/attntune-shipped.db
-out=$default_out work="" gpus=all limit="" fresh=0 simulate=0 sim_delay="" check=0 serve_seconds="" remeasure=""
+out=$default_out work="" gpus=all limit="" fresh=0 simulate=0 sim_delay="" check=0 coverage=0 serve_seconds="" remeasure=""
 submit_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -70,6 +74,7 @@ while [ $# -gt 0 ]; do
     --simulate) simulate=1; shift ;;
     --simulate-delay-ms) sim_delay=${2:?}; shift 2 ;;
     --check) check=1; shift ;;
+    --coverage) coverage=1; shift ;;
     --remeasure) remeasure=${2:?}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; submit_args=("$@"); break ;;
@@ -141,6 +146,47 @@ if [ "$check" = 1 ]; then
   exit 0
 fi
 [ -z "$limit" ] || [[ $limit =~ ^[1-9][0-9]*$ ]] || die "--limit must be a positive number (got '$limit')"
+# This tree's plan, the first $limit problems of it if set, into file $1.
+write_plan() {
+  python3 tools/shipped_plan.py --bin "$bin" -o "$1.all"
+  if [ -n "$limit" ]; then
+    # The header (4 lines) and the first N problems: one problem a line (docs/design/plan.md).
+    head -n $((4 + limit)) "$1.all" > "$1"
+  else
+    cp "$1.all" "$1"
+  fi
+}
+
+if [ "$coverage" = 1 ]; then
+  # What a user is answered on day one: `best --problem` through the user's path (an absent
+  # database of their own, the file as the shipped one), once per GPU model the file holds results
+  # of, so that it says what an H100 and an H200 user each get from it.
+  [ -e "$out" ] || die "no database at '$out'"
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/attntune-shipped-coverage-XXXXXX")
+  trap 'rm -rf "$scratch"' EXIT
+  write_plan "$scratch/plan.yaml"
+  sed -n 's/^  - {problem: "\([^"]*\)".*/\1/p' "$scratch/plan.yaml" > "$scratch/problems"
+  n=$(wc -l < "$scratch/problems")
+  [ "$n" -gt 0 ] || die "the plan has no problems"
+  mapfile -t models < <(python3 -c 'import sqlite3, sys; [print(r[0]) for r in sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True).execute("SELECT DISTINCT d.name FROM evaluations e JOIN devices d ON d.id = e.device_id WHERE e.status = \x27ok\x27 ORDER BY d.name")]' "$out")
+  [ ${#models[@]} -gt 0 ] || die "'$out' holds no valid result"
+  short=0
+  for model in "${models[@]}"; do
+    answered=0
+    while IFS= read -r problem; do
+      if ATTNTUNE_SHIPPED_DB=$(realpath "$out") "$bin" best --db "$scratch/none.db" --problem "$problem" \
+           --gpu "$model" --format json > "$scratch/answer" 2> "$scratch/err" &&
+         grep -q '"source": "shipped"' "$scratch/answer"; then
+        answered=$((answered + 1))
+      else
+        echo "not answered on $model: $problem ($(tail -1 "$scratch/err"))" >&2
+      fi
+    done < "$scratch/problems"
+    echo "$model: $answered of the plan's $n problems answered" >&2
+    [ "$answered" = "$n" ] || short=1
+  done
+  exit $short
+fi
 if [ -n "$remeasure" ] && { [ "$fresh" = 1 ] || [ ! -e "$out" ]; }; then
   die "--remeasure takes its campaigns from the --out file ('$out'): it needs that file, and no --fresh"
 fi
@@ -158,13 +204,7 @@ plan="$work/plan.yaml"
 # the environment cannot matter.
 export ATTNTUNE_SHIPPED_DB=
 
-python3 tools/shipped_plan.py --bin "$bin" -o "$plan.all"
-if [ -n "$limit" ]; then
-  # The header (4 lines) and the first N problems: one problem a line (docs/design/plan.md).
-  head -n $((4 + limit)) "$plan.all" > "$plan"
-else
-  cp "$plan.all" "$plan"
-fi
+write_plan "$plan"
 echo "plan: $(grep -c '^  - ' "$plan") problems ($plan)" >&2
 
 if [ ! -e "$db" ] && [ "$fresh" = 0 ] && [ -e "$out" ]; then

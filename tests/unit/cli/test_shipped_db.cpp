@@ -560,6 +560,52 @@ TEST(ShippedPlan, TheBuildScriptRehearsesWithoutAGpuAndNeverOverwritesTheShipped
   EXPECT_EQ(read_bytes(repo_shipped()), shipped_before);
 }
 
+// build_shipped_db.sh --coverage: for each GPU model the file holds results of, how many of the plan's
+// problems `best --problem --gpu MODEL` answers from it as the shipped file (issue 43: "answers at
+// once for any problem of the shipped plan" on an H100), the others listed; exit 1 if one is missed.
+TEST(ShippedPlan, TheCoverageSaysWhatEachGpuModelIsAnsweredOfThePlan) {
+  TempDir dir;
+  const std::string out = dir.file("built.db");
+  const std::string log = dir.file("log");
+  ASSERT_EQ(std::system((build_script() + " --simulate --simulate-delay-ms 1 --limit 2 --gpus 0 --work " +
+                         dir.file("work") + " --out " + out + " -- --budget-evals 3 --final-top 0 >" + log + " 2>&1")
+                            .c_str()),
+            0)
+      << read_bytes(log);
+  const auto coverage = [&](int limit) {
+    return WEXITSTATUS(std::system((build_script() + " --coverage --limit " + std::to_string(limit) + " --out " +
+                                    out + " >" + log + " 2>&1")
+                                       .c_str()));
+  };
+  std::string model;
+  {
+    sqlite::Connection c = sqlite::Connection::open(out, SQLITE_OPEN_READONLY);
+    sqlite::Statement st(c, "SELECT DISTINCT d.name FROM evaluations e JOIN devices d ON d.id = e.device_id");
+    ASSERT_TRUE(st.step());
+    model = st.text(0);
+    EXPECT_FALSE(st.step()) << "one simulated GPU model";
+  }
+  EXPECT_EQ(coverage(2), 0) << read_bytes(log);
+  EXPECT_NE(read_bytes(log).find(model + ": 2 of the plan's 2 problems answered"), std::string::npos) << read_bytes(log);
+  // The plan's third problem has no campaign: listed, and the exit says the file falls short.
+  EXPECT_EQ(coverage(3), 1) << read_bytes(log);
+  EXPECT_NE(read_bytes(log).find(model + ": 2 of the plan's 3 problems answered"), std::string::npos) << read_bytes(log);
+  EXPECT_NE(read_bytes(log).find("not answered on " + model + ": "), std::string::npos) << read_bytes(log);
+  // One campaign's results moved to a second model: each model is answered the problem it measured.
+  {
+    sqlite::Connection c = sqlite::Connection::open(out, SQLITE_OPEN_READWRITE);
+    c.exec("INSERT INTO devices (name, arch, sm_count, uuid, driver_version) VALUES ('Other GPU', 'sm_90', 132, "
+           "'GPU-other', '1')");
+    c.exec("UPDATE evaluations SET device_id = (SELECT id FROM devices WHERE name = 'Other GPU') WHERE campaign_id = "
+           "(SELECT MIN(id) FROM campaigns)");
+    c.exec("UPDATE rankings SET device_id = (SELECT id FROM devices WHERE name = 'Other GPU') WHERE campaign_id = "
+           "(SELECT MIN(id) FROM campaigns)");
+  }
+  EXPECT_EQ(coverage(2), 1) << read_bytes(log);
+  EXPECT_NE(read_bytes(log).find(model + ": 1 of the plan's 2 problems answered"), std::string::npos) << read_bytes(log);
+  EXPECT_NE(read_bytes(log).find("Other GPU: 1 of the plan's 2 problems answered"), std::string::npos) << read_bytes(log);
+}
+
 // build_shipped_db.sh --serve-seconds: a build stopped by its time box writes what is done (the
 // campaign in flight goes back to the queue, its evaluations kept), says how much is left, and the
 // same command from the written file (a new --work: the GPU machine that ran the first part is gone)
