@@ -170,11 +170,12 @@ if [ "$coverage" = 1 ]; then
   [ "$n" -gt 0 ] || die "the plan has no problems"
   mapfile -t models < <(python3 -c 'import sqlite3, sys; [print(r[0]) for r in sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True).execute("SELECT DISTINCT d.name FROM evaluations e JOIN devices d ON d.id = e.device_id WHERE e.status = \x27ok\x27 ORDER BY d.name")]' "$out")
   [ ${#models[@]} -gt 0 ] || die "'$out' holds no valid result"
+  shipped=$(realpath "$out")
   short=0
   for model in "${models[@]}"; do
     answered=0
     while IFS= read -r problem; do
-      if ATTNTUNE_SHIPPED_DB=$(realpath "$out") "$bin" best --db "$scratch/none.db" --problem "$problem" \
+      if ATTNTUNE_SHIPPED_DB=$shipped "$bin" best --db "$scratch/none.db" --problem "$problem" \
            --gpu "$model" --format json > "$scratch/answer" 2> "$scratch/err" &&
          grep -q '"source": "shipped"' "$scratch/answer"; then
         answered=$((answered + 1))

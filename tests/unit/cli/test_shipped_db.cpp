@@ -54,6 +54,17 @@ int simulated_build(const std::string& work, const std::string& out, const std::
   return WEXITSTATUS(std::system(cmd.c_str()));
 }
 
+// The build script's first `limit` problems on a simulated GPU, fast (1 ms a candidate, `budget`
+// evaluations, no final ranking), into `out` with the working database in `work`, `extra` among the
+// script's options; its exit code.
+int rehearsal(const std::string& work, const std::string& out, const std::string& log, int limit, int budget,
+              const std::string& extra = "") {
+  const std::string cmd = fmt::format("{} --simulate --simulate-delay-ms 1 --limit {} --gpus 0 --work {} --out {} {} -- "
+                                      "--budget-evals {} --final-top 0 >{} 2>&1",
+                                      build_script(), limit, work, out, extra, budget, log);
+  return WEXITSTATUS(std::system(cmd.c_str()));
+}
+
 // Sets $ATTNTUNE_SHIPPED_DB for the commands a test runs (the test binary sets it to "" for all
 // others: tests/common/no_shipped_db.cpp); nullptr unsets it (the default locations).
 class ShippedEnv {
@@ -526,11 +537,7 @@ TEST(ShippedPlan, TheBuildScriptRehearsesWithoutAGpuAndNeverOverwritesTheShipped
   TempDir dir;
   const std::string out = dir.file("rehearsal.db");
   const std::string log = dir.file("log");
-  ASSERT_EQ(std::system((build_script() + " --simulate --simulate-delay-ms 1 --limit 3 --gpus 0 --work " +
-                         dir.file("work") + " --out " + out + " -- --budget-evals 4 --final-top 0 >" + log + " 2>&1")
-                            .c_str()),
-            0)
-      << read_bytes(log);
+  ASSERT_EQ(rehearsal(dir.file("work"), out, log, 3, 4), 0) << read_bytes(log);
   {
     Store store = Store::open(out, Store::Mode::kReadOnly);
     EXPECT_EQ(store.campaigns().size(), 3u);
@@ -567,11 +574,7 @@ TEST(ShippedPlan, TheCoverageSaysWhatEachGpuModelIsAnsweredOfThePlan) {
   TempDir dir;
   const std::string out = dir.file("built.db");
   const std::string log = dir.file("log");
-  ASSERT_EQ(std::system((build_script() + " --simulate --simulate-delay-ms 1 --limit 2 --gpus 0 --work " +
-                         dir.file("work") + " --out " + out + " -- --budget-evals 3 --final-top 0 >" + log + " 2>&1")
-                            .c_str()),
-            0)
-      << read_bytes(log);
+  ASSERT_EQ(rehearsal(dir.file("work"), out, log, 2, 3), 0) << read_bytes(log);
   const auto coverage = [&](int limit) {
     return WEXITSTATUS(std::system((build_script() + " --coverage --limit " + std::to_string(limit) + " --out " +
                                     out + " >" + log + " 2>&1")
@@ -710,12 +713,7 @@ TEST(ShippedPlan, ABuildMeasuresAgainTheCampaignsATemplateChangeMadeStale) {
   TempDir dir;
   const std::string out = dir.file("out.db");
   const std::string log = dir.file("log");
-  const auto build = [&](const std::string& work, int limit) {
-    return WEXITSTATUS(std::system((build_script() + " --simulate --simulate-delay-ms 1 --gpus 0 --limit " +
-                                    std::to_string(limit) + " --work " + dir.file(work) + " --out " + out +
-                                    " -- --budget-evals 4 --final-top 0 >" + log + " 2>&1")
-                                       .c_str()));
-  };
+  const auto build = [&](const std::string& work, int limit) { return rehearsal(dir.file(work), out, log, limit, 4); };
   const auto check = [&] { return read_bytes(log); };
   const auto stale_count = [&] {
     std::system((build_script() + " --check --out " + out + " >" + log + " 2>&1").c_str());
@@ -766,10 +764,7 @@ TEST(ShippedPlan, RemeasureDeepensTheCampaignsAConditionSelects) {
   const std::string out = dir.file("out.db");
   const std::string log = dir.file("log");
   const auto build = [&](const std::string& work, const std::string& extra, int budget) {
-    return WEXITSTATUS(std::system((build_script() + " --simulate --simulate-delay-ms 1 --gpus 0 --limit 2 --work " +
-                                    dir.file(work) + " --out " + out + " " + extra + " -- --budget-evals " +
-                                    std::to_string(budget) + " --final-top 0 >" + log + " 2>&1")
-                                       .c_str()));
+    return rehearsal(dir.file(work), out, log, 2, budget, extra);
   };
   const auto per_campaign = [&] {
     std::map<std::string, std::pair<std::int64_t, std::int64_t>> m;  // name: evaluations, budget
