@@ -53,9 +53,9 @@
 #             resumed campaign keeps its warm start's line. Its (seed, shape) campaigns are spread over
 #             --devices, costliest first (a two-GPU machine halves the wall time, at one seed
 #             too); re-running resumes the campaigns and skips the re-timings done. The
-#             databases hold each build's cubin (80+ MB after a tune phase):
-#             to bring them back from a GPU machine, copy them, delete the copies' `builds` rows
-#             and VACUUM (resuming re-compiles what it needs). On the GPU machine keep DB and OUT_DIR
+#             databases hold each build's cubin (80+ MB after a tune phase): tools/gpu_box.sh runs a
+#             phase in a box of one call and brings them back without it (resuming re-compiles what it
+#             needs), then restores them on the next machine (README, "On the GPU machine"). On the GPU machine keep DB and OUT_DIR
 #             under a folder git ignores (.gpu-work/): between calls the machine's copy of the tree
 #             drops untracked files that git does not ignore (run 273 lost its logs that way, and
 #             would have lost its re-timings). Runs 271-273's tuned databases and logs are committed:
