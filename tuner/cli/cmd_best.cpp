@@ -227,9 +227,11 @@ int run_best(const std::vector<std::string>& args) {
   ShippedDb shipped(!no_shipped);
   const bool may_ship = query.problem && !query.campaign;
   std::error_code ec;
-  if (may_ship && !std::filesystem::exists(db_path, ec))
+  if (may_ship && !std::filesystem::exists(db_path, ec)) {
     if (std::optional<std::vector<BestRow>> rows = shipped_rows(shipped, query, db_path))
       return print_rows(*rows, fmt_kind, true);
+    throw InputError(fmt::format("database '{}' does not exist{}", db_path, shipped_miss(shipped, *query.problem)));
+  }
 
   Store store = Store::open(db_path, Store::Mode::kReadOnly);
   std::vector<BestRow> rows = ranked_rows(store, query);
@@ -243,7 +245,8 @@ int run_best(const std::vector<std::string>& args) {
     if (query.problem) what += " for problem " + query.problem->str();
     if (query.campaign) what += fmt::format(" in campaign '{}'", *query.campaign);
     if (query.gpu) what += fmt::format(" measured on a {}", *query.gpu);
-    throw WorkError(fmt::format("{} in database '{}'", what, db_path));
+    throw WorkError(fmt::format("{} in database '{}'{}", what, db_path,
+                                may_ship ? shipped_miss(shipped, *query.problem) : std::string()));
   }
   return 0;
 }

@@ -58,8 +58,19 @@ std::vector<ExportItem> select_items(const std::string& db_path, const ExportQue
   std::vector<Problem> served = from ? without(missing, problems_without_results(*from, q, missing)) : missing;
   std::vector<ExportItem> own;
   if (!from || served.empty() || missing.size() < wanted.size()) {
-    if (!store) store.emplace(Store::open(db_path, Store::Mode::kReadOnly));  // its error: no such database
-    own = select_for_export(*store, q);
+    // A problem neither database has: the error says both were asked.
+    const bool none_shipped = q.problem && served.empty();
+    if (!store) {
+      if (none_shipped && !std::filesystem::exists(db_path, ec))
+        throw InputError(fmt::format("database '{}' does not exist{}", db_path, shipped_miss(shipped, *q.problem)));
+      store.emplace(Store::open(db_path, Store::Mode::kReadOnly));  // its error: no such database
+    }
+    try {
+      own = select_for_export(*store, q);
+    } catch (const WorkError& e) {
+      if (!none_shipped) throw;
+      throw WorkError(e.what() + shipped_miss(shipped, *q.problem));
+    }
     if (!from) return own;
   }
   // One library holds one dtype and one arch: the shipped results follow the user's own. A problem the

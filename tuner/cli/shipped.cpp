@@ -85,6 +85,13 @@ std::string shipped_source(const std::string& path) {
   return fmt::format("shipped database {}", fs::path(path).filename().string());
 }
 
+std::string shipped_miss(ShippedDb& shipped, const Problem& problem) {
+  if (!shipped.store()) return "";
+  return fmt::format("; the shipped database '{}' has none for it either: attntune tune --problem {} measures it "
+                     "on your GPU, starting from the shipped database's nearest problems",
+                     shipped.path(), problem.str());
+}
+
 std::string shipped_note(const std::string& path, const std::string& db_path, const std::string& what,
                          const std::vector<BestRow>& rows, const std::string& tune_hint) {
   std::set<std::string> gpus, dates;

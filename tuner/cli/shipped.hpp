@@ -42,6 +42,12 @@ class ShippedDb {
   std::optional<Store> store_;
 };
 
+// The end of a "no result for `problem`" error when the shipped database was asked too and had none:
+// that it has none either, and what measures the problem (a tune, warm-started from the shipped
+// database's nearest problems). Empty when there is no shipped database to ask (--no-shipped, none
+// installed), so the error says only what was looked at.
+std::string shipped_miss(ShippedDb& shipped, const Problem& problem);
+
 // One line for stderr: that `rows` (of the shipped database at `path`) answer `what` because the
 // user's database `db_path` has none, where and when they were measured, and what measures them on
 // the user's GPU.

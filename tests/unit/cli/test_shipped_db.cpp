@@ -192,6 +192,36 @@ TEST_F(ShippedDb, NoShippedAnEmptyVariableAndTheFiltersTurnItOff) {
   EXPECT_EQ(r.err.find("shipped"), std::string::npos) << r.err;
 }
 
+// A problem neither database holds: the error says that both were asked and what measures it, for
+// a user with a database and for one without (day one), from `best` and from `export` alike.
+TEST_F(ShippedDb, AProblemNeitherDatabaseHoldsIsAnErrorThatSaysBothWereAsked) {
+  ShippedEnv env(shipped_);
+  const std::string unseen = "b=3,h=12,hkv=4,s=777,sk=777,d=128,dtype=bf16,causal=1";
+  add_result(db(), kOtherProblem, "mine", 100.0);
+  const std::string either = "; the shipped database '" + shipped_ + "' has none for it either: attntune tune --problem " +
+                             unseen + " measures it on your GPU";
+  struct Case {
+    std::string database, error;
+    int rc;
+  };
+  for (const Case& c : {Case{db("absent.db"), "database '" + db("absent.db") + "' does not exist", 2},
+                        Case{db(), "no valid results for problem " + unseen + " in database '" + db() + "'", 1}}) {
+    const auto b = run_attntune("best --problem " + unseen + " --db " + c.database);
+    EXPECT_EQ(b.rc, c.rc) << b.err;
+    EXPECT_NE(b.err.find(c.error), std::string::npos) << b.err;
+    EXPECT_NE(b.err.find(either), std::string::npos) << b.err;
+    const auto e = run_attntune("export --problem " + unseen + " --db " + c.database + " -o " + dir_.file("k.cu"));
+    EXPECT_EQ(e.rc, c.rc) << e.err;
+    EXPECT_NE(e.err.find(c.error), std::string::npos) << e.err;
+    EXPECT_NE(e.err.find(either), std::string::npos) << e.err;
+    EXPECT_FALSE(fs::exists(dir_.file("k.cu")));
+    // Without the shipped database the error names the user's alone.
+    const auto off = run_attntune("best --no-shipped --problem " + unseen + " --db " + c.database);
+    EXPECT_EQ(off.rc, c.rc) << off.err;
+    EXPECT_EQ(off.err.find("shipped"), std::string::npos) << off.err;
+  }
+}
+
 TEST_F(ShippedDb, TheDefaultIsTheSourceTreesFile) {
   ShippedEnv unset(nullptr);
   const auto r = run_attntune(best(db("absent.db")));
