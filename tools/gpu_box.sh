@@ -2,7 +2,7 @@
 # One GPU call's share of a long job (a tune phase of tools/bars.sh, a shipped-database build): the
 # command in a box of --box seconds, its state carried from one lease to the next.
 #
-#   tools/gpu_box.sh --box SECONDS --work DIR [--state ARCHIVE] [--save ARCHIVE] [--gpu NAME] -- COMMAND...
+#   tools/gpu_box.sh --box SECONDS --work DIR [--state ARCHIVE] [--save ARCHIVE] [--gpu NAME] [--linger SECONDS] -- COMMAND...
 #
 # A device call runs in a copy of the tree that keeps ignored files only while the machine stays
 # warm; a new machine starts bare. So, before COMMAND:
@@ -16,7 +16,9 @@
 #                    is unpacked under .gpu-work/shipped/ ($GPU_BOX_SHIPPED_DIR) and named there (without it `tune` would start
 #                    every campaign from nothing, and `best`/`export` would not answer from it).
 # Then COMMAND under `timeout -s TERM SECONDS` (attntune's commands stop at SIGTERM with every result
-# recorded; re-running resumes them). Then, whatever COMMAND's exit:
+# recorded; re-running resumes them), and a wait of at most --linger seconds (default 120) until no
+# process holds a file under DIR open: timeout waits for COMMAND alone, and the tunes a script
+# started record their last results after it has gone. Then, whatever COMMAND's exit:
 #   --save ARCHIVE   DIR as a .tar.xz (every database in it copied by SQLite's backup, its compile
 #                    cache (`builds`) deleted and VACUUMed: a tune phase's databases hold 80+ MB of
 #                    cubins, their results a few; resuming compiles again what it needs), for the
@@ -25,8 +27,8 @@
 # Exit: COMMAND's (124: the box ended it), 2 for bad arguments, 3 for the wrong GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: tools/gpu_box.sh --box SECONDS --work DIR [--state ARCHIVE] [--save ARCHIVE] [--gpu NAME] -- COMMAND..."
-box="" work="" state="" save="" gpu=""
+usage="usage: tools/gpu_box.sh --box SECONDS --work DIR [--state ARCHIVE] [--save ARCHIVE] [--gpu NAME] [--linger SECONDS] -- COMMAND..."
+box="" work="" state="" save="" gpu="" linger=120
 while (($#)); do
   case $1 in
     --box) box=${2:?$usage}; shift 2 ;;
@@ -34,11 +36,12 @@ while (($#)); do
     --state) state=${2:?$usage}; shift 2 ;;
     --save) save=${2:?$usage}; shift 2 ;;
     --gpu) gpu=${2:?$usage}; shift 2 ;;
+    --linger) linger=${2:?$usage}; shift 2 ;;
     --) shift; break ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
-[[ $box =~ ^[1-9][0-9]*$ && -n $work && $# -gt 0 ]] || { echo "$usage" >&2; exit 2; }
+[[ $box =~ ^[1-9][0-9]*$ && $linger =~ ^[0-9]+$ && -n $work && $# -gt 0 ]] || { echo "$usage" >&2; exit 2; }
 if [[ -n $gpu ]]; then
   name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   [[ $name == *"$gpu"* ]] || { echo "gpu_box.sh: error: this machine's GPU is '${name:-none}', not $gpu: nothing run" >&2; exit 3; }
@@ -65,6 +68,37 @@ t0=$(date +%s)
 timeout -s TERM "$box" "$@"
 rc=$?
 echo "gpu_box.sh: exit $rc after $(($(date +%s) - t0)) s$( ((rc == 124)) && echo ' (the box ended it)')"
+# timeout waits for COMMAND alone: what it started (a tune that records its last results at SIGTERM)
+# may still write. Wait until no process holds a file under DIR open (at most --linger seconds).
+python3 - "$work" "$linger" <<'PY'
+import os, sys, time
+work, limit = os.path.realpath(sys.argv[1]), float(sys.argv[2])
+def holders():
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target == work or target.startswith(work + "/"):
+                found.add(int(pid))
+                break
+    return found
+start = time.time()
+while (held := holders()) and time.time() - start < limit:
+    time.sleep(0.5)
+if held:
+    print(f"gpu_box.sh: warning: processes {sorted(held)} still hold files under {sys.argv[1]} after {limit:g} s; saving anyway", file=sys.stderr)
+elif time.time() - start >= 1:
+    print(f"gpu_box.sh: waited {time.time() - start:.0f} s for the command's processes to finish writing")
+PY
 
 slim_and_list() {  # mode (slim | list) database [copy]
   python3 - "$@" <<'PY'

@@ -63,6 +63,31 @@ TEST(GpuBox, TheBoxEndsTheCommandAndTheStateComesBackWithoutTheCompileCache) {
   EXPECT_EQ(count((work / "u.db").string(), "builds"), "1\n");
 }
 
+// What COMMAND started may outlive it (bars.sh's tunes, told to stop, record their last results
+// after the script has gone): the state is saved once nothing holds a file of DIR open.
+TEST(GpuBox, TheStateIsSavedOnceWhatTheCommandStartedHasStoppedWriting) {
+  TempDir dir;
+  const fs::path work = dir.path() / "w" / "uh";
+  fs::create_directories(work);
+  const std::string held = (work / "held.log").string();
+  const std::string save = dir.file("uh.tar.xz");
+  const Shell r = sh(fmt::format("ATTNTUNE_SHIPPED_DB= {} --box 60 --work '{}' --save '{}' -- sh -c \"(exec 3>>'{}'; "
+                                 "sleep 2; echo last >&3) >/dev/null 2>&1 & true\"",
+                                 box(), work.string(), save, held));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("waited"), std::string::npos) << r.output;
+  const fs::path back = dir.path() / "back";
+  fs::create_directories(back);
+  ASSERT_EQ(sh(fmt::format("tar -C '{}' -xJf '{}'", back.string(), save)).status, 0);
+  EXPECT_EQ(read_bytes((back / "uh" / "held.log").string()), "last\n");
+  // --linger 0: saved at once, with a warning naming what still writes.
+  const Shell now = sh(fmt::format("ATTNTUNE_SHIPPED_DB= {} --box 60 --linger 0 --work '{}' --save '{}' -- sh -c "
+                                   "\"(exec 3>>'{}'; sleep 2) >/dev/null 2>&1 & true\"",
+                                   box(), work.string(), save, held));
+  EXPECT_EQ(now.status, 0) << now.output;
+  EXPECT_NE(now.output.find("still hold files under"), std::string::npos) << now.output;
+}
+
 TEST(GpuBox, ABareMachineStartsFromTheSavedStateAndAWarmOneKeepsItsOwn) {
   TempDir dir;
   const fs::path work = dir.path() / "w" / "uh";
