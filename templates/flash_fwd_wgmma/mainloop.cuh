@@ -439,6 +439,23 @@ __device__ __forceinline__ int tile_key(int c, int t, int e) {
   return T::kKPerm ? 16 * (c % C) + 4 * t + 2 * (c / C) + e : 8 * c + 2 * t + e;
 }
 
+// Visible keys as bits (T::kMaskBits). Of a thread's scores of one row and key parity e (keys
+// 8c + 2t + e of the tile, c < W / 8: tile_key without k_perm), bit c set for the keys below a bound:
+// n = the bound - (the tile's first key + 2t + e), so key c is below it iff 8c < n.
+template <int W>
+__device__ __forceinline__ unsigned cols_below(int n) {
+  const int k = min(max((n + 7) >> 3, 0), W / 8);  // (n + 7) >> 3: ceil(n / 8), negative n too
+  if constexpr (W / 8 >= 32) return k >= 32 ? 0xffffffffu : (1u << k) - 1u;
+  else return (1u << k) - 1u;
+}
+// Scores at `slot` (row a's parity e: e; row b's: 2 + e) of the columns whose bit is clear become
+// -inf. The test as `bits & (1 << c)`, c a constant: ptxas makes it R2P's predicates (seven a word).
+template <int W>
+__device__ __forceinline__ void mask_cols(float (&s)[T::kBlockN / 2], int slot, unsigned bits) {
+#pragma unroll
+  for (int c = 0; c < W / 8; ++c) s[4 * c + slot] = (bits & (1u << c)) ? s[4 * c + slot] : neg_inf();
+}
+
 // Scores of keys a row may not see become -inf: keys past seqlen_k, and for causal keys past
 // the row's diagonal (bottom-right aligned: row r sees keys < r + diag + 1). ra and rb: the query
 // rows of the thread's two rows (row0 and row0 + 8; a GQA-packed build's, their packed rows' own).
@@ -446,6 +463,15 @@ template <int W = T::kBlockN>
 __device__ __forceinline__ void mask_tile(float (&s)[T::kBlockN / 2], int tile, int ra, int rb, int t, int sk, int diag) {
   const int lim0 = T::kCausal ? min(sk, ra + diag + 1) : sk;
   const int lim1 = T::kCausal ? min(sk, rb + diag + 1) : sk;
+  if constexpr (T::kMaskBits && !T::kKPerm) {
+    const int first = tile * T::kBlockN + 2 * t;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      mask_cols<W>(s, e, cols_below<W>(lim0 - first - e));
+      mask_cols<W>(s, 2 + e, cols_below<W>(lim1 - first - e));
+    }
+    return;
+  }
 #pragma unroll
   for (int c = 0; c < W / 8; ++c)
 #pragma unroll
@@ -464,6 +490,15 @@ __device__ __forceinline__ void mask_window(float (&s)[T::kBlockN / 2], int tile
                                             const VariantParams& v) {
   const int beg0 = key_begin<true>(ra, diag, sk, v), lim0 = key_end<T::kCausal, true>(ra, diag, sk, v);
   const int beg1 = key_begin<true>(rb, diag, sk, v), lim1 = key_end<T::kCausal, true>(rb, diag, sk, v);
+  if constexpr (T::kMaskBits && !T::kKPerm) {  // visible: below lim and not below beg
+    const int first = tile * T::kBlockN + 2 * t;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      mask_cols<W>(s, e, cols_below<W>(lim0 - first - e) & ~cols_below<W>(beg0 - first - e));
+      mask_cols<W>(s, 2 + e, cols_below<W>(lim1 - first - e) & ~cols_below<W>(beg1 - first - e));
+    }
+    return;
+  }
 #pragma unroll
   for (int c = 0; c < W / 8; ++c)
 #pragma unroll

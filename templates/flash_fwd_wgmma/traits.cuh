@@ -131,6 +131,17 @@ struct Traits {
 #else
   static constexpr bool kWgUniform = false;
 #endif
+  // A masked tile's visible keys as bits (FlashAttention-4's mask): for each of a thread's rows and
+  // key parities, one word whose bit c says whether key 8c + 2t + e of the tile is in the row's
+  // range, tested bit by bit, which ptxas turns into R2P (seven predicates an instruction) and FSEL,
+  // where a compare a score (ISETP, and an IADD3 a column pair for its key) was (mainloop.cuh,
+  // mask_tile / mask_window). Not with k_perm (its keys are not 8c + 2t + e). A tunable with a
+  // default, as FA4_LOOP: a config recorded before it is a build without it.
+#if defined(MASK_BITS)
+  static constexpr bool kMaskBits = MASK_BITS != 0;
+#else
+  static constexpr bool kMaskBits = false;
+#endif
   // An FP8 forward (two-level accumulation): O's rescale joins the addition of each tile's P.V (of
   // each chunk's, with pv_chunks: O's columns of that chunk), o = o * factor + ot, one FFMA an
   // element of O where the rescale's FMUL and the addition's FADD were two. O is written by no wgmma there (the tile's P.V has its own

@@ -307,4 +307,16 @@ TEST(FlashFwdWgmmaProperty, PpPv) {
   check_kept(256, 0, 4, pv);
   check_entry_points(128, 0, pv);
 }
+
+// mask_bits (a masked tile's visible keys as a word of bits a row and key parity): causal at d=64
+// (three warpgroups among the sample), 128 and 256, the diagonal through the narrow first tile, and
+// every entry point at d=128 (pages and packed batches: sequences that end inside a tile).
+TEST(FlashFwdWgmmaProperty, MaskBits) {
+  ATTNTUNE_REQUIRE_GPU();
+  const auto bits = [](const Config& c) { return flag(c, "mask_bits"); };
+  check_kept(64, 0, 6, bits);
+  check_kept(128, 0, 6, bits);
+  check_kept(256, 0, 4, bits);
+  check_entry_points(128, 0, bits);
+}
 }  // namespace test_flash_fwd_wgmma

@@ -239,4 +239,14 @@ TEST(FlashFwdWgmmaVariants, PpPv) {
   check_head_dim(128, pv);
   check_head_dim(64, pv);
 }
+
+// mask_bits (a masked tile's visible keys as bits, R2P): both bounds of two-sided windows, causal
+// windows, sinks and soft-caps, on every entry point (ragged KV caches and packed batches, whose
+// sequences end inside tiles).
+TEST(FlashFwdWgmmaVariants, MaskBits) {
+  ATTNTUNE_REQUIRE_GPU();
+  const auto bits = [](const Config& c) { return flag(c, "mask_bits"); };
+  check_head_dim(128, bits);
+  check_head_dim(64, bits);
+}
 }  // namespace test_flash_fwd_wgmma_variants

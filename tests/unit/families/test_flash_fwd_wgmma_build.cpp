@@ -1271,6 +1271,85 @@ TEST(FlashFwdWgmmaBuild, WgUniformKeepsQsDescriptorsInUniformRegisters) {
   }
 }
 
+// mask_bits is offered where some tile is masked: the causal diagonal, a window's edges, sequences
+// that end inside a tile (packed batches, KV caches, seqlen_k not a multiple of block_n), never with
+// k_perm (its tiles' keys are permuted).
+TEST(FlashFwdWgmmaSpace, MaskBitsWhereSomeTileIsMasked) {
+  const SearchSpace space = load_space();
+  const auto offered = [&](const char* spec) {
+    std::map<std::string, std::set<bool>> by;  // "block_n k_perm" -> mask_bits values
+    space.for_each_valid(Problem::parse(spec), kArch, [&](const Config& c) {
+      by[fmt::format("{} {}", num(c, "block_n"), flag(c, "k_perm"))].insert(flag(c, "mask_bits"));
+    });
+    return by;
+  };
+  const std::set<bool> both{false, true}, off{false};
+  for (const char* spec : {"b=1,h=28,hkv=4,s=1536,sk=9728,d=128,dtype=bf16,causal=1",
+                           "b=1,h=32,hkv=8,s=16384,d=128,dtype=bf16,causal=0,window=4095",
+                           "b=4,h=8,s=1024,d=128,dtype=bf16,causal=0,varlen=1",
+                           "b=4,h=8,s=512,sk=4096,d=128,dtype=bf16,causal=0,page=64"}) {
+    const auto by = offered(spec);
+    ASSERT_FALSE(by.empty()) << spec;
+    for (const auto& [tile, values] : by) EXPECT_EQ(values, both) << spec << " block_n k_perm " << tile;
+  }
+  // Dense, non-causal, no window: where block_n divides seqlen_k no tile is masked.
+  for (const auto& [tile, values] : offered("b=4,h=16,s=4096,d=128,dtype=bf16,causal=0")) {
+    const int block_n = std::stoi(tile);
+    EXPECT_EQ(values, 4096 % block_n == 0 ? off : both) << "block_n " << block_n;
+  }
+  // The FP8 forward: k_perm's configs keep the compares.
+  std::set<bool> kperm_values;
+  for (const auto& [tile, values] : offered("b=1,h=16,s=16384,d=128,dtype=fp8,causal=1"))
+    if (tile.ends_with(" true")) kperm_values.insert(values.begin(), values.end());
+  EXPECT_EQ(kperm_values, off);
+}
+
+// mask_bits' builds: the masked loops test each key's bit of a word (R2P sets seven predicates an
+// instruction), where each score had a compare (ISETP) and each key pair an IADD3 for its index:
+// measured picks and windows build clean either way, with R2P only with it and at least 40 ISETP
+// fewer a build (NVRTC, CUDA 13.0: the u-q28-chunk pick's masked loop 770 -> 705 instructions,
+// 2026-12-07). The FP8 forward's 256-key tile (32 column pairs: the word's every bit) included. The
+// SASS half needs cuobjdump, and skips, saying so, without one.
+TEST(FlashFwdWgmmaBuild, MaskBitsMasksWithR2P) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+  const SearchSpace space = load_space();
+  const std::string rest = "exp2_emu=0,kv_multicast=false,softcap_tanh=accurate,split_tail=false,warp_specialize=true,"
+                           "lazy_rescale=0,producer_regs=24,intra_wg_overlap=true,persistent=true,wg_uniform=true";
+  const std::vector<std::pair<std::string, std::string>> jobs = {
+      // the H100 shipped pick of the chunked neighbour of u-q28-chunk; u-20-12k's d=64 tile (three
+      // warpgroups); a Mistral-like window; d=256 causal; the FP8 forward's 128x256 in quarters
+      {"b=1,h=28,hkv=4,s=1536,sk=9728,d=128,dtype=bf16,causal=1",
+       rest + ",block_m=128,block_n=160,fa4_loop=true,head_group=1,narrow_n=64,pack_gqa=true,ping_pong=false,stages=2"},
+      {"b=1,h=20,hkv=20,s=12000,sk=12000,d=64,dtype=bf16,causal=1",
+       rest + ",block_m=192,block_n=128,fa4_loop=true,head_group=4,narrow_n=64,pack_gqa=false,ping_pong=true,stages=3"},
+      {"b=1,h=32,hkv=8,s=16384,sk=16384,d=128,dtype=bf16,causal=1,window=4095",
+       rest + ",block_m=128,block_n=128,fa4_loop=true,head_group=1,narrow_n=0,pack_gqa=false,ping_pong=false,stages=2"},
+      {"b=1,h=16,s=8192,d=256,dtype=bf16,causal=1",
+       rest + ",block_m=128,block_n=80,fa4_loop=false,head_group=1,narrow_n=0,pack_gqa=false,ping_pong=true,stages=2"},
+      {"b=1,h=16,s=16384,d=128,dtype=fp8,causal=1",
+       "exp2_emu=0,kv_multicast=false,softcap_tanh=accurate,split_tail=false,warp_specialize=true,lazy_rescale=0,"
+       "producer_regs=24,intra_wg_overlap=false,persistent=true,wg_uniform=false,block_m=128,block_n=256,"
+       "fa4_loop=false,head_group=1,narrow_n=0,pack_gqa=false,ping_pong=false,stages=2,pv_chunks=4,pv_buffers=2,"
+       "fold_fma=true"},
+  };
+  const auto cubins = attntune::testing::clean_builds_off_and_on(space, kArch, jobs, "mask_bits");
+  EXPECT_EQ(cubins.size(), jobs.size());
+  const std::string cuobjdump = attntune::testing::find_cuobjdump();
+  if (cuobjdump.empty()) GTEST_SKIP() << attntune::testing::kNoSassHalf;
+  for (const auto& [name, by] : cubins) {
+    const auto count = [&](bool on, const char* op) {
+      return attntune::testing::sass_op_count(cuobjdump, by.at(on), op);
+    };
+    const int r2p_off = count(false, "R2P"), r2p_on = count(true, "R2P");
+    const int isetp_off = count(false, "ISETP"), isetp_on = count(true, "ISETP");
+    std::printf("%s: R2P %d -> %d, ISETP %d -> %d\n", name.c_str(), r2p_off, r2p_on, isetp_off, isetp_on);
+    EXPECT_EQ(r2p_off, 0) << "without mask_bits: " << name;
+    EXPECT_GE(r2p_on, 4) << "with mask_bits, the masks' words as predicates: " << name;
+    EXPECT_LE(isetp_on + 40, isetp_off) << "a compare a score left: " << name;
+  }
+}
+
 // fold_fma is the FP8 forward's, with its tile accumulator whole or in column chunks (pv_chunks): never
 // a 16-bit problem's (its P.V adds into O in the tensor cores); both values at d=64, 128 and 256, and
 // at d=128 and 256 with chunks too.
