@@ -60,8 +60,8 @@ std::vector<ExportItem> select_items(const std::string& db_path, const ExportQue
   if (!from || served.empty() || missing.size() < wanted.size()) {
     // A problem neither database has: the error says both were asked.
     const bool none_shipped = q.problem && served.empty();
-    if (!store) {
-      if (none_shipped && !std::filesystem::exists(db_path, ec))
+    if (!store) {  // absent: no such database (may_ship)
+      if (none_shipped)
         throw InputError(fmt::format("database '{}' does not exist{}", db_path, shipped_miss(shipped, *q.problem)));
       store.emplace(Store::open(db_path, Store::Mode::kReadOnly));  // its error: no such database
     }
