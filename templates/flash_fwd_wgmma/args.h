@@ -6,6 +6,7 @@
 
 #include "../common/kv_scales.h"
 #include "../common/tma_desc.h"
+#include "scheduler.h"
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define ATT_WGMMA_FN __host__ __device__ __forceinline__
@@ -99,6 +100,11 @@ struct TmaMaps {
   // null: 1). K's and V's are kv's. Unused otherwise.
   const float* q_descale;
   int q_descale_stride[2];
+  // The causal split (Traits::kSplitCausal; scheduler.h, CausalSplit): the counter's last units are
+  // pieces of the last s1 + s2 work tiles, with split_ws a slot a piece and split_count a counter a
+  // split tile. Zero: no split (the counter hands out the tiles whole). (Last: the other fields keep
+  // their offsets, and the builds without it their machine code.)
+  sched::CausalSplit causal_split;
 };
 // The dequantising kernel's block, and where the V copy starts in its workspace (after K's,
 // 1024-aligned): K [batch][heads_kv][seqlen_k][head_dim], V the same at head_dim_v, 16-bit.

@@ -162,6 +162,44 @@ __device__ __forceinline__ void split_combine(const TmaMaps& maps, const WorkTil
   mine[kL1 * 32] = l[1];
   __threadfence();
   __syncwarp();
+  if constexpr (T::kSplitCausal) {
+    // The causal split: split tile w.u's pieces hold its slots first_slot.. in piece order. A piece
+    // whose rows saw none of its keys (a causal diagonal's, or an empty piece) has m = -inf and
+    // weighs nothing; a row no piece saw stays at m = -inf, l = 0 (no keys: zeros, LSE -inf).
+    const sched::UnitPiece k = sched::causal_split_tile(w.u, maps.causal_split);
+    int* cnt = maps.split_count + w.u * kWarps + warp;
+    int old = 0;
+    if (lane == 0) old = atomicAdd(cnt, 1);
+    old = __shfl_sync(0xffffffffu, old, 0);
+    if (old != k.pieces - 1) {
+      m[0] = m[1] = __int_as_float(0x7fc00000);
+      return;
+    }
+    if (lane == 0) *cnt = 0;  // for the next launch
+    __threadfence();
+    float mx[2] = {neg_inf(), neg_inf()};
+    for (int j = 0; j < k.pieces; ++j) {
+      const float* q = at(k.first_slot + j);
+      mx[0] = fmaxf(mx[0], __ldcg(q + kM0 * 32));
+      mx[1] = fmaxf(mx[1], __ldcg(q + kM1 * 32));
+    }
+#pragma unroll
+    for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] = 0.f;
+    l[0] = l[1] = 0.f;
+    for (int j = 0; j < k.pieces; ++j) {
+      const float* q = at(k.first_slot + j);
+      const float m0 = __ldcg(q + kM0 * 32), m1 = __ldcg(q + kM1 * 32);
+      const float f0 = m0 == neg_inf() ? 0.f : ex2(m0 - mx[0]);
+      const float f1 = m1 == neg_inf() ? 0.f : ex2(m1 - mx[1]);
+      l[0] += __ldcg(q + kL0 * 32) * f0;
+      l[1] += __ldcg(q + kL1 * 32) * f1;
+#pragma unroll
+      for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] += __ldcg(q + i * 32) * ((i & 2) ? f1 : f0);
+    }
+    m[0] = mx[0];
+    m[1] = mx[1];
+    return;
+  }
   // In clusters (split_pieces): tail cluster v, rank `rank` in it, of G clusters.
   const int n = w.n, total = maps.split_tail / T::kCluster * n;
   const int G = gridDim.x * gridDim.y * gridDim.z / T::kCluster;

@@ -111,15 +111,16 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
         WorkTile w{};
         if constexpr (T::kDynamicTiles) {
           int* const counter = maps.tile_count;
-          for (int t = first_tile; t < tiles;) {
-            w = plain_tile(p, maps, t, m_blocks);
-            produce_tile(w, it_base, q_phase, w.n, t);
+          const int units = work_units(maps, tiles);  // the tiles, or with the causal split its pieces too
+          for (int t = first_tile; t < units;) {
+            w = unit_tile(p, maps, t, tiles, m_blocks);
+            produce_tile(w, it_base, q_phase, w.hi - w.lo, t);
             q_phase ^= 1;
-            it_base += w.n;
+            it_base += w.hi - w.lo;
             // t back from shared memory: kept in a register through the loads, the producer spilled.
             t = counter ? ctas + atomicAdd(counter, 1) : ld_shared_s32(sm.sched()) + ctas;
           }
-          produce_tile(w, it_base, q_phase, 0, tiles);  // the end mark
+          produce_tile(w, it_base, q_phase, 0, units);  // the end mark
           if (T::kKvFp8 && !maps.kv_dequantised) raw_end_mark(sm, it_base);  // and the converters'
           // The last CTA to be done with the counter resets both for the next launch.
           if (counter) {
@@ -155,8 +156,8 @@ flash_fwd_wgmma(const AttnParams p, const __grid_constant__ TmaMaps maps) {
         if constexpr (T::kDynamicTiles) {
           mbar_wait(sm.q_full(), q_phase);
           const int t = warp_uniform(ld_shared_s32(sm.sched()));
-          if (t >= tiles) break;
-          w = plain_tile(p, maps, t, m_blocks);
+          if (t >= work_units(maps, tiles)) break;
+          w = unit_tile(p, maps, t, tiles, m_blocks);
         } else if (!next_item(p, maps, sm, first_tile, ctas, tiles, m_blocks, next, w)) {
           break;
         }

@@ -40,6 +40,8 @@ struct FlashFwdWgmmaLaunch {
   int persistent;     // the CTAs walk the work tiles
   int split_tail;     // persistent, non-causal: the last partial round shared out by K/V iterations
   int dynamic_tiles;  // persistent, causal or varlen, with a producer: tiles taken from a counter
+  int split_causal;   // SPLIT_TAIL on a dense causal one: the counter's last units pieces of tiles
+  int head_group;     // HEAD_GROUP: the causal tile order's groups (scheduler.h, tile_coord)
   int cluster;        // kv_multicast: 2-CTA clusters sharing each K/V load; else 1
   int consumer_warps;
   int entry;          // the entry point the build serves (prefill_entry: dense, varlen or kvcache)
@@ -71,6 +73,8 @@ struct FlashFwdWgmmaLaunch {
     // A varlen build's tiles are its sequences': no split tail, no pairs (the space says so).
     c->split_tail = c->persistent && !c->causal && !c->varlen && split;
     c->dynamic_tiles = c->persistent && (c->causal || c->varlen) && warp_specialize;
+    c->split_causal = c->dynamic_tiles && c->causal && !c->varlen && c->entry == kEntryDense && split;
+    c->head_group = static_cast<int>(define_or(d, n, "HEAD_GROUP", 1));
     c->cluster = c->persistent && !c->causal && !c->varlen && multicast ? 2 : 1;
     c->consumer_warps = c->block_m / 64 * 4;
     return 0;
@@ -221,6 +225,16 @@ struct FlashFwdWgmmaLaunch {
                                               fit > 0 ? static_cast<unsigned>(fit) : 0, cluster);
         l.grid[0] = ctas;
         l.grid[1] = l.grid[2] = 1;
+        if (at.split >= 0) {  // sized for this call's split; at least a slot and a counter when it has none
+          const att::sched::CausalSplit cs = causal_split(call, ctas);
+          const unsigned slots = static_cast<unsigned>(cs.s1 * cs.p1 + cs.s2 * cs.p2);
+          p->workspace[at.split] = Workspace{
+              att::sched::split_workspace_bytes(slots > 0 ? (slots + 1) / 2 : 1, consumer_warps,
+                                                static_cast<unsigned>(head_dim_v())), 0, 1};
+          p->workspace[at.split + 1] = Workspace{
+              att::sched::split_counter_bytes(cs.s1 + cs.s2 > 0 ? static_cast<unsigned>(cs.s1 + cs.s2) : 1, consumer_warps),
+              1, 1};
+        }
         const unsigned tail = split_tail ? tail_tiles(call, ctas) : 0;
         if (tail > 0) {
           p->workspace[p->workspaces++] =
@@ -363,11 +377,15 @@ struct FlashFwdWgmmaLaunch {
   // the counter at index 1 or 0 from one call to the next, and an ordered call's order then
   // served the next call as its counter: tiles went unprocessed.) The split tail's two come alone.
   struct Places {
-    int counter = -1, order = -1, dequant = -1, count = 0;
+    int counter = -1, order = -1, dequant = -1, split = -1, count = 0;
   };
   Places places(bool ordered, bool dequant) const {
     Places at;
     if (persistent && dynamic_tiles) at.counter = at.count++;
+    if (split_causal) {  // the causal split's slots and counters (every call: indices stay put)
+      at.split = at.count;
+      at.count += 2;
+    }
     if (ordered) at.order = at.count++;
     if (dequant) at.dequant = at.count++;  // an FP8 build's (never varlen), after the counter
     return at;
@@ -382,6 +400,76 @@ struct FlashFwdWgmmaLaunch {
   int kv_box_rows(const Call& call) const {
     if (entry != kEntryKvcache || !call.block_table || call.page_size < 1) return 0;
     return gcd_int(call.page_size, block_n);
+  }
+
+  // The causal split's bands for a call on `ctas` CTAs (scheduler.h, CausalSplit; none: zeros): the
+  // counter's hand-out simulated as the kernel does it (each CTA takes the next unit when it is
+  // done; a unit costs its K/V iterations and one more, a piece one more again for its combine), for
+  // a few bands, and the one that ends soonest if it ends at least 2% sooner than whole tiles. Only
+  // where the tiles are few (at most 4 rounds: beyond that the longest-first order already ends the
+  // SMs together) and the CTAs no more than a device's SMs.
+  att::sched::CausalSplit causal_split(const Call& call, unsigned ctas) const {
+    att::sched::CausalSplit none{0, 0, 0, 0};
+    constexpr int kMaxCtas = 1024, kMaxTiles = 4 * kMaxCtas;
+    const long long tiles = work_tiles(call);
+    if (!split_causal || ctas < 2 || ctas > static_cast<unsigned>(kMaxCtas) || tiles <= ctas ||
+        tiles > 4LL * ctas || call.seqlen_k <= 0)
+      return none;
+    const int T = static_cast<int>(tiles), C = static_cast<int>(ctas);
+    const int m_blocks = static_cast<int>(att::sched::query_blocks(static_cast<long long>(call.seqlen_q), tile_rows(call), 1));
+    int n[kMaxTiles];  // each tile's K/V iterations, in the counter's order (work_tiles.cuh, work_tile)
+    for (int t = 0; t < T; ++t) {
+      const att::sched::TileCoord c =
+          att::sched::tile_coord<true>(t, m_blocks, tile_heads(call) * call.batch, head_group > 0 ? head_group : 1);
+      n[t] = att::sched::kv_tiles(att::sched::kv_end<true>(c.m_block, tile_rows(call), call.seqlen_k,
+                                                           call.seqlen_k - call.seqlen_q),
+                                  block_n);
+    }
+    long long busy[kMaxCtas];  // a min-heap of when each CTA is free
+    auto makespan = [&](att::sched::CausalSplit cs) {
+      for (int i = 0; i < C; ++i) busy[i] = 0;
+      long long end = 0;
+      auto take = [&](long long cost) {  // the CTA free first takes a unit
+        long long t = busy[0] + cost;
+        if (t > end) end = t;
+        int i = 0;  // sift down
+        for (;;) {
+          int c = 2 * i + 1;
+          if (c >= C) break;
+          if (c + 1 < C && busy[c + 1] < busy[c]) ++c;
+          if (busy[c] >= t) break;
+          busy[i] = busy[c];
+          i = c;
+        }
+        busy[i] = t;
+      };
+      const int plain = T - cs.s1 - cs.s2;
+      for (int t = 0; t < plain; ++t) take(n[t] + 1);
+      for (int t = plain; t < T; ++t) {
+        const int pieces = t - plain < cs.s1 ? cs.p1 : cs.p2;
+        for (int j = 0; j < pieces; ++j)
+          take(att::sched::piece_begin(n[t], j + 1, pieces) - att::sched::piece_begin(n[t], j, pieces) + 2);
+      }
+      return end;
+    };
+    const long long whole = makespan(none);
+    att::sched::CausalSplit best = none;
+    long long best_end = whole;
+    const int bands[][4] = {{C, 2, C / 4, 8}, {C, 2, C / 4, 6}, {C / 2, 2, C / 4, 6}, {C, 3, 0, 0},
+                            {C / 4, 1, C / 4, 8}, {C / 2, 4, 0, 0}, {2 * C, 2, C / 4, 8}};
+    for (const auto& b : bands) {
+      att::sched::CausalSplit cs{b[0] - b[2], b[1], b[2], b[3]};  // the last b[0] tiles, of which the last b[2] in b[3]
+      if (cs.s1 < 0 || cs.s1 + cs.s2 > T) continue;
+      if (cs.s2 == 0) cs.p2 = 0;
+      if (cs.s1 == 0) cs.p1 = 0;
+      if (cs.s1 + cs.s2 == 0) continue;
+      const long long e = makespan(cs);
+      if (e < best_end) {
+        best_end = e;
+        best = cs;
+      }
+    }
+    return best_end * 50 <= whole * 49 ? best : none;
   }
 
   unsigned tail_tiles(const Call& call, unsigned ctas) const {
@@ -426,6 +514,15 @@ struct FlashFwdWgmmaLaunch {
     }
     if (at.counter >= 0) {
       maps.tile_count = static_cast<int*>(res.workspace[at.counter]);  // null: round-robin
+      // The causal split needs the counter (its pieces are units the counter hands out) and both of
+      // its workspaces; without any of them the launch runs unsplit: as correct.
+      if (at.split >= 0 && maps.tile_count && res.workspace[at.split] && res.workspace[at.split + 1]) {
+        maps.causal_split = causal_split(call, plan.launch[0].grid[0]);
+        if (maps.causal_split.s1 + maps.causal_split.s2 > 0) {
+          maps.split_ws = static_cast<float*>(res.workspace[at.split]);
+          maps.split_count = static_cast<int*>(res.workspace[at.split + 1]);
+        }
+      }
     } else if (plan.workspaces == 2 && res.workspace[0] && res.workspace[1]) {
       // else (no workspace) the launch runs unsplit: as correct
       maps.split_ws = static_cast<float*>(res.workspace[0]);

@@ -886,7 +886,11 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
       // or n. No min/max clamp here: ptxas 13.0 fused max(lo, min(skip_all, end)) into a VIMNMX.RELU
       // whose predicate output then stood in for `skip == end` below, wrongly: every build with
       // split_tail 0 hung (docs/log/WGMMA.md run 34).
-      skip = w.u < 0 ? skip_all : skip_all > 0 ? end : lo;
+      // A causal split's piece [lo, end) idles through the part of [0, skip_all) inside it: the
+      // clamp broadcast, so that no fused min/max's predicate can stand in for skip == cend below.
+      if constexpr (T::kSplitCausal)
+        skip = w.u < 0 ? skip_all : warp_uniform(skip_all >= end ? end : skip_all > lo ? skip_all : lo);
+      else skip = w.u < 0 ? skip_all : skip_all > 0 ? end : lo;
       cend = end;
     }
     auto idle_turn = [&](int it) {
@@ -1079,7 +1083,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Smem& sm, con
     epilogue_pack(o, m, l, sink_a, sink_b, ra, rb, head, head, batch, out);
   }
   epilogue_sequence(w, out);
-  if (w.u >= 0 && m[0] != m[0]) out.row0 = 1 << 30;  // not the last piece: nothing to store (NaN mark)
+  if (w.u >= 0 && m[0] != m[0]) {  // not the last piece: nothing to store (NaN mark)
+    out.row0 = 1 << 30;
+    if constexpr (T::kPackGqa) out.row1 = 1 << 30;  // (a packed tile's second row is a row of its own)
+  }
   ATT_MARK(trace_k, 5, clock64());
 }
 

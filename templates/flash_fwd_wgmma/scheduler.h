@@ -197,6 +197,57 @@ ATT_SCHED_FN SplitPiece split_piece(int k, int b, int e, int n, int rank, int cl
 // cluster g that meets tail cluster v is its first when g's share starts in v, else its second.
 ATT_SCHED_FN int split_slot(int cta, int k) { return 2 * cta + k; }
 
+// ---- the causal split (split_tail on a causal grid, whose tiles come from the counter) -----------
+// A causal persistent grid hands its tiles out longest first; when they are few and alike (a
+// chunked prefill: a chunk of queries over a longer cache), the last of them start late on a
+// round where most SMs are idle (u-q28-chunk: 344 tiles of 52-61 K/V iterations on 132 SMs end in
+// a third round 80 tiles wide, 13% of the SMs' time idle). Then the last s1 + s2 tiles are handed
+// out as pieces instead: each of the first s1 as p1 pieces of its K/V iterations, each of the last
+// s2 as p2 (finer: they start last), so that the counter's units grow finer towards the end and the
+// SMs end together. A work unit u < tiles - s1 - s2 is the tile itself; the pieces follow, tile by
+// tile. Pieces are combined as the stream-K tail's are (a slot a piece, a counter a split tile).
+struct CausalSplit {
+  int s1, p1, s2, p2;  // s1 + s2 == 0: no split
+};
+ATT_SCHED_FN int causal_split_units(int tiles, CausalSplit c) { return tiles - c.s1 - c.s2 + c.s1 * c.p1 + c.s2 * c.p2; }
+ATT_SCHED_FN int causal_split_slots(CausalSplit c) { return c.s1 * c.p1 + c.s2 * c.p2; }
+// Unit u (>= tiles - s1 - s2) as a piece: its split tile (0 .. s1 + s2 - 1; work tile plain + it),
+// its piece and the split tile's pieces, and the tile's first slot (its pieces' slots follow).
+struct UnitPiece {
+  int split, piece, pieces, first_slot;
+};
+ATT_SCHED_FN UnitPiece causal_unit_piece(int u, int tiles, CausalSplit c) {
+  const int k = u - (tiles - c.s1 - c.s2);
+  UnitPiece r;
+  if (k < c.s1 * c.p1) {
+    r.split = k / c.p1;
+    r.piece = k - r.split * c.p1;
+    r.pieces = c.p1;
+    r.first_slot = r.split * c.p1;
+  } else {
+    const int f = (k - c.s1 * c.p1) / c.p2;
+    r.split = c.s1 + f;
+    r.piece = k - c.s1 * c.p1 - f * c.p2;
+    r.pieces = c.p2;
+    r.first_slot = c.s1 * c.p1 + f * c.p2;
+  }
+  return r;
+}
+// A split tile's first slot and pieces from its index alone (the combine's).
+ATT_SCHED_FN UnitPiece causal_split_tile(int split, CausalSplit c) {
+  UnitPiece r;
+  r.split = split;
+  r.piece = 0;
+  r.pieces = split < c.s1 ? c.p1 : c.p2;
+  r.first_slot = split < c.s1 ? split * c.p1 : c.s1 * c.p1 + (split - c.s1) * c.p2;
+  return r;
+}
+// Piece j of `pieces` of a tile of n K/V iterations: [piece_begin(j), piece_begin(j + 1)) (empty
+// when n < pieces; the piece still arrives, with no keys).
+ATT_SCHED_FN int piece_begin(int n, int j, int pieces) {
+  return static_cast<int>(static_cast<long long>(n) * j / pieces);
+}
+
 // The split's workspace: per slot (2 per CTA) and consumer warp, split_values(head_dim) rows of 32
 // lanes of floats: a warp's partial O (head_dim / 2 a lane), then m and l of the lane's two rows.
 // And one counter per tail tile and consumer warp (zeroed; the warp that combines resets it).

@@ -189,6 +189,10 @@ struct Traits {
   // Varlen persistent grids take their tiles from the counter too (tiles of sequences of different
   // lengths, longest first when the launcher orders them).
   static constexpr bool kDynamicTiles = (kCausal || kVarlen) && kWarpSpecialize && PERSISTENT;
+  // SPLIT_TAIL on such a causal grid (dense, no window, 16-bit inputs): the counter's last units are
+  // pieces of the last work tiles (scheduler.h, CausalSplit), combined as the stream-K tail's are,
+  // when the launcher passes the workspaces (TmaMaps::causal_split).
+  static constexpr bool kSplitCausal = SPLIT_TAIL && kCausal && kDynamicTiles && !kVarlen;
   // Non-causal persistent grids with a producer: CTAs 2k and 2k+1 run as a cluster
   // (__cluster_dims__) on adjacent query blocks of one head, and the first loads every K/V tile
   // into both (TMA multicast): half the L2 reads per FLOP. The query blocks are padded to pairs
@@ -211,8 +215,9 @@ struct Traits {
 #else
   static constexpr bool kPackGqa = false;
 #endif
-  static_assert(!kPackGqa || !(SPLIT_TAIL || KV_MULTICAST),
-                "pack_gqa: the split tail and the cluster pairs index the tiles of unpacked heads");
+  static_assert(!kPackGqa || !((SPLIT_TAIL && !kSplitCausal) || KV_MULTICAST),
+                "pack_gqa: the stream-K tail and the cluster pairs index the tiles of unpacked heads (the causal "
+                "split's pieces are of whatever tile the counter hands out)");
   // An FP8 forward's P.V in column chunks (pv_chunks): each tile's P.V is computed kPvCols value dims
   // at a time into ot, a chunk's accumulator, and each chunk is added to O in fp32 before the next
   // chunk's wgmma reuses ot (two-level accumulation kept, at kPvCols / 2 registers instead of dv / 2:

@@ -136,6 +136,30 @@ __device__ __forceinline__ WorkTile plain_tile(const AttnParams& p, const TmaMap
   return w;
 }
 
+// Dynamic tiles: the counter's units, the work tiles themselves but with the causal split
+// (Traits::kSplitCausal, TmaMaps::causal_split), whose last units are pieces of the last tiles
+// (scheduler.h, CausalSplit). unit_tile(u) is unit u's work tile and K/V iterations [lo, hi); a
+// piece's u is its split tile and slot its workspace slot.
+__device__ __forceinline__ int work_units(const TmaMaps& maps, int tiles) {
+  return T::kSplitCausal ? sched::causal_split_units(tiles, maps.causal_split) : tiles;
+}
+__device__ __forceinline__ WorkTile unit_tile(const AttnParams& p, const TmaMaps& maps, int u, int tiles, int m_blocks) {
+  if constexpr (T::kSplitCausal) {
+    const sched::CausalSplit c = maps.causal_split;
+    const int plain = tiles - c.s1 - c.s2;
+    if (u >= plain) {
+      const sched::UnitPiece k = sched::causal_unit_piece(u, tiles, c);
+      WorkTile w = work_tile(p, maps, plain + k.split, m_blocks);
+      w.lo = sched::piece_begin(w.n, k.piece, k.pieces);
+      w.hi = sched::piece_begin(w.n, k.piece + 1, k.pieces);
+      w.u = k.split;
+      w.slot = k.first_slot + k.piece;
+      return w;
+    }
+  }
+  return plain_tile(p, maps, u, m_blocks);
+}
+
 // The work items of CTA c (of C) of a static persistent grid, in turn: `next` starts at c and
 // `next_item` advances it. First the plain work tiles c, c + C, ... below the split tail (next is
 // the tile); then, with Traits::kSplitTail, the CTA's share of the tail's K/V iterations: at most

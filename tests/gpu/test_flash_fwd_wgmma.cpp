@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "gpu_env.hpp"
+#include "tests/common/plan_call.hpp"
 #include "property_check.hpp"
 
 namespace test_flash_fwd_wgmma {
@@ -318,5 +319,60 @@ TEST(FlashFwdWgmmaProperty, MaskBits) {
   check_kept(128, 0, 6, bits);
   check_kept(256, 0, 4, bits);
   check_entry_points(128, 0, bits);
+}
+
+// The causal split (split_tail on a causal persistent grid: the counter's last units are pieces of
+// the last tiles, combined by the last warp to arrive; docs/design/flash_fwd_wgmma.md "The causal
+// split"): a spread of split builds, packed and not, at d=128 and 192/128, on chunked prefills the
+// plan splits on this GPU (checked first: at least one shape of each config splits), with odd
+// lengths, rows that see no key (sk < s), tiles shorter than their pieces (empty pieces), GQA and
+// MHA; each launched twice (the combining warps reset the counters for the next launch) and once
+// without the optional workspaces (then unsplit).
+TEST(FlashFwdWgmmaProperty, CausalSplit) {
+  ATTNTUNE_REQUIRE_GPU();
+  cuda::Context ctx(0);
+  const auto props = cuda::device_props(0);
+  if (props.arch != "sm_90") GTEST_SKIP() << "flash_fwd_wgmma needs sm_90a (Hopper)";
+  const std::string arch = "sm_90a";
+  const SearchSpace space = SearchSpace::load(source_dir() + "/search_spaces/flash_fwd_wgmma.yaml");
+  const PropertyShape shapes[] = {
+      {"b=1,h=28,hkv=4,s=1536,sk=9728", Layout::kBSHD},  // issue 43's u-q28-chunk: 3 rounds of long tiles
+      {"b=1,h=28,hkv=4,s=1531,sk=9001", Layout::kBHSD},  // odd lengths
+      {"b=2,h=12,hkv=12,s=1000,sk=3001", Layout::kBSHD}, // MHA (packs nothing)
+      {"b=1,h=32,hkv=8,s=1300,sk=1300", Layout::kBHSD},  // short diagonal tiles: empty pieces
+      {"b=1,h=24,hkv=8,s=1200,sk=1100", Layout::kBSHD},  // sk < s: rows that see no key
+  };
+  const attntune::testing::FakeDevice device{props.sm_count, 0};
+  for (const auto& [d, dv] : {std::pair{128, 0}, std::pair{192, 128}}) {
+    const Problem kind = Problem::parse(fmt::format("b=1,h=28,hkv=4,s=1536,sk=9728,d={}{},dtype=bf16,causal=1", d,
+                                                    dv ? fmt::format(",dv={}", dv) : std::string()));
+    std::vector<Config> configs;
+    std::vector<Problem> variants;
+    for (bool pack : {true, false})
+      ASSERT_TRUE(attntune::testing::spread_configs(
+          space, kind, arch, attntune::testing::property_sample(3), configs, variants,
+          [&](const Config& c) { return flag(c, "split_tail") && flag(c, "pack_gqa") == pack; }))
+          << kind.str();
+    for (std::size_t i = 0; i < variants.size(); ++i) variants[i].dtype = i % 2 ? DType::kFp16 : DType::kBf16;
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      int split = 0;
+      for (const PropertyShape& sh : shapes) {
+        const Problem p = Problem::parse(fmt::format("{},d={}{},dtype=bf16,causal=1", sh.dims, d,
+                                                     dv ? fmt::format(",dv={}", dv) : std::string()));
+        std::string why;
+        const auto plan = plan_call(render_kernel(space, configs[i], p, arch).launch,
+                                    attntune::testing::dense_call_of(p), device.device(), &why);
+        ASSERT_TRUE(plan) << why;
+        ASSERT_EQ(plan->workspaces, 3) << config_str(configs[i]);
+        split += plan->workspace[2].bytes > sizeof(int) * std::get<std::int64_t>(configs[i].at("block_m")) / 16;
+      }
+      EXPECT_GE(split, 1) << config_str(configs[i]) << ": the plan splits none of the shapes on " << props.sm_count
+                          << " SMs";
+    }
+    attntune::testing::PropertyRun run{"flash_fwd_wgmma causal split", d, arch, 43000, /*require_no_spills=*/true};
+    run.dv = dv;
+    run.without_workspaces = true;
+    attntune::testing::check_configs(space, configs, variants, shapes, run);
+  }
 }
 }  // namespace test_flash_fwd_wgmma

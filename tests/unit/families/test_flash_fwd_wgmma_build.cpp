@@ -273,8 +273,10 @@ TEST(FlashFwdWgmmaSpace, SplitTailNeedsAPersistentGridWithAProducer) {
   });
   EXPECT_EQ(split_producer_regs, (std::set<std::int64_t>{40}));
 
-  // Causal: not offered. Its persistent grids take tiles from a counter and the kernel ignores the
-  // flag, so split_tail 0 and 1 were one kernel twice (each evaluated, in every causal campaign).
+  // Causal: not offered where the tiles are many (over ~4 rounds): its persistent grids take tiles
+  // from a counter, longest first, and the causal split's plan would split nothing, so split_tail 0
+  // and 1 would be one kernel twice (each evaluated, in every causal campaign). Where they are few
+  // (a chunked prefill) it is the causal split: PersistentGrid.CausalSplitPiecesTheLastRoundOfAChunkedPrefill.
   const Problem causal = Problem::parse("b=4,h=16,s=4096,d=128,dtype=bf16,causal=1");
   Config counter;
   space.for_each_valid(causal, kArch, [&](const Config& c) {

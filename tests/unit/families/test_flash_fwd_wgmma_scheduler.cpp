@@ -119,6 +119,50 @@ TEST(FlashFwdWgmmaScheduler, SplitTailPiecesCoverEveryIterationOnce) {
   }
 }
 
+// The causal split (CausalSplit): the counter's units are the plain tiles, then s1 tiles in p1
+// pieces and s2 in p2; every (tile, iteration) is computed by exactly one unit, each piece has a slot
+// of its own among its split tile's (first_slot .. + pieces: what the combine reads), and the
+// combine's view of a split tile (causal_split_tile) is the units'.
+TEST(FlashFwdWgmmaScheduler, CausalSplitUnitsCoverEveryIterationOnce) {
+  for (auto [tiles, s1, p1, s2, p2] : {std::tuple{344, 99, 2, 33, 8}, {344, 0, 0, 33, 8}, {300, 132, 3, 0, 0},
+                                       {10, 4, 2, 6, 5}, {7, 0, 0, 0, 0}}) {
+    const sched::CausalSplit c{s1, p1, s2, p2};
+    const int plain = tiles - s1 - s2, units = sched::causal_split_units(tiles, c);
+    EXPECT_EQ(units, plain + s1 * p1 + s2 * p2);
+    EXPECT_EQ(sched::causal_split_slots(c), s1 * p1 + s2 * p2);
+    for (int n : {1, 3, 8, 61}) {  // n < pieces: some pieces are empty, and still arrive
+      std::map<std::pair<int, int>, int> covered;
+      std::map<int, std::set<int>> slots;  // split tile -> the slots of its pieces
+      std::set<int> all_slots;
+      for (int u = 0; u < units; ++u) {
+        if (u < plain) {
+          for (int it = 0; it < n; ++it) ++covered[{u, it}];
+          continue;
+        }
+        const sched::UnitPiece k = sched::causal_unit_piece(u, tiles, c);
+        ASSERT_GE(k.split, 0);
+        ASSERT_LT(k.split, s1 + s2);
+        ASSERT_LT(k.piece, k.pieces);
+        EXPECT_EQ(k.pieces, k.split < s1 ? p1 : p2);
+        const sched::UnitPiece v = sched::causal_split_tile(k.split, c);
+        EXPECT_EQ(v.first_slot, k.first_slot);
+        EXPECT_EQ(v.pieces, k.pieces);
+        const int lo = sched::piece_begin(n, k.piece, k.pieces), hi = sched::piece_begin(n, k.piece + 1, k.pieces);
+        ASSERT_LE(0, lo);
+        ASSERT_LE(lo, hi);
+        ASSERT_LE(hi, n);
+        for (int it = lo; it < hi; ++it) ++covered[{plain + k.split, it}];
+        slots[k.split].insert(k.first_slot + k.piece);
+        EXPECT_TRUE(all_slots.insert(k.first_slot + k.piece).second) << "slot used twice";
+      }
+      for (int t = 0; t < tiles; ++t)
+        for (int it = 0; it < n; ++it) EXPECT_EQ((covered[{t, it}]), 1) << "tile " << t << " iteration " << it;
+      for (auto& [split, set] : slots) EXPECT_EQ(static_cast<int>(set.size()), split < s1 ? p1 : p2);
+      if (!all_slots.empty()) EXPECT_EQ(*all_slots.rbegin() + 1, sched::causal_split_slots(c));
+    }
+  }
+}
+
 TEST(FlashFwdWgmmaScheduler, SplitWorkspaceLayout) {
   // Per slot and consumer warp: O's head_dim / 2 values a lane, then m0, m1, l0, l1.
   EXPECT_EQ(sched::split_values(128), 68);

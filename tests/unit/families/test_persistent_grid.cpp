@@ -95,6 +95,46 @@ TEST(PersistentGrid, SplitTailOfPaddedTilesIsWholeClusters) {
   EXPECT_EQ(att::sched::split_tail_tiles(33ull * 16, 128, 33), 16u);  // unpadded: the kernel's tiles would not match
 }
 
+// The causal split (launch.h, causal_split): split_tail on a causal persistent grid. On a chunked
+// prefill whose 344 packed tiles (28/4 heads, 18 query rows a tile) end in a third round 80 tiles
+// wide on 132 SMs, the plan hands the last 132 tiles out as pieces (99 in halves, 33 in eighths)
+// and sizes the workspaces for their 462 slots; on a long causal problem (many rounds) it splits
+// nothing and keeps one slot; the same config without split_tail has the counter alone.
+TEST(PersistentGrid, CausalSplitPiecesTheLastRoundOfAChunkedPrefill) {
+  const SearchSpace space = SearchSpace::load(kWgmmaYaml);
+  const Problem chunk = Problem::parse("b=1,h=28,hkv=4,s=1536,sk=9728,d=128,dtype=bf16,causal=1");
+  Config c;
+  space.for_each_valid(chunk, kArch, [&](const Config& x) {
+    if (c.empty() && std::get<bool>(x.at("split_tail")) && std::get<bool>(x.at("pack_gqa")) &&
+        std::get<std::int64_t>(x.at("block_m")) == 128 && std::get<std::int64_t>(x.at("block_n")) == 160)
+      c = x;
+  });
+  ASSERT_FALSE(c.empty()) << "the space offers no causal split_tail config for " << chunk.str();
+  const Plan plan = plan_of(space, c, chunk, FakeDevice{132, 0});
+  ASSERT_EQ(plan.launches, 1);
+  EXPECT_EQ(plan.launch[0].grid[0], 132u);
+  ASSERT_EQ(plan.workspaces, 3);  // the counter, the pieces' slots, their counters
+  EXPECT_EQ(plan.workspace[0].bytes, 2 * sizeof(int));
+  EXPECT_GE(plan.workspace[1].bytes, 462ull * 8 * att::sched::split_values(128) * 32 * sizeof(float));
+  EXPECT_EQ(plan.workspace[2].bytes, 132ull * 8 * sizeof(int));
+  EXPECT_TRUE(plan.workspace[2].zeroed);
+
+  // Over 4 rounds: nothing split, one slot kept (the workspaces' indices stay the build's).
+  const Problem longer = Problem::parse("b=1,h=28,hkv=4,s=2400,sk=9728,d=128,dtype=bf16,causal=1");  // 534 tiles
+  const Plan whole = plan_of(space, c, longer, FakeDevice{132, 0});
+  ASSERT_EQ(whole.workspaces, 3);
+  EXPECT_EQ(whole.workspace[1].bytes, att::sched::split_workspace_bytes(1, 8, 128));
+  EXPECT_EQ(whole.workspace[2].bytes, 8 * sizeof(int));
+
+  c["split_tail"] = false;
+  EXPECT_EQ(plan_of(space, c, chunk, FakeDevice{132, 0}).workspaces, 1);
+  // And the space offers it only where the tiles are few: not at s=6000.
+  bool offered = false;
+  space.for_each_valid(Problem::parse("b=1,h=28,hkv=4,s=6000,d=128,dtype=bf16,causal=1"), kArch,
+                       [&](const Config& x) { offered |= std::get<bool>(x.at("split_tail")); });
+  EXPECT_FALSE(offered);
+}
+
 TEST(PersistentGrid, KvMulticastPlansTwoCtaClustersThatFit) {
   const SearchSpace space = SearchSpace::load(kWgmmaYaml);
   const Problem p = Problem::parse("b=4,h=16,s=4100,d=128,dtype=bf16,causal=0");
