@@ -404,8 +404,10 @@ struct FlashFwdWgmmaLaunch {
 
   // The causal split's bands for a call on `ctas` CTAs (scheduler.h, CausalSplit; none: zeros): the
   // counter's hand-out simulated as the kernel does it (each CTA takes the next unit when it is
-  // done; a unit costs its K/V iterations and one more, a piece one more again for its combine), for
-  // a few bands, and the one that ends soonest if it ends at least 2% sooner than whole tiles. Only
+  // done; a unit costs its K/V iterations and one more (Q, the epilogue), a piece half an iteration
+  // more (its partial O written) and a tile's last piece 0.6 of one a piece more (the combine reads
+  // every piece's partial O from L2: ~70 KB each at d=128), in tenths), for a few bands, and the one
+  // that ends soonest if it ends at least 2% sooner than whole tiles. Only
   // where the tiles are few (at most 4 rounds: beyond that the longest-first order already ends the
   // SMs together) and the CTAs no more than a device's SMs.
   att::sched::CausalSplit causal_split(const Call& call, unsigned ctas) const {
@@ -444,19 +446,23 @@ struct FlashFwdWgmmaLaunch {
         busy[i] = t;
       };
       const int plain = T - cs.s1 - cs.s2;
-      for (int t = 0; t < plain; ++t) take(n[t] + 1);
+      for (int t = 0; t < plain; ++t) take(10LL * n[t] + 10);
       for (int t = plain; t < T; ++t) {
         const int pieces = t - plain < cs.s1 ? cs.p1 : cs.p2;
         for (int j = 0; j < pieces; ++j)
-          take(att::sched::piece_begin(n[t], j + 1, pieces) - att::sched::piece_begin(n[t], j, pieces) + 2);
+          take(10LL * (att::sched::piece_begin(n[t], j + 1, pieces) - att::sched::piece_begin(n[t], j, pieces)) + 15 +
+               (j == pieces - 1 ? 6LL * pieces : 0));
       }
       return end;
     };
     const long long whole = makespan(none);
     att::sched::CausalSplit best = none;
     long long best_end = whole;
+    // {the last tiles split, their pieces, the last of those in finer pieces, theirs} (run 401's
+    // simulations: the chunked prefills' best bands were within 1% of these).
     const int bands[][4] = {{C, 2, C / 4, 8}, {C, 2, C / 4, 6}, {C / 2, 2, C / 4, 6}, {C, 3, 0, 0},
-                            {C / 4, 1, C / 4, 8}, {C / 2, 4, 0, 0}, {2 * C, 2, C / 4, 8}};
+                            {C / 4, 1, C / 4, 8}, {C / 2, 4, 0, 0}, {2 * C, 2, C / 4, 8}, {C / 2, 1, C / 2, 2},
+                            {C / 2, 1, C / 2, 3}, {C, 2, C / 8, 8}};
     for (const auto& b : bands) {
       att::sched::CausalSplit cs{b[0] - b[2], b[1], b[2], b[3]};  // the last b[0] tiles, of which the last b[2] in b[3]
       if (cs.s1 < 0 || cs.s1 + cs.s2 > T) continue;

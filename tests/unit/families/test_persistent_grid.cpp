@@ -97,9 +97,9 @@ TEST(PersistentGrid, SplitTailOfPaddedTilesIsWholeClusters) {
 
 // The causal split (launch.h, causal_split): split_tail on a causal persistent grid. On a chunked
 // prefill whose 344 packed tiles (28/4 heads, 18 query rows a tile) end in a third round 80 tiles
-// wide on 132 SMs, the plan hands the last 132 tiles out as pieces (99 in halves, 33 in eighths)
-// and sizes the workspaces for their 462 slots; on a long causal problem (many rounds) it splits
-// nothing and keeps one slot; the same config without split_tail has the counter alone.
+// wide on 132 SMs, the plan hands the last 132 tiles out as pieces (116 in halves, the last 16 in
+// eighths: 360 slots) and sizes the workspaces for them; over 4 rounds it splits nothing and keeps
+// one slot; the same config without split_tail has the counter alone.
 TEST(PersistentGrid, CausalSplitPiecesTheLastRoundOfAChunkedPrefill) {
   const SearchSpace space = SearchSpace::load(kWgmmaYaml);
   const Problem chunk = Problem::parse("b=1,h=28,hkv=4,s=1536,sk=9728,d=128,dtype=bf16,causal=1");
@@ -115,7 +115,8 @@ TEST(PersistentGrid, CausalSplitPiecesTheLastRoundOfAChunkedPrefill) {
   EXPECT_EQ(plan.launch[0].grid[0], 132u);
   ASSERT_EQ(plan.workspaces, 3);  // the counter, the pieces' slots, their counters
   EXPECT_EQ(plan.workspace[0].bytes, 2 * sizeof(int));
-  EXPECT_GE(plan.workspace[1].bytes, 462ull * 8 * att::sched::split_values(128) * 32 * sizeof(float));
+  EXPECT_GE(plan.workspace[1].bytes, 360ull * 8 * att::sched::split_values(128) * 32 * sizeof(float));
+  EXPECT_LT(plan.workspace[1].bytes, 362ull * 8 * att::sched::split_values(128) * 32 * sizeof(float));
   EXPECT_EQ(plan.workspace[2].bytes, 132ull * 8 * sizeof(int));
   EXPECT_TRUE(plan.workspace[2].zeroed);
 
