@@ -136,6 +136,38 @@ TEST(PersistentGrid, CausalSplitPiecesTheLastRoundOfAChunkedPrefill) {
   EXPECT_FALSE(offered);
 }
 
+// FlashFwdWgmmaProperty.CausalSplit (the GPU test) checks split builds on five chunked shapes and
+// expects the plan to split at least one of them for each config: on an H100's or H200's 132 SMs,
+// every split config the space offers for its two kinds (d=128 and 192/128) does.
+TEST(PersistentGrid, CausalSplitGpuTestShapesSplitOnAHopper) {
+  const SearchSpace space = SearchSpace::load(kWgmmaYaml);
+  const char* shapes[] = {"b=1,h=28,hkv=4,s=1536,sk=9728", "b=1,h=28,hkv=4,s=1531,sk=9001", "b=2,h=12,hkv=12,s=1000,sk=3001",
+                          "b=1,h=32,hkv=8,s=1300,sk=1300", "b=1,h=24,hkv=8,s=1200,sk=1100"};
+  for (const char* dims : {"d=128", "d=192,dv=128"}) {
+    const Problem kind = Problem::parse(fmt::format("b=1,h=28,hkv=4,s=1536,sk=9728,{},dtype=bf16,causal=1", dims));
+    int configs = 0;
+    space.for_each_valid(kind, kArch, [&](const Config& c) {
+      if (!std::get<bool>(c.at("split_tail"))) return;
+      ++configs;
+      int split = 0;
+      const FakeDevice h100{132, 0};
+      const auto launch = render_kernel(space, c, kind, kArch).launch;  // one build, run on every shape
+      for (const char* sh : shapes) {
+        const Problem p = Problem::parse(fmt::format("{},{},dtype=bf16,causal=1", sh, dims));
+        attntune_plan::Call call = dense_call_of(p);
+        call.head_dim_v = static_cast<int>(p.head_dim_v());  // (the helper's call has one head dim)
+        std::string why;
+        const auto plan = plan_call(launch, call, h100.device(), &why);
+        ASSERT_TRUE(plan) << why;
+        ASSERT_EQ(plan->workspaces, 3);
+        split += plan->workspace[2].bytes > sizeof(int) * std::get<std::int64_t>(c.at("block_m")) / 16;
+      }
+      EXPECT_GE(split, 1) << config_str(c) << " " << dims;
+    });
+    EXPECT_GT(configs, 0) << dims;
+  }
+}
+
 TEST(PersistentGrid, KvMulticastPlansTwoCtaClustersThatFit) {
   const SearchSpace space = SearchSpace::load(kWgmmaYaml);
   const Problem p = Problem::parse("b=4,h=16,s=4100,d=128,dtype=bf16,causal=0");
