@@ -143,6 +143,55 @@ __device__ __forceinline__ void epilogue_store(const AttnParams& p, const OutRow
   }
 }
 
+// The last warp to arrive for its (tile, warp) of a split tile's `pieces` combines them, in piece
+// order (deterministic), into o, m, l: the pieces are j0..j_last, slot_of(j) piece j's workspace
+// slot, `at` a slot's values for this lane. Warps that arrive earlier get m = NaN (nothing to store). kEmptyPieces: a piece may
+// hold rows that saw none of its keys (m = -inf: a causal diagonal's, or an empty piece); they
+// weigh nothing, and a row no piece saw stays at m = -inf, l = 0 (no keys: zeros, LSE -inf).
+template <bool kEmptyPieces, class At, class SlotOf>
+__device__ __forceinline__ void merge_pieces(const At& at, const SlotOf& slot_of, int j0, int j_last, int* cnt,
+                                             float (&o)[T::kHeadDimV / 2], float (&m)[2], float (&l)[2]) {
+  constexpr int kM0 = sched::split_value_m(T::kHeadDimV, 0), kM1 = sched::split_value_m(T::kHeadDimV, 1);
+  constexpr int kL0 = sched::split_value_l(T::kHeadDimV, 0), kL1 = sched::split_value_l(T::kHeadDimV, 1);
+  const int lane = threadIdx.x % 32, pieces = j_last - j0 + 1;
+  int old = 0;
+  if (lane == 0) old = atomicAdd(cnt, 1);
+  old = __shfl_sync(0xffffffffu, old, 0);
+  if (old != pieces - 1) {
+    m[0] = m[1] = __int_as_float(0x7fc00000);
+    return;
+  }
+  if (lane == 0) *cnt = 0;  // for the next launch
+  __threadfence();
+  float mx[2] = {neg_inf(), neg_inf()};
+  for (int j = j0; j <= j_last; ++j) {
+    const float* q = at(slot_of(j));
+    mx[0] = fmaxf(mx[0], __ldcg(q + kM0 * 32));
+    mx[1] = fmaxf(mx[1], __ldcg(q + kM1 * 32));
+  }
+#pragma unroll
+  for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] = 0.f;
+  l[0] = l[1] = 0.f;
+  for (int j = j0; j <= j_last; ++j) {
+    const float* q = at(slot_of(j));
+    float f0, f1;
+    if constexpr (kEmptyPieces) {
+      const float m0 = __ldcg(q + kM0 * 32), m1 = __ldcg(q + kM1 * 32);
+      f0 = m0 == neg_inf() ? 0.f : ex2(m0 - mx[0]);
+      f1 = m1 == neg_inf() ? 0.f : ex2(m1 - mx[1]);
+    } else {
+      f0 = ex2(__ldcg(q + kM0 * 32) - mx[0]);
+      f1 = ex2(__ldcg(q + kM1 * 32) - mx[1]);
+    }
+    l[0] += __ldcg(q + kL0 * 32) * f0;
+    l[1] += __ldcg(q + kL1 * 32) * f1;
+#pragma unroll
+    for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] += __ldcg(q + i * 32) * ((i & 2) ? f1 : f0);
+  }
+  m[0] = mx[0];
+  m[1] = mx[1];
+}
+
 // A split tail piece: this warp's partial O, m and l to its workspace slot (scheduler.h's layout);
 // the warp that arrives last for its (tile, warp) combines every piece, in piece order
 // (deterministic), into o, m, l. The others get m = NaN: nothing to store.
@@ -162,86 +211,25 @@ __device__ __forceinline__ void split_combine(const TmaMaps& maps, const WorkTil
   mine[kL1 * 32] = l[1];
   __threadfence();
   __syncwarp();
-  if constexpr (T::kSplitCausal) {
-    // The causal split: split tile w.u's pieces hold its slots first_slot.. in piece order. A piece
-    // whose rows saw none of its keys (a causal diagonal's, or an empty piece) has m = -inf and
-    // weighs nothing; a row no piece saw stays at m = -inf, l = 0 (no keys: zeros, LSE -inf).
-    const sched::UnitPiece k = sched::causal_split_tile(w.u, maps.causal_split);
-    int* cnt = maps.split_count + w.u * kWarps + warp;
-    int old = 0;
-    if (lane == 0) old = atomicAdd(cnt, 1);
-    old = __shfl_sync(0xffffffffu, old, 0);
-    if (old != k.pieces - 1) {
-      m[0] = m[1] = __int_as_float(0x7fc00000);
-      return;
-    }
-    if (lane == 0) *cnt = 0;  // for the next launch
-    __threadfence();
-    float mx[2] = {neg_inf(), neg_inf()};
-    for (int j = 0; j < k.pieces; ++j) {
-      const float* q = at(k.first_slot + j);
-      mx[0] = fmaxf(mx[0], __ldcg(q + kM0 * 32));
-      mx[1] = fmaxf(mx[1], __ldcg(q + kM1 * 32));
-    }
-#pragma unroll
-    for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] = 0.f;
-    l[0] = l[1] = 0.f;
-    for (int j = 0; j < k.pieces; ++j) {
-      const float* q = at(k.first_slot + j);
-      const float m0 = __ldcg(q + kM0 * 32), m1 = __ldcg(q + kM1 * 32);
-      const float f0 = m0 == neg_inf() ? 0.f : ex2(m0 - mx[0]);
-      const float f1 = m1 == neg_inf() ? 0.f : ex2(m1 - mx[1]);
-      l[0] += __ldcg(q + kL0 * 32) * f0;
-      l[1] += __ldcg(q + kL1 * 32) * f1;
-#pragma unroll
-      for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] += __ldcg(q + i * 32) * ((i & 2) ? f1 : f0);
-    }
-    m[0] = mx[0];
-    m[1] = mx[1];
-    return;
-  }
-  // In clusters (split_pieces): tail cluster v, rank `rank` in it, of G clusters.
-  const int n = w.n, total = maps.split_tail / T::kCluster * n;
-  const int G = gridDim.x * gridDim.y * gridDim.z / T::kCluster;
-  const int v = w.u / T::kCluster, rank = w.u % T::kCluster;
-  // The clusters whose shares meet this tile: g_first holds iteration v*n, g_last (v+1)*n - 1.
-  const int g_first = sched::tail_owner(v * n, total, G), g_last = sched::tail_owner((v + 1) * n - 1, total, G);
-  const int pieces = g_last - g_first + 1;
   int* cnt = maps.split_count + w.u * kWarps + warp;
-  int old = 0;
-  if (lane == 0) old = atomicAdd(cnt, 1);
-  old = __shfl_sync(0xffffffffu, old, 0);
-  if (old != pieces - 1) {
-    m[0] = m[1] = __int_as_float(0x7fc00000);
-    return;
+  if constexpr (T::kSplitCausal) {
+    // The causal split: split tile w.u's pieces hold its slots first_slot.. in piece order.
+    const sched::UnitPiece k = sched::causal_split_tile(w.u, maps.causal_split);
+    merge_pieces<true>(at, [](int j) { return j; }, k.first_slot, k.first_slot + k.pieces - 1, cnt, o, m, l);
+  } else {
+    // In clusters (split_pieces): tail cluster v, rank `rank` in it, of G clusters.
+    const int n = w.n, total = maps.split_tail / T::kCluster * n;
+    const int G = gridDim.x * gridDim.y * gridDim.z / T::kCluster;
+    const int v = w.u / T::kCluster, rank = w.u % T::kCluster;
+    // The clusters whose shares meet this tile: g_first holds iteration v*n, g_last (v+1)*n - 1.
+    const int g_first = sched::tail_owner(v * n, total, G), g_last = sched::tail_owner((v + 1) * n - 1, total, G);
+    // Cluster g's piece of this tile is its CTA of this rank's first piece when g's share starts
+    // in tail cluster v, else its second. Every piece's rows saw keys (no mask empties one).
+    auto slot_of = [&](int g) {
+      return sched::split_slot(g * T::kCluster + rank, sched::tail_begin(total, g, G) / n == v ? 0 : 1);
+    };
+    merge_pieces<false>(at, slot_of, g_first, g_last, cnt, o, m, l);
   }
-  if (lane == 0) *cnt = 0;  // for the next launch
-  __threadfence();
-  // Cluster g's piece of this tile is its CTA of this rank's first piece when g's share starts
-  // in tail cluster v, else its second.
-  auto slot_of = [&](int g) {
-    return sched::split_slot(g * T::kCluster + rank, sched::tail_begin(total, g, G) / n == v ? 0 : 1);
-  };
-  float mx[2] = {neg_inf(), neg_inf()};
-  for (int g = g_first; g <= g_last; ++g) {
-    const float* q = at(slot_of(g));
-    mx[0] = fmaxf(mx[0], __ldcg(q + kM0 * 32));
-    mx[1] = fmaxf(mx[1], __ldcg(q + kM1 * 32));
-  }
-#pragma unroll
-  for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] = 0.f;
-  l[0] = l[1] = 0.f;
-  for (int g = g_first; g <= g_last; ++g) {
-    const float* q = at(slot_of(g));
-    const float f0 = ex2(__ldcg(q + kM0 * 32) - mx[0]);
-    const float f1 = ex2(__ldcg(q + kM1 * 32) - mx[1]);
-    l[0] += __ldcg(q + kL0 * 32) * f0;
-    l[1] += __ldcg(q + kL1 * 32) * f1;
-#pragma unroll
-    for (int i = 0; i < T::kHeadDimV / 2; ++i) o[i] += __ldcg(q + i * 32) * ((i & 2) ? f1 : f0);
-  }
-  m[0] = mx[0];
-  m[1] = mx[1];
 }
 
 }  // namespace att
