@@ -256,6 +256,9 @@ struct Plan {
   Workspace workspace[kMaxWorkspaces];
   int maps;
   TensorMap map[kMaxTensorMaps];
+  // What a family's plan computed for its bind to use as it is (zeros unless the family says
+  // otherwise): flash_fwd_wgmma's causal split, a simulation that the workspaces were sized by.
+  int handoff[4];
 };
 
 inline Plan empty_plan() {

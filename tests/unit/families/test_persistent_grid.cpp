@@ -2,9 +2,14 @@
 // kernel's scheduler.h) sizes it for every executor (the tuner's worker, exported files, the
 // harness): work tiles with the query blocks padded to whole clusters, CTAs in whole clusters that
 // fit on the device at once, split_tail on the padded tiles; kv_multicast's 2-CTA clusters.
+#include <algorithm>
+#include <cstring>
 #include <fstream>
+#include <tuple>
+#include <vector>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "tests/common/plan_call.hpp"
@@ -134,6 +139,149 @@ TEST(PersistentGrid, CausalSplitPiecesTheLastRoundOfAChunkedPrefill) {
   space.for_each_valid(Problem::parse("b=1,h=28,hkv=4,s=6000,d=128,dtype=bf16,causal=1"), kArch,
                        [&](const Config& x) { offered |= std::get<bool>(x.at("split_tail")); });
   EXPECT_FALSE(offered);
+}
+
+namespace {
+
+// The causal split's choice as first written (launch.h, 435eab3): every band's hand-out simulated
+// from the start, whole tiles and all. launch.h's causal_split must choose as this does; it shares
+// the whole tiles' hand-out between the bands, stops early where no band can win and keeps its
+// last answers, for the host time of a call.
+att::sched::CausalSplit reference_causal_split(const FlashFwdWgmmaLaunch& l, const Call& call, unsigned ctas) {
+  att::sched::CausalSplit none{0, 0, 0, 0};
+  const long long tiles = l.work_tiles(call);
+  if (!l.split_causal || ctas < 2 || ctas > 1024 || tiles <= ctas || tiles > 4LL * ctas || call.seqlen_k <= 0) return none;
+  const int T = static_cast<int>(tiles), C = static_cast<int>(ctas);
+  const int m_blocks = static_cast<int>(att::sched::query_blocks(static_cast<long long>(call.seqlen_q), l.tile_rows(call), 1));
+  std::vector<int> n(static_cast<std::size_t>(T));
+  for (int t = 0; t < T; ++t) {
+    const att::sched::TileCoord c = att::sched::tile_coord<true>(t, m_blocks, l.tile_heads(call) * call.batch,
+                                                                 l.head_group > 0 ? l.head_group : 1);
+    n[t] = att::sched::kv_tiles(
+        att::sched::kv_end<true>(c.m_block, l.tile_rows(call), call.seqlen_k, call.seqlen_k - call.seqlen_q), l.block_n);
+  }
+  auto makespan = [&](att::sched::CausalSplit cs) {
+    std::vector<long long> busy(static_cast<std::size_t>(C), 0);  // when each CTA is free
+    long long end = 0;
+    auto take = [&](long long cost) {
+      auto first = std::min_element(busy.begin(), busy.end());
+      *first += cost;
+      end = std::max(end, *first);
+    };
+    const int plain = T - cs.s1 - cs.s2;
+    for (int t = 0; t < plain; ++t) take(10LL * n[t] + 10);
+    for (int t = plain; t < T; ++t) {
+      const int pieces = t - plain < cs.s1 ? cs.p1 : cs.p2;
+      for (int j = 0; j < pieces; ++j)
+        take(10LL * (att::sched::piece_begin(n[t], j + 1, pieces) - att::sched::piece_begin(n[t], j, pieces)) + 15 +
+             (j == pieces - 1 ? 6LL * pieces : 0));
+    }
+    return end;
+  };
+  const long long whole = makespan(none);
+  att::sched::CausalSplit best = none;
+  long long best_end = whole;
+  const int bands[][4] = {{C, 2, C / 4, 8}, {C, 2, C / 4, 6}, {C / 2, 2, C / 4, 6}, {C, 3, 0, 0},
+                          {C / 4, 1, C / 4, 8}, {C / 2, 4, 0, 0}, {2 * C, 2, C / 4, 8}, {C / 2, 1, C / 2, 2},
+                          {C / 2, 1, C / 2, 3}, {C, 2, C / 8, 8}};
+  for (const auto& b : bands) {
+    att::sched::CausalSplit cs{b[0] - b[2], b[1], b[2], b[3]};
+    if (cs.s1 < 0 || cs.s1 + cs.s2 > T) continue;
+    if (cs.s2 == 0) cs.p2 = 0;
+    if (cs.s1 == 0) cs.p1 = 0;
+    if (cs.s1 + cs.s2 == 0) continue;
+    const long long e = makespan(cs);
+    if (e < best_end) best_end = e, best = cs;
+  }
+  return best_end * 50 <= whole * 49 ? best : none;
+}
+
+std::string str(const att::sched::CausalSplit& c) { return fmt::format("{{{}, {}, {}, {}}}", c.s1, c.p1, c.s2, c.p2); }
+
+// A split config of the space for `kind` with these tiles (block_n 0: any) and packing.
+Config split_config(const SearchSpace& space, const Problem& kind, long long block_m, long long block_n, bool pack) {
+  Config found;
+  space.for_each_valid(kind, kArch, [&](const Config& x) {
+    if (found.empty() && std::get<bool>(x.at("split_tail")) && std::get<bool>(x.at("pack_gqa")) == pack &&
+        std::get<std::int64_t>(x.at("block_m")) == block_m &&
+        (block_n == 0 || std::get<std::int64_t>(x.at("block_n")) == block_n))
+      found = x;
+  });
+  return found;
+}
+
+}  // namespace
+
+TEST(PersistentGrid, CausalSplitChoosesAsThePlainSimulationDoes) {
+  const SearchSpace space = SearchSpace::load(kWgmmaYaml);
+  const Problem kind = Problem::parse("b=1,h=28,hkv=4,s=1536,sk=9728,d=128,dtype=bf16,causal=1");
+  int calls = 0, split = 0;
+  for (auto [bm, bn, pack] : {std::tuple{128ll, 160ll, true}, {128ll, 176ll, false}, {192ll, 0ll, true}}) {
+    const Config c = split_config(space, kind, bm, bn, pack);
+    ASSERT_FALSE(c.empty()) << bm << "x" << bn << " pack " << pack;
+    const auto l = launch_constants<FlashFwdWgmmaLaunch>(render_kernel(space, c, kind, kArch).launch.defines, "t");
+    ASSERT_TRUE(l.split_causal);
+    for (auto [b, h, hkv] : {std::tuple{1, 28, 4}, {2, 12, 12}, {1, 32, 8}, {3, 40, 8}})
+      for (int s : {200, 777, 1000, 1536, 2000, 2400})
+        for (int sk : {s, 3001, 9728})
+          for (unsigned ctas : {132u, 114u, 78u}) {
+            if (sk < s) continue;
+            const Problem p = Problem::parse(fmt::format("b={},h={},hkv={},s={},sk={},d=128,dtype=bf16,causal=1", b, h,
+                                                         hkv, s, sk));
+            const Call call = dense_call_of(p);
+            const att::sched::CausalSplit want = reference_causal_split(l, call, ctas);
+            for (int again = 0; again < 2; ++again) {  // the second from the thread's memo
+              const att::sched::CausalSplit got = l.causal_split(call, ctas);
+              ASSERT_EQ(str(got), str(want)) << p.str() << " on " << ctas << " CTAs, " << config_str(c) << ", call "
+                                             << again;
+            }
+            ++calls;
+            split += want.s1 + want.s2 > 0;
+          }
+  }
+  EXPECT_GT(split, 20) << "of " << calls;  // the sweep reaches the shapes the split is for
+  EXPECT_LT(split, calls);
+}
+
+// The plan sizes the split's workspaces by its band, and bind launches that band: one simulation a
+// call, handed over in Plan::handoff.
+TEST(PersistentGrid, CausalSplitPlanHandsItsBandToBind) {
+  const SearchSpace space = SearchSpace::load(kWgmmaYaml);
+  const Problem chunk = Problem::parse("b=1,h=28,hkv=4,s=1536,sk=9728,d=128,dtype=bf16,causal=1");
+  const Config c = split_config(space, chunk, 128, 160, true);
+  ASSERT_FALSE(c.empty());
+  const auto l = launch_constants<FlashFwdWgmmaLaunch>(render_kernel(space, c, chunk, kArch).launch.defines, "t");
+  const Call call = dense_call_of(chunk);
+  const FakeDevice h100{132, 0};
+  Plan plan = empty_plan();
+  Why why;
+  ASSERT_EQ(l.plan(call, h100.device(), &plan, &why), 0) << why.text;
+  EXPECT_EQ(str({plan.handoff[0], plan.handoff[1], plan.handoff[2], plan.handoff[3]}), "{116, 2, 16, 8}");
+  alignas(64) unsigned char maps[kMaxTensorMaps][128] = {};
+  Resources res{};
+  for (int i = 0; i < plan.maps; ++i) res.map[i] = maps[i];
+  static float slots[8];
+  static int counters[8];
+  for (int i = 0; i < plan.workspaces; ++i) res.workspace[i] = i == 0 ? static_cast<void*>(counters) : slots;
+  auto bound = [&](const Plan& with) {
+    Args args;
+    EXPECT_EQ(l.bind(call, with, res, 0, &args, &why), 0) << why.text;
+    att::TmaMaps m;
+    std::memcpy(&m, args.ptr[1], sizeof m);
+    return m;
+  };
+  att::TmaMaps m = bound(plan);
+  EXPECT_EQ(str(m.causal_split), "{116, 2, 16, 8}");
+  EXPECT_NE(m.split_ws, nullptr);
+  // What bind launches is the plan's (what the workspaces were sized for), not a second simulation.
+  Plan other = plan;
+  other.handoff[0] = 100, other.handoff[2] = 32;
+  EXPECT_EQ(str(bound(other).causal_split), "{100, 2, 32, 8}");
+  // No split: no slots named.
+  other.handoff[0] = other.handoff[1] = other.handoff[2] = other.handoff[3] = 0;
+  m = bound(other);
+  EXPECT_EQ(str(m.causal_split), "{0, 0, 0, 0}");
+  EXPECT_EQ(m.split_ws, nullptr);
 }
 
 // FlashFwdWgmmaProperty.CausalSplit (the GPU test) checks split builds on five chunked shapes and
