@@ -376,8 +376,10 @@ int tune_one(TuneArgs a, const Problem& problem, nlohmann::ordered_json* json, d
   ShippedDb shipped(true);
   const service::WarmStartFallback from_shipped{[&]() -> ResultReader* { return shipped.store_or_warn(std::cerr); },
                                                 "the shipped database"};
-  if (a.request.warm > 0)
-    service::add_warm_starts(topts, store, spaces, problem, a.request.warm, progress, &from_shipped, gpu.name);
+  if (a.request.warm > 0) {
+    service::WarmStartDevice device{gpu.sm_count, [&](const std::string& f) { return r.runner->arch_for(f); }};
+    service::add_warm_starts(topts, store, spaces, problem, a.request.warm, progress, &from_shipped, gpu.name, &device);
+  }
   progress.event(fmt::format("campaign '{}': {} on {} ({}), {} valid configs{}, strategy {}, seed {}{}{}", spec.name,
                              problem.str(), gpu.name, r.arch, r.space_size,
                              spaces.mixed() ? fmt::format(" ({})", fmt::join(r.sizes, " + ")) : "",

@@ -56,6 +56,15 @@ struct Family {
   // counts of fours only. `export` follows such a kernel with its problem's best result that serves
   // them (select.cpp, add_companions), so that the dispatcher falls through to it.
   std::function<std::string(const Config&)> narrowed_calls;
+  // Configs a tunable or two from `config` (of `space`, for `problem` on `arch`) that this family's
+  // launch plan predicts run the problem sooner on a device of `sm_count` SMs (unset or empty:
+  // none). A warm start tries them right after the config they come from (service::add_warm_starts):
+  // a neighbour's tuned configs say nothing of what only this problem's shape pays for, and a
+  // campaign's first evaluations are the warm start's. flash_fwd_wgmma: the causal split where its
+  // plan splits.
+  std::function<std::vector<Config>(const SearchSpace& space, const Config& config, const Problem& problem,
+                                    const std::string& arch, int sm_count)>
+      plan_moves;
 };
 
 // The built-in families (registry.cpp), in registration order.

@@ -49,6 +49,39 @@ nlohmann::ordered_json fwd_wgmma_launch_json(const Defines& d) {
   return j;
 }
 
+// The causal split's move: `from` with split_tail on (and the 40 producer registers the space asks
+// for it) where the space offers that for the problem and the launch plan, on sm_count SMs, would
+// split the problem's last round of tiles (launch.h, causal_split: only where that ends the CTAs at
+// least 2% sooner). The shipped database's and a neighbour's configs cannot carry it: whether it
+// pays is the shape's tile count against the SMs.
+std::vector<Config> fwd_wgmma_plan_moves(const SearchSpace& space, const Config& from, const Problem& p,
+                                         const std::string& arch, int sm_count) {
+  if (!p.causal || sm_count < 2) return {};
+  Config v = space.complete(from);
+  const auto split = v.find("split_tail");
+  if (split == v.end() || !v.count("producer_regs") || std::get<bool>(split->second)) return {};
+  v["split_tail"] = true;
+  v["producer_regs"] = std::int64_t{40};
+  if (space.check(v, p, arch)) return {};  // not offered for this problem (or not from this config)
+  const auto c = fwd_wgmma_constants(kernel_defines(space, v, p, arch));
+  if (!c.split_causal) return {};
+  attntune_plan::Call call = attntune_plan::empty_call();
+  call.entry = attntune_plan::kEntryDense;
+  call.batch = static_cast<int>(p.b);
+  call.heads_q = static_cast<int>(p.h);
+  call.heads_kv = static_cast<int>(p.hkv);
+  call.seqlen_q = static_cast<int>(p.s);
+  call.seqlen_k = static_cast<int>(p.sk);
+  call.head_dim = static_cast<int>(p.d);
+  call.causal = 1;
+  // The plan's grid (a causal grid is not clustered).
+  const unsigned ctas = att::sched::persistent_ctas(static_cast<unsigned long long>(c.work_tiles(call)),
+                                                    static_cast<unsigned>(sm_count), 0, 1);
+  const att::sched::CausalSplit cs = c.causal_split(call, ctas);
+  if (cs.s1 + cs.s2 == 0) return {};
+  return {v};
+}
+
 }  // namespace
 
 const Family& flash_fwd_wgmma_family() {
@@ -71,6 +104,7 @@ const Family& flash_fwd_wgmma_family() {
       const auto it = c.find("k_perm");
       return it != c.end() && std::get<bool>(it->second) ? "seqlen_k not a multiple of 4 (k_perm)" : "";
     };
+    f.plan_moves = fwd_wgmma_plan_moves;
     return f;
   }();
   return f;

@@ -216,9 +216,40 @@ std::pair<std::optional<Problem>, std::vector<Config>> warm_start(ResultReader& 
   return {near.front().second, configs};
 }
 
+namespace {
+
+// The moves the family's launch plan predicts pay from configs[0] (Family::plan_moves), put right after
+// it, the last configs giving way; what was added, said as config strings.
+std::vector<std::string> add_plan_moves(std::vector<Config>& configs, const SearchSpace& space, const Problem& problem,
+                                        std::size_t count, const WarmStartDevice& device) {
+  if (configs.empty() || device.sm_count <= 0 || !device.arch_for) return {};
+  const std::vector<const Family*>& builtin = builtin_families();
+  const auto f = std::find_if(builtin.begin(), builtin.end(), [&](const Family* x) { return x->name == space.family(); });
+  if (f == builtin.end() || !(*f)->plan_moves) return {};  // a test family, or no predictions
+  std::vector<Config> moves;
+  try {
+    moves = (*f)->plan_moves(space, configs[0], problem, device.arch_for(space.family()), device.sm_count);
+  } catch (const std::exception&) {
+    return {};  // a prediction that cannot be made (a config the space renders no longer): none
+  }
+  std::vector<std::string> added;
+  std::size_t at = 1;
+  for (Config& m : moves) {
+    const std::string key = config_str(m);
+    if (std::any_of(configs.begin(), configs.end(), [&](const Config& c) { return config_str(space.complete(c)) == key; }))
+      continue;  // the warm start has it already
+    configs.insert(configs.begin() + static_cast<std::ptrdiff_t>(at++), std::move(m));
+    added.push_back(key);
+  }
+  if (configs.size() > count) configs.resize(std::max(count, at));
+  return added;
+}
+
+}  // namespace
+
 void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const JobSpaces& spaces,
                      const Problem& problem, int count, search::Progress& progress,
-                     const WarmStartFallback* fallback, const std::string& gpu) {
+                     const WarmStartFallback* fallback, const std::string& gpu, const WarmStartDevice* device) {
   ResultReader* other = nullptr;
   bool opened = false;
   // Per family: where its warm start came from and its best time there.
@@ -243,12 +274,18 @@ void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const Jo
       }
     }
     if (!nearest || configs.empty()) continue;
+    const std::vector<std::string> moves =
+        device ? add_plan_moves(configs, *s, problem, static_cast<std::size_t>(count), *device) : std::vector<std::string>{};
     sources.push_back({s->family(), nearest->str(), reader, best_us});
     for (Config& c : configs)
       topts.warm_start.push_back(spaces.mixed() ? search::tag_family(s->family(), std::move(c)) : c);
-    progress.event(fmt::format("warm start: {} configs from {}{}{}{}", configs.size(), nearest->str(),
+    progress.event(fmt::format("warm start: {} configs from {}{}{}{}", configs.size() - moves.size(), nearest->str(),
                                problems > 1 ? fmt::format(" and {} problems near it", problems - 1) : "", from,
                                spaces.mixed() ? fmt::format(" ({})", s->family()) : ""));
+    for (const std::string& m : moves)
+      progress.event(fmt::format("warm start: after the first, what {}'s launch plan predicts runs this problem "
+                                 "sooner on {} SMs: {}",
+                                 s->family(), device->sm_count, m));
   }
   // Times compare only on one problem of one database, and only when every family has one; and only
   // evo's warm-up takes them (MultiFamily: exhaustive and random take no warm start).

@@ -90,14 +90,23 @@ struct WarmStartFallback {
   std::function<ResultReader*()> open;
   std::string label;
 };
+// The device a campaign runs on, as the launch plans' predictions need it (Family::plan_moves).
+struct WarmStartDevice {
+  int sm_count = 0;  // 0: unknown (no predictions)
+  std::function<std::string(const std::string& family)> arch_for;  // a family's build arch there
+};
+
 // Each family's warm start into topts, said on `progress` as it is found (with where it came from
 // when that is the fallback). Several families whose nearest tuned problem is the same one, in the
 // same database: their best times there go to topts.warm_start_best_us (the warm-up's order and
 // length, search::AllocationOptions), and a family it puts far behind is said.
-// `gpu`: the campaign's GPU model, as warm_start takes it.
+// `gpu`: the campaign's GPU model, as warm_start takes it. `device`: where given, the moves the
+// family's launch plan predicts pay from the first warm config (Family::plan_moves) come right
+// after it, the warm start's last configs giving way, and are said.
 void add_warm_starts(search::TuneOptions& topts, ResultReader& results, const JobSpaces& spaces,
                      const Problem& problem, int count, search::Progress& progress,
-                     const WarmStartFallback* fallback = nullptr, const std::string& gpu = "");
+                     const WarmStartFallback* fallback = nullptr, const std::string& gpu = "",
+                     const WarmStartDevice* device = nullptr);
 
 // Each space's valid configs for the problem on the runner's arch (WorkError when one has none);
 // `sizes` gets "family N" per space.

@@ -163,8 +163,10 @@ int run_worker(WorkerStores stores, const WorkerOptions& options, const std::ato
         const std::uint64_t size = count_valid(spaces, job->problem, *runner, &sizes);
         search::TuneOptions topts = tune_options(request, size);
         search::Progress progress(log, false, options.log_interval);
-        if (request.warm > 0) add_warm_starts(topts, stores.results, spaces, job->problem, request.warm, progress, nullptr,
-                                             device.name);
+        if (request.warm > 0) {
+          const WarmStartDevice at{device.sm_count, [&](const std::string& f) { return runner->arch_for(f); }};
+          add_warm_starts(topts, stores.results, spaces, job->problem, request.warm, progress, nullptr, device.name, &at);
+        }
         const CampaignSpec spec = campaign_spec(job->campaign, job->problem, request);
         progress.event(fmt::format("campaign '{}': {} on {}, {} valid configs ({})", job->campaign,
                                    job->problem.str(), device.name, size, fmt::join(sizes, " + ")));

@@ -284,6 +284,50 @@ TEST(PersistentGrid, CausalSplitPlanHandsItsBandToBind) {
   EXPECT_EQ(m.split_ws, nullptr);
 }
 
+// A warm start's configs come from neighbours (the shipped database's, a plan's) whose tile counts
+// are not this problem's: flash_fwd_wgmma's launch plan says where its causal split pays, and the
+// warm start tries it right after the first config (service::add_warm_starts).
+TEST(PersistentGrid, CausalSplitIsAWarmStartMoveWhereThePlanSplits) {
+  const SearchSpace space = SearchSpace::load(kWgmmaYaml);
+  const Family& f = builtin_family("flash_fwd_wgmma");
+  ASSERT_TRUE(f.plan_moves);
+  const Problem chunk = Problem::parse("b=1,h=28,hkv=4,s=1536,sk=9728,d=128,dtype=bf16,causal=1");
+  // Issue 43's u-q28-chunk pick (H100, seed 1, run 401): 24 producer registers, no split.
+  const Config pick = space.parse_config(
+      "block_m=128,block_n=160,exp2_emu=0,fa4_loop=true,fold_fma=false,head_group=1,intra_wg_overlap=true,k"
+      "_perm=false,kv_multicast=false,lazy_rescale=0,mask_bits=false,narrow_n=0,pack_gqa=true,persistent=true,ping_pong=false,pp_pv=false,producer_regs=24,pv_buffers=1,pv_chunks=1,softcap_tanh=accurate,split_tail=false,stages=2,warp_specialize=true,wg_uniform=true");
+  ASSERT_FALSE(space.check(pick, chunk, kArch));
+  const std::vector<Config> moves = f.plan_moves(space, pick, chunk, kArch, 132);
+  ASSERT_EQ(moves.size(), 1u);
+  EXPECT_FALSE(space.check(moves[0], chunk, kArch));
+  Config back = moves[0];  // the split and the producer registers it needs, nothing else
+  EXPECT_TRUE(std::get<bool>(back.at("split_tail")));
+  EXPECT_EQ(std::get<std::int64_t>(back.at("producer_regs")), 40);
+  back["split_tail"] = false;
+  back["producer_regs"] = std::int64_t{24};
+  EXPECT_EQ(config_str(back), config_str(pick));
+  // A config recorded before a tunable existed is completed with its default first.
+  Config old = pick;
+  old.erase("wg_uniform");
+  ASSERT_EQ(f.plan_moves(space, old, chunk, kArch, 132).size(), 1u);
+  // None: from a split config, on an unknown device, where the tiles are many (the space does not
+  // offer it), where the whole tiles end together on these SMs (the plan would not split), and for
+  // a problem that is not causal.
+  EXPECT_TRUE(f.plan_moves(space, moves[0], chunk, kArch, 132).empty());
+  EXPECT_TRUE(f.plan_moves(space, pick, chunk, kArch, 0).empty());
+  EXPECT_TRUE(
+      f.plan_moves(space, pick, Problem::parse("b=1,h=28,hkv=4,s=6000,d=128,dtype=bf16,causal=1"), kArch, 132).empty());
+  EXPECT_TRUE(f.plan_moves(space, pick, Problem::parse("b=1,h=28,hkv=4,s=2350,sk=9728,d=128,dtype=bf16,causal=1"),
+                           kArch, 132)
+                  .empty());
+  EXPECT_TRUE(f.plan_moves(space, pick, Problem::parse("b=1,h=28,hkv=4,s=1536,sk=9728,d=128,dtype=bf16,causal=0"),
+                           kArch, 132)
+                  .empty());
+  // The other families predict nothing.
+  for (const Family* other : builtin_families())
+    if (other->name != "flash_fwd_wgmma") EXPECT_FALSE(other->plan_moves) << other->name;
+}
+
 // FlashFwdWgmmaProperty.CausalSplit (the GPU test) checks split builds on five chunked shapes and
 // expects the plan to split at least one of them for each config: on an H100's or H200's 132 SMs,
 // every split config the space offers for its two kinds (d=128 and 192/128) does.

@@ -1,9 +1,12 @@
 // search::warm_start_configs: what tune and `replay --warm-from` hand a strategy as its head start.
 // Only the asked template's configs, each once, fastest first, at most `count`, however many
 // faster results of another template or duplicate configs stand ahead of them in the store.
+#include <sstream>
+#include <chrono>
 #include <gtest/gtest.h>
 
 #include "../db/db_test_util.hpp"
+#include "search/progress.hpp"
 #include "search/warm_start.hpp"
 #include "service/job.hpp"
 
@@ -63,6 +66,57 @@ TEST_F(WarmStartTest, OnlyTheTemplateEachConfigOnceFastestFirst) {
   BestQuery one;
   one.campaign = "mma-b";
   EXPECT_EQ(keys(search::warm_start_configs(store, one, "flash_fwd_mma")), keys({config(128, 64), config(64, 32)}));
+}
+
+// The moves a family's launch plan predicts pay (Family::plan_moves) come right after the first
+// warm config, the last giving way, and are said; without a device, or where the plan predicts
+// nothing, the warm start is the neighbour's configs alone.
+TEST_F(WarmStartTest, ThePlansPredictedMovesComeSecond) {
+  const service::JobSpaces spaces =
+      service::load_space_files({ATTNTUNE_SOURCE_DIR "/search_spaces/flash_fwd_wgmma.yaml"}, "tune");
+  const SearchSpace& space = *spaces.sorted[0];
+  const Problem target = Problem::parse("b=1,h=28,hkv=4,s=1536,sk=9728,d=128,dtype=bf16,causal=1");
+  p = Problem::parse("b=1,h=28,hkv=4,s=1536,sk=8192,d=128,dtype=bf16,causal=1");  // its tuned neighbour
+  const std::int64_t n = campaign("chunk", "flash_fwd_wgmma");
+  const Config pick = space.parse_config(
+      "block_m=128,block_n=160,exp2_emu=0,fa4_loop=true,fold_fma=false,head_group=1,intra_wg_overlap=true,k"
+      "_perm=false,kv_multicast=false,lazy_rescale=0,mask_bits=false,narrow_n=0,pack_gqa=true,persistent=true,ping_pong=false,pp_pv=false,producer_regs=24,pv_buffers=1,pv_chunks=1,softcap_tanh=accurate,split_tail=false,stages=2,warp_specialize=true,wg_uniform=true");
+  Config second = pick, third = pick;
+  second["stages"] = std::int64_t{3};
+  third["block_n"] = std::int64_t{176};
+  result(n, "flash_fwd_wgmma", pick, 300.0);
+  result(n, "flash_fwd_wgmma", second, 310.0);
+  result(n, "flash_fwd_wgmma", third, 320.0);
+  Config split = pick;
+  split["split_tail"] = true;
+  split["producer_regs"] = std::int64_t{40};
+
+  auto warm = [&](const service::WarmStartDevice* device, std::string* said) {
+    search::TuneOptions topts;
+    std::ostringstream out;
+    {
+      search::Progress progress(out, false, std::chrono::seconds(30));
+      service::add_warm_starts(topts, store, spaces, target, 3, progress, nullptr, "", device);
+    }
+    *said = out.str();
+    return keys(topts.warm_start);
+  };
+  std::string said;
+  const service::WarmStartDevice h100{132, [](const std::string&) { return std::string("sm_90a"); }};
+  EXPECT_EQ(warm(&h100, &said), keys({pick, split, second}));
+  EXPECT_NE(said.find("warm start: 2 configs from " + p.str()), std::string::npos) << said;
+  EXPECT_NE(said.find("flash_fwd_wgmma's launch plan predicts runs this problem sooner on 132 SMs: " +
+                      config_str(split)),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(warm(nullptr, &said), keys({pick, second, third}));
+  EXPECT_EQ(said.find("launch plan"), std::string::npos) << said;
+  const service::WarmStartDevice unknown{0, h100.arch_for};
+  EXPECT_EQ(warm(&unknown, &said), keys({pick, second, third}));
+  // Already among the neighbour's: not twice.
+  result(n, "flash_fwd_wgmma", split, 305.0);
+  EXPECT_EQ(warm(&h100, &said), keys({pick, split, second}));
+  EXPECT_EQ(said.find("launch plan"), std::string::npos) << said;
 }
 
 }  // namespace
