@@ -247,6 +247,34 @@ std::vector<attntune_plan::Define> plan_defines(const Defines& defines) {
   return out;
 }
 
+attntune_plan::Call problem_dense_call(const Problem& p, long long base) {
+  attntune_plan::Call c = attntune_plan::empty_call();
+  c.entry = attntune_plan::kEntryDense;
+  const long long elems_q = p.b * p.h * p.s * p.d, elems_kv = p.b * p.hkv * p.sk * p.d;
+  c.q = reinterpret_cast<const void*>(base);
+  c.k = reinterpret_cast<const void*>(base + elems_q * 2 + 256);
+  c.v = reinterpret_cast<const void*>(base + elems_q * 2 + elems_kv * 2 + 512);
+  c.out = reinterpret_cast<void*>(base + elems_q * 2 + elems_kv * 4 + 768);
+  c.batch = static_cast<int>(p.b);
+  c.heads_q = static_cast<int>(p.h);
+  c.heads_kv = static_cast<int>(p.hkv);
+  c.seqlen_q = static_cast<int>(p.s);
+  c.seqlen_k = static_cast<int>(p.sk);
+  c.head_dim = static_cast<int>(p.d);
+  auto strides = [&](long long* st, std::int64_t heads, std::int64_t len) {
+    st[0] = heads * len * p.d;
+    st[1] = len * p.d;
+    st[2] = p.d;
+  };
+  strides(c.q_stride, p.h, p.s);
+  strides(c.o_stride, p.h, p.s);
+  strides(c.k_stride, p.hkv, p.sk);
+  strides(c.v_stride, p.hkv, p.sk);
+  c.scale = 0.125f;
+  c.causal = p.causal ? 1 : 0;
+  return c;
+}
+
 std::optional<attntune_plan::Plan> plan_call(const LaunchSpec& spec, const attntune_plan::Call& call,
                                              const attntune_plan::Device& device, std::string* why) {
   const attntune_plan::LaunchFamily& f = *builtin_family(spec.plan).plan;

@@ -132,6 +132,11 @@ C launch_constants(const Defines& defines, const char* family) {
   return c;
 }
 
+// The dense call (attntune_attention_forward) of problem p's shape: [B, H, S, D] tensors one after
+// another from the fake address `base` (never dereferenced, 256-byte aligned), scale 1/8. For plans
+// made without a call's tensors: a warm start's predictions (Family::plan_moves) and the tests.
+attntune_plan::Call problem_dense_call(const Problem& p, long long base = 1ll << 32);
+
 // The plan of one call for a build (its family's launch plan with its constants) on `device`, host
 // side only (tests, tools): nullopt with the reason in `why` when the family refuses the call.
 std::optional<attntune_plan::Plan> plan_call(const LaunchSpec& spec, const attntune_plan::Call& call,

@@ -50,10 +50,10 @@ nlohmann::ordered_json fwd_wgmma_launch_json(const Defines& d) {
 }
 
 // The causal split's move: `from` with split_tail on (and the 40 producer registers the space asks
-// for it) where the space offers that for the problem and the launch plan, on sm_count SMs, would
-// split the problem's last round of tiles (launch.h, causal_split: only where that ends the CTAs at
-// least 2% sooner). The shipped database's and a neighbour's configs cannot carry it: whether it
-// pays is the shape's tile count against the SMs.
+// for it) where the space offers that for the problem and the build's launch plan, on sm_count SMs,
+// splits the problem's last round of tiles (launch.h, causal_split: only where that ends the CTAs at
+// least 2% sooner; the band it hands to bind). The shipped database's and a neighbour's configs
+// cannot carry it: whether it pays is the shape's tile count against the SMs.
 std::vector<Config> fwd_wgmma_plan_moves(const SearchSpace& space, const Config& from, const Problem& p,
                                          const std::string& arch, int sm_count) {
   if (!p.causal || sm_count < 2) return {};
@@ -63,22 +63,12 @@ std::vector<Config> fwd_wgmma_plan_moves(const SearchSpace& space, const Config&
   v["split_tail"] = true;
   v["producer_regs"] = std::int64_t{40};
   if (space.check(v, p, arch)) return {};  // not offered for this problem (or not from this config)
-  const auto c = fwd_wgmma_constants(kernel_defines(space, v, p, arch));
-  if (!c.split_causal) return {};
-  attntune_plan::Call call = attntune_plan::empty_call();
-  call.entry = attntune_plan::kEntryDense;
-  call.batch = static_cast<int>(p.b);
-  call.heads_q = static_cast<int>(p.h);
-  call.heads_kv = static_cast<int>(p.hkv);
-  call.seqlen_q = static_cast<int>(p.s);
-  call.seqlen_k = static_cast<int>(p.sk);
-  call.head_dim = static_cast<int>(p.d);
-  call.causal = 1;
-  // The plan's grid (a causal grid is not clustered).
-  const unsigned ctas = att::sched::persistent_ctas(static_cast<unsigned long long>(c.work_tiles(call)),
-                                                    static_cast<unsigned>(sm_count), 0, 1);
-  const att::sched::CausalSplit cs = c.causal_split(call, ctas);
-  if (cs.s1 + cs.s2 == 0) return {};
+  // The split this build's launch would make of the problem's call on such a device.
+  const LaunchSpec spec{"flash_fwd_wgmma", kernel_defines(space, v, p, arch)};
+  attntune_plan::Device device{};
+  device.sm_count = sm_count;
+  const std::optional<attntune_plan::Plan> plan = plan_call(spec, problem_dense_call(p), device);
+  if (!plan || plan->handoff[0] + plan->handoff[2] == 0) return {};  // handoff: {s1, p1, s2, p2}
   return {v};
 }
 
